@@ -1,0 +1,168 @@
+"""WAL append/read/index/roll/retention/recovery."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_META, CorruptEntry, Wal, WalOptions
+
+
+def _entries(n: int, start_ts: int = 0, size: int = 10) -> list[tuple[int, int, int, bytes]]:
+    return [(KIND_DATA, 2, start_ts + i, bytes([i % 256]) * size) for i in range(n)]
+
+
+def test_versions_span_counts_and_read_back(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions())
+    assert wal.append([(KIND_META, 1, 5, b"create")]) == 0
+    assert wal.append([(KIND_DATA, 3, 7, b"rows")]) == 1
+    assert wal.next_version == 4
+    e = wal.read(2)
+    assert (e.version, e.count, e.kind, e.max_ts, e.body) == (1, 3, KIND_DATA, 7, b"rows")
+    assert [x.version for x in wal.read_from(0)] == [0, 1]
+    assert wal.read(4) is None
+    wal.close()
+
+
+def test_reopen_keeps_everything_and_continues_versions(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=200))
+    for i in range(30):
+        wal.append([(KIND_DATA, 1, i, b"x" * 40)])
+    assert len(wal.segments) > 3
+    wal.close()
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=200))
+    assert wal.next_version == 30
+    assert [e.max_ts for e in wal.read_from(0)] == list(range(30))
+    assert wal.append([(KIND_DATA, 1, 99, b"y")]) == 30
+    wal.close()
+
+
+def test_segment_roll_never_splits_a_batch(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=150))
+    wal.append(_entries(1, size=50))
+    wal.append(_entries(3, size=50))  # does not fit: goes whole into a new segment
+    assert len(wal.segments) == 2
+    assert wal.segments[1].first == 2
+    assert len(wal.segments[1].versions) == 3
+    wal.close()
+
+
+def test_timestamp_lookup_uses_running_max(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=120))
+    for ts in [10, 30, 20, 40, 35, 50]:
+        wal.append([(KIND_DATA, 1, ts, b"z" * 30)])
+    assert wal.version_for_timestamp(25) == 1  # first entry with max_ts >= 25
+    assert wal.version_for_timestamp(36) == 3
+    assert wal.version_for_timestamp(10) == 0
+    assert wal.version_for_timestamp(51) is None
+    wal.close()
+
+
+def test_torn_tail_is_truncated(tmp_path, caplog):
+    wal = Wal.open(tmp_path, WalOptions())
+    wal.append(_entries(3))
+    wal.close()
+    seg = sorted(tmp_path.glob("*.log"))[-1]
+    size = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(b"\x01\x02\x03")  # a torn header
+    wal = Wal.open(tmp_path, WalOptions())
+    assert "torn header" in caplog.text
+    assert seg.stat().st_size == size
+    assert wal.next_version == 6
+    wal.close()
+
+
+def test_incomplete_batch_is_dropped_whole(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions())
+    wal.append(_entries(1))
+    wal.append(_entries(3, size=20))
+    wal.close()
+    seg = sorted(tmp_path.glob("*.log"))[-1]
+    # cut into the last entry of the 3-entry batch: the first two entries are intact but must go too
+    os.truncate(seg, seg.stat().st_size - 5)
+    wal = Wal.open(tmp_path, WalOptions())
+    assert wal.next_version == 2
+    assert seg.stat().st_size == HEADER_SIZE + 10
+    assert wal.append(_entries(1)) == 2
+    wal.close()
+
+
+def test_corrupt_body_in_active_segment_truncates_with_log_line(tmp_path, caplog):
+    wal = Wal.open(tmp_path, WalOptions())
+    wal.append(_entries(2))
+    wal.append(_entries(1))
+    wal.close()
+    seg = sorted(tmp_path.glob("*.log"))[-1]
+    data = bytearray(seg.read_bytes())
+    data[-1] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    wal = Wal.open(tmp_path, WalOptions())
+    assert "body checksum mismatch" in caplog.text
+    assert wal.next_version == 4
+    wal.close()
+
+
+def test_corrupt_sealed_segment_is_rejected_on_read(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=100))
+    for i in range(4):
+        wal.append([(KIND_DATA, 1, i, b"q" * 50)])
+    wal.close()
+    first = sorted(tmp_path.glob("*.log"))[0]
+    data = bytearray(first.read_bytes())
+    data[-1] ^= 0xFF
+    first.write_bytes(bytes(data))
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=100))
+    with pytest.raises(CorruptEntry):
+        wal.read(0)
+    assert wal.read(1).version == 1
+    wal.close()
+
+
+def test_missing_index_is_rebuilt(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=100))
+    for i in range(6):
+        wal.append([(KIND_DATA, 1, i, b"q" * 50)])
+    wal.close()
+    for idx in tmp_path.glob("*.idx"):
+        idx.unlink()
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=100))
+    assert [e.version for e in wal.read_from(0)] == list(range(6))
+    assert wal.version_for_timestamp(3) == 3
+    wal.close()
+
+
+def test_retention_by_size_and_time_moves_log_start(tmp_path):
+    opts = WalOptions(segment_bytes=100, retention_bytes=200, retention_period_s=-1)
+    wal = Wal.open(tmp_path, opts)
+    for i in range(10):
+        wal.append([(KIND_DATA, 1, i, b"r" * 50)])
+    n = wal.expired_segments(time.time())
+    assert n > 0
+    wal.delete_oldest(n)
+    assert wal.size_bytes <= 200
+    assert wal.first_version == wal.segments[0].first > 0
+    assert next(wal.read_from(0)).version == wal.first_version
+    wal.close()
+    aged = Wal.open(tmp_path, WalOptions(segment_bytes=100, retention_period_s=10))
+    assert aged.expired_segments(time.time()) == 0
+    assert aged.expired_segments(time.time() + 11) == len(aged.segments) - 1
+    aged.close()
+
+
+def test_level2_period0_fsyncs_before_returning(tmp_path, monkeypatch):
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
+    wal = Wal.open(tmp_path, WalOptions(level=2, fsync_period_ms=0))
+    wal.append(_entries(1))
+    assert len(calls) == 1 and wal.durable_version == wal.next_version
+    lazy = Wal.open(tmp_path / "l1", WalOptions(level=1, fsync_period_ms=1000))
+    lazy.append(_entries(1))
+    assert len(calls) == 1 and lazy.durable_version == 0
+    assert lazy.sync_due(time.monotonic() + 2) == pytest.approx(1.0, abs=0.01)
+    assert len(calls) == 2 and lazy.durable_version == 2
+    wal.close()
+    lazy.close()

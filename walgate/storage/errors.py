@@ -1,0 +1,73 @@
+"""Domain errors of the storage engine.
+
+Every error the engine raises for bad input is a :class:`StorageError` carrying
+a TDengine-style numeric ``code`` (the REST API returns it as ``code``) and a
+message that names the offending statement, line or row. The gateway maps
+these to HTTP/Kafka errors at its edge; nothing here knows about either.
+
+    StorageError
+    ├── SqlSyntaxError        statement does not parse
+    ├── InvalidValue          value / type mismatch, bad timestamp, bad option
+    ├── NotFound              unknown database / table / stable / topic
+    ├── AlreadyExists         object exists (and no IF NOT EXISTS)
+    ├── LineProtocolError     InfluxDB line protocol that does not parse or fit
+    ├── CsvError              CSV row with wrong arity or bad value
+    ├── RequestTooLarge       request above the configured maximum
+    └── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StorageError",
+    "SqlSyntaxError",
+    "InvalidValue",
+    "NotFound",
+    "AlreadyExists",
+    "LineProtocolError",
+    "CsvError",
+    "RequestTooLarge",
+    "Unsupported",
+]
+
+
+class StorageError(Exception):
+    """Base of all engine errors; ``code`` is TDengine-style."""
+
+    code = 0x2600
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SqlSyntaxError(StorageError):
+    code = 0x2600  # TSDB_CODE_PAR_SYNTAX_ERROR
+
+
+class InvalidValue(StorageError):
+    code = 0x2608  # TSDB_CODE_PAR_WRONG_VALUE_TYPE
+
+
+class NotFound(StorageError):
+    code = 0x2662  # TSDB_CODE_PAR_TABLE_NOT_EXIST (also used for db/topic)
+
+
+class AlreadyExists(StorageError):
+    code = 0x0602  # TSDB_CODE_TDB_TABLE_ALREADY_EXIST
+
+
+class LineProtocolError(StorageError):
+    code = 0x3000  # TSDB_CODE_SML_INVALID_DATA
+
+
+class CsvError(StorageError):
+    code = 0x3001
+
+
+class RequestTooLarge(StorageError):
+    code = 0x2609
+
+
+class Unsupported(StorageError):
+    code = 0x2610

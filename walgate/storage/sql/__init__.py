@@ -1,0 +1,1 @@
+"""The SQL subset: grammar, parser to the statement AST of ast.py."""

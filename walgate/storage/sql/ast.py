@@ -1,0 +1,268 @@
+"""The statement AST the SQL parser produces and the engine executes.
+
+Names: every object reference is a :class:`Name` with an optional database
+(``db.name``); ``db is None`` means "the session's current database".
+Identifiers are lower-cased by the parser unless back-quoted.
+
+Values in INSERT are Python literals (int, float, str, bool, None) or
+:class:`Now` (``now``, ``now() ± duration``); timestamps given as strings or
+integers are converted by the engine with the database precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from walgate.storage.schema import Column
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column, tag or the pseudo-column ``tbname`` (also ``ts`` etc.)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "NOT" | "-"
+    operand: "Expr"
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # + - * / % = != < <= > >= AND OR
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str  # lower-case scalar function name: abs, ceil, floor, round, sqrt, pow, log, lower, upper, length, concat, cast ...
+    args: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Cast:
+    expr: "Expr"
+    type: "ColumnTypeRef"
+
+
+@dataclass(frozen=True)
+class InList:
+    expr: "Expr"
+    values: tuple["Expr", ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Between:
+    expr: "Expr"
+    low: "Expr"
+    high: "Expr"
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull:
+    expr: "Expr"
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Like:
+    expr: "Expr"
+    pattern: str
+    negated: bool = False
+
+
+Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like]
+
+
+@dataclass(frozen=True)
+class ColumnTypeRef:
+    """A type named in CAST (same vocabulary as column definitions)."""
+
+    name: str
+    length: int | None = None
+
+
+@dataclass(frozen=True)
+class SelectItem:
+    expr: Expr | None  # None means "*"
+    alias: str | None = None
+
+
+# ------------------------------------------------------------------ values
+
+
+@dataclass(frozen=True)
+class Now:
+    """``now`` / ``now()`` plus ``offset_ns`` nanoseconds (negative for ``now - 1h``)."""
+
+    offset_ns: int = 0
+
+
+Value = Union[int, float, str, bool, None, Now]
+
+# -------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Name:
+    name: str
+    db: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateDatabase:
+    name: str
+    if_not_exists: bool = False
+    # keys upper-case: VGROUPS, PRECISION, WAL_LEVEL, WAL_FSYNC_PERIOD,
+    # WAL_RETENTION_PERIOD, WAL_RETENTION_SIZE, WAL_SEGMENT_SIZE (others are refused by the parser)
+    options: dict[str, int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DropDatabase:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class UseDatabase:
+    name: str
+
+
+@dataclass(frozen=True)
+class CreateStable:
+    name: Name
+    columns: tuple[Column, ...]
+    tags: tuple[Column, ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    """A normal table (no tags)."""
+
+    name: Name
+    columns: tuple[Column, ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateSubtable:
+    """``CREATE TABLE [IF NOT EXISTS] name USING stable [(tag, ...)] TAGS (v, ...)``."""
+
+    name: Name
+    stable: Name
+    tag_names: tuple[str, ...] | None
+    tag_values: tuple[Value, ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterStable:
+    name: Name
+    action: str  # "ADD COLUMN" | "DROP COLUMN" | "ADD TAG" | "DROP TAG" | "MODIFY COLUMN" | "MODIFY TAG"
+    column: Column | None = None  # for ADD / MODIFY
+    column_name: str | None = None  # for DROP
+
+
+@dataclass(frozen=True)
+class DropTable:
+    names: tuple[Name, ...]
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropStable:
+    name: Name
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class Using:
+    stable: Name
+    tag_names: tuple[str, ...] | None
+    tag_values: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class InsertTarget:
+    table: Name
+    using: Using | None
+    columns: tuple[str, ...] | None
+    rows: tuple[tuple[Value, ...], ...]
+
+
+@dataclass(frozen=True)
+class Insert:
+    targets: tuple[InsertTarget, ...]
+
+
+@dataclass(frozen=True)
+class CreateTopic:
+    name: str
+    kind: str  # "database" | "stable" | "select"
+    source: Name  # the database (name=db, db=None) or the stable / table
+    with_meta: bool = False
+    if_not_exists: bool = False
+    select: tuple[SelectItem, ...] | None = None  # kind == "select"
+    where: Expr | None = None  # tag condition for "stable", any condition for "select"
+    sql: str = ""  # original text, shown by SHOW TOPICS
+
+
+@dataclass(frozen=True)
+class DropTopic:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class Show:
+    what: str  # "DATABASES" | "STABLES" | "TABLES" | "TOPICS" | "CONSUMERS" | "SUBSCRIPTIONS"
+    db: str | None = None
+
+
+@dataclass(frozen=True)
+class Describe:
+    name: Name
+
+
+@dataclass(frozen=True)
+class Select:
+    """A plain query (``SELECT ... FROM ... [WHERE ...] [LIMIT n]``), used to read back data."""
+
+    items: tuple[SelectItem, ...]
+    source: Name
+    where: Expr | None = None
+    limit: int | None = None
+
+
+Statement = Union[
+    CreateDatabase,
+    DropDatabase,
+    UseDatabase,
+    CreateStable,
+    CreateTable,
+    CreateSubtable,
+    AlterStable,
+    DropTable,
+    DropStable,
+    Insert,
+    CreateTopic,
+    DropTopic,
+    Show,
+    Describe,
+    Select,
+]

@@ -1,0 +1,1 @@
+"""See DESIGN.md for what this layer owns."""
