@@ -1,0 +1,836 @@
+"""The storage engine facade: SQL, schemaless and CSV writes, queries, topics.
+
+Threading: an Engine is synchronous and not thread-safe; the gateway calls it
+from one dedicated thread.
+
+Write protocol (the "nothing partial" rule): a request is parsed, resolved
+against the catalog and every value coerced *before* anything is written.
+Then schema changes the request implies (schemaless supertables/columns) are
+committed to the catalog, and each vnode gets one atomic WAL append holding
+the request's meta entries (auto-created tables) and one data entry. A
+failure while appending is atomic per vnode (see wal.py). Topic offset
+indexes are advanced right after each append.
+
+Retention and periodic fsync run from :meth:`Engine.sync_due`, which the
+gateway calls on a timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from walgate.storage import csvfile, lineproto
+from walgate.storage.catalog import Catalog, DatabaseDef, StableDef, TopicDef, column_to_json
+from walgate.storage.entry import Block, DecodedEntry, decode_entry, encode_blocks, encode_meta
+from walgate.storage.errors import (
+    AlreadyExists,
+    InvalidValue,
+    NotFound,
+    RequestTooLarge,
+    StorageError,
+    Unsupported,
+)
+from walgate.storage.offsets import OffsetIndex
+from walgate.storage.schema import Column, ColumnType
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+from walgate.storage.topics import Records, TopicEvaluator
+from walgate.storage.values import coerce, coerce_text, format_timestamp
+from walgate.storage.vnode import TableDef, Vnode, vnode_of
+from walgate.storage.wal import KIND_DATA, KIND_META
+
+__all__ = ["Engine", "Result"]
+
+log = logging.getLogger("walgate.engine")
+
+_TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}
+_RETENTION_CHECK_S = 5.0
+
+
+@dataclass
+class Result:
+    columns: list[tuple[str, str, int]]
+    rows: list[list[Any]]
+    affected_rows: int | None = None
+    database: str | None = None
+
+
+def _affected(n: int) -> Result:
+    return Result([("affected_rows", "INT", 4)], [[n]], affected_rows=n)
+
+
+@dataclass
+class _Pending:
+    """What one request will append to one vnode."""
+
+    metas: list[dict[str, Any]] = field(default_factory=list)
+    blocks: dict[tuple[str, bool], list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    schemas: dict[tuple[str, bool], tuple[Column, ...]] = field(default_factory=dict)
+    new_tables: dict[str, TableDef] = field(default_factory=dict)
+
+    def add_row(self, source: str, is_stable: bool, columns: tuple[Column, ...], table: str, row: dict[str, Any]) -> None:
+        key = (source, is_stable)
+        self.schemas[key] = columns
+        self.blocks.setdefault(key, []).append((table, row))
+
+
+class Engine:
+    """Catalog + vnodes + topics of one data directory."""
+
+    def __init__(self, data_dir: Path, max_request_bytes: int) -> None:
+        self.data_dir = data_dir
+        self.max_request_bytes = max_request_bytes
+        self.catalog = Catalog.open(data_dir / "catalog.jsonl")
+        self.vnodes: dict[str, list[Vnode]] = {}
+        self.evaluators: dict[str, TopicEvaluator] = {}
+        self.indexes: dict[tuple[str, int], OffsetIndex] = {}
+        self._next_retention = 0.0
+
+    @classmethod
+    def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20) -> "Engine":
+        """Open (creating if needed) the data directory and recover every vnode and topic index."""
+        data_dir.mkdir(parents=True, exist_ok=True)
+        engine = cls(data_dir, max_request_bytes)
+        for db in engine.catalog.databases.values():
+            engine._open_database(db)
+        for topic in engine.catalog.topics.values():
+            engine._open_topic(topic)
+        return engine
+
+    # ---------------------------------------------------------------- helpers
+
+    def _db_dir(self, name: str) -> Path:
+        return self.data_dir / "db" / name
+
+    def _open_database(self, db: DatabaseDef) -> None:
+        self.vnodes[db.name] = [Vnode.open(db, i, self._db_dir(db.name) / f"vnode{i}") for i in range(db.vgroups)]
+
+    def _now_ts(self, db: DatabaseDef) -> int:
+        return time.time_ns() // _TICKS[db.precision]
+
+    def _resolve_db(self, name: str | None, session: str | None) -> DatabaseDef:
+        db = name or session
+        if db is None:
+            raise InvalidValue("Database not specified: use db.name or USE db")
+        return self.catalog.database(db)
+
+    def _check_size(self, n: int) -> None:
+        if n > self.max_request_bytes:
+            raise RequestTooLarge(f"Request of {n} bytes exceeds the maximum of {self.max_request_bytes} bytes")
+
+    def vnode(self, db: str, table: str) -> Vnode:
+        vnodes = self.vnodes[db]
+        return vnodes[vnode_of(db, table, len(vnodes))]
+
+    def table(self, db: DatabaseDef, name: str) -> TableDef:
+        t = self.vnode(db.name, name).live(name)
+        if t is None:
+            raise NotFound(f"Table does not exist: {db.name}.{name}")
+        return t
+
+    def _tag_tables(self, vnode: Vnode):  # type: ignore[no-untyped-def]
+        db = vnode.db.name
+
+        def lookup(stable: str) -> pa.Table:
+            st = self.catalog.stables.get((db, stable))
+            if st is None:
+                names = [t.name for t in vnode.tables.values() if t.stable == stable]
+                return pa.table({"tbname": pa.array(names, pa.string())})
+            return vnode.tag_table(st)
+
+        return lookup
+
+    # ------------------------------------------------------------- execution
+
+    def execute(self, sql: str, db: str | None = None) -> Result:
+        """Execute one SQL statement; ``db`` is the session's current database."""
+        self._check_size(len(sql.encode()))
+        stmt = parse(sql)
+        handler = getattr(self, "_x_" + type(stmt).__name__)
+        return handler(stmt, db)
+
+    def _x_CreateDatabase(self, s: ast.CreateDatabase, _: str | None) -> Result:
+        if s.name in self.catalog.databases:
+            if s.if_not_exists:
+                return _affected(0)
+            raise AlreadyExists(f"Database already exists: {s.name}")
+        db = self.catalog.create_database(s.name, s.options, int(time.time() * 1000))
+        self._open_database(db)
+        return _affected(0)
+
+    def _x_DropDatabase(self, s: ast.DropDatabase, _: str | None) -> Result:
+        if s.name not in self.catalog.databases:
+            if s.if_exists:
+                return _affected(0)
+            raise NotFound(f"Database not exist: {s.name}")
+        users = [t.name for t in self.catalog.topics.values() if t.db == s.name]
+        if users:
+            raise InvalidValue(f"Database {s.name} is used by topic {users[0]}: drop the topic first")
+        for vnode in self.vnodes.pop(s.name):
+            vnode.close()
+        self.catalog.drop_database(s.name)
+        shutil.rmtree(self._db_dir(s.name), ignore_errors=True)
+        return _affected(0)
+
+    def _x_UseDatabase(self, s: ast.UseDatabase, _: str | None) -> Result:
+        self.catalog.database(s.name)
+        return Result([], [], affected_rows=0, database=s.name)
+
+    def _x_CreateStable(self, s: ast.CreateStable, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        if (db.name, s.name.name) in self.catalog.stables or self.vnode(db.name, s.name.name).live(s.name.name):
+            if s.if_not_exists:
+                return _affected(0)
+            raise AlreadyExists(f"Table already exists: {db.name}.{s.name.name}")
+        _check_columns(s.columns, s.tags)
+        self.catalog.create_stable(StableDef(db.name, s.name.name, s.columns, s.tags, int(time.time() * 1000)))
+        return _affected(0)
+
+    def _x_CreateTable(self, s: ast.CreateTable, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        _check_columns(s.columns, ())
+        if self._exists(db, s.name.name, s.if_not_exists):
+            return _affected(0)
+        meta = {"op": "create_table", "name": s.name.name, "columns": [column_to_json(c) for c in s.columns]}
+        self._commit(db, {vnode_of(db.name, s.name.name, db.vgroups): self._with_meta(db, meta)})
+        return _affected(0)
+
+    def _exists(self, db: DatabaseDef, name: str, if_not_exists: bool) -> bool:
+        if self.vnode(db.name, name).live(name) is None and (db.name, name) not in self.catalog.stables:
+            return False
+        if if_not_exists:
+            return True
+        raise AlreadyExists(f"Table already exists: {db.name}.{name}")
+
+    def _with_meta(self, db: DatabaseDef, *metas: dict[str, Any]) -> _Pending:
+        pending = _Pending()
+        for m in metas:
+            pending.metas.append({**m, "ts": self._now_ts(db)})
+        return pending
+
+    def _x_CreateSubtable(self, s: ast.CreateSubtable, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        if self._exists(db, s.name.name, s.if_not_exists):
+            return _affected(0)
+        st = self.catalog.stable(self._resolve_db(s.stable.db, db.name).name, s.stable.name)
+        if st.db != db.name:
+            raise InvalidValue(f"Subtable {s.name.name} must be in the database of its supertable ({st.db})")
+        meta = self._subtable_meta(db, st, s.name.name, s.tag_names, s.tag_values)
+        self._commit(db, {vnode_of(db.name, s.name.name, db.vgroups): self._with_meta(db, meta)})
+        return _affected(0)
+
+    def _subtable_meta(
+        self, db: DatabaseDef, st: StableDef, name: str, tag_names: tuple[str, ...] | None, values: tuple[ast.Value, ...]
+    ) -> dict[str, Any]:
+        names = tag_names if tag_names is not None else tuple(t.name for t in st.tags)
+        if len(names) != len(values):
+            raise InvalidValue(f"Table {name}: {len(names)} tag names but {len(values)} tag values")
+        now = time.time_ns()
+        tags: dict[str, Any] = {t.name: None for t in st.tags}
+        for tag_name, value in zip(names, values):
+            tag = st.tag(tag_name)
+            if tag is None:
+                raise InvalidValue(f"Invalid tag name: {tag_name} (supertable {st.name})")
+            tags[tag_name] = coerce(value, tag.type, db.precision, now)
+        return {"op": "create_table", "name": name, "stable": st.name, "tags": tags}
+
+    def _x_AlterStable(self, s: ast.AlterStable, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        st = self.catalog.stable(db.name, s.name.name)
+        columns, tags = list(st.columns), list(st.tags)
+        is_tag = s.action.endswith("TAG")
+        target = tags if is_tag else columns
+        if s.action.startswith("ADD"):
+            assert s.column is not None
+            if st.column(s.column.name) or st.tag(s.column.name):
+                raise AlreadyExists(f"Column already exists: {s.column.name}")
+            target.append(s.column)
+        elif s.action.startswith("DROP"):
+            i = next((i for i, c in enumerate(target) if c.name == s.column_name), None)
+            if i is None:
+                raise NotFound(f"Invalid column name: {s.column_name}")
+            if (not is_tag and i == 0) or len(target) == 1:
+                raise InvalidValue(f"Cannot drop column {s.column_name}: the timestamp column and the last column/tag stay")
+            del target[i]
+        else:  # MODIFY: only a longer VARCHAR / NCHAR
+            assert s.column is not None
+            i = next((i for i, c in enumerate(target) if c.name == s.column.name), None)
+            if i is None:
+                raise NotFound(f"Invalid column name: {s.column.name}")
+            old = target[i].type
+            if old.name != s.column.type.name or not old.is_string or (s.column.type.length or 0) < (old.length or 0):
+                raise InvalidValue(f"Only the length of a VARCHAR/NCHAR column can grow: {s.column.name} is {old}")
+            target[i] = s.column
+        _check_columns(tuple(columns), tuple(tags))
+        self._alter_stable(db, st, tuple(columns), tuple(tags), s.action, s.column_name or (s.column.name if s.column else ""))
+        return _affected(0)
+
+    def _alter_stable(
+        self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
+    ) -> StableDef:
+        new = self.catalog.alter_stable(st, columns, tags)
+        meta = {"op": "alter_stable", "stable": st.name, "action": action, "column": column}
+        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)})
+        for vnode in self.vnodes[db.name]:
+            vnode.forget_tag_tables()
+        self._recompile(db.name)
+        return new
+
+    def _x_DropTable(self, s: ast.DropTable, session: str | None) -> Result:
+        plans: dict[str, dict[int, _Pending]] = {}
+        for name in s.names:
+            db = self._resolve_db(name.db, session)
+            t = self.vnode(db.name, name.name).live(name.name)
+            if t is None:
+                if (db.name, name.name) in self.catalog.stables:
+                    return self._x_DropStable(ast.DropStable(ast.Name(name.name, db.name), s.if_exists), session)
+                if s.if_exists:
+                    continue
+                raise NotFound(f"Table does not exist: {db.name}.{name.name}")
+            self._refuse_if_topic_source(db.name, name.name)
+            pending = plans.setdefault(db.name, {}).setdefault(vnode_of(db.name, name.name, db.vgroups), _Pending())
+            pending.metas.append({"op": "drop_table", "name": name.name, "stable": t.stable, "ts": self._now_ts(db)})
+        for db_name, plan in plans.items():
+            self._commit(self.catalog.database(db_name), plan)
+        return _affected(0)
+
+    def _refuse_if_topic_source(self, db: str, source: str) -> None:
+        users = [t.name for t in self.catalog.topics.values() if t.db == db and t.source == source]
+        if users:
+            raise InvalidValue(f"{db}.{source} is used by topic {users[0]}: drop the topic first")
+
+    def _x_DropStable(self, s: ast.DropStable, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        if (db.name, s.name.name) not in self.catalog.stables:
+            if s.if_exists:
+                return _affected(0)
+            raise NotFound(f"STable not exist: {db.name}.{s.name.name}")
+        self._refuse_if_topic_source(db.name, s.name.name)
+        self.catalog.drop_stable(db.name, s.name.name)
+        meta = {"op": "drop_stable", "stable": s.name.name}
+        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)})
+        return _affected(0)
+
+    # ----------------------------------------------------------------- insert
+
+    def _x_Insert(self, s: ast.Insert, session: str | None) -> Result:
+        now = time.time_ns()
+        plans: dict[str, dict[int, _Pending]] = {}
+        rows = 0
+        for target in s.targets:
+            db = self._resolve_db(target.table.db, session)
+            plan = plans.setdefault(db.name, {})
+            name = target.table.name
+            i = vnode_of(db.name, name, db.vgroups)
+            pending = plan.setdefault(i, _Pending())
+            t = self.vnodes[db.name][i].live(name) or pending.new_tables.get(name)
+            if t is None:
+                if target.using is None:
+                    raise NotFound(f"Table does not exist: {db.name}.{name}")
+                st = self.catalog.stable(self._resolve_db(target.using.stable.db, db.name).name, target.using.stable.name)
+                meta = self._subtable_meta(db, st, name, target.using.tag_names, target.using.tag_values)
+                pending.metas.append({**meta, "ts": self._now_ts(db)})
+                t = TableDef(name, st.name, meta["tags"], None, -1, 0)
+                pending.new_tables[name] = t
+            columns = self._columns_of(db, t)
+            names = target.columns or tuple(c.name for c in columns)
+            by_name = {c.name: c for c in columns}
+            for n in names:
+                if n not in by_name:
+                    raise InvalidValue(f"Invalid column name: {n} (table {db.name}.{name})")
+            if columns[0].name not in names:
+                raise InvalidValue(f"Table {db.name}.{name}: the timestamp column {columns[0].name} is required")
+            for row in target.rows:
+                if len(row) != len(names):
+                    raise InvalidValue(
+                        f"Table {db.name}.{name}: {len(row)} values for {len(names)} columns in row {row!r}"
+                    )
+                values = {n: coerce(v, by_name[n].type, db.precision, now) for n, v in zip(names, row)}
+                if values[columns[0].name] is None:
+                    raise InvalidValue(f"Table {db.name}.{name}: the timestamp column cannot be NULL")
+                pending.add_row(t.stable or name, t.stable is not None, columns, name, values)
+                rows += 1
+        for db_name, plan in plans.items():
+            self._commit(self.catalog.database(db_name), plan)
+        return _affected(rows)
+
+    def _columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
+        if t.stable is None:
+            assert t.columns is not None
+            return t.columns
+        return self.catalog.stable(db.name, t.stable).columns
+
+    # ------------------------------------------------------------------ commit
+
+    def _commit(self, db: DatabaseDef, plan: dict[int, _Pending]) -> None:
+        """Append each vnode's pending entries atomically, then apply and index them."""
+        for i, pending in sorted(plan.items()):
+            vnode = self.vnodes[db.name][i]
+            entries: list[tuple[int, int, int, bytes]] = [
+                (KIND_META, 1, m["ts"], encode_meta(m)) for m in pending.metas
+            ]
+            blocks = [_block(db, key, pending.schemas[key], rows) for key, rows in pending.blocks.items()]
+            if blocks:
+                n = sum(b.batch.num_rows for b in blocks)
+                max_ts = max(pc.max(pc.cast(b.batch.column(1), pa.int64())).as_py() for b in blocks)
+                entries.append((KIND_DATA, n, max_ts, encode_blocks(blocks)))
+            if not entries:
+                continue
+            version = vnode.wal.append(entries)
+            decoded: list[DecodedEntry] = []
+            for m in pending.metas:
+                vnode.apply_meta(m, version)
+                decoded.append(DecodedEntry(version, KIND_META, meta=m))
+                version += 1
+            if blocks:
+                decoded.append(DecodedEntry(version, KIND_DATA, tuple(blocks)))
+            self._index(db.name, vnode, decoded, vnode.wal.next_version)
+
+    def _index(self, db: str, vnode: Vnode, entries: list[DecodedEntry], next_version: int) -> None:
+        """Advance the offset index of every topic of ``db`` over freshly appended entries."""
+        tag_tables = self._tag_tables(vnode)
+        for name, ev in self.evaluators.items():
+            if self.catalog.topics[name].db != db:
+                continue
+            idx = self.indexes[(name, vnode.index)]
+            for k, entry in enumerate(entries):
+                if entry.version < idx.indexed_to:
+                    continue
+                recs = ev.evaluate(entry, tag_tables)
+                count = sum(len(r) for r in recs)
+                max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
+                end = entries[k + 1].version if k + 1 < len(entries) else next_version
+                idx.append(entry.version, count, max_ts, end)
+
+    # ------------------------------------------------------------------ topics
+
+    def _evaluator(self, topic: TopicDef) -> TopicEvaluator:
+        stmt = parse(topic.sql)
+        assert isinstance(stmt, ast.CreateTopic)
+        return self._compile(self.catalog.database(topic.db), stmt.kind, topic.source, topic.with_meta, stmt.select, stmt.where)
+
+    def _compile(
+        self,
+        db: DatabaseDef,
+        kind: str,
+        source: str,
+        with_meta: bool,
+        items: tuple[ast.SelectItem, ...] | None,
+        where: ast.Expr | None,
+    ) -> TopicEvaluator:
+        if kind == "database":
+            return TopicEvaluator("database", "", with_meta=with_meta)
+        st = self.catalog.stables.get((db.name, source))
+        if st is not None:
+            return TopicEvaluator(kind, source, with_meta=with_meta, stable=st, items=items, where=where)
+        if kind == "stable":
+            raise NotFound(f"STable not exist: {db.name}.{source}")
+        t = self.table(db, source)
+        if t.stable is not None:  # a subtable: its supertable's rows, restricted to it
+            st = self.catalog.stable(db.name, t.stable)
+            cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
+            where = cond if where is None else ast.Binary("AND", cond, where)
+            ev = TopicEvaluator(kind, t.stable, with_meta=with_meta, stable=st, items=items, where=where)
+            return ev
+        return TopicEvaluator(kind, source, with_meta=with_meta, columns=t.columns, items=items, where=where)
+
+    def _recompile(self, db: str) -> None:
+        for name, topic in self.catalog.topics.items():
+            if topic.db == db:
+                self.evaluators[name] = self._evaluator(topic)
+
+    def _open_topic(self, topic: TopicDef) -> None:
+        """Compile the topic and bring its offset indexes up to the WAL's end."""
+        self.evaluators[topic.name] = self._evaluator(topic)
+        for vnode in self.vnodes[topic.db]:
+            path = vnode.dir / "topics" / f"{topic.name}.oidx"
+            idx = OffsetIndex.open(path, vnode.wal.next_version)
+            self.indexes[(topic.name, vnode.index)] = idx
+            start = max(idx.indexed_to, vnode.wal.first_version)
+            if start < vnode.wal.next_version:
+                batch: list[DecodedEntry] = []
+                for entry in vnode.wal.read_from(start):
+                    if entry.version >= start:
+                        batch.append(decode_entry(entry))
+                    if len(batch) >= 256:
+                        self._index_topic(topic.name, vnode, batch, batch[-1].version + 1)
+                        batch = []
+                self._index_topic(topic.name, vnode, batch, vnode.wal.next_version)
+
+    def _index_topic(self, name: str, vnode: Vnode, entries: list[DecodedEntry], end: int) -> None:
+        saved = self.evaluators
+        self.evaluators = {name: saved[name]}
+        try:
+            self._index(vnode.db.name, vnode, entries, end)
+        finally:
+            self.evaluators = saved
+
+    def _x_CreateTopic(self, s: ast.CreateTopic, session: str | None) -> Result:
+        if s.name in self.catalog.topics:
+            if s.if_not_exists:
+                return _affected(0)
+            raise AlreadyExists(f"Topic already exists: {s.name}")
+        if s.kind == "database":
+            db, source = self.catalog.database(s.source.name), ""
+        else:
+            db, source = self._resolve_db(s.source.db, session), s.source.name
+        self._compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        sql = s.sql
+        if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
+            sql = _qualify(sql, source, db.name)
+        topic = self.catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, int(time.time() * 1000))
+        self._open_topic(topic)
+        return _affected(0)
+
+    def _x_DropTopic(self, s: ast.DropTopic, _: str | None) -> Result:
+        topic = self.catalog.topics.get(s.name)
+        if topic is None:
+            if s.if_exists:
+                return _affected(0)
+            raise NotFound(f"Topic not exist: {s.name}")
+        self.catalog.drop_topic(s.name)
+        self.evaluators.pop(s.name, None)
+        for vnode in self.vnodes.get(topic.db, []):
+            idx = self.indexes.pop((s.name, vnode.index), None)
+            if idx is not None:
+                idx.delete()
+        return _affected(0)
+
+    def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
+        """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation)."""
+        t = self.catalog.topics[topic]
+        vnode = self.vnodes[t.db][partition]
+        entry = vnode.wal.read(version)
+        if entry is None:
+            return []
+        return self.evaluators[topic].evaluate(decode_entry(entry), self._tag_tables(vnode))
+
+    # ------------------------------------------------------------ schemaless
+
+    def write_lines(self, db: str, body: bytes, precision: str = "ns") -> int:
+        """InfluxDB line protocol (TDengine schemaless): returns rows written."""
+        self._check_size(len(body))
+        dbdef = self.catalog.database(db)
+        points = lineproto.parse_lines(body, precision)
+        now_ns = time.time_ns()
+        ticks = _TICKS[dbdef.precision]
+        # 1. the schema every measurement needs (validated, not yet committed)
+        wanted: dict[str, tuple[dict[str, ColumnType], dict[str, ColumnType]]] = {}
+        for p in points:
+            cols, tags = wanted.setdefault(p.measurement, ({}, {}))
+            for k, v in p.tags:
+                tags[k] = _widest(tags.get(k), ColumnType("NCHAR", max(len(v), 1)), k, p.measurement)
+            for k, ctype, _v in p.fields:
+                cols[k] = _widest(cols.get(k), ctype, k, p.measurement)
+        changes: list[tuple[StableDef | None, StableDef]] = []
+        for m, (cols, tags) in wanted.items():
+            old = self.catalog.stables.get((db, m))
+            if old is None and self.vnode(db, m).live(m) is not None:
+                raise InvalidValue(f"Measurement {m}: {db}.{m} is a normal table, not a supertable")
+            new = _merge_schema(dbdef, old, m, cols, tags)
+            if new != old:
+                changes.append((old, new))
+        # 2. rows and auto-created subtables, per vnode
+        stables = {st.name: st for _, st in changes}
+        plan: dict[int, _Pending] = {}
+        for p in points:
+            st = stables.get(p.measurement) or self.catalog.stable(db, p.measurement)
+            name = lineproto.child_table_name(p.measurement, p.tags)
+            i = vnode_of(db, name, dbdef.vgroups)
+            pending = plan.setdefault(i, _Pending())
+            t = self.vnodes[db][i].live(name) or pending.new_tables.get(name)
+            if t is None:
+                tags = {tag.name: None for tag in st.tags}
+                tags.update(dict(p.tags))
+                pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": now_ns // ticks})
+                t = TableDef(name, st.name, tags, None, -1, 0)
+                pending.new_tables[name] = t
+            elif t.stable != st.name:
+                raise InvalidValue(f"Table {name} belongs to {t.stable}, not to measurement {p.measurement}")
+            ts = (p.ts_ns if p.ts_ns is not None else now_ns) // ticks
+            row: dict[str, Any] = {st.columns[0].name: ts}
+            for k, ctype, v in p.fields:
+                row[k] = v
+            pending.add_row(st.name, True, st.columns, name, row)
+        # 3. commit: schema first (so the rows' columns exist), then the rows
+        for old, new in changes:
+            if old is None:
+                self.catalog.create_stable(new)
+            else:
+                self._alter_stable(self.catalog.database(db), old, new.columns, new.tags, "SCHEMALESS", "")
+        self._commit(dbdef, plan)
+        return len(points)
+
+    # -------------------------------------------------------------------- csv
+
+    def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
+        """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column."""
+        self._check_size(len(body))
+        dbdef = self.catalog.database(db)
+        if (table is None) == (stable is None):
+            raise InvalidValue("CSV import needs exactly one of table= or stable=")
+        header, rows = csvfile.parse_csv(body)
+        now = time.time_ns()
+        plan: dict[int, _Pending] = {}
+        if table is not None:
+            t = self.table(dbdef, table)
+            columns = self._columns_of(dbdef, t)
+            by_name = {c.name: c for c in columns}
+            for h in header:
+                if h not in by_name:
+                    raise InvalidValue(f"CSV header: {h} is not a column of {db}.{table}")
+            i = vnode_of(db, table, dbdef.vgroups)
+            pending = plan.setdefault(i, _Pending())
+            for line, row in enumerate(rows, start=2):
+                values = _csv_values(header, row, by_name, dbdef.precision, now, line, columns[0].name)
+                pending.add_row(t.stable or table, t.stable is not None, columns, table, values)
+        else:
+            st = self.catalog.stable(db, stable or "")
+            if "tbname" not in header:
+                raise InvalidValue("CSV import into a supertable needs a tbname column")
+            by_name = {c.name: c for c in st.columns}
+            tag_by_name = {t.name: t for t in st.tags}
+            for h in header:
+                if h != "tbname" and h not in by_name and h not in tag_by_name:
+                    raise InvalidValue(f"CSV header: {h} is neither a column nor a tag of {db}.{stable}")
+            col_header = [h for h in header if h in by_name]
+            for line, row in enumerate(rows, start=2):
+                record = dict(zip(header, row))
+                name = record["tbname"]
+                if not name:
+                    raise InvalidValue(f"CSV line {line}: empty tbname")
+                i = vnode_of(db, name, dbdef.vgroups)
+                pending = plan.setdefault(i, _Pending())
+                t = self.vnodes[db][i].live(name) or pending.new_tables.get(name)
+                if t is None:
+                    tags = {
+                        tag.name: _coerce_csv(record.get(tag.name), tag.type, dbdef.precision, now, line, tag.name)
+                        for tag in st.tags
+                    }
+                    pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": now // _TICKS[dbdef.precision]})
+                    t = TableDef(name, st.name, tags, None, -1, 0)
+                    pending.new_tables[name] = t
+                elif t.stable != st.name:
+                    raise InvalidValue(f"CSV line {line}: table {name} is not a subtable of {stable}")
+                values = _csv_values(col_header, [record[h] for h in col_header], by_name, dbdef.precision, now, line, st.columns[0].name)
+                pending.add_row(st.name, True, st.columns, name, values)
+        self._commit(dbdef, plan)
+        return len(rows)
+
+    # ---------------------------------------------------------------- queries
+
+    def _x_Show(self, s: ast.Show, session: str | None) -> Result:
+        what = s.what
+        if what == "DATABASES":
+            cols = [("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "SMALLINT", 2), ("precision", "VARCHAR", 2),
+                    ("wal_level", "TINYINT", 1), ("wal_fsync_period", "INT", 4), ("wal_retention_period", "INT", 4),
+                    ("wal_retention_size", "BIGINT", 8), ("wal_segment_size", "BIGINT", 8)]
+            rows = [
+                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.precision] +
+                [d.options[k] for k in ("WAL_LEVEL", "WAL_FSYNC_PERIOD", "WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE", "WAL_SEGMENT_SIZE")]
+                for d in self.catalog.databases.values()
+            ]
+            return Result(cols, rows)
+        if what == "STABLES":
+            db = self._resolve_db(s.db, session)
+            cols = [("stable_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4), ("tags", "INT", 4)]
+            rows = [[st.name, db.name, format_timestamp(st.created_ms, "ms"), len(st.columns), len(st.tags)]
+                    for (d, _), st in self.catalog.stables.items() if d == db.name]
+            return Result(cols, rows)
+        if what == "TABLES":
+            db = self._resolve_db(s.db, session)
+            cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
+                    ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
+            rows = []
+            for vnode in self.vnodes[db.name]:
+                for t in vnode.tables.values():
+                    if t.dropped:
+                        continue
+                    ncols = len(self._columns_of(db, t)) if t.stable is None or (db.name, t.stable) in self.catalog.stables else 0
+                    rows.append([t.name, db.name, format_timestamp(t.created_ts, db.precision), ncols, t.stable,
+                                 vnode.index, "CHILD_TABLE" if t.stable else "NORMAL_TABLE"])
+            return Result(cols, sorted(rows))
+        if what == "TOPICS":
+            cols = [("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 1024),
+                    ("meta", "VARCHAR", 7), ("type", "VARCHAR", 8), ("topic_id", "VARCHAR", 36)]
+            rows = [[t.name, t.db, format_timestamp(t.created_ms, "ms"), t.sql, "with" if t.with_meta else "no",
+                     {"database": "db", "stable": "stable", "select": "column"}[t.kind], t.topic_id]
+                    for t in self.catalog.topics.values()]
+            return Result(cols, rows)
+        raise Unsupported(f"SHOW {what} is answered by the Kafka consumer-group coordinator, which this server does not run yet")
+
+    def _x_Describe(self, s: ast.Describe, session: str | None) -> Result:
+        db = self._resolve_db(s.name.db, session)
+        st = self.catalog.stables.get((db.name, s.name.name))
+        if st is not None:
+            fields = [(c, "") for c in st.columns] + [(t, "TAG") for t in st.tags]
+        else:
+            t = self.table(db, s.name.name)
+            if t.stable is None:
+                fields = [(c, "") for c in self._columns_of(db, t)]
+            else:
+                parent = self.catalog.stable(db.name, t.stable)
+                fields = [(c, "") for c in parent.columns] + [(tag, "TAG") for tag in parent.tags]
+        cols = [("field", "VARCHAR", 64), ("type", "VARCHAR", 32), ("length", "INT", 4), ("note", "VARCHAR", 8)]
+        return Result(cols, [[c.name, c.type.name, c.type.size, note] for c, note in fields])
+
+    def _x_Select(self, s: ast.Select, session: str | None) -> Result:
+        db = self._resolve_db(s.source.db, session)
+        ev = self._compile(db, "select", s.source.name, False, s.items, s.where)
+        rows: list[list[Any]] = []
+        columns: list[tuple[str, str, int]] | None = None
+        for recs in self._scan(db, ev):
+            table = recs.values
+            assert table is not None
+            if columns is None:
+                columns = [(f.name, _type_name(f.type), 8) for f in table.schema]
+            units = [f.type.unit if pa.types.is_timestamp(f.type) else None for f in table.schema]
+            plain = pa.table([pc.cast(c, pa.int64()) if u else c for c, u in zip(table.columns, units)], names=table.column_names)
+            for row in plain.to_pylist():
+                rows.append([v if u is None or v is None else format_timestamp(v, u) for v, u in zip(row.values(), units)])
+                if s.limit is not None and len(rows) >= s.limit:
+                    return Result(columns, rows)
+        if columns is None:
+            columns = [(name, "VARCHAR", 8) for name in ([i.alias or "*" for i in s.items])]
+        return Result(columns, rows)
+
+    def _scan(self, db: DatabaseDef, ev: TopicEvaluator) -> Iterator[Records]:
+        for vnode in self.vnodes[db.name]:
+            tag_tables = self._tag_tables(vnode)
+            for entry in vnode.wal.read_from(vnode.wal.first_version):
+                if entry.kind == KIND_DATA:
+                    yield from ev.evaluate(decode_entry(entry), tag_tables)
+
+    # ------------------------------------------------------------ maintenance
+
+    def sync_due(self, now: float) -> float:
+        """fsync due vnodes and apply retention; seconds until the next call is useful."""
+        delay = _RETENTION_CHECK_S
+        for vnodes in self.vnodes.values():
+            for vnode in vnodes:
+                delay = min(delay, vnode.wal.sync_due(now))
+        if now >= self._next_retention:
+            self._next_retention = now + _RETENTION_CHECK_S
+            self.apply_retention(time.time())
+        return delay
+
+    def apply_retention(self, now_wall: float) -> None:
+        for db, vnodes in self.vnodes.items():
+            for vnode in vnodes:
+                if vnode.apply_retention(now_wall):
+                    for (topic, part), idx in self.indexes.items():
+                        if part == vnode.index and self.catalog.topics[topic].db == db:
+                            idx.trim_before(vnode.wal.first_version)
+
+    def close(self) -> None:
+        """fsync and close every vnode and index."""
+        for idx in self.indexes.values():
+            idx.close()
+        for vnodes in self.vnodes.values():
+            for vnode in vnodes:
+                vnode.close()
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _check_columns(columns: tuple[Column, ...], tags: tuple[Column, ...]) -> None:
+    if not columns or columns[0].type.name != "TIMESTAMP":
+        raise InvalidValue("The first column must be of type TIMESTAMP")
+    names = [c.name for c in columns + tags]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InvalidValue(f"Duplicated column names: {sorted(dup)[0]}")
+    if "tbname" in names:
+        raise InvalidValue("tbname is a reserved column name")
+    if any(c.type.name == "JSON" for c in columns):
+        raise InvalidValue("JSON is only allowed as a tag type")
+    if any(t.type.name == "JSON" for t in tags) and len(tags) != 1:
+        raise InvalidValue("A JSON tag must be the only tag")
+
+
+def _block(db: DatabaseDef, key: tuple[str, bool], columns: tuple[Column, ...], rows: list[tuple[str, dict[str, Any]]]) -> Block:
+    arrays = [pa.array([r[0] for r in rows], pa.string())]
+    names = ["tbname"]
+    for c in columns:
+        arrays.append(pa.array([r[1].get(c.name) for r in rows], c.type.arrow(db.precision)))
+        names.append(c.name)
+    return Block(key[0], key[1], pa.RecordBatch.from_arrays(arrays, names=names))
+
+
+def _widest(old: ColumnType | None, new: ColumnType, name: str, measurement: str) -> ColumnType:
+    if old is None or old == new:
+        return new
+    if old.name == new.name and old.is_string:
+        return old if (old.length or 0) >= (new.length or 0) else new
+    raise InvalidValue(f"Measurement {measurement}: field {name} is {new} in one line and {old} in another")
+
+
+def _merge_schema(
+    db: DatabaseDef, old: StableDef | None, name: str, cols: dict[str, ColumnType], tags: dict[str, ColumnType]
+) -> StableDef:
+    """The supertable a schemaless write needs: ``old`` widened / extended, or a new one (ts column ``_ts``)."""
+    if old is None:
+        columns = (Column("_ts", ColumnType("TIMESTAMP")),) + tuple(Column(k, t) for k, t in cols.items())
+        tag_cols = tuple(Column(k, ColumnType("NCHAR", max(t.length or 1, 8))) for k, t in tags.items()) or (
+            Column("_tag_none", ColumnType("NCHAR", 8)),
+        )
+        return StableDef(db.name, name, columns, tag_cols, int(time.time() * 1000))
+    columns, tag_cols = list(old.columns), list(old.tags)
+    for group, wanted in ((columns, cols), (tag_cols, tags)):
+        for k, t in wanted.items():
+            i = next((i for i, c in enumerate(group) if c.name == k), None)
+            if i is None:
+                group.append(Column(k, t))
+                continue
+            have = group[i].type
+            if have == t or (have.name == t.name and have.is_string and (have.length or 0) >= (t.length or 0)):
+                continue
+            if have.is_string and t.is_string and have.name == t.name:
+                group[i] = Column(k, t)
+                continue
+            if group is tag_cols and have.is_string:  # tag values are strings; widen
+                group[i] = Column(k, ColumnType(have.name, max(have.length or 0, t.length or 0)))
+                continue
+            raise InvalidValue(f"Measurement {name}: field {k} is {t} but the column is {have}")
+    return StableDef(db.name, name, tuple(columns), tuple(tag_cols), old.created_ms)
+
+
+def _coerce_csv(text: str | None, ctype: ColumnType, precision: str, now: int, line: int, column: str) -> Any:
+    try:
+        return coerce_text(text, ctype, precision, now)
+    except InvalidValue as e:
+        raise InvalidValue(f"CSV line {line}, column {column}: {e.message}") from None
+
+
+def _csv_values(
+    header: list[str], row: list[str | None], by_name: dict[str, Column], precision: str, now: int, line: int, ts_name: str
+) -> dict[str, Any]:
+    values = {h: _coerce_csv(v, by_name[h].type, precision, now, line, h) for h, v in zip(header, row)}
+    if values.get(ts_name) is None:
+        raise InvalidValue(f"CSV line {line}: the timestamp column {ts_name} is required")
+    return values
+
+
+def _qualify(sql: str, source: str, db: str) -> str:
+    """Rewrite ``FROM source`` / ``STABLE source`` to ``db.source`` in a topic's stored SQL."""
+    return re.sub(rf"(?i)\b(from|stable)\s+`?{re.escape(source)}`?(?=\s|$)", rf"\1 {db}.{source}", sql, count=1)
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP"
+    return {
+        pa.bool_(): "BOOL", pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+        pa.uint8(): "TINYINT UNSIGNED", pa.uint16(): "SMALLINT UNSIGNED", pa.uint32(): "INT UNSIGNED",
+        pa.uint64(): "BIGINT UNSIGNED", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
+    }.get(t, "VARCHAR")

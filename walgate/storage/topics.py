@@ -1,0 +1,201 @@
+"""Topic evaluation: which rows of a WAL entry a topic (or a query) yields, vectorised.
+
+A topic is evaluated on one decoded entry at a time with pyarrow compute, never
+row by row:
+
+* ``database`` topics take every row of every table of the database;
+* ``stable`` topics take the rows of one supertable's subtables whose tags
+  satisfy the tag condition (evaluated once per subtable on the vnode's tag
+  table, then applied to rows with ``is_in`` on ``tbname``);
+* ``select`` topics join each row to its subtable's tags (``index_in`` +
+  ``take``), filter with the condition and project the select list.
+
+Rows of database and stable topics carry their data columns followed by their
+tags; ``SELECT *`` means the same. Meta entries become records only for
+``WITH META`` topics, and only those that concern the topic's source.
+
+Evaluation is deterministic given the entry and the tables known to the
+vnode (dropped tables stay known for this reason), which is what lets the
+offset index store one record per entry instead of one per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from walgate.storage.catalog import StableDef
+from walgate.storage.entry import Block, DecodedEntry
+from walgate.storage.errors import InvalidValue
+from walgate.storage.expr import compile_expr, compile_filter, referenced_columns
+from walgate.storage.schema import Column
+from walgate.storage.sql import ast
+
+__all__ = ["Records", "TopicEvaluator", "expr_name"]
+
+
+@dataclass(frozen=True)
+class Records:
+    """The records one entry yields: data rows (``values`` set) or one meta record."""
+
+    source: str
+    versions: pa.Array  # int64 WAL version of each record
+    keys: pa.Array  # string: subtable / table name
+    timestamps: pa.Array  # int64 ticks in the database precision
+    values: pa.Table | None = None
+    meta: dict[str, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.versions)
+
+
+TagTables = Callable[[str], pa.Table]  # stable name -> table of tbname + tag columns (this vnode)
+
+
+class TopicEvaluator:
+    """Evaluates a topic definition on decoded WAL entries of its database."""
+
+    def __init__(
+        self,
+        kind: str,
+        source: str,
+        *,
+        with_meta: bool = False,
+        stable: StableDef | None = None,
+        columns: tuple[Column, ...] | None = None,
+        items: tuple[ast.SelectItem, ...] | None = None,
+        where: ast.Expr | None = None,
+    ) -> None:
+        self.kind = kind
+        self.source = source
+        self.with_meta = with_meta
+        self.stable = stable
+        known = {"tbname"} | {c.name for c in (stable.columns + stable.tags if stable else columns or ())}
+        if kind != "database":
+            for expr in [where] + [i.expr for i in items or ()]:
+                missing = referenced_columns(expr) - known if expr is not None else set()
+                if missing:
+                    raise InvalidValue(f"Invalid column name: {sorted(missing)[0]}")
+        if kind == "stable" and where is not None and stable is not None:
+            bad = referenced_columns(where) - {"tbname"} - {t.name for t in stable.tags}
+            if bad:
+                raise InvalidValue(f"Only tag conditions are allowed in a STABLE topic: {sorted(bad)[0]}")
+        self._filter = compile_filter(where) if where is not None else None
+        self._items = None
+        if items and any(i.expr is not None for i in items):
+            self._items = [
+                (i.alias or expr_name(i.expr), compile_expr(i.expr)) if i.expr is not None else (None, None)
+                for i in items
+            ]
+        self._matching: dict[str, tuple[int, pa.Array]] = {}
+
+    # ----------------------------------------------------------------- entries
+
+    def evaluate(self, entry: DecodedEntry, tag_tables: TagTables) -> list[Records]:
+        if entry.meta is not None:
+            return self._meta(entry) if self.with_meta else []
+        out = []
+        version = entry.version
+        for block in entry.blocks:
+            n = block.batch.num_rows
+            if self._wants(block):
+                versions = pa.array(range(version, version + n), pa.int64())
+                rec = self._rows(block, versions, tag_tables)
+                if rec is not None and len(rec):
+                    out.append(rec)
+            version += n
+        return out
+
+    def _wants(self, block: Block) -> bool:
+        if self.kind == "database":
+            return True
+        return block.source == self.source and (block.is_stable == (self.stable is not None))
+
+    def _rows(self, block: Block, versions: pa.Array, tag_tables: TagTables) -> Records | None:
+        batch = pa.Table.from_batches([block.batch])
+        tags = tag_tables(block.source) if block.is_stable else None
+        env: dict[str, Any] = {name: batch.column(name) for name in batch.column_names}
+        if tags is not None:
+            positions = pc.index_in(batch.column("tbname"), value_set=tags.column("tbname"))
+            for name in tags.column_names[1:]:
+                env[name] = tags.column(name).take(positions)
+        if self.kind == "stable" and self._filter is not None and tags is not None:
+            mask = pc.is_in(batch.column("tbname"), value_set=self._matching_tables(block.source, tags))
+        elif self._filter is not None:
+            mask = self._filter(env)
+        else:
+            mask = None
+        if mask is not None:
+            if not pc.any(mask).as_py():
+                return None
+            env = {k: v.filter(mask) for k, v in env.items()}
+            versions = versions.filter(mask)
+        ts_name = batch.column_names[1]
+        timestamps = pc.cast(env[ts_name], pa.int64())
+        values = self._project(env, batch.column_names[1:], tags)
+        return Records(block.source, versions, env["tbname"], timestamps, values=values)
+
+    def _project(self, env: Mapping[str, Any], data_columns: list[str], tags: pa.Table | None) -> pa.Table:
+        everything = list(data_columns) + (tags.column_names[1:] if tags is not None else [])
+        if self._items is None:
+            return pa.table({name: env[name] for name in everything})
+        cols: dict[str, Any] = {}
+        n = len(env["tbname"])
+        for name, fn in self._items:
+            if fn is None:
+                cols.update({c: env[c] for c in everything})
+                continue
+            value = fn(env)
+            if isinstance(value, pa.Scalar):
+                value = pa.repeat(value, n)
+            cols[name] = value
+        return pa.table(cols)
+
+    def _matching_tables(self, stable: str, tags: pa.Table) -> pa.Array:
+        """Subtables of ``stable`` whose tags satisfy the condition (cached per tag table)."""
+        cached = self._matching.get(stable)
+        if cached is not None and cached[0] == id(tags):
+            return cached[1]
+        env = {name: tags.column(name) for name in tags.column_names}
+        assert self._filter is not None
+        names = tags.column("tbname").filter(self._filter(env))
+        self._matching[stable] = (id(tags), names)
+        return names
+
+    def _meta(self, entry: DecodedEntry) -> list[Records]:
+        meta = entry.meta or {}
+        if self.kind != "database" and self.source not in (meta.get("stable"), meta.get("name")):
+            return []
+        key = str(meta.get("name") or meta.get("stable") or "")
+        return [
+            Records(
+                self.source,
+                pa.array([entry.version], pa.int64()),
+                pa.array([key], pa.string()),
+                pa.array([int(meta.get("ts", 0))], pa.int64()),
+                meta=meta,
+            )
+        ]
+
+
+_OPS = {"AND": " and ", "OR": " or "}
+
+
+def expr_name(expr: ast.Expr) -> str:
+    """A column name for an un-aliased select item, rendered like the SQL that wrote it."""
+    if isinstance(expr, ast.Col):
+        return expr.name
+    if isinstance(expr, ast.Lit):
+        return repr(expr.value) if isinstance(expr.value, str) else str(expr.value).lower()
+    if isinstance(expr, ast.Binary):
+        return f"{expr_name(expr.left)}{_OPS.get(expr.op, expr.op)}{expr_name(expr.right)}"
+    if isinstance(expr, ast.Unary):
+        return f"{expr.op.lower()}{' ' if expr.op == 'NOT' else ''}{expr_name(expr.operand)}"
+    if isinstance(expr, ast.Call):
+        return f"{expr.name}({','.join(expr_name(a) for a in expr.args)})"
+    if isinstance(expr, ast.Cast):
+        return f"cast({expr_name(expr.expr)} as {expr.type.name.lower()})"
+    return type(expr).__name__.lower()

@@ -1,0 +1,179 @@
+"""One vnode: its WAL and the tables that live in it.
+
+Tables are placed by a stable, documented hash: ``vnode = (crc32c(utf8("db.table")) * vgroups) >> 32``,
+i.e. the 32-bit hash space is split into ``vgroups`` equal ranges as TDengine
+splits it among vgroups. The placement never changes for a database.
+
+Table definitions are created by meta entries of this vnode's WAL (the WAL
+is their source of truth, as in TDengine). ``tables.json`` is a checkpoint of
+the table map and the WAL version it covers; opening the vnode loads it and
+replays the meta entries after it. A checkpoint is written on close and
+before retention deletes segments, so the meta entries it would need are
+never gone. Dropped tables are kept (marked) so that older entries stay
+evaluable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import orjson
+import pyarrow as pa
+
+from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
+from walgate.storage.entry import decode_entry
+from walgate.storage.schema import Column
+from walgate.storage.wal import KIND_META, Wal, WalOptions
+
+__all__ = ["Vnode", "TableDef", "vnode_of"]
+
+
+def vnode_of(db: str, table: str, vgroups: int) -> int:
+    """The vnode index of ``db.table`` (see the module docstring)."""
+    return (crc32c.crc32c(f"{db}.{table}".encode()) * vgroups) >> 32
+
+
+@dataclass
+class TableDef:
+    name: str
+    stable: str | None  # None for a normal table
+    tags: dict[str, Any]
+    columns: tuple[Column, ...] | None  # normal tables only
+    version: int  # WAL version of the create entry
+    created_ts: int  # creation time, database precision
+    dropped: bool = False
+
+
+def wal_options(db: DatabaseDef) -> WalOptions:
+    o = db.options
+    return WalOptions(
+        level=int(o["WAL_LEVEL"]),
+        fsync_period_ms=int(o["WAL_FSYNC_PERIOD"]),
+        segment_bytes=max(int(o["WAL_SEGMENT_SIZE"]), 1) << 20,
+        retention_period_s=int(o["WAL_RETENTION_PERIOD"]),
+        retention_bytes=int(o["WAL_RETENTION_SIZE"]) << 20 if int(o["WAL_RETENTION_SIZE"]) >= 0 else -1,
+    )
+
+
+class Vnode:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal) -> None:
+        self.db = db
+        self.index = index
+        self.dir = directory
+        self.wal = wal
+        self.tables: dict[str, TableDef] = {}
+        self._tag_tables: dict[str, pa.Table] = {}
+        self._checkpointed = 0
+
+    @classmethod
+    def open(cls, db: DatabaseDef, index: int, directory: Path) -> "Vnode":
+        directory.mkdir(parents=True, exist_ok=True)
+        vnode = cls(db, index, directory, Wal.open(directory / "wal", wal_options(db)))
+        start = 0
+        path = directory / "tables.json"
+        if path.exists():
+            snap = orjson.loads(path.read_bytes())
+            start = snap["version"]
+            for t in snap["tables"]:
+                cols = tuple(column_from_json(c) for c in t["columns"]) if t["columns"] is not None else None
+                vnode.tables[t["name"]] = TableDef(
+                    t["name"], t["stable"], t["tags"], cols, t["version"], t["created_ts"], t["dropped"]
+                )
+        for entry in vnode.wal.read_from(start):
+            if entry.kind == KIND_META and entry.version >= start:
+                vnode.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        vnode._checkpointed = start
+        return vnode
+
+    # ------------------------------------------------------------------ meta
+
+    def apply_meta(self, meta: dict[str, Any], version: int) -> None:
+        """Apply one meta operation (live and on replay)."""
+        op = meta["op"]
+        if op == "create_table":
+            cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
+            self.tables[meta["name"]] = TableDef(
+                meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
+            )
+        elif op == "drop_table" and meta["name"] in self.tables:
+            self.tables[meta["name"]].dropped = True
+        elif op == "drop_stable":
+            for t in self.tables.values():
+                if t.stable == meta["stable"]:
+                    t.dropped = True
+        elif op == "alter_table" and meta["name"] in self.tables:
+            self.tables[meta["name"]].columns = tuple(column_from_json(c) for c in meta["columns"])
+        stable = meta.get("stable")
+        if stable is not None:
+            self._tag_tables.pop(stable, None)
+
+    def live(self, name: str) -> TableDef | None:
+        t = self.tables.get(name)
+        return t if t is not None and not t.dropped else None
+
+    def tag_table(self, stable: StableDef) -> pa.Table:
+        """``tbname`` + tag columns of every subtable of ``stable`` here (dropped ones too), cached."""
+        cached = self._tag_tables.get(stable.name)
+        if cached is not None:
+            return cached
+        subs = [t for t in self.tables.values() if t.stable == stable.name]
+        cols: dict[str, pa.Array] = {"tbname": pa.array([t.name for t in subs], pa.string())}
+        for tag in stable.tags:
+            values = [t.tags.get(tag.name) for t in subs]
+            cols[tag.name] = pa.array(values, tag.type.arrow(self.db.precision))
+        table = pa.table(cols)
+        self._tag_tables[stable.name] = table
+        return table
+
+    def forget_tag_tables(self) -> None:
+        """Drop cached tag tables (after ALTER STABLE changes the tag schema)."""
+        self._tag_tables.clear()
+
+    # ---------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> None:
+        """Write the table map (atomically) as of the WAL's current end."""
+        version = self.wal.next_version
+        if version == self._checkpointed:
+            return
+        snap = {
+            "version": version,
+            "tables": [
+                {
+                    "name": t.name,
+                    "stable": t.stable,
+                    "tags": t.tags,
+                    "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns else None,
+                    "version": t.version,
+                    "created_ts": t.created_ts,
+                    "dropped": t.dropped,
+                }
+                for t in self.tables.values()
+            ],
+        }
+        tmp = self.dir / "tables.json.tmp"
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(snap))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.dir / "tables.json")
+        self._checkpointed = version
+
+    def apply_retention(self, now_wall: float) -> bool:
+        """Delete expired segments (checkpointing first); True if the log start moved."""
+        n = self.wal.expired_segments(now_wall)
+        if not n:
+            return False
+        self.wal.sync()
+        self.checkpoint()
+        self.wal.delete_oldest(n)
+        return True
+
+    def close(self) -> None:
+        self.wal.sync()
+        self.checkpoint()
+        self.wal.close()
