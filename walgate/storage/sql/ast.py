@@ -11,7 +11,8 @@ integers are converted by the engine with the database precision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
 from typing import Union
 
 from walgate.storage.schema import Column
@@ -85,6 +86,17 @@ class Like:
 
 
 Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like]
+_EXPR_CLASSES = (Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like)  # == Expr's members
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Yield ``expr`` and all its sub-expressions, depth first (pre-order)."""
+    yield expr
+    for f in fields(expr):
+        value = getattr(expr, f.name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, _EXPR_CLASSES):
+                yield from walk(child)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,562 @@
+"""Parse one statement of the TDengine SQL subset into the AST of :mod:`.ast`.
+
+``grammar.lark`` is the source of truth for the syntax; it is parsed with
+Lark's LALR parser and an inline transformer (no parse tree is built). The
+one exception is the body of ``INSERT ... VALUES``: each list of rows is a
+single ``VALUES_ROWS`` token that :class:`_RowReader` splits with regexes
+compiled from the grammar's own value terminals, because LALR on every value
+token manages only ~12k rows/s while the fast path does several times that.
+
+Decisions:
+
+* Every error is a :class:`~walgate.storage.errors.StorageError` whose message
+  says what is wrong, where (line and column when known) and quotes the
+  statement (a window around the error for long statements); Lark exceptions
+  never escape. Syntax and shape errors (unknown type or database option,
+  JSON outside TAGS, first column not TIMESTAMP, duplicate names) are
+  ``SqlSyntaxError``; a bad option value or a row whose arity differs from its
+  column list is ``InvalidValue``; aggregates in a SELECT are ``Unsupported``.
+* ``BINARY(n)`` becomes ``VARCHAR(n)``, ``INTEGER`` becomes ``INT``; ``JSON``
+  gets length 4095, the fixed size TDengine reports for JSON tags.
+* String literals accept ``''`` / ``""`` doubling and backslash escapes
+  (``\\n \\t \\r \\0 \\\\ \\' \\"``); ``\\%`` and ``\\_`` keep their backslash
+  so that LIKE patterns can match a literal ``%`` / ``_``; any other
+  backslash is dropped (``\\q`` is ``q``), as in TDengine.
+* A ``-`` before a number literal in an expression is folded into the
+  literal (``-5`` is ``Lit(-5)``, not ``Unary``).
+* ``CreateTopic.sql`` is the statement text without surrounding whitespace
+  and trailing ``;``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.lexer import PatternStr
+
+from walgate.storage.errors import InvalidValue, SqlSyntaxError, StorageError, Unsupported
+from walgate.storage.schema import PRECISIONS, Column, ColumnType
+from walgate.storage.sql import ast
+from walgate.storage.sql.ast import (
+    Between,
+    Binary,
+    Call,
+    Cast,
+    Col,
+    ColumnTypeRef,
+    CreateTopic,
+    Expr,
+    InList,
+    IsNull,
+    Like,
+    Lit,
+    Name,
+    Now,
+    SelectItem,
+    Statement,
+    Unary,
+    Value,
+)
+
+__all__ = ["parse", "AGGREGATES"]
+
+AGGREGATES = frozenset(
+    "count sum avg min max first last last_row spread stddev stddev_pop variance var_pop "
+    "percentile apercentile top bottom mode hyperloglog histogram elapsed leastsquares twa irate "
+    "diff derivative csum mavg sample tail unique interp statecount stateduration group_concat".split()
+)
+"""Aggregate / selector / time-series functions: parsed, then refused with ``Unsupported``."""
+
+_DURATION_NS = {"b": 1, "u": 1_000, "a": 1_000_000, "s": 10**9, "m": 60 * 10**9,
+                "h": 3_600 * 10**9, "d": 86_400 * 10**9, "w": 604_800 * 10**9}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "%": "\\%", "_": "\\_"}
+_UNESCAPE = {"'": re.compile(r"\\(.)|''", re.S), '"': re.compile(r'\\(.)|""', re.S)}
+
+# option -> (min, max) for integers, None for PRECISION (a string)
+_DB_OPTIONS: dict[str, tuple[int, int] | None] = {
+    "VGROUPS": (1, 1024),
+    "PRECISION": None,
+    "WAL_LEVEL": (1, 2),
+    "WAL_FSYNC_PERIOD": (0, 180_000),
+    "WAL_RETENTION_PERIOD": (-1, 2**31 - 1),
+    "WAL_RETENTION_SIZE": (-1, 2**63 - 1),
+    "WAL_SEGMENT_SIZE": (0, 2**31 - 1),
+}
+_INT_TYPES = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INT", "INTEGER": "INT", "BIGINT": "BIGINT"}
+_FIXED_TYPES = {"TIMESTAMP", "BOOL", "FLOAT", "DOUBLE"}
+_STRING_TYPES = {"VARCHAR": ("VARCHAR", 65_517), "BINARY": ("VARCHAR", 65_517), "NCHAR": ("NCHAR", 16_382)}
+_JSON_LENGTH = 4095
+_COMPARISONS = {"==": "=", "<>": "!="}
+_WORD = re.compile(r"[^,()\s]+")
+
+# display names of regex terminals in "expected ..." lists
+_TERMINAL_NAMES = {
+    "NAME": "identifier", "QUOTED_NAME": "identifier", "INT": "integer", "FLOAT": "number",
+    "STRING": "string", "DURATION": "duration (e.g. 1s)", "VALUES_ROWS": "'(' row values ')'",
+    "COMP_OP": "comparison operator", "SIGN": "'+', '-'", "MUL_OP": "'*', '/', '%'",
+    "$END": "end of statement",
+}
+
+
+class _StatementError(Exception):
+    """Raised inside the transformer; :func:`parse` adds the statement and position."""
+
+    def __init__(self, error: type[StorageError], message: str, pos: int | None = None) -> None:
+        super().__init__(message)
+        self.error, self.message, self.pos = error, message, pos
+
+
+def _fail(message: str, token: Token | None = None, error: type[StorageError] = SqlSyntaxError) -> NoReturn:
+    raise _StatementError(error, message, token.start_pos if token is not None else None)
+
+
+def _unescape(token: str) -> str:
+    """The value of a quoted string literal (quotes included in ``token``)."""
+    quote, body = token[0], token[1:-1]
+    if "\\" not in body and quote * 2 not in body:
+        return body
+    return _UNESCAPE[quote].sub(lambda m: quote if m.group(1) is None else _ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+def _duration_ns(sign: str, duration: str) -> int:
+    ns = int(duration[:-1]) * _DURATION_NS[duration[-1]]
+    return -ns if sign == "-" else ns
+
+
+def _column_type(name: Token, unsigned: Token | None, length: Token | None) -> ColumnType:
+    """Validate and normalise a type as written in a column definition or CAST."""
+    upper = name.upper()
+    if upper in _STRING_TYPES:
+        canonical, limit = _STRING_TYPES[upper]
+        if unsigned is not None:
+            _fail(f"{upper} cannot be UNSIGNED", unsigned)
+        if length is None:
+            _fail(f"{upper} needs a length, e.g. {upper}(64)", name)
+        if not 1 <= int(length) <= limit:
+            _fail(f"{upper} length must be between 1 and {limit}, got {length}", length)
+        return ColumnType(canonical, int(length))
+    if upper not in _INT_TYPES and upper not in _FIXED_TYPES and upper != "JSON":
+        _fail(f"unknown type {name.value}", name)
+    if length is not None:
+        _fail(f"type {upper} takes no length", length)
+    if upper in _INT_TYPES:
+        return ColumnType(_INT_TYPES[upper] + (" UNSIGNED" if unsigned is not None else ""))
+    if unsigned is not None:
+        _fail(f"only integer types can be UNSIGNED, not {upper}", unsigned)
+    return ColumnType("JSON", _JSON_LENGTH) if upper == "JSON" else ColumnType(upper)
+
+
+def _check_columns(columns: tuple[Column, ...], tags: tuple[Column, ...] = ()) -> None:
+    """TDengine's table-shape rules: TIMESTAMP first, unique names, JSON only as the sole tag."""
+    if columns[0].type.name != "TIMESTAMP":
+        _fail(f"the first column must be a TIMESTAMP, {columns[0].name!r} is {columns[0].type}")
+    seen: set[str] = set()
+    for column in columns + tags:
+        if column.name in seen:
+            _fail(f"duplicate column or tag name {column.name!r}")
+        seen.add(column.name)
+    for column in columns:
+        if column.type.name == "JSON":
+            _fail(f"JSON is only allowed as a tag type, not for column {column.name!r}")
+    if len(tags) > 1 and any(t.type.name == "JSON" for t in tags):
+        _fail("a JSON tag must be the only tag of its supertable")
+
+
+def _check_no_aggregates(items: tuple[SelectItem, ...], where: Expr | None, context: str) -> None:
+    exprs = [i.expr for i in items if i.expr is not None] + ([where] if where is not None else [])
+    for expr in exprs:
+        for node in ast.walk(expr):
+            if isinstance(node, Call) and node.name in AGGREGATES:
+                raise _StatementError(Unsupported, f"aggregate function {node.name}() is not supported in {context}")
+
+
+class _RowReader:
+    """The VALUES fast path: split a VALUES_ROWS token into tuples of values.
+
+    Accepts exactly the grammar's ``value`` rule (number with optional sign,
+    string, TRUE / FALSE / NULL, ``now[()] [± duration ...]``), built from the
+    grammar's terminal regexes. One ``findall`` tokenises all rows in C; the
+    Python loop only converts values and checks the row structure, and on
+    error ``finditer`` re-scans to find where the offending token starts.
+    """
+
+    _KEYWORDS: dict[str, bool | None] = {"true": True, "false": False, "null": None}
+
+    def __init__(self, terminal: Callable[[str], str]) -> None:
+        value = (
+            rf"([+-]?)\s*(?:({terminal('FLOAT')})|({terminal('INT')}))"
+            rf"|({terminal('STRING')})"
+            rf"|((?i:now)(?:\s*\(\s*\))?(?:\s*[+-]\s*{terminal('DURATION')})*)"
+            r"|((?i:true|false|null))(?![A-Za-z0-9_])"
+        )
+        # groups: open, sign, float, int, string, now, keyword, delimiter, bad
+        self._tokens = re.compile(rf"\s*(\()|\s*(?:{value})\s*([,)]?)|\s*(\S)", re.S)
+        self._offset = re.compile(rf"([+-])\s*({terminal('DURATION')})")
+
+    def rows(self, token: Token) -> tuple[tuple[Value, ...], ...]:
+        rows: list[tuple[Value, ...]] = []
+        row: list[Value] | None = None  # None between rows
+        value: Value
+        tokens = self._tokens.findall(token.value)
+        for index, (opening, sign, flt, integer, string, now, keyword, delimiter, bad) in enumerate(tokens):
+            if opening:
+                if row is not None:
+                    self._fail(token, index, "expected a value, got '('")
+                row = []
+                continue
+            if bad or row is None:
+                self._fail(token, index, "expected '(' to start a row" if row is None else "")
+            if integer:
+                value = -int(integer) if sign == "-" else int(integer)
+            elif flt:
+                value = -float(flt) if sign == "-" else float(flt)
+            elif string:
+                value = _unescape(string)
+            elif now:
+                value = Now(sum(_duration_ns(s, d) for s, d in self._offset.findall(now)))
+            else:
+                value = self._KEYWORDS[keyword.lower()]
+            row.append(value)
+            if delimiter == ")":
+                rows.append(tuple(row))
+                row = None
+            elif not delimiter:
+                self._fail(token, index, "expected ',' or ')' after a value", after=True)
+        if row is not None:
+            raise _StatementError(SqlSyntaxError, "unexpected end of statement inside a row",
+                                  (token.start_pos or 0) + len(token.value))
+        return tuple(rows)
+
+    def _fail(self, token: Token, index: int, message: str, after: bool = False) -> NoReturn:
+        """Raise ``message`` at the ``index``-th token (a description of the bad token if empty)."""
+        text = token.value
+        m = next(m for i, m in enumerate(self._tokens.finditer(text)) if i == index)
+        pos = m.end() if after else m.end() - len(m.group().lstrip())
+        if not message:
+            bad = _WORD.match(text, pos)
+            message = ("unterminated string" if text[pos] in "'\"" else
+                       "expected a value (number, string, TRUE, FALSE, NULL or now), "
+                       f"got {_shorten(bad.group() if bad else text[pos])!r}")
+        raise _StatementError(SqlSyntaxError, message, (token.start_pos or 0) + pos)
+
+
+@v_args(inline=True)
+class _ToAst(Transformer):
+    """Builds AST nodes while the LALR parser reduces (one method per rule / alias)."""
+
+    rows: _RowReader  # set by _lark() once the grammar's terminals are known
+
+    # -- common
+    def ident(self, token: Token) -> str:
+        return token.value[1:-1] if token.type == "QUOTED_NAME" else token.value.lower()
+
+    def table_name(self, first: str, second: str | None) -> Name:
+        return Name(first) if second is None else Name(second, first)
+
+    def if_not_exists(self, *tokens: Token) -> bool:
+        return bool(tokens)
+
+    if_exists = if_not_exists
+
+    # -- values
+    def int_literal(self, token: Token) -> int:
+        return int(token)
+
+    def float_literal(self, token: Token) -> float:
+        return float(token)
+
+    def string_literal(self, token: Token) -> str:
+        return _unescape(token.value)
+
+    def true_literal(self) -> bool:
+        return True
+
+    def false_literal(self) -> bool:
+        return False
+
+    def null_literal(self) -> None:
+        return None
+
+    def signed_number(self, sign: Token, number: Token) -> int | float:
+        value = int(number) if number.type == "INT" else float(number)
+        return -value if sign == "-" else value
+
+    def signed_int(self, sign: Token | None, number: Token) -> int:
+        return -int(number) if sign == "-" else int(number)
+
+    def now_offset(self, sign: Token, duration: Token) -> int:
+        return _duration_ns(sign, duration)
+
+    def now(self, *offsets: int) -> Now:
+        return Now(sum(offsets))
+
+    # -- databases
+    def db_option(self, name: Token, value: int | Token) -> tuple[str, int | str]:
+        key = name.upper()
+        if key not in _DB_OPTIONS:
+            _fail(f"unsupported database option {name.value.upper()}", name)
+        bounds = _DB_OPTIONS[key]
+        if bounds is None:
+            precision = _unescape(value).lower() if isinstance(value, Token) else value
+            if precision not in PRECISIONS:
+                _fail(f"PRECISION must be 'ms', 'us' or 'ns', got {precision!r}", name, InvalidValue)
+            return key, precision
+        if isinstance(value, Token):
+            _fail(f"{key} expects an integer, got {value.value}", name, InvalidValue)
+        if not bounds[0] <= value <= bounds[1]:
+            _fail(f"{key} must be between {bounds[0]} and {bounds[1]}, got {value}", name, InvalidValue)
+        return key, value
+
+    def create_database(self, if_not_exists: bool, name: str, *options: tuple[str, int | str]) -> ast.CreateDatabase:
+        result: dict[str, int | str] = {}
+        for key, value in options:
+            if key in result:
+                _fail(f"database option {key} given twice")
+            result[key] = value
+        return ast.CreateDatabase(name, if_not_exists, result)
+
+    def drop_database(self, if_exists: bool, name: str) -> ast.DropDatabase:
+        return ast.DropDatabase(name, if_exists)
+
+    def use_database(self, name: str) -> ast.UseDatabase:
+        return ast.UseDatabase(name)
+
+    # -- tables
+    def data_type(self, name: Token, unsigned: Token | None, length: Token | None) -> ColumnType:
+        return _column_type(name, unsigned, length)
+
+    def column_def(self, name: str, type_: ColumnType) -> Column:
+        return Column(name, type_)
+
+    def column_defs(self, *columns: Column) -> tuple[Column, ...]:
+        return columns
+
+    def create_stable(self, if_not_exists: bool, name: Name, columns: tuple[Column, ...],
+                      tags: tuple[Column, ...]) -> ast.CreateStable:
+        _check_columns(columns, tags)
+        return ast.CreateStable(name, columns, tags, if_not_exists)
+
+    def create_table(self, if_not_exists: bool, name: Name, columns: tuple[Column, ...]) -> ast.CreateTable:
+        _check_columns(columns)
+        return ast.CreateTable(name, columns, if_not_exists)
+
+    def create_subtable(self, if_not_exists: bool, name: Name, using: ast.Using) -> ast.CreateSubtable:
+        return ast.CreateSubtable(name, using.stable, using.tag_names, using.tag_values, if_not_exists)
+
+    def alter_action(self, verb: Token, kind: Token, target: Column | str) -> tuple[str, Column | str]:
+        if kind.upper() == "COLUMN" and isinstance(target, Column) and target.type.name == "JSON":
+            _fail(f"JSON is only allowed as a tag type, not for column {target.name!r}")
+        return f"{verb.upper()} {kind.upper()}", target
+
+    def alter_stable(self, name: Name, action: tuple[str, Column | str]) -> ast.AlterStable:
+        verb, target = action
+        if isinstance(target, Column):
+            return ast.AlterStable(name, verb, column=target)
+        return ast.AlterStable(name, verb, column_name=target)
+
+    def drop_table(self, if_exists: bool, *names: Name) -> ast.DropTable:
+        return ast.DropTable(names, if_exists)
+
+    def drop_stable(self, if_exists: bool, name: Name) -> ast.DropStable:
+        return ast.DropStable(name, if_exists)
+
+    # -- insert
+    def name_list(self, *names: str) -> tuple[str, ...]:
+        return names
+
+    def using_clause(self, stable: Name, tag_names: tuple[str, ...] | None, *values: Value) -> ast.Using:
+        if tag_names is not None and len(tag_names) != len(values):
+            _fail(f"{len(tag_names)} tag names but {len(values)} tag values", error=InvalidValue)
+        return ast.Using(stable, tag_names, values)
+
+    def insert_target(self, table: Name, using: ast.Using | None, columns: tuple[str, ...] | None,
+                      values: Token) -> ast.InsertTarget:
+        rows = self.rows.rows(values)
+        if columns is not None:
+            for number, row in enumerate(rows, 1):
+                if len(row) != len(columns):
+                    _fail(f"row {number} of table {table.name!r} has {len(row)} values for "
+                          f"{len(columns)} columns", error=InvalidValue)
+        return ast.InsertTarget(table, using, columns, rows)
+
+    def insert(self, *targets: ast.InsertTarget) -> ast.Insert:
+        return ast.Insert(targets)
+
+    # -- topics
+    def with_meta(self) -> bool:
+        return True
+
+    def topic_database(self, name: str) -> dict[str, Any]:
+        return {"kind": "database", "source": Name(name)}
+
+    def topic_stable(self, name: Name, where: Expr | None) -> dict[str, Any]:
+        return {"kind": "stable", "source": name, "where": where}
+
+    def topic_select(self, items: tuple[SelectItem, ...], source: Name, where: Expr | None) -> dict[str, Any]:
+        _check_no_aggregates(items, where, "CREATE TOPIC AS SELECT")
+        return {"kind": "select", "source": source, "select": items, "where": where}
+
+    def create_topic(self, if_not_exists: bool, name: str, *rest: Any) -> CreateTopic:
+        return CreateTopic(name=name, with_meta=len(rest) == 2, if_not_exists=if_not_exists, **rest[-1])
+
+    def drop_topic(self, if_exists: bool, name: str) -> ast.DropTopic:
+        return ast.DropTopic(name, if_exists)
+
+    # -- show / describe / select
+    def show(self, _show: Token, *rest: Token | str) -> ast.Show:
+        return ast.Show(str(rest[-1]).upper(), str(rest[0]) if len(rest) == 3 else None)
+
+    def describe(self, name: Name) -> ast.Describe:
+        return ast.Describe(name)
+
+    def star(self) -> SelectItem:
+        return SelectItem(None)
+
+    def select_expr(self, expr: Expr, alias: str | None = None) -> SelectItem:
+        return SelectItem(expr, alias)
+
+    def select_items(self, *items: SelectItem) -> tuple[SelectItem, ...]:
+        return items
+
+    def select(self, items: tuple[SelectItem, ...], source: Name, where: Expr | None,
+               limit: Token | None) -> ast.Select:
+        _check_no_aggregates(items, where, "SELECT")
+        return ast.Select(items, source, where, None if limit is None else int(limit))
+
+    # -- expressions
+    def or_(self, left: Expr, right: Expr) -> Binary:
+        return Binary("OR", left, right)
+
+    def and_(self, left: Expr, right: Expr) -> Binary:
+        return Binary("AND", left, right)
+
+    def not_(self, _not: Token, operand: Expr) -> Unary:
+        return Unary("NOT", operand)
+
+    def compare(self, left: Expr, op: Token, right: Expr) -> Binary:
+        return Binary(_COMPARISONS.get(op.value, op.value), left, right)
+
+    def arith(self, left: Expr, op: Token, right: Expr) -> Binary:
+        return Binary(op.value, left, right)
+
+    def in_list(self, expr: Expr, negated: Token | None, *values: Expr) -> InList:
+        return InList(expr, values, negated is not None)
+
+    def between(self, expr: Expr, negated: Token | None, low: Expr, high: Expr) -> Between:
+        return Between(expr, low, high, negated is not None)
+
+    def like(self, expr: Expr, negated: Token | None, pattern: Token) -> Like:
+        return Like(expr, _unescape(pattern.value), negated is not None)
+
+    def is_null(self, expr: Expr, negated: Token | None) -> IsNull:
+        return IsNull(expr, negated is not None)
+
+    def sign(self, sign: Token, operand: Expr) -> Expr:
+        if sign == "+":
+            return operand
+        if isinstance(operand, Lit) and isinstance(operand.value, (int, float)) and not isinstance(operand.value, bool):
+            return Lit(-operand.value)
+        return Unary("-", operand)
+
+    def lit(self, value: int | float | str | bool | None) -> Lit:
+        return Lit(value)
+
+    def column(self, name: str) -> Col:
+        return Col(name)
+
+    def call(self, name: str, *args: Expr) -> Call:
+        return Call(name.lower(), args)
+
+    def call_star(self, name: str) -> Call:
+        return Call(name.lower(), ())
+
+    def cast(self, expr: Expr, type_: ColumnType) -> Cast:
+        return Cast(expr, ColumnTypeRef(type_.name, type_.length))
+
+    def start(self, statement: Statement) -> Statement:
+        return statement
+
+
+@functools.cache
+def _lark() -> Lark:
+    transformer = _ToAst()
+    parser = Lark((Path(__file__).parent / "grammar.lark").read_text(), parser="lalr", lexer="contextual",
+                  transformer=transformer, maybe_placeholders=True)
+    transformer.rows = _RowReader(lambda name: parser.get_terminal(name).pattern.to_regexp())
+    return parser
+
+
+def parse(sql: str) -> Statement:
+    """Parse exactly one statement (an optional trailing ``;`` is allowed)."""
+    if not sql.strip().rstrip(";").strip():
+        raise SqlSyntaxError("empty statement")
+    parser = _lark()
+    try:
+        statement = typing.cast(Statement, parser.parse(sql))
+    except _StatementError as e:
+        raise e.error(_located(sql, e.message, e.pos)) from None
+    except UnexpectedInput as e:
+        at_end = isinstance(e, UnexpectedToken) and e.token.type == "$END"
+        pos = len(sql.rstrip()) if at_end else e.pos_in_stream
+        raise SqlSyntaxError(_located(sql, "syntax error: " + _describe(parser, e), pos)) from None
+    if isinstance(statement, CreateTopic):
+        statement = replace(statement, sql=sql.strip().removesuffix(";").rstrip())
+    return statement
+
+
+def _describe(parser: Lark, e: UnexpectedInput) -> str:
+    """'unexpected X, expected one of ...' for a Lark error.
+
+    The expected set is what the parser really accepts at that point (Lark's
+    interactive parser, run without callbacks), not the merged LALR lookahead.
+    """
+    if isinstance(e, UnexpectedCharacters):
+        if e.allowed == {"VALUES_ROWS"} and e.char == "(":
+            return "a VALUES row cannot contain '(' except in now()"
+        found, expected = f"character {e.char!r}", e.allowed
+    elif isinstance(e, UnexpectedToken):
+        found = "end of statement" if e.token.type == "$END" else repr(_shorten(e.token.value))
+        expected = e.expected
+    else:
+        return "syntax error"
+    interactive = getattr(e, "interactive_parser", None)
+    if interactive is not None:
+        expected = interactive.accepts() or expected
+    names = sorted({_terminal_name(parser, name) for name in expected})
+    listing = names[0] if len(names) == 1 else "one of " + ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+    return f"unexpected {found}, expected {listing}"
+
+
+def _terminal_name(parser: Lark, name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    pattern = parser.get_terminal(name).pattern
+    if isinstance(pattern, PatternStr):
+        return pattern.value.upper() if pattern.value.isalpha() else repr(pattern.value)
+    return name
+
+
+def _located(sql: str, message: str, pos: int | None) -> str:
+    """``message`` with the line/column of ``pos`` and the statement (a window of it if long) quoted."""
+    where = ""
+    if pos is not None:
+        line = sql.count("\n", 0, pos) + 1
+        column = pos - sql.rfind("\n", 0, pos)
+        where = f" (line {line}, column {column})"
+    text = sql.strip()
+    if len(text) > 200:
+        start = max(0, (pos or 0) - 80)
+        text = ("..." if start else "") + sql[start:start + 160].strip() + ("..." if start + 160 < len(sql) else "")
+    return f"{message}{where}; statement: {text}"
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
