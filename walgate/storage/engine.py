@@ -431,7 +431,7 @@ class Engine:
             return TopicEvaluator("database", "", with_meta=with_meta)
         st = self.catalog.stables.get((db.name, source))
         if st is not None:
-            return TopicEvaluator(kind, source, with_meta=with_meta, stable=st, items=items, where=where)
+            return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
         if kind == "stable":
             raise NotFound(f"STable not exist: {db.name}.{source}")
         t = self.table(db, source)
@@ -439,9 +439,8 @@ class Engine:
             st = self.catalog.stable(db.name, t.stable)
             cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
             where = cond if where is None else ast.Binary("AND", cond, where)
-            ev = TopicEvaluator(kind, t.stable, with_meta=with_meta, stable=st, items=items, where=where)
-            return ev
-        return TopicEvaluator(kind, source, with_meta=with_meta, columns=t.columns, items=items, where=where)
+            return TopicEvaluator(kind, t.stable, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
+        return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, columns=t.columns, items=items, where=where)
 
     def _recompile(self, db: str) -> None:
         for name, topic in self.catalog.topics.items():

@@ -31,7 +31,7 @@ from walgate.storage.catalog import StableDef
 from walgate.storage.entry import Block, DecodedEntry
 from walgate.storage.errors import InvalidValue
 from walgate.storage.expr import compile_expr, compile_filter, referenced_columns
-from walgate.storage.schema import Column
+from walgate.storage.schema import Column, arrow_schema
 from walgate.storage.sql import ast
 
 __all__ = ["Records", "TopicEvaluator", "expr_name"]
@@ -64,6 +64,7 @@ class TopicEvaluator:
         source: str,
         *,
         with_meta: bool = False,
+        precision: str = "ms",
         stable: StableDef | None = None,
         columns: tuple[Column, ...] | None = None,
         items: tuple[ast.SelectItem, ...] | None = None,
@@ -91,6 +92,8 @@ class TopicEvaluator:
                 for i in items
             ]
         self._matching: dict[str, tuple[int, pa.Array]] = {}
+        current = stable.columns if stable is not None else columns
+        self._schema = arrow_schema(current, precision) if current else None
 
     # ----------------------------------------------------------------- entries
 
@@ -118,6 +121,12 @@ class TopicEvaluator:
         batch = pa.Table.from_batches([block.batch])
         tags = tag_tables(block.source) if block.is_stable else None
         env: dict[str, Any] = {name: batch.column(name) for name in batch.column_names}
+        data_columns = batch.column_names[1:]
+        if self._schema is not None:  # read older entries with today's columns (added ones are NULL)
+            data_columns = self._schema.names
+            for f in self._schema:
+                if f.name not in env:
+                    env[f.name] = pa.nulls(batch.num_rows, f.type)
         if tags is not None:
             positions = pc.index_in(batch.column("tbname"), value_set=tags.column("tbname"))
             for name in tags.column_names[1:]:
@@ -133,9 +142,8 @@ class TopicEvaluator:
                 return None
             env = {k: v.filter(mask) for k, v in env.items()}
             versions = versions.filter(mask)
-        ts_name = batch.column_names[1]
-        timestamps = pc.cast(env[ts_name], pa.int64())
-        values = self._project(env, batch.column_names[1:], tags)
+        timestamps = pc.cast(env[batch.column_names[1]], pa.int64())
+        values = self._project(env, data_columns, tags)
         return Records(block.source, versions, env["tbname"], timestamps, values=values)
 
     def _project(self, env: Mapping[str, Any], data_columns: list[str], tags: pa.Table | None) -> pa.Table:
