@@ -1,0 +1,45 @@
+"""``python -m bench [--quick] [--only NAME]``: run the benchmark scenarios and print one table.
+
+Every number is the median of ``--repeat`` runs; ratios compare measurements
+taken in the same run. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import sys
+
+from bench import ingest
+from bench.report import print_table
+
+SCENARIOS = {"ingest": ingest.run}
+
+
+def machine() -> str:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?"
+    )
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return f"{nproc} x {cpu}, Python {platform.python_version()}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench")
+    p.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI smoke)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--only", choices=sorted(SCENARIOS))
+    args = p.parse_args()
+    repeat = 1 if args.quick else args.repeat
+    print(f"machine: {machine()}", flush=True)
+    rows = []
+    for name, scenario in SCENARIOS.items():
+        if args.only in (None, name):
+            rows += scenario(quick=args.quick, repeat=repeat)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

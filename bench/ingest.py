@@ -1,0 +1,212 @@
+"""Ingestion and WAL read benchmarks (issue: foundation).
+
+* line-protocol rows/s into a 4-vgroup database at WAL_LEVEL 1 and at
+  WAL_LEVEL 2 (fsync before acknowledging), in-process through the engine and
+  end to end over HTTP (``walgate serve`` in another process);
+* the physical limit beside each, measured in the same run on the same disk:
+  raw ``os.write`` of the same bytes per request and vnode (level 1), and the
+  same plus ``fsync`` (level 2), expressed in rows/s via the WAL bytes per row;
+* WAL read throughput from a cold start (entries/s and MB/s, after dropping
+  the page cache where the kernel allows it), beside a raw sequential read of
+  the same segment files.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import Row, median_rate, timed
+from walgate.storage.engine import Engine
+from walgate.storage.entry import decode_entry
+from walgate.storage.wal import Wal, WalOptions
+
+VGROUPS = 4
+TABLES = 100
+
+
+def lines(batch: int, start: int) -> bytes:
+    """``batch`` lines over TABLES subtables, TDengine's meters shape, ms timestamps."""
+    base = 1_700_000_000_000
+    return "\n".join(
+        f"meters,location=loc{(start + i) % TABLES},groupid={(start + i) % 10} "
+        f"current={10 + i % 7}.3,voltage={200 + i % 30}i32,phase=0.{i % 9}1 {base + start + i}"
+        for i in range(batch)
+    ).encode()
+
+
+def _engine_ingest(root: Path, level: int, batches: int, batch: int) -> tuple[int, float, int]:
+    """(rows, seconds, WAL bytes) for ``batches`` write_lines calls into a fresh database."""
+    engine = Engine.open(root)
+    engine.execute(f"CREATE DATABASE b VGROUPS {VGROUPS} WAL_LEVEL {level} WAL_FSYNC_PERIOD {0 if level == 2 else 3000}")
+    engine.write_lines("b", lines(batch, 0), "ms")  # creates the supertable and subtables
+    bodies = [lines(batch, (k + 1) * batch) for k in range(batches)]
+    wal_before = sum(v.wal.size_bytes for v in engine.vnodes["b"])
+    start = time.perf_counter()
+    for body in bodies:
+        engine.write_lines("b", body, "ms")
+    seconds = time.perf_counter() - start
+    wal_bytes = sum(v.wal.size_bytes for v in engine.vnodes["b"]) - wal_before
+    engine.close()
+    return batches * batch, seconds, wal_bytes
+
+
+def _raw_writes(root: Path, chunk: int, writes: int, fsync: bool) -> tuple[int, float]:
+    """(bytes, seconds) for ``writes`` appends of ``chunk`` bytes round-robin over VGROUPS files."""
+    root.mkdir(parents=True, exist_ok=True)
+    fds = [os.open(root / f"raw{i}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for i in range(VGROUPS)]
+    buf = os.urandom(chunk)
+    start = time.perf_counter()
+    for k in range(writes):
+        fd = fds[k % VGROUPS]
+        os.write(fd, buf)
+        if fsync:
+            os.fdatasync(fd)
+    seconds = time.perf_counter() - start
+    for fd in fds:
+        os.close(fd)
+    return chunk * writes, seconds
+
+
+def _http_ingest(root: Path, level: int, batches: int, batch: int) -> tuple[int, float]:
+    """(rows, seconds) posting line protocol to a ``walgate serve`` subprocess over one keep-alive connection."""
+    log = open(root / "serve.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(root / "data"), "--http-port", "0"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        port = 0
+        for _ in range(600):
+            m = re.search(r"walgate ready .*http=[^:]+:(\d+)", (root / "serve.log").read_text())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        if not port:
+            raise RuntimeError("walgate serve did not become ready")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+        def post(path: str, body: bytes) -> None:
+            conn.request("POST", path, body=body)
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status >= 300:
+                raise RuntimeError(f"{path}: {resp.status} {data[:200]!r}")
+
+        fsync = 0 if level == 2 else 3000
+        post("/rest/sql", f"CREATE DATABASE b VGROUPS {VGROUPS} WAL_LEVEL {level} WAL_FSYNC_PERIOD {fsync}".encode())
+        post("/influxdb/v1/write?db=b&precision=ms", lines(batch, 0))
+        bodies = [lines(batch, (k + 1) * batch) for k in range(batches)]
+        start = time.perf_counter()
+        for body in bodies:
+            post("/influxdb/v1/write?db=b&precision=ms", body)
+        seconds = time.perf_counter() - start
+        conn.close()
+        return batches * batch, seconds
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+def _drop_page_cache() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _wal_read(root: Path) -> tuple[int, int, int, float, float]:
+    """(entries, bytes, rows, seconds to read+verify, seconds to also decode) over every vnode WAL under ``root``."""
+    dirs = sorted(root.glob("db/b/vnode*/wal"))
+    entries = nbytes = rows = 0
+    start = time.perf_counter()
+    for d in dirs:
+        wal = Wal.open(d, WalOptions())
+        for e in wal.read_from(0):
+            entries += 1
+            nbytes += len(e.body) + 36
+        wal.close()
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for d in dirs:
+        wal = Wal.open(d, WalOptions())
+        for e in wal.read_from(0):
+            rows += decode_entry(e).rows
+        wal.close()
+    return entries, nbytes, rows, read_s, time.perf_counter() - start + read_s
+
+
+def _raw_read(root: Path) -> tuple[int, float]:
+    files = sorted(root.glob("db/b/vnode*/wal/*.log"))
+    start = time.perf_counter()
+    total = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while chunk := fh.read(1 << 20):
+                total += len(chunk)
+    return total, time.perf_counter() - start
+
+
+def run(*, quick: bool, repeat: int) -> list[Row]:
+    batch = 5000
+    batches = {1: 20 if quick else 200, 2: 10 if quick else 60}
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-", dir=os.environ.get("WALGATE_BENCH_DIR")) as tmp:
+        tmpdir = Path(tmp)
+        for level in (1, 2):
+            n = 0
+            wal_bytes = 0
+
+            def once() -> tuple[int, float]:
+                nonlocal n, wal_bytes
+                n += 1
+                count, seconds, wal_bytes = _engine_ingest(tmpdir / f"e{level}-{n}", level, batches[level], batch)
+                return count, seconds
+
+            rate = median_rate(repeat, once)
+            per_row = wal_bytes / (batches[level] * batch)
+            chunk = int(per_row * batch / VGROUPS)  # one request's append to one vnode
+            writes = batches[level] * VGROUPS
+            raw = median_rate(repeat, lambda: _raw_writes(tmpdir / f"raw{level}", chunk, writes, fsync=level == 2))
+            limit_name = "os.write+fsync" if level == 2 else "os.write"
+            rows.append(Row(f"line protocol -> engine, WAL_LEVEL {level}", rate, "rows/s", limit_name, raw / per_row))
+            m = 0
+
+            def over_http() -> tuple[int, float]:
+                nonlocal m
+                m += 1
+                d = tmpdir / f"h{level}-{m}"
+                d.mkdir()
+                return _http_ingest(d, level, batches[level], batch)
+
+            rows.append(
+                Row(f"line protocol -> HTTP, WAL_LEVEL {level}", median_rate(repeat, over_http), "rows/s", limit_name, raw / per_row)
+            )
+        source = tmpdir / "e1-1"
+        results = []
+        for _ in range(repeat):
+            cold = _drop_page_cache()
+            results.append(_wal_read(source))
+        results.sort(key=lambda r: r[3])
+        entries, nbytes, nrows, read_s, decode_s = results[len(results) // 2]
+        raw_bytes = median_rate(repeat, lambda: (_drop_page_cache(), _raw_read(source))[1])
+        note = "cold" if cold else "warm (page cache not droppable)"
+        rows.append(Row(f"WAL read+CRC, entries ({note})", entries / read_s, "entries/s"))
+        rows.append(Row(f"WAL read+CRC, bytes ({note})", nbytes / read_s / 1e6, "MB/s", "sequential read", raw_bytes / 1e6))
+        rows.append(Row(f"WAL read+CRC+Arrow decode ({note})", nrows / decode_s, "rows/s"))
+    return rows

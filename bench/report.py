@@ -1,0 +1,48 @@
+"""Result rows, medians and the printed table."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    value: float  # higher is better
+    unit: str
+    limit_name: str = ""
+    limit: float = 0.0  # the physical limit measured in the same run, same unit
+
+    @property
+    def ratio(self) -> str:
+        return f"{self.value / self.limit:.1%}" if self.limit else ""
+
+
+def median_rate(repeat: int, fn: Callable[[], tuple[int, float]]) -> float:
+    """Median over ``repeat`` runs of ``count / seconds`` where ``fn`` returns (count, seconds)."""
+    rates = []
+    for _ in range(repeat):
+        count, seconds = fn()
+        rates.append(count / seconds)
+    return statistics.median(rates)
+
+
+def timed(fn: Callable[[], int]) -> tuple[int, float]:
+    start = time.perf_counter()
+    n = fn()
+    return n, time.perf_counter() - start
+
+
+def print_table(rows: list[Row]) -> None:
+    table = Table(title="walgate benchmarks (median of runs)")
+    for col in ("scenario", "walgate", "unit", "physical limit", "limit", "walgate / limit"):
+        table.add_column(col, justify="right" if col not in ("scenario", "physical limit") else "left")
+    for r in rows:
+        table.add_row(r.scenario, f"{r.value:,.0f}", r.unit, r.limit_name, f"{r.limit:,.0f}" if r.limit else "", r.ratio)
+    Console(width=160).print(table)

@@ -1,0 +1,355 @@
+"""The ``walgate`` command line.
+
+- ``walgate serve``  — run a node (HTTP API now; the Kafka port is reserved for the Kafka listener).
+- ``walgate sql``    — run SQL against a running node over HTTP and print the results.
+- ``walgate ingest`` — post a line-protocol or CSV file to a running node.
+- ``walgate demo``   — the one-command quick start: a throw-away node, the classic
+  ``power.meters`` data set, two topics, a look at the catalog.
+
+Exit codes: 0 success, 1 the server refused a request or could not be reached,
+2 bad usage or configuration. Errors go to stderr; results to stdout (rich tables,
+or JSON lines with ``sql --json``).
+
+The client commands (``sql``, ``ingest``) use urllib and never import the server
+(aiohttp, uvloop, the engine): ``serve`` and ``demo`` import it when they run,
+which keeps ``walgate sql`` starting in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import fields
+from email.message import Message
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from walgate.gateway.config import Config, ConfigError, load_config
+from walgate.storage.errors import StorageError
+
+__all__ = ["main", "split_statements", "render_result", "ApiClient", "ApiError"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:6041"
+HTTP_TIMEOUT = 300.0  # seconds; bounds every CLI request (a large ingest included)
+ROWS_HEADER = "X-Walgate-Rows"  # = http_api.ROWS_HEADER (not imported: it would load aiohttp)
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+# ------------------------------------------------------------------ HTTP client
+
+
+class ApiError(Exception):
+    """The server answered with an error, or could not be reached."""
+
+
+class ApiClient:
+    """A minimal synchronous client of the walgate HTTP API (urllib, no dependencies)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def sql(self, sql: str, db: str | None = None) -> dict[str, Any]:
+        """Run one statement; returns the TDengine-REST JSON body."""
+        path = f"/rest/sql/{quote(db, safe='')}" if db else "/rest/sql"
+        _, body = self._post(path, sql.encode("utf-8"), "text/plain; charset=utf-8")
+        result: dict[str, Any] = orjson.loads(body)
+        return result
+
+    def write_lines(self, db: str, data: bytes, precision: str = "ns") -> int:
+        """Post InfluxDB line protocol; returns the number of rows written."""
+        query = urlencode({"db": db, "precision": precision})
+        headers, _ = self._post(f"/influxdb/v1/write?{query}", data, "text/plain; charset=utf-8")
+        return int(headers[ROWS_HEADER])
+
+    def write_csv(self, db: str, data: bytes, *, table: str | None = None, stable: str | None = None) -> int:
+        """Post CSV (with a header row) into ``table`` or subtables of ``stable``; returns rows written."""
+        params = {"db": db} | ({"table": table} if table else {}) | ({"stable": stable} if stable else {})
+        _, body = self._post(f"/csv/v1/write?{urlencode(params)}", data, "text/csv; charset=utf-8")
+        return int(orjson.loads(body)["rows"])
+
+    def _post(self, path: str, data: bytes, content_type: str) -> tuple[Message, bytes]:
+        """POST ``data``; returns the answer's headers and body, raises :class:`ApiError` on any failure."""
+        request = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Content-Type": content_type}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+                return response.headers, response.read()
+        except urllib.error.HTTPError as e:
+            raise ApiError(_error_message(e.code, e.read())) from None
+        except urllib.error.URLError as e:
+            raise ApiError(f"cannot reach walgate at {self.url}: {e.reason}") from None
+        except TimeoutError:
+            raise ApiError(f"no answer from walgate at {self.url} within {HTTP_TIMEOUT:.0f} s") from None
+        except OSError as e:  # e.g. the connection reset while the body was still being sent
+            raise ApiError(f"connection to walgate at {self.url} failed: {e}") from None
+
+
+def _error_message(status: int, body: bytes) -> str:
+    try:
+        error = orjson.loads(body)
+        return f"{error['desc']} (code {error['code']:#06x}, HTTP {status})"
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return f"HTTP {status}: {body.decode('utf-8', 'replace').strip()}"
+
+
+# --------------------------------------------------------------------- output
+
+
+def split_statements(text: str) -> list[str]:
+    """Split SQL on ``;`` outside '…', "…" and `…` quotes (a backslash escapes the next
+    character inside quotes); blank statements are dropped."""
+    statements: list[str] = []
+    current: list[str] = []
+    quote_char: str | None = None
+    chars = iter(text)
+    for ch in chars:
+        if quote_char is not None:
+            if ch == "\\":
+                current.append(ch)
+                ch = next(chars, "")
+            elif ch == quote_char:
+                quote_char = None
+        elif ch in "'\"`":
+            quote_char = ch
+        elif ch == ";":
+            statements.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    statements.append("".join(current))
+    return [s.strip() for s in statements if s.strip()]
+
+
+def _console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 200)  # piped output: wrap cells late rather than at 80 columns
+    return console
+
+
+def render_result(console: Console, body: dict[str, Any]) -> None:
+    """Print one REST result the way the TDengine shell does."""
+    if body.get("database"):
+        console.print(f"Database changed to {escape(body['database'])}.")
+        return
+    meta = body["column_meta"]
+    if meta == [["affected_rows", "INT", 4]]:
+        console.print(f"Query OK, {body['data'][0][0]} row(s) affected")
+        return
+    table = Table(*(name for name, _, _ in meta))
+    for row in body["data"]:
+        table.add_row(*(Text("NULL" if v is None else str(v)) for v in row))
+    console.print(table)
+    console.print(f"Query OK, {body['rows']} row(s) in set")
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"walgate: {message}", file=sys.stderr)
+    return code
+
+
+# ------------------------------------------------------------------ commands
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    overrides = {field.name: getattr(args, field.name) for field in fields(Config)}  # None = flag not given
+    try:
+        config = load_config(args.config, overrides=overrides)
+    except ConfigError as e:
+        return _fail(str(e), 2)
+    logging.basicConfig(level=config.log_level, format=_LOG_FORMAT, stream=sys.stderr)
+    import uvloop
+
+    from walgate.gateway.server import run_server
+
+    try:
+        uvloop.run(run_server(config))
+    except (OSError, StorageError) as e:
+        log.error("walgate failed: %s", e)
+        return 1
+    return 0
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    statements = split_statements(args.sql)
+    if not statements:
+        return _fail("no SQL statement given", 2)
+    client, console, db = ApiClient(args.url), _console(), args.db
+    for statement in statements:
+        try:
+            body = client.sql(statement, db)
+        except ApiError as e:
+            return _fail(str(e))
+        db = body.get("database") or db
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(body) + b"\n")
+            sys.stdout.flush()
+        else:
+            render_result(console, body)
+    return 0
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    if args.format == "line" and (args.table or args.stable):
+        return _fail("--table / --stable apply to --format csv only", 2)
+    if args.format == "csv" and args.precision is not None:
+        return _fail("--precision applies to --format line only", 2)
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as e:
+        return _fail(f"cannot read {args.file}: {e.strerror}", 2)
+    client = ApiClient(args.url)
+    try:
+        if args.format == "line":
+            rows = client.write_lines(args.db, data, args.precision or "ns")
+        else:
+            rows = client.write_csv(args.db, data, table=args.table, stable=args.stable)
+    except ApiError as e:
+        return _fail(str(e))
+    print(f"{rows} row(s) written to {args.db}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT, stream=sys.stderr)
+    import uvloop
+
+    with contextlib.ExitStack() as stack:
+        data_dir = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walgate-demo-")))
+        try:
+            return uvloop.run(_demo(Config(data_dir=data_dir, http_port=args.http_port)))
+        except (OSError, StorageError) as e:
+            return _fail(f"demo failed: {e}")
+
+
+# ---------------------------------------------------------------------- demo
+
+_DEMO_SETUP = (
+    "CREATE DATABASE IF NOT EXISTS power VGROUPS 4",
+    "CREATE STABLE IF NOT EXISTS power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)"
+    " TAGS (location VARCHAR(64), groupid INT)",
+    "CREATE TABLE IF NOT EXISTS power.d1001 USING power.meters TAGS ('California.SanFrancisco', 2)",
+    "CREATE TABLE IF NOT EXISTS power.d1002 USING power.meters TAGS ('California.SanFrancisco', 3)",
+    "CREATE TABLE IF NOT EXISTS power.d1003 USING power.meters TAGS ('California.LosAngeles', 2)",
+    "CREATE TABLE IF NOT EXISTS power.d1004 USING power.meters TAGS ('California.LosAngeles', 3)",
+    "INSERT INTO power.d1001 VALUES ('2018-10-03 14:38:05.000', 10.3, 219, 0.31) ('2018-10-03 14:38:15.000', 12.6, 218, 0.33)",
+    "INSERT INTO power.d1002 VALUES ('2018-10-03 14:38:16.650', 10.3, 218, 0.25)",
+    "INSERT INTO power.d1003 VALUES ('2018-10-03 14:38:05.500', 11.8, 221, 0.28) ('2018-10-03 14:38:16.600', 13.4, 223, 0.29)",
+    "INSERT INTO power.d1004 VALUES ('2018-10-03 14:38:05.000', 10.8, 223, 0.29) ('2018-10-03 14:38:06.500', 11.5, 221, 0.35)",
+)
+# InfluxDB line protocol (ms timestamps): TDengine's schemaless writer creates the supertable
+# `weather` (tags are NCHAR, 18.5 is DOUBLE, 61i32 is INT) and one subtable per tag set.
+_DEMO_LINES = (
+    b"weather,location=California.SanFrancisco temperature=18.5,humidity=61i32 1538548685000\n"
+    b"weather,location=California.LosAngeles temperature=24.1,humidity=43i32 1538548685000\n"
+    b"weather,location=California.LosAngeles temperature=24.3,humidity=42i32 1538548745000\n"
+)
+_DEMO_TOPICS = (
+    "CREATE TOPIC IF NOT EXISTS topic_meters AS SELECT ts, current, voltage, phase, groupid, location"
+    " FROM power.meters WHERE voltage > 200",
+    "CREATE TOPIC IF NOT EXISTS topic_power WITH META AS DATABASE power",
+)
+_DEMO_SHOW = (
+    "SHOW DATABASES",
+    "SHOW power.STABLES",
+    "SHOW power.TABLES",
+    "SHOW TOPICS",
+    "SELECT ts, current, voltage, location, groupid FROM power.meters WHERE voltage > 220",
+)
+
+
+async def _demo(config: Config) -> int:
+    """Serve ``config`` in-process, drive it through the HTTP API, stop it; 0 on success."""
+    from walgate.gateway.server import Gateway
+
+    console = _console()
+    async with Gateway(config) as gateway:
+        host, port = gateway.http_address
+        client = ApiClient(f"http://{host}:{port}")
+        console.print(f"[bold]walgate demo[/]: HTTP API on {client.url}, data in {escape(str(config.data_dir))}")
+        try:
+            for sql in _DEMO_SETUP + _DEMO_TOPICS:
+                await asyncio.to_thread(client.sql, sql)
+                console.print(f"[green]ok[/] {escape(sql)}", overflow="ellipsis", no_wrap=True)
+            rows = await asyncio.to_thread(client.write_lines, "power", _DEMO_LINES, "ms")
+            console.print(f"[green]ok[/] {rows} row(s) written to power.weather with InfluxDB line protocol")
+            for sql in _DEMO_SHOW:
+                console.print(f"\n[bold]> {escape(sql)}[/]")
+                render_result(console, await asyncio.to_thread(client.sql, sql))
+        except ApiError as e:
+            return _fail(f"demo failed: {e}")
+    console.print("\nwalgate demo finished; server stopped. Next: [bold]walgate serve --data-dir ./data[/]")
+    return 0
+
+
+# ---------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="walgate", description="Kafka-wire gateway over TDengine-style WAL storage.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run a walgate node")
+    serve.add_argument("--data-dir", type=Path, metavar="DIR", help="storage directory (required unless set by config or env)")
+    serve.add_argument("--config", type=Path, metavar="FILE", help="TOML config file (overridden by WALGATE_* env, then flags)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--kafka-port", type=int, metavar="N", help="Kafka listener port (default 9092; reserved)")
+    serve.add_argument("--http-port", type=int, metavar="N", help="HTTP API port (default 6041; 0 = any free port)")
+    serve.add_argument("--advertised-host", help="host named to Kafka clients (default --host)")
+    serve.add_argument("--advertised-port", type=int, metavar="N", help="port named to Kafka clients (default --kafka-port)")
+    serve.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
+    serve.add_argument("--max-request-bytes", type=int, metavar="N", help="largest accepted request (default 16 MiB)")
+    serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
+    serve.set_defaults(run=_cmd_serve)
+
+    sql = commands.add_parser("sql", help="run SQL against a running node")
+    sql.add_argument("--url", default=DEFAULT_URL, help=f"HTTP API base URL (default {DEFAULT_URL})")
+    sql.add_argument("--db", help="current database for unqualified names")
+    sql.add_argument("--json", action="store_true", help="print each result as one JSON line")
+    sql.add_argument("sql", help="one or more ';'-separated statements")
+    sql.set_defaults(run=_cmd_sql)
+
+    ingest = commands.add_parser("ingest", help="write a line-protocol or CSV file")
+    ingest.add_argument("--format", required=True, choices=("line", "csv"))
+    ingest.add_argument("--db", required=True)
+    ingest.add_argument("--precision", choices=("ns", "us", "ms", "s"), help="line protocol timestamps (default ns)")
+    target = ingest.add_mutually_exclusive_group()
+    target.add_argument("--table", help="CSV: the table to write")
+    target.add_argument("--stable", help="CSV: the supertable (a tbname column names each row's subtable)")
+    ingest.add_argument("--url", default=DEFAULT_URL, help=f"HTTP API base URL (default {DEFAULT_URL})")
+    ingest.add_argument("file", help="input file, or - for stdin")
+    ingest.set_defaults(run=_cmd_ingest)
+
+    demo = commands.add_parser("demo", help="one-command quick start on a throw-away node")
+    demo.add_argument("--data-dir", type=Path, metavar="DIR", help="keep the data here (default: a temporary directory, removed)")
+    demo.add_argument("--http-port", type=int, default=0, metavar="N", help="HTTP API port (default: any free port)")
+    demo.set_defaults(run=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``walgate`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Server configuration: one dataclass, three sources.
+
+Precedence, lowest to highest (a later source overrides an earlier one, field by field):
+
+1. the defaults below;
+2. the TOML file given with ``--config FILE`` (top-level keys named like the fields,
+   e.g. ``http_port = 6041``; unknown keys are an error);
+3. ``WALGATE_<FIELD>`` environment variables (e.g. ``WALGATE_HTTP_PORT=6041``);
+4. command-line flags (only those actually given).
+
+``advertised_host`` / ``advertised_port`` default to ``host`` / ``kafka_port``: they
+are what the Kafka Metadata response will name, so a node behind NAT or in a
+container can announce a reachable address. Port 0 means "any free port" (the
+``ready`` log line reports the port actually bound).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX"]
+
+ENV_PREFIX = "WALGATE_"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or malformed."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ``walgate serve`` needs; validated on construction."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    http_port: int = 6041
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    node_id: int = 0
+    max_request_bytes: int = 16 << 20
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "log_level", self.log_level.upper())
+        if self.advertised_host is None:
+            object.__setattr__(self, "advertised_host", self.host)
+        if self.advertised_port is None:
+            object.__setattr__(self, "advertised_port", self.kafka_port)
+        for name in ("kafka_port", "http_port", "advertised_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{name} must be in 0..65535, got {port}")
+        if self.node_id < 0:
+            raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
+        if self.max_request_bytes <= 0:
+            raise ConfigError(f"max_request_bytes must be > 0, got {self.max_request_bytes}")
+        if self.log_level not in _LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+
+
+def _field_types() -> dict[str, type]:
+    """Field name -> the type a raw value is converted to (``X | None`` -> ``X``)."""
+    types = {}
+    for name, hint in typing.get_type_hints(Config).items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        types[name] = args[0] if args else hint
+    return types
+
+
+_FIELD_TYPES = _field_types()
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = _FIELD_TYPES[name]
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{source}: {name} must be an integer, got {value!r}") from None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
+    return kind(value)
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    unknown = sorted(set(table) - set(_FIELD_TYPES))
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}")
+    return {k: _coerce(k, v, str(path)) for k, v in table.items()}
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values = {}
+    for name in _FIELD_TYPES:
+        var = ENV_PREFIX + name.upper()
+        if var in env:
+            values[name] = _coerce(name, env[var], var)
+    return values
+
+
+def load_config(
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Merge defaults, ``file``, ``env`` (default ``os.environ``) and ``overrides``
+    (CLI flags; ``None`` values are ignored) into a :class:`Config`.
+
+    Raises :class:`ConfigError` for an unreadable file, an unknown key, a bad
+    value, or when no source sets ``data_dir``.
+    """
+    values: dict[str, Any] = {}
+    if file is not None:
+        values.update(_from_file(file))
+    values.update(_from_env(os.environ if env is None else env))
+    values.update({k: _coerce(k, v, "command line") for k, v in (overrides or {}).items() if v is not None})
+    if "data_dir" not in values:
+        raise ConfigError(f"data_dir is required (--data-dir, {ENV_PREFIX}DATA_DIR or data_dir in the config file)")
+    return Config(**values)

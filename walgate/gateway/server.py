@@ -1,0 +1,140 @@
+"""One walgate node: the engine on its storage thread, the listeners, WAL syncing.
+
+Start-up: open the engine (on the storage thread), start the listeners, start the
+WAL sync task, then log exactly one ``walgate ready http=HOST:PORT`` line (ports
+as actually bound, so port 0 works). Shutdown (SIGTERM / SIGINT, or leaving
+``async with Gateway(...)``) runs in reverse: stop the sync task, stop the
+listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), then
+``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
+
+The WAL sync task asks the engine to fsync the ``WAL_LEVEL 1`` vnodes whose
+``WAL_FSYNC_PERIOD`` elapsed and sleeps for the delay it returns, bounded to
+``SYNC_MIN_DELAY .. SYNC_MAX_DELAY``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from types import TracebackType
+
+from aiohttp import web
+
+from walgate.gateway.config import Config
+from walgate.gateway.http_api import make_app
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.engine import Engine
+
+__all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
+
+log = logging.getLogger(__name__)
+
+SYNC_MIN_DELAY = 0.001
+SYNC_MAX_DELAY = 1.0
+HTTP_SHUTDOWN_TIMEOUT = 5.0
+
+
+class Gateway:
+    """A running node; use ``async with Gateway(config) as gw`` or :meth:`start` / :meth:`stop`."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._storage = StorageThread()
+        self._engine: Engine | None = None
+        self._http: web.AppRunner | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+
+    @property
+    def http_address(self) -> tuple[str, int]:
+        """(host, port) the HTTP API is bound to."""
+        if self._http is None:
+            raise RuntimeError("the gateway is not running")
+        host, port = self._http.addresses[0][:2]
+        return host, port
+
+    async def start(self) -> None:
+        """Open the engine and start serving; on failure, undo what was started and raise."""
+        cfg = self.config
+        log.debug("starting with %r", cfg)
+        try:
+            self._engine = await self._storage.call(
+                Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes
+            )
+            self._http = web.AppRunner(
+                make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes),
+                shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
+            )
+            await self._http.setup()
+            await web.TCPSite(self._http, cfg.host, cfg.http_port).start()
+            # The Kafka listener (on cfg.kafka_port, advertising cfg.advertised_host:port) starts
+            # here, is named in the ready line below, and is stopped in stop() next to the HTTP one.
+            self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
+        except BaseException:
+            await self.stop()
+            raise
+        host, port = self.http_address
+        log.info("walgate ready http=%s:%d", host, port)
+
+    async def stop(self) -> None:
+        """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync_task
+            self._sync_task = None
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        if self._engine is not None:
+            await self._storage.call(self._engine.close)
+            self._engine = None
+        self._storage.shutdown()
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def _sync_loop(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        while True:
+            try:
+                delay = await self._storage.call(_sync_now, engine)
+            except Exception:
+                log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
+                delay = SYNC_MAX_DELAY
+            await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+def _sync_now(engine: Engine) -> float:
+    """Runs on the storage thread, so ``now`` is read when the sync really happens."""
+    return engine.sync_due(time.monotonic())
+
+
+async def run_server(config: Config) -> None:
+    """Serve ``config`` until SIGTERM or SIGINT, then shut down cleanly and return."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("received %s, shutting down", sig.name)
+        stop.set()
+
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with Gateway(config):
+            await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    log.info("walgate stopped")
