@@ -244,3 +244,14 @@ def test_retention_moves_topic_log_start(tmp_path):
     assert e.indexes[("tt", 0)].start_offset == idx.start_offset
     assert e.indexes[("tt", 0)].end_offset == 2400
     e.close()
+
+
+def test_select_result_metadata(engine):
+    engine.execute("INSERT INTO power.d1 USING power.meters TAGS ('a', 1) VALUES (1000, 10.3, 219, 0.31)")
+    r = engine.execute("SELECT ts, current, voltage, location, voltage * 2 AS v2 FROM power.meters")
+    assert r.columns == [
+        ("ts", "TIMESTAMP", 8), ("current", "FLOAT", 4), ("voltage", "INT", 4), ("location", "VARCHAR", 64), ("v2", "BIGINT", 8)
+    ]
+    assert r.rows == [["1970-01-01T00:00:01.000Z", 10.3, 219, "a", 438]]  # FLOAT at its shortest form
+    empty = engine.execute("SELECT ts, location FROM power.meters WHERE voltage > 1000")
+    assert empty.rows == [] and empty.columns == [("ts", "TIMESTAMP", 8), ("location", "VARCHAR", 64)]

@@ -685,22 +685,15 @@ class Engine:
     def _x_Select(self, s: ast.Select, session: str | None) -> Result:
         db = self._resolve_db(s.source.db, session)
         ev = self._compile(db, "select", s.source.name, False, s.items, s.where)
+        schema = ev.output_schema()
         rows: list[list[Any]] = []
-        columns: list[tuple[str, str, int]] | None = None
         for recs in self._scan(db, ev):
-            table = recs.values
-            assert table is not None
-            if columns is None:
-                columns = [(f.name, _type_name(f.type), 8) for f in table.schema]
-            units = [f.type.unit if pa.types.is_timestamp(f.type) else None for f in table.schema]
-            plain = pa.table([pc.cast(c, pa.int64()) if u else c for c, u in zip(table.columns, units)], names=table.column_names)
-            for row in plain.to_pylist():
-                rows.append([v if u is None or v is None else format_timestamp(v, u) for v, u in zip(row.values(), units)])
-                if s.limit is not None and len(rows) >= s.limit:
-                    return Result(columns, rows)
-        if columns is None:
-            columns = [(name, "VARCHAR", 8) for name in ([i.alias or "*" for i in s.items])]
-        return Result(columns, rows)
+            assert recs.values is not None
+            rows += _json_rows(recs.values)
+            if s.limit is not None and len(rows) >= s.limit:
+                del rows[s.limit :]
+                break
+        return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
 
     def _scan(self, db: DatabaseDef, ev: TopicEvaluator) -> Iterator[Records]:
         for vnode in self.vnodes[db.name]:
@@ -800,7 +793,7 @@ def _merge_schema(
             if group is tag_cols and have.is_string:  # tag values are strings; widen
                 group[i] = Column(k, ColumnType(have.name, max(have.length or 0, t.length or 0)))
                 continue
-            raise InvalidValue(f"Measurement {name}: field {k} is {t} but the column is {have}")
+            raise InvalidValue(f"Measurement {name}: {'tag' if group is tag_cols else 'field'} {k} is {t} but the {'tag' if group is tag_cols else 'column'} is {have}")
     return StableDef(db.name, name, tuple(columns), tuple(tag_cols), old.created_ms)
 
 
@@ -823,6 +816,30 @@ def _csv_values(
 def _qualify(sql: str, source: str, db: str) -> str:
     """Rewrite ``FROM source`` / ``STABLE source`` to ``db.source`` in a topic's stored SQL."""
     return re.sub(rf"(?i)\b(from|stable)\s+`?{re.escape(source)}`?(?=\s|$)", rf"\1 {db}.{source}", sql, count=1)
+
+
+_SIZES = {"BOOL": 1, "TINYINT": 1, "SMALLINT": 2, "INT": 4, "FLOAT": 4}
+
+
+def _column_meta(f: pa.Field, known: Column | None) -> tuple[str, str, int]:
+    """TDengine column_meta ``[name, type, length]`` of a result column."""
+    if known is not None and _type_name(known.type.arrow()) == _type_name(f.type):
+        return f.name, known.type.name, known.type.size
+    name = _type_name(f.type)
+    return f.name, name, _SIZES.get(name.split()[0], 8)
+
+
+def _json_rows(table: pa.Table) -> list[list[Any]]:
+    """Rows as JSON-ready lists: timestamps as RFC 3339 UTC strings, FLOATs at their shortest decimal form."""
+    cols = []
+    for col, f in zip(table.columns, table.schema):
+        if pa.types.is_timestamp(f.type):
+            cols.append([None if v is None else format_timestamp(v, f.type.unit) for v in pc.cast(col, pa.int64()).to_pylist()])
+        elif pa.types.is_float32(f.type):
+            cols.append(pc.cast(pc.cast(col, pa.string()), pa.float64()).to_pylist())
+        else:
+            cols.append(col.to_pylist())
+    return [list(r) for r in zip(*cols)] if cols else []
 
 
 def _type_name(t: pa.DataType) -> str:

@@ -94,6 +94,8 @@ class TopicEvaluator:
         self._matching: dict[str, tuple[int, pa.Array]] = {}
         current = stable.columns if stable is not None else columns
         self._schema = arrow_schema(current, precision) if current else None
+        self._tag_schema = arrow_schema(stable.tags, precision) if stable is not None else None
+        self.known: dict[str, Column] = {c.name: c for c in (current or ()) + (stable.tags if stable else ())}
 
     # ----------------------------------------------------------------- entries
 
@@ -161,6 +163,17 @@ class TopicEvaluator:
                 value = pa.repeat(value, n)
             cols[name] = value
         return pa.table(cols)
+
+    def output_schema(self) -> pa.Schema:
+        """The schema of ``values`` this evaluator yields (known even when no row matches)."""
+        assert self._schema is not None, "database topics have no single schema"
+        env: dict[str, Any] = {f.name: pa.array([], f.type) for f in self._schema}
+        env["tbname"] = pa.array([], pa.string())
+        tags = None
+        if self._tag_schema is not None:
+            tags = self._tag_schema.empty_table().add_column(0, "tbname", pa.array([], pa.string()))
+            env.update({f.name: pa.array([], f.type) for f in self._tag_schema})
+        return self._project(env, self._schema.names, tags).schema
 
     def _matching_tables(self, stable: str, tags: pa.Table) -> pa.Array:
         """Subtables of ``stable`` whose tags satisfy the condition (cached per tag table)."""
