@@ -1,0 +1,115 @@
+"""CSV import: a header row of column names, then data rows of text fields.
+
+:func:`parse_csv` only splits the text; typing each field is
+:func:`walgate.storage.values.coerce_text`'s job. Decisions:
+
+* Parsing is the stdlib :mod:`csv` module's (comma, double-quote quoting with
+  ``""`` for a quote inside quotes, ``strict`` so malformed quoting is an
+  error, never guessed). Bytes are UTF-8; a leading BOM is ignored.
+* NULL: an empty *unquoted* field is ``None``; ``""`` is the empty string.
+  (Python 3.11's reader cannot tell them apart, so records holding both an
+  empty field and ``""`` are re-read by :func:`_quoted_fields`.)
+* Header: names are stripped; back-quoted names (```Temp```) keep their case,
+  the others are lower-cased, as TDengine identifiers are. An empty or
+  duplicate name is an error.
+* Blank lines are skipped wherever they are (so trailing newlines are
+  harmless); a one-column NULL row therefore cannot be written as a blank line.
+* Every record must have as many fields as the header; errors name the 1-based
+  line where the record starts, and the expected and actual counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+
+from walgate.storage.errors import CsvError
+
+__all__ = ["parse_csv"]
+
+
+def _decode(body: bytes | bytearray | memoryview | str) -> str:
+    if isinstance(body, str):
+        return body.removeprefix("\ufeff")
+    data = bytes(body)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise CsvError(f"line {lineno}: not valid UTF-8") from None
+
+
+def _quoted_fields(record: str) -> list[bool]:
+    """Which fields of one record's text (already accepted by the strict csv reader) are quoted."""
+    text = record.rstrip("\r\n")
+    flags = []
+    pos = 0
+    while True:
+        if text.startswith('"', pos):
+            flags.append(True)
+            pos = text.index('"', pos + 1)
+            while text.startswith('"', pos + 1):  # a doubled quote inside the field
+                pos = text.index('"', pos + 2)
+            pos += 1  # now at the delimiter or the end
+        else:
+            flags.append(False)
+            comma = text.find(",", pos)
+            pos = comma if comma >= 0 else len(text)
+        if pos >= len(text):
+            return flags
+        pos += 1
+
+
+def _header_name(name: str | None, lineno: int) -> str:
+    name = (name or "").strip()
+    if len(name) >= 2 and name[0] == name[-1] == "`":
+        name = name[1:-1]
+    else:
+        name = name.lower()
+    if not name or "`" in name:
+        raise CsvError(f"line {lineno}: invalid column name {name!r} in the header")
+    return name
+
+
+def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]]]:
+    """``(column names, rows)`` of a CSV body (see module docstring)."""
+    consumed: list[str] = []
+
+    def lines() -> Iterator[str]:
+        for line in io.StringIO(_decode(body), newline=""):
+            consumed.append(line)
+            yield line
+
+    reader = csv.reader(lines(), strict=True)
+    header: list[str] | None = None
+    rows: list[list[str | None]] = []
+    start = 1
+    while True:
+        try:
+            record = next(reader, None)
+        except csv.Error as exc:
+            raise CsvError(f"line {start}: {exc}") from None
+        if record is None:
+            break
+        raw = "".join(consumed)
+        consumed.clear()
+        lineno, start = start, reader.line_num + 1
+        if not record:
+            continue
+        fields: list[str | None] = list(record)
+        if "" in record:
+            quoted = _quoted_fields(raw) if '""' in raw else [False] * len(record)
+            fields = [None if field == "" and not q else field for field, q in zip(record, quoted)]
+        if header is None:
+            header = [_header_name(name, lineno) for name in fields]
+            if len(set(header)) != len(header):
+                dup = next(name for i, name in enumerate(header) if name in header[:i])
+                raise CsvError(f"line {lineno}: duplicate column name {dup!r} in the header")
+        elif len(fields) != len(header):
+            raise CsvError(f"line {lineno}: expected {len(header)} fields (as in the header), got {len(fields)}")
+        else:
+            rows.append(fields)
+    if header is None:
+        raise CsvError("empty CSV: no header row")
+    return header, rows

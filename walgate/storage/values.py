@@ -1,0 +1,278 @@
+"""Value coercion shared by SQL INSERT, CSV import and line protocol.
+
+:func:`coerce` turns a Python literal (what the SQL parser produces) into the
+storage representation of a column type; :func:`coerce_text` does the same
+for CSV fields. Decisions:
+
+* ``None`` is NULL for every type. In CSV only an *unquoted* empty field is
+  NULL (see ``csvfile``); a quoted empty string is ``''`` and therefore an
+  error for non-string types.
+* TIMESTAMP is an int of ticks in the database precision (ms/us/ns). Ints are
+  ticks already; :class:`Now` is ``now_ns + offset_ns``; strings are
+  ``YYYY-MM-DD HH:MM:SS[.fraction]`` (naive = UTC, walgate's convention) or
+  RFC 3339 (``T``, ``Z``/``±hh:mm``/``±hhmm``) with up to 9 fraction digits,
+  parsed with integer arithmetic so no precision is lost; a string of digits is
+  also accepted as ticks. Fractions finer than the precision are floored.
+  Floats and bools are refused. Results must fit int64.
+* BOOL: ``bool``, the ints 0/1, and the strings true/false (any case) and 0/1.
+* Integer types: ints (not bools, not floats) or integral strings
+  (``[+-]digits``), range-checked per type (TINYINT -128..127, ...).
+* FLOAT/DOUBLE: ints, floats, numeric strings; NaN/inf and FLOAT overflow
+  are refused.
+* VARCHAR/NCHAR: strings; numbers become ``str(n)`` (bools ``'true'``/
+  ``'false'``); the declared length counts UTF-8 bytes for VARCHAR and
+  characters for NCHAR.
+* JSON (tags only): a string holding a JSON object whose values are strings,
+  numbers, booleans or null (TDengine's rule); stored compact.
+* ``'now'`` is not special in strings: only the SQL keyword (:class:`Now`) is.
+
+Every failure raises :class:`InvalidValue` naming the expected type and the
+value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import date
+
+from walgate.storage.errors import InvalidValue
+from walgate.storage.schema import ColumnType
+from walgate.storage.sql.ast import Now
+
+__all__ = [
+    "INT_RANGES",
+    "FLOAT_MAX",
+    "TICKS_PER_SECOND",
+    "coerce",
+    "coerce_text",
+    "parse_timestamp",
+    "format_timestamp",
+    "parse_duration_ns",
+]
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "TINYINT": (-(2**7), 2**7 - 1),
+    "SMALLINT": (-(2**15), 2**15 - 1),
+    "INT": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+    "TINYINT UNSIGNED": (0, 2**8 - 1),
+    "SMALLINT UNSIGNED": (0, 2**16 - 1),
+    "INT UNSIGNED": (0, 2**32 - 1),
+    "BIGINT UNSIGNED": (0, 2**64 - 1),
+}
+TICKS_PER_SECOND: dict[str, int] = {"ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+FLOAT_MAX = 3.4028234663852886e38  # largest finite IEEE-754 binary32
+
+_INT64_MIN, _INT64_MAX = INT_RANGES["BIGINT"]
+_TIMESTAMP = ColumnType("TIMESTAMP")
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_INTEGRAL = re.compile(r"[+-]?[0-9]+")
+_NUMERIC = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DATETIME = re.compile(
+    r"(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})[Tt ]"
+    r"(?P<h>[0-9]{2}):(?P<mi>[0-9]{2}):(?P<s>[0-9]{2})"
+    r"(?:\.(?P<frac>[0-9]{1,9}))?"
+    r"(?P<tz>[Zz]|[+-][0-9]{2}:?[0-9]{2})?"
+)
+_DURATION = re.compile(r"([0-9]+)([buasmhdw])")
+_DURATION_NS = {
+    "b": 1,
+    "u": 1_000,
+    "a": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "d": 86_400_000_000_000,
+    "w": 604_800_000_000_000,
+}
+
+
+def _bad(ctype: ColumnType, value: object, why: str) -> InvalidValue:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return InvalidValue(f"invalid value for {ctype}: {shown} ({why})")
+
+
+def _ticks(precision: str) -> int:
+    try:
+        return TICKS_PER_SECOND[precision]
+    except KeyError:
+        raise ValueError(f"unknown precision {precision!r}; expected one of ms, us, ns") from None
+
+
+def _int(ctype: ColumnType, text: str) -> int:
+    """``int(text)`` for an integral string; past Python's digit limit it is out of range anyway."""
+    try:
+        return int(text)
+    except ValueError:
+        raise _bad(ctype, text, "out of range") from None
+
+
+def parse_timestamp(text: str, precision: str) -> int:
+    """Ticks in ``precision`` for a date string (see module docstring) or a string of digits."""
+    tps = _ticks(precision)
+    if _INTEGRAL.fullmatch(text):
+        ticks = _int(_TIMESTAMP, text)
+    else:
+        m = _DATETIME.fullmatch(text)
+        if m is None:
+            raise _bad(_TIMESTAMP, text, "expected 'YYYY-MM-DD HH:MM:SS[.fraction]', RFC 3339 or epoch ticks")
+        try:
+            days = date(int(m["y"]), int(m["mo"]), int(m["d"])).toordinal() - _EPOCH_ORDINAL
+        except ValueError as exc:
+            raise _bad(_TIMESTAMP, text, str(exc)) from None
+        hour, minute, second = int(m["h"]), int(m["mi"]), int(m["s"])
+        if hour > 23 or minute > 59 or second > 59:
+            raise _bad(_TIMESTAMP, text, "time of day out of range")
+        seconds = days * 86_400 + hour * 3_600 + minute * 60 + second
+        tz = m["tz"]
+        if tz and tz not in ("Z", "z"):
+            digits = tz[1:].replace(":", "")
+            off_h, off_m = int(digits[:2]), int(digits[2:])
+            if off_h > 23 or off_m > 59:
+                raise _bad(_TIMESTAMP, text, "UTC offset out of range")
+            offset = off_h * 3_600 + off_m * 60
+            seconds += -offset if tz[0] == "+" else offset
+        frac = m["frac"] or ""
+        nanos = seconds * 1_000_000_000 + int(frac.ljust(9, "0"))
+        ticks = nanos // (1_000_000_000 // tps)
+    if not _INT64_MIN <= ticks <= _INT64_MAX:
+        raise _bad(_TIMESTAMP, text, f"out of the int64 range of {precision} ticks")
+    return ticks
+
+
+def format_timestamp(ticks: int, precision: str) -> str:
+    """RFC 3339 UTC with exactly 3/6/9 fraction digits for ms/us/ns, e.g. ``2022-03-28T09:56:51.249Z``.
+
+    Integer arithmetic throughout (``datetime`` stops at microseconds). Raises
+    ValueError outside years 0001-9999.
+    """
+    tps = _ticks(precision)
+    seconds, frac = divmod(ticks, tps)
+    days, sod = divmod(seconds, 86_400)
+    try:
+        day = date.fromordinal(_EPOCH_ORDINAL + days)
+    except (ValueError, OverflowError):
+        raise ValueError(f"timestamp {ticks} ({precision}) is outside years 0001-9999") from None
+    hour, rest = divmod(sod, 3_600)
+    minute, second = divmod(rest, 60)
+    width = len(str(tps)) - 1
+    return f"{day.isoformat()}T{hour:02d}:{minute:02d}:{second:02d}.{frac:0{width}d}Z"
+
+
+def parse_duration_ns(text: str) -> int:
+    """``<int><unit>`` with TDengine's units b(ns) u(µs) a(ms) s m h d w, in nanoseconds."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise InvalidValue(f"invalid duration {text!r}: expected <integer><unit>, unit one of b u a s m h d w")
+    return int(m[1]) * _DURATION_NS[m[2]]
+
+
+def _json_tag(ctype: ColumnType, text: str) -> str:
+    def refuse_constant(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        obj = json.loads(text, parse_constant=refuse_constant)
+    except ValueError as exc:
+        raise _bad(ctype, text, f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _bad(ctype, text, "a JSON tag must be an object")
+    for key, val in obj.items():
+        if not key:
+            raise _bad(ctype, text, "empty key")
+        if isinstance(val, (dict, list)):
+            raise _bad(ctype, text, f"value of {key!r} must be a string, number, boolean or null")
+    out = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    if ctype.length is not None and len(out.encode()) > ctype.length:
+        raise _bad(ctype, text, f"longer than {ctype.length} bytes")
+    return out
+
+
+def _check_length(ctype: ColumnType, text: str) -> str:
+    if ctype.length is not None:
+        size = len(text.encode()) if ctype.name == "VARCHAR" else len(text)
+        if size > ctype.length:
+            unit = "bytes" if ctype.name == "VARCHAR" else "characters"
+            raise _bad(ctype, text, f"{size} {unit}, longer than {ctype.length}")
+    return text
+
+
+def coerce(value: object, ctype: ColumnType, precision: str, now_ns: int) -> object:
+    """Storage representation of a SQL literal for a column of ``ctype`` (see module docstring)."""
+    if value is None:
+        return None
+    name = ctype.name
+    if name == "TIMESTAMP":
+        if isinstance(value, Now):
+            return (now_ns + value.offset_ns) // (1_000_000_000 // _ticks(precision))
+        if isinstance(value, str):
+            return parse_timestamp(value, precision)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise _bad(ctype, value, "out of the int64 range")
+            return value
+        raise _bad(ctype, value, "expected epoch ticks, a date string or now")
+    if isinstance(value, Now):
+        raise _bad(ctype, value, "now is only valid for TIMESTAMP")
+    if name in INT_RANGES:
+        if isinstance(value, str) and _INTEGRAL.fullmatch(value):
+            value = _int(ctype, value)
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(ctype, value, "expected an integer")
+        low, high = INT_RANGES[name]
+        if not low <= value <= high:
+            raise _bad(ctype, value, f"out of range {low}..{high}")
+        return value
+    if name in ("DOUBLE", "FLOAT"):
+        if isinstance(value, str):
+            if not _NUMERIC.fullmatch(value):
+                raise _bad(ctype, value, "expected a number")
+            number = float(value)
+        elif isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+            try:
+                number = float(value)
+            except OverflowError:
+                number = math.inf
+        else:
+            raise _bad(ctype, value, "expected a number")
+        if not math.isfinite(number) or (name == "FLOAT" and abs(number) > FLOAT_MAX):
+            raise _bad(ctype, value, "out of range")
+        return number
+    if name == "BOOL":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            lowered = value.lower()
+            if lowered in ("true", "1"):
+                return True
+            if lowered in ("false", "0"):
+                return False
+        raise _bad(ctype, value, "expected true/false or 0/1")
+    if name in ("VARCHAR", "NCHAR"):
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            value = str(value)
+        elif not isinstance(value, str):
+            raise _bad(ctype, value, "expected a string")
+        return _check_length(ctype, value)
+    if name == "JSON":
+        if not isinstance(value, str):
+            raise _bad(ctype, value, "expected a JSON object in a string")
+        return _json_tag(ctype, value)
+    raise ValueError(f"unknown column type {ctype}")
+
+
+def coerce_text(text: str | None, ctype: ColumnType, precision: str, now_ns: int) -> object:
+    """Like :func:`coerce` for a CSV field: surrounding blanks are ignored except for string types."""
+    if text is None:
+        return None
+    if not ctype.is_string:
+        text = text.strip()
+    return coerce(text, ctype, precision, now_ns)
