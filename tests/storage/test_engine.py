@@ -255,3 +255,28 @@ def test_select_result_metadata(engine):
     assert r.rows == [["1970-01-01T00:00:01.000Z", 10.3, 219, "a", 438]]  # FLOAT at its shortest form
     empty = engine.execute("SELECT ts, location FROM power.meters WHERE voltage > 1000")
     assert empty.rows == [] and empty.columns == [("ts", "TIMESTAMP", 8), ("location", "VARCHAR", 64)]
+
+
+def test_kafka_view_of_a_topic(engine):
+    engine.execute("CREATE TOPIC tv AS SELECT ts, voltage, location FROM power.meters WHERE voltage > 200")
+    engine.execute("INSERT INTO power.d1 USING power.meters TAGS ('a', 1) VALUES (1000, 1.0, 210, 1.0) (3000, 1.0, 100, 1.0) (2000, 1.0, 220, 1.0)")
+    engine.execute("INSERT INTO power.d1 VALUES (5000, 1.0, 230, 1.0)")
+    p = vnode_of("power", "d1", 4)
+    assert engine.partition_count("tv") == 4
+    assert engine.watermarks("tv", p) == (0, 3)
+    entries = list(engine.index_entries("tv", p, 1))
+    assert [(base, count) for base, _, count in entries] == [(0, 2), (2, 1)]
+    rows = engine.kafka_rows("tv", p, entries[0][1])
+    assert rows.keys == [b"d1", b"d1"]
+    assert rows.timestamps == [1000, 2000]
+    assert rows.values[1] == b'{"ts":"1970-01-01T00:00:02.000Z","voltage":220,"location":"a"}'
+    assert dict(rows.headers[0]) == {"db": b"power", "stable": b"meters", "table": b"d1", "version": b"1"}
+    assert engine.offset_for_timestamp("tv", p, 1500) == (1, 2000)
+    assert engine.offset_for_timestamp("tv", p, 2001) == (2, 5000)
+    assert engine.offset_for_timestamp("tv", p, 5001) is None
+    assert engine.max_timestamp("tv", p) == (2, 5000)
+    assert list(engine.index_entries("tv", p, 3)) == []
+    with pytest.raises(NotFound):
+        engine.watermarks("nope", 0)
+    with pytest.raises(NotFound):
+        engine.watermarks("tv", 4)

@@ -23,7 +23,8 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from bisect import bisect_right
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +41,7 @@ from walgate.storage.errors import (
     Unsupported,
 )
 from walgate.storage.offsets import OffsetIndex
+from walgate.storage.render import KafkaRows, render
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
@@ -52,7 +54,8 @@ __all__ = ["Engine", "Result"]
 
 log = logging.getLogger("walgate.engine")
 
-_TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}
+_TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick
+_TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 _RETENTION_CHECK_S = 5.0
 
 
@@ -94,6 +97,7 @@ class Engine:
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self._next_retention = 0.0
+        self.on_records: Callable[[str, int], None] | None = None  # (topic, partition) got new records
 
     @classmethod
     def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20) -> "Engine":
@@ -410,6 +414,8 @@ class Engine:
                 max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
                 end = entries[k + 1].version if k + 1 < len(entries) else next_version
                 idx.append(entry.version, count, max_ts, end)
+                if count and self.on_records is not None:
+                    self.on_records(name, vnode.index)
 
     # ------------------------------------------------------------------ topics
 
@@ -504,14 +510,71 @@ class Engine:
                 idx.delete()
         return _affected(0)
 
+    # ------------------------------------------------------------ Kafka view
+
+    def _partition(self, topic: str, partition: int) -> tuple[TopicDef, Vnode, OffsetIndex]:
+        t = self.catalog.topics.get(topic)
+        if t is None:
+            raise NotFound(f"Topic not exist: {topic}")
+        vnodes = self.vnodes[t.db]
+        if not 0 <= partition < len(vnodes):
+            raise NotFound(f"Topic {topic} has no partition {partition}")
+        return t, vnodes[partition], self.indexes[(topic, partition)]
+
+    def partition_count(self, topic: str) -> int:
+        t = self.catalog.topics.get(topic)
+        if t is None:
+            raise NotFound(f"Topic not exist: {topic}")
+        return len(self.vnodes[t.db])
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark) of a topic-partition."""
+        idx = self._partition(topic, partition)[2]
+        return idx.start_offset, idx.end_offset
+
+    def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
+        """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
+        idx = self._partition(topic, partition)[2]
+        if offset < idx.start_offset or offset >= idx.end_offset:
+            return
+        i = bisect_right(idx.offsets, offset) - 1
+        for k in range(i, len(idx.offsets)):
+            yield idx.offsets[k], idx.versions[k], idx.counts[k]
+
     def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
         """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation)."""
-        t = self.catalog.topics[topic]
-        vnode = self.vnodes[t.db][partition]
+        _, vnode, _ = self._partition(topic, partition)
         entry = vnode.wal.read(version)
         if entry is None:
             return []
         return self.evaluators[topic].evaluate(decode_entry(entry), self._tag_tables(vnode))
+
+    def kafka_rows(self, topic: str, partition: int, version: int) -> KafkaRows:
+        """The Kafka records (keys, JSON values, ms timestamps, headers) of one indexed entry."""
+        t, vnode, _ = self._partition(topic, partition)
+        return render(self.topic_records(topic, partition, version), t.db, vnode.db.precision)
+
+    def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none."""
+        _, vnode, idx = self._partition(topic, partition)
+        ticks = ts_ms * _TICKS_PER_MS[vnode.db.precision]
+        found = idx.entry_for_timestamp(ticks)
+        if found is None:
+            return None
+        base, version = found
+        rows = self.kafka_rows(topic, partition, version)
+        for k, ms in enumerate(rows.timestamps):
+            if ms >= ts_ms:
+                return base + k, ms
+        return None  # unreachable while the index agrees with the WAL
+
+    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(offset, timestamp ms) of the first record holding the partition's largest timestamp."""
+        _, vnode, idx = self._partition(topic, partition)
+        if not idx.offsets:
+            return None
+        # no record is later than the running max, so the first one reaching it holds it
+        return self.offset_for_timestamp(topic, partition, idx.running_max[-1] // _TICKS_PER_MS[vnode.db.precision])
 
     # ------------------------------------------------------------ schemaless
 

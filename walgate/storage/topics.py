@@ -47,6 +47,7 @@ class Records:
     timestamps: pa.Array  # int64 ticks in the database precision
     values: pa.Table | None = None
     meta: dict[str, Any] | None = None
+    is_stable: bool = True  # source is a supertable (False: a normal table)
 
     def __len__(self) -> int:
         return len(self.versions)
@@ -146,7 +147,7 @@ class TopicEvaluator:
             versions = versions.filter(mask)
         timestamps = pc.cast(env[batch.column_names[1]], pa.int64())
         values = self._project(env, data_columns, tags)
-        return Records(block.source, versions, env["tbname"], timestamps, values=values)
+        return Records(block.source, versions, env["tbname"], timestamps, values=values, is_stable=block.is_stable)
 
     def _project(self, env: Mapping[str, Any], data_columns: list[str], tags: pa.Table | None) -> pa.Table:
         everything = list(data_columns) + (tags.column_names[1:] if tags is not None else [])
