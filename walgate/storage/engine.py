@@ -73,17 +73,17 @@ def _affected(n: int) -> Result:
 
 @dataclass
 class _Pending:
-    """What one request will append to one vnode."""
+    """What one request will append to one vnode: meta entries, then one data entry of blocks."""
 
     metas: list[dict[str, Any]] = field(default_factory=list)
-    blocks: dict[tuple[str, bool], list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
-    schemas: dict[tuple[str, bool], tuple[Column, ...]] = field(default_factory=dict)
+    # (source, is_stable) -> (columns, tbname per row, row dicts)
+    blocks: dict[tuple[str, bool], tuple[tuple[Column, ...], list[str], list[dict[str, Any]]]] = field(default_factory=dict)
     new_tables: dict[str, TableDef] = field(default_factory=dict)
 
-    def add_row(self, source: str, is_stable: bool, columns: tuple[Column, ...], table: str, row: dict[str, Any]) -> None:
-        key = (source, is_stable)
-        self.schemas[key] = columns
-        self.blocks.setdefault(key, []).append((table, row))
+    def add_rows(self, source: str, is_stable: bool, columns: tuple[Column, ...], table: str, rows: list[dict[str, Any]]) -> None:
+        _, names, block_rows = self.blocks.setdefault((source, is_stable), (columns, [], []))
+        names += [table] * len(rows)
+        block_rows += rows
 
 
 class Engine:
@@ -361,7 +361,7 @@ class Engine:
                 values = {n: coerce(v, by_name[n].type, db.precision, now) for n, v in zip(names, row)}
                 if values[columns[0].name] is None:
                     raise InvalidValue(f"Table {db.name}.{name}: the timestamp column cannot be NULL")
-                pending.add_row(t.stable or name, t.stable is not None, columns, name, values)
+                pending.add_rows(t.stable or name, t.stable is not None, columns, name, [values])
                 rows += 1
         for db_name, plan in plans.items():
             self._commit(self.catalog.database(db_name), plan)
@@ -382,7 +382,7 @@ class Engine:
             entries: list[tuple[int, int, int, bytes]] = [
                 (KIND_META, 1, m["ts"], encode_meta(m)) for m in pending.metas
             ]
-            blocks = [_block(db, key, pending.schemas[key], rows) for key, rows in pending.blocks.items()]
+            blocks = [_block(db, key, *parts) for key, parts in pending.blocks.items()]
             if blocks:
                 n = sum(b.batch.num_rows for b in blocks)
                 max_ts = max(pc.max(pc.cast(b.batch.column(1), pa.int64())).as_py() for b in blocks)
@@ -585,14 +585,20 @@ class Engine:
         points = lineproto.parse_lines(body, precision)
         now_ns = time.time_ns()
         ticks = _TICKS[dbdef.precision]
+        series: dict[tuple[str, tuple[tuple[str, str], ...]], list[lineproto.Point]] = {}
+        for p in points:
+            series.setdefault((p.measurement, p.tags), []).append(p)
         # 1. the schema every measurement needs (validated, not yet committed)
         wanted: dict[str, tuple[dict[str, ColumnType], dict[str, ColumnType]]] = {}
-        for p in points:
-            cols, tags = wanted.setdefault(p.measurement, ({}, {}))
-            for k, v in p.tags:
-                tags[k] = _widest(tags.get(k), ColumnType("NCHAR", max(len(v), 1)), k, p.measurement)
-            for k, ctype, _v in p.fields:
-                cols[k] = _widest(cols.get(k), ctype, k, p.measurement)
+        for (m, tag_pairs), pts in series.items():
+            cols, tags = wanted.setdefault(m, ({}, {}))
+            for k, v in tag_pairs:
+                tags[k] = _widest(tags.get(k), ColumnType("NCHAR", max(len(v), 1)), k, m)
+            for p in pts:
+                for k, ctype, _v in p.fields:
+                    have = cols.get(k)
+                    if have != ctype:
+                        cols[k] = _widest(have, ctype, k, m)
         changes: list[tuple[StableDef | None, StableDef]] = []
         for m, (cols, tags) in wanted.items():
             old = self.catalog.stables.get((db, m))
@@ -604,25 +610,27 @@ class Engine:
         # 2. rows and auto-created subtables, per vnode
         stables = {st.name: st for _, st in changes}
         plan: dict[int, _Pending] = {}
-        for p in points:
-            st = stables.get(p.measurement) or self.catalog.stable(db, p.measurement)
-            name = lineproto.child_table_name(p.measurement, p.tags)
+        for (m, tag_pairs), pts in series.items():
+            st = stables.get(m) or self.catalog.stable(db, m)
+            name = lineproto.child_table_name(m, tag_pairs)
             i = vnode_of(db, name, dbdef.vgroups)
             pending = plan.setdefault(i, _Pending())
             t = self.vnodes[db][i].live(name) or pending.new_tables.get(name)
             if t is None:
                 tags = {tag.name: None for tag in st.tags}
-                tags.update(dict(p.tags))
+                tags.update(dict(tag_pairs))
                 pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": now_ns // ticks})
                 t = TableDef(name, st.name, tags, None, -1, 0)
                 pending.new_tables[name] = t
             elif t.stable != st.name:
-                raise InvalidValue(f"Table {name} belongs to {t.stable}, not to measurement {p.measurement}")
-            ts = (p.ts_ns if p.ts_ns is not None else now_ns) // ticks
-            row: dict[str, Any] = {st.columns[0].name: ts}
-            for k, ctype, v in p.fields:
-                row[k] = v
-            pending.add_row(st.name, True, st.columns, name, row)
+                raise InvalidValue(f"Table {name} belongs to {t.stable}, not to measurement {m}")
+            ts_col = st.columns[0].name
+            rows = []
+            for p in pts:
+                row = {k: v for k, _, v in p.fields}
+                row[ts_col] = (p.ts_ns if p.ts_ns is not None else now_ns) // ticks
+                rows.append(row)
+            pending.add_rows(st.name, True, st.columns, name, rows)
         # 3. commit: schema first (so the rows' columns exist), then the rows
         for old, new in changes:
             if old is None:
@@ -654,7 +662,7 @@ class Engine:
             pending = plan.setdefault(i, _Pending())
             for line, row in enumerate(rows, start=2):
                 values = _csv_values(header, row, by_name, dbdef.precision, now, line, columns[0].name)
-                pending.add_row(t.stable or table, t.stable is not None, columns, table, values)
+                pending.add_rows(t.stable or table, t.stable is not None, columns, table, [values])
         else:
             st = self.catalog.stable(db, stable or "")
             if "tbname" not in header:
@@ -684,7 +692,7 @@ class Engine:
                 elif t.stable != st.name:
                     raise InvalidValue(f"CSV line {line}: table {name} is not a subtable of {stable}")
                 values = _csv_values(col_header, [record[h] for h in col_header], by_name, dbdef.precision, now, line, st.columns[0].name)
-                pending.add_row(st.name, True, st.columns, name, values)
+                pending.add_rows(st.name, True, st.columns, name, [values])
         self._commit(dbdef, plan)
         return len(rows)
 
@@ -813,13 +821,13 @@ def _check_columns(columns: tuple[Column, ...], tags: tuple[Column, ...]) -> Non
         raise InvalidValue("A JSON tag must be the only tag")
 
 
-def _block(db: DatabaseDef, key: tuple[str, bool], columns: tuple[Column, ...], rows: list[tuple[str, dict[str, Any]]]) -> Block:
-    arrays = [pa.array([r[0] for r in rows], pa.string())]
-    names = ["tbname"]
-    for c in columns:
-        arrays.append(pa.array([r[1].get(c.name) for r in rows], c.type.arrow(db.precision)))
-        names.append(c.name)
-    return Block(key[0], key[1], pa.RecordBatch.from_arrays(arrays, names=names))
+def _block(
+    db: DatabaseDef, key: tuple[str, bool], columns: tuple[Column, ...], names: list[str], rows: list[dict[str, Any]]
+) -> Block:
+    """Rows (dicts; a missing column is NULL) as one Arrow block: ``tbname`` then the columns."""
+    struct = pa.array(rows, type=pa.struct([(c.name, c.type.arrow(db.precision)) for c in columns]))
+    arrays = [pa.array(names, pa.string()), *struct.flatten()]
+    return Block(key[0], key[1], pa.RecordBatch.from_arrays(arrays, names=["tbname", *(c.name for c in columns)]))
 
 
 def _widest(old: ColumnType | None, new: ColumnType, name: str, measurement: str) -> ColumnType:
