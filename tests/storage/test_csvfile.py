@@ -21,51 +21,52 @@ def test_header_and_rows() -> None:
     assert parse_csv(body) == (
         ["ts", "current", "voltage"],
         [["1648432611249", "10.3", "219"], ["1648432612249", "10.4", "220"]],
+        [2, 3],
     )
 
 
 def test_bytes_crlf_and_bom() -> None:
     body = "\ufeffts,v\r\n1,a\r\n2,b\r\n".encode()
-    assert parse_csv(body) == (["ts", "v"], [["1", "a"], ["2", "b"]])
-    assert parse_csv("\ufeffts\n1\n") == (["ts"], [["1"]])
+    assert parse_csv(body) == (["ts", "v"], [["1", "a"], ["2", "b"]], [2, 3])
+    assert parse_csv("\ufeffts\n1\n") == (["ts"], [["1"]], [2])
 
 
 def test_header_names_are_stripped_and_lower_cased_unless_back_quoted() -> None:
-    header, rows = parse_csv(" TS , Current,`Voltage`, `Mixed Case` \n1,2,3,4\n")
+    header, rows, _ = parse_csv(" TS , Current,`Voltage`, `Mixed Case` \n1,2,3,4\n")
     assert header == ["ts", "current", "Voltage", "Mixed Case"]
     assert rows == [["1", "2", "3", "4"]]
 
 
 def test_header_only() -> None:
-    assert parse_csv("ts,v\n") == (["ts", "v"], [])
+    assert parse_csv("ts,v\n") == (["ts", "v"], [], [])
 
 
 def test_empty_unquoted_field_is_null_and_quoted_empty_is_empty_string() -> None:
-    header, rows = parse_csv('a,b,c\n1,,""\n,"",\n"","",""\n')
+    header, rows, _ = parse_csv('a,b,c\n1,,""\n,"",\n"","",""\n')
     assert rows == [["1", None, ""], [None, "", None], ["", "", ""]]
 
 
 def test_null_detection_with_doubled_quotes_in_the_same_record() -> None:
-    _, rows = parse_csv('a,b,c,d\n"say ""hi""",,"""",""\n')
+    _, rows, _ = parse_csv('a,b,c,d\n"say ""hi""",,"""",""\n')
     assert rows == [['say "hi"', None, '"', ""]]
 
 
 def test_blank_fields_are_not_null() -> None:
-    _, rows = parse_csv("a,b\n ,x\n")
+    _, rows, _ = parse_csv("a,b\n ,x\n")
     assert rows == [[" ", "x"]]
 
 
 def test_quoted_fields_hold_delimiters_quotes_and_newlines() -> None:
-    _, rows = parse_csv('a,b\n"x,y","two\nlines"\n"a ""q""",\n')
+    _, rows, _ = parse_csv('a,b\n"x,y","two\nlines"\n"a ""q""",\n')
     assert rows == [["x,y", "two\nlines"], ['a "q"', None]]
 
 
 def test_blank_lines_are_skipped_anywhere() -> None:
-    assert parse_csv("\n\na,b\n\n1,2\n\r\n3,4\n\n\n") == (["a", "b"], [["1", "2"], ["3", "4"]])
+    assert parse_csv("\n\na,b\n\n1,2\n\r\n3,4\n\n\n") == (["a", "b"], [["1", "2"], ["3", "4"]], [5, 7])
 
 
 def test_no_trailing_newline() -> None:
-    assert parse_csv("a,b\n1,") == (["a", "b"], [["1", None]])
+    assert parse_csv("a,b\n1,") == (["a", "b"], [["1", None]], [2])
 
 
 @pytest.mark.parametrize("body", ["", "\n", "\r\n\r\n", b""])
@@ -130,4 +131,4 @@ def _render(cell: str | None) -> str:
 @given(rows=st.lists(st.lists(_cells, min_size=3, max_size=3), max_size=5))
 def test_round_trip_of_quoted_cells_and_nulls(rows: list[list[str | None]]) -> None:
     body = "a,b,c\n" + "".join(",".join(_render(c) for c in row) + "\n" for row in rows)
-    assert parse_csv(body) == (["a", "b", "c"], rows)
+    assert parse_csv(body)[:2] == (["a", "b", "c"], rows)

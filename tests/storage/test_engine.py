@@ -199,6 +199,8 @@ def test_csv_import(engine):
         engine.write_csv("power", b"ts,voltage\n1704067200000,1\n1704067200001\n", table="d1")
     with pytest.raises(InvalidValue, match="line 2"):
         engine.write_csv("power", b"ts,voltage\n1704067200000,x\n", table="d1")
+    with pytest.raises(InvalidValue, match="line 5"):  # blank lines count: errors name the file's line
+        engine.write_csv("power", b"ts,voltage\n\n1704067200000,1\n\n1704067200001,x\n", table="d1")
     assert total_rows(engine, "power.d1") == 2
 
 

@@ -72,8 +72,8 @@ def _header_name(name: str | None, lineno: int) -> str:
     return name
 
 
-def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]]]:
-    """``(column names, rows)`` of a CSV body (see module docstring)."""
+def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], list[int]]:
+    """``(column names, rows, the 1-based line where each row starts)`` of a CSV body (see module docstring)."""
     consumed: list[str] = []
 
     def lines() -> Iterator[str]:
@@ -84,6 +84,7 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]]]:
     reader = csv.reader(lines(), strict=True)
     header: list[str] | None = None
     rows: list[list[str | None]] = []
+    linenos: list[int] = []
     start = 1
     while True:
         try:
@@ -110,6 +111,7 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]]]:
             raise CsvError(f"line {lineno}: expected {len(header)} fields (as in the header), got {len(fields)}")
         else:
             rows.append(fields)
+            linenos.append(lineno)
     if header is None:
         raise CsvError("empty CSV: no header row")
-    return header, rows
+    return header, rows, linenos

@@ -648,7 +648,7 @@ class Engine:
         dbdef = self.catalog.database(db)
         if (table is None) == (stable is None):
             raise InvalidValue("CSV import needs exactly one of table= or stable=")
-        header, rows = csvfile.parse_csv(body)
+        header, rows, linenos = csvfile.parse_csv(body)
         now = time.time_ns()
         plan: dict[int, _Pending] = {}
         if table is not None:
@@ -660,7 +660,7 @@ class Engine:
                     raise InvalidValue(f"CSV header: {h} is not a column of {db}.{table}")
             i = vnode_of(db, table, dbdef.vgroups)
             pending = plan.setdefault(i, _Pending())
-            for line, row in enumerate(rows, start=2):
+            for line, row in zip(linenos, rows):
                 values = _csv_values(header, row, by_name, dbdef.precision, now, line, columns[0].name)
                 pending.add_rows(t.stable or table, t.stable is not None, columns, table, [values])
         else:
@@ -673,7 +673,7 @@ class Engine:
                 if h != "tbname" and h not in by_name and h not in tag_by_name:
                     raise InvalidValue(f"CSV header: {h} is neither a column nor a tag of {db}.{stable}")
             col_header = [h for h in header if h in by_name]
-            for line, row in enumerate(rows, start=2):
+            for line, row in zip(linenos, rows):
                 record = dict(zip(header, row))
                 name = record["tbname"]
                 if not name:
