@@ -379,40 +379,33 @@ class Wal:
         """The first retained version (log start)."""
         return self.segments[0].first
 
-    def _locate(self, version: int) -> tuple[_Segment, int] | None:
-        """Segment and entry index of the entry holding ``version`` (or the next one after a gap)."""
+    def _locate(self, version: int) -> tuple[int, int] | None:
+        """(segment index, entry index) of the entry holding ``version`` (clamped to the log start)."""
         if version >= self.next_version:
             return None
         version = max(version, self.first_version)
-        s = bisect_right([seg.first for seg in self.segments], version) - 1
-        seg = self.segments[s]
-        i = bisect_right(seg.versions, version) - 1
-        if i < 0:
-            i = 0
-        return seg, i
+        s = bisect_right(self.segments, version, key=lambda seg: seg.first) - 1
+        return s, max(bisect_right(self.segments[s].versions, version) - 1, 0)
 
     def read_from(self, version: int) -> Iterator[WalEntry]:
         """Entries from the one containing ``version`` (clamped to the log start) to the end."""
         loc = self._locate(version)
         if loc is None:
             return
-        seg, i = loc
-        s = self.segments.index(seg)
+        s, i = loc
         end = self.next_version
-        while s < len(self.segments):
-            seg = self.segments[s]
+        for seg in self.segments[s:]:
             while i < len(seg.versions):
                 if seg.versions[i] >= end:
                     return
                 yield self._read_at(seg, i)
                 i += 1
-            s += 1
             i = 0
 
     def read(self, version: int) -> WalEntry | None:
         """The entry containing ``version``, or None past the end."""
         loc = self._locate(version)
-        return None if loc is None else self._read_at(*loc)
+        return None if loc is None else self._read_at(self.segments[loc[0]], loc[1])
 
     def _read_at(self, seg: _Segment, i: int) -> WalEntry:
         pos = seg.positions[i]
