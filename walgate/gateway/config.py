@@ -46,6 +46,7 @@ class Config:
     advertised_port: int | None = None
     node_id: int = 0
     max_request_bytes: int = 16 << 20
+    batch_cache_bytes: int = 256 << 20  # rendered Kafka record batches kept for re-reads
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -61,8 +62,9 @@ class Config:
                 raise ConfigError(f"{name} must be in 0..65535, got {port}")
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
-        if self.max_request_bytes <= 0:
-            raise ConfigError(f"max_request_bytes must be > 0, got {self.max_request_bytes}")
+        for name in ("max_request_bytes", "batch_cache_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
 

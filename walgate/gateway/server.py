@@ -25,6 +25,9 @@ from aiohttp import web
 
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import make_app
+from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 
@@ -46,6 +49,8 @@ class Gateway:
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
+        self._kafka: KafkaServer | None = None
+        self.kafka_address: tuple[str, int] = ("", 0)
 
     @property
     def http_address(self) -> tuple[str, int]:
@@ -69,14 +74,32 @@ class Gateway:
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port).start()
-            # The Kafka listener (on cfg.kafka_port, advertising cfg.advertised_host:port) starts
-            # here, is named in the ready line below, and is stopped in stop() next to the HTTP one.
+            self._kafka = await self._start_kafka(self._engine)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
         except BaseException:
             await self.stop()
             raise
         host, port = self.http_address
-        log.info("walgate ready http=%s:%d", host, port)
+        log.info("walgate ready http=%s:%d kafka=%s:%d", host, port, *self.kafka_address)
+
+    async def _start_kafka(self, engine: Engine) -> KafkaServer:
+        """Start the Kafka listener; advertise the configured address (the bound port when 0)."""
+        cfg = self.config
+        broker = Broker(
+            engine=engine,
+            storage=self._storage,
+            node_id=cfg.node_id,
+            host=cfg.advertised_host or cfg.host,
+            port=cfg.advertised_port or 0,  # 0: the bound port, known after start
+            cluster_id=Broker.load_cluster_id(cfg.data_dir),
+            cache=BatchCache(cfg.batch_cache_bytes),
+            versions=advertised(),
+        )
+        server = KafkaServer(broker, cfg.max_request_bytes)
+        self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
+        if not broker.port:
+            broker.port = self.kafka_address[1]
+        return server
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
@@ -85,6 +108,9 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sync_task
             self._sync_task = None
+        if self._kafka is not None:
+            await self._kafka.stop()
+            self._kafka = None
         if self._http is not None:
             await self._http.cleanup()
             self._http = None

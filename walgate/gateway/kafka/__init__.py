@@ -1,0 +1,1 @@
+"""The Kafka listener: connection loop, per-API handlers, long-poll fetch."""

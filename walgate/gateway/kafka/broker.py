@@ -1,0 +1,107 @@
+"""What every Kafka handler shares: the engine (via the storage thread), identity, fetch wake-ups, batch cache.
+
+Push, not polling: the engine calls ``on_records(topic, partition)`` on the
+storage thread whenever an append gives a topic-partition new records; that
+hops to the event loop and sets every :class:`asyncio.Event` a waiting Fetch
+registered for the partition. A Fetch registers *before* it reads, so a
+record appended between its read and its wait still wakes it.
+
+Record batches are rendered once per (topic, partition, WAL version): dense
+offsets are never renumbered, so a rendered batch (base offset included) is
+final and every consumer and group reuses it from an LRU bounded in bytes.
+The cache is only touched on the storage thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.engine import Engine
+
+__all__ = ["Broker", "BatchCache"]
+
+
+class BatchCache:
+    """LRU of rendered record batches keyed by (topic, partition, version), bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._items: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, int, int]) -> bytes | None:
+        batch = self._items.get(key)
+        if batch is not None:
+            self._items.move_to_end(key)
+        return batch
+
+    def put(self, key: tuple[str, int, int], batch: bytes) -> None:
+        if key in self._items:
+            return
+        self._items[key] = batch
+        self.size += len(batch)
+        while self.size > self.max_bytes and self._items:
+            _, old = self._items.popitem(last=False)
+            self.size -= len(old)
+
+    def drop_topic(self, topic: str) -> None:
+        for key in [k for k in self._items if k[0] == topic]:
+            self.size -= len(self._items.pop(key))
+
+
+@dataclass
+class Broker:
+    engine: Engine
+    storage: StorageThread
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+    cache: BatchCache
+    versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
+
+    def __post_init__(self) -> None:
+        self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}
+        self._loop = asyncio.get_running_loop()
+        self.engine.on_records = self._on_records
+
+    @staticmethod
+    def load_cluster_id(data_dir: Path) -> str:
+        """A stable cluster id for this data directory (Kafka's 22-character base64 UUID form)."""
+        path = data_dir / "cluster.id"
+        if not path.exists():
+            raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(raw)
+            tmp.replace(path)
+        return path.read_text().strip()
+
+    def _on_records(self, topic: str, partition: int) -> None:
+        """Called on the storage thread after an append."""
+        if (topic, partition) in self._waiters:
+            self._loop.call_soon_threadsafe(self._wake, topic, partition)
+
+    def _wake(self, topic: str, partition: int) -> None:
+        for event in self._waiters.pop((topic, partition), ()):
+            event.set()
+
+    def watch(self, keys: list[tuple[str, int]]) -> asyncio.Event:
+        """An event set as soon as any of ``keys`` gets new records."""
+        event = asyncio.Event()
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(event)
+        return event
+
+    def unwatch(self, keys: list[tuple[str, int]], event: asyncio.Event) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]

@@ -1,0 +1,55 @@
+"""The handler table: one module per Kafka API, registered by api key.
+
+ApiVersions advertises exactly this table intersected with what the wire
+layer can decode/encode, so nothing is advertised that is not handled.
+A handler is ``async (broker, header, request) -> fields`` where ``fields`` is
+the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
+turns into the response of the request's version, or None for a request that
+gets no response (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+from walgate.gateway.kafka.handlers import (
+    api_versions,
+    describe_cluster,
+    describe_topic_partitions,
+    fetch,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+)
+from walgate.wire.protocol import WIRE_VERSIONS
+
+__all__ = ["Handler", "HANDLERS", "advertised"]
+
+HandlerFn = Callable[[Any, Any, Any], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class Handler:
+    api_key: int
+    min_version: int
+    max_version: int
+    fn: HandlerFn
+
+
+_MODULES = (
+    api_versions, metadata, list_offsets, fetch, produce, describe_cluster, describe_topic_partitions, offset_for_leader_epoch,
+)
+HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
+
+
+def advertised() -> dict[int, tuple[int, int]]:
+    """(min, max) version per api key: the handler's range clipped to the wire layer's."""
+    out = {}
+    for key, h in sorted(HANDLERS.items()):
+        lo, hi = WIRE_VERSIONS[key]
+        lo, hi = max(lo, h.min_version), min(hi, h.max_version)
+        if lo <= hi:
+            out[key] = (lo, hi)
+    return out

@@ -1,0 +1,26 @@
+"""DescribeCluster (key 60) v0–v1: this node is the whole cluster and its controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
+_BROKERS = 1  # endpoint_type 1 = brokers, 2 = controllers
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    wanted = getattr(request, "endpoint_type", _BROKERS)
+    error = ErrorCode.none if wanted == _BROKERS else ErrorCode.unsupported_endpoint_type
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "error_message": None if error == ErrorCode.none else "walgate only has broker endpoints",
+        "endpoint_type": _BROKERS,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
+        "cluster_authorized_operations": -2147483648,
+    }

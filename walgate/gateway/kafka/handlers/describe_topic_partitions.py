@@ -1,0 +1,44 @@
+"""DescribeTopicPartitions (key 75) v0: Metadata's topic view, paged by a cursor.
+
+Topics are answered in name order starting at the cursor; at most
+``response_partition_limit`` partitions per response, ``next_cursor`` says
+where to go on. Newer Java admin clients try this API before Metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.metadata import topic_entries
+from walgate.storage.engine import Engine
+
+API_KEY, MIN_VERSION, MAX_VERSION = 75, 0, 0
+
+
+def _answer(engine: Engine, node_id: int, request: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    names = sorted({t.name for t in request.topics}) if request.topics else None
+    entries = topic_entries(engine, node_id, names)
+    cursor = request.cursor
+    limit = max(request.response_partition_limit, 1)
+    out: list[dict[str, Any]] = []
+    left = limit
+    for e in entries:
+        if cursor is not None and e["name"] < cursor.topic_name:
+            continue
+        first = cursor.partition_index if cursor is not None and e["name"] == cursor.topic_name else 0
+        parts = e["partitions"][first:]
+        if len(parts) > left:
+            out.append({**e, "partitions": parts[:left]})
+            return out, {"topic_name": e["name"], "partition_index": first + left}
+        out.append({**e, "partitions": parts})
+        left -= len(parts)
+        if left == 0 and e is not entries[-1]:
+            nxt = entries[entries.index(e) + 1]
+            return out, {"topic_name": nxt["name"], "partition_index": 0}
+    return out, None
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    topics, cursor = await broker.storage.call(_answer, broker.engine, broker.node_id, request)
+    return {"throttle_time": 0, "topics": topics, "next_cursor": cursor}

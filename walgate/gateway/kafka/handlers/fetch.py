@@ -1,0 +1,160 @@
+"""Fetch (key 1) v4–v17: record batches from the offset index, long-poll with push wake-up.
+
+* One record batch per WAL entry that contributes records; a fetch at an
+  offset inside a batch returns that whole batch (the client skips the
+  records before its offset), as Kafka does.
+* OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
+* Sizes (KIP-74): ``max_bytes`` bounds the response and
+  ``partition_max_bytes`` each partition, except that the first batch of the
+  first partition with data is always returned whole, so a big batch cannot
+  stall a consumer.
+* Long-poll: while fewer than ``min_bytes`` are ready, wait up to
+  ``max_wait_ms`` for an append to any requested partition (the broker's
+  push event), then read again.
+* Fetch sessions (KIP-227): walgate answers session id 0 ("no session"), so
+  clients keep sending full fetches; a request naming a session id walgate
+  never gave gets FETCH_SESSION_ID_NOT_FOUND.
+* Topic ids from v13: unknown ids get UNKNOWN_TOPIC_ID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+from walgate.wire.records import encode_batch
+
+API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
+
+
+@dataclass
+class _Want:
+    topic: str | None  # None: unknown topic id
+    topic_key: Any  # name (<= v12) or id (v13+), echoed in the response
+    partition: int
+    offset: int
+    max_bytes: int
+    leader_epoch: int
+
+
+@dataclass
+class _Got:
+    error: int = ErrorCode.none
+    start: int = -1
+    end: int = -1
+    batches: list[bytes] | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.batches or ()))
+
+
+def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, offset: int, budget: int, must_one: bool) -> _Got:
+    """Batches of ``topic``/``partition`` from ``offset`` within ``budget`` bytes (storage thread)."""
+    start, end = engine.watermarks(topic, partition)
+    if not start <= offset <= end:
+        return _Got(ErrorCode.offset_out_of_range, start, end, [])
+    out: list[bytes] = []
+    size = 0
+    for base, version, _count in engine.index_entries(topic, partition, offset):
+        key = (topic, partition, version)
+        batch = cache.get(key)
+        if batch is None:
+            rows = engine.kafka_rows(topic, partition, version)
+            batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)
+            cache.put(key, batch)
+        if size + len(batch) > budget and (out or not must_one):
+            break
+        out.append(batch)
+        size += len(batch)
+    return _Got(ErrorCode.none, start, end, out)
+
+
+def _read_all(broker: Broker, wants: list[_Want], max_bytes: int) -> list[_Got]:
+    left = max_bytes
+    got: list[_Got] = []
+    first = True
+    for w in wants:
+        if w.topic is None:
+            got.append(_Got(ErrorCode.unknown_topic_id))
+            continue
+        err = epoch_error(w.leader_epoch)
+        if err != ErrorCode.none:
+            got.append(_Got(err))
+            continue
+        try:
+            g = read_batches(broker.engine, broker.cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first)
+        except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
+            got.append(_Got(error_of(exc)))
+            continue
+        if g.batches:
+            first = False
+            left -= g.size
+        got.append(g)
+    return got
+
+
+def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
+    ids = {uuid.UUID(t.topic_id): name for name, t in engine.catalog.topics.items()} if version >= 13 else {}
+    wants = []
+    for t in request.topics:
+        key = t.topic_id if version >= 13 else t.topic
+        name = ids.get(key) if version >= 13 else key
+        for p in t.partitions:
+            wants.append(
+                _Want(name, key, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))
+            )
+    return wants
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    version = header.api_version
+    if getattr(request, "session_id", 0) != 0:
+        return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": []}
+    wants = await broker.storage.call(_wants, broker.engine, request, version)
+    max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
+    deadline = time.monotonic() + max(max_wait, 0.0)
+    keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
+    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    while True:
+        event = broker.watch(keys)
+        try:
+            got = await broker.storage.call(_read_all, broker, wants, max_bytes)
+            ready = sum(g.size for g in got)
+            remaining = deadline - time.monotonic()
+            errors = any(g.error != ErrorCode.none for g in got)
+            if ready >= max(request.min_bytes, 1) or errors or remaining <= 0 or not keys:
+                break
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                pass
+        finally:
+            broker.unwatch(keys, event)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(wants, got, version)}
+
+
+def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[dict[str, Any]]:
+    grouped: dict[Any, list[dict[str, Any]]] = {}
+    for w, g in zip(wants, got):
+        grouped.setdefault(w.topic_key, []).append(
+            {
+                "partition_index": w.partition,
+                "error_code": g.error,
+                "high_watermark": g.end,
+                "last_stable_offset": g.end,
+                "log_start_offset": g.start,
+                "aborted_transactions": [],
+                "preferred_read_replica": -1,
+                "records": b"".join(g.batches or ()),
+            }
+        )
+    field = "topic" if version < 13 else "topic_id"
+    return [{field: key, "partitions": parts} for key, parts in grouped.items()]

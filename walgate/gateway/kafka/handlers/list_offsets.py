@@ -1,0 +1,67 @@
+"""ListOffsets (key 2) v0–v9: earliest, latest, by timestamp, max timestamp.
+
+* -2 EARLIEST and -4 EARLIEST_LOCAL: the log start offset (first retained record);
+* -1 LATEST: the high watermark (no transactions, so it is also the last stable offset);
+* -3 MAX_TIMESTAMP (v7+): the first record holding the largest timestamp;
+* -5 EARLIEST_PENDING_UPLOAD (v9+): -1, there is no tiered storage;
+* T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none.
+Timestamps answered for -1/-2 are -1, as Kafka answers them. v0 answers in
+``old_style_offsets`` (a list); the isolation level (v2+) is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 9
+
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
+
+
+def lookup(engine: Engine, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) answering ``timestamp`` (see the module docstring)."""
+    start, end = engine.watermarks(topic, partition)
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return start, -1
+    if timestamp == LATEST:
+        return end, -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1
+    found = engine.max_timestamp(topic, partition) if timestamp == MAX_TIMESTAMP else (
+        engine.offset_for_timestamp(topic, partition, timestamp) if timestamp >= 0 else None
+    )
+    return (found[0], found[1]) if found is not None else (-1, -1)
+
+
+def _answer(engine: Engine, request: Any, version: int) -> list[dict[str, Any]]:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            out: dict[str, Any] = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH}
+            err = epoch_error(getattr(p, "current_leader_epoch", -1))
+            if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
+                err = ErrorCode.invalid_request
+            if err == ErrorCode.none:
+                try:
+                    offset, ts = lookup(engine, t.name, p.partition_index, p.timestamp)
+                except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
+                    err = error_of(exc)
+            if err != ErrorCode.none:
+                offset, ts = -1, -1
+            out.update(error_code=err, offset=offset, timestamp=ts)
+            if version == 0:
+                out["old_style_offsets"] = [offset] if offset >= 0 and getattr(p, "max_num_offsets", 1) > 0 else []
+            parts.append(out)
+        topics.append({"name": t.name, "partitions": parts})
+    return topics
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    topics = await broker.storage.call(_answer, broker.engine, request, header.api_version)
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,40 @@
+"""OffsetForLeaderEpoch (key 23) v0–v4: every partition has leader epoch 0 (see common.py).
+
+The end offset of epoch 0 (and of any earlier epoch the client asks about)
+is the high watermark; a requested epoch above 0 is UNDEFINED (-1/-1), as
+Kafka answers an epoch the leader never had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
+
+
+def _answer(engine: Engine, request: Any) -> list[dict[str, Any]]:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            err = epoch_error(getattr(p, "current_leader_epoch", -1))
+            epoch, end = -1, -1
+            if err == ErrorCode.none:
+                try:
+                    hwm = engine.watermarks(t.topic, p.partition)[1]
+                    if p.leader_epoch <= LEADER_EPOCH:
+                        epoch, end = LEADER_EPOCH, hwm
+                except Exception as exc:  # noqa: BLE001 - mapped per partition
+                    err = error_of(exc)
+            parts.append({"error_code": err, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
+        topics.append({"topic": t.topic, "partitions": parts})
+    return topics
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": await broker.storage.call(_answer, broker.engine, request)}

@@ -1,0 +1,108 @@
+"""The Kafka listener: one task per connection that only moves frames.
+
+Each connection reads size-prefixed frames, dispatches them one at a time and
+writes every response before reading the next request, so responses go out
+in request order (Kafka's rule; clients pipeline requests and match them by
+order). A long-poll Fetch therefore holds only its own connection; other
+connections have their own tasks.
+
+Bad input: a frame over ``max_request_bytes``, a malformed frame or header, an
+unknown api key or an unsupported version (other than ApiVersions, which gets
+the KIP-511 v0 answer) closes the connection after one log line naming the
+peer — what a Kafka broker does. A handler that raises closes the connection
+too (never a half-written response); other connections are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.wire.errors import WireError
+from walgate.wire.framing import FrameReader
+from walgate.wire.protocol import api_versions_fallback, build_response, decode_request, encode_response, parse_request_header
+
+__all__ = ["KafkaServer"]
+
+log = logging.getLogger("walgate.kafka")
+
+_API_VERSIONS = 18
+_READ_CHUNK = 256 << 10
+
+
+class _Close(Exception):
+    """End this connection (after logging why)."""
+
+
+class KafkaServer:
+    def __init__(self, broker: Broker, max_request_bytes: int) -> None:
+        self.broker = broker
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen; returns the bound (host, port)."""
+        self._server = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK)
+        return self._server.sockets[0].getsockname()[:2]
+
+    async def stop(self) -> None:
+        """Stop accepting, then cancel and drain every connection task."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        frames = FrameReader(self.max_request_bytes)
+        try:
+            while True:
+                data = await reader.read(_READ_CHUNK)
+                if not data:
+                    return
+                for frame in frames.feed(data):
+                    writer.writelines(await self._dispatch(frame, peer))
+                    await writer.drain()
+        except _Close as why:
+            log.warning("kafka %s: %s; closing the connection", peer, why)
+        except WireError as exc:
+            log.warning("kafka %s: bad frame (%s); closing the connection", peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _dispatch(self, frame: bytes, peer: Any) -> list[bytes]:
+        header = parse_request_header(frame)
+        handler = HANDLERS.get(header.api_key)
+        supported = self.broker.versions.get(header.api_key)
+        if handler is None or supported is None:
+            raise _Close(f"unsupported api key {header.api_key} (client {header.client_id!r})")
+        if not supported[0] <= header.api_version <= supported[1]:
+            if header.api_key == _API_VERSIONS:
+                return api_versions_fallback(header.correlation_id, self.broker.versions)
+            raise _Close(
+                f"unsupported version {header.api_version} of api key {header.api_key} "
+                f"(supported {supported[0]}-{supported[1]}, client {header.client_id!r})"
+            )
+        request = decode_request(header, frame)
+        try:
+            fields = await handler.fn(self.broker, header, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("kafka %s: api key %d v%d failed", peer, header.api_key, header.api_version)
+            raise _Close(f"internal error {exc!r}") from exc
+        if fields is None:
+            return []
+        return encode_response(header, build_response(header.api_key, header.api_version, fields))
