@@ -11,10 +11,10 @@ import platform
 import subprocess
 import sys
 
-from bench import ingest
+from bench import consume, ingest
 from bench.report import print_table
 
-SCENARIOS = {"ingest": ingest.run}
+SCENARIOS = {"ingest": ingest.run, "consume": consume.run}
 
 
 def machine() -> str:

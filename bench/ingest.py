@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import http.client
 import os
-import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.report import Row, median_rate, timed
+from bench.report import Row, median_rate
+from bench.servers import walgate
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.wal import Wal, WalOptions
@@ -76,48 +74,18 @@ def _raw_writes(root: Path, chunk: int, writes: int, fsync: bool) -> tuple[int, 
 
 def _http_ingest(root: Path, level: int, batches: int, batch: int) -> tuple[int, float]:
     """(rows, seconds) posting line protocol to a ``walgate serve`` subprocess over one keep-alive connection."""
-    log = open(root / "serve.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(root / "data"), "--http-port", "0"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        port = 0
-        for _ in range(600):
-            m = re.search(r"walgate ready .*http=[^:]+:(\d+)", (root / "serve.log").read_text())
-            if m:
-                port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        if not port:
-            raise RuntimeError("walgate serve did not become ready")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-        def post(path: str, body: bytes) -> None:
-            conn.request("POST", path, body=body)
-            resp = conn.getresponse()
-            data = resp.read()
-            if resp.status >= 300:
-                raise RuntimeError(f"{path}: {resp.status} {data[:200]!r}")
-
+    with walgate(root) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=120)
         fsync = 0 if level == 2 else 3000
-        post("/rest/sql", f"CREATE DATABASE b VGROUPS {VGROUPS} WAL_LEVEL {level} WAL_FSYNC_PERIOD {fsync}".encode())
-        post("/influxdb/v1/write?db=b&precision=ms", lines(batch, 0))
+        server.post("/rest/sql", f"CREATE DATABASE b VGROUPS {VGROUPS} WAL_LEVEL {level} WAL_FSYNC_PERIOD {fsync}".encode(), conn)
+        server.post("/influxdb/v1/write?db=b&precision=ms", lines(batch, 0), conn)
         bodies = [lines(batch, (k + 1) * batch) for k in range(batches)]
         start = time.perf_counter()
         for body in bodies:
-            post("/influxdb/v1/write?db=b&precision=ms", body)
+            server.post("/influxdb/v1/write?db=b&precision=ms", body, conn)
         seconds = time.perf_counter() - start
         conn.close()
         return batches * batch, seconds
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 def _drop_page_cache() -> bool:
@@ -190,9 +158,7 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             def over_http() -> tuple[int, float]:
                 nonlocal m
                 m += 1
-                d = tmpdir / f"h{level}-{m}"
-                d.mkdir()
-                return _http_ingest(d, level, batches[level], batch)
+                return _http_ingest(tmpdir / f"h{level}-{m}", level, batches[level], batch)
 
             rows.append(
                 Row(f"line protocol -> HTTP, WAL_LEVEL {level}", median_rate(repeat, over_http), "rows/s", limit_name, raw / per_row)

