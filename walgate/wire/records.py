@@ -48,19 +48,20 @@ Legacy message (magic 0 and 1)::
 
 A compressed message is a *wrapper*: its value is a compressed message set of
 inner messages. For magic 1 the wrapper's offset is the absolute offset of the
-last inner message and inner offsets are relative; for magic 0 inner offsets are
-absolute. Each top-level message decodes to one :class:`DecodedBatch`, as in
-Kafka's ``AbstractLegacyRecordBatch``.
+last inner message and inner offsets are relative (kept relative when the wrapper
+offset is smaller, i.e. not assigned yet, as producers send it); for magic 0 inner
+offsets are absolute. Each top-level message decodes to one :class:`DecodedBatch`,
+as in Kafka's ``AbstractLegacyRecordBatch``.
 
-Implementation choices (measured on 1000 records of ~110 bytes, see tests/wire/bench_wire.py):
+Implementation choices (measured on 1000 records of ~100 bytes, see tests/wire/bench_wire.py):
 :func:`encode_batch` drives aiokafka's C extension ``DefaultRecordBatchBuilder``
-(1.4-2.0 M records/s, byte-identical to a hand-written struct/varint encoder that
-reached 0.3-0.5 M records/s), then patches base offset and leader epoch, and for
+(1.9-2.5 M records/s, byte-identical to a hand-written struct/varint encoder that
+reached 0.5-0.75 M records/s; kafka-python's builder 0.33 M), then patches base offset and leader epoch, and for
 compression / LogAppendTime / control batches rewrites the attributes and CRC
 (CRC-32C via the ``crc32c`` package, ~16 GB/s). :func:`decode_batches` is pure
 checks each batch header, length and CRC itself, decompresses with a bound, and
-lets aiokafka's C ``DefaultRecordBatch`` parse the uncompressed records (1.7 M
-records/s; a pure-Python parser measured 0.11 M). Any byte string either
+lets aiokafka's C ``DefaultRecordBatch`` parse the uncompressed records (1.3 M
+records/s end to end, CRC included; a pure-Python parser measured 0.11 M). Any byte string either
 decodes or raises :class:`CorruptRecord` (CRC mismatch: Kafka's CORRUPT_MESSAGE)
 or :class:`InvalidRecord` (anything else: INVALID_RECORD). Record header keys
 must be valid UTF-8 (Kafka's Java client would substitute U+FFFD).
@@ -192,11 +193,12 @@ def encode_batch(
     Record *i* has offset ``base_offset + offset_deltas[i]`` (default: *i*),
     timestamp ``timestamps[i]`` (ms; ``base_timestamp`` is the first record's,
     ``max_timestamp`` the largest), key, value and headers. Keys, values and
-    header values are bytes-like or None; timestamps and offset deltas ``int``.
+    header values are bytes-like or None; timestamps (>= 0, as Kafka requires)
+    and offset deltas ``int``.
     *compression* is None or a codec of :mod:`walgate.wire.compression`.
     Raises ``ValueError`` for an empty batch, sequences of different lengths,
-    an unknown codec or a batch above 2 GiB, ``TypeError`` for values of the
-    wrong type.
+    a negative timestamp, an unknown codec or a batch above 2 GiB, ``TypeError``
+    for values of the wrong type.
     """
     count = len(values)
     if count == 0:
@@ -207,6 +209,9 @@ def encode_batch(
         raise ValueError("offset_deltas must have one entry per record")
     if compression is not None and compression not in CODEC_IDS:
         raise ValueError(f"unknown codec {compression!r}")
+    if min(timestamps) < 0:
+        # Kafka's ProducerRecord rejects them too; aiokafka's builder also takes -1 as "no first timestamp yet".
+        raise ValueError("record timestamps must be >= 0")
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
     builder = _CBuilder(2, 0, int(is_transactional), producer_id, producer_epoch, base_sequence, _MAX_BATCH)
@@ -320,7 +325,7 @@ def _decode_v2(buf: bytes, pos: int, end: int, verify_crc: bool, max_decompresse
 def _records(plain: bytes, base_offset: int) -> list[DecodedRecord]:
     """The records of an uncompressed batch (header checked, CRC verified or skipped).
 
-    aiokafka's C ``DefaultRecordBatch`` parses them (1.7 M records/s against
+    aiokafka's C ``DefaultRecordBatch`` parses them (1.7 M records/s alone against
     0.11 M for the pure-Python parser it replaced). It bounds-checks every
     length, rejects a record count that does not match and bytes left over,
     and survived mutation fuzzing; being third-party code fed untrusted bytes,
@@ -426,6 +431,9 @@ def _legacy_inner(data: bytes, verify_crc: bool, wrapper: _LegacyMessage) -> lis
     if not messages:
         raise InvalidRecord(f"compressed message at offset {wrapper.offset} holds no messages")
     if wrapper.magic == 1:
-        shift = wrapper.offset - messages[-1].offset
-        messages = [m._replace(offset=m.offset + shift) for m in messages]
+        # As Kafka's AbstractLegacyRecordBatch: a wrapper written by a producer (offset 0, not yet
+        # assigned) makes the base negative, and the relative inner offsets are kept.
+        base = wrapper.offset - messages[-1].offset
+        if base >= 0:
+            messages = [m._replace(offset=m.offset + base) for m in messages]
     return messages
