@@ -1,8 +1,10 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
-Start-up: open the engine (on the storage thread), start the listeners, start the
-WAL sync task, then log exactly one ``walgate ready http=HOST:PORT`` line (ports
-as actually bound, so port 0 works). Shutdown (SIGTERM / SIGINT, or leaving
+Start-up: open the engine (on the storage thread), start the HTTP and Kafka
+listeners, start the WAL sync task, then log exactly one
+``walgate ready http=HOST:PORT kafka=HOST:PORT`` line (ports as actually bound,
+so port 0 works; Kafka clients are told the advertised address, which defaults
+to the bound one). Shutdown (SIGTERM / SIGINT, or leaving
 ``async with Gateway(...)``) runs in reverse: stop the sync task, stop the
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
