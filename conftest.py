@@ -1,112 +1,13 @@
-"""Shared fixtures: a real ``walgate serve`` subprocess on 127.0.0.1.
-
-``walgate_server`` starts ``python -m walgate.gateway.cli serve`` with a fresh data
-directory (HTTP on an ephemeral port read back from the ``walgate ready`` line,
-Kafka on a free port), waits for the ready line with a bounded timeout, yields a
-:class:`WalgateServer` (unpackable as ``http_url, kafka_port, data_dir, proc``) and
-stops the process by PID afterwards: SIGTERM, then SIGKILL if it does not exit.
-The server's stdout and stderr go to ``walgate.log`` in its work directory (a
-file, not a pipe, so a chatty server can never block on a full pipe).
-"""
+"""Repository-wide pytest fixtures (the helpers behind them live in livewalgate.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-READY_TIMEOUT = 30.0
-STOP_TIMEOUT = 15.0
-WALGATE = [sys.executable, "-m", "walgate.gateway.cli"]
-_READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+)")
-
-
-@dataclass(frozen=True)
-class WalgateServer:
-    """A running server; unpacks as ``(http_url, kafka_port, data_dir, proc)``."""
-
-    http_url: str
-    kafka_port: int
-    data_dir: Path
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.http_url, self.kafka_port, self.data_dir, self.proc))
-
-    def log(self) -> str:
-        """Everything the server has written to stdout/stderr so far."""
-        return self.log_path.read_text(errors="replace")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def walgate_env() -> dict[str, str]:
-    """The test process's environment without WALGATE_* overrides."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("WALGATE_")}
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int:
-    """SIGTERM ``proc`` (by PID), SIGKILL it if it has not exited within ``timeout``; returns its exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait(timeout)
-
-
-@contextlib.contextmanager
-def running_walgate(
-    workdir: Path, *args: str, env: dict[str, str] | None = None, data_dir: Path | None = None
-) -> Iterator[WalgateServer]:
-    """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    data_dir = data_dir or workdir / "data"
-    kafka_port = free_port()
-    command = [
-        *WALGATE, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-        "--http-port", "0", "--kafka-port", str(kafka_port), *args,
-    ]
-    log_path = workdir / "walgate.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or walgate_env()
-        )
-    server = WalgateServer("", kafka_port, data_dir, proc, log_path)
-    try:
-        host, port = _wait_ready(server)
-        yield replace(server, http_url=f"http://{host}:{port}")
-    finally:
-        stop_process(proc)
-
-
-def _wait_ready(server: WalgateServer) -> tuple[str, int]:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        match = _READY.search(server.log())
-        if match:
-            return match["host"], int(match["port"])
-        if server.proc.poll() is not None:
-            pytest.fail(f"walgate serve exited with {server.proc.returncode} before ready:\n{server.log()}")
-        time.sleep(0.05)
-    pytest.fail(f"walgate serve not ready within {READY_TIMEOUT} s:\n{server.log()}")
+from livewalgate import WalgateServer, running_walgate
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import running_walgate
+from livewalgate import running_walgate
 
 CYCLES = 20
 TABLES = ("d0", "d1", "d2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import WALGATE, walgate_env
+from livewalgate import WALGATE, walgate_env
 
 DEMO_TIMEOUT = 120.0
 

@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from conftest import running_walgate
+from livewalgate import running_walgate
 
 TIMEOUT = 10
 

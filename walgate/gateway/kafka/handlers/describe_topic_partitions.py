@@ -19,6 +19,9 @@ API_KEY, MIN_VERSION, MAX_VERSION = 75, 0, 0
 def _answer(engine: Engine, node_id: int, request: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     names = sorted({t.name for t in request.topics}) if request.topics else None
     entries = topic_entries(engine, node_id, names)
+    for e in entries:  # nullable in the schema, but the Java client streams them: send empty lists, as Kafka does
+        for p in e["partitions"]:
+            p.update(eligible_leader_replicas=[], last_known_elr=[])
     cursor = request.cursor
     limit = max(request.response_partition_limit, 1)
     out: list[dict[str, Any]] = []

