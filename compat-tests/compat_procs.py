@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from livewalgate import stop_process as stop
+
 COMPAT = Path(__file__).resolve().parent
 STOP_TIMEOUT = 10.0
 
@@ -98,16 +100,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
 
-
-def stop(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int:
-    """SIGTERM ``proc`` by PID, SIGKILL it after ``timeout`` s; returns its exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait(timeout)
 
 
 @dataclass
