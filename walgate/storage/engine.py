@@ -141,7 +141,8 @@ class Engine:
             raise NotFound(f"Table does not exist: {db.name}.{name}")
         return t
 
-    def _tag_tables(self, vnode: Vnode):  # type: ignore[no-untyped-def]
+    def _tag_tables(self, vnode: Vnode) -> Callable[[str], pa.Table]:
+        """Per-stable tag tables of ``vnode`` (a stable dropped since keeps its subtables' names, no tags)."""
         db = vnode.db.name
 
         def lookup(stable: str) -> pa.Table:
@@ -397,14 +398,16 @@ class Engine:
                 version += 1
             if blocks:
                 decoded.append(DecodedEntry(version, KIND_DATA, tuple(blocks)))
-            self._index(db.name, vnode, decoded, vnode.wal.next_version)
+            self._index(vnode, decoded, vnode.wal.next_version)
 
-    def _index(self, db: str, vnode: Vnode, entries: list[DecodedEntry], next_version: int) -> None:
-        """Advance the offset index of every topic of ``db`` over freshly appended entries."""
+    def _index(self, vnode: Vnode, entries: list[DecodedEntry], next_version: int, topics: list[str] | None = None) -> None:
+        """Advance the offset indexes of ``topics`` (default: every topic of the vnode's database) over ``entries``;
+        ``next_version`` is the WAL version after the last entry."""
         tag_tables = self._tag_tables(vnode)
-        for name, ev in self.evaluators.items():
-            if self.catalog.topics[name].db != db:
-                continue
+        if topics is None:
+            topics = [name for name, t in self.catalog.topics.items() if t.db == vnode.db.name]
+        for name in topics:
+            ev = self.evaluators[name]
             idx = self.indexes[(name, vnode.index)]
             for k, entry in enumerate(entries):
                 if entry.version < idx.indexed_to:
@@ -466,18 +469,10 @@ class Engine:
                 for entry in vnode.wal.read_from(start):
                     if entry.version >= start:
                         batch.append(decode_entry(entry))
-                    if len(batch) >= 256:
-                        self._index_topic(topic.name, vnode, batch, batch[-1].version + 1)
+                    if len(batch) >= 256:  # bounded memory; the next entry starts after this one's first version
+                        self._index(vnode, batch, batch[-1].version + 1, [topic.name])
                         batch = []
-                self._index_topic(topic.name, vnode, batch, vnode.wal.next_version)
-
-    def _index_topic(self, name: str, vnode: Vnode, entries: list[DecodedEntry], end: int) -> None:
-        saved = self.evaluators
-        self.evaluators = {name: saved[name]}
-        try:
-            self._index(vnode.db.name, vnode, entries, end)
-        finally:
-            self.evaluators = saved
+                self._index(vnode, batch, vnode.wal.next_version, [topic.name])
 
     def _x_CreateTopic(self, s: ast.CreateTopic, session: str | None) -> Result:
         if s.name in self.catalog.topics:

@@ -105,8 +105,6 @@ class Vnode:
             for t in self.tables.values():
                 if t.stable == meta["stable"]:
                     t.dropped = True
-        elif op == "alter_table" and meta["name"] in self.tables:
-            self.tables[meta["name"]].columns = tuple(column_from_json(c) for c in meta["columns"])
         stable = meta.get("stable")
         if stable is not None:
             self._tag_tables.pop(stable, None)
