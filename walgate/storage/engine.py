@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from walgate.storage import csvfile, lineproto
 from walgate.storage.catalog import Catalog, DatabaseDef, StableDef, TopicDef, column_to_json
+from walgate.storage.committed import Committed
 from walgate.storage.entry import Block, DecodedEntry, decode_entry, encode_blocks, encode_meta
 from walgate.storage.errors import (
     AlreadyExists,
@@ -498,6 +499,7 @@ class Engine:
                 return _affected(0)
             raise NotFound(f"Topic not exist: {s.name}")
         self.catalog.drop_topic(s.name)
+        self.delete_offsets(topic=s.name)
         self.evaluators.pop(s.name, None)
         for vnode in self.vnodes.get(topic.db, []):
             idx = self.indexes.pop((s.name, vnode.index), None)
@@ -548,6 +550,47 @@ class Engine:
         """The Kafka records (keys, JSON values, ms timestamps, headers) of one indexed entry."""
         t, vnode, _ = self._partition(topic, partition)
         return render(self.topic_records(topic, partition, version), t.db, vnode.db.precision)
+
+    def commit_offsets(
+        self, group: str, entries: list[tuple[str, int, int, int, str | None]], now_ms: int
+    ) -> list[StorageError | None]:
+        """Durably commit ``(topic, partition, offset, leader_epoch, metadata)`` entries for ``group``.
+
+        Returns, per entry, None or the error that refused it (unknown topic or
+        partition); the accepted ones are fsynced, one write per vnode, before
+        this returns."""
+        errors: list[StorageError | None] = []
+        per_vnode: dict[int, tuple[Vnode, list[tuple[str, int, Committed]]]] = {}
+        for topic, partition, offset, epoch, metadata in entries:
+            try:
+                _, vnode, _ = self._partition(topic, partition)
+            except StorageError as exc:
+                errors.append(exc)
+                continue
+            errors.append(None)
+            per_vnode.setdefault(id(vnode), (vnode, []))[1].append((topic, partition, Committed(offset, epoch, metadata, now_ms)))
+        for vnode, items in per_vnode.values():
+            vnode.offsets.commit(group, items)
+        return errors
+
+    def committed(self, group: str, topic: str, partition: int) -> Committed | None:
+        """The offset ``group`` committed for a topic-partition (None: none, or no such partition)."""
+        try:
+            _, vnode, _ = self._partition(topic, partition)
+        except StorageError:
+            return None
+        return vnode.offsets.get(group, topic, partition)
+
+    def delete_offsets(self, group: str | None = None, topic: str | None = None, partition: int | None = None) -> int:
+        """Delete committed offsets matching the filters (durably); returns how many went."""
+        return sum(v.offsets.delete(group, topic, partition) for vnodes in self.vnodes.values() for v in vnodes)
+
+    def all_committed(self) -> Iterator[tuple[str, str, int, Committed]]:
+        """Every committed offset: (group, topic, partition, committed)."""
+        for vnodes in self.vnodes.values():
+            for vnode in vnodes:
+                for (group, topic, partition), c in vnode.offsets.items():
+                    yield group, topic, partition, c
 
     def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none."""

@@ -10,7 +10,8 @@ the table map and the WAL version it covers; opening the vnode loads it and
 replays the meta entries after it. A checkpoint is written on close and
 before retention deletes segments, so the meta entries it would need are
 never gone. Dropped tables are kept (marked) so that older entries stay
-evaluable.
+evaluable. Consumer groups' committed offsets of this vnode's partitions live
+here too (committed.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import orjson
 import pyarrow as pa
 
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
+from walgate.storage.committed import CommittedOffsets
 from walgate.storage.entry import decode_entry
 from walgate.storage.schema import Column
 from walgate.storage.wal import KIND_META, Wal, WalOptions
@@ -66,6 +68,7 @@ class Vnode:
         self.dir = directory
         self.wal = wal
         self.tables: dict[str, TableDef] = {}
+        self.offsets = CommittedOffsets.open(directory / "offsets.jsonl")  # consumer-group progress
         self._tag_tables: dict[str, pa.Table] = {}
         self._checkpointed = 0
 
