@@ -1,0 +1,84 @@
+"""Domain errors of the group coordinator, and the Kafka error code each one means.
+
+The coordinator validates the way Kafka's group coordinator does: a check
+raises, the operation catches it and answers with the error code. None of
+these escape the public methods of :class:`~walgate.coordinator.ClassicGroups`
+or :mod:`walgate.coordinator.offsets`; their responses already carry the code.
+
+    GroupError                  base; ``error_code`` is the Kafka error it maps to
+    ├── UnknownMemberId         UNKNOWN_MEMBER_ID (25): no such member / instance id
+    ├── FencedInstanceId        FENCED_INSTANCE_ID (82): instance id now held by another member id
+    ├── IllegalGeneration       ILLEGAL_GENERATION (22): request from another generation
+    ├── RebalanceInProgress     REBALANCE_IN_PROGRESS (27): commit while awaiting the assignment
+    ├── GroupIdNotFound         GROUP_ID_NOT_FOUND (69): no such group
+    └── NonEmptyGroup           NON_EMPTY_GROUP (68): group still has members
+
+    ConsumerProtocolError       embedded consumer-protocol bytes that do not parse (a ValueError)
+
+:data:`ERROR_CODES` is the mapping table (exception class -> Kafka error code).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "GroupError",
+    "UnknownMemberId",
+    "FencedInstanceId",
+    "IllegalGeneration",
+    "RebalanceInProgress",
+    "GroupIdNotFound",
+    "NonEmptyGroup",
+    "ConsumerProtocolError",
+    "ERROR_CODES",
+]
+
+
+class GroupError(Exception):
+    """A request the group's state refuses; ``error_code`` is the Kafka answer."""
+
+    error_code: ClassVar[ErrorCode] = ErrorCode.unknown_server_error
+
+
+class UnknownMemberId(GroupError):
+    error_code = ErrorCode.unknown_member_id
+
+
+class FencedInstanceId(GroupError):
+    error_code = ErrorCode.fenced_instance_id
+
+
+class IllegalGeneration(GroupError):
+    error_code = ErrorCode.illegal_generation
+
+
+class RebalanceInProgress(GroupError):
+    error_code = ErrorCode.rebalance_in_progress
+
+
+class GroupIdNotFound(GroupError):
+    error_code = ErrorCode.group_id_not_found
+
+
+class NonEmptyGroup(GroupError):
+    error_code = ErrorCode.non_empty_group
+
+
+class ConsumerProtocolError(ValueError):
+    """ConsumerProtocolSubscription / ConsumerProtocolAssignment bytes that do not parse."""
+
+
+ERROR_CODES: Final[dict[type[GroupError], ErrorCode]] = {
+    cls: cls.error_code
+    for cls in (
+        UnknownMemberId,
+        FencedInstanceId,
+        IllegalGeneration,
+        RebalanceInProgress,
+        GroupIdNotFound,
+        NonEmptyGroup,
+    )
+}
