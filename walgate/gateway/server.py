@@ -28,6 +28,7 @@ from aiohttp import web
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import make_app
 from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.storage_thread import StorageThread
@@ -96,6 +97,7 @@ class Gateway:
             cluster_id=Broker.load_cluster_id(cfg.data_dir),
             cache=BatchCache(cfg.batch_cache_bytes),
             versions=advertised(),
+            groups=GroupService(engine, self._storage),
         )
         server = KafkaServer(broker, cfg.max_request_bytes)
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)

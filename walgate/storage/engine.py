@@ -518,6 +518,10 @@ class Engine:
             raise NotFound(f"Topic {topic} has no partition {partition}")
         return t, vnodes[partition], self.indexes[(topic, partition)]
 
+    def has_partition(self, topic: str, partition: int) -> bool:
+        t = self.catalog.topics.get(topic)
+        return t is not None and 0 <= partition < len(self.vnodes[t.db])
+
     def partition_count(self, topic: str) -> int:
         t = self.catalog.topics.get(topic)
         if t is None:

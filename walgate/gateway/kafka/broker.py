@@ -16,15 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 
-__all__ = ["Broker", "BatchCache"]
+__all__ = ["Broker", "BatchCache", "PEER"]
+
+PEER: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_peer", default="127.0.0.1")
+"""The client address of the connection the current request came on (set per connection task)."""
 
 
 class BatchCache:
@@ -65,6 +70,7 @@ class Broker:
     cluster_id: str
     cache: BatchCache
     versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
+    groups: GroupService
 
     def __post_init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
-from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.broker import PEER, Broker
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
@@ -50,7 +50,8 @@ class KafkaServer:
         return self._server.sockets[0].getsockname()[:2]
 
     async def stop(self) -> None:
-        """Stop accepting, then cancel and drain every connection task."""
+        """Stop accepting, then cancel and drain every connection task and the group timer."""
+        self.broker.groups.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -63,6 +64,7 @@ class KafkaServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        PEER.set(str(peer[0]) if peer else "")
         frames = FrameReader(self.max_request_bytes)
         try:
             while True:

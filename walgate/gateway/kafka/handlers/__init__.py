@@ -15,13 +15,24 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from walgate.gateway.kafka.handlers import (
     api_versions,
+    delete_groups,
     describe_cluster,
+    describe_groups,
     describe_topic_partitions,
     fetch,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sync_group,
 )
 from walgate.wire.protocol import WIRE_VERSIONS
 
@@ -40,6 +51,8 @@ class Handler:
 
 _MODULES = (
     api_versions, metadata, list_offsets, fetch, produce, describe_cluster, describe_topic_partitions, offset_for_leader_epoch,
+    find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, describe_groups,
+    list_groups, delete_groups, offset_delete,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -1,0 +1,32 @@
+"""FindCoordinator (key 10) v0–v6: this node coordinates every group (batched keys from v4).
+
+Transaction coordinators (key type 1) are refused: transactions are not
+supported, so COORDINATOR_NOT_AVAILABLE is what a transactional client gets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 6
+_GROUP = 0
+
+
+def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+    if key_type != _GROUP:
+        return {"key": key, "node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.coordinator_not_available, "error_message": "walgate has no transaction coordinator"}
+    return {"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
+            "error_code": ErrorCode.none, "error_message": None}
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", _GROUP)
+    if header.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [_one(broker, k, key_type) for k in request.coordinator_keys]}
+    one = _one(broker, request.key, key_type)
+    del one["key"]  # v0-v3 answer a single key at the top level
+    return {"throttle_time": 0, **one}

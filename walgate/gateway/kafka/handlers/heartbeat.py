@@ -1,0 +1,27 @@
+"""Heartbeat (key 12) v0–v4: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+
+API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    groups = broker.groups.groups
+    error = await broker.groups.run(
+        lambda: (
+            groups.heartbeat(
+                group_id=request.group_id,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=getattr(request, "group_instance_id", None),
+                now_ms=now_ms(),
+            ),
+            [],
+        )
+    )
+    return {"throttle_time": 0, "error_code": error}

@@ -1,0 +1,22 @@
+"""LeaveGroup (key 13) v0–v5: one member (v0–v2) or a batch (v3+) leaves; the group rebalances."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+
+API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    if header.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    groups = broker.groups.groups
+    response = await broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms()))
+    if header.api_version < 3 and response["error_code"] == 0 and response["members"]:
+        response = {**response, "error_code": response["members"][0]["error_code"]}
+    return {"throttle_time": 0, **response}

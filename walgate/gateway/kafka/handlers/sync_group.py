@@ -1,0 +1,32 @@
+"""SyncGroup (key 14) v0–v5: the leader's assignment, delivered to every member's parked sync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    if header.api_version >= 5 and (protocol_type is None or protocol_name is None):
+        return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
+    response = await broker.groups.parked(
+        lambda rid: broker.groups.groups.sync(
+            rid,
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments={a.member_id: a.assignment for a in request.assignments},
+            now_ms=now_ms(),
+        )
+    )
+    return {"throttle_time": 0, **response}
