@@ -60,3 +60,20 @@ def test_commit_is_fsynced_before_returning(tmp_path, monkeypatch):
     store = CommittedOffsets.open(tmp_path / "o.jsonl")
     store.commit("g", [("t", 0, Committed(1, 0, None, 0))])
     assert synced, "commit returned without fsync"
+
+
+def test_show_subscriptions_and_consumers(tmp_path):
+    from walgate.storage.engine import ConsumerRow
+
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (s INT)")
+    e.execute("CREATE TOPIC tp AS SELECT ts, v FROM db.st WHERE v > 0")
+    e.execute("INSERT INTO db.a USING db.st TAGS (1) VALUES (1, 5) (2, 0) (3, 6) (4, 7)")  # versions 1..4, v=0 filtered
+    e.commit_offsets("g", [("tp", 0, 1, 0, None)], 10)
+    e.consumers_view = lambda: [ConsumerRow("g", "m-1", "cli", "127.0.0.1", "ready", {"tp": (0,)}, 1000)]
+    subs = e.execute("SHOW SUBSCRIPTIONS")
+    assert subs.rows == [["tp", "g", 0, "m-1", 1, 3, 2]]  # offset 1 = the row at version 3; 3 records - 1 = lag 2
+    consumers = e.execute("SHOW CONSUMERS").rows
+    assert consumers == [["m-1", "g", "cli", "127.0.0.1", "ready", "tp", "tp:0", "1970-01-01T00:00:01.000Z"]]
+    e.close()

@@ -51,13 +51,26 @@ from walgate.storage.values import coerce, coerce_text, format_timestamp
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
 from walgate.storage.wal import KIND_DATA, KIND_META
 
-__all__ = ["Engine", "Result"]
+__all__ = ["Engine", "Result", "ConsumerRow"]
 
 log = logging.getLogger("walgate.engine")
 
 _TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick
 _TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 _RETENTION_CHECK_S = 5.0
+
+
+@dataclass(frozen=True)
+class ConsumerRow:
+    """A consumer-group member as SHOW CONSUMERS lists it (supplied by the gateway's coordinator)."""
+
+    group: str
+    member_id: str
+    client_id: str
+    host: str
+    state: str  # rebalancing | ready
+    assignment: dict[str, tuple[int, ...]]
+    last_heartbeat_ms: int
 
 
 @dataclass
@@ -99,6 +112,8 @@ class Engine:
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self._next_retention = 0.0
         self.on_records: Callable[[str, int], None] | None = None  # (topic, partition) got new records
+        # the consumer-group members the gateway's coordinator knows (SHOW CONSUMERS / SUBSCRIPTIONS)
+        self.consumers_view: Callable[[], list[ConsumerRow]] = list
 
     @classmethod
     def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20) -> "Engine":
@@ -778,7 +793,48 @@ class Engine:
                      {"database": "db", "stable": "stable", "select": "column"}[t.kind], t.topic_id]
                     for t in self.catalog.topics.values()]
             return Result(cols, rows)
-        raise Unsupported(f"SHOW {what} is answered by the Kafka consumer-group coordinator, which this server does not run yet")
+        if what == "CONSUMERS":
+            cols = [("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("client_id", "VARCHAR", 192),
+                    ("host", "VARCHAR", 64), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
+                    ("assignment", "VARCHAR", 1024), ("last_heartbeat", "TIMESTAMP", 8)]
+            rows = [[c.member_id, c.group, c.client_id, c.host, c.state, ",".join(sorted(c.assignment)),
+                     ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(c.assignment.items())),
+                     format_timestamp(c.last_heartbeat_ms, "ms")] for c in self.consumers_view()]
+            return Result(cols, rows)
+        if what == "SUBSCRIPTIONS":
+            return self._subscriptions()
+        raise Unsupported(f"SHOW {what} is not supported")
+
+    def _subscriptions(self) -> Result:
+        """One row per (topic, group, partition) assigned to a member or with a committed offset: the committed
+        offset, the WAL version of the record it points at (the next to read) and the lag behind the high watermark."""
+        owners: dict[tuple[str, str, int], str] = {}
+        for c in self.consumers_view():
+            for topic, partitions in c.assignment.items():
+                for p in partitions:
+                    owners[(topic, c.group, p)] = c.member_id
+        committed = {(t, g, p): c.offset for g, t, p, c in self.all_committed()}
+        rows = []
+        for key in sorted(set(owners) | set(committed)):
+            topic, group, partition = key
+            if not self.has_partition(topic, partition):
+                continue
+            start, end = self.watermarks(topic, partition)
+            offset = committed.get(key)
+            version = self._version_at(topic, partition, offset) if offset is not None else None
+            lag = end - max(offset, start) if offset is not None else None
+            rows.append([topic, group, partition, owners.get(key), offset, version, lag])
+        cols = [("topic_name", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("vgroup_id", "INT", 4),
+                ("consumer_id", "VARCHAR", 192), ("offset", "BIGINT", 8), ("version", "BIGINT", 8), ("lag", "BIGINT", 8)]
+        return Result(cols, rows)
+
+    def _version_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """The WAL version of the record at ``offset`` (None at or past the end, or before the log start)."""
+        loc = self.indexes[(topic, partition)].locate(offset)
+        if loc is None:
+            return None
+        versions = [v for r in self.topic_records(topic, partition, loc[0]) for v in r.versions.to_pylist()]
+        return versions[loc[1]]
 
     def _x_Describe(self, s: ast.Describe, session: str | None) -> Result:
         db = self._resolve_db(s.name.db, session)

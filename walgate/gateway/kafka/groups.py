@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 from walgate.coordinator.classic import ClassicGroups, Completion
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
-from walgate.storage.engine import Engine
+from walgate.storage.engine import ConsumerRow, Engine
 
 __all__ = ["GroupService", "now_ms"]
 
@@ -47,6 +47,15 @@ class GroupService:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        engine.consumers_view = self._consumer_rows
+
+    def _consumer_rows(self) -> list[ConsumerRow]:
+        """SHOW CONSUMERS' view of the coordinator (called by the engine, on the storage thread)."""
+        return [
+            ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
+                        dict(c.assignment or {}), c.last_heartbeat_ms)
+            for c in self.groups.consumers()
+        ]
 
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
         """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread."""
