@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from walgate.storage.committed import Committed, CommittedOffsets
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound
@@ -76,4 +78,25 @@ def test_show_subscriptions_and_consumers(tmp_path):
     assert subs.rows == [["tp", "g", 0, "m-1", 1, 3, 2]]  # offset 1 = the row at version 3; 3 records - 1 = lag 2
     consumers = e.execute("SHOW CONSUMERS").rows
     assert consumers == [["m-1", "g", "cli", "127.0.0.1", "ready", "tp", "tp:0", "1970-01-01T00:00:01.000Z"]]
+    e.close()
+
+
+def test_drop_consumer_group_forgets_its_progress_on_a_topic(tmp_path):
+    from walgate.storage.engine import ConsumerRow
+    from walgate.storage.errors import InvalidValue
+
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE db VGROUPS 2")
+    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (s INT)")
+    e.execute("CREATE TOPIC t1 AS STABLE db.st")
+    e.execute("CREATE TOPIC t2 AS STABLE db.st")
+    e.commit_offsets("spark-1.x", [("t1", 0, 1, 0, None), ("t1", 1, 1, 0, None), ("t2", 0, 5, 0, None)], 1)
+    e.execute("DROP CONSUMER GROUP 'spark-1.x' ON t1")
+    assert [(t, p) for g, t, p, _ in e.all_committed()] == [("t2", 0)]
+    with pytest.raises(NotFound):
+        e.execute("DROP CONSUMER GROUP `spark-1.x` ON t1")
+    e.execute("DROP CONSUMER GROUP IF EXISTS `spark-1.x` ON t1")
+    e.consumers_view = lambda: [ConsumerRow("spark-1.x", "m", "c", "h", "ready", {}, 0)]
+    with pytest.raises(InvalidValue, match="active members"):
+        e.execute("DROP CONSUMER GROUP `spark-1.x` ON t2")
     e.close()

@@ -512,6 +512,8 @@ def test_drop_topic() -> None:
         ("SHOW `Power`.tables", Show("TABLES", "Power")),
         ("show topics", Show("TOPICS")),
         ("SHOW CONSUMERS", Show("CONSUMERS")),
+        ("DROP CONSUMER GROUP IF EXISTS 'spark-x.1' ON tp", ast.DropConsumerGroup("spark-x.1", "tp", True)),
+        ("drop consumer group `G-1` on tp", ast.DropConsumerGroup("G-1", "tp")),
         ("show subscriptions", Show("SUBSCRIPTIONS")),
     ],
 )

@@ -557,6 +557,15 @@ class Engine:
         for k in range(i, len(idx.offsets)):
             yield idx.offsets[k], idx.versions[k], idx.counts[k]
 
+    def _x_DropConsumerGroup(self, s: ast.DropConsumerGroup, _: str | None) -> Result:
+        if s.topic not in self.catalog.topics:
+            raise NotFound(f"Topic not exist: {s.topic}")
+        if any(c.group == s.group for c in self.consumers_view()):
+            raise InvalidValue(f"Consumer group {s.group} has active members: stop them first")
+        if not self.delete_offsets(s.group, s.topic) and not s.if_exists:
+            raise NotFound(f"Consumer group {s.group} has no progress on topic {s.topic}")
+        return _affected(0)
+
     def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
         """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation)."""
         _, vnode, _ = self._partition(topic, partition)

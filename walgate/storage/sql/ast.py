@@ -241,6 +241,15 @@ class DropTopic:
 
 
 @dataclass(frozen=True)
+class DropConsumerGroup:
+    """``DROP CONSUMER GROUP [IF EXISTS] group ON topic``: forget the group's progress on the topic."""
+
+    group: str
+    topic: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
 class Show:
     what: str  # "DATABASES" | "STABLES" | "TABLES" | "TOPICS" | "CONSUMERS" | "SUBSCRIPTIONS"
     db: str | None = None
@@ -274,6 +283,7 @@ Statement = Union[
     Insert,
     CreateTopic,
     DropTopic,
+    DropConsumerGroup,
     Show,
     Describe,
     Select,

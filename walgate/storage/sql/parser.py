@@ -410,6 +410,10 @@ class _ToAst(Transformer):
     def drop_topic(self, if_exists: bool, name: str) -> ast.DropTopic:
         return ast.DropTopic(name, if_exists)
 
+    def drop_consumer_group(self, if_exists: bool, group: str | Token, topic: str) -> ast.DropConsumerGroup:
+        name = _unescape(group.value) if isinstance(group, Token) else group
+        return ast.DropConsumerGroup(name, topic, if_exists)
+
     # -- show / describe / select
     def show(self, _show: Token, *rest: Token | str) -> ast.Show:
         return ast.Show(str(rest[-1]).upper(), str(rest[0]) if len(rest) == 3 else None)
