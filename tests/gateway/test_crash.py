@@ -15,6 +15,7 @@ import http.client
 import json
 import random
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -129,3 +130,53 @@ def check(url: str, acked: dict[str, list[int]], lp_acked: list[int], sent: set[
         got_lp = [r[0] for r in query(url, "SELECT v FROM crash.lp")]
         assert set(lp_acked) <= set(got_lp)
         assert set(got_lp) <= sent
+
+
+@pytest.mark.slow
+def test_kill_9_loses_no_acknowledged_offset_commit(tmp_path: Path) -> None:
+    """A committer (confluent-kafka, synchronous commits of growing offsets) is cut off by kill -9 at random
+    points; after each restart the committed offset is at least the last acknowledged one."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    rng = random.Random(7)
+    data_dir = tmp_path / "data"
+    with running_walgate(tmp_path / "setup", data_dir=data_dir) as server:
+        query(server.http_url, "CREATE DATABASE oc VGROUPS 2")
+        query(server.http_url, "CREATE STABLE oc.st (ts TIMESTAMP, v INT) TAGS (t INT)")
+        query(server.http_url, "CREATE TOPIC oct AS STABLE oc.st")
+    acked = -1001  # OFFSET_INVALID: nothing committed yet
+    for cycle in range(8):
+        with running_walgate(tmp_path / f"c{cycle}", data_dir=data_dir) as server:
+            bootstrap = f"127.0.0.1:{server.kafka_port}"
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash-group", "enable.auto.commit": False,
+                          "socket.timeout.ms": 3000, "session.timeout.ms": 6000})
+            got = c.committed([TopicPartition("oct", 1)], timeout=10)[0].offset
+            assert got >= acked, f"cycle {cycle}: committed {got} < acknowledged {acked}"
+            stop = threading.Event()
+            done: list[int] = []
+
+            def commit_loop(start: int) -> None:
+                n = start
+                while not stop.is_set():
+                    n += 1
+                    try:
+                        c.commit(offsets=[TopicPartition("oct", 1, n)], asynchronous=False)
+                    except KafkaException:
+                        return  # the server died mid-commit: not acknowledged
+                    done.append(n)
+
+            t = threading.Thread(target=commit_loop, args=(max(got, 0),), daemon=True)
+            t.start()
+            time.sleep(rng.uniform(0.2, 1.0))
+            server.proc.kill()
+            server.proc.wait(10)
+            stop.set()
+            t.join(20)
+            if done:
+                acked = done[-1]
+            c.close()
+    assert acked > 10, "too few commits were acknowledged: the test proves nothing"
+    with running_walgate(tmp_path / "final", data_dir=data_dir) as server:
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "crash-group"})
+        assert c.committed([TopicPartition("oct", 1)], timeout=10)[0].offset >= acked
+        c.close()
