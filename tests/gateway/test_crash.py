@@ -14,6 +14,8 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -132,11 +134,23 @@ def check(url: str, acked: dict[str, list[int]], lp_acked: list[int], sent: set[
         assert set(got_lp) <= sent
 
 
+COMMITTER = """
+import sys
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "crash-group", "enable.auto.commit": False})
+n = int(sys.argv[2])
+for _ in range(1_000_000):  # bounded; the test kills this process long before
+    n += 1
+    c.commit(offsets=[TopicPartition("oct", 1, n)], asynchronous=False)
+    print(n, flush=True)  # acknowledged: the commit call returned
+"""
+
+
 @pytest.mark.slow
 def test_kill_9_loses_no_acknowledged_offset_commit(tmp_path: Path) -> None:
-    """A committer (confluent-kafka, synchronous commits of growing offsets) is cut off by kill -9 at random
-    points; after each restart the committed offset is at least the last acknowledged one."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    """A committer process (confluent-kafka, synchronous commits of growing offsets) is cut off by kill -9 of
+    walgate at random points; after each restart the committed offset is at least the last acknowledged one."""
+    from confluent_kafka import Consumer, TopicPartition
 
     rng = random.Random(7)
     data_dir = tmp_path / "data"
@@ -144,39 +158,35 @@ def test_kill_9_loses_no_acknowledged_offset_commit(tmp_path: Path) -> None:
         query(server.http_url, "CREATE DATABASE oc VGROUPS 2")
         query(server.http_url, "CREATE STABLE oc.st (ts TIMESTAMP, v INT) TAGS (t INT)")
         query(server.http_url, "CREATE TOPIC oct AS STABLE oc.st")
+
+    def committed(port: int) -> int:
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "crash-group"})
+        try:
+            return c.committed([TopicPartition("oct", 1)], timeout=15)[0].offset
+        finally:
+            c.close()
+
     acked = -1001  # OFFSET_INVALID: nothing committed yet
     for cycle in range(8):
         with running_walgate(tmp_path / f"c{cycle}", data_dir=data_dir) as server:
-            bootstrap = f"127.0.0.1:{server.kafka_port}"
-            c = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash-group", "enable.auto.commit": False,
-                          "socket.timeout.ms": 3000, "session.timeout.ms": 6000})
-            got = c.committed([TopicPartition("oct", 1)], timeout=10)[0].offset
+            got = committed(server.kafka_port)
             assert got >= acked, f"cycle {cycle}: committed {got} < acknowledged {acked}"
-            stop = threading.Event()
-            done: list[int] = []
-
-            def commit_loop(start: int) -> None:
-                n = start
-                while not stop.is_set():
-                    n += 1
-                    try:
-                        c.commit(offsets=[TopicPartition("oct", 1, n)], asynchronous=False)
-                    except KafkaException:
-                        return  # the server died mid-commit: not acknowledged
-                    done.append(n)
-
-            t = threading.Thread(target=commit_loop, args=(max(got, 0),), daemon=True)
-            t.start()
-            time.sleep(rng.uniform(0.2, 1.0))
-            server.proc.kill()
-            server.proc.wait(10)
-            stop.set()
-            t.join(20)
-            if done:
-                acked = done[-1]
-            c.close()
+            out = tmp_path / f"committer{cycle}.out"
+            with open(out, "wb") as f:
+                committer = subprocess.Popen(
+                    [sys.executable, "-c", COMMITTER, f"127.0.0.1:{server.kafka_port}", str(max(got, 0))],
+                    stdout=f, stderr=subprocess.DEVNULL,
+                )
+            try:
+                time.sleep(rng.uniform(1.0, 2.0))
+                server.proc.kill()
+                server.proc.wait(10)
+            finally:
+                committer.kill()
+                committer.wait(10)
+            lines = out.read_text().split()
+            if lines:
+                acked = int(lines[-1])
     assert acked > 10, "too few commits were acknowledged: the test proves nothing"
     with running_walgate(tmp_path / "final", data_dir=data_dir) as server:
-        c = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "crash-group"})
-        assert c.committed([TopicPartition("oct", 1)], timeout=10)[0].offset >= acked
-        c.close()
+        assert committed(server.kafka_port) >= acked

@@ -100,11 +100,11 @@ class KafkaServer:
         request = decode_request(header, frame)
         try:
             fields = await handler.fn(self.broker, header, request)
+            if fields is None:
+                return []
+            return encode_response(header, build_response(header.api_key, header.api_version, fields))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("kafka %s: api key %d v%d failed", peer, header.api_key, header.api_version)
             raise _Close(f"internal error {exc!r}") from exc
-        if fields is None:
-            return []
-        return encode_response(header, build_response(header.api_key, header.api_version, fields))

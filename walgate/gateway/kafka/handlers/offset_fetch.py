@@ -23,4 +23,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     answers = await svc.run(lambda: ([fetch_offsets(svc.store, group_id=g, topics=t) for g, t in wanted], []))
     if header.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
-    return {"throttle_time": 0, **answers[0]}
+    single = dict(answers[0])
+    del single["group_id"]  # v0-v7 answer one group at the top level
+    return {"throttle_time": 0, **single}

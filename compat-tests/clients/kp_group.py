@@ -1,0 +1,100 @@
+"""kafka-python group member: KafkaConsumer(group_id=...) subscribe() with the range assignor.
+
+Same JSON lines and stop conditions as ck_group.py: ``assignment`` after every rebalance callback,
+``committed`` after the synchronous commit at the end together with what ``committed()`` then
+answers for every partition of the topic (``fetched``), ``summary``, ``closed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+
+from common import emit, emit_record
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("group")
+    ap.add_argument("--max-records", type=int)
+    ap.add_argument("--until-end", action="store_true")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args()
+
+    stopping = False
+
+    def on_term(signum, frame):  # noqa: ANN001
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap, group_id=args.group, auto_offset_reset="earliest",
+        enable_auto_commit=True, auto_commit_interval_ms=60000, partition_assignment_strategy=[RangePartitionAssignor],
+        session_timeout_ms=10000, heartbeat_interval_ms=3000, request_timeout_ms=30000,
+        max_poll_records=1 if args.max_records else 500,
+    )
+    all_tps = [TopicPartition(args.topic, p) for p in sorted(consumer.partitions_for_topic(args.topic) or [])]
+    high = {tp.partition: o for tp, o in consumer.end_offsets(all_tps).items()}
+    emit("watermarks_high", high=high)
+
+    def commit(why: str) -> None:
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        consumer.commit()  # the consumed positions of every assigned partition, synchronously
+        emit("committed", why=why, offsets={tp.partition: consumer.position(tp) for tp in assigned},
+             fetched={tp.partition: consumer.committed(tp) for tp in all_tps})
+
+    class Listener(ConsumerRebalanceListener):
+        # kafka-python 3 runs listeners on its IO thread, where a blocking commit() raises; with
+        # enable_auto_commit the coordinator itself commits synchronously before a rebalance.
+        def on_partitions_revoked(self, revoked):  # noqa: ANN001
+            emit("assignment", after="revoke", partitions=[])
+
+        def on_partitions_assigned(self, assigned):  # noqa: ANN001
+            emit("assignment", after="assign", partitions=sorted(tp.partition for tp in assigned))
+
+    consumer.subscribe([args.topic], listener=Listener())
+    deadline = time.monotonic() + args.timeout
+    count = 0
+    code = 0
+    try:
+        while not stopping:
+            if time.monotonic() > deadline:
+                emit("error", message=f"timed out after {args.timeout} s with {count} records")
+                code = 2
+                break
+            if args.until_end:
+                assigned = consumer.assignment()
+                if assigned == set(all_tps) and all(consumer.position(tp) >= high[tp.partition] for tp in assigned):
+                    break
+            batch = consumer.poll(timeout_ms=200)
+            done = False
+            for tp in sorted(batch, key=lambda t: t.partition):
+                for m in batch[tp]:
+                    emit_record(m.partition, m.offset, m.timestamp, m.timestamp_type, m.key, m.value, m.headers)
+                    count += 1
+                    if args.max_records is not None and count >= args.max_records:
+                        consumer.seek(tp, m.offset + 1)  # records past this one were fetched, not consumed
+                        done = True
+                        break
+                if done:
+                    break
+            if done:
+                break
+        commit("close")
+    finally:
+        emit("summary", records=count)
+        consumer.close(autocommit=False)
+        emit("closed")
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
