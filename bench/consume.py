@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.ingest import lines
 from bench.report import Row
-from bench.servers import loopback_mb_s, tansu, walgate
+from bench.servers import Walgate, loopback_mb_s, tansu, walgate
 
 PARTITIONS = 4
 TOPIC = "bench_meters"
@@ -73,7 +73,7 @@ def _consume_worker(args: tuple[str, int]) -> tuple[int, int, float]:
     return consume_all(*args)
 
 
-def fill_walgate(server, batches: int) -> int:  # type: ignore[no-untyped-def]
+def fill_walgate(server: Walgate, batches: int) -> int:
     """Create the database, the topic and ``batches`` x 5000 rows; returns the topic's record count."""
     server.post("/rest/sql", f"CREATE DATABASE b VGROUPS {PARTITIONS}".encode())
     server.post("/influxdb/v1/write?db=b&precision=ms", lines(5000, 0))
@@ -108,7 +108,7 @@ def copy_to_tansu(src: str, dst: str, expected: int) -> None:
     c.close()
 
 
-def latency(server, samples: int) -> list[float]:  # type: ignore[no-untyped-def]
+def latency(server: Walgate, samples: int) -> list[float]:
     """Seconds from each single-row insert's HTTP answer to its receipt by a long-polling consumer."""
     c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "bench-lat", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 500})

@@ -724,7 +724,6 @@ class ConsumerGroups:
             assigned = current & tgt
             revoke = current - assigned
             pending = tgt - assigned
-            mine_revoking = member.pending_revocation.get(topic, frozenset())
             # A partition held by another member (assigned or being revoked) is unreleased.
             unreleased = {p for p in pending if group.partition_owner.get((topic, p)) not in (None, member.member_id)}
             if unreleased:
