@@ -114,29 +114,43 @@ def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
     return wants
 
 
+def _resolve_and_read(broker: Broker, request: Any, version: int, wants: list[_Want] | None, max_bytes: int) -> tuple[list[_Want], list[_Got]]:
+    """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
+    wants = _wants(broker.engine, request, version) if wants is None else wants
+    return wants, _read_all(broker, wants, max_bytes)
+
+
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     version = header.api_version
     if getattr(request, "session_id", 0) != 0:
         return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": []}
-    wants = await broker.storage.call(_wants, broker.engine, request, version)
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
-    keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    while True:
-        event = broker.watch(keys)
-        try:
-            got = await broker.storage.call(_read_all, broker, wants, max_bytes)
+    wants: list[_Want] | None = None
+    keys: list[tuple[str, int]] = []
+    event: asyncio.Event | None = None
+    try:
+        while True:
+            wants, got = await broker.storage.call(_resolve_and_read, broker, request, version, wants, max_bytes)
+            keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
             ready = sum(g.size for g in got)
             remaining = deadline - time.monotonic()
             errors = any(g.error != ErrorCode.none for g in got)
             if ready >= max(request.min_bytes, 1) or errors or remaining <= 0 or not keys:
                 break
+            if event is None or event.is_set():
+                # watch, then read once more before waiting: an append between the read and the watch is not missed
+                if event is not None:
+                    broker.unwatch(keys, event)
+                event = broker.watch(keys)
+                continue
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
                 pass
-        finally:
+    finally:
+        if event is not None:
             broker.unwatch(keys, event)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(wants, got, version)}
 
