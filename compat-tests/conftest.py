@@ -113,20 +113,28 @@ def kcat() -> Callable[..., Run]:
 
 
 @pytest.fixture(scope="session")
-def java(clients_installed: dict[str, str]) -> Callable[..., Run]:
+def java(java_argv: Callable[..., list[str]]) -> Callable[..., Run]:
+    def java(program: str, *args: str, timeout: float = 120, clients: str = "4.3.0", check: bool = True) -> Run:
+        return run(java_argv(program, *args, clients=clients), timeout, check=check)
+
+    return java
+
+
+@pytest.fixture(scope="session")
+def java_argv(clients_installed: dict[str, str]) -> Callable[..., list[str]]:
+    """The command line running a compat-tests/java program on kafka-clients ``clients`` (for background())."""
     binary = shutil.which("java")
     if binary is None:
         pytest.skip("java is not installed")
 
-    def java(program: str, *args: str, timeout: float = 120, clients: str = "4.3.0", check: bool = True) -> Run:
+    def java_argv(program: str, *args: str, clients: str = "4.3.0") -> list[str]:
         jar_set = JAR_SETS[clients]
         if jar_set in clients_installed:
             pytest.skip(clients_installed[jar_set])
-        argv = [binary, "-Xmx512m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+        return [binary, "-Xmx512m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
                 "-cp", setup_clients.classpath(jar_set), str(JAVA_DIR / program), *args]
-        return run(argv, timeout, check=check)
 
-    return java
+    return java_argv
 
 
 @pytest.fixture(scope="session")

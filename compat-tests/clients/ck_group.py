@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("topic")
     ap.add_argument("group")
     ap.add_argument("--strategy", help="partition.assignment.strategy (default: librdkafka's range,roundrobin)")
+    ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
+                    help="group.protocol: consumer = KIP-848 (server-side assignment, incremental callbacks)")
     ap.add_argument("--session-timeout-ms", type=int, default=10000)
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--max-records", type=int)
@@ -47,10 +49,13 @@ def main() -> None:
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": args.reset,
-        "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": min(3000, args.session_timeout_ms // 3),
         "socket.timeout.ms": 10000,
     }
+    if args.protocol == "consumer":  # the broker owns session timeout, heartbeat interval and assignor
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = args.session_timeout_ms
+        conf["heartbeat.interval.ms"] = min(3000, args.session_timeout_ms // 3)
     if args.strategy:
         conf["partition.assignment.strategy"] = args.strategy
     consumer = Consumer(conf)
@@ -69,7 +74,7 @@ def main() -> None:
             emit("committed", why=why, offsets={tp.partition: tp.offset for tp in done},
                  errors=[str(tp.error) for tp in done if tp.error is not None])
 
-    cooperative = args.strategy == "cooperative-sticky"
+    cooperative = args.strategy == "cooperative-sticky" or args.protocol == "consumer"
     mine: set[int] = set()
 
     def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:

@@ -1,6 +1,7 @@
 // The calls kafka-console-consumer (tools/ConsoleConsumer) makes for
 //   --bootstrap-server B --topic T --group G --from-beginning --max-messages N [--timeout-ms MS]
 //   [--property print.key=true] [--property print.partition=true] [--property print.offset=true]
+//   [--consumer-property K=V ...] (e.g. group.protocol=consumer)
 // KafkaConsumer with group.id=G, auto.offset.reset=earliest (--from-beginning), byte-array deserializers and the
 // default enable.auto.commit=true; subscribe([T]); poll until N messages were printed (a poll with no record
 // within --timeout-ms ends the run with an error, as the tool does); close() (which commits the consumed
@@ -24,6 +25,7 @@ public class ConsoleConsumer {
     public static void main(String[] argv) {
         Map<String, String> opts = new HashMap<>();
         Map<String, String> props = new HashMap<>();
+        Map<String, String> consumerProps = new HashMap<>();
         boolean fromBeginning = false;
         for (int i = 0; i < argv.length; i++) {
             String a = argv[i];
@@ -31,6 +33,9 @@ public class ConsoleConsumer {
             else if (a.equals("--property")) {
                 String[] kv = argv[++i].split("=", 2);
                 props.put(kv[0], kv[1]);
+            } else if (a.equals("--consumer-property")) {
+                String[] kv = argv[++i].split("=", 2);
+                consumerProps.put(kv[0], kv[1]);
             } else opts.put(a.replaceFirst("^--", ""), argv[++i]);
         }
         long maxMessages = Long.parseLong(opts.getOrDefault("max-messages", "-1"));
@@ -45,6 +50,7 @@ public class ConsoleConsumer {
         config.put("auto.offset.reset", fromBeginning ? "earliest" : "latest");
         config.put("key.deserializer", ByteArrayDeserializer.class.getName());
         config.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        config.putAll(consumerProps);
 
         long processed = 0;
         int code = 0;

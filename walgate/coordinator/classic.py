@@ -887,6 +887,12 @@ class ClassicGroups:
         elif not group.is_in_state(GroupState.EMPTY):
             raise NonEmptyGroup(f"Group {group_id} is not empty.")
 
+    def drop_empty(self, group_id: str, now_ms: int) -> None:
+        """Forget *group_id* if it is Empty (a consumer-protocol group takes the id over)."""
+        group = self._groups.get(group_id)
+        if group is not None and group.is_in_state(GroupState.EMPTY):
+            self._remove_group(group_id, now_ms)
+
     def remove_empty_groups(self, *, has_offsets: Callable[[str], bool], now_ms: int) -> list[str]:
         """Drop Empty groups without committed offsets (Kafka's periodic group cleanup); their ids.
 

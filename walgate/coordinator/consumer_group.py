@@ -96,6 +96,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ConsumerInfo
+from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE, encode_assignment, encode_subscription
 from walgate.coordinator.timer import KeyedTimer
 
 __all__ = [
@@ -784,6 +785,63 @@ class ConsumerGroups:
             "assignment": None,
         }
 
+    # ------------------------------------------------------------------ offsets, listing, deletion
+
+    def has_group(self, group_id: str) -> bool:
+        return group_id in self._groups
+
+    def has_members(self, group_id: str) -> bool:
+        group = self._groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def drop_if_empty(self, group_id: str) -> None:
+        """Forget an Empty group (its id is taken over by a classic group: Kafka converts empty groups freely)."""
+        group = self._groups.get(group_id)
+        if group is not None and not group.members:
+            del self._groups[group_id]
+
+    def offset_commit_error(
+        self, group_id: str, member_id: str, member_epoch: int, *, consumer_protocol_version: bool
+    ) -> ErrorCode | None:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (non-transactional) for a group this object has.
+
+        A commit without a member epoch is accepted while the group is empty (an
+        admin or a simple consumer); otherwise the member must exist and commit at
+        its current epoch: FENCED_MEMBER_EPOCH if ahead, STALE_MEMBER_EPOCH if
+        behind. Only OffsetCommit v9+ (*consumer_protocol_version*) can carry a
+        member epoch: older versions from a member get UNSUPPORTED_VERSION.
+        """
+        group = self._groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return None
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if not consumer_protocol_version:
+            return ErrorCode.unsupported_version
+        return _member_epoch_error(member_epoch, member.member_epoch)
+
+    def offset_fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """Kafka's ``ConsumerGroup.validateOffsetFetch``: an admin (no member id, epoch -1) or a current member."""
+        group = self._groups[group_id]
+        if member_epoch < 0 and member_id is None:
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        return _member_epoch_error(member_epoch, member.member_epoch)
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every group, for ListGroups."""
+        return [(group_id, group.state.value) for group_id, group in self._groups.items()]
+
+    def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups for a group this object has: NON_EMPTY_GROUP while it has members."""
+        if self._groups[group_id].members:
+            return ErrorCode.non_empty_group
+        del self._groups[group_id]
+        return ErrorCode.none
+
     # ------------------------------------------------------------------ describe / show
 
     def describe(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
@@ -834,6 +892,34 @@ class ConsumerGroups:
             })
         return described
 
+    def describe_as_classic(self, group_id: str, assignor: str) -> dict[str, Any]:
+        """DescribeGroups' view of a group this object has (Kafka's ``ConsumerGroup.asDescribedGroup``).
+
+        Protocol type ``consumer``, the server assignor as protocol data, each
+        member's subscription and current assignment in the consumer-protocol bytes
+        classic tools parse.
+        """
+        group = self._groups[group_id]
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": group.state.value,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_data": assignor,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": encode_subscription(m.subscribed_topic_names),
+                    "member_assignment": encode_assignment({t: sorted(ps) for t, ps in sorted(m.assigned.items())}),
+                }
+                for m in group.members.values()
+            ],
+        }
+
     def consumers(self) -> list[ConsumerInfo]:
         """Every member of every group, for ``SHOW CONSUMERS`` (``generation_id`` is the group epoch)."""
         infos: list[ConsumerInfo] = []
@@ -857,6 +943,15 @@ class ConsumerGroups:
                     )
                 )
         return infos
+
+
+def _member_epoch_error(received: int, expected: int) -> ErrorCode | None:
+    """Kafka's ``validateMemberEpoch``."""
+    if received > expected:
+        return ErrorCode.fenced_member_epoch
+    if received < expected:
+        return ErrorCode.stale_member_epoch
+    return None
 
 
 def _owns_any(owned: OwnedPartitions | None, pending: Assignment) -> bool:

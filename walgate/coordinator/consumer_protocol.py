@@ -12,6 +12,10 @@ two places, and only those read them here:
   (``GROUP_SUBSCRIBED_TO_TOPIC``): :func:`subscribed_topics`;
 * ``SHOW CONSUMERS`` lists each member's partitions: :func:`assigned_partitions`.
 
+Consumer-protocol groups (KIP-848) are shown to DescribeGroups in these
+formats too: :func:`encode_subscription`, :func:`encode_assignment` write
+version 0, which every consumer reads.
+
 Layout (non-flexible, big-endian), an int16 version then the fields of the
 version-0 schema, which every later version extends by appending fields::
 
@@ -31,11 +35,12 @@ raises :class:`~walgate.coordinator.errors.ConsumerProtocolError`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from walgate.coordinator.errors import ConsumerProtocolError
 
-__all__ = ["PROTOCOL_TYPE", "subscribed_topics", "assigned_partitions"]
+__all__ = ["PROTOCOL_TYPE", "subscribed_topics", "assigned_partitions", "encode_subscription", "encode_assignment"]
 
 PROTOCOL_TYPE: Final = "consumer"
 """The JoinGroup protocol type of Kafka consumers (``ConsumerProtocol.PROTOCOL_TYPE``)."""
@@ -114,3 +119,25 @@ def assigned_partitions(assignment: bytes) -> dict[str, tuple[int, ...]]:
         result[topic] = result.get(topic, ()) + partitions
     reader.nullable_bytes("user_data")
     return result
+
+
+def _string(value: str) -> bytes:
+    data = value.encode()
+    return _I16.pack(len(data)) + data
+
+
+_NULL_BYTES: Final = _I32.pack(-1)
+
+
+def encode_subscription(topics: Sequence[str]) -> bytes:
+    """ConsumerProtocolSubscription v0 bytes: the topics, no user data."""
+    return _I16.pack(0) + _I32.pack(len(topics)) + b"".join(map(_string, topics)) + _NULL_BYTES
+
+
+def encode_assignment(assignment: Mapping[str, Iterable[int]]) -> bytes:
+    """ConsumerProtocolAssignment v0 bytes: topic -> partitions (in the given order), no user data."""
+    parts = [_I16.pack(0), _I32.pack(len(assignment))]
+    for topic, partitions in assignment.items():
+        ps = list(partitions)
+        parts += [_string(topic), _I32.pack(len(ps)), b"".join(_I32.pack(p) for p in ps)]
+    return b"".join(parts) + _NULL_BYTES

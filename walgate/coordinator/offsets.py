@@ -53,6 +53,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ClassicGroups
+from walgate.coordinator.consumer_group import ConsumerGroups
+from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.errors import (
     GroupError,
     GroupIdNotFound,
@@ -243,10 +245,15 @@ def _validate_and_touch(
     group_instance_id: str | None,
     report_group_not_found: bool,
     now_ms: int,
+    consumer: ConsumerGroups | None,
 ) -> ErrorCode | None:
     """The error refusing an OffsetCommit, or None (and the member's session restarted)."""
     if not group_id:
         return ErrorCode.invalid_group_id
+    if consumer is not None and consumer.has_group(group_id):
+        return consumer.offset_commit_error(
+            group_id, member_id, generation_id, consumer_protocol_version=report_group_not_found
+        )
     try:
         group = _group_for_commit(groups, store, group_id, generation_id, report_group_not_found, now_ms)
         validate_offset_commit(group, member_id, group_instance_id, generation_id)
@@ -270,18 +277,22 @@ def commit_offsets(
     report_group_not_found: bool,
     now_ms: int,
     metadata_max_size: int = OFFSET_METADATA_MAX_SIZE,
+    consumer: ConsumerGroups | None = None,
 ) -> OffsetCommitPlan:
     """Validate an OffsetCommit and plan its records (see the module doc for the rules).
 
     *report_group_not_found*: OffsetCommit v9+ (GROUP_ID_NOT_FOUND instead of
-    ILLEGAL_GENERATION for a generation-carrying commit to an unknown group).
+    ILLEGAL_GENERATION for a generation-carrying commit to an unknown group; the
+    only versions that carry a member epoch). Commits to a group of *consumer*
+    (KIP-848) are validated by it.
     A valid commit restarts the member's session in *groups* (Stable / PreparingRebalance).
     """
     group_error: ErrorCode | None = None
     # Kafka answers unknown partitions before the coordinator sees the request.
     if any(partition_exists(topic, p.partition) for topic, partitions in topics for p in partitions):
         group_error = _validate_and_touch(
-            groups, store, group_id, generation_id, member_id, group_instance_id, report_group_not_found, now_ms
+            groups, store, group_id, generation_id, member_id, group_instance_id, report_group_not_found, now_ms,
+            consumer,
         )
 
     records: list[OffsetCommitRecord] = []
@@ -366,6 +377,7 @@ def delete_offsets(
     topics: Sequence[tuple[str, Sequence[int]]],
     topic_exists: Callable[[str], bool],
     now_ms: int,
+    consumer: ConsumerGroups | None = None,
 ) -> OffsetDeletePlan:
     """OffsetDelete: plan deleting committed offsets of topics the group does not consume.
 
@@ -373,20 +385,25 @@ def delete_offsets(
     NON_EMPTY_GROUP (members, and not the consumer protocol); refuses the
     partitions of subscribed topics with GROUP_SUBSCRIBED_TO_TOPIC (all of them
     when the subscriptions cannot be parsed); UNKNOWN_TOPIC_OR_PARTITION for
-    topics that do not exist.
+    topics that do not exist. A group of *consumer* (KIP-848) may have members:
+    only its subscribed topics are refused.
     """
     if not group_id:
         return OffsetDeletePlan({"error_code": ErrorCode.invalid_group_id, "topics": []}, group_id, ())
-    try:
-        group = _validate_offset_delete(groups, store, group_id, now_ms)
-    except GroupError as error:
-        return OffsetDeletePlan({"error_code": error.error_code, "topics": []}, group_id, ())
+    is_subscribed: Callable[[str], bool]
+    if consumer is not None and consumer.has_group(group_id):
+        is_subscribed = consumer.group(group_id).subscribed_topics().__contains__  # type: ignore[union-attr]
+    else:
+        try:
+            is_subscribed = _validate_offset_delete(groups, store, group_id, now_ms).is_subscribed_to_topic
+        except GroupError as error:
+            return OffsetDeletePlan({"error_code": error.error_code, "topics": []}, group_id, ())
     deletions: list[tuple[str, int]] = []
     response_topics: list[dict[str, Any]] = []
     for topic, partitions in topics:
         if not topic_exists(topic):
             code = ErrorCode.unknown_topic_or_partition
-        elif group.is_subscribed_to_topic(topic):
+        elif is_subscribed(topic):
             code = ErrorCode.group_subscribed_to_topic
         else:
             code = ErrorCode.none
@@ -400,7 +417,7 @@ def delete_offsets(
 
 
 def delete_groups(
-    groups: ClassicGroups, store: OffsetStore, *, group_ids: Iterable[str], now_ms: int
+    groups: ClassicGroups | GroupCoordinator, store: OffsetStore, *, group_ids: Iterable[str], now_ms: int
 ) -> GroupDeletePlan:
     """DeleteGroups: drop the Empty groups from *groups* and plan deleting all their offsets."""
     results = groups.delete(group_ids, has_offsets=store.has_offsets, now_ms=now_ms)

@@ -317,6 +317,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
     serve.add_argument("--max-request-bytes", type=int, metavar="N", help="largest accepted request (default 16 MiB)")
     serve.add_argument("--batch-cache-bytes", type=int, metavar="N", help="rendered Kafka batches kept for re-reads (default 256 MiB)")
+    for name, default in (
+        ("group-initial-rebalance-delay-ms", "2000: TDengine's rebalance tick"),
+        ("group-min-session-timeout-ms", "6000"),
+        ("group-max-session-timeout-ms", "1800000"),
+        ("group-consumer-session-timeout-ms", "45000"),
+        ("group-consumer-heartbeat-interval-ms", "5000"),
+    ):
+        serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"consumer groups (default {default})")
     serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
     serve.set_defaults(run=_cmd_serve)
 

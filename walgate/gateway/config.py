@@ -47,6 +47,12 @@ class Config:
     node_id: int = 0
     max_request_bytes: int = 16 << 20
     batch_cache_bytes: int = 256 << 20  # rendered Kafka record batches kept for re-reads
+    # Consumer groups (Kafka's broker settings; TDengine's 2 s rebalance tick and 6 s - 30 min session range).
+    group_initial_rebalance_delay_ms: int = 2_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_consumer_session_timeout_ms: int = 45_000  # KIP-848 members
+    group_consumer_heartbeat_interval_ms: int = 5_000
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -65,6 +71,18 @@ class Config:
         for name in ("max_request_bytes", "batch_cache_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ConfigError(f"group_initial_rebalance_delay_ms must be >= 0, got {self.group_initial_rebalance_delay_ms}")
+        if not 0 < self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms:
+            raise ConfigError(
+                "need 0 < group_min_session_timeout_ms <= group_max_session_timeout_ms, got "
+                f"{self.group_min_session_timeout_ms} and {self.group_max_session_timeout_ms}"
+            )
+        if not 0 < self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms:
+            raise ConfigError(
+                "need 0 < group_consumer_heartbeat_interval_ms < group_consumer_session_timeout_ms, got "
+                f"{self.group_consumer_heartbeat_interval_ms} and {self.group_consumer_session_timeout_ms}"
+            )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
 

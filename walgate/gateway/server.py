@@ -25,6 +25,9 @@ from types import TracebackType
 
 from aiohttp import web
 
+from walgate.coordinator.classic import ClassicGroups
+from walgate.coordinator.consumer_group import ConsumerGroups
+from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import make_app
 from walgate.gateway.kafka.broker import BatchCache, Broker
@@ -97,7 +100,17 @@ class Gateway:
             cluster_id=Broker.load_cluster_id(cfg.data_dir),
             cache=BatchCache(cfg.batch_cache_bytes),
             versions=advertised(),
-            groups=GroupService(engine, self._storage),
+            groups=GroupService(engine, self._storage, GroupCoordinator(
+                ClassicGroups(
+                    min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                    max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+                    initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+                ),
+                ConsumerGroups(
+                    heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
+                    session_timeout_ms=cfg.group_consumer_session_timeout_ms,
+                ),
+            )),
         )
         server = KafkaServer(broker, cfg.max_request_bytes)
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)

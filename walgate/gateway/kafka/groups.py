@@ -1,6 +1,6 @@
 """The consumer-group coordinator wired to the event loop.
 
-The coordinator (:class:`ClassicGroups`) and the offset store it reads are
+The coordinator (:class:`GroupCoordinator`: classic and KIP-848 groups) and the offset store it reads are
 plain synchronous objects; like the engine they are only touched on the
 storage thread, so group state and committed offsets never race. What lives
 here is the asynchronous part:
@@ -24,7 +24,8 @@ import itertools
 import time
 from typing import Any, Callable, TypeVar
 
-from walgate.coordinator.classic import ClassicGroups, Completion
+from walgate.coordinator.classic import Completion
+from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import ConsumerRow, Engine
@@ -39,8 +40,8 @@ def now_ms() -> int:
 
 
 class GroupService:
-    def __init__(self, engine: Engine, storage: StorageThread) -> None:
-        self.groups = ClassicGroups()
+    def __init__(self, engine: Engine, storage: StorageThread, groups: GroupCoordinator | None = None) -> None:
+        self.groups = groups or GroupCoordinator()
         self.store = EngineOffsetStore(engine)
         self.engine = engine
         self.storage = storage

@@ -15,6 +15,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from walgate.gateway.kafka.handlers import (
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_cluster,
     describe_groups,
@@ -52,7 +54,7 @@ class Handler:
 _MODULES = (
     api_versions, metadata, list_offsets, fetch, produce, describe_cluster, describe_topic_partitions, offset_for_leader_epoch,
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, describe_groups,
-    list_groups, delete_groups, offset_delete,
+    list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

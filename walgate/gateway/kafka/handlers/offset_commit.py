@@ -21,7 +21,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     def commit() -> tuple[dict[str, Any], list[Any]]:
         plan = commit_offsets(
-            svc.groups, svc.store,
+            svc.groups.classic, svc.store,
             group_id=request.group_id,
             generation_id=getattr(request, "generation_id_or_member_epoch", -1),
             member_id=getattr(request, "member_id", ""),
@@ -30,6 +30,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             partition_exists=svc.engine.has_partition,
             report_group_not_found=header.api_version >= 9,
             now_ms=now_ms(),
+            consumer=svc.groups.consumer,
         )
         svc.store.commit(plan.records)  # durable (fsynced) before the answer
         return plan.response, []

@@ -17,8 +17,9 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     def delete() -> tuple[dict[str, Any], list[Any]]:
         plan = delete_offsets(
-            svc.groups, svc.store, group_id=request.group_id, topics=topics,
+            svc.groups.classic, svc.store, group_id=request.group_id, topics=topics,
             topic_exists=lambda name: name in svc.engine.catalog.topics, now_ms=now_ms(),
+            consumer=svc.groups.consumer,
         )
         svc.store.delete(plan.group_id, plan.deletions)
         return plan.response, []

@@ -1,0 +1,76 @@
+"""ConsumerGroupHeartbeat (key 68) v0–v1: KIP-848 membership; the coordinator owns the assignment.
+
+Topics travel as ids on the wire and as names in the coordinator: owned
+partitions of ids this node does not know are dropped (the topic is gone), the
+assignment is answered with the catalog's ids. v1 members generate their own
+member id (KIP-1082): an empty one is refused. Regex subscriptions are not
+supported (INVALID_REQUEST says so); an empty regex means none.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.groups import now_ms
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 68, 0, 1
+log = logging.getLogger(__name__)
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _refuse(message: str) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "error_message": message,
+            "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    if header.api_version >= 1 and request.member_id == "":
+        return _refuse("MemberId can't be empty.")
+    if request.subscribed_topic_regex:  # librdkafka sends "" for "no regex"
+        return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
+    svc = broker.groups
+    engine = svc.engine
+    names_by_id = {uuid.UUID(t.topic_id): name for name, t in engine.catalog.topics.items()}
+    owned = None
+    if request.topic_partitions is not None:
+        owned = [
+            (names_by_id[t.topic_id], list(t.partitions)) for t in request.topic_partitions if t.topic_id in names_by_id
+        ]
+
+    def topic_partitions(name: str) -> int | None:
+        return engine.partition_count(name) if name in engine.catalog.topics else None
+
+    response = await svc.run(lambda: (svc.groups.consumer_heartbeat(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=request.subscribed_topic_names,
+        server_assignor=request.server_assignor,
+        topic_partitions=topic_partitions,
+        owned=owned,
+        client_id=header.client_id or "",
+        client_host=f"/{PEER.get()}",
+        now_ms=now_ms(),
+    ), []))
+    if response["error_code"] != ErrorCode.none:
+        log.debug("ConsumerGroupHeartbeat of %r in %r: %s %s", request.member_id, request.group_id,
+                  response["error_code"].name, response["error_message"])
+    assignment = response.pop("assignment")
+    if assignment is not None:
+        topics = engine.catalog.topics
+        assignment = {"topic_partitions": [
+            {"topic_id": uuid.UUID(topics[t["topic_name"]].topic_id), "partitions": t["partitions"]}
+            for t in assignment["topic_partitions"] if t["topic_name"] in topics
+        ]}
+    response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
+    return {"throttle_time": 0, **response, "assignment": assignment}
