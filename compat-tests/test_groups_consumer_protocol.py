@@ -82,3 +82,37 @@ def test_members_split_partitions_evenly_and_read_everything_once(power, start_m
     check_exactly(read_all(bgs), want, first_offsets={p: 0 for p in range(data.VGROUPS)})
     for b in bgs:
         close(b)
+
+
+MIXED = [
+    ("ck", "classic", "ck", "consumer"),  # a consumer-protocol member upgrades a live classic group
+    ("ck", "consumer", "ck", "classic"),  # a classic member joins a consumer group, assigned by the server
+    ("kp", "classic", "ck", "consumer"),
+    ("ck", "consumer", "kp", "classic"),
+    ("java", "classic", "java", "consumer"),
+    ("java", "consumer", "java", "classic"),
+]
+
+
+@pytest.mark.parametrize("first_client, first_protocol, second_client, second_protocol", MIXED,
+                         ids=[f"{a}-{b}-then-{c}-{d}" for a, b, c, d in MIXED])
+def test_mixed_protocol_group(power, start_member, first_client, first_protocol, second_client, second_protocol):
+    """Kafka 4: members of both protocols in one group share it; the group keeps every record once."""
+    want = power.expected[TOPIC]
+    group = group_name("mixed")
+    first = start_member(first_client, first_protocol, group)
+    wait_until(lambda: owned(first) == list(range(data.VGROUPS)), 60, "the first member owning all 4", first)
+    second = start_member(second_client, second_protocol, group)
+
+    def split() -> bool:
+        a, b = owned(first) or [], owned(second) or []
+        return len(a) == 2 and len(b) == 2 and sorted(a + b) == list(range(data.VGROUPS))
+
+    wait_until(split, 60, "the two members owning 2 partitions each", first, second)
+    wait_until(lambda: len(read_all([first, second])) >= len(want), 30, "every record read", first, second)
+    time.sleep(1.0)
+    check_exactly(read_all([first, second]), want, first_offsets={p: 0 for p in range(data.VGROUPS)})
+    close(second)
+    wait_until(lambda: owned(first) == list(range(data.VGROUPS)), 60, "the first member owning all 4 again",
+               first, second)
+    close(first)

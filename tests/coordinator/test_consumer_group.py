@@ -307,6 +307,7 @@ def test_describe() -> None:
         "subscribed_topic_regex": None,
         "assignment": {"topic_partitions": []},
         "target_assignment": {"topic_partitions": [{"topic_name": "t", "partitions": [2, 3]}]},
+        "member_type": 1,
     }
     assert g["members"][0]["assignment"] == {"topic_partitions": [{"topic_name": "t", "partitions": [0, 1, 2, 3]}]}
     assert g["members"][0]["member_epoch"] == 1

@@ -120,6 +120,21 @@ def _uuid4() -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class AdoptedMember:
+    """A member of a classic group being upgraded to a consumer group (:meth:`ClassicGroups.release_for_upgrade`)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerInfo:
     """One member as ``SHOW CONSUMERS`` lists it (a snapshot; changing it changes nothing)."""
 
@@ -886,6 +901,27 @@ class ClassicGroups:
                 raise GroupIdNotFound(f"Group {group_id} not found.")
         elif not group.is_in_state(GroupState.EMPTY):
             raise NonEmptyGroup(f"Group {group_id} is not empty.")
+
+    def release_for_upgrade(self, group_id: str, now_ms: int) -> tuple[int, list[AdoptedMember], list[Completion]]:
+        """Hand a group with members over to the consumer protocol (Kafka's online upgrade).
+
+        Returns its generation, its members (subscription and assignment bytes
+        included) and the parked requests answered REBALANCE_IN_PROGRESS; the group
+        is gone from here afterwards.
+        """
+        group = self._groups[group_id]
+        adopted = []
+        for m in group.members.values():
+            metadata = m.metadata(group.protocol_name) if group.protocol_name else m.protocols[0][1]
+            adopted.append(AdoptedMember(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, tuple(m.protocols), metadata, m.assignment,
+            ))
+            group.complete_join(m, join_response(ErrorCode.rebalance_in_progress, m.member_id))
+            group.complete_sync(m, sync_response(ErrorCode.rebalance_in_progress))
+        generation = group.generation_id
+        self._remove_group(group_id, now_ms)
+        return generation, adopted, self._drain()
 
     def drop_empty(self, group_id: str, now_ms: int) -> None:
         """Forget *group_id* if it is Empty (a consumer-protocol group takes the id over)."""

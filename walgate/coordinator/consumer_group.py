@@ -95,8 +95,15 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from walgate.coordinator.classic import ConsumerInfo
-from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE, encode_assignment, encode_subscription
+from walgate.coordinator.classic import AdoptedMember, ConsumerInfo
+from walgate.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    assigned_partitions,
+    encode_assignment,
+    encode_subscription,
+    subscription,
+)
+from walgate.coordinator.errors import ConsumerProtocolError
 from walgate.coordinator.timer import KeyedTimer
 
 __all__ = [
@@ -117,6 +124,7 @@ GROUP_TYPE: Final = "consumer"
 """ListGroups' ``group_type`` of these groups (Kafka's ``Group.GroupType.CONSUMER``)."""
 
 UNIFORM_ASSIGNOR: Final = "uniform"
+_CLASSIC_MEMBER, _CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1 member_type
 LEAVE_GROUP_MEMBER_EPOCH: Final = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH: Final = -2
 
@@ -146,6 +154,14 @@ class _HeartbeatError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a classic-protocol member (JoinGroup) of a consumer group declared (Kafka's ``ClassicMemberMetadata``)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True, eq=False)
 class ConsumerGroupMember:
     member_id: str
@@ -162,6 +178,8 @@ class ConsumerGroupMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     last_heartbeat_ms: int = 0
+    classic: ClassicMetadata | None = None
+    """Set for members that speak the classic protocol (JoinGroup / SyncGroup / Heartbeat)."""
 
     def update_member_epoch(self, epoch: int) -> None:
         """Kafka's ``Builder.updateMemberEpoch``: the old epoch becomes the previous one."""
@@ -595,8 +613,53 @@ class ConsumerGroups:
                 self._throw_if_member_epoch_is_invalid(existing, member_epoch, owned)
                 member = existing
 
-        # 1. Create or update the member; bump the group epoch on membership / subscription changes.
         old_assigned = dict(member.assigned)
+        self._update_member(group, member, is_new, instance_id, rack_id, rebalance_timeout_ms,
+                            subscribed_topic_names, server_assignor, topic_partitions, owned,
+                            client_id, client_host, now_ms)
+        self._schedule_session(group, member, self.session_timeout_ms, now_ms)
+
+        full_request = joining or (
+            rebalance_timeout_ms != -1 and subscribed_topic_names is not None and owned is not None
+        )
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "member_id": member.member_id,
+            "member_epoch": member.member_epoch,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "assignment": (
+                _response_assignment(member.assigned)
+                if full_request or member.assigned != old_assigned
+                else None
+            ),
+        }
+
+    def _schedule_session(self, group: ConsumerGroup, member: ConsumerGroupMember, timeout_ms: int, now_ms: int) -> None:
+        self._timer.schedule(
+            _session_key(group.group_id, member.member_id),
+            now_ms + timeout_ms,
+            self._session_expired_op(group.group_id, member.member_id),
+        )
+
+    def _update_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        is_new: bool,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        subscribed_topic_names: Sequence[str] | None,
+        server_assignor: str | None,
+        topic_partitions: Callable[[str], int | None],
+        owned: OwnedPartitions | None,
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> None:
+        """Kafka's heartbeat steps 1-3 (shared by both protocols' members)."""
+        # 1. Create or update the member; bump the group epoch on membership / subscription changes.
         bump = group.group_epoch == 0 or is_new
         if instance_id is not None:
             member.instance_id = instance_id
@@ -637,28 +700,6 @@ class ConsumerGroups:
         # 3. Reconcile the member towards its target.
         self._maybe_reconcile(group, member, owned)
 
-        self._timer.schedule(
-            _session_key(group.group_id, member.member_id),
-            now_ms + self.session_timeout_ms,
-            self._session_expired_op(group.group_id, member.member_id),
-        )
-
-        full_request = joining or (
-            rebalance_timeout_ms != -1 and subscribed_topic_names is not None and owned is not None
-        )
-        return {
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "member_id": member.member_id,
-            "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": self.heartbeat_interval_ms,
-            "assignment": (
-                _response_assignment(member.assigned)
-                if full_request or member.assigned != old_assigned
-                else None
-            ),
-        }
-
     def _replace_static_member(
         self, group: ConsumerGroup, existing: ConsumerGroupMember, member_id: str
     ) -> ConsumerGroupMember:
@@ -681,6 +722,7 @@ class ConsumerGroups:
             previous_member_epoch=0,
             assigned=dict(existing.assigned),
             pending_revocation=dict(existing.pending_revocation),
+            classic=existing.classic,
         )
         group.members[member_id] = member
         if target is not None:
@@ -785,6 +827,193 @@ class ConsumerGroups:
             "assignment": None,
         }
 
+    # ------------------------------------------------------------------ classic members
+
+    def adopt(self, group_id: str, generation_id: int, members: Sequence[AdoptedMember], now_ms: int) -> None:
+        """Kafka's online upgrade (``ConsumerGroup.fromClassicGroup``): a classic group becomes a consumer group.
+
+        The epochs continue from the classic generation, every member keeps its
+        current assignment (which is also the target until the next epoch bump)
+        and becomes a classic member of the new group; undecodable subscription or
+        assignment bytes count as empty.
+        """
+        group = ConsumerGroup(group_id, group_epoch=generation_id, assignment_epoch=generation_id)
+        self._groups[group_id] = group
+        for m in members:
+            try:
+                topics, _ = subscription(m.subscription)
+            except ConsumerProtocolError:
+                topics = ()
+            try:
+                assigned = _clean(assigned_partitions(m.assignment))
+            except ConsumerProtocolError:
+                assigned = {}
+            member = ConsumerGroupMember(
+                m.member_id, instance_id=m.instance_id, client_id=m.client_id, client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms, subscribed_topic_names=topics,
+                member_epoch=generation_id, previous_member_epoch=generation_id, assigned=assigned,
+                last_heartbeat_ms=now_ms, classic=ClassicMetadata(m.session_timeout_ms, m.protocols),
+            )
+            group.members[m.member_id] = member
+            if m.instance_id is not None:
+                group.static_members[m.instance_id] = m.member_id
+            group.target[m.member_id] = dict(assigned)
+            group.set_member_ownership(member, ())
+            self._schedule_session(group, member, m.session_timeout_ms, now_ms)
+        group.subscription_metadata = {}  # recomputed (and the epoch bumped) by the next heartbeat
+
+    def classic_join(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        require_known_member_id: bool,
+        topic_partitions: Callable[[str], int | None],
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> dict[str, Any]:
+        """Kafka's ``classicGroupJoinToConsumerGroup``: a JoinGroup answered at once by the server's assignment.
+
+        The member's subscription and owned partitions come from its first
+        protocol's metadata; it is reconciled like any member and answered with
+        its member epoch as the generation and no leader (so it does not assign:
+        SyncGroup hands it the server's assignment).
+        """
+        group = self._groups[group_id]
+        try:
+            if protocol_type != PROTOCOL_TYPE or not protocols or not self._supports_protocols(group, protocols):
+                raise _HeartbeatError(ErrorCode.inconsistent_group_protocol, "protocols do not match the group's")
+            try:
+                topics, owned_map = subscription(protocols[0][1])
+            except ConsumerProtocolError as exc:
+                raise _HeartbeatError(ErrorCode.inconsistent_group_protocol, str(exc)) from None
+            is_new = False
+            if instance_id is not None and instance_id in group.static_members:
+                existing = group.members[group.static_members[instance_id]]
+                if member_id not in ("", existing.member_id):
+                    raise _HeartbeatError(ErrorCode.fenced_instance_id, f"instance id {instance_id} is held")
+                if member_id == "":
+                    member = self._replace_static_member(group, existing, self._new_member_id())
+                else:
+                    member = existing
+            elif member_id == "":
+                member_id = self._new_member_id()
+                if require_known_member_id and instance_id is None:
+                    return join_answer(ErrorCode.member_id_required, member_id)
+                member, is_new = ConsumerGroupMember(member_id), True
+            else:
+                # Like Kafka, a member id the group does not have is a new member: there are no pending
+                # members here, the id may be the one MEMBER_ID_REQUIRED handed out.
+                found = group.members.get(member_id)
+                if found is not None and found.classic is None:
+                    raise self._unknown_member(group, member_id)
+                member, is_new = (found, False) if found is not None else (ConsumerGroupMember(member_id), True)
+            if is_new and len(group.members) >= self.max_group_size:
+                raise _HeartbeatError(ErrorCode.group_max_size_reached, "the group is full")
+        except _HeartbeatError as exc:
+            return join_answer(exc.error, member_id)
+        member.classic = ClassicMetadata(session_timeout_ms, tuple(protocols))
+        self._update_member(group, member, is_new, instance_id, None, rebalance_timeout_ms, topics, None,
+                            topic_partitions, list(owned_map.items()), client_id, client_host, now_ms)
+        self._schedule_session(group, member, session_timeout_ms, now_ms)
+        return {**join_answer(ErrorCode.none, member.member_id), "generation_id": member.member_epoch,
+                "protocol_type": PROTOCOL_TYPE, "protocol_name": protocols[0][0]}
+
+    @staticmethod
+    def _supports_protocols(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> bool:
+        """Every classic member of the group shares a protocol name with *protocols*."""
+        names = {name for name, _ in protocols}
+        return all(
+            names & {name for name, _ in m.classic.protocols} for m in group.members.values() if m.classic is not None
+        )
+
+    def _classic_member(self, group_id: str, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+        group = self._groups[group_id]
+        member = group.members.get(member_id)
+        if member is None or member.classic is None:
+            raise self._unknown_member(group, member_id)
+        if instance_id is not None and member.instance_id != instance_id:
+            raise _HeartbeatError(ErrorCode.fenced_instance_id, f"instance id {instance_id} is not {member_id}'s")
+        return member
+
+    def classic_sync(
+        self,
+        *,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        now_ms: int,
+    ) -> dict[str, Any]:
+        """Kafka's ``classicGroupSyncToConsumerGroup``: the member's current assignment, in consumer-protocol bytes."""
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+            assert member.classic is not None
+            if generation_id != member.member_epoch:
+                raise _HeartbeatError(ErrorCode.illegal_generation, "generation is not the member epoch")
+            names = [name for name, _ in member.classic.protocols]
+            if (protocol_type is not None and protocol_type != PROTOCOL_TYPE) or (
+                protocol_name is not None and protocol_name != names[0]
+            ):
+                raise _HeartbeatError(ErrorCode.inconsistent_group_protocol, "protocol does not match the join")
+        except _HeartbeatError as exc:
+            return {"error_code": exc.error, "protocol_type": None, "protocol_name": None, "assignment": b""}
+        member.last_heartbeat_ms = now_ms
+        self._schedule_session(self._groups[group_id], member, member.classic.session_timeout_ms, now_ms)
+        return {
+            "error_code": ErrorCode.none,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_name": names[0],
+            "assignment": encode_assignment({t: sorted(ps) for t, ps in sorted(member.assigned.items())}),
+        }
+
+    def classic_heartbeat(
+        self, *, group_id: str, member_id: str, instance_id: str | None, generation_id: int, now_ms: int
+    ) -> ErrorCode:
+        """Kafka's ``classicGroupHeartbeatToConsumerGroup``: REBALANCE_IN_PROGRESS once the member must rejoin.
+
+        It must rejoin when the group epoch moved past its epoch (its target may
+        have changed) or it is still revoking / waiting for partitions.
+        """
+        try:
+            member = self._classic_member(group_id, member_id, instance_id)
+            assert member.classic is not None
+            if generation_id != member.member_epoch:
+                raise _HeartbeatError(ErrorCode.illegal_generation, "generation is not the member epoch")
+        except _HeartbeatError as exc:
+            return exc.error
+        group = self._groups[group_id]
+        member.last_heartbeat_ms = now_ms
+        self._schedule_session(group, member, member.classic.session_timeout_ms, now_ms)
+        if member.state is not MemberState.STABLE or member.member_epoch != group.group_epoch:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_leave(self, *, group_id: str, members: Sequence[tuple[str, str | None]]) -> dict[str, Any]:
+        """Kafka's ``classicGroupLeaveToConsumerGroup``: each (member id, instance id) leaves; per-member errors."""
+        group = self._groups[group_id]
+        answers = []
+        for member_id, instance_id in members:
+            target = member_id or (group.static_members.get(instance_id or "") if instance_id else None)
+            member = None if target is None else group.members.get(target)
+            if member is None:
+                error = ErrorCode.unknown_member_id
+            elif instance_id is not None and member.instance_id != instance_id:
+                error = ErrorCode.fenced_instance_id
+            else:
+                error = ErrorCode.none
+                self._fence_member(group, member.member_id)
+            answers.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": error})
+        return {"error_code": ErrorCode.none, "members": answers}
+
     # ------------------------------------------------------------------ offsets, listing, deletion
 
     def has_group(self, group_id: str) -> bool:
@@ -808,7 +1037,7 @@ class ConsumerGroups:
         A commit without a member epoch is accepted while the group is empty (an
         admin or a simple consumer); otherwise the member must exist and commit at
         its current epoch: FENCED_MEMBER_EPOCH if ahead, STALE_MEMBER_EPOCH if
-        behind. Only OffsetCommit v9+ (*consumer_protocol_version*) can carry a
+        behind (classic members: ILLEGAL_GENERATION). Only OffsetCommit v9+ (*consumer_protocol_version*) can carry a
         member epoch: older versions from a member get UNSUPPORTED_VERSION.
         """
         group = self._groups[group_id]
@@ -817,6 +1046,8 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.classic is not None:  # a classic member commits with its generation: the member epoch
+            return None if member_epoch == member.member_epoch else ErrorCode.illegal_generation
         if not consumer_protocol_version:
             return ErrorCode.unsupported_version
         return _member_epoch_error(member_epoch, member.member_epoch)
@@ -886,6 +1117,7 @@ class ConsumerGroups:
                         "subscribed_topic_regex": None,
                         "assignment": _response_assignment(m.assigned),
                         "target_assignment": _response_assignment(group.target.get(m.member_id, {})),
+                        "member_type": _CLASSIC_MEMBER if m.classic is not None else _CONSUMER_MEMBER,
                     }
                     for m in group.members.values()
                 ],
@@ -939,10 +1171,24 @@ class ConsumerGroups:
                         state="ready" if ready else "rebalancing",
                         assignment={t: tuple(sorted(ps)) for t, ps in sorted(m.assigned.items())},
                         last_heartbeat_ms=m.last_heartbeat_ms,
-                        session_timeout_ms=self.session_timeout_ms,
+                        session_timeout_ms=self.session_timeout_ms if m.classic is None else m.classic.session_timeout_ms,
                     )
                 )
         return infos
+
+
+def join_answer(error: ErrorCode, member_id: str) -> dict[str, Any]:
+    """A JoinGroup response body (kio field names) without members."""
+    return {
+        "error_code": error,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": member_id,
+        "members": [],
+    }
 
 
 def _member_epoch_error(received: int, expected: int) -> ErrorCode | None:

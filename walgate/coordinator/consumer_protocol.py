@@ -6,10 +6,12 @@ leader hands out ``ConsumerProtocolAssignment`` bytes in SyncGroup (Kafka's
 ``clients/src/main/resources/common/message/ConsumerProtocol*.json``; kio has
 the dataclasses as ``kio.schema.consumer_protocol_subscription`` /
 ``consumer_protocol_assignment``). The broker treats both as opaque except in
-two places, and only those read them here:
+these places, and only those read them here:
 
 * OffsetDelete refuses partitions of topics the group is subscribed to
   (``GROUP_SUBSCRIBED_TO_TOPIC``): :func:`subscribed_topics`;
+* classic members of a consumer-protocol group (KIP-848) are assigned by the
+  server from their subscription and owned partitions: :func:`subscription`;
 * ``SHOW CONSUMERS`` lists each member's partitions: :func:`assigned_partitions`.
 
 Consumer-protocol groups (KIP-848) are shown to DescribeGroups in these
@@ -40,7 +42,7 @@ from typing import Final
 
 from walgate.coordinator.errors import ConsumerProtocolError
 
-__all__ = ["PROTOCOL_TYPE", "subscribed_topics", "assigned_partitions", "encode_subscription", "encode_assignment"]
+__all__ = ["PROTOCOL_TYPE", "subscribed_topics", "subscription", "assigned_partitions", "encode_subscription", "encode_assignment"]
 
 PROTOCOL_TYPE: Final = "consumer"
 """The JoinGroup protocol type of Kafka consumers (``ConsumerProtocol.PROTOCOL_TYPE``)."""
@@ -96,11 +98,27 @@ class _Reader:
 
 def subscribed_topics(metadata: bytes) -> frozenset[str]:
     """The topics of a ConsumerProtocolSubscription (JoinGroup protocol metadata)."""
+    return frozenset(subscription(metadata)[0])
+
+
+def subscription(metadata: bytes) -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
+    """(topics, owned partitions) of a ConsumerProtocolSubscription.
+
+    Owned partitions exist from version 1 (cooperative clients list what they
+    keep across a rebalance); version 0 gives none (eager clients revoke
+    everything before they join).
+    """
     reader = _Reader(metadata)
-    reader.int16("version")
-    topics = [reader.string("topic") for _ in range(reader.array_count("topics", 2))]
+    version = reader.int16("version")
+    topics = tuple(reader.string("topic") for _ in range(reader.array_count("topics", 2)))
     reader.nullable_bytes("user_data")
-    return frozenset(topics)
+    owned: dict[str, tuple[int, ...]] = {}
+    if version >= 1 and reader.pos < len(metadata):
+        for _ in range(reader.array_count("owned_partitions", 6)):
+            topic = reader.string("topic")
+            partitions = tuple(reader.int32("partition") for _ in range(reader.array_count("partitions", 4)))
+            owned[topic] = owned.get(topic, ()) + partitions
+    return topics, owned
 
 
 def assigned_partitions(assignment: bytes) -> dict[str, tuple[int, ...]]:

@@ -4,22 +4,27 @@ A group id is either a classic group (:class:`ClassicGroups`: JoinGroup /
 SyncGroup / Heartbeat, client-side assignors) or a consumer-protocol group
 (:class:`ConsumerGroups`: KIP-848 ConsumerGroupHeartbeat, server-side
 assignment). As in Kafka 4, an *empty* group of either type is converted
-when the other protocol joins it; a group with members keeps its type and
-refuses the other protocol (see :mod:`walgate.coordinator.consumer_group`).
+when the other protocol joins it. A classic group with members is upgraded
+when a consumer-protocol member joins (Kafka 4's default ``bidirectional``
+migration policy) if its members use the consumer protocol type; classic
+members joining a consumer group become its classic members, assigned by the
+server. Decision: a consumer group is not downgraded back to classic when its
+last consumer-protocol member leaves: its classic members keep being served
+as such (clients cannot tell; only the assignor differs).
 Committed offsets belong to the group id, not to the type, so they survive
 a conversion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ClassicGroups, Completion, ConsumerInfo
 from walgate.coordinator.consumer_group import GROUP_TYPE as CONSUMER_GROUP_TYPE
-from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups
+from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups, join_answer
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE
 
 __all__ = ["GroupCoordinator"]
@@ -47,22 +52,87 @@ class GroupCoordinator:
         self.consumer.tick(now_ms)
         return self.classic.tick(now_ms)
 
-    # ------------------------------------------------------------------ joining
+    # ------------------------------------------------------------------ membership
 
-    def consumer_heartbeat(self, **kwargs: Any) -> dict[str, Any]:
-        """ConsumerGroupHeartbeat (see :meth:`ConsumerGroups.heartbeat`); an empty classic group is taken over."""
-        group_id = kwargs["group_id"]
-        if kwargs["member_epoch"] == 0 and not self._classic_has_members(group_id):
-            self.classic.drop_empty(group_id, kwargs["now_ms"])
-        return self.consumer.heartbeat(**kwargs)
+    def consumer_heartbeat(self, **kwargs: Any) -> tuple[dict[str, Any], list[Completion]]:
+        """ConsumerGroupHeartbeat (see :meth:`ConsumerGroups.heartbeat`) and the parked requests it answered.
 
-    def join(self, request_id: int, **kwargs: Any) -> list[Completion]:
-        """JoinGroup (see :meth:`ClassicGroups.join`); an empty consumer group is taken over."""
+        A join (epoch 0) to a classic group takes it over: an empty one is
+        dropped, one with members of the consumer protocol type is upgraded (its
+        members become classic members of the consumer group and their parked
+        JoinGroup / SyncGroup get REBALANCE_IN_PROGRESS, so they rejoin). Other
+        classic groups refuse (GROUP_ID_NOT_FOUND).
+        """
+        group_id, now_ms = kwargs["group_id"], kwargs["now_ms"]
+        completions: list[Completion] = []
+        classic = self.classic.group(group_id)
+        if kwargs["member_epoch"] == 0 and classic is not None and not self.consumer.has_group(group_id):
+            if not classic.members:
+                self.classic.drop_empty(group_id, now_ms)
+            elif classic.protocol_type == PROTOCOL_TYPE:
+                generation, members, completions = self.classic.release_for_upgrade(group_id, now_ms)
+                self.consumer.adopt(group_id, generation, members, now_ms)
+        return self.consumer.heartbeat(**kwargs), completions
+
+    def join(
+        self, request_id: int, *, topic_partitions: Callable[[str], int | None], **kwargs: Any
+    ) -> list[Completion]:
+        """JoinGroup: to a consumer group with members as one of its classic members (answered at once),
+        else to the classic group (parked, see :meth:`ClassicGroups.join`; an empty consumer group is dropped)."""
         group_id = kwargs["group_id"]
-        if self.consumer.has_members(group_id):
-            return [Completion(request_id, _not_classic_join(group_id))]
-        self.consumer.drop_if_empty(group_id)
-        return self.classic.join(request_id, **kwargs)
+        if not self.consumer.has_members(group_id):
+            self.consumer.drop_if_empty(group_id)
+            return self.classic.join(request_id, **kwargs)
+        session = kwargs["session_timeout_ms"]
+        if not self.classic.min_session_timeout_ms <= session <= self.classic.max_session_timeout_ms:
+            response = join_answer(ErrorCode.invalid_session_timeout, kwargs["member_id"])
+        else:
+            response = self.consumer.classic_join(
+                group_id=group_id,
+                member_id=kwargs["member_id"],
+                instance_id=kwargs["group_instance_id"],
+                protocol_type=kwargs["protocol_type"],
+                protocols=kwargs["protocols"],
+                session_timeout_ms=session,
+                rebalance_timeout_ms=kwargs["rebalance_timeout_ms"],
+                require_known_member_id=kwargs["require_known_member_id"],
+                topic_partitions=topic_partitions,
+                client_id=kwargs["client_id"],
+                client_host=kwargs["client_host"],
+                now_ms=kwargs["now_ms"],
+            )
+        return [Completion(request_id, response)]
+
+    def sync(self, request_id: int, **kwargs: Any) -> list[Completion]:
+        """SyncGroup: the server's assignment for a consumer group's classic member, else the classic protocol."""
+        if not self.consumer.has_group(kwargs["group_id"]):
+            return self.classic.sync(request_id, **kwargs)
+        return [Completion(request_id, self.consumer.classic_sync(
+            group_id=kwargs["group_id"],
+            member_id=kwargs["member_id"],
+            instance_id=kwargs["group_instance_id"],
+            generation_id=kwargs["generation_id"],
+            protocol_type=kwargs["protocol_type"],
+            protocol_name=kwargs["protocol_name"],
+            now_ms=kwargs["now_ms"],
+        ))]
+
+    def heartbeat(
+        self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None, now_ms: int
+    ) -> ErrorCode:
+        if self.consumer.has_group(group_id):
+            return self.consumer.classic_heartbeat(group_id=group_id, member_id=member_id,
+                                                   instance_id=group_instance_id, generation_id=generation_id,
+                                                   now_ms=now_ms)
+        return self.classic.heartbeat(group_id=group_id, generation_id=generation_id, member_id=member_id,
+                                      group_instance_id=group_instance_id, now_ms=now_ms)
+
+    def leave(
+        self, *, group_id: str, members: Sequence[tuple[str, str | None]], now_ms: int
+    ) -> tuple[dict[str, Any], list[Completion]]:
+        if self.consumer.has_group(group_id):
+            return self.consumer.classic_leave(group_id=group_id, members=members), []
+        return self.classic.leave(group_id=group_id, members=members, now_ms=now_ms)
 
     # ------------------------------------------------------------------ admin
 
@@ -113,17 +183,3 @@ class GroupCoordinator:
     def consumers(self) -> list[ConsumerInfo]:
         """Every member of every group, for ``SHOW CONSUMERS``."""
         return self.classic.consumers() + self.consumer.consumers()
-
-
-def _not_classic_join(group_id: str) -> dict[str, Any]:
-    """Kafka 4's answer to a JoinGroup for a consumer-protocol group that has members."""
-    return {
-        "error_code": ErrorCode.group_id_not_found,
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "skip_assignment": False,
-        "member_id": "",
-        "members": [],
-    }

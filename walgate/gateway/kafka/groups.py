@@ -50,6 +50,10 @@ class GroupService:
         self._timer: asyncio.TimerHandle | None = None
         engine.consumers_view = self._consumer_rows
 
+    def topic_partitions(self, topic: str) -> int | None:
+        """Partition count of *topic*, None if it does not exist (storage thread only)."""
+        return self.engine.partition_count(topic) if topic in self.engine.catalog.topics else None
+
     def _consumer_rows(self) -> list[ConsumerRow]:
         """SHOW CONSUMERS' view of the coordinator (called by the engine, on the storage thread)."""
         return [

@@ -9,7 +9,6 @@ from walgate.gateway.kafka.broker import Broker
 
 API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
-_CONSUMER_MEMBER = 1  # v1 member_type: 0 classic, 1 consumer
 
 
 def _with_ids(assignment: dict[str, Any], ids: dict[str, uuid.UUID]) -> dict[str, Any]:
@@ -27,5 +26,4 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         for m in g["members"]:
             m["assignment"] = _with_ids(m["assignment"], ids)
             m["target_assignment"] = _with_ids(m["target_assignment"], ids)
-            m["member_type"] = _CONSUMER_MEMBER
     return {"throttle_time": 0, "groups": groups}

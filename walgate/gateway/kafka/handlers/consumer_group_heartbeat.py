@@ -44,10 +44,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             (names_by_id[t.topic_id], list(t.partitions)) for t in request.topic_partitions if t.topic_id in names_by_id
         ]
 
-    def topic_partitions(name: str) -> int | None:
-        return engine.partition_count(name) if name in engine.catalog.topics else None
-
-    response = await svc.run(lambda: (svc.groups.consumer_heartbeat(
+    response = await svc.run(lambda: svc.groups.consumer_heartbeat(
         group_id=request.group_id,
         member_id=request.member_id,
         member_epoch=request.member_epoch,
@@ -56,12 +53,12 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         rebalance_timeout_ms=_ms(request.rebalance_timeout),
         subscribed_topic_names=request.subscribed_topic_names,
         server_assignor=request.server_assignor,
-        topic_partitions=topic_partitions,
+        topic_partitions=svc.topic_partitions,
         owned=owned,
         client_id=header.client_id or "",
         client_host=f"/{PEER.get()}",
         now_ms=now_ms(),
-    ), []))
+    ))
     if response["error_code"] != ErrorCode.none:
         log.debug("ConsumerGroupHeartbeat of %r in %r: %s %s", request.member_id, request.group_id,
                   response["error_code"].name, response["error_message"])

@@ -11,7 +11,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    groups = broker.groups.groups.classic
+    groups = broker.groups.groups
     error = await broker.groups.run(
         lambda: (
             groups.heartbeat(

@@ -33,6 +33,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             require_known_member_id=v >= 4,
             supports_skip_assignment=v >= 9,
             now_ms=now_ms(),
+            topic_partitions=broker.groups.topic_partitions,
         )
     )
     if v < 7 and response.get("protocol_name") is None:

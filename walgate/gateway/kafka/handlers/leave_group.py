@@ -15,7 +15,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
-    groups = broker.groups.groups.classic
+    groups = broker.groups.groups
     response = await broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms()))
     if header.api_version < 3 and response["error_code"] == 0 and response["members"]:
         response = {**response, "error_code": response["members"][0]["error_code"]}

@@ -17,7 +17,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if header.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
     response = await broker.groups.parked(
-        lambda rid: broker.groups.groups.classic.sync(
+        lambda rid: broker.groups.groups.sync(
             rid,
             group_id=request.group_id,
             generation_id=request.generation_id,
