@@ -10,18 +10,22 @@ so a scenario that passes on Tansu proves the harness and the client program.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import compat_data as data
 from compat_data import Rec, Row
 from compat_procs import stop, wait_accepting
+from livewalgate import running_walgate
 
 SELECT = "select"  # CREATE TOPIC t AS SELECT ts, current, voltage, phase, location FROM db.meters WHERE voltage > 200
 STABLE = "stable"  # CREATE TOPIC t AS STABLE db.meters
@@ -180,3 +184,12 @@ def xfail_on_tansu(request, reason: str) -> None:
 
     if request.getfixturevalue("broker").name == "tansu":
         request.applymarker(pytest.mark.xfail(reason=f"Tansu: {reason}", strict=False))
+
+
+@contextlib.contextmanager
+def serving_walgate(workdir: Path, *args: str) -> Iterator[Walgate]:
+    """``walgate serve`` with extra flags ``args``, accepting Kafka connections, stopped at the end."""
+    with running_walgate(workdir, *args) as server:
+        if not wait_accepting(server.kafka_port, 10, server.proc):
+            pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
+        yield Walgate(server.http_url, server.kafka_port, server.log)

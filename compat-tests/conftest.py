@@ -31,10 +31,10 @@ import pytest
 
 import compat_data as data
 import setup_clients
-from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate
+from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate, serving_walgate
 from compat_data import Rec, Row
-from compat_procs import COMPAT, Background, Run, run, wait_accepting
-from livewalgate import free_port, running_walgate
+from compat_procs import COMPAT, Background, Run, run
+from livewalgate import free_port
 
 CLIENTS = COMPAT / "clients"
 JAVA_DIR = COMPAT / "java"
@@ -50,10 +50,8 @@ def clients_installed() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def walgate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walgate]:
-    with running_walgate(tmp_path_factory.mktemp("walgate")) as server:
-        if not wait_accepting(server.kafka_port, 10, server.proc):
-            pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
-        yield Walgate(server.http_url, server.kafka_port, server.log)
+    with serving_walgate(tmp_path_factory.mktemp("walgate")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

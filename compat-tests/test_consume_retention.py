@@ -73,3 +73,38 @@ def test_spark_source_reads_retained_range_without_data_loss(walgate, retained, 
     assert offsets["earliest"] >= low and offsets["latest"] == high, run.describe()
     (summary,) = run.events("summary")
     assert summary["records"] == high - offsets["earliest"], run.describe()
+
+
+def _commit(walgate, group: str, offset: int) -> None:
+    """Commit ``offset`` of partition 0 for ``group`` (what a member did before retention moved the log start)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": walgate.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(TOPIC, 0, offset)], asynchronous=False)
+        (got,) = c.committed([TopicPartition(TOPIC, 0)], timeout=10)
+        assert got.offset == offset
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest", "error"])
+def test_group_committed_offset_behind_log_start_follows_reset_policy(walgate, retained, pyclient, reset):
+    """A group resumes from a commit retention has since deleted: OFFSET_OUT_OF_RANGE, then auto.offset.reset."""
+    low, high = retained
+    group = f"ret-group-{reset}"
+    _commit(walgate, group, low // 2)
+    args = ["--reset", reset, "--timeout", "20"]
+    if reset == "earliest":
+        run = pyclient("ck_group.py", walgate.bootstrap, TOPIC, group, *args, "--max-records", "1", timeout=40)
+        assert [r["offset"] for r in run.events("record")] == [low], run.describe()
+    elif reset == "latest":
+        run = pyclient("ck_group.py", walgate.bootstrap, TOPIC, group, *args, "--until-end", timeout=40)
+        # read to the end without a record: librdkafka logs the reset (its position() stays unset: nothing consumed)
+        assert not run.events("record") and run.events("closed"), run.describe()
+        assert "Offset out of range" in run.stderr and "to offset END" in run.stderr, run.describe()
+    else:
+        run = pyclient("ck_group.py", walgate.bootstrap, TOPIC, group, *args, "--max-records", "1", timeout=40,
+                       check=False)
+        assert "_AUTO_OFFSET_RESET" in [e.get("name") for e in run.events("error")], run.describe()
+        assert not run.events("record"), run.describe()

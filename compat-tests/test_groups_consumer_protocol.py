@@ -21,6 +21,7 @@ import time
 import pytest
 
 import compat_data as data
+from compat_brokers import serving_walgate
 from compat_data import check_exactly, records
 from test_groups import (  # noqa: F401 (broker: the walgate-only fixture)
     CLIENTS,
@@ -36,6 +37,16 @@ from test_groups import (  # noqa: F401 (broker: the walgate-only fixture)
     owned,
     wait_until,
 )
+
+SESSION_MS = 8000  # group.consumer.session.timeout.ms of this module's walgate (45 s by default)
+
+
+@pytest.fixture(scope="module")
+def walgate(tmp_path_factory):
+    with serving_walgate(tmp_path_factory.mktemp("walgate"), "--group-consumer-session-timeout-ms", str(SESSION_MS),
+                         "--group-consumer-heartbeat-interval-ms", "1000") as server:
+        yield server
+
 
 SPLITS = [(1, [4]), (2, [2, 2]), (3, [1, 1, 2]), (5, [0, 1, 1, 1, 1])]
 MEMBERS = [("ck", "classic"), ("kp", "classic"), ("java", "classic"), ("ck", "consumer"), ("java", "consumer")]
@@ -116,3 +127,42 @@ def test_mixed_protocol_group(power, start_member, first_client, first_protocol,
     wait_until(lambda: owned(first) == list(range(data.VGROUPS)), 60, "the first member owning all 4 again",
                first, second)
     close(first)
+
+
+def test_consumer_protocol_member_killed_expires_and_partitions_move(power, start_member):
+    want = power.expected[TOPIC]
+    group = group_name("kip848-kill")
+    a, b = start_member("ck", "consumer", group), start_member("ck", "consumer", group)
+    wait_until(lambda: split_of([a, b]) == [2, 2] and len(read_all([a, b])) >= len(want), 60,
+               "two members owning 2 partitions each and every record read", a, b)
+    os.kill(a.proc.pid, signal.SIGKILL)
+    a.proc.wait(10)
+    took = wait_until(lambda: owned(b) == list(range(data.VGROUPS)), 30,
+                      "the survivor owning all 4 partitions after SIGKILL of the other member", a, b)
+    assert took >= SESSION_MS / 2000, f"moved {took:.1f} s after SIGKILL: before the session timeout?\n{b.describe()}"
+    got = {(r.key, r.timestamp) for r in read_all([a, b])}
+    assert got == {(r.key, r.timestamp) for r in want}  # at least once
+    close(b)
+
+
+def test_admin_tools_see_a_consumer_protocol_group(power, start_member, java, walgate):
+    """kafka-consumer-groups --describe (Admin: ConsumerGroupDescribe) and SHOW CONSUMERS on a live KIP-848 group."""
+    want = power.expected[TOPIC]
+    group = group_name("kip848-admin")
+    a, b = start_member("ck", "consumer", group), start_member("java", "consumer", group)
+    wait_until(lambda: split_of([a, b]) == [2, 2] and len(read_all([a, b])) >= len(want), 90,
+               "two members owning 2 partitions each and every record read", a, b)
+    desc = consumer_groups(java, power, "4.3.0", "--describe", "--group", group)
+    rows = describe_rows(desc)
+    owners = {p: r["CONSUMER-ID"] for p, r in rows.items()}
+    assert sorted(owners) == list(range(data.VGROUPS)) and len(set(owners.values())) == 2, desc.describe()
+    assert "STATE STABLE" in desc.stdout.upper(), desc.describe()
+    shown = [r for r in walgate.sql("SHOW CONSUMERS")["data"] if r[1] == group]
+    assert len(shown) == 2 and all(r[4] == "ready" for r in shown), shown
+    assert {r[0] for r in shown} == set(owners.values()), (shown, owners)
+    close(a)
+    close(b)
+    desc = consumer_groups(java, power, "4.3.0", "--describe", "--group", group)
+    assert "STATE EMPTY" in desc.stdout.upper(), desc.describe()
+    assert {p: int(r["LAG"]) for p, r in describe_rows(desc).items()} == {p: 0 for p in range(data.VGROUPS)}, \
+        desc.describe()
