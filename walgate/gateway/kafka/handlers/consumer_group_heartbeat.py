@@ -33,7 +33,7 @@ def _refuse(message: str) -> dict[str, Any]:
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if header.api_version >= 1 and request.member_id == "":
         return _refuse("MemberId can't be empty.")
-    if request.subscribed_topic_regex:  # librdkafka sends "" for "no regex"
+    if getattr(request, "subscribed_topic_regex", None):  # v1+; librdkafka sends "" for "no regex"
         return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
     svc = broker.groups
     engine = svc.engine

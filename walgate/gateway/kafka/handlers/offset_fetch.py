@@ -1,4 +1,8 @@
-"""OffsetFetch (key 9) v0–v9: committed offsets of one group (v0–v7) or several (v8+); all topics when null."""
+"""OffsetFetch (key 9) v0–v9: committed offsets of one group (v0–v7) or several (v8+); all topics when null.
+
+v9 requests of KIP-848 members carry their member id and epoch: a consumer-protocol group checks them
+(UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH); admins send none.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,19 @@ def _topics(topics: Any) -> list[tuple[str, list[int]]] | None:
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
     if header.api_version >= 8:
-        wanted = [(g.group_id, _topics(g.topics)) for g in request.groups]
+        wanted = [(g.group_id, _topics(g.topics), getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+                  for g in request.groups]
     else:
-        wanted = [(request.group_id, _topics(request.topics))]
-    answers = await svc.run(lambda: ([fetch_offsets(svc.store, group_id=g, topics=t) for g, t in wanted], []))
+        wanted = [(request.group_id, _topics(request.topics), None, -1)]
+
+    def fetch(group_id: str, topics: Any, member_id: str | None, member_epoch: int) -> dict[str, Any]:
+        consumer = svc.groups.consumer
+        error = consumer.offset_fetch_error(group_id, member_id, member_epoch) if consumer.has_group(group_id) else None
+        if error is not None:  # v9: a KIP-848 member reads its group's offsets at its current epoch
+            return {"group_id": group_id, "error_code": error, "topics": []}
+        return fetch_offsets(svc.store, group_id=group_id, topics=topics)
+
+    answers = await svc.run(lambda: ([fetch(*w) for w in wanted], []))
     if header.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
     single = dict(answers[0])
