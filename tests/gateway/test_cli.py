@@ -214,6 +214,11 @@ def test_config_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ('data_dir = "d"\n', {"WALGATE_KAFKA_PORT": "70000"}, "kafka_port must be in 0..65535"),
         ('data_dir = "d"\n', {"WALGATE_LOG_LEVEL": "loud"}, "log_level must be one of"),
         ("data_dir = \n", {}, "walgate.toml"),
+        ('data_dir = "d"\n', {"WALGATE_GROUP_INITIAL_REBALANCE_DELAY_MS": "-1"}, "must be >= 0"),
+        ('data_dir = "d"\ngroup_min_session_timeout_ms = 9000\n', {"WALGATE_GROUP_MAX_SESSION_TIMEOUT_MS": "8000"},
+         "group_min_session_timeout_ms <= group_max_session_timeout_ms"),
+        ('data_dir = "d"\ngroup_consumer_heartbeat_interval_ms = 45000\n', {},
+         "group_consumer_heartbeat_interval_ms < group_consumer_session_timeout_ms"),
     ],
 )
 def test_config_errors(tmp_path: Path, toml: str, env: dict[str, str], message: str) -> None:

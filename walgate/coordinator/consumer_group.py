@@ -104,6 +104,7 @@ from walgate.coordinator.consumer_protocol import (
     subscription,
 )
 from walgate.coordinator.errors import ConsumerProtocolError
+from walgate.coordinator.group import join_response
 from walgate.coordinator.timer import KeyedTimer
 
 __all__ = [
@@ -185,6 +186,20 @@ class ConsumerGroupMember:
         """Kafka's ``Builder.updateMemberEpoch``: the old epoch becomes the previous one."""
         self.previous_member_epoch = self.member_epoch
         self.member_epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class MemberUpdate:
+    """What one heartbeat (or a classic member's JoinGroup) says about its member; None / -1: unchanged."""
+
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_topic_names: Sequence[str] | None
+    server_assignor: str | None
+    owned: OwnedPartitions | None
+    client_id: str
+    client_host: str
 
 
 @dataclass(slots=True, eq=False)
@@ -428,30 +443,18 @@ class ConsumerGroups:
         now_ms: int,
     ) -> dict[str, Any]:
         """A ConsumerGroupHeartbeat; returns the response body (see the module docstring)."""
+        update = MemberUpdate(instance_id, rack_id, rebalance_timeout_ms, subscribed_topic_names, server_assignor,
+                              owned, client_id, client_host)
         try:
-            self._validate_request(group_id, member_id, member_epoch, instance_id, rack_id,
-                                   rebalance_timeout_ms, subscribed_topic_names, server_assignor, owned)
+            self._validate_request(group_id, member_id, member_epoch, update)
             if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(group_id, member_id, member_epoch, instance_id)
-            return self._heartbeat(
-                group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
-                subscribed_topic_names, server_assignor, topic_partitions, owned, client_id, client_host, now_ms,
-            )
+            return self._heartbeat(group_id, member_id, member_epoch, update, topic_partitions, now_ms)
         except _HeartbeatError as exc:
             return _error(exc.error, exc.message)
 
     @staticmethod
-    def _validate_request(
-        group_id: str,
-        member_id: str,
-        member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        subscribed_topic_names: Sequence[str] | None,
-        server_assignor: str | None,
-        owned: OwnedPartitions | None,
-    ) -> None:
+    def _validate_request(group_id: str, member_id: str, member_epoch: int, update: MemberUpdate) -> None:
         """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid`` (without the v1 member-id rule)."""
         def invalid(message: str) -> _HeartbeatError:
             return _HeartbeatError(ErrorCode.invalid_request, message)
@@ -460,26 +463,26 @@ class ConsumerGroups:
             raise invalid("MemberId can't be empty.")
         if group_id == "":
             raise invalid("GroupId can't be empty.")
-        if instance_id == "":
+        if update.instance_id == "":
             raise invalid("InstanceId can't be empty.")
-        if rack_id == "":
+        if update.rack_id == "":
             raise invalid("RackId can't be empty.")
         if member_epoch == 0:
-            if rebalance_timeout_ms == -1:
+            if update.rebalance_timeout_ms == -1:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
-            if owned is None or len(owned) != 0:
+            if update.owned is None or len(update.owned) != 0:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if subscribed_topic_names is None:
+            if update.subscribed_topic_names is None:
                 raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
         elif member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            if instance_id is None:
+            if update.instance_id is None:
                 raise invalid("InstanceId can't be null.")
         elif member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise invalid("MemberEpoch is invalid.")
-        if server_assignor is not None and server_assignor != UNIFORM_ASSIGNOR:
+        if update.server_assignor is not None and update.server_assignor != UNIFORM_ASSIGNOR:
             raise _HeartbeatError(
                 ErrorCode.unsupported_assignor,
-                f"ServerAssignor {server_assignor} is not supported. Supported assignors: {UNIFORM_ASSIGNOR}.",
+                f"ServerAssignor {update.server_assignor} is not supported. Supported assignors: {UNIFORM_ASSIGNOR}.",
             )
 
     def _get_or_maybe_create_group(self, group_id: str, member_id: str, create: bool) -> ConsumerGroup:
@@ -525,25 +528,15 @@ class ConsumerGroups:
         group_id: str,
         member_id: str,
         member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        subscribed_topic_names: Sequence[str] | None,
-        server_assignor: str | None,
+        update: MemberUpdate,
         topic_partitions: Callable[[str], int | None],
-        owned: OwnedPartitions | None,
-        client_id: str,
-        client_host: str,
         now_ms: int,
     ) -> dict[str, Any]:
         joining = member_epoch == 0
         existed = group_id in self._groups
         group = self._get_or_maybe_create_group(group_id, member_id, joining)
         try:
-            return self._heartbeat_in(
-                group, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
-                subscribed_topic_names, server_assignor, topic_partitions, owned, client_id, client_host, now_ms,
-            )
+            return self._heartbeat_in(group, member_id, member_epoch, update, topic_partitions, now_ms)
         except _HeartbeatError:
             if not existed and not group.members:
                 del self._groups[group_id]
@@ -554,18 +547,12 @@ class ConsumerGroups:
         group: ConsumerGroup,
         member_id: str,
         member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        subscribed_topic_names: Sequence[str] | None,
-        server_assignor: str | None,
+        update: MemberUpdate,
         topic_partitions: Callable[[str], int | None],
-        owned: OwnedPartitions | None,
-        client_id: str,
-        client_host: str,
         now_ms: int,
     ) -> dict[str, Any]:
         joining = member_epoch == 0
+        instance_id, owned = update.instance_id, update.owned
         if joining and member_id == "":
             member_id = self._new_member_id()
         # throwIfConsumerGroupIsFull
@@ -614,13 +601,11 @@ class ConsumerGroups:
                 member = existing
 
         old_assigned = dict(member.assigned)
-        self._update_member(group, member, is_new, instance_id, rack_id, rebalance_timeout_ms,
-                            subscribed_topic_names, server_assignor, topic_partitions, owned,
-                            client_id, client_host, now_ms)
+        self._update_member(group, member, is_new, update, topic_partitions, now_ms)
         self._schedule_session(group, member, self.session_timeout_ms, now_ms)
 
         full_request = joining or (
-            rebalance_timeout_ms != -1 and subscribed_topic_names is not None and owned is not None
+            update.rebalance_timeout_ms != -1 and update.subscribed_topic_names is not None and owned is not None
         )
         return {
             "error_code": ErrorCode.none,
@@ -647,36 +632,29 @@ class ConsumerGroups:
         group: ConsumerGroup,
         member: ConsumerGroupMember,
         is_new: bool,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        subscribed_topic_names: Sequence[str] | None,
-        server_assignor: str | None,
+        update: MemberUpdate,
         topic_partitions: Callable[[str], int | None],
-        owned: OwnedPartitions | None,
-        client_id: str,
-        client_host: str,
         now_ms: int,
     ) -> None:
         """Kafka's heartbeat steps 1-3 (shared by both protocols' members)."""
         # 1. Create or update the member; bump the group epoch on membership / subscription changes.
         bump = group.group_epoch == 0 or is_new
-        if instance_id is not None:
-            member.instance_id = instance_id
-            group.static_members[instance_id] = member.member_id
-        if rack_id is not None:
-            member.rack_id = rack_id
-        if rebalance_timeout_ms != -1:
-            member.rebalance_timeout_ms = rebalance_timeout_ms
-        if server_assignor is not None:
-            member.server_assignor = server_assignor
-        if subscribed_topic_names is not None:
-            names = tuple(dict.fromkeys(subscribed_topic_names))
+        if update.instance_id is not None:
+            member.instance_id = update.instance_id
+            group.static_members[update.instance_id] = member.member_id
+        if update.rack_id is not None:
+            member.rack_id = update.rack_id
+        if update.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = update.rebalance_timeout_ms
+        if update.server_assignor is not None:
+            member.server_assignor = update.server_assignor
+        if update.subscribed_topic_names is not None:
+            names = tuple(dict.fromkeys(update.subscribed_topic_names))
             if set(names) != set(member.subscribed_topic_names):
                 bump = True
             member.subscribed_topic_names = names
-        member.client_id = client_id
-        member.client_host = client_host
+        member.client_id = update.client_id
+        member.client_host = update.client_host
         member.last_heartbeat_ms = now_ms
         if is_new:
             group.members[member.member_id] = member
@@ -698,7 +676,7 @@ class ConsumerGroups:
             group.assignment_epoch = group.group_epoch
 
         # 3. Reconcile the member towards its target.
-        self._maybe_reconcile(group, member, owned)
+        self._maybe_reconcile(group, member, update.owned)
 
     def _replace_static_member(
         self, group: ConsumerGroup, existing: ConsumerGroupMember, member_id: str
@@ -905,7 +883,7 @@ class ConsumerGroups:
             elif member_id == "":
                 member_id = self._new_member_id()
                 if require_known_member_id and instance_id is None:
-                    return join_answer(ErrorCode.member_id_required, member_id)
+                    return join_response(ErrorCode.member_id_required, member_id)
                 member, is_new = ConsumerGroupMember(member_id), True
             else:
                 # Like Kafka, a member id the group does not have is a new member: there are no pending
@@ -917,13 +895,14 @@ class ConsumerGroups:
             if is_new and len(group.members) >= self.max_group_size:
                 raise _HeartbeatError(ErrorCode.group_max_size_reached, "the group is full")
         except _HeartbeatError as exc:
-            return join_answer(exc.error, member_id)
+            return join_response(exc.error, member_id)
         member.classic = ClassicMetadata(session_timeout_ms, tuple(protocols))
-        self._update_member(group, member, is_new, instance_id, None, rebalance_timeout_ms, topics, None,
-                            topic_partitions, list(owned_map.items()), client_id, client_host, now_ms)
+        update = MemberUpdate(instance_id, None, rebalance_timeout_ms, topics, None, list(owned_map.items()),
+                              client_id, client_host)
+        self._update_member(group, member, is_new, update, topic_partitions, now_ms)
         self._schedule_session(group, member, session_timeout_ms, now_ms)
-        return {**join_answer(ErrorCode.none, member.member_id), "generation_id": member.member_epoch,
-                "protocol_type": PROTOCOL_TYPE, "protocol_name": protocols[0][0]}
+        return join_response(ErrorCode.none, member.member_id, generation_id=member.member_epoch,
+                             protocol_type=PROTOCOL_TYPE, protocol_name=protocols[0][0])
 
     @staticmethod
     def _supports_protocols(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> bool:
@@ -1175,20 +1154,6 @@ class ConsumerGroups:
                     )
                 )
         return infos
-
-
-def join_answer(error: ErrorCode, member_id: str) -> dict[str, Any]:
-    """A JoinGroup response body (kio field names) without members."""
-    return {
-        "error_code": error,
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "skip_assignment": False,
-        "member_id": member_id,
-        "members": [],
-    }
 
 
 def _member_epoch_error(received: int, expected: int) -> ErrorCode | None:

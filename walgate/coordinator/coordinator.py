@@ -24,8 +24,9 @@ from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ClassicGroups, Completion, ConsumerInfo
 from walgate.coordinator.consumer_group import GROUP_TYPE as CONSUMER_GROUP_TYPE
-from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups, join_answer
+from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE
+from walgate.coordinator.group import join_response
 
 __all__ = ["GroupCoordinator"]
 
@@ -85,7 +86,7 @@ class GroupCoordinator:
             return self.classic.join(request_id, **kwargs)
         session = kwargs["session_timeout_ms"]
         if not self.classic.min_session_timeout_ms <= session <= self.classic.max_session_timeout_ms:
-            response = join_answer(ErrorCode.invalid_session_timeout, kwargs["member_id"])
+            response = join_response(ErrorCode.invalid_session_timeout, kwargs["member_id"])
         else:
             response = self.consumer.classic_join(
                 group_id=group_id,

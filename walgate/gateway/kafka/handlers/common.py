@@ -1,4 +1,4 @@
-"""Helpers shared by handlers: storage-error mapping and the leader epoch decision.
+"""Helpers shared by handlers: storage-error mapping, the leader epoch decision, durations.
 
 Leader epoch: walgate has one leader per partition forever, so every
 partition's leader epoch is 0. Metadata reports it, OffsetForLeaderEpoch
@@ -8,6 +8,8 @@ an epoch it has not reached.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from walgate.storage.errors import NotFound, StorageError
 from walgate.wire.errors import ErrorCode
@@ -27,3 +29,8 @@ def error_of(exc: Exception) -> int:
 def epoch_error(requested: int) -> int:
     """Error for a request's current leader epoch (-1 = not given)."""
     return ErrorCode.unknown_leader_epoch if requested > LEADER_EPOCH else ErrorCode.none
+
+
+def millis(value: Any) -> int:
+    """A request's duration field in ms (kio decodes them as ``timedelta``)."""
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

@@ -14,15 +14,12 @@ import uuid
 from typing import Any
 
 from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.handlers.common import millis
 from walgate.gateway.kafka.groups import now_ms
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 68, 0, 1
 log = logging.getLogger(__name__)
-
-
-def _ms(value: Any) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
 def _refuse(message: str) -> dict[str, Any]:
@@ -50,7 +47,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         member_epoch=request.member_epoch,
         instance_id=request.instance_id,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        rebalance_timeout_ms=millis(request.rebalance_timeout),
         subscribed_topic_names=request.subscribed_topic_names,
         server_assignor=request.server_assignor,
         topic_partitions=svc.topic_partitions,

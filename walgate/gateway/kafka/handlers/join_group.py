@@ -5,19 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.handlers.common import millis
 from walgate.gateway.kafka.groups import now_ms
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
 
 
-def _ms(value: Any) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
-
-
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     v = header.api_version
-    session = _ms(request.session_timeout)
-    rebalance = _ms(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
+    session = millis(request.session_timeout)
+    rebalance = millis(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
     response = await broker.groups.parked(
         lambda rid: broker.groups.groups.join(
             rid,
