@@ -79,13 +79,14 @@ class TopicDef:
     """A topic as created; ``sql`` is re-parsed to get the select list / condition."""
 
     name: str
-    kind: str  # database | stable | select
+    kind: str  # database | stable | select | kafka (Kafka-native: produced batches, in a database of its own)
     db: str
-    source: str  # stable / table name ("" for database topics)
+    source: str  # stable / table name ("" for database and Kafka-native topics)
     with_meta: bool
     sql: str
     topic_id: str  # stable UUID (Kafka topic id)
     created_ms: int
+    configs: dict[str, str] = field(default_factory=dict)  # Kafka topic configs as set (Kafka-native topics)
 
 
 def column_to_json(c: Column) -> list[Any]:
@@ -149,6 +150,10 @@ class Catalog:
             self.topics[r["name"]] = TopicDef(**{k: v for k, v in r.items() if k != "op"})
         elif op == "drop_topic":
             self.topics.pop(r["name"], None)
+        elif op == "create_kafka_topic":  # one record: the topic and its database appear together
+            self.databases[r["db"]] = DatabaseDef(r["db"], r["options"], r["created_ms"])
+            self.topics[r["name"]] = TopicDef(r["name"], "kafka", r["db"], "", False, "", r["topic_id"],
+                                              r["created_ms"], r["configs"])
         else:
             raise ValueError(f"unknown catalog record {op!r}")
 
@@ -234,6 +239,19 @@ class Catalog:
                 "created_ms": now_ms,
             }
         )
+        return self.topics[name]
+
+    def create_kafka_topic(
+        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
+    ) -> TopicDef:
+        """A Kafka-native topic and the database holding its partitions (one per vgroup), atomically."""
+        if name in self.topics:
+            raise AlreadyExists(f"Topic already exists: {name}")
+        if db in self.databases:
+            raise AlreadyExists(f"Database already exists: {db}")
+        merged = {**DB_DEFAULTS, **options}
+        self._commit({"op": "create_kafka_topic", "name": name, "db": db, "options": merged, "configs": configs,
+                      "topic_id": str(uuid.uuid4()), "created_ms": now_ms})
         return self.topics[name]
 
     def drop_topic(self, name: str) -> None:

@@ -17,9 +17,11 @@ gateway calls on a timer.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import shutil
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,9 @@ from walgate.storage.errors import (
     StorageError,
     Unsupported,
 )
+from walgate.storage.kafka_topics import backing_database, batch_info, rebase, validate_topic_name, wal_options
 from walgate.storage.offsets import OffsetIndex
+from walgate.storage.producers import DuplicateBatch, PartitionProducers, ProducerIds
 from walgate.storage.render import KafkaRows, render
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
@@ -49,7 +53,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.values import coerce, coerce_text, format_timestamp
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
-from walgate.storage.wal import KIND_DATA, KIND_META
+from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META
 
 __all__ = ["Engine", "Result", "ConsumerRow"]
 
@@ -58,6 +62,7 @@ log = logging.getLogger("walgate.engine")
 _TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick
 _TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 _RETENTION_CHECK_S = 5.0
+_BASE_OFFSET = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,15 @@ class Engine:
         self.vnodes: dict[str, list[Vnode]] = {}
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
+        self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
+        self.producer_ids = ProducerIds(data_dir / "producer_ids.json")
         self._next_retention = 0.0
         self.on_records: Callable[[str, int], None] | None = None  # (topic, partition) got new records
         # the consumer-group members the gateway's coordinator knows (SHOW CONSUMERS / SUBSCRIPTIONS)
         self.consumers_view: Callable[[], list[ConsumerRow]] = list
+        # record timestamps (ms) of a RecordBatch, for timestamp lookups in Kafka-native topics (set by the gateway,
+        # which owns the record format)
+        self.batch_timestamps: Callable[[bytes], list[int]] = _no_batch_decoder
 
     @classmethod
     def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20) -> "Engine":
@@ -423,14 +433,17 @@ class Engine:
         if topics is None:
             topics = [name for name, t in self.catalog.topics.items() if t.db == vnode.db.name]
         for name in topics:
-            ev = self.evaluators[name]
+            ev = self.evaluators.get(name)  # None: a Kafka-native topic, whose records are its batches
             idx = self.indexes[(name, vnode.index)]
             for k, entry in enumerate(entries):
                 if entry.version < idx.indexed_to:
                     continue
-                recs = ev.evaluate(entry, tag_tables)
-                count = sum(len(r) for r in recs)
-                max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
+                if ev is None:
+                    count, max_ts = entry.kafka_records, entry.max_ts
+                else:
+                    recs = ev.evaluate(entry, tag_tables)
+                    count = sum(len(r) for r in recs)
+                    max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
                 end = entries[k + 1].version if k + 1 < len(entries) else next_version
                 idx.append(entry.version, count, max_ts, end)
                 if count and self.on_records is not None:
@@ -469,12 +482,15 @@ class Engine:
 
     def _recompile(self, db: str) -> None:
         for name, topic in self.catalog.topics.items():
-            if topic.db == db:
+            if topic.db == db and topic.kind != "kafka":
                 self.evaluators[name] = self._evaluator(topic)
 
     def _open_topic(self, topic: TopicDef) -> None:
         """Compile the topic and bring its offset indexes up to the WAL's end."""
-        self.evaluators[topic.name] = self._evaluator(topic)
+        if topic.kind == "kafka":
+            self._open_native_producers(topic)
+        else:
+            self.evaluators[topic.name] = self._evaluator(topic)
         for vnode in self.vnodes[topic.db]:
             path = vnode.dir / "topics" / f"{topic.name}.oidx"
             idx = OffsetIndex.open(path, vnode.wal.next_version)
@@ -513,14 +529,26 @@ class Engine:
             if s.if_exists:
                 return _affected(0)
             raise NotFound(f"Topic not exist: {s.name}")
-        self.catalog.drop_topic(s.name)
-        self.delete_offsets(topic=s.name)
-        self.evaluators.pop(s.name, None)
+        self.drop_topic(s.name)
+        return _affected(0)
+
+    def drop_topic(self, name: str) -> None:
+        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
+        topic = self.catalog.topics[name]
+        self.delete_offsets(topic=name)
+        self.evaluators.pop(name, None)
         for vnode in self.vnodes.get(topic.db, []):
-            idx = self.indexes.pop((s.name, vnode.index), None)
+            self.producers.pop((name, vnode.index), None)
+            idx = self.indexes.pop((name, vnode.index), None)
             if idx is not None:
                 idx.delete()
-        return _affected(0)
+        if topic.kind != "kafka":
+            self.catalog.drop_topic(name)
+            return
+        for vnode in self.vnodes.pop(topic.db):
+            vnode.close()
+        self.catalog.drop_database(topic.db)  # one record: the database and its topic go together
+        shutil.rmtree(self._db_dir(topic.db), ignore_errors=True)
 
     # ------------------------------------------------------------ Kafka view
 
@@ -628,8 +656,11 @@ class Engine:
         if found is None:
             return None
         base, version = found
-        rows = self.kafka_rows(topic, partition, version)
-        for k, ms in enumerate(rows.timestamps):
+        if self.is_native(topic):
+            timestamps = self.batch_timestamps(self.kafka_batch(topic, partition, version))
+        else:
+            timestamps = self.kafka_rows(topic, partition, version).timestamps
+        for k, ms in enumerate(timestamps):
             if ms >= ts_ms:
                 return base + k, ms
         return None  # unreachable while the index agrees with the WAL
@@ -641,6 +672,84 @@ class Engine:
             return None
         # no record is later than the running max, so the first one reaching it holds it
         return self.offset_for_timestamp(topic, partition, idx.running_max[-1] // _TICKS_PER_MS[vnode.db.precision])
+
+    # ------------------------------------------------------------ Kafka-native topics
+
+    def is_native(self, topic: str) -> bool:
+        t = self.catalog.topics.get(topic)
+        return t is not None and t.kind == "kafka"
+
+    def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
+        """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*."""
+        validate_topic_name(name)
+        if name in self.catalog.topics:
+            raise AlreadyExists(f"Topic already exists: {name}")
+        options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options(configs)}
+        db = backing_database(name, self.catalog.databases)
+        topic = self.catalog.create_kafka_topic(name, db, options, dict(configs), int(time.time() * 1000))
+        self._open_database(self.catalog.database(db))
+        self._open_topic(topic)
+        return topic
+
+    def _open_native_producers(self, topic: TopicDef) -> None:
+        """Rebuild each partition's idempotent-producer state from the batch headers in its WAL."""
+        for vnode in self.vnodes[topic.db]:
+            producers = self.producers[(topic.name, vnode.index)] = PartitionProducers()
+            for entry in vnode.wal.read_from(vnode.wal.first_version):
+                if entry.kind == KIND_KAFKA:
+                    info = batch_info(entry.body)
+                    base = _BASE_OFFSET.unpack_from(entry.body, 0)[0]
+                    producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, base)
+
+    def append_batches(self, topic: str, partition: int, batches: list[bytes]) -> int:
+        """Append produced RecordBatch v2 *batches* (validated by the caller) atomically; their base offset.
+
+        Idempotence (see :mod:`walgate.storage.producers`): a partition request
+        whose batches were all appended before answers the original base offset
+        and writes nothing; a sequence error refuses the whole request
+        (:class:`~walgate.storage.producers.SequenceError`). Durable per the
+        database's WAL level when this returns.
+        """
+        t, vnode, idx = self._partition(topic, partition)
+        if t.kind != "kafka":
+            raise InvalidValue(f"Topic {topic} is a TDengine topic: produce to Kafka-native topics only")
+        producers = self.producers[(topic, partition)]
+        infos = [batch_info(b) for b in batches]
+        scratch = copy.deepcopy(producers) if len(infos) > 1 else producers  # later batches follow earlier ones
+        verdicts = []
+        for k, i in enumerate(infos):
+            verdicts.append(scratch.check(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count))
+            if k + 1 < len(infos):
+                scratch.record(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count, -1)
+        duplicates = [v for v in verdicts if isinstance(v, DuplicateBatch)]
+        if duplicates:
+            if len(duplicates) < len(verdicts):
+                raise InvalidValue("a produce request mixing retried and new batches of one partition")
+            return duplicates[0].base_offset
+        self._check_size(sum(map(len, batches)))
+        offset = base = idx.end_offset
+        entries: list[tuple[int, int, int, bytes]] = []
+        for batch, info in zip(batches, infos):
+            entries.append((KIND_KAFKA, info.record_count, info.max_timestamp, rebase(batch, offset, 0)))
+            offset += info.record_count
+        version = vnode.wal.append(entries)
+        decoded = []
+        offset = base
+        for info in infos:
+            decoded.append(DecodedEntry(version, KIND_KAFKA, kafka_records=info.record_count, max_ts=info.max_timestamp))
+            producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, offset)
+            version += info.record_count
+            offset += info.record_count
+        self._index(vnode, decoded, vnode.wal.next_version, [topic])
+        return base
+
+    def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
+        """The stored RecordBatch at WAL *version* of a Kafka-native partition (its base offset is its offset)."""
+        _, vnode, _ = self._partition(topic, partition)
+        entry = vnode.wal.read(version)
+        if entry is None or entry.kind != KIND_KAFKA:
+            raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
+        return entry.body
 
     # ------------------------------------------------------------ schemaless
 
@@ -911,6 +1020,10 @@ class Engine:
 
 
 # --------------------------------------------------------------------- helpers
+
+
+def _no_batch_decoder(batch: bytes) -> list[int]:
+    raise InvalidValue("timestamp lookups in Kafka-native topics need the gateway's batch decoder")
 
 
 def _check_columns(columns: tuple[Column, ...], tags: tuple[Column, ...]) -> None:

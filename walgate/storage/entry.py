@@ -13,7 +13,8 @@ Layout (little endian)::
     u16 nblocks
     per block: u8 is_stable, u16 name_len, name (utf-8), u32 ipc_len, ipc
 
-A meta entry's body is one JSON object (``{"op": "create_table", ...}``).
+A meta entry's body is one JSON object (``{"op": "create_table", ...}``). A
+Kafka entry's body is one RecordBatch v2, kept as produced.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from walgate.storage.wal import KIND_DATA, WalEntry
+from walgate.storage.wal import KIND_DATA, KIND_KAFKA, WalEntry
 
 __all__ = ["Block", "DecodedEntry", "encode_blocks", "decode_entry", "encode_meta"]
 
@@ -47,6 +48,8 @@ class DecodedEntry:
     kind: int
     blocks: tuple[Block, ...] = ()
     meta: dict[str, Any] | None = None
+    kafka_records: int = 0  # KIND_KAFKA: the batch's record count
+    max_ts: int = 0  # KIND_KAFKA: the batch's max timestamp (ms)
 
     @property
     def rows(self) -> int:
@@ -70,6 +73,8 @@ def encode_meta(meta: dict[str, Any]) -> bytes:
 
 
 def decode_entry(entry: WalEntry) -> DecodedEntry:
+    if entry.kind == KIND_KAFKA:
+        return DecodedEntry(entry.version, entry.kind, kafka_records=entry.count, max_ts=entry.max_ts)
     if entry.kind != KIND_DATA:
         return DecodedEntry(entry.version, entry.kind, meta=orjson.loads(entry.body))
     body = memoryview(entry.body)

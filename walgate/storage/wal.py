@@ -58,12 +58,13 @@ from typing import Iterator
 
 import crc32c
 
-__all__ = ["Wal", "WalEntry", "WalOptions", "KIND_DATA", "KIND_META", "CorruptEntry"]
+__all__ = ["Wal", "WalEntry", "WalOptions", "KIND_DATA", "KIND_META", "KIND_KAFKA", "CorruptEntry"]
 
 log = logging.getLogger("walgate.wal")
 
 KIND_DATA = 1
 KIND_META = 2
+KIND_KAFKA = 3  # a Kafka RecordBatch v2 as produced (base offset = its Kafka offset); count = its records
 FLAG_MORE = 1
 
 _HEADER = struct.Struct("<IIIBBHQIq")

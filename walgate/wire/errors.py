@@ -28,6 +28,7 @@ __all__ = [
     "UnsupportedVersion",
     "CorruptRecord",
     "InvalidRecord",
+    "RecordTooLarge",
     "ErrorCode",
 ]
 
@@ -69,3 +70,9 @@ class InvalidRecord(WireError):
     """A record batch that does not parse, uses an unknown codec or breaks a size limit (INVALID_RECORD)."""
 
     error_code = ErrorCode.invalid_record
+
+
+class RecordTooLarge(WireError):
+    """A produced record batch above the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
+
+    error_code = ErrorCode.message_too_large

@@ -80,7 +80,7 @@ from aiokafka.record._crecords import DefaultRecordBatch as _CBatch
 from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBuilder
 
 from walgate.wire.compression import CODEC_IDS, CODEC_NAMES, DEFAULT_MAX_DECOMPRESSED, compress, decompress
-from walgate.wire.errors import CorruptRecord, InvalidRecord
+from walgate.wire.errors import CorruptRecord, InvalidRecord, RecordTooLarge
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -92,6 +92,9 @@ __all__ = [
     "decode_batches",
     "encode_batch",
     "patch_base_offset",
+    "record_timestamps",
+    "validate_produced",
+    "with_log_append_time",
 ]
 
 Header = tuple[str, bytes | None]
@@ -254,6 +257,53 @@ def batch_header(batch: bytes | bytearray | memoryview) -> BatchHeader:
      producer_id, producer_epoch, base_sequence, count) = _HEADER.unpack_from(batch, 0)
     return BatchHeader(base_offset, length, last_delta, leader_epoch, magic, crc, attributes, base_ts, max_ts,
                        producer_id, producer_epoch, base_sequence, count)
+
+
+def with_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """*batch* (a RecordBatch v2) marked LogAppendTime with *now_ms* as its max timestamp; CRC recomputed.
+
+    As Kafka's broker does for topics with ``message.timestamp.type=LogAppendTime``:
+    every record's timestamp reads as the batch's max timestamp.
+    """
+    out = bytearray(batch)
+    (attributes,) = _ATTRIBUTES.unpack_from(out, _CRC_START)
+    _ATTRIBUTES.pack_into(out, _CRC_START, attributes | _TIMESTAMP_TYPE_BIT)
+    struct.pack_into(">q", out, 35, now_ms)
+    _CRC.pack_into(out, 17, crc32c.crc32c(memoryview(out)[_CRC_START:]))
+    return bytes(out)
+
+
+def record_timestamps(batch: bytes) -> list[int]:
+    """The timestamp (ms) of every record of *batch*, as consumers read them (LogAppendTime: the batch's)."""
+    return [b.max_timestamp if b.timestamp_type else r.timestamp
+            for b in decode_batches(batch, verify_crc=False) for r in b.records]
+
+
+def validate_produced(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[DecodedBatch]:
+    """The batches of a Produce request's partition, checked as Kafka's ``LogValidator`` does.
+
+    Every batch must be a RecordBatch v2 (Produce v3+) whose CRC matches
+    (:class:`CorruptRecord`), whose records parse and match its count and
+    offset deltas, that is neither transactional nor a control batch
+    (walgate has no transactions) and holds at least one record
+    (:class:`InvalidRecord`); a batch above *max_batch_bytes* raises
+    :class:`RecordTooLarge`.
+    """
+    batches = decode_batches(data)
+    if not batches:
+        raise InvalidRecord("the produce request holds no record batch")
+    for b in batches:
+        if b.magic != 2:
+            raise InvalidRecord(f"Produce v3+ carries record batches of magic 2, not {b.magic}")
+        if b.is_transactional or b.is_control:
+            raise InvalidRecord("walgate does not support transactions: transactional and control batches are refused")
+        if not b.records or b.last_offset_delta != len(b.records) - 1:
+            raise InvalidRecord(f"batch with {len(b.records)} records and last offset delta {b.last_offset_delta}")
+        if [r.offset - b.base_offset for r in b.records] != list(range(len(b.records))):
+            raise InvalidRecord("record offset deltas must be 0, 1, 2, ...")
+        if len(b.raw) > max_batch_bytes:
+            raise RecordTooLarge(f"a record batch of {len(b.raw)} bytes is above max.message.bytes {max_batch_bytes}")
+    return batches
 
 
 # --------------------------------------------------------------------------- decoding

@@ -25,6 +25,7 @@ from pathlib import Path
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.wire.records import record_timestamps
 
 __all__ = ["Broker", "BatchCache", "PEER"]
 
@@ -76,6 +77,7 @@ class Broker:
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}
         self._loop = asyncio.get_running_loop()
         self.engine.on_records = self._on_records
+        self.engine.batch_timestamps = record_timestamps
 
     @staticmethod
     def load_cluster_id(data_dir: Path) -> str:

@@ -17,6 +17,8 @@ from walgate.gateway.kafka.handlers import (
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
+    create_topics,
+    delete_topics,
     delete_groups,
     describe_cluster,
     describe_groups,
@@ -24,6 +26,7 @@ from walgate.gateway.kafka.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    init_producer_id,
     join_group,
     leave_group,
     list_groups,
@@ -55,6 +58,7 @@ _MODULES = (
     api_versions, metadata, list_offsets, fetch, produce, describe_cluster, describe_topic_partitions, offset_for_leader_epoch,
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, describe_groups,
     list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
+    init_producer_id, create_topics, delete_topics,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

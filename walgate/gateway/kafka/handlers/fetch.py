@@ -2,7 +2,9 @@
 
 * One record batch per WAL entry that contributes records; a fetch at an
   offset inside a batch returns that whole batch (the client skips the
-  records before its offset), as Kafka does.
+  records before its offset), as Kafka does. Kafka-native topics serve their
+  stored batches as they are (no re-encoding, no cache); TDengine topics render
+  rows into batches, kept in the broker's batch cache.
 * OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
 * Sizes (KIP-74): ``max_bytes`` bounds the response and
   ``partition_max_bytes`` each partition, except that the first batch of the
@@ -63,9 +65,10 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
         return _Got(ErrorCode.offset_out_of_range, start, end, [])
     out: list[bytes] = []
     size = 0
+    native = engine.is_native(topic)
     for base, version, _count in engine.index_entries(topic, partition, offset):
         key = (topic, partition, version)
-        batch = cache.get(key)
+        batch = engine.kafka_batch(topic, partition, version) if native else cache.get(key)
         if batch is None:
             rows = engine.kafka_rows(topic, partition, version)
             batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)

@@ -1,7 +1,9 @@
 """FindCoordinator (key 10) v0–v6: this node coordinates every group (batched keys from v4).
 
-Transaction coordinators (key type 1) are refused: transactions are not
-supported, so COORDINATOR_NOT_AVAILABLE is what a transactional client gets.
+Transaction coordinators (key type 1) are refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a message: walgate has no
+transactions, and that error is fatal at once in clients (COORDINATOR_NOT_AVAILABLE
+would be retried until a timeout).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ _GROUP = 0
 def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
     if key_type != _GROUP:
         return {"key": key, "node_id": -1, "host": "", "port": -1,
-                "error_code": ErrorCode.coordinator_not_available, "error_message": "walgate has no transaction coordinator"}
+                "error_code": ErrorCode.transactional_id_authorization_failed,
+                "error_message": "walgate does not support transactions"}
     return {"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
             "error_code": ErrorCode.none, "error_message": None}
 

@@ -1,0 +1,85 @@
+"""CreateTopics (key 19) v0–v7: Kafka-native topics, each in a database whose vgroups are its partitions.
+
+One node: replication factor 1 (or -1, the default) only, manual assignments
+only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
+Configs: see :mod:`walgate.storage.kafka_topics` (unknown keys and values
+walgate cannot honour get INVALID_CONFIG). ``validate_only`` checks everything
+and creates nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.storage.errors import StorageError
+from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
+MAX_PARTITIONS = 1024  # a database's VGROUPS limit
+_TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5  # config_source values
+
+
+def _result(name: str, error: int, message: str | None, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "topic_id": uuid.UUID(int=0), "error_code": error, "error_message": message,
+            "num_partitions": -1, "replication_factor": -1, "configs": None, **fields}
+
+
+def _partitions(broker: Broker, t: Any) -> tuple[int, str | None]:
+    """(partition count, None) or (error code, message)."""
+    if t.replication_factor not in (-1, 1):
+        return ErrorCode.invalid_replication_factor, f"replication factor {t.replication_factor}: walgate is one node (1)"
+    if t.assignments:
+        if t.num_partitions != -1 or any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+            return ErrorCode.invalid_replica_assignment, f"replicas can only be assigned to broker {broker.node_id}"
+        return len(t.assignments), None
+    n = 1 if t.num_partitions == -1 else t.num_partitions
+    if not 1 <= n <= MAX_PARTITIONS:
+        return ErrorCode.invalid_partitions, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
+    return n, None
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    engine = broker.engine
+    validate_only = getattr(request, "validate_only", False)
+
+    def create() -> list[dict[str, Any]]:
+        results = []
+        for t in request.topics:
+            n, message = _partitions(broker, t)
+            if message is not None:
+                results.append(_result(t.name, n, message))
+                continue
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            try:
+                validate_topic_name(t.name)
+            except StorageError as exc:
+                results.append(_result(t.name, ErrorCode.invalid_topic_exception, str(exc)))
+                continue
+            if t.name in engine.catalog.topics:
+                results.append(_result(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
+                continue
+            try:
+                validate_configs(configs)
+            except StorageError as exc:
+                results.append(_result(t.name, ErrorCode.invalid_config, str(exc)))
+                continue
+            topic_id = uuid.UUID(int=0)
+            if not validate_only:
+                try:
+                    topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs).topic_id)
+                except StorageError as exc:
+                    results.append(_result(t.name, ErrorCode.invalid_request, str(exc)))
+                    continue
+            described = [
+                {"name": k, "value": configs.get(k, v), "read_only": False, "is_sensitive": False,
+                 "config_source": _TOPIC_CONFIG if k in configs else _DEFAULT_CONFIG}
+                for k, v in TOPIC_CONFIG_DEFAULTS.items()
+            ]
+            results.append(_result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n,
+                                   replication_factor=1, configs=described))
+        return results
+
+    return {"throttle_time": 0, "topics": await broker.storage.call(create)}

@@ -1,0 +1,127 @@
+"""Kafka-native topics: their configs, the database that holds them, the RecordBatch fields storage reads.
+
+A topic created through Kafka's CreateTopics gets a database of its own whose
+vgroups are the topic's partitions; each produced RecordBatch v2 is one WAL
+entry of the partition's vnode, stored as produced except for its base offset
+(the Kafka offset it is given) and partition leader epoch (0), neither of which
+the batch CRC covers. Fetch serves the stored bytes as they are.
+
+Kafka configs map onto the database's WAL settings (rounded up to the WAL's
+units: seconds and MB); the configs themselves are kept as set, so
+DescribeConfigs answers what the client wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from walgate.storage.errors import InvalidValue
+
+__all__ = [
+    "TOPIC_CONFIG_DEFAULTS",
+    "BatchInfo",
+    "backing_database",
+    "batch_info",
+    "rebase",
+    "validate_configs",
+    "validate_topic_name",
+    "wal_options",
+]
+
+TOPIC_CONFIG_DEFAULTS: Final[dict[str, str]] = {
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "67108864",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+}
+"""Every topic config walgate knows, with Kafka's defaults (retention and segment size as the WAL defaults)."""
+
+_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_MB = 1 << 20
+
+# RecordBatch v2 header fields storage needs (byte layout: walgate.wire.records)
+_PRODUCER: Final = struct.Struct(">qhii")  # producer id, producer epoch, base sequence, record count at byte 43
+_MAX_TS: Final = struct.Struct(">q")  # max timestamp at byte 35
+_BASE_OFFSET: Final = struct.Struct(">q")
+_LEADER_EPOCH: Final = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What storage needs of a RecordBatch v2 header."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    max_timestamp: int
+
+
+def batch_info(batch: bytes | memoryview) -> BatchInfo:
+    producer_id, epoch, sequence, count = _PRODUCER.unpack_from(batch, 43)
+    (max_ts,) = _MAX_TS.unpack_from(batch, 35)
+    return BatchInfo(producer_id, epoch, sequence, count, max_ts)
+
+
+def rebase(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """*batch* with its base offset and partition leader epoch set (the CRC does not cover them)."""
+    return _BASE_OFFSET.pack(base_offset) + bytes(batch[8:12]) + _LEADER_EPOCH.pack(leader_epoch) + bytes(batch[16:])
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidValue(
+            f"Invalid topic name {name!r}: 1 to 249 characters of ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def backing_database(topic: str, taken: Mapping[str, object]) -> str:
+    """The name of the database holding *topic*: ``kafka_<topic>`` with ``.``/``-`` as ``_``, made unique."""
+    base = "kafka_" + re.sub(r"[.-]", "_", topic)
+    if base not in taken and base == "kafka_" + topic:
+        return base
+    return f"{base}_{zlib.crc32(topic.encode()):08x}"
+
+
+def _integer(configs: Mapping[str, str], key: str) -> int:
+    try:
+        return int(configs.get(key, TOPIC_CONFIG_DEFAULTS[key]))
+    except ValueError:
+        raise InvalidValue(f"Invalid value {configs[key]!r} for configuration {key}: expected an integer") from None
+
+
+def validate_configs(configs: Mapping[str, str]) -> None:
+    """Refuse unknown keys and values walgate cannot honour, with a message naming them."""
+    unknown = sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS))
+    if unknown:
+        raise InvalidValue(f"Unknown topic config name: {unknown[0]} (walgate knows {', '.join(TOPIC_CONFIG_DEFAULTS)})")
+    if configs.get("cleanup.policy", "delete") != "delete":
+        raise InvalidValue("Invalid value for cleanup.policy: walgate supports only 'delete' (no compaction)")
+    if configs.get("message.timestamp.type", "CreateTime") not in ("CreateTime", "LogAppendTime"):
+        raise InvalidValue("Invalid value for message.timestamp.type: CreateTime or LogAppendTime")
+    for key in ("retention.ms", "retention.bytes"):
+        if _integer(configs, key) < -1:
+            raise InvalidValue(f"Invalid value for {key}: -1 (unlimited) or more")
+    for key in ("segment.bytes", "max.message.bytes"):
+        if _integer(configs, key) < 1:
+            raise InvalidValue(f"Invalid value for {key}: at least 1")
+
+
+def wal_options(configs: Mapping[str, str]) -> dict[str, int]:
+    """WAL settings of the backing database for *configs* (validated): seconds and MB, rounded up."""
+    validate_configs(configs)
+    retention_ms = _integer(configs, "retention.ms")
+    retention_bytes = _integer(configs, "retention.bytes")
+    return {
+        "WAL_RETENTION_PERIOD": -1 if retention_ms < 0 else -(-retention_ms // 1000),
+        "WAL_RETENTION_SIZE": -1 if retention_bytes < 0 else -(-retention_bytes // _MB),
+        "WAL_SEGMENT_SIZE": max(1, -(-_integer(configs, "segment.bytes") // _MB)),
+    }
