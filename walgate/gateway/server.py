@@ -112,6 +112,20 @@ class Gateway:
                 ),
             )),
         )
+        broker.configs = {
+            "broker.id": str(cfg.node_id),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "auto.create.topics.enable": "false",
+            "message.max.bytes": "1048588",
+            "socket.request.max.bytes": str(cfg.max_request_bytes),
+            "log.retention.ms": "604800000",
+            "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
+            "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
+            "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
+            "group.consumer.session.timeout.ms": str(cfg.group_consumer_session_timeout_ms),
+            "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
+        }
         server = KafkaServer(broker, cfg.max_request_bytes)
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
         if not broker.port:

@@ -150,6 +150,11 @@ class Catalog:
             self.topics[r["name"]] = TopicDef(**{k: v for k, v in r.items() if k != "op"})
         elif op == "drop_topic":
             self.topics.pop(r["name"], None)
+        elif op == "alter_kafka_topic":
+            topic = self.topics[r["name"]]
+            self.topics[r["name"]] = replace(topic, configs=r["configs"])
+            old = self.databases[topic.db]
+            self.databases[topic.db] = DatabaseDef(old.name, r["options"], old.created_ms)
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
             self.databases[r["db"]] = DatabaseDef(r["db"], r["options"], r["created_ms"])
             self.topics[r["name"]] = TopicDef(r["name"], "kafka", r["db"], "", False, "", r["topic_id"],
@@ -253,6 +258,10 @@ class Catalog:
         self._commit({"op": "create_kafka_topic", "name": name, "db": db, "options": merged, "configs": configs,
                       "topic_id": str(uuid.uuid4()), "created_ms": now_ms})
         return self.topics[name]
+
+    def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str]) -> None:
+        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database."""
+        self._commit({"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs})
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})

@@ -37,6 +37,7 @@ from walgate.storage.committed import Committed
 from walgate.storage.entry import Block, DecodedEntry, decode_entry, encode_blocks, encode_meta
 from walgate.storage.errors import (
     AlreadyExists,
+    OffsetOutOfRange,
     InvalidValue,
     NotFound,
     RequestTooLarge,
@@ -487,24 +488,27 @@ class Engine:
 
     def _open_topic(self, topic: TopicDef) -> None:
         """Compile the topic and bring its offset indexes up to the WAL's end."""
-        if topic.kind == "kafka":
-            self._open_native_producers(topic)
-        else:
+        if topic.kind != "kafka":
             self.evaluators[topic.name] = self._evaluator(topic)
         for vnode in self.vnodes[topic.db]:
-            path = vnode.dir / "topics" / f"{topic.name}.oidx"
-            idx = OffsetIndex.open(path, vnode.wal.next_version)
-            self.indexes[(topic.name, vnode.index)] = idx
-            start = max(idx.indexed_to, vnode.wal.first_version)
-            if start < vnode.wal.next_version:
-                batch: list[DecodedEntry] = []
-                for entry in vnode.wal.read_from(start):
-                    if entry.version >= start:
-                        batch.append(decode_entry(entry))
-                    if len(batch) >= 256:  # bounded memory; the next entry starts after this one's first version
-                        self._index(vnode, batch, batch[-1].version + 1, [topic.name])
-                        batch = []
-                self._index(vnode, batch, vnode.wal.next_version, [topic.name])
+            self._open_topic_partition(topic, vnode)
+
+    def _open_topic_partition(self, topic: TopicDef, vnode: Vnode) -> None:
+        if topic.kind == "kafka":
+            self._open_native_producers(topic, vnode)
+        path = vnode.dir / "topics" / f"{topic.name}.oidx"
+        idx = OffsetIndex.open(path, vnode.wal.next_version)
+        self.indexes[(topic.name, vnode.index)] = idx
+        start = max(idx.indexed_to, vnode.wal.first_version)
+        if start < vnode.wal.next_version:
+            batch: list[DecodedEntry] = []
+            for entry in vnode.wal.read_from(start):
+                if entry.version >= start:
+                    batch.append(decode_entry(entry))
+                if len(batch) >= 256:  # bounded memory; the next entry starts after this one's first version
+                    self._index(vnode, batch, batch[-1].version + 1, [topic.name])
+                    batch = []
+            self._index(vnode, batch, vnode.wal.next_version, [topic.name])
 
     def _x_CreateTopic(self, s: ast.CreateTopic, session: str | None) -> Result:
         if s.name in self.catalog.topics:
@@ -691,15 +695,56 @@ class Engine:
         self._open_topic(topic)
         return topic
 
-    def _open_native_producers(self, topic: TopicDef) -> None:
-        """Rebuild each partition's idempotent-producer state from the batch headers in its WAL."""
-        for vnode in self.vnodes[topic.db]:
-            producers = self.producers[(topic.name, vnode.index)] = PartitionProducers()
-            for entry in vnode.wal.read_from(vnode.wal.first_version):
-                if entry.kind == KIND_KAFKA:
-                    info = batch_info(entry.body)
-                    base = _BASE_OFFSET.unpack_from(entry.body, 0)[0]
-                    producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, base)
+    def _open_native_producers(self, topic: TopicDef, vnode: Vnode) -> None:
+        """Rebuild a partition's idempotent-producer state from the batch headers in its WAL."""
+        producers = self.producers[(topic.name, vnode.index)] = PartitionProducers()
+        for entry in vnode.wal.read_from(vnode.wal.first_version):
+            if entry.kind == KIND_KAFKA:
+                info = batch_info(entry.body)
+                base = _BASE_OFFSET.unpack_from(entry.body, 0)[0]
+                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, base)
+
+    def _native(self, name: str) -> TopicDef:
+        topic = self.catalog.topics.get(name)
+        if topic is None:
+            raise NotFound(f"Topic not exist: {name}")
+        if topic.kind != "kafka":
+            raise InvalidValue(f"Topic {name} is a TDengine topic: its partitions and configs follow its database")
+        return topic
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a Kafka-native topic's configs (validated); its database's WAL settings follow at once."""
+        topic = self._native(name)
+        options = {**self.catalog.database(topic.db).options, **wal_options(configs)}
+        self.catalog.alter_kafka_topic(name, options, dict(configs))
+        db = self.catalog.database(topic.db)
+        for vnode in self.vnodes[db.name]:
+            vnode.reconfigure(db)
+
+    def create_partitions(self, name: str, count: int) -> None:
+        """Grow a Kafka-native topic to *count* partitions (new vgroups of its database)."""
+        topic = self._native(name)
+        old = len(self.vnodes[topic.db])
+        if count <= old:
+            raise InvalidValue(f"Topic {name} has {old} partitions: the new count must be larger, not {count}")
+        self.catalog.alter_kafka_topic(name, {**self.catalog.database(topic.db).options, "VGROUPS": count},
+                                       topic.configs)
+        db = self.catalog.database(topic.db)
+        for vnode in self.vnodes[db.name]:
+            vnode.reconfigure(db)
+        for i in range(old, count):
+            vnode = Vnode.open(db, i, self._db_dir(db.name) / f"vnode{i}")
+            self.vnodes[db.name].append(vnode)
+            self._open_topic_partition(self.catalog.topics[name], vnode)
+
+    def delete_records(self, name: str, partition: int, offset: int) -> int:
+        """Move a partition's log start to *offset* (-1: the high watermark); the new log start."""
+        _, _, idx = self._partition(name, partition)
+        target = idx.end_offset if offset == -1 else offset
+        if not 0 <= target <= idx.end_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [0, {idx.end_offset}] of {name}-{partition}")
+        idx.advance_start(target)
+        return idx.start_offset
 
     def append_batches(self, topic: str, partition: int, batches: list[bytes]) -> int:
         """Append produced RecordBatch v2 *batches* (validated by the caller) atomically; their base offset.

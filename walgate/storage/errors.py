@@ -28,6 +28,7 @@ __all__ = [
     "CsvError",
     "RequestTooLarge",
     "Unsupported",
+    "OffsetOutOfRange",
 ]
 
 
@@ -71,3 +72,7 @@ class RequestTooLarge(StorageError):
 
 class Unsupported(StorageError):
     code = 0x2610
+
+
+class OffsetOutOfRange(StorageError):
+    """An offset outside a partition's log (DeleteRecords beyond the high watermark)."""

@@ -28,6 +28,7 @@ __all__ = [
     "backing_database",
     "batch_info",
     "rebase",
+    "topic_configs",
     "validate_configs",
     "validate_topic_name",
     "wal_options",
@@ -89,6 +90,23 @@ def backing_database(topic: str, taken: Mapping[str, object]) -> str:
     if base not in taken and base == "kafka_" + topic:
         return base
     return f"{base}_{zlib.crc32(topic.encode()):08x}"
+
+
+def topic_configs(kind: str, configs: Mapping[str, str], db_options: Mapping[str, int | str]) -> dict[str, tuple[str, bool]]:
+    """Every config of a topic: name -> (value, set explicitly).
+
+    Kafka-native topics answer their configs as set (defaults for the rest);
+    TDengine topics answer what their database's WAL settings amount to.
+    """
+    if kind == "kafka":
+        return {k: (configs.get(k, v), k in configs) for k, v in TOPIC_CONFIG_DEFAULTS.items()}
+    period, size = int(db_options["WAL_RETENTION_PERIOD"]), int(db_options["WAL_RETENTION_SIZE"])
+    derived = {
+        "retention.ms": str(-1 if period < 0 else period * 1000),
+        "retention.bytes": str(-1 if size < 0 else size * _MB),
+        "segment.bytes": str(max(1, int(db_options["WAL_SEGMENT_SIZE"])) * _MB),
+    }
+    return {k: (derived.get(k, v), k in derived) for k, v in TOPIC_CONFIG_DEFAULTS.items()}
 
 
 def _integer(configs: Mapping[str, str], key: str) -> int:

@@ -41,6 +41,7 @@ class OffsetIndex:
         self.running_max = array("q")
         self.end_offset = 0  # next offset to assign (high watermark)
         self.indexed_to = -1  # WAL versions < indexed_to have been evaluated
+        self.log_start = 0  # set by DeleteRecords (persisted beside the index)
         self._fd: int | None = None
 
     @classmethod
@@ -62,6 +63,9 @@ class OffsetIndex:
         if idx.offsets:
             idx.end_offset = idx.offsets[-1] + idx.counts[-1]
             idx.indexed_to = idx.versions[-1] + 1
+        if idx._start_path.exists():
+            idx.log_start = int(idx._start_path.read_text())
+            idx.end_offset = max(idx.end_offset, idx.log_start)
         idx._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return idx
 
@@ -92,8 +96,35 @@ class OffsetIndex:
 
     @property
     def start_offset(self) -> int:
-        """Log start offset: first offset still backed by the WAL."""
-        return self.offsets[0] if self.offsets else self.end_offset
+        """Log start offset: first offset still backed by the WAL, or the one DeleteRecords set if later."""
+        first = self.offsets[0] if self.offsets else self.end_offset
+        return max(first, self.log_start)
+
+    def advance_start(self, offset: int) -> None:
+        """DeleteRecords: the log starts at *offset* (<= the high watermark) from now on, durably.
+
+        Entries wholly below it are forgotten; the WAL keeps their bytes until
+        retention deletes the segment, as Kafka deletes segments lazily.
+        """
+        if offset > self.log_start:
+            self.log_start = offset
+            tmp = self._start_path.with_suffix(".tmp")
+            with tmp.open("w") as f:
+                f.write(str(offset))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._start_path)
+        gone = bisect_right(self.offsets, offset)
+        if gone and self.offsets[gone - 1] + self.counts[gone - 1] > offset:
+            gone -= 1  # the entry holding `offset` stays
+        if gone:
+            for a in (self.offsets, self.versions, self.counts, self.running_max):
+                del a[:gone]
+            self._rewrite()
+
+    @property
+    def _start_path(self) -> Path:
+        return self.path.with_suffix(".start")
 
     def locate(self, offset: int) -> tuple[int, int] | None:
         """(entry version, position of ``offset`` among the entry's records), None outside the log."""
@@ -112,7 +143,9 @@ class OffsetIndex:
     def trim_before(self, version: int) -> None:
         """Forget entries whose WAL versions were deleted by retention."""
         i = bisect_left(self.versions, version)
-        if i:
+        if i and i == len(self.versions):  # all gone: remember where the log starts, or offsets would restart at 0
+            self.advance_start(self.end_offset)
+        elif i:
             for a in (self.offsets, self.versions, self.counts, self.running_max):
                 del a[:i]
             self._rewrite()
@@ -125,3 +158,4 @@ class OffsetIndex:
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+        self._start_path.unlink(missing_ok=True)

@@ -92,6 +92,11 @@ class Vnode:
         vnode._checkpointed = start
         return vnode
 
+    def reconfigure(self, db: DatabaseDef) -> None:
+        """The database's options changed (a Kafka-native topic's configs): apply its WAL settings."""
+        self.db = db
+        self.wal.options = wal_options(db)
+
     # ------------------------------------------------------------------ meta
 
     def apply_meta(self, meta: dict[str, Any], version: int) -> None:

@@ -19,7 +19,7 @@ import base64
 import contextvars
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from walgate.gateway.kafka.groups import GroupService
@@ -72,6 +72,7 @@ class Broker:
     cache: BatchCache
     versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
     groups: GroupService
+    configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
 
     def __post_init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}

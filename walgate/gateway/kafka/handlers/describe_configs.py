@@ -1,0 +1,55 @@
+"""DescribeConfigs (key 32) v0–v4: topic configs (real values) and this broker's settings.
+
+Kafka-native topics answer their configs as set (TOPIC_CONFIG) and Kafka's
+defaults for the rest (DEFAULT_CONFIG); TDengine topics answer what their
+database's WAL settings amount to. The broker (resource name = its node id)
+answers the settings walgate runs with (STATIC_BROKER_CONFIG).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.storage.kafka_topics import topic_configs
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
+TOPIC, BROKER = 2, 4  # resource types
+_TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
+_TYPES = {"cleanup.policy": 7, "retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3,
+          "max.message.bytes": 3, "message.timestamp.type": 2}  # ConfigType: STRING 2, INT 3, LONG 5, LIST 7
+
+
+def _entry(name: str, value: str, source: int) -> dict[str, Any]:
+    return {"name": name, "value": value, "read_only": False, "is_default": source == _DEFAULT_CONFIG,
+            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": _TYPES.get(name, 2),
+            "documentation": None}
+
+
+def _result(r: Any, error: int, message: str | None, configs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"error_code": error, "error_message": message, "resource_type": r.resource_type,
+            "resource_name": r.resource_name, "configs": configs}
+
+
+def describe(broker: Broker, r: Any) -> dict[str, Any]:
+    keys = None if r.configuration_keys is None else set(r.configuration_keys)
+    if r.resource_type == TOPIC:
+        topic = broker.engine.catalog.topics.get(r.resource_name)
+        if topic is None:
+            return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist", [])
+        options = broker.engine.catalog.database(topic.db).options
+        entries = [_entry(k, v, _TOPIC_CONFIG if set_ else _DEFAULT_CONFIG)
+                   for k, (v, set_) in topic_configs(topic.kind, topic.configs, options).items()]
+    elif r.resource_type == BROKER:
+        if r.resource_name not in ("", str(broker.node_id)):
+            return _result(r, ErrorCode.invalid_request, f"this broker is node {broker.node_id}", [])
+        entries = [_entry(k, v, _STATIC_BROKER_CONFIG) for k, v in broker.configs.items()]
+    else:
+        return _result(r, ErrorCode.invalid_request, f"resource type {r.resource_type}: topics (2) and brokers (4)", [])
+    return _result(r, ErrorCode.none, None, [e for e in entries if keys is None or e["name"] in keys])
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    results = await broker.storage.call(lambda: [describe(broker, r) for r in request.resources])
+    return {"throttle_time": 0, "results": results}
