@@ -190,3 +190,82 @@ def test_kill_9_loses_no_acknowledged_offset_commit(tmp_path: Path) -> None:
     assert acked > 10, "too few commits were acknowledged: the test proves nothing"
     with running_walgate(tmp_path / "final", data_dir=data_dir) as server:
         assert committed(server.kafka_port) >= acked
+
+
+PRODUCER = """
+import sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+              "message.timeout.ms": 60000})
+n = int(sys.argv[2])
+
+
+def acked(err, msg):
+    if err is None:
+        print(msg.value().decode(), flush=True)  # acknowledged: the delivery report says so
+
+
+for _ in range(1_000_000):  # bounded; the test kills this process long before
+    n += 1
+    p.produce("pt", str(n).encode(), partition=n % 2, on_delivery=acked)
+    p.poll(0)
+    if n % 50 == 0:
+        p.flush(10)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_loses_no_acknowledged_produce(tmp_path: Path) -> None:
+    """An idempotent acks=all producer is cut off by kill -9 of walgate at random points; after every restart
+    each acknowledged record is in its partition exactly once, in order, and nothing never sent appears."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    rng = random.Random(11)
+    data_dir = tmp_path / "data"
+    with running_walgate(tmp_path / "setup", data_dir=data_dir) as server:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
+        admin.create_topics([NewTopic("pt", 2, 1)])["pt"].result(timeout=30)
+
+    def read_all(port: int) -> dict[int, list[int]]:
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "reader", "enable.partition.eof": True})
+        try:
+            got: dict[int, list[int]] = {0: [], 1: []}
+            c.assign([TopicPartition("pt", p, 0) for p in (0, 1)])
+            ends = {p: c.get_watermark_offsets(TopicPartition("pt", p), timeout=15)[1] for p in (0, 1)}
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < sum(ends.values()) and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    got[m.partition()].append(int(m.value()))
+            return got
+        finally:
+            c.close()
+
+    acked: set[int] = set()
+    start = 0
+    for cycle in range(6):
+        with running_walgate(tmp_path / f"p{cycle}", data_dir=data_dir) as server:
+            got = read_all(server.kafka_port)
+            stored = got[0] + got[1]
+            assert len(stored) == len(set(stored)), f"cycle {cycle}: duplicates"
+            assert acked <= set(stored), f"cycle {cycle}: lost {sorted(acked - set(stored))[:10]}"
+            assert all(v % 1_000_000 and v < start + 1_000_000 for v in stored), f"cycle {cycle}: never sent"
+            assert all(a < b for p in (0, 1) for a, b in zip(got[p], got[p][1:])), f"cycle {cycle}: out of order"
+            out = tmp_path / f"producer{cycle}.out"
+            with open(out, "wb") as f:
+                producer = subprocess.Popen(
+                    [sys.executable, "-c", PRODUCER, f"127.0.0.1:{server.kafka_port}", str(start)],
+                    stdout=f, stderr=subprocess.DEVNULL,
+                )
+            try:
+                time.sleep(rng.uniform(1.5, 3.0))
+                server.proc.kill()
+                server.proc.wait(10)
+            finally:
+                producer.kill()
+                producer.wait(10)
+            lines = [int(x) for x in out.read_text().split()]
+            acked.update(lines)
+            start += 1_000_000  # the next producer's records cannot be confused with this one's
+    assert len(acked) > 100, "too few records were acknowledged: the test proves nothing"

@@ -243,7 +243,7 @@ class Wal:
             if crc32c.crc32c(data[pos + HEADER_SIZE : end]) != body_crc:
                 reason = "body checksum mismatch"
                 break
-            if version != expected or count < 1 or kind not in (KIND_DATA, KIND_META):
+            if version != expected or count < 1 or kind not in (KIND_DATA, KIND_META, KIND_KAFKA):
                 reason = f"unexpected version {version} (expected {expected})"
                 break
             running = max(running, max_ts)
