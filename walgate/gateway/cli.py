@@ -325,6 +325,8 @@ def _parser() -> argparse.ArgumentParser:
         ("group-consumer-heartbeat-interval-ms", "5000"),
     ):
         serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"consumer groups (default {default})")
+    serve.add_argument("--auto-create-topic-partitions", type=int, metavar="N",
+                       help="Metadata creates unknown topics as Kafka-native topics of N partitions (default 0: never)")
     serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
     serve.set_defaults(run=_cmd_serve)
 

@@ -53,6 +53,8 @@ class Config:
     group_max_session_timeout_ms: int = 1_800_000
     group_consumer_session_timeout_ms: int = 45_000  # KIP-848 members
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # Kafka's auto.create.topics.enable + num.partitions in one: 0 = off (the default)
+    auto_create_topic_partitions: int = 0
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -71,6 +73,8 @@ class Config:
         for name in ("max_request_bytes", "batch_cache_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.auto_create_topic_partitions <= 1024:
+            raise ConfigError(f"auto_create_topic_partitions must be in 0..1024, got {self.auto_create_topic_partitions}")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError(f"group_initial_rebalance_delay_ms must be >= 0, got {self.group_initial_rebalance_delay_ms}")
         if not 0 < self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms:

@@ -114,9 +114,9 @@ class Gateway:
         )
         broker.configs = {
             "broker.id": str(cfg.node_id),
-            "num.partitions": "1",
+            "num.partitions": str(max(cfg.auto_create_topic_partitions, 1)),
             "default.replication.factor": "1",
-            "auto.create.topics.enable": "false",
+            "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "message.max.bytes": "1048588",
             "socket.request.max.bytes": str(cfg.max_request_bytes),
             "log.retention.ms": "604800000",
@@ -126,6 +126,7 @@ class Gateway:
             "group.consumer.session.timeout.ms": str(cfg.group_consumer_session_timeout_ms),
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
         }
+        broker.auto_create_partitions = cfg.auto_create_topic_partitions
         server = KafkaServer(broker, cfg.max_request_bytes)
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
         if not broker.port:

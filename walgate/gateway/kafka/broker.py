@@ -73,6 +73,7 @@ class Broker:
     versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
     groups: GroupService
     configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
+    auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
 
     def __post_init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}

@@ -1,7 +1,10 @@
 """Metadata (key 3) v0–v12: this node as the only broker, TDengine topics with partitions = vgroups.
 
 v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
-get UNKNOWN_TOPIC_OR_PARTITION; walgate never auto-creates a TDengine topic.
+get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
+(off by default, as Kafka's ``auto.create.topics.enable`` should be) and the
+request allows it (``allow_auto_topic_creation``, v4+): then a Kafka-native
+topic of that many partitions is created.
 Topic ids (v10+) are the stable UUIDs the catalog stores per topic.
 """
 
@@ -13,6 +16,7 @@ from typing import Any
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageError
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
@@ -68,7 +72,15 @@ def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     def describe() -> list[dict[str, Any]]:
-        return topic_entries(broker.engine, broker.node_id, _requested(broker.engine, request, header.api_version))
+        names = _requested(broker.engine, request, header.api_version)
+        if broker.auto_create_partitions and getattr(request, "allow_auto_topic_creation", True):
+            for name in names or ():
+                if name not in broker.engine.catalog.topics:
+                    try:
+                        broker.engine.create_kafka_topic(name, broker.auto_create_partitions, {})
+                    except StorageError:
+                        pass  # an invalid name: answered UNKNOWN_TOPIC_OR_PARTITION below
+        return topic_entries(broker.engine, broker.node_id, names)
 
     topics = await broker.storage.call(describe)
     return {
