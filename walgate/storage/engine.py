@@ -898,21 +898,64 @@ class Engine:
                 name = record["tbname"]
                 if not name:
                     raise InvalidValue(f"CSV line {line}: empty tbname")
-                i = vnode_of(db, name, dbdef.vgroups)
-                pending = plan.setdefault(i, _Pending())
-                t = self.vnodes[db][i].live(name) or pending.new_tables.get(name)
-                if t is None:
-                    tags = {
-                        tag.name: _coerce_csv(record.get(tag.name), tag.type, dbdef.precision, now, line, tag.name)
-                        for tag in st.tags
-                    }
-                    pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": now // _TICKS[dbdef.precision]})
-                    t = TableDef(name, st.name, tags, None, -1, 0)
-                    pending.new_tables[name] = t
-                elif t.stable != st.name:
-                    raise InvalidValue(f"CSV line {line}: table {name} is not a subtable of {stable}")
                 values = _csv_values(col_header, [record[h] for h in col_header], by_name, dbdef.precision, now, line, st.columns[0].name)
-                pending.add_rows(st.name, True, st.columns, name, [values])
+                self._plan_subtable_row(
+                    dbdef, st, plan, name, values, f"CSV line {line}",
+                    lambda tag: _coerce_csv(record.get(tag.name), tag.type, dbdef.precision, now, line, tag.name),
+                )
+        self._commit(dbdef, plan)
+        return len(rows)
+
+    def _plan_subtable_row(
+        self, dbdef: DatabaseDef, st: StableDef, plan: dict[int, _Pending], name: str, values: dict[str, Any],
+        where: str, tag_value: Callable[[Column], Any],
+    ) -> None:
+        """Plan one row of subtable *name* of *st*, creating the subtable (tags from *tag_value*) if it is new."""
+        i = vnode_of(dbdef.name, name, dbdef.vgroups)
+        pending = plan.setdefault(i, _Pending())
+        t = self.vnodes[dbdef.name][i].live(name) or pending.new_tables.get(name)
+        if t is None:
+            tags = {tag.name: tag_value(tag) for tag in st.tags}
+            pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags,
+                                  "ts": time.time_ns() // _TICKS[dbdef.precision]})
+            t = TableDef(name, st.name, tags, None, -1, 0)
+            pending.new_tables[name] = t
+        elif t.stable != st.name:
+            raise InvalidValue(f"{where}: table {name} is not a subtable of {st.name}")
+        pending.add_rows(st.name, True, st.columns, name, [values])
+
+    def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
+        """Rows given as JSON objects into subtables of *stable*: (subtable, fields, record timestamp ms).
+
+        Fields are the supertable's columns and, for a subtable that does not
+        exist yet, its tags (missing ones are NULL); values are typed as SQL
+        literals are (timestamps: RFC 3339 strings or ticks). A row without its
+        timestamp column takes the record's timestamp. Everything is validated
+        before anything is written; returns the rows written.
+        """
+        dbdef = self.catalog.database(db)
+        st = self.catalog.stable(db, stable)
+        now = time.time_ns()
+        known = {c.name: c for c in st.columns} | {t.name: t for t in st.tags}
+        ts_name = st.columns[0].name
+        plan: dict[int, _Pending] = {}
+        for k, (name, fields, ts_ms) in enumerate(rows):
+            where = f"record {k} ({name})"
+            unknown = sorted(set(fields) - set(known))
+            if unknown:
+                raise InvalidValue(f"{where}: {unknown[0]} is neither a column nor a tag of {db}.{stable}")
+
+            def typed(column: Column, value: Any) -> Any:
+                try:
+                    return coerce(value, column.type, dbdef.precision, now)
+                except InvalidValue as e:
+                    raise InvalidValue(f"{where}, {column.name}: {e.message}") from None
+
+            values = {c.name: typed(c, fields[c.name]) for c in st.columns if c.name in fields}
+            if values.get(ts_name) is None:
+                values[ts_name] = ts_ms * _TICKS_PER_MS[dbdef.precision]
+            self._plan_subtable_row(dbdef, st, plan, name, values, where, lambda tag: typed(tag, fields.get(tag.name)))
+        self._check_size(sum(len(str(f)) for _, f, _ in rows))
         self._commit(dbdef, plan)
         return len(rows)
 

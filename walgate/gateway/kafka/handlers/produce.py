@@ -10,8 +10,14 @@
   batch answers its original offset (see :mod:`walgate.storage.producers`).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
   append time (``log_append_time`` in the answer).
-* TDengine topics (rows of supertables) do not take produced batches yet:
-  INVALID_REQUEST with a message; unknown topics UNKNOWN_TOPIC_OR_PARTITION.
+* TDengine topics take rows (:func:`write_rows`): each record of a batch is
+  either a JSON object (key = the subtable; fields = columns, and tags for a
+  subtable that is new) for topics over a supertable, or InfluxDB line protocol
+  (ns timestamps unless the record has a ``precision`` header) whose
+  measurement is the topic's supertable (any, for database topics). A batch is
+  written whole or refused with INVALID_RECORD and the reason. Rows land in
+  the partition of their table (the vnode it hashes to), so the answer's base
+  offset is -1. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
+
 from walgate.gateway.kafka.broker import Broker
-from walgate.storage.errors import NotFound, StorageError
+from walgate.storage.engine import Engine
+from walgate.storage.errors import InvalidValue, NotFound, StorageError
 from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS
 from walgate.storage.producers import SequenceError
 from walgate.wire.errors import ErrorCode, WireError
-from walgate.wire.records import validate_produced, with_log_append_time
+from walgate.wire.records import DecodedBatch, validate_produced, with_log_append_time
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
 _ACKS = (-1, 0, 1)
@@ -50,10 +59,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
                 answers[key] = _answer(p.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {request.acks}")
             elif topic is None:
                 answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition, f"unknown topic {t.name}")
-            elif topic.kind != "kafka":
-                answers[key] = _answer(p.index, ErrorCode.invalid_request,
-                                       f"{t.name} is a TDengine topic: walgate takes produced records in Kafka-native "
-                                       "topics (CreateTopics) only")
             else:
                 configs = {**TOPIC_CONFIG_DEFAULTS, **topic.configs}
                 records = p.records or b""
@@ -68,13 +73,17 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
                     continue
                 append_time = configs["message.timestamp.type"] == "LogAppendTime"
                 raws = [with_log_append_time(b.raw, now) if append_time else b.raw for b in batches]
-                work.append((t.name, p.index, raws, append_time))
+                work.append((t.name, p.index, raws if topic.kind == "kafka" else batches, append_time))
 
     def append() -> dict[tuple[str, int], dict[str, Any]]:
         done = {}
         for name, index, raws, append_time in work:
             try:
-                base = engine.append_batches(name, index, raws)
+                if engine.is_native(name):
+                    base = engine.append_batches(name, index, raws)
+                else:
+                    write_rows(engine, name, raws)
+                    base, append_time = -1, False
                 start, _ = engine.watermarks(name, index)
                 done[(name, index)] = _answer(index, ErrorCode.none, None, base, now if append_time else -1, start)
             except SequenceError as exc:
@@ -94,3 +103,36 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
         for t in request.topic_data
     ]
     return {"throttle_time": 0, "responses": responses}
+
+
+def write_rows(engine: Engine, topic_name: str, batches: list[DecodedBatch]) -> None:
+    """The records of *batches* as rows of a TDengine topic's tables (storage thread); each batch all or nothing."""
+    topic = engine.catalog.topics[topic_name]
+    stable = engine.catalog.stables.get((topic.db, topic.source))
+    for batch in batches:
+        values = [r.value or b"" for r in batch.records]
+        if all(v.lstrip().startswith(b"{") for v in values):
+            if stable is None:
+                raise InvalidValue(f"JSON rows need a topic over a supertable; {topic_name} is not")
+            rows = []
+            for r in batch.records:
+                try:
+                    fields = orjson.loads(r.value or b"")
+                except orjson.JSONDecodeError as exc:
+                    raise InvalidValue(f"record at offset delta {r.offset - batch.base_offset}: {exc}") from None
+                if not isinstance(fields, dict):
+                    raise InvalidValue("a JSON row is an object")
+                name = fields.pop("tbname", None) or (r.key or b"").decode()
+                if not name:
+                    raise InvalidValue("a JSON row names its subtable: the record key or a tbname field")
+                rows.append((name, fields, r.timestamp))
+            engine.write_json_rows(topic.db, stable.name, rows)
+            continue
+        if any(v.lstrip().startswith(b"{") for v in values):
+            raise InvalidValue("a batch is either JSON rows or line protocol, not both")
+        if stable is not None:
+            measurements = {line.split(b",", 1)[0].split(b" ", 1)[0] for v in values for line in v.splitlines() if line}
+            if measurements - {stable.name.encode()}:
+                raise InvalidValue(f"line protocol into {topic_name} writes measurement {stable.name} only")
+        precision = dict(batch.records[0].headers).get("precision") or b"ns"
+        engine.write_lines(topic.db, b"\n".join(values), precision.decode())
