@@ -161,7 +161,9 @@ def test_backing_database_names_are_valid_and_unique():
 
 def test_wal_options_round_up_to_wal_units():
     assert wal_options({"retention.ms": "1500", "retention.bytes": "1", "segment.bytes": "1"}) == {
-        "WAL_RETENTION_PERIOD": 2, "WAL_RETENTION_SIZE": 1, "WAL_SEGMENT_SIZE": 1}
+        "WAL_RETENTION_PERIOD": 2, "WAL_RETENTION_SIZE": 1, "WAL_SEGMENT_SIZE": 1, "WAL_LEVEL": 1,
+        "WAL_FSYNC_PERIOD": 3000}
+    assert wal_options({"flush.messages": "1"})["WAL_LEVEL"] == 2  # fsync before every answer
     assert wal_options({"retention.ms": "-1"})["WAL_RETENTION_PERIOD"] == -1
     with pytest.raises(InvalidValue):
         validate_configs({"retention.ms": "soon"})

@@ -41,8 +41,15 @@ TOPIC_CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "segment.bytes": "67108864",
     "max.message.bytes": "1048588",
     "message.timestamp.type": "CreateTime",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "3000",
 }
-"""Every topic config walgate knows, with Kafka's defaults (retention and segment size as the WAL defaults)."""
+"""Every topic config walgate knows, with its defaults: Kafka's, except ``flush.ms`` (the WAL's periodic fsync).
+
+``flush.messages=1`` makes the topic's WAL fsync every append before the
+answer (WAL_LEVEL 2, period 0); otherwise it is fsynced every ``flush.ms``
+(at most 180000, WAL_FSYNC_PERIOD).
+"""
 
 _NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _MB = 1 << 20
@@ -125,10 +132,12 @@ def validate_configs(configs: Mapping[str, str]) -> None:
         raise InvalidValue("Invalid value for cleanup.policy: walgate supports only 'delete' (no compaction)")
     if configs.get("message.timestamp.type", "CreateTime") not in ("CreateTime", "LogAppendTime"):
         raise InvalidValue("Invalid value for message.timestamp.type: CreateTime or LogAppendTime")
+    if _integer(configs, "flush.ms") < 0:
+        raise InvalidValue("Invalid value for flush.ms: 0 or more")
     for key in ("retention.ms", "retention.bytes"):
         if _integer(configs, key) < -1:
             raise InvalidValue(f"Invalid value for {key}: -1 (unlimited) or more")
-    for key in ("segment.bytes", "max.message.bytes"):
+    for key in ("segment.bytes", "max.message.bytes", "flush.messages"):
         if _integer(configs, key) < 1:
             raise InvalidValue(f"Invalid value for {key}: at least 1")
 
@@ -142,4 +151,6 @@ def wal_options(configs: Mapping[str, str]) -> dict[str, int]:
         "WAL_RETENTION_PERIOD": -1 if retention_ms < 0 else -(-retention_ms // 1000),
         "WAL_RETENTION_SIZE": -1 if retention_bytes < 0 else -(-retention_bytes // _MB),
         "WAL_SEGMENT_SIZE": max(1, -(-_integer(configs, "segment.bytes") // _MB)),
+        "WAL_LEVEL": 2 if _integer(configs, "flush.messages") == 1 else 1,
+        "WAL_FSYNC_PERIOD": 0 if _integer(configs, "flush.messages") == 1 else min(_integer(configs, "flush.ms"), 180_000),
     }

@@ -18,7 +18,8 @@ API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 TOPIC, BROKER = 2, 4  # resource types
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
 _TYPES = {"cleanup.policy": 7, "retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3,
-          "max.message.bytes": 3, "message.timestamp.type": 2}  # ConfigType: STRING 2, INT 3, LONG 5, LIST 7
+          "max.message.bytes": 3, "message.timestamp.type": 2,
+          "flush.messages": 5, "flush.ms": 5}  # ConfigType: STRING 2, INT 3, LONG 5, LIST 7
 
 
 def _entry(name: str, value: str, source: int) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""Produce and Kafka-native fetch benchmarks, confluent-kafka (librdkafka) as the client on both brokers.
+
+* produce throughput into a 4-partition Kafka-native topic: 100 B and 1 KiB
+  values, acks=1 and acks=all; walgate at WAL_LEVEL 1 (the topic's default:
+  fsync every 3 s) and WAL_LEVEL 2 (``flush.messages=1``: fsync before every
+  answer), beside Tansu (memory storage, nothing on disk) with the same client
+  and payloads, beside the raw os.write (+fsync) rate of the same bytes;
+* fetch throughput of the same Kafka-native topic (stored batches served as
+  they are), beside Tansu and the loopback socket limit.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.ingest import _raw_writes
+from bench.report import Row
+from bench.servers import loopback_mb_s, tansu, walgate
+
+PARTITIONS = 4
+
+
+def create(bootstrap: str, topic: str, configs: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=configs or {})])[topic].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tuple[int, float]:
+    """(records acknowledged, seconds) for one producer sending ``count`` values of ``size`` bytes."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20,
+                  "queue.buffering.max.messages": 1_000_000, "enable.idempotence": acks == "all"})
+    value = b"x" * size
+    acked = [0]
+
+    def report(err, msg) -> None:  # noqa: ANN001
+        if err is None:
+            acked[0] += 1
+
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+    return acked[0], time.perf_counter() - start
+
+
+def fetch(bootstrap: str, topic: str, expected: int) -> tuple[int, int, float]:
+    """(records, bytes, seconds) reading every partition from offset 0."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-fetch", "enable.auto.commit": False,
+                  "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    n = nbytes = 0
+    start = 0.0
+    deadline = time.perf_counter() + 120
+    while n < expected and time.perf_counter() < deadline:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                start = start or time.perf_counter()
+                n += 1
+                nbytes += len(m)
+    seconds = time.perf_counter() - start
+    c.close()
+    return n, nbytes, seconds
+
+
+def _median(runs: list[tuple[int, float]]) -> tuple[int, float]:
+    return sorted(runs, key=lambda r: r[0] / r[1])[len(runs) // 2]
+
+
+def run(*, quick: bool, repeat: int) -> list[Row]:
+    counts = {100: 20_000 if quick else 200_000, 1024: 10_000 if quick else 100_000}
+    cases = [(100, "1", None), (1024, "1", None), (1024, "all", None), (1024, "all", "1")]
+    rows: list[Row] = []
+    limit = loopback_mb_s(1 << 28 if quick else 1 << 30)
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server, tansu() as peer:
+        raw = {fsync: _raw_writes(Path(tmp), 1 << 20, 64, fsync) for fsync in (False, True)}
+        for k, (size, acks, flush) in enumerate(cases):
+            count = counts[size]
+            label = f"produce {size} B, acks={acks}, WAL_LEVEL {2 if flush else 1}"
+            runs, peer_runs = [], []
+            for r in range(repeat):
+                topic = f"p{k}r{r}"
+                create(server.bootstrap, topic, {"flush.messages": flush} if flush else None)
+                runs.append(produce(server.bootstrap, topic, count, size, acks))
+                create(peer, topic)
+                peer_runs.append(produce(peer, topic, count, size, acks))
+            n, s = _median(runs)
+            pn, ps = _median(peer_runs)
+            raw_n, raw_s = raw[bool(flush)]
+            rows.append(Row(label, n / s, "records/s"))
+            rows.append(Row("  Tansu (memory), same client", pn / ps, "records/s"))
+            rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
+            rows.append(Row(label, n * size / s / 1e6, "MB/s", f"os.write{' + fsync' if flush else ''} 1 MiB",
+                            raw_n / raw_s / 1e6))
+        expected = counts[1024]
+        mine = [fetch(server.bootstrap, "p1r0", expected) for _ in range(repeat)]
+        theirs = [fetch(peer, "p1r0", expected) for _ in range(repeat)]
+    n, b, s = sorted(mine, key=lambda r: r[0] / r[2])[len(mine) // 2]
+    pn, pb, ps = sorted(theirs, key=lambda r: r[0] / r[2])[len(theirs) // 2]
+    rows.append(Row("fetch Kafka-native topic, 1 KiB records", n / s, "records/s"))
+    rows.append(Row("  Tansu, same client", pn / ps, "records/s"))
+    rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
+    rows.append(Row("fetch Kafka-native topic, 1 KiB records", b / s / 1e6, "MB/s", "loopback sendfile", limit))
+    return rows
