@@ -18,7 +18,6 @@ which keeps ``walgate sql`` starting in a fraction of a second.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import sys
@@ -231,72 +230,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT, stream=sys.stderr)
     import uvloop
 
+    from walgate.gateway.demo import run_demo
+
     with contextlib.ExitStack() as stack:
         data_dir = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walgate-demo-")))
         try:
-            return uvloop.run(_demo(Config(data_dir=data_dir, http_port=args.http_port)))
+            config = Config(data_dir=data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port)
+        except ConfigError as e:
+            return _fail(str(e), 2)
+        try:
+            return uvloop.run(run_demo(config, _console(), rate=args.rate, duration=args.duration, consume=args.consume))
         except (OSError, StorageError) as e:
             return _fail(f"demo failed: {e}")
-
-
-# ---------------------------------------------------------------------- demo
-
-_DEMO_SETUP = (
-    "CREATE DATABASE IF NOT EXISTS power VGROUPS 4",
-    "CREATE STABLE IF NOT EXISTS power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)"
-    " TAGS (location VARCHAR(64), groupid INT)",
-    "CREATE TABLE IF NOT EXISTS power.d1001 USING power.meters TAGS ('California.SanFrancisco', 2)",
-    "CREATE TABLE IF NOT EXISTS power.d1002 USING power.meters TAGS ('California.SanFrancisco', 3)",
-    "CREATE TABLE IF NOT EXISTS power.d1003 USING power.meters TAGS ('California.LosAngeles', 2)",
-    "CREATE TABLE IF NOT EXISTS power.d1004 USING power.meters TAGS ('California.LosAngeles', 3)",
-    "INSERT INTO power.d1001 VALUES ('2018-10-03 14:38:05.000', 10.3, 219, 0.31) ('2018-10-03 14:38:15.000', 12.6, 218, 0.33)",
-    "INSERT INTO power.d1002 VALUES ('2018-10-03 14:38:16.650', 10.3, 218, 0.25)",
-    "INSERT INTO power.d1003 VALUES ('2018-10-03 14:38:05.500', 11.8, 221, 0.28) ('2018-10-03 14:38:16.600', 13.4, 223, 0.29)",
-    "INSERT INTO power.d1004 VALUES ('2018-10-03 14:38:05.000', 10.8, 223, 0.29) ('2018-10-03 14:38:06.500', 11.5, 221, 0.35)",
-)
-# InfluxDB line protocol (ms timestamps): TDengine's schemaless writer creates the supertable
-# `weather` (tags are NCHAR, 18.5 is DOUBLE, 61i32 is INT) and one subtable per tag set.
-_DEMO_LINES = (
-    b"weather,location=California.SanFrancisco temperature=18.5,humidity=61i32 1538548685000\n"
-    b"weather,location=California.LosAngeles temperature=24.1,humidity=43i32 1538548685000\n"
-    b"weather,location=California.LosAngeles temperature=24.3,humidity=42i32 1538548745000\n"
-)
-_DEMO_TOPICS = (
-    "CREATE TOPIC IF NOT EXISTS topic_meters AS SELECT ts, current, voltage, phase, groupid, location"
-    " FROM power.meters WHERE voltage > 200",
-    "CREATE TOPIC IF NOT EXISTS topic_power WITH META AS DATABASE power",
-)
-_DEMO_SHOW = (
-    "SHOW DATABASES",
-    "SHOW power.STABLES",
-    "SHOW power.TABLES",
-    "SHOW TOPICS",
-    "SELECT ts, current, voltage, location, groupid FROM power.meters WHERE voltage > 220",
-)
-
-
-async def _demo(config: Config) -> int:
-    """Serve ``config`` in-process, drive it through the HTTP API, stop it; 0 on success."""
-    from walgate.gateway.server import Gateway
-
-    console = _console()
-    async with Gateway(config) as gateway:
-        host, port = gateway.http_address
-        client = ApiClient(f"http://{host}:{port}")
-        console.print(f"[bold]walgate demo[/]: HTTP API on {client.url}, data in {escape(str(config.data_dir))}")
-        try:
-            for sql in _DEMO_SETUP + _DEMO_TOPICS:
-                await asyncio.to_thread(client.sql, sql)
-                console.print(f"[green]ok[/] {escape(sql)}", overflow="ellipsis", no_wrap=True)
-            rows = await asyncio.to_thread(client.write_lines, "power", _DEMO_LINES, "ms")
-            console.print(f"[green]ok[/] {rows} row(s) written to power.weather with InfluxDB line protocol")
-            for sql in _DEMO_SHOW:
-                console.print(f"\n[bold]> {escape(sql)}[/]")
-                render_result(console, await asyncio.to_thread(client.sql, sql))
-        except ApiError as e:
-            return _fail(f"demo failed: {e}")
-    console.print("\nwalgate demo finished; server stopped. Next: [bold]walgate serve --data-dir ./data[/]")
-    return 0
 
 
 # ---------------------------------------------------------------------- main
@@ -348,9 +293,14 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("file", help="input file, or - for stdin")
     ingest.set_defaults(run=_cmd_ingest)
 
-    demo = commands.add_parser("demo", help="one-command quick start on a throw-away node")
+    demo = commands.add_parser("demo", help="one-command quick start: meters data streaming into a node, Ctrl-C stops")
     demo.add_argument("--data-dir", type=Path, metavar="DIR", help="keep the data here (default: a temporary directory, removed)")
+    demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    demo.add_argument("--kafka-port", type=int, default=9092, metavar="N", help="Kafka listener port (default 9092; 0 = any)")
     demo.add_argument("--http-port", type=int, default=0, metavar="N", help="HTTP API port (default: any free port)")
+    demo.add_argument("--rate", type=int, default=200, metavar="ROWS", help="rows inserted per second (default 200)")
+    demo.add_argument("--duration", type=float, default=0, metavar="S", help="stop after S seconds (default: at Ctrl-C)")
+    demo.add_argument("--consume", action="store_true", help="also run a consumer group and show what it receives")
     demo.set_defaults(run=_cmd_demo)
     return parser
 

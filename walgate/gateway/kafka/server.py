@@ -80,6 +80,9 @@ class KafkaServer:
             log.warning("kafka %s: bad frame (%s); closing the connection", peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # stop(): end normally, because asyncio's stream callback (3.11) logs a cancelled connection task as an error
+            pass
         finally:
             self._connections.discard(task)
             writer.close()
