@@ -57,8 +57,9 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
             key = (t.name, p.index)
             if request.acks not in _ACKS:
                 answers[key] = _answer(p.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {request.acks}")
-            elif topic is None:
-                answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition, f"unknown topic {t.name}")
+            elif topic is None or not engine.has_partition(t.name, p.index):
+                answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition,
+                                       f"unknown topic or partition {t.name}-{p.index}")
             else:
                 configs = {**TOPIC_CONFIG_DEFAULTS, **topic.configs}
                 records = p.records or b""
