@@ -38,10 +38,11 @@ TOPIC = "bench_meters"
 TOPIC_SQL = f"CREATE TOPIC {TOPIC} AS SELECT _ts, current, voltage, phase, location FROM b.meters WHERE voltage > 205"
 
 
-def consume_all(bootstrap: str, expected: int, timeout: float = 120.0) -> tuple[int, int, float]:
+def consume_all(bootstrap: str, expected: int, timeout: float = 120.0, *, topic: str = TOPIC,
+                partitions: int = PARTITIONS, **conf: object) -> tuple[int, int, float]:
     """(records, value bytes, seconds) for one consumer reading every partition from offset 0."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
-    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, **conf})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     n = nbytes = 0
     deadline = time.perf_counter() + timeout
     start = 0.0  # the clock starts at the first record: connecting is not part of the rate

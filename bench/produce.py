@@ -15,9 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.consume import consume_all
 from bench.ingest import _raw_writes
 from bench.report import Row
 from bench.servers import loopback_mb_s, tansu, walgate
@@ -56,22 +57,9 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tup
 
 
 def fetch(bootstrap: str, topic: str, expected: int) -> tuple[int, int, float]:
-    """(records, bytes, seconds) reading every partition from offset 0."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-fetch", "enable.auto.commit": False,
-                  "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    n = nbytes = 0
-    start = 0.0
-    deadline = time.perf_counter() + 120
-    while n < expected and time.perf_counter() < deadline:
-        for m in c.consume(10000, 1.0):
-            if m.error() is None:
-                start = start or time.perf_counter()
-                n += 1
-                nbytes += len(m)
-    seconds = time.perf_counter() - start
-    c.close()
-    return n, nbytes, seconds
+    """(records, bytes, seconds) reading every partition from offset 0, with large fetches."""
+    return consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **{
+        "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
 
 
 def _median(runs: list[tuple[int, float]]) -> tuple[int, float]:
