@@ -1,7 +1,7 @@
 // A long-running group member on the real kafka-clients: subscribe([T]) with group.id=G,
 // auto.offset.reset=earliest, manual commits; prints the JSON lines of compat-tests/clients/common.py
 // ("record" events) plus "assignment" (the whole assignment after every rebalance callback), "committed"
-// and "closed". Commits synchronously in onPartitionsRevoked and at the end. SIGTERM: wakeup(), commit,
+// and "closed". Commits what it read synchronously in onPartitionsRevoked and at the end. SIGTERM: wakeup(), commit,
 // close() (which leaves the group), exit 0.
 //
 // Usage: java -cp <kafka-clients jars> GroupMember.java <bootstrap> <topic> <group> [--protocol classic|consumer]
@@ -16,6 +16,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -56,6 +57,19 @@ public class GroupMember {
         System.out.flush();
     }
 
+    /** The offsets to commit for parts: the next offset after the last record read (position() is not called in
+     *  a revocation callback: the consumer-protocol client cannot always determine it there). */
+    static Map<TopicPartition, OffsetAndMetadata> consumedOf(Collection<TopicPartition> parts,
+                                                            Map<TopicPartition, Long> next) {
+        Map<TopicPartition, OffsetAndMetadata> offsets = new TreeMap<>(
+                (a, b) -> Integer.compare(a.partition(), b.partition()));
+        for (TopicPartition tp : parts) {
+            Long offset = next.get(tp);
+            if (offset != null) offsets.put(tp, new OffsetAndMetadata(offset));
+        }
+        return offsets;
+    }
+
     public static void main(String[] argv) throws Exception {
         String bootstrap = argv[0], topic = argv[1], group = argv[2];
         String protocol = "classic";
@@ -74,6 +88,7 @@ public class GroupMember {
         config.put("value.deserializer", ByteArrayDeserializer.class.getName());
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config);
         TreeSet<Integer> mine = new TreeSet<>();
+        Map<TopicPartition, Long> next = new ConcurrentHashMap<>();  // next offset to read, per partition read from
         CountDownLatch closed = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {  // SIGTERM: stop polling, commit, close, exit 0
             consumer.wakeup();
@@ -86,14 +101,12 @@ public class GroupMember {
 
         ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
             void commit(Collection<TopicPartition> parts, String why) {
-                Map<TopicPartition, OffsetAndMetadata> positions = new TreeMap<>(
-                        (a, b) -> Integer.compare(a.partition(), b.partition()));
-                for (TopicPartition tp : parts) positions.put(tp, new OffsetAndMetadata(consumer.position(tp)));
-                if (positions.isEmpty()) return;
-                consumer.commitSync(positions);
-                List<String> parts2 = new ArrayList<>();
-                positions.forEach((tp, om) -> parts2.add("\"" + tp.partition() + "\": " + om.offset()));
-                emit("{\"event\": \"committed\", \"why\": \"" + why + "\", \"offsets\": {" + String.join(", ", parts2)
+                Map<TopicPartition, OffsetAndMetadata> offsets = consumedOf(parts, next);
+                if (offsets.isEmpty()) return;
+                consumer.commitSync(offsets);
+                List<String> shown = new ArrayList<>();
+                offsets.forEach((tp, om) -> shown.add("\"" + tp.partition() + "\": " + om.offset()));
+                emit("{\"event\": \"committed\", \"why\": \"" + why + "\", \"offsets\": {" + String.join(", ", shown)
                         + "}, \"errors\": []}");
             }
 
@@ -139,6 +152,7 @@ public class GroupMember {
                             + ", \"timestamp\": " + r.timestamp() + ", \"timestamp_type\": " + quote(r.timestampType().name)
                             + ", \"key\": " + quote(text(r.key())) + ", \"value\": " + quote(text(r.value()))
                             + ", \"headers\": [" + String.join(", ", headers) + "]}");
+                    next.put(new TopicPartition(r.topic(), r.partition()), r.offset() + 1);
                     count++;
                 }
             }
@@ -146,10 +160,7 @@ public class GroupMember {
             // SIGTERM
         }
         try {
-            List<TopicPartition> parts = new ArrayList<>(consumer.assignment());
-            Map<TopicPartition, OffsetAndMetadata> positions = new TreeMap<>(
-                    (a, b) -> Integer.compare(a.partition(), b.partition()));
-            for (TopicPartition tp : parts) positions.put(tp, new OffsetAndMetadata(consumer.position(tp)));
+            Map<TopicPartition, OffsetAndMetadata> positions = consumedOf(consumer.assignment(), next);
             if (!positions.isEmpty()) {
                 try {
                     consumer.commitSync(positions);

@@ -1,7 +1,7 @@
 """An idempotent producer whose connections are cut mid-flight writes every record exactly once, in order.
 
 A TCP proxy between the client and walgate (walgate advertises the proxy's port, so every connection goes
-through it) drops all open connections every 150 ms while a confluent-kafka producer (enable.idempotence,
+through it) drops all open connections every 100 records while a confluent-kafka producer (enable.idempotence,
 acks=all) sends; answers get lost, librdkafka resends the same batches with the same sequence numbers, and
 walgate must recognise them (the answer of a retry is the original offset).
 """
@@ -61,6 +61,12 @@ class Chopper:
             except OSError:
                 pass
 
+    def wait_open(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until the client has a connection through the proxy again."""
+        deadline = time.monotonic() + timeout
+        while not self.open and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     def cut(self) -> None:
         with self.lock:
             victims, self.open = self.open, []
@@ -101,6 +107,7 @@ def test_retries_after_cut_connections_leave_no_duplicates(tmp_path: Path) -> No
                 p.produce("idem", str(i).encode(), partition=0, on_delivery=report)
                 if i % 100 == 99:  # let the client reconnect and send, then cut while batches are in flight
                     p.poll(0.08)
+                    chopper.wait_open(5)
                     chopper.cut()
             deadline = time.monotonic() + 90
             while p.flush(1) and time.monotonic() < deadline:
