@@ -1,0 +1,110 @@
+"""The compose file's data generator: ``walgate demo``'s data set, written into a running walgate over HTTP.
+
+``walgate demo`` runs its own node, listening where it is told but advertising that listen address to
+Kafka clients (in a container: ``0.0.0.0``), with a terminal display; so in compose the node is a plain
+``walgate serve`` and this script does the demo's other half against it: it waits for the node
+(``/healthz``, bounded by ``--wait``), creates TDengine's ``power`` example exactly as the demo does
+(database ``power``, supertable ``meters``, 100 subtables, topics ``topic_meters`` and ``topic_power``;
+all ``IF NOT EXISTS``, so a restart is harmless), touches ``--ready-file`` (the compose healthcheck: the
+topics exist), then inserts ``--rate`` rows per second until SIGTERM / SIGINT (``docker stop``) or
+``--duration`` seconds. A failed insert (the node restarting) is reported and retried a second later.
+
+    python docker/generate.py --url http://127.0.0.1:6041 --rate 100 --duration 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from walgate.gateway.cli import ApiClient, ApiError
+from walgate.gateway.demo import SETUP, insert, subtables
+
+TICK = 0.1  # seconds between inserts
+REPORT_EVERY = 10.0  # seconds between progress lines
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="docker/generate.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:6041", help="walgate's HTTP API")
+    p.add_argument("--rate", type=int, default=100, help="rows inserted per second (default 100)")
+    p.add_argument("--duration", type=float, default=0, help="stop after S seconds (default: at SIGTERM)")
+    p.add_argument("--wait", type=float, default=120, help="seconds to wait for the node to answer (default 120)")
+    p.add_argument("--ready-file", type=Path, help="touched once the data set and its topics exist")
+    p.add_argument("--seed", type=int, default=1)
+    return p
+
+
+def log(message: str) -> None:
+    print(f"generator: {message}", flush=True)
+
+
+def wait_healthy(url: str, timeout: float, stop: threading.Event) -> bool:
+    deadline = time.monotonic() + timeout
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=5) as answer:
+                answer.read()
+                return True
+        except OSError:
+            stop.wait(1.0)
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.rate <= 0:
+        parser().error("--rate must be > 0")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # as PID 1 in a container SIGTERM is ignored without a handler
+        signal.signal(sig, lambda *_: stop.set())
+    if args.ready_file is not None:
+        args.ready_file.unlink(missing_ok=True)
+
+    if not wait_healthy(args.url, args.wait, stop):
+        log(f"walgate at {args.url} did not answer within {args.wait:.0f} s" if not stop.is_set() else "stopped")
+        return 0 if stop.is_set() else 1
+    client = ApiClient(args.url)
+    try:
+        for sql in (*SETUP, *subtables()):
+            client.sql(sql)
+    except ApiError as e:
+        log(f"setup failed: {e}")
+        return 1
+    if args.ready_file is not None:
+        args.ready_file.touch()
+    log(f"power.meters and topics topic_meters, topic_power ready at {args.url}; inserting {args.rate} rows/s")
+
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    deadline = started + args.duration if args.duration > 0 else float("inf")
+    base, base_written, written, reported = started, 0, 0, started
+    while not stop.is_set() and time.monotonic() < deadline:
+        due = int((time.monotonic() - base) * args.rate) - base_written  # a steady rate, whatever a write takes
+        if due > 0:
+            try:
+                client.sql(insert(rng, due, int(time.time() * 1000)))
+            except ApiError as e:
+                log(f"insert failed, retrying: {e}")
+                stop.wait(1.0)
+                base, base_written = time.monotonic(), 0  # no burst to catch up after an outage
+                continue
+            base_written += due
+            written += due
+        if time.monotonic() - reported >= REPORT_EVERY:
+            reported = time.monotonic()
+            log(f"{written:,} rows written in {reported - started:,.0f} s")
+        stop.wait(TICK)
+    log(f"stopped: {written:,} rows written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
