@@ -57,6 +57,7 @@ class Walgate:
     log: Any  # () -> str: the server's output so far
     name: str = "walgate"
     topics: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # topic -> (kind, db, vgroups)
+    pid: int | None = None  # the server process (for /proc/<pid>: RSS, open sockets)
 
     @property
     def bootstrap(self) -> str:
@@ -192,4 +193,4 @@ def serving_walgate(workdir: Path, *args: str) -> Iterator[Walgate]:
     with running_walgate(workdir, *args) as server:
         if not wait_accepting(server.kafka_port, 10, server.proc):
             pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
-        yield Walgate(server.http_url, server.kafka_port, server.log)
+        yield Walgate(server.http_url, server.kafka_port, server.log, pid=server.proc.pid)

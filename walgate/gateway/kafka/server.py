@@ -10,7 +10,8 @@ Bad input: a frame over ``max_request_bytes``, a malformed frame or header, an
 unknown api key or an unsupported version (other than ApiVersions, which gets
 the KIP-511 v0 answer) closes the connection after one log line naming the
 peer — what a Kafka broker does. A handler that raises closes the connection
-too (never a half-written response); other connections are unaffected.
+too (never a half-written response); other connections are unaffected. A peer
+that reset the connection while its request was handled gets no answer.
 """
 
 from __future__ import annotations
@@ -72,7 +73,12 @@ class KafkaServer:
                 if not data:
                     return
                 for frame in frames.feed(data):
-                    writer.writelines(await self._dispatch(frame, peer))
+                    response = await self._dispatch(frame, peer)
+                    if writer.is_closing():
+                        # the peer reset the connection while its request was handled (a long-poll Fetch):
+                        # its answer has nowhere to go (uvloop's writelines would raise RuntimeError)
+                        return
+                    writer.writelines(response)
                     await writer.drain()
         except _Close as why:
             log.warning("kafka %s: %s; closing the connection", peer, why)
