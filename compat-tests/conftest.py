@@ -10,6 +10,8 @@
 * ``kcat(*args, timeout=)``, ``java(program, *args, timeout=, clients=)``, ``node(script, *args, timeout=)``,
   ``pyclient(script, *args, timeout=)`` — run a client to completion and return a
   :class:`compat_procs.Run`; a non-zero exit fails the test showing stderr (``check=False`` to inspect it).
+* ``pyclient_kp202(script, *args)`` — ``pyclient`` on kafka-python 2.0.2 (``setup_clients``, ``.cache/py/``);
+  ``.argv(script, *args)``: its command line for ``background``; ``.python``: the interpreter's argv prefix.
 * ``background(argv)`` — a long-running client (lines collected as they come), stopped by PID after the test.
 * ``show(run)`` — remember a client's output: when a scenario fails on one broker, the output
   of the same scenario on the other broker is added to the failure report.
@@ -42,6 +44,11 @@ CLIENTS = COMPAT / "clients"
 JAVA_DIR = COMPAT / "java"
 NODE_DIR = COMPAT / "node"
 JAR_SETS = {"4.3.0": "kafka-clients-4.3.0", "3.9": "kafka-clients-3.9"}
+KP202 = "kafka-python-2.0.2"
+# runs a client program after printing which kafka-python it imported (a `library` event)
+_LAUNCH = ("import json, os, runpy, sys, kafka; print(json.dumps({'event': 'library', 'name': 'kafka-python', "
+           "'version': kafka.__version__, 'file': kafka.__file__}), flush=True); sys.argv = sys.argv[1:]; "
+           "sys.path[0] = os.path.dirname(sys.argv[0]); runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 @pytest.fixture(scope="session")
@@ -158,6 +165,29 @@ def pyclient() -> Callable[..., Run]:
     def pyclient(script: str, *args: str, timeout: float = 60, check: bool = True) -> Run:
         return run([sys.executable, str(CLIENTS / script), *args], timeout, check=check)
 
+    return pyclient
+
+
+@pytest.fixture(scope="session")
+def pyclient_kp202() -> Callable[..., Run]:
+    """``pyclient`` on kafka-python 2.0.2: its .cache/py directory first on PYTHONPATH; prints a `library` event."""
+    reason = setup_clients.setup(KP202)
+    if reason is not None:
+        pytest.skip(reason)
+    path = os.pathsep.join(filter(None, [str(setup_clients.py_target(KP202)), os.environ.get("PYTHONPATH")]))
+    python = ["/usr/bin/env", f"PYTHONPATH={path}", sys.executable]
+    imported = run([*python, "-c", "import kafka"], 60, check=False)
+    if imported.returncode != 0:  # e.g. on Python 3.12+ (its vendored six; FINDINGS.md)
+        pytest.skip(f"kafka-python 2.0.2 cannot be imported here: {imported.headline()}")
+
+    def argv(script: str, *args: str) -> list[str]:
+        return [*python, "-c", _LAUNCH, str(CLIENTS / script), *args]
+
+    def pyclient(script: str, *args: str, timeout: float = 60, check: bool = True) -> Run:
+        return run(argv(script, *args), timeout, check=check)
+
+    pyclient.argv = argv  # type: ignore[attr-defined]
+    pyclient.python = python  # type: ignore[attr-defined]
     return pyclient
 
 

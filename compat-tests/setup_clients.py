@@ -10,6 +10,9 @@ result is already there, so a warm run costs a few ``stat`` calls.
 * Java kafka-clients 3.9.1 (+ slf4j-api, lz4, zstd-jni, snappy): from the PyPI wheel
   ``shigawire-apache-flink-libraries==2.0.0.post1`` (~92 MB), to ``.cache/jars/kafka-clients-3.9/``.
 * Node: ``npm ci`` in ``compat-tests/node`` (kafkajs, pinned by the committed lock file).
+* kafka-python 2.0.2 (the old release, beside the venv's 3.x): ``pip install --no-deps --target
+  .cache/py/kafka-python-2.0.2``; a client program runs on it with that directory first on ``PYTHONPATH``
+  (:func:`py_target`; the ``pyclient_kp202`` fixture).
 
 The wheels are downloaded with this interpreter's ``pip download --no-deps`` into a
 temporary directory and deleted after extraction. A step that fails is reported in
@@ -28,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 JARS = ROOT / ".cache" / "jars"
+PY_TARGETS = ROOT / ".cache" / "py"
 NODE_DIR = Path(__file__).resolve().parent / "node"
 DOWNLOAD_TIMEOUT = 900
 
@@ -57,6 +61,9 @@ JAR_SETS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
 }
+
+# name -> requirement, installed without dependencies into its own directory .cache/py/<name>/
+PY_PACKAGES: dict[str, str] = {"kafka-python-2.0.2": "kafka-python==2.0.2"}
 
 UNAVAILABLE: dict[str, str] = {}
 
@@ -109,16 +116,64 @@ def ensure_node_modules() -> None:
     )
 
 
-STEPS = {**{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS}, "node": ensure_node_modules}
+def py_target(name: str) -> Path:
+    """The directory a :data:`PY_PACKAGES` entry is installed into (put it first on ``PYTHONPATH``)."""
+    return PY_TARGETS / name
+
+
+def _py_installed(directory: Path) -> bool:
+    return any(directory.glob("*.dist-info/RECORD"))
+
+
+def ensure_py_package(name: str) -> None:
+    target = py_target(name)
+    if _py_installed(target):
+        return
+    requirement = PY_PACKAGES[name]
+    PY_TARGETS.mkdir(parents=True, exist_ok=True)
+    # installed beside the target, then renamed: an interrupted or concurrent run never leaves a half-filled target
+    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=PY_TARGETS) as tmp:
+        staged = Path(tmp) / name
+        print(f"setup_clients: pip install --no-deps --target .cache/py/{name} {requirement}",
+              file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--disable-pip-version-check",
+             "--target", str(staged), requirement],
+            check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
+        )
+        if not _py_installed(staged):
+            raise RuntimeError(f"pip install {requirement} left no .dist-info in {staged}")
+        if target.exists():  # without a .dist-info: not a finished install
+            shutil.rmtree(target)
+        try:
+            staged.rename(target)
+        except OSError:
+            if not _py_installed(target):  # unless another run got there first
+                raise
+
+
+STEPS = {
+    **{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS},
+    "node": ensure_node_modules,
+    **{name: (lambda name=name: ensure_py_package(name)) for name in PY_PACKAGES},
+}
+
+
+def setup(name: str) -> str | None:
+    """Run one step; returns (and records in UNAVAILABLE) the reason it failed, None once it is in place."""
+    try:
+        STEPS[name]()
+    except (OSError, RuntimeError, subprocess.SubprocessError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        UNAVAILABLE[name] = f"{name} could not be installed: {exc}"
+        return UNAVAILABLE[name]
+    UNAVAILABLE.pop(name, None)
+    return None
 
 
 def setup_all() -> dict[str, str]:
     """Run every step; returns (and records in UNAVAILABLE) the failed ones with their reason."""
-    for name, step in STEPS.items():
-        try:
-            step()
-        except (OSError, RuntimeError, subprocess.SubprocessError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-            UNAVAILABLE[name] = f"{name} could not be installed: {exc}"
+    for name in STEPS:
+        setup(name)
     return dict(UNAVAILABLE)
 
 

@@ -1,9 +1,10 @@
-"""kafka-python producer with its defaults (3.x: enable_idempotence=True, acks=all), plus compression_type.
+"""kafka-python producer with its defaults (3.x: idempotent, acks=all; 2.0.2: acks=1), plus compression_type.
 
 Usage and output: as ck_produce.py (same records, same JSON lines; no --transactional-id). kafka-python
 only sends (str, bytes) headers, so the ``nil`` header has an empty value instead of null. Its snappy and
 zstd codecs need python-snappy / zstandard, which the project's test extra does not install: with them
-missing the producer refuses to start (an ``error`` event).
+missing the producer refuses to start (an ``error`` event). kafka-python 2.0.2 has no delivery_timeout_ms and
+no idempotence: those settings are left out there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> None:
             "max_block_ms": int(args.timeout * 1000 * 0.5)}
     if args.acks is not None:  # acks 0/1 need idempotence off
         conf.update(enable_idempotence=False, acks=int(args.acks) if args.acks != "all" else "all")
+    conf = {k: v for k, v in conf.items() if k in KafkaProducer.DEFAULT_CONFIG}  # 2.0.2 refuses unknown settings
     try:
         producer = KafkaProducer(**conf)
     except (KafkaError, AssertionError, ValueError, RuntimeError) as exc:  # RuntimeError: codec library missing
