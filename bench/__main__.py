@@ -11,10 +11,10 @@ import platform
 import subprocess
 import sys
 
-from bench import consume, ingest, produce
+from bench import consume, groups, ingest, produce
 from bench.report import print_table
 
-SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run}
+SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run}
 
 
 def machine() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Callable
@@ -32,10 +33,17 @@ def median_rate(repeat: int, fn: Callable[[], tuple[int, float]]) -> float:
     return statistics.median(rates)
 
 
+def _number(value: float) -> str:
+    """Whole numbers from 100 up, two decimals below (seconds of a rebalance); infinity: a wait that timed out."""
+    if math.isinf(value):
+        return "timed out"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
 def print_table(rows: list[Row]) -> None:
     table = Table(title="walgate benchmarks (median of runs)")
     for col in ("scenario", "walgate", "unit", "physical limit", "limit", "walgate / limit"):
         table.add_column(col, justify="right" if col not in ("scenario", "physical limit") else "left")
     for r in rows:
-        table.add_row(r.scenario, f"{r.value:,.0f}", r.unit, r.limit_name, f"{r.limit:,.0f}" if r.limit else "", r.ratio)
+        table.add_row(r.scenario, _number(r.value), r.unit, r.limit_name, _number(r.limit) if r.limit else "", r.ratio)
     Console(width=160).print(table)

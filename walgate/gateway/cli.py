@@ -262,6 +262,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
     serve.add_argument("--max-request-bytes", type=int, metavar="N", help="largest accepted request (default 16 MiB)")
     serve.add_argument("--batch-cache-bytes", type=int, metavar="N", help="rendered Kafka batches kept for re-reads (default 256 MiB)")
+    serve.add_argument("--connections-max-idle-ms", type=int, metavar="MS",
+                       help="close Kafka connections idle this long (default 600000, as Kafka)")
     for name, default in (
         ("group-initial-rebalance-delay-ms", "2000: TDengine's rebalance tick"),
         ("group-min-session-timeout-ms", "6000"),

@@ -47,6 +47,7 @@ class Config:
     node_id: int = 0
     max_request_bytes: int = 16 << 20
     batch_cache_bytes: int = 256 << 20  # rendered Kafka record batches kept for re-reads
+    connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms: idle Kafka connections are closed
     # Consumer groups (Kafka's broker settings; TDengine's 2 s rebalance tick and 6 s - 30 min session range).
     group_initial_rebalance_delay_ms: int = 2_000
     group_min_session_timeout_ms: int = 6_000
@@ -70,7 +71,7 @@ class Config:
                 raise ConfigError(f"{name} must be in 0..65535, got {port}")
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
-        for name in ("max_request_bytes", "batch_cache_bytes"):
+        for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 <= self.auto_create_topic_partitions <= 1024:

@@ -119,6 +119,7 @@ class Gateway:
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "message.max.bytes": "1048588",
             "socket.request.max.bytes": str(cfg.max_request_bytes),
+            "connections.max.idle.ms": str(cfg.connections_max_idle_ms),
             "log.retention.ms": "604800000",
             "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
@@ -127,7 +128,7 @@ class Gateway:
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
-        server = KafkaServer(broker, cfg.max_request_bytes)
+        server = KafkaServer(broker, cfg.max_request_bytes, cfg.connections_max_idle_ms)
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
         if not broker.port:
             broker.port = self.kafka_address[1]

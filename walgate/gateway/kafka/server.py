@@ -12,6 +12,11 @@ the KIP-511 v0 answer) closes the connection after one log line naming the
 peer — what a Kafka broker does. A handler that raises closes the connection
 too (never a half-written response); other connections are unaffected. A peer
 that reset the connection while its request was handled gets no answer.
+
+Idle connections (no request read and no answer written for
+``connections_max_idle_ms``, Kafka's ``connections.max.idle.ms``) are closed by
+one sweeper task, so peers that vanish or stall mid-frame do not hold a socket
+forever; clients reconnect on their next request, as with Kafka.
 """
 
 from __future__ import annotations
@@ -39,20 +44,37 @@ class _Close(Exception):
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker, max_request_bytes: int) -> None:
+    def __init__(self, broker: Broker, max_request_bytes: int, connections_max_idle_ms: int = 600_000) -> None:
         self.broker = broker
         self.max_request_bytes = max_request_bytes
+        self.max_idle = connections_max_idle_ms / 1000
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._active: dict[asyncio.StreamWriter, float] = {}  # open connection -> loop time of its last request/answer
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen; returns the bound (host, port)."""
         self._server = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK)
+        self._sweeper = asyncio.create_task(self._sweep_idle())
         return self._server.sockets[0].getsockname()[:2]
 
+    async def _sweep_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(self.max_idle / 4, 30))
+            cutoff = loop.time() - self.max_idle
+            for writer, last in list(self._active.items()):
+                if last < cutoff:
+                    log.info("kafka %s: idle for %.0f s; closing the connection", writer.get_extra_info("peername"),
+                             loop.time() - last)
+                    writer.close()  # the connection's read ends, and its task cleans up
+
     async def stop(self) -> None:
-        """Stop accepting, then cancel and drain every connection task and the group timer."""
+        """Stop accepting, then cancel and drain every connection task, the idle sweeper and the group timer."""
         self.broker.groups.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -67,19 +89,23 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         PEER.set(str(peer[0]) if peer else "")
         frames = FrameReader(self.max_request_bytes)
+        loop = asyncio.get_running_loop()
+        self._active[writer] = loop.time()
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
                     return
                 for frame in frames.feed(data):
+                    self._active[writer] = loop.time()
                     response = await self._dispatch(frame, peer)
                     if writer.is_closing():
-                        # the peer reset the connection while its request was handled (a long-poll Fetch):
-                        # its answer has nowhere to go (uvloop's writelines would raise RuntimeError)
+                        # the peer reset the connection while its request was handled (a long-poll Fetch), or it
+                        # was closed as idle: the answer has nowhere to go (uvloop's writelines would raise)
                         return
                     writer.writelines(response)
                     await writer.drain()
+                    self._active[writer] = loop.time()
         except _Close as why:
             log.warning("kafka %s: %s; closing the connection", peer, why)
         except WireError as exc:
@@ -91,6 +117,7 @@ class KafkaServer:
             pass
         finally:
             self._connections.discard(task)
+            self._active.pop(writer, None)
             writer.close()
 
     async def _dispatch(self, frame: bytes, peer: Any) -> list[bytes]:
