@@ -30,11 +30,12 @@ CLIENTS = [
     ("java-4.3.0", "Java kafka-clients 4.3"), ("4.3.0", "Java kafka-clients 4.3"),
     ("java-3.9", "Java kafka-clients 3.9"), ("3.9", "Java kafka-clients 3.9"),
     ("kcat", "kcat (librdkafka 2.0)"), ("ck", "confluent-kafka"), ("confluent", "confluent-kafka"),
-    ("kp", "kafka-python"), ("kafka_python", "kafka-python"), ("aio", "aiokafka"),
+    ("kp", "kafka-python"), ("python", "kafka-python"), ("aio", "aiokafka"),
     ("node", "kafkajs"), ("kafkajs", "kafkajs"), ("java", "Java kafka-clients 4.3"), ("spark", "Java kafka-clients 4.3"),
 ]
+OTHER = "other (one client or a raw socket: see the test)"
 ORDER = ["confluent-kafka", "kafka-python", "kafka-python 2.0.2", "aiokafka", "kcat (librdkafka 2.0)", "kafkajs", "Java kafka-clients 4.3",
-         "Java kafka-clients 3.9", "other"]
+         "Java kafka-clients 3.9", OTHER]
 
 
 def classify(nodeid: str) -> tuple[str, str, str]:
@@ -44,7 +45,7 @@ def classify(nodeid: str) -> tuple[str, str, str]:
     params = params.rstrip("]")
     broker = "tansu" if params.startswith("tansu") else "walgate"
     words = set(re.split(r"[-_.]", params)) | set(name.split("_")) | set(Path(path).stem.split("_"))
-    client = "other"
+    client = OTHER
     for token, column in CLIENTS:
         if (token in params.split("-") or f"-{token}" in params) if re.search(r"[.-]", token) else token in words:
             client = column
