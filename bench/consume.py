@@ -9,20 +9,17 @@
   consumer's (render-once: the JSON is built once for all of them);
 * the same read with kcat (librdkafka in C, nothing printed), so the Python
   client's per-record cost does not hide the server's speed (Debian's kcat,
-  librdkafka 2.0.2, cannot talk to Tansu 0.6: its ApiVersions answer underflows);
-* end-to-end latency: a consumer tails the topic with long-poll while rows
-  are inserted one by one over HTTP; latency = receipt − the insert's answer.
+  librdkafka 2.0.2, cannot talk to Tansu 0.6: its ApiVersions answer underflows).
+
+End-to-end latency is bench/latency.py.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import statistics
 import multiprocessing
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -109,38 +106,6 @@ def copy_to_tansu(src: str, dst: str, expected: int) -> None:
     c.close()
 
 
-def latency(server: Walgate, samples: int) -> list[float]:
-    """Seconds from each single-row insert's HTTP answer to its receipt by a long-polling consumer."""
-    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "bench-lat", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 500})
-    c.assign([TopicPartition(TOPIC, p, -1) for p in range(PARTITIONS)])  # OFFSET_END
-    received: dict[bytes, float] = {}
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                received[m.value()] = time.perf_counter()
-
-    t = threading.Thread(target=run)
-    t.start()
-    time.sleep(2)  # let the consumer reach the end and start long-polling
-    acked: dict[int, float] = {}
-    conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
-    for i in range(samples):
-        voltage = 1000 + i  # passes the topic's filter and names the sample
-        server.post("/rest/sql", f"INSERT INTO b.lat USING b.meters TAGS ('lat', '1') VALUES (now, 1.0, {voltage}, 0.5)".encode(), conn)
-        acked[voltage] = time.perf_counter()
-        time.sleep(0.01)
-    time.sleep(1)
-    stop.set()
-    t.join(10)
-    c.close()
-    conn.close()
-    return [when - acked[json.loads(value)["voltage"]] for value, when in received.items()]
-
-
 def run(*, quick: bool, repeat: int) -> list[Row]:
     batches = 20 if quick else 80
     rows: list[Row] = []
@@ -161,7 +126,6 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             results = pool.map(_consume_worker, [(server.bootstrap, expected)] * consumers)
             fan_s = time.perf_counter() - start
         fan_rate = sum(r[0] for r in results) / fan_s
-        lat = sorted(latency(server, 50 if quick else 300))
     one = warm_n / warm_s
     rows.append(Row("AS SELECT topic, 1 consumer, cold (renders)", cold[0] / cold[2], "records/s"))
     rows.append(Row("AS SELECT topic, 1 consumer, warm", one, "records/s"))
@@ -174,7 +138,4 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     rows.append(Row("kcat (C client), warm", expected * per_record / own_kcat / 1e6, "MB/s", "loopback sendfile", limit))
     rows.append(Row("10 consumers at once, aggregate", fan_rate, "records/s"))
     rows.append(Row("  10 consumers / 1 consumer", fan_rate / one, "x"))
-    if lat:
-        for q in (0.5, 0.99):
-            rows.append(Row(f"end-to-end latency p{int(q * 100)} (n={len(lat)})", lat[min(int(q * len(lat)), len(lat) - 1)] * 1000, "ms"))
     return rows
