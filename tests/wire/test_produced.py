@@ -22,11 +22,23 @@ def batch(n: int = 3, **kw) -> bytes:
     return encode_batch(0, [100 + i for i in range(n)], [None] * n, [b"v%d" % i for i in range(n)], **kw)
 
 
-def test_valid_batches_of_every_codec_pass():
+def with_bad_record_bytes() -> bytes:
+    """A batch whose records do not parse (the first record claims 63 bytes, 27 follow) under a valid CRC."""
+    data = bytearray(batch())
+    data[61] = 0xFE  # the first record's length varint: 0xFE 0x00 = zigzag 63
+    data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("with_records", [True, False])
+def test_valid_batches_of_every_codec_pass(with_records: bool):
     for codec in (None, "gzip", "snappy", "lz4", "zstd"):
         data = batch(compression=codec) + batch(2, compression=codec)
-        got = validate_produced(data, 1 << 20)
-        assert [len(b.records) for b in got] == [3, 2]
+        got = validate_produced(data, 1 << 20, with_records=with_records)
+        if with_records or codec:
+            assert [len(b.records) for b in got] == [3, 2]
+        else:
+            assert [b.records for b in got] == [[], []]  # checked, not kept
         assert b"".join(b.raw for b in got) == data  # stored as produced
 
 
@@ -43,10 +55,12 @@ def test_corrupt_crc_is_corrupt_message():
     (batch(is_transactional=True), "transactional"),
     (batch(is_control=True), "control"),
     (batch(offset_deltas=[0, 2, 3]), "offset deltas"),
+    (with_bad_record_bytes(), "records that do not parse"),
 ])
-def test_invalid_batches_are_invalid_record(data: bytes, why: str):
+@pytest.mark.parametrize("with_records", [True, False])
+def test_invalid_batches_are_invalid_record(data: bytes, why: str, with_records: bool):
     with pytest.raises(InvalidRecord):
-        validate_produced(data, 1 << 20)
+        validate_produced(data, 1 << 20, with_records=with_records)
 
 
 def test_legacy_message_sets_are_refused_on_produce_v3():
