@@ -27,6 +27,7 @@ OUT = ROOT / "docs" / "compatibility.md"
 # token of a test id or name -> client column (first match wins)
 CLIENTS = [
     ("old", "kafka-python 2.0.2"),  # test_old_clients.py
+    ("ckjs", "@confluentinc/kafka-javascript"), ("javascript", "@confluentinc/kafka-javascript"),  # test_kafka_javascript.py
     ("java-4.3.0", "Java kafka-clients 4.3"), ("4.3.0", "Java kafka-clients 4.3"),
     ("java-3.9", "Java kafka-clients 3.9"), ("3.9", "Java kafka-clients 3.9"),
     ("kcat", "kcat (librdkafka 2.0)"), ("ck", "confluent-kafka"), ("confluent", "confluent-kafka"),
@@ -34,7 +35,8 @@ CLIENTS = [
     ("node", "kafkajs"), ("kafkajs", "kafkajs"), ("java", "Java kafka-clients 4.3"), ("spark", "Java kafka-clients 4.3"),
 ]
 OTHER = "other (one client or a raw socket: see the test)"
-ORDER = ["confluent-kafka", "kafka-python", "kafka-python 2.0.2", "aiokafka", "kcat (librdkafka 2.0)", "kafkajs", "Java kafka-clients 4.3",
+ORDER = ["confluent-kafka", "kafka-python", "kafka-python 2.0.2", "aiokafka", "kcat (librdkafka 2.0)", "kafkajs",
+         "@confluentinc/kafka-javascript", "Java kafka-clients 4.3",
          "Java kafka-clients 3.9", OTHER]
 
 

@@ -9,7 +9,12 @@ result is already there, so a warm run costs a few ``stat`` calls.
   extracted to ``.cache/jars/kafka-clients-4.3.0/``.
 * Java kafka-clients 3.9.1 (+ slf4j-api, lz4, zstd-jni, snappy): from the PyPI wheel
   ``shigawire-apache-flink-libraries==2.0.0.post1`` (~92 MB), to ``.cache/jars/kafka-clients-3.9/``.
-* Node: ``npm ci`` in ``compat-tests/node`` (kafkajs, pinned by the committed lock file).
+* Node: ``npm ci --ignore-scripts`` in ``compat-tests/node`` (kafkajs and @confluentinc/kafka-javascript's
+  JavaScript, pinned by the committed lock file), then ``npm rebuild @confluentinc/kafka-javascript`` (step
+  ``kafka-javascript``): its install script, with ``CKJS_LINKING=dynamic`` so that, when the prebuilt binary
+  cannot be downloaded (from GitHub), the from-source fallback builds the bundled librdkafka against the system's
+  zlib / OpenSSL / zstd (``g++``, ``make``, ``zlib1g-dev``, ``libssl-dev``, ``libzstd-dev``; ~2-3 min) instead of
+  downloading those libraries' sources. A failed build only makes the kafka-javascript tests skip.
 * kafka-python 2.0.2 (the old release, beside the venv's 3.x): ``pip install --no-deps --target
   .cache/py/kafka-python-2.0.2``; a client program runs on it with that directory first on ``PYTHONPATH``
   (:func:`py_target`; the ``pyclient_kp202`` fixture).
@@ -22,6 +27,9 @@ instead of erroring; the other steps still run.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,17 +111,66 @@ def ensure_jars(name: str) -> None:
                 partial.replace(target / file_name)
 
 
-def ensure_node_modules() -> None:
-    if (NODE_DIR / "node_modules" / ".package-lock.json").is_file():
-        return
+def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is not installed")
-    print("setup_clients: npm ci in compat-tests/node", file=sys.stderr, flush=True)
+    return npm
+
+
+def _node_modules_current() -> bool:
+    """Every dependency of node/package.json is installed at its pinned version."""
+    wanted = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]
+    for name, version in wanted.items():
+        installed = NODE_DIR / "node_modules" / name / "package.json"
+        if not installed.is_file() or json.loads(installed.read_text()).get("version") != version:
+            return False
+    return True
+
+
+def ensure_node_modules() -> None:
+    """npm ci without install scripts: the JavaScript of every package (kafkajs needs nothing else)."""
+    if _node_modules_current():
+        return
+    print("setup_clients: npm ci --ignore-scripts in compat-tests/node", file=sys.stderr, flush=True)
     subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        [_npm(), "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
         cwd=NODE_DIR, check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
     )
+
+
+CKJS = "@confluentinc/kafka-javascript"
+CKJS_BINARY = NODE_DIR / "node_modules" / CKJS / "build" / "Release" / "confluent-kafka-javascript.node"
+CKJS_LOG = ROOT / ".cache" / "kafka-javascript-build.log"  # the output of a failed build
+CKJS_CAUSES = r"error:|No rule to make target|: not found|command not found|gyp ERR! stack Error"  # its telling lines
+
+
+def ensure_kafka_javascript() -> None:
+    """Run @confluentinc/kafka-javascript's install script (node-pre-gyp: download, else build from source)."""
+    if CKJS_BINARY.is_file():
+        return
+    if not (NODE_DIR / "node_modules" / CKJS / "package.json").is_file():
+        raise RuntimeError(f"{CKJS} is not in compat-tests/node/node_modules (the npm ci step failed)")
+    env = {**os.environ, "CKJS_LINKING": "dynamic"}  # build against the system's zlib / OpenSSL / zstd
+    node = shutil.which("node")
+    prefix = Path(node).resolve().parent.parent if node else None
+    if prefix is not None and (prefix / "include" / "node" / "node.h").is_file():
+        env.setdefault("npm_config_nodedir", str(prefix))  # node-gyp: this node's own headers, no download
+    print(f"setup_clients: npm rebuild {CKJS} (CKJS_LINKING=dynamic; a source build takes minutes)",
+          file=sys.stderr, flush=True)
+    done = subprocess.run(
+        [_npm(), "rebuild", CKJS, "--foreground-scripts", "--no-audit", "--no-fund"],
+        cwd=NODE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        timeout=DOWNLOAD_TIMEOUT,
+    )
+    if done.returncode != 0 or not CKJS_BINARY.is_file():
+        output = done.stdout.decode(errors="replace")
+        CKJS_LOG.parent.mkdir(parents=True, exist_ok=True)
+        CKJS_LOG.write_text(output)
+        lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+        causes = [ln for ln in lines if re.search(CKJS_CAUSES, ln)]
+        raise RuntimeError(f"npm rebuild {CKJS} exited {done.returncode} without {CKJS_BINARY.name}: "
+                           + " | ".join(causes[:3] + lines[-3:]) + f" (whole output: {CKJS_LOG})")
 
 
 def py_target(name: str) -> Path:
@@ -155,6 +212,7 @@ def ensure_py_package(name: str) -> None:
 STEPS = {
     **{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS},
     "node": ensure_node_modules,
+    "kafka-javascript": ensure_kafka_javascript,  # after "node"
     **{name: (lambda name=name: ensure_py_package(name)) for name in PY_PACKAGES},
 }
 
