@@ -27,7 +27,7 @@ from compat_data import H_META, H_TABLE, check_dense, check_exactly, records, sp
 from compat_procs import Run
 from test_consume_node import SEEK_TS
 from test_groups import by_offset, group_name
-from test_produce import CODECS, N, NO_NULL_HEADER, check_deliveries, check_read_back, check_watermarks, expected, \
+from test_produce import CODECS, CREATE_TIME, N, NO_NULL_HEADER, check_deliveries, check_read_back, check_watermarks, expected, \
     new_topic, read_back
 
 VERSION, LIBRDKAFKA = "1.10.1", "2.15.1"
@@ -129,7 +129,7 @@ def test_produce_and_read_back(broker, ckjs, pyclient, show, codec):
     assert codec == "none" or codec in lib["features"], f"built without {codec}\n{run.describe()}"
     check_deliveries(run, want)
     read = read_back(pyclient, show, broker.bootstrap, topic)
-    check_read_back(read, want, "ck", run)
+    check_read_back(read, want, CREATE_TIME["ck"], run)
     if broker.name == "walgate":  # Tansu's ListOffsets(latest) is wrong after multi-record batches (FINDINGS.md)
         check_watermarks(read, want)
 

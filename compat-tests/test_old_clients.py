@@ -33,7 +33,7 @@ import test_groups as groups
 from compat_data import check_exactly, records
 from compat_procs import run
 from test_groups import TOPIC, by_offset, close, events, group_name, owned, two_members_split, wait_until
-from test_produce import CODECS, N, PARTITIONS, check_deliveries, check_read_back, check_watermarks, expected, \
+from test_produce import CODECS, CREATE_TIME, N, PARTITIONS, check_deliveries, check_read_back, check_watermarks, expected, \
     new_topic, read_back
 
 VERSION = "2.0.2"
@@ -147,12 +147,12 @@ def test_kp202_produce_and_read_back(broker, kp202, kp202_codecs, pyclient, show
     show(produced)
     check_deliveries(produced, want)
     read = read_back(pyclient, show, broker.bootstrap, topic)  # the current confluent-kafka
-    check_read_back(read, want, "ck", produced)
+    check_read_back(read, want, CREATE_TIME["ck"], produced)
     if broker.name == "walgate":  # Tansu's ListOffsets(latest) is wrong after multi-record batches (FINDINGS.md)
         check_watermarks(read, want)
     old = kp202("kp_assign.py", broker.bootstrap, topic, "--start", "beginning", check=False)
     show(old)
-    check_read_back(old, want, "kp", produced)
+    check_read_back(old, want, CREATE_TIME["kp"], produced)
 
 
 # ------------------------------------------------------------------ 4. groups (walgate only)

@@ -11,7 +11,7 @@ partition is known: record i is at offset i // 3 of partition i % 3.
    and offset, and confluent-kafka's assign() consumer (clients/ck_assign.py) reads every record exactly
    once in per-partition order with the same key, value, headers and timestamp:
    confluent-kafka (idempotent, acks=all), kafka-python (its defaults: idempotent, acks=all; snappy and zstd
-   need python-snappy / zstandard, not in the test extra), aiokafka (acks=1), Java kafka-clients 4.3.0 (every
+   through python-snappy / zstandard), aiokafka (acks=1), Java kafka-clients 4.3.0 (every
    codec) and 3.9 (snappy, zstd) with default settings (idempotent), kafkajs (acks=-1; only its built-in codecs
    none and gzip) and kcat -P (librdkafka 2.0.2; walgate only, see FINDINGS.md; partition, headers and
    timestamps per run, not per record). On walgate the watermarks must also be (0, records).
@@ -47,7 +47,7 @@ JAVA_CLIENTS = {"java-4.3.0": "4.3.0", "java-3.9": "3.9"}
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 SUPPORTED = {  # the codecs each producer can write here
     "ck": CODECS,
-    "kp": ("none", "gzip", "lz4"),  # snappy / zstd need python-snappy / zstandard (not installed)
+    "kp": CODECS,  # snappy / zstd through python-snappy / zstandard (the test extra)
     "aio": CODECS,
     "java-4.3.0": CODECS,
     "java-3.9": ("snappy", "zstd"),  # the Spark 4 client line: its native codec libraries
@@ -150,14 +150,15 @@ def check_deliveries(run: Run, want: list[dict[str, Any]], *, offsets: bool = Tr
     assert not problems, "delivery reports differ:\n" + "\n".join(problems[:20]) + f"\n\n{run.describe()}"
 
 
-def check_read_back(read: Run, want: list[dict[str, Any]], reader: str, *producers: Run,
+def check_read_back(read: Run, want: list[dict[str, Any]], create_time: Any, *producers: Run,
                     ts_window: tuple[int, int] | None = None) -> None:
     """``read`` printed exactly ``want``: every record once, per-partition order and offsets, key, value,
-    headers, CreateTime timestamp. ``ts_window``: timestamps are the producer's clock (kcat), within it."""
+    headers, CreateTime timestamp (``create_time``: the reader's timestamp_type for it, None when the reader cannot
+    tell). ``ts_window``: timestamps are the producer's clock (kcat), within it."""
     context = "\n\n".join(r.describe() for r in (read, *producers))
     assert read.returncode == 0 and not read.events("error"), f"reader failed:\n{context}"
     fields = ("partition", "offset", "key", "value", "headers", "timestamp", "create_time")
-    got = [{**{k: d.get(k) for k in fields}, "create_time": d["timestamp_type"] == CREATE_TIME[reader]}
+    got = [{**{k: d.get(k) for k in fields}, "create_time": create_time is None or d["timestamp_type"] == create_time}
            for d in read.events("record")]
     want = [{k: r[k] for k in fields} for r in want]
     problems = []
@@ -213,7 +214,7 @@ def test_produce_and_read_back(broker, request, pyclient, show, producer, codec)
     read = read_back(pyclient, show, broker.bootstrap, topic)
     (md,) = read.events("metadata")
     assert md["partitions"] == list(range(PARTITIONS)) and md["brokers"] == [broker.bootstrap], read.describe()
-    check_read_back(read, want, "ck", run)
+    check_read_back(read, want, CREATE_TIME["ck"], run)
     if broker.name == "walgate":  # Tansu's ListOffsets(latest) is wrong after multi-record batches: section 2
         check_watermarks(read, want)
 
@@ -231,7 +232,7 @@ def test_kcat_produce_and_read_back(broker, kcat, pyclient, show, codec, tmp_pat
         assert run.returncode == 0 and "fail" not in run.stderr.lower(), run.describe()
     read = read_back(pyclient, show, broker.bootstrap, topic)
     want = expected(("kcat", codec, N))
-    check_read_back(read, want, "ck", *runs, ts_window=(started, ended))
+    check_read_back(read, want, CREATE_TIME["ck"], *runs, ts_window=(started, ended))
     check_watermarks(read, want)
 
 
@@ -266,7 +267,7 @@ def test_cross_client_read_of_mixed_topic(broker, mixed_topic, reader, pyclient,
     else:
         read = pyclient(READERS[reader], broker.bootstrap, topic, "--start", "beginning", check=False)
     show(read)
-    check_read_back(read, want, reader)
+    check_read_back(read, want, CREATE_TIME[reader])
 
 
 def test_list_offsets_of_produced_records(broker, mixed_topic, pyclient, request, show):
@@ -279,7 +280,7 @@ def test_list_offsets_of_produced_records(broker, mixed_topic, pyclient, request
     starts = {d["partition"]: d["offset"] for d in run.events("start")}
     want_starts = {p: sum(r["partition"] == p and r["timestamp"] < SEEK_TS for r in want) for p in range(PARTITIONS)}
     assert starts == want_starts, f"offsets for timestamp {SEEK_TS}: {starts}, expected {want_starts}\n{run.describe()}"
-    check_read_back(run, [r for r in want if r["timestamp"] >= SEEK_TS], "ck")
+    check_read_back(run, [r for r in want if r["timestamp"] >= SEEK_TS], CREATE_TIME["ck"])
 
 
 # ------------------------------------------------------------------ 3. what a producer must be refused
@@ -345,4 +346,4 @@ def test_acks_zero_records_land(broker, request, pyclient, show, producer, codec
         if len(read.events("record")) >= N:
             break
         time.sleep(0.5)
-    check_read_back(read, want, "ck", run)
+    check_read_back(read, want, CREATE_TIME["ck"], run)

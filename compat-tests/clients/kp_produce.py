@@ -2,8 +2,8 @@
 
 Usage and output: as ck_produce.py (same records, same JSON lines; no --transactional-id). kafka-python
 only sends (str, bytes) headers, so the ``nil`` header has an empty value instead of null. Its snappy and
-zstd codecs need python-snappy / zstandard, which the project's test extra does not install: with them
-missing the producer refuses to start (an ``error`` event). kafka-python 2.0.2 has no delivery_timeout_ms and
+zstd codecs need python-snappy / zstandard (in the project's test extra): with them missing the producer refuses
+to start (an ``error`` event). kafka-python 2.0.2 has no delivery_timeout_ms and
 no idempotence: those settings are left out there.
 """
 
