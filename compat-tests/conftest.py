@@ -10,8 +10,9 @@
 * ``kcat(*args, timeout=)``, ``java(program, *args, timeout=, clients=)``, ``node(script, *args, timeout=)``,
   ``pyclient(script, *args, timeout=)`` — run a client to completion and return a
   :class:`compat_procs.Run`; a non-zero exit fails the test showing stderr (``check=False`` to inspect it).
-* ``pyclient_kp202(script, *args)`` — ``pyclient`` on kafka-python 2.0.2 (``setup_clients``, ``.cache/py/``);
-  ``.argv(script, *args)``: its command line for ``background``; ``.python``: the interpreter's argv prefix.
+* ``pyclient_kp202(script, *args)``, ``pyclient_ck192`` — ``pyclient`` on kafka-python 2.0.2 / confluent-kafka 1.9.2
+  (``setup_clients``, ``.cache/py/``); ``.argv(script, *args)``: the command line for ``background``;
+  ``.python``: the interpreter's argv prefix.
 * ``background(argv)`` — a long-running client (lines collected as they come), stopped by PID after the test.
 * ``show(run)`` — remember a client's output: when a scenario fails on one broker, the output
   of the same scenario on the other broker is added to the failure report.
@@ -45,10 +46,13 @@ JAVA_DIR = COMPAT / "java"
 NODE_DIR = COMPAT / "node"
 JAR_SETS = {"4.3.0": "kafka-clients-4.3.0", "3.9": "kafka-clients-3.9"}
 KP202 = "kafka-python-2.0.2"
-# runs a client program after printing which kafka-python it imported (a `library` event)
-_LAUNCH = ("import json, os, runpy, sys, kafka; print(json.dumps({'event': 'library', 'name': 'kafka-python', "
-           "'version': kafka.__version__, 'file': kafka.__file__}), flush=True); sys.argv = sys.argv[1:]; "
-           "sys.path[0] = os.path.dirname(sys.argv[0]); runpy.run_path(sys.argv[0], run_name='__main__')")
+CK192 = "confluent-kafka-1.9.2"
+# runs a client program after printing which library {module} it imported (a `library` event)
+_LAUNCH = ("import json, os, runpy, sys, {module} as m; print(json.dumps({{'event': 'library', 'name': '{name}', "
+           "'version': getattr(m, '__version__', None) or m.version()[0], 'file': m.__file__, "
+           "'librdkafka': m.libversion()[0] if hasattr(m, 'libversion') else None}}), flush=True); "
+           "sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(sys.argv[0]); "
+           "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 @pytest.fixture(scope="session")
@@ -168,20 +172,22 @@ def pyclient() -> Callable[..., Run]:
     return pyclient
 
 
-@pytest.fixture(scope="session")
-def pyclient_kp202() -> Callable[..., Run]:
-    """``pyclient`` on kafka-python 2.0.2: its .cache/py directory first on PYTHONPATH; prints a `library` event."""
-    reason = setup_clients.setup(KP202)
+def _pyclient_on(step: str, name: str, module: str) -> Callable[..., Run]:
+    """``pyclient`` on the library that setup_clients step ``step`` installs into .cache/py: that directory first on
+    PYTHONPATH; every run first prints the library it imported (a `library` event: name, version, file, librdkafka).
+    ``.argv(script, *args)``: the command line for ``background``; ``.python``: the interpreter's argv prefix."""
+    reason = setup_clients.setup(step)
     if reason is not None:
         pytest.skip(reason)
-    path = os.pathsep.join(filter(None, [str(setup_clients.py_target(KP202)), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(setup_clients.py_target(step)), os.environ.get("PYTHONPATH")]))
     python = ["/usr/bin/env", f"PYTHONPATH={path}", sys.executable]
-    imported = run([*python, "-c", "import kafka"], 60, check=False)
-    if imported.returncode != 0:  # e.g. on Python 3.12+ (its vendored six; FINDINGS.md)
-        pytest.skip(f"kafka-python 2.0.2 cannot be imported here: {imported.headline()}")
+    imported = run([*python, "-c", f"import {module}"], 60, check=False)
+    if imported.returncode != 0:  # e.g. kafka-python 2.0.2 on Python 3.12+ (its vendored six; FINDINGS.md)
+        pytest.skip(f"{name} cannot be imported here: {imported.headline()}")
+    launch = _LAUNCH.format(module=module, name=name)
 
     def argv(script: str, *args: str) -> list[str]:
-        return [*python, "-c", _LAUNCH, str(CLIENTS / script), *args]
+        return [*python, "-c", launch, str(CLIENTS / script), *args]
 
     def pyclient(script: str, *args: str, timeout: float = 60, check: bool = True) -> Run:
         return run(argv(script, *args), timeout, check=check)
@@ -189,6 +195,18 @@ def pyclient_kp202() -> Callable[..., Run]:
     pyclient.argv = argv  # type: ignore[attr-defined]
     pyclient.python = python  # type: ignore[attr-defined]
     return pyclient
+
+
+@pytest.fixture(scope="session")
+def pyclient_kp202() -> Callable[..., Run]:
+    """``pyclient`` on kafka-python 2.0.2 (``setup_clients``, ``.cache/py/``)."""
+    return _pyclient_on(KP202, "kafka-python", "kafka")
+
+
+@pytest.fixture(scope="session")
+def pyclient_ck192() -> Callable[..., Run]:
+    """``pyclient`` on confluent-kafka 1.9.2 with its own librdkafka 1.9.2 (``setup_clients``, ``.cache/py/``)."""
+    return _pyclient_on(CK192, "confluent-kafka", "confluent_kafka")
 
 
 @pytest.fixture

@@ -18,6 +18,15 @@ result is already there, so a warm run costs a few ``stat`` calls.
 * kafka-python 2.0.2 (the old release, beside the venv's 3.x): ``pip install --no-deps --target
   .cache/py/kafka-python-2.0.2``; a client program runs on it with that directory first on ``PYTHONPATH``
   (:func:`py_target`; the ``pyclient_kp202`` fixture).
+* confluent-kafka 1.9.2 on its own librdkafka 1.9.2 (step ``confluent-kafka-1.9.2``, ~1-2.5 min on 2 cores;
+  PyPI has no wheel of it for this Python): librdkafka 1.9.2's sources are ``package/deps/librdkafka`` of the npm
+  package ``node-rdkafka@2.14.6`` (``npm pack``), built (C library only, ``./configure`` + ``make``) against the
+  system's zlib / zstd / OpenSSL (``gcc``, ``make``, ``zlib1g-dev``, ``libzstd-dev``; OpenSSL if ``libssl-dev``
+  is there) and installed to ``.cache/librdkafka-1.9.2/``; then the sdist is built with
+  ``pip install --no-deps --no-binary :all: --target .cache/py/confluent-kafka-1.9.2`` against it (rpath to that
+  prefix, so neither the system's librdkafka nor the venv's confluent-kafka is loaded) and checked to import as
+  1.9.2 / librdkafka 1.9.2. Use it like kafka-python 2.0.2 (``py_target("confluent-kafka-1.9.2")`` first on
+  ``PYTHONPATH``). A failed build leaves its output in ``.cache/confluent-kafka-1.9.2-build.log``.
 
 The wheels are downloaded with this interpreter's ``pip download --no-deps`` into a
 temporary directory and deleted after extraction. A step that fails is reported in
@@ -174,7 +183,8 @@ def ensure_kafka_javascript() -> None:
 
 
 def py_target(name: str) -> Path:
-    """The directory a :data:`PY_PACKAGES` entry is installed into (put it first on ``PYTHONPATH``)."""
+    """The directory a :data:`PY_PACKAGES` entry (or :data:`CK_OLD`) is installed into (put it first on
+    ``PYTHONPATH``)."""
     return PY_TARGETS / name
 
 
@@ -209,11 +219,113 @@ def ensure_py_package(name: str) -> None:
                 raise
 
 
+CK_OLD = "confluent-kafka-1.9.2"  # the step, and its py_target() directory
+CK_OLD_REQUIREMENT = "confluent-kafka==1.9.2"
+RDKAFKA_OLD_VERSION = "1.9.2"
+RDKAFKA_OLD_NPM = "node-rdkafka@2.14.6"  # its package/deps/librdkafka is librdkafka 1.9.2's source tree
+RDKAFKA_OLD_SOURCES = "package/deps/librdkafka"
+RDKAFKA_OLD_PREFIX = ROOT / ".cache" / f"librdkafka-{RDKAFKA_OLD_VERSION}"
+# no libsasl2-dev, libcurl-dev, liblz4-dev needed (lz4 is built in); the codecs the tests use must be there
+RDKAFKA_OLD_CONFIGURE = ("--no-download", "--disable-gssapi", "--disable-curl", "--disable-lz4-ext",
+                         "--enable-zlib", "--enable-zstd")
+CK_OLD_LOG = ROOT / ".cache" / f"{CK_OLD}-build.log"  # the output of a failed build
+BUILD_CAUSES = r"error:|\(fail\)|Configure failed|No rule to make target|: not found|command not found"
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")  # mklove's colours
+
+
+def _build_command(argv: list[str], log: list[str], **kwargs) -> None:
+    """Run one command of the CK_OLD build, its output appended to ``log``; on failure, write the whole
+    log to CK_OLD_LOG and raise RuntimeError with its telling lines."""
+    log.append("$ " + " ".join(argv))
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=DOWNLOAD_TIMEOUT, **kwargs)
+    output = ANSI.sub("", done.stdout.decode(errors="replace"))
+    log.append(output)
+    if done.returncode != 0:
+        CK_OLD_LOG.parent.mkdir(parents=True, exist_ok=True)
+        CK_OLD_LOG.write_text("\n".join(log))
+        lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+        causes = [ln for ln in lines if re.search(BUILD_CAUSES, ln)]
+        raise RuntimeError(f"{' '.join(argv[:3])} exited {done.returncode}: "
+                           + " | ".join(causes[:3] + lines[-3:]) + f" (whole output: {CK_OLD_LOG})")
+
+
+def _rdkafka_old_installed() -> bool:
+    return (RDKAFKA_OLD_PREFIX / "lib" / "librdkafka.so.1").is_file() and (
+        RDKAFKA_OLD_PREFIX / "include" / "librdkafka" / "rdkafka.h").is_file()
+
+
+def _ensure_rdkafka_old(log: list[str]) -> None:
+    """librdkafka 1.9.2 (the C library) from node-rdkafka's bundled sources, installed to RDKAFKA_OLD_PREFIX."""
+    if _rdkafka_old_installed():
+        return
+    RDKAFKA_OLD_PREFIX.parent.mkdir(parents=True, exist_ok=True)
+    # built and installed (DESTDIR) beside the prefix, then renamed: a finished prefix or none
+    with tempfile.TemporaryDirectory(prefix="librdkafka-build-", dir=RDKAFKA_OLD_PREFIX.parent) as tmp:
+        print(f"setup_clients: npm pack {RDKAFKA_OLD_NPM}, build its librdkafka {RDKAFKA_OLD_VERSION} "
+              f"(minutes) into .cache/{RDKAFKA_OLD_PREFIX.name}", file=sys.stderr, flush=True)
+        _build_command([_npm(), "pack", RDKAFKA_OLD_NPM, "--ignore-scripts", "--silent"], log, cwd=tmp)
+        (tarball,) = Path(tmp).glob("*.tgz")
+        _build_command(["tar", "-xzf", str(tarball), RDKAFKA_OLD_SOURCES], log, cwd=tmp)
+        sources = Path(tmp) / RDKAFKA_OLD_SOURCES
+        _build_command(["./configure", f"--prefix={RDKAFKA_OLD_PREFIX}", *RDKAFKA_OLD_CONFIGURE], log, cwd=sources)
+        _build_command(["make", "-j2", "-C", "src"], log, cwd=sources)
+        stage = Path(tmp) / "stage"
+        _build_command(["make", "-C", "src", "install"], log, cwd=sources, env={**os.environ, "DESTDIR": str(stage)})
+        if _rdkafka_old_installed():  # another run (a concurrent test session) got there first
+            return
+        if RDKAFKA_OLD_PREFIX.exists():  # without its library or header: not a finished install
+            shutil.rmtree(RDKAFKA_OLD_PREFIX)
+        try:
+            (stage / RDKAFKA_OLD_PREFIX.relative_to("/")).rename(RDKAFKA_OLD_PREFIX)
+        except OSError:
+            if not _rdkafka_old_installed():
+                raise
+
+
+def ensure_ck_old() -> None:
+    """confluent-kafka 1.9.2 built from its sdist against librdkafka 1.9.2, into py_target(CK_OLD)."""
+    target = py_target(CK_OLD)
+    if _py_installed(target) and _rdkafka_old_installed():
+        return
+    log: list[str] = []
+    _ensure_rdkafka_old(log)
+    if _py_installed(target):
+        return
+    PY_TARGETS.mkdir(parents=True, exist_ok=True)
+    lib = RDKAFKA_OLD_PREFIX / "lib"
+    env = {**os.environ, "CFLAGS": f"-I{RDKAFKA_OLD_PREFIX / 'include'}", "LDFLAGS": f"-L{lib} -Wl,-rpath,{lib}"}
+    with tempfile.TemporaryDirectory(prefix=f"{CK_OLD}-", dir=PY_TARGETS) as tmp:
+        staged = Path(tmp) / CK_OLD
+        print(f"setup_clients: pip install --no-binary :all: --target .cache/py/{CK_OLD} {CK_OLD_REQUIREMENT}",
+              file=sys.stderr, flush=True)
+        # no wheel cache: a wheel built against another prefix (rpath) must not be reused
+        _build_command([sys.executable, "-m", "pip", "install", "--no-deps", "--no-binary", ":all:", "--no-cache-dir",
+                        "--disable-pip-version-check", "--target", str(staged), CK_OLD_REQUIREMENT], log, env=env)
+        probe = "import confluent_kafka as c; print(c.version()[0], c.libversion()[0])"
+        done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(staged)},
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        versions = done.stdout.split()
+        if versions != [CK_OLD_REQUIREMENT.split("==")[1], RDKAFKA_OLD_VERSION]:
+            raise RuntimeError(f"the built {CK_OLD} imports as confluent-kafka / librdkafka {versions}: "
+                               + (done.stderr.strip().splitlines() or [""])[-1])
+        if _py_installed(target):  # another run got there first
+            return
+        if target.exists():  # without a .dist-info: not a finished install
+            shutil.rmtree(target)
+        try:
+            staged.rename(target)
+        except OSError:
+            if not _py_installed(target):
+                raise
+
+
 STEPS = {
     **{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS},
     "node": ensure_node_modules,
     "kafka-javascript": ensure_kafka_javascript,  # after "node"
     **{name: (lambda name=name: ensure_py_package(name)) for name in PY_PACKAGES},
+    CK_OLD: ensure_ck_old,
 }
 
 

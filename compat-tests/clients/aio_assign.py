@@ -1,7 +1,12 @@
 """aiokafka consumer with manual assign() and no group: metadata, offsets, read to the end.
 
-Prints the JSON lines of common.py. OffsetOutOfRangeError (with --reset none/error)
-is printed as an error event and ends the run with code 0 so the caller can inspect it.
+Prints the JSON lines of common.py. OffsetOutOfRangeError (with --reset none/error: no
+reset policy) is printed as an error event and ends the run with code 0 so the caller can
+inspect it. With --follow N: ``ready`` once the start positions are resolved and the first
+getmany() returned, then read until N records arrived.
+
+Usage: aio_assign.py BOOTSTRAP TOPIC [--start beginning|end|<offset>|ts:<ms>]
+       [--reset earliest|latest|error|none] [--partitions 0,1] [--follow N] [--timeout 30]
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ async def main() -> None:
     args = parse_args(__doc__)
     deadline = time.monotonic() + args.timeout
     consumer = AIOKafkaConsumer(bootstrap_servers=args.bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="none" if args.reset == "error" else args.reset,
+                                auto_offset_reset="none" if args.reset == "error" else args.reset,  # none: no policy
                                 request_timeout_ms=15000)
     await consumer.start()
     try:
@@ -46,12 +51,16 @@ async def main() -> None:
         else:
             for tp in tps:
                 consumer.seek(tp, int(args.start))
+        follow = args.follow is not None
         count = 0
+        ready = False
         while True:
-            positions = {tp: await consumer.position(tp) for tp in tps}
-            if all(positions[tp] >= end[tp] for tp in tps):
+            positions = {tp: await consumer.position(tp) for tp in tps}  # waits for a seek_to_* to resolve
+            if count >= args.follow if follow else all(positions[tp] >= end[tp] for tp in tps):
                 break
             if time.monotonic() > deadline:
+                if follow:
+                    fail(f"timed out after {args.timeout} s with {count} of {args.follow} records")
                 fail(f"timed out after {args.timeout} s; (position, end): "
                      f"{ {tp.partition: (positions[tp], end[tp]) for tp in tps} }")
             try:
@@ -62,6 +71,9 @@ async def main() -> None:
             except KafkaError as exc:
                 emit("error", name=type(exc).__name__, message=str(exc))
                 return
+            if follow and not ready:
+                emit("ready", partitions=parts)
+                ready = True
             for recs in batch.values():
                 for r in recs:
                     emit_record(r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers)

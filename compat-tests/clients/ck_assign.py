@@ -2,8 +2,13 @@
 
 No group coordination is used: the group.id librdkafka insists on only names the
 consumer (auto commit off, nothing committed). Prints the JSON lines of common.py;
-an error event (e.g. _AUTO_OFFSET_RESET with --reset error) ends the run with code 0
-so the caller can inspect it.
+an error event (e.g. _AUTO_OFFSET_RESET with --reset error/none) ends the run with code 0
+so the caller can inspect it. With --follow N: ``ready`` after assign() and the first poll
+(``--start end`` is then the high watermark just read, so nothing written after ``ready``
+is skipped), then read until N records arrived.
+
+Usage: ck_assign.py BOOTSTRAP TOPIC [--start beginning|end|<offset>|ts:<ms>]
+       [--reset earliest|latest|error|none] [--partitions 0,1] [--follow N] [--timeout 30]
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ def main() -> None:
         "group.id": f"walgate-compat-{uuid.uuid4()}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": args.reset,
+        "auto.offset.reset": "error" if args.reset == "none" else args.reset,
         "socket.timeout.ms": 10000,
     })
     try:
@@ -38,7 +43,9 @@ def main() -> None:
         for p in parts:
             low, high[p] = consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=10)
             emit("watermarks", partition=p, low=low, high=high[p])
-        assignment = [TopicPartition(args.topic, p, _start(args.start)) for p in parts]
+        follow = args.follow is not None
+        assignment = [TopicPartition(args.topic, p, high[p] if follow and args.start == "end" else _start(args.start))
+                      for p in parts]
         if args.start.startswith("ts:"):
             assignment = consumer.offsets_for_times(
                 [TopicPartition(args.topic, p, int(args.start[3:])) for p in parts], timeout=10)
@@ -50,10 +57,16 @@ def main() -> None:
         consumer.assign(assignment)
         done: set[int] = set()  # partitions whose EOF event came at or past the start-time high watermark
         count = 0
-        while len(done) < len(parts):
+        ready = False
+        while count < args.follow if follow else len(done) < len(parts):
             if time.monotonic() > deadline:
+                if follow:
+                    fail(f"timed out after {args.timeout} s with {count} of {args.follow} records")
                 fail(f"timed out after {args.timeout} s with partitions {sorted(set(parts) - done)} unfinished")
             msg = consumer.poll(0.5)
+            if follow and not ready:
+                emit("ready", partitions=parts)
+                ready = True
             if msg is None:
                 continue
             err = msg.error()

@@ -48,7 +48,7 @@ def main() -> None:
         "group.id": args.group,
         "enable.auto.commit": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": args.reset,
+        "auto.offset.reset": "error" if args.reset == "none" else args.reset,  # librdkafka has no "none"
         "socket.timeout.ms": 10000,
     }
     if args.protocol == "consumer":  # the broker owns session timeout, heartbeat interval and assignor

@@ -5,6 +5,11 @@ Every client prints one JSON object per line: ``{"event": "record", "partition",
 header values decoded as UTF-8), plus ``metadata`` / ``watermarks`` / ``start`` / ``error`` /
 ``summary`` events. It reads every assigned partition from its start offset up to the high
 watermark it saw when it started, then exits (or stops at the first error event).
+
+With ``--follow N`` a reader instead prints ``ready`` once consuming has started (assigned, start
+offsets resolved, first poll issued), then reads until N records arrived in total, ignoring the high
+watermarks: records written after ``ready`` reach it. ``--reset none`` (or ``error``) means no reset
+policy: a start offset out of range is an ``error`` event named by the client, no record, exit 0.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ def parse_args(description: str) -> argparse.Namespace:
     ap.add_argument("--start", default="beginning", help="beginning | end | <offset> | ts:<ms>")
     ap.add_argument("--reset", default="earliest", help="auto.offset.reset: earliest | latest | error/none")
     ap.add_argument("--partitions", help="comma-separated partition ids (default: all)")
+    ap.add_argument("--follow", type=int, metavar="N",
+                    help="print `ready` once consuming started, then read until N records arrived")
     ap.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
     return ap.parse_args()
 

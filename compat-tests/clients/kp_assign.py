@@ -1,7 +1,13 @@
 """kafka-python consumer with manual assign() and no group: metadata, offsets, read to the end.
 
-Prints the JSON lines of common.py. OffsetOutOfRangeError (with --reset none/error)
-is printed as an error event and ends the run with code 0 so the caller can inspect it.
+Prints the JSON lines of common.py. OffsetOutOfRangeError (with --reset none/error: no
+reset policy) is printed as an error event and ends the run with code 0 so the caller can
+inspect it. With --follow N: ``ready`` once the start positions are resolved and the first
+poll() (which sends the first Fetch) returned, then read until N records arrived.
+Works on kafka-python 2.0.2 and 3.x.
+
+Usage: kp_assign.py BOOTSTRAP TOPIC [--start beginning|end|<offset>|ts:<ms>]
+       [--reset earliest|latest|error|none] [--partitions 0,1] [--follow N] [--timeout 30]
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 def main() -> None:
     args = parse_args(__doc__)
     deadline = time.monotonic() + args.timeout
-    reset = "none" if args.reset == "error" else args.reset
+    reset = "none" if args.reset == "error" else args.reset  # any value but earliest/latest: no reset policy
     consumer = KafkaConsumer(bootstrap_servers=args.bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset=reset, request_timeout_ms=15000)
     try:
@@ -48,9 +54,16 @@ def main() -> None:
         else:
             for tp in tps:
                 consumer.seek(tp, int(args.start))
+        follow = args.follow is not None
+        if follow:
+            for tp in tps:
+                consumer.position(tp)  # resolves a seek_to_end / seek_to_beginning now (ListOffsets)
         count = 0
-        while any(consumer.position(tp) < stop_at[tp] for tp in tps):
+        ready = False
+        while count < args.follow if follow else any(consumer.position(tp) < stop_at[tp] for tp in tps):
             if time.monotonic() > deadline:
+                if follow:
+                    fail(f"timed out after {args.timeout} s with {count} of {args.follow} records")
                 left = {tp.partition: (consumer.position(tp), stop_at[tp]) for tp in tps}
                 fail(f"timed out after {args.timeout} s; (position, end) per partition: {left}")
             try:
@@ -61,6 +74,9 @@ def main() -> None:
             except KafkaError as exc:
                 emit("error", name=type(exc).__name__, message=str(exc))
                 return
+            if follow and not ready:
+                emit("ready", partitions=parts)
+                ready = True
             for records in batch.values():
                 for r in records:
                     emit_record(r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers)

@@ -1,8 +1,14 @@
 """kafka-python group member: KafkaConsumer(group_id=...) subscribe() with the range assignor.
 
+Usage: kp_group.py BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--reset earliest|latest|none]
+       [--timeout 60]
+
 Same JSON lines and stop conditions as ck_group.py: ``assignment`` after every rebalance callback,
 ``committed`` after the synchronous commit at the end together with what ``committed()`` then
-answers for every partition of the topic (``fetched``), ``summary``, ``closed``.
+answers for every partition of the topic (``fetched``), ``summary``, ``closed``. ``--reset none``
+(or ``error``): no reset policy, a committed offset out of range is an OffsetOutOfRangeError
+``error`` event that ends the run (commit, close, exit 0).
+Works on kafka-python 2.0.2 and 3.x.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import time
 from common import emit, emit_record
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.errors import KafkaError
 
 
 def main() -> None:
@@ -21,6 +28,7 @@ def main() -> None:
     ap.add_argument("bootstrap")
     ap.add_argument("topic")
     ap.add_argument("group")
+    ap.add_argument("--reset", default="earliest", help="earliest | latest | none (error: the same as none)")
     ap.add_argument("--max-records", type=int)
     ap.add_argument("--until-end", action="store_true")
     ap.add_argument("--timeout", type=float, default=60.0)
@@ -34,7 +42,8 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     consumer = KafkaConsumer(
-        bootstrap_servers=args.bootstrap, group_id=args.group, auto_offset_reset="earliest",
+        bootstrap_servers=args.bootstrap, group_id=args.group,
+        auto_offset_reset="none" if args.reset == "error" else args.reset,
         enable_auto_commit=True, auto_commit_interval_ms=60000, partition_assignment_strategy=[RangePartitionAssignor],
         session_timeout_ms=10000, heartbeat_interval_ms=3000, request_timeout_ms=30000,
         max_poll_records=1 if args.max_records else 500,
@@ -74,7 +83,11 @@ def main() -> None:
                 assigned = consumer.assignment()
                 if assigned == set(all_tps) and all(consumer.position(tp) >= high[tp.partition] for tp in assigned):
                     break
-            batch = consumer.poll(timeout_ms=200)
+            try:
+                batch = consumer.poll(timeout_ms=200)
+            except KafkaError as exc:  # e.g. OffsetOutOfRangeError with --reset none: ends the run
+                emit("error", name=type(exc).__name__, message=str(exc))
+                break
             done = False
             for tp in sorted(batch, key=lambda t: t.partition):
                 for m in batch[tp]:

@@ -1,9 +1,10 @@
 // @confluentinc/kafka-javascript group member (its KafkaJS-compatible API): subscribe() with a groupId, consume with
 // consumer.run({eachMessage}), commit by hand (autoCommit: false), as clients/ck_group.py does with confluent-kafka.
-// Usage: node ckjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--timeout 60]
+// Usage: node ckjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--timeout 60]
 // Before joining, an admin client reads the high watermarks (fetchTopicOffsets) and the group's committed offsets
 // (fetchOffsets); the member stops after N records (--max-records), else once every partition has been read from
-// where the group stood up to the high watermark seen at start. It then commits the position after the last
+// where the group stood up to the high watermark seen at start (--until-end: that too with --max-records, whichever
+// comes first), or on SIGTERM. It then commits the position after the last
 // record it printed of each partition it read from (commitOffsets), reads the group's offsets back from the broker
 // (consumer.committed) and disconnects (LeaveGroup).
 // Prints: watermarks_high ({high: {p: offset}}), committed_at_start ({offsets: {p: offset or -1001}}), assignment
@@ -13,6 +14,8 @@
 const { KafkaJS, emit, emitRecord, parseArgs, start } = require('./ckjs_common');
 
 start(async () => {
+  const untilEnd = process.argv.includes('--until-end'); // a flag, taken out: parseArgs wants --name value pairs
+  process.argv = process.argv.filter((a) => a !== '--until-end');
   const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, timeout: 60 });
   const maxRecords = args['max-records'];
   const kafka = new KafkaJS.Kafka({
@@ -46,8 +49,9 @@ start(async () => {
   const finished = new Promise((resolve) => { finish = resolve; });
   const check = () => {
     const atEnd = parts.every((p) => next[p] >= high[p]);
-    if (maxRecords > 0 ? count >= maxRecords : atEnd) finish();
+    if ((maxRecords > 0 && count >= maxRecords) || ((maxRecords === 0 || untilEnd) && atEnd)) finish();
   };
+  process.on('SIGTERM', () => finish());
 
   const consumer = kafka.consumer({
     kafkaJS: { groupId: args.group, fromBeginning: true, autoCommit: false, sessionTimeout: 10000 },

@@ -1,0 +1,120 @@
+// kafkajs 2.2.4 group member: subscribe() with a groupId, consumer.run({eachMessage}), commits by hand
+// (autoCommit: false), as clients/ck_group.py does with confluent-kafka.
+// Usage: node kjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--timeout 60]
+// fromBeginning: true (auto.offset.reset earliest). kafkajs has no revoke callback: its REBALANCING event (the
+// heartbeat answered REBALANCE_IN_PROGRESS, just before it rejoins, eager protocol: everything is given up) is where
+// the member commits the position after the last record it printed of each partition it holds and stops printing
+// until the GROUP_JOIN event brings the new assignment (kafkajs then fetches from the committed offsets, so what
+// arrives in between is read again). At the end it commits the same for everything still assigned, then stop()
+// (LeaveGroup) and disconnect().
+// Stops when N records were printed (--max-records); with --until-end once every partition of the topic is assigned
+// to it and read up to the high watermark seen at start (a partition nothing was printed of stands at the group's
+// committed offset, read with the admin client after each GROUP_JOIN, else at its low watermark); on SIGTERM; or
+// at --timeout (error event, then the same commit and close, exit code 2).
+// Prints: library, watermarks_high ({high: {p: offset}}), assignment ({after: 'assign' | 'revoke', partitions: the
+// whole current assignment}), record, committed ({why: 'revoke' | 'close', offsets: {p: offset}, errors}),
+// summary ({records}), closed.
+'use strict';
+const { client, emit, emitRecord, parseArgs, start } = require('./kjs_common');
+
+start(async () => {
+  const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, 'until-end': false, timeout: 60 });
+  const maxRecords = args['max-records'];
+  const kafka = client(args.bootstrap);
+  let mine = []; // the current assignment
+  let joined = false; // false from REBALANCING to GROUP_JOIN: nothing is printed
+  let done = false; // stopping: nothing is printed
+  let count = 0;
+  const next = {}; // partition of the assignment -> offset after the last record printed
+  const committed = {}; // partition -> the group's committed offset at the last GROUP_JOIN
+  let finish;
+  let fail;
+  const finished = new Promise((resolve, reject) => { finish = resolve; fail = reject; });
+  finished.catch(() => {}); // a failure before it is awaited is still thrown there
+  const timer = setTimeout(() => fail(Object.assign(
+    new Error(`timed out after ${args.timeout} s with ${count} records`), { name: 'Timeout' })), args.timeout * 1000);
+  setTimeout(() => { // kafkajs hangs in connect / commit / stop: give up
+    emit('error', { name: 'Timeout', message: `not closed 30 s after the ${args.timeout} s timeout` });
+    process.exit(2);
+  }, (args.timeout + 30) * 1000).unref();
+
+  const admin = kafka.admin();
+  await admin.connect();
+  const low = {};
+  const high = {};
+  for (const o of await admin.fetchTopicOffsets(args.topic)) {
+    low[o.partition] = Number(o.low);
+    high[o.partition] = Number(o.high);
+  }
+  const parts = Object.keys(high).map(Number).sort((a, b) => a - b);
+  emit('watermarks_high', { high });
+
+  const check = () => {
+    const position = (p) => next[p] ?? Math.max(committed[p] ?? -1, low[p]);
+    const atEnd = mine.length === parts.length && parts.every((p) => position(p) >= high[p]);
+    if ((maxRecords > 0 && count >= maxRecords) || (args['until-end'] && atEnd)) finish();
+  };
+
+  const consumer = kafka.consumer({ groupId: args.group, sessionTimeout: 10000, heartbeatInterval: 3000 });
+  // commit the positions of the printed records of `partitions`; the `committed` event when the answer came
+  const commit = async (why, partitions) => {
+    const positions = partitions.filter((p) => p in next).map((p) => [p, next[p]]);
+    const errors = [];
+    if (positions.length) {
+      await consumer.commitOffsets(positions.map(([p, o]) => ({ topic: args.topic, partition: p, offset: String(o) })))
+        .catch((err) => errors.push(`${err.name}: ${err.message}`));
+    }
+    emit('committed', { why, offsets: Object.fromEntries(positions), errors });
+  };
+  consumer.on(consumer.events.REBALANCING, () => {
+    if (done || !joined) return;
+    joined = false;
+    const revoked = mine;
+    mine = [];
+    commit('revoke', revoked).catch(fail);
+    emit('assignment', { after: 'revoke', partitions: mine });
+  });
+  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
+    mine = [...(payload.memberAssignment[args.topic] || [])].sort((a, b) => a - b);
+    for (const p of Object.keys(next).map(Number)) if (!mine.includes(p)) delete next[p];
+    joined = true;
+    emit('assignment', { after: 'assign', partitions: mine });
+    admin.fetchOffsets({ groupId: args.group, topics: [args.topic] }).then(([t]) => {
+      for (const o of t.partitions) committed[o.partition] = Number(o.offset);
+      check();
+    }).catch(fail);
+  });
+  consumer.on(consumer.events.CRASH, ({ payload }) => fail(payload.error));
+  process.on('SIGTERM', () => finish());
+
+  let code = 0;
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: [args.topic], fromBeginning: true });
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ partition, message }) => {
+        if (done || !joined || !mine.includes(partition)) return;
+        emitRecord(partition, message);
+        next[partition] = Number(message.offset) + 1;
+        count++;
+        check();
+      },
+    });
+    await finished.catch((err) => {
+      emit('error', { name: err.name, message: String(err.message) });
+      code = 2;
+    });
+    clearTimeout(timer);
+    done = true;
+    await commit('close', mine);
+    emit('summary', { records: count });
+    await consumer.stop();
+  } finally {
+    done = true;
+    await consumer.disconnect();
+    await admin.disconnect();
+    emit('closed');
+  }
+  process.exit(code);
+});
