@@ -1,11 +1,17 @@
 // A long-running group member on the real kafka-clients: subscribe([T]) with group.id=G,
-// auto.offset.reset=earliest, manual commits; prints the JSON lines of compat-tests/clients/common.py
-// ("record" events) plus "assignment" (the whole assignment after every rebalance callback), "committed"
-// and "closed". Commits what it read synchronously in onPartitionsRevoked and at the end. SIGTERM: wakeup(), commit,
-// close() (which leaves the group), exit 0.
+// auto.offset.reset from --reset (default earliest; "error" = "none"), manual commits; prints the JSON lines of
+// compat-tests/clients/common.py ("record" events) plus "assignment" (the whole assignment after every rebalance
+// callback), "committed" {why, offsets}, "summary" {records} and "closed". Commits what it read synchronously in
+// onPartitionsRevoked and at the end. Stops (commit, close() which leaves the group, exit 0) on SIGTERM (via
+// wakeup()); after --max-records N records; with --until-end once, after it joined, every partition of the topic
+// is at the end offset seen at start ("watermarks_high": endOffsets before subscribing): an assigned one by
+// position() (committed, why "end", as soon as it gets there, so that members of one group stopping together see
+// each other's progress), any other by the group's committed offset; for a single member: all partitions assigned
+// to it and read to the end. --timeout passing, or a client exception (e.g. NoOffsetForPartition with --reset
+// none), prints an "error", still commits what it read and closes, exit 2.
 //
 // Usage: java -cp <kafka-clients jars> GroupMember.java <bootstrap> <topic> <group> [--protocol classic|consumer]
-//        [--timeout SECONDS]
+//        [--reset earliest|latest|none] [--max-records N] [--until-end] [--timeout SECONDS]
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -14,15 +20,18 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.header.Header;
@@ -52,6 +61,9 @@ public class GroupMember {
         return data == null ? null : new String(data, StandardCharsets.UTF_8);
     }
 
+    /** The exit code: the shutdown hook halts with it (SIGTERM: 0; System.exit runs the hook too). */
+    static volatile int exitCode = 0;
+
     static synchronized void emit(String json) {
         System.out.println(json);
         System.out.flush();
@@ -70,24 +82,78 @@ public class GroupMember {
         return offsets;
     }
 
+    static void showCommitted(Map<TopicPartition, OffsetAndMetadata> offsets, String why) {
+        List<String> shown = new ArrayList<>();
+        offsets.forEach((tp, om) -> shown.add("\"" + tp.partition() + "\": " + om.offset()));
+        emit("{\"event\": \"committed\", \"why\": \"" + why + "\", \"offsets\": {" + String.join(", ", shown)
+                + "}, \"errors\": []}");
+    }
+
+    /** What is left until deadline, for a blocking call (at least 1 ms: the call then fails with its timeout). */
+    static Duration left(long deadline) {
+        return Duration.ofNanos(Math.max(1_000_000, deadline - System.nanoTime()));
+    }
+
+    /** --until-end: whether every partition of high is at its end offset: an assigned one by position() (committed,
+     *  why "end", when it gets there), any other by the group's committed offset. An empty partition always is. */
+    static boolean atEnd(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> high,
+                         Set<TopicPartition> endCommitted, long deadline) {
+        Map<TopicPartition, OffsetAndMetadata> reached = new TreeMap<>(
+                (a, b) -> Integer.compare(a.partition(), b.partition()));
+        Set<TopicPartition> others = new TreeSet<>((a, b) -> Integer.compare(a.partition(), b.partition()));
+        boolean done = true;
+        for (Map.Entry<TopicPartition, Long> e : high.entrySet()) {
+            TopicPartition tp = e.getKey();
+            if (e.getValue() == 0) continue;
+            if (!consumer.assignment().contains(tp)) others.add(tp);
+            else {
+                long position = consumer.position(tp, left(deadline));
+                if (position < e.getValue()) done = false;
+                else if (!endCommitted.contains(tp)) reached.put(tp, new OffsetAndMetadata(position));
+            }
+        }
+        if (!reached.isEmpty()) {
+            consumer.commitSync(reached, left(deadline));
+            endCommitted.addAll(reached.keySet());
+            showCommitted(reached, "end");
+        }
+        if (!done || others.isEmpty()) return done;
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(others, left(deadline));
+        for (TopicPartition tp : others) {
+            OffsetAndMetadata om = committed.get(tp);
+            if (om == null || om.offset() < high.get(tp)) return false;
+        }
+        return true;
+    }
+
     public static void main(String[] argv) throws Exception {
         String bootstrap = argv[0], topic = argv[1], group = argv[2];
-        String protocol = "classic";
+        String protocol = "classic", reset = "earliest";
         double timeout = 60;
+        long maxRecords = -1;
+        boolean untilEnd = false;
         for (int i = 3; i < argv.length; i++) {
-            if (argv[i].equals("--protocol")) protocol = argv[++i];
-            else if (argv[i].equals("--timeout")) timeout = Double.parseDouble(argv[++i]);
+            switch (argv[i]) {
+                case "--protocol" -> protocol = argv[++i];
+                case "--timeout" -> timeout = Double.parseDouble(argv[++i]);
+                case "--reset" -> reset = argv[++i];
+                case "--max-records" -> maxRecords = Long.parseLong(argv[++i]);
+                case "--until-end" -> untilEnd = true;
+                default -> throw new IllegalArgumentException("unknown argument " + argv[i]);
+            }
         }
+        long deadline = System.nanoTime() + (long) (timeout * 1e9);
         Properties config = new Properties();
         config.put("bootstrap.servers", bootstrap);
         config.put("group.id", group);
         config.put("group.protocol", protocol);
-        config.put("auto.offset.reset", "earliest");
+        config.put("auto.offset.reset", reset.equals("error") ? "none" : reset);
         config.put("enable.auto.commit", "false");
         config.put("key.deserializer", ByteArrayDeserializer.class.getName());
         config.put("value.deserializer", ByteArrayDeserializer.class.getName());
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config);
         TreeSet<Integer> mine = new TreeSet<>();
+        AtomicBoolean joined = new AtomicBoolean();  // an onPartitionsAssigned call came (possibly with nothing)
         Map<TopicPartition, Long> next = new ConcurrentHashMap<>();  // next offset to read, per partition read from
         CountDownLatch closed = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {  // SIGTERM: stop polling, commit, close, exit 0
@@ -96,7 +162,7 @@ public class GroupMember {
                 closed.await();
             } catch (InterruptedException ignored) {
             }
-            Runtime.getRuntime().halt(0);
+            Runtime.getRuntime().halt(exitCode);
         }));
 
         ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
@@ -104,10 +170,7 @@ public class GroupMember {
                 Map<TopicPartition, OffsetAndMetadata> offsets = consumedOf(parts, next);
                 if (offsets.isEmpty()) return;
                 consumer.commitSync(offsets);
-                List<String> shown = new ArrayList<>();
-                offsets.forEach((tp, om) -> shown.add("\"" + tp.partition() + "\": " + om.offset()));
-                emit("{\"event\": \"committed\", \"why\": \"" + why + "\", \"offsets\": {" + String.join(", ", shown)
-                        + "}, \"errors\": []}");
+                showCommitted(offsets, why);
             }
 
             void show(String after) {
@@ -124,6 +187,7 @@ public class GroupMember {
             @Override
             public void onPartitionsAssigned(Collection<TopicPartition> parts) {
                 parts.forEach(tp -> mine.add(tp.partition()));
+                joined.set(true);
                 show("assign");
             }
 
@@ -133,18 +197,31 @@ public class GroupMember {
                 show("lost");
             }
         };
-        int code = 0;
         long count = 0;
-        long deadline = System.nanoTime() + (long) (timeout * 1e9);
+        Set<TopicPartition> endCommitted = new TreeSet<>((a, b) -> Integer.compare(a.partition(), b.partition()));
         try {
+            Map<TopicPartition, Long> high = null;
+            if (untilEnd) {
+                List<TopicPartition> all = new ArrayList<>();
+                for (PartitionInfo p : consumer.partitionsFor(topic, left(deadline))) {
+                    all.add(new TopicPartition(topic, p.partition()));
+                }
+                high = new TreeMap<>((a, b) -> Integer.compare(a.partition(), b.partition()));
+                high.putAll(consumer.endOffsets(all, left(deadline)));
+                List<String> shown = new ArrayList<>();
+                high.forEach((tp, o) -> shown.add("\"" + tp.partition() + "\": " + o));
+                emit("{\"event\": \"watermarks_high\", \"high\": {" + String.join(", ", shown) + "}}");
+            }
             consumer.subscribe(List.of(topic), listener);
+            poll:
             while (true) {
                 if (System.nanoTime() > deadline) {
                     emit("{\"event\": \"error\", \"message\": \"timed out after " + timeout + " s with " + count
                             + " records\"}");
-                    code = 2;
+                    exitCode = 2;
                     break;
                 }
+                if (high != null && joined.get() && atEnd(consumer, high, endCommitted, deadline)) break;
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     List<String> headers = new ArrayList<>();
                     for (Header h : r.headers()) headers.add("[" + quote(h.key()) + ", " + quote(text(h.value())) + "]");
@@ -154,10 +231,15 @@ public class GroupMember {
                             + ", \"headers\": [" + String.join(", ", headers) + "]}");
                     next.put(new TopicPartition(r.topic(), r.partition()), r.offset() + 1);
                     count++;
+                    if (count == maxRecords) break poll;
                 }
             }
         } catch (WakeupException stopping) {
             // SIGTERM
+        } catch (Exception e) {
+            emit("{\"event\": \"error\", \"name\": " + quote(e.getClass().getSimpleName()) + ", \"message\": "
+                    + quote(String.valueOf(e.getMessage())) + "}");
+            exitCode = 2;
         }
         try {
             Map<TopicPartition, OffsetAndMetadata> positions = consumedOf(consumer.assignment(), next);
@@ -167,6 +249,7 @@ public class GroupMember {
                 } catch (WakeupException late) {  // the wakeup landed outside poll(): it fires once, retry
                     consumer.commitSync(positions);
                 }
+                showCommitted(positions, "close");
             }
             emit("{\"event\": \"summary\", \"records\": " + count + "}");
             consumer.close();
@@ -174,6 +257,6 @@ public class GroupMember {
         } finally {
             closed.countDown();
         }
-        System.exit(code);
+        System.exit(exitCode);
     }
 }

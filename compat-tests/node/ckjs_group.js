@@ -2,13 +2,13 @@
 // consumer.run({eachMessage}), commit by hand (autoCommit: false), as clients/ck_group.py does with confluent-kafka.
 // Usage: node ckjs_group.js BOOTSTRAP TOPIC GROUP [--max-records N] [--until-end] [--timeout 60]
 // Before joining, an admin client reads the high watermarks (fetchTopicOffsets) and the group's committed offsets
-// (fetchOffsets); the member stops after N records (--max-records), else once every partition has been read from
-// where the group stood up to the high watermark seen at start (--until-end: that too with --max-records, whichever
-// comes first), or on SIGTERM. It then commits the position after the last
+// (fetchOffsets); the member stops after N records (--max-records), or with --until-end once every partition has been
+// read from where the group stood up to the high watermark seen at start (whichever comes first), or on SIGTERM.
+// It then commits the position after the last
 // record it printed of each partition it read from (commitOffsets), reads the group's offsets back from the broker
 // (consumer.committed) and disconnects (LeaveGroup).
 // Prints: watermarks_high ({high: {p: offset}}), committed_at_start ({offsets: {p: offset or -1001}}), assignment
-// (after each rebalance callback), record, committed ({why: 'close', offsets: {p: offset}, errors}), fetched
+// (the member's whole assignment after each rebalance callback), record, committed ({why: 'close', offsets: {p: offset}, errors}), fetched
 // ({offsets: {p: offset or null}}), summary, closed.
 'use strict';
 const { KafkaJS, emit, emitRecord, parseArgs, start } = require('./ckjs_common');
@@ -44,20 +44,22 @@ start(async () => {
     await admin.disconnect();
   }
   const read = new Set(); // partitions this member printed records of
+  const mine = new Set(); // its assignment
   let count = 0;
   let finish;
   const finished = new Promise((resolve) => { finish = resolve; });
   const check = () => {
     const atEnd = parts.every((p) => next[p] >= high[p]);
-    if ((maxRecords > 0 && count >= maxRecords) || ((maxRecords === 0 || untilEnd) && atEnd)) finish();
+    if ((maxRecords > 0 && count >= maxRecords) || (untilEnd && atEnd)) finish();
   };
   process.on('SIGTERM', () => finish());
 
   const consumer = kafka.consumer({
     kafkaJS: { groupId: args.group, fromBeginning: true, autoCommit: false, sessionTimeout: 10000 },
-    rebalance_cb: (err, assignment) => {
-      emit('assignment', { after: err.code === KafkaJS.ErrorCodes.ERR__ASSIGN_PARTITIONS ? 'assign' : 'revoke',
-        partitions: assignment.map((tp) => tp.partition).sort((a, b) => a - b) });
+    rebalance_cb: (err, assignment) => { // `assignment`: the partitions added or taken away
+      const assign = err.code === KafkaJS.ErrorCodes.ERR__ASSIGN_PARTITIONS;
+      for (const tp of assignment) if (assign) mine.add(tp.partition); else mine.delete(tp.partition);
+      emit('assignment', { after: assign ? 'assign' : 'revoke', partitions: [...mine].sort((a, b) => a - b) });
     },
   });
   await consumer.connect();
