@@ -18,26 +18,17 @@ watermark seen at start; SIGTERM arrives; or an error getmany() raises (e.g. Off
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
 import time
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
-from common import emit, emit_record, fail
+from common import emit, emit_record, fail, group_parser
 
 
 async def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("bootstrap")
-    ap.add_argument("topic")
-    ap.add_argument("group")
-    ap.add_argument("--reset", default="earliest", help="earliest | latest | none (error: the same as none)")
-    ap.add_argument("--max-records", type=int)
-    ap.add_argument("--until-end", action="store_true")
-    ap.add_argument("--timeout", type=float, default=60.0)
-    args = ap.parse_args()
+    args = group_parser(__doc__).parse_args()
 
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)

@@ -17,7 +17,13 @@ import time
 import uuid
 
 from common import emit, emit_record, fail, parse_args
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    TopicPartition,
+)
 
 
 def main() -> None:

@@ -13,27 +13,19 @@ of the topic are assigned); SIGTERM arrives; or ``--timeout`` passes (error even
 
 from __future__ import annotations
 
-import argparse
 import signal
 import time
 
-from common import emit, emit_record
+from common import emit, emit_record, group_parser
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("bootstrap")
-    ap.add_argument("topic")
-    ap.add_argument("group")
+    ap = group_parser(__doc__)
     ap.add_argument("--strategy", help="partition.assignment.strategy (default: librdkafka's range,roundrobin)")
     ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
                     help="group.protocol: consumer = KIP-848 (server-side assignment, incremental callbacks)")
     ap.add_argument("--session-timeout-ms", type=int, default=10000)
-    ap.add_argument("--reset", default="earliest")
-    ap.add_argument("--max-records", type=int)
-    ap.add_argument("--until-end", action="store_true")
-    ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
 
     stopping = False

@@ -33,6 +33,20 @@ def parse_args(description: str) -> argparse.Namespace:
     return ap.parse_args()
 
 
+def group_parser(description: str) -> argparse.ArgumentParser:
+    """The command line every group member program accepts (a program may add its own options)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("group")
+    ap.add_argument("--reset", default="earliest", help="earliest | latest | none (error: the same as none)")
+    ap.add_argument("--max-records", type=int, help="stop (commit, leave) after N records")
+    ap.add_argument("--until-end", action="store_true",
+                    help="stop once every partition was read to the high watermark seen at start")
+    ap.add_argument("--timeout", type=float, default=60.0, help="give up (error event, exit 2) after this many seconds")
+    return ap
+
+
 def text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 

@@ -15,14 +15,59 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 from common import emit, fail, parse_args
 
+BINARY = shutil.which("kcat") or "kcat"
 END = re.compile(r"Reached end of topic .* \[(\d+)\]")
 RESET = {"none": "error", "error": "error"}
+
+
+def emit_kcat_record(line: str) -> bool:
+    """Print a ``kcat -J`` message line as a ``record`` event; False for any other line."""
+    if not line.startswith("{"):
+        return False
+    d = json.loads(line)
+    hdrs = d.get("headers") or []
+    emit("record", partition=d["partition"], offset=d["offset"], timestamp=d["ts"], timestamp_type=d.get("tstype"),
+         key=d.get("key"), value=d.get("payload"),
+         headers=[list(kv) for kv in zip(hdrs[0::2], hdrs[1::2], strict=True)])
+    return True
+
+
+def consume(argv: list[str], timeout: float, on_stderr: Callable[[str, subprocess.Popen[str]], None]
+            ) -> tuple[int, int, bool]:
+    """Run a consuming kcat: its ``-J`` messages become record events, each stderr line goes to
+    ``on_stderr(line, proc)`` (in a thread); SIGTERM to this program and the timeout terminate kcat.
+    Returns (records, kcat's exit code, whether it timed out)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
+        proc.terminate()
+
+    timer = threading.Timer(timeout, expire)
+    timer.start()
+    watcher = threading.Thread(target=lambda: [on_stderr(line, proc) for line in proc.stderr], daemon=True)
+    watcher.start()
+    count = 0
+    try:
+        for line in proc.stdout:
+            count += emit_kcat_record(line)
+        proc.wait()
+        watcher.join(5)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    return count, proc.returncode, timed_out.is_set()
 
 
 def kcat(*args: str, timeout: float) -> str:
@@ -54,48 +99,25 @@ def main() -> None:
     argv = [BINARY, "-C", "-J", "-u", "-b", args.bootstrap, "-t", args.topic, "-o", start,
             "-X", f"auto.offset.reset={RESET.get(args.reset, args.reset)}"]
     argv += ["-c", str(args.follow)] if args.follow else ["-e"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
-    timer.start()
     errors: list[str] = []
+    at_end: set[int] = set()
 
-    def watch_stderr() -> None:
-        at_end: set[int] = set()
-        for line in proc.stderr:
-            if (m := END.search(line)) is not None:
-                at_end.add(int(m.group(1)))
-                if args.follow and len(at_end) == len(parts):
-                    emit("ready")
-            elif "ERROR" in line:
-                errors.append(line.strip())
-                proc.terminate()
+    def on_stderr(line: str, proc: subprocess.Popen[str]) -> None:
+        if (m := END.search(line)) is not None:
+            if args.follow and len(at_end) == len(parts) - 1 and int(m.group(1)) not in at_end:
+                emit("ready")
+            at_end.add(int(m.group(1)))
+        elif "ERROR" in line:
+            errors.append(line.strip())
+            proc.terminate()
 
-    watcher = threading.Thread(target=watch_stderr, daemon=True)
-    watcher.start()
-    count = 0
-    try:
-        for line in proc.stdout:
-            if line.startswith("{"):
-                d = json.loads(line)
-                hdrs = d.get("headers") or []
-                emit("record", partition=d["partition"], offset=d["offset"], timestamp=d["ts"],
-                     timestamp_type=d.get("tstype"), key=d.get("key"), value=d.get("payload"),
-                     headers=[list(kv) for kv in zip(hdrs[0::2], hdrs[1::2], strict=True)])
-                count += 1
-        proc.wait()
-        watcher.join(5)
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
+    count, code, timed_out = consume(argv, max(0.0, deadline - time.monotonic()), on_stderr)
     if errors:
         emit("error", name=errors[0].split(":")[-1].strip(), message=" | ".join(errors))
-    elif proc.returncode != 0:
-        fail(f"kcat exited {proc.returncode} after {count} records (timeout {args.timeout} s?)")
+    elif code != 0 or timed_out:
+        fail(f"kcat exited {code} after {count} records" + (f" (timeout {args.timeout} s)" if timed_out else ""))
     emit("summary", records=count)
 
-
-BINARY = shutil.which("kcat") or "kcat"
 
 if __name__ == "__main__":
     main()

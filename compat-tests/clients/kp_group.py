@@ -13,26 +13,17 @@ Works on kafka-python 2.0.2 and 3.x.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import time
 
-from common import emit, emit_record
+from common import emit, emit_record, group_parser
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaError
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("bootstrap")
-    ap.add_argument("topic")
-    ap.add_argument("group")
-    ap.add_argument("--reset", default="earliest", help="earliest | latest | none (error: the same as none)")
-    ap.add_argument("--max-records", type=int)
-    ap.add_argument("--until-end", action="store_true")
-    ap.add_argument("--timeout", type=float, default=60.0)
-    args = ap.parse_args()
+    args = group_parser(__doc__).parse_args()
 
     stopping = False
 

@@ -14,9 +14,8 @@
 const { KafkaJS, emit, emitRecord, parseArgs, start } = require('./ckjs_common');
 
 start(async () => {
-  const untilEnd = process.argv.includes('--until-end'); // a flag, taken out: parseArgs wants --name value pairs
-  process.argv = process.argv.filter((a) => a !== '--until-end');
-  const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, timeout: 60 });
+  const args = parseArgs(['bootstrap', 'topic', 'group'], { 'max-records': 0, 'until-end': false, timeout: 60 });
+  const untilEnd = args['until-end'];
   const maxRecords = args['max-records'];
   const kafka = new KafkaJS.Kafka({
     kafkaJS: { clientId: 'walgate-compat-ckjs', brokers: [args.bootstrap], logLevel: KafkaJS.logLevel.WARN,

@@ -6,45 +6,7 @@
 'use strict';
 const { Kafka, logLevel } = require('kafkajs');
 const { version } = require('kafkajs/package.json');
-
-function emit(event, fields = {}) {
-  console.log(JSON.stringify({ event, ...fields }));
-}
-
-const text = (buf) => (buf === null || buf === undefined ? null : Buffer.from(buf).toString('utf8'));
-
-// A kafkajs message: headers {name: Buffer or [Buffer, ...] for a repeated name}; offset and timestamp are strings.
-function emitRecord(partition, message) {
-  const headers = Object.entries(message.headers || {})
-    .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map((x) => [k, text(x)]));
-  emit('record', { partition, offset: Number(message.offset), timestamp: Number(message.timestamp),
-    key: text(message.key), value: text(message.value), headers });
-}
-
-// Positional arguments, then --name value options (numbers where `defaults` has a number); a boolean default
-// makes a flag without a value.
-function parseArgs(names, defaults) {
-  const argv = process.argv.slice(2);
-  const out = { ...defaults };
-  let k = 0;
-  for (const name of names) {
-    if (k >= argv.length || argv[k].startsWith('--')) throw new Error(`usage: ${names.join(' ')} [--option value ...]`);
-    out[name] = argv[k++];
-  }
-  while (k < argv.length) {
-    const name = argv[k].replace(/^--/, '');
-    if (!(name in defaults)) throw new Error(`unknown option ${argv[k]}`);
-    if (typeof defaults[name] === 'boolean') {
-      out[name] = true;
-      k += 1;
-      continue;
-    }
-    if (k + 1 >= argv.length) throw new Error(`option ${argv[k]} needs a value`);
-    out[name] = typeof defaults[name] === 'number' ? Number(argv[k + 1]) : argv[k + 1];
-    k += 2;
-  }
-  return out;
-}
+const { emit, emitRecord, parseArgs, text } = require('./output');
 
 // A kafkajs client whose log entries (WARN and up) go to onLog({namespace, level, log}), then to stderr.
 function client(bootstrap, onLog = () => {}) {
