@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient
 
 from bench.produce import PARTITIONS, create
 from bench.report import Row
-from bench.servers import noida, walgate
+from bench.servers import cpu_seconds, noida, walgate
 
 SESSION_MS, HEARTBEAT_MS = 6000, 2000
 WALGATE_FLAGS = ("--group-consumer-session-timeout-ms", str(SESSION_MS),
@@ -218,11 +218,6 @@ while True:
         c.poll(0)
     time.sleep(0.2)
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:

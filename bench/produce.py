@@ -6,7 +6,9 @@
   answer), beside Tansu (memory storage, nothing on disk) with the same client
   and payloads, beside the raw os.write (+fsync) rate of the same bytes;
 * fetch throughput of the same Kafka-native topic (stored batches served as
-  they are), beside Tansu and the loopback socket limit.
+  they are), beside Tansu and the loopback socket limit; and what the server
+  spends on it: bytes served per CPU-second of the server process, beside the
+  loopback limit (the Python client, not the server, bounds the first number).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.consume import consume_all
 from bench.ingest import _raw_writes
 from bench.report import Row
-from bench.servers import loopback_mb_s, tansu, walgate
+from bench.servers import cpu_seconds, loopback_mb_s, tansu_process, walgate
 
 PARTITIONS = 4
 
@@ -56,10 +58,13 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tup
     return acked[0], time.perf_counter() - start
 
 
-def fetch(bootstrap: str, topic: str, expected: int) -> tuple[int, int, float]:
-    """(records, bytes, seconds) reading every partition from offset 0, with large fetches."""
-    return consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **{
+def fetch(bootstrap: str, topic: str, expected: int, pid: int) -> tuple[int, int, float, float]:
+    """(records, bytes, seconds, CPU-seconds of the server process ``pid``) reading every partition from offset 0,
+    with large fetches."""
+    cpu = cpu_seconds(pid)
+    n, b, s = consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **{
         "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
+    return n, b, s, cpu_seconds(pid) - cpu
 
 
 def _median(runs: list[tuple[int, float]]) -> tuple[int, float]:
@@ -71,7 +76,8 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     cases = [(100, "1", None), (1024, "1", None), (1024, "all", None), (1024, "all", "1")]
     rows: list[Row] = []
     limit = loopback_mb_s(1 << 28 if quick else 1 << 30)
-    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server, tansu() as peer:
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server, \
+            tansu_process() as (peer, peer_pid):
         raw = {fsync: _raw_writes(Path(tmp), 1 << 20, 64, fsync) for fsync in (False, True)}
         for k, (size, acks, flush) in enumerate(cases):
             count = counts[size]
@@ -92,12 +98,15 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             rows.append(Row(label, n * size / s / 1e6, "MB/s", f"os.write{' + fsync' if flush else ''} 1 MiB",
                             raw_n / raw_s / 1e6))
         expected = counts[1024]
-        mine = [fetch(server.bootstrap, "p1r0", expected) for _ in range(repeat)]
-        theirs = [fetch(peer, "p1r0", expected) for _ in range(repeat)]
-    n, b, s = sorted(mine, key=lambda r: r[0] / r[2])[len(mine) // 2]
-    pn, pb, ps = sorted(theirs, key=lambda r: r[0] / r[2])[len(theirs) // 2]
-    rows.append(Row("fetch Kafka-native topic, 1 KiB records", n / s, "records/s"))
+        mine = [fetch(server.bootstrap, "p1r0", expected, server.pid) for _ in range(repeat)]
+        theirs = [fetch(peer, "p1r0", expected, peer_pid) for _ in range(repeat)]
+    n, b, s, cpu = sorted(mine, key=lambda r: r[0] / r[2])[len(mine) // 2]
+    pn, pb, ps, pcpu = sorted(theirs, key=lambda r: r[0] / r[2])[len(theirs) // 2]
+    label = "fetch Kafka-native topic, 1 KiB records"
+    rows.append(Row(label, n / s, "records/s"))
     rows.append(Row("  Tansu, same client", pn / ps, "records/s"))
     rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
-    rows.append(Row("fetch Kafka-native topic, 1 KiB records", b / s / 1e6, "MB/s", "loopback sendfile", limit))
+    rows.append(Row(label, b / s / 1e6, "MB/s", "loopback sendfile", limit))
+    rows.append(Row(f"{label}: served per server CPU-s", b / max(cpu, 0.01) / 1e6, "MB/s", "loopback sendfile", limit))
+    rows.append(Row("  Tansu, per its CPU-s", pb / max(pcpu, 0.01) / 1e6, "MB/s"))
     return rows

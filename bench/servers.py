@@ -127,6 +127,12 @@ def noida(workdir: Path) -> Iterator[tuple[str, int]]:
         yield f"127.0.0.1:{port}", proc.pid
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def loopback_mb_s(total: int = 1 << 30) -> float:
     """MB/s one TCP connection on 127.0.0.1 carries (sendfile of a page-cached file to a reader)."""
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"walgate-bench-pump-{os.getpid()}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from typing import Any
 
 
@@ -51,8 +52,15 @@ def text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
+_OUT = threading.Lock()
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    """Print one JSON line, whole even when several threads emit (print() writes the newline separately)."""
+    line = json.dumps({"event": event, **fields}) + "\n"
+    with _OUT:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def emit_record(partition: int, offset: int, timestamp: int, timestamp_type: Any, key: bytes | None,

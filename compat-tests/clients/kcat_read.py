@@ -71,7 +71,10 @@ def consume(argv: list[str], timeout: float, on_stderr: Callable[[str, subproces
 
 
 def kcat(*args: str, timeout: float) -> str:
-    done = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
+    try:
+        done = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        fail(f"kcat {' '.join(args)} did not finish within {timeout} s")
     if done.returncode != 0:
         fail(f"kcat {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return done.stdout

@@ -159,10 +159,34 @@ def test_level2_period0_fsyncs_before_returning(tmp_path, monkeypatch):
     wal = Wal.open(tmp_path, WalOptions(level=2, fsync_period_ms=0))
     wal.append(_entries(1))
     assert len(calls) == 1 and wal.durable_version == wal.next_version
-    lazy = Wal.open(tmp_path / "l1", WalOptions(level=1, fsync_period_ms=1000))
-    lazy.append(_entries(1))
-    assert len(calls) == 1 and lazy.durable_version == 0
-    assert lazy.sync_due(time.monotonic() + 2) == pytest.approx(1.0, abs=0.01)
-    assert len(calls) == 2 and lazy.durable_version == 2
     wal.close()
+
+
+def test_level1_periodic_fsync_is_handed_out_and_survives_a_roll(tmp_path, monkeypatch):
+    """sync_due hands out the fsync instead of running it (the gateway runs it off the storage thread); its
+    descriptor is a duplicate, so a roll closing the segment in between does not matter."""
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    lazy = Wal.open(tmp_path, WalOptions(level=1, fsync_period_ms=1000, segment_bytes=4096))
+    now = time.monotonic()
+    assert lazy.sync_due(now) == (pytest.approx(1.0, abs=0.01), None)  # nothing appended yet
+    lazy.append(_entries(1))
+    wait, pending = lazy.sync_due(now + 2)
+    assert wait == pytest.approx(1.0, abs=0.01) and pending is not None and pending.version == lazy.next_version
+    assert synced == [] and lazy.durable_version == 0  # handed out, not run
+    segment = os.readlink(f"/proc/self/fd/{pending.fd}")
+    while len(lazy.segments) == 1:  # roll: the original descriptor is closed
+        lazy.append(_entries(1))
+    pending.run()
+    assert synced[-1] == segment
+    with pytest.raises(OSError):
+        os.fstat(pending.fd)  # run() closed its duplicate
+    pending.done()
+    assert lazy.durable_version >= pending.version
+    _, rest = lazy.sync_due(now + 10)  # what was appended after the roll
+    rest.run()
+    rest.done()
+    assert lazy.durable_version == lazy.next_version
+    assert lazy.sync_due(now + 20)[1] is None  # nothing new: no fsync
     lazy.close()

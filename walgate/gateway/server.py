@@ -36,6 +36,7 @@ from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
 
@@ -162,20 +163,42 @@ class Gateway:
         await self.stop()
 
     async def _sync_loop(self) -> None:
+        """Periodic fsyncs (WAL_LEVEL 1) and retention. The fsyncs run on a thread of their own, not the storage
+        thread: appends and fetches go on while the disk flushes."""
         engine = self._engine
         assert engine is not None
         while True:
             try:
-                delay = await self._storage.call(_sync_now, engine)
+                delay, pending = await self._storage.call(_sync_now, engine)
+                if pending:
+                    await asyncio.to_thread(_run_all, pending)
+                    await self._storage.call(_done_all, pending)
             except Exception:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _sync_now(engine: Engine) -> float:
-    """Runs on the storage thread, so ``now`` is read when the sync really happens."""
+def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:
+    """Runs on the storage thread, so ``now`` is read when the sync is taken."""
     return engine.sync_due(time.monotonic())
+
+
+def _run_all(pending: list[PendingSync]) -> None:
+    """fdatasync each (on a worker thread); every descriptor is closed even when one fails."""
+    errors = []
+    for sync in pending:
+        try:
+            sync.run()
+        except OSError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _done_all(pending: list[PendingSync]) -> None:
+    for sync in pending:
+        sync.done()
 
 
 async def run_server(config: Config) -> None:

@@ -12,7 +12,7 @@ failure while appending is atomic per vnode (see wal.py). Topic offset
 indexes are advanced right after each append.
 
 Retention and periodic fsync run from :meth:`Engine.sync_due`, which the
-gateway calls on a timer.
+gateway calls on a timer (running the fsyncs it returns on another thread).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.values import coerce, coerce_text, format_timestamp
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
-from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META
+from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, PendingSync
 
 __all__ = ["Engine", "Result", "ConsumerRow"]
 
@@ -1079,16 +1079,20 @@ class Engine:
 
     # ------------------------------------------------------------ maintenance
 
-    def sync_due(self, now: float) -> float:
-        """fsync due vnodes and apply retention; seconds until the next call is useful."""
-        delay = _RETENTION_CHECK_S
+    def sync_due(self, now: float) -> tuple[float, list[PendingSync]]:
+        """Apply retention when due; (seconds until the next call is useful, the periodic fsyncs due now, for the
+        caller to run off the storage thread and then mark done)."""
+        delay, pending = _RETENTION_CHECK_S, []
         for vnodes in self.vnodes.values():
             for vnode in vnodes:
-                delay = min(delay, vnode.wal.sync_due(now))
+                wait, sync = vnode.wal.sync_due(now)
+                delay = min(delay, wait)
+                if sync is not None:
+                    pending.append(sync)
         if now >= self._next_retention:
             self._next_retention = now + _RETENTION_CHECK_S
             self.apply_retention(time.time())
-        return delay
+        return delay, pending
 
     def apply_retention(self, now_wall: float) -> None:
         for db, vnodes in self.vnodes.items():

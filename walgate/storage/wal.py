@@ -39,8 +39,9 @@ truncated at the first entry that is torn, corrupt or part of an incomplete
 batch, with one log line saying where and how many bytes were dropped.
 
 Durability: ``level`` 1 writes to the OS and fsyncs every ``fsync_period_ms``
-(driven by :meth:`Wal.sync_due`); ``level`` 2 with period 0 fsyncs inside
-:meth:`append` before it returns. The index is derived state and is only
+(driven by :meth:`Wal.sync_due`, whose :class:`PendingSync` runs on another
+thread so appends and reads never wait for the disk); ``level`` 2 with period 0
+fsyncs inside :meth:`append` before it returns. The index is derived state and is only
 fsynced when a segment is sealed.
 """
 
@@ -140,6 +141,26 @@ def _decode_header(buf: bytes) -> tuple[int, int, int, int, int, int, int] | Non
     if crc32c.crc32c(buf[4:HEADER_SIZE]) != header_crc:
         return None
     return body_len, body_crc, kind, flags, version, count, max_ts
+
+
+@dataclass(frozen=True)
+class PendingSync:
+    """A periodic fsync taken from the storage thread: ``run`` (any thread) fdatasyncs ``fd``, a duplicate of the
+    active segment's descriptor (a roll or retention may close the original meanwhile), and closes it; ``done``
+    (storage thread, after ``run`` returned) marks every version below ``version`` durable."""
+
+    wal: Wal
+    fd: int
+    version: int
+
+    def run(self) -> None:
+        try:
+            os.fdatasync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def done(self) -> None:
+        self.wal.durable_version = max(self.wal.durable_version, self.version)
 
 
 class Wal:
@@ -342,16 +363,19 @@ class Wal:
             self.durable_version = self.next_version
         self._last_sync = time.monotonic()
 
-    def sync_due(self, now: float) -> float:
-        """fsync if the fsync period elapsed; returns seconds until the next sync is due."""
+    def sync_due(self, now: float) -> tuple[float, PendingSync | None]:
+        """(seconds until the next periodic fsync is due, the fsync to run now: when the period elapsed and
+        something was appended since the last one)."""
         period = self.options.fsync_period_ms / 1000
         if period <= 0 and self.options.level >= 2:
-            return 3600.0
+            return 3600.0, None
         period = max(period, 0.001)
+        pending = None
         if now - self._last_sync >= period:
-            self.sync()
             self._last_sync = now
-        return max(0.0, self._last_sync + period - now)
+            if self.durable_version != self.next_version:
+                pending = PendingSync(self, os.dup(self._log_fd), self.next_version)  # type: ignore[arg-type]
+        return max(0.0, self._last_sync + period - now), pending
 
     def _roll(self) -> None:
         """Seal the active segment (fsync log and index) and start a new one."""
