@@ -176,7 +176,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=config.log_level, format=_LOG_FORMAT, stream=sys.stderr)
     import uvloop
 
+    from walgate.gateway import malloc
     from walgate.gateway.server import run_server
+
+    malloc.tune()
 
     try:
         uvloop.run(run_server(config))
@@ -230,8 +233,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT, stream=sys.stderr)
     import uvloop
 
+    from walgate.gateway import malloc
     from walgate.gateway.demo import run_demo
 
+    malloc.tune()
     with contextlib.ExitStack() as stack:
         data_dir = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walgate-demo-")))
         try:
