@@ -1,6 +1,6 @@
 """Peak memory of the server while 100 consumers fetch 1 MiB at once.
 
-A 4-partition Kafka-native topic holds 1 KiB records (64 MiB per partition, 16 MiB in quick mode); 100
+A 4-partition Kafka-native topic holds 1 KiB records (64 MiB per partition, 4 MiB in quick mode); 100
 confluent-kafka consumers (10 processes of 10) read all of it from offset 0 at the same time with
 ``fetch.max.bytes`` = ``max.partition.fetch.bytes`` = 1 MiB, so up to 100 MiB of answers are wanted at
 once, over and over. Reported: the server's RSS before, and its peak RSS (VmHWM) after, beside Tansu.
@@ -58,7 +58,7 @@ def fetch_storm(bootstrap: str, topic: str, expected: int) -> None:
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:
-    count = (16 if quick else 64) * 1024 * PARTITIONS  # 1 KiB records
+    count = (4 if quick else 64) * 1024 * PARTITIONS  # 1 KiB records
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp:
         with walgate(Path(tmp)) as server:
