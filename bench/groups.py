@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient
 
 from bench.produce import PARTITIONS, create
 from bench.report import Row
-from bench.servers import cpu_seconds, noida, walgate
+from bench.servers import cpu_seconds, noida, rss_mb, walgate
 
 SESSION_MS, HEARTBEAT_MS = 6000, 2000
 WALGATE_FLAGS = ("--group-consumer-session-timeout-ms", str(SESSION_MS),
@@ -220,11 +220,6 @@ while True:
         c.poll(0)
     time.sleep(0.2)
 """
-
-
-def rss_mb(pid: int) -> float:
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
-    return int(line.split()[1]) / 1024
 
 
 def idle_members(bootstrap: str, pid: int, topic: str, members: int, windows: int, window: float,

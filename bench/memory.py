@@ -13,10 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.groups import rss_mb
 from bench.produce import PARTITIONS, create, produce
 from bench.report import Row
-from bench.servers import tansu_process, walgate
+from bench.servers import rss_mb, tansu_process, walgate
 
 CONSUMERS, PER_PROCESS = 100, 10
 
@@ -37,11 +36,6 @@ threads = [threading.Thread(target=read) for _ in range(per_process)]
 for t in threads: t.start()
 for t in threads: t.join()
 """
-
-
-def peak_rss_mb(pid: int) -> float:
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
-    return int(line.split()[1]) / 1024
 
 
 def fetch_storm(bootstrap: str, topic: str, expected: int) -> None:
@@ -67,11 +61,11 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             before = rss_mb(server.pid)
             fetch_storm(server.bootstrap, "storm", count)
             rows += [Row("RSS before 100 consumers fetch 1 MiB at once", before, "MB"),
-                     Row("  peak RSS while they read", peak_rss_mb(server.pid), "MB")]
+                     Row("  peak RSS while they read", rss_mb(server.pid, "VmHWM"), "MB")]
         with tansu_process() as (peer, pid):
             create(peer, "storm")
             produce(peer, "storm", count, 1024, "1")
             before = rss_mb(pid)
             fetch_storm(peer, "storm", count)
-            rows += [Row("  Tansu: RSS before", before, "MB"), Row("  Tansu: peak RSS while they read", peak_rss_mb(pid), "MB")]
+            rows += [Row("  Tansu: RSS before", before, "MB"), Row("  Tansu: peak RSS while they read", rss_mb(pid, "VmHWM"), "MB")]
     return rows

@@ -133,6 +133,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory in MB: now (VmRSS) or its peak so far (VmHWM)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(f"{field}:"))
+    return int(line.split()[1]) / 1024
+
+
 def loopback_mb_s(total: int = 1 << 30) -> float:
     """MB/s one TCP connection on 127.0.0.1 carries (sendfile of a page-cached file to a reader)."""
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"walgate-bench-pump-{os.getpid()}"
