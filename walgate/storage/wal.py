@@ -433,15 +433,15 @@ class Wal:
         return None if loc is None else self._read_at(self.segments[loc[0]], loc[1])
 
     def _read_at(self, seg: _Segment, i: int) -> WalEntry:
+        # two reads instead of slicing one: slicing would copy the (often megabyte) body a second time
         pos = seg.positions[i]
-        end = seg.positions[i + 1] if i + 1 < len(seg.positions) else seg.size
-        buf = os.pread(seg.reader(), end - pos, pos)
-        decoded = _decode_header(buf[:HEADER_SIZE])
+        header = os.pread(seg.reader(), HEADER_SIZE, pos)
+        decoded = _decode_header(header) if len(header) == HEADER_SIZE else None
         if decoded is None:
             raise CorruptEntry(f"{seg.path}: header checksum mismatch at byte {pos}")
         body_len, body_crc, kind, _, version, count, max_ts = decoded
-        body = buf[HEADER_SIZE : HEADER_SIZE + body_len]
-        if crc32c.crc32c(body) != body_crc:
+        body = os.pread(seg.reader(), body_len, pos + HEADER_SIZE)
+        if len(body) != body_len or crc32c.crc32c(body) != body_crc:
             log.error("wal %s: body checksum mismatch at byte %d (version %d); entry rejected", seg.path, pos, version)
             raise CorruptEntry(f"{seg.path}: body checksum mismatch at byte {pos}")
         return WalEntry(version, count, kind, max_ts, body)
