@@ -5,27 +5,32 @@
   fsync every 3 s) and WAL_LEVEL 2 (``flush.messages=1``: fsync before every
   answer), beside Tansu (memory storage, nothing on disk) with the same client
   and payloads, beside the raw os.write (+fsync) rate of the same bytes;
-* fetch throughput of the same Kafka-native topic (stored batches served as
-  they are), beside Tansu and the loopback socket limit; and what the server
-  spends on it: bytes served per CPU-second of the server process, beside the
-  loopback limit (the Python client, not the server, bounds the first number).
+* fetch throughput of a Kafka-native topic of 1 KiB records (stored batches
+  sent with sendfile), beside Tansu and the loopback socket limit, read by the
+  Python client, by the C consumer (bench/cconsume.c: librdkafka counting
+  records) and by two C consumers at once; what the server spends on it (bytes
+  served per CPU-second of the server process) and what the clients spend
+  (CPU-seconds per second): the client, not the server, is the bound.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import cclient
 from bench.consume import consume_all
 from bench.ingest import _raw_writes
 from bench.report import Row
 from bench.servers import cpu_seconds, loopback_mb_s, tansu_process, walgate
 
 PARTITIONS = 4
+FETCH_RECORDS = {True: 100_000, False: 500_000}  # by --quick
 
 
 def create(bootstrap: str, topic: str, configs: dict[str, str] | None = None) -> None:
@@ -58,17 +63,54 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tup
     return acked[0], time.perf_counter() - start
 
 
-def fetch(bootstrap: str, topic: str, expected: int, pid: int) -> tuple[int, int, float, float]:
-    """(records, bytes, seconds, CPU-seconds of the server process ``pid``) reading every partition from offset 0,
-    with large fetches."""
+Read = tuple[int, int, float, float, float]
+"""records, bytes, seconds, server CPU-seconds, client CPU-seconds (0: not measured)"""
+
+
+def fetch(bootstrap: str, topic: str, expected: int, pid: int) -> Read:
+    """The Python client reading every partition from offset 0, with large fetches."""
     cpu = cpu_seconds(pid)
     n, b, s = consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **{
         "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20})
-    return n, b, s, cpu_seconds(pid) - cpu
+    return n, b, s, cpu_seconds(pid) - cpu, 0.0
+
+
+def cfetch(binary: Path, bootstrap: str, topic: str, expected: int, pid: int, processes: int) -> Read:
+    """``processes`` C consumers at once, the partitions split between them."""
+    cpu = cpu_seconds(pid)
+    n, b, s, client_cpu = cclient.consume(binary, bootstrap, topic,
+                                          [list(range(k, PARTITIONS, processes)) for k in range(processes)], expected)
+    return n, b, s, cpu_seconds(pid) - cpu, client_cpu
 
 
 def _median(runs: list[tuple[int, float]]) -> tuple[int, float]:
     return sorted(runs, key=lambda r: r[0] / r[1])[len(runs) // 2]
+
+
+def _median_read(runs: list[Read]) -> Read:
+    return sorted(runs, key=lambda r: r[0] / r[2])[len(runs) // 2]
+
+
+def fetch_rows(readers: dict[str, Callable[[str, int], Read]], walgate_bs: tuple[str, int],
+               peer: tuple[str, int] | None, expected: int, repeat: int, limit: float) -> list[Row]:
+    """Rows for each reader (label -> read(bootstrap, server pid)) on walgate, beside the peer where given."""
+    rows: list[Row] = []
+    for label, read in readers.items():
+        n, b, s, cpu, client_cpu = _median_read([read(*walgate_bs) for _ in range(repeat)])
+        name = f"fetch 1 KiB records, {label}"
+        rows.append(Row(name, n / s, "records/s"))
+        if peer is not None:
+            pn, pb, ps, pcpu, _ = _median_read([read(*peer) for _ in range(repeat)])
+            rows.append(Row("  Tansu, same client", pn / ps, "records/s"))
+            rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
+        rows.append(Row(name, b / s / 1e6, "MB/s", "loopback sendfile", limit))
+        rows.append(Row("  served per walgate CPU-s", b / max(cpu, 0.01) / 1e6, "MB/s", "loopback sendfile", limit))
+        if peer is not None:
+            rows.append(Row("  served per Tansu CPU-s", pb / max(pcpu, 0.01) / 1e6, "MB/s"))
+        if client_cpu:
+            rows.append(Row("  client CPU-seconds per second", client_cpu / s, "CPU"))
+            rows.append(Row("  walgate CPU-seconds per second", cpu / s, "CPU"))
+    return rows
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:
@@ -97,16 +139,17 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
             rows.append(Row(label, n * size / s / 1e6, "MB/s", f"os.write{' + fsync' if flush else ''} 1 MiB",
                             raw_n / raw_s / 1e6))
-        expected = counts[1024]
-        mine = [fetch(server.bootstrap, "p1r0", expected, server.pid) for _ in range(repeat)]
-        theirs = [fetch(peer, "p1r0", expected, peer_pid) for _ in range(repeat)]
-    n, b, s, cpu = sorted(mine, key=lambda r: r[0] / r[2])[len(mine) // 2]
-    pn, pb, ps, pcpu = sorted(theirs, key=lambda r: r[0] / r[2])[len(theirs) // 2]
-    label = "fetch Kafka-native topic, 1 KiB records"
-    rows.append(Row(label, n / s, "records/s"))
-    rows.append(Row("  Tansu, same client", pn / ps, "records/s"))
-    rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
-    rows.append(Row(label, b / s / 1e6, "MB/s", "loopback sendfile", limit))
-    rows.append(Row(f"{label}: served per server CPU-s", b / max(cpu, 0.01) / 1e6, "MB/s", "loopback sendfile", limit))
-    rows.append(Row("  Tansu, per its CPU-s", pb / max(pcpu, 0.01) / 1e6, "MB/s"))
+        expected = FETCH_RECORDS[quick]
+        for bootstrap in (server.bootstrap, peer):
+            create(bootstrap, "fetch")
+            produce(bootstrap, "fetch", expected, 1024, "1")
+        readers: dict[str, Callable[[str, int], Read]] = {
+            "Python client": lambda bs, pid: fetch(bs, "fetch", expected, pid)}
+        binary = cclient.build()
+        if binary is not None:
+            readers["C consumer"] = lambda bs, pid: cfetch(binary, bs, "fetch", expected, pid, 1)
+        rows += fetch_rows(readers, (server.bootstrap, server.pid), (peer, peer_pid), expected, repeat, limit)
+        if binary is not None:  # Tansu's side of two at once is the same as one: it is not the bound
+            rows += fetch_rows({"2 C consumers at once": lambda bs, pid: cfetch(binary, bs, "fetch", expected, pid, 2)},
+                               (server.bootstrap, server.pid), None, expected, repeat, limit)
     return rows

@@ -139,29 +139,35 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return int(line.split()[1]) / 1024
 
 
-def loopback_mb_s(total: int = 1 << 30) -> float:
-    """MB/s one TCP connection on 127.0.0.1 carries (sendfile of a page-cached file to a reader)."""
+def loopback_mb_s(total: int = 1 << 30, tries: int = 3) -> float:
+    """MB/s one TCP connection on 127.0.0.1 carries (sendfile of a page-cached file to a reader): the best of
+    ``tries`` (a limit; single runs here spread by 2-3x with where the scheduler puts the two ends)."""
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"walgate-bench-pump-{os.getpid()}"
     path.write_bytes(os.urandom(64 << 20))
     try:
-        with socket.socket() as srv:
-            srv.bind(("127.0.0.1", 0))
-            srv.listen(1)
-            pump = subprocess.Popen(
-                [sys.executable, "-c",
-                 "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
-                 "f=open(sys.argv[2],'rb')\nfor _ in range(int(sys.argv[3])):\n    s.sendfile(f, 0)\ns.close()",
-                 str(srv.getsockname()[1]), str(path), str(total // (64 << 20))],
-            )
-            conn, _ = srv.accept()
-            buf = bytearray(1 << 20)
-            got = 0
-            start = time.perf_counter()
-            while n := conn.recv_into(buf):
-                got += n
-            seconds = time.perf_counter() - start
-            conn.close()
-            pump.wait(60)
-        return got / seconds / 1e6
+        return max(_pump(path, total) for _ in range(tries))
     finally:
         path.unlink(missing_ok=True)
+
+
+def _pump(path: Path, total: int) -> float:
+    """One sendfile pump over a fresh connection: MB/s received."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        pump = subprocess.Popen(
+            [sys.executable, "-c",
+             "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
+             "f=open(sys.argv[2],'rb')\nfor _ in range(int(sys.argv[3])):\n    s.sendfile(f, 0)\ns.close()",
+             str(srv.getsockname()[1]), str(path), str(total // (64 << 20))],
+        )
+        conn, _ = srv.accept()
+        buf = bytearray(1 << 20)
+        got = 0
+        start = time.perf_counter()
+        while n := conn.recv_into(buf):
+            got += n
+        seconds = time.perf_counter() - start
+        conn.close()
+        pump.wait(60)
+    return got / seconds / 1e6

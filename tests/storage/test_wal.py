@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_META, CorruptEntry, Wal, WalOptions
+from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, CorruptEntry, Wal, WalOptions
 
 
 def _entries(n: int, start_ts: int = 0, size: int = 10) -> list[tuple[int, int, int, bytes]]:
@@ -150,6 +150,49 @@ def test_retention_by_size_and_time_moves_log_start(tmp_path):
     assert aged.expired_segments(time.time()) == 0
     assert aged.expired_segments(time.time() + 11) == len(aged.segments) - 1
     aged.close()
+
+
+def test_region_is_the_entry_body_of_that_kind(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions())
+    wal.append([(KIND_META, 1, 0, b"meta")])
+    wal.append([(KIND_KAFKA, 3, 5, b"batch-bytes" * 100)])
+    region = wal.region(2, KIND_KAFKA)  # inside the entry's 3 versions
+    assert region is not None and len(region) == 1100 and region.read() == wal.read(1).body
+    assert os.pread(region.file.fd, len(region), region.offset) == b"batch-bytes" * 100
+    assert wal.region(0, KIND_KAFKA) is None  # a meta entry
+    assert wal.region(4, KIND_KAFKA) is None  # past the end
+    wal.close()
+
+
+def test_region_outlives_retention_and_closes_when_dropped(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=100, retention_bytes=0, retention_period_s=-1))
+    for i in range(6):
+        wal.append([(KIND_KAFKA, 1, i, bytes([i]) * 60)])
+    region = wal.region(0, KIND_KAFKA)
+    fd = region.file.fd
+    wal.delete_oldest(wal.expired_segments(time.time()))
+    assert wal.first_version > 0 and not (tmp_path / f"{0:020d}.log").exists()
+    assert region.read() == bytes([0]) * 60  # the unlinked segment is still readable through the region
+    wal.close()
+    del region
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed with the last reference
+
+
+def test_corrupt_header_is_rejected_by_region(tmp_path):
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=250))
+    for i in range(6):
+        wal.append([(KIND_KAFKA, 1, i, b"k" * 60)])
+    wal.close()
+    first = sorted(tmp_path.glob("*.log"))[0]  # sealed, 3 entries: opening checks only its last header
+    data = bytearray(first.read_bytes())
+    data[5] ^= 0xFF  # the first entry's body_len, covered by the header CRC
+    first.write_bytes(bytes(data))
+    wal = Wal.open(tmp_path, WalOptions(segment_bytes=250))
+    with pytest.raises(CorruptEntry):
+        wal.region(0, KIND_KAFKA)
+    assert wal.region(1, KIND_KAFKA).read() == b"k" * 60
+    wal.close()
 
 
 def test_level2_period0_fsyncs_before_returning(tmp_path, monkeypatch):

@@ -54,7 +54,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.values import coerce, coerce_text, format_timestamp
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
-from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, PendingSync
+from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, FileRegion, PendingSync
 
 __all__ = ["Engine", "Result", "ConsumerRow"]
 
@@ -795,6 +795,14 @@ class Engine:
         if entry is None or entry.kind != KIND_KAFKA:
             raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
         return entry.body
+
+    def kafka_region(self, topic: str, partition: int, version: int) -> FileRegion:
+        """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (body unread, unchecked)."""
+        _, vnode, _ = self._partition(topic, partition)
+        region = vnode.wal.region(version, KIND_KAFKA)
+        if region is None:
+            raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
+        return region
 
     # ------------------------------------------------------------ schemaless
 

@@ -101,10 +101,40 @@ class WalEntry:
         return self.version + self.count
 
 
+class SegmentFile:
+    """A read-only descriptor of a segment file, closed when nothing refers to it any more: a :class:`FileRegion`
+    being sent keeps it open past the segment's retention, and its number is never reused meanwhile."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        if hasattr(self, "fd"):  # not when os.open raised
+            os.close(self.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``length`` bytes of a segment file from ``offset``: an entry body to be sent with ``sendfile``, never read
+    into memory."""
+
+    file: SegmentFile
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fd, self.length, self.offset)
+
+
 class _Segment:
     """One segment: its first version, the in-memory copy of its index, its size."""
 
-    __slots__ = ("first", "versions", "positions", "running_max", "size", "path", "fd")
+    __slots__ = ("first", "versions", "positions", "running_max", "size", "path", "file")
 
     def __init__(self, directory: Path, first: int) -> None:
         self.first = first
@@ -113,21 +143,19 @@ class _Segment:
         self.positions = array("q")
         self.running_max = array("q")
         self.size = 0
-        self.fd: int | None = None
+        self.file: SegmentFile | None = None
 
     @property
     def index_path(self) -> Path:
         return self.path.with_suffix(".idx")
 
-    def reader(self) -> int:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        return self.fd
+    def reader(self) -> SegmentFile:
+        if self.file is None:
+            self.file = SegmentFile(self.path)
+        return self.file
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.file = None  # closed now, or when the last region of it has been sent
 
 
 def _encode(kind: int, flags: int, version: int, count: int, max_ts: int, body: bytes) -> bytes:
@@ -209,7 +237,7 @@ class Wal:
     def _end_version(self, seg: _Segment) -> int:
         if not seg.versions:
             return seg.first
-        header = os.pread(seg.reader(), HEADER_SIZE, seg.positions[-1])
+        header = os.pread(seg.reader().fd, HEADER_SIZE, seg.positions[-1])
         decoded = _decode_header(header)
         assert decoded is not None
         return decoded[4] + decoded[5]
@@ -227,7 +255,7 @@ class Wal:
             seg.versions.append(version)
             seg.positions.append(pos)
             seg.running_max.append(running)
-        header = os.pread(seg.reader(), HEADER_SIZE, seg.positions[-1])
+        header = os.pread(seg.reader().fd, HEADER_SIZE, seg.positions[-1])
         decoded = _decode_header(header) if len(header) == HEADER_SIZE else None
         if (
             decoded is None
@@ -432,15 +460,30 @@ class Wal:
         loc = self._locate(version)
         return None if loc is None else self._read_at(self.segments[loc[0]], loc[1])
 
-    def _read_at(self, seg: _Segment, i: int) -> WalEntry:
-        # two reads instead of slicing one: slicing would copy the (often megabyte) body a second time
+    def region(self, version: int, kind: int) -> FileRegion | None:
+        """The body of the entry containing ``version`` as a region of its segment, if the entry is of ``kind``.
+
+        Only the header is read and checked: the body goes to the socket with ``sendfile``, unread, as a Kafka
+        broker serves its log (a Kafka batch carries its own CRC, which clients check)."""
+        loc = self._locate(version)
+        if loc is None:
+            return None
+        seg = self.segments[loc[0]]
+        pos, (body_len, _, entry_kind, *_) = self._header_at(seg, loc[1])
+        return FileRegion(seg.reader(), pos + HEADER_SIZE, body_len) if entry_kind == kind else None
+
+    def _header_at(self, seg: _Segment, i: int) -> tuple[int, tuple[int, int, int, int, int, int, int]]:
         pos = seg.positions[i]
-        header = os.pread(seg.reader(), HEADER_SIZE, pos)
+        header = os.pread(seg.reader().fd, HEADER_SIZE, pos)
         decoded = _decode_header(header) if len(header) == HEADER_SIZE else None
         if decoded is None:
             raise CorruptEntry(f"{seg.path}: header checksum mismatch at byte {pos}")
-        body_len, body_crc, kind, _, version, count, max_ts = decoded
-        body = os.pread(seg.reader(), body_len, pos + HEADER_SIZE)
+        return pos, decoded
+
+    def _read_at(self, seg: _Segment, i: int) -> WalEntry:
+        # two reads instead of slicing one: slicing would copy the (often megabyte) body a second time
+        pos, (body_len, body_crc, kind, _, version, count, max_ts) = self._header_at(seg, i)
+        body = os.pread(seg.reader().fd, body_len, pos + HEADER_SIZE)
         if len(body) != body_len or crc32c.crc32c(body) != body_crc:
             log.error("wal %s: body checksum mismatch at byte %d (version %d); entry rejected", seg.path, pos, version)
             raise CorruptEntry(f"{seg.path}: body checksum mismatch at byte {pos}")

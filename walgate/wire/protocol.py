@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -47,7 +47,7 @@ from kio.static.constants import EntityType
 
 from walgate.wire import legacy
 from walgate.wire.errors import ErrorCode, MalformedFrame, UnsupportedVersion
-from walgate.wire.serial import Builder, builder, decoder, encoder, fields_of, read_uvarint, write_uvarint
+from walgate.wire.serial import Builder, builder, chunk_len, decoder, encoder, fields_of, read_uvarint, write_uvarint
 
 __all__ = [
     "Chunk",
@@ -66,8 +66,9 @@ __all__ = [
     "response_header_version",
 ]
 
-Chunk: TypeAlias = bytes | bytearray | memoryview
-"""One piece of an outgoing frame; a list of them goes to ``transport.writelines``."""
+Chunk: TypeAlias = bytes | bytearray | memoryview | Sized
+"""One piece of an outgoing frame: a buffer, or a sized chunk from a ``records`` value that the gateway sends
+itself (a file region of stored batches, sent with sendfile)."""
 
 _WIRE_API_KEYS: Final = (
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23,
@@ -292,8 +293,6 @@ def build_response(api_key: int, api_version: int, fields: Mapping[str, Any]) ->
     return build(fields)
 
 
-def _chunks_total(chunks: list[Any]) -> int:
-    return sum(len(c) if isinstance(c, (bytes, bytearray)) else memoryview(c).nbytes for c in chunks)
 
 
 def _encode(message: Any, head: bytearray) -> list[Chunk]:
@@ -303,7 +302,7 @@ def _encode(message: Any, head: bytearray) -> list[Chunk]:
     except struct.error as exc:
         raise ValueError(f"cannot encode {type(message).__name__}: {exc}") from exc
     out.append(tail)
-    _PACK_SIZE(out[0], 0, _chunks_total(out) - 4)
+    _PACK_SIZE(out[0], 0, sum(map(chunk_len, out)) - 4)
     return out
 
 

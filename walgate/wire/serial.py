@@ -34,6 +34,9 @@ compiled (the technique ``dataclasses`` and ``attrs`` use), then cached per clas
     is returned to continue with. A ``records`` field may also hold a *sequence*
     of buffers (for example several stored batches), written back to back
     without joining them (a walgate extension; kio's own writer wants bytes).
+    Such a sequence may also hold sized non-buffer chunks of at least
+    :data:`BIG_VALUE` bytes (the gateway's file regions, sent with sendfile):
+    only their ``len()`` is used here.
     The encoder is lenient about value types where it is free: ``int`` or
     ``ErrorCode``, ``int`` milliseconds or ``timedelta``, ``bytes``/``bytearray``/
     ``memoryview``. Tagged fields equal to their default are omitted, as kio and
@@ -75,6 +78,7 @@ from walgate.wire.errors import MalformedFrame
 
 __all__ = [
     "BIG_VALUE",
+    "chunk_len",
     "FieldInfo",
     "fields_of",
     "decoder",
@@ -387,12 +391,15 @@ def _wcs(buf: bytearray, value: str) -> None:
     buf += raw
 
 
+def chunk_len(chunk: Any) -> int:
+    """Bytes in a chunk: a buffer, or any sized object the writer knows how to send (a file region)."""
+    return chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+
+
 def _buffers_len(value: Any) -> int:
-    if isinstance(value, (bytes, bytearray)):
-        return len(value)
-    if isinstance(value, memoryview):
-        return value.nbytes
-    return sum(memoryview(part).nbytes for part in value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return chunk_len(value)
+    return sum(map(chunk_len, value))
 
 
 def _wbytes(buf: bytearray, out: list[Any], value: Any, flexible: bool) -> bytearray:

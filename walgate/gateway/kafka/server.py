@@ -26,10 +26,11 @@ import logging
 from typing import Any
 
 from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
-from walgate.wire.protocol import api_versions_fallback, build_response, decode_request, encode_response, parse_request_header
+from walgate.wire.protocol import Chunk, api_versions_fallback, build_response, decode_request, encode_response, parse_request_header
 
 __all__ = ["KafkaServer"]
 
@@ -89,6 +90,7 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         PEER.set(str(peer[0]) if peer else "")
         frames = FrameReader(self.max_request_bytes)
+        out = FrameWriter(writer)
         loop = asyncio.get_running_loop()
         self._active[writer] = loop.time()
         try:
@@ -103,8 +105,7 @@ class KafkaServer:
                         # the peer reset the connection while its request was handled (a long-poll Fetch), or it
                         # was closed as idle: the answer has nowhere to go (uvloop's writelines would raise)
                         return
-                    writer.writelines(response)
-                    await writer.drain()
+                    await out.write(response)
                     self._active[writer] = loop.time()
         except _Close as why:
             log.warning("kafka %s: %s; closing the connection", peer, why)
@@ -118,9 +119,10 @@ class KafkaServer:
         finally:
             self._connections.discard(task)
             self._active.pop(writer, None)
+            out.close()
             writer.close()
 
-    async def _dispatch(self, frame: bytes, peer: Any) -> list[bytes]:
+    async def _dispatch(self, frame: bytes, peer: Any) -> list[Chunk]:
         header = parse_request_header(frame)
         handler = HANDLERS.get(header.api_key)
         supported = self.broker.versions.get(header.api_key)

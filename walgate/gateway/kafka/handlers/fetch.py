@@ -4,7 +4,9 @@
   offset inside a batch returns that whole batch (the client skips the
   records before its offset), as Kafka does. Kafka-native topics serve their
   stored batches as they are (no re-encoding, no cache); TDengine topics render
-  rows into batches, kept in the broker's batch cache.
+  rows into batches, kept in the broker's batch cache. Stored batches of
+  ``SENDFILE_MIN_BYTES`` or more are file regions, sent by ``sendfile``
+  (:mod:`walgate.gateway.kafka.frame_writer`), never read into memory.
 * OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
 * Sizes (KIP-74): ``max_bytes`` bounds the response and
   ``partition_max_bytes`` each partition, except that the first batch of the
@@ -30,10 +32,14 @@ from typing import Any
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
+from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
 from walgate.wire.records import encode_batch
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
+SENDFILE_MIN_BYTES = 16 << 10
+"""Stored batches this big go to the socket with sendfile; smaller ones are read and written with the frame (one
+syscall for many small batches beats one sendfile each)."""
 
 
 @dataclass
@@ -51,7 +57,7 @@ class _Got:
     error: int = ErrorCode.none
     start: int = -1
     end: int = -1
-    batches: list[bytes] | None = None
+    batches: list[bytes | FileRegion] | None = None
 
     @property
     def size(self) -> int:
@@ -63,12 +69,16 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
     start, end = engine.watermarks(topic, partition)
     if not start <= offset <= end:
         return _Got(ErrorCode.offset_out_of_range, start, end, [])
-    out: list[bytes] = []
+    out: list[bytes | FileRegion] = []
     size = 0
     native = engine.is_native(topic)
     for base, version, _count in engine.index_entries(topic, partition, offset):
         key = (topic, partition, version)
-        batch = engine.kafka_batch(topic, partition, version) if native else cache.get(key)
+        if native:
+            region = engine.kafka_region(topic, partition, version)
+            batch = region if len(region) >= SENDFILE_MIN_BYTES else region.read()
+        else:
+            batch = cache.get(key)
         if batch is None:
             rows = engine.kafka_rows(topic, partition, version)
             batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)

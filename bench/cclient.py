@@ -1,0 +1,57 @@
+"""The C consumer (bench/cconsume.c): librdkafka with nothing per record but counting, so that the client bounds the
+fetch benchmark as little as a real Kafka client can.
+
+It links the librdkafka that the confluent-kafka wheel bundles (the Python client's own, 2.x, which talks to both
+brokers), with the system's ``rdkafka.h`` (Debian: librdkafka-dev); without a header or a C compiler the C rows are
+left out with a message.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+import confluent_kafka
+
+SOURCE = Path(__file__).with_name("cconsume.c")
+HEADER = Path("/usr/include/librdkafka/rdkafka.h")
+BUILD = Path(__file__).resolve().parent.parent / ".cache" / "bench"
+
+
+def build() -> Path | None:
+    """The compiled consumer (rebuilt when the source is newer), or None with a printed reason."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    libs = sorted((Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob("librdkafka*.so*"))
+    if cc is None or not HEADER.exists() or not libs:
+        print(f"bench: C consumer rows skipped (needs a C compiler, {HEADER} from librdkafka-dev and "
+              "confluent-kafka's bundled librdkafka)", flush=True)
+        return None
+    binary = BUILD / "cconsume"
+    if not binary.exists() or binary.stat().st_mtime < SOURCE.stat().st_mtime:
+        BUILD.mkdir(parents=True, exist_ok=True)
+        subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE), str(libs[0]), f"-Wl,-rpath,{libs[0].parent}"],
+                       check=True)
+    return binary
+
+
+def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[int]],
+            expected: int) -> tuple[int, int, float, float]:
+    """(records, value bytes, seconds, client CPU-seconds) for one consumer process per partition set, reading at
+    once; start-up is not part of the seconds (but is of the CPU-seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    procs = [subprocess.Popen([str(binary), bootstrap, topic, ",".join(map(str, parts)),
+                               str(expected * len(parts) // sum(map(len, partition_sets))), "120"],
+                              stdout=subprocess.PIPE, text=True) for parts in partition_sets]
+    try:
+        outs = [p.communicate(timeout=180)[0].split() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # each process times itself from its first record; they start together, so the longest is the whole read
+    return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), max(float(o[2]) for o in outs), cpu
