@@ -8,6 +8,7 @@ left out with a message.
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -36,6 +37,13 @@ def build() -> Path | None:
     return binary
 
 
+CLIENT_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
+              "MALLOC_TOP_PAD_": str(1 << 28)}
+"""glibc malloc thresholds for the consumer, as walgate sets its own (walgate/gateway/malloc.py): otherwise every
+16 MiB fetch buffer of librdkafka is mmapped, page-faulted and unmapped, and one consumer reads ~0.57 GB/s with 0.75
+of its 1.1 CPU-seconds per second in the kernel; with them ~1.0 GB/s, 0.35 of 0.75."""
+
+
 def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[int]],
             expected: int) -> tuple[int, int, float, float]:
     """(records, value bytes, seconds, client CPU-seconds) for one consumer process per partition set, reading at
@@ -43,7 +51,8 @@ def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs = [subprocess.Popen([str(binary), bootstrap, topic, ",".join(map(str, parts)),
                                str(expected * len(parts) // sum(map(len, partition_sets))), "120"],
-                              stdout=subprocess.PIPE, text=True) for parts in partition_sets]
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
+             for parts in partition_sets]
     try:
         outs = [p.communicate(timeout=180)[0].split() for p in procs]
     finally:

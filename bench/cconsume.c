@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
     set(conf, "fetch.max.bytes", "67108864");
     set(conf, "max.partition.fetch.bytes", "16777216");
     set(conf, "queued.max.messages.kbytes", "262144");
+    set(conf, "fetch.queue.backoff.ms", "10"); /* as bench/produce.py FETCH_CONF */
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk) {
         fprintf(stderr, "cconsume: %s\n", err);
