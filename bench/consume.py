@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.ingest import lines
-from bench.report import Row
+from bench.report import Row, median_run
 from bench.servers import Walgate, loopback_mb_s, tansu, walgate
 
 PARTITIONS = 4
@@ -114,11 +114,11 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         expected = fill_walgate(server, batches)
         cold = consume_all(server.bootstrap, expected)
         warm = [consume_all(server.bootstrap, expected) for _ in range(repeat)]
-        warm_n, warm_b, warm_s = sorted(warm, key=lambda r: r[2])[len(warm) // 2]
+        warm_n, warm_b, warm_s = median_run(warm, lambda r: r[2])
         with tansu() as peer:
             copy_to_tansu(server.bootstrap, peer, expected)
             peer_runs = [consume_all(peer, expected) for _ in range(repeat)]
-        peer_n, peer_b, peer_s = sorted(peer_runs, key=lambda r: r[2])[len(peer_runs) // 2]
+        peer_n, peer_b, peer_s = median_run(peer_runs, lambda r: r[2])
         own_kcat = statistics.median(kcat_seconds(server.bootstrap, expected) for _ in range(repeat))
         consumers = 10
         with multiprocessing.Pool(consumers) as pool:

@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench import cclient
 from bench.consume import consume_all
 from bench.ingest import _raw_writes
-from bench.report import Row
+from bench.report import Row, median_run
 from bench.servers import cpu_seconds, loopback_mb_s, tansu_process, walgate
 
 PARTITIONS = 4
@@ -87,12 +87,12 @@ def cfetch(binary: Path, bootstrap: str, topic: str, expected: int, pid: int, pr
     return n, b, s, cpu_seconds(pid) - cpu, client_cpu
 
 
-def _median(runs: list[tuple[int, float]]) -> tuple[int, float]:
-    return sorted(runs, key=lambda r: r[0] / r[1])[len(runs) // 2]
+def _produce_rate(run: tuple[int, float]) -> float:
+    return run[0] / run[1]
 
 
-def _median_read(runs: list[Read]) -> Read:
-    return sorted(runs, key=lambda r: r[0] / r[2])[len(runs) // 2]
+def _read_rate(run: Read) -> float:
+    return run[0] / run[2]
 
 
 def fetch_rows(readers: dict[str, Callable[[str, int], Read]], walgate_bs: tuple[str, int],
@@ -100,11 +100,11 @@ def fetch_rows(readers: dict[str, Callable[[str, int], Read]], walgate_bs: tuple
     """Rows for each reader (label -> read(bootstrap, server pid)) on walgate, beside the peer where given."""
     rows: list[Row] = []
     for label, read in readers.items():
-        n, b, s, cpu, client_cpu = _median_read([read(*walgate_bs) for _ in range(repeat)])
+        n, b, s, cpu, client_cpu = median_run([read(*walgate_bs) for _ in range(repeat)], _read_rate)
         name = f"fetch 1 KiB records, {label}"
         rows.append(Row(name, n / s, "records/s"))
         if peer is not None:
-            pn, pb, ps, pcpu, _ = _median_read([read(*peer) for _ in range(repeat)])
+            pn, pb, ps, pcpu, _ = median_run([read(*peer) for _ in range(repeat)], _read_rate)
             rows.append(Row("  Tansu, same client", pn / ps, "records/s"))
             rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
         rows.append(Row(name, b / s / 1e6, "MB/s", "loopback sendfile", limit))
@@ -135,8 +135,8 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
                 runs.append(produce(server.bootstrap, topic, count, size, acks))
                 create(peer, topic)
                 peer_runs.append(produce(peer, topic, count, size, acks))
-            n, s = _median(runs)
-            pn, ps = _median(peer_runs)
+            n, s = median_run(runs, _produce_rate)
+            pn, ps = median_run(peer_runs, _produce_rate)
             raw_n, raw_s = raw[bool(flush)]
             rows.append(Row(label, n / s, "records/s"))
             rows.append(Row("  Tansu (memory), same client", pn / ps, "records/s"))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import TypeVar
 
 from rich.console import Console
 from rich.table import Table
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,11 @@ def median_rate(repeat: int, fn: Callable[[], tuple[int, float]]) -> float:
         count, seconds = fn()
         rates.append(count / seconds)
     return statistics.median(rates)
+
+
+def median_run(runs: Sequence[T], rate: Callable[[T], float]) -> T:
+    """The run with the median ``rate`` (the middle one of an odd count), kept whole so its other fields agree."""
+    return sorted(runs, key=rate)[len(runs) // 2]
 
 
 def _number(value: float) -> str:

@@ -237,10 +237,8 @@ class Wal:
     def _end_version(self, seg: _Segment) -> int:
         if not seg.versions:
             return seg.first
-        header = os.pread(seg.reader().fd, HEADER_SIZE, seg.positions[-1])
-        decoded = _decode_header(header)
-        assert decoded is not None
-        return decoded[4] + decoded[5]
+        _, (*_, version, count, _max_ts) = self._header_at(seg, len(seg.positions) - 1)
+        return version + count
 
     def _load_index(self, seg: _Segment) -> bool:
         """Load a sealed segment's index; False when it disagrees with the log."""

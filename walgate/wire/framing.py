@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from walgate.wire.errors import FrameTooLarge, MalformedFrame
+from walgate.wire.serial import chunk_len
 
 __all__ = ["FrameReader", "frame", "BIG_FRAME"]
 
@@ -90,5 +91,5 @@ class FrameReader:
 def frame(chunks: Iterable[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
     """*chunks* preceded by the 4-byte big-endian size of their total (ready for ``writelines``)."""
     parts = list(chunks)
-    total = sum(len(c) if isinstance(c, (bytes, bytearray)) else memoryview(c).nbytes for c in parts)
+    total = sum(map(chunk_len, parts))
     return [total.to_bytes(4, "big"), *parts]
