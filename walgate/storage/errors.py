@@ -13,7 +13,11 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── LineProtocolError     InfluxDB line protocol that does not parse or fit
     ├── CsvError              CSV row with wrong arity or bad value
     ├── RequestTooLarge       request above the configured maximum
-    └── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
+    ├── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
+    ├── OffsetOutOfRange      an offset outside a partition's log
+    ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
+    └── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
+                              kept; retriable, and service resumes by itself once the disk accepts writes again
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ __all__ = [
     "RequestTooLarge",
     "Unsupported",
     "OffsetOutOfRange",
+    "LimitExceeded",
+    "StorageUnavailable",
 ]
 
 
@@ -76,3 +82,18 @@ class Unsupported(StorageError):
 
 class OffsetOutOfRange(StorageError):
     """An offset outside a partition's log (DeleteRecords beyond the high watermark)."""
+
+
+class LimitExceeded(StorageError):
+    """A configured limit would be exceeded (partitions, open files, expression depth, statement size)."""
+
+    code = 0x0388  # TSDB_CODE_MND_TOO_MANY_VGROUPS-style: the request is valid but over a limit
+
+
+class StorageUnavailable(StorageError):
+    """The disk refused a durable write (ENOSPC, EIO, a failed fsync): nothing of the request was kept.
+
+    Retriable: the gateway answers KAFKA_STORAGE_ERROR (Produce), NOT_COORDINATOR (OffsetCommit, as Kafka's group
+    coordinator maps a failed offsets append) and HTTP 503; the vnode resumes by itself once writes succeed again."""
+
+    code = 0x0021  # "No enough disk space" (TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE message)

@@ -1,0 +1,75 @@
+"""Damage found in the data dir: what was quarantined, where it came from and what it cost.
+
+The server always starts (DESIGN.md, "Fault model"): a file or range that fails its checksum, is truncated or
+does not parse is moved aside into ``<data dir>/quarantine/`` (never deleted), everything intact is served, and
+each finding becomes one :class:`Damage` record. The records are logged once at WARNING when found, listed by
+``SHOW QUARANTINE`` and reported by ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from walgate.storage import fileio
+
+__all__ = ["Damage", "DamageLog"]
+
+log = logging.getLogger("walgate.damage")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged range: ``file`` (relative to the data dir), its byte range ``[start, end)``, what was done
+    (``action``: quarantined / rebuilt / truncated), why (``reason``), the copy kept (``kept``, relative to the data
+    dir, "" if none) and the WAL versions lost ``[first_version, end_version)`` (-1, -1 when none or not a WAL)."""
+
+    file: str
+    start: int
+    end: int
+    reason: str
+    action: str
+    kept: str = ""
+    first_version: int = -1
+    end_version: int = -1
+
+
+class DamageLog:
+    """Where the components of one data dir report damage and keep the damaged bytes.
+
+    ``report`` copies the bytes into ``<root>/quarantine/`` first (a name derived from the file's path and range,
+    never from user input), logs one WARNING line naming the file, range, versions and reason, and records a
+    :class:`Damage`. A component that cannot keep the bytes (the disk is full) still reports, with ``kept`` "".
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.records: list[Damage] = []
+
+    def report(self, path: Path, start: int, end: int, reason: str, action: str, data: bytes = b"",
+               first_version: int = -1, end_version: int = -1) -> Damage:
+        rel = self._rel(path)
+        kept = ""
+        if data:
+            qdir = self.root / "quarantine"
+            target = qdir / f"{rel.replace('/', '__')}.{start}-{end}.{int(time.time())}"
+            try:
+                qdir.mkdir(exist_ok=True)
+                fileio.replace_file(target, data)
+                kept = self._rel(target)
+            except OSError as exc:
+                log.error("could not keep the damaged bytes of %s [%d, %d): %s", rel, start, end, exc)
+        damage = Damage(rel, start, end, reason, action, kept, first_version, end_version)
+        versions = f", versions [{first_version}, {end_version})" if first_version >= 0 else ""
+        log.warning("damage in %s bytes [%d, %d)%s: %s; %s%s", rel, start, end, versions, reason, action,
+                    f" (kept as {kept})" if kept else "")
+        self.records.append(damage)
+        return damage
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
