@@ -282,3 +282,10 @@ def test_kafka_view_of_a_topic(engine):
         engine.watermarks("nope", 0)
     with pytest.raises(NotFound):
         engine.watermarks("tv", 4)
+
+
+def test_show_topics_lists_kafka_native_topics(engine):
+    """SHOW TOPICS answered KeyError 'kafka' once a Kafka-native topic existed (issue 13, item 10)."""
+    engine.create_kafka_topic("native.t", 3, {})
+    shown = {r[0]: r for r in rows(engine, "SHOW TOPICS")}
+    assert shown["native.t"][5] == "kafka"

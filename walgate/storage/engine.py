@@ -1004,7 +1004,7 @@ class Engine:
             cols = [("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 1024),
                     ("meta", "VARCHAR", 7), ("type", "VARCHAR", 8), ("topic_id", "VARCHAR", 36)]
             rows = [[t.name, t.db, format_timestamp(t.created_ms, "ms"), t.sql, "with" if t.with_meta else "no",
-                     {"database": "db", "stable": "stable", "select": "column"}[t.kind], t.topic_id]
+                     {"database": "db", "stable": "stable", "select": "column", "kafka": "kafka"}[t.kind], t.topic_id]
                     for t in self.catalog.topics.values()]
             return Result(cols, rows)
         if what == "CONSUMERS":
