@@ -7,6 +7,7 @@ Kafka on a free port), waits for the ready line with a bounded timeout, yields a
 stops the process by PID afterwards: SIGTERM, then SIGKILL if it does not exit.
 The server's stdout and stderr go to ``walgate.log`` in its work directory (a
 file, not a pipe, so a chatty server can never block on a full pipe).
+:meth:`WalgateServer.rss_mib` reads the process's resident memory, for tests that bound it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,13 @@ class WalgateServer:
         """Everything the server has written to stdout/stderr so far."""
         return self.log_path.read_text(errors="replace")
 
+    def rss_mib(self) -> float:
+        """The server process's resident set size (VmRSS) in MiB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError(f"no VmRSS for pid {self.proc.pid}")
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
@@ -74,9 +82,14 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -
 
 @contextlib.contextmanager
 def running_walgate(
-    workdir: Path, *args: str, env: dict[str, str] | None = None, data_dir: Path | None = None
+    workdir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    data_dir: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[WalgateServer]:
-    """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags."""
+    """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags, ``preexec_fn`` runs in
+    the child before it starts (e.g. to lower a resource limit)."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     kafka_port = free_port()
@@ -87,7 +100,8 @@ def running_walgate(
     log_path = workdir / "walgate.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or walgate_env()
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env or walgate_env(),
+            preexec_fn=preexec_fn,
         )
     server = WalgateServer("", kafka_port, data_dir, proc, log_path)
     try:

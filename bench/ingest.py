@@ -100,7 +100,7 @@ def _drop_page_cache() -> bool:
 
 def _wal_read(root: Path) -> tuple[int, int, int, float, float]:
     """(entries, bytes, rows, seconds to read+verify, seconds to also decode) over every vnode WAL under ``root``."""
-    dirs = sorted(root.glob("db/b/vnode*/wal"))
+    dirs = sorted(root.glob("db/*/vnode*/wal"))
     entries = nbytes = rows = 0
     start = time.perf_counter()
     for d in dirs:
@@ -120,7 +120,7 @@ def _wal_read(root: Path) -> tuple[int, int, int, float, float]:
 
 
 def _raw_read(root: Path) -> tuple[int, float]:
-    files = sorted(root.glob("db/b/vnode*/wal/*.log"))
+    files = sorted(root.glob("db/*/vnode*/wal/*.log"))
     start = time.perf_counter()
     total = 0
     for f in files:

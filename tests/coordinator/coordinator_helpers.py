@@ -195,12 +195,13 @@ class MemoryOffsetStore:
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.writes = 0
 
-    def commit(self, records: Sequence[OffsetCommitRecord]) -> None:
+    def commit(self, records: Sequence[OffsetCommitRecord]) -> list[Exception | None]:
         self.writes += 1
         for r in records:
             self.offsets.setdefault(r.group_id, {})[(r.topic, r.partition)] = CommittedOffset(
                 r.offset, r.leader_epoch, r.metadata, r.commit_timestamp_ms
             )
+        return [None] * len(records)
 
     def fetch(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
         return self.offsets.get(group_id, {}).get((topic, partition))

@@ -927,6 +927,14 @@ def test_remove_empty_groups_keeps_groups_with_members_or_offsets():
     assert [g["group_id"] for g in h.groups.list_groups()] == ["g", "b"]
 
 
+def test_remove_empty_groups_keeps_a_group_whose_new_member_is_about_to_rejoin():
+    h = Harness()
+    h.join(group="new", client="c")  # MEMBER_ID_REQUIRED: the client rejoins with its member id at once
+    assert h.groups.remove_empty_groups(has_offsets=lambda g: False, now_ms=h.now) == []
+    h.sleep_until(h.groups.next_deadline())  # it never did: the reservation expires
+    assert h.groups.remove_empty_groups(has_offsets=lambda g: False, now_ms=h.now) == ["new"]
+
+
 def test_consumers_snapshot_for_show_consumers():
     h = Harness()
     a, b = h.stable_pair(assignment_a=asg({"t": [0, 2]}), assignment_b=b"\x00\x00\x00\x00\x00\x09")

@@ -29,6 +29,7 @@ class Node:
         self.now = 0
         self.answers: dict[int, dict[str, Any]] = {}
         self.rids = itertools.count(1)
+        self.offset_groups: set[str] = set()  # groups with committed offsets, as the offset store would say
 
     def _collect(self, completions: list[Any]) -> None:
         for c in completions:
@@ -38,13 +39,15 @@ class Node:
         target = self.now + ms
         while (d := self.c.next_deadline()) is not None and d <= target:
             self.now = max(self.now, d)
-            self._collect(self.c.tick(self.now))
+            self._collect(self.c.tick(self.now, offset_groups=lambda: self.offset_groups))
         self.now = target
 
-    def join(self, member_id: str = "", *, owned: dict[str, list[int]] | None = None, session: int = 10_000) -> int:
+    def join(
+        self, member_id: str = "", *, owned: dict[str, list[int]] | None = None, session: int = 10_000, group: str = "g"
+    ) -> int:
         rid = next(self.rids)
         self._collect(self.c.join(
-            rid, topic_partitions=TOPICS.get, group_id="g", member_id=member_id, group_instance_id=None,
+            rid, topic_partitions=TOPICS.get, group_id=group, member_id=member_id, group_instance_id=None,
             client_id="classic", client_host="/10.0.0.2", protocol_type="consumer",
             protocols=[("range", sub("t", owned=owned))], session_timeout_ms=session, rebalance_timeout_ms=30_000,
             require_known_member_id=True, supports_skip_assignment=False, now_ms=self.now,
@@ -71,9 +74,9 @@ class Node:
         return self.c.heartbeat(group_id="g", generation_id=generation, member_id=member_id,
                                 group_instance_id=None, now_ms=self.now)
 
-    def hb(self, member_id: str = "", epoch: int = 0, owned: list[int] | None = None) -> dict[str, Any]:
+    def hb(self, member_id: str = "", epoch: int = 0, owned: list[int] | None = None, group: str = "g") -> dict[str, Any]:
         response, completions = self.c.consumer_heartbeat(
-            group_id="g", member_id=member_id, member_epoch=epoch, instance_id=None, rack_id=None,
+            group_id=group, member_id=member_id, member_epoch=epoch, instance_id=None, rack_id=None,
             rebalance_timeout_ms=60_000 if epoch == 0 else -1,
             subscribed_topic_names=["t"] if epoch == 0 else None, server_assignor=None,
             topic_partitions=TOPICS.get, owned=[] if epoch == 0 else [("t", owned or [])],
@@ -246,3 +249,30 @@ def test_consumer_heartbeat_cannot_take_over_a_classic_group_of_another_protocol
     n.sleep(0)
     assert n.answers.pop(rid)["error_code"] == ErrorCode.none
     assert n.hb()["error_code"] == ErrorCode.group_id_not_found
+
+
+def test_empty_groups_without_committed_offsets_are_removed_by_the_periodic_cleanup():
+    n = Node()  # cleanup every 600 s from 0 (Kafka's offsets.retention.check.interval.ms)
+    n.offset_groups = {"kept"}
+    for group in ("gone", "kept"):  # short-lived classic consumers
+        first = n.answers.pop(n.join(group=group))
+        rid = n.join(first["member_id"], group=group)
+        n.sleep(0)
+        member_id = n.answers.pop(rid)["member_id"]
+        n.c.leave(group_id=group, members=[(member_id, None)], now_ms=n.now)
+    r = n.hb(group="kip848")  # a short-lived KIP-848 consumer
+    n.hb(r["member_id"], -1, group="kip848")
+    live = n.hb(group="live")
+
+    def listed() -> list[tuple[str, str]]:
+        return sorted((g["group_id"], g["group_state"]) for g in n.c.list_groups())
+
+    assert listed() == [("gone", "Empty"), ("kept", "Empty"), ("kip848", "Empty"), ("live", "Stable")]
+    while n.now < 570_000:  # the live member heartbeats within its 45 s session
+        n.sleep(30_000)
+        live = n.hb(live["member_id"], live["member_epoch"], owned=[0, 1, 2, 3], group="live")
+    n.sleep(29_999)
+    assert len(listed()) == 4  # not before the interval
+    n.sleep(1)
+    assert listed() == [("kept", "Empty"), ("live", "Stable")]
+    assert n.c.next_deadline() <= 1_200_000  # and again every interval

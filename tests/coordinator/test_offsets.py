@@ -216,7 +216,7 @@ def test_commit_with_an_empty_group_id():
 def test_failed_store_write_turns_accepted_partitions_into_the_error():
     h, store = Harness(), MemoryOffsetStore()
     plan = _commit(h, store, topics=[("t", [PartitionCommit(0, 1), PartitionCommit(1, 1, metadata="x" * 5000)])])
-    assert plan.failed(E.not_coordinator) == {
+    assert plan.failed({("t", 0): E.not_coordinator}) == {
         "topics": [
             {
                 "name": "t",

@@ -205,6 +205,20 @@ def test_config_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
     assert config.max_request_bytes == 16 << 20 and config.log_level == "INFO"
 
 
+def test_resource_limits_default_and_come_from_every_source(tmp_path: Path) -> None:
+    config = load_config(env={"WALGATE_DATA_DIR": "d"})
+    assert (config.queued_max_request_bytes, config.request_read_timeout_ms, config.listen_backlog,
+            config.max_partitions) == (100 << 20, 30_000, 4096, 10_000)
+    big = load_config(env={"WALGATE_DATA_DIR": "d", "WALGATE_MAX_REQUEST_BYTES": str(200 << 20)})
+    assert big.queued_max_request_bytes == 200 << 20  # the largest accepted request always fits
+    file = tmp_path / "walgate.toml"
+    file.write_text('data_dir = "d"\nlisten_backlog = 512\n')
+    config = load_config(file, env={"WALGATE_REQUEST_READ_TIMEOUT_MS": "5000"},
+                         overrides={"queued_max_request_bytes": 32 << 20, "max_partitions": 400})
+    assert (config.queued_max_request_bytes, config.request_read_timeout_ms, config.listen_backlog,
+            config.max_partitions) == (32 << 20, 5000, 512, 400)
+
+
 @pytest.mark.parametrize(
     ("toml", "env", "message"),
     [
@@ -219,6 +233,10 @@ def test_config_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
          "group_min_session_timeout_ms <= group_max_session_timeout_ms"),
         ('data_dir = "d"\ngroup_consumer_heartbeat_interval_ms = 45000\n', {},
          "group_consumer_heartbeat_interval_ms < group_consumer_session_timeout_ms"),
+        ('data_dir = "d"\nqueued_max_request_bytes = 1000\n', {}, "must be >= max_request_bytes"),
+        ('data_dir = "d"\n', {"WALGATE_LISTEN_BACKLOG": "0"}, "listen_backlog must be > 0"),
+        ('data_dir = "d"\n', {"WALGATE_REQUEST_READ_TIMEOUT_MS": "0"}, "request_read_timeout_ms must be > 0"),
+        ('data_dir = "d"\nmax_partitions = -5\n', {}, "max_partitions must be > 0"),
     ],
 )
 def test_config_errors(tmp_path: Path, toml: str, env: dict[str, str], message: str) -> None:

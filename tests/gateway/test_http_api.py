@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -10,18 +12,22 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from tests.storage.faults import Faults
 from walgate.gateway.config import Config
-from walgate.gateway.http_api import INTERNAL_ERROR, ROWS_HEADER, make_app
+from walgate.gateway.http_api import INTERNAL_ERROR, ROWS_HEADER, WAL_FILE_CORRUPTED, make_app
 from walgate.gateway.server import Gateway
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.storage.wal import CorruptEntry
 from walgate.storage.errors import (
     AlreadyExists,
     InvalidValue,
+    LimitExceeded,
     LineProtocolError,
     NotFound,
     RequestTooLarge,
     SqlSyntaxError,
+    StorageUnavailable,
 )
 
 LIMIT = 64 << 10  # max_request_bytes of the test app
@@ -39,16 +45,22 @@ class Api(NamedTuple):
     engine: Engine
 
 
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
+@contextlib.asynccontextmanager
+async def serving(data_dir: Path, **engine_options: int) -> AsyncIterator[Api]:
     storage = StorageThread()
-    engine = await storage.call(Engine.open, tmp_path / "data", max_request_bytes=LIMIT)
+    engine = await storage.call(Engine.open, data_dir, max_request_bytes=LIMIT, **engine_options)
     try:
         async with TestClient(TestServer(make_app(engine, storage, max_request_bytes=LIMIT), host="127.0.0.1")) as client:
             yield Api(client, engine)
     finally:
         await storage.call(engine.close)
         storage.shutdown()
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[Api]:
+    async with serving(tmp_path / "data") as api:
+        yield api
 
 
 async def sql(api: Api, statement: str, db: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -85,7 +97,7 @@ def assert_error(status: int, body: dict[str, Any], expected_status: int, code: 
 async def test_healthz(api: Api) -> None:
     response = await api.client.get("/healthz")
     assert response.status == 200
-    assert await response.json() == {"status": "ok"}
+    assert await response.json() == {"status": "ok", "quarantined": []}
 
 
 async def test_write_answers_affected_rows(api: Api) -> None:
@@ -147,6 +159,68 @@ async def test_unexpected_exception_answers_500(api: Api, monkeypatch: pytest.Mo
     status, body = await sql(api, "SHOW DATABASES")
     assert_error(status, body, 500, INTERNAL_ERROR)
     assert "simulated bug" in body["desc"]
+
+
+async def test_a_write_the_disk_refuses_answers_503_and_service_resumes(api: Api) -> None:
+    await create_schema(api)
+    insert = "INSERT INTO power.d1001 VALUES ('2018-10-03 14:38:05', 10.3, 219, 0.31)"
+    faults = Faults()
+    with faults.active():
+        for statement in ("CREATE DATABASE full_disk", insert):  # the catalog, then the WAL, refuse the write
+            faults.fail("write", at=1, times=3)
+            status, body = await sql(api, statement)
+            assert_error(status, body, 503, StorageUnavailable.code)
+            assert "OSError" not in body["desc"] and "ENOSPC" in body["desc"], body
+            faults.clear()
+    assert await count(api) == 0
+    await ok(api, insert)  # room again: the same request succeeds, no restart
+    assert await count(api) == 1
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "code"),
+    [(OSError(errno.EIO, "Input/output error"), 503, StorageUnavailable.code),
+     (CorruptEntry("wal/0.log: body checksum mismatch at byte 806"), 500, WAL_FILE_CORRUPTED)],
+)
+async def test_storage_failures_that_reach_the_edge_are_clear_answers_without_traceback(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, exc: Exception, status: int, code: int,
+) -> None:
+    def failing(sql: str, db: str | None = None) -> None:
+        raise exc
+
+    monkeypatch.setattr(api.engine, "execute", failing)
+    status_, body = await sql(api, "SHOW DATABASES")
+    assert_error(status_, body, status, code)
+    assert str(exc) in body["desc"]
+    assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_a_limit_answers_400_with_its_message(tmp_path: Path) -> None:
+    async with serving(tmp_path / "data", max_partitions=4) as api:
+        await ok(api, "CREATE DATABASE a VGROUPS 3")
+        status, body = await sql(api, "CREATE DATABASE b VGROUPS 2")
+        assert_error(status, body, 400, LimitExceeded.code)
+        assert "4" in body["desc"], body
+
+
+async def test_healthz_lists_quarantined_damage_and_stays_200(tmp_path: Path) -> None:
+    async with serving(tmp_path / "data") as api:
+        await create_schema(api)
+        for k in range(3):
+            await ok(api, f"INSERT INTO power.d1001 VALUES ({1538548685000 + k}, 10.{k}, {210 + k}, 0.3)")
+    hits = [(p, p.read_bytes().find(b"California.SanFrancisco")) for p in (tmp_path / "data").rglob("*.log")]
+    [(log, at)] = [(p, at) for p, at in hits if at >= 0]  # the subtable's meta entry
+    data = bytearray(log.read_bytes())
+    data[at] ^= 0xFF
+    log.write_bytes(bytes(data))
+    async with serving(tmp_path / "data") as api:
+        response = await api.client.get("/healthz")
+        assert response.status == 200
+        body = await response.json()
+        assert body["status"] == "ok"
+        [damage] = body["quarantined"]
+        assert damage["file"] == str(log.relative_to(tmp_path / "data")) and damage["action"] == "quarantined"
+        assert {"start", "end", "reason", "kept", "first_version", "end_version"} <= set(damage)
 
 
 # ------------------------------------------------------------- line protocol

@@ -1,14 +1,19 @@
-"""Committed consumer-group offsets: durable, per vnode, compacted, torn tails dropped."""
+"""Committed consumer-group offsets: durable, per vnode, compacted while running, torn tails dropped, damage
+skipped line by line, and never lost or rewound by a disk that refuses a write (issue 13, item 5)."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
+from faults import FAULT_KINDS, Faults
 
-from walgate.storage.committed import Committed, CommittedOffsets
+from walgate.storage import committed, lines
+from walgate.storage.committed import COMPACT_FLOOR, Committed, CommittedOffsets
+from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotFound
+from walgate.storage.errors import NotFound, StorageUnavailable
 
 
 def test_commit_get_delete_and_reopen(tmp_path):
@@ -32,8 +37,10 @@ def test_torn_last_line_is_dropped_and_log_compacts(tmp_path):
     for i in range(10):
         store.commit("g", [("t", 0, Committed(i, 0, None, i))])
     with open(path, "ab") as f:
-        f.write(b'{"g":"g","t":"t","p":0,"o":99')  # a crash in the middle of a line
-    again = CommittedOffsets.open(path)
+        f.write(lines.encode({"g": "g", "t": "t", "p": 0, "o": 99, "e": 0, "m": None, "ts": 99})[:30])  # a crash
+    damage = DamageLog(tmp_path)
+    again = CommittedOffsets.open(path, damage)
+    assert damage.records == []
     assert again.get("g", "t", 0) == Committed(9, 0, None, 9)
     assert path.read_bytes().count(b"\n") == 1  # 10 superseded lines compacted to the live one
 
@@ -100,3 +107,120 @@ def test_drop_consumer_group_forgets_its_progress_on_a_topic(tmp_path):
     with pytest.raises(InvalidValue, match="active members"):
         e.execute("DROP CONSUMER GROUP `spark-1.x` ON t2")
     e.close()
+
+
+# ------------------------------------------------------- issue 13, item 5: a full disk never loses a commit
+
+WRITE_FAULTS = [("write", k) for k in FAULT_KINDS] + [("fsync", "enospc"), ("fsync", "eio")]
+
+
+@pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
+def test_a_fault_at_any_commit_never_loses_or_rewinds_an_acknowledged_commit(tmp_path, op, kind):
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    acked: dict[tuple[str, int], int] = {}
+    faults = Faults()
+    with faults.active():
+        for i in range(60):
+            key = ("t", i % 3)
+            if i % 4 == 1:  # every 4th commit meets a full disk
+                faults.fail_kind(op, kind)
+                with pytest.raises(StorageUnavailable):
+                    store.commit("g", [(key[0], key[1], Committed(1000 + i, 0, None, i))])
+                faults.clear()
+            else:
+                store.commit("g", [(key[0], key[1], Committed(1000 + i, 0, None, i))])
+                acked[key] = 1000 + i
+            assert {k[1:]: c.offset for k, c in store.items()} == acked  # nothing refused is visible
+    damage = DamageLog(tmp_path)
+    again = CommittedOffsets.open(path, damage)
+    assert {k[1:]: c.offset for k, c in again.items()} == acked and damage.records == []
+
+
+def test_a_torn_line_left_in_the_middle_does_not_drop_the_commits_after_it(tmp_path):
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    store.commit("g", [("t", 0, Committed(10, 0, None, 0))])
+    faults = Faults()
+    with faults.active():
+        faults.fail("write", short=True)  # half a line written ...
+        faults.fail("ftruncate", error=errno.EIO)  # ... and the disk would not cut it back
+        with pytest.raises(StorageUnavailable):
+            store.commit("g", [("t", 0, Committed(11, 0, None, 1))])
+        faults.clear()
+        for o in range(12, 40):
+            store.commit("g", [("t", 0, Committed(o, 0, None, o))])
+    damage = DamageLog(tmp_path)
+    again = CommittedOffsets.open(path, damage)
+    assert again.get("g", "t", 0).offset == 39  # 20,450 -> 2,850 was this bug
+    assert [d.reason for d in damage.records] == ["committed offsets: checksum mismatch"]  # the half line, kept aside
+
+
+def test_a_corrupt_line_in_the_middle_costs_that_line_only(tmp_path):
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    for p in range(10):
+        store.commit("g", [("t", p, Committed(p, 0, None, 0))])
+    data = bytearray(path.read_bytes())
+    data[data.index(b'"p":3') + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    damage = DamageLog(tmp_path)
+    again = CommittedOffsets.open(path, damage)
+    assert sorted(k[2] for k, _ in again.items()) == [p for p in range(10) if p != 3]
+    assert len(damage.records) == 1 and damage.records[0].kept
+    assert CommittedOffsets.open(path, DamageLog(tmp_path)).get("g", "t", 9).offset == 9  # rewritten clean
+
+
+def test_a_flipped_last_newline_keeps_the_last_commit(tmp_path):
+    """The sweep: the last commit silently went back (the line looked like a torn tail)."""
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    for o in range(3):
+        store.commit("g", [("t", 0, Committed(o, 0, None, o))])
+    data = path.read_bytes()
+    for bit in range(8):
+        path.write_bytes(data[:-1] + bytes([data[-1] ^ 1 << bit]))
+        damage = DamageLog(tmp_path)
+        assert CommittedOffsets.open(path, damage).get("g", "t", 0).offset == 2
+        [record] = damage.records
+        assert record.end == len(data) and record.action == "newline restored" and record.kept
+        again = DamageLog(tmp_path)
+        assert CommittedOffsets.open(path, again).get("g", "t", 0).offset == 2 and again.records == []
+
+
+@pytest.mark.parametrize("how", ["zero-filled", "zero-filled tail"])
+def test_zeros_are_reported_and_kept_never_taken_for_a_torn_line(tmp_path, how):
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    for p in range(3):
+        store.commit("g", [("t", p, Committed(p, 0, None, 0))])
+    data = path.read_bytes()
+    bad = bytes(len(data)) if how == "zero-filled" else data + bytes(512)
+    path.write_bytes(bad)
+    damage = DamageLog(tmp_path)
+    again = CommittedOffsets.open(path, damage)
+    assert len(list(again.items())) == (0 if how == "zero-filled" else 3)
+    [record] = damage.records
+    assert "zero bytes" in record.reason and (tmp_path / record.kept).read_bytes() == bad[record.start :]
+
+
+def test_the_log_is_compacted_while_running(tmp_path, monkeypatch):
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path)
+    n = 3 * COMPACT_FLOOR
+    for i in range(n):
+        store.commit("g", [("t", i % 2, Committed(i, 0, None, i))])
+        if i % 100 == 0:
+            assert path.read_bytes().count(b"\n") <= COMPACT_FLOOR + 3
+    monkeypatch.setattr(committed, "COMPACT_FLOOR", 5)
+    faults = Faults()
+    with faults.active():  # a compaction the disk refuses loses nothing: the commit itself was durable
+        faults.fail("replace", error=errno.ENOSPC, times=1000)
+        for i in range(n, n + 50):
+            store.commit("g", [("t", 0, Committed(i, 0, None, i))])
+        assert faults.injected >= 40 and path.read_bytes().count(b"\n") >= 50
+        faults.clear()
+        store.commit("g", [("t", 1, Committed(7, 0, None, 0))])
+    assert path.read_bytes().count(b"\n") == 2
+    again = CommittedOffsets.open(path)
+    assert again.get("g", "t", 0).offset == n + 49 and again.get("g", "t", 1).offset == 7

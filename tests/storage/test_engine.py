@@ -146,8 +146,9 @@ def test_topic_created_late_indexes_existing_wal_and_survives_index_loss(tmp_pat
     e.execute("CREATE TOPIC everything WITH META AS DATABASE db")
     assert e.indexes[("onlyx", 0)].end_offset == 5
     assert e.indexes[("everything", 0)].end_offset == 12  # 10 rows + 2 create-table meta records
+    oidx = e.indexes[("onlyx", 0)].path
     e.close()
-    (tmp_path / "db" / "db" / "vnode0" / "topics" / "onlyx.oidx").unlink()
+    oidx.unlink()
     e = Engine.open(tmp_path)
     assert e.indexes[("onlyx", 0)].end_offset == 5
     e.execute("INSERT INTO db.a VALUES (2000, 9)")
@@ -289,3 +290,16 @@ def test_show_topics_lists_kafka_native_topics(engine):
     engine.create_kafka_topic("native.t", 3, {})
     shown = {r[0]: r for r in rows(engine, "SHOW TOPICS")}
     assert shown["native.t"][5] == "kafka"
+
+
+def test_show_subscriptions_with_offsets_on_a_kafka_native_topic(engine):
+    """SHOW SUBSCRIPTIONS raised KeyError once a group committed on a Kafka-native topic (no evaluator)."""
+    from walgate.wire.records import encode_batch
+
+    engine.create_kafka_topic("native.s", 1, {})
+    engine.append_batches("native.s", 0, [encode_batch(0, [1000 + i for i in range(5)], [b"k"] * 5,
+                                                       [b"v%d" % i for i in range(5)], [[]] * 5)])
+    engine.commit_offsets("g", [("native.s", 0, 2, -1, None)], 0)
+    (row,) = rows(engine, "SHOW SUBSCRIPTIONS")
+    assert row[:3] == ["native.s", "g", 0] and row[4:] == [2, row[5], 3]
+    assert row[5] is not None

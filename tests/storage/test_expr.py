@@ -321,3 +321,45 @@ def test_referenced_columns() -> None:
         {"current", "location", "tbname", "ts", "phase", "voltage"}
     )
     assert referenced_columns(Binary("+", Lit(1), Call("abs", (Lit(2),)))) == frozenset()
+
+
+# ------------------------------------------------- total evaluation (issue 13, item 3)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("cast(location as int)", [None, None, None, None]),  # no string here is a number
+        ("cast('12x' as int)", None),
+        ("cast(current as tinyint)", [10, None, -2, 7]),  # truncated toward zero
+        ("cast(voltage as tinyint)", [None, None, None, -7]),  # 220 does not fit
+        ("cast(phase * 1e30 as bigint)", [None, None, None, None]),
+        ("cast(cast(voltage * 10000000000 as timestamp) as bigint)", [2_200_000_000_000, 2_180_000_000_000, None, -70_000_000_000]),
+        ("cast(voltage * 1000000000000000 as timestamp)", [None, None, None, None]),  # past year 9999 / before year 1
+    ],
+)
+def test_values_that_do_not_convert_are_null(sql: str, expected: Any) -> None:
+    assert evaluate(sql) == expected
+
+
+def test_rows_an_operation_fails_on_are_null_and_the_others_are_computed() -> None:
+    data = {"i": pa.array([125, 100, None, -128, 7], pa.int8())}
+    assert evaluate("round(i, -1)", data) == [None, 100, None, None, 10]  # 130 and -130 overflow a TINYINT
+    assert keep("round(i, -1) = 100", data) == [False, True, False, False, False]
+    many = {"i": pa.array([100] * 5_000 + [125] + [100] * 5_000, pa.int8())}
+    result = evaluate("round(i, -1)", many)
+    assert result[5_000] is None and result.count(None) == 1
+
+
+def test_many_failing_rows_cost_a_bounded_number_of_evaluations() -> None:
+    data = {"i": pa.array([125, 100] * 5_000, pa.int8())}
+    result = evaluate("round(i, -1)", data)  # past the budget a failing part is NULL whole: fast, deterministic
+    assert len(result) == 10_000 and result[0] is None and set(result) <= {None, 100}
+    assert evaluate("round(i, -1)", data) == result
+
+
+@pytest.mark.parametrize("sql", ["sqrt(location)", "location / 2", "pow(2, location)", "location % 2"])
+def test_arithmetic_on_strings_is_a_type_error_even_without_rows(sql: str) -> None:
+    empty = {name: value.slice(0, 0) if isinstance(value, pa.Array) else value for name, value in columns().items()}
+    with pytest.raises(InvalidValue, match="expected a number, got string"):
+        evaluate(sql, empty)

@@ -1,11 +1,16 @@
-"""Idempotent-producer rules per partition and durable producer id blocks."""
+"""Idempotent-producer rules per partition and durable producer id blocks (never handed out twice, even when\nthe file is damaged or the disk refuses a block)."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
+from faults import Faults
 
+from walgate.storage import lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.producers import DuplicateBatch, PartitionProducers, ProducerIds, SequenceError
 
 
@@ -61,10 +66,71 @@ def test_sequences_wrap_at_2_pow_31():
 
 
 def test_producer_ids_are_never_handed_out_twice_across_restarts(tmp_path: Path):
-    path = tmp_path / "producer_ids.json"
+    path = tmp_path / "producer_ids.log"
+    ProducerIds.create(path)
     first = ProducerIds(path)
     ids = [first.allocate() for _ in range(3)]
     assert ids == [0, 1, 2]
     again = ProducerIds(path)  # a restart skips the rest of the reserved block
     assert again.allocate() == ProducerIds.BLOCK
     assert ProducerIds(path).allocate() == 2 * ProducerIds.BLOCK
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\x00" * 20, b'{"next_block": 5}', b"3e6a1b2c {\"next_block\": 5}\n"])
+def test_a_damaged_producer_id_file_never_hands_an_id_out_twice(tmp_path: Path, garbage: bytes):
+    path = tmp_path / "producer_ids.log"
+    ProducerIds.create(path)
+    first = ProducerIds(path)
+    handed = [first.allocate() for _ in range(ProducerIds.BLOCK + 5)]  # two blocks reserved
+    path.write_bytes(garbage)
+    damage = DamageLog(tmp_path)
+    again = ProducerIds(path, damage)
+    assert again.allocate() > max(handed)
+    [record] = damage.records
+    assert record.action == "reset" and record.file == "producer_ids.log"
+
+
+def test_a_block_the_disk_refuses_hands_out_nothing(tmp_path: Path):
+    ProducerIds.create(tmp_path / "producer_ids.log")
+    ids = ProducerIds(tmp_path / "producer_ids.log")
+    faults = Faults()
+    with faults.active():
+        faults.fail("fsync", error=errno.ENOSPC)
+        with pytest.raises(StorageUnavailable):
+            ids.allocate()
+    assert ids.allocate() == 0 and ProducerIds(tmp_path / "producer_ids.log").allocate() == ProducerIds.BLOCK
+
+
+def test_the_engine_starts_producer_ids_above_every_one_its_wals_hold(tmp_path: Path):
+    from walgate.storage.engine import Engine
+    from walgate.wire.records import encode_batch
+
+    e = Engine.open(tmp_path)
+    e.create_kafka_topic("t", 1, {})
+    e.append_batches("t", 0, [encode_batch(0, [1], [None], [b"v"], producer_id=123_456, producer_epoch=0, base_sequence=0)])
+    e.close()
+    # no block reserved: only the WAL says 123456 is taken
+    assert lines.decode((tmp_path / "producer_ids.log").read_bytes()[:-1]) == {"next_block": 0}
+    e = Engine.open(tmp_path)
+    assert e.producer_ids.allocate() == 123_457
+    e.close()
+
+
+def test_a_lost_producer_id_file_never_hands_an_id_out_again(tmp_path: Path):
+    """A data dir has its producer_ids.log from creation on: a missing one was lost (the sweep's "delete
+    producer_ids.log" handed out id 1 again), recovered like a damaged one and reported."""
+    from walgate.storage.engine import Engine
+
+    e = Engine.open(tmp_path)
+    assert (tmp_path / "producer_ids.log").exists()
+    handed = [e.producer_ids.allocate() for _ in range(3)]
+    e.close()
+    (tmp_path / "producer_ids.log").unlink()
+    e = Engine.open(tmp_path)
+    assert e.producer_ids.allocate() > max(handed)
+    [record] = e.damage()
+    assert record.file == "producer_ids.log" and record.action == "reset" and "missing" in record.reason
+    e.close()
+    e = Engine.open(tmp_path)  # written again with the next block: nothing more to report
+    assert e.damage() == [] and e.producer_ids.allocate() > max(handed)
+    e.close()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walgate.storage.errors import InvalidValue, SqlSyntaxError, StorageError, Unsupported
+from walgate.storage.errors import InvalidValue, LimitExceeded, SqlSyntaxError, StorageError, Unsupported
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.sql.ast import (
@@ -43,7 +43,7 @@ from walgate.storage.sql.ast import (
     UseDatabase,
     Using,
 )
-from walgate.storage.sql.parser import parse
+from walgate.storage.sql.parser import MAX_EXPR_DEPTH, MAX_STATEMENT_CHARS, MAX_STATEMENT_TOKENS, parse
 
 TS = Column("ts", ColumnType("TIMESTAMP"))
 
@@ -515,6 +515,7 @@ def test_drop_topic() -> None:
         ("DROP CONSUMER GROUP IF EXISTS 'spark-x.1' ON tp", ast.DropConsumerGroup("spark-x.1", "tp", True)),
         ("drop consumer group `G-1` on tp", ast.DropConsumerGroup("G-1", "tp")),
         ("show subscriptions", Show("SUBSCRIPTIONS")),
+        ("SHOW QUARANTINE", Show("QUARANTINE")),
     ],
 )
 def test_show(sql: str, expected: Show) -> None:
@@ -589,9 +590,15 @@ def test_precedence_boolean() -> None:
     )
 
 
-def test_and_or_are_left_associative() -> None:
+def test_and_or_chains_fold_into_balanced_trees() -> None:
     assert where("a AND b AND c") == Binary("AND", Binary("AND", Col("a"), Col("b")), Col("c"))
     assert where("a OR b OR c") == Binary("OR", Binary("OR", Col("a"), Col("b")), Col("c"))
+    assert where("a OR b OR c OR d OR e") == Binary(
+        "OR", Binary("OR", Binary("OR", Col("a"), Col("b")), Binary("OR", Col("c"), Col("d"))), Col("e")
+    )
+    chain = where(" AND ".join(f"c{i} = {i}" for i in range(10_000)))  # issue 13, item 2: was 10,000 deep
+    assert ast.depth(chain) == 16  # 14 levels of AND, then "=", then the column
+    assert sum(isinstance(node, Col) for node in ast.walk(chain)) == 10_000
 
 
 def test_unary_minus() -> None:
@@ -655,13 +662,44 @@ def test_cast_to_unknown_type() -> None:
 def test_identifiers_case_and_backquotes() -> None:
     assert where("MyCol = 1 AND `MyCol` = 2 AND `with space` = 3 AND TBNAME = 'd1'") == Binary(
         "AND",
-        Binary(
-            "AND",
-            Binary("AND", Binary("=", Col("mycol"), Lit(1)), Binary("=", Col("MyCol"), Lit(2))),
-            Binary("=", Col("with space"), Lit(3)),
-        ),
-        Binary("=", Col("tbname"), Lit("d1")),
+        Binary("AND", Binary("=", Col("mycol"), Lit(1)), Binary("=", Col("MyCol"), Lit(2))),
+        Binary("AND", Binary("=", Col("with space"), Lit(3)), Binary("=", Col("tbname"), Lit("d1"))),
     )
+
+
+# ------------------------------------------------------------------ limits (issue 13, item 2)
+
+
+@pytest.mark.parametrize("nesting", ["NOT {}", "-({})", "abs({})", "CAST({} AS INT)", "({}) + 1"])
+def test_expression_depth_is_bounded(nesting: str) -> None:
+    """A 490-deep NOT chain crashed CPython; every kind of nesting counts, up to the limit and not one more."""
+    expr = "v"
+    while ast.depth(where(f"{expr} > 0")) < MAX_EXPR_DEPTH:
+        expr = nesting.format(expr)
+    assert ast.depth(where(f"{expr} > 0")) == MAX_EXPR_DEPTH
+    with pytest.raises(LimitExceeded, match=f"expression nested {MAX_EXPR_DEPTH + 1} levels deep: the limit is 64"):
+        parse(f"SELECT * FROM t WHERE {nesting.format(expr)} > 0")
+    with pytest.raises(LimitExceeded, match="nested"):  # the select list too, and topics
+        parse(f"CREATE TOPIC t AS SELECT {nesting.format(expr)} > 0 FROM m")
+
+
+def test_deep_parentheses_alone_do_not_count() -> None:
+    assert where("(" * 10_000 + "a = 1" + ")" * 10_000) == Binary("=", Col("a"), Lit(1))
+
+
+def test_statement_size_is_bounded_except_insert() -> None:
+    with pytest.raises(LimitExceeded, match=f"statement of {MAX_STATEMENT_CHARS + 1} characters"):
+        parse("SELECT * FROM t WHERE s = '" + "x" * (MAX_STATEMENT_CHARS - 27) + "'")
+    assert parse("SELECT * FROM t WHERE s = '" + "x" * (MAX_STATEMENT_CHARS - 28) + "'")
+    with pytest.raises(LimitExceeded, match=f"more than {MAX_STATEMENT_TOKENS} tokens"):
+        parse("SELECT * FROM t WHERE a IN (" + ",".join(["1"] * (MAX_STATEMENT_TOKENS // 2)) + ")")
+    big = parse("-- rows\n insert INTO t VALUES " + "(1, 'x')" * 140_000)  # 1.1 MB: the request size bounds it
+    assert isinstance(big, Insert) and len(big.targets[0].rows) == 140_000
+
+
+def test_lone_surrogates_are_refused() -> None:
+    with pytest.raises(SqlSyntaxError, match="not valid Unicode text: a lone surrogate at position 22"):
+        parse("SELECT * FROM t WHERE \ud800 = 1")
 
 
 def test_comments_and_whitespace() -> None:

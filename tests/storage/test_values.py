@@ -112,10 +112,36 @@ def test_bad_timestamp_strings(text: str) -> None:
 def test_timestamp_type_and_range_errors() -> None:
     assert bad(1.5, TS) == "invalid value for TIMESTAMP: 1.5 (expected epoch ticks, a date string or now)"
     assert bad(True, TS) == "invalid value for TIMESTAMP: True (expected epoch ticks, a date string or now)"
-    assert bad(2**63, TS) == f"invalid value for TIMESTAMP: {2**63} (out of the int64 range)"
+    assert bad(2**63, TS, "ns") == (
+        f"invalid value for TIMESTAMP: {2**63} (out of range: timestamps must be in years 0001-9999 and fit int64 "
+        f"ns ticks ({-(2**63)}..{2**63 - 1}))"
+    )
     assert coerce(2**63 - 1, TS, "ns", 0) == 2**63 - 1
-    assert "out of the int64 range of ns ticks" in bad("2262-04-12T00:00:00Z", TS, "ns")
+    assert "out of range" in bad("2262-04-12T00:00:00Z", TS, "ns")
     assert coerce("2262-04-11T23:47:16.854775807Z", TS, "ns", 0) == 2**63 - 1
+
+
+_YEAR_10000 = {"ms": 253_402_300_800_000, "us": 253_402_300_800_000_000}
+_YEAR_0 = {"ms": -62_135_596_800_001, "us": -62_135_596_800_000_001}
+
+
+@pytest.mark.parametrize("precision", ["ms", "us"])
+def test_timestamps_outside_years_1_to_9999_are_refused(precision: str) -> None:
+    """Issue 13, item 10: year 10000 was accepted, then SELECT answered 500 and topics served '<value out of range>'."""
+    for ticks in (_YEAR_10000[precision], _YEAR_0[precision], 2**62):
+        assert "out of range: timestamps must be in years 0001-9999" in bad(ticks, TS, precision)
+        assert "out of range" in bad(str(ticks), TS, precision)  # a string of digits is ticks too
+    assert coerce(_YEAR_10000[precision] - 1, TS, precision, 0) == _YEAR_10000[precision] - 1
+    assert coerce(_YEAR_0[precision] + 1, TS, precision, 0) == _YEAR_0[precision] + 1
+    assert "out of range" in bad("0001-01-01T00:00:00+00:01", TS, precision)  # 0000-12-31T23:59Z
+    assert coerce("9999-12-31T23:59:59.999999999Z", TS, precision, 0) == _YEAR_10000[precision] - 1
+    assert "'now+864000000000000000000b' (out of range" in bad(Now(86_400 * 10**9 * 10**7), TS, precision)  # +10^7 d
+    assert coerce(Now(86_400 * 10**9 * 10**6), TS, precision, NOW_NS) > 0  # now + 1000000d: year 4760
+
+
+def test_every_int64_is_a_valid_ns_timestamp() -> None:
+    assert coerce(-(2**63), TS, "ns", 0) == -(2**63)
+    assert "out of range" in bad(Now(2**63), TS, "ns")
 
 
 def test_huge_inputs_are_range_errors_with_short_messages() -> None:
@@ -152,10 +178,21 @@ def test_format_timestamp(ticks: int, precision: str, text: str) -> None:
 
 
 def test_format_timestamp_outside_years_1_to_9999() -> None:
-    with pytest.raises(ValueError, match="outside years 0001-9999"):
-        format_timestamp(253_402_300_800_000, "ms")
-    with pytest.raises(ValueError, match="outside years 0001-9999"):
-        format_timestamp(-62_135_596_800_001, "ms")
+    """Never accepted now, but a data dir written before may hold them: shown, never an error (SELECT was a 500)."""
+    assert format_timestamp(253_402_300_800_000, "ms") == "10000-01-01T00:00:00.000Z"
+    assert format_timestamp(-62_135_596_800_001, "ms") == "0000-12-31T23:59:59.999Z"
+    assert format_timestamp(-62_167_219_200_001, "ms") == "-0001-12-31T23:59:59.999Z"
+    assert format_timestamp(2**63 - 1, "us") == "294247-01-10T04:00:54.775807Z"
+
+
+@settings(max_examples=300, deadline=None)
+@given(days=st.integers(-(10**7), 10**7))
+def test_civil_calendar_agrees_with_datetime(days: int) -> None:
+    from datetime import date
+
+    ordinal = date(1970, 1, 1).toordinal() + days
+    if 1 <= ordinal <= date.max.toordinal():
+        assert format_timestamp(days * 86_400_000, "ms") == f"{date.fromordinal(ordinal).isoformat()}T00:00:00.000Z"
 
 
 _TICK_BOUNDS = {

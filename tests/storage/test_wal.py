@@ -90,7 +90,7 @@ def test_incomplete_batch_is_dropped_whole(tmp_path):
     wal.close()
 
 
-def test_corrupt_body_in_active_segment_truncates_with_log_line(tmp_path, caplog):
+def test_corrupt_body_of_the_last_entry_is_cut_and_its_versions_never_reused(tmp_path, caplog):
     wal = Wal.open(tmp_path, WalOptions())
     wal.append(_entries(2))
     wal.append(_entries(1))
@@ -101,7 +101,15 @@ def test_corrupt_body_in_active_segment_truncates_with_log_line(tmp_path, caplog
     seg.write_bytes(bytes(data))
     wal = Wal.open(tmp_path, WalOptions())
     assert "body checksum mismatch" in caplog.text
-    assert wal.next_version == 4
+    assert wal.next_version == 6  # versions 4 and 5 were acknowledged (and maybe read): a gap now
+    with pytest.raises(CorruptEntry):
+        wal.read(4)
+    wal.close()
+    assert seg.stat().st_size == 2 * (HEADER_SIZE + 10)
+    caplog.clear()
+    wal = Wal.open(tmp_path, WalOptions())  # the gap is kept (the cut segment is sealed), not reported again
+    assert wal.next_version == 6 and "damage" not in caplog.text and "wal " not in caplog.text
+    assert wal.append(_entries(1)) == 6
     wal.close()
 
 
@@ -206,8 +214,8 @@ def test_level2_period0_fsyncs_before_returning(tmp_path, monkeypatch):
 
 
 def test_level1_periodic_fsync_is_handed_out_and_survives_a_roll(tmp_path, monkeypatch):
-    """sync_due hands out the fsync instead of running it (the gateway runs it off the storage thread); its
-    descriptor is a duplicate, so a roll closing the segment in between does not matter."""
+    """sync_due hands out the fsync instead of running it (the gateway runs it off the storage thread); it opens
+    the segment itself when run, so a roll closing the WAL's descriptors in between does not matter."""
     synced = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
@@ -218,13 +226,13 @@ def test_level1_periodic_fsync_is_handed_out_and_survives_a_roll(tmp_path, monke
     wait, pending = lazy.sync_due(now + 2)
     assert wait == pytest.approx(1.0, abs=0.01) and pending is not None and pending.version == lazy.next_version
     assert synced == [] and lazy.durable_version == 0  # handed out, not run
-    segment = os.readlink(f"/proc/self/fd/{pending.fd}")
-    while len(lazy.segments) == 1:  # roll: the original descriptor is closed
+    segment = str(lazy.segments[-1].path)
+    while len(lazy.segments) == 1:  # roll: the WAL's descriptors of the segment are closed
         lazy.append(_entries(1))
+    fds = len(os.listdir("/proc/self/fd"))
     pending.run()
-    assert synced[-1] == segment
-    with pytest.raises(OSError):
-        os.fstat(pending.fd)  # run() closed its duplicate
+    assert synced[-1] == segment and pending.error is None
+    assert len(os.listdir("/proc/self/fd")) == fds  # run() closed the descriptor it opened
     pending.done()
     assert lazy.durable_version >= pending.version
     _, rest = lazy.sync_due(now + 10)  # what was appended after the roll

@@ -46,6 +46,28 @@ def test_partial_frames_wait_for_more():
     assert reader.feed(b"c\x00\x00\x00\x00") == [b"abc", b""]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=300) | st.integers(BIG_FRAME, BIG_FRAME + 5000).map(lambda n: b"b" * n),
+                    min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_next_size_names_the_incomplete_frame_and_only_its_bytes_are_held(bodies, data):
+    stream = _stream(bodies)
+    starts = [sum(4 + len(b) for b in bodies[:i]) for i in range(len(bodies) + 1)]
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))) + [len(stream)]
+    reader = FrameReader(10**7)
+    start = 0
+    for cut in cuts:
+        reader.feed(stream[start:cut])
+        start = cut
+        frame_start = max(s for s in starts if s <= cut)  # the frame being received begins here
+        assert cut - frame_start - 4 <= reader.buffered <= cut - frame_start  # (a big frame's size bytes are not kept)
+        i = starts.index(frame_start)
+        expected = len(bodies[i]) if i < len(bodies) and cut - frame_start >= 4 else None
+        assert reader.next_size == expected
+
+
 def test_too_large_is_raised_from_the_size_alone():
     reader = FrameReader(1000)
     with pytest.raises(FrameTooLarge) as info:

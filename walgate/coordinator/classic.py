@@ -932,14 +932,15 @@ class ClassicGroups:
     def remove_empty_groups(self, *, has_offsets: Callable[[str], bool], now_ms: int) -> list[str]:
         """Drop Empty groups without committed offsets (Kafka's periodic group cleanup); their ids.
 
-        The gateway calls this now and then (Kafka: every
-        ``offsets.retention.check.interval.ms``, 10 min) so groups of short-lived
-        consumers do not accumulate.
+        :meth:`GroupCoordinator.tick <walgate.coordinator.coordinator.GroupCoordinator.tick>` calls this every
+        ``offsets.retention.check.interval.ms`` so groups of short-lived consumers do not accumulate. Unlike
+        Kafka, a group with a member between its MEMBER_ID_REQUIRED answer and its second JoinGroup is kept
+        (that member's join timer drops it when it never comes back).
         """
         removed = [
             group_id
             for group_id, group in self._groups.items()
-            if group.is_in_state(GroupState.EMPTY) and not has_offsets(group_id)
+            if group.is_in_state(GroupState.EMPTY) and not group.pending_join_members and not has_offsets(group_id)
         ]
         for group_id in removed:
             self._remove_group(group_id, now_ms)

@@ -1008,6 +1008,13 @@ class ConsumerGroups:
         if group is not None and not group.members:
             del self._groups[group_id]
 
+    def remove_empty_groups(self, *, has_offsets: Callable[[str], bool]) -> list[str]:
+        """Drop groups without members or committed offsets (Kafka's periodic group cleanup); their ids."""
+        removed = [group_id for group_id, group in self._groups.items() if not group.members and not has_offsets(group_id)]
+        for group_id in removed:
+            del self._groups[group_id]
+        return removed
+
     def offset_commit_error(
         self, group_id: str, member_id: str, member_epoch: int, *, consumer_protocol_version: bool
     ) -> ErrorCode | None:

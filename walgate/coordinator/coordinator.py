@@ -13,12 +13,20 @@ last consumer-protocol member leaves: its classic members keep being served
 as such (clients cannot tell; only the assignor differs).
 Committed offsets belong to the group id, not to the type, so they survive
 a conversion.
+
+Group cleanup (Kafka's ``cleanupGroupMetadata``, every
+``offsets.retention.check.interval.ms``): :meth:`GroupCoordinator.tick` drops
+the groups of either type that have no members and no committed offsets, so
+short-lived consumers do not leave groups behind. Kafka drops an Empty group
+once its offsets have expired; walgate keeps committed offsets (they are the
+TDengine subscription's progress), so a group with offsets stays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Callable
+import logging
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Callable, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -28,16 +36,30 @@ from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE
 from walgate.coordinator.group import join_response
 
-__all__ = ["GroupCoordinator"]
+__all__ = ["GroupCoordinator", "CLEANUP_INTERVAL_MS"]
+
+log = logging.getLogger("walgate.groups")
+
+CLEANUP_INTERVAL_MS: Final = 600_000
+"""Kafka's ``offsets.retention.check.interval.ms`` default: how often empty groups are looked for."""
 
 
 class GroupCoordinator:
     """The classic and the consumer-protocol groups of this node (pure, on an injected clock)."""
 
-    def __init__(self, classic: ClassicGroups | None = None, consumer: ConsumerGroups | None = None) -> None:
+    def __init__(
+        self,
+        classic: ClassicGroups | None = None,
+        consumer: ConsumerGroups | None = None,
+        *,
+        cleanup_interval_ms: int = CLEANUP_INTERVAL_MS,
+        now_ms: int = 0,
+    ) -> None:
         self.classic = classic or ClassicGroups()
         self.consumer = consumer or ConsumerGroups()
         self.consumer._is_classic_group_in_use = self._classic_has_members
+        self.cleanup_interval_ms = cleanup_interval_ms
+        self._next_cleanup_ms = now_ms + cleanup_interval_ms
 
     def _classic_has_members(self, group_id: str) -> bool:
         group = self.classic.group(group_id)
@@ -45,13 +67,31 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ time
 
-    def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.classic.next_deadline(), self.consumer.next_deadline()) if d is not None]
-        return min(deadlines, default=None)
+    def next_deadline(self) -> int:
+        """When :meth:`tick` next has something to do: a group timer or the next cleanup."""
+        deadlines = (self.classic.next_deadline(), self.consumer.next_deadline(), self._next_cleanup_ms)
+        return min(d for d in deadlines if d is not None)
 
-    def tick(self, now_ms: int) -> list[Completion]:
+    def tick(self, now_ms: int, *, offset_groups: Callable[[], Collection[str]] = frozenset) -> list[Completion]:
+        """Fire the timers due at *now_ms* and, when due, the cleanup; the parked requests answered.
+
+        *offset_groups* returns the ids of the groups with committed offsets; it is called only by a cleanup.
+        """
         self.consumer.tick(now_ms)
-        return self.classic.tick(now_ms)
+        completions = self.classic.tick(now_ms)
+        if now_ms >= self._next_cleanup_ms:
+            self._next_cleanup_ms = now_ms + self.cleanup_interval_ms
+            self.remove_empty_groups(offset_groups().__contains__, now_ms)
+        return completions
+
+    def remove_empty_groups(self, has_offsets: Callable[[str], bool], now_ms: int) -> list[str]:
+        """Drop the groups of either type without members or committed offsets; their ids."""
+        removed = self.classic.remove_empty_groups(has_offsets=has_offsets, now_ms=now_ms)
+        removed += self.consumer.remove_empty_groups(has_offsets=has_offsets)
+        if removed:
+            log.info("removed %d empty group(s) without committed offsets: %s", len(removed),
+                     ", ".join(map(repr, removed[:20])) + (", ..." if len(removed) > 20 else ""))
+        return removed
 
     # ------------------------------------------------------------------ membership
 

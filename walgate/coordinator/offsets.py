@@ -14,8 +14,8 @@ a *plan* — the response plus what to write (:class:`OffsetCommitRecord` s, or
 the partitions whose offsets to delete). They do not touch the store. The
 gateway then applies the plan on the storage thread (``store.commit(records)``,
 ``store.delete(...)``, durable before returning) and only then sends the
-response; if the store fails, :meth:`OffsetCommitPlan.failed` gives the response
-with the store's error in place of NONE. The store is the one place committed
+response; a partition the store refused gets its error in place of NONE
+(:meth:`OffsetCommitPlan.failed`), the others are stored. The store is the one place committed
 offsets live: its start-up recovery rebuilds them from the WAL, so live and
 recovered state cannot drift, and nothing here keeps a copy.
 
@@ -113,8 +113,9 @@ class OffsetCommitRecord:
 class OffsetStore(Protocol):
     """Durable committed offsets per (group, topic, partition)."""
 
-    def commit(self, records: Sequence[OffsetCommitRecord]) -> None:
-        """Store *records* durably, all or none, before returning; later ones for a partition win."""
+    def commit(self, records: Sequence[OffsetCommitRecord]) -> list[Exception | None]:
+        """Store *records* durably before returning; per record, None or the error that refused it (the others are
+        stored). Later records for a partition win."""
         ...
 
     def fetch(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
@@ -158,8 +159,9 @@ class OffsetCommitPlan:
     response: dict[str, Any]
     records: tuple[OffsetCommitRecord, ...]
 
-    def failed(self, error: ErrorCode) -> dict[str, Any]:
-        """The response to send when storing the records failed with *error*."""
+    def failed(self, errors: Mapping[tuple[str, int], ErrorCode]) -> dict[str, Any]:
+        """The response to send when the store refused the records of some partitions: *errors* by (topic,
+        partition) in place of their NONE."""
         return {
             "topics": [
                 {
@@ -167,7 +169,7 @@ class OffsetCommitPlan:
                     "partitions": [
                         {
                             "partition_index": p["partition_index"],
-                            "error_code": error if p["error_code"] is ErrorCode.none else p["error_code"],
+                            "error_code": errors.get((topic["name"], p["partition_index"]), p["error_code"]),
                         }
                         for p in topic["partitions"]
                     ],

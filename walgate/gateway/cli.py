@@ -1,6 +1,7 @@
 """The ``walgate`` command line.
 
-- ``walgate serve``  — run a node (HTTP API now; the Kafka port is reserved for the Kafka listener).
+- ``walgate serve``  — run a node (HTTP API and Kafka listener); it first raises the soft limit on open files
+  to the hard limit (logged).
 - ``walgate sql``    — run SQL against a running node over HTTP and print the results.
 - ``walgate ingest`` — post a line-protocol or CSV file to a running node.
 - ``walgate demo``   — the one-command quick start: a throw-away node, the classic
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import resource
 import sys
 import tempfile
 import urllib.error
@@ -167,6 +169,30 @@ def _fail(message: str, code: int = 1) -> int:
 # ------------------------------------------------------------------ commands
 
 
+def _raise_open_files_limit() -> None:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (or the kernel's ``nr_open`` when the hard limit is
+    unlimited), as Kafka's documentation tells operators to, and log the limit in force.
+
+    Failure to raise it is logged, not fatal. ``serve`` calls it before importing the server, so the storage
+    layer sizes its cache of open files after it.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            target = soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
+        else:
+            soft = target
+    log.info("open files limit: %s (hard limit %s)", soft, "unlimited" if hard == resource.RLIM_INFINITY else hard)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     overrides = {field.name: getattr(args, field.name) for field in fields(Config)}  # None = flag not given
     try:
@@ -174,6 +200,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return _fail(str(e), 2)
     logging.basicConfig(level=config.log_level, format=_LOG_FORMAT, stream=sys.stderr)
+    _raise_open_files_limit()
     import uvloop
 
     from walgate.gateway import malloc
@@ -269,6 +296,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--batch-cache-bytes", type=int, metavar="N", help="rendered Kafka batches kept for re-reads (default 256 MiB)")
     serve.add_argument("--connections-max-idle-ms", type=int, metavar="MS",
                        help="close Kafka connections idle this long (default 600000, as Kafka)")
+    serve.add_argument("--queued-max-request-bytes", type=int, metavar="N",
+                       help="Kafka request bytes read or being handled, all connections together; a connection "
+                            "waits for room before reading more (default 100 MiB, at least --max-request-bytes)")
+    serve.add_argument("--request-read-timeout-ms", type=int, metavar="MS",
+                       help="close a Kafka connection whose request is not received in full this long after it "
+                            "began (default 30000)")
+    serve.add_argument("--listen-backlog", type=int, metavar="N",
+                       help="Kafka listen backlog (default 4096; the kernel caps it at net.core.somaxconn)")
+    serve.add_argument("--max-partitions", type=int, metavar="N",
+                       help="partitions of all topics and databases together (default 10000)")
     for name, default in (
         ("group-initial-rebalance-delay-ms", "2000: TDengine's rebalance tick"),
         ("group-min-session-timeout-ms", "6000"),

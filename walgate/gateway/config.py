@@ -8,6 +8,10 @@ Precedence, lowest to highest (a later source overrides an earlier one, field by
 3. ``WALGATE_<FIELD>`` environment variables (e.g. ``WALGATE_HTTP_PORT=6041``);
 4. command-line flags (only those actually given).
 
+``queued_max_request_bytes`` (Kafka's ``queued.max.request.bytes``, unbounded in Kafka) defaults to
+:data:`QUEUED_MAX_REQUEST_BYTES` or ``max_request_bytes`` if larger, and may not be set below
+``max_request_bytes`` (a request of the largest accepted size must fit).
+
 ``advertised_host`` / ``advertised_port`` default to ``host`` / ``kafka_port``: they
 are what the Kafka Metadata response will name, so a node behind NAT or in a
 container can announce a reachable address. Port 0 means "any free port" (the
@@ -24,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX"]
+__all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES"]
 
 ENV_PREFIX = "WALGATE_"
+QUEUED_MAX_REQUEST_BYTES = 100 << 20
+"""Default bound on the bytes of Kafka requests being read or handled, over all connections."""
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -48,6 +54,12 @@ class Config:
     max_request_bytes: int = 16 << 20
     batch_cache_bytes: int = 256 << 20  # rendered Kafka record batches kept for re-reads
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms: idle Kafka connections are closed
+    # Kafka's queued.max.request.bytes: request bytes read or being handled, all connections together; a
+    # connection whose next request does not fit stops reading until others finish (None: see module doc)
+    queued_max_request_bytes: int | None = None
+    request_read_timeout_ms: int = 30_000  # a Kafka request begun but not received in full by then: close
+    listen_backlog: int = 4096  # Kafka's socket.listen.backlog.size; the kernel caps it at net.core.somaxconn
+    max_partitions: int = 10_000  # partitions (vnodes) of all databases and topics together
     # Consumer groups (Kafka's broker settings; TDengine's 2 s rebalance tick and 6 s - 30 min session range).
     group_initial_rebalance_delay_ms: int = 2_000
     group_min_session_timeout_ms: int = 6_000
@@ -65,15 +77,25 @@ class Config:
             object.__setattr__(self, "advertised_host", self.host)
         if self.advertised_port is None:
             object.__setattr__(self, "advertised_port", self.kafka_port)
+        queued = self.queued_max_request_bytes
+        if queued is None:
+            queued = max(QUEUED_MAX_REQUEST_BYTES, self.max_request_bytes)
+            object.__setattr__(self, "queued_max_request_bytes", queued)
         for name in ("kafka_port", "http_port", "advertised_port"):
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name} must be in 0..65535, got {port}")
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
-        for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms"):
+        for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
+                     "listen_backlog", "max_partitions"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if queued < self.max_request_bytes:
+            raise ConfigError(
+                f"queued_max_request_bytes ({queued}) must be >= max_request_bytes "
+                f"({self.max_request_bytes})"
+            )
         if not 0 <= self.auto_create_topic_partitions <= 1024:
             raise ConfigError(f"auto_create_topic_partitions must be in 0..1024, got {self.auto_create_topic_partitions}")
         if self.group_initial_rebalance_delay_ms < 0:

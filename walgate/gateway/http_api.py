@@ -13,19 +13,29 @@ Routes:
   ``X-Walgate-Rows`` header.
 - ``POST /csv/v1/write?db=D&table=T`` or ``&stable=ST``: CSV with a header row;
   answers ``{"code": 0, "rows": n}``.
-- ``GET /healthz``: ``{"status": "ok"}``.
+- ``GET /healthz``: ``{"status": "ok", "quarantined": [...]}``, always 200
+  while the server serves: damage found in the data dir (``engine.damage()``:
+  file, byte range, reason, action, the copy kept, WAL versions lost) was
+  quarantined and everything intact is served, so a liveness probe must not
+  restart the server over it; the list tells operators what was lost.
 
-Errors are JSON ``{"code": <int>, "desc": "<message>"}``: 400 for bad input
-(a :class:`StorageError`; the engine guarantees nothing was written), 413 for a
-body above ``max_request_bytes`` (refused from ``Content-Length`` before it is
-read, or as soon as reading passes the limit; nothing written), 500 for anything
-unexpected (logged with its traceback). Handlers stay thin: every engine call
-goes through the :class:`StorageThread`.
+Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
+400 for bad input or a configured limit (a :class:`StorageError`, e.g.
+:class:`LimitExceeded` with its message; the engine guarantees nothing was
+written), 413 for a body above ``max_request_bytes`` (refused from
+``Content-Length`` before it is read, or as soon as reading passes the limit;
+nothing written), 503 when the disk refused a write
+(:class:`StorageUnavailable`, or an ``OSError`` the storage layer let through;
+nothing kept, retry later), 500 with TDengine's "WAL file is corrupted" code
+for stored data that fails its checksum, 500 for anything unexpected (logged
+with its traceback). Handlers stay thin: every engine call goes through the
+:class:`StorageThread`.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -34,13 +44,15 @@ from aiohttp.typedefs import Handler
 
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, Result
-from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError
+from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
+from walgate.storage.wal import CorruptEntry
 
-__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "ROWS_HEADER"]
+__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER"]
 
 log = logging.getLogger(__name__)
 
 INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
+WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
 
 _ENGINE = web.AppKey("engine", Engine)
@@ -116,7 +128,9 @@ async def _csv_write(request: web.Request) -> web.Response:
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    return _json(200, {"status": "ok"})
+    app = request.app
+    damage = await app[_STORAGE].call(app[_ENGINE].damage)
+    return _json(200, {"status": "ok", "quarantined": [asdict(d) for d in damage]})
 
 
 # ------------------------------------------------------------------- helpers
@@ -134,10 +148,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _too_large(None, limit)
     except RequestTooLarge as e:
         return _error(413, e.code, e.message)
+    except StorageUnavailable as e:
+        return _error(503, e.code, e.message)
     except StorageError as e:
         return _error(400, e.code, e.message)
-    except web.HTTPException:
+    except (web.HTTPException, ConnectionError):  # ConnectionError: the client went away, aiohttp's to handle
         raise
+    except OSError as e:
+        log.warning("storage error serving %s %s: %s", request.method, request.path_qs, e)
+        return _error(503, StorageUnavailable.code, f"storage error: {e}")
+    except CorruptEntry as e:
+        log.warning("damaged data serving %s %s: %s", request.method, request.path_qs, e)
+        return _error(500, WAL_FILE_CORRUPTED, f"WAL file is corrupted: {e}")
     except Exception as e:
         log.exception("unexpected error serving %s %s", request.method, request.path_qs)
         return _error(500, INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}")

@@ -1,6 +1,6 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
-Start-up: open the engine (on the storage thread), start the HTTP and Kafka
+Start-up: open the engine (on the storage thread, with ``max_partitions``), start the HTTP and Kafka
 listeners, start the WAL sync task, then log exactly one
 ``walgate ready http=HOST:PORT kafka=HOST:PORT`` line (ports as actually bound,
 so port 0 works; Kafka clients are told the advertised address, which defaults
@@ -27,11 +27,11 @@ from aiohttp import web
 
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
-from walgate.coordinator.coordinator import GroupCoordinator
+from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import make_app
 from walgate.gateway.kafka.broker import BatchCache, Broker
-from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.groups import GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.storage_thread import StorageThread
@@ -73,7 +73,7 @@ class Gateway:
         log.debug("starting with %r", cfg)
         try:
             self._engine = await self._storage.call(
-                Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes
+                Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions
             )
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes),
@@ -111,6 +111,7 @@ class Gateway:
                     heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                     session_timeout_ms=cfg.group_consumer_session_timeout_ms,
                 ),
+                now_ms=now_ms(),
             )),
         )
         broker.configs = {
@@ -121,6 +122,9 @@ class Gateway:
             "message.max.bytes": "1048588",
             "socket.request.max.bytes": str(cfg.max_request_bytes),
             "connections.max.idle.ms": str(cfg.connections_max_idle_ms),
+            "queued.max.request.bytes": str(cfg.queued_max_request_bytes),
+            "socket.listen.backlog.size": str(cfg.listen_backlog),
+            "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             "log.retention.ms": "604800000",
             "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
@@ -129,7 +133,15 @@ class Gateway:
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
-        server = KafkaServer(broker, cfg.max_request_bytes, cfg.connections_max_idle_ms)
+        assert cfg.queued_max_request_bytes is not None  # Config fills it in
+        server = KafkaServer(
+            broker,
+            cfg.max_request_bytes,
+            cfg.connections_max_idle_ms,
+            queued_max_request_bytes=cfg.queued_max_request_bytes,
+            request_read_timeout_ms=cfg.request_read_timeout_ms,
+            listen_backlog=cfg.listen_backlog,
+        )
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
         if not broker.port:
             broker.port = self.kafka_address[1]

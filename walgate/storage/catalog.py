@@ -1,29 +1,67 @@
 """The mnode catalog: databases, supertables and topics, persisted as a replayed log.
 
-Every change is one JSON line appended to ``catalog.jsonl`` and fsynced
-before the statement returns; opening the catalog replays the file through
-the same :meth:`Catalog.apply` that live changes use, so live and recovered
-state cannot drift. A torn last line (crash while appending) is dropped.
+Every change is one record appended to ``catalog.log`` (a checksummed JSON line, :mod:`walgate.storage.lines`)
+and fsynced before the statement returns; opening the catalog replays the file through the same
+:meth:`Catalog.apply` that live changes use, so live and recovered state cannot drift.
 
-Tables (subtables and normal tables) are not here: they live in the vnode
-their name hashes to, created by meta entries of that vnode's WAL
-(see vnode.py), as in TDengine.
+Crash and damage rules:
+
+* a change is applied in memory only once its record is durable: when the disk refuses the append, the file is
+  cut back (:func:`walgate.storage.fileio.append_file`), memory is as before and the caller gets
+  :class:`~walgate.storage.errors.StorageUnavailable` (the next record then starts with a ``\\n``, so it never
+  joins a torn tail the cut could not remove);
+* a torn last record (a crash while appending: at most one partial record without its ``\\n``,
+  :func:`walgate.storage.lines.scan`) is dropped silently and cut off; nothing else is ever dropped unreported;
+* a last record whose ``\\n`` is damaged is replayed and reported (the rewrite below restores the ``\\n``);
+* a complete record that fails its checksum, bytes after the last ``\\n`` that are no torn record (zeros,
+  garbage: e.g. a zero-filled file), or a record that verifies but cannot be applied (unknown op, missing or
+  mistyped keys, a drop or change of something unknown, a reference to an unknown database), is reported to the
+  :class:`~walgate.storage.damage.DamageLog` (its bytes kept in ``quarantine/``) and skipped; every other record is
+  replayed, and the file is then rewritten (atomically) from the replayed state, so the damage is reported once.
+  The engine also reports ``db/<id>`` directories that no record names (a lost ``catalog.log``, or a crash between
+  creating a database's directory and recording it): never deleted, not served.
+
+Databases have an internal ``id`` (32 hex digits, :func:`walgate.storage.names.new_db_id`): their directory is
+``db/<id>/``, never a name. Names are validated when created (:mod:`walgate.storage.names`), never on replay.
+The partitions of all databases (the sum of their VGROUPS, one vnode each) are capped by ``max_partitions``:
+a change that would exceed it raises :class:`~walgate.storage.errors.LimitExceeded` before anything is written;
+the cap is not checked on replay, so a data dir that was accepted always opens again.
+
+Tables (subtables and normal tables) are not here: they live in the vnode their name hashes to, created by meta
+entries of that vnode's WAL (see vnode.py), as in TDengine.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound
+from walgate.storage import fileio, lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
+from walgate.storage.kafka_topics import validate_topic_name
+from walgate.storage.names import (
+    is_db_id,
+    is_topic_id,
+    new_db_id,
+    validate_column_name,
+    validate_database_name,
+    validate_sql_topic_name,
+    validate_table_name,
+)
 from walgate.storage.schema import Column, ColumnType
 
-__all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "column_to_json", "column_from_json"]
+__all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "column_to_json",
+           "column_from_json"]
+
+log = logging.getLogger("walgate.catalog")
+
+MAX_PARTITIONS = 10_000
+"""Default cap on the vnodes (partitions) of all databases together: each holds descriptors and memory."""
 
 DB_DEFAULTS: dict[str, int | str] = {
     "VGROUPS": 2,
@@ -42,6 +80,7 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "WAL_RETENTION_SIZE": (-1, 2**31 - 1),
     "WAL_SEGMENT_SIZE": (0, 2**20),
 }
+_TOPIC_KINDS = ("database", "stable", "select")
 
 
 @dataclass(frozen=True)
@@ -49,6 +88,7 @@ class DatabaseDef:
     name: str
     options: dict[str, int | str]
     created_ms: int
+    id: str  # the name of its directory, db/<id>/ (never the database's name)
 
     @property
     def vgroups(self) -> int:
@@ -84,7 +124,7 @@ class TopicDef:
     source: str  # stable / table name ("" for database and Kafka-native topics)
     with_meta: bool
     sql: str
-    topic_id: str  # stable UUID (Kafka topic id)
+    topic_id: str  # stable UUID (Kafka topic id); names the topic's index files
     created_ms: int
     configs: dict[str, str] = field(default_factory=dict)  # Kafka topic configs as set (Kafka-native topics)
 
@@ -97,70 +137,217 @@ def column_from_json(raw: list[Any]) -> Column:
     return Column(raw[0], ColumnType(raw[1], raw[2]))
 
 
+class _Invalid(ValueError):
+    """A catalog record that cannot be applied."""
+
+
+def _get(r: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = r.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise _Invalid(f"{key!r} is {value!r}")
+    return value
+
+
+def _options(r: dict[str, Any]) -> dict[str, int | str]:
+    options = _get(r, "options", dict)
+    for key in DB_DEFAULTS:
+        value = options.get(key)
+        if key == "PRECISION":
+            if value not in ("ms", "us", "ns"):
+                raise _Invalid(f"option PRECISION is {value!r}")
+        elif not isinstance(value, int) or isinstance(value, bool) or (key == "VGROUPS" and value < 1):
+            raise _Invalid(f"option {key} is {value!r}")
+    return options
+
+
+def _columns(r: dict[str, Any], key: str) -> tuple[Column, ...]:
+    raw = _get(r, key, list)
+    try:
+        return tuple(column_from_json(c) for c in raw)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise _Invalid(f"{key!r}: {exc}") from None
+
+
+def _check_columns(columns: tuple[Column, ...], old: tuple[Column, ...] = ()) -> None:
+    """Validate the names of ``columns`` that are new (not in ``old``): names already stored are never re-checked."""
+    for c in columns:
+        if c not in old:
+            validate_column_name(c.name)
+
+
 @dataclass
 class Catalog:
     path: Path
+    damage: DamageLog | None = None
+    max_partitions: int = MAX_PARTITIONS
     databases: dict[str, DatabaseDef] = field(default_factory=dict)
     stables: dict[tuple[str, str], StableDef] = field(default_factory=dict)
     topics: dict[str, TopicDef] = field(default_factory=dict)
+    _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
-    def open(cls, path: Path) -> "Catalog":
-        cat = cls(path)
-        if path.exists():
-            lines = path.read_bytes().split(b"\n")
-            good = 0
-            for line in lines:
-                if not line:
-                    continue
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    break  # torn last line
+    def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS) -> "Catalog":
+        """Replay ``path`` (see the module docstring): never refuses to open, whatever the file holds."""
+        cat = cls(path, damage, max_partitions)
+        data = path.read_bytes() if path.exists() else b""
+        scan = lines.scan(data)
+        damaged = False
+        for bad in scan.bad:
+            cat._report(bad.start, bad.end, f"catalog record: {bad.reason}", data,
+                        "newline restored" if bad.repaired else "skipped")
+            damaged = True
+        for start, end, record in scan.records:
+            try:
                 cat.apply(record)
-                good += len(line) + 1
-            if good < path.stat().st_size:
-                os.truncate(path, good)
+            except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
+                cat._report(start, end, f"catalog record cannot be applied: {exc}", data)
+                damaged = True
+        if damaged:
+            try:
+                cat.rewrite()
+            except OSError as exc:
+                log.error("%s: could not rewrite the catalog without its damaged records: %s", path, exc)
+                cat._pad = b"\n"
+        elif scan.complete < len(data):
+            log.info("%s: dropping a torn last record (%d bytes)", path, len(data) - scan.complete)
+            cat._cut(scan.complete)
         return cat
 
+    def _report(self, start: int, end: int, reason: str, data: bytes, action: str = "skipped") -> None:
+        if self.damage is None:
+            log.warning("%s bytes [%d, %d): %s; %s", self.path, start, end, reason, action)
+        else:
+            self.damage.report(self.path, start, end, reason, action, data[start:end])
+
+    def _cut(self, size: int) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                fileio.truncate(fd, size)
+                fileio.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.error("%s: could not cut a torn record off: %s", self.path, exc)
+            self._pad = b"\n"
+
     def _commit(self, record: dict[str, Any]) -> None:
-        """Persist then apply one change (fsynced before returning)."""
-        with open(self.path, "ab") as f:
-            f.write(orjson.dumps(record) + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
+        saved = dict(self.databases), dict(self.stables), dict(self.topics)
         self.apply(record)
+        try:
+            fileio.append_file(self.path, self._pad + lines.encode(record))
+        except OSError as exc:
+            self.databases, self.stables, self.topics = saved
+            self._pad = b"\n"
+            raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
+        self._pad = b""
+
+    def records(self) -> list[dict[str, Any]]:
+        """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
+        kafka = [t for t in self.topics.values() if t.kind == "kafka"]
+        kafka_dbs = {t.db for t in kafka}
+        out: list[dict[str, Any]] = [
+            {"op": "create_db", "name": d.name, "id": d.id, "options": d.options, "created_ms": d.created_ms}
+            for d in self.databases.values() if d.name not in kafka_dbs
+        ]
+        for t in kafka:
+            d = self.databases[t.db]
+            out.append({"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
+                        "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms})
+        out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()]
+        out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
+                 "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
+                for t in self.topics.values() if t.kind != "kafka"]
+        return out
+
+    def rewrite(self) -> None:
+        """Replace the file by the records of the current state (atomically: the old file or the new one)."""
+        fileio.replace_file(self.path, b"".join(lines.encode(r) for r in self.records()))
+        self._pad = b""
 
     def apply(self, r: dict[str, Any]) -> None:
-        """Apply one change record: the only way catalog state changes."""
-        op = r["op"]
+        """Apply one change record: the only way catalog state changes. Raises (changing nothing) when the record
+        cannot be applied."""
+        if not isinstance(r, dict):
+            raise _Invalid(f"not an object: {r!r}")
+        op = r.get("op")
         if op == "create_db":
-            self.databases[r["name"]] = DatabaseDef(r["name"], r["options"], r["created_ms"])
+            name, db_id = _get(r, "name", str), r.get("id")
+            if name in self.databases:
+                raise _Invalid(f"database {name} exists")
+            if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
+                raise _Invalid(f"bad or duplicate database id {db_id!r}")
+            self.databases[name] = DatabaseDef(name, _options(r), _get(r, "created_ms", int), db_id)
         elif op == "drop_db":
-            self.databases.pop(r["name"], None)
-            self.stables = {k: v for k, v in self.stables.items() if k[0] != r["name"]}
-            self.topics = {k: v for k, v in self.topics.items() if v.db != r["name"]}
+            name = self._known_db(r, "name")
+            self.databases.pop(name)
+            self.stables = {k: v for k, v in self.stables.items() if k[0] != name}
+            self.topics = {k: v for k, v in self.topics.items() if v.db != name}
         elif op in ("create_stable", "alter_stable"):
-            cols = tuple(column_from_json(c) for c in r["columns"])
-            tags = tuple(column_from_json(c) for c in r["tags"])
-            self.stables[(r["db"], r["name"])] = StableDef(r["db"], r["name"], cols, tags, r["created_ms"])
+            db, name = self._known_db(r, "db"), _get(r, "name", str)
+            if (op == "alter_stable") != ((db, name) in self.stables):
+                raise _Invalid(f"{op} of {'an unknown' if op == 'alter_stable' else 'an existing'} supertable {db}.{name}")
+            cols, tags = _columns(r, "columns"), _columns(r, "tags")
+            self.stables[(db, name)] = StableDef(db, name, cols, tags, _get(r, "created_ms", int))
         elif op == "drop_stable":
-            self.stables.pop((r["db"], r["name"]), None)
+            key = (self._known_db(r, "db"), _get(r, "name", str))
+            if key not in self.stables:
+                raise _Invalid(f"drop of an unknown supertable {key[0]}.{key[1]}")
+            del self.stables[key]
         elif op == "create_topic":
-            self.topics[r["name"]] = TopicDef(**{k: v for k, v in r.items() if k != "op"})
+            name, kind = _get(r, "name", str), r.get("kind")
+            if name in self.topics or kind not in _TOPIC_KINDS or not self._new_topic_id(r):
+                raise _Invalid(f"topic {name}: exists, or bad kind {kind!r} or topic id")
+            self.topics[name] = TopicDef(name, kind, self._known_db(r, "db"), _get(r, "source", str),
+                                         _get(r, "with_meta", bool), _get(r, "sql", str), r["topic_id"],
+                                         _get(r, "created_ms", int))
         elif op == "drop_topic":
-            self.topics.pop(r["name"], None)
+            if self.topics.pop(_get(r, "name", str), None) is None:
+                raise _Invalid(f"drop of an unknown topic {r['name']}")
         elif op == "alter_kafka_topic":
-            topic = self.topics[r["name"]]
-            self.topics[r["name"]] = replace(topic, configs=r["configs"])
+            topic = self.topics.get(_get(r, "name", str))
+            if topic is None or topic.kind != "kafka":
+                raise _Invalid(f"alter of an unknown Kafka-native topic {r['name']}")
+            options, configs = _options(r), _get(r, "configs", dict)
             old = self.databases[topic.db]
-            self.databases[topic.db] = DatabaseDef(old.name, r["options"], old.created_ms)
+            self.topics[topic.name] = replace(topic, configs=configs)
+            self.databases[topic.db] = replace(old, options=options)
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
-            self.databases[r["db"]] = DatabaseDef(r["db"], r["options"], r["created_ms"])
-            self.topics[r["name"]] = TopicDef(r["name"], "kafka", r["db"], "", False, "", r["topic_id"],
-                                              r["created_ms"], r["configs"])
+            name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
+            if name in self.topics or db in self.databases or not self._new_topic_id(r):
+                raise _Invalid(f"Kafka-native topic {name}: it or its database {db} exists, or bad topic id")
+            if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
+                raise _Invalid(f"bad or duplicate database id {db_id!r}")
+            options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
+            self.databases[db] = DatabaseDef(db, options, created, db_id)
+            self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
         else:
-            raise ValueError(f"unknown catalog record {op!r}")
+            raise _Invalid(f"unknown catalog record {op!r}")
+
+    def _new_topic_id(self, r: dict[str, Any]) -> bool:
+        """The record's topic id is valid and no other topic's (it names the topic's files)."""
+        topic_id = r.get("topic_id")
+        return is_topic_id(topic_id) and all(t.topic_id != topic_id for t in self.topics.values())
+
+    def _known_db(self, r: dict[str, Any], key: str) -> str:
+        name = _get(r, key, str)
+        if name not in self.databases:
+            raise _Invalid(f"unknown database {name}")
+        return name
+
+    # ------------------------------------------------------------- partitions
+
+    def partitions(self) -> int:
+        """Vnodes (partitions) of all databases together."""
+        return sum(d.vgroups for d in self.databases.values())
+
+    def check_partitions(self, more: int, what: str) -> None:
+        """Raise :class:`LimitExceeded` if ``more`` partitions (for ``what``) would exceed ``max_partitions``."""
+        used = self.partitions()
+        if more > 0 and used + more > self.max_partitions:
+            raise LimitExceeded(f"Too many partitions: {what} needs {more} more, {used} of at most "
+                                f"{self.max_partitions} are in use (max_partitions)")
 
     # -------------------------------------------------------------- databases
 
@@ -171,6 +358,14 @@ class Catalog:
             raise NotFound(f"Database not exist: {name}") from None
 
     def create_database(self, name: str, options: dict[str, int | str], now_ms: int) -> DatabaseDef:
+        db = self.new_database(name, options, now_ms)
+        self.add_database(db)
+        return db
+
+    def new_database(self, name: str, options: dict[str, int | str], now_ms: int) -> DatabaseDef:
+        """A new database, validated (name, options, partition limit) and given an id; nothing is written (the
+        engine creates its vnodes first, then :meth:`add_database` records it)."""
+        validate_database_name(name)
         merged = dict(DB_DEFAULTS)
         for key, value in options.items():
             if key == "PRECISION":
@@ -181,8 +376,11 @@ class Catalog:
                 if not isinstance(value, int) or not lo <= value <= hi:
                     raise InvalidValue(f"Invalid option {key} {value!r}: expected an integer in [{lo}, {hi}]")
             merged[key] = value
-        self._commit({"op": "create_db", "name": name, "options": merged, "created_ms": now_ms})
-        return self.databases[name]
+        self.check_partitions(int(merged["VGROUPS"]), f"database {name}")
+        return DatabaseDef(name, merged, now_ms, new_db_id())
+
+    def add_database(self, db: DatabaseDef) -> None:
+        self._commit({"op": "create_db", "name": db.name, "id": db.id, "options": db.options, "created_ms": db.created_ms})
 
     def drop_database(self, name: str) -> None:
         self._commit({"op": "drop_db", "name": name})
@@ -195,31 +393,20 @@ class Catalog:
         except KeyError:
             raise NotFound(f"STable not exist: {db}.{name}") from None
 
+    @staticmethod
+    def _stable_record(op: str, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...]) -> dict[str, Any]:
+        return {"op": op, "db": st.db, "name": st.name, "columns": [column_to_json(c) for c in columns],
+                "tags": [column_to_json(c) for c in tags], "created_ms": st.created_ms}
+
     def create_stable(self, st: StableDef) -> None:
-        self._commit(
-            {
-                "op": "create_stable",
-                "db": st.db,
-                "name": st.name,
-                "columns": [column_to_json(c) for c in st.columns],
-                "tags": [column_to_json(c) for c in st.tags],
-                "created_ms": st.created_ms,
-            }
-        )
+        validate_table_name(st.name)
+        _check_columns(st.columns + st.tags)
+        self._commit(self._stable_record("create_stable", st, st.columns, st.tags))
 
     def alter_stable(self, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...]) -> StableDef:
-        new = replace(st, columns=columns, tags=tags)
-        self._commit(
-            {
-                "op": "alter_stable",
-                "db": st.db,
-                "name": st.name,
-                "columns": [column_to_json(c) for c in columns],
-                "tags": [column_to_json(c) for c in tags],
-                "created_ms": st.created_ms,
-            }
-        )
-        return new
+        _check_columns(columns + tags, st.columns + st.tags)
+        self._commit(self._stable_record("alter_stable", st, columns, tags))
+        return self.stables[(st.db, st.name)]
 
     def drop_stable(self, db: str, name: str) -> None:
         self._commit({"op": "drop_stable", "db": db, "name": name})
@@ -229,6 +416,7 @@ class Catalog:
     def create_topic(
         self, name: str, kind: str, db: str, source: str, with_meta: bool, sql: str, now_ms: int
     ) -> TopicDef:
+        validate_sql_topic_name(name)
         if name in self.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
         self._commit(
@@ -250,17 +438,35 @@ class Catalog:
         self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
     ) -> TopicDef:
         """A Kafka-native topic and the database holding its partitions (one per vgroup), atomically."""
+        database, topic = self.new_kafka_topic(name, db, options, configs, now_ms)
+        self.add_kafka_topic(database, topic)
+        return topic
+
+    def new_kafka_topic(
+        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
+    ) -> tuple[DatabaseDef, TopicDef]:
+        """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
+        :meth:`new_database`; :meth:`add_kafka_topic` records them)."""
+        validate_topic_name(name)
+        validate_database_name(db)
         if name in self.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
         if db in self.databases:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
-        self._commit({"op": "create_kafka_topic", "name": name, "db": db, "options": merged, "configs": configs,
-                      "topic_id": str(uuid.uuid4()), "created_ms": now_ms})
-        return self.topics[name]
+        self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
+        return (DatabaseDef(db, merged, now_ms, new_db_id()),
+                TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
+
+    def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
+        self._commit({"op": "create_kafka_topic", "name": topic.name, "db": db.name, "db_id": db.id,
+                      "options": db.options, "configs": topic.configs, "topic_id": topic.topic_id,
+                      "created_ms": topic.created_ms})
 
     def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str]) -> None:
         """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database."""
+        db = self.database(self.topics[name].db)
+        self.check_partitions(int(options["VGROUPS"]) - db.vgroups, f"topic {name}")
         self._commit({"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs})
 
     def drop_topic(self, name: str) -> None:

@@ -1,30 +1,44 @@
 """Committed consumer-group offsets of one vnode (the seed's "progress recorded in the vnode").
 
-``offsets.jsonl`` in the vnode directory is an append-only log of JSON lines,
-``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader_epoch,
-"m": metadata, "ts": commit time ms}``; ``"o": null`` is a tombstone (offset
-deleted). :meth:`CommittedOffsets.commit` appends a whole batch with one
-write and fsyncs before returning, so an acknowledged commit survives
-``kill -9`` and power loss. Opening replays the log (a torn last line from a
-crash is dropped) and rewrites it compacted (tmp file, fsync, rename) when
-it holds more superseded lines than live ones.
+``commits.log`` in the vnode directory is an append-only log of checksummed JSON lines
+(:mod:`walgate.storage.lines`), ``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader_epoch,
+"m": metadata, "ts": commit time ms}``; ``"o": null`` is a tombstone (offset deleted).
+
+* :meth:`CommittedOffsets.commit` appends a whole batch with one write and fsyncs before returning, so an
+  acknowledged commit survives ``kill -9`` and power loss. The batch is applied in memory only after that: when
+  the disk refuses the write, the file is cut back, nothing changes and the caller gets
+  :class:`~walgate.storage.errors.StorageUnavailable` (retriable); the next append starts with a ``\\n`` so it
+  never joins a torn tail the cut could not remove.
+* Opening replays the log: a torn last line (a crash while appending: at most one partial line without its
+  ``\\n``, :func:`walgate.storage.lines.scan`) is dropped; a last line whose ``\\n`` is damaged still counts
+  (reported; the rewrite restores the ``\\n``); a complete line that fails its checksum or does not hold a commit,
+  and bytes after the last ``\\n`` that are no torn line (zeros, garbage), are reported to the
+  :class:`~walgate.storage.damage.DamageLog` (bytes kept) and skipped, and every line after a bad one still counts,
+  so one bad line never loses the commits behind it.
+* Compaction: when the superseded lines outnumber ``max(live offsets, COMPACT_FLOOR)``, at open or after a commit,
+  the log is rewritten with the live offsets only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the
+  old file or the new one). A failed compaction changes nothing and is tried again after a later commit.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Final, Iterable, Iterator
 
-import orjson
+from walgate.storage import fileio, lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageUnavailable
 
-__all__ = ["Committed", "CommittedOffsets"]
+__all__ = ["Committed", "CommittedOffsets", "COMPACT_FLOOR"]
 
 log = logging.getLogger("walgate.offsets")
 
 Key = tuple[str, str, int]  # group, topic, partition
+
+COMPACT_FLOOR: Final = 1000
+"""Superseded lines tolerated before a compaction, whatever the number of live offsets."""
 
 
 @dataclass(frozen=True)
@@ -35,70 +49,97 @@ class Committed:
     commit_ms: int
 
 
+def _parse(r: Any) -> tuple[Key, Committed | None]:
+    """One line's commit (None: a tombstone); raises on anything that is not one."""
+    key = (r["g"], r["t"], r["p"])
+    if not (isinstance(key[0], str) and isinstance(key[1], str) and type(key[2]) is int):
+        raise ValueError(f"bad key {key!r}")
+    if r["o"] is None:
+        return key, None
+    c = Committed(r["o"], r["e"], r["m"], r["ts"])
+    if type(c.offset) is not int or type(c.leader_epoch) is not int or type(c.commit_ms) is not int \
+            or not (c.metadata is None or isinstance(c.metadata, str)):
+        raise ValueError(f"bad commit {r!r}")
+    return key, c
+
+
+def _line(key: Key, c: Committed | None) -> bytes:
+    g, t, p = key
+    if c is None:
+        return lines.encode({"g": g, "t": t, "p": p, "o": None})
+    return lines.encode({"g": g, "t": t, "p": p, "o": c.offset, "e": c.leader_epoch, "m": c.metadata, "ts": c.commit_ms})
+
+
 class CommittedOffsets:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._live: dict[Key, Committed] = {}
+        self._lines = 0  # lines in the file (live and superseded)
+        self._pad = b""  # b"\n" while the file may end in a torn line
 
     @classmethod
-    def open(cls, path: Path) -> "CommittedOffsets":
+    def open(cls, path: Path, damage: DamageLog | None = None) -> "CommittedOffsets":
         store = cls(path)
-        lines = 0
-        if path.exists():
-            for line in path.read_bytes().split(b"\n"):
-                if not line:
-                    continue
-                try:
-                    store._apply(orjson.loads(line))
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    log.warning("%s: dropping a torn or corrupt line at the end of the offsets log", path)
-                    break
-                lines += 1
-        if lines > 2 * len(store._live) or (path.exists() and lines == 0):
-            store._rewrite()
+        data = path.read_bytes() if path.exists() else b""
+        scan = lines.scan(data)
+        bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
+        for start, end, record in scan.records:
+            try:
+                key, c = _parse(record)
+            except (KeyError, TypeError, ValueError) as exc:
+                bad.append((start, end, f"not a commit: {exc}", "skipped"))
+                continue
+            store._apply([(key, c)])
+        store._lines = len(scan.records)
+        for start, end, reason, action in sorted(bad):
+            if damage is None:
+                log.warning("%s bytes [%d, %d): %s; %s", path, start, end, reason, action)
+            else:
+                damage.report(path, start, end, f"committed offsets: {reason}", action, data[start:end])
+        if bad or scan.complete < len(data) or store._superseded():
+            try:
+                store._rewrite()
+            except OSError as exc:
+                log.error("%s: could not compact the committed offsets: %s", path, exc)
+                store._pad = b"\n"
         return store
 
-    def _apply(self, r: dict) -> None:
-        key = (r["g"], r["t"], int(r["p"]))
-        if r["o"] is None:
-            self._live.pop(key, None)
-        else:
-            self._live[key] = Committed(int(r["o"]), int(r["e"]), r["m"], int(r["ts"]))
+    def _superseded(self) -> bool:
+        return self._lines - len(self._live) > max(len(self._live), COMPACT_FLOOR)
 
-    @staticmethod
-    def _line(key: Key, c: Committed | None) -> bytes:
-        g, t, p = key
-        if c is None:
-            return orjson.dumps({"g": g, "t": t, "p": p, "o": None}) + b"\n"
-        return orjson.dumps({"g": g, "t": t, "p": p, "o": c.offset, "e": c.leader_epoch, "m": c.metadata, "ts": c.commit_ms}) + b"\n"
-
-    def _append(self, records: list[tuple[Key, Committed | None]]) -> None:
-        """Write the records with one write, fsync, then apply them."""
-        if not records:
-            return
-        data = b"".join(self._line(k, c) for k, c in records)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def _apply(self, records: list[tuple[Key, Committed | None]]) -> None:
         for key, c in records:
             if c is None:
                 self._live.pop(key, None)
             else:
                 self._live[key] = c
 
+    def _append(self, records: list[tuple[Key, Committed | None]]) -> None:
+        """Write the records with one write and fsync, then apply them (nothing applied when the write fails)."""
+        if not records:
+            return
+        try:
+            fileio.append_file(self.path, self._pad + b"".join(_line(k, c) for k, c in records))
+        except OSError as exc:
+            self._pad = b"\n"
+            raise StorageUnavailable(f"Committed offsets could not be written ({exc.strerror or exc}): nothing was committed") from None
+        self._pad = b""
+        self._apply(records)
+        self._lines += len(records)
+        if self._superseded():
+            try:
+                self._rewrite()
+            except OSError as exc:  # the commits are durable in the uncompacted log; compact after a later commit
+                log.warning("%s: could not compact the committed offsets: %s", self.path, exc)
+
     def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(b"".join(self._line(k, c) for k, c in self._live.items()))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        fileio.replace_file(self.path, b"".join(_line(k, c) for k, c in self._live.items()))
+        self._lines = len(self._live)
+        self._pad = b""
 
     def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
-        """Durably record ``(topic, partition, committed)`` for ``group`` (fsynced before returning)."""
+        """Durably record ``(topic, partition, committed)`` for ``group`` (fsynced before returning); raises
+        :class:`StorageUnavailable`, committing nothing, when the disk refuses the write."""
         self._append([((group, t, p), c) for t, p, c in offsets])
 
     def get(self, group: str, topic: str, partition: int) -> Committed | None:

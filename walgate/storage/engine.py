@@ -7,9 +7,11 @@ Write protocol (the "nothing partial" rule): a request is parsed, resolved
 against the catalog and every value coerced *before* anything is written.
 Then schema changes the request implies (schemaless supertables/columns) are
 committed to the catalog, and each vnode gets one atomic WAL append holding
-the request's meta entries (auto-created tables) and one data entry. A
-failure while appending is atomic per vnode (see wal.py). Topic offset
-indexes are advanced right after each append.
+the request's meta entries (auto-created tables) and one data entry. Every
+vnode's entries are built before the first append, and metas are applied and
+topic offset indexes advanced only after the last one (:meth:`Engine._commit`).
+A failure while appending is atomic per vnode (see wal.py) and across vnodes:
+the appends already made for the request are taken back (``Wal.undo_append``).
 
 Retention and periodic fsync run from :meth:`Engine.sync_due`, which the
 gateway calls on a timer (running the fsyncs it returns on another thread).
@@ -23,6 +25,7 @@ import re
 import shutil
 import struct
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from bisect import bisect_right
@@ -31,9 +34,10 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage import csvfile, lineproto
-from walgate.storage.catalog import Catalog, DatabaseDef, StableDef, TopicDef, column_to_json
+from walgate.storage import csvfile, datadir, lineproto, names
+from walgate.storage.catalog import MAX_PARTITIONS, Catalog, DatabaseDef, StableDef, TopicDef, column_to_json
 from walgate.storage.committed import Committed
+from walgate.storage.damage import Damage, DamageLog
 from walgate.storage.entry import Block, DecodedEntry, decode_entry, encode_blocks, encode_meta
 from walgate.storage.errors import (
     AlreadyExists,
@@ -42,6 +46,7 @@ from walgate.storage.errors import (
     NotFound,
     RequestTooLarge,
     StorageError,
+    StorageUnavailable,
     Unsupported,
 )
 from walgate.storage.kafka_topics import backing_database, batch_info, rebase, validate_topic_name, wal_options
@@ -54,7 +59,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.values import coerce, coerce_text, format_timestamp
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
-from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, FileRegion, PendingSync
+from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, CorruptEntry, FileRegion, PendingSync
 
 __all__ = ["Engine", "Result", "ConsumerRow"]
 
@@ -109,15 +114,21 @@ class _Pending:
 class Engine:
     """Catalog + vnodes + topics of one data directory."""
 
-    def __init__(self, data_dir: Path, max_request_bytes: int) -> None:
+    def __init__(self, data_dir: Path, max_request_bytes: int, max_partitions: int = MAX_PARTITIONS) -> None:
         self.data_dir = data_dir
         self.max_request_bytes = max_request_bytes
-        self.catalog = Catalog.open(data_dir / "catalog.jsonl")
+        self.damage_log = DamageLog(data_dir)  # every component opened here reports damage to it
+        datadir.prepare(data_dir, self.damage_log)  # create, migrate, or refuse a data dir of a newer format
+        self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
+        for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
+            self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
+                                   "lost, or a crash came between creating the directory and recording it); the "
+                                   "directory is kept", "not served")
         self.vnodes: dict[str, list[Vnode]] = {}
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
-        self.producer_ids = ProducerIds(data_dir / "producer_ids.json")
+        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log)
         self._next_retention = 0.0
         self.on_records: Callable[[str, int], None] | None = None  # (topic, partition) got new records
         # the consumer-group members the gateway's coordinator knows (SHOW CONSUMERS / SUBSCRIPTIONS)
@@ -127,23 +138,56 @@ class Engine:
         self.batch_timestamps: Callable[[bytes], list[int]] = _no_batch_decoder
 
     @classmethod
-    def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20) -> "Engine":
-        """Open (creating if needed) the data directory and recover every vnode and topic index."""
-        data_dir.mkdir(parents=True, exist_ok=True)
-        engine = cls(data_dir, max_request_bytes)
+    def open(cls, data_dir: Path, *, max_request_bytes: int = 16 << 20, max_partitions: int = MAX_PARTITIONS) -> "Engine":
+        """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
+        topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
+        format (:class:`~walgate.storage.datadir.UnsupportedFormat`). ``max_partitions`` caps the vnodes of all
+        databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open."""
+        engine = cls(data_dir, max_request_bytes, max_partitions)
         for db in engine.catalog.databases.values():
-            engine._open_database(db)
-        for topic in engine.catalog.topics.values():
-            engine._open_topic(topic)
+            engine.vnodes[db.name] = engine._open_database(db)
+        for topic in list(engine.catalog.topics.values()):
+            try:
+                engine._open_topic(topic)
+            except StorageError as exc:  # e.g. its source's catalog record was lost: serve everything else
+                engine.damage_log.report(engine.catalog.path, 0, 0, f"topic {topic.name} cannot be opened: "
+                                         f"{exc.message}", "not served")
+                del engine.catalog.topics[topic.name]
+                engine.evaluators.pop(topic.name, None)
+                for key in [k for k in engine.indexes if k[0] == topic.name]:
+                    engine.indexes.pop(key).close()
+        engine.producer_ids.at_least(1 + max((p.max_producer_id() for p in engine.producers.values()), default=-1))
         return engine
 
     # ---------------------------------------------------------------- helpers
 
-    def _db_dir(self, name: str) -> Path:
-        return self.data_dir / "db" / name
+    def _db_dir(self, db: DatabaseDef) -> Path:
+        return datadir.db_dir(self.data_dir, db.id)
 
-    def _open_database(self, db: DatabaseDef) -> None:
-        self.vnodes[db.name] = [Vnode.open(db, i, self._db_dir(db.name) / f"vnode{i}") for i in range(db.vgroups)]
+    def _open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0) -> list[Vnode]:
+        """Open vnodes ``first ..`` of ``db``. New vnodes (a new database, new partitions) are created *before*
+        ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is
+        kept (:class:`StorageUnavailable`, or the catalog's error)."""
+        vnodes: list[Vnode] = []
+        try:
+            for i in range(first, db.vgroups):
+                vnodes.append(Vnode.open(db, i, self._db_dir(db) / f"vnode{i}", self.damage_log))
+            if commit is not None:
+                commit()
+        except (OSError, StorageError) as exc:
+            if commit is None:
+                raise
+            for vnode in vnodes:
+                vnode.wal.close()
+            for i in range(first, db.vgroups):
+                shutil.rmtree(self._db_dir(db) / f"vnode{i}", ignore_errors=True)
+            if first == 0:
+                shutil.rmtree(self._db_dir(db), ignore_errors=True)
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageUnavailable(f"Database {db.name}: vnodes could not be created ({exc.strerror or exc}); "
+                                     "nothing was kept") from None
+        return vnodes
 
     def _now_ts(self, db: DatabaseDef) -> int:
         return time.time_ns() // _TICKS[db.precision]
@@ -185,7 +229,7 @@ class Engine:
 
     def execute(self, sql: str, db: str | None = None) -> Result:
         """Execute one SQL statement; ``db`` is the session's current database."""
-        self._check_size(len(sql.encode()))
+        self._check_size(len(sql.encode("utf-8", "surrogatepass")))  # the parser refuses lone surrogates
         stmt = parse(sql)
         handler = getattr(self, "_x_" + type(stmt).__name__)
         return handler(stmt, db)
@@ -195,8 +239,8 @@ class Engine:
             if s.if_not_exists:
                 return _affected(0)
             raise AlreadyExists(f"Database already exists: {s.name}")
-        db = self.catalog.create_database(s.name, s.options, int(time.time() * 1000))
-        self._open_database(db)
+        db = self.catalog.new_database(s.name, s.options, int(time.time() * 1000))  # validated, nothing written
+        self.vnodes[db.name] = self._open_database(db, lambda: self.catalog.add_database(db))
         return _affected(0)
 
     def _x_DropDatabase(self, s: ast.DropDatabase, _: str | None) -> Result:
@@ -207,10 +251,11 @@ class Engine:
         users = [t.name for t in self.catalog.topics.values() if t.db == s.name]
         if users:
             raise InvalidValue(f"Database {s.name} is used by topic {users[0]}: drop the topic first")
+        db = self.catalog.database(s.name)
+        self.catalog.drop_database(s.name)  # first: when the disk refuses it, nothing changed
         for vnode in self.vnodes.pop(s.name):
             vnode.close()
-        self.catalog.drop_database(s.name)
-        shutil.rmtree(self._db_dir(s.name), ignore_errors=True)
+        shutil.rmtree(self._db_dir(db), ignore_errors=True)
         return _affected(0)
 
     def _x_UseDatabase(self, s: ast.UseDatabase, _: str | None) -> Result:
@@ -229,6 +274,9 @@ class Engine:
 
     def _x_CreateTable(self, s: ast.CreateTable, session: str | None) -> Result:
         db = self._resolve_db(s.name.db, session)
+        names.validate_table_name(s.name.name)
+        for c in s.columns:
+            names.validate_column_name(c.name)
         _check_columns(s.columns, ())
         if self._exists(db, s.name.name, s.if_not_exists):
             return _affected(0)
@@ -263,12 +311,13 @@ class Engine:
     def _subtable_meta(
         self, db: DatabaseDef, st: StableDef, name: str, tag_names: tuple[str, ...] | None, values: tuple[ast.Value, ...]
     ) -> dict[str, Any]:
-        names = tag_names if tag_names is not None else tuple(t.name for t in st.tags)
-        if len(names) != len(values):
-            raise InvalidValue(f"Table {name}: {len(names)} tag names but {len(values)} tag values")
+        names.validate_table_name(name)
+        given = tag_names if tag_names is not None else tuple(t.name for t in st.tags)
+        if len(given) != len(values):
+            raise InvalidValue(f"Table {name}: {len(given)} tag names but {len(values)} tag values")
         now = time.time_ns()
         tags: dict[str, Any] = {t.name: None for t in st.tags}
-        for tag_name, value in zip(names, values):
+        for tag_name, value in zip(given, values):
             tag = st.tag(tag_name)
             if tag is None:
                 raise InvalidValue(f"Invalid tag name: {tag_name} (supertable {st.name})")
@@ -404,20 +453,39 @@ class Engine:
     # ------------------------------------------------------------------ commit
 
     def _commit(self, db: DatabaseDef, plan: dict[int, _Pending]) -> None:
-        """Append each vnode's pending entries atomically, then apply and index them."""
+        """Append each vnode's pending entries atomically, then apply and index them: two phases.
+
+        1. Every vnode's entries are built (Arrow blocks, encoding: all that bad data can make fail, raised as
+           :class:`InvalidValue`) before anything is appended, so a request refused here writes nothing anywhere.
+        2. One WAL append per vnode; metas are applied and offset indexes advanced (consumers woken) only once
+           every append succeeded. An append the disk refuses raises :class:`StorageUnavailable` before anything
+           was applied or indexed, and the appends already made for the request's other vnodes are taken back
+           (:meth:`~walgate.storage.wal.Wal.undo_append`; a WAL that cannot cut them off is fenced and never serves
+           them): a refused request is written nowhere."""
+        staged: list[tuple[Vnode, _Pending, list[Block], list[tuple[int, int, int, bytes]]]] = []
         for i, pending in sorted(plan.items()):
-            vnode = self.vnodes[db.name][i]
-            entries: list[tuple[int, int, int, bytes]] = [
-                (KIND_META, 1, m["ts"], encode_meta(m)) for m in pending.metas
-            ]
-            blocks = [_block(db, key, *parts) for key, parts in pending.blocks.items()]
-            if blocks:
-                n = sum(b.batch.num_rows for b in blocks)
-                max_ts = max(pc.max(pc.cast(b.batch.column(1), pa.int64())).as_py() for b in blocks)
-                entries.append((KIND_DATA, n, max_ts, encode_blocks(blocks)))
-            if not entries:
-                continue
-            version = vnode.wal.append(entries)
+            try:
+                entries: list[tuple[int, int, int, bytes]] = [
+                    (KIND_META, 1, m["ts"], encode_meta(m)) for m in pending.metas
+                ]
+                blocks = [_block(db, key, *parts) for key, parts in pending.blocks.items()]
+                if blocks:
+                    n = sum(b.batch.num_rows for b in blocks)
+                    max_ts = max(pc.max(pc.cast(b.batch.column(1), pa.int64())).as_py() for b in blocks)
+                    entries.append((KIND_DATA, n, max_ts, encode_blocks(blocks)))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise InvalidValue(f"rows that do not fit their columns: {exc}") from None
+            if entries:
+                staged.append((self.vnodes[db.name][i], pending, blocks, entries))
+        appended: list[tuple[Vnode, _Pending, list[Block], int]] = []
+        try:
+            for vnode, pending, blocks, entries in staged:
+                appended.append((vnode, pending, blocks, vnode.wal.append(entries)))
+        except Exception:
+            for vnode, _, _, version in reversed(appended):
+                vnode.wal.undo_append(version)
+            raise
+        for vnode, pending, blocks, version in appended:
             decoded: list[DecodedEntry] = []
             for m in pending.metas:
                 vnode.apply_meta(m, version)
@@ -429,33 +497,51 @@ class Engine:
 
     def _index(self, vnode: Vnode, entries: list[DecodedEntry], next_version: int, topics: list[str] | None = None) -> None:
         """Advance the offset indexes of ``topics`` (default: every topic of the vnode's database) over ``entries``;
-        ``next_version`` is the WAL version after the last entry."""
+        ``next_version`` is the WAL version after the last entry.
+
+        Never fails the write that appended ``entries``: an entry a topic cannot evaluate (which compile-time
+        validation should make impossible) yields no records for that topic, with one ERROR line per topic and
+        call. Evaluation is deterministic, so rebuilding the index from the WAL skips the same entries and the
+        topic's offsets stay what consumers saw."""
         tag_tables = self._tag_tables(vnode)
         if topics is None:
             topics = [name for name, t in self.catalog.topics.items() if t.db == vnode.db.name]
         for name in topics:
             ev = self.evaluators.get(name)  # None: a Kafka-native topic, whose records are its batches
             idx = self.indexes[(name, vnode.index)]
+            failed: list[tuple[int, Exception]] = []
             for k, entry in enumerate(entries):
                 if entry.version < idx.indexed_to:
                     continue
                 if ev is None:
                     count, max_ts = entry.kafka_records, entry.max_ts
                 else:
-                    recs = ev.evaluate(entry, tag_tables)
-                    count = sum(len(r) for r in recs)
-                    max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
+                    try:
+                        recs = ev.evaluate(entry, tag_tables)
+                        count = sum(len(r) for r in recs)
+                        max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
+                    except Exception as exc:  # noqa: BLE001 - the write stands; the topic skips what it cannot read
+                        failed.append((entry.version, exc))
+                        count, max_ts = 0, 0
                 end = entries[k + 1].version if k + 1 < len(entries) else next_version
                 idx.append(entry.version, count, max_ts, end)
                 if count and self.on_records is not None:
                     self.on_records(name, vnode.index)
+            if failed:
+                version, exc = failed[0]
+                log.error("topic %s, vnode %s/%d: %d WAL entries could not be evaluated and yield no records "
+                          "(first: version %d, %s: %s)", name, vnode.db.name, vnode.index, len(failed), version,
+                          type(exc).__name__, exc)
 
     # ------------------------------------------------------------------ topics
 
-    def _evaluator(self, topic: TopicDef) -> TopicEvaluator:
+    def _evaluator(self, topic: TopicDef, altered: StableDef | None = None) -> TopicEvaluator:
+        """Compile a stored topic from its SQL, as every start does (``altered``: see :meth:`_compile`)."""
         stmt = parse(topic.sql)
-        assert isinstance(stmt, ast.CreateTopic)
-        return self._compile(self.catalog.database(topic.db), stmt.kind, topic.source, topic.with_meta, stmt.select, stmt.where)
+        if not isinstance(stmt, ast.CreateTopic):
+            raise InvalidValue(f"Topic {topic.name}: its stored SQL is not a CREATE TOPIC")
+        db = self.catalog.database(topic.db)
+        return self._compile(db, stmt.kind, topic.source, topic.with_meta, stmt.select, stmt.where, altered)
 
     def _compile(
         self,
@@ -465,26 +551,46 @@ class Engine:
         with_meta: bool,
         items: tuple[ast.SelectItem, ...] | None,
         where: ast.Expr | None,
+        altered: StableDef | None = None,
     ) -> TopicEvaluator:
+        """The evaluator of a topic or query over ``source``, fully validated (every type error is raised here, see
+        topics.py); ``altered`` stands in for the catalog's definition of the supertable of its name (a schema
+        change being checked before it is written)."""
         if kind == "database":
             return TopicEvaluator("database", "", with_meta=with_meta)
-        st = self.catalog.stables.get((db.name, source))
+
+        def stable(name: str) -> StableDef | None:
+            if altered is not None and (altered.db, altered.name) == (db.name, name):
+                return altered
+            return self.catalog.stables.get((db.name, name))
+
+        st = stable(source)
         if st is not None:
             return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
         if kind == "stable":
             raise NotFound(f"STable not exist: {db.name}.{source}")
         t = self.table(db, source)
         if t.stable is not None:  # a subtable: its supertable's rows, restricted to it
-            st = self.catalog.stable(db.name, t.stable)
+            st = stable(t.stable) or self.catalog.stable(db.name, t.stable)
             cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
             where = cond if where is None else ast.Binary("AND", cond, where)
             return TopicEvaluator(kind, t.stable, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
         return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, columns=t.columns, items=items, where=where)
 
-    def _recompile(self, db: str) -> None:
+    def _recompile(self, db: str, altered: StableDef | None = None) -> None:
+        """Recompile every TDengine topic of ``db`` after a schema change; nothing is replaced unless all compile.
+
+        With ``altered`` (a supertable's definition after a proposed ALTER), only check that every topic still
+        compiles with it: call it before writing the change, which a topic that would break then refuses."""
+        compiled: dict[str, TopicEvaluator] = {}
         for name, topic in self.catalog.topics.items():
             if topic.db == db and topic.kind != "kafka":
-                self.evaluators[name] = self._evaluator(topic)
+                try:
+                    compiled[name] = self._evaluator(topic, altered)
+                except StorageError as exc:
+                    raise type(exc)(f"{exc.message} (topic {name} depends on it: drop the topic first)") from None
+        if altered is None:
+            self.evaluators.update(compiled)
 
     def _open_topic(self, topic: TopicDef) -> None:
         """Compile the topic and bring its offset indexes up to the WAL's end."""
@@ -496,10 +602,15 @@ class Engine:
     def _open_topic_partition(self, topic: TopicDef, vnode: Vnode) -> None:
         if topic.kind == "kafka":
             self._open_native_producers(topic, vnode)
-        path = vnode.dir / "topics" / f"{topic.name}.oidx"
-        idx = OffsetIndex.open(path, vnode.wal.next_version)
+        path = datadir.topic_file(vnode.dir, topic.topic_id, ".oidx")
+        idx = OffsetIndex.open(path, vnode.wal.next_version, self.damage_log)
+        idx.trim_before(vnode.wal.first_version)
         self.indexes[(topic.name, vnode.index)] = idx
         start = max(idx.indexed_to, vnode.wal.first_version)
+        if topic.kind == "kafka" and not idx.offsets:  # a rebuilt index numbers on from the offsets the batches carry
+            first = next((e for e in vnode.wal.read_from(start) if e.kind == KIND_KAFKA and e.version >= start), None)
+            if first is not None:
+                idx.start_empty_at(_BASE_OFFSET.unpack_from(first.body, 0)[0])
         if start < vnode.wal.next_version:
             batch: list[DecodedEntry] = []
             for entry in vnode.wal.read_from(start):
@@ -522,9 +633,13 @@ class Engine:
         self._compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
-            sql = _qualify(sql, source, db.name)
+            sql = _qualify(s, db.name)
         topic = self.catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, int(time.time() * 1000))
-        self._open_topic(topic)
+        try:
+            self._open_topic(topic)
+        except Exception:
+            self.drop_topic(topic.name)  # an answered error means nothing was kept
+            raise
         return _affected(0)
 
     def _x_DropTopic(self, s: ast.DropTopic, _: str | None) -> Result:
@@ -540,19 +655,21 @@ class Engine:
         """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
         topic = self.catalog.topics[name]
         self.delete_offsets(topic=name)
+        db = self.catalog.database(topic.db)
+        if topic.kind != "kafka":
+            self.catalog.drop_topic(name)  # before memory and files: when the disk refuses it, the topic stays
+        else:
+            self.catalog.drop_database(topic.db)  # one record: the database and its topic go together
         self.evaluators.pop(name, None)
         for vnode in self.vnodes.get(topic.db, []):
             self.producers.pop((name, vnode.index), None)
             idx = self.indexes.pop((name, vnode.index), None)
             if idx is not None:
                 idx.delete()
-        if topic.kind != "kafka":
-            self.catalog.drop_topic(name)
-            return
-        for vnode in self.vnodes.pop(topic.db):
-            vnode.close()
-        self.catalog.drop_database(topic.db)  # one record: the database and its topic go together
-        shutil.rmtree(self._db_dir(topic.db), ignore_errors=True)
+        if topic.kind == "kafka":
+            for vnode in self.vnodes.pop(topic.db):
+                vnode.close()
+            shutil.rmtree(self._db_dir(db), ignore_errors=True)
 
     # ------------------------------------------------------------ Kafka view
 
@@ -589,6 +706,14 @@ class Engine:
         for k in range(i, len(idx.offsets)):
             yield idx.offsets[k], idx.versions[k], idx.counts[k]
 
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """Every topic's Kafka topic id (the stable UUID the catalog keeps), by name."""
+        return {name: uuid.UUID(t.topic_id) for name, t in self.catalog.topics.items()}
+
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name, by Kafka topic id."""
+        return {uuid.UUID(t.topic_id): name for name, t in self.catalog.topics.items()}
+
     def _x_DropConsumerGroup(self, s: ast.DropConsumerGroup, _: str | None) -> Result:
         if s.topic not in self.catalog.topics:
             raise NotFound(f"Topic not exist: {s.topic}")
@@ -599,7 +724,10 @@ class Engine:
         return _affected(0)
 
     def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
-        """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation)."""
+        """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation).
+
+        Raises :class:`~walgate.storage.wal.CorruptEntry` when the entry was lost (quarantined or failing its
+        checksum): its records are a gap in the partition's offsets, as after compaction."""
         _, vnode, _ = self._partition(topic, partition)
         entry = vnode.wal.read(version)
         if entry is None:
@@ -607,7 +735,7 @@ class Engine:
         return self.evaluators[topic].evaluate(decode_entry(entry), self._tag_tables(vnode))
 
     def kafka_rows(self, topic: str, partition: int, version: int) -> KafkaRows:
-        """The Kafka records (keys, JSON values, ms timestamps, headers) of one indexed entry."""
+        """The Kafka records (keys, JSON values, ms timestamps, headers) of one indexed entry (CorruptEntry: lost)."""
         t, vnode, _ = self._partition(topic, partition)
         return render(self.topic_records(topic, partition, version), t.db, vnode.db.precision)
 
@@ -616,21 +744,28 @@ class Engine:
     ) -> list[StorageError | None]:
         """Durably commit ``(topic, partition, offset, leader_epoch, metadata)`` entries for ``group``.
 
-        Returns, per entry, None or the error that refused it (unknown topic or
-        partition); the accepted ones are fsynced, one write per vnode, before
-        this returns."""
+        Returns, per entry, None or the error that refused it: NotFound (unknown
+        topic or partition) or the error of its vnode's write (StorageUnavailable:
+        the disk refused it; the entries of other vnodes are committed). The
+        accepted ones are fsynced, one write per vnode, before this returns."""
         errors: list[StorageError | None] = []
-        per_vnode: dict[int, tuple[Vnode, list[tuple[str, int, Committed]]]] = {}
-        for topic, partition, offset, epoch, metadata in entries:
+        per_vnode: dict[int, tuple[Vnode, list[int], list[tuple[str, int, Committed]]]] = {}
+        for k, (topic, partition, offset, epoch, metadata) in enumerate(entries):
             try:
                 _, vnode, _ = self._partition(topic, partition)
             except StorageError as exc:
                 errors.append(exc)
                 continue
             errors.append(None)
-            per_vnode.setdefault(id(vnode), (vnode, []))[1].append((topic, partition, Committed(offset, epoch, metadata, now_ms)))
-        for vnode, items in per_vnode.values():
-            vnode.offsets.commit(group, items)
+            _, ks, items = per_vnode.setdefault(id(vnode), (vnode, [], []))
+            ks.append(k)
+            items.append((topic, partition, Committed(offset, epoch, metadata, now_ms)))
+        for vnode, ks, items in per_vnode.values():
+            try:
+                vnode.offsets.commit(group, items)
+            except StorageError as exc:
+                for k in ks:
+                    errors[k] = exc
         return errors
 
     def committed(self, group: str, topic: str, partition: int) -> Committed | None:
@@ -642,8 +777,20 @@ class Engine:
         return vnode.offsets.get(group, topic, partition)
 
     def delete_offsets(self, group: str | None = None, topic: str | None = None, partition: int | None = None) -> int:
-        """Delete committed offsets matching the filters (durably); returns how many went."""
-        return sum(v.offsets.delete(group, topic, partition) for vnodes in self.vnodes.values() for v in vnodes)
+        """Delete committed offsets matching the filters (durably); returns how many went.
+
+        Every vnode is tried: one whose write the disk refuses keeps its offsets, the others delete theirs, then
+        the first error is raised (deleting again is safe)."""
+        deleted, error = 0, None
+        for vnodes in self.vnodes.values():
+            for vnode in vnodes:
+                try:
+                    deleted += vnode.offsets.delete(group, topic, partition)
+                except StorageError as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
+        return deleted
 
     def all_committed(self) -> Iterator[tuple[str, str, int, Committed]]:
         """Every committed offset: (group, topic, partition, committed)."""
@@ -653,21 +800,27 @@ class Engine:
                     yield group, topic, partition, c
 
     def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none."""
+        """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none.
+
+        Lost entries (:class:`~walgate.storage.wal.CorruptEntry`) are skipped: their records are a gap."""
         _, vnode, idx = self._partition(topic, partition)
         ticks = ts_ms * _TICKS_PER_MS[vnode.db.precision]
         found = idx.entry_for_timestamp(ticks)
         if found is None:
             return None
-        base, version = found
-        if self.is_native(topic):
-            timestamps = self.batch_timestamps(self.kafka_batch(topic, partition, version))
-        else:
-            timestamps = self.kafka_rows(topic, partition, version).timestamps
-        for k, ms in enumerate(timestamps):
-            if ms >= ts_ms:
-                return base + k, ms
-        return None  # unreachable while the index agrees with the WAL
+        native = self.is_native(topic)
+        for base, version, _count in self.index_entries(topic, partition, max(found[0], idx.start_offset)):
+            try:
+                if native:
+                    timestamps = self.batch_timestamps(self.kafka_batch(topic, partition, version))
+                else:
+                    timestamps = self.kafka_rows(topic, partition, version).timestamps
+            except CorruptEntry:
+                continue
+            for k, ms in enumerate(timestamps):
+                if ms >= ts_ms:
+                    return base + k, ms
+        return None
 
     def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
         """(offset, timestamp ms) of the first record holding the partition's largest timestamp."""
@@ -689,9 +842,9 @@ class Engine:
         if name in self.catalog.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options(configs)}
-        db = backing_database(name, self.catalog.databases)
-        topic = self.catalog.create_kafka_topic(name, db, options, dict(configs), int(time.time() * 1000))
-        self._open_database(self.catalog.database(db))
+        db, topic = self.catalog.new_kafka_topic(name, backing_database(name, self.catalog.databases), options,
+                                                 dict(configs), int(time.time() * 1000))
+        self.vnodes[db.name] = self._open_database(db, lambda: self.catalog.add_kafka_topic(db, topic))
         self._open_topic(topic)
         return topic
 
@@ -727,13 +880,16 @@ class Engine:
         old = len(self.vnodes[topic.db])
         if count <= old:
             raise InvalidValue(f"Topic {name} has {old} partitions: the new count must be larger, not {count}")
-        self.catalog.alter_kafka_topic(name, {**self.catalog.database(topic.db).options, "VGROUPS": count},
-                                       topic.configs)
+        db = self.catalog.database(topic.db)
+        self.catalog.check_partitions(count - old, f"topic {name}")
+        options = {**db.options, "VGROUPS": count}
+        new = self._open_database(DatabaseDef(db.name, options, db.created_ms, db.id),
+                                  lambda: self.catalog.alter_kafka_topic(name, options, topic.configs), first=old)
         db = self.catalog.database(topic.db)
         for vnode in self.vnodes[db.name]:
             vnode.reconfigure(db)
-        for i in range(old, count):
-            vnode = Vnode.open(db, i, self._db_dir(db.name) / f"vnode{i}")
+        for vnode in new:
+            vnode.reconfigure(db)
             self.vnodes[db.name].append(vnode)
             self._open_topic_partition(self.catalog.topics[name], vnode)
 
@@ -789,7 +945,8 @@ class Engine:
         return base
 
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
-        """The stored RecordBatch at WAL *version* of a Kafka-native partition (its base offset is its offset)."""
+        """The stored RecordBatch at WAL *version* of a Kafka-native partition (its base offset is its offset);
+        :class:`~walgate.storage.wal.CorruptEntry` when its entry was lost."""
         _, vnode, _ = self._partition(topic, partition)
         entry = vnode.wal.read(version)
         if entry is None or entry.kind != KIND_KAFKA:
@@ -797,11 +954,22 @@ class Engine:
         return entry.body
 
     def kafka_region(self, topic: str, partition: int, version: int) -> FileRegion:
-        """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (body unread, unchecked)."""
-        _, vnode, _ = self._partition(topic, partition)
+        """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (the body's CRC is checked the first
+        time it is served, see :meth:`Wal.region`; CorruptEntry when the entry is lost or damaged). The batch's first
+        16 bytes, which its own CRC does not cover (base offset, length, partition leader epoch), are read each time
+        and must be what the offset index, the WAL and :meth:`append_batches` say, or the entry is reported damaged:
+        a client cannot tell a batch served at the wrong offset."""
+        _, vnode, idx = self._partition(topic, partition)
         region = vnode.wal.region(version, KIND_KAFKA)
         if region is None:
             raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
+        base, length, epoch = struct.unpack_from(">qii", region.read(16).ljust(16, b"\0"))
+        k = bisect_right(idx.versions, version) - 1
+        want = idx.offsets[k] if k >= 0 and idx.versions[k] == version else base
+        if (base, length, epoch) != (want, len(region) - 12, 0):
+            raise vnode.wal.damaged(version, f"Kafka batch header (base offset {base}, length {length}, leader epoch "
+                                             f"{epoch}) is not the stored one (base offset {want}, length "
+                                             f"{len(region) - 12}, leader epoch 0)")
         return region
 
     # ------------------------------------------------------------ schemaless
@@ -859,6 +1027,9 @@ class Engine:
                 row[ts_col] = (p.ts_ns if p.ts_ns is not None else now_ns) // ticks
                 rows.append(row)
             pending.add_rows(st.name, True, st.columns, name, rows)
+        for old, new in changes:  # a change that would break a topic is refused before anything is written
+            if old is not None:
+                self._recompile(db, new)
         # 3. commit: schema first (so the rows' columns exist), then the rows
         for old, new in changes:
             if old is None:
@@ -923,6 +1094,10 @@ class Engine:
         pending = plan.setdefault(i, _Pending())
         t = self.vnodes[dbdef.name][i].live(name) or pending.new_tables.get(name)
         if t is None:
+            try:
+                names.validate_table_name(name)
+            except InvalidValue as e:
+                raise InvalidValue(f"{where}: {e.message}") from None
             tags = {tag.name: tag_value(tag) for tag in st.tags}
             pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags,
                                   "ts": time.time_ns() // _TICKS[dbdef.precision]})
@@ -939,7 +1114,9 @@ class Engine:
         exist yet, its tags (missing ones are NULL); values are typed as SQL
         literals are (timestamps: RFC 3339 strings or ticks). A row without its
         timestamp column takes the record's timestamp. Everything is validated
-        before anything is written; returns the rows written.
+        before anything is written (a subtable name that is not a string, fields
+        that are not an object, a timestamp outside years 0001-9999: an
+        InvalidValue naming the record); returns the rows written.
         """
         dbdef = self.catalog.database(db)
         st = self.catalog.stable(db, stable)
@@ -948,6 +1125,14 @@ class Engine:
         ts_name = st.columns[0].name
         plan: dict[int, _Pending] = {}
         for k, (name, fields, ts_ms) in enumerate(rows):
+            if not isinstance(name, str):
+                raise InvalidValue(f"record {k}: the subtable name must be a string, not {type(name).__name__}")
+            try:
+                name.encode()  # JSON's "\ud800" decodes to a lone surrogate, which no vnode hash takes
+            except UnicodeEncodeError:
+                raise InvalidValue(f"record {k}: the subtable name {name!r} is not valid Unicode text") from None
+            if not isinstance(fields, dict):
+                raise InvalidValue(f"record {k} ({name}): the value must be a JSON object, not {type(fields).__name__}")
             where = f"record {k} ({name})"
             unknown = sorted(set(fields) - set(known))
             if unknown:
@@ -961,7 +1146,7 @@ class Engine:
 
             values = {c.name: typed(c, fields[c.name]) for c in st.columns if c.name in fields}
             if values.get(ts_name) is None:
-                values[ts_name] = ts_ms * _TICKS_PER_MS[dbdef.precision]
+                values[ts_name] = typed(st.columns[0], ts_ms * _TICKS_PER_MS[dbdef.precision])
             self._plan_subtable_row(dbdef, st, plan, name, values, where, lambda tag: typed(tag, fields.get(tag.name)))
         self._check_size(sum(len(str(f)) for _, f, _ in rows))
         self._commit(dbdef, plan)
@@ -1017,6 +1202,8 @@ class Engine:
             return Result(cols, rows)
         if what == "SUBSCRIPTIONS":
             return self._subscriptions()
+        if what == "QUARANTINE":
+            return self._show_quarantine()
         raise Unsupported(f"SHOW {what} is not supported")
 
     def _subscriptions(self) -> Result:
@@ -1043,11 +1230,17 @@ class Engine:
         return Result(cols, rows)
 
     def _version_at(self, topic: str, partition: int, offset: int) -> int | None:
-        """The WAL version of the record at ``offset`` (None at or past the end, or before the log start)."""
+        """The WAL version of the record at ``offset`` (None at or past the end, before the log start, or lost)."""
         loc = self.indexes[(topic, partition)].locate(offset)
         if loc is None:
             return None
-        versions = [v for r in self.topic_records(topic, partition, loc[0]) for v in r.versions.to_pylist()]
+        if self.is_native(topic):  # a stored batch spans one version per record
+            return loc[0] + loc[1]
+        try:
+            records = self.topic_records(topic, partition, loc[0])
+        except CorruptEntry:
+            return None
+        versions = [v for r in records for v in r.versions.to_pylist()]
         return versions[loc[1]]
 
     def _x_Describe(self, s: ast.Describe, session: str | None) -> Result:
@@ -1118,6 +1311,18 @@ class Engine:
             for vnode in vnodes:
                 vnode.close()
 
+    def damage(self) -> list[Damage]:
+        """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
+        return list(self.damage_log.records)
+
+    def _show_quarantine(self) -> Result:
+        cols = [("file", "VARCHAR", 256), ("start", "BIGINT", 8), ("end", "BIGINT", 8), ("reason", "VARCHAR", 1024),
+                ("action", "VARCHAR", 32), ("kept", "VARCHAR", 256), ("first_version", "BIGINT", 8),
+                ("end_version", "BIGINT", 8)]
+        rows = [[d.file, d.start, d.end, d.reason, d.action, d.kept, d.first_version, d.end_version]
+                for d in self.damage_log.records]
+        return Result(cols, rows)
+
 
 # --------------------------------------------------------------------- helpers
 
@@ -1161,18 +1366,25 @@ def _widest(old: ColumnType | None, new: ColumnType, name: str, measurement: str
 def _merge_schema(
     db: DatabaseDef, old: StableDef | None, name: str, cols: dict[str, ColumnType], tags: dict[str, ColumnType]
 ) -> StableDef:
-    """The supertable a schemaless write needs: ``old`` widened / extended, or a new one (ts column ``_ts``)."""
+    """The supertable a schemaless write needs: ``old`` widened / extended, or a new one (ts column ``_ts``).
+
+    InvalidValue when a field or tag changes type, a new name breaks the naming rules (:mod:`walgate.storage.names`:
+    checked here, before the write commits anything), or a name would be ``tbname`` or used twice (a tag named like
+    a column, a field named like the timestamp column)."""
     if old is None:
-        columns = (Column("_ts", ColumnType("TIMESTAMP")),) + tuple(Column(k, t) for k, t in cols.items())
-        tag_cols = tuple(Column(k, ColumnType("NCHAR", max(t.length or 1, 8))) for k, t in tags.items()) or (
-            Column("_tag_none", ColumnType("NCHAR", 8)),
-        )
-        return StableDef(db.name, name, columns, tag_cols, int(time.time() * 1000))
-    columns, tag_cols = list(old.columns), list(old.tags)
+        names.validate_table_name(name)
+        columns, tag_cols = [Column("_ts", ColumnType("TIMESTAMP"))], []
+        old = StableDef(db.name, name, (), (), int(time.time() * 1000))
+        if not tags:
+            tags = {"_tag_none": ColumnType("NCHAR", 8)}
+        tags = {k: ColumnType("NCHAR", max(t.length or 1, 8)) for k, t in tags.items()}
+    else:
+        columns, tag_cols = list(old.columns), list(old.tags)
     for group, wanted in ((columns, cols), (tag_cols, tags)):
         for k, t in wanted.items():
             i = next((i for i, c in enumerate(group) if c.name == k), None)
             if i is None:
+                names.validate_column_name(k)
                 group.append(Column(k, t))
                 continue
             have = group[i].type
@@ -1185,6 +1397,10 @@ def _merge_schema(
                 group[i] = Column(k, ColumnType(have.name, max(have.length or 0, t.length or 0)))
                 continue
             raise InvalidValue(f"Measurement {name}: {'tag' if group is tag_cols else 'field'} {k} is {t} but the {'tag' if group is tag_cols else 'column'} is {have}")
+    try:  # a key named tbname, like the timestamp column, or a tag named like a column (or the reverse)
+        _check_columns(tuple(columns), tuple(tag_cols))
+    except InvalidValue as e:
+        raise InvalidValue(f"Measurement {name}: {e.message}") from None
     return StableDef(db.name, name, tuple(columns), tuple(tag_cols), old.created_ms)
 
 
@@ -1204,9 +1420,26 @@ def _csv_values(
     return values
 
 
-def _qualify(sql: str, source: str, db: str) -> str:
-    """Rewrite ``FROM source`` / ``STABLE source`` to ``db.source`` in a topic's stored SQL."""
-    return re.sub(rf"(?i)\b(from|stable)\s+`?{re.escape(source)}`?(?=\s|$)", rf"\1 {db}.{source}", sql, count=1)
+def _qualify(s: ast.CreateTopic, db: str) -> str:
+    """``s.sql`` with its source written ``db.source``, so that the stored SQL does not depend on USE.
+
+    Every ``FROM`` / ``STABLE`` followed by the source's name is a candidate, qualified plainly or back-quoted; the
+    first candidate text that parses back to ``s`` with the qualified source is kept, so a string, a back-quoted
+    column or an alias that looks alike is never rewritten, and what is stored is what every start re-parses."""
+    name = s.source.name
+    expected = (s.name, s.kind, ast.Name(name, db), s.with_meta, s.select, s.where)
+    for m in re.finditer(rf"(?i)\b(?:from|stable)\s+(`{re.escape(name)}`|{re.escape(name)}\b)", s.sql):
+        for qualified in (f"{db}.{name}", f"`{db}`.`{name}`"):
+            text = s.sql[: m.start(1)] + qualified + s.sql[m.end(1) :]
+            try:
+                again = parse(text)
+            except StorageError:
+                continue
+            if isinstance(again, ast.CreateTopic) and (
+                again.name, again.kind, again.source, again.with_meta, again.select, again.where
+            ) == expected:
+                return text
+    raise InvalidValue(f"Topic {s.name}: write its source with its database, as {db}.{name}")
 
 
 _SIZES = {"BOOL": 1, "TINYINT": 1, "SMALLINT": 2, "INT": 4, "FLOAT": 4}

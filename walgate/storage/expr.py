@@ -23,12 +23,24 @@ Decisions (SQL / TDengine semantics where pyarrow differs):
   ``x IN (..., NULL)`` is NULL rather than FALSE when nothing matches.
 * LIKE is case-sensitive; ``_`` and ``%`` are wildcards, ``\\`` escapes them.
 * ``CAST(... AS TIMESTAMP)`` produces millisecond timestamps; a cast's
-  VARCHAR / NCHAR length is not enforced.
+  VARCHAR / NCHAR length is not enforced. A FLOAT / DOUBLE cast to an integer
+  type is truncated toward zero; a value that does not convert (``'abc'`` to
+  INT, 300 to TINYINT, NaN to BIGINT) is NULL.
+* Arithmetic functions and ``/`` ``%`` take numbers (and BOOL), not strings.
 * Errors: an unknown column is ``InvalidValue`` (at evaluation, when the
   columns are known); an unknown function or a non-literal IN list is
   ``Unsupported`` and a wrong argument count ``InvalidValue`` (at compile
   time); a type mismatch pyarrow refuses is ``InvalidValue`` naming the
-  operator and the types.
+  operator and the types. Type errors depend on the column types only, so
+  evaluating once on empty columns (as :class:`walgate.storage.topics.TopicEvaluator`
+  does) finds every one of them.
+* Evaluation is total once the types check: a row on which a kernel fails
+  for its values alone (an overflow of ``ROUND(i, -2)``...) gets NULL for the
+  expression instead of failing the batch, so a topic never fails a write.
+  The failing rows are found by halving the batch (at most
+  :data:`_MAX_EVALUATIONS` evaluations; past that a failing part is NULL
+  whole, deterministically). A TIMESTAMP result outside years 0001-9999
+  (``CAST(huge AS TIMESTAMP)``) is NULL too, so every result renders.
 """
 
 from __future__ import annotations
@@ -55,7 +67,7 @@ from walgate.storage.sql.ast import (
     Unary,
     walk,
 )
-from walgate.storage.values import parse_timestamp
+from walgate.storage.values import TIMESTAMP_RANGE, parse_timestamp
 
 __all__ = ["compile_expr", "compile_filter", "referenced_columns", "Datum", "Columns"]
 
@@ -66,6 +78,7 @@ Evaluator: TypeAlias = Callable[[Columns], Datum]
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, OverflowError)
 _NULL_BOOL = pa.scalar(None, pa.bool_())
 _NULL_DOUBLE = pa.scalar(None, pa.float64())
+_MAX_EVALUATIONS = 256  # per failing evaluation, to find its failing rows (see the module docstring)
 
 # ------------------------------------------------------------------ helpers
 
@@ -77,6 +90,9 @@ def _apply(label: str, fn: Callable[..., Datum], *args: Any) -> Datum:
     except _ARROW_ERRORS as e:
         types = ", ".join(str(a.type) for a in args if hasattr(a, "type"))
         raise InvalidValue(f"cannot evaluate {label}({types}): {str(e).splitlines()[0]}") from None
+    except InvalidValue as e:  # raised by our own kernels (e.g. a number expected)
+        types = ", ".join(str(a.type) for a in args if hasattr(a, "type"))
+        raise InvalidValue(f"cannot evaluate {label}({types}): {e.message}") from None
 
 
 def _scalar(value: Any, type_: pa.DataType | None = None) -> pa.Scalar:
@@ -101,7 +117,35 @@ def _literal(value: Any, target: pa.DataType) -> pa.Scalar:
 
 
 def _as_double(x: Datum) -> Datum:
-    return _apply("CAST AS DOUBLE", pc.cast, x, pa.float64())
+    """A number (or BOOL) as DOUBLE; any other type is refused whatever the values (a type error)."""
+    if not (pa.types.is_integer(x.type) or pa.types.is_floating(x.type) or pa.types.is_boolean(x.type)
+            or pa.types.is_null(x.type)):
+        raise InvalidValue(f"expected a number, got {x.type}")
+    return pc.cast(x, pa.float64())
+
+
+def _cast(x: Datum, target: pa.DataType) -> Datum:
+    """CAST (see the module docstring): values that do not convert become NULL, the others convert."""
+    if pa.types.is_floating(x.type) and pa.types.is_integer(target):
+        x = pc.trunc(x)
+    safe = not (pa.types.is_timestamp(x.type) and pa.types.is_timestamp(target))  # a finer unit truncates
+    try:
+        return pc.cast(x, target, safe=safe)
+    except pa.ArrowInvalid:  # some values do not convert: cast each distinct value alone
+        if isinstance(x, pa.Scalar):
+            return pa.scalar(None, target)
+        if isinstance(x, pa.ChunkedArray):
+            x = x.combine_chunks()
+        values = pc.unique(x)
+        converted = pa.concat_arrays([_cast_or_null(values.slice(i, 1), target, safe) for i in range(len(values))])
+        return pc.take(converted, pc.index_in(x, value_set=values))
+
+
+def _cast_or_null(value: pa.Array, target: pa.DataType, safe: bool) -> pa.Array:
+    try:
+        return pc.cast(value, target, safe=safe)
+    except pa.ArrowInvalid:
+        return pa.nulls(1, target)
 
 
 def _nonzero_divisor(x: Datum) -> Datum:
@@ -217,14 +261,14 @@ def _compile_lit(node: Lit) -> Evaluator:
 
 
 def _compile_unary(node: Unary) -> Evaluator:
-    fn, operand = _UNARY[node.op], compile_expr(node.operand)
+    fn, operand = _UNARY[node.op], _compile(node.operand)
     return lambda columns: _apply(node.op, fn, operand(columns))
 
 
 def _compile_binary(node: Binary) -> Evaluator:
     """A binary operator; a literal operand is coerced to the other operand's type."""
     fn, op = _BINARY[node.op], node.op
-    left, right = compile_expr(node.left), compile_expr(node.right)
+    left, right = _compile(node.left), _compile(node.right)
     if isinstance(node.right, Lit) and not isinstance(node.left, Lit):
         value = node.right.value
         return lambda columns: _with_literal_right(op, fn, left(columns), value)
@@ -249,15 +293,15 @@ def _compile_call(node: Call) -> Evaluator:
     if not low <= len(node.args) <= high:
         expected = str(low) if low == high else f"{low} to {high}"
         raise InvalidValue(f"{node.name}() takes {expected} arguments, got {len(node.args)}")
-    args = [compile_expr(a) for a in node.args]
+    args = [_compile(a) for a in node.args]
     label = node.name.upper()
     return lambda columns: _apply(label, fn, *(a(columns) for a in args))
 
 
 def _compile_cast(node: Cast) -> Evaluator:
     target = ColumnType(node.type.name, node.type.length).arrow("ms")
-    operand, label = compile_expr(node.expr), f"CAST AS {node.type.name}"
-    return lambda columns: _apply(label, pc.cast, operand(columns), target)
+    operand, label = _compile(node.expr), f"CAST AS {node.type.name}"
+    return lambda columns: _apply(label, _cast, operand(columns), target)
 
 
 def _compile_in_list(node: InList) -> Evaluator:
@@ -265,7 +309,7 @@ def _compile_in_list(node: InList) -> Evaluator:
         raise Unsupported("IN (...) accepts only literal values")
     values = [v.value for v in node.values if isinstance(v, Lit) and v.value is not None]
     has_null = len(values) < len(node.values)
-    operand, negated = compile_expr(node.expr), node.negated
+    operand, negated = _compile(node.expr), node.negated
     value_sets: dict[pa.DataType, pa.Array] = {}  # per operand type, built once
 
     def in_list(columns: Columns) -> Datum:
@@ -293,16 +337,16 @@ def _value_set(values: list[Any], target: pa.DataType) -> pa.Array:
 
 def _compile_between(node: Between) -> Evaluator:
     inside = Binary("AND", Binary(">=", node.expr, node.low), Binary("<=", node.expr, node.high))
-    return compile_expr(Unary("NOT", inside) if node.negated else inside)
+    return _compile(Unary("NOT", inside) if node.negated else inside)
 
 
 def _compile_is_null(node: IsNull) -> Evaluator:
-    fn, operand = (pc.is_valid if node.negated else pc.is_null), compile_expr(node.expr)
+    fn, operand = (pc.is_valid if node.negated else pc.is_null), _compile(node.expr)
     return lambda columns: fn(operand(columns))
 
 
 def _compile_like(node: Like) -> Evaluator:
-    operand, pattern, negated = compile_expr(node.expr), node.pattern, node.negated
+    operand, pattern, negated = _compile(node.expr), node.pattern, node.negated
 
     def like(columns: Columns) -> Datum:
         matched = _apply("LIKE", lambda x: pc.match_like(x, pattern), operand(columns))
@@ -325,9 +369,70 @@ _COMPILERS: dict[type, Callable[[Any], Evaluator]] = {
 }
 
 
-def compile_expr(expr: Expr) -> Evaluator:
-    """An evaluator of ``expr``: columns -> array (or scalar when only scalars are involved)."""
+def _compile(expr: Expr) -> Evaluator:
     return _COMPILERS[type(expr)](expr)
+
+
+def compile_expr(expr: Expr) -> Evaluator:
+    """An evaluator of ``expr``: columns -> array (or scalar when only scalars are involved).
+
+    Total once the types check (see the module docstring); the recursion of
+    compiling and evaluating is as deep as ``expr``, which the parser bounds.
+    """
+    evaluate = _compile(expr)
+    if isinstance(expr, (Col, Lit)):  # nothing to fail on values; stored timestamps are in range
+        return evaluate
+
+    def total(columns: Columns) -> Datum:
+        try:
+            return _valid_timestamps(evaluate(columns))
+        except InvalidValue:
+            empty = {k: pa.array([], v.type) if isinstance(v, pa.Scalar) else v.slice(0, 0) for k, v in columns.items()}
+            result_type = evaluate(empty).type  # raises again when the error is about types, not values
+            n = next((len(v) for v in columns.values() if not isinstance(v, pa.Scalar)), None)
+            if n is None:
+                return pa.scalar(None, result_type)
+            budget = [_MAX_EVALUATIONS]
+            middle = n // 2
+            parts = [_by_halves(evaluate, columns, 0, middle, result_type, budget),
+                     _by_halves(evaluate, columns, middle, n, result_type, budget)]
+            return _valid_timestamps(pa.concat_arrays(parts))
+
+    return total
+
+
+def _by_halves(evaluate: Evaluator, columns: Columns, start: int, stop: int, type_: pa.DataType,
+               budget: list[int]) -> pa.Array:
+    """Rows ``[start, stop)`` evaluated; a part that fails is halved until single rows fail (NULL) or the budget
+    of evaluations is spent (the part is NULL). Recursion is log2 of the row count deep."""
+    if start == stop:
+        return pa.nulls(0, type_)
+    budget[0] -= 1
+    try:
+        result = evaluate({k: v if isinstance(v, pa.Scalar) else v.slice(start, stop - start) for k, v in columns.items()})
+    except InvalidValue:
+        if stop - start == 1 or budget[0] <= 0:
+            return pa.nulls(stop - start, type_)
+        middle = (start + stop) // 2
+        return pa.concat_arrays([_by_halves(evaluate, columns, start, middle, type_, budget),
+                                 _by_halves(evaluate, columns, middle, stop, type_, budget)])
+    if isinstance(result, pa.Scalar):
+        return pa.repeat(result, stop - start).cast(type_)
+    if isinstance(result, pa.ChunkedArray):
+        result = result.combine_chunks()
+    return result.cast(type_)
+
+
+def _valid_timestamps(x: Datum) -> Datum:
+    """``x`` with TIMESTAMP values outside years 0001-9999 (or int64) made NULL."""
+    if not pa.types.is_timestamp(x.type):
+        return x
+    low, high = TIMESTAMP_RANGE[x.type.unit]
+    ticks = pc.cast(x, pa.int64())
+    inside = pc.and_(pc.greater_equal(ticks, low), pc.less_equal(ticks, high))
+    if isinstance(inside, pa.Scalar):
+        return x if inside.as_py() is not False else pa.scalar(None, x.type)
+    return x if pc.all(inside).as_py() is not False else pc.if_else(inside, x, pa.scalar(None, x.type))
 
 
 def compile_filter(expr: Expr) -> Callable[[Columns], pa.BooleanArray]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from walgate.storage.errors import InvalidValue
+from walgate.storage.names import DB_NAME_MAX
 
 __all__ = [
     "TOPIC_CONFIG_DEFAULTS",
@@ -92,11 +93,12 @@ def validate_topic_name(name: str) -> None:
 
 
 def backing_database(topic: str, taken: Mapping[str, object]) -> str:
-    """The name of the database holding *topic*: ``kafka_<topic>`` with ``.``/``-`` as ``_``, made unique."""
+    """The name of the database holding *topic*: ``kafka_<topic>`` with ``.``/``-`` as ``_``, made unique (a CRC
+    of the topic name appended) and cut to a valid database name (at most 64 characters)."""
     base = "kafka_" + re.sub(r"[.-]", "_", topic)
-    if base not in taken and base == "kafka_" + topic:
+    if base not in taken and base == "kafka_" + topic and len(base) <= DB_NAME_MAX:
         return base
-    return f"{base}_{zlib.crc32(topic.encode()):08x}"
+    return f"{base[: DB_NAME_MAX - 9]}_{zlib.crc32(topic.encode()):08x}"
 
 
 def topic_configs(kind: str, configs: Mapping[str, str], db_options: Mapping[str, int | str]) -> dict[str, tuple[str, bool]]:

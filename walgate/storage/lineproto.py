@@ -28,8 +28,9 @@ Syntax: ``measurement[,tag=value...] field=value[,field=value...] [timestamp]``
   are refused.
 * Timestamp: an optional integer (may be negative) in ``precision``, one of
   ns/us/ms/s (Influx v1's n/u/m/h are refused); ``Point.ts_ns`` holds it in
-  nanoseconds and must fit int64. Absent, or ``0`` (TDengine's convention),
-  gives ``ts_ns=None``: the engine uses its current time.
+  nanoseconds and must fit int64, which keeps it within years 1677-2262,
+  inside the range every database precision takes. Absent, or ``0``
+  (TDengine's convention), gives ``ts_ns=None``: the engine uses its current time.
 * Names (measurement, tag and field keys) are kept exactly as written: no
   lower-casing and no ``.`` -> ``_`` rewrite; the engine treats them as quoted
   identifiers. TDengine's limits apply: measurement <= 192 bytes, keys <= 64

@@ -8,33 +8,69 @@ contributes records to the topic::
     u64 version      the entry's first WAL version
     u32 count        records the entry contributes (after filter)
     i64 running_max  max record timestamp of the topic up to this entry
+    u32 crc          CRC32C of the 28 bytes before it
 
 The rows inside an entry are found again by re-evaluating the topic on that
-entry (deterministic). The file is derived state: it is appended as entries
-are written (not fsynced), truncated to whole records on open, cut back to
-the WAL's end if the WAL lost a torn tail, and the engine re-evaluates the
-WAL from ``last_version`` onward when it is behind. Retention trims records
-whose entries left the WAL; offsets are never renumbered, so the log start
-offset is the offset of the first surviving record.
+entry (deterministic). ``topics/<topic id>.oidx`` in the vnode directory is
+derived state, never trusted: it is appended as entries are written (not
+fsynced), and on open its records are checked (each record's CRC, which
+also fails for a file of the old 28-byte records; offsets dense, versions
+increasing by at least the previous count, counts >= 1, running max not
+decreasing, nothing past the WAL's end). The longest valid prefix is kept
+and the engine re-evaluates the WAL from there (``indexed_to``; a
+Kafka-native partition numbers a rebuilt index from the base offsets its
+stored batches carry, and the ``.start`` file below keeps its log start);
+anything after it is garbage (reported to the DamageLog unless it is a
+zero-filled or torn tail, the normal leftovers of a crash) or describes
+entries the WAL lost. A write the disk refuses is not retried: the file is rewritten whole
+at the next trim or on close, or rebuilt at the next open. Retention trims
+records whose entries left the WAL; offsets are never renumbered, so the
+log start offset is the offset of the first surviving record.
+
+``topics/<topic id>.start`` holds the log start set by DeleteRecords (or by
+retention deleting every indexed entry) as one checksummed line
+(:mod:`walgate.storage.lines`), written with
+:func:`walgate.storage.fileio.replace_file` before memory changes; when it
+does not verify, the log start falls back to 0 (reported).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+import crc32c
+
+from walgate.storage import fileio, lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.filecache import FILES
+
 __all__ = ["OffsetIndex"]
 
-_REC = struct.Struct("<QQIq")
+log = logging.getLogger("walgate.offsets")
+
+_REC = struct.Struct("<QQIqI")
+_BODY = struct.Struct("<QQIq")  # what the CRC covers
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # appends go through the process-wide descriptor cache
 _TS_MIN = -(1 << 63)
+_OFFSET_MAX = 1 << 62
+
+
+def _pack(offset: int, version: int, count: int, running_max: int) -> bytes:
+    """One index record with its CRC."""
+    body = _BODY.pack(offset, version, count, running_max)
+    return body + crc32c.crc32c(body).to_bytes(4, "little")
 
 
 class OffsetIndex:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None) -> None:
         self.path = path
+        self.damage = damage
         self.offsets = array("q")
         self.versions = array("q")
         self.counts = array("q")
@@ -42,57 +78,113 @@ class OffsetIndex:
         self.end_offset = 0  # next offset to assign (high watermark)
         self.indexed_to = -1  # WAL versions < indexed_to have been evaluated
         self.log_start = 0  # set by DeleteRecords (persisted beside the index)
-        self._fd: int | None = None
+        self._file_ok = True  # the file holds exactly the records in memory: appends go on
+        self._start_saved = True  # the .start file holds log_start
 
     @classmethod
-    def open(cls, path: Path, wal_end: int) -> "OffsetIndex":
-        """Load ``path`` (if any), dropping torn records and records beyond ``wal_end``."""
-        idx = cls(path)
+    def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None) -> "OffsetIndex":
+        """Load the valid prefix of ``path`` (if any) below ``wal_end`` (see the module docstring)."""
+        idx = cls(path, damage)
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = path.read_bytes() if path.exists() else b""
-        raw = raw[: len(raw) - len(raw) % _REC.size]
-        for offset, version, count, running in _REC.iter_unpack(raw):
-            if version >= wal_end:
+        whole = len(raw) - len(raw) % _REC.size
+        reason = ""
+        for i, (offset, version, count, running, crc) in enumerate(_REC.iter_unpack(raw[:whole])):
+            if crc != crc32c.crc32c(raw[i * _REC.size : i * _REC.size + _BODY.size]):
+                reason = "checksum mismatch"
+            else:
+                reason = idx._invalid(offset, version, count, running, wal_end)
+            if reason:
                 break
             idx.offsets.append(offset)
             idx.versions.append(version)
             idx.counts.append(count)
             idx.running_max.append(running)
-        if len(idx.offsets) * _REC.size != (path.stat().st_size if path.exists() else 0):
+        kept = len(idx.offsets) * _REC.size
+        if reason and reason != "past the WAL's end" and any(raw[kept:]):
+            idx._report(path, kept, len(raw), f"offset index: {reason} at record {len(idx.offsets)}; rebuilt from the WAL "
+                        "from there", "rebuilt", raw[kept:])
+        if kept != len(raw):
             idx._rewrite()
         if idx.offsets:
             idx.end_offset = idx.offsets[-1] + idx.counts[-1]
             idx.indexed_to = idx.versions[-1] + 1
-        if idx._start_path.exists():
-            idx.log_start = int(idx._start_path.read_text())
-            idx.end_offset = max(idx.end_offset, idx.log_start)
-        idx._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        idx.log_start = idx._read_start()
+        idx.end_offset = max(idx.end_offset, idx.log_start)
         return idx
 
+    def _invalid(self, offset: int, version: int, count: int, running: int, wal_end: int) -> str:
+        """Why a record cannot follow the ones loaded so far ("" if it can)."""
+        if not self.offsets:
+            if not 0 <= offset < _OFFSET_MAX or version < 0:
+                return f"offset {offset} at version {version}"
+        elif offset != self.offsets[-1] + self.counts[-1]:
+            return f"offset {offset} after {self.offsets[-1]} + {self.counts[-1]} (not dense)"
+        elif version < self.versions[-1] + self.counts[-1]:
+            return f"version {version} after {self.versions[-1]} + {self.counts[-1]} (not increasing)"
+        elif running < self.running_max[-1]:
+            return f"running max timestamp {running} below {self.running_max[-1]}"
+        if version >= wal_end:
+            return "past the WAL's end"
+        if count < 1 or version + count > wal_end:
+            return f"count {count} at version {version} (WAL end {wal_end})"
+        return ""
+
+    def _report(self, path: Path, start: int, end: int, reason: str, action: str, data: bytes) -> None:
+        if self.damage is None:
+            log.warning("%s bytes [%d, %d): %s; %s", path, start, end, reason, action)
+        else:
+            self.damage.report(path, start, end, reason, action, data)
+
+    def _read_start(self) -> int:
+        path = self._start_path
+        if not path.exists():
+            return 0
+        raw = path.read_bytes()
+        try:
+            start = lines.decode(raw.rstrip(b"\n"))["log_start"]
+            if type(start) is not int or start < 0:
+                raise ValueError(f"log start {start!r}")
+            return start
+        except (ValueError, KeyError, TypeError) as exc:
+            self._report(path, 0, len(raw), f"log start of DeleteRecords: {exc}; the log starts at the first indexed "
+                         "record", "reset", raw)
+            return 0
+
     def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(
-            b"".join(
-                _REC.pack(o, v, c, m)
-                for o, v, c, m in zip(self.offsets, self.versions, self.counts, self.running_max)
-            )
-        )
-        os.replace(tmp, self.path)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        """Replace the file by the records in memory; on failure the file is left to the next open to repair."""
+        data = b"".join(_pack(o, v, c, m) for o, v, c, m in zip(self.offsets, self.versions, self.counts, self.running_max))
+        try:
+            fileio.replace_file(self.path, data)
+        except OSError as exc:
+            log.warning("%s: could not rewrite the offset index (rebuilt at the next start): %s", self.path, exc)
+            self._file_ok = False
+            return
+        self._file_ok = True
+        FILES.discard(self.path, _APPEND)  # the cached descriptor (if any) is of the replaced file
 
     def append(self, version: int, count: int, max_ts: int, next_version: int) -> None:
         """Record that the entry at ``version`` contributes ``count`` records (0: just mark it evaluated)."""
         if count:
             running = max(self.running_max[-1] if self.running_max else _TS_MIN, max_ts)
-            os.write(self._fd, _REC.pack(self.end_offset, version, count, running))  # type: ignore[arg-type]
+            if self._file_ok:
+                try:
+                    fileio.write_all(FILES.get(self.path, _APPEND).fd, _pack(self.end_offset, version, count, running))
+                except OSError as exc:  # derived state: memory goes on, the file is repaired later
+                    log.warning("%s: offset index write failed (repaired later): %s", self.path, exc)
+                    self._file_ok = False
             self.offsets.append(self.end_offset)
             self.versions.append(version)
             self.counts.append(count)
             self.running_max.append(running)
             self.end_offset += count
         self.indexed_to = next_version
+
+    def start_empty_at(self, offset: int) -> None:
+        """An index with no records numbers the next entry ``offset`` (a rebuilt Kafka-native partition: the
+        offset its first stored batch carries)."""
+        if not self.offsets:
+            self.end_offset = offset
 
     @property
     def start_offset(self) -> int:
@@ -101,20 +193,27 @@ class OffsetIndex:
         return max(first, self.log_start)
 
     def advance_start(self, offset: int) -> None:
-        """DeleteRecords: the log starts at *offset* (<= the high watermark) from now on, durably.
+        """DeleteRecords: the log starts at *offset* (<= the high watermark) from now on, durably; raises
+        :class:`StorageUnavailable`, changing nothing, when the disk refuses the write.
 
         Entries wholly below it are forgotten; the WAL keeps their bytes until
         retention deletes the segment, as Kafka deletes segments lazily.
         """
         if offset > self.log_start:
+            try:
+                self._save_start(offset)
+            except OSError as exc:
+                raise StorageUnavailable(f"The log start could not be written ({exc.strerror or exc}): "
+                                         "no records were deleted") from None
             self.log_start = offset
-            tmp = self._start_path.with_suffix(".tmp")
-            with tmp.open("w") as f:
-                f.write(str(offset))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._start_path)
-        gone = bisect_right(self.offsets, offset)
+        self._forget(bisect_right(self.offsets, offset), offset)
+
+    def _save_start(self, offset: int) -> None:
+        fileio.replace_file(self._start_path, lines.encode({"log_start": offset}))
+        self._start_saved = True
+
+    def _forget(self, gone: int, offset: int) -> None:
+        """Drop the first ``gone`` records, keeping the one holding ``offset``."""
         if gone and self.offsets[gone - 1] + self.counts[gone - 1] > offset:
             gone -= 1  # the entry holding `offset` stays
         if gone:
@@ -141,19 +240,28 @@ class OffsetIndex:
         return self.offsets[i], self.versions[i]
 
     def trim_before(self, version: int) -> None:
-        """Forget entries whose WAL versions were deleted by retention."""
+        """Forget entries whose WAL versions were deleted by retention (never fails: what the disk refuses to
+        record now is recorded on close, or derived again at the next start)."""
         i = bisect_left(self.versions, version)
-        if i and i == len(self.versions):  # all gone: remember where the log starts, or offsets would restart at 0
-            self.advance_start(self.end_offset)
-        elif i:
-            for a in (self.offsets, self.versions, self.counts, self.running_max):
-                del a[:i]
-            self._rewrite()
+        if i and i == len(self.versions) and self.end_offset > self.log_start:
+            # all gone: remember where the log starts, or offsets would restart at 0
+            self.log_start = self.end_offset
+            try:
+                self._save_start(self.log_start)
+            except OSError as exc:
+                log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
+                self._start_saved = False
+        self._forget(i, self.offsets[i] if i < len(self.offsets) else self.end_offset)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if not self._file_ok:
+            self._rewrite()
+        if not self._start_saved:
+            try:
+                self._save_start(self.log_start)
+            except OSError as exc:
+                log.error("%s: could not save the log start: %s", self._start_path, exc)
+        FILES.discard(self.path, _APPEND)
 
     def delete(self) -> None:
         self.close()

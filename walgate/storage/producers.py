@@ -20,16 +20,20 @@ replaying them (:meth:`PartitionProducers.record`) when a topic is opened.
 
 from __future__ import annotations
 
-import json
-import os
+import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from walgate.storage.errors import StorageError
+from walgate.storage import fileio, lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageError, StorageUnavailable
 
 __all__ = ["PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError", "BATCHES_KEPT"]
+
+log = logging.getLogger("walgate.producers")
 
 BATCHES_KEPT: Final = 5
 _SEQUENCE_WRAP: Final = 2**31
@@ -96,30 +100,77 @@ class PartitionProducers:
             state = self._producers[producer_id] = _Producer(epoch)
         state.batches.append((first_seq, (first_seq + count - 1) % _SEQUENCE_WRAP, base_offset))
 
+    def max_producer_id(self) -> int:
+        """The largest producer id with state here (-1: none)."""
+        return max(self._producers, default=-1)
+
 
 class ProducerIds:
     """Allocates producer ids in durable blocks, so none is handed out twice across restarts.
 
-    The file holds the first id of the next block; it is advanced (and fsynced)
-    before any id of a new block is given out, as Kafka's broker reserves blocks.
+    ``producer_ids.log`` holds the first id of the next block as one checksummed line
+    (:mod:`walgate.storage.lines`), ``{"next_block": n}``; it is replaced atomically
+    (:func:`walgate.storage.fileio.replace_file`) before any id of a new block is given out, as Kafka's broker
+    reserves blocks. When the disk refuses that write, :meth:`allocate` raises
+    :class:`~walgate.storage.errors.StorageUnavailable` and hands out nothing.
+
+    The data dir creates the file (:meth:`create`) with the data dir, so a missing file was lost. A file that is
+    missing or does not verify is reported and ids go on from the current time in microseconds since the epoch
+    (plus a block): above any id handed out before, as long as fewer than one id per microsecond were ever
+    allocated. The engine also lifts the next id above every producer id its WALs hold (:meth:`at_least`).
     """
 
     BLOCK: Final = 1000
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None) -> None:
         self._path = path
-        self._next = json.loads(path.read_text())["next_block"] if path.exists() else 0
+        self._next = self._load(damage)
         self._limit = self._next
+
+    @staticmethod
+    def create(path: Path) -> None:
+        """The file of a new data dir: ids start at 0."""
+        fileio.replace_file(path, lines.encode({"next_block": 0}))
+
+    def _load(self, damage: DamageLog | None) -> int:
+        raw = b""
+        try:
+            raw = self._path.read_bytes()
+            value = lines.decode(raw.rstrip(b"\n"))["next_block"]
+            if type(value) is not int or value < 0:
+                raise ValueError(f"next block {value!r}")
+            return value
+        except FileNotFoundError:
+            return self._recovered(damage, "producer ids: the file is missing", raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._recovered(damage, f"producer ids: {exc}", raw)
+
+    def _recovered(self, damage: DamageLog | None, what: str, raw: bytes) -> int:
+        recovered = self.recovered_next()
+        reason = f"{what}; ids go on from {recovered}, above any handed out before"
+        if damage is None:
+            log.warning("%s: %s", self._path, reason)
+        else:
+            damage.report(self._path, 0, len(raw), reason, "reset", raw)
+        return recovered
+
+    @classmethod
+    def recovered_next(cls) -> int:
+        """Where ids go on when the file is lost (see the class docstring)."""
+        return time.time_ns() // 1000 + cls.BLOCK
+
+    def at_least(self, producer_id: int) -> None:
+        """Never hand out an id below ``producer_id``."""
+        self._next = max(self._next, producer_id)
 
     def allocate(self) -> int:
         if self._next >= self._limit:
-            self._limit = self._next + self.BLOCK
-            tmp = self._path.with_suffix(".tmp")
-            with tmp.open("w") as f:
-                json.dump({"next_block": self._limit}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._path)
+            limit = self._next + self.BLOCK
+            try:
+                fileio.replace_file(self._path, lines.encode({"next_block": limit}))
+            except OSError as exc:
+                raise StorageUnavailable(f"The producer id block could not be written ({exc.strerror or exc})") from None
+            self._limit = limit
         pid = self._next
         self._next += 1
         return pid

@@ -6,7 +6,11 @@ serve hundreds of thousands of records per second:
 
 * the object holds the topic's columns in order, as ``{"name":value,...}``;
 * TIMESTAMP columns are RFC 3339 UTC strings with the database precision's
-  fraction (``"2018-10-03T06:38:05.000Z"``, 6 digits for us, 9 for ns);
+  fraction (``"2018-10-03T06:38:05.000Z"``, 6 digits for us, 9 for ns); a
+  timestamp outside years 0001-9999 (refused on ingest, but a data dir written
+  before may hold one) is written as
+  :func:`~walgate.storage.values.format_timestamp` shows it, never as Arrow's
+  ``<value out of range>``;
 * FLOAT/DOUBLE use the shortest decimal form that round-trips their own
   width (a FLOAT 10.3 is ``10.3``, not ``10.300000190734863``); NaN and
   infinities, which JSON cannot carry, become ``null``;
@@ -30,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from walgate.storage.topics import Records
+from walgate.storage.values import TIMESTAMP_RANGE, format_timestamp
 
 __all__ = ["KafkaRows", "render", "json_objects"]
 
@@ -98,7 +103,13 @@ def _json_text(col: pa.Array) -> pa.Array:
     """The JSON text of every value of ``col`` (a string array without nulls)."""
     t = col.type
     if pa.types.is_timestamp(t):
-        text = pc.binary_join_element_wise('"', pc.utf8_replace_slice(pc.cast(col, pa.string()), 10, 11, "T"), 'Z"', "")
+        ticks = pc.cast(col, pa.int64())
+        extremes = pc.min_max(ticks)
+        low, high = TIMESTAMP_RANGE[t.unit]
+        if extremes["min"].as_py() is None or low <= extremes["min"].as_py() and extremes["max"].as_py() <= high:
+            text = pc.binary_join_element_wise('"', pc.utf8_replace_slice(pc.cast(col, pa.string()), 10, 11, "T"), 'Z"', "")
+        else:
+            text = pa.array([None if v is None else f'"{format_timestamp(v, t.unit)}"' for v in ticks.to_pylist()], pa.string())
     elif pa.types.is_floating(t):
         finite = pc.is_finite(col)
         text = pc.if_else(finite, pc.cast(col, pa.string()), pa.scalar(None, pa.string()))

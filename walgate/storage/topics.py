@@ -17,6 +17,12 @@ tags; ``SELECT *`` means the same. Meta entries become records only for
 Evaluation is deterministic given the entry and the tables known to the
 vnode (dropped tables stay known for this reason), which is what lets the
 offset index store one record per entry instead of one per row.
+
+An evaluator is validated completely when it is built: unknown columns, a
+WHERE that is not boolean and every other type error are raised then (the
+condition and select list are evaluated once on no rows of the source's
+schema), and evaluation is total after that (see :mod:`walgate.storage.expr`),
+so indexing a write never fails on a topic's expressions.
 """
 
 from __future__ import annotations
@@ -97,6 +103,20 @@ class TopicEvaluator:
         self._schema = arrow_schema(current, precision) if current else None
         self._tag_schema = arrow_schema(stable.tags, precision) if stable is not None else None
         self.known: dict[str, Column] = {c.name: c for c in (current or ()) + (stable.tags if stable else ())}
+        if kind != "database":
+            self._typecheck()
+
+    def _typecheck(self) -> None:
+        """Evaluate the condition and the select list on no rows: raises every type error (see the docstring)."""
+        if self._filter is not None:
+            tags = self._tag_schema.empty_table() if self._tag_schema is not None else pa.table({})
+            env: dict[str, Any] = {"tbname": pa.array([], pa.string())}
+            env.update({name: tags.column(name) for name in tags.column_names})
+            if self.kind != "stable":
+                assert self._schema is not None
+                env.update({f.name: pa.array([], f.type) for f in self._schema})
+            self._filter(env)
+        self.output_schema()
 
     # ----------------------------------------------------------------- entries
 

@@ -13,7 +13,9 @@ for CSV fields. Decisions:
   RFC 3339 (``T``, ``Z``/``±hh:mm``/``±hhmm``) with up to 9 fraction digits,
   parsed with integer arithmetic so no precision is lost; a string of digits is
   also accepted as ticks. Fractions finer than the precision are floored.
-  Floats and bools are refused. Results must fit int64.
+  Floats and bools are refused. Every timestamp, however given (``now +
+  1000000w`` too), must lie in years 0001-9999 UTC and fit int64
+  (:data:`TIMESTAMP_RANGE`), so that every stored timestamp renders as RFC 3339.
 * BOOL: ``bool``, the ints 0/1, and the strings true/false (any case) and 0/1.
 * Integer types: ints (not bools, not floats) or integral strings
   (``[+-]digits``), range-checked per type (TINYINT -128..127, ...).
@@ -45,6 +47,7 @@ __all__ = [
     "INT_RANGES",
     "FLOAT_MAX",
     "TICKS_PER_SECOND",
+    "TIMESTAMP_RANGE",
     "coerce",
     "coerce_text",
     "parse_timestamp",
@@ -68,6 +71,13 @@ FLOAT_MAX = 3.4028234663852886e38  # largest finite IEEE-754 binary32
 _INT64_MIN, _INT64_MAX = INT_RANGES["BIGINT"]
 _TIMESTAMP = ColumnType("TIMESTAMP")
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_FIRST_SECOND = (date(1, 1, 1).toordinal() - _EPOCH_ORDINAL) * 86_400  # 0001-01-01T00:00:00Z
+_END_SECOND = (date(9999, 12, 31).toordinal() + 1 - _EPOCH_ORDINAL) * 86_400  # 10000-01-01T00:00:00Z
+TIMESTAMP_RANGE: dict[str, tuple[int, int]] = {
+    precision: (max(_FIRST_SECOND * tps, _INT64_MIN), min(_END_SECOND * tps - 1, _INT64_MAX))
+    for precision, tps in TICKS_PER_SECOND.items()
+}
+"""precision -> (first, last) valid ticks: years 0001-9999 UTC within int64 (ns: all of int64, 1677-2262)."""
 _INTEGRAL = re.compile(r"[+-]?[0-9]+")
 _NUMERIC = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DATETIME = re.compile(
@@ -139,28 +149,47 @@ def parse_timestamp(text: str, precision: str) -> int:
         frac = m["frac"] or ""
         nanos = seconds * 1_000_000_000 + int(frac.ljust(9, "0"))
         ticks = nanos // (1_000_000_000 // tps)
-    if not _INT64_MIN <= ticks <= _INT64_MAX:
-        raise _bad(_TIMESTAMP, text, f"out of the int64 range of {precision} ticks")
+    return _check_ticks(ticks, precision, text)
+
+
+def _check_ticks(ticks: int, precision: str, shown: object) -> int:
+    """``ticks`` if within :data:`TIMESTAMP_RANGE`, else an InvalidValue showing ``shown``."""
+    _ticks(precision)  # a ValueError for an unknown precision, as everywhere
+    low, high = TIMESTAMP_RANGE[precision]
+    if not low <= ticks <= high:
+        raise _bad(_TIMESTAMP, shown, f"out of range: timestamps must be in years 0001-9999 and fit int64 "
+                                      f"{precision} ticks ({low}..{high})")
     return ticks
 
 
 def format_timestamp(ticks: int, precision: str) -> str:
     """RFC 3339 UTC with exactly 3/6/9 fraction digits for ms/us/ns, e.g. ``2022-03-28T09:56:51.249Z``.
 
-    Integer arithmetic throughout (``datetime`` stops at microseconds). Raises
-    ValueError outside years 0001-9999.
+    Integer arithmetic throughout (``datetime`` stops at microseconds), for any
+    ``ticks``: what ingestion accepts is in years 0001-9999, but a data dir
+    written before that rule may hold others, shown with more year digits
+    (``10000-01-01T...``) or a sign (``-0001-...``) rather than failing.
     """
     tps = _ticks(precision)
     seconds, frac = divmod(ticks, tps)
     days, sod = divmod(seconds, 86_400)
-    try:
-        day = date.fromordinal(_EPOCH_ORDINAL + days)
-    except (ValueError, OverflowError):
-        raise ValueError(f"timestamp {ticks} ({precision}) is outside years 0001-9999") from None
+    year, month, day = _civil(days)
     hour, rest = divmod(sod, 3_600)
     minute, second = divmod(rest, 60)
     width = len(str(tps)) - 1
-    return f"{day.isoformat()}T{hour:02d}:{minute:02d}:{second:02d}.{frac:0{width}d}Z"
+    sign = "-" if year < 0 else ""
+    return f"{sign}{abs(year):04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{frac:0{width}d}Z"
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of the proleptic Gregorian calendar, ``days`` after 1970-01-01 (H. Hinnant's algorithm)."""
+    era, day_of_era = divmod(days + 719_468, 146_097)  # eras of 400 years, starting on 0000-03-01
+    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153  # 0 = March
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    return year_of_era + era * 400 + (month <= 2), month, day
 
 
 def parse_duration_ns(text: str) -> int:
@@ -208,13 +237,12 @@ def coerce(value: object, ctype: ColumnType, precision: str, now_ns: int) -> obj
     name = ctype.name
     if name == "TIMESTAMP":
         if isinstance(value, Now):
-            return (now_ns + value.offset_ns) // (1_000_000_000 // _ticks(precision))
+            ticks = (now_ns + value.offset_ns) // (1_000_000_000 // _ticks(precision))
+            return _check_ticks(ticks, precision, f"now{value.offset_ns:+d}b")
         if isinstance(value, str):
             return parse_timestamp(value, precision)
         if isinstance(value, int) and not isinstance(value, bool):
-            if not _INT64_MIN <= value <= _INT64_MAX:
-                raise _bad(ctype, value, "out of the int64 range")
-            return value
+            return _check_ticks(value, precision, value)
         raise _bad(ctype, value, "expected epoch ticks, a date string or now")
     if isinstance(value, Now):
         raise _bad(ctype, value, "now is only valid for TIMESTAMP")

@@ -5,33 +5,49 @@ i.e. the 32-bit hash space is split into ``vgroups`` equal ranges as TDengine
 splits it among vgroups. The placement never changes for a database.
 
 Table definitions are created by meta entries of this vnode's WAL (the WAL
-is their source of truth, as in TDengine). ``tables.json`` is a checkpoint of
-the table map and the WAL version it covers; opening the vnode loads it and
+is their source of truth, as in TDengine). ``tables.ckpt`` is a checkpoint of
+the table map and the WAL version it covers, one checksummed line
+(:mod:`walgate.storage.lines`) replaced atomically
+(:func:`walgate.storage.fileio.replace_file`); opening the vnode loads it and
 replays the meta entries after it. A checkpoint is written on close and
-before retention deletes segments, so the meta entries it would need are
-never gone. Dropped tables are kept (marked) so that older entries stay
-evaluable. Consumer groups' committed offsets of this vnode's partitions live
-here too (committed.py).
+before retention deletes segments (no segment is deleted when it cannot be
+written), so the meta entries it would need are never gone. A checkpoint
+that does not verify is reported to the DamageLog and the table map is
+rebuilt from every meta entry still in the WAL (the report says so when
+retention already deleted some). Dropped tables are kept (marked) so that
+older entries stay evaluable. Consumer groups' committed offsets of this
+vnode's partitions live here too (committed.py, ``commits.log``).
+
+Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``tables.ckpt``,
+``commits.log`` and ``topics/`` (offsets.py).
 """
 
 from __future__ import annotations
 
-import os
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import crc32c
-import orjson
 import pyarrow as pa
+
+from walgate.storage import fileio, lines
 
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.committed import CommittedOffsets
+from walgate.storage.damage import DamageLog
 from walgate.storage.entry import decode_entry
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.schema import Column
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
+
+log = logging.getLogger("walgate.vnode")
+
+CHECKPOINT = "tables.ckpt"
+COMMITS = "commits.log"
 
 
 def vnode_of(db: str, table: str, vgroups: int) -> int:
@@ -62,35 +78,56 @@ def wal_options(db: DatabaseDef) -> WalOptions:
 
 
 class Vnode:
-    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal) -> None:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None) -> None:
         self.db = db
         self.index = index
         self.dir = directory
         self.wal = wal
+        self.damage = damage
         self.tables: dict[str, TableDef] = {}
-        self.offsets = CommittedOffsets.open(directory / "offsets.jsonl")  # consumer-group progress
+        self.offsets = CommittedOffsets.open(directory / COMMITS, damage)  # consumer-group progress
         self._tag_tables: dict[str, pa.Table] = {}
         self._checkpointed = 0
 
     @classmethod
-    def open(cls, db: DatabaseDef, index: int, directory: Path) -> "Vnode":
+    def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None) -> "Vnode":
         directory.mkdir(parents=True, exist_ok=True)
-        vnode = cls(db, index, directory, Wal.open(directory / "wal", wal_options(db)))
-        start = 0
-        path = directory / "tables.json"
-        if path.exists():
-            snap = orjson.loads(path.read_bytes())
-            start = snap["version"]
-            for t in snap["tables"]:
-                cols = tuple(column_from_json(c) for c in t["columns"]) if t["columns"] is not None else None
-                vnode.tables[t["name"]] = TableDef(
-                    t["name"], t["stable"], t["tags"], cols, t["version"], t["created_ts"], t["dropped"]
-                )
+        vnode = cls(db, index, directory, Wal.open(directory / "wal", wal_options(db), damage=damage), damage)
+        start = vnode._load_checkpoint()
         for entry in vnode.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
                 vnode.apply_meta(decode_entry(entry).meta or {}, entry.version)
         vnode._checkpointed = start
         return vnode
+
+    def _load_checkpoint(self) -> int:
+        """Load ``tables.ckpt``; the WAL version to replay meta entries from (0 without a valid checkpoint)."""
+        path = self.dir / CHECKPOINT
+        if not path.exists():
+            return 0
+        raw = path.read_bytes()
+        try:
+            snap = lines.decode(raw.rstrip(b"\n"))
+            version = snap["version"]
+            if type(version) is not int or version < 0:
+                raise ValueError(f"version {version!r}")
+            for t in snap["tables"]:
+                cols = tuple(column_from_json(c) for c in t["columns"]) if t["columns"] is not None else None
+                self.tables[t["name"]] = TableDef(
+                    t["name"], t["stable"], t["tags"], cols, t["version"], t["created_ts"], t["dropped"]
+                )
+            return version
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            self.tables.clear()
+            reason = f"table checkpoint: {exc}; the tables are rebuilt from the WAL's meta entries"
+            if self.wal.first_version > 0:
+                reason += (f", but retention deleted versions below {self.wal.first_version}: tables created "
+                           "there are missing")
+            if self.damage is None:
+                log.warning("%s: %s", path, reason)
+            else:
+                self.damage.report(path, 0, len(raw), reason, "rebuilt", raw)
+            return 0
 
     def reconfigure(self, db: DatabaseDef) -> None:
         """The database's options changed (a Kafka-native topic's configs): apply its WAL settings."""
@@ -142,7 +179,7 @@ class Vnode:
     # ---------------------------------------------------------- checkpoints
 
     def checkpoint(self) -> None:
-        """Write the table map (atomically) as of the WAL's current end."""
+        """Write the table map (atomically) as of the WAL's current end; OSError when the disk refuses it."""
         version = self.wal.next_version
         if version == self._checkpointed:
             return
@@ -161,12 +198,7 @@ class Vnode:
                 for t in self.tables.values()
             ],
         }
-        tmp = self.dir / "tables.json.tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(snap))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / "tables.json")
+        fileio.replace_file(self.dir / CHECKPOINT, lines.encode(snap))
         self._checkpointed = version
 
     def apply_retention(self, now_wall: float) -> bool:
@@ -174,12 +206,20 @@ class Vnode:
         n = self.wal.expired_segments(now_wall)
         if not n:
             return False
-        self.wal.sync()
-        self.checkpoint()
+        try:
+            self.wal.sync()
+            self.checkpoint()
+        except (OSError, StorageUnavailable) as exc:  # the segments keep the meta entries the old checkpoint needs
+            log.warning("%s: no checkpoint (%s): retention waits", self.dir, exc)
+            return False
         self.wal.delete_oldest(n)
         return True
 
     def close(self) -> None:
-        self.wal.sync()
-        self.checkpoint()
+        """Checkpoint the table map once the WAL is durable (never a checkpoint ahead of the WAL), then close."""
+        try:
+            self.wal.sync()
+            self.checkpoint()
+        except (OSError, StorageUnavailable) as exc:  # the WAL still holds every meta entry after the last checkpoint
+            log.error("%s: could not write the table checkpoint: %s", self.dir, exc)
         self.wal.close()

@@ -16,6 +16,11 @@ A size above ``max_frame_bytes`` raises :class:`FrameTooLarge` as soon as the
 four size bytes are in, before any body is buffered; a negative size raises
 :class:`MalformedFrame`. After either, the reader is unusable: the connection
 has lost frame alignment and must be closed.
+
+Between feeds the reader holds only the bytes received of the one incomplete
+frame, never more (every complete frame has been returned). :attr:`FrameReader.next_size` tells the caller the size of that
+incomplete frame as soon as its size bytes are in, so a caller with a memory
+budget can reserve the whole frame before feeding any more of it.
 """
 
 from __future__ import annotations
@@ -42,11 +47,21 @@ class FrameReader:
         self._buf = bytearray()
         self._parts: list[bytes | memoryview] = []
         self._missing = 0  # bytes still needed by the big frame in _parts
+        self._size = 0  # body size of the big frame in _parts
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
         return len(self._buf) + sum(len(part) for part in self._parts)
+
+    @property
+    def next_size(self) -> int | None:
+        """Body size of the incomplete frame, once its four size bytes are in; None otherwise."""
+        if self._parts:
+            return self._size
+        if len(self._buf) >= 4:
+            return int.from_bytes(self._buf[:4], "big", signed=True)
+        return None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Consume *data*; return every frame body (without size prefix) it completes."""
@@ -79,6 +94,7 @@ class FrameReader:
                     if size >= BIG_FRAME:
                         self._parts = [bytes(view[start:end])]
                         self._missing = size - (end - start)
+                        self._size = size
                         pos = end
                     break
                 frames.append(bytes(view[start : start + size]))

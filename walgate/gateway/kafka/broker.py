@@ -1,5 +1,11 @@
 """What every Kafka handler shares: the engine (via the storage thread), identity, fetch wake-ups, batch cache.
 
+The engine is only reachable on the storage thread: the broker keeps it
+private and hands it to the functions handlers run there
+(:meth:`Broker.call`, and :meth:`Broker.group_call` for coordinator calls
+that need it too). A handler cannot read engine state on the event loop,
+where a concurrent CreateTopics/DeleteTopics would change it under it.
+
 Push, not polling: the engine calls ``on_records(topic, partition)`` on the
 storage thread whenever an append gives a topic-partition new records; that
 hops to the event loop and sets every :class:`asyncio.Event` a waiting Fetch
@@ -17,17 +23,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextvars
+import functools
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
+from typing import Callable, Concatenate, ParamSpec, TypeVar
 
+from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.wire.records import record_timestamps
 
 __all__ = ["Broker", "BatchCache", "PEER"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 PEER: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_peer", default="127.0.0.1")
 """The client address of the connection the current request came on (set per connection task)."""
@@ -63,7 +75,7 @@ class BatchCache:
 
 @dataclass
 class Broker:
-    engine: Engine
+    engine: InitVar[Engine]  # kept private: see the module docstring
     storage: StorageThread
     node_id: int
     host: str
@@ -75,11 +87,20 @@ class Broker:
     configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
     auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, engine: Engine) -> None:
+        self._engine = engine
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}
         self._loop = asyncio.get_running_loop()
-        self.engine.on_records = self._on_records
-        self.engine.batch_timestamps = record_timestamps
+        engine.on_records = self._on_records
+        engine.batch_timestamps = record_timestamps
+
+    async def call(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""
+        return await self.storage.call(fn, self._engine, *args, **kwargs)
+
+    async def group_call(self, fn: Callable[[Engine], tuple[T, list[Completion]]]) -> T:
+        """A coordinator call that needs the engine: ``fn(engine)`` through :meth:`GroupService.run`."""
+        return await self.groups.run(functools.partial(fn, self._engine))
 
     @staticmethod
     def load_cluster_id(data_dir: Path) -> str:

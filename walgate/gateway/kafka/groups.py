@@ -2,15 +2,22 @@
 
 The coordinator (:class:`GroupCoordinator`: classic and KIP-848 groups) and the offset store it reads are
 plain synchronous objects; like the engine they are only touched on the
-storage thread, so group state and committed offsets never race. What lives
+storage thread, so group state and committed offsets never race. The store
+(the coordinator's view of the engine) is private: :meth:`GroupService.with_store`
+and :meth:`GroupService.join` hand it only to functions run on the storage
+thread, so no handler can read the engine from the event loop. What lives
 here is the asynchronous part:
 
 * parked JoinGroup/SyncGroup requests: each gets a request id and a future;
   every coordinator call returns the completions it produced, which resolve
   those futures (possibly other connections' requests);
-* the timer: after every call one ``loop.call_at`` is armed at the
-  coordinator's ``next_deadline()``; when it fires, ``tick(now)`` runs on the
-  storage thread and its completions are delivered the same way;
+* the timer: after every call one ``loop.call_later`` is armed at the
+  coordinator's ``next_deadline()``; when it fires, a tick task (kept, so it
+  cannot be lost) runs ``tick(now)`` on the storage thread and its completions
+  are delivered the same way. A tick that raises is logged in one line and the
+  timer is re-armed ``TICK_RETRY_S`` later: group timers never stop silently.
+  Ticks also run the coordinator's cleanup of empty groups, told which groups
+  have committed offsets;
 * a parked request whose connection goes away is forgotten (its future is
   dropped; the coordinator replaces it when the member retries, as Kafka does).
 
@@ -20,7 +27,9 @@ The clock is wall time in ms (commit timestamps are shown to users).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import logging
 import time
 from typing import Any, Callable, TypeVar
 
@@ -30,9 +39,14 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import ConsumerRow, Engine
 
-__all__ = ["GroupService", "now_ms"]
+__all__ = ["GroupService", "now_ms", "TICK_RETRY_S"]
+
+log = logging.getLogger("walgate.groups")
 
 T = TypeVar("T")
+
+TICK_RETRY_S = 1.0
+"""Delay before the timer runs again after a tick raised."""
 
 
 def now_ms() -> int:
@@ -42,17 +56,13 @@ def now_ms() -> int:
 class GroupService:
     def __init__(self, engine: Engine, storage: StorageThread, groups: GroupCoordinator | None = None) -> None:
         self.groups = groups or GroupCoordinator()
-        self.store = EngineOffsetStore(engine)
-        self.engine = engine
+        self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the storage thread
         self.storage = storage
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._tick_task: asyncio.Task[None] | None = None
         engine.consumers_view = self._consumer_rows
-
-    def topic_partitions(self, topic: str) -> int | None:
-        """Partition count of *topic*, None if it does not exist (storage thread only)."""
-        return self.engine.partition_count(topic) if topic in self.engine.catalog.topics else None
 
     def _consumer_rows(self) -> list[ConsumerRow]:
         """SHOW CONSUMERS' view of the coordinator (called by the engine, on the storage thread)."""
@@ -68,6 +78,16 @@ class GroupService:
         self._deliver(completions)
         await self._rearm()
         return result
+
+    async def with_store(self, fn: Callable[[EngineOffsetStore], tuple[T, list[Completion]]]) -> T:
+        """A coordinator call that reads or writes committed offsets or partition counts: ``fn(store)`` on the
+        storage thread."""
+        return await self.run(functools.partial(fn, self._store))
+
+    async def join(self, **kwargs: Any) -> dict[str, Any]:
+        """JoinGroup (``GroupCoordinator.join``'s arguments but the request id and partition counts), parked."""
+        return await self.parked(lambda rid: self.groups.join(rid, topic_partitions=self._store.topic_partitions,
+                                                              **kwargs))
 
     async def parked(self, call: Callable[[int], list[Completion]]) -> dict[str, Any]:
         """Run a JoinGroup/SyncGroup ``call(request_id)`` and wait for its response, however late."""
@@ -88,19 +108,29 @@ class GroupService:
 
     async def _rearm(self) -> None:
         deadline = await self.storage.call(self.groups.next_deadline)
+        self._arm(max(deadline - now_ms(), 0) / 1000)
+
+    def _arm(self, delay: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
-        if deadline is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(deadline - now_ms(), 0) / 1000
-            self._timer = loop.call_later(delay, lambda: loop.create_task(self._tick()))
+        self._timer = asyncio.get_running_loop().call_later(delay, self._start_tick)
+
+    def _start_tick(self) -> None:
+        self._timer = None
+        if self._tick_task is None or self._tick_task.done():
+            self._tick_task = asyncio.get_running_loop().create_task(self._tick(), name="walgate-group-timer")
 
     async def _tick(self) -> None:
-        self._timer = None
-        await self.run(lambda: (None, self.groups.tick(now_ms())))
+        try:
+            await self.run(lambda: (None, self.groups.tick(now_ms(), offset_groups=self._store.groups_with_offsets)))
+        except Exception as exc:
+            log.error("group timer tick failed (%s: %s); next tick in %.0f s", type(exc).__name__, exc, TICK_RETRY_S)
+            self._arm(TICK_RETRY_S)
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            self._tick_task = None

@@ -10,21 +10,42 @@ Bad input: a frame over ``max_request_bytes``, a malformed frame or header, an
 unknown api key or an unsupported version (other than ApiVersions, which gets
 the KIP-511 v0 answer) closes the connection after one log line naming the
 peer — what a Kafka broker does. A handler that raises closes the connection
-too (never a half-written response); other connections are unaffected. A peer
+too (never a half-written response) after one ERROR line naming the api key,
+version, client and exception; other connections are unaffected. A peer
 that reset the connection while its request was handled gets no answer.
 
-Idle connections (no request read and no answer written for
-``connections_max_idle_ms``, Kafka's ``connections.max.idle.ms``) are closed by
-one sweeper task, so peers that vanish or stall mid-frame do not hold a socket
-forever; clients reconnect on their next request, as with Kafka.
+Memory (Kafka's ``queued.max.request.bytes``): requests are paid for from one
+:class:`RequestBudget` of ``queued_max_request_bytes`` shared by all
+connections, at their announced size, until their answer is written. A
+request is paid for once it is complete, or as soon as more than
+``_UNPAID_BYTES`` of it arrived while the rest is still to come: then, before
+reading on, the connection pays for all of it. A connection that cannot pay
+stops reading (the peer is held back by TCP) until others give bytes back;
+waiters are served first come, first served, and each connection holds at
+most one request's bytes, so a request of any accepted size
+(``max_request_bytes`` <= the budget) is read eventually. Partial requests
+that claim a big size but send little cost nothing (as on Kafka, they wait).
+Outside the budget a connection holds at most ``_UNPAID_BYTES``, what one
+read returns and asyncio's stream buffer (about a MiB).
+
+Slow peers: a request whose first bytes arrived but which is not complete
+``request_read_timeout_ms`` later (time spent waiting for the budget does not
+count) closes the connection (slowloris). Idle connections (no request read
+and no answer written for ``connections_max_idle_ms``, Kafka's
+``connections.max.idle.ms``) are closed too; clients reconnect on their next
+request, as with Kafka. One sweeper task enforces both. The listen backlog is
+``listen_backlog`` (Kafka's ``socket.listen.backlog.size``), so a burst of
+connections queues in the kernel instead of being retried by TCP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import Any
 
+from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import PEER, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
@@ -32,47 +53,113 @@ from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
 from walgate.wire.protocol import Chunk, api_versions_fallback, build_response, decode_request, encode_response, parse_request_header
 
-__all__ = ["KafkaServer"]
+__all__ = ["KafkaServer", "RequestBudget"]
 
 log = logging.getLogger("walgate.kafka")
 
 _API_VERSIONS = 18
 _READ_CHUNK = 256 << 10
+_UNPAID_BYTES = 64 << 10  # of an incomplete request, held before its whole size is paid for
+_SWEEP_MAX_INTERVAL = 30.0
 
 
 class _Close(Exception):
-    """End this connection (after logging why)."""
+    """End this connection after logging ``message`` at ``level``."""
+
+    def __init__(self, message: str, level: int = logging.WARNING) -> None:
+        super().__init__(message)
+        self.level = level
+
+
+class RequestBudget:
+    """Bytes of requests in hand across connections, at most ``limit`` (first come, first served)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def take(self, n: int) -> None:
+        """Wait until *n* bytes fit (and every earlier waiter was served), then hold them; ``n <= limit``."""
+        if not self._waiters and self.used + n <= self.limit:
+            self.used += n
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(n)  # granted as the waiter was cancelled
+            else:
+                self._grant()  # a cancelled head of the line must not hold up the others
+            raise
+
+    def release(self, n: int) -> None:
+        """Give back *n* bytes taken with :meth:`take`."""
+        self.used -= n
+        self._grant()
+
+    def _grant(self) -> None:
+        waiters = self._waiters
+        while waiters and (waiters[0][1].done() or self.used + waiters[0][0] <= self.limit):
+            n, future = waiters.popleft()
+            if not future.done():
+                self.used += n
+                future.set_result(None)
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker, max_request_bytes: int, connections_max_idle_ms: int = 600_000) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        max_request_bytes: int,
+        connections_max_idle_ms: int = 600_000,
+        *,
+        queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES,
+        request_read_timeout_ms: int = 30_000,
+        listen_backlog: int = 4096,
+    ) -> None:
         self.broker = broker
         self.max_request_bytes = max_request_bytes
         self.max_idle = connections_max_idle_ms / 1000
+        self.read_timeout = request_read_timeout_ms / 1000
+        self.listen_backlog = listen_backlog
+        self.budget = RequestBudget(max(queued_max_request_bytes, max_request_bytes))
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._active: dict[asyncio.StreamWriter, float] = {}  # open connection -> loop time of its last request/answer
+        self._reading: dict[asyncio.StreamWriter, float] = {}  # connection -> loop time its incomplete request began
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen; returns the bound (host, port)."""
-        self._server = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK)
-        self._sweeper = asyncio.create_task(self._sweep_idle())
+        self._server = await asyncio.start_server(
+            self._connection, host, port, limit=_READ_CHUNK, backlog=self.listen_backlog
+        )
+        self._sweeper = asyncio.create_task(self._sweep())
         return self._server.sockets[0].getsockname()[:2]
 
-    async def _sweep_idle(self) -> None:
+    async def _sweep(self) -> None:
+        """Close idle connections and those whose request arrives too slowly."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(self.max_idle / 4, 30))
-            cutoff = loop.time() - self.max_idle
+            await asyncio.sleep(min(self.max_idle / 4, self.read_timeout / 4, _SWEEP_MAX_INTERVAL))
+            now = loop.time()
             for writer, last in list(self._active.items()):
-                if last < cutoff:
+                if last < now - self.max_idle:
                     log.info("kafka %s: idle for %.0f s; closing the connection", writer.get_extra_info("peername"),
-                             loop.time() - last)
+                             now - last)
                     writer.close()  # the connection's read ends, and its task cleans up
+            for writer, began in list(self._reading.items()):
+                if began < now - self.read_timeout:
+                    log.warning("kafka %s: request not received in full within %.0f ms; closing the connection",
+                                writer.get_extra_info("peername"), self.read_timeout * 1000)
+                    del self._reading[writer]
+                    writer.close()
 
     async def stop(self) -> None:
-        """Stop accepting, then cancel and drain every connection task, the idle sweeper and the group timer."""
+        """Stop accepting, then cancel and drain every connection task, the sweeper and the group timer."""
         self.broker.groups.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -92,13 +179,21 @@ class KafkaServer:
         frames = FrameReader(self.max_request_bytes)
         out = FrameWriter(writer)
         loop = asyncio.get_running_loop()
+        budget = self.budget
+        held = 0  # budget bytes held by this connection: the request being received or handled
         self._active[writer] = loop.time()
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
                 if not data:
                     return
-                for frame in frames.feed(data):
+                done = frames.feed(data)
+                if done:
+                    self._reading.pop(writer, None)
+                for frame in done:
+                    if not held:  # not paid for while it arrived
+                        await budget.take(len(frame))
+                        held = len(frame)
                     self._active[writer] = loop.time()
                     response = await self._dispatch(frame, peer)
                     if writer.is_closing():
@@ -107,8 +202,18 @@ class KafkaServer:
                         return
                     await out.write(response)
                     self._active[writer] = loop.time()
+                    budget.release(held)
+                    held = 0
+                buffered = frames.buffered
+                if buffered:
+                    size = frames.next_size
+                    if size is not None and not held and buffered > _UNPAID_BYTES:
+                        self._reading.pop(writer, None)  # waiting for others is not the peer's fault
+                        await budget.take(size)
+                        held = size
+                    self._reading.setdefault(writer, loop.time())
         except _Close as why:
-            log.warning("kafka %s: %s; closing the connection", peer, why)
+            log.log(why.level, "kafka %s: %s; closing the connection", peer, why)
         except WireError as exc:
             log.warning("kafka %s: bad frame (%s); closing the connection", peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -117,8 +222,11 @@ class KafkaServer:
             # stop(): end normally, because asyncio's stream callback (3.11) logs a cancelled connection task as an error
             pass
         finally:
+            if held:
+                budget.release(held)
             self._connections.discard(task)
             self._active.pop(writer, None)
+            self._reading.pop(writer, None)
             out.close()
             writer.close()
 
@@ -144,5 +252,8 @@ class KafkaServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("kafka %s: api key %d v%d failed", peer, header.api_key, header.api_version)
-            raise _Close(f"internal error {exc!r}") from exc
+            raise _Close(
+                f"api key {header.api_key} v{header.api_version} (client {header.client_id!r}) failed: "
+                f"{type(exc).__name__}: {exc}",
+                logging.ERROR,
+            ) from exc

@@ -89,14 +89,33 @@ Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like]
 _EXPR_CLASSES = (Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like)  # == Expr's members
 
 
-def walk(expr: Expr) -> Iterator[Expr]:
-    """Yield ``expr`` and all its sub-expressions, depth first (pre-order)."""
-    yield expr
+def children(expr: Expr) -> list[Expr]:
+    """The direct sub-expressions of ``expr``, in field order."""
+    out: list[Expr] = []
     for f in fields(expr):
         value = getattr(expr, f.name)
-        for child in value if isinstance(value, tuple) else (value,):
-            if isinstance(child, _EXPR_CLASSES):
-                yield from walk(child)
+        out += [c for c in (value if isinstance(value, tuple) else (value,)) if isinstance(c, _EXPR_CLASSES)]
+    return out
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Yield ``expr`` and all its sub-expressions, depth first (pre-order); iterative, so any depth is safe."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack += reversed(children(node))
+
+
+def depth(expr: Expr) -> int:
+    """Nesting depth of ``expr`` (a column or literal is 1); iterative, so any depth is safe."""
+    deepest = 0
+    stack = [(expr, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack += [(c, level + 1) for c in children(node)]
+    return deepest
 
 
 @dataclass(frozen=True)
@@ -251,7 +270,7 @@ class DropConsumerGroup:
 
 @dataclass(frozen=True)
 class Show:
-    what: str  # "DATABASES" | "STABLES" | "TABLES" | "TOPICS" | "CONSUMERS" | "SUBSCRIPTIONS"
+    what: str  # "DATABASES" | "STABLES" | "TABLES" | "TOPICS" | "CONSUMERS" | "SUBSCRIPTIONS" | "QUARANTINE"
     db: str | None = None
 
 

@@ -26,6 +26,27 @@ Decisions:
   literal (``-5`` is ``Lit(-5)``, not ``Unary``).
 * ``CreateTopic.sql`` is the statement text without surrounding whitespace
   and trailing ``;``.
+* A chain of ``AND`` (or ``OR``) is folded into a balanced tree of
+  ``Binary`` nodes (``a AND b AND c`` is ``(a AND b) AND c``; four terms are
+  ``(a AND b) AND (c AND d)``): Kleene AND / OR are associative, and a
+  10,000-term chain is then 14 levels deep instead of 10,000.
+
+Limits (a clear :class:`~walgate.storage.errors.LimitExceeded`, checked
+before anything recurses over the statement, so no input can reach Python's
+recursion limit or the C stack downstream; Lark's LALR parser itself is
+iterative):
+
+* an expression nests at most :data:`MAX_EXPR_DEPTH` (64) levels: each
+  operator, ``NOT``, sign, function call, ``CAST``, ``IN`` / ``BETWEEN`` /
+  ``LIKE`` / ``IS NULL`` adds one (parentheses alone add none; a fold of an
+  AND / OR chain adds log2 of its length). Nobody writes more by hand, and
+  evaluation then stays a few hundred frames deep at most;
+* a statement other than ``INSERT`` holds at most
+  :data:`MAX_STATEMENT_CHARS` characters (1 MiB, TDengine's maximum SQL
+  length) and :data:`MAX_STATEMENT_TOKENS` tokens (65,536: a 4,096-column
+  ``CREATE STABLE`` fits), which bounds the parse at well under a second.
+  ``INSERT`` (no expressions; its rows are read by the fast path) is bounded
+  by the engine's request size alone.
 """
 
 from __future__ import annotations
@@ -42,7 +63,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.lexer import PatternStr
 
-from walgate.storage.errors import InvalidValue, SqlSyntaxError, StorageError, Unsupported
+from walgate.storage.errors import InvalidValue, LimitExceeded, SqlSyntaxError, StorageError, Unsupported
 from walgate.storage.schema import PRECISIONS, Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.sql.ast import (
@@ -66,7 +87,11 @@ from walgate.storage.sql.ast import (
     Value,
 )
 
-__all__ = ["parse", "AGGREGATES"]
+__all__ = ["parse", "AGGREGATES", "MAX_EXPR_DEPTH", "MAX_STATEMENT_CHARS", "MAX_STATEMENT_TOKENS"]
+
+MAX_EXPR_DEPTH = 64
+MAX_STATEMENT_CHARS = 1 << 20
+MAX_STATEMENT_TOKENS = 65_536
 
 AGGREGATES = frozenset(
     "count sum avg min max first last last_row spread stddev stddev_pop variance var_pop "
@@ -96,6 +121,9 @@ _STRING_TYPES = {"VARCHAR": ("VARCHAR", 65_517), "BINARY": ("VARCHAR", 65_517), 
 _JSON_LENGTH = 4095
 _COMPARISONS = {"==": "=", "<>": "!="}
 _WORD = re.compile(r"[^,()\s]+")
+_INSERT = re.compile(r"(?:\s|--[^\n]*)*insert\b", re.I)
+# a token for counting (an upper bound of what Lark sees): string, quoted name, comment, word or number, other char
+_TOKEN = re.compile(r"'(?:[^'\\]|\\.|'')*'?|\"(?:[^\"\\]|\\.|\"\")*\"?|`[^`]*`?|--[^\n]*|\w+|\S", re.S)
 
 # display names of regex terminals in "expected ..." lists
 _TERMINAL_NAMES = {
@@ -176,6 +204,40 @@ def _check_no_aggregates(items: tuple[SelectItem, ...], where: Expr | None, cont
         for node in ast.walk(expr):
             if isinstance(node, Call) and node.name in AGGREGATES:
                 raise _StatementError(Unsupported, f"aggregate function {node.name}() is not supported in {context}")
+
+
+def _balanced(op: str, operands: tuple[Expr, ...]) -> Expr:
+    """``a op b op c ...`` as a balanced tree, built pairwise without recursion (see the module docstring)."""
+    level = list(operands)
+    while len(level) > 1:
+        pairs: list[Expr] = [Binary(op, level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = pairs + level[len(pairs) * 2:]
+    return level[0]
+
+
+def _check_limits(sql: str) -> None:
+    """Refuse a statement (other than INSERT) longer than the limits, before Lark sees it."""
+    if _INSERT.match(sql):
+        return
+    if len(sql) > MAX_STATEMENT_CHARS:
+        raise LimitExceeded(f"statement of {len(sql)} characters: the limit is {MAX_STATEMENT_CHARS} "
+                            "(INSERT excepted)")
+    for count, _ in enumerate(_TOKEN.finditer(sql), 1):
+        if count > MAX_STATEMENT_TOKENS:
+            raise LimitExceeded(f"statement of more than {MAX_STATEMENT_TOKENS} tokens: the limit is "
+                                f"{MAX_STATEMENT_TOKENS} (INSERT excepted)")
+
+
+def _check_depth(sql: str, statement: Statement) -> None:
+    """Refuse expressions nested deeper than :data:`MAX_EXPR_DEPTH` (see the module docstring)."""
+    exprs: list[Expr | None] = []
+    if isinstance(statement, (ast.Select, CreateTopic)):
+        exprs += [i.expr for i in (statement.items if isinstance(statement, ast.Select) else statement.select or ())]
+        exprs.append(statement.where)
+    for expr in exprs:
+        if expr is not None and (levels := ast.depth(expr)) > MAX_EXPR_DEPTH:
+            raise LimitExceeded(_located(sql, f"expression nested {levels} levels deep: the limit is {MAX_EXPR_DEPTH} "
+                                         "(each operator, NOT, function call and CAST adds a level)", None))
 
 
 class _RowReader:
@@ -436,11 +498,11 @@ class _ToAst(Transformer):
         return ast.Select(items, source, where, None if limit is None else int(limit))
 
     # -- expressions
-    def or_(self, left: Expr, right: Expr) -> Binary:
-        return Binary("OR", left, right)
+    def or_(self, *operands: Expr) -> Expr:
+        return _balanced("OR", operands)
 
-    def and_(self, left: Expr, right: Expr) -> Binary:
-        return Binary("AND", left, right)
+    def and_(self, *operands: Expr) -> Expr:
+        return _balanced("AND", operands)
 
     def not_(self, _not: Token, operand: Expr) -> Unary:
         return Unary("NOT", operand)
@@ -502,6 +564,11 @@ def parse(sql: str) -> Statement:
     """Parse exactly one statement (an optional trailing ``;`` is allowed)."""
     if not sql.strip().rstrip(";").strip():
         raise SqlSyntaxError("empty statement")
+    try:
+        sql.encode()
+    except UnicodeEncodeError as e:  # not quoted: the message itself must stay valid text
+        raise SqlSyntaxError(f"the statement is not valid Unicode text: a lone surrogate at position {e.start}") from None
+    _check_limits(sql)
     parser = _lark()
     try:
         statement = typing.cast(Statement, parser.parse(sql))
@@ -511,6 +578,7 @@ def parse(sql: str) -> Statement:
         at_end = isinstance(e, UnexpectedToken) and e.token.type == "$END"
         pos = len(sql.rstrip()) if at_end else e.pos_in_stream
         raise SqlSyntaxError(_located(sql, "syntax error: " + _describe(parser, e), pos)) from None
+    _check_depth(sql, statement)
     if isinstance(statement, CreateTopic):
         statement = replace(statement, sql=sql.strip().removesuffix(";").rstrip())
     return statement

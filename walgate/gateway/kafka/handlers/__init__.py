@@ -5,7 +5,10 @@ layer can decode/encode, so nothing is advertised that is not handled.
 A handler is ``async (broker, header, request) -> fields`` where ``fields`` is
 the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
 turns into the response of the request's version, or None for a request that
-gets no response (Produce with acks=0).
+gets no response (Produce with acks=0). A handler does not raise: whatever the
+engine or the coordinator raises is answered as an error code, per partition,
+group or resource (:mod:`.common`), so the connection stays up. It reaches the
+engine only on the storage thread (:meth:`~walgate.gateway.kafka.broker.Broker.call`).
 """
 
 from __future__ import annotations

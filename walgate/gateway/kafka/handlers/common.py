@@ -1,4 +1,27 @@
-"""Helpers shared by handlers: storage-error mapping, the leader epoch decision, durations.
+"""Helpers shared by handlers: the one error-mapping table, the leader epoch decision, durations.
+
+Errors: a handler answers each partition / group / resource on its own. An
+exception raised while serving one item becomes that item's error code
+through :func:`error_of` and never leaves the handler, so one bad item
+neither fails its siblings nor closes the connection. The table
+(:data:`ERRORS`, most specific class first along the exception's MRO) is
+shared by every handler; an API that answers differently passes overrides:
+
+* :data:`PRODUCE`: data the engine refuses is INVALID_RECORD, a request
+  above its size limit RECORD_LIST_TOO_LARGE;
+* :data:`GROUP_WRITE` (OffsetCommit, OffsetDelete, DeleteGroups): a refused
+  write is NOT_COORDINATOR, as Kafka's group coordinator answers a
+  KAFKA_STORAGE_ERROR of its offsets append (``GroupMetadataManager.storeOffsets``);
+  clients find the coordinator again and retry;
+* :data:`CREATE_PARTITIONS`: a limit is INVALID_PARTITIONS;
+* :data:`INIT_PRODUCER_ID`: a refused write is COORDINATOR_LOAD_IN_PROGRESS,
+  what Kafka's producer-id manager answers when it has no id to give (every
+  client retries it).
+
+An exception the table does not know is UNKNOWN_SERVER_ERROR and a bug: it is
+logged at ERROR, with its traceback the first time it is raised at that place
+(one line after that, so a failing partition cannot flood the log). Handlers
+whose answer is one coordinator call answer its failure with :func:`answered`.
 
 Leader epoch: walgate has one leader per partition forever, so every
 partition's leader epoch is 0. Metadata reports it, OffsetForLeaderEpoch
@@ -9,21 +32,84 @@ an epoch it has not reached.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import traceback
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
-from walgate.storage.errors import NotFound, StorageError
-from walgate.wire.errors import ErrorCode
+from walgate.storage.errors import (
+    LimitExceeded,
+    NotFound,
+    OffsetOutOfRange,
+    RequestTooLarge,
+    StorageError,
+    StorageUnavailable,
+)
+from walgate.storage.wal import CorruptEntry
+from walgate.wire.errors import CorruptRecord, ErrorCode, InvalidRecord, RecordTooLarge
+
+__all__ = [
+    "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "LEADER_EPOCH",
+    "error_of", "answered", "epoch_error", "millis",
+]
+
+T = TypeVar("T")
+
+log = logging.getLogger("walgate.kafka")
 
 LEADER_EPOCH = 0
 
+Table = Mapping[type[BaseException], ErrorCode]
 
-def error_of(exc: Exception) -> int:
-    """The Kafka error code for a storage exception (the one mapping of this layer)."""
-    if isinstance(exc, NotFound):
-        return ErrorCode.unknown_topic_or_partition
-    if isinstance(exc, StorageError):
-        return ErrorCode.invalid_request
+ERRORS: Table = {
+    NotFound: ErrorCode.unknown_topic_or_partition,
+    OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    StorageUnavailable: ErrorCode.kafka_storage_error,
+    LimitExceeded: ErrorCode.policy_violation,
+    StorageError: ErrorCode.invalid_request,  # input the engine refused
+    CorruptEntry: ErrorCode.corrupt_message,  # stored data that fails its checksum
+    OSError: ErrorCode.kafka_storage_error,  # as Kafka answers an IOException of its log
+    CorruptRecord: ErrorCode.corrupt_message,
+    RecordTooLarge: ErrorCode.message_too_large,
+    InvalidRecord: ErrorCode.invalid_record,
+}
+PRODUCE: Table = {StorageError: ErrorCode.invalid_record, RequestTooLarge: ErrorCode.record_list_too_large}
+GROUP_WRITE: Table = {StorageUnavailable: ErrorCode.not_coordinator, OSError: ErrorCode.not_coordinator}
+CREATE_PARTITIONS: Table = {LimitExceeded: ErrorCode.invalid_partitions}
+INIT_PRODUCER_ID: Table = {
+    StorageUnavailable: ErrorCode.coordinator_load_in_progress, OSError: ErrorCode.coordinator_load_in_progress,
+}
+
+_logged: set[tuple[type[BaseException], str, int]] = set()
+
+
+def error_of(exc: BaseException, overrides: Table = {}) -> ErrorCode:  # noqa: B006 - read only
+    """The Kafka error code answering ``exc`` (see the module docstring); logs the unexpected."""
+    for cls in type(exc).__mro__:
+        code = overrides.get(cls, ERRORS.get(cls))
+        if code is not None:
+            if cls is OSError:  # the storage layer should have turned it into StorageUnavailable
+                _report(exc, f"answering {code.name.upper()} for", logging.WARNING, with_traceback=False)
+            return code
+    _report(exc, "answering UNKNOWN_SERVER_ERROR for an unexpected", logging.ERROR, with_traceback=True)
     return ErrorCode.unknown_server_error
+
+
+def _report(exc: BaseException, what: str, level: int, *, with_traceback: bool) -> None:
+    """One line per occurrence; the traceback only the first time ``exc``'s type is raised at its place."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = (type(exc), tb[-1].filename, tb[-1].lineno or 0) if tb else (type(exc), "", 0)
+    first = where not in _logged
+    _logged.add(where)
+    log.log(level, "%s %s: %s", what, type(exc).__name__, exc, exc_info=exc if first and with_traceback else None)
+
+
+async def answered(call: Awaitable[T], failed: Callable[[ErrorCode], T], overrides: Table = {}) -> T:  # noqa: B006
+    """``await call``, or ``failed(error code)`` when it raises (the code of :func:`error_of`)."""
+    try:
+        return await call
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        return failed(error_of(exc, overrides))
 
 
 def epoch_error(requested: int) -> int:

@@ -4,26 +4,30 @@ Topics travel as ids on the wire and as names in the coordinator: owned
 partitions of ids this node does not know are dropped (the topic is gone), the
 assignment is answered with the catalog's ids. v1 members generate their own
 member id (KIP-1082): an empty one is refused. Regex subscriptions are not
-supported (INVALID_REQUEST says so); an empty regex means none.
+supported (INVALID_REQUEST says so); an empty regex means none. Ids are
+translated on the storage thread, in the same call as the coordinator's; a
+failure is answered as an error code (:mod:`.common`).
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
+from walgate.coordinator.classic import Completion
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import PEER, Broker
-from walgate.gateway.kafka.handlers.common import millis
+from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.gateway.kafka.groups import now_ms
+from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 68, 0, 1
 log = logging.getLogger(__name__)
 
 
-def _refuse(message: str) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "error_message": message,
+def _refuse(message: str | None, error: int = ErrorCode.invalid_request) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": error, "error_message": message,
             "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
@@ -33,38 +37,41 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if getattr(request, "subscribed_topic_regex", None):  # v1+; librdkafka sends "" for "no regex"
         return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
     svc = broker.groups
-    engine = svc.engine
-    names_by_id = {uuid.UUID(t.topic_id): name for name, t in engine.catalog.topics.items()}
-    owned = None
-    if request.topic_partitions is not None:
-        owned = [
-            (names_by_id[t.topic_id], list(t.partitions)) for t in request.topic_partitions if t.topic_id in names_by_id
-        ]
+    client_id, client_host = header.client_id or "", f"/{PEER.get()}"
 
-    response = await svc.run(lambda: svc.groups.consumer_heartbeat(
-        group_id=request.group_id,
-        member_id=request.member_id,
-        member_epoch=request.member_epoch,
-        instance_id=request.instance_id,
-        rack_id=request.rack_id,
-        rebalance_timeout_ms=millis(request.rebalance_timeout),
-        subscribed_topic_names=request.subscribed_topic_names,
-        server_assignor=request.server_assignor,
-        topic_partitions=svc.topic_partitions,
-        owned=owned,
-        client_id=header.client_id or "",
-        client_host=f"/{PEER.get()}",
-        now_ms=now_ms(),
-    ))
+    def heartbeat(engine: Engine) -> tuple[dict[str, Any], list[Completion]]:
+        names_by_id = engine.topics_by_id()
+        owned = None
+        if request.topic_partitions is not None:
+            owned = [(names_by_id[t.topic_id], list(t.partitions))
+                     for t in request.topic_partitions if t.topic_id in names_by_id]
+        response, completions = svc.groups.consumer_heartbeat(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=millis(request.rebalance_timeout),
+            subscribed_topic_names=request.subscribed_topic_names,
+            server_assignor=request.server_assignor,
+            topic_partitions=EngineOffsetStore(engine).topic_partitions,
+            owned=owned,
+            client_id=client_id,
+            client_host=client_host,
+            now_ms=now_ms(),
+        )
+        assignment = response.pop("assignment")
+        if assignment is not None:
+            ids = engine.topic_ids()
+            assignment = {"topic_partitions": [
+                {"topic_id": ids[t["topic_name"]], "partitions": t["partitions"]}
+                for t in assignment["topic_partitions"] if t["topic_name"] in ids
+            ]}
+        response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
+        return {"throttle_time": 0, **response, "assignment": assignment}, completions
+
+    response = await answered(broker.group_call(heartbeat), lambda code: _refuse(None, code))
     if response["error_code"] != ErrorCode.none:
         log.debug("ConsumerGroupHeartbeat of %r in %r: %s %s", request.member_id, request.group_id,
-                  response["error_code"].name, response["error_message"])
-    assignment = response.pop("assignment")
-    if assignment is not None:
-        topics = engine.catalog.topics
-        assignment = {"topic_partitions": [
-            {"topic_id": uuid.UUID(topics[t["topic_name"]].topic_id), "partitions": t["partitions"]}
-            for t in assignment["topic_partitions"] if t["topic_name"] in topics
-        ]}
-    response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
-    return {"throttle_time": 0, **response, "assignment": assignment}
+                  ErrorCode(response["error_code"]).name, response["error_message"])
+    return response

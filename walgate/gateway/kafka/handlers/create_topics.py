@@ -4,7 +4,10 @@ One node: replication factor 1 (or -1, the default) only, manual assignments
 only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
 Configs: see :mod:`walgate.storage.kafka_topics` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG). ``validate_only`` checks everything
-and creates nothing.
+and creates nothing. A creation refused by the engine answers that topic's
+error (:mod:`.common`'s table: a limit, e.g. too many partitions in all, is
+POLICY_VIOLATION; a refused disk write KAFKA_STORAGE_ERROR) with its message;
+the other topics are created.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import uuid
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
 from walgate.wire.errors import ErrorCode
@@ -41,45 +46,43 @@ def _partitions(broker: Broker, t: Any) -> tuple[int, str | None]:
     return n, None
 
 
+def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict[str, Any]:
+    n, message = _partitions(broker, t)
+    if message is not None:
+        return _result(t.name, n, message)
+    configs = {c.name: c.value for c in t.configs if c.value is not None}
+    try:
+        validate_topic_name(t.name)
+    except StorageError as exc:
+        return _result(t.name, ErrorCode.invalid_topic_exception, str(exc))
+    if t.name in engine.catalog.topics:
+        return _result(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+    try:
+        validate_configs(configs)
+    except StorageError as exc:
+        return _result(t.name, ErrorCode.invalid_config, str(exc))
+    topic_id = uuid.UUID(int=0)
+    if not validate_only:
+        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs).topic_id)
+    described = [
+        {"name": k, "value": configs.get(k, v), "read_only": False, "is_sensitive": False,
+         "config_source": _TOPIC_CONFIG if k in configs else _DEFAULT_CONFIG}
+        for k, v in TOPIC_CONFIG_DEFAULTS.items()
+    ]
+    return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=1,
+                   configs=described)
+
+
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    engine = broker.engine
     validate_only = getattr(request, "validate_only", False)
 
-    def create() -> list[dict[str, Any]]:
+    def create(engine: Engine) -> list[dict[str, Any]]:
         results = []
         for t in request.topics:
-            n, message = _partitions(broker, t)
-            if message is not None:
-                results.append(_result(t.name, n, message))
-                continue
-            configs = {c.name: c.value for c in t.configs if c.value is not None}
             try:
-                validate_topic_name(t.name)
-            except StorageError as exc:
-                results.append(_result(t.name, ErrorCode.invalid_topic_exception, str(exc)))
-                continue
-            if t.name in engine.catalog.topics:
-                results.append(_result(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists."))
-                continue
-            try:
-                validate_configs(configs)
-            except StorageError as exc:
-                results.append(_result(t.name, ErrorCode.invalid_config, str(exc)))
-                continue
-            topic_id = uuid.UUID(int=0)
-            if not validate_only:
-                try:
-                    topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs).topic_id)
-                except StorageError as exc:
-                    results.append(_result(t.name, ErrorCode.invalid_request, str(exc)))
-                    continue
-            described = [
-                {"name": k, "value": configs.get(k, v), "read_only": False, "is_sensitive": False,
-                 "config_source": _TOPIC_CONFIG if k in configs else _DEFAULT_CONFIG}
-                for k, v in TOPIC_CONFIG_DEFAULTS.items()
-            ]
-            results.append(_result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n,
-                                   replication_factor=1, configs=described))
+                results.append(_create(engine, broker, t, validate_only))
+            except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
+                results.append(_result(t.name, error_of(exc), str(exc)))
         return results
 
-    return {"throttle_time": 0, "topics": await broker.storage.call(create)}
+    return {"throttle_time": 0, "topics": await broker.call(create)}

@@ -1,12 +1,17 @@
-"""DeleteGroups (key 42) v0–v2: empty groups go, with their committed offsets; others get NON_EMPTY_GROUP."""
+"""DeleteGroups (key 42) v0–v2: empty groups go, with their committed offsets; others get NON_EMPTY_GROUP.
+
+A group whose offsets the engine cannot delete answers its error (:mod:`.common`'s GROUP_WRITE: a refused write
+is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from walgate.coordinator.offsets import delete_groups
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 
@@ -14,10 +19,16 @@ API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
 
-    def delete() -> tuple[list[dict[str, Any]], list[Any]]:
-        plan = delete_groups(svc.groups, svc.store, group_ids=request.groups_names, now_ms=now_ms())
+    def delete(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
+        plan = delete_groups(svc.groups, store, group_ids=request.groups_names, now_ms=now_ms())
+        failed = {}
         for group, partitions in plan.deletions.items():
-            svc.store.delete(group, partitions)
-        return plan.results, []
+            try:
+                store.delete(group, partitions)
+            except Exception as exc:  # noqa: BLE001 - mapped per group, siblings unaffected
+                failed[group] = error_of(exc, GROUP_WRITE)
+        return [{**r, "error_code": failed.get(r["group_id"], r["error_code"])} for r in plan.results], []
 
-    return {"throttle_time": 0, "results": await svc.run(delete)}
+    results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
+                                                                   for g in request.groups_names])
+    return {"throttle_time": 0, "results": results}

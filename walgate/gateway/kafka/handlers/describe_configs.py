@@ -3,7 +3,8 @@
 Kafka-native topics answer their configs as set (TOPIC_CONFIG) and Kafka's
 defaults for the rest (DEFAULT_CONFIG); TDengine topics answer what their
 database's WAL settings amount to. The broker (resource name = its node id)
-answers the settings walgate runs with (STATIC_BROKER_CONFIG).
+answers the settings walgate runs with (STATIC_BROKER_CONFIG). A resource that
+cannot be described answers its error; the others are answered.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.storage.engine import Engine
 from walgate.storage.kafka_topics import topic_configs
 from walgate.wire.errors import ErrorCode
 
@@ -33,13 +36,13 @@ def _result(r: Any, error: int, message: str | None, configs: list[dict[str, Any
             "resource_name": r.resource_name, "configs": configs}
 
 
-def describe(broker: Broker, r: Any) -> dict[str, Any]:
+def describe(engine: Engine, broker: Broker, r: Any) -> dict[str, Any]:
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
     if r.resource_type == TOPIC:
-        topic = broker.engine.catalog.topics.get(r.resource_name)
+        topic = engine.catalog.topics.get(r.resource_name)
         if topic is None:
             return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist", [])
-        options = broker.engine.catalog.database(topic.db).options
+        options = engine.catalog.database(topic.db).options
         entries = [_entry(k, v, _TOPIC_CONFIG if set_ else _DEFAULT_CONFIG)
                    for k, (v, set_) in topic_configs(topic.kind, topic.configs, options).items()]
     elif r.resource_type == BROKER:
@@ -51,6 +54,15 @@ def describe(broker: Broker, r: Any) -> dict[str, Any]:
     return _result(r, ErrorCode.none, None, [e for e in entries if keys is None or e["name"] in keys])
 
 
+def _describe_all(engine: Engine, broker: Broker, request: Any) -> list[dict[str, Any]]:
+    results = []
+    for r in request.resources:
+        try:
+            results.append(describe(engine, broker, r))
+        except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
+            results.append(_result(r, error_of(exc), str(exc), []))
+    return results
+
+
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    results = await broker.storage.call(lambda: [describe(broker, r) for r in request.resources])
-    return {"throttle_time": 0, "results": results}
+    return {"throttle_time": 0, "results": await broker.call(_describe_all, broker, request)}

@@ -43,5 +43,5 @@ def _answer(engine: Engine, node_id: int, request: Any) -> tuple[list[dict[str, 
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics, cursor = await broker.storage.call(_answer, broker.engine, broker.node_id, request)
+    topics, cursor = await broker.call(_answer, broker.node_id, request)
     return {"throttle_time": 0, "topics": topics, "next_cursor": cursor}

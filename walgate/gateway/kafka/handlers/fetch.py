@@ -8,6 +8,15 @@
   ``SENDFILE_MIN_BYTES`` or more are file regions, sent by ``sendfile``
   (:mod:`walgate.gateway.kafka.frame_writer`), never read into memory.
 * OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
+* Lost data: an entry whose WAL bytes were lost (quarantined corruption, a
+  checksum failure: :class:`~walgate.storage.wal.CorruptEntry`) is a gap in
+  the partition's offsets, as records removed by compaction are. It is served
+  as :func:`lost_batch`, a control batch whose one record sits at the last of
+  the lost offsets: every client skips control batches (they are Kafka's
+  transaction markers) and moves its position past the gap, even when no
+  record follows it. A partition whose read fails otherwise answers the
+  error of :mod:`.common`'s table; its siblings are served. A request whose
+  topics cannot be resolved at all answers that error at the top level.
 * Sizes (KIP-74): ``max_bytes`` bounds the response and
   ``partition_max_bytes`` each partition, except that the first batch of the
   first partition with data is always returned whole, so a big batch cannot
@@ -25,14 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
-from walgate.storage.wal import FileRegion
+from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire.errors import ErrorCode
 from walgate.wire.records import encode_batch
 
@@ -40,6 +48,8 @@ API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 SENDFILE_MIN_BYTES = 16 << 10
 """Stored batches this big go to the socket with sendfile; smaller ones are read and written with the frame (one
 syscall for many small batches beats one sendfile each)."""
+_COMMIT_KEY = b"\x00\x00\x00\x01"  # control record key: version 0, type 1 (COMMIT)
+_COMMIT_VALUE = b"\x00\x00\x00\x00\x00\x00"  # version 0, coordinator epoch 0
 
 
 @dataclass
@@ -72,17 +82,11 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
     out: list[bytes | FileRegion] = []
     size = 0
     native = engine.is_native(topic)
-    for base, version, _count in engine.index_entries(topic, partition, offset):
-        key = (topic, partition, version)
-        if native:
-            region = engine.kafka_region(topic, partition, version)
-            batch = region if len(region) >= SENDFILE_MIN_BYTES else region.read()
-        else:
-            batch = cache.get(key)
-        if batch is None:
-            rows = engine.kafka_rows(topic, partition, version)
-            batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)
-            cache.put(key, batch)
+    for base, version, count in engine.index_entries(topic, partition, offset):
+        try:
+            batch = _batch(engine, cache, topic, partition, native, base, version)
+        except CorruptEntry:
+            batch = lost_batch(base, count)
         if size + len(batch) > budget and (out or not must_one):
             break
         out.append(batch)
@@ -90,7 +94,29 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
     return _Got(ErrorCode.none, start, end, out)
 
 
-def _read_all(broker: Broker, wants: list[_Want], max_bytes: int) -> list[_Got]:
+def _batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native: bool, base: int,
+           version: int) -> bytes | FileRegion:
+    """The batch of the entry at ``version`` (base offset ``base``): stored (native) or rendered and cached."""
+    if native:
+        region = engine.kafka_region(topic, partition, version)
+        return region if len(region) >= SENDFILE_MIN_BYTES else region.read()
+    key = (topic, partition, version)
+    batch = cache.get(key)
+    if batch is None:
+        rows = engine.kafka_rows(topic, partition, version)
+        batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)
+        cache.put(key, batch)
+    return batch
+
+
+def lost_batch(base: int, count: int) -> bytes:
+    """What consumers read for ``count`` lost records from offset ``base``: a control batch (a transaction COMMIT
+    marker) at offset ``base + count - 1``, which clients skip, moving their position to ``base + count``."""
+    return encode_batch(base, [0], [_COMMIT_KEY], [_COMMIT_VALUE], offset_deltas=[count - 1], is_transactional=True,
+                        is_control=True, partition_leader_epoch=LEADER_EPOCH)
+
+
+def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: int) -> list[_Got]:
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -103,7 +129,7 @@ def _read_all(broker: Broker, wants: list[_Want], max_bytes: int) -> list[_Got]:
             got.append(_Got(err))
             continue
         try:
-            g = read_batches(broker.engine, broker.cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first)
+            g = read_batches(engine, cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first)
         except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
             got.append(_Got(error_of(exc)))
             continue
@@ -115,7 +141,7 @@ def _read_all(broker: Broker, wants: list[_Want], max_bytes: int) -> list[_Got]:
 
 
 def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
-    ids = {uuid.UUID(t.topic_id): name for name, t in engine.catalog.topics.items()} if version >= 13 else {}
+    ids = engine.topics_by_id() if version >= 13 else {}
     wants = []
     for t in request.topics:
         key = t.topic_id if version >= 13 else t.topic
@@ -127,10 +153,12 @@ def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
     return wants
 
 
-def _resolve_and_read(broker: Broker, request: Any, version: int, wants: list[_Want] | None, max_bytes: int) -> tuple[list[_Want], list[_Got]]:
+def _resolve_and_read(
+    engine: Engine, cache: BatchCache, request: Any, version: int, wants: list[_Want] | None, max_bytes: int
+) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
-    wants = _wants(broker.engine, request, version) if wants is None else wants
-    return wants, _read_all(broker, wants, max_bytes)
+    wants = _wants(engine, request, version) if wants is None else wants
+    return wants, _read_all(engine, cache, wants, max_bytes)
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
@@ -145,7 +173,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     event: asyncio.Event | None = None
     try:
         while True:
-            wants, got = await broker.storage.call(_resolve_and_read, broker, request, version, wants, max_bytes)
+            try:
+                wants, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes)
+            except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
+                return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
             ready = sum(g.size for g in got)
             remaining = deadline - time.monotonic()

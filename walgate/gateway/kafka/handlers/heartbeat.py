@@ -1,4 +1,6 @@
-"""Heartbeat (key 12) v0–v4: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+"""Heartbeat (key 12) v0–v4: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin.
+
+A coordinator failure is answered as an error code (:mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -6,13 +8,14 @@ from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import answered
 
 API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     groups = broker.groups.groups
-    error = await broker.groups.run(
+    error = await answered(broker.groups.run(
         lambda: (
             groups.heartbeat(
                 group_id=request.group_id,
@@ -23,5 +26,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             ),
             [],
         )
-    )
+    ), lambda code: code)
     return {"throttle_time": 0, "error_code": error}

@@ -4,6 +4,8 @@ Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list
 configs: ``cleanup.policy``). TDengine topics take their settings from their
 database (``ALTER DATABASE`` is the way) and broker settings are fixed at start:
 both get INVALID_REQUEST with a message. ``validate_only`` changes nothing.
+A change the engine refuses answers that resource's error (:mod:`.common`'s
+table); the others are applied.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import TOPIC
+from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.kafka_topics import validate_configs
 from walgate.wire.errors import ErrorCode
@@ -38,29 +42,38 @@ def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
     return out
 
 
-def alter(broker: Broker, r: Any, validate_only: bool) -> dict[str, Any]:
-    def result(error: int, message: str | None) -> dict[str, Any]:
-        return {"error_code": error, "error_message": message, "resource_type": r.resource_type,
-                "resource_name": r.resource_name}
+def _result(r: Any, error: int, message: str | None) -> dict[str, Any]:
+    return {"error_code": error, "error_message": message, "resource_type": r.resource_type,
+            "resource_name": r.resource_name}
 
-    engine = broker.engine
+
+def alter(engine: Engine, r: Any, validate_only: bool) -> dict[str, Any]:
     if r.resource_type != TOPIC:
-        return result(ErrorCode.invalid_request, "walgate's broker settings are set when it starts")
+        return _result(r, ErrorCode.invalid_request, "walgate's broker settings are set when it starts")
     topic = engine.catalog.topics.get(r.resource_name)
     if topic is None:
-        return result(ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist")
+        return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist")
     if topic.kind != "kafka":
-        return result(ErrorCode.invalid_request, f"{r.resource_name} is a TDengine topic: ALTER DATABASE {topic.db}")
+        return _result(r, ErrorCode.invalid_request, f"{r.resource_name} is a TDengine topic: ALTER DATABASE {topic.db}")
     try:
         configs = _apply(topic.configs, r.configs)
         validate_configs(configs)
     except (ValueError, StorageError) as exc:
-        return result(ErrorCode.invalid_config, str(exc))
+        return _result(r, ErrorCode.invalid_config, str(exc))
     if not validate_only:
         engine.alter_topic_configs(r.resource_name, configs)
-    return result(ErrorCode.none, None)
+    return _result(r, ErrorCode.none, None)
+
+
+def _alter_all(engine: Engine, request: Any) -> list[dict[str, Any]]:
+    responses = []
+    for r in request.resources:
+        try:
+            responses.append(alter(engine, r, request.validate_only))
+        except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
+            responses.append(_result(r, error_of(exc), str(exc)))
+    return responses
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    responses = await broker.storage.call(lambda: [alter(broker, r, request.validate_only) for r in request.resources])
-    return {"throttle_time": 0, "responses": responses}
+    return {"throttle_time": 0, "responses": await broker.call(_alter_all, request)}

@@ -5,7 +5,9 @@ epoch 0. A producer that names its id and epoch (v3+, KIP-360, after an
 error it could not resolve) gets the same id at the next epoch, which resets
 its sequences. A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
 walgate has no transaction coordinator, and the error is fatal at once in
-every client (rather than retried until a timeout).
+every client (rather than retried until a timeout). An id the engine cannot
+allocate durably (the disk refused the write) is COORDINATOR_LOAD_IN_PROGRESS,
+which every client retries (:mod:`.common`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, error_of
+from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 5
@@ -26,5 +30,13 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}
-    new_pid = await broker.storage.call(broker.engine.producer_ids.allocate)
+    try:
+        new_pid = await broker.call(_allocate)
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        return {"throttle_time": 0, "error_code": error_of(exc, INIT_PRODUCER_ID), "producer_id": -1,
+                "producer_epoch": -1}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": new_pid, "producer_epoch": 0}
+
+
+def _allocate(engine: Engine) -> int:
+    return engine.producer_ids.allocate()

@@ -1,11 +1,13 @@
-"""JoinGroup (key 11) v0–v9: parked in the coordinator until the rebalance completes."""
+"""JoinGroup (key 11) v0–v9: parked in the coordinator until the rebalance completes.
+
+A coordinator failure is answered as an error code (:mod:`.common`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from walgate.gateway.kafka.broker import PEER, Broker
-from walgate.gateway.kafka.handlers.common import millis
+from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.gateway.kafka.groups import now_ms
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
@@ -15,24 +17,21 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     v = header.api_version
     session = millis(request.session_timeout)
     rebalance = millis(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
-    response = await broker.groups.parked(
-        lambda rid: broker.groups.groups.join(
-            rid,
-            group_id=request.group_id,
-            member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
-            client_id=header.client_id or "",
-            client_host=f"/{PEER.get()}",
-            protocol_type=request.protocol_type,
-            protocols=[(p.name, p.metadata) for p in request.protocols],
-            session_timeout_ms=session,
-            rebalance_timeout_ms=rebalance,
-            require_known_member_id=v >= 4,
-            supports_skip_assignment=v >= 9,
-            now_ms=now_ms(),
-            topic_partitions=broker.groups.topic_partitions,
-        )
-    )
+    response = await answered(broker.groups.join(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=header.client_id or "",
+        client_host=f"/{PEER.get()}",
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
+        now_ms=now_ms(),
+    ), lambda code: {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+                     "member_id": request.member_id, "members": []})
     if v < 7 and response.get("protocol_name") is None:
         response = {**response, "protocol_name": ""}
     return {"throttle_time": 0, **response}

@@ -1,4 +1,6 @@
-"""LeaveGroup (key 13) v0–v5: one member (v0–v2) or a batch (v3+) leaves; the group rebalances."""
+"""LeaveGroup (key 13) v0–v5: one member (v0–v2) or a batch (v3+) leaves; the group rebalances.
+
+A coordinator failure is answered as an error code (:mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import answered
 
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
 
@@ -16,7 +19,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         members = [(request.member_id, None)]
     groups = broker.groups.groups
-    response = await broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms()))
+    response = await answered(
+        broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms())),
+        lambda code: {"error_code": code, "members": []},
+    )
     if header.api_version < 3 and response["error_code"] == 0 and response["members"]:
         response = {**response, "error_code": response["members"][0]["error_code"]}
     return {"throttle_time": 0, **response}

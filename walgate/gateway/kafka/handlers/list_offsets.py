@@ -5,6 +5,8 @@
 * -3 MAX_TIMESTAMP (v7+): the first record holding the largest timestamp;
 * -5 EARLIEST_PENDING_UPLOAD (v9+): -1, there is no tiered storage;
 * T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none.
+Lost records (a quarantined WAL entry) are a gap these lookups skip. An error
+in one partition is its error code (:mod:`.common`); the others are answered.
 Timestamps answered for -1/-2 are -1, as Kafka answers them. v0 answers in
 ``old_style_offsets`` (a list); the isolation level (v2+) is accepted.
 """
@@ -63,5 +65,5 @@ def _answer(engine: Engine, request: Any, version: int) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics = await broker.storage.call(_answer, broker.engine, request, header.api_version)
+    topics = await broker.call(_answer, request, header.api_version)
     return {"throttle_time": 0, "topics": topics}

@@ -4,8 +4,11 @@ v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
 get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
 (off by default, as Kafka's ``auto.create.topics.enable`` should be) and the
 request allows it (``allow_auto_topic_creation``, v4+): then a Kafka-native
-topic of that many partitions is created.
-Topic ids (v10+) are the stable UUIDs the catalog stores per topic.
+topic of that many partitions is created (an invalid name stays
+UNKNOWN_TOPIC_OR_PARTITION; a creation over a limit or refused by the disk
+answers that error, :mod:`.common`'s table).
+Topic ids (v10+) are the stable UUIDs the catalog stores per topic. A topic
+that cannot be described answers its error; the others are answered.
 """
 
 from __future__ import annotations
@@ -14,53 +17,69 @@ import uuid
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, answered, error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
+_AUTO_CREATE = {StorageError: ErrorCode.unknown_topic_or_partition}  # an invalid name: no such topic
 
 
-def topic_entries(engine: Engine, node_id: int, names: list[str] | None) -> list[dict[str, Any]]:
-    """Metadata entries for ``names`` (None: every topic); runs on the storage thread."""
-    topics = engine.catalog.topics
+def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
+                  errors: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
+    of names that failed before (auto-creation). Runs on the storage thread."""
     out = []
-    for name in sorted(topics) if names is None else names:
-        t = topics.get(name)
-        if t is None:
-            out.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []})
-            continue
-        out.append(
+    if names is None:
+        try:
+            names = sorted(engine.catalog.topics)
+        except Exception as exc:  # noqa: BLE001 - logged by error_of; no topic to carry it
+            error_of(exc)
+            return []
+    for name in names:
+        try:
+            out.append(_entry(engine, node_id, name, (errors or {}).get(name, ErrorCode.unknown_topic_or_partition)))
+        except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
+            out.append(_missing(name, error_of(exc)))
+    return out
+
+
+def _missing(name: str, error: int) -> dict[str, Any]:
+    return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
+
+
+def _entry(engine: Engine, node_id: int, name: str, missing: int) -> dict[str, Any]:
+    t = engine.catalog.topics.get(name)
+    if t is None:
+        return _missing(name, missing)
+    return {
+        "error_code": ErrorCode.none,
+        "name": name,
+        "topic_id": uuid.UUID(t.topic_id),
+        "is_internal": False,
+        "topic_authorized_operations": _NO_AUTH_OPS,
+        "partitions": [
             {
                 "error_code": ErrorCode.none,
-                "name": name,
-                "topic_id": uuid.UUID(t.topic_id),
-                "is_internal": False,
-                "topic_authorized_operations": _NO_AUTH_OPS,
-                "partitions": [
-                    {
-                        "error_code": ErrorCode.none,
-                        "partition_index": p,
-                        "leader_id": node_id,
-                        "leader_epoch": LEADER_EPOCH,
-                        "replica_nodes": [node_id],
-                        "isr_nodes": [node_id],
-                        "offline_replicas": [],
-                    }
-                    for p in range(engine.partition_count(name))
-                ],
+                "partition_index": p,
+                "leader_id": node_id,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node_id],
+                "isr_nodes": [node_id],
+                "offline_replicas": [],
             }
-        )
-    return out
+            for p in range(engine.partition_count(name))
+        ],
+    }
 
 
 def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return None
-    by_id = {uuid.UUID(t.topic_id): n for n, t in engine.catalog.topics.items()}
+    by_id = engine.topics_by_id()
     names = []
     for t in topics:
         name = getattr(t, "name", None)
@@ -71,18 +90,21 @@ def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    def describe() -> list[dict[str, Any]]:
-        names = _requested(broker.engine, request, header.api_version)
+    def describe(engine: Engine) -> list[dict[str, Any]]:
+        names = _requested(engine, request, header.api_version)
+        failed: dict[str, int] = {}
         if broker.auto_create_partitions and getattr(request, "allow_auto_topic_creation", True):
             for name in names or ():
-                if name not in broker.engine.catalog.topics:
+                if name not in engine.catalog.topics:
                     try:
-                        broker.engine.create_kafka_topic(name, broker.auto_create_partitions, {})
-                    except StorageError:
-                        pass  # an invalid name: answered UNKNOWN_TOPIC_OR_PARTITION below
-        return topic_entries(broker.engine, broker.node_id, names)
+                        engine.create_kafka_topic(name, broker.auto_create_partitions, {})
+                    except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
+                        failed[name] = error_of(exc, _AUTO_CREATE)
+        return topic_entries(engine, broker.node_id, names, failed)
 
-    topics = await broker.storage.call(describe)
+    topics = await answered(broker.call(describe), lambda code: [
+        _missing(t.name, code) for t in request.topics or () if getattr(t, "name", None) is not None
+    ])
     return {
         "throttle_time": 0,
         "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],

@@ -1,12 +1,19 @@
-"""OffsetCommit (key 8) v0–v9: validated by the coordinator, fsynced into the partitions' vnodes, then answered."""
+"""OffsetCommit (key 8) v0–v9: validated by the coordinator, fsynced into the partitions' vnodes, then answered.
+
+Each partition is answered on its own: one whose vnode's write the disk refused answers NOT_COORDINATOR, as Kafka
+does (:mod:`.common`'s GROUP_WRITE; clients find the coordinator again and retry), while the partitions of the other
+vnodes are committed and answered NONE. A coordinator failure answers every partition its error code; the
+connection stays."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from walgate.coordinator.offsets import PartitionCommit, commit_offsets
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 
 API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 9
 
@@ -19,20 +26,31 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         for t in request.topics
     ]
 
-    def commit() -> tuple[dict[str, Any], list[Any]]:
+    def commit(store: EngineOffsetStore) -> tuple[dict[str, Any], list[Any]]:
         plan = commit_offsets(
-            svc.groups.classic, svc.store,
+            svc.groups.classic, store,
             group_id=request.group_id,
             generation_id=getattr(request, "generation_id_or_member_epoch", -1),
             member_id=getattr(request, "member_id", ""),
             group_instance_id=getattr(request, "group_instance_id", None),
             topics=topics,
-            partition_exists=svc.engine.has_partition,
+            partition_exists=store.partition_exists,
             report_group_not_found=header.api_version >= 9,
             now_ms=now_ms(),
             consumer=svc.groups.consumer,
         )
-        svc.store.commit(plan.records)  # durable (fsynced) before the answer
-        return plan.response, []
+        try:
+            errors = store.commit(plan.records)  # durable (fsynced) before the answer
+        except Exception as exc:  # noqa: BLE001 - answered per partition
+            code = error_of(exc, GROUP_WRITE)
+            failed = {(r.topic, r.partition): code for r in plan.records}
+        else:
+            failed = {(r.topic, r.partition): error_of(e, GROUP_WRITE)
+                      for r, e in zip(plan.records, errors) if e is not None}
+        return plan.failed(failed), []
 
-    return {"throttle_time": 0, **await svc.run(commit)}
+    answer = await answered(svc.with_store(commit), lambda code: {"topics": [
+        {"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
+        for name, parts in topics
+    ]})
+    return {"throttle_time": 0, **answer}

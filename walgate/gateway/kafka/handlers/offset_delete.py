@@ -1,12 +1,16 @@
-"""OffsetDelete (key 47) v0: drop a group's committed offsets of topics it does not subscribe to."""
+"""OffsetDelete (key 47) v0: drop a group's committed offsets of topics it does not subscribe to.
+
+A failure (the disk refused the write: NOT_COORDINATOR, :mod:`.common`'s GROUP_WRITE) is the top-level error code."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from walgate.coordinator.offsets import delete_offsets
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 
 API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 
@@ -15,13 +19,14 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
 
-    def delete() -> tuple[dict[str, Any], list[Any]]:
+    def delete(store: EngineOffsetStore) -> tuple[dict[str, Any], list[Any]]:
         plan = delete_offsets(
-            svc.groups.classic, svc.store, group_id=request.group_id, topics=topics,
-            topic_exists=lambda name: name in svc.engine.catalog.topics, now_ms=now_ms(),
+            svc.groups.classic, store, group_id=request.group_id, topics=topics,
+            topic_exists=lambda name: store.topic_partitions(name) is not None, now_ms=now_ms(),
             consumer=svc.groups.consumer,
         )
-        svc.store.delete(plan.group_id, plan.deletions)
+        store.delete(plan.group_id, plan.deletions)
         return plan.response, []
 
-    return {"throttle_time": 0, **await svc.run(delete)}
+    answer = await answered(svc.with_store(delete), lambda code: {"error_code": code, "topics": []}, GROUP_WRITE)
+    return {"throttle_time": 0, **answer}

@@ -1,7 +1,8 @@
 """OffsetFetch (key 9) v0–v9: committed offsets of one group (v0–v7) or several (v8+); all topics when null.
 
 v9 requests of KIP-848 members carry their member id and epoch: a consumer-protocol group checks them
-(UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH); admins send none.
+(UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH); admins send none. A group whose offsets cannot be read answers its
+error code (:mod:`.common`); the other groups are answered.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.coordinator.offsets import fetch_offsets
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import answered, error_of
 
 API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 9
 
@@ -26,14 +29,20 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         wanted = [(request.group_id, _topics(request.topics), None, -1)]
 
-    def fetch(group_id: str, topics: Any, member_id: str | None, member_epoch: int) -> dict[str, Any]:
+    def fetch(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
+              member_epoch: int) -> dict[str, Any]:
         consumer = svc.groups.consumer
-        error = consumer.offset_fetch_error(group_id, member_id, member_epoch) if consumer.has_group(group_id) else None
-        if error is not None:  # v9: a KIP-848 member reads its group's offsets at its current epoch
-            return {"group_id": group_id, "error_code": error, "topics": []}
-        return fetch_offsets(svc.store, group_id=group_id, topics=topics)
+        try:
+            # v9: a KIP-848 member reads its group's offsets at its current epoch
+            error = consumer.offset_fetch_error(group_id, member_id, member_epoch) if consumer.has_group(group_id) else None
+            if error is None:
+                return fetch_offsets(store, group_id=group_id, topics=topics)
+        except Exception as exc:  # noqa: BLE001 - mapped per group, siblings unaffected
+            error = error_of(exc)
+        return {"group_id": group_id, "error_code": error, "topics": []}
 
-    answers = await svc.run(lambda: ([fetch(*w) for w in wanted], []))
+    answers = await answered(svc.with_store(lambda store: ([fetch(store, *w) for w in wanted], [])),
+                             lambda code: [{"group_id": w[0], "error_code": code, "topics": []} for w in wanted])
     if header.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
     single = dict(answers[0])

@@ -37,4 +37,4 @@ def _answer(engine: Engine, request: Any) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await broker.storage.call(_answer, broker.engine, request)}
+    return {"throttle_time": 0, "topics": await broker.call(_answer, request)}

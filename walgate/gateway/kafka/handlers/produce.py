@@ -1,102 +1,79 @@
 """Produce (key 0) v3–v11: batches into Kafka-native topics, stored as produced, durable before the answer.
 
-* Each partition's records are validated first (:func:`validate_produced`:
-  CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE; a request above the
-  topic's segment size: RECORD_LIST_TOO_LARGE); then all valid partitions are
-  appended in one storage-thread call, each atomically (all its batches or
-  none) and durable per the database's WAL level when the answer is sent.
-  ``acks`` 1 and -1 (all) are the same on one node; ``acks=0`` gets no response.
+* The whole request runs in one storage-thread call (the catalog is only read
+  there). Each partition is answered on its own: its records are validated
+  (:func:`validate_produced`: CORRUPT_MESSAGE, INVALID_RECORD,
+  MESSAGE_TOO_LARGE; a request above the topic's segment size:
+  RECORD_LIST_TOO_LARGE), then appended atomically (all its batches or none),
+  durable per the database's WAL level when the answer is sent. An error in
+  one partition, expected or not, is that partition's error code (the table
+  of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
+  other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
+  are the same on one node; ``acks=0`` gets no response.
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
   append time (``log_append_time`` in the answer).
-* TDengine topics take rows (:func:`write_rows`): each record of a batch is
-  either a JSON object (key = the subtable; fields = columns, and tags for a
-  subtable that is new) for topics over a supertable, or InfluxDB line protocol
-  (ns timestamps unless the record has a ``precision`` header) whose
-  measurement is the topic's supertable (any, for database topics). A batch is
-  written whole or refused with INVALID_RECORD and the reason. Rows land in
-  the partition of their table (the vnode it hashes to), so the answer's base
-  offset is -1. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+* TDengine topics take rows (:func:`write_rows`): each record is either a JSON
+  object (key = the subtable, or a ``tbname`` string field; fields = columns,
+  and tags for a subtable that is new) for topics over a supertable, or InfluxDB
+  line protocol (ns timestamps unless the record has a ``precision`` header:
+  ns, us, ms or s) whose measurement is the topic's supertable (any, for
+  database topics). A partition's records are written in one engine write, whole
+  or not at all (across every vnode they land in), or refused with
+  INVALID_RECORD: records that are wrong in themselves (a key or header that
+  is not UTF-8, JSON that does not parse or is not an object, a ``tbname``
+  that is not a string, line protocol that does not parse, another
+  measurement, a precision other than the partition's first record's) are
+  listed in ``record_errors`` (``batch_index`` counts the partition's records
+  from 0: the record's index in its batch when, as clients send it, the
+  partition holds one batch); rows that do not fit the schema are named in
+  ``error_message``. Rows land in the partition of their table (the vnode it
+  hashes to), so the answer's base offset is -1. Unknown topics get
+  UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
 from walgate.storage.engine import Engine
-from walgate.storage.errors import InvalidValue, NotFound, StorageError
+from walgate.storage.errors import InvalidValue, LineProtocolError
 from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS
+from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
-from walgate.wire.errors import ErrorCode, WireError
-from walgate.wire.records import DecodedBatch, validate_produced, with_log_append_time
+from walgate.wire.errors import ErrorCode
+from walgate.wire.records import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
 _ACKS = (-1, 0, 1)
 
 
-def _answer(index: int, error: int, message: str | None = None, base_offset: int = -1,
-            log_append_time: int = -1, log_start: int = -1) -> dict[str, Any]:
+class RecordsRefused(InvalidValue):
+    """Records of a partition that are wrong in themselves: ``records`` is [(batch index, message)]."""
+
+    def __init__(self, records: list[tuple[int, str]]) -> None:
+        index, message = records[0]
+        more = f"{len(records)} records refused; " if len(records) > 1 else ""
+        super().__init__(f"{more}record {index}: {message}")
+        self.records = records
+
+
+def _answer(index: int, error: int, message: str | None = None, base_offset: int = -1, log_append_time: int = -1,
+            log_start: int = -1, record_errors: Sequence[tuple[int, str]] = ()) -> dict[str, Any]:
     return {"index": index, "error_code": error, "base_offset": base_offset, "log_append_time": log_append_time,
-            "log_start_offset": log_start, "record_errors": [], "error_message": message}
+            "log_start_offset": log_start, "error_message": message,
+            "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | None:
-    engine = broker.engine
-    topics = engine.catalog.topics
-    now = int(time.time() * 1000)
-    answers: dict[tuple[str, int], dict[str, Any]] = {}
-    work: list[tuple[str, int, list[bytes], bool]] = []
-    for t in request.topic_data:
-        topic = topics.get(t.name)
-        for p in t.partition_data:
-            key = (t.name, p.index)
-            if request.acks not in _ACKS:
-                answers[key] = _answer(p.index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {request.acks}")
-            elif topic is None or not engine.has_partition(t.name, p.index):
-                answers[key] = _answer(p.index, ErrorCode.unknown_topic_or_partition,
-                                       f"unknown topic or partition {t.name}-{p.index}")
-            else:
-                configs = {**TOPIC_CONFIG_DEFAULTS, **topic.configs}
-                records = p.records or b""
-                if len(records) > int(configs["segment.bytes"]):
-                    answers[key] = _answer(p.index, ErrorCode.record_list_too_large,
-                                           f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
-                    continue
-                try:
-                    batches = validate_produced(records, int(configs["max.message.bytes"]), with_records=topic.kind != "kafka")
-                except WireError as exc:
-                    answers[key] = _answer(p.index, exc.error_code, str(exc))
-                    continue
-                append_time = configs["message.timestamp.type"] == "LogAppendTime"
-                raws = [with_log_append_time(b.raw, now) if append_time else b.raw for b in batches]
-                work.append((t.name, p.index, raws if topic.kind == "kafka" else batches, append_time))
-
-    def append() -> dict[tuple[str, int], dict[str, Any]]:
-        done = {}
-        for name, index, raws, append_time in work:
-            try:
-                if engine.is_native(name):
-                    base = engine.append_batches(name, index, raws)
-                else:
-                    write_rows(engine, name, raws)
-                    base, append_time = -1, False
-                start, _ = engine.watermarks(name, index)
-                done[(name, index)] = _answer(index, ErrorCode.none, None, base, now if append_time else -1, start)
-            except SequenceError as exc:
-                done[(name, index)] = _answer(index, ErrorCode[exc.code], str(exc))
-            except NotFound as exc:
-                done[(name, index)] = _answer(index, ErrorCode.unknown_topic_or_partition, str(exc))
-            except StorageError as exc:
-                done[(name, index)] = _answer(index, ErrorCode.invalid_record, str(exc))
-        return done
-
-    if work:
-        answers.update(await broker.storage.call(append))
+    answers = await broker.call(_produce, request, int(time.time() * 1000))
     if request.acks == 0:
         return None
     responses = [
@@ -106,34 +83,129 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     return {"throttle_time": 0, "responses": responses}
 
 
+def _produce(engine: Engine, request: Any, now: int) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every partition's answer (storage thread)."""
+    answers = {}
+    for t in request.topic_data:
+        for p in t.partition_data:
+            try:
+                answer = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
+            except SequenceError as exc:
+                answer = _answer(p.index, ErrorCode[exc.code], str(exc))
+            except RecordsRefused as exc:
+                answer = _answer(p.index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
+            except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
+                answer = _answer(p.index, error_of(exc, PRODUCE), str(exc))
+            answers[(t.name, p.index)] = answer
+    return answers
+
+
+def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int, now: int) -> dict[str, Any]:
+    if acks not in _ACKS:
+        return _answer(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
+    topic = engine.catalog.topics.get(name)
+    if topic is None or not engine.has_partition(name, index):
+        return _answer(index, ErrorCode.unknown_topic_or_partition, f"unknown topic or partition {name}-{index}")
+    configs = {**TOPIC_CONFIG_DEFAULTS, **topic.configs}
+    if len(records) > int(configs["segment.bytes"]):
+        return _answer(index, ErrorCode.record_list_too_large,
+                       f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
+    batches = validate_produced(records, int(configs["max.message.bytes"]), with_records=topic.kind != "kafka")
+    if topic.kind != "kafka":
+        write_rows(engine, name, batches)
+        return _answer(index, ErrorCode.none, None, -1, -1, engine.watermarks(name, index)[0])
+    append_time = configs["message.timestamp.type"] == "LogAppendTime"
+    base = engine.append_batches(name, index, [with_log_append_time(b.raw, now) if append_time else b.raw
+                                               for b in batches])
+    return _answer(index, ErrorCode.none, None, base, now if append_time else -1, engine.watermarks(name, index)[0])
+
+
 def write_rows(engine: Engine, topic_name: str, batches: list[DecodedBatch]) -> None:
-    """The records of *batches* as rows of a TDengine topic's tables (storage thread); each batch all or nothing."""
+    """The records of *batches* as rows of a TDengine topic's tables, in one engine write (storage thread).
+
+    Raises :class:`RecordsRefused` for records wrong in themselves (nothing written), or the engine's error."""
     topic = engine.catalog.topics[topic_name]
     stable = engine.catalog.stables.get((topic.db, topic.source))
-    for batch in batches:
-        values = [r.value or b"" for r in batch.records]
-        if all(v.lstrip().startswith(b"{") for v in values):
-            if stable is None:
-                raise InvalidValue(f"JSON rows need a topic over a supertable; {topic_name} is not")
-            rows = []
-            for r in batch.records:
-                try:
-                    fields = orjson.loads(r.value or b"")
-                except orjson.JSONDecodeError as exc:
-                    raise InvalidValue(f"record at offset delta {r.offset - batch.base_offset}: {exc}") from None
-                if not isinstance(fields, dict):
-                    raise InvalidValue("a JSON row is an object")
-                name = fields.pop("tbname", None) or (r.key or b"").decode()
-                if not name:
-                    raise InvalidValue("a JSON row names its subtable: the record key or a tbname field")
-                rows.append((name, fields, r.timestamp))
-            engine.write_json_rows(topic.db, stable.name, rows)
-            continue
-        if any(v.lstrip().startswith(b"{") for v in values):
-            raise InvalidValue("a batch is either JSON rows or line protocol, not both")
-        if stable is not None:
-            measurements = {line.split(b",", 1)[0].split(b" ", 1)[0] for v in values for line in v.splitlines() if line}
-            if measurements - {stable.name.encode()}:
-                raise InvalidValue(f"line protocol into {topic_name} writes measurement {stable.name} only")
-        precision = dict(batch.records[0].headers).get("precision") or b"ns"
-        engine.write_lines(topic.db, b"\n".join(values), precision.decode())
+    records = [r for b in batches for r in b.records]
+    is_json = [(r.value or b"").lstrip().startswith(b"{") for r in records]
+    errors: list[tuple[int, str]] = []
+    if is_json and is_json[0]:
+        if stable is None:
+            raise InvalidValue(f"JSON rows need a topic over a supertable; {topic_name} is not")
+        rows: list[tuple[str, dict[str, Any], int]] = []
+        for k, r in enumerate(records):
+            try:
+                if not is_json[k]:
+                    raise InvalidValue("a partition's records are all JSON rows or all line protocol")
+                rows.append(_json_row(r))
+            except InvalidValue as exc:
+                errors.append((k, exc.message))
+        if errors:
+            raise RecordsRefused(errors)
+        engine.write_json_rows(topic.db, stable.name, rows)
+        return
+    precision: str | None = None
+    for k, r in enumerate(records):
+        try:
+            if is_json[k]:
+                raise InvalidValue("a partition's records are all JSON rows or all line protocol")
+            own = _precision(r)
+            precision = precision or own
+            if own != precision:
+                raise InvalidValue(f"precision {own} differs from the partition's first record's ({precision})")
+            if stable is not None:
+                lines = (line for line in (r.value or b"").splitlines() if line.strip())
+                if {line.split(b",", 1)[0].split(b" ", 1)[0] for line in lines} - {stable.name.encode()}:
+                    raise InvalidValue(f"line protocol into {topic_name} writes measurement {stable.name} only")
+        except InvalidValue as exc:
+            errors.append((k, exc.message))
+    if errors:
+        raise RecordsRefused(errors)
+    values = [r.value or b"" for r in records]
+    assert precision is not None  # the records are not empty (validate_produced)
+    try:
+        engine.write_lines(topic.db, b"\n".join(values), precision)
+    except LineProtocolError:
+        errors = [(k, msg) for k, v in enumerate(values) if (msg := _line_error(v, precision))]
+        if errors:
+            raise RecordsRefused(errors) from None
+        raise
+
+
+def _json_row(r: DecodedRecord) -> tuple[str, dict[str, Any], int]:
+    """(subtable, fields, timestamp ms) of a JSON record; InvalidValue when it is wrong in itself."""
+    try:
+        fields = orjson.loads(r.value or b"")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidValue(f"not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise InvalidValue(f"a JSON row is an object, not {type(fields).__name__}")
+    name = fields.pop("tbname", None)
+    if name is None:
+        try:
+            name = (r.key or b"").decode()
+        except UnicodeDecodeError:
+            raise InvalidValue("the record key (the subtable's name) is not UTF-8") from None
+        if not name:
+            raise InvalidValue("a JSON row names its subtable: the record key or a tbname field")
+    elif not isinstance(name, str) or not name:
+        raise InvalidValue(f"tbname names the subtable: a non-empty string, not {orjson.dumps(name)[:64].decode()}")
+    return name, fields, r.timestamp
+
+
+def _precision(r: DecodedRecord) -> str:
+    """The ``precision`` header of a line-protocol record (ns without one); InvalidValue for another value."""
+    raw = dict(r.headers).get("precision") or b"ns"
+    precision = raw.decode("ascii", errors="replace")
+    if precision not in PRECISION_NS:
+        raise InvalidValue(f"precision header {raw[:16]!r}: ns, us, ms or s")
+    return precision
+
+
+def _line_error(value: bytes, precision: str) -> str | None:
+    """Why one record's line protocol does not parse (None: it does)."""
+    try:
+        parse_lines(value, precision)
+    except LineProtocolError as exc:
+        return exc.message
+    return None

@@ -1,4 +1,6 @@
-"""SyncGroup (key 14) v0–v5: the leader's assignment, delivered to every member's parked sync."""
+"""SyncGroup (key 14) v0–v5: the leader's assignment, delivered to every member's parked sync.
+
+A coordinator failure is answered as an error code (:mod:`.common`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
@@ -16,7 +19,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     protocol_name = getattr(request, "protocol_name", None)
     if header.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
-    response = await broker.groups.parked(
+    response = await answered(broker.groups.parked(
         lambda rid: broker.groups.groups.sync(
             rid,
             group_id=request.group_id,
@@ -28,5 +31,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             assignments={a.member_id: a.assignment for a in request.assignments},
             now_ms=now_ms(),
         )
-    )
+    ), lambda code: {"error_code": code, "assignment": b""})
     return {"throttle_time": 0, **response}

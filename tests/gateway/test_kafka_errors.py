@@ -1,0 +1,103 @@
+"""The one error-mapping table of the Kafka handlers (handlers/common.py, issue 13 "found by reading the code")."""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import pytest
+
+from walgate.gateway.kafka.handlers.common import (
+    CREATE_PARTITIONS,
+    ERRORS,
+    GROUP_WRITE,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    answered,
+    error_of,
+)
+from walgate.storage.errors import (
+    AlreadyExists,
+    InvalidValue,
+    LimitExceeded,
+    NotFound,
+    OffsetOutOfRange,
+    RequestTooLarge,
+    StorageUnavailable,
+)
+from walgate.storage.producers import SequenceError
+from walgate.storage.wal import CorruptEntry
+from walgate.wire.errors import CorruptRecord, ErrorCode, InvalidRecord, RecordTooLarge
+
+E = ErrorCode
+
+
+@pytest.mark.parametrize(
+    ("exc", "overrides", "code"),
+    [
+        (NotFound("no topic"), {}, E.unknown_topic_or_partition),
+        (OffsetOutOfRange("past the end"), {}, E.offset_out_of_range),
+        (StorageUnavailable("disk full"), {}, E.kafka_storage_error),
+        (OSError(errno.ENOSPC, "No space left on device"), {}, E.kafka_storage_error),
+        (LimitExceeded("too many partitions"), {}, E.policy_violation),
+        (InvalidValue("bad value"), {}, E.invalid_request),
+        (AlreadyExists("exists"), {}, E.invalid_request),
+        (CorruptEntry("checksum"), {}, E.corrupt_message),
+        (CorruptRecord("crc"), {}, E.corrupt_message),
+        (InvalidRecord("bad batch"), {}, E.invalid_record),
+        (RecordTooLarge("big"), {}, E.message_too_large),
+        # Produce: refused data is INVALID_RECORD, but a full disk stays KAFKA_STORAGE_ERROR
+        (InvalidValue("bad row"), PRODUCE, E.invalid_record),
+        (SequenceError("out_of_order_sequence_number", "gap"), PRODUCE, E.invalid_record),
+        (RequestTooLarge("big request"), PRODUCE, E.record_list_too_large),
+        (StorageUnavailable("disk full"), PRODUCE, E.kafka_storage_error),
+        (NotFound("gone"), PRODUCE, E.unknown_topic_or_partition),
+        # group coordinator writes: Kafka's storeOffsets maps KAFKA_STORAGE_ERROR to NOT_COORDINATOR
+        (StorageUnavailable("disk full"), GROUP_WRITE, E.not_coordinator),
+        (OSError(errno.EIO, "I/O error"), GROUP_WRITE, E.not_coordinator),
+        (NotFound("gone"), GROUP_WRITE, E.unknown_topic_or_partition),
+        (LimitExceeded("too many"), CREATE_PARTITIONS, E.invalid_partitions),
+        (StorageUnavailable("disk full"), INIT_PRODUCER_ID, E.coordinator_load_in_progress),
+    ],
+)
+def test_the_table(exc: BaseException, overrides: dict, code: ErrorCode) -> None:
+    assert error_of(exc, overrides) == code
+
+
+def test_every_entry_is_a_kafka_error_code() -> None:
+    for table in (ERRORS, PRODUCE, GROUP_WRITE, CREATE_PARTITIONS, INIT_PRODUCER_ID):
+        assert all(isinstance(code, ErrorCode) and code != E.none for code in table.values())
+
+
+def _raise_at_one_place(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:  # noqa: BLE001
+        return caught
+
+
+def test_unexpected_exceptions_are_unknown_server_error_with_one_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="walgate.kafka")
+    for _ in range(3):
+        assert error_of(_raise_at_one_place(KeyError("dict changed size"))) == E.unknown_server_error
+    records = [r for r in caplog.records if "UNKNOWN_SERVER_ERROR" in r.getMessage()]
+    assert len(records) == 3 and all(r.levelno == logging.ERROR for r in records)
+    assert [r.exc_info is not None for r in records] == [True, False, False]  # no traceback flood
+
+
+def test_a_raw_oserror_is_one_warning_line_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="walgate.kafka")
+    assert error_of(_raise_at_one_place(OSError(errno.EIO, "I/O error"))) == E.kafka_storage_error
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.exc_info is None and "KAFKA_STORAGE_ERROR" in record.getMessage()
+
+
+async def test_answered_turns_a_failed_call_into_its_answer() -> None:
+    async def ok() -> str:
+        return "done"
+
+    async def full_disk() -> str:
+        raise StorageUnavailable("disk full")
+
+    assert await answered(ok(), lambda code: f"failed {code.name}") == "done"
+    assert await answered(full_disk(), lambda code: f"failed {code.name}", GROUP_WRITE) == "failed not_coordinator"

@@ -1,0 +1,50 @@
+"""The Kafka listener in process: a handler that raises closes its connection after ONE log line.
+
+The line is at ERROR and names the api key, version, client and exception (no traceback: the server log stays
+readable and a traceback there always means a bug that escaped); other connections go on being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from walgate.gateway.config import Config
+from walgate.gateway.kafka import handlers
+from walgate.gateway.server import Gateway
+
+
+def _request(api_key: int, version: int, correlation_id: int) -> bytes:
+    body = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test" + b"\x00\x00\x00\x00"  # no topics
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_a_handler_that_raises_closes_the_connection_after_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(broker: Any, header: Any, request: Any) -> None:
+        raise RuntimeError("boom")
+
+    metadata = handlers.HANDLERS[3]
+    monkeypatch.setitem(handlers.HANDLERS, 3, handlers.Handler(3, metadata.min_version, metadata.max_version, broken))
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
+        host, port = gateway.kafka_address
+        with caplog.at_level(logging.INFO, logger="walgate.kafka"):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(_request(3, 1, 11))  # Metadata v1, all topics
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no answer
+            writer.close()
+        failed = [r for r in caplog.records if r.name == "walgate.kafka"]
+        assert [(r.levelno, r.exc_info) for r in failed] == [(logging.ERROR, None)]
+        message = failed[0].getMessage()
+        assert "api key 3 v1 (client 'test') failed: RuntimeError: boom" in message
+        reader, writer = await asyncio.open_connection(host, port)  # the server goes on
+        writer.write(struct.pack(">i", 14) + struct.pack(">hhih", 18, 0, 12, 4) + b"test")
+        size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 10))[0]
+        assert struct.unpack(">i", (await reader.readexactly(size))[:4])[0] == 12
+        writer.close()

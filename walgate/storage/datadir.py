@@ -1,0 +1,264 @@
+"""The data dir: its layout, its format version, and the migration from older formats.
+
+Layout of format 2 (the current one; ``docs/data-dir.md`` has the full description)::
+
+    walgate.json                    {"format": 2}: one checksummed line, replaced atomically
+    catalog.log                     the catalog (catalog.py): checksummed JSON lines
+    producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
+    quarantine/                     copies of damaged bytes (damage.py)
+    db/<database id>/vnode<i>/      one vnode (vnode.py)
+        wal/<first version>.log     WAL segments and their indexes (wal.py)
+        wal/<first version>.idx
+        tables.ckpt                 table-map checkpoint: one checksummed line
+        commits.log                 committed offsets (committed.py): checksummed JSON lines
+        topics/<topic id>.oidx      offset index of one topic-partition (offsets.py): derived, rebuilt when bad
+        topics/<topic id>.start     log start set by DeleteRecords: one checksummed line
+
+No path holds a name a user chose: a database's directory is its id (32 hex digits, checked by
+:func:`db_dir`), a topic's files are named by its topic id (a UUID, checked by :func:`topic_file`).
+
+:func:`prepare` runs before anything else opens the data dir: it creates a new one (version file first, then
+``producer_ids.log``, so that a data dir missing it has lost it), opens a current one, refuses one written by a
+newer release (:class:`UnsupportedFormat`, one clear line for the CLI), and migrates format 1 (walgate before the version file: ``catalog.jsonl`` of plain JSON lines, ``db/<name>/``,
+``topics/<topic name>.oidx`` and ``.start`` (a plain integer), ``offsets.jsonl``, ``tables.json``,
+``producer_ids.json``) once, crash-safely. Every step of :func:`_migrate_1` is idempotent, and the version file is
+written last, so a kill at any point leaves a data dir that the next start migrates again from where it stopped:
+
+1. ``catalog.log`` is built from ``catalog.jsonl`` (ids given to the databases), unless it exists already
+   (written atomically, so it is whole);
+2. each ``db/<name>`` is renamed ``db/<id>`` (skipped when already done; a name that is not one plain path
+   component, e.g. ``../../x``, is never followed: reported, the database opens empty);
+3. in each vnode, ``topics/<name>.oidx`` is removed (derived, of the old record format: rebuilt from the WAL),
+   and ``topics/<name>.start``, ``offsets.jsonl``, ``tables.json`` are rewritten in the checksummed format under
+   their new names, then the old file is removed (an existing new file is whole, so the old one is only removed);
+4. ``producer_ids.json`` becomes ``producer_ids.log`` the same way (none: ids start at 0, as format 1 did);
+5. ``catalog.jsonl`` is removed (with no format-1 file left, a data dir without ``walgate.json`` whose
+   ``catalog.log`` exists has been migrated); 6. ``walgate.json`` is written.
+
+Old records that cannot be read are reported to the DamageLog (bytes kept) and skipped, never fatal.
+
+``walgate.json`` is trusted only when its checksum verifies: one that does not (a flipped bit could otherwise read
+as a newer format and refuse to start) is reported (bytes kept), the format is found from the layout as for a
+missing file (format-1 files: 1; ``catalog.log``: 2; nothing: a new data dir) and the file is written again. Only
+a verified newer format is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from walgate.storage import fileio, lines
+from walgate.storage.catalog import Catalog
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageError
+from walgate.storage.names import is_db_id, is_topic_id, new_db_id
+from walgate.storage.producers import ProducerIds
+from walgate.storage.vnode import CHECKPOINT, COMMITS
+
+__all__ = ["FORMAT", "UnsupportedFormat", "prepare", "db_dir", "topic_file", "unnamed_db_dirs", "CATALOG",
+           "PRODUCER_IDS"]
+
+log = logging.getLogger("walgate.datadir")
+
+FORMAT: Final = 2
+VERSION_FILE: Final = "walgate.json"
+CATALOG: Final = "catalog.log"
+PRODUCER_IDS: Final = "producer_ids.log"
+_OLD_CATALOG: Final = "catalog.jsonl"
+_OLD_PRODUCER_IDS: Final = "producer_ids.json"
+
+
+class UnsupportedFormat(StorageError):
+    """The data dir was written by a newer walgate (or says a format this release does not know)."""
+
+
+def db_dir(root: Path, db_id: str) -> Path:
+    """``db/<id>`` of a database: never outside ``root/db`` (the id is checked)."""
+    if not is_db_id(db_id):
+        raise ValueError(f"not a database id: {db_id!r}")
+    return root / "db" / db_id
+
+
+def topic_file(vnode_dir: Path, topic_id: str, suffix: str) -> Path:
+    """``topics/<topic id><suffix>`` of a topic-partition: never outside the vnode's ``topics/`` (the id is checked)."""
+    if not is_topic_id(topic_id):
+        raise ValueError(f"not a topic id: {topic_id!r}")
+    return vnode_dir / "topics" / f"{topic_id}{suffix}"
+
+
+def unnamed_db_dirs(root: Path, ids: set[str]) -> list[str]:
+    """``db/<id>`` directories whose id is not in ``ids`` (no catalog record names them), sorted."""
+    db = root / "db"
+    return sorted(f"db/{p.name}" for p in db.iterdir() if p.is_dir() and p.name not in ids) if db.is_dir() else []
+
+
+def prepare(root: Path, damage: DamageLog) -> None:
+    """Make ``root`` a data dir of the current format: create, open, migrate or refuse (see the module docstring)."""
+    root.mkdir(parents=True, exist_ok=True)
+    version = root / VERSION_FILE
+    fmt = _read_format(version, damage)
+    if fmt is None:  # no (verified) version file: the layout tells
+        old = (root / _OLD_CATALOG).exists() or (root / _OLD_PRODUCER_IDS).exists()
+        if old or ((root / "db").exists() and not (root / CATALOG).exists()):
+            log.info("%s: migrating the data dir from format 1 to format %d", root, FORMAT)
+            _migrate_1(root, damage)
+        _write_format(version)
+        if not (root / CATALOG).exists() and not (root / PRODUCER_IDS).exists():  # a new data dir
+            ProducerIds.create(root / PRODUCER_IDS)
+        fmt = FORMAT
+    if fmt > FORMAT:
+        raise UnsupportedFormat(f"The data dir {root} has format {fmt}, written by a newer walgate; this release "
+                                f"reads formats 1 to {FORMAT}: run the newer release")
+    if fmt < FORMAT:
+        _migrate_1(root, damage)
+        _write_format(version)
+
+
+def _read_format(path: Path, damage: DamageLog) -> int | None:
+    """The verified format of the version file; None when it is missing or does not verify (reported)."""
+    if not path.exists():
+        return None
+    raw = path.read_bytes()
+    try:
+        fmt = lines.decode(raw.removesuffix(b"\n"))["format"]
+        if type(fmt) is not int or fmt < 1:
+            raise ValueError(f"format {fmt!r}")
+        return fmt
+    except (ValueError, KeyError, TypeError) as exc:
+        damage.report(path, 0, len(raw), f"format version: {exc}; the format is found from the files", "rebuilt", raw)
+        return None
+
+
+def _write_format(path: Path) -> None:
+    fileio.replace_file(path, lines.encode({"format": FORMAT}))
+
+
+# ------------------------------------------------------------------ format 1 -> 2
+
+
+def _migrate_1(root: Path, damage: DamageLog) -> None:
+    if not (root / CATALOG).exists():
+        _convert_catalog(root, damage)
+    catalog = Catalog.open(root / CATALOG, damage)
+    (root / "db").mkdir(exist_ok=True)
+    for db in catalog.databases.values():
+        new = db_dir(root, db.id)
+        if not _plain(db.name):
+            damage.report(root / "db", 0, 0, f"database {db.name!r}: its format-1 directory db/{db.name} is not a "
+                          "plain name inside db/ and is not followed; the database opens empty", "not migrated")
+            continue
+        old = root / "db" / db.name
+        if old.is_dir() and not new.exists():
+            os.rename(old, new)
+    fileio.fsync_dir(root / "db")
+    for db in catalog.databases.values():
+        topics = [t for t in catalog.topics.values() if t.db == db.name]
+        for vnode_dir in sorted(db_dir(root, db.id).glob("vnode*")):
+            _migrate_vnode(vnode_dir, topics, damage)
+    _convert(root / _OLD_PRODUCER_IDS, root / PRODUCER_IDS, damage, _producer_ids)
+    if not (root / PRODUCER_IDS).exists():
+        ProducerIds.create(root / PRODUCER_IDS)
+    (root / _OLD_CATALOG).unlink(missing_ok=True)
+    fileio.fsync_dir(root)
+
+
+def _plain(name: str) -> bool:
+    """A name that is one ordinary path component (format 1 used it as one)."""
+    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
+
+
+def _convert_catalog(root: Path, damage: DamageLog) -> None:
+    """``catalog.jsonl`` (plain JSON lines, no ids) -> ``catalog.log``, replaying it with the current rules."""
+    old = root / _OLD_CATALOG
+    data = old.read_bytes() if old.exists() else b""
+    catalog = Catalog(root / CATALOG, damage)
+    pos = 0
+    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is a torn record
+        start, pos = pos, pos + len(line) + 1
+        if not line:
+            continue
+        try:
+            record = orjson.loads(line)
+            if record.get("op") == "create_db":
+                record["id"] = new_db_id()
+            elif record.get("op") == "create_kafka_topic":
+                record["db_id"] = new_db_id()
+            catalog.apply(record)
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            damage.report(old, start, pos, f"format-1 catalog record: {exc}", "skipped", line + b"\n")
+    catalog.rewrite()
+
+
+def _migrate_vnode(vnode: Path, topics: list[Any], damage: DamageLog) -> None:
+    for t in topics:
+        if not _plain(t.name):
+            continue  # format 1 put its files outside topics/: the index is rebuilt, a log start is lost
+        (vnode / "topics" / f"{t.name}.oidx").unlink(missing_ok=True)  # derived, of the old record format
+        _convert(vnode / "topics" / f"{t.name}.start", topic_file(vnode, t.topic_id, ".start"), damage, _log_start)
+    if (vnode / "topics").is_dir():
+        fileio.fsync_dir(vnode / "topics")
+    _convert(vnode / "offsets.jsonl", vnode / COMMITS, damage, _commits)
+    _convert(vnode / "tables.json", vnode / CHECKPOINT, damage, _checkpoint)
+
+
+def _convert(old: Path, new: Path, damage: DamageLog, convert: Any) -> None:
+    """Write ``new`` from the format-1 ``old`` (unless ``new`` exists: then it is whole), then remove ``old``."""
+    if not old.exists():
+        return
+    if not new.exists():
+        raw = old.read_bytes()
+        try:
+            data = convert(raw, old, damage)
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+            damage.report(old, 0, len(raw), f"format-1 file: {exc}", "not migrated", raw)
+            data = None
+        if data is not None:
+            fileio.replace_file(new, data)
+    old.unlink()
+    fileio.fsync_dir(old.parent)
+
+
+def _log_start(raw: bytes, path: Path, damage: DamageLog) -> bytes:
+    return lines.encode({"log_start": int(raw)})
+
+
+def _producer_ids(raw: bytes, path: Path, damage: DamageLog) -> bytes:
+    """The next block, or (unreadable: reported) the value ProducerIds recovers to, so no id is handed out twice."""
+    try:
+        return lines.encode({"next_block": int(orjson.loads(raw)["next_block"])})
+    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+        recovered = ProducerIds.recovered_next()
+        damage.report(path, 0, len(raw), f"format-1 producer ids: {exc}; ids go on from {recovered}", "reset", raw)
+        return lines.encode({"next_block": recovered})
+
+
+def _checkpoint(raw: bytes, path: Path, damage: DamageLog) -> bytes:
+    snap = orjson.loads(raw)
+    if type(snap["version"]) is not int or not isinstance(snap["tables"], list):
+        raise ValueError("not a table checkpoint")
+    return lines.encode(snap)
+
+
+def _commits(raw: bytes, path: Path, damage: DamageLog) -> bytes:
+    """Format 1 committed offsets: JSON lines, replayed (bad lines reported), written compacted."""
+    live: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    pos = 0
+    for line in raw.split(b"\n")[:-1]:  # the piece after the last newline is a torn line
+        start, pos = pos, pos + len(line) + 1
+        if not line:
+            continue
+        try:
+            r = orjson.loads(line)
+            key = (r["g"], r["t"], r["p"])
+            if r["o"] is None:
+                live.pop(key, None)
+            else:
+                live[key] = {"g": r["g"], "t": r["t"], "p": r["p"], "o": r["o"], "e": r["e"], "m": r["m"], "ts": r["ts"]}
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            damage.report(path, start, pos, f"format-1 committed offset: {exc}", "skipped", line + b"\n")
+    return b"".join(lines.encode(r) for r in live.values())
