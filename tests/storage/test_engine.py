@@ -303,3 +303,53 @@ def test_show_subscriptions_with_offsets_on_a_kafka_native_topic(engine):
     (row,) = rows(engine, "SHOW SUBSCRIPTIONS")
     assert row[:3] == ["native.s", "g", 0] and row[4:] == [2, row[5], 3]
     assert row[5] is not None
+
+
+@pytest.mark.parametrize("sql", ["ALTER STABLE db.st ADD COLUMN w INT", "DROP STABLE db.st"])
+def test_supertable_ddl_is_all_or_nothing_when_the_disk_refuses_any_write(tmp_path, sql):
+    """The catalog change and the vnodes' meta entries of ALTER / DROP STABLE land together or not at all: the
+    catalog record used to be written first, so a refused meta append left the catalog changed (issue 13, item 3)."""
+    import errno
+    import shutil
+
+    from faults import Faults
+
+    from walgate.storage.errors import StorageUnavailable
+
+    template = tmp_path / "template"
+    e = Engine.open(template)
+    e.execute("CREATE DATABASE db VGROUPS 2")
+    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site VARCHAR(8))")
+    e.execute("INSERT INTO db.a USING db.st TAGS ('x') VALUES (1000, 1) db.b USING db.st TAGS ('y') VALUES (1000, 2)")
+    e.close()
+
+    def state(engine: Engine) -> tuple:
+        return (rows(engine, "SHOW db.STABLES"), rows(engine, "DESCRIBE db.st") if rows(engine, "SHOW db.STABLES") else [],
+                sorted(r[0] for r in rows(engine, "SHOW db.TABLES")), [v.wal.next_version for v in engine.vnodes["db"]])
+
+    clean = tmp_path / "clean"
+    shutil.copytree(template, clean)
+    e = Engine.open(clean)
+    before = state(e)
+    faults = Faults()
+    with faults.active():
+        e.execute(sql)
+    writes = faults.calls["write"]
+    after = state(e)
+    e.close()
+    assert writes >= 3 and after != before
+    for at in range(1, writes + 1):
+        work = tmp_path / f"at{at}"
+        shutil.copytree(template, work)
+        e = Engine.open(work)
+        faults = Faults()
+        faults.fail("write", at=at, error=errno.ENOSPC)
+        with faults.active(), pytest.raises(StorageUnavailable):
+            e.execute(sql)
+        assert state(e)[:3] == before[:3], f"write {at} of {writes} refused, yet the statement was applied"
+        e.close()
+        e = Engine.open(work)
+        assert state(e)[:3] == before[:3], f"write {at} of {writes} refused, yet the statement is there after a reopen"
+        e.execute(sql)  # the retry succeeds once the disk has room
+        assert state(e)[:3] == after[:3]
+        e.close()

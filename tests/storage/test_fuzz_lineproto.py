@@ -73,7 +73,7 @@ def test_mutated_bodies(tmp_path: Path, caplog: Any) -> None:
 
     @fuzz_settings(500)
     @given(
-        body=mutated(CORPUS, _VALUE_OR_NAME, MEASUREMENTS + KEYS + FIELD_VALUES + TIMESTAMPS),
+        body=mutated(CORPUS, _VALUE_OR_NAME, MEASUREMENTS + KEYS + VALID_VALUES[:-1] + ODD_VALUES + TIMESTAMPS),
         junk=st.lists(st.tuples(st.integers(0, 10**4), st.binary(min_size=1, max_size=3)), max_size=2),
         precision=PRECISIONS,
     )

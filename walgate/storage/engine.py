@@ -358,9 +358,10 @@ class Engine:
     def _alter_stable(
         self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
     ) -> StableDef:
-        new = self.catalog.alter_stable(st, columns, tags)
         meta = {"op": "alter_stable", "stable": st.name, "action": action, "column": column}
-        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)})
+        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)},
+                     then=lambda: self.catalog.alter_stable(st, columns, tags))
+        new = self.catalog.stable(db.name, st.name)
         for vnode in self.vnodes[db.name]:
             vnode.forget_tag_tables()
         self._recompile(db.name)
@@ -396,9 +397,9 @@ class Engine:
                 return _affected(0)
             raise NotFound(f"STable not exist: {db.name}.{s.name.name}")
         self._refuse_if_topic_source(db.name, s.name.name)
-        self.catalog.drop_stable(db.name, s.name.name)
         meta = {"op": "drop_stable", "stable": s.name.name}
-        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)})
+        self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)},
+                     then=lambda: self.catalog.drop_stable(db.name, s.name.name))
         return _affected(0)
 
     # ----------------------------------------------------------------- insert
@@ -452,8 +453,12 @@ class Engine:
 
     # ------------------------------------------------------------------ commit
 
-    def _commit(self, db: DatabaseDef, plan: dict[int, _Pending]) -> None:
+    def _commit(self, db: DatabaseDef, plan: dict[int, _Pending], then: Callable[[], object] = lambda: None) -> None:
         """Append each vnode's pending entries atomically, then apply and index them: two phases.
+
+        ``then`` is the catalog change the entries belong to (a dropped or altered supertable): it runs once every
+        append succeeded and before anything is applied, and when it raises the appends are taken back, so the
+        catalog and the vnodes change together or not at all.
 
         1. Every vnode's entries are built (Arrow blocks, encoding: all that bad data can make fail, raised as
            :class:`InvalidValue`) before anything is appended, so a request refused here writes nothing anywhere.
@@ -481,6 +486,7 @@ class Engine:
         try:
             for vnode, pending, blocks, entries in staged:
                 appended.append((vnode, pending, blocks, vnode.wal.append(entries)))
+            then()
         except Exception:
             for vnode, _, _, version in reversed(appended):
                 vnode.wal.undo_append(version)

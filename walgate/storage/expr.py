@@ -409,7 +409,8 @@ def _by_halves(evaluate: Evaluator, columns: Columns, start: int, stop: int, typ
         return pa.nulls(0, type_)
     budget[0] -= 1
     try:
-        result = evaluate({k: v if isinstance(v, pa.Scalar) else v.slice(start, stop - start) for k, v in columns.items()})
+        part = {k: v if isinstance(v, pa.Scalar) else v.slice(start, stop - start) for k, v in columns.items()}
+        result = evaluate(part)
     except InvalidValue:
         if stop - start == 1 or budget[0] <= 0:
             return pa.nulls(stop - start, type_)

@@ -106,10 +106,12 @@ def _json_text(col: pa.Array) -> pa.Array:
         ticks = pc.cast(col, pa.int64())
         extremes = pc.min_max(ticks)
         low, high = TIMESTAMP_RANGE[t.unit]
-        if extremes["min"].as_py() is None or low <= extremes["min"].as_py() and extremes["max"].as_py() <= high:
+        first, last = extremes["min"].as_py(), extremes["max"].as_py()
+        if first is None or low <= first and last <= high:
             text = pc.binary_join_element_wise('"', pc.utf8_replace_slice(pc.cast(col, pa.string()), 10, 11, "T"), 'Z"', "")
-        else:
-            text = pa.array([None if v is None else f'"{format_timestamp(v, t.unit)}"' for v in ticks.to_pylist()], pa.string())
+        else:  # a year outside 0001-9999 (written before they were refused): Arrow would show "<value out of range>"
+            shown = [None if v is None else f'"{format_timestamp(v, t.unit)}"' for v in ticks.to_pylist()]
+            text = pa.array(shown, pa.string())
     elif pa.types.is_floating(t):
         finite = pc.is_finite(col)
         text = pc.if_else(finite, pc.cast(col, pa.string()), pa.scalar(None, pa.string()))

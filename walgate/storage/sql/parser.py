@@ -567,7 +567,8 @@ def parse(sql: str) -> Statement:
     try:
         sql.encode()
     except UnicodeEncodeError as e:  # not quoted: the message itself must stay valid text
-        raise SqlSyntaxError(f"the statement is not valid Unicode text: a lone surrogate at position {e.start}") from None
+        raise SqlSyntaxError(f"the statement is not valid Unicode text: a lone surrogate at position {e.start}") \
+            from None
     _check_limits(sql)
     parser = _lark()
     try:
