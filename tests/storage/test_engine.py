@@ -353,3 +353,22 @@ def test_supertable_ddl_is_all_or_nothing_when_the_disk_refuses_any_write(tmp_pa
         e.execute(sql)  # the retry succeeds once the disk has room
         assert state(e)[:3] == after[:3]
         e.close()
+
+
+@pytest.mark.parametrize("precision", ["ms", "us", "ns"])
+def test_rows_of_every_precision_and_before_1970_render_as_kafka_records(tmp_path, precision):
+    """A row before 1970 made every Fetch of its entry fail (Kafka record timestamps cannot be negative): it is
+    stamped 0 and keeps its real ts in the value."""
+    from walgate.wire.records import encode_batch
+
+    e = Engine.open(tmp_path)
+    e.execute(f"CREATE DATABASE d VGROUPS 1 PRECISION '{precision}'")
+    e.execute("CREATE TABLE d.t (ts TIMESTAMP, v INT)")
+    e.execute("CREATE TOPIC tp AS SELECT ts, v FROM d.t")
+    e.execute("INSERT INTO d.t VALUES ('1950-01-01 00:00:00', 1) ('2024-01-01 00:00:00.123', 2)")
+    ((base, version, _),) = list(e.index_entries("tp", 0, 0))
+    rows = e.kafka_rows("tp", 0, version)
+    assert rows.timestamps == [0, 1704067200123]
+    assert rows.values[0].startswith(b'{"ts":"1950-01-01T00:00:00.000')
+    assert encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers)
+    e.close()

@@ -5,6 +5,8 @@ per-row Python for numbers and timestamps), which is what lets one process
 serve hundreds of thousands of records per second:
 
 * the object holds the topic's columns in order, as ``{"name":value,...}``;
+* the Kafka timestamp is the row's ``ts`` in ms, or 0 for a row before 1970 (Kafka record timestamps
+  cannot be negative; the value still holds the real ``ts``);
 * TIMESTAMP columns are RFC 3339 UTC strings with the database precision's
   fraction (``"2018-10-03T06:38:05.000Z"``, 6 digits for us, 9 for ns); a
   timestamp outside years 0001-9999 (refused on ingest, but a data dir written
@@ -64,8 +66,10 @@ def render(records: list[Records], db: str, precision: str) -> KafkaRows:
     db_b = db.encode()
     div = _MS_DIVISOR[precision]
     for rec in records:
-        ms = pc.floor_divide(rec.timestamps, div) if div != 1 else rec.timestamps
-        timestamps += ms.to_pylist()
+        # Kafka record timestamps are ms since the epoch and never negative: a row before 1970 is stamped 0 (its
+        # real ts is in the value)
+        ms = pc.max_element_wise(rec.timestamps, 0)
+        timestamps += (pc.divide(ms, div) if div != 1 else ms).to_pylist()  # integer division, exact at >= 0
         names = pc.cast(rec.keys, pa.binary()).to_pylist()
         keys += names
         versions = rec.versions.to_pylist()
