@@ -56,7 +56,7 @@ def _write(body: bytes, table: str | None, stable: str | None) -> Any:
 def test_generated_bodies(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("csv generated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(500)
+    @fuzz_settings(1000)
     @given(body=csv_bodies(), target=st.sampled_from(TABLES))
     def run(body: str, target: tuple[str | None, str | None]) -> None:
         attack.feed(_write(body.encode("utf-8", "surrogatepass"), *target))
@@ -68,7 +68,7 @@ def test_generated_bodies(tmp_path: Path, caplog: Any) -> None:
 def test_mutated_bodies(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("csv mutated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(500)
+    @fuzz_settings(1000)
     @given(
         body=mutated(CORPUS, _FIELD, FIELDS + HEADER_NAMES),
         junk=st.lists(st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=3)), max_size=2),

@@ -44,7 +44,7 @@ records = st.tuples(
 def test_json_rows(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("json rows", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(600)
+    @fuzz_settings(1500)
     @given(rows=st.lists(records, min_size=1, max_size=4), stable=st.sampled_from(["m", "m", "m", "alt", "nosuch", "nt"]),
            db=st.sampled_from(["x", "x", "x", "y"]))
     def run(rows: list[tuple[Any, Any, int]], stable: str, db: str) -> None:

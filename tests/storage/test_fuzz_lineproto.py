@@ -59,7 +59,7 @@ _VALUE_OR_NAME = re.compile(r"[^\s,=\"]+")
 def test_generated_bodies(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("line protocol generated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(500)
+    @fuzz_settings(1000)
     @given(body=bodies, precision=PRECISIONS, db=st.sampled_from(["x", "x", "y", "nosuch"]))
     def run(body: str, precision: str, db: str) -> None:
         attack.feed(lambda engine: engine.write_lines(db, body.encode("utf-8", "surrogatepass"), precision))
@@ -71,7 +71,7 @@ def test_generated_bodies(tmp_path: Path, caplog: Any) -> None:
 def test_mutated_bodies(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("line protocol mutated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(500)
+    @fuzz_settings(1000)
     @given(
         body=mutated(CORPUS, _VALUE_OR_NAME, MEASUREMENTS + KEYS + VALID_VALUES[:-1] + ODD_VALUES + TIMESTAMPS),
         junk=st.lists(st.tuples(st.integers(0, 10**4), st.binary(min_size=1, max_size=3)), max_size=2),

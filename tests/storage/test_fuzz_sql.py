@@ -185,7 +185,7 @@ CORPUS = [
 def test_generated_statements(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("sql generated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(1000)
+    @fuzz_settings(1500)
     @given(sql=statements())
     def run(sql: str) -> None:
         attack.feed(lambda engine: engine.execute(sql, "x"))
@@ -197,7 +197,7 @@ def test_generated_statements(tmp_path: Path, caplog: Any) -> None:
 def test_mutated_statements(tmp_path: Path, caplog: Any) -> None:
     attack = Attack("sql mutated", seeded_engine(tmp_path), caplog)
 
-    @fuzz_settings(1000)
+    @fuzz_settings(1500)
     @given(sql=mutated(CORPUS, _VALUE_OR_NAME, TIMESTAMPS + COLUMNS + NAMES + DATABASES + SOURCES + TYPES + FUNCTIONS + [
         "0", "-1", "300", "1e309", "18446744073709551616", "NULL", "TRUE", "''", "'\\'", "'%'", "1s", "99999999999w"]))
     def run(sql: str) -> None:
