@@ -285,3 +285,21 @@ def test_json_rows_refuse_bad_subtable_names_before_writing(engine: Engine) -> N
     with pytest.raises(InvalidValue, match="record 0 \\(a\\): the value must be a JSON object, not list"):
         engine.write_json_rows("x", "m", [("a", [1], 1700000000005)])  # type: ignore[list-item]
     assert state(engine) == before
+
+
+def test_alter_stable_that_would_break_a_topic_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    """Issue 13, item 3: ALTER STABLE recompiled the topics after writing the change; one that broke a topic
+    answered an error with the change kept, and the next start failed compiling the topic."""
+    engine = Engine.open(tmp_path)
+    engine.execute("CREATE DATABASE x")
+    engine.execute("CREATE STABLE x.m (ts TIMESTAMP, v INT, w INT) TAGS (t INT, g INT)")
+    engine.execute("CREATE TOPIC tv AS SELECT ts, v FROM x.m WHERE t > 0")
+    before = engine.execute("DESCRIBE x.m").rows
+    for action in ("DROP COLUMN v", "DROP TAG t"):
+        with pytest.raises(InvalidValue, match="topic tv depends on it"):
+            engine.execute(f"ALTER STABLE x.m {action}")
+        assert engine.execute("DESCRIBE x.m").rows == before
+    engine.execute("ALTER STABLE x.m DROP COLUMN w")  # one no topic reads goes
+    engine.execute("ALTER STABLE x.m DROP TAG g")
+    engine.close()
+    assert [r[0] for r in Engine.open(tmp_path).execute("SHOW TOPICS").rows] == ["tv"]

@@ -363,3 +363,11 @@ def test_arithmetic_on_strings_is_a_type_error_even_without_rows(sql: str) -> No
     empty = {name: value.slice(0, 0) if isinstance(value, pa.Array) else value for name, value in columns().items()}
     with pytest.raises(InvalidValue, match="expected a number, got string"):
         evaluate(sql, empty)
+
+
+def test_in_list_on_timestamps_takes_timestamps_only() -> None:
+    """Found by fuzzing: `ts IN (0.0)` raised AttributeError (a float has no ticks), a 500 instead of an error."""
+    assert keep("ts IN (1704067200000, '2024-01-01 00:00:01')") == [True, True, False, False]
+    for literal, shown in (("0.0", "0.0"), ("TRUE", "True")):
+        with pytest.raises(InvalidValue, match=f"IN \\(...\\) on timestamp\\[ms\\]: {shown} is not a timestamp"):
+            keep(f"ts IN (1, {literal})")

@@ -358,6 +358,8 @@ class Engine:
     def _alter_stable(
         self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
     ) -> StableDef:
+        # a topic the change would break refuses it, before anything is written
+        self._recompile(db.name, StableDef(st.db, st.name, columns, tags, st.created_ms))
         meta = {"op": "alter_stable", "stable": st.name, "action": action, "column": column}
         self._commit(db, {i: self._with_meta(db, meta) for i in range(db.vgroups)},
                      then=lambda: self.catalog.alter_stable(st, columns, tags))

@@ -331,6 +331,9 @@ def _value_set(values: list[Any], target: pa.DataType) -> pa.Array:
     if not scalars:
         return pa.array([], target)
     if pa.types.is_timestamp(target):
+        for s in scalars:
+            if s.type != target:  # a float or bool literal: no timestamp
+                raise InvalidValue(f"IN (...) on {target}: {s.as_py()!r} is not a timestamp")
         return pa.array([s.value for s in scalars], target)
     return _apply("IN", pa.array, [s.as_py() for s in scalars])
 
