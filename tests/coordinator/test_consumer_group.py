@@ -7,7 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from walgate.coordinator.consumer_group import ConsumerGroups, MemberState
+from walgate.coordinator.consumer_group import ConsumerGroups
+from walgate.coordinator.consumer_model import MemberState
 
 TOPICS = {"t": 4, "u": 2}
 

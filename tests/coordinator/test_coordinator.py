@@ -22,9 +22,11 @@ class Node:
 
     def __init__(self) -> None:
         ids = itertools.count(1)
+        classic = ClassicGroups(member_id_suffix=lambda: str(next(ids)), initial_rebalance_delay_ms=0)
         self.c = GroupCoordinator(
-            ClassicGroups(member_id_suffix=lambda: str(next(ids)), initial_rebalance_delay_ms=0),
-            ConsumerGroups(new_member_id=lambda: f"m{next(ids)}", session_timeout_ms=45_000),
+            classic,
+            ConsumerGroups(new_member_id=lambda: f"m{next(ids)}", session_timeout_ms=45_000,
+                           is_classic_group_in_use=classic.has_members),
         )
         self.now = 0
         self.answers: dict[int, dict[str, Any]] = {}

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.storage.faults import Faults
-from walgate.storage.engine import Engine, _Pending
+from walgate.storage.commit import Pending
+from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, StorageUnavailable
 from walgate.storage.vnode import vnode_of
 
@@ -54,16 +55,16 @@ def spread() -> list[str]:
 
 def test_a_request_that_fails_while_being_built_writes_nothing_in_any_vnode(engine: Engine) -> None:
     # The case: rows for other vnodes were committed before the last one's block raised ArrowTypeError
-    # (a tbname that was a number). Validation now refuses such names earlier, so the plan is handed to _commit.
+    # (a tbname that was a number). Validation now refuses such names earlier, so the plan is handed to Commits.commit.
     db = engine.catalog.database(DB)
     st = engine.catalog.stable(DB, "m")
-    plan = {k: _Pending() for k in range(4)}
+    plan = {k: Pending() for k in range(4)}
     for k, name in enumerate(spread()):
         plan[k].metas.append({"op": "create_table", "name": name, "stable": "m", "tags": {"loc": "x"}, "ts": TS})
         plan[k].add_rows("m", True, st.columns, name, [{"ts": TS, "v": 1.0}])
     plan[3].add_rows("m", True, st.columns, 5, [{"ts": TS, "v": 2.0}])  # type: ignore[arg-type]
     with pytest.raises(InvalidValue, match="do not fit"):
-        engine._commit(db, plan)
+        engine.commits.commit(db, plan)
     assert rows(engine) == 0 and tables(engine) == []
     assert watermarks(engine) == [(0, 0)] * 4
     assert engine.write_json_rows(DB, "m", [(name, {"v": 1.0}, TS) for name in spread()]) == 4

@@ -46,7 +46,7 @@ from walgate.wire.protocol import (
     response_header_version,
 )
 from walgate.wire.compression import CODECS
-from walgate.wire.records import encode_batch
+from walgate.wire import encode_batch
 from walgate.wire.serial import decoder, fields_of, read_uvarint
 
 LONG = os.environ.get("WALGATE_FUZZ_LONG") == "1"

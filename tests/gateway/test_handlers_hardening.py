@@ -12,6 +12,7 @@ handler's answer must encode: what a client would receive, without the socket.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 from collections.abc import AsyncIterator
@@ -30,11 +31,12 @@ from tests.storage.faults import Faults
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
+from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import build_response, decode_request, encode_request, encode_response, parse_request_header
-from walgate.wire.records import decode_batches, encode_batch
+from walgate.wire import decode_batches, encode_batch
 
 DB = "hard"
 TS = 1_700_000_000_000
@@ -56,10 +58,11 @@ class Node(SimpleNamespace):
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
     storage = StorageThread()
-    engine = await storage.call(Engine.open, tmp_path / "data")
+    wakeups = FetchWakeups(asyncio.get_running_loop())
+    engine = await storage.call(Engine.open, tmp_path / "data", listener=wakeups)
     groups = GroupService(engine, storage)
     broker = Broker(engine=engine, storage=storage, node_id=1, host="127.0.0.1", port=9092, cluster_id="hardening",
-                    cache=BatchCache(1 << 20), versions=advertised(), groups=groups)
+                    cache=BatchCache(1 << 20), versions=advertised(), groups=groups, wakeups=wakeups)
     try:
         yield Node(broker=broker, engine=engine, storage=storage, data_dir=tmp_path / "data")
     finally:

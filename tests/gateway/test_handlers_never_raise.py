@@ -22,6 +22,7 @@ from tests.wire.wire_helpers import instances
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
+from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.wire.protocol import (
@@ -37,7 +38,7 @@ VERSIONS = sorted({(key, v) for key, (lo, hi) in advertised().items() for v in {
 
 
 class Failing:
-    """Any attribute read raises (setting attributes is the gateway's wiring at start-up)."""
+    """Any attribute read raises (attributes set go to the target)."""
 
     def __init__(self, target: Any, what: str) -> None:
         object.__setattr__(self, "_target", target)
@@ -54,7 +55,8 @@ class Rig:
     def __init__(self, data_dir: Path) -> None:
         self.loop = asyncio.new_event_loop()
         self.storage = StorageThread()
-        self.engine = self.loop.run_until_complete(self.storage.call(Engine.open, data_dir))
+        self.wakeups = FetchWakeups(self.loop)
+        self.engine = self.loop.run_until_complete(self.storage.call(Engine.open, data_dir, listener=self.wakeups))
         self.broker = self.loop.run_until_complete(self._broker())
 
     async def _broker(self) -> Broker:
@@ -62,7 +64,8 @@ class Rig:
         groups = GroupService(engine, self.storage)  # type: ignore[arg-type]
         groups.groups = Failing(groups.groups, "coordinator")  # type: ignore[assignment]
         return Broker(engine=engine, storage=self.storage, node_id=1, host="127.0.0.1", port=9092,  # type: ignore[arg-type]
-                      cluster_id="never-raise", cache=BatchCache(1 << 20), versions=advertised(), groups=groups)
+                      cluster_id="never-raise", cache=BatchCache(1 << 20), versions=advertised(), groups=groups,
+                      wakeups=self.wakeups)
 
     def answer(self, api_key: int, version: int, request: Any) -> None:
         frame = encode_request(api_key, version, 1, "never-raise", request)[4:]

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from livewalgate import free_port, running_walgate
 from walgate.storage.engine import Engine
-from walgate.wire.records import decode_batches
+from walgate.wire import decode_batches
 
 RECORDS = 3000
 

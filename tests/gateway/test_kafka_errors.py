@@ -1,12 +1,25 @@
-"""The one error-mapping table of the Kafka handlers (handlers/common.py, issue 13 "found by reading the code")."""
+"""The one error-mapping table of the Kafka handlers (handlers/common.py, issue 13 "found by reading the code").
+
+Every public exception class of walgate.storage, walgate.coordinator and walgate.wire (found by walking their
+modules, so a new one is covered without a change here) must map to a Kafka error code: the one the class names
+(``error_code``) when it names one, else a code other than UNKNOWN_SERVER_ERROR, which is kept for what no table
+knows. Every entry of every table must win over its base classes' entries (most specific first).
+"""
 
 from __future__ import annotations
 
 import errno
+import importlib
+import inspect
 import logging
+import pkgutil
 
 import pytest
 
+import walgate.coordinator
+import walgate.storage
+import walgate.wire
+from walgate.coordinator.consumer_membership import HeartbeatError
 from walgate.gateway.kafka.handlers.common import (
     CREATE_PARTITIONS,
     ERRORS,
@@ -101,3 +114,52 @@ async def test_answered_turns_a_failed_call_into_its_answer() -> None:
 
     assert await answered(ok(), lambda code: f"failed {code.name}") == "done"
     assert await answered(full_disk(), lambda code: f"failed {code.name}", GROUP_WRITE) == "failed not_coordinator"
+
+
+def _domain_exceptions() -> list[type[BaseException]]:
+    """Every public exception class defined in a module of walgate.storage, walgate.coordinator or walgate.wire."""
+    found = []
+    for package in (walgate.storage, walgate.coordinator, walgate.wire):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            module = importlib.import_module(info.name)
+            found += [cls for name, cls in vars(module).items()
+                      if inspect.isclass(cls) and issubclass(cls, BaseException) and cls.__module__ == module.__name__
+                      and not name.startswith("_")]
+    return sorted(found, key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+
+
+DOMAIN_EXCEPTIONS = _domain_exceptions()
+CARRY_THEIR_CODE = {HeartbeatError}
+"""Exceptions whose Kafka error is chosen per instance where they are raised, and which their own module answers."""
+
+TABLES = {"ERRORS": {}, "PRODUCE": PRODUCE, "GROUP_WRITE": GROUP_WRITE, "CREATE_PARTITIONS": CREATE_PARTITIONS,
+          "INIT_PRODUCER_ID": INIT_PRODUCER_ID}
+
+
+def _instance(cls: type[BaseException]) -> BaseException:
+    """An instance without calling its constructor (whose arguments differ): error_of looks at the type only."""
+    return cls.__new__(cls)
+
+
+def test_the_domain_exceptions_are_all_found() -> None:
+    assert {NotFound, StorageUnavailable, SequenceError, CorruptEntry, CorruptRecord, RecordTooLarge,
+            HeartbeatError} <= set(DOMAIN_EXCEPTIONS)
+    assert len(DOMAIN_EXCEPTIONS) >= 30
+
+
+@pytest.mark.parametrize("cls", [c for c in DOMAIN_EXCEPTIONS if c not in CARRY_THEIR_CODE],
+                         ids=lambda cls: f"{cls.__module__.removeprefix('walgate.')}.{cls.__qualname__}")
+def test_every_domain_exception_maps_to_a_kafka_error_code(cls: type[BaseException]) -> None:
+    code = error_of(_instance(cls))
+    assert isinstance(code, ErrorCode)
+    named = getattr(cls, "error_code", None)
+    if named is not None:
+        assert code == named
+    else:
+        assert code != E.unknown_server_error
+
+
+@pytest.mark.parametrize("overrides", list(TABLES.values()), ids=list(TABLES))
+def test_each_entry_wins_over_the_entries_of_its_base_classes(overrides: dict) -> None:
+    for cls in {**ERRORS, **overrides}:
+        assert error_of(_instance(cls), overrides) == overrides.get(cls, ERRORS.get(cls)), cls

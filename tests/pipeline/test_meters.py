@@ -73,15 +73,6 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple]]:
         yield got
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = (SparkSession.builder.master("local[2]").appName("walgate-pipeline-test")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    yield session
-    session.stop()
-
-
 def expected() -> dict[tuple[int, str], tuple[float, int, int]]:
     groups: dict[tuple[int, str], list[tuple[float, int]]] = defaultdict(list)
     for table, ts, current, voltage in rows():

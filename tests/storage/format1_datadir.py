@@ -25,7 +25,7 @@ TOPICS = ("topic_meters", "topic_db", "orders.v1")
 
 def make(data: Path) -> None:
     from walgate.storage.engine import Engine
-    from walgate.wire.records import encode_batch
+    from walgate.wire import encode_batch
 
     e = Engine.open(data)
     e.execute("CREATE DATABASE power VGROUPS 2 WAL_RETENTION_PERIOD -1")

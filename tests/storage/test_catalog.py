@@ -47,7 +47,7 @@ def test_one_nul_byte_loses_one_record_not_the_catalog(tmp_path: Path):
     assert damage.file == "catalog.log" and damage.action == "skipped" and "checksum" in damage.reason
     assert (tmp_path / damage.kept).read_bytes() == bytes(data[damage.start : damage.end])
     assert orphan.file == "catalog.log" and orphan.action == "not served" and "is named by no catalog record" in orphan.reason
-    assert e._x_Show(ast.Show("QUARANTINE", None), None).rows == [[d.file, d.start, d.end, d.reason, d.action, d.kept, -1, -1]
+    assert e.show.show(ast.Show("QUARANTINE", None), None).rows == [[d.file, d.start, d.end, d.reason, d.action, d.kept, -1, -1]
                                                                   for d in (damage, orphan)]
     e.execute("CREATE DATABASE later VGROUPS 1")
     e.close()

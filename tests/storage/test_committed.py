@@ -71,16 +71,27 @@ def test_commit_is_fsynced_before_returning(tmp_path, monkeypatch):
     assert synced, "commit returned without fsync"
 
 
+class Members:
+    """A ConsumersView over a list the test fills (the gateway's is the group coordinator)."""
+
+    def __init__(self, rows: list) -> None:
+        self.rows = rows
+
+    def consumers(self) -> list:
+        return list(self.rows)
+
+
 def test_show_subscriptions_and_consumers(tmp_path):
     from walgate.storage.engine import ConsumerRow
 
-    e = Engine.open(tmp_path)
+    members: list[ConsumerRow] = []
+    e = Engine.open(tmp_path, consumers=Members(members))
     e.execute("CREATE DATABASE db VGROUPS 1")
     e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (s INT)")
     e.execute("CREATE TOPIC tp AS SELECT ts, v FROM db.st WHERE v > 0")
     e.execute("INSERT INTO db.a USING db.st TAGS (1) VALUES (1, 5) (2, 0) (3, 6) (4, 7)")  # versions 1..4, v=0 filtered
     e.commit_offsets("g", [("tp", 0, 1, 0, None)], 10)
-    e.consumers_view = lambda: [ConsumerRow("g", "m-1", "cli", "127.0.0.1", "ready", {"tp": (0,)}, 1000)]
+    members.append(ConsumerRow("g", "m-1", "cli", "127.0.0.1", "ready", {"tp": (0,)}, 1000))
     subs = e.execute("SHOW SUBSCRIPTIONS")
     assert subs.rows == [["tp", "g", 0, "m-1", 1, 3, 2]]  # offset 1 = the row at version 3; 3 records - 1 = lag 2
     consumers = e.execute("SHOW CONSUMERS").rows
@@ -92,7 +103,8 @@ def test_drop_consumer_group_forgets_its_progress_on_a_topic(tmp_path):
     from walgate.storage.engine import ConsumerRow
     from walgate.storage.errors import InvalidValue
 
-    e = Engine.open(tmp_path)
+    members: list[ConsumerRow] = []
+    e = Engine.open(tmp_path, consumers=Members(members))
     e.execute("CREATE DATABASE db VGROUPS 2")
     e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (s INT)")
     e.execute("CREATE TOPIC t1 AS STABLE db.st")
@@ -103,7 +115,7 @@ def test_drop_consumer_group_forgets_its_progress_on_a_topic(tmp_path):
     with pytest.raises(NotFound):
         e.execute("DROP CONSUMER GROUP `spark-1.x` ON t1")
     e.execute("DROP CONSUMER GROUP IF EXISTS `spark-1.x` ON t1")
-    e.consumers_view = lambda: [ConsumerRow("spark-1.x", "m", "c", "h", "ready", {}, 0)]
+    members.append(ConsumerRow("spark-1.x", "m", "c", "h", "ready", {}, 0))
     with pytest.raises(InvalidValue, match="active members"):
         e.execute("DROP CONSUMER GROUP `spark-1.x` ON t2")
     e.close()

@@ -65,7 +65,7 @@ from walgate.storage.errors import NotFound, StorageError
 from walgate.storage.producers import SequenceError
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import FLAG_MORE, HEADER_SIZE, KIND_DATA, KIND_META, CorruptEntry
-from walgate.wire.records import CorruptRecord, InvalidRecord, decode_batches, encode_batch, record_timestamps
+from walgate.wire import CorruptRecord, InvalidRecord, decode_batches, encode_batch
 
 SEED = int(os.environ.get("WALGATE_FUZZ_SEED", "13"))
 RANDOM_POSITIONS = 150 if LONG else 5  # per kind
@@ -92,7 +92,6 @@ def _batch(values: list[bytes], *, ts: int, pid: int = -1, seq: int = -1) -> byt
 def build_template(root: Path) -> dict[str, Any]:
     """The template data dir (closed); returns what the writes need to know later (producer ids, sequences)."""
     e = Engine.open(root)
-    e.batch_timestamps = record_timestamps
     x = e.execute
     x("CREATE DATABASE alpha VGROUPS 2 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0 WAL_SEGMENT_SIZE 1")
     x("CREATE DATABASE beta VGROUPS 2 WAL_SEGMENT_SIZE 1")
@@ -360,7 +359,6 @@ def record_truth(template: Path, work: Path, writes: dict[str, Any]) -> Truth:
     copy = work / "truth"
     shutil.copytree(template, copy)
     e = Engine.open(copy)
-    e.batch_timestamps = record_timestamps
     try:
         assert e.damage() == []
         tables = [(db, t.name) for db, vnodes in e.vnodes.items() for v in vnodes for t in v.tables.values()]
@@ -974,7 +972,6 @@ def run_case(case: Case, template: Path, truth: Truth, work: Path) -> tuple[str,
         return "refused", [f"(a) Engine.open refused it{why}: {exc}"]
     except Exception:
         return "raised", [f"(a) Engine.open raised:\n{traceback.format_exc()}"]
-    e.batch_timestamps = record_timestamps
     try:
         first = snapshot(e, truth.tables, truth.stables, truth.parts)
         failures = check(case, first, truth, allow)
@@ -993,7 +990,6 @@ def run_case(case: Case, template: Path, truth: Truth, work: Path) -> tuple[str,
         e = Engine.open(root)
     except Exception:
         return "raised", failures + [f"(f) the second open raised:\n{traceback.format_exc()}"]
-    e.batch_timestamps = record_timestamps
     try:
         second = snapshot(e, truth.normal_tables, truth.stables, truth.parts, subtables=False)
     finally:

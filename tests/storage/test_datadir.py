@@ -147,7 +147,7 @@ def test_a_format1_database_named_as_a_path_is_never_followed(tmp_path: Path):
     e = Engine.open(data)
     [damage] = e.damage()
     assert damage.action == "not migrated" and "../../x" in damage.reason
-    e._x_DropDatabase(ast.DropDatabase("../../x"), None)
+    e.ddl.drop_database(ast.DropDatabase("../../x"), None)
     assert sorted(e.catalog.databases) == ["ok"]
     e.close()
     assert (outside / "sentinel").read_text() == "not walgate's"  # DROP removed nothing outside db/

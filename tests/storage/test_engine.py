@@ -294,7 +294,7 @@ def test_show_topics_lists_kafka_native_topics(engine):
 
 def test_show_subscriptions_with_offsets_on_a_kafka_native_topic(engine):
     """SHOW SUBSCRIPTIONS raised KeyError once a group committed on a Kafka-native topic (no evaluator)."""
-    from walgate.wire.records import encode_batch
+    from walgate.wire import encode_batch
 
     engine.create_kafka_topic("native.s", 1, {})
     engine.append_batches("native.s", 0, [encode_batch(0, [1000 + i for i in range(5)], [b"k"] * 5,
@@ -359,7 +359,7 @@ def test_supertable_ddl_is_all_or_nothing_when_the_disk_refuses_any_write(tmp_pa
 def test_rows_of_every_precision_and_before_1970_render_as_kafka_records(tmp_path, precision):
     """A row before 1970 made every Fetch of its entry fail (Kafka record timestamps cannot be negative): it is
     stamped 0 and keeps its real ts in the value."""
-    from walgate.wire.records import encode_batch
+    from walgate.wire import encode_batch
 
     e = Engine.open(tmp_path)
     e.execute(f"CREATE DATABASE d VGROUPS 1 PRECISION '{precision}'")

@@ -21,7 +21,8 @@ COLUMNS = ["ts", "v", "f", "s", "b", "n", "u", "ti", "fl", "t", "loc", "tbname",
            "`a\x00b`", "`ü`", "`" + "c" * 300 + "`", "value", "`select`"]
 FUNCTIONS = ["abs", "ceil", "floor", "round", "sqrt", "pow", "log", "ln", "log10", "sin", "acos", "lower", "upper",
              "length", "char_length", "ltrim", "rtrim", "concat", "concat_ws", "substr", "count", "now", "nosuch",
-             "LOWER", "`abs`"]
+             "LOWER", "`abs`", "avg", "sum", "min", "max", "first", "last", "last_row", "spread", "stddev", "today",
+             "percentile"]
 TYPES = ["INT", "INTEGER", "BIGINT UNSIGNED", "TINYINT", "SMALLINT UNSIGNED", "DOUBLE", "FLOAT", "BOOL", "TIMESTAMP",
          "VARCHAR(4)", "NCHAR(2)", "BINARY(1)", "BINARY(99999)", "JSON", "STRING", "INT(3)", "VARCHAR", "DOUBLE UNSIGNED"]
 OPERATORS = ["+", "-", "*", "/", "%", "=", "==", "!=", "<>", "<", "<=", ">", ">=", "AND", "OR", "and", "Or"]
@@ -49,6 +50,7 @@ literals = st.one_of(
     st.text(max_size=12).map(_string),
     st.sampled_from(["TRUE", "false", "NULL", "'\\'", "'\\n\\0\\%'", '"dq""x"', "''", "'{\"a\":1}'", "'[1]'"]),
     st.sampled_from(TIMESTAMPS),
+    st.sampled_from(["1s", "1h", "0a", "99999999999999w", "_wstart", "_wend", "_wduration", "now - 1h"]),
 )
 
 
@@ -99,10 +101,31 @@ rows = st.lists(st.lists(st.one_of(literals, st.sampled_from(TIMESTAMPS)), min_s
                 max_size=4).map(lambda rs: " ".join("(" + ", ".join(r) + ")" for r in rs))
 
 
+DURATIONS = ["1a", "10s", "1m", "1h", "1d", "1w", "1b", "1u", "0s", "99999999999999w", "3s"]
+keys = st.lists(expressions, min_size=1, max_size=3).map(", ".join)
+interval = st.tuples(
+    st.sampled_from(DURATIONS), st.one_of(st.none(), st.sampled_from(DURATIONS)),
+    st.one_of(st.none(), st.sampled_from(DURATIONS)),
+    st.sampled_from(["", " FILL(NONE)", " FILL(NULL)", " FILL(PREV)", " FILL(NEXT)", " FILL(LINEAR)", " FILL(VALUE, 1)",
+                     " FILL(VALUE, 1.5, -2, 'x', NULL)"]),
+).map(lambda p: f" INTERVAL({p[0]}{f', {p[1]}' if p[1] else ''})" + (f" SLIDING({p[2]})" if p[2] else "") + p[3])
+clauses = st.tuples(
+    st.one_of(st.just(""), keys.map(lambda k: f" PARTITION BY {k}")),
+    st.one_of(st.just(""), interval),
+    st.one_of(st.just(""), keys.map(lambda k: f" GROUP BY {k}")),
+    st.one_of(st.just(""), expressions.map(lambda e: f" HAVING {e}")),
+    st.one_of(st.just(""), st.lists(st.tuples(expressions, st.sampled_from(["", " ASC", " DESC"])), min_size=1,
+                                    max_size=3).map(lambda os: " ORDER BY " + ", ".join(e + d for e, d in os))),
+).map("".join)
+
+
 def _statement(kind: str, draw: Any) -> str:
     if kind == "select":
-        limit = draw(st.one_of(st.just(""), st.integers(0, 2**70).map(lambda n: f" LIMIT {n}")))
-        return f"SELECT {draw(items)} FROM {draw(st.sampled_from(SOURCES))}{draw(where)}{limit}"
+        limit = draw(st.one_of(st.just(""), st.integers(0, 2**70).map(lambda n: f" LIMIT {n}"),
+                               st.tuples(st.integers(0, 5), st.integers(0, 2**64)).map(lambda p: f" LIMIT {p[0]} OFFSET {p[1]}"),
+                               st.tuples(st.integers(0, 5), st.integers(0, 5)).map(lambda p: f" LIMIT {p[0]}, {p[1]}")))
+        more = draw(st.one_of(st.just(""), clauses))
+        return f"SELECT {draw(items)} FROM {draw(st.sampled_from(SOURCES))}{draw(where)}{more}{limit}"
     if kind == "topic_select":
         return (f"CREATE TOPIC {draw(st.sampled_from(['', 'IF NOT EXISTS ']))}{draw(st.sampled_from(NAMES))} AS "
                 f"SELECT {draw(items)} FROM {draw(st.sampled_from(SOURCES))}{draw(where)}")
@@ -163,6 +186,12 @@ CORPUS = [
     "SELECT *, tbname FROM x.m WHERE t IN (1, 2, NULL) OR loc IS NOT NULL",
     "SELECT abs(v) + round(f, 2) AS r, CAST(s AS BIGINT) FROM x.m WHERE NOT (v BETWEEN -1 AND 10)",
     "SELECT ts FROM x.nt WHERE ts > '2023-01-01T00:00:00Z' AND ts < now",
+    "SELECT count(*), avg(v), sum(f), min(ti), max(fl), first(s), last(u), spread(v) FROM x.m WHERE ts >= now - 1h",
+    "SELECT _wstart, _wend, tbname, loc, count(v) FROM x.m WHERE ts BETWEEN 1699999990000 AND 1700000010000 "
+    "PARTITION BY tbname INTERVAL(10s, 1s) SLIDING(5s) FILL(LINEAR) ORDER BY _wstart DESC LIMIT 2 OFFSET 1",
+    "SELECT loc, max(v) AS m FROM x.m GROUP BY loc HAVING max(v) > 0 ORDER BY m DESC LIMIT 1, 2",
+    "SELECT _wstart, sum(v) FROM x.m WHERE ts >= '2023-11-10' INTERVAL(1d) FILL(VALUE, 0)",
+    "SELECT ts, v * 2 FROM x.nt ORDER BY ts DESC",
     "CREATE TOPIC t1 AS SELECT ts, v, concat(s, loc) FROM x.m WHERE v % 2 = 0",
     "CREATE TOPIC IF NOT EXISTS t2 AS STABLE x.m WHERE t = 1 AND loc = 'sf'",
     "CREATE TOPIC t3 WITH META AS DATABASE x",

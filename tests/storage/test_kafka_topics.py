@@ -10,7 +10,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, OffsetOutOfRange
 from walgate.storage.kafka_topics import backing_database, topic_configs, validate_configs, wal_options
 from walgate.storage.producers import SequenceError
-from walgate.wire.records import batch_header, decode_batches, encode_batch, record_timestamps
+from walgate.wire import batch_header, decode_batches, encode_batch
 
 
 def batch(n: int, *, start_ts: int = 1_000, pid: int = -1, epoch: int = -1, seq: int = -1, codec: str | None = None,
@@ -23,7 +23,6 @@ def batch(n: int, *, start_ts: int = 1_000, pid: int = -1, epoch: int = -1, seq:
 @pytest.fixture
 def engine(tmp_path: Path):
     e = Engine.open(tmp_path)
-    e.batch_timestamps = record_timestamps
     yield e
     e.close()
 

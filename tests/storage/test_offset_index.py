@@ -16,7 +16,7 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.offsets import OffsetIndex
-from walgate.wire.records import encode_batch
+from walgate.wire import encode_batch
 
 REC = struct.Struct("<QQIqI")  # offset, version, count, running max, CRC32C of the first 28 bytes
 TOPICS = ("hi", "everything")

@@ -30,7 +30,7 @@ def test_sequences_must_follow_and_retries_answer_the_original_offset():
     assert p.check(7, 0, 3, 2) == DuplicateBatch(103)
     with pytest.raises(SequenceError) as gap:
         p.check(7, 0, 6, 1)  # 5 was skipped
-    assert gap.value.code == "out_of_order_sequence_number"
+    assert gap.value.kafka_error == "out_of_order_sequence_number"
 
 
 def test_only_the_last_five_batches_are_recognised_as_duplicates():
@@ -47,7 +47,7 @@ def test_epochs_fence_old_producers_and_restart_sequences():
     p.record(3, 1, 0, 4, 0)
     with pytest.raises(SequenceError) as fenced:
         p.check(3, 0, 4, 1)
-    assert fenced.value.code == "invalid_producer_epoch"
+    assert fenced.value.kafka_error == "invalid_producer_epoch"
     with pytest.raises(SequenceError):
         p.check(3, 2, 5, 1)  # a new epoch starts at 0
     assert p.check(3, 2, 0, 1) is None
@@ -103,7 +103,7 @@ def test_a_block_the_disk_refuses_hands_out_nothing(tmp_path: Path):
 
 def test_the_engine_starts_producer_ids_above_every_one_its_wals_hold(tmp_path: Path):
     from walgate.storage.engine import Engine
-    from walgate.wire.records import encode_batch
+    from walgate.wire import encode_batch
 
     e = Engine.open(tmp_path)
     e.create_kafka_topic("t", 1, {})

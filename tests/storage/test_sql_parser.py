@@ -547,14 +547,41 @@ def test_select_minimal_and_aliases() -> None:
     )
 
 
-def test_select_refuses_aggregates() -> None:
-    with pytest.raises(Unsupported, match="aggregate function count\\(\\) is not supported in SELECT"):
-        parse("SELECT count(*) FROM t")
+def test_select_refuses_aggregates_in_where() -> None:
+    with pytest.raises(Unsupported, match="aggregate function count\\(\\) is not allowed in WHERE"):
+        parse("SELECT a FROM t WHERE count(*) > 1")
 
 
-def test_select_group_by_is_a_syntax_error() -> None:
-    with pytest.raises(SqlSyntaxError, match="unexpected 'GROUP'"):
-        parse("SELECT a FROM t GROUP BY a")
+def test_select_time_series_clauses() -> None:
+    statement = parse(
+        "SELECT _wstart, count(*), avg(current) AS a FROM power.meters WHERE ts >= now - 1h PARTITION BY tbname "
+        "INTERVAL(10s, 1s) SLIDING(5s) FILL(VALUE, 1, -2.5) ORDER BY a DESC, tbname LIMIT 5 OFFSET 2"
+    )
+    assert statement == Select(
+        (SelectItem(Col("_wstart")), SelectItem(Call("count", ())), SelectItem(Call("avg", (Col("current"),)), "a")),
+        Name("meters", "power"),
+        Binary(">=", Col("ts"), Binary("-", Col("now"), ast.Duration(3_600 * 10**9))),
+        limit=5, offset=2, partition_by=(Col("tbname"),),
+        interval=ast.Interval(10 * 10**9, 10**9, 5 * 10**9), fill=ast.Fill("VALUE", (1, -2.5)),
+        order_by=(ast.OrderItem(Col("a"), True), ast.OrderItem(Col("tbname"))),
+    )
+
+
+def test_select_group_by_having_and_mysql_limit() -> None:
+    statement = parse("select location, max(v) from t group by location having max(v) > 1 limit 2, 3")
+    assert isinstance(statement, Select)
+    assert statement.group_by == (Col("location"),)
+    assert statement.having == Binary(">", Call("max", (Col("v"),)), Lit(1))
+    assert (statement.limit, statement.offset) == (3, 2)
+    assert parse("SELECT a FROM t INTERVAL(1m) FILL(prev)") == Select(
+        (SelectItem(Col("a")),), Name("t"), interval=ast.Interval(60 * 10**9), fill=ast.Fill("PREV"))
+
+
+def test_topics_refuse_durations() -> None:
+    with pytest.raises(Unsupported, match="durations .* are not supported in CREATE TOPIC AS SELECT"):
+        parse("CREATE TOPIC t AS SELECT v FROM st WHERE ts > now - 1h")
+    with pytest.raises(Unsupported, match="durations .* are not supported in CREATE TOPIC AS STABLE"):
+        parse("CREATE TOPIC t AS STABLE st WHERE g > 1h")
 
 
 def test_non_reserved_keywords_as_column_names() -> None:
@@ -779,5 +806,12 @@ def test_error_codes() -> None:
         parse("SELEC 1")
     assert syntax.value.code == 0x2600
     with pytest.raises(Unsupported) as unsupported:
-        parse("SELECT max(a) FROM t")
+        parse("CREATE TOPIC t AS SELECT max(a) FROM st")
     assert unsupported.value.code == 0x2610
+
+
+@pytest.mark.parametrize("clause", ["ORDER BY {}", "GROUP BY {}", "PARTITION BY {}", "HAVING {} > 0"])
+def test_query_clauses_keep_the_nesting_limit(clause: str) -> None:
+    deep = "abs(" * 70 + "a" + ")" * 70
+    with pytest.raises(LimitExceeded, match="expression nested 7[12] levels deep: the limit is 64"):
+        parse(f"SELECT count(*) FROM t {clause.format(deep)}")

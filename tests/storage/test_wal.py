@@ -8,6 +8,7 @@ import time
 import pytest
 
 from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, CorruptEntry, Wal, WalOptions
+from tests.storage.walindex import version_for_timestamp
 
 
 def _entries(n: int, start_ts: int = 0, size: int = 10) -> list[tuple[int, int, int, bytes]]:
@@ -53,10 +54,10 @@ def test_timestamp_lookup_uses_running_max(tmp_path):
     wal = Wal.open(tmp_path, WalOptions(segment_bytes=120))
     for ts in [10, 30, 20, 40, 35, 50]:
         wal.append([(KIND_DATA, 1, ts, b"z" * 30)])
-    assert wal.version_for_timestamp(25) == 1  # first entry with max_ts >= 25
-    assert wal.version_for_timestamp(36) == 3
-    assert wal.version_for_timestamp(10) == 0
-    assert wal.version_for_timestamp(51) is None
+    assert version_for_timestamp(wal, 25) == 1  # first entry with max_ts >= 25
+    assert version_for_timestamp(wal, 36) == 3
+    assert version_for_timestamp(wal, 10) == 0
+    assert version_for_timestamp(wal, 51) is None
     wal.close()
 
 
@@ -138,7 +139,7 @@ def test_missing_index_is_rebuilt(tmp_path):
         idx.unlink()
     wal = Wal.open(tmp_path, WalOptions(segment_bytes=100))
     assert [e.version for e in wal.read_from(0)] == list(range(6))
-    assert wal.version_for_timestamp(3) == 3
+    assert version_for_timestamp(wal, 3) == 3
     wal.close()
 
 

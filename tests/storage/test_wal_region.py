@@ -13,7 +13,7 @@ import pytest
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
 from walgate.storage.wal import HEADER_SIZE, KIND_KAFKA, CorruptEntry, Wal, WalOptions
-from walgate.wire.records import encode_batch
+from walgate.wire import encode_batch
 
 OPTS = WalOptions(segment_bytes=250)  # three entries of 76 bytes per segment
 

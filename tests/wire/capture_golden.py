@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from walgate.wire import encode_batch
 from walgate.wire.framing import FrameReader
 from walgate.wire.protocol import (
     api_versions_fallback,
@@ -33,7 +34,6 @@ from walgate.wire.protocol import (
     encode_response,
     parse_request_header,
 )
-from walgate.wire.records import encode_batch
 
 GOLDEN = Path(__file__).parent / "golden"
 TOPIC = "golden"

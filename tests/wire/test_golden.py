@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from walgate.wire.protocol import decode_request, encode_request, parse_request_header
-from walgate.wire.records import decode_batches
 from wire_helpers import golden_frames
+
+from walgate.wire import decode_batches
+from walgate.wire.protocol import decode_request, encode_request, parse_request_header
 
 FRAMES = golden_frames()
 TOPIC = "golden"

@@ -15,11 +15,11 @@ from kafka.protocol.old import admin, commit, list_offsets, offset_for_leader_ep
 from kio.schema.errors import ErrorCode
 from kio.schema.index import schema_name_map
 from kio.static.constants import EntityType
+from wire_helpers import instances
 
 from walgate.wire import legacy
 from walgate.wire._kafka_json import DESCRIPTORS, SOURCES
 from walgate.wire.serial import decoder, encoder, fields_of
-from wire_helpers import instances
 
 KIO_NAMES = {
     "ListOffsets": "list_offsets", "OffsetCommit": "offset_commit", "OffsetFetch": "offset_fetch",

@@ -8,14 +8,13 @@ from aiokafka.record._crecords import DefaultRecordBatch as AioBatch
 from aiokafka.record._crecords import LegacyRecordBatchBuilder as AioLegacyBuilder
 
 from walgate.wire.errors import CorruptRecord, InvalidRecord, RecordTooLarge
-from walgate.wire.records import (
+from walgate.wire.record_batch import (
     batch_header,
-    decode_batches,
     encode_batch,
     record_timestamps,
-    validate_produced,
     with_log_append_time,
 )
+from walgate.wire.records import decode_batches, validate_produced
 
 
 def batch(n: int = 3, **kw) -> bytes:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
+from wire_helpers import instances
 
 from walgate.wire import legacy, protocol
 from walgate.wire.errors import ErrorCode, MalformedFrame, UnsupportedVersion, WireError
@@ -31,7 +32,6 @@ from walgate.wire.protocol import (
     response_header_version,
 )
 from walgate.wire.serial import BIG_VALUE, decoder, encoder
-from wire_helpers import instances
 
 REQUIRED = {
     18: (0, 4), 3: (0, 12), 2: (0, 9), 1: (4, 17), 60: (0, 1), 75: (0, 0), 10: (0, 6), 11: (0, 9),

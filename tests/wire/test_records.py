@@ -16,13 +16,13 @@ from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
 
 from walgate.wire.errors import CorruptRecord, InvalidRecord, WireError
-from walgate.wire.records import (
+from walgate.wire.record_batch import (
     BATCH_HEADER_SIZE,
     batch_header,
-    decode_batches,
     encode_batch,
-    patch_base_offset,
+    rebase,
 )
+from walgate.wire.records import decode_batches
 
 KAFKA_PYTHON_CODECS = (None, "gzip", "lz4")  # kafka-python here has no snappy/zstd libraries
 CODEC_IDS = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -123,15 +123,14 @@ def test_big_batch(codec):
     assert [r.value for r in batch.records] == values and batch.records[-1].offset == n + 4
 
 
-def test_patch_base_offset_keeps_the_crc_valid():
-    raw = encode_batch(0, [1, 2], [b"a", None], [b"x", b"y"], compression="gzip")
-    moved = patch_base_offset(raw, 1234)
-    assert batch_header(moved).base_offset == 1234 and moved[8:] == raw[8:]
+def test_rebase_keeps_the_crc_valid():
+    raw = encode_batch(0, [1, 2], [b"a", None], [b"x", b"y"], compression="gzip", partition_leader_epoch=3)
+    moved = rebase(raw, 1234, 7)
+    assert batch_header(moved).base_offset == 1234 and batch_header(moved).partition_leader_epoch == 7
+    assert moved[8:12] == raw[8:12] and moved[16:] == raw[16:]
     [batch] = decode_batches(moved)
     assert [r.offset for r in batch.records] == [1234, 1235]
     assert KpBatch(moved).validate_crc()
-    with pytest.raises(ValueError):
-        patch_base_offset(raw[:60], 1)
 
 
 def test_concatenated_batches():

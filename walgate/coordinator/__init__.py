@@ -1,16 +1,48 @@
-"""Consumer groups: membership, generations, rebalance, sessions, committed offsets.
+"""Consumer groups: membership, generations and epochs, rebalance, sessions, committed offsets.
 
-A pure, synchronous state machine with an injected clock (``now_ms`` in every
-call, timers fired by :meth:`ClassicGroups.tick`); the gateway wires it to the
-network. See :mod:`walgate.coordinator.classic` (the protocol),
-:mod:`walgate.coordinator.group` (states, transition table, members) and
-:mod:`walgate.coordinator.offsets` (commits and the offset store interface).
+Pure, synchronous state machines on an injected clock: no sockets, no asyncio, no threads, no clock reads —
+``now_ms`` is an argument of every call and timers fire only in ``tick(now_ms)``, which
+:meth:`GroupCoordinator.next_deadline` says when to call. The gateway (``walgate.gateway.kafka.groups``) wires them
+to the network and runs them on the storage thread.
+
+* :mod:`~walgate.coordinator.coordinator` — :class:`GroupCoordinator`: one namespace of group ids over both
+  protocols (conversion, upgrade, cleanup); what the gateway calls.
+* Classic protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup): :mod:`~walgate.coordinator.classic`
+  (:class:`ClassicGroups`), :mod:`~walgate.coordinator.classic_model` (one group: states, transition table,
+  members), :mod:`~walgate.coordinator.classic_rebalance` (timers, join phase, generations),
+  :mod:`~walgate.coordinator.classic_admin` (describe, list, delete, upgrade hand-over).
+* KIP-848 protocol (ConsumerGroupHeartbeat): :mod:`~walgate.coordinator.consumer_group` (:class:`ConsumerGroups`),
+  :mod:`~walgate.coordinator.consumer_model`, :mod:`~walgate.coordinator.uniform_assignor`,
+  :mod:`~walgate.coordinator.reconciliation`, :mod:`~walgate.coordinator.consumer_membership`,
+  :mod:`~walgate.coordinator.consumer_classic_members`, :mod:`~walgate.coordinator.consumer_admin`.
+* Committed offsets: :mod:`~walgate.coordinator.offsets` (OffsetCommit / OffsetFetch / OffsetDelete /
+  DeleteGroups plans and the :class:`OffsetStore` interface), :mod:`~walgate.coordinator.store` (the store over
+  the storage engine).
+* Shared: :mod:`~walgate.coordinator.consumer_protocol` (the consumer protocol's embedded bytes),
+  :mod:`~walgate.coordinator.timer` (:class:`KeyedTimer`), :mod:`~walgate.coordinator.errors`,
+  :mod:`~walgate.coordinator.snapshots` (:class:`ConsumerInfo`, :class:`GroupStats`),
+  :mod:`~walgate.coordinator.group_log` (the ``walgate.groups`` log lines).
 """
 
 from __future__ import annotations
 
-from walgate.coordinator.classic import GROUP_TYPE, ClassicGroups, ConsumerInfo
-from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE, assigned_partitions, subscribed_topics
+from walgate.coordinator.classic import ClassicGroups
+from walgate.coordinator.classic_model import (
+    VALID_PREVIOUS_STATES,
+    ClassicGroup,
+    ClassicGroupMember,
+    Completion,
+    GroupState,
+    RequestId,
+)
+from walgate.coordinator.consumer_group import ConsumerGroups
+from walgate.coordinator.consumer_model import ConsumerGroupState, MemberState
+from walgate.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    assigned_partitions,
+    subscribed_topics,
+)
+from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.errors import (
     ERROR_CODES,
     ConsumerProtocolError,
@@ -21,14 +53,6 @@ from walgate.coordinator.errors import (
     NonEmptyGroup,
     RebalanceInProgress,
     UnknownMemberId,
-)
-from walgate.coordinator.group import (
-    VALID_PREVIOUS_STATES,
-    ClassicGroup,
-    ClassicGroupMember,
-    Completion,
-    GroupState,
-    RequestId,
 )
 from walgate.coordinator.offsets import (
     OFFSET_METADATA_MAX_SIZE,
@@ -45,42 +69,55 @@ from walgate.coordinator.offsets import (
     fetch_offsets,
     validate_offset_commit,
 )
+from walgate.coordinator.snapshots import (
+    CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
+    ConsumerInfo,
+    GroupStats,
+)
 from walgate.coordinator.timer import KeyedTimer
 
 __all__ = [
-    "ClassicGroups",
+    "CLASSIC_GROUP_TYPE",
+    "CLEANUP_INTERVAL_MS",
+    "CONSUMER_GROUP_TYPE",
+    "ERROR_CODES",
+    "OFFSET_METADATA_MAX_SIZE",
+    "PROTOCOL_TYPE",
+    "VALID_PREVIOUS_STATES",
     "ClassicGroup",
     "ClassicGroupMember",
-    "Completion",
-    "ConsumerInfo",
-    "GroupState",
-    "VALID_PREVIOUS_STATES",
-    "RequestId",
-    "GROUP_TYPE",
-    "PROTOCOL_TYPE",
-    "subscribed_topics",
-    "assigned_partitions",
-    "KeyedTimer",
-    "OFFSET_METADATA_MAX_SIZE",
+    "ClassicGroups",
     "CommittedOffset",
+    "Completion",
+    "ConsumerGroupState",
+    "ConsumerGroups",
+    "ConsumerInfo",
+    "ConsumerProtocolError",
+    "FencedInstanceId",
+    "GroupCoordinator",
+    "GroupDeletePlan",
+    "GroupError",
+    "GroupIdNotFound",
+    "GroupState",
+    "GroupStats",
+    "IllegalGeneration",
+    "KeyedTimer",
+    "MemberState",
+    "NonEmptyGroup",
+    "OffsetCommitPlan",
     "OffsetCommitRecord",
+    "OffsetDeletePlan",
     "OffsetStore",
     "PartitionCommit",
-    "OffsetCommitPlan",
-    "OffsetDeletePlan",
-    "GroupDeletePlan",
-    "validate_offset_commit",
-    "commit_offsets",
-    "fetch_offsets",
-    "delete_offsets",
-    "delete_groups",
-    "ERROR_CODES",
-    "GroupError",
-    "UnknownMemberId",
-    "FencedInstanceId",
-    "IllegalGeneration",
     "RebalanceInProgress",
-    "GroupIdNotFound",
-    "NonEmptyGroup",
-    "ConsumerProtocolError",
+    "RequestId",
+    "UnknownMemberId",
+    "assigned_partitions",
+    "commit_offsets",
+    "delete_groups",
+    "delete_offsets",
+    "fetch_offsets",
+    "subscribed_topics",
+    "validate_offset_commit",
 ]

@@ -12,9 +12,12 @@ these places, and only those read them here:
   (``GROUP_SUBSCRIBED_TO_TOPIC``): :func:`subscribed_topics`;
 * classic members of a consumer-protocol group (KIP-848) are assigned by the
   server from their subscription and owned partitions: :func:`subscription`;
+* a classic group upgraded to a consumer-protocol group keeps its members'
+  subscriptions and assignments: :func:`subscription`, :func:`assigned_partitions`;
 * ``SHOW CONSUMERS`` lists each member's partitions: :func:`assigned_partitions`.
 
-Consumer-protocol groups (KIP-848) are shown to DescribeGroups in these
+The server's assignment reaches classic members of consumer-protocol groups
+(SyncGroup), and consumer-protocol groups are shown to DescribeGroups, in these
 formats too: :func:`encode_subscription`, :func:`encode_assignment` write
 version 0, which every consumer reads.
 
@@ -30,7 +33,7 @@ Like Kafka's ``ClassicGroup.computeSubscribedTopics`` only the version-0 prefix
 is read (so future versions parse too) and trailing bytes are ignored. The
 bytes come from clients, so every length is checked against the bytes left
 before anything is allocated (kio's native reader pre-allocates from the
-length prefix, see ``walgate.wire.serial``); anything that does not parse
+length prefix, see ``walgate.wire.serial.codegen``); anything that does not parse
 raises :class:`~walgate.coordinator.errors.ConsumerProtocolError`.
 """
 
@@ -42,7 +45,14 @@ from typing import Final
 
 from walgate.coordinator.errors import ConsumerProtocolError
 
-__all__ = ["PROTOCOL_TYPE", "subscribed_topics", "subscription", "assigned_partitions", "encode_subscription", "encode_assignment"]
+__all__ = [
+    "PROTOCOL_TYPE",
+    "assigned_partitions",
+    "encode_assignment",
+    "encode_subscription",
+    "subscribed_topics",
+    "subscription",
+]
 
 PROTOCOL_TYPE: Final = "consumer"
 """The JoinGroup protocol type of Kafka consumers (``ConsumerProtocol.PROTOCOL_TYPE``)."""

@@ -24,28 +24,30 @@ TDengine subscription's progress), so a group with offsets stays.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Collection, Iterable, Sequence
-from typing import Any, Callable, Final
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from walgate.coordinator.classic import ClassicGroups, Completion, ConsumerInfo
-from walgate.coordinator.consumer_group import GROUP_TYPE as CONSUMER_GROUP_TYPE
-from walgate.coordinator.consumer_group import UNIFORM_ASSIGNOR, ConsumerGroups
+from walgate.coordinator.classic import ClassicGroups
+from walgate.coordinator.classic_model import Completion, join_response
+from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE
-from walgate.coordinator.group import join_response
+from walgate.coordinator.group_log import log
+from walgate.coordinator.snapshots import CONSUMER_GROUP_TYPE, ConsumerInfo, GroupStats
 
-__all__ = ["GroupCoordinator", "CLEANUP_INTERVAL_MS"]
-
-log = logging.getLogger("walgate.groups")
+__all__ = ["CLEANUP_INTERVAL_MS", "GroupCoordinator"]
 
 CLEANUP_INTERVAL_MS: Final = 600_000
 """Kafka's ``offsets.retention.check.interval.ms`` default: how often empty groups are looked for."""
 
 
 class GroupCoordinator:
-    """The classic and the consumer-protocol groups of this node (pure, on an injected clock)."""
+    """The classic and the consumer-protocol groups of this node (pure, on an injected clock).
+
+    *consumer* must be built with ``is_classic_group_in_use=classic.has_members`` (so that a KIP-848 join of an id
+    in use by a classic group is refused); without *consumer*, one is built so.
+    """
 
     def __init__(
         self,
@@ -56,14 +58,9 @@ class GroupCoordinator:
         now_ms: int = 0,
     ) -> None:
         self.classic = classic or ClassicGroups()
-        self.consumer = consumer or ConsumerGroups()
-        self.consumer._is_classic_group_in_use = self._classic_has_members
+        self.consumer = consumer or ConsumerGroups(is_classic_group_in_use=self.classic.has_members)
         self.cleanup_interval_ms = cleanup_interval_ms
         self._next_cleanup_ms = now_ms + cleanup_interval_ms
-
-    def _classic_has_members(self, group_id: str) -> bool:
-        group = self.classic.group(group_id)
-        return group is not None and bool(group.members)
 
     # ------------------------------------------------------------------ time
 
@@ -161,6 +158,7 @@ class GroupCoordinator:
     def heartbeat(
         self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None, now_ms: int
     ) -> ErrorCode:
+        """Heartbeat: of a consumer group's classic member, else the classic protocol's (its error code)."""
         if self.consumer.has_group(group_id):
             return self.consumer.classic_heartbeat(group_id=group_id, member_id=member_id,
                                                    instance_id=group_instance_id, generation_id=generation_id,
@@ -171,6 +169,7 @@ class GroupCoordinator:
     def leave(
         self, *, group_id: str, members: Sequence[tuple[str, str | None]], now_ms: int
     ) -> tuple[dict[str, Any], list[Completion]]:
+        """LeaveGroup of (member id, instance id) pairs: the response and the parked requests it answered."""
         if self.consumer.has_group(group_id):
             return self.consumer.classic_leave(group_id=group_id, members=members), []
         return self.classic.leave(group_id=group_id, members=members, now_ms=now_ms)
@@ -204,7 +203,7 @@ class GroupCoordinator:
         described = []
         for group_id in group_ids:
             if self.consumer.has_group(group_id):
-                described.append(self.consumer.describe_as_classic(group_id, UNIFORM_ASSIGNOR))
+                described.append(self.consumer.describe_as_classic(group_id))
             else:
                 described += self.classic.describe(
                     [group_id], has_offsets=has_offsets, report_not_found=report_not_found
@@ -224,3 +223,11 @@ class GroupCoordinator:
     def consumers(self) -> list[ConsumerInfo]:
         """Every member of every group, for ``SHOW CONSUMERS``."""
         return self.classic.consumers() + self.consumer.consumers()
+
+    def group_stats(self) -> list[GroupStats]:
+        """Every group this node has in memory, as metrics report it: classic groups, then consumer groups.
+
+        Groups known only by their committed offsets (Kafka's "simple" groups) are not listed: they have no state,
+        members or rebalances here.
+        """
+        return self.classic.stats() + self.consumer.stats()

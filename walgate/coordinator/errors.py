@@ -1,9 +1,15 @@
 """Domain errors of the group coordinator, and the Kafka error code each one means.
 
-The coordinator validates the way Kafka's group coordinator does: a check
-raises, the operation catches it and answers with the error code. None of
-these escape the public methods of :class:`~walgate.coordinator.ClassicGroups`
-or :mod:`walgate.coordinator.offsets`; their responses already carry the code.
+The classic protocol and the offset rules validate the way Kafka's group
+coordinator does: a check raises, the operation catches it and answers with the
+error code. None of these escape the public methods of
+:class:`~walgate.coordinator.ClassicGroups`,
+:class:`~walgate.coordinator.GroupCoordinator` or
+:mod:`walgate.coordinator.offsets` (but
+:func:`~walgate.coordinator.offsets.validate_offset_commit`, which is that
+check); their responses already carry the code. KIP-848 requests refuse with a
+code and a message, which their responses carry too, through
+:class:`~walgate.coordinator.consumer_membership.HeartbeatError`.
 
     GroupError                  base; ``error_code`` is the Kafka error it maps to
     ├── UnknownMemberId         UNKNOWN_MEMBER_ID (25): no such member / instance id
@@ -25,15 +31,15 @@ from typing import ClassVar, Final
 from kio.schema.errors import ErrorCode
 
 __all__ = [
-    "GroupError",
-    "UnknownMemberId",
-    "FencedInstanceId",
-    "IllegalGeneration",
-    "RebalanceInProgress",
-    "GroupIdNotFound",
-    "NonEmptyGroup",
-    "ConsumerProtocolError",
     "ERROR_CODES",
+    "ConsumerProtocolError",
+    "FencedInstanceId",
+    "GroupError",
+    "GroupIdNotFound",
+    "IllegalGeneration",
+    "NonEmptyGroup",
+    "RebalanceInProgress",
+    "UnknownMemberId",
 ]
 
 

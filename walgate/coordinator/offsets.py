@@ -2,9 +2,11 @@
 
 Kafka's rules (``OffsetMetadataManager`` and ``ClassicGroup.validateOffsetCommit``
 / ``validateOffsetDelete``), applied to the groups of a
-:class:`~walgate.coordinator.ClassicGroups` and to an :class:`OffsetStore`, the
-durable part that a storage-backed implementation (offsets kept in the vnode of
-each partition, as TDengine records consumption progress) provides.
+:class:`~walgate.coordinator.ClassicGroups` (those of a
+:class:`~walgate.coordinator.ConsumerGroups`, when given, check their members'
+epochs themselves) and to an :class:`OffsetStore`, the durable part that a
+storage-backed implementation (:mod:`walgate.coordinator.store`: offsets kept in
+the vnode of each partition, as TDengine records consumption progress) provides.
 
 Plans, then durability
 ----------------------
@@ -53,6 +55,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ClassicGroups
+from walgate.coordinator.classic_model import ClassicGroup, GroupState
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.errors import (
@@ -63,22 +66,21 @@ from walgate.coordinator.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
-from walgate.coordinator.group import ClassicGroup, GroupState
 
 __all__ = [
     "OFFSET_METADATA_MAX_SIZE",
     "CommittedOffset",
+    "GroupDeletePlan",
+    "OffsetCommitPlan",
     "OffsetCommitRecord",
+    "OffsetDeletePlan",
     "OffsetStore",
     "PartitionCommit",
-    "OffsetCommitPlan",
-    "OffsetDeletePlan",
-    "GroupDeletePlan",
-    "validate_offset_commit",
     "commit_offsets",
-    "fetch_offsets",
-    "delete_offsets",
     "delete_groups",
+    "delete_offsets",
+    "fetch_offsets",
+    "validate_offset_commit",
 ]
 
 OFFSET_METADATA_MAX_SIZE = 4096
@@ -393,8 +395,9 @@ def delete_offsets(
     if not group_id:
         return OffsetDeletePlan({"error_code": ErrorCode.invalid_group_id, "topics": []}, group_id, ())
     is_subscribed: Callable[[str], bool]
-    if consumer is not None and consumer.has_group(group_id):
-        is_subscribed = consumer.group(group_id).subscribed_topics().__contains__  # type: ignore[union-attr]
+    consumer_group = None if consumer is None else consumer.group(group_id)
+    if consumer_group is not None:
+        is_subscribed = consumer_group.subscribed_topics().__contains__
     else:
         try:
             is_subscribed = _validate_offset_delete(groups, store, group_id, now_ms).is_subscribed_to_topic

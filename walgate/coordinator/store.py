@@ -1,31 +1,76 @@
 """The coordinator's view of the storage engine: committed offsets (in the partition's vnode) and partition counts.
 
-Every call runs on the thread that owns the engine, which is why the engine is
-private here and the gateway keeps the store out of reach of the event loop
-(:class:`walgate.gateway.kafka.groups.GroupService` hands it only to functions
-it runs on the storage thread). Commits are grouped by vnode and fsynced
-before :meth:`EngineOffsetStore.commit` returns
-(:meth:`walgate.storage.engine.Engine.commit_offsets`); a vnode whose write the
-disk refuses fails only its own partitions.
+:class:`EngineOffsetStore` is the :class:`~walgate.coordinator.offsets.OffsetStore` over
+:class:`walgate.storage.engine.Engine`, which it reaches through the narrow :class:`OffsetEngine` protocol (so the
+coordinator does not import storage). Every call runs on the thread that owns the engine, which is why the engine
+is private here and the gateway keeps the store out of reach of the event loop
+(:class:`walgate.gateway.kafka.groups.GroupService` hands it only to functions it runs on the storage thread).
+Each group's commits go to the engine in one call, which groups them by vnode and fsyncs each vnode's before
+:meth:`EngineOffsetStore.commit` returns; a vnode whose write the disk refuses fails only its own partitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Protocol
 
 from walgate.coordinator.offsets import CommittedOffset, OffsetCommitRecord
-from walgate.storage.committed import Committed
-from walgate.storage.engine import Engine
 
-__all__ = ["EngineOffsetStore"]
+__all__ = ["EngineOffsetStore", "OffsetEngine", "StoredOffset"]
 
 
-def _from_storage(c: Committed) -> CommittedOffset:
+class StoredOffset(Protocol):
+    """A committed offset as the engine keeps it (``walgate.storage.committed.Committed``)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def metadata(self) -> str | None: ...
+
+    @property
+    def commit_ms(self) -> int: ...
+
+
+class _Catalog(Protocol):
+    @property
+    def topics(self) -> Collection[str]: ...
+
+
+class OffsetEngine(Protocol):
+    """The engine methods the store uses (``walgate.storage.engine.Engine`` has them)."""
+
+    @property
+    def catalog(self) -> _Catalog: ...
+
+    def commit_offsets(
+        self, group: str, entries: list[tuple[str, int, int, int, str | None]], now_ms: int
+    ) -> Sequence[Exception | None]: ...
+
+    def committed(self, group: str, topic: str, partition: int) -> StoredOffset | None: ...
+
+    def delete_offsets(
+        self, group: str | None = None, topic: str | None = None, partition: int | None = None
+    ) -> int: ...
+
+    def all_committed(self) -> Iterator[tuple[str, str, int, StoredOffset]]: ...
+
+    def has_partition(self, topic: str, partition: int) -> bool: ...
+
+    def partition_count(self, topic: str) -> int: ...
+
+
+def _from_storage(c: StoredOffset) -> CommittedOffset:
     return CommittedOffset(c.offset, c.leader_epoch, c.metadata or "", c.commit_ms)
 
 
 class EngineOffsetStore:
-    def __init__(self, engine: Engine) -> None:
+    """Committed offsets and partition counts, read from and written to *engine* (on its thread)."""
+
+    def __init__(self, engine: OffsetEngine) -> None:
         self._engine = engine
 
     def commit(self, records: Sequence[OffsetCommitRecord]) -> list[Exception | None]:
@@ -46,23 +91,29 @@ class EngineOffsetStore:
         return errors
 
     def fetch(self, group_id: str, topic: str, partition: int) -> CommittedOffset | None:
+        """The committed offset of one partition, or None."""
         c = self._engine.committed(group_id, topic, partition)
         return None if c is None else _from_storage(c)
 
     def fetch_all(self, group_id: str) -> Mapping[tuple[str, int], CommittedOffset]:
+        """Every committed offset of *group_id*, keyed by (topic, partition)."""
         return {(t, p): _from_storage(c) for g, t, p, c in self._engine.all_committed() if g == group_id}
 
     def delete(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Remove the committed offsets of *partitions* durably (absent ones are ignored)."""
         for topic, partition in partitions:
             self._engine.delete_offsets(group_id, topic, partition)
 
     def has_offsets(self, group_id: str) -> bool:
+        """Whether *group_id* has at least one committed offset."""
         return any(g == group_id for g, _, _, _ in self._engine.all_committed())
 
     def groups_with_offsets(self) -> Iterable[str]:
+        """Every group with at least one committed offset."""
         return {g for g, _, _, _ in self._engine.all_committed()}
 
     def partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether *topic* exists and has *partition*."""
         return self._engine.has_partition(topic, partition)
 
     def topic_partitions(self, topic: str) -> int | None:

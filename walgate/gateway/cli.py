@@ -6,6 +6,7 @@
 - ``walgate ingest`` — post a line-protocol or CSV file to a running node.
 - ``walgate demo``   — the one-command quick start: a throw-away node, the classic
   ``power.meters`` data set, two topics, a look at the catalog.
+- ``walgate topic|group|consume|produce`` — admin commands over the Kafka protocol (``walgate.admin``).
 
 Exit codes: 0 success, 1 the server refused a request or could not be reached,
 2 bad usage or configuration. Errors go to stderr; results to stdout (rich tables,
@@ -39,7 +40,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from walgate.admin import add_commands as add_admin_commands
 from walgate.gateway.config import Config, ConfigError, load_config
+from walgate.gateway.logs import LOG_FORMATS, setup_logging
 from walgate.storage.errors import StorageError
 
 __all__ = ["main", "split_statements", "render_result", "ApiClient", "ApiError"]
@@ -49,7 +52,6 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "http://127.0.0.1:6041"
 HTTP_TIMEOUT = 300.0  # seconds; bounds every CLI request (a large ingest included)
 ROWS_HEADER = "X-Walgate-Rows"  # = http_api.ROWS_HEADER (not imported: it would load aiohttp)
-_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 # ------------------------------------------------------------------ HTTP client
@@ -199,7 +201,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         config = load_config(args.config, overrides=overrides)
     except ConfigError as e:
         return _fail(str(e), 2)
-    logging.basicConfig(level=config.log_level, format=_LOG_FORMAT, stream=sys.stderr)
+    setup_logging(config.log_level, config.log_format)
     _raise_open_files_limit()
     import uvloop
 
@@ -257,7 +259,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT, stream=sys.stderr)
+    setup_logging("WARNING")
     import uvloop
 
     from walgate.gateway import malloc
@@ -317,6 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--auto-create-topic-partitions", type=int, metavar="N",
                        help="Metadata creates unknown topics as Kafka-native topics of N partitions (default 0: never)")
     serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
+    serve.add_argument("--log-format", choices=LOG_FORMATS, help="text (default), or json: one JSON object per line")
     serve.set_defaults(run=_cmd_serve)
 
     sql = commands.add_parser("sql", help="run SQL against a running node")
@@ -346,6 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--duration", type=float, default=0, metavar="S", help="stop after S seconds (default: at Ctrl-C)")
     demo.add_argument("--consume", action="store_true", help="also run a consumer group and show what it receives")
     demo.set_defaults(run=_cmd_demo)
+
+    add_admin_commands(commands)  # topic, group, consume, produce: walgate/admin
     return parser
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from walgate.gateway.logs import LOG_FORMATS
+
 __all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES"]
 
 ENV_PREFIX = "WALGATE_"
@@ -69,6 +71,7 @@ class Config:
     # Kafka's auto.create.topics.enable + num.partitions in one: 0 = off (the default)
     auto_create_topic_partitions: int = 0
     log_level: str = "INFO"
+    log_format: str = "text"  # or "json": one JSON object per line (walgate.gateway.logs)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -112,6 +115,8 @@ class Config:
             )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
 
 
 def _field_types() -> dict[str, type]:

@@ -1,4 +1,4 @@
-"""The HTTP API (aiohttp): TDengine-REST SQL, InfluxDB line protocol, CSV, health.
+"""The HTTP API (aiohttp): TDengine-REST SQL, InfluxDB line protocol, CSV, health, metrics.
 
 Routes:
 
@@ -13,11 +13,22 @@ Routes:
   ``X-Walgate-Rows`` header.
 - ``POST /csv/v1/write?db=D&table=T`` or ``&stable=ST``: CSV with a header row;
   answers ``{"code": 0, "rows": n}``.
-- ``GET /healthz``: ``{"status": "ok", "quarantined": [...]}``, always 200
-  while the server serves: damage found in the data dir (``engine.damage()``:
+- ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200
+  when the event loop answers and the storage thread answers a call within
+  ``HEALTH_TIMEOUT`` seconds, else 503 ``{"status": "failing", "failed":
+  ["storage_thread"], ...}``. Damage found in the data dir (``engine.damage()``:
   file, byte range, reason, action, the copy kept, WAL versions lost) was
-  quarantined and everything intact is served, so a liveness probe must not
-  restart the server over it; the list tells operators what was lost.
+  quarantined and everything intact is served, so it does not fail liveness
+  (a restart would not help); the list tells operators what was lost.
+- ``GET /readyz`` (readiness): 200 ``{"status": "ready", "checks": {...}}`` when
+  the storage thread answers within ``HEALTH_TIMEOUT`` seconds, the data dir is
+  writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
+  and every listener accepts connections; else 503 ``{"status": "not ready",
+  "failed": [names], "checks": {name: "ok" or what failed}}``.
+- ``GET /metrics``: Prometheus text format (:mod:`walgate.gateway.metrics`), when
+  the app is made with the node's metrics; 503 if the storage thread does not answer.
+- ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
+  the node's group service.
 
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
@@ -34,34 +45,52 @@ with its traceback). Handlers stay thin: every engine call goes through the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.gateway.console import add_console
+from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
+from walgate.storage import fileio
 from walgate.storage.engine import Engine, Result
 from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
 from walgate.storage.wal import CorruptEntry
 
-__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER"]
+__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
+           "PROBE_NAME"]
 
 log = logging.getLogger(__name__)
 
 INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
+HEALTH_TIMEOUT = 5.0  # seconds /healthz and /readyz wait for the storage thread
+PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
 
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
+_METRICS = web.AppKey("metrics", Metrics)
+_LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 
 
-def make_app(engine: Engine, storage: StorageThread, *, max_request_bytes: int) -> web.Application:
-    """The aiohttp application serving ``engine`` through ``storage``."""
+def make_app(
+    engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
+    metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
+) -> web.Application:
+    """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
+    console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
+    ``/readyz`` whether each listener besides HTTP (by name) accepts connections."""
     app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors])
     app[_ENGINE] = engine
     app[_STORAGE] = storage
@@ -71,6 +100,13 @@ def make_app(engine: Engine, storage: StorageThread, *, max_request_bytes: int) 
     app.router.add_post("/influxdb/v1/write", _influx_write)
     app.router.add_post("/csv/v1/write", _csv_write)
     app.router.add_get("/healthz", _healthz)
+    app[_LISTENERS] = listeners if listeners is not None else dict
+    app.router.add_get("/readyz", _readyz)
+    if metrics is not None:
+        app[_METRICS] = metrics
+        app.router.add_get("/metrics", _metrics)
+    if groups is not None:
+        add_console(app, engine, storage, groups)
     return app
 
 
@@ -129,8 +165,50 @@ async def _csv_write(request: web.Request) -> web.Response:
 
 async def _healthz(request: web.Request) -> web.Response:
     app = request.app
-    damage = await app[_STORAGE].call(app[_ENGINE].damage)
+    try:
+        damage = await asyncio.wait_for(app[_STORAGE].call(app[_ENGINE].damage), HEALTH_TIMEOUT)
+    except TimeoutError:
+        return _json(503, {"status": "failing", "failed": ["storage_thread"],
+                           "checks": {"storage_thread": f"no answer within {HEALTH_TIMEOUT:.0f} s"}})
     return _json(200, {"status": "ok", "quarantined": [asdict(d) for d in damage]})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    app = request.app
+    checks = {"storage_thread": "ok", "data_dir_writable": "ok"}
+    try:
+        await asyncio.wait_for(app[_STORAGE].call(_probe_data_dir, app[_ENGINE]), HEALTH_TIMEOUT)
+    except TimeoutError:
+        checks["storage_thread"] = f"no answer within {HEALTH_TIMEOUT:.0f} s"
+        checks["data_dir_writable"] = "unknown: the storage thread did not answer"
+    except OSError as exc:
+        checks["data_dir_writable"] = f"cannot write, fsync and remove {PROBE_NAME}: {exc}"
+    for name, up in app[_LISTENERS]().items():
+        checks[f"{name}_listener"] = "ok" if up else "not accepting connections"
+    failed = [name for name, check in checks.items() if check != "ok"]
+    if failed:
+        return _json(503, {"status": "not ready", "failed": failed, "checks": checks})
+    return _json(200, {"status": "ready", "checks": checks})
+
+
+def _probe_data_dir(engine: Engine) -> None:
+    """Write, fsync and remove ``PROBE_NAME`` in the data dir (storage thread); raises ``OSError``."""
+    path = engine.data_dir / PROBE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fileio.write_all(fd, b"walgate readiness probe\n")
+        fileio.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    try:
+        body = await asyncio.to_thread(request.app[_METRICS].render)  # blocks on the storage thread: off the loop
+    except TimeoutError as exc:
+        return _error(503, StorageUnavailable.code, str(exc))
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 # ------------------------------------------------------------------- helpers

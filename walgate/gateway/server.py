@@ -1,6 +1,7 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
-Start-up: open the engine (on the storage thread, with ``max_partitions``), start the HTTP and Kafka
+Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
+wake-ups the broker uses and the group members the group service fills), start the HTTP and Kafka
 listeners, start the WAL sync task, then log exactly one
 ``walgate ready http=HOST:PORT kafka=HOST:PORT`` line (ports as actually bound,
 so port 0 works; Kafka clients are told the advertised address, which defaults
@@ -31,9 +32,11 @@ from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinato
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import make_app
 from walgate.gateway.kafka.broker import BatchCache, Broker
-from walgate.gateway.kafka.groups import GroupService, now_ms
+from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.wakeups import FetchWakeups
+from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.wal import PendingSync
@@ -52,7 +55,8 @@ class Gateway:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._storage = StorageThread()
+        self.metrics = Metrics()
+        self._storage = StorageThread(self.metrics.storage_call)
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
@@ -71,17 +75,21 @@ class Gateway:
         """Open the engine and start serving; on failure, undo what was started and raise."""
         cfg = self.config
         log.debug("starting with %r", cfg)
+        wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
         try:
             self._engine = await self._storage.call(
-                Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions
+                Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
+                listener=wakeups, consumers=members,
             )
+            groups = self._group_service(self._engine, members)
             self._http = web.AppRunner(
-                make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes),
+                make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
+                         metrics=self.metrics, listeners=self._listeners),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port).start()
-            self._kafka = await self._start_kafka(self._engine)
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
         except BaseException:
             await self.stop()
@@ -89,7 +97,25 @@ class Gateway:
         host, port = self.http_address
         log.info("walgate ready http=%s:%d kafka=%s:%d", host, port, *self.kafka_address)
 
-    async def _start_kafka(self, engine: Engine) -> KafkaServer:
+    def _group_service(self, engine: Engine, members: GroupMembers) -> GroupService:
+        """The node's consumer-group coordinator (Kafka's group APIs and the web console share it)."""
+        cfg = self.config
+        classic = ClassicGroups(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+        )
+        return GroupService(engine, self._storage, GroupCoordinator(
+            classic,
+            ConsumerGroups(
+                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
+                session_timeout_ms=cfg.group_consumer_session_timeout_ms,
+                is_classic_group_in_use=classic.has_members,
+            ),
+            now_ms=now_ms(),
+        ), members)
+
+    async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups) -> KafkaServer:
         """Start the Kafka listener; advertise the configured address (the bound port when 0)."""
         cfg = self.config
         broker = Broker(
@@ -101,18 +127,8 @@ class Gateway:
             cluster_id=Broker.load_cluster_id(cfg.data_dir),
             cache=BatchCache(cfg.batch_cache_bytes),
             versions=advertised(),
-            groups=GroupService(engine, self._storage, GroupCoordinator(
-                ClassicGroups(
-                    min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                    max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-                    initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-                ),
-                ConsumerGroups(
-                    heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
-                    session_timeout_ms=cfg.group_consumer_session_timeout_ms,
-                ),
-                now_ms=now_ms(),
-            )),
+            groups=groups,
+            wakeups=wakeups,
         )
         broker.configs = {
             "broker.id": str(cfg.node_id),
@@ -133,11 +149,13 @@ class Gateway:
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        self.metrics.track(self._storage, engine, groups.groups, broker.cache)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
             broker,
             cfg.max_request_bytes,
             cfg.connections_max_idle_ms,
+            metrics=self.metrics,
             queued_max_request_bytes=cfg.queued_max_request_bytes,
             request_read_timeout_ms=cfg.request_read_timeout_ms,
             listen_backlog=cfg.listen_backlog,
@@ -146,6 +164,10 @@ class Gateway:
         if not broker.port:
             broker.port = self.kafka_address[1]
         return server
+
+    def _listeners(self) -> dict[str, bool]:
+        """Whether each listener besides HTTP accepts connections (``/readyz``)."""
+        return {"kafka": self._kafka is not None and self._kafka.serving}
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""

@@ -149,7 +149,7 @@ def _get(r: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def _options(r: dict[str, Any]) -> dict[str, int | str]:
-    options = _get(r, "options", dict)
+    options: dict[str, int | str] = _get(r, "options", dict)
     for key in DB_DEFAULTS:
         value = options.get(key)
         if key == "PRECISION":
@@ -331,7 +331,7 @@ class Catalog:
         return is_topic_id(topic_id) and all(t.topic_id != topic_id for t in self.topics.values())
 
     def _known_db(self, r: dict[str, Any], key: str) -> str:
-        name = _get(r, key, str)
+        name: str = _get(r, key, str)
         if name not in self.databases:
             raise _Invalid(f"unknown database {name}")
         return name

@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 import orjson
 
@@ -125,11 +125,8 @@ def _read_format(path: Path, damage: DamageLog) -> int | None:
         return None
     raw = path.read_bytes()
     try:
-        fmt = lines.decode(raw.removesuffix(b"\n"))["format"]
-        if type(fmt) is not int or fmt < 1:
-            raise ValueError(f"format {fmt!r}")
-        return fmt
-    except (ValueError, KeyError, TypeError) as exc:
+        return lines.decode_int(raw, "format", 1)
+    except ValueError as exc:
         damage.report(path, 0, len(raw), f"format version: {exc}; the format is found from the files", "rebuilt", raw)
         return None
 
@@ -177,20 +174,15 @@ def _convert_catalog(root: Path, damage: DamageLog) -> None:
     old = root / _OLD_CATALOG
     data = old.read_bytes() if old.exists() else b""
     catalog = Catalog(root / CATALOG, damage)
-    pos = 0
-    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is a torn record
-        start, pos = pos, pos + len(line) + 1
-        if not line:
-            continue
-        try:
-            record = orjson.loads(line)
-            if record.get("op") == "create_db":
-                record["id"] = new_db_id()
-            elif record.get("op") == "create_kafka_topic":
-                record["db_id"] = new_db_id()
-            catalog.apply(record)
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            damage.report(old, start, pos, f"format-1 catalog record: {exc}", "skipped", line + b"\n")
+
+    def apply(record: Any) -> None:
+        if record.get("op") == "create_db":
+            record["id"] = new_db_id()
+        elif record.get("op") == "create_kafka_topic":
+            record["db_id"] = new_db_id()
+        catalog.apply(record)
+
+    _replay(old, data, damage, "catalog record", apply)
     catalog.rewrite()
 
 
@@ -247,18 +239,27 @@ def _checkpoint(raw: bytes, path: Path, damage: DamageLog) -> bytes:
 def _commits(raw: bytes, path: Path, damage: DamageLog) -> bytes:
     """Format 1 committed offsets: JSON lines, replayed (bad lines reported), written compacted."""
     live: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+
+    def apply(r: Any) -> None:
+        key = (r["g"], r["t"], r["p"])
+        if r["o"] is None:
+            live.pop(key, None)
+        else:
+            live[key] = {"g": r["g"], "t": r["t"], "p": r["p"], "o": r["o"], "e": r["e"], "m": r["m"], "ts": r["ts"]}
+
+    _replay(path, raw, damage, "committed offset", apply)
+    return b"".join(lines.encode(r) for r in live.values())
+
+
+def _replay(path: Path, data: bytes, damage: DamageLog, what: str, apply: Callable[[Any], None]) -> None:
+    """``apply`` each record of a format-1 file of plain JSON lines, in order; a line that is not JSON or that
+    ``apply`` refuses is reported and skipped. The piece after the last newline is a torn record."""
     pos = 0
-    for line in raw.split(b"\n")[:-1]:  # the piece after the last newline is a torn line
+    for line in data.split(b"\n")[:-1]:
         start, pos = pos, pos + len(line) + 1
         if not line:
             continue
         try:
-            r = orjson.loads(line)
-            key = (r["g"], r["t"], r["p"])
-            if r["o"] is None:
-                live.pop(key, None)
-            else:
-                live[key] = {"g": r["g"], "t": r["t"], "p": r["p"], "o": r["o"], "e": r["e"], "m": r["m"], "ts": r["ts"]}
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            damage.report(path, start, pos, f"format-1 committed offset: {exc}", "skipped", line + b"\n")
-    return b"".join(lines.encode(r) for r in live.values())
+            apply(orjson.loads(line))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+            damage.report(path, start, pos, f"format-1 {what}: {exc}", "skipped", line + b"\n")

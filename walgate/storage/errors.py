@@ -16,8 +16,14 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
     ├── OffsetOutOfRange      an offset outside a partition's log
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
-    └── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
-                              kept; retriable, and service resumes by itself once the disk accepts writes again
+    ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
+    │                         kept; retriable, and service resumes by itself once the disk accepts writes again
+    ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``kafka_error`` names
+    │                         the Kafka error
+    └── UnsupportedFormat     (datadir.py) a data dir written by a newer walgate
+
+Outside the tree, :class:`walgate.storage.wal.CorruptEntry` (an ``Exception``) says a WAL entry was lost or is
+damaged: readers skip it as a gap in the offsets, never answer it as an error of the request.
 """
 
 from __future__ import annotations

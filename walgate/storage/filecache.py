@@ -20,6 +20,7 @@ import resource
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 __all__ = ["FILES", "FileCache", "OpenFile", "default_capacity"]
 
@@ -34,7 +35,7 @@ class OpenFile:
     def __init__(self, path: Path, flags: int = os.O_RDONLY) -> None:
         self.fd = os.open(path, flags, 0o644)
 
-    def __del__(self, _close=os.close) -> None:  # os.close bound early: module globals are gone at interpreter exit
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:  # os.close bound early: module globals are gone at interpreter exit
         if hasattr(self, "fd"):  # not when os.open raised
             try:
                 _close(self.fd)

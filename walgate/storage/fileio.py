@@ -10,15 +10,50 @@ operating system only as ``os.<name>`` on this module's ``os`` attribute, so a
 test can replace that one attribute (``tests/storage/faults.py``) and inject
 ENOSPC, EIO, short writes or failing fsyncs at any chosen write of an append,
 commit, catalog or producer-state update.
+
+Every :func:`fsync` and :func:`fdatasync` (failed ones too) is timed into
+:data:`SYNC_LATENCY`, plain bucket counts per call that the gateway's metrics
+collector exports (storage/ knows nothing of Prometheus).
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
+import threading
+import time
 from pathlib import Path
 
-__all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir"]
+__all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir",
+           "LatencyRecorder", "SYNC_LATENCY"]
+
+
+class LatencyRecorder:
+    """Durations in ms counted per bucket: ``counts[i]`` are those <= ``bounds[i]`` (and above ``bounds[i - 1]``),
+    the last count those above every bound. Thread-safe: syncs run on the storage thread and the WAL sync thread."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, ms: float) -> None:
+        i = bisect.bisect_left(self.bounds, ms)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += ms
+
+    def snapshot(self) -> tuple[list[int], float]:
+        """(count per bucket, sum of the durations in ms)."""
+        with self._lock:
+            return list(self._counts), self._sum
+
+
+SYNC_BOUNDS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0)
+SYNC_LATENCY = {"fsync": LatencyRecorder(SYNC_BOUNDS_MS), "fdatasync": LatencyRecorder(SYNC_BOUNDS_MS)}
+"""How long each fsync / fdatasync of this process took, by call (the whole process: every engine shares it)."""
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -38,12 +73,20 @@ def pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 def fsync(fd: int) -> None:
     """Flush the file's data and metadata to the disk."""
-    os.fsync(fd)
+    start = time.perf_counter()
+    try:
+        os.fsync(fd)
+    finally:
+        SYNC_LATENCY["fsync"].observe((time.perf_counter() - start) * 1000)
 
 
 def fdatasync(fd: int) -> None:
     """Flush the file's data (and the metadata needed to read it back) to the disk."""
-    os.fdatasync(fd)
+    start = time.perf_counter()
+    try:
+        os.fdatasync(fd)
+    finally:
+        SYNC_LATENCY["fdatasync"].observe((time.perf_counter() - start) * 1000)
 
 
 def truncate(fd: int, size: int) -> None:

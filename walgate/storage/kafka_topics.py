@@ -1,10 +1,12 @@
-"""Kafka-native topics: their configs, the database that holds them, the RecordBatch fields storage reads.
+"""Kafka-native topics: their configs and the database that holds them.
 
 A topic created through Kafka's CreateTopics gets a database of its own whose
 vgroups are the topic's partitions; each produced RecordBatch v2 is one WAL
 entry of the partition's vnode, stored as produced except for its base offset
 (the Kafka offset it is given) and partition leader epoch (0), neither of which
-the batch CRC covers. Fetch serves the stored bytes as they are.
+the batch CRC covers (:func:`rebase`). Fetch serves the stored bytes as they are.
+The batch format is :mod:`walgate.wire.record_batch`'s; :func:`batch_info` is its
+header parser (producer id, epoch, base sequence, record count, max timestamp).
 
 Kafka configs map onto the database's WAL settings (rounded up to the WAL's
 units: seconds and MB); the configs themselves are kept as set, so
@@ -14,18 +16,17 @@ DescribeConfigs answers what the client wrote.
 from __future__ import annotations
 
 import re
-import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from walgate.storage.errors import InvalidValue
 from walgate.storage.names import DB_NAME_MAX
+from walgate.wire.record_batch import batch_header as batch_info
+from walgate.wire.record_batch import rebase
 
 __all__ = [
     "TOPIC_CONFIG_DEFAULTS",
-    "BatchInfo",
     "backing_database",
     "batch_info",
     "rebase",
@@ -54,35 +55,6 @@ answer (WAL_LEVEL 2, period 0); otherwise it is fsynced every ``flush.ms``
 
 _NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _MB = 1 << 20
-
-# RecordBatch v2 header fields storage needs (byte layout: walgate.wire.records)
-_PRODUCER: Final = struct.Struct(">qhii")  # producer id, producer epoch, base sequence, record count at byte 43
-_MAX_TS: Final = struct.Struct(">q")  # max timestamp at byte 35
-_BASE_OFFSET: Final = struct.Struct(">q")
-_LEADER_EPOCH: Final = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class BatchInfo:
-    """What storage needs of a RecordBatch v2 header."""
-
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-    max_timestamp: int
-
-
-def batch_info(batch: bytes | memoryview) -> BatchInfo:
-    producer_id, epoch, sequence, count = _PRODUCER.unpack_from(batch, 43)
-    (max_ts,) = _MAX_TS.unpack_from(batch, 35)
-    return BatchInfo(producer_id, epoch, sequence, count, max_ts)
-
-
-def rebase(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
-    """*batch* with its base offset and partition leader epoch set (the CRC does not cover them)."""
-    return _BASE_OFFSET.pack(base_offset) + bytes(batch[8:12]) + _LEADER_EPOCH.pack(leader_epoch) + bytes(batch[16:])
-
 
 def validate_topic_name(name: str) -> None:
     """Kafka's rules: 1-249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""

@@ -92,10 +92,10 @@ class Point:
     ts_ns: int | None
 
 
-_set_measurement = Point.measurement.__set__  # type: ignore[attr-defined]
-_set_tags = Point.tags.__set__  # type: ignore[attr-defined]
-_set_fields = Point.fields.__set__  # type: ignore[attr-defined]
-_set_ts_ns = Point.ts_ns.__set__  # type: ignore[attr-defined]
+_set_measurement = Point.__dict__["measurement"].__set__
+_set_tags = Point.__dict__["tags"].__set__
+_set_fields = Point.__dict__["fields"].__set__
+_set_ts_ns = Point.__dict__["ts_ns"].__set__
 
 
 def _new_point(
@@ -269,6 +269,7 @@ def _scan_head(head: str) -> tuple[str, list[tuple[str, str]]]:
     """``measurement[,k=v...]`` with escapes; raises :class:`_LineError` saying what is wrong."""
     end = len(head)
     m = _MEASUREMENT.match(head)
+    assert m is not None  # these patterns match the empty string: never None
     measurement = _unescape(m.group(), _UNESCAPE_MEASUREMENT)
     if not measurement:
         raise _LineError("missing measurement")
@@ -276,6 +277,7 @@ def _scan_head(head: str) -> tuple[str, list[tuple[str, str]]]:
     pos = m.end()
     while pos < end:  # head[pos] == ","
         m = _NAME.match(head, pos + 1)
+        assert m is not None
         key = _unescape(m.group(), _UNESCAPE_NAME)
         pos = m.end()
         if not key:
@@ -283,6 +285,7 @@ def _scan_head(head: str) -> tuple[str, list[tuple[str, str]]]:
         if pos == end or head[pos] != "=":
             raise _LineError(f"tag {key!r} has no '=value'")
         m = _NAME.match(head, pos + 1)
+        assert m is not None
         value = _unescape(m.group(), _UNESCAPE_NAME)
         pos = m.end()
         if not value:
@@ -389,20 +392,26 @@ def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
 def _parse_line(line: str, mult: int, memo: _Memo) -> Point:
     """The escape-aware scanner: parses any line, or raises :class:`_LineError` saying what is wrong."""
     end = len(line)
-    head = _HEAD.match(line).group()
+    m = _HEAD.match(line)
+    assert m is not None
+    head = m.group()
     series = memo.series.get(head)
     if series is None:
         series = memo.series[head] = _parse_head(head)
     pos = len(head)
     if pos == end:
         raise _LineError("no fields (expected a space and field=value after the measurement and tags)")
-    pos = _SPACES.match(line, pos).end()
+    spaces = _SPACES.match(line, pos)
+    assert spaces is not None
+    pos = spaces.end()
     fields: list[Field] = []
     shape: list[object] = [series[2]]
     while True:
         m = _FIELD.match(line, pos)
         if m is None or not m.group(1):
-            key = _unescape(_NAME.match(line, pos).group(), _UNESCAPE_NAME)
+            name = _NAME.match(line, pos)
+            assert name is not None
+            key = _unescape(name.group(), _UNESCAPE_NAME)
             raise _LineError(f"field {key!r} has no '=value'" if key else "empty field key")
         key_text, prefix, text, plain = m.groups()
         key = _unescape(key_text, _UNESCAPE_NAME)

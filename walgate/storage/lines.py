@@ -29,7 +29,7 @@ from typing import Any
 import crc32c
 import orjson
 
-__all__ = ["BadLine", "Scan", "encode", "decode", "scan"]
+__all__ = ["BadLine", "Scan", "encode", "decode", "decode_int", "scan"]
 
 _CRC = re.compile(rb"[0-9a-f]{8} ")
 # a prefix of a line without its terminator (orjson escapes every control byte)
@@ -53,6 +53,18 @@ def decode(line: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:  # a checksum that verifies over bytes that are not JSON: not ours
         raise ValueError(f"not JSON: {exc}") from None
+
+
+def decode_int(raw: bytes, key: str, minimum: int) -> int:
+    """The integer ``key`` (at least ``minimum``) of a file holding one record (its ``\n`` optional), such as the
+    data dir's format version or a partition's log start; ValueError saying what is wrong when it does not verify."""
+    try:
+        value = decode(raw.rstrip(b"\n"))[key]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"no {key}: {exc!r}") from None
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"{key} {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import TypeGuard
 
 from walgate.storage.errors import InvalidValue
 
@@ -88,7 +89,7 @@ def new_db_id() -> str:
     return uuid.uuid4().hex
 
 
-def is_db_id(value: object) -> bool:
+def is_db_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _DB_ID.fullmatch(value) is not None
 
 

@@ -142,11 +142,8 @@ class OffsetIndex:
             return 0
         raw = path.read_bytes()
         try:
-            start = lines.decode(raw.rstrip(b"\n"))["log_start"]
-            if type(start) is not int or start < 0:
-                raise ValueError(f"log start {start!r}")
-            return start
-        except (ValueError, KeyError, TypeError) as exc:
+            return lines.decode_int(raw, "log_start", 0)
+        except ValueError as exc:
             self._report(path, 0, len(raw), f"log start of DeleteRecords: {exc}; the log starts at the first indexed "
                          "record", "reset", raw)
             return 0

@@ -40,11 +40,11 @@ _SEQUENCE_WRAP: Final = 2**31
 
 
 class SequenceError(StorageError):
-    """A batch refused by the idempotence rules; ``code`` is the Kafka error name."""
+    """A batch refused by the idempotence rules; ``kafka_error`` is the Kafka error name."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, kafka_error: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.kafka_error = kafka_error
 
 
 @dataclass(frozen=True, slots=True)

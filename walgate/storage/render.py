@@ -100,7 +100,8 @@ def json_objects(table: pa.Table) -> list[bytes]:
         parts += [prefix, _json_text(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)]
     parts.append("}")
     joined = pc.binary_join_element_wise(*parts, "")
-    return pc.cast(joined, pa.binary()).to_pylist()
+    rendered: list[bytes] = pc.cast(joined, pa.binary()).to_pylist()
+    return rendered
 
 
 def _json_text(col: pa.Array) -> pa.Array:

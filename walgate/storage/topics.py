@@ -176,7 +176,7 @@ class TopicEvaluator:
         cols: dict[str, Any] = {}
         n = len(env["tbname"])
         for name, fn in self._items:
-            if fn is None:
+            if name is None or fn is None:  # "*"
                 cols.update({c: env[c] for c in everything})
                 continue
             value = fn(env)

@@ -1,4 +1,4 @@
-"""Kafka protocol bytes, sans-IO: no sockets, no asyncio, no clocks (DESIGN.md, wire/).
+"""Kafka protocol bytes, sans-IO: no sockets, no asyncio, no clocks (docs/architecture.md).
 
 =====================  =========================================================
 module                 owns
@@ -9,7 +9,9 @@ module                 owns
 :mod:`.serial`         the schema compiler behind :mod:`.protocol` (bounded decoders,
                        chunked encoders, version-agnostic builders for kio dataclasses)
 :mod:`.legacy`         schemas of versions Kafka 4.0 removed, from Kafka's JSON descriptors
-:mod:`.records`        RecordBatch v2 encode/decode, legacy message sets, header patching
+:mod:`.record_batch`   the RecordBatch v2 format: header, CRC, records, timestamps, building
+:mod:`.records`        partition data of any magic (v2 batches, legacy message sets),
+                       produce validation
 :mod:`.compression`    gzip / snappy (xerial) / lz4 (frame) / zstd, bounded decompression
 :mod:`.errors`         :class:`WireError` and subclasses, Kafka's :class:`ErrorCode`
 =====================  =========================================================
@@ -24,6 +26,7 @@ from walgate.wire.errors import (
     FrameTooLarge,
     InvalidRecord,
     MalformedFrame,
+    RecordTooLarge,
     UnsupportedVersion,
     WireError,
 )
@@ -39,15 +42,17 @@ from walgate.wire.protocol import (
     encode_response,
     parse_request_header,
 )
-from walgate.wire.records import (
+from walgate.wire.record_batch import (
     BatchHeader,
     DecodedBatch,
     DecodedRecord,
     batch_header,
-    decode_batches,
     encode_batch,
-    patch_base_offset,
+    rebase,
+    record_timestamps,
+    with_log_append_time,
 )
+from walgate.wire.records import decode_batches, validate_produced
 
 __all__ = [
     "WIRE_VERSIONS",
@@ -61,6 +66,7 @@ __all__ = [
     "FrameTooLarge",
     "InvalidRecord",
     "MalformedFrame",
+    "RecordTooLarge",
     "RequestHeader",
     "UnsupportedVersion",
     "WireError",
@@ -76,5 +82,8 @@ __all__ = [
     "encode_response",
     "frame",
     "parse_request_header",
-    "patch_base_offset",
+    "rebase",
+    "record_timestamps",
+    "validate_produced",
+    "with_log_append_time",
 ]

@@ -34,7 +34,7 @@ import zlib
 from typing import Final
 
 import cramjam
-import lz4.frame
+import lz4.frame  # type: ignore[import-untyped]
 
 from walgate.wire.errors import InvalidRecord
 
@@ -134,7 +134,7 @@ def _gunzip(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
 
 
 def _unsnappy(view: memoryview, max_size: int) -> bytes:
-    if view[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
+    if view[: len(_XERIAL_MAGIC)].tobytes() != _XERIAL_MAGIC:
         if cramjam.snappy.decompress_raw_len(view) > max_size:
             raise _too_large("snappy", max_size)
         return bytes(cramjam.snappy.decompress_raw(view))

@@ -10,7 +10,8 @@ response with a wrong type) still surface as ``TypeError`` / ``ValueError``.
     │   └── FrameTooLarge    size prefix above the reader's maximum
     ├── UnsupportedVersion   (api_key, api_version) this module has no schema for
     ├── CorruptRecord        record batch whose CRC does not match (CORRUPT_MESSAGE)
-    └── InvalidRecord        record batch that parses badly or breaks a limit (INVALID_RECORD)
+    ├── InvalidRecord        record batch that parses badly or breaks a limit (INVALID_RECORD)
+    └── RecordTooLarge       produced batch above the topic's max.message.bytes (MESSAGE_TOO_LARGE)
 
 :class:`ErrorCode` is kio's enum of Kafka error codes (``ErrorCode.corrupt_message``
 is 2, ``ErrorCode.unsupported_version`` is 35, ...), re-exported so the rest of
@@ -22,14 +23,14 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
-    "WireError",
-    "MalformedFrame",
-    "FrameTooLarge",
-    "UnsupportedVersion",
     "CorruptRecord",
-    "InvalidRecord",
-    "RecordTooLarge",
     "ErrorCode",
+    "FrameTooLarge",
+    "InvalidRecord",
+    "MalformedFrame",
+    "RecordTooLarge",
+    "UnsupportedVersion",
+    "WireError",
 ]
 
 

@@ -31,7 +31,7 @@ from typing import Final
 from walgate.wire.errors import FrameTooLarge, MalformedFrame
 from walgate.wire.serial import chunk_len
 
-__all__ = ["FrameReader", "frame", "BIG_FRAME"]
+__all__ = ["BIG_FRAME", "FrameReader", "frame"]
 
 BIG_FRAME: Final = 64 * 1024
 """Incomplete frames at least this large are collected as a list of pieces."""

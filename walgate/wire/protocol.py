@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import typing
 from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -47,22 +48,31 @@ from kio.static.constants import EntityType
 
 from walgate.wire import legacy
 from walgate.wire.errors import ErrorCode, MalformedFrame, UnsupportedVersion
-from walgate.wire.serial import Builder, builder, chunk_len, decoder, encoder, fields_of, read_uvarint, write_uvarint
+from walgate.wire.serial import (
+    Builder,
+    builder,
+    chunk_len,
+    decoder,
+    encoder,
+    fields_of,
+    read_uvarint,
+    write_uvarint,
+)
 
 __all__ = [
+    "API_NAMES",
+    "WIRE_VERSIONS",
     "Chunk",
     "RequestHeader",
-    "WIRE_VERSIONS",
-    "API_NAMES",
-    "parse_request_header",
-    "decode_request",
-    "build_response",
-    "encode_response",
-    "encode_request",
     "api_versions_fallback",
+    "build_response",
+    "decode_request",
+    "encode_request",
+    "encode_response",
+    "parse_request_header",
     "request_class",
-    "response_class",
     "request_header_version",
+    "response_class",
     "response_header_version",
 ]
 
@@ -309,7 +319,7 @@ def _encode(message: Any, head: bytearray) -> list[Chunk]:
 def encode_response(header: RequestHeader, response: Any) -> list[Chunk]:
     """The complete response frame (size prefix, response header, body) as chunks.
 
-    Large ``records``/``bytes`` values (>= :data:`walgate.wire.serial.BIG_VALUE`
+    Large ``records``/``bytes`` values (>= :data:`walgate.wire.serial.runtime.BIG_VALUE`
     bytes) are separate chunks, never copied; everything else is packed into few
     ``bytearray`` chunks. Raises ``ValueError`` if *response* is not the response
     class of the request's (api_key, api_version) or a value does not fit its type.
@@ -340,7 +350,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
         head += raw or b""
     if version == 2:
         write_uvarint(head, 0)
-    return b"".join(_encode(request, head))
+    return b"".join(typing.cast(list[bytes], _encode(request, head)))  # a request holds no file regions
 
 
 def api_versions_fallback(correlation_id: int, supported: Mapping[int, tuple[int, int]]) -> list[Chunk]:

@@ -6,11 +6,9 @@ private and hands it to the functions handlers run there
 that need it too). A handler cannot read engine state on the event loop,
 where a concurrent CreateTopics/DeleteTopics would change it under it.
 
-Push, not polling: the engine calls ``on_records(topic, partition)`` on the
-storage thread whenever an append gives a topic-partition new records; that
-hops to the event loop and sets every :class:`asyncio.Event` a waiting Fetch
-registered for the partition. A Fetch registers *before* it reads, so a
-record appended between its read and its wait still wakes it.
+Push, not polling: the engine was opened with the broker's :class:`FetchWakeups`
+as its records listener, which wakes the Fetches waiting on a topic-partition
+as soon as an append gives it new records (see :mod:`.wakeups`).
 
 Record batches are rendered once per (topic, partition, WAL version): dense
 offsets are never renumbered, so a rendered batch (base offset included) is
@@ -33,8 +31,8 @@ from typing import Callable, Concatenate, ParamSpec, TypeVar
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.storage_thread import StorageThread
+from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.storage.engine import Engine
-from walgate.wire.records import record_timestamps
 
 __all__ = ["Broker", "BatchCache", "PEER"]
 
@@ -46,17 +44,23 @@ PEER: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_peer",
 
 
 class BatchCache:
-    """LRU of rendered record batches keyed by (topic, partition, version), bounded in bytes."""
+    """LRU of rendered record batches keyed by (topic, partition, version), bounded in bytes; counts the
+    :meth:`get` calls that found their batch (``hits``) and those that did not (``misses``)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.size = 0
+        self.hits = 0
+        self.misses = 0
         self._items: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
 
     def get(self, key: tuple[str, int, int]) -> bytes | None:
         batch = self._items.get(key)
         if batch is not None:
             self._items.move_to_end(key)
+            self.hits += 1
+        else:
+            self.misses += 1
         return batch
 
     def put(self, key: tuple[str, int, int], batch: bytes) -> None:
@@ -84,15 +88,12 @@ class Broker:
     cache: BatchCache
     versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
     groups: GroupService
+    wakeups: FetchWakeups  # the records listener the engine was opened with
     configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
     auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}
-        self._loop = asyncio.get_running_loop()
-        engine.on_records = self._on_records
-        engine.batch_timestamps = record_timestamps
 
     async def call(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""
@@ -113,26 +114,9 @@ class Broker:
             tmp.replace(path)
         return path.read_text().strip()
 
-    def _on_records(self, topic: str, partition: int) -> None:
-        """Called on the storage thread after an append."""
-        if (topic, partition) in self._waiters:
-            self._loop.call_soon_threadsafe(self._wake, topic, partition)
-
-    def _wake(self, topic: str, partition: int) -> None:
-        for event in self._waiters.pop((topic, partition), ()):
-            event.set()
-
     def watch(self, keys: list[tuple[str, int]]) -> asyncio.Event:
         """An event set as soon as any of ``keys`` gets new records."""
-        event = asyncio.Event()
-        for key in keys:
-            self._waiters.setdefault(key, set()).add(event)
-        return event
+        return self.wakeups.watch(keys)
 
     def unwatch(self, keys: list[tuple[str, int]], event: asyncio.Event) -> None:
-        for key in keys:
-            waiters = self._waiters.get(key)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[key]
+        self.wakeups.unwatch(keys, event)

@@ -37,9 +37,10 @@ from walgate.coordinator.classic import Completion
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
-from walgate.storage.engine import ConsumerRow, Engine
+from walgate.storage.engine import Engine
+from walgate.storage.observers import ConsumerRow
 
-__all__ = ["GroupService", "now_ms", "TICK_RETRY_S"]
+__all__ = ["GroupService", "GroupMembers", "now_ms", "TICK_RETRY_S"]
 
 log = logging.getLogger("walgate.groups")
 
@@ -53,8 +54,33 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class GroupMembers:
+    """The consumer-group members SHOW CONSUMERS / SUBSCRIPTIONS list: the engine's
+    :class:`~walgate.storage.observers.ConsumersView`, created before the engine is opened and filled by the
+    :class:`GroupService` whose coordinator knows the members (none until then). Read on the storage thread."""
+
+    def __init__(self) -> None:
+        self._groups: GroupCoordinator | None = None
+
+    def follow(self, groups: GroupCoordinator) -> None:
+        self._groups = groups
+
+    def consumers(self) -> list[ConsumerRow]:
+        if self._groups is None:
+            return []
+        return [
+            ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
+                        dict(c.assignment or {}), c.last_heartbeat_ms)
+            for c in self._groups.consumers()
+        ]
+
+
 class GroupService:
-    def __init__(self, engine: Engine, storage: StorageThread, groups: GroupCoordinator | None = None) -> None:
+    def __init__(
+        self, engine: Engine, storage: StorageThread, groups: GroupCoordinator | None = None,
+        members: GroupMembers | None = None,
+    ) -> None:
+        """``members``: the consumers view the engine was opened with, which this service's coordinator fills."""
         self.groups = groups or GroupCoordinator()
         self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the storage thread
         self.storage = storage
@@ -62,15 +88,8 @@ class GroupService:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._tick_task: asyncio.Task[None] | None = None
-        engine.consumers_view = self._consumer_rows
-
-    def _consumer_rows(self) -> list[ConsumerRow]:
-        """SHOW CONSUMERS' view of the coordinator (called by the engine, on the storage thread)."""
-        return [
-            ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
-                        dict(c.assignment or {}), c.last_heartbeat_ms)
-            for c in self.groups.consumers()
-        ]
+        if members is not None:
+            members.follow(self.groups)
 
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
         """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread."""

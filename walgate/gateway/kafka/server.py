@@ -36,6 +36,16 @@ and no answer written for ``connections_max_idle_ms``, Kafka's
 request, as with Kafka. One sweeper task enforces both. The listen backlog is
 ``listen_backlog`` (Kafka's ``socket.listen.backlog.size``), so a burst of
 connections queues in the kernel instead of being retried by TCP.
+
+Observability: every answered request is reported to :class:`Metrics` with four
+``perf_counter`` stamps (last byte read, handler start, handler end, response
+written: Kafka's request queue, local and response send times), and logged at
+DEBUG on ``kafka.request.logger`` (Kafka's name) with its api, version,
+correlation id, client id, peer, sizes and times. Each connection logs one INFO
+line on ``walgate.kafka.connection`` when its first request names the client
+(peer, client id, principal) and one when it closes (the same, the reason and
+the number of requests). There is no authentication yet: the principal is
+always ``User:ANONYMOUS``.
 """
 
 from __future__ import annotations
@@ -43,19 +53,34 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import PEER, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.metrics import Metrics, api_name
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
-from walgate.wire.protocol import Chunk, api_versions_fallback, build_response, decode_request, encode_response, parse_request_header
+from walgate.wire.protocol import (
+    Chunk,
+    RequestHeader,
+    api_versions_fallback,
+    build_response,
+    decode_request,
+    encode_response,
+    parse_request_header,
+)
 
 __all__ = ["KafkaServer", "RequestBudget"]
 
 log = logging.getLogger("walgate.kafka")
+connection_log = logging.getLogger("walgate.kafka.connection")
+request_log = logging.getLogger("kafka.request.logger")
+
+PRINCIPAL = "User:ANONYMOUS"
+"""The principal of every connection (walgate has no authentication yet)."""
 
 _API_VERSIONS = 18
 _READ_CHUNK = 256 << 10
@@ -116,6 +141,7 @@ class KafkaServer:
         max_request_bytes: int,
         connections_max_idle_ms: int = 600_000,
         *,
+        metrics: Metrics,
         queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES,
         request_read_timeout_ms: int = 30_000,
         listen_backlog: int = 4096,
@@ -125,12 +151,19 @@ class KafkaServer:
         self.max_idle = connections_max_idle_ms / 1000
         self.read_timeout = request_read_timeout_ms / 1000
         self.listen_backlog = listen_backlog
+        self.metrics = metrics
         self.budget = RequestBudget(max(queued_max_request_bytes, max_request_bytes))
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._active: dict[asyncio.StreamWriter, float] = {}  # open connection -> loop time of its last request/answer
         self._reading: dict[asyncio.StreamWriter, float] = {}  # connection -> loop time its incomplete request began
+        self._closing: dict[asyncio.StreamWriter, str] = {}  # connection closed by the sweeper -> why
         self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether the listener accepts connections."""
+        return self._server is not None and self._server.is_serving()
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen; returns the bound (host, port)."""
@@ -150,12 +183,14 @@ class KafkaServer:
                 if last < now - self.max_idle:
                     log.info("kafka %s: idle for %.0f s; closing the connection", writer.get_extra_info("peername"),
                              now - last)
+                    self._closing[writer] = f"idle for {now - last:.0f} s"
                     writer.close()  # the connection's read ends, and its task cleans up
             for writer, began in list(self._reading.items()):
                 if began < now - self.read_timeout:
                     log.warning("kafka %s: request not received in full within %.0f ms; closing the connection",
                                 writer.get_extra_info("peername"), self.read_timeout * 1000)
                     del self._reading[writer]
+                    self._closing[writer] = f"request not received in full within {self.read_timeout * 1000:.0f} ms"
                     writer.close()
 
     async def stop(self) -> None:
@@ -176,12 +211,18 @@ class KafkaServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         PEER.set(str(peer[0]) if peer else "")
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
         frames = FrameReader(self.max_request_bytes)
         out = FrameWriter(writer)
         loop = asyncio.get_running_loop()
         budget = self.budget
+        metrics = self.metrics
         held = 0  # budget bytes held by this connection: the request being received or handled
+        requests = 0
+        client_id: str | None = None
+        reason = "closed by the client"
         self._active[writer] = loop.time()
+        metrics.connection(opened=True)
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
@@ -190,17 +231,32 @@ class KafkaServer:
                 done = frames.feed(data)
                 if done:
                     self._reading.pop(writer, None)
+                received = time.perf_counter()
                 for frame in done:
                     if not held:  # not paid for while it arrived
                         await budget.take(len(frame))
                         held = len(frame)
                     self._active[writer] = loop.time()
-                    response = await self._dispatch(frame, peer)
+                    started = time.perf_counter()
+                    header = parse_request_header(frame)
+                    if not requests:
+                        client_id = header.client_id
+                        connection_log.info("kafka connection from %s opened: client id %r, principal %s", address,
+                                            client_id, PRINCIPAL,
+                                            extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL})
+                    requests += 1
+                    request, fields, response = await self._dispatch(header, frame)
+                    handled = time.perf_counter()
                     if writer.is_closing():
                         # the peer reset the connection while its request was handled (a long-poll Fetch), or it
                         # was closed as idle: the answer has nowhere to go (uvloop's writelines would raise)
+                        reason = "the client went away while its request was handled"
                         return
                     await out.write(response)
+                    sent = time.perf_counter()
+                    metrics.request(header, request, fields, received, started, handled, sent)
+                    if request_log.isEnabledFor(logging.DEBUG):
+                        _log_request(header, address, len(frame), response, received, started, handled, sent)
                     self._active[writer] = loop.time()
                     budget.release(held)
                     held = 0
@@ -214,31 +270,40 @@ class KafkaServer:
                     self._reading.setdefault(writer, loop.time())
         except _Close as why:
             log.log(why.level, "kafka %s: %s; closing the connection", peer, why)
+            reason = str(why)
         except WireError as exc:
             log.warning("kafka %s: bad frame (%s); closing the connection", peer, exc)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+            reason = f"bad frame ({exc})"
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            reason = f"connection lost ({type(exc).__name__})"
         except asyncio.CancelledError:
             # stop(): end normally, because asyncio's stream callback (3.11) logs a cancelled connection task as an error
-            pass
+            reason = "the server is stopping"
         finally:
             if held:
                 budget.release(held)
             self._connections.discard(task)
             self._active.pop(writer, None)
             self._reading.pop(writer, None)
+            reason = self._closing.pop(writer, reason)
             out.close()
             writer.close()
+            metrics.connection(opened=False)
+            connection_log.info("kafka connection from %s closed (%s): client id %r, principal %s, %d requests",
+                                address, reason, client_id, PRINCIPAL, requests,
+                                extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL,
+                                       "reason": reason, "requests": requests})
 
-    async def _dispatch(self, frame: bytes, peer: Any) -> list[Chunk]:
-        header = parse_request_header(frame)
+    async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
+        """(the decoded request, the handler's response fields, the response frame); the request and fields are
+        None for the ApiVersions fallback, the fields None and the frame empty for an unanswered request (acks=0)."""
         handler = HANDLERS.get(header.api_key)
         supported = self.broker.versions.get(header.api_key)
         if handler is None or supported is None:
             raise _Close(f"unsupported api key {header.api_key} (client {header.client_id!r})")
         if not supported[0] <= header.api_version <= supported[1]:
             if header.api_key == _API_VERSIONS:
-                return api_versions_fallback(header.correlation_id, self.broker.versions)
+                return None, None, api_versions_fallback(header.correlation_id, self.broker.versions)
             raise _Close(
                 f"unsupported version {header.api_version} of api key {header.api_key} "
                 f"(supported {supported[0]}-{supported[1]}, client {header.client_id!r})"
@@ -247,8 +312,8 @@ class KafkaServer:
         try:
             fields = await handler.fn(self.broker, header, request)
             if fields is None:
-                return []
-            return encode_response(header, build_response(header.api_key, header.api_version, fields))
+                return request, None, []
+            return request, fields, encode_response(header, build_response(header.api_key, header.api_version, fields))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -257,3 +322,21 @@ class KafkaServer:
                 f"{type(exc).__name__}: {exc}",
                 logging.ERROR,
             ) from exc
+
+
+def _log_request(header: RequestHeader, peer: str, size: int, response: list[Chunk], received: float, started: float,
+                 handled: float, sent: float) -> None:
+    """One DEBUG line per answered request on ``kafka.request.logger`` (times in ms)."""
+    out = sum(map(len, response))
+    total, queue, local, send = ((sent - received) * 1000, (started - received) * 1000, (handled - started) * 1000,
+                                 (sent - handled) * 1000)
+    request_log.debug(
+        "Completed request %s v%d correlation id %d from client %r at %s: %d bytes in, %d bytes out; "
+        "totalTime %.3f ms, requestQueueTime %.3f ms, localTime %.3f ms, responseSendTime %.3f ms",
+        api_name(header.api_key), header.api_version, header.correlation_id, header.client_id, peer, size + 4, out,
+        total, queue, local, send,
+        extra={"api": api_name(header.api_key), "api_version": header.api_version, "correlation_id": header.correlation_id,
+               "client_id": header.client_id, "peer": peer, "request_bytes": size + 4, "response_bytes": out,
+               "total_ms": round(total, 3), "request_queue_ms": round(queue, 3), "local_ms": round(local, 3),
+               "response_send_ms": round(send, 3)},
+    )

@@ -85,8 +85,15 @@ class Like:
     negated: bool = False
 
 
-Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like]
-_EXPR_CLASSES = (Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like)  # == Expr's members
+@dataclass(frozen=True)
+class Duration:
+    """A duration literal (``1h``, ``10s``) in nanoseconds: only in queries, as in ``ts > now - 1h``."""
+
+    ns: int
+
+
+Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like, Duration]
+_EXPR_CLASSES = (Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like, Duration)  # == Expr's members
 
 
 def children(expr: Expr) -> list[Expr]:
@@ -280,13 +287,50 @@ class Describe:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """``INTERVAL(length [, offset]) [SLIDING(sliding)]``, in nanoseconds (``sliding`` None: tumbling windows)."""
+
+    length_ns: int
+    offset_ns: int = 0
+    sliding_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class Fill:
+    """``FILL(mode)``: NONE | NULL | PREV | NEXT | LINEAR, or VALUE with its values."""
+
+    mode: str
+    values: tuple[int | float | str | bool | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class OrderItem:
+    expr: Expr
+    descending: bool = False
+
+
+@dataclass(frozen=True)
 class Select:
-    """A plain query (``SELECT ... FROM ... [WHERE ...] [LIMIT n]``), used to read back data."""
+    """A query: ``SELECT ... FROM ... [WHERE] [PARTITION BY] [INTERVAL [SLIDING] [FILL]] [GROUP BY] [HAVING]
+    [ORDER BY] [LIMIT n [OFFSET m]]`` (storage/query.py checks what may be combined and runs it)."""
 
     items: tuple[SelectItem, ...]
     source: Name
     where: Expr | None = None
     limit: int | None = None
+    offset: int = 0
+    partition_by: tuple[Expr, ...] = ()
+    interval: Interval | None = None
+    fill: Fill | None = None
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    order_by: tuple[OrderItem, ...] = ()
+
+    def expressions(self) -> list[Expr]:
+        """Every expression of the query (select list, WHERE, keys, HAVING, ORDER BY)."""
+        exprs = [i.expr for i in self.items if i.expr is not None] + list(self.partition_by + self.group_by)
+        exprs += [e for e in (self.where, self.having) if e is not None] + [o.expr for o in self.order_by]
+        return exprs
 
 
 Statement = Union[

@@ -15,7 +15,8 @@ Decisions:
   never escape. Syntax and shape errors (unknown type or database option,
   JSON outside TAGS, first column not TIMESTAMP, duplicate names) are
   ``SqlSyntaxError``; a bad option value or a row whose arity differs from its
-  column list is ``InvalidValue``; aggregates in a SELECT are ``Unsupported``.
+  column list is ``InvalidValue``; aggregates and durations in a topic, and
+  aggregates in a WHERE, are ``Unsupported``.
 * ``BINARY(n)`` becomes ``VARCHAR(n)``, ``INTEGER`` becomes ``INT``; ``JSON``
   gets length 4095, the fixed size TDengine reports for JSON tags.
 * String literals accept ``''`` / ``""`` doubling and backslash escapes
@@ -24,6 +25,9 @@ Decisions:
   backslash is dropped (``\\q`` is ``q``), as in TDengine.
 * A ``-`` before a number literal in an expression is folded into the
   literal (``-5`` is ``Lit(-5)``, not ``Unary``).
+* Durations (``1h``, ``10s``: b u a s m h d w) are nanoseconds, in
+  expressions (``Duration``) and in ``INTERVAL`` / ``SLIDING``.
+  ``LIMIT a, b`` is ``LIMIT b OFFSET a``.
 * ``CreateTopic.sql`` is the statement text without surrounding whitespace
   and trailing ``;``.
 * A chain of ``AND`` (or ``OR``) is folded into a balanced tree of
@@ -69,6 +73,7 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.ast import (
     Between,
     Binary,
+    Duration,
     Call,
     Cast,
     Col,
@@ -98,7 +103,7 @@ AGGREGATES = frozenset(
     "percentile apercentile top bottom mode hyperloglog histogram elapsed leastsquares twa irate "
     "diff derivative csum mavg sample tail unique interp statecount stateduration group_concat".split()
 )
-"""Aggregate / selector / time-series functions: parsed, then refused with ``Unsupported``."""
+"""Aggregate / selector / time-series functions: refused with ``Unsupported`` in topics and WHERE clauses."""
 
 _DURATION_NS = {"b": 1, "u": 1_000, "a": 1_000_000, "s": 10**9, "m": 60 * 10**9,
                 "h": 3_600 * 10**9, "d": 86_400 * 10**9, "w": 604_800 * 10**9}
@@ -199,11 +204,15 @@ def _check_columns(columns: tuple[Column, ...], tags: tuple[Column, ...] = ()) -
 
 
 def _check_no_aggregates(items: tuple[SelectItem, ...], where: Expr | None, context: str) -> None:
+    """Refuse aggregates (and, in a topic, durations, which only queries fold) in ``items`` and ``where``."""
     exprs = [i.expr for i in items if i.expr is not None] + ([where] if where is not None else [])
     for expr in exprs:
         for node in ast.walk(expr):
             if isinstance(node, Call) and node.name in AGGREGATES:
-                raise _StatementError(Unsupported, f"aggregate function {node.name}() is not supported in {context}")
+                allowed = "allowed in WHERE" if context == "WHERE" else f"supported in {context}"
+                raise _StatementError(Unsupported, f"aggregate function {node.name}() is not {allowed}")
+            if isinstance(node, Duration) and context != "WHERE":
+                raise _StatementError(Unsupported, f"durations (as in now - 1h) are not supported in {context}")
 
 
 def _balanced(op: str, operands: tuple[Expr, ...]) -> Expr:
@@ -231,8 +240,10 @@ def _check_limits(sql: str) -> None:
 def _check_depth(sql: str, statement: Statement) -> None:
     """Refuse expressions nested deeper than :data:`MAX_EXPR_DEPTH` (see the module docstring)."""
     exprs: list[Expr | None] = []
-    if isinstance(statement, (ast.Select, CreateTopic)):
-        exprs += [i.expr for i in (statement.items if isinstance(statement, ast.Select) else statement.select or ())]
+    if isinstance(statement, ast.Select):
+        exprs += statement.expressions()
+    elif isinstance(statement, CreateTopic):
+        exprs += [i.expr for i in statement.select or ()]
         exprs.append(statement.where)
     for expr in exprs:
         if expr is not None and (levels := ast.depth(expr)) > MAX_EXPR_DEPTH:
@@ -311,14 +322,15 @@ class _RowReader:
 
 
 @v_args(inline=True)
-class _ToAst(Transformer):
+class _ToAst(Transformer[Token, Statement]):
     """Builds AST nodes while the LALR parser reduces (one method per rule / alias)."""
 
     rows: _RowReader  # set by _lark() once the grammar's terminals are known
 
     # -- common
     def ident(self, token: Token) -> str:
-        return token.value[1:-1] if token.type == "QUOTED_NAME" else token.value.lower()
+        text = str(token.value)
+        return text[1:-1] if token.type == "QUOTED_NAME" else text.lower()
 
     def table_name(self, first: str, second: str | None) -> Name:
         return Name(first) if second is None else Name(second, first)
@@ -460,6 +472,7 @@ class _ToAst(Transformer):
         return {"kind": "database", "source": Name(name)}
 
     def topic_stable(self, name: Name, where: Expr | None) -> dict[str, Any]:
+        _check_no_aggregates((), where, "CREATE TOPIC AS STABLE")
         return {"kind": "stable", "source": name, "where": where}
 
     def topic_select(self, items: tuple[SelectItem, ...], source: Name, where: Expr | None) -> dict[str, Any]:
@@ -493,9 +506,48 @@ class _ToAst(Transformer):
         return items
 
     def select(self, items: tuple[SelectItem, ...], source: Name, where: Expr | None,
-               limit: Token | None) -> ast.Select:
-        _check_no_aggregates(items, where, "SELECT")
-        return ast.Select(items, source, where, None if limit is None else int(limit))
+               partition_by: tuple[Expr, ...] | None, window: tuple[ast.Interval, ast.Fill | None] | None,
+               group_by: tuple[Expr, ...] | None, having: Expr | None, order_by: tuple[ast.OrderItem, ...] | None,
+               limit: tuple[int, int] | None) -> ast.Select:
+        _check_no_aggregates((), where, "WHERE")
+        interval, fill = window if window is not None else (None, None)
+        return ast.Select(items, source, where, limit[0] if limit else None, limit[1] if limit else 0,
+                          partition_by or (), interval, fill, group_by or (), having, order_by or ())
+
+    def partition_by(self, *exprs: Expr) -> tuple[Expr, ...]:
+        return exprs
+
+    group_by = partition_by
+
+    def interval(self, length: Token, offset: Token | None, sliding: Token | None,
+                 fill: ast.Fill | None) -> tuple[ast.Interval, ast.Fill | None]:
+        sliding_ns = None if sliding is None else _duration_ns("+", sliding)
+        return ast.Interval(_duration_ns("+", length), 0 if offset is None else _duration_ns("+", offset),
+                            sliding_ns), fill
+
+    def fill(self, mode: Token) -> ast.Fill:
+        return ast.Fill(mode.upper())
+
+    def fill_mode(self, mode: Token) -> Token:
+        return mode
+
+    def fill_value_list(self, *values: int | float | str | bool | None) -> ast.Fill:
+        return ast.Fill("VALUE", values)
+
+    def order_by(self, *items: ast.OrderItem) -> tuple[ast.OrderItem, ...]:
+        return items
+
+    def order_item(self, expr: Expr, direction: Token | None) -> ast.OrderItem:
+        return ast.OrderItem(expr, direction is not None and direction.upper() == "DESC")
+
+    def order_direction(self, direction: Token) -> Token:
+        return direction
+
+    def limit(self, count: Token, offset: Token | None) -> tuple[int, int]:
+        return int(count), 0 if offset is None else int(offset)
+
+    def limit_comma(self, offset: Token, count: Token) -> tuple[int, int]:
+        return int(count), int(offset)
 
     # -- expressions
     def or_(self, *operands: Expr) -> Expr:
@@ -543,6 +595,9 @@ class _ToAst(Transformer):
 
     def call_star(self, name: str) -> Call:
         return Call(name.lower(), ())
+
+    def duration(self, token: Token) -> Duration:
+        return Duration(_duration_ns("+", token))
 
     def cast(self, expr: Expr, type_: ColumnType) -> Cast:
         return Cast(expr, ColumnTypeRef(type_.name, type_.length))
@@ -604,7 +659,7 @@ def _describe(parser: Lark, e: UnexpectedInput) -> str:
     if interactive is not None:
         expected = interactive.accepts() or expected
     names = sorted({_terminal_name(parser, name) for name in expected})
-    listing = names[0] if len(names) == 1 else "one of " + ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+    listing = names[0] if len(names) == 1 else "one of " + ", ".join(names[:25]) + (", ..." if len(names) > 25 else "")
     return f"unexpected {found}, expected {listing}"
 
 

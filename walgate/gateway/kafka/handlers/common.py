@@ -37,6 +37,8 @@ import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from walgate.coordinator.errors import ERROR_CODES as GROUP_ERRORS
+from walgate.coordinator.errors import ConsumerProtocolError
 from walgate.storage.errors import (
     LimitExceeded,
     NotFound,
@@ -46,7 +48,14 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.wal import CorruptEntry
-from walgate.wire.errors import CorruptRecord, ErrorCode, InvalidRecord, RecordTooLarge
+from walgate.wire.errors import (
+    CorruptRecord,
+    ErrorCode,
+    InvalidRecord,
+    RecordTooLarge,
+    UnsupportedVersion,
+    WireError,
+)
 
 __all__ = [
     "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "LEADER_EPOCH",
@@ -72,6 +81,10 @@ ERRORS: Table = {
     CorruptRecord: ErrorCode.corrupt_message,
     RecordTooLarge: ErrorCode.message_too_large,
     InvalidRecord: ErrorCode.invalid_record,
+    UnsupportedVersion: ErrorCode.unsupported_version,
+    WireError: ErrorCode.invalid_request,  # bytes that do not parse (MalformedFrame, FrameTooLarge)
+    **GROUP_ERRORS,  # the group coordinator's refusals, each the Kafka error it names
+    ConsumerProtocolError: ErrorCode.inconsistent_group_protocol,  # as the coordinator answers one in a join
 }
 PRODUCE: Table = {StorageError: ErrorCode.invalid_record, RequestTooLarge: ErrorCode.record_list_too_large}
 GROUP_WRITE: Table = {StorageUnavailable: ErrorCode.not_coordinator, OSError: ErrorCode.not_coordinator}

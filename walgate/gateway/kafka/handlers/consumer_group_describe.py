@@ -18,9 +18,9 @@ API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
 
 
-def _with_ids(assignment: dict[str, Any], ids: dict[str, uuid.UUID]) -> dict[str, Any]:
+def _with_ids(assignment: dict[str, Any], engine: Engine) -> dict[str, Any]:
     return {"topic_partitions": [
-        {**t, "topic_id": ids.get(t["topic_name"], uuid.UUID(int=0))} for t in assignment["topic_partitions"]
+        {**t, "topic_id": engine.topic_id(t["topic_name"]) or uuid.UUID(int=0)} for t in assignment["topic_partitions"]
     ]}
 
 
@@ -29,12 +29,11 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     def describe(engine: Engine) -> tuple[list[dict[str, Any]], list[Completion]]:
         groups = svc.groups.consumer.describe(request.group_ids)
-        ids = engine.topic_ids()
         for g in groups:
             g["authorized_operations"] = _NO_AUTH_OPS
             for m in g["members"]:
-                m["assignment"] = _with_ids(m["assignment"], ids)
-                m["target_assignment"] = _with_ids(m["target_assignment"], ids)
+                m["assignment"] = _with_ids(m["assignment"], engine)
+                m["target_assignment"] = _with_ids(m["target_assignment"], engine)
         return groups, []
 
     groups = await answered(broker.group_call(describe), lambda code: [

@@ -40,11 +40,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     client_id, client_host = header.client_id or "", f"/{PEER.get()}"
 
     def heartbeat(engine: Engine) -> tuple[dict[str, Any], list[Completion]]:
-        names_by_id = engine.topics_by_id()
         owned = None
         if request.topic_partitions is not None:
-            owned = [(names_by_id[t.topic_id], list(t.partitions))
-                     for t in request.topic_partitions if t.topic_id in names_by_id]
+            named = [(engine.topic_name(t.topic_id), list(t.partitions)) for t in request.topic_partitions]
+            owned = [(name, partitions) for name, partitions in named if name is not None]
         response, completions = svc.groups.consumer_heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -62,10 +61,9 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         )
         assignment = response.pop("assignment")
         if assignment is not None:
-            ids = engine.topic_ids()
+            ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
             assignment = {"topic_partitions": [
-                {"topic_id": ids[t["topic_name"]], "partitions": t["partitions"]}
-                for t in assignment["topic_partitions"] if t["topic_name"] in ids
+                {"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in ids if topic_id is not None
             ]}
         response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
         return {"throttle_time": 0, **response, "assignment": assignment}, completions

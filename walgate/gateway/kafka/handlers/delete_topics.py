@@ -41,7 +41,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
 def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
     if name is None and topic_id is not None and topic_id != _NO_ID:
-        name = engine.topics_by_id().get(topic_id)
+        name = engine.topic_name(topic_id)
         if name is None:
             return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
                     "error_message": f"no topic has id {topic_id}"}

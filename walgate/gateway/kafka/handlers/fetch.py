@@ -42,7 +42,7 @@ from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, err
 from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire.errors import ErrorCode
-from walgate.wire.records import encode_batch
+from walgate.wire import encode_batch
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 SENDFILE_MIN_BYTES = 16 << 10
@@ -141,11 +141,10 @@ def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: 
 
 
 def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
-    ids = engine.topics_by_id() if version >= 13 else {}
     wants = []
     for t in request.topics:
         key = t.topic_id if version >= 13 else t.topic
-        name = ids.get(key) if version >= 13 else key
+        name = engine.topic_name(key) if version >= 13 else key
         for p in t.partitions:
             wants.append(
                 _Want(name, key, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))

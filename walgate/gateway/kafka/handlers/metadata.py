@@ -79,12 +79,11 @@ def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return None
-    by_id = engine.topics_by_id()
     names = []
     for t in topics:
         name = getattr(t, "name", None)
         if name is None:
-            name = by_id.get(t.topic_id, str(t.topic_id))
+            name = engine.topic_name(t.topic_id) or str(t.topic_id)
         names.append(name)
     return names
 

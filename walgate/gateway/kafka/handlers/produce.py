@@ -49,7 +49,7 @@ from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
 from walgate.wire.errors import ErrorCode
-from walgate.wire.records import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
+from walgate.wire import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
 _ACKS = (-1, 0, 1)
@@ -91,7 +91,7 @@ def _produce(engine: Engine, request: Any, now: int) -> dict[tuple[str, int], di
             try:
                 answer = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
             except SequenceError as exc:
-                answer = _answer(p.index, ErrorCode[exc.code], str(exc))
+                answer = _answer(p.index, ErrorCode[exc.kafka_error], str(exc))
             except RecordsRefused as exc:
                 answer = _answer(p.index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
             except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected

@@ -4,8 +4,8 @@ This is Kafka's ``ClassicGroupState`` + ``ClassicGroupMember`` + ``ClassicGroup`
 (``group-coordinator/src/main/java/org/apache/kafka/coordinator/group/classic/``)
 in Python, with the same names so the two can be compared line by line. The
 protocol logic that moves groups around (JoinGroup, SyncGroup, timers) is in
-:mod:`walgate.coordinator.classic`; this module holds the data and the
-operations Kafka keeps on the group itself.
+:mod:`walgate.coordinator.classic` and :mod:`walgate.coordinator.classic_rebalance`; this module holds the data
+and the operations Kafka keeps on the group itself.
 
 States and transitions
 ----------------------
@@ -28,9 +28,9 @@ stamps the time::
           │                                   ┌────────┐                                      │
           │                                   │ Stable │ ─────────────────────────────────────┘
           │                                   └────────┘
-          ▼ DeleteGroups, or cleanup of an Empty group without offsets
+          ▼ DeleteGroups, cleanup of a group without offsets, a consumer group taking the id
       ┌──────┐
-      │ Dead │  (Kafka allows Dead from every state; walgate only deletes Empty groups)
+      │ Dead │  (from every state, as in Kafka: an upgrade to a consumer group drops a group with members)
       └──────┘
 
 What each state allows (Kafka's ``ClassicGroupState`` comments):
@@ -71,16 +71,20 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
-from walgate.coordinator.errors import ConsumerProtocolError, FencedInstanceId, UnknownMemberId
+from walgate.coordinator.errors import (
+    ConsumerProtocolError,
+    FencedInstanceId,
+    UnknownMemberId,
+)
 
 __all__ = [
-    "GroupState",
     "VALID_PREVIOUS_STATES",
-    "RequestId",
-    "Protocols",
-    "Completion",
-    "ClassicGroupMember",
     "ClassicGroup",
+    "ClassicGroupMember",
+    "Completion",
+    "GroupState",
+    "Protocols",
+    "RequestId",
     "join_response",
     "sync_response",
 ]

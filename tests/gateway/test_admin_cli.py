@@ -1,0 +1,250 @@
+"""``walgate topic|group|consume|produce`` as users run them: real subprocesses of the CLI against one real
+``walgate serve`` (shared by the module), checked against what a real Kafka client (confluent-kafka) produced,
+committed and reads back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from livewalgate import WALGATE, WalgateServer, free_port, running_walgate, walgate_env
+from walgate.admin.commands import datetime_ms, key_value, topic_partitions
+
+CLI_TIMEOUT = 60.0
+ASSIGN_TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WalgateServer]:
+    with running_walgate(tmp_path_factory.mktemp("admin-cli"), "--group-initial-rebalance-delay-ms", "0") as server:
+        yield server
+        assert "Traceback" not in server.log(), server.log()
+
+
+def bootstrap(server: WalgateServer) -> str:
+    return f"127.0.0.1:{server.kafka_port}"
+
+
+def walgate(server: WalgateServer, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run one ``walgate`` admin command against ``server`` to completion (bounded)."""
+    return subprocess.run(
+        [*WALGATE, *args, "--bootstrap-server", bootstrap(server)],
+        check=False, input=stdin, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env(),
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> object:
+    return json.loads(ok(result))
+
+
+def fails(result: subprocess.CompletedProcess[str], code: int, message: str) -> None:
+    """Exit ``code`` with one ``walgate: ...`` line naming ``message`` on stderr, no traceback."""
+    assert result.returncode == code, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("walgate: ") and message in lines[0], result.stderr
+
+
+def bad_usage(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit 2 with argparse's usage and ``message`` as its last line, no traceback."""
+    assert result.returncode == 2, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+def create_topic(server: WalgateServer, topic: str, partitions: int) -> None:
+    ok(walgate(server, "topic", "create", topic, "--partitions", str(partitions)))
+
+
+def produce(server: WalgateServer, topic: str, records: list[tuple[int, int]]) -> None:
+    """Produce ``(partition, timestamp ms)`` records with a real client; values ``"<partition>-<n>"``."""
+    producer = Producer({"bootstrap.servers": bootstrap(server)})
+    for n, (partition, timestamp) in enumerate(records):
+        producer.produce(topic, f"{partition}-{n}".encode(), partition=partition, timestamp=timestamp)
+    assert producer.flush(30) == 0
+
+
+def committed(server: WalgateServer, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offsets as a real client reads them (-1001: none)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap(server), "group.id": group})
+    try:
+        return [tp.offset for tp in consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)]
+    finally:
+        consumer.close()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------------- topics
+
+
+def test_topic_create_list_describe_alter_config_and_delete(server: WalgateServer) -> None:
+    ok(walgate(server, "topic", "create", "orders", "-p", "3", "-c", "retention.ms=3600000"))
+    assert {"topic": "orders", "partitions": 3, "replication_factor": 1} in as_json(walgate(server, "topic", "list", "--json"))
+    assert "orders" in ok(walgate(server, "topic", "list"))
+
+    produce(server, "orders", [(1, 1_000), (1, 2_000)])
+    (described,) = as_json(walgate(server, "topic", "describe", "orders", "--json"))
+    assert [(p["partition"], p["leader"], p["log_start_offset"], p["log_end_offset"]) for p in described["partitions"]] == [
+        (0, 0, 0, 0), (1, 0, 0, 2), (2, 0, 0, 0)]
+    assert described["configs"]["retention.ms"] == {"value": "3600000", "source": "DYNAMIC_TOPIC_CONFIG", "default": False}
+    table = ok(walgate(server, "topic", "describe", "orders"))
+    assert "LOG-END-OFFSET" in table and "retention.ms" in table and "3600000" in table
+
+    ok(walgate(server, "topic", "alter-config", "orders", "--set", "flush.ms=1000", "--delete", "retention.ms"))
+    configs = as_json(walgate(server, "topic", "describe", "orders", "--json"))[0]["configs"]
+    assert configs["flush.ms"]["value"] == "1000"
+    assert configs["retention.ms"] == {"value": "604800000", "source": "DEFAULT_CONFIG", "default": True}
+    fails(walgate(server, "topic", "alter-config", "orders", "--set", "retention.ms=soon"), 1, "INVALID_CONFIG")
+
+    fails(walgate(server, "topic", "create", "orders"), 1, "TOPIC_ALREADY_EXISTS")
+    ok(walgate(server, "topic", "delete", "orders"))
+    assert "orders" not in [t["topic"] for t in as_json(walgate(server, "topic", "list", "--json"))]
+    fails(walgate(server, "topic", "describe", "orders"), 1, "unknown topic 'orders'")
+
+
+# ------------------------------------------------------------ produce / consume
+
+
+def test_produce_lines_with_keys_and_headers_then_consume_them_back(server: WalgateServer, tmp_path: Path) -> None:
+    create_topic(server, "lines", 2)
+    produced = as_json(walgate(server, "produce", "lines", "-K", ":", "-H", "src=cli", "-H", "n=1", "--partition", "1",
+                               "--json", stdin="k1:first\nk2:second value\nk3:\n"))
+    assert produced == {"topic": "lines", "records": 3,
+                        "partitions": [{"partition": 1, "records": 3, "first_offset": 0, "last_offset": 2}]}
+    lines = tmp_path / "more.txt"
+    lines.write_text("third\n")
+    assert "1 record(s) produced to lines" in ok(walgate(server, "produce", "lines", str(lines), "-p", "0", "-z", "gzip"))
+
+    records = [json.loads(line) for line in ok(walgate(server, "consume", "lines", "--from-beginning", "-n", "4", "--json")).splitlines()]
+    assert sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in records) == [
+        (0, 0, None, "third"), (1, 0, "k1", "first"), (1, 1, "k2", "second value"), (1, 2, "k3", "")]
+    by_key = {r["key"]: r for r in records}
+    assert by_key["k1"]["headers"] == [{"key": "src", "value": "cli"}, {"key": "n", "value": "1"}]
+    assert by_key[None]["headers"] == []
+    assert all(r["timestamp_type"] == "CreateTime" and r["timestamp"] > 0 for r in records)
+
+    text = walgate(server, "consume", "lines", "--partition", "1", "--offset", "1", "-e", "-f", r"%p/%o %k=%v [%h]")
+    assert ok(text) == "1/1 k2=second value [src=cli,n=1]\n1/2 k3= [src=cli,n=1]\n"
+    assert "Processed a total of 2 messages" in text.stderr
+    assert ok(walgate(server, "consume", "lines", "--partition", "0", "--from-beginning", "-e", "-f", "%k")) == "null\n"
+
+
+def test_consume_from_timestamp_and_with_a_group_that_commits(server: WalgateServer) -> None:
+    create_topic(server, "timed", 1)
+    base = int(time.time() * 1000) - 60_000
+    produce(server, "timed", [(0, base + i * 1_000) for i in range(5)])
+    out = ok(walgate(server, "consume", "timed", "--from-timestamp", iso(base + 2_500), "-e", "-f", "%o %T"))
+    assert out.splitlines() == [f"{i} {base + i * 1_000}" for i in (3, 4)]
+
+    ok(walgate(server, "consume", "timed", "--group", "reader", "--from-beginning", "-n", "2"))
+    assert committed(server, "reader", "timed", 1) == [2]  # the two records it printed
+
+
+# ---------------------------------------------------------------------- groups
+
+
+def test_group_describe_shows_lag_per_partition_and_reset_offsets_plans_then_executes(server: WalgateServer) -> None:
+    create_topic(server, "lagged", 3)
+    base = int(time.time() * 1000) - 60_000
+    produce(server, "lagged", [(0, base + i * 1_000) for i in range(5)] + [(1, base + i * 1_000) for i in range(3)])
+    consumer = Consumer({"bootstrap.servers": bootstrap(server), "group.id": "lag", "client.id": "lag-client",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["lagged"])
+        deadline = time.monotonic() + ASSIGN_TIMEOUT
+        while len(consumer.assignment()) < 3 and time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert len(consumer.assignment()) == 3
+        consumer.commit(offsets=[TopicPartition("lagged", 0, 2), TopicPartition("lagged", 1, 3)], asynchronous=False)
+
+        (group,) = as_json(walgate(server, "group", "describe", "lag", "--json"))
+        assert group["state"] == "Stable" and len(group["members"]) == 1
+        rows = [(p["partition"], p["current_offset"], p["log_end_offset"], p["lag"], p["client_id"]) for p in group["partitions"]]
+        assert rows == [(0, 2, 5, 3, "lag-client"), (1, 3, 3, 0, "lag-client"), (2, None, 0, None, "lag-client")]
+        table = ok(walgate(server, "group", "describe", "lag"))
+        assert "LAG" in table and "lag-client" in table and group["members"][0]["member_id"] in table
+
+        fails(walgate(server, "group", "reset-offsets", "lag", "--all-topics", "--to-earliest"), 1, "inactive")
+        fails(walgate(server, "group", "delete", "lag"), 1, "NON_EMPTY_GROUP")
+    finally:
+        consumer.close()
+
+    dry = walgate(server, "group", "reset-offsets", "lag", "--topic", "lagged", "--to-earliest", "--json")
+    assert as_json(dry) == {"executed": False, "partitions": [
+        {"group": "lag", "topic": "lagged", "partition": p, "current_offset": current, "new_offset": 0}
+        for p, current in ((0, 2), (1, 3), (2, None))]}
+    assert "Dry run" in dry.stderr
+    assert committed(server, "lag", "lagged", 3) == [2, 3, -1001]
+
+    ok(walgate(server, "group", "reset-offsets", "lag", "--topic", "lagged:0,1", "--to-earliest", "--execute"))
+    assert committed(server, "lag", "lagged", 3) == [0, 0, -1001]
+    ok(walgate(server, "group", "reset-offsets", "lag", "--all-topics", "--shift-by", "4", "--execute"))
+    assert committed(server, "lag", "lagged", 3) == [4, 3, -1001]  # partition 1 kept within its log end
+    ok(walgate(server, "group", "reset-offsets", "lag", "--topic", "lagged", "--to-offset", "1", "--execute"))
+    assert committed(server, "lag", "lagged", 3) == [1, 1, 0]  # partition 2 is empty: its log end is 0
+
+    # the first record at or after base + 1.5 s: offset 2 on both; partition 2 has none, so its log end
+    plan = as_json(walgate(server, "group", "reset-offsets", "lag", "--all-topics", "--to-datetime", iso(base + 1_500), "--json"))
+    assert [p["new_offset"] for p in plan["partitions"]] == [2, 2, 0]
+    ok(walgate(server, "group", "reset-offsets", "lag", "--all-topics", "--to-datetime", iso(base + 4_000), "--execute"))
+    assert committed(server, "lag", "lagged", 3) == [4, 3, 0]
+
+    assert {"group": "lag", "state": "Empty", "type": "Classic"} in as_json(walgate(server, "group", "list", "--json"))
+    ok(walgate(server, "group", "delete", "lag"))
+    assert "lag" not in [g["group"] for g in as_json(walgate(server, "group", "list", "--json"))]
+    fails(walgate(server, "group", "describe", "lag"), 1, "consumer group 'lag' does not exist")
+
+
+# ---------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("args", [
+    ("topic", "describe", "nosuch"),
+    ("topic", "delete", "nosuch"),
+    ("consume", "nosuch", "-n", "1"),
+    ("produce", "nosuch"),
+    ("group", "reset-offsets", "g", "--topic", "nosuch", "--to-latest"),
+])
+def test_an_unknown_topic_is_a_one_line_error(server: WalgateServer, args: tuple[str, ...]) -> None:
+    fails(walgate(server, *args, stdin="x\n"), 1, "unknown topic 'nosuch'")
+
+
+def test_usage_errors_exit_2(server: WalgateServer) -> None:
+    create_topic(server, "usage", 1)
+    fails(walgate(server, "consume", "usage", "-f", "%x"), 2, "unknown '%x' in --format")
+    fails(walgate(server, "consume", "usage", "--group", "g", "--offset", "3"), 2, "not with --group")
+    fails(walgate(server, "group", "reset-offsets", "g", "--to-latest"), 2, "--topic")
+    bad_usage(walgate(server, "group", "reset-offsets", "g", "--topic", "usage", "--to-datetime", "yesterday"), "ISO 8601")
+    bad_usage(walgate(server, "group", "reset-offsets", "g", "--topic", "usage:x", "--to-latest"), "TOPIC:P1,P2")
+    bad_usage(walgate(server, "topic", "create", "t", "--config", "retention.ms"), "expected KEY=VALUE")
+    fails(walgate(server, "produce", "usage", "-K", ":", stdin="no separator\n"), 2, "line 1 has no key separator ':'")
+
+
+def test_argument_types() -> None:
+    assert datetime_ms("2026-01-31T12:00:00.250Z") == 1_769_860_800_250
+    assert datetime_ms("2026-01-31T14:00:00.250+02:00") == 1_769_860_800_250
+    assert datetime_ms("2026-01-31T12:00:00") == int(datetime(2026, 1, 31, 12).timestamp() * 1000)  # local time
+    assert topic_partitions("t") == ("t", None)
+    assert topic_partitions("t:2,0,2") == ("t", [0, 2])
+    assert key_value("a=b=c") == ("a", "b=c")
+
+
+def test_an_unreachable_bootstrap_server_is_a_one_line_error() -> None:
+    result = subprocess.run([*WALGATE, "topic", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}"],
+                            check=False, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env())
+    fails(result, 1, "Connection refused")

@@ -1,0 +1,96 @@
+"""``/healthz`` (liveness) and ``/readyz`` (readiness) check real things, and fail for real causes.
+
+- a healthy node: both 200, the readiness checks named, no probe file left behind;
+- the data dir's probe path occupied by a directory: the write fails (EISDIR), ``/readyz`` answers 503 naming
+  ``data_dir_writable`` while liveness stays 200; removing the directory makes it ready again;
+- a full disk (a small tmpfs, filled; root only): ``/readyz`` 503 with ENOSPC, ready again once space is freed;
+- a storage thread that does not answer (busy with a call that waits): ``/healthz``, ``/readyz`` and ``/metrics``
+  answer 503 naming it; once it answers again so do they, and its queue depth is back to 0 (abandoned probes are
+  accounted for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.gateway.test_disk_full import fill, small_fs
+from walgate.gateway import http_api, metrics
+from walgate.gateway.config import Config
+from walgate.gateway.server import Gateway
+
+
+async def get(gateway: Gateway, path: str) -> tuple[int, Any]:
+    host, port = gateway.http_address
+    async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}{path}") as response:
+        body = await response.json() if response.content_type == "application/json" else await response.text()
+        return response.status, body
+
+
+def _config(data_dir: Path) -> Config:
+    return Config(data_dir=data_dir, kafka_port=0, http_port=0)
+
+
+async def test_a_healthy_node_is_live_and_ready(tmp_path: Path) -> None:
+    async with Gateway(_config(tmp_path / "data")) as gateway:
+        assert await get(gateway, "/healthz") == (200, {"status": "ok", "quarantined": []})
+        assert await get(gateway, "/readyz") == (200, {"status": "ready", "checks": {
+            "storage_thread": "ok", "data_dir_writable": "ok", "kafka_listener": "ok"}})
+        assert not (tmp_path / "data" / http_api.PROBE_NAME).exists()
+
+
+async def test_not_ready_while_the_probe_cannot_be_written(tmp_path: Path) -> None:
+    async with Gateway(_config(tmp_path / "data")) as gateway:
+        occupied = tmp_path / "data" / http_api.PROBE_NAME
+        occupied.mkdir()
+        (occupied / "keep").write_text("a directory in the way")
+        status, body = await get(gateway, "/readyz")
+        assert status == 503
+        assert body["status"] == "not ready" and body["failed"] == ["data_dir_writable"]
+        assert "Is a directory" in body["checks"]["data_dir_writable"]
+        assert body["checks"]["storage_thread"] == "ok"
+        assert (await get(gateway, "/healthz"))[0] == 200  # liveness: a restart would not help
+        shutil.rmtree(occupied)
+        assert (await get(gateway, "/readyz"))[0] == 200
+
+
+async def test_not_ready_while_the_disk_is_full(tmp_path: Path) -> None:
+    with small_fs(tmp_path / "fs") as fs:
+        async with Gateway(_config(fs / "data")) as gateway:
+            assert (await get(gateway, "/readyz"))[0] == 200
+            filler = fill(fs, 0)
+            status, body = await get(gateway, "/readyz")
+            assert status == 503 and body["failed"] == ["data_dir_writable"]
+            assert "No space left on device" in body["checks"]["data_dir_writable"]
+            filler.unlink()
+            assert (await get(gateway, "/readyz"))[0] == 200
+
+
+async def test_a_storage_thread_that_does_not_answer_fails_liveness_and_readiness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 0.3)
+    monkeypatch.setattr(metrics, "SCRAPE_TIMEOUT", 0.3)
+    async with Gateway(_config(tmp_path / "data")) as gateway:
+        release = threading.Event()
+        busy = asyncio.create_task(gateway._storage.call(release.wait, 30))  # the storage thread is busy
+        try:
+            status, body = await get(gateway, "/healthz")
+            assert status == 503 and body["failed"] == ["storage_thread"]
+            status, body = await get(gateway, "/readyz")
+            assert status == 503 and body["failed"] == ["storage_thread", "data_dir_writable"]
+            assert body["checks"]["kafka_listener"] == "ok"
+            status, body = await get(gateway, "/metrics")
+            assert status == 503 and "storage thread did not answer" in body["desc"]
+        finally:
+            release.set()
+            await busy
+        assert (await get(gateway, "/healthz"))[0] == 200
+        status, text = await get(gateway, "/metrics")
+        assert status == 200 and "\nwalgate_storage_queue_depth 0.0\n" in text

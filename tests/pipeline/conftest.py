@@ -1,0 +1,29 @@
+"""One SparkSession for every test under tests/pipeline, with Spark's Kafka connector when it is supplied.
+
+Spark reads ``spark.jars`` onto the driver's classpath only when it starts the JVM: a later session in the same
+process (even after ``stop()``) reuses that JVM, so a session built without the jars would hide the ``kafka``
+source from every test after it. Hence one session-scoped session, built with the jars of the
+``WALGATE_SPARK_KAFKA_JARS`` folder whenever that variable is set, whichever test asks for it first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    builder = (SparkSession.builder.master("local[2]").appName("walgate-pipeline-test")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC"))
+    jars = os.environ.get("WALGATE_SPARK_KAFKA_JARS")  # test_spark_kafka_source.py: the connector's folder
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(p) for p in sorted(Path(jars).glob("*.jar"))))
+    session = builder.getOrCreate()
+    yield session
+    session.stop()

@@ -1,0 +1,127 @@
+"""What the web console shows, read from the engine and the group coordinator: plain JSON-ready dicts.
+
+Every function here is synchronous and runs on the storage thread (the console's handlers call them through
+:meth:`walgate.gateway.storage_thread.StorageThread.call`), so each answer is one consistent snapshot: a topic
+dropped meanwhile is either wholly in it or wholly absent. Bytes clients wrote (keys, values, header values) are
+returned as text, decoded as UTF-8 with replacement characters; the page shows them with ``textContent`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from walgate.coordinator.coordinator import GroupCoordinator
+from walgate.storage.engine import Engine
+from walgate.storage.wal import CorruptEntry
+from walgate.wire import WireError, decode_batches
+
+__all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "tail", "topics"]
+
+MAX_SUBTABLES = 1000
+"""Subtables listed per database (the count is always given)."""
+
+MAX_VALUE_BYTES = 16384
+"""A tailed key, value or header value longer than this is cut (and marked ``truncated``)."""
+
+
+def topics(engine: Engine) -> list[dict[str, Any]]:
+    """Every topic with, per partition, log start offset, high watermark, and the bytes and segments of the WAL
+    holding it (a TDengine topic's is its database's vnode WAL)."""
+    partitions: dict[str, list[dict[str, Any]]] = {}
+    for s in engine.partition_stats():
+        partitions.setdefault(s.topic, []).append({"partition": s.partition, "log_start": s.log_start,
+                                                   "high_watermark": s.high_watermark, "size_bytes": s.size_bytes,
+                                                   "segments": s.segments})
+    return [{"name": name, "kind": topic.kind, "db": topic.db, "source": topic.source,
+             "partitions": sorted(partitions.get(name, []), key=lambda p: p["partition"])}
+            for name, topic in sorted(engine.catalog.topics.items())]
+
+
+def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]]:
+    """Every group (with members or committed offsets): state, type, members and their assignment, and per
+    partition it is assigned or has committed: the committed offset, high watermark and lag (high watermark −
+    committed; None before the first commit)."""
+    committed: dict[str, dict[tuple[str, int], int]] = {}
+    for group, topic, partition, c in engine.all_committed():
+        committed.setdefault(group, {})[(topic, partition)] = c.offset
+    members: dict[str, list[dict[str, Any]]] = {}
+    for m in coordinator.consumers():
+        members.setdefault(m.group_id, []).append({
+            "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host.lstrip("/"), "state": m.state,
+            "assignment": {t: list(ps) for t, ps in sorted((m.assignment or {}).items())},
+        })
+    out = []
+    for g in sorted(coordinator.list_groups(offset_groups=committed), key=lambda g: g["group_id"]):
+        group_id = g["group_id"]
+        offsets = committed.get(group_id, {})
+        keys = set(offsets)
+        for member in members.get(group_id, []):
+            keys.update((t, p) for t, ps in member["assignment"].items() for p in ps)
+        partitions = []
+        for topic, p in sorted(keys):
+            hwm = engine.watermarks(topic, p)[1] if engine.has_partition(topic, p) else None
+            offset = offsets.get((topic, p))
+            lag = None if offset is None or hwm is None else max(hwm - offset, 0)
+            partitions.append({"topic": topic, "partition": p, "committed": offset, "high_watermark": hwm,
+                               "lag": lag})
+        out.append({"group_id": group_id, "state": g["group_state"], "type": g["group_type"],
+                    "protocol_type": g["protocol_type"], "members": members.get(group_id, []),
+                    "partitions": partitions})
+    return out
+
+
+def databases(engine: Engine) -> list[dict[str, Any]]:
+    """Every database with its options, its supertables and (up to :data:`MAX_SUBTABLES`) its tables."""
+    out = []
+    for row in engine.execute("SHOW DATABASES").rows:
+        name, _, vgroups, precision = row[:4]
+        stables = [{"name": r[0], "columns": r[3], "tags": r[4]} for r in engine.execute("SHOW STABLES", name).rows]
+        tables = engine.execute("SHOW TABLES", name).rows
+        out.append({
+            "name": name, "vgroups": vgroups, "precision": precision, "stables": sorted(stables, key=lambda s: s["name"]),
+            "table_count": len(tables),
+            "tables": [{"name": r[0], "stable": r[4] or "", "vgroup": r[5]}
+                       for r in sorted(tables, key=lambda r: r[0])[:MAX_SUBTABLES]],
+        })
+    return sorted(out, key=lambda d: d["name"])
+
+
+def tail(engine: Engine, topic: str, partition: int, limit: int) -> dict[str, Any]:
+    """The newest ``limit`` records of a topic-partition (offset, timestamp ms, key, value, headers), oldest first.
+
+    Records of lost entries (quarantined or failing their checksum) are a gap, as consumers see them."""
+    start, end = engine.watermarks(topic, partition)
+    first = max(start, end - limit)
+    native = engine.is_native(topic)
+    records: list[dict[str, Any]] = []
+    rows: list[tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]]
+    for base, version, _count in engine.index_entries(topic, partition, first):
+        try:
+            if native:
+                rows = [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                        for b in decode_batches(engine.kafka_batch(topic, partition, version)) for r in b.records]
+            else:
+                k = engine.kafka_rows(topic, partition, version)
+                rows = [(base + i, k.timestamps[i], k.keys[i], k.values[i], k.headers[i]) for i in range(len(k))]
+        except (CorruptEntry, WireError):
+            continue
+        records += [_record(*row) for row in rows if first <= row[0] < end]
+    return {"topic": topic, "partition": partition, "log_start": start, "high_watermark": end,
+            "records": records[-limit:]}
+
+
+def _record(offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+            headers: Sequence[tuple[str, bytes | None]]) -> dict[str, Any]:
+    key_text, key_cut = _text(key)
+    value_text, value_cut = _text(value)
+    shown = [(name, *_text(v)) for name, v in headers]
+    return {"offset": offset, "timestamp": timestamp, "key": key_text, "value": value_text,
+            "headers": [[name, v] for name, v, _ in shown],
+            "truncated": key_cut or value_cut or any(cut for _, _, cut in shown)}
+
+
+def _text(data: bytes | None) -> tuple[str | None, bool]:
+    if data is None:
+        return None, False
+    return bytes(data[:MAX_VALUE_BYTES]).decode("utf-8", "replace"), len(data) > MAX_VALUE_BYTES

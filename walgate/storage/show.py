@@ -1,0 +1,124 @@
+"""SHOW and DESCRIBE: the catalog, the vnodes' tables, topics, consumers and damage as TDengine-style results."""
+
+from __future__ import annotations
+
+from walgate.storage.errors import Unsupported
+from walgate.storage.group_offsets import GroupOffsets
+from walgate.storage.result import Result
+from walgate.storage.schema import Column
+from walgate.storage.sql import ast
+from walgate.storage.store import Store
+from walgate.storage.topic_views import TopicViews
+from walgate.storage.values import format_timestamp
+
+__all__ = ["Show"]
+
+_TOPIC_TYPES = {"database": "db", "stable": "stable", "select": "column", "kafka": "kafka"}
+
+
+class Show:
+    def __init__(self, store: Store, views: TopicViews, offsets: GroupOffsets) -> None:
+        self.store = store
+        self.views = views
+        self.offsets = offsets
+
+    def show(self, s: ast.Show, session: str | None) -> Result:
+        store = self.store
+        what = s.what
+        if what == "DATABASES":
+            cols = [("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "SMALLINT", 2), ("precision", "VARCHAR", 2),
+                    ("wal_level", "TINYINT", 1), ("wal_fsync_period", "INT", 4), ("wal_retention_period", "INT", 4),
+                    ("wal_retention_size", "BIGINT", 8), ("wal_segment_size", "BIGINT", 8)]
+            rows = [
+                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.precision] +
+                [d.options[k] for k in ("WAL_LEVEL", "WAL_FSYNC_PERIOD", "WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE", "WAL_SEGMENT_SIZE")]
+                for d in store.catalog.databases.values()
+            ]
+            return Result(cols, rows)
+        if what == "STABLES":
+            db = store.resolve_db(s.db, session)
+            cols = [("stable_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4), ("tags", "INT", 4)]
+            rows = [[st.name, db.name, format_timestamp(st.created_ms, "ms"), len(st.columns), len(st.tags)]
+                    for (d, _), st in store.catalog.stables.items() if d == db.name]
+            return Result(cols, rows)
+        if what == "TABLES":
+            db = store.resolve_db(s.db, session)
+            cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
+                    ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
+            rows = []
+            for vnode in store.vnodes[db.name]:
+                for t in vnode.tables.values():
+                    if t.dropped:
+                        continue
+                    ncols = len(store.columns_of(db, t)) if t.stable is None or (db.name, t.stable) in store.catalog.stables else 0
+                    rows.append([t.name, db.name, format_timestamp(t.created_ts, db.precision), ncols, t.stable,
+                                 vnode.index, "CHILD_TABLE" if t.stable else "NORMAL_TABLE"])
+            return Result(cols, sorted(rows))
+        if what == "TOPICS":
+            cols = [("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 1024),
+                    ("meta", "VARCHAR", 7), ("type", "VARCHAR", 8), ("topic_id", "VARCHAR", 36)]
+            rows = [[t.name, t.db, format_timestamp(t.created_ms, "ms"), t.sql, "with" if t.with_meta else "no",
+                     _TOPIC_TYPES[t.kind], t.topic_id]
+                    for t in store.catalog.topics.values()]
+            return Result(cols, rows)
+        if what == "CONSUMERS":
+            cols = [("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("client_id", "VARCHAR", 192),
+                    ("host", "VARCHAR", 64), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
+                    ("assignment", "VARCHAR", 1024), ("last_heartbeat", "TIMESTAMP", 8)]
+            rows = [[c.member_id, c.group, c.client_id, c.host, c.state, ",".join(sorted(c.assignment)),
+                     ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(c.assignment.items())),
+                     format_timestamp(c.last_heartbeat_ms, "ms")] for c in store.consumers.consumers()]
+            return Result(cols, rows)
+        if what == "SUBSCRIPTIONS":
+            return self._subscriptions()
+        if what == "QUARANTINE":
+            return self._quarantine()
+        raise Unsupported(f"SHOW {what} is not supported")
+
+    def _subscriptions(self) -> Result:
+        """One row per (topic, group, partition) assigned to a member or with a committed offset: the committed
+        offset, the WAL version of the record it points at (the next to read) and the lag behind the high watermark."""
+        owners: dict[tuple[str, str, int], str] = {}
+        for c in self.store.consumers.consumers():
+            for topic, partitions in c.assignment.items():
+                for p in partitions:
+                    owners[(topic, c.group, p)] = c.member_id
+        committed = {(t, g, p): c.offset for g, t, p, c in self.offsets.all()}
+        rows = []
+        for key in sorted(set(owners) | set(committed)):
+            topic, group, partition = key
+            if not self.views.has_partition(topic, partition):
+                continue
+            start, end = self.views.watermarks(topic, partition)
+            offset = committed.get(key)
+            version = self.views.version_at(topic, partition, offset) if offset is not None else None
+            lag = end - max(offset, start) if offset is not None else None
+            rows.append([topic, group, partition, owners.get(key), offset, version, lag])
+        cols = [("topic_name", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("vgroup_id", "INT", 4),
+                ("consumer_id", "VARCHAR", 192), ("offset", "BIGINT", 8), ("version", "BIGINT", 8), ("lag", "BIGINT", 8)]
+        return Result(cols, rows)
+
+    def _quarantine(self) -> Result:
+        cols = [("file", "VARCHAR", 256), ("start", "BIGINT", 8), ("end", "BIGINT", 8), ("reason", "VARCHAR", 1024),
+                ("action", "VARCHAR", 32), ("kept", "VARCHAR", 256), ("first_version", "BIGINT", 8),
+                ("end_version", "BIGINT", 8)]
+        rows = [[d.file, d.start, d.end, d.reason, d.action, d.kept, d.first_version, d.end_version]
+                for d in self.store.damage_log.records]
+        return Result(cols, rows)
+
+    def describe(self, s: ast.Describe, session: str | None) -> Result:
+        store = self.store
+        db = store.resolve_db(s.name.db, session)
+        st = store.catalog.stables.get((db.name, s.name.name))
+        fields: list[tuple[Column, str]]
+        if st is not None:
+            fields = [(c, "") for c in st.columns] + [(t, "TAG") for t in st.tags]
+        else:
+            t = store.table(db, s.name.name)
+            if t.stable is None:
+                fields = [(c, "") for c in store.columns_of(db, t)]
+            else:
+                parent = store.catalog.stable(db.name, t.stable)
+                fields = [(c, "") for c in parent.columns] + [(tag, "TAG") for tag in parent.tags]
+        cols = [("field", "VARCHAR", 64), ("type", "VARCHAR", 32), ("length", "INT", 4), ("note", "VARCHAR", 8)]
+        return Result(cols, [[c.name, c.type.name, c.type.size, note] for c, note in fields])

@@ -1,0 +1,182 @@
+"""The state every part of the engine shares, and the lookups they all need.
+
+One :class:`Store` per open data dir: the catalog, the open vnodes of every database, each topic's compiled
+evaluator (TDengine topics), offset indexes and idempotent-producer state (Kafka-native topics) per partition, the
+topic-id index, and the observers the gateway passed in. The engine's parts (:mod:`~walgate.storage.ddl`,
+:mod:`~walgate.storage.ingest`, :mod:`~walgate.storage.commit`, :mod:`~walgate.storage.topic_views`,
+:mod:`~walgate.storage.native_topics`, :mod:`~walgate.storage.show`) each hold the one Store and change it only
+through their own operations. Creating a Store prepares the data dir (:func:`~walgate.storage.datadir.prepare`:
+create, migrate or refuse) and loads the catalog; after that nothing here writes to disk but
+:meth:`Store.open_database`, which creates vnodes.
+
+Invariants: ``vnodes`` has an entry per database of the catalog (Kafka-native topics' own databases included);
+``indexes`` has an entry per (topic, partition) of every served topic; ``topic_names`` / ``topic_uuids`` name
+exactly the topics of ``catalog.topics`` (kept by :meth:`add_topic_id` / :meth:`forget_topic_id`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from walgate.storage import datadir
+from walgate.storage.catalog import MAX_PARTITIONS, Catalog, DatabaseDef, TopicDef
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import (
+    InvalidValue,
+    NotFound,
+    RequestTooLarge,
+    StorageError,
+    StorageUnavailable,
+)
+from walgate.storage.observers import (
+    NO_CONSUMERS,
+    NO_LISTENER,
+    ConsumersView,
+    RecordsListener,
+)
+from walgate.storage.offsets import OffsetIndex
+from walgate.storage.producers import PartitionProducers, ProducerIds
+from walgate.storage.schema import Column
+from walgate.storage.topics import TopicEvaluator
+from walgate.storage.vnode import TableDef, Vnode, vnode_of
+
+__all__ = ["TICKS", "TICKS_PER_MS", "Store"]
+
+TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick of a database precision
+TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+class Store:
+    """Catalog, vnodes, topic state and observers of one data dir (see the module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        max_request_bytes: int,
+        max_partitions: int = MAX_PARTITIONS,
+        listener: RecordsListener = NO_LISTENER,
+        consumers: ConsumersView = NO_CONSUMERS,
+    ) -> None:
+        self.data_dir = data_dir
+        self.max_request_bytes = max_request_bytes
+        self.listener = listener
+        self.consumers = consumers
+        self.damage_log = DamageLog(data_dir)  # every component opened here reports damage to it
+        datadir.prepare(data_dir, self.damage_log)  # create, migrate, or refuse a data dir of a newer format
+        self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
+        for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
+            self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
+                                   "lost, or a crash came between creating the directory and recording it); the "
+                                   "directory is kept", "not served")
+        self.vnodes: dict[str, list[Vnode]] = {}
+        self.evaluators: dict[str, TopicEvaluator] = {}
+        self.indexes: dict[tuple[str, int], OffsetIndex] = {}
+        self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
+        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log)
+        self.topic_names: dict[uuid.UUID, str] = {}
+        self.topic_uuids: dict[str, uuid.UUID] = {}
+
+    # ------------------------------------------------------------ databases
+
+    def db_dir(self, db: DatabaseDef) -> Path:
+        return datadir.db_dir(self.data_dir, db.id)
+
+    def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0) -> list[Vnode]:
+        """Open vnodes ``first ..`` of ``db``. New vnodes (a new database, new partitions) are created *before*
+        ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is
+        kept (:class:`StorageUnavailable`, or the catalog's error)."""
+        vnodes: list[Vnode] = []
+        try:
+            for i in range(first, db.vgroups):
+                vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log))
+            if commit is not None:
+                commit()
+        except (OSError, StorageError) as exc:
+            if commit is None:
+                raise
+            for vnode in vnodes:
+                vnode.wal.close()
+            for i in range(first, db.vgroups):
+                shutil.rmtree(self.db_dir(db) / f"vnode{i}", ignore_errors=True)
+            if first == 0:
+                shutil.rmtree(self.db_dir(db), ignore_errors=True)
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageUnavailable(f"Database {db.name}: vnodes could not be created ({exc.strerror or exc}); "
+                                     "nothing was kept") from None
+        return vnodes
+
+    def resolve_db(self, name: str | None, session: str | None) -> DatabaseDef:
+        """The database a statement names, else the session's (``USE``); InvalidValue when neither is given."""
+        db = name or session
+        if db is None:
+            raise InvalidValue("Database not specified: use db.name or USE db")
+        return self.catalog.database(db)
+
+    def check_size(self, n: int) -> None:
+        if n > self.max_request_bytes:
+            raise RequestTooLarge(f"Request of {n} bytes exceeds the maximum of {self.max_request_bytes} bytes")
+
+    @staticmethod
+    def now_ts(db: DatabaseDef) -> int:
+        """Now, in ticks of the database's precision."""
+        return time.time_ns() // TICKS[db.precision]
+
+    # --------------------------------------------------------------- tables
+
+    def vnode(self, db: str, table: str) -> Vnode:
+        vnodes = self.vnodes[db]
+        return vnodes[vnode_of(db, table, len(vnodes))]
+
+    def table(self, db: DatabaseDef, name: str) -> TableDef:
+        t = self.vnode(db.name, name).live(name)
+        if t is None:
+            raise NotFound(f"Table does not exist: {db.name}.{name}")
+        return t
+
+    def columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
+        if t.stable is None:
+            assert t.columns is not None
+            return t.columns
+        return self.catalog.stable(db.name, t.stable).columns
+
+    def tag_tables(self, vnode: Vnode) -> Callable[[str], pa.Table]:
+        """Per-stable tag tables of ``vnode`` (a stable dropped since keeps its subtables' names, no tags)."""
+        db = vnode.db.name
+
+        def lookup(stable: str) -> pa.Table:
+            st = self.catalog.stables.get((db, stable))
+            if st is None:
+                names = [t.name for t in vnode.tables.values() if t.stable == stable]
+                return pa.table({"tbname": pa.array(names, pa.string())})
+            return vnode.tag_table(st)
+
+        return lookup
+
+    # --------------------------------------------------------------- topics
+
+    def partition(self, topic: str, partition: int) -> tuple[TopicDef, Vnode, OffsetIndex]:
+        """A served topic-partition's definition, vnode and offset index; NotFound when there is none."""
+        t = self.catalog.topics.get(topic)
+        if t is None:
+            raise NotFound(f"Topic not exist: {topic}")
+        vnodes = self.vnodes[t.db]
+        if not 0 <= partition < len(vnodes):
+            raise NotFound(f"Topic {topic} has no partition {partition}")
+        return t, vnodes[partition], self.indexes[(topic, partition)]
+
+    def add_topic_id(self, topic: TopicDef) -> None:
+        topic_id = uuid.UUID(topic.topic_id)
+        self.topic_names[topic_id] = topic.name
+        self.topic_uuids[topic.name] = topic_id
+
+    def forget_topic_id(self, name: str) -> None:
+        topic_id = self.topic_uuids.pop(name, None)
+        if topic_id is not None:
+            self.topic_names.pop(topic_id, None)

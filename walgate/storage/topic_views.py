@@ -1,0 +1,415 @@
+"""Topics as Kafka sees them: dense offsets over WAL entries, per topic-partition (= vnode).
+
+A TDengine topic (``CREATE TOPIC``) is a view: its compiled :class:`TopicEvaluator` turns each WAL entry of its
+database's vnodes into records, and its :class:`OffsetIndex` per vnode numbers them densely. A Kafka-native topic's
+records are the batches stored in its own database's WAL (:mod:`~walgate.storage.native_topics` writes them); its
+index numbers those the same way, so offsets, watermarks and timestamp lookups are the same code for both.
+
+Indexing (:meth:`TopicViews.index`) runs after every commit, and at open over what the WAL holds past an index's
+end, so an index always reaches the WAL's end; it tells the store's :class:`RecordsListener` about every
+topic-partition that got records. Evaluation is deterministic, so an index rebuilt from the WAL gives the offsets
+consumers already saw.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import struct
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow.compute as pc
+
+from walgate.storage import datadir
+from walgate.storage.catalog import DatabaseDef, StableDef, TopicDef
+from walgate.storage.entry import DecodedEntry, decode_entry
+from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, StorageError
+from walgate.storage.group_offsets import GroupOffsets
+from walgate.storage.offsets import OffsetIndex
+from walgate.storage.render import KafkaRows, render
+from walgate.storage.result import Result, affected
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+from walgate.storage.store import TICKS_PER_MS, Store
+from walgate.storage.topics import Records, TopicEvaluator
+from walgate.storage.vnode import Vnode
+from walgate.storage.wal import KIND_KAFKA, CorruptEntry
+from walgate.wire import record_timestamps
+
+__all__ = ["PartitionStats", "TopicViews", "stored_batch"]
+
+log = logging.getLogger("walgate.engine")
+
+_BASE_OFFSET = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """One topic-partition's offsets and the WAL that holds it (a TDengine topic's is its database's vnode WAL)."""
+
+    topic: str
+    partition: int
+    log_start: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+def stored_batch(vnode: Vnode, topic: str, partition: int, version: int) -> bytes:
+    """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (NotFound: none there;
+    CorruptEntry: its entry was lost)."""
+    entry = vnode.wal.read(version)
+    if entry is None or entry.kind != KIND_KAFKA:
+        raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
+    return entry.body
+
+
+class TopicViews:
+    """Topic definitions, compiled evaluators and offset indexes (see the module docstring)."""
+
+    def __init__(self, store: Store, offsets: GroupOffsets) -> None:
+        self.store = store
+        self.offsets = offsets
+
+    # ------------------------------------------------------------ indexing
+
+    def index(self, vnode: Vnode, entries: list[DecodedEntry], next_version: int, topics: list[str] | None = None) -> None:
+        """Advance the offset indexes of ``topics`` (default: every topic of the vnode's database) over ``entries``;
+        ``next_version`` is the WAL version after the last entry.
+
+        Never fails the write that appended ``entries``: an entry a topic cannot evaluate (which compile-time
+        validation should make impossible) yields no records for that topic, with one ERROR line per topic and
+        call. Evaluation is deterministic, so rebuilding the index from the WAL skips the same entries and the
+        topic's offsets stay what consumers saw."""
+        store = self.store
+        tag_tables = store.tag_tables(vnode)
+        if topics is None:
+            topics = [name for name, t in store.catalog.topics.items() if t.db == vnode.db.name]
+        for name in topics:
+            ev = store.evaluators.get(name)  # None: a Kafka-native topic, whose records are its batches
+            idx = store.indexes[(name, vnode.index)]
+            failed: list[tuple[int, Exception]] = []
+            for k, entry in enumerate(entries):
+                if entry.version < idx.indexed_to:
+                    continue
+                if ev is None:
+                    count, max_ts = entry.kafka_records, entry.max_ts
+                else:
+                    try:
+                        recs = ev.evaluate(entry, tag_tables)
+                        count = sum(len(r) for r in recs)
+                        max_ts = max((pc.max(r.timestamps).as_py() for r in recs), default=0)
+                    except Exception as exc:  # noqa: BLE001 - the write stands; the topic skips what it cannot read
+                        failed.append((entry.version, exc))
+                        count, max_ts = 0, 0
+                end = entries[k + 1].version if k + 1 < len(entries) else next_version
+                idx.append(entry.version, count, max_ts, end)
+                if count:
+                    store.listener.records_appended(name, vnode.index)
+            if failed:
+                version, error = failed[0]
+                log.error("topic %s, vnode %s/%d: %d WAL entries could not be evaluated and yield no records "
+                          "(first: version %d, %s: %s)", name, vnode.db.name, vnode.index, len(failed), version,
+                          type(error).__name__, error)
+
+    # ------------------------------------------------------------ compiling
+
+    def evaluator(self, topic: TopicDef, altered: StableDef | None = None) -> TopicEvaluator:
+        """Compile a stored topic from its SQL, as every start does (``altered``: see :meth:`compile`)."""
+        stmt = parse(topic.sql)
+        if not isinstance(stmt, ast.CreateTopic):
+            raise InvalidValue(f"Topic {topic.name}: its stored SQL is not a CREATE TOPIC")
+        db = self.store.catalog.database(topic.db)
+        return self.compile(db, stmt.kind, topic.source, topic.with_meta, stmt.select, stmt.where, altered)
+
+    def compile(
+        self,
+        db: DatabaseDef,
+        kind: str,
+        source: str,
+        with_meta: bool,
+        items: tuple[ast.SelectItem, ...] | None,
+        where: ast.Expr | None,
+        altered: StableDef | None = None,
+    ) -> TopicEvaluator:
+        """The evaluator of a topic or query over ``source``, fully validated (every type error is raised here, see
+        topics.py); ``altered`` stands in for the catalog's definition of the supertable of its name (a schema
+        change being checked before it is written)."""
+        if kind == "database":
+            return TopicEvaluator("database", "", with_meta=with_meta)
+        catalog = self.store.catalog
+
+        def stable(name: str) -> StableDef | None:
+            if altered is not None and (altered.db, altered.name) == (db.name, name):
+                return altered
+            return catalog.stables.get((db.name, name))
+
+        st = stable(source)
+        if st is not None:
+            return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
+        if kind == "stable":
+            raise NotFound(f"STable not exist: {db.name}.{source}")
+        t = self.store.table(db, source)
+        if t.stable is not None:  # a subtable: its supertable's rows, restricted to it
+            st = stable(t.stable) or catalog.stable(db.name, t.stable)
+            cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
+            where = cond if where is None else ast.Binary("AND", cond, where)
+            return TopicEvaluator(kind, t.stable, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
+        return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, columns=t.columns, items=items, where=where)
+
+    def recompile(self, db: str, altered: StableDef | None = None) -> None:
+        """Recompile every TDengine topic of ``db`` after a schema change; nothing is replaced unless all compile.
+
+        With ``altered`` (a supertable's definition after a proposed ALTER), only check that every topic still
+        compiles with it: call it before writing the change, which a topic that would break then refuses."""
+        compiled: dict[str, TopicEvaluator] = {}
+        for name, topic in self.store.catalog.topics.items():
+            if topic.db == db and topic.kind != "kafka":
+                try:
+                    compiled[name] = self.evaluator(topic, altered)
+                except StorageError as exc:
+                    raise type(exc)(f"{exc.message} (topic {name} depends on it: drop the topic first)") from None
+        if altered is None:
+            self.store.evaluators.update(compiled)
+
+    # ------------------------------------------------------- open, create, drop
+
+    def open_topic(self, topic: TopicDef) -> None:
+        """Compile the topic, bring its offset indexes up to the WAL's end and index its id."""
+        if topic.kind != "kafka":
+            self.store.evaluators[topic.name] = self.evaluator(topic)
+        for vnode in self.store.vnodes[topic.db]:
+            self.open_partition(topic, vnode)
+        self.store.add_topic_id(topic)
+
+    def open_partition(self, topic: TopicDef, vnode: Vnode) -> None:
+        """Open (or rebuild) the topic's offset index on ``vnode`` and index what the WAL holds past its end."""
+        path = datadir.topic_file(vnode.dir, topic.topic_id, ".oidx")
+        idx = OffsetIndex.open(path, vnode.wal.next_version, self.store.damage_log)
+        idx.trim_before(vnode.wal.first_version)
+        self.store.indexes[(topic.name, vnode.index)] = idx
+        start = max(idx.indexed_to, vnode.wal.first_version)
+        if topic.kind == "kafka" and not idx.offsets:  # a rebuilt index numbers on from the offsets the batches carry
+            first = next((e for e in vnode.wal.read_from(start) if e.kind == KIND_KAFKA and e.version >= start), None)
+            if first is not None:
+                idx.start_empty_at(_BASE_OFFSET.unpack_from(first.body, 0)[0])
+        if start < vnode.wal.next_version:
+            batch: list[DecodedEntry] = []
+            for entry in vnode.wal.read_from(start):
+                if entry.version >= start:
+                    batch.append(decode_entry(entry))
+                if len(batch) >= 256:  # bounded memory; the next entry starts after this one's first version
+                    self.index(vnode, batch, batch[-1].version + 1, [topic.name])
+                    batch = []
+            self.index(vnode, batch, vnode.wal.next_version, [topic.name])
+
+    def forget(self, name: str) -> None:
+        """Stop serving a topic that cannot be opened (its files stay)."""
+        store = self.store
+        del store.catalog.topics[name]
+        store.evaluators.pop(name, None)
+        for key in [k for k in store.indexes if k[0] == name]:
+            store.indexes.pop(key).close()
+        store.forget_topic_id(name)
+
+    def create(self, s: ast.CreateTopic, session: str | None) -> Result:
+        """CREATE TOPIC: validated (compiled) before anything is written; nothing is kept when opening it fails."""
+        catalog = self.store.catalog
+        if s.name in catalog.topics:
+            if s.if_not_exists:
+                return affected(0)
+            raise AlreadyExists(f"Topic already exists: {s.name}")
+        if s.kind == "database":
+            db, source = catalog.database(s.source.name), ""
+        else:
+            db, source = self.store.resolve_db(s.source.db, session), s.source.name
+        self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        sql = s.sql
+        if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
+            sql = _qualify(s, db.name)
+        topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, int(time.time() * 1000))
+        try:
+            self.open_topic(topic)
+        except Exception:
+            self.drop(topic.name)  # an answered error means nothing was kept
+            raise
+        return affected(0)
+
+    def drop_statement(self, s: ast.DropTopic, _: str | None) -> Result:
+        if s.name not in self.store.catalog.topics:
+            if s.if_exists:
+                return affected(0)
+            raise NotFound(f"Topic not exist: {s.name}")
+        self.drop(s.name)
+        return affected(0)
+
+    def drop(self, name: str) -> None:
+        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
+        store = self.store
+        topic = store.catalog.topics[name]
+        self.offsets.delete(topic=name)
+        db = store.catalog.database(topic.db)
+        if topic.kind != "kafka":
+            store.catalog.drop_topic(name)  # before memory and files: when the disk refuses it, the topic stays
+        else:
+            store.catalog.drop_database(topic.db)  # one record: the database and its topic go together
+        store.forget_topic_id(name)
+        store.evaluators.pop(name, None)
+        for vnode in store.vnodes.get(topic.db, []):
+            store.producers.pop((name, vnode.index), None)
+            idx = store.indexes.pop((name, vnode.index), None)
+            if idx is not None:
+                idx.delete()
+        if topic.kind == "kafka":
+            for vnode in store.vnodes.pop(topic.db):
+                vnode.close()
+            shutil.rmtree(store.db_dir(db), ignore_errors=True)
+
+    def drop_group(self, s: ast.DropConsumerGroup, _: str | None) -> Result:
+        """DROP CONSUMER GROUP: forget a group's committed offsets on a topic (refused while it has members)."""
+        if s.topic not in self.store.catalog.topics:
+            raise NotFound(f"Topic not exist: {s.topic}")
+        if any(c.group == s.group for c in self.store.consumers.consumers()):
+            raise InvalidValue(f"Consumer group {s.group} has active members: stop them first")
+        if not self.offsets.delete(s.group, s.topic) and not s.if_exists:
+            raise NotFound(f"Consumer group {s.group} has no progress on topic {s.topic}")
+        return affected(0)
+
+    # ------------------------------------------------------------ lookups
+
+    def is_native(self, topic: str) -> bool:
+        t = self.store.catalog.topics.get(topic)
+        return t is not None and t.kind == "kafka"
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        t = self.store.catalog.topics.get(topic)
+        return t is not None and 0 <= partition < len(self.store.vnodes[t.db])
+
+    def partition_count(self, topic: str) -> int:
+        t = self.store.catalog.topics.get(topic)
+        if t is None:
+            raise NotFound(f"Topic not exist: {topic}")
+        return len(self.store.vnodes[t.db])
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self.store.topic_names.get(topic_id)
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        return self.store.topic_uuids.get(name)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark) of a topic-partition."""
+        idx = self.store.partition(topic, partition)[2]
+        return idx.start_offset, idx.end_offset
+
+    def partition_stats(self) -> list[PartitionStats]:
+        """Every partition of every topic: offsets, and the size and segment count of the WAL holding it."""
+        stats = []
+        for (topic, partition), idx in sorted(self.store.indexes.items()):
+            wal = self.store.vnodes[self.store.catalog.topics[topic].db][partition].wal
+            stats.append(PartitionStats(topic, partition, idx.start_offset, idx.end_offset, wal.size_bytes,
+                                        len(wal.segments)))
+        return stats
+
+    def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
+        """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
+        idx = self.store.partition(topic, partition)[2]
+        if offset < idx.start_offset or offset >= idx.end_offset:
+            return
+        i = bisect_right(idx.offsets, offset) - 1
+        for k in range(i, len(idx.offsets)):
+            yield idx.offsets[k], idx.versions[k], idx.counts[k]
+
+    def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
+        """Records the topic's entry at ``version`` yields on vnode ``partition`` (re-evaluation).
+
+        Raises :class:`~walgate.storage.wal.CorruptEntry` when the entry was lost (quarantined or failing its
+        checksum): its records are a gap in the partition's offsets, as after compaction."""
+        _, vnode, _ = self.store.partition(topic, partition)
+        entry = vnode.wal.read(version)
+        if entry is None:
+            return []
+        return self.store.evaluators[topic].evaluate(decode_entry(entry), self.store.tag_tables(vnode))
+
+    def kafka_rows(self, topic: str, partition: int, version: int) -> KafkaRows:
+        """The Kafka records (keys, JSON values, ms timestamps, headers) of one indexed entry (CorruptEntry: lost)."""
+        t, vnode, _ = self.store.partition(topic, partition)
+        return render(self.topic_records(topic, partition, version), t.db, vnode.db.precision)
+
+    def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none.
+
+        Lost entries (:class:`~walgate.storage.wal.CorruptEntry`) are skipped: their records are a gap."""
+        _, vnode, idx = self.store.partition(topic, partition)
+        ticks = ts_ms * TICKS_PER_MS[vnode.db.precision]
+        found = idx.entry_for_timestamp(ticks)
+        if found is None:
+            return None
+        native = self.is_native(topic)
+        for base, version, _count in self.index_entries(topic, partition, max(found[0], idx.start_offset)):
+            try:
+                if native:
+                    timestamps = record_timestamps(stored_batch(vnode, topic, partition, version))
+                else:
+                    timestamps = self.kafka_rows(topic, partition, version).timestamps
+            except CorruptEntry:
+                continue
+            for k, ms in enumerate(timestamps):
+                if ms >= ts_ms:
+                    return base + k, ms
+        return None
+
+    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(offset, timestamp ms) of the first record holding the partition's largest timestamp."""
+        _, vnode, idx = self.store.partition(topic, partition)
+        if not idx.offsets:
+            return None
+        # no record is later than the running max, so the first one reaching it holds it
+        return self.offset_for_timestamp(topic, partition, idx.running_max[-1] // TICKS_PER_MS[vnode.db.precision])
+
+    def version_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """The WAL version of the record at ``offset`` (None at or past the end, before the log start, or lost)."""
+        loc = self.store.indexes[(topic, partition)].locate(offset)
+        if loc is None:
+            return None
+        if self.is_native(topic):  # a stored batch spans one version per record
+            return loc[0] + loc[1]
+        try:
+            records = self.topic_records(topic, partition, loc[0])
+        except CorruptEntry:
+            return None
+        versions: list[int] = [v for r in records for v in r.versions.to_pylist()]
+        return versions[loc[1]]
+
+    def trim_to_retention(self, vnode: Vnode) -> None:
+        """Move the log start of the topics on ``vnode`` to its WAL's first version (after retention)."""
+        for (topic, part), idx in self.store.indexes.items():
+            if part == vnode.index and self.store.catalog.topics[topic].db == vnode.db.name:
+                idx.trim_before(vnode.wal.first_version)
+
+
+def _qualify(s: ast.CreateTopic, db: str) -> str:
+    """``s.sql`` with its source written ``db.source``, so that the stored SQL does not depend on USE.
+
+    Every ``FROM`` / ``STABLE`` followed by the source's name is a candidate, qualified plainly or back-quoted; the
+    first candidate text that parses back to ``s`` with the qualified source is kept, so a string, a back-quoted
+    column or an alias that looks alike is never rewritten, and what is stored is what every start re-parses."""
+    name = s.source.name
+    expected = (s.name, s.kind, ast.Name(name, db), s.with_meta, s.select, s.where)
+    for m in re.finditer(rf"(?i)\b(?:from|stable)\s+(`{re.escape(name)}`|{re.escape(name)}\b)", s.sql):
+        for qualified in (f"{db}.{name}", f"`{db}`.`{name}`"):
+            text = s.sql[: m.start(1)] + qualified + s.sql[m.end(1) :]
+            try:
+                again = parse(text)
+            except StorageError:
+                continue
+            if isinstance(again, ast.CreateTopic) and (
+                again.name, again.kind, again.source, again.with_meta, again.select, again.where
+            ) == expected:
+                return text
+    raise InvalidValue(f"Topic {s.name}: write its source with its database, as {db}.{name}")
