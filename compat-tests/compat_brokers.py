@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_data import Rec, Row
 from compat_procs import stop, wait_accepting
+
 from livewalgate import running_walgate
 
 SELECT = "select"  # CREATE TOPIC t AS SELECT ts, current, voltage, phase, location FROM db.meters WHERE voltage > 200
@@ -70,7 +70,9 @@ class Walgate:
             with urllib.request.urlopen(req, timeout=60) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            raise AssertionError(f"SQL failed: {statement[:300]}\n{exc.code} {exc.read().decode(errors='replace')}")
+            raise AssertionError(
+                f"SQL failed: {statement[:300]}\n{exc.code} {exc.read().decode(errors='replace')}"
+            ) from exc
 
     def load_meters(self, db: str, topics: dict[str, str], rows: Sequence[Row], vgroups: int = data.VGROUPS,
                     options: str = "") -> dict[str, list[Rec]]:

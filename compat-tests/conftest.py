@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import compat_data as data
+import pytest
 import setup_clients
 from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate, serving_walgate
 from compat_data import Rec, Row
 from compat_procs import COMPAT, Background, Run, run
+
 from livewalgate import free_port
 
 CLIENTS = COMPAT / "clients"

@@ -12,7 +12,6 @@ import json
 import uuid
 
 import pytest
-
 from compat_brokers import xfail_on_tansu
 
 JAVA_CLIENTS = ["4.3.0", "3.9"]

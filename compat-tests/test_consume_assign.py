@@ -7,9 +7,8 @@ end - beginning = records per partition (get_watermark_offsets / end_offsets).
 
 from __future__ import annotations
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import xfail_on_tansu
 from compat_data import check_exactly, records
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import SELECT
 from compat_data import Rec, check_exactly, from_kcat
 

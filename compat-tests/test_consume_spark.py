@@ -8,9 +8,8 @@ and with counts that match the rows inserted.
 
 from __future__ import annotations
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import xfail_on_tansu
 from compat_data import check_exactly, records
 

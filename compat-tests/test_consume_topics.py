@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_data import H_META, H_TABLE, check_dense, check_exactly, records, split_meta
 
 TOPIC = "topic_db"

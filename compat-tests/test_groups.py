@@ -24,9 +24,8 @@ import sys
 import time
 import uuid
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_data import Rec, check_exactly, records
 from compat_procs import COMPAT
 

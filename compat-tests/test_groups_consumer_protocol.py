@@ -18,9 +18,8 @@ import signal
 import sys
 import time
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import serving_walgate
 from compat_data import check_exactly, records
 from test_groups import (  # noqa: F401 (broker: the walgate-only fixture)

@@ -39,12 +39,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import compat_data as data
 import pytest
+from compat_brokers import STABLE, Walgate, serving_walgate
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-import compat_data as data
-from compat_brokers import STABLE, Walgate, serving_walgate
 
 MAX_REQUEST = 16 << 20  # --max-request-bytes of the server (walgate's and Kafka's default)
 RSS_GROWTH = 64 << 20  # what the server may grow by while being sent frames that claim GiBs

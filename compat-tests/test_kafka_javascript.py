@@ -19,16 +19,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import xfail_on_tansu
 from compat_data import H_META, H_TABLE, check_dense, check_exactly, records, split_meta
 from compat_procs import Run
 from test_consume_node import SEEK_TS
 from test_groups import by_offset, group_name
-from test_produce import CODECS, CREATE_TIME, N, NO_NULL_HEADER, check_deliveries, check_read_back, check_watermarks, expected, \
-    new_topic, read_back
+from test_produce import (
+    CODECS,
+    CREATE_TIME,
+    NO_NULL_HEADER,
+    N,
+    check_deliveries,
+    check_read_back,
+    check_watermarks,
+    expected,
+    new_topic,
+    read_back,
+)
 
 VERSION, LIBRDKAFKA = "1.10.1", "2.15.1"
 GROUP_TOPIC = "topic_meters"

@@ -30,9 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 import compat_data as data
+import pytest
 from compat_brokers import SELECT, xfail_on_tansu
 from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run

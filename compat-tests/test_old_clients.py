@@ -24,17 +24,26 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 import compat_data as data
+import pytest
 import setup_clients
 import test_consume_assign as assign_scenarios
 import test_groups as groups
 from compat_data import check_exactly, records
 from compat_procs import run
 from test_groups import TOPIC, by_offset, close, events, group_name, owned, two_members_split, wait_until
-from test_produce import CODECS, CREATE_TIME, N, PARTITIONS, check_deliveries, check_read_back, check_watermarks, expected, \
-    new_topic, read_back
+from test_produce import (
+    CODECS,
+    CREATE_TIME,
+    PARTITIONS,
+    N,
+    check_deliveries,
+    check_read_back,
+    check_watermarks,
+    expected,
+    new_topic,
+    read_back,
+)
 
 VERSION = "2.0.2"
 OLD_DIR = setup_clients.py_target(f"kafka-python-{VERSION}")

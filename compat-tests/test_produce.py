@@ -34,7 +34,6 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-
 from compat_brokers import xfail_on_tansu
 from compat_procs import Run
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 import uuid
 
+from compat_brokers import xfail_on_tansu
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from compat_brokers import xfail_on_tansu
 
 
 def create(bootstrap: str, configs: dict[str, str]) -> str:

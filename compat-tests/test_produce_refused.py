@@ -14,9 +14,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-
 from compat_brokers import Walgate, serving_walgate
+from confluent_kafka import KafkaError, Producer
 
 DB = "refused"
 TOPIC = "refused_in"

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from compat_brokers import Walgate
 
 taosrest = pytest.importorskip("taosrest", reason="taospy is not installed: pip install -e '.[test]'")

@@ -44,7 +44,7 @@ async def main() -> int:
         if not all_tps:
             raise KafkaError(f"no partitions for {args.topic}")
         high = {tp.partition: o for tp, o in (await consumer.end_offsets(all_tps)).items()}
-    except (KafkaError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, KafkaError) as exc:
         await consumer.stop()
         fail(f"before subscribing: {exc!r}")
     emit("watermarks_high", high=high)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from livewalgate import WALGATE, WalgateServer, free_port, running_walgate, walgate_env
 
+from livewalgate import WALGATE, WalgateServer, free_port, running_walgate, walgate_env
 from walgate.gateway.cli import split_statements
 from walgate.gateway.config import Config, ConfigError, load_config
 

@@ -35,9 +35,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from livewalgate import running_walgate
-from tests.gateway.test_kafka_bad_input import TIMEOUT, _api_versions_v0, _header_v1, _parse_api_versions_v0
+from tests.gateway.test_kafka_bad_input import TIMEOUT, _header_v1, _parse_api_versions_v0
 from tests.wire.wire_helpers import instances
 from walgate.gateway.kafka.handlers import advertised
+from walgate.wire import encode_batch
+from walgate.wire.compression import CODECS
 from walgate.wire.protocol import (
     encode_request,
     parse_request_header,
@@ -45,8 +47,6 @@ from walgate.wire.protocol import (
     response_class,
     response_header_version,
 )
-from walgate.wire.compression import CODECS
-from walgate.wire import encode_batch
 from walgate.wire.serial import decoder, fields_of, read_uvarint
 
 LONG = os.environ.get("WALGATE_FUZZ_LONG") == "1"

@@ -34,9 +34,9 @@ from walgate.gateway.kafka.handlers import HANDLERS, advertised
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.wire import decode_batches, encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import build_response, decode_request, encode_request, encode_response, parse_request_header
-from walgate.wire import decode_batches, encode_batch
 
 DB = "hard"
 TS = 1_700_000_000_000

@@ -18,7 +18,6 @@ from walgate.gateway.http_api import INTERNAL_ERROR, ROWS_HEADER, WAL_FILE_CORRU
 from walgate.gateway.server import Gateway
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
-from walgate.storage.wal import CorruptEntry
 from walgate.storage.errors import (
     AlreadyExists,
     InvalidValue,
@@ -29,6 +28,7 @@ from walgate.storage.errors import (
     SqlSyntaxError,
     StorageUnavailable,
 )
+from walgate.storage.wal import CorruptEntry
 
 LIMIT = 64 << 10  # max_request_bytes of the test app
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -24,10 +26,6 @@ from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
 from walgate.storage.fileio import SYNC_LATENCY, LatencyRecorder
-
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 TOPIC = "metered"
 PRODUCED = {0: 10, 1: 5}  # records produced per partition

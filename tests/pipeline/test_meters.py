@@ -12,7 +12,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -66,7 +66,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple]]:
                 if m is not None and m.error() is None:
                     kind, ts = m.timestamp()
                     got.append((m.key(), m.value(), m.topic(), m.partition(), m.offset(),
-                                datetime.fromtimestamp(ts / 1000, timezone.utc), kind - 1))
+                                datetime.fromtimestamp(ts / 1000, UTC), kind - 1))
         finally:
             c.close()
         assert len(got) == len(rows())
@@ -85,7 +85,7 @@ def test_windowed_aggregates_of_records_read_from_walgate(spark: SparkSession, r
     parsed = parse(df)
     assert parsed.count() == len(rows()) and parsed.filter("event_time IS NULL").count() == 0
     got = {
-        (int(r.window_start.replace(tzinfo=timezone.utc).timestamp() * 1000), r.location):
+        (int(r.window_start.replace(tzinfo=UTC).timestamp() * 1000), r.location):
             (r.avg_current, r.max_voltage, r.rows)
         for r in aggregate(parsed, "1 minute").collect()
     }

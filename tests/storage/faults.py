@@ -19,8 +19,9 @@ import contextlib
 import errno
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from walgate.storage import fileio
 
@@ -41,7 +42,7 @@ class _Plan:
 
 
 class _FaultyOs:
-    def __init__(self, faults: "Faults") -> None:
+    def __init__(self, faults: Faults) -> None:
         self._faults = faults
 
     def __getattr__(self, name: str) -> Any:
@@ -101,7 +102,7 @@ class Faults:
         return None
 
     @contextlib.contextmanager
-    def active(self) -> Iterator["Faults"]:
+    def active(self) -> Iterator[Faults]:
         saved = fileio.os
         fileio.os = _FaultyOs(self)  # type: ignore[assignment]
         try:

@@ -53,8 +53,8 @@ from typing import Any
 
 import orjson
 import pytest
-
 from fuzzing import LONG
+
 from walgate.storage import lines
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -139,7 +139,7 @@ def build_template(root: Path) -> dict[str, Any]:
     # committed offsets: several groups and rounds, one deleted; the log start of partition 0 moved
     now = 1_750_000_000_000
     for rnd in range(4):
-        e.commit_offsets("g1", [("t_db", 0, 10 + rnd, 0, "r%d" % rnd), ("t_db", 1, 5 + rnd, 0, None),
+        e.commit_offsets("g1", [("t_db", 0, 10 + rnd, 0, f"r{rnd}"), ("t_db", 1, 5 + rnd, 0, None),
                                 ("t_sel", 0, 1 + rnd, 0, None), (NATIVE, 0, 20 + 7 * rnd, 3, "m")], now + rnd)
         e.commit_offsets("g2", [("t_sel", 1, rnd, 0, None), (NATIVE, 1, 2 + rnd, 0, None),
                                 ("t_db", 0, 40 + rnd, 0, None)], now + 10 + rnd)
@@ -668,7 +668,7 @@ def check(case: Case, snap: Snap, truth: Truth, allow: Allow) -> list[str]:
     t = truth.snap
     bad = [x for x in snap.errors if _first_line(x) not in truth.known_errors]
     # databases, topics, tables: present unless allowed missing, never different
-    for name, row in t.databases.items():
+    for name in t.databases:
         if name not in snap.databases and name not in allow.dbs:
             bad.append(f"(c) database {name} is gone")
     for name, row in snap.databases.items():
@@ -855,9 +855,7 @@ def _writes(e: Engine, truth: Truth, allow: Allow, cut: bool) -> tuple[list[str]
     def must(what: str, fn: Callable[[], Any], may_fail: bool = False) -> Any:
         try:
             return fn()
-        except SequenceError if may_fail else ():
-            return None
-        except NotFound:
+        except (SequenceError, NotFound):
             if may_fail:
                 return None
             out.append(f"(f) {what} refused: {traceback.format_exc(limit=2)}")
@@ -1014,7 +1012,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Trut
             rel = str(path.relative_to(template))
             files[kind_of(rel, truth)][rel] = path.stat().st_size
     yield template, truth, files, work
-    print("\ncorruption sweep (seed %d%s):" % (SEED, ", long" if LONG else ""))
+    print(f"\ncorruption sweep (seed {SEED}{', long' if LONG else ''}):")
     for line in SUMMARY:
         print("  " + line)
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fuzzing import Attack, fuzz_settings, seeded_engine
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fuzzing import Attack, fuzz_settings, seeded_engine
 
 KEYS = ["ts", "v", "f", "s", "b", "n", "u", "ti", "fl", "t", "loc", "g", "nosuch", "tbname", "TS", "", "\x00"]
 json_values = st.recursive(

@@ -12,10 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fuzzing import Attack, fuzz_settings, mutated, seeded_engine
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fuzzing import Attack, fuzz_settings, mutated, seeded_engine
 
 MEASUREMENTS = ["m", "lp", "lp2", "alt", "nt", "m\\ 1", "m\\,x", "ü", "x" * 200, "m\x00", "tbname", "../x", "`q`",
                 "a.b", "LP", "_ts"]

@@ -12,10 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fuzzing import Attack, fuzz_settings, mutated, seeded_engine
 from hypothesis import given
 from hypothesis import strategies as st
-
-from fuzzing import Attack, fuzz_settings, mutated, seeded_engine
 
 COLUMNS = ["ts", "v", "f", "s", "b", "n", "u", "ti", "fl", "t", "loc", "tbname", "V", "`v`", "nosuch", "`odd/../x`",
            "`a\x00b`", "`ü`", "`" + "c" * 300 + "`", "value", "`select`"]

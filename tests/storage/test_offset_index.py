@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import errno
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import crc32c
 import pytest

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, CorruptEntry, Wal, WalOptions
 from tests.storage.walindex import version_for_timestamp
+from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, CorruptEntry, Wal, WalOptions
 
 
 def _entries(n: int, start_ts: int = 0, size: int = 10) -> list[tuple[int, int, int, bytes]]:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from faults import FAULT_KINDS, Faults
 
+from tests.storage.walindex import version_for_timestamp
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.wal import HEADER_SIZE, KIND_DATA, Wal, WalOptions
-from tests.storage.walindex import version_for_timestamp
 
 LEVEL1 = WalOptions(level=1, fsync_period_ms=1000, segment_bytes=300)
 LEVEL2 = WalOptions(level=2, fsync_period_ms=0, segment_bytes=300)
@@ -37,7 +37,7 @@ def _check(wal: Wal, acked: dict[int, bytes]) -> None:
 
 def _append(wal: Wal, acked: dict[int, bytes], entries: list[tuple[int, int, int, bytes]]) -> int:
     version = wal.append(entries)
-    for k, (_, count, _, body) in enumerate(entries):
+    for k, (_, _, _, body) in enumerate(entries):
         acked[version + 2 * k] = body
     return version
 

@@ -47,7 +47,7 @@ print(fds())
 """
 
 
-def test_thousands_of_wals_under_a_low_descriptor_limit(scratch):
+def test_thousands_of_wals_under_a_low_descriptor_limit(scratch):  # noqa: F811 (the fixture)
     done = subprocess.run([sys.executable, "-c", _SCRIPT, str(scratch), "2000"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

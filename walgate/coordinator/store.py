@@ -108,7 +108,7 @@ class EngineOffsetStore:
         """Whether *group_id* has at least one committed offset."""
         return any(g == group_id for g, _, _, _ in self._engine.all_committed())
 
-    def groups_with_offsets(self) -> Iterable[str]:
+    def groups_with_offsets(self) -> set[str]:
         """Every group with at least one committed offset."""
         return {g for g, _, _, _ in self._engine.all_committed()}
 

@@ -186,7 +186,7 @@ class Catalog:
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS) -> "Catalog":
+    def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS) -> Catalog:
         """Replay ``path`` (see the module docstring): never refuses to open, whatever the file holds."""
         cat = cls(path, damage, max_partitions)
         data = path.read_bytes() if path.exists() else b""

@@ -23,9 +23,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Iterable, Iterator
+from typing import Any, Final
 
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
@@ -78,7 +79,7 @@ class CommittedOffsets:
         self._pad = b""  # b"\n" while the file may end in a torn line
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None) -> "CommittedOffsets":
+    def open(cls, path: Path, damage: DamageLog | None = None) -> CommittedOffsets:
         store = cls(path)
         data = path.read_bytes() if path.exists() else b""
         scan = lines.scan(data)

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 import orjson
 

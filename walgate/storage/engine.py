@@ -8,7 +8,7 @@ The work is done by the parts the engine composes, all sharing one :class:`~walg
 protocol, CSV, JSON rows through one row planner), :mod:`~walgate.storage.commit` (the all-or-nothing append of a
 request, see its docstring for the write protocol), :mod:`~walgate.storage.topic_views` (topics, offsets, Kafka
 reads), :mod:`~walgate.storage.native_topics` (Kafka-native topics), :mod:`~walgate.storage.group_offsets`
-(committed offsets) and :mod:`~walgate.storage.show` (SHOW / DESCRIBE). SELECT runs here.
+(committed offsets), :mod:`~walgate.storage.show` (SHOW / DESCRIBE) and :mod:`~walgate.storage.select` (SELECT).
 
 Retention and periodic fsync run from :meth:`Engine.sync_due`, which the gateway calls on a timer (running the
 fsyncs it returns on another thread).
@@ -23,33 +23,26 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from walgate.storage.catalog import MAX_PARTITIONS, DatabaseDef, StableDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
-from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
-from walgate.storage.query import Query
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
-from walgate.storage.schema import Column
+from walgate.storage.select import Selects
 from walgate.storage.show import Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_views import PartitionStats, TopicViews
-from walgate.storage.topics import Records, TopicEvaluator
-from walgate.storage.values import format_timestamp
-from walgate.storage.vnode import Vnode
-from walgate.storage.wal import KIND_DATA, FileRegion, PendingSync
+from walgate.storage.topics import Records
+from walgate.storage.wal import FileRegion, PendingSync
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "Result"]
 
@@ -76,6 +69,7 @@ class Engine:
         self.ingest = Ingest(store, self.commits, self.ddl, self.views)
         self.native = NativeTopics(store, self.views)
         self.show = Show(store, self.views, self.offsets)
+        self.selects = Selects(store, self.views)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -93,7 +87,7 @@ class Engine:
             ast.DropConsumerGroup: self.views.drop_group,
             ast.Show: self.show.show,
             ast.Describe: self.show.describe,
-            ast.Select: self._x_Select,
+            ast.Select: self.selects.select,
         }
 
     @classmethod
@@ -262,48 +256,6 @@ class Engine:
         """Every committed offset: (group, topic, partition, committed)."""
         return self.offsets.all()
 
-    # ------------------------------------------------------------- queries
-
-    def _resolve_db(self, name: str | None, session: str | None) -> DatabaseDef:
-        return self.store.resolve_db(name, session)
-
-    def _compile(
-        self, db: DatabaseDef, kind: str, source: str, with_meta: bool, items: tuple[ast.SelectItem, ...] | None,
-        where: ast.Expr | None, altered: StableDef | None = None,
-    ) -> TopicEvaluator:
-        return self.views.compile(db, kind, source, with_meta, items, where, altered)
-
-    def _tag_tables(self, vnode: Vnode) -> Callable[[str], pa.Table]:
-        return self.store.tag_tables(vnode)
-
-    def _x_Select(self, s: ast.Select, session: str | None) -> Result:
-        """A query (see query.py): WHERE filters the scan; a plain projection is the evaluator's, as a topic's is;
-        anything else (aggregates, windows, grouping, ordering) runs in DuckDB over the scanned rows."""
-        db = self._resolve_db(s.source.db, session)
-        q = Query(s, db.precision, time.time_ns())
-        ev = self._compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
-        schema = ev.output_schema()
-        if not q.plain:
-            tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
-            scanned = (r.values.append_column("tbname", r.keys) for r in self._scan(db, ev) if r.values is not None)
-            meta, table = q.run(ev.known, tags, schema, scanned)
-            return Result(meta, _json_rows(table))
-        rows: list[list[Any]] = []
-        for recs in self._scan(db, ev):
-            assert recs.values is not None
-            rows += _json_rows(recs.values)
-            if s.limit is not None and len(rows) >= s.limit:
-                del rows[s.limit :]
-                break
-        return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
-
-    def _scan(self, db: DatabaseDef, ev: TopicEvaluator) -> Iterator[Records]:
-        for vnode in self.vnodes[db.name]:
-            tag_tables = self._tag_tables(vnode)
-            for entry in vnode.wal.read_from(vnode.wal.first_version):
-                if entry.kind == KIND_DATA:
-                    yield from ev.evaluate(decode_entry(entry), tag_tables)
-
     # ------------------------------------------------------------ maintenance
 
     def sync_due(self, now: float) -> tuple[float, list[PendingSync]]:
@@ -339,40 +291,3 @@ class Engine:
     def damage(self) -> list[Damage]:
         """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
         return list(self.damage_log.records)
-
-
-# --------------------------------------------------------------------- SELECT helpers
-
-
-_SIZES = {"BOOL": 1, "TINYINT": 1, "SMALLINT": 2, "INT": 4, "FLOAT": 4}
-
-
-def _column_meta(f: pa.Field, known: Column | None) -> tuple[str, str, int]:
-    """TDengine column_meta ``[name, type, length]`` of a result column."""
-    if known is not None and _type_name(known.type.arrow()) == _type_name(f.type):
-        return f.name, known.type.name, known.type.size
-    name = _type_name(f.type)
-    return f.name, name, _SIZES.get(name.split()[0], 8)
-
-
-def _json_rows(table: pa.Table) -> list[list[Any]]:
-    """Rows as JSON-ready lists: timestamps as RFC 3339 UTC strings, FLOATs at their shortest decimal form."""
-    cols = []
-    for col, f in zip(table.columns, table.schema):
-        if pa.types.is_timestamp(f.type):
-            cols.append([None if v is None else format_timestamp(v, f.type.unit) for v in pc.cast(col, pa.int64()).to_pylist()])
-        elif pa.types.is_float32(f.type):
-            cols.append(pc.cast(pc.cast(col, pa.string()), pa.float64()).to_pylist())
-        else:
-            cols.append(col.to_pylist())
-    return [list(r) for r in zip(*cols)] if cols else []
-
-
-def _type_name(t: pa.DataType) -> str:
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP"
-    return {
-        pa.bool_(): "BOOL", pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
-        pa.uint8(): "TINYINT UNSIGNED", pa.uint16(): "SMALLINT UNSIGNED", pa.uint32(): "INT UNSIGNED",
-        pa.uint64(): "BIGINT UNSIGNED", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
-    }.get(t, "VARCHAR")

@@ -19,8 +19,8 @@ import os
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["FILES", "FileCache", "OpenFile", "default_capacity"]
 

@@ -82,7 +82,7 @@ class OffsetIndex:
         self._start_saved = True  # the .start file holds log_start
 
     @classmethod
-    def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None) -> "OffsetIndex":
+    def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None) -> OffsetIndex:
         """Load the valid prefix of ``path`` (if any) below ``wal_end`` (see the module docstring)."""
         idx = cls(path, damage)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,9 @@ so indexing a write never fails on a topic's expressions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -33,7 +33,6 @@ import crc32c
 import pyarrow as pa
 
 from walgate.storage import fileio, lines
-
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.committed import CommittedOffsets
 from walgate.storage.damage import DamageLog
@@ -90,7 +89,7 @@ class Vnode:
         self._checkpointed = 0
 
     @classmethod
-    def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None) -> "Vnode":
+    def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None) -> Vnode:
         directory.mkdir(parents=True, exist_ok=True)
         vnode = cls(db, index, directory, Wal.open(directory / "wal", wal_options(db), damage=damage), damage)
         start = vnode._load_checkpoint()

@@ -544,11 +544,11 @@ class Wal:
         loc = self._locate(version)
         if loc is None:
             return
-        s, i, version = loc
+        s, first, version = loc
         end = self.next_version
         for seg in self.segments[s:]:
             file = FILES.get(seg.path)
-            for i in range(max(i, 0), len(seg.versions)):
+            for i in range(max(first, 0), len(seg.versions)):
                 if seg.versions[i] >= end:
                     return
                 try:
@@ -557,7 +557,7 @@ class Wal:
                     continue
                 if entry.version + entry.count > version:  # (not so for an entry before a gap holding version)
                     yield entry
-            i = 0
+            first = 0
 
     def read(self, version: int) -> WalEntry | None:
         """The entry containing ``version``, or None past the end; CorruptEntry if it is damaged or lost."""

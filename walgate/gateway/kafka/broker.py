@@ -24,14 +24,15 @@ import contextvars
 import functools
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Callable, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
-from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.kafka.wakeups import FetchWakeups
+from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 
 __all__ = ["Broker", "BatchCache", "PEER"]

@@ -32,16 +32,18 @@ class FrameWriter:
 
     async def write(self, chunks: Iterable[Chunk]) -> None:
         """Send one frame; returns once the kernel has all of it (back-pressure: one frame in flight)."""
-        buffers: list[Chunk] = []
+        buffers: list[bytes | bytearray | memoryview] = []
         for chunk in chunks:
-            if isinstance(chunk, FileRegion):
-                if buffers:
-                    self._writer.writelines(buffers)
-                    buffers = []
-                await self._writer.drain()
-                await self._sendfile(chunk)
-            else:
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
                 buffers.append(chunk)
+                continue
+            if not isinstance(chunk, FileRegion):
+                raise TypeError(f"cannot send a {type(chunk).__name__} chunk")
+            if buffers:
+                self._writer.writelines(buffers)
+                buffers = []
+            await self._writer.drain()
+            await self._sendfile(chunk)
         if buffers:
             self._writer.writelines(buffers)
         await self._writer.drain()
@@ -69,7 +71,7 @@ class FrameWriter:
     async def _writable(fd: int) -> None:
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
-        loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_writer(fd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:

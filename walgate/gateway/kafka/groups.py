@@ -31,7 +31,8 @@ import functools
 import itertools
 import logging
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.coordinator import GroupCoordinator
@@ -85,7 +86,7 @@ class GroupService:
         self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the storage thread
         self.storage = storage
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._tick_task: asyncio.Task[None] | None = None
         if members is not None:

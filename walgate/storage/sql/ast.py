@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Union
+from typing import TypeAlias
 
 from walgate.storage.schema import Column
 
@@ -35,52 +35,52 @@ class Lit:
 @dataclass(frozen=True)
 class Unary:
     op: str  # "NOT" | "-"
-    operand: "Expr"
+    operand: Expr
 
 
 @dataclass(frozen=True)
 class Binary:
     op: str  # + - * / % = != < <= > >= AND OR
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
 
 
 @dataclass(frozen=True)
 class Call:
     name: str  # lower-case scalar function name: abs, ceil, floor, round, sqrt, pow, log, lower, upper, length, concat, cast ...
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
 class Cast:
-    expr: "Expr"
-    type: "ColumnTypeRef"
+    expr: Expr
+    type: ColumnTypeRef
 
 
 @dataclass(frozen=True)
 class InList:
-    expr: "Expr"
-    values: tuple["Expr", ...]
+    expr: Expr
+    values: tuple[Expr, ...]
     negated: bool = False
 
 
 @dataclass(frozen=True)
 class Between:
-    expr: "Expr"
-    low: "Expr"
-    high: "Expr"
+    expr: Expr
+    low: Expr
+    high: Expr
     negated: bool = False
 
 
 @dataclass(frozen=True)
 class IsNull:
-    expr: "Expr"
+    expr: Expr
     negated: bool = False
 
 
 @dataclass(frozen=True)
 class Like:
-    expr: "Expr"
+    expr: Expr
     pattern: str
     negated: bool = False
 
@@ -92,7 +92,7 @@ class Duration:
     ns: int
 
 
-Expr = Union[Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like, Duration]
+Expr: TypeAlias = Col | Lit | Unary | Binary | Call | Cast | InList | Between | IsNull | Like | Duration
 _EXPR_CLASSES = (Col, Lit, Unary, Binary, Call, Cast, InList, Between, IsNull, Like, Duration)  # == Expr's members
 
 
@@ -149,7 +149,7 @@ class Now:
     offset_ns: int = 0
 
 
-Value = Union[int, float, str, bool, None, Now]
+Value: TypeAlias = int | float | str | bool | None | Now
 
 # -------------------------------------------------------------- statements
 
@@ -333,21 +333,21 @@ class Select:
         return exprs
 
 
-Statement = Union[
-    CreateDatabase,
-    DropDatabase,
-    UseDatabase,
-    CreateStable,
-    CreateTable,
-    CreateSubtable,
-    AlterStable,
-    DropTable,
-    DropStable,
-    Insert,
-    CreateTopic,
-    DropTopic,
-    DropConsumerGroup,
-    Show,
-    Describe,
-    Select,
-]
+Statement: TypeAlias = (
+    CreateDatabase
+    | DropDatabase
+    | UseDatabase
+    | CreateStable
+    | CreateTable
+    | CreateSubtable
+    | AlterStable
+    | DropTable
+    | DropStable
+    | Insert
+    | CreateTopic
+    | DropTopic
+    | DropConsumerGroup
+    | Show
+    | Describe
+    | Select
+)

@@ -73,12 +73,12 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.ast import (
     Between,
     Binary,
-    Duration,
     Call,
     Cast,
     Col,
     ColumnTypeRef,
     CreateTopic,
+    Duration,
     Expr,
     InList,
     IsNull,

@@ -13,8 +13,9 @@ engine only on the storage thread (:meth:`~walgate.gateway.kafka.broker.Broker.c
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from walgate.gateway.kafka.handlers import (
     api_versions,
@@ -22,9 +23,9 @@ from walgate.gateway.kafka.handlers import (
     consumer_group_heartbeat,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
-    delete_groups,
     describe_cluster,
     describe_configs,
     describe_groups,

@@ -83,7 +83,7 @@ ERRORS: Table = {
     InvalidRecord: ErrorCode.invalid_record,
     UnsupportedVersion: ErrorCode.unsupported_version,
     WireError: ErrorCode.invalid_request,  # bytes that do not parse (MalformedFrame, FrameTooLarge)
-    **GROUP_ERRORS,  # the group coordinator's refusals, each the Kafka error it names
+    **{cls: code for cls, code in GROUP_ERRORS.items()},  # the group coordinator's refusals, each the Kafka error it names
     ConsumerProtocolError: ErrorCode.inconsistent_group_protocol,  # as the coordinator answers one in a join
 }
 PRODUCE: Table = {StorageError: ErrorCode.invalid_record, RequestTooLarge: ErrorCode.record_list_too_large}

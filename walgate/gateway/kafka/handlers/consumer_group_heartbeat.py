@@ -17,8 +17,8 @@ from typing import Any
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import PEER, Broker
-from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 

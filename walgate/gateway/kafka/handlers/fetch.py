@@ -41,8 +41,8 @@ from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
-from walgate.wire.errors import ErrorCode
 from walgate.wire import encode_batch
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 SENDFILE_MIN_BYTES = 16 << 10
@@ -168,14 +168,16 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     deadline = time.monotonic() + max(max_wait, 0.0)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     wants: list[_Want] | None = None
+    got: list[_Got] = []
     keys: list[tuple[str, int]] = []
     event: asyncio.Event | None = None
     try:
         while True:
             try:
-                wants, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes)
+                resolved, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
+            wants = resolved
             keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
             ready = sum(g.size for g in got)
             remaining = deadline - time.monotonic()
@@ -195,7 +197,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     finally:
         if event is not None:
             broker.unwatch(keys, event)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(wants, got, version)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}
 
 
 def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[dict[str, Any]]:

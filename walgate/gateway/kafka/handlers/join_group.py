@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import PEER, Broker
-from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import answered, millis
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
 

@@ -24,7 +24,7 @@ from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
-_AUTO_CREATE = {StorageError: ErrorCode.unknown_topic_or_partition}  # an invalid name: no such topic
+_AUTO_CREATE: dict[type[BaseException], ErrorCode] = {StorageError: ErrorCode.unknown_topic_or_partition}  # an invalid name: no such topic
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,

@@ -48,8 +48,8 @@ from walgate.storage.errors import InvalidValue, LineProtocolError
 from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
-from walgate.wire.errors import ErrorCode
 from walgate.wire import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
 _ACKS = (-1, 0, 1)
