@@ -1,6 +1,6 @@
 """The `power.meters` data set of the consumer scenarios and the checks on what clients read.
 
-Expected records follow the mapping of DESIGN.md / issue 3: partition = vnode of
+Expected records follow the mapping of docs/architecture.md: partition = vnode of
 the subtable (``(crc32c(utf8("db.table")) * VGROUPS) >> 32``, README), key =
 subtable name, timestamp = the row's ts in ms, value = the row as JSON (timestamps
 as RFC 3339 UTC strings, NULL as null), headers naming db, stable, table and the

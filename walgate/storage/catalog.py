@@ -43,7 +43,6 @@ from typing import Any
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
-from walgate.storage.kafka_topics import validate_topic_name
 from walgate.storage.names import (
     is_db_id,
     is_topic_id,
@@ -54,6 +53,7 @@ from walgate.storage.names import (
     validate_table_name,
 )
 from walgate.storage.schema import Column, ColumnType
+from walgate.storage.topic_configs import validate_topic_name
 
 __all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "column_to_json",
            "column_from_json"]

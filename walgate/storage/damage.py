@@ -1,6 +1,6 @@
 """Damage found in the data dir: what was quarantined, where it came from and what it cost.
 
-The server always starts (DESIGN.md, "Fault model"): a file or range that fails its checksum, is truncated or
+The server always starts (docs/architecture.md, "Fault model"): a file or range that fails its checksum, is truncated or
 does not parse is moved aside into ``<data dir>/quarantine/`` (never deleted), everything intact is served, and
 each finding becomes one :class:`Damage` record. The records are logged once at WARNING when found, listed by
 ``SHOW QUARANTINE`` and reported by ``/healthz``.

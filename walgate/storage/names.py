@@ -1,6 +1,6 @@
 """Identifier rules: which names of databases, tables, columns and topics walgate accepts.
 
-No name ever becomes a path (DESIGN.md, "Fault model"): directories and files are named by internal ids
+No name ever becomes a path (docs/architecture.md, "Fault model"): directories and files are named by internal ids
 (:func:`new_db_id`, a topic's ``topic_id``), checked by :func:`is_db_id` before a path is built from one. The rules
 here are TDengine's (docs: SQL manual, "Naming Conventions and Limitations") and Kafka's, so a name walgate takes
 is one both systems take:
@@ -13,7 +13,7 @@ is one both systems take:
 * TDengine topic (``CREATE TOPIC``): at most 192 bytes of ASCII letters, digits, ``_`` and ``-`` (a plain TDengine
   name, or a backquoted one Kafka also takes: every topic is a Kafka topic, and TDengine refuses ``.``);
 * Kafka topic (CreateTopics): Kafka's rule, 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``
-  (:func:`walgate.storage.kafka_topics.validate_topic_name`).
+  (:func:`walgate.storage.topic_configs.validate_topic_name`).
 
 Names already in a data dir are never re-checked: a data dir written before these rules opens as it was.
 """

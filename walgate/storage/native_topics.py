@@ -10,7 +10,6 @@ serves the stored bytes as they are (:meth:`NativeTopics.kafka_region`, for ``se
 from __future__ import annotations
 
 import copy
-import struct
 import time
 from bisect import bisect_right
 
@@ -22,23 +21,16 @@ from walgate.storage.errors import (
     NotFound,
     OffsetOutOfRange,
 )
-from walgate.storage.kafka_topics import (
-    backing_database,
-    batch_info,
-    rebase,
-    validate_topic_name,
-    wal_options,
-)
 from walgate.storage.producers import DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
+from walgate.storage.topic_configs import backing_database, validate_topic_name, wal_options
 from walgate.storage.topic_views import TopicViews, stored_batch
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, FileRegion
+from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
 
 __all__ = ["NativeTopics"]
 
-_BASE_OFFSET = struct.Struct(">q")
-_BATCH_START = struct.Struct(">qii")  # base offset, batch length, partition leader epoch: outside the batch's CRC
 
 
 class NativeTopics:
@@ -57,9 +49,9 @@ class NativeTopics:
         producers = self.store.producers[(topic.name, vnode.index)] = PartitionProducers()
         for entry in vnode.wal.read_from(vnode.wal.first_version):
             if entry.kind == KIND_KAFKA:
-                info = batch_info(entry.body)
-                base = _BASE_OFFSET.unpack_from(entry.body, 0)[0]
-                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, base)
+                info = batch_header(entry.body)
+                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
+                                 info.base_offset)
 
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*."""
@@ -135,7 +127,7 @@ class NativeTopics:
         if t.kind != "kafka":
             raise InvalidValue(f"Topic {topic} is a TDengine topic: produce to Kafka-native topics only")
         producers = self.store.producers[(topic, partition)]
-        infos = [batch_info(b) for b in batches]
+        infos = [batch_header(b) for b in batches]
         scratch = copy.deepcopy(producers) if len(infos) > 1 else producers  # later batches follow earlier ones
         verdicts = []
         for k, i in enumerate(infos):
@@ -177,10 +169,10 @@ class NativeTopics:
         entry's header (the same read) and must be what the offset index, the WAL and :meth:`append_batches` say,
         or the entry is reported damaged: a client cannot tell a batch served at the wrong offset."""
         _, vnode, idx = self.store.partition(topic, partition)
-        region = vnode.wal.region(version, KIND_KAFKA, head=_BATCH_START.size)
+        region = vnode.wal.region(version, KIND_KAFKA, head=BATCH_PREFIX_SIZE)
         if region is None:
             raise NotFound(f"Topic {topic} partition {partition} has no batch at version {version}")
-        base, length, epoch = _BATCH_START.unpack(region.head.ljust(_BATCH_START.size, b"\0"))
+        base, length, epoch = batch_prefix(region.head.ljust(BATCH_PREFIX_SIZE, b"\0"))
         k = bisect_right(idx.versions, version) - 1
         want = idx.offsets[k] if k >= 0 and idx.versions[k] == version else base
         if (base, length, epoch) != (want, len(region) - 12, 0):

@@ -1,7 +1,7 @@
 """Kafka offset ⇄ WAL version translation for one topic-partition (topic × vnode).
 
 Kafka offsets are dense per topic-partition while WAL versions are not
-(DESIGN.md, "Why dense offsets"). One index record per WAL entry that
+(docs/architecture.md, "Why dense offsets"). One index record per WAL entry that
 contributes records to the topic::
 
     u64 offset       Kafka offset of the entry's first record

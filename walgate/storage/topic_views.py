@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import struct
 import time
 import uuid
 from bisect import bisect_right
@@ -39,13 +38,12 @@ from walgate.storage.store import TICKS_PER_MS, Store
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, CorruptEntry
-from walgate.wire import record_timestamps
+from walgate.wire import batch_prefix, record_timestamps
 
 __all__ = ["PartitionStats", "TopicViews", "stored_batch"]
 
 log = logging.getLogger("walgate.engine")
 
-_BASE_OFFSET = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,7 @@ class TopicViews:
         if topic.kind == "kafka" and not idx.offsets:  # a rebuilt index numbers on from the offsets the batches carry
             first = next((e for e in vnode.wal.read_from(start) if e.kind == KIND_KAFKA and e.version >= start), None)
             if first is not None:
-                idx.start_empty_at(_BASE_OFFSET.unpack_from(first.body, 0)[0])
+                idx.start_empty_at(batch_prefix(first.body)[0])
         if start < vnode.wal.next_version:
             batch: list[DecodedEntry] = []
             for entry in vnode.wal.read_from(start):

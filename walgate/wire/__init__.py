@@ -43,10 +43,12 @@ from walgate.wire.protocol import (
     parse_request_header,
 )
 from walgate.wire.record_batch import (
+    BATCH_PREFIX_SIZE,
     BatchHeader,
     DecodedBatch,
     DecodedRecord,
     batch_header,
+    batch_prefix,
     encode_batch,
     rebase,
     record_timestamps,
@@ -55,6 +57,7 @@ from walgate.wire.record_batch import (
 from walgate.wire.records import decode_batches, validate_produced
 
 __all__ = [
+    "BATCH_PREFIX_SIZE",
     "WIRE_VERSIONS",
     "BatchHeader",
     "Chunk",
@@ -72,6 +75,7 @@ __all__ = [
     "WireError",
     "api_versions_fallback",
     "batch_header",
+    "batch_prefix",
     "build_response",
     "compress",
     "decode_batches",

@@ -84,6 +84,7 @@ from walgate.wire.errors import CorruptRecord, InvalidRecord
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "BATCH_PREFIX_SIZE",
     "CODEC_MASK",
     "CONTROL_BIT",
     "LOG_APPEND_TIME_BIT",
@@ -93,6 +94,7 @@ __all__ = [
     "DecodedRecord",
     "Header",
     "batch_header",
+    "batch_prefix",
     "check_records",
     "decode_batch",
     "encode_batch",
@@ -105,6 +107,7 @@ Header = tuple[str, bytes | None]
 """One record header: (key, value or None)."""
 
 BATCH_HEADER_SIZE: Final = 61
+BATCH_PREFIX_SIZE: Final = 16  # base offset, batch length, partition leader epoch: what the CRC does not cover
 CODEC_MASK: Final = 0x07
 LOG_APPEND_TIME_BIT: Final = 0x08
 TRANSACTIONAL_BIT: Final = 0x10
@@ -117,7 +120,7 @@ _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 _UINT32: Final = struct.Struct(">I")
 _INT64: Final = struct.Struct(">q")
-_REBASE: Final = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
+_PREFIX: Final = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
 _CRC_START: Final = 21
 _MIN_LENGTH: Final = BATCH_HEADER_SIZE - 12  # batch_length of a batch without records
 _MAX_BATCH: Final = 2**31 - 1
@@ -225,10 +228,19 @@ def batch_header(batch: bytes | bytearray | memoryview, pos: int = 0) -> BatchHe
     return BatchHeader._make(_HEADER.unpack_from(batch, pos))
 
 
+def batch_prefix(batch: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(base offset, batch length, partition leader epoch): the first :data:`BATCH_PREFIX_SIZE` bytes of *batch*,
+    which its CRC does not cover; raises :class:`InvalidRecord` if fewer bytes are given."""
+    if len(batch) < BATCH_PREFIX_SIZE:
+        raise InvalidRecord(f"a record batch prefix is {BATCH_PREFIX_SIZE} bytes, got {len(batch)}")
+    base, length, epoch = _PREFIX.unpack_from(batch, 0)
+    return base, length, epoch
+
+
 def rebase(batch: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int) -> bytes:
     """*batch* with its base offset and partition leader epoch set; the CRC (which covers neither) stays valid."""
     view = memoryview(batch)
-    return _REBASE.pack(base_offset, _INT32.unpack_from(view, 8)[0], leader_epoch) + view[16:]
+    return _PREFIX.pack(base_offset, _INT32.unpack_from(view, 8)[0], leader_epoch) + view[16:]
 
 
 def with_log_append_time(batch: bytes | bytearray | memoryview, now_ms: int) -> bytes:

@@ -2,7 +2,7 @@
 
 One node: replication factor 1 (or -1, the default) only, manual assignments
 only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
-Configs: see :mod:`walgate.storage.kafka_topics` (unknown keys and values
+Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG). ``validate_only`` checks everything
 and creates nothing. A creation refused by the engine answers that topic's
 error (:mod:`.common`'s table: a limit, e.g. too many partitions in all, is
@@ -19,7 +19,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
-from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
+from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7

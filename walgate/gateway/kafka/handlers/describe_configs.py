@@ -14,7 +14,7 @@ from typing import Any
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
-from walgate.storage.kafka_topics import topic_configs
+from walgate.storage.topic_configs import topic_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4

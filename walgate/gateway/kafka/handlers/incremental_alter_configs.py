@@ -17,7 +17,7 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import TOPIC
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
-from walgate.storage.kafka_topics import validate_configs
+from walgate.storage.topic_configs import validate_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1

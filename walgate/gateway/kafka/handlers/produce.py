@@ -45,9 +45,9 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, LineProtocolError
-from walgate.storage.kafka_topics import TOPIC_CONFIG_DEFAULTS
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
+from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS
 from walgate.wire import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
 from walgate.wire.errors import ErrorCode
 

@@ -8,8 +8,8 @@ import pytest
 
 from walgate.storage.engine import Engine
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, OffsetOutOfRange
-from walgate.storage.kafka_topics import backing_database, topic_configs, validate_configs, wal_options
 from walgate.storage.producers import SequenceError
+from walgate.storage.topic_configs import backing_database, topic_configs, validate_configs, wal_options
 from walgate.wire import batch_header, decode_batches, encode_batch
 
 

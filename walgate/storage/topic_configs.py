@@ -1,12 +1,7 @@
-"""Kafka-native topics: their configs and the database that holds them.
+"""Kafka-native topics' configs, names and the database that holds each (see :mod:`.native_topics`).
 
 A topic created through Kafka's CreateTopics gets a database of its own whose
-vgroups are the topic's partitions; each produced RecordBatch v2 is one WAL
-entry of the partition's vnode, stored as produced except for its base offset
-(the Kafka offset it is given) and partition leader epoch (0), neither of which
-the batch CRC covers (:func:`rebase`). Fetch serves the stored bytes as they are.
-The batch format is :mod:`walgate.wire.record_batch`'s; :func:`batch_info` is its
-header parser (producer id, epoch, base sequence, record count, max timestamp).
+vgroups are the topic's partitions (:func:`backing_database`).
 
 Kafka configs map onto the database's WAL settings (rounded up to the WAL's
 units: seconds and MB); the configs themselves are kept as set, so
@@ -22,14 +17,10 @@ from typing import Final
 
 from walgate.storage.errors import InvalidValue
 from walgate.storage.names import DB_NAME_MAX
-from walgate.wire.record_batch import batch_header as batch_info
-from walgate.wire.record_batch import rebase
 
 __all__ = [
     "TOPIC_CONFIG_DEFAULTS",
     "backing_database",
-    "batch_info",
-    "rebase",
     "topic_configs",
     "validate_configs",
     "validate_topic_name",
