@@ -1,8 +1,8 @@
 """walgate only: WAL retention moves the log start; an offset behind it is OFFSET_OUT_OF_RANGE.
 
 A database with 1 MB segments and 1 MB size retention is filled with ~5 MB; the
-engine applies retention on a 5 s timer, so the earliest offset is polled for a
-bounded time. Then: confluent-kafka with auto.offset.reset=error gets
+engine applies retention on a 5 s timer, so the earliest offset is polled (for a
+bounded time) until it has held for longer than that timer. Then: confluent-kafka with auto.offset.reset=error gets
 ``_AUTO_OFFSET_RESET``, kafka-python with no reset policy raises
 OffsetOutOfRangeError, a reset=earliest reader starts at the new log start, and
 the Spark source reads [earliest, latest) without reporting data loss.
@@ -16,7 +16,8 @@ import pytest
 
 DB, TOPIC = "ret", "ret_topic"
 ROWS, PER_STATEMENT, PAYLOAD = 5000, 250, 1000  # ~5 MB of WAL
-WAIT_S = 30
+WAIT_S = 45
+RETENTION_CHECK_S = 5  # walgate.storage.engine._RETENTION_CHECK_S
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +31,16 @@ def retained(walgate, pyclient):
     for start in range(0, ROWS, PER_STATEMENT):
         values = " ".join(f"({base + i}, {i}, '{'x' * (PAYLOAD - 8)}{i:08d}')" for i in range(start, start + PER_STATEMENT))
         walgate.sql(f"INSERT INTO {DB}.h1 VALUES {values}")
+    # retention runs every RETENTION_CHECK_S; a pass may run while the rows are still going in, so the log start
+    # is final only once it has held for longer than that interval after the last INSERT
     deadline = time.monotonic() + WAIT_S
+    seen, since = -1, time.monotonic()
     while True:
         run = pyclient("ck_assign.py", walgate.bootstrap, TOPIC, "--start", "end")
         ((low, high),) = [(d["low"], d["high"]) for d in run.events("watermarks")]
-        if low > 0 or time.monotonic() > deadline:
+        if low != seen:
+            seen, since = low, time.monotonic()
+        if (low > 0 and time.monotonic() - since > RETENTION_CHECK_S + 1) or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert high == ROWS, f"high watermark {high}, expected {ROWS} rows\n{run.describe()}"
