@@ -372,3 +372,22 @@ def test_rows_of_every_precision_and_before_1970_render_as_kafka_records(tmp_pat
     assert rows.values[0].startswith(b'{"ts":"1950-01-01T00:00:00.000')
     assert encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers)
     e.close()
+
+
+def test_append_partitions_answers_each_partition_on_its_own(engine):
+    """One call appends several partitions' batches; a partition refused (a sequence gap, no such partition) is
+    not written and answers its exception, its siblings are appended as usual."""
+    from walgate.storage.producers import SequenceError
+    from walgate.wire import encode_batch
+
+    engine.create_kafka_topic("native.m", 3, {})
+    two = encode_batch(0, [1, 2], [None] * 2, [b"a", b"b"])
+    first, gap = (encode_batch(0, [1], [None], [b"c"], producer_id=7, producer_epoch=0, base_sequence=s)
+                  for s in (0, 5))
+    results = engine.append_partitions("native.m", [(0, [two]), (1, [first]), (2, [two, two]), (1, [gap]),
+                                                    (3, [two])])
+    assert results[:3] == [0, 0, 0]
+    assert isinstance(results[3], SequenceError) and results[3].kafka_error == "out_of_order_sequence_number"
+    assert isinstance(results[4], NotFound)
+    assert [engine.watermarks("native.m", p)[1] for p in range(3)] == [2, 1, 4]
+    assert engine.append_partitions("native.m", [(1, [first])]) == [0]  # a retry: its original offset

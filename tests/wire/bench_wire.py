@@ -25,6 +25,7 @@ from kio.serial import entity_reader, entity_writer
 from walgate.wire import (
     decode_batches,
     encode_batch,
+    record_batch,
     record_timestamps,
     validate_produced,
 )
@@ -98,8 +99,10 @@ def main() -> None:
     rate("  alternative: aiokafka's C parser (+ CRC)",
          best(lambda: AioBatch(batch).validate_crc() and list(AioBatch(batch))), "records/s", N)
     produced = encode_batch(0, TIMESTAMPS, [None] * N, VALUES)
-    rate("validate_produced, stored as produced (check_records)",
+    rate("validate_produced, stored as produced (check_records in C)",
          best(lambda: validate_produced(produced, 1 << 20, with_records=False)), "records/s", N)
+    rate("  alternative: check_records' pure-Python walk (no C compiler), no CRC",
+         best(lambda: record_batch._python_check_records(produced, True)), "records/s", N)
     rate("  alternative: aiokafka's C parser (+ CRC)",
          best(lambda: AioBatch(produced).validate_crc() and [r.offset for r in AioBatch(produced)]), "records/s", N)
     rate("record_timestamps", best(lambda: record_timestamps(batch)), "records/s", N)

@@ -7,8 +7,13 @@ listeners, start the WAL sync task, then log exactly one
 so port 0 works; Kafka clients are told the advertised address, which defaults
 to the bound one). Shutdown (SIGTERM / SIGINT, or leaving
 ``async with Gateway(...)``) runs in reverse: stop the sync task, stop the
-listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), then
+listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
+
+Group commit (:mod:`.group_commit`): the engine is opened with it, so ``WAL_LEVEL 2`` appends and consumer-group
+commits return before their fdatasync, and every storage-thread call returns once what it wrote is durable
+(:mod:`.storage_thread`); the fdatasyncs run on the group-commit threads, one per file at a time, each covering
+every write made while the previous one ran.
 
 The WAL sync task asks the engine to fsync the ``WAL_LEVEL 1`` vnodes whose
 ``WAL_FSYNC_PERIOD`` elapsed and sleeps for the delay it returns, bounded to
@@ -30,6 +35,7 @@ from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.gateway.config import Config
+from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
@@ -57,6 +63,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self._storage = StorageThread(self.metrics.storage_call)
+        self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
@@ -79,8 +86,9 @@ class Gateway:
         try:
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
-                listener=wakeups, consumers=members,
+                listener=wakeups, consumers=members, group_commit=True,
             )
+            self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             groups = self._group_service(self._engine, members)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
@@ -182,6 +190,7 @@ class Gateway:
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
+        await self._group_commit.close()
         if self._engine is not None:
             await self._storage.call(self._engine.close)
             self._engine = None

@@ -7,6 +7,15 @@ event loop never blocks and engine calls never overlap. Calls run in submission
 order. Cancelling the awaiting task drops a call that is still queued; a call
 that has started always runs to completion (engine calls are all-or-nothing).
 
+Group commit (:meth:`StorageThread.group_commit`, the gateway's): the engine's writes return before their fsync
+and note what they need (:mod:`walgate.storage.durability`); at the end of every call, on the storage thread, those
+notes are taken, and :meth:`StorageThread.call` returns only once they are durable (raising
+:class:`~walgate.storage.errors.StorageUnavailable` when the fsync failed), so an answer is never sent before its
+data is durable. The fsyncs themselves run elsewhere (:mod:`walgate.gateway.group_commit`): the storage thread
+goes on with other calls (Fetch, Metadata, Heartbeat) meanwhile. A call that raises does not wait, but what it
+wrote is still synced. A handler that answers parts of a request separately takes the notes itself
+(``Engine.take_unsynced``) and waits for each part with :meth:`StorageThread.durable`.
+
 Calls are submitted on the event loop only, so :attr:`StorageThread.queued`
 (submitted, not yet started) is two plain counters, each written by one thread.
 Every call that runs is reported to ``on_call(waited, ran)`` (seconds queued,
@@ -20,12 +29,28 @@ import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
-__all__ = ["StorageThread"]
+from walgate.storage.durability import Need
+
+__all__ = ["Durability", "StorageThread"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class Durability(Protocol):
+    """What makes noted needs durable (:class:`walgate.gateway.group_commit.GroupCommit`)."""
+
+    async def wait(self, needs: list[Need]) -> None:
+        """Return once every need is durable; StorageUnavailable when an fsync covering one failed."""
+
+    def kick(self, needs: list[Need]) -> None:
+        """Make them durable, waiting for nothing."""
+
+
+def _no_needs() -> list[Need]:
+    return []
 
 
 class StorageThread:
@@ -37,6 +62,15 @@ class StorageThread:
         self._submitted = 0  # written on the event loop only
         self._started = 0  # written on the storage thread only
         self._dropped = 0  # cancelled before they started (event loop only)
+        self._unsynced: Callable[[], list[Need]] = _no_needs  # called on the storage thread after each call
+        self._durability: Durability | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def group_commit(self, unsynced: Callable[[], list[Need]], durability: Durability) -> None:
+        """From now on every call returns once what it wrote is durable: ``unsynced()`` (on the storage thread, at
+        the end of each call) says what that is, ``durability`` makes it so (call on the event loop)."""
+        self._unsynced, self._durability = unsynced, durability
+        self._loop = asyncio.get_running_loop()
 
     @property
     def queued(self) -> int:
@@ -48,20 +82,36 @@ class StorageThread:
         self._submitted += 1
         submitted = self._executor.submit(self._run, time.perf_counter(), functools.partial(fn, *args, **kwargs))
         try:
-            return await asyncio.wrap_future(submitted)
+            result, needs = await asyncio.wrap_future(submitted)
         except asyncio.CancelledError:
             if submitted.cancelled():  # dropped from the queue before it started (asyncio cancels it first)
                 self._dropped += 1
             raise
+        if needs:
+            await self.durable(needs)
+        return result
 
-    def _run(self, submitted: float, fn: Callable[[], T]) -> T:
+    async def durable(self, needs: list[Need]) -> None:
+        """Return once ``needs`` (taken from ``Engine.take_unsynced`` in a call) are durable; StorageUnavailable when
+        the fsync that covered one failed."""
+        if needs:
+            assert self._durability is not None  # (needs are only noted under group commit)
+            await self._durability.wait(needs)
+
+    def _run(self, submitted: float, fn: Callable[[], T]) -> tuple[T, list[Need]]:
         start = time.perf_counter()
         self._started += 1
         try:
-            return fn()
+            result = fn()
+        except BaseException:
+            needs = self._unsynced()
+            if needs and self._durability is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(self._durability.kick, needs)
+            raise
         finally:
             if self._on_call is not None:
                 self._on_call(start - submitted, time.perf_counter() - start)
+        return result, self._unsynced()
 
     def shutdown(self) -> None:
         """Wait for queued calls to finish and stop the thread."""

@@ -6,6 +6,11 @@ entries for auto-created or dropped tables, rows per source). :meth:`Commits.com
 entries before the first append, makes one atomic WAL append per vnode, and applies metas and advances topic
 offset indexes only after the last one succeeded. A failure while appending is atomic per vnode (see wal.py) and
 across vnodes: the appends already made for the request are taken back (``Wal.undo_append``).
+
+Under group commit (:mod:`~walgate.storage.durability`) a WAL_LEVEL 2 append returns before its fdatasync, and the
+request is answered once every vnode it wrote is durable. An fdatasync failing after that refuses the request, but
+cannot take back what the other vnodes made durable, nor the failed vnode's bytes (see wal.py): such a request
+was refused yet its rows may be seen once durable, as a retried one may be seen twice.
 """
 
 from __future__ import annotations
@@ -37,11 +42,18 @@ class Pending:
     # (source, is_stable) -> (columns, tbname per row, row dicts)
     blocks: dict[tuple[str, bool], tuple[tuple[Column, ...], list[str], list[dict[str, Any]]]] = field(default_factory=dict)
     new_tables: dict[str, TableDef] = field(default_factory=dict)  # created by this request's metas
+    # (source, is_stable) -> rows already typed: ``tbname`` then the source's columns in their Arrow types
+    batches: dict[tuple[str, bool], list[pa.RecordBatch]] = field(default_factory=dict)
 
     def add_rows(self, source: str, is_stable: bool, columns: tuple[Column, ...], table: str, rows: list[dict[str, Any]]) -> None:
         _, names, block_rows = self.blocks.setdefault((source, is_stable), (columns, [], []))
         names += [table] * len(rows)
         block_rows += rows
+
+    def add_batch(self, source: str, is_stable: bool, batch: pa.RecordBatch) -> None:
+        """Rows as one Arrow batch (``tbname``, then every column of ``source`` in its Arrow type), after the rows
+        and batches added before for ``source``."""
+        self.batches.setdefault((source, is_stable), []).append(batch)
 
 
 Plan = dict[int, Pending]
@@ -83,6 +95,7 @@ class Commits:
                     (KIND_META, 1, m["ts"], encode_meta(m)) for m in pending.metas
                 ]
                 blocks = [_block(db, key, *parts) for key, parts in pending.blocks.items()]
+                blocks = _with_batches(blocks, pending.batches)
                 if blocks:
                     n = sum(b.batch.num_rows for b in blocks)
                     max_ts = max(pc.max(pc.cast(b.batch.column(1), pa.int64())).as_py() for b in blocks)
@@ -109,6 +122,17 @@ class Commits:
             if blocks:
                 decoded.append(DecodedEntry(version, KIND_DATA, tuple(blocks)))
             self.views.index(vnode, decoded, vnode.wal.next_version)
+
+
+def _with_batches(blocks: list[Block], batches: dict[tuple[str, bool], list[pa.RecordBatch]]) -> list[Block]:
+    """``blocks`` (built from row dicts) joined with the typed batches of each source: one block per source."""
+    if not batches:
+        return blocks
+    merged = {(b.source, b.is_stable): [b.batch] for b in blocks}
+    for key, more in batches.items():
+        merged.setdefault(key, []).extend(more)
+    return [Block(key[0], key[1], parts[0] if len(parts) == 1 else pa.concat_batches(parts))
+            for key, parts in merged.items()]
 
 
 def _block(

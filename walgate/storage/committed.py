@@ -6,9 +6,14 @@
 
 * :meth:`CommittedOffsets.commit` appends a whole batch with one write and fsyncs before returning, so an
   acknowledged commit survives ``kill -9`` and power loss. The batch is applied in memory only after that: when
-  the disk refuses the write, the file is cut back, nothing changes and the caller gets
+  the disk refuses the write or the fsync, the file is cut back, nothing changes and the caller gets
   :class:`~walgate.storage.errors.StorageUnavailable` (retriable); the next append starts with a ``\\n`` so it
   never joins a torn tail the cut could not remove.
+* Group commit (opened with an :class:`~walgate.storage.durability.Unsynced` ledger: the gateway): a commit returns
+  once written and notes its need; the fsync is a sync taken later (:meth:`CommittedOffsets.take_sync`, run off the
+  storage thread), one for every commit written while the previous one ran. Commits are applied (seen by
+  :meth:`~CommittedOffsets.get`) only once their sync succeeded; when it fails, every commit not yet durable (those
+  it covered and those written while it ran) is cut off the file and refused, so nothing refused is ever seen.
 * Opening replays the log: a torn last line (a crash while appending: at most one partial line without its
   ``\\n``, :func:`walgate.storage.lines.scan`) is dropped; a last line whose ``\\n`` is damaged still counts
   (reported; the rewrite restores the ``\\n``); a complete line that fails its checksum or does not hold a commit,
@@ -23,6 +28,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +36,7 @@ from typing import Any, Final
 
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
 
 __all__ = ["Committed", "CommittedOffsets", "COMPACT_FLOOR"]
@@ -71,17 +78,51 @@ def _line(key: Key, c: Committed | None) -> bytes:
     return lines.encode({"g": g, "t": t, "p": p, "o": c.offset, "e": c.leader_epoch, "m": c.metadata, "ts": c.commit_ms})
 
 
+class _CommitsSync:
+    """An fsync of ``commits.log`` as it was when taken (a :class:`~walgate.storage.durability.Sync`)."""
+
+    __slots__ = ("offsets", "covers", "size", "error")
+
+    def __init__(self, offsets: CommittedOffsets, covers: int, size: int) -> None:
+        self.offsets = offsets
+        self.covers = covers  # the last write it covers
+        self.size = size  # the file's size when taken
+        self.error: OSError | None = None
+
+    def run(self) -> None:
+        try:
+            fd = os.open(self.offsets.path, os.O_RDONLY)
+            try:
+                fileio.fsync(fd)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            pass  # its vnode was dropped meanwhile: nothing is left to make durable
+        except OSError as exc:
+            self.error = exc
+
+    def done(self) -> None:
+        self.offsets._synced(self)
+
+
 class CommittedOffsets:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, unsynced: Unsynced | None = None) -> None:
         self.path = path
+        self.unsynced = unsynced  # group commit: commits note what they need instead of fsyncing
         self._live: dict[Key, Committed] = {}
         self._lines = 0  # lines in the file (live and superseded)
         self._pad = b""  # b"\n" while the file may end in a torn line
+        self._written = 0  # writes so far (the targets of group commit's needs)
+        self.durable_to = 0  # writes up to this one are fsynced and applied
+        self._durable_size = 0  # the file's size up to the last durable write
+        self._pending: list[tuple[int, list[tuple[Key, Committed | None]]]] = []  # (write, records) not yet durable
+        self._syncing = False  # a sync is taken and not done
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None) -> CommittedOffsets:
-        store = cls(path)
+    def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None) -> CommittedOffsets:
+        store = cls(path, unsynced)
         data = path.read_bytes() if path.exists() else b""
+        store._durable_size = len(data)
         scan = lines.scan(data)
         bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
         for start, end, record in scan.records:
@@ -116,30 +157,79 @@ class CommittedOffsets:
                 self._live[key] = c
 
     def _append(self, records: list[tuple[Key, Committed | None]]) -> None:
-        """Write the records with one write and fsync, then apply them (nothing applied when the write fails)."""
+        """Write the records with one write; they are applied once fsynced: before this returns without group
+        commit (StorageUnavailable, nothing applied, when the write or the fsync fails), by the sync that covers
+        them with it (noted in the ledger; StorageUnavailable here only when the write fails)."""
         if not records:
             return
+        data = self._pad + b"".join(_line(k, c) for k, c in records)
         try:
-            fileio.append_file(self.path, self._pad + b"".join(_line(k, c) for k, c in records))
+            fileio.append_file(self.path, data, sync=False)  # (cut back when the write fails)
         except OSError as exc:
             self._pad = b"\n"
             raise StorageUnavailable(f"Committed offsets could not be written ({exc.strerror or exc}): nothing was committed") from None
         self._pad = b""
-        self._apply(records)
-        self._lines += len(records)
-        if self._superseded():
+        self._written += 1
+        self._pending.append((self._written, records))
+        if self.unsynced is not None:
+            self.unsynced.note(self, self._written)
+            return
+        sync = self.take_sync()
+        assert sync is not None  # (without group commit no sync is ever left taken)
+        sync.run()
+        sync.done()
+        if sync.error is not None:
+            raise StorageUnavailable(f"Committed offsets could not be written ({sync.error.strerror or sync.error}): "
+                                     "nothing was committed") from None
+
+    def take_sync(self) -> _CommitsSync | None:
+        """A sync of every write so far (:class:`~walgate.storage.durability.Syncable`; None: nothing to sync, or a
+        sync is taken and not done)."""
+        if self._syncing or not self._pending:
+            return None
+        self._syncing = True
+        return _CommitsSync(self, self._written, os.stat(self.path).st_size)
+
+    def _synced(self, sync: _CommitsSync) -> None:
+        """Apply the writes ``sync`` made durable; when it failed, cut every write not durable off the file (nothing
+        refused is ever applied, nor found by the next open) and refuse them all (``covers``: the last write)."""
+        self._syncing = False
+        if sync.error is None:
+            done = [records for write, records in self._pending if write <= sync.covers]
+            del self._pending[: len(done)]
+            for records in done:
+                self._apply(records)
+                self._lines += len(records)
+            self.durable_to, self._durable_size = sync.covers, sync.size
+            if not self._pending and self._superseded():
+                try:
+                    self._rewrite()
+                except OSError as exc:  # the commits are durable in the uncompacted log; compact after a later one
+                    log.warning("%s: could not compact the committed offsets: %s", self.path, exc)
+            return
+        sync.covers = self._written
+        self._pending.clear()
+        log.error("%s: fsync failed (%s); the commits written since the last durable one are refused and cut off",
+                  self.path, sync.error.strerror or sync.error)
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
             try:
-                self._rewrite()
-            except OSError as exc:  # the commits are durable in the uncompacted log; compact after a later commit
-                log.warning("%s: could not compact the committed offsets: %s", self.path, exc)
+                fileio.truncate(fd, self._durable_size)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the next open may find them (complete lines): as a refused Kafka commit may stay
+            log.error("%s: cannot cut off the refused commits (%s)", self.path, exc.strerror or exc)
+            self._pad = b"\n"
 
     def _rewrite(self) -> None:
-        fileio.replace_file(self.path, b"".join(_line(k, c) for k, c in self._live.items()))
+        data = b"".join(_line(k, c) for k, c in self._live.items())
+        fileio.replace_file(self.path, data)
         self._lines = len(self._live)
+        self._durable_size = len(data)
         self._pad = b""
 
     def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
-        """Durably record ``(topic, partition, committed)`` for ``group`` (fsynced before returning); raises
+        """Durably record ``(topic, partition, committed)`` for ``group`` (see :meth:`_append`); raises
         :class:`StorageUnavailable`, committing nothing, when the disk refuses the write."""
         self._append([((group, t, p), c) for t, p, c in offsets])
 
@@ -147,7 +237,8 @@ class CommittedOffsets:
         return self._live.get((group, topic, partition))
 
     def delete(self, group: str | None = None, topic: str | None = None, partition: int | None = None) -> int:
-        """Delete the offsets matching every given filter; returns how many were deleted."""
+        """Delete the offsets matching every given filter (tombstones written as :meth:`commit` writes); returns how
+        many were deleted."""
         gone = [
             k for k in self._live
             if (group is None or k[0] == group) and (topic is None or k[1] == topic) and (partition is None or k[2] == partition)

@@ -16,6 +16,12 @@
   harmless); a one-column NULL row therefore cannot be written as a blank line.
 * Every record must have as many fields as the header; errors name the 1-based
   line where the record starts, and the expected and actual counts.
+
+:func:`read_columns` gives the same header and fields as Arrow string columns
+(NULL for None), for the ingest path that types whole columns; a body without
+a double quote is split by ``pyarrow.csv`` (which is not strict about quoting,
+hence the condition), any other by :func:`parse_csv`. It returns None where
+``pyarrow.csv`` refuses a body: :func:`parse_csv` then names the bad line.
 """
 
 from __future__ import annotations
@@ -24,9 +30,15 @@ import csv
 import io
 from collections.abc import Iterator
 
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
 from walgate.storage.errors import CsvError
 
-__all__ = ["parse_csv"]
+__all__ = ["parse_csv", "read_columns"]
+
+_PARSE = pa_csv.ParseOptions(delimiter=",", quote_char=False, escape_char=False, ignore_empty_lines=True)
+_READ = pa_csv.ReadOptions(use_threads=False, autogenerate_column_names=True, block_size=1 << 26)
 
 
 def _decode(body: bytes | bytearray | memoryview | str) -> str:
@@ -115,3 +127,33 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], lis
     if header is None:
         raise CsvError("empty CSV: no header row")
     return header, rows, linenos
+
+
+def read_columns(body: bytes | str) -> tuple[list[str], pa.Table] | None:
+    """``(column names, one string column per name)`` of a CSV body: :func:`parse_csv`'s answer as columns (see
+    the module docstring); CsvError as :func:`parse_csv` raises it, or None when :func:`parse_csv` must read it."""
+    text = _decode(body)
+    if '"' in text:
+        header, rows, _ = parse_csv(text)
+        columns = list(zip(*rows)) if rows else [()] * len(header)
+        return header, pa.table([pa.array(c, pa.string()) for c in columns], names=[str(i) for i in range(len(header))])
+    data = text.encode()
+    try:
+        raw = pa_csv.read_csv(pa.py_buffer(data), read_options=_READ, parse_options=_PARSE, convert_options=_convert(data))
+    except pa.ArrowInvalid:
+        return None  # a ragged row (or no row at all): parse_csv names it
+    try:
+        names = [_header_name(raw.column(i)[0].as_py(), 0) for i in range(raw.num_columns)]
+    except CsvError:
+        return None  # parse_csv names the header's line
+    if len(set(names)) != len(names):
+        return None
+    return names, raw.slice(1)
+
+
+def _convert(data: bytes) -> pa_csv.ConvertOptions:
+    """Every column (as many as the first record has) as text; only an empty field is NULL (none is quoted)."""
+    first = data.lstrip(b"\r\n")
+    width = first[: min(first.find(b) % (len(first) + 1) for b in (b"\n", b"\r"))].count(b",") + 1
+    return pa_csv.ConvertOptions(column_types={f"f{i}": pa.string() for i in range(width)}, strings_can_be_null=True,
+                                 null_values=[""], quoted_strings_can_be_null=False)

@@ -28,6 +28,7 @@ from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
+from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -99,14 +100,17 @@ class Engine:
         max_partitions: int = MAX_PARTITIONS,
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
+        group_commit: bool = False,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
         format (:class:`~walgate.storage.datadir.UnsupportedFormat`). ``max_partitions`` caps the vnodes of all
         databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open.
         ``listener`` is told of every topic-partition an append gives records; ``consumers`` lists the consumer-group
-        members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`)."""
-        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers)
+        members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
+        WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
+        :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`)."""
+        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit)
         engine = cls(store)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
@@ -227,6 +231,11 @@ class Engine:
         """Append produced RecordBatch v2 ``batches`` atomically (idempotence checked); their base offset."""
         return self.native.append_batches(topic, partition, batches)
 
+    def append_partitions(self, topic: str, partitions: list[tuple[int, list[bytes]]]) -> list[int | Exception]:
+        """:meth:`append_batches` for several ``(partition, batches)`` in one call: per partition, its base offset or
+        the exception that refused it (nothing of it written; the other partitions are appended as usual)."""
+        return self.native.append_partitions(topic, partitions)
+
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
@@ -272,6 +281,11 @@ class Engine:
             self._next_retention = now + _RETENTION_CHECK_S
             self.apply_retention(time.time())
         return delay, pending
+
+    def take_unsynced(self) -> list[Need]:
+        """Group commit: what the writes since the last call need to be durable before they are answered (empty
+        without group commit)."""
+        return self.store.unsynced.take() if self.store.unsynced is not None else []
 
     def apply_retention(self, now_wall: float) -> None:
         """Delete the WAL segments retention wants gone; the topics' log starts follow."""

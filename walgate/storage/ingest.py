@@ -5,25 +5,35 @@ the subtables it creates on the way: ``INSERT ... USING``, a new series of a mea
 a new subtable) before anything is written, then hands it to :meth:`~walgate.storage.commit.Commits.commit`; so a
 refused request writes nothing. Schemaless writes (line protocol) first widen or create the supertables they need
 (:func:`merge_schema`), refused before anything is written when a topic depends on what would change.
+
+Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
+:func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
+per vnode and supertable; a value the kernels cannot type (a date string, say) is coerced on its own within its
+column. A request the column path refuses (any error) or does not take goes through the row-by-row reference path
+instead, which names the first bad line, row or record; both paths plan the same rows
+(tests/storage/test_ingest_columns.py, tests/storage/test_lineproto_columns.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from walgate.storage import csvfile, lineproto, names
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from walgate.storage import csvfile, lineproto, lineproto_columns, names
 from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Commits, Pending, Plan
 from walgate.storage.ddl import Ddl, check_columns, subtable_meta
-from walgate.storage.errors import InvalidValue, NotFound
+from walgate.storage.errors import InvalidValue, NotFound, StorageError
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.store import TICKS, TICKS_PER_MS, Store
 from walgate.storage.topic_views import TopicViews
-from walgate.storage.values import coerce, coerce_text
+from walgate.storage.values import coerce, coerce_text, coerce_texts, coerce_values
 from walgate.storage.vnode import TableDef, vnode_of
 
 __all__ = ["Ingest", "RowPlan", "merge_schema"]
@@ -54,11 +64,9 @@ class RowPlan:
         t = pending.new_tables[name] = TableDef(name, st.name, tags, None, -1, 0)
         return t
 
-    def subtable_rows(
-        self, st: StableDef, name: str, rows: list[dict[str, Any]], where: str, tag_value: Callable[[Column], Any]
-    ) -> None:
-        """Plan ``rows`` of subtable ``name`` of ``st``, creating it (tags from ``tag_value``) if it is new;
-        InvalidValue prefixed with ``where`` for a bad name or a table of another supertable."""
+    def subtable(self, st: StableDef, name: str, where: str, tag_value: Callable[[Column], Any]) -> Pending:
+        """The pending entries of subtable ``name`` of ``st``, planning its creation (tags from ``tag_value``) if it
+        is new; InvalidValue prefixed with ``where`` for a bad name or a table of another supertable."""
         t = self.find(name)
         if t is None:
             try:
@@ -68,7 +76,13 @@ class RowPlan:
             self.create(st, name, {tag.name: tag_value(tag) for tag in st.tags})
         elif t.stable != st.name:
             raise InvalidValue(f"{where}: table {name} is not a subtable of {st.name}")
-        self.pending(name).add_rows(st.name, True, st.columns, name, rows)
+        return self.pending(name)
+
+    def subtable_rows(
+        self, st: StableDef, name: str, rows: list[dict[str, Any]], where: str, tag_value: Callable[[Column], Any]
+    ) -> None:
+        """Plan ``rows`` of subtable ``name`` of ``st`` (see :meth:`subtable`)."""
+        self.subtable(st, name, where, tag_value).add_rows(st.name, True, st.columns, name, rows)
 
 
 class Ingest:
@@ -79,11 +93,31 @@ class Ingest:
         self.views = views
 
     def insert(self, s: ast.Insert, session: str | None) -> Result:
-        """SQL INSERT, possibly into several tables of several databases (``INSERT ... USING`` creates subtables)."""
-        store = self.store
+        """SQL INSERT, possibly into several tables of several databases (``INSERT ... USING`` creates subtables).
+
+        Each VALUES list is typed by columns (:func:`~walgate.storage.values.coerce_values`); a statement that path
+        does not take, or refuses, goes row by row, which names the first bad row and gives the same rows."""
         now = time.time_ns()
+        try:
+            done = self._insert(s, session, now, by_columns=True)
+        except StorageError:
+            done = None
+        if done is None:
+            done = self._insert(s, session, now, by_columns=False)
+            assert done is not None  # by rows, every VALUES list is taken or refused
+        plans, rows = done
+        for db_name, plan in plans.items():
+            self.commits.commit(self.store.catalog.database(db_name), plan.vnodes)
+        return affected(rows)
+
+    def _insert(
+        self, s: ast.Insert, session: str | None, now: int, by_columns: bool
+    ) -> tuple[dict[str, RowPlan], int] | None:
+        """The plans of an INSERT and its row count; ``by_columns``: None where a VALUES list needs the rows."""
+        store = self.store
         plans: dict[str, RowPlan] = {}
         rows = 0
+        lists: list[_ValuesList] = []
         for target in s.targets:
             db = store.resolve_db(target.table.db, session)
             plan = plans.setdefault(db.name, RowPlan(store, db))
@@ -104,6 +138,13 @@ class Ingest:
             if columns[0].name not in given:
                 raise InvalidValue(f"Table {db.name}.{name}: the timestamp column {columns[0].name} is required")
             pending = plan.pending(name)
+            if by_columns:
+                if {len(row) for row in target.rows} != {len(given)}:
+                    return None
+                lists.append(_ValuesList(len(lists), db, plan, name, (t.stable or name, t.stable is not None), columns,
+                                         given, target.rows))
+                rows += len(target.rows)
+                continue
             for row in target.rows:
                 if len(row) != len(given):
                     raise InvalidValue(
@@ -114,54 +155,43 @@ class Ingest:
                     raise InvalidValue(f"Table {db.name}.{name}: the timestamp column cannot be NULL")
                 pending.add_rows(t.stable or name, t.stable is not None, columns, name, [values])
                 rows += 1
-        for db_name, plan in plans.items():
-            self.commits.commit(store.catalog.database(db_name), plan.vnodes)
-        return affected(rows)
+        if by_columns and not _plan_values_lists(lists, now):
+            return None
+        return plans, rows
 
     def write_lines(self, db: str, body: bytes, precision: str = "ns") -> int:
-        """InfluxDB line protocol (TDengine schemaless): returns rows written."""
+        """InfluxDB line protocol (TDengine schemaless), parsed by columns (:mod:`~walgate.storage.lineproto_columns`):
+        returns rows written."""
         store = self.store
         store.check_size(len(body))
         dbdef = store.catalog.database(db)
-        points = lineproto.parse_lines(body, precision)
-        now_ns = time.time_ns()
-        ticks = TICKS[dbdef.precision]
-        series: dict[tuple[str, tuple[tuple[str, str], ...]], list[lineproto.Point]] = {}
-        for p in points:
-            series.setdefault((p.measurement, p.tags), []).append(p)
+        measurements = lineproto_columns.parse_body(body, precision)
         # 1. the schema every measurement needs (validated, not yet committed)
-        wanted: dict[str, tuple[dict[str, ColumnType], dict[str, ColumnType]]] = {}
-        for (m, tag_pairs), pts in series.items():
-            cols, tags = wanted.setdefault(m, ({}, {}))
-            for k, v in tag_pairs:
-                tags[k] = _widest(tags.get(k), ColumnType("NCHAR", max(len(v), 1)), k, m)
-            for p in pts:
-                for k, ctype, _v in p.fields:
-                    have = cols.get(k)
-                    if have != ctype:
-                        cols[k] = _widest(have, ctype, k, m)
         changes: list[tuple[StableDef | None, StableDef]] = []
-        for m, (cols, tags) in wanted.items():
-            old = store.catalog.stables.get((db, m))
-            if old is None and store.vnode(db, m).live(m) is not None:
-                raise InvalidValue(f"Measurement {m}: {db}.{m} is a normal table, not a supertable")
-            new = merge_schema(dbdef, old, m, cols, tags)
+        for m in measurements:
+            old = store.catalog.stables.get((db, m.name))
+            if old is None and store.vnode(db, m.name).live(m.name) is not None:
+                raise InvalidValue(f"Measurement {m.name}: {db}.{m.name} is a normal table, not a supertable")
+            new = merge_schema(dbdef, old, m.name, m.fields, m.tags)
             if new != old:
                 changes.append((old, new))
-        # 2. rows and auto-created subtables, per vnode
+        # 2. auto-created subtables (series by first line, as the lines come) and one batch per vnode and measurement
         stables = {st.name: st for _, st in changes}
         plan = RowPlan(store, dbdef)
-        for (m, tag_pairs), pts in series.items():
-            st = stables.get(m) or store.catalog.stable(db, m)
-            ts_col = st.columns[0].name
-            rows = []
-            for p in pts:
-                row = {k: v for k, _, v in p.fields}
-                row[ts_col] = (p.ts_ns if p.ts_ns is not None else now_ns) // ticks
-                rows.append(row)
-            pairs = dict(tag_pairs)
-            plan.subtable_rows(st, lineproto.child_table_name(m, tag_pairs), rows, f"Measurement {m}",
-                               lambda tag: pairs.get(tag.name))
+        targets = [stables.get(m.name) or store.catalog.stable(db, m.name) for m in measurements]
+        tables = [[lineproto.child_table_name(m.name, tags) for tags, _ in m.series] for m in measurements]
+        vnodes = [[vnode_of(db, name, dbdef.vgroups) for name in names] for names in tables]
+        series = sorted((line, k, n) for k, m in enumerate(measurements) for n, (_, line) in enumerate(m.series))
+        first_of: dict[tuple[int, int], int] = {}  # (vnode, measurement) -> its first line
+        for line, k, n in series:
+            pairs = dict(measurements[k].series[n][0])
+            plan.subtable(targets[k], tables[k][n], f"Measurement {measurements[k].name}", lambda tag: pairs.get(tag.name))
+            first_of.setdefault((vnodes[k][n], k), line)
+        now_ns = time.time_ns()
+        batches = [_lines_batches(dbdef, st, m, names, where, now_ns)
+                   for st, m, names, where in zip(targets, measurements, tables, vnodes)]
+        for vnode, k in sorted(first_of, key=first_of.__getitem__):
+            plan.vnodes.setdefault(vnode, Pending()).add_batch(targets[k].name, True, batches[k][vnode])
         for old, new in changes:  # a change that would break a topic is refused before anything is written
             if old is not None:
                 self.views.recompile(db, new)
@@ -172,17 +202,93 @@ class Ingest:
             else:
                 self.ddl.alter_stable(store.catalog.database(db), old, new.columns, new.tags, "SCHEMALESS", "")
         self.commits.commit(dbdef, plan.vnodes)
-        return len(points)
+        return sum(m.rows.num_rows for m in measurements)
 
     def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
-        """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column."""
+        """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column.
+
+        Typed by whole columns (:func:`~walgate.storage.csvfile.read_columns`,
+        :func:`~walgate.storage.values.coerce_texts`); a body that path does not take, or refuses, goes row by row
+        (:meth:`_csv_by_rows`), which names the first bad line and gives the same rows."""
         store = self.store
         store.check_size(len(body))
         dbdef = store.catalog.database(db)
         if (table is None) == (stable is None):
             raise InvalidValue("CSV import needs exactly one of table= or stable=")
-        header, rows, linenos = csvfile.parse_csv(body)
         now = time.time_ns()
+        try:
+            done = self._csv_by_columns(dbdef, body, table, stable, now)
+        except StorageError:
+            done = None
+        plan, rows = done or self._csv_by_rows(dbdef, body, table, stable, now)
+        self.commits.commit(dbdef, plan.vnodes)
+        return rows
+
+    def _csv_by_columns(
+        self, dbdef: DatabaseDef, body: bytes, table: str | None, stable: str | None, now: int
+    ) -> tuple[RowPlan, int] | None:
+        """The plan of a CSV body typed by columns, or None (or a StorageError) where rows must decide."""
+        store = self.store
+        read = csvfile.read_columns(body)
+        if read is None:
+            return None
+        header, table_texts = read
+        texts = [c.combine_chunks() for c in table_texts.columns]
+        n = table_texts.num_rows
+        plan = RowPlan(store, dbdef)
+        if table is not None:
+            t = store.table(dbdef, table)
+            columns = store.columns_of(dbdef, t)
+        else:
+            st = store.catalog.stable(dbdef.name, stable or "")
+            columns = st.columns
+            if "tbname" not in header or any(h not in {c.name for c in (*st.columns, *st.tags)} for h in header
+                                             if h != "tbname"):
+                return None
+        by_name = {c.name: c for c in columns}
+        given = [h for h in header if h in by_name]
+        if table is not None and len(given) < len(header):
+            return None
+        if n == 0:
+            return plan, 0
+        typed = {h: coerce_texts(texts[header.index(h)], by_name[h].type, dbdef.precision, now) for h in given}
+        ts = typed.get(columns[0].name)
+        if ts is None or ts.null_count:
+            return None
+        if table is not None:
+            batch = _typed_batch(columns, pa.array([table] * n, pa.string()), typed, dbdef.precision)
+            plan.pending(table).add_batch(t.stable or table, t.stable is not None, batch)
+            return plan, n
+        names = texts[header.index("tbname")]
+        if names.null_count or not pc.all(pc.greater(pc.binary_length(names), 0)).as_py():
+            return None
+        distinct = names.dictionary_encode()
+        firsts = pa.table({"n": distinct.indices, "i": pc.indices_nonzero(pc.is_valid(names))}).group_by(
+            "n", use_threads=False).aggregate([("i", "min")])
+        first_row = dict(zip(firsts["n"].to_pylist(), firsts["i_min"].to_pylist()))
+        tag_texts = {h: texts[header.index(h)] for h in header if h != "tbname" and h not in by_name}
+        vnodes = []
+        for k, name in enumerate(distinct.dictionary.to_pylist()):
+            row = first_row[k]
+            plan.subtable(st, name, "CSV", lambda tag: coerce_text(
+                tag_texts[tag.name][row].as_py() if tag.name in tag_texts else None, tag.type, dbdef.precision, now))
+            vnodes.append(vnode_of(dbdef.name, name, dbdef.vgroups))
+        batch = _typed_batch(columns, names, typed, dbdef.precision)
+        if len(set(vnodes)) == 1:
+            plan.pending(names[0].as_py()).add_batch(st.name, True, batch)
+            return plan, n
+        vnode_of_row = pa.array(vnodes, pa.int32()).take(distinct.indices)
+        for vnode in dict.fromkeys(vnodes):
+            plan.vnodes.setdefault(vnode, Pending()).add_batch(st.name, True, batch.filter(pc.equal(vnode_of_row, vnode)))
+        return plan, n
+
+    def _csv_by_rows(
+        self, dbdef: DatabaseDef, body: bytes, table: str | None, stable: str | None, now: int
+    ) -> tuple[RowPlan, int]:
+        """The plan of a CSV body, row by row (the reference of :meth:`_csv_by_columns`); errors name the line."""
+        store = self.store
+        db = dbdef.name
+        header, rows, linenos = csvfile.parse_csv(body)
         plan = RowPlan(store, dbdef)
         if table is not None:
             t = store.table(dbdef, table)
@@ -216,8 +322,7 @@ class Ingest:
                     st, name, [values], f"CSV line {line}",
                     lambda tag: _coerce_csv(record.get(tag.name), tag.type, dbdef.precision, now, line, tag.name),
                 )
-        self.commits.commit(dbdef, plan.vnodes)
-        return len(rows)
+        return plan, len(rows)
 
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows given as JSON objects into subtables of *stable*: (subtable, fields, record timestamp ms).
@@ -228,15 +333,76 @@ class Ingest:
         timestamp column takes the record's timestamp. Everything is validated
         before anything is written (a subtable name that is not a string, fields
         that are not an object, a timestamp outside years 0001-9999: an
-        InvalidValue naming the record); returns the rows written.
+        InvalidValue naming the record); returns the rows written. Typed by
+        columns (:func:`~walgate.storage.values.coerce_values`); rows that path
+        does not take, or refuses, go one by one, which names the first bad
+        record and gives the same rows.
         """
         store = self.store
         dbdef = store.catalog.database(db)
         st = store.catalog.stable(db, stable)
         now = time.time_ns()
+        try:
+            done = self._json_by_columns(dbdef, st, rows, now)
+        except StorageError:
+            done = None
+        plan = done or self._json_by_rows(dbdef, st, rows, now)
+        store.check_size(sum(len(str(f)) for _, f, _ in rows))
+        self.commits.commit(dbdef, plan.vnodes)
+        return len(rows)
+
+    def _json_by_columns(
+        self, db: DatabaseDef, st: StableDef, rows: list[tuple[str, dict[str, Any], int]], now: int
+    ) -> RowPlan | None:
+        """The plan of JSON rows typed by columns, or None (or a StorageError) where the rows must decide."""
+        plan = RowPlan(self.store, db)
+        tables = [r[0] for r in rows]
+        fields = [r[1] for r in rows]
+        if not rows or set(map(type, tables)) != {str} or set(map(type, fields)) != {dict}:
+            return None
+        keys = set().union(*fields)
+        if keys - {c.name for c in (*st.columns, *st.tags)}:
+            return None
+        firsts: dict[str, int] = {}
+        for k, name in enumerate(tables):
+            if name not in firsts:
+                try:
+                    name.encode()
+                except UnicodeEncodeError:
+                    return None  # a lone surrogate: the rows name it
+                firsts[name] = k
+        typed = {c.name: coerce_values([f.get(c.name) for f in fields], c.type, db.precision, now)
+                 for c in st.columns if c.name in keys}
+        ts_col = st.columns[0]
+        given = typed.get(ts_col.name)
+        per_ms = TICKS_PER_MS[db.precision]
+        missing = [True] * len(rows) if given is None else given.is_null().to_pylist()
+        stamps = coerce_values([r[2] * per_ms if m else None for r, m in zip(rows, missing)], ts_col.type, db.precision,
+                               now)
+        typed[ts_col.name] = stamps if given is None else pc.coalesce(given, stamps)
+        vnodes = []
+        for name, k in firsts.items():
+            first = fields[k]
+            plan.subtable(st, name, "JSON", lambda tag: coerce(first.get(tag.name), tag.type, db.precision, now))
+            vnodes.append(vnode_of(db.name, name, db.vgroups))
+        names = pa.array(tables, pa.string())
+        batch = _typed_batch(st.columns, names, typed, db.precision)
+        if len(set(vnodes)) == 1:
+            plan.pending(tables[0]).add_batch(st.name, True, batch)
+            return plan
+        vnode_of_table = dict(zip(firsts, vnodes))
+        vnode_of_row = pa.array([vnode_of_table[name] for name in tables], pa.int32())
+        for vnode in dict.fromkeys(vnodes):
+            plan.vnodes.setdefault(vnode, Pending()).add_batch(st.name, True, batch.filter(pc.equal(vnode_of_row, vnode)))
+        return plan
+
+    def _json_by_rows(
+        self, dbdef: DatabaseDef, st: StableDef, rows: list[tuple[str, dict[str, Any], int]], now: int
+    ) -> RowPlan:
+        """The plan of JSON rows, one by one (the reference of :meth:`_json_by_columns`); errors name the record."""
         known = {c.name: c for c in st.columns} | {t.name: t for t in st.tags}
         ts_name = st.columns[0].name
-        plan = RowPlan(store, dbdef)
+        plan = RowPlan(self.store, dbdef)
         for k, (name, fields, ts_ms) in enumerate(rows):
             if not isinstance(name, str):
                 raise InvalidValue(f"record {k}: the subtable name must be a string, not {type(name).__name__}")
@@ -249,7 +415,7 @@ class Ingest:
             where = f"record {k} ({name})"
             unknown = sorted(set(fields) - set(known))
             if unknown:
-                raise InvalidValue(f"{where}: {unknown[0]} is neither a column nor a tag of {db}.{stable}")
+                raise InvalidValue(f"{where}: {unknown[0]} is neither a column nor a tag of {dbdef.name}.{st.name}")
 
             def typed(column: Column, value: Any) -> Any:
                 try:
@@ -261,18 +427,87 @@ class Ingest:
             if values.get(ts_name) is None:
                 values[ts_name] = typed(st.columns[0], ts_ms * TICKS_PER_MS[dbdef.precision])
             plan.subtable_rows(st, name, [values], where, lambda tag: typed(tag, fields.get(tag.name)))
-        store.check_size(sum(len(str(f)) for _, f, _ in rows))
-        self.commits.commit(dbdef, plan.vnodes)
-        return len(rows)
+        return plan
 
 
-def _widest(old: ColumnType | None, new: ColumnType, name: str, measurement: str) -> ColumnType:
-    """The type a schemaless key takes when it is ``old`` in one line and ``new`` in another of one request."""
-    if old is None or old == new:
-        return new
-    if old.name == new.name and old.is_string:
-        return old if (old.length or 0) >= (new.length or 0) else new
-    raise InvalidValue(f"Measurement {measurement}: field {name} is {new} in one line and {old} in another")
+class _ValuesList(NamedTuple):
+    """One VALUES list of an INSERT, resolved: its place in the statement, database, plan, table, the source its rows
+    go to (supertable or table, is_stable), the source's columns and the columns the list gives."""
+
+    order: int
+    db: DatabaseDef
+    plan: RowPlan
+    table: str
+    source: tuple[str, bool]
+    columns: tuple[Column, ...]
+    given: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+def _plan_values_lists(lists: list[_ValuesList], now: int) -> bool:
+    """Plan the rows of an INSERT's VALUES lists, typed by columns: the lists of a source that give the same columns
+    are typed together (many small lists cost one typing), then each vnode gets one batch per source, its rows in
+    statement order, planned in the order the statement reaches that vnode and source, as the rows would be; False,
+    with nothing planned, where the rows must decide."""
+    chunks: dict[tuple[str, tuple[str, bool], tuple[str, ...]], list[_ValuesList]] = {}
+    for v in lists:
+        chunks.setdefault((v.db.name, v.source, v.given), []).append(v)
+    parts: dict[tuple[int, str, tuple[str, bool]], list[tuple[pa.RecordBatch, pa.Array]]] = {}
+    first: dict[tuple[int, str, tuple[str, bool]], _ValuesList] = {}
+    for chunk in chunks.values():
+        db, by_name = chunk[0].db, {c.name: c for c in chunk[0].columns}
+        rows = [row for v in chunk for row in v.rows]
+        typed = {n: coerce_values(list(col), by_name[n].type, db.precision, now)
+                 for n, col in zip(chunk[0].given, zip(*rows))}
+        if typed[chunk[0].columns[0].name].null_count:
+            return False
+        batch = _typed_batch(chunk[0].columns, pa.array([v.table for v in chunk for _ in v.rows], pa.string()), typed,
+                             db.precision)
+        order = pa.array([v.order for v in chunk for _ in v.rows], pa.int32())
+        vnodes = [vnode_of(db.name, v.table, db.vgroups) for v in chunk]
+        vnode_of_row = pa.array([n for v, n in zip(chunk, vnodes) for _ in v.rows], pa.int32())
+        for v, vnode in zip(chunk, vnodes):
+            key = (vnode, db.name, v.source)
+            if key not in first or v.order < first[key].order:
+                first[key] = v
+        for vnode in dict.fromkeys(vnodes):
+            mine = pc.equal(vnode_of_row, vnode)
+            parts.setdefault((vnode, db.name, chunk[0].source), []).append(
+                (batch, order) if len(set(vnodes)) == 1 else (batch.filter(mine), order.filter(mine)))
+    for key in sorted(parts, key=lambda k: first[k].order):
+        pieces = parts[key]
+        batch = pieces[0][0]
+        if len(pieces) > 1:  # lists giving other columns between them: back to statement order (a stable sort)
+            joined = pa.Table.from_batches([b for b, _ in pieces])
+            batch = joined.take(pc.sort_indices(pa.chunked_array([o for _, o in pieces]))).combine_chunks().to_batches()[0]
+        first[key].plan.vnodes.setdefault(key[0], Pending()).add_batch(key[2][0], key[2][1], batch)
+    return True
+
+
+def _lines_batches(
+    db: DatabaseDef, st: StableDef, m: lineproto_columns.Measurement, tables: list[str], vnodes: list[int], now_ns: int
+) -> dict[int, pa.RecordBatch]:
+    """The rows of ``m`` as batches of ``st``'s columns (``tbname`` first), one per vnode (``tables``, ``vnodes``:
+    the subtable and vnode of each series): a missing timestamp is ``now_ns``, nanoseconds floor to the database's
+    ticks, a column the body lacks is NULL."""
+    rows = m.rows
+    series = rows.column(0)
+    ts = pc.fill_null(rows.column(1), now_ns)
+    ticks = TICKS[db.precision]
+    if ticks != 1:
+        floor = pc.divide(ts, ticks)  # truncates toward zero: one less for a negative value not on a tick
+        ts = pc.if_else(pc.greater(pc.multiply(floor, ticks), ts), pc.subtract(floor, 1), floor)
+    given = {key: rows.column(2 + j) for j, key in enumerate(m.fields)}
+    arrays = [pa.array(tables, pa.string()).take(series), ts.cast(st.columns[0].type.arrow(db.precision))]
+    for c in st.columns[1:]:
+        arrow = c.type.arrow(db.precision)
+        column = given.get(c.name)
+        arrays.append(pa.nulls(rows.num_rows, arrow) if column is None else column.cast(arrow))
+    batch = pa.RecordBatch.from_arrays(arrays, names=["tbname", *(c.name for c in st.columns)])
+    if len(set(vnodes)) == 1:
+        return {vnodes[0]: batch}
+    vnode_of_row = pa.array(vnodes, pa.int32()).take(series)
+    return {vnode: batch.filter(pc.equal(vnode_of_row, vnode)) for vnode in dict.fromkeys(vnodes)}
 
 
 def merge_schema(
@@ -315,6 +550,14 @@ def merge_schema(
     except InvalidValue as e:
         raise InvalidValue(f"Measurement {name}: {e.message}") from None
     return StableDef(db.name, name, tuple(columns), tuple(tag_cols), old.created_ms)
+
+
+def _typed_batch(columns: tuple[Column, ...], names: pa.Array, typed: dict[str, pa.Array], precision: str) -> pa.RecordBatch:
+    """``tbname`` then ``columns`` (typed arrays by name; a column not given is NULL) as one batch."""
+    arrays = [names]
+    for c in columns:
+        arrays.append(typed.get(c.name, pa.nulls(len(names), c.type.arrow(precision))))
+    return pa.RecordBatch.from_arrays(arrays, names=["tbname", *(c.name for c in columns)])
 
 
 def _coerce_csv(text: str | None, ctype: ColumnType, precision: str, now: int, line: int, column: str) -> Any:

@@ -41,11 +41,15 @@ Syntax: ``measurement[,tag=value...] field=value[,field=value...] [timestamp]``
 Child table names follow TDengine (``buildChildTableName``): see
 :func:`child_table_name`.
 
-Speed: the ``measurement,tags`` prefix is parsed once per distinct prefix in
-a body, and so is each distinct ``key=value`` item (up to 1024 of them).
-Lines without ``\`` or ``"`` take a ``str.split`` fast path; anything else
-(escapes, strings, extra spaces, and every error) goes through the
-escape-aware scanner, which also writes the error messages.
+This module is the reference, one line at a time: the engine parses whole
+bodies by Arrow columns (:mod:`walgate.storage.lineproto_columns`), which
+gives the same results and hands the lines it does not type itself, and every
+body it refuses, to :func:`parse_line`. Within a line: the
+``measurement,tags`` prefix is parsed once per distinct prefix in a body, and
+so is each distinct ``key=value`` item (up to 1024 of them). Lines without
+``\`` or ``"`` take a ``str.split`` fast path; anything else (escapes,
+strings, extra spaces, and every error) goes through the escape-aware scanner,
+which also writes the error messages.
 """
 
 from __future__ import annotations
@@ -67,6 +71,16 @@ __all__ = [
     "PRECISION_NS",
     "MAX_MEASUREMENT_BYTES",
     "MAX_KEY_BYTES",
+    "SUFFIXES",
+    "BOOLS",
+    "LineError",
+    "Memo",
+    "multiplier",
+    "decode",
+    "parse_head",
+    "check_keys",
+    "field_value",
+    "parse_line",
     "parse_lines",
     "child_table_name",
 ]
@@ -113,11 +127,11 @@ def _new_point(
     return point
 
 
-_Series = tuple[str, tuple[tuple[str, str], ...], frozenset[str]]  # measurement, sorted tags, tag keys
-_Shape = tuple[object, ...]  # tag keys, field keys...
+Series = tuple[str, tuple[tuple[str, str], ...], frozenset[str]]  # measurement, sorted tags, tag keys
+Shape = tuple[object, ...]  # tag keys, field keys...
 
 
-class _Memo:
+class Memo:
     """What is already parsed in the current body, keyed by source text.
 
     ``series``: ``measurement,tags`` prefix -> parsed; ``fields``: ``key=value``
@@ -128,13 +142,13 @@ class _Memo:
     __slots__ = ("series", "fields", "shapes")
 
     def __init__(self) -> None:
-        self.series: dict[str, _Series] = {}
+        self.series: dict[str, Series] = {}
         self.fields: dict[str, Field] = {}
-        self.shapes: set[_Shape] = set()
+        self.shapes: set[Shape] = set()
 
 
-class _LineError(Exception):
-    """What is wrong with one line; :func:`parse_lines` adds the line number and text."""
+class LineError(Exception):
+    """What is wrong with one line; :func:`parse_line` adds the line number and text."""
 
 
 # ------------------------------------------------------------------ values
@@ -143,7 +157,7 @@ _DOUBLE = ColumnType("DOUBLE")
 _FLOAT = ColumnType("FLOAT")
 _BOOL = ColumnType("BOOL")
 # suffix -> (type, min, max); the bounds are None for the floating-point types
-_SUFFIXES: dict[str, tuple[ColumnType, int | None, int | None]] = {
+SUFFIXES: dict[str, tuple[ColumnType, int | None, int | None]] = {
     "": (_DOUBLE, None, None),
     "f64": (_DOUBLE, None, None),
     "f32": (_FLOAT, None, None),
@@ -163,7 +177,7 @@ _SUFFIXES: dict[str, tuple[ColumnType, int | None, int | None]] = {
         )
     },
 }
-_BOOLS: dict[str, bool] = {
+BOOLS: dict[str, bool] = {
     **dict.fromkeys(("t", "T", "true", "True", "TRUE"), True),
     **dict.fromkeys(("f", "F", "false", "False", "FALSE"), False),
 }
@@ -177,18 +191,18 @@ def _short(raw: str) -> str:
     return repr(raw if len(raw) <= 40 else raw[:40] + "...")
 
 
-def _value(raw: str, key: str) -> tuple[ColumnType, FieldValue]:
+def field_value(raw: str, key: str) -> tuple[ColumnType, FieldValue]:
     """Type and value of an unquoted field value."""
     if raw.isascii() and len(raw) < 300 and raw.replace(".", "", 1).isdigit():
         return _DOUBLE, float(raw)  # the common case first: an unsigned decimal
     suffix = raw[-3:]
-    if suffix not in _SUFFIXES:
+    if suffix not in SUFFIXES:
         suffix = raw[-2:]
-        if suffix not in _SUFFIXES:
+        if suffix not in SUFFIXES:
             suffix = raw[-1:]
-            if suffix not in _SUFFIXES:
+            if suffix not in SUFFIXES:
                 suffix = ""
-    ctype, low, high = _SUFFIXES[suffix]
+    ctype, low, high = SUFFIXES[suffix]
     number = raw[: len(raw) - len(suffix)]
     if low is None or high is None:
         if number and number[0] in _FLOAT_FIRST and number[-1] in _FLOAT_LAST and number.isascii() and "_" not in number:
@@ -198,7 +212,7 @@ def _value(raw: str, key: str) -> tuple[ColumnType, FieldValue]:
                 pass
             else:
                 if math.isinf(x) or (ctype is _FLOAT and abs(x) > FLOAT_MAX):
-                    raise _LineError(f"value {_short(raw)} of field {key!r} is out of range for {ctype}")
+                    raise LineError(f"value {_short(raw)} of field {key!r} is out of range for {ctype}")
                 return ctype, x
     elif number.isascii() and (number.isdigit() or (number[:1] in ("+", "-") and number[1:].isdigit())):
         try:
@@ -206,12 +220,12 @@ def _value(raw: str, key: str) -> tuple[ColumnType, FieldValue]:
         except ValueError:  # past Python's digit limit: out of range anyway
             n = high + 1
         if not low <= n <= high:
-            raise _LineError(f"value {_short(raw)} of field {key!r} is out of range for {ctype} ({low}..{high})")
+            raise LineError(f"value {_short(raw)} of field {key!r} is out of range for {ctype} ({low}..{high})")
         return ctype, n
-    flag = _BOOLS.get(raw)
+    flag = BOOLS.get(raw)
     if flag is None:
         what = "missing value" if not raw else f"invalid value {_short(raw)}"
-        raise _LineError(f"{what} for field {key!r}: expected a number, a boolean or a quoted string")
+        raise LineError(f"{what} for field {key!r}: expected a number, a boolean or a quoted string")
     return _BOOL, flag
 
 
@@ -224,13 +238,13 @@ def _timestamp(text: str | None, mult: int) -> int | None:
     if text is None:
         return None
     if not (text.isascii() and (text.isdigit() or (text[0] == "-" and text[1:].isdigit()))):
-        raise _LineError(f"invalid timestamp {_short(text)}: expected an integer")
+        raise LineError(f"invalid timestamp {_short(text)}: expected an integer")
     try:
         ts = int(text) * mult
     except ValueError:  # past Python's digit limit
         ts = _INT64_MAX + 1
     if not -_INT64_MAX - 1 <= ts <= _INT64_MAX:
-        raise _LineError(f"timestamp {_short(text)} is out of the int64 nanosecond range")
+        raise LineError(f"timestamp {_short(text)} is out of the int64 nanosecond range")
     return ts or None
 
 
@@ -266,13 +280,13 @@ def _tag_order(tag: tuple[str, str]) -> tuple[bytes, str]:
 
 
 def _scan_head(head: str) -> tuple[str, list[tuple[str, str]]]:
-    """``measurement[,k=v...]`` with escapes; raises :class:`_LineError` saying what is wrong."""
+    """``measurement[,k=v...]`` with escapes; raises :class:`LineError` saying what is wrong."""
     end = len(head)
     m = _MEASUREMENT.match(head)
     assert m is not None  # these patterns match the empty string: never None
     measurement = _unescape(m.group(), _UNESCAPE_MEASUREMENT)
     if not measurement:
-        raise _LineError("missing measurement")
+        raise LineError("missing measurement")
     pairs = []
     pos = m.end()
     while pos < end:  # head[pos] == ","
@@ -281,17 +295,17 @@ def _scan_head(head: str) -> tuple[str, list[tuple[str, str]]]:
         key = _unescape(m.group(), _UNESCAPE_NAME)
         pos = m.end()
         if not key:
-            raise _LineError("empty tag key")
+            raise LineError("empty tag key")
         if pos == end or head[pos] != "=":
-            raise _LineError(f"tag {key!r} has no '=value'")
+            raise LineError(f"tag {key!r} has no '=value'")
         m = _NAME.match(head, pos + 1)
         assert m is not None
         value = _unescape(m.group(), _UNESCAPE_NAME)
         pos = m.end()
         if not value:
-            raise _LineError(f"tag {key!r} has an empty value")
+            raise LineError(f"tag {key!r} has an empty value")
         if pos < end and head[pos] == "=":
-            raise _LineError(f"unescaped '=' in the value of tag {key!r}")
+            raise LineError(f"unescaped '=' in the value of tag {key!r}")
         pairs.append((key, value))
     return measurement, pairs
 
@@ -310,37 +324,41 @@ def _split_head(head: str) -> tuple[str, list[tuple[str, str]]] | None:
     return measurement, pairs
 
 
-def _parse_head(head: str) -> _Series:
+def parse_head(head: str) -> Series:
     """The checked ``(measurement, sorted tags, tag keys)`` of a line's text before its first unescaped space."""
     measurement, pairs = ("\\" not in head and _split_head(head)) or _scan_head(head)
     if _too_long(measurement, MAX_MEASUREMENT_BYTES):
-        raise _LineError(f"measurement is longer than {MAX_MEASUREMENT_BYTES} bytes")
+        raise LineError(f"measurement is longer than {MAX_MEASUREMENT_BYTES} bytes")
     keys = [k for k, _ in pairs]
     key_set = frozenset(keys)
     if len(key_set) != len(keys):
         seen: set[str] = set()
         for key in keys:
             if key in seen:
-                raise _LineError(f"duplicate tag key {key!r}")
+                raise LineError(f"duplicate tag key {key!r}")
             seen.add(key)
     for key in keys:
         if _too_long(key, MAX_KEY_BYTES):
-            raise _LineError(f"tag key {key!r} is longer than {MAX_KEY_BYTES} bytes")
+            raise LineError(f"tag key {key!r} is longer than {MAX_KEY_BYTES} bytes")
     joined = "".join(keys)
     # Without upper-case letters, TDengine's order is plain string order (keys are unique).
     tags = sorted(pairs) if joined.lower() == joined else sorted(pairs, key=_tag_order)
     return measurement, tuple(tags), key_set
 
 
-def _check_fields(memo: _Memo, shape: _Shape, tag_keys: frozenset[str], fields: list[Field]) -> None:
-    """Field keys must be unique, distinct from the tag keys and short enough; remembers ``shape`` when they are."""
+def check_keys(memo: Memo, shape: Shape) -> None:
+    """The field keys of ``shape`` (tag keys, field keys...) must be unique, distinct from the tag keys and short
+    enough; remembers ``shape`` when they are."""
+    tag_keys = shape[0]
+    assert isinstance(tag_keys, frozenset)
     seen = set(tag_keys)
-    for key, _, _ in fields:
+    for key in shape[1:]:
+        assert isinstance(key, str)
         if key in seen:
             kind = "a tag and a field" if key in tag_keys else "a field twice"
-            raise _LineError(f"key {key!r} is used as {kind}")
+            raise LineError(f"key {key!r} is used as {kind}")
         if _too_long(key, MAX_KEY_BYTES):
-            raise _LineError(f"field key {key!r} is longer than {MAX_KEY_BYTES} bytes")
+            raise LineError(f"field key {key!r} is longer than {MAX_KEY_BYTES} bytes")
         seen.add(key)
     memo.shapes.add(shape)
 
@@ -348,7 +366,7 @@ def _check_fields(memo: _Memo, shape: _Shape, tag_keys: frozenset[str], fields: 
 # ------------------------------------------------------------------ lines
 
 
-def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
+def _parse_simple(line: str, mult: int, memo: Memo) -> Point | None:
     """Fast path for a line without backslashes or quotes; None means "let the scanner decide"."""
     parts = line.split(" ")
     if len(parts) == 3:
@@ -362,7 +380,7 @@ def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
         return None
     series = memo.series.get(head)
     if series is None:
-        series = memo.series[head] = _parse_head(head)
+        series = memo.series[head] = parse_head(head)
     fields: list[Field] = []
     shape: list[object] = [series[2]]
     for item in fieldset.split(","):
@@ -371,7 +389,7 @@ def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
             key, eq, raw = item.partition("=")
             if not key or not eq:
                 return None
-            ctype, value = _value(raw, key)
+            ctype, value = field_value(raw, key)
             field = (key, ctype, value)
             if len(memo.fields) < _MEMO_FIELDS:
                 memo.fields[item] = field
@@ -379,7 +397,7 @@ def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
         shape.append(field[0])
     shape_key = tuple(shape)
     if shape_key not in memo.shapes:
-        _check_fields(memo, shape_key, series[2], fields)
+        check_keys(memo, shape_key)
     if ts is None:
         ts_ns = None
     elif len(ts) < 20 and ts.isdigit() and ts.isascii() and 0 < (ts_ns := int(ts) * mult) <= _INT64_MAX:
@@ -389,18 +407,18 @@ def _parse_simple(line: str, mult: int, memo: _Memo) -> Point | None:
     return _new_point(series[0], series[1], tuple(fields), ts_ns)
 
 
-def _parse_line(line: str, mult: int, memo: _Memo) -> Point:
-    """The escape-aware scanner: parses any line, or raises :class:`_LineError` saying what is wrong."""
+def _parse_line(line: str, mult: int, memo: Memo) -> Point:
+    """The escape-aware scanner: parses any line, or raises :class:`LineError` saying what is wrong."""
     end = len(line)
     m = _HEAD.match(line)
     assert m is not None
     head = m.group()
     series = memo.series.get(head)
     if series is None:
-        series = memo.series[head] = _parse_head(head)
+        series = memo.series[head] = parse_head(head)
     pos = len(head)
     if pos == end:
-        raise _LineError("no fields (expected a space and field=value after the measurement and tags)")
+        raise LineError("no fields (expected a space and field=value after the measurement and tags)")
     spaces = _SPACES.match(line, pos)
     assert spaces is not None
     pos = spaces.end()
@@ -412,7 +430,7 @@ def _parse_line(line: str, mult: int, memo: _Memo) -> Point:
             name = _NAME.match(line, pos)
             assert name is not None
             key = _unescape(name.group(), _UNESCAPE_NAME)
-            raise _LineError(f"field {key!r} has no '=value'" if key else "empty field key")
+            raise LineError(f"field {key!r} has no '=value'" if key else "empty field key")
         key_text, prefix, text, plain = m.groups()
         key = _unescape(key_text, _UNESCAPE_NAME)
         if plain is None:
@@ -420,19 +438,19 @@ def _parse_line(line: str, mult: int, memo: _Memo) -> Point:
             ctype = _string_type("NCHAR", len(text)) if prefix else _string_type("VARCHAR", len(text.encode()))
             fields.append((key, ctype, text))
         elif plain[:1] == '"' or plain[:2] in ('L"', 'l"'):
-            raise _LineError(f"unterminated string value of field {key!r}")
+            raise LineError(f"unterminated string value of field {key!r}")
         else:
-            fields.append((key, *_value(plain, key)))
+            fields.append((key, *field_value(plain, key)))
         shape.append(key)
         pos = m.end()
         if pos == end or line[pos] == " ":
             break
         if line[pos] != ",":
-            raise _LineError(f"unexpected {line[pos]!r} after the value of field {key!r}")
+            raise LineError(f"unexpected {line[pos]!r} after the value of field {key!r}")
         pos += 1
     shape_key = tuple(shape)
     if shape_key not in memo.shapes:
-        _check_fields(memo, shape_key, series[2], fields)
+        check_keys(memo, shape_key)
     ts_ns = _timestamp(line[pos:].lstrip(" ") or None, mult)
     return _new_point(series[0], series[1], tuple(fields), ts_ns)
 
@@ -441,7 +459,7 @@ def _quote(line: str) -> str:
     return repr(line if len(line) <= _QUOTE_CHARS else line[:_QUOTE_CHARS] + "...")
 
 
-def _decode(body: bytes | bytearray | memoryview | str) -> str:
+def decode(body: bytes | bytearray | memoryview | str) -> str:
     if isinstance(body, str):
         return body
     data = bytes(body)
@@ -455,25 +473,38 @@ def _decode(body: bytes | bytearray | memoryview | str) -> str:
         raise LineProtocolError(f"line {lineno}: not valid UTF-8: {_quote(line)}") from None
 
 
-def parse_lines(body: bytes | str, precision: str) -> list[Point]:
-    """Parse a line-protocol body (see module docstring): every line, or a LineProtocolError."""
+def multiplier(precision: str) -> int:
+    """Nanoseconds per unit of ``precision``; LineProtocolError for an unknown one."""
     mult = PRECISION_NS.get(precision)
     if mult is None:
         raise LineProtocolError(f"unknown precision {precision!r}: expected ns, us, ms or s")
+    return mult
+
+
+def parse_line(line: str, lineno: int, mult: int, memo: Memo) -> Point:
+    """One line, already stripped, not blank and no comment; a LineProtocolError naming ``lineno`` and quoting it."""
+    try:
+        point = None
+        if "\\" not in line and '"' not in line:
+            point = _parse_simple(line, mult, memo)
+        return point or _parse_line(line, mult, memo)
+    except LineError as exc:
+        raise LineProtocolError(f"line {lineno}: {exc}: {_quote(line)}") from None
+
+
+def parse_lines(body: bytes | str, precision: str) -> list[Point]:
+    """Parse a line-protocol body (see module docstring) one line at a time: every line, or a LineProtocolError.
+
+    The reference parser: :mod:`walgate.storage.lineproto_columns` parses whole bodies into Arrow columns and falls
+    back on :func:`parse_line` for what it leaves to it."""
+    mult = multiplier(precision)
     points: list[Point] = []
     append = points.append
-    memo = _Memo()
-    for lineno, raw in enumerate(_decode(body).split("\n"), 1):
+    memo = Memo()
+    for lineno, raw in enumerate(decode(body).split("\n"), 1):
         line = raw.strip(" \r")
-        if not line or line[0] == "#":
-            continue
-        try:
-            point = None
-            if "\\" not in line and '"' not in line:
-                point = _parse_simple(line, mult, memo)
-            append(point or _parse_line(line, mult, memo))
-        except _LineError as exc:
-            raise LineProtocolError(f"line {lineno}: {exc}: {_quote(line)}") from None
+        if line and line[0] != "#":
+            append(parse_line(line, lineno, mult, memo))
     return points
 
 

@@ -138,6 +138,7 @@ class NativeTopics:
         if duplicates:
             if len(duplicates) < len(verdicts):
                 raise InvalidValue("a produce request mixing retried and new batches of one partition")
+            vnode.wal.note_end()  # the original may not be durable yet: the answer waits for it (group commit)
             return duplicates[0].base_offset
         self.store.check_size(sum(map(len, batches)))
         offset = base = idx.end_offset
@@ -155,6 +156,17 @@ class NativeTopics:
             offset += info.record_count
         self.views.index(vnode, decoded, vnode.wal.next_version, [topic])
         return base
+
+    def append_partitions(self, topic: str, partitions: list[tuple[int, list[bytes]]]) -> list[int | Exception]:
+        """:meth:`append_batches` for each (partition, batches) of *topic*, in one call: per partition, its base
+        offset or the exception that refused it (nothing of that partition written; the others as usual)."""
+        results: list[int | Exception] = []
+        for partition, batches in partitions:
+            try:
+                results.append(self.append_batches(topic, partition, batches))
+            except Exception as exc:  # noqa: BLE001 - one partition's refusal is its own answer, not its siblings'
+                results.append(exc)
+        return results
 
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL *version* of a Kafka-native partition (its base offset is its offset);

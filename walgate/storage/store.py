@@ -27,6 +27,7 @@ import pyarrow as pa
 from walgate.storage import datadir
 from walgate.storage.catalog import MAX_PARTITIONS, Catalog, DatabaseDef, TopicDef
 from walgate.storage.damage import DamageLog
+from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
     InvalidValue,
     NotFound,
@@ -62,6 +63,7 @@ class Store:
         max_partitions: int = MAX_PARTITIONS,
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
+        group_commit: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.max_request_bytes = max_request_bytes
@@ -81,8 +83,17 @@ class Store:
         self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
+        # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
+        self.unsynced = Unsynced(self._records_durable) if group_commit else None
 
     # ------------------------------------------------------------ databases
+
+    def _records_durable(self, owner: tuple[str, int]) -> None:
+        """Group commit made versions of vnode ``owner`` (database, index) durable, hence visible: wake its topics."""
+        db, index = owner
+        for name, topic in self.catalog.topics.items():
+            if topic.db == db:
+                self.listener.records_appended(name, index)
 
     def db_dir(self, db: DatabaseDef) -> Path:
         return datadir.db_dir(self.data_dir, db.id)
@@ -94,7 +105,7 @@ class Store:
         vnodes: list[Vnode] = []
         try:
             for i in range(first, db.vgroups):
-                vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log))
+                vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced))
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:

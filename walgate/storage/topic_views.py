@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,6 +56,12 @@ class PartitionStats:
     high_watermark: int
     size_bytes: int
     segments: int
+
+
+def _visible_end(idx: OffsetIndex, visible_version: int) -> int:
+    """The high watermark: the offset of the first indexed entry at or past ``visible_version``."""
+    k = bisect_left(idx.versions, visible_version)
+    return idx.offsets[k] if k < len(idx.versions) else idx.end_offset
 
 
 def stored_batch(vnode: Vnode, topic: str, partition: int, version: int) -> bytes:
@@ -301,9 +307,10 @@ class TopicViews:
         return self.store.topic_uuids.get(name)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """(log start offset, high watermark) of a topic-partition."""
-        idx = self.store.partition(topic, partition)[2]
-        return idx.start_offset, idx.end_offset
+        """(log start offset, high watermark) of a topic-partition: the high watermark stops at the first record not
+        visible yet (not durable under group commit, see :attr:`~walgate.storage.wal.Wal.visible_version`)."""
+        _, vnode, idx = self.store.partition(topic, partition)
+        return idx.start_offset, _visible_end(idx, vnode.wal.visible_version)
 
     def partition_stats(self) -> list[PartitionStats]:
         """Every partition of every topic: offsets, and the size and segment count of the WAL holding it."""
@@ -315,12 +322,16 @@ class TopicViews:
         return stats
 
     def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
-        """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
-        idx = self.store.partition(topic, partition)[2]
-        if offset < idx.start_offset or offset >= idx.end_offset:
+        """(base offset, WAL version, record count) of each visible entry (below the high watermark) from the one
+        holding ``offset`` on."""
+        _, vnode, idx = self.store.partition(topic, partition)
+        visible = vnode.wal.visible_version
+        if offset < idx.start_offset or offset >= _visible_end(idx, visible):
             return
         i = bisect_right(idx.offsets, offset) - 1
         for k in range(i, len(idx.offsets)):
+            if idx.versions[k] >= visible:
+                return
             yield idx.offsets[k], idx.versions[k], idx.counts[k]
 
     def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:

@@ -30,6 +30,13 @@ for CSV fields. Decisions:
 
 Every failure raises :class:`InvalidValue` naming the expected type and the
 value.
+
+:func:`coerce_texts` is :func:`coerce_text` over a whole Arrow column of
+text, and :func:`coerce_values` is :func:`coerce` over a column of literals:
+pyarrow casts and conversions where their rules are these (integers
+``[-]digits``, numbers as :func:`float` reads them, epoch ticks; ints, floats,
+bools and strings of the type the column takes as they are), value by value
+otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ import json
 import math
 import re
 from datetime import date
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from walgate.storage.errors import InvalidValue
 from walgate.storage.schema import ColumnType
@@ -50,6 +60,8 @@ __all__ = [
     "TIMESTAMP_RANGE",
     "coerce",
     "coerce_text",
+    "coerce_texts",
+    "coerce_values",
     "parse_timestamp",
     "format_timestamp",
     "parse_duration_ns",
@@ -304,3 +316,101 @@ def coerce_text(text: str | None, ctype: ColumnType, precision: str, now_ns: int
     if not ctype.is_string:
         text = text.strip()
     return coerce(text, ctype, precision, now_ns)
+
+
+_PY_BLANKS = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes among ASCII characters
+_TRUE_TEXTS = pa.array(["true", "1"])
+_BOOL_TEXTS = pa.array(["true", "1", "false", "0"])
+
+
+def coerce_texts(texts: pa.Array, ctype: ColumnType, precision: str, now_ns: int) -> pa.Array:
+    """:func:`coerce_text` of every value of a string column (NULL stays NULL), as an Arrow array of the column's
+    type; InvalidValue for the first value that fails (in column order: callers wanting the first failure of a
+    whole table go through the values in their order)."""
+    arrow = ctype.arrow(precision)
+    if not ctype.is_string and pc.all(pc.string_is_ascii(texts)).as_py():
+        typed = _cast_texts(pc.utf8_trim(texts, _PY_BLANKS), ctype, precision)
+        if typed is not None:
+            return typed.cast(arrow)
+    elif ctype.name in ("VARCHAR", "NCHAR"):
+        size = pc.binary_length(texts) if ctype.name == "VARCHAR" else pc.utf8_length(texts)
+        if ctype.length is None or (pc.max(size).as_py() or 0) <= ctype.length:
+            return texts.cast(arrow)
+    return pa.array([coerce_text(t, ctype, precision, now_ns) for t in texts.to_pylist()], arrow)
+
+
+def _cast_texts(texts: pa.Array, ctype: ColumnType, precision: str) -> pa.Array | None:
+    """Trimmed ASCII texts cast where Arrow's rules are :func:`coerce`'s and every value is valid; else None."""
+    name = ctype.name
+    if name == "BOOL":
+        lowered = pc.utf8_lower(texts)
+        if not pc.all(pc.or_(pc.is_null(lowered), pc.is_in(lowered, value_set=_BOOL_TEXTS))).as_py():
+            return None
+        return pc.if_else(pc.is_valid(lowered), pc.is_in(lowered, value_set=_TRUE_TEXTS), pa.scalar(None, pa.bool_()))
+    if name not in INT_RANGES and name not in ("TIMESTAMP", "DOUBLE", "FLOAT"):
+        return None
+    try:
+        column = texts.cast(_as_is_type(ctype, precision))
+    except pa.ArrowInvalid:  # not numbers (dates, "+1", ""), or past 64 bits
+        return None
+    return column if _fits(column, ctype, precision) else None
+
+
+_NONE = type(None)
+# column type name -> the Python types coerce() keeps as they are (range and length checked by column)
+_AS_IS: dict[str, frozenset[type]] = {
+    **dict.fromkeys(INT_RANGES, frozenset({int, _NONE})),
+    "TIMESTAMP": frozenset({int, _NONE}),
+    "DOUBLE": frozenset({float, int, _NONE}),
+    "FLOAT": frozenset({float, int, _NONE}),
+    "BOOL": frozenset({bool, _NONE}),
+    "VARCHAR": frozenset({str, _NONE}),
+    "NCHAR": frozenset({str, _NONE}),
+}
+
+
+def coerce_values(values: list[object], ctype: ColumnType, precision: str, now_ns: int) -> pa.Array:
+    """:func:`coerce` of every value (None is NULL), as an Arrow array of the column's type; InvalidValue for the
+    first value that fails (in column order)."""
+    arrow = ctype.arrow(precision)
+    if set(map(type, values)) <= _AS_IS.get(ctype.name, frozenset()):
+        try:
+            column = pa.array(values, _as_is_type(ctype, precision))
+        except (pa.ArrowInvalid, OverflowError):  # past 64 bits, or an int no double holds exactly
+            column = None
+        if column is not None and _fits(column, ctype, precision):
+            return column.cast(arrow)
+    return pa.array([coerce(v, ctype, precision, now_ns) for v in values], arrow)
+
+
+def _as_is_type(ctype: ColumnType, precision: str) -> pa.DataType:
+    """The Arrow type values of ``ctype`` are checked in: 64 bits for numbers and ticks, else the column's own."""
+    if ctype.name in ("DOUBLE", "FLOAT"):
+        return pa.float64()
+    if ctype.name == "BIGINT UNSIGNED":
+        return pa.uint64()
+    if ctype.name in INT_RANGES or ctype.name == "TIMESTAMP":
+        return pa.int64()
+    return ctype.arrow(precision)
+
+
+def _fits(column: pa.Array, ctype: ColumnType, precision: str) -> bool:
+    """Whether every value of a column converted as it is lies within ``ctype`` (range, finiteness, length)."""
+    name = ctype.name
+    if name in ("VARCHAR", "NCHAR"):
+        if ctype.length is None:
+            return True
+        size = pc.binary_length(column) if name == "VARCHAR" else pc.utf8_length(column)
+        return (pc.max(size).as_py() or 0) <= ctype.length
+    if name == "BOOL":
+        return True
+    low: float
+    high: float
+    if name in ("DOUBLE", "FLOAT"):
+        if not pc.all(pc.is_finite(column)).as_py():
+            return False
+        low, high = (-FLOAT_MAX, FLOAT_MAX) if name == "FLOAT" else (-math.inf, math.inf)
+    else:
+        low, high = TIMESTAMP_RANGE[precision] if name == "TIMESTAMP" else INT_RANGES[name]
+    bounds = pc.min_max(column)
+    return not bounds["min"].is_valid or (low <= bounds["min"].as_py() and bounds["max"].as_py() <= high)

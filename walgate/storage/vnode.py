@@ -36,6 +36,7 @@ from walgate.storage import fileio, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.committed import CommittedOffsets
 from walgate.storage.damage import DamageLog
+from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.schema import Column
@@ -77,21 +78,26 @@ def wal_options(db: DatabaseDef) -> WalOptions:
 
 
 class Vnode:
-    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None) -> None:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None,
+                 unsynced: Unsynced | None = None) -> None:
         self.db = db
         self.index = index
         self.dir = directory
         self.wal = wal
         self.damage = damage
         self.tables: dict[str, TableDef] = {}
-        self.offsets = CommittedOffsets.open(directory / COMMITS, damage)  # consumer-group progress
+        self.offsets = CommittedOffsets.open(directory / COMMITS, damage, unsynced)  # consumer-group progress
         self._tag_tables: dict[str, pa.Table] = {}
         self._checkpointed = 0
 
     @classmethod
-    def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None) -> Vnode:
+    def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
+             unsynced: Unsynced | None = None) -> Vnode:
+        """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0) and
+        its committed offsets leave their fsyncs to group commit (:mod:`walgate.storage.durability`)."""
         directory.mkdir(parents=True, exist_ok=True)
-        vnode = cls(db, index, directory, Wal.open(directory / "wal", wal_options(db), damage=damage), damage)
+        wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index))
+        vnode = cls(db, index, directory, wal, damage, unsynced)
         start = vnode._load_checkpoint()
         for entry in vnode.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:

@@ -49,7 +49,23 @@ Durability: ``level`` 1 writes to the OS and fsyncs every ``fsync_period_ms``
 (driven by :meth:`Wal.sync_due`, whose :class:`PendingSync` runs on another
 thread so appends and reads never wait for the disk); ``level`` 2 with period 0
 fdatasyncs inside :meth:`append` before it returns, and a failed fdatasync
-refuses the append (cut off as above) instead of acknowledging it. After a
+refuses the append (cut off as above) instead of acknowledging it.
+
+Group commit (level 2, period 0, opened with an :class:`~walgate.storage.durability.Unsynced` ledger: the gateway):
+:meth:`append` writes to the OS, notes ``(wal, next_version)`` in the ledger and returns; its caller answers only
+once a sync taken later (:meth:`take_sync`, at most one taken and not done at a time, run on another thread)
+made that version durable, so one fdatasync covers every append made while the previous one ran. Until then the
+versions are not *visible* (:attr:`visible_version`): consumers are never served records that are not durable, as
+Kafka's high watermark only passes committed records. When that fdatasync fails, every append it covered is
+refused (its caller answers StorageUnavailable) but its bytes are not cut: later appends may follow them in the
+log, and the memory built on them (offset indexes, tables created, producer sequences) cannot be taken back. They
+stay invisible, and the next sync (the resync below) rewrites and syncs them; once one succeeds they become durable
+and visible like the appends after them. So a refused append under group commit is never served while it is not
+durable, but may be served afterwards, as Kafka may keep a batch whose produce failed (an idempotent producer's
+retry is then answered as a duplicate: the same offsets). A failure *writing* the log still refuses and cuts back
+as above: group commit defers only the fdatasync.
+
+After a
 failed fdatasync Linux may have dropped the dirty pages it could not write and
 marked them clean ("fsyncgate"), so a retried fsync can succeed with the data
 not on disk. Hence a failed sync never advances ``durable_version``: it arms a
@@ -94,6 +110,7 @@ import crc32c
 
 from walgate.storage import fileio
 from walgate.storage.damage import DamageLog
+from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.filecache import FILES, OpenFile
 from walgate.storage.wal_format import (
@@ -219,13 +236,13 @@ def _sync_file(path: Path, rewrite_from: int | None) -> None:
 
 
 class PendingSync:
-    """A periodic fsync taken from the storage thread. ``run`` (any thread) fdatasyncs the segment through a
-    descriptor it opens and closes itself (a roll or the cache may close the WAL's meanwhile, and a thousand
-    pending syncs never hold a thousand descriptors); it never raises. ``done`` (storage thread, after ``run``)
-    marks every version below ``version`` durable, or, if the fdatasync failed, logs it and leaves them
-    non-durable for the next sync to rewrite and sync again."""
+    """An fsync taken on the storage thread (periodic, or group commit's: a :class:`~walgate.storage.durability.Sync`).
+    ``run`` (any thread) fdatasyncs the segment through a descriptor it opens and closes itself (a roll or the cache
+    may close the WAL's meanwhile, and a thousand pending syncs never hold a thousand descriptors); it never raises.
+    ``done`` (storage thread, after ``run``) marks every version below ``version`` durable, or, if the fdatasync
+    failed, logs it and leaves them non-durable for the next sync to rewrite and sync again."""
 
-    __slots__ = ("wal", "path", "since", "version", "rewrite_from", "generation", "error")
+    __slots__ = ("wal", "path", "since", "version", "covers", "rewrite_from", "generation", "error")
 
     def __init__(self, wal: Wal, path: Path, since: int, version: int, rewrite_from: int | None,
                  generation: int) -> None:
@@ -233,6 +250,7 @@ class PendingSync:
         self.path = path
         self.since = since  # versions [since, version) are what it makes durable
         self.version = version
+        self.covers = version  # group commit: the needs (targets = next_version after an append) it answers
         self.rewrite_from = rewrite_from
         self.generation = generation
         self.error: OSError | None = None
@@ -252,10 +270,14 @@ class PendingSync:
 class Wal:
     """Append-only, versioned, indexed log of one vnode (see the module docstring)."""
 
-    def __init__(self, directory: Path, options: WalOptions, damage: DamageLog | None = None) -> None:
+    def __init__(self, directory: Path, options: WalOptions, damage: DamageLog | None = None,
+                 unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0)) -> None:
         self.dir = directory
         self.options = options
         self.damage = damage
+        self.unsynced = unsynced  # group commit (see the module docstring): level-2 appends note what they need
+        self.owner = owner  # (database, vnode index): what unsynced.wake is told when versions become durable
+        self._syncing = False  # a PendingSync is taken and not done
         self.segments: list[Segment] = []
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced
@@ -271,10 +293,10 @@ class Wal:
 
     @classmethod
     def open(cls, directory: Path, options: WalOptions, *, first_version: int = 0,
-             damage: DamageLog | None = None) -> Wal:
+             damage: DamageLog | None = None, unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0)) -> Wal:
         """Open (creating if needed) and recover the WAL in ``directory``; damage is reported, never fatal."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = cls(directory, options, damage)
+        wal = cls(directory, options, damage, unsynced, owner)
         recovered = recover(directory, first_version, wal._report)
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
@@ -302,8 +324,9 @@ class Wal:
         """Append ``(kind, count, max_ts, body)`` entries atomically; returns the first version.
 
         Returns once the batch is durable per the WAL level (fsynced for level 2,
-        period 0; written to the OS otherwise). Raises :class:`StorageUnavailable`
-        (nothing kept, memory and disk as before the call) when the disk refuses."""
+        period 0, unless :attr:`group_commit`: then it notes the need and returns once written to the OS; written to
+        the OS otherwise). Raises :class:`StorageUnavailable` (nothing kept, memory and disk as before the call) when
+        the disk refuses."""
         if not entries:
             return self.next_version
         self._undo = None
@@ -335,7 +358,7 @@ class Wal:
             new_m.append(running)
             pos += HEADER_SIZE + len(body)
             version += count
-        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0
+        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0 and self.unsynced is None
         try:
             log_file = FILES.get(seg.path, APPEND)
             fileio.write_all(log_file.fd, b"".join(chunks))
@@ -353,7 +376,40 @@ class Wal:
         if sync:
             self.durable_version = version
             self._last_sync = time.monotonic()
+        elif self.unsynced is not None and self.group_commit:
+            self.unsynced.note(self, version)
         return first
+
+    def note_end(self) -> None:
+        """Under group commit, note a need for every version appended so far (an answer given from memory, such as
+        a retried batch's original offsets, waits for what it names to be durable)."""
+        if self.unsynced is not None and self.group_commit and self.durable_version < self.next_version:
+            self.unsynced.note(self, self.next_version)
+
+    @property
+    def group_commit(self) -> bool:
+        """Level 2, period 0, with an :class:`Unsynced` ledger: appends leave the fdatasync to :meth:`take_sync`."""
+        return self.unsynced is not None and self.options.level >= 2 and self.options.fsync_period_ms == 0
+
+    @property
+    def visible_version(self) -> int:
+        """Versions below this one may be served to consumers: the durable ones under group commit (what Kafka's
+        high watermark is: a record is read only once it is committed), every appended one otherwise."""
+        return self.durable_version if self.group_commit else self.next_version
+
+    @property
+    def durable_to(self) -> int:
+        """Every version below this one is fsynced (:class:`~walgate.storage.durability.Syncable`)."""
+        return self.durable_version
+
+    def take_sync(self) -> PendingSync | None:
+        """A sync of every version appended so far, for the caller to run off the storage thread and then mark
+        done (None: all is durable and nothing is left to rewrite, or a sync is taken and not done yet)."""
+        if self._syncing or (self.durable_version == self.next_version and self._resync_from is None):
+            return None
+        self._syncing = True
+        return PendingSync(self, self.segments[-1].path, self.durable_version, self.next_version,
+                           self._resync_from, self._sync_generation)
 
     def undo_append(self, first_version: int) -> None:
         """Take back the last append, which returned ``first_version``, while nothing has read it (see the module
@@ -365,12 +421,15 @@ class Wal:
             raise ValueError(f"wal {self.dir}: version {first_version} does not begin the last append")
         self._running_max = self._undo[1]
         self._undo = None
+        self._sync_generation += 1  # a sync taken before proves nothing about the versions appended after the cut
         seg = self.segments[-1]  # an append never spans segments: one that rolled began this one
         i = bisect_left(seg.versions, first_version)
         seg.size = seg.positions[i]
         del seg.versions[i:], seg.positions[i:], seg.running_max[i:]
         self.next_version = first_version
         self.durable_version = min(self.durable_version, first_version)
+        if self.unsynced is not None and self.group_commit:  # the undone append's need names versions now gone
+            self.unsynced.note(self, self.next_version)
         try:
             fileio.truncate(FILES.get(seg.path, APPEND).fd, seg.size)
         except OSError as exc:
@@ -469,21 +528,25 @@ class Wal:
         pending = None
         if now - self._last_sync >= period:
             self._last_sync = now
-            if self.durable_version != self.next_version or self._resync_from is not None:
-                pending = PendingSync(self, self.segments[-1].path, self.durable_version, self.next_version,
-                                      self._resync_from, self._sync_generation)
+            pending = self.take_sync()
         return max(0.0, self._last_sync + period - now), pending
 
     def _synced(self, sync: PendingSync) -> None:
+        self._syncing = False
         if sync.error is None:
-            if sync.generation == self._sync_generation:  # (else an fdatasync failed since: it proves nothing)
+            # (else an fdatasync failed or an append was undone since: it proves nothing)
+            if sync.generation == self._sync_generation:
+                advanced = sync.version > self.durable_version
                 self.durable_version = max(self.durable_version, sync.version)
                 self._resync_from = None
+                if advanced and self.unsynced is not None and self.group_commit:  # newly visible: wake readers
+                    self.unsynced.wake(self.owner)
             return
         # what this fdatasync covered may be lost, even if an fdatasync through another descriptor succeeded since
         self.durable_version = min(self.durable_version, sync.since)
-        log.error("wal %s: periodic fdatasync failed (%s); versions from %d stay non-durable, and the next sync "
-                  "rewrites and syncs them again", sync.path, describe(sync.error), self.durable_version)
+        log.error("wal %s: %s fdatasync failed (%s); versions from %d stay non-durable (appends waiting for them are "
+                  "refused), and the next sync rewrites and syncs them again", sync.path,
+                  "group-commit" if self.group_commit else "periodic", describe(sync.error), self.durable_version)
         seg = self.segments[-1]
         if seg.path == sync.path:  # else a roll sealed it since, after an fdatasync of its own
             self._arm_resync(seg)

@@ -6,6 +6,11 @@ one exception is the body of ``INSERT ... VALUES``: each list of rows is a
 single ``VALUES_ROWS`` token that :class:`_RowReader` splits with regexes
 compiled from the grammar's own value terminals, because LALR on every value
 token manages only ~12k rows/s while the fast path does several times that.
+An INSERT with plain names and no comments does not reach Lark at all
+(:func:`_plain_insert`: regexes for the table names, name lists and keywords,
+:class:`_RowReader` for the rows and tags), so a statement of many small
+VALUES lists costs no LALR step per list; anything else, and every error, is
+left to Lark, which builds the same AST.
 
 Decisions:
 
@@ -56,6 +61,7 @@ iterative):
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import typing
 from collections.abc import Callable
@@ -63,6 +69,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+import orjson
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.lexer import PatternStr
@@ -126,6 +133,8 @@ _STRING_TYPES = {"VARCHAR": ("VARCHAR", 65_517), "BINARY": ("VARCHAR", 65_517), 
 _JSON_LENGTH = 4095
 _COMPARISONS = {"==": "=", "<>": "!="}
 _WORD = re.compile(r"[^,()\s]+")
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+_JSON_SCALARS = {int, float, bool, type(None)}
 _INSERT = re.compile(r"(?:\s|--[^\n]*)*insert\b", re.I)
 # a token for counting (an upper bound of what Lark sees): string, quoted name, comment, word or number, other char
 _TOKEN = re.compile(r"'(?:[^'\\]|\\.|'')*'?|\"(?:[^\"\\]|\\.|\"\")*\"?|`[^`]*`?|--[^\n]*|\w+|\S", re.S)
@@ -259,6 +268,13 @@ class _RowReader:
     grammar's terminal regexes. One ``findall`` tokenises all rows in C; the
     Python loop only converts values and checks the row structure, and on
     error ``finditer`` re-scans to find where the offending token starts.
+
+    Before that, rows of numbers and lower-case true / false / null only (no
+    quote, no digit run of 19 or more, so every integer fits int64) are read
+    in one go as JSON (``(1, 2.5) (3, null)`` is the JSON ``[[1, 2.5], [3,
+    null]]`` once the parentheses become brackets): JSON's numbers are a subset
+    of the grammar's, with the same integer / float split and values, and a
+    list that is not such rows is left to the regexes.
     """
 
     _KEYWORDS: dict[str, bool | None] = {"true": True, "false": False, "null": None}
@@ -275,6 +291,23 @@ class _RowReader:
         self._offset = re.compile(rf"([+-])\s*({terminal('DURATION')})")
 
     def rows(self, token: Token) -> tuple[tuple[Value, ...], ...]:
+        return self._json_rows(token.value) or self._scanned_rows(token)
+
+    @staticmethod
+    def _json_rows(text: str) -> tuple[tuple[Value, ...], ...] | None:
+        """The rows of a VALUES list of JSON numbers, true, false and null (see the class docstring), else None."""
+        if "'" in text or '"' in text or _LONG_DIGITS.search(text):
+            return None
+        try:
+            rows = orjson.loads("[" + text.replace("(", "[").replace(")", "],")[:-1] + "]")
+        except orjson.JSONDecodeError:
+            return None
+        if not all(type(row) is list and row for row in rows) or \
+                set(map(type, itertools.chain.from_iterable(rows))) - _JSON_SCALARS:
+            return None  # an empty row, or a nested one
+        return tuple(map(tuple, rows))
+
+    def _scanned_rows(self, token: Token) -> tuple[tuple[Value, ...], ...]:
         rows: list[tuple[Value, ...]] = []
         row: list[Value] | None = None  # None between rows
         value: Value
@@ -606,6 +639,113 @@ class _ToAst(Transformer[Token, Statement]):
         return statement
 
 
+_WS = r"[ \t\f\r\n]*"  # Lark's common.WS, which the grammar ignores
+_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
+_INSERT_INTO = re.compile(rf"{_WS}insert{_WS}(?<![A-Za-z0-9_])into(?![A-Za-z0-9_])", re.I)
+_TABLE = re.compile(rf"{_WS}({_IDENT})(?:{_WS}\.{_WS}({_IDENT}))?")
+_NAME_LIST = re.compile(rf"{_WS}\({_WS}({_IDENT}(?:{_WS},{_WS}{_IDENT})*){_WS}\)")
+_LIST_ITEM = re.compile(_IDENT)
+_WS_RE = re.compile(_WS)
+_KEYWORD = re.compile(rf"{_WS}(using|tags|values)(?![A-Za-z0-9_])", re.I)
+_END = re.compile(rf"{_WS}(?:;{_WS})?\Z")
+_RESERVED = {"insert", "into", "using", "tags", "values"}
+
+
+def _plain_insert(sql: str) -> ast.Insert | None:
+    """An INSERT without comments and with plain names, read by regexes and :class:`_RowReader` alone (the tags of
+    ``USING ... TAGS (...)`` are one row), as Lark would build it; None for anything else or anything wrong, which
+    Lark then parses (and words the error of)."""
+    m = _INSERT_INTO.match(sql)
+    if m is None or "--" in sql:
+        return None
+    reader, values_rows, one_row = _fast_readers()
+    pos = m.end()
+    targets = []
+    try:
+        while True:
+            table, pos = _table_at(sql, pos)
+            using = None
+            keyword = _KEYWORD.match(sql, pos)
+            if keyword is not None and keyword[1].lower() == "using":
+                stable, pos = _table_at(sql, keyword.end())
+                tag_names, pos = _names_at(sql, pos)
+                keyword = _KEYWORD.match(sql, pos)
+                if keyword is None or keyword[1].lower() != "tags":
+                    return None
+                tags = one_row.match(sql, _skip_ws(sql, keyword.end()))
+                if tags is None:
+                    return None
+                rows = reader.rows(Token("VALUES_ROWS", tags.group(), start_pos=tags.start()))
+                if len(rows) != 1 or (tag_names is not None and len(tag_names) != len(rows[0])):
+                    return None
+                using = ast.Using(stable, tag_names, rows[0])
+                pos = tags.end()
+                keyword = _KEYWORD.match(sql, pos)
+            columns = None
+            if keyword is None:
+                columns, pos = _names_at(sql, pos)
+                keyword = _KEYWORD.match(sql, pos)
+            if keyword is None or keyword[1].lower() != "values":
+                return None
+            found = values_rows.match(sql, _skip_ws(sql, keyword.end()))
+            if found is None:
+                return None
+            rows = reader.rows(Token("VALUES_ROWS", found.group(), start_pos=found.start()))
+            if columns is not None and any(len(row) != len(columns) for row in rows):
+                return None
+            targets.append(ast.InsertTarget(table, using, columns, rows))
+            pos = found.end()
+            if _END.match(sql, pos):
+                return ast.Insert(tuple(targets))
+    except (_StatementError, _NotPlain):
+        return None
+
+
+class _NotPlain(Exception):
+    """What :func:`_plain_insert` leaves to Lark."""
+
+
+def _ident(text: str) -> str:
+    """:meth:`_ToAst.ident` of a NAME or QUOTED_NAME text; _NotPlain for a keyword the grammar reserves there."""
+    if text[0] == "`":
+        return text[1:-1]
+    if text.lower() in _RESERVED:
+        raise _NotPlain
+    return text.lower()
+
+
+def _table_at(sql: str, pos: int) -> tuple[Name, int]:
+    m = _TABLE.match(sql, pos)
+    if m is None:
+        raise _NotPlain
+    first = _ident(m[1])
+    return (Name(first) if m[2] is None else Name(_ident(m[2]), first)), m.end()
+
+
+def _names_at(sql: str, pos: int) -> tuple[tuple[str, ...] | None, int]:
+    m = _NAME_LIST.match(sql, pos)
+    if m is None:
+        return None, pos
+    return tuple(_ident(name) for name in _LIST_ITEM.findall(m[1])), m.end()
+
+
+def _skip_ws(sql: str, pos: int) -> int:
+    m = _WS_RE.match(sql, pos)
+    assert m is not None  # matches the empty string
+    return m.end()
+
+
+@functools.cache
+def _fast_readers() -> tuple[_RowReader, re.Pattern[str], re.Pattern[str]]:
+    """The row reader, the VALUES_ROWS pattern and the one-row pattern (``_ROW``) of the grammar, for
+    :func:`_plain_insert`."""
+    parser = _lark()
+    row = re.search(r"^_ROW: /(.*)/s$", (Path(__file__).parent / "grammar.lark").read_text(), re.M)
+    assert row is not None
+    return (_RowReader(lambda name: parser.get_terminal(name).pattern.to_regexp()),
+            re.compile(parser.get_terminal("VALUES_ROWS").pattern.to_regexp()), re.compile(row[1], re.S))
+
+
 @functools.cache
 def _lark() -> Lark:
     transformer = _ToAst()
@@ -624,6 +764,9 @@ def parse(sql: str) -> Statement:
     except UnicodeEncodeError as e:  # not quoted: the message itself must stay valid text
         raise SqlSyntaxError(f"the statement is not valid Unicode text: a lone surrogate at position {e.start}") \
             from None
+    fast = _plain_insert(sql)
+    if fast is not None:
+        return fast
     _check_limits(sql)
     parser = _lark()
     try:

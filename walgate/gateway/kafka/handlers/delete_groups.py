@@ -30,5 +30,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return [{**r, "error_code": failed.get(r["group_id"], r["error_code"])} for r in plan.results], []
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
-                                                                   for g in request.groups_names])
+                                                                   for g in request.groups_names], GROUP_WRITE)
     return {"throttle_time": 0, "results": results}

@@ -3,7 +3,9 @@
 Each partition is answered on its own: one whose vnode's write the disk refused answers NOT_COORDINATOR, as Kafka
 does (:mod:`.common`'s GROUP_WRITE; clients find the coordinator again and retry), while the partitions of the other
 vnodes are committed and answered NONE. A coordinator failure answers every partition its error code; the
-connection stays."""
+connection stays. Under group commit (the gateway's) the answer waits for the fsync of every vnode written
+(:mod:`walgate.gateway.storage_thread`); when one fails, every partition answers NOT_COORDINATOR (the refused commits
+are never seen; the others' retry commits the same offsets again)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             consumer=svc.groups.consumer,
         )
         try:
-            errors = store.commit(plan.records)  # durable (fsynced) before the answer
+            errors = store.commit(plan.records)  # durable (fsynced) before the answer: see the module docstring
         except Exception as exc:  # noqa: BLE001 - answered per partition
             code = error_of(exc, GROUP_WRITE)
             failed = {(r.topic, r.partition): code for r in plan.records}
@@ -52,5 +54,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     answer = await answered(svc.with_store(commit), lambda code: {"topics": [
         {"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
         for name, parts in topics
-    ]})
+    ]}, GROUP_WRITE)
     return {"throttle_time": 0, **answer}

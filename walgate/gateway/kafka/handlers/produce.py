@@ -4,12 +4,15 @@
   there). Each partition is answered on its own: its records are validated
   (:func:`validate_produced`: CORRUPT_MESSAGE, INVALID_RECORD,
   MESSAGE_TOO_LARGE; a request above the topic's segment size:
-  RECORD_LIST_TOO_LARGE), then appended atomically (all its batches or none),
-  durable per the database's WAL level when the answer is sent. An error in
+  RECORD_LIST_TOO_LARGE; in C, no object per record), then appended
+  atomically (all its batches or none; a topic's partitions in one engine
+  call), durable per the database's WAL level when the answer is sent. An error in
   one partition, expected or not, is that partition's error code (the table
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
-  are the same on one node; ``acks=0`` gets no response.
+  are the same on one node; ``acks=0`` gets no response. Under group commit (the gateway's) a partition is
+  answered once its write is durable, one fdatasync covering many requests (see
+  :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
@@ -35,16 +38,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
+from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
-from walgate.storage.errors import InvalidValue, LineProtocolError
+from walgate.storage.errors import InvalidValue, LineProtocolError, StorageUnavailable
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
 from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS
@@ -73,7 +78,8 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | None:
-    answers = await broker.call(_produce, request, int(time.time() * 1000))
+    answers, needs = await broker.call(_produce, request, int(time.time() * 1000))
+    await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     if request.acks == 0:
         return None
     responses = [
@@ -83,24 +89,77 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     return {"throttle_time": 0, "responses": responses}
 
 
-def _produce(engine: Engine, request: Any, now: int) -> dict[tuple[str, int], dict[str, Any]]:
-    """Every partition's answer (storage thread)."""
+async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]], key: tuple[str, int],
+                   needs: list[Need]) -> None:
+    """Wait until a written partition is durable (group commit); its answer is KAFKA_STORAGE_ERROR if it cannot be."""
+    try:
+        await broker.storage.durable(needs)
+    except StorageUnavailable as exc:
+        answers[key] = _answer(key[1], error_of(exc, PRODUCE), str(exc))
+
+
+def _produce(engine: Engine, request: Any, now: int) -> tuple[dict[tuple[str, int], dict[str, Any]],
+                                                               dict[tuple[str, int], list[Need]]]:
+    """Every partition's answer (storage thread): each partition is checked on its own, then a topic's partitions
+    that passed are appended in one engine call (:meth:`~walgate.storage.engine.Engine.append_partitions`). With
+    them, what each written partition needs to be durable before it is answered (group commit): its own write's
+    needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all)."""
     answers = {}
+    needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
+        appends: list[_Append] = []
         for p in t.partition_data:
             try:
-                answer = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
-            except SequenceError as exc:
-                answer = _answer(p.index, ErrorCode[exc.kafka_error], str(exc))
-            except RecordsRefused as exc:
-                answer = _answer(p.index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
+                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
             except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-                answer = _answer(p.index, error_of(exc, PRODUCE), str(exc))
-            answers[(t.name, p.index)] = answer
-    return answers
+                checked = _refused(p.index, exc)
+            if isinstance(checked, _Append):
+                appends.append(checked)
+            else:
+                answers[(t.name, p.index)] = checked
+                _unsynced(engine, answers, needs, [(t.name, p.index)])
+        results = engine.append_partitions(t.name, [(a.partition, a.batches) for a in appends]) if appends else []
+        for a, result in zip(appends, results):
+            answers[(t.name, a.partition)] = (
+                _refused(a.partition, result) if isinstance(result, Exception)
+                else _answer(a.partition, ErrorCode.none, None, result, a.log_append_time,
+                             engine.watermarks(t.name, a.partition)[0]))
+        _unsynced(engine, answers, needs, [(t.name, a.partition) for a in appends])
+    return answers, {key: part for key, part in needs.items() if answers[key]["error_code"] == ErrorCode.none}
 
 
-def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int, now: int) -> dict[str, Any]:
+def _unsynced(engine: Engine, answers: dict[tuple[str, int], dict[str, Any]],
+              needs: dict[tuple[str, int], list[Need]], keys: list[tuple[str, int]]) -> None:
+    """What the write just made for ``keys`` needs to be durable (``needs``); an engine failing to say answers them
+    its error instead."""
+    try:
+        written = engine.take_unsynced()
+    except Exception as exc:  # noqa: BLE001 - answered per partition, as any engine failure
+        answers.update((key, _refused(key[1], exc)) for key in keys)
+        return
+    needs.update((key, written) for key in keys)
+
+
+class _Append(NamedTuple):
+    """A Kafka-native partition's checked batches, to append; the answer's ``log_append_time`` (-1: CreateTime)."""
+
+    partition: int
+    batches: list[bytes]
+    log_append_time: int
+
+
+def _refused(index: int, exc: Exception) -> dict[str, Any]:
+    """The answer of a partition that *exc* refused."""
+    if isinstance(exc, SequenceError):
+        return _answer(index, ErrorCode[exc.kafka_error], str(exc))
+    if isinstance(exc, RecordsRefused):
+        return _answer(index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
+    return _answer(index, error_of(exc, PRODUCE), str(exc))
+
+
+def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int,
+               now: int) -> dict[str, Any] | _Append:
+    """A partition's answer, or, for a Kafka-native topic whose records pass, what to append."""
     if acks not in _ACKS:
         return _answer(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     topic = engine.catalog.topics.get(name)
@@ -114,10 +173,9 @@ def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int,
     if topic.kind != "kafka":
         write_rows(engine, name, batches)
         return _answer(index, ErrorCode.none, None, -1, -1, engine.watermarks(name, index)[0])
-    append_time = configs["message.timestamp.type"] == "LogAppendTime"
-    base = engine.append_batches(name, index, [with_log_append_time(b.raw, now) if append_time else b.raw
-                                               for b in batches])
-    return _answer(index, ErrorCode.none, None, base, now if append_time else -1, engine.watermarks(name, index)[0])
+    if configs["message.timestamp.type"] == "LogAppendTime":
+        return _Append(index, [with_log_append_time(b.raw, now) for b in batches], now)
+    return _Append(index, [b.raw for b in batches], -1)
 
 
 def write_rows(engine: Engine, topic_name: str, batches: list[DecodedBatch]) -> None:
