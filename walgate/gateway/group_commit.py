@@ -142,7 +142,8 @@ class GroupCommit:
             elif sync is not None and sync.error is not None and target <= sync.covers:
                 future.set_exception(StorageUnavailable(
                     f"the fdatasync making the write durable failed ({sync.error.strerror or sync.error}); it is not "
-                    "acknowledged: retry once the disk accepts writes"))
+                    "acknowledged: retry once the disk accepts writes (WAL data it covered becomes visible if a later "
+                    "fdatasync succeeds; a committed offset never does)"))
             else:
                 kept.append((target, future))
         state.waiters = kept

@@ -147,8 +147,9 @@ class Memo:
         self.shapes: set[Shape] = set()
 
 
-class LineError(Exception):
-    """What is wrong with one line; :func:`parse_line` adds the line number and text."""
+class LineError(LineProtocolError):
+    """What is wrong with one line, before :func:`parse_line` adds the line number and text (a LineProtocolError
+    without them)."""
 
 
 # ------------------------------------------------------------------ values
