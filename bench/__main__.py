@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 try:
-    from bench import consume, groups, ingest, latency, memory, produce
+    from bench import commits, consume, groups, ingest, latency, memory, produce
     from bench.report import print_table
 except ModuleNotFoundError as missing:  # run without the [test] extra
     sys.exit(f"bench: {missing}: install the [test] extra (pip install -e '.[test]'), which ./run bench does")
 
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
-             "latency": latency.run, "memory": memory.run}
+             "commits": commits.run, "latency": latency.run, "memory": memory.run}
 
 
 def machine() -> str:
@@ -35,13 +35,13 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench")
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (CI smoke)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--only", choices=sorted(SCENARIOS))
+    p.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), help="these scenarios only")
     args = p.parse_args()
     repeat = 1 if args.quick else args.repeat
     print(f"machine: {machine()}", flush=True)
     rows = []
     for name, scenario in SCENARIOS.items():
-        if args.only in (None, name):
+        if args.only is None or name in args.only:
             rows += scenario(quick=args.quick, repeat=repeat)
     print_table(rows)
     return 0

@@ -6,8 +6,6 @@
   survivor received records from all 4 partitions. Session timeout 6 s on both brokers and protocols
   (classic: ``session.timeout.ms``; consumer protocol: walgate's ``--group-consumer-session-timeout-ms``),
   heartbeats every 2 s: the time is the session timeout plus what detection and the rebalance add.
-* OffsetCommit/s: synchronous commits in a loop (walgate fsyncs each before answering), beside the
-  disk's rate of 64-byte appends each fsynced.
 * idle members: 100 groups of 10 members with librdkafka's defaults (classic protocol) on one broker:
   the server's RSS and CPU while they sit idle (heartbeats, long-poll fetches of the 4 assigned members),
   measured once every member has joined and every group is stable (or after 60 s more: noida-db leaves
@@ -22,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import statistics
 import subprocess
@@ -35,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from bench.produce import PARTITIONS, create
@@ -181,32 +178,6 @@ def dead_member_seconds(bootstrap: str, topic: str, protocol: str, patience: flo
         child.wait(10)
 
 
-def fsyncs_per_second(path: Path, count: int = 2000) -> float:
-    """Appends of 64 bytes to one file, each fsynced, per second: the bound of one synchronous committer."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        start = time.perf_counter()
-        for _ in range(count):
-            os.write(fd, b"x" * 64)
-            os.fsync(fd)
-        return count / (time.perf_counter() - start)
-    finally:
-        os.close(fd)
-
-
-def commits(bootstrap: str, topic: str, count: int) -> tuple[int, float]:
-    """(commits, seconds) of synchronous OffsetCommits by one consumer, round-robin over the partitions."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"commit-{uuid.uuid4().hex[:8]}"})
-    try:
-        c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)  # connect and find the coordinator
-        start = time.perf_counter()
-        for i in range(count):
-            c.commit(offsets=[TopicPartition(topic, i % PARTITIONS, i + 2)], asynchronous=False)
-        return count, time.perf_counter() - start
-    finally:
-        c.close()
-
-
 IDLE_CHILD = """
 import sys, time
 from confluent_kafka import Consumer
@@ -256,11 +227,10 @@ def idle_members(bootstrap: str, pid: int, topic: str, members: int, windows: in
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:
-    topic, count, idle = "g", 200 if quick else 2000, 100 if quick else 1000
+    topic, idle = "g", 100 if quick else 1000
     patience = 60.0  # for what noida-db never does (expire a dead member, settle a group); quick runs skip it
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp:
-        fsyncs = fsyncs_per_second(Path(tmp) / "fsync")
         brokers = {"walgate": lambda: walgate(Path(tmp) / "walgate", *WALGATE_FLAGS),
                    "noida-db": lambda: noida(Path(tmp) / "noida")}
         results: dict[tuple[str, str], float] = {}
@@ -278,8 +248,6 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
                         if name == "walgate" or not quick:  # quick: not the peer's wait for what it never does
                             results[name, f"dead {protocol}"] = statistics.median(
                                 dead_member_seconds(bootstrap, topic, protocol, patience) for _ in range(repeat))
-                n, s = sorted((commits(bootstrap, topic, count) for _ in range(repeat)), key=lambda r: r[1])[repeat // 2]
-                results[name, "commits"] = n / s
                 if name == "walgate" or not quick:
                     before, after, cpu = idle_members(bootstrap, pid, topic, idle, 1 if quick else 3,
                                                       5 if quick else 10, patience)
@@ -293,7 +261,6 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     for protocol in ("classic", "consumer"):
         side_by_side(f"2nd member joins ({protocol}): both consuming", f"join {protocol}", "s")
         side_by_side(f"member killed ({protocol}, session {SESSION_MS // 1000} s): moved", f"dead {protocol}", "s")
-    side_by_side("OffsetCommit, synchronous", "commits", "commits/s", limit=("append 64 B + fsync, one file", fsyncs))
     side_by_side("RSS, no members", "rss before", "MB")
     side_by_side(f"RSS, {idle} idle members", "rss idle", "MB")
     side_by_side(f"CPU, {idle} idle members", "cpu idle", "% of a core")

@@ -2,7 +2,9 @@
 
 * line-protocol rows/s into a 4-vgroup database at WAL_LEVEL 1 and at
   WAL_LEVEL 2 (fsync before acknowledging), in-process through the engine and
-  end to end over HTTP (``walgate serve`` in another process);
+  end to end over HTTP (``walgate serve`` in another process); the same rows
+  as CSV and as multi-row SQL INSERTs over HTTP at WAL_LEVEL 1 (5,000 rows over
+  100 subtables per request), each beside issue 15's target;
 * the physical limit beside each, measured in the same run on the same disk:
   raw ``os.write`` of the same bytes per request and vnode (level 1), and the
   same plus ``fsync`` (level 2), expressed in rows/s via the WAL bytes per row;
@@ -17,24 +19,27 @@ import http.client
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
-from bench.report import Row, median_rate
+from bench.limits import FILES, raw_writes
+from bench.report import Row, Target, median_rate
 from bench.servers import walgate
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.wal import Wal, WalOptions
 
-VGROUPS = 4
+VGROUPS = FILES
 TABLES = 100
+BASE_MS = 1_700_000_000_000
 
 
 def lines(batch: int, start: int) -> bytes:
     """``batch`` lines over TABLES subtables, TDengine's meters shape, ms timestamps."""
-    base = 1_700_000_000_000
     return "\n".join(
         f"meters,location=loc{(start + i) % TABLES},groupid={(start + i) % 10} "
-        f"current={10 + i % 7}.3,voltage={200 + i % 30}i32,phase=0.{i % 9}1 {base + start + i}"
+        f"current={10 + i % 7}.3,voltage={200 + i % 30}i32,phase=0.{i % 9}1 {BASE_MS + start + i}"
         for i in range(batch)
     ).encode()
 
@@ -55,34 +60,52 @@ def _engine_ingest(root: Path, level: int, batches: int, batch: int) -> tuple[in
     return batches * batch, seconds, wal_bytes
 
 
-def _raw_writes(root: Path, chunk: int, writes: int, fsync: bool) -> tuple[int, float]:
-    """(bytes, seconds) for ``writes`` appends of ``chunk`` bytes round-robin over VGROUPS files."""
-    root.mkdir(parents=True, exist_ok=True)
-    fds = [os.open(root / f"raw{i}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for i in range(VGROUPS)]
-    buf = os.urandom(chunk)
-    start = time.perf_counter()
-    for k in range(writes):
-        fd = fds[k % VGROUPS]
-        os.write(fd, buf)
-        if fsync:
-            os.fdatasync(fd)
-    seconds = time.perf_counter() - start
-    for fd in fds:
-        os.close(fd)
-    return chunk * writes, seconds
+def _meters(batch: int, start: int) -> Iterator[tuple[int, int, str]]:
+    """:func:`lines`' rows as (subtable number, timestamp, "current, voltage, phase" values)."""
+    for i in range(batch):
+        yield (start + i) % TABLES, BASE_MS + start + i, f"{10 + i % 7}.3,{200 + i % 30},0.{i % 9}1"
 
 
-def _http_ingest(root: Path, level: int, batches: int, batch: int) -> tuple[int, float]:
-    """(rows, seconds) posting line protocol to a ``walgate serve`` subprocess over one keep-alive connection."""
-    with walgate(root) as server:
+def csv_rows(batch: int, start: int) -> bytes:
+    """:func:`lines`' rows as CSV for ``/csv/v1/write?stable=meters`` (header row, ``tbname`` and tag columns)."""
+    return "\n".join(["tbname,_ts,current,voltage,phase,location,groupid"] + [
+        f"t{t},{ts},{values},loc{t},{t % 10}" for t, ts, values in _meters(batch, start)]).encode()
+
+
+def insert_sql(batch: int, start: int) -> bytes:
+    """:func:`lines`' rows as one multi-row, multi-table SQL INSERT (``USING ... TAGS`` creates the subtables)."""
+    by_table: dict[int, list[str]] = {}
+    for t, ts, values in _meters(batch, start):
+        by_table.setdefault(t, []).append(f"({ts},{values})")
+    return ("INSERT INTO " + " ".join(
+        f"b.t{t} USING b.meters (location, groupid) TAGS ('loc{t}', '{t % 10}') VALUES {' '.join(rows)}"
+        for t, rows in by_table.items())).encode()
+
+
+HTTP_FORMATS: dict[str, tuple[str, Callable[[int, int], bytes], Target | None]] = {
+    "line protocol": ("/influxdb/v1/write?db=b&precision=ms", lines, Target(1_000_000)),
+    "CSV": ("/csv/v1/write?db=b&stable=meters", csv_rows, Target(1_000_000)),
+    "multi-row SQL INSERT": ("/rest/sql", insert_sql, Target(200_000)),
+}
+"""Each way rows come in over HTTP: (path, the body of ``batch`` rows from row ``start``, issue 15's target at
+WAL_LEVEL 1)."""
+
+
+def _http_ingest(tmpdir: Path, level: int, fmt: str, batches: int, batch: int) -> tuple[int, float]:
+    """(rows, seconds) posting ``batches`` bodies of HTTP_FORMATS[``fmt``] to a fresh ``walgate serve`` subprocess
+    (its data in a new directory under ``tmpdir``) over one keep-alive connection; the supertable and the
+    subtables exist before the clock starts."""
+    path, body_of, _ = HTTP_FORMATS[fmt]
+    with walgate(Path(tempfile.mkdtemp(dir=tmpdir))) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=120)
         fsync = 0 if level == 2 else 3000
         server.post("/rest/sql", f"CREATE DATABASE b VGROUPS {VGROUPS} WAL_LEVEL {level} WAL_FSYNC_PERIOD {fsync}".encode(), conn)
         server.post("/influxdb/v1/write?db=b&precision=ms", lines(batch, 0), conn)
-        bodies = [lines(batch, (k + 1) * batch) for k in range(batches)]
+        server.post(path, body_of(batch, 0), conn)
+        bodies = [body_of(batch, (k + 1) * batch) for k in range(batches)]
         start = time.perf_counter()
         for body in bodies:
-            server.post("/influxdb/v1/write?db=b&precision=ms", body, conn)
+            server.post(path, body, conn)
         seconds = time.perf_counter() - start
         conn.close()
         return batches * batch, seconds
@@ -150,19 +173,15 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
             per_row = wal_bytes / (batches[level] * batch)
             chunk = int(per_row * batch / VGROUPS)  # one request's append to one vnode
             writes = batches[level] * VGROUPS
-            raw = median_rate(repeat, lambda: _raw_writes(tmpdir / f"raw{level}", chunk, writes, fsync=level == 2))
-            limit_name = "os.write+fsync" if level == 2 else "os.write"
-            rows.append(Row(f"line protocol -> engine, WAL_LEVEL {level}", rate, "rows/s", limit_name, raw / per_row))
-            m = 0
-
-            def over_http() -> tuple[int, float]:
-                nonlocal m
-                m += 1
-                return _http_ingest(tmpdir / f"h{level}-{m}", level, batches[level], batch)
-
-            rows.append(
-                Row(f"line protocol -> HTTP, WAL_LEVEL {level}", median_rate(repeat, over_http), "rows/s", limit_name, raw / per_row)
-            )
+            raw = median_rate(repeat, lambda: raw_writes(tmpdir / f"raw{level}", chunk, writes, fsync=level == 2))
+            limit = ("os.write+fsync" if level == 2 else "os.write", raw / per_row)
+            rows.append(Row(f"line protocol -> engine, WAL_LEVEL {level}", rate, "rows/s", *limit,
+                            target=Target(1_000_000) if level == 1 else None))
+            for fmt, (_, _, target) in HTTP_FORMATS.items():
+                if level == 1 or fmt == "line protocol":
+                    rate = median_rate(repeat, partial(_http_ingest, tmpdir, level, fmt, batches[level], batch))
+                    rows.append(Row(f"{fmt} -> HTTP, WAL_LEVEL {level}", rate, "rows/s", *limit,
+                                    target=target if level == 1 else None))
         source = tmpdir / "e1-1"
         results = []
         for _ in range(repeat):

@@ -1,10 +1,16 @@
 """Produce and Kafka-native fetch benchmarks, confluent-kafka (librdkafka) as the client on both brokers.
 
-* produce throughput into a 4-partition Kafka-native topic: 100 B and 1 KiB
-  values, acks=1 and acks=all; walgate at WAL_LEVEL 1 (the topic's default:
-  fsync every 3 s) and WAL_LEVEL 2 (``flush.messages=1``: fsync before every
-  answer), beside Tansu (memory storage, nothing on disk) with the same client
-  and payloads, beside the raw os.write (+fsync) rate of the same bytes;
+* produce throughput into a 4-partition Kafka-native topic, each producer a
+  process of its own (bench/together.py), all starting at once: 100 B and
+  1 KiB values with two producers at acks=1, 1 KiB with one at acks=all, and
+  1 KiB with eight at acks=all at WAL_LEVEL 2 (``flush.messages=1``: fsync
+  before every answer; the others at WAL_LEVEL 1, the topic's default: fsync
+  every 3 s); beside Tansu (memory storage, nothing on disk) with the same
+  clients and payloads, with each server's CPU-seconds per million records,
+  and beside the raw os.write rate of 1 MiB appends (the median of three;
+  WAL_LEVEL 2: eight writers at once, each fdatasyncing every append: the
+  disk's write+fsync bandwidth at the producers' concurrency); issue 15's
+  targets on the rows;
 * fetch throughput of a Kafka-native topic of 1 KiB records (stored batches
   sent with sendfile), beside Tansu and the loopback socket limit, read by the
   Python client, by the C consumer (bench/cconsume.c: librdkafka counting
@@ -20,6 +26,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -27,11 +34,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import cclient
 from bench.consume import consume_all
-from bench.ingest import _raw_writes
-from bench.report import Row, median_run
+from bench.limits import write_mb_s
+from bench.report import Row, Target, median_run
 from bench.servers import cpu_seconds, loopback_mb_s, tansu_process, walgate
+from bench.together import Gate, Tally, at_once
 
 PARTITIONS = 4
+WAL2_WRITERS = 8  # producers at once at WAL_LEVEL 2, and writers of its disk limit
 FETCH_RECORDS = {True: 100_000, False: 500_000}  # by --quick
 
 
@@ -40,10 +49,14 @@ def create(bootstrap: str, topic: str, configs: dict[str, str] | None = None) ->
     admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=configs or {})])[topic].result(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tuple[int, float]:
-    """(records acknowledged, seconds) for one producer sending ``count`` values of ``size`` bytes."""
+def produce(bootstrap: str, topic: str, count: int, size: int, acks: str,
+            ready: Callable[[], None] = lambda: None) -> tuple[int, float]:
+    """(records acknowledged, seconds) for one producer sending ``count`` values of ``size`` bytes; the clock
+    starts when ``ready()`` returns, called once the producer has the topic's metadata."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20,
                   "queue.buffering.max.messages": 1_000_000, "enable.idempotence": acks == "all"})
+    p.list_topics(topic, timeout=30)
+    ready()
     value = b"x" * size
     acked = [0]
 
@@ -63,6 +76,20 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str) -> tup
             p.poll(0)
     p.flush(120)
     return acked[0], time.perf_counter() - start
+
+
+def producer_process(bootstrap: str, topic: str, count: int, size: int, acks: str, gate: Gate) -> tuple[int, float]:
+    """:data:`bench.together.Work`: one of several producer processes."""
+    acked, _ = produce(bootstrap, topic, count, size, acks, gate.open)
+    return acked, time.perf_counter()
+
+
+def producers(bootstrap: str, pid: int, topic: str, case: Case) -> Tally:
+    """``case.producers`` processes at once sending ``case.count`` records in all (server ``pid``'s CPU counted)."""
+    argsets = [(bootstrap, topic, case.count // case.producers, case.size, case.acks)] * case.producers
+    with at_once(producer_process, argsets, pid) as tally:
+        pass
+    return tally
 
 
 Read = tuple[int, int, float, float, float]
@@ -87,10 +114,6 @@ def cfetch(binary: Path, bootstrap: str, topic: str, expected: int, pid: int, pr
     n, b, s, client_cpu = cclient.consume(binary, bootstrap, topic,
                                           [list(range(k, PARTITIONS, processes)) for k in range(processes)], expected)
     return n, b, s, cpu_seconds(pid) - cpu, client_cpu
-
-
-def _produce_rate(run: tuple[int, float]) -> float:
-    return run[0] / run[1]
 
 
 def _read_rate(run: Read) -> float:
@@ -119,34 +142,68 @@ def fetch_rows(readers: dict[str, Callable[[str, int], Read]], walgate_bs: tuple
     return rows
 
 
+def _rate(tally: Tally) -> float:
+    return tally.rate
+
+
+@dataclass(frozen=True)
+class Case:
+    size: int
+    acks: str
+    level: int  # WAL_LEVEL: 2 is flush.messages=1
+    producers: int
+    count: int  # records in all
+    vs_tansu: float = 0.0  # issue 15's target: walgate / Tansu in records/s, %, and CPU per record at most Tansu's
+    of_disk: float = 0.0  # issue 15's target: MB/s at least this fraction of the disk's limit
+
+    @property
+    def label(self) -> str:
+        return (f"produce {self.size} B, acks={self.acks}, WAL_LEVEL {self.level}, "
+                f"{self.producers} producer{'s' if self.producers > 1 else ''}")
+
+
+def cases(quick: bool) -> list[Case]:
+    k = 1 if quick else 5
+    return [Case(100, "1", 1, 2, 400_000 * k, vs_tansu=120), Case(1024, "1", 1, 2, 100_000 * k, vs_tansu=120),
+            Case(1024, "all", 1, 1, 20_000 * k), Case(1024, "all", 2, WAL2_WRITERS, 40_000 * k, of_disk=0.30)]
+
+
+def produce_rows(case: Case, tally: Tally, peer: Tally | None, limit: tuple[str, float]) -> list[Row]:
+    """Records/s beside the peer's, each server's CPU per million records, MB/s beside the disk's limit."""
+    rows = [Row(case.label, tally.rate, "records/s")]
+    if peer is not None:
+        rows += [Row("  Tansu (memory), same clients", peer.rate, "records/s"),
+                 Row("  walgate / Tansu", 100 * tally.rate / peer.rate, "%",
+                     target=Target(case.vs_tansu) if case.vs_tansu else None),
+                 Row("  walgate CPU-s per million records", tally.cpu_per_million(), "CPU-s",
+                     target=Target(peer.cpu_per_million(), at_most=True) if case.vs_tansu else None),
+                 Row("  Tansu CPU-s per million records", peer.cpu_per_million(), "CPU-s")]
+    else:
+        rows.append(Row("  walgate CPU-s per million records", tally.cpu_per_million(), "CPU-s"))
+    rows.append(Row(case.label, tally.rate * case.size / 1e6, "MB/s", *limit,
+                    target=Target(case.of_disk, of_limit=True) if case.of_disk else None))
+    return rows
+
+
 def run(*, quick: bool, repeat: int) -> list[Row]:
-    counts = {100: 20_000 if quick else 200_000, 1024: 10_000 if quick else 100_000}
-    cases = [(100, "1", None), (1024, "1", None), (1024, "all", None), (1024, "all", "1")]
     rows: list[Row] = []
     limit = loopback_mb_s(1 << 28 if quick else 1 << 30)
     with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server, \
             tansu_process() as peer:
-        raw = {fsync: _raw_writes(Path(tmp), 1 << 20, 64, fsync) for fsync in (False, True)}
-        for k, (size, acks, flush) in enumerate(cases):
-            count = counts[size]
-            label = f"produce {size} B, acks={acks}, WAL_LEVEL {2 if flush else 1}"
+        disk = {1: ("os.write 1 MiB", write_mb_s(Path(tmp) / "raw1", 1 << 20, 256, fsync=False)),
+                2: (f"{WAL2_WRITERS} x (os.write 1 MiB + fdatasync)",
+                    write_mb_s(Path(tmp) / "raw2", 1 << 20, 256, fsync=True, writers=WAL2_WRITERS))}
+        for k, case in enumerate(cases(quick)):
             runs, peer_runs = [], []
             for r in range(repeat):
                 topic = f"p{k}r{r}"
-                create(server.bootstrap, topic, {"flush.messages": flush} if flush else None)
-                runs.append(produce(server.bootstrap, topic, count, size, acks))
+                create(server.bootstrap, topic, {"flush.messages": "1"} if case.level == 2 else None)
+                runs.append(producers(server.bootstrap, server.pid, topic, case))
                 if peer is not None:
                     create(peer[0], topic)
-                    peer_runs.append(produce(peer[0], topic, count, size, acks))
-            n, s = median_run(runs, _produce_rate)
-            raw_n, raw_s = raw[bool(flush)]
-            rows.append(Row(label, n / s, "records/s"))
-            if peer_runs:
-                pn, ps = median_run(peer_runs, _produce_rate)
-                rows.append(Row("  Tansu (memory), same client", pn / ps, "records/s"))
-                rows.append(Row("  walgate / Tansu", 100 * (n / s) / (pn / ps), "%"))
-            rows.append(Row(label, n * size / s / 1e6, "MB/s", f"os.write{' + fsync' if flush else ''} 1 MiB",
-                            raw_n / raw_s / 1e6))
+                    peer_runs.append(producers(*peer, topic, case))
+            rows += produce_rows(case, median_run(runs, _rate), median_run(peer_runs, _rate) if peer_runs else None,
+                                 disk[case.level])
         expected = FETCH_RECORDS[quick]
         for bootstrap in [server.bootstrap] + ([peer[0]] if peer else []):
             create(bootstrap, "fetch")
