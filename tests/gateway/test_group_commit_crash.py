@@ -9,16 +9,14 @@ record, commit and row must be there after every restart.
 
 from __future__ import annotations
 
-import http.client
-import json
 import random
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
+from test_crash import query  # the same SQL-over-HTTP helper
 
 from livewalgate import running_walgate
 
@@ -75,17 +73,6 @@ for t in threads:
 for t in threads:
     t.join()
 """
-
-
-def query(url: str, statement: str) -> list[list]:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    conn.request("POST", "/rest/sql", body=statement.encode())
-    resp = conn.getresponse()
-    payload = json.loads(resp.read())
-    conn.close()
-    assert resp.status == 200, payload
-    return payload["data"]
 
 
 def stored_records(port: int) -> set[int]:
