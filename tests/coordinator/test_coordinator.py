@@ -228,6 +228,38 @@ def test_offset_commits_to_a_consumer_group_are_checked_against_member_epochs():
     assert n.c.consumer.offset_fetch_error("g", kid, epoch - 1) == ErrorCode.stale_member_epoch
 
 
+def test_a_commit_at_the_epoch_before_a_new_assignment_is_accepted_for_the_partitions_held_then():
+    """KIP-1251: the heartbeat answer with a new epoch can cross a commit sent at the old one (what librdkafka
+    does while a leaving member's partitions are handed out); partitions the member already had then commit."""
+    n = Node()
+    store = MemoryOffsetStore()
+    a = n.hb()
+    b = n.hb()
+    a = n.hb(a["member_id"], a["member_epoch"], owned=partitions(a))  # revokes half
+    b = n.hb(b["member_id"], b["member_epoch"])  # receives it
+    a_parts, old_epoch = partitions(a), a["member_epoch"]
+    assert a_parts is not None and len(a_parts) == 2
+    n.hb(b["member_id"], -1)  # b leaves: its half goes to a at a new epoch
+    a = n.hb(a["member_id"], old_epoch, owned=a_parts)
+    new_epoch = a["member_epoch"]
+    assert new_epoch > old_epoch and partitions(a) == [0, 1, 2, 3]
+
+    def commit(epoch: int, parts: list[int]) -> dict[int, ErrorCode]:
+        plan = commit_offsets(
+            n.c.classic, store, group_id="g", generation_id=epoch, member_id=a["member_id"], group_instance_id=None,
+            topics=[("t", [PartitionCommit(p, 5, -1, None) for p in parts])], partition_exists=lambda t, p: True,
+            report_group_not_found=True, now_ms=n.now, consumer=n.c.consumer,
+        )
+        return {p["partition_index"]: p["error_code"] for p in plan.response["topics"][0]["partitions"]}
+
+    newly = sorted(set(range(4)) - set(a_parts))
+    assert commit(old_epoch, a_parts) == dict.fromkeys(a_parts, ErrorCode.none)
+    assert commit(old_epoch, newly) == dict.fromkeys(newly, ErrorCode.stale_member_epoch)
+    assert commit(new_epoch, [0, 1, 2, 3]) == dict.fromkeys(range(4), ErrorCode.none)
+    assert commit(old_epoch - 1, a_parts) == dict.fromkeys(a_parts, ErrorCode.stale_member_epoch)
+    assert commit(new_epoch + 1, a_parts) == dict.fromkeys(a_parts, ErrorCode.fenced_member_epoch)
+
+
 def test_delete_refuses_a_consumer_group_with_members_and_drops_an_empty_one():
     n = Node()
     r = n.hb()

@@ -26,7 +26,20 @@ from walgate.coordinator.consumer_protocol import (
 from walgate.coordinator.snapshots import CONSUMER_GROUP_TYPE, ConsumerInfo, GroupStats
 from walgate.coordinator.uniform_assignor import UNIFORM_ASSIGNOR
 
-__all__ = ["ConsumerGroupAdmin"]
+__all__ = ["CommitCheck", "ConsumerGroupAdmin", "accept_commit", "refuse_commit"]
+
+CommitCheck = Callable[[str, int], ErrorCode | None]
+"""The error refusing an OffsetCommit of one (topic, partition), or None to accept it."""
+
+
+def accept_commit(topic: str, partition: int) -> ErrorCode | None:
+    """A :data:`CommitCheck` that accepts every partition."""
+    return None
+
+
+def refuse_commit(error: ErrorCode) -> CommitCheck:
+    """A :data:`CommitCheck` that refuses every partition with *error*."""
+    return lambda topic, partition: error
 
 _CLASSIC_MEMBER: Final = 0
 _CONSUMER_MEMBER: Final = 1
@@ -59,28 +72,42 @@ class ConsumerGroupAdmin(ConsumerMembership):
             del self._groups[group_id]
         return removed
 
-    def offset_commit_error(
+    def offset_commit_check(
         self, group_id: str, member_id: str, member_epoch: int, *, consumer_protocol_version: bool
-    ) -> ErrorCode | None:
+    ) -> CommitCheck:
         """Kafka's ``ConsumerGroup.validateOffsetCommit`` (non-transactional) for a group this object has.
 
         A commit without a member epoch is accepted while the group is empty (an
-        admin or a simple consumer); otherwise the member must exist and commit at
-        its current epoch: FENCED_MEMBER_EPOCH if ahead, STALE_MEMBER_EPOCH if
-        behind (classic members: ILLEGAL_GENERATION). Only OffsetCommit v9+ (*consumer_protocol_version*) can carry a
-        member epoch: older versions from a member get UNSUPPORTED_VERSION.
+        admin or a simple consumer); otherwise the member must exist. A classic
+        member commits at its generation (ILLEGAL_GENERATION otherwise). A KIP-848
+        member ahead of its epoch gets FENCED_MEMBER_EPOCH; one behind it (its
+        heartbeat answer with the new epoch crossed the commit) may commit the
+        partitions it already had at the epoch it sent, and gets
+        STALE_MEMBER_EPOCH for the others (KIP-1251's assignment epochs). Only
+        OffsetCommit v9+ (*consumer_protocol_version*) can carry a member epoch:
+        older versions from a member get UNSUPPORTED_VERSION.
         """
         group = self._groups[group_id]
         if member_epoch < 0 and not group.members:
-            return None
+            return accept_commit
         member = group.members.get(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
+            return refuse_commit(ErrorCode.unknown_member_id)
         if member.classic is not None:  # a classic member commits with its generation: the member epoch
-            return None if member_epoch == member.member_epoch else ErrorCode.illegal_generation
+            return accept_commit if member_epoch == member.member_epoch else refuse_commit(ErrorCode.illegal_generation)
         if not consumer_protocol_version:
-            return ErrorCode.unsupported_version
-        return _member_epoch_error(member_epoch, member.member_epoch)
+            return refuse_commit(ErrorCode.unsupported_version)
+        if member_epoch > member.member_epoch:
+            return refuse_commit(ErrorCode.fenced_member_epoch)
+        if member_epoch == member.member_epoch:
+            return accept_commit
+        epochs = dict(member.assignment_epochs)
+
+        def had_it_then(topic: str, partition: int) -> ErrorCode | None:
+            epoch = epochs.get((topic, partition))
+            return None if epoch is not None and epoch <= member_epoch else ErrorCode.stale_member_epoch
+
+        return had_it_then
 
     def offset_fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
         """Kafka's ``ConsumerGroup.validateOffsetFetch``: an admin (no member id, epoch -1) or a current member."""

@@ -91,6 +91,9 @@ class ConsumerGroupMember:
     previous_member_epoch: int = 0
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(topic, partition) of ``assigned`` or ``pending_revocation`` -> the member epoch at which the member was given
+    it (KIP-1251): a commit at an older member epoch is accepted for the partitions the member already had then."""
     last_heartbeat_ms: int = 0
     classic: ClassicMetadata | None = None
     """Set for members that speak the classic protocol (JoinGroup / SyncGroup / Heartbeat)."""

@@ -56,6 +56,7 @@ from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.classic_model import ClassicGroup, GroupState
+from walgate.coordinator.consumer_admin import CommitCheck, accept_commit, refuse_commit
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.errors import (
@@ -250,22 +251,22 @@ def _validate_and_touch(
     report_group_not_found: bool,
     now_ms: int,
     consumer: ConsumerGroups | None,
-) -> ErrorCode | None:
-    """The error refusing an OffsetCommit, or None (and the member's session restarted)."""
+) -> CommitCheck:
+    """What refuses each partition of an OffsetCommit (a member's session is restarted if the request is valid)."""
     if not group_id:
-        return ErrorCode.invalid_group_id
+        return refuse_commit(ErrorCode.invalid_group_id)
     if consumer is not None and consumer.has_group(group_id):
-        return consumer.offset_commit_error(
+        return consumer.offset_commit_check(
             group_id, member_id, generation_id, consumer_protocol_version=report_group_not_found
         )
     try:
         group = _group_for_commit(groups, store, group_id, generation_id, report_group_not_found, now_ms)
         validate_offset_commit(group, member_id, group_instance_id, generation_id)
     except GroupError as error:
-        return error.error_code
+        return refuse_commit(error.error_code)
     if groups.group(group_id) is group and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
         groups.touch(group_id, member_id, now_ms)
-    return None
+    return accept_commit
 
 
 def commit_offsets(
@@ -291,10 +292,10 @@ def commit_offsets(
     (KIP-848) are validated by it.
     A valid commit restarts the member's session in *groups* (Stable / PreparingRebalance).
     """
-    group_error: ErrorCode | None = None
+    check: CommitCheck = accept_commit
     # Kafka answers unknown partitions before the coordinator sees the request.
     if any(partition_exists(topic, p.partition) for topic, partitions in topics for p in partitions):
-        group_error = _validate_and_touch(
+        check = _validate_and_touch(
             groups, store, group_id, generation_id, member_id, group_instance_id, report_group_not_found, now_ms,
             consumer,
         )
@@ -306,8 +307,8 @@ def commit_offsets(
         for p in partitions:
             if not partition_exists(topic, p.partition):
                 code = ErrorCode.unknown_topic_or_partition
-            elif group_error is not None:
-                code = group_error
+            elif (refused := check(topic, p.partition)) is not None:
+                code = refused
             elif p.metadata is not None and len(p.metadata) > metadata_max_size:
                 code = ErrorCode.offset_metadata_too_large
             else:

@@ -46,6 +46,8 @@ def reconcile(group: ConsumerGroup, member: ConsumerGroupMember, owned: OwnedPar
 def compute_next_assignment(group: ConsumerGroup, member: ConsumerGroupMember, owned: OwnedPartitions | None) -> None:
     """``CurrentAssignmentBuilder.computeNextAssignment`` (topics by name)."""
     target = group.target.get(member.member_id, {})
+    held_epochs = member.assignment_epochs
+    had = set(partition_pairs(member.assigned))
     subscribed = set(member.subscribed_topic_names)
     has_unreleased = False
     new_assigned: dict[str, frozenset[int]] = {}
@@ -74,13 +76,19 @@ def compute_next_assignment(group: ConsumerGroup, member: ConsumerGroupMember, o
         member.update_member_epoch(member.member_epoch)
         member.assigned = new_assigned
         member.pending_revocation = new_pending_revocation
-        return
-    for topic, partitions in new_pending_assignment.items():
-        new_assigned[topic] = new_assigned.get(topic, frozenset()) | partitions
-    member.state = MemberState.UNRELEASED_PARTITIONS if has_unreleased else MemberState.STABLE
-    member.update_member_epoch(group.assignment_epoch)
-    member.assigned = new_assigned
-    member.pending_revocation = {}
+    else:
+        for topic, partitions in new_pending_assignment.items():
+            new_assigned[topic] = new_assigned.get(topic, frozenset()) | partitions
+        member.state = MemberState.UNRELEASED_PARTITIONS if has_unreleased else MemberState.STABLE
+        member.update_member_epoch(group.assignment_epoch)
+        member.assigned = new_assigned
+        member.pending_revocation = {}
+    # A partition the member keeps (or is still revoking) keeps its epoch; one it is given now, even one it
+    # just revoked, gets the epoch it is given at.
+    member.assignment_epochs = {
+        key: held_epochs.get(key, member.member_epoch) if key in had else member.member_epoch
+        for key in partition_pairs(member.assigned)
+    } | {key: held_epochs.get(key, member.member_epoch) for key in partition_pairs(member.pending_revocation)}
 
 
 def owns_any(owned: OwnedPartitions | None, pending: Assignment) -> bool:
