@@ -35,13 +35,19 @@ from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 
-__all__ = ["Broker", "BatchCache", "PEER"]
+__all__ = ["ANONYMOUS", "Broker", "BatchCache", "PEER", "PRINCIPAL"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 PEER: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_peer", default="127.0.0.1")
 """The client address of the connection the current request came on (set per connection task)."""
+
+ANONYMOUS = "User:ANONYMOUS"
+"""Kafka's principal of a connection that did not authenticate."""
+PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_principal", default=ANONYMOUS)
+"""The principal (``User:name``, Kafka's form) of the connection the current request came on (set per connection
+task once it authenticates)."""
 
 
 class BatchCache:

@@ -57,7 +57,7 @@ import time
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
-from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.gateway.metrics import Metrics, api_name
@@ -78,9 +78,6 @@ __all__ = ["KafkaServer", "RequestBudget"]
 log = logging.getLogger("walgate.kafka")
 connection_log = logging.getLogger("walgate.kafka.connection")
 request_log = logging.getLogger("kafka.request.logger")
-
-PRINCIPAL = "User:ANONYMOUS"
-"""The principal of every connection (walgate has no authentication yet)."""
 
 _API_VERSIONS = 18
 _READ_CHUNK = 256 << 10
@@ -242,8 +239,8 @@ class KafkaServer:
                     if not requests:
                         client_id = header.client_id
                         connection_log.info("kafka connection from %s opened: client id %r, principal %s", address,
-                                            client_id, PRINCIPAL,
-                                            extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL})
+                                            client_id, PRINCIPAL.get(),
+                                            extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get()})
                     requests += 1
                     request, fields, response = await self._dispatch(header, frame)
                     handled = time.perf_counter()
@@ -290,8 +287,8 @@ class KafkaServer:
             writer.close()
             metrics.connection(opened=False)
             connection_log.info("kafka connection from %s closed (%s): client id %r, principal %s, %d requests",
-                                address, reason, client_id, PRINCIPAL, requests,
-                                extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL,
+                                address, reason, client_id, PRINCIPAL.get(), requests,
+                                extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get(),
                                        "reason": reason, "requests": requests})
 
     async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
