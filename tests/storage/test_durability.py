@@ -112,6 +112,33 @@ def test_commits_are_applied_only_once_their_sync_succeeded(tmp_path):
     assert CommittedOffsets.open(path).get("g", "t", 0) == Committed(6, 0, None, 2)
 
 
+def test_group_committed_offsets_are_written_by_their_sync_and_a_short_write_refuses_them(tmp_path):
+    """Under group commit the storage thread only queues a commit: the sync writes it (off that thread), and a
+    write the disk cuts short refuses every queued commit and leaves the file as it was."""
+    path = tmp_path / "commits.log"
+    store = CommittedOffsets.open(path, unsynced=_ledger())
+    store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
+    assert not path.exists() or path.stat().st_size == 0  # queued, not written
+    ok = store.take_sync()
+    assert ok is not None
+    ok.run()
+    ok.done()
+    size = path.stat().st_size
+    assert size > 0 and store.get("g", "t", 0) == Committed(1, 0, None, 1)
+    store.commit("g", [("t", 0, Committed(2, 0, None, 2)), ("t", 1, Committed(7, 0, None, 2))])
+    sync = store.take_sync()
+    assert sync is not None
+    faults = Faults()
+    with faults.active():
+        faults.fail("write", short=True)
+        sync.run()
+    sync.done()
+    assert sync.error is not None and path.stat().st_size == size
+    assert store.get("g", "t", 0) == Committed(1, 0, None, 1) and store.get("g", "t", 1) is None
+    reopened = CommittedOffsets.open(path)
+    assert reopened.get("g", "t", 0) == Committed(1, 0, None, 1) and reopened.get("g", "t", 1) is None
+
+
 def test_a_failed_commits_sync_refuses_every_commit_not_durable_and_cuts_them_off(tmp_path, caplog):
     path = tmp_path / "commits.log"
     store = CommittedOffsets.open(path, unsynced=_ledger())

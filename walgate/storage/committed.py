@@ -4,16 +4,18 @@
 (:mod:`walgate.storage.lines`), ``{"g": group, "t": topic, "p": partition, "o": offset, "e": leader_epoch,
 "m": metadata, "ts": commit time ms}``; ``"o": null`` is a tombstone (offset deleted).
 
-* :meth:`CommittedOffsets.commit` appends a whole batch with one write and fsyncs before returning, so an
+* :meth:`CommittedOffsets.commit` writes a whole batch with one write and fsyncs it before returning, so an
   acknowledged commit survives ``kill -9`` and power loss. The batch is applied in memory only after that: when
   the disk refuses the write or the fsync, the file is cut back, nothing changes and the caller gets
-  :class:`~walgate.storage.errors.StorageUnavailable` (retriable); the next append starts with a ``\\n`` so it
+  :class:`~walgate.storage.errors.StorageUnavailable` (retriable); the next write starts with a ``\\n`` so it
   never joins a torn tail the cut could not remove.
-* Group commit (opened with an :class:`~walgate.storage.durability.Unsynced` ledger: the gateway): a commit returns
-  once written and notes its need; the fsync is a sync taken later (:meth:`CommittedOffsets.take_sync`, run off the
-  storage thread), one for every commit written while the previous one ran. Commits are applied (seen by
-  :meth:`~CommittedOffsets.get`) only once their sync succeeded; when it fails, every commit not yet durable (those
-  it covered and those written while it ran) is cut off the file and refused, so nothing refused is ever seen.
+* Group commit (opened with an :class:`~walgate.storage.durability.Unsynced` ledger: the gateway): a commit is only
+  queued and notes its need; the write and its fsync are one sync taken later (:meth:`CommittedOffsets.take_sync`,
+  run off the storage thread), one for every commit queued while the previous one ran, so the storage thread never
+  writes to the file while an fsync of it runs (a write to a page under writeback waits for the disk). Commits are
+  applied (seen by :meth:`~CommittedOffsets.get`) only once their sync succeeded; when it fails, the sync's bytes are
+  cut off the file and every commit not yet durable (those it covered and those queued while it ran) is refused, so
+  nothing refused is ever seen.
 * Opening replays the log: a torn last line (a crash while appending: at most one partial line without its
   ``\\n``, :func:`walgate.storage.lines.scan`) is dropped; a last line whose ``\\n`` is damaged still counts
   (reported; the rewrite restores the ``\\n``); a complete line that fails its checksum or does not hold a commit,
@@ -28,7 +30,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,23 +80,19 @@ def _line(key: Key, c: Committed | None) -> bytes:
 
 
 class _CommitsSync:
-    """An fsync of ``commits.log`` as it was when taken (a :class:`~walgate.storage.durability.Sync`)."""
+    """Writing the queued commits to ``commits.log`` and fsyncing it (a :class:`~walgate.storage.durability.Sync`)."""
 
-    __slots__ = ("offsets", "covers", "size", "error")
+    __slots__ = ("offsets", "covers", "data", "error")
 
-    def __init__(self, offsets: CommittedOffsets, covers: int, size: int) -> None:
+    def __init__(self, offsets: CommittedOffsets, covers: int, data: bytes) -> None:
         self.offsets = offsets
         self.covers = covers  # the last write it covers
-        self.size = size  # the file's size when taken
+        self.data = data  # the lines of every write it covers
         self.error: OSError | None = None
 
     def run(self) -> None:
         try:
-            fd = os.open(self.offsets.path, os.O_RDONLY)
-            try:
-                fileio.fsync(fd)
-            finally:
-                os.close(fd)
+            fileio.append_file(self.offsets.path, self.data)  # (cut back when the write or the fsync fails)
         except FileNotFoundError:
             pass  # its vnode was dropped meanwhile: nothing is left to make durable
         except OSError as exc:
@@ -114,7 +111,6 @@ class CommittedOffsets:
         self._pad = b""  # b"\n" while the file may end in a torn line
         self._written = 0  # writes so far (the targets of group commit's needs)
         self.durable_to = 0  # writes up to this one are fsynced and applied
-        self._durable_size = 0  # the file's size up to the last durable write
         self._pending: list[tuple[int, list[tuple[Key, Committed | None]]]] = []  # (write, records) not yet durable
         self._syncing = False  # a sync is taken and not done
 
@@ -122,7 +118,6 @@ class CommittedOffsets:
     def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None) -> CommittedOffsets:
         store = cls(path, unsynced)
         data = path.read_bytes() if path.exists() else b""
-        store._durable_size = len(data)
         scan = lines.scan(data)
         bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
         for start, end, record in scan.records:
@@ -157,18 +152,11 @@ class CommittedOffsets:
                 self._live[key] = c
 
     def _append(self, records: list[tuple[Key, Committed | None]]) -> None:
-        """Write the records with one write; they are applied once fsynced: before this returns without group
-        commit (StorageUnavailable, nothing applied, when the write or the fsync fails), by the sync that covers
-        them with it (noted in the ledger; StorageUnavailable here only when the write fails)."""
+        """Queue the records as one write; they are applied once written and fsynced: before this returns without
+        group commit (StorageUnavailable, nothing applied, when the write or the fsync fails), by the sync that covers
+        them with group commit (noted in the ledger)."""
         if not records:
             return
-        data = self._pad + b"".join(_line(k, c) for k, c in records)
-        try:
-            fileio.append_file(self.path, data, sync=False)  # (cut back when the write fails)
-        except OSError as exc:
-            self._pad = b"\n"
-            raise StorageUnavailable(f"Committed offsets could not be written ({exc.strerror or exc}): nothing was committed") from None
-        self._pad = b""
         self._written += 1
         self._pending.append((self._written, records))
         if self.unsynced is not None:
@@ -183,16 +171,17 @@ class CommittedOffsets:
                                      "nothing was committed") from None
 
     def take_sync(self) -> _CommitsSync | None:
-        """A sync of every write so far (:class:`~walgate.storage.durability.Syncable`; None: nothing to sync, or a
-        sync is taken and not done)."""
+        """A sync writing every queued write (:class:`~walgate.storage.durability.Syncable`; None: nothing queued,
+        or a sync is taken and not done). While one is taken nothing else writes the file."""
         if self._syncing or not self._pending:
             return None
         self._syncing = True
-        return _CommitsSync(self, self._written, os.stat(self.path).st_size)
+        data = self._pad + b"".join(_line(k, c) for _, records in self._pending for k, c in records)
+        return _CommitsSync(self, self._written, data)
 
     def _synced(self, sync: _CommitsSync) -> None:
-        """Apply the writes ``sync`` made durable; when it failed, cut every write not durable off the file (nothing
-        refused is ever applied, nor found by the next open) and refuse them all (``covers``: the last write)."""
+        """Apply the writes ``sync`` made durable; when it failed (its bytes were cut off the file), refuse every
+        write not durable: those it covered and those queued since (``covers`` becomes the last write)."""
         self._syncing = False
         if sync.error is None:
             done = [records for write, records in self._pending if write <= sync.covers]
@@ -200,7 +189,8 @@ class CommittedOffsets:
             for records in done:
                 self._apply(records)
                 self._lines += len(records)
-            self.durable_to, self._durable_size = sync.covers, sync.size
+            self.durable_to = sync.covers
+            self._pad = b""
             if not self._pending and self._superseded():
                 try:
                     self._rewrite()
@@ -209,23 +199,14 @@ class CommittedOffsets:
             return
         sync.covers = self._written
         self._pending.clear()
-        log.error("%s: fsync failed (%s); the commits written since the last durable one are refused and cut off",
-                  self.path, sync.error.strerror or sync.error)
-        try:
-            fd = os.open(self.path, os.O_WRONLY)
-            try:
-                fileio.truncate(fd, self._durable_size)
-            finally:
-                os.close(fd)
-        except OSError as exc:  # the next open may find them (complete lines): as a refused Kafka commit may stay
-            log.error("%s: cannot cut off the refused commits (%s)", self.path, exc.strerror or exc)
-            self._pad = b"\n"
+        self._pad = b"\n"  # in case the cut back failed too
+        log.error("%s: writing the commits failed (%s); their bytes are cut off and the commits queued since the last "
+                  "durable one are refused", self.path, sync.error.strerror or sync.error)
 
     def _rewrite(self) -> None:
         data = b"".join(_line(k, c) for k, c in self._live.items())
         fileio.replace_file(self.path, data)
         self._lines = len(self._live)
-        self._durable_size = len(data)
         self._pad = b""
 
     def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
