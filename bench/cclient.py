@@ -1,5 +1,6 @@
-"""The C consumer (bench/cconsume.c): librdkafka with nothing per record but counting, so that the client bounds the
-fetch benchmark as little as a real Kafka client can.
+"""The C clients: a consumer (bench/cconsume.c) and a producer (bench/cproduce.c), librdkafka with nothing per record
+but counting, so that the client bounds the fetch and small-record produce benchmarks as little as a real Kafka
+client can.
 
 It links the librdkafka that the confluent-kafka wheel bundles (the Python client's own, 2.x, which talks to both
 brokers), with the system's ``rdkafka.h`` (Debian: librdkafka-dev); without a header or a C compiler, or when the
@@ -16,28 +17,32 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench.servers import cpu_seconds
+from bench.together import Tally
 from bench.tools import skipped
 
-SOURCE = Path(__file__).with_name("cconsume.c")
 HEADER = Path("/usr/include/librdkafka/rdkafka.h")
 BUILD = Path(__file__).resolve().parent.parent / ".cache" / "bench"
 
 
-def build() -> Path | None:
-    """The compiled consumer (rebuilt when the source is newer), or None with a printed reason."""
+def build(name: str = "cconsume") -> Path | None:
+    """The compiled client ``name`` (bench/<name>.c; rebuilt when the source is newer), or None with a printed
+    reason."""
+    source = Path(__file__).with_name(f"{name}.c")
+    rows = f"C {'consumer' if name == 'cconsume' else 'producer'} rows"
     cc = shutil.which("cc") or shutil.which("gcc")
     libs = sorted((Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob("librdkafka*.so*"))
     if cc is None or not HEADER.exists() or not libs:
-        skipped("C consumer rows", f"they need a C compiler, {HEADER} (Debian: apt-get install librdkafka-dev) and "
+        skipped(rows, f"they need a C compiler, {HEADER} (Debian: apt-get install librdkafka-dev) and "
                 "confluent-kafka's bundled librdkafka")
         return None
-    binary = BUILD / "cconsume"
-    if not binary.exists() or binary.stat().st_mtime < SOURCE.stat().st_mtime:
+    binary = BUILD / name
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
         BUILD.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run([cc, "-O2", "-o", str(binary), str(SOURCE), str(libs[0]),
+        built = subprocess.run([cc, "-O2", "-o", str(binary), str(source), str(libs[0]),
                                 f"-Wl,-rpath,{libs[0].parent}"], check=False, capture_output=True, text=True)
         if built.returncode != 0:
-            skipped("C consumer rows", f"{SOURCE.name} does not build:\n{built.stderr.strip()[-2000:]}")
+            skipped(rows, f"{source.name} does not build:\n{built.stderr.strip()[-2000:]}")
             return None
     return binary
 
@@ -69,3 +74,31 @@ def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # each process times itself from its first record; they start together, so the longest is the whole read
     return sum(int(o[0]) for o in outs), sum(int(o[1]) for o in outs), max(float(o[2]) for o in outs), cpu
+
+
+def produce(binary: Path, bootstrap: str, topic: str, partitions: int, processes: int, count: int, size: int,
+            acks: str, pid: int) -> Tally:
+    """``processes`` C producers sending ``count`` records in all at once (started together once each has the
+    topic's metadata), with the server ``pid``'s CPU-seconds over the same time."""
+    procs = [subprocess.Popen([str(binary), bootstrap, topic, str(partitions), str(count // processes), str(size), acks],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
+             for _ in range(processes)]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"{binary.name} did not start")
+        cpu = cpu_seconds(pid)
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=180)[0].split() for p in procs]
+        cpu = cpu_seconds(pid) - cpu
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    # each process times itself from its go line; they are told at once, so the longest is the whole run
+    return Tally(sum(int(o[0]) for o in outs), max(float(o[1]) for o in outs), cpu)

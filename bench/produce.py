@@ -3,7 +3,8 @@
 * produce throughput into a 4-partition Kafka-native topic, each producer a
   process of its own (bench/together.py), all starting at once: 100 B and
   1 KiB values with two producers at acks=1, 1 KiB with one at acks=all, and
-  1 KiB with eight at acks=all at WAL_LEVEL 2 (``flush.messages=1``: fsync
+  1 KiB with eight at acks=all at WAL_LEVEL 2, and 100 B with two C producers
+  (bench/cproduce.c: the Python client's per-record work bounds its 100 B row) (``flush.messages=1``: fsync
   before every answer; the others at WAL_LEVEL 1, the topic's default: fsync
   every 3 s); beside Tansu (memory storage, nothing on disk) with the same
   clients and payloads, with each server's CPU-seconds per million records,
@@ -18,7 +19,7 @@
   served per CPU-second of the server process) and what the clients spend
   (CPU-seconds per second): the client, not the server, is the bound.
 
-Without the Tansu binary or the C consumer's build tools their rows are left out, with a message (bench/tools.py).
+Without the Tansu binary or the C clients' build tools their rows are left out, with a message (bench/tools.py).
 """
 
 from __future__ import annotations
@@ -84,8 +85,13 @@ def producer_process(bootstrap: str, topic: str, count: int, size: int, acks: st
     return acked, time.perf_counter()
 
 
-def producers(bootstrap: str, pid: int, topic: str, case: Case) -> Tally:
-    """``case.producers`` processes at once sending ``case.count`` records in all (server ``pid``'s CPU counted)."""
+def producers(bootstrap: str, pid: int, topic: str, case: Case, c_binary: Path | None = None) -> Tally:
+    """``case.producers`` processes at once sending ``case.count`` records in all (server ``pid``'s CPU counted);
+    C producers (``c_binary``) for a ``case.c_client`` case."""
+    if case.c_client:
+        assert c_binary is not None
+        return cclient.produce(c_binary, bootstrap, topic, PARTITIONS, case.producers, case.count, case.size, case.acks,
+                               pid)
     argsets = [(bootstrap, topic, case.count // case.producers, case.size, case.acks)] * case.producers
     with at_once(producer_process, argsets, pid) as tally:
         pass
@@ -155,17 +161,22 @@ class Case:
     count: int  # records in all
     vs_tansu: float = 0.0  # issue 15's target: walgate / Tansu in records/s, %, and CPU per record at most Tansu's
     of_disk: float = 0.0  # issue 15's target: MB/s at least this fraction of the disk's limit
+    c_client: bool = False  # bench/cproduce.c processes instead of the Python client's
 
     @property
     def label(self) -> str:
         return (f"produce {self.size} B, acks={self.acks}, WAL_LEVEL {self.level}, "
-                f"{self.producers} producer{'s' if self.producers > 1 else ''}")
+                f"{self.producers}{' C' if self.c_client else ''} producer{'s' if self.producers > 1 else ''}")
 
 
-def cases(quick: bool) -> list[Case]:
+def cases(quick: bool, c_producers: bool) -> list[Case]:
+    """The produce rows; with ``c_producers`` also the small-record and WAL_LEVEL 2 rows with C producers (the Python
+    client spends more CPU per record than either server, so it bounds those rows)."""
     k = 1 if quick else 5
-    return [Case(100, "1", 1, 2, 400_000 * k, vs_tansu=120), Case(1024, "1", 1, 2, 100_000 * k, vs_tansu=120),
-            Case(1024, "all", 1, 1, 20_000 * k), Case(1024, "all", 2, WAL2_WRITERS, 40_000 * k, of_disk=0.30)]
+    small = [Case(100, "1", 1, 2, 1_000_000 * k, vs_tansu=120, c_client=True)] if c_producers else []
+    wal2 = [Case(1024, "all", 2, WAL2_WRITERS, 200_000 * k, of_disk=0.30, c_client=True)] if c_producers else []
+    return [Case(100, "1", 1, 2, 400_000 * k, vs_tansu=120), *small, Case(1024, "1", 1, 2, 100_000 * k, vs_tansu=120),
+            Case(1024, "all", 1, 1, 20_000 * k), Case(1024, "all", 2, WAL2_WRITERS, 40_000 * k, of_disk=0.30), *wal2]
 
 
 def produce_rows(case: Case, tally: Tally, peer: Tally | None, limit: tuple[str, float]) -> list[Row]:
@@ -193,15 +204,16 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         disk = {1: ("os.write 1 MiB", write_mb_s(Path(tmp) / "raw1", 1 << 20, 256, fsync=False)),
                 2: (f"{WAL2_WRITERS} x (os.write 1 MiB + fdatasync)",
                     write_mb_s(Path(tmp) / "raw2", 1 << 20, 256, fsync=True, writers=WAL2_WRITERS))}
-        for k, case in enumerate(cases(quick)):
+        c_producer = cclient.build("cproduce")
+        for k, case in enumerate(cases(quick, c_producer is not None)):
             runs, peer_runs = [], []
             for r in range(repeat):
                 topic = f"p{k}r{r}"
                 create(server.bootstrap, topic, {"flush.messages": "1"} if case.level == 2 else None)
-                runs.append(producers(server.bootstrap, server.pid, topic, case))
+                runs.append(producers(server.bootstrap, server.pid, topic, case, c_producer))
                 if peer is not None:
                     create(peer[0], topic)
-                    peer_runs.append(producers(*peer, topic, case))
+                    peer_runs.append(producers(*peer, topic, case, c_producer))
             rows += produce_rows(case, median_run(runs, _rate), median_run(peer_runs, _rate) if peer_runs else None,
                                  disk[case.level])
         expected = FETCH_RECORDS[quick]

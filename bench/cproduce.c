@@ -1,0 +1,91 @@
+/* The benchmark's C producer: librdkafka with nothing per record but a pointer to one shared value, so the client is
+ * not the bound of the small-record produce rows.
+ *
+ * usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS
+ * Fetches the topic's metadata, prints "ready" and waits for a line on stdin (so several processes start together),
+ * then sends COUNT values of SIZE bytes round-robin over partitions 0..PARTITIONS-1 with the settings of
+ * bench/produce.py's Python producer (linger.ms=5, batch.size=1 MiB, idempotence with acks=all), waits for every
+ * acknowledgement and prints "acknowledged seconds" (the seconds from the go line to the last acknowledgement).
+ * Built by bench/cclient.py. */
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static long long acknowledged;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
+    char err[512];
+    if (rd_kafka_conf_set(conf, key, value, err, sizeof err) != RD_KAFKA_CONF_OK) {
+        fprintf(stderr, "cproduce: %s=%s: %s\n", key, value, err);
+        exit(2);
+    }
+}
+
+static void delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    if (!m->err)
+        acknowledged++;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 7) {
+        fprintf(stderr, "usage: cproduce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE ACKS\n");
+        return 2;
+    }
+    int partitions = atoi(argv[3]);
+    long long count = atoll(argv[4]);
+    size_t size = (size_t)atoll(argv[5]);
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    set(conf, "bootstrap.servers", argv[1]);
+    set(conf, "acks", argv[6]);
+    set(conf, "linger.ms", "5");
+    set(conf, "batch.size", "1048576");
+    set(conf, "queue.buffering.max.messages", "1000000");
+    set(conf, "enable.idempotence", strcmp(argv[6], "all") == 0 ? "true" : "false");
+    rd_kafka_conf_set_dr_msg_cb(conf, delivered);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    if (!rk) {
+        fprintf(stderr, "cproduce: %s\n", err);
+        return 2;
+    }
+    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, argv[2], NULL);
+    const struct rd_kafka_metadata *md;
+    if (rd_kafka_metadata(rk, 0, topic, &md, 30000)) {
+        fprintf(stderr, "cproduce: no metadata for %s\n", argv[2]);
+        return 2;
+    }
+    rd_kafka_metadata_destroy(md);
+    char *value = malloc(size);
+    memset(value, 'x', size);
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        return 2;
+    double start = now();
+    for (long long i = 0; i < count; i++) {
+        while (rd_kafka_produce(topic, (int32_t)(i % partitions), 0, value, size, NULL, 0, NULL) == -1) {
+            if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                fprintf(stderr, "cproduce: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
+                return 2;
+            }
+            rd_kafka_poll(rk, 10);
+        }
+        if (i % 1000 == 0)
+            rd_kafka_poll(rk, 0);
+    }
+    rd_kafka_flush(rk, 120000);
+    printf("%lld %.6f\n", acknowledged, now() - start);
+    free(value);
+    rd_kafka_topic_destroy(topic);
+    rd_kafka_destroy(rk);
+    return acknowledged < count;
+}
