@@ -38,6 +38,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from walgate.gateway.kafka.handlers import advertised
 
 TOPIC = "t"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 TOPIC_RESOURCE = 2  # DescribeConfigs / IncrementalAlterConfigs resource type of a topic
 ADVERTISED = advertised()
 CASES = [(key, version) for key, (low, high) in ADVERTISED.items() for version in range(low, high + 1)]
@@ -277,6 +278,27 @@ def describe_topic_partitions(conn: KafkaConnection, node: Node, version: int) -
     return {"topics": [{"name": TOPIC}], "response_partition_limit": 2000}
 
 
+ACL = {"resource_type": 2, "resource_name": TOPIC, "resource_pattern_type": 3, "pattern_type": 3, "principal": "User:x",
+       "host": "*", "operation": 3, "permission_type": 3}
+ACL_FILTER = {"resource_type_filter": 2, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+              "host_filter": None, "operation": 1, "permission_type": 1}
+
+
+@request(29)
+def describe_acls(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return ACL_FILTER
+
+
+@request(30)
+def create_acls(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"creations": [ACL | {"resource_name": f"acl-v{version}"}]}
+
+
+@request(31)
+def delete_acls(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"filters": [ACL_FILTER | {"resource_name_filter": f"acl-v{version}"}]}
+
+
 def _kafka_python_classes(api_key: int, version: int) -> tuple[Any, Any]:
     """kafka-python's hand-written (request, response) classes of a version Kafka 4 (and kio) no longer has."""
     found: dict[str, Any] = {}
@@ -328,7 +350,9 @@ def exchange(conn: KafkaConnection, api_key: int, version: int, values: dict[str
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    with gateway_thread(tmp_path_factory.mktemp("every-api") / "data", group_initial_rebalance_delay_ms=0) as gateway:
+    # ACLs on, the connections' principal (ANONYMOUS) a super user: every check runs and allows
+    with gateway_thread(tmp_path_factory.mktemp("every-api") / "data", group_initial_rebalance_delay_ms=0,
+                        authorizer_class_name=AUTHORIZER, super_users="User:ANONYMOUS") as gateway:
         with KafkaConnection(gateway.kafka_address) as conn:
             create_topic(conn, TOPIC)
             call(conn, 0, produce(conn, None, 0))  # type: ignore[arg-type]

@@ -318,6 +318,11 @@ def _parser() -> argparse.ArgumentParser:
         serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"consumer groups (default {default})")
     serve.add_argument("--auto-create-topic-partitions", type=int, metavar="N",
                        help="Metadata creates unknown topics as Kafka-native topics of N partitions (default 0: never)")
+    serve.add_argument("--authorizer-class-name", metavar="CLASS",
+                       help="Kafka's authorizer.class.name: ACLs are enforced when set (StandardAuthorizer or AclAuthorizer)")
+    serve.add_argument("--super-users", metavar="P;P", help="Kafka's super.users, e.g. 'User:admin;User:root'")
+    serve.add_argument("--allow-everyone-if-no-acl-found", choices=("true", "false"),
+                       help="Kafka's allow.everyone.if.no.acl.found (default false)")
     serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
     serve.add_argument("--log-format", choices=LOG_FORMATS, help="text (default), or json: one JSON object per line")
     serve.set_defaults(run=_cmd_serve)

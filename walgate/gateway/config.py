@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from walgate.gateway.logs import LOG_FORMATS
+from walgate.security.authorizer import AUTHORIZER_CLASSES
 
 __all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES"]
 
@@ -72,6 +73,11 @@ class Config:
     auto_create_topic_partitions: int = 0
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one JSON object per line (walgate.gateway.logs)
+    # Authorization (Kafka's authorizer.class.name, super.users, allow.everyone.if.no.acl.found): ACLs are
+    # enforced when the class is one of Kafka's (AUTHORIZER_CLASSES); "" = no authorizer
+    authorizer_class_name: str = ""
+    super_users: str = ""  # principals separated by ";", e.g. "User:admin;User:root"
+    allow_everyone_if_no_acl_found: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -115,6 +121,9 @@ class Config:
             )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:
+            raise ConfigError(f"authorizer_class_name must be one of {', '.join(sorted(AUTHORIZER_CLASSES))}, "
+                              f"got {self.authorizer_class_name!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
 
@@ -133,6 +142,10 @@ _FIELD_TYPES = _field_types()
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _FIELD_TYPES[name]
+    if kind is bool:
+        if isinstance(value, bool) or value in ("true", "false"):
+            return value in (True, "true")
+        raise ConfigError(f"{source}: {name} must be true or false, got {value!r}")
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")

@@ -43,6 +43,11 @@ see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" cod
 for stored data that fails its checksum, 500 for anything unexpected (logged
 with its traceback). Handlers stay thin: every engine call goes through the
 :class:`StorageThread`.
+
+Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
+against the Kafka ACLs for the request's principal (``request["principal"]``, set by authentication; ``User:ANONYMOUS``
+without it) before anything runs (:mod:`walgate.security.sql_access`): refused with 403 and TDengine's
+"Insufficient privilege" code (0x0303).
 """
 
 from __future__ import annotations
@@ -60,12 +65,17 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.gateway.console import add_console
+from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
+from walgate.security.acl import Operation, ResourceType
+from walgate.security.authorizer import Authorizer
+from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
 from walgate.storage.engine import Engine, Result
 from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
+from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 
 __all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
@@ -84,11 +94,13 @@ _STORAGE = web.AppKey("storage", StorageThread)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
+_AUTHORIZER = web.AppKey("authorizer", Authorizer)
 
 
 def make_app(
     engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
     console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
@@ -97,6 +109,8 @@ def make_app(
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
+    if authorizer is not None:
+        app[_AUTHORIZER] = authorizer
     app.router.add_post("/rest/sql", _sql)
     app.router.add_post("/rest/sql/{db}", _sql)
     app.router.add_post("/influxdb/v1/write", _influx_write)
@@ -143,13 +157,34 @@ async def _sql(request: web.Request) -> web.Response:
     except UnicodeDecodeError:
         raise SqlSyntaxError("the SQL in the request body is not valid UTF-8") from None
     app = request.app
-    result = await app[_STORAGE].call(app[_ENGINE].execute, sql, request.match_info.get("db"))
+    db = request.match_info.get("db")
+    authorizer = app.get(_AUTHORIZER)
+    principal = request.get("principal", ANONYMOUS)
+    if authorizer is None or principal in authorizer.super_users:
+        result = await app[_STORAGE].call(app[_ENGINE].execute, sql, db)
+    else:  # the same ACLs as Kafka clients (walgate.security.sql_access); 403 when refused, nothing run
+        host = request.remote or ""
+        try:
+            result = await app[_STORAGE].call(_checked, app[_ENGINE], authorizer, principal, host, sql, db)
+        except NotPermitted as e:
+            return _error(403, e.code, e.message)
     return _json(200, result_body(result))
+
+
+def _checked(engine: Engine, authorizer: Authorizer, principal: str, host: str, sql: str, db: str | None) -> Result:
+    """``sql`` executed if ``principal`` may run it, listings cut to what it may see (storage thread); NotPermitted
+    otherwise."""
+    stmt = parse(sql)
+    check(authorizer, principal, host, stmt, db)
+    return visible(authorizer, principal, host, stmt, engine.execute(sql, db))
 
 
 async def _influx_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
     precision = request.query.get("precision", "ns")
+    refused = _write_refused(request, db)
+    if refused is not None:
+        return refused
     body = await request.read()
     app = request.app
     rows = await app[_STORAGE].call(app[_ENGINE].write_lines, db, body, precision)
@@ -159,10 +194,28 @@ async def _influx_write(request: web.Request) -> web.Response:
 async def _csv_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
     table, stable = request.query.get("table"), request.query.get("stable")
+    refused = _write_refused(request, db)
+    if refused is not None:
+        return refused
     body = await request.read()
     app = request.app
     rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
     return _json(200, {"code": 0, "rows": rows})
+
+
+def _write_refused(request: web.Request, db: str) -> web.Response | None:
+    """403 when ACLs are on and the request's principal may not Write into database ``db`` (sql_access)."""
+    authorizer = request.app.get(_AUTHORIZER)
+    if authorizer is None:
+        return None
+    principal = request.get("principal", ANONYMOUS)
+    try:
+        if principal not in authorizer.super_users:
+            check_needs(authorizer, principal, request.remote or "",
+                        [(Operation.WRITE, ResourceType.TOPIC, database_resource(db))])
+    except NotPermitted as e:
+        return _error(403, e.code, e.message)
+    return None
 
 
 async def _healthz(request: web.Request) -> web.Response:

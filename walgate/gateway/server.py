@@ -44,6 +44,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
+from walgate.security.authorizer import Authorizer, parse_super_users
 from walgate.storage.engine import Engine
 from walgate.storage.wal import PendingSync
 
@@ -68,6 +69,7 @@ class Gateway:
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._kafka: KafkaServer | None = None
+        self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self.kafka_address: tuple[str, int] = ("", 0)
 
     @property
@@ -90,9 +92,11 @@ class Gateway:
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             groups = self._group_service(self._engine, members)
+            self._authorizer = (Authorizer(self._engine.catalog.acls, parse_super_users(cfg.super_users),
+                                           cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
-                         metrics=self.metrics, listeners=self._listeners),
+                         metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
@@ -157,6 +161,7 @@ class Gateway:
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.authorizer = self._authorizer
         self.metrics.track(self._storage, engine, groups.groups, broker.cache)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(

@@ -27,6 +27,9 @@ The partitions of all databases (the sum of their VGROUPS, one vnode each) are c
 a change that would exceed it raises :class:`~walgate.storage.errors.LimitExceeded` before anything is written;
 the cap is not checked on replay, so a data dir that was accepted always opens again.
 
+Kafka ACL bindings (and the TDengine grants that are ACLs too) are records of this log as well, handled by
+:mod:`walgate.storage.acls` under the same rules.
+
 Tables (subtables and normal tables) are not here: they live in the vnode their name hashes to, created by meta
 entries of that vnode's WAL (see vnode.py), as in TDengine.
 """
@@ -40,7 +43,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.storage import fileio, lines
+from walgate.security.acl import AclBinding
+from walgate.storage import acls, fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
 from walgate.storage.names import (
@@ -183,6 +187,7 @@ class Catalog:
     databases: dict[str, DatabaseDef] = field(default_factory=dict)
     stables: dict[tuple[str, str], StableDef] = field(default_factory=dict)
     topics: dict[str, TopicDef] = field(default_factory=dict)
+    acls: acls.AclStore = field(default_factory=acls.AclStore)  # Kafka ACLs / TDengine grants (storage/acls.py)
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -233,12 +238,13 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved = dict(self.databases), dict(self.stables), dict(self.topics)
+        saved, saved_acls = (dict(self.databases), dict(self.stables), dict(self.topics)), self.acls.current
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
             self.databases, self.stables, self.topics = saved
+            self.acls.current = saved_acls
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
@@ -259,7 +265,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
-        return out
+        return out + self.acls.records()
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -322,6 +328,8 @@ class Catalog:
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
             self.databases[db] = DatabaseDef(db, options, created, db_id)
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
+        elif op in acls.OPS:
+            self.acls.apply(r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 
@@ -471,3 +479,9 @@ class Catalog:
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})
+
+    # ------------------------------------------------------------------- ACLs
+
+    def change_acls(self, op: str, bindings: list[AclBinding]) -> None:
+        """Store (``create_acls``) or remove (``delete_acls``) ``bindings`` as one durable record (storage/acls.py)."""
+        self._commit(acls.acl_record(op, bindings))

@@ -30,6 +30,7 @@ from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
+from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.native_topics import NativeTopics
@@ -71,6 +72,7 @@ class Engine:
         self.native = NativeTopics(store, self.views)
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
+        self.grants = Grants(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -89,6 +91,8 @@ class Engine:
             ast.Show: self.show.show,
             ast.Describe: self.show.describe,
             ast.Select: self.selects.select,
+            ast.Grant: self.grants.grant,
+            ast.ShowUserPrivileges: self.grants.show,
         }
 
     @classmethod

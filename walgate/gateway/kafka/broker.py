@@ -33,6 +33,7 @@ from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.storage_thread import StorageThread
+from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
 
 __all__ = ["ANONYMOUS", "Broker", "BatchCache", "PEER", "PRINCIPAL"]
@@ -98,6 +99,7 @@ class Broker:
     wakeups: FetchWakeups  # the records listener the engine was opened with
     configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
     auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
+    authorizer: Authorizer | None = None  # ACLs enforced (authorizer.class.name set); None: everything allowed
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

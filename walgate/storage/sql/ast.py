@@ -333,6 +333,23 @@ class Select:
         return exprs
 
 
+@dataclass(frozen=True)
+class Grant:
+    """GRANT (``revoke`` False) or REVOKE ``privileges`` ON ``db.*`` (``table`` "*"), ``db.table``, or a topic
+    (``db`` None, ``table`` the topic) TO / FROM ``user``."""
+
+    privileges: tuple[str, ...]  # "ALL" | "READ" | "WRITE" | "SUBSCRIBE"
+    db: str | None
+    table: str
+    user: str
+    revoke: bool = False
+
+
+@dataclass(frozen=True)
+class ShowUserPrivileges:
+    """SHOW USER PRIVILEGES: every grant and ACL, one row per (user, privilege, object)."""
+
+
 Statement: TypeAlias = (
     CreateDatabase
     | DropDatabase
@@ -350,4 +367,6 @@ Statement: TypeAlias = (
     | Show
     | Describe
     | Select
+    | Grant
+    | ShowUserPrivileges
 )

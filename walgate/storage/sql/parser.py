@@ -522,6 +522,31 @@ class _ToAst(Transformer[Token, Statement]):
         name = _unescape(group.value) if isinstance(group, Token) else group
         return ast.DropConsumerGroup(name, topic, if_exists)
 
+    # -- privileges
+    def grant(self, privileges: tuple[str, ...], level: tuple[str | None, str], user: str) -> ast.Grant:
+        return ast.Grant(privileges, level[0], level[1], user)
+
+    def revoke(self, privileges: tuple[str, ...], level: tuple[str | None, str], user: str) -> ast.Grant:
+        return ast.Grant(privileges, level[0], level[1], user, revoke=True)
+
+    def privileges(self, *names: Token) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(str(n).upper() for n in names))
+
+    def privilege(self, token: Token) -> Token:
+        return token
+
+    def priv_table(self, db: str, table: str) -> tuple[str | None, str]:
+        return db, table
+
+    def priv_database(self, db: str) -> tuple[str | None, str]:
+        return db, "*"
+
+    def priv_topic(self, topic: str) -> tuple[str | None, str]:
+        return None, topic
+
+    def show_user_privileges(self) -> ast.ShowUserPrivileges:
+        return ast.ShowUserPrivileges()
+
     # -- show / describe / select
     def show(self, _show: Token, *rest: Token | str) -> ast.Show:
         return ast.Show(str(rest[-1]).upper(), str(rest[0]) if len(rest) == 3 else None)

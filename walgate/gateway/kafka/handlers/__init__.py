@@ -21,11 +21,14 @@ from walgate.gateway.kafka.handlers import (
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -67,7 +70,7 @@ _MODULES = (
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch, describe_groups,
     list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
     init_producer_id, create_topics, delete_topics, describe_configs, incremental_alter_configs, create_partitions,
-    delete_records,
+    delete_records, create_acls, describe_acls, delete_acls,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

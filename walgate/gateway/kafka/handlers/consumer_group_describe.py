@@ -2,6 +2,9 @@
 
 Topic ids are looked up on the storage thread, in the same call as the coordinator's; a failure is answered as
 every requested group's error code (:mod:`.common`).
+
+ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized
+operations when asked for.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ import uuid
 from typing import Any
 
 from walgate.coordinator.classic import Completion
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
@@ -26,9 +31,12 @@ def _with_ids(assignment: dict[str, Any], engine: Engine) -> dict[str, Any]:
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
+    permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    wanted = [g for g in request.group_ids if g in permitted]
+    with_ops = getattr(request, "include_authorized_operations", False)
 
     def describe(engine: Engine) -> tuple[list[dict[str, Any]], list[Completion]]:
-        groups = svc.groups.consumer.describe(request.group_ids)
+        groups = svc.groups.consumer.describe(wanted) if wanted else []
         for g in groups:
             g["authorized_operations"] = _NO_AUTH_OPS
             for m in g["members"]:
@@ -36,8 +44,16 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                 m["target_assignment"] = _with_ids(m["target_assignment"], engine)
         return groups, []
 
-    groups = await answered(broker.group_call(describe), lambda code: [
-        {"group_id": g, "error_code": code, "error_message": None, "members": [], "authorized_operations": _NO_AUTH_OPS}
-        for g in request.group_ids
-    ])
-    return {"throttle_time": 0, "groups": groups}
+    groups = await answered(broker.group_call(describe), lambda code: [_empty(g, code) for g in wanted])
+    by_id = {g["group_id"]: g for g in groups}
+    if with_ops:
+        for g in groups:
+            if g["error_code"] == ErrorCode.none:
+                g["authorized_operations"] = operations(broker, ResourceType.GROUP, g["group_id"])
+    return {"throttle_time": 0, "groups": [
+        by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}
+
+
+def _empty(group_id: str, code: int) -> dict[str, Any]:
+    return {"group_id": group_id, "error_code": code, "error_message": None, "members": [],
+            "authorized_operations": _NO_AUTH_OPS}

@@ -7,6 +7,9 @@ member id (KIP-1082): an empty one is refused. Regex subscriptions are not
 supported (INVALID_REQUEST says so); an empty regex means none. Ids are
 translated on the storage thread, in the same call as the coordinator's; a
 failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on every subscribed topic, else
+TOPIC_AUTHORIZATION_FAILED naming the others.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import PEER, Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
@@ -36,6 +40,13 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return _refuse("MemberId can't be empty.")
     if getattr(request, "subscribed_topic_regex", None):  # v1+; librdkafka sends "" for "no regex"
         return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return _refuse(None, ErrorCode.group_authorization_failed)
+    hidden = sorted(set(request.subscribed_topic_names or ()) - allowed_names(
+        broker, Operation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names or ()))
+    if hidden:
+        return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
+                       ErrorCode.topic_authorization_failed)
     svc = broker.groups
     client_id, client_host = header.client_id or "", f"/{PEER.get()}"
 

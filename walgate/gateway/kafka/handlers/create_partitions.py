@@ -4,12 +4,16 @@ Only larger counts (INVALID_PARTITIONS otherwise), assignments only onto this
 node; TDengine topics have their database's vgroups: INVALID_REQUEST. Growth
 the engine refuses answers that topic's error (:mod:`.common`'s table; a limit
 is INVALID_PARTITIONS) with its message; the other topics grow.
+
+ACLs (as Kafka): Alter on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import CREATE_PARTITIONS, error_of
 from walgate.gateway.kafka.handlers.create_topics import MAX_PARTITIONS
@@ -40,9 +44,13 @@ def grow(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict[st
     return _result(t, ErrorCode.none)
 
 
-def _grow_all(engine: Engine, broker: Broker, request: Any) -> list[dict[str, Any]]:
+def _grow_all(engine: Engine, broker: Broker, request: Any,
+              alterable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
     results = []
     for t in request.topics:
+        if alterable is not None and not alterable(t.name):
+            results.append(_result(t, ErrorCode.topic_authorization_failed, "The topic authorization is failed."))
+            continue
         try:
             results.append(grow(engine, broker, t, request.validate_only))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
@@ -51,4 +59,5 @@ def _grow_all(engine: Engine, broker: Broker, request: Any) -> list[dict[str, An
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": await broker.call(_grow_all, broker, request)}
+    return {"throttle_time": 0, "results": await broker.call(_grow_all, broker, request,
+                                                             checker(broker, Operation.ALTER, ResourceType.TOPIC))}

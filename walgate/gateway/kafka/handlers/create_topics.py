@@ -8,6 +8,8 @@ and creates nothing. A creation refused by the engine answers that topic's
 error (:mod:`.common`'s table: a limit, e.g. too many partitions in all, is
 POLICY_VIOLATION; a refused disk write KAFKA_STORAGE_ERROR) with its message;
 the other topics are created.
+
+ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATION_FAILED (before validation).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
@@ -75,10 +78,15 @@ def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
+    creatable = None if cluster_allowed(broker, Operation.CREATE) else checker(broker, Operation.CREATE,
+                                                                                ResourceType.TOPIC)
 
     def create(engine: Engine) -> list[dict[str, Any]]:
         results = []
         for t in request.topics:
+            if creatable is not None and not creatable(t.name):
+                results.append(_result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed."))
+                continue
             try:
                 results.append(_create(engine, broker, t, validate_only))
             except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected

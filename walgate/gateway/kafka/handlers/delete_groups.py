@@ -1,7 +1,9 @@
 """DeleteGroups (key 42) v0–v2: empty groups go, with their committed offsets; others get NON_EMPTY_GROUP.
 
 A group whose offsets the engine cannot delete answers its error (:mod:`.common`'s GROUP_WRITE: a refused write
-is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error."""
+is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error.
+
+ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -9,18 +11,26 @@ from typing import Any
 
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
+    permitted = allowed_names(broker, Operation.DELETE, ResourceType.GROUP, request.groups_names)
+    denied = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
+              for g in request.groups_names if g not in permitted]
+    names = [g for g in request.groups_names if g in permitted]
+    if not names:
+        return {"throttle_time": 0, "results": denied}
 
     def delete(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
-        plan = delete_groups(svc.groups, store, group_ids=request.groups_names, now_ms=now_ms())
+        plan = delete_groups(svc.groups, store, group_ids=names, now_ms=now_ms())
         failed = {}
         for group, partitions in plan.deletions.items():
             try:
@@ -30,5 +40,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return [{**r, "error_code": failed.get(r["group_id"], r["error_code"])} for r in plan.results], []
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
-                                                                   for g in request.groups_names], GROUP_WRITE)
-    return {"throttle_time": 0, "results": results}
+                                                                   for g in names], GROUP_WRITE)
+    return {"throttle_time": 0, "results": results + denied}

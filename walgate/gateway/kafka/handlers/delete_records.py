@@ -3,12 +3,16 @@
 Fetches below the new log start get OFFSET_OUT_OF_RANGE and the consumer's
 reset policy; the bytes go when retention deletes their WAL segment. Each
 partition answers its own error (:mod:`.common`'s table).
+
+ACLs (as Kafka): Delete on the topic, else TOPIC_AUTHORIZATION_FAILED in its partitions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
@@ -25,12 +29,17 @@ def _one(engine: Engine, topic: str, partition: int, offset: int) -> dict[str, A
     return {"partition_index": partition, "low_watermark": low, "error_code": ErrorCode.none}
 
 
-def _delete(engine: Engine, request: Any) -> list[dict[str, Any]]:
+def _delete(engine: Engine, request: Any, deletable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
     return [
-        {"name": t.name, "partitions": [_one(engine, t.name, p.partition_index, p.offset) for p in t.partitions]}
+        {"name": t.name, "partitions": [
+            _one(engine, t.name, p.partition_index, p.offset) if deletable is None or deletable(t.name)
+            else {"partition_index": p.partition_index, "low_watermark": -1,
+                  "error_code": ErrorCode.topic_authorization_failed}
+            for p in t.partitions]}
         for t in request.topics
     ]
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await broker.call(_delete, request)}
+    return {"throttle_time": 0, "topics": await broker.call(_delete, request,
+                                                            checker(broker, Operation.DELETE, ResourceType.TOPIC))}

@@ -4,13 +4,18 @@ A Kafka-native topic goes with its database (all its data); a TDengine topic
 is dropped as ``DROP TOPIC`` does (its data stays in its database). Committed
 offsets of the topic go too. A topic the engine cannot drop answers its error
 (:mod:`.common`'s table) and stays; the others go.
+
+ACLs (as Kafka): Delete on the topic, else TOPIC_AUTHORIZATION_FAILED (before its existence is looked at); a
+topic named by id also needs Describe, else TOPIC_AUTHORIZATION_FAILED without its name.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
@@ -26,11 +31,14 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         wanted = [(name, None) for name in request.topic_names]
 
+    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
+    deletable = checker(broker, Operation.DELETE, ResourceType.TOPIC)
+
     def delete(engine: Engine) -> list[dict[str, Any]]:
         results = []
         for name, topic_id in wanted:
             try:
-                results.append(_delete(engine, broker, name, topic_id))
+                results.append(_delete(engine, broker, name, topic_id, describable, deletable))
             except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
                 results.append({"name": name, "topic_id": topic_id or _NO_ID, "error_code": error_of(exc),
                                 "error_message": str(exc)})
@@ -39,12 +47,19 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": await broker.call(delete)}
 
 
-def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None,
+            describable: Callable[[str], bool] | None, deletable: Callable[[str], bool] | None) -> dict[str, Any]:
     if name is None and topic_id is not None and topic_id != _NO_ID:
         name = engine.topic_name(topic_id)
         if name is None:
             return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
                     "error_message": f"no topic has id {topic_id}"}
+        if describable is not None and not describable(name):  # the name is not disclosed
+            return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": "Authorization failed."}
+    if deletable is not None and not deletable(name or ""):
+        return {"name": name, "topic_id": topic_id or _NO_ID, "error_code": ErrorCode.topic_authorization_failed,
+                "error_message": "Authorization failed."}
     topic = engine.catalog.topics.get(name or "")
     if topic is None:
         return {"name": name, "topic_id": topic_id or _NO_ID, "error_code": ErrorCode.unknown_topic_or_partition,

@@ -1,10 +1,16 @@
-"""DescribeCluster (key 60) v0–v1: this node is the whole cluster and its controller."""
+"""DescribeCluster (key 60) v0–v1: this node is the whole cluster and its controller.
+
+Authorized operations when asked for (as Kafka: 0 without Describe on the cluster); the request itself is not
+checked, as Kafka does not.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import NOT_REQUESTED, Operation, ResourceType, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.security.acl import CLUSTER_NAME
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
@@ -14,6 +20,9 @@ _BROKERS = 1  # endpoint_type 1 = brokers, 2 = controllers
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     wanted = getattr(request, "endpoint_type", _BROKERS)
     error = ErrorCode.none if wanted == _BROKERS else ErrorCode.unsupported_endpoint_type
+    ops = NOT_REQUESTED
+    if getattr(request, "include_cluster_authorized_operations", False):
+        ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME) if cluster_allowed(broker, Operation.DESCRIBE) else 0
     return {
         "throttle_time": 0,
         "error_code": error,
@@ -22,5 +31,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": ops,
     }

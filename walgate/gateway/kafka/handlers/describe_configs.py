@@ -5,12 +5,16 @@ defaults for the rest (DEFAULT_CONFIG); TDengine topics answer what their
 database's WAL settings amount to. The broker (resource name = its node id)
 answers the settings walgate runs with (STATIC_BROKER_CONFIG). A resource that
 cannot be described answers its error; the others are answered.
+
+ACLs (as Kafka): DescribeConfigs on the topic (TOPIC_AUTHORIZATION_FAILED) or, for the broker, on the cluster
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
@@ -54,9 +58,12 @@ def describe(engine: Engine, broker: Broker, r: Any) -> dict[str, Any]:
     return _result(r, ErrorCode.none, None, [e for e in entries if keys is None or e["name"] in keys])
 
 
-def _describe_all(engine: Engine, broker: Broker, request: Any) -> list[dict[str, Any]]:
+def _describe_all(engine: Engine, broker: Broker, request: Any, denied: dict[int, int]) -> list[dict[str, Any]]:
     results = []
-    for r in request.resources:
+    for i, r in enumerate(request.resources):
+        if i in denied:
+            results.append(_result(r, denied[i], "Authorization failed.", []))
+            continue
         try:
             results.append(describe(engine, broker, r))
         except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
@@ -65,4 +72,6 @@ def _describe_all(engine: Engine, broker: Broker, request: Any) -> list[dict[str
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": await broker.call(_describe_all, broker, request)}
+    return {"throttle_time": 0, "results": await broker.call(
+        _describe_all, broker, request, config_denials(broker, Operation.DESCRIBE_CONFIGS,
+                                                       [(r.resource_type, r.resource_name) for r in request.resources]))}

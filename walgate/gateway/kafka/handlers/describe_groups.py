@@ -1,13 +1,18 @@
 """DescribeGroups (key 15) v0–v5: state, protocol and members of each group.
 
-A coordinator failure is answered as every requested group's error code (:mod:`.common`)."""
+A coordinator failure is answered as every requested group's error code (:mod:`.common`).
+
+ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized
+operations (v3+) when asked for."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import answered
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
 _NO_AUTH_OPS = -2147483648
@@ -15,8 +20,20 @@ _NO_AUTH_OPS = -2147483648
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
-    groups = await answered(svc.with_store(
-        lambda store: (svc.groups.describe(request.groups, has_offsets=store.has_offsets, report_not_found=False), [])
-    ), lambda code: [{"group_id": g, "error_code": code, "group_state": "", "protocol_type": "", "protocol_data": "",
-                      "members": []} for g in request.groups])
-    return {"throttle_time": 0, "groups": [{**g, "authorized_operations": _NO_AUTH_OPS} for g in groups]}
+    names = list(request.groups)
+    permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, names)
+    wanted = [g for g in names if g in permitted]
+    described = await answered(svc.with_store(
+        lambda store: (svc.groups.describe(wanted, has_offsets=store.has_offsets, report_not_found=False), [])
+    ), lambda code: [_empty(g, code) for g in wanted]) if wanted else []
+    by_id = {g["group_id"]: g for g in described}
+    groups = [by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in names]
+    with_ops = getattr(request, "include_authorized_operations", False)
+    return {"throttle_time": 0, "groups": [
+        {**g, "authorized_operations": operations(broker, ResourceType.GROUP, g["group_id"])
+         if with_ops and g["error_code"] == ErrorCode.none else _NO_AUTH_OPS} for g in groups]}
+
+
+def _empty(group_id: str, code: int) -> dict[str, Any]:
+    return {"group_id": group_id, "error_code": code, "group_state": "", "protocol_type": "", "protocol_data": "",
+            "members": []}

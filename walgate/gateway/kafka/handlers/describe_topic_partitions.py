@@ -2,13 +2,16 @@
 
 Topics are answered in name order starting at the cursor; at most
 ``response_partition_limit`` partitions per response, ``next_cursor`` says
-where to go on. Newer Java admin clients try this API before Metadata.
+where to go on. Newer Java admin clients try this API before Metadata. ACLs as Metadata's: topics the principal may not Describe
+are left out of a listing and answer TOPIC_AUTHORIZATION_FAILED when named.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.metadata import topic_entries
 from walgate.storage.engine import Engine
@@ -16,9 +19,10 @@ from walgate.storage.engine import Engine
 API_KEY, MIN_VERSION, MAX_VERSION = 75, 0, 0
 
 
-def _answer(engine: Engine, node_id: int, request: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _answer(engine: Engine, node_id: int, request: Any, describable: Callable[[str], bool] | None
+            ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     names = sorted({t.name for t in request.topics}) if request.topics else None
-    entries = topic_entries(engine, node_id, names)
+    entries = topic_entries(engine, node_id, names, describable=describable)
     for e in entries:  # nullable in the schema, but the Java client streams them: send empty lists, as Kafka does
         for p in e["partitions"]:
             p.update(eligible_leader_replicas=[], last_known_elr=[])
@@ -43,5 +47,6 @@ def _answer(engine: Engine, node_id: int, request: Any) -> tuple[list[dict[str, 
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics, cursor = await broker.call(_answer, broker.node_id, request)
+    topics, cursor = await broker.call(_answer, broker.node_id, request,
+                                       checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics, "next_cursor": cursor}

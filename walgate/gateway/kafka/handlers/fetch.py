@@ -28,15 +28,20 @@
   clients keep sending full fetches; a request naming a session id walgate
   never gave gets FETCH_SESSION_ID_NOT_FOUND.
 * Topic ids from v13: unknown ids get UNKNOWN_TOPIC_ID.
+* ACLs (as Kafka's ``handleFetchRequest``): a partition of a topic the principal may not Read answers
+  TOPIC_AUTHORIZATION_FAILED (before its existence is looked at); a follower's fetch (replica id >= 0) needs
+  ClusterAction on the cluster instead, else every partition answers TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
@@ -116,13 +121,17 @@ def lost_batch(base: int, count: int) -> bytes:
                         is_control=True, partition_leader_epoch=LEADER_EPOCH)
 
 
-def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: int) -> list[_Got]:
+def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: int,
+              readable: Callable[[str], bool] | None) -> list[_Got]:
     left = max_bytes
     got: list[_Got] = []
     first = True
     for w in wants:
         if w.topic is None:
             got.append(_Got(ErrorCode.unknown_topic_id))
+            continue
+        if readable is not None and not readable(w.topic):
+            got.append(_Got(ErrorCode.topic_authorization_failed))
             continue
         err = epoch_error(w.leader_epoch)
         if err != ErrorCode.none:
@@ -153,11 +162,12 @@ def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
 
 
 def _resolve_and_read(
-    engine: Engine, cache: BatchCache, request: Any, version: int, wants: list[_Want] | None, max_bytes: int
+    engine: Engine, cache: BatchCache, request: Any, version: int, wants: list[_Want] | None, max_bytes: int,
+    readable: Callable[[str], bool] | None,
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
     wants = _wants(engine, request, version) if wants is None else wants
-    return wants, _read_all(engine, cache, wants, max_bytes)
+    return wants, _read_all(engine, cache, wants, max_bytes, readable)
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
@@ -167,6 +177,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    replica = request.replica_state.replica_id if version >= 15 else request.replica_id
+    if replica >= 0 and readable is not None:
+        readable = None if cluster_allowed(broker, Operation.CLUSTER_ACTION) else (lambda _: False)
     wants: list[_Want] | None = None
     got: list[_Got] = []
     keys: list[tuple[str, int]] = []
@@ -174,7 +188,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     try:
         while True:
             try:
-                resolved, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes)
+                resolved, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes,
+                                                 readable)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             wants = resolved

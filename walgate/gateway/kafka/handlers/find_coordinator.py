@@ -4,12 +4,15 @@ Transaction coordinators (key type 1) are refused with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a message: walgate has no
 transactions, and that error is fatal at once in clients (COORDINATOR_NOT_AVAILABLE
 would be retried until a timeout).
+
+ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.wire.errors import ErrorCode
 
@@ -22,6 +25,9 @@ def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
         return {"key": key, "node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.transactional_id_authorization_failed,
                 "error_message": "walgate does not support transactions"}
+    if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, key):
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.group_authorization_failed,
+                "error_message": "Not authorized to access group"}
     return {"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
             "error_code": ErrorCode.none, "error_message": None}
 

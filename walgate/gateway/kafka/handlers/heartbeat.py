@@ -1,20 +1,26 @@
 """Heartbeat (key 12) v0–v4: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin.
 
-A coordinator failure is answered as an error code (:mod:`.common`)."""
+A coordinator failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     groups = broker.groups.groups
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     error = await answered(broker.groups.run(
         lambda: (
             groups.heartbeat(

@@ -6,12 +6,16 @@ database (``ALTER DATABASE`` is the way) and broker settings are fixed at start:
 both get INVALID_REQUEST with a message. ``validate_only`` changes nothing.
 A change the engine refuses answers that resource's error (:mod:`.common`'s
 table); the others are applied.
+
+ACLs (as Kafka): AlterConfigs on the topic (TOPIC_AUTHORIZATION_FAILED) or, for the broker, on the cluster
+(CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import TOPIC
@@ -65,9 +69,12 @@ def alter(engine: Engine, r: Any, validate_only: bool) -> dict[str, Any]:
     return _result(r, ErrorCode.none, None)
 
 
-def _alter_all(engine: Engine, request: Any) -> list[dict[str, Any]]:
+def _alter_all(engine: Engine, request: Any, denied: dict[int, int]) -> list[dict[str, Any]]:
     responses = []
-    for r in request.resources:
+    for i, r in enumerate(request.resources):
+        if i in denied:
+            responses.append(_result(r, denied[i], "Authorization failed."))
+            continue
         try:
             responses.append(alter(engine, r, request.validate_only))
         except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
@@ -76,4 +83,6 @@ def _alter_all(engine: Engine, request: Any) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": await broker.call(_alter_all, request)}
+    return {"throttle_time": 0, "responses": await broker.call(
+        _alter_all, request, config_denials(broker, Operation.ALTER_CONFIGS,
+                                            [(r.resource_type, r.resource_name) for r in request.resources]))}

@@ -8,12 +8,16 @@ walgate has no transaction coordinator, and the error is fatal at once in
 every client (rather than retried until a timeout). An id the engine cannot
 allocate durably (the disk refused the write) is COORDINATOR_LOAD_IN_PROGRESS,
 which every client retries (:mod:`.common`).
+
+ACLs (as Kafka 4): an idempotent producer needs IdempotentWrite on the cluster or Write on some topic, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, by_resource_type, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, error_of
 from walgate.storage.engine import Engine
@@ -27,6 +31,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1}
+    if not (cluster_allowed(broker, Operation.IDEMPOTENT_WRITE)
+            or by_resource_type(broker, Operation.WRITE, ResourceType.TOPIC)):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,
+                "producer_epoch": -1}
     pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}

@@ -1,20 +1,27 @@
 """JoinGroup (key 11) v0–v9: parked in the coordinator until the rebalance completes.
 
-A coordinator failure is answered as an error code (:mod:`.common`)."""
+A coordinator failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import PEER, Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     v = header.api_version
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
+                "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
     session = millis(request.session_timeout)
     rebalance = millis(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
     response = await answered(broker.groups.join(

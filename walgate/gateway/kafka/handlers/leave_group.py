@@ -1,14 +1,18 @@
 """LeaveGroup (key 13) v0–v5: one member (v0–v2) or a batch (v3+) leaves; the group rebalances.
 
-A coordinator failure is answered as an error code (:mod:`.common`)."""
+A coordinator failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
 
@@ -19,6 +23,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         members = [(request.member_id, None)]
     groups = broker.groups.groups
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
     response = await answered(
         broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms())),
         lambda code: {"error_code": code, "members": []},

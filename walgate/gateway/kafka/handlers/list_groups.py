@@ -1,11 +1,14 @@
 """ListGroups (key 16) v0–v5: every group, optionally filtered by state (v4+) and type (v5+).
 
-A coordinator failure is answered as an error code (:mod:`.common`)."""
+A coordinator failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): all groups with Describe on the cluster, else only those the principal may Describe."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
@@ -15,7 +18,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 5
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
-    answer = await answered(svc.with_store(
+    answer: dict[str, Any] = await answered(svc.with_store(
         lambda store: (
             {"error_code": ErrorCode.none, "groups": svc.groups.list_groups(
                 states_filter=getattr(request, "states_filter", ()),
@@ -25,4 +28,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             [],
         )
     ), lambda code: {"error_code": code, "groups": []})
+    if not cluster_allowed(broker, Operation.DESCRIBE):
+        permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in answer["groups"]])
+        answer = {**answer, "groups": [g for g in answer["groups"] if g["group_id"] in permitted]}
     return {"throttle_time": 0, **answer}

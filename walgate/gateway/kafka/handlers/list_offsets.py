@@ -8,13 +8,16 @@
 Lost records (a quarantined WAL entry) are a gap these lookups skip. An error
 in one partition is its error code (:mod:`.common`); the others are answered.
 Timestamps answered for -1/-2 are -1, as Kafka answers them. v0 answers in
-``old_style_offsets`` (a list); the isolation level (v2+) is accepted.
+``old_style_offsets`` (a list); the isolation level (v2+) is accepted. A topic the principal may not Describe
+answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (Kafka's ACL check).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
@@ -40,13 +43,15 @@ def lookup(engine: Engine, topic: str, partition: int, timestamp: int) -> tuple[
     return (found[0], found[1]) if found is not None else (-1, -1)
 
 
-def _answer(engine: Engine, request: Any, version: int) -> list[dict[str, Any]]:
+def _answer(engine: Engine, request: Any, version: int,
+            describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
     topics = []
     for t in request.topics:
         parts = []
+        denied = describable is not None and not describable(t.name)
         for p in t.partitions:
             out: dict[str, Any] = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH}
-            err = epoch_error(getattr(p, "current_leader_epoch", -1))
+            err = ErrorCode.topic_authorization_failed if denied else epoch_error(getattr(p, "current_leader_epoch", -1))
             if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:
@@ -65,5 +70,6 @@ def _answer(engine: Engine, request: Any, version: int) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics = await broker.call(_answer, request, header.api_version)
+    topics = await broker.call(_answer, request, header.api_version,
+                               checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

@@ -9,15 +9,23 @@ UNKNOWN_TOPIC_OR_PARTITION; a creation over a limit or refused by the disk
 answers that error, :mod:`.common`'s table).
 Topic ids (v10+) are the stable UUIDs the catalog stores per topic. A topic
 that cannot be described answers its error; the others are answered.
+
+ACLs (as Kafka's ``handleTopicMetadataRequest``): a listing of all topics leaves out those the principal may not
+Describe; a requested one it may not Describe answers TOPIC_AUTHORIZATION_FAILED (its existence not disclosed);
+auto-creation needs Create on the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED). Authorized
+operations are answered when asked for (v8+): a topic's, and the cluster's (v8–v10) when it may Describe it.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, answered, error_of
+from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.wire.errors import ErrorCode
@@ -28,9 +36,11 @@ _AUTO_CREATE: dict[type[BaseException], ErrorCode] = {StorageError: ErrorCode.un
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
-                  errors: dict[str, int] | None = None) -> list[dict[str, Any]]:
+                  errors: dict[str, int] | None = None,
+                  describable: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
     """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
-    of names that failed before (auto-creation). Runs on the storage thread."""
+    of names that failed before (auto-creation); ``describable`` (None: all) hides topics from the listing and
+    answers requested ones TOPIC_AUTHORIZATION_FAILED. Runs on the storage thread."""
     out = []
     if names is None:
         try:
@@ -38,7 +48,12 @@ def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
         except Exception as exc:  # noqa: BLE001 - logged by error_of; no topic to carry it
             error_of(exc)
             return []
+        if describable is not None:
+            names = [n for n in names if describable(n)]
     for name in names:
+        if describable is not None and not describable(name):
+            out.append(_missing(name, ErrorCode.topic_authorization_failed))
+            continue
         try:
             out.append(_entry(engine, node_id, name, (errors or {}).get(name, ErrorCode.unknown_topic_or_partition)))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
@@ -89,26 +104,41 @@ def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
+    creatable = None if cluster_allowed(broker, Operation.CREATE) else checker(broker, Operation.CREATE,
+                                                                                ResourceType.TOPIC)
+
     def describe(engine: Engine) -> list[dict[str, Any]]:
         names = _requested(engine, request, header.api_version)
         failed: dict[str, int] = {}
         if broker.auto_create_partitions and getattr(request, "allow_auto_topic_creation", True):
             for name in names or ():
-                if name not in engine.catalog.topics:
+                if name not in engine.catalog.topics and (describable is None or describable(name)):
+                    if creatable is not None and not creatable(name):
+                        failed[name] = ErrorCode.topic_authorization_failed
+                        continue
                     try:
                         engine.create_kafka_topic(name, broker.auto_create_partitions, {})
                     except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
                         failed[name] = error_of(exc, _AUTO_CREATE)
-        return topic_entries(engine, broker.node_id, names, failed)
+        return topic_entries(engine, broker.node_id, names, failed, describable)
 
     topics = await answered(broker.call(describe), lambda code: [
         _missing(t.name, code) for t in request.topics or () if getattr(t, "name", None) is not None
     ])
+    if getattr(request, "include_topic_authorized_operations", False):
+        for t in topics:
+            if t["error_code"] == ErrorCode.none:
+                t["topic_authorized_operations"] = operations(broker, ResourceType.TOPIC, t["name"])
+    cluster_ops = _NO_AUTH_OPS
+    if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker,
+                                                                                            Operation.DESCRIBE):
+        cluster_ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME)
     return {
         "throttle_time": 0,
         "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
-        "cluster_authorized_operations": _NO_AUTH_OPS,
+        "cluster_authorized_operations": cluster_ops,
     }

@@ -5,7 +5,11 @@ does (:mod:`.common`'s GROUP_WRITE; clients find the coordinator again and retry
 vnodes are committed and answered NONE. A coordinator failure answers every partition its error code; the
 connection stays. Under group commit (the gateway's) the answer waits for the fsync of every vnode written
 (:mod:`walgate.gateway.storage_thread`); when one fails, every partition answers NOT_COORDINATOR (the refused commits
-are never seen; the others' retry commits the same offsets again)."""
+are never seen; the others' retry commits the same offsets again).
+
+ACLs (Kafka's ``handleOffsetCommitRequest``): Read on the group, else every partition answers
+GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED in each of its
+partitions, the others are committed."""
 
 from __future__ import annotations
 
@@ -13,11 +17,18 @@ from typing import Any
 
 from walgate.coordinator.offsets import PartitionCommit, commit_offsets
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 9
+
+
+def _failed(topics: list[tuple[str, list[PartitionCommit]]], code: int) -> list[dict[str, Any]]:
+    return [{"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
+            for name, parts in topics]
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
@@ -27,6 +38,14 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                                   p.committed_metadata) for p in t.partitions])
         for t in request.topics
     ]
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.group_authorization_failed)}
+    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    denied = [t for t in topics if readable is not None and not readable(t[0])]
+    if denied:
+        topics = [t for t in topics if t not in denied]
+        if not topics:
+            return {"throttle_time": 0, "topics": _failed(denied, ErrorCode.topic_authorization_failed)}
 
     def commit(store: EngineOffsetStore) -> tuple[dict[str, Any], list[Any]]:
         plan = commit_offsets(
@@ -51,8 +70,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                       for r, e in zip(plan.records, errors) if e is not None}
         return plan.failed(failed), []
 
-    answer = await answered(svc.with_store(commit), lambda code: {"topics": [
-        {"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
-        for name, parts in topics
-    ]}, GROUP_WRITE)
+    answer = await answered(svc.with_store(commit), lambda code: {"topics": _failed(topics, code)}, GROUP_WRITE)
+    if denied:
+        answer = {**answer, "topics": [*answer["topics"], *_failed(denied, ErrorCode.topic_authorization_failed)]}
     return {"throttle_time": 0, **answer}

@@ -1,6 +1,9 @@
 """OffsetDelete (key 47) v0: drop a group's committed offsets of topics it does not subscribe to.
 
-A failure (the disk refused the write: NOT_COORDINATOR, :mod:`.common`'s GROUP_WRITE) is the top-level error code."""
+A failure (the disk refused the write: NOT_COORDINATOR, :mod:`.common`'s GROUP_WRITE) is the top-level error code.
+
+ACLs (as Kafka): Delete on the group, else GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read
+answers TOPIC_AUTHORIZATION_FAILED in its partitions."""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ from typing import Any
 
 from walgate.coordinator.offsets import delete_offsets
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 
@@ -18,6 +23,11 @@ API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     svc = broker.groups
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+    if not allowed(broker, Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    denied = [t for t in topics if readable is not None and not readable(t[0])]
+    topics = [t for t in topics if t not in denied]
 
     def delete(store: EngineOffsetStore) -> tuple[dict[str, Any], list[Any]]:
         plan = delete_offsets(
@@ -29,4 +39,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return plan.response, []
 
     answer = await answered(svc.with_store(delete), lambda code: {"error_code": code, "topics": []}, GROUP_WRITE)
+    if denied and answer["error_code"] == ErrorCode.none:
+        answer = {**answer, "topics": [*answer["topics"], *(
+            {"name": name, "partitions": [{"partition_index": i, "error_code": ErrorCode.topic_authorization_failed}
+                                          for i in parts]} for name, parts in denied)]}
     return {"throttle_time": 0, **answer}

@@ -3,16 +3,23 @@
 v9 requests of KIP-848 members carry their member id and epoch: a consumer-protocol group checks them
 (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH); admins send none. A group whose offsets cannot be read answers its
 error code (:mod:`.common`); the other groups are answered.
+
+ACLs (Kafka's ``handleOffsetFetchRequest``): Describe on the group, else the group answers
+GROUP_AUTHORIZATION_FAILED; a requested topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED
+(offset -1) in its partitions, and is left out of an all-topics answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from walgate.coordinator.offsets import fetch_offsets
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import answered, error_of
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 9
 
@@ -29,8 +36,18 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         wanted = [(request.group_id, _topics(request.topics), None, -1)]
 
+    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
+    denied_groups = {w[0] for w in wanted if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
+
     def fetch(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
               member_epoch: int) -> dict[str, Any]:
+        if group_id in denied_groups:
+            return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+        answer = unchecked(store, group_id, topics, member_id, member_epoch)
+        return answer if describable is None else _authorized(answer, describable, listing=topics is None)
+
+    def unchecked(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
+                  member_epoch: int) -> dict[str, Any]:
         consumer = svc.groups.consumer
         try:
             # v9: a KIP-848 member reads its group's offsets at its current epoch
@@ -48,3 +65,17 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     single = dict(answers[0])
     del single["group_id"]  # v0-v7 answer one group at the top level
     return {"throttle_time": 0, **single}
+
+
+def _authorized(answer: dict[str, Any], describable: Callable[[str], bool], *, listing: bool) -> dict[str, Any]:
+    """A group's answer without what the principal may not Describe: left out of a listing, else
+    TOPIC_AUTHORIZATION_FAILED with offset -1 (Kafka's UNAUTHORIZED_PARTITION)."""
+    topics = []
+    for t in answer.get("topics", []):
+        if describable(t["name"]):
+            topics.append(t)
+        elif not listing:
+            topics.append({**t, "partitions": [
+                {**p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                 "error_code": ErrorCode.topic_authorization_failed} for p in t["partitions"]]})
+    return {**answer, "topics": topics}

@@ -3,12 +3,16 @@
 The end offset of epoch 0 (and of any earlier epoch the client asks about)
 is the high watermark; a requested epoch above 0 is UNDEFINED (-1/-1), as
 Kafka answers an epoch the leader never had.
+
+ACLs (as Kafka): ClusterAction on the cluster, or Describe on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
@@ -17,12 +21,13 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
 
 
-def _answer(engine: Engine, request: Any) -> list[dict[str, Any]]:
+def _answer(engine: Engine, request: Any, describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
     topics = []
     for t in request.topics:
         parts = []
+        denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
-            err = epoch_error(getattr(p, "current_leader_epoch", -1))
+            err = ErrorCode.topic_authorization_failed if denied else epoch_error(getattr(p, "current_leader_epoch", -1))
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
@@ -37,4 +42,6 @@ def _answer(engine: Engine, request: Any) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await broker.call(_answer, request)}
+    return {"throttle_time": 0, "topics": await broker.call(
+        _answer, request, None if cluster_allowed(broker, Operation.CLUSTER_ACTION)
+        else checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))}

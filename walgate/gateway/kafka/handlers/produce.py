@@ -34,17 +34,22 @@
   ``error_message``. Rows land in the partition of their table (the vnode it
   hashes to), so the answer's base offset is -1. Unknown topics get
   UNKNOWN_TOPIC_OR_PARTITION.
+* ACLs (as Kafka's ``handleProduceRequest``): a request with a transactional id needs Write on that
+  TransactionalId, else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a partition of a topic the
+  principal may not Write answers TOPIC_AUTHORIZATION_FAILED (before its existence is looked at).
+  Idempotent producers are checked once, by InitProducerId, as Kafka 4 does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
 from walgate.storage.durability import Need
@@ -78,7 +83,13 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | None:
-    answers, needs = await broker.call(_produce, request, int(time.time() * 1000))
+    writable = checker(broker, Operation.WRITE, ResourceType.TOPIC)
+    denied = ErrorCode.topic_authorization_failed
+    tid = request.transactional_id
+    if writable is not None and tid is not None and not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                                 tid):
+        writable, denied = _nothing, ErrorCode.transactional_id_authorization_failed
+    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     if request.acks == 0:
         return None
@@ -98,16 +109,24 @@ async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]
         answers[key] = _answer(key[1], error_of(exc, PRODUCE), str(exc))
 
 
-def _produce(engine: Engine, request: Any, now: int) -> tuple[dict[tuple[str, int], dict[str, Any]],
-                                                               dict[tuple[str, int], list[Need]]]:
+def _nothing(_: str) -> bool:
+    return False
+
+
+def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int
+             ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], list[Need]]]:
     """Every partition's answer (storage thread): each partition is checked on its own, then a topic's partitions
     that passed are appended in one engine call (:meth:`~walgate.storage.engine.Engine.append_partitions`). With
     them, what each written partition needs to be durable before it is answered (group commit): its own write's
-    needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all)."""
-    answers = {}
+    needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all). A topic
+    ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten."""
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
         appends: list[_Append] = []
+        if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
+            answers.update(((t.name, p.index), _answer(p.index, denied)) for p in t.partition_data)
+            continue
         for p in t.partition_data:
             try:
                 checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)

@@ -1,11 +1,14 @@
 """SyncGroup (key 14) v0–v5: the leader's assignment, delivered to every member's parked sync.
 
-A coordinator failure is answered as an error code (:mod:`.common`)."""
+A coordinator failure is answered as an error code (:mod:`.common`).
+
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
@@ -17,6 +20,8 @@ API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "assignment": b""}
     if header.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
     response = await answered(broker.groups.parked(
