@@ -30,6 +30,12 @@ Routes:
 - ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
   the node's group service.
 
+Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-site``) get 403 before any handler
+runs (:mod:`walgate.gateway.http_origin`).
+
+A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
+log with its outcome (:mod:`walgate.gateway.audit`).
+
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
 :class:`LimitExceeded` with its message; the engine guarantees nothing was
@@ -59,7 +65,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
+from walgate.gateway.http_origin import Origin, same_origin_middleware
+from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
@@ -69,7 +78,7 @@ from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError
 from walgate.storage.wal import CorruptEntry
 
 __all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
-           "PROBE_NAME"]
+           "PROBE_NAME", "PRINCIPAL_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +93,21 @@ _STORAGE = web.AppKey("storage", StorageThread)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
+PRINCIPAL_KEY = "walgate_principal"
+"""Where an authenticating middleware leaves a request's principal (``User:name``); ANONYMOUS without one."""
 
 
 def make_app(
     engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
+    allowed_origins: frozenset[Origin] = frozenset(),
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
     console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
-    ``/readyz`` whether each listener besides HTTP (by name) accepts connections."""
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors])
+    ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
+    refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`)."""
+    app = web.Application(client_max_size=max_request_bytes,
+                          middlewares=[same_origin_middleware(allowed_origins), _errors])
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
@@ -143,7 +157,16 @@ async def _sql(request: web.Request) -> web.Response:
     except UnicodeDecodeError:
         raise SqlSyntaxError("the SQL in the request body is not valid UTF-8") from None
     app = request.app
-    result = await app[_STORAGE].call(app[_ENGINE].execute, sql, request.match_info.get("db"))
+    change = sql_change(sql)  # audited, or None
+    try:
+        result = await app[_STORAGE].call(app[_ENGINE].execute, sql, request.match_info.get("db"))
+    except Exception as exc:
+        if change is not None:
+            why = exc.message if isinstance(exc, StorageError) else str(exc)
+            audit(request.get(PRINCIPAL_KEY, ANONYMOUS), request.remote or "", change, sql, f"failed: {why}")
+        raise
+    if change is not None:
+        audit(request.get(PRINCIPAL_KEY, ANONYMOUS), request.remote or "", change, sql, "ok")
     return _json(200, result_body(result))
 
 

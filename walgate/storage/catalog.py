@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.storage import fileio, lines
+from walgate.storage import fileio, lines, quotas
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
 from walgate.storage.names import (
@@ -183,6 +183,7 @@ class Catalog:
     databases: dict[str, DatabaseDef] = field(default_factory=dict)
     stables: dict[tuple[str, str], StableDef] = field(default_factory=dict)
     topics: dict[str, TopicDef] = field(default_factory=dict)
+    client_quotas: dict[quotas.Entity, quotas.QuotaValues] = field(default_factory=dict)  # storage/quotas.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -233,12 +234,12 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved = dict(self.databases), dict(self.stables), dict(self.topics)
+        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas)
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
-            self.databases, self.stables, self.topics = saved
+            self.databases, self.stables, self.topics, self.client_quotas = saved
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
@@ -259,6 +260,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
+        out += quotas.records(self.client_quotas)
         return out
 
     def rewrite(self) -> None:
@@ -322,6 +324,8 @@ class Catalog:
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
             self.databases[db] = DatabaseDef(db, options, created, db_id)
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
+        elif op == quotas.QUOTA_OP:
+            quotas.apply_record(self.client_quotas, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 
@@ -471,3 +475,9 @@ class Catalog:
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})
+
+    # ---------------------------------------------------------- client quotas
+
+    def set_client_quota(self, entity: quotas.Entity, values: quotas.QuotaValues) -> None:
+        """Persist ``entity``'s whole set of quota values (none: the entity goes); see :mod:`.quotas`."""
+        self._commit(quotas.record(entity, values))

@@ -9,6 +9,7 @@ from typing import Any
 
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
@@ -31,4 +32,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
                                                                    for g in request.groups_names], GROUP_WRITE)
+    for r in results:
+        audit_kafka("DeleteGroups", f"group {r['group_id']}", r["error_code"])
     return {"throttle_time": 0, "results": results}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
@@ -33,4 +34,9 @@ def _delete(engine: Engine, request: Any) -> list[dict[str, Any]]:
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await broker.call(_delete, request)}
+    topics = await broker.call(_delete, request)
+    for t, asked in zip(topics, request.topics):
+        for p, a in zip(t["partitions"], asked.partitions):
+            audit_kafka("DeleteRecords", f"topic {t['name']} partition {p['partition_index']} before offset {a.offset}",
+                        p["error_code"])
+    return {"throttle_time": 0, "topics": topics}

@@ -28,6 +28,9 @@
   clients keep sending full fetches; a request naming a session id walgate
   never gave gets FETCH_SESSION_ID_NOT_FOUND.
 * Topic ids from v13: unknown ids get UNKNOWN_TOPIC_ID.
+* Client quotas (:mod:`walgate.gateway.quotas`): ``max_bytes`` is at most what the ``consumer_byte_rate`` allows
+  over its window; an answer that would take the client over its quota is sent empty with ``throttle_time_ms``
+  instead, as Kafka does.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import PRINCIPAL, BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire import encode_batch
@@ -167,6 +171,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
+        max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(PRINCIPAL.get(), header.client_id) or max_bytes)
     wants: list[_Want] | None = None
     got: list[_Got] = []
     keys: list[tuple[str, int]] = []
@@ -197,6 +203,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     finally:
         if event is not None:
             broker.unwatch(keys, event)
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: over the quota, an empty answer (walgate.gateway.quotas)
+        throttle = broker.quotas.fetch(PRINCIPAL.get(), header.client_id, sum(g.size for g in got))
+        if throttle:
+            return {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}
 
 
