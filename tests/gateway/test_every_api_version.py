@@ -256,6 +256,17 @@ def offset_delete(conn: KafkaConnection, node: Node, version: int) -> dict[str, 
     return {"group_id": f"offsets-deleted-v{version}", "topics": [{"name": TOPIC, "partitions": _partitions()}]}
 
 
+@request(48)
+def describe_client_quotas(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"components": [{"entity_type": "user", "match_type": 0, "match": f"user-v{version}"}], "strict": False}
+
+
+@request(49)
+def alter_client_quotas(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"validate_only": False, "entries": [{"entity": [{"entity_type": "user", "entity_name": f"user-v{version}"}],
+                                                 "ops": [{"key": "producer_byte_rate", "value": 1e9, "remove": False}]}]}
+
+
 @request(60)
 def describe_cluster(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"include_cluster_authorized_operations": False, "endpoint_type": 1}

@@ -132,6 +132,11 @@ def test_acls_and_grants_are_one_store_checked_by_every_api(tmp_path: Path):
         assert call(conn, 30, 3, {"creations": [acl(TOPIC, "t", READ)]}).results[0].error_code == \
             ErrorCode.cluster_authorization_failed
         assert call(conn, 29, 3, any_filter()).error_code == ErrorCode.cluster_authorization_failed
+        assert call(conn, 48, 1, {"components": [], "strict": False}).error_code == \
+            ErrorCode.cluster_authorization_failed  # DescribeConfigs on the cluster
+        altered = call(conn, 49, 1, {"entries": [{"entity": [{"entity_type": "user", "entity_name": "x"}], "ops": [
+            {"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": False})
+        assert altered.entries[0].error_code == ErrorCode.cluster_authorization_failed  # AlterConfigs on the cluster
         assert call(conn, 10, 4, {"key_type": 0, "coordinator_keys": ["g", "other"]}).coordinators[1].error_code == \
             ErrorCode.group_authorization_failed
         join = {"session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": "", "protocol_type": "consumer",

@@ -323,6 +323,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--super-users", metavar="P;P", help="Kafka's super.users, e.g. 'User:admin;User:root'")
     serve.add_argument("--allow-everyone-if-no-acl-found", choices=("true", "false"),
                        help="Kafka's allow.everyone.if.no.acl.found (default false)")
+    serve.add_argument("--http-allowed-origins", metavar="ORIGINS",
+                       help="comma-separated scheme://host[:port] whose browser pages may call the HTTP API "
+                            "(default: none; other cross-origin browser requests get 403)")
+    oauth = serve.add_argument_group("OAUTHBEARER token validation (Kafka's sasl.oauthbearer.* settings)")
+    oauth.add_argument("--sasl-oauthbearer-jwks-endpoint-url", metavar="URL", help="file:///path of the JWKS")
+    oauth.add_argument("--sasl-oauthbearer-expected-issuer", metavar="ISS", help="the tokens' iss (default: any)")
+    oauth.add_argument("--sasl-oauthbearer-expected-audience", metavar="AUD", help="comma-separated accepted aud values")
+    oauth.add_argument("--sasl-oauthbearer-scope-claim-name", metavar="NAME", help="default scope")
+    oauth.add_argument("--sasl-oauthbearer-sub-claim-name", metavar="NAME", help="default sub")
+    oauth.add_argument("--sasl-oauthbearer-clock-skew-seconds", type=int, metavar="S", help="default 30")
     serve.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper, help="default INFO")
     serve.add_argument("--log-format", choices=LOG_FORMATS, help="text (default), or json: one JSON object per line")
     serve.set_defaults(run=_cmd_serve)

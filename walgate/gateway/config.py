@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from walgate.gateway.http_origin import parse_origins
+from walgate.gateway.jwks import jwks_path
 from walgate.gateway.logs import LOG_FORMATS
 from walgate.security.authorizer import AUTHORIZER_CLASSES
 
@@ -71,6 +73,15 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = 5_000
     # Kafka's auto.create.topics.enable + num.partitions in one: 0 = off (the default)
     auto_create_topic_partitions: int = 0
+    # origins (scheme://host[:port], comma-separated) whose browser pages may call the HTTP API; others get 403
+    http_allowed_origins: str = ""
+    # OAUTHBEARER token validation, Kafka's sasl.oauthbearer.* (walgate/security/oauthbearer.py, gateway/jwks.py)
+    sasl_oauthbearer_jwks_endpoint_url: str = ""  # file:///path of a JWKS document ("": no OAUTHBEARER)
+    sasl_oauthbearer_expected_issuer: str = ""  # "": any issuer
+    sasl_oauthbearer_expected_audience: str = ""  # comma-separated; "": tokens with an aud are refused
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one JSON object per line (walgate.gateway.logs)
     # Authorization (Kafka's authorizer.class.name, super.users, allow.everyone.if.no.acl.found): ACLs are
@@ -119,6 +130,19 @@ class Config:
                 "need 0 < group_consumer_heartbeat_interval_ms < group_consumer_session_timeout_ms, got "
                 f"{self.group_consumer_heartbeat_interval_ms} and {self.group_consumer_session_timeout_ms}"
             )
+        try:
+            parse_origins(self.http_allowed_origins)
+        except ValueError as e:
+            raise ConfigError(f"http_allowed_origins: {e}") from None
+        if self.sasl_oauthbearer_jwks_endpoint_url:
+            try:
+                jwks_path(self.sasl_oauthbearer_jwks_endpoint_url)
+            except ValueError as e:
+                raise ConfigError(f"sasl_oauthbearer_jwks_endpoint_url: {e}") from None
+        if self.sasl_oauthbearer_clock_skew_seconds < 0:
+            raise ConfigError(f"sasl_oauthbearer_clock_skew_seconds must be >= 0, got {self.sasl_oauthbearer_clock_skew_seconds}")
+        if not (self.sasl_oauthbearer_sub_claim_name.strip() and self.sasl_oauthbearer_scope_claim_name.strip()):
+            raise ConfigError("sasl_oauthbearer_sub_claim_name and sasl_oauthbearer_scope_claim_name must not be blank")
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:

@@ -30,6 +30,12 @@ Routes:
 - ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
   the node's group service.
 
+Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-site``) get 403 before any handler
+runs (:mod:`walgate.gateway.http_origin`).
+
+A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
+log with its outcome (:mod:`walgate.gateway.audit`).
+
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
 :class:`LimitExceeded` with its message; the engine guarantees nothing was
@@ -45,7 +51,7 @@ with its traceback). Handlers stay thin: every engine call goes through the
 :class:`StorageThread`.
 
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
-against the Kafka ACLs for the request's principal (``request["principal"]``, set by authentication; ``User:ANONYMOUS``
+against the Kafka ACLs for the request's principal (``request[PRINCIPAL_KEY]``, set by authentication; ``User:ANONYMOUS``
 without it) before anything runs (:mod:`walgate.security.sql_access`): refused with 403 and TDengine's
 "Insufficient privilege" code (0x0303).
 """
@@ -64,7 +70,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
+from walgate.gateway.http_origin import Origin, same_origin_middleware
 from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
@@ -79,7 +87,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 
 __all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
-           "PROBE_NAME"]
+           "PROBE_NAME", "PRINCIPAL_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +103,22 @@ _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
+PRINCIPAL_KEY = "walgate_principal"
+"""Where an authenticating middleware leaves a request's principal (``User:name``); ANONYMOUS without one."""
 
 
 def make_app(
     engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
     authorizer: Authorizer | None = None,
+    allowed_origins: frozenset[Origin] = frozenset(),
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
     console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
-    ``/readyz`` whether each listener besides HTTP (by name) accepts connections."""
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors])
+    ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
+    refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`)."""
+    app = web.Application(client_max_size=max_request_bytes,
+                          middlewares=[same_origin_middleware(allowed_origins), _errors])
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
@@ -159,15 +172,26 @@ async def _sql(request: web.Request) -> web.Response:
     app = request.app
     db = request.match_info.get("db")
     authorizer = app.get(_AUTHORIZER)
-    principal = request.get("principal", ANONYMOUS)
-    if authorizer is None or principal in authorizer.super_users:
-        result = await app[_STORAGE].call(app[_ENGINE].execute, sql, db)
-    else:  # the same ACLs as Kafka clients (walgate.security.sql_access); 403 when refused, nothing run
-        host = request.remote or ""
-        try:
-            result = await app[_STORAGE].call(_checked, app[_ENGINE], authorizer, principal, host, sql, db)
-        except NotPermitted as e:
-            return _error(403, e.code, e.message)
+    principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    change = sql_change(sql)  # audited, or None
+    try:
+        if authorizer is None or principal in authorizer.super_users:
+            result = await app[_STORAGE].call(app[_ENGINE].execute, sql, db)
+        else:  # the same ACLs as Kafka clients (walgate.security.sql_access); 403 when refused, nothing run
+            host = request.remote or ""
+            try:
+                result = await app[_STORAGE].call(_checked, app[_ENGINE], authorizer, principal, host, sql, db)
+            except NotPermitted as e:
+                if change is not None:
+                    audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
+                return _error(403, e.code, e.message)
+    except Exception as exc:
+        if change is not None:
+            why = exc.message if isinstance(exc, StorageError) else str(exc)
+            audit(principal, request.remote or "", change, sql, f"failed: {why}")
+        raise
+    if change is not None:
+        audit(principal, request.remote or "", change, sql, "ok")
     return _json(200, result_body(result))
 
 
@@ -208,7 +232,7 @@ def _write_refused(request: web.Request, db: str) -> web.Response | None:
     authorizer = request.app.get(_AUTHORIZER)
     if authorizer is None:
         return None
-    principal = request.get("principal", ANONYMOUS)
+    principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
     try:
         if principal not in authorizer.super_users:
             check_needs(authorizer, principal, request.remote or "",

@@ -37,6 +37,7 @@ from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinato
 from walgate.gateway.config import Config
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
+from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
@@ -96,7 +97,8 @@ class Gateway:
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
-                         metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer),
+                         metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
+                         allowed_origins=parse_origins(cfg.http_allowed_origins)),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
@@ -162,6 +164,7 @@ class Gateway:
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.authorizer = self._authorizer
+        broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         self.metrics.track(self._storage, engine, groups.groups, broker.cache)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(

@@ -153,6 +153,12 @@ def binding(rtype: int, name: str, ptype: int, principal: str, host: str, op: in
                       principal, host, Operation(_code(Operation, op)), Permission(_code(Permission, perm)))
 
 
+def describe(b: AclBinding) -> str:
+    """``ALLOW READ User:alice host * on TOPIC power. PREFIXED``: a binding as logs name it."""
+    return (f"{b.permission.name} {b.operation.name} {b.principal} host {b.host} on {b.resource_type.name} {b.name} "
+            f"{b.pattern_type.name}")
+
+
 def validate(b: AclBinding) -> None:
     """Raise :class:`InvalidAcl` for a binding Kafka would not create (see the module docstring)."""
     if b.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):

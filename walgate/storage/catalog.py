@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from walgate.security.acl import AclBinding
-from walgate.storage import acls, fileio, lines
+from walgate.storage import acls, fileio, lines, quotas
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
 from walgate.storage.names import (
@@ -188,6 +188,7 @@ class Catalog:
     stables: dict[tuple[str, str], StableDef] = field(default_factory=dict)
     topics: dict[str, TopicDef] = field(default_factory=dict)
     acls: acls.AclStore = field(default_factory=acls.AclStore)  # Kafka ACLs / TDengine grants (storage/acls.py)
+    client_quotas: dict[quotas.Entity, quotas.QuotaValues] = field(default_factory=dict)  # storage/quotas.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -238,12 +239,13 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved, saved_acls = (dict(self.databases), dict(self.stables), dict(self.topics)), self.acls.current
+        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas)
+        saved_acls = self.acls.current
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
-            self.databases, self.stables, self.topics = saved
+            self.databases, self.stables, self.topics, self.client_quotas = saved
             self.acls.current = saved_acls
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
@@ -265,7 +267,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
-        return out + self.acls.records()
+        return out + self.acls.records() + quotas.records(self.client_quotas)
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -330,6 +332,8 @@ class Catalog:
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
         elif op in acls.OPS:
             self.acls.apply(r)
+        elif op == quotas.QUOTA_OP:
+            quotas.apply_record(self.client_quotas, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 
@@ -485,3 +489,9 @@ class Catalog:
     def change_acls(self, op: str, bindings: list[AclBinding]) -> None:
         """Store (``create_acls``) or remove (``delete_acls``) ``bindings`` as one durable record (storage/acls.py)."""
         self._commit(acls.acl_record(op, bindings))
+
+    # ---------------------------------------------------------- client quotas
+
+    def set_client_quota(self, entity: quotas.Entity, values: quotas.QuotaValues) -> None:
+        """Persist ``entity``'s whole set of quota values (none: the entity goes); see :mod:`.quotas`."""
+        self._commit(quotas.record(entity, values))

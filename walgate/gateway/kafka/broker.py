@@ -32,6 +32,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.wakeups import FetchWakeups
+from walgate.gateway.quotas import ClientQuotas
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
@@ -100,6 +101,7 @@ class Broker:
     configs: dict[str, str] = field(default_factory=dict)  # broker configs DescribeConfigs answers
     auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
     authorizer: Authorizer | None = None  # ACLs enforced (authorizer.class.name set); None: everything allowed
+    quotas: ClientQuotas = field(default_factory=ClientQuotas)  # client quotas in force (gateway/quotas.py)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

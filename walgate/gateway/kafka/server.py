@@ -37,6 +37,10 @@ request, as with Kafka. One sweeper task enforces both. The listen backlog is
 ``listen_backlog`` (Kafka's ``socket.listen.backlog.size``), so a burst of
 connections queues in the kernel instead of being retried by TCP.
 
+Client quotas (:mod:`walgate.gateway.quotas`): an answer with a non-zero ``throttle_time`` (a Produce or Fetch over
+its byte rate, a request over its ``request_percentage``) is sent at once, then the connection reads nothing more for
+that long (Kafka mutes the channel).
+
 Observability: every answered request is reported to :class:`Metrics` with four
 ``perf_counter`` stamps (last byte read, handler start, handler end, response
 written: Kafka's request queue, local and response send times), and logged at
@@ -61,6 +65,7 @@ from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.gateway.metrics import Metrics, api_name
+from walgate.gateway.quotas import REQUEST as REQUEST_RATE
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
 from walgate.wire.protocol import (
@@ -257,6 +262,8 @@ class KafkaServer:
                     self._active[writer] = loop.time()
                     budget.release(held)
                     held = 0
+                    if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
+                        await asyncio.sleep(fields["throttle_time"] / 1000)
                 buffered = frames.buffered
                 if buffered:
                     size = frames.next_size
@@ -307,9 +314,15 @@ class KafkaServer:
             )
         request = decode_request(header, frame)
         try:
+            began = time.perf_counter()
             fields = await handler.fn(self.broker, header, request)
             if fields is None:
                 return request, None, []
+            if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
+                throttle = self.broker.quotas.request_time(header.api_key, PRINCIPAL.get(), header.client_id,
+                                                           time.perf_counter() - began)
+                if throttle > fields.get("throttle_time", 0):
+                    fields = {**fields, "throttle_time": throttle}
             return request, fields, encode_response(header, build_response(header.api_key, header.api_version, fields))
         except asyncio.CancelledError:
             raise

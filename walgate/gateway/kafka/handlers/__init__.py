@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.handlers import (
+    alter_client_quotas,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -29,6 +30,7 @@ from walgate.gateway.kafka.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -71,6 +73,7 @@ _MODULES = (
     list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
     init_producer_id, create_topics, delete_topics, describe_configs, incremental_alter_configs, create_partitions,
     delete_records, create_acls, describe_acls, delete_acls,
+    describe_client_quotas, alter_client_quotas,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.security.acl import AclBinding, InvalidAcl, Operation, binding, validate
+from walgate.security.acl import AclBinding, InvalidAcl, Operation, binding, describe, validate
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -51,6 +52,9 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                 failed = _result(error_of(exc), str(exc))
                 for i, _ in valid:
                     results[i] = failed
+    for c, r in zip(creations, results):
+        audit_kafka("CreateAcls", describe(binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
+                                                   c.host, c.operation, c.permission_type)), r["error_code"])
     return {"throttle_time": 0, "results": results}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import CREATE_PARTITIONS, error_of
@@ -59,5 +60,8 @@ def _grow_all(engine: Engine, broker: Broker, request: Any,
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": await broker.call(_grow_all, broker, request,
-                                                             checker(broker, Operation.ALTER, ResourceType.TOPIC))}
+    results = await broker.call(_grow_all, broker, request, checker(broker, Operation.ALTER, ResourceType.TOPIC))
+    if not request.validate_only:
+        for t, r in zip(request.topics, results):
+            audit_kafka("CreatePartitions", f"topic {r['name']} to {t.count} partitions", r["error_code"])
+    return {"throttle_time": 0, "results": results}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
@@ -93,4 +94,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                 results.append(_result(t.name, error_of(exc), str(exc)))
         return results
 
-    return {"throttle_time": 0, "topics": await broker.call(create)}
+    topics = await broker.call(create)
+    if not validate_only:
+        for t in topics:
+            audit_kafka("CreateTopics", f"topic {t['name']}", t["error_code"])
+    return {"throttle_time": 0, "topics": topics}

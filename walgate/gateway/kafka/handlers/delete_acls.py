@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.security.acl import AclBinding, AclFilter, Operation
+from walgate.security.acl import AclBinding, AclFilter, Operation, describe
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -40,6 +41,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "filter_results": [_failed(error_of(exc), str(exc))] * len(filters)}
     results = []
     for f, found in zip(parsed, matched):
+        for b in found or ():
+            audit_kafka("DeleteAcls", describe(b), ErrorCode.none)
         if found is None:
             results.append(_failed(ErrorCode.invalid_request, f.unknown() or ""))
         else:

@@ -11,6 +11,7 @@ from typing import Any
 
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
@@ -41,4 +42,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
                                                                    for g in names], GROUP_WRITE)
+    for r in results + denied:
+        audit_kafka("DeleteGroups", f"group {r['group_id']}", r["error_code"])
     return {"throttle_time": 0, "results": results + denied}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
@@ -41,5 +42,9 @@ def _delete(engine: Engine, request: Any, deletable: Callable[[str], bool] | Non
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await broker.call(_delete, request,
-                                                            checker(broker, Operation.DELETE, ResourceType.TOPIC))}
+    topics = await broker.call(_delete, request, checker(broker, Operation.DELETE, ResourceType.TOPIC))
+    for t, asked in zip(topics, request.topics):
+        for p, a in zip(t["partitions"], asked.partitions):
+            audit_kafka("DeleteRecords", f"topic {t['name']} partition {p['partition_index']} before offset {a.offset}",
+                        p["error_code"])
+    return {"throttle_time": 0, "topics": topics}

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
@@ -44,7 +45,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                                 "error_message": str(exc)})
         return results
 
-    return {"throttle_time": 0, "responses": await broker.call(delete)}
+    responses = await broker.call(delete)
+    for r in responses:
+        audit_kafka("DeleteTopics", f"topic {r['name'] if r['name'] is not None else r['topic_id']}", r["error_code"])
+    return {"throttle_time": 0, "responses": responses}
 
 
 def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None,

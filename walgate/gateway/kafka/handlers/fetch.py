@@ -31,6 +31,9 @@
 * ACLs (as Kafka's ``handleFetchRequest``): a partition of a topic the principal may not Read answers
   TOPIC_AUTHORIZATION_FAILED (before its existence is looked at); a follower's fetch (replica id >= 0) needs
   ClusterAction on the cluster instead, else every partition answers TOPIC_AUTHORIZATION_FAILED.
+* Client quotas (:mod:`walgate.gateway.quotas`): ``max_bytes`` is at most what the ``consumer_byte_rate`` allows
+  over its window; an answer that would take the client over its quota is sent empty with ``throttle_time_ms``
+  instead, as Kafka does.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import PRINCIPAL, BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire import encode_batch
@@ -181,6 +185,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     replica = request.replica_state.replica_id if version >= 15 else request.replica_id
     if replica >= 0 and readable is not None:
         readable = None if cluster_allowed(broker, Operation.CLUSTER_ACTION) else (lambda _: False)
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
+        max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(PRINCIPAL.get(), header.client_id) or max_bytes)
     wants: list[_Want] | None = None
     got: list[_Got] = []
     keys: list[tuple[str, int]] = []
@@ -212,6 +218,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     finally:
         if event is not None:
             broker.unwatch(keys, event)
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: over the quota, an empty answer (walgate.gateway.quotas)
+        throttle = broker.quotas.fetch(PRINCIPAL.get(), header.client_id, sum(g.size for g in got))
+        if throttle:
+            return {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
@@ -26,6 +27,8 @@ from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OPS = {SET: "set", DELETE: "deleted", APPEND: "appended", SUBTRACT: "subtracted"}  # config values are not logged
+_KINDS = {2: "topic", 4: "broker", 8: "broker logger"}
 
 
 def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
@@ -83,6 +86,11 @@ def _alter_all(engine: Engine, request: Any, denied: dict[int, int]) -> list[dic
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": await broker.call(
-        _alter_all, request, config_denials(broker, Operation.ALTER_CONFIGS,
-                                            [(r.resource_type, r.resource_name) for r in request.resources]))}
+    responses = await broker.call(_alter_all, request, config_denials(
+        broker, Operation.ALTER_CONFIGS, [(r.resource_type, r.resource_name) for r in request.resources]))
+    if not request.validate_only:
+        for r, asked in zip(responses, request.resources):
+            changes = ", ".join(f"{c.name} {_OPS.get(c.config_operation, c.config_operation)}" for c in asked.configs)
+            audit_kafka("IncrementalAlterConfigs", f"{_KINDS.get(r['resource_type'], r['resource_type'])} "
+                        f"{r['resource_name']} ({changes})", r["error_code"])
+    return {"throttle_time": 0, "responses": responses}

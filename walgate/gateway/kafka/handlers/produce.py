@@ -13,6 +13,9 @@
   are the same on one node; ``acks=0`` gets no response. Under group commit (the gateway's) a partition is
   answered once its write is durable, one fdatasync covering many requests (see
   :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
+* Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
+  ``producer_byte_rate``; over it, the answer carries ``throttle_time_ms`` (with ``acks=0``, which gets no answer,
+  the handler holds the connection for that long itself).
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
@@ -50,8 +53,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
-from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.broker import PRINCIPAL, Broker
 from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
+from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, LineProtocolError, StorageUnavailable
@@ -91,13 +95,19 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
         writable, denied = _nothing, ErrorCode.transactional_id_authorization_failed
     answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
+    throttle = 0
+    if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
+        size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
+        throttle = broker.quotas.produce(PRINCIPAL.get(), header.client_id, size)
     if request.acks == 0:
+        if throttle:  # no answer carries it: the connection reads nothing more meanwhile (Kafka mutes it too)
+            await asyncio.sleep(throttle / 1000)
         return None
     responses = [
         {"name": t.name, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
     ]
-    return {"throttle_time": 0, "responses": responses}
+    return {"throttle_time": throttle, "responses": responses}
 
 
 async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]], key: tuple[str, int],
