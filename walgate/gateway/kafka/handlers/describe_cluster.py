@@ -14,6 +14,7 @@ _BROKERS = 1  # endpoint_type 1 = brokers, 2 = controllers
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     wanted = getattr(request, "endpoint_type", _BROKERS)
     error = ErrorCode.none if wanted == _BROKERS else ErrorCode.unsupported_endpoint_type
+    host, port = broker.address()
     return {
         "throttle_time": 0,
         "error_code": error,
@@ -21,6 +22,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         "endpoint_type": _BROKERS,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_authorized_operations": -2147483648,
     }

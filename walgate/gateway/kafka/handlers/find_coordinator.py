@@ -22,7 +22,8 @@ def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
         return {"key": key, "node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.transactional_id_authorization_failed,
                 "error_message": "walgate does not support transactions"}
-    return {"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
+    host, port = broker.address()
+    return {"key": key, "node_id": broker.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}
 
 

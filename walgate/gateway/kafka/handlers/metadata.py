@@ -104,9 +104,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     topics = await answered(broker.call(describe), lambda code: [
         _missing(t.name, code) for t in request.topics or () if getattr(t, "name", None) is not None
     ])
+    host, port = broker.address()
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
