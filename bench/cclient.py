@@ -55,12 +55,14 @@ of its 1.1 CPU-seconds per second in the kernel; with them ~1.0 GB/s, 0.35 of 0.
 
 
 def consume(binary: Path, bootstrap: str, topic: str, partition_sets: list[list[int]],
-            expected: int) -> tuple[int, int, float, float]:
+            expected: int, conf: dict[str, str] | None = None) -> tuple[int, int, float, float]:
     """(records, value bytes, seconds, client CPU-seconds) for one consumer process per partition set, reading at
-    once; start-up is not part of the seconds (but is of the CPU-seconds)."""
+    once, with the extra client settings ``conf``; start-up is not part of the seconds (but is of the
+    CPU-seconds)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs = [subprocess.Popen([str(binary), bootstrap, topic, ",".join(map(str, parts)),
-                               str(expected * len(parts) // sum(map(len, partition_sets))), "120"],
+                               str(expected * len(parts) // sum(map(len, partition_sets))), "120",
+                               *(f"{k}={v}" for k, v in (conf or {}).items())],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, **CLIENT_ENV})
              for parts in partition_sets]
     try:

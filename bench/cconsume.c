@@ -1,7 +1,7 @@
 /* The benchmark's C consumer: librdkafka with nothing per record but counting, so the client is not the bound.
  *
- * usage: cconsume BOOTSTRAP TOPIC PARTITIONS EXPECTED [TIMEOUT_S]
- * Assigns the comma-separated PARTITIONS (e.g. 0,1,2,3) from offset 0, reads until EXPECTED records arrived (or the timeout), and
+ * usage: cconsume BOOTSTRAP TOPIC PARTITIONS EXPECTED [TIMEOUT_S [KEY=VALUE ...]]
+ * KEY=VALUE: more client settings (e.g. security.protocol=SSL, ssl.ca.location=...). Assigns the comma-separated PARTITIONS (e.g. 0,1,2,3) from offset 0, reads until EXPECTED records arrived (or the timeout), and
  * prints "records value_bytes seconds" on one line; the clock starts at the first record, so connecting is not
  * part of the rate. Built by bench/cclient.py with `cc -O2 ... -lrdkafka`. */
 #include <librdkafka/rdkafka.h>
@@ -26,7 +26,7 @@ static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: cconsume BOOTSTRAP TOPIC PARTITIONS EXPECTED [TIMEOUT_S]\n");
+        fprintf(stderr, "usage: cconsume BOOTSTRAP TOPIC PARTITIONS EXPECTED [TIMEOUT_S [KEY=VALUE ...]]\n");
         return 2;
     }
     long long expected = atoll(argv[4]);
@@ -40,6 +40,15 @@ int main(int argc, char **argv) {
     set(conf, "max.partition.fetch.bytes", "16777216");
     set(conf, "queued.max.messages.kbytes", "262144");
     set(conf, "fetch.queue.backoff.ms", "10"); /* as bench/produce.py FETCH_CONF */
+    for (int i = 6; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) {
+            fprintf(stderr, "cconsume: %s: expected KEY=VALUE\n", argv[i]);
+            return 2;
+        }
+        *eq = '\0';
+        set(conf, argv[i], eq + 1);
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk) {
         fprintf(stderr, "cconsume: %s\n", err);

@@ -17,7 +17,10 @@
   Python client, by the C consumer (bench/cconsume.c: librdkafka counting
   records) and by two C consumers at once; what the server spends on it (bytes
   served per CPU-second of the server process) and what the clients spend
-  (CPU-seconds per second): the client, not the server, is the bound.
+  (CPU-seconds per second): the client, not the server, is the bound;
+* the same fetch by the Python client and the C consumer through walgate's SSL listener (TLS 1.3: no sendfile,
+  the stored batches are read and encrypted by the server) beside the PLAINTEXT listener, measured in turns, with
+  the bytes served per CPU-second of the server on each: what TLS costs.
 
 Without the Tansu binary or the C clients' build tools their rows are left out, with a message (bench/tools.py).
 """
@@ -37,7 +40,7 @@ from bench import cclient
 from bench.consume import consume_all
 from bench.limits import write_mb_s
 from bench.report import Row, Target, median_run
-from bench.servers import cpu_seconds, loopback_mb_s, tansu_process, walgate
+from bench.servers import Walgate, cpu_seconds, loopback_mb_s, tansu_process, walgate
 from bench.together import Gate, Tally, at_once
 
 PARTITIONS = 4
@@ -107,18 +110,20 @@ FETCH_CONF = {"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20
 server fills: with the default, single runs of the same code spread from 105k to 630k records/s."""
 
 
-def fetch(bootstrap: str, topic: str, expected: int, pid: int) -> Read:
-    """The Python client reading every partition from offset 0 (:data:`FETCH_CONF`)."""
+def fetch(bootstrap: str, topic: str, expected: int, pid: int, **conf: str) -> Read:
+    """The Python client reading every partition from offset 0 (:data:`FETCH_CONF`, then ``conf``)."""
     cpu = cpu_seconds(pid)
-    n, b, s = consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **FETCH_CONF)
+    n, b, s = consume_all(bootstrap, expected, topic=topic, partitions=PARTITIONS, **(FETCH_CONF | conf))
     return n, b, s, cpu_seconds(pid) - cpu, 0.0
 
 
-def cfetch(binary: Path, bootstrap: str, topic: str, expected: int, pid: int, processes: int) -> Read:
-    """``processes`` C consumers at once, the partitions split between them."""
+def cfetch(binary: Path, bootstrap: str, topic: str, expected: int, pid: int, processes: int,
+           conf: dict[str, str] | None = None) -> Read:
+    """``processes`` C consumers at once, the partitions split between them (extra client settings ``conf``)."""
     cpu = cpu_seconds(pid)
     n, b, s, client_cpu = cclient.consume(binary, bootstrap, topic,
-                                          [list(range(k, PARTITIONS, processes)) for k in range(processes)], expected)
+                                          [list(range(k, PARTITIONS, processes)) for k in range(processes)], expected,
+                                          conf)
     return n, b, s, cpu_seconds(pid) - cpu, client_cpu
 
 
@@ -145,6 +150,31 @@ def fetch_rows(readers: dict[str, Callable[[str, int], Read]], walgate_bs: tuple
         if client_cpu:
             rows.append(Row("  client CPU-seconds per second", client_cpu / s, "CPU"))
             rows.append(Row("  walgate CPU-seconds per second", cpu / s, "CPU"))
+    return rows
+
+
+def tls_rows(server: Walgate, expected: int, repeat: int, binary: Path | None) -> list[Row]:
+    """Each reader (the Python client; the C consumer when built) through the SSL listener and the PLAINTEXT one,
+    in turns: the TLS rate, its ratio to plaintext, and what the server spends per byte on each."""
+    assert server.tls is not None
+    tls = dict(server.tls)
+    ssl_bootstrap = tls.pop("bootstrap.servers")
+    readers: dict[str, Callable[[str, dict[str, str]], Read]] = {
+        "Python client": lambda bs, conf: fetch(bs, "fetch", expected, server.pid, **conf)}
+    if binary is not None:
+        readers["C consumer"] = lambda bs, conf: cfetch(binary, bs, "fetch", expected, server.pid, 1, conf)
+    rows: list[Row] = []
+    for label, read in readers.items():
+        plain_runs, tls_runs = [], []
+        for _ in range(repeat):
+            plain_runs.append(read(server.bootstrap, {}))
+            tls_runs.append(read(ssl_bootstrap, tls))
+        n, b, s, cpu, _ = median_run(tls_runs, _read_rate)
+        plain = median_run(plain_runs, _read_rate)
+        rows += [Row(f"fetch 1 KiB records over TLS, {label}", n / s, "records/s"),
+                 Row("  TLS / plaintext, same client", 100 * (n / s) / _read_rate(plain), "%"),
+                 Row("  served per walgate CPU-s, TLS", b / max(cpu, 0.01) / 1e6, "MB/s"),
+                 Row("  served per walgate CPU-s, plaintext", plain[1] / max(plain[3], 0.01) / 1e6, "MB/s")]
     return rows
 
 
@@ -199,7 +229,7 @@ def produce_rows(case: Case, tally: Tally, peer: Tally | None, limit: tuple[str,
 def run(*, quick: bool, repeat: int) -> list[Row]:
     rows: list[Row] = []
     limit = loopback_mb_s(1 << 28 if quick else 1 << 30)
-    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server, \
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp), tls=True) as server, \
             tansu_process() as peer:
         disk = {1: ("os.write 1 MiB", write_mb_s(Path(tmp) / "raw1", 1 << 20, 256, fsync=False)),
                 2: (f"{WAL2_WRITERS} x (os.write 1 MiB + fdatasync)",
@@ -226,6 +256,7 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         if binary is not None:
             readers["C consumer"] = lambda bs, pid: cfetch(binary, bs, "fetch", expected, pid, 1)
         rows += fetch_rows(readers, (server.bootstrap, server.pid), peer, expected, repeat, limit)
+        rows += tls_rows(server, expected, repeat, binary)
         if binary is not None:  # Tansu's side of two at once is the same as one: it is not the bound
             rows += fetch_rows({"2 C consumers at once": lambda bs, pid: cfetch(binary, bs, "fetch", expected, pid, 2)},
                                (server.bootstrap, server.pid), None, expected, repeat, limit)

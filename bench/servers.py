@@ -43,6 +43,7 @@ class Walgate:
     http_port: int
     kafka_port: int
     pid: int
+    tls: dict[str, str] | None = None  # with an SSL listener: its bootstrap and the client settings it needs
 
     @property
     def bootstrap(self) -> str:
@@ -63,11 +64,21 @@ class Walgate:
 
 
 @contextlib.contextmanager
-def walgate(workdir: Path, *flags: str) -> Iterator[Walgate]:
-    """``walgate serve [flags]`` on free ports with its data under ``workdir``."""
+def walgate(workdir: Path, *flags: str, tls: bool = False) -> Iterator[Walgate]:
+    """``walgate serve [flags]`` on free ports with its data under ``workdir``; with ``tls``, a second listener
+    (SSL, a test CA's certificate: testcerts.py) beside the PLAINTEXT one."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "serve.log"
     kafka_port = free_port()
+    client_tls = None
+    if tls:
+        from testcerts import make_certs
+
+        certs, ssl_port = make_certs(workdir / "certs"), free_port()
+        flags += ("--override", f"listeners=PLAINTEXT://127.0.0.1:{kafka_port},SSL://localhost:{ssl_port}",
+                  "--override", f"ssl.keystore.location={certs.server}")
+        client_tls = {"bootstrap.servers": f"localhost:{ssl_port}", "security.protocol": "SSL",
+                      "ssl.ca.location": str(certs.ca)}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(workdir / "data"),
@@ -78,7 +89,7 @@ def walgate(workdir: Path, *flags: str) -> Iterator[Walgate]:
         for _ in range(600):
             m = re.search(r"walgate ready .*http=[^:]+:(\d+)", log_path.read_text())
             if m:
-                yield Walgate(int(m.group(1)), kafka_port, proc.pid)
+                yield Walgate(int(m.group(1)), kafka_port, proc.pid, client_tls)
                 break
             if proc.poll() is not None:
                 raise RuntimeError(f"walgate exited: {log_path.read_text()[-2000:]}")

@@ -349,6 +349,7 @@ def test_dockerfile_exposes_the_ports_the_command_listens_on_all_interfaces() ->
     assert image.exposed == {KAFKA_PORT, HTTP_PORT}
     assert option(command, "--kafka-port") == KAFKA_PORT and option(command, "--http-port") == HTTP_PORT
     assert option(command, "--host") == "0.0.0.0"
+    assert "--allow-insecure" in command, "protected mode refuses a PLAINTEXT listener on 0.0.0.0 without it"
     assert "--advertised-host" not in command, "left to WALGATE_ADVERTISED_HOST so compose / docker run -e set it"
     assert image.env["WALGATE_ADVERTISED_HOST"]
 

@@ -363,7 +363,7 @@ def exchange(conn: KafkaConnection, api_key: int, version: int, values: dict[str
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     # ACLs on, the connections' principal (ANONYMOUS) a super user: every check runs and allows
     with gateway_thread(tmp_path_factory.mktemp("every-api") / "data", group_initial_rebalance_delay_ms=0,
-                        authorizer_class_name=AUTHORIZER, super_users="User:ANONYMOUS") as gateway:
+                        authorizer_class_name=AUTHORIZER, super_users=("User:ANONYMOUS",)) as gateway:
         with KafkaConnection(gateway.kafka_address) as conn:
             create_topic(conn, TOPIC)
             call(conn, 0, produce(conn, None, 0))  # type: ignore[arg-type]

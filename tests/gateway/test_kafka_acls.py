@@ -78,7 +78,7 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(tmp_path: Path)
 
 def test_acls_and_grants_are_one_store_checked_by_every_api(tmp_path: Path):
     data = tmp_path / "data"
-    with gateway_thread(data, super_users=ME, **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
+    with gateway_thread(data, super_users=(ME,), **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
         call(conn, 19, 7, {"topics": [{"name": n, "num_partitions": 1, "replication_factor": 1} for n in
                                       ("open", "secret")], "timeout": 10_000})
         created = call(conn, 30, 3, {"creations": [

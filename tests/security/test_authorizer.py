@@ -18,7 +18,7 @@ from walgate.security.acl import (
     binding,
     validate,
 )
-from walgate.security.authorizer import Authorizer, parse_super_users
+from walgate.security.authorizer import Authorizer
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
@@ -83,7 +83,7 @@ def test_implications_are_one_way_and_only_for_allow():
 
 
 def test_super_users_are_always_allowed():
-    a = auth(acl(T, "*", Op.ALL, DENY, principal="User:*"), super_users=parse_super_users(" User:admin ;User:root;"))
+    a = auth(acl(T, "*", Op.ALL, DENY, principal="User:*"), super_users=frozenset({"User:admin", "User:root"}))
     assert a.super_users == {"User:admin", "User:root"}
     assert a.authorize("User:admin", "h", Op.DELETE, T, "x") and not a.authorize(ALICE, "h", Op.DESCRIBE, T, "x")
     assert a.authorize_by_resource_type("User:root", "h", Op.WRITE, T)
@@ -163,7 +163,7 @@ def test_the_authorizer_settings_take_kafkas_class_names_and_booleans():
     cfg = load_config(env={"WALGATE_DATA_DIR": "/d", "WALGATE_AUTHORIZER_CLASS_NAME":
                            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                            "WALGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true", "WALGATE_SUPER_USERS": "User:a;User:b"})
-    assert cfg.allow_everyone_if_no_acl_found is True and parse_super_users(cfg.super_users) == {"User:a", "User:b"}
+    assert cfg.allow_everyone_if_no_acl_found is True and set(cfg.super_users) == {"User:a", "User:b"}
     assert load_config(env={"WALGATE_DATA_DIR": "/d"}).authorizer_class_name == ""  # no ACLs by default
     for bad in ({"WALGATE_AUTHORIZER_CLASS_NAME": "com.example.MyAuthorizer"},
                 {"WALGATE_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "yes"}):

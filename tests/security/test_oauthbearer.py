@@ -219,7 +219,7 @@ def test_settings_use_kafkas_names() -> None:
         Config(data_dir=Path("/x"), sasl_oauthbearer_jwks_endpoint_url="https://idp.example/jwks")
     with pytest.raises(ConfigError, match="clock_skew"):
         Config(data_dir=Path("/x"), sasl_oauthbearer_clock_skew_seconds=-1)
-    config = Config(data_dir=Path("/x"), sasl_oauthbearer_expected_audience="kafka, walgate",
+    config = Config(data_dir=Path("/x"), sasl_oauthbearer_expected_audience=("kafka", "walgate"),
                     sasl_oauthbearer_expected_issuer=ISSUER)
     assert token_settings(config) == SETTINGS
     assert oauthbearer_exchanges(config) is None  # no JWKS: OAUTHBEARER is not offered
@@ -230,7 +230,7 @@ def test_exchanges_from_the_configuration_use_the_jwks_file_as_it_is_now(tmp_pat
     path.write_text(json.dumps({"keys": [jwk(EC_KEY.public_key(), "ec1")]}))
     new = oauthbearer_exchanges(Config(data_dir=tmp_path, sasl_oauthbearer_jwks_endpoint_url=path.as_uri(),
                                        sasl_oauthbearer_expected_issuer=ISSUER,
-                                       sasl_oauthbearer_expected_audience="kafka"))
+                                       sasl_oauthbearer_expected_audience=("kafka",)))
     assert new is not None
     assert new(NOW_MS).step(message(token())) == (INVALID_TOKEN, False, None)  # rsa1 is not published yet
     path.write_text(json.dumps(JWKS_DOC))  # the identity provider rotated its keys in

@@ -41,11 +41,11 @@ from rich.table import Table
 from rich.text import Text
 
 from walgate.admin import add_commands as add_admin_commands
-from walgate.gateway.config import Config, ConfigError, load_config
+from walgate.gateway.config import Config, ConfigError, load_config, parse_override
 from walgate.gateway.logs import LOG_FORMATS, setup_logging
 from walgate.storage.errors import StorageError
 
-__all__ = ["main", "split_statements", "render_result", "ApiClient", "ApiError"]
+__all__ = ["main", "split_statements", "render_result", "protected_mode_refusal", "ApiClient", "ApiError"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,18 @@ def _fail(message: str, code: int = 1) -> int:
 # ------------------------------------------------------------------ commands
 
 
+def protected_mode_refusal(config: Config) -> str | None:
+    """Why ``config`` may not be served (Redis's protected mode): a Kafka listener that does not authenticate its
+    clients on an address other than loopback, unless ``allow_insecure``; None when it may."""
+    insecure = config.insecure_listeners()
+    if not insecure or config.allow_insecure:
+        return None
+    return (f"refusing to start: Kafka listener(s) {', '.join(insecure)} would let anyone on the network in "
+            "without authentication. Use SASL_PLAINTEXT/SASL_SSL, SSL with ssl.client.auth=required, or a loopback "
+            "address; or pass --allow-insecure (WALGATE_ALLOW_INSECURE=true) to serve them anyway "
+            "(docs/security.md)")
+
+
 def _raise_open_files_limit() -> None:
     """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (or the kernel's ``nr_open`` when the hard limit is
     unlimited), as Kafka's documentation tells operators to, and log the limit in force.
@@ -196,12 +208,20 @@ def _raise_open_files_limit() -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    overrides = {field.name: getattr(args, field.name) for field in fields(Config)}  # None = flag not given
+    # None = flag not given
+    overrides = {field.name: getattr(args, field.name) for field in fields(Config) if hasattr(args, field.name)}
+    ignored: list[str] = []
     try:
-        config = load_config(args.config, overrides=overrides)
+        config = load_config(args.config, overrides=overrides,
+                             settings=[parse_override(text) for text in args.override], ignored=ignored)
     except ConfigError as e:
         return _fail(str(e), 2)
+    refusal = protected_mode_refusal(config)
+    if refusal:
+        return _fail(refusal, 2)
     setup_logging(config.log_level, config.log_format)
+    for note in ignored:
+        log.info("%s", note)
     _raise_open_files_limit()
     import uvloop
 
@@ -212,6 +232,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         uvloop.run(run_server(config))
+    except ConfigError as e:  # a TLS certificate or key that cannot be loaded
+        log.error("walgate failed: %s", e)
+        return 2
     except (OSError, StorageError) as e:
         log.error("walgate failed: %s", e)
         return 1
@@ -269,9 +292,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         data_dir = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="walgate-demo-")))
         try:
-            config = Config(data_dir=data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port)
+            config = Config(data_dir=data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port,
+                            allow_insecure=args.allow_insecure)
         except ConfigError as e:
             return _fail(str(e), 2)
+        refusal = protected_mode_refusal(config)
+        if refusal:
+            return _fail(refusal, 2)
         try:
             return uvloop.run(run_demo(config, _console(), rate=args.rate, duration=args.duration, consume=args.consume))
         except (OSError, StorageError) as e:
@@ -287,7 +314,15 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run a walgate node")
     serve.add_argument("--data-dir", type=Path, metavar="DIR", help="storage directory (required unless set by config or env)")
-    serve.add_argument("--config", type=Path, metavar="FILE", help="TOML config file (overridden by WALGATE_* env, then flags)")
+    serve.add_argument("--config", type=Path, metavar="FILE",
+                       help="config file: Kafka's server.properties names (a .properties file) or TOML (a .toml "
+                            "file); overridden by WALGATE_* env, then --override, then flags")
+    serve.add_argument("--override", action="append", default=[], metavar="NAME=VALUE",
+                       help="set one setting by its Kafka name (e.g. listeners=SSL://:9093) or walgate's dotted "
+                            "name (http.port=6041), as kafka-server-start.sh --override; repeatable")
+    serve.add_argument("--allow-insecure", action="store_true", default=None,
+                       help="serve Kafka listeners without authentication on non-loopback addresses "
+                            "(protected mode off)")
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--kafka-port", type=int, metavar="N", help="Kafka listener port (default 9092; 0 = any free port)")
     serve.add_argument("--http-port", type=int, metavar="N", help="HTTP API port (default 6041; 0 = any free port)")
@@ -360,6 +395,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     demo.add_argument("--kafka-port", type=int, default=9092, metavar="N", help="Kafka listener port (default 9092; 0 = any)")
     demo.add_argument("--http-port", type=int, default=0, metavar="N", help="HTTP API port (default: any free port)")
+    demo.add_argument("--allow-insecure", action="store_true",
+                      help="serve on a non-loopback --host although nothing authenticates (protected mode off)")
     demo.add_argument("--rate", type=int, default=200, metavar="ROWS", help="rows inserted per second (default 200)")
     demo.add_argument("--duration", type=float, default=0, metavar="S", help="stop after S seconds (default: at Ctrl-C)")
     demo.add_argument("--consume", action="store_true", help="also run a consumer group and show what it receives")

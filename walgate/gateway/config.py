@@ -3,42 +3,118 @@
 Precedence, lowest to highest (a later source overrides an earlier one, field by field):
 
 1. the defaults below;
-2. the TOML file given with ``--config FILE`` (top-level keys named like the fields,
-   e.g. ``http_port = 6041``; unknown keys are an error);
+2. the file given with ``--config FILE``, in one of two formats:
+
+   - TOML (a ``.toml`` file): top-level keys named like the fields, e.g. ``http_port = 6041``;
+   - Kafka's ``server.properties`` (a ``.properties`` file; a file with neither suffix is recognised by its first
+     setting, :func:`walgate.gateway.properties.looks_like_properties`): Kafka's broker setting names
+     (``log.dirs``, ``node.id``, ``listeners``, ``ssl.keystore.location``, ...; :data:`KAFKA_ALIASES` lists those
+     named differently from the field, every other field is its name with ``.`` for ``_``, e.g. ``http.port``),
+     per-listener settings ``listener.name.<listener>.<setting>`` (:attr:`Config.listener_overrides`), and the
+     Kafka settings walgate has no use for (:data:`KAFKA_IGNORED`), accepted with one log line each;
+
+   unknown keys are an error in both (Kafka only warns; a misspelt security setting must not leave a listener
+   open);
 3. ``WALGATE_<FIELD>`` environment variables (e.g. ``WALGATE_HTTP_PORT=6041``);
-4. command-line flags (only those actually given).
+4. ``--override name=value`` (repeatable; either kind of name, as ``kafka-server-start.sh --override``);
+5. command-line flags (only those actually given).
 
 ``queued_max_request_bytes`` (Kafka's ``queued.max.request.bytes``, unbounded in Kafka) defaults to
 :data:`QUEUED_MAX_REQUEST_BYTES` or ``max_request_bytes`` if larger, and may not be set below
 ``max_request_bytes`` (a request of the largest accepted size must fit).
 
-``advertised_host`` / ``advertised_port`` default to ``host`` / ``kafka_port``: they
-are what the Kafka Metadata response will name, so a node behind NAT or in a
-container can announce a reachable address. Port 0 means "any free port" (the
-``ready`` log line reports the port actually bound).
+Kafka listeners: with ``listeners`` unset there is one PLAINTEXT listener on ``host:kafka_port`` that advertises
+``advertised_host`` / ``advertised_port`` (default ``host`` / ``kafka_port``: what the Kafka Metadata response
+names, so a node behind NAT or in a container can announce a reachable address). With ``listeners`` set
+(:mod:`.listeners`), those listeners replace it (``host`` then binds only the HTTP API) and ``advertised.listeners``
+replaces the advertised address. Port 0 means "any free port" (the ``ready`` log line reports the port actually
+bound). TLS settings are read on their own in :mod:`.tls`; :meth:`Config.for_listener` applies a listener's
+overrides. Secrets (key passwords, inline keys) are left out of the dataclass's ``repr``.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import tomllib
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.jwks import jwks_path
+from walgate.gateway.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    PLAINTEXT,
+    Listener,
+    ListenerError,
+    is_loopback,
+    parse_advertised,
+    parse_listeners,
+)
 from walgate.gateway.logs import LOG_FORMATS
+from walgate.gateway.principal_mapping import MappingRuleError, PrincipalMapper
+from walgate.gateway.properties import PropertiesError, looks_like_properties, parse_properties
 from walgate.security.authorizer import AUTHORIZER_CLASSES
 
-__all__ = ["Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES"]
+__all__ = [
+    "Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES", "KAFKA_ALIASES", "KAFKA_IGNORED",
+    "SSL_CLIENT_AUTH", "TLS_PROTOCOLS",
+]
 
 ENV_PREFIX = "WALGATE_"
 QUEUED_MAX_REQUEST_BYTES = 100 << 20
 """Default bound on the bytes of Kafka requests being read or handled, over all connections."""
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SSL_CLIENT_AUTH = ("none", "requested", "required")
+TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+"""The TLS versions walgate speaks (``ssl.enabled.protocols`` picks among them; older ones are refused)."""
+
+KAFKA_ALIASES: dict[str, str] = {
+    "log.dirs": "data_dir",  # one directory (walgate's data dir)
+    "log.dir": "data_dir",
+    "node.id": "node_id",
+    "broker.id": "node_id",
+    "socket.request.max.bytes": "max_request_bytes",
+    "socket.listen.backlog.size": "listen_backlog",
+}
+"""Kafka setting -> Config field, where the field is not the setting with ``_`` for ``.``."""
+
+KAFKA_IGNORED: dict[str, str] = {
+    name: why
+    for names, why in (
+        (("process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers", "zookeeper.connect",
+          "zookeeper.connection.timeout.ms", "security.inter.broker.protocol", "sasl.mechanism.inter.broker.protocol",
+          "sasl.mechanism.controller.protocol", "metadata.log.dir"), "one node: no controller quorum or other brokers"),
+        (("num.network.threads", "num.io.threads", "background.threads", "num.replica.fetchers",
+          "num.recovery.threads.per.data.dir"), "walgate's threads are its own"),
+        (("socket.send.buffer.bytes", "socket.receive.buffer.bytes"), "the kernel's buffer sizes are used"),
+        (("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+          "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
+          "share.coordinator.state.topic.min.isr", "default.replication.factor", "min.insync.replicas",
+          "unclean.leader.election.enable", "auto.leader.rebalance.enable"), "one node: replication factor 1"),
+        (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
+          "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
+          "log.flush.interval.ms", "log.cleaner.enable", "log.cleanup.policy"),
+         "retention and flushing are set per database and per topic"),
+        (("message.max.bytes",), "batches are bounded by each topic's max.message.bytes and socket.request.max.bytes"),
+        (("group.coordinator.rebalance.protocols",), "both group protocols are always on"),
+        (("delete.topic.enable",), "topics can always be deleted"),
+        (("ssl.protocol",), "ssl.enabled.protocols decides"),
+        (("ssl.endpoint.identification.algorithm",), "a setting of the broker's own clients"),
+        (("sasl.jaas.config",), "users live in walgate's user store"),
+    )
+    for name in names
+}
+"""Kafka settings a ``server.properties`` may carry that walgate accepts and does not use (name -> why)."""
+
+_SASL_MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512", "oauthbearer", "gssapi")
+_LISTENER_PREFIX = "listener.name."
+# Kafka settings that take a ``listener.name.<listener>.`` prefix, as Config fields
+_PER_LISTENER = ("ssl_", "sasl_", "connections_max_reauth_ms")
+_LIST_SEPARATOR = {"super_users": ";"}  # Kafka's LIST settings use ",", super.users ";"
 
 
 class ConfigError(ValueError):
@@ -75,20 +151,43 @@ class Config:
     auto_create_topic_partitions: int = 0
     # origins (scheme://host[:port], comma-separated) whose browser pages may call the HTTP API; others get 403
     http_allowed_origins: str = ""
-    # OAUTHBEARER token validation, Kafka's sasl.oauthbearer.* (walgate/security/oauthbearer.py, gateway/jwks.py)
-    sasl_oauthbearer_jwks_endpoint_url: str = ""  # file:///path of a JWKS document ("": no OAUTHBEARER)
-    sasl_oauthbearer_expected_issuer: str = ""  # "": any issuer
-    sasl_oauthbearer_expected_audience: str = ""  # comma-separated; "": tokens with an aud are refused
-    sasl_oauthbearer_scope_claim_name: str = "scope"
-    sasl_oauthbearer_sub_claim_name: str = "sub"
-    sasl_oauthbearer_clock_skew_seconds: int = 30
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one JSON object per line (walgate.gateway.logs)
-    # Authorization (Kafka's authorizer.class.name, super.users, allow.everyone.if.no.acl.found): ACLs are
-    # enforced when the class is one of Kafka's (AUTHORIZER_CLASSES); "" = no authorizer
-    authorizer_class_name: str = ""
-    super_users: str = ""  # principals separated by ";", e.g. "User:admin;User:root"
+    # Kafka listeners (module doc, docs/security.md); None: one PLAINTEXT listener on host:kafka_port
+    listeners: str | None = None
+    advertised_listeners: str | None = None
+    listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
+    inter_broker_listener_name: str | None = None  # checked to name a listener; walgate has no other brokers
+    controller_listener_names: tuple[str, ...] = ()  # KRaft's controller listeners: in `listeners`, not opened
+    # TLS with PEM files (Kafka's names; walgate.gateway.tls): SSL and SASL_SSL listeners, and HTTP if enabled
+    ssl_keystore_type: str = "PEM"  # the only type walgate reads (Kafka's default is JKS)
+    ssl_keystore_location: Path | None = None  # private key and certificate chain in one PEM file
+    ssl_key_password: str | None = field(default=None, repr=False)  # of an encrypted private key
+    ssl_keystore_certificate_chain: str | None = None  # inline PEM instead of a file (with ssl_keystore_key)
+    ssl_keystore_key: str | None = field(default=None, repr=False)
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: Path | None = None  # CA certificates clients' certificates must chain to
+    ssl_truststore_certificates: str | None = None  # inline PEM instead of a file
+    ssl_client_auth: str = "none"  # none | requested | required (Kafka's)
+    ssl_enabled_protocols: tuple[str, ...] = TLS_PROTOCOLS
+    ssl_principal_mapping_rules: str = "DEFAULT"  # client certificate DN -> principal name (Kafka's syntax)
+    http_ssl_enabled: bool = False  # the HTTP API speaks HTTPS with the ssl_* settings above
+    allow_insecure: bool = False  # protected mode off: unauthenticated listeners on non-loopback addresses
+    # Authentication and authorization (issue 16; carried here with Kafka's names for the modules that use them)
+    sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    connections_max_reauth_ms: int = 0  # KIP-368: 0 = sessions never expire
+    authorizer_class_name: str = ""  # any of Kafka's authorizer class names turns ACLs on
+    super_users: tuple[str, ...] = ()  # "User:name" principals allowed everything (";"-separated in Kafka)
     allow_everyone_if_no_acl_found: bool = False
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None  # file:///path of the JWKS (None: no OAUTHBEARER)
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_expected_audience: tuple[str, ...] = ()
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    # listener.name.<listener>.<setting>: {LISTENER: {field: raw value}}, applied by for_listener(); not in repr
+    # (a listener's ssl.key.password is one of them)
+    listener_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -150,26 +249,148 @@ class Config:
                               f"got {self.authorizer_class_name!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+        self._check_security()
+        self._check_listeners()
+
+    def _check_security(self) -> None:
+        """The TLS and authentication values are valid (raises :class:`ConfigError`); a listener's view
+        (:meth:`for_listener`) is checked with this too."""
+        object.__setattr__(self, "ssl_client_auth", self.ssl_client_auth.lower())
+        for name in ("ssl_keystore_type", "ssl_truststore_type"):
+            object.__setattr__(self, name, getattr(self, name).upper())
+            if getattr(self, name) != "PEM":
+                raise ConfigError(f"{name} must be PEM (walgate reads PEM files only), got {getattr(self, name)!r}")
+        if self.ssl_client_auth not in SSL_CLIENT_AUTH:
+            raise ConfigError(f"ssl_client_auth must be one of {', '.join(SSL_CLIENT_AUTH)}, got {self.ssl_client_auth!r}")
+        if not self.ssl_enabled_protocols:
+            raise ConfigError("ssl_enabled_protocols must name at least one of " + ", ".join(TLS_PROTOCOLS))
+        for protocol in self.ssl_enabled_protocols:
+            if protocol not in TLS_PROTOCOLS:
+                raise ConfigError(f"ssl_enabled_protocols: {protocol!r} is not supported (walgate speaks "
+                                  f"{' and '.join(TLS_PROTOCOLS)}, nothing older)")
+        if self.ssl_keystore_location is not None and (self.ssl_keystore_certificate_chain or self.ssl_keystore_key):
+            raise ConfigError("give either ssl_keystore_location or ssl_keystore_certificate_chain + ssl_keystore_key")
+        if bool(self.ssl_keystore_certificate_chain) != bool(self.ssl_keystore_key):
+            raise ConfigError("ssl_keystore_certificate_chain and ssl_keystore_key go together")
+        if self.ssl_truststore_location is not None and self.ssl_truststore_certificates:
+            raise ConfigError("give either ssl_truststore_location or ssl_truststore_certificates")
+        try:
+            PrincipalMapper(self.ssl_principal_mapping_rules)
+        except MappingRuleError as e:
+            raise ConfigError(str(e)) from None
+        for principal in self.super_users:
+            if ":" not in principal:
+                raise ConfigError(f"super_users: {principal!r} is not a principal (User:name)")
+        if self.connections_max_reauth_ms < 0:
+            raise ConfigError(f"connections_max_reauth_ms must be >= 0, got {self.connections_max_reauth_ms}")
+
+    def _check_listeners(self) -> None:
+        """The listener settings are consistent and every TLS listener has a certificate (its own or the global
+        one) (raises :class:`ConfigError`)."""
+        listeners = self.kafka_listeners()
+        names = {listener.name for listener in listeners}
+        for name in self.listener_overrides:
+            if name not in names:
+                raise ConfigError(f"listener.name.{name.lower()}.* names no listener (listeners: {', '.join(names)})")
+            self.for_listener(name)  # its values are valid too
+        if self.inter_broker_listener_name is not None and self.inter_broker_listener_name.upper() not in names:
+            raise ConfigError(f"inter.broker.listener.name {self.inter_broker_listener_name} is not in listeners")
+        try:
+            self.advertised_addresses()
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
+        for listener in listeners:
+            tls = self.for_listener(listener.name)
+            if listener.info.tls and not (tls.ssl_keystore_location or tls.ssl_keystore_certificate_chain):
+                raise ConfigError(f"listener {listener.name} ({listener.info.security_protocol}) needs a certificate: "
+                                  "set ssl.keystore.location (PEM: private key and certificate chain)")
+        if self.http_ssl_enabled and not (self.ssl_keystore_location or self.ssl_keystore_certificate_chain):
+            raise ConfigError("http_ssl_enabled needs a certificate: set ssl.keystore.location")
+
+    def kafka_listeners(self) -> list[Listener]:
+        """The Kafka listeners to open: ``listeners`` (without KRaft controller listeners), or one PLAINTEXT
+        listener on ``host:kafka_port``."""
+        if self.listeners is None:
+            return [Listener(PLAINTEXT, self.host, self.kafka_port)]
+        try:
+            return parse_listeners(self.listeners, self.listener_security_protocol_map,
+                                   skip=frozenset(name.upper() for name in self.controller_listener_names))
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
+
+    def advertised_addresses(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the (host, port) Kafka clients connected through it are told; a listener missing here
+        advertises its bound address (port 0: the bound port)."""
+        if self.listeners is None:
+            assert self.advertised_host is not None and self.advertised_port is not None  # filled in above
+            return {"PLAINTEXT": (self.advertised_host, self.advertised_port)}
+        if self.advertised_listeners is None:
+            return {}
+        return parse_advertised(self.advertised_listeners, self.kafka_listeners())
+
+    def for_listener(self, name: str) -> Config:
+        """This config with listener ``name``'s ``listener.name.<name>.*`` overrides applied (ssl_*, sasl_*,
+        connections_max_reauth_ms), as Kafka resolves a listener's settings; computed once per listener, so it
+        is cheap to call per request (e.g. with ``broker.LISTENER.get().name``)."""
+        overrides = self.listener_overrides.get(name.upper())
+        if not overrides:
+            return self
+        cache: dict[str, Config] = self.__dict__.setdefault("_per_listener", {})
+        if name.upper() not in cache:
+            prefix = f"listener.name.{name.lower()}."
+            view = copy.copy(self)  # not replace(): the listener checks are the whole config's, done once
+            view.__dict__.pop("_per_listener")
+            for key, raw in overrides.items():
+                object.__setattr__(view, key, _coerce(key, raw, prefix + key.replace("_", ".")))
+            object.__setattr__(view, "listener_overrides", {})
+            view._check_security()
+            cache[name.upper()] = view
+        return cache[name.upper()]
+
+    def client_auth(self, listener: Listener) -> str:
+        """``ssl.client.auth`` in force on ``listener``: its own; but on a SASL_SSL listener only when set with the
+        listener's prefix, else ``none`` (Kafka's rule, KIP-684: SASL authenticates those clients)."""
+        if listener.info.sasl and "ssl_client_auth" not in self.listener_overrides.get(listener.name, {}):
+            return "none"
+        return self.for_listener(listener.name).ssl_client_auth
+
+    def insecure_listeners(self) -> list[str]:
+        """Listeners (``NAME://host:port``) that bind a non-loopback address and do not authenticate their clients:
+        PLAINTEXT, or SSL without ``ssl.client.auth=required`` (protected mode refuses them)."""
+        insecure = []
+        for listener in self.kafka_listeners():
+            info = listener.info
+            authenticated = info.sasl or (info.tls and self.client_auth(listener) == "required")
+            if not authenticated and not is_loopback(listener.host):
+                insecure.append(f"{info.name}://{listener.host}:{listener.port}")
+        return insecure
 
 
-def _field_types() -> dict[str, type]:
-    """Field name -> the type a raw value is converted to (``X | None`` -> ``X``)."""
-    types = {}
+def _field_types() -> tuple[dict[str, Any], set[str]]:
+    """(field name -> the type a raw value is converted to (``X | None`` -> ``X``), the optional fields)."""
+    types, optional = {}, set()
     for name, hint in typing.get_type_hints(Config).items():
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        types[name] = args[0] if args else hint
-    return types
+        types[name] = args[0] if args and typing.get_origin(hint) is not tuple else hint
+        if type(None) in typing.get_args(hint):
+            optional.add(name)
+    return types, optional
 
 
-_FIELD_TYPES = _field_types()
+_FIELD_TYPES, _OPTIONAL = _field_types()
+_SETTABLE = {name for name in _FIELD_TYPES if name != "listener_overrides"}
+_BOOLS = {"true": True, "false": False}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
-    kind = _FIELD_TYPES[name]
-    if kind is bool:
-        if isinstance(value, bool) or value in ("true", "false"):
-            return value in (True, "true")
-        raise ConfigError(f"{source}: {name} must be true or false, got {value!r}")
+    """``value`` (a TOML value or a string from a properties file, the environment or the command line) as field
+    ``name``'s type; an empty string is None for optional fields."""
+    if isinstance(value, str) and not value.strip() and name in _OPTIONAL:
+        return None
+    return _convert(_FIELD_TYPES[name], name, value, source)
+
+
+def _convert(kind: Any, name: str, value: Any, source: str) -> Any:
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
@@ -177,50 +398,179 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return int(value)
         except ValueError:
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}") from None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOLS:
+            return _BOOLS[value.strip().lower()]
+        raise ConfigError(f"{source}: {name} must be true or false, got {value!r}")
+    if typing.get_origin(kind) is tuple:
+        if isinstance(value, str):
+            value = value.split(_LIST_SEPARATOR.get(name, ","))
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+        return tuple(v.strip() for v in value if v.strip())
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
     return kind(value)
 
 
-def _from_file(path: Path) -> dict[str, Any]:
+def _from_toml(path: Path, text: str) -> dict[str, Any]:
     try:
-        with path.open("rb") as f:
-            table = tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: {e}") from None
     unknown = sorted(set(table) - set(_FIELD_TYPES))
     if unknown:
         raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}")
-    return {k: _coerce(k, v, str(path)) for k, v in table.items()}
+    values = {k: _coerce(k, v, str(path)) for k, v in table.items() if k != "listener_overrides"}
+    if "listener_overrides" in table:
+        values["listener_overrides"] = _toml_overrides(path, table["listener_overrides"])
+    return values
+
+
+def _toml_overrides(path: Path, table: Any) -> dict[str, dict[str, str]]:
+    """``[listener_overrides.NAME]`` tables of ``field = value`` (per-listener fields only)."""
+    result: dict[str, dict[str, str]] = {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: listener_overrides must be a table of tables")
+    for listener, settings in table.items():
+        if not isinstance(settings, dict):
+            raise ConfigError(f"config file {path}: listener_overrides.{listener} must be a table")
+        for key, value in settings.items():
+            if key not in _SETTABLE or not key.startswith(_PER_LISTENER):
+                raise ConfigError(f"config file {path}: {key} cannot be set per listener")
+            if isinstance(value, list):
+                value = ",".join(map(str, value))
+            result.setdefault(listener.upper(), {})[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return result
+
+
+def _from_properties(settings: Mapping[str, str], source: str, ignored: list[str]) -> dict[str, Any]:
+    """Kafka-named settings (a ``server.properties`` or ``--override``s) -> field values; unknown names are an
+    error, the ignored ones get a line in ``ignored`` (never their values: a JAAS config holds passwords)."""
+    values: dict[str, Any] = {}
+    overrides: dict[str, dict[str, str]] = {}
+    auto_create: bool | None = None
+    partitions = 1
+    for name, value in settings.items():
+        key, raw = name.strip(), value.strip()  # Kafka trims values too (ConfigDef)
+        if key == "auto.create.topics.enable":
+            auto_create = _convert(bool, key, raw, source)
+            continue
+        if key == "num.partitions":
+            partitions = _convert(int, key, raw, source)
+            continue
+        if key in ("ssl.keystore.password", "ssl.truststore.password"):
+            if raw:
+                raise ConfigError(f"{source}: {key} is not used with PEM files (Kafka refuses it too); "
+                                  "an encrypted private key takes ssl.key.password")
+            continue
+        if key == "ssl.cipher.suites":
+            if raw:
+                raise ConfigError(f"{source}: ssl.cipher.suites is not supported: walgate uses OpenSSL's default "
+                                  "suites for the enabled protocols")
+            continue
+        if key.startswith(_LISTENER_PREFIX):
+            listener, _, setting = key[len(_LISTENER_PREFIX):].partition(".")
+            field_name = _field_of(setting)
+            if listener and field_name is not None and field_name.startswith(_PER_LISTENER):
+                overrides.setdefault(listener.upper(), {})[field_name] = raw
+                continue
+            mechanism, _, rest = setting.partition(".")
+            if listener and mechanism in _SASL_MECHANISMS and rest.startswith("sasl."):
+                ignored.append(f"config {source}: {key} accepted and not used (users live in walgate's user store)")
+                continue
+            raise ConfigError(f"{source}: {key} is not a per-listener setting walgate knows "
+                              "(listener.name.<listener>.ssl.*, .sasl.*, .connections.max.reauth.ms)")
+        if key in KAFKA_IGNORED:
+            ignored.append(f"config {source}: {key} accepted and not used ({KAFKA_IGNORED[key]})")
+            continue
+        field_name = _field_of(key)
+        if field_name is None:
+            raise ConfigError(f"{source}: unknown setting {key!r} (docs/security.md lists the Kafka settings walgate "
+                              "reads; walgate's own are the TOML names with '.' for '_')")
+        if field_name == "queued_max_request_bytes" and raw == "-1":  # Kafka's "unbounded": the default
+            continue
+        if field_name == "data_dir" and "," in raw:
+            raise ConfigError(f"{source}: {key} names several directories; walgate keeps its data in one")
+        values[field_name] = _coerce(field_name, raw, f"{source}: {key}")
+    if auto_create is not None:
+        values["auto_create_topic_partitions"] = partitions if auto_create else 0
+    if overrides:
+        values["listener_overrides"] = overrides
+    return values
+
+
+def _field_of(kafka_name: str) -> str | None:
+    """The Config field a Kafka-style (dotted) setting name sets, or None."""
+    name = KAFKA_ALIASES.get(kafka_name, kafka_name.replace(".", "_"))
+    return name if name in _SETTABLE else None
+
+
+def _from_file(path: Path, ignored: list[str]) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8: {e}") from None
+    suffix = path.suffix.lower()
+    if suffix == ".toml" or (suffix != ".properties" and not looks_like_properties(text)):
+        return _from_toml(path, text)
+    try:
+        settings = parse_properties(text)
+    except PropertiesError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    return _from_properties(settings, str(path), ignored)
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     values = {}
-    for name in _FIELD_TYPES:
+    for name in _SETTABLE:
         var = ENV_PREFIX + name.upper()
         if var in env:
             values[name] = _coerce(name, env[var], var)
     return values
 
 
+def parse_override(text: str) -> tuple[str, str]:
+    """``name=value`` of ``--override`` -> (name, value); raises :class:`ConfigError`."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError(f"--override {text!r}: expected name=value")
+    return name.strip(), value
+
+
 def load_config(
     file: Path | None = None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    settings: Sequence[tuple[str, str]] = (),
+    ignored: list[str] | None = None,
 ) -> Config:
-    """Merge defaults, ``file``, ``env`` (default ``os.environ``) and ``overrides``
-    (CLI flags; ``None`` values are ignored) into a :class:`Config`.
+    """Merge defaults, ``file``, ``env`` (default ``os.environ``), ``settings`` (``--override`` pairs: Kafka names
+    or walgate's dotted ones) and ``overrides`` (CLI flags; ``None`` values are ignored) into a :class:`Config`.
+    The Kafka settings accepted and not used are described in ``ignored`` (one line each, for the log).
 
-    Raises :class:`ConfigError` for an unreadable file, an unknown key, a bad
-    value, or when no source sets ``data_dir``.
+    Raises :class:`ConfigError` for an unreadable file, an unknown key, a bad value, or when no source sets
+    ``data_dir``.
     """
     values: dict[str, Any] = {}
+    ignored = [] if ignored is None else ignored
     if file is not None:
-        values.update(_from_file(file))
+        values.update(_from_file(file, ignored))
     values.update(_from_env(os.environ if env is None else env))
+    if settings:
+        from_cli = _from_properties(dict(settings), "--override", ignored)
+        if "listener_overrides" in from_cli:
+            merged = {k: dict(v) for k, v in values.get("listener_overrides", {}).items()}
+            for listener, more in from_cli.pop("listener_overrides").items():
+                merged.setdefault(listener, {}).update(more)
+            values["listener_overrides"] = merged
+        values.update(from_cli)
     values.update({k: _coerce(k, v, "command line") for k, v in (overrides or {}).items() if v is not None})
     if "data_dir" not in values:
-        raise ConfigError(f"data_dir is required (--data-dir, {ENV_PREFIX}DATA_DIR or data_dir in the config file)")
+        raise ConfigError(f"data_dir is required (--data-dir, {ENV_PREFIX}DATA_DIR, data_dir in a TOML file or "
+                          "log.dirs in a properties file)")
     return Config(**values)

@@ -38,9 +38,9 @@ def jwks_path(url: str) -> Path:
 
 
 def token_settings(config: Config) -> TokenSettings:
-    """:class:`TokenSettings` from the configuration (empty issuer: any; audience comma-separated)."""
-    audience = tuple(a.strip() for a in config.sasl_oauthbearer_expected_audience.split(",") if a.strip())
-    return TokenSettings(expected_issuer=config.sasl_oauthbearer_expected_issuer or None, expected_audience=audience,
+    """:class:`TokenSettings` from the configuration (no issuer: any)."""
+    return TokenSettings(expected_issuer=config.sasl_oauthbearer_expected_issuer or None,
+                         expected_audience=config.sasl_oauthbearer_expected_audience,
                          scope_claim_name=config.sasl_oauthbearer_scope_claim_name,
                          sub_claim_name=config.sasl_oauthbearer_sub_claim_name,
                          clock_skew_seconds=config.sasl_oauthbearer_clock_skew_seconds)

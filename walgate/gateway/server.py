@@ -1,11 +1,12 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
 Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
-wake-ups the broker uses and the group members the group service fills), start the HTTP and Kafka
-listeners, start the WAL sync task, then log exactly one
-``walgate ready http=HOST:PORT kafka=HOST:PORT`` line (ports as actually bound,
-so port 0 works; Kafka clients are told the advertised address, which defaults
-to the bound one). Shutdown (SIGTERM / SIGINT, or leaving
+wake-ups the broker uses and the group members the group service fills), start the HTTP API (HTTPS with
+``http_ssl_enabled``) and every Kafka listener (TLS contexts from :mod:`.tls` for SSL and SASL_SSL listeners),
+start the WAL sync task, then log exactly one
+``walgate ready http=HOST:PORT kafka=HOST:PORT listeners=NAME://HOST:PORT,...`` line (``kafka=`` is the first
+listener; ports as actually bound, so port 0 works; Kafka clients are told the advertised address of the
+listener they connected through, which defaults to its bound one). Shutdown (SIGTERM / SIGINT, or leaving
 ``async with Gateway(...)``) runs in reverse: stop the sync task, stop the
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
@@ -26,6 +27,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import ssl
 import time
 from types import TracebackType
 
@@ -44,8 +47,10 @@ from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
+from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.storage_thread import StorageThread
-from walgate.security.authorizer import Authorizer, parse_super_users
+from walgate.gateway.tls import server_context
+from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
 from walgate.storage.wal import PendingSync
 
@@ -71,7 +76,8 @@ class Gateway:
         self._sync_task: asyncio.Task[None] | None = None
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
-        self.kafka_address: tuple[str, int] = ("", 0)
+        self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
+        self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
     @property
     def http_address(self) -> tuple[str, int]:
@@ -85,6 +91,7 @@ class Gateway:
         """Open the engine and start serving; on failure, undo what was started and raise."""
         cfg = self.config
         log.debug("starting with %r", cfg)
+        tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
         try:
             self._engine = await self._storage.call(
@@ -93,7 +100,7 @@ class Gateway:
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             groups = self._group_service(self._engine, members)
-            self._authorizer = (Authorizer(self._engine.catalog.acls, parse_super_users(cfg.super_users),
+            self._authorizer = (Authorizer(self._engine.catalog.acls, frozenset(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
@@ -102,14 +109,15 @@ class Gateway:
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
-            await web.TCPSite(self._http, cfg.host, cfg.http_port).start()
-            self._kafka = await self._start_kafka(self._engine, groups, wakeups)
+            await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
         except BaseException:
             await self.stop()
             raise
         host, port = self.http_address
-        log.info("walgate ready http=%s:%d kafka=%s:%d", host, port, *self.kafka_address)
+        listeners = ",".join(f"{name}://{h}:{p}" for name, (h, p) in self.kafka_addresses.items())
+        log.info("walgate ready http=%s:%d kafka=%s:%d listeners=%s", host, port, *self.kafka_address, listeners)
 
     def _group_service(self, engine: Engine, members: GroupMembers) -> GroupService:
         """The node's consumer-group coordinator (Kafka's group APIs and the web console share it)."""
@@ -129,15 +137,30 @@ class Gateway:
             now_ms=now_ms(),
         ), members)
 
-    async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups) -> KafkaServer:
-        """Start the Kafka listener; advertise the configured address (the bound port when 0)."""
+    def _tls_contexts(self) -> dict[str | None, ssl.SSLContext]:
+        """The TLS context of each SSL/SASL_SSL listener (by name) and of the HTTP API (None), from the
+        configuration; raises :class:`ConfigError` naming the one whose files cannot be loaded."""
+        cfg = self.config
+        contexts: dict[str | None, ssl.SSLContext] = {}
+        if cfg.http_ssl_enabled:
+            contexts[None] = server_context(cfg, "http")
+        for listener in cfg.kafka_listeners():
+            if listener.info.tls:
+                contexts[listener.name] = server_context(cfg.for_listener(listener.name), f"listener {listener.name}",
+                                                         cfg.client_auth(listener))
+        return contexts
+
+    async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups,
+                           tls: dict[str | None, ssl.SSLContext]) -> KafkaServer:
+        """Start the Kafka listeners (TLS ones with their context in ``tls``); each advertises its configured address
+        (the bound port when 0)."""
         cfg = self.config
         broker = Broker(
             engine=engine,
             storage=self._storage,
             node_id=cfg.node_id,
-            host=cfg.advertised_host or cfg.host,
-            port=cfg.advertised_port or 0,  # 0: the bound port, known after start
+            host="",  # the first listener's advertised address, set once it is bound
+            port=0,
             cluster_id=Broker.load_cluster_id(cfg.data_dir),
             cache=BatchCache(cfg.batch_cache_bytes),
             versions=advertised(),
@@ -161,6 +184,10 @@ class Gateway:
             "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
             "group.consumer.session.timeout.ms": str(cfg.group_consumer_session_timeout_ms),
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
+            "listener.security.protocol.map": cfg.listener_security_protocol_map,
+            "ssl.client.auth": cfg.ssl_client_auth,
+            "ssl.enabled.protocols": ",".join(cfg.ssl_enabled_protocols),
+            "ssl.principal.mapping.rules": cfg.ssl_principal_mapping_rules,
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.authorizer = self._authorizer
@@ -176,9 +203,20 @@ class Gateway:
             request_read_timeout_ms=cfg.request_read_timeout_ms,
             listen_backlog=cfg.listen_backlog,
         )
-        self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
-        if not broker.port:
-            broker.port = self.kafka_address[1]
+        self._kafka = server  # stopped by stop() if a later listener fails to start
+        addresses = cfg.advertised_addresses()
+        for listener in cfg.kafka_listeners():
+            rules = cfg.for_listener(listener.name).ssl_principal_mapping_rules
+            mapper = PrincipalMapper(rules) if listener.info.tls else None
+            bound = await server.start(listener.host, listener.port, listener.info, tls.get(listener.name), mapper)
+            self.kafka_addresses[listener.name] = bound
+            host, port = addresses.get(listener.name, (listener.host or socket.getfqdn(), 0))
+            broker.advertised[listener.name] = (host, port or bound[1])
+        self.kafka_address = next(iter(self.kafka_addresses.values()))
+        broker.host, broker.port = next(iter(broker.advertised.values()))
+        broker.configs["listeners"] = ",".join(f"{name}://{h}:{p}" for name, (h, p) in self.kafka_addresses.items())
+        broker.configs["advertised.listeners"] = ",".join(
+            f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items())
         return server
 
     def _listeners(self) -> dict[str, bool]:

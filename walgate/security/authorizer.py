@@ -33,7 +33,7 @@ from walgate.security.acl import (
     grants,
 )
 
-__all__ = ["AUTHORIZER_CLASSES", "AclSource", "Authorizer", "parse_super_users"]
+__all__ = ["AUTHORIZER_CLASSES", "AclSource", "Authorizer"]
 
 AUTHORIZER_CLASSES = frozenset((
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -47,11 +47,6 @@ _CACHE_ENTRIES = 8192
 class AclSource(Protocol):
     @property
     def current(self) -> AclSet: ...
-
-
-def parse_super_users(value: str) -> frozenset[str]:
-    """Kafka's ``super.users``: principals separated by ``;`` (blanks around them ignored)."""
-    return frozenset(p.strip() for p in value.split(";") if p.strip())
 
 
 class Authorizer:

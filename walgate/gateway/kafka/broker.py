@@ -32,12 +32,13 @@ from typing import Concatenate, ParamSpec, TypeVar
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.wakeups import FetchWakeups
+from walgate.gateway.listeners import PLAINTEXT, ListenerInfo
 from walgate.gateway.quotas import ClientQuotas
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
 
-__all__ = ["ANONYMOUS", "Broker", "BatchCache", "PEER", "PRINCIPAL"]
+__all__ = ["ANONYMOUS", "Broker", "BatchCache", "LISTENER", "PEER", "PRINCIPAL"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -50,6 +51,9 @@ ANONYMOUS = "User:ANONYMOUS"
 PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_principal", default=ANONYMOUS)
 """The principal (``User:name``, Kafka's form) of the connection the current request came on (set per connection
 task once it authenticates)."""
+LISTENER: contextvars.ContextVar[ListenerInfo] = contextvars.ContextVar(
+    "walgate_kafka_listener", default=PLAINTEXT)  # noqa: B039 - frozen
+"""The listener (name, security protocol) the current request's connection came through (set per connection task)."""
 
 
 class BatchCache:
@@ -102,9 +106,16 @@ class Broker:
     auto_create_partitions: int = 0  # Metadata creates unknown topics with this many partitions (0: never)
     authorizer: Authorizer | None = None  # ACLs enforced (authorizer.class.name set); None: everything allowed
     quotas: ClientQuotas = field(default_factory=ClientQuotas)  # client quotas in force (gateway/quotas.py)
+    # listener name -> the (host, port) told to clients connected through it; others are told (host, port)
+    advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def address(self) -> tuple[str, int]:
+        """The (host, port) this node is named by to the client of the current request: the advertised address
+        of the listener it connected through (:data:`LISTENER`)."""
+        return self.advertised.get(LISTENER.get().name, (self.host, self.port))
 
     async def call(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""

@@ -4,6 +4,11 @@ A Kafka-native topic's stored batches reach the socket straight from the page ca
 serves its log): they are never read into walgate's memory. Invariant: bytes reach the socket in frame order,
 because a region is sent only once the transport's buffer is empty (its water marks are 0, so ``drain`` returns
 only then) and nothing goes through the transport until the region is sent whole.
+
+Under TLS the socket carries ciphertext, so ``sendfile`` (which would put the file's plaintext on the wire) is never
+used: a region is read with ``pread`` in pieces of ``_TLS_PIECE`` bytes and each written through the (TLS)
+transport, which keeps its default water marks (``drain`` returns below the high mark), so at most a piece and
+the transport's high-water mark of a response are in memory at a time (``bench/`` measures what this costs).
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from walgate.wire.protocol import Chunk
 
 log = logging.getLogger("walgate.kafka")
 
+_TLS_PIECE = 256 << 10
+
 
 class FrameWriter:
     """Sends response frames on one connection; :meth:`close` when the connection ends."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
-        writer.transport.set_write_buffer_limits(high=0, low=0)
+        self._tls = writer.get_extra_info("ssl_object") is not None  # no sendfile: see the module docstring
+        if not self._tls:
+            # (uvloop's TLS transport does not wake a drain() at a zero low-water mark until the peer sends
+            # something: TLS connections keep the default marks, which need no sendfile ordering)
+            writer.transport.set_write_buffer_limits(high=0, low=0)
         self._writer = writer
         # a duplicate of the socket's descriptor, made at the first region: sendfile writes to it and the loop
         # watches it for writability (it refuses the transport's own), and it cannot be closed and reused
@@ -43,7 +54,7 @@ class FrameWriter:
                 self._writer.writelines(buffers)
                 buffers = []
             await self._writer.drain()
-            await self._sendfile(chunk)
+            await (self._copy(chunk) if self._tls else self._sendfile(chunk))
         if buffers:
             self._writer.writelines(buffers)
         await self._writer.drain()
@@ -66,6 +77,19 @@ class FrameWriter:
                 raise ConnectionAbortedError("WAL segment shorter than its index")
             offset += sent
             left -= sent
+
+    async def _copy(self, region: FileRegion) -> None:
+        """Send ``region`` through the transport (TLS): read and write one piece at a time."""
+        offset, left = region.offset, region.length
+        while left:
+            piece = os.pread(region.file.fd, min(left, _TLS_PIECE), offset)
+            if not piece:
+                log.error("kafka: WAL segment ended %d bytes early at byte %d; closing the connection", left, offset)
+                raise ConnectionAbortedError("WAL segment shorter than its index")
+            self._writer.write(piece)
+            await self._writer.drain()
+            offset += len(piece)
+            left -= len(piece)
 
     @staticmethod
     async def _writable(fd: int) -> None:

@@ -48,24 +48,36 @@ DEBUG on ``kafka.request.logger`` (Kafka's name) with its api, version,
 correlation id, client id, peer, sizes and times. Each connection logs one INFO
 line on ``walgate.kafka.connection`` when its first request names the client
 (peer, client id, principal) and one when it closes (the same, the reason and
-the number of requests). There is no authentication yet: the principal is
-always ``User:ANONYMOUS``.
+the number of requests).
+
+Listeners: :meth:`KafkaServer.start` is called once per configured listener (Kafka's ``listeners``), each a
+socket of its own, with a TLS context for SSL and SASL_SSL listeners (the handshake completes before the
+connection task starts and must end within ``request_read_timeout_ms``; a failed handshake never reaches it).
+Every connection task sets :data:`LISTENER` (name and security protocol) and, on an SSL listener,
+:data:`PRINCIPAL` to the client certificate's principal (:func:`walgate.gateway.tls.peer_principal`;
+``User:ANONYMOUS`` without one; SASL_SSL principals come from SASL); a certificate no
+``ssl.principal.mapping.rules`` rule maps closes the connection, as Kafka fails its authentication.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
+import ssl
 import time
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
-from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
+from walgate.gateway.kafka.broker import LISTENER, PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.listeners import PLAINTEXT, ListenerInfo
 from walgate.gateway.metrics import Metrics, api_name
+from walgate.gateway.principal_mapping import NoMatchingRule, PrincipalMapper
 from walgate.gateway.quotas import REQUEST as REQUEST_RATE
+from walgate.gateway.tls import peer_principal
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
 from walgate.wire.protocol import (
@@ -155,7 +167,7 @@ class KafkaServer:
         self.listen_backlog = listen_backlog
         self.metrics = metrics
         self.budget = RequestBudget(max(queued_max_request_bytes, max_request_bytes))
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._active: dict[asyncio.StreamWriter, float] = {}  # open connection -> loop time of its last request/answer
         self._reading: dict[asyncio.StreamWriter, float] = {}  # connection -> loop time its incomplete request began
@@ -164,16 +176,29 @@ class KafkaServer:
 
     @property
     def serving(self) -> bool:
-        """Whether the listener accepts connections."""
-        return self._server is not None and self._server.is_serving()
+        """Whether every listener accepts connections."""
+        return bool(self._servers) and all(server.is_serving() for server in self._servers)
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen; returns the bound (host, port)."""
-        self._server = await asyncio.start_server(
-            self._connection, host, port, limit=_READ_CHUNK, backlog=self.listen_backlog
+    async def start(
+        self,
+        host: str,
+        port: int,
+        listener: ListenerInfo = PLAINTEXT,
+        tls: ssl.SSLContext | None = None,
+        mapper: PrincipalMapper | None = None,
+    ) -> tuple[str, int]:
+        """Open one listener (TLS with ``tls``; ``mapper`` maps its client certificates to principals); returns
+        the bound (host, port). Call once per listener."""
+        server = await asyncio.start_server(
+            functools.partial(self._connection, listener=listener, mapper=mapper), host or None, port,
+            limit=_READ_CHUNK, backlog=self.listen_backlog, ssl=tls,
+            ssl_handshake_timeout=self.read_timeout if tls is not None else None,
         )
-        self._sweeper = asyncio.create_task(self._sweep())
-        return self._server.sockets[0].getsockname()[:2]
+        self._servers.append(server)
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep())
+        bound: tuple[str, int] = server.sockets[0].getsockname()[:2]
+        return bound
 
     async def _sweep(self) -> None:
         """Close idle connections and those whose request arrives too slowly."""
@@ -200,20 +225,31 @@ class KafkaServer:
         self.broker.groups.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                          listener: ListenerInfo, mapper: PrincipalMapper | None) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         PEER.set(str(peer[0]) if peer else "")
+        LISTENER.set(listener)
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if mapper is not None and listener.security_protocol == "SSL":
+            try:
+                PRINCIPAL.set(peer_principal(writer.get_extra_info("ssl_object"), mapper))
+            except (NoMatchingRule, ValueError) as exc:  # ValueError: a certificate cryptography cannot read
+                log.warning("kafka %s: %s; closing the connection", address, exc)
+                self._connections.discard(task)
+                writer.close()
+                return
         frames = FrameReader(self.max_request_bytes)
         out = FrameWriter(writer)
         loop = asyncio.get_running_loop()

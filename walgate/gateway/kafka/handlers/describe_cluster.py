@@ -23,6 +23,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     ops = NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):
         ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME) if cluster_allowed(broker, Operation.DESCRIBE) else 0
+    host, port = broker.address()
     return {
         "throttle_time": 0,
         "error_code": error,
@@ -30,6 +31,6 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         "endpoint_type": _BROKERS,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_authorized_operations": ops,
     }

@@ -28,7 +28,8 @@ def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
     if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, key):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.group_authorization_failed,
                 "error_message": "Not authorized to access group"}
-    return {"key": key, "node_id": broker.node_id, "host": broker.host, "port": broker.port,
+    host, port = broker.address()
+    return {"key": key, "node_id": broker.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}
 
 

@@ -134,9 +134,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker,
                                                                                             Operation.DESCRIBE):
         cluster_ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME)
+    host, port = broker.address()
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}],
+        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
