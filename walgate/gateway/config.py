@@ -72,6 +72,14 @@ class Config:
     auto_create_topic_partitions: int = 0
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one JSON object per line (walgate.gateway.logs)
+    # Authentication (docs/security-authentication.md). kafka_security_protocol: PLAINTEXT or SASL_PLAINTEXT for
+    # the one Kafka listener (the listeners setting replaces it); http_auth: basic | none (None: basic when the
+    # Kafka listener uses SASL)
+    kafka_security_protocol: str = "PLAINTEXT"
+    sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    connections_max_reauth_ms: int = 0  # KIP-368: 0 = sessions never expire
+    super_users: tuple[str, ...] = ()  # "User:name" principals allowed everything (";"-separated in Kafka)
+    http_auth: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -115,16 +123,25 @@ class Config:
             )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        if self.kafka_security_protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+            raise ConfigError(f"kafka_security_protocol must be PLAINTEXT or SASL_PLAINTEXT, got "
+                              f"{self.kafka_security_protocol!r}")
+        if self.http_auth is None:
+            object.__setattr__(self, "http_auth", "basic" if self.kafka_security_protocol.startswith("SASL_") else "none")
+        if self.http_auth not in ("basic", "none"):
+            raise ConfigError(f"http_auth must be basic or none, got {self.http_auth!r}")
+        if self.connections_max_reauth_ms < 0:
+            raise ConfigError(f"connections_max_reauth_ms must be >= 0, got {self.connections_max_reauth_ms}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
 
 
 def _field_types() -> dict[str, type]:
-    """Field name -> the type a raw value is converted to (``X | None`` -> ``X``)."""
+    """Field name -> the type a raw value is converted to (``X | None`` -> ``X``; ``tuple[str, ...]`` -> tuple)."""
     types = {}
     for name, hint in typing.get_type_hints(Config).items():
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        types[name] = args[0] if args else hint
+        types[name] = tuple if typing.get_origin(hint) is tuple else args[0] if args else hint
     return types
 
 
@@ -140,6 +157,11 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return int(value)
         except ValueError:
             raise ConfigError(f"{source}: {name} must be an integer, got {value!r}") from None
+    if kind is tuple:  # a list (TOML) or a ","-separated string (";" for super_users, as in Kafka)
+        items = value.split(";" if name == "super_users" else ",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+        return tuple(v.strip() for v in items if v.strip())
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
     return kind(value)

@@ -30,6 +30,11 @@ Routes:
 - ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
   the node's group service.
 
+Authentication (:mod:`walgate.gateway.http_auth`): when the app is made with ``basic_auth``, every route but
+``/healthz`` and ``/readyz`` needs HTTP Basic credentials of a walgate user (401 with ``WWW-Authenticate: Basic
+realm="walgate"`` otherwise, checked before the body is read); ``request[PRINCIPAL]`` is ``User:name``, or
+``User:ANONYMOUS`` without ``basic_auth``: what authorization (``/rest/sql`` and the other handlers) reads.
+
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
 :class:`LimitExceeded` with its message; the engine guarantees nothing was
@@ -60,6 +65,8 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.gateway.console import add_console
+from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
+from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.storage_thread import StorageThread
@@ -68,7 +75,7 @@ from walgate.storage.engine import Engine, Result
 from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
 from walgate.storage.wal import CorruptEntry
 
-__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
+__all__ = ["make_app", "result_body", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
 
 log = logging.getLogger(__name__)
@@ -84,16 +91,22 @@ _STORAGE = web.AppKey("storage", StorageThread)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
+_BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
+PRINCIPAL = web.RequestKey("principal", str)
+"""``request[PRINCIPAL]``: the principal of an HTTP request (``User:name``, or ``User:ANONYMOUS`` without auth)."""
 
 
 def make_app(
     engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
+    basic_auth: BasicAuth | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
     console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
-    ``/readyz`` whether each listener besides HTTP (by name) accepts connections."""
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors])
+    ``/readyz`` whether each listener besides HTTP (by name) accepts connections. With ``basic_auth``, requests
+    need a user's credentials (module docstring)."""
+    app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors, _authenticate])
+    app[_BASIC_AUTH] = basic_auth
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
@@ -214,6 +227,23 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Basic auth when configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes)."""
+    basic_auth = request.app[_BASIC_AUTH]
+    if basic_auth is None or request.path in UNAUTHENTICATED_PATHS:
+        request[PRINCIPAL] = ANONYMOUS
+        return await handler(request)
+    principal = await basic_auth.principal(request)
+    if principal is None:
+        response = _error(401, AUTH_FAILURE, "Authentication failure: a walgate user and password are required "
+                          "(HTTP Basic)")
+        response.headers["WWW-Authenticate"] = 'Basic realm="walgate", charset="UTF-8"'
+        return response
+    request[PRINCIPAL] = principal
+    return await handler(request)
 
 
 @web.middleware

@@ -1,8 +1,10 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
 Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
-wake-ups the broker uses and the group members the group service fills), start the HTTP and Kafka
-listeners, start the WAL sync task, then log exactly one
+wake-ups the broker uses and the group members the group service fills), make sure user ``root`` exists when
+authentication is on (:mod:`.root_user`), start the HTTP listener (HTTP Basic auth when ``http_auth`` is ``basic``)
+and the Kafka listener (SASL when ``kafka_security_protocol`` is ``SASL_PLAINTEXT``; both check passwords with one
+:class:`~.passwords.PasswordChecker`), start the WAL sync task, then log exactly one
 ``walgate ready http=HOST:PORT kafka=HOST:PORT`` line (ports as actually bound,
 so port 0 works; Kafka clients are told the advertised address, which defaults
 to the bound one). Shutdown (SIGTERM / SIGINT, or leaving
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from types import TracebackType
@@ -37,12 +40,16 @@ from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinato
 from walgate.gateway.config import Config
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
+from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.sasl import SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
+from walgate.gateway.passwords import PasswordChecker, password_credential
+from walgate.gateway.root_user import ROOT_PASSWORD_ENV, bootstrap_root
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.wal import PendingSync
@@ -89,15 +96,20 @@ class Gateway:
                 listener=wakeups, consumers=members, group_commit=True,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
+            engine = self._engine
+            if self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV):
+                await bootstrap_root(self._storage, engine, os.environ)
+            passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             groups = self._group_service(self._engine, members)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
-                         metrics=self.metrics, listeners=self._listeners),
+                         metrics=self.metrics, listeners=self._listeners,
+                         basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port).start()
-            self._kafka = await self._start_kafka(self._engine, groups, wakeups)
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
         except BaseException:
             await self.stop()
@@ -123,8 +135,10 @@ class Gateway:
             now_ms=now_ms(),
         ), members)
 
-    async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups) -> KafkaServer:
-        """Start the Kafka listener; advertise the configured address (the bound port when 0)."""
+    async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups,
+                           passwords: PasswordChecker) -> KafkaServer:
+        """Start the Kafka listener; advertise the configured address (the bound port when 0). A SASL listener
+        checks PLAIN passwords with ``passwords``."""
         cfg = self.config
         broker = Broker(
             engine=engine,
@@ -167,11 +181,18 @@ class Gateway:
             queued_max_request_bytes=cfg.queued_max_request_bytes,
             request_read_timeout_ms=cfg.request_read_timeout_ms,
             listen_backlog=cfg.listen_backlog,
+            sasl=SaslSettings(passwords, cfg.sasl_enabled_mechanisms, cfg.connections_max_reauth_ms)
+            if self._sasl else None,
         )
         self.kafka_address = await server.start(cfg.host, cfg.kafka_port)
         if not broker.port:
             broker.port = self.kafka_address[1]
         return server
+
+    @property
+    def _sasl(self) -> bool:
+        """Whether the Kafka listener authenticates clients with SASL."""
+        return self.config.kafka_security_protocol.startswith("SASL_")
 
     def _listeners(self) -> dict[str, bool]:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""

@@ -1,4 +1,7 @@
-"""The mnode catalog: databases, supertables and topics, persisted as a replayed log.
+"""The mnode catalog: databases, supertables, topics and users, persisted as a replayed log.
+
+Users' records (``put_user`` / ``drop_user``) are defined and applied by :mod:`walgate.storage.users`, which writes
+them through :meth:`Catalog.commit`; everything below holds for them too.
 
 Every change is one record appended to ``catalog.log`` (a checksummed JSON line, :mod:`walgate.storage.lines`)
 and fsynced before the statement returns; opening the catalog replays the file through the same
@@ -54,6 +57,7 @@ from walgate.storage.names import (
 )
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.topic_configs import validate_topic_name
+from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
 __all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "column_to_json",
            "column_from_json"]
@@ -183,6 +187,7 @@ class Catalog:
     databases: dict[str, DatabaseDef] = field(default_factory=dict)
     stables: dict[tuple[str, str], StableDef] = field(default_factory=dict)
     topics: dict[str, TopicDef] = field(default_factory=dict)
+    users: dict[str, User] = field(default_factory=dict)  # their records: walgate.storage.users
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -233,15 +238,19 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved = dict(self.databases), dict(self.stables), dict(self.topics)
+        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.users)
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
-            self.databases, self.stables, self.topics = saved
+            self.databases, self.stables, self.topics, self.users = saved
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
+
+    def commit(self, record: dict[str, Any]) -> None:
+        """:meth:`_commit` for the record kinds other modules own (users: :mod:`walgate.storage.users`)."""
+        self._commit(record)
 
     def records(self) -> list[dict[str, Any]]:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
@@ -259,6 +268,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
+        out += user_records(self.users)
         return out
 
     def rewrite(self) -> None:
@@ -322,6 +332,8 @@ class Catalog:
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
             self.databases[db] = DatabaseDef(db, options, created, db_id)
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
+        elif op in USER_OPS:
+            apply_user_record(self.users, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 

@@ -83,6 +83,7 @@ itself (a file region of stored batches, sent with sendfile)."""
 _WIRE_API_KEYS: Final = (
     0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23,
     32, 37, 42, 44, 47, 60, 68, 69, 75,
+    17, 36, 50, 51,  # SASL and SCRAM credentials (issue 16)
 )
 API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS}
 """Api key -> kio's snake_case API name, for the APIs this module has schemas for."""

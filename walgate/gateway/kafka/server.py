@@ -44,8 +44,15 @@ DEBUG on ``kafka.request.logger`` (Kafka's name) with its api, version,
 correlation id, client id, peer, sizes and times. Each connection logs one INFO
 line on ``walgate.kafka.connection`` when its first request names the client
 (peer, client id, principal) and one when it closes (the same, the reason and
-the number of requests). There is no authentication yet: the principal is
-always ``User:ANONYMOUS``.
+the number of requests).
+
+Authentication (:mod:`.sasl`): a server made with ``sasl`` settings is a SASL listener. Each connection gets an
+:class:`~.sasl.Authentication` (the ContextVar ``AUTHENTICATION``) and the request loop is its gate: a request the
+authentication state does not allow (anything but ApiVersions and SaslHandshake before authentication, anything
+but SaslHandshake/SaslAuthenticate once the session expired) closes the connection, as Kafka's
+``SaslServerAuthenticator`` does; after a v0 SaslHandshake the next frames are bare SASL tokens, answered as bare
+size-prefixed tokens; a failed authentication closes the connection after its answer. The principal of the
+connection lines is ``User:ANONYMOUS`` until the connection authenticates.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import struct
 import time
 from typing import Any
 
@@ -60,6 +68,13 @@ from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.kafka.sasl import (
+    AUTHENTICATION,
+    FAILED_AUTHENTICATION_DELAY,
+    Authentication,
+    SaslFailed,
+    SaslSettings,
+)
 from walgate.gateway.metrics import Metrics, api_name
 from walgate.wire.errors import WireError
 from walgate.wire.framing import FrameReader
@@ -142,8 +157,10 @@ class KafkaServer:
         queued_max_request_bytes: int = QUEUED_MAX_REQUEST_BYTES,
         request_read_timeout_ms: int = 30_000,
         listen_backlog: int = 4096,
+        sasl: SaslSettings | None = None,
     ) -> None:
         self.broker = broker
+        self.sasl = sasl  # a SASL listener's settings (None: clients do not authenticate)
         self.max_request_bytes = max_request_bytes
         self.max_idle = connections_max_idle_ms / 1000
         self.read_timeout = request_read_timeout_ms / 1000
@@ -218,6 +235,8 @@ class KafkaServer:
         requests = 0
         client_id: str | None = None
         reason = "closed by the client"
+        auth = Authentication(self.sasl) if self.sasl is not None else None
+        AUTHENTICATION.set(auth)
         self._active[writer] = loop.time()
         metrics.connection(opened=True)
         try:
@@ -235,7 +254,14 @@ class KafkaServer:
                         held = len(frame)
                     self._active[writer] = loop.time()
                     started = time.perf_counter()
+                    if auth is not None and auth.raw:  # a bare SASL token after a v0 SaslHandshake
+                        await self._sasl_token(auth, frame, out)
+                        budget.release(held)
+                        held = 0
+                        continue
                     header = parse_request_header(frame)
+                    if auth is not None and not auth.allows(header.api_key):
+                        raise _Close(auth.why_refused(header.api_key))
                     if not requests:
                         client_id = header.client_id
                         connection_log.info("kafka connection from %s opened: client id %r, principal %s", address,
@@ -257,6 +283,9 @@ class KafkaServer:
                     self._active[writer] = loop.time()
                     budget.release(held)
                     held = 0
+                    if auth is not None and auth.close:
+                        reason = f"SASL authentication failed: {auth.failure or 'illegal SASL state'}"
+                        return
                 buffered = frames.buffered
                 if buffered:
                     size = frames.next_size
@@ -290,6 +319,15 @@ class KafkaServer:
                                 address, reason, client_id, PRINCIPAL.get(), requests,
                                 extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get(),
                                        "reason": reason, "requests": requests})
+
+    async def _sasl_token(self, auth: Authentication, frame: bytes, out: FrameWriter) -> None:
+        """Answer one bare SASL token (v0 SaslHandshake); a failure closes the connection without an answer."""
+        try:
+            token, _ = await auth.step(self.broker, frame)
+        except SaslFailed as exc:
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+            raise _Close(f"SASL authentication failed: {exc}", logging.INFO) from None
+        await out.write([struct.pack(">i", len(token)), token])
 
     async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
         """(the decoded request, the handler's response fields, the response frame); the request and fields are

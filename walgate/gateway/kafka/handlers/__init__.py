@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.handlers import (
+    alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -30,6 +31,7 @@ from walgate.gateway.kafka.handlers import (
     describe_configs,
     describe_groups,
     describe_topic_partitions,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -45,6 +47,8 @@ from walgate.gateway.kafka.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from walgate.wire.protocol import WIRE_VERSIONS
@@ -68,6 +72,7 @@ _MODULES = (
     list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
     init_producer_id, create_topics, delete_topics, describe_configs, incremental_alter_configs, create_partitions,
     delete_records,
+    sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 
