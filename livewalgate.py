@@ -87,12 +87,14 @@ def running_walgate(
     env: dict[str, str] | None = None,
     data_dir: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    kafka_port: int | None = None,
 ) -> Iterator[WalgateServer]:
     """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags, ``preexec_fn`` runs in
-    the child before it starts (e.g. to lower a resource limit)."""
+    the child before it starts (e.g. to lower a resource limit); ``kafka_port``: the port of the Kafka listener
+    (by default a free one), for a caller that configures the listener itself."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
-    kafka_port = free_port()
+    kafka_port = kafka_port or free_port()
     command = [
         *WALGATE, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
         "--http-port", "0", "--kafka-port", str(kafka_port), *args,

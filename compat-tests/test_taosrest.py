@@ -11,10 +11,13 @@ from __future__ import annotations
 import datetime
 import statistics
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from compat_brokers import Walgate
+
+from livewalgate import running_walgate, walgate_env
 
 taosrest = pytest.importorskip("taosrest", reason="taospy is not installed: pip install -e '.[test]'")
 
@@ -174,3 +177,20 @@ def test_errors_reach_the_client_as_errors(walgate: Walgate, client: Any) -> Non
         client.sql(bad)
     with pytest.raises(AssertionError, match="column voltage must be in GROUP BY / PARTITION BY"):
         walgate.sql(bad)
+
+
+def test_with_basic_auth_a_user_and_password_are_required(tmp_path: Path) -> None:
+    """HTTP Basic auth on (``http_auth = basic``): taosrest's user and password log in, as with taosAdapter; a wrong
+    password is HTTP 401 to taosrest; users made with SQL log in too."""
+    env = {**walgate_env(), "WALGATE_HTTP_AUTH": "basic", "WALGATE_ROOT_PASSWORD": "taos-r00t"}
+    with running_walgate(tmp_path, env=env) as server:
+        root = taosrest.connect(url=server.http_url, user="root", password="taos-r00t", timezone=UTC).cursor()
+        root.execute("CREATE USER reader PASS 'read3r'")
+        root.execute("SHOW USERS")
+        assert [row[:2] for row in root.fetchall()] == [["reader", 0], ["root", 1]]
+        reader = taosrest.RestClient(server.http_url, user="reader", password="read3r")
+        assert reader.sql("SHOW DATABASES")["code"] == 0
+        for user, password in (("root", "taosdata"), ("reader", "wrong"), ("nobody", "read3r")):
+            with pytest.raises(taosrest.HTTPError, match="401"):
+                taosrest.RestClient(server.http_url, user=user, password=password).sql("SHOW DATABASES")
+        assert "taos-r00t" not in server.log() and "read3r" not in server.log()

@@ -47,8 +47,15 @@ FIRST_JOIN = 4
 """JoinGroup v4+ (KIP-394): a member's first join is answered MEMBER_ID_REQUIRED with the id to join with."""
 
 
+SASL_APIS = (17, 36)
+"""SaslHandshake / SaslAuthenticate: the module's listener has no SASL, so Kafka's KafkaApis answers
+ILLEGAL_SASL_STATE."""
+
+
 def expected(api_key: int, version: int) -> ErrorCode:
     """The one error code of the answer: every request here is valid, so it succeeds, as Kafka answers it."""
+    if api_key in SASL_APIS:
+        return ErrorCode.illegal_sasl_state
     return ErrorCode.member_id_required if (api_key, version >= FIRST_JOIN) == (11, True) else ErrorCode.none
 
 
@@ -308,6 +315,25 @@ def create_acls(conn: KafkaConnection, node: Node, version: int) -> dict[str, An
 @request(31)
 def delete_acls(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"filters": [ACL_FILTER | {"resource_name_filter": f"acl-v{version}"}]}
+@request(17)
+def sasl_handshake(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"mechanism": "PLAIN"}
+
+
+@request(36)
+def sasl_authenticate(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"auth_bytes": b"\0user\0password"}
+
+
+@request(50)
+def describe_user_scram_credentials(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"users": None}
+
+
+@request(51)
+def alter_user_scram_credentials(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"deletions": [], "upsertions": [{"name": f"user-v{version}", "mechanism": 2, "iterations": 4096,
+                                             "salt": b"salt", "salted_password": bytes(64)}]}
 
 
 def _kafka_python_classes(api_key: int, version: int) -> tuple[Any, Any]:

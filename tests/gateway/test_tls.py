@@ -21,10 +21,13 @@ import uvloop
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from livewalgate import free_port, running_walgate
+from livewalgate import free_port, running_walgate, walgate_env
 from testcerts import Certs, make_certs
 from walgate.gateway.kafka.frame_writer import FrameWriter
+from walgate.gateway.root_user import ROOT_PASSWORD_ENV
 from walgate.storage.wal import FileRegion, SegmentFile
+
+ROOT_PASSWORD = "tls-root-secret"
 
 TOPIC = "secure"
 VALUE = 40_000  # bytes per record: batches well over the 16 KiB served from the WAL file (sendfile when plain)
@@ -63,7 +66,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         "ssl.principal.mapping.rules=RULE:^CN=([^,]*),OU=Testing.*$/$1/U,DEFAULT\n"
         "num.io.threads=8\n"
     )
-    with running_walgate(work / "walgate", "--config", str(config), "--override", "http.ssl.enabled=true") as server:
+    env = {**walgate_env(), ROOT_PASSWORD_ENV: ROOT_PASSWORD}  # a SASL_SSL listener: authentication is on
+    with running_walgate(work / "walgate", "--config", str(config), "--override", "http.ssl.enabled=true",
+                         env=env) as server:
         host, port = server.http_url.removeprefix("http://").split(":")
         yield Node(certs, f"127.0.0.1:{plain}", f"localhost:{secure}", f"localhost:{mtls}", ("localhost", sasl_ssl),
                    f"https://localhost:{port}", server.log)
@@ -195,12 +200,12 @@ def test_the_http_api_speaks_https_with_the_same_certificate(node: Node) -> None
 def test_walgate_sql_over_https_trusts_ssl_cert_file(node: Node) -> None:
     import subprocess
 
-    from livewalgate import WALGATE, walgate_env
+    from livewalgate import WALGATE
 
     def sql(ca: Path) -> subprocess.CompletedProcess[str]:
+        env = {**walgate_env(), "SSL_CERT_FILE": str(ca), "WALGATE_USER": "root", "WALGATE_PASSWORD": ROOT_PASSWORD}
         return subprocess.run([*WALGATE, "sql", "--url", node.https, "--json", "SHOW DATABASES"], capture_output=True,
-                              text=True, timeout=60, env={**walgate_env(), "SSL_CERT_FILE": str(ca)},
-                              stdin=subprocess.DEVNULL)
+                              text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
 
     trusted = sql(node.certs.ca)
     assert trusted.returncode == 0 and '"code":0' in trusted.stdout, trusted.stderr

@@ -740,7 +740,7 @@ def test_syntax_error_names_token_position_expected_and_statement() -> None:
     with pytest.raises(SqlSyntaxError) as info:
         parse("CREATE DATABSE power")
     assert info.value.message == (
-        "syntax error: unexpected 'DATABSE', expected one of DATABASE, STABLE, TABLE, TOPIC "
+        "syntax error: unexpected 'DATABSE', expected one of DATABASE, STABLE, TABLE, TOPIC, USER "
         "(line 1, column 8); statement: CREATE DATABSE power"
     )
 
@@ -814,3 +814,15 @@ def test_query_clauses_keep_the_nesting_limit(clause: str) -> None:
     deep = "abs(" * 70 + "a" + ")" * 70
     with pytest.raises(LimitExceeded, match="expression nested 7[12] levels deep: the limit is 64"):
         parse(f"SELECT count(*) FROM t {clause.format(deep)}")
+
+
+def test_user_statements() -> None:
+    assert parse("CREATE USER alice PASS 'it''s'") == ast.CreateUser("alice", "it's")
+    assert parse("create user `Bob` pass \"pw\";") == ast.CreateUser("Bob", "pw")
+    assert parse("ALTER USER alice PASS 'new'") == ast.AlterUser("alice", "new")
+    assert parse("DROP USER alice") == ast.DropUser("alice")
+    assert parse("SHOW USERS") == ast.ShowUsers()
+    assert "it's" not in repr(parse("CREATE USER alice PASS 'it''s'"))  # the password is never shown
+    for bad in ("CREATE USER alice", "CREATE USER alice PASS", "ALTER USER alice", "DROP USER", "CREATE USER PASS 'x'"):
+        with pytest.raises(SqlSyntaxError):
+            parse(bad)

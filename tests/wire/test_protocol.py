@@ -122,7 +122,7 @@ def test_parse_request_header_rejects_garbage(frame):
 
 
 def test_decode_request_unsupported_versions():
-    for api_key, version in ((1, 3), (18, 99), (17, 1), (4242, 0), (0, 2)):
+    for api_key, version in ((1, 3), (18, 99), (57, 0), (4242, 0), (0, 2)):
         header = parse_request_header(_header(api_key, version, 1, b"c"))
         with pytest.raises(UnsupportedVersion) as info:
             decode_request(header, _header(api_key, version, 1, b"c"))

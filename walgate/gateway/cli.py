@@ -20,8 +20,11 @@ which keeps ``walgate sql`` starting in a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import getpass
 import logging
+import os
 import resource
 import sys
 import tempfile
@@ -62,10 +65,13 @@ class ApiError(Exception):
 
 
 class ApiClient:
-    """A minimal synchronous client of the walgate HTTP API (urllib, no dependencies)."""
+    """A minimal synchronous client of the walgate HTTP API (urllib, no dependencies); with ``auth`` (user,
+    password), every request carries HTTP Basic credentials."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, auth: tuple[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else ""
+        self._headers = {"Authorization": f"Basic {token}"} if auth else {}
 
     def sql(self, sql: str, db: str | None = None) -> dict[str, Any]:
         """Run one statement; returns the TDengine-REST JSON body."""
@@ -89,7 +95,7 @@ class ApiClient:
     def _post(self, path: str, data: bytes, content_type: str) -> tuple[Message, bytes]:
         """POST ``data``; returns the answer's headers and body, raises :class:`ApiError` on any failure."""
         request = urllib.request.Request(
-            self.url + path, data=data, method="POST", headers={"Content-Type": content_type}
+            self.url + path, data=data, method="POST", headers={"Content-Type": content_type, **self._headers}
         )
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
@@ -241,11 +247,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _credentials(user: str | None) -> tuple[str, str] | None:
+    """(user, password) for HTTP Basic auth: ``--user`` or ``WALGATE_USER``, the password from ``WALGATE_PASSWORD``
+    or asked for on the terminal (never a flag: it would show in ``ps``); None without a user."""
+    user = user or os.environ.get("WALGATE_USER")
+    if not user:
+        return None
+    password = os.environ.get("WALGATE_PASSWORD")
+    return user, password if password is not None else getpass.getpass(f"password of walgate user {user}: ")
+
+
 def _cmd_sql(args: argparse.Namespace) -> int:
     statements = split_statements(args.sql)
     if not statements:
         return _fail("no SQL statement given", 2)
-    client, console, db = ApiClient(args.url), _console(), args.db
+    client, console, db = ApiClient(args.url, _credentials(args.user)), _console(), args.db
     for statement in statements:
         try:
             body = client.sql(statement, db)
@@ -269,7 +285,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     except OSError as e:
         return _fail(f"cannot read {args.file}: {e.strerror}", 2)
-    client = ApiClient(args.url)
+    client = ApiClient(args.url, _credentials(args.user))
     try:
         if args.format == "line":
             rows = client.write_lines(args.db, data, args.precision or "ns")
@@ -376,6 +392,8 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_argument("--url", default=DEFAULT_URL, help=f"HTTP API base URL (default {DEFAULT_URL})")
     sql.add_argument("--db", help="current database for unqualified names")
     sql.add_argument("--json", action="store_true", help="print each result as one JSON line")
+    sql.add_argument("--user", "-u", help="walgate user for HTTP Basic auth (default WALGATE_USER; the password "
+                     "from WALGATE_PASSWORD, else asked for)")
     sql.add_argument("sql", help="one or more ';'-separated statements")
     sql.set_defaults(run=_cmd_sql)
 
@@ -387,6 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--table", help="CSV: the table to write")
     target.add_argument("--stable", help="CSV: the supertable (a tbname column names each row's subtable)")
     ingest.add_argument("--url", default=DEFAULT_URL, help=f"HTTP API base URL (default {DEFAULT_URL})")
+    ingest.add_argument("--user", "-u", help="walgate user for HTTP Basic auth (as walgate sql --user)")
     ingest.add_argument("file", help="input file, or - for stdin")
     ingest.set_defaults(run=_cmd_ingest)
 

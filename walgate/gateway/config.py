@@ -188,6 +188,8 @@ class Config:
     # listener.name.<listener>.<setting>: {LISTENER: {field: raw value}}, applied by for_listener(); not in repr
     # (a listener's ssl.key.password is one of them)
     listener_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
+    # HTTP authentication: basic | none (None: basic when any Kafka listener uses SASL)
+    http_auth: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -247,6 +249,11 @@ class Config:
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:
             raise ConfigError(f"authorizer_class_name must be one of {', '.join(sorted(AUTHORIZER_CLASSES))}, "
                               f"got {self.authorizer_class_name!r}")
+        if self.http_auth is None:
+            sasl = any(listener.info.sasl for listener in self.kafka_listeners())
+            object.__setattr__(self, "http_auth", "basic" if sasl else "none")
+        if self.http_auth not in ("basic", "none"):
+            raise ConfigError(f"http_auth must be basic or none, got {self.http_auth!r}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         self._check_security()

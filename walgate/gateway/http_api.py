@@ -35,6 +35,10 @@ runs (:mod:`walgate.gateway.http_origin`).
 
 A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
 log with its outcome (:mod:`walgate.gateway.audit`).
+Authentication (:mod:`walgate.gateway.http_auth`): when the app is made with ``basic_auth``, every route but
+``/healthz`` and ``/readyz`` needs HTTP Basic credentials of a walgate user (401 with ``WWW-Authenticate: Basic
+realm="walgate"`` otherwise, checked before the body is read); ``request[PRINCIPAL]`` is ``User:name``, or
+``User:ANONYMOUS`` without ``basic_auth``: what authorization (``/rest/sql`` and the other handlers) reads.
 
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
@@ -51,7 +55,7 @@ with its traceback). Handlers stay thin: every engine call goes through the
 :class:`StorageThread`.
 
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
-against the Kafka ACLs for the request's principal (``request[PRINCIPAL_KEY]``, set by authentication; ``User:ANONYMOUS``
+against the Kafka ACLs for the request's principal (``request[PRINCIPAL]``, set by authentication; ``User:ANONYMOUS``
 without it) before anything runs (:mod:`walgate.security.sql_access`): refused with 403 and TDengine's
 "Insufficient privilege" code (0x0303).
 """
@@ -72,6 +76,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
+from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
 from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
@@ -86,8 +91,8 @@ from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError
 from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 
-__all__ = ["make_app", "result_body", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
-           "PROBE_NAME", "PRINCIPAL_KEY"]
+__all__ = ["make_app", "result_body", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
+           "PROBE_NAME"]
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +108,9 @@ _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
-PRINCIPAL_KEY = "walgate_principal"
-"""Where an authenticating middleware leaves a request's principal (``User:name``); ANONYMOUS without one."""
+_BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
+PRINCIPAL = web.RequestKey("principal", str)
+"""``request[PRINCIPAL]``: the principal of an HTTP request (``User:name``, or ``User:ANONYMOUS`` without auth)."""
 
 
 def make_app(
@@ -112,13 +118,16 @@ def make_app(
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
     authorizer: Authorizer | None = None,
     allowed_origins: frozenset[Origin] = frozenset(),
+    basic_auth: BasicAuth | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
     console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
     ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
-    refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`)."""
+    refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
+    ``basic_auth``, requests need a user's credentials (module docstring)."""
     app = web.Application(client_max_size=max_request_bytes,
-                          middlewares=[same_origin_middleware(allowed_origins), _errors])
+                          middlewares=[same_origin_middleware(allowed_origins), _errors, _authenticate])
+    app[_BASIC_AUTH] = basic_auth
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
@@ -172,7 +181,7 @@ async def _sql(request: web.Request) -> web.Response:
     app = request.app
     db = request.match_info.get("db")
     authorizer = app.get(_AUTHORIZER)
-    principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    principal = request.get(PRINCIPAL, ANONYMOUS)
     change = sql_change(sql)  # audited, or None
     try:
         if authorizer is None or principal in authorizer.super_users:
@@ -232,7 +241,7 @@ def _write_refused(request: web.Request, db: str) -> web.Response | None:
     authorizer = request.app.get(_AUTHORIZER)
     if authorizer is None:
         return None
-    principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    principal = request.get(PRINCIPAL, ANONYMOUS)
     try:
         if principal not in authorizer.super_users:
             check_needs(authorizer, principal, request.remote or "",
@@ -291,6 +300,23 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+@web.middleware
+async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Basic auth when configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes)."""
+    basic_auth = request.app[_BASIC_AUTH]
+    if basic_auth is None or request.path in UNAUTHENTICATED_PATHS:
+        request[PRINCIPAL] = ANONYMOUS
+        return await handler(request)
+    principal = await basic_auth.principal(request)
+    if principal is None:
+        response = _error(401, AUTH_FAILURE, "Authentication failure: a walgate user and password are required "
+                          "(HTTP Basic)")
+        response.headers["WWW-Authenticate"] = 'Basic realm="walgate", charset="UTF-8"'
+        return response
+    request[PRINCIPAL] = principal
+    return await handler(request)
 
 
 @web.middleware

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -40,17 +41,22 @@ from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinato
 from walgate.gateway.config import Config
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
+from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.sasl import SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
+from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
+from walgate.gateway.root_user import ROOT_PASSWORD_ENV, bootstrap_root
 from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
+from walgate.security.principals import super_principals
 from walgate.storage.engine import Engine
 from walgate.storage.wal import PendingSync
 
@@ -99,18 +105,23 @@ class Gateway:
                 listener=wakeups, consumers=members, group_commit=True,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
+            engine = self._engine
+            if self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV):
+                await bootstrap_root(self._storage, engine, os.environ)
+            passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             groups = self._group_service(self._engine, members)
-            self._authorizer = (Authorizer(self._engine.catalog.acls, frozenset(cfg.super_users),
+            self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
-                         allowed_origins=parse_origins(cfg.http_allowed_origins)),
+                         allowed_origins=parse_origins(cfg.http_allowed_origins),
+                         basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
-            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls)
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
         except BaseException:
             await self.stop()
@@ -151,9 +162,10 @@ class Gateway:
         return contexts
 
     async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups,
-                           tls: dict[str | None, ssl.SSLContext]) -> KafkaServer:
-        """Start the Kafka listeners (TLS ones with their context in ``tls``); each advertises its configured address
-        (the bound port when 0)."""
+                           tls: dict[str | None, ssl.SSLContext], passwords: PasswordChecker) -> KafkaServer:
+        """Start the Kafka listeners (TLS ones with their context in ``tls``; SASL ones checking PLAIN passwords
+        with ``passwords``, each with its own mechanisms and re-authentication time); each advertises its
+        configured address (the bound port when 0)."""
         cfg = self.config
         broker = Broker(
             engine=engine,
@@ -206,9 +218,12 @@ class Gateway:
         self._kafka = server  # stopped by stop() if a later listener fails to start
         addresses = cfg.advertised_addresses()
         for listener in cfg.kafka_listeners():
-            rules = cfg.for_listener(listener.name).ssl_principal_mapping_rules
-            mapper = PrincipalMapper(rules) if listener.info.tls else None
-            bound = await server.start(listener.host, listener.port, listener.info, tls.get(listener.name), mapper)
+            own = cfg.for_listener(listener.name)
+            mapper = PrincipalMapper(own.ssl_principal_mapping_rules) if listener.info.tls else None
+            sasl = (SaslSettings(passwords, own.sasl_enabled_mechanisms, own.connections_max_reauth_ms)
+                    if listener.info.sasl else None)
+            bound = await server.start(listener.host, listener.port, listener.info, tls.get(listener.name), mapper,
+                                       sasl)
             self.kafka_addresses[listener.name] = bound
             host, port = addresses.get(listener.name, (listener.host or socket.getfqdn(), 0))
             broker.advertised[listener.name] = (host, port or bound[1])
@@ -218,6 +233,11 @@ class Gateway:
         broker.configs["advertised.listeners"] = ",".join(
             f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items())
         return server
+
+    @property
+    def _sasl(self) -> bool:
+        """Whether a Kafka listener authenticates clients with SASL."""
+        return any(listener.info.sasl for listener in self.config.kafka_listeners())
 
     def _listeners(self) -> dict[str, bool]:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""

@@ -1,4 +1,7 @@
-"""The mnode catalog: databases, supertables and topics, persisted as a replayed log.
+"""The mnode catalog: databases, supertables, topics and users, persisted as a replayed log.
+
+Users' records (``put_user`` / ``drop_user``) are defined and applied by :mod:`walgate.storage.users`, which writes
+them through :meth:`Catalog.commit`; everything below holds for them too.
 
 Every change is one record appended to ``catalog.log`` (a checksummed JSON line, :mod:`walgate.storage.lines`)
 and fsynced before the statement returns; opening the catalog replays the file through the same
@@ -58,6 +61,7 @@ from walgate.storage.names import (
 )
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.topic_configs import validate_topic_name
+from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
 __all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "column_to_json",
            "column_from_json"]
@@ -189,6 +193,7 @@ class Catalog:
     topics: dict[str, TopicDef] = field(default_factory=dict)
     acls: acls.AclStore = field(default_factory=acls.AclStore)  # Kafka ACLs / TDengine grants (storage/acls.py)
     client_quotas: dict[quotas.Entity, quotas.QuotaValues] = field(default_factory=dict)  # storage/quotas.py
+    users: dict[str, User] = field(default_factory=dict)  # their records: walgate.storage.users
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -239,17 +244,21 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas)
+        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas), dict(self.users)
         saved_acls = self.acls.current
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
-            self.databases, self.stables, self.topics, self.client_quotas = saved
+            self.databases, self.stables, self.topics, self.client_quotas, self.users = saved
             self.acls.current = saved_acls
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
+
+    def commit(self, record: dict[str, Any]) -> None:
+        """:meth:`_commit` for the record kinds other modules own (users: :mod:`walgate.storage.users`)."""
+        self._commit(record)
 
     def records(self) -> list[dict[str, Any]]:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
@@ -267,7 +276,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
-        return out + self.acls.records() + quotas.records(self.client_quotas)
+        return out + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -334,6 +343,8 @@ class Catalog:
             self.acls.apply(r)
         elif op == quotas.QUOTA_OP:
             quotas.apply_record(self.client_quotas, r)
+        elif op in USER_OPS:
+            apply_user_record(self.users, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 

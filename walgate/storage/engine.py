@@ -44,6 +44,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics import Records
+from walgate.storage.users import Users
 from walgate.storage.wal import FileRegion, PendingSync
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "Result"]
@@ -73,6 +74,7 @@ class Engine:
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
+        self.users = Users(store.catalog)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -93,6 +95,10 @@ class Engine:
             ast.Select: self.selects.select,
             ast.Grant: self.grants.grant,
             ast.ShowUserPrivileges: self.grants.show,
+            ast.CreateUser: self.users.create_statement,
+            ast.AlterUser: self.users.alter_statement,
+            ast.DropUser: self.users.drop_statement,
+            ast.ShowUsers: self.users.show_statement,
         }
 
     @classmethod

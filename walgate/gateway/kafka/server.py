@@ -57,6 +57,13 @@ Every connection task sets :data:`LISTENER` (name and security protocol) and, on
 :data:`PRINCIPAL` to the client certificate's principal (:func:`walgate.gateway.tls.peer_principal`;
 ``User:ANONYMOUS`` without one; SASL_SSL principals come from SASL); a certificate no
 ``ssl.principal.mapping.rules`` rule maps closes the connection, as Kafka fails its authentication.
+Authentication (:mod:`.sasl`): a server made with ``sasl`` settings is a SASL listener. Each connection gets an
+:class:`~.sasl.Authentication` (the ContextVar ``AUTHENTICATION``) and the request loop is its gate: a request the
+authentication state does not allow (anything but ApiVersions and SaslHandshake before authentication, anything
+but SaslHandshake/SaslAuthenticate once the session expired) closes the connection, as Kafka's
+``SaslServerAuthenticator`` does; after a v0 SaslHandshake the next frames are bare SASL tokens, answered as bare
+size-prefixed tokens; a failed authentication closes the connection after its answer. The principal of the
+connection lines is ``User:ANONYMOUS`` until the connection authenticates.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ import collections
 import functools
 import logging
 import ssl
+import struct
 import time
 from typing import Any
 
@@ -73,6 +81,13 @@ from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import LISTENER, PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.kafka.sasl import (
+    AUTHENTICATION,
+    FAILED_AUTHENTICATION_DELAY,
+    Authentication,
+    SaslFailed,
+    SaslSettings,
+)
 from walgate.gateway.listeners import PLAINTEXT, ListenerInfo
 from walgate.gateway.metrics import Metrics, api_name
 from walgate.gateway.principal_mapping import NoMatchingRule, PrincipalMapper
@@ -186,11 +201,12 @@ class KafkaServer:
         listener: ListenerInfo = PLAINTEXT,
         tls: ssl.SSLContext | None = None,
         mapper: PrincipalMapper | None = None,
+        sasl: SaslSettings | None = None,
     ) -> tuple[str, int]:
-        """Open one listener (TLS with ``tls``; ``mapper`` maps its client certificates to principals); returns
-        the bound (host, port). Call once per listener."""
+        """Open one listener (TLS with ``tls``; ``mapper`` maps its client certificates to principals; its clients
+        authenticate with SASL when given ``sasl``); returns the bound (host, port). Call once per listener."""
         server = await asyncio.start_server(
-            functools.partial(self._connection, listener=listener, mapper=mapper), host or None, port,
+            functools.partial(self._connection, listener=listener, mapper=mapper, sasl=sasl), host or None, port,
             limit=_READ_CHUNK, backlog=self.listen_backlog, ssl=tls,
             ssl_handshake_timeout=self.read_timeout if tls is not None else None,
         )
@@ -234,7 +250,7 @@ class KafkaServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                          listener: ListenerInfo, mapper: PrincipalMapper | None) -> None:
+                          listener: ListenerInfo, mapper: PrincipalMapper | None, sasl: SaslSettings | None) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -259,6 +275,8 @@ class KafkaServer:
         requests = 0
         client_id: str | None = None
         reason = "closed by the client"
+        auth = Authentication(sasl) if sasl is not None else None
+        AUTHENTICATION.set(auth)
         self._active[writer] = loop.time()
         metrics.connection(opened=True)
         try:
@@ -276,7 +294,14 @@ class KafkaServer:
                         held = len(frame)
                     self._active[writer] = loop.time()
                     started = time.perf_counter()
+                    if auth is not None and auth.raw:  # a bare SASL token after a v0 SaslHandshake
+                        await self._sasl_token(auth, frame, out)
+                        budget.release(held)
+                        held = 0
+                        continue
                     header = parse_request_header(frame)
+                    if auth is not None and not auth.allows(header.api_key):
+                        raise _Close(auth.why_refused(header.api_key))
                     if not requests:
                         client_id = header.client_id
                         connection_log.info("kafka connection from %s opened: client id %r, principal %s", address,
@@ -300,6 +325,9 @@ class KafkaServer:
                     held = 0
                     if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
                         await asyncio.sleep(fields["throttle_time"] / 1000)
+                    if auth is not None and auth.close:
+                        reason = f"SASL authentication failed: {auth.failure or 'illegal SASL state'}"
+                        return
                 buffered = frames.buffered
                 if buffered:
                     size = frames.next_size
@@ -333,6 +361,15 @@ class KafkaServer:
                                 address, reason, client_id, PRINCIPAL.get(), requests,
                                 extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get(),
                                        "reason": reason, "requests": requests})
+
+    async def _sasl_token(self, auth: Authentication, frame: bytes, out: FrameWriter) -> None:
+        """Answer one bare SASL token (v0 SaslHandshake); a failure closes the connection without an answer."""
+        try:
+            token, _ = await auth.step(self.broker, frame)
+        except SaslFailed as exc:
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+            raise _Close(f"SASL authentication failed: {exc}", logging.INFO) from None
+        await out.write([struct.pack(">i", len(token)), token])
 
     async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
         """(the decoded request, the handler's response fields, the response frame); the request and fields are

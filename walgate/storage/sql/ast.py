@@ -282,6 +282,32 @@ class Show:
 
 
 @dataclass(frozen=True)
+class CreateUser:
+    """``CREATE USER name PASS 'password'`` (the password is never shown: ``repr`` hides it)."""
+
+    name: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class AlterUser:
+    """``ALTER USER name PASS 'password'``."""
+
+    name: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DropUser:
+    name: str
+
+
+@dataclass(frozen=True)
+class ShowUsers:
+    """``SHOW USERS``."""
+
+
+@dataclass(frozen=True)
 class Describe:
     name: Name
 
@@ -369,4 +395,8 @@ Statement: TypeAlias = (
     | Select
     | Grant
     | ShowUserPrivileges
+    | CreateUser
+    | AlterUser
+    | DropUser
+    | ShowUsers
 )

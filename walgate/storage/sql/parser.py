@@ -551,6 +551,18 @@ class _ToAst(Transformer[Token, Statement]):
     def show(self, _show: Token, *rest: Token | str) -> ast.Show:
         return ast.Show(str(rest[-1]).upper(), str(rest[0]) if len(rest) == 3 else None)
 
+    def create_user(self, name: str, password: Token) -> ast.CreateUser:
+        return ast.CreateUser(name, _unescape(password.value))
+
+    def alter_user(self, name: str, password: Token) -> ast.AlterUser:
+        return ast.AlterUser(name, _unescape(password.value))
+
+    def drop_user(self, name: str) -> ast.DropUser:
+        return ast.DropUser(name)
+
+    def show_users(self) -> ast.ShowUsers:
+        return ast.ShowUsers()
+
     def describe(self, name: Name) -> ast.Describe:
         return ast.Describe(name)
 

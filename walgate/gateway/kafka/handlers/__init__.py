@@ -19,6 +19,7 @@ from typing import Any
 
 from walgate.gateway.kafka.handlers import (
     alter_client_quotas,
+    alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -35,6 +36,7 @@ from walgate.gateway.kafka.handlers import (
     describe_configs,
     describe_groups,
     describe_topic_partitions,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -50,6 +52,8 @@ from walgate.gateway.kafka.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from walgate.wire.protocol import WIRE_VERSIONS
@@ -74,6 +78,7 @@ _MODULES = (
     init_producer_id, create_topics, delete_topics, describe_configs, incremental_alter_configs, create_partitions,
     delete_records, create_acls, describe_acls, delete_acls,
     describe_client_quotas, alter_client_quotas,
+    sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -1,0 +1,41 @@
+"""SaslAuthenticate (key 36) v0–v2: one token of the connection's SASL exchange (after a v1 SaslHandshake).
+
+The answer carries the server's token; a failure is SASL_AUTHENTICATION_FAILED with a message that never tells
+whether the user exists, sent after ``FAILED_AUTHENTICATION_DELAY``, and the connection closes after it. v1+ answers announce the session lifetime
+(``connections.max.reauth.ms``, KIP-368) once the exchange completes. Without a SASL exchange under way (a listener
+without SASL): ILLEGAL_SASL_STATE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.sasl import AUTHENTICATION, FAILED_AUTHENTICATION_DELAY, SaslFailed
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 36, 0, 2
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    auth = AUTHENTICATION.get()
+    if auth is None or auth.mechanism is None:
+        if auth is not None:
+            auth.close = True
+        return {"error_code": ErrorCode.illegal_sasl_state, "error_message": "No SASL exchange is under way",
+                "auth_bytes": b"", "session_lifetime": 0}
+    try:
+        token, done = await auth.step(broker, request.auth_bytes)
+    except SaslFailed as exc:
+        await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+        return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": str(exc), "auth_bytes": b"",
+                "session_lifetime": 0}
+    except Exception as exc:  # the store could not be read: answered (common's table), then closed
+        auth.close = True
+        auth.failure = f"the user store failed ({type(exc).__name__})"
+        return {"error_code": error_of(exc), "error_message": "Authentication failed: the user store failed",
+                "auth_bytes": b"", "session_lifetime": 0}
+    return {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
+            "session_lifetime": auth.session_lifetime_ms if done else 0}

@@ -1,0 +1,27 @@
+"""SaslHandshake (key 17) v0–v1: choose the SASL mechanism of the connection's authentication.
+
+On a SASL listener the connection's :class:`~walgate.gateway.kafka.sasl.Authentication` starts the exchange; an
+unknown or disabled mechanism gets UNSUPPORTED_SASL_MECHANISM with the enabled ones, and the connection closes (as
+Kafka's ``SaslServerAuthenticator``). v1 clients then send SaslAuthenticate; after v0 the tokens come as bare frames.
+On a listener without SASL the answer is ILLEGAL_SASL_STATE, as Kafka's ``KafkaApis`` answers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.sasl import AUTHENTICATION
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 17, 0, 1
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    auth = AUTHENTICATION.get()
+    if auth is None:
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+    mechanisms = list(auth.settings.mechanisms)
+    if not auth.handshake(request.mechanism, header.api_version):
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": mechanisms}
+    return {"error_code": ErrorCode.none, "mechanisms": mechanisms}

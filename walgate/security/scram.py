@@ -1,0 +1,235 @@
+"""SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): stored credentials and the server side of an exchange.
+
+A credential is what the server keeps of a password, never the password: ``salt``, ``iterations`` (>= 4096, Kafka's
+minimum; <= 16384, Kafka's maximum for credentials set through AlterUserScramCredentials), ``StoredKey =
+H(HMAC(SaltedPassword, "Client Key"))`` and ``ServerKey = HMAC(SaltedPassword, "Server Key")`` with ``SaltedPassword
+= PBKDF2-HMAC-H(password, salt, iterations)``. A password can be checked against a credential (PLAIN, HTTP Basic) by
+recomputing StoredKey from it (:func:`verify_password`).
+
+The exchange, as Kafka's SCRAM server runs it (``ScramSaslServer``), in :class:`ScramExchange`:
+
+1. client-first ``gs2-header client-first-bare`` with ``gs2-header`` = ``n,,`` or ``y,,`` (no channel binding; an
+   ``a=authzid`` must name the user itself) and ``client-first-bare`` = ``n=user,r=nonce[,extensions]``. Kafka's
+   only extension, ``tokenauth`` (delegation tokens), is refused; others are ignored.
+2. the server answers ``r=client-nonce+server-nonce,s=salt,i=iterations``. An unknown user gets the same shape of
+   answer, with a salt derived from the name and a per-process secret, and fails at step 3 like a wrong password:
+   the answers do not tell whether a user exists.
+3. client-final ``c=base64(gs2-header),r=nonce,p=proof``: the nonce must be the one of step 2 (or, from librdkafka
+   before 2.6.1, which sends the client nonce twice, client-nonce + that nonce: accepted as Kafka 3.8.1-3.9 accept
+   it, the server's fresh nonce is still required), the proof is checked against StoredKey in constant time; the
+   server answers ``v=ServerSignature``.
+
+Any malformed message or failed check raises :class:`ScramError`, whose message never holds a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "MECHANISMS", "MIN_ITERATIONS", "MAX_ITERATIONS", "ScramCredential", "ScramError", "ScramExchange",
+    "credential_from_password", "credential_from_salted_password", "verify_password", "mechanism_name",
+    "mechanism_type",
+]
+
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+_DEFAULT_ITERATIONS = 4096
+_SALT_BYTES = 16
+_NONCE_BYTES = 24
+
+_HASHES: dict[str, Callable[..., hashlib._Hash]] = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+MECHANISMS: tuple[str, ...] = tuple(_HASHES)
+"""The SCRAM mechanisms, by their SASL names."""
+
+_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMechanism types (0: UNKNOWN)
+_PROCESS_SECRET = secrets.token_bytes(32)  # salts of the answers to unknown users
+
+
+class ScramError(Exception):
+    """A SCRAM message is malformed or a check failed; the message names no secret."""
+
+
+def mechanism_type(name: str) -> int:
+    """Kafka's mechanism type (1: SCRAM-SHA-256, 2: SCRAM-SHA-512) of a SASL mechanism name."""
+    return _TYPES[name]
+
+
+def mechanism_name(kind: int) -> str | None:
+    """The SASL name of Kafka's mechanism type ``kind`` (None: unknown)."""
+    return next((name for name, t in _TYPES.items() if t == kind), None)
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """What the server stores of one password for one mechanism (``repr`` hides the keys)."""
+
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+
+
+def _hmac(key: bytes, msg: bytes, mechanism: str) -> bytes:
+    return hmac.new(key, msg, _HASHES[mechanism]).digest()
+
+
+def _salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    name = _HASHES[mechanism]().name
+    # RFC 5802 asks for SASLprep; NFKC is its normalisation step (what Kafka's and librdkafka's clients send is the
+    # UTF-8 of the password as given, which NFKC leaves unchanged for the ASCII passwords nearly everyone uses)
+    return hashlib.pbkdf2_hmac(name, unicodedata.normalize("NFKC", password).encode(), salt, iterations)
+
+
+def credential_from_salted_password(mechanism: str, salted_password: bytes, salt: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The credential of a SaltedPassword a client computed (KIP-554's AlterUserScramCredentials)."""
+    client_key = _hmac(salted_password, b"Client Key", mechanism)
+    return ScramCredential(mechanism, salt, iterations, _HASHES[mechanism](client_key).digest(),
+                           _hmac(salted_password, b"Server Key", mechanism))
+
+
+def credential_from_password(mechanism: str, password: str, salt: bytes | None = None,
+                             iterations: int = _DEFAULT_ITERATIONS) -> ScramCredential:
+    """A new credential of ``password`` (a random salt unless given)."""
+    if salt is None:
+        salt = secrets.token_bytes(_SALT_BYTES)
+    return credential_from_salted_password(mechanism, _salted_password(mechanism, password, salt, iterations), salt,
+                                           iterations)
+
+
+def verify_password(credential: ScramCredential, password: str) -> bool:
+    """Whether ``password`` is the one ``credential`` was made from (constant-time comparison)."""
+    again = credential_from_password(credential.mechanism, password, credential.salt, credential.iterations)
+    return hmac.compare_digest(again.stored_key, credential.stored_key)
+
+
+def _unescape_name(raw: str) -> str:
+    """RFC 5802 saslname: ``=2C`` is ``,`` and ``=3D`` is ``=``; any other ``=`` is an error."""
+    out, i = [], 0
+    while i < len(raw):
+        if raw[i] == "=":
+            code = raw[i + 1:i + 3]
+            if code not in ("2C", "3D"):
+                raise ScramError("invalid user name encoding")
+            out.append("," if code == "2C" else "=")
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return "".join(out)
+
+
+def _attributes(message: str) -> list[tuple[str, str]]:
+    out = []
+    for part in message.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise ScramError("malformed SCRAM message")
+        out.append((part[0], part[2:]))
+    return out
+
+
+class ScramExchange:
+    """The server side of one SCRAM exchange (see the module docstring): :meth:`client_first` gives the user name,
+    :meth:`server_first` answers it, :meth:`client_final` checks the proof and gives the server-final message."""
+
+    def __init__(self, mechanism: str, server_nonce: str | None = None) -> None:
+        """``server_nonce``: the server's part of the nonce (random unless given: RFC test vectors)."""
+        if mechanism not in _HASHES:
+            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self.mechanism = mechanism
+        self.user = ""
+        self._gs2_header = ""
+        self._first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._client_nonce = ""
+        self._credential: ScramCredential | None = None
+        self._server_nonce = server_nonce or base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+
+    def client_first(self, message: bytes) -> str:
+        """Parse the client-first message; returns the user name it authenticates."""
+        try:
+            text = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScramError("the client-first message is not UTF-8") from None
+        parts = text.split(",", 2)
+        if len(parts) != 3 or parts[0] not in ("n", "y"):
+            raise ScramError("channel binding is not supported" if parts[0].startswith("p=") else
+                             "malformed client-first message")
+        authzid = parts[1]
+        if authzid and not authzid.startswith("a="):
+            raise ScramError("malformed client-first message")
+        fields = parts[2].split(",")
+        if len(fields) < 2 or not fields[0].startswith("n=") or not fields[1].startswith("r=") or len(fields[1]) < 3:
+            raise ScramError("malformed client-first message")
+        user = _unescape_name(fields[0][2:])
+        if not user:
+            raise ScramError("empty user name")
+        if authzid and _unescape_name(authzid[2:]) != user:
+            raise ScramError("the authorization id must be the user name")
+        for extension in fields[2:]:
+            if extension.startswith("tokenauth="):
+                raise ScramError("delegation tokens (tokenauth) are not supported")
+            if extension.startswith("m="):
+                raise ScramError("mandatory SCRAM extensions are not supported")
+        self.user = user
+        self._gs2_header = parts[0] + "," + authzid + ","
+        self._first_bare = parts[2]
+        self._client_nonce = fields[1][2:]
+        self._nonce = self._client_nonce + self._server_nonce
+        return user
+
+    def server_first(self, credential: ScramCredential | None) -> bytes:
+        """The server-first message for ``credential`` (None: no such user, or no credential of this mechanism;
+        the exchange then fails at :meth:`client_final`, like a wrong password)."""
+        if credential is not None and credential.mechanism != self.mechanism:
+            credential = None
+        self._credential = credential
+        if credential is None:
+            salt = _hmac(_PROCESS_SECRET, self.mechanism.encode() + b"\0" + self.user.encode(), "SCRAM-SHA-256")[:16]
+            iterations = _DEFAULT_ITERATIONS
+        else:
+            salt, iterations = credential.salt, credential.iterations
+        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
+        return self._server_first.encode()
+
+    def client_final(self, message: bytes) -> bytes:
+        """Check the client-final message's proof; returns the server-final message (``v=...``)."""
+        try:
+            text = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScramError("the client-final message is not UTF-8") from None
+        attributes = _attributes(text)
+        if len(attributes) < 3 or [a[0] for a in attributes[:2]] != ["c", "r"] or attributes[-1][0] != "p":
+            raise ScramError("malformed client-final message")
+        if attributes[0][1] != base64.b64encode(self._gs2_header.encode()).decode():
+            raise ScramError("the channel binding does not match the client-first message")
+        nonce = attributes[1][1].encode()
+        if not (hmac.compare_digest(nonce, self._nonce.encode()) or
+                hmac.compare_digest(nonce, (self._client_nonce + self._nonce).encode())):
+            raise ScramError("the nonce does not match")
+        try:
+            proof = base64.b64decode(attributes[-1][1], validate=True)
+        except ValueError:
+            raise ScramError("malformed client proof") from None
+        credential = self._credential
+        without_proof = text[:text.rindex(",p=")]
+        auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
+        if credential is None:
+            raise ScramError("invalid credentials")
+        signature = _hmac(credential.stored_key, auth_message, self.mechanism)
+        if len(proof) != len(signature):
+            raise ScramError("invalid credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(_HASHES[self.mechanism](client_key).digest(), credential.stored_key):
+            raise ScramError("invalid credentials")
+        server_signature = _hmac(credential.server_key, auth_message, self.mechanism)
+        return b"v=" + base64.b64encode(server_signature)
