@@ -1,0 +1,105 @@
+"""One permission store seen from both sides, with authenticated users (issue 16): a SASL_PLAINTEXT listener with an
+authorizer; root (always a super user) makes user alice with SQL, gives her Write on a topic with the Kafka Admin
+API (CreateAcls) and Read with TDengine's ``GRANT SUBSCRIBE``. confluent-kafka logged in as alice then produces
+where the ACL allows and meets TOPIC_AUTHORIZATION_FAILED where it does not, reads in her group, and cannot see the
+other topic; the Kafka Admin API lists the grant as an ACL and ``SHOW USER PRIVILEGES`` lists the ACL as a grant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from test_security_sasl import ROOT_PASSWORD, Secured, serve
+
+ALICE = ("alice", "alice-s3cret")
+
+
+def login(bootstrap: str, user: str, password: str, **conf: str) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user, "sasl.password": password, **conf}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    settings = {"authorizer_class_name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    with serve(tmp_path_factory.mktemp("walgate-user-acls"), **settings) as server:
+        node = Secured(server)
+        admin = AdminClient(login(node.bootstrap, "root", ROOT_PASSWORD))
+        for name in ("open", "secret"):
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+        node.sql(f"CREATE USER {ALICE[0]} PASS '{ALICE[1]}'")
+        bindings = [AclBinding(ResourceType.TOPIC, "open", ResourcePatternType.LITERAL, "User:alice", "*",
+                               AclOperation.WRITE, AclPermissionType.ALLOW),
+                    AclBinding(ResourceType.GROUP, "alices", ResourcePatternType.LITERAL, "User:alice", "*",
+                               AclOperation.READ, AclPermissionType.ALLOW)]
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
+        node.sql("GRANT SUBSCRIBE ON open TO alice")
+        yield node
+        assert "Traceback" not in server.log() and ALICE[1] not in server.log()
+
+
+def produce(bootstrap: str, topic: str) -> KafkaError | None:
+    producer = Producer(login(bootstrap, *ALICE, **{"message.timeout.ms": "10000"}))
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"from alice", on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(30)
+    return outcome[0]
+
+
+def test_alice_writes_where_an_acl_allows_and_nowhere_else(node: Secured):
+    assert produce(node.bootstrap, "open") is None
+    denied = produce(node.bootstrap, "secret")
+    assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: Secured):
+    produce(node.bootstrap, "open")
+    consumer = Consumer(login(node.bootstrap, *ALICE, **{"group.id": "alices", "auto.offset.reset": "earliest"}))
+    try:
+        assert sorted(consumer.list_topics(timeout=30).topics) == ["open"]  # secret: not Describe-able, hidden
+        consumer.subscribe(["open"])
+        got = None
+        for _ in range(100):
+            got = consumer.poll(0.3)
+            if got is not None and got.error() is None:
+                break
+        assert got is not None and got.error() is None and got.value() == b"from alice"
+    finally:
+        consumer.close()
+
+
+def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: Secured):
+    admin = AdminClient(login(node.bootstrap, "root", ROOT_PASSWORD))
+    of_alice = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None, AclOperation.ANY,
+                                AclPermissionType.ANY)
+    listed = {(b.restype, b.name, b.operation) for b in admin.describe_acls(of_alice).result(timeout=30)}
+    assert listed == {(ResourceType.TOPIC, "open", AclOperation.WRITE), (ResourceType.GROUP, "alices", AclOperation.READ),
+                      (ResourceType.TOPIC, "open", AclOperation.READ)}  # the last one: GRANT SUBSCRIBE
+    shown = node.sql("SHOW USER PRIVILEGES")
+    names = [c[0] for c in shown["column_meta"]]
+    rows = [dict(zip(names, row)) for row in shown["data"]]
+    assert {(r["user_name"], r["privilege"]) for r in rows if r["user_name"] == "alice"} >= {("alice", "write"),
+                                                                                          ("alice", "subscribe")}
+
+
+def test_alice_may_not_administer(node: Secured):
+    admin = AdminClient(login(node.bootstrap, *ALICE))
+    futures = admin.create_acls([AclBinding(ResourceType.TOPIC, "secret", ResourcePatternType.LITERAL, "User:alice",
+                                            "*", AclOperation.READ, AclPermissionType.ALLOW)])
+    with pytest.raises(KafkaException) as refused:
+        for future in futures.values():
+            future.result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
