@@ -1,6 +1,7 @@
 """``walgate topic|group|consume|produce`` as users run them: real subprocesses of the CLI against one real
 ``walgate serve`` (shared by the module), checked against what a real Kafka client (confluent-kafka) produced,
-committed and reads back."""
+committed and reads back; and a second server with SSL listeners (one requiring client certificates) reached with
+``--command-config`` (a Kafka tools client properties file, Java names) and kcat-style ``-X`` settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from livewalgate import WALGATE, WalgateServer, free_port, running_walgate, walgate_env
+from testcerts import Certs, make_certs
+from walgate.admin.client_properties import ClientPropertiesError, client_properties
 from walgate.admin.commands import datetime_ms, key_value, topic_partitions
 
 CLI_TIMEOUT = 60.0
@@ -248,3 +252,116 @@ def test_an_unreachable_bootstrap_server_is_a_one_line_error() -> None:
     result = subprocess.run([*WALGATE, "topic", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}"],
                             check=False, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env())
     fails(result, 1, "Connection refused")
+
+
+# ------------------------------------------------------------------ TLS listeners
+
+
+@dataclass
+class TlsNode:
+    certs: Certs
+    ssl: str  # bootstrap of the SSL listener (ssl.client.auth=none)
+    mtls: str  # SSL with ssl.client.auth=required
+
+
+@pytest.fixture(scope="module")
+def tls_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsNode]:
+    work = tmp_path_factory.mktemp("admin-cli-tls")
+    certs = make_certs(work / "certs")
+    secure, mtls = free_port(), free_port()
+    config = work / "server.properties"
+    config.write_text(
+        f"listeners=SSL://127.0.0.1:{secure},MTLS://127.0.0.1:{mtls}\n"
+        f"advertised.listeners=SSL://localhost:{secure},MTLS://localhost:{mtls}\n"
+        "listener.security.protocol.map=SSL:SSL,MTLS:SSL\n"
+        f"ssl.keystore.type=PEM\nssl.keystore.location={certs.server}\n"
+        f"ssl.truststore.type=PEM\nssl.truststore.location={certs.ca}\n"
+        "listener.name.mtls.ssl.client.auth=required\n"
+    )
+    with running_walgate(work / "walgate", "--config", str(config)) as server:
+        yield TlsNode(certs, f"localhost:{secure}", f"localhost:{mtls}")
+        assert "Traceback" not in server.log(), server.log()
+
+
+def walgate_at(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*WALGATE, *args, "--bootstrap-server", bootstrap, "--timeout", "10"], check=False,
+                          input=stdin, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=walgate_env())
+
+
+def test_a_kafka_tools_command_config_reaches_an_ssl_listener(tls_node: TlsNode, tmp_path: Path) -> None:
+    java = tmp_path / "client.properties"  # what kafka-topics.sh --command-config takes
+    java.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={tls_node.certs.ca}\n")
+    ok(walgate_at(tls_node.ssl, "topic", "create", "tls-topic", "-p", "2", "--command-config", str(java)))
+    ok(walgate_at(tls_node.ssl, "produce", "tls-topic", "-K", ":", "-p", "1", "--command-config", str(java),
+                  stdin="k:over tls\n"))
+    out = ok(walgate_at(tls_node.ssl, "consume", "tls-topic", "--from-beginning", "-e", "-f", "%p %k=%v",
+                        "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={tls_node.certs.ca}"))  # kcat's way
+    assert out == "1 k=over tls\n"
+
+
+def test_a_client_certificate_from_a_pem_keystore_passes_ssl_client_auth_required(tls_node: TlsNode,
+                                                                                  tmp_path: Path) -> None:
+    java = tmp_path / "mtls.properties"
+    java.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={tls_node.certs.ca}\n"
+                    f"ssl.keystore.type=PEM\nssl.keystore.location={tls_node.certs.client}\n")
+    assert isinstance(as_json(walgate_at(tls_node.mtls, "topic", "list", "--json", "--command-config", str(java))), list)
+    without = walgate_at(tls_node.mtls, "topic", "list", "-X", "security.protocol=SSL",
+                         "-X", f"ssl.ca.location={tls_node.certs.ca}")
+    fails(without, 1, "alert certificate required")
+
+
+def test_an_untrusted_server_certificate_fails_at_once_in_one_line(tls_node: TlsNode) -> None:
+    result = walgate_at(tls_node.ssl, "topic", "list", "-X", "security.protocol=SSL",
+                        "-X", f"ssl.ca.location={tls_node.certs.other_ca}")
+    fails(result, 1, "certificate verify failed")
+    plain = walgate_at(tls_node.ssl, "topic", "list")  # PLAINTEXT to a TLS listener
+    fails(plain, 1, "the server closed the connection (a TLS or SASL listener needs --command-config")
+
+
+def test_bad_client_settings_are_usage_errors_naming_the_setting_never_its_value(tls_node: TlsNode,
+                                                                                tmp_path: Path) -> None:
+    jks = tmp_path / "jks.properties"
+    jks.write_text("security.protocol=SSL\nssl.truststore.location=/etc/truststore.jks\nssl.truststore.password=s3cret\n")
+    result = walgate_at(tls_node.ssl, "topic", "list", "--command-config", str(jks))
+    fails(result, 2, "ssl.truststore.password cannot be used")
+    assert "s3cret" not in result.stderr
+    fails(walgate_at(tls_node.ssl, "topic", "list", "-X", "ssl.no.such=1"), 2, 'No such configuration property: "ssl.no.such"')
+    fails(walgate_at(tls_node.ssl, "topic", "list", "--command-config", str(tmp_path / "missing")), 2,
+          "cannot read --command-config")
+    bad_usage(walgate_at(tls_node.ssl, "topic", "list", "-X", "security.protocol"), "expected KEY=VALUE")
+
+
+def test_java_client_names_map_to_librdkafka_ones() -> None:
+    assert client_properties(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" password="p\\\\"w=d;";\n'
+        "ssl.truststore.type=PEM\nssl.truststore.location=/ca.pem\n"
+        "ssl.keystore.type=PEM\nssl.keystore.location=/client.pem\nssl.key.password=kp\n"
+        "ssl.endpoint.identification.algorithm=\n",
+        [("client.id", "me")],
+    ) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+        "sasl.password": 'p"w=d;', "ssl.ca.location": "/ca.pem", "ssl.key.location": "/client.pem",
+        "ssl.certificate.location": "/client.pem", "ssl.key.password": "kp",
+        "ssl.endpoint.identification.algorithm": "none", "client.id": "me",
+    }
+    assert client_properties("ssl.keystore.type=PKCS12\nssl.keystore.location=/k.p12\nssl.keystore.password=x\n", []) == {
+        "ssl.keystore.location": "/k.p12", "ssl.keystore.password": "x"}
+    assert client_properties("ssl.truststore.certificates=-----BEGIN CERTIFICATE-----\n", [("security.protocol", "SSL")]) == {
+        "ssl.ca.pem": "-----BEGIN CERTIFICATE-----", "security.protocol": "SSL"}
+    assert client_properties(None, [("a", "1"), ("a", "2")]) == {"a": "2"}  # the last -X wins
+    for text, message in [
+        ("ssl.truststore.location=/ts.jks\n", "ssl.truststore.type JKS cannot be read"),
+        ("ssl.keystore.type=JKS\nssl.keystore.location=/ks.jks\n", "ssl.keystore.type JKS cannot be read"),
+        ("ssl.enabled.protocols=TLSv1.3\n", "ssl.enabled.protocols cannot be used"),
+        ("ssl.truststore.type=PEM\nssl.truststore.location=/a\nssl.ca.location=/b\n", "ssl.ca.location is given twice"),
+        ('sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required secret="t0k";\n',
+         "only PlainLoginModule and ScramLoginModule"),
+        ('sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required password="pw";\n',
+         "username"),
+    ]:
+        with pytest.raises(ClientPropertiesError, match=message) as caught:
+            client_properties(text, [])
+        assert "t0k" not in str(caught.value) and "pw" not in str(caught.value).replace("password", "")

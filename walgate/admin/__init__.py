@@ -6,8 +6,10 @@ They speak only the Kafka protocol (confluent-kafka's AdminClient, Consumer and 
 import the server. Tables for people, ``--json`` for programs; exit code 0 on success, 1 when the server refused
 a request or could not be reached within ``--timeout``, 2 for bad usage, with one ``walgate: ...`` line on stderr.
 
-Modules: ``commands`` (the argparse surface; imports nothing heavy), ``client`` (connecting, errors), ``output``
-(tables, JSON, exit codes), and one per command group: ``topics``, ``groups``, ``consume``, ``produce``.
+Modules: ``commands`` (the argparse surface; imports nothing heavy), ``client`` (connecting, errors),
+``client_properties`` (``--command-config`` / ``-X`` client settings for TLS and SASL listeners, read with the
+server's pure properties parser), ``output`` (tables, JSON, exit codes), and one per command group: ``topics``,
+``groups``, ``consume``, ``produce``.
 """
 
 from __future__ import annotations

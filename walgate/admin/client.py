@@ -4,7 +4,9 @@ one-line :class:`AdminError` messages.
 Every admin command starts with :func:`connect`: one Metadata request answered within ``--timeout`` seconds, or an
 ``AdminError`` — at once when the connection is refused (librdkafka reports all brokers down), else when the
 time is up. Every later request is bounded by the same timeout through :func:`result`. librdkafka's own log lines
-are silenced (``log_level`` 0): the command reports the failure itself, once.
+are silenced (``log_level`` 0): the command reports the failure itself, once. A failed TLS handshake or SASL
+authentication fails the command at once with librdkafka's reason. Every client gets the settings of
+``--command-config`` and ``-X`` (:mod:`walgate.admin.client_properties`) under the CLI's own.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
+
+from walgate.admin.client_properties import ClientPropertiesError, client_properties
 
 __all__ = [
     "AdminError",
@@ -51,9 +56,23 @@ def describe_error(error: KafkaError) -> str:
     return f"{error.str()} ({error.name()})"
 
 
-def client_config(bootstrap: str, errors: list[KafkaError] | None = None) -> dict[str, Any]:
-    """The settings every client of the CLI shares: quiet, named ``walgate-cli``, errors collected in ``errors``."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": "walgate-cli", "log_level": 0}
+def client_config(args: argparse.Namespace, errors: list[KafkaError] | None = None) -> dict[str, Any]:
+    """The settings every client of the CLI shares: ``--command-config`` and ``-X`` (named ``walgate-cli`` unless
+    they set ``client.id``), then ``--bootstrap-server``, quiet, errors collected in ``errors``."""
+    if args.command_config is None:
+        text = None
+    else:
+        try:
+            text = Path(args.command_config).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"cannot read --command-config {args.command_config}: {e}") from None
+    try:
+        settings = client_properties(text, args.client_settings)
+    except ClientPropertiesError as e:
+        source = f"--command-config {args.command_config} / -X" if text is not None else "-X"
+        raise UsageError(f"{source}: {e}") from None
+    config: dict[str, Any] = {"client.id": "walgate-cli"} | settings
+    config |= {"bootstrap.servers": args.bootstrap_server, "log_level": 0}
     if errors is not None:
         config["error_cb"] = errors.append
     return config
@@ -94,9 +113,9 @@ def connect(args: argparse.Namespace) -> Connection:
         raise UsageError("--timeout must be positive")
     errors: list[KafkaError] = []
     try:
-        admin = AdminClient(client_config(args.bootstrap_server, errors))
+        admin = AdminClient(client_config(args, errors))
     except KafkaException as e:
-        raise UsageError(f"bad --bootstrap-server '{args.bootstrap_server}': {describe_error(e.args[0])}") from None
+        raise UsageError(f"bad client settings: {describe_error(e.args[0])}") from None
     deadline = time.monotonic() + args.timeout
     attempt = _FIRST_ATTEMPT
     while True:
@@ -110,9 +129,15 @@ def connect(args: argparse.Namespace) -> Connection:
             return Connection(args.timeout, admin, metadata)
         attempt *= 2
         admin.poll(0)  # serves error_cb
+        refused = [e for e in errors if e.code() in (KafkaError._SSL, KafkaError._AUTHENTICATION)]
+        if refused:  # a certificate or a password does not get better by retrying
+            raise AdminError(f"cannot connect to {args.bootstrap_server}: {_BROKER_PREFIX.sub('', refused[0].str())}")
         if any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors):
             reasons = [e.str() for e in errors if e.code() in (KafkaError._TRANSPORT, KafkaError._RESOLVE)]
-            reason = _BROKER_PREFIX.sub("", reasons[-1] if reasons else errors[-1].str())
+            reason = _BROKER_PREFIX.sub("", reasons[-1]) if reasons else (
+                # connected, then closed without a word: typically plaintext to a TLS listener, or no SASL
+                f"{errors[-1].str()}: the server closed the connection (a TLS or SASL listener needs "
+                "--command-config or -X security.protocol=...)")
             raise AdminError(f"cannot connect to {args.bootstrap_server}: {reason}")
         if time.monotonic() >= deadline:
             raise AdminError(f"no answer from {args.bootstrap_server} within {args.timeout:g} s")

@@ -2,7 +2,8 @@
 
 Building the parser imports neither confluent-kafka nor the command modules: a command's module is imported when
 it runs (:func:`_lazy`), so ``walgate sql`` and ``walgate serve`` start as fast as before. Every admin command
-takes ``--bootstrap-server`` and ``--timeout``; ``run`` is set to a function returning the exit code.
+takes ``--bootstrap-server``, ``--timeout``, ``--command-config`` and ``-X`` (client settings for TLS and SASL
+listeners); ``run`` is set to a function returning the exit code.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def add_commands(commands: _Commands) -> None:
                         help=f"Kafka listener to talk to (default {DEFAULT_BOOTSTRAP})")
     common.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"give up on connecting or on any request after S seconds (default {DEFAULT_TIMEOUT:g})")
+    common.add_argument("--command-config", metavar="FILE",
+                        help="client settings (properties file, as Kafka's tools): security.protocol, ssl.ca.location, "
+                             "sasl.mechanism, sasl.username, ...; the Java client's ssl.truststore.*, ssl.keystore.* "
+                             "(PEM) and sasl.jaas.config are translated")
+    common.add_argument("-X", action="append", default=[], type=key_value, dest="client_settings", metavar="KEY=VALUE",
+                        help="one client setting, as kcat -X (repeatable; after --command-config)")
     for add in (_add_topic, _add_group, _add_consume, _add_produce):
         add(commands, common)
 
@@ -48,7 +55,7 @@ def _lazy(module: str, command: str) -> Callable[[argparse.Namespace], int]:
 
 
 def key_value(text: str) -> tuple[str, str]:
-    """``"k=v"`` → ``("k", "v")`` (``--config``, ``--set``, ``--header``)."""
+    """``"k=v"`` → ``("k", "v")`` (``--config``, ``--set``, ``--header``, ``-X``)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")

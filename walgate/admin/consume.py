@@ -143,7 +143,7 @@ def consume(args: argparse.Namespace) -> None:
         if args.partition not in partitions:
             raise AdminError(f"topic '{args.topic}' has no partition {args.partition}")
         partitions = [args.partition]
-    consumer = Consumer(client_config(args.bootstrap_server) | {
+    consumer = Consumer(client_config(args) | {
         "group.id": args.group or "walgate-cli-consume",  # without --group: never joined, nothing committed
         "enable.auto.commit": bool(args.group),
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",

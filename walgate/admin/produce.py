@@ -96,7 +96,7 @@ def produce(args: argparse.Namespace) -> None:
     partitions = conn.partitions(args.topic)
     if args.partition is not None and args.partition not in partitions:
         raise AdminError(f"topic '{args.topic}' has no partition {args.partition}")
-    producer = Producer(client_config(args.bootstrap_server) | {
+    producer = Producer(client_config(args) | {
         "acks": args.acks, "compression.type": args.compression, "linger.ms": 5,
         "message.timeout.ms": int(args.timeout * 1000),
     })
