@@ -55,15 +55,13 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
-__all__ = ["LISTENER", "MS_BUCKETS", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
+__all__ = ["MS_BUCKETS", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
 
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
               30000.0)
 """Upper bounds (ms) of the request-time histograms."""
-LISTENER = "PLAINTEXT"
-"""The Kafka listener's name (Kafka's ``listener`` label)."""
 _SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
 _PRODUCE, _FETCH = 0, 1
@@ -111,11 +109,11 @@ class Metrics:
         self._times = [Histogram(f"kafka_network_requestmetrics_{name}", f"Time {what}", ["request"],
                                  buckets=MS_BUCKETS, registry=r) for name, what in _TIMES.items()]
         self._connections = Gauge("kafka_server_socket_server_metrics_connection_count", "Open Kafka connections",
-                                  ["listener"], registry=r).labels(LISTENER)
+                                  ["listener"], registry=r)
         self._opened = Counter("kafka_server_socket_server_metrics_connection_creation",
-                               "Kafka connections accepted", ["listener"], registry=r).labels(LISTENER)
+                               "Kafka connections accepted", ["listener"], registry=r)
         self._closed = Counter("kafka_server_socket_server_metrics_connection_close", "Kafka connections closed",
-                               ["listener"], registry=r).labels(LISTENER)
+                               ["listener"], registry=r)
         self._storage_wait = Histogram("walgate_storage_call_queue_seconds",
                                        "Time a storage-thread call waited for the thread", buckets=_SECONDS_BUCKETS,
                                        registry=r)
@@ -136,14 +134,19 @@ class Metrics:
 
     # ----------------------------------------------------------------- events
 
-    def connection(self, opened: bool) -> None:
-        """A Kafka connection was accepted (``opened``) or closed."""
+    def listener(self, name: str) -> None:
+        """Listener ``name`` serves: its connection series exist (at 0) from now on, as Kafka's do."""
+        for family in (self._opened, self._connections, self._closed):
+            family.labels(name)
+
+    def connection(self, listener: str, opened: bool) -> None:
+        """A Kafka connection was accepted (``opened``) or closed on ``listener`` (its name: Kafka's label)."""
         if opened:
-            self._opened.inc()
-            self._connections.inc()
+            self._opened.labels(listener).inc()
+            self._connections.labels(listener).inc()
         else:
-            self._closed.inc()
-            self._connections.dec()
+            self._closed.labels(listener).inc()
+            self._connections.labels(listener).dec()
 
     def storage_call(self, waited: float, ran: float) -> None:
         """A storage-thread call ran for ``ran`` seconds after ``waited`` in the queue (storage thread)."""

@@ -211,6 +211,7 @@ class KafkaServer:
             ssl_handshake_timeout=self.read_timeout if tls is not None else None,
         )
         self._servers.append(server)
+        self.metrics.listener(listener.name)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep())
         bound: tuple[str, int] = server.sockets[0].getsockname()[:2]
@@ -278,7 +279,7 @@ class KafkaServer:
         auth = Authentication(sasl) if sasl is not None else None
         AUTHENTICATION.set(auth)
         self._active[writer] = loop.time()
-        metrics.connection(opened=True)
+        metrics.connection(listener.name, opened=True)
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
@@ -356,7 +357,7 @@ class KafkaServer:
             reason = self._closing.pop(writer, reason)
             out.close()
             writer.close()
-            metrics.connection(opened=False)
+            metrics.connection(listener.name, opened=False)
             connection_log.info("kafka connection from %s closed (%s): client id %r, principal %s, %d requests",
                                 address, reason, client_id, PRINCIPAL.get(), requests,
                                 extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get(),
