@@ -67,6 +67,11 @@ JAR_SETS: dict[str, tuple[str, dict[str, str]]] = {
                 "lz4-java-1.10.2.jar",
                 "zstd-jni-1.5.6-10.jar",
                 "snappy-java-1.1.1.7.jar",
+                # OAUTHBEARER's login and token handling (kafka-clients' runtime dependencies for it)
+                "jackson-databind-2.21.2.jar",
+                "jackson-core-2.21.2.jar",
+                "jackson-annotations-2.21.jar",
+                "jose4j-0.9.6.jar",
             )
         },
     ),

@@ -184,11 +184,12 @@ def test_reauthentication_keeps_the_connection_and_an_expired_session_closes_it(
     with gateway_thread(tmp_path, listeners="SASL_PLAINTEXT://127.0.0.1:0", connections_max_reauth_ms=300) as gw:
         http(gw, "CREATE USER bob PASS 'builder'")
         with KafkaConnection(gw.kafka_address) as conn:
-            assert plain(conn, "root", ROOT_PASSWORD).session_lifetime.total_seconds() == 0.3
+            assert scram(conn, "SCRAM-SHA-512", "root", ROOT_PASSWORD).session_lifetime.total_seconds() == 0.3
             for _ in range(3):  # re-authenticate in the middle of the connection, before each expiry
                 assert scram(conn, "SCRAM-SHA-512", "root", ROOT_PASSWORD).error_code == ErrorCode.none
                 assert metadata_works(conn)
-            assert plain(conn, "bob", "builder").error_code == ErrorCode.sasl_authentication_failed  # another principal
+            failed = scram(conn, "SCRAM-SHA-512", "bob", "builder")  # another principal
+            assert failed.error_code == ErrorCode.sasl_authentication_failed
             assert closed(conn)
         with KafkaConnection(gw.kafka_address) as conn:
             assert plain(conn, "bob", "builder").error_code == ErrorCode.none

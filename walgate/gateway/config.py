@@ -311,8 +311,21 @@ class Config:
             if listener.info.tls and not (tls.ssl_keystore_location or tls.ssl_keystore_certificate_chain):
                 raise ConfigError(f"listener {listener.name} ({listener.info.security_protocol}) needs a certificate: "
                                   "set ssl.keystore.location (PEM: private key and certificate chain)")
+            if listener.info.sasl and "OAUTHBEARER" in tls.sasl_enabled_mechanisms:
+                self._check_oauthbearer(listener.name, tls.sasl_oauthbearer_jwks_endpoint_url)
         if self.http_ssl_enabled and not (self.ssl_keystore_location or self.ssl_keystore_certificate_chain):
             raise ConfigError("http_ssl_enabled needs a certificate: set ssl.keystore.location")
+
+    @staticmethod
+    def _check_oauthbearer(listener: str, jwks_url: str | None) -> None:
+        """A SASL listener with OAUTHBEARER enabled has a JWKS (a ``file://`` URL) to verify tokens with."""
+        if not jwks_url:
+            raise ConfigError(f"listener {listener} enables SASL OAUTHBEARER but no JWKS verifies its tokens: "
+                              "set sasl.oauthbearer.jwks.endpoint.url (a file:///path URL)")
+        try:
+            jwks_path(jwks_url)
+        except ValueError as e:
+            raise ConfigError(f"listener {listener}: sasl.oauthbearer.jwks.endpoint.url: {e}") from None
 
     def kafka_listeners(self) -> list[Listener]:
         """The Kafka listeners to open: ``listeners`` (without KRaft controller listeners), or one PLAINTEXT
@@ -485,6 +498,10 @@ def _from_properties(settings: Mapping[str, str], source: str, ignored: list[str
                 overrides.setdefault(listener.upper(), {})[field_name] = raw
                 continue
             mechanism, _, rest = setting.partition(".")
+            oauthbearer = _field_of(rest) if mechanism == "oauthbearer" else None
+            if listener and oauthbearer is not None and oauthbearer.startswith("sasl_oauthbearer_"):
+                overrides.setdefault(listener.upper(), {})[oauthbearer] = raw  # Kafka's mechanism-prefixed form
+                continue
             if listener and mechanism in _SASL_MECHANISMS and rest.startswith("sasl."):
                 ignored.append(f"config {source}: {key} accepted and not used (users live in walgate's user store)")
                 continue

@@ -38,15 +38,16 @@ from aiohttp import web
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
-from walgate.gateway.config import Config
+from walgate.gateway.config import Config, ConfigError
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.http_origin import parse_origins
+from walgate.gateway.jwks import oauthbearer_exchanges
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
-from walgate.gateway.kafka.sasl import SaslSettings
+from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
@@ -220,8 +221,14 @@ class Gateway:
         for listener in cfg.kafka_listeners():
             own = cfg.for_listener(listener.name)
             mapper = PrincipalMapper(own.ssl_principal_mapping_rules) if listener.info.tls else None
-            sasl = (SaslSettings(passwords, own.sasl_enabled_mechanisms, own.connections_max_reauth_ms)
-                    if listener.info.sasl else None)
+            sasl = None
+            if listener.info.sasl:
+                oauthbearer = oauthbearer_exchanges(own) if OAUTHBEARER in own.sasl_enabled_mechanisms else None
+                try:
+                    sasl = SaslSettings(passwords, own.sasl_enabled_mechanisms, own.connections_max_reauth_ms,
+                                        oauthbearer)
+                except ValueError as e:  # an unknown mechanism (GSSAPI)
+                    raise ConfigError(f"listener {listener.name}: {e}") from None
             bound = await server.start(listener.host, listener.port, listener.info, tls.get(listener.name), mapper,
                                        sasl)
             self.kafka_addresses[listener.name] = bound

@@ -1,23 +1,31 @@
-"""SASL authentication of one Kafka connection (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; KIP-368 re-authentication).
+"""SASL authentication of one Kafka connection (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; KIP-368
+re-authentication).
 
 A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`Authentication` (the ContextVar
 :data:`AUTHENTICATION`, set by the connection task; None on other listeners). Its states, as Kafka's
 ``SaslServerAuthenticator`` runs them:
 
 * **handshake**: before a successful SaslHandshake, only ApiVersions and SaslHandshake are accepted;
-* **authenticate**: after it, SaslAuthenticate carries the mechanism's tokens (PLAIN: one round; SCRAM: two), or,
+* **authenticate**: after it, SaslAuthenticate carries the mechanism's tokens (PLAIN: one round; SCRAM: two;
+  OAUTHBEARER: one, or two when the token is refused), or,
   after a v0 SaslHandshake, the tokens come as bare size-prefixed frames without a Kafka header
   (:attr:`Authentication.raw`);
 * **authenticated**: :data:`~walgate.gateway.kafka.broker.PRINCIPAL` is ``User:name`` and every API is accepted,
-  until the session expires (``connections.max.reauth.ms`` after the authentication; 0: never). The client
-  re-authenticates in the middle of the connection with a new SaslHandshake + SaslAuthenticate (the principal may
-  not change); an expired session accepts nothing else, and the connection is closed on any other request.
+  until the session expires (``connections.max.reauth.ms`` after the authentication, 0: never; with OAUTHBEARER
+  at the latest when the token expires, even if that is now, as Kafka's ``SaslServerAuthenticator``). The client
+  re-authenticates in the middle of the connection with a new SaslHandshake + SaslAuthenticate (neither the
+  mechanism nor the principal may change); an expired session accepts nothing else, and the connection is closed
+  on any other request.
 
 A failure (bad mechanism, malformed token, wrong password or unknown user: one message for both, so an answer never
 tells whether a user exists) is answered :data:`FAILED_AUTHENTICATION_DELAY` after it, then the connection is closed
 (:attr:`Authentication.close`), as Kafka does. A dropped user or a changed password ends existing sessions only at
 their expiry. PLAIN passwords are checked by :class:`~walgate.gateway.passwords.PasswordChecker`; SCRAM credentials
-are read on the storage thread.
+are read on the storage thread. OAUTHBEARER tokens are signed JWTs checked against the listener's JWKS
+(:func:`walgate.gateway.jwks.oauthbearer_exchanges`, one ``stat`` of the JWKS file per authentication); a refused
+token is answered as Kafka's ``OAuthBearerSaslServer`` does (RFC 7628): the challenge ``{"status":"invalid_token"}``,
+then, after the client's ``%x01``, SASL_AUTHENTICATION_FAILED with that JSON as message. The principal is
+``User:<sub>``; the subject needs no user in walgate's store.
 """
 
 from __future__ import annotations
@@ -25,10 +33,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
+from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.passwords import PasswordChecker
+from walgate.security.oauthbearer import OAuthBearerError, OAuthBearerExchange
 from walgate.security.plain import PlainError, parse_plain
 from walgate.security.principals import user_principal
 from walgate.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -36,11 +47,12 @@ from walgate.security.scram import ScramCredential, ScramError, ScramExchange
 from walgate.storage.engine import Engine
 
 __all__ = ["AUTHENTICATION", "MECHANISMS", "AUTHENTICATION_FAILED", "Authentication", "FAILED_AUTHENTICATION_DELAY",
-           "SaslFailed", "SaslSettings"]
+           "OAUTHBEARER", "SaslFailed", "SaslSettings"]
 
 log = logging.getLogger("walgate.kafka.sasl")
 
-MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+OAUTHBEARER = "OAUTHBEARER"
+MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
 """The SASL mechanisms walgate implements (``sasl.enabled.mechanisms`` picks among them)."""
 AUTHENTICATION_FAILED = "Authentication failed: Invalid username or password"
 FAILED_AUTHENTICATION_DELAY = 0.1
@@ -56,17 +68,20 @@ class SaslFailed(Exception):
 @dataclass(frozen=True)
 class SaslSettings:
     """A SASL listener's settings: ``sasl.enabled.mechanisms`` and ``connections.max.reauth.ms`` (0: sessions never
-    expire), and the node's password checker."""
+    expire), the node's password checker, and OAUTHBEARER's ``new(now_ms)`` exchange (required when it is enabled)."""
 
     passwords: PasswordChecker  # PLAIN's password check
-    mechanisms: tuple[str, ...] = MECHANISMS
+    mechanisms: tuple[str, ...] = ("PLAIN", *SCRAM_MECHANISMS)
     reauth_ms: int = 0
+    oauthbearer: Callable[[int], OAuthBearerExchange] | None = None  # walgate.gateway.jwks.oauthbearer_exchanges
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.mechanisms if m not in MECHANISMS]
         if unknown or not self.mechanisms:
             raise ValueError(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'none'}: walgate implements "
                              f"{', '.join(MECHANISMS)}")
+        if OAUTHBEARER in self.mechanisms and self.oauthbearer is None:
+            raise ValueError("sasl.enabled.mechanisms: OAUTHBEARER needs sasl.oauthbearer.jwks.endpoint.url")
 
 
 def _credential(engine: Engine, user: str, mechanism: str) -> ScramCredential | None:
@@ -85,6 +100,10 @@ class Authentication:
         self.close = False  # the answer being sent is the last: close the connection after it
         self.failure = ""  # why the exchange failed (what the client was told)
         self._scram: ScramExchange | None = None
+        self._oauthbearer: OAuthBearerExchange | None = None
+        self._lifetime_ms = 0  # the session lifetime announced by the last successful authentication
+        self._session_mechanism: str | None = None  # the mechanism of the last successful authentication
+        self._wrong_mechanism = False  # this re-authentication asked for another mechanism: its first token fails
 
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may be handled now (False: close the connection)."""
@@ -111,25 +130,36 @@ class Authentication:
 
     def handshake(self, mechanism: str, version: int) -> bool:
         """A SaslHandshake for ``mechanism``: True when it is enabled (the exchange starts), else False (the answer
-        is UNSUPPORTED_SASL_MECHANISM and the connection closes)."""
+        is UNSUPPORTED_SASL_MECHANISM and the connection closes). A re-authentication with another mechanism than
+        the session's is accepted here and fails at its first token, as Kafka's ``SaslServerAuthenticator`` does (a
+        token's subject is no password user of the same name)."""
         if mechanism not in self.settings.mechanisms:
             self.close = True
             return False
+        self._wrong_mechanism = self.user is not None and mechanism != self._session_mechanism
         self.mechanism = mechanism
         self.raw = version == 0
         self._scram = ScramExchange(mechanism) if mechanism in SCRAM_MECHANISMS else None
+        self._oauthbearer = None
         return True
 
     @property
     def session_lifetime_ms(self) -> int:
-        """The session lifetime SaslAuthenticate (v1+) announces: ``connections.max.reauth.ms`` (0: none)."""
-        return self.settings.reauth_ms
+        """The session lifetime SaslAuthenticate (v1+) announces after a successful exchange (0: none):
+        ``connections.max.reauth.ms``, or with OAUTHBEARER the smaller of it (when set) and the token's remaining
+        life."""
+        return self._lifetime_ms
 
     async def step(self, broker: Broker, token: bytes) -> tuple[bytes, bool]:
         """One token of the exchange: (the answer token, whether the exchange is complete). Raises
         :class:`SaslFailed` (the connection closes after the answer)."""
         try:
-            if self._scram is None:
+            if self._wrong_mechanism:
+                raise SaslFailed(f"SASL mechanism '{self.mechanism}' requested by client is not supported for "
+                                 f"re-authentication of mechanism '{self._session_mechanism}'")
+            if self.mechanism == OAUTHBEARER:
+                answer, done = self._oauthbearer_step(token)
+            elif self._scram is None:
                 answer, done = await self._plain(token), True
             elif not self._scram.user:
                 user = self._scram.client_first(token)
@@ -141,6 +171,9 @@ class Authentication:
         except SaslFailed as exc:
             self._fail(str(exc))
             raise
+        except OAuthBearerError as exc:  # its messages name no secret (walgate.security.oauthbearer)
+            self._fail(str(exc))
+            raise SaslFailed(str(exc)) from None
         except (PlainError, ScramError) as exc:
             reason = str(exc)
             message = AUTHENTICATION_FAILED if reason == "invalid credentials" else f"Authentication failed: {reason}"
@@ -152,6 +185,19 @@ class Authentication:
         self.close = True
         self.failure = message
 
+    def _oauthbearer_step(self, message: bytes) -> tuple[bytes, bool]:
+        if self._oauthbearer is None:
+            assert self.settings.oauthbearer is not None  # SaslSettings: enabled only with a JWKS
+            self._oauthbearer = self.settings.oauthbearer(now_ms())
+        step = self._oauthbearer.step(message)
+        if not step.done:
+            log.info("kafka %s: OAUTHBEARER token refused (%s)", PEER.get(), self._oauthbearer.reason)
+            return step.challenge, False
+        valid = self._oauthbearer.token
+        assert valid is not None  # set by a completed exchange
+        self._authenticated(valid.subject, valid.expiry_ms)
+        return step.challenge, True
+
     async def _plain(self, token: bytes) -> bytes:
         user, password = parse_plain(token)
         if not await self.settings.passwords.check(user, password):
@@ -159,17 +205,26 @@ class Authentication:
         self._authenticated(user)
         return b""
 
-    def _authenticated(self, user: str) -> None:
+    def _authenticated(self, user: str, credential_expiry_ms: int | None = None) -> None:
         if self.user is not None and user != self.user:
             raise SaslFailed("Authentication failed: cannot change principals during re-authentication")
         log.info("kafka %s: %sauthenticated as User:%s with %s", PEER.get(), "re-" if self.user else "", user,
                  self.mechanism)
         self.user = user
+        self._session_mechanism = self.mechanism
         self.mechanism = None
         self.raw = False
         self._scram = None
+        self._oauthbearer = None
         reauth = self.settings.reauth_ms
-        self.expires = time.monotonic() + reauth / 1000 if reauth else None
+        if credential_expiry_ms is None:
+            lifetime = reauth
+        else:  # Kafka's SaslServerAuthenticator: the token bounds the session, even to 0 (expired at once)
+            remaining = max(0, credential_expiry_ms - now_ms())
+            lifetime = min(remaining, reauth) if reauth else remaining
+        self._lifetime_ms = lifetime
+        bounded = credential_expiry_ms is not None or reauth > 0
+        self.expires = time.monotonic() + lifetime / 1000 if bounded else None
         PRINCIPAL.set(user_principal(user))
 
 

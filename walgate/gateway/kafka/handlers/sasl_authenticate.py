@@ -1,9 +1,10 @@
 """SaslAuthenticate (key 36) v0–v2: one token of the connection's SASL exchange (after a v1 SaslHandshake).
 
 The answer carries the server's token; a failure is SASL_AUTHENTICATION_FAILED with a message that never tells
-whether the user exists, sent after ``FAILED_AUTHENTICATION_DELAY``, and the connection closes after it. v1+ answers announce the session lifetime
-(``connections.max.reauth.ms``, KIP-368) once the exchange completes. Without a SASL exchange under way (a listener
-without SASL): ILLEGAL_SASL_STATE.
+whether the user exists, sent after ``FAILED_AUTHENTICATION_DELAY``, and the connection closes after it (a refused
+OAUTHBEARER token is first answered with error NONE and RFC 7628's challenge, and fails on the client's next token).
+v1+ answers announce the session lifetime (KIP-368: ``connections.max.reauth.ms``, bounded by an OAUTHBEARER token's
+expiry) once the exchange completes. Without a SASL exchange under way (a listener without SASL): ILLEGAL_SASL_STATE.
 """
 
 from __future__ import annotations
