@@ -24,10 +24,11 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from walgate.gateway.audit import audit, mask_secrets, sql_change
+from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.config import Config
 from walgate.gateway.logs import JsonFormatter
 from walgate.gateway.server import Gateway
+from walgate.security.secrets import mask_secrets
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:

@@ -12,9 +12,7 @@ outcome; with ``--log-format json`` these are the fields ``principal``, ``peer``
     audit: User:root from 127.0.0.1: CREATE USER "CREATE USER alice PASS '***'": ok
     audit: User:ANONYMOUS from 10.0.0.7: DeleteTopics topic orders: failed: UNKNOWN_TOPIC_OR_PARTITION
 
-Secrets never reach the log: every resource and outcome passes :func:`mask_secrets`, which replaces the quoted
-password after ``PASS``/``PASSWORD`` (TDengine's ``CREATE USER x PASS '...'``, ``ALTER USER x PASS '...'``) and
-the value of ``password=``/``token=``-like key-value pairs with ``***``.
+Secrets never reach the log: every resource and outcome passes :func:`~walgate.security.secrets.mask_secrets`.
 """
 
 from __future__ import annotations
@@ -23,24 +21,16 @@ import logging
 import re
 
 from walgate.gateway.kafka.broker import PEER, PRINCIPAL
+from walgate.security.secrets import mask_secrets
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["audit", "audit_kafka", "kafka_outcome", "mask_secrets", "sql_change"]
+__all__ = ["audit", "audit_kafka", "kafka_outcome", "sql_change"]
 
 log = logging.getLogger("walgate.audit")
 
 _MAX_RESOURCE = 300  # characters of a resource kept in the line (a statement can be long)
-_QUOTED_SECRET = re.compile(r"""(\bPASS(?:WORD)?\s+)('(?:[^'\\]|\\.|'')*'?|"(?:[^"\\]|\\.|"")*"?|\S+)""", re.I)
-_KEY_SECRET = re.compile(r"""((?:password|passwd|secret|token|credential)s?\s*[=:]\s*)("[^"]*"?|'[^']*'?|[^\s,;&]+)""",
-                         re.I)
 _SQL_CHANGE = re.compile(r"\s*(CREATE|DROP|ALTER|GRANT|REVOKE)\b(?:\s+(DATABASE|STABLE|TABLE|TOPIC|USER|CONSUMER\s+GROUP"
                          r"|INDEX|VIEW|STREAM|SMA|FUNCTION))?", re.I)
-
-
-def mask_secrets(text: str) -> str:
-    """``text`` with every password or token value replaced by ``***`` (see the module docstring)."""
-    text = _QUOTED_SECRET.sub(lambda m: m.group(1) + "'***'", text)
-    return _KEY_SECRET.sub(lambda m: m.group(1) + "***", text)
 
 
 def audit(principal: str, peer: str, operation: str, resource: str, outcome: str) -> None:

@@ -74,6 +74,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.lexer import PatternStr
 
+from walgate.security.secrets import mask_secrets
 from walgate.storage.errors import InvalidValue, LimitExceeded, SqlSyntaxError, StorageError, Unsupported
 from walgate.storage.schema import PRECISIONS, Column, ColumnType
 from walgate.storage.sql import ast
@@ -863,7 +864,7 @@ def _located(sql: str, message: str, pos: int | None) -> str:
     if len(text) > 200:
         start = max(0, (pos or 0) - 80)
         text = ("..." if start else "") + sql[start:start + 160].strip() + ("..." if start + 160 < len(sql) else "")
-    return f"{message}{where}; statement: {text}"
+    return mask_secrets(f"{message}{where}; statement: {text}", sql)  # CREATE USER x PASS '...' quotes no password
 
 
 def _shorten(text: str, limit: int = 40) -> str:
