@@ -290,10 +290,12 @@ def test_other_addresses(host: str) -> None:
 
 
 @pytest.mark.parametrize(("settings", "insecure"), [
-    ({"host": "0.0.0.0"}, ["PLAINTEXT://0.0.0.0:9092"]),
+    ({"host": "0.0.0.0"}, ["PLAINTEXT://0.0.0.0:9092", "HTTP://0.0.0.0:6041"]),
+    ({"host": "0.0.0.0", "listeners": "SASL_PLAINTEXT://0.0.0.0:9092"}, []),  # SASL: HTTP Basic auth by default
+    ({"host": "0.0.0.0", "listeners": "SASL_PLAINTEXT://0.0.0.0:9092", "http_auth": "none"}, ["HTTP://0.0.0.0:6041"]),
     ({"listeners": "SSL://0.0.0.0:9093", "ssl_keystore_location": "/k"}, ["SSL://0.0.0.0:9093"]),
     ({"listeners": "SSL://0.0.0.0:9093", "ssl_keystore_location": "/k", "ssl_client_auth": "required"}, []),
-    ({"listeners": "SASL_PLAINTEXT://:9092,SASL_SSL://10.0.0.1:9093", "ssl_keystore_location": "/k"}, []),
+    ({"listeners": "SASL_PLAINTEXT://:9092,SASL_SSL://10.0.0.1:9093", "ssl_keystore_location": "/k"}, []),  # (HTTP: 127.0.0.1)
     ({"listeners": "PLAINTEXT://127.0.0.1:9092,SASL_SSL://:9093", "ssl_keystore_location": "/k"}, []),
     ({"listeners": "PLAINTEXT://:9092"}, ["PLAINTEXT://:9092"]),
     ({"listeners": "SSL://:9093", "ssl_keystore_location": "/k", "listener_overrides": {
@@ -313,7 +315,7 @@ def test_ssl_client_auth_applies_to_sasl_ssl_only_when_set_per_listener() -> Non
 def test_protected_mode_refuses_unless_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--data-dir", str(tmp_path / "d"), "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
-    assert "refusing to start: Kafka listener(s) PLAINTEXT://0.0.0.0:9092" in err and "--allow-insecure" in err
+    assert "refusing to start: listener(s) PLAINTEXT://0.0.0.0:9092, HTTP://0.0.0.0:6041" in err and "--allow-insecure" in err
     assert not (tmp_path / "d").exists()  # refused before anything was opened
     assert main(["demo", "--host", "0.0.0.0", "--duration", "0.1"]) == 2
     assert "refusing to start" in capsys.readouterr().err

@@ -178,14 +178,14 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def protected_mode_refusal(config: Config) -> str | None:
-    """Why ``config`` may not be served (Redis's protected mode): a Kafka listener that does not authenticate its
-    clients on an address other than loopback, unless ``allow_insecure``; None when it may."""
+    """Why ``config`` may not be served (Redis's protected mode): a Kafka listener, or the HTTP API, that does not
+    authenticate its clients on an address other than loopback, unless ``allow_insecure``; None when it may."""
     insecure = config.insecure_listeners()
     if not insecure or config.allow_insecure:
         return None
-    return (f"refusing to start: Kafka listener(s) {', '.join(insecure)} would let anyone on the network in "
-            "without authentication. Use SASL_PLAINTEXT/SASL_SSL, SSL with ssl.client.auth=required, or a loopback "
-            "address; or pass --allow-insecure (WALGATE_ALLOW_INSECURE=true) to serve them anyway "
+    return (f"refusing to start: listener(s) {', '.join(insecure)} would let anyone on the network in "
+            "without authentication. Use SASL_PLAINTEXT/SASL_SSL (HTTP then asks for a user's password), SSL with "
+            "ssl.client.auth=required, or a loopback address; or pass --allow-insecure (WALGATE_ALLOW_INSECURE=true) to serve them anyway "
             "(docs/security.md)")
 
 

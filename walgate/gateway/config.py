@@ -376,13 +376,16 @@ class Config:
 
     def insecure_listeners(self) -> list[str]:
         """Listeners (``NAME://host:port``) that bind a non-loopback address and do not authenticate their clients:
-        PLAINTEXT, or SSL without ``ssl.client.auth=required`` (protected mode refuses them)."""
+        PLAINTEXT, or SSL without ``ssl.client.auth=required``, and the HTTP API without ``http_auth=basic``
+        (protected mode refuses them)."""
         insecure = []
         for listener in self.kafka_listeners():
             info = listener.info
             authenticated = info.sasl or (info.tls and self.client_auth(listener) == "required")
             if not authenticated and not is_loopback(listener.host):
                 insecure.append(f"{info.name}://{listener.host}:{listener.port}")
+        if self.http_auth != "basic" and not is_loopback(self.host):
+            insecure.append(f"HTTP://{self.host}:{self.http_port}")
         return insecure
 
 
