@@ -3,7 +3,8 @@
 The driver side lists partitions and offsets with the Admin client, the executor
 side reads [earliest, latest) of every partition with seek/poll/position and the
 failOnDataLoss checks; it must finish without a data-loss, hole or timeout error
-and with counts that match the rows inserted.
+and with counts that match the rows inserted. Its ``--kafka.<setting>`` options (Spark's
+``kafka.``-prefixed ones) over SASL_SSL: test_security_sasl_ssl.py.
 """
 
 from __future__ import annotations

@@ -7,14 +7,18 @@ Kafka clients (in a container: ``0.0.0.0``), with a terminal display; so in comp
 (database ``power``, supertable ``meters``, 100 subtables, topics ``topic_meters`` and ``topic_power``;
 all ``IF NOT EXISTS``, so a restart is harmless), touches ``--ready-file`` (the compose healthcheck: the
 topics exist), then inserts ``--rate`` rows per second until SIGTERM / SIGINT (``docker stop``) or
-``--duration`` seconds. A failed insert (the node restarting) is reported and retried a second later.
+``--duration`` seconds. A failed insert (the node restarting) is reported and retried a second later. With
+``--user``, every request carries HTTP Basic credentials: the password is the content of ``--password-file`` (a
+Docker secret; one trailing newline is not part of it), else ``WALGATE_PASSWORD``.
 
     python docker/generate.py --url http://127.0.0.1:6041 --rate 100 --duration 10
+    python docker/generate.py --user root --password-file /run/secrets/walgate_root_password
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import signal
 import sys
@@ -39,7 +43,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=120, help="seconds to wait for the node to answer (default 120)")
     p.add_argument("--ready-file", type=Path, help="touched once the data set and its topics exist")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--user", help="walgate user for HTTP Basic auth (default: none)")
+    p.add_argument("--password-file", type=Path, help="the user's password (default: WALGATE_PASSWORD)")
     return p
+
+
+def credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(user, password) for HTTP Basic auth, None without ``--user`` (module docstring)."""
+    if args.user is None:
+        return None
+    if args.password_file is not None:
+        return args.user, args.password_file.read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+    return args.user, os.environ.get("WALGATE_PASSWORD", "")
 
 
 def log(message: str) -> None:
@@ -67,11 +82,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     if args.ready_file is not None:
         args.ready_file.unlink(missing_ok=True)
+    try:
+        auth = credentials(args)
+    except OSError as e:
+        log(f"cannot read the password file: {e.strerror}")
+        return 1
 
     if not wait_healthy(args.url, args.wait, stop):
         log(f"walgate at {args.url} did not answer within {args.wait:.0f} s" if not stop.is_set() else "stopped")
         return 0 if stop.is_set() else 1
-    client = ApiClient(args.url)
+    client = ApiClient(args.url, auth)
     try:
         for sql in (*SETUP, *subtables()):
             client.sql(sql)

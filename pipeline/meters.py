@@ -15,6 +15,12 @@ which takes only the files of committed micro-batches (the sink's
 (``startingOffsets`` / ``endingOffsets``, or ``startingTimestamp``): a
 backfill.
 
+Kafka client settings go to the source as Spark's ``kafka.``-prefixed options:
+``--kafka-option security.protocol=SASL_SSL`` (repeatable), and ``--sasl-user``
+with ``--sasl-password-file`` (a Docker secret) make the ``sasl.jaas.config`` of
+the ``sasl.mechanism`` given (SCRAM-SHA-512 unless set), so the password never
+appears on a command line.
+
 Usage (Spark's Kafka connector from Maven, on a machine that can reach it)::
 
     spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version> \\
@@ -24,8 +30,10 @@ Usage (Spark's Kafka connector from Maven, on a machine that can reach it)::
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,13 +41,38 @@ from pyspark.sql import functions as F
 VALUE_SCHEMA = "ts STRING, current DOUBLE, voltage INT, phase DOUBLE, groupid INT, location STRING"
 """The JSON value of a `meters` row (README: the value format); extra columns are ignored, missing ones null."""
 
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def client_options(args: argparse.Namespace) -> dict[str, str]:
+    """The Kafka client settings of ``--kafka-option`` and ``--sasl-user`` / ``--sasl-password-file`` (module
+    docstring), without the ``kafka.`` prefix; raises OSError (the password file) or ValueError (a
+    ``sasl.mechanism`` without a login module here)."""
+    options = dict(option.split("=", 1) for option in args.kafka_option)
+    if args.sasl_user is not None:
+        password = args.sasl_password_file.read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+        mechanism = options.setdefault("sasl.mechanism", "SCRAM-SHA-512")
+        if mechanism not in LOGIN_MODULES:
+            raise ValueError(f"--sasl-user: no login module for sasl.mechanism={mechanism} (one of "
+                             f"{', '.join(LOGIN_MODULES)}); set sasl.jaas.config with --kafka-option instead")
+        # a JAAS quoted string (Java's StreamTokenizer): \\ and \" escaped, as json.dumps does for them
+        options["sasl.jaas.config"] = (f"{LOGIN_MODULES[mechanism]} required "
+                                       f"username={json.dumps(args.sasl_user, ensure_ascii=False)} "
+                                       f"password={json.dumps(password, ensure_ascii=False)};")
+    return options
+
 
 def kafka_source(spark: SparkSession, bootstrap: str, topic: str, *, streaming: bool,
                  starting_offsets: str | None = None, ending_offsets: str | None = None,
-                 starting_timestamp: int | None = None) -> DataFrame:
-    """Spark's Kafka source on a walgate topic (options as for any Kafka broker)."""
+                 starting_timestamp: int | None = None, client: Mapping[str, str] | None = None) -> DataFrame:
+    """Spark's Kafka source on a walgate topic (options as for any Kafka broker; ``client``: Kafka client
+    settings, passed as ``kafka.<setting>``)."""
     reader = spark.readStream if streaming else spark.read
     reader = reader.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for key, value in (client or {}).items():
+        reader = reader.option(f"kafka.{key}", value)
     if starting_timestamp is not None:
         reader = reader.option("startingTimestamp", str(starting_timestamp))
     elif starting_offsets is not None:
@@ -77,14 +110,14 @@ def aggregate(rows: DataFrame, window: str = "1 minute", watermark: str = "10 mi
 def run_batch(spark: SparkSession, args: argparse.Namespace) -> None:
     records = kafka_source(spark, args.bootstrap, args.topic, streaming=False,
                            starting_offsets=args.starting_offsets, ending_offsets=args.ending_offsets,
-                           starting_timestamp=args.starting_timestamp)
+                           starting_timestamp=args.starting_timestamp, client=client_options(args))
     aggregate(parse(records), args.window, args.watermark).write.mode("append").parquet(args.out)
 
 
 def run_stream(spark: SparkSession, args: argparse.Namespace) -> None:
     records = kafka_source(spark, args.bootstrap, args.topic, streaming=True,
                            starting_offsets=args.starting_offsets or "earliest",
-                           starting_timestamp=args.starting_timestamp)
+                           starting_timestamp=args.starting_timestamp, client=client_options(args))
     query = (
         aggregate(parse(records), args.window, args.watermark)
         .writeStream.format("parquet").outputMode("append")
@@ -109,13 +142,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger", default="10 seconds", help="streaming micro-batch interval")
     p.add_argument("--available-now", action="store_true", help="stream what is there now, then stop")
     p.add_argument("--timeout", type=float, help="stop streaming after this many seconds")
+    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
+                   help="a Kafka client setting (Spark's kafka.KEY option), e.g. security.protocol=SASL_SSL")
+    p.add_argument("--sasl-user", help="SASL user (sasl.jaas.config; needs --sasl-password-file)")
+    p.add_argument("--sasl-password-file", type=Path, help="file holding --sasl-user's password")
     return p
+
+
+def _key_value(text: str) -> str:
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():  # an empty value is a setting too (ssl.endpoint.identification.algorithm=)
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.batch and not args.checkpoint:
         parser().error("--checkpoint is required for streaming")
+    if (args.sasl_user is None) != (args.sasl_password_file is None):
+        parser().error("--sasl-user and --sasl-password-file go together")
+    try:
+        client_options(args)  # the password file is readable and the mechanism known, before Spark starts
+    except (OSError, ValueError) as e:
+        parser().error(str(e))
     spark = SparkSession.builder.appName("walgate-meters").getOrCreate()
     try:
         (run_batch if args.batch else run_stream)(spark, args)

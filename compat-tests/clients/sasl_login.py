@@ -1,6 +1,8 @@
 """Log in over SASL with one Python client library, produce one record to partition 0 and read it back.
 
-Usage: sasl_login.py ck|kp|aio BOOTSTRAP MECHANISM USER PASSWORD TOPIC
+Usage: sasl_login.py ck|kp|aio BOOTSTRAP MECHANISM USER PASSWORD TOPIC [CA]
+
+Over SASL_PLAINTEXT; with CA (a PEM file of the CA certificate to trust), over SASL_SSL.
 
 Prints one JSON line: ``{"event": "ok", "library": ..., "value": <the value read back>}``, or, when the broker
 refuses (a wrong password), ``{"event": "error", "library": ..., "name": <the client's own error name>, "message"}``;
@@ -21,12 +23,14 @@ def emit(**event: object) -> None:
     print(json.dumps(event), flush=True)
 
 
-def confluent(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str) -> str:
+def confluent(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str,
+              ca: str | None) -> str:
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
     errors: list[KafkaError] = []
-    common = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
-              "sasl.username": user, "sasl.password": password, "error_cb": errors.append}
+    tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": ca} if ca else {"security.protocol": "SASL_PLAINTEXT"}
+    common = {"bootstrap.servers": bootstrap, "sasl.mechanism": mechanism, "sasl.username": user,
+              "sasl.password": password, "error_cb": errors.append, **tls}
     producer = Producer(common)
     producer.produce(topic, value.encode(), partition=0)
     deadline = time.monotonic() + 15
@@ -48,11 +52,13 @@ def confluent(bootstrap: str, mechanism: str, user: str, password: str, topic: s
         consumer.close()
 
 
-def kafka_python(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str) -> str:
+def kafka_python(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str,
+                 ca: str | None) -> str:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    common = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-              "sasl_plain_username": user, "sasl_plain_password": password}
+    tls = {"security_protocol": "SASL_SSL", "ssl_cafile": ca} if ca else {"security_protocol": "SASL_PLAINTEXT"}
+    common = {"bootstrap_servers": bootstrap, "sasl_mechanism": mechanism, "sasl_plain_username": user,
+              "sasl_plain_password": password, **tls}
     producer = KafkaProducer(**common, bootstrap_timeout_ms=5_000)
     producer.send(topic, value.encode(), partition=0).get(15)
     producer.close()
@@ -68,11 +74,15 @@ def kafka_python(bootstrap: str, mechanism: str, user: str, password: str, topic
         consumer.close()
 
 
-async def aio(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str) -> str:
+async def aio(bootstrap: str, mechanism: str, user: str, password: str, topic: str, value: str,
+              ca: str | None) -> str:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
 
-    common = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-              "sasl_plain_username": user, "sasl_plain_password": password}
+    tls = ({"security_protocol": "SASL_SSL", "ssl_context": create_ssl_context(cafile=ca)} if ca
+           else {"security_protocol": "SASL_PLAINTEXT"})
+    common = {"bootstrap_servers": bootstrap, "sasl_mechanism": mechanism, "sasl_plain_username": user,
+              "sasl_plain_password": password, **tls}
     producer = AIOKafkaProducer(**common)
     await producer.start()
     try:
@@ -97,14 +107,15 @@ async def aio(bootstrap: str, mechanism: str, user: str, password: str, topic: s
 def main() -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)  # kafka-python logs a refused login, then times out
     library, bootstrap, mechanism, user, password, topic = sys.argv[1:7]
+    ca = sys.argv[7] if len(sys.argv) > 7 else None
     value = f"hello from {library} over {mechanism}"
     try:
         if library == "ck":
-            got = confluent(bootstrap, mechanism, user, password, topic, value)
+            got = confluent(bootstrap, mechanism, user, password, topic, value, ca)
         elif library == "kp":
-            got = kafka_python(bootstrap, mechanism, user, password, topic, value)
+            got = kafka_python(bootstrap, mechanism, user, password, topic, value, ca)
         else:
-            got = asyncio.run(aio(bootstrap, mechanism, user, password, topic, value))
+            got = asyncio.run(aio(bootstrap, mechanism, user, password, topic, value, ca))
     except AssertionError:
         raise
     except Exception as exc:  # noqa: BLE001 - the client's own error, reported for the test to judge

@@ -12,7 +12,10 @@
 // such a hole is reported as an error too.
 //
 // Usage: java -cp <kafka-clients jars> SparkSource.java --bootstrap H:P --topic T
-//            [--starting earliest|timestamp:<ms>] [--poll-timeout-ms 10000]
+//            [--starting earliest|timestamp:<ms>] [--poll-timeout-ms 10000] [--kafka.<setting> <value> ...]
+// --kafka.<setting> is Spark's kafka.-prefixed source option: the client setting (security.protocol, sasl.*,
+// ssl.*, ...) goes, without the prefix, into the driver's Admin and every executor's consumer, under the settings
+// Spark fixes itself (KafkaSourceProvider's ConfigUpdater sets those over the user's).
 // Output: one JSON object per line: describe, offsets (per partition), range, record, summary;
 // on failure an "error" line (kind data_loss | hole | illegal_state | timeout) and exit code 1.
 
@@ -68,9 +71,13 @@ public class SparkSource {
         String topic = args.get("topic");
         String starting = args.getOrDefault("starting", "earliest");
         pollTimeoutMs = Long.parseLong(args.getOrDefault("poll-timeout-ms", "10000"));
+        Map<String, Object> specified = new HashMap<>();
+        for (Map.Entry<String, String> e : args.entrySet()) {
+            if (e.getKey().startsWith("kafka.")) specified.put(e.getKey().substring("kafka.".length()), e.getValue());
+        }
 
         // KafkaSourceProvider.kafkaParamsForDriver; the Admin is created from the same map.
-        Map<String, Object> driver = new HashMap<>();
+        Map<String, Object> driver = new HashMap<>(specified);
         driver.put("bootstrap.servers", bootstrap);
         driver.put("key.deserializer", ByteArrayDeserializer.class.getName());
         driver.put("value.deserializer", ByteArrayDeserializer.class.getName());
@@ -132,7 +139,7 @@ public class SparkSource {
             long from = e.getValue()[0], until = e.getValue()[1];
             println("{\"event\":\"range\",\"partition\":" + tp.partition() + ",\"from\":" + from + ",\"until\":" + until + "}");
             long n = 0;
-            try (Reader reader = new Reader(tp, bootstrap, groupId)) {
+            try (Reader reader = new Reader(tp, bootstrap, groupId, specified)) {
                 long offset = from;
                 while (offset < until) {
                     ConsumerRecord<byte[], byte[]> r = reader.get(offset, until);
@@ -178,9 +185,9 @@ public class SparkSource {
         long rangeEarliest = UNKNOWN_OFFSET;
         int polls = 0;
 
-        Reader(TopicPartition tp, String bootstrap, String groupId) {
+        Reader(TopicPartition tp, String bootstrap, String groupId, Map<String, Object> specified) {
             // KafkaSourceProvider.kafkaParamsForExecutors
-            Map<String, Object> p = new HashMap<>();
+            Map<String, Object> p = new HashMap<>(specified);
             p.put("bootstrap.servers", bootstrap);
             p.put("key.deserializer", ByteArrayDeserializer.class.getName());
             p.put("value.deserializer", ByteArrayDeserializer.class.getName());

@@ -1,16 +1,19 @@
-// kafkajs 2.2.4 over SASL_PLAINTEXT: log in with a SASL mechanism, produce one record to partition 0, read it back.
-// Usage: node kjs_sasl.js <bootstrap> <mechanism> <user> <password> <topic>
+// kafkajs 2.2.4 over SASL_PLAINTEXT (or SASL_SSL, trusting the CA certificate of the PEM file <ca>): log in with a
+// SASL mechanism, produce one record to partition 0, read it back.
+// Usage: node kjs_sasl.js <bootstrap> <mechanism> <user> <password> <topic> [<ca>]
 // Prints `library`, then {"event": "ok", "value"} or, when authentication is refused, {"event": "error", name,
 // message} (exit code 2, as every kjs_* program).
 'use strict';
+const fs = require('fs');
 const { Kafka, logLevel } = require('kafkajs');
 const { version } = require('kafkajs/package.json');
 const { emit } = require('./output');
 
 async function main() {
-  const [bootstrap, mechanism, username, password, topic] = process.argv.slice(2);
+  const [bootstrap, mechanism, username, password, topic, ca] = process.argv.slice(2);
   const kafka = new Kafka({ clientId: 'walgate-compat-kjs-sasl', brokers: [bootstrap], logLevel: logLevel.NOTHING,
-    sasl: { mechanism, username, password }, connectionTimeout: 5000, requestTimeout: 15000, retry: { retries: 1 } });
+    sasl: { mechanism, username, password }, ssl: ca ? { ca: [fs.readFileSync(ca, 'utf8')] } : false,
+    connectionTimeout: 5000, requestTimeout: 15000, retry: { retries: 1 } });
   const value = 'hello from kafkajs';
   const producer = kafka.producer();
   await producer.connect();

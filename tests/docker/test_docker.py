@@ -2,14 +2,19 @@
 
 - docker/compose.yaml parses (PyYAML) and wires what it says: walgate built from docker/Dockerfile with its
   ports, volume and healthcheck; the generator's and Spark's commands name scripts that exist in the repo
-  (through their bind mounts) with arguments their own argparse accepts, pointed at the walgate service.
+  (through their bind mounts) with arguments their own argparse accepts, pointed at the walgate service and
+  logging in as root with the password of the Docker secret walgate reads root's first password from;
+  docker/compose.sasl-ssl.yaml, merged over it, is a valid walgate configuration with a SASL_SSL listener.
 - docker/Dockerfile parses into instructions (a small parser below): python:3.11-slim, pip install of the
   project, a non-root USER, VOLUME for the data dir, EXPOSE 9092 6041, a HEALTHCHECK in exec form; the
   root .dockerignore lets through what the COPYs need, and that context builds the walgate wheel.
 - The image's entry command (ENTRYPOINT + CMD, with the Dockerfile's ENV) really runs here: the data dir
-  swapped for a temporary one, 0.0.0.0 for 127.0.0.1 and the ports for free ones; its HEALTHCHECK passes
-  against it (and fails with nothing listening), Kafka clients are told the advertised host, and the
-  compose generator's command feeds topic_meters, read back with confluent-kafka.
+  swapped for a temporary one, 0.0.0.0 for 127.0.0.1 and the ports for free ones, root's password in a
+  file named by WALGATE_ROOT_PASSWORD_FILE (as compose's secret); its HEALTHCHECK passes against it (and
+  fails with nothing listening), a SCRAM client with that password is told the advertised address, a
+  client without SASL, with PLAIN or with a wrong password is refused, HTTP without credentials gets 401,
+  and the compose generator's command (with the secret file) feeds topic_meters, read back with
+  confluent-kafka over SASL.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import subprocess
 import sys
 import time
 import tomllib
+import urllib.error
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -36,20 +43,28 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from livewalgate import free_port, stop_process, walgate_env
 from pipeline import meters
+from testcerts import make_certs
+from walgate.gateway.cli import protected_mode_refusal
+from walgate.gateway.config import load_config
+from walgate.gateway.root_user import ROOT_PASSWORD_FILE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
 COMPOSE = DOCKER / "compose.yaml"
+COMPOSE_SASL_SSL = DOCKER / "compose.sasl-ssl.yaml"
 DOCKERIGNORE = REPO / ".dockerignore"
 VENV_BIN = Path(sys.executable).parent  # the venv running the tests: its `walgate` and `python` stand in for the image's
 READY_TIMEOUT = 30.0
 KAFKA_PORT, HTTP_PORT = "9092", "6041"
+ROOT_SECRET = "walgate_root_password"
+SECRET_FILE = f"/run/secrets/{ROOT_SECRET}"  # where compose mounts a service's secret
+ROOT_PASSWORD = "docker-r00t"
 KNOWN_INSTRUCTIONS = {
     "ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL", "MAINTAINER",
     "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR",
@@ -160,10 +175,16 @@ def option(argv: list[str], flag: str) -> str:
 # ------------------------------------------------------------------ compose parsing
 
 
-def load_compose() -> dict[str, Any]:
-    compose = yaml.safe_load(COMPOSE.read_text())
+def load_compose(path: Path = COMPOSE) -> dict[str, Any]:
+    compose = yaml.safe_load(path.read_text())
     assert isinstance(compose, dict) and isinstance(compose.get("services"), dict), "no services"
     return compose
+
+
+def compose_env(service: dict[str, Any]) -> dict[str, str]:
+    environment = service.get("environment", {})
+    assert isinstance(environment, dict), "use the mapping syntax for environment"
+    return {key: str(value) for key, value in environment.items()}
 
 
 def mounts(service: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -221,6 +242,9 @@ def test_compose_has_the_three_services_and_declares_its_named_volumes() -> None
     declared = set(compose.get("volumes") or {})
     used = {source for service in compose["services"].values() for source, _, _ in mounts(service) if not is_bind(source)}
     assert used and used == declared, (used, declared)
+    secrets = {name for service in compose["services"].values() for name in service.get("secrets", [])}
+    assert secrets == {ROOT_SECRET} == set(compose["secrets"]), "every service's secret is declared"
+    assert compose["secrets"][ROOT_SECRET] == {"environment": "WALGATE_ROOT_PASSWORD"}
     for service in compose["services"].values():
         for source, _, _ in mounts(service):
             if is_bind(source):
@@ -236,7 +260,12 @@ def test_compose_walgate_service_is_the_image_with_its_ports_volume_and_healthch
     [(volume, target, mode)] = mounts(walgate)
     assert not is_bind(volume) and mode == "rw" and [target] == image.volumes
     # other containers reach it by its service name: that is what Kafka clients must be told
-    assert walgate["environment"]["WALGATE_ADVERTISED_HOST"] == "walgate"
+    env = compose_env(walgate)
+    assert env["WALGATE_ADVERTISED_LISTENERS"] == f"SASL_PLAINTEXT://walgate:{KAFKA_PORT}"
+    assert image.env["WALGATE_LISTENERS"] == f"SASL_PLAINTEXT://0.0.0.0:{KAFKA_PORT}"
+    # root's first password: the secret's file, never a value in the compose file
+    assert walgate["secrets"] == [ROOT_SECRET] and env[ROOT_PASSWORD_FILE_ENV] == SECRET_FILE
+    assert not any("PASSWORD" in key and key != ROOT_PASSWORD_FILE_ENV for key in env), env
     options, argv = image.healthcheck
     assert walgate["healthcheck"]["test"] == ["CMD", *argv]
     assert duration_s(walgate["healthcheck"]["timeout"]) == duration_s(options["timeout"])
@@ -250,6 +279,7 @@ def test_compose_generator_runs_docker_generate_py_against_the_walgate_service()
     assert interpreter == "python" and repo_path(generator, script) == DOCKER / "generate.py"
     args = load_generator().parser().parse_args(generator["command"])  # exits (fails) on an unknown argument
     assert args.url == f"http://walgate:{HTTP_PORT}" and args.duration == 0 and args.rate > 0
+    assert args.user == "root" and str(args.password_file) == SECRET_FILE and generator["secrets"] == [ROOT_SECRET]
     # the image's healthcheck (walgate's ports) would never pass here: it must be replaced by the ready file
     assert generator["healthcheck"]["test"] == ["CMD", "test", "-f", str(args.ready_file)]
     assert generator["depends_on"] == {"walgate": {"condition": "service_healthy"}}
@@ -276,13 +306,42 @@ def test_compose_spark_submits_pipeline_meters_py_with_its_real_arguments() -> N
     ast.parse(script.read_text(), feature_version=(3, 10))
     args = meters.parser().parse_args(command[script_at + 1:])  # exits (fails) on an unknown argument
     assert not args.batch and args.checkpoint, "streaming needs --checkpoint (meters.main)"
-    assert args.bootstrap == f"walgate:{KAFKA_PORT}" == f"{services['walgate']['environment']['WALGATE_ADVERTISED_HOST']}:{KAFKA_PORT}"
+    advertised = compose_env(services["walgate"])["WALGATE_ADVERTISED_LISTENERS"]
+    assert f"SASL_PLAINTEXT://{args.bootstrap}" == advertised == f"SASL_PLAINTEXT://walgate:{KAFKA_PORT}"
+    # Spark's Kafka source logs in as root with the secret, with a mechanism the image enables
+    assert args.sasl_user == "root" and str(args.sasl_password_file) == SECRET_FILE and spark["secrets"] == [ROOT_SECRET]
+    assert dict(o.split("=", 1) for o in args.kafka_option) == {"security.protocol": "SASL_PLAINTEXT",
+                                                                 "sasl.mechanism": "SCRAM-SHA-512"}
+    assert "SCRAM-SHA-512" in load_image().env["WALGATE_SASL_ENABLED_MECHANISMS"].split(",")
     generator_args = load_generator().parser().parse_args(services["generator"]["command"])
     assert args.topic == "topic_meters" and args.topic in " ".join(load_generator().SETUP)
     assert generator_args.url.startswith("http://walgate:")
     assert writable_volume_target(spark, args.out) == writable_volume_target(spark, args.checkpoint)
     assert spark["depends_on"] == {"walgate": {"condition": "service_healthy"},
                                    "generator": {"condition": "service_healthy"}}
+
+
+def test_compose_sasl_ssl_override_adds_a_sasl_ssl_listener_with_the_mounted_certificate(tmp_path: Path) -> None:
+    """docker/compose.sasl-ssl.yaml merged over compose.yaml (environment by key, lists appended, as compose
+    merges) and the image's ENV make a configuration walgate accepts: SASL_SSL on 9093 with the secret's PEM."""
+    base, override = load_compose(), load_compose(COMPOSE_SASL_SSL)
+    assert set(override["services"]) == {"walgate"}
+    walgate, extra = base["services"]["walgate"], override["services"]["walgate"]
+    [(keystore_secret, source)] = override["secrets"].items()
+    assert source["file"].startswith("${WALGATE_TLS_KEYSTORE:?")  # compose stops without the certificate
+    assert walgate["secrets"] + extra["secrets"] == [ROOT_SECRET, keystore_secret]
+    assert set(extra["ports"]) == {"9093:9093"} and not set(extra["ports"]) & set(walgate["ports"])
+    env = load_image().env | compose_env(walgate) | compose_env(extra)
+    keystore = f"/run/secrets/{keystore_secret}"
+    assert env["WALGATE_SSL_KEYSTORE_LOCATION"] == keystore
+    certs = make_certs(tmp_path)
+    env["WALGATE_SSL_KEYSTORE_LOCATION"] = str(certs.server)
+    env["WALGATE_ADVERTISED_LISTENERS"] = env["WALGATE_ADVERTISED_LISTENERS"].replace("${WALGATE_TLS_HOST:-localhost}",
+                                                                                     "localhost")
+    config = load_config(None, env=env, overrides={"data_dir": tmp_path / "data"})
+    assert [(lst.name, lst.port) for lst in config.kafka_listeners()] == [("SASL_PLAINTEXT", 9092), ("SASL_SSL", 9093)]
+    assert config.advertised_addresses() == {"SASL_PLAINTEXT": ("walgate", 9092), "SASL_SSL": ("localhost", 9093)}
+    assert protected_mode_refusal(config) is None and config.http_auth == "basic"
 
 
 # ====================================================================== (b) Dockerfile
@@ -342,16 +401,21 @@ def test_dockerfile_volume_is_the_data_dir_owned_by_the_user() -> None:
         "the data dir must be chowned before VOLUME (later changes to it are discarded)"
 
 
-def test_dockerfile_exposes_the_ports_the_command_listens_on_all_interfaces() -> None:
+def test_dockerfile_listens_on_all_interfaces_with_sasl_and_without_allow_insecure(tmp_path: Path) -> None:
     image = load_image()
     command = image.command
     assert command[:2] == ["walgate", "serve"]
     assert image.exposed == {KAFKA_PORT, HTTP_PORT}
-    assert option(command, "--kafka-port") == KAFKA_PORT and option(command, "--http-port") == HTTP_PORT
-    assert option(command, "--host") == "0.0.0.0"
-    assert "--allow-insecure" in command, "protected mode refuses a PLAINTEXT listener on 0.0.0.0 without it"
-    assert "--advertised-host" not in command, "left to WALGATE_ADVERTISED_HOST so compose / docker run -e set it"
-    assert image.env["WALGATE_ADVERTISED_HOST"]
+    assert option(command, "--http-port") == HTTP_PORT and option(command, "--host") == "0.0.0.0"
+    # listeners and advertised listeners are ENV, so compose / docker run -e replace them (flags would win)
+    assert "--allow-insecure" not in command and "--override" not in command and "--advertised-host" not in command
+    assert image.env["WALGATE_LISTENERS"] == f"SASL_PLAINTEXT://0.0.0.0:{KAFKA_PORT}"
+    assert image.env["WALGATE_ADVERTISED_LISTENERS"] == f"SASL_PLAINTEXT://localhost:{KAFKA_PORT}"
+    assert "PLAIN" not in image.env["WALGATE_SASL_ENABLED_MECHANISMS"].split(","), "no clear-text passwords"
+    assert not any("PASSWORD" in key for key in image.env), "no password baked into the image"
+    config = load_config(None, env=image.env, overrides={"data_dir": tmp_path, "host": option(command, "--host")})
+    assert [lst.info.sasl for lst in config.kafka_listeners()] == [True] and config.http_auth == "basic"
+    assert protected_mode_refusal(config) is None  # every Kafka client authenticates: nothing for it to refuse
 
 
 def test_dockerfile_healthcheck_is_python_checking_both_ports() -> None:
@@ -468,6 +532,13 @@ class EntryServer:
         """A command meant for inside the container, with this server's ports."""
         return [a.replace(HTTP_PORT, str(self.http_port)).replace(KAFKA_PORT, str(self.kafka_port)) for a in argv]
 
+    def kafka(self, **settings: str) -> dict[str, Any]:
+        """librdkafka settings reaching this server, logging in as root with SCRAM-SHA-512 unless ``settings``
+        say otherwise."""
+        return {"bootstrap.servers": f"127.0.0.1:{self.kafka_port}", "broker.address.family": "v4",
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "root",
+                "sasl.password": ROOT_PASSWORD, **settings}
+
 
 def image_env() -> dict[str, str]:
     """The test's environment (no WALGATE_* of its own) + the Dockerfile's ENV, the venv's bin first on PATH."""
@@ -488,13 +559,18 @@ def entry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EntryServ
     kafka_port, http_port = free_port(), free_port()
     assert kafka_port != http_port
     [data_dir] = image.volumes
-    substitutions = {data_dir: str(workdir / "data"), "0.0.0.0": "127.0.0.1",
-                     KAFKA_PORT: str(kafka_port), HTTP_PORT: str(http_port)}
+    substitutions = {data_dir: str(workdir / "data"), "0.0.0.0": "127.0.0.1", HTTP_PORT: str(http_port)}
     command = image.command
     missing = [original for original in substitutions if original not in command]
     assert not missing, f"the entry command {command} does not contain {missing}"
     command = [substitutions.get(arg, arg) for arg in command]
     env = image_env()
+    for name in ("WALGATE_LISTENERS", "WALGATE_ADVERTISED_LISTENERS"):  # the Kafka port: from the image's ENV
+        assert f":{KAFKA_PORT}" in env[name], env[name]
+        env[name] = env[name].replace("0.0.0.0", "127.0.0.1").replace(f":{KAFKA_PORT}", f":{kafka_port}")
+    secret = workdir / ROOT_SECRET
+    secret.write_text(ROOT_PASSWORD + "\n")  # as `echo` writes a secret file
+    env[ROOT_PASSWORD_FILE_ENV] = str(secret)  # as compose.yaml sets it
     assert shutil.which(command[0], path=env["PATH"]) == str(VENV_BIN / "walgate")
     log_path = workdir / "walgate.log"
     with log_path.open("wb") as log:
@@ -531,10 +607,44 @@ def test_healthcheck_fails_with_nothing_listening() -> None:
     assert result.returncode != 0
 
 
-def test_entry_command_tells_kafka_clients_the_advertised_host(entry_server: EntryServer) -> None:
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{entry_server.kafka_port}", "broker.address.family": "v4"})
+def test_entry_command_logs_root_in_with_the_secret_and_tells_the_advertised_address(entry_server: EntryServer) -> None:
+    admin = AdminClient(entry_server.kafka())
     brokers = list(admin.list_topics(timeout=15).brokers.values())
-    assert [(b.host, b.port) for b in brokers] == [(load_image().env["WALGATE_ADVERTISED_HOST"], entry_server.kafka_port)]
+    advertised = load_image().env["WALGATE_ADVERTISED_LISTENERS"].removeprefix("SASL_PLAINTEXT://").split(":")[0]
+    assert [(b.host, b.port) for b in brokers] == [(advertised, entry_server.kafka_port)] == [("localhost", entry_server.kafka_port)]
+    log = entry_server.log_path.read_text(errors="replace")
+    assert f"created user root with the password of {ROOT_PASSWORD_FILE_ENV}" in log and ROOT_PASSWORD not in log
+
+
+def login_errors(settings: dict[str, Any], timeout: float) -> list[KafkaError]:
+    """What librdkafka reports (its error callback, then the failed Metadata) when ``settings`` cannot log in."""
+    errors: list[KafkaError] = []
+    config: dict[str, Any] = {**settings, "error_cb": errors.append, "log_level": 0}
+    admin = AdminClient(config)
+    with pytest.raises(KafkaException) as metadata_failed:
+        admin.list_topics(timeout=timeout)
+    admin.poll(0.5)  # serves the error callback
+    return [*errors, metadata_failed.value.args[0]]
+
+
+@pytest.mark.parametrize(("case", "settings", "error"), [
+    # the broker answers only ApiVersions and SASL before a login, and closes the connection on anything else
+    ("no SASL", {"security.protocol": "PLAINTEXT"}, "Broker transport failure"),
+    ("PLAIN", {"sasl.mechanism": "PLAIN"}, "Unsupported SASL mechanism"),  # SCRAM only: no clear-text password
+    ("wrong password", {"sasl.password": "not-the-password"}, "Invalid username or password"),
+])
+def test_entry_command_refuses_clients_that_do_not_log_in(entry_server: EntryServer, case: str,
+                                                          settings: dict[str, str], error: str) -> None:
+    errors = login_errors(entry_server.kafka(**settings), timeout=5)
+    assert any(error in e.str() for e in errors), errors
+    if case == "no SASL":  # the server, alive, closed the connection on purpose
+        assert "before SASL authentication; closing the connection" in entry_server.log_path.read_text()
+    if case == "wrong password":
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    request = urllib.request.Request(f"http://127.0.0.1:{entry_server.http_port}/rest/sql", data=b"SHOW USERS")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
 
 
 def test_compose_generator_feeds_topic_meters_through_the_entry_command(entry_server: EntryServer, tmp_path: Path) -> None:
@@ -544,6 +654,7 @@ def test_compose_generator_feeds_topic_meters_through_the_entry_command(entry_se
     args = list(generator["command"])
     args[args.index("--url") + 1] = f"http://127.0.0.1:{entry_server.http_port}"
     args[args.index("--ready-file") + 1] = str(ready_file)
+    args[args.index("--password-file") + 1] = entry_server.env[ROOT_PASSWORD_FILE_ENV]
     command = [interpreter, str(repo_path(generator, script)), *args]
     log_path = tmp_path / "generator.log"
     with log_path.open("wb") as log:
@@ -563,9 +674,8 @@ def test_compose_generator_feeds_topic_meters_through_the_entry_command(entry_se
     written = re.search(r"stopped: ([\d,]+) rows written", log_path.read_text())
     assert written and int(written[1].replace(",", "")) > 0, log_path.read_text()
 
-    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{entry_server.kafka_port}", "broker.address.family": "v4",
-                         "group.id": f"docker-test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    consumer = Consumer(entry_server.kafka(**{"group.id": f"docker-test-{uuid.uuid4().hex}",
+                                              "auto.offset.reset": "earliest", "enable.auto.commit": "false"}))
     try:
         consumer.subscribe(["topic_meters"])
         deadline = time.monotonic() + 30

@@ -1,10 +1,13 @@
 """The first administrator: TDengine's user ``root``, always a super user.
 
 When authentication is on (a SASL listener or HTTP Basic auth) or ``WALGATE_ROOT_PASSWORD`` is set, start-up makes
-sure ``root`` exists: created with the password ``WALGATE_ROOT_PASSWORD`` gives, or, when it is unset or empty, with
-a generated one (:mod:`secrets`, 24 characters) printed once on stderr (not to the log). There is no built-in
-default password. An existing ``root`` is never changed here: its password changes with ``ALTER USER root PASS
-'...'`` (or AlterUserScramCredentials), and the variable only matters on the first start.
+sure ``root`` exists: created with the password ``WALGATE_ROOT_PASSWORD`` gives, or the content of the file
+``WALGATE_ROOT_PASSWORD_FILE`` names (a Docker / Kubernetes secret; one trailing newline is not part of it), or,
+when neither is set (or the variable is empty), with a generated one (:mod:`secrets`, 24 characters) printed once on
+stderr (not to the log). There is no built-in default password. Setting both variables, or naming a file that
+cannot be read or is empty, stops the start (:class:`ConfigError`), even when ``root`` exists: a broken secret is
+never silently ignored. An existing ``root`` is never changed here: its password changes with ``ALTER USER root PASS
+'...'`` (or AlterUserScramCredentials), and the variables only matter on the first start.
 """
 
 from __future__ import annotations
@@ -13,16 +16,37 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
+from walgate.gateway.config import ConfigError
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.users import ROOT
 
-__all__ = ["ROOT_PASSWORD_ENV", "bootstrap_root"]
+__all__ = ["ROOT_PASSWORD_ENV", "ROOT_PASSWORD_FILE_ENV", "bootstrap_root", "root_password"]
 
 log = logging.getLogger(__name__)
 
 ROOT_PASSWORD_ENV = "WALGATE_ROOT_PASSWORD"
+ROOT_PASSWORD_FILE_ENV = "WALGATE_ROOT_PASSWORD_FILE"
+
+
+def root_password(env: Mapping[str, str]) -> str | None:
+    """root's first password from ``env`` (module docstring), None for a generated one; raises
+    :class:`ConfigError` (without the password) for both variables set or an unreadable or empty file."""
+    path = env.get(ROOT_PASSWORD_FILE_ENV)
+    if not path:
+        return env.get(ROOT_PASSWORD_ENV) or None
+    if env.get(ROOT_PASSWORD_ENV):
+        raise ConfigError(f"set either {ROOT_PASSWORD_ENV} or {ROOT_PASSWORD_FILE_ENV}, not both")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{ROOT_PASSWORD_FILE_ENV}: cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    password = text.removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise ConfigError(f"{ROOT_PASSWORD_FILE_ENV}: {path} is empty")
+    return password
 
 
 def _ensure_root(engine: Engine, password: str | None) -> tuple[bool, str | None]:
@@ -32,11 +56,13 @@ def _ensure_root(engine: Engine, password: str | None) -> tuple[bool, str | None
 
 async def bootstrap_root(storage: StorageThread, engine: Engine, env: Mapping[str, str]) -> None:
     """Create ``root`` if absent (module docstring)."""
-    existed, generated = await storage.call(_ensure_root, engine, env.get(ROOT_PASSWORD_ENV) or None)
+    password = root_password(env)
+    existed, generated = await storage.call(_ensure_root, engine, password)
     if existed:
         return
     if generated is None:
-        log.info("created user %s with the password of %s", ROOT, ROOT_PASSWORD_ENV)
+        source = ROOT_PASSWORD_FILE_ENV if env.get(ROOT_PASSWORD_FILE_ENV) else ROOT_PASSWORD_ENV
+        log.info("created user %s with the password of %s", ROOT, source)
         return
     log.warning("created user %s with a generated password, printed once on stderr; change it with ALTER USER %s "
                 "PASS '...'", ROOT, ROOT)
