@@ -21,7 +21,8 @@ import pytest
 from compat_procs import Run
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
-from test_security_sasl import TOPIC, create_topic, events, serve
+from sasl_node import create_topic, events, serve
+from test_security_sasl import TOPIC
 
 from livewalgate import WalgateServer
 
@@ -58,11 +59,11 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthNode]:
     with serve(workdir, sasl_enabled_mechanisms="OAUTHBEARER,SCRAM-SHA-512",
                sasl_oauthbearer_jwks_endpoint_url=(workdir / "jwks.json").as_uri(),
                sasl_oauthbearer_expected_issuer=ISSUER, sasl_oauthbearer_expected_audience="kafka",
-               connections_max_reauth_ms="1500") as server:
-        node = OAuthNode(server, {name: workdir / f"{name.replace(' ', '-')}.jwt" for name in tokens})
-        create_topic(node.bootstrap, TOPIC)  # root, with SCRAM-SHA-512
+               connections_max_reauth_ms="1500") as sasl:
+        node = OAuthNode(sasl.server, {name: workdir / f"{name.replace(' ', '-')}.jwt" for name in tokens})
+        create_topic(sasl, TOPIC)  # root, with SCRAM-SHA-512
         yield node
-        log = server.log()
+        log = sasl.server.log()
         assert "Traceback" not in log
         assert "re-authenticated as User:alice with OAUTHBEARER" in log  # KIP-368, with the client's token
         for token in tokens.values():

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from test_security_sasl import ROOT_PASSWORD, Secured, serve
+from sasl_node import ROOT_PASSWORD, SaslNode, serve
 
 ALICE = ("alice", "alice-s3cret")
 
@@ -32,10 +32,10 @@ def login(bootstrap: str, user: str, password: str, **conf: str) -> dict[str, st
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslNode]:
     settings = {"authorizer_class_name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
-    with serve(tmp_path_factory.mktemp("walgate-user-acls"), **settings) as server:
-        node = Secured(server)
+    with serve(tmp_path_factory.mktemp("walgate-user-acls"), **settings) as node:
+        server = node.server
         admin = AdminClient(login(node.bootstrap, "root", ROOT_PASSWORD))
         for name in ("open", "secret"):
             admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
@@ -59,13 +59,13 @@ def produce(bootstrap: str, topic: str) -> KafkaError | None:
     return outcome[0]
 
 
-def test_alice_writes_where_an_acl_allows_and_nowhere_else(node: Secured):
+def test_alice_writes_where_an_acl_allows_and_nowhere_else(node: SaslNode):
     assert produce(node.bootstrap, "open") is None
     denied = produce(node.bootstrap, "secret")
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: Secured):
+def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: SaslNode):
     produce(node.bootstrap, "open")
     consumer = Consumer(login(node.bootstrap, *ALICE, **{"group.id": "alices", "auto.offset.reset": "earliest"}))
     try:
@@ -81,7 +81,7 @@ def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: Secured
         consumer.close()
 
 
-def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: Secured):
+def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: SaslNode):
     admin = AdminClient(login(node.bootstrap, "root", ROOT_PASSWORD))
     of_alice = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None, AclOperation.ANY,
                                 AclPermissionType.ANY)
@@ -95,7 +95,7 @@ def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: Secured):
                                                                                           ("alice", "subscribe")}
 
 
-def test_alice_may_not_administer(node: Secured):
+def test_alice_may_not_administer(node: SaslNode):
     admin = AdminClient(login(node.bootstrap, *ALICE))
     futures = admin.create_acls([AclBinding(ResourceType.TOPIC, "secret", ResourcePatternType.LITERAL, "User:alice",
                                             "*", AclOperation.READ, AclPermissionType.ALLOW)])

@@ -1,6 +1,7 @@
 """The first administrator: TDengine's user ``root``, always a super user.
 
-When authentication is on (a SASL listener or HTTP Basic auth) or ``WALGATE_ROOT_PASSWORD`` is set, start-up makes
+When authentication is on (a SASL listener or HTTP Basic auth) or ``WALGATE_ROOT_PASSWORD`` or
+``WALGATE_ROOT_PASSWORD_FILE`` is set, start-up makes
 sure ``root`` exists: created with the password ``WALGATE_ROOT_PASSWORD`` gives, or the content of the file
 ``WALGATE_ROOT_PASSWORD_FILE`` names (a Docker / Kubernetes secret; one trailing newline is not part of it), or,
 when neither is set (or the variable is empty), with a generated one (:mod:`secrets`, 24 characters) printed once on

@@ -53,7 +53,7 @@ from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
-from walgate.gateway.root_user import ROOT_PASSWORD_ENV, bootstrap_root
+from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
@@ -107,7 +107,8 @@ class Gateway:
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
-            if self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV):
+            if (self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
+                    or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             groups = self._group_service(self._engine, members)
