@@ -57,7 +57,8 @@ with its traceback). Handlers stay thin: every engine call goes through the
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
 against the Kafka ACLs for the request's principal (``request[PRINCIPAL]``, set by authentication; ``User:ANONYMOUS``
 without it) before anything runs (:mod:`walgate.security.sql_access`): refused with 403 and TDengine's
-"Insufficient privilege" code (0x0303).
+"Insufficient privilege" code (0x0303). ``/metrics`` and the console's data (``/ui/api/...``) are for super users
+then.
 """
 
 from __future__ import annotations
@@ -304,19 +305,29 @@ async def _metrics(request: web.Request) -> web.Response:
 
 @web.middleware
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Basic auth when configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes)."""
+    """Basic auth when configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes); with ACLs, the
+    operator paths (:func:`_for_operators`) for super users only (403)."""
     basic_auth = request.app[_BASIC_AUTH]
     if basic_auth is None or request.path in UNAUTHENTICATED_PATHS:
-        request[PRINCIPAL] = ANONYMOUS
-        return await handler(request)
-    principal = await basic_auth.principal(request)
+        principal: str | None = ANONYMOUS
+    else:
+        principal = await basic_auth.principal(request)
     if principal is None:
         response = _error(401, AUTH_FAILURE, "Authentication failure: a walgate user and password are required "
                           "(HTTP Basic)")
         response.headers["WWW-Authenticate"] = 'Basic realm="walgate", charset="UTF-8"'
         return response
     request[PRINCIPAL] = principal
+    authorizer = request.app.get(_AUTHORIZER)
+    if authorizer is not None and principal not in authorizer.super_users and _for_operators(request.path):
+        return _error(403, NotPermitted.code, f"Insufficient privilege: {request.path} is for super users")
     return await handler(request)
+
+
+def _for_operators(path: str) -> bool:
+    """``/metrics`` and the web console's data (``/ui/api/...``) show every topic, group and record: with ACLs on,
+    super users only (the console's SQL box goes through ``/rest/sql``, checked statement by statement)."""
+    return path == "/metrics" or path.startswith("/ui/api/")
 
 
 @web.middleware
