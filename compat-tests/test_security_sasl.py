@@ -60,8 +60,9 @@ def test_a_wrong_password_is_the_clients_authentication_error(secured: SaslNode,
     assert "Authentication failed: Invalid username or password" in run.stdout + run.stderr
 
 
-def test_kcat_scram_sha_512(secured: SaslNode, kcat: Callable[..., Run], tmp_path: Path):
-    auth = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_kcat_logs_in(secured: SaslNode, kcat: Callable[..., Run], tmp_path: Path, mechanism: str):
+    auth = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
             "-X", "sasl.username=bob"]
     (tmp_path / "records").write_text("hello from kcat\n")
     kcat("-b", secured.bootstrap, *auth, "-X", f"sasl.password={USERS['bob']}", "-P", "-t", TOPIC, "-p", "0",
@@ -74,15 +75,17 @@ def test_kcat_scram_sha_512(secured: SaslNode, kcat: Callable[..., Run], tmp_pat
     assert wrong.returncode != 0 and "Authentication failed: Invalid username or password" in wrong.stderr
 
 
-def test_kafkajs_scram_sha_512(secured: SaslNode, node: Callable[..., Run]):
-    run = node("kjs_sasl.js", secured.bootstrap, "scram-sha-512", "bob", USERS["bob"], TOPIC)
+@pytest.mark.parametrize("mechanism", ["scram-sha-512", "plain"])
+def test_kafkajs_logs_in(secured: SaslNode, node: Callable[..., Run], mechanism: str):
+    run = node("kjs_sasl.js", secured.bootstrap, mechanism, "bob", USERS["bob"], TOPIC)
     assert events(run)[-1] == {"event": "ok", "value": "hello from kafkajs"}
-    wrong = node("kjs_sasl.js", secured.bootstrap, "scram-sha-512", "bob", "not-the-password", TOPIC, check=False)
+    wrong = node("kjs_sasl.js", secured.bootstrap, mechanism, "bob", "not-the-password", TOPIC, check=False)
     assert events(wrong)[-1]["event"] == "error" and events(wrong)[-1]["name"] == "KafkaJSSASLAuthenticationError"
 
 
-def test_kafka_javascript_scram_sha_512(secured: SaslNode, node: Callable[..., Run]):
-    run = node("ckjs_sasl.js", secured.bootstrap, "scram-sha-512", "bob", USERS["bob"], TOPIC)
+@pytest.mark.parametrize("mechanism", ["scram-sha-512", "plain"])
+def test_kafka_javascript_logs_in(secured: SaslNode, node: Callable[..., Run], mechanism: str):
+    run = node("ckjs_sasl.js", secured.bootstrap, mechanism, "bob", USERS["bob"], TOPIC)
     assert events(run)[-1] == {"event": "ok", "value": "hello from kafka-javascript"}
 
 

@@ -90,7 +90,7 @@ def java_properties(secured: SaslNode, path: Path, mechanism: str, user: str, pa
 
 
 @pytest.mark.parametrize(("clients", "mechanism"), [("4.3.0", "SCRAM-SHA-512"), ("3.9", "SCRAM-SHA-512"),
-                                                    ("4.3.0", "PLAIN")])
+                                                    ("4.3.0", "PLAIN"), ("3.9", "PLAIN")])
 def test_java_logs_in_over_tls(secured: SaslNode, java: Callable[..., Run], tmp_path: Path, clients: str, mechanism: str):
     topic = f"java_{mechanism}_{clients}".replace("-", "_").replace(".", "_")
     run = java("SecureRoundTrip.java", secured.bootstrap, topic, "5",

@@ -59,13 +59,13 @@ def produce(bootstrap: str, topic: str) -> KafkaError | None:
     return outcome[0]
 
 
-def test_alice_writes_where_an_acl_allows_and_nowhere_else(node: SaslNode):
+def test_confluent_kafka_as_alice_writes_where_an_acl_allows_and_nowhere_else(node: SaslNode):
     assert produce(node.bootstrap, "open") is None
     denied = produce(node.bootstrap, "secret")
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: SaslNode):
+def test_confluent_kafka_as_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: SaslNode):
     produce(node.bootstrap, "open")
     consumer = Consumer(login(node.bootstrap, *ALICE, **{"group.id": "alices", "auto.offset.reset": "earliest"}))
     try:
@@ -81,7 +81,7 @@ def test_alice_reads_with_a_tdengine_grant_and_sees_only_her_topic(node: SaslNod
         consumer.close()
 
 
-def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: SaslNode):
+def test_confluent_kafka_admin_lists_a_grant_as_an_acl_and_sql_an_acl_as_a_grant(node: SaslNode):
     admin = AdminClient(login(node.bootstrap, "root", ROOT_PASSWORD))
     of_alice = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None, AclOperation.ANY,
                                 AclPermissionType.ANY)
@@ -95,7 +95,7 @@ def test_a_grant_is_an_acl_and_an_acl_is_a_grant(node: SaslNode):
                                                                                           ("alice", "subscribe")}
 
 
-def test_alice_may_not_administer(node: SaslNode):
+def test_confluent_kafka_as_alice_may_not_administer(node: SaslNode):
     admin = AdminClient(login(node.bootstrap, *ALICE))
     futures = admin.create_acls([AclBinding(ResourceType.TOPIC, "secret", ResourcePatternType.LITERAL, "User:alice",
                                             "*", AclOperation.READ, AclPermissionType.ALLOW)])
