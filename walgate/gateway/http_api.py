@@ -89,7 +89,6 @@ from walgate.security.sql_access import NotPermitted, check, check_needs, databa
 from walgate.storage import fileio
 from walgate.storage.engine import Engine, Result
 from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
-from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 
 __all__ = ["make_app", "result_body", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
@@ -208,9 +207,9 @@ async def _sql(request: web.Request) -> web.Response:
 def _checked(engine: Engine, authorizer: Authorizer, principal: str, host: str, sql: str, db: str | None) -> Result:
     """``sql`` executed if ``principal`` may run it, listings cut to what it may see (storage thread); NotPermitted
     otherwise."""
-    stmt = parse(sql)
+    stmt = engine.parse(sql)  # parsed once: checked, then run
     check(authorizer, principal, host, stmt, db)
-    return visible(authorizer, principal, host, stmt, engine.execute(sql, db))
+    return visible(authorizer, principal, host, stmt, engine.run(stmt, db))
 
 
 async def _influx_write(request: web.Request) -> web.Response:

@@ -141,8 +141,15 @@ class Engine:
 
     def execute(self, sql: str, db: str | None = None) -> Result:
         """Execute one SQL statement; ``db`` is the session's current database."""
+        return self.run(self.parse(sql), db)
+
+    def parse(self, sql: str) -> ast.Statement:
+        """One SQL statement, parsed (its size checked first)."""
         self.store.check_size(len(sql.encode("utf-8", "surrogatepass")))  # the parser refuses lone surrogates
-        stmt = parse(sql)
+        return parse(sql)
+
+    def run(self, stmt: ast.Statement, db: str | None = None) -> Result:
+        """Execute a statement :meth:`parse` gave (an authorization check may come in between)."""
         handler = self._statements.get(type(stmt))
         if handler is None:
             raise Unsupported(f"{type(stmt).__name__} statements are not supported")
