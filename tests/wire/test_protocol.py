@@ -251,6 +251,10 @@ def test_build_response_defaults_conversions_and_typos():
         build_response(2, 9, {"topics": [{"name": "t", "partitions": [{"error_code": 31999}]}]})
     old = build_response(3, 0, {"brokers": [{"node_id": 1, "host": "h", "port": 1, "rack": "r"}], "cluster_id": "c"})
     assert not hasattr(old, "cluster_id") and not hasattr(old.brokers[0], "rack")
+    for nodes in ((1, 2), [1, 2], iter((1, 2))):  # a tuple, like any iterable, is the array
+        topic = {"name": "t", "partitions": [{"partition_index": 0, "leader_id": 1, "replica_nodes": nodes}]}
+        built = build_response(3, 12, {"topics": [topic]})
+        assert tuple(built.topics[0].partitions[0].replica_nodes) == (1, 2)
 
 
 def test_records_are_not_copied_and_may_be_a_list_of_buffers():
