@@ -238,6 +238,12 @@ def describe_configs(conn: KafkaConnection, node: Node, version: int) -> dict[st
     return {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": TOPIC, "configuration_keys": None}]}
 
 
+@request(33)
+def alter_configs(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"validate_only": False, "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": TOPIC, "configs": [
+        {"name": "retention.ms", "value": "604800000"}]}]}  # replaces the topic's configs by its default
+
+
 @request(37)
 def create_partitions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     name = f"grown-v{version}"

@@ -321,7 +321,8 @@ class ConsumerGroups(ClassicMembers, ConsumerGroupAdmin):
 
         old_assigned = dict(member.assigned)
         self._update_member(group, member, is_new, update, topic_partitions, now_ms)
-        self._schedule_session(group, member, self.session_timeout_ms, now_ms)
+        session_timeout_ms, heartbeat_interval_ms = self.member_timeouts(group.group_id)
+        self._schedule_session(group, member, session_timeout_ms, now_ms)
 
         full_request = joining or (
             update.rebalance_timeout_ms != -1 and update.subscribed_topic_names is not None and owned is not None
@@ -331,7 +332,7 @@ class ConsumerGroups(ClassicMembers, ConsumerGroupAdmin):
             "error_message": None,
             "member_id": member.member_id,
             "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
             "assignment": (
                 response_assignment(member.assigned)
                 if full_request or member.assigned != old_assigned

@@ -98,7 +98,7 @@ KAFKA_IGNORED: dict[str, str] = {
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
           "log.flush.interval.ms", "log.cleaner.enable", "log.cleanup.policy"),
-         "retention and flushing are set per database and per topic"),
+         "retention and flushing are set per database and per topic, or at run time as dynamic broker configs"),
         (("message.max.bytes",), "batches are bounded by each topic's max.message.bytes and socket.request.max.bytes"),
         (("group.coordinator.rebalance.protocols",), "both group protocols are always on"),
         (("delete.topic.enable",), "topics can always be deleted"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -59,6 +60,7 @@ from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
 from walgate.storage.engine import Engine
+from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -146,6 +148,7 @@ class Gateway:
                 heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                 session_timeout_ms=cfg.group_consumer_session_timeout_ms,
                 is_classic_group_in_use=classic.has_members,
+                group_configs=functools.partial(engine.resource_configs, GROUP),
             ),
             now_ms=now_ms(),
         ), members)
@@ -206,6 +209,7 @@ class Gateway:
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
+        await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
         self.metrics.track(self._storage, engine, groups.groups, broker.cache)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(

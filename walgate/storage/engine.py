@@ -23,6 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from walgate.storage import resource_configs
 from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
@@ -42,6 +43,7 @@ from walgate.storage.show import Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
+from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics import Records
 from walgate.storage.users import Users
@@ -228,13 +230,16 @@ class Engine:
 
     # ------------------------------------------------------------- Kafka-native topics
 
-    def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
-        """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``."""
-        return self.native.create(name, partitions, configs)
+    def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
+                           defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+        """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
+        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing."""
+        return self.native.create(name, partitions, configs, defaults)
 
-    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once."""
-        self.native.alter_configs(name, configs)
+    def alter_topic_configs(self, name: str, configs: dict[str, str],
+                            defaults: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once (over ``defaults``)."""
+        self.native.alter_configs(name, configs, defaults)
 
     def create_partitions(self, name: str, count: int) -> None:
         """Grow a Kafka-native topic to ``count`` partitions."""
@@ -322,3 +327,35 @@ class Engine:
     def damage(self) -> list[Damage]:
         """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
         return list(self.damage_log.records)
+
+    # ---------------------------------------------- dynamic broker and group configs (storage/resource_configs.py)
+
+    def resource_configs(self, kind: str, name: str) -> dict[str, str]:
+        """The dynamic configs stored for a broker (``name``: node id, or "" for the cluster default) or a group."""
+        return dict(self.catalog.resource_configs.get((kind, name), {}))
+
+    def set_resource_configs(self, kind: str, name: str, configs: dict[str, str]) -> None:
+        """Replace a broker's or group's dynamic configs (validated by the caller), durably."""
+        self.catalog.set_resource_configs(kind, name, configs)
+
+    def topic_defaults(self, node_id: int) -> dict[str, str]:
+        """The topic configs this node's dynamic broker configs default (topic key -> value)."""
+        return resource_configs.topic_defaults(self.catalog.resource_configs, str(node_id))
+
+    def effective_topic_configs(self, name: str, node_id: int) -> dict[str, str]:
+        """Every config of Kafka-native topic ``name`` as it applies: its own, else the dynamic broker default, else
+        Kafka's default."""
+        return {**TOPIC_CONFIG_DEFAULTS, **self.topic_defaults(node_id), **self.catalog.topics[name].configs}
+
+    def apply_topic_defaults(self, node_id: int) -> list[str]:
+        """Bring every Kafka-native topic's WAL settings in line with its configs over :meth:`topic_defaults` (after
+        a change of them, and at start: a crash may have come between the change and this); the topics changed."""
+        defaults = self.topic_defaults(node_id)
+        changed = []
+        for topic in [t for t in self.catalog.topics.values() if t.kind == "kafka"]:
+            options = self.catalog.database(topic.db).options
+            wanted = wal_options(self.effective_topic_configs(topic.name, node_id))
+            if any(options.get(k) != v for k, v in wanted.items()):
+                self.native.alter_configs(topic.name, topic.configs, defaults)
+                changed.append(topic.name)
+        return changed

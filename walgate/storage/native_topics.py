@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import time
 from bisect import bisect_right
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from walgate.storage.catalog import DatabaseDef, TopicDef
 from walgate.storage.entry import DecodedEntry
@@ -53,13 +55,15 @@ class NativeTopics:
                 producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
                                  info.base_offset)
 
-    def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
-        """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*."""
+    def create(self, name: str, partitions: int, configs: dict[str, str],
+               defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+        """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
+        settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic)."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
-        options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options(configs)}
+        options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), int(time.time() * 1000))
         self.store.vnodes[db.name] = self.store.open_database(db, lambda: catalog.add_kafka_topic(db, topic))
@@ -74,11 +78,13 @@ class NativeTopics:
             raise InvalidValue(f"Topic {name} is a TDengine topic: its partitions and configs follow its database")
         return topic
 
-    def alter_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a Kafka-native topic's configs (validated); its database's WAL settings follow at once."""
+    def alter_configs(self, name: str, configs: dict[str, str],
+                      defaults: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Replace a Kafka-native topic's configs (validated); its database's WAL settings follow at once (*configs*
+        over *defaults*, as :meth:`create`)."""
         catalog = self.store.catalog
         topic = self._native(name)
-        options = {**catalog.database(topic.db).options, **wal_options(configs)}
+        options = {**catalog.database(topic.db).options, **wal_options({**defaults, **configs})}
         catalog.alter_kafka_topic(name, options, dict(configs))
         db = catalog.database(topic.db)
         for vnode in self.store.vnodes[db.name]:
