@@ -35,6 +35,7 @@ from walgate.coordinator.consumer_model import (
     OwnedPartitions,
 )
 from walgate.coordinator.group_configs import GroupTimeouts
+from walgate.coordinator.group_records import rebuild_consumer
 from walgate.coordinator.reconciliation import reconcile
 from walgate.coordinator.snapshots import CONSUMER_GROUP_TYPE
 from walgate.coordinator.timer import KeyedTimer
@@ -112,6 +113,9 @@ class ConsumerMembership:
         """(session timeout, heartbeat interval) in ms of *group_id*'s members: the group's own configs
         (*group_configs*, :mod:`~walgate.coordinator.group_configs`) over the broker's settings."""
         return GroupTimeouts(self.session_timeout_ms, self.heartbeat_interval_ms, self.group_configs).of(group_id)
+    def group_ids(self) -> list[str]:
+        """The ids of every group of this kind in memory."""
+        return list(self._groups)
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` next has something to do (ms, the callers' clock), or None."""
@@ -286,3 +290,24 @@ class ConsumerMembership:
             )
         else:
             self._timer.cancel(key)
+
+    # ------------------------------------------------------------------ restart
+
+    def restore(self, group_id: str, value: Mapping[str, Any], now_ms: int) -> None:
+        """Rebuild the group *group_id* (unknown here: a start) from its recorded *value*
+        (:func:`~walgate.coordinator.group_records.rebuild_consumer`, whose ValueError it raises). Every member's
+        session starts at *now_ms*, and the rebalance timeout of a member that must revoke partitions, as Kafka's
+        loader reschedules them."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id!r} is already loaded")
+        group = rebuild_consumer(group_id, value, now_ms)
+        self._groups[group_id] = group
+        for member in group.members.values():
+            timeout = self.member_timeouts(group_id)[0] if member.classic is None else member.classic.session_timeout_ms
+            self._schedule_session(group, member, timeout, now_ms)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self._timer.schedule(
+                    _rebalance_key(group_id, member.member_id),
+                    now_ms + max(member.rebalance_timeout_ms, 0),
+                    self._rebalance_expired_op(group_id, member.member_id, member.member_epoch),
+                )

@@ -114,6 +114,7 @@ class Gateway:
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             groups = self._group_service(self._engine, members)
+            await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +32,7 @@ from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
+from walgate.storage.group_metadata import GroupRecord
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.native_topics import NativeTopics
@@ -359,3 +360,11 @@ class Engine:
                 self.native.alter_configs(topic.name, topic.configs, defaults)
                 changed.append(topic.name)
         return changed
+    def write_group_records(self, records: Sequence[GroupRecord]) -> None:
+        """Durably record consumer-group state: (group id, value or None to delete), fsynced before this returns
+        (:mod:`walgate.storage.group_metadata`); StorageUnavailable, recording nothing, when the disk refuses."""
+        self.store.group_metadata.write(records)
+
+    def group_records(self) -> Mapping[str, Any]:
+        """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
+        return self.store.group_metadata.groups()
