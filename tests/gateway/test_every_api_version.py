@@ -285,6 +285,11 @@ def describe_cluster(conn: KafkaConnection, node: Node, version: int) -> dict[st
     return {"include_cluster_authorized_operations": False, "endpoint_type": 1}
 
 
+@request(61)
+def describe_producers(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"topics": [{"name": TOPIC, "partition_indexes": [0]}]}
+
+
 @request(68)
 def consumer_group_heartbeat(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"group_id": f"consumer-v{version}", "member_id": str(uuid.uuid4()), "member_epoch": 0,

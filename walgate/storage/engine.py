@@ -37,6 +37,7 @@ from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
+from walgate.storage.producers import AbortedTxn, ActiveProducer
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.select import Selects
@@ -368,3 +369,34 @@ class Engine:
     def group_records(self) -> Mapping[str, Any]:
         """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
         return self.store.group_metadata.groups()
+    # ------------------------------------------------------------- transactions (partition side)
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          partitions: list[tuple[str, int]]) -> list[Exception | None]:
+        """Append an EndTransactionMarker (COMMIT when ``commit``, else ABORT) to each Kafka-native ``(topic,
+        partition)``, ending the producer's ongoing transaction there (the last stable offset moves once the marker is
+        visible; an abort enters the aborted-transaction list); a partition where it has none still gets the marker.
+        Per partition: None, or the exception (NotFound: no such topic or partition; InvalidValue: a TDengine topic;
+        SequenceError ``invalid_producer_epoch`` / ``transaction_coordinator_fenced``; StorageUnavailable). Stamped
+        with the wall clock, as Kafka stamps its markers. Durable per each partition's WAL level (under group commit,
+        once :meth:`take_unsynced`'s needs are: the gateway's storage-thread call waits for them)."""
+        return self.native.write_markers(producer_id, producer_epoch, coordinator_epoch, commit, partitions,
+                                         int(time.time() * 1000))
+
+    def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
+        """Producer id -> (topic, partition, first offset) of every partition where it has a transaction open (rebuilt
+        from the WALs at open)."""
+        return self.native.ongoing_transactions()
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """A partition's last stable offset: the first offset of its earliest unfinished transaction, else the high
+        watermark (always, for a TDengine topic)."""
+        return self.native.last_stable_offset(topic, partition)
+
+    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets ``[start, upper)`` of a partition (read_committed Fetch)."""
+        return self.native.aborted_transactions(topic, partition, start, upper)
+
+    def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        """The producers a partition keeps state for (DescribeProducers)."""
+        return self.native.active_producers(topic, partition)

@@ -36,6 +36,7 @@ from walgate.gateway.kafka.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
     describe_topic_partitions,
     describe_user_scram_credentials,
     fetch,
@@ -80,6 +81,7 @@ _MODULES = (
     delete_records, create_acls, describe_acls, delete_acls,
     describe_client_quotas, alter_client_quotas, alter_configs,
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
+    describe_producers,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 
