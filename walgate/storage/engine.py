@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
+from walgate.storage.cleaner import Cleaner, CleanStats
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -75,6 +76,7 @@ class Engine:
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
         self.users = Users(store.catalog)
+        self.cleaner = Cleaner(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -322,3 +324,8 @@ class Engine:
     def damage(self) -> list[Damage]:
         """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
         return list(self.damage_log.records)
+
+    def clean(self, now_wall: float) -> CleanStats | None:
+        """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`): what the pass in progress did so
+        far (``finished`` once whole), None when no partition is due. The caller calls again while it gets stats."""
+        return self.cleaner.clean(now_wall)

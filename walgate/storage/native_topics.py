@@ -50,8 +50,8 @@ class NativeTopics:
         for entry in vnode.wal.read_from(vnode.wal.first_version):
             if entry.kind == KIND_KAFKA:
                 info = batch_header(entry.body)
-                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
-                                 info.base_offset)
+                producers.record(info.producer_id, info.producer_epoch, info.base_sequence,
+                                 info.last_offset_delta + 1, info.base_offset)  # (the cleaner may remove records)
 
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*."""

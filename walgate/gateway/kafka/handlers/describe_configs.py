@@ -18,15 +18,14 @@ from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
-from walgate.storage.topic_configs import topic_configs
+from walgate.storage.topic_configs import CONFIG_TYPES, topic_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 TOPIC, BROKER = 2, 4  # resource types
 _TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
-_TYPES = {"cleanup.policy": 7, "retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3,
-          "max.message.bytes": 3, "message.timestamp.type": 2,
-          "flush.messages": 5, "flush.ms": 5}  # ConfigType: STRING 2, INT 3, LONG 5, LIST 7
+_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}  # Kafka's ConfigType
+_TYPES = {k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()}
 
 
 def _entry(name: str, value: str, source: int) -> dict[str, Any]:

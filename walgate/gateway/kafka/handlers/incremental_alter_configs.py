@@ -1,9 +1,10 @@
 """IncrementalAlterConfigs (key 44) v0–v1: change a Kafka-native topic's configs; WAL settings follow at once.
 
 Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list
-configs: ``cleanup.policy``). TDengine topics take their settings from their
+configs: ``cleanup.policy``, the throttled-replica lists). TDengine topics take their settings from their
 database (``ALTER DATABASE`` is the way) and broker settings are fixed at start:
-both get INVALID_REQUEST with a message. ``validate_only`` changes nothing.
+both get INVALID_REQUEST with a message, except that compacting a TDengine topic is INVALID_CONFIG (its records
+are table rows: there is nothing to compact). ``validate_only`` changes nothing.
 A change the engine refuses answers that resource's error (:mod:`.common`'s
 table); the others are applied.
 
@@ -22,7 +23,7 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import TOPIC
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
-from walgate.storage.topic_configs import validate_configs
+from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS, validate_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
@@ -38,8 +39,8 @@ def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
             out[op.name] = op.value or ""
         elif op.config_operation == DELETE:
             out.pop(op.name, None)
-        elif op.config_operation in (APPEND, SUBTRACT) and op.name == "cleanup.policy":
-            items = [x for x in out.get(op.name, "delete").split(",") if x]
+        elif op.config_operation in (APPEND, SUBTRACT) and CONFIG_TYPES.get(op.name) == "LIST":
+            items = [x for x in out.get(op.name, TOPIC_CONFIG_DEFAULTS[op.name]).split(",") if x]
             change = [x for x in (op.value or "").split(",") if x]
             items = items + [x for x in change if x not in items] if op.config_operation == APPEND \
                 else [x for x in items if x not in change]
@@ -61,6 +62,10 @@ def alter(engine: Engine, r: Any, validate_only: bool) -> dict[str, Any]:
     if topic is None:
         return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist")
     if topic.kind != "kafka":
+        if any(c.name == "cleanup.policy" and "compact" in (c.value or "") for c in r.configs):
+            return _result(r, ErrorCode.invalid_config, f"{r.resource_name} is a TDengine topic: its records are rows "
+                           "of its database's tables and cannot be compacted (cleanup.policy=compact is for "
+                           "Kafka-native topics)")
         return _result(r, ErrorCode.invalid_request, f"{r.resource_name} is a TDengine topic: ALTER DATABASE {topic.db}")
     try:
         configs = _apply(topic.configs, r.configs)
