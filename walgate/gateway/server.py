@@ -59,6 +59,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
+from walgate.storage.cleaner import CleanStats
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
@@ -83,6 +84,7 @@ class Gateway:
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
+        self._clean_task: asyncio.Task[None] | None = None
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
@@ -128,6 +130,8 @@ class Gateway:
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
             self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
+            if cfg.log_cleaner_enable:
+                self._clean_task = asyncio.create_task(self._clean_loop(self._engine), name="walgate-log-cleaner")
         except BaseException:
             await self.stop()
             raise
@@ -197,6 +201,8 @@ class Gateway:
             "socket.listen.backlog.size": str(cfg.listen_backlog),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             "log.retention.ms": "604800000",
+            "log.cleaner.enable": str(cfg.log_cleaner_enable).lower(),
+            "log.cleaner.backoff.ms": str(cfg.log_cleaner_backoff_ms),
             "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
             "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
@@ -258,6 +264,11 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
+        if self._clean_task is not None:
+            self._clean_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clean_task
+            self._clean_task = None
         if self._sync_task is not None:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -284,6 +295,23 @@ class Gateway:
     ) -> None:
         await self.stop()
 
+    async def _clean_loop(self, engine: Engine) -> None:
+        """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
+        pass at a time on the storage thread (requests are served in between), the next step at once while a pass is
+        in progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
+        backoff = self.config.log_cleaner_backoff_ms / 1000
+        while True:
+            try:
+                stats = await self._storage.call(_clean_now, engine)
+            except Exception:
+                log.exception("log cleaner failed; retrying in %.1f s", backoff)
+                stats = None
+            if stats is not None and stats.finished and stats.segments:
+                log.info("log cleaner: %s-%d: %d segments, %d -> %d bytes, %d records and %d batches removed",
+                         stats.topic, stats.partition, stats.segments, stats.bytes_before, stats.bytes_after,
+                         stats.records_removed, stats.batches_removed)
+            await asyncio.sleep(0 if stats is not None and not stats.finished else backoff)
+
     async def _sync_loop(self) -> None:
         """Periodic fsyncs (WAL_LEVEL 1) and retention. The fsyncs run on a thread of their own, not the storage
         thread: appends and fetches go on while the disk flushes."""
@@ -299,6 +327,11 @@ class Gateway:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+def _clean_now(engine: Engine) -> CleanStats | None:
+    """Runs on the storage thread, so ``now`` is read when the step runs."""
+    return engine.clean(time.time())
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

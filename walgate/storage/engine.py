@@ -25,6 +25,7 @@ from typing import Any
 
 from walgate.storage import resource_configs
 from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
+from walgate.storage.cleaner import Cleaner, CleanStats
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -79,6 +80,7 @@ class Engine:
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
         self.users = Users(store.catalog)
+        self.cleaner = Cleaner(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -400,3 +402,7 @@ class Engine:
     def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers a partition keeps state for (DescribeProducers)."""
         return self.native.active_producers(topic, partition)
+    def clean(self, now_wall: float) -> CleanStats | None:
+        """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`): what the pass in progress did so
+        far (``finished`` once whole), None when no partition is due. The caller calls again while it gets stats."""
+        return self.cleaner.clean(now_wall)

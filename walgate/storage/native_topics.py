@@ -71,7 +71,7 @@ class NativeTopics:
                     producers.record_marker(info.producer_id, info.producer_epoch, marker[1],
                                             marker[0] == CONTROL_COMMIT, info.base_offset, info.max_timestamp)
             else:
-                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
+                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
                                  info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
     def create(self, name: str, partitions: int, configs: dict[str, str],

@@ -99,6 +99,14 @@ def _topic(engine: Engine, node_id: int, name: str, change: Change, validate_onl
     if topic is None:
         return ErrorCode.unknown_topic_or_partition, f"topic {name} does not exist"
     if topic.kind != "kafka":
+        try:
+            compacting = "compact" in change({}).get("cleanup.policy", "")
+        except ValueError:
+            compacting = False
+        if compacting:
+            return ErrorCode.invalid_config, (f"{name} is a TDengine topic: its records are rows of its database's "
+                                              "tables and cannot be compacted (cleanup.policy=compact is for "
+                                              "Kafka-native topics)")
         return ErrorCode.invalid_request, f"{name} is a TDengine topic: ALTER DATABASE {topic.db}"
     try:
         configs = change(topic.configs)

@@ -28,17 +28,16 @@ from walgate.gateway.kafka.handlers.config_changes import group_timeouts
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import BROKER_SYNONYMS
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, topic_configs
+from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS, topic_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 TOPIC, BROKER, GROUP = 2, 4, 32  # resource types
 _TOPIC_CONFIG, _DYNAMIC_BROKER_CONFIG, _DYNAMIC_DEFAULT_BROKER_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 2, 3, 4, 5
 _GROUP_CONFIG = 8
-_TYPES = {"cleanup.policy": 7, "retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3,
-          "max.message.bytes": 3, "message.timestamp.type": 2,
-          "flush.messages": 5, "flush.ms": 5,
-          "consumer.session.timeout.ms": 3, "consumer.heartbeat.interval.ms": 3}  # STRING 2, INT 3, LONG 5, LIST 7
+_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}  # Kafka's ConfigType
+_TYPES = {**{k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()},
+          "consumer.session.timeout.ms": _TYPE_IDS["INT"], "consumer.heartbeat.interval.ms": _TYPE_IDS["INT"]}
 
 
 def _entry(name: str, value: str, source: int) -> dict[str, Any]:

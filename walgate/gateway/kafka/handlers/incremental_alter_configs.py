@@ -1,9 +1,10 @@
 """IncrementalAlterConfigs (key 44) v0–v1: change the configs of topics, brokers and groups (:mod:`.config_changes`).
 
 Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list
-configs: ``cleanup.policy``, ``log.cleanup.policy``). BROKER_LOGGER resources
-(walgate's log levels are set when it starts) get INVALID_REQUEST with a
-message. A change the engine refuses answers that resource's error
+configs: ``cleanup.policy``, ``log.cleanup.policy``, the throttled-replica lists). BROKER_LOGGER resources
+(walgate's log levels are set when it starts) get INVALID_REQUEST with a message; so does a TDengine topic (its
+settings follow its database: ``ALTER DATABASE``), except that compacting one is INVALID_CONFIG (its records are
+table rows: there is nothing to compact). A change the engine refuses answers that resource's error
 (:mod:`.common`'s table); the others are applied.
 
 ACLs (as Kafka): AlterConfigs on the topic (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED)
@@ -21,12 +22,14 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.config_changes import alter, preprocess
 from walgate.storage.engine import Engine
+from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OPS = {SET: "set", DELETE: "deleted", APPEND: "appended", SUBTRACT: "subtracted"}  # config values are not logged
 _KINDS = {2: "topic", 4: "broker", 8: "broker logger", 32: "group"}
-_LISTS = {"cleanup.policy": "delete", "log.cleanup.policy": "delete"}  # list configs and their defaults
+_LISTS = {**{k: TOPIC_CONFIG_DEFAULTS[k] for k, t in CONFIG_TYPES.items() if t == "LIST"},
+          "log.cleanup.policy": TOPIC_CONFIG_DEFAULTS["cleanup.policy"]}  # list configs and their defaults
 
 
 def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
