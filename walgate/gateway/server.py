@@ -302,7 +302,7 @@ class Gateway:
         backoff = self.config.log_cleaner_backoff_ms / 1000
         while True:
             try:
-                stats = await self._storage.call(_clean_now, engine)
+                stats = await self._storage.call(_clean_now, engine, self.config.node_id)
             except Exception:
                 log.exception("log cleaner failed; retrying in %.1f s", backoff)
                 stats = None
@@ -329,9 +329,9 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _clean_now(engine: Engine) -> CleanStats | None:
+def _clean_now(engine: Engine, node_id: int) -> CleanStats | None:
     """Runs on the storage thread, so ``now`` is read when the step runs."""
-    return engine.clean(time.time())
+    return engine.clean(time.time(), node_id)
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:
