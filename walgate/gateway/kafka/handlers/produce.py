@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -209,7 +209,6 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
     ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
     *node_id*'s dynamic broker defaults."""
-    defaults = engine.topic_defaults(node_id)
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
@@ -222,7 +221,7 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
                 answers[(t.name, p.index)] = refused[(t.name, p.index)]
                 continue
             try:
-                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now, defaults)
+                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now, node_id)
             except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
                 checked = _refused(p.index, exc)
             if isinstance(checked, _Append):
@@ -270,16 +269,16 @@ def _refused(index: int, exc: Exception) -> dict[str, Any]:
 
 
 def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int, now: int,
-               defaults: Mapping[str, str]) -> dict[str, Any] | _Append:
+               node_id: int) -> dict[str, Any] | _Append:
     """A partition's answer, or, for a Kafka-native topic whose records pass, what to append. The topic's configs
-    apply over *defaults* (the dynamic broker defaults). A compacted topic refuses records without a key, as Kafka's
+    apply over node *node_id*'s dynamic broker defaults. A compacted topic refuses records without a key, as Kafka's
     ``LogValidator``: INVALID_RECORD naming them, nothing of the partition written."""
     if acks not in _ACKS:
         return _answer(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     topic = engine.catalog.topics.get(name)
     if topic is None or not engine.has_partition(name, index):
         return _answer(index, ErrorCode.unknown_topic_or_partition, f"unknown topic or partition {name}-{index}")
-    configs = {**TOPIC_CONFIG_DEFAULTS, **defaults, **topic.configs}
+    configs = {**TOPIC_CONFIG_DEFAULTS, **engine.topic_defaults(node_id), **topic.configs}
     if len(records) > int(configs["segment.bytes"]):
         return _answer(index, ErrorCode.record_list_too_large,
                        f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
