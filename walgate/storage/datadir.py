@@ -5,6 +5,7 @@ Layout of format 2 (the current one; ``docs/data-dir.md`` has the full descripti
     walgate.json                    {"format": 2}: one checksummed line, replaced atomically
     catalog.log                     the catalog (catalog.py): checksummed JSON lines
     producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
+    transactions.log                transaction coordinator state (transactions_log.py): checksummed JSON lines
     quarantine/                     copies of damaged bytes (damage.py)
     db/<database id>/vnode<i>/      one vnode (vnode.py)
         wal/<first version>.log     WAL segments and their indexes (wal.py)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_client_quotas,
     alter_user_scram_credentials,
     api_versions,
@@ -36,7 +38,9 @@ from walgate.gateway.kafka.handlers import (
     describe_configs,
     describe_groups,
     describe_topic_partitions,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -46,6 +50,7 @@ from walgate.gateway.kafka.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -55,6 +60,7 @@ from walgate.gateway.kafka.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
 )
 from walgate.wire.protocol import WIRE_VERSIONS
 
@@ -79,6 +85,7 @@ _MODULES = (
     delete_records, create_acls, describe_acls, delete_acls,
     describe_client_quotas, alter_client_quotas,
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
+    add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 
