@@ -37,7 +37,7 @@ REQUIRED = {
     18: (0, 4), 3: (0, 12), 2: (0, 9), 1: (4, 17), 60: (0, 1), 75: (0, 0), 10: (0, 6), 11: (0, 9),
     14: (0, 5), 12: (0, 4), 13: (0, 5), 8: (0, 9), 9: (0, 9), 15: (0, 5), 16: (0, 5), 42: (0, 2),
     47: (0, 0), 68: (0, 1), 69: (0, 1), 0: (3, 12), 22: (0, 5), 19: (0, 7), 20: (0, 6), 37: (0, 3),
-    32: (0, 4), 44: (0, 1), 21: (0, 2), 23: (0, 4),
+    32: (0, 4), 33: (0, 2), 44: (0, 1), 21: (0, 2), 23: (0, 4),
 }
 ALL_VERSIONS = [(key, v) for key, (low, high) in sorted(WIRE_VERSIONS.items()) for v in range(low, high + 1)]
 
@@ -251,6 +251,10 @@ def test_build_response_defaults_conversions_and_typos():
         build_response(2, 9, {"topics": [{"name": "t", "partitions": [{"error_code": 31999}]}]})
     old = build_response(3, 0, {"brokers": [{"node_id": 1, "host": "h", "port": 1, "rack": "r"}], "cluster_id": "c"})
     assert not hasattr(old, "cluster_id") and not hasattr(old.brokers[0], "rack")
+    for nodes in ((1, 2), [1, 2], iter((1, 2))):  # a tuple, like any iterable, is the array
+        topic = {"name": "t", "partitions": [{"partition_index": 0, "leader_id": 1, "replica_nodes": nodes}]}
+        built = build_response(3, 12, {"topics": [topic]})
+        assert tuple(built.topics[0].partitions[0].replica_nodes) == (1, 2)
 
 
 def test_records_are_not_copied_and_may_be_a_list_of_buffers():

@@ -118,4 +118,6 @@ def _build_nullable(build: Builder, value: Any) -> Any:
 
 
 def _as_tuple(items: Iterable[Any] | None) -> tuple[Any, ...] | None:
-    return None if items is None or items.__class__ is tuple else tuple(items)
+    if items is None or items.__class__ is tuple:
+        return items
+    return tuple(items)
