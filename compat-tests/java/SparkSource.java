@@ -1,23 +1,30 @@
 // What Spark's Kafka source (connector/kafka-0-10-sql) does to a topic, on the real kafka-clients API.
 //
 // Driver (KafkaOffsetReaderAdmin): Admin.describeTopics -> partitions; Admin.listOffsets with
-// OffsetSpec.earliest / latest / forTimestamp and ListOffsetsOptions(READ_UNCOMMITTED).
+// OffsetSpec.earliest / latest / forTimestamp and ListOffsetsOptions(<isolation.level of the driver's params>,
+// READ_UNCOMMITTED by default): under read_committed "latest" is the last stable offset.
 // Executors (KafkaDataConsumer / InternalKafkaConsumer): one KafkaConsumer per topic-partition with
 // group.id=<uuid>-executor, auto.offset.reset=none, enable.auto.commit=false, byte-array deserializers,
-// assign(); every fetch is seek -> poll -> position, then seekToBeginning+position and
-// seekToEnd+position (the available range). fetchRecord's checks with failOnDataLoss=true: a record
-// below the asked offset is an IllegalStateException, an empty poll outside [earliest, latest) is
-// data loss, an empty poll whose position did not move is a TimeoutException. Spark skips a record
-// offset above the asked one as "invisible" while asked >= earliest; offsets must be dense here, so
-// such a hole is reported as an error too.
+// the user's isolation.level, assign(); every fetch is seek -> poll -> position, then seekToBeginning+position
+// and seekToEnd+position (the available range; its end is the LSO under read_committed). fetchRecord's checks
+// with failOnDataLoss=true: a record below the asked offset is an IllegalStateException, an empty poll outside
+// [earliest, latest) is data loss, an empty poll whose position did not move is a TimeoutException. An offset
+// with no record for the consumer (a transaction marker; an aborted record under read_committed) is "invisible":
+// a record above the asked offset while asked >= earliest, or an empty poll whose position moved, makes Spark
+// go on from that record / position, without data loss. Spark always does that; here (--holes) a skip is
+// reported as an error by default under read_uncommitted (offsets must be dense on a topic without
+// transactions) and as a "skipped" line under read_committed or with --holes skip.
 //
 // Usage: java -cp <kafka-clients jars> SparkSource.java --bootstrap H:P --topic T
-//            [--starting earliest|timestamp:<ms>] [--poll-timeout-ms 10000] [--kafka.<setting> <value> ...]
+//            [--starting earliest|timestamp:<ms>] [--poll-timeout-ms 10000] [--holes error|skip]
+//            [--kafka.<setting> <value> ...]
 // --kafka.<setting> is Spark's kafka.-prefixed source option: the client setting (security.protocol, sasl.*,
-// ssl.*, ...) goes, without the prefix, into the driver's Admin and every executor's consumer, under the settings
-// Spark fixes itself (KafkaSourceProvider's ConfigUpdater sets those over the user's).
-// Output: one JSON object per line: describe, offsets (per partition), range, record, summary;
-// on failure an "error" line (kind data_loss | hole | illegal_state | timeout) and exit code 1.
+// ssl.*, isolation.level, ...) goes, without the prefix, into the driver's Admin and every executor's consumer,
+// under the settings Spark fixes itself (KafkaSourceProvider's ConfigUpdater sets those over the user's).
+// --kafka.isolation.level read_committed is Spark's option for reading committed records only.
+// Output: one JSON object per line: describe, offsets (per partition), range, record, skipped (from, to: the
+// invisible offsets [from, to) of a partition), summary; on failure an "error" line (kind data_loss | hole |
+// illegal_state | timeout) and exit code 1.
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -27,6 +34,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.ListIterator;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
@@ -50,6 +58,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 public class SparkSource {
     static final long UNKNOWN_OFFSET = -2L;
     static long pollTimeoutMs = 10_000;
+    static boolean holesAreErrors = true;
 
     static final class Failure extends RuntimeException {
         final String kind;
@@ -88,6 +97,12 @@ public class SparkSource {
         driver.put("default.api.timeout.ms", "60000");
         driver.put("request.timeout.ms", "30000");
 
+        // KafkaOffsetReaderAdmin.isolationLevel; the executors get the same setting through `specified`.
+        IsolationLevel isolation = IsolationLevel.valueOf(
+                String.valueOf(driver.getOrDefault("isolation.level", "read_uncommitted")).toUpperCase(Locale.ROOT));
+        holesAreErrors = !args.getOrDefault("holes", isolation == IsolationLevel.READ_COMMITTED ? "skip" : "error")
+                .equals("skip");
+
         Map<Integer, long[]> ranges = new TreeMap<>();
         try (Admin admin = Admin.create(driver)) {
             TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get(60, TimeUnit.SECONDS).get(topic);
@@ -101,7 +116,7 @@ public class SparkSource {
             println("{\"event\":\"describe\",\"topic\":" + json(td.name()) + ",\"topic_id\":" + json(String.valueOf(td.topicId()))
                     + ",\"partitions\":[" + String.join(",", parts) + "]}");
 
-            ListOffsetsOptions options = new ListOffsetsOptions(IsolationLevel.READ_UNCOMMITTED);
+            ListOffsetsOptions options = new ListOffsetsOptions(isolation);
             Map<TopicPartition, Long> earliest = listOffsets(admin, tps, OffsetSpec.earliest(), options);
             Map<TopicPartition, Long> latest = listOffsets(admin, tps, OffsetSpec.latest(), options);
             Map<TopicPartition, Long> byTime = null;
@@ -241,12 +256,23 @@ public class SparkSource {
                     ConsumerRecord<byte[], byte[]> r = (ConsumerRecord<byte[], byte[]>) fetched;
                     return r;
                 }
-                toFetch = (Long) fetched;
+                long next = (Long) fetched;
+                skipped(toFetch, next);
+                toFetch = next;
                 if (toFetch >= until) {
                     reset();
                     return null;
                 }
             }
+        }
+
+        /** Spark goes on from {@code to}: the offsets [from, to) are invisible (no record for this consumer). */
+        void skipped(long from, long to) {
+            if (holesAreErrors) {
+                throw new Failure("hole", tp, from, "asked offset " + from + " (earliest " + rangeEarliest
+                        + ") but the next visible offset is " + to);
+            }
+            println("{\"event\":\"skipped\",\"partition\":" + tp.partition() + ",\"from\":" + from + ",\"to\":" + to + "}");
         }
 
         /** A ConsumerRecord, or the next offset to fetch (Long) when the asked one is invisible. */
@@ -272,9 +298,10 @@ public class SparkSource {
             nextOffsetInFetchedData = record.offset() + 1;
             if (record.offset() > offset) {
                 if (rangeEarliest <= offset) {
-                    // Spark skips [offset, record.offset) as invisible records; dense offsets have none.
-                    throw new Failure("hole", tp, offset, "asked offset " + offset + " (earliest " + rangeEarliest
-                            + ") but the next record has offset " + record.offset());
+                    // [offset, record.offset) is invisible: the next call returns this record.
+                    records.previous();
+                    nextOffsetInFetchedData = record.offset();
+                    return record.offset();
                 }
                 throw new Failure("data_loss", tp, offset, "Cannot fetch offset range [" + offset + ", " + record.offset()
                         + "): records aged out (earliest " + rangeEarliest + ")");
