@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
                     help="group.protocol: consumer = KIP-848 (server-side assignment, incremental callbacks)")
     ap.add_argument("--session-timeout-ms", type=int, default=10000)
+    ap.add_argument("--instance-id", help="group.instance.id: a static member")
     args = ap.parse_args()
 
     stopping = False
@@ -50,6 +51,8 @@ def main() -> None:
         conf["heartbeat.interval.ms"] = min(3000, args.session_timeout_ms // 3)
     if args.strategy:
         conf["partition.assignment.strategy"] = args.strategy
+    if args.instance_id:
+        conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf)
     md = consumer.list_topics(args.topic, timeout=10)
     all_parts = sorted(md.topics[args.topic].partitions)

@@ -10,8 +10,11 @@
 // to it and read to the end. --timeout passing, or a client exception (e.g. NoOffsetForPartition with --reset
 // none), prints an "error", still commits what it read and closes, exit 2.
 //
+// --instance-id ID makes it a static member (group.instance.id); --set KEY=VALUE sets any other client property.
+//
 // Usage: java -cp <kafka-clients jars> GroupMember.java <bootstrap> <topic> <group> [--protocol classic|consumer]
-//        [--reset earliest|latest|none] [--max-records N] [--until-end] [--timeout SECONDS]
+//        [--reset earliest|latest|none] [--max-records N] [--until-end] [--timeout SECONDS] [--instance-id ID]
+//        [--set KEY=VALUE]...
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -128,7 +131,8 @@ public class GroupMember {
 
     public static void main(String[] argv) throws Exception {
         String bootstrap = argv[0], topic = argv[1], group = argv[2];
-        String protocol = "classic", reset = "earliest";
+        String protocol = "classic", reset = "earliest", instanceId = null;
+        Properties extra = new Properties();
         double timeout = 60;
         long maxRecords = -1;
         boolean untilEnd = false;
@@ -139,6 +143,11 @@ public class GroupMember {
                 case "--reset" -> reset = argv[++i];
                 case "--max-records" -> maxRecords = Long.parseLong(argv[++i]);
                 case "--until-end" -> untilEnd = true;
+                case "--instance-id" -> instanceId = argv[++i];
+                case "--set" -> {
+                    String[] kv = argv[++i].split("=", 2);
+                    extra.put(kv[0], kv[1]);
+                }
                 default -> throw new IllegalArgumentException("unknown argument " + argv[i]);
             }
         }
@@ -149,6 +158,8 @@ public class GroupMember {
         config.put("group.protocol", protocol);
         config.put("auto.offset.reset", reset.equals("error") ? "none" : reset);
         config.put("enable.auto.commit", "false");
+        if (instanceId != null) config.put("group.instance.id", instanceId);
+        config.putAll(extra);
         config.put("key.deserializer", ByteArrayDeserializer.class.getName());
         config.put("value.deserializer", ByteArrayDeserializer.class.getName());
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(config);

@@ -9,6 +9,7 @@ from walgate.coordinator import (
     FencedInstanceId,
     GroupError,
     GroupIdNotFound,
+    GroupNotRecorded,
     IllegalGeneration,
     NonEmptyGroup,
     RebalanceInProgress,
@@ -24,6 +25,7 @@ def test_each_group_error_maps_to_its_kafka_code():
         "RebalanceInProgress": 27,
         "GroupIdNotFound": 69,
         "NonEmptyGroup": 68,
+        "GroupNotRecorded": 15,
     }
     for cls in (
         UnknownMemberId,
@@ -32,6 +34,7 @@ def test_each_group_error_maps_to_its_kafka_code():
         RebalanceInProgress,
         GroupIdNotFound,
         NonEmptyGroup,
+        GroupNotRecorded,
     ):
         assert issubclass(cls, GroupError)
         assert cls("why").error_code is ERROR_CODES[cls]

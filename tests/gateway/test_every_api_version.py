@@ -238,6 +238,12 @@ def describe_configs(conn: KafkaConnection, node: Node, version: int) -> dict[st
     return {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": TOPIC, "configuration_keys": None}]}
 
 
+@request(33)
+def alter_configs(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"validate_only": False, "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": TOPIC, "configs": [
+        {"name": "retention.ms", "value": "604800000"}]}]}  # replaces the topic's configs by its default
+
+
 @request(37)
 def create_partitions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     name = f"grown-v{version}"
@@ -277,6 +283,11 @@ def alter_client_quotas(conn: KafkaConnection, node: Node, version: int) -> dict
 @request(60)
 def describe_cluster(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+
+
+@request(61)
+def describe_producers(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"topics": [{"name": TOPIC, "partition_indexes": [0]}]}
 
 
 @request(68)

@@ -354,3 +354,11 @@ def test_without_default_an_unmatched_dn_has_no_principal() -> None:
 def test_invalid_mapping_rules(rules: str) -> None:
     with pytest.raises(MappingRuleError):
         PrincipalMapper(rules)
+
+
+def test_the_log_cleaner_settings_use_kafkas_names(tmp_path: Path) -> None:
+    config = load_config(None, env={}, settings=[("log.dirs", str(tmp_path)), ("log.cleaner.enable", "false"),
+                                                 ("log.cleaner.backoff.ms", "250")])
+    assert (config.log_cleaner_enable, config.log_cleaner_backoff_ms) == (False, 250)
+    with pytest.raises(ConfigError):
+        load_config(None, env={}, settings=[("log.dirs", str(tmp_path)), ("log.cleaner.backoff.ms", "0")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,15 @@ import pytest
 from walgate.storage.engine import Engine
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, OffsetOutOfRange
 from walgate.storage.producers import SequenceError
-from walgate.storage.topic_configs import backing_database, topic_configs, validate_configs, wal_options
+from walgate.storage.topic_configs import (
+    TOPIC_CONFIG_DEFAULTS,
+    CleanerSettings,
+    backing_database,
+    cleaner_settings,
+    topic_configs,
+    validate_configs,
+    wal_options,
+)
 from walgate.wire import batch_header, decode_batches, encode_batch
 
 
@@ -77,7 +86,7 @@ def test_names_configs_and_duplicates_are_checked(engine: Engine):
     with pytest.raises(InvalidValue):
         engine.create_kafka_topic("bad name", 1, {})
     with pytest.raises(InvalidValue):
-        engine.create_kafka_topic("t", 1, {"cleanup.policy": "compact"})
+        engine.create_kafka_topic("t", 1, {"cleanup.policy": "compacted"})
     with pytest.raises(InvalidValue):
         engine.create_kafka_topic("t", 1, {"no.such.config": "1"})
     engine.create_kafka_topic("t", 1, {})
@@ -161,10 +170,50 @@ def test_backing_database_names_are_valid_and_unique():
 def test_wal_options_round_up_to_wal_units():
     assert wal_options({"retention.ms": "1500", "retention.bytes": "1", "segment.bytes": "1"}) == {
         "WAL_RETENTION_PERIOD": 2, "WAL_RETENTION_SIZE": 1, "WAL_SEGMENT_SIZE": 1, "WAL_LEVEL": 1,
-        "WAL_FSYNC_PERIOD": 3000}
+        "WAL_FSYNC_PERIOD": 3000, "WAL_SEGMENT_MS": -1}
     assert wal_options({"flush.messages": "1"})["WAL_LEVEL"] == 2  # fsync before every answer
     assert wal_options({"retention.ms": "-1"})["WAL_RETENTION_PERIOD"] == -1
     with pytest.raises(InvalidValue):
         validate_configs({"retention.ms": "soon"})
     with pytest.raises(InvalidValue):
         validate_configs({"message.timestamp.type": "Whenever"})
+
+
+@pytest.mark.parametrize(("configs", "message"), [
+    ({"compression.type": "brotli"}, "compression.type"),
+    ({"delete.retention.ms": "-1"}, "at least 0"),
+    ({"min.cleanable.dirty.ratio": "1.5"}, "between 0 and 1"),
+    ({"min.cleanable.dirty.ratio": "nan"}, "DOUBLE"),
+    ({"preallocate": "yes"}, "true or false"),
+    ({"max.compaction.lag.ms": "0"}, "at least 1"),
+    ({"segment.ms": "9223372036854775808"}, "LONG"),
+    ({"max.message.bytes": "2147483648"}, "INT"),
+    ({"compression.gzip.level": "0"}, "1 and 9"),
+    ({"leader.replication.throttled.replicas": "0:x"}, "[PartitionId]:[BrokerId]"),
+    ({"cleanup.policy": "compact,sweep"}, "sweep"),
+    ({"cleanup.policy": ""}, "cleanup.policy"),
+    ({"message.downconversion.enable": "true"}, "Unknown topic config name"),  # gone in Kafka 4
+])
+def test_kafka_validation_of_every_config(configs: dict[str, str], message: str):
+    with pytest.raises(InvalidValue, match=re.escape(message)):
+        validate_configs(configs)
+
+
+def test_the_whole_kafka_key_set_is_accepted_and_described():
+    every = {k: v for k, v in TOPIC_CONFIG_DEFAULTS.items()}
+    every.update({"cleanup.policy": "compact,delete", "compression.type": "zstd", "min.insync.replicas": "2",
+                  "follower.replication.throttled.replicas": "0:0,1:0", "leader.replication.throttled.replicas": "*",
+                  "remote.storage.enable": "false", "local.retention.ms": "-2", "min.cleanable.dirty.ratio": "0.01"})
+    validate_configs(every)
+    assert len(TOPIC_CONFIG_DEFAULTS) == 33
+    described = topic_configs("kafka", {"delete.retention.ms": "5"}, {})
+    assert described["delete.retention.ms"] == ("5", True) and described["file.delete.delay.ms"] == ("60000", False)
+
+
+def test_compact_only_keeps_every_segment_and_rolls_by_max_compaction_lag():
+    assert wal_options({"cleanup.policy": "compact", "retention.ms": "1000"})["WAL_RETENTION_PERIOD"] == -1
+    assert wal_options({"cleanup.policy": "compact,delete", "retention.ms": "1000"})["WAL_RETENTION_PERIOD"] == 1
+    assert wal_options({"cleanup.policy": "compact", "max.compaction.lag.ms": "5000"})["WAL_SEGMENT_MS"] == 5000
+    assert wal_options({"segment.ms": "100"})["WAL_SEGMENT_MS"] == 100
+    assert cleaner_settings({}) is None
+    assert cleaner_settings({"cleanup.policy": "delete,compact"}) == CleanerSettings()

@@ -51,7 +51,7 @@ def test_corrupt_crc_is_corrupt_message():
 @pytest.mark.parametrize("data, why", [
     (b"", "no batch"),
     (batch()[:-3], "truncated"),
-    (batch(is_transactional=True), "transactional"),
+    (batch(is_transactional=True), "transactional without a producer id"),
     (batch(is_control=True), "control"),
     (batch(offset_deltas=[0, 2, 3]), "offset deltas"),
     (with_bad_record_bytes(), "records that do not parse"),
@@ -60,6 +60,11 @@ def test_corrupt_crc_is_corrupt_message():
 def test_invalid_batches_are_invalid_record(data: bytes, why: str, with_records: bool):
     with pytest.raises(InvalidRecord):
         validate_produced(data, 1 << 20, with_records=with_records)
+
+
+def test_transactional_batches_of_a_producer_pass():
+    data = batch(is_transactional=True, producer_id=7, producer_epoch=0, base_sequence=0)
+    assert validate_produced(data, 1 << 20)[0].is_transactional
 
 
 def test_legacy_message_sets_are_refused_on_produce_v3():

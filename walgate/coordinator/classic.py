@@ -59,11 +59,12 @@ Session, join-phase and sync timeouts: see :mod:`~walgate.coordinator.classic_re
 
 Decisions (where walgate differs from Kafka, and why)
 -----------------------------------------------------
-* Group membership is soft state: it is not written to the WAL. Kafka persists
-  GroupMetadata records so a coordinator fail-over keeps a Stable group; after
-  a walgate restart every member gets UNKNOWN_MEMBER_ID on its next request and
-  rejoins (the clients handle that), and committed offsets — the durable part,
-  see :mod:`walgate.coordinator.offsets` — keep the progress.
+* Group state survives a restart as Kafka's GroupMetadata record makes it:
+  a Stable or Empty group is recorded (:mod:`~walgate.coordinator.group_records`,
+  written by the gateway before the answers that reveal it) and rebuilt at
+  start, Stable with its generation, members and assignments, every session
+  starting at the load; a group caught in a rebalance comes back at its last
+  Stable generation.
 * A group is dropped from memory the moment it becomes Dead, so Kafka's branches
   for requests reaching a Dead group (COORDINATOR_NOT_AVAILABLE) cannot happen
   here; those requests see "no such group" instead, as they would in Kafka a

@@ -51,6 +51,7 @@ from walgate.coordinator.classic_model import (
     join_response,
     sync_response,
 )
+from walgate.coordinator.group_records import rebuild_classic
 from walgate.coordinator.snapshots import CLASSIC_GROUP_TYPE
 from walgate.coordinator.timer import KeyedTimer
 
@@ -105,6 +106,10 @@ class ClassicRebalance:
     def group(self, group_id: str) -> ClassicGroup | None:
         """The group *group_id* if it has state in memory (read it, do not change it)."""
         return self._groups.get(group_id)
+
+    def group_ids(self) -> list[str]:
+        """The ids of every group of this kind in memory."""
+        return list(self._groups)
 
     def has_members(self, group_id: str) -> bool:
         """Whether *group_id* is a classic group of this node with members."""
@@ -351,6 +356,17 @@ class ClassicRebalance:
         member = group.members[member_id]
         member.last_heartbeat_ms = now_ms
         self._reschedule_heartbeat(group, member, now_ms)
+
+    def restore(self, group_id: str, value: Mapping[str, Any], now_ms: int) -> None:
+        """Rebuild the group *group_id* (unknown here: a start) from its recorded *value*
+        (:func:`~walgate.coordinator.group_records.rebuild_classic`, whose ValueError it raises); every member's
+        session starts at *now_ms*, as Kafka's loader reschedules them."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id!r} is already loaded")
+        group = rebuild_classic(group_id, value, now_ms, self._outbox)
+        self._groups[group_id] = group
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member, now_ms)
 
     def _remove_group(self, group_id: str, now_ms: int) -> None:
         group = self._groups.pop(group_id, None)

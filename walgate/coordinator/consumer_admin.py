@@ -228,7 +228,7 @@ class ConsumerGroupAdmin(ConsumerMembership):
                         state="ready" if ready else "rebalancing",
                         assignment={t: tuple(sorted(ps)) for t, ps in sorted(m.assigned.items())},
                         last_heartbeat_ms=m.last_heartbeat_ms,
-                        session_timeout_ms=self.session_timeout_ms if m.classic is None else m.classic.session_timeout_ms,
+                        session_timeout_ms=self.member_timeouts(group.group_id)[0] if m.classic is None else m.classic.session_timeout_ms,
                     )
                 )
         return infos

@@ -80,10 +80,12 @@ Errors (where Kafka returns them)
 
 Decisions (where walgate differs from Kafka, and why)
 -----------------------------------------------------
-* Soft state, as for classic groups: nothing is written to the WAL. After a
-  walgate restart a heartbeat with epoch > 0 (or a leave) for a group this
-  node does not know gets UNKNOWN_MEMBER_ID, not Kafka's GROUP_ID_NOT_FOUND,
-  so clients rejoin (epoch 0) instead of failing.
+* A group survives a restart (:mod:`~walgate.coordinator.group_records`: every
+  change is recorded before the heartbeat answering it, and the group rebuilt
+  at start, every session starting at the load). A heartbeat with epoch > 0
+  (or a leave) for a group this node does not know (its record was lost)
+  gets UNKNOWN_MEMBER_ID, not Kafka's GROUP_ID_NOT_FOUND, so clients rejoin
+  (epoch 0) instead of failing.
 * A join (epoch 0) from a member id the group already has is accepted as a
   rejoin (clients keep their member id after FENCED_MEMBER_EPOCH and rejoin
   with epoch 0, owning nothing); it gets its current assignment in full.
@@ -209,7 +211,7 @@ class ConsumerGroups(ClassicMembers, ConsumerGroupAdmin):
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
         if group is None:
             if not create:
-                # Kafka: GROUP_ID_NOT_FOUND; walgate's groups are soft state (see Decisions).
+                # Kafka: GROUP_ID_NOT_FOUND; a group whose record was lost must rejoin (see Decisions).
                 raise HeartbeatError(
                     ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
                 )
@@ -321,7 +323,8 @@ class ConsumerGroups(ClassicMembers, ConsumerGroupAdmin):
 
         old_assigned = dict(member.assigned)
         self._update_member(group, member, is_new, update, topic_partitions, now_ms)
-        self._schedule_session(group, member, self.session_timeout_ms, now_ms)
+        session_timeout_ms, heartbeat_interval_ms = self.member_timeouts(group.group_id)
+        self._schedule_session(group, member, session_timeout_ms, now_ms)
 
         full_request = joining or (
             update.rebalance_timeout_ms != -1 and update.subscribed_topic_names is not None and owned is not None
@@ -331,7 +334,7 @@ class ConsumerGroups(ClassicMembers, ConsumerGroupAdmin):
             "error_message": None,
             "member_id": member.member_id,
             "member_epoch": member.member_epoch,
-            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
             "assignment": (
                 response_assignment(member.assigned)
                 if full_request or member.assigned != old_assigned

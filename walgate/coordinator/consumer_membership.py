@@ -20,7 +20,7 @@ method reads the clock: every call takes ``now_ms`` and timers fire in :meth:`Co
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +34,8 @@ from walgate.coordinator.consumer_model import (
     MemberUpdate,
     OwnedPartitions,
 )
+from walgate.coordinator.group_configs import GroupTimeouts
+from walgate.coordinator.group_records import rebuild_consumer
 from walgate.coordinator.reconciliation import reconcile
 from walgate.coordinator.snapshots import CONSUMER_GROUP_TYPE
 from walgate.coordinator.timer import KeyedTimer
@@ -78,6 +80,8 @@ class ConsumerMembership:
     such an id is refused with GROUP_ID_NOT_FOUND, ConsumerGroupDescribe says it is not a consumer group);
     :class:`~walgate.coordinator.coordinator.GroupCoordinator` passes its classic groups' answer.
     *new_member_id* makes server-generated member ids (``uuid4`` strings; tests inject a counter).
+    *group_configs* answers a group's own configs (KIP-848 group configs, stored by the gateway): its session
+    timeout and heartbeat interval override the broker's (:meth:`member_timeouts`).
     """
 
     def __init__(
@@ -88,9 +92,11 @@ class ConsumerMembership:
         max_group_size: int = 2**31 - 1,
         is_classic_group_in_use: Callable[[str], bool] = lambda group_id: False,
         new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {},
     ) -> None:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
+        self.group_configs = group_configs
         self.max_group_size = max_group_size
         self._is_classic_group_in_use = is_classic_group_in_use
         self._new_member_id = new_member_id
@@ -102,6 +108,14 @@ class ConsumerMembership:
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The group *group_id* if this node has it (read it, do not change it)."""
         return self._groups.get(group_id)
+
+    def member_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) in ms of *group_id*'s members: the group's own configs
+        (*group_configs*, :mod:`~walgate.coordinator.group_configs`) over the broker's settings."""
+        return GroupTimeouts(self.session_timeout_ms, self.heartbeat_interval_ms, self.group_configs).of(group_id)
+    def group_ids(self) -> list[str]:
+        """The ids of every group of this kind in memory."""
+        return list(self._groups)
 
     def next_deadline(self) -> int | None:
         """When :meth:`tick` next has something to do (ms, the callers' clock), or None."""
@@ -276,3 +290,24 @@ class ConsumerMembership:
             )
         else:
             self._timer.cancel(key)
+
+    # ------------------------------------------------------------------ restart
+
+    def restore(self, group_id: str, value: Mapping[str, Any], now_ms: int) -> None:
+        """Rebuild the group *group_id* (unknown here: a start) from its recorded *value*
+        (:func:`~walgate.coordinator.group_records.rebuild_consumer`, whose ValueError it raises). Every member's
+        session starts at *now_ms*, and the rebalance timeout of a member that must revoke partitions, as Kafka's
+        loader reschedules them."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id!r} is already loaded")
+        group = rebuild_consumer(group_id, value, now_ms)
+        self._groups[group_id] = group
+        for member in group.members.values():
+            timeout = self.member_timeouts(group_id)[0] if member.classic is None else member.classic.session_timeout_ms
+            self._schedule_session(group, member, timeout, now_ms)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self._timer.schedule(
+                    _rebalance_key(group_id, member.member_id),
+                    now_ms + max(member.rebalance_timeout_ms, 0),
+                    self._rebalance_expired_op(group_id, member.member_id, member.member_epoch),
+                )

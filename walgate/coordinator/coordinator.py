@@ -14,6 +14,15 @@ as such (clients cannot tell; only the assignor differs).
 Committed offsets belong to the group id, not to the type, so they survive
 a conversion.
 
+Group records (:mod:`~walgate.coordinator.group_records`): every call that may
+change a group notes its id; :meth:`GroupCoordinator.take_records` turns the
+noted groups whose recorded value changed into ``(group id, value)`` records
+(None: the group is gone), which the caller writes durably before it delivers
+the call's responses, then reports with :meth:`GroupCoordinator.records_written`.
+Records not reported written are taken again by the next call, so what is on
+disk converges on what is in memory. :meth:`GroupCoordinator.load` rebuilds the
+groups from the values at start.
+
 Group cleanup (Kafka's ``cleanupGroupMetadata``, every
 ``offsets.retention.check.interval.ms``): :meth:`GroupCoordinator.tick` drops
 the groups of either type that have no members and no committed offsets, so
@@ -24,7 +33,7 @@ TDengine subscription's progress), so a group with offsets stays.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +43,7 @@ from walgate.coordinator.classic_model import Completion, join_response
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.consumer_protocol import PROTOCOL_TYPE
 from walgate.coordinator.group_log import log
+from walgate.coordinator.group_records import group_value
 from walgate.coordinator.snapshots import CONSUMER_GROUP_TYPE, ConsumerInfo, GroupStats
 
 __all__ = ["CLEANUP_INTERVAL_MS", "GroupCoordinator"]
@@ -61,6 +71,59 @@ class GroupCoordinator:
         self.consumer = consumer or ConsumerGroups(is_classic_group_in_use=self.classic.has_members)
         self.cleanup_interval_ms = cleanup_interval_ms
         self._next_cleanup_ms = now_ms + cleanup_interval_ms
+        self._recorded: dict[str, Any] = {}  # group id -> the value last written for it
+        self._noted: set[str] = set()  # group ids that may differ from their recorded value
+
+    # ------------------------------------------------------------------ records
+
+    def load(self, values: Mapping[str, Any], now_ms: int) -> list[tuple[str, str]]:
+        """Rebuild the groups of their recorded *values* (group id -> value) at start, their members' sessions
+        starting at *now_ms*; returns (group id, reason) of each value that does not rebuild: that group is not
+        loaded (its members rejoin) and its record is deleted by the next :meth:`take_records`."""
+        failed = []
+        for group_id, value in values.items():
+            self._recorded[group_id] = value
+            try:
+                if isinstance(value, Mapping) and value.get("type") == CONSUMER_GROUP_TYPE:
+                    self.consumer.restore(group_id, value, now_ms)
+                else:
+                    self.classic.restore(group_id, value, now_ms)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                failed.append((group_id, f"{type(exc).__name__}: {exc}"))
+                self._noted.add(group_id)
+        return failed
+
+    def _group_value(self, group_id: str) -> tuple[bool, Any]:
+        """(whether the group has a value to record now, that value: None when the group is gone)."""
+        group = self.consumer.group(group_id) or self.classic.group(group_id)
+        if group is None:
+            return True, None
+        value = group_value(group)
+        return value is not None, value
+
+    def take_records(self) -> list[tuple[str, Any]]:
+        """The (group id, value) records of the noted groups whose value differs from the recorded one (value None:
+        delete the group's record). Write them, then call :meth:`records_written`; unwritten ones come back."""
+        records = []
+        for group_id in sorted(self._noted):
+            has_value, value = self._group_value(group_id)
+            if not has_value or value == self._recorded.get(group_id):
+                self._noted.discard(group_id)
+            else:
+                records.append((group_id, value))
+        return records
+
+    def records_written(self, records: Iterable[tuple[str, Any]]) -> None:
+        """*records* (from :meth:`take_records`) are durable: they are the recorded values now."""
+        for group_id, value in records:
+            if value is None:
+                self._recorded.pop(group_id, None)
+            else:
+                self._recorded[group_id] = value
+            self._noted.discard(group_id)
+
+    def _note_all(self) -> None:
+        self._noted.update(self.classic.group_ids(), self.consumer.group_ids(), self._recorded)
 
     # ------------------------------------------------------------------ time
 
@@ -76,6 +139,7 @@ class GroupCoordinator:
         """
         self.consumer.tick(now_ms)
         completions = self.classic.tick(now_ms)
+        self._note_all()
         if now_ms >= self._next_cleanup_ms:
             self._next_cleanup_ms = now_ms + self.cleanup_interval_ms
             self.remove_empty_groups(offset_groups().__contains__, now_ms)
@@ -85,6 +149,7 @@ class GroupCoordinator:
         """Drop the groups of either type without members or committed offsets; their ids."""
         removed = self.classic.remove_empty_groups(has_offsets=has_offsets, now_ms=now_ms)
         removed += self.consumer.remove_empty_groups(has_offsets=has_offsets)
+        self._noted.update(removed)
         if removed:
             log.info("removed %d empty group(s) without committed offsets: %s", len(removed),
                      ", ".join(map(repr, removed[:20])) + (", ..." if len(removed) > 20 else ""))
@@ -102,6 +167,7 @@ class GroupCoordinator:
         classic groups refuse (GROUP_ID_NOT_FOUND).
         """
         group_id, now_ms = kwargs["group_id"], kwargs["now_ms"]
+        self._noted.add(group_id)
         completions: list[Completion] = []
         classic = self.classic.group(group_id)
         if kwargs["member_epoch"] == 0 and classic is not None and not self.consumer.has_group(group_id):
@@ -118,6 +184,7 @@ class GroupCoordinator:
         """JoinGroup: to a consumer group with members as one of its classic members (answered at once),
         else to the classic group (parked, see :meth:`ClassicGroups.join`; an empty consumer group is dropped)."""
         group_id = kwargs["group_id"]
+        self._noted.add(group_id)
         if not self.consumer.has_members(group_id):
             self.consumer.drop_if_empty(group_id)
             return self.classic.join(request_id, **kwargs)
@@ -143,6 +210,7 @@ class GroupCoordinator:
 
     def sync(self, request_id: int, **kwargs: Any) -> list[Completion]:
         """SyncGroup: the server's assignment for a consumer group's classic member, else the classic protocol."""
+        self._noted.add(kwargs["group_id"])
         if not self.consumer.has_group(kwargs["group_id"]):
             return self.classic.sync(request_id, **kwargs)
         return [Completion(request_id, self.consumer.classic_sync(
@@ -170,6 +238,7 @@ class GroupCoordinator:
         self, *, group_id: str, members: Sequence[tuple[str, str | None]], now_ms: int
     ) -> tuple[dict[str, Any], list[Completion]]:
         """LeaveGroup of (member id, instance id) pairs: the response and the parked requests it answered."""
+        self._noted.add(group_id)
         if self.consumer.has_group(group_id):
             return self.consumer.classic_leave(group_id=group_id, members=members), []
         return self.classic.leave(group_id=group_id, members=members, now_ms=now_ms)
@@ -214,6 +283,7 @@ class GroupCoordinator:
         """DeleteGroups over both types: ``{group_id, error_code}`` per distinct id."""
         results = []
         for group_id in dict.fromkeys(group_ids):
+            self._noted.add(group_id)
             if self.consumer.has_group(group_id):
                 results.append({"group_id": group_id, "error_code": self.consumer.delete(group_id)})
             else:

@@ -17,7 +17,9 @@ code and a message, which their responses carry too, through
     ├── IllegalGeneration       ILLEGAL_GENERATION (22): request from another generation
     ├── RebalanceInProgress     REBALANCE_IN_PROGRESS (27): commit while awaiting the assignment
     ├── GroupIdNotFound         GROUP_ID_NOT_FOUND (69): no such group
-    └── NonEmptyGroup           NON_EMPTY_GROUP (68): group still has members
+    ├── NonEmptyGroup           NON_EMPTY_GROUP (68): group still has members
+    └── GroupNotRecorded        COORDINATOR_NOT_AVAILABLE (15): the group's new state could not be written durably
+                                (raised by the gateway, which writes the coordinator's group records)
 
     ConsumerProtocolError       embedded consumer-protocol bytes that do not parse (a ValueError)
 
@@ -36,6 +38,7 @@ __all__ = [
     "FencedInstanceId",
     "GroupError",
     "GroupIdNotFound",
+    "GroupNotRecorded",
     "IllegalGeneration",
     "NonEmptyGroup",
     "RebalanceInProgress",
@@ -73,6 +76,13 @@ class NonEmptyGroup(GroupError):
     error_code = ErrorCode.non_empty_group
 
 
+class GroupNotRecorded(GroupError):
+    """The disk refused the group records of a request: nothing it changed is acknowledged (Kafka answers a failed
+    append of group metadata with COORDINATOR_NOT_AVAILABLE; clients find the coordinator again and retry)."""
+
+    error_code = ErrorCode.coordinator_not_available
+
+
 class ConsumerProtocolError(ValueError):
     """ConsumerProtocolSubscription / ConsumerProtocolAssignment bytes that do not parse."""
 
@@ -86,5 +96,6 @@ ERROR_CODES: Final[dict[type[GroupError], ErrorCode]] = {
         RebalanceInProgress,
         GroupIdNotFound,
         NonEmptyGroup,
+        GroupNotRecorded,
     )
 }

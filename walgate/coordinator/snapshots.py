@@ -53,6 +53,6 @@ class GroupStats:
     ``Empty``, ``Assigning``, ``Reconciling``, ``Stable`` (consumer)."""
     members: int
     rebalances: int
-    """Completed rebalances since the group was created in memory (groups are soft state: a restart, or the cleanup
-    of an empty group, starts again from 0): a classic group's generation, a consumer group's group epoch (which
-    continues the generation of an upgraded classic group)."""
+    """Completed rebalances of the group (kept across restarts with the group's record; the cleanup of an empty
+    group starts again from 0): a classic group's generation, a consumer group's group epoch (which continues the
+    generation of an upgraded classic group)."""

@@ -97,8 +97,8 @@ KAFKA_IGNORED: dict[str, str] = {
           "unclean.leader.election.enable", "auto.leader.rebalance.enable"), "one node: replication factor 1"),
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
-          "log.flush.interval.ms", "log.cleaner.enable", "log.cleanup.policy"),
-         "retention and flushing are set per database and per topic"),
+          "log.flush.interval.ms", "log.cleanup.policy"),
+         "retention and flushing are set per database and per topic, or at run time as dynamic broker configs"),
         (("message.max.bytes",), "batches are bounded by each topic's max.message.bytes and socket.request.max.bytes"),
         (("group.coordinator.rebalance.protocols",), "both group protocols are always on"),
         (("delete.topic.enable",), "topics can always be deleted"),
@@ -141,6 +141,9 @@ class Config:
     request_read_timeout_ms: int = 30_000  # a Kafka request begun but not received in full by then: close
     listen_backlog: int = 4096  # Kafka's socket.listen.backlog.size; the kernel caps it at net.core.somaxconn
     max_partitions: int = 10_000  # partitions (vnodes) of all databases and topics together
+    # the log cleaner of compacted topics (Kafka's names): on/off, and the pause when no partition needs cleaning
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
     # Consumer groups (Kafka's broker settings; TDengine's 2 s rebalance tick and 6 s - 30 min session range).
     group_initial_rebalance_delay_ms: int = 2_000
     group_min_session_timeout_ms: int = 6_000
@@ -209,7 +212,7 @@ class Config:
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
-                     "listen_backlog", "max_partitions"):
+                     "listen_backlog", "max_partitions", "log_cleaner_backoff_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if queued < self.max_request_bytes:

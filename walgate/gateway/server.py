@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -58,7 +59,9 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
+from walgate.storage.cleaner import CleanStats
 from walgate.storage.engine import Engine
+from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -81,6 +84,7 @@ class Gateway:
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
+        self._clean_task: asyncio.Task[None] | None = None
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
@@ -112,6 +116,7 @@ class Gateway:
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             groups = self._group_service(self._engine, members)
+            await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
             self._http = web.AppRunner(
@@ -125,6 +130,8 @@ class Gateway:
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
             self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
+            if cfg.log_cleaner_enable:
+                self._clean_task = asyncio.create_task(self._clean_loop(self._engine), name="walgate-log-cleaner")
         except BaseException:
             await self.stop()
             raise
@@ -146,6 +153,7 @@ class Gateway:
                 heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                 session_timeout_ms=cfg.group_consumer_session_timeout_ms,
                 is_classic_group_in_use=classic.has_members,
+                group_configs=functools.partial(engine.resource_configs, GROUP),
             ),
             now_ms=now_ms(),
         ), members)
@@ -193,6 +201,8 @@ class Gateway:
             "socket.listen.backlog.size": str(cfg.listen_backlog),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             "log.retention.ms": "604800000",
+            "log.cleaner.enable": str(cfg.log_cleaner_enable).lower(),
+            "log.cleaner.backoff.ms": str(cfg.log_cleaner_backoff_ms),
             "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
             "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
@@ -206,6 +216,7 @@ class Gateway:
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
+        await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
         self.metrics.track(self._storage, engine, groups.groups, broker.cache)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
@@ -253,6 +264,11 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
+        if self._clean_task is not None:
+            self._clean_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clean_task
+            self._clean_task = None
         if self._sync_task is not None:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -279,6 +295,23 @@ class Gateway:
     ) -> None:
         await self.stop()
 
+    async def _clean_loop(self, engine: Engine) -> None:
+        """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
+        pass at a time on the storage thread (requests are served in between), the next step at once while a pass is
+        in progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
+        backoff = self.config.log_cleaner_backoff_ms / 1000
+        while True:
+            try:
+                stats = await self._storage.call(_clean_now, engine)
+            except Exception:
+                log.exception("log cleaner failed; retrying in %.1f s", backoff)
+                stats = None
+            if stats is not None and stats.finished and stats.segments:
+                log.info("log cleaner: %s-%d: %d segments, %d -> %d bytes, %d records and %d batches removed",
+                         stats.topic, stats.partition, stats.segments, stats.bytes_before, stats.bytes_after,
+                         stats.records_removed, stats.batches_removed)
+            await asyncio.sleep(0 if stats is not None and not stats.finished else backoff)
+
     async def _sync_loop(self) -> None:
         """Periodic fsyncs (WAL_LEVEL 1) and retention. The fsyncs run on a thread of their own, not the storage
         thread: appends and fetches go on while the disk flushes."""
@@ -294,6 +327,11 @@ class Gateway:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+def _clean_now(engine: Engine) -> CleanStats | None:
+    """Runs on the storage thread, so ``now`` is read when the step runs."""
+    return engine.clean(time.time())
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

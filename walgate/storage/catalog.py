@@ -31,7 +31,8 @@ a change that would exceed it raises :class:`~walgate.storage.errors.LimitExceed
 the cap is not checked on replay, so a data dir that was accepted always opens again.
 
 Kafka ACL bindings (and the TDengine grants that are ACLs too) are records of this log as well, handled by
-:mod:`walgate.storage.acls` under the same rules.
+:mod:`walgate.storage.acls` under the same rules; so are client quotas (:mod:`walgate.storage.quotas`) and the
+dynamic configs of brokers and groups (:mod:`walgate.storage.resource_configs`).
 
 Tables (subtables and normal tables) are not here: they live in the vnode their name hashes to, created by meta
 entries of that vnode's WAL (see vnode.py), as in TDengine.
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from walgate.security.acl import AclBinding
-from walgate.storage import acls, fileio, lines, quotas
+from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
 from walgate.storage.names import (
@@ -194,6 +195,7 @@ class Catalog:
     acls: acls.AclStore = field(default_factory=acls.AclStore)  # Kafka ACLs / TDengine grants (storage/acls.py)
     client_quotas: dict[quotas.Entity, quotas.QuotaValues] = field(default_factory=dict)  # storage/quotas.py
     users: dict[str, User] = field(default_factory=dict)  # their records: walgate.storage.users
+    resource_configs: resource_configs.ResourceConfigs = field(default_factory=dict)  # storage/resource_configs.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
 
     @classmethod
@@ -245,13 +247,13 @@ class Catalog:
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
         saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas), dict(self.users)
-        saved_acls = self.acls.current
+        saved_acls, saved_configs = self.acls.current, dict(self.resource_configs)
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record))
         except OSError as exc:
             self.databases, self.stables, self.topics, self.client_quotas, self.users = saved
-            self.acls.current = saved_acls
+            self.acls.current, self.resource_configs = saved_acls, saved_configs
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
@@ -276,7 +278,8 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
-        return out + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
+        return (out + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
+                + resource_configs.records(self.resource_configs))
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -345,6 +348,8 @@ class Catalog:
             quotas.apply_record(self.client_quotas, r)
         elif op in USER_OPS:
             apply_user_record(self.users, r)
+        elif op == resource_configs.RESOURCE_OP:
+            resource_configs.apply_record(self.resource_configs, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
 
@@ -506,3 +511,9 @@ class Catalog:
     def set_client_quota(self, entity: quotas.Entity, values: quotas.QuotaValues) -> None:
         """Persist ``entity``'s whole set of quota values (none: the entity goes); see :mod:`.quotas`."""
         self._commit(quotas.record(entity, values))
+
+    # ------------------------------------------------- broker and group configs
+
+    def set_resource_configs(self, kind: str, name: str, configs: dict[str, str]) -> None:
+        """Persist a broker's or group's whole set of dynamic configs (none: it goes); see :mod:`.resource_configs`."""
+        self._commit(resource_configs.record(kind, name, configs))

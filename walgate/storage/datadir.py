@@ -5,6 +5,8 @@ Layout of format 2 (the current one; ``docs/data-dir.md`` has the full descripti
     walgate.json                    {"format": 2}: one checksummed line, replaced atomically
     catalog.log                     the catalog (catalog.py): checksummed JSON lines
     producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
+    groups.log                      consumer-group metadata (group_metadata.py): checksummed JSON lines, created by
+                                    the first group record (missing: no group state recorded)
     quarantine/                     copies of damaged bytes (damage.py)
     db/<database id>/vnode<i>/      one vnode (vnode.py)
         wal/<first version>.log     WAL segments and their indexes (wal.py)
@@ -62,7 +64,7 @@ from walgate.storage.producers import ProducerIds
 from walgate.storage.vnode import CHECKPOINT, COMMITS
 
 __all__ = ["FORMAT", "UnsupportedFormat", "prepare", "db_dir", "topic_file", "unnamed_db_dirs", "CATALOG",
-           "PRODUCER_IDS"]
+           "PRODUCER_IDS", "GROUP_METADATA"]
 
 log = logging.getLogger("walgate.datadir")
 
@@ -70,6 +72,7 @@ FORMAT: Final = 2
 VERSION_FILE: Final = "walgate.json"
 CATALOG: Final = "catalog.log"
 PRODUCER_IDS: Final = "producer_ids.log"
+GROUP_METADATA: Final = "groups.log"
 _OLD_CATALOG: Final = "catalog.jsonl"
 _OLD_PRODUCER_IDS: Final = "producer_ids.json"
 

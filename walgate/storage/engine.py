@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from walgate.storage import resource_configs
 from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
+from walgate.storage.cleaner import Cleaner, CleanStats
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -31,10 +33,12 @@ from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
+from walgate.storage.group_metadata import GroupRecord
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
+from walgate.storage.producers import AbortedTxn, ActiveProducer
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.select import Selects
@@ -42,6 +46,7 @@ from walgate.storage.show import Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
+from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics import Records
 from walgate.storage.users import Users
@@ -75,6 +80,7 @@ class Engine:
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
         self.users = Users(store.catalog)
+        self.cleaner = Cleaner(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -228,13 +234,16 @@ class Engine:
 
     # ------------------------------------------------------------- Kafka-native topics
 
-    def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
-        """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``."""
-        return self.native.create(name, partitions, configs)
+    def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
+                           defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+        """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
+        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing."""
+        return self.native.create(name, partitions, configs, defaults)
 
-    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once."""
-        self.native.alter_configs(name, configs)
+    def alter_topic_configs(self, name: str, configs: dict[str, str],
+                            defaults: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once (over ``defaults``)."""
+        self.native.alter_configs(name, configs, defaults)
 
     def create_partitions(self, name: str, count: int) -> None:
         """Grow a Kafka-native topic to ``count`` partitions."""
@@ -322,3 +331,78 @@ class Engine:
     def damage(self) -> list[Damage]:
         """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
         return list(self.damage_log.records)
+
+    # ---------------------------------------------- dynamic broker and group configs (storage/resource_configs.py)
+
+    def resource_configs(self, kind: str, name: str) -> dict[str, str]:
+        """The dynamic configs stored for a broker (``name``: node id, or "" for the cluster default) or a group."""
+        return dict(self.catalog.resource_configs.get((kind, name), {}))
+
+    def set_resource_configs(self, kind: str, name: str, configs: dict[str, str]) -> None:
+        """Replace a broker's or group's dynamic configs (validated by the caller), durably."""
+        self.catalog.set_resource_configs(kind, name, configs)
+
+    def topic_defaults(self, node_id: int) -> dict[str, str]:
+        """The topic configs this node's dynamic broker configs default (topic key -> value)."""
+        return resource_configs.topic_defaults(self.catalog.resource_configs, str(node_id))
+
+    def effective_topic_configs(self, name: str, node_id: int) -> dict[str, str]:
+        """Every config of Kafka-native topic ``name`` as it applies: its own, else the dynamic broker default, else
+        Kafka's default."""
+        return {**TOPIC_CONFIG_DEFAULTS, **self.topic_defaults(node_id), **self.catalog.topics[name].configs}
+
+    def apply_topic_defaults(self, node_id: int) -> list[str]:
+        """Bring every Kafka-native topic's WAL settings in line with its configs over :meth:`topic_defaults` (after
+        a change of them, and at start: a crash may have come between the change and this); the topics changed."""
+        defaults = self.topic_defaults(node_id)
+        changed = []
+        for topic in [t for t in self.catalog.topics.values() if t.kind == "kafka"]:
+            options = self.catalog.database(topic.db).options
+            wanted = wal_options(self.effective_topic_configs(topic.name, node_id))
+            if any(options.get(k) != v for k, v in wanted.items()):
+                self.native.alter_configs(topic.name, topic.configs, defaults)
+                changed.append(topic.name)
+        return changed
+    def write_group_records(self, records: Sequence[GroupRecord]) -> None:
+        """Durably record consumer-group state: (group id, value or None to delete), fsynced before this returns
+        (:mod:`walgate.storage.group_metadata`); StorageUnavailable, recording nothing, when the disk refuses."""
+        self.store.group_metadata.write(records)
+
+    def group_records(self) -> Mapping[str, Any]:
+        """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
+        return self.store.group_metadata.groups()
+    # ------------------------------------------------------------- transactions (partition side)
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                          partitions: list[tuple[str, int]]) -> list[Exception | None]:
+        """Append an EndTransactionMarker (COMMIT when ``commit``, else ABORT) to each Kafka-native ``(topic,
+        partition)``, ending the producer's ongoing transaction there (the last stable offset moves once the marker is
+        visible; an abort enters the aborted-transaction list); a partition where it has none still gets the marker.
+        Per partition: None, or the exception (NotFound: no such topic or partition; InvalidValue: a TDengine topic;
+        SequenceError ``invalid_producer_epoch`` / ``transaction_coordinator_fenced``; StorageUnavailable). Stamped
+        with the wall clock, as Kafka stamps its markers. Durable per each partition's WAL level (under group commit,
+        once :meth:`take_unsynced`'s needs are: the gateway's storage-thread call waits for them)."""
+        return self.native.write_markers(producer_id, producer_epoch, coordinator_epoch, commit, partitions,
+                                         int(time.time() * 1000))
+
+    def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
+        """Producer id -> (topic, partition, first offset) of every partition where it has a transaction open (rebuilt
+        from the WALs at open)."""
+        return self.native.ongoing_transactions()
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """A partition's last stable offset: the first offset of its earliest unfinished transaction, else the high
+        watermark (always, for a TDengine topic)."""
+        return self.native.last_stable_offset(topic, partition)
+
+    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets ``[start, upper)`` of a partition (read_committed Fetch)."""
+        return self.native.aborted_transactions(topic, partition, start, upper)
+
+    def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        """The producers a partition keeps state for (DescribeProducers)."""
+        return self.native.active_producers(topic, partition)
+    def clean(self, now_wall: float) -> CleanStats | None:
+        """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`): what the pass in progress did so
+        far (``finished`` once whole), None when no partition is due. The caller calls again while it gets stats."""
+        return self.cleaner.clean(now_wall)

@@ -33,6 +33,7 @@ __all__ = ["Block", "DecodedEntry", "encode_blocks", "decode_entry", "encode_met
 _U16 = struct.Struct("<H")
 _BLOCK_HEAD = struct.Struct("<BH")
 _U32 = struct.Struct("<I")
+_I64 = struct.Struct(">q")  # a Kafka batch's base offset (big endian, its first 8 bytes)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class DecodedEntry:
     meta: dict[str, Any] | None = None
     kafka_records: int = 0  # KIND_KAFKA: the batch's record count
     max_ts: int = 0  # KIND_KAFKA: the batch's max timestamp (ms)
+    kafka_base: int = -1  # KIND_KAFKA read from the WAL: the base offset the stored batch carries
 
     @property
     def rows(self) -> int:
@@ -74,7 +76,8 @@ def encode_meta(meta: dict[str, Any]) -> bytes:
 
 def decode_entry(entry: WalEntry) -> DecodedEntry:
     if entry.kind == KIND_KAFKA:
-        return DecodedEntry(entry.version, entry.kind, kafka_records=entry.count, max_ts=entry.max_ts)
+        return DecodedEntry(entry.version, entry.kind, kafka_records=entry.count, max_ts=entry.max_ts,
+                            kafka_base=_I64.unpack_from(entry.body, 0)[0])
     if entry.kind != KIND_DATA:
         return DecodedEntry(entry.version, entry.kind, meta=orjson.loads(entry.body))
     body = memoryview(entry.body)

@@ -116,13 +116,16 @@ def append_file(path: Path, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None:
     """Replace ``path`` by ``data`` atomically: write a temporary file, fsync it, rename it over ``path``, fsync the
-    directory. After a crash or an error ``path`` holds either its old bytes or all of the new ones."""
+    directory. After a crash or an error ``path`` holds either its old bytes or all of the new ones. With ``mtime``,
+    the new file's modification time is set to it before the rename (a cleaned segment keeps its retention age)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)
+        if mtime is not None:
+            os.utime(fd, (mtime, mtime))
         fsync(fd)
     except OSError:
         os.close(fd)

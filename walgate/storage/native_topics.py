@@ -5,13 +5,21 @@ configs. :meth:`NativeTopics.append_batches` re-bases each batch to the partitio
 request's batches in one WAL append (one entry per batch, spanning one version per record), after the idempotent
 producer checks (:mod:`walgate.storage.producers`), whose state is rebuilt from the batch headers at open. Fetch
 serves the stored bytes as they are (:meth:`NativeTopics.kafka_region`, for ``sendfile``).
+
+Transactions (partition side): transactional batches open their producer's transaction; the coordinator ends it
+with :meth:`NativeTopics.write_markers`, one EndTransactionMarker control batch per partition, stored and indexed
+like any batch (it takes one offset, as in Kafka). The ongoing transactions, the last stable offset and the aborted
+list live in :class:`~walgate.storage.producers.PartitionProducers`, rebuilt at open from the WAL's batches (a
+restart keeps them: a transaction whose marker never reached the WAL is still open). TDengine topics have no
+transactions: their last stable offset is the high watermark and they abort nothing.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from bisect import bisect_right
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from walgate.storage.catalog import DatabaseDef, TopicDef
 from walgate.storage.entry import DecodedEntry
@@ -21,13 +29,15 @@ from walgate.storage.errors import (
     NotFound,
     OffsetOutOfRange,
 )
-from walgate.storage.producers import DuplicateBatch, PartitionProducers
+from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import backing_database, validate_topic_name, wal_options
 from walgate.storage.topic_views import TopicViews, stored_batch
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, FileRegion
 from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
+from walgate.wire.errors import WireError
+from walgate.wire.record_batch import CONTROL_BIT, CONTROL_COMMIT, TRANSACTIONAL_BIT, end_txn_marker, txn_marker
 
 __all__ = ["NativeTopics"]
 
@@ -45,21 +55,34 @@ class NativeTopics:
             self._open_producers(topic, vnode)
 
     def _open_producers(self, topic: TopicDef, vnode: Vnode) -> None:
-        """Rebuild a partition's idempotent-producer state from the batch headers in its WAL."""
+        """Rebuild a partition's producer and transaction state from the batches in its WAL (lost entries are
+        skipped: a lost marker leaves its transaction open, for the coordinator to end again)."""
         producers = self.store.producers[(topic.name, vnode.index)] = PartitionProducers()
         for entry in vnode.wal.read_from(vnode.wal.first_version):
-            if entry.kind == KIND_KAFKA:
-                info = batch_header(entry.body)
-                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count,
-                                 info.base_offset)
+            if entry.kind != KIND_KAFKA:
+                continue
+            info = batch_header(entry.body)
+            if info.attributes & CONTROL_BIT:
+                try:
+                    marker = txn_marker(entry.body)
+                except WireError:
+                    marker = None
+                if marker is not None:
+                    producers.record_marker(info.producer_id, info.producer_epoch, marker[1],
+                                            marker[0] == CONTROL_COMMIT, info.base_offset, info.max_timestamp)
+            else:
+                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
+                                 info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
-    def create(self, name: str, partitions: int, configs: dict[str, str]) -> TopicDef:
-        """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*."""
+    def create(self, name: str, partitions: int, configs: dict[str, str],
+               defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+        """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
+        settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic)."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
-        options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options(configs)}
+        options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), int(time.time() * 1000))
         self.store.vnodes[db.name] = self.store.open_database(db, lambda: catalog.add_kafka_topic(db, topic))
@@ -74,11 +97,13 @@ class NativeTopics:
             raise InvalidValue(f"Topic {name} is a TDengine topic: its partitions and configs follow its database")
         return topic
 
-    def alter_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a Kafka-native topic's configs (validated); its database's WAL settings follow at once."""
+    def alter_configs(self, name: str, configs: dict[str, str],
+                      defaults: Mapping[str, str] = MappingProxyType({})) -> None:
+        """Replace a Kafka-native topic's configs (validated); its database's WAL settings follow at once (*configs*
+        over *defaults*, as :meth:`create`)."""
         catalog = self.store.catalog
         topic = self._native(name)
-        options = {**catalog.database(topic.db).options, **wal_options(configs)}
+        options = {**catalog.database(topic.db).options, **wal_options({**defaults, **configs})}
         catalog.alter_kafka_topic(name, options, dict(configs))
         db = catalog.database(topic.db)
         for vnode in self.store.vnodes[db.name]:
@@ -128,12 +153,17 @@ class NativeTopics:
             raise InvalidValue(f"Topic {topic} is a TDengine topic: produce to Kafka-native topics only")
         producers = self.store.producers[(topic, partition)]
         infos = [batch_header(b) for b in batches]
-        scratch = copy.deepcopy(producers) if len(infos) > 1 else producers  # later batches follow earlier ones
+        # later batches follow earlier ones: checked against a scratch copy of their producers
+        scratch = producers.copy_for({i.producer_id for i in infos}) if len(infos) > 1 else producers
         verdicts = []
+        at = idx.end_offset  # where each batch would go
         for k, i in enumerate(infos):
-            verdicts.append(scratch.check(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count))
+            transactional = bool(i.attributes & TRANSACTIONAL_BIT)
+            verdicts.append(scratch.check(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count,
+                                          transactional))
             if k + 1 < len(infos):
-                scratch.record(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count, -1)
+                scratch.record(i.producer_id, i.producer_epoch, i.base_sequence, i.record_count, at, transactional)
+            at += i.record_count
         duplicates = [v for v in verdicts if isinstance(v, DuplicateBatch)]
         if duplicates:
             if len(duplicates) < len(verdicts):
@@ -151,7 +181,8 @@ class NativeTopics:
         offset = base
         for info in infos:
             decoded.append(DecodedEntry(version, KIND_KAFKA, kafka_records=info.record_count, max_ts=info.max_timestamp))
-            producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, offset)
+            producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.record_count, offset,
+                             bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
             version += info.record_count
             offset += info.record_count
         self.views.index(vnode, decoded, vnode.wal.next_version, [topic])
@@ -192,3 +223,62 @@ class NativeTopics:
                                              f"{epoch}) is not the stored one (base offset {want}, length "
                                              f"{len(region) - 12}, leader epoch 0)")
         return region
+
+    # ------------------------------------------------------------ transactions
+
+    def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                      partitions: list[tuple[str, int]], now_ms: int) -> list[Exception | None]:
+        """Append an EndTransactionMarker (COMMIT or ABORT, timestamp ``now_ms``) to each Kafka-native (topic,
+        partition), ending the producer's transaction there (if it has one); per partition None or the exception
+        that refused it: NotFound, InvalidValue (a TDengine topic),
+        :class:`~walgate.storage.producers.SequenceError` (``invalid_producer_epoch``,
+        ``transaction_coordinator_fenced``), StorageUnavailable (nothing written there). Durable per the
+        partition's WAL level when this returns (under group commit: once :meth:`Engine.take_unsynced`'s needs are)."""
+        results: list[Exception | None] = []
+        for topic, partition in partitions:
+            try:
+                self._write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+                results.append(None)
+            except Exception as exc:  # noqa: BLE001 - one partition's refusal is its own answer, not its siblings'
+                results.append(exc)
+        return results
+
+    def _write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      commit: bool, now_ms: int) -> None:
+        self._native(topic)
+        _, vnode, idx = self.store.partition(topic, partition)
+        producers = self.store.producers[(topic, partition)]
+        producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        offset = idx.end_offset
+        batch = end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms, base_offset=offset,
+                               partition_leader_epoch=0)
+        version = vnode.wal.append([(KIND_KAFKA, 1, now_ms, batch)])
+        producers.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, offset, now_ms)
+        self.views.index(vnode, [DecodedEntry(version, KIND_KAFKA, kafka_records=1, max_ts=now_ms)],
+                         vnode.wal.next_version, [topic])
+
+    def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
+        """Producer id -> (topic, partition, first offset) of each of its open transactions' partitions."""
+        out: dict[int, list[tuple[str, int, int]]] = {}
+        for (topic, partition), producers in sorted(self.store.producers.items()):
+            for pid, first in producers.ongoing().items():
+                out.setdefault(pid, []).append((topic, partition, first))
+        return out
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The partition's last stable offset (a TDengine topic's is its high watermark)."""
+        start, end = self.views.watermarks(topic, partition)
+        producers = self.store.producers.get((topic, partition))
+        return end if producers is None else producers.last_stable(start, end)
+
+    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets [start, upper) of a partition (none for TDengine topics)."""
+        _, _, idx = self.store.partition(topic, partition)
+        producers = self.store.producers.get((topic, partition))
+        return [] if producers is None else producers.aborted_between(start, upper, idx.start_offset)
+
+    def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        """The producers with state in a partition (none for TDengine topics; NotFound: no such partition)."""
+        self.store.partition(topic, partition)
+        producers = self.store.producers.get((topic, partition))
+        return [] if producers is None else producers.active()

@@ -1,8 +1,8 @@
 """Kafka offset ⇄ WAL version translation for one topic-partition (topic × vnode).
 
 Kafka offsets are dense per topic-partition while WAL versions are not
-(docs/architecture.md, "Why dense offsets"). One index record per WAL entry that
-contributes records to the topic::
+(docs/architecture.md, "Why dense offsets"), except where the cleaner dropped a Kafka-native batch (compaction
+leaves gaps, as in Kafka). One index record per WAL entry that contributes records to the topic::
 
     u64 offset       Kafka offset of the entry's first record
     u64 version      the entry's first WAL version
@@ -14,7 +14,7 @@ The rows inside an entry are found again by re-evaluating the topic on that
 entry (deterministic). ``topics/<topic id>.oidx`` in the vnode directory is
 derived state, never trusted: it is appended as entries are written (not
 fsynced), and on open its records are checked (each record's CRC, which
-also fails for a file of the old 28-byte records; offsets dense, versions
+also fails for a file of the old 28-byte records; offsets dense (but for compaction's gaps, see :meth:`OffsetIndex.open`), versions
 increasing by at least the previous count, counts >= 1, running max not
 decreasing, nothing past the WAL's end). The longest valid prefix is kept
 and the engine re-evaluates the WAL from there (``indexed_to``; a
@@ -41,6 +41,7 @@ import os
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
@@ -80,11 +81,16 @@ class OffsetIndex:
         self.log_start = 0  # set by DeleteRecords (persisted beside the index)
         self._file_ok = True  # the file holds exactly the records in memory: appends go on
         self._start_saved = True  # the .start file holds log_start
+        self._entries_in: Callable[[int, int], bool] | None = None  # see open
 
     @classmethod
-    def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None) -> OffsetIndex:
-        """Load the valid prefix of ``path`` (if any) below ``wal_end`` (see the module docstring)."""
+    def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None,
+             entries_in: Callable[[int, int], bool] | None = None) -> OffsetIndex:
+        """Load the valid prefix of ``path`` (if any) below ``wal_end`` (see the module docstring). ``entries_in(a, b)``
+        (a Kafka-native partition: whether its WAL holds an entry with a version in [a, b)) allows gaps in the
+        offsets where the WAL holds no entry (the cleaner dropped the batches); without it offsets must be dense."""
         idx = cls(path, damage)
+        idx._entries_in = entries_in
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = path.read_bytes() if path.exists() else b""
         whole = len(raw) - len(raw) % _REC.size
@@ -118,7 +124,9 @@ class OffsetIndex:
         if not self.offsets:
             if not 0 <= offset < _OFFSET_MAX or version < 0:
                 return f"offset {offset} at version {version}"
-        elif offset != self.offsets[-1] + self.counts[-1]:
+        elif offset != self.offsets[-1] + self.counts[-1] and (
+                self._entries_in is None or offset < self.offsets[-1] + self.counts[-1]
+                or self._entries_in(self.versions[-1] + self.counts[-1], version)):
             return f"offset {offset} after {self.offsets[-1]} + {self.counts[-1]} (not dense)"
         elif version < self.versions[-1] + self.counts[-1]:
             return f"version {version} after {self.versions[-1]} + {self.counts[-1]} (not increasing)"
@@ -160,8 +168,11 @@ class OffsetIndex:
         self._file_ok = True
         FILES.discard(self.path, _APPEND)  # the cached descriptor (if any) is of the replaced file
 
-    def append(self, version: int, count: int, max_ts: int, next_version: int) -> None:
-        """Record that the entry at ``version`` contributes ``count`` records (0: just mark it evaluated)."""
+    def append(self, version: int, count: int, max_ts: int, next_version: int, offset: int = -1) -> None:
+        """Record that the entry at ``version`` contributes ``count`` records (0: just mark it evaluated); ``offset``:
+        the offset a stored Kafka batch carries, when it is past the end (a gap left by compaction)."""
+        if count and offset > self.end_offset:
+            self.end_offset = offset
         if count:
             running = max(self.running_max[-1] if self.running_max else _TS_MIN, max_ts)
             if self._file_ok:
@@ -217,6 +228,17 @@ class OffsetIndex:
             for a in (self.offsets, self.versions, self.counts, self.running_max):
                 del a[:gone]
             self._rewrite()
+
+    def remove_versions(self, versions: set[int]) -> None:
+        """Forget the entries at ``versions`` (batches the cleaner dropped: their offsets become a gap; never the
+        last entry, so the high watermark stays) and rewrite the file."""
+        keep = [i for i, v in enumerate(self.versions) if v not in versions]
+        if len(keep) == len(self.versions):
+            return
+        for name in ("offsets", "versions", "counts", "running_max"):
+            old = getattr(self, name)
+            setattr(self, name, array("q", (old[i] for i in keep)))
+        self._rewrite()
 
     @property
     def _start_path(self) -> Path:

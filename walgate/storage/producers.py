@@ -1,4 +1,4 @@
-"""Idempotent-producer state of one Kafka-native partition, and producer id allocation.
+"""Idempotent- and transactional-producer state of one Kafka-native partition, and producer id allocation.
 
 Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules, per
 (producer id, partition), for batches of an idempotent producer (producer id
@@ -10,28 +10,46 @@ Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules, per
 * an epoch below the producer's current one: INVALID_PRODUCER_EPOCH (fenced);
 * an epoch above it starts over: its first sequence must be 0;
 * otherwise the first sequence must follow the last one (wrapping at 2^31):
-  OUT_OF_ORDER_SEQUENCE_NUMBER;
+  OUT_OF_ORDER_SEQUENCE_NUMBER; a producer whose batches a transaction marker of
+  a new epoch cleared starts at 0;
 * a producer id this partition has no state for (new, or its batches were
   deleted by retention) is accepted at any sequence, as Kafka does.
 
+Transactions (KIP-98): a transactional batch (attribute bit 4) opens its
+producer's *ongoing transaction* at the batch's base offset, unless one is open;
+a non-transactional batch while one is open is INVALID_TXN_STATE. A transaction
+marker (a control batch holding an EndTransactionMarker, which only the broker
+writes) ends it: a marker whose epoch is below the producer's is
+INVALID_PRODUCER_EPOCH, one whose coordinator epoch is below the last one seen
+TRANSACTION_COORDINATOR_FENCED. A transaction ended by an ABORT marker enters
+the aborted list, (producer id, first offset, marker offset), which read_committed
+Fetch answers from (:meth:`PartitionProducers.aborted_between`). The *last stable
+offset* (:meth:`PartitionProducers.last_stable`) is the smallest first offset of
+the open transactions and of the ended ones whose marker is not yet below the
+high watermark (Kafka's unreplicated transactions: a marker that is written but
+not durable yet could still be lost), else the high watermark, never below the log
+start.
+
 The state is derived from the batch headers in the WAL, so it is rebuilt by
-replaying them (:meth:`PartitionProducers.record`) when a topic is opened.
+replaying them (:meth:`PartitionProducers.record`, :meth:`PartitionProducers.record_marker`) when a topic is opened.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError, StorageUnavailable
 
-__all__ = ["PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError", "BATCHES_KEPT"]
+__all__ = ["AbortedTxn", "ActiveProducer", "PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError",
+           "BATCHES_KEPT"]
 
 log = logging.getLogger("walgate.producers")
 
@@ -40,7 +58,7 @@ _SEQUENCE_WRAP: Final = 2**31
 
 
 class SequenceError(StorageError):
-    """A batch refused by the idempotence rules; ``kafka_error`` is the Kafka error name."""
+    """A batch refused by the idempotence or transaction rules; ``kafka_error`` is the Kafka error name."""
 
     def __init__(self, kafka_error: str, message: str) -> None:
         super().__init__(message)
@@ -54,19 +72,45 @@ class DuplicateBatch:
     base_offset: int
 
 
+class AbortedTxn(NamedTuple):
+    """An aborted transaction: its producer, its first offset and its ABORT marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+class ActiveProducer(NamedTuple):
+    """What DescribeProducers answers of one producer (-1: unknown / none)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int
+
+
 @dataclass(slots=True)
 class _Producer:
     epoch: int
     batches: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    txn_first: int = -1  # first offset of its ongoing transaction; -1: none
 
 
 class PartitionProducers:
-    """Producer id -> epoch and recent batches, for one partition."""
+    """Producer id -> epoch, recent batches and ongoing transaction, for one partition; the aborted list."""
 
     def __init__(self) -> None:
         self._producers: dict[int, _Producer] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._unstable: list[tuple[int, int]] = []  # ended transactions: (first offset, marker offset)
+        self._aborted: list[AbortedTxn] = []  # by marker offset
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> DuplicateBatch | None:
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int,
+              transactional: bool = False) -> DuplicateBatch | None:
         """None if the batch may be appended, a :class:`DuplicateBatch`, or raises :class:`SequenceError`."""
         if producer_id < 0:
             return None
@@ -80,29 +124,107 @@ class PartitionProducers:
             if first_seq != 0:
                 raise SequenceError("out_of_order_sequence_number",
                                     f"producer {producer_id}: a new epoch {epoch} must start at sequence 0, not {first_seq}")
-            return None
-        last_seq = (first_seq + count - 1) % _SEQUENCE_WRAP
-        for first, last, base_offset in state.batches:
-            if first == first_seq and last == last_seq:
-                return DuplicateBatch(base_offset)
-        expected = (state.batches[-1][1] + 1) % _SEQUENCE_WRAP if state.batches else first_seq
-        if first_seq != expected:
-            raise SequenceError("out_of_order_sequence_number",
-                                f"producer {producer_id}: sequence {first_seq}, expected {expected}")
+        else:
+            last_seq = (first_seq + count - 1) % _SEQUENCE_WRAP
+            for first, last, base_offset in state.batches:
+                if first == first_seq and last == last_seq:
+                    return DuplicateBatch(base_offset)
+            expected = (state.batches[-1][1] + 1) % _SEQUENCE_WRAP if state.batches else 0
+            if first_seq != expected:
+                raise SequenceError("out_of_order_sequence_number",
+                                    f"producer {producer_id}: sequence {first_seq}, expected {expected}")
+        if state.txn_first >= 0 and not transactional:
+            raise SequenceError("invalid_txn_state", f"producer {producer_id} has a transaction open since offset "
+                                f"{state.txn_first}: a non-transactional batch is refused")
         return None
 
-    def record(self, producer_id: int, epoch: int, first_seq: int, count: int, base_offset: int) -> None:
-        """Remember an appended batch (also used to replay the WAL)."""
+    def record(self, producer_id: int, epoch: int, first_seq: int, count: int, base_offset: int,
+               transactional: bool = False, timestamp: int = -1) -> None:
+        """Remember an appended batch (also used to replay the WAL); a transactional one opens its producer's
+        transaction at ``base_offset`` unless one is open."""
         if producer_id < 0:
             return
         state = self._producers.get(producer_id)
-        if state is None or epoch > state.epoch:
+        if state is None:
             state = self._producers[producer_id] = _Producer(epoch)
+        elif epoch != state.epoch:
+            state.epoch = epoch
+            state.batches.clear()
         state.batches.append((first_seq, (first_seq + count - 1) % _SEQUENCE_WRAP, base_offset))
+        state.last_timestamp = timestamp
+        if transactional and state.txn_first < 0:
+            state.txn_first = self._ongoing[producer_id] = base_offset
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Raises :class:`SequenceError` when a marker of this producer epoch and coordinator epoch is fenced."""
+        state = self._producers.get(producer_id)
+        if state is None:
+            return
+        if epoch < state.epoch:
+            raise SequenceError("invalid_producer_epoch", f"a transaction marker of producer {producer_id} epoch "
+                                f"{epoch} is older than its current epoch {state.epoch}")
+        if coordinator_epoch < state.coordinator_epoch:
+            raise SequenceError("transaction_coordinator_fenced", f"a transaction marker of producer {producer_id} "
+                                f"from coordinator epoch {coordinator_epoch}, older than {state.coordinator_epoch}")
+
+    def record_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, offset: int,
+                      timestamp: int) -> None:
+        """Remember an appended transaction marker at ``offset`` (also used to replay the WAL): it ends the
+        producer's transaction, if one is open; an ABORT enters the aborted list."""
+        state = self._producers.get(producer_id)
+        if state is None:
+            state = self._producers[producer_id] = _Producer(epoch)
+        elif epoch != state.epoch:
+            state.epoch = epoch
+            state.batches.clear()
+        state.coordinator_epoch = coordinator_epoch
+        state.last_timestamp = timestamp
+        if state.txn_first >= 0:
+            self._unstable.append((state.txn_first, offset))
+            if not commit:
+                self._aborted.append(AbortedTxn(producer_id, state.txn_first, offset))
+            del self._ongoing[producer_id]
+            state.txn_first = -1
+
+    def copy_for(self, producer_ids: set[int]) -> PartitionProducers:
+        """A scratch copy holding the state of ``producer_ids`` only: enough to check batches of those producers
+        that follow one another, without copying the partition's whole state."""
+        scratch = PartitionProducers()
+        for pid in producer_ids & self._producers.keys():
+            s = self._producers[pid]
+            scratch._producers[pid] = _Producer(s.epoch, deque(s.batches, maxlen=BATCHES_KEPT), s.coordinator_epoch,
+                                                s.last_timestamp, s.txn_first)
+        return scratch
 
     def max_producer_id(self) -> int:
         """The largest producer id with state here (-1: none)."""
         return max(self._producers, default=-1)
+
+    def ongoing(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def last_stable(self, log_start: int, high_watermark: int) -> int:
+        """The last stable offset (see the module docstring) under ``high_watermark``, not below ``log_start``."""
+        self._unstable = [(first, marker) for first, marker in self._unstable if marker >= high_watermark]
+        first = min(min(self._ongoing.values(), default=high_watermark),
+                    min((f for f, _ in self._unstable), default=high_watermark))
+        return min(max(first, log_start), high_watermark)
+
+    def aborted_between(self, start: int, upper: int, log_start: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets [start, upper): marker at or after ``start``, first offset
+        before ``upper`` (Kafka's ``TransactionIndex.collectAbortedTxns``); those wholly below ``log_start`` are
+        forgotten."""
+        drop = bisect_left(self._aborted, log_start, key=lambda a: a.last_offset)
+        if drop:
+            del self._aborted[:drop]
+        k = bisect_left(self._aborted, start, key=lambda a: a.last_offset)
+        return [a for a in self._aborted[k:] if a.first_offset < upper]
+
+    def active(self) -> list[ActiveProducer]:
+        """Every producer with state here, as DescribeProducers answers it."""
+        return [ActiveProducer(pid, s.epoch, s.batches[-1][1] if s.batches else -1, s.last_timestamp,
+                               s.coordinator_epoch, s.txn_first) for pid, s in sorted(self._producers.items())]
 
 
 class ProducerIds:

@@ -35,6 +35,7 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from walgate.storage.group_metadata import GroupMetadataLog
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -81,6 +82,7 @@ class Store:
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
         self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log)
+        self.group_metadata = GroupMetadataLog.open(data_dir / datadir.GROUP_METADATA, self.damage_log)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced

@@ -101,8 +101,9 @@ class TopicViews:
             for k, entry in enumerate(entries):
                 if entry.version < idx.indexed_to:
                     continue
+                offset = -1
                 if ev is None:
-                    count, max_ts = entry.kafka_records, entry.max_ts
+                    count, max_ts, offset = entry.kafka_records, entry.max_ts, entry.kafka_base
                 else:
                     try:
                         recs = ev.evaluate(entry, tag_tables)
@@ -112,7 +113,7 @@ class TopicViews:
                         failed.append((entry.version, exc))
                         count, max_ts = 0, 0
                 end = entries[k + 1].version if k + 1 < len(entries) else next_version
-                idx.append(entry.version, count, max_ts, end)
+                idx.append(entry.version, count, max_ts, end, offset)
                 if count:
                     store.listener.records_appended(name, vnode.index)
             if failed:
@@ -194,7 +195,8 @@ class TopicViews:
     def open_partition(self, topic: TopicDef, vnode: Vnode) -> None:
         """Open (or rebuild) the topic's offset index on ``vnode`` and index what the WAL holds past its end."""
         path = datadir.topic_file(vnode.dir, topic.topic_id, ".oidx")
-        idx = OffsetIndex.open(path, vnode.wal.next_version, self.store.damage_log)
+        idx = OffsetIndex.open(path, vnode.wal.next_version, self.store.damage_log,
+                               vnode.wal.has_entries if topic.kind == "kafka" else None)
         idx.trim_before(vnode.wal.first_version)
         self.store.indexes[(topic.name, vnode.index)] = idx
         start = max(idx.indexed_to, vnode.wal.first_version)
@@ -329,6 +331,8 @@ class TopicViews:
         if offset < idx.start_offset or offset >= _visible_end(idx, visible):
             return
         i = bisect_right(idx.offsets, offset) - 1
+        if i >= 0 and offset >= idx.offsets[i] + idx.counts[i]:  # in a gap compaction left: the next entry on
+            i += 1
         for k in range(i, len(idx.offsets)):
             if idx.versions[k] >= visible:
                 return

@@ -74,6 +74,7 @@ def wal_options(db: DatabaseDef) -> WalOptions:
         segment_bytes=max(int(o["WAL_SEGMENT_SIZE"]), 1) << 20,
         retention_period_s=int(o["WAL_RETENTION_PERIOD"]),
         retention_bytes=int(o["WAL_RETENTION_SIZE"]) << 20 if int(o["WAL_RETENTION_SIZE"]) >= 0 else -1,
+        segment_ms=int(o.get("WAL_SEGMENT_MS", -1)),  # Kafka-native topics only (segment.ms)
     )
 
 

@@ -13,6 +13,11 @@ it.
 
 The byte layout of entries, indexes and seals is :mod:`walgate.storage.wal_format`'s.
 
+Segments: an append rolls the active segment when it would pass ``segment_bytes`` or the segment is older than
+``segment_ms`` (Kafka's ``segment.ms``; -1: never). Sealed segments are never written again, except that the
+log cleaner of a compacted Kafka-native topic may replace one whole, under the same name, by a version with some
+entries dropped or shrunk (:meth:`Wal.swap_segment`, :mod:`walgate.storage.cleaner`).
+
 Batches: one :meth:`Wal.append` call writes its entries with a single
 ``write`` and never spans segments; every entry but the last carries the
 "more" flag, and recovery drops an incomplete final batch whole. That makes
@@ -163,6 +168,7 @@ class WalOptions:
     segment_bytes: int = 64 << 20
     retention_period_s: int = 604800  # -1: keep forever
     retention_bytes: int = -1  # -1: unlimited
+    segment_ms: int = -1  # an append rolls an active segment older than this (-1: by size only; Kafka's segment.ms)
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,7 @@ class Wal:
         self._resync_from: int | None = None  # after a failed fdatasync: active-segment bytes to rewrite first
         self._sync_generation = 0  # bumped at each failed fdatasync
         self._reported: set[tuple[int, int]] = set()  # (segment, position) of damage found while reading
+        self._active_born = time.time()  # wall time of the active segment's first append (or of the open)
 
     # ------------------------------------------------------------------ open
 
@@ -340,9 +347,12 @@ class Wal:
             log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
-        if seg.size and seg.size + total > self.options.segment_bytes:
+        aged = 0 <= self.options.segment_ms <= (time.time() - self._active_born) * 1000
+        if seg.size and (seg.size + total > self.options.segment_bytes or aged):
             self._roll()
             seg = self.segments[-1]
+        if not seg.size:
+            self._active_born = time.time()
         first = self.next_version
         chunks: list[bytes] = []
         pos = seg.size
@@ -755,3 +765,25 @@ class Wal:
             except OSError as exc:  # a crash may bring the files back: older, intact segments, deleted again
                 log.error("wal %s: cannot fsync the directory after deleting segments (%s)", self.dir,
                           describe(exc))
+
+    def swap_segment(self, new: Segment) -> None:
+        """Serve ``new`` in place of the sealed segment with the same first version, whose log file it has just
+        replaced (the cleaner, :mod:`walgate.storage.cleaner`: same versions or fewer, each entry whole). Regions
+        handed out before keep reading the old file, whose descriptors close once they are dropped."""
+        i = bisect_left(self.segments, new.first, key=_first)
+        if i >= len(self.segments) - 1 or self.segments[i].first != new.first:
+            raise ValueError(f"wal {self.dir}: no sealed segment starts at version {new.first}")
+        self.segments[i].forget_files()
+        self._reported = {r for r in self._reported if r[0] != new.first}
+        self.segments[i] = new
+
+    def has_entries(self, start: int, stop: int) -> bool:
+        """Whether an entry of the log begins at a version in [``start``, ``stop``)."""
+        s = max(bisect_right(self.segments, start, key=_first) - 1, 0)
+        for seg in self.segments[s:]:
+            if seg.first >= stop:
+                return False
+            i = bisect_left(seg.versions, start)
+            if i < len(seg.versions) and seg.versions[i] < stop:
+                return True
+        return False

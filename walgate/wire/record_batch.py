@@ -95,7 +95,9 @@ __all__ = [
     "BATCH_HEADER_SIZE",
     "BATCH_PREFIX_SIZE",
     "CODEC_MASK",
+    "CONTROL_ABORT",
     "CONTROL_BIT",
+    "CONTROL_COMMIT",
     "LOG_APPEND_TIME_BIT",
     "TRANSACTIONAL_BIT",
     "BatchHeader",
@@ -106,9 +108,11 @@ __all__ = [
     "batch_prefix",
     "check_records",
     "decode_batch",
+    "end_txn_marker",
     "encode_batch",
     "rebase",
     "record_timestamps",
+    "txn_marker",
     "with_log_append_time",
 ]
 
@@ -121,11 +125,15 @@ CODEC_MASK: Final = 0x07
 LOG_APPEND_TIME_BIT: Final = 0x08
 TRANSACTIONAL_BIT: Final = 0x10
 CONTROL_BIT: Final = 0x20
+CONTROL_ABORT: Final = 0  # control record types of an EndTransactionMarker (Kafka's ControlRecordType)
+CONTROL_COMMIT: Final = 1
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")  # the 61-byte header, field by field
 _HEAD: Final = struct.Struct(">qiibI")  # bytes 0-20: base offset .. crc
 _TAIL: Final = struct.Struct(">hiqqqhii")  # bytes 21-60: attributes .. record count (CRC-covered)
 _INT16: Final = struct.Struct(">h")
+_CONTROL_KEY: Final = struct.Struct(">hh")  # control record key: version 0, type
+_MARKER_VALUE: Final = struct.Struct(">hi")  # EndTransactionMarker value: version 0, coordinator epoch
 _INT32: Final = struct.Struct(">i")
 _UINT32: Final = struct.Struct(">I")
 _INT64: Final = struct.Struct(">q")
@@ -739,3 +747,33 @@ def encode_batch(
     crc = crc32c.crc32c(records, crc32c.crc32c(tail))
     head = _HEAD.pack(base_offset, _MIN_LENGTH + len(records), partition_leader_epoch, 2, crc)
     return b"".join((head, tail, records))
+
+
+# --------------------------------------------------------------------------- transaction markers
+
+
+def end_txn_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool, timestamp: int, *,
+                   base_offset: int = 0, offset_delta: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """Kafka's EndTransactionMarker: a control batch (transactional, no sequence) of one record at
+    ``base_offset + offset_delta`` whose key is (version 0, type :data:`CONTROL_COMMIT` or :data:`CONTROL_ABORT`)
+    and value (version 0, *coordinator_epoch*)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    return encode_batch(base_offset, [timestamp], [key], [_MARKER_VALUE.pack(0, coordinator_epoch)],
+                        offset_deltas=[offset_delta], producer_id=producer_id, producer_epoch=producer_epoch,
+                        partition_leader_epoch=partition_leader_epoch, is_transactional=True, is_control=True)
+
+
+def txn_marker(batch: bytes) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of the EndTransactionMarker in control batch *batch*; None when its first
+    record is not one (no record, another control type, a short key or value), as Kafka's ProducerAppendInfo skips
+    a control batch without records. Raises :class:`InvalidRecord` for records that do not parse."""
+    records = decode_batch(batch, verify_crc=False).records
+    if not records:
+        return None
+    key, value = records[0].key or b"", records[0].value or b""
+    if len(key) < _CONTROL_KEY.size or len(value) < _MARKER_VALUE.size:
+        return None
+    kind = _CONTROL_KEY.unpack_from(key)[1]
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    return kind, _MARKER_VALUE.unpack_from(value)[1]

@@ -63,8 +63,8 @@ def validate_produced(
 
     Every batch must be a RecordBatch v2 (Produce v3+) whose CRC matches
     (:class:`CorruptRecord`), whose records parse and match its count and
-    offset deltas, that is neither transactional nor a control batch
-    (walgate has no transactions) and holds at least one record
+    offset deltas, that is not a control batch (only the broker writes
+    those), whose producer id is set if it is transactional, and holds at least one record
     (:class:`InvalidRecord`); a batch above *max_batch_bytes* raises
     :class:`RecordTooLarge`. Without *with_records*, uncompressed batches are
     checked the same way but their ``records`` are left empty: a batch stored
@@ -76,8 +76,10 @@ def validate_produced(
     for b in batches:
         if b.magic != 2:
             raise InvalidRecord(f"Produce v3+ carries record batches of magic 2, not {b.magic}")
-        if b.is_transactional or b.is_control:
-            raise InvalidRecord("walgate does not support transactions: transactional and control batches are refused")
+        if b.is_control:
+            raise InvalidRecord("clients are not allowed to write control records")
+        if b.is_transactional and b.producer_id < 0:
+            raise InvalidRecord("a transactional record batch needs a producer id")
         count = len(b.records) if b.records or b.compression else batch_header(b.raw).record_count
         if not count or b.last_offset_delta != count - 1:
             raise InvalidRecord(f"batch with {count} records and last offset delta {b.last_offset_delta}")

@@ -19,7 +19,16 @@ here is the asynchronous part:
   Ticks also run the coordinator's cleanup of empty groups, told which groups
   have committed offsets;
 * a parked request whose connection goes away is forgotten (its future is
-  dropped; the coordinator replaces it when the member retries, as Kafka does).
+  dropped; the coordinator replaces it when the member retries, as Kafka does);
+* group records (:mod:`walgate.coordinator.group_records`): after every
+  coordinator call, still on the storage thread, the records it produced are
+  written and fsynced (:meth:`walgate.storage.engine.Engine.write_group_records`)
+  before any response of the call is delivered, so a group state a client is
+  told survives ``kill -9``. When the disk refuses them, the call raises
+  :class:`~walgate.coordinator.errors.GroupNotRecorded` (COORDINATOR_NOT_AVAILABLE:
+  clients find the coordinator again and retry) and the parked requests it
+  answered get that error instead; the coordinator takes the records again on
+  its next call. :meth:`GroupService.load` rebuilds the groups at start.
 
 The clock is wall time in ms (commit timestamps are shown to users).
 """
@@ -36,6 +45,7 @@ from typing import Any, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.coordinator import GroupCoordinator
+from walgate.coordinator.errors import GroupNotRecorded
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -84,6 +94,7 @@ class GroupService:
         """``members``: the consumers view the engine was opened with, which this service's coordinator fills."""
         self.groups = groups or GroupCoordinator()
         self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the storage thread
+        self._records = engine  # its group records, written and read only on the storage thread
         self.storage = storage
         self._ids = itertools.count(1)
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
@@ -92,11 +103,46 @@ class GroupService:
         if members is not None:
             members.follow(self.groups)
 
+    async def load(self) -> None:
+        """Rebuild the recorded groups (at start, before any request); a record that does not rebuild is logged,
+        its group's members rejoin."""
+        def load() -> tuple[int, list[tuple[str, str]]]:
+            values = self._records.group_records()
+            return len(values), self.groups.load(values, now_ms())
+
+        count, failed = await self.storage.call(load)
+        for group_id, reason in failed:
+            log.error("group %r: its recorded state does not load (%s); its members rejoin", group_id, reason)
+        if count:
+            log.info("loaded %d recorded group(s)", count - len(failed))
+        await self._rearm()
+
+    def _call(self, fn: Callable[[], tuple[T, list[Completion]]]) -> tuple[T, list[Completion], Exception | None]:
+        """``fn()`` then the writing of the group records it produced (on the storage thread); the error that refused
+        them, if any."""
+        result, completions = fn()
+        records = self.groups.take_records()
+        if records:
+            try:
+                self._records.write_group_records(records)
+            except Exception as exc:  # noqa: BLE001 - the records are taken again by the next call
+                return result, completions, exc
+            self.groups.records_written(records)
+        return result, completions, None
+
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
-        """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread."""
-        result, completions = await self.storage.call(fn)
+        """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread; its responses are
+        delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring)."""
+        result, completions, error = await self.storage.call(functools.partial(self._call, fn))
+        if error is not None:
+            log.error("group state could not be written (%s: %s); the requests that changed it get "
+                      "COORDINATOR_NOT_AVAILABLE", type(error).__name__, error)
+            completions = [Completion(c.request_id, {**c.response, "error_code": GroupNotRecorded.error_code})
+                           for c in completions]
         self._deliver(completions)
         await self._rearm()
+        if error is not None:
+            raise GroupNotRecorded(str(error)) from error
         return result
 
     async def with_store(self, fn: Callable[[EngineOffsetStore], tuple[T, list[Completion]]]) -> T:

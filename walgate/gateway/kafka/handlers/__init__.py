@@ -19,6 +19,7 @@ from typing import Any
 
 from walgate.gateway.kafka.handlers import (
     alter_client_quotas,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -35,6 +36,7 @@ from walgate.gateway.kafka.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
     describe_topic_partitions,
     describe_user_scram_credentials,
     fetch,
@@ -77,8 +79,9 @@ _MODULES = (
     list_groups, delete_groups, offset_delete, consumer_group_heartbeat, consumer_group_describe,
     init_producer_id, create_topics, delete_topics, describe_configs, incremental_alter_configs, create_partitions,
     delete_records, create_acls, describe_acls, delete_acls,
-    describe_client_quotas, alter_client_quotas,
+    describe_client_quotas, alter_client_quotas, alter_configs,
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
+    describe_producers,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -3,7 +3,8 @@
 One node: replication factor 1 (or -1, the default) only, manual assignments
 only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
-walgate cannot honour get INVALID_CONFIG). ``validate_only`` checks everything
+walgate cannot honour get INVALID_CONFIG); those not given follow the dynamic
+broker defaults (:mod:`walgate.storage.resource_configs`). ``validate_only`` checks everything
 and creates nothing. A creation refused by the engine answers that topic's
 error (:mod:`.common`'s table: a limit, e.g. too many partitions in all, is
 POLICY_VIOLATION; a refused disk write KAFKA_STORAGE_ERROR) with its message;
@@ -21,6 +22,7 @@ from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.handlers.describe_configs import topic_defaults
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
@@ -66,13 +68,14 @@ def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict
     except StorageError as exc:
         return _result(t.name, ErrorCode.invalid_config, str(exc))
     topic_id = uuid.UUID(int=0)
+    defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
-        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs).topic_id)
-    described = [
-        {"name": k, "value": configs.get(k, v), "read_only": False, "is_sensitive": False,
-         "config_source": _TOPIC_CONFIG if k in configs else _DEFAULT_CONFIG}
-        for k, v in TOPIC_CONFIG_DEFAULTS.items()
-    ]
+        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()})
+                             .topic_id)
+    effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
+                 for k, v in TOPIC_CONFIG_DEFAULTS.items()}
+    described = [{"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
+                 for k, (value, source) in effective.items()]
     return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=1,
                    configs=described)
 

@@ -1,13 +1,20 @@
-"""DescribeConfigs (key 32) v0–v4: topic configs (real values) and this broker's settings.
+"""DescribeConfigs (key 32) v0–v4: topic configs (real values), this broker's settings and groups' configs.
 
-Kafka-native topics answer their configs as set (TOPIC_CONFIG) and Kafka's
-defaults for the rest (DEFAULT_CONFIG); TDengine topics answer what their
-database's WAL settings amount to. The broker (resource name = its node id)
-answers the settings walgate runs with (STATIC_BROKER_CONFIG). A resource that
+Kafka-native topics answer their configs as set (TOPIC_CONFIG), the dynamic
+broker defaults for the rest (DYNAMIC_DEFAULT_BROKER_CONFIG, or
+DYNAMIC_BROKER_CONFIG when set for this node), else Kafka's defaults
+(DEFAULT_CONFIG); TDengine topics answer what their database's WAL settings
+amount to. The broker (resource name = its node id) answers the settings
+walgate runs with (STATIC_BROKER_CONFIG), its dynamic configs over them
+(DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG) and the defaults of the
+dynamic ones not set (DEFAULT_CONFIG); the cluster-default resource (name "")
+answers only the cluster-wide dynamic configs, as Kafka does. A group (32, KIP-848
+group configs) answers its own configs (GROUP_CONFIG) and the broker's
+``group.consumer.*`` settings for the rest (DEFAULT_CONFIG). A resource that
 cannot be described answers its error; the others are answered.
 
-ACLs (as Kafka): DescribeConfigs on the topic (TOPIC_AUTHORIZATION_FAILED) or, for the broker, on the cluster
-(CLUSTER_AUTHORIZATION_FAILED).
+ACLs (as Kafka): DescribeConfigs on the topic (TOPIC_AUTHORIZATION_FAILED), the group
+(GROUP_AUTHORIZATION_FAILED) or, for the broker, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -17,22 +24,64 @@ from typing import Any
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.handlers.config_changes import group_timeouts
 from walgate.storage.engine import Engine
-from walgate.storage.topic_configs import topic_configs
+from walgate.storage.resource_configs import BROKER_SYNONYMS
+from walgate.storage.resource_configs import GROUP as GROUP_KIND
+from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS, topic_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
-TOPIC, BROKER = 2, 4  # resource types
-_TOPIC_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 4, 5
-_TYPES = {"cleanup.policy": 7, "retention.ms": 5, "retention.bytes": 5, "segment.bytes": 3,
-          "max.message.bytes": 3, "message.timestamp.type": 2,
-          "flush.messages": 5, "flush.ms": 5}  # ConfigType: STRING 2, INT 3, LONG 5, LIST 7
+TOPIC, BROKER, GROUP = 2, 4, 32  # resource types
+_TOPIC_CONFIG, _DYNAMIC_BROKER_CONFIG, _DYNAMIC_DEFAULT_BROKER_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 2, 3, 4, 5
+_GROUP_CONFIG = 8
+_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}  # Kafka's ConfigType
+_TYPES = {**{k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()},
+          "consumer.session.timeout.ms": _TYPE_IDS["INT"], "consumer.heartbeat.interval.ms": _TYPE_IDS["INT"]}
 
 
 def _entry(name: str, value: str, source: int) -> dict[str, Any]:
+    kind = _TYPES.get(BROKER_SYNONYMS.get(name, name), 2)
     return {"name": name, "value": value, "read_only": False, "is_default": source == _DEFAULT_CONFIG,
-            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": _TYPES.get(name, 2),
+            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": kind,
             "documentation": None}
+
+
+def _broker_entries(engine: Engine, broker: Broker, name: str) -> list[dict[str, Any]]:
+    """The broker resource ``name`` (node id, or "" for the cluster-wide defaults): the most specific source of
+    each config first (Kafka's order: per-broker dynamic, cluster-wide dynamic, static, default)."""
+    cluster = engine.resource_configs("broker", "")
+    if not name:
+        return [_entry(k, v, _DYNAMIC_DEFAULT_BROKER_CONFIG) for k, v in cluster.items()]
+    own = engine.resource_configs("broker", name)
+    entries = {k: _entry(k, v, _STATIC_BROKER_CONFIG) for k, v in broker.configs.items()}
+    entries.update({k: _entry(k, TOPIC_CONFIG_DEFAULTS[t], _DEFAULT_CONFIG) for k, t in BROKER_SYNONYMS.items()
+                    if k not in entries})
+    entries.update({k: _entry(k, v, _DYNAMIC_DEFAULT_BROKER_CONFIG) for k, v in cluster.items()})
+    entries.update({k: _entry(k, v, _DYNAMIC_BROKER_CONFIG) for k, v in own.items()})
+    return list(entries.values())
+
+
+def topic_defaults(engine: Engine, node_id: int) -> dict[str, tuple[str, int]]:
+    """Topic config -> (value, config source) of every topic config the dynamic broker configs default."""
+    own = {BROKER_SYNONYMS[k] for k in engine.resource_configs("broker", str(node_id)) if k in BROKER_SYNONYMS}
+    return {k: (v, _DYNAMIC_BROKER_CONFIG if k in own else _DYNAMIC_DEFAULT_BROKER_CONFIG)
+            for k, v in engine.topic_defaults(node_id).items()}
+
+
+def _topic_entries(engine: Engine, broker: Broker, topic: Any) -> list[dict[str, Any]]:
+    options = engine.catalog.database(topic.db).options
+    described = topic_configs(topic.kind, topic.configs, options)
+    defaults = topic_defaults(engine, broker.node_id) if topic.kind == "kafka" else {}
+    return [_entry(k, v, _TOPIC_CONFIG) if set_ else _entry(k, *defaults.get(k, (v, _DEFAULT_CONFIG)))
+            for k, (v, set_) in described.items()]
+
+
+def _group_entries(engine: Engine, broker: Broker, name: str) -> list[dict[str, Any]]:
+    own = engine.resource_configs(GROUP_KIND, name)
+    defaults = group_timeouts(broker).defaults()
+    return [_entry(k, own[k], _GROUP_CONFIG) if k in own else _entry(k, v, _DEFAULT_CONFIG)
+            for k, v in defaults.items()]
 
 
 def _result(r: Any, error: int, message: str | None, configs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -46,15 +95,16 @@ def describe(engine: Engine, broker: Broker, r: Any) -> dict[str, Any]:
         topic = engine.catalog.topics.get(r.resource_name)
         if topic is None:
             return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist", [])
-        options = engine.catalog.database(topic.db).options
-        entries = [_entry(k, v, _TOPIC_CONFIG if set_ else _DEFAULT_CONFIG)
-                   for k, (v, set_) in topic_configs(topic.kind, topic.configs, options).items()]
+        entries = _topic_entries(engine, broker, topic)
     elif r.resource_type == BROKER:
         if r.resource_name not in ("", str(broker.node_id)):
             return _result(r, ErrorCode.invalid_request, f"this broker is node {broker.node_id}", [])
-        entries = [_entry(k, v, _STATIC_BROKER_CONFIG) for k, v in broker.configs.items()]
+        entries = _broker_entries(engine, broker, r.resource_name)
+    elif r.resource_type == GROUP:
+        entries = _group_entries(engine, broker, r.resource_name)
     else:
-        return _result(r, ErrorCode.invalid_request, f"resource type {r.resource_type}: topics (2) and brokers (4)", [])
+        return _result(r, ErrorCode.invalid_request,
+                       f"resource type {r.resource_type}: topics (2), brokers (4) and groups (32)", [])
     return _result(r, ErrorCode.none, None, [e for e in entries if keys is None or e["name"] in keys])
 
 

@@ -3,7 +3,8 @@
 Topics are answered in name order starting at the cursor; at most
 ``response_partition_limit`` partitions per response, ``next_cursor`` says
 where to go on. Newer Java admin clients try this API before Metadata. ACLs as Metadata's: topics the principal may not Describe
-are left out of a listing and answer TOPIC_AUTHORIZATION_FAILED when named.
+are left out of a listing and answer TOPIC_AUTHORIZATION_FAILED when named. Every other topic answered carries its
+authorized operations (the request has no flag for them: Kafka's handler always fills them in).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from walgate.gateway.kafka.access import Operation, ResourceType, checker
+from walgate.gateway.kafka.access import Operation, ResourceType, checker, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.metadata import topic_entries
 from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 75, 0, 0
 
@@ -49,4 +51,7 @@ def _answer(engine: Engine, node_id: int, request: Any, describable: Callable[[s
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     topics, cursor = await broker.call(_answer, broker.node_id, request,
                                        checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))
+    for t in topics:
+        if t["error_code"] != ErrorCode.topic_authorization_failed:
+            t["topic_authorized_operations"] = operations(broker, ResourceType.TOPIC, t["name"])
     return {"throttle_time": 0, "topics": topics, "next_cursor": cursor}

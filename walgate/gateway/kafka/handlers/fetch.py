@@ -8,6 +8,13 @@
   ``SENDFILE_MIN_BYTES`` or more are file regions, sent by ``sendfile``
   (:mod:`walgate.gateway.kafka.frame_writer`), never read into memory.
 * OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
+* Transactions (KIP-98): every answer carries the partition's last stable offset
+  (:meth:`~walgate.storage.engine.Engine.last_stable_offset`). With ``isolation_level`` 1 (read_committed) only
+  batches below it are served, with ``aborted_transactions``: the (producer id, first offset) of each aborted
+  transaction overlapping the offsets served (Kafka's ``collectAbortedTxns``; none when nothing is served), from
+  which the client drops aborted records; it skips the control batches (markers) itself. read_uncommitted answers
+  ``aborted_transactions`` null, as Kafka does. A read_committed long-poll waiting at the last stable offset is woken
+  by the marker that moves it (a marker is an append; under group commit, the wake-up when it is durable).
 * Lost data: an entry whose WAL bytes were lost (quarantined corruption, a
   checksum failure: :class:`~walgate.storage.wal.CorruptEntry`) is a gap in
   the partition's offsets, as records removed by compaction are. It is served
@@ -52,13 +59,13 @@ from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
+from walgate.wire.record_batch import end_txn_marker
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 SENDFILE_MIN_BYTES = 16 << 10
 """Stored batches this big go to the socket with sendfile; smaller ones are read and written with the frame (one
 syscall for many small batches beats one sendfile each)."""
-_COMMIT_KEY = b"\x00\x00\x00\x01"  # control record key: version 0, type 1 (COMMIT)
-_COMMIT_VALUE = b"\x00\x00\x00\x00\x00\x00"  # version 0, coordinator epoch 0
+READ_COMMITTED = 1
 
 
 @dataclass
@@ -77,21 +84,29 @@ class _Got:
     start: int = -1
     end: int = -1
     batches: list[bytes | FileRegion] | None = None
+    stable: int = -1  # the last stable offset
+    aborted: list[dict[str, int]] | None = None  # read_committed: the aborted transactions of what is served
 
     @property
     def size(self) -> int:
         return sum(map(len, self.batches or ()))
 
 
-def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, offset: int, budget: int, must_one: bool) -> _Got:
-    """Batches of ``topic``/``partition`` from ``offset`` within ``budget`` bytes (storage thread)."""
+def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, offset: int, budget: int, must_one: bool,
+                 committed: bool = False) -> _Got:
+    """Batches of ``topic``/``partition`` from ``offset`` within ``budget`` bytes (storage thread); ``committed``
+    (read_committed): only those below the last stable offset, with the aborted transactions among them."""
     start, end = engine.watermarks(topic, partition)
+    stable = engine.last_stable_offset(topic, partition)
     if not start <= offset <= end:
-        return _Got(ErrorCode.offset_out_of_range, start, end, [])
+        return _Got(ErrorCode.offset_out_of_range, start, end, [], stable)
     out: list[bytes | FileRegion] = []
     size = 0
+    upper = offset
     native = engine.is_native(topic)
     for base, version, count in engine.index_entries(topic, partition, offset):
+        if committed and base >= stable:
+            break
         try:
             batch = _batch(engine, cache, topic, partition, native, base, version)
         except CorruptEntry:
@@ -100,7 +115,12 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
             break
         out.append(batch)
         size += len(batch)
-    return _Got(ErrorCode.none, start, end, out)
+        upper = base + count
+    aborted = None
+    if committed:
+        aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                   for a in engine.aborted_transactions(topic, partition, offset, upper)] if out else []
+    return _Got(ErrorCode.none, start, end, out, stable, aborted)
 
 
 def _batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native: bool, base: int,
@@ -121,12 +141,12 @@ def _batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native
 def lost_batch(base: int, count: int) -> bytes:
     """What consumers read for ``count`` lost records from offset ``base``: a control batch (a transaction COMMIT
     marker) at offset ``base + count - 1``, which clients skip, moving their position to ``base + count``."""
-    return encode_batch(base, [0], [_COMMIT_KEY], [_COMMIT_VALUE], offset_deltas=[count - 1], is_transactional=True,
-                        is_control=True, partition_leader_epoch=LEADER_EPOCH)
+    return end_txn_marker(-1, -1, 0, True, 0, base_offset=base, offset_delta=count - 1,
+                          partition_leader_epoch=LEADER_EPOCH)
 
 
 def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: int,
-              readable: Callable[[str], bool] | None) -> list[_Got]:
+              readable: Callable[[str], bool] | None, committed: bool) -> list[_Got]:
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -142,7 +162,7 @@ def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: 
             got.append(_Got(err))
             continue
         try:
-            g = read_batches(engine, cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first)
+            g = read_batches(engine, cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first, committed)
         except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
             got.append(_Got(error_of(exc)))
             continue
@@ -171,7 +191,7 @@ def _resolve_and_read(
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
     wants = _wants(engine, request, version) if wants is None else wants
-    return wants, _read_all(engine, cache, wants, max_bytes, readable)
+    return wants, _read_all(engine, cache, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
@@ -233,9 +253,9 @@ def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[dict[s
                 "partition_index": w.partition,
                 "error_code": g.error,
                 "high_watermark": g.end,
-                "last_stable_offset": g.end,
+                "last_stable_offset": g.stable,
                 "log_start_offset": g.start,
-                "aborted_transactions": [],
+                "aborted_transactions": g.aborted,
                 "preferred_read_replica": -1,
                 "records": g.batches or b"",  # a list of batches is written back to back, uncopied
             }

@@ -1,34 +1,35 @@
-"""IncrementalAlterConfigs (key 44) v0–v1: change a Kafka-native topic's configs; WAL settings follow at once.
+"""IncrementalAlterConfigs (key 44) v0–v1: change the configs of topics, brokers and groups (:mod:`.config_changes`).
 
 Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list
-configs: ``cleanup.policy``). TDengine topics take their settings from their
-database (``ALTER DATABASE`` is the way) and broker settings are fixed at start:
-both get INVALID_REQUEST with a message. ``validate_only`` changes nothing.
-A change the engine refuses answers that resource's error (:mod:`.common`'s
-table); the others are applied.
+configs: ``cleanup.policy``, ``log.cleanup.policy``, the throttled-replica lists). BROKER_LOGGER resources
+(walgate's log levels are set when it starts) get INVALID_REQUEST with a message; so does a TDengine topic (its
+settings follow its database: ``ALTER DATABASE``), except that compacting one is INVALID_CONFIG (its records are
+table rows: there is nothing to compact). A change the engine refuses answers that resource's error
+(:mod:`.common`'s table); the others are applied.
 
-ACLs (as Kafka): AlterConfigs on the topic (TOPIC_AUTHORIZATION_FAILED) or, for the broker, on the cluster
-(CLUSTER_AUTHORIZATION_FAILED).
+ACLs (as Kafka): AlterConfigs on the topic (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED)
+or, for the broker, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.handlers.describe_configs import TOPIC
+from walgate.gateway.kafka.handlers.config_changes import alter, preprocess
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageError
-from walgate.storage.topic_configs import validate_configs
-from walgate.wire.errors import ErrorCode
+from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OPS = {SET: "set", DELETE: "deleted", APPEND: "appended", SUBTRACT: "subtracted"}  # config values are not logged
-_KINDS = {2: "topic", 4: "broker", 8: "broker logger"}
+_KINDS = {2: "topic", 4: "broker", 8: "broker logger", 32: "group"}
+_LISTS = {**{k: TOPIC_CONFIG_DEFAULTS[k] for k, t in CONFIG_TYPES.items() if t == "LIST"},
+          "log.cleanup.policy": TOPIC_CONFIG_DEFAULTS["cleanup.policy"]}  # list configs and their defaults
 
 
 def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
@@ -38,8 +39,8 @@ def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
             out[op.name] = op.value or ""
         elif op.config_operation == DELETE:
             out.pop(op.name, None)
-        elif op.config_operation in (APPEND, SUBTRACT) and op.name == "cleanup.policy":
-            items = [x for x in out.get(op.name, "delete").split(",") if x]
+        elif op.config_operation in (APPEND, SUBTRACT) and op.name in _LISTS:
+            items = [x for x in out.get(op.name, _LISTS[op.name]).split(",") if x]
             change = [x for x in (op.value or "").split(",") if x]
             items = items + [x for x in change if x not in items] if op.config_operation == APPEND \
                 else [x for x in items if x not in change]
@@ -54,39 +55,27 @@ def _result(r: Any, error: int, message: str | None) -> dict[str, Any]:
             "resource_name": r.resource_name}
 
 
-def alter(engine: Engine, r: Any, validate_only: bool) -> dict[str, Any]:
-    if r.resource_type != TOPIC:
-        return _result(r, ErrorCode.invalid_request, "walgate's broker settings are set when it starts")
-    topic = engine.catalog.topics.get(r.resource_name)
-    if topic is None:
-        return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist")
-    if topic.kind != "kafka":
-        return _result(r, ErrorCode.invalid_request, f"{r.resource_name} is a TDengine topic: ALTER DATABASE {topic.db}")
-    try:
-        configs = _apply(topic.configs, r.configs)
-        validate_configs(configs)
-    except (ValueError, StorageError) as exc:
-        return _result(r, ErrorCode.invalid_config, str(exc))
-    if not validate_only:
-        engine.alter_topic_configs(r.resource_name, configs)
-    return _result(r, ErrorCode.none, None)
-
-
-def _alter_all(engine: Engine, request: Any, denied: dict[int, int]) -> list[dict[str, Any]]:
+def _alter_all(engine: Engine, broker: Broker, request: Any,
+               denied: dict[int, int]) -> list[dict[str, Any]]:
+    refused = preprocess(list(request.resources), lambda c: c.config_operation == DELETE)
     responses = []
     for i, r in enumerate(request.resources):
         if i in denied:
             responses.append(_result(r, denied[i], "Authorization failed."))
-            continue
-        try:
-            responses.append(alter(engine, r, request.validate_only))
-        except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
-            responses.append(_result(r, error_of(exc), str(exc)))
+        elif i in refused:
+            responses.append(_result(r, *refused[i]))
+        else:
+            try:
+                responses.append(_result(r, *alter(engine, broker, r.resource_type, r.resource_name,
+                                                   functools.partial(_apply, ops=r.configs),
+                                                   request.validate_only)))
+            except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
+                responses.append(_result(r, error_of(exc), str(exc)))
     return responses
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    responses = await broker.call(_alter_all, request, config_denials(
+    responses = await broker.call(_alter_all, broker, request, config_denials(
         broker, Operation.ALTER_CONFIGS, [(r.resource_type, r.resource_name) for r in request.resources]))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):

@@ -1,14 +1,16 @@
 """ListOffsets (key 2) v0–v9: earliest, latest, by timestamp, max timestamp.
 
 * -2 EARLIEST and -4 EARLIEST_LOCAL: the log start offset (first retained record);
-* -1 LATEST: the high watermark (no transactions, so it is also the last stable offset);
+* -1 LATEST: the high watermark; with ``isolation_level`` 1 (read_committed, v2+) the last stable offset;
 * -3 MAX_TIMESTAMP (v7+): the first record holding the largest timestamp;
 * -5 EARLIEST_PENDING_UPLOAD (v9+): -1, there is no tiered storage;
 * T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none.
+Under read_committed, a -3 or T lookup whose offset is at or past the last stable offset answers -1, as Kafka bounds
+it by its "last fetchable offset".
 Lost records (a quarantined WAL entry) are a gap these lookups skip. An error
 in one partition is its error code (:mod:`.common`); the others are answered.
 Timestamps answered for -1/-2 are -1, as Kafka answers them. v0 answers in
-``old_style_offsets`` (a list); the isolation level (v2+) is accepted. A topic the principal may not Describe
+``old_style_offsets`` (a list). A topic the principal may not Describe
 answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (Kafka's ACL check).
 """
 
@@ -24,27 +26,30 @@ from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 9
+READ_COMMITTED = 1
 
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
 
 
-def lookup(engine: Engine, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) answering ``timestamp`` (see the module docstring)."""
+def lookup(engine: Engine, topic: str, partition: int, timestamp: int, committed: bool = False) -> tuple[int, int]:
+    """(offset, timestamp) answering ``timestamp`` (see the module docstring); ``committed``: read_committed."""
     start, end = engine.watermarks(topic, partition)
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return start, -1
+    fetchable = engine.last_stable_offset(topic, partition) if committed else end
     if timestamp == LATEST:
-        return end, -1
+        return fetchable, -1
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1
     found = engine.max_timestamp(topic, partition) if timestamp == MAX_TIMESTAMP else (
         engine.offset_for_timestamp(topic, partition, timestamp) if timestamp >= 0 else None
     )
-    return (found[0], found[1]) if found is not None else (-1, -1)
+    return (found[0], found[1]) if found is not None and found[0] < fetchable else (-1, -1)
 
 
 def _answer(engine: Engine, request: Any, version: int,
             describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for t in request.topics:
         parts = []
@@ -56,7 +61,7 @@ def _answer(engine: Engine, request: Any, version: int,
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:
                 try:
-                    offset, ts = lookup(engine, t.name, p.partition_index, p.timestamp)
+                    offset, ts = lookup(engine, t.name, p.partition_index, p.timestamp, committed)
                 except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
                     err = error_of(exc)
             if err != ErrorCode.none:

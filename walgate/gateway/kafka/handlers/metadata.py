@@ -4,9 +4,11 @@ v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
 get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
 (off by default, as Kafka's ``auto.create.topics.enable`` should be) and the
 request allows it (``allow_auto_topic_creation``, v4+): then a Kafka-native
-topic of that many partitions is created (an invalid name stays
-UNKNOWN_TOPIC_OR_PARTITION; a creation over a limit or refused by the disk
-answers that error, :mod:`.common`'s table).
+topic of that many partitions is created (a creation over a limit or refused
+by the disk answers that error, :mod:`.common`'s table). A name Kafka could
+never create (``Topic.validate``: not 1-249 characters of ``[a-zA-Z0-9._-]``,
+or ``.``/``..``) answers INVALID_TOPIC_EXCEPTION, with or without auto-creation,
+as Kafka does: clients fail such a topic at once instead of waiting for it.
 Topic ids (v10+) are the stable UUIDs the catalog stores per topic. A topic
 that cannot be described answers its error; the others are answered.
 
@@ -28,11 +30,12 @@ from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, answered, error_
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
-_AUTO_CREATE: dict[type[BaseException], ErrorCode] = {StorageError: ErrorCode.unknown_topic_or_partition}  # an invalid name: no such topic
+_AUTO_CREATE: dict[type[BaseException], ErrorCode] = {StorageError: ErrorCode.unknown_topic_or_partition}  # not created
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
@@ -55,10 +58,20 @@ def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
             out.append(_missing(name, ErrorCode.topic_authorization_failed))
             continue
         try:
-            out.append(_entry(engine, node_id, name, (errors or {}).get(name, ErrorCode.unknown_topic_or_partition)))
+            out.append(_entry(engine, node_id, name, (errors or {}).get(name) or unknown_topic_error(name)))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             out.append(_missing(name, error_of(exc)))
     return out
+
+
+def unknown_topic_error(name: str) -> ErrorCode:
+    """What a topic that does not exist answers: INVALID_TOPIC_EXCEPTION if its name is not one Kafka takes, else
+    UNKNOWN_TOPIC_OR_PARTITION (Kafka's ``getTopicMetadata``)."""
+    try:
+        validate_topic_name(name)
+    except StorageError:
+        return ErrorCode.invalid_topic_exception
+    return ErrorCode.unknown_topic_or_partition
 
 
 def _missing(name: str, error: int) -> dict[str, Any]:
@@ -117,8 +130,11 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                     if creatable is not None and not creatable(name):
                         failed[name] = ErrorCode.topic_authorization_failed
                         continue
+                    if unknown_topic_error(name) != ErrorCode.unknown_topic_or_partition:
+                        continue  # never created: answered INVALID_TOPIC_EXCEPTION
                     try:
-                        engine.create_kafka_topic(name, broker.auto_create_partitions, {})
+                        engine.create_kafka_topic(name, broker.auto_create_partitions, {},
+                                                  engine.topic_defaults(broker.node_id))
                     except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
                         failed[name] = error_of(exc, _AUTO_CREATE)
         return topic_entries(engine, broker.node_id, names, failed, describable)
@@ -127,8 +143,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         _missing(t.name, code) for t in request.topics or () if getattr(t, "name", None) is not None
     ])
     if getattr(request, "include_topic_authorized_operations", False):
-        for t in topics:
-            if t["error_code"] == ErrorCode.none:
+        for t in topics:  # every topic answered but those hidden from the principal, as Kafka
+            if t["error_code"] != ErrorCode.topic_authorization_failed:
                 t["topic_authorized_operations"] = operations(broker, ResourceType.TOPIC, t["name"])
     cluster_ops = _NO_AUTH_OPS
     if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker,

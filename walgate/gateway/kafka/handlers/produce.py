@@ -18,6 +18,17 @@
   the handler holds the connection for that long itself).
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
+* Transactional producers (KIP-98, KIP-890 part 1): a request whose batches are transactional needs a transactional
+  id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere, as Kafka) and one producer id (else
+  INVALID_PRODUCER_ID_MAPPING everywhere); each partition holding them is first verified by the transaction
+  coordinator (``broker.transactions.verify``: is the partition in that producer's ongoing transaction?). A failed
+  verification is that partition's error, nothing written: INVALID_TXN_STATE ("not added to the transaction") and
+  the coordinator's fencing errors as they are, its retriable ones (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) as NOT_ENOUGH_REPLICAS, which every client retries, as
+  Kafka's ``ReplicaManager`` translates them. A gateway without a transaction coordinator answers INVALID_TXN_STATE.
+  The partition then applies the transaction rules of :mod:`walgate.storage.producers` (INVALID_TXN_STATE,
+  INVALID_PRODUCER_EPOCH for a fenced epoch). A TDengine topic takes no transactional batch:
+  UNSUPPORTED_FOR_MESSAGE_FORMAT (Kafka's answer for a log that cannot hold transactions).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
   append time (``log_append_time`` in the answer).
 * TDengine topics take rows (:func:`write_rows`): each record is either a JSON
@@ -62,11 +73,15 @@ from walgate.storage.errors import InvalidValue, LineProtocolError, StorageUnava
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
 from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS
-from walgate.wire import DecodedBatch, DecodedRecord, validate_produced, with_log_append_time
-from walgate.wire.errors import ErrorCode
+from walgate.wire import DecodedBatch, DecodedRecord, batch_header, validate_produced, with_log_append_time
+from walgate.wire.errors import ErrorCode, WireError
+from walgate.wire.record_batch import BATCH_HEADER_SIZE, TRANSACTIONAL_BIT
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
 _ACKS = (-1, 0, 1)
+_RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+                                     ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                                     ErrorCode.not_coordinator})
 
 
 class RecordsRefused(InvalidValue):
@@ -93,7 +108,10 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     if writable is not None and tid is not None and not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                                                  tid):
         writable, denied = _nothing, ErrorCode.transactional_id_authorization_failed
-    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied)
+    refused = await _verify_transactions(broker, request, writable)
+    if refused is None:  # transactional records without a transactional id
+        writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
+    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
@@ -123,13 +141,72 @@ def _nothing(_: str) -> bool:
     return False
 
 
-def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int
+def _transactional(records: bytes) -> tuple[int, int] | None:
+    """(producer id, epoch) of the first transactional batch among *records* (None: none). Only headers are read;
+    bytes that do not hold whole batches are left to validation."""
+    pos, view = 0, memoryview(records)
+    while len(view) - pos >= BATCH_HEADER_SIZE:
+        info = batch_header(view, pos)
+        if info.attributes & TRANSACTIONAL_BIT:
+            return info.producer_id, info.producer_epoch
+        pos += 12 + max(info.length, 0)
+    return None
+
+
+async def _verify_transactions(broker: Broker, request: Any, writable: Callable[[str], bool] | None
+                               ) -> dict[tuple[str, int], dict[str, Any]] | None:
+    """The answers of the partitions whose transactional batches the coordinator does not verify (see the module
+    docstring); None when the request holds transactional batches but no transactional id."""
+    txn: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in request.topic_data:
+        if writable is not None and not writable(t.name):
+            continue
+        for p in t.partition_data:
+            try:
+                found = _transactional(p.records or b"")
+            except WireError:
+                found = None
+            if found is not None:
+                txn[(t.name, p.index)] = found
+    if not txn:
+        return {}
+    tid = request.transactional_id
+    if tid is None:
+        return None
+    if len({pid for pid, _ in txn.values()}) > 1:
+        message = "transactional records of more than one producer id"
+        return {key: _answer(key[1], ErrorCode.invalid_producer_id_mapping, message)
+                for key in ((t.name, p.index) for t in request.topic_data for p in t.partition_data)}
+    service = getattr(broker, "transactions", None)
+    if service is None:
+        return {key: _answer(key[1], ErrorCode.invalid_txn_state, "this gateway has no transaction coordinator")
+                for key in txn}
+    keys = list(txn)
+    codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition)
+                                   for (topic, partition), (pid, epoch) in txn.items()), return_exceptions=True)
+    refused = {}
+    for (topic, partition), code in zip(keys, codes):
+        if isinstance(code, BaseException):  # the coordinator could not answer: the partition's error, not the request's
+            refused[(topic, partition)] = _answer(partition, error_of(code, PRODUCE), str(code))
+        elif code in _RETRIABLE_VERIFICATION:
+            refused[(topic, partition)] = _answer(partition, ErrorCode.not_enough_replicas, "unable to verify the "
+                                                  f"partition is in the transaction ({ErrorCode(code).name})")
+        elif code == ErrorCode.invalid_txn_state:
+            refused[(topic, partition)] = _answer(partition, code, "the partition was not added to the transaction")
+        elif code != ErrorCode.none:
+            refused[(topic, partition)] = _answer(partition, code, f"transaction verification: {ErrorCode(code).name}")
+    return refused
+
+
+def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int,
+             refused: dict[tuple[str, int], dict[str, Any]]
              ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], list[Need]]]:
     """Every partition's answer (storage thread): each partition is checked on its own, then a topic's partitions
     that passed are appended in one engine call (:meth:`~walgate.storage.engine.Engine.append_partitions`). With
     them, what each written partition needs to be durable before it is answered (group commit): its own write's
     needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all). A topic
-    ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten."""
+    ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
+    ``refused`` (transaction verification) its answer there, unwritten."""
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
@@ -138,6 +215,9 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
             answers.update(((t.name, p.index), _answer(p.index, denied)) for p in t.partition_data)
             continue
         for p in t.partition_data:
+            if (t.name, p.index) in refused:
+                answers[(t.name, p.index)] = refused[(t.name, p.index)]
+                continue
             try:
                 checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
             except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
@@ -199,6 +279,9 @@ def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int,
         return _answer(index, ErrorCode.record_list_too_large,
                        f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
     batches = validate_produced(records, int(configs["max.message.bytes"]), with_records=topic.kind != "kafka")
+    if topic.kind != "kafka" and any(b.is_transactional for b in batches):
+        return _answer(index, ErrorCode.unsupported_for_message_format,
+                       f"{name} is a TDengine topic: it takes no transactional records")
     if topic.kind != "kafka":
         write_rows(engine, name, batches)
         return _answer(index, ErrorCode.none, None, -1, -1, engine.watermarks(name, index)[0])

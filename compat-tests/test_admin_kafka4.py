@@ -1,0 +1,81 @@
+"""walgate only: issue 17's admin surface as Kafka 4 has it, with real clients.
+
+* the Java Admin (kafka-clients 4.3): ``describeTopics`` / ``describeCluster`` with ``includeAuthorizedOperations``
+  (every operation of the resource type: no authorizer), GROUP config resources (KIP-848
+  ``consumer.heartbeat.interval.ms``) and dynamic BROKER configs (``log.retention.ms`` cluster-wide,
+  ``log.segment.bytes`` for the node) through ``incrementalAlterConfigs`` / ``describeConfigs``, a topic's configs
+  then following the broker's (DYNAMIC_DEFAULT_BROKER_CONFIG / DYNAMIC_BROKER_CONFIG), a read-only broker config
+  refused with InvalidRequestException;
+* kafka-python's admin ``alter_configs(incremental=False)``: the legacy AlterConfigs API (key 33);
+* a confluent-kafka (librdkafka) producer to an invalid topic name: its delivery report is
+  TOPIC_EXCEPTION (Kafka's INVALID_TOPIC_EXCEPTION in Metadata), not a message timeout; a Java producer's send
+  fails with InvalidTopicException, not a TimeoutException after ``max.block.ms``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from compat_brokers import Walgate
+from confluent_kafka import KafkaError, Producer
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+
+def steps(run) -> dict[str, dict]:
+    return {d["step"]: d for d in (json.loads(x) for x in run.stdout.splitlines() if x.startswith("{"))}
+
+
+TOPIC_OPS = ["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ", "WRITE"]
+CLUSTER_OPS = ["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS",
+               "IDEMPOTENT_WRITE"]
+
+
+def test_java_admin_authorized_operations_group_and_broker_configs(walgate: Walgate, java) -> None:
+    run = java("AdminKafka4.java", walgate.bootstrap, "k4-topic", "k4-group", timeout=120, check=False)
+    got = steps(run)
+    assert "error" not in got and run.returncode == 0, run.describe()
+    assert got["authorized"]["topic"] == TOPIC_OPS, run.describe()
+    assert got["authorized"]["cluster"] == CLUSTER_OPS, run.describe()
+    assert got["group_default"]["session"] == ["45000", "DEFAULT_CONFIG"], run.describe()
+    assert got["group_set"]["heartbeat"] == ["6000", "DYNAMIC_GROUP_CONFIG"], run.describe()
+    assert got["broker_set"] == {
+        "step": "broker_set", "broker_retention": ["3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+        "broker_segment": ["2097152", "DYNAMIC_BROKER_CONFIG"],
+        "topic_retention": ["3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+        "topic_segment": ["2097152", "DYNAMIC_BROKER_CONFIG"]}, run.describe()
+    assert got["read_only"]["error"] == "InvalidRequestException", run.describe()
+
+
+def test_kafka_python_legacy_alter_configs(walgate: Walgate) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=walgate.bootstrap, request_timeout_ms=30_000)
+    try:
+        admin.create_topics([NewTopic("legacy-configs", 1, 1, topic_configs={"segment.bytes": "1048576"})])
+        result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "legacy-configs",
+                                                     configs={"retention.ms": "7200000"})], incremental=False)
+        assert result == {"topic": {"legacy-configs": "OK"}}
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "legacy-configs")],
+                                           config_filter="modified")
+    finally:
+        admin.close()
+    values = {k: v["value"] for k, v in described["topic"]["legacy-configs"].items()}
+    assert values["retention.ms"] == "7200000"
+    assert values["segment.bytes"] == "1048576"  # the client re-sends the other dynamic configs it found
+    assert "AlterConfigs topic legacy-configs (replaced by " in walgate.log()
+
+
+def test_a_producer_to_an_invalid_topic_name_gets_topic_exception(walgate: Walgate) -> None:
+    reports: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": walgate.bootstrap, "message.timeout.ms": 120_000})
+    producer.produce("bad$#!name", b"v", on_delivery=lambda err, msg: reports.append(err))
+    producer.flush(60)  # well under message.timeout.ms: only an answer from the broker ends it in time
+    assert len(reports) == 1 and reports[0] is not None, reports
+    assert reports[0].code() == KafkaError.TOPIC_EXCEPTION, reports[0]
+
+
+def test_a_java_producer_to_an_invalid_topic_name_gets_invalid_topic_exception(walgate: Walgate, java) -> None:
+    run = java("Producer.java", walgate.bootstrap, "bad$#!name", "none", "1", "--partitions", "1",
+               "--max-block-ms", "60000", timeout=120, check=False)
+    [summary] = [d for d in (json.loads(x) for x in run.stdout.splitlines() if x.startswith("{"))
+                 if d["event"] == "summary"]
+    assert summary["delivered"] == 0 and len(summary["errors"]) == 1, run.describe()
+    assert summary["errors"][0]["error"].startswith("InvalidTopicException"), run.describe()  # not a TimeoutException

@@ -1,0 +1,118 @@
+"""What IncrementalAlterConfigs (key 44) and the legacy AlterConfigs (key 33) share: a resource's new set of
+configs, computed by the API from the current one, is checked and stored for topics, brokers and groups.
+
+* TOPIC (2): a Kafka-native topic's configs (:mod:`walgate.storage.topic_configs`; a refused one is
+  INVALID_CONFIG); TDengine topics take their settings from their database (INVALID_REQUEST naming
+  ``ALTER DATABASE``); its WAL settings follow at once, over the dynamic broker defaults.
+* BROKER (4): name = this node's id (its own dynamic configs) or ``""`` (the cluster-wide default); only the
+  broker configs that default a topic config walgate knows (``log.retention.ms``, ``log.segment.bytes`` ...,
+  :mod:`walgate.storage.resource_configs`); anything else, or a value the topic config refuses, is INVALID_REQUEST
+  as Kafka answers a broker config it cannot change (``Cannot update these configs dynamically``). Every
+  Kafka-native topic without its own value follows at once.
+* GROUP (32): a consumer group's ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms``
+  (:mod:`walgate.coordinator.group_configs`, INVALID_CONFIG when refused); the group need not exist (Kafka's
+  neither); its members get them at their next heartbeat.
+
+As Kafka's ``ConfigAdminManager.preprocess``: a resource named twice in one request answers INVALID_REQUEST (both
+times), as does a config key named twice for one resource or a null value (but for a DELETE). ``validate_only``
+checks everything and changes nothing. Every change is durable (a catalog record) before it is answered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from walgate.coordinator.group_configs import GroupTimeouts
+from walgate.gateway.kafka.broker import Broker
+from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageError
+from walgate.storage.resource_configs import BROKER as BROKER_KIND
+from walgate.storage.resource_configs import GROUP as GROUP_KIND
+from walgate.storage.resource_configs import validate_broker
+from walgate.storage.topic_configs import validate_configs
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "group_timeouts", "preprocess"]
+
+TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
+Change = Callable[[dict[str, str]], dict[str, str]]
+"""A resource's new configs from its current ones (raises ``ValueError`` for an operation that cannot apply)."""
+
+
+def preprocess(resources: list[Any], null_allowed: Callable[[Any], bool]) -> dict[int, tuple[int, str]]:
+    """Index -> (error code, message) of the resources Kafka refuses before looking at them: duplicates, repeated
+    config keys, null values (where ``null_allowed(config)`` is false)."""
+    seen = Counter((r.resource_type, r.resource_name) for r in resources)
+    out: dict[int, tuple[int, str]] = {}
+    for i, r in enumerate(resources):
+        if seen[(r.resource_type, r.resource_name)] > 1:
+            out[i] = (ErrorCode.invalid_request, "Each resource must appear at most once.")
+        elif len({c.name for c in r.configs}) != len(r.configs):
+            out[i] = (ErrorCode.invalid_request, "Error due to duplicate config keys")
+        elif nulls := [c.name for c in r.configs if c.value is None and not null_allowed(c)]:
+            out[i] = (ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}")
+    return out
+
+
+def group_timeouts(broker: Broker) -> GroupTimeouts:
+    """The broker's ``group.consumer.*`` settings, the defaults and bounds of group configs (storage thread)."""
+    consumer = broker.groups.groups.consumer
+    return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
+
+
+def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
+          validate_only: bool) -> tuple[int, str | None]:
+    """Apply ``change`` to resource (``rtype``, ``name``): (error code, message). Runs on the storage thread."""
+    node_id = broker.node_id
+    if rtype == TOPIC:
+        return _topic(engine, node_id, name, change, validate_only)
+    if rtype == BROKER:
+        if name not in ("", str(node_id)):
+            return ErrorCode.invalid_request, f"Unexpected broker id, expected {node_id} or '', but received {name}"
+        try:
+            configs = change(engine.resource_configs(BROKER_KIND, name))
+            validate_broker(configs)
+        except (ValueError, StorageError) as exc:
+            return ErrorCode.invalid_request, str(exc)
+        if not validate_only:
+            engine.set_resource_configs(BROKER_KIND, name, configs)
+            engine.apply_topic_defaults(node_id)
+        return ErrorCode.none, None
+    if rtype == GROUP:
+        if not name:
+            return ErrorCode.invalid_request, "A group config resource needs a group id"
+        try:
+            configs = change(engine.resource_configs(GROUP_KIND, name))
+            group_timeouts(broker).validate(configs)
+        except ValueError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        if not validate_only:
+            engine.set_resource_configs(GROUP_KIND, name, configs)
+        return ErrorCode.none, None
+    return ErrorCode.invalid_request, f"Unknown resource type {rtype}: walgate alters topics (2), brokers (4), groups (32)"
+
+
+def _topic(engine: Engine, node_id: int, name: str, change: Change, validate_only: bool) -> tuple[int, str | None]:
+    topic = engine.catalog.topics.get(name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"topic {name} does not exist"
+    if topic.kind != "kafka":
+        try:
+            compacting = "compact" in change({}).get("cleanup.policy", "")
+        except ValueError:
+            compacting = False
+        if compacting:
+            return ErrorCode.invalid_config, (f"{name} is a TDengine topic: its records are rows of its database's "
+                                              "tables and cannot be compacted (cleanup.policy=compact is for "
+                                              "Kafka-native topics)")
+        return ErrorCode.invalid_request, f"{name} is a TDengine topic: ALTER DATABASE {topic.db}"
+    try:
+        configs = change(topic.configs)
+        validate_configs(configs)
+    except (ValueError, StorageError) as exc:
+        return ErrorCode.invalid_config, str(exc)
+    if not validate_only:
+        engine.alter_topic_configs(name, configs, engine.topic_defaults(node_id))
+    return ErrorCode.none, None
