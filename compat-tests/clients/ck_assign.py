@@ -9,6 +9,7 @@ is skipped), then read until N records arrived.
 
 Usage: ck_assign.py BOOTSTRAP TOPIC [--start beginning|end|<offset>|ts:<ms>]
        [--reset earliest|latest|error|none] [--partitions 0,1] [--follow N] [--timeout 30]
+       [--isolation read_uncommitted|read_committed]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from confluent_kafka import (
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    args = parse_args(__doc__, isolation=True)
     deadline = time.monotonic() + args.timeout
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap,
@@ -36,6 +37,7 @@ def main() -> None:
         "enable.partition.eof": True,
         "auto.offset.reset": "error" if args.reset == "none" else args.reset,
         "socket.timeout.ms": 10000,
+        "isolation.level": args.isolation,
     })
     try:
         md = consumer.list_topics(args.topic, timeout=10)

@@ -21,7 +21,8 @@ import threading
 from typing import Any
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, *, isolation: bool = False) -> argparse.Namespace:
+    """The reader's command line; ``isolation``: it also takes ``--isolation`` (its consumer's isolation.level)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("bootstrap")
     ap.add_argument("topic")
@@ -31,6 +32,8 @@ def parse_args(description: str) -> argparse.Namespace:
     ap.add_argument("--follow", type=int, metavar="N",
                     help="print `ready` once consuming started, then read until N records arrived")
     ap.add_argument("--timeout", type=float, default=30.0, help="give up after this many seconds")
+    if isolation:
+        ap.add_argument("--isolation", default="read_uncommitted", help="read_uncommitted | read_committed")
     return ap.parse_args()
 
 

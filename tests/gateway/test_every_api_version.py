@@ -233,6 +233,56 @@ def offset_for_leader_epoch(conn: KafkaConnection, node: Node, version: int) -> 
             "topics": [{"topic": TOPIC, "partitions": _partitions(leader_epoch=0, current_leader_epoch=-1)}]}
 
 
+def begin(conn: KafkaConnection, tid: str) -> dict[str, Any]:
+    """A transaction with the group ``g`` in it (no partition, so no marker), its producer fields."""
+    init = call(conn, 22, {"transactional_id": tid, "transaction_timeout": 60_000, "producer_id": -1,
+                           "producer_epoch": -1})
+    fields = {"transactional_id": tid, "producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+    call(conn, 25, fields | {"group_id": "g"})
+    return fields
+
+
+@request(24)
+def add_partitions_to_txn(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    tid = f"add-partitions-v{version}"
+    init = call(conn, 22, {"transactional_id": tid, "transaction_timeout": 60_000, "producer_id": -1,
+                           "producer_epoch": -1})
+    topics = [{"name": TOPIC, "partitions": [0]}]
+    return {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": init.producer_id,
+            "v3_and_below_producer_epoch": init.producer_epoch, "v3_and_below_topics": topics,
+            "transactions": [{"transactional_id": tid, "producer_id": init.producer_id,
+                              "producer_epoch": init.producer_epoch, "verify_only": False, "topics": topics}]}
+
+
+@request(25)
+def add_offsets_to_txn(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return begin(conn, f"add-offsets-v{version}") | {"group_id": "other"}
+
+
+@request(26)
+def end_txn(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return begin(conn, f"end-v{version}") | {"committed": True}
+
+
+@request(28)
+def txn_offset_commit(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return begin(conn, f"txn-commit-v{version}") | {
+        "group_id": "g", "generation_id": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": TOPIC, "partitions": _partitions(committed_offset=1, committed_leader_epoch=-1,
+                                                             committed_metadata="")}]}
+
+
+@request(65)
+def describe_transactions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    begin(conn, f"described-v{version}")
+    return {"transactional_ids": [f"described-v{version}"]}
+
+
+@request(66)
+def list_transactions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"state_filters": ["Ongoing"], "producer_id_filters": [], "duration_filter": -1}
+
+
 @request(32)
 def describe_configs(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": TOPIC, "configuration_keys": None}]}

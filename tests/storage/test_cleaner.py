@@ -20,11 +20,13 @@ from faults import FAULT_KINDS, Faults
 from walgate.storage.cleaner import CHECKPOINT, CleanStats
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
+from walgate.storage.resource_configs import BROKER
 from walgate.storage.wal import CorruptEntry
 from walgate.wire import batch_header, decode_batches, encode_batch
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0", "delete.retention.ms": "86400000"}
 LATER = time.time() + 3600  # "now" for passes that should see every segment as old
+NODE = 1  # the node id whose dynamic broker defaults apply
 
 
 def batch(pairs: list[tuple[bytes | None, bytes | None]], *, pid: int = -1, epoch: int = -1, seq: int = -1,
@@ -39,10 +41,10 @@ def open_engine(path: Path) -> Engine:
 
 def clean(engine: Engine, now: float = LATER) -> CleanStats | None:
     """A whole pass, step by step as the gateway runs it: its stats, None when nothing was due (or it stopped)."""
-    stats = engine.clean(now)
+    stats = engine.clean(now, NODE)
     steps = 1
     while stats is not None and not stats.finished:
-        stats = engine.clean(now)
+        stats = engine.clean(now, NODE)
         steps += 1
         assert steps < 1000
     return stats
@@ -137,6 +139,18 @@ def test_delete_policy_topics_are_never_cleaned(engine: Engine):
         engine.append_batches("t", 0, [batch([(b"a", b"1")])])
     assert clean(engine) is None
     assert len(records(engine)) == 3
+
+
+def test_a_dynamic_broker_cleanup_policy_compacts_topics_without_their_own(engine: Engine):
+    engine.create_kafka_topic("t", 1, {"min.cleanable.dirty.ratio": "0"})
+    roll_every_append(engine)
+    for value in (b"1", b"2", b"3"):
+        engine.append_batches("t", 0, [batch([(b"a", value)])])
+    engine.set_resource_configs(BROKER, str(NODE + 1), {"log.cleanup.policy": "compact"})  # another node's
+    assert clean(engine) is None
+    engine.set_resource_configs(BROKER, str(NODE), {"log.cleanup.policy": "compact"})
+    assert clean(engine) is not None
+    assert records(engine) == [(1, b"a", b"2"), (2, b"a", b"3")]  # the active segment holds a=3
 
 
 def test_cleaned_log_survives_a_restart_and_a_rebuilt_index(tmp_path: Path):
@@ -402,14 +416,14 @@ def test_a_pass_runs_in_bounded_steps_with_reads_and_appends_in_between(engine: 
     engine.cleaner.step_bytes = 1  # one entry per scan step
     before = {o: (k, v) for o, k, v in records(engine)}
     steps = 0
-    stats = engine.clean(LATER)
+    stats = engine.clean(LATER, NODE)
     while stats is not None and not stats.finished:
         steps += 1
         got = records(engine)  # a consumer between two steps: every record it reads is one that was written
         assert all(before.get(o, (k, v)) == (k, v) for o, k, v in got)
         assert {5, 6, 7} <= {o for o, _, _ in got}  # the newest of every key is always there
         engine.append_batches("t", 0, [batch([(b"e", b"%d" % steps)])])  # a producer too (new segments)
-        stats = engine.clean(LATER)
+        stats = engine.clean(LATER, NODE)
     assert steps > 6 and stats is not None and stats.records_removed == 4
     assert [o for o, _, _ in records(engine)][:4] == [3, 5, 6, 7]
 
@@ -422,7 +436,7 @@ e = Engine.open(Path(sys.argv[1]))
 e.cleaner.step_bytes = 200
 print("ready", flush=True)
 while True:
-    e.clean(time.time() + 3600)
+    e.clean(time.time() + 3600, NODE)
     time.sleep(0.002)  # (a pass spread over more time: more kills land inside it)
 """
 

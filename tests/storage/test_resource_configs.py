@@ -21,7 +21,7 @@ CLUSTER, NODE, GROUP_G = ("broker", ""), ("broker", "1"), ("group", "g")
 
 def test_broker_configs_default_the_topic_configs_they_are_synonyms_of() -> None:
     assert BROKER_SYNONYMS["log.retention.ms"] == "retention.ms"
-    assert "message.max.bytes" not in BROKER_SYNONYMS  # Produce reads a topic's own max.message.bytes only
+    assert BROKER_SYNONYMS["message.max.bytes"] == "max.message.bytes"  # Produce reads the broker default too
     assert BROKER_SYNONYMS["log.flush.interval.ms"] == "flush.ms"
     state = {CLUSTER: {"log.retention.ms": "1000", "log.segment.bytes": "2048"},
              NODE: {"log.segment.bytes": "4096"}, ("broker", "2"): {"log.retention.bytes": "5"}}
@@ -29,7 +29,7 @@ def test_broker_configs_default_the_topic_configs_they_are_synonyms_of() -> None
     assert topic_defaults(state, "7") == {"retention.ms": "1000", "segment.bytes": "2048"}
     validate_broker({"log.retention.ms": "-1", "log.cleanup.policy": "delete"})
     for bad, why in (({"broker.id": "3"}, "dynamically"), ({"log.retention.hours": "1"}, "dynamically"),
-                     ({"log.retention.ms": "-2"}, "retention.ms"), ({"log.segment.bytes": "x"}, "integer")):
+                     ({"log.retention.ms": "-2"}, "retention.ms"), ({"log.segment.bytes": "x"}, "Not a number")):
         with pytest.raises(InvalidValue, match=why):
             validate_broker(bad)
 

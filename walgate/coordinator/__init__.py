@@ -1,4 +1,4 @@
-"""Consumer groups: membership, generations and epochs, rebalance, sessions, committed offsets.
+"""Consumer groups: membership, generations and epochs, rebalance, sessions, committed offsets; transactions.
 
 Pure, synchronous state machines on an injected clock: no sockets, no asyncio, no threads, no clock reads —
 ``now_ms`` is an argument of every call and timers fire only in ``tick(now_ms)``, which
@@ -18,6 +18,9 @@ to the network and runs them on the storage thread.
 * Committed offsets: :mod:`~walgate.coordinator.offsets` (OffsetCommit / OffsetFetch / OffsetDelete /
   DeleteGroups plans and the :class:`OffsetStore` interface), :mod:`~walgate.coordinator.store` (the store over
   the storage engine).
+* Transactions (KIP-98, KIP-447): :mod:`~walgate.coordinator.transactions` (:class:`TransactionCoordinator`: one
+  state machine per transactional id; the gateway's ``walgate.gateway.kafka.transactions`` makes its decisions
+  durable and writes the markers).
 * Shared: :mod:`~walgate.coordinator.consumer_protocol` (the consumer protocol's embedded bytes),
   :mod:`~walgate.coordinator.timer` (:class:`KeyedTimer`), :mod:`~walgate.coordinator.errors`,
   :mod:`~walgate.coordinator.snapshots` (:class:`ConsumerInfo`, :class:`GroupStats`),

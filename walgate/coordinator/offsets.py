@@ -251,13 +251,14 @@ def _validate_and_touch(
     report_group_not_found: bool,
     now_ms: int,
     consumer: ConsumerGroups | None,
+    transactional: bool = False,
 ) -> CommitCheck:
     """What refuses each partition of an OffsetCommit (a member's session is restarted if the request is valid)."""
     if not group_id:
         return refuse_commit(ErrorCode.invalid_group_id)
     if consumer is not None and consumer.has_group(group_id):
         return consumer.offset_commit_check(
-            group_id, member_id, generation_id, consumer_protocol_version=report_group_not_found
+            group_id, member_id, generation_id, consumer_protocol_version=report_group_not_found or transactional
         )
     try:
         group = _group_for_commit(groups, store, group_id, generation_id, report_group_not_found, now_ms)
@@ -283,6 +284,7 @@ def commit_offsets(
     now_ms: int,
     metadata_max_size: int = OFFSET_METADATA_MAX_SIZE,
     consumer: ConsumerGroups | None = None,
+    transactional: bool = False,
 ) -> OffsetCommitPlan:
     """Validate an OffsetCommit and plan its records (see the module doc for the rules).
 
@@ -291,13 +293,14 @@ def commit_offsets(
     only versions that carry a member epoch). Commits to a group of *consumer*
     (KIP-848) are validated by it.
     A valid commit restarts the member's session in *groups* (Stable / PreparingRebalance).
+    *transactional*: a TxnOffsetCommit (KIP-447), which carries a KIP-848 member's epoch at any version.
     """
     check: CommitCheck = accept_commit
     # Kafka answers unknown partitions before the coordinator sees the request.
     if any(partition_exists(topic, p.partition) for topic, partitions in topics for p in partitions):
         check = _validate_and_touch(
             groups, store, group_id, generation_id, member_id, group_instance_id, report_group_not_found, now_ms,
-            consumer,
+            consumer, transactional,
         )
 
     records: list[OffsetCommitRecord] = []

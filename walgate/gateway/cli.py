@@ -367,6 +367,13 @@ def _parser() -> argparse.ArgumentParser:
         ("group-consumer-heartbeat-interval-ms", "5000"),
     ):
         serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"consumer groups (default {default})")
+    for name, default in (
+        ("transaction-max-timeout-ms", "900000: the longest transaction.timeout.ms a producer may ask for"),
+        ("transactional-id-expiration-ms", "604800000: an idle transactional id is forgotten after it"),
+        ("transaction-abort-timed-out-transaction-cleanup-interval-ms", "10000: how often timed-out transactions "
+                                                                         "are aborted"),
+    ):
+        serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"transactions (default {default})")
     serve.add_argument("--auto-create-topic-partitions", type=int, metavar="N",
                        help="Metadata creates unknown topics as Kafka-native topics of N partitions (default 0: never)")
     serve.add_argument("--authorizer-class-name", metavar="CLASS",

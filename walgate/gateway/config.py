@@ -150,6 +150,11 @@ class Config:
     group_max_session_timeout_ms: int = 1_800_000
     group_consumer_session_timeout_ms: int = 45_000  # KIP-848 members
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # Transactions (Kafka's broker settings): the longest transaction.timeout.ms a producer may ask for, how long an
+    # idle transactional id is kept, and how often timed-out transactions are looked for
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # Kafka's auto.create.topics.enable + num.partitions in one: 0 = off (the default)
     auto_create_topic_partitions: int = 0
     # origins (scheme://host[:port], comma-separated) whose browser pages may call the HTTP API; others get 403
@@ -234,6 +239,10 @@ class Config:
                 "need 0 < group_consumer_heartbeat_interval_ms < group_consumer_session_timeout_ms, got "
                 f"{self.group_consumer_heartbeat_interval_ms} and {self.group_consumer_session_timeout_ms}"
             )
+        for name in ("transaction_max_timeout_ms", "transactional_id_expiration_ms",
+                     "transaction_abort_timed_out_transaction_cleanup_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         try:
             parse_origins(self.http_allowed_origins)
         except ValueError as e:

@@ -39,6 +39,7 @@ from aiohttp import web
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
+from walgate.coordinator.transactions import TransactionCoordinator
 from walgate.gateway.config import Config, ConfigError
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
@@ -50,6 +51,7 @@ from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
@@ -87,6 +89,7 @@ class Gateway:
         self._clean_task: asyncio.Task[None] | None = None
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
+        self._transactions: TransactionService | None = None
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -158,6 +161,17 @@ class Gateway:
             now_ms=now_ms(),
         ), members)
 
+    async def _transaction_service(self, engine: Engine) -> TransactionService:
+        """The node's transaction coordinator, its durable state loaded and its decided transactions finished."""
+        cfg = self.config
+        self._transactions = TransactionService(
+            engine, self._storage,
+            TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms),
+            cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        )
+        await self._transactions.open()
+        return self._transactions
+
     def _tls_contexts(self) -> dict[str | None, ssl.SSLContext]:
         """The TLS context of each SSL/SASL_SSL listener (by name) and of the HTTP API (None), from the
         configuration; raises :class:`ConfigError` naming the one whose files cannot be loaded."""
@@ -208,12 +222,17 @@ class Gateway:
             "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
             "group.consumer.session.timeout.ms": str(cfg.group_consumer_session_timeout_ms),
             "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
+            "transaction.max.timeout.ms": str(cfg.transaction_max_timeout_ms),
+            "transactional.id.expiration.ms": str(cfg.transactional_id_expiration_ms),
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                str(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms),
             "listener.security.protocol.map": cfg.listener_security_protocol_map,
             "ssl.client.auth": cfg.ssl_client_auth,
             "ssl.enabled.protocols": ",".join(cfg.ssl_enabled_protocols),
             "ssl.principal.mapping.rules": cfg.ssl_principal_mapping_rules,
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.transactions = await self._transaction_service(engine)
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
@@ -277,6 +296,9 @@ class Gateway:
         if self._kafka is not None:
             await self._kafka.stop()
             self._kafka = None
+        if self._transactions is not None:
+            self._transactions.close()
+            self._transactions = None
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
@@ -302,7 +324,7 @@ class Gateway:
         backoff = self.config.log_cleaner_backoff_ms / 1000
         while True:
             try:
-                stats = await self._storage.call(_clean_now, engine)
+                stats = await self._storage.call(_clean_now, engine, self.config.node_id)
             except Exception:
                 log.exception("log cleaner failed; retrying in %.1f s", backoff)
                 stats = None
@@ -329,9 +351,9 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _clean_now(engine: Engine) -> CleanStats | None:
+def _clean_now(engine: Engine, node_id: int) -> CleanStats | None:
     """Runs on the storage thread, so ``now`` is read when the step runs."""
-    return engine.clean(time.time())
+    return engine.clean(time.time(), node_id)
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

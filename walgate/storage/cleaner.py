@@ -53,7 +53,7 @@ import logging
 import struct
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -179,11 +179,14 @@ class Cleaner:
         self.step_bytes = step_bytes
         self._dirty: dict[Path, int] = {}  # vnode directory -> dirty point (WAL version)
         self._pass: _Pass | None = None
+        self._defaults: Mapping[str, str] = {}
 
-    def clean(self, now_wall: float) -> CleanStats | None:
+    def clean(self, now_wall: float, defaults: Mapping[str, str]) -> CleanStats | None:
         """One bounded step of cleaning: what the pass in progress did so far (``finished`` once it is whole), or
         None when no partition is due, the pass's partition went away, or the disk refused a write (OSError never
-        escapes: the pass stops there, logged, and is tried again later)."""
+        escapes: the pass stops there, logged, and is tried again later). A topic's configs apply over *defaults*
+        (the dynamic broker defaults: ``log.cleanup.policy=compact`` compacts every topic without its own policy)."""
+        self._defaults = defaults
         p = self._pass
         if p is None:
             p = self._pass = self._start(now_wall)
@@ -209,7 +212,7 @@ class Cleaner:
         """A pass over the dirtiest partition that is due (None: none is)."""
         best: tuple[float, TopicDef, Vnode, list[Segment]] | None = None
         for topic in self.store.catalog.topics.values():
-            settings = cleaner_settings(topic.configs) if topic.kind == "kafka" else None
+            settings = cleaner_settings({**self._defaults, **topic.configs}) if topic.kind == "kafka" else None
             if settings is None:
                 continue
             for vnode in self.store.vnodes.get(topic.db, []):
@@ -227,7 +230,7 @@ class Cleaner:
         """Whether the pass's partition stopped being a compacted one of this engine (dropped, altered)."""
         topic = self.store.catalog.topics.get(p.topic.name)
         vnodes = self.store.vnodes.get(p.topic.db, [])
-        return (topic is None or topic.topic_id != p.topic.topic_id or cleaner_settings(topic.configs) is None
+        return (topic is None or topic.topic_id != p.topic.topic_id or cleaner_settings({**self._defaults, **topic.configs}) is None
                 or p.vnode.index >= len(vnodes) or vnodes[p.vnode.index] is not p.vnode)
 
     def _scan(self, p: _Pass) -> None:
@@ -294,7 +297,7 @@ class Cleaner:
         k = bisect_left(wal.segments, first, key=_first)
         if k >= len(wal.segments) - 1 or wal.segments[k].first != first or wal.segments[k].size != size:
             return
-        settings = cleaner_settings(self.store.catalog.topics[p.topic.name].configs)
+        settings = cleaner_settings({**self._defaults, **self.store.catalog.topics[p.topic.name].configs})
         assert settings is not None  # (checked by _gone)
         keep = {v for versions in p.recent.values() for v in versions}
         idx = self.store.indexes[(p.topic.name, p.vnode.index)]

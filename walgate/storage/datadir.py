@@ -7,6 +7,7 @@ Layout of format 2 (the current one; ``docs/data-dir.md`` has the full descripti
     producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
     groups.log                      consumer-group metadata (group_metadata.py): checksummed JSON lines, created by
                                     the first group record (missing: no group state recorded)
+    transactions.log                transaction coordinator state (transactions_log.py): checksummed JSON lines
     quarantine/                     copies of damaged bytes (damage.py)
     db/<database id>/vnode<i>/      one vnode (vnode.py)
         wal/<first version>.log     WAL segments and their indexes (wal.py)

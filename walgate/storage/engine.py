@@ -402,7 +402,8 @@ class Engine:
     def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers a partition keeps state for (DescribeProducers)."""
         return self.native.active_producers(topic, partition)
-    def clean(self, now_wall: float) -> CleanStats | None:
-        """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`): what the pass in progress did so
-        far (``finished`` once whole), None when no partition is due. The caller calls again while it gets stats."""
-        return self.cleaner.clean(now_wall)
+    def clean(self, now_wall: float, node_id: int) -> CleanStats | None:
+        """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
+        *node_id*'s dynamic broker defaults: what the pass in progress did so far (``finished`` once whole), None when
+        no partition is due. The caller calls again while it gets stats."""
+        return self.cleaner.clean(now_wall, self.topic_defaults(node_id))

@@ -57,11 +57,13 @@ _KAFKA_SYNONYMS: Final[dict[str, str]] = {
 """Topic config -> the broker config of the highest priority that sets its default (Kafka 4's
 ``ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS``, every one of them dynamic, cluster-wide or per broker)."""
 
-_ACTED_ON: Final = ("retention.ms", "retention.bytes", "segment.bytes", "flush.ms", "flush.messages", "cleanup.policy")
+_ACTED_ON: Final = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "flush.ms", "flush.messages",
+                    "cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                    "min.cleanable.dirty.ratio", "max.message.bytes", "message.timestamp.type")
 """The topic configs whose broker defaults walgate acts on: the WAL settings of a topic's database follow them
-(:meth:`walgate.storage.engine.Engine.apply_topic_defaults`); readers of the others (Produce's
-``max.message.bytes``, ``message.timestamp.type``) read a topic's own configs only, so their broker synonyms are
-refused until they read :meth:`~walgate.storage.engine.Engine.effective_topic_configs`."""
+(:meth:`walgate.storage.engine.Engine.apply_topic_defaults`), and so do the log cleaner
+(:meth:`~walgate.storage.engine.Engine.clean`) and Produce (``max.message.bytes``, ``message.timestamp.type``,
+``cleanup.policy``), which read a topic's configs over :meth:`~walgate.storage.engine.Engine.topic_defaults`."""
 
 BROKER_SYNONYMS: Final[dict[str, str]] = {
     b: t for t, b in _KAFKA_SYNONYMS.items() if t in TOPIC_CONFIG_DEFAULTS and t in _ACTED_ON}

@@ -31,6 +31,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.listeners import PLAINTEXT, ListenerInfo
 from walgate.gateway.quotas import ClientQuotas
@@ -108,6 +109,7 @@ class Broker:
     quotas: ClientQuotas = field(default_factory=ClientQuotas)  # client quotas in force (gateway/quotas.py)
     # listener name -> the (host, port) told to clients connected through it; others are told (host, port)
     advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
+    transactions: TransactionService | None = None  # the transaction coordinator (None: transactions refused)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
@@ -38,7 +40,9 @@ from walgate.gateway.kafka.handlers import (
     describe_groups,
     describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -48,6 +52,7 @@ from walgate.gateway.kafka.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -57,6 +62,7 @@ from walgate.gateway.kafka.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
 )
 from walgate.wire.protocol import WIRE_VERSIONS
 
@@ -82,6 +88,7 @@ _MODULES = (
     describe_client_quotas, alter_client_quotas, alter_configs,
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
     describe_producers,
+    add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -1,11 +1,12 @@
-"""FindCoordinator (key 10) v0–v6: this node coordinates every group (batched keys from v4).
+"""FindCoordinator (key 10) v0–v6: this node coordinates every group and every transactional id (batched keys
+from v4).
 
-Transaction coordinators (key type 1) are refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a message: walgate has no
-transactions, and that error is fatal at once in clients (COORDINATOR_NOT_AVAILABLE
-would be retried until a timeout).
+Key type 0 is a group, 1 a transactional id (:mod:`walgate.gateway.kafka.transactions`); any other is
+INVALID_REQUEST. A node without a transaction coordinator (``broker.transactions`` None) answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for key type 1, fatal at once in clients.
 
-ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED.
+ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED, a transactional id it
+may not Describe TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -17,17 +18,25 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 6
-_GROUP = 0
+_GROUP, _TRANSACTION = 0, 1
+
+
+def _refused(key: str, code: int, message: str) -> dict[str, Any]:
+    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
 
 def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
-    if key_type != _GROUP:
-        return {"key": key, "node_id": -1, "host": "", "port": -1,
-                "error_code": ErrorCode.transactional_id_authorization_failed,
-                "error_message": "walgate does not support transactions"}
-    if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, key):
-        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.group_authorization_failed,
-                "error_message": "Not authorized to access group"}
+    if key_type == _TRANSACTION:
+        if broker.transactions is None:
+            return _refused(key, ErrorCode.transactional_id_authorization_failed,
+                            "this node has no transaction coordinator")
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return _refused(key, ErrorCode.transactional_id_authorization_failed,
+                            "Not authorized to access transactional id")
+    elif key_type != _GROUP:
+        return _refused(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    elif not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, key):
+        return _refused(key, ErrorCode.group_authorization_failed, "Not authorized to access group")
     host, port = broker.address()
     return {"key": key, "node_id": broker.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}

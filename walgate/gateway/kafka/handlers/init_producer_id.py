@@ -1,25 +1,33 @@
-"""InitProducerId (key 22) v0–v5: producer ids for idempotent producers; transactions are refused.
+"""InitProducerId (key 22) v0–v5: producer ids for idempotent and transactional producers.
 
-A new producer gets a fresh id (allocated in durable blocks, never reused) at
+A new idempotent producer gets a fresh id (allocated in durable blocks, never reused) at
 epoch 0. A producer that names its id and epoch (v3+, KIP-360, after an
 error it could not resolve) gets the same id at the next epoch, which resets
-its sequences. A transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-walgate has no transaction coordinator, and the error is fatal at once in
-every client (rather than retried until a timeout). An id the engine cannot
-allocate durably (the disk refused the write) is COORDINATOR_LOAD_IN_PROGRESS,
-which every client retries (:mod:`.common`).
+its sequences. An id the engine cannot allocate durably (the disk refused the write) is
+COORDINATOR_LOAD_IN_PROGRESS, which every client retries (:mod:`.common`).
 
-ACLs (as Kafka 4): an idempotent producer needs IdempotentWrite on the cluster or Write on some topic, else
-CLUSTER_AUTHORIZATION_FAILED.
+A transactional id goes to the transaction coordinator (:mod:`walgate.coordinator.transactions`): its producer id,
+the epoch bumped (fencing any older producer of the id), the state durable before the answer; an ongoing
+transaction is aborted first (markers written) and the answer is CONCURRENT_TRANSACTIONS, which the client retries.
+``transaction_timeout`` above ``transaction.max.timeout.ms`` is INVALID_TRANSACTION_TIMEOUT; PRODUCER_FENCED is
+answered as INVALID_PRODUCER_EPOCH below v4; a failed write of the transaction log is COORDINATOR_NOT_AVAILABLE. A
+node without a coordinator (``broker.transactions`` None) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal at
+once in every client.
+
+ACLs (as Kafka 4): a transactional id needs Write on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent
+producer needs IdempotentWrite on the cluster or Write on some topic, else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from walgate.gateway.kafka.access import Operation, ResourceType, by_resource_type, cluster_allowed
+from walgate.coordinator.transactions import Step, TransactionCoordinator
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, by_resource_type, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, error_of
+from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, error_of, millis
+from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -27,10 +35,36 @@ API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 5
 _MAX_EPOCH = 32766
 
 
+def _refused(code: int) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+
+async def _transactional(broker: Broker, version: int, request: Any) -> dict[str, Any]:
+    svc, tid = broker.transactions, request.transactional_id
+    if svc is None or not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return _refused(ErrorCode.transactional_id_authorization_failed)
+    pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):
+        return _refused(ErrorCode.invalid_request)
+    timeout = millis(request.transaction_timeout)
+
+    def init(c: TransactionCoordinator, engine: Engine) -> Step:
+        return c.init_producer_id(tid, timeout, None if pid == -1 else (pid, epoch), now_ms(),
+                                  engine.producer_ids.allocate)
+
+    try:
+        step = await svc.decide(init)
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        return _refused(error_of(exc, TRANSACTIONS))
+    if step.error != ErrorCode.none or step.txn is None:
+        return _refused(for_version(step.error, version, 4))
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": step.txn.producer_id,
+            "producer_epoch": step.txn.producer_epoch}
+
+
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1, "producer_epoch": -1}
+        return await _transactional(broker, header.api_version, request)
     if not (cluster_allowed(broker, Operation.IDEMPOTENT_WRITE)
             or by_resource_type(broker, Operation.WRITE, ResourceType.TOPIC)):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,

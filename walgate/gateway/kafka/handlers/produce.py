@@ -72,7 +72,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, LineProtocolError, StorageUnavailable
 from walgate.storage.lineproto import PRECISION_NS, parse_lines
 from walgate.storage.producers import SequenceError
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS
+from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, cleanup_policy
 from walgate.wire import DecodedBatch, DecodedRecord, batch_header, validate_produced, with_log_append_time
 from walgate.wire.errors import ErrorCode, WireError
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, TRANSACTIONAL_BIT
@@ -111,7 +111,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     refused = await _verify_transactions(broker, request, writable)
     if refused is None:  # transactional records without a transactional id
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
-    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused)
+    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused,
+                                       broker.node_id)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
@@ -199,14 +200,15 @@ async def _verify_transactions(broker: Broker, request: Any, writable: Callable[
 
 
 def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int,
-             refused: dict[tuple[str, int], dict[str, Any]]
+             refused: dict[tuple[str, int], dict[str, Any]], node_id: int
              ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], list[Need]]]:
     """Every partition's answer (storage thread): each partition is checked on its own, then a topic's partitions
     that passed are appended in one engine call (:meth:`~walgate.storage.engine.Engine.append_partitions`). With
     them, what each written partition needs to be durable before it is answered (group commit): its own write's
     needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all). A topic
     ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
-    ``refused`` (transaction verification) its answer there, unwritten."""
+    ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
+    *node_id*'s dynamic broker defaults."""
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
@@ -219,7 +221,7 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
                 answers[(t.name, p.index)] = refused[(t.name, p.index)]
                 continue
             try:
-                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now)
+                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now, node_id)
             except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
                 checked = _refused(p.index, exc)
             if isinstance(checked, _Append):
@@ -266,19 +268,28 @@ def _refused(index: int, exc: Exception) -> dict[str, Any]:
     return _answer(index, error_of(exc, PRODUCE), str(exc))
 
 
-def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int,
-               now: int) -> dict[str, Any] | _Append:
-    """A partition's answer, or, for a Kafka-native topic whose records pass, what to append."""
+def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int, now: int,
+               node_id: int) -> dict[str, Any] | _Append:
+    """A partition's answer, or, for a Kafka-native topic whose records pass, what to append. The topic's configs
+    apply over node *node_id*'s dynamic broker defaults. A compacted topic refuses records without a key, as Kafka's
+    ``LogValidator``: INVALID_RECORD naming them, nothing of the partition written."""
     if acks not in _ACKS:
         return _answer(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     topic = engine.catalog.topics.get(name)
     if topic is None or not engine.has_partition(name, index):
         return _answer(index, ErrorCode.unknown_topic_or_partition, f"unknown topic or partition {name}-{index}")
-    configs = {**TOPIC_CONFIG_DEFAULTS, **topic.configs}
+    configs = {**TOPIC_CONFIG_DEFAULTS, **engine.topic_defaults(node_id), **topic.configs}
     if len(records) > int(configs["segment.bytes"]):
         return _answer(index, ErrorCode.record_list_too_large,
                        f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
-    batches = validate_produced(records, int(configs["max.message.bytes"]), with_records=topic.kind != "kafka")
+    compacted = topic.kind == "kafka" and "compact" in cleanup_policy(configs)
+    batches = validate_produced(records, int(configs["max.message.bytes"]),
+                                with_records=topic.kind != "kafka" or compacted)
+    if compacted:
+        keyless = [(i, f"Compacted topic cannot accept message without key in topic partition {name}-{index}.")
+                   for i, r in enumerate(r for b in batches for r in b.records) if r.key is None]
+        if keyless:
+            return _answer(index, ErrorCode.invalid_record, keyless[0][1], record_errors=keyless)
     if topic.kind != "kafka" and any(b.is_transactional for b in batches):
         return _answer(index, ErrorCode.unsupported_for_message_format,
                        f"{name} is a TDengine topic: it takes no transactional records")

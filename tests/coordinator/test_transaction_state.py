@@ -1,0 +1,222 @@
+"""The transaction coordinator's state machine (walgate.coordinator.transactions), with Kafka's rules."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from walgate.coordinator.transactions import (
+    DEFAULT_MAX_TIMEOUT_MS,
+    MAX_EPOCH,
+    Orphan,
+    PendingOffset,
+    Step,
+    TransactionCoordinator,
+    Txn,
+    TxnState,
+)
+from walgate.wire.errors import ErrorCode
+
+TID = "app-1"
+
+
+class Node:
+    """A coordinator plus what its caller does: apply each decided state (the log write is the storage test's)."""
+
+    def __init__(self, **kwargs: int) -> None:
+        self.c = TransactionCoordinator(**kwargs)
+        self.ids = itertools.count(1000)
+        self.now = 1_000
+
+    def allocate(self) -> int:
+        return next(self.ids)
+
+    def run(self, step: Step) -> Step:
+        if step.txn is not None:
+            self.c.apply(step.txn.transactional_id, step.txn)
+        return step
+
+    def init(self, tid: str = TID, timeout: int = 60_000, expected: tuple[int, int] | None = None) -> Step:
+        return self.run(self.c.init_producer_id(tid, timeout, expected, self.now, self.allocate))
+
+    def add(self, pid: int, epoch: int, *tps: tuple[str, int], tid: str = TID) -> Step:
+        return self.run(self.c.add_partitions(tid, pid, epoch, tps, self.now))
+
+    def end(self, pid: int, epoch: int, commit: bool, tid: str = TID) -> Step:
+        return self.run(self.c.end_txn(tid, pid, epoch, commit, self.now))
+
+    def complete(self, tid: str = TID) -> Txn:
+        txn = self.c.complete(tid, self.now)
+        self.c.apply(tid, txn)
+        return txn
+
+    def txn(self, tid: str = TID) -> Txn:
+        return self.c.txns[tid]
+
+
+def test_init_allocates_then_bumps_the_epoch_fencing_the_previous_producer() -> None:
+    n = Node()
+    first = n.init()
+    assert first.error == ErrorCode.none and first.txn is not None
+    assert (first.txn.producer_id, first.txn.producer_epoch, first.txn.state) == (1000, 0, TxnState.EMPTY)
+    second = n.init()
+    assert second.txn is not None and (second.txn.producer_id, second.txn.producer_epoch) == (1000, 1)
+    # the zombie (epoch 0) is fenced everywhere
+    assert n.add(1000, 0, ("t", 0)).error == ErrorCode.producer_fenced
+    assert n.end(1000, 0, True).error == ErrorCode.producer_fenced
+    assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.producer_fenced
+    assert n.c.verify(TID, 1000, 0, [("t", 0)]) == {("t", 0): ErrorCode.producer_fenced}
+
+
+def test_timeouts_are_bounded_by_the_broker_maximum() -> None:
+    n = Node()
+    assert n.init(timeout=DEFAULT_MAX_TIMEOUT_MS + 1).error == ErrorCode.invalid_transaction_timeout
+    assert n.init(timeout=0).error == ErrorCode.invalid_transaction_timeout
+    assert n.init(tid="").error == ErrorCode.invalid_request
+    assert TID not in n.c.txns
+    assert Node(max_timeout_ms=1000).init(timeout=1001).error == ErrorCode.invalid_transaction_timeout
+
+
+def test_a_commit_goes_through_prepare_then_complete() -> None:
+    n = Node()
+    n.init()
+    assert n.add(1000, 0, ("t", 0), ("t", 1)).txn is not None
+    assert n.txn().state is TxnState.ONGOING and n.txn().start_ms == n.now
+    assert n.add(1000, 0, ("t", 1)) == Step(ErrorCode.none)  # already in: nothing to write
+    assert n.c.verify(TID, 1000, 0, [("t", 1), ("t", 2)]) == {
+        ("t", 1): ErrorCode.none, ("t", 2): ErrorCode.transaction_abortable}
+    step = n.end(1000, 0, True)
+    assert step.error == ErrorCode.none and n.txn().state is TxnState.PREPARE_COMMIT
+    assert [t.transactional_id for t in n.c.preparing()] == [TID]
+    # while prepared: everything waits
+    assert n.add(1000, 0, ("t", 3)).error == ErrorCode.concurrent_transactions
+    assert n.end(1000, 0, True).error == ErrorCode.concurrent_transactions
+    assert n.end(1000, 0, False).error == ErrorCode.invalid_txn_state
+    assert n.init().error == ErrorCode.concurrent_transactions
+    done = n.complete()
+    assert (done.state, done.partitions, done.start_ms) == (TxnState.COMPLETE_COMMIT, frozenset(), n.now)
+    assert n.end(1000, 0, True) == Step(ErrorCode.none)  # a retry of the finished commit
+    assert n.end(1000, 0, False).error == ErrorCode.invalid_txn_state
+    assert n.add(1000, 0, ("t", 2)).txn is not None  # the next transaction, same epoch
+    assert n.txn().partitions == {("t", 2)}
+
+
+def test_end_without_a_transaction_and_unknown_ids() -> None:
+    n = Node()
+    n.init()
+    assert n.end(1000, 0, True).error == ErrorCode.invalid_txn_state  # Empty
+    assert n.end(999, 0, True).error == ErrorCode.invalid_producer_id_mapping
+    assert n.end(1000, 0, True, tid="other").error == ErrorCode.invalid_producer_id_mapping
+    assert n.add(1000, 0, ("t", 0), tid="other").error == ErrorCode.invalid_producer_id_mapping
+
+
+def test_init_during_an_ongoing_transaction_aborts_it_with_a_fence() -> None:
+    n = Node()
+    n.init()
+    n.add(1000, 0, ("t", 0))
+    step = n.init()
+    assert step.error == ErrorCode.concurrent_transactions and step.txn is not None
+    assert (step.txn.state, step.txn.producer_epoch, step.txn.partitions) == (TxnState.PREPARE_ABORT, 1, {("t", 0)})
+    assert n.end(1000, 0, True).error == ErrorCode.producer_fenced  # the old producer is fenced at once
+    n.complete()
+    again = n.init()  # the client's retry: bumped a second time
+    assert again.error == ErrorCode.none and again.txn is not None and again.txn.producer_epoch == 2
+
+
+def test_kip_360_expected_producer_id_and_epoch() -> None:
+    n = Node()
+    n.init()
+    bumped = n.init(expected=(1000, 0))
+    assert bumped.txn is not None and bumped.txn.producer_epoch == 1 and bumped.txn.last_producer_epoch == 0
+    retried = n.init(expected=(1000, 0))  # its answer was lost: the same epoch again
+    assert retried.txn is not None and retried.txn.producer_epoch == 1
+    assert n.init(expected=(1000, 5)).error == ErrorCode.producer_fenced
+    assert n.init(expected=(42, 1)).error == ErrorCode.producer_fenced
+    assert n.init(tid="fresh", expected=(42, 3)).error == ErrorCode.none  # new metadata: epoch -1 accepts any
+
+
+def test_an_exhausted_epoch_rotates_the_producer_id() -> None:
+    n = Node()
+    n.init()
+    n.c.apply(TID, Txn(TID, 1000, 32766, 60_000, TxnState.COMPLETE_ABORT, n.now))
+    step = n.init(expected=(1000, 32766))
+    assert step.txn is not None and (step.txn.producer_id, step.txn.producer_epoch) == (1001, 0)
+    assert step.txn.previous_producer_id == 1000
+    # a retry naming the old id at the exhausted epoch (its answer was lost) gets the same new id and epoch
+    retried = n.init(expected=(1000, 32766))
+    assert retried.txn is not None and (retried.txn.producer_id, retried.txn.producer_epoch) == (1001, 0)
+    assert n.init(expected=(1000, 32765)).error == ErrorCode.producer_fenced
+
+
+def test_offsets_join_only_after_add_offsets_and_later_ones_win() -> None:
+    n = Node()
+    n.init()
+    assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.invalid_txn_state
+    assert n.run(n.c.add_offsets(TID, 1000, 0, "g", n.now)).txn is not None
+    assert n.txn().state is TxnState.ONGOING and n.txn().groups == {"g"}
+    assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.none
+    assert n.c.offset_commit_check(TID, 1000, 0, "other") == ErrorCode.invalid_txn_state
+    o1, o2 = PendingOffset("g", "in", 0, 5, -1, "", 1), PendingOffset("g", "in", 0, 9, -1, "m", 2)
+    n.c.apply(TID, n.c.add_offsets_pending(TID, [o1], n.now))
+    n.c.apply(TID, n.c.add_offsets_pending(TID, [o2, PendingOffset("g", "in", 1, 3, -1, "", 2)], n.now))
+    assert sorted(o.offset for o in n.txn().offsets) == [3, 9]
+    n.end(1000, 0, False)
+    assert n.complete().offsets == ()  # an abort drops them
+
+
+def test_expiry_aborts_timed_out_transactions_and_forgets_idle_ids() -> None:
+    n = Node(id_expiration_ms=10_000)
+    n.init(timeout=5_000)
+    n.init(tid="idle")
+    n.add(1000, 0, ("t", 0))
+    assert n.c.expire(n.now + 4_999) == []
+    n.now += 5_000
+    changes = dict(n.c.expire(n.now))
+    fenced = changes[TID]
+    assert fenced is not None and (fenced.state, fenced.producer_epoch) == (TxnState.PREPARE_ABORT, 1)
+    assert "idle" not in changes
+    n.c.apply(TID, fenced)
+    n.now += 10_000
+    assert n.c.expire(n.now) == [("idle", None)]  # a decided transaction is never forgotten
+
+
+def test_records_round_trip_and_bad_ones_raise() -> None:
+    txn = Txn(TID, 7, 3, 60_000, TxnState.ONGOING, 5, 2, 6, 4, frozenset({("t", 1), ("u", 0)}), frozenset({"g"}),
+              (PendingOffset("g", "t", 1, 10, 0, "meta", 4),))
+    assert Txn.from_record(TID, txn.to_record()) == txn
+    for bad in ({**txn.to_record(), "state": "Nope"}, {**txn.to_record(), "pid": "7"},
+                {k: v for k, v in txn.to_record().items() if k != "epoch"}):
+        with pytest.raises((KeyError, TypeError, ValueError)):
+            Txn.from_record(TID, bad)
+
+
+def test_describe_and_list() -> None:
+    n = Node()
+    n.init()
+    n.init(tid="b")
+    n.add(1000, 0, ("t", 1), ("t", 0))
+    d = n.c.describe(TID)
+    assert d["error_code"] == ErrorCode.none and d["transaction_state"] == "Ongoing"
+    assert d["topics"] == [{"topic": "t", "partitions": [0, 1]}]
+    assert n.c.describe("nope")["error_code"] == ErrorCode.transactional_id_not_found
+    assert {t.transactional_id for t in n.c.list([], [], -1, n.now)} == {TID, "b"}
+    assert [t.transactional_id for t in n.c.list(["Ongoing"], [], -1, n.now)] == [TID]
+    assert [t.transactional_id for t in n.c.list([], [1001], -1, n.now)] == ["b"]
+    assert [t.transactional_id for t in n.c.list([], [], 1, n.now)] == ["b"]  # TID started 0 ms ago, "b" never
+    assert {t.transactional_id for t in n.c.list([], [], 1, n.now + 5)} == {TID, "b"}
+
+
+def test_orphans_are_the_open_partitions_no_running_transaction_holds() -> None:
+    n = Node()
+    n.init(tid="running")  # pid 1000
+    n.add(1000, 0, ("t", 0), tid="running")
+    n.init(tid="done")  # pid 1001
+    n.add(1001, 0, ("t", 1), tid="done")
+    n.end(1001, 0, True, tid="done")
+    n.complete(tid="done")
+    ongoing = {1000: [("t", 0)], 1001: [("t", 1)], 555: [("t", 2), ("u", 0)]}
+    assert n.c.orphans(ongoing, n.now) == [
+        Orphan(555, MAX_EPOCH, False, (("t", 2), ("u", 0)), n.now + DEFAULT_MAX_TIMEOUT_MS),  # nobody's: aborted later
+        Orphan(1001, 0, True, (("t", 1),), n.now),  # its commit marker again, at once
+    ]

@@ -1,0 +1,381 @@
+"""The transaction coordinator (KIP-98, KIP-447, KIP-890 part 1): one state machine per transactional id.
+
+Pure and synchronous: no clock (``now_ms`` is passed in), no storage. Every request is decided by a method returning
+a :class:`Step`: the error code to answer and, when the state changes, the new :class:`Txn` to make durable. The
+caller (``walgate.gateway.kafka.transactions``) writes that record to the transaction log first and only then
+:meth:`TransactionCoordinator.apply` s it, the one replay function, which start-up recovery calls with every record
+of the log too, so live and recovered state cannot drift.
+
+States (Kafka's ``TransactionState`` names)::
+
+    Empty ──AddPartitions/AddOffsets──▶ Ongoing ──EndTxn commit──▶ PrepareCommit ──markers, offsets──▶ CompleteCommit
+      ▲                                   │  └─EndTxn abort, timeout, InitProducerId (fence)──▶ PrepareAbort ──markers──▶ CompleteAbort
+      └──── InitProducerId (epoch bump) ◀─┴──────────────────────────── Complete* ──AddPartitions──▶ Ongoing
+
+* **Empty / CompleteCommit / CompleteAbort**: no transaction. InitProducerId bumps the epoch (fencing the previous
+  producer of this id); AddPartitionsToTxn / AddOffsetsToTxn start one.
+* **Ongoing**: partitions and groups are added; TxnOffsetCommit keeps offsets pending in the transaction
+  (:attr:`Txn.offsets`), seen by nobody until the commit. EndTxn moves it to Prepare*. InitProducerId for the same
+  id, or the transaction's timeout, fences the producer: the epoch is bumped and the state becomes PrepareAbort in
+  one record (Kafka's in-memory PrepareEpochFence step is folded into it), and InitProducerId answers
+  CONCURRENT_TRANSACTIONS, so the client retries and the retry bumps the epoch again.
+* **PrepareCommit / PrepareAbort**: decided and durable; the caller writes a marker into every partition, applies
+  the pending offsets to the groups (commit only), then :meth:`TransactionCoordinator.complete` moves it to
+  Complete*. A restart or a failed marker write leaves it here, and the caller completes it again later
+  (markers are idempotent in effect). Requests meanwhile answer CONCURRENT_TRANSACTIONS (retriable).
+
+Producer ids and epochs (``TransactionMetadata``): a new transactional id gets a producer id and epoch -1, so its
+first InitProducerId answers epoch 0. An exhausted epoch (32766 and up) rotates to a new producer id at epoch 0
+(``previous_producer_id`` keeps the old one). KIP-360: an InitProducerId naming its producer id and epoch is
+accepted for the current producer id at the current epoch (bump), at the epoch before the last bump (a retry: the
+same epoch is answered again) or when the state is new; anything else is PRODUCER_FENCED.
+
+Transactional ids expire after ``transactional.id.expiration.ms`` without a transaction (Empty / Complete*), and an
+Ongoing transaction older than its timeout is aborted (:meth:`TransactionCoordinator.expire`). At start,
+:meth:`TransactionCoordinator.orphans` names the transactions partitions hold open that no Ongoing or Prepare*
+transaction holds, and how to end them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "DEFAULT_MAX_TIMEOUT_MS", "DEFAULT_ID_EXPIRATION_MS", "MAX_EPOCH", "NO_PRODUCER_EPOCH", "Orphan", "PendingOffset", "STATE_NAMES", "Step",
+    "TransactionCoordinator", "Txn", "TxnState", "epoch_exhausted",
+]
+
+DEFAULT_MAX_TIMEOUT_MS: Final = 900_000
+"""Kafka's ``transaction.max.timeout.ms``."""
+DEFAULT_ID_EXPIRATION_MS: Final = 604_800_000
+"""Kafka's ``transactional.id.expiration.ms`` (7 days)."""
+NO_PRODUCER_EPOCH: Final = -1
+_NO_PRODUCER_ID: Final = -1
+MAX_EPOCH: Final = 32767
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    """Kafka's ``isEpochExhausted``: the last epochs are kept for the abort markers of a fenced producer."""
+    return epoch >= MAX_EPOCH - 1
+
+
+class TxnState(Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+STATE_NAMES: Final = frozenset({s.value for s in TxnState} | {"PrepareEpochFence", "Dead"})
+"""Every state name Kafka knows (ListTransactions filters): this coordinator never holds the last two (its fence is
+a PrepareAbort record, an expired id is removed)."""
+
+_PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+_IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOffset:
+    """An offset a TxnOffsetCommit gave, applied to ``group`` only if the transaction commits."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Txn:
+    """One transactional id's whole state (what the log keeps, :meth:`to_record`)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    last_update_ms: int
+    last_producer_epoch: int = NO_PRODUCER_EPOCH  # the epoch before the last bump (KIP-360 retries)
+    previous_producer_id: int = _NO_PRODUCER_ID  # the producer id before the last rotation
+    start_ms: int = -1  # when the last transaction started (-1: none yet), kept after it ends as Kafka keeps it
+    partitions: frozenset[tuple[str, int]] = frozenset()
+    groups: frozenset[str] = frozenset()
+    offsets: tuple[PendingOffset, ...] = field(default=())
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "pid": self.producer_id, "epoch": self.producer_epoch, "last_epoch": self.last_producer_epoch,
+            "prev_pid": self.previous_producer_id, "timeout": self.timeout_ms, "state": self.state.value,
+            "start": self.start_ms, "updated": self.last_update_ms,
+            "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
+            "offsets": [[o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata, o.commit_ms]
+                        for o in self.offsets],
+        }
+
+    @classmethod
+    def from_record(cls, tid: str, r: Mapping[str, Any]) -> Txn:
+        """The state a :meth:`to_record` wrote; ValueError (or KeyError/TypeError) for anything else."""
+        ints = [r[k] for k in ("pid", "epoch", "last_epoch", "prev_pid", "timeout", "start", "updated")]
+        if any(type(v) is not int for v in ints):
+            raise ValueError(f"not integers: {ints!r}")
+        partitions = frozenset((str(t), int(p)) for t, p in r["partitions"])
+        offsets = tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), str(m), int(ts))
+                        for g, t, p, o, e, m, ts in r["offsets"])
+        return cls(tid, r["pid"], r["epoch"], r["timeout"], TxnState(r["state"]), r["updated"], r["last_epoch"],
+                   r["prev_pid"], r["start"], partitions, frozenset(str(g) for g in r["groups"]), offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """Partitions where a producer has a transaction open that the coordinator is not running: the marker to end it
+    with (``commit``) at ``epoch``, due at ``due_ms``."""
+
+    producer_id: int
+    epoch: int
+    commit: bool
+    partitions: tuple[tuple[str, int], ...]
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A request's decision: the error code to answer, and the new state to make durable first (None: unchanged)."""
+
+    error: int
+    txn: Txn | None = None
+
+
+class TransactionCoordinator:
+    """Every transactional id's :class:`Txn` (see the module docstring for the rules)."""
+
+    def __init__(self, max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
+                 id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS) -> None:
+        self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
+        self.txns: dict[str, Txn] = {}
+
+    def apply(self, tid: str, txn: Txn | None) -> None:
+        """The one replay function: ``txn`` is durable (None: the id expired)."""
+        if txn is None:
+            self.txns.pop(tid, None)
+        else:
+            self.txns[tid] = txn
+
+    # ------------------------------------------------------------------ requests
+
+    def init_producer_id(self, tid: str, timeout_ms: int, expected: tuple[int, int] | None, now_ms: int,
+                         allocate: Callable[[], int]) -> Step:
+        """InitProducerId with a transactional id; ``expected``: the (producer id, epoch) of a v3+ request that named
+        them (KIP-360); ``allocate`` hands out a new producer id. A NONE step's txn holds the answer."""
+        if not tid:
+            return Step(ErrorCode.invalid_request)
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return Step(ErrorCode.invalid_transaction_timeout)
+        txn = self.txns.get(tid)
+        if txn is None:
+            txn = Txn(tid, allocate(), NO_PRODUCER_EPOCH, timeout_ms, TxnState.EMPTY, now_ms)
+        if expected is not None and not (
+            txn.producer_epoch == NO_PRODUCER_EPOCH or expected[0] == txn.producer_id
+            or (expected[0] == txn.previous_producer_id and epoch_exhausted(expected[1]))
+        ):
+            return Step(ErrorCode.producer_fenced)
+        if txn.state in _PREPARE:
+            return Step(ErrorCode.concurrent_transactions)
+        if txn.state is TxnState.ONGOING:
+            return Step(ErrorCode.concurrent_transactions, self._fenced(txn, now_ms))
+        idle = dict(state=TxnState.EMPTY, timeout_ms=timeout_ms, last_update_ms=now_ms,
+                    partitions=frozenset(), groups=frozenset(), offsets=())
+        if epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
+            return Step(ErrorCode.none, replace(txn, producer_id=allocate(), producer_epoch=0,
+                                                previous_producer_id=txn.producer_id,
+                                                last_producer_epoch=NO_PRODUCER_EPOCH if expected is None
+                                                else txn.producer_epoch, **idle))  # type: ignore[arg-type]
+        if expected is None:
+            epoch, last = txn.producer_epoch + 1, NO_PRODUCER_EPOCH
+        elif txn.producer_epoch == NO_PRODUCER_EPOCH or expected[1] == txn.producer_epoch:
+            epoch, last = txn.producer_epoch + 1, txn.producer_epoch
+        elif expected[1] == txn.last_producer_epoch:  # a retry of the bump whose answer was lost
+            epoch, last = txn.producer_epoch, txn.last_producer_epoch
+        else:
+            return Step(ErrorCode.producer_fenced)
+        return Step(ErrorCode.none, replace(txn, producer_epoch=epoch, last_producer_epoch=last,
+                                            **idle))  # type: ignore[arg-type]
+
+    def _current(self, tid: str, producer_id: int, epoch: int) -> Txn | int:
+        """The txn of a request naming ``producer_id``/``epoch``, or the error refusing it."""
+        txn = self.txns.get(tid)
+        if not tid:
+            return ErrorCode.invalid_request
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if txn.producer_epoch != epoch:
+            return ErrorCode.producer_fenced
+        if txn.state in _PREPARE:
+            return ErrorCode.concurrent_transactions
+        return txn
+
+    def _begun(self, txn: Txn, now_ms: int, partitions: Iterable[tuple[str, int]] = (),
+               groups: Iterable[str] = ()) -> Txn:
+        if txn.state is TxnState.ONGOING:
+            return replace(txn, partitions=txn.partitions | frozenset(partitions), groups=txn.groups | frozenset(groups),
+                           last_update_ms=now_ms)
+        return replace(txn, state=TxnState.ONGOING, start_ms=now_ms, last_update_ms=now_ms,
+                       partitions=frozenset(partitions), groups=frozenset(groups), offsets=())
+
+    def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]],
+                       now_ms: int) -> Step:
+        """AddPartitionsToTxn (the client's form): the partitions join the transaction (starting one)."""
+        txn = self._current(tid, producer_id, epoch)
+        if isinstance(txn, int):
+            return Step(txn)
+        wanted = frozenset(partitions)
+        if txn.state is TxnState.ONGOING and wanted <= txn.partitions:
+            return Step(ErrorCode.none)
+        return Step(ErrorCode.none, self._begun(txn, now_ms, partitions=wanted))
+
+    def verify(self, tid: str, producer_id: int, epoch: int,
+               partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn's verify-only form (KIP-890 part 1): per partition, NONE when it is in the producer's
+        ongoing transaction, TRANSACTION_ABORTABLE when not, or the error refusing the producer."""
+        txn = self._current(tid, producer_id, epoch)
+        if isinstance(txn, int):
+            return {tp: txn for tp in partitions}
+        ongoing = txn.state is TxnState.ONGOING
+        return {tp: ErrorCode.none if ongoing and tp in txn.partitions else ErrorCode.transaction_abortable
+                for tp in partitions}
+
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str, now_ms: int) -> Step:
+        """AddOffsetsToTxn: the group's offsets may be committed in the transaction (starting one)."""
+        txn = self._current(tid, producer_id, epoch)
+        if isinstance(txn, int):
+            return Step(txn)
+        if txn.state is TxnState.ONGOING and group in txn.groups:
+            return Step(ErrorCode.none)
+        return Step(ErrorCode.none, self._begun(txn, now_ms, groups=(group,)))
+
+    def offset_commit_check(self, tid: str, producer_id: int, epoch: int, group: str) -> int:
+        """Whether TxnOffsetCommit may add offsets of ``group``: NONE, or the error refusing every partition."""
+        txn = self._current(tid, producer_id, epoch)
+        if isinstance(txn, int):
+            return txn
+        if txn.state is not TxnState.ONGOING or group not in txn.groups:
+            return ErrorCode.invalid_txn_state
+        return ErrorCode.none
+
+    def add_offsets_pending(self, tid: str, offsets: Iterable[PendingOffset], now_ms: int) -> Txn:
+        """The transaction of ``tid`` (checked by :meth:`offset_commit_check`) with ``offsets`` pending: a later
+        offset of a (group, topic, partition) replaces the earlier one."""
+        txn = self.txns[tid]
+        kept = {(o.group, o.topic, o.partition): o for o in txn.offsets}
+        kept.update({(o.group, o.topic, o.partition): o for o in offsets})
+        return replace(txn, offsets=tuple(kept.values()), last_update_ms=now_ms)
+
+    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int) -> Step:
+        """EndTxn: Ongoing → PrepareCommit / PrepareAbort; a retry of a finished one answers NONE."""
+        txn = self.txns.get(tid)
+        if not tid:
+            return Step(ErrorCode.invalid_request)
+        if txn is None or txn.producer_id != producer_id:
+            return Step(ErrorCode.invalid_producer_id_mapping)
+        if txn.producer_epoch != epoch:
+            return Step(ErrorCode.producer_fenced)
+        if txn.state is TxnState.ONGOING:
+            state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            return Step(ErrorCode.none, replace(txn, state=state, last_update_ms=now_ms))
+        same = {TxnState.COMPLETE_COMMIT: (commit, ErrorCode.none), TxnState.COMPLETE_ABORT: (not commit, ErrorCode.none),
+                TxnState.PREPARE_COMMIT: (commit, ErrorCode.concurrent_transactions),
+                TxnState.PREPARE_ABORT: (not commit, ErrorCode.concurrent_transactions)}.get(txn.state)
+        if same is not None and same[0]:
+            return Step(same[1])
+        return Step(ErrorCode.invalid_txn_state)
+
+    # ------------------------------------------------------------------ completion and timers
+
+    def _fenced(self, txn: Txn, now_ms: int) -> Txn:
+        """The ongoing ``txn`` aborted with its epoch bumped (Kafka's ``prepareFenceProducerEpoch``)."""
+        epoch = txn.producer_epoch if epoch_exhausted(txn.producer_epoch) else txn.producer_epoch + 1
+        return replace(txn, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH, state=TxnState.PREPARE_ABORT,
+                       last_update_ms=now_ms)
+
+    def complete(self, tid: str, now_ms: int) -> Txn:
+        """The Complete* state of ``tid``'s Prepare* transaction, once its markers (and offsets) are written."""
+        txn = self.txns[tid]
+        assert txn.state in _PREPARE, txn.state
+        state = TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        return replace(txn, state=state, last_update_ms=now_ms, partitions=frozenset(),
+                       groups=frozenset(), offsets=())
+
+    def preparing(self) -> list[Txn]:
+        """Transactions decided but not completed (markers to write)."""
+        return [t for t in self.txns.values() if t.state in _PREPARE]
+
+    def expire(self, now_ms: int) -> list[tuple[str, Txn | None]]:
+        """What the periodic check writes: ongoing transactions past their timeout aborted with an epoch bump, idle
+        transactional ids past ``transactional.id.expiration.ms`` removed (None)."""
+        out: list[tuple[str, Txn | None]] = []
+        for tid, txn in self.txns.items():
+            if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now_ms:
+                out.append((tid, self._fenced(txn, now_ms)))
+            elif txn.state in _IDLE and txn.last_update_ms + self.id_expiration_ms <= now_ms:
+                out.append((tid, None))
+        return out
+
+    def orphans(self, ongoing: Mapping[int, Iterable[tuple[str, int]]], now_ms: int) -> list[Orphan]:
+        """At start, given the partitions where each producer id has a transaction open (rebuilt from the logs): those
+        no Ongoing or Prepare* transaction of this coordinator holds.
+
+        * A transactional id whose transaction is over (a marker lost with the page cache of a partition fsynced
+          periodically) gets its outcome again, at once.
+        * A producer id no transactional id owns (its state was lost with a damaged transaction log) can never
+          commit; Kafka leaves such a transaction hanging. Here it is aborted at the last epoch, which fences the
+          producer id, once ``transaction.max.timeout.ms`` has passed: by then any timeout it had has expired."""
+        owners = {t.producer_id: t for t in self.txns.values()}
+        out = []
+        for pid, partitions in sorted(ongoing.items()):
+            txn = owners.get(pid)
+            running = txn.partitions if txn is not None and txn.state not in _IDLE else frozenset()
+            stray = tuple(sorted(tp for tp in partitions if tp not in running))
+            if not stray:
+                continue
+            if txn is None:
+                out.append(Orphan(pid, MAX_EPOCH, False, stray, now_ms + self.max_timeout_ms))
+            else:
+                out.append(Orphan(pid, txn.producer_epoch, txn.state is TxnState.COMPLETE_COMMIT, stray, now_ms))
+        return out
+
+    # ------------------------------------------------------------------ admin
+
+    def describe(self, tid: str) -> dict[str, Any]:
+        """DescribeTransactions' answer for one id (the response's field names; durations and times in ms)."""
+        txn = self.txns.get(tid)
+        if not tid:
+            return {"error_code": ErrorCode.invalid_request, "transactional_id": tid}
+        if txn is None:
+            return {"error_code": ErrorCode.transactional_id_not_found, "transactional_id": tid}
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(txn.partitions):
+            by_topic.setdefault(t, []).append(p)
+        return {"error_code": ErrorCode.none, "transactional_id": tid, "transaction_state": txn.state.value,
+                "transaction_timeout": txn.timeout_ms, "transaction_start_time": txn.start_ms,
+                "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def list(self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int,
+             now_ms: int) -> list[Txn]:
+        """ListTransactions: the ids matching every given filter (empty filters match all; ``min_duration_ms`` < 0:
+        no duration filter, else only those whose last transaction started at least that long ago, or never, as
+        Kafka counts it)."""
+        wanted_states, wanted_pids = set(states), set(producer_ids)
+        return [t for t in self.txns.values()
+                if (not wanted_states or t.state.value in wanted_states)
+                and (not wanted_pids or t.producer_id in wanted_pids)
+                and (min_duration_ms < 0 or now_ms - t.start_ms >= min_duration_ms)]

@@ -1,0 +1,47 @@
+"""AddOffsetsToTxn (key 25) v0–v4: a consumer group's offsets may be committed in the producer's transaction.
+
+The group joins the transaction (starting one); TxnOffsetCommit then adds its offsets, which the group sees only
+when the transaction commits (:mod:`walgate.coordinator.transactions`). PRODUCER_FENCED is answered as
+INVALID_PRODUCER_EPOCH below v2.
+
+ACLs (Kafka's ``handleAddOffsetsToTxnRequest``): Write on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the group (else GROUP_AUTHORIZATION_FAILED).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.coordinator.transactions import Step, TransactionCoordinator
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 25, 0, 4
+
+
+async def _error(broker: Broker, version: int, request: Any) -> int:
+    svc = broker.transactions
+    tid, group = request.transactional_id, request.group_id
+    if svc is None:
+        return ErrorCode.coordinator_not_available
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return ErrorCode.transactional_id_authorization_failed
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, group):
+        return ErrorCode.group_authorization_failed
+
+    def add(c: TransactionCoordinator, engine: Engine) -> Step:
+        return c.add_offsets(tid, request.producer_id, request.producer_epoch, group, now_ms())
+
+    try:
+        return for_version((await svc.decide(add)).error, version, 2)
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        return error_of(exc, TRANSACTIONS)
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": await _error(broker, header.api_version, request)}

@@ -1,0 +1,44 @@
+"""DescribeTransactions (key 65) v0: each transactional id's producer, state, timeout, start time and partitions.
+
+ACLs (Kafka's ``handleDescribeTransactionsRequest``): an id the principal may not Describe answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics it may not Describe are left out of the partitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 65, 0, 0
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    svc = broker.transactions
+    ids = list(request.transactional_ids)
+    visible = {tid for tid in ids if allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
+    try:
+        if svc is None:
+            described = {tid: {"transactional_id": tid, "error_code": ErrorCode.coordinator_not_available}
+                         for tid in visible}
+        else:
+            described = await svc.call(lambda c: {tid: c.describe(tid) for tid in visible})
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        code = error_of(exc, TRANSACTIONS)
+        described = {tid: {"transactional_id": tid, "error_code": code} for tid in visible}
+    states = []
+    for tid in ids:
+        if tid not in visible:
+            states.append({"transactional_id": tid, "error_code": ErrorCode.transactional_id_authorization_failed,
+                           "topics": []})
+            continue
+        state = dict(described[tid])
+        topics = state.pop("topics", [])
+        shown = allowed_names(broker, Operation.DESCRIBE, ResourceType.TOPIC, {t["topic"] for t in topics})
+        state["topics"] = [t for t in topics if t["topic"] in shown]
+        states.append(state)
+    return {"throttle_time": 0, "transaction_states": states}

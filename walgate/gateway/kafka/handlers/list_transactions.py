@@ -1,0 +1,41 @@
+"""ListTransactions (key 66) v0–v1: the transactional ids this node coordinates, filtered by state, producer id and
+(v1) how long the transaction has been running.
+
+State names this node does not know are answered in ``unknown_state_filters`` (and match nothing), as Kafka does.
+ACLs (Kafka's ``handleListTransactionsRequest``): only ids the principal may Describe are listed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.coordinator.transactions import STATE_NAMES
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 1
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    svc = broker.transactions
+    states = list(request.state_filters)
+    unknown = [s for s in states if s not in STATE_NAMES]
+    answer: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
+                              "transaction_states": []}
+    if svc is None:
+        return {**answer, "error_code": ErrorCode.coordinator_not_available}
+    duration = getattr(request, "duration_filter", -1)
+    try:
+        txns = await svc.call(lambda c: c.list(states, request.producer_id_filters, duration, now_ms()))
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        return {**answer, "error_code": error_of(exc, TRANSACTIONS)}
+    shown = allowed_names(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, {t.transactional_id for t in txns})
+    answer["transaction_states"] = [
+        {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "transaction_state": t.state.value}
+        for t in sorted(txns, key=lambda t: t.transactional_id) if t.transactional_id in shown
+    ]
+    return answer

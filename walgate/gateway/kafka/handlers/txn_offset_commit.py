@@ -1,0 +1,90 @@
+"""TxnOffsetCommit (key 28) v0–v4: consumer-group offsets committed inside a producer's transaction (KIP-98, KIP-447).
+
+The offsets are kept pending in the transaction (durable in the transaction log) and reach the group's committed
+offsets, through the same path as OffsetCommit, only when the transaction commits; an abort drops them
+(:mod:`walgate.gateway.kafka.transactions`). The group must have been added by AddOffsetsToTxn in the ongoing
+transaction (else INVALID_TXN_STATE); a producer id or epoch that is not the transactional id's current one answers
+INVALID_PRODUCER_ID_MAPPING / INVALID_PRODUCER_EPOCH (what Kafka's offsets log answers a fenced producer). From v3
+(KIP-447) the request names the consumer's generation (or KIP-848 member epoch), member id and instance id, checked as
+OffsetCommit checks them (:func:`walgate.coordinator.offsets.commit_offsets`: ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID ...); generation -1 is a commit outside group management, accepted. Per
+partition, one that does not exist answers UNKNOWN_TOPIC_OR_PARTITION and metadata over 4096 bytes
+OFFSET_METADATA_TOO_LARGE, the others are kept.
+
+ACLs (Kafka's ``handleTxnOffsetCommitRequest``): Write on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), Read on the group (else GROUP_AUTHORIZATION_FAILED),
+Read on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions; the others are kept).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.coordinator.offsets import PartitionCommit, commit_offsets
+from walgate.coordinator.store import EngineOffsetStore
+from walgate.coordinator.transactions import PendingOffset
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 4
+
+Topics = list[tuple[str, list[PartitionCommit]]]
+
+
+def _failed(topics: Topics, code: int) -> list[dict[str, Any]]:
+    return [{"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
+            for name, parts in topics]
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    svc = broker.transactions
+    tid, group = request.transactional_id, request.group_id
+    topics: Topics = [
+        (t.name, [PartitionCommit(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                  p.committed_metadata) for p in t.partitions])
+        for t in request.topics
+    ]
+    if svc is None:
+        return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.coordinator_not_available)}
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.transactional_id_authorization_failed)}
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, group):
+        return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.group_authorization_failed)}
+    readable = allowed_names(broker, Operation.READ, ResourceType.TOPIC, {name for name, _ in topics})
+    denied = [t for t in topics if t[0] not in readable]
+    topics = [t for t in topics if t[0] in readable]
+    groups = broker.groups.groups
+    producer_id, epoch = request.producer_id, request.producer_epoch
+
+    def commit(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
+        refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
+        if refused == ErrorCode.producer_fenced:
+            refused = ErrorCode.invalid_producer_epoch
+        if refused != ErrorCode.none:
+            return _failed(topics, refused), []
+        now = now_ms()
+        plan = commit_offsets(
+            groups.classic, store, group_id=group, generation_id=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", ""), group_instance_id=getattr(request, "group_instance_id", None),
+            topics=topics, partition_exists=store.partition_exists, report_group_not_found=False, now_ms=now,
+            consumer=groups.consumer, transactional=True,
+        )
+        pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
+                                 r.commit_timestamp_ms) for r in plan.records]
+        if pending:
+            try:
+                svc.record([(tid, svc.coordinator.add_offsets_pending(tid, pending, now))])
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                code = error_of(exc, TRANSACTIONS)
+                return plan.failed({(r.topic, r.partition): code for r in plan.records})["topics"], []
+        return plan.response["topics"], []
+
+    try:
+        answered = await broker.groups.with_store(commit)
+    except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+        answered = _failed(topics, error_of(exc, TRANSACTIONS))
+    return {"throttle_time": 0, "topics": [*answered, *_failed(denied, ErrorCode.topic_authorization_failed)]}

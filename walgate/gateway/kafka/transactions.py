@@ -1,0 +1,289 @@
+"""The transaction coordinator wired to the storage thread and the event loop (``broker.transactions``).
+
+The state machine (:class:`~walgate.coordinator.transactions.TransactionCoordinator`) and its durable log
+(:class:`~walgate.storage.transactions_log.TransactionLog`) are only touched on the storage thread, like the engine
+whose partitions get the markers, so they never race. Every change is written and fsynced to the log before it is
+applied and before the request is answered (:meth:`TransactionService.decide`).
+
+Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each durable before the next:
+
+1. the Prepare* state is written (the decision: from here on the transaction commits, or aborts, whatever happens);
+2. on the storage thread, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions
+   and, on commit, the offsets TxnOffsetCommit gave are committed to their groups through the consumer groups' own
+   offset path; the call returns once all of it is durable (group commit waits for its fsyncs);
+3. the Complete* state is written.
+
+A failure in step 2 (the disk refused a marker or an offset) leaves the transaction in Prepare*: clients get
+CONCURRENT_TRANSACTIONS (retriable) and the periodic check (every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``) runs steps 2 and 3 again, as does the start of a
+node that stopped between steps 1 and 3 (:meth:`TransactionService.open`). Writing a marker twice is harmless (a
+partition where the producer has no ongoing transaction still takes it, as in Kafka), and committing the same offsets
+twice too. The same periodic check aborts ongoing transactions past their timeout (with an epoch bump, fencing the
+producer) and forgets idle transactional ids past ``transactional.id.expiration.ms``. A check that raises is logged
+in one line and runs again at the next interval.
+
+EndTxn is answered once step 3 is done (or, when step 2 failed, once the decision is durable: the answer is NONE,
+the transaction ends later), so a consumer reading right after a commit sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Final, TypeVar
+
+from walgate.coordinator.offsets import OffsetCommitRecord
+from walgate.coordinator.store import EngineOffsetStore
+from walgate.coordinator.transactions import MAX_EPOCH, Orphan, Step, TransactionCoordinator, Txn, TxnState
+from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.engine import Engine
+from walgate.storage.errors import NotFound, StorageUnavailable
+from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["TransactionService", "COORDINATOR_EPOCH", "TRANSACTIONS", "for_version", "partition_errors"]
+
+log = logging.getLogger("walgate.transactions")
+
+T = TypeVar("T")
+
+COORDINATOR_EPOCH: Final = 0
+"""The coordinator epoch markers carry: one node coordinates every transactional id, forever."""
+
+TRANSACTIONS: Final[Mapping[type[BaseException], ErrorCode]] = {
+    StorageUnavailable: ErrorCode.coordinator_not_available,
+    OSError: ErrorCode.coordinator_not_available,
+}
+"""Error overrides of the transaction APIs (:func:`~walgate.gateway.kafka.handlers.common.error_of`): a transaction
+log or producer id write the disk refused is COORDINATOR_NOT_AVAILABLE, as Kafka's coordinator answers a failed
+append to its log; clients find the coordinator again and retry."""
+
+
+_PRODUCE_ERRORS: Final[dict[int, int]] = {
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.transaction_abortable: ErrorCode.invalid_txn_state,
+}
+"""The coordinator's verification answers as Produce answers them (:meth:`TransactionService.verify`)."""
+
+
+def for_version(code: int, api_version: int, fenced_since: int) -> int:
+    """``code`` as a request of ``api_version`` may be answered: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below
+    ``fenced_since``, the version that introduced it (KIP-588)."""
+    if code == ErrorCode.producer_fenced and api_version < fenced_since:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def partition_errors(engine: Engine, partitions: Iterable[tuple[str, int]],
+                     writable: set[str]) -> dict[tuple[str, int], int]:
+    """On the storage thread: the partitions a transaction may not take, with their error (TOPIC_AUTHORIZATION_FAILED
+    for a topic not in ``writable``, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_FOR_MESSAGE_FORMAT for a TDengine topic,
+    whose rows cannot take markers)."""
+    out: dict[tuple[str, int], int] = {}
+    for topic, partition in partitions:
+        if topic not in writable:
+            out[topic, partition] = ErrorCode.topic_authorization_failed
+        elif not engine.has_partition(topic, partition):
+            out[topic, partition] = ErrorCode.unknown_topic_or_partition
+        elif engine.catalog.topics[topic].kind != "kafka":
+            out[topic, partition] = ErrorCode.unsupported_for_message_format
+    return out
+
+
+class TransactionService:
+    """The node's transaction coordinator (see the module docstring); :meth:`open` before use."""
+
+    def __init__(self, engine: Engine, storage: StorageThread, coordinator: TransactionCoordinator,
+                 check_interval_ms: int = 10_000) -> None:
+        self.coordinator = coordinator
+        self.storage = storage
+        self._engine = engine  # reached only on the storage thread
+        self._offsets = EngineOffsetStore(engine)
+        self._log: TransactionLog | None = None
+        self._check_interval_ms = check_interval_ms
+        self._completing: set[str] = set()  # transactional ids whose markers are being written
+        self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage thread)
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ storage-thread parts
+
+    def _load(self) -> None:
+        engine = self._engine
+        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log)
+        for tid, record in tlog.records.items():
+            try:
+                txn = Txn.from_record(tid, record)
+            except (KeyError, TypeError, ValueError) as exc:
+                engine.damage_log.report(tlog.path, 0, 0, f"transaction log: the state of {tid!r} does not read "
+                                         f"({exc!r}); it is forgotten", "skipped")
+                continue
+            self.coordinator.apply(tid, txn)
+            engine.producer_ids.at_least(txn.producer_id + 1)
+        self._log = tlog
+
+    def _reconcile(self) -> None:
+        """At start: the transactions partitions hold open that the coordinator is not running
+        (:meth:`TransactionCoordinator.orphans`), ended now or, a producer id nobody owns, once its timeout must have
+        passed (:meth:`_end_orphans`, run again by every check)."""
+        ongoing = {pid: [(t, p) for t, p, _ in parts] for pid, parts in self._engine.ongoing_transactions().items()}
+        self._orphans = self.coordinator.orphans(ongoing, now_ms())
+        for orphan in self._orphans:
+            log.warning("producer %d has a transaction open in %s that no transactional id runs: it is %s",
+                        orphan.producer_id, ", ".join(f"{t}-{p}" for t, p in orphan.partitions),
+                        ("committed" if orphan.commit else "aborted") + (
+                            "" if orphan.epoch != MAX_EPOCH else
+                            f" in {self.coordinator.max_timeout_ms} ms (transaction.max.timeout.ms); until then "
+                            "read_committed consumers stop before it"))
+        self._end_orphans()
+
+    def _end_orphans(self) -> None:
+        """Write the markers of the orphans that are due; a partition that refuses is logged and tried again at the
+        next check (its last stable offset stays until then)."""
+        now, kept = now_ms(), []
+        for orphan in self._orphans:
+            if orphan.due_ms > now:
+                kept.append(orphan)
+                continue
+            partitions = list(orphan.partitions)
+            errors = self._engine.write_txn_markers(orphan.producer_id, orphan.epoch, COORDINATOR_EPOCH, orphan.commit,
+                                                    partitions)
+            refused = tuple(tp for tp, error in zip(partitions, errors)
+                            if error is not None and not isinstance(error, NotFound))
+            if len(refused) < len(partitions):
+                log.info("producer %d's transaction that no transactional id runs is %s in %s", orphan.producer_id,
+                         "committed" if orphan.commit else "aborted",
+                         ", ".join(f"{t}-{p}" for t, p in partitions if (t, p) not in refused))
+            if refused:
+                log.error("the marker ending producer %d's transaction in %s could not be written (%s); tried again "
+                          "at the next check", orphan.producer_id, ", ".join(f"{t}-{p}" for t, p in refused),
+                          next(e for e in errors if e is not None and not isinstance(e, NotFound)))
+                kept.append(replace(orphan, partitions=refused))
+        self._orphans = kept
+
+    def record(self, changes: Iterable[tuple[str, Txn | None]]) -> None:
+        """On the storage thread: make ``changes`` durable, then apply them (StorageUnavailable: nothing changed)."""
+        changes = list(changes)
+        assert self._log is not None, "TransactionService.open() was not awaited"
+        self._log.append([(tid, None if txn is None else txn.to_record()) for tid, txn in changes])
+        for tid, txn in changes:
+            self.coordinator.apply(tid, txn)
+
+    def _decided(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
+        step = decide(self.coordinator, self._engine)
+        if step.txn is not None:
+            self.record([(step.txn.transactional_id, step.txn)])
+        return step
+
+    def _markers(self, tid: str) -> bool:
+        """Step 2 for ``tid`` (in Prepare*): markers and, on commit, the pending offsets. False if it is no longer in
+        Prepare* (already completed); raises when a partition or a group refused the write."""
+        txn = self.coordinator.txns.get(tid)
+        if txn is None or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return False
+        commit = txn.state is TxnState.PREPARE_COMMIT
+        partitions = sorted(txn.partitions)
+        if partitions:
+            errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
+                                                    partitions)
+            for (topic, partition), error in zip(partitions, errors):
+                if error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
+                    raise StorageUnavailable(f"the {'commit' if commit else 'abort'} marker of transaction {tid!r} "
+                                             f"could not be written to {topic}-{partition}: {error}")
+        if commit and txn.offsets:
+            records = [OffsetCommitRecord(o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata,
+                                          o.commit_ms) for o in txn.offsets]
+            for r, error in zip(records, self._offsets.commit(records)):
+                if error is not None and not isinstance(error, NotFound):
+                    raise StorageUnavailable(f"the offsets of transaction {tid!r} could not be committed to group "
+                                             f"{r.group_id!r}: {error}")
+        return True
+
+    def _complete(self, tid: str) -> None:
+        txn = self.coordinator.txns.get(tid)
+        if txn is not None and txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self.record([(tid, self.coordinator.complete(tid, now_ms()))])
+
+    # ------------------------------------------------------------------ event-loop API
+
+    async def open(self) -> None:
+        """Load the durable state, end the transactions partitions hold open that no transactional id runs (now, or
+        once due), finish the transactions a stop left decided, start the periodic check."""
+        await self.storage.call(self._load)
+        await self.storage.call(self._reconcile)
+        await self._finish_decided()
+        self._task = asyncio.get_running_loop().create_task(self._checks(), name="walgate-txn-timer")
+
+    async def call(self, fn: Callable[[TransactionCoordinator], T]) -> T:
+        """A read of the coordinator's state on the storage thread."""
+        return await self.storage.call(fn, self.coordinator)
+
+    async def decide(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
+        """Run ``decide(coordinator, engine)`` on the storage thread and make the state it returns durable before
+        returning; when that state is Prepare*, end the transaction (steps 2 and 3) before returning too."""
+        step = await self.storage.call(self._decided, decide)
+        if step.txn is not None and step.txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            await self.finish(step.txn.transactional_id)
+        return step
+
+    async def finish(self, tid: str) -> None:
+        """Steps 2 and 3 for ``tid``; when step 2 fails (logged) the transaction stays in Prepare*."""
+        if tid in self._completing:
+            return
+        self._completing.add(tid)
+        try:
+            if await self.storage.call(self._markers, tid):  # returns once the markers and offsets are durable
+                await self.storage.call(self._complete, tid)
+        except Exception as exc:  # noqa: BLE001 - retried by the periodic check
+            log.warning("transaction %r stays decided but not complete (%s: %s); it is retried every %d ms",
+                        tid, type(exc).__name__, exc, self._check_interval_ms)
+        finally:
+            self._completing.discard(tid)
+
+    async def _finish_decided(self) -> None:
+        for txn in await self.call(lambda c: c.preparing()):
+            await self.finish(txn.transactional_id)
+
+    async def check(self) -> None:
+        """The periodic check: abort timed-out transactions, forget expired ids, end the orphans that are due, finish
+        decided transactions."""
+        def expire() -> list[tuple[str, Txn | None]]:
+            changes = self.coordinator.expire(now_ms())
+            self.record(changes)
+            return changes
+
+        changes = await self.storage.call(expire)
+        await self.storage.call(self._end_orphans)
+        for tid, txn in changes:
+            if txn is None:
+                log.info("transactional id %r expired", tid)
+            else:
+                log.info("transaction %r of producer %d timed out after %d ms: aborted, epoch bumped to %d",
+                         tid, txn.producer_id, txn.timeout_ms, txn.producer_epoch)
+        await self._finish_decided()
+
+    async def _checks(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval_ms / 1000)
+            try:
+                await self.check()
+            except Exception as exc:  # noqa: BLE001 - logged, the next interval tries again
+                log.error("transaction check failed (%s: %s); next in %d ms", type(exc).__name__, exc,
+                          self._check_interval_ms)
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                     partition: int) -> int:
+        """KIP-890 part 1, for Produce: the error code refusing a transactional batch of ``producer_id`` at
+        ``producer_epoch`` for (topic, partition), or NONE when the partition is in that producer's ongoing
+        transaction (a partition not added is INVALID_TXN_STATE, another epoch INVALID_PRODUCER_EPOCH, as Produce
+        answers them; CONCURRENT_TRANSACTIONS while the transaction is being ended, which Produce retries)."""
+        codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch, [(topic, partition)]))
+        code = codes[(topic, partition)]
+        return _PRODUCE_ERRORS.get(code, code)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
