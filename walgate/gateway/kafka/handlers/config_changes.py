@@ -26,6 +26,7 @@ from typing import Any
 
 from walgate.coordinator.group_configs import GroupTimeouts
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.resource_configs import BROKER as BROKER_KIND
@@ -34,7 +35,7 @@ from walgate.storage.resource_configs import validate_broker
 from walgate.storage.topic_configs import validate_configs
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "group_timeouts", "preprocess"]
+__all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "alter_each", "group_timeouts", "preprocess"]
 
 TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 Change = Callable[[dict[str, str]], dict[str, str]]
@@ -54,6 +55,29 @@ def preprocess(resources: list[Any], null_allowed: Callable[[Any], bool]) -> dic
         elif nulls := [c.name for c in r.configs if c.value is None and not null_allowed(c)]:
             out[i] = (ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}")
     return out
+
+
+def alter_each(engine: Engine, broker: Broker, request: Any, denied: dict[int, int],
+               null_allowed: Callable[[Any], bool], change_of: Callable[[Any], Change]) -> list[dict[str, Any]]:
+    """Every resource's answer (storage thread): its ACL error (*denied*), what :func:`preprocess` refuses, or what
+    :func:`alter` makes of ``change_of(resource)``; an exception answers that resource only."""
+    refused = preprocess(list(request.resources), null_allowed)
+    responses = []
+    for i, r in enumerate(request.resources):
+        message: str | None
+        if i in denied:
+            error, message = denied[i], "Authorization failed."
+        elif i in refused:
+            error, message = refused[i]
+        else:
+            try:
+                error, message = alter(engine, broker, r.resource_type, r.resource_name, change_of(r),
+                                       request.validate_only)
+            except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
+                error, message = error_of(exc), str(exc)
+        responses.append({"error_code": error, "error_message": message, "resource_type": r.resource_type,
+                          "resource_name": r.resource_name})
+    return responses
 
 
 def group_timeouts(broker: Broker) -> GroupTimeouts:
