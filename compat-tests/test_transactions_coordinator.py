@@ -132,6 +132,30 @@ def test_confluent_consume_transform_produce_with_send_offsets(walgate: Walgate)
     assert committed_offsets(walgate.bootstrap, group, source) == [20, 20]
 
 
+def test_read_committed_committed_offsets_wait_for_the_transaction_holding_them(walgate: Walgate) -> None:
+    """librdkafka's committed() under read_committed sets require_stable: UNSTABLE_OFFSET_COMMIT, which it retries
+    until its timeout, while a transaction holds the group's offset; the offset once the transaction commits."""
+    topic, group = "txn_stable", f"stable-{uuid.uuid4().hex[:8]}"
+    create_topic(walgate.bootstrap, topic, 1)
+    tp = [TopicPartition(topic, 0)]
+    stable = Consumer({"bootstrap.servers": walgate.bootstrap, "group.id": group, "isolation.level": "read_committed"})
+    loose = Consumer({"bootstrap.servers": walgate.bootstrap, "group.id": group,
+                      "isolation.level": "read_uncommitted"})
+    producer = Producer({"bootstrap.servers": walgate.bootstrap, "transactional.id": f"stable-{uuid.uuid4().hex[:8]}"})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], stable.consumer_group_metadata(), 30)
+        with pytest.raises(KafkaException):
+            stable.committed(tp, 3)
+        assert loose.committed(tp, 30)[0].offset < 0  # no stable offset asked: none committed yet
+        producer.commit_transaction(30)
+        assert stable.committed(tp, 30)[0].offset == 7
+    finally:
+        stable.close()
+        loose.close()
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_java_consume_transform_produce(walgate: Walgate, java, show, protocol: str) -> None:
     """KIP-447 from the Java clients: sendOffsetsToTransaction with the consumer's group metadata, in a classic group
@@ -152,9 +176,20 @@ def test_java_consume_transform_produce(walgate: Walgate, java, show, protocol: 
 
 
 def test_kafkajs_transactions(walgate: Walgate, node, show) -> None:
+    """kafkajs's TxnOffsetCommit (v0/v1) has no member fields: accepted while the group has a member (Kafka's
+    validateOffsetCommit for a transactional commit)."""
     topic, group = "txn_kjs", "kjs-offsets"
     create_topic(walgate.bootstrap, topic)
-    run = node("kjs_txn.js", walgate.bootstrap, topic, f"kjs-{uuid.uuid4().hex[:8]}", group, timeout=120)
+    member = Consumer({"bootstrap.servers": walgate.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the member did not join its group"
+            member.poll(0.2)
+        run = node("kjs_txn.js", walgate.bootstrap, topic, f"kjs-{uuid.uuid4().hex[:8]}", group, timeout=120)
+    finally:
+        member.close()
     show(run)
     assert [s["name"] for s in run.events("step") if s["ok"]] == ["commit", "abort", "offsets"], run.describe()
     assert sorted(read_committed(walgate.bootstrap, topic)) == ["commit-0", "commit-1", "commit-2", "offsets-0"]

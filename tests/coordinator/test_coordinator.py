@@ -208,11 +208,11 @@ def test_offset_commits_to_a_consumer_group_are_checked_against_member_epochs():
     cid = n.join_classic()["member_id"]
     cgen = n.c.consumer.group("g").members[cid].member_epoch
 
-    def commit(member_id: str, generation: int, v9: bool = True) -> ErrorCode:
+    def commit(member_id: str, generation: int, v9: bool = True, transactional: bool = False) -> ErrorCode:
         plan = commit_offsets(
             n.c.classic, store, group_id="g", generation_id=generation, member_id=member_id, group_instance_id=None,
             topics=[("t", [PartitionCommit(0, 5, -1, None)])], partition_exists=lambda t, p: True,
-            report_group_not_found=v9, now_ms=n.now, consumer=n.c.consumer,
+            report_group_not_found=v9, now_ms=n.now, consumer=n.c.consumer, transactional=transactional,
         )
         return plan.response["topics"][0]["partitions"][0]["error_code"]
 
@@ -224,6 +224,8 @@ def test_offset_commits_to_a_consumer_group_are_checked_against_member_epochs():
     assert commit(cid, cgen, v9=False) == ErrorCode.none
     assert commit(cid, cgen + 7, v9=False) == ErrorCode.illegal_generation
     assert commit("", -1) == ErrorCode.unknown_member_id  # an admin commit needs an empty group
+    assert commit("", -1, v9=False, transactional=True) == ErrorCode.none  # a memberless TxnOffsetCommit (kafkajs)
+    assert commit("nobody", -1, v9=False, transactional=True) == ErrorCode.unknown_member_id
     assert n.c.consumer.offset_fetch_error("g", None, -1) is None
     assert n.c.consumer.offset_fetch_error("g", kid, epoch - 1) == ErrorCode.stale_member_epoch
 

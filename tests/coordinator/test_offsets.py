@@ -44,6 +44,7 @@ def _commit(
     instance: str | None = None,
     topics: Sequence[tuple[str, Sequence[PartitionCommit]]] = (("t", (PartitionCommit(0, 42),)),),
     v9: bool = True,
+    transactional: bool = False,
 ):
     plan = commit_offsets(
         h.groups,
@@ -56,6 +57,7 @@ def _commit(
         partition_exists=_exists,
         report_group_not_found=v9,
         now_ms=h.now,
+        transactional=transactional,
     )
     store.commit(plan.records)
     return plan
@@ -126,6 +128,14 @@ def test_commits_of_a_stable_group():
     assert _errors(_commit(h, store, generation=1, member=a, instance="i")) == [E.unknown_member_id]
     assert store.fetch("g", "t", 0) == CommittedOffset(42, -1, "", 4_000)
     assert store.writes == 6
+
+
+def test_transactional_commits_of_a_stable_group():
+    h, store = Harness(), MemoryOffsetStore()
+    a, _b = h.stable_pair()
+    assert _errors(_commit(h, store, transactional=True, v9=False)) == [E.none]  # no member fields (kafkajs)
+    assert _errors(_commit(h, store, transactional=True, v9=False, generation=1, member=a)) == [E.none]
+    assert _errors(_commit(h, store, transactional=True, v9=False, generation=0, member=a)) == [E.illegal_generation]
 
 
 def test_commit_with_a_fenced_instance_id():
@@ -256,6 +266,31 @@ def test_validate_offset_commit_rules(state, generation, member, instance, error
     else:
         with pytest.raises(error):
             validate_offset_commit(group, member, instance, generation)
+
+
+@pytest.mark.parametrize(
+    ("state", "generation", "member", "instance", "error"),
+    [
+        (GroupState.STABLE, -1, "", None, None),  # no member fields: accepted in any state
+        (GroupState.PREPARING_REBALANCE, -1, "", None, None),
+        (GroupState.COMPLETING_REBALANCE, -1, "", None, None),
+        (GroupState.COMPLETING_REBALANCE, 4, "m", "i", None),  # never REBALANCE_IN_PROGRESS
+        (GroupState.STABLE, 3, "m", None, IllegalGeneration),  # member fields given: checked
+        (GroupState.STABLE, 4, "n", None, UnknownMemberId),
+        (GroupState.STABLE, -1, "", "j", UnknownMemberId),
+    ],
+)
+def test_validate_transactional_offset_commit_rules(state, generation, member, instance, error):
+    """Kafka's ``ClassicGroup.validateOffsetCommit`` with isTransactional (TxnOffsetCommit)."""
+    group = ClassicGroup("g", 0)
+    group.add(ClassicGroupMember("m", "i", "c", "h", 1, 1, "consumer", (("range", b""),)))
+    group.generation_id = 4
+    group.state = state
+    if error is None:
+        validate_offset_commit(group, member, instance, generation, transactional=True)
+    else:
+        with pytest.raises(error):
+            validate_offset_commit(group, member, instance, generation, transactional=True)
 
 
 # ---------------------------------------------------------------------------- OffsetFetch

@@ -149,14 +149,42 @@ def test_an_exhausted_epoch_rotates_the_producer_id() -> None:
     assert n.init(expected=(1000, 32765)).error == ErrorCode.producer_fenced
 
 
+@pytest.mark.parametrize("by", ["init", "timeout"])
+def test_a_fence_at_the_last_usable_epoch_fences_and_the_next_init_rotates(by: str) -> None:
+    n = Node()
+    n.init()
+    n.c.apply(TID, Txn(TID, 1000, MAX_EPOCH - 1, 60_000, TxnState.EMPTY, n.now))
+    assert n.add(1000, MAX_EPOCH - 1, ("t", 0)).error == ErrorCode.none
+    if by == "init":
+        assert n.init().error == ErrorCode.concurrent_transactions
+    else:
+        [(_, fenced)] = n.c.expire(n.now + 60_000)
+        n.c.apply(TID, fenced)
+    assert (n.txn().producer_epoch, n.txn().state) == (MAX_EPOCH, TxnState.PREPARE_ABORT)  # the markers' epoch
+    n.complete()
+    assert n.end(1000, MAX_EPOCH - 1, True).error == ErrorCode.producer_fenced  # the zombie is fenced
+    assert n.init(expected=(1000, MAX_EPOCH - 1)).error == ErrorCode.producer_fenced
+    step = n.init()
+    assert step.txn is not None and (step.txn.producer_id, step.txn.producer_epoch) == (1001, 0)  # never 32767
+    assert step.txn.start_ms == -1  # Kafka resets the start time at a rotation and at an epoch bump
+
+
+def test_an_epoch_bump_resets_the_start_time() -> None:
+    n = Node()
+    n.init()
+    n.add(1000, 0, ("t", 0))
+    n.end(1000, 0, False)
+    assert n.complete().start_ms == n.now  # kept after the transaction ends
+    bumped = n.init().txn
+    assert bumped is not None and (bumped.producer_epoch, bumped.start_ms) == (1, -1)
 def test_offsets_join_only_after_add_offsets_and_later_ones_win() -> None:
     n = Node()
     n.init()
-    assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.invalid_txn_state
+    assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.transaction_abortable
     assert n.run(n.c.add_offsets(TID, 1000, 0, "g", n.now)).txn is not None
     assert n.txn().state is TxnState.ONGOING and n.txn().groups == {"g"}
     assert n.c.offset_commit_check(TID, 1000, 0, "g") == ErrorCode.none
-    assert n.c.offset_commit_check(TID, 1000, 0, "other") == ErrorCode.invalid_txn_state
+    assert n.c.offset_commit_check(TID, 1000, 0, "other") == ErrorCode.transaction_abortable
     o1, o2 = PendingOffset("g", "in", 0, 5, -1, "", 1), PendingOffset("g", "in", 0, 9, -1, "m", 2)
     n.c.apply(TID, n.c.add_offsets_pending(TID, [o1], n.now))
     n.c.apply(TID, n.c.add_offsets_pending(TID, [o2, PendingOffset("g", "in", 1, 3, -1, "", 2)], n.now))
@@ -205,6 +233,7 @@ def test_describe_and_list() -> None:
     assert [t.transactional_id for t in n.c.list([], [1001], -1, n.now)] == ["b"]
     assert [t.transactional_id for t in n.c.list([], [], 1, n.now)] == ["b"]  # TID started 0 ms ago, "b" never
     assert {t.transactional_id for t in n.c.list([], [], 1, n.now + 5)} == {TID, "b"}
+    assert [t.transactional_id for t in n.c.list([], [], 5, n.now + 5)] == ["b"]  # Kafka: started MORE than 5 ago
 
 
 def test_orphans_are_the_open_partitions_no_running_transaction_holds() -> None:

@@ -13,6 +13,7 @@ from gateway_helpers import KafkaConnection, build, gateway_thread, kio_classes,
 from kio.schema.errors import ErrorCode
 
 from tests.storage.faults import Faults
+from walgate.wire import encode_batch
 
 TID = "tx-app"
 GROUP = "g-txn"
@@ -98,7 +99,8 @@ def test_offsets_in_a_transaction_are_seen_only_once_it_commits_and_survive_a_re
         assert committed(conn, "in", [0, 1]) == {0: -1, 1: -1}  # pending: nobody sees them
         assert end(conn, pid, 0, False) == ErrorCode.none
         assert committed(conn, "in", [0, 1]) == {0: -1, 1: -1}  # aborted: dropped
-        assert txn_commit(conn, pid, 0, {("in", 0): 9}) == {("in", 0): ErrorCode.invalid_txn_state}  # not added
+        assert txn_commit(conn, pid, 0, {("in", 0): 9}) == {("in", 0): ErrorCode.transaction_abortable}  # not added
+        assert txn_commit(conn, pid, 0, {("in", 0): 9}, version=3) == {("in", 0): ErrorCode.invalid_txn_state}
         assert add_offsets(conn, pid, 0) == ErrorCode.none
         assert txn_commit(conn, pid, 0, {("in", 0): 10, ("in", 1): 11}) == {("in", 0): ErrorCode.none,
                                                                               ("in", 1): ErrorCode.none}
@@ -302,3 +304,48 @@ def test_markers_the_disk_refuses_leave_the_transaction_decided_until_the_check_
         while listed_states(conn) != {TID: "CompleteCommit"}:
             assert time.monotonic() < deadline, "the decided transaction was not finished"
             time.sleep(0.05)
+
+
+def test_require_stable_offset_fetch_answers_unstable_while_a_transaction_holds_offsets(tmp_path: Path) -> None:
+    def v7(stable: bool) -> dict[int, tuple[ErrorCode, int]]:
+        r = call(conn, 9, 7, {"group_id": GROUP, "topics": [{"name": "in", "partition_indexes": [0, 1]}],
+                              "require_stable": stable})
+        assert r.error_code == ErrorCode.none
+        return {p.partition_index: (p.error_code, p.committed_offset) for t in r.topics for p in t.partitions}
+
+    def v8() -> dict[int, tuple[ErrorCode, int]]:
+        r = call(conn, 9, 8, {"groups": [{"group_id": GROUP, "topics": None}], "require_stable": True})
+        return {p.partition_index: (p.error_code, p.committed_offset) for t in r.groups[0].topics
+                for p in t.partitions}
+
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        create_topic(conn, "in")
+        pid = init(conn).producer_id
+        assert add_offsets(conn, pid, 0) == ErrorCode.none
+        assert set(txn_commit(conn, pid, 0, {("in", 0): 5, ("in", 1): 6}).values()) == {ErrorCode.none}
+        assert end(conn, pid, 0, True) == ErrorCode.none
+        assert add_offsets(conn, pid, 0) == ErrorCode.none
+        assert txn_commit(conn, pid, 0, {("in", 1): 8}) == {("in", 1): ErrorCode.none}  # pending on 1 only
+        unstable = (ErrorCode.unstable_offset_commit, -1)
+        assert v7(True) == {0: (ErrorCode.none, 5), 1: unstable}
+        assert v7(False) == {0: (ErrorCode.none, 5), 1: (ErrorCode.none, 6)}  # read_uncommitted: the last commit
+        assert v8() == {0: (ErrorCode.none, 5), 1: unstable}
+        assert end(conn, pid, 0, True) == ErrorCode.none
+        assert v7(True) == {0: (ErrorCode.none, 5), 1: (ErrorCode.none, 8)}
+        assert v8() == {0: (ErrorCode.none, 5), 1: (ErrorCode.none, 8)}
+
+
+def test_a_batch_of_a_partition_not_added_is_transaction_abortable_from_produce_v11(tmp_path: Path) -> None:
+    def produce(version: int, pid: int) -> ErrorCode:
+        batch = encode_batch(0, [1000], [None], [b"x"], producer_id=pid, producer_epoch=0, base_sequence=0,
+                             is_transactional=True)
+        r = call(conn, 0, version, {"transactional_id": TID, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "out", "partition_data": [{"index": 1, "records": batch}]}]})
+        return r.responses[0].partition_responses[0].error_code
+
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        create_topic(conn, "out")
+        pid = init(conn).producer_id
+        assert add_partitions(conn, pid, 0, {"out": [0]}) == {("out", 0): ErrorCode.none}
+        assert produce(11, pid) == ErrorCode.transaction_abortable
+        assert produce(10, pid) == ErrorCode.invalid_txn_state

@@ -101,7 +101,8 @@ class Verifier:
         self.codes = codes or {}
         self.calls: list[tuple[str | None, int, int, str, int]] = []
 
-    async def verify(self, tid: str | None, pid: int, epoch: int, topic: str, partition: int) -> int:
+    async def verify(self, tid: str | None, pid: int, epoch: int, topic: str, partition: int, api_version: int) -> int:
+        assert api_version == 9  # what :func:`produce` sends
         self.calls.append((tid, pid, epoch, topic, partition))
         code = self.codes.get((topic, partition), ErrorCode.none)
         if isinstance(code, Exception):

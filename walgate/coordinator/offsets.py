@@ -208,18 +208,24 @@ def _simple_group(group_id: str, now_ms: int) -> ClassicGroup:
 
 
 def validate_offset_commit(
-    group: ClassicGroup, member_id: str, group_instance_id: str | None, generation_id: int
+    group: ClassicGroup, member_id: str, group_instance_id: str | None, generation_id: int,
+    transactional: bool = False,
 ) -> None:
-    """Kafka's ``ClassicGroup.validateOffsetCommit`` (non-transactional); raises a GroupError."""
+    """Kafka's ``ClassicGroup.validateOffsetCommit``; raises a GroupError.
+
+    A commit without member fields (generation < 0, no member id, no instance id) is accepted while the group is
+    Empty, and in any state when *transactional* (a TxnOffsetCommit: the fields are optional there, kafkajs and
+    v0-v2 send none). A commit with them is checked against the member and its generation; a non-transactional one
+    is REBALANCE_IN_PROGRESS while the group awaits its assignment."""
     if generation_id < 0 and group.is_in_state(GroupState.EMPTY):
         return
     if generation_id >= 0 or member_id or group_instance_id is not None:
         group.validate_member(member_id, group_instance_id)
         if generation_id != group.generation_id:
             raise IllegalGeneration(f"generation {generation_id} is not {group.generation_id}")
-    elif not group.is_in_state(GroupState.EMPTY):
+    elif not transactional and not group.is_in_state(GroupState.EMPTY):
         raise UnknownMemberId("a commit without member id needs an Empty group")
-    if group.is_in_state(GroupState.COMPLETING_REBALANCE):
+    if not transactional and group.is_in_state(GroupState.COMPLETING_REBALANCE):
         raise RebalanceInProgress(f"group {group.group_id} is awaiting its assignment")
 
 
@@ -257,15 +263,18 @@ def _validate_and_touch(
     if not group_id:
         return refuse_commit(ErrorCode.invalid_group_id)
     if consumer is not None and consumer.has_group(group_id):
+        if transactional and generation_id < 0 and not member_id and group_instance_id is None:
+            return accept_commit  # Kafka's ConsumerGroup.validateOffsetCommit: a memberless TxnOffsetCommit
         return consumer.offset_commit_check(
             group_id, member_id, generation_id, consumer_protocol_version=report_group_not_found or transactional
         )
     try:
         group = _group_for_commit(groups, store, group_id, generation_id, report_group_not_found, now_ms)
-        validate_offset_commit(group, member_id, group_instance_id, generation_id)
+        validate_offset_commit(group, member_id, group_instance_id, generation_id, transactional)
     except GroupError as error:
         return refuse_commit(error.error_code)
-    if groups.group(group_id) is group and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+    if member_id and groups.group(group_id) is group and group.state in (GroupState.STABLE,
+                                                                         GroupState.PREPARING_REBALANCE):
         groups.touch(group_id, member_id, now_ms)
     return accept_commit
 

@@ -106,7 +106,7 @@ class Txn:
     last_update_ms: int
     last_producer_epoch: int = NO_PRODUCER_EPOCH  # the epoch before the last bump (KIP-360 retries)
     previous_producer_id: int = _NO_PRODUCER_ID  # the producer id before the last rotation
-    start_ms: int = -1  # when the last transaction started (-1: none yet), kept after it ends as Kafka keeps it
+    start_ms: int = -1  # when the last transaction started, kept after it ends; -1 after an InitProducerId (as Kafka)
     partitions: frozenset[tuple[str, int]] = frozenset()
     groups: frozenset[str] = frozenset()
     offsets: tuple[PendingOffset, ...] = field(default=())
@@ -192,7 +192,7 @@ class TransactionCoordinator:
             return Step(ErrorCode.concurrent_transactions)
         if txn.state is TxnState.ONGOING:
             return Step(ErrorCode.concurrent_transactions, self._fenced(txn, now_ms))
-        idle = dict(state=TxnState.EMPTY, timeout_ms=timeout_ms, last_update_ms=now_ms,
+        idle = dict(state=TxnState.EMPTY, timeout_ms=timeout_ms, last_update_ms=now_ms, start_ms=-1,
                     partitions=frozenset(), groups=frozenset(), offsets=())
         if epoch_exhausted(txn.producer_epoch) and (expected is None or expected[1] == txn.producer_epoch):
             return Step(ErrorCode.none, replace(txn, producer_id=allocate(), producer_epoch=0,
@@ -263,12 +263,13 @@ class TransactionCoordinator:
         return Step(ErrorCode.none, self._begun(txn, now_ms, groups=(group,)))
 
     def offset_commit_check(self, tid: str, producer_id: int, epoch: int, group: str) -> int:
-        """Whether TxnOffsetCommit may add offsets of ``group``: NONE, or the error refusing every partition."""
+        """Whether TxnOffsetCommit may add offsets of ``group``: NONE, or the error refusing every partition
+        (TRANSACTION_ABORTABLE for a group not in the ongoing transaction, as Kafka's verification answers it)."""
         txn = self._current(tid, producer_id, epoch)
         if isinstance(txn, int):
             return txn
         if txn.state is not TxnState.ONGOING or group not in txn.groups:
-            return ErrorCode.invalid_txn_state
+            return ErrorCode.transaction_abortable
         return ErrorCode.none
 
     def add_offsets_pending(self, tid: str, offsets: Iterable[PendingOffset], now_ms: int) -> Txn:
@@ -278,6 +279,12 @@ class TransactionCoordinator:
         kept = {(o.group, o.topic, o.partition): o for o in txn.offsets}
         kept.update({(o.group, o.topic, o.partition): o for o in offsets})
         return replace(txn, offsets=tuple(kept.values()), last_update_ms=now_ms)
+
+    def pending_offsets(self, group: str) -> set[tuple[str, int]]:
+        """The (topic, partition) of ``group`` whose offsets an Ongoing or Prepare* transaction holds pending (not
+        yet committed nor dropped): what OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT."""
+        return {(o.topic, o.partition) for t in self.txns.values()
+                if t.state is TxnState.ONGOING or t.state in _PREPARE for o in t.offsets if o.group == group}
 
     def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int) -> Step:
         """EndTxn: Ongoing → PrepareCommit / PrepareAbort; a retry of a finished one answers NONE."""
@@ -301,8 +308,9 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ completion and timers
 
     def _fenced(self, txn: Txn, now_ms: int) -> Txn:
-        """The ongoing ``txn`` aborted with its epoch bumped (Kafka's ``prepareFenceProducerEpoch``)."""
-        epoch = txn.producer_epoch if epoch_exhausted(txn.producer_epoch) else txn.producer_epoch + 1
+        """The ongoing ``txn`` aborted with its epoch bumped (Kafka's ``prepareFenceProducerEpoch``): up to
+        :data:`MAX_EPOCH`, which only the abort markers carry (the next InitProducerId rotates the producer id)."""
+        epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
         return replace(txn, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH, state=TxnState.PREPARE_ABORT,
                        last_update_ms=now_ms)
 
@@ -372,10 +380,10 @@ class TransactionCoordinator:
     def list(self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int,
              now_ms: int) -> list[Txn]:
         """ListTransactions: the ids matching every given filter (empty filters match all; ``min_duration_ms`` < 0:
-        no duration filter, else only those whose last transaction started at least that long ago, or never, as
-        Kafka counts it)."""
+        no duration filter, else only those whose last transaction started more than that long ago, or never, as
+        Kafka's ``shouldInclude`` counts it)."""
         wanted_states, wanted_pids = set(states), set(producer_ids)
         return [t for t in self.txns.values()
                 if (not wanted_states or t.state.value in wanted_states)
                 and (not wanted_pids or t.producer_id in wanted_pids)
-                and (min_duration_ms < 0 or now_ms - t.start_ms >= min_duration_ms)]
+                and (min_duration_ms < 0 or now_ms - t.start_ms > min_duration_ms)]

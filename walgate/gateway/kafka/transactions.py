@@ -44,7 +44,8 @@ from walgate.storage.errors import NotFound, StorageUnavailable
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["TransactionService", "COORDINATOR_EPOCH", "TRANSACTIONS", "for_version", "partition_errors"]
+__all__ = ["TransactionService", "COORDINATOR_EPOCH", "TRANSACTIONS", "abortable_for_version", "for_version",
+           "partition_errors"]
 
 log = logging.getLogger("walgate.transactions")
 
@@ -62,11 +63,17 @@ log or producer id write the disk refused is COORDINATOR_NOT_AVAILABLE, as Kafka
 append to its log; clients find the coordinator again and retry."""
 
 
-_PRODUCE_ERRORS: Final[dict[int, int]] = {
-    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
-    ErrorCode.transaction_abortable: ErrorCode.invalid_txn_state,
-}
-"""The coordinator's verification answers as Produce answers them (:meth:`TransactionService.verify`)."""
+ABORTABLE_SINCE: Final[Mapping[str, int]] = {"produce": 11, "txn_offset_commit": 4}
+"""The first version of each API that may answer TRANSACTION_ABORTABLE (KIP-890); older ones get INVALID_TXN_STATE
+(Kafka's AddPartitionsToTxnManager for its ``defaultError`` callers)."""
+
+
+def abortable_for_version(code: int, api: str, api_version: int) -> int:
+    """``code`` as a request of ``api`` at ``api_version`` may be answered: TRANSACTION_ABORTABLE is
+    INVALID_TXN_STATE below :data:`ABORTABLE_SINCE`."""
+    if code == ErrorCode.transaction_abortable and api_version < ABORTABLE_SINCE[api]:
+        return ErrorCode.invalid_txn_state
+    return code
 
 
 def for_version(code: int, api_version: int, fenced_since: int) -> int:
@@ -274,14 +281,17 @@ class TransactionService:
                           self._check_interval_ms)
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                     partition: int) -> int:
-        """KIP-890 part 1, for Produce: the error code refusing a transactional batch of ``producer_id`` at
-        ``producer_epoch`` for (topic, partition), or NONE when the partition is in that producer's ongoing
-        transaction (a partition not added is INVALID_TXN_STATE, another epoch INVALID_PRODUCER_EPOCH, as Produce
-        answers them; CONCURRENT_TRANSACTIONS while the transaction is being ended, which Produce retries)."""
+                     partition: int, api_version: int) -> int:
+        """KIP-890 part 1, for Produce at ``api_version``: the error code refusing a transactional batch of
+        ``producer_id`` at ``producer_epoch`` for (topic, partition), or NONE when the partition is in that producer's
+        ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11; another
+        epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction is being
+        ended, which Produce retries)."""
         codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch, [(topic, partition)]))
         code = codes[(topic, partition)]
-        return _PRODUCE_ERRORS.get(code, code)
+        if code == ErrorCode.producer_fenced:
+            return ErrorCode.invalid_producer_epoch
+        return abortable_for_version(code, "produce", api_version)
 
     def close(self) -> None:
         if self._task is not None:

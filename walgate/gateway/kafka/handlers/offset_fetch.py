@@ -1,5 +1,8 @@
 """OffsetFetch (key 9) v0–v9: committed offsets of one group (v0–v7) or several (v8+); all topics when null.
 
+v7+ requests with require_stable (read_committed consumers) get UNSTABLE_OFFSET_COMMIT for a partition whose
+offset an unfinished transaction holds pending (TxnOffsetCommit before its EndTxn completes).
+
 v9 requests of KIP-848 members carry their member id and epoch: a consumer-protocol group checks them
 (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH); admins send none. A group whose offsets cannot be read answers its
 error code (:mod:`.common`); the other groups are answered.
@@ -36,6 +39,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     else:
         wanted = [(request.group_id, _topics(request.topics), None, -1)]
 
+    require_stable = header.api_version >= 7 and request.require_stable
     describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
     denied_groups = {w[0] for w in wanted if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
 
@@ -44,6 +48,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         if group_id in denied_groups:
             return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed, "topics": []}
         answer = unchecked(store, group_id, topics, member_id, member_epoch)
+        if require_stable and broker.transactions is not None:
+            answer = _stable(answer, broker.transactions.coordinator.pending_offsets(group_id))
         return answer if describable is None else _authorized(answer, describable, listing=topics is None)
 
     def unchecked(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
@@ -65,6 +71,18 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     single = dict(answers[0])
     del single["group_id"]  # v0-v7 answer one group at the top level
     return {"throttle_time": 0, **single}
+
+
+def _stable(answer: dict[str, Any], pending: set[tuple[str, int]]) -> dict[str, Any]:
+    """A group's answer for require_stable (v7+, read_committed consumers): a partition whose offset a transaction
+    still holds pending answers UNSTABLE_OFFSET_COMMIT with offset -1, which the client retries (Kafka's
+    ``fetchOffsets`` with requireStable)."""
+    if not pending:
+        return answer
+    return {**answer, "topics": [{**t, "partitions": [
+        {**p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": ErrorCode.unstable_offset_commit} if (t["name"], p["partition_index"]) in pending else p
+        for p in t["partitions"]]} for t in answer.get("topics", [])]}
 
 
 def _authorized(answer: dict[str, Any], describable: Callable[[str], bool], *, listing: bool) -> dict[str, Any]:

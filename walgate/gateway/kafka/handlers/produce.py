@@ -108,7 +108,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     if writable is not None and tid is not None and not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                                                  tid):
         writable, denied = _nothing, ErrorCode.transactional_id_authorization_failed
-    refused = await _verify_transactions(broker, request, writable)
+    refused = await _verify_transactions(broker, header.api_version, request, writable)
     if refused is None:  # transactional records without a transactional id
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused,
@@ -154,7 +154,7 @@ def _transactional(records: bytes) -> tuple[int, int] | None:
     return None
 
 
-async def _verify_transactions(broker: Broker, request: Any, writable: Callable[[str], bool] | None
+async def _verify_transactions(broker: Broker, api_version: int, request: Any, writable: Callable[[str], bool] | None
                                ) -> dict[tuple[str, int], dict[str, Any]] | None:
     """The answers of the partitions whose transactional batches the coordinator does not verify (see the module
     docstring); None when the request holds transactional batches but no transactional id."""
@@ -183,7 +183,7 @@ async def _verify_transactions(broker: Broker, request: Any, writable: Callable[
         return {key: _answer(key[1], ErrorCode.invalid_txn_state, "this gateway has no transaction coordinator")
                 for key in txn}
     keys = list(txn)
-    codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition)
+    codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition, api_version)
                                    for (topic, partition), (pid, epoch) in txn.items()), return_exceptions=True)
     refused = {}
     for (topic, partition), code in zip(keys, codes):
@@ -192,7 +192,7 @@ async def _verify_transactions(broker: Broker, request: Any, writable: Callable[
         elif code in _RETRIABLE_VERIFICATION:
             refused[(topic, partition)] = _answer(partition, ErrorCode.not_enough_replicas, "unable to verify the "
                                                   f"partition is in the transaction ({ErrorCode(code).name})")
-        elif code == ErrorCode.invalid_txn_state:
+        elif code in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable):
             refused[(topic, partition)] = _answer(partition, code, "the partition was not added to the transaction")
         elif code != ErrorCode.none:
             refused[(topic, partition)] = _answer(partition, code, f"transaction verification: {ErrorCode(code).name}")

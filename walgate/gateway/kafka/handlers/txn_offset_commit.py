@@ -3,7 +3,7 @@
 The offsets are kept pending in the transaction (durable in the transaction log) and reach the group's committed
 offsets, through the same path as OffsetCommit, only when the transaction commits; an abort drops them
 (:mod:`walgate.gateway.kafka.transactions`). The group must have been added by AddOffsetsToTxn in the ongoing
-transaction (else INVALID_TXN_STATE); a producer id or epoch that is not the transactional id's current one answers
+transaction (else TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4 as Kafka answers older clients); a producer id or epoch that is not the transactional id's current one answers
 INVALID_PRODUCER_ID_MAPPING / INVALID_PRODUCER_EPOCH (what Kafka's offsets log answers a fenced producer). From v3
 (KIP-447) the request names the consumer's generation (or KIP-848 member epoch), member id and instance id, checked as
 OffsetCommit checks them (:func:`walgate.coordinator.offsets.commit_offsets`: ILLEGAL_GENERATION,
@@ -27,7 +27,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allow
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.gateway.kafka.transactions import TRANSACTIONS, abortable_for_version
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 4
@@ -64,6 +64,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
         if refused == ErrorCode.producer_fenced:
             refused = ErrorCode.invalid_producer_epoch
+        refused = abortable_for_version(refused, "txn_offset_commit", header.api_version)
         if refused != ErrorCode.none:
             return _failed(topics, refused), []
         now = now_ms()
