@@ -158,7 +158,8 @@ def test_dynamic_broker_configs_default_topics_and_survive_a_restart(tmp_path: P
         assert wal_retention(gw, "old") == 3600 and wal_retention(gw, "own") == 5
         assert create(conn, "new") == [ErrorCode.none]
         assert wal_retention(gw, "new") == 3600
-        assert gw._engine.effective_topic_configs("new", 0)["segment.bytes"] == "2097152"
+        assert gw._engine.topic_defaults(0)["segment.bytes"] == "2097152"
+        assert gw._engine.apply_topic_defaults(0) == []  # every topic already follows them
         configs = describe(conn, TOPIC, "new")
         assert configs["retention.ms"] == ("3600000", "DYNAMIC_DEFAULT_BROKER")
         assert configs["segment.bytes"] == ("2097152", "DYNAMIC_BROKER")

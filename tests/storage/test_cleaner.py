@@ -132,6 +132,27 @@ def test_min_compaction_lag_and_dirty_ratio_hold_cleaning_back(engine: Engine):
     assert clean(engine) is not None  # overdue: max.compaction.lag.ms passed
 
 
+def test_a_record_from_the_future_holds_nothing_back_without_a_compaction_lag(engine: Engine):
+    engine.create_kafka_topic("t", 1, COMPACT)
+    roll_every_append(engine)
+    future = int((LATER + 10 * 365 * 86400) * 1000)
+    for value, ts in ((b"1", future), (b"2", 1_000), (b"3", 1_000)):
+        engine.append_batches("t", 0, [batch([(b"a", value)], ts=ts)])
+    assert clean(engine) is not None
+    assert records(engine) == [(1, b"a", b"2"), (2, b"a", b"3")]  # the active segment holds a=3
+
+
+def test_a_timestamp_lookup_answers_a_records_own_offset_after_cleaning(engine: Engine):
+    engine.create_kafka_topic("t", 1, COMPACT)
+    roll_every_append(engine)
+    engine.append_batches("t", 0, [encode_batch(0, [1_000, 2_000, 3_000], [b"a", b"b", b"c"], [b"1"] * 3)])
+    engine.append_batches("t", 0, [batch([(b"b", b"2")], ts=4_000)])
+    engine.append_batches("t", 0, [batch([(b"d", b"1")], ts=5_000)])
+    assert clean(engine) is not None and [r[0] for r in records(engine)] == [0, 2, 3, 4]  # b=1 (offset 1) went
+    assert engine.offset_for_timestamp("t", 0, 1_500) == (2, 3_000)
+    assert engine.offset_for_timestamp("t", 0, 3_500) == (3, 4_000)
+
+
 def test_delete_policy_topics_are_never_cleaned(engine: Engine):
     engine.create_kafka_topic("t", 1, {})
     roll_every_append(engine)
@@ -331,6 +352,8 @@ def test_a_kill_at_any_step_leaves_the_old_or_the_new_segment(tmp_path: Path, mo
             assert {o for o, _, _ in new} <= set(per_segment) <= {o for o, _, _ in old}, step
             assert not [p for p in path.rglob("*.log.tmp")], step  # removed by the WAL's recovery
             assert again.damage() == [], step  # nothing reported: a kill is not damage
+            for _base, version, _count in again.index_entries("t", 0, 0):
+                again.kafka_batch("t", 0, version)  # every indexed batch is in the log (none served as lost)
             clean(again)
             assert records(again) == new, step
             assert not [p for p in path.rglob("*.tmp")], step

@@ -9,9 +9,9 @@ half-cleaned segment, and requests are served between steps (appends only touch 
 never cleans; a segment retention deleted meanwhile is skipped; a partition dropped or no longer compacted ends the
 pass). The gateway calls it again at once while a pass is in progress, else after ``log.cleaner.backoff.ms``.
 
-What may be cleaned (Kafka's ``LogCleanerManager``): only sealed segments, never the active one; of those, the
-oldest ones up to the first whose records may be younger than ``min.compaction.lag.ms`` (the WAL's running max
-timestamp, an upper bound of the segment's own). The segments at or past the partition's *dirty point* (where the
+What may be cleaned (Kafka's ``LogCleanerManager``): only sealed segments, never the active one; of those, with a
+``min.compaction.lag.ms`` above 0, the oldest ones up to the first dirty one whose records may be younger than it
+(the WAL's running max timestamp, an upper bound of the segment's own). The segments at or past the partition's *dirty point* (where the
 last pass ended, kept in ``cleaner.ckpt`` in the vnode directory; 0 when missing or damaged, which only costs a
 pass) are dirty. A partition is due when its dirty bytes are at least ``min.cleanable.dirty.ratio`` of the
 cleanable bytes, or its first dirty segment was sealed more than ``max.compaction.lag.ms`` ago (``segment.ms`` rolls
@@ -345,13 +345,14 @@ class Cleaner:
     def _due(self, vnode: Vnode, settings: CleanerSettings, now_wall: float) -> tuple[float, list[Segment]] | None:
         """(dirty ratio, the cleanable segments) when the partition is due, else None."""
         wal = vnode.wal
-        horizon_ms = now_wall * 1000 - settings.min_compaction_lag_ms
+        lag_ms = settings.min_compaction_lag_ms
+        horizon_ms = now_wall * 1000 - lag_ms
+        point = self.dirty_from(vnode)
         cleanable = []
-        for seg in wal.segments[:-1]:
-            if seg.running_max and seg.running_max[-1] > horizon_ms:
+        for seg in wal.segments[:-1]:  # (Kafka: only a lag > 0 holds dirty segments back, as LogCleanerManager)
+            if lag_ms > 0 and seg.first >= point and seg.running_max and seg.running_max[-1] > horizon_ms:
                 break
             cleanable.append(seg)
-        point = self.dirty_from(vnode)
         dirty = [s for s in cleanable if s.first >= point]
         total = sum(s.size for s in cleanable)
         if not dirty or not total:

@@ -46,7 +46,7 @@ from walgate.storage.show import Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, wal_options
+from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics import Records
 from walgate.storage.users import Users
@@ -346,11 +346,6 @@ class Engine:
         """The topic configs this node's dynamic broker configs default (topic key -> value)."""
         return resource_configs.topic_defaults(self.catalog.resource_configs, str(node_id))
 
-    def effective_topic_configs(self, name: str, node_id: int) -> dict[str, str]:
-        """Every config of Kafka-native topic ``name`` as it applies: its own, else the dynamic broker default, else
-        Kafka's default."""
-        return {**TOPIC_CONFIG_DEFAULTS, **self.topic_defaults(node_id), **self.catalog.topics[name].configs}
-
     def apply_topic_defaults(self, node_id: int) -> list[str]:
         """Bring every Kafka-native topic's WAL settings in line with its configs over :meth:`topic_defaults` (after
         a change of them, and at start: a crash may have come between the change and this); the topics changed."""
@@ -358,11 +353,14 @@ class Engine:
         changed = []
         for topic in [t for t in self.catalog.topics.values() if t.kind == "kafka"]:
             options = self.catalog.database(topic.db).options
-            wanted = wal_options(self.effective_topic_configs(topic.name, node_id))
+            wanted = wal_options({**defaults, **topic.configs})  # as create and alter_configs compute them
             if any(options.get(k) != v for k, v in wanted.items()):
                 self.native.alter_configs(topic.name, topic.configs, defaults)
                 changed.append(topic.name)
         return changed
+
+    # ------------------------------------------------------------------------ consumer-group state
+
     def write_group_records(self, records: Sequence[GroupRecord]) -> None:
         """Durably record consumer-group state: (group id, value or None to delete), fsynced before this returns
         (:mod:`walgate.storage.group_metadata`); StorageUnavailable, recording nothing, when the disk refuses."""
@@ -371,6 +369,7 @@ class Engine:
     def group_records(self) -> Mapping[str, Any]:
         """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
         return self.store.group_metadata.groups()
+
     # ------------------------------------------------------------- transactions (partition side)
 
     def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,

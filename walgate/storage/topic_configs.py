@@ -187,9 +187,8 @@ def _check(key: str, value: str) -> None:
     elif spec.allowed:  # cleanup.policy
         items = [x.strip() for x in value.split(",")]
         bad = [x for x in items if x not in spec.allowed]
-        if bad or not value.strip():
-            raise _invalid(key, value, f"Invalid value {bad[0] if bad else value!r} for configuration {key}: "
-                           f"String must be one of: {', '.join(spec.allowed)}")
+        if bad:  # (an empty value is an empty item)
+            raise _invalid(key, bad[0], f"String must be one of: {', '.join(spec.allowed)}")
     elif spec.check is not None and value.strip():
         why = spec.check(value)
         if why:
@@ -245,8 +244,6 @@ def wal_options(configs: Mapping[str, str]) -> dict[str, int]:
     delete = "delete" in cleanup_policy(configs)
     retention_ms = _integer(configs, "retention.ms") if delete else -1
     retention_bytes = _integer(configs, "retention.bytes") if delete else -1
-    if retention_bytes < -1:
-        raise _invalid("retention.bytes", str(retention_bytes), "Value must be at least -1")
     segment_ms = _integer(configs, "segment.ms") if "segment.ms" in configs else -1
     if "compact" in cleanup_policy(configs):
         segment_ms = min(_integer(configs, "segment.ms"), _integer(configs, "max.compaction.lag.ms"))

@@ -38,7 +38,7 @@ from walgate.storage.store import TICKS_PER_MS, Store
 from walgate.storage.topics import Records, TopicEvaluator
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, CorruptEntry
-from walgate.wire import batch_prefix, record_timestamps
+from walgate.wire import batch_header, batch_prefix, decode_batches, record_timestamps
 
 __all__ = ["PartitionStats", "TopicViews", "stored_batch"]
 
@@ -367,14 +367,14 @@ class TopicViews:
         for base, version, _count in self.index_entries(topic, partition, max(found[0], idx.start_offset)):
             try:
                 if native:
-                    timestamps = record_timestamps(stored_batch(vnode, topic, partition, version))
+                    records = _offsets_and_timestamps(stored_batch(vnode, topic, partition, version))
                 else:
-                    timestamps = self.kafka_rows(topic, partition, version).timestamps
+                    records = [(base + k, ms) for k, ms in enumerate(self.kafka_rows(topic, partition, version).timestamps)]
             except CorruptEntry:
                 continue
-            for k, ms in enumerate(timestamps):
+            for offset, ms in records:
                 if ms >= ts_ms:
-                    return base + k, ms
+                    return offset, ms
         return None
 
     def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
@@ -426,3 +426,12 @@ def _qualify(s: ast.CreateTopic, db: str) -> str:
             ) == expected:
                 return text
     raise InvalidValue(f"Topic {s.name}: write its source with its database, as {db}.{name}")
+
+
+def _offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]]:
+    """(offset, timestamp ms) of each record of a stored batch: consecutive from its base offset unless the cleaner
+    removed records (then each record's own offset delta says where it is)."""
+    header = batch_header(batch)
+    if header.record_count == header.last_offset_delta + 1:
+        return [(header.base_offset + k, ms) for k, ms in enumerate(record_timestamps(batch))]
+    return [(r.offset, r.timestamp) for b in decode_batches(batch) for r in b.records]
