@@ -325,7 +325,10 @@ class Gateway:
         while True:
             try:
                 stats = await self._storage.call(_clean_now, engine, self.config.node_id)
-            except Exception:
+            except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
+                log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
+                stats = None
+            except Exception:  # a bug: its traceback is logged, the server and the next pass go on
                 log.exception("log cleaner failed; retrying in %.1f s", backoff)
                 stats = None
             if stats is not None and stats.finished and stats.segments:
@@ -345,7 +348,10 @@ class Gateway:
                 if pending:
                     await asyncio.to_thread(_run_all, pending)
                     await self._storage.call(_done_all, pending)
-            except Exception:
+            except OSError as exc:
+                log.error("WAL fsync failed: %s; retrying in %.0f s", exc, SYNC_MAX_DELAY)
+                delay = SYNC_MAX_DELAY
+            except Exception:  # a bug: its traceback is logged, the server and the next sync go on
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
