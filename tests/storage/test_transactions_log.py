@@ -7,7 +7,7 @@ import errno
 
 import pytest
 
-from tests.storage.faults import FAULT_KINDS, Faults
+from tests.storage.faults import WRITE_FAULTS, Faults, refused, truncations
 from walgate.storage import transactions_log
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageUnavailable
@@ -30,9 +30,6 @@ def test_append_replay_and_tombstones(tmp_path):
     assert TransactionLog.open(path, damage).records == {"a": state(3)} and damage.records == []
 
 
-WRITE_FAULTS = [("write", k) for k in FAULT_KINDS] + [("fsync", "enospc"), ("fsync", "eio")]
-
-
 @pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
 def test_a_refused_write_changes_nothing_and_loses_nothing_acknowledged(tmp_path, op, kind):
     path = tmp_path / TRANSACTIONS_LOG
@@ -43,10 +40,7 @@ def test_a_refused_write_changes_nothing_and_loses_nothing_acknowledged(tmp_path
         for i in range(40):
             tid = f"t{i % 5}"
             if i % 4 == 1:
-                faults.fail_kind(op, kind)
-                with pytest.raises(StorageUnavailable):
-                    log.append([(tid, state(100 + i))])
-                faults.clear()
+                refused(faults, op, kind, lambda: log.append([(tid, state(100 + i))]))
             else:
                 log.append([(tid, state(100 + i))])
                 acked[tid] = state(100 + i)
@@ -77,12 +71,9 @@ def test_truncation_at_every_byte_keeps_every_whole_record(tmp_path):
     log = TransactionLog.open(path)
     for i in range(3):
         log.append([(f"t{i}", state(i))])
-    data = path.read_bytes()
-    ends = [i + 1 for i, b in enumerate(data) if b == ord("\n")]
-    for cut in range(len(data) + 1):
-        path.write_bytes(data[:cut])
+    for data in truncations(path):
         damage = DamageLog(tmp_path)
-        whole = sum(1 for e in ends if e <= cut)
+        whole = data.count(b"\n")
         assert TransactionLog.open(path, damage).records == {f"t{i}": state(i) for i in range(whole)}
         assert damage.records == []  # a torn tail is a crash while appending: dropped silently
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -358,18 +358,7 @@ class ClassicGroup:
         removed = self.members.pop(old_member_id)
         self.complete_join(removed, join_response(ErrorCode.fenced_instance_id, old_member_id))
         self.complete_sync(removed, sync_response(ErrorCode.fenced_instance_id))
-        new_member = ClassicGroupMember(
-            member_id=new_member_id,
-            group_instance_id=removed.group_instance_id,
-            client_id=removed.client_id,
-            client_host=removed.client_host,
-            rebalance_timeout_ms=removed.rebalance_timeout_ms,
-            session_timeout_ms=removed.session_timeout_ms,
-            protocol_type=removed.protocol_type,
-            protocols=removed.protocols,
-            assignment=removed.assignment,
-            last_heartbeat_ms=removed.last_heartbeat_ms,
-        )
+        new_member = replace(removed, member_id=new_member_id, join_request=None, sync_request=None, is_new=False)
         self.members[new_member_id] = new_member
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id

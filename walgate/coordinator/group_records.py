@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from walgate.coordinator.classic_model import ClassicGroup, ClassicGroupMember, Completion, GroupState
 from walgate.coordinator.consumer_model import (
@@ -64,9 +64,13 @@ def _assignment(assignment: Assignment) -> dict[str, list[int]]:
 
 
 def _from_assignment(value: Any) -> Assignment:
+    return {str(t): frozenset(_ints(ps)) for t, ps in _dict(value, "an assignment").items() if ps}
+
+
+def _dict(value: Any, what: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"not an assignment: {value!r}")
-    return {str(t): frozenset(_ints(ps)) for t, ps in value.items() if ps}
+        raise ValueError(f"not {what}: {value!r}")
+    return value
 
 
 def _ints(values: Any) -> list[int]:
@@ -82,9 +86,7 @@ def _int(value: Any) -> int:
 
 
 def _opt_str(value: Any) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"not a string: {value!r}")
-    return value
+    return None if value is None else _str(value)
 
 
 def _str(value: Any) -> str:
@@ -94,6 +96,10 @@ def _str(value: Any) -> str:
 
 
 # ------------------------------------------------------------------ values
+
+
+def _protocols_value(protocols: tuple[tuple[str, bytes], ...]) -> list[list[str]]:
+    return [[name, _b64(metadata)] for name, metadata in protocols]
 
 
 def _classic_value(group: ClassicGroup) -> dict[str, Any] | None:
@@ -114,7 +120,7 @@ def _classic_value(group: ClassicGroup) -> dict[str, Any] | None:
                 "rebalance_timeout": m.rebalance_timeout_ms,
                 "session_timeout": m.session_timeout_ms,
                 "protocol_type": m.protocol_type,
-                "protocols": [[name, _b64(metadata)] for name, metadata in m.protocols],
+                "protocols": _protocols_value(m.protocols),
                 "assignment": _b64(m.assignment),
             }
             for m in group.members.values()
@@ -140,7 +146,7 @@ def _consumer_member(m: ConsumerGroupMember) -> dict[str, Any]:
         "given_at": sorted([t, p, e] for (t, p), e in m.assignment_epochs.items()),
         "classic": None if m.classic is None else {
             "session_timeout": m.classic.session_timeout_ms,
-            "protocols": [[name, _b64(metadata)] for name, metadata in m.classic.protocols],
+            "protocols": _protocols_value(m.classic.protocols),
         },
     }
 
@@ -173,30 +179,46 @@ def _protocols(value: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple((_str(name), _bytes(metadata)) for name, metadata in value)
 
 
+def _check_type(value: Mapping[str, Any], group_type: str) -> None:
+    if value.get("type") != group_type:
+        raise ValueError(f"not a {group_type} group: type {value.get('type')!r}")
+
+
+class _Identity(TypedDict):
+    """The member fields both group types keep under the same keys and name alike."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    last_heartbeat_ms: int
+
+
+def _identity(m: Mapping[str, Any], now_ms: int) -> _Identity:
+    """A member value's identity, the member last heard of at *now_ms*."""
+    return _Identity(member_id=_str(m["id"]), client_id=_str(m["client_id"]), client_host=_str(m["client_host"]),
+                     rebalance_timeout_ms=_int(m["rebalance_timeout"]), last_heartbeat_ms=now_ms)
+
+
 def rebuild_classic(
     group_id: str, value: Mapping[str, Any], now_ms: int, outbox: list[Completion] | None = None
 ) -> ClassicGroup:
     """The classic group *value* describes (answering parked requests into *outbox*): Stable with its members (Empty
     without), no parked request, every member last heard of at *now_ms*. Raises ValueError (or KeyError,
     TypeError) on a value it cannot rebuild."""
-    if value.get("type") != CLASSIC_GROUP_TYPE:
-        raise ValueError(f"not a classic group: type {value.get('type')!r}")
+    _check_type(value, CLASSIC_GROUP_TYPE)
     group = ClassicGroup(group_id, now_ms, outbox)
     group.generation_id = _int(value["generation"])
     group.protocol_type = _opt_str(value["protocol_type"])
     group.protocol_name = _opt_str(value["protocol"])
     for m in value["members"]:
         member = ClassicGroupMember(
-            member_id=_str(m["id"]),
+            **_identity(m, now_ms),
             group_instance_id=_opt_str(m["instance"]),
-            client_id=_str(m["client_id"]),
-            client_host=_str(m["client_host"]),
-            rebalance_timeout_ms=_int(m["rebalance_timeout"]),
             session_timeout_ms=_int(m["session_timeout"]),
             protocol_type=_str(m["protocol_type"]),
             protocols=_protocols(m["protocols"]),
             assignment=_bytes(m["assignment"]),
-            last_heartbeat_ms=now_ms,
         )
         if member.member_id in group.members or member.group_instance_id in group.static_members:
             raise ValueError(f"member {member.member_id!r} is listed twice")
@@ -223,12 +245,9 @@ def _consumer_member_of(m: Mapping[str, Any], now_ms: int) -> ConsumerGroupMembe
         topic, partition, epoch = entry
         given_at[(_str(topic), _int(partition))] = _int(epoch)
     return ConsumerGroupMember(
-        _str(m["id"]),
+        **_identity(m, now_ms),
         instance_id=_opt_str(m["instance"]),
         rack_id=_opt_str(m["rack"]),
-        client_id=_str(m["client_id"]),
-        client_host=_str(m["client_host"]),
-        rebalance_timeout_ms=_int(m["rebalance_timeout"]),
         server_assignor=_opt_str(m["assignor"]),
         subscribed_topic_names=tuple(_str(t) for t in m["topics"]),
         state=MemberState(m["state"]),
@@ -237,7 +256,6 @@ def _consumer_member_of(m: Mapping[str, Any], now_ms: int) -> ConsumerGroupMembe
         assigned=_from_assignment(m["assigned"]),
         pending_revocation=_from_assignment(m["pending"]),
         assignment_epochs=given_at,
-        last_heartbeat_ms=now_ms,
         classic=None if classic is None else ClassicMetadata(_int(classic["session_timeout"]),
                                                              _protocols(classic["protocols"])),
     )
@@ -246,12 +264,9 @@ def _consumer_member_of(m: Mapping[str, Any], now_ms: int) -> ConsumerGroupMembe
 def rebuild_consumer(group_id: str, value: Mapping[str, Any], now_ms: int) -> ConsumerGroup:
     """The consumer group *value* describes, every member last heard of at *now_ms*. Raises ValueError (or
     KeyError) on a value it cannot rebuild, e.g. one that gives a partition to two members."""
-    if value.get("type") != CONSUMER_GROUP_TYPE:
-        raise ValueError(f"not a consumer group: type {value.get('type')!r}")
+    _check_type(value, CONSUMER_GROUP_TYPE)
     group = ConsumerGroup(group_id, group_epoch=_int(value["epoch"]), assignment_epoch=_int(value["assignment_epoch"]))
-    subscription = value["subscription"]
-    if not isinstance(subscription, dict):
-        raise ValueError(f"not a subscription: {subscription!r}")
+    subscription = _dict(value["subscription"], "a subscription")
     group.subscription_metadata = {_str(t): _int(n) for t, n in subscription.items()}
     for m in value["members"]:
         member = _consumer_member_of(m, now_ms)
@@ -266,8 +281,6 @@ def rebuild_consumer(group_id: str, value: Mapping[str, Any], now_ms: int) -> Co
             group.set_member_ownership(member, ())
         except AssertionError as exc:
             raise ValueError(str(exc)) from None
-    target = value["target"]
-    if not isinstance(target, dict):
-        raise ValueError(f"not a target assignment: {target!r}")
+    target = _dict(value["target"], "a target assignment")
     group.target = {_str(member_id): _from_assignment(a) for member_id, a in target.items()}
     return group

@@ -16,15 +16,11 @@
   applied (seen by :meth:`~CommittedOffsets.get`) only once their sync succeeded; when it fails, the sync's bytes are
   cut off the file and every commit not yet durable (those it covered and those queued while it ran) is refused, so
   nothing refused is ever seen.
-* Opening replays the log: a torn last line (a crash while appending: at most one partial line without its
-  ``\\n``, :func:`walgate.storage.lines.scan`) is dropped; a last line whose ``\\n`` is damaged still counts
-  (reported; the rewrite restores the ``\\n``); a complete line that fails its checksum or does not hold a commit,
-  and bytes after the last ``\\n`` that are no torn line (zeros, garbage), are reported to the
-  :class:`~walgate.storage.damage.DamageLog` (bytes kept) and skipped, and every line after a bad one still counts,
-  so one bad line never loses the commits behind it.
-* Compaction: when the superseded lines outnumber ``max(live offsets, COMPACT_FLOOR)``, at open or after a commit,
-  the log is rewritten with the live offsets only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the
-  old file or the new one). A failed compaction changes nothing and is tried again after a later commit.
+* Opening replays the log (a :class:`~walgate.storage.keyed_log.KeyedLog`, whose docstring says how): a torn last
+  line is dropped; damage is reported to the :class:`~walgate.storage.damage.DamageLog` (bytes kept) and skipped,
+  and every line after a bad one still counts, so one bad line never loses the commits behind it.
+* Compaction: when the superseded lines outnumber ``max(live offsets, COMPACT_FLOOR)``, at open or after a commit
+  (with group commit, once no commit is queued), the log is rewritten with the live offsets only.
 """
 
 from __future__ import annotations
@@ -39,6 +35,7 @@ from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["Committed", "CommittedOffsets", "COMPACT_FLOOR"]
 
@@ -56,27 +53,6 @@ class Committed:
     leader_epoch: int
     metadata: str | None
     commit_ms: int
-
-
-def _parse(r: Any) -> tuple[Key, Committed | None]:
-    """One line's commit (None: a tombstone); raises on anything that is not one."""
-    key = (r["g"], r["t"], r["p"])
-    if not (isinstance(key[0], str) and isinstance(key[1], str) and type(key[2]) is int):
-        raise ValueError(f"bad key {key!r}")
-    if r["o"] is None:
-        return key, None
-    c = Committed(r["o"], r["e"], r["m"], r["ts"])
-    if type(c.offset) is not int or type(c.leader_epoch) is not int or type(c.commit_ms) is not int \
-            or not (c.metadata is None or isinstance(c.metadata, str)):
-        raise ValueError(f"bad commit {r!r}")
-    return key, c
-
-
-def _line(key: Key, c: Committed | None) -> bytes:
-    g, t, p = key
-    if c is None:
-        return lines.encode({"g": g, "t": t, "p": p, "o": None})
-    return lines.encode({"g": g, "t": t, "p": p, "o": c.offset, "e": c.leader_epoch, "m": c.metadata, "ts": c.commit_ms})
 
 
 class _CommitsSync:
@@ -102,13 +78,14 @@ class _CommitsSync:
         self.offsets._synced(self)
 
 
-class CommittedOffsets:
+class CommittedOffsets(KeyedLog[Key, Committed]):
+    WHAT = "committed offsets"
+    NOT_A_RECORD = "not a commit"
+    logger = log
+
     def __init__(self, path: Path, unsynced: Unsynced | None = None) -> None:
-        self.path = path
+        super().__init__(path)
         self.unsynced = unsynced  # group commit: commits note what they need instead of fsyncing
-        self._live: dict[Key, Committed] = {}
-        self._lines = 0  # lines in the file (live and superseded)
-        self._pad = b""  # b"\n" while the file may end in a torn line
         self._written = 0  # writes so far (the targets of group commit's needs)
         self.durable_to = 0  # writes up to this one are fsynced and applied
         self._pending: list[tuple[int, list[tuple[Key, Committed | None]]]] = []  # (write, records) not yet durable
@@ -117,39 +94,30 @@ class CommittedOffsets:
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None) -> CommittedOffsets:
         store = cls(path, unsynced)
-        data = path.read_bytes() if path.exists() else b""
-        scan = lines.scan(data)
-        bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
-        for start, end, record in scan.records:
-            try:
-                key, c = _parse(record)
-            except (KeyError, TypeError, ValueError) as exc:
-                bad.append((start, end, f"not a commit: {exc}", "skipped"))
-                continue
-            store._apply([(key, c)])
-        store._lines = len(scan.records)
-        for start, end, reason, action in sorted(bad):
-            if damage is None:
-                log.warning("%s bytes [%d, %d): %s; %s", path, start, end, reason, action)
-            else:
-                damage.report(path, start, end, f"committed offsets: {reason}", action, data[start:end])
-        if bad or scan.complete < len(data) or store._superseded():
-            try:
-                store._rewrite()
-            except OSError as exc:
-                log.error("%s: could not compact the committed offsets: %s", path, exc)
-                store._pad = b"\n"
+        store._replay(damage)
         return store
 
-    def _superseded(self) -> bool:
-        return self._lines - len(self._live) > max(len(self._live), COMPACT_FLOOR)
+    def _parse(self, record: Any) -> tuple[Key, Committed | None]:
+        key = (record["g"], record["t"], record["p"])
+        if not (isinstance(key[0], str) and isinstance(key[1], str) and type(key[2]) is int):
+            raise ValueError(f"bad key {key!r}")
+        if record["o"] is None:
+            return key, None
+        c = Committed(record["o"], record["e"], record["m"], record["ts"])
+        if type(c.offset) is not int or type(c.leader_epoch) is not int or type(c.commit_ms) is not int \
+                or not (c.metadata is None or isinstance(c.metadata, str)):
+            raise ValueError(f"bad commit {record!r}")
+        return key, c
 
-    def _apply(self, records: list[tuple[Key, Committed | None]]) -> None:
-        for key, c in records:
-            if c is None:
-                self._live.pop(key, None)
-            else:
-                self._live[key] = c
+    def _line(self, key: Key, value: Committed | None) -> bytes:
+        g, t, p = key
+        if value is None:
+            return lines.encode({"g": g, "t": t, "p": p, "o": None})
+        return lines.encode({"g": g, "t": t, "p": p, "o": value.offset, "e": value.leader_epoch, "m": value.metadata,
+                             "ts": value.commit_ms})
+
+    def _compact_floor(self) -> int:
+        return COMPACT_FLOOR
 
     def _append(self, records: list[tuple[Key, Committed | None]]) -> None:
         """Queue the records as one write; they are applied once written and fsynced: before this returns without
@@ -176,7 +144,7 @@ class CommittedOffsets:
         if self._syncing or not self._pending:
             return None
         self._syncing = True
-        data = self._pad + b"".join(_line(k, c) for _, records in self._pending for k, c in records)
+        data = self._encode(r for _, records in self._pending for r in records)
         return _CommitsSync(self, self._written, data)
 
     def _synced(self, sync: _CommitsSync) -> None:
@@ -187,27 +155,16 @@ class CommittedOffsets:
             done = [records for write, records in self._pending if write <= sync.covers]
             del self._pending[: len(done)]
             for records in done:
-                self._apply(records)
-                self._lines += len(records)
+                self._applied(records)
             self.durable_to = sync.covers
-            self._pad = b""
-            if not self._pending and self._superseded():
-                try:
-                    self._rewrite()
-                except OSError as exc:  # the commits are durable in the uncompacted log; compact after a later one
-                    log.warning("%s: could not compact the committed offsets: %s", self.path, exc)
+            if not self._pending:
+                self._compact()
             return
         sync.covers = self._written
         self._pending.clear()
         self._pad = b"\n"  # in case the cut back failed too
         log.error("%s: writing the commits failed (%s); their bytes are cut off and the commits queued since the last "
                   "durable one are refused", self.path, sync.error.strerror or sync.error)
-
-    def _rewrite(self) -> None:
-        data = b"".join(_line(k, c) for k, c in self._live.items())
-        fileio.replace_file(self.path, data)
-        self._lines = len(self._live)
-        self._pad = b""
 
     def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
         """Durably record ``(topic, partition, committed)`` for ``group`` (see :meth:`_append`); raises

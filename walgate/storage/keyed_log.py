@@ -1,0 +1,149 @@
+"""A durable map: an append-only log of checksummed lines, the newest line of a key wins.
+
+The shape shared by ``transactions.log`` (:mod:`walgate.storage.transactions_log`), ``groups.log``
+(:mod:`walgate.storage.group_metadata`) and a vnode's ``commits.log`` (:mod:`walgate.storage.committed`). A
+subclass gives the line format (:meth:`KeyedLog._parse`, :meth:`KeyedLog._line`: each line is one
+:func:`walgate.storage.lines.encode` record holding a key and its value, or None for a tombstone) and its names;
+this class keeps the map (:attr:`KeyedLog._live`) and the file:
+
+* Replay (:meth:`KeyedLog._replay`): a missing file is an empty map. A torn last line (a crash while appending: at
+  most one partial line without its ``\\n``, :func:`walgate.storage.lines.scan`) is dropped; a last line whose
+  ``\\n`` is damaged still counts (reported; the rewrite restores the ``\\n``); a complete line that fails its
+  checksum or is not a record, and bytes after the last ``\\n`` that are no torn line (zeros, garbage), are
+  reported to the :class:`~walgate.storage.damage.DamageLog` (bytes kept; without one, logged) and skipped, and
+  every line after a bad one still counts. Then, when anything was bad or torn or the log is due a compaction, the
+  file is rewritten; when that fails the map stands, and the next append starts with a ``\\n``.
+* Append (:meth:`KeyedLog._write`): the records' lines go to the file with one write and an fsync
+  (:func:`walgate.storage.fileio.append_file`) before they are applied in memory; when the disk refuses the write
+  or the fsync, the file is cut back, nothing changes and :class:`~walgate.storage.errors.StorageUnavailable` is
+  raised; the next write starts with a ``\\n`` (:attr:`KeyedLog._pad`) so that it never joins a torn tail the cut
+  could not remove. A subclass that writes its lines itself (group commit) uses :meth:`KeyedLog._encode`, then
+  :meth:`KeyedLog._applied` and :meth:`KeyedLog._compact` once they are durable.
+* Compaction: when superseded lines outnumber ``max(live keys, the subclass's compaction floor)``, the log is
+  rewritten with the live values only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the old file or
+  the new one). A failed compaction changes nothing (the lines are durable in the uncompacted log) and is tried
+  again after a later append.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from walgate.storage import fileio, lines
+from walgate.storage.damage import DamageLog
+from walgate.storage.errors import StorageUnavailable
+
+__all__ = ["KeyedLog"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class KeyedLog(ABC, Generic[K, V]):
+    """Key -> newest value, durable in :attr:`path` (see the module docstring). Used on the storage thread."""
+
+    WHAT: ClassVar[str]
+    """What the log holds, as damage reports, errors and log lines name it (``"transaction log"``)."""
+    NOT_A_RECORD: ClassVar[str]
+    """How a damage report names a checksummed line that holds no record (``"not a transaction record"``)."""
+    CONSEQUENCE: ClassVar[str] = ""
+    """Added to the reason of every damage report (what a lost line costs)."""
+    REFUSED: ClassVar[str]
+    """Ends the message of a refused :meth:`_write` (what did not change)."""
+    logger: ClassVar[logging.Logger]
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._live: dict[K, V] = {}
+        self._lines = 0  # lines in the file (live and superseded)
+        self._pad = b""  # b"\n" while the file may end in a torn line
+
+    @abstractmethod
+    def _parse(self, record: Any) -> tuple[K, V | None]:
+        """The key and value (None: a tombstone) of one line's record; raises KeyError, TypeError or ValueError on
+        anything that is not one."""
+
+    @abstractmethod
+    def _line(self, key: K, value: V | None) -> bytes:
+        """The checksummed line recording *value* (None: a tombstone) for *key*."""
+
+    @abstractmethod
+    def _compact_floor(self) -> int:
+        """Superseded lines tolerated before a compaction, whatever the number of live keys."""
+
+    def _replay(self, damage: DamageLog | None) -> None:
+        """Load the file into the empty map (see the module docstring); never refuses."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        scan = lines.scan(data)
+        bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
+        for start, end, record in scan.records:
+            try:
+                key, value = self._parse(record)
+            except (KeyError, TypeError, ValueError) as exc:
+                bad.append((start, end, f"{self.NOT_A_RECORD}: {exc}", "skipped"))
+                continue
+            self._apply([(key, value)])
+        self._lines = len(scan.records)
+        for start, end, reason, action in sorted(bad):
+            if damage is None:
+                self.logger.warning("%s bytes [%d, %d): %s; %s", self.path, start, end, reason, action)
+            else:
+                damage.report(self.path, start, end, f"{self.WHAT}: {reason}{self.CONSEQUENCE}", action,
+                              data[start:end])
+        if bad or scan.complete < len(data) or self._superseded():
+            try:
+                self._rewrite()
+            except OSError as exc:
+                self.logger.error("%s: could not rewrite the %s: %s", self.path, self.WHAT, exc)
+                self._pad = b"\n"
+
+    def _apply(self, records: Iterable[tuple[K, V | None]]) -> None:
+        for key, value in records:
+            if value is None:
+                self._live.pop(key, None)
+            else:
+                self._live[key] = value
+
+    def _superseded(self) -> bool:
+        return self._lines - len(self._live) > max(len(self._live), self._compact_floor())
+
+    def _rewrite(self) -> None:
+        fileio.replace_file(self.path, b"".join(self._line(k, v) for k, v in self._live.items()))
+        self._lines = len(self._live)
+        self._pad = b""
+
+    def _encode(self, records: Iterable[tuple[K, V | None]]) -> bytes:
+        """The bytes appending *records* writes (after a torn tail, a ``\\n`` first)."""
+        return self._pad + b"".join(self._line(k, v) for k, v in records)
+
+    def _applied(self, records: Sequence[tuple[K, V | None]]) -> None:
+        """*records* are durable at the end of the file: apply them."""
+        self._pad = b""
+        self._apply(records)
+        self._lines += len(records)
+
+    def _compact(self) -> None:
+        """Rewrite the log with the live values when it is due; a failure is logged and changes nothing."""
+        if self._superseded():
+            try:
+                self._rewrite()
+            except OSError as exc:  # the lines are durable in the uncompacted log; compact after a later append
+                self.logger.warning("%s: could not compact the %s: %s", self.path, self.WHAT, exc)
+
+    def _write(self, records: Sequence[tuple[K, V | None]]) -> None:
+        """Durably append *records* (one write, fsynced), then apply them and compact when due; raises
+        :class:`StorageUnavailable`, changing nothing, when the disk refuses the write or its fsync."""
+        if not records:
+            return
+        try:
+            fileio.append_file(self.path, self._encode(records))  # cut back when the write or the fsync fails
+        except OSError as exc:
+            self._pad = b"\n"  # in case the cut back failed too
+            raise StorageUnavailable(f"The {self.WHAT} could not be written ({exc.strerror or exc}): "
+                                     f"{self.REFUSED}") from None
+        self._applied(records)
+        self._compact()
