@@ -1,14 +1,19 @@
 """Transactional produce: records/s of one confluent-kafka producer in transactions of 100 records, beside the same
-producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate.
+producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate; then one kafka-clients
+4.3 producer (``TxnProduce.java``) in transactions of 100 at ``transaction.version`` 2 (KIP-890 part 2: Produce v12
+adds the partitions, EndTxn v5 bumps the epoch) and at 1 (AddPartitionsToTxn), when java and the jars
+(``.cache/jars/kafka-clients-4.3.0``, ``python compat-tests/setup_clients.py``) are there.
 
-A transaction of 100 records costs, besides the records, AddPartitionsToTxn (the transaction log's fsync), EndTxn
-(two more: the decision and the completion) and a marker in each of its partitions: the ratio is what exactly-once
-costs a producer at that transaction size.
+A transaction of 100 records costs, besides the records, AddPartitionsToTxn or (version 2) the first Produce's add
+(the transaction log's fsync), EndTxn (two more: the decision and the completion) and a marker in each of its
+partitions: the ratio is what exactly-once costs a producer at that transaction size.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -19,6 +24,9 @@ from confluent_kafka import Producer
 from bench.produce import create
 from bench.report import Row
 from bench.servers import walgate
+from bench.tools import program, skipped
+
+JARS = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "kafka-clients-4.3.0"
 
 TXN_RECORDS = 100
 SIZE = 100
@@ -50,6 +58,15 @@ def produce(bootstrap: str, topic: str, count: int, transactional: bool) -> floa
     return count / (time.perf_counter() - start)
 
 
+def java_produce(java: str, bootstrap: str, topic: str, count: int) -> float:
+    """records/s of one kafka-clients 4.3 transactional producer (``TxnProduce.java``)."""
+    out = subprocess.run(
+        [java, "-Xmx512m", "-cp", ":".join(str(p) for p in sorted(JARS.glob("*.jar"))),
+         str(Path(__file__).with_name("TxnProduce.java")), bootstrap, topic, str(count), str(TXN_RECORDS), str(SIZE)],
+        check=True, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["records_per_s"])
+
+
 def run(*, quick: bool, repeat: int) -> list[Row]:
     count = 20_000 if quick else 100_000
     rates: dict[bool, float] = {}
@@ -58,8 +75,22 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         for transactional in (False, True):
             rates[transactional] = statistics.median(
                 produce(server.bootstrap, "txn", count, transactional) for _ in range(repeat))
-    return [
+    rows = [
         Row(f"produce {SIZE} B, idempotent, acks=all, 1 producer", rates[False], "records/s"),
         Row(f"produce {SIZE} B in transactions of {TXN_RECORDS}, 1 producer", rates[True], "records/s"),
         Row("  transactional / non-transactional", rates[True] / rates[False], "x"),
     ]
+    java = program("java", "kafka-clients 4.3 transactional rows", "apt-get install default-jre-headless")
+    if java is None:
+        return rows
+    if not list(JARS.glob("kafka-clients-*.jar")):
+        skipped("kafka-clients 4.3 transactional rows", f"no jars in {JARS} (python compat-tests/setup_clients.py)")
+        return rows
+    for level in (2, 1):
+        with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, \
+                walgate(Path(tmp) / "walgate", "--transaction-version", str(level)) as server:
+            create(server.bootstrap, "txn")
+            rate = statistics.median(java_produce(java, server.bootstrap, "txn", count) for _ in range(repeat))
+        rows.append(Row(f"kafka-clients 4.3, transactions of {TXN_RECORDS}, transaction.version {level}", rate,
+                        "records/s"))
+    return rows

@@ -1,10 +1,13 @@
 // A transactional KafkaProducer as an application runs one (transactional.id set: idempotence, acks=all).
 //
-// Usage: java -cp <kafka-clients jars> TransactionalProducer.java BOOTSTRAP TOPIC TRANSACTIONAL_ID
+// Usage: java -cp <kafka-clients jars> TransactionalProducer.java BOOTSTRAP TOPIC TRANSACTIONAL_ID [--leave-open]
+// With --leave-open: initTransactions, a transaction of "open-0".."open-2" (partition i % 2) sent and flushed, step
+// "open", then the JVM halts without ending it (a producer that died mid-transaction). Otherwise:
 // 1. initTransactions; a transaction of 3 records "commit-0".."commit-2" (partition i % 2), committed;
 // 2. a transaction of 2 records "abort-0", "abort-1", aborted;
 // 3. a second producer with the same transactional.id initialises (the first is now a zombie); the first begins a
-//    transaction, sends "zombie-0" and commits: that must fail with ProducerFencedException;
+//    transaction, sends "zombie-0" and commits: that must fail (ProducerFencedException under transaction version 1;
+//    under version 2 the fenced send is InvalidProducerEpochException, abortable), then aborts: ProducerFencedException;
 // 4. the second producer commits "fenced-by-0".
 // Output: one JSON object per line: "step" (name, ok, and the exception's class and message when it failed).
 // Exit code 0 whatever the steps answered (the test reads them), non-zero on anything else.
@@ -19,6 +22,16 @@ import org.apache.kafka.common.serialization.StringSerializer;
 public class TransactionalProducer {
     public static void main(String[] argv) throws Exception {
         String bootstrap = argv[0], topic = argv[1], tid = argv[2];
+        if (argv.length > 3 && argv[3].equals("--leave-open")) {
+            KafkaProducer<String, String> open = producer(bootstrap, tid);
+            step("open", () -> {
+                open.initTransactions();
+                open.beginTransaction();
+                for (int i = 0; i < 3; i++) open.send(new ProducerRecord<>(topic, i % 2, "k" + i, "open-" + i));
+                open.flush();
+            });
+            Runtime.getRuntime().halt(0);
+        }
         try (KafkaProducer<String, String> first = producer(bootstrap, tid)) {
             step("init", () -> first.initTransactions());
             step("commit", () -> {
@@ -39,6 +52,7 @@ public class TransactionalProducer {
                     first.send(new ProducerRecord<>(topic, 0, "z", "zombie-0"));
                     first.commitTransaction();
                 });
+                step("zombie-abort", () -> first.abortTransaction());
                 step("second-commit", () -> {
                     second.beginTransaction();
                     second.send(new ProducerRecord<>(topic, 1, "s", "fenced-by-0"));

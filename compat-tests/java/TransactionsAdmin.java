@@ -1,8 +1,9 @@
 // The Java Admin's transaction calls, as kafka-transactions.sh makes them: listTransactions (ListTransactions to every
 // broker) and describeTransactions (FindCoordinator key type 1, then DescribeTransactions).
 //
-// Usage: java -cp <kafka-clients jars> TransactionsAdmin.java BOOTSTRAP TRANSACTIONAL_ID
-// Output: one JSON object per line: "listed" per transaction (id, producerId, state), then "described" for
+// Usage: java -cp <kafka-clients jars> TransactionsAdmin.java BOOTSTRAP TRANSACTIONAL_ID [PATTERN]
+// Output: one JSON object per line: "listed" per transaction (id, producerId, state), with PATTERN "matched" per
+// transaction listTransactions filtered by that transactional id pattern answers (KIP-1152), then "described" for
 // TRANSACTIONAL_ID (state, producerId, producerEpoch, timeoutMs, partitions as "topic-partition"), or "error"
 // (the exception's class and message).
 
@@ -11,6 +12,7 @@ import java.util.concurrent.ExecutionException;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListTransactionsOptions;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 
@@ -23,6 +25,12 @@ public class TransactionsAdmin {
             for (TransactionListing t : admin.listTransactions().all().get()) {
                 System.out.println("{\"event\":\"listed\",\"id\":" + json(t.transactionalId()) + ",\"producerId\":"
                         + t.producerId() + ",\"state\":" + json(t.state().toString()) + "}");
+            }
+            if (argv.length > 2) {
+                ListTransactionsOptions options = new ListTransactionsOptions().filterOnTransactionalIdPattern(argv[2]);
+                for (TransactionListing t : admin.listTransactions(options).all().get()) {
+                    System.out.println("{\"event\":\"matched\",\"id\":" + json(t.transactionalId()) + "}");
+                }
             }
             TransactionDescription d = admin.describeTransactions(java.util.List.of(tid)).description(tid).get();
             TreeSet<String> partitions = new TreeSet<>();

@@ -25,6 +25,7 @@ class Node:
     """A coordinator plus what its caller does: apply each decided state (the log write is the storage test's)."""
 
     def __init__(self, **kwargs: int) -> None:
+        kwargs.setdefault("transaction_version", 1)  # the tests below version 2's are transaction version 1's
         self.c = TransactionCoordinator(**kwargs)
         self.ids = itertools.count(1000)
         self.now = 1_000
@@ -40,11 +41,11 @@ class Node:
     def init(self, tid: str = TID, timeout: int = 60_000, expected: tuple[int, int] | None = None) -> Step:
         return self.run(self.c.init_producer_id(tid, timeout, expected, self.now, self.allocate))
 
-    def add(self, pid: int, epoch: int, *tps: tuple[str, int], tid: str = TID) -> Step:
-        return self.run(self.c.add_partitions(tid, pid, epoch, tps, self.now))
+    def add(self, pid: int, epoch: int, *tps: tuple[str, int], tid: str = TID, tv: int = 0) -> Step:
+        return self.run(self.c.add_partitions(tid, pid, epoch, tps, self.now, tv))
 
-    def end(self, pid: int, epoch: int, commit: bool, tid: str = TID) -> Step:
-        return self.run(self.c.end_txn(tid, pid, epoch, commit, self.now))
+    def end(self, pid: int, epoch: int, commit: bool, tid: str = TID, tv: int = 0) -> Step:
+        return self.run(self.c.end_txn(tid, pid, epoch, commit, self.now, tv, self.allocate))
 
     def complete(self, tid: str = TID) -> Txn:
         txn = self.c.complete(tid, self.now)

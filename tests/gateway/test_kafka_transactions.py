@@ -118,15 +118,20 @@ def test_offsets_in_a_transaction_are_seen_only_once_it_commits_and_survive_a_re
         assert describe(conn, TID)[0].transaction_state == "CompleteCommit"
 
 
-def test_a_second_init_fences_the_zombie_with_the_error_its_version_knows(tmp_path: Path) -> None:
-    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_second_init_fences_the_zombie_with_the_error_its_version_knows(tmp_path: Path, level: int) -> None:
+    # the abort of a fenced transaction bumps the fenced epoch once more at transaction.version 2, as Kafka 4's
+    fenced = 1 if level < 2 else 2
+    with gateway_thread(tmp_path / "data", transaction_version=level) as gw, \
+            KafkaConnection(gw.kafka_address) as conn:
         create_topic(conn, "out")
         zombie = init(conn)
         assert add_offsets(conn, zombie.producer_id, 0) == ErrorCode.none  # an ongoing transaction
         fencing = init(conn)
         assert fencing.error_code == ErrorCode.concurrent_transactions  # its transaction is aborted first
         again = init(conn)
-        assert (again.error_code, again.producer_id, again.producer_epoch) == (ErrorCode.none, zombie.producer_id, 2)
+        assert (again.error_code, again.producer_id, again.producer_epoch) == \
+            (ErrorCode.none, zombie.producer_id, fenced + 1)
         assert add_offsets(conn, zombie.producer_id, 0) == ErrorCode.producer_fenced
         assert add_offsets(conn, zombie.producer_id, 0, version=1) == ErrorCode.invalid_producer_epoch
         assert end(conn, zombie.producer_id, 0, True) == ErrorCode.producer_fenced
@@ -138,8 +143,8 @@ def test_a_second_init_fences_the_zombie_with_the_error_its_version_knows(tmp_pa
         assert init(conn, producer_id=zombie.producer_id, producer_epoch=0).error_code == ErrorCode.producer_fenced
         assert init(conn, version=3, producer_id=zombie.producer_id, producer_epoch=0).error_code == \
             ErrorCode.invalid_producer_epoch
-        bumped = init(conn, producer_id=zombie.producer_id, producer_epoch=2)
-        assert (bumped.error_code, bumped.producer_epoch) == (ErrorCode.none, 3)
+        bumped = init(conn, producer_id=zombie.producer_id, producer_epoch=fenced + 1)
+        assert (bumped.error_code, bumped.producer_epoch) == (ErrorCode.none, fenced + 2)
 
 
 def test_bad_requests_are_refused_with_kafkas_codes(tmp_path: Path) -> None:
@@ -202,8 +207,9 @@ def test_list_transactions_filters(tmp_path: Path) -> None:
         assert [t.transactional_id for t in by_pid.transaction_states] == ["a"]
 
 
-def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path: Path) -> None:
-    settings = {"transaction_abort_timed_out_transaction_cleanup_interval_ms": 50}
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path: Path, level: int) -> None:
+    settings = {"transaction_abort_timed_out_transaction_cleanup_interval_ms": 50, "transaction_version": level}
     with gateway_thread(tmp_path / "data", **settings) as gw, KafkaConnection(gw.kafka_address) as conn:
         pid = init(conn, timeout=100).producer_id
         assert add_offsets(conn, pid, 0) == ErrorCode.none
@@ -212,7 +218,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(tmp_path: Pa
         while describe(conn, TID)[0].transaction_state != "CompleteAbort":
             assert time.monotonic() < deadline, "the timed-out transaction was not aborted"
             time.sleep(0.05)
-        assert describe(conn, TID)[0].producer_epoch == 1
+        assert describe(conn, TID)[0].producer_epoch == level  # version 2: fenced, then bumped by the abort
         assert end(conn, pid, 0, True) == ErrorCode.producer_fenced
 
 
@@ -227,7 +233,7 @@ def test_an_ongoing_transaction_keeps_its_timeout_across_a_restart(tmp_path: Pat
         while describe(conn, TID)[0].transaction_state != "CompleteAbort":
             assert time.monotonic() < deadline, "the transaction that timed out while the node was down stayed open"
             time.sleep(0.05)
-        assert describe(conn, TID)[0].producer_epoch == 1
+        assert describe(conn, TID)[0].producer_epoch == 2  # fenced, then bumped by the abort (version 2)
 
 
 ME = "User:ANONYMOUS"

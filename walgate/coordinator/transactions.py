@@ -1,4 +1,4 @@
-"""The transaction coordinator (KIP-98, KIP-447, KIP-890 part 1): one state machine per transactional id.
+"""The transaction coordinator (KIP-98, KIP-447, KIP-890): one state machine per transactional id.
 
 Pure and synchronous: no clock (``now_ms`` is passed in), no storage. Every request is decided by a method returning
 a :class:`Step`: the error code to answer and, when the state changes, the new :class:`Txn` to make durable. The
@@ -8,7 +8,7 @@ of the log too, so live and recovered state cannot drift.
 
 States (Kafka's ``TransactionState`` names)::
 
-    Empty ──AddPartitions/AddOffsets──▶ Ongoing ──EndTxn commit──▶ PrepareCommit ──markers, offsets──▶ CompleteCommit
+    Empty ──AddPartitions/AddOffsets (v2: Produce, TxnOffsetCommit)──▶ Ongoing ──EndTxn commit──▶ PrepareCommit ──markers, offsets──▶ CompleteCommit
       ▲                                   │  └─EndTxn abort, timeout, InitProducerId (fence)──▶ PrepareAbort ──markers──▶ CompleteAbort
       └──── InitProducerId (epoch bump) ◀─┴──────────────────────────── Complete* ──AddPartitions──▶ Ongoing
 
@@ -24,6 +24,23 @@ States (Kafka's ``TransactionState`` names)::
   Complete*. A restart or a failed marker write leaves it here, and the caller completes it again later
   (markers are idempotent in effect). Requests meanwhile answer CONCURRENT_TRANSACTIONS (retriable).
 
+Transaction version 2 (KIP-890 part 2). What a request does follows its own version, as Kafka's
+``TransactionVersion.transactionVersionFor*``: EndTxn v5 and the implicit adds (Produce v12,
+TxnOffsetCommit v5: :meth:`TransactionCoordinator.add_partitions` / :meth:`~TransactionCoordinator.add_offsets`
+with ``tv=2``, and AddPartitionsToTxn v4+, a broker's add) are version 2, AddPartitionsToTxn v0–v3, AddOffsetsToTxn
+and EndTxn v0–v4 version 0 (Kafka's TV_0: KIP-890 part 1 and before). The transaction
+keeps the version of its last such request (:attr:`Txn.tv`). Under version 2 every EndTxn bumps the epoch: its
+Prepare* record holds the bumped epoch (which the markers carry) and ``last_producer_epoch`` the client's, and an
+EndTxn v5 retry names the epoch before the bump; when the epoch is exhausted the Prepare* record holds a new producer
+id (:attr:`Txn.next_producer_id`) that the Complete* state takes, at epoch 0. An abort is accepted with no
+transaction (Empty, Complete*: an EndTxn v5 abort of nothing bumps the epoch too). The coordinator's own aborts (a
+fence by InitProducerId, a timeout) follow the finalized ``transaction.version`` of the node
+(:attr:`TransactionCoordinator.transaction_version`): at 2 the fenced epoch is bumped once more by the abort, as
+Kafka's ``endTransaction`` does after ``prepareFenceProducerEpoch``. The outcome of the last transaction that ended
+is kept (:attr:`Txn.last_commit`) for :meth:`TransactionCoordinator.orphans`. Records written before version 2
+existed have no ``tv`` / ``next_pid`` / ``last_commit``: they read as version 0, without a next producer id or a
+known last outcome.
+
 Producer ids and epochs (``TransactionMetadata``): a new transactional id gets a producer id and epoch -1, so its
 first InitProducerId answers epoch 0. An exhausted epoch (32766 and up) rotates to a new producer id at epoch 0
 (``previous_producer_id`` keeps the old one). KIP-360: an InitProducerId naming its producer id and epoch is
@@ -38,6 +55,7 @@ transaction holds, and how to end them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -46,7 +64,8 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 __all__ = [
-    "DEFAULT_MAX_TIMEOUT_MS", "DEFAULT_ID_EXPIRATION_MS", "MAX_EPOCH", "NO_PRODUCER_EPOCH", "Orphan", "PendingOffset", "STATE_NAMES", "Step",
+    "DEFAULT_MAX_TIMEOUT_MS", "DEFAULT_ID_EXPIRATION_MS", "DEFAULT_TRANSACTION_VERSION", "MAX_EPOCH",
+    "NO_PRODUCER_EPOCH", "Orphan", "PendingOffset", "STATE_NAMES", "Step", "TRANSACTION_VERSIONS",
     "TransactionCoordinator", "Txn", "TxnState", "epoch_exhausted",
 ]
 
@@ -54,6 +73,10 @@ DEFAULT_MAX_TIMEOUT_MS: Final = 900_000
 """Kafka's ``transaction.max.timeout.ms``."""
 DEFAULT_ID_EXPIRATION_MS: Final = 604_800_000
 """Kafka's ``transactional.id.expiration.ms`` (7 days)."""
+DEFAULT_TRANSACTION_VERSION: Final = 2
+"""The finalized ``transaction.version`` of a new Kafka 4 cluster."""
+TRANSACTION_VERSIONS: Final = (0, 2)
+"""The (lowest, highest) level of the ``transaction.version`` feature this coordinator supports (Kafka 4's)."""
 NO_PRODUCER_EPOCH: Final = -1
 _NO_PRODUCER_ID: Final = -1
 MAX_EPOCH: Final = 32767
@@ -78,7 +101,8 @@ STATE_NAMES: Final = frozenset({s.value for s in TxnState} | {"PrepareEpochFence
 a PrepareAbort record, an expired id is removed)."""
 
 _PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-_IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+_COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+_IDLE = (TxnState.EMPTY, *_COMPLETE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +134,15 @@ class Txn:
     partitions: frozenset[tuple[str, int]] = frozenset()
     groups: frozenset[str] = frozenset()
     offsets: tuple[PendingOffset, ...] = field(default=())
+    tv: int = 0  # the transaction version of the transaction's last request (0: KIP-890 part 1 and before, 2)
+    next_producer_id: int = _NO_PRODUCER_ID  # version 2, Prepare*: the producer id Complete* takes (epoch exhausted)
+    last_commit: bool | None = None  # the outcome of the last transaction that ended (None: none known)
+
+    def producer_after(self) -> tuple[int, int]:
+        """The (producer id, epoch) the producer holds once this transaction is complete (what EndTxn v5 answers)."""
+        if self.next_producer_id != _NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -119,19 +152,27 @@ class Txn:
             "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
             "offsets": [[o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata, o.commit_ms]
                         for o in self.offsets],
+            "tv": self.tv, "next_pid": self.next_producer_id, "last_commit": self.last_commit,
         }
 
     @classmethod
     def from_record(cls, tid: str, r: Mapping[str, Any]) -> Txn:
-        """The state a :meth:`to_record` wrote; ValueError (or KeyError/TypeError) for anything else."""
+        """The state a :meth:`to_record` wrote (one written before transaction version 2, without ``tv``,
+        ``next_pid`` and ``last_commit``, is a version 0 transaction); ValueError (or KeyError/TypeError) for anything
+        else."""
         ints = [r[k] for k in ("pid", "epoch", "last_epoch", "prev_pid", "timeout", "start", "updated")]
+        ints += [r.get("tv", 0), r.get("next_pid", _NO_PRODUCER_ID)]
         if any(type(v) is not int for v in ints):
             raise ValueError(f"not integers: {ints!r}")
+        last_commit = r.get("last_commit")
+        if last_commit is not None and type(last_commit) is not bool:
+            raise ValueError(f"last_commit is not a boolean: {last_commit!r}")
         partitions = frozenset((str(t), int(p)) for t, p in r["partitions"])
         offsets = tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), str(m), int(ts))
                         for g, t, p, o, e, m, ts in r["offsets"])
         return cls(tid, r["pid"], r["epoch"], r["timeout"], TxnState(r["state"]), r["updated"], r["last_epoch"],
-                   r["prev_pid"], r["start"], partitions, frozenset(str(g) for g in r["groups"]), offsets)
+                   r["prev_pid"], r["start"], partitions, frozenset(str(g) for g in r["groups"]), offsets,
+                   ints[7], ints[8], last_commit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +193,18 @@ class Step:
 
     error: int
     txn: Txn | None = None
+    producer: tuple[int, int] | None = None  # EndTxn v5 with NONE: the (producer id, epoch) to answer
 
 
 class TransactionCoordinator:
     """Every transactional id's :class:`Txn` (see the module docstring for the rules)."""
 
     def __init__(self, max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
-                 id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS) -> None:
+                 id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
+                 transaction_version: int = DEFAULT_TRANSACTION_VERSION) -> None:
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
+        self.transaction_version = transaction_version  # the finalized transaction.version (the node's own aborts)
         self.txns: dict[str, Txn] = {}
 
     def apply(self, tid: str, txn: Txn | None) -> None:
@@ -223,24 +267,25 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         return txn
 
-    def _begun(self, txn: Txn, now_ms: int, partitions: Iterable[tuple[str, int]] = (),
+    def _begun(self, txn: Txn, now_ms: int, tv: int, partitions: Iterable[tuple[str, int]] = (),
                groups: Iterable[str] = ()) -> Txn:
         if txn.state is TxnState.ONGOING:
             return replace(txn, partitions=txn.partitions | frozenset(partitions), groups=txn.groups | frozenset(groups),
-                           last_update_ms=now_ms)
-        return replace(txn, state=TxnState.ONGOING, start_ms=now_ms, last_update_ms=now_ms,
+                           last_update_ms=now_ms, tv=tv)
+        return replace(txn, state=TxnState.ONGOING, start_ms=now_ms, last_update_ms=now_ms, tv=tv,
                        partitions=frozenset(partitions), groups=frozenset(groups), offsets=())
 
     def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]],
-                       now_ms: int) -> Step:
-        """AddPartitionsToTxn (the client's form): the partitions join the transaction (starting one)."""
+                       now_ms: int, tv: int = 0) -> Step:
+        """AddPartitionsToTxn (the client's form, ``tv`` 0) or a transactional Produce v12 (``tv`` 2, KIP-890 part 2:
+        the broker adds the partitions itself): the partitions join the transaction (starting one)."""
         txn = self._current(tid, producer_id, epoch)
         if isinstance(txn, int):
             return Step(txn)
         wanted = frozenset(partitions)
-        if txn.state is TxnState.ONGOING and wanted <= txn.partitions:
+        if txn.state is TxnState.ONGOING and wanted <= txn.partitions and txn.tv == tv:
             return Step(ErrorCode.none)
-        return Step(ErrorCode.none, self._begun(txn, now_ms, partitions=wanted))
+        return Step(ErrorCode.none, self._begun(txn, now_ms, tv, partitions=wanted))
 
     def verify(self, tid: str, producer_id: int, epoch: int,
                partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -253,14 +298,15 @@ class TransactionCoordinator:
         return {tp: ErrorCode.none if ongoing and tp in txn.partitions else ErrorCode.transaction_abortable
                 for tp in partitions}
 
-    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str, now_ms: int) -> Step:
-        """AddOffsetsToTxn: the group's offsets may be committed in the transaction (starting one)."""
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str, now_ms: int, tv: int = 0) -> Step:
+        """AddOffsetsToTxn (``tv`` 0) or TxnOffsetCommit v5 (``tv`` 2, KIP-890 part 2: the group joins implicitly):
+        the group's offsets may be committed in the transaction (starting one)."""
         txn = self._current(tid, producer_id, epoch)
         if isinstance(txn, int):
             return Step(txn)
-        if txn.state is TxnState.ONGOING and group in txn.groups:
+        if txn.state is TxnState.ONGOING and group in txn.groups and txn.tv == tv:
             return Step(ErrorCode.none)
-        return Step(ErrorCode.none, self._begun(txn, now_ms, groups=(group,)))
+        return Step(ErrorCode.none, self._begun(txn, now_ms, tv, groups=(group,)))
 
     def offset_commit_check(self, tid: str, producer_id: int, epoch: int, group: str) -> int:
         """Whether TxnOffsetCommit may add offsets of ``group``: NONE, or the error refusing every partition
@@ -272,10 +318,11 @@ class TransactionCoordinator:
             return ErrorCode.transaction_abortable
         return ErrorCode.none
 
-    def add_offsets_pending(self, tid: str, offsets: Iterable[PendingOffset], now_ms: int) -> Txn:
-        """The transaction of ``tid`` (checked by :meth:`offset_commit_check`) with ``offsets`` pending: a later
-        offset of a (group, topic, partition) replaces the earlier one."""
-        txn = self.txns[tid]
+    def add_offsets_pending(self, tid: str, offsets: Iterable[PendingOffset], now_ms: int,
+                            txn: Txn | None = None) -> Txn:
+        """The transaction of ``tid`` (checked by :meth:`offset_commit_check`; or ``txn``, its state about to be
+        recorded) with ``offsets`` pending: a later offset of a (group, topic, partition) replaces the earlier one."""
+        txn = txn or self.txns[tid]
         kept = {(o.group, o.topic, o.partition): o for o in txn.offsets}
         kept.update({(o.group, o.topic, o.partition): o for o in offsets})
         return replace(txn, offsets=tuple(kept.values()), last_update_ms=now_ms)
@@ -286,18 +333,23 @@ class TransactionCoordinator:
         return {(o.topic, o.partition) for t in self.txns.values()
                 if t.state is TxnState.ONGOING or t.state in _PREPARE for o in t.offsets if o.group == group}
 
-    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int) -> Step:
-        """EndTxn: Ongoing → PrepareCommit / PrepareAbort; a retry of a finished one answers NONE."""
+    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int, tv: int = 0,
+                allocate: Callable[[], int] | None = None) -> Step:
+        """EndTxn: Ongoing → PrepareCommit / PrepareAbort; a retry of a finished one answers NONE. ``tv`` 2 (EndTxn
+        v5) follows :meth:`_end_txn_v2`; ``allocate`` hands out the next producer id when the epoch is exhausted."""
         txn = self.txns.get(tid)
         if not tid:
             return Step(ErrorCode.invalid_request)
+        if tv >= 2:
+            assert allocate is not None
+            return self._end_txn_v2(txn, producer_id, epoch, commit, now_ms, allocate)
         if txn is None or txn.producer_id != producer_id:
             return Step(ErrorCode.invalid_producer_id_mapping)
         if txn.producer_epoch != epoch:
             return Step(ErrorCode.producer_fenced)
         if txn.state is TxnState.ONGOING:
             state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            return Step(ErrorCode.none, replace(txn, state=state, last_update_ms=now_ms))
+            return Step(ErrorCode.none, replace(txn, state=state, last_update_ms=now_ms, tv=0))
         same = {TxnState.COMPLETE_COMMIT: (commit, ErrorCode.none), TxnState.COMPLETE_ABORT: (not commit, ErrorCode.none),
                 TxnState.PREPARE_COMMIT: (commit, ErrorCode.concurrent_transactions),
                 TxnState.PREPARE_ABORT: (not commit, ErrorCode.concurrent_transactions)}.get(txn.state)
@@ -305,22 +357,73 @@ class TransactionCoordinator:
             return Step(same[1])
         return Step(ErrorCode.invalid_txn_state)
 
+    def _end_txn_v2(self, txn: Txn | None, producer_id: int, epoch: int, commit: bool, now_ms: int,
+                    allocate: Callable[[], int]) -> Step:
+        """EndTxn v5 (Kafka's ``endTransaction`` for version 2). A retry names the epoch before the bump (or, after a
+        producer id rotation, the old id at the last usable epoch). Per state, for an abort / a commit of the current
+        epoch: Ongoing → Prepare* with the epoch bumped; Empty and Complete* → PrepareAbort of nothing (bumped) /
+        INVALID_TXN_STATE. A retry: Complete* of the same outcome answers NONE, Prepare* of the same outcome
+        CONCURRENT_TRANSACTIONS, anything else INVALID_TXN_STATE; another epoch is PRODUCER_FENCED."""
+        if txn is None:
+            return Step(ErrorCode.invalid_producer_id_mapping)
+        on_overflow = (txn.producer_id != producer_id and txn.previous_producer_id == producer_id
+                       and epoch == MAX_EPOCH - 1 and txn.producer_epoch == 0)
+        if txn.producer_id != producer_id and not on_overflow:
+            return Step(ErrorCode.invalid_producer_id_mapping)
+        on_bump = txn.producer_id == producer_id and txn.producer_epoch == epoch + 1
+        retry = on_bump or on_overflow
+        current = txn.producer_id == producer_id and txn.producer_epoch == epoch
+        if txn.state in _PREPARE:
+            valid = on_bump
+        elif txn.state in _COMPLETE:
+            valid = current or retry
+        else:
+            valid = current
+        if not valid:
+            return Step(ErrorCode.producer_fenced)
+        outcome = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if retry:
+            if txn.state is outcome:
+                return Step(ErrorCode.none, producer=(txn.producer_id, txn.producer_epoch))
+            if txn.state in _PREPARE and (txn.state is TxnState.PREPARE_COMMIT) == commit:
+                return Step(ErrorCode.concurrent_transactions)
+            return Step(ErrorCode.invalid_txn_state)
+        if txn.state is not TxnState.ONGOING and commit:
+            return Step(ErrorCode.invalid_txn_state)
+        if txn.state is not TxnState.ONGOING:  # an abort of nothing: it starts now, with nothing to mark
+            txn = replace(txn, start_ms=now_ms, partitions=frozenset(), groups=frozenset(), offsets=())
+        next_pid = allocate() if epoch_exhausted(txn.producer_epoch) else _NO_PRODUCER_ID
+        prepared = replace(txn, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+                           producer_epoch=txn.producer_epoch + 1, last_producer_epoch=txn.producer_epoch,
+                           next_producer_id=next_pid, tv=2, last_update_ms=now_ms)
+        return Step(ErrorCode.none, prepared, prepared.producer_after())
+
     # ------------------------------------------------------------------ completion and timers
 
     def _fenced(self, txn: Txn, now_ms: int) -> Txn:
-        """The ongoing ``txn`` aborted with its epoch bumped (Kafka's ``prepareFenceProducerEpoch``): up to
-        :data:`MAX_EPOCH`, which only the abort markers carry (the next InitProducerId rotates the producer id)."""
-        epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
-        return replace(txn, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH, state=TxnState.PREPARE_ABORT,
-                       last_update_ms=now_ms)
+        """The ongoing ``txn`` aborted with its epoch bumped (Kafka's ``prepareFenceProducerEpoch``), and, at
+        ``transaction.version`` 2, bumped again by the abort (``last_producer_epoch`` the fenced one), as Kafka's
+        coordinator writes it: up to :data:`MAX_EPOCH`, which only the abort markers carry (the next InitProducerId
+        rotates the producer id)."""
+        fenced = min(txn.producer_epoch + 1, MAX_EPOCH)
+        if self.transaction_version >= 2:
+            return replace(txn, producer_epoch=min(fenced + 1, MAX_EPOCH), last_producer_epoch=fenced,
+                           state=TxnState.PREPARE_ABORT, last_update_ms=now_ms, tv=2)
+        return replace(txn, producer_epoch=fenced, last_producer_epoch=NO_PRODUCER_EPOCH, state=TxnState.PREPARE_ABORT,
+                       last_update_ms=now_ms, tv=0)
 
     def complete(self, tid: str, now_ms: int) -> Txn:
-        """The Complete* state of ``tid``'s Prepare* transaction, once its markers (and offsets) are written."""
+        """The Complete* state of ``tid``'s Prepare* transaction, once its markers (and offsets) are written: at
+        the next producer id, epoch 0, when the Prepare* state names one (Kafka's ``prepareComplete``)."""
         txn = self.txns[tid]
         assert txn.state in _PREPARE, txn.state
-        state = TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
-        return replace(txn, state=state, last_update_ms=now_ms, partitions=frozenset(),
-                       groups=frozenset(), offsets=())
+        commit = txn.state is TxnState.PREPARE_COMMIT
+        state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        pid, epoch = txn.producer_after()
+        previous = txn.producer_id if pid != txn.producer_id else txn.previous_producer_id
+        return replace(txn, state=state, last_update_ms=now_ms, partitions=frozenset(), groups=frozenset(), offsets=(),
+                       producer_id=pid, producer_epoch=epoch, previous_producer_id=previous,
+                       next_producer_id=_NO_PRODUCER_ID, last_commit=commit)
 
     def preparing(self) -> list[Txn]:
         """Transactions decided but not completed (markers to write)."""
@@ -342,11 +445,16 @@ class TransactionCoordinator:
         no Ongoing or Prepare* transaction of this coordinator holds.
 
         * A transactional id whose transaction is over (a marker lost with the page cache of a partition fsynced
-          periodically) gets its outcome again, at once.
+          periodically) gets that transaction's outcome again, at once: the Complete* state's, or, when the id has
+          moved on (InitProducerId, a newer transaction that does not hold the partition), the outcome of the last
+          transaction that ended (:attr:`Txn.last_commit`; an abort when the record predates it). A producer id a
+          transaction version 2 completion rotated away from is its previous transactional id's, at the last epoch.
         * A producer id no transactional id owns (its state was lost with a damaged transaction log) can never
           commit; Kafka leaves such a transaction hanging. Here it is aborted at the last epoch, which fences the
           producer id, once ``transaction.max.timeout.ms`` has passed: by then any timeout it had has expired."""
         owners = {t.producer_id: t for t in self.txns.values()}
+        previous = {t.previous_producer_id: t for t in self.txns.values()
+                    if t.previous_producer_id != _NO_PRODUCER_ID and t.last_commit is not None}
         out = []
         for pid, partitions in sorted(ongoing.items()):
             txn = owners.get(pid)
@@ -354,10 +462,14 @@ class TransactionCoordinator:
             stray = tuple(sorted(tp for tp in partitions if tp not in running))
             if not stray:
                 continue
-            if txn is None:
-                out.append(Orphan(pid, MAX_EPOCH, False, stray, now_ms + self.max_timeout_ms))
+            if txn is not None:
+                commit = (txn.state is TxnState.COMPLETE_COMMIT if txn.state in _COMPLETE
+                          else bool(txn.last_commit))
+                out.append(Orphan(pid, txn.producer_epoch, commit, stray, now_ms))
+            elif pid in previous:
+                out.append(Orphan(pid, MAX_EPOCH, bool(previous[pid].last_commit), stray, now_ms))
             else:
-                out.append(Orphan(pid, txn.producer_epoch, txn.state is TxnState.COMPLETE_COMMIT, stray, now_ms))
+                out.append(Orphan(pid, MAX_EPOCH, False, stray, now_ms + self.max_timeout_ms))
         return out
 
     # ------------------------------------------------------------------ admin
@@ -378,12 +490,13 @@ class TransactionCoordinator:
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def list(self, states: Iterable[str], producer_ids: Iterable[int], min_duration_ms: int,
-             now_ms: int) -> list[Txn]:
+             now_ms: int, id_pattern: re.Pattern[str] | None = None) -> list[Txn]:
         """ListTransactions: the ids matching every given filter (empty filters match all; ``min_duration_ms`` < 0:
         no duration filter, else only those whose last transaction started more than that long ago, or never, as
-        Kafka's ``shouldInclude`` counts it)."""
+        Kafka's ``shouldInclude`` counts it; ``id_pattern``, v2 (KIP-1152): ids the pattern matches whole)."""
         wanted_states, wanted_pids = set(states), set(producer_ids)
         return [t for t in self.txns.values()
                 if (not wanted_states or t.state.value in wanted_states)
                 and (not wanted_pids or t.producer_id in wanted_pids)
-                and (min_duration_ms < 0 or now_ms - t.start_ms > min_duration_ms)]
+                and (min_duration_ms < 0 or now_ms - t.start_ms > min_duration_ms)
+                and (id_pattern is None or id_pattern.fullmatch(t.transactional_id) is not None)]

@@ -374,6 +374,9 @@ def _parser() -> argparse.ArgumentParser:
                                                                          "are aborted"),
     ):
         serve.add_argument(f"--{name}", type=int, metavar="MS", help=f"transactions (default {default})")
+    serve.add_argument("--transaction-version", type=int, choices=(0, 1, 2),
+                       help="the finalized transaction.version feature: 2 (default, KIP-890 part 2) as a new Kafka 4 "
+                            "cluster; 0 or 1 keep clients on transaction version 1")
     serve.add_argument("--auto-create-topic-partitions", type=int, metavar="N",
                        help="Metadata creates unknown topics as Kafka-native topics of N partitions (default 0: never)")
     serve.add_argument("--authorizer-class-name", metavar="CLASS",

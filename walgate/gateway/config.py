@@ -155,6 +155,10 @@ class Config:
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # The finalized level of Kafka's transaction.version feature (a feature, not a broker config, in Kafka: set by
+    # kafka-storage format / kafka-features; here a setting of the same name): 2 (KIP-890 part 2) as a new Kafka 4
+    # cluster, 0 or 1 keep kafka-clients 4 on transaction version 1
+    transaction_version: int = 2
     # Kafka's auto.create.topics.enable + num.partitions in one: 0 = off (the default)
     auto_create_topic_partitions: int = 0
     # origins (scheme://host[:port], comma-separated) whose browser pages may call the HTTP API; others get 403
@@ -220,6 +224,8 @@ class Config:
                      "listen_backlog", "max_partitions", "log_cleaner_backoff_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.transaction_version <= 2:
+            raise ConfigError(f"transaction_version must be 0, 1 or 2, got {self.transaction_version}")
         if queued < self.max_request_bytes:
             raise ConfigError(
                 f"queued_max_request_bytes ({queued}) must be >= max_request_bytes "

@@ -166,7 +166,8 @@ class Gateway:
         cfg = self.config
         self._transactions = TransactionService(
             engine, self._storage,
-            TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms),
+            TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
+                                   cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         )
         await self._transactions.open()

@@ -10,16 +10,20 @@ Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each
 1. the Prepare* state is written (the decision: from here on the transaction commits, or aborts, whatever happens);
 2. on the storage thread, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions
    and, on commit, the offsets TxnOffsetCommit gave are committed to their groups through the consumer groups' own
-   offset path; the call returns once all of it is durable (group commit waits for its fsyncs);
+   offset path; the call returns once all of it is durable (group commit waits for its fsyncs). An offset the
+   group has committed after the TxnOffsetCommit gave it (a later commit time; Kafka lets the later append to the
+   offsets log win) is left as it is, which also makes this step idempotent: run again, it never rolls back what
+   the group committed since its first run, and at most writes its own offsets again, unchanged;
 3. the Complete* state is written.
 
 A failure in step 2 (the disk refused a marker or an offset) leaves the transaction in Prepare*: clients get
 CONCURRENT_TRANSACTIONS (retriable) and the periodic check (every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``) runs steps 2 and 3 again, as does the start of a
 node that stopped between steps 1 and 3 (:meth:`TransactionService.open`). Writing a marker twice is harmless (a
-partition where the producer has no ongoing transaction still takes it, as in Kafka), and committing the same offsets
-twice too. The same periodic check aborts ongoing transactions past their timeout (with an epoch bump, fencing the
-producer) and forgets idle transactional ids past ``transactional.id.expiration.ms``. A check that raises is logged
+partition where the producer has no ongoing transaction still takes it, as in Kafka). A transaction version 2
+Prepare* record holds the bumped epoch (and, when the epoch is exhausted, the next producer id), so the markers
+written again after a restart carry the epoch the client was answered. The same periodic check aborts ongoing
+transactions past their timeout (with an epoch bump, fencing the producer) and forgets idle transactional ids past ``transactional.id.expiration.ms``. A check that raises is logged
 in one line and runs again at the next interval.
 
 EndTxn is answered once step 3 is done (or, when step 2 failed, once the decision is durable: the answer is NONE,
@@ -36,7 +40,15 @@ from typing import Final, TypeVar
 
 from walgate.coordinator.offsets import OffsetCommitRecord
 from walgate.coordinator.store import EngineOffsetStore
-from walgate.coordinator.transactions import MAX_EPOCH, Orphan, Step, TransactionCoordinator, Txn, TxnState
+from walgate.coordinator.transactions import (
+    MAX_EPOCH,
+    Orphan,
+    PendingOffset,
+    Step,
+    TransactionCoordinator,
+    Txn,
+    TxnState,
+)
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -201,12 +213,18 @@ class TransactionService:
                                              f"could not be written to {topic}-{partition}: {error}")
         if commit and txn.offsets:
             records = [OffsetCommitRecord(o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata,
-                                          o.commit_ms) for o in txn.offsets]
+                                          o.commit_ms) for o in txn.offsets if not self._committed_since(o)]
             for r, error in zip(records, self._offsets.commit(records)):
                 if error is not None and not isinstance(error, NotFound):
                     raise StorageUnavailable(f"the offsets of transaction {tid!r} could not be committed to group "
                                              f"{r.group_id!r}: {error}")
         return True
+
+    def _committed_since(self, o: PendingOffset) -> bool:
+        """Whether the group has an offset for ``o``'s partition committed after ``o`` was given (by a commit of its
+        own, or by this transaction's earlier step 2 together with a later offset of the same group)."""
+        committed = self._offsets.fetch(o.group, o.topic, o.partition)
+        return committed is not None and committed.commit_timestamp_ms > o.commit_ms
 
     def _complete(self, tid: str) -> None:
         txn = self.coordinator.txns.get(tid)
@@ -279,6 +297,28 @@ class TransactionService:
             except Exception as exc:  # noqa: BLE001 - logged, the next interval tries again
                 log.error("transaction check failed (%s: %s); next in %d ms", type(exc).__name__, exc,
                           self._check_interval_ms)
+
+    async def add_implicitly(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """KIP-890 part 2, for a transactional Produce v12+: the partitions join the producer's transaction (starting
+        one; durable before returning), as Kafka's broker asks its coordinator with AddPartitionsToTxn
+        (``verify_only`` false). Per partition, NONE or the code refusing it, as Produce answers it: a partition
+        that does not exist UNKNOWN_TOPIC_OR_PARTITION, one of a TDengine topic UNSUPPORTED_FOR_MESSAGE_FORMAT (not
+        added); a fenced epoch INVALID_PRODUCER_EPOCH; the coordinator's retriable answers (CONCURRENT_TRANSACTIONS
+        while the previous transaction's markers are written) as they are."""
+        refused: dict[tuple[str, int], int] = {}
+
+        def add(c: TransactionCoordinator, engine: Engine) -> Step:
+            refused.update(partition_errors(engine, partitions, {t for t, _ in partitions}))
+            wanted = [tp for tp in partitions if tp not in refused]
+            if not wanted:
+                return Step(ErrorCode.none)
+            return c.add_partitions(transactional_id, producer_id, producer_epoch, wanted, now_ms(), tv=2)
+
+        code = (await self.decide(add)).error
+        if code == ErrorCode.producer_fenced:
+            code = ErrorCode.invalid_producer_epoch
+        return {tp: refused.get(tp, code) for tp in partitions}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                      partition: int, api_version: int) -> int:

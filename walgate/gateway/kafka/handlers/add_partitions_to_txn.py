@@ -7,6 +7,8 @@ TRANSACTION_ABORTABLE when not; INVALID_TXN_STATE in v4, which predates that cod
 UNSUPPORTED_FOR_MESSAGE_FORMAT, as Kafka answers a log whose format cannot hold them); when any partition is refused
 the others answer OPERATION_NOT_ATTEMPTED and nothing is added. Otherwise the coordinator's answer applies to every
 partition (:mod:`walgate.coordinator.transactions`), PRODUCER_FENCED answered as INVALID_PRODUCER_EPOCH below v2.
+An add of v4+ is transaction version 2's (a broker adding a Produce v12's partitions), as Kafka's
+``transactionVersionForAddPartitionsToTxn`` counts it; v0–v3 are version 1's.
 
 ACLs (Kafka's): v0–v3 need Write on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
 partition) and Write on each topic (TOPIC_AUTHORIZATION_FAILED); v4+ need ClusterAction on the cluster (else the
@@ -63,7 +65,7 @@ async def _one(broker: Broker, version: int, tid: str, producer_id: int, epoch: 
         return _result(tid, codes)
 
     def add(c: TransactionCoordinator, engine: Engine) -> Step:
-        return c.add_partitions(tid, producer_id, epoch, partitions, now_ms())
+        return c.add_partitions(tid, producer_id, epoch, partitions, now_ms(), tv=2 if version >= 4 else 0)
 
     try:
         code = (await svc.decide(add)).error

@@ -1,11 +1,18 @@
-"""EndTxn (key 26) v0–v4: commit or abort the producer's ongoing transaction.
+"""EndTxn (key 26) v0–v5: commit or abort the producer's ongoing transaction.
 
 The decision (PrepareCommit / PrepareAbort) is made durable, then a marker is written into every partition of the
 transaction and, on commit, the offsets TxnOffsetCommit gave are committed to their groups; the answer comes once
 that is done (:mod:`walgate.gateway.kafka.transactions`), so a read_committed consumer sees the outcome as soon as the
 producer does. A retry of a finished EndTxn answers NONE, one of a decided but unfinished one
 CONCURRENT_TRANSACTIONS, the opposite outcome INVALID_TXN_STATE; PRODUCER_FENCED is answered as
-INVALID_PRODUCER_EPOCH below v2. v5 (KIP-890 part 2: an epoch bump with every transaction) is not served.
+INVALID_PRODUCER_EPOCH below v2.
+
+v5 is transaction version 2 (KIP-890 part 2), decided on the request version alone as Kafka's
+``transactionVersionForEndTxn`` does (whatever the finalized ``transaction.version``): the epoch is bumped by every
+EndTxn (the markers carry the bumped one), an abort with no transaction is accepted, a retry names the epoch before
+the bump, and the answer carries the producer id and epoch the producer goes on with (a new producer id at epoch 0
+when the epoch is exhausted); -1 / -1 with an error. The rules per state are
+:meth:`~walgate.coordinator.transactions.TransactionCoordinator.end_txn`'s.
 
 ACLs (Kafka's ``handleEndTxnRequest``): Write on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
@@ -23,25 +30,36 @@ from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
-API_KEY, MIN_VERSION, MAX_VERSION = 26, 0, 4
+API_KEY, MIN_VERSION, MAX_VERSION = 26, 0, 5
+_V2_SINCE = 5  # Kafka's transactionVersionForEndTxn: v5 and later are transaction version 2
+_NO_PRODUCER = (-1, -1)
 
 
-async def _error(broker: Broker, version: int, request: Any) -> int:
+async def _end(broker: Broker, version: int, request: Any) -> tuple[int, tuple[int, int]]:
     svc = broker.transactions
     tid = request.transactional_id
     if svc is None:
-        return ErrorCode.coordinator_not_available
+        return ErrorCode.coordinator_not_available, _NO_PRODUCER
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
-        return ErrorCode.transactional_id_authorization_failed
+        return ErrorCode.transactional_id_authorization_failed, _NO_PRODUCER
+    tv = 2 if version >= _V2_SINCE else 0
 
     def end(c: TransactionCoordinator, engine: Engine) -> Step:
-        return c.end_txn(tid, request.producer_id, request.producer_epoch, request.committed, now_ms())
+        return c.end_txn(tid, request.producer_id, request.producer_epoch, request.committed, now_ms(), tv,
+                         engine.producer_ids.allocate)
 
     try:
-        return for_version((await svc.decide(end)).error, version, 2)
+        step = await svc.decide(end)
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
-        return error_of(exc, TRANSACTIONS)
+        return error_of(exc, TRANSACTIONS), _NO_PRODUCER
+    if step.error != ErrorCode.none:
+        return for_version(step.error, version, 2), _NO_PRODUCER
+    return ErrorCode.none, step.producer or _NO_PRODUCER
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": await _error(broker, header.api_version, request)}
+    error, (producer_id, producer_epoch) = await _end(broker, header.api_version, request)
+    answer: dict[str, Any] = {"throttle_time": 0, "error_code": error}
+    if header.api_version >= _V2_SINCE:
+        answer.update(producer_id=producer_id, producer_epoch=producer_epoch)
+    return answer

@@ -1,5 +1,8 @@
-"""ListTransactions (key 66) v0–v1: the transactional ids this node coordinates, filtered by state, producer id and
-(v1) how long the transaction has been running.
+"""ListTransactions (key 66) v0–v2: the transactional ids this node coordinates, filtered by state, producer id,
+(v1) how long the transaction has been running and (v2, KIP-1152) a regular expression the transactional id must
+match whole (as Java's ``Matcher.matches``; null or empty: no filter). A pattern that does not compile answers
+INVALID_REGULAR_EXPRESSION with no transaction, as Kafka's coordinator refuses it. Python's ``re`` reads the pattern:
+the common syntax (classes, groups, quantifiers, alternation, anchors) is Java's.
 
 State names this node does not know are answered in ``unknown_state_filters`` (and match nothing), as Kafka does.
 ACLs (Kafka's ``handleListTransactionsRequest``): only ids the principal may Describe are listed.
@@ -7,6 +10,7 @@ ACLs (Kafka's ``handleListTransactionsRequest``): only ids the principal may Des
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from walgate.coordinator.transactions import STATE_NAMES
@@ -17,7 +21,7 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.transactions import TRANSACTIONS
 from walgate.wire.errors import ErrorCode
 
-API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 1
+API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 2
 
 
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
@@ -29,8 +33,13 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if svc is None:
         return {**answer, "error_code": ErrorCode.coordinator_not_available}
     duration = getattr(request, "duration_filter", -1)
+    raw = getattr(request, "transactional_id_pattern", None)
     try:
-        txns = await svc.call(lambda c: c.list(states, request.producer_id_filters, duration, now_ms()))
+        pattern = re.compile(raw) if raw else None
+    except (re.error, OverflowError, RecursionError):
+        return {**answer, "error_code": ErrorCode.invalid_regular_expression}
+    try:
+        txns = await svc.call(lambda c: c.list(states, request.producer_id_filters, duration, now_ms(), pattern))
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return {**answer, "error_code": error_of(exc, TRANSACTIONS)}
     shown = allowed_names(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, {t.transactional_id for t in txns})

@@ -1,4 +1,4 @@
-"""Produce (key 0) v3–v11: batches into Kafka-native topics, stored as produced, durable before the answer.
+"""Produce (key 0) v3–v12: batches into Kafka-native topics, stored as produced, durable before the answer.
 
 * The whole request runs in one storage-thread call (the catalog is only read
   there). Each partition is answered on its own: its records are validated
@@ -18,14 +18,17 @@
   the handler holds the connection for that long itself).
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
-* Transactional producers (KIP-98, KIP-890 part 1): a request whose batches are transactional needs a transactional
+* Transactional producers (KIP-98, KIP-890): a request whose batches are transactional needs a transactional
   id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere, as Kafka) and one producer id (else
   INVALID_PRODUCER_ID_MAPPING everywhere); each partition holding them is first verified by the transaction
-  coordinator (``broker.transactions.verify``: is the partition in that producer's ongoing transaction?). A failed
-  verification is that partition's error, nothing written: INVALID_TXN_STATE ("not added to the transaction") and
-  the coordinator's fencing errors as they are, its retriable ones (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,
-  COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) as NOT_ENOUGH_REPLICAS, which every client retries, as
-  Kafka's ``ReplicaManager`` translates them. A gateway without a transaction coordinator answers INVALID_TXN_STATE.
+  coordinator (``broker.transactions.verify``: is the partition in that producer's ongoing transaction?), or, from
+  v12 (KIP-890 part 2, whatever the finalized ``transaction.version``, as Kafka decides it on the request version),
+  added to it (``broker.transactions.add_implicitly``, one durable record for the request's partitions: the client
+  sends no AddPartitionsToTxn). A failed verification is that partition's error, nothing written: INVALID_TXN_STATE
+  ("not added to the transaction") and the coordinator's fencing errors as they are (a fenced epoch
+  INVALID_PRODUCER_EPOCH), its retriable ones (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+  COORDINATOR_LOAD_IN_PROGRESS) as NOT_ENOUGH_REPLICAS, which every client retries, as Kafka's ``ReplicaManager``
+  translates them. A gateway without a transaction coordinator answers INVALID_TXN_STATE.
   The partition then applies the transaction rules of :mod:`walgate.storage.producers` (INVALID_TXN_STATE,
   INVALID_PRODUCER_EPOCH for a fenced epoch). A TDengine topic takes no transactional batch:
   UNSUPPORTED_FOR_MESSAGE_FORMAT (Kafka's answer for a log that cannot hold transactions).
@@ -66,6 +69,7 @@ import orjson
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import PRINCIPAL, Broker
 from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
+from walgate.gateway.kafka.transactions import TRANSACTIONS
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
@@ -77,7 +81,8 @@ from walgate.wire import DecodedBatch, DecodedRecord, batch_header, validate_pro
 from walgate.wire.errors import ErrorCode, WireError
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, TRANSACTIONAL_BIT
 
-API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 11
+API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 12
+_IMPLICIT_ADD_SINCE = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: addPartition
 _ACKS = (-1, 0, 1)
 _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
                                      ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
@@ -183,8 +188,17 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Any, w
         return {key: _answer(key[1], ErrorCode.invalid_txn_state, "this gateway has no transaction coordinator")
                 for key in txn}
     keys = list(txn)
-    codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition, api_version)
-                                   for (topic, partition), (pid, epoch) in txn.items()), return_exceptions=True)
+    codes: list[int | BaseException]
+    if api_version >= _IMPLICIT_ADD_SINCE:
+        pid, epoch = next(iter(txn.values()))
+        try:
+            added = await service.add_implicitly(tid, pid, epoch, keys)
+            codes = [added[key] for key in keys]
+        except Exception as exc:  # noqa: BLE001 - the coordinator could not answer: retriable, as Kafka's
+            codes = [error_of(exc, TRANSACTIONS)] * len(keys)
+    else:
+        codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition, api_version)
+                                       for (topic, partition), (pid, epoch) in txn.items()), return_exceptions=True)
     refused = {}
     for (topic, partition), code in zip(keys, codes):
         if isinstance(code, BaseException):  # the coordinator could not answer: the partition's error, not the request's

@@ -1,9 +1,13 @@
-"""TxnOffsetCommit (key 28) v0–v4: consumer-group offsets committed inside a producer's transaction (KIP-98, KIP-447).
+"""TxnOffsetCommit (key 28) v0–v5: consumer-group offsets committed inside a producer's transaction (KIP-98, KIP-447).
 
 The offsets are kept pending in the transaction (durable in the transaction log) and reach the group's committed
 offsets, through the same path as OffsetCommit, only when the transaction commits; an abort drops them
-(:mod:`walgate.gateway.kafka.transactions`). The group must have been added by AddOffsetsToTxn in the ongoing
-transaction (else TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4 as Kafka answers older clients); a producer id or epoch that is not the transactional id's current one answers
+(:mod:`walgate.gateway.kafka.transactions`). Up to v4 the group must have been added by AddOffsetsToTxn in the ongoing
+transaction (else TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4 as Kafka answers older clients); from v5
+(KIP-890 part 2, transaction version 2) the group joins the transaction (starting one) with the offsets, in the same
+durable record, as Kafka's broker adds the offsets partition itself; while the previous transaction's markers are
+written that is COORDINATOR_NOT_AVAILABLE (retried; Kafka's CONCURRENT_TRANSACTIONS through its offset-commit error
+conversion). A producer id or epoch that is not the transactional id's current one answers
 INVALID_PRODUCER_ID_MAPPING / INVALID_PRODUCER_EPOCH (what Kafka's offsets log answers a fenced producer). From v3
 (KIP-447) the request names the consumer's generation (or KIP-848 member epoch), member id and instance id, checked as
 OffsetCommit checks them (:func:`walgate.coordinator.offsets.commit_offsets`: ILLEGAL_GENERATION,
@@ -30,7 +34,8 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.transactions import TRANSACTIONS, abortable_for_version
 from walgate.wire.errors import ErrorCode
 
-API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 4
+API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 5
+_IMPLICIT_ADD_SINCE = 5  # Kafka's txnOffsetCommitRequestVersionToTransactionSupportedOperation: addPartition
 
 Topics = list[tuple[str, list[PartitionCommit]]]
 
@@ -61,7 +66,14 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     producer_id, epoch = request.producer_id, request.producer_epoch
 
     def commit(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
-        refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
+        joined = None
+        if header.api_version >= _IMPLICIT_ADD_SINCE:
+            step = svc.coordinator.add_offsets(tid, producer_id, epoch, group, now_ms(), tv=2)
+            refused, joined = step.error, step.txn
+            if refused == ErrorCode.concurrent_transactions:
+                refused = ErrorCode.coordinator_not_available
+        else:
+            refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
         if refused == ErrorCode.producer_fenced:
             refused = ErrorCode.invalid_producer_epoch
         refused = abortable_for_version(refused, "txn_offset_commit", header.api_version)
@@ -76,9 +88,9 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         )
         pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
                                  r.commit_timestamp_ms) for r in plan.records]
-        if pending:
+        if pending or joined is not None:
             try:
-                svc.record([(tid, svc.coordinator.add_offsets_pending(tid, pending, now))])
+                svc.record([(tid, svc.coordinator.add_offsets_pending(tid, pending, now, joined))])
             except Exception as exc:  # noqa: BLE001 - answered per partition
                 code = error_of(exc, TRANSACTIONS)
                 return plan.failed({(r.topic, r.partition): code for r in plan.records})["topics"], []
