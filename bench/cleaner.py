@@ -3,7 +3,8 @@
 * In process: a compacted Kafka-native partition of 1 KiB records over :data:`KEYS` keys, in 1 MiB segments, each
   key written :data:`VERSIONS` times; one pass of :meth:`Engine.clean` steps over it. MB/s compacted = the bytes of
   the segments it rewrote / the steps' seconds, beside the disk's write rate (no fsync: the limit a rewrite can
-  reach), and the longest step (how long requests wait behind the cleaner at most).
+  reach), and the longest step (how long requests wait behind the cleaner at most), also for one segment of
+  :data:`BIG_SEGMENT` bytes (Kafka's default ``segment.bytes`` is 1 GiB: a step must not grow with the segment).
 * Live: the end-to-end latency of a consumer tailing a plain topic (bench/latency.py's measure) while a producer
   keeps rewriting the keys of a compacted topic (``segment.ms`` 200: the cleaner always has work), with the cleaner
   on, then with ``log.cleaner.enable=false`` (the same writes, no cleaning): the p99 ratio is the cleaner's effect.
@@ -30,20 +31,22 @@ from walgate.wire import encode_batch
 
 KEYS = 1000
 VERSIONS = 8
+BIG_SEGMENT = 64 << 20
 RECORD = 1024
 PER_BATCH = 50
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0",
            "segment.ms": "200"}
 
 
-def pass_seconds(root: Path, versions: int) -> tuple[int, float, float]:
+def pass_seconds(root: Path, versions: int, segment_bytes: int = 1 << 20) -> tuple[int, float, float]:
     """(bytes of the segments one cleaning pass rewrote, its seconds, its longest step's seconds: the longest the
-    storage thread is busy with it at once) over ``versions`` writes of every key."""
+    storage thread is busy with it at once) over ``versions`` writes of every key, in segments of
+    ``segment_bytes``."""
     engine = Engine.open(root)
     try:
         engine.create_kafka_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
         vnode = engine.vnodes[engine.catalog.topics["c"].db][0]
-        vnode.wal.options = dataclasses.replace(vnode.wal.options, segment_bytes=1 << 20)
+        vnode.wal.options = dataclasses.replace(vnode.wal.options, segment_bytes=segment_bytes)
         value = b"v" * RECORD
         keys = [b"key-%06d" % k for k in range(KEYS)]
         for _ in range(versions):
@@ -103,6 +106,10 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
                     "disk write (no fsync)", disk),
                 Row("cleaner: longest step (the storage thread busy at once)",
                     statistics.median(longest for _, _, longest in passes) * 1000, "ms")]
+        big = BIG_SEGMENT >> (2 if quick else 0)
+        big_versions = big // (KEYS * (RECORD + 80))  # (80: a record's and its batch's share of overhead)
+        _, _, longest = pass_seconds(root / "big", big_versions, big)
+        rows.append(Row(f"cleaner: longest step, one {big >> 20} MiB segment", longest * 1000, "ms"))
         samples = 200 if quick else 1000
         with_cleaner = _latency_beside_cleaning(root / "on", True, samples)
         without = _latency_beside_cleaning(root / "off", False, samples)

@@ -10,14 +10,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from compat_brokers import Walgate, serving_walgate
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin import NewTopic as CkNewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient, NewTopic
+
+from livewalgate import running_walgate
+from walgate.storage.engine import Engine
+from walgate.wire import decode_batches
 
 KEYS = [f"k{i}" for i in range(5)]
 ROUNDS = 6
@@ -156,3 +161,87 @@ def test_a_compacted_topic_refuses_records_without_a_key(walgate: Walgate):
         reset = ConfigResource("BROKER", node, incremental_configs=[
             ConfigEntry("log.cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE)])
         admin.incremental_alter_configs([reset])[reset].result(timeout=30)
+
+
+def _committed_read(bootstrap: str, topic: str, isolation: str) -> tuple[list[str], int, int]:
+    """confluent-kafka from the beginning: (values read until the partition's end, position, high watermark)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
+                  "isolation.level": isolation, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            got.append(m.value().decode())
+        [position] = c.position([TopicPartition(topic, 0)])
+        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        return got, position.offset, high
+    finally:
+        c.close()
+
+
+def test_the_markers_of_a_cleaned_transactional_topic_go_and_read_committed_still_sees_the_newest(
+        tmp_path: Path, java) -> None:
+    """walgate only: a transactional producer (confluent-kafka) rewrites three keys in eight transactions (two
+    aborted) of a compacted topic; plain records keep segments rolling so passes follow. The cleaner removes the
+    aborted records, the superseded ones, then (a pass later, after ``delete.retention.ms``) the markers whose
+    transaction has no batch left. Restarted on that log (the transaction state rebuilt without those markers), a
+    read_committed consumer (confluent-kafka, the Java console consumer) gets exactly the newest committed record
+    of each key and reaches the high watermark (the last stable offset is not held back by a lost transaction)."""
+    topic = "txn-compacted"
+    args = ("--override", "log.cleaner.backoff.ms=100")
+    with running_walgate(tmp_path, *args) as server:
+        bootstrap = f"127.0.0.1:{server.kafka_port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([CkNewTopic(topic, 1, 1, config={
+            "cleanup.policy": "compact", "segment.ms": "500", "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "100"})])[topic].result(timeout=30)
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tc-{uuid.uuid4().hex[:6]}",
+                             "linger.ms": 5})
+        producer.init_transactions(30)
+        for r in range(8):  # several transactions in a segment: their markers are inside it
+            producer.begin_transaction()
+            for key in ("k0", "k1", "k2"):
+                producer.produce(topic, f"{key}-{r}".encode(), key.encode(), partition=0)
+            if r in (2, 5):
+                producer.flush(30)
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+        plain = Producer({"bootstrap.servers": bootstrap})
+        for n in range(10):  # roll segments: every pass has something dirty
+            time.sleep(0.6)
+            plain.produce(topic, f"tick-{n}".encode(), b"tick", partition=0)
+            plain.flush(10)
+        want = ["k0-7", "k1-7", "k2-7", "tick-8", "tick-9"]  # (tick-9, in the active segment, is not mapped)
+        deadline = time.monotonic() + 30
+        got, _, _ = _committed_read(bootstrap, topic, "read_committed")
+        while got != want and time.monotonic() < deadline:
+            time.sleep(0.5)
+            got, _, _ = _committed_read(bootstrap, topic, "read_committed")
+        assert got == want, server.log()[-3000:]
+        assert "Traceback" not in server.log()
+    e = Engine.open(tmp_path / "data")
+    try:
+        markers = [r for _, version, _ in e.index_entries(topic, 0, 0)
+                   for b in decode_batches(e.kafka_batch(topic, 0, version)) if b.is_control for r in b.records]
+    finally:
+        e.close()
+    assert len(markers) < 8  # some markers went (the producer's last batches and its first one stay)
+    with running_walgate(tmp_path, *args) as server:
+        bootstrap = f"127.0.0.1:{server.kafka_port}"
+        for isolation in ("read_committed", "read_uncommitted"):
+            got, position, high = _committed_read(bootstrap, topic, isolation)
+            assert (got, position) == (want, high), isolation
+        run = java("ConsoleConsumer.java", "--bootstrap-server", bootstrap, "--topic", topic, "--group",
+                   f"tc-java-{uuid.uuid4().hex[:6]}", "--from-beginning", "--max-messages", "5", "--timeout-ms",
+                   "10000", "--consumer-property", "isolation.level=read_committed")
+        assert run.stdout.splitlines() == want
+        assert "Traceback" not in server.log()

@@ -362,3 +362,6 @@ def test_the_log_cleaner_settings_use_kafkas_names(tmp_path: Path) -> None:
     assert (config.log_cleaner_enable, config.log_cleaner_backoff_ms) == (False, 250)
     with pytest.raises(ConfigError):
         load_config(None, env={}, settings=[("log.dirs", str(tmp_path)), ("log.cleaner.backoff.ms", "0")])
+    sized = load_config(None, env={}, settings=[("log.dirs", str(tmp_path)),
+                                                ("log.cleaner.dedupe.buffer.size", "2400")])
+    assert (config.log_cleaner_dedupe_buffer_size, sized.log_cleaner_dedupe_buffer_size) == (128 << 20, 2400)

@@ -17,7 +17,7 @@ import crc32c
 import pytest
 from faults import FAULT_KINDS, Faults
 
-from walgate.storage.cleaner import CHECKPOINT, CleanStats
+from walgate.storage.cleaner import CHECKPOINT, MAP_ENTRIES, CleanStats, map_entries
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
 from walgate.storage.resource_configs import BROKER
@@ -39,21 +39,21 @@ def open_engine(path: Path) -> Engine:
     return Engine.open(path)
 
 
-def clean(engine: Engine, now: float = LATER) -> CleanStats | None:
+def clean(engine: Engine, now: float = LATER, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
     """A whole pass, step by step as the gateway runs it: its stats, None when nothing was due (or it stopped)."""
-    stats = engine.clean(now, NODE)
+    stats = engine.clean(now, NODE, max_keys)
     steps = 1
     while stats is not None and not stats.finished:
-        stats = engine.clean(now, NODE)
+        stats = engine.clean(now, NODE, max_keys)
         steps += 1
         assert steps < 1000
     return stats
 
 
-def roll_every_append(engine: Engine, topic: str = "t") -> None:
-    """Each append starts a segment of its own (a sealed segment per batch)."""
+def roll_every_append(engine: Engine, topic: str = "t", segment_ms: int = 0) -> None:
+    """Each append starts a segment of its own (a sealed segment per batch); with ``segment_ms=-1``, none does."""
     for vnode in engine.vnodes[engine.catalog.topics[topic].db]:
-        vnode.wal.options = dataclasses.replace(vnode.wal.options, segment_ms=0)
+        vnode.wal.options = dataclasses.replace(vnode.wal.options, segment_ms=segment_ms)
 
 
 def records(engine: Engine, topic: str = "t", partition: int = 0, offset: int | None = None
@@ -216,10 +216,9 @@ def _txn(values: list[bytes], seq: int = 0) -> bytes:
                         base_sequence=seq, is_transactional=True)
 
 
-def _marker(commit: bool, seq: int) -> bytes:
-    """An end-of-transaction control batch (key: version 0, type 1 COMMIT / 0 ABORT; value: version, epoch)."""
-    return encode_batch(0, [1], [b"\x00\x00\x00" + (b"\x01" if commit else b"\x00")], [b"\x00" * 6], producer_id=3,
-                        producer_epoch=0, base_sequence=seq, is_transactional=True, is_control=True)
+def end_txn(engine: Engine, commit: bool) -> None:
+    """Producer 3's transaction ends: the marker (COMMIT / ABORT) written as the transaction coordinator writes it."""
+    assert engine.write_txn_markers(3, 0, 0, commit, [("t", 0)]) == [None]
 
 
 def values(engine: Engine) -> list[bytes | None]:
@@ -231,7 +230,7 @@ def test_ended_transactions_are_compacted_and_markers_kept(engine: Engine, commi
     engine.create_kafka_topic("t", 1, COMPACT)
     roll_every_append(engine)
     engine.append_batches("t", 0, [_txn([b"t1", b"t2"])])
-    engine.append_batches("t", 0, [_marker(commit, 2)])
+    end_txn(engine, commit)
     engine.append_batches("t", 0, [batch([(b"a", b"plain")])])
     engine.append_batches("t", 0, [batch([(b"z", b"1")])])
     stats = clean(engine)
@@ -245,7 +244,7 @@ def test_an_aborted_record_never_hides_an_older_one(engine: Engine):
     roll_every_append(engine)
     engine.append_batches("t", 0, [batch([(b"a", b"committed")])])
     engine.append_batches("t", 0, [_txn([b"aborted"])])
-    engine.append_batches("t", 0, [_marker(False, 1)])
+    end_txn(engine, False)
     engine.append_batches("t", 0, [batch([(b"z", b"1")])])
     clean(engine)
     assert values(engine) == [b"committed", b"1"]
@@ -261,7 +260,7 @@ def test_an_ongoing_transaction_stops_the_pass_before_it(engine: Engine):
     engine.append_batches("t", 0, [batch([(b"z", b"1")])])  # 4: active
     clean(engine)
     assert values(engine) == [b"new", b"open", b"after", b"1"]
-    engine.append_batches("t", 0, [_marker(True, 1)])  # committed: the rest becomes cleanable
+    end_txn(engine, True)  # committed: the rest becomes cleanable
     engine.append_batches("t", 0, [batch([(b"y", b"1")])])
     clean(engine)
     assert values(engine) == [b"after", b"1", b"1"]
@@ -382,19 +381,19 @@ def test_a_damaged_cleaned_segment_is_reported_and_the_rest_served(tmp_path: Pat
     clean(e)
     wal_dir = e.vnodes[e.catalog.topics["t"].db][0].wal.dir
     e.close()
-    first = sorted(wal_dir.glob("*.log"))[2]  # a cleaned segment (c=1 dropped, b=2 kept)
-    data = bytearray(first.read_bytes())
-    if damage == "truncate":
-        first.write_bytes(bytes(data[: len(data) - 5]))
+    merged, _active = sorted(wal_dir.glob("*.log"))  # the cleaned segments, merged into one
+    data = bytearray(merged.read_bytes())
+    if damage == "truncate":  # its last entry (b's tombstone) is damaged
+        merged.write_bytes(bytes(data[: len(data) - 5]))
     else:
         data[len(data) - 3] ^= 0xFF
-        first.write_bytes(bytes(data))
+        merged.write_bytes(bytes(data))
     for idx in wal_dir.glob("*.idx"):
         os.utime(idx)  # (the seal no longer matches the log: it is scanned)
     e = open_engine(tmp_path)
     try:
         assert e.damage()  # reported, never fatal
-        assert [r[0] for r in records(e)] == [5, 6, 7]  # the rest is served
+        assert [r[0] for r in records(e)] == [3, 5, 7]  # the rest is served
     finally:
         e.close()
 
@@ -409,7 +408,7 @@ def test_a_write_fault_at_any_step_keeps_a_consistent_log(tmp_path: Path, kind: 
     with faults_seen.active():
         clean(e)
     e.close()
-    ops = [(op, n) for op in ("write", "fsync") for n in range(1, faults_seen.calls[op] + 1)]
+    ops = [(op, n) for op in ("write", "fsync", "fdatasync") for n in range(1, faults_seen.calls[op] + 1)]
     for op, n in ops:
         path = tmp_path / f"{op}{n}"
         e = open_engine(path)
@@ -545,3 +544,315 @@ def test_a_batch_the_cleaner_cannot_rewrite_stays_as_it_is(engine: Engine):
     stats = clean(engine)
     assert stats is not None and stats.finished
     assert [r[2] for r in records(engine)] == [b"1", b"1", b"2", b"2", b"1"]
+
+
+# ------------------------------------------------------------------ transaction markers (KIP-534's delete horizon)
+
+
+def _txn_a(value: bytes, seq: int) -> bytes:
+    return _txn([value], seq)
+
+
+def offsets(engine: Engine) -> list[int]:
+    return [o for o, _, _ in records(engine)]
+
+
+def test_markers_go_once_their_transaction_is_gone_and_their_delete_horizon_passed(tmp_path: Path):
+    e = open_engine(tmp_path)
+    e.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "1000"})
+    roll_every_append(e, segment_ms=-1)  # one segment: x, four transactions of key a (the first aborted), y
+    e.append_batches("t", 0, [batch([(b"x", b"1")])])  # 0
+    for n in range(4):
+        e.append_batches("t", 0, [_txn_a(b"v%d" % n, n)])  # 1, 3, 5, 7
+        end_txn(e, commit=n > 0)  # 2, 4, 6, 8
+    e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 9
+    roll_every_append(e)
+    e.append_batches("t", 0, [_txn_a(b"last", 4)])  # 10: supersedes every a
+    end_txn(e, True)  # 11 (producer 3's last five batches: 6, 7, 8, 10, 11)
+    e.append_batches("t", 0, [batch([(b"z", b"1")])])  # 12 (active)
+    clean(e)  # the transactions' data goes (7 stays empty: a producer's last batches); every marker stays
+    assert offsets(e) == [0, 2, 4, 6, 8, 9, 10, 11, 12]
+    e.append_batches("t", 0, [batch([(b"w", b"1")])])  # 13: something dirty again
+    clean(e)  # 2 and 4 have no batch of their transaction left: they get a delete horizon, and stay
+    stored = {batch_header(e.kafka_batch("t", 0, v)).base_offset: batch_header(e.kafka_batch("t", 0, v))
+              for _, v, _ in e.index_entries("t", 0, 0)}
+    horizon = int(LATER * 1000) + 1000
+    assert [(o, h.base_timestamp) for o, h in stored.items() if h.attributes & 0x40] == [(2, horizon), (4, horizon)]
+    assert offsets(e) == [0, 2, 4, 6, 8, 9, 10, 11, 12, 13]
+    assert clean(e, LATER + 0.5) is None  # nothing dirty, the horizon not passed
+    e.close()
+    e = open_engine(tmp_path)  # the horizons are in the batches (and the next one in the checkpoint)
+    try:
+        assert e.last_stable_offset("t", 0) == 14
+        assert clean(e, LATER + 1.5) is not None  # due: a horizon passed, nothing else dirty
+        assert offsets(e) == [0, 6, 8, 9, 10, 11, 12, 13]
+        assert clean(e, LATER + 3) is None  # nothing left waiting
+    finally:
+        e.close()
+    e = open_engine(tmp_path)  # the transaction state rebuilt without the markers
+    try:
+        assert e.last_stable_offset("t", 0) == 14 and e.aborted_transactions("t", 0, 0, 14) == []
+        assert e.append_batches("t", 0, [_txn_a(b"next", 5)]) == 14  # producer 3 goes on where it was
+        end_txn(e, False)
+        assert e.aborted_transactions("t", 0, 0, 16) == [(3, 14, 15)] and e.last_stable_offset("t", 0) == 16
+    finally:
+        e.close()
+
+
+def _txn_history(e: Engine) -> None:
+    """Two segments of producer 3's transactions (key a; the first aborted) and plain records, then a pass that
+    removes their data: the markers of offsets 2 and 4 are left without a batch."""
+    e.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "1000"})
+    roll_every_append(e, segment_ms=-1)
+    e.append_batches("t", 0, [batch([(b"x", b"1")])])  # 0
+    for n in range(4):
+        e.append_batches("t", 0, [_txn_a(b"v%d" % n, n)])  # 1, 3, 5, 7
+        end_txn(e, commit=n > 0)  # 2, 4, 6, 8
+    e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 9
+    roll_every_append(e)
+    e.append_batches("t", 0, [_txn_a(b"last", 4)])  # 10
+    end_txn(e, True)  # 11
+    e.append_batches("t", 0, [batch([(b"z", b"1")])])  # 12 (active)
+    clean(e)
+
+
+def _marker_passes(e: Engine, faults: Faults) -> None:
+    """The passes that give the markers a delete horizon, then remove them (dirty segments in between), under
+    ``faults``."""
+    for n in range(3):
+        e.append_batches("t", 0, [batch([(b"w", b"%d" % n)])])
+        with faults.active():
+            clean(e, LATER + 2 * n)
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_a_write_fault_while_markers_go_keeps_a_consistent_log(tmp_path: Path, kind: str):
+    """ENOSPC, EIO or a short write at each write or fsync of the passes that set delete horizons and remove
+    markers: the log reads as before or after, the transaction state rebuilt at open is right, and later passes
+    finish the job."""
+    reference = open_engine(tmp_path / "ref")
+    _txn_history(reference)
+    faults_seen = Faults()
+    _marker_passes(reference, faults_seen)
+    want = records(reference)
+    reference.close()
+    assert 2 not in {o for o, _, _ in want}  # (the marker went)
+    ops = [(op, n) for op in ("write", "fsync", "fdatasync") for n in range(1, faults_seen.calls[op] + 1)]
+    for op, n in ops:
+        path = tmp_path / f"{op}{n}"
+        e = open_engine(path)
+        _txn_history(e)
+        before = {o: (k, v) for o, k, v in records(e)}
+        faults = Faults()
+        if op == "write":
+            faults.fail_kind(op, kind, at=n)
+        else:
+            faults.fail(op, at=n, error=errno.EIO)
+        _marker_passes(e, faults)
+        written = {**before, **{13 + m: (b"w", b"%d" % m) for m in range(3)}}  # (and the passes' w records)
+        assert [r for r in records(e) if written.get(r[0]) != r[1:]] == [], (op, n)
+        e.close()
+        again = open_engine(path)
+        try:
+            high = again.watermarks("t", 0)[1]
+            assert again.last_stable_offset("t", 0) == high and again.damage() == [], (op, n)
+            assert again.aborted_transactions("t", 0, 0, high) in ([], [(3, 1, 2)]), (op, n)
+            for m in range(3, 6):
+                again.append_batches("t", 0, [batch([(b"w", b"%d" % m)])])
+                roll_every_append(again)
+                clean(again, LATER + 2 * m)
+            assert [o for o, _, _ in records(again)][:7] == [o for o, _, _ in want][:7], (op, n)
+        finally:
+            again.close()
+
+
+def test_a_marker_stays_while_a_batch_of_its_transaction_does(tmp_path: Path):
+    """An aborted transaction's batch kept (empty) as its segment's first: its marker stays, or a restart would
+    find the transaction open."""
+    engine = open_engine(tmp_path)
+    engine.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "0"})
+    roll_every_append(engine, segment_ms=-1)
+    engine.append_batches("t", 0, [_txn_a(b"aborted", 0)])  # 0: its segment's first batch
+    end_txn(engine, False)  # 1
+    engine.append_batches("t", 0, [batch([(b"q", b"1")])])  # 2: the segment's last
+    roll_every_append(engine)
+    for n in range(6):  # producer 3's last batches move on; passes come and go
+        engine.append_batches("t", 0, [batch([(b"k", b"%d" % n)], pid=3, epoch=0, seq=1 + n)])
+        clean(engine, LATER + n)
+    assert offsets(engine)[:2] == [1, 2]  # the marker (its transaction's batch is there, empty)
+    engine.close()
+    again = open_engine(tmp_path)
+    try:
+        assert again.last_stable_offset("t", 0) == again.watermarks("t", 0)[1]
+    finally:
+        again.close()
+
+
+def test_a_marker_that_ends_its_segment_becomes_an_empty_control_batch(tmp_path: Path):
+    e = open_engine(tmp_path)
+    e.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "0"})
+    roll_every_append(e, segment_ms=-1)
+    e.append_batches("t", 0, [batch([(b"x", b"1")])])  # 0
+    e.append_batches("t", 0, [_txn_a(b"aborted", 0)])  # 1
+    e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 2
+    roll_every_append(e)
+    end_txn(e, False)  # 3: a segment's only batch
+    wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+    wal.options = dataclasses.replace(wal.options, segment_bytes=1)  # (segments too big to merge: it stays alone)
+    for n in range(8):  # producer 3's last batches move on; passes come and go
+        e.append_batches("t", 0, [batch([(b"k", b"%d" % n)], pid=3, epoch=0, seq=1 + n)])
+        clean(e, LATER + n)
+    assert offsets(e)[:3] == [0, 2, 10]  # the marker's record went (and the superseded k values)
+    version = next(v for base, v, _ in e.index_entries("t", 0, 0) if base == 3)
+    header = batch_header(e.kafka_batch("t", 0, version))
+    assert header.attributes & 0x20 and not header.attributes & 0x40 and header.record_count == 0
+    # a read_committed reader is no longer told of the transaction: it would skip producer 3 until the marker
+    assert e.aborted_transactions("t", 0, 0, e.watermarks("t", 0)[1]) == []
+    e.close()
+    e = open_engine(tmp_path)
+    try:
+        high = e.watermarks("t", 0)[1]
+        assert e.last_stable_offset("t", 0) == high and e.aborted_transactions("t", 0, 0, high) == []
+    finally:
+        e.close()
+
+
+# ------------------------------------------------------------------ a bounded key map, bounded steps, open transactions
+
+
+def test_a_bounded_key_map_cleans_in_several_passes_to_the_same_log(tmp_path: Path):
+    assert map_entries(128 << 20, 0.9) == 5033164  # Kafka's defaults: 128 MiB / 24 bytes * 0.9
+    reference = open_engine(tmp_path / "ref")
+    produce_history(reference)
+    clean(reference)
+    cleaned = records(reference)
+    reference.close()
+    e = open_engine(tmp_path / "bounded")
+    try:
+        produce_history(e)
+        old = {o: (k, v) for o, k, v in records(e)}
+        passes = []
+        while (stats := clean(e, max_keys=1)) is not None:  # a map of one key takes one batch per pass
+            passes.append(stats.records_removed)
+            got = records(e)
+            assert all(old[o] == (k, v) for o, k, v in got) and {5, 6, 7} <= {o for o, _, _ in got}
+            assert len(passes) < 20
+        assert len(passes) > 2 and passes[0] < 4
+        assert records(e) == cleaned
+    finally:
+        e.close()
+
+
+def test_a_segment_is_rewritten_in_bounded_steps_and_swapped_at_once(engine: Engine):
+    engine.create_kafka_topic("t", 1, COMPACT)
+    engine.append_batches("t", 0, [batch([(b"a", b"%d" % n)]) for n in range(20)])  # one segment of 20 batches
+    roll_every_append(engine)
+    engine.append_batches("t", 0, [batch([(b"z", b"1")])])  # seals it
+    old = records(engine)
+    engine.cleaner.step_bytes = 1  # one batch per step
+    stats = engine.clean(LATER, NODE)
+    steps = 0
+    while stats is not None and not stats.finished:
+        steps += 1
+        got = records(engine)  # between two steps: the old segment whole, or the new one
+        assert got == old or [o for o, _, _ in got] == [19, 20]
+        stats = engine.clean(LATER, NODE)
+    assert steps > 30 and stats is not None and stats.records_removed == 19
+
+
+def test_a_pass_stopped_by_an_open_transaction_waits_for_it_to_end(engine: Engine, monkeypatch: pytest.MonkeyPatch):
+    engine.create_kafka_topic("t", 1, COMPACT)
+    roll_every_append(engine)
+    engine.append_batches("t", 0, [batch([(b"a", b"old")])])
+    engine.append_batches("t", 0, [_txn([b"open"])])  # the transaction begins (no marker yet)
+    engine.append_batches("t", 0, [batch([(b"z", b"1")])])
+    assert clean(engine) is not None
+    scans = 0
+    real = engine.cleaner._scan
+
+    def counted(p):  # noqa: ANN001, ANN202
+        nonlocal scans
+        scans += 1
+        real(p)
+
+    monkeypatch.setattr(engine.cleaner, "_scan", counted)
+    for n in range(3):  # more dirty segments: the pass would stop at the same place
+        engine.append_batches("t", 0, [batch([(b"z", b"%d" % n)])])
+        assert clean(engine) is None
+    assert scans == 0
+    end_txn(engine, True)
+    engine.append_batches("t", 0, [batch([(b"y", b"1")])])
+    assert clean(engine) is not None and scans > 0
+    assert values(engine) == [b"open", b"2", b"1"]
+
+
+def test_segment_ms_is_timed_from_the_segments_first_batch_across_a_restart(tmp_path: Path):
+    e = open_engine(tmp_path)
+    e.create_kafka_topic("t", 1, {**COMPACT, "segment.ms": "1000"})
+    wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+    e.append_batches("t", 0, [batch([(b"a", b"1")], ts=10_000)])
+    e.append_batches("t", 0, [batch([(b"a", b"2")], ts=10_500)])
+    assert len(wal.segments) == 1
+    e.close()
+    e = open_engine(tmp_path)  # Kafka's rollingBasedTimestamp: the first batch's timestamp, not the open's clock
+    try:
+        wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+        e.append_batches("t", 0, [batch([(b"a", b"3")], ts=10_900)])
+        assert len(wal.segments) == 1
+        e.append_batches("t", 0, [batch([(b"a", b"4")], ts=11_000)])  # 1000 ms after the segment's first batch
+        assert len(wal.segments) == 2
+    finally:
+        e.close()
+
+
+# ------------------------------------------------------------------ merging cleaned segments (Kafka's groupSegmentsBySize)
+
+
+def test_cleaned_segments_are_merged_up_to_segment_bytes(tmp_path: Path):
+    e = open_engine(tmp_path)
+    try:
+        produce_history(e)  # five sealed segments of one batch each, and the active one
+        wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+        wal.options = dataclasses.replace(wal.options, segment_bytes=250)  # two cleaned segments fit, not three
+        stats = clean(e)
+        assert stats is not None and stats.merged == 2
+        assert [s.size <= 250 for s in wal.segments[:-1]] == [True, True, True]
+        assert [r[0] for r in records(e)] == [3, 5, 6, 7]
+        wal.options = dataclasses.replace(wal.options, segment_bytes=1 << 20)
+        e.append_batches("t", 0, [batch([(b"d", b"1")])])  # something dirty: the next pass merges the rest
+        stats = clean(e)
+        assert stats is not None and stats.merged == 3 and len(wal.segments) == 2
+        assert [r[0] for r in records(e)] == [5, 6, 7, 8]  # (c=1 went too: c=2 is sealed now)
+    finally:
+        e.close()
+    e = open_engine(tmp_path)
+    try:
+        assert [r[0] for r in records(e)] == [5, 6, 7, 8] and e.damage() == []
+        assert len(sorted(e.vnodes[e.catalog.topics["t"].db][0].wal.dir.glob("*.log"))) == 2
+    finally:
+        e.close()
+
+
+def test_a_merge_committed_before_a_kill_is_finished_at_open(tmp_path: Path):
+    """The merged log committed as ``<first>.<end>.swap``, some of the merged segments' files deleted, the rest not
+    (a kill between two deletions): the next open finishes the merge, reports nothing, and serves every record."""
+    e = open_engine(tmp_path / "fresh")
+    produce_history(e)
+    fresh_dir = e.vnodes[e.catalog.topics["t"].db][0].wal.dir
+    want = records(e)
+    e.close()
+    sealed = sorted(fresh_dir.glob("*.log"))[:-1]
+    end = int(sorted(fresh_dir.glob("*.log"))[-1].name[:20])
+    (fresh_dir / f"{sealed[0].name[:20]}.{end:020d}.swap").write_bytes(b"".join(p.read_bytes() for p in sealed))
+    sealed[2].unlink()
+    sealed[2].with_suffix(".idx").unlink()
+    e = open_engine(tmp_path / "fresh")
+    try:
+        assert records(e) == want and e.damage() == []
+        assert [p.name[:20] for p in sorted(fresh_dir.glob("*.log"))] == [sealed[0].name[:20], f"{end:020d}"]
+        assert not list(fresh_dir.glob("*.swap"))
+        e.append_batches("t", 0, [batch([(b"d", b"1")])])  # (into the active segment, after c=2)
+        clean(e)
+        assert [r[0] for r in records(e)] == [3, 5, 6, 7, 8]
+    finally:
+        e.close()

@@ -144,6 +144,9 @@ class Config:
     # the log cleaner of compacted topics (Kafka's names): on/off, and the pause when no partition needs cleaning
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
+    # the keys one pass may map, as Kafka's (24 bytes a key at a load factor of 0.9): a longer dirty section is
+    # cleaned in several passes
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
     # Consumer groups (Kafka's broker settings; TDengine's 2 s rebalance tick and 6 s - 30 min session range).
     group_initial_rebalance_delay_ms: int = 2_000
     group_min_session_timeout_ms: int = 6_000
@@ -221,7 +224,8 @@ class Config:
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
-                     "listen_backlog", "max_partitions", "log_cleaner_backoff_ms"):
+                     "listen_backlog", "max_partitions", "log_cleaner_backoff_ms",
+                     "log_cleaner_dedupe_buffer_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 <= self.transaction_version <= 2:

@@ -61,7 +61,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
-from walgate.storage.cleaner import CleanStats
+from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
@@ -218,6 +218,7 @@ class Gateway:
             "log.retention.ms": "604800000",
             "log.cleaner.enable": str(cfg.log_cleaner_enable).lower(),
             "log.cleaner.backoff.ms": str(cfg.log_cleaner_backoff_ms),
+            "log.cleaner.dedupe.buffer.size": str(cfg.log_cleaner_dedupe_buffer_size),
             "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
             "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
@@ -323,9 +324,10 @@ class Gateway:
         pass at a time on the storage thread (requests are served in between), the next step at once while a pass is
         in progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
+        max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
         while True:
             try:
-                stats = await self._storage.call(_clean_now, engine, self.config.node_id)
+                stats = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
                 stats = None
@@ -358,9 +360,9 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _clean_now(engine: Engine, node_id: int) -> CleanStats | None:
+def _clean_now(engine: Engine, node_id: int, max_keys: int) -> CleanStats | None:
     """Runs on the storage thread, so ``now`` is read when the step runs."""
-    return engine.clean(time.time(), node_id)
+    return engine.clean(time.time(), node_id, max_keys)
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

@@ -3,57 +3,79 @@
 Theory of operation
 -------------------
 :meth:`Cleaner.clean` is synchronous and bounded: one call is one step of a pass over one partition (the dirtiest
-one that is due when the pass starts): a step of the scan reads about :data:`STEP_BYTES` of the log, a step of the
-rewrite swaps one segment. It runs on the storage thread like every engine call, so a reader never sees a
-half-cleaned segment, and requests are served between steps (appends only touch the active segment, which a pass
-never cleans; a segment retention deleted meanwhile is skipped; a partition dropped or no longer compacted ends the
-pass). The gateway calls it again at once while a pass is in progress, else after ``log.cleaner.backoff.ms``.
+one that is due when the pass starts): a step reads about :data:`STEP_BYTES` of the log, scanning it, rewriting a
+segment (its new log staged in a temporary file over as many steps as it takes, then swapped in) or merging
+segments (copied the same way). It runs on the storage thread like every engine call, so a reader never sees a
+half-cleaned segment, and requests are served between steps (appends only touch the active segment, which a pass never cleans; a segment retention deleted
+meanwhile is skipped, even halfway through its rewrite; a partition dropped or no longer compacted ends the pass).
+The gateway calls it again at once while a pass is in progress, else after ``log.cleaner.backoff.ms``.
 
 What may be cleaned (Kafka's ``LogCleanerManager``): only sealed segments, never the active one; of those, with a
 ``min.compaction.lag.ms`` above 0, the oldest ones up to the first dirty one whose records may be younger than it
-(the WAL's running max timestamp, an upper bound of the segment's own). The segments at or past the partition's *dirty point* (where the
-last pass ended, kept in ``cleaner.ckpt`` in the vnode directory; 0 when missing or damaged, which only costs a
-pass) are dirty. A partition is due when its dirty bytes are at least ``min.cleanable.dirty.ratio`` of the
-cleanable bytes, or its first dirty segment was sealed more than ``max.compaction.lag.ms`` ago (``segment.ms`` rolls
-the active segment so its records get there too, see :func:`~walgate.storage.topic_configs.wal_options`).
+(the WAL's running max timestamp, an upper bound of the segment's own). The versions at or past the partition's
+*dirty point* (where the last pass's key map ended, kept in ``cleaner.ckpt`` in the vnode directory; 0 when missing
+or damaged, which only costs a pass) are dirty, and so are the segments holding them. A partition is due when its
+dirty bytes are at least ``min.cleanable.dirty.ratio`` of the cleanable bytes, or its first dirty segment was sealed
+more than ``max.compaction.lag.ms`` ago (``segment.ms`` rolls the active segment so its records get there too, see
+:func:`~walgate.storage.topic_configs.wal_options`), or a marker's delete horizon (below) passed. A partition whose
+last pass stopped at a transaction still open (below) waits until that transaction ends: rescanning it could not
+get further.
 
-A pass (Kafka's ``Cleaner.doClean``): the newest offset of every key in the cleanable range is found, then each
-cleanable segment is rewritten keeping a record only if it is its key's newest, and a tombstone (null value) only
-until its segment was sealed ``delete.retention.ms`` ago. Records without a key are kept. Transactions, as Kafka's
-cleaner treats them: the scan pairs each producer's transactional batches with the control batch (marker) that
-ends them; the records of a committed transaction are compacted like any others; those of an aborted one are
-removed and never count as a key's newest; a pass never reaches a transaction that has not ended (it stops before
-the segment where the first one begins: Kafka's first unstable offset). Control batches are always kept (Kafka
-removes a marker once its transaction's data is gone and ``delete.retention.ms`` passed: keeping it costs a few
-bytes and is never wrong). Offsets never change: a cleaned batch keeps its base offset, last offset delta, producer id, epoch and base
-sequence (Kafka's ``MemoryRecords.filterTo``), only its records, its base timestamp and its CRC change; a batch
-left without records is dropped (a gap in the offsets, which clients skip), except that these stay as empty
-batches, as Kafka keeps a producer's last batch: each producer's last five batches in the log (so the idempotence
-state rebuilt at open is the state before cleaning, see :mod:`walgate.storage.producers`) and the first and last
-batch of every segment (so a segment's versions still start and end where its neighbours say, and the log start
-offset and high watermark never move). A WAL entry keeps its version, its version count and max timestamp; the
-partition's offset index forgets the dropped entries. A segment holding a damaged entry is left as it is, and no
-tombstone after it goes in that pass (an older record of its key may be in it).
+A pass (Kafka's ``Cleaner.doClean``): the newest offset of every key from the dirty point to the end of the
+cleanable range is mapped (Kafka's offset map; at most ``max_keys`` keys, ``log.cleaner.dedupe.buffer.size`` / 24
+bytes x 0.9: when the dirty section holds more, the map ends before the batch that would overflow it, and that
+version is the new dirty point, the next pass going on from it), then each cleanable segment up to there is rewritten
+keeping a record only if no newer record of its key is mapped, and a tombstone (null value) only until its segment
+was sealed ``delete.retention.ms`` ago (a tombstone past the map's end stays: an older record of its key may still
+be mapped). Records without a key are kept. Transactions, as Kafka's cleaner treats them: the scan pairs each
+producer's transactional batches with the control batch (marker) that ends them; the records of a committed
+transaction are compacted like any others; those of an aborted one are removed and never count as a key's newest; a
+pass never reaches a transaction that has not ended (it stops before the segment where the first one begins:
+Kafka's first unstable offset). A marker whose transaction has no batch left in the log goes in two passes, as
+KIP-534 has it: the first gives it a *delete horizon* (``delete.retention.ms`` from then, written in its header:
+attribute bit 6, base timestamp), a pass after the horizon removes it (a reader that saw the transaction's data had
+that long to read its marker); a marker that is one of its producer's last five batches stays whole, and one that
+is its segment's first or last stays as an empty control batch. The aborted transaction of a removed ABORT marker
+leaves the partition's aborted list (a read_committed reader told of it would skip its producer's batches until a
+marker that is gone); the state rebuilt at open never lists it (no batch of it is left). Offsets never change: a
+cleaned batch keeps its base offset, last offset delta, producer id, epoch and base sequence (Kafka's
+``MemoryRecords.filterTo``), only its records, its base timestamp and its CRC change; a batch left without records
+is dropped (a gap in the offsets, which clients skip), except that these stay as empty batches, as Kafka keeps a
+producer's last batch: each producer's last five batches in the log (so the idempotence state rebuilt at open is
+the state before cleaning, see :mod:`walgate.storage.producers`) and the first and last batch of every segment (so
+a segment's versions still start and end where its neighbours say, and the log start offset and high watermark never
+move); an empty batch neither needs any more goes. A WAL entry keeps its version, its version count and max
+timestamp; the partition's offset index forgets the dropped entries. A segment holding a damaged entry is left as
+it is, and no tombstone or marker after it goes in that pass (an older record of its key, or a batch of its
+transaction, may be in it).
 
-Crash safety: a segment is swapped by one rename. Its new log is written whole under a temporary name
-(``<first>.log.tmp``), given the old file's modification time (retention's clock), fsynced, renamed over the old
-log, and the directory fsynced (:func:`~walgate.storage.fileio.replace_file`); its sealed index is then replaced
+Crash safety: a segment is swapped by one rename. Its new log is written under a temporary name
+(``<first>.log.tmp``, a step at a time, each fdatasynced: :class:`~walgate.storage.fileio.StagedFile`), given the
+old file's modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced;
+its sealed index is then replaced
 the same way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
 it, the new one. An index that does not match its log (a kill between the two renames) is rebuilt from the log at
 open, as any damaged index is. Segments are swapped oldest first; each is a valid state on its own, since a record
 is only ever removed for a newer one of its key, which a later (old or new) segment still holds. Readers are safe
 too: a :class:`~walgate.storage.wal.FileRegion` handed out before a swap keeps the old file open and reads the old
 bytes.
+
+Merging (Kafka's ``groupSegmentsBySize``): once a pass has rewritten its segments, each run of adjacent ones that
+were read whole and intact, with no versions lost between them, and fit ``segment.bytes`` together, is merged
+into its first, copied a step at a time (see :meth:`Cleaner._merge` for the ``.swap`` commit that makes it
+crash-safe); a
+batch kept only as a segment's first or last can go at the next pass once it is inside the merged segment.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import struct
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -62,7 +84,6 @@ import crc32c
 
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import TopicDef
-from walgate.storage.offsets import OffsetIndex
 from walgate.storage.producers import BATCHES_KEPT
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import CleanerSettings, cleaner_settings
@@ -71,21 +92,49 @@ from walgate.storage.wal import KIND_KAFKA, Wal, WalEntry
 from walgate.storage.wal_format import Segment, describe, encode_entry, sealed_index
 from walgate.wire import DecodedBatch, DecodedRecord, batch_header, encode_batch
 from walgate.wire.errors import WireError
-from walgate.wire.record_batch import BATCH_HEADER_SIZE, CONTROL_BIT, TRANSACTIONAL_BIT, decode_batch
+from walgate.wire.record_batch import (
+    BATCH_HEADER_SIZE,
+    CONTROL_ABORT,
+    CONTROL_BIT,
+    CONTROL_COMMIT,
+    DELETE_HORIZON_BIT,
+    TRANSACTIONAL_BIT,
+    decode_batch,
+)
 
-__all__ = ["CHECKPOINT", "CleanStats", "Cleaner", "retained_batch"]
+__all__ = ["CHECKPOINT", "MAP_ENTRIES", "MAP_LOAD_FACTOR", "CleanStats", "Cleaner", "map_entries", "retained_batch"]
 
 log = logging.getLogger("walgate.cleaner")
 
-STEP_BYTES = 8 << 20
-"""About how much of the log one step of a pass's scan reads (a step cleaning a segment handles that segment)."""
+STEP_BYTES = 2 << 20
+"""About how much of the log one step of a pass reads (scanning, or rewriting a segment)."""
+
+MAP_ENTRY_BYTES = 24
+"""What one key of a pass's map counts against ``log.cleaner.dedupe.buffer.size``: Kafka's ``SkimpyOffsetMap`` entry
+(a 16-byte MD5 of the key and an 8-byte offset). walgate's map holds the keys themselves; the bound counts entries
+as Kafka's does, so a broker configured for Kafka cleans in passes of the same length."""
+
+
+def map_entries(dedupe_buffer_size: int, load_factor: float) -> int:
+    """How many keys a pass's map may hold (Kafka's ``log.cleaner.dedupe.buffer.size`` and
+    ``log.cleaner.io.buffer.load.factor``, one cleaner thread); at least 1."""
+    return max(1, int(dedupe_buffer_size // MAP_ENTRY_BYTES * load_factor))
+
+
+MAP_LOAD_FACTOR = 0.9
+"""Kafka's ``log.cleaner.io.buffer.load.factor`` default: how full its hash map gets."""
+
+MAP_ENTRIES = map_entries(128 << 20, MAP_LOAD_FACTOR)
+"""The default bound of a pass's key map (Kafka's defaults: 128 MiB at a load factor of 0.9)."""
 
 _first = attrgetter("first")
 
 CHECKPOINT = "cleaner.ckpt"
-"""The dirty point of a partition, in its vnode directory: one checksummed line ``{"dirty_from": version}``."""
+"""The dirty point of a partition, in its vnode directory: one checksummed line ``{"dirty_from": version}``, with
+``"horizon": ms`` when a marker waits for its delete horizon (the earliest)."""
 
 _HEAD = struct.Struct(">qiibIhiqqqhii")  # a RecordBatch v2 header (walgate.wire.record_batch)
+_COMMIT, _ABORT = (struct.pack(">h", kind) for kind in (CONTROL_COMMIT, CONTROL_ABORT))  # a marker key's type
 
 
 class _Damaged(Exception):
@@ -103,16 +152,18 @@ class CleanStats:
     bytes_after: int = 0  # and after
     records_removed: int = 0
     batches_removed: int = 0
+    merged: int = 0  # segments merged into the one before them
     finished: bool = False  # the pass is whole (else a step of it)
 
 
-def retained_batch(batch: DecodedBatch, kept: list[DecodedRecord]) -> bytes:
+def retained_batch(batch: DecodedBatch, kept: list[DecodedRecord], delete_horizon_ms: int | None = None) -> bytes:
     """*batch* holding only the *kept* records (a subset, in order), as Kafka's cleaner rewrites it: same base offset,
     last offset delta, attributes, producer id, epoch, base sequence and partition leader epoch; records keep their
-    offsets and timestamps; the codec is the batch's. Without records: the batch's empty header (its max timestamp as
-    both timestamps, no codec), as Kafka writes one to keep a producer's last batch."""
+    offsets and timestamps; the codec is the batch's; with *delete_horizon_ms*, that delete horizon (KIP-534). Without
+    records: the batch's empty header (its max timestamp as both timestamps, no codec), as Kafka writes one to keep a
+    producer's last batch."""
     if not kept:
-        attributes = batch.attributes & ~0x07
+        attributes = batch.attributes & ~(0x07 | DELETE_HORIZON_BIT)
         tail = _HEAD.pack(0, 0, 0, 0, 0, attributes, batch.last_offset_delta, batch.max_timestamp,
                           batch.max_timestamp, batch.producer_id, batch.producer_epoch, batch.base_sequence, 0)[21:]
         return _HEAD.pack(batch.base_offset, BATCH_HEADER_SIZE - 12, batch.partition_leader_epoch, 2,
@@ -123,7 +174,7 @@ def retained_batch(batch: DecodedBatch, kept: list[DecodedRecord]) -> bytes:
         offset_deltas=[r.offset - batch.base_offset for r in kept], timestamp_type=batch.timestamp_type,
         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
         partition_leader_epoch=batch.partition_leader_epoch, is_transactional=batch.is_transactional,
-        is_control=batch.is_control))
+        is_control=batch.is_control, delete_horizon_ms=delete_horizon_ms))
     out[23:27] = batch.last_offset_delta.to_bytes(4, "big", signed=True)
     out[17:21] = _crc(bytes(out[21:])).to_bytes(4, "big")
     return bytes(out)
@@ -142,12 +193,36 @@ def _decoded(body: bytes) -> DecodedBatch | None:
         return None
 
 
-def _entries(wal: Wal, seg: Segment, end: int) -> Iterator[WalEntry]:
-    """The intact entries of ``seg`` (``end``: the next segment's first version)."""
-    for entry in wal.read_from(seg.first):
-        if entry.version >= end:
-            return
-        yield entry
+@dataclass
+class _Rewrite:
+    """The segment a pass is rewriting, read a step at a time from ``cursor``: its new log so far, written to a
+    temporary file once a batch changes (the old file is untouched until the swap)."""
+
+    seg: Segment  # as it was when its rewrite began: the swap happens only if it is still there, the same size
+    next_first: int
+    mtime: float
+    expired: bool  # sealed ``delete.retention.ms`` ago: its tombstones may go
+    cursor: int
+    new: Segment
+    chunks: list[bytes] = field(default_factory=list)  # encoded entries not staged yet
+    staged: fileio.StagedFile | None = None  # the new log so far, once something changes
+    dropped: list[int] = field(default_factory=list)
+    markers_gone: set[int] = field(default_factory=set)  # offsets of the markers whose record goes
+    read: int = 0  # entries read
+    end: int = -1  # the version after the last entry read
+    removed: int = 0  # records removed
+    changed: bool = False  # some batch changes (records removed, a marker's delete horizon set)
+
+
+@dataclass
+class _Merge:
+    """A run of segments being merged, copied a step at a time into the staged ``.swap`` file."""
+
+    group: list[tuple[int, int]]  # (first version, size) of each segment, as they were when the merge began
+    next_first: int
+    staged: fileio.StagedFile
+    index: int = 0  # the segment being copied
+    offset: int = 0  # bytes of it copied
 
 
 @dataclass
@@ -161,13 +236,26 @@ class _Pass:
     end: int
     cursor: int
     log_end: int  # the WAL's end when the pass began: the scan stops there (later batches are never cleaned)
+    map_from: int  # the dirty point: the key map holds the keys of versions in [map_from, limit)
+    limit: int  # where the map ends: ``end``, or the version where the map filled (the next pass goes on from it)
+    max_keys: int
+    unstable_at_start: int | None  # the partition's first open transaction's first offset when the pass began
     newest: dict[bytes, int] = field(default_factory=dict)  # key -> offset of its newest record in the range
+    pending: int = 0  # keys of ended-not-yet transactions the map will take if they commit
     recent: dict[int, deque[int]] = field(default_factory=dict)  # producer id -> versions of its last batches
     # producer id -> its transaction's batches not ended yet: (version, (key, offset) of the records in the range)
     open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = field(default_factory=dict)
     aborted: set[int] = field(default_factory=set)  # versions of batches of aborted transactions
+    bare_markers: set[int] = field(default_factory=set)  # versions of markers whose transaction has no batch left
     scanned: bool = False
+    truncated: bool = False  # the range stops before an open transaction
     tombstones_go: bool = True  # False once a segment was left as it was (damaged): tombstones after it stay
+    rewrite: _Rewrite | None = None
+    covered: list[int] = field(default_factory=list)  # first versions of the segments the pass rewrites
+    intact: dict[int, int] = field(default_factory=dict)  # first version -> end of a segment read whole and intact
+    groups: list[list[tuple[int, int]]] | None = None  # runs of segments ((first, size)) to merge, once rewritten
+    merging: _Merge | None = None
+    horizon: int | None = None  # the earliest delete horizon (ms) of the markers the pass kept
     stats: CleanStats | None = None
 
 
@@ -178,37 +266,53 @@ class Cleaner:
         self.store = store
         self.step_bytes = step_bytes
         self._dirty: dict[Path, int] = {}  # vnode directory -> dirty point (WAL version)
+        self._blocked: dict[Path, int] = {}  # vnode directory -> the first open transaction its last pass stopped at
+        self._horizons: dict[Path, int] = {}  # vnode directory -> the earliest delete horizon its markers wait for
         self._pass: _Pass | None = None
         self._defaults: Mapping[str, str] = {}
 
-    def clean(self, now_wall: float, defaults: Mapping[str, str]) -> CleanStats | None:
+    def clean(self, now_wall: float, defaults: Mapping[str, str], max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of cleaning: what the pass in progress did so far (``finished`` once it is whole), or
         None when no partition is due, the pass's partition went away, or the disk refused a write (OSError never
         escapes: the pass stops there, logged, and is tried again later). A topic's configs apply over *defaults*
-        (the dynamic broker defaults: ``log.cleanup.policy=compact`` compacts every topic without its own policy)."""
+        (the dynamic broker defaults: ``log.cleanup.policy=compact`` compacts every topic without its own policy).
+        A pass's key map holds at most *max_keys* keys (:func:`map_entries`)."""
         self._defaults = defaults
         p = self._pass
         if p is None:
-            p = self._pass = self._start(now_wall)
+            p = self._pass = self._start(now_wall, max_keys)
             if p is None:
                 return None
         try:
             if self._gone(p):
-                self._pass = None
+                self._drop(p)
                 return None
             if not p.scanned:
                 self._scan(p)
             elif p.segments:
                 self._clean_next(p, now_wall)
-            else:
+            elif not self._merge_next(p):
                 self._finish(p)
         except OSError as exc:
             log.warning("cleaner: %s-%d: %s; cleaned again later", p.topic.name, p.vnode.index, describe(exc))
-            self._pass = None
+            self._drop(p)
             return None
         return p.stats
 
-    def _start(self, now_wall: float) -> _Pass | None:
+    def _drop(self, p: _Pass) -> None:
+        """End the pass where it is, deleting the temporary file of a rewrite or merge in progress."""
+        self._pass = None
+        for work in (p.rewrite, p.merging):
+            if work is not None and work.staged is not None:
+                work.staged.discard()
+        p.rewrite = p.merging = None
+
+    def _unstable(self, topic: TopicDef, vnode: Vnode) -> int | None:
+        """The first offset of the partition's first open transaction (None: none is open)."""
+        producers = self.store.producers.get((topic.name, vnode.index))
+        return None if producers is None else min(producers.ongoing().values(), default=None)
+
+    def _start(self, now_wall: float, max_keys: int) -> _Pass | None:
         """A pass over the dirtiest partition that is due (None: none is)."""
         best: tuple[float, TopicDef, Vnode, list[Segment]] | None = None
         for topic in self.store.catalog.topics.values():
@@ -216,6 +320,9 @@ class Cleaner:
             if settings is None:
                 continue
             for vnode in self.store.vnodes.get(topic.db, []):
+                blocked = self._blocked.get(vnode.dir)
+                if blocked is not None and blocked == self._unstable(topic, vnode):
+                    continue  # its last pass stopped at a transaction still open: nothing new to clean yet
                 due = self._due(vnode, settings, now_wall)
                 if due is not None and (best is None or due[0] > best[0]):
                     best = (due[0], topic, vnode, due[1])
@@ -223,8 +330,10 @@ class Cleaner:
             return None
         _, topic, vnode, segments = best
         wal = vnode.wal
-        return _Pass(topic, vnode, [(s.first, s.size) for s in segments], wal.segments[len(segments)].first,
-                     wal.first_version, wal.next_version, stats=CleanStats(topic.name, vnode.index))
+        end = wal.segments[len(segments)].first
+        return _Pass(topic, vnode, [(s.first, s.size) for s in segments], end, wal.first_version, wal.next_version,
+                     min(self.dirty_from(vnode), end), end, max_keys, self._unstable(topic, vnode),
+                     stats=CleanStats(topic.name, vnode.index))
 
     def _gone(self, p: _Pass) -> bool:
         """Whether the pass's partition stopped being a compacted one of this engine (dropped, altered)."""
@@ -234,9 +343,10 @@ class Cleaner:
                 or p.vnode.index >= len(vnodes) or vnodes[p.vnode.index] is not p.vnode)
 
     def _scan(self, p: _Pass) -> None:
-        """Read about ``step_bytes`` of the log from the cursor: the newest offset of each key in the cleanable range,
-        and every producer's last batches in the log as it was when the pass began (keeping those keeps at least
-        every producer's last batches now: batches appended since are newer, and never cleaned by this pass)."""
+        """Read about ``step_bytes`` of the log from the cursor: the newest offset of each key in the map's range,
+        every producer's last batches in the log as it was when the pass began (keeping those keeps at least
+        every producer's last batches now: batches appended since are newer, and never cleaned by this pass), and
+        the transactions' batches and markers."""
         read = 0
         for entry in p.vnode.wal.read_from(p.cursor):
             if entry.version >= p.log_end:
@@ -255,13 +365,19 @@ class Cleaner:
             firsts = [first for first, _ in p.segments] + [p.end]  # scans again (its map must end there too)
             p.segments = [seg for k, seg in enumerate(p.segments) if firsts[k + 1] <= unstable]
             p.end = firsts[len(p.segments)]
-            p.cursor, p.scanned = p.vnode.wal.first_version, False
-            p.newest, p.recent, p.open_txns, p.aborted = {}, {}, {}, set()
+            p.map_from, p.limit = min(p.map_from, p.end), p.end
+            p.cursor, p.scanned, p.truncated = p.vnode.wal.first_version, False, True
+            p.newest, p.pending, p.recent, p.open_txns, p.aborted, p.bare_markers = {}, 0, {}, {}, set(), set()
+            return
+        if p.limit < p.end:  # the map filled: the segments from the one holding the limit on wait for the next pass
+            p.segments = [seg for seg in p.segments if seg[0] < p.limit]
+        p.covered = [first for first, _ in p.segments]
 
     @staticmethod
     def _scan_batch(p: _Pass, entry: WalEntry) -> None:
         """What one stored batch tells the pass: its producer's last batches; the newest offset of the keys of a
-        batch in the range that is neither aborted nor in an unresolved transaction (Kafka's offset map)."""
+        batch in the map's range that is neither aborted nor in an unresolved transaction (Kafka's offset map),
+        until the map holds ``max_keys`` keys; the markers whose transaction has no batch left in the log."""
         header = batch_header(entry.body)
         pid = header.producer_id
         if pid >= 0:
@@ -272,61 +388,90 @@ class Cleaner:
             ended = p.open_txns.pop(pid, [])
             key = marker_records[0].key if marker_records else None
             kind = key[2:4] if key is not None and len(key) >= 4 else None  # version 0, type 0 ABORT / 1 COMMIT
-            if kind == b"\x00\x01":
+            if kind in (_COMMIT, _ABORT) and not ended:
+                p.bare_markers.add(entry.version)  # (Kafka: a marker goes once its transaction's batches are gone)
+            p.pending -= sum(len(keys) for _, keys in ended)
+            if kind == _COMMIT:
                 for _, keys in ended:
                     for k, offset in keys:
                         p.newest[k] = max(p.newest.get(k, offset), offset)
-            elif kind == b"\x00\x00":
+            elif kind == _ABORT:
                 p.aborted.update(v for v, _ in ended)
             # (a marker that is neither: its transaction's records never count as a key's newest, and are cleaned
             # as other records are: only ones a newer record of their key supersedes go)
             return
-        in_range = entry.version < p.end
-        decoded = _decoded(entry.body) if in_range else None
-        keys = [(r.key, r.offset) for r in decoded.records if r.key is not None] if decoded is not None else []
+        keys = []
+        if p.map_from <= entry.version < p.limit:
+            decoded = _decoded(entry.body)
+            if decoded is not None:
+                keys = [(r.key, r.offset) for r in decoded.records if r.key is not None]
+            held = len(p.newest) + p.pending
+            if held and held + len({k for k, _ in keys} - p.newest.keys()) > p.max_keys:  # full: the map ends before this batch (an empty map
+                p.limit, keys = entry.version, []  # takes one batch whatever its size, so every pass moves on)
         if header.attributes & TRANSACTIONAL_BIT:
             p.open_txns.setdefault(pid, []).append((entry.version, keys))
+            p.pending += len(keys)
         else:
             for key, offset in keys:
                 p.newest[key] = offset
 
     def _clean_next(self, p: _Pass, now_wall: float) -> None:
-        """Clean the pass's next segment, if it is still there as it was (retention may have deleted it)."""
-        first, size = p.segments.pop(0)
+        """A step of rewriting the pass's next segment, if it is still there as it was (retention may delete it)."""
+        first, size = p.segments[0]
         wal = p.vnode.wal
         k = bisect_left(wal.segments, first, key=_first)
         if k >= len(wal.segments) - 1 or wal.segments[k].first != first or wal.segments[k].size != size:
+            p.segments.pop(0)
+            if p.rewrite is not None and p.rewrite.staged is not None:
+                p.rewrite.staged.discard()
+            p.rewrite = None
             return
-        settings = cleaner_settings({**self._defaults, **self.store.catalog.topics[p.topic.name].configs})
-        assert settings is not None  # (checked by _gone)
-        keep = {v for versions in p.recent.values() for v in versions}
-        idx = self.store.indexes[(p.topic.name, p.vnode.index)]
+        seg = wal.segments[k]
+        rw = p.rewrite
+        if rw is None:
+            settings = cleaner_settings({**self._defaults, **self.store.catalog.topics[p.topic.name].configs})
+            assert settings is not None  # (checked by _gone)
+            mtime = seg.path.stat().st_mtime
+            rw = p.rewrite = _Rewrite(seg, wal.segments[k + 1].first, mtime,
+                                      (now_wall - mtime) * 1000 >= settings.delete_retention_ms, seg.first,
+                                      Segment(wal.dir, seg.first))
         try:
-            done = self._clean_segment(wal, idx, wal.segments[k], wal.segments[k + 1].first, p.newest, keep,
-                                       p.aborted, settings.delete_retention_ms if p.tombstones_go else None,
-                                       now_wall)
+            if not self._rewrite_step(p, rw, now_wall):
+                return
         except _Damaged:  # an older record of a key may be in it: no tombstone after it may go in this pass
             p.tombstones_go = False
+            p.segments.pop(0)
+            if rw.staged is not None:
+                rw.staged.discard()
+            p.rewrite = None
             return
-        if done is not None and p.stats is not None:
-            before, after, records, batches = done
-            s = p.stats
-            p.stats = CleanStats(s.topic, s.partition, s.segments + 1, s.bytes_before + before, s.bytes_after + after,
-                                 s.records_removed + records, s.batches_removed + batches)
+        p.segments.pop(0)
+        p.rewrite = None
+        if rw.changed:
+            self._swap(p, rw)
 
     def _finish(self, p: _Pass) -> None:
-        """Record the new dirty point (the end of the cleaned range) and end the pass."""
+        """Record the new dirty point (where the pass's map ended) and end the pass."""
         self._pass = None
         if p.stats is not None:
             p.stats = dataclasses.replace(p.stats, finished=True)
-        self._dirty[p.vnode.dir] = p.end
+        if p.truncated and p.unstable_at_start is not None:
+            self._blocked[p.vnode.dir] = p.unstable_at_start
+        else:
+            self._blocked.pop(p.vnode.dir, None)
+        if p.horizon is not None:
+            self._horizons[p.vnode.dir] = p.horizon
+        else:
+            self._horizons.pop(p.vnode.dir, None)
+        self._dirty[p.vnode.dir] = p.limit
+        point = {"dirty_from": p.limit} if p.horizon is None else {"dirty_from": p.limit, "horizon": p.horizon}
         try:
-            fileio.replace_file(p.vnode.dir / CHECKPOINT, lines.encode({"dirty_from": p.end}))
+            fileio.replace_file(p.vnode.dir / CHECKPOINT, lines.encode(point))
         except OSError as exc:  # a lost dirty point costs one more pass
             log.warning("cleaner: %s: %s", p.vnode.dir / CHECKPOINT, describe(exc))
 
     def dirty_from(self, vnode: Vnode) -> int:
-        """The partition's dirty point: segments from this version on have not been cleaned."""
+        """The partition's dirty point: versions from this one on have not been cleaned."""
         point = self._dirty.get(vnode.dir)
         if point is None:
             path = vnode.dir / CHECKPOINT
@@ -336,6 +481,9 @@ class Cleaner:
                 raw = path.read_bytes()
                 try:
                     point = lines.decode_int(raw, "dirty_from", 0)
+                    horizon = lines.decode(raw.rstrip(b"\n")).get("horizon")
+                    if type(horizon) is int:
+                        self._horizons[vnode.dir] = horizon
                 except ValueError as exc:
                     self.store.damage_log.report(path, 0, len(raw), f"cleaner checkpoint: {exc}; every segment is "
                                                  "cleaned again", "reset", raw)
@@ -349,12 +497,15 @@ class Cleaner:
         horizon_ms = now_wall * 1000 - lag_ms
         point = self.dirty_from(vnode)
         cleanable = []
-        for seg in wal.segments[:-1]:  # (Kafka: only a lag > 0 holds dirty segments back, as LogCleanerManager)
-            if lag_ms > 0 and seg.first >= point and seg.running_max and seg.running_max[-1] > horizon_ms:
+        for k, seg in enumerate(wal.segments[:-1]):  # (Kafka: only a lag > 0 holds dirty segments back)
+            if lag_ms > 0 and wal.segments[k + 1].first > point and seg.running_max and seg.running_max[-1] > horizon_ms:
                 break
             cleanable.append(seg)
-        dirty = [s for s in cleanable if s.first >= point]
+        dirty = [s for k, s in enumerate(cleanable) if wal.segments[k + 1].first > point]
         total = sum(s.size for s in cleanable)
+        horizon = self._horizons.get(vnode.dir)
+        if horizon is not None and horizon <= now_wall * 1000 and total:
+            return 0.0, cleanable  # a marker's delete horizon passed (Kafka cleans such a log even when clean)
         if not dirty or not total:
             return None
         ratio = sum(s.size for s in dirty) / total
@@ -366,60 +517,235 @@ class Cleaner:
             return None
         return ratio, cleanable
 
-    def _clean_segment(self, wal: Wal, idx: OffsetIndex, seg: Segment, next_first: int, newest: dict[bytes, int],
-                       keep: set[int], aborted: set[int], delete_retention_ms: int | None,
-                       now_wall: float) -> tuple[int, int, int, int] | None:
-        """Rewrite one segment (tombstones go once it was sealed ``delete_retention_ms`` ago; never with None);
-        (bytes before, after, records removed, batches removed), None when nothing changes. Raises _Damaged for a
-        segment holding a damaged entry, OSError when the new log cannot be written (nothing changed either way)."""
-        mtime = seg.path.stat().st_mtime
-        expired = delete_retention_ms is not None and (now_wall - mtime) * 1000 >= delete_retention_ms
-        entries = list(_entries(wal, seg, next_first))
-        if len(entries) != len(seg.versions):
-            raise _Damaged  # a damaged entry: left for the damage report, never rewritten away
-        bodies: list[bytes | None] = []
-        removed = 0
-        for n, entry in enumerate(entries):
-            if entry.kind != KIND_KAFKA or batch_header(entry.body).attributes & CONTROL_BIT:
-                bodies.append(entry.body)
+    def _rewrite_step(self, p: _Pass, rw: _Rewrite, now_wall: float) -> bool:
+        """Read about ``step_bytes`` more of the segment, deciding each batch's fate (kept, rewritten with fewer
+        records or a delete horizon, or dropped); True once the whole segment is read. Raises _Damaged for a
+        segment holding a damaged entry (nothing changed)."""
+        seg = rw.seg
+        recent = {v for versions in p.recent.values() for v in versions}
+        bounds = (seg.versions[0], seg.versions[-1])
+        now_ms = int(now_wall * 1000)
+        read = 0
+        for entry in p.vnode.wal.read_from(rw.cursor):
+            if entry.version >= rw.next_first:
+                break
+            if entry.version < rw.cursor:
                 continue
-            batch = _decoded(entry.body)
-            if batch is None:
-                bodies.append(entry.body)
-                continue
-            kept = [] if entry.version in aborted else [r for r in batch.records if r.key is None or (
-                newest.get(r.key, r.offset) <= r.offset and not (r.value is None and expired))]
-            if len(kept) == len(batch.records):
-                bodies.append(entry.body)
-                continue
-            try:
-                body = None if not kept and n not in (0, len(entries) - 1) and entry.version not in keep else \
-                    retained_batch(batch, kept)
-            except ValueError:  # a record encode_batch refuses (a negative timestamp): the batch stays as it is
-                bodies.append(entry.body)
-                continue
-            removed += len(batch.records) - len(kept)
-            bodies.append(body)
-        if not removed:
-            return None
-        new = Segment(wal.dir, seg.first)
-        chunks = []
-        dropped = []
-        for entry, body in zip(entries, bodies):
+            rw.cursor = rw.end = entry.next_version
+            rw.read += 1
+            read += len(entry.body)
+            body = self._cleaned(p, rw, entry, entry.version in recent, entry.version in bounds, now_ms)
             if body is None:
-                dropped.append(entry.version)
+                rw.dropped.append(entry.version)
+            else:
+                new = rw.new
+                new.versions.append(entry.version)
+                new.positions.append(new.size)
+                new.running_max.append(seg.running_max[bisect_left(seg.versions, entry.version)])
+                chunk = encode_entry(entry.kind, 0, entry.version, entry.count, entry.max_ts, body)
+                rw.chunks.append(chunk)
+                new.size += len(chunk)
+            if read >= self.step_bytes:
+                self._stage(p, rw)
+                return False
+        if rw.read != len(seg.versions):
+            raise _Damaged  # a damaged entry: left for the damage report, never rewritten away
+        p.intact[seg.first] = rw.end
+        self._stage(p, rw)
+        return True
+
+    @staticmethod
+    def _stage(p: _Pass, rw: _Rewrite) -> None:
+        """Once the segment changes, write what was read of its new log so far to the temporary file."""
+        if rw.changed and rw.chunks:
+            if rw.staged is None:
+                rw.staged = fileio.StagedFile(rw.seg.path)
+            rw.staged.write(b"".join(rw.chunks))
+            rw.chunks.clear()
+
+    def _cleaned(self, p: _Pass, rw: _Rewrite, entry: WalEntry, recent: bool, bound: bool, now_ms: int
+                 ) -> bytes | None:
+        """What becomes of one entry of a segment being rewritten: its body, a new one, or None (dropped). *recent*:
+        it is one of its producer's last batches; *bound*: its segment's first or last: either stays a batch."""
+        if entry.kind != KIND_KAFKA:
+            return entry.body
+        header = batch_header(entry.body)
+        if header.attributes & CONTROL_BIT:
+            return self._cleaned_marker(p, rw, entry, header.attributes, header.base_timestamp, recent, bound, now_ms)
+        batch = _decoded(entry.body)
+        if batch is None:
+            return entry.body
+        expired = rw.expired and p.tombstones_go and entry.version < p.limit
+        newest = p.newest
+        kept = [] if entry.version in p.aborted else [r for r in batch.records if r.key is None or (
+            newest.get(r.key, r.offset) <= r.offset and not (r.value is None and expired))]
+        if len(kept) == len(batch.records) and (kept or recent or bound):
+            return entry.body  # (an empty batch kept for a producer or a segment goes once neither needs it)
+        if not kept and not recent and not bound:
+            body = None
+        else:
+            try:
+                body = retained_batch(batch, kept)
+            except ValueError:  # a record encode_batch refuses (a negative timestamp): the batch stays as it is
+                return entry.body
+        rw.removed += len(batch.records) - len(kept)
+        rw.changed = True
+        return body
+
+    def _cleaned_marker(self, p: _Pass, rw: _Rewrite, entry: WalEntry, attributes: int, base_timestamp: int,
+                        recent: bool, bound: bool, now_ms: int) -> bytes | None:
+        """A transaction marker whose transaction has no batch left in the log (KIP-534, Kafka's two passes): the
+        first pass that sees it so gives it a delete horizon ``delete.retention.ms`` on; a pass after the horizon
+        drops it, or keeps it as an empty control batch when it is its segment's first or last (as Kafka keeps a
+        producer's last batch empty). A producer's last batches stay whole (their epochs rebuild its state at open).
+        Any other control batch, and every one after a damaged segment (a batch of its transaction may be in it),
+        stays as it is."""
+        if entry.version not in p.bare_markers or not p.tombstones_go or recent:
+            return entry.body
+        if attributes & DELETE_HORIZON_BIT:
+            if base_timestamp <= now_ms:
+                marker = _decoded(entry.body) if bound else None
+                if bound and marker is None:
+                    return entry.body
+                rw.changed = True
+                rw.markers_gone.add(batch_header(entry.body).base_offset)
+                return None if marker is None else retained_batch(marker, [])
+            p.horizon = base_timestamp if p.horizon is None else min(p.horizon, base_timestamp)
+            return entry.body
+        settings = cleaner_settings({**self._defaults, **self.store.catalog.topics[p.topic.name].configs})
+        assert settings is not None
+        marker = _decoded(entry.body)
+        if marker is None:
+            return entry.body
+        horizon = now_ms + settings.delete_retention_ms
+        rw.changed = True
+        p.horizon = horizon if p.horizon is None else min(p.horizon, horizon)
+        return retained_batch(marker, marker.records, delete_horizon_ms=horizon)
+
+    def _merge_next(self, p: _Pass) -> bool:
+        """A step of merging the runs of adjacent rewritten segments (Kafka's ``groupSegmentsBySize``); False when
+        none is left."""
+        wal = p.vnode.wal
+        if p.groups is None:
+            p.groups = self._groups(p)
+        m = p.merging
+        if m is None:
+            if not p.groups:
+                return False
+            group = p.groups.pop(0)
+            if self._run(wal, group) is None:
+                return True
+            next_first = wal.segments[bisect_left(wal.segments, group[-1][0], key=_first) + 1].first
+            m = p.merging = _Merge(group, next_first,
+                                   fileio.StagedFile(wal.dir / f"{group[0][0]:020d}.{next_first:020d}.swap"))
+        segs = self._run(wal, m.group)
+        if segs is None:  # changed meanwhile (retention)
+            m.staged.discard()
+            p.merging = None
+            return True
+        copied = 0
+        while m.index < len(segs) and copied < self.step_bytes:
+            seg = segs[m.index]
+            with open(seg.path, "rb") as f:
+                f.seek(m.offset)
+                data = f.read(min(self.step_bytes - copied, seg.size - m.offset))
+            if not data:
+                raise OSError(errno.EIO, f"{seg.path}: shorter than its {seg.size} bytes")
+            m.staged.write(data)
+            m.offset += len(data)
+            copied += len(data)
+            if m.offset >= seg.size:
+                m.index, m.offset = m.index + 1, 0
+        if m.index == len(segs):
+            p.merging = None
+            self._merge(p, m, segs)
+        return True
+
+    @staticmethod
+    def _run(wal: Wal, group: list[tuple[int, int]]) -> list[Segment] | None:
+        """The sealed segments of ``group``, if they are all still there as they were."""
+        k = bisect_left(wal.segments, group[0][0], key=_first)
+        segs = wal.segments[k : k + len(group)]
+        if k + len(group) > len(wal.segments) - 1 or [(s.first, s.size) for s in segs] != group:
+            return None
+        return segs
+
+    @staticmethod
+    def _groups(p: _Pass) -> list[list[tuple[int, int]]]:
+        """The runs of at least two adjacent segments of the pass, each read whole and intact and ending where the
+        next begins (no lost versions between), together at most ``segment_bytes`` (Kafka's ``segment.bytes``)."""
+        wal = p.vnode.wal
+        groups: list[list[tuple[int, int]]] = []
+        run: list[tuple[int, int]] = []
+        for first in p.covered:
+            k = bisect_left(wal.segments, first, key=_first)
+            if k >= len(wal.segments) - 1 or wal.segments[k].first != first or first not in p.intact:
+                seg = None
+            else:
+                seg = wal.segments[k]
+            if seg is not None and run and p.intact[run[-1][0]] == first and \
+                    sum(size for _, size in run) + seg.size <= wal.options.segment_bytes:
+                run.append((first, seg.size))
                 continue
-            new.versions.append(entry.version)
-            new.positions.append(new.size)
-            new.running_max.append(seg.running_max[bisect_left(seg.versions, entry.version)])
-            chunk = encode_entry(entry.kind, 0, entry.version, entry.count, entry.max_ts, body)
-            chunks.append(chunk)
-            new.size += len(chunk)
-        fileio.replace_file(seg.path, b"".join(chunks), mtime=mtime)  # the swap: one rename
-        wal.swap_segment(new)
+            if len(run) > 1:
+                groups.append(run)
+            run = [] if seg is None else [(first, seg.size)]
+        if len(run) > 1:
+            groups.append(run)
+        return groups
+
+    def _merge(self, p: _Pass, m: _Merge, segs: list[Segment]) -> None:
+        """Put the merged log of ``segs`` (all copied to ``m.staged``) in place of them. Crash safety, as Kafka's
+        ``.swap`` files: the merged log, staged under a temporary name, is fsynced and renamed to
+        ``<first>.<end>.swap`` (the commit), then the run's files are deleted and the swap file renamed to the first
+        segment's log. A kill before the commit leaves the old segments; after it, the WAL's recovery finishes the
+        merge at open (:mod:`walgate.storage.wal_recovery`). The merged index is written last (else rebuilt at
+        open). A failed commit removes its swap file. (A disk refusing a deletion or the rename after the commit
+        stops the pass, logged; the next open finishes the merge; until then reads of the run may fail.)"""
+        wal = p.vnode.wal
+        new = Segment(wal.dir, segs[0].first)
+        for s in segs:
+            new.versions.extend(s.versions)
+            new.positions.extend(position + new.size for position in s.positions)
+            new.running_max.extend(s.running_max)
+            new.size += s.size
+        mtime = max(s.path.stat().st_mtime for s in segs)  # (retention waits for the newest of them)
+        swap = m.staged.path
         try:
-            fileio.replace_file(new.index_path, sealed_index(new, next_first))
+            m.staged.commit(mtime)  # the commit
+        except OSError:  # (its directory's fsync may fail after the rename: no merge for an open to finish)
+            swap.unlink(missing_ok=True)
+            raise
+        for s in segs[1:]:
+            s.path.unlink()
+            s.index_path.unlink(missing_ok=True)
+        new.index_path.unlink(missing_ok=True)
+        fileio.rename(swap, new.path)
+        wal.swap_segment(new, len(segs))
+        fileio.fsync_dir(wal.dir)
+        try:
+            fileio.replace_file(new.index_path, sealed_index(new, m.next_first))
         except OSError as exc:  # derived: rebuilt from the log at the next open
             log.warning("cleaner: %s: %s; rebuilt at the next open", new.index_path, describe(exc))
-        idx.remove_versions(set(dropped))
-        return seg.size, new.size, removed, len(dropped)
+        if p.stats is not None:
+            p.stats = dataclasses.replace(p.stats, merged=p.stats.merged + len(segs) - 1)
+
+    def _swap(self, p: _Pass, rw: _Rewrite) -> None:
+        """Replace the segment by its rewritten log (one rename, see the module docstring), then its sealed index."""
+        wal = p.vnode.wal
+        new = rw.new
+        assert rw.staged is not None
+        rw.staged.commit(rw.mtime)  # the swap: one rename
+        wal.swap_segment(new)
+        try:
+            fileio.replace_file(new.index_path, sealed_index(new, rw.next_first))
+        except OSError as exc:  # derived: rebuilt from the log at the next open
+            log.warning("cleaner: %s: %s; rebuilt at the next open", new.index_path, describe(exc))
+        self.store.indexes[(p.topic.name, p.vnode.index)].remove_versions(set(rw.dropped))
+        if rw.markers_gone:  # (the state rebuilt at open never lists them: no batch of theirs is left)
+            self.store.producers[(p.topic.name, p.vnode.index)].forget_aborted(rw.markers_gone)
+        if p.stats is not None:
+            s = p.stats
+            p.stats = CleanStats(s.topic, s.partition, s.segments + 1, s.bytes_before + rw.seg.size,
+                                 s.bytes_after + new.size, s.records_removed + rw.removed,
+                                 s.batches_removed + len(rw.dropped))

@@ -25,7 +25,7 @@ from typing import Any
 
 from walgate.storage import resource_configs
 from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
-from walgate.storage.cleaner import Cleaner, CleanStats
+from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -401,8 +401,9 @@ class Engine:
     def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers a partition keeps state for (DescribeProducers)."""
         return self.native.active_producers(topic, partition)
-    def clean(self, now_wall: float, node_id: int) -> CleanStats | None:
+    def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
-        *node_id*'s dynamic broker defaults: what the pass in progress did so far (``finished`` once whole), None when
-        no partition is due. The caller calls again while it gets stats."""
-        return self.cleaner.clean(now_wall, self.topic_defaults(node_id))
+        *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress
+        did so far (``finished`` once whole), None when no partition is due. The caller calls again while it gets
+        stats."""
+        return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)

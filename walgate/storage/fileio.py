@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 __all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir",
-           "LatencyRecorder", "SYNC_LATENCY"]
+           "rename", "StagedFile", "LatencyRecorder", "SYNC_LATENCY"]
 
 
 class LatencyRecorder:
@@ -137,6 +137,55 @@ def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None
     os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+class StagedFile:
+    """A file written piece by piece under a temporary name (``<path>.tmp``), then put in place atomically, as
+    :func:`replace_file` writes one at once: :meth:`write` appends and fdatasyncs (so the final fsync has little
+    left), :meth:`commit` sets the modification time, fsyncs, renames it over ``path`` and fsyncs the directory;
+    :meth:`discard` closes and deletes it. Until the commit ``path`` is untouched; a crash leaves the ``.tmp``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(path.name + ".tmp")
+        self.size = 0
+        self._fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def write(self, data: bytes) -> None:
+        assert self._fd is not None
+        write_all(self._fd, data)
+        fdatasync(self._fd)
+        self.size += len(data)
+
+    def commit(self, mtime: float | None = None) -> None:
+        fd = self._fd
+        assert fd is not None
+        try:
+            if mtime is not None:
+                os.utime(fd, (mtime, mtime))
+            fsync(fd)
+        except OSError:
+            self.discard()
+            raise
+        self._fd = None
+        os.close(fd)
+        os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def discard(self) -> None:
+        """Close and delete the temporary file (best effort: a leftover is deleted at the next open)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+def rename(src: Path, dst: Path) -> None:
+    """Rename ``src`` over ``dst`` atomically (the caller fsyncs the directory, :func:`fsync_dir`)."""
+    os.replace(src, dst)
 
 
 def fsync_dir(path: Path) -> None:

@@ -221,6 +221,12 @@ class PartitionProducers:
         k = bisect_left(self._aborted, start, key=lambda a: a.last_offset)
         return [a for a in self._aborted[k:] if a.first_offset < upper]
 
+    def forget_aborted(self, marker_offsets: set[int]) -> None:
+        """Drop the aborted transactions whose ABORT marker, at one of ``marker_offsets``, the log cleaner removed
+        (after every batch of theirs): a reader told of one would skip its producer's batches until a marker that is
+        gone (Kafka's cleaner leaves such a transaction out of the segment's rewritten transaction index)."""
+        self._aborted = [a for a in self._aborted if a.last_offset not in marker_offsets]
+
     def active(self) -> list[ActiveProducer]:
         """Every producer with state here, as DescribeProducers answers it."""
         return [ActiveProducer(pid, s.epoch, s.batches[-1][1] if s.batches else -1, s.last_timestamp,

@@ -14,8 +14,11 @@ it.
 The byte layout of entries, indexes and seals is :mod:`walgate.storage.wal_format`'s.
 
 Segments: an append rolls the active segment when it would pass ``segment_bytes`` or the segment is older than
-``segment_ms`` (Kafka's ``segment.ms``; -1: never). Sealed segments are never written again, except that the
-log cleaner of a compacted Kafka-native topic may replace one whole, under the same name, by a version with some
+``segment_ms`` (Kafka's ``segment.ms``; -1: never): the append's max timestamp is at least ``segment_ms`` past the
+active segment's first entry's (as Kafka times a roll from a segment's first batch, so a restart keeps the clock),
+or that much wall time passed since the segment's first append or the open (records with timestamps from the
+past, or none, still roll). Sealed
+segments are never written again, except that the log cleaner of a compacted Kafka-native topic may replace one whole, under the same name, by a version with some
 entries dropped or shrunk (:meth:`Wal.swap_segment`, :mod:`walgate.storage.cleaner`).
 
 Batches: one :meth:`Wal.append` call writes its entries with a single
@@ -295,6 +298,7 @@ class Wal:
         self._sync_generation = 0  # bumped at each failed fdatasync
         self._reported: set[tuple[int, int]] = set()  # (segment, position) of damage found while reading
         self._active_born = time.time()  # wall time of the active segment's first append (or of the open)
+        self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
 
     # ------------------------------------------------------------------ open
 
@@ -308,6 +312,9 @@ class Wal:
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
         wal.next_version = wal.durable_version = recovered.next_version
+        active = wal.segments[-1] if wal.segments else None
+        if active is not None and active.size:
+            wal._active_first_ts = next((e.max_ts for e in wal.read_from(active.first)), -1)
         try:
             wal._restore()
             wal._fenced = False
@@ -347,12 +354,16 @@ class Wal:
             log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
-        aged = 0 <= self.options.segment_ms <= (time.time() - self._active_born) * 1000
+        waited = (time.time() - self._active_born) * 1000
+        if self._active_first_ts >= 0:  # Kafka's rollingBasedTimestamp: the first batch's, survives a restart
+            waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
+        aged = 0 <= self.options.segment_ms <= waited
         if seg.size and (seg.size + total > self.options.segment_bytes or aged):
             self._roll()
             seg = self.segments[-1]
         if not seg.size:
             self._active_born = time.time()
+            self._active_first_ts = entries[0][2]
         first = self.next_version
         chunks: list[bytes] = []
         pos = seg.size
@@ -766,16 +777,19 @@ class Wal:
                 log.error("wal %s: cannot fsync the directory after deleting segments (%s)", self.dir,
                           describe(exc))
 
-    def swap_segment(self, new: Segment) -> None:
-        """Serve ``new`` in place of the sealed segment with the same first version, whose log file it has just
-        replaced (the cleaner, :mod:`walgate.storage.cleaner`: same versions or fewer, each entry whole). Regions
-        handed out before keep reading the old file, whose descriptors close once they are dropped."""
+    def swap_segment(self, new: Segment, count: int = 1) -> None:
+        """Serve ``new`` in place of the ``count`` sealed segments from the one with the same first version, whose
+        log file it has just replaced (the cleaner, :mod:`walgate.storage.cleaner`: same versions or fewer, each
+        entry whole; with ``count`` above 1, the segments it merged, whose files the caller deletes next). Regions
+        handed out before keep reading the old files, whose descriptors close once they are dropped."""
         i = bisect_left(self.segments, new.first, key=_first)
-        if i >= len(self.segments) - 1 or self.segments[i].first != new.first:
-            raise ValueError(f"wal {self.dir}: no sealed segment starts at version {new.first}")
-        self.segments[i].forget_files()
-        self._reported = {r for r in self._reported if r[0] != new.first}
-        self.segments[i] = new
+        if i + count > len(self.segments) - 1 or self.segments[i].first != new.first:
+            raise ValueError(f"wal {self.dir}: no {count} sealed segments start at version {new.first}")
+        gone = {seg.first for seg in self.segments[i : i + count]}
+        for seg in self.segments[i : i + count]:
+            seg.forget_files()
+        self._reported = {r for r in self._reported if r[0] not in gone}
+        self.segments[i : i + count] = [new]
 
     def has_entries(self, start: int, stop: int) -> bool:
         """Whether an entry of the log begins at a version in [``start``, ``stop``)."""

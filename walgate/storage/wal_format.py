@@ -40,7 +40,7 @@ import crc32c
 from walgate.storage.filecache import FILES
 
 __all__ = ["APPEND", "FLAG_MORE", "HEADER", "HEADER_SIZE", "INDEX_SIZE", "KINDS", "KIND_DATA", "KIND_KAFKA",
-           "KIND_META", "SEAL", "SEAL_MARK", "SEAL_SIZE", "SEGMENT_NAME", "TS_MIN", "Header", "Segment",
+           "KIND_META", "SEAL", "SEAL_MARK", "SEAL_SIZE", "SEGMENT_NAME", "SWAP_NAME", "TS_MIN", "Header", "Segment",
            "decode_header", "describe", "encode_entry", "pack_index", "sealed_index", "unpack_index"]
 
 KIND_DATA = 1
@@ -59,6 +59,7 @@ TS_MIN = -(1 << 63)
 
 APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # how the active segment's log is written
 SEGMENT_NAME = re.compile(r"(\d{20})\.(log|idx)")
+SWAP_NAME = re.compile(r"(\d{20})\.(\d{20})\.swap")  # the log cleaner's merge of the segments [first, end)
 
 Header = tuple[int, int, int, int, int, int, int]
 """A decoded entry header: (body_len, body_crc, kind, flags, version, count, max_ts)."""

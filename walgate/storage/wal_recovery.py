@@ -42,6 +42,10 @@ offsets of a log it truncates).
   damaged or missing tail, an empty sealed segment and versions missing between
   segments (a segment file lost) are reported; the seal records the gap so it
   is reported once.
+- A merge of sealed segments by the log cleaner (:mod:`walgate.storage.cleaner`) is committed by a file
+  ``<first>.<end>.swap`` holding the merged log of the segments from ``first`` to ``end``; found at open, the merge
+  is finished as the cleaner would have: those segments' files are deleted and the swap file is renamed to the
+  first one's log (a failure there is logged, and the merge is finished at a later open).
 - Files that are not segments are ignored (and reported), leftover ``.tmp``
   files and an index whose log is gone are deleted (reported when it follows
   every log: new appends then start at its first version, not below).
@@ -73,6 +77,7 @@ from walgate.storage.wal_format import (
     SEAL_MARK,
     SEAL_SIZE,
     SEGMENT_NAME,
+    SWAP_NAME,
     TS_MIN,
     Header,
     Segment,
@@ -157,11 +162,15 @@ class _Recovery:
         reports what is not a segment, deletes leftovers (.tmp files, an index whose log is gone)."""
         logs: dict[int, int] = {}
         indexes: dict[int, Path] = {}
+        swaps: list[tuple[int, int, Path]] = []
         with os.scandir(self.directory) as it:
             for item in it:
                 path = Path(item.path)
                 m = SEGMENT_NAME.fullmatch(item.name)
-                if m and item.is_file():
+                swap = SWAP_NAME.fullmatch(item.name)
+                if swap and item.is_file():
+                    swaps.append((int(swap[1]), int(swap[2]), path))
+                elif m and item.is_file():
                     FILES.discard(path, os.O_RDONLY, APPEND)  # a WAL closed without close() in this process
                     if m[2] == "log":
                         logs[int(m[1])] = item.stat().st_size
@@ -171,6 +180,8 @@ class _Recovery:
                     _unlink(path)  # an interrupted fileio.replace_file: the file it replaces is intact
                 else:
                     self.report(path, 0, 0, "not a WAL segment file; ignored", "ignored")
+        for first, end, path in swaps:
+            self._finish_merge(first, end, path, logs, indexes)
         floor = 0
         for first, path in indexes.items():
             if first in logs:
@@ -181,6 +192,27 @@ class _Recovery:
                              "lost", first_version=first)
                 floor = max(floor, first)
         return logs, floor
+
+    def _finish_merge(self, first: int, end: int, swap: Path, logs: dict[int, int], indexes: dict[int, Path]) -> None:
+        """Finish the cleaner's merge of the segments in [first, end) that ``swap`` holds (see the module
+        docstring), updating ``logs`` and ``indexes``."""
+        merged = Segment(self.directory, first)
+        try:
+            for n in sorted(logs):
+                if first < n < end:
+                    Segment(self.directory, n).path.unlink()
+                    del logs[n]
+            for n in sorted(indexes):
+                if first <= n < end:
+                    indexes.pop(n).unlink(missing_ok=True)
+            os.rename(swap, merged.path)
+            fileio.fsync_dir(self.directory)
+        except OSError as exc:
+            log.error("wal %s: cannot finish the log cleaner's merge (%s); finished at a later open", swap,
+                      describe(exc))
+            return
+        logs[first] = merged.path.stat().st_size
+        log.info("wal %s: the log cleaner's merge of the segments before version %d finished", merged.path, end)
 
     def load_sealed(self, seg: Segment) -> tuple[int, int] | None:
         """Load a sealed segment's index when its seal proves it right: (end of its entries, end recorded in the

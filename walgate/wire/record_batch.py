@@ -125,6 +125,7 @@ CODEC_MASK: Final = 0x07
 LOG_APPEND_TIME_BIT: Final = 0x08
 TRANSACTIONAL_BIT: Final = 0x10
 CONTROL_BIT: Final = 0x20
+DELETE_HORIZON_BIT: Final = 0x40  # KIP-534: base_timestamp holds the batch's delete horizon (set by the log cleaner)
 CONTROL_ABORT: Final = 0  # control record types of an EndTransactionMarker (Kafka's ControlRecordType)
 CONTROL_COMMIT: Final = 1
 
@@ -657,6 +658,7 @@ def encode_batch(
     partition_leader_epoch: int = -1,
     is_transactional: bool = False,
     is_control: bool = False,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """One complete RecordBatch v2 holding ``len(values)`` records.
 
@@ -667,6 +669,9 @@ def encode_batch(
     and offset deltas ``int``. The bytes are those kafka-python's and aiokafka's
     ``DefaultRecordBatchBuilder`` write (``tests/wire/test_records.py``).
     *compression* is None or a codec of :mod:`walgate.wire.compression`.
+    With *delete_horizon_ms* (KIP-534, as Kafka's log cleaner writes it) the
+    delete-horizon attribute is set and ``base_timestamp`` is that horizon, the
+    records' timestamp deltas relative to it.
     Raises ``ValueError`` for an empty batch, sequences of different lengths,
     a negative timestamp, an unknown codec or a batch above 2 GiB, ``TypeError``
     for values of the wrong type.
@@ -684,7 +689,7 @@ def encode_batch(
         raise ValueError("record timestamps must be >= 0")  # as Kafka's ProducerRecord
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
-    base_ts = timestamps[0]
+    base_ts = timestamps[0] if delete_horizon_ms is None else delete_horizon_ms
     small = _ZZ_BYTES
     big = _encode_varint
     encoded_keys = _KEYS
@@ -736,6 +741,7 @@ def encode_batch(
         | (LOG_APPEND_TIME_BIT if timestamp_type else 0)
         | (TRANSACTIONAL_BIT if is_transactional else 0)
         | (CONTROL_BIT if is_control else 0)
+        | (DELETE_HORIZON_BIT if delete_horizon_ms is not None else 0)
     )
     if compression is not None:
         records = compress(compression, records)
