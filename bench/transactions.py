@@ -1,5 +1,7 @@
 """Transactional produce: records/s of one confluent-kafka producer in transactions of 100 records, beside the same
-producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate.
+producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate, and the same two
+beside Tansu (memory storage; its transactions work with this client: InitProducerId with a transactional.id,
+AddPartitionsToTxn, EndTxn), measured in the same run.
 
 A transaction of 100 records costs, besides the records, AddPartitionsToTxn (the transaction log's fsync), EndTxn
 (two more: the decision and the completion) and a marker in each of its partitions: the ratio is what exactly-once
@@ -18,7 +20,7 @@ from confluent_kafka import Producer
 
 from bench.produce import create
 from bench.report import Row
-from bench.servers import walgate
+from bench.servers import tansu, walgate
 
 TXN_RECORDS = 100
 SIZE = 100
@@ -50,16 +52,29 @@ def produce(bootstrap: str, topic: str, count: int, transactional: bool) -> floa
     return count / (time.perf_counter() - start)
 
 
+def rates(bootstrap: str, count: int, repeat: int) -> dict[bool, float]:
+    """Median records/s without (False) and with (True) transactions, on a new topic of ``bootstrap``."""
+    create(bootstrap, "txn")
+    return {transactional: statistics.median(produce(bootstrap, "txn", count, transactional) for _ in range(repeat))
+            for transactional in (False, True)}
+
+
 def run(*, quick: bool, repeat: int) -> list[Row]:
     count = 20_000 if quick else 100_000
-    rates: dict[bool, float] = {}
-    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp) / "walgate") as server:
-        create(server.bootstrap, "txn")
-        for transactional in (False, True):
-            rates[transactional] = statistics.median(
-                produce(server.bootstrap, "txn", count, transactional) for _ in range(repeat))
-    return [
-        Row(f"produce {SIZE} B, idempotent, acks=all, 1 producer", rates[False], "records/s"),
-        Row(f"produce {SIZE} B in transactions of {TXN_RECORDS}, 1 producer", rates[True], "records/s"),
-        Row("  transactional / non-transactional", rates[True] / rates[False], "x"),
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp) / "walgate") as server, \
+            tansu() as peer:
+        mine = rates(server.bootstrap, count, repeat)
+        theirs = rates(peer, count, repeat) if peer is not None else None
+    rows = [
+        Row(f"produce {SIZE} B, idempotent, acks=all, 1 producer", mine[False], "records/s"),
+        Row(f"produce {SIZE} B in transactions of {TXN_RECORDS}, 1 producer", mine[True], "records/s"),
+        Row("  transactional / non-transactional", mine[True] / mine[False], "x"),
     ]
+    if theirs is not None:
+        rows += [
+            Row("  Tansu (memory), idempotent, same client", theirs[False], "records/s"),
+            Row(f"  Tansu (memory), in transactions of {TXN_RECORDS}, same client", theirs[True], "records/s"),
+            Row("  Tansu transactional / non-transactional", theirs[True] / theirs[False], "x"),
+            Row("  walgate / Tansu, in transactions", 100 * mine[True] / theirs[True], "%"),
+        ]
+    return rows
