@@ -1,8 +1,10 @@
 """Transactional produce: records/s of one confluent-kafka producer in transactions of 100 records, beside the same
-producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate; then one kafka-clients
-4.3 producer (``TxnProduce.java``) in transactions of 100 at ``transaction.version`` 2 (KIP-890 part 2: Produce v12
-adds the partitions, EndTxn v5 bumps the epoch) and at 1 (AddPartitionsToTxn), when java and the jars
-(``.cache/jars/kafka-clients-4.3.0``, ``python compat-tests/setup_clients.py``) are there.
+producer without transactions (idempotent, acks=all), both on a Kafka-native topic of walgate, and the same two
+beside Tansu (memory storage; its transactions work with this client: InitProducerId with a transactional.id,
+AddPartitionsToTxn, EndTxn), measured in the same run; then one kafka-clients 4.3 producer (``TxnProduce.java``) in
+transactions of 100 on walgate at ``transaction.version`` 2 (KIP-890 part 2: Produce v12 adds the partitions, EndTxn
+v5 bumps the epoch) and at 1 (AddPartitionsToTxn), when java and the jars (``.cache/jars/kafka-clients-4.3.0``,
+``python compat-tests/setup_clients.py``) are there.
 
 A transaction of 100 records costs, besides the records, AddPartitionsToTxn or (version 2) the first Produce's add
 (the transaction log's fsync), EndTxn (two more: the decision and the completion) and a marker in each of its
@@ -23,7 +25,7 @@ from confluent_kafka import Producer
 
 from bench.produce import create
 from bench.report import Row
-from bench.servers import walgate
+from bench.servers import tansu, walgate
 from bench.tools import program, skipped
 
 JARS = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "kafka-clients-4.3.0"
@@ -67,19 +69,31 @@ def java_produce(java: str, bootstrap: str, topic: str, count: int) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["records_per_s"])
 
 
+def rates(bootstrap: str, count: int, repeat: int) -> dict[bool, float]:
+    """Median records/s without (False) and with (True) transactions, on a new topic of ``bootstrap``."""
+    create(bootstrap, "txn")
+    return {transactional: statistics.median(produce(bootstrap, "txn", count, transactional) for _ in range(repeat))
+            for transactional in (False, True)}
+
+
 def run(*, quick: bool, repeat: int) -> list[Row]:
     count = 20_000 if quick else 100_000
-    rates: dict[bool, float] = {}
-    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp) / "walgate") as server:
-        create(server.bootstrap, "txn")
-        for transactional in (False, True):
-            rates[transactional] = statistics.median(
-                produce(server.bootstrap, "txn", count, transactional) for _ in range(repeat))
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp) / "walgate") as server, \
+            tansu() as peer:
+        mine = rates(server.bootstrap, count, repeat)
+        theirs = rates(peer, count, repeat) if peer is not None else None
     rows = [
-        Row(f"produce {SIZE} B, idempotent, acks=all, 1 producer", rates[False], "records/s"),
-        Row(f"produce {SIZE} B in transactions of {TXN_RECORDS}, 1 producer", rates[True], "records/s"),
-        Row("  transactional / non-transactional", rates[True] / rates[False], "x"),
+        Row(f"produce {SIZE} B, idempotent, acks=all, 1 producer", mine[False], "records/s"),
+        Row(f"produce {SIZE} B in transactions of {TXN_RECORDS}, 1 producer", mine[True], "records/s"),
+        Row("  transactional / non-transactional", mine[True] / mine[False], "x"),
     ]
+    if theirs is not None:
+        rows += [
+            Row("  Tansu (memory), idempotent, same client", theirs[False], "records/s"),
+            Row(f"  Tansu (memory), in transactions of {TXN_RECORDS}, same client", theirs[True], "records/s"),
+            Row("  Tansu transactional / non-transactional", theirs[True] / theirs[False], "x"),
+            Row("  walgate / Tansu, in transactions", 100 * mine[True] / theirs[True], "%"),
+        ]
     java = program("java", "kafka-clients 4.3 transactional rows", "apt-get install default-jre-headless")
     if java is None:
         return rows

@@ -184,19 +184,20 @@ def test_faust_table_on_a_compacted_changelog_survives_a_restart(walgate, apps, 
          lambda: f"offsets {ends} committed, have {committed_offsets(walgate.bootstrap, app_id, topic)}", first)
     first.stop()  # SIGTERM: faust leaves the group
 
-    produce_words(walgate, topic, after)
+    # the new records are produced once the restarted worker is ready: faust resumes its stream partitions before it
+    # seeks them to their committed offsets (faust/tables/recovery.py, _resume_streams), so records fetched before
+    # that seek would be fetched again after it, and the last one of each partition counted twice (FINDINGS.md)
     second = apps(argv)
+    wait(lambda: events(second, "ready"), FLOW_TIMEOUT, "the restarted worker ready", second)
+    produce_words(walgate, topic, after)
     wait(lambda: len({(e["partition"], e["offset"]) for e in events(second, "count")}) == len(after), FLOW_TIMEOUT,
          lambda: f"the {len(after)} new records counted, have {len(events(second, 'count'))} counts", second)
-    time.sleep(2)  # two commit intervals more
+    time.sleep(2)  # two commit intervals more: a record counted twice would be visible now
     counted = events(second, "count")
+    assert len(counted) == len(after), f"{len(counted) - len(after)} records counted twice"
     assert all(e["offset"] >= ends[e["partition"]] for e in counted), "a record counted before the stop came again"
     firsts = {k: next(e["count"] for e in counted if e["key"] == k) for k in keys}
     assert firsts == {k: want_before[k] + 1 for k in keys}, f"the table did not continue from its changelog: {firsts}"
     for k in keys:  # every update continues the table's last value
         mine = [e["count"] for e in counted if e["key"] == k]
         assert mine == list(range(want_before[k] + 1, want_before[k] + 1 + len(mine))), (k, mine)
-    # faust processes at least once: now and then (1 run in 4 here) the last record of a partition is counted
-    # again some seconds later, after faust seeks back to its committed offsets, which trail that record until
-    # the agent asks for the next one
-    assert len(counted) - len(after) <= partitions, f"{len(counted) - len(after)} records counted twice"

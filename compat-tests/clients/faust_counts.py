@@ -2,7 +2,8 @@
 
 The table ``counts`` (in memory: a restarted worker rebuilds it from its changelog topic
 ``<APP_ID>-counts-changelog``) is updated by an agent for every record; each update prints
-``{"event": "count", "key", "count", "partition", "offset"}``. ``{"event": "started"}`` once the agent runs.
+``{"event": "count", "key", "count", "partition", "offset"}``. ``{"event": "started"}`` once the agent runs,
+``{"event": "ready"}`` once the table is recovered and the stream partitions are sought to their committed offsets.
 Runs until stopped (SIGTERM: faust commits its offsets and leaves).
 
 Usage: faust_counts.py BOOTSTRAP TOPIC APP_ID DATA_DIR PARTITIONS
@@ -38,6 +39,11 @@ def main() -> None:
             counts[key] += 1
             emit("count", key=key, count=counts[key], partition=event.message.partition,
                  offset=event.message.offset)
+
+    @app.task
+    async def ready() -> None:  # faust sets `completed` after its seek to the committed offsets
+        await app.tables.recovery.completed.wait()
+        emit("ready")
 
     sys.argv = [sys.argv[0], "worker", "--without-web", "--loglevel", "warn"]
     app.main()
