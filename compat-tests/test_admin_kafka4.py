@@ -5,7 +5,10 @@
   ``consumer.heartbeat.interval.ms``) and dynamic BROKER configs (``log.retention.ms`` cluster-wide,
   ``log.segment.bytes`` for the node) through ``incrementalAlterConfigs`` / ``describeConfigs``, a topic's configs
   then following the broker's (DYNAMIC_DEFAULT_BROKER_CONFIG / DYNAMIC_BROKER_CONFIG), a read-only broker config
-  refused with InvalidRequestException;
+  refused with InvalidRequestException; Kafka's per-broker (``sasl.kerberos.min.time.before.relogin``, a listener's
+  password) and cluster-wide (``background.threads``, ``log.cleanup.policy`` APPEND) dynamic configs, their
+  synonyms, and what Kafka refuses, with its exceptions and messages;
+* confluent-kafka's ``AdminClient.alter_configs`` (legacy AlterConfigs) on BROKER resources: whole-set replace;
 * kafka-python's admin ``alter_configs(incremental=False)``: the legacy AlterConfigs API (key 33);
 * a confluent-kafka (librdkafka) producer to an invalid topic name: its delivery report is
   TOPIC_EXCEPTION (Kafka's INVALID_TOPIC_EXCEPTION in Metadata), not a message timeout; a Java producer's send
@@ -16,8 +19,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from compat_brokers import Walgate
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigSource
+from confluent_kafka.admin import ConfigResource as ConfluentConfigResource
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 
@@ -44,6 +50,55 @@ def test_java_admin_authorized_operations_group_and_broker_configs(walgate: Walg
         "topic_retention": ["3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
         "topic_segment": ["2097152", "DYNAMIC_BROKER_CONFIG"]}, run.describe()
     assert got["read_only"]["error"] == "InvalidRequestException", run.describe()
+    kerberos = "sasl.kerberos.min.time.before.relogin"
+    assert got["dynamic"] == {
+        "step": "dynamic", "kerberos": ["58000", "DYNAMIC_BROKER_CONFIG"],
+        "kerberos_synonyms": [["58000", "DYNAMIC_BROKER_CONFIG"], ["60000", "DEFAULT_CONFIG"]],
+        "threads": ["9", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+        "threads_synonyms": [["9", "DYNAMIC_DEFAULT_BROKER_CONFIG"], ["10", "DEFAULT_CONFIG"]],
+        "policy": ["delete,compact", "DYNAMIC_DEFAULT_BROKER_CONFIG"], "broker_id_read_only": True,
+        "password": [None, True], "cluster": ["9", "DYNAMIC_DEFAULT_BROKER_CONFIG"], "cluster_kerberos": None}, run.describe()
+    refused = got["dynamic_refused"]
+    assert refused["per_broker_on_cluster"] == [
+        "InvalidRequestException", "Cannot update these configs at default cluster level, broker id must be "
+        f"specified: Set({kerberos})"], run.describe()
+    assert refused["doubled"][0] == "InvalidRequestException" and "double the current value 9" in refused["doubled"][1]
+    assert refused["bad_type"] == ["InvalidRequestException", f"Invalid value soon for configuration {kerberos}: "
+                                                              "Not a number of type LONG"], run.describe()
+    assert refused["append_not_list"] == ["InvalidConfigurationException", "Config value append is not allowed for "
+                                                                           f"config key: {kerberos}"], run.describe()
+    assert refused["unknown"] == ["InvalidRequestException",
+                                  "Cannot update these configs dynamically: Set(no.such.config)"], run.describe()
+
+
+def test_confluent_kafka_legacy_alter_configs_on_the_broker(walgate: Walgate) -> None:
+    """librdkafka's AlterConfigs (key 33) on a BROKER resource: the node's whole set replaced, a static config
+    refused with Kafka's message."""
+    admin = AdminClient({"bootstrap.servers": walgate.bootstrap})
+    kerberos = "sasl.kerberos.min.time.before.relogin"
+
+    def alter(name: str, configs: dict[str, str]) -> None:
+        resource = ConfluentConfigResource("BROKER", name, set_config=configs)
+        for future in admin.alter_configs([resource], request_timeout=30).values():
+            future.result(30)
+
+    def node(*keys: str) -> dict[str, tuple[str | None, str]]:
+        [future] = admin.describe_configs([ConfluentConfigResource("BROKER", "0")], request_timeout=30).values()
+        entries = future.result(30)
+        return {k: (entries[k].value, ConfigSource(entries[k].source).name) for k in keys}
+
+    alter("0", {kerberos: "58000", "sasl.login.refresh.window.factor": "0.9"})
+    assert node(kerberos, "sasl.login.refresh.window.factor") == {
+        kerberos: ("58000", "DYNAMIC_BROKER_CONFIG"), "sasl.login.refresh.window.factor": ("0.9", "DYNAMIC_BROKER_CONFIG")}
+    alter("0", {kerberos: "59000"})  # the whole set: the window factor goes back to Kafka's default
+    assert node(kerberos, "sasl.login.refresh.window.factor") == {
+        kerberos: ("59000", "DYNAMIC_BROKER_CONFIG"), "sasl.login.refresh.window.factor": ("0.8", "DEFAULT_CONFIG")}
+    with pytest.raises(KafkaException) as refused:  # (librdkafka itself refuses the cluster default's name "")
+        alter("0", {"broker.id": "3"})
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST, refused.value
+    assert "Cannot update these configs dynamically: Set(broker.id)" in refused.value.args[0].str()
+    assert node(kerberos) == {kerberos: ("59000", "DYNAMIC_BROKER_CONFIG")}  # a refused set changes nothing
+    assert "AlterConfigs broker 0 (replaced by " in walgate.log()
 
 
 def test_kafka_python_legacy_alter_configs(walgate: Walgate) -> None:

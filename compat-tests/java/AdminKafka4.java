@@ -1,6 +1,7 @@
 // Issue 17's admin surface on the real kafka-clients Admin: authorized operations (describeTopics /
 // describeCluster with includeAuthorizedOperations), GROUP config resources (KIP-848 group configs) and dynamic
-// BROKER configs with incrementalAlterConfigs / describeConfigs, as kafka-configs --entity-type groups|brokers does.
+// BROKER configs with incrementalAlterConfigs / describeConfigs, as kafka-configs --entity-type groups|brokers does:
+// per-broker (SASL/listener) and cluster-wide (thread counts, log configs) entries, synonyms, what is refused.
 // Prints one JSON object per step: {"step": ..., ...}; any exception ends the run with {"step": "error", ...}.
 //
 // Usage: java -cp <kafka-clients jars> AdminKafka4.java <bootstrap> <topic> <group>
@@ -19,6 +20,7 @@ import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.common.acl.AclOperation;
@@ -46,9 +48,32 @@ public class AdminKafka4 {
     }
 
     static void alter(Admin admin, ConfigResource resource, String name, String value) throws Exception {
-        AlterConfigOp op = new AlterConfigOp(new ConfigEntry(name, value), AlterConfigOp.OpType.SET);
+        alter(admin, resource, name, value, AlterConfigOp.OpType.SET);
+    }
+
+    static void alter(Admin admin, ConfigResource resource, String name, String value, AlterConfigOp.OpType type)
+            throws Exception {
+        AlterConfigOp op = new AlterConfigOp(new ConfigEntry(name, value), type);
         admin.incrementalAlterConfigs(Map.of(resource, (Collection<AlterConfigOp>) List.of(op)))
                 .all().get(30, TimeUnit.SECONDS);
+    }
+
+    // The exception class and message of a refused change ("null": accepted).
+    static String refused(Admin admin, ConfigResource resource, String name, String value, AlterConfigOp.OpType type)
+            throws Exception {
+        try {
+            alter(admin, resource, name, value, type);
+            return "null";
+        } catch (ExecutionException e) {
+            return "[\"" + e.getCause().getClass().getSimpleName() + "\", \""
+                    + String.valueOf(e.getCause().getMessage()).replace("\"", "'") + "\"]";
+        }
+    }
+
+    static String synonyms(ConfigEntry e) {
+        List<String> out = new java.util.ArrayList<>();
+        e.synonyms().forEach(s -> out.add("[\"" + s.value() + "\", \"" + s.source().name() + "\"]"));
+        return "[" + String.join(", ", out) + "]";
     }
 
     public static void main(String[] argv) throws Exception {
@@ -86,6 +111,32 @@ public class AdminKafka4 {
             } catch (ExecutionException e) {
                 emit("read_only", "\"error\": \"" + e.getCause().getClass().getSimpleName() + "\"");
             }
+
+            // Kafka's per-broker and cluster-wide dynamic configs (librdkafka's 0081 sets the first one)
+            String kerberos = "sasl.kerberos.min.time.before.relogin";
+            alter(admin, node, kerberos, "58000");
+            alter(admin, cluster, "background.threads", "9");
+            alter(admin, cluster, "log.cleanup.policy", "compact", AlterConfigOp.OpType.APPEND);
+            alter(admin, node, "listener.name.plain.ssl.key.password", "secret");
+            Config withSynonyms = admin.describeConfigs(List.of(node), new DescribeConfigsOptions().includeSynonyms(true))
+                    .all().get(30, TimeUnit.SECONDS).get(node);
+            ConfigEntry password = withSynonyms.get("listener.name.plain.ssl.key.password");
+            emit("dynamic", "\"kerberos\": " + entry(withSynonyms, kerberos)
+                    + ", \"kerberos_synonyms\": " + synonyms(withSynonyms.get(kerberos))
+                    + ", \"threads\": " + entry(withSynonyms, "background.threads")
+                    + ", \"threads_synonyms\": " + synonyms(withSynonyms.get("background.threads"))
+                    + ", \"policy\": " + entry(withSynonyms, "log.cleanup.policy")
+                    + ", \"broker_id_read_only\": " + withSynonyms.get("broker.id").isReadOnly()
+                    + ", \"password\": [" + (password.value() == null ? "null" : "\"" + password.value() + "\"")
+                    + ", " + password.isSensitive() + "]"
+                    + ", \"cluster\": " + entry(describe(admin, cluster), "background.threads")
+                    + ", \"cluster_kerberos\": " + entry(describe(admin, cluster), kerberos));
+            emit("dynamic_refused", "\"per_broker_on_cluster\": "
+                    + refused(admin, cluster, kerberos, "1", AlterConfigOp.OpType.SET)
+                    + ", \"doubled\": " + refused(admin, cluster, "background.threads", "40", AlterConfigOp.OpType.SET)
+                    + ", \"bad_type\": " + refused(admin, node, kerberos, "soon", AlterConfigOp.OpType.SET)
+                    + ", \"append_not_list\": " + refused(admin, node, kerberos, "1", AlterConfigOp.OpType.APPEND)
+                    + ", \"unknown\": " + refused(admin, node, "no.such.config", "1", AlterConfigOp.OpType.SET));
         } catch (Exception e) {
             emit("error", "\"error\": \"" + e.getClass().getSimpleName() + ": "
                     + String.valueOf(e.getMessage()).replace("\"", "'") + "\"");

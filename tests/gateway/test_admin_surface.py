@@ -230,3 +230,46 @@ def test_describe_topic_partitions_answers_what_the_authorizer_allows(tmp_path: 
         by_name = {t.name: (t.error_code, t.topic_authorized_operations) for t in r.topics}
         assert by_name == {"t": (ErrorCode.none, (1 << 4) | (1 << 8)),
                            "secret": (ErrorCode.topic_authorization_failed, NOT_REQUESTED)}
+
+
+def test_kafkas_per_broker_and_cluster_wide_dynamic_configs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    kerberos = "sasl.kerberos.min.time.before.relogin"
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        # librdkafka 0081: a per-broker SASL config through the legacy API, on this node; not on the cluster default
+        assert legacy(conn, [(BROKER, "0", {kerberos: "58000"})]) == [ErrorCode.none]
+        assert legacy(conn, [(BROKER, "", {kerberos: "58000"})]) == [ErrorCode.invalid_request]
+        assert incremental(conn, BROKER, "", [("background.threads", SET, "9"),
+                                              ("log.cleanup.policy", APPEND, "compact")]) == ErrorCode.none
+        assert incremental(conn, BROKER, "0", [("listener.name.plain.ssl.key.password", SET, "secret"),
+                                               ("sasl.enabled.mechanisms", APPEND, "PLAIN")]) == ErrorCode.none
+        assert incremental(conn, BROKER, "0", [(kerberos, APPEND, "1")]) == ErrorCode.invalid_config  # not a list
+        assert create(conn, "t") == [ErrorCode.none]
+        assert incremental(conn, TOPIC, "t", [("retention.ms", APPEND, "1")]) == ErrorCode.invalid_config
+        assert incremental(conn, TOPIC, "t", [("log.cleanup.policy", APPEND, "compact")]) == ErrorCode.invalid_config
+        for ops in ([("background.threads", SET, "40")], [("ssl.keystore.location", SET, "/k")],
+                    [("num.io.threads", SET, "many")]):
+            assert incremental(conn, BROKER, "", ops) == ErrorCode.invalid_request, ops
+        [r] = call(conn, 32, 4, {"include_synonyms": True, "resources": [
+            {"resource_type": BROKER, "resource_name": "0", "configuration_keys": [
+                kerberos, "background.threads", "log.cleanup.policy", "broker.id", "num.io.threads",
+                "listener.name.plain.ssl.key.password", "sasl.enabled.mechanisms"]}]}).results
+        got = {c.name: c for c in r.configs}
+        assert (got[kerberos].value, got[kerberos].config_source, got[kerberos].read_only) == ("58000", 2, False)
+        assert [(s.value, s.source) for s in got[kerberos].synonyms] == [("58000", 2), ("60000", 5)]
+        assert [(s.value, s.source) for s in got["background.threads"].synonyms] == [("9", 3), ("10", 5)]
+        assert got["log.cleanup.policy"].value == "delete,compact" and got["log.cleanup.policy"].config_source == 3
+        assert got["broker.id"].read_only and got["broker.id"].config_source == 4
+        assert (got["num.io.threads"].value, got["num.io.threads"].config_source) == ("8", 5)
+        password = got["listener.name.plain.ssl.key.password"]
+        assert (password.value, password.is_sensitive, password.config_source) == (None, True, 2)
+        assert got["sasl.enabled.mechanisms"].value == "GSSAPI,PLAIN"
+        assert describe(conn, BROKER, "") == {"background.threads": ("9", "DYNAMIC_DEFAULT_BROKER"),
+                                              "log.cleanup.policy": ("delete,compact", "DYNAMIC_DEFAULT_BROKER")}
+        # the legacy API replaces node 0's whole set: the SASL configs go, the cluster default stays
+        assert legacy(conn, [(BROKER, "0", {"num.io.threads": "16"})]) == [ErrorCode.none]
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        node = describe(conn, BROKER, "0", [kerberos, "num.io.threads", "background.threads"])
+        assert node == {kerberos: ("60000", "DEFAULT"), "num.io.threads": ("16", "DYNAMIC_BROKER"),
+                        "background.threads": ("9", "DYNAMIC_DEFAULT_BROKER")}
+        assert gw._engine.resource_configs("broker", "0") == {"num.io.threads": "16"}

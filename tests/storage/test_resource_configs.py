@@ -11,27 +11,24 @@ from faults import WRITE_FAULTS, Faults, flipped_in_line, refused, torn_last_lin
 
 from walgate.coordinator.group_configs import GroupTimeouts
 from walgate.storage import lines
+from walgate.storage.broker_configs import BROKER_SYNONYMS
 from walgate.storage.catalog import Catalog
 from walgate.storage.damage import DamageLog
-from walgate.storage.errors import InvalidValue
-from walgate.storage.resource_configs import BROKER_SYNONYMS, topic_defaults, validate_broker
+from walgate.storage.resource_configs import topic_defaults
 
-CLUSTER, NODE, GROUP_G = ("broker", ""), ("broker", "1"), ("group", "g")
+CLUSTER, NODE, NODE0, GROUP_G = ("broker", ""), ("broker", "1"), ("broker", "0"), ("group", "g")
 
 
 def test_broker_configs_default_the_topic_configs_they_are_synonyms_of() -> None:
     assert BROKER_SYNONYMS["log.retention.ms"] == "retention.ms"
     assert BROKER_SYNONYMS["message.max.bytes"] == "max.message.bytes"  # Produce reads the broker default too
     assert BROKER_SYNONYMS["log.flush.interval.ms"] == "flush.ms"
-    state = {CLUSTER: {"log.retention.ms": "1000", "log.segment.bytes": "2048"},
-             NODE: {"log.segment.bytes": "4096"}, ("broker", "2"): {"log.retention.bytes": "5"}}
+    assert BROKER_SYNONYMS["compression.type"] == "compression.type"  # stored and described, a topic default too
+    state = {CLUSTER: {"log.retention.ms": "1000", "log.segment.bytes": "2048", "background.threads": "12"},
+             NODE: {"log.segment.bytes": "4096", "sasl.kerberos.min.time.before.relogin": "58000"},
+             ("broker", "2"): {"log.retention.bytes": "5"}}
     assert topic_defaults(state, "1") == {"retention.ms": "1000", "segment.bytes": "4096"}  # the node's own wins
     assert topic_defaults(state, "7") == {"retention.ms": "1000", "segment.bytes": "2048"}
-    validate_broker({"log.retention.ms": "-1", "log.cleanup.policy": "delete"})
-    for bad, why in (({"broker.id": "3"}, "dynamically"), ({"log.retention.hours": "1"}, "dynamically"),
-                     ({"log.retention.ms": "-2"}, "retention.ms"), ({"log.segment.bytes": "x"}, "Not a number")):
-        with pytest.raises(InvalidValue, match=why):
-            validate_broker(bad)
 
 
 def test_group_configs_are_bounded_by_kafkas_defaults_and_the_brokers_own() -> None:
@@ -51,17 +48,22 @@ def make(tmp_path: Path) -> tuple[Path, dict[tuple[str, str], dict[str, str]]]:
     path = tmp_path / "catalog.log"
     cat = Catalog.open(path)
     cat.create_database("power", {"VGROUPS": 1}, 0)
-    cat.set_resource_configs("broker", "", {"log.retention.ms": "1000"})
+    cat.set_resource_configs("broker", "", {"log.retention.ms": "1000", "background.threads": "12"})
     cat.set_resource_configs("group", "g", {"consumer.session.timeout.ms": "50000"})
     cat.set_resource_configs("broker", "1", {"log.segment.bytes": "2048"})
     cat.set_resource_configs("broker", "1", {})  # removed
+    cat.set_resource_configs("broker", "0", {"sasl.kerberos.min.time.before.relogin": "58000",
+                                             "listener.name.plain.ssl.keystore.password": "secret"})
     cat.set_resource_configs("group", "h", {"consumer.heartbeat.interval.ms": "6000"})
     return path, cat.resource_configs
 
 
 def test_resource_configs_survive_a_restart_and_a_rewrite(tmp_path: Path) -> None:
     path, state = make(tmp_path)
-    assert state == {CLUSTER: {"log.retention.ms": "1000"}, GROUP_G: {"consumer.session.timeout.ms": "50000"},
+    assert state == {CLUSTER: {"log.retention.ms": "1000", "background.threads": "12"},
+                     GROUP_G: {"consumer.session.timeout.ms": "50000"},
+                     NODE0: {"sasl.kerberos.min.time.before.relogin": "58000",
+                             "listener.name.plain.ssl.keystore.password": "secret"},
                      ("group", "h"): {"consumer.heartbeat.interval.ms": "6000"}}
     cat = Catalog.open(path)
     assert cat.resource_configs == state and "power" in cat.databases
@@ -78,13 +80,16 @@ def test_a_torn_resource_configs_record_is_dropped_and_the_rest_kept(tmp_path: P
         assert damage.records == [] and path.read_bytes() == whole
 
 
-def test_a_flipped_byte_loses_that_record_only_and_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("marker", "lost"), [(b"log.retention.ms", CLUSTER),
+                                               (b"sasl.kerberos.min.time.before.relogin", NODE0)])
+def test_a_flipped_byte_loses_that_record_only_and_is_reported(tmp_path: Path, marker: bytes,
+                                                              lost: tuple[str, str]) -> None:
     path, state = make(tmp_path)
-    for record in flipped_in_line(path, 1):  # the cluster-wide log.retention.ms
-        assert b"log.retention.ms" in record
+    index = next(i for i, line in enumerate(path.read_bytes().split(b"\n")) if marker in line)
+    for _record in flipped_in_line(path, index):  # the cluster-wide or node 0's per-broker record
         damage = DamageLog(tmp_path)
         cat = Catalog.open(path, damage)
-        assert cat.resource_configs == {k: v for k, v in state.items() if k != CLUSTER}
+        assert cat.resource_configs == {k: v for k, v in state.items() if k != lost}
         assert len(damage.records) == 1 and "power" in cat.databases
         assert Catalog.open(path, DamageLog(tmp_path)).resource_configs == cat.resource_configs  # reported once
 
@@ -115,6 +120,7 @@ def test_a_refused_write_changes_nothing(tmp_path: Path, op: str, kind: str) -> 
     faults = Faults()
     with faults.active():
         for change in (lambda: cat.set_resource_configs("broker", "", {"log.retention.ms": "5"}),
+                       lambda: cat.set_resource_configs("broker", "0", {"sasl.kerberos.min.time.before.relogin": "1"}),
                        lambda: cat.set_resource_configs("group", "g", {}),
                        lambda: cat.set_resource_configs("broker", "1", {"log.segment.bytes": "4096"})):
             refused(faults, op, kind, change)

@@ -2,8 +2,8 @@
 catalog stores them, and what the broker's dynamic configs mean for topics.
 
 State: (kind, name) -> {config key: value}, kind ``broker`` (name: a node id, or ``""`` for the cluster-wide
-default) or ``group`` (name: a group id). Only validated sets are stored: broker keys by :func:`validate_broker`,
-group keys by :mod:`walgate.coordinator.group_configs`.
+default) or ``group`` (name: a group id). Only validated sets are stored: broker keys by
+:func:`walgate.storage.broker_configs.validate`, group keys by :mod:`walgate.coordinator.group_configs`.
 
 Durability: one catalog record per change, ``{"op": "resource_configs", "kind": ..., "name": ..., "configs":
 {key: value}}`` holding the resource's *whole* set after the change (an empty set removes the resource), so
@@ -14,9 +14,10 @@ one (raising ``ValueError`` for a record it cannot apply, which the catalog quar
 Broker configs as topic defaults (Kafka's ``ServerTopicConfigSynonyms``): a dynamic broker config such as
 ``log.retention.ms`` is the default of its topic config (``retention.ms``) for every Kafka-native topic that does
 not set that config itself; this node's own resource wins over the cluster-wide default (:func:`topic_defaults`).
-Only the synonyms of topic configs walgate knows (:data:`walgate.storage.topic_configs.TOPIC_CONFIG_DEFAULTS`)
-and acts on (:data:`_ACTED_ON`) can be set; the broker's other settings are fixed at start (:func:`validate_broker`
-refuses them).
+The topic configs walgate acts on (:mod:`walgate.storage.topic_configs`) are then acted on over these defaults: the
+WAL settings of a topic's database (:meth:`walgate.storage.engine.Engine.apply_topic_defaults`), the log cleaner and
+Produce (``max.message.bytes``, ``message.timestamp.type``, ``cleanup.policy``). The other dynamic broker configs
+(:mod:`walgate.storage.broker_configs`) are only stored.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, TypeAlias
 
-from walgate.storage.errors import InvalidValue
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, validate_configs
+from walgate.storage.broker_configs import BROKER_SYNONYMS
 
-__all__ = ["RESOURCE_OP", "BROKER", "GROUP", "ResourceConfigs", "BROKER_SYNONYMS", "record", "apply_record",
-           "records", "topic_defaults", "validate_broker"]
+__all__ = ["RESOURCE_OP", "BROKER", "GROUP", "ResourceConfigs", "record", "apply_record", "records",
+           "topic_defaults"]
 
 ResourceConfigs: TypeAlias = dict[tuple[str, str], dict[str, str]]
 
@@ -36,38 +36,6 @@ RESOURCE_OP: Final = "resource_configs"
 BROKER: Final = "broker"
 GROUP: Final = "group"
 _KINDS: Final = (BROKER, GROUP)
-
-_KAFKA_SYNONYMS: Final[dict[str, str]] = {
-    "segment.bytes": "log.segment.bytes", "segment.ms": "log.roll.ms", "segment.jitter.ms": "log.roll.jitter.ms",
-    "segment.index.bytes": "log.index.size.max.bytes", "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms", "retention.bytes": "log.retention.bytes", "retention.ms": "log.retention.ms",
-    "max.message.bytes": "message.max.bytes", "index.interval.bytes": "log.index.interval.bytes",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
-    "file.delete.delay.ms": "log.segment.delete.delay.ms", "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "cleanup.policy": "log.cleanup.policy", "compression.type": "compression.type",
-    "compression.gzip.level": "compression.gzip.level", "compression.lz4.level": "compression.lz4.level",
-    "compression.zstd.level": "compression.zstd.level", "preallocate": "log.preallocate",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
-    "local.retention.ms": "log.local.retention.ms", "local.retention.bytes": "log.local.retention.bytes",
-}
-"""Topic config -> the broker config of the highest priority that sets its default (Kafka 4's
-``ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS``, every one of them dynamic, cluster-wide or per broker)."""
-
-_ACTED_ON: Final = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "flush.ms", "flush.messages",
-                    "cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-                    "min.cleanable.dirty.ratio", "max.message.bytes", "message.timestamp.type")
-"""The topic configs whose broker defaults walgate acts on: the WAL settings of a topic's database follow them
-(:meth:`walgate.storage.engine.Engine.apply_topic_defaults`), and so do the log cleaner
-(:meth:`~walgate.storage.engine.Engine.clean`) and Produce (``max.message.bytes``, ``message.timestamp.type``,
-``cleanup.policy``), which read a topic's configs over :meth:`~walgate.storage.engine.Engine.topic_defaults`."""
-
-BROKER_SYNONYMS: Final[dict[str, str]] = {
-    b: t for t, b in _KAFKA_SYNONYMS.items() if t in TOPIC_CONFIG_DEFAULTS and t in _ACTED_ON}
-"""Broker config -> topic config: the broker configs that can be altered."""
 
 
 def record(kind: str, name: str, configs: Mapping[str, str]) -> dict[str, Any]:
@@ -97,13 +65,3 @@ def topic_defaults(state: Mapping[tuple[str, str], Mapping[str, str]], node_id: 
     resource, overridden by node ``node_id``'s own."""
     merged = {**state.get((BROKER, ""), {}), **state.get((BROKER, node_id), {})}
     return {BROKER_SYNONYMS[k]: v for k, v in merged.items() if k in BROKER_SYNONYMS}
-
-
-def validate_broker(configs: Mapping[str, str]) -> None:
-    """Refuse (:class:`InvalidValue`, Kafka's INVALID_REQUEST for broker configs) a set of dynamic broker configs
-    with a key that is not a topic default walgate knows, or a value its topic config does not take."""
-    fixed = sorted(set(configs) - set(BROKER_SYNONYMS))
-    if fixed:
-        raise InvalidValue(f"Cannot update these configs dynamically: {', '.join(fixed)} (walgate changes only "
-                           f"{', '.join(sorted(BROKER_SYNONYMS))} at run time)")
-    validate_configs({BROKER_SYNONYMS[k]: v for k, v in configs.items()})

@@ -31,8 +31,10 @@ __all__ = [
     "TOPIC_CONFIGS",
     "TOPIC_CONFIG_DEFAULTS",
     "CleanerSettings",
+    "ConfigSpec",
     "backing_database",
     "cleaner_settings",
+    "check_value",
     "cleanup_policy",
     "topic_configs",
     "validate_configs",
@@ -46,12 +48,18 @@ _INT_MAX: Final = 2**31 - 1
 
 @dataclass(frozen=True)
 class _Spec:
-    default: str
-    type: str  # Kafka's ConfigDef type: LONG, INT, DOUBLE, BOOLEAN, STRING, LIST
+    """One Kafka config: its default (None: Kafka's null), type and what values it takes."""
+
+    default: str | None
+    type: str  # Kafka's ConfigDef type: LONG, INT, SHORT, DOUBLE, BOOLEAN, STRING, LIST, CLASS, PASSWORD
     low: float | None = None
     high: float | None = None
     allowed: tuple[str, ...] = ()
     check: Callable[[str], str] | None = None  # LIST values: why the value is invalid ("" when valid)
+
+
+ConfigSpec = _Spec
+"""A Kafka config's spec (default, type, range), public for the broker's configs (:mod:`.broker_configs`)."""
 
 
 def _throttled(value: str) -> str:
@@ -105,7 +113,7 @@ treats any negative value as unlimited) is refused; ``segment.bytes`` is honoure
 ``flush.messages=1`` makes the topic's WAL fsync every append before the answer (WAL_LEVEL 2, period 0); otherwise
 it is fsynced every ``flush.ms`` (at most 180000, WAL_FSYNC_PERIOD)."""
 
-TOPIC_CONFIG_DEFAULTS: Final[dict[str, str]] = {k: s.default for k, s in TOPIC_CONFIGS.items()}
+TOPIC_CONFIG_DEFAULTS: Final[dict[str, str]] = {k: s.default or "" for k, s in TOPIC_CONFIGS.items()}
 """Every topic config walgate knows, with its default."""
 
 CONFIG_TYPES: Final[dict[str, str]] = {k: s.type for k, s in TOPIC_CONFIGS.items()}
@@ -161,7 +169,7 @@ def _number(key: str, value: str, spec: _Spec) -> float:
         raise _invalid(key, value, f"Not a number of type {spec.type}") from None
     if spec.type == "DOUBLE" and not math.isfinite(number):
         raise _invalid(key, value, "Not a number of type DOUBLE")
-    limit = _INT_MAX if spec.type == "INT" else _LONG_MAX
+    limit = {"INT": _INT_MAX, "SHORT": 2**15 - 1}.get(spec.type, _LONG_MAX)
     if spec.type != "DOUBLE" and not -limit - 1 <= number <= limit:
         raise _invalid(key, value, f"Not a number of type {spec.type}")
     if spec.low is not None and number < spec.low:
@@ -172,9 +180,9 @@ def _number(key: str, value: str, spec: _Spec) -> float:
     return number
 
 
-def _check(key: str, value: str) -> None:
-    spec = TOPIC_CONFIGS[key]
-    if spec.type in ("LONG", "INT", "DOUBLE"):
+def check_value(key: str, value: str, spec: ConfigSpec) -> None:
+    """Refuse (InvalidValue, Kafka's message) a value ``spec`` does not take; CLASS and PASSWORD take any."""
+    if spec.type in ("LONG", "INT", "SHORT", "DOUBLE"):
         _number(key, value, spec)
         if key == "compression.gzip.level" and int(value) != -1 and not 1 <= int(value) <= 9:
             raise _invalid(key, value, "Value must be between 1 and 9, or -1")
@@ -182,7 +190,7 @@ def _check(key: str, value: str) -> None:
         if value.strip().lower() not in ("true", "false"):
             raise _invalid(key, value, "Expected value to be either true or false")
     elif spec.type == "STRING":
-        if value not in spec.allowed:
+        if spec.allowed and value not in spec.allowed:
             raise _invalid(key, value, f"String must be one of: {', '.join(spec.allowed)}")
     elif spec.allowed:  # cleanup.policy
         items = [x.strip() for x in value.split(",")]
@@ -201,7 +209,7 @@ def validate_configs(configs: Mapping[str, str]) -> None:
     if unknown:
         raise InvalidValue(f"Unknown topic config name: {unknown[0]}")
     for key, value in configs.items():
-        _check(key, value)
+        check_value(key, value, TOPIC_CONFIGS[key])
 
 
 def cleanup_policy(configs: Mapping[str, str]) -> frozenset[str]:

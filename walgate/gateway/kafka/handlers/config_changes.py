@@ -4,11 +4,12 @@ configs, computed by the API from the current one, is checked and stored for top
 * TOPIC (2): a Kafka-native topic's configs (:mod:`walgate.storage.topic_configs`; a refused one is
   INVALID_CONFIG); TDengine topics take their settings from their database (INVALID_REQUEST naming
   ``ALTER DATABASE``); its WAL settings follow at once, over the dynamic broker defaults.
-* BROKER (4): name = this node's id (its own dynamic configs) or ``""`` (the cluster-wide default); only the
-  broker configs that default a topic config walgate knows (``log.retention.ms``, ``log.segment.bytes`` ...,
-  :mod:`walgate.storage.resource_configs`); anything else, or a value the topic config refuses, is INVALID_REQUEST
-  as Kafka answers a broker config it cannot change (``Cannot update these configs dynamically``). Every
-  Kafka-native topic without its own value follows at once.
+* BROKER (4): name = this node's id (its own dynamic configs) or ``""`` (the cluster-wide default); Kafka's
+  dynamic broker configs, validated as Kafka validates them (:mod:`walgate.storage.broker_configs`: a static or
+  unknown name, a bad value, a per-broker config on the cluster default, a thread count more than doubled or
+  halved is INVALID_REQUEST with Kafka's message; APPEND/SUBTRACT on a config that is not a list is
+  INVALID_CONFIG). Every Kafka-native topic without its own value follows a changed log config
+  (``log.retention.ms`` ...) at once.
 * GROUP (32): a consumer group's ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms``
   (:mod:`walgate.coordinator.group_configs`, INVALID_CONFIG when refused); the group need not exist (Kafka's
   neither); its members get them at their next heartbeat.
@@ -27,11 +28,11 @@ from typing import Any
 from walgate.coordinator.group_configs import GroupTimeouts
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
+from walgate.storage import broker_configs
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.resource_configs import BROKER as BROKER_KIND
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
-from walgate.storage.resource_configs import validate_broker
 from walgate.storage.topic_configs import validate_configs
 from walgate.wire.errors import ErrorCode
 
@@ -86,6 +87,13 @@ def group_timeouts(broker: Broker) -> GroupTimeouts:
     return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
 
 
+def _broker_values(engine: Engine, broker: Broker) -> dict[str, str]:
+    """The broker configs in force on this node that are set (storage thread): its static settings, under the
+    cluster-wide dynamic configs, under its own."""
+    return {**broker.configs, **engine.resource_configs(BROKER_KIND, ""),
+            **engine.resource_configs(BROKER_KIND, str(broker.node_id))}
+
+
 def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
           validate_only: bool) -> tuple[int, str | None]:
     """Apply ``change`` to resource (``rtype``, ``name``): (error code, message). Runs on the storage thread."""
@@ -93,12 +101,18 @@ def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
     if rtype == TOPIC:
         return _topic(engine, node_id, name, change, validate_only)
     if rtype == BROKER:
-        if name not in ("", str(node_id)):
-            return ErrorCode.invalid_request, f"Unexpected broker id, expected {node_id} or '', but received {name}"
+        if name and name != str(node_id):
+            return ErrorCode.invalid_request, (f"Node id must be an integer, but it is: {name}" if not
+                                               name.lstrip("-").isdigit() else
+                                               f"Unexpected broker id, expected {node_id}, but received {name}")
         try:
             configs = change(engine.resource_configs(BROKER_KIND, name))
-            validate_broker(configs)
-        except (ValueError, StorageError) as exc:
+        except ValueError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        try:
+            broker_configs.validate(configs, bool(name), _broker_values(engine, broker),
+                                    engine.resource_configs(BROKER_KIND, str(node_id)))
+        except StorageError as exc:
             return ErrorCode.invalid_request, str(exc)
         if not validate_only:
             engine.set_resource_configs(BROKER_KIND, name, configs)

@@ -8,7 +8,10 @@ amount to. The broker (resource name = its node id) answers the settings
 walgate runs with (STATIC_BROKER_CONFIG), its dynamic configs over them
 (DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG) and the defaults of the
 dynamic ones not set (DEFAULT_CONFIG); the cluster-default resource (name "")
-answers only the cluster-wide dynamic configs, as Kafka does. A group (32, KIP-848
+answers only the cluster-wide dynamic configs, as Kafka does. As Kafka's: a broker
+config that is not dynamic is read-only, a password's value is null (sensitive),
+and with IncludeSynonyms (v1+) each broker config lists its value at every level
+that sets it, the one in force first. A group (32, KIP-848
 group configs) answers its own configs (GROUP_CONFIG) and the broker's
 ``group.consumer.*`` settings for the rest (DEFAULT_CONFIG). A resource that
 cannot be described answers its error; the others are answered.
@@ -25,41 +28,54 @@ from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.config_changes import group_timeouts
+from walgate.storage.broker_configs import BROKER_SYNONYMS, DYNAMIC, is_dynamic, spec_of
 from walgate.storage.engine import Engine
-from walgate.storage.resource_configs import BROKER_SYNONYMS
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
-from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS, topic_configs
+from walgate.storage.topic_configs import CONFIG_TYPES, topic_configs
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 TOPIC, BROKER, GROUP = 2, 4, 32  # resource types
 _TOPIC_CONFIG, _DYNAMIC_BROKER_CONFIG, _DYNAMIC_DEFAULT_BROKER_CONFIG, _STATIC_BROKER_CONFIG, _DEFAULT_CONFIG = 1, 2, 3, 4, 5
 _GROUP_CONFIG = 8
-_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}  # Kafka's ConfigType
+_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
+             "PASSWORD": 9}  # Kafka's DescribeConfigsResponse.ConfigType
 _TYPES = {**{k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()},
           "consumer.session.timeout.ms": _TYPE_IDS["INT"], "consumer.heartbeat.interval.ms": _TYPE_IDS["INT"]}
 
 
-def _entry(name: str, value: str, source: int) -> dict[str, Any]:
-    kind = _TYPES.get(BROKER_SYNONYMS.get(name, name), 2)
+def _entry(name: str, value: str | None, source: int) -> dict[str, Any]:
+    """A topic's or a group's config."""
     return {"name": name, "value": value, "read_only": False, "is_default": source == _DEFAULT_CONFIG,
-            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": kind,
+            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": _TYPES.get(name, 2),
             "documentation": None}
 
 
-def _broker_entries(engine: Engine, broker: Broker, name: str) -> list[dict[str, Any]]:
-    """The broker resource ``name`` (node id, or "" for the cluster-wide defaults): the most specific source of
-    each config first (Kafka's order: per-broker dynamic, cluster-wide dynamic, static, default)."""
+def _broker_entry(name: str, sources: list[tuple[str | None, int]], synonyms: bool) -> dict[str, Any]:
+    """A broker config from its ``sources`` (value, config source), the one in force first (Kafka's
+    ``createBrokerConfigEntry``): read-only unless dynamic, a password's value hidden."""
+    spec = spec_of(name)
+    sensitive = spec is not None and spec.type == "PASSWORD"
+    value, source = sources[0]
+    return {"name": name, "value": None if sensitive else value, "read_only": not is_dynamic(name),
+            "is_default": source == _DEFAULT_CONFIG, "config_source": source, "is_sensitive": sensitive,
+            "synonyms": [{"name": name, "value": None if sensitive else v, "source": s} for v, s in sources]
+            if synonyms else [], "config_type": _TYPE_IDS[spec.type] if spec is not None else 2, "documentation": None}
+
+
+def _broker_entries(engine: Engine, broker: Broker, name: str, synonyms: bool) -> list[dict[str, Any]]:
+    """The broker resource ``name`` (node id, or "" for the cluster-wide defaults): every config with the values it
+    has at each level, the one in force first (Kafka's order: per-broker dynamic, cluster-wide dynamic, static,
+    default); the cluster-wide resource answers only its own configs, as Kafka does."""
     cluster = engine.resource_configs("broker", "")
     if not name:
-        return [_entry(k, v, _DYNAMIC_DEFAULT_BROKER_CONFIG) for k, v in cluster.items()]
-    own = engine.resource_configs("broker", name)
-    entries = {k: _entry(k, v, _STATIC_BROKER_CONFIG) for k, v in broker.configs.items()}
-    entries.update({k: _entry(k, TOPIC_CONFIG_DEFAULTS[t], _DEFAULT_CONFIG) for k, t in BROKER_SYNONYMS.items()
-                    if k not in entries})
-    entries.update({k: _entry(k, v, _DYNAMIC_DEFAULT_BROKER_CONFIG) for k, v in cluster.items()})
-    entries.update({k: _entry(k, v, _DYNAMIC_BROKER_CONFIG) for k, v in own.items()})
-    return list(entries.values())
+        return [_broker_entry(k, [(v, _DYNAMIC_DEFAULT_BROKER_CONFIG)], synonyms) for k, v in cluster.items()]
+    levels = ((engine.resource_configs("broker", name), _DYNAMIC_BROKER_CONFIG),
+              (cluster, _DYNAMIC_DEFAULT_BROKER_CONFIG), (broker.configs, _STATIC_BROKER_CONFIG),
+              ({k: s.default for k, s in DYNAMIC.items()}, _DEFAULT_CONFIG))
+    names = dict.fromkeys(k for configs, _ in reversed(levels) for k in configs)
+    return [_broker_entry(k, [(configs[k], source) for configs, source in levels if k in configs], synonyms)
+            for k in names]
 
 
 def topic_defaults(engine: Engine, node_id: int) -> dict[str, tuple[str, int]]:
@@ -89,7 +105,7 @@ def _result(r: Any, error: int, message: str | None, configs: list[dict[str, Any
             "resource_name": r.resource_name, "configs": configs}
 
 
-def describe(engine: Engine, broker: Broker, r: Any) -> dict[str, Any]:
+def describe(engine: Engine, broker: Broker, r: Any, synonyms: bool) -> dict[str, Any]:
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
     if r.resource_type == TOPIC:
         topic = engine.catalog.topics.get(r.resource_name)
@@ -98,8 +114,9 @@ def describe(engine: Engine, broker: Broker, r: Any) -> dict[str, Any]:
         entries = _topic_entries(engine, broker, topic)
     elif r.resource_type == BROKER:
         if r.resource_name not in ("", str(broker.node_id)):
-            return _result(r, ErrorCode.invalid_request, f"this broker is node {broker.node_id}", [])
-        entries = _broker_entries(engine, broker, r.resource_name)
+            return _result(r, ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id} or empty "
+                                                         f"string, but received {r.resource_name}", [])
+        entries = _broker_entries(engine, broker, r.resource_name, synonyms)
     elif r.resource_type == GROUP:
         entries = _group_entries(engine, broker, r.resource_name)
     else:
@@ -115,7 +132,7 @@ def _describe_all(engine: Engine, broker: Broker, request: Any, denied: dict[int
             results.append(_result(r, denied[i], "Authorization failed.", []))
             continue
         try:
-            results.append(describe(engine, broker, r))
+            results.append(describe(engine, broker, r, bool(getattr(request, "include_synonyms", False))))  # v1+
         except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
             results.append(_result(r, error_of(exc), str(exc), []))
     return results

@@ -1,7 +1,8 @@
 """IncrementalAlterConfigs (key 44) v0–v1: change the configs of topics, brokers and groups (:mod:`.config_changes`).
 
-Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list
-configs: ``cleanup.policy``, ``log.cleanup.policy``, the throttled-replica lists). BROKER_LOGGER resources
+Operations SET, DELETE (back to the default), APPEND and SUBTRACT (list configs only: ``cleanup.policy``, the
+throttled-replica lists, ``log.cleanup.policy``, ``sasl.enabled.mechanisms`` ...; on any other config they are
+INVALID_CONFIG, as Kafka answers). BROKER_LOGGER resources
 (walgate's log levels are set when it starts) get INVALID_REQUEST with a message; so does a TDengine topic (its
 settings follow its database: ``ALTER DATABASE``), except that compacting one is INVALID_CONFIG (its records are
 table rows: there is nothing to compact). A change the engine refuses answers that resource's error
@@ -19,32 +20,48 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.config_changes import alter_each
-from walgate.storage.topic_configs import CONFIG_TYPES, TOPIC_CONFIG_DEFAULTS
+from walgate.gateway.kafka.handlers.config_changes import BROKER, TOPIC, alter_each
+from walgate.storage.broker_configs import spec_of
+from walgate.storage.topic_configs import TOPIC_CONFIGS
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OPS = {SET: "set", DELETE: "deleted", APPEND: "appended", SUBTRACT: "subtracted"}  # config values are not logged
 _KINDS = {2: "topic", 4: "broker", 8: "broker logger", 32: "group"}
-_LISTS = {**{k: TOPIC_CONFIG_DEFAULTS[k] for k, t in CONFIG_TYPES.items() if t == "LIST"},
-          "log.cleanup.policy": TOPIC_CONFIG_DEFAULTS["cleanup.policy"]}  # list configs and their defaults
+_VERB = {APPEND: "append", SUBTRACT: "subtract"}
 
 
-def _apply(configs: dict[str, str], ops: Any) -> dict[str, str]:
+def _list_default(rtype: int, name: str) -> str | None:
+    """The default of list config ``name`` of a resource type (None: not a list config, APPEND and SUBTRACT
+    refused)."""
+    spec = TOPIC_CONFIGS.get(name) if rtype == TOPIC else spec_of(name) if rtype == BROKER else None
+    return spec.default or "" if spec is not None and spec.type == "LIST" else None
+
+
+def _apply(configs: dict[str, str], rtype: int, ops: Any) -> dict[str, str]:
+    """The resource's new set after ``ops``; ``ValueError`` (INVALID_CONFIG, with Kafka's message) for APPEND or
+    SUBTRACT on a config that is not a list."""
     out = dict(configs)
     for op in ops:
         if op.config_operation == SET:
             out[op.name] = op.value or ""
         elif op.config_operation == DELETE:
             out.pop(op.name, None)
-        elif op.config_operation in (APPEND, SUBTRACT) and op.name in _LISTS:
-            items = [x for x in out.get(op.name, _LISTS[op.name]).split(",") if x]
+        elif op.config_operation in (APPEND, SUBTRACT):
+            default = _list_default(rtype, op.name)
+            if default is None and rtype == BROKER:  # the broker's check (ConfigAdminManager)
+                raise ValueError(f"Config value {_VERB[op.config_operation]} is not allowed for config key: "
+                                 f"{op.name}")
+            if default is None:  # the controller's (ConfigurationControlManager)
+                raise ValueError(f"Can't {_VERB[op.config_operation].upper()} to key {op.name} because its type is "
+                                 "not LIST.")
+            items = [x for x in out.get(op.name, default).split(",") if x]
             change = [x for x in (op.value or "").split(",") if x]
             items = items + [x for x in change if x not in items] if op.config_operation == APPEND \
                 else [x for x in items if x not in change]
             out[op.name] = ",".join(items)
         else:
-            raise ValueError(f"operation {op.config_operation} is not possible on {op.name}")
+            raise ValueError(f"Unknown operations type {op.config_operation}")
     return out
 
 
@@ -52,7 +69,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     denied = config_denials(broker, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: c.config_operation == DELETE,
-                                  lambda r: functools.partial(_apply, ops=r.configs))
+                                  lambda r: functools.partial(_apply, rtype=r.resource_type, ops=r.configs))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):
             changes = ", ".join(f"{c.name} {_OPS.get(c.config_operation, c.config_operation)}" for c in asked.configs)
