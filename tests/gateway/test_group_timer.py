@@ -16,6 +16,8 @@ import pytest
 
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.coordinator import GroupCoordinator
+from walgate.coordinator.offsets import delete_groups
+from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka import groups as groups_module
 from walgate.gateway.kafka.groups import GroupService, now_ms
 from walgate.gateway.storage_thread import StorageThread
@@ -85,5 +87,29 @@ async def test_the_timer_drops_empty_groups_without_committed_offsets(engine) ->
         assert coordinator.classic.group("gone") is not None
         assert await _until(lambda: coordinator.classic.group("gone") is None)
         assert coordinator.classic.group("kept") is not None
+    finally:
+        service.close()
+
+
+async def test_a_request_after_a_due_deadline_sees_the_expired_members_first(engine, monkeypatch) -> None:
+    """librdkafka's 0081_admin deletes a group exactly session.timeout.ms after its members left: on a starved
+    event loop the DeleteGroups request used to run before the overdue session timer (NON_EMPTY_GROUP)."""
+    eng, storage = engine
+    await storage.call(eng.create_kafka_topic, "t", 1, {})
+    coordinator = GroupCoordinator(now_ms=now_ms())
+    service = GroupService(eng, storage, coordinator)
+    store = EngineOffsetStore(eng)
+    try:
+        response = await service.run(lambda: coordinator.consumer_heartbeat(
+            group_id="g", member_id="m1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30_000, subscribed_topic_names=["t"], server_assignor=None,
+            topic_partitions=store.topic_partitions, owned=[], client_id="c", client_host="/127.0.0.1",
+            now_ms=now_ms()))
+        assert response["error_code"] == 0 and coordinator.consumer.has_members("g")
+        assert await storage.call(eng.commit_offsets, "g", [("t", 0, 5, -1, None)], now_ms()) == [None]  # kept
+        later = now_ms() + 10 * 60_000  # every session has ended; the loop's timer has not fired yet
+        monkeypatch.setattr(groups_module, "now_ms", lambda: later)
+        plan = await service.with_store(lambda s: (delete_groups(coordinator, s, group_ids=["g"], now_ms=later), []))
+        assert plan.results == [{"group_id": "g", "error_code": 0}]
     finally:
         service.close()

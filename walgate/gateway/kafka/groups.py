@@ -99,6 +99,7 @@ class GroupService:
         self._ids = itertools.count(1)
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline_ms = 0  # when the armed timer is due (wall clock, as the coordinator's deadlines)
         self._tick_task: asyncio.Task[None] | None = None
         if members is not None:
             members.follow(self.groups)
@@ -132,7 +133,15 @@ class GroupService:
 
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
         """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread; its responses are
-        delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring)."""
+        delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring).
+
+        A timer already due runs first: a request handled after a deadline (a starved event loop may read it before
+        the timer's callback runs) sees the members whose sessions ended by then expired, as Kafka's coordinator,
+        whose timer fires on a thread of its own, shows them."""
+        if self._timer is not None and now_ms() >= self._deadline_ms:
+            self._timer.cancel()
+            self._timer = None
+            await self._tick()
         result, completions, error = await self.storage.call(functools.partial(self._call, fn))
         if error is not None:
             log.error("group state could not be written (%s: %s); the requests that changed it get "
@@ -179,6 +188,7 @@ class GroupService:
     def _arm(self, delay: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._deadline_ms = now_ms() + int(delay * 1000)
         self._timer = asyncio.get_running_loop().call_later(delay, self._start_tick)
 
     def _start_tick(self) -> None:
