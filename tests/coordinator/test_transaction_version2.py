@@ -5,57 +5,37 @@ outcome the start-up reconcile gives partitions of transactions that are over.""
 
 from __future__ import annotations
 
-import itertools
 import re
+
+from test_transaction_state import TID
+from test_transaction_state import Node as StateNode
 
 from walgate.coordinator.transactions import (
     MAX_EPOCH,
     Orphan,
     PendingOffset,
     Step,
-    TransactionCoordinator,
     Txn,
     TxnState,
 )
 from walgate.wire.errors import ErrorCode
 
-TID = "app-2"
 V2 = 2
 
 
-class Node:
-    """A coordinator plus what its caller does: apply each decided state."""
+class Node(StateNode):
+    """The state tests' node at transaction version 2: a transactional Produce v12 adds its partitions, EndTxn is
+    v5."""
 
     def __init__(self, transaction_version: int = 2) -> None:
-        self.c = TransactionCoordinator(transaction_version=transaction_version)
-        self.ids = itertools.count(1000)
-        self.now = 1_000
-
-    def allocate(self) -> int:
-        return next(self.ids)
-
-    def run(self, step: Step) -> Step:
-        if step.txn is not None:
-            self.c.apply(step.txn.transactional_id, step.txn)
-        return step
-
-    def init(self, tid: str = TID) -> Step:
-        return self.run(self.c.init_producer_id(tid, 60_000, None, self.now, self.allocate))
+        super().__init__(transaction_version=transaction_version)
 
     def produce(self, pid: int, epoch: int, *tps: tuple[str, int]) -> Step:
         """A transactional Produce v12: the partitions join implicitly."""
-        return self.run(self.c.add_partitions(TID, pid, epoch, tps, self.now, V2))
+        return self.add(pid, epoch, *tps, tv=V2)
 
-    def end(self, pid: int, epoch: int, commit: bool) -> Step:
-        return self.run(self.c.end_txn(TID, pid, epoch, commit, self.now, V2, self.allocate))
-
-    def complete(self) -> Txn:
-        txn = self.c.complete(TID, self.now)
-        self.c.apply(TID, txn)
-        return txn
-
-    def txn(self) -> Txn:
-        return self.c.txns[TID]
+    def end(self, pid: int, epoch: int, commit: bool, tid: str = TID, tv: int = V2) -> Step:
+        return super().end(pid, epoch, commit, tid, tv)
 
 
 def test_every_end_txn_bumps_the_epoch_and_the_markers_carry_the_bumped_one() -> None:
