@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from compat_brokers import Walgate, serving_walgate
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin import NewTopic as CkNewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient, NewTopic
+from test_transactions import ck_read
 
 from livewalgate import running_walgate
 from walgate.storage.engine import Engine
@@ -163,30 +164,6 @@ def test_a_compacted_topic_refuses_records_without_a_key(walgate: Walgate):
         admin.incremental_alter_configs([reset])[reset].result(timeout=30)
 
 
-def _committed_read(bootstrap: str, topic: str, isolation: str) -> tuple[list[str], int, int]:
-    """confluent-kafka from the beginning: (values read until the partition's end, position, high watermark)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
-                  "isolation.level": isolation, "enable.partition.eof": True})
-    try:
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got: list[str] = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            got.append(m.value().decode())
-        [position] = c.position([TopicPartition(topic, 0)])
-        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
-        return got, position.offset, high
-    finally:
-        c.close()
-
-
 def test_the_markers_of_a_cleaned_transactional_topic_go_and_read_committed_still_sees_the_newest(
         tmp_path: Path, java) -> None:
     """walgate only: a transactional producer (confluent-kafka) rewrites three keys in eight transactions (two
@@ -222,10 +199,10 @@ def test_the_markers_of_a_cleaned_transactional_topic_go_and_read_committed_stil
             plain.flush(10)
         want = ["k0-7", "k1-7", "k2-7", "tick-8", "tick-9"]  # (tick-9, in the active segment, is not mapped)
         deadline = time.monotonic() + 30
-        got, _, _ = _committed_read(bootstrap, topic, "read_committed")
+        got, _, _ = ck_read(bootstrap, "read_committed", 0, topic)
         while got != want and time.monotonic() < deadline:
             time.sleep(0.5)
-            got, _, _ = _committed_read(bootstrap, topic, "read_committed")
+            got, _, _ = ck_read(bootstrap, "read_committed", 0, topic)
         assert got == want, server.log()[-3000:]
         assert "Traceback" not in server.log()
     e = Engine.open(tmp_path / "data")
@@ -238,7 +215,7 @@ def test_the_markers_of_a_cleaned_transactional_topic_go_and_read_committed_stil
     with running_walgate(tmp_path, *args) as server:
         bootstrap = f"127.0.0.1:{server.kafka_port}"
         for isolation in ("read_committed", "read_uncommitted"):
-            got, position, high = _committed_read(bootstrap, topic, isolation)
+            got, position, high = ck_read(bootstrap, isolation, 0, topic)
             assert (got, position) == (want, high), isolation
         run = java("ConsoleConsumer.java", "--bootstrap-server", bootstrap, "--topic", topic, "--group",
                    f"tc-java-{uuid.uuid4().hex[:6]}", "--from-beginning", "--max-messages", "5", "--timeout-ms",
