@@ -10,7 +10,7 @@ except the operations told to fail::
         faults.fail("fsync", at=1, error=errno.EIO, times=3)  # the next three fsyncs raise EIO
 
 ``faults.calls`` counts every operation seen, so a test can first run a scenario clean to learn how many writes it
-makes, then fail each one in turn. Operations: write, pwrite, fsync, fdatasync, ftruncate, replace, open.
+makes, then fail each one in turn. Operations: write, pwrite, fsync, fdatasync, ftruncate, replace, unlink, open.
 
 The damage the durable-file tests share: :data:`WRITE_FAULTS` (each write fault a refused-write test meets),
 :func:`refused` (one change meeting one of them), :func:`truncations` (a file cut at every byte),
@@ -58,7 +58,7 @@ class _FaultyOs:
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(os, name)
-        if name not in ("write", "pwrite", "fsync", "fdatasync", "ftruncate", "replace", "open"):
+        if name not in ("write", "pwrite", "fsync", "fdatasync", "ftruncate", "replace", "unlink", "open"):
             return real
         faults = self._faults
 

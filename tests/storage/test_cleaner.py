@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from faults import FAULT_KINDS, Faults
 from walgate.storage.cleaner import CHECKPOINT, MAP_ENTRIES, CleanStats, map_entries
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
+from walgate.storage.producers import SequenceError
 from walgate.storage.resource_configs import BROKER
 from walgate.storage.wal import CorruptEntry
 from walgate.wire import batch_header, decode_batches, encode_batch
@@ -699,10 +701,11 @@ def test_a_marker_that_ends_its_segment_becomes_an_empty_control_batch(tmp_path:
     end_txn(e, False)  # 3: a segment's only batch
     wal = e.vnodes[e.catalog.topics["t"].db][0].wal
     wal.options = dataclasses.replace(wal.options, segment_bytes=1)  # (segments too big to merge: it stays alone)
+    end_txn(e, True)  # 4: producer 3's newest marker now, which stays whole (its coordinator epoch)
     for n in range(8):  # producer 3's last batches move on; passes come and go
         e.append_batches("t", 0, [batch([(b"k", b"%d" % n)], pid=3, epoch=0, seq=1 + n)])
         clean(e, LATER + n)
-    assert offsets(e)[:3] == [0, 2, 10]  # the marker's record went (and the superseded k values)
+    assert offsets(e)[:4] == [0, 2, 4, 11]  # the marker's record went (and the superseded k values)
     version = next(v for base, v, _ in e.index_entries("t", 0, 0) if base == 3)
     header = batch_header(e.kafka_batch("t", 0, version))
     assert header.attributes & 0x20 and not header.attributes & 0x40 and header.record_count == 0
@@ -854,5 +857,139 @@ def test_a_merge_committed_before_a_kill_is_finished_at_open(tmp_path: Path):
         e.append_batches("t", 0, [batch([(b"d", b"1")])])  # (into the active segment, after c=2)
         clean(e)
         assert [r[0] for r in records(e)] == [3, 5, 6, 7, 8]
+    finally:
+        e.close()
+
+
+def _distinct_history(e: Engine) -> None:
+    """Five sealed segments of one batch each, every key distinct (a pass removes nothing, and merges them all),
+    then the active segment."""
+    e.create_kafka_topic("t", 1, COMPACT)
+    roll_every_append(e)
+    for n in range(6):
+        e.append_batches("t", 0, [batch([(b"k%d" % n, b"v%d" % n)])])
+
+
+def cold_records(e: Engine) -> list[tuple[int, bytes | None, bytes | None]]:
+    """:func:`records` with no segment file open (as the process-wide descriptor cache evicts them): every read
+    opens its segment's file by name."""
+    for seg in e.vnodes[e.catalog.topics["t"].db][0].wal.segments:
+        seg.forget_files()
+    return records(e)
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO])
+def test_a_disk_refusing_a_merges_file_operations_never_fails_a_read(tmp_path: Path, error: int):
+    """Each unlink, rename and fsync of a pass refused from then on, as long as the fault lasts (after the merge's
+    commit, the ``.swap`` file, too): reads serve the same records throughout (the merged segment is read from the
+    swap file until it is renamed), a restart at that point opens with them, while the fault lasts too, and once the
+    disk accepts the operations again the cleaner finishes the merge."""
+    seen = Faults()
+    e = open_engine(tmp_path / "count")
+    _distinct_history(e)
+    want = records(e)
+    with seen.active():
+        stats = clean(e)
+    assert stats is not None and stats.merged == 4 and records(e) == want
+    e.close()
+    ops = [(op, n) for op in ("unlink", "replace", "fsync") for n in range(1, seen.calls[op] + 1)]
+    assert len(ops) > 15
+    for op, n in ops:
+        path = tmp_path / f"{op}{n}"
+        e = open_engine(path)
+        try:
+            _distinct_history(e)
+            faults = Faults()
+            with faults.active():
+                faults.fail(op, at=n, error=error, times=10**9)  # the n-th and every later one, until cleared
+                for now in (LATER, LATER + 1):  # a pass, then the cleaner's next calls try again, and fail again
+                    stats = e.clean(now, NODE)
+                    while stats is not None and not stats.finished:  # a read between every two steps
+                        assert cold_records(e) == want, (op, n)
+                        stats = e.clean(now, NODE)
+                    assert cold_records(e) == want, (op, n)
+                shutil.copytree(path, tmp_path / f"{op}{n}-restart")  # a kill now
+                faults.clear()
+            _finished(e, want)
+        finally:
+            e.close()
+        assert not list(path.rglob("*.tmp")), (op, n)  # (a kill may leave cleaner.ckpt.tmp: deleted when read)
+        faults = Faults()
+        with faults.active():
+            faults.fail(op, at=1, error=error, times=10**9)  # restarted while the disk still refuses them
+            again = open_engine(tmp_path / f"{op}{n}-restart")
+        try:
+            assert cold_records(again) == want and again.damage() == [], (op, n)
+            _finished(again, want)
+        finally:
+            again.close()
+        for restarted in (path, tmp_path / f"{op}{n}-restart"):
+            again = open_engine(restarted)
+            try:
+                assert cold_records(again) == want and again.damage() == [], (op, n, restarted)
+                assert not list(restarted.rglob("*.swap*")) and not list(restarted.rglob("*.log.tmp")), (op, n)
+            finally:
+                again.close()
+
+
+def _finished(e: Engine, want: list[tuple[int, bytes | None, bytes | None]]) -> None:
+    """The disk accepts every operation: the cleaner's next call finishes the merge (or the pass that merges)."""
+    clean(e, LATER + 2)
+    wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+    assert cold_records(e) == want and not wal.merging
+    assert len(wal.segments) == 2 and not list(wal.dir.glob("*.swap"))
+
+
+def test_a_producers_newest_marker_keeps_its_coordinator_epoch_across_a_restart(tmp_path: Path):
+    """A transaction's marker (coordinator epoch 5), then more than five batches of its producer: the transaction's
+    data goes and its marker is no longer one of the producer's last batches, but as the producer's newest marker it
+    stays, so the state rebuilt at open still fences a marker of an older coordinator (Kafka: its producer snapshot)."""
+    e = open_engine(tmp_path)
+    try:
+        e.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "1000"})
+        roll_every_append(e, segment_ms=-1)  # one segment: x, the transaction and its marker, producer 3's batches, y
+        e.append_batches("t", 0, [batch([(b"x", b"1")])])  # 0
+        e.append_batches("t", 0, [_txn_a(b"txn", 0)])  # 1
+        assert e.write_txn_markers(3, 0, 5, True, [("t", 0)]) == [None]  # 2
+        for seq in range(1, 7):  # 3..8: key a supersedes the transaction's record
+            e.append_batches("t", 0, [batch([(b"a", b"%d" % seq)], pid=3, epoch=0, seq=seq)])
+        e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 9
+        roll_every_append(e)
+        for n in range(3):  # the transaction's data goes, then its marker gets a delete horizon, which then passes
+            e.append_batches("t", 0, [batch([(b"w", b"%d" % n)])])
+            clean(e, LATER + 2 * n)
+        assert 1 not in offsets(e) and 2 in offsets(e)
+    finally:
+        e.close()
+    e = open_engine(tmp_path)
+    try:
+        assert [p.coordinator_epoch for p in e.active_producers("t", 0) if p.producer_id == 3] == [5]
+        fenced = e.write_txn_markers(3, 0, 4, True, [("t", 0)])
+        assert isinstance(fenced[0], SequenceError) and fenced[0].kafka_error == "transaction_coordinator_fenced"
+    finally:
+        e.close()
+
+
+def test_retention_deletes_a_merged_segment_whose_merge_is_unfinished_with_every_file_of_it(tmp_path: Path):
+    """The rename of the swap file refused (the merged segment served from it), then retention deletes that
+    segment: the swap file and every file of the segments it merged go, so no restart brings any of them back."""
+    e = open_engine(tmp_path)
+    try:
+        _distinct_history(e)
+        wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+        faults = Faults()
+        with faults.active():
+            faults.fail("replace", at=2, times=10**9)  # the commit's rename goes through, the swap file's does not
+            clean(e)
+            assert wal.merging and len(wal.segments) == 2 and list(wal.dir.glob("*.swap"))
+        wal.options = dataclasses.replace(wal.options, retention_period_s=0)  # (as cleanup.policy=compact,delete)
+        e.apply_retention(LATER)  # (the cleaner is not called in between: the merge is not finished)
+        assert not wal.merging and [r[0] for r in cold_records(e)] == [5]
+    finally:
+        e.close()
+    e = open_engine(tmp_path)
+    try:
+        assert [r[0] for r in cold_records(e)] == [5] and e.damage() == []
+        assert len(list(e.vnodes[e.catalog.topics["t"].db][0].wal.dir.glob("*.log"))) == 1
     finally:
         e.close()

@@ -34,8 +34,10 @@ pass never reaches a transaction that has not ended (it stops before the segment
 Kafka's first unstable offset). A marker whose transaction has no batch left in the log goes in two passes, as
 KIP-534 has it: the first gives it a *delete horizon* (``delete.retention.ms`` from then, written in its header:
 attribute bit 6, base timestamp), a pass after the horizon removes it (a reader that saw the transaction's data had
-that long to read its marker); a marker that is one of its producer's last five batches stays whole, and one that
-is its segment's first or last stays as an empty control batch. The aborted transaction of a removed ABORT marker
+that long to read its marker); a marker that is one of its producer's last five batches stays whole, and so does a
+producer's newest marker: the producer state rebuilt at open takes its coordinator epoch from it, which fences the
+markers of an older coordinator (Kafka's cleaner may remove it, its producer snapshot keeping that epoch; walgate's
+producer state is the log's alone). One that is its segment's first or last stays as an empty control batch. The aborted transaction of a removed ABORT marker
 leaves the partition's aborted list (a read_committed reader told of it would skip its producer's batches until a
 marker that is gone); the state rebuilt at open never lists it (no batch of it is left). Offsets never change: a
 cleaned batch keeps its base offset, last offset delta, producer id, epoch and base sequence (Kafka's
@@ -243,6 +245,7 @@ class _Pass:
     newest: dict[bytes, int] = field(default_factory=dict)  # key -> offset of its newest record in the range
     pending: int = 0  # keys of ended-not-yet transactions the map will take if they commit
     recent: dict[int, deque[int]] = field(default_factory=dict)  # producer id -> versions of its last batches
+    last_marker: dict[int, int] = field(default_factory=dict)  # producer id -> version of its newest marker
     # producer id -> its transaction's batches not ended yet: (version, (key, offset) of the records in the range)
     open_txns: dict[int, list[tuple[int, list[tuple[bytes, int]]]]] = field(default_factory=dict)
     aborted: set[int] = field(default_factory=set)  # versions of batches of aborted transactions
@@ -320,6 +323,8 @@ class Cleaner:
             if settings is None:
                 continue
             for vnode in self.store.vnodes.get(topic.db, []):
+                if vnode.wal.merging and not vnode.wal.finish_merges():
+                    continue  # a merge of it is not finished yet, and the disk still refuses it (see _merge)
                 blocked = self._blocked.get(vnode.dir)
                 if blocked is not None and blocked == self._unstable(topic, vnode):
                     continue  # its last pass stopped at a transaction still open: nothing new to clean yet
@@ -344,9 +349,9 @@ class Cleaner:
 
     def _scan(self, p: _Pass) -> None:
         """Read about ``step_bytes`` of the log from the cursor: the newest offset of each key in the map's range,
-        every producer's last batches in the log as it was when the pass began (keeping those keeps at least
-        every producer's last batches now: batches appended since are newer, and never cleaned by this pass), and
-        the transactions' batches and markers."""
+        every producer's last batches and newest marker in the log as it was when the pass began (keeping those
+        keeps at least every producer's last batches and newest marker now: batches appended since are newer, and
+        never cleaned by this pass), and the transactions' batches and markers."""
         read = 0
         for entry in p.vnode.wal.read_from(p.cursor):
             if entry.version >= p.log_end:
@@ -368,6 +373,7 @@ class Cleaner:
             p.map_from, p.limit = min(p.map_from, p.end), p.end
             p.cursor, p.scanned, p.truncated = p.vnode.wal.first_version, False, True
             p.newest, p.pending, p.recent, p.open_txns, p.aborted, p.bare_markers = {}, 0, {}, {}, set(), set()
+            p.last_marker = {}
             return
         if p.limit < p.end:  # the map filled: the segments from the one holding the limit on wait for the next pass
             p.segments = [seg for seg in p.segments if seg[0] < p.limit]
@@ -375,7 +381,7 @@ class Cleaner:
 
     @staticmethod
     def _scan_batch(p: _Pass, entry: WalEntry) -> None:
-        """What one stored batch tells the pass: its producer's last batches; the newest offset of the keys of a
+        """What one stored batch tells the pass: its producer's last batches and newest marker; the newest offset of the keys of a
         batch in the map's range that is neither aborted nor in an unresolved transaction (Kafka's offset map),
         until the map holds ``max_keys`` keys; the markers whose transaction has no batch left in the log."""
         header = batch_header(entry.body)
@@ -383,6 +389,8 @@ class Cleaner:
         if pid >= 0:
             p.recent.setdefault(pid, deque(maxlen=BATCHES_KEPT)).append(entry.version)
         if header.attributes & CONTROL_BIT:
+            if pid >= 0:
+                p.last_marker[pid] = entry.version
             marker = _decoded(entry.body)
             marker_records = marker.records if marker is not None else []
             ended = p.open_txns.pop(pid, [])
@@ -522,7 +530,7 @@ class Cleaner:
         records or a delete horizon, or dropped); True once the whole segment is read. Raises _Damaged for a
         segment holding a damaged entry (nothing changed)."""
         seg = rw.seg
-        recent = {v for versions in p.recent.values() for v in versions}
+        recent = {v for versions in p.recent.values() for v in versions} | set(p.last_marker.values())
         bounds = (seg.versions[0], seg.versions[-1])
         now_ms = int(now_wall * 1000)
         read = 0
@@ -566,7 +574,8 @@ class Cleaner:
     def _cleaned(self, p: _Pass, rw: _Rewrite, entry: WalEntry, recent: bool, bound: bool, now_ms: int
                  ) -> bytes | None:
         """What becomes of one entry of a segment being rewritten: its body, a new one, or None (dropped). *recent*:
-        it is one of its producer's last batches; *bound*: its segment's first or last: either stays a batch."""
+        it is one of its producer's last batches, or its newest marker; *bound*: its segment's first or last: either
+        stays a batch."""
         if entry.kind != KIND_KAFKA:
             return entry.body
         header = batch_header(entry.body)
@@ -597,7 +606,8 @@ class Cleaner:
         """A transaction marker whose transaction has no batch left in the log (KIP-534, Kafka's two passes): the
         first pass that sees it so gives it a delete horizon ``delete.retention.ms`` on; a pass after the horizon
         drops it, or keeps it as an empty control batch when it is its segment's first or last (as Kafka keeps a
-        producer's last batch empty). A producer's last batches stay whole (their epochs rebuild its state at open).
+        producer's last batch empty). A producer's last batches stay whole (their epochs rebuild its state at open),
+        and so does its newest marker (its coordinator epoch, which fences markers of older coordinators).
         Any other control batch, and every one after a damaged segment (a batch of its transaction may be in it),
         stays as it is."""
         if entry.version not in p.bare_markers or not p.tombstones_go or recent:
@@ -697,11 +707,14 @@ class Cleaner:
     def _merge(self, p: _Pass, m: _Merge, segs: list[Segment]) -> None:
         """Put the merged log of ``segs`` (all copied to ``m.staged``) in place of them. Crash safety, as Kafka's
         ``.swap`` files: the merged log, staged under a temporary name, is fsynced and renamed to
-        ``<first>.<end>.swap`` (the commit), then the run's files are deleted and the swap file renamed to the first
-        segment's log. A kill before the commit leaves the old segments; after it, the WAL's recovery finishes the
-        merge at open (:mod:`walgate.storage.wal_recovery`). The merged index is written last (else rebuilt at
-        open). A failed commit removes its swap file. (A disk refusing a deletion or the rename after the commit
-        stops the pass, logged; the next open finishes the merge; until then reads of the run may fail.)"""
+        ``<first>.<end>.swap`` (the commit); from then on the WAL serves the merged segment, read from the swap file,
+        while it deletes the run's files and renames the swap file to the first segment's log
+        (:meth:`Wal.merge_segments <walgate.storage.wal.Wal.merge_segments>`). A kill before the commit leaves the old
+        segments; after it, the WAL's recovery finishes the merge at open (:mod:`walgate.storage.wal_recovery`). A
+        failed commit removes its swap file, unless it is there (its directory's fsync failed after the rename):
+        then it is committed. When the disk refuses a step after the commit, the merged segment goes on being served
+        from the swap file, and each time a pass is to begin the rest is tried again until it is done (the partition
+        is not cleaned meanwhile; a merge the next open could not finish is tried the same way)."""
         wal = p.vnode.wal
         new = Segment(wal.dir, segs[0].first)
         for s in segs:
@@ -713,20 +726,12 @@ class Cleaner:
         swap = m.staged.path
         try:
             m.staged.commit(mtime)  # the commit
-        except OSError:  # (its directory's fsync may fail after the rename: no merge for an open to finish)
-            swap.unlink(missing_ok=True)
-            raise
-        for s in segs[1:]:
-            s.path.unlink()
-            s.index_path.unlink(missing_ok=True)
-        new.index_path.unlink(missing_ok=True)
-        fileio.rename(swap, new.path)
-        wal.swap_segment(new, len(segs))
-        fileio.fsync_dir(wal.dir)
-        try:
-            fileio.replace_file(new.index_path, sealed_index(new, m.next_first))
-        except OSError as exc:  # derived: rebuilt from the log at the next open
-            log.warning("cleaner: %s: %s; rebuilt at the next open", new.index_path, describe(exc))
+        except OSError as exc:
+            if not swap.exists():
+                raise
+            log.warning("cleaner: %s: %s; committed", swap, describe(exc))  # (fsynced by the merge's end)
+        new.path = swap
+        wal.merge_segments(new, len(segs), m.next_first)
         if p.stats is not None:
             p.stats = dataclasses.replace(p.stats, merged=p.stats.merged + len(segs) - 1)
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 __all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir",
-           "rename", "StagedFile", "LatencyRecorder", "SYNC_LATENCY"]
+           "rename", "unlink", "StagedFile", "LatencyRecorder", "SYNC_LATENCY"]
 
 
 class LatencyRecorder:
@@ -135,7 +135,7 @@ def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None
             pass
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    _replace(tmp, path)
     fsync_dir(path.parent)
 
 
@@ -169,7 +169,7 @@ class StagedFile:
             raise
         self._fd = None
         os.close(fd)
-        os.replace(self.tmp, self.path)
+        _replace(self.tmp, self.path)
         fsync_dir(self.path.parent)
 
     def discard(self) -> None:
@@ -183,9 +183,31 @@ class StagedFile:
                 pass
 
 
+def _replace(tmp: Path, path: Path) -> None:
+    """Rename the temporary file ``tmp`` over ``path``; when that fails, ``tmp`` is deleted (best effort: a leftover
+    is deleted at the next open) and the error raised."""
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def rename(src: Path, dst: Path) -> None:
     """Rename ``src`` over ``dst`` atomically (the caller fsyncs the directory, :func:`fsync_dir`)."""
     os.replace(src, dst)
+
+
+def unlink(path: Path, *, missing_ok: bool = False) -> None:
+    """Delete ``path`` (the caller fsyncs the directory, :func:`fsync_dir`)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
 
 
 def fsync_dir(path: Path) -> None:

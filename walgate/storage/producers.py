@@ -144,16 +144,22 @@ class PartitionProducers:
         transaction at ``base_offset`` unless one is open."""
         if producer_id < 0:
             return
+        state = self._state(producer_id, epoch)
+        state.batches.append((first_seq, (first_seq + count - 1) % _SEQUENCE_WRAP, base_offset))
+        state.last_timestamp = timestamp
+        if transactional and state.txn_first < 0:
+            state.txn_first = self._ongoing[producer_id] = base_offset
+
+    def _state(self, producer_id: int, epoch: int) -> _Producer:
+        """The producer's state at ``epoch`` (an appended batch or marker, checked before): created if new; another
+        epoch starts over, without the batches of the one before."""
         state = self._producers.get(producer_id)
         if state is None:
             state = self._producers[producer_id] = _Producer(epoch)
         elif epoch != state.epoch:
             state.epoch = epoch
             state.batches.clear()
-        state.batches.append((first_seq, (first_seq + count - 1) % _SEQUENCE_WRAP, base_offset))
-        state.last_timestamp = timestamp
-        if transactional and state.txn_first < 0:
-            state.txn_first = self._ongoing[producer_id] = base_offset
+        return state
 
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
         """Raises :class:`SequenceError` when a marker of this producer epoch and coordinator epoch is fenced."""
@@ -171,12 +177,7 @@ class PartitionProducers:
                       timestamp: int) -> None:
         """Remember an appended transaction marker at ``offset`` (also used to replay the WAL): it ends the
         producer's transaction, if one is open; an ABORT enters the aborted list."""
-        state = self._producers.get(producer_id)
-        if state is None:
-            state = self._producers[producer_id] = _Producer(epoch)
-        elif epoch != state.epoch:
-            state.epoch = epoch
-            state.batches.clear()
+        state = self._state(producer_id, epoch)
         state.coordinator_epoch = coordinator_epoch
         state.last_timestamp = timestamp
         if state.txn_first >= 0:

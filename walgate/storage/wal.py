@@ -19,7 +19,9 @@ active segment's first entry's (as Kafka times a roll from a segment's first bat
 or that much wall time passed since the segment's first append or the open (records with timestamps from the
 past, or none, still roll). Sealed
 segments are never written again, except that the log cleaner of a compacted Kafka-native topic may replace one whole, under the same name, by a version with some
-entries dropped or shrunk (:meth:`Wal.swap_segment`, :mod:`walgate.storage.cleaner`).
+entries dropped or shrunk (:meth:`Wal.swap_segment`, :mod:`walgate.storage.cleaner`), or merge adjacent ones into
+the first (:meth:`Wal.merge_segments`: served from the committed ``.swap`` file until the merge's file operations
+are all done, so a disk refusing one never fails a read).
 
 Batches: one :meth:`Wal.append` call writes its entries with a single
 ``write`` and never spans segments; every entry but the last carries the
@@ -110,7 +112,7 @@ import os
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
@@ -276,6 +278,18 @@ class PendingSync:
         self.wal._synced(self)
 
 
+@dataclass
+class _Merge:
+    """A merge of sealed segments the log cleaner committed whose file operations the disk refused: ``seg`` (served
+    in place of the merged segments) reads its committed ``.swap`` file until it is renamed to ``log``; ``stale``
+    are the merged segments' files still to delete; ``end`` is the version after ``seg`` (its index's seal)."""
+
+    seg: Segment
+    log: Path
+    end: int
+    stale: list[Path] = field(default_factory=list)
+
+
 class Wal:
     """Append-only, versioned, indexed log of one vnode (see the module docstring)."""
 
@@ -299,6 +313,7 @@ class Wal:
         self._reported: set[tuple[int, int]] = set()  # (segment, position) of damage found while reading
         self._active_born = time.time()  # wall time of the active segment's first append (or of the open)
         self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
+        self._merges: list[_Merge] = []  # the cleaner's committed merges not finished yet (see merge_segments)
 
     # ------------------------------------------------------------------ open
 
@@ -312,6 +327,9 @@ class Wal:
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
         wal.next_version = wal.durable_version = recovered.next_version
+        for merge in recovered.merges:  # (served from the swap file: finished later, see merge_segments)
+            wal._merges += [_Merge(seg, Segment(directory, merge.first).path, merge.end, merge.stale)
+                            for seg in wal.segments if seg.path == merge.swap]
         active = wal.segments[-1] if wal.segments else None
         if active is not None and active.size:
             wal._active_first_ts = next((e.max_ts for e in wal.read_from(active.first)), -1)
@@ -758,16 +776,22 @@ class Wal:
 
     def delete_oldest(self, n: int) -> None:
         """Delete the ``n`` oldest sealed segments (the log start moves forward), oldest first, so what is left
-        is always a suffix of the log; a failure stops there (logged; retention tries again later)."""
+        is always a suffix of the log; a failure stops there (logged; retention tries again later). A segment whose
+        merge is not finished (:meth:`merge_segments`) goes with the files of the segments it merged, its swap file
+        last (a crash before that finishes the merge at open: an older segment, deleted again)."""
         deleted = 0
         for seg in self.segments[: min(n, len(self.segments) - 1)]:
             seg.forget_files()
+            merge = next((m for m in self._merges if m.seg is seg), None)
             try:
-                seg.index_path.unlink(missing_ok=True)
-                seg.path.unlink(missing_ok=True)  # (if this fails, the next open rebuilds the index)
+                for path in (*(merge.stale if merge else ()), *((merge.log,) if merge else ()), seg.index_path,
+                             seg.path):  # (if the last fails, the next open rebuilds the index)
+                    fileio.unlink(path, missing_ok=True)
             except OSError as exc:
                 log.error("wal %s: cannot delete it (%s); retention tries again later", seg.path, describe(exc))
                 break
+            if merge is not None:
+                self._merges.remove(merge)
             deleted += 1
         if deleted:
             del self.segments[:deleted]
@@ -790,6 +814,52 @@ class Wal:
             seg.forget_files()
         self._reported = {r for r in self._reported if r[0] not in gone}
         self.segments[i : i + count] = [new]
+
+    def merge_segments(self, new: Segment, count: int, end: int) -> bool:
+        """Serve ``new`` in place of the ``count`` sealed segments from the one with its first version, whose merged
+        log the cleaner (:mod:`walgate.storage.cleaner`) has just committed as ``new.path``, its ``<first>.<end>.swap``
+        file (``end``: the next segment's first version), then finish the merge: delete the merged segments' files,
+        rename the swap file to the first one's log, fsync the directory, write the sealed index (a failure of that
+        last one only logged: rebuilt at open). True once finished. When the disk refuses a step, False (logged):
+        ``new`` goes on reading the swap file, so reads never depend on the files the merge removes, and
+        :meth:`finish_merges` (or the next open, :mod:`walgate.storage.wal_recovery`) goes on from that step."""
+        i = bisect_left(self.segments, new.first, key=_first)
+        old = self.segments[i : i + count]
+        self.swap_segment(new, count)
+        stale = [path for seg in old[1:] for path in (seg.path, seg.index_path)] + [old[0].index_path]
+        self._merges.append(_Merge(new, old[0].path, end, stale))
+        return self.finish_merges()
+
+    @property
+    def merging(self) -> bool:
+        """Whether a merge of the cleaner is committed and not finished (:meth:`merge_segments`)."""
+        return bool(self._merges)
+
+    def finish_merges(self) -> bool:
+        """Go on with the merges the disk refused to finish (:meth:`merge_segments`), oldest first; True when none
+        is left, False (logged) when the disk refuses a step again."""
+        while self._merges:
+            merge = self._merges[0]
+            seg = merge.seg
+            try:
+                while merge.stale:
+                    fileio.unlink(merge.stale[0], missing_ok=True)
+                    merge.stale.pop(0)
+                if seg.path != merge.log:
+                    fileio.rename(seg.path, merge.log)
+                    seg.forget_files()
+                    seg.path = merge.log
+                fileio.fsync_dir(self.dir)
+            except OSError as exc:
+                log.warning("wal %s: cannot finish the log cleaner's merge (%s); served from %s, finished later",
+                            merge.log, describe(exc), seg.path.name)
+                return False
+            del self._merges[0]
+            try:
+                fileio.replace_file(seg.index_path, sealed_index(seg, merge.end))
+            except OSError as exc:  # derived: rebuilt from the log at the next open
+                log.warning("wal %s: %s; rebuilt at the next open", seg.index_path, describe(exc))
+        return True
 
     def has_entries(self, start: int, stop: int) -> bool:
         """Whether an entry of the log begins at a version in [``start``, ``stop``)."""

@@ -45,7 +45,9 @@ offsets of a log it truncates).
 - A merge of sealed segments by the log cleaner (:mod:`walgate.storage.cleaner`) is committed by a file
   ``<first>.<end>.swap`` holding the merged log of the segments from ``first`` to ``end``; found at open, the merge
   is finished as the cleaner would have: those segments' files are deleted and the swap file is renamed to the
-  first one's log (a failure there is logged, and the merge is finished at a later open).
+  first one's log. When the disk refuses a step, the merged segment is served from the swap file (those segments'
+  files left are not), and the WAL finishes the merge later (:meth:`Wal.finish_merges
+  <walgate.storage.wal.Wal.finish_merges>`).
 - Files that are not segments are ignored (and reported), leftover ``.tmp``
   files and an index whose log is gone are deleted (reported when it follows
   every log: new appends then start at its first version, not below).
@@ -58,7 +60,7 @@ import os
 import re
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import Protocol
@@ -87,7 +89,7 @@ from walgate.storage.wal_format import (
     unpack_index,
 )
 
-__all__ = ["Recovered", "Report", "recover"]
+__all__ = ["Recovered", "Report", "Unfinished", "recover"]
 
 log = logging.getLogger("walgate.wal")
 
@@ -110,6 +112,18 @@ class Recovered:
     segments: list[Segment]
     next_version: int
     running_max: int
+    merges: list[Unfinished] = field(default_factory=list)
+
+
+@dataclass
+class Unfinished:
+    """A merge of the log cleaner the disk refused to finish at open: the merged segment (its first version), read
+    from its swap file; the files still to delete (the merged segments'); the version after it."""
+
+    first: int
+    swap: Path
+    stale: list[Path]
+    end: int
 
 
 def recover(directory: Path, first_version: int, report: Report) -> Recovered:
@@ -123,6 +137,8 @@ def recover(directory: Path, first_version: int, report: Report) -> Recovered:
     sealed_end = -1  # the gap-free end recorded in the previous segment's seal
     for i, first in enumerate(firsts):
         seg = Segment(directory, first)
+        if first in rec.unfinished:
+            seg.path = rec.unfinished[first].swap
         bound = firsts[i + 1] if i + 1 < len(firsts) else None
         if segments:
             prev = segments[-1]
@@ -145,7 +161,7 @@ def recover(directory: Path, first_version: int, report: Report) -> Recovered:
     if not segments:
         end = max(first_version, floor)
         segments.append(Segment(directory, end))  # its log is made (and the directory fsynced) by the caller
-    return Recovered(segments, max(end, floor), rec.running_max)
+    return Recovered(segments, max(end, floor), rec.running_max, list(rec.unfinished.values()))
 
 
 class _Recovery:
@@ -156,6 +172,7 @@ class _Recovery:
         self.directory = directory
         self.report = report
         self.running_max = TS_MIN
+        self.unfinished: dict[int, Unfinished] = {}  # first version -> a merge not finished at open
 
     def segment_files(self) -> tuple[dict[int, int], int]:
         """({first version: log size} of the segment logs, the lowest version new appends may use); ignores and
@@ -200,17 +217,28 @@ class _Recovery:
         try:
             for n in sorted(logs):
                 if first < n < end:
-                    Segment(self.directory, n).path.unlink()
+                    fileio.unlink(Segment(self.directory, n).path)
                     del logs[n]
             for n in sorted(indexes):
                 if first <= n < end:
-                    indexes.pop(n).unlink(missing_ok=True)
-            os.rename(swap, merged.path)
-            fileio.fsync_dir(self.directory)
+                    fileio.unlink(indexes[n], missing_ok=True)
+                    del indexes[n]
+            fileio.rename(swap, merged.path)
         except OSError as exc:
-            log.error("wal %s: cannot finish the log cleaner's merge (%s); finished at a later open", swap,
+            log.error("wal %s: cannot finish the log cleaner's merge (%s); served from it, finished later", swap,
                       describe(exc))
+            stale = [Segment(self.directory, n).path for n in logs if first < n < end]
+            for n in [n for n in logs if first <= n < end]:
+                del logs[n]  # (the indexes of those gone are deleted next, the first one's checked against the swap)
+            logs[first] = swap.stat().st_size
+            stale += [Segment(self.directory, n).index_path for n in indexes if first <= n < end]
+            self.unfinished[first] = Unfinished(first, swap, stale, end)
             return
+        try:
+            fileio.fsync_dir(self.directory)
+        except OSError as exc:  # (a crash before a later fsync may bring the swap file back: finished again)
+            log.error("wal %s: cannot fsync the directory after finishing a merge (%s)", self.directory,
+                      describe(exc))
         logs[first] = merged.path.stat().st_size
         log.info("wal %s: the log cleaner's merge of the segments before version %d finished", merged.path, end)
 
