@@ -7,7 +7,12 @@
   then following the broker's (DYNAMIC_DEFAULT_BROKER_CONFIG / DYNAMIC_BROKER_CONFIG), a read-only broker config
   refused with InvalidRequestException; Kafka's per-broker (``sasl.kerberos.min.time.before.relogin``, a listener's
   password) and cluster-wide (``background.threads``, ``log.cleanup.policy`` APPEND) dynamic configs, their
-  synonyms, and what Kafka refuses, with its exceptions and messages;
+  synonyms, and what Kafka refuses, with its exceptions and messages; a topic's configs with their synonyms in
+  Kafka's order (``includeSynonyms``); Kafka's unit synonyms (``log.retention.hours``) refused at run time and its
+  thread-count and requirement checks (``num.network.threads``, ``log.cleaner.threads``,
+  ``log.cleaner.dedupe.buffer.size``) with Kafka's messages;
+* confluent-kafka's ``describe_configs`` of a topic: its synonyms (the topic's, the broker's ``log.retention.ms``, the
+  static ``log.retention.hours`` default);
 * confluent-kafka's ``AdminClient.alter_configs`` (legacy AlterConfigs) on BROKER resources: whole-set replace;
 * kafka-python's admin ``alter_configs(incremental=False)``: the legacy AlterConfigs API (key 33);
 * a confluent-kafka (librdkafka) producer to an invalid topic name: its delivery report is
@@ -22,8 +27,9 @@ import json
 import pytest
 from compat_brokers import Walgate
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigSource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigSource
 from confluent_kafka.admin import ConfigResource as ConfluentConfigResource
+from confluent_kafka.admin import NewTopic as NewConfluentTopic
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 
@@ -69,6 +75,29 @@ def test_java_admin_authorized_operations_group_and_broker_configs(walgate: Walg
                                                                            f"config key: {kerberos}"], run.describe()
     assert refused["unknown"] == ["InvalidRequestException",
                                   "Cannot update these configs dynamically: Set(no.such.config)"], run.describe()
+    assert got["topic_synonyms"] == {
+        "step": "topic_synonyms", "retention": ["5000", "DYNAMIC_TOPIC_CONFIG"],
+        "retention_synonyms": [["retention.ms", "5000", "DYNAMIC_TOPIC_CONFIG"],
+                               ["log.retention.ms", "7200000", "DYNAMIC_BROKER_CONFIG"],
+                               ["log.retention.ms", "3600000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+                               ["log.retention.hours", "168", "DEFAULT_CONFIG"]],
+        "segment": ["2097152", "DYNAMIC_BROKER_CONFIG"],
+        "segment_synonyms": [["log.segment.bytes", "2097152", "DYNAMIC_BROKER_CONFIG"],
+                             ["log.segment.bytes", "67108864", "DEFAULT_CONFIG"]],
+        "policy_synonyms": [["log.cleanup.policy", "delete,compact", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+                            ["log.cleanup.policy", "delete", "DEFAULT_CONFIG"]],
+        "roll_synonyms": []}, run.describe()  # log.roll.ms is null in Kafka: log.roll.hours is not listed
+    wrapped = "Invalid value org.apache.kafka.common.config.ConfigException: {} for configuration Invalid dynamic " \
+              "configuration"
+    assert got["checks_refused"] == {
+        "step": "checks_refused",
+        "hours": ["InvalidRequestException", "Cannot update these configs dynamically: Set(log.retention.hours)"],
+        "network_threads": ["InvalidRequestException", wrapped.format(
+            "Dynamic thread count update validation failed for num.network.threads=7, value should not be greater "
+            "than double the current value 3")],
+        "cleaner_threads": ["InvalidRequestException", "/ by zero"],
+        "dedupe": ["InvalidRequestException", "requirement failed: log.cleaner.dedupe.buffer.size must be at least "
+                                              "1MB per cleaner thread."]}, run.describe()
 
 
 def test_confluent_kafka_legacy_alter_configs_on_the_broker(walgate: Walgate) -> None:
@@ -99,6 +128,36 @@ def test_confluent_kafka_legacy_alter_configs_on_the_broker(walgate: Walgate) ->
     assert "Cannot update these configs dynamically: Set(broker.id)" in refused.value.args[0].str()
     assert node(kerberos) == {kerberos: ("59000", "DYNAMIC_BROKER_CONFIG")}  # a refused set changes nothing
     assert "AlterConfigs broker 0 (replaced by " in walgate.log()
+
+
+def test_confluent_kafka_describes_a_topics_config_synonyms(walgate: Walgate) -> None:
+    """librdkafka's DescribeConfigs (with synonyms) of a topic: the topic's own value, then its broker config
+    (``log.retention.ms``) at each level that sets it, then the static ``log.retention.hours`` default."""
+    admin = AdminClient({"bootstrap.servers": walgate.bootstrap})
+    node = ConfluentConfigResource("BROKER", "0", incremental_configs=[
+        ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    topic = ConfluentConfigResource("TOPIC", "synonyms-topic", incremental_configs=[
+        ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.create_topics([NewConfluentTopic("synonyms-topic", 1, 1)], request_timeout=30).values():
+        future.result(30)
+    for resource in (node, topic):
+        for future in admin.incremental_alter_configs([resource], request_timeout=30).values():
+            future.result(30)
+    try:
+        [future] = admin.describe_configs([ConfluentConfigResource("TOPIC", "synonyms-topic")],
+                                          request_timeout=30).values()
+        retention = future.result(30)["retention.ms"]
+    finally:
+        node = ConfluentConfigResource("BROKER", "0", incremental_configs=[
+            ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+        for future in admin.incremental_alter_configs([node], request_timeout=30).values():
+            future.result(30)
+    assert (retention.value, ConfigSource(retention.source).name) == ("5000", "DYNAMIC_TOPIC_CONFIG")
+    synonyms = [(s.name, s.value, ConfigSource(s.source).name) for s in retention.synonyms.values()]
+    # confluent-kafka keys the synonyms by name: the levels of log.retention.ms collapse into one (the last)
+    assert [name for name, _, _ in synonyms] == ["retention.ms", "log.retention.ms", "log.retention.hours"], synonyms
+    assert synonyms[0] == ("retention.ms", "5000", "DYNAMIC_TOPIC_CONFIG"), synonyms
+    assert synonyms[-1] == ("log.retention.hours", "168", "DEFAULT_CONFIG"), synonyms
 
 
 def test_kafka_python_legacy_alter_configs(walgate: Walgate) -> None:

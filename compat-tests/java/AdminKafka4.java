@@ -76,6 +76,12 @@ public class AdminKafka4 {
         return "[" + String.join(", ", out) + "]";
     }
 
+    static String namedSynonyms(ConfigEntry e) {
+        List<String> out = new java.util.ArrayList<>();
+        e.synonyms().forEach(s -> out.add("[\"" + s.name() + "\", \"" + s.value() + "\", \"" + s.source().name() + "\"]"));
+        return "[" + String.join(", ", out) + "]";
+    }
+
     public static void main(String[] argv) throws Exception {
         Properties config = new Properties();
         config.put("bootstrap.servers", argv[0]);
@@ -137,6 +143,23 @@ public class AdminKafka4 {
                     + ", \"bad_type\": " + refused(admin, node, kerberos, "soon", AlterConfigOp.OpType.SET)
                     + ", \"append_not_list\": " + refused(admin, node, kerberos, "1", AlterConfigOp.OpType.APPEND)
                     + ", \"unknown\": " + refused(admin, node, "no.such.config", "1", AlterConfigOp.OpType.SET));
+
+            // a topic's configs with their synonyms, in Kafka's order: the topic's own, then its broker config's
+            ConfigResource topicResource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            alter(admin, topicResource, "retention.ms", "5000");
+            alter(admin, node, "log.retention.ms", "7200000");
+            Config topicSynonyms = admin.describeConfigs(List.of(topicResource),
+                    new DescribeConfigsOptions().includeSynonyms(true)).all().get(30, TimeUnit.SECONDS).get(topicResource);
+            emit("topic_synonyms", "\"retention\": " + entry(topicSynonyms, "retention.ms")
+                    + ", \"retention_synonyms\": " + namedSynonyms(topicSynonyms.get("retention.ms"))
+                    + ", \"segment\": " + entry(topicSynonyms, "segment.bytes")
+                    + ", \"segment_synonyms\": " + namedSynonyms(topicSynonyms.get("segment.bytes"))
+                    + ", \"policy_synonyms\": " + namedSynonyms(topicSynonyms.get("cleanup.policy"))
+                    + ", \"roll_synonyms\": " + namedSynonyms(topicSynonyms.get("segment.ms")));
+            emit("checks_refused", "\"hours\": " + refused(admin, cluster, "log.retention.hours", "1", AlterConfigOp.OpType.SET)
+                    + ", \"network_threads\": " + refused(admin, cluster, "num.network.threads", "7", AlterConfigOp.OpType.SET)
+                    + ", \"cleaner_threads\": " + refused(admin, cluster, "log.cleaner.threads", "0", AlterConfigOp.OpType.SET)
+                    + ", \"dedupe\": " + refused(admin, cluster, "log.cleaner.dedupe.buffer.size", "1048576", AlterConfigOp.OpType.SET));
         } catch (Exception e) {
             emit("error", "\"error\": \"" + e.getClass().getSimpleName() + ": "
                     + String.valueOf(e.getMessage()).replace("\"", "'") + "\"");

@@ -164,6 +164,7 @@ def test_dynamic_broker_configs_default_topics_and_survive_a_restart(tmp_path: P
         assert configs["retention.ms"] == ("3600000", "DYNAMIC_DEFAULT_BROKER")
         assert configs["segment.bytes"] == ("2097152", "DYNAMIC_BROKER")
         assert configs["max.message.bytes"] == ("1048588", "DEFAULT")
+        assert configs["segment.ms"] == ("604800000", "DEFAULT")  # log.roll.ms: Kafka's null, log.roll.hours
         # read-only and unknown broker configs, bad values, another node: INVALID_REQUEST, as Kafka answers
         for ops in ([("broker.id", SET, "7")], [("listeners", SET, "PLAINTEXT://:1")], [("no.such", SET, "1")],
                     [("log.retention.ms", SET, "-5")], [("log.cleanup.policy", APPEND, "nonsense")]):
@@ -273,3 +274,90 @@ def test_kafkas_per_broker_and_cluster_wide_dynamic_configs(tmp_path: Path) -> N
         assert node == {kerberos: ("60000", "DEFAULT"), "num.io.threads": ("16", "DYNAMIC_BROKER"),
                         "background.threads": ("9", "DYNAMIC_DEFAULT_BROKER")}
         assert gw._engine.resource_configs("broker", "0") == {"num.io.threads": "16"}
+
+
+def synonyms_of(conn: KafkaConnection, rtype: int, name: str, keys: list[str]) -> dict[str, list[tuple[str, Any, str]]]:
+    """DescribeConfigs with IncludeSynonyms: config -> [(synonym, value, source)], the config's own source first."""
+    [r] = call(conn, 32, 4, {"include_synonyms": True, "resources": [
+        {"resource_type": rtype, "resource_name": name, "configuration_keys": keys}]}).results
+    assert r.error_code == ErrorCode.none, r
+    out = {}
+    for c in r.configs:
+        out[c.name] = [(SOURCES[c.config_source], c.value)] + [(s.name, s.value, SOURCES[s.source])
+                                                               for s in c.synonyms]
+    return out
+
+
+def test_topic_configs_answer_their_synonyms_in_kafkas_order(tmp_path: Path) -> None:
+    """Kafka's createTopicConfigEntry: the topic's override, then its broker config at every level (per-broker,
+    cluster default, static, default), then that config's other units; the static unit synonyms are described
+    read-only and refused at run time, as Kafka refuses them."""
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        assert create(conn, "t") == [ErrorCode.none]
+        keys = ["retention.ms", "cleanup.policy", "segment.ms", "max.message.bytes", "flush.ms"]
+        assert synonyms_of(conn, TOPIC, "t", keys) == {
+            # log.retention.ms and log.roll.ms default to null in Kafka: their hours are not listed under them
+            "retention.ms": [("DEFAULT", "604800000")], "segment.ms": [("DEFAULT", "604800000")],
+            "cleanup.policy": [("DEFAULT", "delete"), ("log.cleanup.policy", "delete", "DEFAULT")],
+            "max.message.bytes": [("DEFAULT", "1048588"), ("message.max.bytes", "1048588", "DEFAULT")],
+            "flush.ms": [("DEFAULT", "3000")]}
+        assert synonyms_of(conn, TOPIC, "t", ["segment.bytes"])["segment.bytes"] == [
+            ("DEFAULT", "67108864"), ("log.segment.bytes", "67108864", "DEFAULT")]
+        assert incremental(conn, BROKER, "", [("log.retention.ms", SET, "3600000")]) == ErrorCode.none
+        assert incremental(conn, BROKER, "0", [("log.retention.ms", SET, "7200000"),
+                                               ("log.roll.ms", SET, "60000")]) == ErrorCode.none
+        assert incremental(conn, TOPIC, "t", [("retention.ms", SET, "5000")]) == ErrorCode.none
+        got = synonyms_of(conn, TOPIC, "t", ["retention.ms", "segment.ms"])
+        assert got == {
+            "retention.ms": [("TOPIC", "5000"), ("retention.ms", "5000", "TOPIC"),
+                             ("log.retention.ms", "7200000", "DYNAMIC_BROKER"),
+                             ("log.retention.ms", "3600000", "DYNAMIC_DEFAULT_BROKER"),
+                             ("log.retention.hours", "168", "DEFAULT")],
+            "segment.ms": [("DYNAMIC_BROKER", "60000"), ("log.roll.ms", "60000", "DYNAMIC_BROKER"),
+                           ("log.roll.hours", "168", "DEFAULT")]}
+        node = synonyms_of(conn, BROKER, "0", ["log.retention.hours", "log.roll.hours", "log.retention.minutes"])
+        assert node == {"log.retention.hours": [("DEFAULT", "168"), ("log.retention.hours", "168", "DEFAULT")],
+                        "log.roll.hours": [("DEFAULT", "168"), ("log.roll.hours", "168", "DEFAULT")],
+                        "log.retention.minutes": [("DEFAULT", None)]}
+        for name in ("log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours"):
+            assert incremental(conn, BROKER, "", [(name, SET, "1")]) == ErrorCode.invalid_request, name
+
+
+def broker_refusal(conn: KafkaConnection, name: str, ops: list[tuple[str, int, str | None]]) -> tuple[int, str]:
+    [r] = call(conn, 44, 1, {"validate_only": False, "resources": [
+        {"resource_type": BROKER, "resource_name": name,
+         "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}]}).responses
+    return r.error_code, r.error_message
+
+
+def test_kafkas_reconfiguration_checks_with_its_messages(tmp_path: Path) -> None:
+    wrapped = "Invalid value org.apache.kafka.common.config.ConfigException: {} for configuration Invalid dynamic " \
+              "configuration"
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        listener = describe(conn, BROKER, "0", ["listeners"])["listeners"][0].split("://")[0].lower()
+        assert broker_refusal(conn, "", [("num.network.threads", SET, "7")]) == (ErrorCode.invalid_request, (
+            wrapped.format("Dynamic thread count update validation failed for num.network.threads=7, value should "
+                           "not be greater than double the current value 3")))
+        assert broker_refusal(conn, "", [("num.network.threads", SET, "6")]) == (ErrorCode.none, None)
+        # a listener's own count is checked against that listener's count in force
+        assert broker_refusal(conn, "0", [(f"listener.name.{listener}.num.network.threads", SET, "13")])[1] == (
+            wrapped.format("Dynamic thread count update validation failed for num.network.threads=13, value should "
+                           "not be greater than double the current value 6"))
+        assert broker_refusal(conn, "", [("max.connections", SET, "0")]) == (
+            ErrorCode.invalid_request, wrapped.format("Invalid max.connections 0"))
+        assert broker_refusal(conn, "", [("log.cleaner.dedupe.buffer.size", SET, "1048576")]) == (
+            ErrorCode.invalid_request,
+            "requirement failed: log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.")
+        assert broker_refusal(conn, "", [("log.cleaner.threads", SET, "0")]) == (ErrorCode.invalid_request,
+                                                                                 "/ by zero")
+        assert broker_refusal(conn, "", [("log.cleaner.threads", SET, "2")]) == (ErrorCode.none, None)
+        assert broker_refusal(conn, "0", [("log.cleaner.dedupe.buffer.size", SET, "2097152")])[1] == (
+            "requirement failed: log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.")
+        assert broker_refusal(conn, "", [("log.retention.ms", SET, "0")])[1] == (
+            "requirement failed: log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+        assert broker_refusal(conn, "", [("max.connections.per.ip", SET, "0")])[1].startswith(
+            "requirement failed: max.connections.per.ip can be set to zero only if")
+        assert broker_refusal(conn, "", [("max.connections.per.ip", SET, "0"),
+                                         ("max.connections.per.ip.overrides", SET, "127.0.0.1:5")]) == (
+            ErrorCode.none, None)
+        assert gw._engine.resource_configs("broker", "")["num.network.threads"] == "6"

@@ -6,9 +6,9 @@ configs, computed by the API from the current one, is checked and stored for top
   ``ALTER DATABASE``); its WAL settings follow at once, over the dynamic broker defaults.
 * BROKER (4): name = this node's id (its own dynamic configs) or ``""`` (the cluster-wide default); Kafka's
   dynamic broker configs, validated as Kafka validates them (:mod:`walgate.storage.broker_configs`: a static or
-  unknown name, a bad value, a per-broker config on the cluster default, a thread count more than doubled or
-  halved is INVALID_REQUEST with Kafka's message; APPEND/SUBTRACT on a config that is not a list is
-  INVALID_CONFIG). Every Kafka-native topic without its own value follows a changed log config
+  unknown name, a bad value, a per-broker config on the cluster default, a requirement of Kafka's broker config
+  unmet, a thread count more than doubled or halved is INVALID_REQUEST with Kafka's message; APPEND/SUBTRACT on a
+  config that is not a list is INVALID_CONFIG). Every Kafka-native topic without its own value follows a changed log config
   (``log.retention.ms`` ...) at once.
 * GROUP (32): a consumer group's ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms``
   (:mod:`walgate.coordinator.group_configs`, INVALID_CONFIG when refused); the group need not exist (Kafka's
@@ -87,13 +87,6 @@ def group_timeouts(broker: Broker) -> GroupTimeouts:
     return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
 
 
-def _broker_values(engine: Engine, broker: Broker) -> dict[str, str]:
-    """The broker configs in force on this node that are set (storage thread): its static settings, under the
-    cluster-wide dynamic configs, under its own."""
-    return {**broker.configs, **engine.resource_configs(BROKER_KIND, ""),
-            **engine.resource_configs(BROKER_KIND, str(broker.node_id))}
-
-
 def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
           validate_only: bool) -> tuple[int, str | None]:
     """Apply ``change`` to resource (``rtype``, ``name``): (error code, message). Runs on the storage thread."""
@@ -110,7 +103,7 @@ def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
         except ValueError as exc:
             return ErrorCode.invalid_config, str(exc)
         try:
-            broker_configs.validate(configs, bool(name), _broker_values(engine, broker),
+            broker_configs.validate(configs, bool(name), broker.configs, engine.resource_configs(BROKER_KIND, ""),
                                     engine.resource_configs(BROKER_KIND, str(node_id)))
         except StorageError as exc:
             return ErrorCode.invalid_request, str(exc)

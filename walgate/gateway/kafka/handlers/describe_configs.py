@@ -1,17 +1,22 @@
 """DescribeConfigs (key 32) v0–v4: topic configs (real values), this broker's settings and groups' configs.
 
-Kafka-native topics answer their configs as set (TOPIC_CONFIG), the dynamic
-broker defaults for the rest (DYNAMIC_DEFAULT_BROKER_CONFIG, or
-DYNAMIC_BROKER_CONFIG when set for this node), else Kafka's defaults
-(DEFAULT_CONFIG); TDengine topics answer what their database's WAL settings
-amount to. The broker (resource name = its node id) answers the settings
+Kafka-native topics answer their configs as set (TOPIC_CONFIG), the broker's
+value of the config's synonym for the rest (DYNAMIC_BROKER_CONFIG set for this
+node, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG), else Kafka's
+defaults (DEFAULT_CONFIG); with IncludeSynonyms, as Kafka's
+``createTopicConfigEntry``: the topic's own value, then every level's value of
+the broker config's synonyms (``retention.ms``: ``log.retention.ms``, then
+``log.retention.minutes`` / ``log.retention.hours``) from the first that names the
+config itself. TDengine topics answer what their database's WAL settings amount
+to (no synonyms: the database sets them). The broker (resource name = its node id) answers the settings
 walgate runs with (STATIC_BROKER_CONFIG), its dynamic configs over them
 (DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG) and the defaults of the
 dynamic ones not set (DEFAULT_CONFIG); the cluster-default resource (name "")
 answers only the cluster-wide dynamic configs, as Kafka does. As Kafka's: a broker
 config that is not dynamic is read-only, a password's value is null (sensitive),
 and with IncludeSynonyms (v1+) each broker config lists its value at every level
-that sets it, the one in force first. A group (32, KIP-848
+that sets it or a synonym of it (``log.retention.hours`` under ``log.retention.ms``), the one in
+force first. A group (32, KIP-848
 group configs) answers its own configs (GROUP_CONFIG) and the broker's
 ``group.consumer.*`` settings for the rest (DEFAULT_CONFIG). A resource that
 cannot be described answers its error; the others are answered.
@@ -28,7 +33,15 @@ from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.config_changes import group_timeouts
-from walgate.storage.broker_configs import BROKER_SYNONYMS, DYNAMIC, is_dynamic, spec_of
+from walgate.storage.broker_configs import (
+    BROKER_SYNONYMS,
+    KAFKA_DEFAULTS,
+    STATIC_SYNONYMS,
+    TOPIC_SYNONYMS,
+    is_dynamic,
+    spec_of,
+    synonyms_of,
+)
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
 from walgate.storage.topic_configs import CONFIG_TYPES, topic_configs
@@ -44,38 +57,57 @@ _TYPES = {**{k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()},
           "consumer.session.timeout.ms": _TYPE_IDS["INT"], "consumer.heartbeat.interval.ms": _TYPE_IDS["INT"]}
 
 
-def _entry(name: str, value: str | None, source: int) -> dict[str, Any]:
+Level = tuple[dict[str, str | None], int]
+"""A level of broker configs (name -> value; None: Kafka's null) and its config source."""
+
+
+def _entry(name: str, value: str | None, source: int, synonyms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A topic's or a group's config."""
     return {"name": name, "value": value, "read_only": False, "is_default": source == _DEFAULT_CONFIG,
-            "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": _TYPES.get(name, 2),
+            "config_source": source, "is_sensitive": False, "synonyms": synonyms or [],
+            "config_type": _TYPES.get(name, 2), "documentation": None}
+
+
+def _synonyms(levels: list[Level], name: str, sensitive: bool) -> list[dict[str, Any]]:
+    """Kafka's ``configSynonyms``: the values of ``name``'s synonyms at every level, level by level, from the first
+    that is ``name`` itself (a null default is no value)."""
+    names = synonyms_of(name)
+    found = [{"name": k, "value": None if sensitive else level[k], "source": source}
+             for level, source in levels for k in names if level.get(k) is not None]
+    first = next((i for i, s in enumerate(found) if s["name"] == name), len(found))
+    return found[first:]
+
+
+def _broker_entry(name: str, levels: list[Level], synonyms: bool) -> dict[str, Any]:
+    """A broker config from the ``levels`` that set it, the one in force first (Kafka's ``createBrokerConfigEntry``):
+    read-only unless dynamic, a password's value hidden."""
+    spec = spec_of(name) or STATIC_SYNONYMS.get(name)
+    sensitive = spec is not None and spec.type == "PASSWORD"
+    found = _synonyms(levels, name, sensitive)
+    value, source = (found[0]["value"], found[0]["source"]) if found else (None, _DEFAULT_CONFIG)
+    return {"name": name, "value": value, "read_only": not is_dynamic(name),
+            "is_default": source == _DEFAULT_CONFIG, "config_source": source, "is_sensitive": sensitive,
+            "synonyms": found if synonyms else [], "config_type": _TYPE_IDS[spec.type] if spec is not None else 2,
             "documentation": None}
 
 
-def _broker_entry(name: str, sources: list[tuple[str | None, int]], synonyms: bool) -> dict[str, Any]:
-    """A broker config from its ``sources`` (value, config source), the one in force first (Kafka's
-    ``createBrokerConfigEntry``): read-only unless dynamic, a password's value hidden."""
-    spec = spec_of(name)
-    sensitive = spec is not None and spec.type == "PASSWORD"
-    value, source = sources[0]
-    return {"name": name, "value": None if sensitive else value, "read_only": not is_dynamic(name),
-            "is_default": source == _DEFAULT_CONFIG, "config_source": source, "is_sensitive": sensitive,
-            "synonyms": [{"name": name, "value": None if sensitive else v, "source": s} for v, s in sources]
-            if synonyms else [], "config_type": _TYPE_IDS[spec.type] if spec is not None else 2, "documentation": None}
+def _levels(engine: Engine, broker: Broker) -> list[Level]:
+    """This node's broker configs, level by level in Kafka's order: per-broker dynamic, cluster-wide dynamic,
+    static, default."""
+    return [(dict(engine.resource_configs("broker", str(broker.node_id))), _DYNAMIC_BROKER_CONFIG),
+            (dict(engine.resource_configs("broker", "")), _DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (dict(broker.configs), _STATIC_BROKER_CONFIG), (dict(KAFKA_DEFAULTS), _DEFAULT_CONFIG)]
 
 
 def _broker_entries(engine: Engine, broker: Broker, name: str, synonyms: bool) -> list[dict[str, Any]]:
     """The broker resource ``name`` (node id, or "" for the cluster-wide defaults): every config with the values it
-    has at each level, the one in force first (Kafka's order: per-broker dynamic, cluster-wide dynamic, static,
-    default); the cluster-wide resource answers only its own configs, as Kafka does."""
-    cluster = engine.resource_configs("broker", "")
+    has at each level; the cluster-wide resource answers only its own configs, as Kafka does."""
     if not name:
-        return [_broker_entry(k, [(v, _DYNAMIC_DEFAULT_BROKER_CONFIG)], synonyms) for k, v in cluster.items()]
-    levels = ((engine.resource_configs("broker", name), _DYNAMIC_BROKER_CONFIG),
-              (cluster, _DYNAMIC_DEFAULT_BROKER_CONFIG), (broker.configs, _STATIC_BROKER_CONFIG),
-              ({k: s.default for k, s in DYNAMIC.items()}, _DEFAULT_CONFIG))
+        cluster: list[Level] = [(dict(engine.resource_configs("broker", "")), _DYNAMIC_DEFAULT_BROKER_CONFIG)]
+        return [_broker_entry(k, cluster, synonyms) for k in cluster[0][0]]
+    levels = _levels(engine, broker)
     names = dict.fromkeys(k for configs, _ in reversed(levels) for k in configs)
-    return [_broker_entry(k, [(configs[k], source) for configs, source in levels if k in configs], synonyms)
-            for k in names]
+    return [_broker_entry(k, levels, synonyms) for k in names]
 
 
 def topic_defaults(engine: Engine, node_id: int) -> dict[str, tuple[str, int]]:
@@ -85,12 +117,21 @@ def topic_defaults(engine: Engine, node_id: int) -> dict[str, tuple[str, int]]:
             for k, v in engine.topic_defaults(node_id).items()}
 
 
-def _topic_entries(engine: Engine, broker: Broker, topic: Any) -> list[dict[str, Any]]:
+def _topic_entries(engine: Engine, broker: Broker, topic: Any, synonyms: bool) -> list[dict[str, Any]]:
+    """A topic's configs; a Kafka-native one's with their synonyms (Kafka's ``createTopicConfigEntry``): its own
+    value, then its broker config's (:func:`_synonyms`); the source is the first of them's."""
     options = engine.catalog.database(topic.db).options
     described = topic_configs(topic.kind, topic.configs, options)
-    defaults = topic_defaults(engine, broker.node_id) if topic.kind == "kafka" else {}
-    return [_entry(k, v, _TOPIC_CONFIG) if set_ else _entry(k, *defaults.get(k, (v, _DEFAULT_CONFIG)))
-            for k, (v, set_) in described.items()]
+    if topic.kind != "kafka":
+        return [_entry(k, v, _TOPIC_CONFIG if set_ else _DEFAULT_CONFIG) for k, (v, set_) in described.items()]
+    levels, defaults = _levels(engine, broker), engine.topic_defaults(broker.node_id)
+    entries = []
+    for k, (v, set_) in described.items():
+        found = ([{"name": k, "value": v, "source": _TOPIC_CONFIG}] if set_ else []) + (
+            _synonyms(levels, TOPIC_SYNONYMS[k], False) if k in TOPIC_SYNONYMS else [])
+        entries.append(_entry(k, v if set_ else defaults.get(k, v), found[0]["source"] if found else _DEFAULT_CONFIG,
+                              found if synonyms else []))
+    return entries
 
 
 def _group_entries(engine: Engine, broker: Broker, name: str) -> list[dict[str, Any]]:
@@ -111,7 +152,7 @@ def describe(engine: Engine, broker: Broker, r: Any, synonyms: bool) -> dict[str
         topic = engine.catalog.topics.get(r.resource_name)
         if topic is None:
             return _result(r, ErrorCode.unknown_topic_or_partition, f"topic {r.resource_name} does not exist", [])
-        entries = _topic_entries(engine, broker, topic)
+        entries = _topic_entries(engine, broker, topic, synonyms)
     elif r.resource_type == BROKER:
         if r.resource_name not in ("", str(broker.node_id)):
             return _result(r, ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id} or empty "
