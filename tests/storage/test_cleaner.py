@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import crc32c
@@ -400,6 +401,19 @@ def test_a_damaged_cleaned_segment_is_reported_and_the_rest_served(tmp_path: Pat
         e.close()
 
 
+def _failing_writes(seen: Faults, kind: str) -> Iterator[tuple[str, int, Faults]]:
+    """For every write, fsync and fdatasync the run counted by *seen* made: (op, n, faults that fail the n-th
+    such call: a write with *kind*, a sync with EIO)."""
+    for op in ("write", "fsync", "fdatasync"):
+        for n in range(1, seen.calls[op] + 1):
+            faults = Faults()
+            if op == "write":
+                faults.fail_kind(op, kind, at=n)
+            else:
+                faults.fail(op, at=n, error=errno.EIO)
+            yield op, n, faults
+
+
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_a_write_fault_at_any_step_keeps_a_consistent_log(tmp_path: Path, kind: str):
     """ENOSPC, EIO or a short write at each write or fsync of a pass: no error escapes, the log reads as before or
@@ -410,18 +424,12 @@ def test_a_write_fault_at_any_step_keeps_a_consistent_log(tmp_path: Path, kind: 
     with faults_seen.active():
         clean(e)
     e.close()
-    ops = [(op, n) for op in ("write", "fsync", "fdatasync") for n in range(1, faults_seen.calls[op] + 1)]
-    for op, n in ops:
+    for op, n, faults in _failing_writes(faults_seen, kind):
         path = tmp_path / f"{op}{n}"
         e = open_engine(path)
         produce_history(e)
         old = {o: (k, v) for o, k, v in records(e)}
-        faults = Faults()
         with faults.active():
-            if op == "write":
-                faults.fail_kind(op, kind, at=n)
-            else:
-                faults.fail(op, at=n, error=errno.EIO)
             clean(e)
         got = records(e)
         assert all(old[o] == (k, v) for o, k, v in got), (op, n)
@@ -639,17 +647,11 @@ def test_a_write_fault_while_markers_go_keeps_a_consistent_log(tmp_path: Path, k
     want = records(reference)
     reference.close()
     assert 2 not in {o for o, _, _ in want}  # (the marker went)
-    ops = [(op, n) for op in ("write", "fsync", "fdatasync") for n in range(1, faults_seen.calls[op] + 1)]
-    for op, n in ops:
+    for op, n, faults in _failing_writes(faults_seen, kind):
         path = tmp_path / f"{op}{n}"
         e = open_engine(path)
         _txn_history(e)
         before = {o: (k, v) for o, k, v in records(e)}
-        faults = Faults()
-        if op == "write":
-            faults.fail_kind(op, kind, at=n)
-        else:
-            faults.fail(op, at=n, error=errno.EIO)
         _marker_passes(e, faults)
         written = {**before, **{13 + m: (b"w", b"%d" % m) for m in range(3)}}  # (and the passes' w records)
         assert [r for r in records(e) if written.get(r[0]) != r[1:]] == [], (op, n)
