@@ -569,18 +569,7 @@ def offsets(engine: Engine) -> list[int]:
 
 def test_markers_go_once_their_transaction_is_gone_and_their_delete_horizon_passed(tmp_path: Path):
     e = open_engine(tmp_path)
-    e.create_kafka_topic("t", 1, {**COMPACT, "delete.retention.ms": "1000"})
-    roll_every_append(e, segment_ms=-1)  # one segment: x, four transactions of key a (the first aborted), y
-    e.append_batches("t", 0, [batch([(b"x", b"1")])])  # 0
-    for n in range(4):
-        e.append_batches("t", 0, [_txn_a(b"v%d" % n, n)])  # 1, 3, 5, 7
-        end_txn(e, commit=n > 0)  # 2, 4, 6, 8
-    e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 9
-    roll_every_append(e)
-    e.append_batches("t", 0, [_txn_a(b"last", 4)])  # 10: supersedes every a
-    end_txn(e, True)  # 11 (producer 3's last five batches: 6, 7, 8, 10, 11)
-    e.append_batches("t", 0, [batch([(b"z", b"1")])])  # 12 (active)
-    clean(e)  # the transactions' data goes (7 stays empty: a producer's last batches); every marker stays
+    _txn_history(e)  # the transactions' data goes (7 stays empty: a producer's last batches); every marker stays
     assert offsets(e) == [0, 2, 4, 6, 8, 9, 10, 11, 12]
     e.append_batches("t", 0, [batch([(b"w", b"1")])])  # 13: something dirty again
     clean(e)  # 2 and 4 have no batch of their transaction left: they get a delete horizon, and stay
@@ -620,8 +609,8 @@ def _txn_history(e: Engine) -> None:
         end_txn(e, commit=n > 0)  # 2, 4, 6, 8
     e.append_batches("t", 0, [batch([(b"y", b"1")])])  # 9
     roll_every_append(e)
-    e.append_batches("t", 0, [_txn_a(b"last", 4)])  # 10
-    end_txn(e, True)  # 11
+    e.append_batches("t", 0, [_txn_a(b"last", 4)])  # 10: supersedes every a
+    end_txn(e, True)  # 11 (producer 3's last five batches: 6, 7, 8, 10, 11)
     e.append_batches("t", 0, [batch([(b"z", b"1")])])  # 12 (active)
     clean(e)
 
