@@ -1,7 +1,7 @@
 """Transaction version 2 (KIP-890 part 2) in the coordinator's state machine, with Kafka's rules: an epoch bump at
 every EndTxn v5, implicit adds, the EndTxn v5 retry table, a new producer id when the epoch would overflow, the
 node's own aborts at the finalized level, records written before version 2, ListTransactions v2's pattern and the
-outcome the start-up reconcile gives partitions of transactions that are over."""
+outcome the start-up reconcile gives stray open transactions of version 2 producers."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_every_end_txn_bumps_the_epoch_and_the_markers_carry_the_bumped_one() ->
         assert (prepared.producer_epoch, prepared.last_producer_epoch) == (epoch + 1, epoch)
         assert prepared.state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
         done = n.complete()
-        assert (done.producer_id, done.producer_epoch, done.last_commit) == (1000, epoch + 1, commit)
+        assert (done.producer_id, done.producer_epoch, done.state) == (
+            1000, epoch + 1, TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
     # the old epoch is fenced everywhere
     assert n.produce(1000, 2, ("t", 0)).error == ErrorCode.producer_fenced
     assert n.c.verify(TID, 1000, 2, [("t", 0)]) == {("t", 0): ErrorCode.producer_fenced}
@@ -151,12 +152,12 @@ def test_txn_offset_commit_v5_adds_the_group_implicitly() -> None:
 
 def test_records_without_the_version_2_fields_read_as_version_0() -> None:
     txn = Txn(TID, 7, 3, 60_000, TxnState.PREPARE_COMMIT, 5, 2, 6, 4, frozenset({("t", 1)}), tv=2,
-              next_producer_id=9, last_commit=False)
+              next_producer_id=9)
     assert Txn.from_record(TID, txn.to_record()) == txn
-    old = {k: v for k, v in txn.to_record().items() if k not in ("tv", "next_pid", "last_commit")}
+    old = {k: v for k, v in txn.to_record().items() if k not in ("tv", "next_pid")}
     assert Txn.from_record(TID, old) == Txn(TID, 7, 3, 60_000, TxnState.PREPARE_COMMIT, 5, 2, 6, 4,
                                             frozenset({("t", 1)}))
-    for bad in ({**txn.to_record(), "tv": "2"}, {**txn.to_record(), "last_commit": 1}):
+    for bad in ({**txn.to_record(), "tv": "2"}, {**txn.to_record(), "next_pid": None}):
         try:
             Txn.from_record(TID, bad)
         except ValueError:
@@ -177,19 +178,18 @@ def test_list_transactions_v2_pattern_matches_whole_ids() -> None:
     assert len(n.c.list([], [], -1, n.now, None)) == 3
 
 
-def test_orphans_get_the_outcome_of_the_transaction_that_left_them() -> None:
+def test_orphans_of_version_2_producers_never_fence_the_producer_id_their_transactional_id_holds() -> None:
+    """Stray open transactions come only from damage (markers are durable before Complete*): the owner's Complete*
+    outcome, else an abort at its current epoch (at once, without fencing it); a producer id a completion rotated
+    away from is nobody's: aborted at the last epoch after transaction.max.timeout.ms."""
     n = Node()
     n.init()
     n.produce(1000, 0, ("t", 0), ("t", 1))
     n.end(1000, 0, True)
-    n.complete()  # committed; suppose the marker of t-1 was lost
+    n.complete()  # CompleteCommit at epoch 1
+    assert n.c.orphans({1000: [("t", 1)]}, n.now) == [Orphan(1000, 1, True, (("t", 1),), n.now)]
     n.produce(1000, 1, ("t", 0))  # a newer transaction, Ongoing, that does not hold t-1
-    assert n.c.orphans({1000: [("t", 0), ("t", 1)]}, n.now) == [Orphan(1000, 1, True, (("t", 1),), n.now)]
-    n.end(1000, 1, False)
-    n.complete()
-    n.init()  # Empty now: the last outcome (the abort) decides
-    assert n.c.orphans({1000: [("t", 1)]}, n.now) == [Orphan(1000, 3, False, (("t", 1),), n.now)]
-    # a producer id a version 2 completion rotated away from belongs to its previous transactional id
-    n.c.apply(TID, Txn(TID, 2000, 0, 60_000, TxnState.COMPLETE_COMMIT, n.now, previous_producer_id=1000,
-                       last_commit=True))
-    assert n.c.orphans({1000: [("t", 1)]}, n.now) == [Orphan(1000, MAX_EPOCH, True, (("t", 1),), n.now)]
+    assert n.c.orphans({1000: [("t", 0), ("t", 1)]}, n.now) == [Orphan(1000, 1, False, (("t", 1),), n.now)]
+    n.c.apply(TID, Txn(TID, 2000, 0, 60_000, TxnState.COMPLETE_COMMIT, n.now, previous_producer_id=1000))
+    assert n.c.orphans({1000: [("t", 1)]}, n.now) == [
+        Orphan(1000, MAX_EPOCH, False, (("t", 1),), n.now + n.c.max_timeout_ms)]

@@ -319,3 +319,26 @@ def test_the_log_start_bounds_the_last_stable_offset_and_forgets_aborted_transac
     assert engine.delete_records("t", 0, 4) == 4  # inside 8's open transaction
     assert engine.last_stable_offset("t", 0) == 4
     assert engine.aborted_transactions("t", 0, 4, 5) == []
+
+
+def test_markers_are_durable_at_wal_level_1_with_the_records_before_them(tmp_path: Path):
+    """A topic fsynced periodically (WAL_LEVEL 1): the marker call fsyncs the WAL (the coordinator records the
+    transaction complete right after it); a sync the disk refuses is that partition's StorageUnavailable."""
+    e = Engine.open(tmp_path)
+    e.create_kafka_topic("t", 1, {})
+    wal = e.vnodes[e.catalog.topics["t"].db][0].wal
+    assert wal.options.level == 1 and wal.options.fsync_period_ms > 0
+    e.append_batches("t", 0, [txn_batch(7, 0)])
+    assert wal.durable_version < wal.next_version  # the records wait for the periodic fsync
+    assert e.write_txn_markers(7, 0, 0, True, [("t", 0)]) == [None]
+    assert wal.durable_version == wal.next_version  # the marker and the records before it
+    e.append_batches("t", 0, [txn_batch(7, 2)])
+    faults = Faults()
+    with faults.active():
+        faults.fail("fdatasync", error=errno.EIO)
+        faults.fail("fsync", error=errno.EIO)
+        [refused] = e.write_txn_markers(7, 0, 0, False, [("t", 0)])
+    assert isinstance(refused, StorageUnavailable) and wal.durable_version < wal.next_version
+    assert e.write_txn_markers(7, 0, 0, False, [("t", 0)]) == [None]  # written again: harmless
+    assert wal.durable_version == wal.next_version
+    e.close()

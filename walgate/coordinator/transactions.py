@@ -36,10 +36,8 @@ id (:attr:`Txn.next_producer_id`) that the Complete* state takes, at epoch 0. An
 transaction (Empty, Complete*: an EndTxn v5 abort of nothing bumps the epoch too). The coordinator's own aborts (a
 fence by InitProducerId, a timeout) follow the finalized ``transaction.version`` of the node
 (:attr:`TransactionCoordinator.transaction_version`): at 2 the fenced epoch is bumped once more by the abort, as
-Kafka's ``endTransaction`` does after ``prepareFenceProducerEpoch``. The outcome of the last transaction that ended
-is kept (:attr:`Txn.last_commit`) for :meth:`TransactionCoordinator.orphans`. Records written before version 2
-existed have no ``tv`` / ``next_pid`` / ``last_commit``: they read as version 0, without a next producer id or a
-known last outcome.
+Kafka's ``endTransaction`` does after ``prepareFenceProducerEpoch``. Records written before version 2 existed have no
+``tv`` / ``next_pid``: they read as version 0, without a next producer id.
 
 Producer ids and epochs (``TransactionMetadata``): a new transactional id gets a producer id and epoch -1, so its
 first InitProducerId answers epoch 0. An exhausted epoch (32766 and up) rotates to a new producer id at epoch 0
@@ -136,7 +134,6 @@ class Txn:
     offsets: tuple[PendingOffset, ...] = field(default=())
     tv: int = 0  # the transaction version of the transaction's last request (0: KIP-890 part 1 and before, 2)
     next_producer_id: int = _NO_PRODUCER_ID  # version 2, Prepare*: the producer id Complete* takes (epoch exhausted)
-    last_commit: bool | None = None  # the outcome of the last transaction that ended (None: none known)
 
     def producer_after(self) -> tuple[int, int]:
         """The (producer id, epoch) the producer holds once this transaction is complete (what EndTxn v5 answers)."""
@@ -152,27 +149,24 @@ class Txn:
             "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
             "offsets": [[o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata, o.commit_ms]
                         for o in self.offsets],
-            "tv": self.tv, "next_pid": self.next_producer_id, "last_commit": self.last_commit,
+            "tv": self.tv, "next_pid": self.next_producer_id,
         }
 
     @classmethod
     def from_record(cls, tid: str, r: Mapping[str, Any]) -> Txn:
-        """The state a :meth:`to_record` wrote (one written before transaction version 2, without ``tv``,
-        ``next_pid`` and ``last_commit``, is a version 0 transaction); ValueError (or KeyError/TypeError) for anything
+        """The state a :meth:`to_record` wrote (one written before transaction version 2, without ``tv`` and
+        ``next_pid``, is a version 0 transaction); ValueError (or KeyError/TypeError) for anything
         else."""
         ints = [r[k] for k in ("pid", "epoch", "last_epoch", "prev_pid", "timeout", "start", "updated")]
         ints += [r.get("tv", 0), r.get("next_pid", _NO_PRODUCER_ID)]
         if any(type(v) is not int for v in ints):
             raise ValueError(f"not integers: {ints!r}")
-        last_commit = r.get("last_commit")
-        if last_commit is not None and type(last_commit) is not bool:
-            raise ValueError(f"last_commit is not a boolean: {last_commit!r}")
         partitions = frozenset((str(t), int(p)) for t, p in r["partitions"])
         offsets = tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), str(m), int(ts))
                         for g, t, p, o, e, m, ts in r["offsets"])
         return cls(tid, r["pid"], r["epoch"], r["timeout"], TxnState(r["state"]), r["updated"], r["last_epoch"],
                    r["prev_pid"], r["start"], partitions, frozenset(str(g) for g in r["groups"]), offsets,
-                   ints[7], ints[8], last_commit)
+                   ints[7], ints[8])
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +417,7 @@ class TransactionCoordinator:
         previous = txn.producer_id if pid != txn.producer_id else txn.previous_producer_id
         return replace(txn, state=state, last_update_ms=now_ms, partitions=frozenset(), groups=frozenset(), offsets=(),
                        producer_id=pid, producer_epoch=epoch, previous_producer_id=previous,
-                       next_producer_id=_NO_PRODUCER_ID, last_commit=commit)
+                       next_producer_id=_NO_PRODUCER_ID)
 
     def preparing(self) -> list[Txn]:
         """Transactions decided but not completed (markers to write)."""
@@ -444,17 +438,16 @@ class TransactionCoordinator:
         """At start, given the partitions where each producer id has a transaction open (rebuilt from the logs): those
         no Ongoing or Prepare* transaction of this coordinator holds.
 
-        * A transactional id whose transaction is over (a marker lost with the page cache of a partition fsynced
-          periodically) gets that transaction's outcome again, at once: the Complete* state's, or, when the id has
-          moved on (InitProducerId, a newer transaction that does not hold the partition), the outcome of the last
-          transaction that ended (:attr:`Txn.last_commit`; an abort when the record predates it). A producer id a
-          transaction version 2 completion rotated away from is its previous transactional id's, at the last epoch.
-        * A producer id no transactional id owns (its state was lost with a damaged transaction log) can never
-          commit; Kafka leaves such a transaction hanging. Here it is aborted at the last epoch, which fences the
-          producer id, once ``transaction.max.timeout.ms`` has passed: by then any timeout it had has expired."""
+        A transaction is recorded complete only once its markers are durable (``Engine.write_txn_markers``), and a
+        partition joins one only once that is durable, so these come only from damage (a lost or damaged line of
+        the transaction log, a disk that lost what it acknowledged): what the transaction decided is not known.
+
+        * A producer id a transactional id owns gets that id's Complete* state's outcome, at once, else an abort,
+          at its current epoch (which does not fence it).
+        * A producer id no transactional id owns can never commit; Kafka leaves such a transaction hanging. Here it
+          is aborted at the last epoch, which fences the producer id, once ``transaction.max.timeout.ms`` has
+          passed: by then any timeout it had has expired."""
         owners = {t.producer_id: t for t in self.txns.values()}
-        previous = {t.previous_producer_id: t for t in self.txns.values()
-                    if t.previous_producer_id != _NO_PRODUCER_ID and t.last_commit is not None}
         out = []
         for pid, partitions in sorted(ongoing.items()):
             txn = owners.get(pid)
@@ -462,14 +455,10 @@ class TransactionCoordinator:
             stray = tuple(sorted(tp for tp in partitions if tp not in running))
             if not stray:
                 continue
-            if txn is not None:
-                commit = (txn.state is TxnState.COMPLETE_COMMIT if txn.state in _COMPLETE
-                          else bool(txn.last_commit))
-                out.append(Orphan(pid, txn.producer_epoch, commit, stray, now_ms))
-            elif pid in previous:
-                out.append(Orphan(pid, MAX_EPOCH, bool(previous[pid].last_commit), stray, now_ms))
-            else:
+            if txn is None:
                 out.append(Orphan(pid, MAX_EPOCH, False, stray, now_ms + self.max_timeout_ms))
+            else:
+                out.append(Orphan(pid, txn.producer_epoch, txn.state is TxnState.COMPLETE_COMMIT, stray, now_ms))
         return out
 
     # ------------------------------------------------------------------ admin

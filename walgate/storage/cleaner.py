@@ -722,12 +722,13 @@ class Cleaner:
             new.positions.extend(position + new.size for position in s.positions)
             new.running_max.extend(s.running_max)
             new.size += s.size
-        mtime = max(s.path.stat().st_mtime for s in segs)  # (retention waits for the newest of them)
         swap = m.staged.path
         try:
+            mtime = max(s.path.stat().st_mtime for s in segs)  # (retention waits for the newest of them)
             m.staged.commit(mtime)  # the commit
         except OSError as exc:
-            if not swap.exists():
+            if not m.staged.renamed:
+                m.staged.discard()
                 raise
             log.warning("cleaner: %s: %s; committed", swap, describe(exc))  # (fsynced by the merge's end)
         new.path = swap
@@ -740,7 +741,12 @@ class Cleaner:
         wal = p.vnode.wal
         new = rw.new
         assert rw.staged is not None
-        rw.staged.commit(rw.mtime)  # the swap: one rename
+        try:
+            rw.staged.commit(rw.mtime)  # the swap: one rename
+        except OSError as exc:
+            if not rw.staged.renamed:  # the old segment stands
+                raise
+            log.warning("cleaner: %s: %s; swapped", rw.seg.path, describe(exc))  # (only the directory's fsync failed)
         wal.swap_segment(new)
         try:
             fileio.replace_file(new.index_path, sealed_index(new, rw.next_first))

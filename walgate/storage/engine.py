@@ -379,8 +379,8 @@ class Engine:
         visible; an abort enters the aborted-transaction list); a partition where it has none still gets the marker.
         Per partition: None, or the exception (NotFound: no such topic or partition; InvalidValue: a TDengine topic;
         SequenceError ``invalid_producer_epoch`` / ``transaction_coordinator_fenced``; StorageUnavailable). Stamped
-        with the wall clock, as Kafka stamps its markers. Durable per each partition's WAL level (under group commit,
-        once :meth:`take_unsynced`'s needs are: the gateway's storage-thread call waits for them)."""
+        with the wall clock, as Kafka stamps its markers. Durable whatever the WAL level (fsynced here; under group
+        commit once :meth:`take_unsynced`'s needs are: the gateway's storage-thread call waits for them)."""
         return self.native.write_markers(producer_id, producer_epoch, coordinator_epoch, commit, partitions,
                                          int(time.time() * 1000))
 
@@ -401,6 +401,7 @@ class Engine:
     def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers a partition keeps state for (DescribeProducers)."""
         return self.native.active_producers(topic, partition)
+
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
         *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress

@@ -149,6 +149,7 @@ class StagedFile:
         self.path = path
         self.tmp = path.with_name(path.name + ".tmp")
         self.size = 0
+        self.renamed = False  # True once the commit's rename is done (a failure after it leaves the file in place)
         self._fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def write(self, data: bytes) -> None:
@@ -170,6 +171,7 @@ class StagedFile:
         self._fd = None
         os.close(fd)
         _replace(self.tmp, self.path)
+        self.renamed = True
         fsync_dir(self.path.parent)
 
     def discard(self) -> None:

@@ -28,13 +28,14 @@ from walgate.storage.errors import (
     InvalidValue,
     NotFound,
     OffsetOutOfRange,
+    StorageUnavailable,
 )
 from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import backing_database, validate_topic_name, wal_options
 from walgate.storage.topic_views import TopicViews, stored_batch
 from walgate.storage.vnode import Vnode
-from walgate.storage.wal import KIND_KAFKA, FileRegion
+from walgate.storage.wal import KIND_KAFKA, FileRegion, Wal
 from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
 from walgate.wire.errors import WireError
 from walgate.wire.record_batch import CONTROL_BIT, CONTROL_COMMIT, TRANSACTIONAL_BIT, end_txn_marker, txn_marker
@@ -232,19 +233,35 @@ class NativeTopics:
         partition), ending the producer's transaction there (if it has one); per partition None or the exception
         that refused it: NotFound, InvalidValue (a TDengine topic),
         :class:`~walgate.storage.producers.SequenceError` (``invalid_producer_epoch``,
-        ``transaction_coordinator_fenced``), StorageUnavailable (nothing written there). Durable per the
-        partition's WAL level when this returns (under group commit: once :meth:`Engine.take_unsynced`'s needs are)."""
+        ``transaction_coordinator_fenced``), StorageUnavailable (not written, or not durable).
+
+        Durable whatever the WAL level when this returns (under group commit: once :meth:`Engine.take_unsynced`'s
+        needs are; otherwise each WAL written is fsynced here, with all that was appended before its marker): the
+        coordinator records a transaction complete only after its markers, so a crash never leaves a transaction
+        open in a partition that the coordinator has ended."""
         results: list[Exception | None] = []
-        for topic, partition in partitions:
+        to_sync: dict[int, tuple[Wal, list[int]]] = {}  # id(wal) -> (the WAL, the partitions it holds markers of)
+        for i, (topic, partition) in enumerate(partitions):
             try:
-                self._write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
-                results.append(None)
+                wal = self._write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
+                                         now_ms)
             except Exception as exc:  # noqa: BLE001 - one partition's refusal is its own answer, not its siblings'
                 results.append(exc)
+                continue
+            results.append(None)
+            if not (wal.options.level >= 2 and wal.options.fsync_period_ms == 0):  # else synced as appended
+                to_sync.setdefault(id(wal), (wal, []))[1].append(i)
+        for wal, indexes in to_sync.values():
+            try:
+                wal.sync()
+            except StorageUnavailable as exc:
+                for i in indexes:
+                    results[i] = exc
         return results
 
     def _write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                      commit: bool, now_ms: int) -> None:
+                      commit: bool, now_ms: int) -> Wal:
+        """Append one marker; the WAL that holds it."""
         self._native(topic)
         _, vnode, idx = self.store.partition(topic, partition)
         producers = self.store.producers[(topic, partition)]
@@ -256,6 +273,7 @@ class NativeTopics:
         producers.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, offset, now_ms)
         self.views.index(vnode, [DecodedEntry(version, KIND_KAFKA, kafka_records=1, max_ts=now_ms)],
                          vnode.wal.next_version, [topic])
+        return vnode.wal
 
     def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
         """Producer id -> (topic, partition, first offset) of each of its open transactions' partitions."""

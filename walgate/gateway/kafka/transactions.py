@@ -11,9 +11,9 @@ Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each
 2. on the storage thread, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions
    and, on commit, the offsets TxnOffsetCommit gave are committed to their groups through the consumer groups' own
    offset path; the call returns once all of it is durable (group commit waits for its fsyncs). An offset the
-   group has committed after the TxnOffsetCommit gave it (a later commit time; Kafka lets the later append to the
-   offsets log win) is left as it is, which also makes this step idempotent: run again, it never rolls back what
-   the group committed since its first run, and at most writes its own offsets again, unchanged;
+   group has committed since the TxnOffsetCommit gave it (a commit time not earlier; Kafka lets the later append
+   to the offsets log win) is left as it is, which also makes this step idempotent: run again, it never rolls back
+   what the group committed since its first run, nor writes its own offsets twice;
 3. the Complete* state is written.
 
 A failure in step 2 (the disk refused a marker or an offset) leaves the transaction in Prepare*: clients get
@@ -221,10 +221,11 @@ class TransactionService:
         return True
 
     def _committed_since(self, o: PendingOffset) -> bool:
-        """Whether the group has an offset for ``o``'s partition committed after ``o`` was given (by a commit of its
-        own, or by this transaction's earlier step 2 together with a later offset of the same group)."""
+        """Whether the group has an offset for ``o``'s partition committed since ``o`` was given (by a commit of its
+        own, or by this transaction's earlier step 2): commit times in ms, so a commit in the same millisecond counts
+        as later (Kafka orders by position in the offsets log; a plain commit that close is taken to follow)."""
         committed = self._offsets.fetch(o.group, o.topic, o.partition)
-        return committed is not None and committed.commit_timestamp_ms > o.commit_ms
+        return committed is not None and committed.commit_timestamp_ms >= o.commit_ms
 
     def _complete(self, tid: str) -> None:
         txn = self.coordinator.txns.get(tid)
