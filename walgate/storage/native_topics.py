@@ -240,7 +240,7 @@ class NativeTopics:
         coordinator records a transaction complete only after its markers, so a crash never leaves a transaction
         open in a partition that the coordinator has ended."""
         results: list[Exception | None] = []
-        to_sync: dict[int, tuple[Wal, list[int]]] = {}  # id(wal) -> (the WAL, the partitions it holds markers of)
+        to_sync: dict[Wal, list[int]] = {}  # a WAL -> the partitions it holds markers of
         for i, (topic, partition) in enumerate(partitions):
             try:
                 wal = self._write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
@@ -250,8 +250,8 @@ class NativeTopics:
                 continue
             results.append(None)
             if not (wal.options.level >= 2 and wal.options.fsync_period_ms == 0):  # else synced as appended
-                to_sync.setdefault(id(wal), (wal, []))[1].append(i)
-        for wal, indexes in to_sync.values():
+                to_sync.setdefault(wal, []).append(i)
+        for wal, indexes in to_sync.items():
             try:
                 wal.sync()
             except StorageUnavailable as exc:

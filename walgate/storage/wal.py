@@ -372,11 +372,7 @@ class Wal:
             log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
-        waited = (time.time() - self._active_born) * 1000
-        if self._active_first_ts >= 0:  # Kafka's rollingBasedTimestamp: the first batch's, survives a restart
-            waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
-        aged = 0 <= self.options.segment_ms <= waited
-        if seg.size and (seg.size + total > self.options.segment_bytes or aged):
+        if seg.size and (seg.size + total > self.options.segment_bytes or self._aged(entries)):
             self._roll()
             seg = self.segments[-1]
         if not seg.size:
@@ -418,6 +414,17 @@ class Wal:
         elif self.unsynced is not None and self.group_commit:
             self.unsynced.note(self, version)
         return first
+
+    def _aged(self, entries: list[tuple[int, int, int, bytes]]) -> bool:
+        """Whether ``segment_ms`` has passed for the active segment (see the module docstring): by wall time since
+        its first append or the open, or by the entries' timestamps past its first entry's (Kafka's
+        rollingBasedTimestamp, which a restart keeps)."""
+        if self.options.segment_ms < 0:
+            return False
+        waited = (time.time() - self._active_born) * 1000
+        if self._active_first_ts >= 0:
+            waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
+        return self.options.segment_ms <= waited
 
     def note_end(self) -> None:
         """Under group commit, note a need for every version appended so far (an answer given from memory, such as
