@@ -16,14 +16,15 @@ import sys
 from pathlib import Path
 
 try:
-    from bench import cleaner, commits, consume, groups, ingest, latency, memory, produce, transactions, txnread
+    from bench import cleaner, commits, consume, groups, ingest, latency, memory, produce, stalls, transactions, txnread
     from bench.report import print_table
 except ModuleNotFoundError as missing:  # run without the [test] extra
     sys.exit(f"bench: {missing}: install the [test] extra (pip install -e '.[test]'), which ./run bench does")
 
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
-             "cleaner": cleaner.run, "transactions": transactions.run}
+             "cleaner": cleaner.run, "transactions": transactions.run,
+             "stalls": stalls.run}
 
 
 def machine() -> str:

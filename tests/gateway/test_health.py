@@ -72,7 +72,7 @@ async def test_not_ready_while_the_disk_is_full(tmp_path: Path) -> None:
             assert (await get(gateway, "/readyz"))[0] == 200
 
 
-async def test_a_storage_thread_that_does_not_answer_fails_liveness_and_readiness(
+async def test_a_storage_thread_that_does_not_answer_fails_readiness_not_liveness(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 0.3)
@@ -81,8 +81,8 @@ async def test_a_storage_thread_that_does_not_answer_fails_liveness_and_readines
         release = threading.Event()
         busy = asyncio.create_task(gateway._storage.call(release.wait, 30))  # the storage thread is busy
         try:
-            status, body = await get(gateway, "/healthz")
-            assert status == 503 and body["failed"] == ["storage_thread"]
+            status, body = await get(gateway, "/healthz")  # alive, only busy: an orchestrator must not restart it
+            assert status == 200 and body["status"] == "ok"
             status, body = await get(gateway, "/readyz")
             assert status == 503 and body["failed"] == ["storage_thread", "data_dir_writable"]
             assert body["checks"]["kafka_listener"] == "ok"

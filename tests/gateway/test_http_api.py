@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests.storage.faults import Faults
 from walgate.gateway.config import Config
 from walgate.gateway.http_api import INTERNAL_ERROR, ROWS_HEADER, WAL_FILE_CORRUPTED, make_app
+from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.server import Gateway
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -49,10 +50,13 @@ class Api(NamedTuple):
 async def serving(data_dir: Path, **engine_options: int) -> AsyncIterator[Api]:
     storage = StorageThread()
     engine = await storage.call(Engine.open, data_dir, max_request_bytes=LIMIT, **engine_options)
+    queries = QueryWorkers(1, 0, 1 << 30)
     try:
-        async with TestClient(TestServer(make_app(engine, storage, max_request_bytes=LIMIT), host="127.0.0.1")) as client:
+        async with TestClient(TestServer(make_app(engine, storage, queries, engine.damage_log, max_request_bytes=LIMIT),
+                                         host="127.0.0.1")) as client:
             yield Api(client, engine)
     finally:
+        queries.shutdown()
         await storage.call(engine.close)
         storage.shutdown()
 
@@ -152,10 +156,10 @@ async def test_sql_that_is_not_utf8_is_refused(api: Api) -> None:
 
 
 async def test_unexpected_exception_answers_500(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(sql: str, db: str | None = None) -> None:
+    def broken(stmt: object, db: str | None = None) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(api.engine, "execute", broken)
+    monkeypatch.setattr(api.engine, "run", broken)
     status, body = await sql(api, "SHOW DATABASES")
     assert_error(status, body, 500, INTERNAL_ERROR)
     assert "simulated bug" in body["desc"]
@@ -185,10 +189,10 @@ async def test_a_write_the_disk_refuses_answers_503_and_service_resumes(api: Api
 async def test_storage_failures_that_reach_the_edge_are_clear_answers_without_traceback(
     api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, exc: Exception, status: int, code: int,
 ) -> None:
-    def failing(sql: str, db: str | None = None) -> None:
+    def failing(stmt: object, db: str | None = None) -> None:
         raise exc
 
-    monkeypatch.setattr(api.engine, "execute", failing)
+    monkeypatch.setattr(api.engine, "run", failing)
     status_, body = await sql(api, "SHOW DATABASES")
     assert_error(status_, body, status, code)
     assert str(exc) in body["desc"]

@@ -128,6 +128,7 @@ def clients(bootstrap: str, http: str) -> None:
     admin.delete_consumer_groups(["classic"])["classic"].result(30)
     admin.delete_topics(["native"])["native"].result(30)
     assert sql(http, "SHOW TOPICS")["rows"] == 1
+    assert sql(http, "SELECT COUNT(*) FROM st.meters")["data"] == [[6]]  # prepared here, run in a query worker
 
 
 async def test_handlers_touch_the_engine_only_on_the_storage_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -359,6 +359,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="Kafka listen backlog (default 4096; the kernel caps it at net.core.somaxconn)")
     serve.add_argument("--max-partitions", type=int, metavar="N",
                        help="partitions of all topics and databases together (default 10000)")
+    serve.add_argument("--sql-workers", type=int, metavar="N",
+                       help="worker processes that run SQL SELECTs, off the storage thread (default 2)")
+    serve.add_argument("--sql-timeout-ms", type=int, metavar="MS",
+                       help="a SELECT running longer is stopped with an error (default 0: no limit)")
+    serve.add_argument("--sql-max-bytes", type=int, metavar="N",
+                       help="a SELECT scanning more rows than this (Arrow bytes) is refused (default 1 GiB)")
     for name, default in (
         ("group-initial-rebalance-delay-ms", "2000: TDengine's rebalance tick"),
         ("group-min-session-timeout-ms", "6000"),

@@ -141,6 +141,11 @@ class Config:
     request_read_timeout_ms: int = 30_000  # a Kafka request begun but not received in full by then: close
     listen_backlog: int = 4096  # Kafka's socket.listen.backlog.size; the kernel caps it at net.core.somaxconn
     max_partitions: int = 10_000  # partitions (vnodes) of all databases and topics together
+    # SQL SELECTs (walgate.gateway.query_workers): the worker processes that run them, the longest one may run
+    # (0: no limit), the Arrow bytes of rows one may scan
+    sql_workers: int = 2
+    sql_timeout_ms: int = 0
+    sql_max_bytes: int = 1 << 30
     # the log cleaner of compacted topics (Kafka's names): on/off, and the pause when no partition needs cleaning
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
@@ -225,9 +230,11 @@ class Config:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "log_cleaner_backoff_ms",
-                     "log_cleaner_dedupe_buffer_size"):
+                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.sql_timeout_ms < 0:
+            raise ConfigError(f"sql_timeout_ms must be >= 0 (0: no limit), got {self.sql_timeout_ms}")
         if not 0 <= self.transaction_version <= 2:
             raise ConfigError(f"transaction_version must be 0, 1 or 2, got {self.transaction_version}")
         if queued < self.max_request_bytes:

@@ -13,13 +13,12 @@ Routes:
   ``X-Walgate-Rows`` header.
 - ``POST /csv/v1/write?db=D&table=T`` or ``&stable=ST``: CSV with a header row;
   answers ``{"code": 0, "rows": n}``.
-- ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200
-  when the event loop answers and the storage thread answers a call within
-  ``HEALTH_TIMEOUT`` seconds, else 503 ``{"status": "failing", "failed":
-  ["storage_thread"], ...}``. Damage found in the data dir (``engine.damage()``:
-  file, byte range, reason, action, the copy kept, WAL versions lost) was
-  quarantined and everything intact is served, so it does not fail liveness
-  (a restart would not help); the list tells operators what was lost.
+- ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200 whenever the event loop answers:
+  it means "alive", never "busy" (a long INSERT or DDL on the storage thread must not make an orchestrator
+  restart a healthy node; readiness tells whether the storage thread answers). Damage found in the data dir
+  (``engine.damage()``: file, byte range, reason, action, the copy kept, WAL versions lost) was quarantined and
+  everything intact is served, so it does not fail liveness (a restart would not help); the list tells operators
+  what was lost.
 - ``GET /readyz`` (readiness): 200 ``{"status": "ready", "checks": {...}}`` when
   the storage thread answers within ``HEALTH_TIMEOUT`` seconds, the data dir is
   writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
@@ -52,7 +51,9 @@ failed (not acknowledged; its rows become visible if a later fdatasync succeeds,
 see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" code
 for stored data that fails its checksum, 500 for anything unexpected (logged
 with its traceback). Handlers stay thin: every engine call goes through the
-:class:`StorageThread`.
+:class:`StorageThread`, but for a SELECT's run, in the :class:`QueryWorkers` (prepared on the storage thread), and
+parsing, on a thread of its own. A SELECT stopped because its client went away or it passed ``sql.timeout.ms`` answers 400
+with TDengine's "Query killed" code (0x022D); one scanning more than ``sql.max.bytes`` 400 with its limit.
 
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
 against the Kafka ACLs for the request's principal (``request[PRINCIPAL]``, set by authentication; ``User:ANONYMOUS``
@@ -82,16 +83,27 @@ from walgate.gateway.http_origin import Origin, same_origin_middleware
 from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
+from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
-from walgate.storage.engine import Engine, Result
-from walgate.storage.errors import InvalidValue, RequestTooLarge, SqlSyntaxError, StorageError, StorageUnavailable
+from walgate.storage.damage import DamageLog
+from walgate.storage.engine import Engine, PreparedSelect, Result
+from walgate.storage.errors import (
+    InvalidValue,
+    QueryCancelled,
+    RequestTooLarge,
+    SqlSyntaxError,
+    StorageError,
+    StorageUnavailable,
+)
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 
-__all__ = ["make_app", "result_body", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
+__all__ = ["make_app", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
 
 log = logging.getLogger(__name__)
@@ -99,11 +111,13 @@ log = logging.getLogger(__name__)
 INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
-HEALTH_TIMEOUT = 5.0  # seconds /healthz and /readyz wait for the storage thread
+HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for the storage thread
 PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
 
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
+_QUERIES = web.AppKey("queries", QueryWorkers)
+_DAMAGE = web.AppKey("damage", DamageLog)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
@@ -114,14 +128,16 @@ PRINCIPAL = web.RequestKey("principal", str)
 
 
 def make_app(
-    engine: Engine, storage: StorageThread, *, max_request_bytes: int, groups: GroupService | None = None,
+    engine: Engine, storage: StorageThread, queries: QueryWorkers, damage: DamageLog, *, max_request_bytes: int,
+    groups: GroupService | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
     authorizer: Authorizer | None = None,
     allowed_origins: frozenset[Origin] = frozenset(),
     basic_auth: BasicAuth | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``engine`` through ``storage``; with the node's ``groups``, also the web
-    console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
+    """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
+    engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
+    ``groups``, also the web console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
     ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
     ``basic_auth``, requests need a user's credentials (module docstring)."""
@@ -130,6 +146,8 @@ def make_app(
     app[_BASIC_AUTH] = basic_auth
     app[_ENGINE] = engine
     app[_STORAGE] = storage
+    app[_QUERIES] = queries
+    app[_DAMAGE] = damage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
     if authorizer is not None:
         app[_AUTHORIZER] = authorizer
@@ -148,27 +166,6 @@ def make_app(
     return app
 
 
-def result_body(result: Result) -> dict[str, Any]:
-    """The TDengine-REST JSON body of a successful statement."""
-    if result.affected_rows is not None:
-        body: dict[str, Any] = {
-            "code": 0,
-            "column_meta": [["affected_rows", "INT", 4]],
-            "data": [[result.affected_rows]],
-            "rows": 1,
-        }
-    else:
-        body = {
-            "code": 0,
-            "column_meta": [list(c) for c in result.columns],
-            "data": result.rows,
-            "rows": len(result.rows),
-        }
-    if result.database is not None:
-        body["database"] = result.database
-    return body
-
-
 # ------------------------------------------------------------------ handlers
 
 
@@ -182,18 +179,30 @@ async def _sql(request: web.Request) -> web.Response:
     db = request.match_info.get("db")
     authorizer = app.get(_AUTHORIZER)
     principal = request.get(PRINCIPAL, ANONYMOUS)
+    if authorizer is not None and principal in authorizer.super_users:
+        authorizer = None  # nothing to check
     change = sql_change(sql)  # audited, or None
     try:
-        if authorizer is None or principal in authorizer.super_users:
-            result = await app[_STORAGE].call(app[_ENGINE].execute, sql, db)
-        else:  # the same ACLs as Kafka clients (walgate.security.sql_access); 403 when refused, nothing run
-            host = request.remote or ""
-            try:
-                result = await app[_STORAGE].call(_checked, app[_ENGINE], authorizer, principal, host, sql, db)
-            except NotPermitted as e:
-                if change is not None:
-                    audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
-                return _error(403, e.code, e.message)
+        engine = app[_ENGINE]
+        # parsed once, off the storage thread (the body is within max_request_bytes, the engine's statement limit)
+        stmt = await asyncio.to_thread(parse, sql)
+        host = request.remote or ""
+        if isinstance(stmt, ast.Select):
+            prepared = await app[_STORAGE].call(_prepared, engine, authorizer, principal, host, stmt, db)
+            answer, damaged, error = await app[_QUERIES].run(prepared, lambda: _gone(request))
+            if damaged:
+                await app[_STORAGE].call(engine.recheck, prepared.db, damaged)
+            if error is not None:
+                if isinstance(error, QueryCancelled):
+                    log.info("SELECT from %s stopped: %s", request.remote, error.message)
+                raise error
+            assert answer is not None
+            return web.Response(body=answer, content_type="application/json")
+        result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
+    except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
+        if change is not None:
+            audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
+        return _error(403, e.code, e.message)
     except Exception as exc:
         if change is not None:
             why = exc.message if isinstance(exc, StorageError) else str(exc)
@@ -201,13 +210,29 @@ async def _sql(request: web.Request) -> web.Response:
         raise
     if change is not None:
         audit(principal, request.remote or "", change, sql, "ok")
-    return _json(200, result_body(result))
+    return _json(200, result.rest_body())
 
 
-def _checked(engine: Engine, authorizer: Authorizer, principal: str, host: str, sql: str, db: str | None) -> Result:
-    """``sql`` executed if ``principal`` may run it, listings cut to what it may see (storage thread); NotPermitted
+def _gone(request: web.Request) -> bool:
+    """Whether the client of ``request`` closed its connection."""
+    return request.transport is None or request.transport.is_closing()
+
+
+def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Select,
+              db: str | None) -> PreparedSelect:
+    """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check); NotPermitted
     otherwise."""
-    stmt = engine.parse(sql)  # parsed once: checked, then run
+    if authorizer is not None:
+        check(authorizer, principal, host, stmt, db)
+    return engine.prepare_select(stmt, db)
+
+
+def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
+         db: str | None) -> Result:
+    """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
+    ``authorizer``: no check); NotPermitted otherwise."""
+    if authorizer is None:
+        return engine.run(stmt, db)
     check(authorizer, principal, host, stmt, db)
     return visible(authorizer, principal, host, stmt, engine.run(stmt, db))
 
@@ -252,13 +277,8 @@ def _write_refused(request: web.Request, db: str) -> web.Response | None:
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    app = request.app
-    try:
-        damage = await asyncio.wait_for(app[_STORAGE].call(app[_ENGINE].damage), HEALTH_TIMEOUT)
-    except TimeoutError:
-        return _json(503, {"status": "failing", "failed": ["storage_thread"],
-                           "checks": {"storage_thread": f"no answer within {HEALTH_TIMEOUT:.0f} s"}})
-    return _json(200, {"status": "ok", "quarantined": [asdict(d) for d in damage]})
+    # answered on the event loop alone: a busy storage thread is not a dead process (readiness says whether it answers)
+    return _json(200, {"status": "ok", "quarantined": [asdict(d) for d in list(request.app[_DAMAGE].records)]})
 
 
 async def _readyz(request: web.Request) -> web.Response:

@@ -56,6 +56,7 @@ from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
+from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
@@ -82,6 +83,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self._storage = StorageThread(self.metrics.storage_call)
+        self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes)
         self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
         self._http: web.AppRunner | None = None
@@ -122,8 +124,10 @@ class Gateway:
             await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
+            damage = await self._storage.call(lambda: engine.damage_log)  # /healthz reads it on the loop
             self._http = web.AppRunner(
-                make_app(self._engine, self._storage, max_request_bytes=cfg.max_request_bytes, groups=groups,
+                make_app(self._engine, self._storage, self._queries, damage, max_request_bytes=cfg.max_request_bytes,
+                         groups=groups,
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None),
@@ -302,6 +306,7 @@ class Gateway:
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
+        self._queries.shutdown()
         await self._group_commit.close()
         if self._engine is not None:
             await self._storage.call(self._engine.close)

@@ -1,7 +1,10 @@
 """The storage engine facade: one object per data dir, called from one thread.
 
 Threading: an Engine is synchronous and not thread-safe; the gateway calls it from one dedicated thread (its
-storage thread), and the observers passed to :meth:`Engine.open` are called back on that thread.
+storage thread), and the observers passed to :meth:`Engine.open` are called back on that thread. The one exception
+is a SELECT: :meth:`Engine.prepare_select` (on that thread) returns a query bound to WAL snapshots, which runs on any
+thread or in another process while the engine goes on (:class:`~walgate.storage.select.PreparedSelect`);
+:meth:`Engine.parse` is pure.
 
 The work is done by the parts the engine composes, all sharing one :class:`~walgate.storage.store.Store`:
 :mod:`~walgate.storage.ddl` (databases, tables, ALTER/DROP), :mod:`~walgate.storage.ingest` (INSERT, line
@@ -41,7 +44,7 @@ from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, Co
 from walgate.storage.producers import AbortedTxn, ActiveProducer
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
-from walgate.storage.select import Selects
+from walgate.storage.select import PreparedSelect, Selects
 from walgate.storage.show import Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
@@ -52,7 +55,7 @@ from walgate.storage.topics import Records
 from walgate.storage.users import Users
 from walgate.storage.wal import FileRegion, PendingSync
 
-__all__ = ["ConsumerRow", "Engine", "PartitionStats", "Result"]
+__all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
 _RETENTION_CHECK_S = 5.0
 
@@ -160,6 +163,15 @@ class Engine:
         if handler is None:
             raise Unsupported(f"{type(stmt).__name__} statements are not supported")
         return handler(stmt, db)
+
+    def prepare_select(self, stmt: ast.Select, db: str | None = None) -> PreparedSelect:
+        """A SELECT bound to what its database serves now, to run on another thread or process
+        (:class:`PreparedSelect`)."""
+        return self.selects.prepare(stmt, db)
+
+    def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
+        """Report the damage a :class:`PreparedSelect` run over ``db`` found (``(vnode index, version)``)."""
+        self.selects.recheck(db, damaged)
 
     # ------------------------------------------------------------- writes
 
@@ -329,7 +341,8 @@ class Engine:
                 vnode.close()
 
     def damage(self) -> list[Damage]:
-        """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`)."""
+        """Every damage found in the data dir since it was opened (see :mod:`walgate.storage.damage`); callable from
+        any thread (a copy of a list that is only appended to)."""
         return list(self.damage_log.records)
 
     # ---------------------------------------------- dynamic broker and group configs (storage/resource_configs.py)

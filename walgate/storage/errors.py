@@ -16,6 +16,7 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
     ├── OffsetOutOfRange      an offset outside a partition's log
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
+    ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
     │                         kept; retriable, and service resumes by itself once the disk accepts writes again
     ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``kafka_error`` names
@@ -41,6 +42,7 @@ __all__ = [
     "OffsetOutOfRange",
     "LimitExceeded",
     "StorageUnavailable",
+    "QueryCancelled",
 ]
 
 
@@ -103,3 +105,9 @@ class StorageUnavailable(StorageError):
     coordinator maps a failed offsets append) and HTTP 503; the vnode resumes by itself once writes succeed again."""
 
     code = 0x0021  # "No enough disk space" (TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE message)
+
+
+class QueryCancelled(StorageError):
+    """A running query was stopped: its client went away, or it ran past the statement time limit."""
+
+    code = 0x022D  # TDengine's TSDB_CODE_TSC_QUERY_KILLED ("Query killed")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Any, get_args
 
@@ -53,6 +54,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from walgate.storage.cancel import Cancel
 from walgate.storage.errors import InvalidValue, LimitExceeded, Unsupported
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
@@ -448,11 +450,12 @@ class Query:
                     fold_time(item.expr, now, precision)  # refuses durations before the evaluator sees them
 
     def run(self, columns: Mapping[str, Column], tags: Collection[str], schema: pa.Schema,
-            tables: Iterable[pa.Table]) -> tuple[list[tuple[str, str, int]], pa.Table]:
+            tables: Iterable[pa.Table], cancel: Cancel | None = None) -> tuple[list[tuple[str, str, int]], pa.Table]:
         """Execute the query over the scanned rows (``tables``: ``schema`` plus ``tbname``); (column_meta, rows).
 
         ``columns`` are the source's data columns and tags by name (``tags`` names the tags), ``schema`` their
-        Arrow schema, data columns first (the first is the timestamp)."""
+        Arrow schema, data columns first (the first is the timestamp). ``cancel`` interrupts DuckDB
+        (:class:`~walgate.storage.errors.QueryCancelled`)."""
         full = pa.schema(list(schema) + [pa.field("tbname", pa.string())])
         if reserved := [name for name in full.names if name.startswith(_HIDDEN)]:
             raise InvalidValue(f"column {reserved[0]}: names starting with {_HIDDEN} are reserved in queries")
@@ -466,10 +469,15 @@ class Query:
         types = {name: c.type for name, c in columns.items()} | {"tbname": TBNAME_TYPE}
         con = duckdb.connect(config={"threads": 1})
         try:
-            con.register("src", src)
-            sql, outputs = self._plan(types, schema.names, tags, src, con)
-            result = con.sql(sql).to_arrow_table()
+            with cancel.interrupting(con.interrupt) if cancel is not None else nullcontext():
+                if cancel is not None:
+                    cancel.check()  # an interrupt only stops a statement that is running
+                con.register("src", src)
+                sql, outputs = self._plan(types, schema.names, tags, src, con)
+                result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
+            if cancel is not None:
+                cancel.check()  # an interrupt is not the query's failure
             raise InvalidValue(f"query failed: {str(exc).splitlines()[0]}") from None
         finally:
             con.close()

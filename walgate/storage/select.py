@@ -12,14 +12,16 @@ at LIMIT; anything else (aggregates, windows, grouping, ordering) runs in DuckDB
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage.catalog import DatabaseDef
+from walgate.storage.cancel import Cancel
 from walgate.storage.entry import decode_entry
+from walgate.storage.errors import LimitExceeded
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
@@ -27,10 +29,10 @@ from walgate.storage.sql import ast
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.topics import Records, TopicEvaluator
-from walgate.storage.values import format_timestamp
-from walgate.storage.wal import KIND_DATA
+from walgate.storage.values import TIMESTAMP_RANGE, format_timestamp
+from walgate.storage.wal import KIND_DATA, WalSnapshot
 
-__all__ = ["Selects"]
+__all__ = ["PreparedSelect", "Selects"]
 
 
 class Selects:
@@ -41,31 +43,97 @@ class Selects:
         self.views = views
 
     def select(self, s: ast.Select, session: str | None) -> Result:
-        """The rows of ``s`` (see the module docstring); ``session`` is the current database."""
+        """The rows of ``s`` (see the module docstring), read on this thread; ``session`` is the current database."""
+        prepared = self.prepare(s, session)
+        damaged: list[tuple[int, int]] = []
+        try:
+            return prepared.run(damaged=damaged)
+        finally:
+            self.recheck(prepared.db, damaged)
+
+    def prepare(self, s: ast.Select, session: str | None) -> PreparedSelect:
+        """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
+        (:class:`PreparedSelect`); call on the engine's thread."""
         db = self.store.resolve_db(s.source.db, session)
         q = Query(s, db.precision, time.time_ns())
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
+        sources = []
+        for vnode in self.store.vnodes[db.name]:
+            tags = {ev.source: self.store.tag_tables(vnode)(ev.source)} if ev.stable is not None else {}
+            sources.append((vnode.wal.snapshot(), tags))
+        return PreparedSelect(db.name, s, q, ev, tuple(sources))
+
+    def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
+        """Report the damage a run of a query over ``db`` found: ``(vnode index, version)`` (see
+        :meth:`Wal.recheck <walgate.storage.wal.Wal.recheck>`)."""
+        vnodes = self.store.vnodes.get(db, [])
+        for index, version in damaged:
+            if index < len(vnodes):
+                vnodes[index].wal.recheck([version])
+
+
+@dataclass(frozen=True)
+class PreparedSelect:
+    """A SELECT bound to what its database served when it was prepared: each vnode's WAL snapshot
+    (:class:`~walgate.storage.wal.WalSnapshot`) and the tag table of the supertable it reads, its evaluator and plan.
+    :meth:`run` reads nothing else, so it runs on any thread, or in another process (it pickles; the evaluator is
+    compiled again there), while the engine goes on writing: it answers what was visible when the query started, as
+    TDengine's queries do."""
+
+    db: str
+    select: ast.Select
+    query: Query
+    evaluator: TopicEvaluator
+    sources: tuple[tuple[WalSnapshot, Mapping[str, pa.Table]], ...]  # per vnode: snapshot, tag table by stable
+
+    def run(self, cancel: Cancel | None = None, max_bytes: int | None = None,
+            damaged: list[tuple[int, int]] | None = None) -> Result:
+        """The rows (see the module docstring). ``cancel`` stops the scan between WAL entries and interrupts DuckDB
+        (:class:`QueryCancelled`); more than ``max_bytes`` of scanned rows (Arrow bytes) is refused with
+        :class:`LimitExceeded` before DuckDB runs; ``(vnode index, version)`` of each damaged entry skipped is
+        appended to ``damaged``, for :meth:`Selects.recheck` where the engine lives."""
+        s, ev = self.select, self.evaluator
+        scanned = _Budget(max_bytes)
         schema = ev.output_schema()
-        if not q.plain:
+        found = damaged if damaged is not None else []
+        if not self.query.plain:
             tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
-            scanned = (r.values.append_column("tbname", r.keys) for r in self._scan(db, ev) if r.values is not None)
-            meta, table = q.run(ev.known, tags, schema, scanned)
+            tables = [scanned.take(r.values.append_column("tbname", r.keys))
+                      for r in self._scan(cancel, found) if r.values is not None]
+            meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table))
         rows: list[list[Any]] = []
-        for recs in self._scan(db, ev):
+        for recs in self._scan(cancel, found):
             assert recs.values is not None
-            rows += _json_rows(recs.values)
+            rows += _json_rows(scanned.take(recs.values))
             if s.limit is not None and len(rows) >= s.limit:
                 del rows[s.limit :]
                 break
         return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
 
-    def _scan(self, db: DatabaseDef, ev: TopicEvaluator) -> Iterator[Records]:
-        for vnode in self.store.vnodes[db.name]:
-            tag_tables = self.store.tag_tables(vnode)
-            for entry in vnode.wal.read_from(vnode.wal.first_version):
+    def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[Records]:
+        for index, (snapshot, tags) in enumerate(self.sources):
+            versions: list[int] = []
+            for entry in snapshot.entries(versions):
+                if cancel is not None:
+                    cancel.check()
                 if entry.kind == KIND_DATA:
-                    yield from ev.evaluate(decode_entry(entry), tag_tables)
+                    yield from self.evaluator.evaluate(decode_entry(entry), tags.__getitem__)
+            damaged += [(index, v) for v in versions]
+
+
+class _Budget:
+    """The bytes of scanned rows a query holds, refused past a limit (None: no limit)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit, self.used = limit, 0
+
+    def take(self, table: pa.Table) -> pa.Table:
+        self.used += table.nbytes
+        if self.limit is not None and self.used > self.limit:
+            raise LimitExceeded(f"the query reads more than {self.limit} bytes of rows (the statement memory "
+                                "limit): narrow it with a time range or a tag condition in WHERE")
+        return table
 
 
 def _column_meta(f: pa.Field, known: Column | None) -> tuple[str, str, int]:
@@ -81,13 +149,24 @@ def _json_rows(table: pa.Table) -> list[list[Any]]:
     cols = []
     for col, f in zip(table.columns, table.schema):
         if pa.types.is_timestamp(f.type):
-            ticks = pc.cast(col, pa.int64()).to_pylist()
-            cols.append([None if v is None else format_timestamp(v, f.type.unit) for v in ticks])
+            cols.append(_timestamps(col, f.type.unit))
         elif pa.types.is_float32(f.type):
             cols.append(pc.cast(pc.cast(col, pa.string()), pa.float64()).to_pylist())
         else:
             cols.append(col.to_pylist())
     return [list(r) for r in zip(*cols)] if cols else []
+
+
+def _timestamps(col: pa.ChunkedArray, unit: str) -> list[str | None]:
+    """:func:`format_timestamp` of each value: by Arrow's ``strftime`` (a kernel, which releases the GIL) when all are
+    in years 0001-9999, as everything written by this version is; row by row otherwise."""
+    ticks = pc.cast(col, pa.int64())
+    low, high = TIMESTAMP_RANGE[unit]
+    bounds = pc.min_max(ticks).as_py()
+    if bounds["min"] is None or (low <= bounds["min"] and bounds["max"] <= high):
+        strings: list[str | None] = pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+        return strings
+    return [None if v is None else format_timestamp(v, unit) for v in ticks.to_pylist()]
 
 
 def _type_name(t: pa.DataType) -> str:

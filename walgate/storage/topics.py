@@ -78,6 +78,7 @@ class TopicEvaluator:
         items: tuple[ast.SelectItem, ...] | None = None,
         where: ast.Expr | None = None,
     ) -> None:
+        self._definition = (kind, source, with_meta, precision, stable, columns, items, where)
         self.kind = kind
         self.source = source
         self.with_meta = with_meta
@@ -107,6 +108,10 @@ class TopicEvaluator:
         if kind != "database":
             self._typecheck()
 
+    def __reduce__(self) -> tuple[Callable[..., TopicEvaluator], tuple[Any, ...]]:
+        """Pickled as its definition and compiled again when unpickled (a query run in another process)."""
+        return _evaluator, self._definition
+
     def _typecheck(self) -> None:
         """Evaluate the condition and the select list on no rows: raises every type error (see the docstring)."""
         if self._filter is not None:
@@ -129,7 +134,7 @@ class TopicEvaluator:
         for block in entry.blocks:
             n = block.batch.num_rows
             if self._wants(block):
-                versions = pa.array(range(version, version + n), pa.int64())
+                versions = _consecutive(version, n)
                 rec = self._rows(block, versions, tag_tables)
                 if rec is not None and len(rec):
                     out.append(rec)
@@ -242,3 +247,19 @@ def expr_name(expr: ast.Expr) -> str:
     if isinstance(expr, ast.Cast):
         return f"cast({expr_name(expr.expr)} as {expr.type.name.lower()})"
     return type(expr).__name__.lower()
+
+
+_ONE = pa.scalar(1, pa.int64())
+
+
+def _consecutive(first: int, n: int) -> pa.Array:
+    """int64 ``first, first + 1, ..., first + n - 1``, made by a kernel (a Python ``range`` held the GIL ten times
+    longer: a query's scan shares it with the storage thread)."""
+    return pc.cumulative_sum(pa.repeat(_ONE, n), start=first - 1)
+
+
+def _evaluator(kind: str, source: str, with_meta: bool, precision: str, stable: StableDef | None,
+               columns: tuple[Column, ...] | None, items: tuple[ast.SelectItem, ...] | None,
+               where: ast.Expr | None) -> TopicEvaluator:
+    return TopicEvaluator(kind, source, with_meta=with_meta, precision=precision, stable=stable, columns=columns,
+                          items=items, where=where)

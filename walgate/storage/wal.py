@@ -107,11 +107,13 @@ periodic sync opens the segment on its worker thread for its fdatasync only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -153,6 +155,8 @@ __all__ = [
     "Wal",
     "WalEntry",
     "WalOptions",
+    "SegmentView",
+    "WalSnapshot",
 ]
 
 log = logging.getLogger("walgate.wal")
@@ -288,6 +292,76 @@ class _Merge:
     log: Path
     end: int
     stale: list[Path] = field(default_factory=list)
+
+
+class _Bad(Exception):
+    """An entry failed a check (the message says which); the caller reports it."""
+
+
+def _header_at(seg: Segment | SegmentView, i: int, file: OpenFile, head: int = 0) -> tuple[int, Header, bytes]:
+    """Entry ``i``'s position and checked header, and up to ``head`` bytes after it (the same ``pread``)."""
+    pos = seg.positions[i]
+    header = os.pread(file.fd, HEADER_SIZE + head, pos)
+    decoded = decode_header(header) if len(header) >= HEADER_SIZE else None
+    if decoded is None:
+        raise _Bad("header checksum mismatch")
+    if decoded[4] != seg.versions[i]:
+        raise _Bad(f"entry has version {decoded[4]} where the index says {seg.versions[i]}")
+    return pos, decoded, header[HEADER_SIZE:]
+
+
+def _entry_at(seg: Segment | SegmentView, i: int, file: OpenFile) -> WalEntry:
+    """Entry ``i`` of ``seg``, its header and body checked against their CRCs."""
+    # two reads instead of slicing one: slicing would copy the (often megabyte) body a second time
+    pos, (body_len, body_crc, kind, _, version, count, max_ts), _ = _header_at(seg, i, file)
+    body = os.pread(file.fd, body_len, pos + HEADER_SIZE)
+    if len(body) != body_len or crc32c.crc32c(body) != body_crc:
+        raise _Bad("body checksum mismatch")
+    return WalEntry(version, count, kind, max_ts, body)
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    """A copy of the index of a segment's first entries: what a :class:`WalSnapshot` reads."""
+
+    path: Path
+    first: int
+    versions: array[int]
+    positions: array[int]
+
+
+@dataclass(frozen=True)
+class WalSnapshot:
+    """The entries a WAL served when :meth:`Wal.snapshot` took this, readable on any thread or in another process
+    (it pickles) while the WAL goes on appending.
+
+    It holds a copy of each segment's index up to the entries that were visible, and reads their bytes from the
+    segment files, checking each entry against its CRCs: appends only add bytes after them, and an undo or a failed
+    write cuts back only what was appended after the snapshot (a write is undone in the call that made it). A
+    segment whose file was deleted since (retention, DROP DATABASE) is skipped: its entries left with it. Entries
+    found damaged are skipped and listed for :meth:`Wal.recheck`, which reports them where the WAL lives (a report
+    writes the quarantine): damage is never silent. Not for a compacted topic's WAL, whose cleaner rewrites sealed
+    segments under their names."""
+
+    segments: tuple[SegmentView, ...]
+    reported: frozenset[tuple[int, int]]  # (segment, position) of damage already reported: skipped
+
+    def entries(self, damaged: list[int]) -> Iterator[WalEntry]:
+        """Every intact entry, oldest first; the first version of each damaged one is appended to ``damaged``."""
+        for seg in self.segments:
+            try:
+                file = FILES.get(seg.path)
+            except FileNotFoundError:
+                continue
+            for i, position in enumerate(seg.positions):
+                if (seg.first, position) in self.reported:
+                    continue
+                try:
+                    entry = _entry_at(seg, i, file)
+                except _Bad:
+                    damaged.append(seg.versions[i])
+                    continue
+                yield entry
 
 
 class Wal:
@@ -680,6 +754,24 @@ class Wal:
             raise self._lost(seg, version)
         return entry
 
+    def snapshot(self) -> WalSnapshot:
+        """The entries visible now (:attr:`visible_version`), to be read on any thread (:class:`WalSnapshot`)."""
+        end = self.visible_version
+        views = []
+        for seg in self.segments:
+            if seg.first >= end:
+                break
+            n = bisect_left(seg.versions, end)
+            views.append(SegmentView(seg.path, seg.first, seg.versions[:n], seg.positions[:n]))
+        return WalSnapshot(tuple(views), frozenset(self._reported))
+
+    def recheck(self, versions: Iterable[int]) -> None:
+        """Read again the entries holding ``versions`` (a :class:`WalSnapshot` found them damaged), so that what is
+        damaged is reported and quarantined as any read here reports it."""
+        for version in versions:
+            with contextlib.suppress(CorruptEntry):
+                self.read(version)
+
     def region(self, version: int, kind: int, head: int = 0) -> FileRegion | None:
         """The body of the entry containing ``version`` as a region of its segment, if the entry is of ``kind``.
 
@@ -726,26 +818,22 @@ class Wal:
         self, seg: Segment, i: int, file: OpenFile, head: int = 0
     ) -> tuple[int, Header, bytes]:
         """Entry ``i``'s position and checked header, and up to ``head`` bytes after it (the same ``pread``)."""
-        pos = seg.positions[i]
-        header = os.pread(file.fd, HEADER_SIZE + head, pos)
-        decoded = decode_header(header) if len(header) >= HEADER_SIZE else None
-        if decoded is None:
-            raise self._corrupt(seg, i, "header checksum mismatch")
-        if decoded[4] != seg.versions[i]:
-            raise self._corrupt(seg, i, f"entry has version {decoded[4]} where the index says {seg.versions[i]}")
-        return pos, decoded, header[HEADER_SIZE:]
+        try:
+            return _header_at(seg, i, file, head)
+        except _Bad as bad:
+            raise self._corrupt(seg, i, str(bad)) from None
 
     def _read_at(self, seg: Segment, i: int, file: OpenFile) -> WalEntry:
-        # two reads instead of slicing one: slicing would copy the (often megabyte) body a second time
-        pos, (body_len, body_crc, kind, _, version, count, max_ts), _ = self._header_at(seg, i, file)
+        pos = seg.positions[i]
         if (seg.first, pos) in self._reported:
             raise CorruptEntry(f"{seg.path}: the entry at byte {pos} is damaged (reported when found)")
-        body = os.pread(file.fd, body_len, pos + HEADER_SIZE)
-        if len(body) != body_len or crc32c.crc32c(body) != body_crc:
-            raise self._corrupt(seg, i, "body checksum mismatch")
+        try:
+            entry = _entry_at(seg, i, file)
+        except _Bad as bad:
+            raise self._corrupt(seg, i, str(bad)) from None
         if seg.checked is not None:
             seg.checked[i >> 3] |= 1 << (i & 7)
-        return WalEntry(version, count, kind, max_ts, body)
+        return entry
 
     def _corrupt(self, seg: Segment, i: int, reason: str) -> CorruptEntry:
         """Report (once) the damaged entry ``i`` of ``seg`` found while reading; the error to raise."""

@@ -1,0 +1,151 @@
+"""SQL SELECTs run in query workers (walgate.gateway.query_workers), so a query delays no other lane (issue 23).
+
+Deterministic, not timed: the query worker is stopped (SIGSTOP) while a SELECT is in it, which is what a query
+that runs for ever looks like from the node. Meanwhile real clients get every other answer: confluent-kafka produces
+(acks=1) and consumes, an INSERT is acknowledged, ``/healthz`` and ``/readyz`` say ok. Once the worker goes on, the
+SELECT answers what was visible when it started (without the INSERT made meanwhile). A query past
+``sql.timeout.ms``, or whose client went away, is stopped with TDengine's "Query killed" code; a worker killed under a
+query answers that query with the same code, and the next query is served by a new worker.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway.gateway_helpers import gateway_thread, sql
+from walgate.gateway.server import Gateway
+from walgate.storage.errors import QueryCancelled
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+COUNT = "SELECT COUNT(*) FROM q.m"
+
+
+def post(gateway: Gateway, path: str, body: bytes = b"") -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of a request to the HTTP API, error statuses included."""
+    host, port = gateway.http_address
+    request = urllib.request.Request(f"http://{host}:{port}{path}", data=body if body else None)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def prepare(gateway: Gateway) -> None:
+    sql(gateway, "CREATE DATABASE q VGROUPS 2")
+    sql(gateway, "CREATE STABLE q.m (ts TIMESTAMP, v DOUBLE) TAGS (t INT)")
+    for i in range(10):
+        sql(gateway, f"INSERT INTO q.d{i} USING q.m TAGS ({i}) VALUES (now, {i})")
+    assert sql(gateway, COUNT)["data"] == [[10]]  # starts the worker
+
+
+@contextlib.contextmanager
+def stopped_workers(gateway: Gateway) -> Iterator[list[int]]:
+    """The query workers stopped (SIGSTOP) inside the block; always continued after it."""
+    pids = gateway._queries.pids
+    assert pids, "no query worker is running"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_a_stopped_query_delays_no_kafka_client_and_no_other_statement(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        prepare(gateway)
+        bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("k", 1)])["k"].result(30)
+        with stopped_workers(gateway):
+            query = pool.submit(post, gateway, "/rest/sql", COUNT.encode())
+            time.sleep(0.5)  # the SELECT is prepared and sits in the stopped worker
+            assert not query.done()
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+            for i in range(20):
+                producer.produce("k", str(i).encode(), partition=0)
+            assert producer.flush(30) == 0
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+            consumer.assign([TopicPartition("k", 0, 0)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(values) < 20 and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and m.error() is None:
+                    values.append(m.value())
+            consumer.close()
+            assert values == [str(i).encode() for i in range(20)]
+            assert sql(gateway, "INSERT INTO q.d0 VALUES (now + 1s, 99)")["data"] == [[1]]
+            assert post(gateway, "/healthz")[0] == 200
+            assert post(gateway, "/readyz")[0] == 200
+            assert not query.done()
+        status, body = query.result(60)
+        assert (status, body["data"]) == (200, [[10]])  # what was visible when it started
+        assert sql(gateway, COUNT)["data"] == [[11]]
+
+
+def test_a_query_past_sql_timeout_ms_is_killed(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1, sql_timeout_ms=1) as gateway:
+        sql(gateway, "CREATE DATABASE q VGROUPS 2")
+        lines = "\n".join(f"m,t=d{i % 100} v={i}.5 {1_700_000_000_000 + i}" for i in range(100_000))
+        assert post(gateway, "/influxdb/v1/write?db=q&precision=ms", lines.encode())[0] == 204
+        # 100,000 rows in 100 windows take tens of milliseconds to scan and aggregate anywhere: far past 1 ms
+        status, body = post(gateway, "/rest/sql", b"SELECT _wstart, AVG(v) FROM q.m INTERVAL(1s)")
+        assert status == 400 and body["code"] == QueryCancelled.code == 0x022D
+        assert "sql.timeout.ms (1 ms)" in body["desc"]
+
+
+def test_a_query_whose_client_went_away_is_killed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "walgate.gateway.http_api")
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway:
+        prepare(gateway)
+        host, port = gateway.http_address
+        with stopped_workers(gateway):
+            with socket.create_connection((host, port), timeout=10) as s:
+                s.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(COUNT), COUNT.encode()))
+                time.sleep(0.5)
+            time.sleep(1.0)  # the node sees the connection closed while the query waits
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any("client went away" in r.getMessage() for r in caplog.records):
+            time.sleep(0.1)
+        assert any("SELECT from 127.0.0.1 stopped: query cancelled: the client went away" in r.getMessage()
+                   for r in caplog.records)
+        assert sql(gateway, COUNT)["data"] == [[10]]
+
+
+def test_a_query_worker_killed_under_a_query_fails_that_query_only(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        prepare(gateway)
+        with stopped_workers(gateway) as pids:
+            query = pool.submit(post, gateway, "/rest/sql", COUNT.encode())
+            time.sleep(0.5)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        status, body = query.result(60)
+        assert status == 400 and body["code"] == QueryCancelled.code
+        assert "worker process stopped" in body["desc"]
+        assert sql(gateway, COUNT)["data"] == [[10]]  # a new worker
+        assert gateway._queries.pids and set(gateway._queries.pids).isdisjoint(pids)
