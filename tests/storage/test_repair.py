@@ -288,3 +288,15 @@ def test_each_file_operation_of_a_repair_failing_leaves_the_old_or_the_repaired_
         assert (root / "catalog.log").read_bytes() in (before, repaired), (op, k)
         repair.repair(root)
         assert state(root) == original, (op, k)
+
+
+def test_a_tdengine_topic_lost_beyond_repair_is_created_again_with_the_same_offsets(template, tmp_path: Path):
+    src, original = template
+    root = copy(src, tmp_path / "data")
+    wipe(root, kinds(root)["create_topic"])  # t_db AS DATABASE d: its definition was only in the catalog
+    state(root)
+    assert [f.state for f in repair.repair(root) if f.source.startswith("quarantine/")] == ["lost"]
+    e = Engine.open(root)
+    e.execute("CREATE TOPIC t_db AS DATABASE d")
+    e.close()
+    assert state(root)[2] == original[2]

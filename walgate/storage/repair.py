@@ -21,8 +21,8 @@ directory unnamed, kept and not served. Two sources bring them back:
    the given name: a wrong name is refused, as a different name would misplace the tables of a database of more
    than one vgroup). What only the catalog held is not in the files: WAL options other than VGROUPS and
    PRECISION (defaults), a Kafka-native topic's configs (defaults: set them again), supertable schemas and
-   TDengine topic definitions (re-created with the same SQL: a topic's committed offsets are kept by its name, and
-   its offsets are the same as before, since a new topic indexes its database's whole WAL).
+   TDengine topic definitions (re-created with the same SQL: its offsets are the same as before, since a new
+   topic indexes its database's whole WAL).
 
 It runs on a stopped server, holding the data dir's lock (:func:`walgate.storage.datadir.lock`), the simplest safe
 choice: nothing else appends to ``catalog.log`` or serves half a repair, and the next start replays the repaired
