@@ -6,6 +6,8 @@
 - ``walgate ingest`` — post a line-protocol or CSV file to a running node.
 - ``walgate demo``   — the one-command quick start: a throw-away node, the classic
   ``power.meters`` data set, two topics, a look at the catalog.
+- ``walgate repair`` — on a stopped server's data dir (refused while a server holds it): bring back what a damaged
+  ``catalog.log`` took out of service (``walgate.storage.repair``).
 - ``walgate topic|group|consume|produce`` — admin commands over the Kafka protocol (``walgate.admin``).
 
 Exit codes: 0 success, 1 the server refused a request or could not be reached,
@@ -297,6 +299,43 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_repair(args: argparse.Namespace) -> int:
+    """Offline, under the data dir's lock (see walgate/storage/repair.py for why not online)."""
+    from walgate.storage import datadir, repair
+
+    root: Path = args.data_dir
+    if not (root / datadir.CATALOG).exists():
+        return _fail(f"{root} is not a walgate data dir (no {datadir.CATALOG})", 2)
+    if (args.only is None) != (args.name is None):
+        return _fail("--only and --as go together: --only db/<id> --as NAME", 2)
+    try:
+        fd = datadir.lock(root)
+    except StorageError as e:
+        return _fail(str(e))
+    try:
+        found = repair.repair(root, only=args.only, name=args.name, precision=args.precision, dry_run=args.list)
+    except StorageError as e:
+        return _fail(str(e))
+    finally:
+        os.close(fd)
+    if args.json:
+        for f in found:
+            sys.stdout.buffer.write(orjson.dumps(f) + b"\n")
+        sys.stdout.flush()
+        return 0
+    table = Table("SOURCE", "WHAT", "STATE", "DETAIL", box=None)
+    for f in found:
+        table.add_row(escape(f.source), escape(f.what), f.state, escape(f.detail))
+    console = _console()
+    console.print(table if found else "nothing to repair")
+    restored = sum(f.state == "restore" for f in found)
+    if args.list:
+        console.print(f"{restored} to restore; nothing written (--list)")
+    elif restored:
+        console.print(f"{restored} restored: catalog.log rewritten; start the server")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     setup_logging("WARNING")
     import uvloop
@@ -424,6 +463,17 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--user", "-u", help="walgate user for HTTP Basic auth (as walgate sql --user)")
     ingest.add_argument("file", help="input file, or - for stdin")
     ingest.set_defaults(run=_cmd_ingest)
+
+    repair = commands.add_parser("repair", help="bring back what a damaged catalog took out of service (server "
+                                 "stopped; docs/data-dir.md)")
+    repair.add_argument("--data-dir", type=Path, metavar="DIR", required=True)
+    repair.add_argument("--list", action="store_true", help="show what would be done, write nothing")
+    repair.add_argument("--only", metavar="db/ID", help="attach this unnamed database directory (with --as)")
+    repair.add_argument("--as", dest="name", metavar="NAME", help="its name: a database's, or a Kafka-native topic's")
+    repair.add_argument("--precision", choices=("ms", "us", "ns"), help="an attached database's precision when its "
+                        "data does not show it (default ms)")
+    repair.add_argument("--json", action="store_true", help="one JSON object per finding")
+    repair.set_defaults(run=_cmd_repair)
 
     demo = commands.add_parser("demo", help="one-command quick start: meters data streaming into a node, Ctrl-C stops")
     demo.add_argument("--data-dir", type=Path, metavar="DIR", help="keep the data here (default: a temporary directory, removed)")

@@ -62,6 +62,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
+from walgate.storage import datadir
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP
@@ -86,6 +87,7 @@ class Gateway:
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes)
         self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
+        self._lock: int | None = None  # the data dir lock's descriptor (datadir.lock) while started
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
@@ -110,6 +112,7 @@ class Gateway:
         tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
         try:
+            self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 listener=wakeups, consumers=members, group_commit=True,
@@ -312,6 +315,9 @@ class Gateway:
             await self._storage.call(self._engine.close)
             self._engine = None
         self._storage.shutdown()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the data dir's lock
+            self._lock = None
 
     async def __aenter__(self) -> Gateway:
         await self.start()

@@ -64,7 +64,7 @@ from walgate.storage.schema import Column, ColumnType
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
-__all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "column_to_json",
+__all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "REPAIR_HINT", "column_to_json",
            "column_from_json"]
 
 log = logging.getLogger("walgate.catalog")
@@ -90,6 +90,8 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "WAL_SEGMENT_SIZE": (0, 2**20),
 }
 _TOPIC_KINDS = ("database", "stable", "select")
+REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
+"""Named by every report of a skipped catalog record or an unnamed database directory (walgate.storage.repair)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,8 @@ class Catalog:
         return cat
 
     def _report(self, start: int, end: int, reason: str, data: bytes, action: str = "skipped") -> None:
+        if action == "skipped":
+            reason += f"; {REPAIR_HINT}"
         if self.damage is None:
             log.warning("%s bytes [%d, %d): %s; %s", self.path, start, end, reason, action)
         else:

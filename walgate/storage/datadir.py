@@ -3,6 +3,7 @@
 Layout of format 2 (the current one; ``docs/data-dir.md`` has the full description)::
 
     walgate.json                    {"format": 2}: one checksummed line, replaced atomically
+    walgate.lock                    locked (POSIX record lock, :func:`lock`) by the server and ``walgate repair``
     catalog.log                     the catalog (catalog.py): checksummed JSON lines
     producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
     groups.log                      consumer-group metadata (group_metadata.py): checksummed JSON lines, created by
@@ -48,6 +49,7 @@ a verified newer format is refused.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from collections.abc import Callable
@@ -64,8 +66,8 @@ from walgate.storage.names import is_db_id, is_topic_id, new_db_id
 from walgate.storage.producers import ProducerIds
 from walgate.storage.vnode import CHECKPOINT, COMMITS
 
-__all__ = ["FORMAT", "UnsupportedFormat", "prepare", "db_dir", "topic_file", "unnamed_db_dirs", "CATALOG",
-           "PRODUCER_IDS", "GROUP_METADATA"]
+__all__ = ["FORMAT", "UnsupportedFormat", "DataDirLocked", "prepare", "lock", "db_dir", "topic_file",
+           "unnamed_db_dirs", "CATALOG", "PRODUCER_IDS", "GROUP_METADATA", "LOCK_FILE"]
 
 log = logging.getLogger("walgate.datadir")
 
@@ -74,12 +76,33 @@ VERSION_FILE: Final = "walgate.json"
 CATALOG: Final = "catalog.log"
 PRODUCER_IDS: Final = "producer_ids.log"
 GROUP_METADATA: Final = "groups.log"
+LOCK_FILE: Final = "walgate.lock"
 _OLD_CATALOG: Final = "catalog.jsonl"
 _OLD_PRODUCER_IDS: Final = "producer_ids.json"
 
 
 class UnsupportedFormat(StorageError):
     """The data dir was written by a newer walgate (or says a format this release does not know)."""
+
+
+class DataDirLocked(StorageError):
+    """Another process (a running server, a repair) holds the data dir's lock."""
+
+
+def lock(root: Path) -> int:
+    """Take the data dir's lock (``walgate.lock``, an exclusive POSIX record lock, created if missing) and return
+    its file descriptor: the lock lasts until the descriptor is closed or the process ends (a kill -9 included).
+    :class:`DataDirLocked` when another process holds it. The lock is per process, as POSIX record locks are: a
+    process that opens the same data dir twice (tests) is not refused."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise DataDirLocked(f"The data dir {root} is in use by another process (a running walgate server?): "
+                            f"stop it first ({exc.strerror or exc})") from None
+    return fd
 
 
 def db_dir(root: Path, db_id: str) -> Path:

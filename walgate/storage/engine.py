@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from walgate.storage import resource_configs
-from walgate.storage.catalog import MAX_PARTITIONS, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
@@ -141,7 +141,7 @@ class Engine:
                     engine.views.open_topic(topic)
             except StorageError as exc:  # e.g. its source's catalog record was lost: serve everything else
                 store.damage_log.report(store.catalog.path, 0, 0, f"topic {topic.name} cannot be opened: "
-                                        f"{exc.message}", "not served")
+                                        f"{exc.message}; {REPAIR_HINT}", "not served")
                 engine.views.forget(topic.name)
         store.producer_ids.at_least(1 + max((p.max_producer_id() for p in store.producers.values()), default=-1))
         return engine

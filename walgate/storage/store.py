@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from walgate.storage import datadir
-from walgate.storage.catalog import MAX_PARTITIONS, Catalog, DatabaseDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
@@ -76,7 +76,7 @@ class Store:
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
             self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
                                    "lost, or a crash came between creating the directory and recording it); the "
-                                   "directory is kept", "not served")
+                                   f"directory is kept; {REPAIR_HINT}", "not served")
         self.vnodes: dict[str, list[Vnode]] = {}
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
