@@ -1,12 +1,18 @@
-"""Does a long SQL query stall Kafka clients? Produce round trips with and without queries running (issue 23).
+"""Does one client's heavy work stall the others? Produce round trips while something heavy runs (issue 23).
 
-A TDengine user's query (``SELECT _wstart, AVG(v), MAX(w) FROM big.m INTERVAL(10a)`` over a 2-vgroup database of
-``rows`` rows written by line protocol) runs back to back over HTTP in two client threads while a probe process
-produces one record at a time (acks=1, each acknowledged before the next, confluent-kafka) to a Kafka-native topic
-and times each round trip, and reads ``/healthz``. The same probe runs first with no query: the rows are the
-probe's p50/p99 in both windows, their ratio (issue 23's target: p99 with queries within 2x of p99 without), the
-queries' duration, and the slowest ``/healthz`` answer. The probe runs in a process of its own so that it measures
-the broker, not this process's GIL.
+A probe process produces one record at a time (acks=1, each acknowledged before the next, confluent-kafka) to a
+Kafka-native topic, timing each round trip, and reads ``/healthz`` every 200 ms; it runs in a process of its own so
+that it measures the broker, not this process's GIL. It runs once on a quiet node, then while each disturbance runs
+back to back:
+
+* a TDengine user's query, ``SELECT _wstart, AVG(v), MAX(w) FROM big.m INTERVAL(10a)`` over a 2-vgroup database of
+  ``rows`` rows written by line protocol, in two clients;
+* CreateTopics requests of thousands of topics;
+* SQL INSERTs of megabytes;
+* line-protocol bodies each creating tens of thousands of subtables (TDengine's one table per device).
+
+The rows are the probe's p50 / p99, p99 over the quiet p99 (issue 23's target: within 2x) and the slowest
+``/healthz`` answer (it means "alive": it must answer at once).
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import multiprocessing
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.latency import quantile
 from bench.produce import create
@@ -87,44 +95,96 @@ def _probe_window(server: Walgate, seconds: float) -> tuple[list[float], float]:
     return trips, health
 
 
+def _queries(server: Walgate, stop: threading.Event) -> None:
+    """Two clients running the INTERVAL query back to back."""
+    def query() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=600)
+        while not stop.is_set():
+            server.post("/rest/sql", QUERY, conn)
+
+    clients = [threading.Thread(target=query) for _ in range(2)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join()
+
+
+def _create_topics(count: int) -> Callable[[Walgate, threading.Event], None]:
+    """CreateTopics requests of ``count`` new topics each (confluent-kafka's admin: one request per call)."""
+    def disturb(server: Walgate, stop: threading.Event) -> None:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        round_ = 0
+        while not stop.is_set():
+            names = [f"t{round_}-{i}" for i in range(count)]
+            for future in admin.create_topics([NewTopic(n, 1) for n in names], request_timeout=300).values():
+                future.result(600)
+            round_ += 1
+    return disturb
+
+
+def _insert(size: int) -> Callable[[Walgate, threading.Event], None]:
+    """SQL INSERTs of about ``size`` bytes each, one after the other."""
+    row = "({}, 1.5, 7)"
+    def disturb(server: Walgate, stop: threading.Event) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=600)
+        k = 0
+        while not stop.is_set():
+            values, n = [], 0
+            while n < size:
+                values.append(row.format(1_600_000_000_000 + k))
+                n += len(values[-1]) + 1
+                k += 1
+            server.post("/rest/sql", ("INSERT INTO big.ins USING big.m TAGS ('ins') VALUES " + " ".join(values)).encode(),
+                        conn)
+    return disturb
+
+
+def _subtables(count: int) -> Callable[[Walgate, threading.Event], None]:
+    """Line-protocol bodies of ``count`` lines, each line a new subtable."""
+    def disturb(server: Walgate, stop: threading.Event) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=600)
+        round_ = 0
+        while not stop.is_set():
+            body = "\n".join(f"dev,id=r{round_}x{i} v={i}i 1700000000000" for i in range(count)).encode()
+            server.post("/influxdb/v1/write?db=big&precision=ms", body, conn)
+            round_ += 1
+    return disturb
+
+
 def run(*, quick: bool, repeat: int) -> list[Row]:
     rows_total = 400_000 if quick else 2_400_000
     seconds = 6.0 if quick else 20.0
-    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, walgate(Path(tmp)) as server:
+    disturbances: dict[str, Callable[[Walgate, threading.Event], None]] = {
+        f"two INTERVAL queries over {rows_total // 1000}k rows": _queries,
+        f"CreateTopics of {1000 if quick else 5000} topics": _create_topics(1000 if quick else 5000),
+        f"{4 if quick else 16} MiB SQL INSERTs": _insert((4 if quick else 16) << 20),
+        f"line protocol creating {20 if quick else 100}k subtables a body": _subtables(20_000 if quick else 100_000),
+    }
+    out: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, \
+            walgate(Path(tmp), "--max-partitions", "1000000", "--max-request-bytes", str(64 << 20)) as server:
         server.post("/rest/sql", b"CREATE DATABASE big VGROUPS 2 PRECISION 'ms'")
         for start in range(0, rows_total, BATCH):
             server.post("/influxdb/v1/write?db=big&precision=ms", _lines(BATCH, start))
         create(server.bootstrap, "stall")
         quiet, quiet_health = _probe_window(server, seconds)
-        durations: list[float] = []
-        stop = threading.Event()
-
-        def query() -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=600)
-            while not stop.is_set():
-                t = time.perf_counter()
-                server.post("/rest/sql", QUERY, conn)
-                durations.append(time.perf_counter() - t)
-
-        clients = [threading.Thread(target=query) for _ in range(2)]
-        for c in clients:
-            c.start()
-        try:
-            busy, busy_health = _probe_window(server, seconds)
-        finally:
-            stop.set()
-            for c in clients:
-                c.join()
-    label = f"produce acks=1 round trip, {rows_total // 1000}k-row INTERVAL query x2"
-    ratio = quantile(busy, 0.99) / quantile(quiet, 0.99)
-    return [
-        Row(f"{label}: without queries p50 (n={len(quiet)})", quantile(quiet, 0.5) * 1000, "ms"),
-        Row(f"{label}: without queries p99", quantile(quiet, 0.99) * 1000, "ms"),
-        Row(f"{label}: with queries p50 (n={len(busy)})", quantile(busy, 0.5) * 1000, "ms"),
-        Row(f"{label}: with queries p99", quantile(busy, 0.99) * 1000, "ms"),
-        Row(f"{label}: p99 with / without", ratio, "x", target=Target(2.0, at_most=True)),
-        Row(f"{label}: query duration (median of {len(durations)})",
-            sorted(durations)[len(durations) // 2] if durations else float("nan"), "s"),
-        Row(f"{label}: slowest /healthz without queries", quiet_health * 1000, "ms"),
-        Row(f"{label}: slowest /healthz with queries", busy_health * 1000, "ms"),
-    ]
+        out += [Row(f"produce acks=1 round trip, quiet: p50 (n={len(quiet)})", quantile(quiet, 0.5) * 1000, "ms"),
+                Row("produce acks=1 round trip, quiet: p99", quantile(quiet, 0.99) * 1000, "ms"),
+                Row("slowest /healthz, quiet", quiet_health * 1000, "ms")]
+        for label, disturb in disturbances.items():
+            stop = threading.Event()
+            worker = threading.Thread(target=disturb, args=(server, stop))
+            worker.start()
+            try:
+                busy, busy_health = _probe_window(server, seconds)
+            finally:
+                stop.set()
+                worker.join()
+            out += [
+                Row(f"produce acks=1 round trip, {label}: p50 (n={len(busy)})", quantile(busy, 0.5) * 1000, "ms"),
+                Row(f"produce acks=1 round trip, {label}: p99", quantile(busy, 0.99) * 1000, "ms"),
+                Row(f"produce acks=1 round trip, {label}: p99 / quiet p99", quantile(busy, 0.99) / quantile(quiet, 0.99),
+                    "x", target=Target(2.0, at_most=True)),
+                Row(f"slowest /healthz, {label}", busy_health * 1000, "ms"),
+            ]
+    return out
