@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import compat_data as data
 import pytest
-from compat_brokers import xfail_on_tansu
+from compat_brokers import STABLE, expected, xfail_on_tansu
 from compat_data import check_exactly, records
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -56,17 +56,48 @@ def test_spark_source_reads_whole_range(power, java, show, clients):
 def test_spark_source_starting_by_timestamp(power, java, show, clients, request):
     xfail_on_tansu(request, "ListOffsets by timestamp answers offset 0")
     run = java("SparkSource.java", "--bootstrap", power.bootstrap, "--topic", "topic_meters",
-               "--starting", f"timestamp:{SEEK_TS}", clients=clients, check=False)
+               "--starting", f"timestamp:{SEEK_TS}", "--starting-timestamp-strategy", "latest", clients=clients,
+               check=False)
     show(run)
     assert run.returncode == 0 and not run.events("error"), run.describe()
     want_all = power.expected["topic_meters"]
     earlier = data.by_partition(r for r in want_all if r.timestamp < SEEK_TS)
     want_starts = {p: len(earlier.get(p, [])) for p in range(data.VGROUPS)}
     latest = {p: o["latest"] for p, o in offsets(run).items()}
-    # forTimestamp: the first offset whose timestamp >= T, or -1 when there is none.
+    # forTimestamp: the first offset whose timestamp >= T, or -1 when there is none (then latest: the strategy).
     got_starts = {p: o["timestamp_offset"] for p, o in offsets(run).items()}
     assert got_starts == {p: (s if s < latest[p] else -1) for p, s in want_starts.items()}, run.describe()
     check_exactly(records(run.json_lines()), [r for r in want_all if r.timestamp >= SEEK_TS], first_offsets=want_starts)
+
+
+@pytest.mark.parametrize("strategy", ["error", "latest"])
+def test_spark_source_starting_by_timestamp_with_empty_vgroups(walgate, java, show, strategy):
+    """pipeline/meters.py --starting-timestamp on a topic with empty vgroups: the driver's ListOffsets by timestamp
+    answers -1 for each; Spark's default startingOffsetsByTimestampStrategy (error) fails naming the first, latest
+    starts them at their end (0) and reads the other vgroup from the timestamp on."""
+    db, topic = "power_ts", "spark_ts"
+    full = data.vnode_of(db, "d1001", data.VGROUPS)  # the rows of d1001 and the tables of its vnode only
+    rows = [r for r in data.meter_rows() if data.vnode_of(db, r.table, data.VGROUPS) == full]
+    if topic not in walgate.topics:
+        walgate.load_meters(db, {topic: STABLE}, rows)
+    want = [r for r in expected(STABLE, rows, db, data.VGROUPS) if r.timestamp >= SEEK_TS]
+    assert want and len(want) < len(rows)
+    empty = sorted(set(range(data.VGROUPS)) - {full})
+    run = java("SparkSource.java", "--bootstrap", walgate.bootstrap, "--topic", topic,
+               "--starting", f"timestamp:{SEEK_TS}", "--starting-timestamp-strategy", strategy, check=False)
+    show(run)
+    if strategy == "error":
+        (error,) = run.events("error")
+        assert run.returncode == 1 and error["kind"] == "no_offset_matched", run.describe()
+        assert error["message"] == f"No offset matched from request of topic-partition {topic}-{empty[0]} and timestamp " \
+                                   f"{SEEK_TS}.", run.describe()
+        assert not run.events("record"), run.describe()
+        return
+    assert run.returncode == 0 and not run.events("error"), run.describe()
+    start = len(rows) - len(want)  # one partition holds every row, in time order
+    assert {p: (o["earliest"], o["latest"], o["timestamp_offset"]) for p, o in offsets(run).items()} == {
+        full: (0, len(rows), start), **{p: (0, 0, -1) for p in empty}}, run.describe()
+    check_exactly(records(run.json_lines()), want, first_offsets={full: start})
 
 
 TXN_TOPIC = "spark_txn"

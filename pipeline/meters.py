@@ -13,7 +13,11 @@ which takes only the files of committed micro-batches (the sink's
 
 ``--batch`` runs the same transformation over a bounded range instead
 (``startingOffsets`` / ``endingOffsets``, or ``startingTimestamp``): a
-backfill.
+backfill. ``--starting-timestamp`` starts each partition (vgroup) at its first
+record at or after the timestamp; a partition without one (an empty vgroup,
+or one whose rows are all older) fails the query under Spark's default
+``startingOffsetsByTimestampStrategy=error``, and is read from its end with
+``--starting-timestamp-strategy latest``.
 
 Kafka client settings go to the source as Spark's ``kafka.``-prefixed options:
 ``--kafka-option security.protocol=SASL_SSL`` (repeatable), and ``--sasl-user``
@@ -64,22 +68,26 @@ def client_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def kafka_source(spark: SparkSession, bootstrap: str, topic: str, *, streaming: bool,
-                 starting_offsets: str | None = None, ending_offsets: str | None = None,
-                 starting_timestamp: int | None = None, client: Mapping[str, str] | None = None) -> DataFrame:
-    """Spark's Kafka source on a walgate topic (options as for any Kafka broker; ``client``: Kafka client
-    settings, passed as ``kafka.<setting>``)."""
-    reader = spark.readStream if streaming else spark.read
-    reader = reader.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-    for key, value in (client or {}).items():
-        reader = reader.option(f"kafka.{key}", value)
-    if starting_timestamp is not None:
-        reader = reader.option("startingTimestamp", str(starting_timestamp))
-    elif starting_offsets is not None:
-        reader = reader.option("startingOffsets", starting_offsets)
-    if ending_offsets is not None and not streaming:
-        reader = reader.option("endingOffsets", ending_offsets)
-    return reader.load()
+def source_options(args: argparse.Namespace, *, streaming: bool) -> dict[str, str]:
+    """The options of Spark's Kafka source for ``args`` (as for any Kafka broker; the client settings of
+    ``client_options`` as ``kafka.<setting>``): ``startingTimestamp`` wins over ``startingOffsets`` and goes with
+    ``startingOffsetsByTimestampStrategy``; a stream starts at the earliest offsets unless told otherwise, and
+    ``endingOffsets`` is a batch's only."""
+    options = {"kafka.bootstrap.servers": args.bootstrap, "subscribe": args.topic}
+    options.update({f"kafka.{key}": value for key, value in client_options(args).items()})
+    if args.starting_timestamp is not None:
+        options["startingTimestamp"] = str(args.starting_timestamp)
+        options["startingOffsetsByTimestampStrategy"] = args.starting_timestamp_strategy or "error"
+    elif args.starting_offsets is not None or streaming:
+        options["startingOffsets"] = args.starting_offsets or "earliest"
+    if args.ending_offsets is not None and not streaming:
+        options["endingOffsets"] = args.ending_offsets
+    return options
+
+
+def kafka_source(spark: SparkSession, options: Mapping[str, str], *, streaming: bool) -> DataFrame:
+    """Spark's own Kafka source with ``options`` (``source_options``)."""
+    return (spark.readStream if streaming else spark.read).format("kafka").options(**options).load()
 
 
 def parse(records: DataFrame) -> DataFrame:
@@ -107,17 +115,14 @@ def aggregate(rows: DataFrame, window: str = "1 minute", watermark: str = "10 mi
     )
 
 
-def run_batch(spark: SparkSession, args: argparse.Namespace) -> None:
-    records = kafka_source(spark, args.bootstrap, args.topic, streaming=False,
-                           starting_offsets=args.starting_offsets, ending_offsets=args.ending_offsets,
-                           starting_timestamp=args.starting_timestamp, client=client_options(args))
+def write_batch(records: DataFrame, args: argparse.Namespace) -> None:
+    """The backfill: the aggregates of the records of a batch Kafka source, appended to ``args.out``."""
     aggregate(parse(records), args.window, args.watermark).write.mode("append").parquet(args.out)
 
 
-def run_stream(spark: SparkSession, args: argparse.Namespace) -> None:
-    records = kafka_source(spark, args.bootstrap, args.topic, streaming=True,
-                           starting_offsets=args.starting_offsets or "earliest",
-                           starting_timestamp=args.starting_timestamp, client=client_options(args))
+def write_stream(records: DataFrame, args: argparse.Namespace) -> None:
+    """The stream: each window's aggregates, once the watermark passes it, appended to ``args.out`` with the
+    checkpoint ``args.checkpoint``; returns when the query ends (``--available-now``) or after ``args.timeout``."""
     query = (
         aggregate(parse(records), args.window, args.watermark)
         .writeStream.format("parquet").outputMode("append")
@@ -125,6 +130,14 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> None:
     )
     query = query.trigger(availableNow=True) if args.available_now else query.trigger(processingTime=args.trigger)
     query.start().awaitTermination(args.timeout)
+
+
+def run_batch(spark: SparkSession, args: argparse.Namespace) -> None:
+    write_batch(kafka_source(spark, source_options(args, streaming=False), streaming=False), args)
+
+
+def run_stream(spark: SparkSession, args: argparse.Namespace) -> None:
+    write_stream(kafka_source(spark, source_options(args, streaming=True), streaming=True), args)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,6 +152,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--starting-offsets", help='Spark\'s startingOffsets: earliest, latest or JSON')
     p.add_argument("--ending-offsets", help="Spark's endingOffsets (batch): latest or JSON")
     p.add_argument("--starting-timestamp", type=int, help="Spark's startingTimestamp (ms)")
+    p.add_argument("--starting-timestamp-strategy", choices=("error", "latest"),
+                   help="Spark's startingOffsetsByTimestampStrategy: a partition (vgroup) with no record at or "
+                        "after --starting-timestamp, e.g. an empty one, fails the query (error, Spark's default) "
+                        "or is read from its end (latest)")
     p.add_argument("--trigger", default="10 seconds", help="streaming micro-batch interval")
     p.add_argument("--available-now", action="store_true", help="stream what is there now, then stop")
     p.add_argument("--timeout", type=float, help="stop streaming after this many seconds")
@@ -160,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not args.batch and not args.checkpoint:
         parser().error("--checkpoint is required for streaming")
+    if args.starting_timestamp_strategy is not None and args.starting_timestamp is None:
+        parser().error("--starting-timestamp-strategy goes with --starting-timestamp")
     if (args.sasl_user is None) != (args.sasl_password_file is None):
         parser().error("--sasl-user and --sasl-password-file go together")
     try:

@@ -16,15 +16,18 @@
 // transactions) and as a "skipped" line under read_committed or with --holes skip.
 //
 // Usage: java -cp <kafka-clients jars> SparkSource.java --bootstrap H:P --topic T
-//            [--starting earliest|timestamp:<ms>] [--poll-timeout-ms 10000] [--holes error|skip]
-//            [--kafka.<setting> <value> ...]
+//            [--starting earliest|timestamp:<ms>] [--starting-timestamp-strategy error|latest]
+//            [--poll-timeout-ms 10000] [--holes error|skip] [--kafka.<setting> <value> ...]
+// --starting-timestamp-strategy is Spark's startingOffsetsByTimestampStrategy: a partition with no offset for the
+// timestamp (ListOffsets answers -1: no record at or after it, e.g. an empty vgroup) fails the driver with Spark's
+// IllegalArgumentException message under error (Spark's default), or starts at the partition's latest offset.
 // --kafka.<setting> is Spark's kafka.-prefixed source option: the client setting (security.protocol, sasl.*,
 // ssl.*, isolation.level, ...) goes, without the prefix, into the driver's Admin and every executor's consumer,
 // under the settings Spark fixes itself (KafkaSourceProvider's ConfigUpdater sets those over the user's).
 // --kafka.isolation.level read_committed is Spark's option for reading committed records only.
 // Output: one JSON object per line: describe, offsets (per partition), range, record, skipped (from, to: the
 // invisible offsets [from, to) of a partition), summary; on failure an "error" line (kind data_loss | hole |
-// illegal_state | timeout) and exit code 1.
+// illegal_state | timeout | no_offset_matched) and exit code 1.
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -79,6 +82,10 @@ public class SparkSource {
         String bootstrap = args.get("bootstrap");
         String topic = args.get("topic");
         String starting = args.getOrDefault("starting", "earliest");
+        String timestampStrategy = args.getOrDefault("starting-timestamp-strategy", "error");
+        if (!timestampStrategy.equals("error") && !timestampStrategy.equals("latest")) {
+            throw new IllegalArgumentException("--starting-timestamp-strategy error|latest, not " + timestampStrategy);
+        }
         pollTimeoutMs = Long.parseLong(args.getOrDefault("poll-timeout-ms", "10000"));
         Map<String, Object> specified = new HashMap<>();
         for (Map.Entry<String, String> e : args.entrySet()) {
@@ -135,6 +142,11 @@ public class SparkSource {
                 }
                 println("{\"event\":\"offsets\",\"partition\":" + tp.partition() + ",\"earliest\":" + earliest.get(tp)
                         + ",\"latest\":" + latest.get(tp) + extra + "}");
+                if (byTime != null && byTime.get(tp) == -1 && timestampStrategy.equals("error")) {
+                    // KafkaOffsetReaderAdmin.readTimestampOffsets: Spark's IllegalArgumentException
+                    fail(new Failure("no_offset_matched", tp, ts, "No offset matched from request of topic-partition "
+                            + tp + " and timestamp " + ts + "."));
+                }
                 if (from > latest.get(tp)) {
                     fail(new Failure("illegal_state", tp, from, "starting offset " + from + " > ending offset " + latest.get(tp)));
                 }
