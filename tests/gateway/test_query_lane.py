@@ -5,7 +5,8 @@ that runs for ever looks like from the node. Meanwhile real clients get every ot
 (acks=1) and consumes, an INSERT is acknowledged, ``/healthz`` and ``/readyz`` say ok. Once the worker goes on, the
 SELECT answers what was visible when it started (without the INSERT made meanwhile). A query past
 ``sql.timeout.ms``, or whose client went away, is stopped with TDengine's "Query killed" code; a worker killed under a
-query answers that query with the same code, and the next query is served by a new worker.
+query answers that query with the same code, and the next query is served by a new worker. A node killed with
+SIGKILL leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from livewalgate import running_walgate
 from tests.gateway.gateway_helpers import gateway_thread, sql
 from walgate.gateway.server import Gateway
 from walgate.storage.errors import QueryCancelled
@@ -149,3 +151,36 @@ def test_a_query_worker_killed_under_a_query_fails_that_query_only(tmp_path: Pat
         assert "worker process stopped" in body["desc"]
         assert sql(gateway, COUNT)["data"] == [[10]]  # a new worker
         assert gateway._queries.pids and set(gateway._queries.pids).isdisjoint(pids)
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+            for c in (t / "children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_node_killed_with_sigkill_leaves_no_query_worker_behind(tmp_path: Path) -> None:
+    with running_walgate(tmp_path) as server:
+        def run(statement: str) -> dict[str, Any]:
+            request = urllib.request.Request(f"{server.http_url}/rest/sql", data=statement.encode())
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())  # type: ignore[no-any-return]
+
+        run("CREATE DATABASE q VGROUPS 1")
+        run("CREATE TABLE q.t (ts TIMESTAMP, v INT)")
+        run("INSERT INTO q.t VALUES (now, 1)")
+        assert run("SELECT COUNT(*) FROM q.t")["data"] == [[1]]
+        workers = _children(server.proc.pid)
+        assert workers and all(_alive(pid) for pid in workers)
+        server.proc.kill()
+        server.proc.wait(30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers)

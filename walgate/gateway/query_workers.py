@@ -5,8 +5,9 @@ A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WA
 body comes back as bytes. The node's threads (event loop, storage thread) never wait for a query, not even for the
 GIL, and the OS schedules the workers at a lower priority (``nice`` +:data:`NICE`); a query that exhausts memory
 takes its worker down, not the node (its client gets an error, the pool is made again). The answer is what was
-visible when the query started. Workers are started when the first query comes (``sql.threads`` of them: the
-processes that run queries at once), each then serving query after query.
+visible when the query started. Workers are started when the first query comes (``sql.workers`` of them: the
+processes that run queries at once), each then serving query after query; a worker whose node is gone (even killed
+with SIGKILL, which stops nothing else) ends by itself within :data:`ORPHAN_CHECK_S`.
 
 Cancelling: each query running or queued holds a slot of a shared array of flags; the worker checks its slot
 every :data:`WATCH_S` (a watcher thread) and cancels the query's :class:`~walgate.storage.cancel.Cancel`, which
@@ -40,7 +41,7 @@ from walgate.storage.cancel import Cancel
 from walgate.storage.errors import QueryCancelled, StorageError
 from walgate.storage.select import PreparedSelect
 
-__all__ = ["NICE", "POLL_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers"]
+__all__ = ["NICE", "ORPHAN_CHECK_S", "POLL_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ POLL_S = 0.25  # how often a waiting request checks its client and the time limi
 WATCH_S = 0.05  # how often a worker checks its query's flag
 SLOTS = 256
 NICE = 10
+ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
 
 _GONE, _CANCELLED = 1, 2
 _REASONS = {_GONE: "the client went away", _CANCELLED: "the request was cancelled (the node is stopping?)"}
@@ -58,12 +60,20 @@ Answer = tuple[bytes | None, list[tuple[int, int]], StorageError | None]
 _flags: Any = None  # the worker's view of the shared flags (set by _start)
 
 
-def _start(flags: Any) -> None:
-    """A worker's initializer: keep the flags, lower the priority, leave SIGINT to the node."""
+def _start(flags: Any, node: int) -> None:
+    """A worker's initializer: keep the flags, lower the priority, leave SIGINT to the node, and end when the node
+    ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
     global _flags
     _flags = flags
     os.nice(NICE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch_node() -> None:
+        while os.getppid() == node:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch_node, name="walgate-query-node", daemon=True).start()
 
 
 def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float | None) -> Answer:
@@ -123,7 +133,7 @@ class QueryWorkers:
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
-                                                 initargs=(self._flags,))
+                                                 initargs=(self._flags, os.getpid()))
         return self._executor
 
     async def run(self, prepared: PreparedSelect, gone: Callable[[], bool] = _never) -> Answer:
