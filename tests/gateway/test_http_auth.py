@@ -91,3 +91,20 @@ async def test_a_verified_password_skips_the_pbkdf2_until_the_credential_changes
     assert not await checker.check("alice", "right") and await checker.check("alice", "changed")
     assert not await checker.check("bob", "right")  # an unknown user costs a PBKDF2 too
     assert computed == ["right", "wrong", "right", "changed", "right"]
+
+
+async def test_the_pairs_forgotten_first_are_the_least_failed(waits: list[float],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_auth, "_MAX_TRACKED", 3)
+    auth = BasicAuth(PasswordChecker(lookup))
+    for _ in range(3):
+        assert await auth.principal(request(basic("alice", "wrong"))) is None
+    assert await auth.principal(request(basic("bob", "x"))) is None
+    assert await auth.principal(request(basic("bob", "x"))) is None  # bob: 2 failures
+    for name in ("c", "d", "e", "f"):  # one failure each: each forgets the one before it
+        assert await auth.principal(request(basic(name, "x"))) is None
+    waits.clear()
+    assert await auth.principal(request(basic("alice", "right"))) == "User:alice"
+    assert await auth.principal(request(basic("bob", "x"))) is None
+    assert await auth.principal(request(basic("e", "x"))) is None
+    assert waits == [0.4, 0.2]  # alice's 3 and bob's 2 failures are remembered, e's one was forgotten
