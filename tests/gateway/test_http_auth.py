@@ -13,13 +13,21 @@ from aiohttp.test_utils import make_mocked_request
 from walgate.gateway import http_auth
 from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.passwords import PasswordChecker
-from walgate.security.scram import ScramCredential, credential_from_password
+from walgate.security.scram import ScramCredential, credential_from_password, mock_credential
 
 CREDENTIAL = credential_from_password("SCRAM-SHA-256", "right")
 
 
-async def lookup(user: str) -> ScramCredential | None:
-    return CREDENTIAL if user == "alice" else None
+def answer(credentials: dict[str, ScramCredential], user: str) -> tuple[ScramCredential, bool]:
+    """What :meth:`walgate.storage.users.Users.answer_credential` gives for ``credentials`` (by user)."""
+    real = credentials.get(user)
+    if real is None:
+        return mock_credential(b"k" * 32, user, [{c.mechanism: c} for c in credentials.values()]), False
+    return real, True
+
+
+async def lookup(user: str) -> tuple[ScramCredential, bool]:
+    return answer({"alice": CREDENTIAL}, user)
 
 
 def request(header: str | None, peer: str = "10.0.0.1") -> web.Request:
@@ -80,8 +88,8 @@ async def test_a_verified_password_skips_the_pbkdf2_until_the_credential_changes
 
     monkeypatch.setattr(passwords, "verify_password", counting)
 
-    async def changing_lookup(user: str) -> ScramCredential | None:
-        return current.get(user)
+    async def changing_lookup(user: str) -> tuple[ScramCredential, bool]:
+        return answer(current, user)
 
     checker = PasswordChecker(changing_lookup)
     assert await checker.check("alice", "right") and await checker.check("alice", "right")
