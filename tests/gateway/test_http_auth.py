@@ -13,13 +13,21 @@ from aiohttp.test_utils import make_mocked_request
 from walgate.gateway import http_auth
 from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.passwords import PasswordChecker
-from walgate.security.scram import ScramCredential, credential_from_password
+from walgate.security.scram import ScramCredential, credential_from_password, mock_credential
 
 CREDENTIAL = credential_from_password("SCRAM-SHA-256", "right")
 
 
-async def lookup(user: str) -> ScramCredential | None:
-    return CREDENTIAL if user == "alice" else None
+def answer(credentials: dict[str, ScramCredential], user: str) -> tuple[ScramCredential, bool]:
+    """What :meth:`walgate.storage.users.Users.answer_credential` gives for ``credentials`` (by user)."""
+    real = credentials.get(user)
+    if real is None:
+        return mock_credential(b"k" * 32, user, [{c.mechanism: c} for c in credentials.values()]), False
+    return real, True
+
+
+async def lookup(user: str) -> tuple[ScramCredential, bool]:
+    return answer({"alice": CREDENTIAL}, user)
 
 
 def request(header: str | None, peer: str = "10.0.0.1") -> web.Request:
@@ -80,8 +88,8 @@ async def test_a_verified_password_skips_the_pbkdf2_until_the_credential_changes
 
     monkeypatch.setattr(passwords, "verify_password", counting)
 
-    async def changing_lookup(user: str) -> ScramCredential | None:
-        return current.get(user)
+    async def changing_lookup(user: str) -> tuple[ScramCredential, bool]:
+        return answer(current, user)
 
     checker = PasswordChecker(changing_lookup)
     assert await checker.check("alice", "right") and await checker.check("alice", "right")
@@ -91,3 +99,20 @@ async def test_a_verified_password_skips_the_pbkdf2_until_the_credential_changes
     assert not await checker.check("alice", "right") and await checker.check("alice", "changed")
     assert not await checker.check("bob", "right")  # an unknown user costs a PBKDF2 too
     assert computed == ["right", "wrong", "right", "changed", "right"]
+
+
+async def test_the_pairs_forgotten_first_are_the_least_failed(waits: list[float],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_auth, "_MAX_TRACKED", 3)
+    auth = BasicAuth(PasswordChecker(lookup))
+    for _ in range(3):
+        assert await auth.principal(request(basic("alice", "wrong"))) is None
+    assert await auth.principal(request(basic("bob", "x"))) is None
+    assert await auth.principal(request(basic("bob", "x"))) is None  # bob: 2 failures
+    for name in ("c", "d", "e", "f"):  # one failure each: each forgets the one before it
+        assert await auth.principal(request(basic(name, "x"))) is None
+    waits.clear()
+    assert await auth.principal(request(basic("alice", "right"))) == "User:alice"
+    assert await auth.principal(request(basic("bob", "x"))) is None
+    assert await auth.principal(request(basic("e", "x"))) is None
+    assert waits == [0.4, 0.2]  # alice's 3 and bob's 2 failures are remembered, e's one was forgotten

@@ -21,8 +21,11 @@ from walgate.security.scram import (
     credential_from_salted_password,
     mechanism_name,
     mechanism_type,
+    mock_credential,
     verify_password,
 )
+
+KEY = b"k" * 32
 
 
 def test_rfc7677_example_exchange():
@@ -41,8 +44,11 @@ def _exchange(mechanism: str, user: str, password: str, stored_password: str | N
     client = ScramClient([mechanism], user, password)
     server = ScramExchange(mechanism)
     assert server.client_first(client.get_client_first().encode()) == user
-    stored = credential_from_password(mechanism, stored_password) if stored_password is not None else None
-    client.set_server_first(server.server_first(stored).decode())
+    if stored_password is None:  # no such user: its mock credential
+        first = server.server_first(mock_credential(KEY, user, [], mechanism), known=False)
+    else:
+        first = server.server_first(credential_from_password(mechanism, stored_password))
+    client.set_server_first(first.decode())
     answer = server.client_final(client.get_client_final().encode())
     client.set_server_final(answer.decode())  # the client checks the server's signature too
     return answer
@@ -61,8 +67,11 @@ def test_an_unknown_users_server_first_looks_like_a_known_one():
     one, two = ScramExchange("SCRAM-SHA-512"), ScramExchange("SCRAM-SHA-512")
     one.client_first(b"n,,n=ghost,r=abc")
     two.client_first(b"n,,n=ghost,r=abc")
-    first, again = one.server_first(None).split(b","), two.server_first(None).split(b",")
-    assert first[1:] == again[1:] and first[2] == b"i=4096"  # the same salt every time, as a stored one would be
+    model = {"SCRAM-SHA-512": credential_from_password("SCRAM-SHA-512", "pw", iterations=8192)}
+    first = one.server_first(mock_credential(KEY, "ghost", [model], "SCRAM-SHA-512"), known=False).split(b",")
+    again = two.server_first(mock_credential(KEY, "ghost", [model], "SCRAM-SHA-512"), known=False).split(b",")
+    assert first[1:] == again[1:] and first[2] == b"i=8192"  # the same salt every time, as a stored one would be
+    assert len(base64.b64decode(first[1][2:])) == 16
 
 
 @pytest.mark.parametrize(("message", "reason"), [

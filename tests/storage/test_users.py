@@ -225,3 +225,36 @@ def test_a_refused_user_write_changes_nothing(tmp_path: Path, op: str, kind: str
     damage = DamageLog(tmp_path)
     cat = Catalog.open(path, damage)
     assert sorted(cat.users) == ["alice", "bob", "carol"] and damage.records == []
+
+
+def test_unknown_names_get_a_mock_credential_that_survives_restarts(tmp_path: Path):
+    e = make(tmp_path)
+    e.users.alter_scram([_upsert("carol", "SCRAM-SHA-512", iterations=16384)], 1)  # carol: SCRAM-SHA-512 only
+    alice, known = e.users.answer_credential("alice", "SCRAM-SHA-512")
+    assert known and alice == e.users.credential("alice", "SCRAM-SHA-512")
+    assert e.users.answer_credential("carol") == (e.users.credential("carol", "SCRAM-SHA-512"), True)  # PLAIN's
+    mocks = {name: e.users.answer_credential(name, "SCRAM-SHA-256") for name in ("ghost", "carol", "nobody")}
+    assert all(not known for _, known in mocks.values())  # carol has no SCRAM-SHA-256 credential: a mock too
+    assert not e.users.verify_password("ghost", "pw") and e.users.verify_password("alice", PASSWORD)
+    e.close()
+    again = Engine.open(tmp_path)
+    assert {name: again.users.answer_credential(name, "SCRAM-SHA-256") for name in mocks} == mocks
+    assert again.damage() == []
+    again.close()
+
+
+def test_a_damaged_users_key_is_reported_and_replaced(tmp_path: Path):
+    e = make(tmp_path)
+    ghost = e.users.answer_credential("ghost", "SCRAM-SHA-256")
+    e.close()
+    key = tmp_path / "users.key"
+    key.write_bytes(key.read_bytes().replace(b"mock_key", b"mock_kez"))
+    again = Engine.open(tmp_path)
+    [damage] = again.damage()
+    assert damage.file == "users.key" and damage.action == "reset"
+    replaced = again.users.answer_credential("ghost", "SCRAM-SHA-256")
+    assert replaced[0].salt != ghost[0].salt and not replaced[1]
+    again.close()
+    third = Engine.open(tmp_path)
+    assert third.users.answer_credential("ghost", "SCRAM-SHA-256") == replaced and third.damage() == []
+    third.close()

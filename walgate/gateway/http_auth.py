@@ -7,9 +7,18 @@ and sends them with every same-origin request, the console's ``fetch()`` calls i
 body; the answer never tells whether the user exists. A handled request carries its principal in
 ``request[walgate.gateway.http_api.PRINCIPAL]`` (``User:name``), for authorization.
 
-Failed logins are slowed down: after ``n`` consecutive failures of one (peer address, user name), the next attempt
-of that pair waits ``min(0.1 * 2**(n-1), 5)`` seconds before it is checked (``asyncio.sleep``: the event loop runs
-on); a success forgets the pair. At most ``_MAX_TRACKED`` pairs are remembered (the oldest forgotten first).
+Failed logins are slowed down per (peer address, user name), a *pair*:
+
+* the attempts of one pair are checked one at a time, in order of arrival (an :class:`asyncio.Lock` each): a
+  pair's attempt is checked only after the attempts before it have been checked and counted, so concurrent guesses
+  queue instead of all running after one shared wait;
+* after ``n`` consecutive failures of a pair, its next attempt waits ``min(0.1 * 2**(n-1), 5)`` seconds before it
+  is checked (``asyncio.sleep``: the event loop runs on); a success forgets the pair;
+* at most ``_MAX_TRACKED`` pairs with failures are remembered; to make room, the one with the fewest failures (the
+  least recently failed among equals) is forgotten, never a pair with an attempt under way. Forgetting a pair under
+  attack (many failures) therefore needs ``_MAX_TRACKED`` other pairs with at least as many failures, each of them
+  slowed down the same way.
+
 Passwords are checked by :class:`~walgate.gateway.passwords.PasswordChecker` (PBKDF2 off the event loop, verified
 passwords remembered).
 """
@@ -21,6 +30,7 @@ import base64
 import binascii
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -34,13 +44,31 @@ AUTH_FAILURE = 0x0357  # TDengine's TSDB_CODE_MND_AUTH_FAILURE ("Authentication 
 _MAX_TRACKED = 10_000
 _MAX_DELAY = 5.0
 
+_Pair = tuple[str, str]  # (peer address, user name)
+
+
+@dataclass
+class _Attempts:
+    """One pair's state: consecutive failures, when its next attempt may be checked, its queue of attempts."""
+
+    failures: int = 0
+    next_try: float = 0.0  # time.monotonic()
+    in_flight: int = 0  # attempts queued or being checked
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+
 
 class BasicAuth:
-    """Checks requests' Basic credentials (module docstring); one per application, used on the event loop."""
+    """Checks requests' Basic credentials (module docstring); one per application, used on the event loop.
+
+    Invariant: ``_pairs`` holds every pair with failures or an attempt under way; ``_idle[n]`` holds, oldest failure
+    first, exactly the pairs of ``_pairs`` with ``n > 0`` failures and no attempt under way (the ones that may be
+    forgotten)."""
 
     def __init__(self, passwords: PasswordChecker) -> None:
         self._passwords = passwords
-        self._failures: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()  # -> (count, next try)
+        self._pairs: dict[_Pair, _Attempts] = {}
+        self._idle: dict[int, OrderedDict[_Pair, None]] = {}
+
     async def principal(self, request: web.Request) -> str | None:
         """``User:name`` of the request's valid credentials, else None (after the failure's delay)."""
         parsed = _parse(request.headers.get("Authorization", ""))
@@ -48,20 +76,50 @@ class BasicAuth:
             return None
         user, password = parsed
         pair = (request.remote or "", user)
-        failed = self._failures.get(pair)
-        if failed is not None:
-            wait = failed[1] - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        if await self._passwords.check(user, password):
-            self._failures.pop(pair, None)
-            return user_principal(user)
-        count = (failed[0] if failed else 0) + 1
-        self._failures[pair] = (count, time.monotonic() + min(0.1 * 2 ** (count - 1), _MAX_DELAY))
-        self._failures.move_to_end(pair)
-        while len(self._failures) > _MAX_TRACKED:
-            self._failures.popitem(last=False)
-        return None
+        attempts = self._pairs.get(pair)
+        if attempts is None:
+            attempts = self._pairs[pair] = _Attempts()
+        else:
+            self._set_busy(pair, attempts)
+        attempts.in_flight += 1
+        try:
+            async with attempts.turn:
+                wait = attempts.next_try - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if await self._passwords.check(user, password):
+                    attempts.failures, attempts.next_try = 0, 0.0
+                    return user_principal(user)
+                attempts.failures += 1
+                attempts.next_try = time.monotonic() + min(0.1 * 2 ** (attempts.failures - 1), _MAX_DELAY)
+                return None
+        finally:
+            attempts.in_flight -= 1
+            if attempts.in_flight == 0:
+                self._set_idle(pair, attempts)
+
+    def _set_busy(self, pair: _Pair, attempts: _Attempts) -> None:
+        """``pair`` has an attempt under way: it may not be forgotten."""
+        if attempts.in_flight == 0 and attempts.failures:
+            bucket = self._idle[attempts.failures]
+            del bucket[pair]
+            if not bucket:
+                del self._idle[attempts.failures]
+
+    def _set_idle(self, pair: _Pair, attempts: _Attempts) -> None:
+        """``pair``'s last attempt is done: forget it after a success, else make it forgettable, and keep at most
+        ``_MAX_TRACKED`` pairs with failures by forgetting the least failed ones."""
+        if not attempts.failures:
+            del self._pairs[pair]
+            return
+        self._idle.setdefault(attempts.failures, OrderedDict())[pair] = None
+        while len(self._pairs) > _MAX_TRACKED and self._idle:
+            fewest = min(self._idle)
+            bucket = self._idle[fewest]
+            forgotten, _ = bucket.popitem(last=False)
+            if not bucket:
+                del self._idle[fewest]
+            del self._pairs[forgotten]
 
 
 def _parse(header: str) -> tuple[str, str] | None:

@@ -2,8 +2,9 @@
 
 walgate never stores passwords: a password is right when the SCRAM StoredKey recomputed from it with the stored salt
 and iterations (PBKDF2, :func:`walgate.security.scram.verify_password`) equals the stored one. The PBKDF2 runs on a
-worker thread (``asyncio.to_thread``), never on the event loop; an unknown user costs the same work, so timing does
-not tell whether a user exists. A verified (user, password) is remembered as an HMAC under a per-process random key,
+worker thread (``asyncio.to_thread``), never on the event loop. An unknown user costs the same work: the PBKDF2 of
+its mock credential (:meth:`walgate.storage.users.Users.answer_credential`), whose hash and iterations are those of
+a real user's, the same one for a name at every attempt, so timing does not tell whether a user exists. A verified (user, password) is remembered as an HMAC under a per-process random key,
 with the StoredKey it matched, so the same password skips the PBKDF2 until the user's credential changes (at most
 ``_MAX_VERIFIED`` users, the least recently verified forgotten first).
 """
@@ -23,31 +24,31 @@ from walgate.storage.engine import Engine
 __all__ = ["PasswordChecker", "password_credential"]
 
 _MAX_VERIFIED = 1_000
-_NO_USER = ScramCredential("SCRAM-SHA-256", b"\0" * 16, 4096, b"\0" * 32, b"\0" * 32)  # matches no password
 
 
-def password_credential(engine: Engine, user: str) -> ScramCredential | None:
-    """The credential passwords of ``user`` are checked against (storage thread; None: no such user)."""
-    return engine.users.credential(user, "SCRAM-SHA-256") or engine.users.credential(user, "SCRAM-SHA-512")
+def password_credential(engine: Engine, user: str) -> tuple[ScramCredential, bool]:
+    """(the credential passwords of ``user`` are checked against, True), or (its mock one, False) for a name that
+    is no user's (storage thread)."""
+    return engine.users.answer_credential(user)
 
 
 class PasswordChecker:
     """``await check(user, password)``; ``lookup(user)`` reads :func:`password_credential` on the storage thread."""
 
-    def __init__(self, lookup: Callable[[str], Awaitable[ScramCredential | None]]) -> None:
+    def __init__(self, lookup: Callable[[str], Awaitable[tuple[ScramCredential, bool]]]) -> None:
         self._lookup = lookup
         self._verified: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()  # user -> (HMAC, stored key)
         self._key = secrets.token_bytes(32)
 
     async def check(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s."""
-        credential = await self._lookup(user)
-        if credential is None:
-            await asyncio.to_thread(verify_password, _NO_USER, password)
+        credential, exists = await self._lookup(user)
+        if not exists:
+            await asyncio.to_thread(verify_password, credential, password)
             return False
         mac = hmac.new(self._key, f"{user}\0{password}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
-        known = self._verified.get(user)
-        if known is not None and hmac.compare_digest(known[0], mac) and known[1] == credential.stored_key:
+        verified = self._verified.get(user)
+        if verified is not None and hmac.compare_digest(verified[0], mac) and verified[1] == credential.stored_key:
             self._verified.move_to_end(user)
             return True
         if not await asyncio.to_thread(verify_password, credential, password):

@@ -11,9 +11,10 @@ The exchange, as Kafka's SCRAM server runs it (``ScramSaslServer``), in :class:`
 1. client-first ``gs2-header client-first-bare`` with ``gs2-header`` = ``n,,`` or ``y,,`` (no channel binding; an
    ``a=authzid`` must name the user itself) and ``client-first-bare`` = ``n=user,r=nonce[,extensions]``. Kafka's
    only extension, ``tokenauth`` (delegation tokens), is refused; others are ignored.
-2. the server answers ``r=client-nonce+server-nonce,s=salt,i=iterations``. An unknown user gets the same shape of
-   answer, with a salt derived from the name and a per-process secret, and fails at step 3 like a wrong password:
-   the answers do not tell whether a user exists.
+2. the server answers ``r=client-nonce+server-nonce,s=salt,i=iterations``. An unknown user (or one without a
+   credential of the mechanism) is answered with a mock credential (RFC 5802 section 5.1's advice,
+   :func:`mock_credential`) and fails at step 3 like a wrong password: the answers do not tell whether a user
+   exists.
 3. client-final ``c=base64(gs2-header),r=nonce,p=proof``: the nonce must be the one of step 2 (or, from librdkafka
    before 2.6.1, which sends the client nonce twice, client-nonce + that nonce: accepted as Kafka 3.8.1-3.9 accept
    it, the server's fresh nonce is still required), the proof is checked against StoredKey in constant time; the
@@ -29,13 +30,13 @@ import hashlib
 import hmac
 import secrets
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
     "MECHANISMS", "MIN_ITERATIONS", "MAX_ITERATIONS", "ScramCredential", "ScramError", "ScramExchange",
-    "credential_from_password", "credential_from_salted_password", "verify_password", "mechanism_name",
-    "mechanism_type",
+    "credential_from_password", "credential_from_salted_password", "mock_credential", "password_credential",
+    "verify_password", "mechanism_name", "mechanism_type",
 ]
 
 MIN_ITERATIONS = 4096
@@ -49,7 +50,11 @@ MECHANISMS: tuple[str, ...] = tuple(_HASHES)
 """The SCRAM mechanisms, by their SASL names."""
 
 _TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMechanism types (0: UNKNOWN)
-_PROCESS_SECRET = secrets.token_bytes(32)  # salts of the answers to unknown users
+# the alphabets a mock salt is drawn from: the first that holds every byte of its model's salt (Kafka's Java tools
+# make salts of base-36 digits, walgate and librdkafka random bytes)
+_SALT_ALPHABETS = (b"0123456789abcdefghijklmnopqrstuvwxyz",
+                   b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+                   bytes(range(0x21, 0x7F)), bytes(range(256)))
 
 
 class ScramError(Exception):
@@ -103,6 +108,65 @@ def credential_from_password(mechanism: str, password: str, salt: bytes | None =
         salt = secrets.token_bytes(_SALT_BYTES)
     return credential_from_salted_password(mechanism, _salted_password(mechanism, password, salt, iterations), salt,
                                            iterations)
+
+
+def password_credential(credentials: Mapping[str, ScramCredential]) -> ScramCredential:
+    """The one of a user's (non-empty) ``credentials`` that passwords (PLAIN, HTTP Basic) are checked against: its
+    SCRAM-SHA-256 one, else its other."""
+    return credentials.get("SCRAM-SHA-256") or next(iter(credentials.values()))
+
+
+def mock_credential(key: bytes, name: str, models: Sequence[Mapping[str, ScramCredential]],
+                    mechanism: str | None = None) -> ScramCredential:
+    """The credential a ``name`` without one is answered with (RFC 5802 section 5.1), so that a census of answers
+    cannot tell it from the real users, whose credentials (per user, by mechanism) are ``models``.
+
+    Keyed by ``key`` (a secret) and ``name`` only, so it is the same at every request (and across restarts when
+    ``key`` is kept). One model user is picked per name, by jump consistent hashing (Lamping and Veach) of
+    HMAC(key, name) over ``models``: the users are drawn evenly, and adding an n-th user at the end moves only a 1/n
+    share of the names. The mock mirrors that user's credential of ``mechanism`` (None: the one passwords are
+    checked against, :func:`password_credential`; the user's password credential when it has none of
+    ``mechanism``): its iterations, a salt of its salt's length drawn from the smallest of ``_SALT_ALPHABETS``
+    holding its salt, and the mechanism. So the SCRAM answers and the PLAIN work for one name all follow one user,
+    as a real user's follow its own credentials. The keys are HMAC output no password is known to match (callers
+    fail the exchange anyway). Without models: 4096 iterations and 16 bytes of salt, as
+    :func:`credential_from_password` makes them, for ``mechanism`` (None: SCRAM-SHA-256)."""
+    seed = _hmac(key, name.encode("utf-8", "surrogatepass"), "SCRAM-SHA-256")
+    if models:
+        user = models[_jump(int.from_bytes(seed[:8], "big"), len(models))]
+        model = (user.get(mechanism) if mechanism else None) or password_credential(user)
+        mechanism = mechanism or model.mechanism
+        iterations, length = model.iterations, len(model.salt)
+        alphabet = next(a for a in _SALT_ALPHABETS if set(model.salt) <= set(a))
+    else:
+        mechanism = mechanism or "SCRAM-SHA-256"
+        iterations, length, alphabet = _DEFAULT_ITERATIONS, _SALT_BYTES, _SALT_ALPHABETS[-1]
+    seed = _hmac(seed, mechanism.encode(), "SCRAM-SHA-256")  # each mechanism its own salt, as a user's has
+    size = _HASHES[mechanism]().digest_size
+    return ScramCredential(mechanism, _drawn(seed, length, alphabet), iterations,
+                           _hmac(seed, b"stored key", mechanism)[:size], _hmac(seed, b"server key", mechanism)[:size])
+
+
+def _jump(key: int, buckets: int) -> int:
+    """Jump consistent hash: the bucket in ``[0, buckets)`` of a 64-bit ``key``."""
+    bucket, candidate = -1, 0
+    while candidate < buckets:
+        bucket = candidate
+        key = (key * 2862933555777941757 + 1) % 2 ** 64
+        candidate = int((bucket + 1) * (2 ** 31 / ((key >> 33) + 1)))
+    return bucket
+
+
+def _drawn(seed: bytes, length: int, alphabet: bytes) -> bytes:
+    """``length`` bytes of ``alphabet``, each drawn evenly (by rejection) from an HMAC stream of ``seed``."""
+    limit = 256 - 256 % len(alphabet)
+    out = bytearray()
+    block = 0
+    while len(out) < length:
+        block += 1
+        stream = _hmac(seed, b"salt" + block.to_bytes(4, "big"), "SCRAM-SHA-256")
+        out += bytes(alphabet[b % len(alphabet)] for b in stream if b < limit)
+    return bytes(out[:length])
 
 
 def verify_password(credential: ScramCredential, password: str) -> bool:
@@ -187,18 +251,15 @@ class ScramExchange:
         self._nonce = self._client_nonce + self._server_nonce
         return user
 
-    def server_first(self, credential: ScramCredential | None) -> bytes:
-        """The server-first message for ``credential`` (None: no such user, or no credential of this mechanism;
-        the exchange then fails at :meth:`client_final`, like a wrong password)."""
-        if credential is not None and credential.mechanism != self.mechanism:
-            credential = None
-        self._credential = credential
-        if credential is None:
-            salt = _hmac(_PROCESS_SECRET, self.mechanism.encode() + b"\0" + self.user.encode(), "SCRAM-SHA-256")[:16]
-            iterations = _DEFAULT_ITERATIONS
-        else:
-            salt, iterations = credential.salt, credential.iterations
-        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
+    def server_first(self, credential: ScramCredential, *, known: bool = True) -> bytes:
+        """The server-first message for ``credential``: the user's, or with ``known`` False the mock one of an
+        unknown user (:func:`mock_credential`; the exchange then fails at :meth:`client_final`, like a wrong
+        password)."""
+        if credential.mechanism != self.mechanism:
+            raise ValueError(f"a {credential.mechanism} credential for a {self.mechanism} exchange")
+        self._credential = credential if known else None
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         return self._server_first.encode()
 
     def client_final(self, message: bytes) -> bytes:

@@ -6,6 +6,8 @@ Layout of format 2 (the current one; ``docs/data-dir.md`` has the full descripti
     walgate.lock                    locked (POSIX record lock, :func:`lock`) by the server and ``walgate repair``
     catalog.log                     the catalog (catalog.py): checksummed JSON lines
     producer_ids.log                next producer id block (producers.py): one checksummed line, from creation on
+    users.key                       the secret of unknown users' mock credentials (users_key.py): one checksummed
+                                    line, made by the engine's first open that finds none
     groups.log                      consumer-group metadata (group_metadata.py): checksummed JSON lines, created by
                                     the first group record (missing: no group state recorded)
     transactions.log                transaction coordinator state (transactions_log.py): checksummed JSON lines

@@ -53,6 +53,7 @@ from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics import Records
 from walgate.storage.users import Users
+from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import FileRegion, PendingSync
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
@@ -82,7 +83,7 @@ class Engine:
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
-        self.users = Users(store.catalog)
+        self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log))
         self.cleaner = Cleaner(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {

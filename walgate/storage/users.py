@@ -7,6 +7,11 @@ only one made here; Kafka's ``super.users`` setting adds principals in the gatew
 HTTP Basic passwords are checked by recomputing a stored credential from them (:meth:`Users.verify_password`).
 A user whose last credential is deleted (AlterUserScramCredentials) no longer exists, as in Kafka.
 
+A name without a credential gets a mock one (:meth:`Users.answer_credential`,
+:func:`walgate.security.scram.mock_credential` keyed by the data dir's ``users.key``,
+:mod:`walgate.storage.users_key`), modelled on the real users' credentials, so that no answer tells whether a user
+exists. Both ways do the same work: the models are gathered and the mock made for known names too.
+
 Durability: users are records of the catalog log (:mod:`walgate.storage.catalog`, which dispatches the ops in
 :data:`USER_OPS` here), so they share its crash and damage rules: a change is applied in memory only once its record
 is fsynced, a damaged record is quarantined and skipped, never fatal. Records (binary values in base64):
@@ -36,6 +41,8 @@ from walgate.security.scram import (
     ScramCredential,
     credential_from_password,
     credential_from_salted_password,
+    mock_credential,
+    password_credential,
     verify_password,
 )
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, StorageError
@@ -165,8 +172,11 @@ class _Refused(Exception):
 class Users:
     """The users of the catalog (called on the storage thread); SQL statements and Kafka's SCRAM APIs."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, mock_key: bytes | None = None) -> None:
+        """``mock_key``: the secret of mock credentials (:func:`~walgate.storage.users_key.load_users_key`; None: a
+        random one, for this object's life)."""
         self.catalog = catalog
+        self._mock_key = secrets.token_bytes(32) if mock_key is None else mock_key
 
     @property
     def all(self) -> Mapping[str, User]:
@@ -181,14 +191,23 @@ class Users:
         user = self.all.get(name)
         return None if user is None else user.scram.get(mechanism)
 
-    def verify_password(self, name: str, password: str) -> bool:
-        """Whether ``password`` is ``name``'s (False for an unknown user, after the same work as for a known one)."""
-        user = self.all.get(name)
+    def answer_credential(self, name: str, mechanism: str | None = None) -> tuple[ScramCredential, bool]:
+        """(``name``'s credential for ``mechanism``, True), or (its mock credential, False) when it has none. With
+        ``mechanism`` None: the credential passwords are checked against
+        (:func:`~walgate.security.scram.password_credential`)."""
+        users = self.all
+        mock = mock_credential(self._mock_key, name, [u.scram for u in users.values()], mechanism)
+        user = users.get(name)
         if user is None:
-            verify_password(credential_from_password("SCRAM-SHA-256", secrets.token_hex(8)), password)
-            return False
-        credential = user.scram.get("SCRAM-SHA-256") or next(iter(user.scram.values()))
-        return verify_password(credential, password)
+            return mock, False
+        real = password_credential(user.scram) if mechanism is None else user.scram.get(mechanism)
+        return (mock, False) if real is None else (real, True)
+
+    def verify_password(self, name: str, password: str) -> bool:
+        """Whether ``password`` is ``name``'s (False for an unknown user, after the same work as for a known one:
+        the PBKDF2 of its mock credential)."""
+        credential, known = self.answer_credential(name)
+        return verify_password(credential, password) and known
 
     def _put(self, user: User) -> None:
         self.catalog.commit(_put_record(user))

@@ -18,8 +18,12 @@ A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`A
   on any other request.
 
 A failure (bad mechanism, malformed token, wrong password or unknown user: one message for both, so an answer never
-tells whether a user exists) is answered :data:`FAILED_AUTHENTICATION_DELAY` after it, then the connection is closed
-(:attr:`Authentication.close`), as Kafka does. A dropped user or a changed password ends existing sessions only at
+tells whether a user exists) is answered :data:`FAILED_AUTHENTICATION_DELAY` after the token that failed arrived
+(:meth:`Authentication.pause_after_failure`), then the connection is closed (:attr:`Authentication.close`), as Kafka
+does; counting from the token's arrival rather than from the failure (Kafka's way) answers every failure equally
+late whatever work its check did (a PBKDF2 of a stored or mock credential), as long as that took less than the
+delay. An unknown user's SCRAM answers and PLAIN work mirror a real user's credential
+(:meth:`walgate.storage.users.Users.answer_credential`). A dropped user or a changed password ends existing sessions only at
 their expiry. PLAIN passwords are checked by :class:`~walgate.gateway.passwords.PasswordChecker`; SCRAM credentials
 are read on the storage thread. OAUTHBEARER tokens are signed JWTs checked against the listener's JWKS
 (:func:`walgate.gateway.jwks.oauthbearer_exchanges`, one ``stat`` of the JWKS file per authentication); a refused
@@ -30,6 +34,7 @@ then, after the client's ``%x01``, SASL_AUTHENTICATION_FAILED with that JSON as 
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import time
@@ -56,8 +61,8 @@ MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
 """The SASL mechanisms walgate implements (``sasl.enabled.mechanisms`` picks among them)."""
 AUTHENTICATION_FAILED = "Authentication failed: Invalid username or password"
 FAILED_AUTHENTICATION_DELAY = 0.1
-"""Seconds a failed authentication's answer waits (Kafka's ``connection.failed.authentication.delay.ms``, 100): a
-client retrying a wrong password in a loop costs little."""
+"""Seconds after its token a failed authentication is answered (Kafka's ``connection.failed.authentication.delay.ms``,
+100): a client retrying a wrong password in a loop costs little."""
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE, _API_VERSIONS = 17, 36, 18
 
 
@@ -84,8 +89,8 @@ class SaslSettings:
             raise ValueError("sasl.enabled.mechanisms: OAUTHBEARER needs sasl.oauthbearer.jwks.endpoint.url")
 
 
-def _credential(engine: Engine, user: str, mechanism: str) -> ScramCredential | None:
-    return engine.users.credential(user, mechanism)
+def _credential(engine: Engine, user: str, mechanism: str) -> tuple[ScramCredential, bool]:
+    return engine.users.answer_credential(user, mechanism)
 
 
 class Authentication:
@@ -104,6 +109,7 @@ class Authentication:
         self._lifetime_ms = 0  # the session lifetime announced by the last successful authentication
         self._session_mechanism: str | None = None  # the mechanism of the last successful authentication
         self._wrong_mechanism = False  # this re-authentication asked for another mechanism: its first token fails
+        self._received = 0.0  # time.monotonic() the last token arrived
 
     def allows(self, api_key: int) -> bool:
         """Whether a request of ``api_key`` may be handled now (False: close the connection)."""
@@ -152,7 +158,8 @@ class Authentication:
 
     async def step(self, broker: Broker, token: bytes) -> tuple[bytes, bool]:
         """One token of the exchange: (the answer token, whether the exchange is complete). Raises
-        :class:`SaslFailed` (the connection closes after the answer)."""
+        :class:`SaslFailed` (the connection closes after the answer, :meth:`pause_after_failure` after the token)."""
+        self._received = time.monotonic()
         try:
             if self._wrong_mechanism:
                 raise SaslFailed(f"SASL mechanism '{self.mechanism}' requested by client is not supported for "
@@ -163,8 +170,8 @@ class Authentication:
                 answer, done = await self._plain(token), True
             elif not self._scram.user:
                 user = self._scram.client_first(token)
-                credential = await broker.call(_credential, user, self._scram.mechanism)
-                answer, done = self._scram.server_first(credential), False
+                credential, known = await broker.call(_credential, user, self._scram.mechanism)
+                answer, done = self._scram.server_first(credential, known=known), False
             else:
                 answer, done = self._scram.client_final(token), True
                 self._authenticated(self._scram.user)
@@ -180,6 +187,10 @@ class Authentication:
             self._fail(message)
             raise SaslFailed(message) from None
         return answer, done
+
+    async def pause_after_failure(self) -> None:
+        """Wait until :data:`FAILED_AUTHENTICATION_DELAY` after the arrival of the token :meth:`step` failed on."""
+        await asyncio.sleep(max(0.0, self._received + FAILED_AUTHENTICATION_DELAY - time.monotonic()))
 
     def _fail(self, message: str) -> None:
         self.close = True

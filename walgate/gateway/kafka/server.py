@@ -83,7 +83,6 @@ from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.gateway.kafka.sasl import (
     AUTHENTICATION,
-    FAILED_AUTHENTICATION_DELAY,
     Authentication,
     SaslFailed,
     SaslSettings,
@@ -368,7 +367,7 @@ class KafkaServer:
         try:
             token, _ = await auth.step(self.broker, frame)
         except SaslFailed as exc:
-            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+            await auth.pause_after_failure()
             raise _Close(f"SASL authentication failed: {exc}", logging.INFO) from None
         await out.write([struct.pack(">i", len(token)), token])
 

@@ -1,20 +1,20 @@
 """SaslAuthenticate (key 36) v0–v2: one token of the connection's SASL exchange (after a v1 SaslHandshake).
 
 The answer carries the server's token; a failure is SASL_AUTHENTICATION_FAILED with a message that never tells
-whether the user exists, sent after ``FAILED_AUTHENTICATION_DELAY``, and the connection closes after it (a refused
-OAUTHBEARER token is first answered with error NONE and RFC 7628's challenge, and fails on the client's next token).
+whether the user exists, sent ``FAILED_AUTHENTICATION_DELAY`` after the request arrived, and the connection closes
+after it (a refused OAUTHBEARER token is first answered with error NONE and RFC 7628's challenge, and fails on the
+client's next token).
 v1+ answers announce the session lifetime (KIP-368: ``connections.max.reauth.ms``, bounded by an OAUTHBEARER token's
 expiry) once the exchange completes. Without a SASL exchange under way (a listener without SASL): ILLEGAL_SASL_STATE.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.sasl import AUTHENTICATION, FAILED_AUTHENTICATION_DELAY, SaslFailed
+from walgate.gateway.kafka.sasl import AUTHENTICATION, SaslFailed
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 36, 0, 2
@@ -30,7 +30,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     try:
         token, done = await auth.step(broker, request.auth_bytes)
     except SaslFailed as exc:
-        await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+        await auth.pause_after_failure()
         return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": str(exc), "auth_bytes": b"",
                 "session_lifetime": 0}
     except Exception as exc:  # the store could not be read: answered (common's table), then closed
