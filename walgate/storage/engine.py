@@ -39,6 +39,7 @@ from walgate.storage.grants import Grants
 from walgate.storage.group_metadata import GroupRecord
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
+from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.producers import AbortedTxn, ActiveProducer
@@ -179,6 +180,11 @@ class Engine:
     def write_lines(self, db: str, body: bytes, precision: str = "ns") -> int:
         """InfluxDB line protocol (TDengine schemaless): returns rows written."""
         return self.ingest.write_lines(db, body, precision)
+
+    def write_measurements(self, db: str, measurements: list[Measurement]) -> int:
+        """:meth:`write_lines` of a body :func:`~walgate.storage.lineproto_columns.parse_body` parsed elsewhere (it is
+        pure: a large body need not hold this thread while it is parsed); rows written."""
+        return self.ingest.write_measurements(db, measurements)
 
     def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
         """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column."""

@@ -162,10 +162,15 @@ class Ingest:
     def write_lines(self, db: str, body: bytes, precision: str = "ns") -> int:
         """InfluxDB line protocol (TDengine schemaless), parsed by columns (:mod:`~walgate.storage.lineproto_columns`):
         returns rows written."""
+        self.store.check_size(len(body))
+        self.store.catalog.database(db)  # an unknown database is refused before the body is read
+        return self.write_measurements(db, lineproto_columns.parse_body(body, precision))
+
+    def write_measurements(self, db: str, measurements: list[lineproto_columns.Measurement]) -> int:
+        """:meth:`write_lines` of a body :func:`~walgate.storage.lineproto_columns.parse_body` parsed (elsewhere: it
+        is pure); returns rows written."""
         store = self.store
-        store.check_size(len(body))
         dbdef = store.catalog.database(db)
-        measurements = lineproto_columns.parse_body(body, precision)
         # 1. the schema every measurement needs (validated, not yet committed)
         changes: list[tuple[StableDef | None, StableDef]] = []
         for m in measurements:
