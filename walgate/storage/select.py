@@ -7,6 +7,10 @@ so a query's WHERE and a topic's mean the same thing. A plain query (:attr:`Quer
 at LIMIT; anything else (aggregates, windows, grouping, ordering) runs in DuckDB over the scanned rows, with
 ``tbname`` added (:mod:`walgate.storage.query`). The answer is TDengine-REST shaped: ``column_meta`` rows
 ``(name, type, length)`` and JSON-ready rows (timestamps as RFC 3339 UTC strings, FLOATs at their shortest form).
+
+A query is prepared where the engine lives (:meth:`Selects.prepare`: compiled, and bound to a snapshot of each
+vnode's WAL and the supertable's tag table) and run anywhere (:meth:`PreparedSelect.run`): the gateway runs it in a
+query worker process, so a long query holds neither the engine's thread nor its process's GIL.
 """
 
 from __future__ import annotations
@@ -114,12 +118,14 @@ class PreparedSelect:
     def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[Records]:
         for index, (snapshot, tags) in enumerate(self.sources):
             versions: list[int] = []
-            for entry in snapshot.entries(versions):
-                if cancel is not None:
-                    cancel.check()
-                if entry.kind == KIND_DATA:
-                    yield from self.evaluator.evaluate(decode_entry(entry), tags.__getitem__)
-            damaged += [(index, v) for v in versions]
+            try:
+                for entry in snapshot.entries(versions):
+                    if cancel is not None:
+                        cancel.check()
+                    if entry.kind == KIND_DATA:
+                        yield from self.evaluator.evaluate(decode_entry(entry), tags.__getitem__)
+            finally:  # also when LIMIT or a cancel ends the scan early
+                damaged += [(index, v) for v in versions]
 
 
 class _Budget:
