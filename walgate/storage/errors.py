@@ -38,6 +38,7 @@ __all__ = [
     "CsvError",
     "RequestTooLarge",
     "Unsupported",
+    "TopicCollision",
     "OffsetOutOfRange",
     "LimitExceeded",
     "StorageUnavailable",
@@ -60,6 +61,11 @@ class SqlSyntaxError(StorageError):
 
 class InvalidValue(StorageError):
     code = 0x2608  # TSDB_CODE_PAR_WRONG_VALUE_TYPE
+
+
+class TopicCollision(InvalidValue):
+    """A new topic's name differs from an existing one's only in ``.`` against ``_`` (Kafka's
+    INVALID_TOPIC_EXCEPTION: their metric names would be the same)."""
 
 
 class NotFound(StorageError):
