@@ -100,6 +100,25 @@ def test_confluent_kafka_without_a_certificate_fails_where_one_is_required(secur
     assert "alert certificate required" in run.stderr, run.describe()  # the TLS alert reached the client
 
 
+def test_confluent_kafka_with_an_untrusted_certificate_gets_alert_42(secure: Secure, pyclient, show) -> None:
+    """librdkafka sends its certificate (walgate names no CAs in its request, so librdkafka's issuer check lets it
+    through) and is refused with bad_certificate: the "SSL alert number 42" librdkafka's 0097_ssl_verify looks for
+    (main: 48, unknown_ca)."""
+    mallory = secure.work / "mallory"
+    mallory.mkdir(exist_ok=True)
+    pem = secure.certs.untrusted_client.read_text()
+    start = pem.index("-----BEGIN CERTIFICATE-----")
+    (mallory / "key.pem").write_text(pem[:start])
+    (mallory / "cert.pem").write_text(pem[start:])
+    run = pyclient("ck_secure.py", secure.mtls, "ck_mtls", "1", "--timeout", "6", *_ck_conf(secure),
+                   "-X", f"ssl.certificate.location={mallory / 'cert.pem'}", "-X",
+                   f"ssl.key.location={mallory / 'key.pem'}", timeout=60, check=False)
+    show(run)
+    assert run.returncode == 2, run.describe()
+    assert _events(run, "error") and not _events(run, "brokers"), run.describe()
+    assert "SSL alert number 42" in run.stderr, run.describe()
+
+
 # ------------------------------------------------------------------------------------------- Java 4.3
 
 
