@@ -14,8 +14,8 @@ OpenSSL accepted through, and for one it refused, logs OpenSSL's reason at INFO 
 ``X509_V_ERR_CERT_REJECTED``, which OpenSSL answers with bad_certificate. The verification itself is OpenSSL's,
 unchanged: only the alert's description differs. The ``SSL_CTX`` pointer is read from the ``SSLContext`` object
 (CPython's ``PySSLContext`` holds it first after the object header) and checked against the context's verify mode
-and options before use; when that check fails (another Python build), nothing is installed, OpenSSL's own alert is
-sent and a warning says so. Setting ``verify_mode`` afterwards removes the callback (CPython passes none):
+and options before use; when that check fails or libssl's functions cannot be found (another Python build), nothing
+is installed, OpenSSL's own alert is sent and a warning says so. Setting ``verify_mode`` afterwards removes the callback (CPython passes none):
 install it last.
 """
 
@@ -40,7 +40,8 @@ def _libssl() -> Any:
     """The libssl CPython's ``_ssl`` module uses, with the prototypes of the functions called here."""
     import _ssl
 
-    lib = ctypes.CDLL(_ssl.__file__)  # dlsym through _ssl's handle finds the libssl/libcrypto it was linked with
+    # dlsym through _ssl's handle finds the libssl/libcrypto it was linked with (None: a _ssl built into python)
+    lib = ctypes.CDLL(getattr(_ssl, "__file__", None))
     lib.SSL_CTX_get_verify_mode.argtypes, lib.SSL_CTX_get_verify_mode.restype = [ctypes.c_void_p], ctypes.c_int
     lib.SSL_CTX_get_options.argtypes, lib.SSL_CTX_get_options.restype = [ctypes.c_void_p], ctypes.c_uint64
     lib.SSL_CTX_set_verify.argtypes, lib.SSL_CTX_set_verify.restype = [ctypes.c_void_p, ctypes.c_int,
@@ -67,14 +68,17 @@ def _refuse_as_bad_certificate(preverify_ok: int, store: int | None) -> int:
     return 0
 
 
-_LIB = _libssl()
+try:
+    _LIB: Any = _libssl()
+except (OSError, AttributeError):  # no libssl symbols to be found: answer_bad_certificate installs nothing
+    _LIB = None
 _CALLBACK = _VERIFY_CALLBACK(_refuse_as_bad_certificate)  # kept alive for as long as contexts may call it
 
 
 def _ssl_ctx(context: ssl.SSLContext) -> int | None:
     """The ``SSL_CTX *`` of ``context`` if it is where CPython keeps it (see the module docstring), else None."""
     pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
-    if pointer is None:
+    if pointer is None or _LIB is None:
         return None
     if (_LIB.SSL_CTX_get_verify_mode(pointer) != _OPENSSL_MODE[context.verify_mode]
             or _LIB.SSL_CTX_get_options(pointer) != int(context.options)):
