@@ -6,7 +6,8 @@ confluent-kafka (librdkafka: ``ssl.ca.location``, ``ssl.certificate.location`` /
 kafka-clients 4.3 and 3.9 (``ssl.truststore.type=PEM``, ``ssl.keystore.type=PEM``) and kcat each connect, are told the
 listener's own address, produce and read back; a client certificate becomes the principal ``User:alice``
 (``ssl.principal.mapping.rules``); a client that does not trust the server's CA, and a client without a
-certificate on the MTLS listener, fail with the client's own SSL error.
+certificate on the MTLS listener, fail with the client's own SSL error; a client certificate of a CA the server does
+not trust is refused with the TLS alert bad_certificate (42), as librdkafka's 0097_ssl_verify expects.
 """
 
 from __future__ import annotations
