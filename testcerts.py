@@ -8,7 +8,9 @@
   ``localhost`` and ``127.0.0.1``;
 - ``client`` (key and chain in one file, PKCS#8: Java's ``ssl.keystore.type=PEM``) and ``client_cert`` /
   ``client_key`` apart (librdkafka's ``ssl.certificate.location`` / ``ssl.key.location``) for the subject
-  ``CN=<client_cn>,OU=Testing,O=walgate tests``.
+  ``CN=<client_cn>,OU=Testing,O=walgate tests``;
+- ``untrusted_client`` (key and chain in one file, PKCS#8) for ``CN=mallory``, issued by ``other_ca``: a client
+  certificate the server must refuse.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Certs:
     client: Path
     client_cert: Path
     client_key: Path
+    untrusted_client: Path
     client_dn: str  # the client certificate's subject, RFC 4514
 
 
@@ -45,9 +48,10 @@ def make_certs(directory: Path, client_cn: str = "alice") -> Certs:
     client = ca.issue_cert(f"{client_cn}@clients.example", common_name=client_cn,
                            organization_name="walgate tests", organization_unit_name="Testing")
     paths = {name: directory / f"{name}.pem" for name in ("ca", "other_ca", "server", "client", "client_cert",
-                                                           "client_key")}
+                                                           "client_key", "untrusted_client")}
     ca.cert_pem.write_to_path(str(paths["ca"]))
-    trustme.CA().cert_pem.write_to_path(str(paths["other_ca"]))
+    other_ca = trustme.CA()
+    other_ca.cert_pem.write_to_path(str(paths["other_ca"]))
     chain = b"".join(blob.bytes() for blob in server.cert_chain_pems)
     paths["server"].write_bytes(_pkcs8(server.private_key_pem.bytes()) + chain)
     client_key = _pkcs8(client.private_key_pem.bytes())
@@ -55,6 +59,9 @@ def make_certs(directory: Path, client_cn: str = "alice") -> Certs:
     paths["client"].write_bytes(client_key + client_chain)
     paths["client_cert"].write_bytes(client_chain)
     paths["client_key"].write_bytes(client_key)
+    mallory = other_ca.issue_cert("mallory@clients.example", common_name="mallory")
+    paths["untrusted_client"].write_bytes(_pkcs8(mallory.private_key_pem.bytes())
+                                          + b"".join(blob.bytes() for blob in mallory.cert_chain_pems))
     for path in paths.values():
         path.chmod(0o600)
     return Certs(**paths, client_dn=f"CN={client_cn},OU=Testing,O=walgate tests")

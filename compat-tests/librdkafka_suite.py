@@ -19,6 +19,18 @@ FAILED / SKIPPED with the suite's own reason (a failure's subtest and assertion)
 number is in ``.cache/librdkafka-suite/run-<time>/<number>.log``, the servers' in ``<scenario>/walgate.log``; each
 walgate is stopped by PID, also on Ctrl-C or SIGTERM.
 
+Two tests need a secured listener, as trivup starts its cluster with ``--ssl`` or ``--sasl`` for them
+(:data:`SECURED`): each runs against a walgate of its own (:func:`ssl_setup`, :func:`sasl_setup`), configured by a
+``server.properties``, with the client settings in ``test.conf`` and trivup's environment variables:
+
+- ``0097_ssl_verify``: an SSL listener with ``ssl.client.auth=required``, TLS 1.2 (trivup's broker has
+  ``ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1``: the test expects a refused client certificate to fail the client's
+  handshake, which under TLS 1.3 the client finishes before the broker's refusal arrives) and testcerts' CA, server
+  and client certificates, given to the test as trivup does (``SSL_pkcs``: the client key, certificate and CA in PKCS#12;
+  ``SSL_pub_der`` / ``SSL_priv_der`` / ``SSL_ca_der``, the PEM files, ``SSL_password``);
+- ``0142_reauthentication``: a SASL_PLAINTEXT listener with ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512`` and
+  ``connections.max.reauth.ms=10000``, logged in as root with SCRAM-SHA-512.
+
 Which tests are in ``single-broker``: the suite's tests that need a broker (not ``TEST_F_LOCAL``, not named
 ``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1:
 walgate has no share groups, the 4.2 tests), minus :data:`NEEDS_MORE`, the tests that need what one walgate is not.
@@ -47,7 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from livewalgate import running_walgate  # noqa: E402
+from livewalgate import free_port, running_walgate, walgate_env  # noqa: E402
 
 BUNDLED = ROOT / "compat-tests/node/node_modules/@confluentinc/kafka-javascript/deps/librdkafka"
 CACHE = ROOT / ".cache/librdkafka-suite"
@@ -70,8 +82,11 @@ NEEDS_MORE = {
     "0101": "fetch from follower: a replica on a broker in another rack",
     "0126": "SASL/OAUTHBEARER OIDC: needs an OIDC token endpoint (trivup)",
     "0135": "SASL credentials: needs a SASL listener",
-    "0142": "re-authentication: needs a SASL listener",
 }
+SECURED = {"0097": "ssl", "0142": "sasl"}
+"""Test number -> the secured listener its walgate has (see the module docstring)."""
+REAUTH_MS = 10_000  # 0142: connections.max.reauth.ms, which the test reads with DescribeConfigs
+_PASSWORD = "suite-s3cret"  # 0097's key store password, 0142's root password
 # The broker tests that use transactions (a transactional producer or a read_committed consumer), and idempotence
 TRANSACTIONS = ("0055", "0061", "0090", "0094", "0098", "0103", "0129", "0137")
 # The broker tests that use compacted topics: 0011 (keyless records refused with INVALID_RECORD), 0077, 0081 (configs)
@@ -311,11 +326,77 @@ def kafka_acls(argv: list[str]) -> int:
     return _finish(admin.create_acls([AclBinding(*f) for f in fields]), p.prog)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A walgate for one secured test number: its ``walgate serve`` arguments and environment, its Kafka port, the
+    client settings ``test.conf`` gets and the environment variables the test reads (trivup's)."""
+
+    args: tuple[str, ...]
+    walgate_env: dict[str, str]
+    port: int
+    client: dict[str, str]
+    test_env: dict[str, str]
+
+
+def _server_properties(directory: Path, settings: dict[str, str]) -> Path:
+    path = directory / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    return path
+
+
+def ssl_setup(directory: Path) -> Setup:
+    """0097's walgate: an SSL listener requiring a client certificate (see the module docstring)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from testcerts import make_certs
+
+    certs = make_certs(directory / "certs")
+    port = free_port()
+    config = _server_properties(directory, {
+        "listeners": f"SSL://127.0.0.1:{port}", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.ca), "ssl.client.auth": "required",
+        "ssl.enabled.protocols": "TLSv1.2"})
+    cert = x509.load_pem_x509_certificate(certs.client_cert.read_bytes())
+    key = serialization.load_pem_private_key(certs.client_key.read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate(certs.ca.read_bytes())
+    files = {
+        "SSL_pkcs": pkcs12.serialize_key_and_certificates(b"client", key, cert, [ca],  # type: ignore[arg-type]
+                                                          serialization.BestAvailableEncryption(_PASSWORD.encode())),
+        "SSL_pub_der": cert.public_bytes(serialization.Encoding.DER),
+        "SSL_priv_der": key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()),
+        "SSL_ca_der": ca.public_bytes(serialization.Encoding.DER),
+    }
+    env = {"SSL_pub_pem": str(certs.client_cert), "SSL_priv_pem": str(certs.client_key),
+           "SSL_all_cas_pem": str(certs.ca), "SSL_password": _PASSWORD}
+    for name, data in files.items():
+        (directory / f"{name}.bin").write_bytes(data)
+        env[name] = str(directory / f"{name}.bin")
+    client = {"security.protocol": "ssl", "ssl.ca.location": str(certs.ca),
+              "ssl.certificate.location": str(certs.client_cert), "ssl.key.location": str(certs.client_key),
+              "ssl.key.password": _PASSWORD}
+    return Setup(("--config", str(config)), walgate_env(), port, client, env)
+
+
+def sasl_setup(directory: Path) -> Setup:
+    """0142's walgate: a SASL_PLAINTEXT listener that re-authenticates every :data:`REAUTH_MS`."""
+    port = free_port()
+    config = _server_properties(directory, {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "connections.max.reauth.ms": str(REAUTH_MS)})
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "root",
+              "sasl.password": _PASSWORD}
+    return Setup(("--config", str(config)), {**walgate_env(), "WALGATE_ROOT_PASSWORD": _PASSWORD}, port, client, {})
+
+
 def run_one(tests_dir: Path, number: str, scenario: str, conf: Path, version: str, local: bool,
-            quick: bool) -> list[Outcome]:
-    """Run ``test-runner`` for one test number in ``scenario``; the outcomes of its tests."""
+            quick: bool, test_env: Mapping[str, str] | None = None) -> list[Outcome]:
+    """Run ``test-runner`` for one test number in ``scenario`` (``test_env``: more environment variables for the
+    test); the outcomes of its tests."""
     bootstrap = conf.read_text().split("\n", 1)[0].split("=", 1)[1]
-    env = {**os.environ, "RDKAFKA_TEST_CONF": str(conf), "TEST_KAFKA_VERSION": version,
+    env = {**os.environ, **(test_env or {}), "RDKAFKA_TEST_CONF": str(conf), "TEST_KAFKA_VERSION": version,
            "KAFKA_PATH": str(conf.parent / "kafka"), "BROKERS": bootstrap, "TEST_MAX_REPLICATION_FACTOR": "1",
            "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}"}  # as run-test.sh
     env["TESTS"] = number  # not a positional argument: test-runner would free() it at exit and abort
@@ -418,13 +499,39 @@ def main() -> int:
     tracebacks = 0
     for scenario, flags in SCENARIOS.items():  # one walgate at a time
         names = {t.name for t in suite if scenario in t.scenarios}
-        todo = [n for n in numbers if any(name.startswith(n) for name in names)]
+        todo = [n for n in numbers if any(name.startswith(n) for name in names) and n not in SECURED]
         if not todo:
             continue
         outcomes, found = run_scenario(tests_dir, scenario, flags, todo, names, run_dir, args)
         results += outcomes
         tracebacks += found
+    for number in (n for n in numbers if n in SECURED):
+        outcomes, found = run_secured(tests_dir, number, {t.name for t in suite}, run_dir, args)
+        results += outcomes
+        tracebacks += found
     return summarize(results, run_dir, tracebacks)
+
+
+def run_secured(tests_dir: Path, number: str, names: set[str], run_dir: Path,
+                args: argparse.Namespace) -> tuple[list[Outcome], int]:
+    """Run the secured test ``number`` against a walgate of its own (:data:`SECURED`); its outcomes and the
+    tracebacks walgate logged."""
+    directory = run_dir / SECURED[number]
+    directory.mkdir()
+    setup = (ssl_setup if SECURED[number] == "ssl" else sasl_setup)(directory)
+    flags = (*SCENARIOS["default"], *setup.args)
+    with running_walgate(directory, *flags, env=setup.walgate_env, kafka_port=setup.port) as server:
+        conf = run_dir / f"test-{SECURED[number]}.conf"  # beside the others: its log is <number>.log there
+        conf.write_text(f"bootstrap.servers=127.0.0.1:{setup.port}\n"
+                        f"test.timeout.multiplier={args.timeout_multiplier}\n"
+                        + "".join(f"{k}={v}\n" for k, v in setup.client.items()))
+        print(f"{number} ({SECURED[number]}): walgate pid {server.proc.pid} on 127.0.0.1:{setup.port}; logs in "
+              f"{directory}", flush=True)
+        outcomes = [o for o in run_one(tests_dir, number, "default", conf, args.kafka_version, args.local,
+                                       args.quick, setup.test_env) if o.name in names or not o.name[4:]]
+        for o in outcomes:
+            print(f"{o.name:<48} {o.state:<9} {o.seconds:8.1f}s  {o.why[:110]}", flush=True)
+        return outcomes, server.log().count("Traceback")
 
 
 def run_scenario(tests_dir: Path, scenario: str, flags: tuple[str, ...], numbers: list[str], names: set[str],

@@ -6,7 +6,8 @@ confluent-kafka (librdkafka: ``ssl.ca.location``, ``ssl.certificate.location`` /
 kafka-clients 4.3 and 3.9 (``ssl.truststore.type=PEM``, ``ssl.keystore.type=PEM``) and kcat each connect, are told the
 listener's own address, produce and read back; a client certificate becomes the principal ``User:alice``
 (``ssl.principal.mapping.rules``); a client that does not trust the server's CA, and a client without a
-certificate on the MTLS listener, fail with the client's own SSL error.
+certificate on the MTLS listener, fail with the client's own SSL error; a client certificate of a CA the server does
+not trust is refused with the TLS alert bad_certificate (42), as librdkafka's 0097_ssl_verify expects.
 """
 
 from __future__ import annotations
@@ -100,15 +101,34 @@ def test_confluent_kafka_without_a_certificate_fails_where_one_is_required(secur
     assert "alert certificate required" in run.stderr, run.describe()  # the TLS alert reached the client
 
 
+def test_confluent_kafka_with_an_untrusted_certificate_gets_alert_42(secure: Secure, pyclient, show) -> None:
+    """librdkafka sends its certificate (walgate names no CAs in its request, so librdkafka's issuer check lets it
+    through) and is refused with bad_certificate: the "SSL alert number 42" librdkafka's 0097_ssl_verify looks for
+    (main: 48, unknown_ca)."""
+    mallory = secure.work / "mallory"
+    mallory.mkdir(exist_ok=True)
+    pem = secure.certs.untrusted_client.read_text()
+    start = pem.index("-----BEGIN CERTIFICATE-----")
+    (mallory / "key.pem").write_text(pem[:start])
+    (mallory / "cert.pem").write_text(pem[start:])
+    run = pyclient("ck_secure.py", secure.mtls, "ck_mtls", "1", "--timeout", "6", *_ck_conf(secure),
+                   "-X", f"ssl.certificate.location={mallory / 'cert.pem'}", "-X",
+                   f"ssl.key.location={mallory / 'key.pem'}", timeout=60, check=False)
+    show(run)
+    assert run.returncode == 2, run.describe()
+    assert _events(run, "error") and not _events(run, "brokers"), run.describe()
+    assert "SSL alert number 42" in run.stderr, run.describe()
+
+
 # ------------------------------------------------------------------------------------------- Java 4.3
 
 
-def _java_conf(secure: Secure, name: str, *, keystore: bool = False, ca: Path | None = None) -> str:
+def _java_conf(secure: Secure, name: str, *, keystore: Path | None = None, ca: Path | None = None) -> str:
     path = secure.work / f"{name}.properties"
     lines = ["security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={ca or secure.certs.ca}",
              f"client.id={name}"]
     if keystore:
-        lines += ["ssl.keystore.type=PEM", f"ssl.keystore.location={secure.certs.client}"]
+        lines += ["ssl.keystore.type=PEM", f"ssl.keystore.location={keystore}"]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -126,7 +146,7 @@ def test_java_over_ssl_with_a_pem_truststore(secure: Secure, java, show, clients
 def test_java_mtls_with_a_pem_keystore_is_user_alice(secure: Secure, java, show, clients: str) -> None:
     name = f"java-mtls-{clients}"
     run = java("SecureRoundTrip.java", secure.mtls, f"java_mtls_{clients}", "5",
-               _java_conf(secure, name, keystore=True), clients=clients)
+               _java_conf(secure, name, keystore=secure.certs.client), clients=clients)
     show(run)
     assert _events(run, "consumed") == [{"event": "consumed", "count": 5, "values_ok": True}], run.describe()
     assert f"client id '{name}', principal User:alice" in secure.log()
@@ -143,6 +163,22 @@ def test_java_fails_with_an_ssl_authentication_exception(secure: Secure, java, s
     assert run.returncode == 2, run.describe()
     [error] = _events(run, "error")
     assert error["name"] == "SslAuthenticationException", run.describe()
+
+
+@pytest.mark.parametrize("listener", ["mtls", "ssl"])
+def test_java_with_an_untrusted_certificate_gets_bad_certificate(secure: Secure, java, show, listener: str) -> None:
+    """A client certificate the truststore does not vouch for is refused with the TLS alert bad_certificate (42),
+    where OpenSSL would send unknown_ca (48): on the MTLS listener (required) and the SSL one (requested: a
+    certificate sent must still be valid)."""
+    conf = _java_conf(secure, f"java-mallory-{listener}", keystore=secure.certs.untrusted_client)
+    run = java("SecureRoundTrip.java", getattr(secure, listener), "java_refused", "1", conf, check=False)
+    show(run)
+    assert run.returncode == 2, run.describe()
+    [error] = _events(run, "error")
+    assert error["name"] == "SslAuthenticationException", run.describe()
+    assert error["root"].endswith("Received fatal alert: bad_certificate"), run.describe()  # main: unknown_ca
+    assert "client certificate refused (bad_certificate): unable to get local issuer certificate" in secure.log()
+    assert "Traceback" not in secure.log()
 
 
 # ----------------------------------------------------------------------------------------------- kcat

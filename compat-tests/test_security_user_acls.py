@@ -20,6 +20,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 from sasl_node import ROOT_PASSWORD, SaslNode, serve
 
@@ -103,3 +106,31 @@ def test_confluent_kafka_as_alice_may_not_administer(node: SaslNode):
         for future in futures.values():
             future.result(timeout=30)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_user_changes_its_own_password_as_tdengine_allows_and_only_its_own(node: SaslNode):
+    """TDengine's rule: every user may ``ALTER USER <self> PASS``, here through TDengine's REST client (taosrest) as
+    bob, not a super user and with no ACL; the new password logs bob in to Kafka (confluent-kafka SCRAM-SHA-512), the
+    old one no longer does. Another user's password stays for super users (403), and Kafka's own way,
+    AlterUserScramCredentials, keeps Kafka's rule: Alter on the cluster, even for one's own credential."""
+    taosrest = pytest.importorskip("taosrest", reason="taospy is not installed: pip install -e '.[test]'")
+    node.sql("CREATE USER bob PASS 'bob-first'")
+    bob = taosrest.RestClient(node.server.http_url, user="bob", password="bob-first")
+    assert bob.sql("ALTER USER bob PASS 'bob-second'")["code"] == 0
+    admin = AdminClient(login(node.bootstrap, "bob", "bob-second"))
+    assert admin.list_topics(timeout=30).topics is not None  # logged in with the new password
+    errors: list[KafkaError] = []
+    old = AdminClient({**login(node.bootstrap, "bob", "bob-first"), "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        old.list_topics(timeout=10)
+    old.poll(1)  # serves the error callback
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    bob = taosrest.RestClient(node.server.http_url, user="bob", password="bob-second")
+    with pytest.raises(taosrest.HTTPError, match="403"):
+        bob.sql(f"ALTER USER {ALICE[0]} PASS 'taken-over'")
+    assert produce(node.bootstrap, "open") is None  # alice's password is unchanged
+    upsert = UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          b"bob-third")
+    with pytest.raises(KafkaException) as refused:
+        admin.alter_user_scram_credentials([upsert])["bob"].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, refused.value

@@ -8,6 +8,7 @@ TLS contexts from files, inline PEM and encrypted keys, and the alert of a faile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import struct
@@ -357,3 +358,39 @@ def test_a_certificate_that_cannot_be_loaded_stops_serve_before_anything_opens(t
     assert "listener SSL: cannot load the certificate and private key" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("client_auth", "version"), [("required", "TLSv1.3"), ("requested", "TLSv1.2")])
+def test_an_untrusted_client_certificate_gets_bad_certificate(tmp_path: Path, client_auth: str,
+                                                              version: str) -> None:
+    """A client certificate of a CA the truststore lacks: the client receives bad_certificate (42), where OpenSSL
+    alone sends unknown_ca (48); a trusted one is still accepted."""
+    from walgate.gateway.config import Config
+    from walgate.gateway.tls import server_context
+
+    certs = make_certs(tmp_path / "certs")
+    server = server_context(Config(data_dir=tmp_path, ssl_keystore_location=certs.server,
+                                   ssl_truststore_location=certs.ca, ssl_client_auth=client_auth,
+                                   ssl_enabled_protocols=(version,)), "t")
+    mallory = ssl.create_default_context(cafile=str(certs.ca))
+    mallory.load_cert_chain(certs.untrusted_client)
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = mallory.wrap_bio(c_in, c_out, server_hostname="localhost")
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    refused: list[ssl.SSLError] = []
+    for _ in range(10):
+        with contextlib.suppress(ssl.SSLWantReadError, ssl.SSLError):
+            s.do_handshake()
+        try:
+            c.do_handshake() if not c.version() else c.read()  # TLS 1.3: the alert follows the client's Finished
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError as e:
+            refused.append(e)
+            break
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    assert refused and refused[0].reason == "SSLV3_ALERT_BAD_CERTIFICATE", refused
+    alice = ssl.create_default_context(cafile=str(certs.ca))
+    alice.load_cert_chain(certs.client)
+    assert _handshake(server, alice).getpeercert(binary_form=True) is not None

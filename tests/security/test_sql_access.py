@@ -87,3 +87,13 @@ def test_grant_needs_the_database_or_topic_and_show_lists_every_acl(tmp_path: Pa
         assert e.execute("SHOW USER PRIVILEGES").rows == [] and not e.catalog.acls.current.bindings
     finally:
         e.close()
+
+
+def test_a_user_may_change_its_own_password_and_no_one_elses():
+    """TDengine lets every user ALTER USER its own password; another's needs a super user (no ACL grants it)."""
+    auth = Authorizer(Store(*grant("GRANT ALL ON power.* TO bob")), super_users=frozenset({"User:root"}))  # type: ignore[arg-type]
+    check(auth, "User:bob", "h", parse("ALTER USER bob PASS 'new-one'"), None)
+    check(auth, "User:root", "h", parse("ALTER USER bob PASS 'new-one'"), None)
+    for principal, user in (("User:bob", "alice"), ("User:alice", "bob"), ("User:ANONYMOUS", "bob")):
+        with pytest.raises(NotPermitted):
+            check(auth, principal, "h", parse(f"ALTER USER {user} PASS 'x'"), None)

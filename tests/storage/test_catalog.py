@@ -15,7 +15,7 @@ from walgate.storage import lines
 from walgate.storage.catalog import Catalog
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
-from walgate.storage.errors import LimitExceeded, StorageUnavailable
+from walgate.storage.errors import LimitExceeded, StorageUnavailable, TopicCollision
 from walgate.storage.names import new_db_id
 from walgate.storage.producers import ProducerIds
 from walgate.storage.sql import ast
@@ -247,4 +247,26 @@ def test_a_topic_whose_source_record_was_lost_is_reported_and_the_rest_served(tm
     e = Engine.open(tmp_path)
     assert "tp" not in e.catalog.topics and sorted(e.catalog.databases) == DBS
     assert [d.action for d in e.damage()] == ["skipped", "not served"]
+    e.close()
+
+
+def test_topic_names_that_collide_on_dot_and_underscore_are_refused_and_nothing_is_written(tmp_path: Path):
+    """Kafka's Topic.hasCollision: 'a.b' beside 'a_b' (either way, Kafka-native or TDengine topic); a name with
+    neither character, and the same name (TopicExists), are not collisions."""
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE d VGROUPS 1")
+    e.execute("CREATE STABLE d.m (ts TIMESTAMP, v INT) TAGS (g INT)")
+    e.create_kafka_topic("a.b", 1, {})
+    size = (tmp_path / "catalog.log").stat().st_size
+    with pytest.raises(TopicCollision, match=r"^Topic 'a_b' collides with existing topic: a\.b$"):
+        e.create_kafka_topic("a_b", 1, {})
+    with pytest.raises(TopicCollision, match="Topic 'a_b' collides with existing topic: a.b"):
+        e.execute("CREATE TOPIC a_b AS SELECT ts, v FROM d.m")
+    assert (tmp_path / "catalog.log").stat().st_size == size  # nothing written for a refused name
+    e.execute("CREATE TOPIC c_d AS SELECT ts, v FROM d.m")
+    with pytest.raises(TopicCollision, match="Topic 'c.d' collides with existing topic: c_d"):
+        e.create_kafka_topic("c.d", 1, {})
+    e.create_kafka_topic("ab", 1, {})
+    e.create_kafka_topic("a-b", 1, {})
+    assert sorted(e.catalog.topics) == ["a-b", "a.b", "ab", "c_d"]
     e.close()

@@ -61,7 +61,7 @@ from walgate.security.authorizer import AUTHORIZER_CLASSES
 
 __all__ = [
     "Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES", "KAFKA_ALIASES", "KAFKA_IGNORED",
-    "SSL_CLIENT_AUTH", "TLS_PROTOCOLS",
+    "SSL_CLIENT_AUTH", "TLS_PROTOCOLS", "kafka_settings",
 ]
 
 ENV_PREFIX = "WALGATE_"
@@ -465,6 +465,38 @@ def _convert(kind: Any, name: str, value: Any, source: str) -> Any:
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{source}: {name} must be a string, got {value!r}")
     return kind(value)
+
+
+_WALGATE_ONLY = frozenset({
+    "host", "kafka_port", "http_port", "advertised_host", "advertised_port", "batch_cache_bytes",
+    "request_read_timeout_ms", "max_partitions", "auto_create_topic_partitions", "transaction_version",
+    "http_allowed_origins", "log_level", "log_format", "http_ssl_enabled", "allow_insecure", "http_auth",
+    "listener_overrides"})
+"""Fields that are walgate's own, not a Kafka broker config (``auto_create_topic_partitions`` is Kafka's
+``auto.create.topics.enable`` and ``num.partitions``, which the server describes itself)."""
+_KAFKA_NAME = {field_name: kafka for kafka, field_name in KAFKA_ALIASES.items() if kafka not in ("log.dir", "broker.id")}
+
+
+def _kafka_text(name: str, value: Any) -> str:
+    """A field's value as Kafka writes it in ``server.properties``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return _LIST_SEPARATOR.get(name, ",").join(value)
+    return str(value)
+
+
+def kafka_settings(config: Config) -> dict[str, str]:
+    """The Kafka broker configs ``config`` runs with, by their ``server.properties`` names, whatever source set them
+    (a setting left at walgate's default is one walgate runs with too): every field that is a Kafka config (not
+    :data:`_WALGATE_ONLY`; unset optional ones left out) and each listener's ``listener.name.<listener>.<config>``.
+    Secrets are in it (``ssl.key.password``): whoever shows these must hide the sensitive ones."""
+    settings = {_KAFKA_NAME.get(name, name.replace("_", ".")): _kafka_text(name, value)
+                for name in _SETTABLE - _WALGATE_ONLY if (value := getattr(config, name)) is not None}
+    for listener, overrides in config.listener_overrides.items():
+        for name, raw in overrides.items():
+            settings[f"{_LISTENER_PREFIX}{listener.lower()}.{name.replace('_', '.')}"] = raw
+    return settings
 
 
 def _from_toml(path: Path, text: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
-from walgate.gateway.config import Config, ConfigError
+from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
@@ -211,32 +211,13 @@ class Gateway:
             groups=groups,
             wakeups=wakeups,
         )
-        broker.configs = {
+        broker.configs = {  # DescribeConfigs' STATIC_BROKER_CONFIG: every Kafka setting walgate runs with
+            **kafka_settings(cfg),
             "broker.id": str(cfg.node_id),
             "num.partitions": str(max(cfg.auto_create_topic_partitions, 1)),
             "default.replication.factor": "1",
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
-            "socket.request.max.bytes": str(cfg.max_request_bytes),
-            "connections.max.idle.ms": str(cfg.connections_max_idle_ms),
-            "queued.max.request.bytes": str(cfg.queued_max_request_bytes),
-            "socket.listen.backlog.size": str(cfg.listen_backlog),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
-            "log.cleaner.enable": str(cfg.log_cleaner_enable).lower(),
-            "log.cleaner.backoff.ms": str(cfg.log_cleaner_backoff_ms),
-            "log.cleaner.dedupe.buffer.size": str(cfg.log_cleaner_dedupe_buffer_size),
-            "group.initial.rebalance.delay.ms": str(cfg.group_initial_rebalance_delay_ms),
-            "group.min.session.timeout.ms": str(cfg.group_min_session_timeout_ms),
-            "group.max.session.timeout.ms": str(cfg.group_max_session_timeout_ms),
-            "group.consumer.session.timeout.ms": str(cfg.group_consumer_session_timeout_ms),
-            "group.consumer.heartbeat.interval.ms": str(cfg.group_consumer_heartbeat_interval_ms),
-            "transaction.max.timeout.ms": str(cfg.transaction_max_timeout_ms),
-            "transactional.id.expiration.ms": str(cfg.transactional_id_expiration_ms),
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms":
-                str(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms),
-            "listener.security.protocol.map": cfg.listener_security_protocol_map,
-            "ssl.client.auth": cfg.ssl_client_auth,
-            "ssl.enabled.protocols": ",".join(cfg.ssl_enabled_protocols),
-            "ssl.principal.mapping.rules": cfg.ssl_principal_mapping_rules,
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)

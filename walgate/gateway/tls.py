@@ -8,7 +8,8 @@
 - client certificates (``ssl.client.auth``; on SASL_SSL listeners only when set per listener, as in Kafka):
   ``none`` asks for none, ``requested`` verifies one if the client sends it, ``required`` refuses the handshake
   without a valid one; they must chain to ``ssl.truststore.location`` / ``ssl.truststore.certificates`` (PEM CA
-  certificates), or to the system's CAs when neither is set;
+  certificates), or to the system's CAs when neither is set; one that does not is refused with the TLS alert
+  bad_certificate, whatever OpenSSL's reason (:mod:`.tls_verify`);
 - versions: ``ssl.enabled.protocols`` among TLSv1.2 and TLSv1.3 (never older).
 
 A failed handshake (no or an untrusted client certificate, no common version) must reach the client as the TLS
@@ -40,6 +41,7 @@ from cryptography import x509
 from walgate.gateway.config import Config, ConfigError
 from walgate.gateway.kafka.broker import ANONYMOUS
 from walgate.gateway.principal_mapping import PrincipalMapper
+from walgate.gateway.tls_verify import answer_bad_certificate
 
 __all__ = ["server_context", "peer_principal"]
 
@@ -74,6 +76,7 @@ def server_context(config: Config, what: str, client_auth: str | None = None) ->
         except (OSError, ValueError) as e:
             raise ConfigError(f"{what}: cannot load the truststore "
                               f"({config.ssl_truststore_location or 'ssl.truststore.certificates'}): {_reason(e)}") from None
+        answer_bad_certificate(context)  # last: setting verify_mode would remove it
     return context
 
 

@@ -22,6 +22,10 @@ CREATE TOPIC t AS ... FROM src                     Create on topic ``t`` and Rea
 DROP TOPIC t / DROP CONSUMER GROUP g ON t          Delete on topic ``t`` / Delete on group ``g``
 SHOW QUARANTINE, SHOW USER PRIVILEGES              Describe on the cluster
 GRANT / REVOKE                                     Alter on the cluster (as CreateAcls / DeleteAcls)
+ALTER USER u PASS '...'                            nothing when ``u`` is the principal's own user (``User:u``):
+                                                   TDengine lets every user change its own password; another
+                                                   user's: super users only (Kafka's AlterUserScramCredentials
+                                                   keeps Kafka's rule, Alter on the cluster, for every user)
 (HTTP) line protocol / CSV into database d         Write on ``d.*``
 SHOW DATABASES / TOPICS / CONSUMERS / SUBSCRIPTIONS  nothing; :func:`visible` keeps the rows whose database
                                                    (``d.*``), topic and group the principal may Describe
@@ -99,8 +103,13 @@ def requirements(stmt: object, db: str | None) -> list[Need]:
 
 def check(authorizer: Authorizer, principal: str, host: str, stmt: object, db: str | None) -> None:
     """Raise :class:`NotPermitted` unless ``principal`` (from ``host``) may run ``stmt`` (module docstring)."""
-    if principal not in authorizer.super_users:
+    if principal not in authorizer.super_users and not _own_password(principal, stmt):
         check_needs(authorizer, principal, host, requirements(stmt, db))
+
+
+def _own_password(principal: str, stmt: object) -> bool:
+    """Whether ``stmt`` changes the password of ``principal``'s own user (TDengine allows it to every user)."""
+    return isinstance(stmt, ast.AlterUser) and principal == f"User:{stmt.name}"
 
 
 def check_needs(authorizer: Authorizer, principal: str, host: str, needs: list[Need]) -> None:

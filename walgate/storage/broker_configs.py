@@ -54,6 +54,7 @@ from walgate.storage.errors import InvalidValue
 from walgate.storage.topic_configs import TOPIC_CONFIGS, ConfigSpec, check_value
 
 __all__ = ["BROKER_SYNONYMS", "DYNAMIC", "KAFKA_DEFAULTS", "STATIC_SYNONYMS", "TOPIC_SYNONYMS", "default_of",
+           "describe_type",
            "in_force", "is_dynamic", "spec_of", "synonyms_of", "validate"]
 
 _LONG_MAX: Final = str(2**63 - 1)
@@ -200,6 +201,31 @@ def spec_of(name: str) -> ConfigSpec | None:
         if base in table:
             return table[base]
     return next((s for k, s in _MECHANISM_CONFIGS.items() if base.endswith("." + k)), None)
+
+
+_STATIC_TYPES: Final = {
+    **dict.fromkeys(("connections.max.reauth.ms", "connections.max.idle.ms", "queued.max.request.bytes",
+                     "offsets.retention.check.interval.ms"), "LONG"),
+    **dict.fromkeys(("node.id", "broker.id", "num.partitions", "socket.request.max.bytes",
+                     "socket.listen.backlog.size", "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
+                     "group.max.session.timeout.ms", "group.consumer.session.timeout.ms",
+                     "group.consumer.heartbeat.interval.ms", "transaction.max.timeout.ms",
+                     "transactional.id.expiration.ms", "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                     "sasl.oauthbearer.clock.skew.seconds"), "INT"),
+    **dict.fromkeys(("auto.create.topics.enable", "log.cleaner.enable", "allow.everyone.if.no.acl.found"), "BOOLEAN"),
+    **dict.fromkeys(("controller.listener.names", "sasl.oauthbearer.expected.audience"), "LIST"),
+    "default.replication.factor": "SHORT", "authorizer.class.name": "STRING",
+}
+"""Kafka's types of the static broker configs walgate is started with that are not dynamic (the rest are STRING)."""
+
+
+def describe_type(name: str) -> tuple[str, bool]:
+    """(Kafka's type, whether the value is sensitive) of a broker config DescribeConfigs answers, static or dynamic:
+    a PASSWORD (``ssl.key.password``, ``ssl.keystore.key``, with or without a listener prefix) is sensitive."""
+    spec = spec_of(name) or _SSL_STORES.get(name) or STATIC_SYNONYMS.get(name)
+    if spec is not None:
+        return spec.type, spec.type == "PASSWORD"
+    return _STATIC_TYPES.get(name, "STRING"), False
 
 
 def is_dynamic(name: str) -> bool:

@@ -50,8 +50,16 @@ from typing import Any
 from walgate.security.acl import AclBinding
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
-from walgate.storage.errors import AlreadyExists, InvalidValue, LimitExceeded, NotFound, StorageUnavailable
+from walgate.storage.errors import (
+    AlreadyExists,
+    InvalidValue,
+    LimitExceeded,
+    NotFound,
+    StorageUnavailable,
+    TopicCollision,
+)
 from walgate.storage.names import (
+    collision_key,
     is_db_id,
     is_topic_id,
     new_db_id,
@@ -451,6 +459,7 @@ class Catalog:
         validate_sql_topic_name(name)
         if name in self.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
+        self.check_collision(name)
         self._commit(
             {
                 "op": "create_topic",
@@ -465,6 +474,16 @@ class Catalog:
             }
         )
         return self.topics[name]
+
+    def check_collision(self, name: str) -> None:
+        """Refuse (:class:`TopicCollision`, Kafka's message) a new topic ``name`` that collides with an existing
+        topic (:func:`~walgate.storage.names.collision_key`); the least such name is named."""
+        key = collision_key(name)
+        if key is None:
+            return
+        colliding = sorted(t for t in self.topics if t != name and collision_key(t) == key)
+        if colliding:
+            raise TopicCollision(f"Topic '{name}' collides with existing topic: {colliding[0]}")
 
     def create_kafka_topic(
         self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
@@ -483,6 +502,7 @@ class Catalog:
         validate_database_name(db)
         if name in self.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
+        self.check_collision(name)
         if db in self.databases:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}

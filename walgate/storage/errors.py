@@ -39,6 +39,7 @@ __all__ = [
     "CsvError",
     "RequestTooLarge",
     "Unsupported",
+    "TopicCollision",
     "OffsetOutOfRange",
     "LimitExceeded",
     "StorageUnavailable",
@@ -62,6 +63,11 @@ class SqlSyntaxError(StorageError):
 
 class InvalidValue(StorageError):
     code = 0x2608  # TSDB_CODE_PAR_WRONG_VALUE_TYPE
+
+
+class TopicCollision(InvalidValue):
+    """A new topic's name differs from an existing one's only in ``.`` against ``_`` (Kafka's
+    INVALID_TOPIC_EXCEPTION: their metric names would be the same)."""
 
 
 class NotFound(StorageError):

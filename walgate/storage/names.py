@@ -13,7 +13,10 @@ is one both systems take:
 * TDengine topic (``CREATE TOPIC``): at most 192 bytes of ASCII letters, digits, ``_`` and ``-`` (a plain TDengine
   name, or a backquoted one Kafka also takes: every topic is a Kafka topic, and TDengine refuses ``.``);
 * Kafka topic (CreateTopics): Kafka's rule, 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``
-  (:func:`walgate.storage.topic_configs.validate_topic_name`).
+  (:func:`walgate.storage.topic_configs.validate_topic_name`);
+* every topic, whichever way it is created (CreateTopics, auto-creation, ``CREATE TOPIC``): Kafka's collision
+  rule, a name with ``.`` or ``_`` that another topic's equals once ``.`` is read as ``_`` (``alice.a`` beside
+  ``alice_a``) is refused (:func:`collision_key`; Kafka's ``Topic.hasCollision``: their metric names would be one).
 
 Names already in a data dir are never re-checked: a data dir written before these rules opens as it was.
 """
@@ -35,6 +38,7 @@ __all__ = [
     "validate_table_name",
     "validate_column_name",
     "validate_sql_topic_name",
+    "collision_key",
     "new_db_id",
     "is_db_id",
     "is_topic_id",
@@ -82,6 +86,14 @@ def validate_sql_topic_name(name: str) -> None:
     if not _TOPIC.fullmatch(name) or len(name) > TOPIC_NAME_MAX:
         raise InvalidValue(f"Invalid topic name {_shown(name)}: 1 to {TOPIC_NAME_MAX} ASCII letters, digits, "
                            "'_' and '-'")
+
+
+def collision_key(name: str) -> str | None:
+    """What two topic names that collide in Kafka's sense have in common: the name with ``.`` as ``_``; None for
+    a name with neither character, which collides with nothing but itself."""
+    if "." not in name and "_" not in name:
+        return None
+    return name.replace(".", "_")
 
 
 def new_db_id() -> str:

@@ -46,6 +46,7 @@ from walgate.storage.errors import (
     RequestTooLarge,
     StorageError,
     StorageUnavailable,
+    TopicCollision,
 )
 from walgate.storage.wal import CorruptEntry
 from walgate.wire.errors import (
@@ -72,6 +73,7 @@ Table = Mapping[type[BaseException], ErrorCode]
 
 ERRORS: Table = {
     NotFound: ErrorCode.unknown_topic_or_partition,
+    TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     StorageUnavailable: ErrorCode.kafka_storage_error,
     LimitExceeded: ErrorCode.policy_violation,

@@ -1,5 +1,8 @@
 """CreateTopics (key 19) v0–v7: Kafka-native topics, each in a database whose vgroups are its partitions.
 
+A name that collides with an existing topic's (``alice_a`` beside ``alice.a``, Kafka's ``Topic.hasCollision``)
+is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`).
+
 One node: replication factor 1 (or -1, the default) only, manual assignments
 only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
@@ -66,6 +69,10 @@ def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict
         return _result(t.name, ErrorCode.invalid_topic_exception, str(exc))
     if t.name in engine.catalog.topics:
         return _result(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
+    try:
+        engine.catalog.check_collision(t.name)
+    except StorageError as exc:
+        return _result(t.name, ErrorCode.invalid_topic_exception, str(exc))
     try:
         validate_configs(configs)
     except StorageError as exc:

@@ -36,10 +36,9 @@ from walgate.gateway.kafka.handlers.config_changes import group_timeouts
 from walgate.storage.broker_configs import (
     BROKER_SYNONYMS,
     KAFKA_DEFAULTS,
-    STATIC_SYNONYMS,
     TOPIC_SYNONYMS,
+    describe_type,
     is_dynamic,
-    spec_of,
     synonyms_of,
 )
 from walgate.storage.engine import Engine
@@ -81,13 +80,12 @@ def _synonyms(levels: list[Level], name: str, sensitive: bool) -> list[dict[str,
 def _broker_entry(name: str, levels: list[Level], synonyms: bool) -> dict[str, Any]:
     """A broker config from the ``levels`` that set it, the one in force first (Kafka's ``createBrokerConfigEntry``):
     read-only unless dynamic, a password's value hidden."""
-    spec = spec_of(name) or STATIC_SYNONYMS.get(name)
-    sensitive = spec is not None and spec.type == "PASSWORD"
+    kind, sensitive = describe_type(name)
     found = _synonyms(levels, name, sensitive)
     value, source = (found[0]["value"], found[0]["source"]) if found else (None, _DEFAULT_CONFIG)
     return {"name": name, "value": value, "read_only": not is_dynamic(name),
             "is_default": source == _DEFAULT_CONFIG, "config_source": source, "is_sensitive": sensitive,
-            "synonyms": found if synonyms else [], "config_type": _TYPE_IDS[spec.type] if spec is not None else 2,
+            "synonyms": found if synonyms else [], "config_type": _TYPE_IDS[kind],
             "documentation": None}
 
 

@@ -8,7 +8,9 @@ topic of that many partitions is created (a creation over a limit or refused
 by the disk answers that error, :mod:`.common`'s table). A name Kafka could
 never create (``Topic.validate``: not 1-249 characters of ``[a-zA-Z0-9._-]``,
 or ``.``/``..``) answers INVALID_TOPIC_EXCEPTION, with or without auto-creation,
-as Kafka does: clients fail such a topic at once instead of waiting for it.
+as Kafka does: clients fail such a topic at once instead of waiting for it;
+so does a name auto-creation refuses because it collides with an existing
+topic's (``alice_a`` beside ``alice.a``, :mod:`walgate.storage.names`).
 Topic ids (v10+) are the stable UUIDs the catalog stores per topic. A topic
 that cannot be described answers its error; the others are answered.
 
