@@ -55,8 +55,9 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
-__all__ = ["MS_BUCKETS", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
+__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
 
+QUERY_OUTCOMES = ("ok", "refused", "cancelled")
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
@@ -119,6 +120,13 @@ class Metrics:
                                        registry=r)
         self._storage_run = Histogram("walgate_storage_call_seconds", "Time a storage-thread call ran",
                                       buckets=_SECONDS_BUCKETS, registry=r)
+        self._queries = Histogram("walgate_sql_query_seconds", "Time a SELECT took in the query workers (queued and "
+                                  "running), by outcome: ok, refused (its own error), cancelled", ["outcome"],
+                                  buckets=_SECONDS_BUCKETS, registry=r)
+        self._running = Gauge("walgate_sql_queries_in_workers", "SELECTs in the query workers (running or queued)",
+                              registry=r)
+        for outcome in QUERY_OUTCOMES:
+            self._queries.labels(outcome)
         self._apis: dict[tuple[int, int], _Api] = {}
         self._error_children: dict[tuple[str, int], Any] = {}
         # per-topic traffic by topic key (name, or id for Fetch v13+): [bytes in, records in, bytes out]
@@ -147,6 +155,15 @@ class Metrics:
         else:
             self._closed.labels(listener).inc()
             self._connections.labels(listener).dec()
+
+    def query(self, seconds: float | None, outcome: str = "") -> None:
+        """A SELECT entered the query workers (``seconds`` None), or left them after ``seconds`` with ``outcome``
+        (one of :data:`QUERY_OUTCOMES`)."""
+        if seconds is None:
+            self._running.inc()
+        else:
+            self._running.dec()
+            self._queries.labels(outcome).observe(seconds)
 
     def storage_call(self, waited: float, ran: float) -> None:
         """A storage-thread call ran for ``ran`` seconds after ``waited`` in the queue (storage thread)."""

@@ -114,8 +114,10 @@ class QueryWorkers:
     """``processes`` query workers; statements stopped after ``timeout_ms`` (0: never), scans bounded by
     ``max_bytes`` (see the module docstring)."""
 
-    def __init__(self, processes: int, timeout_ms: int, max_bytes: int) -> None:
+    def __init__(self, processes: int, timeout_ms: int, max_bytes: int,
+                 observe: Callable[[float | None, str], None] = lambda seconds, outcome: None) -> None:
         self.processes = processes
+        self._observe = observe  # (None, ""): a query entered; (seconds, outcome): it left (Metrics.query)
         self.timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.max_bytes = max_bytes
         self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
@@ -138,7 +140,19 @@ class QueryWorkers:
 
     async def run(self, prepared: PreparedSelect, gone: Callable[[], bool] = _never) -> Answer:
         """``prepared`` run in a worker: (body, damaged, error) (module docstring); QueryCancelled when the worker
-        died under it."""
+        died under it. Each query is reported to ``observe``: ok, refused (its own error) or cancelled."""
+        started = time.monotonic()
+        self._observe(None, "")
+        outcome = "cancelled"  # unless it answers: a dead worker, a cancelled request
+        try:
+            answer = await self._run(prepared, gone)
+            error = answer[2]
+            outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
+            return answer
+        finally:
+            self._observe(time.monotonic() - started, outcome)
+
+    async def _run(self, prepared: PreparedSelect, gone: Callable[[], bool]) -> Answer:
         await self._slots.acquire()
         slot = self._free.pop()
         self._flags[slot] = 0

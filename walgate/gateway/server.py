@@ -84,7 +84,8 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self._storage = StorageThread(self.metrics.storage_call)
-        self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes)
+        self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
+                                     self.metrics.query)
         self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
         self._lock: int | None = None  # the data dir lock's descriptor (datadir.lock) while started
