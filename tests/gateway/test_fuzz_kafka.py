@@ -3,8 +3,8 @@
 Each example is one request with a valid header and a body that is either a random valid request of that
 version (hypothesis builds it from the schema and walgate's encoder writes it) or such a body mutated: random
 bytes, a truncation, bit flips, a length or count field replaced by a huge or negative value, trailing garbage.
-Half the Produce requests (acks -1, 1 or 0) write a real record batch (any codec) to the topic the server was
-given, its header fields set to extreme values (a negative length, count, ...; alone, cut after the header, before
+Half the Produce requests (acks -1, 1 or 0) write a real record batch (any codec) to the Kafka topic the server
+was given or to a TDengine topic (values JSON rows, line protocol or bytes), its header fields set to extreme values (a negative length, count, ...; alone, cut after the header, before
 or after an intact batch) or its bytes mutated, so the record decoders, the write path and what the metrics count
 after it are fuzzed too.
 It goes on a fresh connection, followed by a pipelined ApiVersions request. Every example must end in
@@ -37,6 +37,7 @@ import os
 import re
 import socket
 import struct
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ from walgate.wire.serial import decoder, fields_of, read_uvarint
 LONG = os.environ.get("WALGATE_FUZZ_LONG") == "1"
 EXAMPLES = 30
 TOPIC = "0"
+ROWS_TOPIC = "rows"
+_ROW_VALUES = [b'{"ts": 1700000000000, "v": 1, "loc": "a"}', b'{"tbname": "d1", "ts": 1700000000000, "v": 2}',
+               b"meters,loc=a v=3i 1700000000000000000", b"{", b"[1]", b"meters v=", b'{"tbname": 7}']
 LONG_EXAMPLES = 200
 WAIT_S = 2.0
 RSS_GROWTH_MIB = 256
@@ -147,7 +151,7 @@ def _header_mutated(draw: Any, batch: bytes) -> bytes:
     its header, or after or before an intact copy of it: records that end with a batch header of any length."""
     data = bytearray(batch)
     for _ in range(draw(st.integers(1, 2))):
-        name = draw(st.sampled_from(["length", "length", "length", "record_count", *_BATCH_FIELDS]))
+        name = draw(st.sampled_from(["length"] * 6 + ["record_count"] * 2 + list(_BATCH_FIELDS)))
         offset, fmt, extra = _BATCH_FIELDS[name]
         bits = struct.calcsize(fmt) * 8
         low, high = (0, 2**bits - 1) if fmt.endswith(("I", "B")) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
@@ -172,27 +176,34 @@ def _produce(draw: Any, version: int) -> Any:
     topic_cls = _entity(cls, "topic_data")
     partition_cls = _entity(topic_cls, "partition_data")
     n = draw(st.integers(1, 4))
+    topic = draw(st.sampled_from([TOPIC, TOPIC, ROWS_TOPIC]))
+    OUTCOMES[f"produce to {topic!r}"] += 1
+    values = st.sampled_from(_ROW_VALUES) if topic == ROWS_TOPIC and draw(st.booleans()) else st.binary(max_size=64)
     batch = encode_batch(
         0, [draw(st.integers(0, 2**42)) for _ in range(n)], [draw(st.none() | st.binary(max_size=8)) for _ in range(n)],
-        [draw(st.none() | st.binary(max_size=64)) for _ in range(n)],
+        [draw(st.none() | values) for _ in range(n)],
         compression=draw(st.sampled_from([None, *CODECS])),
     )
     records = draw(_header_mutated(batch) | _mutated(batch))
     partition = partition_cls(index=draw(st.integers(-1, 2)), records=records)
     return cls(transactional_id=None, acks=draw(st.sampled_from([-1, 1, 0])), timeout=datetime.timedelta(seconds=1),
-               topic_data=(topic_cls(name=TOPIC, partition_data=(partition,)),))
+               topic_data=(topic_cls(name=topic, partition_data=(partition,)),))
 
 
 @st.composite
 def _request(draw: Any, api_key: int, version: int) -> bytes:
-    """A request frame (size prefix included): a valid header and a (mutated) body."""
-    if api_key == 0 and draw(st.booleans()):
+    """A request frame (size prefix included): a valid header and a (mutated) body. A Produce request of a real
+    batch has its body mutated a third of the time only: its records are mutated already, and must reach the
+    partition whole to fuzz what follows their validation."""
+    produce = api_key == 0 and draw(st.booleans())
+    if produce:
         message = draw(_produce(version))
     else:
         message = draw(instances(request_class(api_key, version)))
     valid = encode_request(api_key, version, FUZZ_CID, "fuzz", message)
     header_size = parse_request_header(valid[4:]).size
-    body = draw(_mutated(valid[4 + header_size:]))
+    intact = produce and draw(st.integers(0, 2)) > 0
+    body = valid[4 + header_size:] if intact else draw(_mutated(valid[4 + header_size:]))
     OUTCOMES["mutated" if body != valid[4 + header_size:] else "valid"] += 1
     payload = valid[4: 4 + header_size] + body
     return struct.pack(">i", len(payload)) + payload
@@ -247,6 +258,12 @@ def server(tmp_path_factory):
         for i in range(20):
             producer.produce(TOPIC, f"value {i}".encode(), key=b"k", partition=i % 2)
         assert producer.flush(30) == 0
+        for statement in (f"CREATE DATABASE {ROWS_TOPIC}_db VGROUPS 2",  # a TDengine topic: Produce writes rows
+                          f"CREATE STABLE {ROWS_TOPIC}_db.meters (ts TIMESTAMP, v INT) TAGS (loc VARCHAR(8))",
+                          f"CREATE TOPIC {ROWS_TOPIC} AS STABLE {ROWS_TOPIC}_db.meters"):
+            request = urllib.request.Request(f"{server.http_url}/rest/sql", data=statement.encode())
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert json.loads(response.read())["code"] == 0, statement
         yield server, server.rss_mib()
 
 
