@@ -88,6 +88,24 @@ _HUGE_INT16 = [0x7FFF, 0xFFFF, 0x8000, 0xFFFE]
 _HUGE_UVARINT = [b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x07", b"\x80\x80\x80\x80\x10", b"\xfe\xff\xff\xff\x0f"]
 
 
+def _fuzz_settings(examples: int, long_examples: int) -> settings:
+    """``examples`` seeded examples, or ``long_examples`` with fresh randomness under WALGATE_FUZZ_LONG=1."""
+    return settings(
+        max_examples=long_examples if LONG else examples,
+        derandomize=not LONG,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
+
+
+def _assert_clean(log: str) -> None:
+    """No traceback and no ERROR line in a server's log."""
+    assert "Traceback" not in log, log[log.index("Traceback") - 2000: log.index("Traceback") + 3000]
+    errors = [line for line in log.splitlines() if re.search(r"\d ERROR ", line)]
+    assert not errors, "\n".join(errors[:50])
+
+
 @st.composite
 def _mutated(draw: Any, body: bytes) -> bytes:
     kind = draw(st.sampled_from(["valid", "random", "truncate", "flip", "huge", "trailing"]))
@@ -268,13 +286,7 @@ def server(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
-@settings(
-    max_examples=LONG_EXAMPLES if LONG else EXAMPLES,
-    derandomize=not LONG,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+@_fuzz_settings(EXAMPLES, LONG_EXAMPLES)
 @given(data=st.data())
 def test_fuzzed_request_is_answered_or_closed(server, api_key, version, data) -> None:
     live, _ = server
@@ -318,14 +330,11 @@ def test_the_server_survived_with_bounded_memory_and_a_clean_log(server) -> None
     finally:
         consumer.close()
     grown = live.rss_mib() - rss_before
-    log = live.log()
     print(f"fuzz outcomes: {dict(sorted(OUTCOMES.items()))}; {records} records in {TOPIC!r}; "
           f"RSS grew by {grown:.0f} MiB")
     assert records > 20  # fuzzed Produce requests did reach the write path
     assert grown < RSS_GROWTH_MIB
-    assert "Traceback" not in log, log[log.index("Traceback") - 2000: log.index("Traceback") + 3000]
-    errors = [line for line in log.splitlines() if re.search(r"\d ERROR ", line)]
-    assert not errors, "\n".join(errors[:50])
+    _assert_clean(live.log())
 
 
 # ------------------------------------------------------------------ OAUTHBEARER tokens with any numeric claims
@@ -424,18 +433,12 @@ def _authenticate(version: int, cid: int, message: bytes) -> bytes:
 
 
 def _bare(sock: socket.socket, message: bytes) -> bytes | None:
+    """Send a bare SASL token (after a v0 SaslHandshake); the server's bare answer, None if it closed."""
     sock.sendall(struct.pack(">i", len(message)) + message)
-    size = _recv_exact(sock, 4)
-    return None if size is None else _recv_exact(sock, struct.unpack(">i", size)[0])
+    return _recv_frame(sock)
 
 
-@settings(
-    max_examples=LONG_OAUTH_EXAMPLES if LONG else OAUTH_EXAMPLES,
-    derandomize=not LONG,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+@_fuzz_settings(OAUTH_EXAMPLES, LONG_OAUTH_EXAMPLES)
 @given(claims=_claims(), version=st.sampled_from([None, 0, 1, 2]))
 @example(claims=_valid(exp=1e20), version=2)  # the regressions of issue 22 first, whatever the draws
 @example(claims=_valid(exp=2**63), version=1)
@@ -495,7 +498,4 @@ def test_the_oauth_server_refused_and_accepted_with_a_clean_log(oauth_server) ->
     print(f"oauth fuzz outcomes: {dict(sorted(OAUTH_OUTCOMES.items()))}")
     assert oauth_server.proc.poll() is None
     assert OAUTH_OUTCOMES["refused"] and OAUTH_OUTCOMES["accepted"], OAUTH_OUTCOMES
-    log = oauth_server.log()
-    assert "Traceback" not in log, log[log.index("Traceback") - 2000: log.index("Traceback") + 3000]
-    errors = [line for line in log.splitlines() if re.search(r"\d ERROR ", line)]
-    assert not errors, "\n".join(errors[:50])
+    _assert_clean(oauth_server.log())
