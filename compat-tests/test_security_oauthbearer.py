@@ -3,8 +3,10 @@ half is in the broker's JWKS file (``sasl.oauthbearer.jwks.endpoint.url``): conf
 ``oauth_cb`` returning the token and its expiry, and Java kafka-clients 4.3 with Kafka's own
 ``OAuthBearerLoginCallbackHandler`` reading the token from a ``file://`` token endpoint. Each produces a record and
 reads it back, across KIP-368 re-authentications (the broker's sessions last 1.5 s); a token signed by a key the
-broker does not trust, for another audience (confluent-kafka) or expired (Java: librdkafka refuses to send an expired
-token itself) fails with the client's own authentication error, with no traceback and no token in the server's log.
+broker does not trust, for another audience or whose ``exp`` no long of milliseconds holds (1e20, 2^63, Infinity;
+confluent-kafka), or expired (Java: librdkafka refuses to send an expired token itself) fails with the client's own
+authentication error, and confluent-kafka logs in with the largest ``exp`` that fits; with no traceback and no token
+in the server's log.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from livewalgate import WalgateServer
 ISSUER = "https://idp.compat.test"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 STRANGER = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+LARGEST_EXP = ((1 << 63) - 1) // 1000  # seconds whose milliseconds still fit a Java long (jose4j's NumericDate)
 
 
 def signed(key: Any = KEY, **changes: Any) -> str:
@@ -53,7 +56,9 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthNode]:
     jwks = {"keys": [{**json.loads(RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "compat-1", "use": "sig"}]}
     (workdir / "jwks.json").write_text(json.dumps(jwks))
     tokens = {"good": signed(), "untrusted": signed(STRANGER), "other audience": signed(aud="elsewhere"),
-              "expired": signed(iat=int(time.time()) - 900, exp=int(time.time()) - 300)}
+              "expired": signed(iat=int(time.time()) - 900, exp=int(time.time()) - 300),
+              "exp 1e20": signed(exp=1e20), "exp 2^63": signed(exp=2**63), "exp Infinity": signed(exp=float("inf")),
+              "largest exp": signed(exp=LARGEST_EXP)}
     for name, token in tokens.items():
         (workdir / f"{name.replace(' ', '-')}.jwt").write_text(token)
     with serve(workdir, sasl_enabled_mechanisms="OAUTHBEARER,SCRAM-SHA-512",
@@ -75,7 +80,13 @@ def test_confluent_kafka_logs_in_with_its_token(oauth: OAuthNode, pyclient: Call
     assert events(run)[-1]["event"] == "ok", run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("token", ["untrusted", "other audience"])
+def test_confluent_kafka_logs_in_with_the_largest_exp_a_long_of_milliseconds_holds(oauth: OAuthNode,
+                                                                                   pyclient: Callable[..., Run]):
+    run = pyclient("ck_oauthbearer.py", oauth.bootstrap, TOPIC, str(oauth.tokens["largest exp"]), timeout=60)
+    assert events(run)[-1]["event"] == "ok", run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("token", ["untrusted", "other audience", "exp 1e20", "exp 2^63", "exp Infinity"])
 def test_confluent_kafka_is_refused_a_token_the_broker_does_not_accept(oauth: OAuthNode,
                                                                       pyclient: Callable[..., Run], token: str):
     run = pyclient("ck_oauthbearer.py", oauth.bootstrap, TOPIC, str(oauth.tokens[token]), timeout=60)

@@ -1,5 +1,7 @@
 """Log in with confluent-kafka (librdkafka) over SASL_PLAINTEXT with OAUTHBEARER, produce one record to partition 0
-and read it back. The token comes from ``oauth_cb``, which returns the signed JWT of TOKEN_FILE and its expiry.
+and read it back. The token comes from ``oauth_cb``, which returns the signed JWT of TOKEN_FILE and its expiry (the
+token's ``exp``; when that is no number an int64 of microseconds holds (1e20, Infinity, ...), an hour from now,
+which librdkafka needs to accept the token at all: the broker judges the claim itself).
 
 Usage: ck_oauthbearer.py BOOTSTRAP TOPIC TOKEN_FILE
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import sys
 import time
 import uuid
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+_MAX_EXPIRY_S = 2**63 / 1e6  # seconds: an int64 holds them in ms and in µs, whichever the binding uses
 
 
 def emit(**event: object) -> None:
@@ -30,7 +35,10 @@ def token_callback(path: Path) -> Any:
         token = path.read_text().strip()
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        return token, float(claims["exp"])  # librdkafka: (token, expiry in seconds since the epoch)
+        exp = claims["exp"]
+        if not (isinstance(exp, (int, float)) and math.isfinite(exp) and 0 <= exp < _MAX_EXPIRY_S):
+            exp = time.time() + 3600
+        return token, float(exp)  # librdkafka: (token, expiry in seconds since the epoch)
 
     return oauth_cb
 

@@ -4,6 +4,7 @@ the requests and decodes the answers)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,17 @@ def test_quotas_are_altered_described_enforced_and_kept_across_a_restart(tmp_pat
         produced = call(conn, 0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
             {"name": "t", "partition_data": [{"index": 0, "records": batch(20_000)}]}]})
         assert produced.throttle_time.total_seconds() == 0  # the quota went with its entity
+
+
+def test_an_acks0_produce_over_its_quota_mutes_the_connection(tmp_path: Path) -> None:
+    """No answer carries the throttle of an acks=0 Produce: the connection reads nothing for that long (some 200 ms
+    for 10.2 kB over 1000 B/s), so the ApiVersions sent right after it is answered no sooner (a lower bound only)."""
+    with gateway_thread(tmp_path / "data") as gateway, KafkaConnection(gateway.kafka_address) as conn:
+        call(conn, 19, 7, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}], "timeout": 10_000})
+        assert alter(conn, [([("user", None)], [("producer_byte_rate", 1000, False)])]) == [(0, None)]
+        produce_cls, _ = kio_classes(0, 9)
+        started = time.monotonic()
+        conn.send(build(produce_cls, {"acks": 0, "timeout": 10_000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": batch(10_200)}]}]}))
+        assert call(conn, 18, 3, {"client_software_name": "q", "client_software_version": "1"}).error_code == 0
+        assert time.monotonic() - started >= 0.15

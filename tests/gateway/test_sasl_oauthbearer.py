@@ -4,7 +4,9 @@ challenge then SASL_AUTHENTICATION_FAILED and a closed connection; the session l
 ``connections.max.reauth.ms`` and the token's remaining life; re-authentication takes a new token (same subject, same
 mechanism); v0 bare frames; a rotated JWKS file is used without a restart; ACLs check the token's principal; the
 mechanism is offered only when enabled, and never without a JWKS (which Kafka's mechanism-prefixed listener settings
-may name)."""
+may name); validly signed tokens whose ``exp``, ``iat`` or ``nbf`` is no number a 64-bit long of milliseconds holds
+(1e20, 2^63, Infinity, NaN, 10^400) are refused with the challenge and a one-line log, and the largest ``exp`` that
+fits is accepted with its whole lifetime announced."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from gateway_helpers import KafkaConnection, gateway_thread
+from gateway_helpers import KafkaConnection, build, gateway_thread, kio_classes
 from jwt.algorithms import RSAAlgorithm
 from kio.schema.errors import ErrorCode
 from test_sasl import ROOT_PASSWORD, authenticate, call, closed, handshake, metadata_works, plain, refused
@@ -31,6 +33,7 @@ ISSUER = "https://idp.test/realms/kafka"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 STRANGER = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 INVALID_TOKEN = '{"status":"invalid_token"}'
+LARGEST_EXP = ((1 << 63) - 1) // 1000  # seconds whose milliseconds still fit a Java long (jose4j's NumericDate)
 
 
 def write_jwks(path: Path) -> str:
@@ -244,3 +247,75 @@ def test_the_token_subject_is_the_principal_acls_check(tmp_path: Path, monkeypat
                 made = call(conn, 19, 7, topics=[{"name": f"by-{subject}", "num_partitions": 1,
                                                   "replication_factor": 1}])
                 assert made.topics[0].error_code == error
+
+
+OUT_OF_RANGE = {  # validly signed; pyjwt writes inf and nan as JSON's Infinity and NaN, which Python's json reads
+    "exp 1e20": ("exp", 1e20), "exp 2^63": ("exp", 2**63), "exp 1e308": ("exp", 1e308),
+    "exp Infinity": ("exp", float("inf")), "exp NaN": ("exp", float("nan")), "exp 10^400": ("exp", 10**400),
+    "exp one past the largest": ("exp", LARGEST_EXP + 1), "iat 2^63": ("iat", 2**63),
+    "iat Infinity": ("iat", float("inf")), "iat NaN": ("iat", float("nan")), "nbf NaN": ("nbf", float("nan")),
+    "nbf 10^400": ("nbf", 10**400), "exp a string": ("exp", "2099-01-01"),
+}
+
+
+def _clean(caplog: pytest.LogCaptureFixture) -> None:
+    """No traceback, no ERROR line: each refusal is one INFO line."""
+    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not bad, [r.getMessage() for r in bad]
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("case", list(OUT_OF_RANGE))
+def test_a_signed_token_with_an_unusable_numeric_date_is_refused(secured: Gateway, case: str,
+                                                                 caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO)
+    claim, value = OUT_OF_RANGE[case]
+    token = signed(**{claim: value})
+    with KafkaConnection(secured.kafka_address) as conn:
+        challenge = oauthbearer(conn, token)
+        assert (challenge.error_code, challenge.auth_bytes) == (ErrorCode.none, INVALID_TOKEN.encode())
+        failed = authenticate(conn, b"\x01")
+        assert (failed.error_code, failed.error_message) == (ErrorCode.sasl_authentication_failed, INVALID_TOKEN)
+        assert closed(conn)
+    assert f"OAUTHBEARER token refused (invalid token: the token's {claim} claim is " in caplog.text
+    _clean(caplog)
+
+
+def test_bare_v0_tokens_with_an_unusable_exp_get_the_challenge(secured: Gateway, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO)
+    for value in (float("inf"), float("nan"), 2**63):
+        with KafkaConnection(secured.kafka_address) as conn:
+            assert handshake(conn, "OAUTHBEARER", version=0).error_code == ErrorCode.none
+            message = bearer(signed(exp=value))
+            conn.sock.sendall(struct.pack(">i", len(message)) + message)
+            assert conn._read(struct.unpack(">i", conn._read(4))[0]) == INVALID_TOKEN.encode()
+            conn.sock.sendall(struct.pack(">i", 1) + b"\x01")
+            assert closed(conn)
+    _clean(caplog)
+
+
+def test_the_largest_exp_a_long_of_milliseconds_holds_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   settings: dict[str, Any],
+                                                                   caplog: pytest.LogCaptureFixture):
+    """Without connections.max.reauth.ms the session lasts the token's remaining life: about 2^63 - 1 ms, more than
+    a ``timedelta`` holds, so the answer is read byte by byte (SaslAuthenticate v2: error code, compact nullable
+    message, compact bytes, int64 session lifetime, tagged fields)."""
+    caplog.set_level(logging.INFO)
+    monkeypatch.setenv("WALGATE_ROOT_PASSWORD", ROOT_PASSWORD)
+    with gateway_thread(tmp_path / "data", **{**settings, "connections_max_reauth_ms": 0}) as gw:
+        with KafkaConnection(gw.kafka_address) as conn:
+            assert handshake(conn, "OAUTHBEARER").error_code == ErrorCode.none
+            request_cls, response_cls = kio_classes(36, 2)
+            before = int(time.time() * 1000)
+            message = bearer(signed(exp=LARGEST_EXP))
+            cid = conn.send(build(request_cls, {"auth_bytes": message}))
+            frame, start = conn.receive_body(response_cls.__header_schema__, cid)
+            error_code, message_len, auth_len = struct.unpack_from(">hbb", frame, start)
+            (lifetime,) = struct.unpack_from(">q", frame, start + 4)
+            after = int(time.time() * 1000)
+            assert (error_code, message_len, auth_len) == (0, 0, 1)  # NONE, a null message, empty auth bytes
+            assert LARGEST_EXP * 1000 - after <= lifetime <= LARGEST_EXP * 1000 - before
+            assert frame[start + 12:] == b"\x00"  # no tagged fields, nothing after
+            assert metadata_works(conn)
+    assert "authenticated as User:alice with OAUTHBEARER" in caplog.text
+    _clean(caplog)

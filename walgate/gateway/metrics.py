@@ -171,9 +171,10 @@ class Metrics:
         self._storage_run.observe(ran)
 
     def request(self, header: RequestHeader, request: Any, fields: Mapping[str, Any] | None,
-                received: float, started: float, handled: float, sent: float) -> None:
-        """A request was answered: its times (``time.perf_counter()`` at its last byte read, handler start,
-        handler end, response written), its error codes, and its per-topic traffic (Produce, Fetch)."""
+                received: float, started: float, handled: float, sent: float, answered: bool = True) -> None:
+        """A request was handled: its times (``time.perf_counter()`` at its last byte read, handler start,
+        handler end, response written), its error codes (when ``answered``: Produce with acks=0 is not), and its
+        per-topic traffic (Produce, Fetch)."""
         api = self._apis.get((header.api_key, header.api_version))
         if api is None:
             api = self._api(header.api_key, header.api_version)
@@ -183,12 +184,12 @@ class Metrics:
         local.observe((handled - started) * 1000)
         send.observe((sent - handled) * 1000)
         total.observe((sent - received) * 1000)
-        if fields is not None:
+        if fields is not None and answered:
             counts: dict[int, int] = {}
             _error_codes(fields, counts)
             for code, n in counts.items():
                 self._error(api.name, int(code)).inc(n)
-        if header.api_key == _PRODUCE:
+        if header.api_key == _PRODUCE and fields is not None:
             self._produced(request, fields)
         elif header.api_key == _FETCH and fields is not None:
             self._fetched(fields, header.api_version)
@@ -211,14 +212,13 @@ class Metrics:
             child = self._error_children[(api, code)] = self._errors.labels(api, name)
         return child
 
-    def _produced(self, request: Any, fields: Mapping[str, Any] | None) -> None:
-        """Bytes and records appended per topic: the partitions answered without error (acks=0, unanswered:
-        every partition, as Kafka counts appends whatever the acks)."""
-        answers = fields["responses"] if fields is not None else None
-        for i, t in enumerate(request.topic_data):
-            parts = answers[i]["partition_responses"] if answers is not None else None
-            for j, p in enumerate(t.partition_data):
-                if not p.records or (parts is not None and parts[j]["error_code"] != ErrorCode.none):
+    def _produced(self, request: Any, fields: Mapping[str, Any]) -> None:
+        """Bytes and records appended per topic: the partitions answered without error, whatever the acks (an
+        acks=0 request's fields are the answer it did not get), as Kafka counts appends. Only those partitions'
+        records are walked: they passed validation, so their batch headers hold."""
+        for t, answer in zip(request.topic_data, fields["responses"]):
+            for p, part in zip(t.partition_data, answer["partition_responses"]):
+                if not p.records or part["error_code"] != ErrorCode.none:
                     continue
                 counts = self.traffic.get(t.name)
                 if counts is None:

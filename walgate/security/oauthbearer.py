@@ -13,8 +13,12 @@ A token is valid as Kafka's ``ValidatorAccessTokenValidator`` (jose4j) decides:
 * a JWS whose ``alg`` is one of :data:`ALGORITHMS` (RSA and EC signatures: never ``none``, never an HMAC, so a
   public key can never be used as a shared secret), signed by the JWKS key its ``kid`` names (without a ``kid``:
   the one key of the set usable for that algorithm);
-* ``exp`` and ``iat`` present and numeric; not expired (``now < exp + skew``), not before ``nbf`` (``now + skew >=
-  nbf``), skew = ``sasl.oauthbearer.clock.skew.seconds``;
+* ``exp`` and ``iat`` present, ``nbf`` optional, each a JSON number of seconds that jose4j's ``NumericDate`` holds:
+  truncated to whole seconds (Java's ``longValue``), not negative, and at most :data:`MAX_NUMERIC_DATE` so that its
+  milliseconds fit a signed 64-bit long (the session lifetime SaslAuthenticate announces; Kafka's
+  ``getValueInMillis`` throws beyond it, walgate refuses the token); ``NaN`` and ``Infinity`` are no numbers;
+  not expired (``now < exp + skew``), not before ``nbf`` (``now + skew >= nbf``), skew =
+  ``sasl.oauthbearer.clock.skew.seconds``;
 * ``iss`` equal to ``sasl.oauthbearer.expected.issuer`` when that is set;
 * ``aud`` containing one of ``sasl.oauthbearer.expected.audience`` when that is set; a token with an ``aud`` is
   refused when none is expected (jose4j's default);
@@ -31,6 +35,7 @@ no error or reason ever contains the token.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +44,11 @@ from typing import Any, NamedTuple
 import jwt
 from jwt.exceptions import InvalidKeyError, InvalidTokenError, PyJWKError, PyJWKSetError
 
-__all__ = ["ALGORITHMS", "INVALID_TOKEN", "Jwks", "OAuthBearerError", "OAuthBearerExchange", "Step", "TokenSettings",
+__all__ = ["ALGORITHMS", "INVALID_TOKEN", "MAX_NUMERIC_DATE", "Jwks", "OAuthBearerError", "OAuthBearerExchange", "Step", "TokenSettings",
            "ValidToken", "parse_initial_response", "validate_token"]
 
+MAX_NUMERIC_DATE = ((1 << 63) - 1) // 1000
+"""The largest ``exp``, ``iat`` or ``nbf`` accepted, in seconds: its milliseconds still fit a signed 64-bit long."""
 ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"})
 """Signature algorithms accepted: asymmetric only (never ``none`` or ``HS*``)."""
 INVALID_TOKEN = b'{"status":"invalid_token"}'
@@ -167,17 +174,21 @@ def parse_initial_response(message: bytes) -> tuple[str, str, dict[str, str]]:
     return bearer["token"], authzid, pairs
 
 
-def _number(claims: Mapping[str, Any], name: str, required: bool) -> float | None:
+def _seconds(claims: Mapping[str, Any], name: str, required: bool) -> int | None:
+    """A NumericDate claim in whole seconds, within ``0..MAX_NUMERIC_DATE`` (None: absent and not required)."""
     value = claims.get(name)
     if value is None:
         if required:
             raise _Refused(f"the token has no {name} claim")
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if isinstance(value, bool) or not finite:
         raise _Refused(f"the token's {name} claim is not a number")
     if value < 0:
         raise _Refused(f"the token's {name} claim is negative")
-    return float(value)
+    if value > MAX_NUMERIC_DATE:
+        raise _Refused(f"the token's {name} claim is out of range (at most {MAX_NUMERIC_DATE} seconds)")
+    return int(value)
 
 
 def _scopes(claims: Mapping[str, Any], name: str) -> frozenset[str]:
@@ -223,9 +234,9 @@ def _validate(token: str, keys: Jwks, settings: TokenSettings, now_ms: int) -> V
     except InvalidTokenError as exc:  # signature, issuer, audience; the clock is checked below with now_ms
         raise _Refused(f"{type(exc).__name__}: {exc}") from None
     skew_ms = settings.clock_skew_seconds * 1000
-    exp = _number(claims, "exp", required=True)
-    iat = _number(claims, "iat", required=True)
-    nbf = _number(claims, "nbf", required=False)
+    exp = _seconds(claims, "exp", required=True)
+    iat = _seconds(claims, "iat", required=True)
+    nbf = _seconds(claims, "nbf", required=False)
     assert exp is not None and iat is not None
     if now_ms >= exp * 1000 + skew_ms:
         raise _Refused("the token has expired")
@@ -235,8 +246,7 @@ def _validate(token: str, keys: Jwks, settings: TokenSettings, now_ms: int) -> V
     if not isinstance(subject, str) or not subject.strip():
         raise _Refused(f"the token's {settings.sub_claim_name} claim is missing or blank")
     subject = subject.strip()
-    return ValidToken(f"User:{subject}", subject, _scopes(claims, settings.scope_claim_name), int(exp * 1000),
-                      int(iat * 1000))
+    return ValidToken(f"User:{subject}", subject, _scopes(claims, settings.scope_claim_name), exp * 1000, iat * 1000)
 
 
 class OAuthBearerExchange:

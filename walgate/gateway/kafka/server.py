@@ -81,6 +81,7 @@ from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import LISTENER, PEER, PRINCIPAL, Broker
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.gateway.kafka.sasl import (
     AUTHENTICATION,
     Authentication,
@@ -317,7 +318,7 @@ class KafkaServer:
                         return
                     await out.write(response)
                     sent = time.perf_counter()
-                    metrics.request(header, request, fields, received, started, handled, sent)
+                    metrics.request(header, request, fields, received, started, handled, sent, bool(response))
                     if request_log.isEnabledFor(logging.DEBUG):
                         _log_request(header, address, len(frame), response, received, started, handled, sent)
                     self._active[writer] = loop.time()
@@ -373,7 +374,7 @@ class KafkaServer:
 
     async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
         """(the decoded request, the handler's response fields, the response frame); the request and fields are
-        None for the ApiVersions fallback, the fields None and the frame empty for an unanswered request (acks=0)."""
+        None for the ApiVersions fallback, the frame empty for an unanswered request (acks=0)."""
         handler = HANDLERS.get(header.api_key)
         supported = self.broker.versions.get(header.api_key)
         if handler is None or supported is None:
@@ -389,8 +390,8 @@ class KafkaServer:
         try:
             began = time.perf_counter()
             fields = await handler.fn(self.broker, header, request)
-            if fields is None:
-                return request, None, []
+            if isinstance(fields, Unanswered):
+                return request, fields.fields, []
             if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
                 throttle = self.broker.quotas.request_time(header.api_key, PRINCIPAL.get(), header.client_id,
                                                            time.perf_counter() - began)

@@ -6,7 +6,9 @@ structs); ``builder(cls, known)(mapping)`` turns it into the dataclass of one
 version. Keys the class does not have are dropped, missing keys take the field
 default or the type's zero value (:func:`~walgate.wire.serial.fields.zero_value`),
 nested mappings / lists of mappings become nested dataclasses, ints become
-``ErrorCode`` / ``timedelta`` / ``datetime``. *known* maps a dotted path (``""``,
+``ErrorCode`` / ``timedelta`` / ``datetime`` (a millisecond int beyond what a
+``timedelta`` holds, ±999999999 days, stays an int, which the encoder writes as
+is: every int64 value of the field can be answered). *known* maps a dotted path (``""``,
 ``"topics"``, ``"topics.partitions"``) to every field name any version has
 there; a key outside it is a typo and raises ``KeyError``. Like the codecs, a
 builder is generated Python source (:class:`~walgate.wire.serial.codegen.Source`).
@@ -39,8 +41,11 @@ def _error_code(value: int | ErrorCode) -> ErrorCode:
     return code
 
 
-def _timedelta(value: int | datetime.timedelta) -> datetime.timedelta:
-    if isinstance(value, datetime.timedelta):
+_TIMEDELTA_MAX_MS: Final = datetime.timedelta.max // datetime.timedelta(milliseconds=1)
+
+
+def _timedelta(value: int | datetime.timedelta) -> int | datetime.timedelta:
+    if isinstance(value, datetime.timedelta) or abs(value) > _TIMEDELTA_MAX_MS:
         return value
     return datetime.timedelta(milliseconds=value)
 

@@ -4,8 +4,9 @@ ApiVersions advertises exactly this table intersected with what the wire
 layer can decode/encode, so nothing is advertised that is not handled.
 A handler is ``async (broker, header, request) -> fields`` where ``fields`` is
 the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
-turns into the response of the request's version, or None for a request that
-gets no response (Produce with acks=0). A handler does not raise: whatever the
+turns into the response of the request's version, or, for a request that gets
+no response (Produce with acks=0), that mapping wrapped in
+:class:`~.common.Unanswered`. A handler does not raise: whatever the
 engine or the coordinator raises is answered as an error code, per partition,
 group or resource (:mod:`.common`), so the connection stays up. It reaches the
 engine only on the storage thread (:meth:`~walgate.gateway.kafka.broker.Broker.call`).
@@ -64,11 +65,12 @@ from walgate.gateway.kafka.handlers import (
     sync_group,
     txn_offset_commit,
 )
+from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised"]
 
-HandlerFn = Callable[[Any, Any, Any], Awaitable[Mapping[str, Any] | None]]
+HandlerFn = Callable[[Any, Any, Any], Awaitable[Mapping[str, Any] | Unanswered]]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Helpers shared by handlers: the one error-mapping table, the leader epoch decision, durations.
+"""Helpers shared by handlers: the one error-mapping table, the leader epoch decision, durations, the result of a
+request that gets no response (:class:`Unanswered`).
 
 Errors: a handler answers each partition / group / resource on its own. An
 exception raised while serving one item becomes that item's error code
@@ -35,7 +36,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from walgate.coordinator.errors import ERROR_CODES as GROUP_ERRORS
 from walgate.coordinator.errors import ConsumerProtocolError
@@ -64,6 +65,14 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Unanswered(NamedTuple):
+    """A handler's result for a request that gets no response (Produce with ``acks=0``): ``fields`` are the answer
+    it would have had. The server sends nothing; the request metrics count what the fields say was done (records
+    appended per topic), not their error codes, and a ``throttle_time`` in them mutes the connection that long."""
+
+    fields: Mapping[str, Any]
 
 log = logging.getLogger("walgate.kafka")
 

@@ -10,12 +10,13 @@
   one partition, expected or not, is that partition's error code (the table
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
-  are the same on one node; ``acks=0`` gets no response. Under group commit (the gateway's) a partition is
+  are the same on one node; ``acks=0`` gets no response (:class:`~.common.Unanswered`: the metrics still count the
+  partitions appended). Under group commit (the gateway's) a partition is
   answered once its write is durable, one fdatasync covering many requests (see
   :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
   ``producer_byte_rate``; over it, the answer carries ``throttle_time_ms`` (with ``acks=0``, which gets no answer,
-  the handler holds the connection for that long itself).
+  the server mutes the connection that long instead).
 * Idempotent producers: sequence checks per (producer id, partition), a retried
   batch answers its original offset (see :mod:`walgate.storage.producers`).
 * Transactional producers (KIP-98, KIP-890): a request whose batches are transactional needs a transactional
@@ -68,7 +69,7 @@ import orjson
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import PRINCIPAL, Broker
-from walgate.gateway.kafka.handlers.common import PRODUCE, error_of
+from walgate.gateway.kafka.handlers.common import PRODUCE, Unanswered, error_of
 from walgate.gateway.kafka.transactions import TRANSACTIONS
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
@@ -106,7 +107,7 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
             "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | None:
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | Unanswered:
     writable = checker(broker, Operation.WRITE, ResourceType.TOPIC)
     denied = ErrorCode.topic_authorization_failed
     tid = request.transactional_id
@@ -123,15 +124,12 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
         throttle = broker.quotas.produce(PRINCIPAL.get(), header.client_id, size)
-    if request.acks == 0:
-        if throttle:  # no answer carries it: the connection reads nothing more meanwhile (Kafka mutes it too)
-            await asyncio.sleep(throttle / 1000)
-        return None
     responses = [
         {"name": t.name, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
     ]
-    return {"throttle_time": throttle, "responses": responses}
+    fields = {"throttle_time": throttle, "responses": responses}
+    return Unanswered(fields) if request.acks == 0 else fields
 
 
 async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]], key: tuple[str, int],
