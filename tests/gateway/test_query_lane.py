@@ -50,6 +50,15 @@ def post(gateway: Gateway, path: str, body: bytes = b"") -> tuple[int, dict[str,
         return error.code, json.loads(error.read())
 
 
+def sample(gateway: Gateway, series: str) -> float:
+    """The value of one series in ``/metrics``."""
+    host, port = gateway.http_address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    [value] = [line.split()[-1] for line in text.splitlines() if line.startswith(series + " ")]
+    return float(value)
+
+
 def prepare(gateway: Gateway) -> None:
     sql(gateway, "CREATE DATABASE q VGROUPS 2")
     sql(gateway, "CREATE STABLE q.m (ts TIMESTAMP, v DOUBLE) TAGS (t INT)")
@@ -102,9 +111,12 @@ def test_a_stopped_query_delays_no_kafka_client_and_no_other_statement(tmp_path:
             assert post(gateway, "/healthz")[0] == 200
             assert post(gateway, "/readyz")[0] == 200
             assert not query.done()
+            assert sample(gateway, "walgate_sql_queries_in_workers") == 1
         status, body = query.result(60)
         assert (status, body["data"]) == (200, [[10]])  # what was visible when it started
         assert sql(gateway, COUNT)["data"] == [[11]]
+        assert sample(gateway, 'walgate_sql_query_seconds_count{outcome="ok"}') == 3
+        assert sample(gateway, "walgate_sql_queries_in_workers") == 0
 
 
 def test_a_query_past_sql_timeout_ms_is_killed(tmp_path: Path) -> None:
@@ -116,6 +128,9 @@ def test_a_query_past_sql_timeout_ms_is_killed(tmp_path: Path) -> None:
         status, body = post(gateway, "/rest/sql", b"SELECT _wstart, AVG(v) FROM q.m INTERVAL(1s)")
         assert status == 400 and body["code"] == QueryCancelled.code == 0x022D
         assert "sql.timeout.ms (1 ms)" in body["desc"]
+        assert sample(gateway, 'walgate_sql_query_seconds_count{outcome="cancelled"}') == 1
+        status, body = post(gateway, "/rest/sql", b"SELECT x FROM q.m")
+        assert status == 400 and sample(gateway, 'walgate_sql_query_seconds_count{outcome="refused"}') == 0
 
 
 def test_a_query_whose_client_went_away_is_killed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
