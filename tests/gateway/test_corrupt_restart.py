@@ -53,6 +53,15 @@ class Http:
         return answer
 
 
+def fill_meters(web: Http, rows: int) -> None:
+    """Database ``d`` (2 vgroups), supertable ``d.st`` and ``rows`` rows over three subtables, ten an INSERT."""
+    web.sql("CREATE DATABASE d VGROUPS 2")
+    web.sql("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (k INT)")
+    for i in range(0, rows, 10):
+        values = " ".join(f"({1_700_000_000_000 + i + j}, {i + j})" for j in range(10))
+        web.sql(f"INSERT INTO d.t{i % 3} USING d.st TAGS ({i % 3}) VALUES {values}")
+
+
 @dataclass(frozen=True)
 class Template:
     data: Path
@@ -64,11 +73,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     work = tmp_path_factory.mktemp("corrupt")
     with running_walgate(work / "run") as server:
         web = Http(server.http_url)
-        web.sql("CREATE DATABASE d VGROUPS 2")
-        web.sql("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (k INT)")
-        for i in range(0, ROWS, 10):
-            values = " ".join(f"({1_700_000_000_000 + i + j}, {i + j})" for j in range(10))
-            web.sql(f"INSERT INTO d.t{i % 3} USING d.st TAGS ({i % 3}) VALUES {values}")
+        fill_meters(web, ROWS)
         web.sql("CREATE TOPIC t_all AS DATABASE d")
         bootstrap = f"127.0.0.1:{server.kafka_port}"
         admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from livewalgate import WALGATE, running_walgate, walgate_env  # noqa: E402
-from tests.gateway.test_corrupt_restart import Http  # noqa: E402
+from tests.gateway.test_corrupt_restart import Http, fill_meters  # noqa: E402
 
 TOPIC = "repair.events"
 RECORDS = 50
@@ -35,11 +35,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("repair")
     with running_walgate(work / "run") as server:
         web = Http(server.http_url)
-        web.sql("CREATE DATABASE d VGROUPS 2")
-        web.sql("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (k INT)")
-        for i in range(0, ROWS, 10):
-            values = " ".join(f"({1_700_000_000_000 + i + j}, {i + j})" for j in range(10))
-            web.sql(f"INSERT INTO d.t{i % 3} USING d.st TAGS ({i % 3}) VALUES {values}")
+        fill_meters(web, ROWS)
         web.sql("CREATE TOPIC t_st AS STABLE d.st")
         bootstrap = f"127.0.0.1:{server.kafka_port}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
