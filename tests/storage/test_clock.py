@@ -94,10 +94,12 @@ def test_creation_times_and_transaction_markers_are_stamped_by_the_engines_clock
         assert [r[at] for r in users.rows if r[0] == "u"] == ["2023-11-14T22:13:24.000Z"]
         clock.advance(1)
         e.create_kafka_topic("k", 1, {})
+        assert [r[2] for r in e.execute("SHOW TOPICS").rows if r[0] == "k"] == ["2023-11-14T22:13:25.000Z"]
+        clock.advance(1)
         assert e.write_txn_markers(7, 0, 0, True, [("k", 0)]) == [None]
         [(_, version, _)] = list(e.index_entries("k", 0, 0))
         marker = batch_header(e.kafka_batch("k", 0, version))
-        assert marker.base_timestamp == marker.max_timestamp == 1_700_000_005_000
+        assert marker.base_timestamp == marker.max_timestamp == 1_700_000_006_000
     finally:
         e.close()
 

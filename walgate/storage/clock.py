@@ -4,9 +4,9 @@ Every reading of time in ``storage/`` goes through a :class:`Clock` the caller c
 <walgate.storage.engine.Engine.open>` takes one (``clock=``) and hands it to the parts that stamp or age things
 (the WAL's segment age and fsync period, ``now`` in INSERT / SELECT / line protocol / CSV / JSON rows, creation
 times in the catalog, transaction markers, quarantine names, the producer-id floor after a lost file, the data-dir
-migration, ``walgate repair``). Functions that already take ``now`` (``Engine.sync_due``, ``Engine.clean``,
-``Engine.commit_offsets``) keep taking it; the gateway reads it from the engine's clock (``Engine.clock``), so a
-node runs on one clock. Tests pass a clock they move by hand.
+migration); ``walgate repair`` takes one of its own. Functions that already take ``now`` keep taking it: the gateway reads
+``Engine.sync_due``'s and ``Engine.clean``'s from the engine's clock (``Engine.clock``), and a committed offset's
+time (``Engine.commit_offsets``) is the group coordinator's ``now_ms``. Tests pass a clock they move by hand.
 
 :data:`SYSTEM_CLOCK` is the one implementation that reads the machine's clock. It lives here, not in the gateway,
 because the storage layer's constructors default to it (storage imports nothing of the gateway) and because the
