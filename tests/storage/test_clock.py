@@ -75,9 +75,9 @@ def test_creation_times_and_transaction_markers_are_stamped_by_the_engines_clock
     try:
         e.execute("CREATE DATABASE d VGROUPS 1")
         clock.advance(1)
-        e.execute("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (k INT)")
+        e.execute("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (since TIMESTAMP)")
         clock.advance(1)
-        e.execute("CREATE TABLE d.c USING d.st TAGS (1)")
+        e.execute("CREATE TABLE d.c USING d.st TAGS (now)")
         clock.advance(1)
         e.execute("CREATE TOPIC tp AS STABLE d.st")
         clock.advance(1)
@@ -89,6 +89,8 @@ def test_creation_times_and_transaction_markers_are_stamped_by_the_engines_clock
             "SHOW d.STABLES": [["st", "d", "2023-11-14T22:13:21.000Z"]],
             "SHOW d.TABLES": [["c", "d", "2023-11-14T22:13:22.000Z"]],
             "SHOW TOPICS": [["tp", "d", "2023-11-14T22:13:23.000Z"]]}
+        e.execute("INSERT INTO d.c VALUES (0, 1)")
+        assert e.execute("SELECT since FROM d.st").rows == [["2023-11-14T22:13:22.000Z"]]  # the tag's now
         users = e.execute("SHOW USERS")
         at = [c[0] for c in users.columns].index("create_time")
         assert [r[at] for r in users.rows if r[0] == "u"] == ["2023-11-14T22:13:24.000Z"]
