@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clocks import NOV_2023_NS, ManualClock
 
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, LimitExceeded, Unsupported
@@ -143,16 +143,17 @@ def test_time_range_where(engine: Engine) -> None:
 
 
 def test_now_arithmetic(tmp_path: Path) -> None:
-    e = Engine.open(tmp_path)
+    clock = ManualClock(NOV_2023_NS + 90 * 60 * 10**9)  # 2023-11-14T23:43:20Z
+    e = Engine.open(tmp_path, clock=clock)
     e.execute("CREATE DATABASE n VGROUPS 1 PRECISION 'us'")
     e.execute("CREATE TABLE n.t (ts TIMESTAMP, v INT)")
     e.execute("INSERT INTO n.t VALUES (now - 2h, 1) (now - 30m, 2) (now - 10s, 3)")
     assert e.execute("SELECT count(*), sum(v) FROM n.t WHERE ts > now - 1h").rows == [[2, 5]]
     assert e.execute("SELECT count(*) FROM n.t WHERE ts BETWEEN now() - 3h AND now - 1h").rows == [[1]]
     assert e.execute("SELECT v FROM n.t WHERE ts > now - 1h AND ts < now() - 1m").rows == [[2]]  # the plain path
-    today = time.time_ns() // 1000 // 86_400_000_000 * 86_400_000_000
-    assert e.execute("SELECT count(*) FROM n.t WHERE ts >= today()").rows == [
-        [sum(1 for minutes in (120, 30, 0) if time.time_ns() // 1000 - minutes * 60_000_000 >= today)]]
+    assert e.execute("SELECT count(*) FROM n.t WHERE ts >= today()").rows == [[3]]  # 21:43:20, 23:13:20, 23:43:10
+    clock.advance(30 * 60)  # 00:13:20 the next day: no row is of today
+    assert e.execute("SELECT count(*) FROM n.t WHERE ts >= today()").rows == [[0]]
     with pytest.raises(InvalidValue, match="a duration .* can only be added to or subtracted from now"):
         e.execute("SELECT count(*) FROM n.t WHERE v > 1h")
     e.close()

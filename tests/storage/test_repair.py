@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from clocks import NOV_2023_NS, ManualClock
 from faults import Faults
 
 from walgate.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
@@ -200,13 +201,14 @@ def test_a_database_is_attached_from_its_own_files_under_its_old_name(template, 
         repair.repair(root, only=orphan.source, name="other")  # the tables hash to other vnodes under it
     with pytest.raises(InvalidValue, match="precision us"):
         repair.repair(root, only=orphan.source, name="d", precision="ms")
-    found = repair.repair(root, only=orphan.source, name="d")
+    found = repair.repair(root, only=orphan.source, name="d", clock=ManualClock())
     # the supertable, its alteration and the topics waited for the database in the quarantine: back with it
     assert {f.what for f in found if f.state == "restore"} >= {"database d", "create_stable d.st", "alter_stable d.st"}
     records, answers, offsets = state(root)
     assert answers == original[1] and offsets == original[2]
     db = next(orjson.loads(r) for r in records if b'"create_db"' in r)
     assert db["options"]["PRECISION"] == "us" and db["options"]["VGROUPS"] == 3
+    assert db["created_ms"] == NOV_2023_NS // 1_000_000  # attached now, by the repair's clock
     assert not any(f.state == "restore" for f in repair.repair(root))
 
 

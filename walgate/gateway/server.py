@@ -1,7 +1,8 @@
 """One walgate node: the engine on its storage thread, the listeners, WAL syncing.
 
 Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
-wake-ups the broker uses and the group members the group service fills), start the HTTP API (HTTPS with
+wake-ups the broker uses and the group members the group service fills, and the real clock,
+:data:`~walgate.storage.clock.SYSTEM_CLOCK`, which the sync task and the cleaner read their ``now`` from), start the HTTP API (HTTPS with
 ``http_ssl_enabled``) and every Kafka listener (TLS contexts from :mod:`.tls` for SSL and SASL_SSL listeners),
 start the WAL sync task, then log exactly one
 ``walgate ready http=HOST:PORT kafka=HOST:PORT listeners=NAME://HOST:PORT,...`` line (``kafka=`` is the first
@@ -31,7 +32,6 @@ import os
 import signal
 import socket
 import ssl
-import time
 from types import TracebackType
 
 from aiohttp import web
@@ -64,6 +64,7 @@ from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
 from walgate.storage import datadir
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
+from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
@@ -116,7 +117,7 @@ class Gateway:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
-                listener=wakeups, consumers=members, group_commit=True,
+                listener=wakeups, consumers=members, group_commit=True, clock=SYSTEM_CLOCK,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
@@ -352,13 +353,13 @@ class Gateway:
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int) -> CleanStats | None:
-    """Runs on the storage thread, so ``now`` is read when the step runs."""
-    return engine.clean(time.time(), node_id, max_keys)
+    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs."""
+    return engine.clean(engine.clock.time(), node_id, max_keys)
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:
-    """Runs on the storage thread, so ``now`` is read when the sync is taken."""
-    return engine.sync_due(time.monotonic())
+    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the sync is taken."""
+    return engine.sync_due(engine.clock.monotonic())
 
 
 def _run_all(pending: list[PendingSync]) -> None:

@@ -9,11 +9,11 @@ each finding becomes one :class:`Damage` record. The records are logged once at 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from walgate.storage import fileio
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Damage", "DamageLog"]
 
@@ -44,8 +44,9 @@ class DamageLog:
     :class:`Damage`. A component that cannot keep the bytes (the disk is full) still reports, with ``kept`` "".
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self.root = root
+        self.clock = clock  # the wall time in a kept copy's name
         self.records: list[Damage] = []
 
     def report(self, path: Path, start: int, end: int, reason: str, action: str, data: bytes = b"",
@@ -54,7 +55,7 @@ class DamageLog:
         kept = ""
         if data:
             qdir = self.root / "quarantine"
-            target = qdir / f"{rel.replace('/', '__')}.{start}-{end}.{int(time.time())}"
+            target = qdir / f"{rel.replace('/', '__')}.{start}-{end}.{self.clock.time_ns() // 1_000_000_000}"
             try:
                 qdir.mkdir(exist_ok=True)
                 fileio.replace_file(target, data)

@@ -62,6 +62,7 @@ import orjson
 
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import Catalog
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError
 from walgate.storage.names import is_db_id, is_topic_id, new_db_id
@@ -127,8 +128,9 @@ def unnamed_db_dirs(root: Path, ids: set[str]) -> list[str]:
     return sorted(f"db/{p.name}" for p in db.iterdir() if p.is_dir() and p.name not in ids) if db.is_dir() else []
 
 
-def prepare(root: Path, damage: DamageLog) -> None:
-    """Make ``root`` a data dir of the current format: create, open, migrate or refuse (see the module docstring)."""
+def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK) -> None:
+    """Make ``root`` a data dir of the current format: create, open, migrate or refuse (see the module docstring);
+    ``clock``: where producer ids go on when a format-1 ``producer_ids.json`` cannot be read."""
     root.mkdir(parents=True, exist_ok=True)
     version = root / VERSION_FILE
     fmt = _read_format(version, damage)
@@ -136,7 +138,7 @@ def prepare(root: Path, damage: DamageLog) -> None:
         old = (root / _OLD_CATALOG).exists() or (root / _OLD_PRODUCER_IDS).exists()
         if old or ((root / "db").exists() and not (root / CATALOG).exists()):
             log.info("%s: migrating the data dir from format 1 to format %d", root, FORMAT)
-            _migrate_1(root, damage)
+            _migrate_1(root, damage, clock)
         _write_format(version)
         if not (root / CATALOG).exists() and not (root / PRODUCER_IDS).exists():  # a new data dir
             ProducerIds.create(root / PRODUCER_IDS)
@@ -145,7 +147,7 @@ def prepare(root: Path, damage: DamageLog) -> None:
         raise UnsupportedFormat(f"The data dir {root} has format {fmt}, written by a newer walgate; this release "
                                 f"reads formats 1 to {FORMAT}: run the newer release")
     if fmt < FORMAT:
-        _migrate_1(root, damage)
+        _migrate_1(root, damage, clock)
         _write_format(version)
 
 
@@ -168,7 +170,7 @@ def _write_format(path: Path) -> None:
 # ------------------------------------------------------------------ format 1 -> 2
 
 
-def _migrate_1(root: Path, damage: DamageLog) -> None:
+def _migrate_1(root: Path, damage: DamageLog, clock: Clock) -> None:
     if not (root / CATALOG).exists():
         _convert_catalog(root, damage)
     catalog = Catalog.open(root / CATALOG, damage)
@@ -187,7 +189,8 @@ def _migrate_1(root: Path, damage: DamageLog) -> None:
         topics = [t for t in catalog.topics.values() if t.db == db.name]
         for vnode_dir in sorted(db_dir(root, db.id).glob("vnode*")):
             _migrate_vnode(vnode_dir, topics, damage)
-    _convert(root / _OLD_PRODUCER_IDS, root / PRODUCER_IDS, damage, _producer_ids)
+    _convert(root / _OLD_PRODUCER_IDS, root / PRODUCER_IDS, damage,
+             lambda raw, path, damage: _producer_ids(raw, path, damage, clock))
     if not (root / PRODUCER_IDS).exists():
         ProducerIds.create(root / PRODUCER_IDS)
     (root / _OLD_CATALOG).unlink(missing_ok=True)
@@ -249,12 +252,12 @@ def _log_start(raw: bytes, path: Path, damage: DamageLog) -> bytes:
     return lines.encode({"log_start": int(raw)})
 
 
-def _producer_ids(raw: bytes, path: Path, damage: DamageLog) -> bytes:
+def _producer_ids(raw: bytes, path: Path, damage: DamageLog, clock: Clock) -> bytes:
     """The next block, or (unreadable: reported) the value ProducerIds recovers to, so no id is handed out twice."""
     try:
         return lines.encode({"next_block": int(orjson.loads(raw)["next_block"])})
     except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
-        recovered = ProducerIds.recovered_next()
+        recovered = ProducerIds.recovered_next(clock)
         damage.report(path, 0, len(raw), f"format-1 producer ids: {exc}; ids go on from {recovered}", "reset", raw)
         return lines.encode({"next_block": recovered})
 

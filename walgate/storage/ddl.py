@@ -9,7 +9,6 @@ the database's topics would no longer compile.
 from __future__ import annotations
 
 import shutil
-import time
 from typing import Any
 
 from walgate.storage import names
@@ -41,7 +40,7 @@ class Ddl:
             if s.if_not_exists:
                 return affected(0)
             raise AlreadyExists(f"Database already exists: {s.name}")
-        db = store.catalog.new_database(s.name, s.options, int(time.time() * 1000))  # validated, nothing written
+        db = store.catalog.new_database(s.name, s.options, store.clock.time_ms())  # validated, nothing written
         store.vnodes[db.name] = store.open_database(db, lambda: store.catalog.add_database(db))
         return affected(0)
 
@@ -75,7 +74,7 @@ class Ddl:
                 return affected(0)
             raise AlreadyExists(f"Table already exists: {db.name}.{s.name.name}")
         check_columns(s.columns, s.tags)
-        store.catalog.create_stable(StableDef(db.name, s.name.name, s.columns, s.tags, int(time.time() * 1000)))
+        store.catalog.create_stable(StableDef(db.name, s.name.name, s.columns, s.tags, store.clock.time_ms()))
         return affected(0)
 
     def create_table(self, s: ast.CreateTable, session: str | None) -> Result:
@@ -105,7 +104,7 @@ class Ddl:
         st = store.catalog.stable(store.resolve_db(s.stable.db, db.name).name, s.stable.name)
         if st.db != db.name:
             raise InvalidValue(f"Subtable {s.name.name} must be in the database of its supertable ({st.db})")
-        meta = subtable_meta(db, st, s.name.name, s.tag_names, s.tag_values)
+        meta = subtable_meta(db, st, s.name.name, s.tag_names, s.tag_values, store.clock.time_ns())
         self.commits.commit(db, {vnode_of(db.name, s.name.name, db.vgroups): self.commits.with_meta(db, meta)})
         return affected(0)
 
@@ -196,14 +195,15 @@ class Ddl:
 
 
 def subtable_meta(
-    db: DatabaseDef, st: StableDef, name: str, tag_names: tuple[str, ...] | None, values: tuple[ast.Value, ...]
+    db: DatabaseDef, st: StableDef, name: str, tag_names: tuple[str, ...] | None, values: tuple[ast.Value, ...],
+    now: int,
 ) -> dict[str, Any]:
-    """The meta entry creating subtable ``name`` of ``st`` with the given tags (SQL literals), validated."""
+    """The meta entry creating subtable ``name`` of ``st`` with the given tags (SQL literals; ``now``: the ns a ``now``
+    tag value stands for), validated."""
     names.validate_table_name(name)
     given = tag_names if tag_names is not None else tuple(t.name for t in st.tags)
     if len(given) != len(values):
         raise InvalidValue(f"Table {name}: {len(given)} tag names but {len(values)} tag values")
-    now = time.time_ns()
     tags: dict[str, Any] = {t.name: None for t in st.tags}
     for tag_name, value in zip(given, values):
         tag = st.tag(tag_name)

@@ -19,7 +19,6 @@ fsyncs it returns on another thread).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 from walgate.storage import resource_configs
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
 from walgate.storage.committed import Committed
 from walgate.storage.damage import Damage
@@ -67,6 +67,7 @@ class Engine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.clock = store.clock  # what the engine reads time from; the gateway reads sync_due's and clean's now from it
         # the shared state, for callers that inspect it (tests, tools)
         self.data_dir = store.data_dir
         self.damage_log = store.damage_log
@@ -84,7 +85,7 @@ class Engine:
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
-        self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log))
+        self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log), store.clock)
         self.cleaner = Cleaner(store)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
@@ -122,6 +123,7 @@ class Engine:
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -130,8 +132,9 @@ class Engine:
         ``listener`` is told of every topic-partition an append gives records; ``consumers`` lists the consumer-group
         members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
         WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
-        :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`)."""
-        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit)
+        :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`). ``clock`` is every time the engine reads
+        (:mod:`walgate.storage.clock`: the real clock unless a test passes its own)."""
+        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock)
         engine = cls(store)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
@@ -313,8 +316,9 @@ class Engine:
     # ------------------------------------------------------------ maintenance
 
     def sync_due(self, now: float) -> tuple[float, list[PendingSync]]:
-        """Apply retention when due; (seconds until the next call is useful, the periodic fsyncs due now, for the
-        caller to run off the storage thread and then mark done)."""
+        """Apply retention when due (``now``: :attr:`clock`'s monotonic seconds; retention by :attr:`clock`'s wall
+        time); (seconds until the next call is useful, the periodic fsyncs due now, for the caller to run off the
+        storage thread and then mark done)."""
         delay, pending = _RETENTION_CHECK_S, []
         for vnodes in self.vnodes.values():
             for vnode in vnodes:
@@ -324,7 +328,7 @@ class Engine:
                     pending.append(sync)
         if now >= self._next_retention:
             self._next_retention = now + _RETENTION_CHECK_S
-            self.apply_retention(time.time())
+            self.apply_retention(self.clock.time())
         return delay, pending
 
     def take_unsynced(self) -> list[Need]:
@@ -333,7 +337,8 @@ class Engine:
         return self.store.unsynced.take() if self.store.unsynced is not None else []
 
     def apply_retention(self, now_wall: float) -> None:
-        """Delete the WAL segments retention wants gone; the topics' log starts follow."""
+        """Delete the WAL segments retention wants gone at ``now_wall`` (seconds since the epoch); the topics' log
+        starts follow."""
         for vnodes in self.vnodes.values():
             for vnode in vnodes:
                 if vnode.apply_retention(now_wall):
@@ -399,10 +404,10 @@ class Engine:
         visible; an abort enters the aborted-transaction list); a partition where it has none still gets the marker.
         Per partition: None, or the exception (NotFound: no such topic or partition; InvalidValue: a TDengine topic;
         SequenceError ``invalid_producer_epoch`` / ``transaction_coordinator_fenced``; StorageUnavailable). Stamped
-        with the wall clock, as Kafka stamps its markers. Durable whatever the WAL level (fsynced here; under group
+        with :attr:`clock`'s wall time, as Kafka stamps its markers. Durable whatever the WAL level (fsynced here; under group
         commit once :meth:`take_unsynced`'s needs are: the gateway's storage-thread call waits for them)."""
         return self.native.write_markers(producer_id, producer_epoch, coordinator_epoch, commit, partitions,
-                                         int(time.time() * 1000))
+                                         self.clock.time_ms())
 
     def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
         """Producer id -> (topic, partition, first offset) of every partition where it has a transaction open (rebuilt

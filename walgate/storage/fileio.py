@@ -13,7 +13,8 @@ commit, catalog or producer-state update.
 
 Every :func:`fsync` and :func:`fdatasync` (failed ones too) is timed into
 :data:`SYNC_LATENCY`, plain bucket counts per call that the gateway's metrics
-collector exports (storage/ knows nothing of Prometheus).
+collector exports (storage/ knows nothing of Prometheus), on the real clock: a duration of the disk is
+real time whatever clock the engine runs on.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import bisect
 import errno
 import os
 import threading
-import time
 from pathlib import Path
+
+from walgate.storage.clock import SYSTEM_CLOCK
 
 __all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir",
            "rename", "unlink", "StagedFile", "LatencyRecorder", "SYNC_LATENCY"]
@@ -73,20 +75,20 @@ def pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 def fsync(fd: int) -> None:
     """Flush the file's data and metadata to the disk."""
-    start = time.perf_counter()
+    start = SYSTEM_CLOCK.monotonic()
     try:
         os.fsync(fd)
     finally:
-        SYNC_LATENCY["fsync"].observe((time.perf_counter() - start) * 1000)
+        SYNC_LATENCY["fsync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
 
 
 def fdatasync(fd: int) -> None:
     """Flush the file's data (and the metadata needed to read it back) to the disk."""
-    start = time.perf_counter()
+    start = SYSTEM_CLOCK.monotonic()
     try:
         os.fdatasync(fd)
     finally:
-        SYNC_LATENCY["fdatasync"].observe((time.perf_counter() - start) * 1000)
+        SYNC_LATENCY["fdatasync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
 
 
 def truncate(fd: int, size: int) -> None:

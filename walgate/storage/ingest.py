@@ -16,7 +16,6 @@ instead, which names the first bad line, row or record; both paths plan the same
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -97,7 +96,7 @@ class Ingest:
 
         Each VALUES list is typed by columns (:func:`~walgate.storage.values.coerce_values`); a statement that path
         does not take, or refuses, goes row by row, which names the first bad row and gives the same rows."""
-        now = time.time_ns()
+        now = self.store.clock.time_ns()
         try:
             done = self._insert(s, session, now, by_columns=True)
         except StorageError:
@@ -127,7 +126,7 @@ class Ingest:
                 if target.using is None:
                     raise NotFound(f"Table does not exist: {db.name}.{name}")
                 st = store.catalog.stable(store.resolve_db(target.using.stable.db, db.name).name, target.using.stable.name)
-                meta = subtable_meta(db, st, name, target.using.tag_names, target.using.tag_values)
+                meta = subtable_meta(db, st, name, target.using.tag_names, target.using.tag_values, now)
                 t = plan.create(st, name, meta["tags"])
             columns = store.columns_of(db, t)
             given = target.columns or tuple(c.name for c in columns)
@@ -171,13 +170,14 @@ class Ingest:
         is pure); returns rows written."""
         store = self.store
         dbdef = store.catalog.database(db)
+        now_ns = store.clock.time_ns()  # a line without a timestamp, and a new supertable's creation time
         # 1. the schema every measurement needs (validated, not yet committed)
         changes: list[tuple[StableDef | None, StableDef]] = []
         for m in measurements:
             old = store.catalog.stables.get((db, m.name))
             if old is None and store.vnode(db, m.name).live(m.name) is not None:
                 raise InvalidValue(f"Measurement {m.name}: {db}.{m.name} is a normal table, not a supertable")
-            new = merge_schema(dbdef, old, m.name, m.fields, m.tags)
+            new = merge_schema(dbdef, old, m.name, m.fields, m.tags, now_ns // 1_000_000)
             if new != old:
                 changes.append((old, new))
         # 2. auto-created subtables (series by first line, as the lines come) and one batch per vnode and measurement
@@ -192,7 +192,6 @@ class Ingest:
             pairs = dict(measurements[k].series[n][0])
             plan.subtable(targets[k], tables[k][n], f"Measurement {measurements[k].name}", lambda tag: pairs.get(tag.name))
             first_of.setdefault((vnodes[k][n], k), line)
-        now_ns = time.time_ns()
         batches = [_lines_batches(dbdef, st, m, names, where, now_ns)
                    for st, m, names, where in zip(targets, measurements, tables, vnodes)]
         for vnode, k in sorted(first_of, key=first_of.__getitem__):
@@ -220,7 +219,7 @@ class Ingest:
         dbdef = store.catalog.database(db)
         if (table is None) == (stable is None):
             raise InvalidValue("CSV import needs exactly one of table= or stable=")
-        now = time.time_ns()
+        now = self.store.clock.time_ns()
         try:
             done = self._csv_by_columns(dbdef, body, table, stable, now)
         except StorageError:
@@ -346,7 +345,7 @@ class Ingest:
         store = self.store
         dbdef = store.catalog.database(db)
         st = store.catalog.stable(db, stable)
-        now = time.time_ns()
+        now = self.store.clock.time_ns()
         try:
             done = self._json_by_columns(dbdef, st, rows, now)
         except StorageError:
@@ -516,9 +515,11 @@ def _lines_batches(
 
 
 def merge_schema(
-    db: DatabaseDef, old: StableDef | None, name: str, cols: dict[str, ColumnType], tags: dict[str, ColumnType]
+    db: DatabaseDef, old: StableDef | None, name: str, cols: dict[str, ColumnType], tags: dict[str, ColumnType],
+    now_ms: int,
 ) -> StableDef:
-    """The supertable a schemaless write needs: ``old`` widened / extended, or a new one (ts column ``_ts``).
+    """The supertable a schemaless write needs: ``old`` widened / extended, or a new one (ts column ``_ts``, created
+    at ``now_ms``).
 
     InvalidValue when a field or tag changes type, a new name breaks the naming rules (:mod:`walgate.storage.names`:
     checked here, before the write commits anything), or a name would be ``tbname`` or used twice (a tag named like
@@ -526,7 +527,7 @@ def merge_schema(
     if old is None:
         names.validate_table_name(name)
         columns, tag_cols = [Column("_ts", ColumnType("TIMESTAMP"))], []
-        old = StableDef(db.name, name, (), (), int(time.time() * 1000))
+        old = StableDef(db.name, name, (), (), now_ms)
         if not tags:
             tags = {"_tag_none": ColumnType("NCHAR", 8)}
         tags = {k: ColumnType("NCHAR", max(t.length or 1, 8)) for k, t in tags.items()}

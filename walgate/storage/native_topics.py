@@ -16,7 +16,6 @@ transactions: their last stable offset is the high watermark and they abort noth
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_right
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -85,7 +84,7 @@ class NativeTopics:
             raise AlreadyExists(f"Topic already exists: {name}")
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
-                                            dict(configs), int(time.time() * 1000))
+                                            dict(configs), self.store.clock.time_ms())
         self.store.vnodes[db.name] = self.store.open_database(db, lambda: catalog.add_kafka_topic(db, topic))
         self.open_topic(topic)
         return topic

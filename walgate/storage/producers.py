@@ -37,7 +37,6 @@ replaying them (:meth:`PartitionProducers.record`, :meth:`PartitionProducers.rec
 from __future__ import annotations
 
 import logging
-import time
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from walgate.storage import fileio, lines
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError, StorageUnavailable
 
@@ -251,8 +251,9 @@ class ProducerIds:
 
     BLOCK: Final = 1000
 
-    def __init__(self, path: Path, damage: DamageLog | None = None) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._path = path
+        self._clock = clock  # where ids go on when the file is lost
         self._next = self._load(damage)
         self._limit = self._next
 
@@ -275,7 +276,7 @@ class ProducerIds:
             return self._recovered(damage, f"producer ids: {exc}", raw)
 
     def _recovered(self, damage: DamageLog | None, what: str, raw: bytes) -> int:
-        recovered = self.recovered_next()
+        recovered = self.recovered_next(self._clock)
         reason = f"{what}; ids go on from {recovered}, above any handed out before"
         if damage is None:
             log.warning("%s: %s", self._path, reason)
@@ -284,9 +285,9 @@ class ProducerIds:
         return recovered
 
     @classmethod
-    def recovered_next(cls) -> int:
-        """Where ids go on when the file is lost (see the class docstring)."""
-        return time.time_ns() // 1000 + cls.BLOCK
+    def recovered_next(cls, clock: Clock) -> int:
+        """Where ids go on when the file is lost (see the class docstring), by ``clock``'s wall time."""
+        return clock.time_ns() // 1000 + cls.BLOCK
 
     def at_least(self, producer_id: int) -> None:
         """Never hand out an id below ``producer_id``."""

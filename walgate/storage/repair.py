@@ -34,7 +34,6 @@ one; and it is idempotent: what is in the catalog already is reported as present
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ import orjson
 
 from walgate.storage import datadir, lines
 from walgate.storage.catalog import DB_DEFAULTS, Catalog, DatabaseDef
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import InvalidValue, NotFound
@@ -296,18 +296,19 @@ def findings(root: Path, catalog: Catalog) -> list[Finding]:
 
 
 def repair(root: Path, *, only: str | None = None, name: str | None = None, precision: str | None = None,
-           dry_run: bool = False) -> list[Finding]:
+           dry_run: bool = False, clock: Clock = SYSTEM_CLOCK) -> list[Finding]:
     """Restore from the quarantine what only adds to the catalog, and with ``only`` = ``db/<id>`` and ``name``,
     :func:`attach` that directory; write the catalog (one atomic replace) unless ``dry_run``. The caller holds the
-    data dir's lock. ``only`` without ``name`` limits nothing but the directory attached."""
-    damage = DamageLog(root)
-    datadir.prepare(root, damage)  # a format-1 data dir is migrated first, a newer one refused, as a start does
+    data dir's lock. ``only`` without ``name`` limits nothing but the directory attached. ``clock``: what the
+    quarantine and an attached database's creation time are stamped with."""
+    damage = DamageLog(root, clock)
+    datadir.prepare(root, damage, clock)  # a format-1 data dir is migrated first, a newer one refused, as a start does
     catalog = Catalog.open(root / datadir.CATALOG, damage)  # a bad line now is quarantined as a start would
     found = findings(root, catalog)
     if only is not None:
         if name is None:
             raise InvalidValue("--only needs --as NAME: the name to attach the directory under")
-        attached = attach(root, catalog, only, name, precision)
+        attached = attach(root, catalog, only, name, precision, clock)
         again = findings(root, catalog)  # records that waited for the database attached under its old name
         restored = [f for f in found if f.state == "restore"]
         keys = {(f.source, f.what) for f in restored}
@@ -369,9 +370,11 @@ def _inspect(directory: Path) -> str:
             + (f" of supertable(s) {', '.join(stables)}" if stables else ""))
 
 
-def attach(root: Path, catalog: Catalog, source: str, name: str, precision: str | None = None) -> Finding:
+def attach(root: Path, catalog: Catalog, source: str, name: str, precision: str | None = None,
+           clock: Clock = SYSTEM_CLOCK) -> Finding:
     """Name the unnamed directory ``source`` (``db/<id>``) ``name`` in ``catalog`` (in memory; see the module
-    docstring for what is recovered from its files). InvalidValue / NotFound when it cannot be."""
+    docstring for what is recovered from its files), created at ``clock``'s now. InvalidValue / NotFound when it
+    cannot be."""
     orphans = datadir.unnamed_db_dirs(root, {d.id for d in catalog.databases.values()})
     if source not in orphans:
         d = next((d for d in catalog.databases.values() if f"db/{d.id}" == source), None)
@@ -380,7 +383,7 @@ def attach(root: Path, catalog: Catalog, source: str, name: str, precision: str 
         raise NotFound(f"{source} is not an unnamed database directory of {root}")
     c = _read(root / source)
     db_id = source.removeprefix("db/")
-    now = int(time.time() * 1000)
+    now = clock.time_ms()
     if c.kafka:
         validate_topic_name(name)
         if name in catalog.topics:

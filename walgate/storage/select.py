@@ -15,7 +15,6 @@ query worker process, so a long query holds neither the engine's thread nor its 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +58,7 @@ class Selects:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call on the engine's thread."""
         db = self.store.resolve_db(s.source.db, session)
-        q = Query(s, db.precision, time.time_ns())
+        q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         for vnode in self.store.vnodes[db.name]:

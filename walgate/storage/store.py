@@ -2,7 +2,7 @@
 
 One :class:`Store` per open data dir: the catalog, the open vnodes of every database, each topic's compiled
 evaluator (TDengine topics), offset indexes and idempotent-producer state (Kafka-native topics) per partition, the
-topic-id index, and the observers the gateway passed in. The engine's parts (:mod:`~walgate.storage.ddl`,
+topic-id index, the observers the gateway passed in and the clock (:mod:`~walgate.storage.clock`). The engine's parts (:mod:`~walgate.storage.ddl`,
 :mod:`~walgate.storage.ingest`, :mod:`~walgate.storage.commit`, :mod:`~walgate.storage.topic_views`,
 :mod:`~walgate.storage.native_topics`, :mod:`~walgate.storage.show`) each hold the one Store and change it only
 through their own operations. Creating a Store prepares the data dir (:func:`~walgate.storage.datadir.prepare`:
@@ -17,7 +17,6 @@ exactly the topics of ``catalog.topics`` (kept by :meth:`add_topic_id` / :meth:`
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ import pyarrow as pa
 
 from walgate.storage import datadir
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
@@ -65,13 +65,15 @@ class Store:
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.data_dir = data_dir
+        self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
         self.max_request_bytes = max_request_bytes
         self.listener = listener
         self.consumers = consumers
-        self.damage_log = DamageLog(data_dir)  # every component opened here reports damage to it
-        datadir.prepare(data_dir, self.damage_log)  # create, migrate, or refuse a data dir of a newer format
+        self.damage_log = DamageLog(data_dir, clock)  # every component opened here reports damage to it
+        datadir.prepare(data_dir, self.damage_log, clock)  # create, migrate, or refuse a data dir of a newer format
         self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
             self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
@@ -81,7 +83,7 @@ class Store:
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
-        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log)
+        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log, clock)
         self.group_metadata = GroupMetadataLog.open(data_dir / datadir.GROUP_METADATA, self.damage_log)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
@@ -107,7 +109,8 @@ class Store:
         vnodes: list[Vnode] = []
         try:
             for i in range(first, db.vgroups):
-                vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced))
+                vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
+                                         self.clock))
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:
@@ -136,10 +139,9 @@ class Store:
         if n > self.max_request_bytes:
             raise RequestTooLarge(f"Request of {n} bytes exceeds the maximum of {self.max_request_bytes} bytes")
 
-    @staticmethod
-    def now_ts(db: DatabaseDef) -> int:
-        """Now, in ticks of the database's precision."""
-        return time.time_ns() // TICKS[db.precision]
+    def now_ts(self, db: DatabaseDef) -> int:
+        """Now (the store's clock), in ticks of the database's precision."""
+        return self.clock.time_ns() // TICKS[db.precision]
 
     # --------------------------------------------------------------- tables
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import time
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -238,7 +237,7 @@ class TopicViews:
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)
-        topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, int(time.time() * 1000))
+        topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, self.store.clock.time_ms())
         try:
             self.open_topic(topic)
         except Exception:

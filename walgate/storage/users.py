@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from walgate.security.scram import (
     password_credential,
     verify_password,
 )
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, StorageError
 from walgate.storage.result import Result, affected
 from walgate.storage.sql import ast
@@ -172,11 +172,12 @@ class _Refused(Exception):
 class Users:
     """The users of the catalog (called on the storage thread); SQL statements and Kafka's SCRAM APIs."""
 
-    def __init__(self, catalog: Catalog, mock_key: bytes | None = None) -> None:
+    def __init__(self, catalog: Catalog, mock_key: bytes | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         """``mock_key``: the secret of mock credentials (:func:`~walgate.storage.users_key.load_users_key`; None: a
-        random one, for this object's life)."""
+        random one, for this object's life); ``clock``: CREATE USER's creation time."""
         self.catalog = catalog
         self._mock_key = secrets.token_bytes(32) if mock_key is None else mock_key
+        self.clock = clock
 
     @property
     def all(self) -> Mapping[str, User]:
@@ -256,7 +257,7 @@ class Users:
         return user
 
     def create_statement(self, s: ast.CreateUser, db: str | None) -> Result:
-        self.create(s.name, s.password, int(time.time() * 1000))
+        self.create(s.name, s.password, self.clock.time_ms())
         return affected(0)
 
     def alter_statement(self, s: ast.AlterUser, db: str | None) -> Result:

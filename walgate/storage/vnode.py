@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.committed import CommittedOffsets
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
@@ -93,11 +94,13 @@ class Vnode:
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
-             unsynced: Unsynced | None = None) -> Vnode:
+             unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0) and
-        its committed offsets leave their fsyncs to group commit (:mod:`walgate.storage.durability`)."""
+        its committed offsets leave their fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages
+        segments and times fsync periods by ``clock``."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index))
+        wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
+                       clock=clock)
         vnode = cls(db, index, directory, wal, damage, unsynced)
         start = vnode._load_checkpoint()
         for entry in vnode.wal.read_from(start):
@@ -208,7 +211,8 @@ class Vnode:
         self._checkpointed = version
 
     def apply_retention(self, now_wall: float) -> bool:
-        """Delete expired segments (checkpointing first); True if the log start moved."""
+        """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first); True if the log start
+        moved."""
         n = self.wal.expired_segments(now_wall)
         if not n:
             return False

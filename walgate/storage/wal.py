@@ -16,8 +16,8 @@ The byte layout of entries, indexes and seals is :mod:`walgate.storage.wal_forma
 Segments: an append rolls the active segment when it would pass ``segment_bytes`` or the segment is older than
 ``segment_ms`` (Kafka's ``segment.ms``; -1: never): the append's max timestamp is at least ``segment_ms`` past the
 active segment's first entry's (as Kafka times a roll from a segment's first batch, so a restart keeps the clock),
-or that much wall time passed since the segment's first append or the open (records with timestamps from the
-past, or none, still roll). Sealed
+or that much wall time (the WAL's :class:`~walgate.storage.clock.Clock`) passed since the segment's first append or
+the open (records with timestamps from the past, or none, still roll). Sealed
 segments are never written again, except that the log cleaner of a compacted Kafka-native topic may replace one whole, under the same name, by a version with some
 entries dropped or shrunk (:meth:`Wal.swap_segment`, :mod:`walgate.storage.cleaner`), or merge adjacent ones into
 the first (:meth:`Wal.merge_segments`: served from the committed ``.swap`` file until the merge's file operations
@@ -110,7 +110,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
@@ -121,6 +120,7 @@ from pathlib import Path
 import crc32c
 
 from walgate.storage import fileio
+from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
@@ -368,8 +368,10 @@ class Wal:
     """Append-only, versioned, indexed log of one vnode (see the module docstring)."""
 
     def __init__(self, directory: Path, options: WalOptions, damage: DamageLog | None = None,
-                 unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0)) -> None:
+                 unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0),
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.dir = directory
+        self.clock = clock  # wall time ages the active segment (segment_ms), monotonic time the fsync period
         self.options = options
         self.damage = damage
         self.unsynced = unsynced  # group commit (see the module docstring): level-2 appends note what they need
@@ -379,13 +381,13 @@ class Wal:
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced
         self._running_max = TS_MIN
-        self._last_sync = time.monotonic()
+        self._last_sync = self.clock.monotonic()
         self._fenced = False  # a failed write could not be undone: appends first retry the undo
         self._undo: tuple[int, int] | None = None  # (first version, running max before) of the last append
         self._resync_from: int | None = None  # after a failed fdatasync: active-segment bytes to rewrite first
         self._sync_generation = 0  # bumped at each failed fdatasync
         self._reported: set[tuple[int, int]] = set()  # (segment, position) of damage found while reading
-        self._active_born = time.time()  # wall time of the active segment's first append (or of the open)
+        self._active_born = self.clock.time()  # wall time of the active segment's first append (or of the open)
         self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
         self._merges: list[_Merge] = []  # the cleaner's committed merges not finished yet (see merge_segments)
 
@@ -393,10 +395,11 @@ class Wal:
 
     @classmethod
     def open(cls, directory: Path, options: WalOptions, *, first_version: int = 0,
-             damage: DamageLog | None = None, unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0)) -> Wal:
+             damage: DamageLog | None = None, unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0),
+             clock: Clock = SYSTEM_CLOCK) -> Wal:
         """Open (creating if needed) and recover the WAL in ``directory``; damage is reported, never fatal."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = cls(directory, options, damage, unsynced, owner)
+        wal = cls(directory, options, damage, unsynced, owner, clock)
         recovered = recover(directory, first_version, wal._report)
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
@@ -450,7 +453,7 @@ class Wal:
             self._roll()
             seg = self.segments[-1]
         if not seg.size:
-            self._active_born = time.time()
+            self._active_born = self.clock.time()
             self._active_first_ts = entries[0][2]
         first = self.next_version
         chunks: list[bytes] = []
@@ -484,7 +487,7 @@ class Wal:
         self.next_version = version
         if sync:
             self.durable_version = version
-            self._last_sync = time.monotonic()
+            self._last_sync = self.clock.monotonic()
         elif self.unsynced is not None and self.group_commit:
             self.unsynced.note(self, version)
         return first
@@ -495,7 +498,7 @@ class Wal:
         rollingBasedTimestamp, which a restart keeps)."""
         if self.options.segment_ms < 0:
             return False
-        waited = (time.time() - self._active_born) * 1000
+        waited = (self.clock.time() - self._active_born) * 1000
         if self._active_first_ts >= 0:
             waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
         return self.options.segment_ms <= waited
@@ -636,10 +639,10 @@ class Wal:
                 raise StorageUnavailable(f"{seg.path}: fdatasync failed ({describe(exc)}); versions from "
                                          f"{self.durable_version} are not durable yet") from exc
             self.durable_version = self.next_version
-        self._last_sync = time.monotonic()
+        self._last_sync = self.clock.monotonic()
 
     def sync_due(self, now: float) -> tuple[float, PendingSync | None]:
-        """(seconds until the next periodic fsync is due, the fsync to run now: when the period elapsed and
+        """``now``: the WAL clock's monotonic seconds. (seconds until the next periodic fsync is due, the fsync to run now: when the period elapsed and
         something was appended since the last one, or the last one failed)."""
         period = self.options.fsync_period_ms / 1000
         if period <= 0 and self.options.level >= 2:
