@@ -56,7 +56,7 @@ async def serving(data_dir: Path, **engine_options: int) -> AsyncIterator[Api]:
                                          host="127.0.0.1")) as client:
             yield Api(client, engine)
     finally:
-        queries.shutdown()
+        await queries.close()
         await storage.call(engine.close)
         storage.shutdown()
 

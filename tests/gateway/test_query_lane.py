@@ -59,6 +59,14 @@ def sample(gateway: Gateway, series: str) -> float:
     return float(value)
 
 
+def in_workers(gateway: Gateway, count: int = 1) -> None:
+    """Return once ``count`` queries are in the query workers (submitted; a stopped worker keeps them there)."""
+    deadline = time.monotonic() + 60
+    while sample(gateway, "walgate_sql_queries_in_workers") < count:
+        assert time.monotonic() < deadline, "the query never reached the workers"
+        time.sleep(0.05)
+
+
 def prepare(gateway: Gateway) -> None:
     sql(gateway, "CREATE DATABASE q VGROUPS 2")
     sql(gateway, "CREATE STABLE q.m (ts TIMESTAMP, v DOUBLE) TAGS (t INT)")
@@ -91,7 +99,7 @@ def test_a_stopped_query_delays_no_kafka_client_and_no_other_statement(tmp_path:
         admin.create_topics([NewTopic("k", 1)])["k"].result(30)
         with stopped_workers(gateway):
             query = pool.submit(post, gateway, "/rest/sql", COUNT.encode())
-            time.sleep(0.5)  # the SELECT is prepared and sits in the stopped worker
+            in_workers(gateway)  # prepared, and in the stopped worker
             assert not query.done()
             producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
             for i in range(20):
@@ -142,8 +150,11 @@ def test_a_query_whose_client_went_away_is_killed(tmp_path: Path, caplog: pytest
             with socket.create_connection((host, port), timeout=10) as s:
                 s.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
                           % (len(COUNT), COUNT.encode()))
-                time.sleep(0.5)
-            time.sleep(1.0)  # the node sees the connection closed while the query waits
+                in_workers(gateway)
+            deadline = time.monotonic() + 60  # the node sees the connection closed while the query waits
+            while 1 not in gateway._queries._flags[:]:  # the query's flag: the client went away
+                assert time.monotonic() < deadline, "the closed connection was never noticed"
+                time.sleep(0.05)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not any("client went away" in r.getMessage() for r in caplog.records):
             time.sleep(0.1)
@@ -152,20 +163,61 @@ def test_a_query_whose_client_went_away_is_killed(tmp_path: Path, caplog: pytest
         assert sql(gateway, COUNT)["data"] == [[10]]
 
 
-def test_a_query_worker_killed_under_a_query_fails_that_query_only(tmp_path: Path) -> None:
+def test_a_worker_killed_fails_the_query_it_began_and_runs_the_others_in_new_workers(tmp_path: Path) -> None:
     with gateway_thread(tmp_path / "data", sql_workers=1) as gateway, \
-            concurrent.futures.ThreadPoolExecutor(1) as pool:
+            concurrent.futures.ThreadPoolExecutor(2) as pool:
         prepare(gateway)
+        lines = "\n".join(f"big,t=d{i % 100} v={i}.5 {1_700_000_000_000 + i}" for i in range(100_000))
+        assert post(gateway, "/influxdb/v1/write?db=q&precision=ms", lines.encode())[0] == 204
+        workers = gateway._queries
+        long = pool.submit(post, gateway, "/rest/sql", b"SELECT _wstart, AVG(v) FROM q.big INTERVAL(1a)")
+        in_workers(gateway)  # its slot taken and its "begun" mark cleared
+        deadline = time.monotonic() + 60
+        while 1 not in workers._started[:]:  # the worker began it: 100,000 windows keep it busy for a while
+            assert time.monotonic() < deadline, "the worker never began the query"
+            time.sleep(0.001)
         with stopped_workers(gateway) as pids:
-            query = pool.submit(post, gateway, "/rest/sql", COUNT.encode())
-            time.sleep(0.5)
+            queued = pool.submit(post, gateway, "/rest/sql", COUNT.encode())
+            in_workers(gateway, 2)  # queued behind the long one in the only worker
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
-        status, body = query.result(60)
-        assert status == 400 and body["code"] == QueryCancelled.code
-        assert "worker process stopped" in body["desc"]
-        assert sql(gateway, COUNT)["data"] == [[10]]  # a new worker
-        assert gateway._queries.pids and set(gateway._queries.pids).isdisjoint(pids)
+        status, body = long.result(60)
+        assert status == 400 and body["code"] == QueryCancelled.code and "worker process stopped" in body["desc"]
+        assert queued.result(60) == (200, queued.result()[1]) and queued.result()[1]["data"] == [[10]]
+        assert workers.pids and set(workers.pids).isdisjoint(pids)
+        idle = workers.pids
+        for pid in idle:  # killed while idle: the next query finds the pool broken and runs in a new one
+            os.kill(pid, signal.SIGKILL)
+        while any(_alive(pid) for pid in idle):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert sql(gateway, COUNT)["data"] == [[10]]
+        assert sql(gateway, COUNT)["data"] == [[10]]
+
+
+def test_workers_keep_no_deleted_segment_open(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway:
+        prepare(gateway)
+        [worker] = gateway._queries.pids
+        sql(gateway, "DROP DATABASE q")
+        held = [os.readlink(fd) for fd in Path(f"/proc/{worker}/fd").iterdir()]
+        assert not [path for path in held if "/wal/" in path], held
+
+
+def test_no_select_from_a_kafka_native_topics_database_and_answers_are_bounded(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1, sql_max_bytes=2000) as gateway:
+        prepare(gateway)
+        bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("k", 1, config={"cleanup.policy": "compact"})])["k"].result(30)
+        [kafka_db] = [row[0] for row in sql(gateway, "SHOW DATABASES")["data"] if row[0] not in ("q",)]
+        sql(gateway, f"CREATE TABLE {kafka_db}.t (ts TIMESTAMP, v INT)")
+        status, body = post(gateway, "/rest/sql", f"SELECT * FROM {kafka_db}.t".encode())
+        assert status == 400 and "Kafka-native topic k" in body["desc"]
+        for i in range(10, 60):
+            sql(gateway, f"INSERT INTO q.d{i} USING q.m TAGS ({i}) VALUES (now, {i})")
+        status, body = post(gateway, "/rest/sql", b"SELECT * FROM q.m")  # 60 rows: past 2,000 bytes of JSON
+        assert status == 400 and "larger than 2000 bytes" in body["desc"]
 
 
 def _children(pid: int) -> list[int]:

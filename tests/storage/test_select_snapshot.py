@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from walgate.storage.cancel import Cancel
@@ -158,7 +158,7 @@ def test_a_select_scanning_more_than_its_budget_is_refused(tmp_path: Path) -> No
     engine.close()
 
 
-def test_an_interrupt_hook_runs_at_once_when_cancelled_and_never_after_its_block() -> None:
+def test_an_interrupt_hook_runs_at_once_when_cancelled_again_when_cancelled_again_and_never_after_its_block() -> None:
     calls: list[str] = []
     cancel = Cancel()
     with cancel.interrupting(lambda: calls.append("first")):
@@ -168,11 +168,16 @@ def test_an_interrupt_hook_runs_at_once_when_cancelled_and_never_after_its_block
     assert calls == [] and cancel.reason == "stop"
     with cancel.interrupting(lambda: calls.append("second")):
         assert calls == ["second"]
+        cancel.cancel("and again")
+        assert calls == ["second", "second"] and cancel.reason == "stop"
+    cancel.cancel("after")
+    assert calls == ["second", "second"]
     with pytest.raises(QueryCancelled, match="stop"):
         cancel.check()
 
 
 @pytest.mark.parametrize("unit", ["ms", "us", "ns"])
+@settings(deadline=None)
 @given(data=st.data())
 def test_timestamps_by_the_kernel_equal_format_timestamp(unit: str, data: st.DataObject) -> None:
     low, high = TIMESTAMP_RANGE[unit]

@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -185,20 +185,25 @@ async def _sql(request: web.Request) -> web.Response:
     change = sql_change(sql)  # audited, or None
     try:
         engine = app[_ENGINE]
-        # parsed once, off the storage thread (the body is within max_request_bytes, the engine's statement limit)
+        # parsed once, off the storage thread, on the loop's default executor (the body is within max_request_bytes,
+        # the engine's statement limit)
         stmt = await asyncio.to_thread(parse, sql)
         host = request.remote or ""
         if isinstance(stmt, ast.Select):
-            prepared = await app[_STORAGE].call(_prepared, engine, authorizer, principal, host, stmt, db)
-            answer, damaged, error = await app[_QUERIES].run(prepared, lambda: _gone(request))
-            if damaged:
-                await app[_STORAGE].call(engine.recheck, prepared.db, damaged)
-            if error is not None:
-                if isinstance(error, QueryCancelled):
-                    log.info("SELECT from %s stopped: %s", request.remote, error.message)
-                raise error
-            assert answer is not None
-            return web.Response(body=answer, content_type="application/json")
+            select = stmt
+
+            def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
+                return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db)
+
+            prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
+            if answer.damaged:
+                await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+            if answer.error is not None:
+                if isinstance(answer.error, QueryCancelled):
+                    log.info("SELECT from %s stopped: %s", request.remote, answer.error.message)
+                raise answer.error
+            assert answer.body is not None
+            return web.Response(body=answer.body, content_type="application/json")
         result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
@@ -246,7 +251,9 @@ async def _influx_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
-    # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
+    # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written;
+    # an unknown database is refused first, as the engine's write_lines does
+    await app[_STORAGE].call(app[_ENGINE].database, db)
     measurements = await asyncio.to_thread(parse_body, body, precision)
     rows = await app[_STORAGE].call(app[_ENGINE].write_measurements, db, measurements)
     return web.Response(status=204, headers={ROWS_HEADER: str(rows)})

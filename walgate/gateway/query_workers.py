@@ -1,21 +1,28 @@
-"""The query lane: SQL SELECTs run in worker processes, never on the storage thread and never under the node's GIL.
+"""The query lane: SQL SELECTs run in worker processes, never on the storage thread.
 
-A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WAL snapshots, which is quick:
-:class:`~walgate.storage.select.PreparedSelect`), pickled to a worker process, run there, and its TDengine-REST JSON
-body comes back as bytes. The node's threads (event loop, storage thread) never wait for a query, not even for the
-GIL, and the OS schedules the workers at a lower priority (``nice`` +:data:`NICE`); a query that exhausts memory
-takes its worker down, not the node (its client gets an error, the pool is made again). The answer is what was
-visible when the query started. Workers are started when the first query comes (``sql.workers`` of them: the
-processes that run queries at once), each then serving query after query; a worker whose node is gone (even killed
-with SIGKILL, which stops nothing else) ends by itself within :data:`ORPHAN_CHECK_S`.
+A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WAL snapshots:
+:class:`~walgate.storage.select.PreparedSelect`; the time it takes grows with the WAL's index, a copy of it),
+pickled to a worker process, run there, and its TDengine-REST JSON body comes back as bytes. The node's threads
+(event loop, storage thread) never wait for a query's scan or DuckDB, not even for the GIL: the node only unpickles
+the answer, at most ``sql.max.bytes`` of JSON. The OS schedules the workers at a lower priority (``nice``
++:data:`NICE`). A worker that dies (the OOM killer, a kill) takes its pool down, not the node: the pool is made
+again, the queries no worker had begun run in it (a SELECT reads only: running it again is safe), and those a worker
+had begun fail (so a query that kills its worker fails once rather than killing worker after worker). The answer is what was visible when the query was prepared (rows a
+retention or DROP DATABASE deleted meanwhile are not read). Workers are started when the first query comes
+(``sql.workers`` of them: the processes that run queries at once), each then serving query after query; a worker
+whose node is gone (even killed with SIGKILL, which stops nothing else) ends by itself within
+:data:`ORPHAN_CHECK_S`.
 
-Cancelling: each query running or queued holds a slot of a shared array of flags; the worker checks its slot
-every :data:`WATCH_S` (a watcher thread) and cancels the query's :class:`~walgate.storage.cancel.Cancel`, which
-stops the scan between WAL entries and interrupts DuckDB. :meth:`QueryWorkers.run` sets the flag when ``gone()``
-says the client went away (checked every :data:`POLL_S`) and when its awaiting task is cancelled; a slot is reused
-only once its query ended. The watcher also cancels a query that has run for ``sql.timeout.ms`` in its worker
-(waiting for a worker, or for one to start, does not count). Scans are bounded by ``sql.max.bytes``.
-At most :data:`SLOTS` queries are running or queued; more wait for a slot.
+Slots: a query holds one of :data:`SLOTS` slots from before it is prepared until its worker is done with it (more
+wait for one, unprepared: a queue of queries costs no copies of WAL indexes). Each slot has a flag in an array the
+workers share; the worker checks its query's flag every :data:`WATCH_S` (a watcher thread) and cancels the query's
+:class:`~walgate.storage.cancel.Cancel`, which stops the scan between WAL entries, interrupts DuckDB (again at every
+check: an interrupt only stops a statement that is running) and stops the JSON conversion between chunks.
+:meth:`QueryWorkers.run` sets the flag when ``gone()`` says the client went away (checked every :data:`POLL_S`) and
+when its awaiting task is cancelled, and only while the query is still in its worker, so a flag never reaches the
+slot's next query. The watcher also cancels a query that has run for ``sql.timeout.ms`` in its worker (waiting for
+a worker, or for one to start, does not count). Scans are bounded by ``sql.max.bytes`` of Arrow rows, answers by
+``sql.max.bytes`` of JSON.
 
 Damage a query finds is reported back (``(vnode index, version)``) and rechecked on the storage thread by the caller
 (:meth:`~walgate.storage.engine.Engine.recheck`), where the WAL can write its quarantine.
@@ -30,41 +37,51 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from walgate.storage.cancel import Cancel
-from walgate.storage.errors import QueryCancelled, StorageError
+from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageError
 from walgate.storage.select import PreparedSelect
 
-__all__ = ["NICE", "ORPHAN_CHECK_S", "POLL_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers"]
+__all__ = ["NICE", "ORPHAN_CHECK_S", "POLL_S", "SHUTDOWN_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers"]
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25  # how often a waiting request checks its client and the time limit
-WATCH_S = 0.05  # how often a worker checks its query's flag
+POLL_S = 0.25  # how often a waiting request checks its client
+WATCH_S = 0.05  # how often a worker checks its query's flag and time limit
 SLOTS = 256
 NICE = 10
 ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
+SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
 
 _GONE, _CANCELLED = 1, 2
 _REASONS = {_GONE: "the client went away", _CANCELLED: "the request was cancelled (the node is stopping?)"}
 
-Answer = tuple[bytes | None, list[tuple[int, int]], StorageError | None]
-"""What a worker sends back: the JSON body (None on error), the damaged entries found, the error."""
+
+@dataclass(frozen=True)
+class Answer:
+    """What a worker sends back: the JSON body (None with an error), the damaged entries found, the query's error."""
+
+    body: bytes | None
+    damaged: list[tuple[int, int]]
+    error: StorageError | None
+
 
 _flags: Any = None  # the worker's view of the shared flags (set by _start)
+_started: Any = None  # and of the slots whose query a worker began
 
 
-def _start(flags: Any, node: int) -> None:
-    """A worker's initializer: keep the flags, lower the priority, leave SIGINT to the node, and end when the node
-    ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
-    global _flags
-    _flags = flags
+def _start(flags: Any, started: Any, node: int) -> None:
+    """A worker's initializer: keep the shared arrays, lower the priority, leave SIGINT to the node, and end when the
+    node ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
+    global _flags, _started
+    _flags, _started = flags, started
     os.nice(NICE)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -78,29 +95,34 @@ def _start(flags: Any, node: int) -> None:
 
 def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float | None) -> Answer:
     """Run ``prepared`` in a worker, cancelled when its slot's flag is set or after ``timeout_s`` of running."""
+    _started[slot] = 1
     cancel = Cancel()
-    if flag := _flags[slot]:  # cancelled while queued: not even started
-        cancel.cancel(_REASONS[flag])
-    done = threading.Event()
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+
+    def check() -> None:
+        if flag := _flags[slot]:
+            cancel.cancel(_REASONS[flag])
+        elif deadline is not None and time.monotonic() >= deadline:
+            cancel.cancel(f"it ran longer than sql.timeout.ms ({(timeout_s or 0) * 1000:.0f} ms)")
+
+    done = threading.Event()
 
     def watch() -> None:
         while not done.wait(WATCH_S if deadline is None else max(0.0, min(WATCH_S, deadline - time.monotonic()))):
-            if flag := _flags[slot]:
-                cancel.cancel(_REASONS[flag])
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                assert timeout_s is not None
-                cancel.cancel(f"it ran longer than sql.timeout.ms ({timeout_s * 1000:.0f} ms)")
-                return
+            check()  # again and again once cancelled: each check interrupts DuckDB's running statement
 
+    check()  # cancelled while queued: not even started
     watcher = threading.Thread(target=watch, name="walgate-query-watch", daemon=True)
     watcher.start()
     damaged: list[tuple[int, int]] = []
     try:
-        return orjson.dumps(prepared.run(cancel, max_bytes, damaged).rest_body()), damaged, None
+        body = orjson.dumps(prepared.run(cancel, max_bytes, damaged).rest_body())
+        if len(body) > max_bytes:
+            raise LimitExceeded(f"the query's answer is larger than {max_bytes} bytes (sql.max.bytes): narrow it, "
+                                "or ask for fewer columns or rows (LIMIT)")
+        return Answer(body, damaged, None)
     except StorageError as exc:  # returned, not raised: the damage found comes back either way
-        return None, damaged, exc
+        return Answer(None, damaged, exc)
     finally:
         done.set()
         watcher.join()
@@ -111,17 +133,19 @@ def _never() -> bool:
 
 
 class QueryWorkers:
-    """``processes`` query workers; statements stopped after ``timeout_ms`` (0: never), scans bounded by
-    ``max_bytes`` (see the module docstring)."""
+    """``processes`` query workers; statements stopped after ``timeout_ms`` of running (0: never), scans and answers
+    bounded by ``max_bytes``; ``observe(None, "")`` when a query reaches a worker, ``observe(seconds, outcome)`` when
+    it leaves it (see the module docstring)."""
 
     def __init__(self, processes: int, timeout_ms: int, max_bytes: int,
                  observe: Callable[[float | None, str], None] = lambda seconds, outcome: None) -> None:
         self.processes = processes
-        self._observe = observe  # (None, ""): a query entered; (seconds, outcome): it left (Metrics.query)
         self.timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.max_bytes = max_bytes
+        self._observe = observe
         self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         self._flags = self._context.Array("b", SLOTS, lock=False)
+        self._started = self._context.Array("b", SLOTS, lock=False)  # set by the worker that begins a slot's query
         self._free = list(range(SLOTS))
         self._slots = asyncio.Semaphore(SLOTS)
         self._executor: ProcessPoolExecutor | None = None
@@ -132,64 +156,103 @@ class QueryWorkers:
         executor = self._executor
         return [] if executor is None else [p.pid for p in list(executor._processes.values()) if p.pid is not None]
 
-    def _pool(self) -> ProcessPoolExecutor:
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
-                                                 initargs=(self._flags, os.getpid()))
-        return self._executor
-
-    async def run(self, prepared: PreparedSelect, gone: Callable[[], bool] = _never) -> Answer:
-        """``prepared`` run in a worker: (body, damaged, error) (module docstring); QueryCancelled when the worker
-        died under it. Each query is reported to ``observe``: ok, refused (its own error) or cancelled."""
-        started = time.monotonic()
-        self._observe(None, "")
-        outcome = "cancelled"  # unless it answers: a dead worker, a cancelled request
-        try:
-            answer = await self._run(prepared, gone)
-            error = answer[2]
-            outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
-            return answer
-        finally:
-            self._observe(time.monotonic() - started, outcome)
-
-    async def _run(self, prepared: PreparedSelect, gone: Callable[[], bool]) -> Answer:
+    async def run(self, prepare: Callable[[], Awaitable[PreparedSelect]],
+                  gone: Callable[[], bool] = _never) -> tuple[PreparedSelect, Answer]:
+        """The query ``prepare()`` gives (awaited once a slot is free), run in a worker: it and its answer (module
+        docstring); QueryCancelled when its worker died under it. Each query that reaches a worker is reported to
+        ``observe``: ok, refused (its own error) or cancelled."""
         await self._slots.acquire()
         slot = self._free.pop()
-        self._flags[slot] = 0
-        loop = asyncio.get_running_loop()
+        self._flags[slot] = self._started[slot] = 0
+        submitted: Future[Answer] | None = None
         try:
-            pool = self._pool()
-            submitted = pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s)
-        except BaseException:
-            self._release(slot)
-            raise
-        submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release, slot))
+            prepared = await prepare()
+            pool, submitted = self._submit(slot, prepared)
+            self._observe(None, "")
+            started, outcome = time.monotonic(), "cancelled"  # unless it answers: a dead worker, a cancelled request
+            try:
+                try:
+                    answer = await self._wait(slot, submitted, gone)
+                except BrokenProcessPool as exc:  # a worker died: the query again if no worker began it (read-only)
+                    self._discard(pool, exc)
+                    if self._started[slot]:
+                        raise QueryCancelled("query cancelled: its worker process stopped (out of memory?)") from None
+                    pool, submitted = self._submit(slot, prepared)
+                    answer = await self._wait(slot, submitted, gone)
+                error = answer.error
+                outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
+                return prepared, answer
+            finally:
+                self._observe(time.monotonic() - started, outcome)
+        finally:
+            if submitted is None or submitted.done():
+                self._release(slot)
+            else:  # the worker still has it: the slot is free once it is done (flags set now reach this query only)
+                loop = asyncio.get_running_loop()
+                submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release, slot))
+
+    def _submit(self, slot: int, prepared: PreparedSelect) -> tuple[ProcessPoolExecutor, Future[Answer]]:
+        """The query handed to the pool; a pool broken while idle (a worker killed) is replaced first."""
+        pool = self._pool()
+        try:
+            return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s)
+        except BrokenProcessPool as exc:
+            self._discard(pool, exc)
+        pool = self._pool()
+        return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s)
+
+    async def _wait(self, slot: int, submitted: Future[Answer], gone: Callable[[], bool]) -> Answer:
+        """``submitted``'s answer; BrokenProcessPool when a worker of its pool died."""
         future = asyncio.wrap_future(submitted)
         try:
             while True:
                 done, _ = await asyncio.wait({future}, timeout=POLL_S)
                 if done:
                     return future.result()
-                if gone():
+                if gone() and not submitted.done():
                     self._flags[slot] = _GONE
         except asyncio.CancelledError:
-            self._flags[slot] = _CANCELLED
+            if not submitted.done():
+                self._flags[slot] = _CANCELLED
             raise
-        except BrokenProcessPool as exc:
-            if self._executor is pool:
-                log.error("a query worker process stopped (%s); the query workers are started again", exc)
-                self._executor = None
-                pool.shutdown(wait=False, cancel_futures=True)
-            raise QueryCancelled("query cancelled: its worker process stopped (out of memory?)") from None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
+                                                 initargs=(self._flags, self._started, os.getpid()))
+        return self._executor
+
+    def _discard(self, pool: ProcessPoolExecutor, exc: BaseException) -> None:
+        """Forget a broken pool (once, however many of its queries report it); the next query makes a new one."""
+        if self._executor is pool:
+            log.error("a query worker process stopped (%s); the query workers are started again", exc)
+            self._executor = None
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _release(self, slot: int) -> None:
         self._free.append(slot)
         self._slots.release()
 
-    def shutdown(self) -> None:
-        """Cancel every query and stop the workers (waits for them: a cancelled query stops within WATCH_S)."""
+    def cancel_all(self) -> None:
+        """Cancel every query (the node is stopping)."""
         for slot in range(SLOTS):
             self._flags[slot] = _CANCELLED
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+
+    async def close(self) -> None:
+        """Cancel every query and stop the workers: waited for up to :data:`SHUTDOWN_S` (a cancelled query stops
+        within WATCH_S), then killed."""
+        self.cancel_all()
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        pids = [p.pid for p in list(executor._processes.values()) if p.pid is not None]
+        stopping = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True))
+        done, _ = await asyncio.wait({stopping}, timeout=SHUTDOWN_S)
+        if not done:
+            log.warning("query workers %s did not stop within %.0f s; killed", pids, SHUTDOWN_S)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            await stopping

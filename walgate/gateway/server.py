@@ -289,10 +289,11 @@ class Gateway:
         if self._transactions is not None:
             self._transactions.close()
             self._transactions = None
+        self._queries.cancel_all()  # before the HTTP server waits for its requests: they end at once
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
-        self._queries.shutdown()
+        await self._queries.close()
         await self._group_commit.close()
         if self._engine is not None:
             await self._storage.call(self._engine.close)

@@ -2,9 +2,10 @@
 
 Whoever runs a query makes a :class:`Cancel` and hands it over; the query checks it between steps (each WAL entry
 scanned, :meth:`Cancel.check`) and, around a step it cannot check inside (DuckDB executing a statement), registers
-what interrupts that step (:meth:`Cancel.interrupting`). Cancelling is thread-safe and happens once: the first
-reason given is the one reported. An interrupt hook is never called after its ``interrupting`` block has ended, so
-it may act on a resource the block closes.
+what interrupts that step (:meth:`Cancel.interrupting`). Cancelling is thread-safe; the first reason given is the
+one reported, and cancelling again runs the interrupts again (an interrupt such as DuckDB's stops only the statement
+running at that moment: a caller that cancels repeatedly also stops the next one). An interrupt hook is never called
+after its ``interrupting`` block has ended, so it may act on a resource the block closes.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ class Cancel:
         return self._reason
 
     def cancel(self, reason: str) -> None:
-        """Stop the query (any thread): its next :meth:`check` raises, the interrupts registered now run."""
+        """Stop the query (any thread): its next :meth:`check` raises, the interrupts registered now run (again, when
+        it was cancelled before; the first reason stays)."""
         with self._lock:  # held while the hooks run: an interrupting block cannot end under them
-            if self._reason is not None:
-                return
-            self._reason = reason
+            if self._reason is None:
+                self._reason = reason
             for hook in self._hooks:
                 hook()
 

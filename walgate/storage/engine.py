@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from walgate.storage import resource_configs
-from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
@@ -183,6 +183,10 @@ class Engine:
     def write_lines(self, db: str, body: bytes, precision: str = "ns") -> int:
         """InfluxDB line protocol (TDengine schemaless): returns rows written."""
         return self.ingest.write_lines(db, body, precision)
+
+    def database(self, name: str) -> DatabaseDef:
+        """Database ``name``'s definition (NotFound: no such database)."""
+        return self.catalog.database(name)
 
     def write_measurements(self, db: str, measurements: list[Measurement]) -> int:
         """:meth:`write_lines` of a body :func:`~walgate.storage.lineproto_columns.parse_body` parsed elsewhere (it is

@@ -474,6 +474,8 @@ class Query:
                     cancel.check()  # an interrupt only stops a statement that is running
                 con.register("src", src)
                 sql, outputs = self._plan(types, schema.names, tags, src, con)
+                if cancel is not None:
+                    cancel.check()
                 result = con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             if cancel is not None:

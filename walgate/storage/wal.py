@@ -349,8 +349,8 @@ class WalSnapshot:
     def entries(self, damaged: list[int]) -> Iterator[WalEntry]:
         """Every intact entry, oldest first; the first version of each damaged one is appended to ``damaged``."""
         for seg in self.segments:
-            try:
-                file = FILES.get(seg.path)
+            try:  # opened here, not from the process's file cache: closed once read, so a segment deleted later
+                file = OpenFile(seg.path)  # (retention, DROP) is never kept open by a process that read it
             except FileNotFoundError:
                 continue
             for i, position in enumerate(seg.positions):
