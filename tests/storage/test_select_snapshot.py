@@ -118,11 +118,18 @@ def _select(sql: str) -> ast.Select:
     return stmt
 
 
-@pytest.mark.parametrize("sql", ["SELECT COUNT(*), SUM(v) FROM s.m", "SELECT tbname, v, t FROM s.m WHERE t >= 2",
-                                 "SELECT * FROM s.d1", "SELECT _wstart, COUNT(*) FROM s.m INTERVAL(1s)"])
-def test_a_prepared_select_answers_what_was_visible_when_prepared(tmp_path: Path, sql: str) -> None:
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SELECT COUNT(*), SUM(v) FROM s.m", [[8, 12.0]]),
+    ("SELECT tbname, v, t FROM s.m WHERE t >= 2", [["d2", 2.0, 2]] * 2 + [["d3", 3.0, 3]] * 2),
+    ("SELECT * FROM s.d1", [["2023-11-14T22:13:20.000Z", 1.0, 1], ["2023-11-14T22:13:21.000Z", 1.0, 1]]),
+    ("SELECT _wstart, COUNT(*) FROM s.m INTERVAL(1s)", [["2023-11-14T22:13:20.000Z", 4],
+                                                        ["2023-11-14T22:13:21.000Z", 4]]),
+])
+def test_a_prepared_select_answers_what_was_visible_when_prepared(tmp_path: Path, sql: str,
+                                                                  expected: list[list[object]]) -> None:
     engine = _engine(tmp_path)
     before = engine.execute(sql)
+    assert sorted(before.rows) == expected  # computed from the rows _engine wrote
     prepared = engine.prepare_select(_select(sql))
     for i in range(8):  # more rows, new subtables, in both vnodes
         engine.execute(f"INSERT INTO s.e{i} USING s.m TAGS ({i}) VALUES (1700000000500, 100)")
