@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -212,12 +213,17 @@ def test_a_database_is_attached_from_its_own_files_under_its_old_name(template, 
     assert not any(f.state == "restore" for f in repair.repair(root))
 
 
-def test_a_kafka_native_topic_is_attached_under_a_new_name(template, tmp_path: Path):
-    src, original = template
+def _kafka_orphan(src: Path, tmp_path: Path) -> tuple[Path, Any]:
+    """A copy of the template whose Kafka-native topic's record was wiped, opened once; its orphaned directory."""
     root = copy(src, tmp_path / "data")
     wipe(root, kinds(root)["create_kafka_topic"])
     state(root)
-    orphan = next(f for f in repair.repair(root, dry_run=True) if f.state == "attach")
+    return root, next(f for f in repair.repair(root, dry_run=True) if f.state == "attach")
+
+
+def test_a_kafka_native_topic_is_attached_under_a_new_name(template, tmp_path: Path):
+    src, original = template
+    root, orphan = _kafka_orphan(src, tmp_path)
     assert orphan.what == "a Kafka-native topic of 2 partition(s)"
     repair.repair(root, only=orphan.source, name="k.back")
     e = Engine.open(root)
@@ -233,11 +239,7 @@ def test_a_kafka_native_topic_is_attached_under_a_new_name(template, tmp_path: P
 
 
 def test_an_unknown_directory_or_taken_name_is_refused(template, tmp_path: Path):
-    src, _ = template
-    root = copy(src, tmp_path / "data")
-    wipe(root, kinds(root)["create_kafka_topic"])
-    state(root)
-    orphan = next(f for f in repair.repair(root, dry_run=True) if f.state == "attach")
+    root, orphan = _kafka_orphan(template[0], tmp_path)
     with pytest.raises(InvalidValue, match="Topic already exists"):
         repair.repair(root, only=orphan.source, name="t_db")
     with pytest.raises(Exception, match="not an unnamed database directory"):
