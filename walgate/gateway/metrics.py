@@ -57,7 +57,7 @@ from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
 __all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
 
-QUERY_OUTCOMES = ("ok", "refused", "cancelled")
+QUERY_OUTCOMES = ("ok", "refused", "cancelled", "failed")
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
@@ -121,7 +121,7 @@ class Metrics:
         self._storage_run = Histogram("walgate_storage_call_seconds", "Time a storage-thread call ran",
                                       buckets=_SECONDS_BUCKETS, registry=r)
         self._queries = Histogram("walgate_sql_query_seconds", "Time a SELECT took in the query workers (queued and "
-                                  "running), by outcome: ok, refused (its own error), cancelled", ["outcome"],
+                                  "running), by outcome: ok, refused (its own error), cancelled, failed (a bug)", ["outcome"],
                                   buckets=_SECONDS_BUCKETS, registry=r)
         self._running = Gauge("walgate_sql_queries_in_workers", "SELECTs in the query workers (running or queued)",
                               registry=r)

@@ -160,7 +160,7 @@ class QueryWorkers:
                   gone: Callable[[], bool] = _never) -> tuple[PreparedSelect, Answer]:
         """The query ``prepare()`` gives (awaited once a slot is free), run in a worker: it and its answer (module
         docstring); QueryCancelled when its worker died under it. Each query that reaches a worker is reported to
-        ``observe``: ok, refused (its own error) or cancelled."""
+        ``observe``: ok, refused (its own error), cancelled, or failed (a bug)."""
         await self._slots.acquire()
         slot = self._free.pop()
         self._flags[slot] = self._started[slot] = 0
@@ -171,14 +171,24 @@ class QueryWorkers:
             self._observe(None, "")
             started, outcome = time.monotonic(), "cancelled"  # unless it answers: a dead worker, a cancelled request
             try:
-                try:
-                    answer = await self._wait(slot, submitted, gone)
-                except BrokenProcessPool as exc:  # a worker died: the query again if no worker began it (read-only)
-                    self._discard(pool, exc)
-                    if self._started[slot]:
-                        raise QueryCancelled("query cancelled: its worker process stopped (out of memory?)") from None
-                    pool, submitted = self._submit(slot, prepared)
-                    answer = await self._wait(slot, submitted, gone)
+                retried = False
+                while True:
+                    try:
+                        answer = await self._wait(slot, submitted, gone)
+                        break
+                    except BrokenProcessPool as exc:  # a worker died: again if no worker began it (it only reads)
+                        self._discard(pool, exc)
+                        if self._started[slot] or retried:
+                            raise QueryCancelled("query cancelled: its worker process stopped (out of memory?)") \
+                                from None
+                        retried = True
+                        pool, submitted = self._submit(slot, prepared)
+            except (QueryCancelled, asyncio.CancelledError):
+                raise
+            except Exception:
+                outcome = "failed"  # a bug in the worker (the caller logs its traceback)
+                raise
+            else:
                 error = answer.error
                 outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
                 return prepared, answer
