@@ -377,3 +377,9 @@ async def test_gateway_serves_on_an_ephemeral_port_and_persists_across_restart(t
                         assert response.status == 200, await response.text()
             async with session.post(f"{url}/rest/sql", data="SELECT * FROM power.meters") as response:
                 assert (await response.json())["rows"] == 1
+
+
+async def test_line_protocol_to_an_unknown_database_is_refused_as_such_whatever_the_body(api: Api) -> None:
+    for body in (LINES, b"not line protocol at all"):  # the database before the body, as the engine refuses them
+        response = await api.client.post("/influxdb/v1/write?db=nosuch", data=body)
+        assert_error(response.status, await response.json(), 400, NotFound.code)

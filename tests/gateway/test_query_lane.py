@@ -39,6 +39,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 COUNT = "SELECT COUNT(*) FROM q.m"
 
 
+@pytest.fixture(autouse=True)
+def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A traceback logged by a node a test ran fails the test."""
+    yield
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
+
+
 def post(gateway: Gateway, path: str, body: bytes = b"") -> tuple[int, dict[str, Any]]:
     """(status, JSON body) of a request to the HTTP API, error statuses included."""
     host, port = gateway.http_address
@@ -251,3 +258,4 @@ def test_a_node_killed_with_sigkill_leaves_no_query_worker_behind(tmp_path: Path
         while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(_alive(pid) for pid in workers)
+        assert "Traceback" not in server.log()  # the node's and its workers' output

@@ -251,10 +251,12 @@ async def _influx_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
-    # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written;
-    # an unknown database is refused first, as the engine's write_lines does
-    await app[_STORAGE].call(app[_ENGINE].database, db)
-    measurements = await asyncio.to_thread(parse_body, body, precision)
+    # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
+    try:
+        measurements = await asyncio.to_thread(parse_body, body, precision)
+    except StorageError:  # an unknown database is the answer before a bad line, as the engine's write_lines gives
+        await app[_STORAGE].call(app[_ENGINE].database, db)
+        raise
     rows = await app[_STORAGE].call(app[_ENGINE].write_measurements, db, measurements)
     return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
 
