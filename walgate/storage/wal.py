@@ -792,7 +792,10 @@ class Wal:
         if i < 0:
             raise self._lost(seg, version)
         file = FILES.get(seg.path)
-        pos, (body_len, body_crc, entry_kind, _, first, count, _), start = self._header_at(seg, i, file, head)
+        try:
+            pos, (body_len, body_crc, entry_kind, _, first, count, _), start = _header_at(seg, i, file, head)
+        except _Bad as bad:
+            raise self._corrupt(seg, i, str(bad)) from None
         if version >= first + count:
             raise self._lost(seg, version)
         if entry_kind != kind:
@@ -816,15 +819,6 @@ class Wal:
 
     def _lost(self, seg: Segment, version: int) -> CorruptEntry:
         return CorruptEntry(f"{seg.path}: version {version} is in a lost range (damage reported when found)")
-
-    def _header_at(
-        self, seg: Segment, i: int, file: OpenFile, head: int = 0
-    ) -> tuple[int, Header, bytes]:
-        """Entry ``i``'s position and checked header, and up to ``head`` bytes after it (the same ``pread``)."""
-        try:
-            return _header_at(seg, i, file, head)
-        except _Bad as bad:
-            raise self._corrupt(seg, i, str(bad)) from None
 
     def _read_at(self, seg: Segment, i: int, file: OpenFile) -> WalEntry:
         pos = seg.positions[i]
