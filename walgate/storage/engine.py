@@ -30,13 +30,12 @@ from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, To
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
-from walgate.storage.committed import Committed
+from walgate.storage.coordinator_log import Committed, GroupRecord
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
-from walgate.storage.group_metadata import GroupRecord
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.lineproto_columns import Measurement
@@ -392,12 +391,13 @@ class Engine:
 
     def write_group_records(self, records: Sequence[GroupRecord]) -> None:
         """Durably record consumer-group state: (group id, value or None to delete), fsynced before this returns
-        (:mod:`walgate.storage.group_metadata`); StorageUnavailable, recording nothing, when the disk refuses."""
-        self.store.group_metadata.write(records)
+        (:mod:`walgate.storage.coordinator_log`, the group's coordinator partition); StorageUnavailable when the disk
+        refuses (a partition that refused records nothing; writing again is safe)."""
+        self.store.coordinator.write_groups(records)
 
     def group_records(self) -> Mapping[str, Any]:
         """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
-        return self.store.group_metadata.groups()
+        return self.store.coordinator.groups()
 
     # ------------------------------------------------------------- transactions (partition side)
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 from walgate.storage import datadir
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
+from walgate.storage.coordinator_partitions import CoordinatorPartitions
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
@@ -35,7 +36,6 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
-from walgate.storage.group_metadata import GroupMetadataLog
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -73,7 +73,8 @@ class Store:
         self.listener = listener
         self.consumers = consumers
         self.damage_log = DamageLog(data_dir, clock)  # every component opened here reports damage to it
-        datadir.prepare(data_dir, self.damage_log, clock)  # create, migrate, or refuse a data dir of a newer format
+        # create, migrate, or refuse a data dir of a newer format; how many coordinator partitions it has
+        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock)
         self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
             self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
@@ -84,11 +85,12 @@ class Store:
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
         self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log, clock)
-        self.group_metadata = GroupMetadataLog.open(data_dir / datadir.GROUP_METADATA, self.damage_log)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
         self.unsynced = Unsynced(self._records_durable) if group_commit else None
+        # the group coordinator's partitions: committed offsets and group records
+        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log, self.unsynced)
 
     # ------------------------------------------------------------ databases
 
