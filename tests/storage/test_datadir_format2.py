@@ -1,0 +1,145 @@
+"""Format 2 -> 3 (issue 23): committed offsets (each vnode's ``commits.log``) and group records (``groups.log``) are
+folded into the group coordinator's partitions (``coordinator/offsets-<p>.log``) once, crash-safely: a kill -9 at any
+step leaves a data dir that opens, finishes the migration and serves every committed offset and group record."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from format2_datadir import OLD_COMMIT, summary
+
+from walgate.storage import datadir, lines
+from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, java_hash, partition_for
+from walgate.storage.damage import DamageLog
+from walgate.storage.engine import Engine
+
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+FIXTURE = HERE / "format2_datadir.tar.gz"
+
+# Run as a child: prepare the data dir, SIGKILLing itself at the n-th file system change (write, rename, replace,
+# unlink); exit code 0 when the migration ended first.
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+from walgate.storage import datadir
+from walgate.storage.damage import DamageLog
+
+n, seen = int(sys.argv[2]), [0]
+def wrap(real):
+    def op(*args, **kwargs):
+        seen[0] += 1
+        if seen[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return op
+for name in ("write", "rename", "replace", "unlink"):
+    setattr(os, name, wrap(getattr(os, name)))
+datadir.prepare(Path(sys.argv[1]), DamageLog(Path(sys.argv[1])))
+"""
+
+
+def unpack(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    with tarfile.open(FIXTURE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / "data", orjson.loads((tmp_path / "expected.json").read_bytes())
+
+
+def check_migrated(data: Path, expected: dict[str, Any]) -> None:
+    e = Engine.open(data)
+    try:
+        assert orjson.loads(orjson.dumps(summary(e))) == expected
+        assert e.damage() == []
+    finally:
+        e.close()
+    assert lines.decode((data / "walgate.json").read_bytes()[:-1]) == {
+        "format": 3, "coordinator_partitions": DEFAULT_PARTITIONS}
+    assert not list(data.glob("db/*/vnode*/commits.log")) and not (data / "groups.log").exists()
+    assert not (data / "coordinator.tmp").exists()
+
+
+def test_a_format2_data_dir_migrates_with_every_offset_and_group_record(tmp_path: Path):
+    data, expected = unpack(tmp_path)
+    assert len(list(data.glob("db/*/vnode*/commits.log"))) == 7 and (data / "groups.log").exists()
+    check_migrated(data, expected)
+    check_migrated(data, expected)  # once: the second start finds format 3
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run the format-2 release")
+def test_a_data_dir_made_by_the_format2_code_migrates(tmp_path: Path):
+    """The same, with a data dir the format-2 code itself writes now (the fixture above is its frozen copy)."""
+    old = tmp_path / "old"
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "walgate"], capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"commit {OLD_COMMIT} is not in this clone")
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    subprocess.run([sys.executable, str(HERE / "format2_datadir.py"), str(out)], env=env, cwd=tmp_path, check=True,
+                   timeout=120)
+    assert lines.decode((out / "data" / "walgate.json").read_bytes()[:-1]) == {"format": 2}
+    check_migrated(out / "data", orjson.loads((out / "expected.json").read_bytes()))
+
+
+def test_a_kill_9_at_any_step_of_the_migration_leaves_a_data_dir_that_migrates(tmp_path: Path):
+    """A real SIGKILL at each file system change of the migration in turn, then a start on what it left."""
+    n = 0
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    while True:
+        n += 1
+        data, expected = unpack(tmp_path / str(n))
+        run = subprocess.run([sys.executable, "-c", KILLER, str(data), str(n)], env=env, capture_output=True,
+                             timeout=60)
+        assert run.returncode in (0, -signal.SIGKILL), run.stderr.decode()
+        check_migrated(data, expected)
+        if run.returncode == 0:
+            break
+        shutil.rmtree(tmp_path / str(n))
+    assert n > 10  # every partition file, rename and removal was a kill point
+
+
+def test_damage_in_a_format2_file_is_reported_and_the_rest_migrates(tmp_path: Path):
+    data, expected = unpack(tmp_path)
+    commits = sorted(data.glob("db/*/vnode*/commits.log"))[0]
+    raw = bytearray(commits.read_bytes())
+    first = lines.decode(bytes(raw[: raw.index(b"\n")]))
+    raw[12] ^= 0x01  # the first line's JSON
+    commits.write_bytes(bytes(raw))
+    e = Engine.open(data)
+    try:
+        [damage] = e.damage()
+        assert damage.file == str(commits.relative_to(data)) and (data / damage.kept).exists()
+        got = {(g, t, p) for g, t, p, _ in e.all_committed()}
+        want = {(g, t, p) for g, t, p, *_ in expected["committed"]}
+        assert got == want - {(first["g"], first["t"], first["p"])}
+    finally:
+        e.close()
+
+
+def test_a_groups_partition_is_kafkas(tmp_path: Path):
+    """partition = Utils.abs(groupId.hashCode) % N, as Kafka's GroupCoordinator.partitionFor (the hashes are what
+    Java's String.hashCode answered, run by hand with ``java H.java``)."""
+    assert java_hash("") == 0 and java_hash("group-1") == 293427299 and java_hash("é😀") == 1996812
+    assert java_hash("my-group") == -1906497762 and partition_for("my-group", 50) == 1906497762 % 50
+    assert java_hash("polygenelubricants") == -(1 << 31) and partition_for("polygenelubricants", 50) == 0
+    root = tmp_path / "data"
+    assert datadir.prepare(root, DamageLog(root), coordinator_partitions=4) == 4
+    e = Engine.open(root)
+    try:
+        for g in ("a", "b", "group-1", "x" * 40):
+            e.write_group_records([(g, {"g": g})])
+        assert len(e.store.coordinator.logs) == 4
+    finally:
+        e.close()
+    for g in ("a", "b", "group-1", "x" * 40):
+        assert f'"g":"{g}"'.encode() in (root / "coordinator" / f"offsets-{partition_for(g, 4)}.log").read_bytes()
