@@ -6,8 +6,9 @@ topic-id index, the observers the gateway passed in and the clock (:mod:`~walgat
 :mod:`~walgate.storage.ingest`, :mod:`~walgate.storage.commit`, :mod:`~walgate.storage.topic_views`,
 :mod:`~walgate.storage.native_topics`, :mod:`~walgate.storage.show`) each hold the one Store and change it only
 through their own operations. Creating a Store prepares the data dir (:func:`~walgate.storage.datadir.prepare`:
-create, migrate or refuse) and loads the catalog; after that nothing here writes to disk but
-:meth:`Store.open_database`, which creates vnodes.
+create, migrate or refuse), loads the catalog and replays the group coordinator's partitions (:attr:`Store.coordinator`,
+written through :mod:`~walgate.storage.group_offsets` and the engine's group records); after that nothing else here
+writes to disk but :meth:`Store.open_database`, which creates vnodes.
 
 Invariants: ``vnodes`` has an entry per database of the catalog (Kafka-native topics' own databases included);
 ``indexes`` has an entry per (topic, partition) of every served topic; ``topic_names`` / ``topic_uuids`` name
