@@ -143,3 +143,19 @@ def test_a_groups_partition_is_kafkas(tmp_path: Path):
         e.close()
     for g in ("a", "b", "group-1", "x" * 40):
         assert f'"g":"{g}"'.encode() in (root / "coordinator" / f"offsets-{partition_for(g, 4)}.log").read_bytes()
+
+
+def test_the_number_of_coordinator_partitions_is_fixed_when_the_data_dir_is_made(tmp_path: Path):
+    e = Engine.open(tmp_path, coordinator_partitions=3)
+    e.commit_offsets("g", [], 1)
+    e.write_group_records([("a", 1), ("b", 2), ("group-1", 3)])
+    e.close()
+    e = Engine.open(tmp_path, coordinator_partitions=7)  # an existing data dir keeps its N
+    assert e.coordinator_partitions == 3 and dict(e.group_records()) == {"a": 1, "b": 2, "group-1": 3}
+    e.close()
+    (tmp_path / "walgate.json").write_bytes(b"\x00garbage")  # damaged: N is found from the partition files
+    e = Engine.open(tmp_path)
+    assert e.coordinator_partitions == 3 and dict(e.group_records()) == {"a": 1, "b": 2, "group-1": 3}
+    assert [d.file for d in e.damage()] == ["walgate.json"]
+    e.close()
+    assert lines.decode((tmp_path / "walgate.json").read_bytes()[:-1]) == {"format": 3, "coordinator_partitions": 3}

@@ -27,7 +27,7 @@ import pyarrow as pa
 from walgate.storage import datadir
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
-from walgate.storage.coordinator_partitions import CoordinatorPartitions
+from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, CoordinatorPartitions
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
@@ -67,6 +67,7 @@ class Store:
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        coordinator_partitions: int = DEFAULT_PARTITIONS,
     ) -> None:
         self.data_dir = data_dir
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
@@ -74,8 +75,9 @@ class Store:
         self.listener = listener
         self.consumers = consumers
         self.damage_log = DamageLog(data_dir, clock)  # every component opened here reports damage to it
-        # create, migrate, or refuse a data dir of a newer format; how many coordinator partitions it has
-        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock)
+        # create, migrate, or refuse a data dir of a newer format; how many coordinator partitions it has (those
+        # asked for when it is made now)
+        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock, coordinator_partitions)
         self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
             self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
