@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 OLD_COMMIT = "d5aba2f"
 GROUPS = 12  # groups committing, spread over every vnode of both topics
 
@@ -52,16 +50,7 @@ def summary(e: Any) -> dict[str, Any]:
     }
 
 
-def main(out: Path) -> None:
-    from walgate.storage.engine import Engine
-
-    make(out / "data")
-    e = Engine.open(out / "data")
-    try:
-        (out / "expected.json").write_bytes(orjson.dumps(summary(e), option=orjson.OPT_INDENT_2))
-    finally:
-        e.close()
-
-
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    from old_release import main
+
+    main(Path(sys.argv[1]), make, summary)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from format1_datadir import OLD_COMMIT, summary
+from old_release import made_by
 
 from walgate.storage import datadir, lines
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
@@ -27,7 +26,6 @@ from walgate.storage.names import is_db_id, is_topic_id
 from walgate.storage.sql import ast
 
 HERE = Path(__file__).parent
-REPO = HERE.parent.parent
 FIXTURE = HERE / "format1_datadir.tar.gz"
 CURRENT = {"format": datadir.FORMAT, "coordinator_partitions": DEFAULT_PARTITIONS}
 NAMES = ("power", "odd-name", "orders", "topic_meters", "topic_db", "meters", "offsets.jsonl", "tables.json")
@@ -83,18 +81,9 @@ def test_a_format1_data_dir_migrates_with_everything_in_it(tmp_path: Path):
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run the format-1 release")
 def test_a_data_dir_made_by_the_format1_release_migrates(tmp_path: Path):
     """The same, with a data dir the old release's own code writes now (the fixture above is its frozen copy)."""
-    old = tmp_path / "old"
-    old.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "walgate"], capture_output=True)
-    if archive.returncode:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this clone")
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(old)}
-    subprocess.run([sys.executable, str(HERE / "format1_datadir.py"), str(out)], env=env, cwd=tmp_path, check=True,
-                   timeout=120)
-    assert (out / "data" / "catalog.jsonl").exists() and not (out / "data" / "walgate.json").exists()
-    check_migrated(out / "data", orjson.loads((out / "expected.json").read_bytes()))
+    data, expected = made_by(OLD_COMMIT, HERE / "format1_datadir.py", tmp_path)
+    assert (data / "catalog.jsonl").exists() and not (data / "walgate.json").exists()
+    check_migrated(data, expected)
 
 
 class Crash(BaseException):

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 from format2_datadir import OLD_COMMIT, summary
+from old_release import REPO, made_by
 
 from walgate.storage import datadir, lines
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, java_hash, partition_for
@@ -23,7 +24,6 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
 
 HERE = Path(__file__).parent
-REPO = HERE.parent.parent
 FIXTURE = HERE / "format2_datadir.tar.gz"
 
 # Run as a child: prepare the data dir, SIGKILLing itself at the n-th file system change (write, rename, replace,
@@ -77,18 +77,9 @@ def test_a_format2_data_dir_migrates_with_every_offset_and_group_record(tmp_path
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run the format-2 release")
 def test_a_data_dir_made_by_the_format2_code_migrates(tmp_path: Path):
     """The same, with a data dir the format-2 code itself writes now (the fixture above is its frozen copy)."""
-    old = tmp_path / "old"
-    old.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "walgate"], capture_output=True)
-    if archive.returncode:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this clone")
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(old)}
-    subprocess.run([sys.executable, str(HERE / "format2_datadir.py"), str(out)], env=env, cwd=tmp_path, check=True,
-                   timeout=120)
-    assert lines.decode((out / "data" / "walgate.json").read_bytes()[:-1]) == {"format": 2}
-    check_migrated(out / "data", orjson.loads((out / "expected.json").read_bytes()))
+    data, expected = made_by(OLD_COMMIT, HERE / "format2_datadir.py", tmp_path)
+    assert lines.decode((data / "walgate.json").read_bytes()[:-1]) == {"format": 2}
+    check_migrated(data, expected)
 
 
 def test_a_kill_9_at_any_step_of_the_migration_leaves_a_data_dir_that_migrates(tmp_path: Path):

@@ -6,9 +6,12 @@ off, never applied, never found by a reopen)."""
 from __future__ import annotations
 
 import errno
+import os
+import threading
 
 from faults import Faults
 
+from walgate.storage import fileio, lines
 from walgate.storage.coordinator_log import Committed, CoordinatorLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.wal import KIND_DATA, Wal, WalOptions
@@ -193,3 +196,52 @@ def test_a_group_record_written_while_a_commits_sync_is_taken_survives_the_syncs
     after.done()
     reopened = CoordinatorLog.open(path)
     assert reopened.get("g", "t", 0) == Committed(2, 0, None, 2) and reopened.groups() == {"g": {"generation": 3}}
+
+
+class _HeldFsync:
+    """Stands in for ``fileio.os``: the first fsync waits until :attr:`release` is set (bounded)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fsyncs = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def fsync(self, fd: int) -> None:
+        self.fsyncs += 1
+        if self.fsyncs == 1:
+            self.entered.set()
+            assert self.release.wait(30), "never released"
+        os.fsync(fd)
+
+
+def test_a_group_record_waits_for_a_running_commits_sync_and_is_appended_after_it(tmp_path, monkeypatch):
+    """The sync's write and fsync run on a sync thread while the storage thread may write a group record to the same
+    file: the record waits for the sync (never interleaved with its bytes, never cut off by its failure) and is
+    durable once ``write_groups`` returns."""
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path, unsynced=_ledger())
+    store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
+    sync = store.take_sync()
+    assert sync is not None
+    held = _HeldFsync()
+    monkeypatch.setattr(fileio, "os", held)
+    syncer = threading.Thread(target=sync.run)
+    syncer.start()
+    assert held.entered.wait(30)  # the sync has written its line and is in its fsync
+    writer = threading.Thread(target=store.write_groups, args=([("g", {"generation": 1})],))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive(), "the group record did not wait for the running sync"
+    held.release.set()
+    syncer.join(30)
+    writer.join(30)
+    assert not syncer.is_alive() and not writer.is_alive()
+    sync.done()
+    assert sync.error is None and held.fsyncs == 2
+    kinds = ["v" in r for _, _, r in lines.scan(path.read_bytes()).records]
+    assert kinds == [False, True]  # the commit's line, then the group record's
+    reopened = CoordinatorLog.open(path)
+    assert reopened.get("g", "t", 0) == Committed(1, 0, None, 1) and reopened.groups() == {"g": {"generation": 1}}

@@ -50,7 +50,7 @@ from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.keyed_log import KeyedLog
 
-__all__ = ["COMPACT_FLOOR", "Committed", "CoordinatorLog", "GroupRecord", "OffsetKey"]
+__all__ = ["COMPACT_FLOOR", "Committed", "CoordinatorLog", "GroupRecord", "OffsetKey", "record_line"]
 
 log = logging.getLogger("walgate.offsets")
 
@@ -74,6 +74,18 @@ class Committed:
 
 Key = OffsetKey | str
 Value = Any  # a Committed for an OffsetKey, the group's JSON value for a group id
+
+
+def record_line(key: Key, value: Value) -> bytes:
+    """The checksummed line recording *value* (None: a tombstone) for *key*: an offset commit for an
+    :data:`OffsetKey`, a group record for a group id."""
+    if isinstance(key, str):
+        return lines.encode({"g": key, "v": value})
+    g, t, p = key
+    if value is None:
+        return lines.encode({"g": g, "t": t, "p": p, "o": None})
+    return lines.encode({"g": g, "t": t, "p": p, "o": value.offset, "e": value.leader_epoch, "m": value.metadata,
+                         "ts": value.commit_ms})
 
 
 class _CommitsSync:
@@ -150,20 +162,10 @@ class CoordinatorLog(KeyedLog[Key, Value]):
         return key, c
 
     def _line(self, key: Key, value: Value) -> bytes:
-        if isinstance(key, str):
-            return lines.encode({"g": key, "v": value})
-        g, t, p = key
-        if value is None:
-            return lines.encode({"g": g, "t": t, "p": p, "o": None})
-        return lines.encode({"g": g, "t": t, "p": p, "o": value.offset, "e": value.leader_epoch, "m": value.metadata,
-                             "ts": value.commit_ms})
+        return record_line(key, value)
 
     def _compact_floor(self) -> int:
         return COMPACT_FLOOR
-
-    def encode(self, records: Iterable[tuple[Key, Value]]) -> bytes:
-        """The lines recording *records* (the data dir's migration writes a new log from them)."""
-        return b"".join(self._line(k, v) for k, v in records)
 
     # ------------------------------------------------------------------ the file
 

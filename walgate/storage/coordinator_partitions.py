@@ -16,7 +16,7 @@ others were written (writing again is safe: the newest line of a key wins).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -32,8 +32,10 @@ COORDINATOR_DIR: Final = "coordinator"
 """The coordinator partitions' directory in the data dir."""
 
 DEFAULT_PARTITIONS: Final = 1
-"""N of a data dir made by this release (one node: one file, so one fsync answers the commits of every group)."""
+"""N of a data dir made without ``offsets.topic.num.partitions`` (one node: one file, so one fsync answers the
+commits of every group)."""
 
+Item = TypeVar("Item")
 T = TypeVar("T")
 
 
@@ -87,7 +89,7 @@ class CoordinatorPartitions:
     def delete(self, group: str | None = None, topic: str | None = None, partition: int | None = None) -> int:
         """Delete the offsets matching every given filter (durably); how many went."""
         logs = self.logs if group is None else [self.of(group)]
-        return sum(self._each(logs, lambda log: log.delete(group, topic, partition)))
+        return sum(_each(logs, lambda log: log.delete(group, topic, partition)))
 
     def items(self) -> Iterator[tuple[str, str, int, Committed]]:
         """Every committed offset: (group, topic, partition, committed)."""
@@ -100,22 +102,21 @@ class CoordinatorPartitions:
         by_log: dict[int, list[GroupRecord]] = {}
         for record in records:
             by_log.setdefault(partition_for(record[0], len(self.logs)), []).append(record)
-        self._each([self.logs[p] for p in sorted(by_log)],
-                   lambda log: log.write_groups(by_log[self.logs.index(log)]))
+        _each(sorted(by_log.items()), lambda item: self.logs[item[0]].write_groups(item[1]))
 
     def groups(self) -> Mapping[str, Any]:
         """Every recorded group's last value."""
         return {g: v for log in self.logs for g, v in log.groups().items()}
 
-    @staticmethod
-    def _each(logs: list[CoordinatorLog], fn: Callable[[CoordinatorLog], T]) -> list[T]:
-        """``fn`` of every log; the first StorageError raised once every log was tried."""
-        results, error = [], None
-        for log in logs:
-            try:
-                results.append(fn(log))
-            except StorageError as exc:
-                error = error or exc
-        if error is not None:
-            raise error
-        return results
+
+def _each(items: Iterable[Item], fn: Callable[[Item], T]) -> list[T]:
+    """``fn`` of every item; the first StorageError raised once every item was tried."""
+    results, error = [], None
+    for item in items:
+        try:
+            results.append(fn(item))
+        except StorageError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+    return results

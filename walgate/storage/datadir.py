@@ -81,7 +81,7 @@ import orjson
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import Catalog
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
-from walgate.storage.coordinator_log import Committed, CoordinatorLog, OffsetKey
+from walgate.storage.coordinator_log import Committed, CoordinatorLog, OffsetKey, record_line
 from walgate.storage.coordinator_partitions import COORDINATOR_DIR, DEFAULT_PARTITIONS, partition_file, partition_for
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError
@@ -232,7 +232,7 @@ def _fold(root: Path, damage: DamageLog, partitions: int) -> list[bytes]:
         records[partition_for(g, partitions)].append((g, value))
     for key, c in offsets.items():
         records[partition_for(key[0], partitions)].append((key, c))
-    return [CoordinatorLog(root / "unused").encode(rs) for rs in records]
+    return [b"".join(record_line(k, v) for k, v in rs) for rs in records]
 
 
 def _make_coordinator(root: Path, contents: list[bytes]) -> None:
