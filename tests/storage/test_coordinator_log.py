@@ -232,3 +232,19 @@ def test_the_log_is_compacted_while_running(tmp_path, monkeypatch):
     assert path.read_bytes().count(b"\n") == 2
     again = CoordinatorLog.open(path)
     assert again.get("g", "t", 0).offset == n + 49 and again.get("g", "t", 1).offset == 7
+
+
+def test_offsets_and_group_records_share_one_log_and_survive_its_compaction(tmp_path, monkeypatch):
+    """One record stream, one replay: both kinds are kept by the rewrite that compacts the log."""
+    monkeypatch.setattr(coordinator_log, "COMPACT_FLOOR", 5)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
+    for i in range(20):
+        store.commit("g", [("t", i % 2, Committed(i, 0, None, i))])
+        store.write_groups([("g", {"generation": i}), ("h", {"generation": -i})])
+    store.write_groups([("h", None)])
+    assert path.read_bytes().count(b"\n") < 20  # compacted while running
+    again = CoordinatorLog.open(path, DamageLog(tmp_path))
+    assert {k: c.offset for k, c in again.items()} == {("g", "t", 0): 18, ("g", "t", 1): 19}
+    assert again.groups() == {"g": {"generation": 19}}
+    assert again.get("g", "t", 1) == Committed(19, 0, None, 19) and again.get("h", "t", 0) is None
