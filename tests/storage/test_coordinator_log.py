@@ -248,3 +248,23 @@ def test_offsets_and_group_records_share_one_log_and_survive_its_compaction(tmp_
     assert {k: c.offset for k, c in again.items()} == {("g", "t", 0): 18, ("g", "t", 1): 19}
     assert again.groups() == {"g": {"generation": 19}}
     assert again.get("g", "t", 1) == Committed(19, 0, None, 19) and again.get("h", "t", 0) is None
+
+
+def test_deleting_a_kafka_native_topic_drops_its_offsets_in_every_coordinator_partition(tmp_path):
+    """DeleteTopics as today: the topic's committed offsets go with it (in every group's partition), other topics'
+    stay, and a topic created again under the name starts with none."""
+    e = Engine.open(tmp_path, coordinator_partitions=4)
+    e.create_kafka_topic("orders", 2, {})
+    e.create_kafka_topic("other", 1, {})
+    groups = [f"g{i}" for i in range(8)]
+    for g in groups:
+        assert e.commit_offsets(g, [("orders", 0, 5, 0, None), ("orders", 1, 6, 0, None), ("other", 0, 7, 0, None)],
+                                1) == [None] * 3
+    assert len({e.store.coordinator.logs.index(e.store.coordinator.of(g)) for g in groups}) > 1
+    e.drop_topic("orders")
+    assert sorted((g, t) for g, t, _, _ in e.all_committed()) == [(g, "other") for g in groups]
+    e.create_kafka_topic("orders", 2, {})
+    e.close()
+    e = Engine.open(tmp_path)
+    assert e.committed("g0", "orders", 0) is None and e.committed("g0", "other", 0).offset == 7
+    e.close()
