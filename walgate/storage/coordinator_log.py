@@ -116,7 +116,6 @@ class CoordinatorLog(KeyedLog[Key, Value]):
     WHAT = "coordinator log"
     NOT_A_RECORD = "not an offset commit or group record"
     CONSEQUENCE = "; that offset or group state falls back to its previous record (a group's members may rejoin)"
-    REFUSED = "nothing was recorded"
     logger = log
 
     def __init__(self, path: Path, unsynced: Unsynced | None = None) -> None:
