@@ -82,9 +82,13 @@ def alter_each(engine: Engine, broker: Broker, request: Any, denied: dict[int, i
 
 
 def group_timeouts(broker: Broker) -> GroupTimeouts:
-    """The broker's ``group.consumer.*`` settings, the defaults and bounds of group configs (storage thread)."""
+    """The broker's ``group.consumer.*`` and ``group.share.*`` settings, the defaults and bounds of group configs
+    (storage thread)."""
     consumer = broker.groups.groups.consumer
-    return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
+    if broker.shares is None:
+        return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
+    return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms,
+                         share_lock_ms=broker.shares.lock_ms, share_delivery_limit=broker.shares.delivery_limit)
 
 
 def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,

@@ -1,0 +1,258 @@
+"""Share groups' delivery state (KIP-932): share sessions, share-partitions, acknowledgements, and the records that
+make them durable.
+
+* Share sessions (Kafka's ``ShareSessionCache``), one per (group, member): ShareFetch epoch 0 opens one (replacing
+  the member's old one), each later ShareFetch / ShareAcknowledge carries the session's next epoch (another:
+  INVALID_SHARE_SESSION_EPOCH; no session: SHARE_SESSION_NOT_FOUND) and moves it on; epoch -1 closes it, releasing
+  the records the member holds. A session's partitions are those its requests named, less the forgotten ones.
+* Share-partitions (:class:`~walgate.coordinator.share_partition.SharePartition`), one per (group, topic key,
+  partition), created at first use at the log's start (``share.auto.offset.reset=earliest``) or end (``latest``,
+  the default), or rebuilt from their durable value. The topic key is opaque here (the gateway passes topic ids, so
+  a topic deleted and created again starts afresh).
+* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new or moved
+  partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
+  writes them and then calls :meth:`ShareCoordinator.written`, or :meth:`ShareCoordinator.rollback` when the disk
+  refused them: every partition changed since the last :meth:`written` is put back as it was, so nothing is
+  answered that is not durable.
+
+Pure and synchronous: the log (watermarks) and the groups' settings come through :class:`ShareLogs`; time is the
+``now_ms`` passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from walgate.coordinator.share_group import ShareGroups
+from walgate.coordinator.share_partition import AckError, Acquired, SharePartition
+
+__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareKey", "ShareLogs", "ShareSettings"]
+
+ShareKey = tuple[str, str, int]
+"""(group id, topic key, partition)."""
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """A group's ``share.record.lock.duration.ms``, ``share.delivery.count.limit``, ``share.auto.offset.reset``."""
+
+    lock_ms: int = 30_000
+    delivery_limit: int = 5
+    reset: str = "latest"
+    max_in_flight: int = 2000
+
+
+class ShareLogs(Protocol):
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start, high watermark) of a topic key's partition; raises when it has none."""
+
+    def settings(self, group_id: str) -> ShareSettings:
+        """The group's share settings now."""
+
+
+class AckBatch(NamedTuple):
+    topic: str
+    partition: int
+    first: int
+    last: int
+    types: list[int]
+
+
+@dataclass
+class PartitionResult:
+    """One partition's part of a ShareFetch / ShareAcknowledge answer."""
+
+    error: int = ErrorCode.none
+    ack_error: int = ErrorCode.none
+    ack_message: str | None = None
+    acquired: list[Acquired] = field(default_factory=list)
+    acked: bool = False
+
+
+@dataclass
+class _Session:
+    epoch: int  # the epoch the next request must carry
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+
+
+class ShareCoordinator:
+    """Share sessions and share-partitions of every share group (see the module docstring)."""
+
+    def __init__(self, groups: ShareGroups, logs: ShareLogs) -> None:
+        self.groups = groups
+        self.logs = logs
+        self.partitions: dict[ShareKey, SharePartition] = {}
+        self.sessions: dict[tuple[str, str], _Session] = {}
+        self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
+        self._undo: dict[ShareKey, SharePartition | None] = {}  # partitions as they were before the unwritten changes
+        self._cursor = 0  # rotates which partition is served first
+
+    def load(self, values: Mapping[ShareKey, Any]) -> None:
+        """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
+        self._stored.update(values)
+
+    # -- durability ---------------------------------------------------------------------------------------------
+
+    def _changing(self, key: ShareKey) -> SharePartition:
+        """The partition of ``key``, kept as it was for :meth:`rollback` and marked to be written."""
+        sp = self.partitions[key]
+        if key not in self._undo:
+            self._undo[key] = sp.copy()
+        return sp
+
+    def take_records(self) -> list[tuple[ShareKey, Any]]:
+        """(key, durable value) of every partition changed since the last :meth:`written`."""
+        return [(key, self.partitions[key].to_record()) for key in self._undo if key in self.partitions]
+
+    def written(self) -> None:
+        self._undo.clear()
+
+    def rollback(self) -> None:
+        """Put every partition changed since the last :meth:`written` back as it was (its records were refused)."""
+        for key, before in self._undo.items():
+            if before is None:
+                self.partitions.pop(key, None)
+            else:
+                self.partitions[key] = before
+        self._undo.clear()
+
+    # -- partitions ---------------------------------------------------------------------------------------------
+
+    def _partition(self, group_id: str, topic: str, partition: int) -> SharePartition:
+        key = (group_id, topic, partition)
+        sp = self.partitions.get(key)
+        settings = self.logs.settings(group_id)
+        log_start, log_end = self.logs.watermarks(topic, partition)
+        if sp is None:
+            stored = self._stored.pop(key, None)
+            if stored is not None:
+                sp = SharePartition.from_record(stored, settings.lock_ms, settings.delivery_limit,
+                                                settings.max_in_flight)
+            else:
+                start = log_start if settings.reset == "earliest" else log_end
+                sp = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+            self.partitions[key] = sp
+            self._undo.setdefault(key, None)
+        sp.lock_ms, sp.delivery_limit = settings.lock_ms, settings.delivery_limit
+        if log_start > sp.start:
+            self._changing(key).move_start(log_start)
+        return sp
+
+    def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> None:
+        """Remove members whose session timed out (releasing what they hold) and release expired locks."""
+        for group_id, member_id in self.groups.expire(now_ms, partitions):
+            self._member_gone(group_id, member_id)
+        for key, sp in list(self.partitions.items()):
+            deadline = sp.next_deadline()
+            if deadline is not None and deadline <= now_ms:
+                self._changing(key).expire(now_ms)
+
+    def _member_gone(self, group_id: str, member_id: str) -> None:
+        self.sessions.pop((group_id, member_id), None)
+        for key, sp in list(self.partitions.items()):
+            if key[0] == group_id and any(r.member == member_id for r in sp.records.values()):
+                self._changing(key).release_member(member_id)
+
+    def member_left(self, group_id: str, member_id: str) -> None:
+        """A member left its group (heartbeat epoch -1). A client closing sends its last acknowledgements with the
+        session's close (ShareAcknowledge epoch -1) beside the leaving heartbeat, in either order: while its session
+        is open, the records it holds wait for that close (or their locks); without one they are released now."""
+        if (group_id, member_id) not in self.sessions:
+            self._member_gone(group_id, member_id)
+
+    def next_deadline(self, keys: Iterable[ShareKey]) -> int | None:
+        deadlines = [d for k in keys if k in self.partitions
+                     for d in (self.partitions[k].next_deadline(),) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool) -> tuple[int, str | None]:
+        """Check (and move on) the session for a request carrying ``epoch``: (error code, message)."""
+        key = (group_id, member_id)
+        if epoch == 0:
+            if not fetch:
+                return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
+            if not self.groups.is_member(group_id, member_id):
+                return ErrorCode.unknown_member_id, None
+            old = self.sessions.get(key)
+            self.sessions[key] = _Session(1, list(old.partitions) if old is not None else [])
+            return ErrorCode.none, None
+        session = self.sessions.get(key)
+        if session is None:
+            return ErrorCode.share_session_not_found, None
+        if epoch == -1:
+            return ErrorCode.none, None
+        if epoch != session.epoch:
+            return ErrorCode.invalid_share_session_epoch, f"expected share session epoch {session.epoch}"
+        session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
+        return ErrorCode.none, None
+
+    def close(self, group_id: str, member_id: str) -> None:
+        """Epoch -1: the session ends and the member's records in its partitions are released."""
+        session = self.sessions.pop((group_id, member_id), None)
+        for topic, partition in session.partitions if session is not None else ():
+            key = (group_id, topic, partition)
+            sp = self.partitions.get(key)
+            if sp is not None and any(r.member == member_id for r in sp.records.values()):
+                self._changing(key).release_member(member_id)
+
+    def update_session(self, group_id: str, member_id: str, add: Sequence[tuple[str, int]],
+                       forget: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Add and forget partitions of the member's session; its partitions now."""
+        session = self.sessions[(group_id, member_id)]
+        for tp in add:
+            if tp not in session.partitions:
+                session.partitions.append(tp)
+        session.partitions = [tp for tp in session.partitions if tp not in set(forget)]
+        return list(session.partitions)
+
+    # -- acknowledgements and acquisition -----------------------------------------------------------------------
+
+    def acknowledge(self, group_id: str, member_id: str, batches: Sequence[AckBatch],
+                    now_ms: int) -> dict[tuple[str, int], PartitionResult]:
+        """Apply acknowledgement batches; each partition's outcome (a refused batch refuses its partition's later
+        batches too, as Kafka answers one acknowledge error per partition)."""
+        out: dict[tuple[str, int], PartitionResult] = {}
+        for b in batches:
+            result = out.setdefault((b.topic, b.partition), PartitionResult(acked=True))
+            if result.ack_error != ErrorCode.none:
+                continue
+            try:
+                self._partition(group_id, b.topic, b.partition)
+                self._changing((group_id, b.topic, b.partition)).acknowledge(member_id, b.first, b.last, b.types,
+                                                                            now_ms)
+            except AckError as exc:
+                result.ack_error = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_record_state
+                result.ack_message = str(exc)
+        return out
+
+    def acquire(self, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]], max_records: int,
+                now_ms: int, errors: Callable[[Exception], int]) -> dict[tuple[str, int], PartitionResult]:
+        """Acquire up to ``max_records`` records over ``partitions`` for the member, starting at a rotating
+        partition so that none starves; a partition whose log cannot be read answers ``errors(exc)``."""
+        out: dict[tuple[str, int], PartitionResult] = {}
+        if not partitions:
+            return out
+        self._cursor = (self._cursor + 1) % len(partitions)
+        order = list(partitions[self._cursor:]) + list(partitions[:self._cursor])
+        left = max_records
+        for topic, partition in order:
+            result = out.setdefault((topic, partition), PartitionResult())
+            if left <= 0:
+                continue
+            try:
+                sp = self._partition(group_id, topic, partition)
+                _, log_end = self.logs.watermarks(topic, partition)
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                result.error = errors(exc)
+                continue
+            if sp.next_deadline() is not None and sp.next_deadline() <= now_ms:  # type: ignore[operator]
+                self._changing((group_id, topic, partition))
+            result.acquired = sp.acquire(member_id, log_end, left, now_ms)
+            left -= sum(a.last - a.first + 1 for a in result.acquired)
+        return out
