@@ -242,3 +242,67 @@ def test_a_tdengine_as_select_topic_is_a_work_queue(server: WalgateServer) -> No
     for consumer in workers:
         consumer.close()
     assert sorted(got) == want
+
+
+def records_of(bg: Any) -> list[dict[str, Any]]:
+    out = []
+    for line in list(bg.out):
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "record":
+                out.append(event)
+    return out
+
+
+def test_java_poison_record_delivery_counts_and_archive(server: WalgateServer, java: Any) -> None:
+    create_topic(server, "jpoison", 1, 3)
+    from_earliest(server, "jcareful")
+    run = java("ShareWorker.java", bootstrap(server), "jpoison", "jcareful", "--release-value", "v1",
+               "--max-records", str(2 + LIMIT + 1), "--idle", "4", "--timeout", "60", check=False)
+    deliveries = sorted((e["offset"], e["delivery_count"]) for e in run.json_lines() if e.get("event") == "record")
+    assert run.returncode == 0 or deliveries, run.describe()
+    assert deliveries == [(0, 1), *((1, n) for n in range(1, LIMIT + 1)), (2, 1)], run.describe()
+
+
+def test_java_and_confluent_workers_share_a_tdengine_topic(server: WalgateServer, java_argv: Any,
+                                                           background: Any) -> None:
+    sql(server, "CREATE DATABASE grid VGROUPS 1 PRECISION 'ms'")
+    sql(server, "CREATE STABLE grid.meters (ts TIMESTAMP, voltage INT) TAGS (location VARCHAR(64))")
+    sql(server, "CREATE TOPIC surges AS SELECT ts, voltage FROM grid.meters WHERE voltage > 250")
+    group = "mixed"
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    jworker = background(java_argv("ShareWorker.java", bootstrap(server), "surges", group, "--idle", "6",
+                                   "--timeout", "90", "--set", "max.poll.records=3"))
+    ck = worker(server, group, "surges", **{"share.acknowledgement.mode": "explicit", "max.poll.records": 3})
+    ck_got: list[int] = []  # voltages (repeating: the multiset is compared, each row once)
+    want: list[int] = []
+    deadline = time.monotonic() + DEADLINE_S
+    burst = 0
+    while burst < 10 or not (ck_got and records_of(jworker)):  # rows keep coming until both workers have some
+        assert time.monotonic() < deadline, ("a worker got nothing", len(ck_got), jworker.describe())
+        burst += 1
+        for i in range(4):
+            voltage = 240 + (burst * 4 + i) % 30
+            ts = 1_700_000_000_000 + burst * 4 + i
+            sql(server, f"INSERT INTO grid.m{i} USING grid.meters TAGS ('x') VALUES ({ts}, {voltage})")
+            if voltage > 250:
+                want.append(voltage)
+        for m in polled(ck, 0.3):
+            ck_got.append(json.loads(m.value())["voltage"])
+            time.sleep(0.05)  # the work
+            ck.acknowledge(m)
+        ck.commit_sync(30)
+    while time.monotonic() < deadline and len(ck_got) + len(records_of(jworker)) < len(want):
+        for m in polled(ck, 0.3):
+            ck_got.append(json.loads(m.value())["voltage"])
+            ck.acknowledge(m)
+        ck.commit_sync(30)
+    ck.close()
+    jworker.wait_for(lambda bg: any('"closed"' in line for line in bg.out), 30, "the Java worker finishing")
+    java_got = [json.loads(e["value"])["voltage"] for e in records_of(jworker)]
+    assert java_got and ck_got, (len(java_got), len(ck_got), jworker.describe())
+    assert sorted(java_got + ck_got) == sorted(want), jworker.describe()
