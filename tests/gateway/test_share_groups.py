@@ -1,0 +1,139 @@
+"""Share groups through the Kafka port (KIP-932 handlers): ACLs as KafkaApis checks them, and acknowledgements the
+disk refuses (share_groups.log) answered with a retriable error, undone, and taken again once the disk is back."""
+
+from __future__ import annotations
+
+import errno
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gateway_helpers import KafkaConnection, build, gateway_thread, kio_classes
+from kafka.record.memory_records import MemoryRecordsBuilder
+from kio.schema.errors import ErrorCode
+
+from tests.storage.faults import WRITE_FAULTS, Faults
+
+AUTHORIZER = {"authorizer_class_name": "kafka.security.authorizer.AclAuthorizer"}
+ME = "User:ANONYMOUS"
+TOPIC_RES, GROUP_RES = 2, 3
+LITERAL, READ, DESCRIBE, ALLOW = 3, 3, 8, 3
+ACCEPT = 1
+
+
+def call(conn: KafkaConnection, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    return conn.request(build(kio_classes(api_key, version)[0], values))
+
+
+def acl(rtype: int, name: str, op: int) -> dict[str, Any]:
+    return {"resource_type": rtype, "resource_name": name, "resource_pattern_type": LITERAL, "principal": ME,
+            "host": "*", "operation": op, "permission_type": ALLOW}
+
+
+def topic_with_records(conn: KafkaConnection, name: str, count: int) -> uuid.UUID:
+    [made] = call(conn, 19, 7, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1}],
+                                "timeout": 10_000}).topics
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(timestamp=None, key=None, value=f"v{i}".encode())
+    builder.close()
+    r = call(conn, 0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": name, "partition_data": [{"index": 0, "records": bytes(builder.buffer())}]}]})
+    assert r.responses[0].partition_responses[0].error_code == ErrorCode.none
+    return made.topic_id  # type: ignore[no-any-return]
+
+
+def join(conn: KafkaConnection, group: str, topic: str) -> Any:
+    return call(conn, 76, 1, {"group_id": group, "member_id": "m1", "member_epoch": 0,
+                              "subscribed_topic_names": [topic]})
+
+
+def share_fetch(conn: KafkaConnection, group: str, epoch: int, topic_id: uuid.UUID,
+                acks: list[dict[str, Any]] | None = None) -> Any:
+    return call(conn, 78, 2, {"group_id": group, "member_id": "m1", "share_session_epoch": epoch, "max_wait": 0,
+                              "min_bytes": 1, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+                              "topics": [{"topic_id": topic_id, "partitions": [
+                                  {"partition_index": 0, "acknowledgement_batches": acks or []}]}]})
+
+
+def share_ack(conn: KafkaConnection, group: str, epoch: int, topic_id: uuid.UUID, first: int, last: int) -> Any:
+    return call(conn, 79, 2, {"group_id": group, "member_id": "m1", "share_session_epoch": epoch, "topics": [
+        {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": first, "last_offset": last, "acknowledge_types": [ACCEPT]}]}]}]})
+
+
+def earliest(conn: KafkaConnection, group: str) -> None:
+    r = call(conn, 44, 1, {"validate_only": False, "resources": [{"resource_type": 32, "resource_name": group,
+                                                                    "configs": [{"name": "share.auto.offset.reset",
+                                                                                 "config_operation": 0,
+                                                                                 "value": "earliest"}]}]})
+    assert r.responses[0].error_code == ErrorCode.none, r
+
+
+def acquired(response: Any) -> list[tuple[int, int, int]]:
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in response.responses for p in t.partitions for a in p.acquired_records]
+
+
+def test_share_apis_check_read_on_the_group_and_the_topic(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with gateway_thread(data, super_users=(ME,), **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
+        open_id = topic_with_records(conn, "open", 2)
+        secret_id = topic_with_records(conn, "secret", 2)
+        call(conn, 30, 3, {"creations": [acl(GROUP_RES, "g", READ), acl(TOPIC_RES, "open", READ)]})
+    with gateway_thread(data, **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
+        assert join(conn, "other", "open").error_code == ErrorCode.group_authorization_failed
+        refused = join(conn, "g", "secret")
+        assert refused.error_code == ErrorCode.topic_authorization_failed and "secret" in refused.error_message
+        assert join(conn, "g", "open").error_code == ErrorCode.none
+        assert share_fetch(conn, "other", 0, open_id).error_code == ErrorCode.group_authorization_failed
+        assert call(conn, 79, 2, {"group_id": "other", "member_id": "m1", "share_session_epoch": 1, "topics": []}
+                    ).error_code == ErrorCode.group_authorization_failed
+        both = call(conn, 78, 2, {"group_id": "g", "member_id": "m1", "share_session_epoch": 0, "max_wait": 0,
+                                  "min_bytes": 1, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+                                  "topics": [{"topic_id": t, "partitions": [{"partition_index": 0,
+                                                                             "acknowledgement_batches": []}]}
+                                             for t in (open_id, secret_id, uuid.uuid4())]})
+        assert both.error_code == ErrorCode.none
+        errors = {t.topic_id: t.partitions[0].error_code for t in both.responses}
+        assert errors == {open_id: ErrorCode.none, secret_id: ErrorCode.topic_authorization_failed,
+                          **{t: ErrorCode.unknown_topic_id for t in errors if t not in (open_id, secret_id)}}
+
+
+@pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
+def test_an_acknowledgement_the_disk_refuses_is_undone_and_taken_again(tmp_path: Path, op: str, kind: str) -> None:
+    data = tmp_path / "data"
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 4)
+        earliest(conn, "g")
+        assert join(conn, "g", "q").error_code == ErrorCode.none
+        assert acquired(share_fetch(conn, "g", 0, topic_id)) == [(0, 3, 1)]
+        faults = Faults()
+        with faults.active():
+            faults.fail_kind(op, kind)
+            refused = share_ack(conn, "g", 1, topic_id, 0, 1)
+        [[code]] = [[p.error_code for p in t.partitions] for t in refused.responses]
+        assert code == ErrorCode.kafka_storage_error, refused
+        again = share_ack(conn, "g", 2, topic_id, 0, 1)  # the records are still this member's: taken now
+        assert [p.error_code for t in again.responses for p in t.partitions] == [ErrorCode.none]
+        done = share_fetch(conn, "g", 3, topic_id, [{"first_offset": 2, "last_offset": 3,
+                                                     "acknowledge_types": [ACCEPT]}])
+        assert [p.acknowledge_error_code for t in done.responses for p in t.partitions] == [ErrorCode.none]
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:  # a restart keeps them
+        assert join(conn, "g", "q").error_code == ErrorCode.none
+        assert acquired(share_fetch(conn, "g", 0, topic_id)) == []
+
+
+def test_a_refused_write_at_a_fetch_answers_every_partition_and_keeps_the_session(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 2)
+        earliest(conn, "g")
+        join(conn, "g", "q")
+        faults = Faults()
+        with faults.active():
+            faults.fail("write", error=errno.EIO)  # the new share-partition's first record
+            failed = share_fetch(conn, "g", 0, topic_id)
+        assert [(p.error_code, p.acknowledge_error_code) for t in failed.responses for p in t.partitions] == [
+            (ErrorCode.kafka_storage_error, ErrorCode.kafka_storage_error)]
+        assert acquired(share_fetch(conn, "g", 1, topic_id)) == [(0, 1, 1)]
