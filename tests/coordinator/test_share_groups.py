@@ -96,8 +96,10 @@ def test_acknowledge_and_close_release_and_records_are_durable_values():
     assert key == ("g", "t", 0) and value["s"] == 0
     c.written()
     assert c.take_records() == []  # an acquisition alone writes nothing
-    result = c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [1]), AckBatch("t", 0, 5, 5, [1])], 0)
+    result = c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [1]), AckBatch("t", 0, 5, 5, [1]),
+                                      AckBatch("t", 9, 0, 0, [1])], 0, lambda exc: 3)
     assert result[("t", 0)].ack_error == ErrorCode.invalid_record_state  # 5 was never acquired
+    assert result[("t", 9)].ack_error == 3  # no such partition: the caller's code
     assert c.take_records()[0][1]["s"] == 2
     c.written()
     c.close("g", "a")  # 2, 3 are released
@@ -115,7 +117,7 @@ def test_a_refused_write_is_rolled_back():
     c.session("g", "a", 0, fetch=True)
     c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
     c.written()
-    c.acknowledge("g", "a", [AckBatch("t", 0, 0, 3, [1])], 0)
+    c.acknowledge("g", "a", [AckBatch("t", 0, 0, 3, [1])], 0, lambda exc: 1)
     assert c.partitions[("g", "t", 0)].start == 4
     c.rollback()  # the disk refused the record: the acknowledgement never happened
     assert c.partitions[("g", "t", 0)].start == 0 and c.partitions[("g", "t", 0)].holder(0) == "a"

@@ -137,3 +137,24 @@ def test_a_refused_write_at_a_fetch_answers_every_partition_and_keeps_the_sessio
         assert [(p.error_code, p.acknowledge_error_code) for t in failed.responses for p in t.partitions] == [
             (ErrorCode.kafka_storage_error, ErrorCode.kafka_storage_error)]
         assert acquired(share_fetch(conn, "g", 1, topic_id)) == [(0, 1, 1)]
+
+
+def test_a_deleted_topic_answers_unknown_topic_and_logs_no_error(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 2)
+        earliest(conn, "g")
+        join(conn, "g", "q")
+        assert acquired(share_fetch(conn, "g", 0, topic_id)) == [(0, 1, 1)]
+        assert call(conn, 20, 6, {"topics": [{"name": "q"}], "timeout": 10_000}).responses[0].error_code == 0
+        with caplog.at_level("ERROR"):
+            gone = share_fetch(conn, "g", 1, topic_id, [{"first_offset": 0, "last_offset": 1,
+                                                         "acknowledge_types": [ACCEPT]}])
+            [p] = [p for t in gone.responses for p in t.partitions]
+            assert p.error_code == ErrorCode.unknown_topic_id
+            session = call(conn, 78, 2, {"group_id": "g", "member_id": "m1", "share_session_epoch": 2,
+                                         "max_wait": 0, "min_bytes": 1, "max_records": 10, "batch_size": 10,
+                                         "forgotten_topics_data": [], "topics": []})
+            assert [p.error_code for t in session.responses for p in t.partitions] == [
+                ErrorCode.unknown_topic_or_partition]  # the session's partition of the deleted topic
+        assert not [r for r in caplog.records if r.name.startswith("walgate")], caplog.text

@@ -213,10 +213,11 @@ class ShareCoordinator:
 
     # -- acknowledgements and acquisition -----------------------------------------------------------------------
 
-    def acknowledge(self, group_id: str, member_id: str, batches: Sequence[AckBatch],
-                    now_ms: int) -> dict[tuple[str, int], PartitionResult]:
+    def acknowledge(self, group_id: str, member_id: str, batches: Sequence[AckBatch], now_ms: int,
+                    errors: Callable[[Exception], int]) -> dict[tuple[str, int], PartitionResult]:
         """Apply acknowledgement batches; each partition's outcome (a refused batch refuses its partition's later
-        batches too, as Kafka answers one acknowledge error per partition)."""
+        batches too, as Kafka answers one acknowledge error per partition; a partition whose log cannot be read
+        answers ``errors(exc)``)."""
         out: dict[tuple[str, int], PartitionResult] = {}
         for b in batches:
             result = out.setdefault((b.topic, b.partition), PartitionResult(acked=True))
@@ -229,6 +230,8 @@ class ShareCoordinator:
             except AckError as exc:
                 result.ack_error = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_record_state
                 result.ack_message = str(exc)
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                result.ack_error = errors(exc)
         return out
 
     def acquire(self, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]], max_records: int,

@@ -26,6 +26,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator, ShareSetting
 from walgate.coordinator.share_group import ShareGroups
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.storage.errors import NotFound
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.share_state_log import SHARE_GROUPS_LOG, ShareStateLog
 
@@ -49,10 +50,13 @@ class _EngineLogs:
         self._max_in_flight = max_in_flight
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        name = self._engine.topic_name(uuid.UUID(topic))
-        if name is None:
-            raise KeyError(topic)
-        return self._engine.watermarks(name, partition)
+        """Raises :class:`~walgate.storage.errors.NotFound` (UNKNOWN_TOPIC_OR_PARTITION) for a topic deleted since
+        or a partition it does not have."""
+        engine = self._engine
+        name = engine.topic_name(uuid.UUID(topic))
+        if name is None or not 0 <= partition < engine.partition_count(name):
+            raise NotFound(f"topic id {topic} has no partition {partition}")
+        return engine.watermarks(name, partition)
 
     def settings(self, group_id: str) -> ShareSettings:
         lock_ms, limit, reset = self._configs.share(group_id)

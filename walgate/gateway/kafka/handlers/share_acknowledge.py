@@ -50,7 +50,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         names, errors = resolve(engine, request.topics, readable)
         out: dict[tuple[str, int], tuple[int, str | None]] = {tp: (e, None) for tp, e in errors.items()}
         for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
-                                                  now_ms()).items():
+                                                  now_ms(), error_of).items():
             out[tp] = (result.ack_error, result.ack_message)
         if epoch == -1:
             coordinator.close(group_id, member_id)

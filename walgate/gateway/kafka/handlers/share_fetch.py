@@ -151,7 +151,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         for tp, error in errors.items():
             out.served[tp] = Served(PartitionResult(error=error))
         for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
-                                                  now_ms()).items():
+                                                  now_ms(), error_of).items():
             out.served[tp] = Served(result)
         if epoch == -1:
             coordinator.close(group_id, member_id)
