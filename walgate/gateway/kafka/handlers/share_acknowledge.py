@@ -17,10 +17,10 @@ import uuid
 from typing import Any
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
-from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
-from walgate.gateway.kafka.handlers.share_fetch import ack_batches, resolve
+from walgate.gateway.kafka.handlers.share_fetch import ack_batches, admitted, resolve, top
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -28,18 +28,11 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 79, 1, 2
 
 
-def _top(error: int, message: str | None = None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": error, "error_message": message, "acquisition_lock_timeout": 0,
-            "responses": [], "node_endpoints": []}
-
-
 async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    shares = broker.shares
-    if shares is None:
-        return _top(ErrorCode.unsupported_version, "Share groups are not enabled.")
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, group_id):
-        return _top(ErrorCode.group_authorization_failed)
+    shares = admitted(broker, group_id)
+    if isinstance(shares, dict):
+        return shares
     readable = checker(broker, Operation.READ, ResourceType.TOPIC)
 
     def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
@@ -64,11 +57,11 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         results = {(str(t.topic_id), p.partition_index): (int(error), None) for t in request.topics
                    for p in t.partitions}
     if code != ErrorCode.none:
-        return _top(code, message)
+        return top(code, message)
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), (outcome, text) in results.items():
         grouped.setdefault(topic, []).append({
             "partition_index": partition, "error_code": outcome, "error_message": text,
             "current_leader": {"leader_id": broker.node_id, "leader_epoch": LEADER_EPOCH}})
-    return {**_top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
+    return {**top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
             "responses": [{"topic_id": uuid.UUID(t), "partitions": parts} for t, parts in grouped.items()]}

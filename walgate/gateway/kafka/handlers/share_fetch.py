@@ -35,7 +35,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import BatchCache, Broker
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
 from walgate.gateway.kafka.handlers.fetch import entry_batch, lost_batch
-from walgate.gateway.kafka.shares import now_ms
+from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.storage.engine import Engine
 from walgate.storage.wal import CorruptEntry, FileRegion
 from walgate.wire.errors import ErrorCode
@@ -130,13 +130,21 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, g
     out.deadline_ms = coordinator.next_deadline((group_id, t, p) for t, p in session.partitions)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    shares = broker.shares
-    if shares is None:
-        return _top(ErrorCode.unsupported_version, "Share groups are not enabled.")
-    group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
+def admitted(broker: Broker, group_id: str) -> ShareService | dict[str, Any]:
+    """The share service for a ShareFetch / ShareAcknowledge of ``group_id``, or the top-level answer refusing it:
+    share groups off (UNSUPPORTED_VERSION) or no Read on the group (GROUP_AUTHORIZATION_FAILED)."""
+    if broker.shares is None:
+        return top(ErrorCode.unsupported_version, "Share groups are not enabled.")
     if not allowed(broker, Operation.READ, ResourceType.GROUP, group_id):
-        return _top(ErrorCode.group_authorization_failed)
+        return top(ErrorCode.group_authorization_failed)
+    return broker.shares
+
+
+async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+    group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
+    shares = admitted(broker, group_id)
+    if isinstance(shares, dict):
+        return shares
     readable = checker(broker, Operation.READ, ResourceType.TOPIC)
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
@@ -202,13 +210,14 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         if event is not None:
             broker.unwatch(keys, event)
     if answer.error != ErrorCode.none:
-        return _top(answer.error, answer.message)
+        return top(answer.error, answer.message)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
             "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, broker.node_id),
             "node_endpoints": []}
 
 
-def _top(error: int, message: str | None = None) -> dict[str, Any]:
+def top(error: int, message: str | None = None) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer with a top-level error and no partitions."""
     return {"throttle_time": 0, "error_code": error, "error_message": message, "acquisition_lock_timeout": 0,
             "responses": [], "node_endpoints": []}
 
@@ -216,7 +225,7 @@ def _top(error: int, message: str | None = None) -> dict[str, Any]:
 def _failed(request: Any, error: int, node_id: int) -> dict[str, Any]:
     served = {(str(t.topic_id), p.partition_index): Served(PartitionResult(error=error, ack_error=error))
               for t in request.topics for p in t.partitions}
-    return {**_top(ErrorCode.none), "responses": _responses(served, node_id)}
+    return {**top(ErrorCode.none), "responses": _responses(served, node_id)}
 
 
 def _responses(served: dict[tuple[str, int], Served], node_id: int) -> list[dict[str, Any]]:
