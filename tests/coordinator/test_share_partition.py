@@ -161,3 +161,14 @@ def test_random_sequences_keep_the_invariants(seed):
         if p.start == log_end:
             break
     assert p.start == log_end and p.records == {}
+
+
+def test_first_available_is_what_acquire_would_take_first():
+    p = sp(max_in_flight=4)
+    assert p.first_available(0) is None and p.first_available(3) == 0
+    p.acquire("a", 3, 2, 0)
+    assert p.first_available(3) == 2
+    p.acknowledge("a", 1, 1, [Ack.RELEASE], 0)
+    assert p.first_available(3) == 1
+    p.acquire("a", 10, 10, 0)  # the window is full: 0..3 in flight
+    assert p.first_available(10) is None

@@ -38,6 +38,8 @@ def topic_with_records(conn: KafkaConnection, name: str, count: int) -> uuid.UUI
     for i in range(count):
         builder.append(timestamp=None, key=None, value=f"v{i}".encode())
     builder.close()
+    if not count:
+        return made.topic_id  # type: ignore[no-any-return]
     r = call(conn, 0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
         {"name": name, "partition_data": [{"index": 0, "records": bytes(builder.buffer())}]}]})
     assert r.responses[0].partition_responses[0].error_code == ErrorCode.none
@@ -158,3 +160,27 @@ def test_a_deleted_topic_answers_unknown_topic_and_logs_no_error(tmp_path: Path,
             assert [p.error_code for t in session.responses for p in t.partitions] == [
                 ErrorCode.unknown_topic_or_partition]  # the session's partition of the deleted topic
         assert not [r for r in caplog.records if r.name.startswith("walgate")], caplog.text
+
+
+def test_max_bytes_bounds_what_is_acquired_in_whole_batches(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 0)
+        for _ in range(3):  # one batch of one 1000-byte record each
+            builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+            builder.append(timestamp=None, key=None, value=b"x" * 1000)
+            builder.close()
+            call(conn, 0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
+                {"name": "q", "partition_data": [{"index": 0, "records": bytes(builder.buffer())}]}]})
+        earliest(conn, "g")
+        join(conn, "g", "q")
+
+        def fetch(epoch: int, max_bytes: int) -> list[tuple[int, int, int]]:
+            return acquired(call(conn, 78, 2, {
+                "group_id": "g", "member_id": "m1", "share_session_epoch": epoch, "max_wait": 0, "min_bytes": 1,
+                "max_bytes": max_bytes, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+                "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
+                                                                  "acknowledgement_batches": []}]}]}))
+
+        assert fetch(0, 10) == [(0, 0, 1)]  # the first batch, whatever the limit
+        assert fetch(1, 1500) == [(1, 1, 1)]
+        assert fetch(2, 1 << 20) == [(2, 2, 1)]

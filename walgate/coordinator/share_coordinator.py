@@ -235,9 +235,13 @@ class ShareCoordinator:
         return out
 
     def acquire(self, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]], max_records: int,
-                now_ms: int, errors: Callable[[Exception], int]) -> dict[tuple[str, int], PartitionResult]:
+                now_ms: int, errors: Callable[[Exception], int],
+                cap: Callable[[str, int, int, int], int] | None = None) -> dict[tuple[str, int], PartitionResult]:
         """Acquire up to ``max_records`` records over ``partitions`` for the member, starting at a rotating
-        partition so that none starves; a partition whose log cannot be read answers ``errors(exc)``."""
+        partition so that none starves; a partition whose log cannot be read answers ``errors(exc)``.
+        ``cap(topic, partition, first, end)``: the offset (at most ``end``, past which nothing can be acquired now)
+        before which records may be acquired in a partition whose first acquirable record is ``first`` (the
+        caller's byte budget: whole batches, at least one)."""
         out: dict[tuple[str, int], PartitionResult] = {}
         if not partitions:
             return out
@@ -256,6 +260,12 @@ class ShareCoordinator:
                 continue
             if sp.next_deadline() is not None and sp.next_deadline() <= now_ms:  # type: ignore[operator]
                 self._changing((group_id, topic, partition))
+                sp.expire(now_ms)
+            first = sp.first_available(log_end)
+            if first is None:
+                continue
+            if cap is not None:
+                log_end = cap(topic, partition, first, min(log_end, sp.start + sp.max_in_flight))
             result.acquired = sp.acquire(member_id, log_end, left, now_ms)
             left -= sum(a.last - a.first + 1 for a in result.acquired)
         return out

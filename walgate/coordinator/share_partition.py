@@ -130,6 +130,16 @@ class SharePartition:
             self.start = log_start
             self.end = max(self.end, log_start)
 
+    def first_available(self, log_end: int) -> int | None:
+        """The lowest offset below ``log_end`` that :meth:`acquire` would take now (None: none)."""
+        for offset in range(self.start, min(self.end, log_end)):
+            rec = self.records.get(offset)
+            if rec is None or rec.state == RecordState.AVAILABLE:
+                return offset
+        if self.end < log_end and self.end - self.start < self.max_in_flight:
+            return self.end
+        return None
+
     def acquire(self, member: str, log_end: int, max_records: int, now_ms: int) -> list[Acquired]:
         """Acquire for ``member`` up to ``max_records`` AVAILABLE records below ``log_end``, lowest offsets first
         (expired locks are released first); returns them as ranges of one delivery count."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,15 +111,44 @@ def resolve(engine: Engine, topics: Any, readable: Any) -> tuple[dict[str, str |
     return names, errors
 
 
+def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str, int, int, int], int]:
+    """The coordinator's ``cap`` for a response of ``max_bytes``: from a partition's first acquirable offset, the end
+    of the whole batches that fit what is left of the budget (the response's first batch always does, KIP-74)."""
+    left = [max_bytes]
+
+    def cap(topic: str, partition: int, first: int, limit: int) -> int:
+        name = engine.topic_name(uuid.UUID(topic))
+        if name is None:
+            return first
+        native, end = engine.is_native(name), first
+        for base, version, count in engine.index_entries(name, partition, first):
+            if base >= limit:
+                break
+            try:
+                size = len(entry_batch(engine, cache, name, partition, native, base, version))
+            except CorruptEntry:
+                size = 0
+            if size > left[0] and left[0] < max_bytes:
+                break
+            left[0] -= size
+            end = base + count
+            if left[0] <= 0:
+                break
+        return min(end, limit)
+
+    return cap
+
+
 def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, group_id: str, member_id: str,
-             max_records: int, out: Round) -> None:
+             max_records: int, max_bytes: int, out: Round) -> None:
     """Acquire over the member's session partitions into ``out`` (storage thread)."""
     session = coordinator.sessions.get((group_id, member_id))
     if session is None:
         out.error = ErrorCode.share_session_not_found
         return
     now = now_ms()
-    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of)
+    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of,
+                                  byte_cap(engine, cache, max_bytes))
     for tp, result in results.items():
         served = out.served.setdefault(tp, Served(PartitionResult()))
         served.result.error = served.result.error or result.error
@@ -147,6 +177,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         return shares
     readable = checker(broker, Operation.READ, ResourceType.TOPIC)
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
 
@@ -170,12 +201,12 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
             out.served.setdefault(tp, Served(PartitionResult()))
-        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, out)
+        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
         return out
 
     def again(engine: Engine, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
-        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, out)
+        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
         return out
 
     try:
