@@ -157,3 +157,11 @@ def test_share_group_configs():
                 {"share.delivery.count.limit": "11"}, {"share.isolation.level": "read_committed"}):
         with pytest.raises(ValueError):
             configs.validate(bad)
+
+
+def test_a_new_session_starts_with_the_partitions_its_request_names_only():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.update_session("g", "a", [("t", 0), ("t", 1)], [])
+    c.session("g", "a", 0, fetch=True)  # the client opens a new one (e.g. after SHARE_SESSION_NOT_FOUND)
+    assert c.update_session("g", "a", [("t", 1)], []) == [("t", 1)]

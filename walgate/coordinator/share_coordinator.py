@@ -2,7 +2,7 @@
 make them durable.
 
 * Share sessions (Kafka's ``ShareSessionCache``), one per (group, member): ShareFetch epoch 0 opens one (replacing
-  the member's old one), each later ShareFetch / ShareAcknowledge carries the session's next epoch (another:
+  the member's old one; the records it holds stay its own until acknowledged or their locks end), each later ShareFetch / ShareAcknowledge carries the session's next epoch (another:
   INVALID_SHARE_SESSION_EPOCH; no session: SHARE_SESSION_NOT_FOUND) and moves it on; epoch -1 closes it, releasing
   the records the member holds. A session's partitions are those its requests named, less the forgotten ones.
 * Share-partitions (:class:`~walgate.coordinator.share_partition.SharePartition`), one per (group, topic key,
@@ -179,8 +179,7 @@ class ShareCoordinator:
                 return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
             if not self.groups.is_member(group_id, member_id):
                 return ErrorCode.unknown_member_id, None
-            old = self.sessions.get(key)
-            self.sessions[key] = _Session(1, list(old.partitions) if old is not None else [])
+            self.sessions[key] = _Session(1)  # a full session: the request names all its partitions
             return ErrorCode.none, None
         session = self.sessions.get(key)
         if session is None:
