@@ -126,14 +126,21 @@ def test_a_refused_write_is_rolled_back():
 def test_a_member_that_times_out_or_leaves_without_a_session_releases_its_records():
     c = coordinator()
     c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
-    c.member_left("g", "a")  # no open session: released now
+    c.member_left("g", "a", 0)  # no open session: released now
     assert c.partitions[("g", "t", 0)].holder(0) is None
     c.session("g", "b", 0, fetch=True)
     c.acquire("g", "b", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
-    c.member_left("g", "b")  # its session is open: held until it closes (its last acknowledgements ride on it)
+    c.member_left("g", "b", 0)  # its session is open: held until it closes (its last acknowledgements ride on it)
     assert c.partitions[("g", "t", 0)].holder(0) == "b"
     beat(c.groups, "b", 0, ["t"], now=0)
-    c.expire(5000, PARTITIONS.get)  # b's heartbeat session ended
+    c.expire(999, PARTITIONS.get)  # ... for one lock duration (1000 ms here) at most
+    assert ("g", "b") in c.sessions
+    c.expire(1000, PARTITIONS.get)
+    assert ("g", "b") not in c.sessions and c.partitions[("g", "t", 0)].holder(0) is None
+    c.session("g", "b", 0, fetch=True)
+    c.acquire("g", "b", [("t", 0)], 4, 1000, lambda exc: ErrorCode.unknown_server_error)
+    beat(c.groups, "b", 0, ["t"], now=0)
+    c.expire(5001, PARTITIONS.get)  # b's heartbeat session ended (its locks have not)
     assert c.partitions[("g", "t", 0)].holder(0) is None and ("g", "b") not in c.sessions
 
 

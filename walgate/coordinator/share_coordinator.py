@@ -77,6 +77,7 @@ class PartitionResult:
 class _Session:
     epoch: int  # the epoch the next request must carry
     partitions: list[tuple[str, int]] = field(default_factory=list)
+    left_ms: int | None = None  # when its member left the group (the session waits for its close, a while)
 
 
 class ShareCoordinator:
@@ -143,9 +144,13 @@ class ShareCoordinator:
         return sp
 
     def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> None:
-        """Remove members whose session timed out (releasing what they hold) and release expired locks."""
+        """Remove members whose session timed out (releasing what they hold), close the share sessions of members
+        that left and did not close them, and release expired locks."""
         for group_id, member_id in self.groups.expire(now_ms, partitions):
             self._member_gone(group_id, member_id)
+        for (group_id, member_id), session in list(self.sessions.items()):
+            if session.left_ms is not None and session.left_ms + self.logs.settings(group_id).lock_ms <= now_ms:
+                self.close(group_id, member_id)
         for key, sp in list(self.partitions.items()):
             deadline = sp.next_deadline()
             if deadline is not None and deadline <= now_ms:
@@ -157,12 +162,16 @@ class ShareCoordinator:
             if key[0] == group_id and any(r.member == member_id for r in sp.records.values()):
                 self._changing(key).release_member(member_id)
 
-    def member_left(self, group_id: str, member_id: str) -> None:
+    def member_left(self, group_id: str, member_id: str, now_ms: int) -> None:
         """A member left its group (heartbeat epoch -1). A client closing sends its last acknowledgements with the
         session's close (ShareAcknowledge epoch -1) beside the leaving heartbeat, in either order: while its session
-        is open, the records it holds wait for that close (or their locks); without one they are released now."""
-        if (group_id, member_id) not in self.sessions:
+        is open, the records it holds wait for that close, for one record lock duration at most (then
+        :meth:`expire` closes it); without one they are released now."""
+        session = self.sessions.get((group_id, member_id))
+        if session is None:
             self._member_gone(group_id, member_id)
+        else:
+            session.left_ms = now_ms
 
     def next_deadline(self, keys: Iterable[ShareKey]) -> int | None:
         deadlines = [d for k in keys if k in self.partitions

@@ -43,12 +43,13 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     client_id, client_host = header.client_id or "", f"/{PEER.get()}"
 
     def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> dict[str, Any]:
+        now = now_ms()
         response, left = coordinator.groups.heartbeat(
             group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
             subscribed_topic_names=request.subscribed_topic_names, partitions=shares.partitions,
-            client_id=client_id, client_host=client_host, now_ms=now_ms())
+            client_id=client_id, client_host=client_host, now_ms=now)
         if left:
-            coordinator.member_left(request.group_id, request.member_id)
+            coordinator.member_left(request.group_id, request.member_id, now)
         assignment = response.pop("assignment")
         if assignment is not None:
             ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
