@@ -67,9 +67,11 @@ _RUNNING: set[subprocess.Popen[bytes]] = set()  # test-runner processes now runn
 TEST_TIMEOUT = 900.0  # seconds, one test-runner invocation (the suite's own timeouts are shorter)
 # Every walgate: ACLs on but everything allowed until a test adds an ACL (0109, 0115, 0119 deny a topic with
 # kafka-acls.sh), Kafka's default initial rebalance delay (3 s; the suite's clusters keep it: 0089 needs both
-# consumers in the group's first generation)
+# consumers in the group's first generation), and as run-all-tests.sh a share-group record lock down to 1 s (the
+# share-consumer tests 0170-0185 set 3 s)
 _COMMON_FLAGS = ("--authorizer-class-name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                 "--allow-everyone-if-no-acl-found", "true", "--group-initial-rebalance-delay-ms", "3000")
+                 "--allow-everyone-if-no-acl-found", "true", "--group-initial-rebalance-delay-ms", "3000",
+                 "--override", "group.share.min.record.lock.duration.ms=1000")
 # The suite's scenarios this harness serves: walgate's flags and each test number's log file name.
 SCENARIOS = {
     "default": ("--auto-create-topic-partitions", "4", *_COMMON_FLAGS),

@@ -164,6 +164,10 @@ def test_share_group_configs():
                 {"share.delivery.count.limit": "11"}, {"share.isolation.level": "read_committed"}):
         with pytest.raises(ValueError):
             configs.validate(bad)
+    lowered = GroupTimeouts(45_000, 5_000, share_lock_bounds=(1_000, 60_000), share_delivery_bounds=(1, 3))
+    lowered.validate({"share.record.lock.duration.ms": "1000", "share.delivery.count.limit": "1"})
+    with pytest.raises(ValueError):
+        lowered.validate({"share.delivery.count.limit": "6"})  # 5, the broker's own, widens the bound to 5
 
 
 def test_a_new_session_starts_with_the_partitions_its_request_names_only():

@@ -184,3 +184,22 @@ def test_max_bytes_bounds_what_is_acquired_in_whole_batches(tmp_path: Path) -> N
         assert fetch(0, 10) == [(0, 0, 1)]  # the first batch, whatever the limit
         assert fetch(1, 1500) == [(1, 1, 1)]
         assert fetch(2, 1 << 20) == [(2, 2, 1)]
+
+
+def set_group_config(conn: KafkaConnection, group: str, name: str, value: str) -> Any:
+    return call(conn, 44, 1, {"validate_only": False, "resources": [{"resource_type": 32, "resource_name": group,
+                                                                       "configs": [{"name": name, "config_operation": 0,
+                                                                                    "value": value}]}]}).responses[0]
+
+
+def test_a_groups_lock_duration_is_bounded_by_the_broker_and_answered_to_fetches(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "one") as gw, KafkaConnection(gw.kafka_address) as conn:
+        refused = set_group_config(conn, "g", "share.record.lock.duration.ms", "1000")
+        assert refused.error_code == ErrorCode.invalid_config and "15000..60000" in refused.error_message
+    with gateway_thread(tmp_path / "two", group_share_min_record_lock_duration_ms=1000) as gw, \
+            KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 1)
+        assert set_group_config(conn, "g", "share.record.lock.duration.ms", "1000").error_code == ErrorCode.none
+        join(conn, "g", "q")
+        fetched = share_fetch(conn, "g", 0, topic_id)
+        assert fetched.acquisition_lock_timeout.total_seconds() == 1.0

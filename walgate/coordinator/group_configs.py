@@ -8,9 +8,9 @@ Kafka's defaults widened to take in the broker's own ``group.consumer.*`` value 
 timeout accepts it for a group too).
 
 Share groups (KIP-932) read ``share.auto.offset.reset`` (``latest``, the default, or ``earliest``),
-``share.record.lock.duration.ms`` and ``share.delivery.count.limit``, bounded as Kafka's
-``group.share.min/max.record.lock.duration.ms`` (15000..60000) and ``group.share.min/max.delivery.count.limit``
-(2..10) by default, widened to take in the broker's own ``group.share.*`` value; :meth:`GroupTimeouts.share` is a
+``share.record.lock.duration.ms`` and ``share.delivery.count.limit``, bounded by the broker's
+``group.share.min/max.record.lock.duration.ms`` (15000..60000 by default, as Kafka) and
+``group.share.min/max.delivery.count.limit`` (2..10), widened to take in the broker's own ``group.share.*`` value; :meth:`GroupTimeouts.share` is a
 group's values. Other ``share.*`` keys (``share.isolation.level``, ...) are not supported yet: refused as unknown.
 
 :class:`GroupTimeouts` is what the consumer-group coordinator asks; the gateway gives it the stored configs
@@ -31,8 +31,7 @@ HEARTBEAT_INTERVAL: Final = "consumer.heartbeat.interval.ms"
 SHARE_AUTO_OFFSET_RESET: Final = "share.auto.offset.reset"
 SHARE_RECORD_LOCK_DURATION: Final = "share.record.lock.duration.ms"
 SHARE_DELIVERY_COUNT_LIMIT: Final = "share.delivery.count.limit"
-_KAFKA_BOUNDS: Final = {SESSION_TIMEOUT: (45_000, 60_000), HEARTBEAT_INTERVAL: (5_000, 15_000),
-                        SHARE_RECORD_LOCK_DURATION: (15_000, 60_000), SHARE_DELIVERY_COUNT_LIMIT: (2, 10)}
+_KAFKA_BOUNDS: Final = {SESSION_TIMEOUT: (45_000, 60_000), HEARTBEAT_INTERVAL: (5_000, 15_000)}
 _RESETS: Final = ("latest", "earliest")
 
 
@@ -45,6 +44,8 @@ class GroupTimeouts:
     stored: Callable[[str], Mapping[str, str]] = lambda group_id: {}
     share_lock_ms: int = 30_000  # group.share.record.lock.duration.ms
     share_delivery_limit: int = 5  # group.share.delivery.count.limit
+    share_lock_bounds: tuple[int, int] = (15_000, 60_000)  # group.share.min/max.record.lock.duration.ms
+    share_delivery_bounds: tuple[int, int] = (2, 10)  # group.share.min/max.delivery.count.limit
 
     def defaults(self) -> dict[str, str]:
         """Every group config key with the value a group that does not set it gets."""
@@ -71,13 +72,15 @@ class GroupTimeouts:
                 if value not in _RESETS:
                     raise ValueError(f"Invalid value {value!r} for configuration {key}: must be one of {_RESETS}")
                 continue
-            if key not in _KAFKA_BOUNDS:
+            bounds = {**_KAFKA_BOUNDS, SHARE_RECORD_LOCK_DURATION: self.share_lock_bounds,
+                      SHARE_DELIVERY_COUNT_LIMIT: self.share_delivery_bounds}
+            if key not in bounds:
                 raise ValueError(f"Unknown group config name: {key}")
             try:
                 number = int(value)
             except ValueError:
                 raise ValueError(f"Invalid value {value!r} for configuration {key}: expected an integer") from None
-            low, high = _KAFKA_BOUNDS[key]
+            low, high = bounds[key]
             own = int(own_values[key])
             low, high = min(low, own), max(high, own)
             if not low <= number <= high:

@@ -43,10 +43,9 @@ class _EngineLogs:
     """The coordinator's view of the engine (:class:`~walgate.coordinator.share_coordinator.ShareLogs`): watermarks
     by topic id, the groups' settings from their stored configs. Storage thread only."""
 
-    def __init__(self, engine: Engine, lock_ms: int, delivery_limit: int, max_in_flight: int) -> None:
+    def __init__(self, engine: Engine, configs: GroupTimeouts, max_in_flight: int) -> None:
         self._engine = engine
-        self._configs = GroupTimeouts(0, 0, lambda group_id: engine.resource_configs(GROUP, group_id), lock_ms,
-                                      delivery_limit)
+        self._configs = configs
         self._max_in_flight = max_in_flight
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
@@ -67,13 +66,16 @@ class ShareService:
     """The share coordinator and its log behind the storage thread (see the module docstring)."""
 
     def __init__(self, engine: Engine, storage: StorageThread, *, lock_ms: int, delivery_limit: int,
-                 heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000) -> None:
-        self.lock_ms = lock_ms
-        self.delivery_limit = delivery_limit
+                 heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000,
+                 lock_bounds: tuple[int, int] = (15_000, 60_000), delivery_bounds: tuple[int, int] = (2, 10)) -> None:
+        """``lock_ms``, ``delivery_limit``: the defaults of the groups' share configs, which ``lock_bounds`` and
+        ``delivery_bounds`` bound (the broker's ``group.share.*`` settings)."""
         self.storage = storage
         self._engine = engine
+        self.configs = GroupTimeouts(0, 0, lambda group_id: engine.resource_configs(GROUP, group_id), lock_ms,
+                                     delivery_limit, lock_bounds, delivery_bounds)
         self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms),
-                                            _EngineLogs(engine, lock_ms, delivery_limit, max_in_flight))
+                                            _EngineLogs(engine, self.configs, max_in_flight))
         self._log: ShareStateLog | None = None
 
     async def open(self) -> None:

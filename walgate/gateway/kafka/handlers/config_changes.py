@@ -21,6 +21,7 @@ checks everything and changes nothing. Every change is durable (a catalog record
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -87,8 +88,8 @@ def group_timeouts(broker: Broker) -> GroupTimeouts:
     consumer = broker.groups.groups.consumer
     if broker.shares is None:
         return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
-    return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms,
-                         share_lock_ms=broker.shares.lock_ms, share_delivery_limit=broker.shares.delivery_limit)
+    return dataclasses.replace(broker.shares.configs, session_timeout_ms=consumer.session_timeout_ms,
+                               heartbeat_interval_ms=consumer.heartbeat_interval_ms, stored=lambda group_id: {})
 
 
 def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,
