@@ -203,3 +203,24 @@ def test_a_groups_lock_duration_is_bounded_by_the_broker_and_answered_to_fetches
         join(conn, "g", "q")
         fetched = share_fetch(conn, "g", 0, topic_id)
         assert fetched.acquisition_lock_timeout.total_seconds() == 1.0
+
+
+def test_a_renewing_fetch_extends_locks_and_acquires_nothing_new(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", group_share_record_lock_duration_ms=60_000) as gw, \
+            KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 3)
+        earliest(conn, "g")
+        join(conn, "g", "q")
+        first = call(conn, 78, 2, {"group_id": "g", "member_id": "m1", "share_session_epoch": 0, "max_wait": 0,
+                                   "min_bytes": 1, "max_records": 2, "batch_size": 2, "forgotten_topics_data": [],
+                                   "topics": [{"topic_id": topic_id, "partitions": [
+                                       {"partition_index": 0, "acknowledgement_batches": []}]}]})
+        assert acquired(first) == [(0, 1, 1)]
+        renewed = call(conn, 78, 2, {"group_id": "g", "member_id": "m1", "share_session_epoch": 1, "max_wait": 0,
+                                     "min_bytes": 1, "max_records": 10, "batch_size": 10, "is_renew_ack": True,
+                                     "forgotten_topics_data": [], "topics": [{"topic_id": topic_id, "partitions": [
+                                         {"partition_index": 0, "acknowledgement_batches": [
+                                             {"first_offset": 0, "last_offset": 1, "acknowledge_types": [4]}]}]}]})
+        [p] = [p for t in renewed.responses for p in t.partitions]
+        assert p.acknowledge_error_code == ErrorCode.none and acquired(renewed) == []  # offset 2 stays available
+        assert acquired(share_fetch(conn, "g", 2, topic_id)) == [(2, 2, 1)]

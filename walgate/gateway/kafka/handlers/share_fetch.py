@@ -11,6 +11,8 @@ acknowledgements the request carries applied first (KIP-932).
   their ``acquired_records`` ranges with delivery counts; the client hands out only the acquired records and
   acknowledges the offsets without one as GAP. ``acquisition_lock_timeout`` is the group's
   ``share.record.lock.duration.ms``.
+* ``is_renew_ack`` (v2, KIP-1222): the request renews locks (RENEW acknowledgements) and acquires nothing new; it
+  is answered at once.
 * Long poll: a request that acknowledged nothing and acquired nothing waits up to ``max_wait_ms`` for an append to
   one of its partitions or for a lock to end, then acquires again.
 * Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
@@ -176,6 +178,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if isinstance(shares, dict):
         return shares
     readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
@@ -201,7 +204,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
             out.served.setdefault(tp, Served(PartitionResult()))
-        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
+        if not renew_only:
+            _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
         return out
 
     def again(engine: Engine, coordinator: ShareCoordinator) -> Round:
@@ -216,7 +220,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     event: asyncio.Event | None = None
     keys = answer.watch
     try:
-        while answer.error == ErrorCode.none and epoch != -1 and not answer.answered:
+        while answer.error == ErrorCode.none and epoch != -1 and not renew_only and not answer.answered:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not keys:
                 break
