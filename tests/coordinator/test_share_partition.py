@@ -151,6 +151,8 @@ def test_random_sequences_keep_the_invariants(seed):
             now += rng.randint(1, LOCK)
         held = {o: p.holder(o) for o in range(p.start, p.end) if p.holder(o) is not None}  # type: ignore[misc]
         assert all(p.state(o)[0] == RecordState.ACKNOWLEDGED for o in range(p.start))
+        locks = [r.deadline_ms for r in p.records.values() if r.state == RecordState.ACQUIRED]
+        assert p.next_deadline() == (min(locks) if locks else None)  # the kept earliest lock is true
         assert p.start == p.end or p.state(p.start)[0] in (RecordState.AVAILABLE, RecordState.ACQUIRED)
     # drain: everyone accepts what they get until nothing is left; every record ends done
     for _ in range(1000):

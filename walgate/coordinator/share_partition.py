@@ -92,6 +92,8 @@ class SharePartition:
     max_in_flight: int = 2000
     records: dict[int, _Record] = field(default_factory=dict)
     end: int = -1  # -1: start
+    _deadline: int | None = field(default=None, repr=False)  # the earliest lock, while _deadline_known
+    _deadline_known: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.end < self.start:
@@ -118,13 +120,16 @@ class SharePartition:
         return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
 
     def next_deadline(self) -> int | None:
-        """The earliest lock deadline, None when nothing is acquired."""
-        deadlines = [r.deadline_ms for r in self.records.values() if r.state == RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        """The earliest lock deadline, None when nothing is acquired (kept between changes: every request asks)."""
+        if not self._deadline_known:
+            deadlines = [r.deadline_ms for r in self.records.values() if r.state == RecordState.ACQUIRED]
+            self._deadline, self._deadline_known = (min(deadlines) if deadlines else None), True
+        return self._deadline
 
     def move_start(self, log_start: int) -> None:
         """The log's start moved (retention, DeleteRecords): records below it are gone, so done."""
         if log_start > self.start:
+            self._deadline_known = False
             for offset in range(self.start, min(log_start, self.end)):
                 self.records.pop(offset, None)
             self.start = log_start
@@ -157,6 +162,8 @@ class SharePartition:
                 count = (rec.count if rec is not None else 0) + 1
                 self.records[offset] = _Record(RecordState.ACQUIRED, count, member, deadline)
                 taken.append((offset, count))
+                if self._deadline_known and (self._deadline is None or deadline < self._deadline):
+                    self._deadline = deadline
             offset += 1
         return list(_ranges(taken))
 
@@ -183,10 +190,15 @@ class SharePartition:
                 self.records[offset] = self._released(rec)
             else:
                 self.records[offset] = _Record(RecordState.ACQUIRED, rec.count, member, now_ms + self.lock_ms)
+        self._deadline_known = False
         self._advance()
 
     def expire(self, now_ms: int) -> bool:
         """Release every record whose lock ended by ``now_ms``; whether any was."""
+        deadline = self.next_deadline()
+        if deadline is None or deadline > now_ms:
+            return False
+        self._deadline_known = False
         expired = [o for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.deadline_ms <= now_ms]
         for offset in expired:
             self.records[offset] = self._released(self.records[offset])
@@ -196,6 +208,7 @@ class SharePartition:
     def release_member(self, member: str) -> bool:
         """Release every record ``member`` holds (it left or closed its session); whether it held any."""
         held = [o for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.member == member]
+        self._deadline_known = False
         for offset in held:
             self.records[offset] = self._released(self.records[offset])
         self._advance()
