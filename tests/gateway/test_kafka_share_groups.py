@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_helpers import KafkaConnection, build, gateway_thread, kio_classes
+from gateway_helpers import KafkaConnection, build, gateway_thread, kio_classes, sql
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kio.schema.errors import ErrorCode
 
@@ -224,3 +224,24 @@ def test_a_renewing_fetch_extends_locks_and_acquires_nothing_new(tmp_path: Path)
         [p] = [p for t in renewed.responses for p in t.partitions]
         assert p.acknowledge_error_code == ErrorCode.none and acquired(renewed) == []  # offset 2 stays available
         assert acquired(share_fetch(conn, "g", 2, topic_id)) == [(2, 2, 1)]
+
+
+def test_a_damaged_share_log_is_reported_and_costs_redeliveries_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 4)
+        earliest(conn, "g")
+        join(conn, "g", "q")
+        share_fetch(conn, "g", 0, topic_id)
+        share_ack(conn, "g", 1, topic_id, 0, 1)
+        share_ack(conn, "g", 2, topic_id, 2, 3)  # its own line: "s" 4
+    path = data / "share_groups.log"
+    lines = path.read_bytes().splitlines(keepends=True)
+    last = bytearray(lines[-1])
+    last[len(last) // 2] ^= 0x01  # the newest state's line fails its checksum
+    path.write_bytes(b"".join(lines[:-1]) + bytes(last))
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        quarantine = sql(gw, "SHOW QUARANTINE")["data"]
+        assert [row[0] for row in quarantine] == ["share_groups.log"], quarantine
+        join(conn, "g", "q")
+        assert acquired(share_fetch(conn, "g", 0, topic_id)) == [(2, 3, 2)]  # the older state: 2, 3 again
