@@ -358,6 +358,12 @@ def share_group_heartbeat(conn: KafkaConnection, node: Node, version: int) -> di
             "subscribed_topic_names": [TOPIC]}
 
 
+@request(77)
+def share_group_describe(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    call(conn, 76, share_group_heartbeat(conn, node, version) | {"group_id": f"share-described-v{version}"})
+    return {"group_ids": [f"share-described-v{version}"], "include_authorized_operations": True}
+
+
 def _share_member(conn: KafkaConnection, node: Node, group_id: str) -> str:
     """A member of share group ``group_id`` with an open share session (its next epoch: 1)."""
     member = share_group_heartbeat(conn, node, 1) | {"group_id": group_id}

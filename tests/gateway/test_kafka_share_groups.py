@@ -245,3 +245,28 @@ def test_a_damaged_share_log_is_reported_and_costs_redeliveries_only(tmp_path: P
         assert [row[0] for row in quarantine] == ["share_groups.log"], quarantine
         join(conn, "g", "q")
         assert acquired(share_fetch(conn, "g", 0, topic_id)) == [(2, 3, 2)]  # the older state: 2, 3 again
+
+
+def test_share_group_describe_shows_members_sharing_partitions(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with gateway_thread(data, super_users=(ME,), **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 1)
+        for member in ("m1", "m2"):
+            assert call(conn, 76, 1, {"group_id": "g", "member_id": member, "member_epoch": 0,
+                                      "subscribed_topic_names": ["q"]}).error_code == ErrorCode.none
+        share_fetch(conn, "g", 0, topic_id)
+        described = call(conn, 77, 1, {"group_ids": ["g", "nope"], "include_authorized_operations": True}).groups
+        g, nope = described
+        assert (g.error_code, g.group_state, g.assignor_name, g.group_epoch) == (ErrorCode.none, "Stable", "simple", 2)
+        assert g.authorized_operations > 0 and nope.error_code == ErrorCode.group_id_not_found
+        assert sorted((m.member_id, m.member_epoch, [(t.topic_id, t.topic_name, list(t.partitions))
+                                                     for t in m.assignment.topic_partitions]) for m in g.members) == [
+            ("m1", 1, [(topic_id, "q", [0])]), ("m2", 2, [(topic_id, "q", [0])])]
+        for member in ("m1", "m2"):
+            call(conn, 76, 1, {"group_id": "g", "member_id": member, "member_epoch": -1})
+        [empty] = call(conn, 77, 1, {"group_ids": ["g"], "include_authorized_operations": False}).groups
+        assert (empty.error_code, empty.group_state, empty.members) == (ErrorCode.none, "Empty", ())
+        call(conn, 30, 3, {"creations": [acl(GROUP_RES, "g", READ)]})
+    with gateway_thread(data, **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
+        [hidden] = call(conn, 77, 1, {"group_ids": ["other"], "include_authorized_operations": False}).groups
+        assert hidden.error_code == ErrorCode.group_authorization_failed

@@ -96,6 +96,10 @@ class ShareCoordinator:
         """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
         self._stored.update(values)
 
+    def has_state(self, group_id: str) -> bool:
+        """The group has share-partition state (it consumed, or is consuming)."""
+        return any(k[0] == group_id for k in self.partitions) or any(k[0] == group_id for k in self._stored)
+
     # -- durability ---------------------------------------------------------------------------------------------
 
     def _changing(self, key: ShareKey) -> SharePartition:

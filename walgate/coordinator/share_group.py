@@ -131,6 +131,19 @@ class ShareGroups:
         if not group.members:
             del self.groups[group_id]
 
+    def describe(self, group_id: str) -> dict[str, Any] | None:
+        """ShareGroupDescribe's fields of a group with members (None: it has none); assignments by topic name."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        return {"group_id": group_id, "group_state": "Stable", "group_epoch": group.epoch,
+                "assignment_epoch": group.epoch, "assignor_name": "simple", "members": [
+                    {"member_id": m.member_id, "rack_id": None, "member_epoch": m.epoch, "client_id": m.client_id,
+                     "client_host": m.client_host, "subscribed_topic_names": list(m.subscription),
+                     "assignment": {"topic_partitions": [{"topic_name": t, "partitions": sorted(ps)}
+                                                         for t, ps in sorted(m.assignment.items())]}}
+                    for m in group.members.values()]}
+
     def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> list[tuple[str, str]]:
         """Remove the members whose session timed out by ``now_ms``; their (group id, member id)."""
         gone = []
