@@ -12,7 +12,9 @@ with IncrementalAlterConfigs on the GROUP resource, as Kafka's tools do):
 * a walgate killed with SIGKILL and started again keeps every acknowledgement: a new worker gets exactly the
   records never acknowledged;
 * a TDengine ``CREATE TOPIC ... AS SELECT ... WHERE`` topic is a work queue like any other: the workers get exactly
-  its filtered rows.
+  its filtered rows, also a Java ``KafkaShareConsumer`` (kafka-clients 4.3) and a confluent-kafka worker at once;
+* the Java worker reports the delivery counts of a poison record until it is archived;
+* the Java Admin's ``describeShareGroups`` shows two members sharing one partition.
 """
 
 from __future__ import annotations
@@ -306,3 +308,25 @@ def test_java_and_confluent_workers_share_a_tdengine_topic(server: WalgateServer
     java_got = [json.loads(e["value"])["voltage"] for e in records_of(jworker)]
     assert java_got and ck_got, (len(java_got), len(ck_got), jworker.describe())
     assert sorted(java_got + ck_got) == sorted(want), jworker.describe()
+
+
+def test_java_admin_describes_a_share_group_whose_members_share_a_partition(server: WalgateServer, java: Any) -> None:
+    create_topic(server, "shared", 1, 0)
+    workers = [worker(server, "described", "shared", **{"client.id": f"w{i}"}) for i in range(2)]
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        groups: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            for w in workers:
+                polled(w, 0.2)  # joins the group
+            run = java("ShareGroupsAdmin.java", bootstrap(server), "described", check=False)
+            groups = [e for e in run.json_lines() if "group" in e]
+            if groups and len(groups[0]["members"]) == 2:
+                break
+        [group] = groups
+        assert group["state"] == "Stable", group
+        assert sorted((m["client"], m["partitions"]) for m in group["members"]) == [
+            ("w0", ["shared:0"]), ("w1", ["shared:0"])], group
+    finally:
+        for w in workers:
+            w.close()
