@@ -32,8 +32,9 @@ Two tests need a secured listener, as trivup starts its cluster with ``--ssl`` o
   ``connections.max.reauth.ms=10000``, logged in as root with SCRAM-SHA-512.
 
 Which tests are in ``single-broker``: the suite's tests that need a broker (not ``TEST_F_LOCAL``, not named
-``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1:
-walgate has no share groups, the 4.2 tests), minus :data:`NEEDS_MORE`, the tests that need what one walgate is not.
+``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1 by
+default; ``--kafka-version 4.2.0`` adds the share-consumer tests 0170-0186, issue 27, e.g. ``--tests 0170,0171,...``),
+minus :data:`NEEDS_MORE`, the tests that need what one walgate is not.
 ``--local`` adds the mock-cluster tests (they never talk to walgate). ``txn`` and ``compaction`` are
 :data:`TRANSACTIONS` and :data:`COMPACTION`. The suite is run as it is but for one patch,
 :func:`cap_replication_factor` (its topic-creating helper asks for replication factor 3 in 0098 and 0103).
