@@ -330,3 +330,31 @@ def test_java_admin_describes_a_share_group_whose_members_share_a_partition(serv
     finally:
         for w in workers:
             w.close()
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_share_groups_never_deliver_aborted_records(server: WalgateServer, isolation: str) -> None:
+    create_topic(server, "txns", 1, 0)
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "tx-share"})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce("txns", value=f"{outcome}-{i}".encode())
+        producer.flush(30)
+        producer.commit_transaction(30) if outcome == "commit" else producer.abort_transaction(30)
+    group = f"iso-{isolation}"
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.isolation.level", isolation, incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    consumer = worker(server, group, "txns", **{"share.acknowledgement.mode": "explicit"})
+    want = 10 if isolation == "read_committed" else 15
+    got = [m.value() for m in drain(consumer, want)]
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        got += [m.value() for m in polled(consumer)]
+    consumer.close()
+    assert len(got) == want and all(v.startswith(b"commit") for v in got) == (isolation == "read_committed"), got

@@ -63,6 +63,9 @@ class Logs:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return self.ends[(topic, partition)]
 
+    def stable(self, topic: str, partition: int) -> int:
+        return self.ends[(topic, partition)][1]
+
     def settings(self, group_id: str) -> ShareSettings:
         return ShareSettings(1000, 2, self.reset)
 
@@ -157,11 +160,13 @@ def test_latest_starts_at_the_log_end_and_a_log_start_past_the_start_moves_it():
 
 def test_share_group_configs():
     configs = GroupTimeouts(45_000, 5_000, lambda g: {"share.record.lock.duration.ms": "20000"}, 2_000, 3)
-    assert configs.share("g") == (20_000, 3, "latest")
-    configs.validate({"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "2000",
+    assert configs.share("g") == (20_000, 3, "latest", False)
+    configs.validate({"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed",
+                      "share.record.lock.duration.ms": "2000",
                       "share.delivery.count.limit": "10"})
     for bad in ({"share.auto.offset.reset": "by_duration:PT1H"}, {"share.record.lock.duration.ms": "1000"},
-                {"share.delivery.count.limit": "11"}, {"share.isolation.level": "read_committed"}):
+                {"share.delivery.count.limit": "11"}, {"share.isolation.level": "committed"},
+                {"share.heartbeat.interval.ms": "1000"}):
         with pytest.raises(ValueError):
             configs.validate(bad)
     lowered = GroupTimeouts(45_000, 5_000, share_lock_bounds=(1_000, 60_000), share_delivery_bounds=(1, 3))
@@ -176,3 +181,12 @@ def test_a_new_session_starts_with_the_partitions_its_request_names_only():
     c.update_session("g", "a", [("t", 0), ("t", 1)], [])
     c.session("g", "a", 0, fetch=True)  # the client opens a new one (e.g. after SHARE_SESSION_NOT_FOUND)
     assert c.update_session("g", "a", [("t", 1)], []) == [("t", 1)]
+
+
+def test_archived_ranges_leave_the_acquired_records_and_are_done():
+    c = coordinator()
+    got = c.acquire("g", "a", [("t", 0)], 10, 0, lambda exc: 1)[("t", 0)].acquired
+    left = c.archive("g", "a", "t", 0, got, [(2, 3), (12, 14)], 0)
+    assert left == [Acquired(0, 1, 1), Acquired(4, 9, 1)]
+    sp = c.partitions[("g", "t", 0)]
+    assert [sp.state(o)[0].name for o in (1, 2, 3, 4)] == ["ACQUIRED", "ARCHIVED", "ARCHIVED", "ACQUIRED"]

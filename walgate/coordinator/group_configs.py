@@ -8,10 +8,11 @@ Kafka's defaults widened to take in the broker's own ``group.consumer.*`` value 
 timeout accepts it for a group too).
 
 Share groups (KIP-932) read ``share.auto.offset.reset`` (``latest``, the default, or ``earliest``),
+``share.isolation.level`` (``read_uncommitted``, the default, or ``read_committed``),
 ``share.record.lock.duration.ms`` and ``share.delivery.count.limit``, bounded by the broker's
 ``group.share.min/max.record.lock.duration.ms`` (15000..60000 by default, as Kafka) and
 ``group.share.min/max.delivery.count.limit`` (2..10), widened to take in the broker's own ``group.share.*`` value; :meth:`GroupTimeouts.share` is a
-group's values. Other ``share.*`` keys (``share.isolation.level``, ...) are not supported yet: refused as unknown.
+group's values. Other ``share.*`` keys are not supported yet: refused as unknown.
 
 :class:`GroupTimeouts` is what the consumer-group coordinator asks; the gateway gives it the stored configs
 (:mod:`walgate.storage.resource_configs`), so a change applies to each member's next heartbeat.
@@ -24,15 +25,17 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = ["SESSION_TIMEOUT", "HEARTBEAT_INTERVAL", "SHARE_AUTO_OFFSET_RESET", "SHARE_DELIVERY_COUNT_LIMIT",
-           "SHARE_RECORD_LOCK_DURATION", "GroupTimeouts"]
+           "SHARE_ISOLATION_LEVEL", "SHARE_RECORD_LOCK_DURATION", "GroupTimeouts"]
 
 SESSION_TIMEOUT: Final = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL: Final = "consumer.heartbeat.interval.ms"
 SHARE_AUTO_OFFSET_RESET: Final = "share.auto.offset.reset"
 SHARE_RECORD_LOCK_DURATION: Final = "share.record.lock.duration.ms"
 SHARE_DELIVERY_COUNT_LIMIT: Final = "share.delivery.count.limit"
+SHARE_ISOLATION_LEVEL: Final = "share.isolation.level"
 _KAFKA_BOUNDS: Final = {SESSION_TIMEOUT: (45_000, 60_000), HEARTBEAT_INTERVAL: (5_000, 15_000)}
 _RESETS: Final = ("latest", "earliest")
+_ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
 
 
 @dataclass(frozen=True)
@@ -56,21 +59,24 @@ class GroupTimeouts:
         configs = {**self.defaults(), **self.stored(group_id)}
         return int(configs[SESSION_TIMEOUT]), int(configs[HEARTBEAT_INTERVAL])
 
-    def share(self, group_id: str) -> tuple[int, int, str]:
-        """(record lock duration ms, delivery count limit, auto offset reset) of share group ``group_id``."""
+    def share(self, group_id: str) -> tuple[int, int, str, bool]:
+        """(record lock duration ms, delivery count limit, auto offset reset, read_committed) of share group
+        ``group_id``."""
         stored = self.stored(group_id)
         return (int(stored.get(SHARE_RECORD_LOCK_DURATION, self.share_lock_ms)),
                 int(stored.get(SHARE_DELIVERY_COUNT_LIMIT, self.share_delivery_limit)),
-                stored.get(SHARE_AUTO_OFFSET_RESET, "latest"))
+                stored.get(SHARE_AUTO_OFFSET_RESET, "latest"),
+                stored.get(SHARE_ISOLATION_LEVEL) == "read_committed")
 
     def validate(self, configs: Mapping[str, str]) -> None:
         """Refuse (``ValueError``, Kafka's INVALID_CONFIG) an unknown key or a value out of its bounds."""
         own_values = {**self.defaults(), SHARE_RECORD_LOCK_DURATION: str(self.share_lock_ms),
                       SHARE_DELIVERY_COUNT_LIMIT: str(self.share_delivery_limit)}
         for key, value in configs.items():
-            if key == SHARE_AUTO_OFFSET_RESET:
-                if value not in _RESETS:
-                    raise ValueError(f"Invalid value {value!r} for configuration {key}: must be one of {_RESETS}")
+            choices = {SHARE_AUTO_OFFSET_RESET: _RESETS, SHARE_ISOLATION_LEVEL: _ISOLATION_LEVELS}.get(key)
+            if choices is not None:
+                if value not in choices:
+                    raise ValueError(f"Invalid value {value!r} for configuration {key}: must be one of {choices}")
                 continue
             bounds = {**_KAFKA_BOUNDS, SHARE_RECORD_LOCK_DURATION: self.share_lock_bounds,
                       SHARE_DELIVERY_COUNT_LIMIT: self.share_delivery_bounds}

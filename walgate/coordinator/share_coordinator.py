@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Protocol
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.share_group import ShareGroups
-from walgate.coordinator.share_partition import AckError, Acquired, SharePartition
+from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, ranges_of
 
 __all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareKey", "ShareLogs", "ShareSettings"]
 
@@ -38,12 +38,14 @@ ShareKey = tuple[str, str, int]
 
 @dataclass(frozen=True)
 class ShareSettings:
-    """A group's ``share.record.lock.duration.ms``, ``share.delivery.count.limit``, ``share.auto.offset.reset``."""
+    """A group's ``share.record.lock.duration.ms``, ``share.delivery.count.limit``, ``share.auto.offset.reset``,
+    ``share.isolation.level`` (``committed``: read_committed)."""
 
     lock_ms: int = 30_000
     delivery_limit: int = 5
     reset: str = "latest"
     max_in_flight: int = 2000
+    committed: bool = False
 
 
 class ShareLogs(Protocol):
@@ -52,6 +54,9 @@ class ShareLogs(Protocol):
 
     def settings(self, group_id: str) -> ShareSettings:
         """The group's share settings now."""
+
+    def stable(self, topic: str, partition: int) -> int:
+        """The last stable offset of a topic key's partition (read_committed acquires below it)."""
 
 
 class AckBatch(NamedTuple):
@@ -182,6 +187,21 @@ class ShareCoordinator:
                      for d in (self.partitions[k].next_deadline(),) if d is not None]
         return min(deadlines) if deadlines else None
 
+    def archive(self, group_id: str, member_id: str, topic: str, partition: int, acquired: list[Acquired],
+                gone: list[tuple[int, int]], now_ms: int) -> list[Acquired]:
+        """Archive the offset ranges ``gone`` (records of aborted transactions, under read_committed) among what the
+        member just acquired; what it still holds of ``acquired``."""
+        sp = self._changing((group_id, topic, partition))
+        dropped: set[int] = set()
+        for first, last in gone:
+            for a in acquired:
+                low, high = max(first, a.first), min(last, a.last)
+                if low <= high:
+                    sp.acknowledge(member_id, low, high, [Ack.REJECT], now_ms)
+                    dropped.update(range(low, high + 1))
+        return list(ranges_of([(o, a.delivery_count) for a in acquired for o in range(a.first, a.last + 1)
+                               if o not in dropped]))
+
     # -- sessions -----------------------------------------------------------------------------------------------
 
     def session(self, group_id: str, member_id: str, epoch: int, fetch: bool) -> tuple[int, str | None]:
@@ -267,6 +287,8 @@ class ShareCoordinator:
             try:
                 sp = self._partition(group_id, topic, partition)
                 _, log_end = self.logs.watermarks(topic, partition)
+                if self.logs.settings(group_id).committed:
+                    log_end = min(log_end, self.logs.stable(topic, partition))
             except Exception as exc:  # noqa: BLE001 - answered per partition
                 result.error = errors(exc)
                 continue

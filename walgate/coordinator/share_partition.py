@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-__all__ = ["Ack", "AckError", "Acquired", "RecordState", "SharePartition"]
+__all__ = ["Ack", "AckError", "Acquired", "RecordState", "SharePartition", "ranges_of"]
 
 
 class RecordState(enum.IntEnum):
@@ -165,7 +165,7 @@ class SharePartition:
                 if self._deadline_known and (self._deadline is None or deadline < self._deadline):
                     self._deadline = deadline
             offset += 1
-        return list(_ranges(taken))
+        return list(ranges_of(taken))
 
     def acknowledge(self, member: str, first: int, last: int, types: list[int], now_ms: int) -> None:
         """Apply one acknowledgement batch of ``member``: ``types`` holds one type for the whole range or one per
@@ -259,7 +259,8 @@ class SharePartition:
         return sp
 
 
-def _ranges(taken: list[tuple[int, int]]) -> Iterator[Acquired]:
+def ranges_of(taken: list[tuple[int, int]]) -> Iterator[Acquired]:
+    """(offset, delivery count) pairs in offset order as ranges of consecutive offsets with one count."""
     run: list[int] | None = None
     for offset, count in taken:
         if run is not None and offset == run[1] + 1 and count == run[2]:

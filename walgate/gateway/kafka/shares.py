@@ -58,8 +58,14 @@ class _EngineLogs:
         return engine.watermarks(name, partition)
 
     def settings(self, group_id: str) -> ShareSettings:
-        lock_ms, limit, reset = self._configs.share(group_id)
-        return ShareSettings(lock_ms, limit, reset, self._max_in_flight)
+        lock_ms, limit, reset, committed = self._configs.share(group_id)
+        return ShareSettings(lock_ms, limit, reset, self._max_in_flight, committed)
+
+    def stable(self, topic: str, partition: int) -> int:
+        name = self._engine.topic_name(uuid.UUID(topic))
+        if name is None:
+            raise NotFound(f"topic id {topic} is gone")
+        return self._engine.last_stable_offset(name, partition)
 
 
 class ShareService:

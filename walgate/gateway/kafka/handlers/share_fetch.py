@@ -11,6 +11,9 @@ acknowledgements the request carries applied first (KIP-932).
   their ``acquired_records`` ranges with delivery counts; the client hands out only the acquired records and
   acknowledges the offsets without one as GAP. ``acquisition_lock_timeout`` is the group's
   ``share.record.lock.duration.ms``.
+* ``share.isolation.level=read_committed``: records are acquired below the last stable offset only, and those of
+  aborted transactions are archived as they are acquired (never delivered; the client acknowledges their offsets,
+  and the transaction markers', as GAP).
 * ``is_renew_ack`` (v2, KIP-1222): the request renews locks (RENEW acknowledgements) and acquires nothing new; it
   is answered at once.
 * Long poll: a request that acknowledged nothing and acquired nothing waits up to ``max_wait_ms`` for an append to
@@ -26,6 +29,7 @@ acknowledgements the request carries applied first (KIP-932).
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -91,6 +95,38 @@ def batches_of(engine: Engine, cache: BatchCache, name: str, partition: int,
     return out
 
 
+_HEADER = struct.Struct(">qiibihiqqq")  # RecordBatch v2 up to the producer id
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
+def aborted_ranges(engine: Engine, cache: BatchCache, name: str, partition: int,
+                   acquired: list[Acquired]) -> list[tuple[int, int]]:
+    """The offset ranges of the batches of aborted transactions among those holding ``acquired`` (read_committed:
+    they are archived, never delivered); a TDengine topic has none."""
+    if not acquired or not engine.is_native(name):
+        return []
+    first, last = acquired[0].first, acquired[-1].last
+    aborted = engine.aborted_transactions(name, partition, first, last + 1)
+    if not aborted:
+        return []
+    out = []
+    for base, version, _ in engine.index_entries(name, partition, first):
+        if base > last:
+            break
+        try:
+            batch = entry_batch(engine, cache, name, partition, True, base, version)
+        except CorruptEntry:
+            continue
+        head = batch.read(_HEADER.size) if isinstance(batch, FileRegion) else bytes(batch[:_HEADER.size])
+        if len(head) < _HEADER.size:
+            continue
+        _, _, _, _, _, attributes, last_delta, _, _, producer_id = _HEADER.unpack(head)
+        if attributes & _TRANSACTIONAL and not attributes & _CONTROL and any(
+                a.producer_id == producer_id and a.first_offset <= base <= a.last_offset for a in aborted):
+            out.append((base, base + last_delta))
+    return out
+
+
 def ack_batches(topics: Any, names: dict[str, str | None]) -> list[AckBatch]:
     """The acknowledgement batches of a ShareFetch / ShareAcknowledge request's known topics."""
     return [AckBatch(str(t.topic_id), p.partition_index, b.first_offset, b.last_offset, list(b.acknowledge_types))
@@ -149,6 +185,7 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, g
         out.error = ErrorCode.share_session_not_found
         return
     now = now_ms()
+    committed = coordinator.logs.settings(group_id).committed
     results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of,
                                   byte_cap(engine, cache, max_bytes))
     for tp, result in results.items():
@@ -159,6 +196,11 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, g
         if name is not None:
             out.watch.append((name, tp[1]))
             served.batches = batches_of(engine, cache, name, tp[1], result.acquired)
+            if committed and result.acquired:
+                gone = aborted_ranges(engine, cache, name, tp[1], result.acquired)
+                if gone:
+                    served.result.acquired = coordinator.archive(group_id, member_id, tp[0], tp[1],
+                                                                 result.acquired, gone, now)
     out.deadline_ms = coordinator.next_deadline((group_id, t, p) for t, p in session.partitions)
 
 
