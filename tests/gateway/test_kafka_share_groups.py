@@ -181,9 +181,10 @@ def test_max_bytes_bounds_what_is_acquired_in_whole_batches(tmp_path: Path) -> N
                 "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0,
                                                                   "acknowledgement_batches": []}]}]}))
 
-        assert fetch(0, 10) == [(0, 0, 1)]  # the first batch, whatever the limit
-        assert fetch(1, 1500) == [(1, 1, 1)]
-        assert fetch(2, 1 << 20) == [(2, 2, 1)]
+        assert fetch(0, 0) == []  # 0 bytes: no records, as Kafka answers librdkafka 0180
+        assert fetch(1, 10) == [(0, 0, 1)]  # the first batch, whatever the limit
+        assert fetch(2, 1500) == [(1, 1, 1)]
+        assert fetch(3, 1 << 20) == [(2, 2, 1)]
 
 
 def set_group_config(conn: KafkaConnection, group: str, name: str, value: str) -> Any:

@@ -11,6 +11,8 @@ acknowledgements the request carries applied first (KIP-932).
   their ``acquired_records`` ranges with delivery counts; the client hands out only the acquired records and
   acknowledges the offsets without one as GAP. ``acquisition_lock_timeout`` is the group's
   ``share.record.lock.duration.ms``.
+* ``max_bytes`` bounds what is acquired to whole batches that fit (the answer's first batch always does, KIP-74;
+  ``max_bytes`` 0 gets no records, as from Kafka).
 * ``share.isolation.level=read_committed``: records are acquired below the last stable offset only, and those of
   aborted transactions are archived as they are acquired (never delivered; the client acknowledges their offsets,
   and the transaction markers', as GAP).
@@ -156,7 +158,7 @@ def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str
 
     def cap(topic: str, partition: int, first: int, limit: int) -> int:
         name = engine.topic_name(uuid.UUID(topic))
-        if name is None:
+        if name is None or max_bytes <= 0:  # a client asking for 0 bytes gets no records, as from Kafka
             return first
         native, end = engine.is_native(name), first
         for base, version, count in engine.index_entries(name, partition, first):
@@ -222,7 +224,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     readable = checker(broker, Operation.READ, ResourceType.TOPIC)
     renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
-    max_bytes = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = request.max_bytes
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
 
