@@ -2,9 +2,10 @@
 
 One record per share-partition, newest wins: ``{"g": group id, "t": topic key, "p": partition, "v": value}``, the
 value being what :meth:`walgate.coordinator.share_partition.SharePartition.to_record` wrote (the start offset and
-the states of the records after it; opaque here), ``"v": null`` a tombstone. Kept apart from ``groups.log`` behind
+the states of the records after it; opaque here), ``"v": null`` a tombstone. Kept apart from the group
+coordinator's log (``coordinator/offsets-<p>.log``, :mod:`walgate.storage.coordinator_log`) behind
 :class:`ShareStateLog`'s two calls (:meth:`ShareStateLog.write`, :meth:`ShareStateLog.states`) so that it can move
-into the coordinator's own log later.
+into it later (as Kafka keeps ``__share_group_state`` beside ``__consumer_offsets``, it may stay a log of its own).
 
 The log is a :class:`~walgate.storage.keyed_log.KeyedLog`, whose docstring says how it is replayed, appended and
 compacted:
