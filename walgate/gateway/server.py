@@ -51,6 +51,7 @@ from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
@@ -226,6 +227,15 @@ class Gateway:
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)
+        broker.shares = ShareService(
+            engine, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
+            delivery_limit=cfg.group_share_delivery_count_limit,
+            heartbeat_interval_ms=cfg.group_share_heartbeat_interval_ms,
+            session_timeout_ms=cfg.group_share_session_timeout_ms,
+            max_in_flight=cfg.group_share_partition_max_record_locks,
+            lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
+            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit))
+        await broker.shares.open()  # share_groups.log, before any request
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
