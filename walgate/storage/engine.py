@@ -21,7 +21,7 @@ round has steps left).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -237,9 +237,18 @@ class Engine:
         """(log start offset, high watermark) of a topic-partition."""
         return self.views.watermarks(topic, partition)
 
-    def partition_stats(self) -> list[PartitionStats]:
-        """Every partition of every topic: log start, high watermark, and the size and segments of its WAL."""
-        return self.views.partition_stats()
+    def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
+        """Every partition of every topic (or those of ``keys`` that exist: (topic, partition)): log start, high
+        watermark, and the size and segments of its WAL."""
+        return self.views.partition_stats(keys)
+
+    def partition_keys(self) -> list[tuple[str, int]]:
+        """(topic, partition) of every partition, sorted: what a caller reading stats a page at a time walks."""
+        return sorted(self.store.indexes)
+
+    def vnode_keys(self) -> list[tuple[str, int]]:
+        """(database, vnode index) of every vnode: what a caller reading committed offsets a page at a time walks."""
+        return [(db, vnode.index) for db, vnodes in self.vnodes.items() for vnode in vnodes]
 
     def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
         """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
@@ -316,9 +325,11 @@ class Engine:
         """Delete committed offsets matching the filters (durably); returns how many went."""
         return self.offsets.delete(group, topic, partition)
 
-    def all_committed(self) -> Iterator[tuple[str, str, int, Committed]]:
-        """Every committed offset: (group, topic, partition, committed)."""
-        return self.offsets.all()
+    def all_committed(self, vnodes: Iterable[tuple[str, int]] | None = None
+                      ) -> Iterator[tuple[str, str, int, Committed]]:
+        """Every committed offset (or those kept in ``vnodes``, see :meth:`vnode_keys`): (group, topic, partition,
+        committed)."""
+        return self.offsets.all(vnodes)
 
     # ------------------------------------------------------------ maintenance
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from walgate.storage.committed import Committed
 from walgate.storage.errors import StorageError
@@ -67,9 +67,13 @@ class GroupOffsets:
             raise error
         return deleted
 
-    def all(self) -> Iterator[tuple[str, str, int, Committed]]:
-        """Every committed offset: (group, topic, partition, committed)."""
-        for vnodes in self.store.vnodes.values():
-            for vnode in vnodes:
-                for (group, topic, partition), c in vnode.offsets.items():
-                    yield group, topic, partition, c
+    def all(self, vnodes: Iterable[tuple[str, int]] | None = None) -> Iterator[tuple[str, str, int, Committed]]:
+        """Every committed offset (or those kept in ``vnodes``: (database, vnode index), the ones that exist):
+        (group, topic, partition, committed)."""
+        if vnodes is None:
+            chosen: Iterable[Vnode] = (v for db in self.store.vnodes.values() for v in db)
+        else:
+            chosen = (self.store.vnodes[db][i] for db, i in vnodes if i < len(self.store.vnodes.get(db, ())))
+        for vnode in chosen:
+            for (group, topic, partition), c in vnode.offsets.items():
+                yield group, topic, partition, c
