@@ -214,8 +214,8 @@ def _queries(server: Walgate, stop: threading.Event, notes: dict[str, float]) ->
 def _create_topics(count: int) -> Disturbance:
     """CreateTopics requests of ``count`` new topics each (confluent-kafka's admin: one request per call)."""
     def disturb(server: Walgate, stop: threading.Event, notes: dict[str, float]) -> None:
-        admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        round_ = 0
+        admin = AdminClient({"bootstrap.servers": server.bootstrap, "socket.timeout.ms": 600_000})  # (one request
+        round_ = 0  # of 5,000 topics may take more than librdkafka's default 60 s on a busy machine)
         while not stop.is_set():
             names = [f"t{round_}-{i}" for i in range(count)]
             t = time.perf_counter()
@@ -354,6 +354,9 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
                          done: Event = done) -> None:
                     try:
                         disturb(server, stop, notes)
+                    except Exception as exc:  # the window goes on without it: its rows say so
+                        notes[f"the disturbance failed ({type(exc).__name__}: {exc})"[:120]] = 1.0
+                        raise
                     finally:
                         done.set()
 
