@@ -454,3 +454,8 @@ class Engine:
         did so far (``finished`` once whole), None when no partition is due. The caller calls again while it gets
         stats."""
         return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
+
+    def clean_sync(self) -> Callable[[], None] | None:
+        """The fdatasync the last cleaning step left (:meth:`Cleaner.staged_sync
+        <walgate.storage.cleaner.Cleaner.staged_sync>`), to run off this thread before the next step; None: none."""
+        return self.cleaner.staged_sync()
