@@ -587,7 +587,7 @@ class Cleaner:
         if rw.changed and rw.chunks:
             if rw.staged is None:
                 rw.staged = fileio.StagedFile(rw.seg.path)
-            rw.staged.write(b"".join(rw.chunks), sync=False)  # (synced by sync_staged or the commit)
+            rw.staged.write(b"".join(rw.chunks), sync=False)  # (synced by staged_sync or the commit)
             rw.chunks.clear()
 
     def _cleaned(self, p: _Pass, rw: _Rewrite, entry: WalEntry, recent: bool, bound: bool, now_ms: int
