@@ -50,7 +50,7 @@ from bench.servers import Walgate, walgate
 
 QUERY = b"SELECT _wstart, AVG(v), MAX(w) FROM big.m INTERVAL(10a)"
 QUERY_SECONDS = 10.0  # how long one QUERY should run (not in quick mode)
-MAX_ROWS = 40_000_000  # the most rows written to make it so
+MAX_ROWS = 30_000_000  # the most rows written to make it so
 BATCH = 100_000  # line-protocol rows per write
 TABLES = 1000
 GROUP_TOPIC, GROUP_PARTITIONS, MEMBERS = "grp", 6, 3
@@ -323,6 +323,7 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
     out: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="walgate-bench-") as tmp, \
             walgate(Path(tmp), "--max-partitions", "1000000", "--max-request-bytes", str(64 << 20),
+                    "--sql-max-bytes", str(4 << 30),  # (a query over tens of millions of rows scans more than 1 GiB)
                     "--override", "log.cleaner.backoff.ms=500", *WALGATE_FLAGS) as server:
         server.post("/rest/sql", b"CREATE DATABASE big VGROUPS 2 PRECISION 'ms'")
         rows_total = _load(server, rows_total, 0.0 if quick else QUERY_SECONDS)
