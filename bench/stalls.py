@@ -214,8 +214,8 @@ def _queries(server: Walgate, stop: threading.Event, notes: dict[str, float]) ->
 def _create_topics(count: int) -> Disturbance:
     """CreateTopics requests of ``count`` new topics each (confluent-kafka's admin: one request per call)."""
     def disturb(server: Walgate, stop: threading.Event, notes: dict[str, float]) -> None:
-        admin = AdminClient({"bootstrap.servers": server.bootstrap, "socket.timeout.ms": 600_000})  # (one request
-        round_ = 0  # of 5,000 topics may take more than librdkafka's default 60 s on a busy machine)
+        admin = AdminClient({"bootstrap.servers": server.bootstrap, "socket.timeout.ms": 300_000})  # (one request
+        round_ = 0  # of 5,000 topics may take more than librdkafka's default 60 s on a busy machine; 300 s: its most)
         while not stop.is_set():
             names = [f"t{round_}-{i}" for i in range(count)]
             t = time.perf_counter()
