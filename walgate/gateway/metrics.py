@@ -13,10 +13,10 @@ Two kinds of values, and no copy of state:
   :class:`Metrics` has its own registry, so several gateways can run in one process.
 * state (partitions, consumer groups, committed offsets and lag, the batch cache, the storage queue, fsync
   latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
-  steps: one call for the groups, the topic ids and the lists of partitions and vnodes, then one call per
-  :data:`SCRAPE_PAGE` partitions and vnodes (their offsets, sizes and committed offsets), so a scrape of many
-  partitions holds the storage thread for one page at a time and the calls queued meanwhile (Produce, Fetch) run
-  between pages. The pages are read at slightly different moments: a partition created meanwhile waits for the
+  steps: one call for the groups, the committed offsets (a copy of the coordinator's map), the topic ids and the
+  list of partitions, then one call per :data:`SCRAPE_PAGE` partitions (their offsets and their WALs' sizes), so a
+  scrape of many partitions holds the storage thread for one page at a time and the calls queued meanwhile
+  (Produce, Fetch) run between pages. The pages are read at slightly different moments: a partition created meanwhile waits for the
   next scrape, one dropped meanwhile is left out. Per-topic traffic is kept by topic key (a name, or a topic id for
   Fetch v13+) and named at scrape time with the first call.
 
@@ -65,7 +65,7 @@ QUERY_OUTCOMES = ("ok", "refused", "cancelled", "failed")
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
 SCRAPE_PAGE = 256
-"""Partitions (and vnodes, for committed offsets) one storage-thread call of a scrape reads at most."""
+"""Partitions one storage-thread call of a scrape reads at most."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
               30000.0)
 """Upper bounds (ms) of the request-time histograms."""
@@ -278,10 +278,10 @@ def _record_count(records: bytes | bytearray | memoryview) -> int:
 
 @dataclass(frozen=True)
 class _Head:
-    """A scrape's first storage-thread call: what is small, and the keys its pages walk."""
+    """A scrape's first storage-thread call: what is small or cheap to copy, and the partitions its pages walk."""
 
     partitions: list[tuple[str, int]]  # (topic, partition)
-    vnodes: list[tuple[str, int]]  # (database, vnode index)
+    committed: list[tuple[str, str, int, int]]  # (group, topic, partition, offset)
     groups: list[GroupStats]
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
@@ -289,28 +289,18 @@ class _Head:
 
 
 def _head(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _Head:
-    return _Head(engine.partition_keys(), engine.vnode_keys(), list(groups.group_stats()),
-                 dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size), storage.queued)
-
-
-def _page(engine: Engine, partitions: list[tuple[str, int]], vnodes: list[tuple[str, int]]
-          ) -> tuple[list[PartitionStats], list[tuple[str, str, int, int]]]:
-    """One page of a scrape: the stats of ``partitions`` and the committed offsets kept in ``vnodes``."""
-    return (engine.partition_stats(partitions),
-            [(g, t, p, c.offset) for g, t, p, c in engine.all_committed(vnodes)])
+    return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
+                 list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
+                 storage.queued)
 
 
 async def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _State:
-    """The collector's storage-thread calls: the head, then a page of :data:`SCRAPE_PAGE` at a time."""
+    """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
     head = await storage.call(_head, engine, groups, cache, storage)
     partitions: list[PartitionStats] = []
-    committed: list[tuple[str, str, int, int]] = []
-    for start in range(0, max(len(head.partitions), len(head.vnodes)), SCRAPE_PAGE):
-        stats, offsets = await storage.call(_page, engine, head.partitions[start : start + SCRAPE_PAGE],
-                                            head.vnodes[start : start + SCRAPE_PAGE])
-        partitions += stats
-        committed += offsets
-    return _State(partitions, committed, head.groups, head.topic_ids, head.cache, head.queued)
+    for start in range(0, len(head.partitions), SCRAPE_PAGE):
+        partitions += await storage.call(engine.partition_stats, head.partitions[start : start + SCRAPE_PAGE])
+    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued)
 
 
 class StateCollector(Collector):
