@@ -32,6 +32,7 @@ import os
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from types import TracebackType
 
 from aiohttp import web
@@ -327,13 +328,16 @@ class Gateway:
 
     async def _clean_loop(self, engine: Engine) -> None:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
-        pass at a time on the storage thread (requests are served in between), the next step at once while a pass is
-        in progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
+        pass at a time on the storage thread (requests are served in between), the fdatasync of what the step staged
+        on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is due,
+        the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
         max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
         while True:
             try:
-                stats = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
+                stats, sync = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
+                if sync is not None:  # the step's staged bytes, fdatasynced off the storage thread
+                    await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
                 stats = None
@@ -366,9 +370,10 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _clean_now(engine: Engine, node_id: int, max_keys: int) -> CleanStats | None:
-    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs."""
-    return engine.clean(engine.clock.time(), node_id, max_keys)
+def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:
+    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs: the step's stats and
+    the fdatasync it left for another thread."""
+    return engine.clean(engine.clock.time(), node_id, max_keys), engine.clean_sync()
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:
