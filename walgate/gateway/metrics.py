@@ -47,7 +47,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from walgate.coordinator import GroupCoordinator, GroupStats
-from walgate.gateway.kafka.broker import BatchCache
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, PartitionStats
 from walgate.storage.fileio import SYNC_LATENCY, LatencyRecorder
@@ -132,9 +131,10 @@ class Metrics:
         # per-topic traffic by topic key (name, or id for Fetch v13+): [bytes in, records in, bytes out]
         self.traffic: dict[str | uuid.UUID, list[int]] = {}
 
-    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator, cache: BatchCache) -> None:
-        """Report the state of ``engine``, ``groups`` and ``cache`` at every scrape (call once, on the event loop)."""
-        self.registry.register(StateCollector(self, storage, engine, groups, cache, asyncio.get_running_loop()))
+    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator) -> None:
+        """Report the state of ``engine`` (its partitions and batch cache) and ``groups`` at every scrape (call once,
+        on the event loop)."""
+        self.registry.register(StateCollector(self, storage, engine, groups, asyncio.get_running_loop()))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (blocks on the storage thread: not on the event loop)."""
@@ -270,10 +270,11 @@ def _record_count(records: bytes | bytearray | memoryview) -> int:
     return count
 
 
-def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _State:
+def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _State:
     """The collector's one storage-thread call."""
+    cache = engine.batch_cache
     return _State(
-        partitions=list(engine.partition_stats()),
+        partitions=list(engine.partitions.stats()),
         committed=[(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
         groups=list(groups.group_stats()),
         topic_ids=dict(engine.topics_by_id()),
@@ -287,19 +288,18 @@ class StateCollector(Collector):
     scrape time (one storage-thread call per scrape)."""
 
     def __init__(self, metrics: Metrics, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
-                 cache: BatchCache, loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._metrics = metrics
         self._storage = storage
         self._engine = engine
         self._groups = groups
-        self._cache = cache
         self._loop = loop
 
     def describe(self) -> Iterable[Metric]:
         return ()  # nothing to check at registration (collect() would need the storage thread)
 
     def collect(self) -> Iterator[Metric]:
-        call = self._storage.call(_state, self._engine, self._groups, self._cache, self._storage)
+        call = self._storage.call(_state, self._engine, self._groups, self._storage)
         future = asyncio.run_coroutine_threadsafe(call, self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)

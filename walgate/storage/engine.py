@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from walgate.storage import resource_configs
+from walgate.storage.batch_cache import BatchCache
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
@@ -42,6 +43,7 @@ from walgate.storage.ingest import Ingest
 from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
+from walgate.storage.partitions import LocalPartitions, Partitions
 from walgate.storage.producers import AbortedTxn, ActiveProducer
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
@@ -60,12 +62,14 @@ from walgate.storage.wal import FileRegion, PendingSync
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
 _RETENTION_CHECK_S = 5.0
+BATCH_CACHE_BYTES = 256 << 20
+"""The default bound of the rendered-batch cache (``--batch-cache-bytes``)."""
 
 
 class Engine:
     """Catalog + vnodes + topics of one data directory (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, batch_cache_bytes: int = BATCH_CACHE_BYTES) -> None:
         self.store = store
         self.clock = store.clock  # what the engine reads time from; the gateway reads sync_due's and clean's now from it
         # the shared state, for callers that inspect it (tests, tools)
@@ -87,6 +91,9 @@ class Engine:
         self.grants = Grants(store)
         self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log), store.clock)
         self.cleaner = Cleaner(store)
+        self.batch_cache = BatchCache(batch_cache_bytes)  # TDengine topics' rendered batches (read by the metrics)
+        self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
+        """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -124,6 +131,7 @@ class Engine:
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        batch_cache_bytes: int = BATCH_CACHE_BYTES,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -133,9 +141,10 @@ class Engine:
         members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
         WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
         :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`). ``clock`` is every time the engine reads
-        (:mod:`walgate.storage.clock`: the real clock unless a test passes its own)."""
+        (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``batch_cache_bytes`` bounds the
+        cache of TDengine topics' rendered batches (:mod:`walgate.storage.batch_cache`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock)
-        engine = cls(store)
+        engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
         for topic in list(store.catalog.topics.values()):
@@ -227,8 +236,10 @@ class Engine:
         return MappingProxyType(self.store.topic_names)
 
     def drop_topic(self, name: str) -> None:
-        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
+        """Drop a topic, its offset indexes, committed offsets and cached batches; a Kafka-native one with its
+        database."""
         self.views.drop(name)
+        self.batch_cache.drop_topic(name)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a topic-partition."""
