@@ -955,7 +955,7 @@ def test_a_producers_newest_marker_keeps_its_coordinator_epoch_across_a_restart(
         e.close()
     e = open_engine(tmp_path)
     try:
-        assert [p.coordinator_epoch for p in e.active_producers("t", 0) if p.producer_id == 3] == [5]
+        assert [p.coordinator_epoch for p in e.partitions.producers("t", 0) if p.producer_id == 3] == [5]
         fenced = e.write_txn_markers(3, 0, 4, True, [("t", 0)])
         assert isinstance(fenced[0], SequenceError) and fenced[0].kafka_error == "transaction_coordinator_fenced"
     finally:

@@ -176,7 +176,7 @@ def test_markers_are_refused_per_partition(engine: Engine):
     assert results[4] is None
     assert engine.watermarks("t", 0) == (0, 2)  # nothing written where it was refused
     assert engine.last_stable_offset("td", 0) == engine.watermarks("td", 0)[1]
-    assert engine.aborted_transactions("td", 0, 0, 10) == [] and engine.active_producers("td", 0) == []
+    assert engine.aborted_transactions("td", 0, 0, 10) == [] and engine.partitions.producers("td", 0) == []
 
 
 def test_produce_rules_for_transactional_producers(engine: Engine):
@@ -193,7 +193,7 @@ def test_produce_rules_for_transactional_producers(engine: Engine):
     assert mixed.value.kafka_error == "invalid_txn_state"
     assert engine.append_batches("t", 0, [txn_batch(7, 0, epoch=1), txn_batch(7, 2, epoch=1)]) == 3
     assert engine.ongoing_transactions() == {7: [("t", 0, 3)]}
-    assert engine.active_producers("t", 0) == [ActiveProducer(7, 1, 3, 1000, 0, 3)]
+    assert engine.partitions.producers("t", 0) == [ActiveProducer(7, 1, 3, 1000, 0, 3)]
 
 
 def test_transaction_state_is_rebuilt_from_the_wal(tmp_path: Path):
@@ -204,11 +204,11 @@ def test_transaction_state_is_rebuilt_from_the_wal(tmp_path: Path):
     e.write_txn_markers(7, 0, 3, False, [("t", 0)])
     e.append_batches("t", 0, [txn_batch(9, 0)])
     before = (e.ongoing_transactions(), e.last_stable_offset("t", 0), e.aborted_transactions("t", 0, 0, 100),
-              e.active_producers("t", 0))
+              e.partitions.producers("t", 0))
     e.close()
     e = Engine.open(tmp_path)
     after = (e.ongoing_transactions(), e.last_stable_offset("t", 0), e.aborted_transactions("t", 0, 0, 100),
-             e.active_producers("t", 0))
+             e.partitions.producers("t", 0))
     assert after == before == ({8: [("t", 0, 2)], 9: [("t", 0, 5)]}, 2, [AbortedTxn(7, 0, 4)], after[3])
     assert [a.coordinator_epoch for a in after[3]] == [3, -1, -1]
     with pytest.raises(SequenceError):  # the coordinator epoch seen is rebuilt too

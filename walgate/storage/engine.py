@@ -44,7 +44,7 @@ from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
-from walgate.storage.producers import AbortedTxn, ActiveProducer
+from walgate.storage.producers import AbortedTxn
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.select import PreparedSelect, Selects
@@ -217,6 +217,7 @@ class Engine:
         return self.views.is_native(topic)
 
     def has_partition(self, topic: str, partition: int) -> bool:
+        """Whether ``topic`` has partition ``partition`` (the coordinator's offset store asks)."""
         return self.views.has_partition(topic, partition)
 
     def partition_count(self, topic: str) -> int:
@@ -245,10 +246,6 @@ class Engine:
         """(log start offset, high watermark) of a topic-partition."""
         return self.views.watermarks(topic, partition)
 
-    def partition_stats(self) -> list[PartitionStats]:
-        """Every partition of every topic: log start, high watermark, and the size and segments of its WAL."""
-        return self.views.partition_stats()
-
     def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
         """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
         return self.views.index_entries(topic, partition, offset)
@@ -264,10 +261,6 @@ class Engine:
     def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none."""
         return self.views.offset_for_timestamp(topic, partition, ts_ms)
-
-    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
-        """(offset, timestamp ms) of the first record holding the partition's largest timestamp."""
-        return self.views.max_timestamp(topic, partition)
 
     # ------------------------------------------------------------- Kafka-native topics
 
@@ -293,11 +286,6 @@ class Engine:
     def append_batches(self, topic: str, partition: int, batches: list[bytes]) -> int:
         """Append produced RecordBatch v2 ``batches`` atomically (idempotence checked); their base offset."""
         return self.native.append_batches(topic, partition, batches)
-
-    def append_partitions(self, topic: str, partitions: list[tuple[int, list[bytes]]]) -> list[int | Exception]:
-        """:meth:`append_batches` for several ``(partition, batches)`` in one call: per partition, its base offset or
-        the exception that refused it (nothing of it written; the other partitions are appended as usual)."""
-        return self.native.append_partitions(topic, partitions)
 
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
@@ -437,10 +425,6 @@ class Engine:
     def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets ``[start, upper)`` of a partition (read_committed Fetch)."""
         return self.native.aborted_transactions(topic, partition, start, upper)
-
-    def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
-        """The producers a partition keeps state for (DescribeProducers)."""
-        return self.native.active_producers(topic, partition)
 
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node

@@ -159,6 +159,10 @@ class _Batches(NamedTuple):
     log_append_time: int
 
 
+_PENDING = Exception("not appended yet")
+"""The place of a Kafka-native partition in :meth:`LocalPartitions.append`'s results until its append's result."""
+
+
 class LocalPartitions:
     """:class:`Partitions` over this node's engine (storage thread only; see the module docstring)."""
 
@@ -175,7 +179,7 @@ class LocalPartitions:
     def append(self, topic: str, partitions: Sequence[tuple[int, bytes]], now_ms: int,
                node_id: int) -> list[Appended | Exception]:
         defaults = resource_configs.topic_defaults(self._store.catalog.resource_configs, str(node_id))
-        results: list[Appended | Exception | None] = []  # None: a Kafka-native partition's, until it is appended
+        results: list[Appended | Exception] = []
         appends: list[tuple[int, _Batches]] = []  # (position in results, batches)
         for index, records in partitions:
             checked: Appended | _Batches | Exception
@@ -185,30 +189,26 @@ class LocalPartitions:
                 checked = exc
             if isinstance(checked, _Batches):
                 appends.append((len(results), checked))
-                results.append(None)
+                results.append(_PENDING)  # replaced by its append's result
             else:
                 results.append(self._with_needs(checked))
         if appends:
             self._append_native(topic, appends, results)
-        return [result for result in results if result is not None]  # every position is filled by now
+        return results
 
     def _append_native(self, topic: str, appends: list[tuple[int, _Batches]],
-                       results: list[Appended | Exception | None]) -> None:
+                       results: list[Appended | Exception]) -> None:
         """Append a topic's checked Kafka-native partitions in one call, each one's result into its position."""
         written = self._native.append_partitions(topic, [(a.partition, a.batches) for _, a in appends])
-        for (at, a), result in zip(appends, written):
-            results[at] = result if isinstance(result, Exception) else Appended(
-                result, a.log_append_time, self._views.watermarks(topic, a.partition)[0], [])
         try:
             needs = self._take_unsynced()  # one take for the topic's one append: a failed fsync refuses them all
         except Exception as exc:  # noqa: BLE001 - answered per partition, as any refusal
             for at, _ in appends:
                 results[at] = exc
             return
-        for at, _ in appends:
-            done = results[at]
-            if isinstance(done, Appended):
-                results[at] = done._replace(needs=needs)
+        for (at, a), result in zip(appends, written):
+            results[at] = result if isinstance(result, Exception) else Appended(
+                result, a.log_append_time, self._views.watermarks(topic, a.partition)[0], needs)
 
     def _with_needs(self, result: Appended | Exception) -> Appended | Exception:
         """``result`` of a partition answered on its own, with what its write needs to be durable (an engine failing
