@@ -1,4 +1,4 @@
-"""The engine's per-partition statistics (``Engine.partition_stats``, what ``/metrics`` exports) and the topic-id
+"""The engine's per-partition statistics (``Engine.partitions.stats``, what ``/metrics`` exports) and the topic-id
 index storage keeps across create, drop and restart."""
 
 from __future__ import annotations

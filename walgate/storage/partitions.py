@@ -84,7 +84,8 @@ class PartitionOffsets(NamedTuple):
 class Appended(NamedTuple):
     """One partition's successful append: its base offset (-1: rows of a TDengine topic, which land in the
     partitions of their tables), the append time stamped into its batches (-1: CreateTime), its log start after the
-    append, and what must be durable before it is answered (group commit)."""
+    append, and the syncs that must be done before it is answered (group commit, :mod:`~walgate.storage.durability`;
+    empty when it is durable already)."""
 
     base_offset: int
     log_append_time: int
