@@ -173,7 +173,7 @@ class LocalPartitions:
         self._views = views
         self._native = native
         self._ingest = ingest
-        self.cache = cache  # TDengine topics' rendered batches; its counters are reported by the metrics
+        self._cache = cache  # TDengine topics' rendered batches (the engine's; the metrics read its counters)
 
     # ------------------------------------------------------------------ append
 
@@ -283,12 +283,12 @@ class LocalPartitions:
             region = self._native.kafka_region(topic, partition, version)
             return region if len(region) >= SENDFILE_MIN_BYTES else region.read()
         key = (topic, partition, version)
-        batch = self.cache.get(key)
+        batch = self._cache.get(key)
         if batch is None:
             rows = self._views.kafka_rows(topic, partition, version)
             batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers,
                                  partition_leader_epoch=LEADER_EPOCH)
-            self.cache.put(key, batch)
+            self._cache.put(key, batch)
         return batch
 
     def list_offset(self, topic: str, partition: int, spec: int, *, read_committed: bool) -> tuple[int, int]:
