@@ -129,7 +129,7 @@ def test_topic_offsets_are_dense_over_sparse_versions(engine):
     seen = []
     for offset in range(3):
         version, pos = idx.locate(offset)
-        recs = engine.topic_records("hi", part, version)
+        recs = engine.views.topic_records("hi", part, version)
         seen.append(recs[0].values.column("voltage")[pos].as_py())
     assert seen == [210, 220, 230]
     assert idx.locate(3) is None

@@ -44,7 +44,6 @@ from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
-from walgate.storage.producers import AbortedTxn
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.select import PreparedSelect, Selects
@@ -54,10 +53,9 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
-from walgate.storage.topics import Records
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
-from walgate.storage.wal import FileRegion, PendingSync
+from walgate.storage.wal import PendingSync
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
@@ -250,10 +248,6 @@ class Engine:
         """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
         return self.views.index_entries(topic, partition, offset)
 
-    def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
-        """Records a TDengine topic's entry at ``version`` yields (CorruptEntry: the entry was lost)."""
-        return self.views.topic_records(topic, partition, version)
-
     def kafka_rows(self, topic: str, partition: int, version: int) -> KafkaRows:
         """The Kafka records of one indexed entry of a TDengine topic (CorruptEntry: lost)."""
         return self.views.kafka_rows(topic, partition, version)
@@ -290,10 +284,6 @@ class Engine:
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
-
-    def kafka_region(self, topic: str, partition: int, version: int) -> FileRegion:
-        """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (CorruptEntry: lost or damaged)."""
-        return self.native.kafka_region(topic, partition, version)
 
     # ------------------------------------------------------------- committed offsets
 
@@ -416,15 +406,6 @@ class Engine:
         """Producer id -> (topic, partition, first offset) of every partition where it has a transaction open (rebuilt
         from the WALs at open)."""
         return self.native.ongoing_transactions()
-
-    def last_stable_offset(self, topic: str, partition: int) -> int:
-        """A partition's last stable offset: the first offset of its earliest unfinished transaction, else the high
-        watermark (always, for a TDengine topic)."""
-        return self.native.last_stable_offset(topic, partition)
-
-    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping offsets ``[start, upper)`` of a partition (read_committed Fetch)."""
-        return self.native.aborted_transactions(topic, partition, start, upper)
 
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
