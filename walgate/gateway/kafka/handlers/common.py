@@ -49,6 +49,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
     TopicCollision,
 )
+from walgate.storage.partitions import LEADER_EPOCH
 from walgate.storage.wal import CorruptEntry
 from walgate.wire.errors import (
     CorruptRecord,
@@ -76,7 +77,6 @@ class Unanswered(NamedTuple):
 
 log = logging.getLogger("walgate.kafka")
 
-LEADER_EPOCH = 0
 
 Table = Mapping[type[BaseException], ErrorCode]
 
