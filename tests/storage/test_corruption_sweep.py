@@ -361,8 +361,8 @@ def record_truth(template: Path, work: Path, writes: dict[str, Any]) -> Truth:
     e = Engine.open(copy)
     try:
         assert e.damage() == []
-        tables = [(db, t.name) for db, vnodes in e.vnodes.items() for v in vnodes for t in v.tables.values()]
-        normal_tables = [(db, t.name) for db, vnodes in e.vnodes.items() for v in vnodes for t in v.tables.values()
+        tables = [(db, t.name) for db, vnodes in e.vnodes.items() for v in vnodes for t in v.tables()]
+        normal_tables = [(db, t.name) for db, vnodes in e.vnodes.items() for v in vnodes for t in v.tables()
                          if t.stable is None]
         stables = sorted(e.catalog.stables)
         parts = [(t, p) for t in e.catalog.topics for p in range(e.partition_count(t))]

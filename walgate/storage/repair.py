@@ -350,7 +350,7 @@ def _read(directory: Path) -> _Contents:
                         precision = unit if unit in ("ms", "us", "ns") else precision
                 if kafka or precision is not None:
                     break
-            tables += [(i, t.name, t.stable) for t in vnode.tables.values()]
+            tables += [(i, t.name, t.stable) for t in vnode.tables()]
         finally:
             vnode.close()
         topics = directory / f"vnode{i}" / "topics"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from walgate.storage import datadir
-from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, StableDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
@@ -161,16 +161,16 @@ class Store:
             return t.columns
         return self.catalog.stable(db.name, t.stable).columns
 
-    def tag_tables(self, vnode: Vnode) -> Callable[[str], pa.Table]:
-        """Per-stable tag tables of ``vnode`` (a stable dropped since keeps its subtables' names, no tags)."""
+    def tag_tables(self, vnode: Vnode) -> Callable[[str, pa.Array | None], pa.Table]:
+        """Tag tables of ``vnode``'s supertables: ``lookup(stable, names)`` is the tag table of the subtables named
+        in ``names`` (every one when None); a stable dropped since keeps its subtables' names, no tags."""
         db = vnode.db.name
 
-        def lookup(stable: str) -> pa.Table:
+        def lookup(stable: str, names: pa.Array | None) -> pa.Table:
             st = self.catalog.stables.get((db, stable))
             if st is None:
-                names = [t.name for t in vnode.tables.values() if t.stable == stable]
-                return pa.table({"tbname": pa.array(names, pa.string())})
-            return vnode.tag_table(st)
+                st = StableDef(db, stable, (), (), 0)
+            return vnode.tag_table(st, names)
 
         return lookup
 

@@ -1,0 +1,202 @@
+"""A vnode's meta store: the definitions of its tables on disk (``meta.db``), derived from the vnode's WAL.
+
+As TDengine keeps child-table meta in each vnode's meta store, a vnode keeps its table definitions here and only a
+bounded cache of them in memory (:mod:`walgate.storage.vnode`), so millions of subtables cost disk, not memory.
+The WAL's meta entries stay the source of truth: the store records the WAL version it covers (every meta entry
+below it is applied) and is rebuilt from the WAL when it is missing, damaged or ahead of the WAL.
+
+Format: a SQLite database (Python's ``sqlite3``; rollback journal, ``synchronous=FULL``, so a committed write is
+durable and a killed one rolls back at the next open) of two tables:
+
+* ``tables(name PRIMARY KEY, stable, def, dropped)``: ``def`` is the definition (name, supertable, tags, columns,
+  create version and time) as one checksummed line (:mod:`walgate.storage.lines`) whose name must match the key, so
+  a flipped byte is found when the row is read; ``dropped`` is 0 or 1 (anything else is damage); an index by
+  ``stable`` lists a supertable's subtables;
+* ``covered(id = 0, line)``: the covered WAL version, also a checksummed line.
+
+Errors: a file that is not such a store, a row that does not verify, or SQLite reporting corruption raise
+:class:`MetaDamaged` (the vnode reports it and rebuilds); any other SQLite error (a full disk, an I/O error) raises
+:class:`~walgate.storage.errors.StorageUnavailable` naming the file; a write is one transaction, all or nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from walgate.storage import lines
+from walgate.storage.catalog import column_from_json
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.schema import Column
+
+__all__ = ["META_STORE", "MetaDamaged", "MetaStore", "TableDef"]
+
+META_STORE = "meta.db"
+_SCHEMA = (
+    "CREATE TABLE tables (name TEXT PRIMARY KEY, stable TEXT, def BLOB NOT NULL, dropped INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE INDEX tables_by_stable ON tables (stable)",
+    "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
+)
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """One table of a vnode, as its create entry (WAL ``version``) made it; ``dropped`` once a drop entry passed."""
+
+    name: str
+    stable: str | None  # None for a normal table
+    tags: dict[str, Any]
+    columns: tuple[Column, ...] | None  # normal tables only
+    version: int  # WAL version of the create entry
+    created_ts: int  # creation time, database precision
+    dropped: bool = False
+
+
+class MetaDamaged(Exception):
+    """The store is not what it should be (the message says how): rebuild it from the WAL."""
+
+
+def encode_def(t: TableDef) -> bytes:
+    """``t`` without its dropped flag, as one checksummed line (no ``\\n``)."""
+    return lines.encode({
+        "name": t.name, "stable": t.stable, "tags": t.tags, "version": t.version, "created_ts": t.created_ts,
+        "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
+    })[:-1]
+
+
+def decode_def(name: str, raw: object, dropped: object) -> TableDef:
+    """The row of ``name``; :class:`MetaDamaged` when it does not verify."""
+    try:
+        if not isinstance(raw, bytes) or dropped not in (0, 1):
+            raise ValueError(f"a row of types {type(raw).__name__}, {type(dropped).__name__}")
+        d = lines.decode(raw)
+        if d["name"] != name:
+            raise ValueError(f"row {name!r} holds table {d['name']!r}")
+        cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
+        return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), dropped == 1)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise MetaDamaged(f"table {name!r}: {exc}") from None
+
+
+class MetaStore:
+    """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int) -> None:
+        self.path = path
+        self._conn = conn
+        self.covered = covered  # every meta entry below this WAL version is in the store
+
+    @classmethod
+    def open(cls, path: Path) -> MetaStore:
+        """Open ``path``, creating an empty store (covering nothing) when there is no file; :class:`MetaDamaged`
+        when the file is not a sound store, StorageUnavailable when it cannot be read or created."""
+        fresh = not path.exists()
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageUnavailable(f"{path}: {exc}") from None
+        try:
+            conn.execute("PRAGMA journal_mode=DELETE")
+            conn.execute("PRAGMA synchronous=FULL")
+            if fresh:
+                conn.execute("BEGIN")
+                for stmt in _SCHEMA:
+                    conn.execute(stmt)
+                conn.execute("INSERT INTO covered VALUES (0, ?)", (lines.encode({"version": 0})[:-1],))
+                conn.execute("COMMIT")
+                return cls(path, conn, 0)
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise MetaDamaged("; ".join(map(str, problems[:3])))
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if not {"tables", "covered", "tables_by_stable"} <= names:
+                raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
+            rows = conn.execute("SELECT line FROM covered").fetchall()
+            if len(rows) != 1:
+                raise MetaDamaged(f"{len(rows)} covered versions")
+            covered = lines.decode(rows[0][0])["version"] if isinstance(rows[0][0], bytes) else None
+            if type(covered) is not int or covered < 0:
+                raise MetaDamaged(f"covered version {covered!r}")
+            return cls(path, conn, covered)
+        except MetaDamaged:
+            conn.close()
+            raise
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.OperationalError) and not _is_corrupt(exc):
+                raise StorageUnavailable(f"{path}: {exc}") from None
+            raise MetaDamaged(str(exc)) from None
+
+    def get(self, name: str) -> TableDef | None:
+        """The table ``name`` (dropped ones too), None when there is none."""
+        row = self._query("SELECT def, dropped FROM tables WHERE name = ?", (name,)).fetchone()
+        return None if row is None else decode_def(name, row[0], row[1])
+
+    def of_stable(self, stable: str) -> Iterator[TableDef]:
+        """Every subtable of ``stable`` (dropped ones too), in name order."""
+        return self._defs("SELECT name, def, dropped FROM tables WHERE stable = ? ORDER BY name", (stable,))
+
+    def all(self) -> Iterator[TableDef]:
+        """Every table (dropped ones too), in name order."""
+        return self._defs("SELECT name, def, dropped FROM tables ORDER BY name", ())
+
+    def count_live(self) -> int:
+        """How many tables are not dropped."""
+        row = self._query("SELECT COUNT(*) FROM tables WHERE dropped = 0", ()).fetchone()
+        return int(row[0])
+
+    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int) -> None:
+        """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
+        rows of the same name), then record ``covered``. Nothing is written when it raises."""
+        try:
+            self._conn.execute("BEGIN")
+            self._conn.executemany("UPDATE tables SET dropped = 1 WHERE stable = ?", [(s,) for s in dropped_stables])
+            self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?, ?, ?)",
+                                   ((t.name, t.stable, encode_def(t), int(t.dropped)) for t in tables))
+            self._conn.execute("UPDATE covered SET line = ? WHERE id = 0", (lines.encode({"version": covered})[:-1],))
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled it back itself (a full disk or an I/O error ends the transaction)
+            raise _error(self.path, exc) from None
+        self.covered = covered
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _defs(self, sql: str, args: tuple[Any, ...]) -> Iterator[TableDef]:
+        cursor = self._query(sql, args)
+        while True:
+            try:
+                rows = cursor.fetchmany(4096)
+            except sqlite3.Error as exc:
+                raise _error(self.path, exc) from None
+            if not rows:
+                return
+            for name, raw, dropped in rows:
+                yield decode_def(name, raw, dropped)
+
+    def _query(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or not isinstance(exc, sqlite3.OperationalError)
+
+
+def _error(path: Path, exc: sqlite3.Error) -> Exception:
+    """SQLite's ``exc`` as :class:`MetaDamaged` (corruption) or StorageUnavailable (anything else)."""
+    if _is_corrupt(exc):
+        return MetaDamaged(str(exc))
+    return StorageUnavailable(f"{path}: {exc}")
