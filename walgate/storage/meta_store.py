@@ -8,11 +8,12 @@ below it is applied) and is rebuilt from the WAL when it is missing, damaged or 
 Format: a SQLite database (Python's ``sqlite3``; rollback journal, ``synchronous=FULL``, so a committed write is
 durable and a killed one rolls back at the next open) of two tables:
 
-* ``tables(name PRIMARY KEY, stable, def, dropped)``: ``def`` is the definition (name, supertable, tags, columns,
-  create version and time) as one checksummed line (:mod:`walgate.storage.lines`) whose name must match the key, so
-  a flipped byte is found when the row is read; ``dropped`` is 0 or 1 (anything else is damage); an index by
-  ``stable`` lists a supertable's subtables;
-* ``covered(id = 0, line)``: the covered WAL version, also a checksummed line.
+* ``tables(name PRIMARY KEY, def)``: ``def`` is the definition (name first, supertable, tags, columns, create
+  version and time, dropped) as one checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is
+  found when the row is read, and one in a key when the store is opened (every key is compared with the name its
+  ``def`` starts with, in SQL) or read whole; there is no other index (a supertable's subtables are found by
+  reading every row, as a query over it reads them anyway), so nothing unchecked decides which rows a read sees;
+* ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
 
 Errors: a file that is not such a store, a row that does not verify, or SQLite reporting corruption raise
 :class:`MetaDamaged` (the vnode reports it and rebuilds); any other SQLite error (a full disk, an I/O error) raises
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,11 @@ from walgate.storage.schema import Column
 __all__ = ["META_STORE", "MetaDamaged", "MetaStore", "TableDef"]
 
 META_STORE = "meta.db"
+_KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
+                      " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
+"""The rows whose key is not the name their ``def`` starts with (as JSON without escapes)."""
 _SCHEMA = (
-    "CREATE TABLE tables (name TEXT PRIMARY KEY, stable TEXT, def BLOB NOT NULL, dropped INTEGER NOT NULL)"
-    " WITHOUT ROWID",
-    "CREATE INDEX tables_by_stable ON tables (stable)",
+    "CREATE TABLE tables (name TEXT PRIMARY KEY, def BLOB NOT NULL) WITHOUT ROWID",
     "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
 )
 
@@ -61,23 +63,26 @@ class MetaDamaged(Exception):
 
 
 def encode_def(t: TableDef) -> bytes:
-    """``t`` without its dropped flag, as one checksummed line (no ``\\n``)."""
+    """``t`` as one checksummed line (no ``\\n``), its name first."""
     return lines.encode({
         "name": t.name, "stable": t.stable, "tags": t.tags, "version": t.version, "created_ts": t.created_ts,
         "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
+        "dropped": t.dropped,
     })[:-1]
 
 
-def decode_def(name: str, raw: object, dropped: object) -> TableDef:
+def decode_def(name: object, raw: object) -> TableDef:
     """The row of ``name``; :class:`MetaDamaged` when it does not verify."""
     try:
-        if not isinstance(raw, bytes) or dropped not in (0, 1):
-            raise ValueError(f"a row of types {type(raw).__name__}, {type(dropped).__name__}")
+        if not isinstance(raw, bytes) or not isinstance(name, str):
+            raise ValueError(f"a row of types {type(name).__name__}, {type(raw).__name__}")
         d = lines.decode(raw)
         if d["name"] != name:
             raise ValueError(f"row {name!r} holds table {d['name']!r}")
+        if type(d["dropped"]) is not bool:
+            raise ValueError(f"dropped {d['dropped']!r}")
         cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
-        return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), dropped == 1)
+        return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), d["dropped"])
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise MetaDamaged(f"table {name!r}: {exc}") from None
 
@@ -85,10 +90,11 @@ def decode_def(name: str, raw: object, dropped: object) -> TableDef:
 class MetaStore:
     """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int) -> None:
         self.path = path
         self._conn = conn
         self.covered = covered  # every meta entry below this WAL version is in the store
+        self.live = live  # of the tables in the store, those not dropped
 
     @classmethod
     def open(cls, path: Path) -> MetaStore:
@@ -106,22 +112,25 @@ class MetaStore:
                 conn.execute("BEGIN")
                 for stmt in _SCHEMA:
                     conn.execute(stmt)
-                conn.execute("INSERT INTO covered VALUES (0, ?)", (lines.encode({"version": 0})[:-1],))
+                conn.execute("INSERT INTO covered VALUES (0, ?)", (lines.encode({"version": 0, "live": 0})[:-1],))
                 conn.execute("COMMIT")
-                return cls(path, conn, 0)
+                return cls(path, conn, 0, 0)
             problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise MetaDamaged("; ".join(map(str, problems[:3])))
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            if not {"tables", "covered", "tables_by_stable"} <= names:
+            if not {"tables", "covered"} <= names:
                 raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
             rows = conn.execute("SELECT line FROM covered").fetchall()
             if len(rows) != 1:
                 raise MetaDamaged(f"{len(rows)} covered versions")
-            covered = lines.decode(rows[0][0])["version"] if isinstance(rows[0][0], bytes) else None
-            if type(covered) is not int or covered < 0:
-                raise MetaDamaged(f"covered version {covered!r}")
-            return cls(path, conn, covered)
+            state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
+            covered, live = state.get("version"), state.get("live")
+            if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
+                raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
+            for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
+                decode_def(name, raw)
+            return cls(path, conn, covered, live)
         except MetaDamaged:
             conn.close()
             raise
@@ -133,31 +142,29 @@ class MetaStore:
 
     def get(self, name: str) -> TableDef | None:
         """The table ``name`` (dropped ones too), None when there is none."""
-        row = self._query("SELECT def, dropped FROM tables WHERE name = ?", (name,)).fetchone()
-        return None if row is None else decode_def(name, row[0], row[1])
+        row = self._query("SELECT def FROM tables WHERE name = ?", (name,)).fetchone()
+        return None if row is None else decode_def(name, row[0])
 
     def of_stable(self, stable: str) -> Iterator[TableDef]:
         """Every subtable of ``stable`` (dropped ones too), in name order."""
-        return self._defs("SELECT name, def, dropped FROM tables WHERE stable = ? ORDER BY name", (stable,))
+        return (t for t in self.all() if t.stable == stable)
 
     def all(self) -> Iterator[TableDef]:
         """Every table (dropped ones too), in name order."""
-        return self._defs("SELECT name, def, dropped FROM tables ORDER BY name", ())
+        return self._defs("SELECT name, def FROM tables ORDER BY name", ())
 
-    def count_live(self) -> int:
-        """How many tables are not dropped."""
-        row = self._query("SELECT COUNT(*) FROM tables WHERE dropped = 0", ()).fetchone()
-        return int(row[0])
-
-    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int) -> None:
+    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int) -> int:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
-        rows of the same name), then record ``covered``. Nothing is written when it raises."""
+        rows of the same name), then record ``covered`` and the count of live tables: ``live`` less those this marked
+        dropped, whose number it returns. Nothing is written when it raises."""
+        gone = set(dropped_stables)
+        drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
         try:
             self._conn.execute("BEGIN")
-            self._conn.executemany("UPDATE tables SET dropped = 1 WHERE stable = ?", [(s,) for s in dropped_stables])
-            self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?, ?, ?)",
-                                   ((t.name, t.stable, encode_def(t), int(t.dropped)) for t in tables))
-            self._conn.execute("UPDATE covered SET line = ? WHERE id = 0", (lines.encode({"version": covered})[:-1],))
+            self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?)",
+                                   ((t.name, encode_def(t)) for t in [*drops, *tables]))
+            self._conn.execute("UPDATE covered SET line = ? WHERE id = 0",
+                               (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if self._conn.in_transaction:
@@ -166,7 +173,8 @@ class MetaStore:
                 except sqlite3.Error:
                     pass  # SQLite rolled it back itself (a full disk or an I/O error ends the transaction)
             raise _error(self.path, exc) from None
-        self.covered = covered
+        self.covered, self.live = covered, live - len(drops)
+        return len(drops)
 
     def close(self) -> None:
         self._conn.close()
@@ -180,8 +188,8 @@ class MetaStore:
                 raise _error(self.path, exc) from None
             if not rows:
                 return
-            for name, raw, dropped in rows:
-                yield decode_def(name, raw, dropped)
+            for name, raw in rows:
+                yield decode_def(name, raw)
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
         try:

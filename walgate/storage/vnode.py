@@ -156,7 +156,7 @@ class Vnode:
             fileio.unlink(legacy, missing_ok=True)  # the store covers it now
         except StorageUnavailable as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
-        self.live_count = self._counted(self._store.count_live)
+        self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
 
     def _load_checkpoint(self, path: Path) -> int:
         """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
@@ -198,13 +198,13 @@ class Vnode:
         op = meta["op"]
         if op == "create_table":
             cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
-            old = self.get(meta["name"])
+            old = self._known(meta["name"])
             self._dirty[meta["name"]] = TableDef(
                 meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
             )
             self.live_count += old is None or old.dropped
         elif op == "drop_table":
-            t = self.get(meta["name"])
+            t = self._known(meta["name"])
             if t is not None and not t.dropped:
                 self._dirty[t.name] = replace(t, dropped=True)
                 self.live_count -= 1
@@ -213,23 +213,33 @@ class Vnode:
             for name, t in self._dirty.items():
                 if t.stable == stable and not t.dropped:
                     self._dirty[name] = replace(t, dropped=True)
+                    self.live_count -= 1
             self._dropped_stables.add(stable)
         self._applied = version + 1
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
             try:
                 self._flush(self._applied)
-                if op == "drop_stable":
-                    self.live_count = self._counted(self._store.count_live)
-            except StorageUnavailable as exc:  # live_count stays an overcount until then
+            except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
                 log.warning("%s: %s: the tables changed stay in memory until the table meta store takes them",
                             self.dir, exc)
                 self._flush_at = len(self._dirty) + FLUSH_TABLES
+
+    def _known(self, name: str) -> TableDef | None:
+        """:meth:`get` for a meta entry already appended, which must be applied: a store that cannot be read (an I/O
+        error) counts as not knowing the table (logged; a drop then waits for the next open's replay)."""
+        try:
+            return self.get(name)
+        except StorageUnavailable as exc:
+            log.error("%s: %s: table %s taken as unknown until the vnode is opened again", self.dir, exc, name)
+            return None
 
     def _flush(self, covered: int) -> None:
         """Write the tables changed since the last flush to the store, covering WAL version ``covered``."""
         if not self._dirty and not self._dropped_stables and covered == self._store.covered:
             return
-        self._counted(lambda: self._store.write(self._dropped_stables, self._dirty.values(), covered))
+        dropped = self._checked(
+            lambda: self._store.write(self._dropped_stables, self._dirty.values(), covered, self.live_count))
+        self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
         for name, t in self._dirty.items():
@@ -238,7 +248,7 @@ class Vnode:
         self._dropped_stables.clear()
         self._flush_at = FLUSH_TABLES
 
-    def _counted(self, read: Callable[[], T]) -> T:
+    def _checked(self, read: Callable[[], T]) -> T:
         """``read()`` of the store; a store found damaged is reported, rebuilt from the WAL and read again."""
         try:
             return read()
@@ -248,14 +258,11 @@ class Vnode:
             self._cache.clear()
             self._dirty.clear()
             self._dropped_stables.clear()
+            self.live_count = 0
             for entry in self.wal.read_from(0):
                 if entry.kind == KIND_META:
                     self.apply_meta(decode_entry(entry).meta or {}, entry.version)
-            self._store.write((), self._dirty.values(), self._applied)
-            for name, t in self._dirty.items():
-                self._remember(name, t)
-            self._dirty.clear()
-            self.live_count = self._store.count_live()
+            self._flush(self.wal.next_version)
             return read()
 
     def _remember(self, name: str, t: TableDef) -> None:
@@ -271,7 +278,7 @@ class Vnode:
             return t
         t = self._cache.get(name)
         if t is None:
-            t = self._counted(lambda: self._store.get(name))
+            t = self._checked(lambda: self._store.get(name))
             if t is None:
                 return None
             self._remember(name, t)
@@ -285,7 +292,7 @@ class Vnode:
 
     def tables(self, stable: str | None = None) -> list[TableDef]:
         """Every table of this vnode (of ``stable`` only, when given), dropped ones too, in name order."""
-        stored = self._counted(lambda: list(self._store.all() if stable is None else self._store.of_stable(stable)))
+        stored = self._checked(lambda: list(self._store.all() if stable is None else self._store.of_stable(stable)))
         out = {t.name: replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
                for t in stored}
         out.update((n, t) for n, t in self._dirty.items() if stable is None or t.stable == stable)
