@@ -36,6 +36,7 @@ from walgate.storage.schema import Column
 __all__ = ["META_STORE", "MetaDamaged", "MetaStore", "TableDef"]
 
 META_STORE = "meta.db"
+CACHE_KIB = 16_384  # SQLite's page cache of one store
 _KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
                       " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
 """The rows whose key is not the name their ``def`` starts with (as JSON without escapes)."""
@@ -106,8 +107,10 @@ class MetaStore:
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"{path}: {exc}") from None
         try:
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # this process only: no lock, no cache check per statement
             conn.execute("PRAGMA journal_mode=DELETE")
             conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             if fresh:
                 conn.execute("BEGIN")
                 for stmt in _SCHEMA:
