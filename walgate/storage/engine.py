@@ -120,6 +120,7 @@ class Engine:
         *,
         max_request_bytes: int = 16 << 20,
         max_partitions: int = MAX_PARTITIONS,
+        max_tables: int = 0,
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
@@ -128,13 +129,14 @@ class Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
         format (:class:`~walgate.storage.datadir.UnsupportedFormat`). ``max_partitions`` caps the vnodes of all
-        databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open.
+        databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open;
+        ``max_tables`` (0: none) the tables of each database (a write creating more is refused whole).
         ``listener`` is told of every topic-partition an append gives records; ``consumers`` lists the consumer-group
         members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
         WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
         :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`). ``clock`` is every time the engine reads
         (:mod:`walgate.storage.clock`: the real clock unless a test passes its own)."""
-        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock)
+        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock, max_tables)
         engine = cls(store)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)

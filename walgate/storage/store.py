@@ -30,6 +30,7 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
     InvalidValue,
+    LimitExceeded,
     NotFound,
     RequestTooLarge,
     StorageError,
@@ -66,8 +67,10 @@ class Store:
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        max_tables: int = 0,
     ) -> None:
         self.data_dir = data_dir
+        self.max_tables = max_tables  # tables one database may hold (0: no limit)
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
         self.max_request_bytes = max_request_bytes
         self.listener = listener
@@ -154,6 +157,14 @@ class Store:
         if t is None:
             raise NotFound(f"Table does not exist: {db.name}.{name}")
         return t
+
+    def check_new_tables(self, db: DatabaseDef, more: int) -> None:
+        """Raise :class:`LimitExceeded` if ``more`` new tables would take ``db`` past ``max_tables``."""
+        if self.max_tables and more > 0:
+            held = sum(v.live_count for v in self.vnodes[db.name])
+            if held + more > self.max_tables:
+                raise LimitExceeded(f"Too many tables in database {db.name}: {held} exist and the request creates "
+                                    f"{more}, over the limit of {self.max_tables} (max_tables_per_database)")
 
     def columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
         if t.stable is None:
