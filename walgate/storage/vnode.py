@@ -69,6 +69,18 @@ def vnode_of(db: str, table: str, vgroups: int) -> int:
     return (crc32c.crc32c(f"{db}.{table}".encode()) * vgroups) >> 32
 
 
+def _new_store(path: Path) -> MetaStore:
+    """An empty store at ``path`` in place of the one there (and its journal); StorageUnavailable when the disk
+    refuses."""
+    try:
+        for p in (path, path.with_name(path.name + "-journal")):
+            if p.exists():
+                fileio.unlink(p)
+    except OSError as exc:
+        raise StorageUnavailable(f"{path}: cannot replace the table meta store: {exc}") from None
+    return MetaStore.open(path)
+
+
 def wal_options(db: DatabaseDef) -> WalOptions:
     o = db.options
     return WalOptions(
@@ -130,9 +142,7 @@ class Vnode:
             log.warning("%s: %s", path, reason)
         else:
             self.damage.report(path, 0, len(raw), reason, "rebuilt", raw[:QUARANTINE_BYTES])
-        for p in (path, path.with_name(path.name + "-journal")):
-            fileio.unlink(p, missing_ok=True)
-        return MetaStore.open(path)
+        return _new_store(path)
 
     def _catch_up(self) -> None:
         """Apply the WAL's meta entries the store does not cover (a store ahead of the WAL, as after a power loss
@@ -141,9 +151,7 @@ class Vnode:
             log.warning("%s: the table meta store covers version %d, past the WAL's end %d: rebuilt from the WAL",
                         self.dir, self._store.covered, self.wal.next_version)
             self._store.close()
-            for p in (self._store.path, self._store.path.with_name(META_STORE + "-journal")):
-                fileio.unlink(p, missing_ok=True)
-            self._store = MetaStore.open(self._store.path)
+            self._store = _new_store(self._store.path)
         start = self._store.covered
         legacy = self.dir / CHECKPOINT
         if start == 0 and legacy.exists():
@@ -153,8 +161,9 @@ class Vnode:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
         try:
             self._flush(self.wal.next_version)
-            fileio.unlink(legacy, missing_ok=True)  # the store covers it now
-        except StorageUnavailable as exc:  # the tables stay in memory; the WAL still holds every meta entry
+            if legacy.exists():
+                fileio.unlink(legacy)  # the store covers it now
+        except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
         self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
 
