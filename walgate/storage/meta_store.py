@@ -169,7 +169,7 @@ class MetaStore:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
             self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?)",
-                                   ((t.name, encode_def(t)) for t in [*drops, *tables]))
+                                   ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
             self._conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             self._conn.execute("COMMIT")
@@ -214,6 +214,10 @@ class MetaStore:
             return self._conn.execute(sql, args)
         except sqlite3.Error as exc:
             raise _error(self.path, exc) from None
+
+
+def _name(t: TableDef) -> str:
+    return t.name  # rows put in key order: each B-tree page is met once, in order
 
 
 def _is_corrupt(exc: sqlite3.Error) -> bool:

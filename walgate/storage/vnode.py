@@ -59,6 +59,7 @@ log = logging.getLogger("walgate.vnode")
 CHECKPOINT = "tables.ckpt"  # the table map of walgate before the meta store: read once, then removed
 CACHE_TABLES = 16_384  # table definitions a vnode keeps in memory (most recently used), besides those not yet flushed
 FLUSH_TABLES = 10_000  # changed tables a vnode keeps in memory before it writes them to its meta store
+ABSENT_NAMES = 262_144  # names a vnode remembers it does not hold (a request's new tables, until created)
 QUARANTINE_BYTES = 64 << 20  # of a damaged meta store, the first bytes kept in quarantine
 T = TypeVar("T")
 COMMITS = "commits.log"
@@ -106,6 +107,7 @@ class Vnode:
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
+        self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
         self._applied = 0  # the WAL version after the last meta entry applied
         self._flush_at = FLUSH_TABLES
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
@@ -207,7 +209,8 @@ class Vnode:
         op = meta["op"]
         if op == "create_table":
             cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
-            old = self._known(meta["name"])
+            old = None if meta["name"] in self._absent else self._known(meta["name"])
+            self._absent.discard(meta["name"])
             self._dirty[meta["name"]] = TableDef(
                 meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
             )
@@ -267,6 +270,7 @@ class Vnode:
             self._cache.clear()
             self._dirty.clear()
             self._dropped_stables.clear()
+            self._absent.clear()
             self.live_count = 0
             for entry in self.wal.read_from(0):
                 if entry.kind == KIND_META:
@@ -287,8 +291,13 @@ class Vnode:
             return t
         t = self._cache.get(name)
         if t is None:
+            if name in self._absent:
+                return None
             t = self._checked(lambda: self._store.get(name))
             if t is None:
+                if len(self._absent) >= ABSENT_NAMES:
+                    self._absent.clear()
+                self._absent.add(name)
                 return None
             self._remember(name, t)
         else:
