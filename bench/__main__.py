@@ -16,8 +16,20 @@ import sys
 from pathlib import Path
 
 try:
-    from bench import cleaner, commits, consume, groups, ingest, latency, memory, produce, stalls, transactions, txnread
-    from bench import subtables
+    from bench import (
+        cleaner,
+        commits,
+        consume,
+        groups,
+        ingest,
+        latency,
+        memory,
+        produce,
+        stalls,
+        subtables,
+        transactions,
+        txnread,
+    )
     from bench.report import print_table
 except ModuleNotFoundError as missing:  # run without the [test] extra
     sys.exit(f"bench: {missing}: install the [test] extra (pip install -e '.[test]'), which ./run bench does")
