@@ -223,3 +223,18 @@ def test_a_data_dir_with_a_table_checkpoint_opens_and_the_store_takes_it_over(tm
     e = Engine.open(tmp_path)
     assert tables(e) == before and e.damage() == []
     e.close()
+
+
+def test_a_damaged_table_checkpoint_of_an_older_data_dir_is_reported_and_the_wal_rebuilds_the_tables(tmp_path: Path):
+    e = make(tmp_path)
+    before = tables(e)
+    e.close()
+    path = store_path(tmp_path)
+    path.unlink()
+    (path.parent / CHECKPOINT).write_bytes(lines.encode({"version": 3, "tables": [{"name": "t0"}]}))
+    e = Engine.open(tmp_path)
+    assert tables(e) == before
+    [damage] = e.damage()
+    assert damage.file.endswith(CHECKPOINT) and damage.action == "rebuilt" and "missing" not in damage.reason
+    assert not (path.parent / CHECKPOINT).exists()
+    e.close()

@@ -136,15 +136,19 @@ class Vnode:
     def _replace_store(self, path: Path, reason: str) -> MetaStore:
         """A new, empty store in place of the damaged one at ``path`` (reported, its bytes kept in quarantine)."""
         raw = path.read_bytes() if path.exists() else b""
-        reason = f"table meta store: {reason}; the tables are rebuilt from the WAL's meta entries"
+        self._report_rebuilt(path, f"table meta store: {reason}", len(raw), raw[:QUARANTINE_BYTES])
+        return _new_store(path)
+
+    def _report_rebuilt(self, path: Path, reason: str, size: int, kept: bytes) -> None:
+        """Report ``path`` damaged (``kept``: the bytes to quarantine) and its tables rebuilt from the WAL."""
+        reason += "; the tables are rebuilt from the WAL's meta entries"
         if self.wal.first_version > 0:
             reason += (f", but retention deleted versions below {self.wal.first_version}: tables created "
                        "there are missing")
         if self.damage is None:
             log.warning("%s: %s", path, reason)
         else:
-            self.damage.report(path, 0, len(raw), reason, "rebuilt", raw[:QUARANTINE_BYTES])
-        return _new_store(path)
+            self.damage.report(path, 0, size, reason, "rebuilt", kept)
 
     def _catch_up(self) -> None:
         """Apply the WAL's meta entries the store does not cover (a store ahead of the WAL, as after a power loss
@@ -186,14 +190,7 @@ class Vnode:
             return version
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             self._dirty.clear()
-            reason = f"table checkpoint: {exc}; the tables are rebuilt from the WAL's meta entries"
-            if self.wal.first_version > 0:
-                reason += (f", but retention deleted versions below {self.wal.first_version}: tables created "
-                           "there are missing")
-            if self.damage is None:
-                log.warning("%s: %s", path, reason)
-            else:
-                self.damage.report(path, 0, len(raw), reason, "rebuilt", raw)
+            self._report_rebuilt(path, f"table checkpoint: {exc}", len(raw), raw)
             return 0
 
     def reconfigure(self, db: DatabaseDef) -> None:
