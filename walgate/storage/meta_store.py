@@ -5,10 +5,15 @@ bounded cache of them in memory (:mod:`walgate.storage.vnode`), so millions of s
 The WAL's meta entries stay the source of truth: the store records the WAL version it covers (every meta entry
 below it is applied) and is rebuilt from the WAL when it is missing, damaged or ahead of the WAL.
 
-Format: a SQLite database (Python's ``sqlite3``; rollback journal, ``synchronous=FULL``, so a committed write is
-durable and a killed one rolls back at the next open) of two tables. Between writes the connection stays in a read
-transaction, so another connection (another engine on the same data dir in one process, as tests do) may read but
-not write: its writes are refused as a full disk's are, until this one closes.
+Format: a SQLite database (Python's ``sqlite3``) in WAL mode (``meta.db-wal`` and ``meta.db-shm`` beside it while
+it is open; SQLite folds them in and removes them at a clean close) of two tables. A write is one transaction, and a
+killed one is rolled back at the next open. Writes are ``synchronous=NORMAL``: committed, not fsynced, so a power
+loss may take the last writes back to an earlier consistent store, which covers an earlier WAL version (the rows and
+the covered version are one transaction); the vnode replays the WAL's meta entries from there, as after any open.
+A write with ``durable=True`` is fsynced with every write before it: the vnode asks for it where it relies on the
+store (before retention deletes WAL segments, at close, before it removes ``tables.ckpt``). Between writes the
+connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
+tests do) may read and write, and this one's next write is then refused as a full disk's is.
 
 * ``tables(name PRIMARY KEY, def)``: ``def`` is the definition (name first, supertable, tags, columns, create
   version and time, dropped) as one checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is
@@ -98,6 +103,7 @@ class MetaStore:
         self._conn = conn
         self.covered = covered  # every meta entry below this WAL version is in the store
         self.live = live  # of the tables in the store, those not dropped
+        self.synced = False  # every write so far is fsynced (not known at open: a killed process's may not be)
 
     @classmethod
     def open(cls, path: Path) -> MetaStore:
@@ -109,8 +115,10 @@ class MetaStore:
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"{path}: {exc}") from None
         try:
-            conn.execute("PRAGMA journal_mode=DELETE")
-            conn.execute("PRAGMA synchronous=FULL")
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is None or mode[0] != "wal":
+                raise sqlite3.OperationalError(f"journal mode {mode!r} instead of WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             if fresh:
                 conn.execute("BEGIN")
@@ -159,13 +167,19 @@ class MetaStore:
         """Every table (dropped ones too), in name order."""
         return self._defs("SELECT name, def FROM tables ORDER BY name", ())
 
-    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int) -> int:
+    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
+              durable: bool = False) -> int:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
         rows of the same name), then record ``covered`` and the count of live tables: ``live`` less those this marked
-        dropped, whose number it returns. Nothing is written when it raises."""
+        dropped, whose number it returns. Nothing is written when it raises. With ``durable``, the transaction and
+        every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
         gone = set(dropped_stables)
         drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
         try:
+            if durable:  # the level may not change inside the held read transaction
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+                self._conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
             self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?)",
@@ -181,9 +195,21 @@ class MetaStore:
                     pass  # SQLite rolled it back itself (a full disk or an I/O error ends the transaction)
             raise _error(self.path, exc) from None
         finally:
+            if durable:
+                self._relax()
             self._begin()
         self.covered, self.live = covered, live - len(drops)
+        self.synced = durable
         return len(drops)
+
+    def _relax(self) -> None:
+        """Back to unsynced commits after a durable write (a failure leaves FULL: slower, never less safe)."""
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error:
+            pass
 
     def _begin(self) -> None:
         """Open the transaction reads run in until the next write (one lock and cache check for all of them, not

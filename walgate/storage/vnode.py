@@ -12,9 +12,12 @@ last written (at most FLUSH_TABLES, more only while the disk refuses the
 store's writes) and the CACHE_TABLES most recently used, so a vnode's memory
 does not grow with its subtables. Opening the vnode replays the meta entries
 after the covered version. The store is written (and the covered version
-advanced) every FLUSH_TABLES changed tables, at a DROP STABLE, on close and
-before retention deletes segments (no segment is deleted when it cannot be
-written), so the meta entries it would need are never gone. A store that is
+advanced) every FLUSH_TABLES changed tables and at a DROP STABLE, without an
+fsync (a store a power loss takes back covers an earlier version, and the
+WAL's meta entries after it are replayed at open); it is written and fsynced
+on close, before retention deletes segments (no segment is deleted when it
+cannot be) and before ``tables.ckpt`` is removed, so the meta entries it would
+need are never gone. A store that is
 damaged (reported to the DamageLog, its first bytes kept), missing, or ahead of
 the WAL (a WAL_LEVEL 1 tail lost with the machine) is rebuilt from every meta
 entry still in the WAL (the report says so when retention already deleted
@@ -71,10 +74,10 @@ def vnode_of(db: str, table: str, vgroups: int) -> int:
 
 
 def _new_store(path: Path) -> MetaStore:
-    """An empty store at ``path`` in place of the one there (and its journal); StorageUnavailable when the disk
-    refuses."""
+    """An empty store at ``path`` in place of the one there (and SQLite's files beside it); StorageUnavailable when
+    the disk refuses."""
     try:
-        for p in (path, path.with_name(path.name + "-journal")):
+        for p in (path, *(path.with_name(path.name + s) for s in ("-journal", "-wal", "-shm"))):
             if p.exists():
                 fileio.unlink(p)
     except OSError as exc:
@@ -166,9 +169,9 @@ class Vnode:
             if entry.kind == KIND_META and entry.version >= start:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
         try:
-            self._flush(self.wal.next_version)
+            self._flush(self.wal.next_version, durable=legacy.exists())
             if legacy.exists():
-                fileio.unlink(legacy)  # the store covers it now
+                fileio.unlink(legacy)  # the store covers it, on disk
         except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
         self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
@@ -242,12 +245,14 @@ class Vnode:
             log.error("%s: %s: table %s taken as unknown until the vnode is opened again", self.dir, exc, name)
             return None
 
-    def _flush(self, covered: int) -> None:
-        """Write the tables changed since the last flush to the store, covering WAL version ``covered``."""
-        if not self._dirty and not self._dropped_stables and covered == self._store.covered:
+    def _flush(self, covered: int, durable: bool = False) -> None:
+        """Write the tables changed since the last flush to the store, covering WAL version ``covered``; with
+        ``durable``, fsynced with every earlier write of the store when it returns."""
+        if not self._dirty and not self._dropped_stables and covered == self._store.covered and (
+                self._store.synced or not durable):
             return
-        dropped = self._checked(
-            lambda: self._store.write(self._dropped_stables, self._dirty.values(), covered, self.live_count))
+        dropped = self._checked(lambda: self._store.write(
+            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable))
         self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
@@ -330,8 +335,9 @@ class Vnode:
     # ---------------------------------------------------------- checkpoints
 
     def checkpoint(self) -> None:
-        """Flush the table meta store as of the WAL's current end; StorageUnavailable when it cannot be written."""
-        self._flush(self.wal.next_version)
+        """Flush the table meta store as of the WAL's current end, fsynced; StorageUnavailable when it cannot be
+        written."""
+        self._flush(self.wal.next_version, durable=True)
 
     def apply_retention(self, now_wall: float) -> bool:
         """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first); True if the log start
