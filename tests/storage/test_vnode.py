@@ -5,9 +5,13 @@ store (``tables.ckpt``) opens, and retention never deletes meta entries the stor
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -237,4 +241,50 @@ def test_a_damaged_table_checkpoint_of_an_older_data_dir_is_reported_and_the_wal
     [damage] = e.damage()
     assert damage.file.endswith(CHECKPOINT) and damage.action == "rebuilt" and "missing" not in damage.reason
     assert not (path.parent / CHECKPOINT).exists()
+    e.close()
+
+
+KILLED_AFTER_UNSYNCED_FLUSHES = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path[:0] = [{tests!r}]
+from walgate.storage import vnode as vnode_module
+from test_vnode import make, tables
+vnode_module.FLUSH_TABLES = 7
+e = make(Path({root!r}), tables=40)
+print(json.dumps(tables(e), default=str), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_flushes_lost_with_the_machine_are_replayed_from_the_wal(tmp_path: Path):
+    """Flushes are not fsynced: a process killed after several of them, and then its store's SQLite WAL lost (all
+    that a power loss may take of writes never fsynced), leaves a store covering an earlier version; the next open
+    replays the WAL's meta entries from there and loses no table, with no damage to report."""
+    code = KILLED_AFTER_UNSYNCED_FLUSHES.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    before = json.loads(child.stdout)
+    assert len(before) == 41
+    wal = store_path(tmp_path).with_name(META_STORE + "-wal")
+    assert wal.stat().st_size > 0  # the flushes were committed there, never checkpointed into meta.db
+    wal.unlink()
+    store_path(tmp_path).with_name(META_STORE + "-shm").unlink()
+    e = Engine.open(tmp_path)
+    assert json.loads(json.dumps(tables(e), default=str)) == before and e.damage() == []
+    e.close()
+
+
+def test_retention_deletes_segments_only_after_a_durable_store_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Before retention deletes WAL segments, the store is written durably (fsynced with every unsynced flush
+    before it), even when no table changed since the last (unsynced) flush."""
+    e = make(tmp_path, small_segments=True)
+    vnode = e.vnodes["db"][0]
+    vnode._flush(vnode.wal.next_version)  # every table in the store, not fsynced
+    calls: list[object] = []
+    store_write, delete_oldest = vnode._store.write, vnode.wal.delete_oldest
+    monkeypatch.setattr(vnode._store, "write", lambda *a, **k: calls.append(("write", *a[2:])) or store_write(*a))
+    monkeypatch.setattr(vnode.wal, "delete_oldest", lambda n: calls.append(("delete",)) or delete_oldest(n))
+    assert vnode.apply_retention(time.time() + 10)
+    assert calls == [("write", vnode.wal.next_version, 7, True), ("delete",)]
     e.close()

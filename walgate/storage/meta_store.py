@@ -15,11 +15,15 @@ store (before retention deletes WAL segments, at close, before it removes ``tabl
 connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
 tests do) may read and write, and this one's next write is then refused as a full disk's is.
 
-* ``tables(name PRIMARY KEY, def)``: ``def`` is the definition (name first, supertable, tags, columns, create
-  version and time, dropped) as one checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is
-  found when the row is read, and one in a key when the store is opened (every key is compared with the name its
-  ``def`` starts with, in SQL) or read whole; there is no other index (a supertable's subtables are found by
-  reading every row, as a query over it reads them anyway), so nothing unchecked decides which rows a read sees;
+* ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
+  appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
+  table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
+  ``def`` is the definition (name first, supertable, tags, columns, create version and time, dropped) as one
+  checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is found when the row is read, and one in
+  a name when the store is opened (every name is compared with the one its ``def`` starts with, in SQL, and every
+  row must be found through the name index, which holds no other entry) or read whole; there is no other index (a
+  supertable's subtables are found by reading every row, as a query over it reads them anyway), so nothing
+  unchecked decides which rows a read sees;
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
 
 Errors: a file that is not such a store, a row that does not verify, or SQLite reporting corruption raise
@@ -46,9 +50,13 @@ META_STORE = "meta.db"
 CACHE_KIB = 16_384  # SQLite's page cache of one store
 _KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
                       " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
-"""The rows whose key is not the name their ``def`` starts with (as JSON without escapes)."""
+"""The rows whose name is not the one their ``def`` starts with (as JSON without escapes)."""
+_ROWS_NOT_INDEXED = ("SELECT count(*) FROM tables AS t NOT INDEXED WHERE NOT EXISTS"
+                     " (SELECT 1 FROM tables AS u INDEXED BY tables_name WHERE u.name = t.name AND u.id = t.id)")
+"""The rows the name index does not find (with the index's entries counted, the index is checked whole)."""
 _SCHEMA = (
-    "CREATE TABLE tables (name TEXT PRIMARY KEY, def BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL)",
+    "CREATE UNIQUE INDEX tables_name ON tables (name)",
     "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
 )
 
@@ -126,6 +134,9 @@ class MetaStore:
                     conn.execute(stmt)
                 conn.execute("INSERT INTO covered VALUES (0, ?)", (lines.encode({"version": 0, "live": 0})[:-1],))
                 conn.execute("COMMIT")
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()  # the schema in meta.db, fsynced:
+                if busy is None or busy[0]:  # a store of no schema is damaged, one covering nothing is not
+                    raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0)
             problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
@@ -143,6 +154,11 @@ class MetaStore:
                 raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
             for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
                 decode_def(name, raw)
+            [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
+            [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
+            [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
+            if unfound or entries != rows_n:
+                raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
             conn.execute("BEGIN")
             return cls(path, conn, covered, live)
         except MetaDamaged:
@@ -160,12 +176,12 @@ class MetaStore:
         return None if row is None else decode_def(name, row[0])
 
     def of_stable(self, stable: str) -> Iterator[TableDef]:
-        """Every subtable of ``stable`` (dropped ones too), in name order."""
+        """Every subtable of ``stable`` (dropped ones too), in the order they were written."""
         return (t for t in self.all() if t.stable == stable)
 
     def all(self) -> Iterator[TableDef]:
-        """Every table (dropped ones too), in name order."""
-        return self._defs("SELECT name, def FROM tables ORDER BY name", ())
+        """Every table (dropped ones too), in the order they were written (one pass over the file)."""
+        return self._defs("SELECT name, def FROM tables NOT INDEXED ORDER BY id", ())
 
     def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
               durable: bool = False) -> int:
@@ -182,7 +198,7 @@ class MetaStore:
                 self._conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
-            self._conn.executemany("INSERT OR REPLACE INTO tables VALUES (?, ?)",
+            self._conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
                                    ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
             self._conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
@@ -243,7 +259,7 @@ class MetaStore:
 
 
 def _name(t: TableDef) -> str:
-    return t.name  # rows put in key order: each B-tree page is met once, in order
+    return t.name  # rows put in name order: each page of the name index is met once, in order
 
 
 def _is_corrupt(exc: sqlite3.Error) -> bool:
