@@ -13,7 +13,7 @@ the covered version are one transaction); the vnode replays the WAL's meta entri
 A write with ``durable=True`` is fsynced with every write before it: the vnode asks for it where it relies on the
 store (before retention deletes WAL segments, at close, before it removes ``tables.ckpt``). Between writes the
 connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
-tests do) may read and write, and this one's next write is then refused as a full disk's is.
+tests do) may read and write, and this one's next write may then be refused as a full disk's is.
 
 * ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
   appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
