@@ -27,6 +27,7 @@ try:
         produce,
         shares,
         stalls,
+        subtables,
         transactions,
         txnread,
     )
@@ -37,7 +38,7 @@ except ModuleNotFoundError as missing:  # run without the [test] extra
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
              "cleaner": cleaner.run, "transactions": transactions.run,
-             "stalls": stalls.run, "shares": shares.run}
+             "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run}
 
 
 def machine() -> str:

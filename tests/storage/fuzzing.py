@@ -98,7 +98,7 @@ def state(engine: Engine, rows: bool = False) -> tuple[Any, ...]:
                 parts.append((name, _answer(engine, f"DESCRIBE `{db}`.`{name}`"),
                                rows and _answer(engine, f"SELECT * FROM `{db}`.`{name}`")))
         for vnode in engine.vnodes[db]:
-            for t in sorted(vnode.tables.values(), key=lambda t: t.name):
+            for t in sorted(vnode.tables(), key=lambda t: t.name):
                 if rows and t.stable is None and not t.dropped:
                     parts.append((t.name, _answer(engine, f"SELECT * FROM `{db}`.`{t.name}`")))
     for topic in sorted(engine.catalog.topics):

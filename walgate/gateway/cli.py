@@ -398,6 +398,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="Kafka listen backlog (default 4096; the kernel caps it at net.core.somaxconn)")
     serve.add_argument("--max-partitions", type=int, metavar="N",
                        help="partitions of all topics and databases together (default 10000)")
+    serve.add_argument("--max-tables-per-database", type=int, metavar="N",
+                       help="tables (subtables and normal tables) one database may hold; a write creating more is "
+                            "refused whole (default 0: no limit)")
     serve.add_argument("--sql-workers", type=int, metavar="N",
                        help="worker processes that run SQL SELECTs, off the storage thread (default 2)")
     serve.add_argument("--sql-timeout-ms", type=int, metavar="MS",

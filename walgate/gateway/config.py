@@ -144,6 +144,7 @@ class Config:
     # the group coordinator's partitions (Kafka's __consumer_offsets) of a data dir made by this start; an existing
     # data dir keeps the number it was made with (walgate.storage.coordinator_partitions)
     offsets_topic_num_partitions: int = 1
+    max_tables_per_database: int = 0  # tables (subtables and normal tables) one database may hold; 0: no limit
     # SQL SELECTs (walgate.gateway.query_workers): the worker processes that run them, the longest one may run
     # (0: no limit), the Arrow bytes of rows one may scan
     sql_workers: int = 2
@@ -247,6 +248,8 @@ class Config:
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_tables_per_database < 0:
+            raise ConfigError(f"max_tables_per_database must be >= 0 (0: no limit), got {self.max_tables_per_database}")
         if self.sql_timeout_ms < 0:
             raise ConfigError(f"sql_timeout_ms must be >= 0 (0: no limit), got {self.sql_timeout_ms}")
         if not 0 <= self.transaction_version <= 2:
@@ -483,7 +486,7 @@ def _convert(kind: Any, name: str, value: Any, source: str) -> Any:
 
 _WALGATE_ONLY = frozenset({
     "host", "kafka_port", "http_port", "advertised_host", "advertised_port", "batch_cache_bytes",
-    "request_read_timeout_ms", "max_partitions", "auto_create_topic_partitions", "transaction_version",
+    "request_read_timeout_ms", "max_partitions", "max_tables_per_database", "auto_create_topic_partitions", "transaction_version",
     "http_allowed_origins", "log_level", "log_format", "http_ssl_enabled", "allow_insecure", "http_auth",
     "listener_overrides"})
 """Fields that are walgate's own, not a Kafka broker config (``auto_create_topic_partitions`` is Kafka's

@@ -119,8 +119,8 @@ class Gateway:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
-                listener=wakeups, consumers=members, group_commit=True, clock=SYSTEM_CLOCK,
-                coordinator_partitions=cfg.offsets_topic_num_partitions,
+                max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
+                clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
                 batch_cache_bytes=cfg.batch_cache_bytes,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)

@@ -84,10 +84,12 @@ class Commits:
         1. Every vnode's entries are built (Arrow blocks, encoding: all that bad data can make fail, raised as
            :class:`InvalidValue`) before anything is appended, so a request refused here writes nothing anywhere.
         2. One WAL append per vnode; metas are applied and offset indexes advanced (consumers woken) only once
-           every append succeeded. An append the disk refuses raises :class:`StorageUnavailable` before anything
+           every append succeeded. A plan creating more tables than the database may hold (``max_tables``) is
+           refused first (LimitExceeded). An append the disk refuses raises :class:`StorageUnavailable` before anything
            was applied or indexed, and the appends already made for the request's other vnodes are taken back
            (:meth:`~walgate.storage.wal.Wal.undo_append`; a WAL that cannot cut them off is fenced and never serves
            them): a refused request is written nowhere."""
+        self.store.check_new_tables(db, sum(m["op"] == "create_table" for p in plan.values() for m in p.metas))
         staged: list[tuple[Vnode, Pending, list[Block], list[tuple[int, int, int, bytes]]]] = []
         for i, pending in sorted(plan.items()):
             try:

@@ -18,7 +18,8 @@ Layout of format 3 (the current one; ``docs/data-dir.md`` has the full descripti
     db/<database id>/vnode<i>/      one vnode (vnode.py)
         wal/<first version>.log     WAL segments and their indexes (wal.py)
         wal/<first version>.idx
-        tables.ckpt                 table-map checkpoint: one checksummed line
+        meta.db                     the vnode's tables (meta_store.py, SQLite), derived from its meta entries
+        tables.ckpt                 (format 2 before the meta store) table map: one checksummed line, read once
         topics/<topic id>.oidx      offset index of one topic-partition (offsets.py): derived, rebuilt when bad
         topics/<topic id>.start     log start set by DeleteRecords: one checksummed line
 

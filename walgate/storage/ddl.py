@@ -150,8 +150,6 @@ class Ddl:
         meta = {"op": "alter_stable", "stable": st.name, "action": action, "column": column}
         self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in range(db.vgroups)},
                             then=lambda: self.store.catalog.alter_stable(st, columns, tags))
-        for vnode in self.store.vnodes[db.name]:
-            vnode.forget_tag_tables()
         self.views.recompile(db.name)
 
     # ----------------------------------------------------------------- drop

@@ -128,6 +128,7 @@ class Engine:
         *,
         max_request_bytes: int = 16 << 20,
         max_partitions: int = MAX_PARTITIONS,
+        max_tables: int = 0,
         listener: RecordsListener = NO_LISTENER,
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
@@ -138,7 +139,8 @@ class Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
         format (:class:`~walgate.storage.datadir.UnsupportedFormat`). ``max_partitions`` caps the vnodes of all
-        databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open.
+        databases together (CREATE DATABASE, Kafka-native topics and their new partitions), never checked on open;
+        ``max_tables`` (0: none) the tables of each database (a write creating more is refused whole).
         ``listener`` is told of every topic-partition an append gives records; ``consumers`` lists the consumer-group
         members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
         WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
@@ -148,7 +150,7 @@ class Engine:
         (:mod:`walgate.storage.coordinator_partitions`). ``batch_cache_bytes`` bounds the cache of TDengine topics'
         rendered batches (:mod:`walgate.storage.batch_cache`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
-                      coordinator_partitions)
+                      coordinator_partitions, max_tables)
         engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)

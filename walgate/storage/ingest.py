@@ -46,6 +46,7 @@ class RowPlan:
         self.store = store
         self.db = db
         self.vnodes: Plan = {}
+        self.created = 0  # tables this plan creates
 
     def pending(self, name: str) -> Pending:
         """The pending entries of the vnode of table ``name``."""
@@ -56,7 +57,11 @@ class RowPlan:
         return vnodes[vnode_of(self.db.name, name, self.db.vgroups)].live(name) or self.pending(name).new_tables.get(name)
 
     def create(self, st: StableDef, name: str, tags: dict[str, Any]) -> TableDef:
-        """Plan the creation of subtable ``name`` of ``st`` (name and tags validated by the caller)."""
+        """Plan the creation of subtable ``name`` of ``st`` (name and tags validated by the caller); LimitExceeded
+        early (checked again at the commit) when the database may hold no more tables."""
+        self.created += 1
+        if self.created == 1 or self.created % 1024 == 0:
+            self.store.check_new_tables(self.db, self.created)
         pending = self.pending(name)
         pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags,
                               "ts": self.store.now_ts(self.db)})

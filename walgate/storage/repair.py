@@ -17,7 +17,7 @@ directory unnamed, kept and not served. Two sources bring them back:
    byte damaged, a lost ``catalog.log``), under the name the operator gives. Its vnodes say how many partitions it
    has; a WAL holding Kafka batches is a Kafka-native topic (its topic id from the files under ``topics/``, so its
    offset indexes are reused), any other is a database (its precision from its data blocks' timestamps, its
-   subtables from ``tables.ckpt`` and the WAL's meta entries, checked to hash to the vnodes they are in under
+   subtables from ``meta.db`` and the WAL's meta entries, checked to hash to the vnodes they are in under
    the given name: a wrong name is refused, as a different name would misplace the tables of a database of more
    than one vgroup). What only the catalog held is not in the files: WAL options other than VGROUPS and
    PRECISION (defaults), a Kafka-native topic's configs (defaults: set them again), supertable schemas and
@@ -350,7 +350,7 @@ def _read(directory: Path) -> _Contents:
                         precision = unit if unit in ("ms", "us", "ns") else precision
                 if kafka or precision is not None:
                     break
-            tables += [(i, t.name, t.stable) for t in vnode.tables.values()]
+            tables += [(i, t.name, t.stable) for t in vnode.tables()]
         finally:
             vnode.close()
         topics = directory / f"vnode{i}" / "topics"

@@ -68,7 +68,7 @@ class Selects:
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         for vnode in self.store.vnodes[db.name]:
-            tags = {ev.source: self.store.tag_tables(vnode)(ev.source)} if ev.stable is not None else {}
+            tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
         return PreparedSelect(db.name, s, q, ev, tuple(sources))
 
@@ -128,7 +128,7 @@ class PreparedSelect:
                     if cancel is not None:
                         cancel.check()
                     if entry.kind == KIND_DATA:
-                        yield from self.evaluator.evaluate(decode_entry(entry), tags.__getitem__)
+                        yield from self.evaluator.evaluate(decode_entry(entry), lambda source, _: tags[source])
             finally:  # also when LIMIT or a cancel ends the scan early
                 damaged += [(index, v) for v in versions]
 

@@ -47,7 +47,7 @@ class Show:
                     ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
             rows = []
             for vnode in store.vnodes[db.name]:
-                for t in vnode.tables.values():
+                for t in vnode.tables():
                     if t.dropped:
                         continue
                     ncols = len(store.columns_of(db, t)) if t.stable is None or (db.name, t.stable) in store.catalog.stables else 0

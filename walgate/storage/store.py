@@ -25,13 +25,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from walgate.storage import datadir
-from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, StableDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, CoordinatorPartitions
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
     InvalidValue,
+    LimitExceeded,
     NotFound,
     RequestTooLarge,
     StorageError,
@@ -68,8 +69,10 @@ class Store:
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
+        max_tables: int = 0,
     ) -> None:
         self.data_dir = data_dir
+        self.max_tables = max_tables  # tables one database may hold (0: no limit)
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
         self.max_request_bytes = max_request_bytes
         self.listener = listener
@@ -160,22 +163,30 @@ class Store:
             raise NotFound(f"Table does not exist: {db.name}.{name}")
         return t
 
+    def check_new_tables(self, db: DatabaseDef, more: int) -> None:
+        """Raise :class:`LimitExceeded` if ``more`` new tables would take ``db`` past ``max_tables``."""
+        if self.max_tables and more > 0:
+            held = sum(v.live_count for v in self.vnodes[db.name])
+            if held + more > self.max_tables:
+                raise LimitExceeded(f"Too many tables in database {db.name}: {held} exist and the request creates "
+                                    f"{more}, over the limit of {self.max_tables} (max_tables_per_database)")
+
     def columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
         if t.stable is None:
             assert t.columns is not None
             return t.columns
         return self.catalog.stable(db.name, t.stable).columns
 
-    def tag_tables(self, vnode: Vnode) -> Callable[[str], pa.Table]:
-        """Per-stable tag tables of ``vnode`` (a stable dropped since keeps its subtables' names, no tags)."""
+    def tag_tables(self, vnode: Vnode) -> Callable[[str, pa.Array | None], pa.Table]:
+        """Tag tables of ``vnode``'s supertables: ``lookup(stable, names)`` is the tag table of the subtables named
+        in ``names`` (every one when None); a stable dropped since keeps its subtables' names, no tags."""
         db = vnode.db.name
 
-        def lookup(stable: str) -> pa.Table:
+        def lookup(stable: str, names: pa.Array | None) -> pa.Table:
             st = self.catalog.stables.get((db, stable))
             if st is None:
-                names = [t.name for t in vnode.tables.values() if t.stable == stable]
-                return pa.table({"tbname": pa.array(names, pa.string())})
-            return vnode.tag_table(st)
+                st = StableDef(db, stable, (), (), 0)
+            return vnode.tag_table(st, names)
 
         return lookup
 

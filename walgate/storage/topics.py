@@ -60,7 +60,7 @@ class Records:
         return len(self.versions)
 
 
-TagTables = Callable[[str], pa.Table]  # stable name -> table of tbname + tag columns (this vnode)
+TagTables = Callable[[str, pa.Array], pa.Table]  # (stable, tbnames) -> tbname + tag columns of those (this vnode)
 
 
 class TopicEvaluator:
@@ -100,7 +100,6 @@ class TopicEvaluator:
                 (i.alias or expr_name(i.expr), compile_expr(i.expr)) if i.expr is not None else (None, None)
                 for i in items
             ]
-        self._matching: dict[str, tuple[int, pa.Array]] = {}
         current = stable.columns if stable is not None else columns
         self._schema = arrow_schema(current, precision) if current else None
         self._tag_schema = arrow_schema(stable.tags, precision) if stable is not None else None
@@ -148,7 +147,7 @@ class TopicEvaluator:
 
     def _rows(self, block: Block, versions: pa.Array, tag_tables: TagTables) -> Records | None:
         batch = pa.Table.from_batches([block.batch])
-        tags = tag_tables(block.source) if block.is_stable else None
+        tags = tag_tables(block.source, block.batch.column(0)) if block.is_stable else None
         env: dict[str, Any] = {name: batch.column(name) for name in batch.column_names}
         data_columns = batch.column_names[1:]
         if self._schema is not None:  # read older entries with today's columns (added ones are NULL)
@@ -161,7 +160,7 @@ class TopicEvaluator:
             for name in tags.column_names[1:]:
                 env[name] = tags.column(name).take(positions)
         if self.kind == "stable" and self._filter is not None and tags is not None:
-            mask = pc.is_in(batch.column("tbname"), value_set=self._matching_tables(block.source, tags))
+            mask = pc.is_in(batch.column("tbname"), value_set=self._matching_tables(tags))
         elif self._filter is not None:
             mask = self._filter(env)
         else:
@@ -202,16 +201,11 @@ class TopicEvaluator:
             env.update({f.name: pa.array([], f.type) for f in self._tag_schema})
         return self._project(env, self._schema.names, tags).schema
 
-    def _matching_tables(self, stable: str, tags: pa.Table) -> pa.Array:
-        """Subtables of ``stable`` whose tags satisfy the condition (cached per tag table)."""
-        cached = self._matching.get(stable)
-        if cached is not None and cached[0] == id(tags):
-            return cached[1]
+    def _matching_tables(self, tags: pa.Table) -> pa.Array:
+        """The subtables of ``tags`` (a tag table) whose tags satisfy the condition."""
         env = {name: tags.column(name) for name in tags.column_names}
         assert self._filter is not None
-        names = tags.column("tbname").filter(self._filter(env))
-        self._matching[stable] = (id(tags), names)
-        return names
+        return tags.column("tbname").filter(self._filter(env))
 
     def _meta(self, entry: DecodedEntry) -> list[Records]:
         meta = entry.meta or {}

@@ -5,32 +5,43 @@ i.e. the 32-bit hash space is split into ``vgroups`` equal ranges as TDengine
 splits it among vgroups. The placement never changes for a database.
 
 Table definitions are created by meta entries of this vnode's WAL (the WAL
-is their source of truth, as in TDengine). ``tables.ckpt`` is a checkpoint of
-the table map and the WAL version it covers, one checksummed line
-(:mod:`walgate.storage.lines`) replaced atomically
-(:func:`walgate.storage.fileio.replace_file`); opening the vnode loads it and
-replays the meta entries after it. A checkpoint is written on close and
-before retention deletes segments (no segment is deleted when it cannot be
-written), so the meta entries it would need are never gone. A checkpoint
-that does not verify is reported to the DamageLog and the table map is
-rebuilt from every meta entry still in the WAL (the report says so when
-retention already deleted some). Dropped tables are kept (marked) so that
-older entries stay evaluable. Consumer groups' committed offsets are not
-kept here but in the group coordinator's log (coordinator_log.py).
+is their source of truth, as in TDengine). They live on disk in the vnode's
+meta store (``meta.db``, :mod:`walgate.storage.meta_store`), which records the
+WAL version it covers; memory holds only the tables changed since the store was
+last written (at most FLUSH_TABLES, more only while the disk refuses the
+store's writes) and the CACHE_TABLES most recently used, so a vnode's memory
+does not grow with its subtables. Opening the vnode replays the meta entries
+after the covered version. The store is written (and the covered version
+advanced) every FLUSH_TABLES changed tables and at a DROP STABLE, without an
+fsync (a store a power loss takes back covers an earlier version, and the
+WAL's meta entries after it are replayed at open); it is written and fsynced
+on close, before retention deletes segments (no segment is deleted when it
+cannot be) and before ``tables.ckpt`` is removed, so the meta entries it would
+need are never gone. A store that is
+damaged (reported to the DamageLog, its first bytes kept), missing, or ahead of
+the WAL (a WAL_LEVEL 1 tail lost with the machine) is rebuilt from every meta
+entry still in the WAL (the report says so when retention already deleted
+some); a vnode of a data dir written before the meta store starts from its
+``tables.ckpt``, removed once the store covers it. Dropped tables are kept
+(marked) so that older entries stay evaluable. Consumer groups' committed
+offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
-Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``tables.ckpt``
+Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``
 and ``topics/`` (offsets.py).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
@@ -39,14 +50,19 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
-from walgate.storage.schema import Column
+from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, TableDef
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
 
 log = logging.getLogger("walgate.vnode")
 
-CHECKPOINT = "tables.ckpt"
+CHECKPOINT = "tables.ckpt"  # the table map of walgate before the meta store: read once, then removed
+CACHE_TABLES = 16_384  # table definitions a vnode keeps in memory (most recently used), besides those not yet flushed
+FLUSH_TABLES = 10_000  # changed tables a vnode keeps in memory before it writes them to its meta store
+ABSENT_NAMES = 262_144  # names a vnode remembers it does not hold (a request's new tables, until created)
+QUARANTINE_BYTES = 64 << 20  # of a damaged meta store, the first bytes kept in quarantine
+T = TypeVar("T")
 
 
 def vnode_of(db: str, table: str, vgroups: int) -> int:
@@ -54,15 +70,16 @@ def vnode_of(db: str, table: str, vgroups: int) -> int:
     return (crc32c.crc32c(f"{db}.{table}".encode()) * vgroups) >> 32
 
 
-@dataclass
-class TableDef:
-    name: str
-    stable: str | None  # None for a normal table
-    tags: dict[str, Any]
-    columns: tuple[Column, ...] | None  # normal tables only
-    version: int  # WAL version of the create entry
-    created_ts: int  # creation time, database precision
-    dropped: bool = False
+def _new_store(path: Path) -> MetaStore:
+    """An empty store at ``path`` in place of the one there (and SQLite's files beside it); StorageUnavailable when
+    the disk refuses."""
+    try:
+        for p in (path, *(path.with_name(path.name + s) for s in ("-journal", "-wal", "-shm"))):
+            if p.exists():
+                fileio.unlink(p)
+    except OSError as exc:
+        raise StorageUnavailable(f"{path}: cannot replace the table meta store: {exc}") from None
+    return MetaStore.open(path)
 
 
 def wal_options(db: DatabaseDef) -> WalOptions:
@@ -85,9 +102,14 @@ class Vnode:
         self.dir = directory
         self.wal = wal
         self.damage = damage
-        self.tables: dict[str, TableDef] = {}
-        self._tag_tables: dict[str, pa.Table] = {}
-        self._checkpointed = 0
+        self._store = self._open_store()
+        self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
+        self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
+        self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
+        self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
+        self._applied = 0  # the WAL version after the last meta entry applied
+        self._flush_at = FLUSH_TABLES
+        self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
@@ -99,18 +121,60 @@ class Vnode:
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
                        clock=clock)
         vnode = cls(db, index, directory, wal, damage)
-        start = vnode._load_checkpoint()
-        for entry in vnode.wal.read_from(start):
-            if entry.kind == KIND_META and entry.version >= start:
-                vnode.apply_meta(decode_entry(entry).meta or {}, entry.version)
-        vnode._checkpointed = start
+        vnode._catch_up()
         return vnode
 
-    def _load_checkpoint(self) -> int:
-        """Load ``tables.ckpt``; the WAL version to replay meta entries from (0 without a valid checkpoint)."""
-        path = self.dir / CHECKPOINT
-        if not path.exists():
-            return 0
+    def _open_store(self) -> MetaStore:
+        """The meta store, rebuilt empty (reported) when it is damaged."""
+        path = self.dir / META_STORE
+        try:
+            return MetaStore.open(path)
+        except MetaDamaged as exc:
+            return self._replace_store(path, str(exc))
+
+    def _replace_store(self, path: Path, reason: str) -> MetaStore:
+        """A new, empty store in place of the damaged one at ``path`` (reported, its bytes kept in quarantine)."""
+        raw = path.read_bytes() if path.exists() else b""
+        self._report_rebuilt(path, f"table meta store: {reason}", len(raw), raw[:QUARANTINE_BYTES])
+        return _new_store(path)
+
+    def _report_rebuilt(self, path: Path, reason: str, size: int, kept: bytes) -> None:
+        """Report ``path`` damaged (``kept``: the bytes to quarantine) and its tables rebuilt from the WAL."""
+        reason += "; the tables are rebuilt from the WAL's meta entries"
+        if self.wal.first_version > 0:
+            reason += (f", but retention deleted versions below {self.wal.first_version}: tables created "
+                       "there are missing")
+        if self.damage is None:
+            log.warning("%s: %s", path, reason)
+        else:
+            self.damage.report(path, 0, size, reason, "rebuilt", kept)
+
+    def _catch_up(self) -> None:
+        """Apply the WAL's meta entries the store does not cover (a store ahead of the WAL, as after a power loss
+        at WAL_LEVEL 1, is rebuilt; a vnode of an older data dir starts from ``tables.ckpt``), then flush."""
+        if self._store.covered > self.wal.next_version:
+            log.warning("%s: the table meta store covers version %d, past the WAL's end %d: rebuilt from the WAL",
+                        self.dir, self._store.covered, self.wal.next_version)
+            self._store.close()
+            self._store = _new_store(self._store.path)
+        start = self._store.covered
+        legacy = self.dir / CHECKPOINT
+        if start == 0 and legacy.exists():
+            start = self._load_checkpoint(legacy)
+        for entry in self.wal.read_from(start):
+            if entry.kind == KIND_META and entry.version >= start:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        try:
+            self._flush(self.wal.next_version, durable=legacy.exists())
+            if legacy.exists():
+                fileio.unlink(legacy)  # the store covers it, on disk
+        except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
+            log.warning("%s: %s: the table meta store is written later", self.dir, exc)
+        self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
+
+    def _load_checkpoint(self, path: Path) -> int:
+        """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
+        meta entries from (0 without a valid checkpoint)."""
         raw = path.read_bytes()
         try:
             snap = lines.decode(raw.rstrip(b"\n"))
@@ -119,20 +183,13 @@ class Vnode:
                 raise ValueError(f"version {version!r}")
             for t in snap["tables"]:
                 cols = tuple(column_from_json(c) for c in t["columns"]) if t["columns"] is not None else None
-                self.tables[t["name"]] = TableDef(
+                self._dirty[t["name"]] = TableDef(
                     t["name"], t["stable"], t["tags"], cols, t["version"], t["created_ts"], t["dropped"]
                 )
             return version
         except (ValueError, KeyError, TypeError, IndexError) as exc:
-            self.tables.clear()
-            reason = f"table checkpoint: {exc}; the tables are rebuilt from the WAL's meta entries"
-            if self.wal.first_version > 0:
-                reason += (f", but retention deleted versions below {self.wal.first_version}: tables created "
-                           "there are missing")
-            if self.damage is None:
-                log.warning("%s: %s", path, reason)
-            else:
-                self.damage.report(path, 0, len(raw), reason, "rebuilt", raw)
+            self._dirty.clear()
+            self._report_rebuilt(path, f"table checkpoint: {exc}", len(raw), raw)
             return 0
 
     def reconfigure(self, db: DatabaseDef) -> None:
@@ -143,69 +200,140 @@ class Vnode:
     # ------------------------------------------------------------------ meta
 
     def apply_meta(self, meta: dict[str, Any], version: int) -> None:
-        """Apply one meta operation (live and on replay)."""
+        """Apply one meta operation (live and on replay); the store is written every FLUSH_TABLES changed tables
+        (a store that refuses keeps them in memory until a later flush succeeds)."""
         op = meta["op"]
         if op == "create_table":
             cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
-            self.tables[meta["name"]] = TableDef(
+            old = None if meta["name"] in self._absent else self._known(meta["name"])
+            self._absent.discard(meta["name"])
+            self._dirty[meta["name"]] = TableDef(
                 meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
             )
-        elif op == "drop_table" and meta["name"] in self.tables:
-            self.tables[meta["name"]].dropped = True
+            self.live_count += old is None or old.dropped
+        elif op == "drop_table":
+            t = self._known(meta["name"])
+            if t is not None and not t.dropped:
+                self._dirty[t.name] = replace(t, dropped=True)
+                self.live_count -= 1
         elif op == "drop_stable":
-            for t in self.tables.values():
-                if t.stable == meta["stable"]:
-                    t.dropped = True
-        stable = meta.get("stable")
-        if stable is not None:
-            self._tag_tables.pop(stable, None)
+            stable = meta["stable"]
+            for name, t in self._dirty.items():
+                if t.stable == stable and not t.dropped:
+                    self._dirty[name] = replace(t, dropped=True)
+                    self.live_count -= 1
+            self._dropped_stables.add(stable)
+        self._applied = version + 1
+        if len(self._dirty) >= self._flush_at or op == "drop_stable":
+            try:
+                self._flush(self._applied)
+            except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
+                log.warning("%s: %s: the tables changed stay in memory until the table meta store takes them",
+                            self.dir, exc)
+                self._flush_at = len(self._dirty) + FLUSH_TABLES
+
+    def _known(self, name: str) -> TableDef | None:
+        """:meth:`get` for a meta entry already appended, which must be applied: a store that cannot be read (an I/O
+        error) counts as not knowing the table (logged; a drop then waits for the next open's replay)."""
+        try:
+            return self.get(name)
+        except StorageUnavailable as exc:
+            log.error("%s: %s: table %s taken as unknown until the vnode is opened again", self.dir, exc, name)
+            return None
+
+    def _flush(self, covered: int, durable: bool = False) -> None:
+        """Write the tables changed since the last flush to the store, covering WAL version ``covered``; with
+        ``durable``, fsynced with every earlier write of the store when it returns."""
+        if not self._dirty and not self._dropped_stables and covered == self._store.covered and (
+                self._store.synced or not durable):
+            return
+        dropped = self._checked(lambda: self._store.write(
+            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable))
+        self.live_count -= dropped
+        if self._dropped_stables:
+            self._cache.clear()
+        for name, t in self._dirty.items():
+            self._remember(name, t)
+        self._dirty.clear()
+        self._dropped_stables.clear()
+        self._flush_at = FLUSH_TABLES
+
+    def _checked(self, read: Callable[[], T]) -> T:
+        """``read()`` of the store; a store found damaged is reported, rebuilt from the WAL and read again."""
+        try:
+            return read()
+        except MetaDamaged as exc:
+            self._store.close()
+            self._store = self._replace_store(self._store.path, str(exc))
+            self._cache.clear()
+            self._dirty.clear()
+            self._dropped_stables.clear()
+            self._absent.clear()
+            self.live_count = 0
+            for entry in self.wal.read_from(0):
+                if entry.kind == KIND_META:
+                    self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+            self._flush(self.wal.next_version)
+            return read()
+
+    def _remember(self, name: str, t: TableDef) -> None:
+        self._cache[name] = t
+        self._cache.move_to_end(name)
+        if len(self._cache) > CACHE_TABLES:
+            self._cache.popitem(last=False)
+
+    def get(self, name: str) -> TableDef | None:
+        """Table ``name`` of this vnode, dropped ones too (None: never created here)."""
+        t = self._dirty.get(name)
+        if t is not None:
+            return t
+        t = self._cache.get(name)
+        if t is None:
+            if name in self._absent:
+                return None
+            t = self._checked(lambda: self._store.get(name))
+            if t is None:
+                if len(self._absent) >= ABSENT_NAMES:
+                    self._absent.clear()
+                self._absent.add(name)
+                return None
+            self._remember(name, t)
+        else:
+            self._cache.move_to_end(name)
+        return replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
 
     def live(self, name: str) -> TableDef | None:
-        t = self.tables.get(name)
+        t = self.get(name)
         return t if t is not None and not t.dropped else None
 
-    def tag_table(self, stable: StableDef) -> pa.Table:
-        """``tbname`` + tag columns of every subtable of ``stable`` here (dropped ones too), cached."""
-        cached = self._tag_tables.get(stable.name)
-        if cached is not None:
-            return cached
-        subs = [t for t in self.tables.values() if t.stable == stable.name]
+    def tables(self, stable: str | None = None) -> list[TableDef]:
+        """Every table of this vnode (of ``stable`` only, when given), dropped ones too, in name order."""
+        stored = self._checked(lambda: list(self._store.all() if stable is None else self._store.of_stable(stable)))
+        out = {t.name: replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
+               for t in stored}
+        out.update((n, t) for n, t in self._dirty.items() if stable is None or t.stable == stable)
+        return sorted(out.values(), key=lambda t: t.name)
+
+    def tag_table(self, stable: StableDef, names: pa.Array | None = None) -> pa.Table:
+        """``tbname`` + tag columns of the subtables of ``stable`` here (dropped ones too): those named in
+        ``names`` (unknown names left out), or every one; built from the store, not kept."""
+        if names is None:
+            subs = self.tables(stable.name)
+        else:
+            found = (self.get(n) for n in pc.unique(names).to_pylist() if n is not None)
+            subs = [t for t in found if t is not None and t.stable == stable.name]
         cols: dict[str, pa.Array] = {"tbname": pa.array([t.name for t in subs], pa.string())}
         for tag in stable.tags:
             values = [t.tags.get(tag.name) for t in subs]
             cols[tag.name] = pa.array(values, tag.type.arrow(self.db.precision))
-        table = pa.table(cols)
-        self._tag_tables[stable.name] = table
-        return table
-
-    def forget_tag_tables(self) -> None:
-        """Drop cached tag tables (after ALTER STABLE changes the tag schema)."""
-        self._tag_tables.clear()
+        return pa.table(cols)
 
     # ---------------------------------------------------------- checkpoints
 
     def checkpoint(self) -> None:
-        """Write the table map (atomically) as of the WAL's current end; OSError when the disk refuses it."""
-        version = self.wal.next_version
-        if version == self._checkpointed:
-            return
-        snap = {
-            "version": version,
-            "tables": [
-                {
-                    "name": t.name,
-                    "stable": t.stable,
-                    "tags": t.tags,
-                    "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns else None,
-                    "version": t.version,
-                    "created_ts": t.created_ts,
-                    "dropped": t.dropped,
-                }
-                for t in self.tables.values()
-            ],
-        }
-        fileio.replace_file(self.dir / CHECKPOINT, lines.encode(snap))
-        self._checkpointed = version
+        """Flush the table meta store as of the WAL's current end, fsynced; StorageUnavailable when it cannot be
+        written."""
+        self._flush(self.wal.next_version, durable=True)
 
     def apply_retention(self, now_wall: float, limit: int | None = None) -> int:
         """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first), at most ``limit`` of
@@ -230,4 +358,5 @@ class Vnode:
             self.checkpoint()
         except (OSError, StorageUnavailable) as exc:  # the WAL still holds every meta entry after the last checkpoint
             log.error("%s: could not write the table checkpoint: %s", self.dir, exc)
+        self._store.close()
         self.wal.close()

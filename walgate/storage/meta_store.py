@@ -1,0 +1,274 @@
+"""A vnode's meta store: the definitions of its tables on disk (``meta.db``), derived from the vnode's WAL.
+
+As TDengine keeps child-table meta in each vnode's meta store, a vnode keeps its table definitions here and only a
+bounded cache of them in memory (:mod:`walgate.storage.vnode`), so millions of subtables cost disk, not memory.
+The WAL's meta entries stay the source of truth: the store records the WAL version it covers (every meta entry
+below it is applied) and is rebuilt from the WAL when it is missing, damaged or ahead of the WAL.
+
+Format: a SQLite database (Python's ``sqlite3``) in WAL mode (``meta.db-wal`` and ``meta.db-shm`` beside it while
+it is open; SQLite folds them in and removes them at a clean close) of two tables. A write is one transaction, and a
+killed one is rolled back at the next open. Writes are ``synchronous=NORMAL``: committed, not fsynced, so a power
+loss may take the last writes back to an earlier consistent store, which covers an earlier WAL version (the rows and
+the covered version are one transaction); the vnode replays the WAL's meta entries from there, as after any open.
+A write with ``durable=True`` is fsynced with every write before it: the vnode asks for it where it relies on the
+store (before retention deletes WAL segments, at close, before it removes ``tables.ckpt``). Between writes the
+connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
+tests do) may read and write, and this one's next write may then be refused as a full disk's is.
+
+* ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
+  appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
+  table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
+  ``def`` is the definition (name first, supertable, tags, columns, create version and time, dropped) as one
+  checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is found when the row is read, and one in
+  a name when the store is opened (every name is compared with the one its ``def`` starts with, in SQL, and every
+  row must be found through the name index, which holds no other entry) or read whole; there is no other index (a
+  supertable's subtables are found by reading every row, as a query over it reads them anyway), so nothing
+  unchecked decides which rows a read sees;
+* ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
+
+Errors: a file that is not such a store, a row that does not verify, or SQLite reporting corruption raise
+:class:`MetaDamaged` (the vnode reports it and rebuilds); any other SQLite error (a full disk, an I/O error) raises
+:class:`~walgate.storage.errors.StorageUnavailable` naming the file; a write is one transaction, all or nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from walgate.storage import lines
+from walgate.storage.catalog import column_from_json
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.schema import Column
+
+__all__ = ["META_STORE", "MetaDamaged", "MetaStore", "TableDef"]
+
+META_STORE = "meta.db"
+CACHE_KIB = 16_384  # SQLite's page cache of one store
+_KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
+                      " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
+"""The rows whose name is not the one their ``def`` starts with (as JSON without escapes)."""
+_ROWS_NOT_INDEXED = ("SELECT count(*) FROM tables AS t NOT INDEXED WHERE NOT EXISTS"
+                     " (SELECT 1 FROM tables AS u INDEXED BY tables_name WHERE u.name = t.name AND u.id = t.id)")
+"""The rows the name index does not find (with the index's entries counted, the index is checked whole)."""
+_SCHEMA = (
+    "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL)",
+    "CREATE UNIQUE INDEX tables_name ON tables (name)",
+    "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
+)
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """One table of a vnode, as its create entry (WAL ``version``) made it; ``dropped`` once a drop entry passed."""
+
+    name: str
+    stable: str | None  # None for a normal table
+    tags: dict[str, Any]
+    columns: tuple[Column, ...] | None  # normal tables only
+    version: int  # WAL version of the create entry
+    created_ts: int  # creation time, database precision
+    dropped: bool = False
+
+
+class MetaDamaged(Exception):
+    """The store is not what it should be (the message says how): rebuild it from the WAL."""
+
+
+def encode_def(t: TableDef) -> bytes:
+    """``t`` as one checksummed line (no ``\\n``), its name first."""
+    return lines.encode({
+        "name": t.name, "stable": t.stable, "tags": t.tags, "version": t.version, "created_ts": t.created_ts,
+        "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
+        "dropped": t.dropped,
+    })[:-1]
+
+
+def decode_def(name: object, raw: object) -> TableDef:
+    """The row of ``name``; :class:`MetaDamaged` when it does not verify."""
+    try:
+        if not isinstance(raw, bytes) or not isinstance(name, str):
+            raise ValueError(f"a row of types {type(name).__name__}, {type(raw).__name__}")
+        d = lines.decode(raw)
+        if d["name"] != name:
+            raise ValueError(f"row {name!r} holds table {d['name']!r}")
+        if type(d["dropped"]) is not bool:
+            raise ValueError(f"dropped {d['dropped']!r}")
+        cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
+        return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), d["dropped"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise MetaDamaged(f"table {name!r}: {exc}") from None
+
+
+class MetaStore:
+    """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int) -> None:
+        self.path = path
+        self._conn = conn
+        self.covered = covered  # every meta entry below this WAL version is in the store
+        self.live = live  # of the tables in the store, those not dropped
+        self.synced = False  # every write so far is fsynced (not known at open: a killed process's may not be)
+
+    @classmethod
+    def open(cls, path: Path) -> MetaStore:
+        """Open ``path``, creating an empty store (covering nothing) when there is no file; :class:`MetaDamaged`
+        when the file is not a sound store, StorageUnavailable when it cannot be read or created."""
+        fresh = not path.exists()
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StorageUnavailable(f"{path}: {exc}") from None
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is None or mode[0] != "wal":
+                raise sqlite3.OperationalError(f"journal mode {mode!r} instead of WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            if fresh:
+                conn.execute("BEGIN")
+                for stmt in _SCHEMA:
+                    conn.execute(stmt)
+                conn.execute("INSERT INTO covered VALUES (0, ?)", (lines.encode({"version": 0, "live": 0})[:-1],))
+                conn.execute("COMMIT")
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()  # the schema in meta.db, fsynced:
+                if busy is None or busy[0]:  # a store of no schema is damaged, one covering nothing is not
+                    raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
+                conn.execute("BEGIN")
+                return cls(path, conn, 0, 0)
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise MetaDamaged("; ".join(map(str, problems[:3])))
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            if not {"tables", "covered"} <= names:
+                raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
+            rows = conn.execute("SELECT line FROM covered").fetchall()
+            if len(rows) != 1:
+                raise MetaDamaged(f"{len(rows)} covered versions")
+            state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
+            covered, live = state.get("version"), state.get("live")
+            if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
+                raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
+            for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
+                decode_def(name, raw)
+            [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
+            [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
+            [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
+            if unfound or entries != rows_n:
+                raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
+            conn.execute("BEGIN")
+            return cls(path, conn, covered, live)
+        except MetaDamaged:
+            conn.close()
+            raise
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.OperationalError) and not _is_corrupt(exc):
+                raise StorageUnavailable(f"{path}: {exc}") from None
+            raise MetaDamaged(str(exc)) from None
+
+    def get(self, name: str) -> TableDef | None:
+        """The table ``name`` (dropped ones too), None when there is none."""
+        row = self._query("SELECT def FROM tables WHERE name = ?", (name,)).fetchone()
+        return None if row is None else decode_def(name, row[0])
+
+    def of_stable(self, stable: str) -> Iterator[TableDef]:
+        """Every subtable of ``stable`` (dropped ones too), in the order they were written."""
+        return (t for t in self.all() if t.stable == stable)
+
+    def all(self) -> Iterator[TableDef]:
+        """Every table (dropped ones too), in the order they were written (one pass over the file)."""
+        return self._defs("SELECT name, def FROM tables NOT INDEXED ORDER BY id", ())
+
+    def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
+              durable: bool = False) -> int:
+        """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
+        rows of the same name), then record ``covered`` and the count of live tables: ``live`` less those this marked
+        dropped, whose number it returns. Nothing is written when it raises. With ``durable``, the transaction and
+        every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
+        gone = set(dropped_stables)
+        drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
+        try:
+            if durable:  # the level may not change inside the held read transaction
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+                self._conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")
+            self._conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
+                                   ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
+            self._conn.execute("UPDATE covered SET line = ? WHERE id = 0",
+                               (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled it back itself (a full disk or an I/O error ends the transaction)
+            raise _error(self.path, exc) from None
+        finally:
+            if durable:
+                self._relax()
+            self._begin()
+        self.covered, self.live = covered, live - len(drops)
+        self.synced = durable
+        return len(drops)
+
+    def _relax(self) -> None:
+        """Back to unsynced commits after a durable write (a failure leaves FULL: slower, never less safe)."""
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error:
+            pass
+
+    def _begin(self) -> None:
+        """Open the transaction reads run in until the next write (one lock and cache check for all of them, not
+        one per statement: a lookup takes ~2 us instead of ~7)."""
+        if not self._conn.in_transaction:
+            try:
+                self._conn.execute("BEGIN")
+            except sqlite3.Error:
+                pass  # the next statement runs in a transaction of its own, and write() tries again
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _defs(self, sql: str, args: tuple[Any, ...]) -> Iterator[TableDef]:
+        cursor = self._query(sql, args)
+        while True:
+            try:
+                rows = cursor.fetchmany(4096)
+            except sqlite3.Error as exc:
+                raise _error(self.path, exc) from None
+            if not rows:
+                return
+            for name, raw in rows:
+                yield decode_def(name, raw)
+
+    def _query(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+
+
+def _name(t: TableDef) -> str:
+    return t.name  # rows put in name order: each page of the name index is met once, in order
+
+
+def _is_corrupt(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or not isinstance(exc, sqlite3.OperationalError)
+
+
+def _error(path: Path, exc: sqlite3.Error) -> Exception:
+    """SQLite's ``exc`` as :class:`MetaDamaged` (corruption) or StorageUnavailable (anything else)."""
+    if _is_corrupt(exc):
+        return MetaDamaged(str(exc))
+    return StorageUnavailable(f"{path}: {exc}")
