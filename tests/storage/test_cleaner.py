@@ -26,6 +26,7 @@ from walgate.storage.producers import SequenceError
 from walgate.storage.resource_configs import BROKER
 from walgate.storage.wal import CorruptEntry
 from walgate.wire import batch_header, decode_batches, encode_batch
+from walgate.wire.errors import ErrorCode
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0", "delete.retention.ms": "86400000"}
 LATER = time.time() + 3600  # "now" for passes that should see every segment as old
@@ -957,7 +958,7 @@ def test_a_producers_newest_marker_keeps_its_coordinator_epoch_across_a_restart(
     try:
         assert [p.coordinator_epoch for p in e.active_producers("t", 0) if p.producer_id == 3] == [5]
         fenced = e.write_txn_markers(3, 0, 4, True, [("t", 0)])
-        assert isinstance(fenced[0], SequenceError) and fenced[0].kafka_error == "transaction_coordinator_fenced"
+        assert isinstance(fenced[0], SequenceError) and fenced[0].error_code is ErrorCode.transaction_coordinator_fenced
     finally:
         e.close()
 

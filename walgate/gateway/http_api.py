@@ -80,7 +80,7 @@ from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
-from walgate.gateway.kafka.broker import ANONYMOUS
+from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers

@@ -123,7 +123,7 @@ from walgate.storage import fileio
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import CorruptEntry, StorageUnavailable
 from walgate.storage.filecache import FILES, OpenFile
 from walgate.storage.wal_format import (
     APPEND,
@@ -164,10 +164,6 @@ log = logging.getLogger("walgate.wal")
 _first = attrgetter("first")
 
 SegmentFile = OpenFile  # the descriptor a FileRegion keeps open (from the process-wide cache)
-
-
-class CorruptEntry(Exception):
-    """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
 
 
 @dataclass(frozen=True)
