@@ -864,10 +864,10 @@ def _distinct_history(e: Engine) -> None:
 
 
 def cold_records(e: Engine) -> list[tuple[int, bytes | None, bytes | None]]:
-    """:func:`records` with no segment file open (as the process-wide descriptor cache evicts them): every read
+    """:func:`records` with no segment file open (as the engine's descriptor cache evicts them): every read
     opens its segment's file by name."""
     for seg in e.vnodes[e.catalog.topics["t"].db][0].wal.segments:
-        seg.forget_files()
+        seg.forget_files(e.files)
     return records(e)
 
 

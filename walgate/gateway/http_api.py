@@ -317,7 +317,7 @@ def _probe_data_dir(engine: Engine) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fileio.write_all(fd, b"walgate readiness probe\n")
-        fileio.fsync(fd)
+        fileio.fsync(fd, syncs=engine.syncs)
     finally:
         os.close(fd)
         os.unlink(path)

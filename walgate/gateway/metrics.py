@@ -50,7 +50,7 @@ from walgate.coordinator import GroupCoordinator, GroupStats
 from walgate.gateway.kafka.broker import BatchCache
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, PartitionStats
-from walgate.storage.fileio import SYNC_LATENCY, LatencyRecorder
+from walgate.storage.fileio import LatencyRecorder, SyncLatency
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
@@ -84,6 +84,7 @@ class _State:
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: int
+    syncs: SyncLatency  # the engine's fsync times (thread-safe recorders, read when rendered)
 
 
 @dataclass
@@ -279,6 +280,7 @@ def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage:
         topic_ids=dict(engine.topics_by_id()),
         cache=(cache.hits, cache.misses, cache.size),
         queued=storage.queued,
+        syncs=engine.syncs,
     )
 
 
@@ -403,7 +405,7 @@ def _storage_metrics(state: _State) -> Iterator[Metric]:
     yield _gauge("walgate_storage_queue_depth", "Calls waiting for the storage thread", [], [([], state.queued)])
     family = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
                                    "Time of each fsync / fdatasync of the data dir (ms)", labels=["call"])
-    for call, recorder in SYNC_LATENCY.items():
+    for call, recorder in state.syncs.calls.items():
         family.add_metric([call], *_buckets(recorder))
     yield family
 

@@ -35,6 +35,7 @@ from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["Committed", "CommittedOffsets", "COMPACT_FLOOR"]
@@ -68,7 +69,7 @@ class _CommitsSync:
 
     def run(self) -> None:
         try:
-            fileio.append_file(self.offsets.path, self.data)  # (cut back when the write or the fsync fails)
+            fileio.append_file(self.offsets.path, self.data, syncs=self.offsets.syncs)  # (cut back when the write or the fsync fails)
         except FileNotFoundError:
             pass  # its vnode was dropped meanwhile: nothing is left to make durable
         except OSError as exc:
@@ -83,8 +84,8 @@ class CommittedOffsets(KeyedLog[Key, Committed]):
     NOT_A_RECORD = "not a commit"
     logger = log
 
-    def __init__(self, path: Path, unsynced: Unsynced | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> None:
+        super().__init__(path, syncs)
         self.unsynced = unsynced  # group commit: commits note what they need instead of fsyncing
         self._written = 0  # writes so far (the targets of group commit's needs)
         self.durable_to = 0  # writes up to this one are fsynced and applied
@@ -92,8 +93,9 @@ class CommittedOffsets(KeyedLog[Key, Committed]):
         self._syncing = False  # a sync is taken and not done
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None) -> CommittedOffsets:
-        store = cls(path, unsynced)
+    def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None,
+             syncs: SyncLatency | None = None) -> CommittedOffsets:
+        store = cls(path, unsynced, syncs)
         store._replay(damage)
         return store
 

@@ -65,6 +65,7 @@ from walgate.storage.catalog import Catalog
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.names import is_db_id, is_topic_id, new_db_id
 from walgate.storage.producers import ProducerIds
 from walgate.storage.vnode import CHECKPOINT, COMMITS
@@ -128,9 +129,11 @@ def unnamed_db_dirs(root: Path, ids: set[str]) -> list[str]:
     return sorted(f"db/{p.name}" for p in db.iterdir() if p.is_dir() and p.name not in ids) if db.is_dir() else []
 
 
-def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK) -> None:
+def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK, syncs: SyncLatency | None = None) -> None:
     """Make ``root`` a data dir of the current format: create, open, migrate or refuse (see the module docstring);
-    ``clock``: where producer ids go on when a format-1 ``producer_ids.json`` cannot be read."""
+    ``clock``: where producer ids go on when a format-1 ``producer_ids.json`` cannot be read; ``syncs``: what its
+    fsyncs are timed into (the engine's)."""
+    syncs = SyncLatency() if syncs is None else syncs
     root.mkdir(parents=True, exist_ok=True)
     version = root / VERSION_FILE
     fmt = _read_format(version, damage)
@@ -138,17 +141,17 @@ def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK) -> None:
         old = (root / _OLD_CATALOG).exists() or (root / _OLD_PRODUCER_IDS).exists()
         if old or ((root / "db").exists() and not (root / CATALOG).exists()):
             log.info("%s: migrating the data dir from format 1 to format %d", root, FORMAT)
-            _migrate_1(root, damage, clock)
-        _write_format(version)
+            _migrate_1(root, damage, clock, syncs)
+        _write_format(version, syncs)
         if not (root / CATALOG).exists() and not (root / PRODUCER_IDS).exists():  # a new data dir
-            ProducerIds.create(root / PRODUCER_IDS)
+            ProducerIds.create(root / PRODUCER_IDS, syncs)
         fmt = FORMAT
     if fmt > FORMAT:
         raise UnsupportedFormat(f"The data dir {root} has format {fmt}, written by a newer walgate; this release "
                                 f"reads formats 1 to {FORMAT}: run the newer release")
     if fmt < FORMAT:
-        _migrate_1(root, damage, clock)
-        _write_format(version)
+        _migrate_1(root, damage, clock, syncs)
+        _write_format(version, syncs)
 
 
 def _read_format(path: Path, damage: DamageLog) -> int | None:
@@ -163,17 +166,17 @@ def _read_format(path: Path, damage: DamageLog) -> int | None:
         return None
 
 
-def _write_format(path: Path) -> None:
-    fileio.replace_file(path, lines.encode({"format": FORMAT}))
+def _write_format(path: Path, syncs: SyncLatency) -> None:
+    fileio.replace_file(path, lines.encode({"format": FORMAT}), syncs=syncs)
 
 
 # ------------------------------------------------------------------ format 1 -> 2
 
 
-def _migrate_1(root: Path, damage: DamageLog, clock: Clock) -> None:
+def _migrate_1(root: Path, damage: DamageLog, clock: Clock, syncs: SyncLatency) -> None:
     if not (root / CATALOG).exists():
-        _convert_catalog(root, damage)
-    catalog = Catalog.open(root / CATALOG, damage)
+        _convert_catalog(root, damage, syncs)
+    catalog = Catalog.open(root / CATALOG, damage, syncs=syncs)
     (root / "db").mkdir(exist_ok=True)
     for db in catalog.databases.values():
         new = db_dir(root, db.id)
@@ -184,17 +187,17 @@ def _migrate_1(root: Path, damage: DamageLog, clock: Clock) -> None:
         old = root / "db" / db.name
         if old.is_dir() and not new.exists():
             os.rename(old, new)
-    fileio.fsync_dir(root / "db")
+    fileio.fsync_dir(root / "db", syncs=syncs)
     for db in catalog.databases.values():
         topics = [t for t in catalog.topics.values() if t.db == db.name]
         for vnode_dir in sorted(db_dir(root, db.id).glob("vnode*")):
-            _migrate_vnode(vnode_dir, topics, damage)
+            _migrate_vnode(vnode_dir, topics, damage, syncs)
     _convert(root / _OLD_PRODUCER_IDS, root / PRODUCER_IDS, damage,
-             lambda raw, path, damage: _producer_ids(raw, path, damage, clock))
+             lambda raw, path, damage: _producer_ids(raw, path, damage, clock), syncs)
     if not (root / PRODUCER_IDS).exists():
-        ProducerIds.create(root / PRODUCER_IDS)
+        ProducerIds.create(root / PRODUCER_IDS, syncs)
     (root / _OLD_CATALOG).unlink(missing_ok=True)
-    fileio.fsync_dir(root)
+    fileio.fsync_dir(root, syncs=syncs)
 
 
 def _plain(name: str) -> bool:
@@ -202,11 +205,11 @@ def _plain(name: str) -> bool:
     return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
 
 
-def _convert_catalog(root: Path, damage: DamageLog) -> None:
+def _convert_catalog(root: Path, damage: DamageLog, syncs: SyncLatency) -> None:
     """``catalog.jsonl`` (plain JSON lines, no ids) -> ``catalog.log``, replaying it with the current rules."""
     old = root / _OLD_CATALOG
     data = old.read_bytes() if old.exists() else b""
-    catalog = Catalog(root / CATALOG, damage)
+    catalog = Catalog(root / CATALOG, damage, syncs=syncs)
 
     def apply(record: Any) -> None:
         if record.get("op") == "create_db":
@@ -219,19 +222,20 @@ def _convert_catalog(root: Path, damage: DamageLog) -> None:
     catalog.rewrite()
 
 
-def _migrate_vnode(vnode: Path, topics: list[Any], damage: DamageLog) -> None:
+def _migrate_vnode(vnode: Path, topics: list[Any], damage: DamageLog, syncs: SyncLatency) -> None:
     for t in topics:
         if not _plain(t.name):
             continue  # format 1 put its files outside topics/: the index is rebuilt, a log start is lost
         (vnode / "topics" / f"{t.name}.oidx").unlink(missing_ok=True)  # derived, of the old record format
-        _convert(vnode / "topics" / f"{t.name}.start", topic_file(vnode, t.topic_id, ".start"), damage, _log_start)
+        _convert(vnode / "topics" / f"{t.name}.start", topic_file(vnode, t.topic_id, ".start"), damage, _log_start,
+                 syncs)
     if (vnode / "topics").is_dir():
-        fileio.fsync_dir(vnode / "topics")
-    _convert(vnode / "offsets.jsonl", vnode / COMMITS, damage, _commits)
-    _convert(vnode / "tables.json", vnode / CHECKPOINT, damage, _checkpoint)
+        fileio.fsync_dir(vnode / "topics", syncs=syncs)
+    _convert(vnode / "offsets.jsonl", vnode / COMMITS, damage, _commits, syncs)
+    _convert(vnode / "tables.json", vnode / CHECKPOINT, damage, _checkpoint, syncs)
 
 
-def _convert(old: Path, new: Path, damage: DamageLog, convert: Any) -> None:
+def _convert(old: Path, new: Path, damage: DamageLog, convert: Any, syncs: SyncLatency) -> None:
     """Write ``new`` from the format-1 ``old`` (unless ``new`` exists: then it is whole), then remove ``old``."""
     if not old.exists():
         return
@@ -243,9 +247,9 @@ def _convert(old: Path, new: Path, damage: DamageLog, convert: Any) -> None:
             damage.report(old, 0, len(raw), f"format-1 file: {exc}", "not migrated", raw)
             data = None
         if data is not None:
-            fileio.replace_file(new, data)
+            fileio.replace_file(new, data, syncs=syncs)
     old.unlink()
-    fileio.fsync_dir(old.parent)
+    fileio.fsync_dir(old.parent, syncs=syncs)
 
 
 def _log_start(raw: bytes, path: Path, damage: DamageLog) -> bytes:

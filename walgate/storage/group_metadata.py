@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from walgate.storage import lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["COMPACT_FLOOR", "GroupMetadataLog", "GroupRecord"]
@@ -51,9 +52,9 @@ class GroupMetadataLog(KeyedLog[str, Any]):
     logger = log
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog) -> GroupMetadataLog:
+    def open(cls, path: Path, damage: DamageLog, syncs: SyncLatency | None = None) -> GroupMetadataLog:
         """Replay *path* (missing: no groups); damage is reported and skipped, never fatal."""
-        store = cls(path)
+        store = cls(path, syncs)
         store._replay(damage)
         return store
 

@@ -47,6 +47,7 @@ from walgate.storage import fileio, lines
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError, StorageUnavailable
+from walgate.storage.fileio import SyncLatency
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["AbortedTxn", "ActiveProducer", "PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError",
@@ -252,16 +253,18 @@ class ProducerIds:
 
     BLOCK: Final = 1000
 
-    def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK,
+                 syncs: SyncLatency | None = None) -> None:
         self._path = path
+        self._syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times
         self._clock = clock  # where ids go on when the file is lost
         self._next = self._load(damage)
         self._limit = self._next
 
     @staticmethod
-    def create(path: Path) -> None:
-        """The file of a new data dir: ids start at 0."""
-        fileio.replace_file(path, lines.encode({"next_block": 0}))
+    def create(path: Path, syncs: SyncLatency | None = None) -> None:
+        """The file of a new data dir: ids start at 0 (its fsyncs timed into ``syncs``, the engine's)."""
+        fileio.replace_file(path, lines.encode({"next_block": 0}), syncs=SyncLatency() if syncs is None else syncs)
 
     def _load(self, damage: DamageLog | None) -> int:
         raw = b""
@@ -298,7 +301,7 @@ class ProducerIds:
         if self._next >= self._limit:
             limit = self._next + self.BLOCK
             try:
-                fileio.replace_file(self._path, lines.encode({"next_block": limit}))
+                fileio.replace_file(self._path, lines.encode({"next_block": limit}), syncs=self._syncs)
             except OSError as exc:
                 raise StorageUnavailable(f"The producer id block could not be written ({exc.strerror or exc})") from None
             self._limit = limit

@@ -40,6 +40,8 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.filecache import FileCache
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.schema import Column
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
@@ -88,19 +90,21 @@ class Vnode:
         self.wal = wal
         self.damage = damage
         self.tables: dict[str, TableDef] = {}
-        self.offsets = CommittedOffsets.open(directory / COMMITS, damage, unsynced)  # consumer-group progress
+        self.offsets = CommittedOffsets.open(directory / COMMITS, damage, unsynced, wal.syncs)  # consumer-group progress
         self._tag_tables: dict[str, pa.Table] = {}
         self._checkpointed = 0
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
-             unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK) -> Vnode:
+             unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
+             syncs: SyncLatency | None = None) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0) and
         its committed offsets leave their fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages
-        segments and times fsync periods by ``clock``."""
+        segments and times fsync periods by ``clock``; its files are opened through ``files`` (the engine's cache) and
+        its fsyncs timed into ``syncs`` (the engine's)."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
-                       clock=clock)
+                       clock=clock, files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage, unsynced)
         start = vnode._load_checkpoint()
         for entry in vnode.wal.read_from(start):
@@ -207,7 +211,7 @@ class Vnode:
                 for t in self.tables.values()
             ],
         }
-        fileio.replace_file(self.dir / CHECKPOINT, lines.encode(snap))
+        fileio.replace_file(self.dir / CHECKPOINT, lines.encode(snap), syncs=self.wal.syncs)
         self._checkpointed = version
 
     def apply_retention(self, now_wall: float) -> bool:

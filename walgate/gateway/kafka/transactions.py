@@ -123,7 +123,7 @@ class TransactionService:
 
     def _load(self) -> None:
         engine = self._engine
-        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log)
+        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log, engine.syncs)
         for tid, record in tlog.records.items():
             try:
                 txn = Txn.from_record(tid, record)
