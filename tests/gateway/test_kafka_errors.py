@@ -24,12 +24,15 @@ import walgate.storage
 import walgate.wire
 from walgate.coordinator.consumer_membership import HeartbeatError
 from walgate.gateway.kafka.handlers.common import (
+    AUTO_CREATE,
     CREATE_PARTITIONS,
+    DESCRIBE_CLIENT_QUOTAS,
     DOMAINS,
     ERRORS,
     GROUP_WRITE,
     INIT_PRODUCER_ID,
     PRODUCE,
+    TRANSACTIONS,
     _merged,
     answered,
     error_of,
@@ -84,7 +87,8 @@ def test_the_table(exc: BaseException, overrides: dict, code: ErrorCode) -> None
 
 
 def test_every_entry_is_a_kafka_error_code() -> None:
-    for table in (ERRORS, PRODUCE, GROUP_WRITE, CREATE_PARTITIONS, INIT_PRODUCER_ID):
+    for table in (ERRORS, PRODUCE, GROUP_WRITE, CREATE_PARTITIONS, INIT_PRODUCER_ID, TRANSACTIONS, AUTO_CREATE,
+                  DESCRIBE_CLIENT_QUOTAS):
         assert all(isinstance(code, ErrorCode) and code != E.none for code in table.values())
 
 
@@ -140,6 +144,7 @@ CARRY_THEIR_CODE = {HeartbeatError}
 """Exceptions whose Kafka error is chosen per instance where they are raised, and which their own module answers."""
 
 TABLES = {"ERRORS": {}, "PRODUCE": PRODUCE, "GROUP_WRITE": GROUP_WRITE, "CREATE_PARTITIONS": CREATE_PARTITIONS,
+          "TRANSACTIONS": TRANSACTIONS, "AUTO_CREATE": AUTO_CREATE, "DESCRIBE_CLIENT_QUOTAS": DESCRIBE_CLIENT_QUOTAS,
           "INIT_PRODUCER_ID": INIT_PRODUCER_ID}
 
 

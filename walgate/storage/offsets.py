@@ -58,7 +58,7 @@ log = logging.getLogger("walgate.offsets")
 
 _REC = struct.Struct("<QQIqI")
 _BODY = struct.Struct("<QQIq")  # what the CRC covers
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # appends go through the process-wide descriptor cache
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # appends go through the engine's descriptor cache
 _TS_MIN = -(1 << 63)
 _OFFSET_MAX = 1 << 62
 

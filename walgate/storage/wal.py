@@ -165,7 +165,7 @@ log = logging.getLogger("walgate.wal")
 
 _first = attrgetter("first")
 
-SegmentFile = OpenFile  # the descriptor a FileRegion keeps open (from the process-wide cache)
+SegmentFile = OpenFile  # the descriptor a FileRegion keeps open (from its engine's cache)
 
 
 @dataclass(frozen=True)
