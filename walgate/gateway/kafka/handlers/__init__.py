@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -72,7 +73,7 @@ from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised"]
 
-HandlerFn = Callable[[Any, Any, Any], Awaitable[Mapping[str, Any] | Unanswered]]
+HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered]]
 
 
 @dataclass(frozen=True)
