@@ -1,7 +1,7 @@
 """Consumer groups survive a walgate restart (issue 17): real clients with static members see no rebalance.
 
-walgate records each group's state (``groups.log``, fsynced before the state is acknowledged) and rebuilds the groups
-at start, as Kafka's coordinator loads its group records. Four groups of two static members (``group.instance.id``)
+walgate records each group's state (in its coordinator partition, ``coordinator/offsets-<p>.log``, fsynced before the
+state is acknowledged) and rebuilds the groups at start, as Kafka's coordinator loads its group records. Four groups of two static members (``group.instance.id``)
 read one 4-partition Kafka-native topic: Java kafka-clients 4.3 and confluent-kafka, each in a classic group and in a
 KIP-848 (``group.protocol=consumer``) group. walgate is killed with SIGKILL, restarted on the same data dir and
 port, then stopped cleanly (SIGTERM) and started again, records being produced after each start. Through both

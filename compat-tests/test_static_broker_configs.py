@@ -2,7 +2,8 @@
 STATIC_BROKER_CONFIG, read by the Java Admin (kafka-clients 4.3) as ``kafka-configs --describe --entity-type
 brokers`` does: a walgate started from a ``server.properties`` with a PLAINTEXT, a SASL_PLAINTEXT and an SSL listener,
 ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512``, ``connections.max.reauth.ms=10000`` (and a listener's own value),
-an SSL key password (described as Kafka does a password: null and sensitive). librdkafka's 0142_reauthentication
+an SSL key password (described as Kafka does a password: null and sensitive), ``offsets.topic.num.partitions=3``
+(the group coordinator's partitions of the data dir it makes). librdkafka's 0142_reauthentication
 reads ``connections.max.reauth.ms`` this way to decide whether the broker re-authenticates.
 """
 
@@ -30,7 +31,7 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512\nconnections.max.reauth.ms=10000\n"
         "listener.name.sasl_plaintext.connections.max.reauth.ms=20000\n"
         f"ssl.keystore.type=PEM\nssl.keystore.location={certs.server}\nssl.key.password=not-to-be-shown\n"
-        "group.initial.rebalance.delay.ms=1500\nsuper.users=User:root;User:admin\n"
+        "group.initial.rebalance.delay.ms=1500\nsuper.users=User:root;User:admin\noffsets.topic.num.partitions=3\n"
     )
     with running_walgate(work / "walgate", "--config", str(config), kafka_port=plain) as server:
         assert wait_accepting(plain, 10, server.proc), server.log()
@@ -41,7 +42,7 @@ def test_java_admin_describes_the_settings_walgate_was_started_with(started: tup
     bootstrap, work = started
     names = ["sasl.enabled.mechanisms", "connections.max.reauth.ms",
              "listener.name.sasl_plaintext.connections.max.reauth.ms", "ssl.key.password", "ssl.keystore.location",
-             "group.initial.rebalance.delay.ms", "super.users", "log.dirs", "node.id"]
+             "group.initial.rebalance.delay.ms", "super.users", "log.dirs", "node.id", "offsets.topic.num.partitions"]
     run = java("BrokerConfigs.java", bootstrap, "0", *names, timeout=120)
     got = {d.pop("name"): d for d in map(json.loads, run.stdout.splitlines())}
     static = "STATIC_BROKER_CONFIG"
@@ -59,5 +60,6 @@ def test_java_admin_describes_the_settings_walgate_was_started_with(started: tup
         "super.users": entry("User:root;User:admin", "STRING"),
         "log.dirs": entry(str(work / "walgate/data"), "STRING"),
         "node.id": entry("0", "INT"),
+        "offsets.topic.num.partitions": entry("3", "INT"),  # the data dir's, made by this start
     }, run.describe()
     assert "not-to-be-shown" not in run.stdout

@@ -21,7 +21,7 @@ SESSION = 10_000
 
 
 class Node:
-    """A GroupCoordinator on a fake clock whose records go to ``disk`` (group id -> value, as groups.log keeps it)."""
+    """A GroupCoordinator on a fake clock whose records go to ``disk`` (group id -> value, as the coordinator log keeps it)."""
 
     def __init__(self, disk: dict[str, Any] | None = None, now: int = 0) -> None:
         ids = itertools.count(1)

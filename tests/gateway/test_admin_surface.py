@@ -361,3 +361,17 @@ def test_kafkas_reconfiguration_checks_with_its_messages(tmp_path: Path) -> None
                                          ("max.connections.per.ip.overrides", SET, "127.0.0.1:5")]) == (
             ErrorCode.none, None)
         assert gw._engine.resource_configs("broker", "")["num.network.threads"] == "6"
+
+
+def test_offsets_topic_num_partitions_makes_the_coordinator_partitions_of_a_new_data_dir_only(tmp_path: Path) -> None:
+    """Kafka's offsets.topic.num.partitions: N of a data dir made by this start (issue 23); an existing data dir keeps
+    its N, and DescribeConfigs answers the N the data dir has."""
+    data = tmp_path / "data"
+    with gateway_thread(data, offsets_topic_num_partitions=4) as gw, KafkaConnection(gw.kafka_address) as conn:
+        assert describe(conn, BROKER, "0", ["offsets.topic.num.partitions"]) == {
+            "offsets.topic.num.partitions": ("4", "STATIC_BROKER")}
+    assert sorted(p.name for p in (data / "coordinator").iterdir()) == [f"offsets-{p}.log" for p in range(4)]
+    with gateway_thread(data, offsets_topic_num_partitions=9) as gw, KafkaConnection(gw.kafka_address) as conn:
+        assert describe(conn, BROKER, "0", ["offsets.topic.num.partitions"]) == {
+            "offsets.topic.num.partitions": ("4", "STATIC_BROKER")}
+    assert len(list((data / "coordinator").iterdir())) == 4

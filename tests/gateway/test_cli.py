@@ -237,6 +237,7 @@ def test_resource_limits_default_and_come_from_every_source(tmp_path: Path) -> N
         ('data_dir = "d"\n', {"WALGATE_LISTEN_BACKLOG": "0"}, "listen_backlog must be > 0"),
         ('data_dir = "d"\n', {"WALGATE_REQUEST_READ_TIMEOUT_MS": "0"}, "request_read_timeout_ms must be > 0"),
         ('data_dir = "d"\nmax_partitions = -5\n', {}, "max_partitions must be > 0"),
+        ('data_dir = "d"\noffsets_topic_num_partitions = 0\n', {}, "offsets_topic_num_partitions must be > 0"),
     ],
 )
 def test_config_errors(tmp_path: Path, toml: str, env: dict[str, str], message: str) -> None:

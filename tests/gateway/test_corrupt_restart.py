@@ -30,7 +30,7 @@ TOPIC = "corrupt.events"
 RECORDS = 400
 VALUE = 4096  # 400 x 4 KiB: one sealed 1 MB segment and an active one
 ROWS = 60
-COMMITS = (50, 120, 200)  # committed in this order: commits.log holds one line each
+COMMITS = (50, 120, 200)  # committed in this order: the coordinator log holds one line each
 
 
 def value(seq: int) -> bytes:
@@ -184,17 +184,17 @@ def _batch_offsets(segment: Path, pos: int) -> set[int]:
 
 def tear_commits(data: Path) -> tuple[str, set[int]]:
     """Cut the last committed offset's line in half (a crash while committing)."""
-    for path in data.glob("db/*/vnode0/commits.log"):
+    for path in data.glob("coordinator/offsets-*.log"):
         raw = path.read_bytes()
         if TOPIC.encode() in raw:
             last = raw.rfind(b"\n", 0, len(raw) - 1) + 1
             path.write_bytes(raw[: (last + len(raw)) // 2])
             return "", set()
-    raise AssertionError("no commits.log holds the group's offsets")
+    raise AssertionError("no coordinator partition holds the group's offsets")
 
 
 @pytest.mark.parametrize("damage", [damage_catalog, damage_sealed, damage_active, tear_commits],
-                         ids=["catalog flip", "sealed segment flip", "active segment flip", "commits.log torn"])
+                         ids=["catalog flip", "sealed segment flip", "active segment flip", "coordinator log torn"])
 def test_a_damaged_data_dir_starts_and_serves_what_is_intact(template: Template, tmp_path: Path, damage) -> None:  # noqa: ANN001
     data = tmp_path / "data"
     shutil.copytree(template.data, data)

@@ -166,7 +166,7 @@ def test_full_disk_loses_nothing_and_resumes(tmp_path: Path) -> None:
                 refused |= more_refused
                 for k in range(seq, seq + 16):
                     insert(k)
-                for k in range(seq, seq + 32):  # a page of commits.log has room for a few dozen lines
+                for k in range(seq, seq + 32):  # a page of the coordinator log has room for a few dozen lines
                     commit_refused = not commit(k) or commit_refused
                 seq += 64
                 if refused and rows_refused and commit_refused:

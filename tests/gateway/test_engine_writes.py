@@ -1,7 +1,7 @@
 """The engine's write paths behind the Kafka handlers (issue 13, items 4, 5 and 7): ``Engine._commit`` in two phases,
 a request one vnode refuses taken back from the vnodes that took it (``Wal.undo_append``; fenced when even that
 fails, and never visible, not even after a restart), ``_index`` never failing an appended write, committed offsets
-answered per vnode."""
+answered per group (one write to its coordinator partition)."""
 
 from __future__ import annotations
 
@@ -111,33 +111,42 @@ def test_a_topic_that_cannot_evaluate_an_entry_never_fails_the_write(engine: Eng
     assert all(r.exc_info is None for r in caplog.records)
 
 
-def test_committed_offsets_are_refused_per_vnode(engine: Engine) -> None:
+def test_a_groups_committed_offsets_are_one_write_refused_whole(engine: Engine) -> None:
+    """A group's offsets are in its coordinator partition (issue 23): one commit is one write, refused whole when the
+    disk refuses it; what was committed before stays."""
     entries = [("wt", p, 10 + p, -1, "") for p in range(4)]
+    engine.commit_offsets("g1", [("wt", 1, 5, -1, "")], TS)
     faults = Faults()
     with faults.active():
-        engine.commit_offsets("g0", entries[:1], TS)
-        per_commit = sum(faults.calls.values())
-        assert per_commit, "committed offsets must be written through walgate.storage.fileio"
-        faults.calls.clear()
-        engine.commit_offsets("g0", entries[:1], TS)
-        writes = faults.calls["write"]
-        faults.fail("write", at=writes + 1)  # the second vnode's commit
+        engine.commit_offsets("g0", entries, TS)
+        assert faults.calls["write"] == 1, "a group's commit is one write, through walgate.storage.fileio"
+        faults.fail("write")
         errors = engine.commit_offsets("g1", entries, TS)
-    assert [type(e).__name__ if e else None for e in errors] == [None, "StorageUnavailable", None, None]
-    assert [engine.committed("g1", "wt", p) is not None for p in range(4)] == [True, False, True, True]
-    assert [c.offset for p in range(4) if (c := engine.committed("g1", "wt", p))] == [10, 12, 13]
+    assert [type(e).__name__ if e else None for e in errors] == ["StorageUnavailable"] * 4
+    assert [c.offset if (c := engine.committed("g1", "wt", p)) else None for p in range(4)] == [None, 5, None, None]
+    assert [c.offset for p in range(4) if (c := engine.committed("g0", "wt", p))] == [10, 11, 12, 13]
 
 
-def test_deleting_offsets_goes_on_past_a_vnode_the_disk_refuses(engine: Engine) -> None:
-    engine.commit_offsets("g", [("wt", p, p, -1, "") for p in range(4)], TS)
-    faults = Faults()
-    with faults.active():
-        faults.fail("write", at=1)  # the first vnode's
-        with pytest.raises(StorageUnavailable):
-            engine.delete_offsets("g")
-    kept = [p for p in range(4) if engine.committed("g", "wt", p) is not None]
-    assert len(kept) == 1, kept  # the other three vnodes deleted theirs
-    assert engine.delete_offsets("g") == 1 and all(engine.committed("g", "wt", p) is None for p in range(4))
+def test_deleting_offsets_goes_on_past_a_coordinator_partition_the_disk_refuses(tmp_path: Path) -> None:
+    e = Engine.open(tmp_path / "d", coordinator_partitions=4)
+    try:
+        e.create_kafka_topic("t", 2, {})
+        groups = [f"g{i}" for i in range(8)]
+        for g in groups:
+            e.commit_offsets(g, [("t", 0, 1, -1, ""), ("t", 1, 2, -1, "")], TS)
+        partitions = {e.store.coordinator.logs.index(e.store.coordinator.of(g)) for g in groups}
+        assert len(partitions) > 1
+        faults = Faults()
+        with faults.active():
+            faults.fail("write", at=1)  # the first partition's
+            with pytest.raises(StorageUnavailable):
+                e.delete_offsets(topic="t")
+        kept = {g for g, _, _, _ in e.all_committed()}
+        assert kept and kept != set(groups)  # the other partitions deleted theirs
+        assert len({e.store.coordinator.logs.index(e.store.coordinator.of(g)) for g in kept}) == 1
+        assert e.delete_offsets(topic="t") == 2 * len(kept) and list(e.all_committed()) == []
+    finally:
+        e.close()
 
 
 # ------------------------------------------------------------------------------- a request over several vnodes

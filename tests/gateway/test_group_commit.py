@@ -30,7 +30,7 @@ WAIT = 30.0  # seconds a step may take before the test fails instead of hanging
 
 
 class Gate:
-    """Stands in for ``fileio.os``: counts the fdatasyncs of WAL segments (and fsyncs of ``commits.log``); while
+    """Stands in for ``fileio.os``: counts the fdatasyncs of WAL segments (and fsyncs of the coordinator log); while
     ``held`` (a count), the next ones wait for :meth:`release` before running (``fail``: raise EIO instead)."""
 
     def __init__(self) -> None:
@@ -48,7 +48,7 @@ class Gate:
         os.fdatasync(fd)
 
     def fsync(self, fd: int) -> None:
-        self._gate(fd, "/commits.log")
+        self._gate(fd, "/coordinator/offsets-")
         os.fsync(fd)
 
     def _gate(self, fd: int, what: str) -> None:

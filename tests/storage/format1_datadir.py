@@ -79,16 +79,7 @@ def summary(e: Any) -> dict[str, Any]:
     return orjson.loads(orjson.dumps(out, option=orjson.OPT_NON_STR_KEYS))
 
 
-def main(out: Path) -> None:
-    from walgate.storage.engine import Engine
-
-    make(out / "data")
-    e = Engine.open(out / "data")
-    try:
-        (out / "expected.json").write_bytes(orjson.dumps(summary(e), option=orjson.OPT_INDENT_2))
-    finally:
-        e.close()
-
-
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    from old_release import main
+
+    main(Path(sys.argv[1]), make, summary)

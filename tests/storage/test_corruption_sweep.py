@@ -21,7 +21,8 @@ WAL segments also zeros over the whole file, or deleting it) and checks:
 (c) what the damage did not touch is served exactly as the truth: files of other vnodes and databases, and derived
     files (``.idx``, ``.oidx``, ``tables.ckpt``: the WAL still holds every meta entry) lose nothing; a damaged WAL
     segment loses at most the versions of the damaged entry's batch (a truncation: from the cut), a damaged
-    ``commits.log`` exactly the commits whose lines were damaged (the key falls back to its previous line);
+    coordinator partition (``coordinator/offsets-<p>.log``) exactly the commits whose lines were damaged (the key
+    falls back to its previous line);
 (d) nothing served is wrong: every row, record (by offset), log start, high watermark and committed offset
     served is one of the truth, and Fetch's ``kafka_region`` never sends an entry ``kafka_batch`` finds damaged;
 (e) a change of meaningful bytes of a file that is not derived is reported (:meth:`Engine.damage`) naming that
@@ -56,7 +57,7 @@ import pytest
 from fuzzing import LONG
 
 from walgate.storage import lines
-from walgate.storage.committed import Committed
+from walgate.storage.coordinator_log import Committed
 from walgate.storage.damage import Damage
 from walgate.storage.datadir import UnsupportedFormat
 from walgate.storage.engine import Engine
@@ -77,6 +78,7 @@ T_NEW = 1_800_000_000_000  # rows written by step (f) have timestamps from here
 NATIVE = "orders.v1"
 _WAL_HEADER = struct.Struct("<IIIBBHQIq")
 _VNODE_PATH = re.compile(r"db/(?P<id>[0-9a-f]{32})/vnode(?P<k>\d+)/")
+_COORDINATOR_PATH = re.compile(r"coordinator/offsets-\d+\.log")
 
 
 # ----------------------------------------------------------------------------------------------- the template
@@ -400,10 +402,12 @@ def record_truth(template: Path, work: Path, writes: dict[str, Any]) -> Truth:
     assert isinstance(full, Part) and full.start == 0
     all_records = {k: v for k, v in snap.parts.items() if isinstance(v, Part)}
     all_records[(NATIVE, 0)] = full
-    # committed values per key in file order (commits.log lines)
+    # committed values per key in file order (the coordinator partitions' offset lines)
     history: dict[tuple[str, str, int], list[Committed | None]] = {}
-    for path in sorted(template.glob("db/*/vnode*/commits.log")):
+    for path in sorted(template.glob("coordinator/offsets-*.log")):
         for _, _, r in lines.scan(path.read_bytes()).records:
+            if "v" in r:  # a group record
+                continue
             c = None if r["o"] is None else Committed(r["o"], r["e"], r["m"], r["ts"])
             history.setdefault((r["g"], r["t"], r["p"]), []).append(c)
     catalog_lines = lines.scan((template / "catalog.log").read_bytes()).records
@@ -434,8 +438,10 @@ def kind_of(rel: str, truth: Truth) -> str:
     name = rel.rsplit("/", 1)[-1]
     if rel in ("walgate.json", "catalog.log", "producer_ids.log", "users.key"):
         return rel
+    if _COORDINATOR_PATH.fullmatch(rel):
+        return "coordinator .log"
     if _VNODE_PATH.match(rel):
-        if name in ("tables.ckpt", "commits.log"):
+        if name == "tables.ckpt":
             return name
         if "/wal/" in rel and name.endswith(".log"):
             return "wal sealed .log" if rel in truth.segment_end else "wal active .log"
@@ -448,7 +454,7 @@ def kind_of(rel: str, truth: Truth) -> str:
     return "other"
 
 
-KINDS = ["walgate.json", "catalog.log", "producer_ids.log", "users.key", "tables.ckpt", "commits.log", "wal sealed .log",
+KINDS = ["walgate.json", "catalog.log", "producer_ids.log", "users.key", "tables.ckpt", "coordinator .log", "wal sealed .log",
          "wal active .log", "wal .idx", "topics .oidx", "topics .start", "other"]
 DERIVED = {"wal .idx", "topics .oidx", "tables.ckpt"}  # rebuilt from the WAL: must lose nothing
 WAL_LOGS = {"wal sealed .log", "wal active .log"}
@@ -540,7 +546,7 @@ class Allow:
     dbs: set[str] = field(default_factory=set)  # anything of these databases may be missing
     topics: set[str] = field(default_factory=set)
     lost: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)  # (db, vnode) -> versions
-    commits: dict[tuple[str, str, int], Committed | None] | None = None  # expected values of a damaged commits.log
+    commits: dict[tuple[str, str, int], Committed | None] | None = None  # expected values of a damaged coordinator log
     start_may_drop: set[tuple[str, int]] = field(default_factory=set)
     report: bool = False  # (e): a Damage naming case.file is required
     report_versions: tuple[int, int] | None = None  # ... covering these WAL versions
@@ -606,8 +612,7 @@ def expectations(case: Case, template: Path, truth: Truth) -> Allow:
         topic = next(t for t, db in truth.topic_db.items() if db == vnode[0])
         a.start_may_drop.add((topic, vnode[1]))
         a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
-    elif case.kind == "commits.log":
-        assert vnode is not None
+    elif case.kind == "coordinator .log":
         scan = lines.scan(data)
         if case.op == "flip":
             hit = [(s, e_) for s, e_, _ in scan.records if s <= case.pos < e_ or case.pos == s - 1]
@@ -621,6 +626,8 @@ def expectations(case: Case, template: Path, truth: Truth) -> Allow:
             a.report = case.op == "zeros"
         expected: dict[tuple[str, str, int], Committed | None] = {}
         for s, e_, r in scan.records:
+            if "v" in r:  # a group record (the template has none)
+                continue
             key = (r["g"], r["t"], r["p"])
             expected.setdefault(key, None)
             if (s, e_) not in gone:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +14,10 @@ from typing import Any
 import orjson
 import pytest
 from format1_datadir import OLD_COMMIT, summary
+from old_release import made_by
 
 from walgate.storage import datadir, lines
+from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import DamageLog
 from walgate.storage.datadir import UnsupportedFormat
 from walgate.storage.engine import Engine
@@ -26,8 +26,8 @@ from walgate.storage.names import is_db_id, is_topic_id
 from walgate.storage.sql import ast
 
 HERE = Path(__file__).parent
-REPO = HERE.parent.parent
 FIXTURE = HERE / "format1_datadir.tar.gz"
+CURRENT = {"format": datadir.FORMAT, "coordinator_partitions": DEFAULT_PARTITIONS}
 NAMES = ("power", "odd-name", "orders", "topic_meters", "topic_db", "meters", "offsets.jsonl", "tables.json")
 
 
@@ -49,17 +49,19 @@ def check_migrated(data: Path, expected: dict[str, Any]) -> None:
         assert e.producer_ids.allocate() > 0  # producer id 0 was handed out by the old release
     finally:
         e.close()
-    assert fmt(data) == {"format": datadir.FORMAT}
+    assert fmt(data) == CURRENT
     files = [str(p.relative_to(data)) for p in data.rglob("*")]
     assert not [f for f in files if any(n in f for n in NAMES)]  # no name is a path any more
     assert not (data / "catalog.jsonl").exists() and not (data / "producer_ids.json").exists()
+    assert not list(data.glob("db/*/vnode*/commits.log")) and not (data / "groups.log").exists()  # format 2's
+    assert sorted(p.name for p in (data / "coordinator").iterdir()) == ["offsets-0.log"]
     assert all(is_db_id(p.name) for p in (data / "db").iterdir())
     assert all(is_topic_id(p.stem) for p in data.glob("db/*/vnode*/topics/*"))
 
 
 def test_a_new_data_dir_records_its_format(tmp_path: Path):
     Engine.open(tmp_path).close()
-    assert fmt(tmp_path) == {"format": datadir.FORMAT}
+    assert fmt(tmp_path) == CURRENT
 
 
 def test_a_newer_format_is_refused_with_a_clear_message(tmp_path: Path):
@@ -73,24 +75,15 @@ def test_a_newer_format_is_refused_with_a_clear_message(tmp_path: Path):
 def test_a_format1_data_dir_migrates_with_everything_in_it(tmp_path: Path):
     data, expected = unpack(tmp_path)
     check_migrated(data, expected)
-    check_migrated(data, expected)  # once: the second start finds format 2
+    check_migrated(data, expected)  # once: the second start finds format 3
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to run the format-1 release")
 def test_a_data_dir_made_by_the_format1_release_migrates(tmp_path: Path):
     """The same, with a data dir the old release's own code writes now (the fixture above is its frozen copy)."""
-    old = tmp_path / "old"
-    old.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT, "walgate"], capture_output=True)
-    if archive.returncode:
-        pytest.skip(f"commit {OLD_COMMIT} is not in this clone")
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(old)}
-    subprocess.run([sys.executable, str(HERE / "format1_datadir.py"), str(out)], env=env, cwd=tmp_path, check=True,
-                   timeout=120)
-    assert (out / "data" / "catalog.jsonl").exists() and not (out / "data" / "walgate.json").exists()
-    check_migrated(out / "data", orjson.loads((out / "expected.json").read_bytes()))
+    data, expected = made_by(OLD_COMMIT, HERE / "format1_datadir.py", tmp_path)
+    assert (data / "catalog.jsonl").exists() and not (data / "walgate.json").exists()
+    check_migrated(data, expected)
 
 
 class Crash(BaseException):
@@ -162,25 +155,24 @@ def test_a_damaged_format_file_is_reported_and_the_format_found_from_the_files(t
     e = Engine.open(tmp_path)
     assert "d" in e.catalog.databases and [d.file for d in e.damage()] == ["walgate.json"]
     e.close()
-    assert fmt(tmp_path) == {"format": datadir.FORMAT}
+    assert fmt(tmp_path) == CURRENT
 
 
 @pytest.mark.parametrize("bit", range(8))
 def test_a_flipped_bit_in_the_format_file_is_reported_never_read_as_a_newer_format(tmp_path: Path, bit: int):
-    """The sweep's "flip walgate.json": a "2" read as "3" or "6" refused to start as "written by a newer
-    walgate"."""
+    """The sweep's "flip walgate.json": a "3" read as "7" refused to start as "written by a newer walgate"."""
     e = Engine.open(tmp_path)
     e.execute("CREATE DATABASE d VGROUPS 1")
     e.close()
     data = bytearray((tmp_path / "walgate.json").read_bytes())
-    data[data.index(b"2", 9)] ^= 1 << bit  # the format digit (after the CRC)
+    data[data.index(b'"format":') + 9] ^= 1 << bit  # the format digit
     (tmp_path / "walgate.json").write_bytes(bytes(data))
     e = Engine.open(tmp_path)
     assert "d" in e.catalog.databases
     [damage] = e.damage()
     assert damage.file == "walgate.json" and (tmp_path / damage.kept).read_bytes() == bytes(data)
     e.close()
-    assert fmt(tmp_path) == {"format": datadir.FORMAT}
+    assert fmt(tmp_path) == CURRENT
 
 
 def test_a_new_data_dir_has_its_producer_id_file(tmp_path: Path):

@@ -6,10 +6,13 @@ off, never applied, never found by a reopen)."""
 from __future__ import annotations
 
 import errno
+import os
+import threading
 
 from faults import Faults
 
-from walgate.storage.committed import Committed, CommittedOffsets
+from walgate.storage import fileio, lines
+from walgate.storage.coordinator_log import Committed, CoordinatorLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.wal import KIND_DATA, Wal, WalOptions
 
@@ -92,9 +95,9 @@ def test_without_a_ledger_level_2_appends_still_fsync_inline(tmp_path):
 
 
 def test_commits_are_applied_only_once_their_sync_succeeded(tmp_path):
-    path = tmp_path / "commits.log"
+    path = tmp_path / "offsets-0.log"
     ledger = _ledger()
-    store = CommittedOffsets.open(path, unsynced=ledger)
+    store = CoordinatorLog.open(path, unsynced=ledger)
     faults = Faults()
     with faults.active():
         store.commit("g", [("t", 0, Committed(5, 0, None, 1))])
@@ -109,14 +112,14 @@ def test_commits_are_applied_only_once_their_sync_succeeded(tmp_path):
         assert faults.calls["fsync"] == 1  # one fsync for both commits
     sync.done()
     assert store.durable_to == 2 and store.get("g", "t", 0) == Committed(6, 0, None, 2)
-    assert CommittedOffsets.open(path).get("g", "t", 0) == Committed(6, 0, None, 2)
+    assert CoordinatorLog.open(path).get("g", "t", 0) == Committed(6, 0, None, 2)
 
 
 def test_group_committed_offsets_are_written_by_their_sync_and_a_short_write_refuses_them(tmp_path):
     """Under group commit the storage thread only queues a commit: the sync writes it (off that thread), and a
     write the disk cuts short refuses every queued commit and leaves the file as it was."""
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path, unsynced=_ledger())
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path, unsynced=_ledger())
     store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
     assert not path.exists() or path.stat().st_size == 0  # queued, not written
     ok = store.take_sync()
@@ -135,13 +138,13 @@ def test_group_committed_offsets_are_written_by_their_sync_and_a_short_write_ref
     sync.done()
     assert sync.error is not None and path.stat().st_size == size
     assert store.get("g", "t", 0) == Committed(1, 0, None, 1) and store.get("g", "t", 1) is None
-    reopened = CommittedOffsets.open(path)
+    reopened = CoordinatorLog.open(path)
     assert reopened.get("g", "t", 0) == Committed(1, 0, None, 1) and reopened.get("g", "t", 1) is None
 
 
 def test_a_failed_commits_sync_refuses_every_commit_not_durable_and_cuts_them_off(tmp_path, caplog):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path, unsynced=_ledger())
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path, unsynced=_ledger())
     store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
     ok = store.take_sync()
     assert ok is not None
@@ -159,10 +162,86 @@ def test_a_failed_commits_sync_refuses_every_commit_not_durable_and_cuts_them_of
     assert sync.error is not None and sync.covers == 3  # both commits not durable are refused
     assert "cut off" in caplog.text
     assert store.get("g", "t", 0) == Committed(1, 0, None, 1) and store.take_sync() is None
-    assert CommittedOffsets.open(path).get("g", "t", 0) == Committed(1, 0, None, 1)  # a reopen never finds them
+    assert CoordinatorLog.open(path).get("g", "t", 0) == Committed(1, 0, None, 1)  # a reopen never finds them
     store.commit("g", [("t", 0, Committed(4, 0, None, 4))])
     after = store.take_sync()
     assert after is not None
     after.run()
     after.done()
-    assert store.durable_to == 4 and CommittedOffsets.open(path).get("g", "t", 0) == Committed(4, 0, None, 4)
+    assert store.durable_to == 4 and CoordinatorLog.open(path).get("g", "t", 0) == Committed(4, 0, None, 4)
+
+
+def test_a_group_record_written_while_a_commits_sync_is_taken_survives_the_syncs_failure(tmp_path):
+    """Offsets and group records share the coordinator log: a group record (fsynced on the storage thread) written
+    after a sync was taken and before it runs is never cut off by that sync's failure, and the commits it covered are
+    refused."""
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path, unsynced=_ledger())
+    store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
+    sync = store.take_sync()
+    assert sync is not None
+    store.write_groups([("g", {"generation": 3})])  # durable before it returns, the sync still to run
+    faults = Faults()
+    with faults.active():
+        faults.fail("fsync", error=errno.EIO)
+        sync.run()
+    sync.done()
+    assert sync.error is not None and store.get("g", "t", 0) is None and store.groups() == {"g": {"generation": 3}}
+    reopened = CoordinatorLog.open(path)
+    assert reopened.get("g", "t", 0) is None and reopened.groups() == {"g": {"generation": 3}}
+    store.commit("g", [("t", 0, Committed(2, 0, None, 2))])
+    after = store.take_sync()
+    assert after is not None
+    after.run()
+    after.done()
+    reopened = CoordinatorLog.open(path)
+    assert reopened.get("g", "t", 0) == Committed(2, 0, None, 2) and reopened.groups() == {"g": {"generation": 3}}
+
+
+class _HeldFsync:
+    """Stands in for ``fileio.os``: the first fsync waits until :attr:`release` is set (bounded)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fsyncs = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def fsync(self, fd: int) -> None:
+        self.fsyncs += 1
+        if self.fsyncs == 1:
+            self.entered.set()
+            assert self.release.wait(30), "never released"
+        os.fsync(fd)
+
+
+def test_a_group_record_waits_for_a_running_commits_sync_and_is_appended_after_it(tmp_path, monkeypatch):
+    """The sync's write and fsync run on a sync thread while the storage thread may write a group record to the same
+    file: the record waits for the sync (never interleaved with its bytes, never cut off by its failure) and is
+    durable once ``write_groups`` returns."""
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path, unsynced=_ledger())
+    store.commit("g", [("t", 0, Committed(1, 0, None, 1))])
+    sync = store.take_sync()
+    assert sync is not None
+    held = _HeldFsync()
+    monkeypatch.setattr(fileio, "os", held)
+    syncer = threading.Thread(target=sync.run)
+    syncer.start()
+    assert held.entered.wait(30)  # the sync has written its line and is in its fsync
+    writer = threading.Thread(target=store.write_groups, args=([("g", {"generation": 1})],))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive(), "the group record did not wait for the running sync"
+    held.release.set()
+    syncer.join(30)
+    writer.join(30)
+    assert not syncer.is_alive() and not writer.is_alive()
+    sync.done()
+    assert sync.error is None and held.fsyncs == 2
+    kinds = ["v" in r for _, _, r in lines.scan(path.read_bytes()).records]
+    assert kinds == [False, True]  # the commit's line, then the group record's
+    reopened = CoordinatorLog.open(path)
+    assert reopened.get("g", "t", 0) == Committed(1, 0, None, 1) and reopened.groups() == {"g": {"generation": 1}}

@@ -6,7 +6,7 @@ KIP-848: group metadata, member, target-assignment and current-assignment record
 walgate does the same with one JSON value per group id: :func:`group_value` describes a group as it must be
 restored, :func:`rebuild_classic` / :func:`rebuild_consumer` make a group of a value. The coordinator
 (:meth:`~walgate.coordinator.coordinator.GroupCoordinator.take_records`) hands the changed values to the gateway,
-which writes them (:mod:`walgate.storage.group_metadata`) and answers only after they are durable.
+which writes them (:mod:`walgate.storage.coordinator_log`) and answers only after they are durable.
 
 What is kept, as Kafka keeps it:
 

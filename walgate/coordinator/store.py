@@ -1,12 +1,14 @@
-"""The coordinator's view of the storage engine: committed offsets (in the partition's vnode) and partition counts.
+"""The coordinator's view of the storage engine: committed offsets (in the group's coordinator partition) and
+partition counts.
 
 :class:`EngineOffsetStore` is the :class:`~walgate.coordinator.offsets.OffsetStore` over
 :class:`walgate.storage.engine.Engine`, which it reaches through the narrow :class:`OffsetEngine` protocol (so the
 coordinator does not import storage). Every call runs on the thread that owns the engine, which is why the engine
 is private here and the gateway keeps the store out of reach of the event loop
 (:class:`walgate.gateway.kafka.groups.GroupService` hands it only to functions it runs on the storage thread).
-Each group's commits go to the engine in one call, which groups them by vnode and fsyncs each vnode's before
-:meth:`EngineOffsetStore.commit` returns; a vnode whose write the disk refuses fails only its own partitions.
+Each group's commits go to the engine in one call, which writes them with one write to the group's coordinator
+partition, fsynced before :meth:`EngineOffsetStore.commit` returns (under group commit, before the storage thread's
+call does); a write the disk refuses fails that group's records only.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ __all__ = ["EngineOffsetStore", "OffsetEngine", "StoredOffset"]
 
 
 class StoredOffset(Protocol):
-    """A committed offset as the engine keeps it (``walgate.storage.committed.Committed``)."""
+    """A committed offset as the engine keeps it (``walgate.storage.coordinator_log.Committed``)."""
 
     @property
     def offset(self) -> int: ...
@@ -74,8 +76,8 @@ class EngineOffsetStore:
         self._engine = engine
 
     def commit(self, records: Sequence[OffsetCommitRecord]) -> list[Exception | None]:
-        """Store *records* durably; per record, None or the error that refused it (StorageUnavailable: its vnode's
-        write failed, the other vnodes' records are committed; NotFound: its topic went since it was validated)."""
+        """Store *records* durably; per record, None or the error that refused it (StorageUnavailable: its group's
+        write failed, the other groups' records are committed; NotFound: its topic went since it was validated)."""
         errors: list[Exception | None] = [None] * len(records)
         by_group: dict[str, list[int]] = {}
         for k, r in enumerate(records):

@@ -141,6 +141,9 @@ class Config:
     request_read_timeout_ms: int = 30_000  # a Kafka request begun but not received in full by then: close
     listen_backlog: int = 4096  # Kafka's socket.listen.backlog.size; the kernel caps it at net.core.somaxconn
     max_partitions: int = 10_000  # partitions (vnodes) of all databases and topics together
+    # the group coordinator's partitions (Kafka's __consumer_offsets) of a data dir made by this start; an existing
+    # data dir keeps the number it was made with (walgate.storage.coordinator_partitions)
+    offsets_topic_num_partitions: int = 1
     # SQL SELECTs (walgate.gateway.query_workers): the worker processes that run them, the longest one may run
     # (0: no limit), the Arrow bytes of rows one may scan
     sql_workers: int = 2
@@ -229,7 +232,7 @@ class Config:
         if self.node_id < 0:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
-                     "listen_backlog", "max_partitions", "log_cleaner_backoff_ms",
+                     "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")

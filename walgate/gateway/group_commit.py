@@ -1,13 +1,13 @@
 """Group commit: the fdatasyncs that make WAL_LEVEL 2 appends and consumer-group commits durable, off the storage
 thread.
 
-Each file written with group commit (a vnode's WAL, its ``commits.log``; see :mod:`walgate.storage.durability`) has
-at most one *round* going at a time: take a sync of everything written to it so far (on the storage thread), run
-its fdatasync on one of the worker threads, then, in one storage-thread call, mark it done and take the next;
-back on the event loop, release every waiter whose target it made durable, or refuse with
-:class:`~walgate.storage.errors.StorageUnavailable` every waiter it covered when it failed. Waiters that arrived
-while it ran ride on the next sync, so one fdatasync answers every append and commit made while the previous one
-ran. A round goes on while its file holds anything unsynced, waited for or not (an ``acks=0`` produce, a request
+Each file written with group commit (a vnode's WAL, a coordinator partition's log; see
+:mod:`walgate.storage.durability`) has at most one *round* going at a time: take a sync of everything written to it
+so far (on the storage thread), run its fdatasync on one of the worker threads, then, in one storage-thread call,
+mark it done and take the next; back on the event loop, release every waiter whose target it made durable, or refuse
+with :class:`~walgate.storage.errors.StorageUnavailable` every waiter it covered when it failed. Waiters that
+arrived while it ran ride on the next sync, so one fdatasync answers every append and commit made while the previous
+one ran. A round goes on while its file holds anything unsynced, waited for or not (an ``acks=0`` produce, a request
 that failed after writing): readers see level-2 records only once durable. After a failed fdatasync the next one
 waits :data:`RETRY_S` (the disk may need time; the round must not spin).
 

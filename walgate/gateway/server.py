@@ -118,6 +118,7 @@ class Gateway:
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 listener=wakeups, consumers=members, group_commit=True, clock=SYSTEM_CLOCK,
+                coordinator_partitions=cfg.offsets_topic_num_partitions,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
@@ -220,6 +221,8 @@ class Gateway:
             "default.replication.factor": "1",
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
+            # the data dir's, fixed when it was made (the setting only makes a new one)
+            "offsets.topic.num.partitions": str(await self._storage.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)

@@ -211,7 +211,7 @@ _STATIC_TYPES: Final = {
                      "group.max.session.timeout.ms", "group.consumer.session.timeout.ms",
                      "group.consumer.heartbeat.interval.ms", "transaction.max.timeout.ms",
                      "transactional.id.expiration.ms", "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                     "sasl.oauthbearer.clock.skew.seconds"), "INT"),
+                     "sasl.oauthbearer.clock.skew.seconds", "offsets.topic.num.partitions"), "INT"),
     **dict.fromkeys(("auto.create.topics.enable", "log.cleaner.enable", "allow.everyone.if.no.acl.found"), "BOOLEAN"),
     **dict.fromkeys(("controller.listener.names", "sasl.oauthbearer.expected.audience"), "LIST"),
     "default.replication.factor": "SHORT", "authorizer.class.name": "STRING",

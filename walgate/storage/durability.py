@@ -37,7 +37,7 @@ class Sync(Protocol):
 
 
 class Syncable(Protocol):
-    """A file written with group commit (a vnode's WAL, its committed offsets)."""
+    """A file written with group commit (a vnode's WAL, a coordinator partition's committed offsets)."""
 
     @property
     def durable_to(self) -> int:

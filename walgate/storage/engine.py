@@ -30,13 +30,13 @@ from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, To
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
-from walgate.storage.committed import Committed
+from walgate.storage.coordinator_log import Committed, GroupRecord
+from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
-from walgate.storage.group_metadata import GroupRecord
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.lineproto_columns import Measurement
@@ -127,6 +127,7 @@ class Engine:
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        coordinator_partitions: int = DEFAULT_PARTITIONS,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -136,8 +137,11 @@ class Engine:
         members for SHOW CONSUMERS / SUBSCRIPTIONS (see :mod:`walgate.storage.observers`). With ``group_commit``,
         WAL_LEVEL 2 appends and consumer-group commits return before their fsync, and the caller waits for what
         :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`). ``clock`` is every time the engine reads
-        (:mod:`walgate.storage.clock`: the real clock unless a test passes its own)."""
-        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock)
+        (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``coordinator_partitions``: N of
+        a data dir made now (Kafka's ``offsets.topic.num.partitions``); an existing one keeps its own
+        (:mod:`walgate.storage.coordinator_partitions`)."""
+        store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
+                      coordinator_partitions)
         engine = cls(store)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
@@ -393,14 +397,20 @@ class Engine:
 
     # ------------------------------------------------------------------------ consumer-group state
 
+    @property
+    def coordinator_partitions(self) -> int:
+        """N: the group coordinator's partitions in this data dir, fixed when it was made."""
+        return len(self.store.coordinator.logs)
+
     def write_group_records(self, records: Sequence[GroupRecord]) -> None:
         """Durably record consumer-group state: (group id, value or None to delete), fsynced before this returns
-        (:mod:`walgate.storage.group_metadata`); StorageUnavailable, recording nothing, when the disk refuses."""
-        self.store.group_metadata.write(records)
+        (:mod:`walgate.storage.coordinator_log`, the group's coordinator partition); StorageUnavailable when the disk
+        refuses (a partition that refused records nothing; writing again is safe)."""
+        self.store.coordinator.write_groups(records)
 
     def group_records(self) -> Mapping[str, Any]:
         """Every recorded group's last value (group id -> value), as written by :meth:`write_group_records`."""
-        return self.store.group_metadata.groups()
+        return self.store.coordinator.groups()
 
     # ------------------------------------------------------------- transactions (partition side)
 

@@ -1,7 +1,7 @@
 """A durable map: an append-only log of checksummed lines, the newest line of a key wins.
 
-The shape shared by ``transactions.log`` (:mod:`walgate.storage.transactions_log`), ``groups.log``
-(:mod:`walgate.storage.group_metadata`) and a vnode's ``commits.log`` (:mod:`walgate.storage.committed`). A
+The shape shared by ``transactions.log`` (:mod:`walgate.storage.transactions_log`) and the group coordinator's
+``coordinator/offsets-<p>.log`` (:mod:`walgate.storage.coordinator_log`). A
 subclass gives the line format (:meth:`KeyedLog._parse`, :meth:`KeyedLog._line`: each line is one
 :func:`walgate.storage.lines.encode` record holding a key and its value, or None for a tombstone) and its names;
 this class keeps the map (:attr:`KeyedLog._live`) and the file:
@@ -17,8 +17,8 @@ this class keeps the map (:attr:`KeyedLog._live`) and the file:
   (:func:`walgate.storage.fileio.append_file`) before they are applied in memory; when the disk refuses the write
   or the fsync, the file is cut back, nothing changes and :class:`~walgate.storage.errors.StorageUnavailable` is
   raised; the next write starts with a ``\\n`` (:attr:`KeyedLog._pad`) so that it never joins a torn tail the cut
-  could not remove. A subclass that writes its lines itself (group commit) uses :meth:`KeyedLog._encode`, then
-  :meth:`KeyedLog._applied` and :meth:`KeyedLog._compact` once they are durable.
+  could not remove. A subclass that writes its lines itself (group commit, from another thread: the coordinator log) keeps the
+  pad itself and calls :meth:`KeyedLog._applied` and :meth:`KeyedLog._compact` once they are durable.
 * Compaction: when superseded lines outnumber ``max(live keys, the subclass's compaction floor)``, the log is
   rewritten with the live values only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the old file or
   the new one). A failed compaction changes nothing (the lines are durable in the uncompacted log) and is tried
@@ -77,8 +77,9 @@ class KeyedLog(ABC, Generic[K, V]):
     def _compact_floor(self) -> int:
         """Superseded lines tolerated before a compaction, whatever the number of live keys."""
 
-    def _replay(self, damage: DamageLog | None) -> None:
-        """Load the file into the empty map (see the module docstring); never refuses."""
+    def _replay(self, damage: DamageLog | None, rewrite: bool = True) -> None:
+        """Load the file into the empty map (see the module docstring); never refuses. ``rewrite=False``: never
+        write the file (a reader of an old file that is removed next)."""
         data = self.path.read_bytes() if self.path.exists() else b""
         scan = lines.scan(data)
         bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
@@ -96,7 +97,7 @@ class KeyedLog(ABC, Generic[K, V]):
             else:
                 damage.report(self.path, start, end, f"{self.WHAT}: {reason}{self.CONSEQUENCE}", action,
                               data[start:end])
-        if bad or scan.complete < len(data) or self._superseded():
+        if rewrite and (bad or scan.complete < len(data) or self._superseded()):
             try:
                 self._rewrite()
             except OSError as exc:

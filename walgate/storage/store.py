@@ -8,8 +8,9 @@ fsync latency counters every component of it times its fsyncs into (:class:`~wal
 :mod:`~walgate.storage.ingest`, :mod:`~walgate.storage.commit`, :mod:`~walgate.storage.topic_views`,
 :mod:`~walgate.storage.native_topics`, :mod:`~walgate.storage.show`) each hold the one Store and change it only
 through their own operations. Creating a Store prepares the data dir (:func:`~walgate.storage.datadir.prepare`:
-create, migrate or refuse) and loads the catalog; after that nothing here writes to disk but
-:meth:`Store.open_database`, which creates vnodes.
+create, migrate or refuse), loads the catalog and replays the group coordinator's partitions (:attr:`Store.coordinator`,
+written through :mod:`~walgate.storage.group_offsets` and the engine's group records); after that nothing else here
+writes to disk but :meth:`Store.open_database`, which creates vnodes.
 
 Invariants: ``vnodes`` has an entry per database of the catalog (Kafka-native topics' own databases included);
 ``indexes`` has an entry per (topic, partition) of every served topic; ``topic_names`` / ``topic_uuids`` name
@@ -28,6 +29,7 @@ import pyarrow as pa
 from walgate.storage import datadir
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
+from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, CoordinatorPartitions
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
@@ -39,7 +41,6 @@ from walgate.storage.errors import (
 )
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
-from walgate.storage.group_metadata import GroupMetadataLog
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -70,6 +71,7 @@ class Store:
         consumers: ConsumersView = NO_CONSUMERS,
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        coordinator_partitions: int = DEFAULT_PARTITIONS,
     ) -> None:
         self.data_dir = data_dir
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
@@ -79,8 +81,9 @@ class Store:
         self.listener = listener
         self.consumers = consumers
         self.damage_log = DamageLog(data_dir, clock, self.syncs)  # every component opened here reports damage to it
-        # create, migrate, or refuse a data dir of a newer format
-        datadir.prepare(data_dir, self.damage_log, clock, self.syncs)
+        # create, migrate, or refuse a data dir of a newer format; how many coordinator partitions it has (those
+        # asked for when it is made now)
+        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock, coordinator_partitions, self.syncs)
         self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions,
                                     syncs=self.syncs)
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
@@ -92,11 +95,13 @@ class Store:
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
         self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log, clock, self.syncs)
-        self.group_metadata = GroupMetadataLog.open(data_dir / datadir.GROUP_METADATA, self.damage_log, self.syncs)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
         self.unsynced = Unsynced(self._records_durable) if group_commit else None
+        # the group coordinator's partitions: committed offsets and group records
+        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log, self.unsynced,
+                                                        self.syncs)
 
     # ------------------------------------------------------------ databases
 

@@ -15,11 +15,11 @@ written), so the meta entries it would need are never gone. A checkpoint
 that does not verify is reported to the DamageLog and the table map is
 rebuilt from every meta entry still in the WAL (the report says so when
 retention already deleted some). Dropped tables are kept (marked) so that
-older entries stay evaluable. Consumer groups' committed offsets of this
-vnode's partitions live here too (committed.py, ``commits.log``).
+older entries stay evaluable. Consumer groups' committed offsets are not
+kept here but in the group coordinator's log (coordinator_log.py).
 
-Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``tables.ckpt``,
-``commits.log`` and ``topics/`` (offsets.py).
+Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``tables.ckpt``
+and ``topics/`` (offsets.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import pyarrow as pa
 from walgate.storage import fileio, lines
 from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
-from walgate.storage.committed import CommittedOffsets
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
@@ -50,7 +49,6 @@ __all__ = ["Vnode", "TableDef", "vnode_of"]
 log = logging.getLogger("walgate.vnode")
 
 CHECKPOINT = "tables.ckpt"
-COMMITS = "commits.log"
 
 
 def vnode_of(db: str, table: str, vgroups: int) -> int:
@@ -82,15 +80,14 @@ def wal_options(db: DatabaseDef) -> WalOptions:
 
 
 class Vnode:
-    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None,
-                 unsynced: Unsynced | None = None) -> None:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None
+                 ) -> None:
         self.db = db
         self.index = index
         self.dir = directory
         self.wal = wal
         self.damage = damage
         self.tables: dict[str, TableDef] = {}
-        self.offsets = CommittedOffsets.open(directory / COMMITS, damage, unsynced, wal.syncs)  # consumer-group progress
         self._tag_tables: dict[str, pa.Table] = {}
         self._checkpointed = 0
 
@@ -98,14 +95,14 @@ class Vnode:
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
              unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
              syncs: SyncLatency | None = None) -> Vnode:
-        """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0) and
-        its committed offsets leave their fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages
-        segments and times fsync periods by ``clock``; its files are opened through ``files`` (the engine's cache) and
-        its fsyncs timed into ``syncs`` (the engine's)."""
+        """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0)
+        leaves its fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages segments and times fsync
+        periods by ``clock``; its files are opened through ``files`` (the engine's cache) and its fsyncs timed into
+        ``syncs`` (the engine's)."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
                        clock=clock, files=files, syncs=syncs)
-        vnode = cls(db, index, directory, wal, damage, unsynced)
+        vnode = cls(db, index, directory, wal, damage)
         start = vnode._load_checkpoint()
         for entry in vnode.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:

@@ -1,5 +1,6 @@
-"""Committed consumer-group offsets: durable, per vnode, compacted while running, torn tails dropped, damage
-skipped line by line, and never lost or rewound by a disk that refuses a write (issue 13, item 5)."""
+"""Committed consumer-group offsets in the coordinator log (walgate/storage/coordinator_log.py, once each vnode's
+commits.log): durable, compacted while running, torn tails dropped, damage skipped line by line, and never lost or
+rewound by a disk that refuses a write (issue 13, item 5)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import os
 import pytest
 from faults import WRITE_FAULTS, Faults, refused
 
-from walgate.storage import committed, lines
-from walgate.storage.committed import COMPACT_FLOOR, Committed, CommittedOffsets
+from walgate.storage import coordinator_log, lines
+from walgate.storage.coordinator_log import COMPACT_FLOOR, Committed, CoordinatorLog
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound, StorageUnavailable
@@ -18,13 +19,13 @@ from walgate.storage.errors import NotFound, StorageUnavailable
 
 def test_commit_get_delete_and_reopen(tmp_path):
     path = tmp_path / "offsets.jsonl"
-    store = CommittedOffsets.open(path)
+    store = CoordinatorLog.open(path)
     store.commit("g1", [("t", 0, Committed(5, 0, "meta", 1000)), ("t", 1, Committed(7, -1, None, 1000))])
     store.commit("g2", [("t", 0, Committed(1, 0, "", 1001))])
     store.commit("g1", [("t", 0, Committed(6, 0, "later", 1002))])
     assert store.get("g1", "t", 0) == Committed(6, 0, "later", 1002)
     assert store.delete(group="g2") == 1
-    again = CommittedOffsets.open(path)
+    again = CoordinatorLog.open(path)
     assert again.get("g1", "t", 0) == Committed(6, 0, "later", 1002)
     assert again.get("g1", "t", 1) == Committed(7, -1, None, 1000)
     assert again.get("g2", "t", 0) is None
@@ -33,13 +34,13 @@ def test_commit_get_delete_and_reopen(tmp_path):
 
 def test_torn_last_line_is_dropped_and_log_compacts(tmp_path):
     path = tmp_path / "offsets.jsonl"
-    store = CommittedOffsets.open(path)
+    store = CoordinatorLog.open(path)
     for i in range(10):
         store.commit("g", [("t", 0, Committed(i, 0, None, i))])
     with open(path, "ab") as f:
         f.write(lines.encode({"g": "g", "t": "t", "p": 0, "o": 99, "e": 0, "m": None, "ts": 99})[:30])  # a crash
     damage = DamageLog(tmp_path)
-    again = CommittedOffsets.open(path, damage)
+    again = CoordinatorLog.open(path, damage)
     assert damage.records == []
     assert again.get("g", "t", 0) == Committed(9, 0, None, 9)
     assert path.read_bytes().count(b"\n") == 1  # 10 superseded lines compacted to the live one
@@ -66,7 +67,7 @@ def test_commit_is_fsynced_before_returning(tmp_path, monkeypatch):
     synced = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
-    store = CommittedOffsets.open(tmp_path / "o.jsonl")
+    store = CoordinatorLog.open(tmp_path / "o.jsonl")
     store.commit("g", [("t", 0, Committed(1, 0, None, 0))])
     assert synced, "commit returned without fsync"
 
@@ -125,8 +126,8 @@ def test_drop_consumer_group_forgets_its_progress_on_a_topic(tmp_path):
 
 @pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
 def test_a_fault_at_any_commit_never_loses_or_rewinds_an_acknowledged_commit(tmp_path, op, kind):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     acked: dict[tuple[str, int], int] = {}
     faults = Faults()
     with faults.active():
@@ -140,13 +141,13 @@ def test_a_fault_at_any_commit_never_loses_or_rewinds_an_acknowledged_commit(tmp
                 acked[key] = 1000 + i
             assert {k[1:]: c.offset for k, c in store.items()} == acked  # nothing refused is visible
     damage = DamageLog(tmp_path)
-    again = CommittedOffsets.open(path, damage)
+    again = CoordinatorLog.open(path, damage)
     assert {k[1:]: c.offset for k, c in again.items()} == acked and damage.records == []
 
 
 def test_a_torn_line_left_in_the_middle_does_not_drop_the_commits_after_it(tmp_path):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     store.commit("g", [("t", 0, Committed(10, 0, None, 0))])
     faults = Faults()
     with faults.active():
@@ -158,68 +159,68 @@ def test_a_torn_line_left_in_the_middle_does_not_drop_the_commits_after_it(tmp_p
         for o in range(12, 40):
             store.commit("g", [("t", 0, Committed(o, 0, None, o))])
     damage = DamageLog(tmp_path)
-    again = CommittedOffsets.open(path, damage)
+    again = CoordinatorLog.open(path, damage)
     assert again.get("g", "t", 0).offset == 39  # 20,450 -> 2,850 was this bug
-    assert [d.reason for d in damage.records] == ["committed offsets: checksum mismatch"]  # the half line, kept aside
+    assert [d.reason for d in damage.records] == ["coordinator log: checksum mismatch" + CoordinatorLog.CONSEQUENCE]  # the half line, kept aside
 
 
 def test_a_corrupt_line_in_the_middle_costs_that_line_only(tmp_path):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     for p in range(10):
         store.commit("g", [("t", p, Committed(p, 0, None, 0))])
     data = bytearray(path.read_bytes())
     data[data.index(b'"p":3') + 3] ^= 0x01
     path.write_bytes(bytes(data))
     damage = DamageLog(tmp_path)
-    again = CommittedOffsets.open(path, damage)
+    again = CoordinatorLog.open(path, damage)
     assert sorted(k[2] for k, _ in again.items()) == [p for p in range(10) if p != 3]
     assert len(damage.records) == 1 and damage.records[0].kept
-    assert CommittedOffsets.open(path, DamageLog(tmp_path)).get("g", "t", 9).offset == 9  # rewritten clean
+    assert CoordinatorLog.open(path, DamageLog(tmp_path)).get("g", "t", 9).offset == 9  # rewritten clean
 
 
 def test_a_flipped_last_newline_keeps_the_last_commit(tmp_path):
     """The sweep: the last commit silently went back (the line looked like a torn tail)."""
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     for o in range(3):
         store.commit("g", [("t", 0, Committed(o, 0, None, o))])
     data = path.read_bytes()
     for bit in range(8):
         path.write_bytes(data[:-1] + bytes([data[-1] ^ 1 << bit]))
         damage = DamageLog(tmp_path)
-        assert CommittedOffsets.open(path, damage).get("g", "t", 0).offset == 2
+        assert CoordinatorLog.open(path, damage).get("g", "t", 0).offset == 2
         [record] = damage.records
         assert record.end == len(data) and record.action == "newline restored" and record.kept
         again = DamageLog(tmp_path)
-        assert CommittedOffsets.open(path, again).get("g", "t", 0).offset == 2 and again.records == []
+        assert CoordinatorLog.open(path, again).get("g", "t", 0).offset == 2 and again.records == []
 
 
 @pytest.mark.parametrize("how", ["zero-filled", "zero-filled tail"])
 def test_zeros_are_reported_and_kept_never_taken_for_a_torn_line(tmp_path, how):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     for p in range(3):
         store.commit("g", [("t", p, Committed(p, 0, None, 0))])
     data = path.read_bytes()
     bad = bytes(len(data)) if how == "zero-filled" else data + bytes(512)
     path.write_bytes(bad)
     damage = DamageLog(tmp_path)
-    again = CommittedOffsets.open(path, damage)
+    again = CoordinatorLog.open(path, damage)
     assert len(list(again.items())) == (0 if how == "zero-filled" else 3)
     [record] = damage.records
     assert "zero bytes" in record.reason and (tmp_path / record.kept).read_bytes() == bad[record.start :]
 
 
 def test_the_log_is_compacted_while_running(tmp_path, monkeypatch):
-    path = tmp_path / "commits.log"
-    store = CommittedOffsets.open(path)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
     n = 3 * COMPACT_FLOOR
     for i in range(n):
         store.commit("g", [("t", i % 2, Committed(i, 0, None, i))])
         if i % 100 == 0:
             assert path.read_bytes().count(b"\n") <= COMPACT_FLOOR + 3
-    monkeypatch.setattr(committed, "COMPACT_FLOOR", 5)
+    monkeypatch.setattr(coordinator_log, "COMPACT_FLOOR", 5)
     faults = Faults()
     with faults.active():  # a compaction the disk refuses loses nothing: the commit itself was durable
         faults.fail("replace", error=errno.ENOSPC, times=1000)
@@ -229,5 +230,41 @@ def test_the_log_is_compacted_while_running(tmp_path, monkeypatch):
         faults.clear()
         store.commit("g", [("t", 1, Committed(7, 0, None, 0))])
     assert path.read_bytes().count(b"\n") == 2
-    again = CommittedOffsets.open(path)
+    again = CoordinatorLog.open(path)
     assert again.get("g", "t", 0).offset == n + 49 and again.get("g", "t", 1).offset == 7
+
+
+def test_offsets_and_group_records_share_one_log_and_survive_its_compaction(tmp_path, monkeypatch):
+    """One record stream, one replay: both kinds are kept by the rewrite that compacts the log."""
+    monkeypatch.setattr(coordinator_log, "COMPACT_FLOOR", 5)
+    path = tmp_path / "offsets-0.log"
+    store = CoordinatorLog.open(path)
+    for i in range(20):
+        store.commit("g", [("t", i % 2, Committed(i, 0, None, i))])
+        store.write_groups([("g", {"generation": i}), ("h", {"generation": -i})])
+    store.write_groups([("h", None)])
+    assert path.read_bytes().count(b"\n") < 20  # compacted while running
+    again = CoordinatorLog.open(path, DamageLog(tmp_path))
+    assert {k: c.offset for k, c in again.items()} == {("g", "t", 0): 18, ("g", "t", 1): 19}
+    assert again.groups() == {"g": {"generation": 19}}
+    assert again.get("g", "t", 1) == Committed(19, 0, None, 19) and again.get("h", "t", 0) is None
+
+
+def test_deleting_a_kafka_native_topic_drops_its_offsets_in_every_coordinator_partition(tmp_path):
+    """DeleteTopics as today: the topic's committed offsets go with it (in every group's partition), other topics'
+    stay, and a topic created again under the name starts with none."""
+    e = Engine.open(tmp_path, coordinator_partitions=4)
+    e.create_kafka_topic("orders", 2, {})
+    e.create_kafka_topic("other", 1, {})
+    groups = [f"g{i}" for i in range(8)]
+    for g in groups:
+        assert e.commit_offsets(g, [("orders", 0, 5, 0, None), ("orders", 1, 6, 0, None), ("other", 0, 7, 0, None)],
+                                1) == [None] * 3
+    assert len({e.store.coordinator.logs.index(e.store.coordinator.of(g)) for g in groups}) > 1
+    e.drop_topic("orders")
+    assert sorted((g, t) for g, t, _, _ in e.all_committed()) == [(g, "other") for g in groups]
+    e.create_kafka_topic("orders", 2, {})
+    e.close()
+    e = Engine.open(tmp_path)
+    assert e.committed("g0", "orders", 0) is None and e.committed("g0", "other", 0).offset == 7
+    e.close()
