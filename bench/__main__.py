@@ -16,7 +16,20 @@ import sys
 from pathlib import Path
 
 try:
-    from bench import cleaner, commits, consume, groups, ingest, latency, memory, produce, stalls, transactions, txnread
+    from bench import (
+        cleaner,
+        commits,
+        consume,
+        groups,
+        ingest,
+        latency,
+        memory,
+        produce,
+        shares,
+        stalls,
+        transactions,
+        txnread,
+    )
     from bench.report import print_table
 except ModuleNotFoundError as missing:  # run without the [test] extra
     sys.exit(f"bench: {missing}: install the [test] extra (pip install -e '.[test]'), which ./run bench does")
@@ -24,7 +37,7 @@ except ModuleNotFoundError as missing:  # run without the [test] extra
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
              "cleaner": cleaner.run, "transactions": transactions.run,
-             "stalls": stalls.run}
+             "stalls": stalls.run, "shares": shares.run}
 
 
 def machine() -> str:

@@ -32,8 +32,9 @@ Two tests need a secured listener, as trivup starts its cluster with ``--ssl`` o
   ``connections.max.reauth.ms=10000``, logged in as root with SCRAM-SHA-512.
 
 Which tests are in ``single-broker``: the suite's tests that need a broker (not ``TEST_F_LOCAL``, not named
-``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1:
-walgate has no share groups, the 4.2 tests), minus :data:`NEEDS_MORE`, the tests that need what one walgate is not.
+``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1 by
+default; ``--kafka-version 4.2.0`` adds the share-consumer tests 0170-0186, issue 27, e.g. ``--tests 0170,0171,...``),
+minus :data:`NEEDS_MORE`, the tests that need what one walgate is not.
 ``--local`` adds the mock-cluster tests (they never talk to walgate). ``txn`` and ``compaction`` are
 :data:`TRANSACTIONS` and :data:`COMPACTION`. The suite is run as it is but for one patch,
 :func:`cap_replication_factor` (its topic-creating helper asks for replication factor 3 in 0098 and 0103).
@@ -67,9 +68,11 @@ _RUNNING: set[subprocess.Popen[bytes]] = set()  # test-runner processes now runn
 TEST_TIMEOUT = 900.0  # seconds, one test-runner invocation (the suite's own timeouts are shorter)
 # Every walgate: ACLs on but everything allowed until a test adds an ACL (0109, 0115, 0119 deny a topic with
 # kafka-acls.sh), Kafka's default initial rebalance delay (3 s; the suite's clusters keep it: 0089 needs both
-# consumers in the group's first generation)
+# consumers in the group's first generation), and as run-all-tests.sh a share-group record lock down to 1 s (the
+# share-consumer tests 0170-0185 set 3 s)
 _COMMON_FLAGS = ("--authorizer-class-name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                 "--allow-everyone-if-no-acl-found", "true", "--group-initial-rebalance-delay-ms", "3000")
+                 "--allow-everyone-if-no-acl-found", "true", "--group-initial-rebalance-delay-ms", "3000",
+                 "--override", "group.share.min.record.lock.duration.ms=1000")
 # The suite's scenarios this harness serves: walgate's flags and each test number's log file name.
 SCENARIOS = {
     "default": ("--auto-create-topic-partitions", "4", *_COMMON_FLAGS),

@@ -28,6 +28,7 @@ def test_each_group_error_maps_to_its_kafka_code():
         "NonEmptyGroup": 68,
         "GroupNotRecorded": 15,
         "ConsumerProtocolError": 23,
+        "AckError": 121,
     }
     for cls in (
         UnknownMemberId,

@@ -352,6 +352,46 @@ def consumer_group_describe(conn: KafkaConnection, node: Node, version: int) -> 
     return {"group_ids": [f"described-v{version}"]}
 
 
+@request(76)
+def share_group_heartbeat(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": f"share-v{version}", "member_id": str(uuid.uuid4()), "member_epoch": 0,
+            "subscribed_topic_names": [TOPIC]}
+
+
+@request(77)
+def share_group_describe(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    call(conn, 76, share_group_heartbeat(conn, node, version) | {"group_id": f"share-described-v{version}"})
+    return {"group_ids": [f"share-described-v{version}"], "include_authorized_operations": True}
+
+
+def _share_member(conn: KafkaConnection, node: Node, group_id: str) -> str:
+    """A member of share group ``group_id`` with an open share session (its next epoch: 1)."""
+    member = share_group_heartbeat(conn, node, 1) | {"group_id": group_id}
+    call(conn, 76, member)
+    call(conn, 78, {"group_id": group_id, "member_id": member["member_id"], "share_session_epoch": 0, "max_wait": 0,
+                    "min_bytes": 1, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+                    "topics": [{"topic_id": node.topic_id, "partitions": [{"partition_index": 0,
+                                                                            "acknowledgement_batches": []}]}]})
+    return str(member["member_id"])
+
+
+@request(78)
+def share_fetch(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    member = _share_member(conn, node, f"share-fetch-v{version}")
+    return {"group_id": f"share-fetch-v{version}", "member_id": member, "share_session_epoch": 1, "max_wait": 0,
+            "min_bytes": 1, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+            "topics": [{"topic_id": node.topic_id, "partitions": [{"partition_index": 0,
+                                                                    "acknowledgement_batches": []}]}]}
+
+
+@request(79)
+def share_acknowledge(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    member = _share_member(conn, node, f"share-ack-v{version}")
+    return {"group_id": f"share-ack-v{version}", "member_id": member, "share_session_epoch": 1,
+            "topics": [{"topic_id": node.topic_id, "partitions": [{"partition_index": 0,
+                                                                    "acknowledgement_batches": []}]}]}
+
+
 @request(75)
 def describe_topic_partitions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"topics": [{"name": TOPIC}], "response_partition_limit": 2000}

@@ -22,10 +22,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from walgate.gateway import metrics
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
+from walgate.storage.engine import Engine
 from walgate.storage.fileio import LatencyRecorder, SyncLatency
+from walgate.wire import encode_batch
 
 TOPIC = "metered"
 PRODUCED = {0: 10, 1: 5}  # records produced per partition
@@ -181,3 +184,36 @@ def test_every_fsync_is_timed_into_its_bucket(tmp_path: Path) -> None:
         f.write(b"x")
         fileio.fsync(f.fileno(), syncs=syncs)
     assert sum(syncs.calls["fsync"].snapshot()[0]) == 1 and sum(syncs.calls["fdatasync"].snapshot()[0]) == 0
+
+
+async def test_a_scrape_of_many_partitions_lets_a_produce_run_between_its_pages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape reads partitions a page at a time (issue 23): an append submitted to the storage thread while the
+    scrape's first page runs is served before the scrape's later pages (on main it waited for the whole scrape, one
+    call), and the scrape shows it in the partition a later page reads. Ordering on the storage thread, no timing."""
+    topics = 20
+    monkeypatch.setattr(metrics, "SCRAPE_PAGE", 4, raising=False)  # 5 pages of 4 partitions
+    events: list[str] = []
+    real = Engine.partition_stats
+
+    async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
+        engine, storage, loop = gateway._engine, gateway._storage, asyncio.get_running_loop()  # (the node's own)
+        assert engine is not None
+        await storage.call(lambda: [engine.create_kafka_topic(f"m{i:02}", 1, {}) for i in range(topics)])
+
+        def produce() -> int:
+            events.append("produce")
+            return engine.append_batches(f"m{topics - 1}", 0, [encode_batch(0, [1_000], [None], [b"v"])])
+
+        def paged(self: Engine, *args: Any) -> Any:
+            events.append("page")
+            if events == ["page"]:  # the scrape's first page: a Produce's append arrives now
+                asyncio.run_coroutine_threadsafe(storage.call(produce), loop)
+            return real(self, *args)
+
+        monkeypatch.setattr(Engine, "partition_stats", paged)
+        host, port = gateway.http_address
+        _, samples = await asyncio.to_thread(scrape, f"http://{host}:{port}")
+    assert events == ["page", "produce"] + ["page"] * (topics // 4 - 1)
+    assert total(samples, "kafka_topic_partitions") == topics
+    assert value(samples, "kafka_topic_partition_current_offset", topic=f"m{topics - 1}") == 1  # read after it

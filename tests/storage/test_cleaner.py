@@ -3,6 +3,7 @@ active segment, offsets and producer state kept, a reader during cleaning, and t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -11,14 +12,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
 from faults import FAULT_KINDS, Faults
 
+from walgate.storage import fileio
 from walgate.storage.cleaner import CHECKPOINT, MAP_ENTRIES, CleanStats, map_entries
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
@@ -44,10 +48,15 @@ def open_engine(path: Path) -> Engine:
 
 
 def clean(engine: Engine, now: float = LATER, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
-    """A whole pass, step by step as the gateway runs it: its stats, None when nothing was due (or it stopped)."""
+    """A whole pass, step by step as the gateway runs it (after each step the fdatasync it leaves, whose failure
+    the gateway logs before the next step): its stats, None when nothing was due (or it stopped)."""
     stats = engine.clean(now, NODE, max_keys)
     steps = 1
     while stats is not None and not stats.finished:
+        sync = engine.clean_sync()
+        if sync is not None:
+            with contextlib.suppress(OSError):
+                sync()
         stats = engine.clean(now, NODE, max_keys)
         steps += 1
         assert steps < 1000
@@ -471,6 +480,9 @@ e.cleaner.step_bytes = 200
 print("ready", flush=True)
 while True:
     e.clean(time.time() + 3600, NODE)
+    sync = e.clean_sync()  # as the gateway runs it (there on a thread of its own): kills land inside it too
+    if sync is not None:
+        sync()
     time.sleep(0.002)  # (a pass spread over more time: more kills land inside it)
 """
 
@@ -986,3 +998,36 @@ def test_retention_deletes_a_merged_segment_whose_merge_is_unfinished_with_every
         assert len(list(e.vnodes[e.catalog.topics["t"].db][0].wal.dir.glob("*.log"))) == 1
     finally:
         e.close()
+
+
+def test_the_staged_bytes_are_fdatasynced_by_the_callers_thread_between_steps(engine: Engine,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """Issue 23: a pass's staged bytes (rewritten segments' logs, merges) are fdatasynced by the function
+    ``Engine.clean_sync`` hands out after a step, which the gateway runs on a thread of its own, so the storage
+    thread never waits for that disk flush (on main every staged write fdatasynced in the step, on the storage
+    thread); the pass's result is the same."""
+    produce_history(engine)
+    threads: list[str] = []
+    real = fileio.fdatasync
+
+    def recorded(fd: int, **kw: Any) -> None:
+        threads.append(threading.current_thread().name)
+        real(fd, **kw)
+
+    monkeypatch.setattr(fileio, "fdatasync", recorded)
+    steps = 0
+    stats = engine.clean(LATER, NODE)
+    while True:
+        sync = getattr(engine, "clean_sync", lambda: None)()
+        if sync is not None:
+            worker = threading.Thread(target=sync, name="sync")
+            worker.start()
+            worker.join()
+        if stats is None or stats.finished:
+            break
+        stats = engine.clean(LATER, NODE)
+        steps += 1
+        assert steps < 1000
+    assert stats is not None and stats.records_removed == 4 and stats.merged > 0
+    assert threads and set(threads) == {"sync"}  # every fdatasync of the pass, none in a step
+    assert [o for o, _, _ in records(engine)][:4] == [3, 5, 6, 7]

@@ -161,6 +161,17 @@ class Config:
     group_max_session_timeout_ms: int = 1_800_000
     group_consumer_session_timeout_ms: int = 45_000  # KIP-848 members
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # Share groups (KIP-932; Kafka's broker settings): record lock, delivery limit, member heartbeat and session
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_session_timeout_ms: int = 45_000
+    group_share_partition_max_record_locks: int = 2_000
+    # the bounds of the share groups' own share.record.lock.duration.ms and share.delivery.count.limit configs
+    group_share_min_record_lock_duration_ms: int = 15_000
+    group_share_max_record_lock_duration_ms: int = 60_000
+    group_share_min_delivery_count_limit: int = 2
+    group_share_max_delivery_count_limit: int = 10
     # Transactions (Kafka's broker settings): the longest transaction.timeout.ms a producer may ask for, how long an
     # idle transactional id is kept, and how often timed-out transactions are looked for
     transaction_max_timeout_ms: int = 900_000

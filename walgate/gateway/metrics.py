@@ -12,13 +12,17 @@ Two kinds of values, and no copy of state:
   :meth:`Metrics.connection`); storage-thread calls (:meth:`Metrics.storage_call`, on the storage thread). Each
   :class:`Metrics` has its own registry, so several gateways can run in one process.
 * state (partitions, consumer groups, committed offsets and lag, the batch cache, the storage queue, fsync
-  latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for all of it in
-  one call. Per-topic traffic is kept by topic key (a name, or a topic id for Fetch v13+) and named at scrape
-  time with the same call.
+  latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
+  steps: one call for the groups, the committed offsets (a copy of the coordinator's map), the topic ids and the
+  list of partitions, then one call per :data:`SCRAPE_PAGE` partitions (their offsets and their WALs' sizes), so a
+  scrape of many partitions holds the storage thread for one page at a time and the calls queued meanwhile
+  (Produce, Fetch) run between pages. The pages are read at slightly different moments: a partition created meanwhile waits for the
+  next scrape, one dropped meanwhile is left out. Per-topic traffic is kept by topic key (a name, or a topic id for
+  Fetch v13+) and named at scrape time with the first call.
 
-:meth:`Metrics.render` blocks until the storage thread answers (at most ``SCRAPE_TIMEOUT`` seconds, then
-``TimeoutError``): call it off the event loop (``asyncio.to_thread``), which is where the collector's one storage
-call is submitted back to the loop from.
+:meth:`Metrics.render` blocks until the storage thread answered every page (at most ``SCRAPE_TIMEOUT`` seconds in
+all, then ``TimeoutError``): call it off the event loop (``asyncio.to_thread``), which is where the collector's
+storage calls are submitted back to the loop from.
 """
 
 from __future__ import annotations
@@ -55,11 +59,13 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
-__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
+__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_PAGE", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
 
 QUERY_OUTCOMES = ("ok", "refused", "cancelled", "failed")
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
+SCRAPE_PAGE = 256
+"""Partitions one storage-thread call of a scrape reads at most."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
               30000.0)
 """Upper bounds (ms) of the request-time histograms."""
@@ -76,7 +82,7 @@ _TIMES = {  # histogram suffix -> what it measures (Kafka's RequestMetrics names
 
 @dataclass(frozen=True)
 class _State:
-    """Everything the collector asked the storage thread for, in one call."""
+    """Everything the collector asked the storage thread for, over a scrape's calls."""
 
     partitions: list[PartitionStats]
     committed: list[tuple[str, str, int, int]]  # (group, topic, partition, offset)
@@ -271,22 +277,36 @@ def _record_count(records: bytes | bytearray | memoryview) -> int:
     return count
 
 
-def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _State:
-    """The collector's one storage-thread call."""
-    return _State(
-        partitions=list(engine.partition_stats()),
-        committed=[(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
-        groups=list(groups.group_stats()),
-        topic_ids=dict(engine.topics_by_id()),
-        cache=(cache.hits, cache.misses, cache.size),
-        queued=storage.queued,
-        syncs=engine.syncs,
-    )
+@dataclass(frozen=True)
+class _Head:
+    """A scrape's first storage-thread call: what is small or cheap to copy, and the partitions its pages walk."""
+
+    partitions: list[tuple[str, int]]  # (topic, partition)
+    committed: list[tuple[str, str, int, int]]  # (group, topic, partition, offset)
+    groups: list[GroupStats]
+    topic_ids: dict[uuid.UUID, str]
+    cache: tuple[int, int, int]  # hits, misses, bytes
+    queued: int
+
+
+def _head(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _Head:
+    return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
+                 list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
+                 storage.queued)
+
+
+async def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _State:
+    """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
+    head = await storage.call(_head, engine, groups, cache, storage)
+    partitions: list[PartitionStats] = []
+    for start in range(0, len(head.partitions), SCRAPE_PAGE):
+        partitions += await storage.call(engine.partition_stats, head.partitions[start : start + SCRAPE_PAGE])
+    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs)
 
 
 class StateCollector(Collector):
     """Partitions, groups, lag, per-topic traffic, the batch cache, the storage queue and fsync latency, read at
-    scrape time (one storage-thread call per scrape)."""
+    scrape time (a storage-thread call per page of partitions, see the module docstring)."""
 
     def __init__(self, metrics: Metrics, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
                  cache: BatchCache, loop: asyncio.AbstractEventLoop) -> None:
@@ -301,8 +321,8 @@ class StateCollector(Collector):
         return ()  # nothing to check at registration (collect() would need the storage thread)
 
     def collect(self) -> Iterator[Metric]:
-        call = self._storage.call(_state, self._engine, self._groups, self._cache, self._storage)
-        future = asyncio.run_coroutine_threadsafe(call, self._loop)
+        future = asyncio.run_coroutine_threadsafe(
+            _state(self._engine, self._groups, self._cache, self._storage), self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)
         except TimeoutError:

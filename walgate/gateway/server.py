@@ -32,6 +32,7 @@ import os
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from types import TracebackType
 
 from aiohttp import web
@@ -51,6 +52,7 @@ from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.metrics import Metrics
@@ -226,6 +228,15 @@ class Gateway:
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)
+        broker.shares = ShareService(
+            engine, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
+            delivery_limit=cfg.group_share_delivery_count_limit,
+            heartbeat_interval_ms=cfg.group_share_heartbeat_interval_ms,
+            session_timeout_ms=cfg.group_share_session_timeout_ms,
+            max_in_flight=cfg.group_share_partition_max_record_locks,
+            lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
+            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit))
+        await broker.shares.open()  # share_groups.log, before any request
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
@@ -317,13 +328,16 @@ class Gateway:
 
     async def _clean_loop(self, engine: Engine) -> None:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
-        pass at a time on the storage thread (requests are served in between), the next step at once while a pass is
-        in progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
+        pass at a time on the storage thread (requests are served in between), the fdatasync of what the step staged
+        on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is due,
+        the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
         max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
         while True:
             try:
-                stats = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
+                stats, sync = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
+                if sync is not None:  # the step's staged bytes, fdatasynced off the storage thread
+                    await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
                 stats = None
@@ -356,9 +370,10 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
-def _clean_now(engine: Engine, node_id: int, max_keys: int) -> CleanStats | None:
-    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs."""
-    return engine.clean(engine.clock.time(), node_id, max_keys)
+def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:
+    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs: the step's stats and
+    the fdatasync it left for another thread."""
+    return engine.clean(engine.clock.time(), node_id, max_keys), engine.clean_sync()
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

@@ -52,7 +52,9 @@ it is, and no tombstone or marker after it goes in that pass (an older record of
 transaction, may be in it).
 
 Crash safety: a segment is swapped by one rename. Its new log is written under a temporary name
-(``<first>.log.tmp``, a step at a time, each fdatasynced: :class:`~walgate.storage.fileio.StagedFile`), given the
+(``<first>.log.tmp``, a step at a time: :class:`~walgate.storage.fileio.StagedFile`; each step's bytes are
+fdatasynced by :meth:`Cleaner.staged_sync`, which the gateway runs off the storage thread between steps, and the
+swap waits for the step after the last one's sync), given the
 old file's modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced;
 its sealed index is then replaced
 the same way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
@@ -77,7 +79,7 @@ import logging
 import struct
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -211,6 +213,7 @@ class _Rewrite:
     dropped: list[int] = field(default_factory=list)
     markers_gone: set[int] = field(default_factory=set)  # offsets of the markers whose record goes
     read: int = 0  # entries read
+    read_all: bool = False  # the whole segment was read: its swap is next
     end: int = -1  # the version after the last entry read
     removed: int = 0  # records removed
     changed: bool = False  # some batch changes (records removed, a marker's delete horizon set)
@@ -301,6 +304,18 @@ class Cleaner:
             self._drop(p)
             return None
         return p.stats
+
+    def staged_sync(self) -> Callable[[], None] | None:
+        """The fdatasync of what the pass's last step wrote to a staged file (a segment's rewritten log, a merge),
+        for the caller to run on another thread before the next step, so the storage thread does not wait for the
+        disk: None when nothing waits. Crash safety never depends on it: a commit fsyncs the file whole first."""
+        p = self._pass
+        if p is None:
+            return None
+        for work in (p.rewrite, p.merging):
+            if work is not None and work.staged is not None and work.staged.unsynced:
+                return work.staged.sync
+        return None
 
     def _drop(self, p: _Pass) -> None:
         """End the pass where it is, deleting the temporary file of a rewrite or merge in progress."""
@@ -443,16 +458,20 @@ class Cleaner:
             rw = p.rewrite = _Rewrite(seg, wal.segments[k + 1].first, mtime,
                                       (now_wall - mtime) * 1000 >= settings.delete_retention_ms, seg.first,
                                       Segment(wal.dir, seg.first))
-        try:
-            if not self._rewrite_step(p, rw, now_wall):
+        if not rw.read_all:
+            try:
+                if not self._rewrite_step(p, rw, now_wall):
+                    return
+            except _Damaged:  # an older record of a key may be in it: no tombstone after it may go in this pass
+                p.tombstones_go = False
+                p.segments.pop(0)
+                if rw.staged is not None:
+                    rw.staged.discard()
+                p.rewrite = None
                 return
-        except _Damaged:  # an older record of a key may be in it: no tombstone after it may go in this pass
-            p.tombstones_go = False
-            p.segments.pop(0)
-            if rw.staged is not None:
-                rw.staged.discard()
-            p.rewrite = None
-            return
+            rw.read_all = True
+            if rw.changed and rw.staged is not None and rw.staged.unsynced:
+                return  # swapped by the next step, once the caller synced its new log (staged_sync)
         p.segments.pop(0)
         p.rewrite = None
         if rw.changed:
@@ -568,7 +587,7 @@ class Cleaner:
         if rw.changed and rw.chunks:
             if rw.staged is None:
                 rw.staged = fileio.StagedFile(rw.seg.path, syncs=p.vnode.wal.syncs)
-            rw.staged.write(b"".join(rw.chunks))
+            rw.staged.write(b"".join(rw.chunks), sync=False)  # (synced by staged_sync or the commit)
             rw.chunks.clear()
 
     def _cleaned(self, p: _Pass, rw: _Rewrite, entry: WalEntry, recent: bool, bound: bool, now_ms: int
@@ -662,12 +681,14 @@ class Cleaner:
                 data = f.read(min(self.step_bytes - copied, seg.size - m.offset))
             if not data:
                 raise OSError(errno.EIO, f"{seg.path}: shorter than its {seg.size} bytes")
-            m.staged.write(data)
+            m.staged.write(data, sync=False)
             m.offset += len(data)
             copied += len(data)
             if m.offset >= seg.size:
                 m.index, m.offset = m.index + 1, 0
         if m.index == len(segs):
+            if copied and m.staged.unsynced:
+                return True  # committed by the next step, once the caller synced it (staged_sync)
             p.merging = None
             self._merge(p, m, segs)
         return True

@@ -13,14 +13,15 @@ request, see its docstring for the write protocol), :mod:`~walgate.storage.topic
 reads), :mod:`~walgate.storage.native_topics` (Kafka-native topics), :mod:`~walgate.storage.group_offsets`
 (committed offsets), :mod:`~walgate.storage.show` (SHOW / DESCRIBE) and :mod:`~walgate.storage.select` (SELECT).
 
-Retention and periodic fsync run from :meth:`Engine.sync_due`, which the gateway calls on a timer (running the
-fsyncs it returns on another thread).
+Retention (in bounded steps, :mod:`~walgate.storage.retention`) and periodic fsync run from :meth:`Engine.sync_due`,
+which the gateway calls on a timer (running the fsyncs it returns on another thread; at once again while a retention
+round has steps left).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +46,7 @@ from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, Co
 from walgate.storage.producers import AbortedTxn, ActiveProducer
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
+from walgate.storage.retention import Retention
 from walgate.storage.select import PreparedSelect, Selects
 from walgate.storage.show import Show
 from walgate.storage.sql import ast
@@ -90,6 +92,7 @@ class Engine:
         self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log, store.syncs),
                            store.clock)
         self.cleaner = Cleaner(store)
+        self.retention = Retention(store, self.views)
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -241,9 +244,14 @@ class Engine:
         """(log start offset, high watermark) of a topic-partition."""
         return self.views.watermarks(topic, partition)
 
-    def partition_stats(self) -> list[PartitionStats]:
-        """Every partition of every topic: log start, high watermark, and the size and segments of its WAL."""
-        return self.views.partition_stats()
+    def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
+        """Every partition of every topic (or those of ``keys`` that exist: (topic, partition)): log start, high
+        watermark, and the size and segments of its WAL."""
+        return self.views.partition_stats(keys)
+
+    def partition_keys(self) -> list[tuple[str, int]]:
+        """(topic, partition) of every partition, sorted: what a caller reading stats a page at a time walks."""
+        return sorted(self.store.indexes)
 
     def index_entries(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, int]]:
         """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
@@ -327,9 +335,10 @@ class Engine:
     # ------------------------------------------------------------ maintenance
 
     def sync_due(self, now: float) -> tuple[float, list[PendingSync]]:
-        """Apply retention when due (``now``: :attr:`clock`'s monotonic seconds; retention by :attr:`clock`'s wall
-        time); (seconds until the next call is useful, the periodic fsyncs due now, for the caller to run off the
-        storage thread and then mark done)."""
+        """One bounded step of retention when due (``now``: :attr:`clock`'s monotonic seconds; retention by
+        :attr:`clock`'s wall time; a round every few seconds, :mod:`~walgate.storage.retention`); (seconds until the
+        next call is useful: 0 while a round has steps left, the periodic fsyncs due now, for the caller to run off
+        the storage thread and then mark done)."""
         delay, pending = _RETENTION_CHECK_S, []
         for vnodes in self.vnodes.values():
             for vnode in vnodes:
@@ -337,9 +346,11 @@ class Engine:
                 delay = min(delay, wait)
                 if sync is not None:
                     pending.append(sync)
-        if now >= self._next_retention:
+        if not self.retention.in_progress and now >= self._next_retention:
             self._next_retention = now + _RETENTION_CHECK_S
-            self.apply_retention(self.clock.time())
+            self.retention.begin()
+        if self.retention.in_progress and self.retention.step(self.clock.time()):
+            delay = 0.0
         return delay, pending
 
     def take_unsynced(self) -> list[Need]:
@@ -348,12 +359,12 @@ class Engine:
         return self.store.unsynced.take() if self.store.unsynced is not None else []
 
     def apply_retention(self, now_wall: float) -> None:
-        """Delete the WAL segments retention wants gone at ``now_wall`` (seconds since the epoch); the topics' log
-        starts follow."""
-        for vnodes in self.vnodes.values():
-            for vnode in vnodes:
-                if vnode.apply_retention(now_wall):
-                    self.views.trim_to_retention(vnode)
+        """A whole retention round at once: delete the WAL segments retention wants gone at ``now_wall`` (seconds
+        since the epoch); the topics' log starts follow (tools and tests; the gateway steps through rounds with
+        :meth:`sync_due`)."""
+        self.retention.begin()
+        while self.retention.step(now_wall):
+            pass
 
     def close(self) -> None:
         """fsync and close every vnode and index."""
@@ -450,3 +461,8 @@ class Engine:
         did so far (``finished`` once whole), None when no partition is due. The caller calls again while it gets
         stats."""
         return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
+
+    def clean_sync(self) -> Callable[[], None] | None:
+        """The fdatasync the last cleaning step left (:meth:`Cleaner.staged_sync
+        <walgate.storage.cleaner.Cleaner.staged_sync>`), to run off this thread before the next step; None: none."""
+        return self.cleaner.staged_sync()

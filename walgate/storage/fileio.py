@@ -153,9 +153,11 @@ def replace_file(path: Path, data: bytes, *, syncs: SyncLatency, mtime: float | 
 
 class StagedFile:
     """A file written piece by piece under a temporary name (``<path>.tmp``), then put in place atomically, as
-    :func:`replace_file` writes one at once: :meth:`write` appends and fdatasyncs (so the final fsync has little
-    left), :meth:`commit` sets the modification time, fsyncs, renames it over ``path`` and fsyncs the directory;
-    :meth:`discard` closes and deletes it. Until the commit ``path`` is untouched; a crash leaves the ``.tmp``."""
+    :func:`replace_file` writes one at once: :meth:`write` appends and fdatasyncs, or with ``sync=False`` leaves
+    that to :meth:`sync` (which may run on another thread, so the writer's thread does not wait for the disk) or to
+    the commit; :meth:`commit` sets the modification time, fsyncs (little left once synced), renames it over
+    ``path`` and fsyncs the directory; :meth:`discard` closes and deletes it. Until the commit ``path`` is
+    untouched; a crash leaves the ``.tmp``."""
 
     def __init__(self, path: Path, *, syncs: SyncLatency) -> None:
         self.path = path
@@ -163,18 +165,40 @@ class StagedFile:
         self.tmp = path.with_name(path.name + ".tmp")
         self.size = 0
         self.renamed = False  # True once the commit's rename is done (a failure after it leaves the file in place)
+        self.unsynced = False  # bytes written since the last fdatasync
+        self._failed = False  # an fdatasync failed: the file's bytes may be lost whatever a later sync says
         self._fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, sync: bool = True) -> None:
         assert self._fd is not None
+        self._check()
         write_all(self._fd, data)
-        fdatasync(self._fd, syncs=self.syncs)
+        if sync:
+            self.sync()
+        self.unsynced = not sync
         self.size += len(data)
+
+    def sync(self) -> None:
+        """fdatasync what was written. Safe on another thread while no other call is made on this file. Once one
+        failed, every later write and the commit raise (the kernel may have dropped the bytes and report a later
+        sync as done): the file can only be discarded."""
+        assert self._fd is not None
+        try:
+            fdatasync(self._fd, syncs=self.syncs)
+        except OSError:
+            self._failed = True
+            raise
+        self.unsynced = False
+
+    def _check(self) -> None:
+        if self._failed:
+            raise OSError(errno.EIO, f"{self.tmp}: an fdatasync of it failed")
 
     def commit(self, mtime: float | None = None) -> None:
         fd = self._fd
         assert fd is not None
         try:
+            self._check()
             if mtime is not None:
                 os.utime(fd, (mtime, mtime))
             fsync(fd, syncs=self.syncs)

@@ -1,7 +1,8 @@
 """A durable map: an append-only log of checksummed lines, the newest line of a key wins.
 
-The shape shared by ``transactions.log`` (:mod:`walgate.storage.transactions_log`) and the group coordinator's
-``coordinator/offsets-<p>.log`` (:mod:`walgate.storage.coordinator_log`). A
+The shape shared by ``transactions.log`` (:mod:`walgate.storage.transactions_log`), ``share_groups.log``
+(:mod:`walgate.storage.share_state_log`) and the group coordinator's ``coordinator/offsets-<p>.log``
+(:mod:`walgate.storage.coordinator_log`). A
 subclass gives the line format (:meth:`KeyedLog._parse`, :meth:`KeyedLog._line`: each line is one
 :func:`walgate.storage.lines.encode` record holding a key and its value, or None for a tombstone) and its names;
 this class keeps the map (:attr:`KeyedLog._live`) and the file:

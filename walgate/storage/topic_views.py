@@ -18,7 +18,7 @@ import re
 import shutil
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -314,10 +314,13 @@ class TopicViews:
         _, vnode, idx = self.store.partition(topic, partition)
         return idx.start_offset, _visible_end(idx, vnode.wal.visible_version)
 
-    def partition_stats(self) -> list[PartitionStats]:
-        """Every partition of every topic: offsets, and the size and segment count of the WAL holding it."""
+    def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
+        """Every partition of every topic (or those of ``keys`` that exist: (topic, partition), in that order):
+        offsets, and the size and segment count of the WAL holding it."""
         stats = []
-        for (topic, partition), idx in sorted(self.store.indexes.items()):
+        indexes = self.store.indexes
+        pairs = sorted(indexes.items()) if keys is None else [(k, indexes[k]) for k in keys if k in indexes]
+        for (topic, partition), idx in pairs:
             wal = self.store.vnodes[self.store.catalog.topics[topic].db][partition].wal
             stats.append(PartitionStats(topic, partition, idx.start_offset, idx.end_offset, wal.size_bytes,
                                         len(wal.segments)))

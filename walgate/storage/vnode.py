@@ -211,20 +211,21 @@ class Vnode:
         fileio.replace_file(self.dir / CHECKPOINT, lines.encode(snap), syncs=self.wal.syncs)
         self._checkpointed = version
 
-    def apply_retention(self, now_wall: float) -> bool:
-        """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first); True if the log start
-        moved."""
-        n = self.wal.expired_segments(now_wall)
+    def apply_retention(self, now_wall: float, limit: int | None = None) -> int:
+        """Delete expired segments (``now_wall``: seconds since the epoch; checkpointing first), at most ``limit`` of
+        them (None: every one): how many were deleted (the log start moved when any was)."""
+        n = self.wal.expired_segments(now_wall, limit)
         if not n:
-            return False
+            return 0
         try:
             self.wal.sync()
             self.checkpoint()
         except (OSError, StorageUnavailable) as exc:  # the segments keep the meta entries the old checkpoint needs
             log.warning("%s: no checkpoint (%s): retention waits", self.dir, exc)
-            return False
+            return 0
+        before = len(self.wal.segments)
         self.wal.delete_oldest(n)
-        return True
+        return before - len(self.wal.segments)
 
     def close(self) -> None:
         """Checkpoint the table map once the WAL is durable (never a checkpoint ahead of the WAL), then close."""

@@ -853,10 +853,11 @@ class Wal:
 
     # ------------------------------------------------------------- retention
 
-    def expired_segments(self, now_wall: float) -> int:
-        """How many of the oldest sealed segments the retention policy wants gone."""
+    def expired_segments(self, now_wall: float, limit: int | None = None) -> int:
+        """How many of the oldest sealed segments the retention policy wants gone (at most ``limit``: each one
+        looked at is a stat of its file)."""
         opts = self.options
-        sealed = self.segments[:-1]
+        sealed = self.segments[:-1] if limit is None else self.segments[: min(limit, len(self.segments) - 1)]
         n = 0
         if opts.retention_period_s >= 0:
             while n < len(sealed) and now_wall - _mtime(sealed[n].path) > opts.retention_period_s:

@@ -31,6 +31,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.listeners import ListenerInfo
@@ -97,6 +98,7 @@ class Broker:
     # listener name -> the (host, port) told to clients connected through it; others are told (host, port)
     advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
     transactions: TransactionService | None = None  # the transaction coordinator (None: transactions refused)
+    shares: ShareService | None = None  # share groups (KIP-932; None: refused)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

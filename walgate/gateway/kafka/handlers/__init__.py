@@ -65,6 +65,10 @@ from walgate.gateway.kafka.handlers import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
 )
@@ -94,6 +98,7 @@ _MODULES = (
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
     describe_producers,
     add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
+    share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -21,6 +21,7 @@ checks everything and changes nothing. Every change is durable (a catalog record
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -82,9 +83,13 @@ def alter_each(engine: Engine, broker: Broker, request: Any, denied: dict[int, i
 
 
 def group_timeouts(broker: Broker) -> GroupTimeouts:
-    """The broker's ``group.consumer.*`` settings, the defaults and bounds of group configs (storage thread)."""
+    """The broker's ``group.consumer.*`` and ``group.share.*`` settings, the defaults and bounds of group configs
+    (storage thread)."""
     consumer = broker.groups.groups.consumer
-    return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
+    if broker.shares is None:
+        return GroupTimeouts(consumer.session_timeout_ms, consumer.heartbeat_interval_ms)
+    return dataclasses.replace(broker.shares.configs, session_timeout_ms=consumer.session_timeout_ms,
+                               heartbeat_interval_ms=consumer.heartbeat_interval_ms, stored=lambda group_id: {})
 
 
 def alter(engine: Engine, broker: Broker, rtype: int, name: str, change: Change,

@@ -109,7 +109,7 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
         if committed and base >= stable:
             break
         try:
-            batch = _batch(engine, cache, topic, partition, native, base, version)
+            batch = entry_batch(engine, cache, topic, partition, native, base, version)
         except CorruptEntry:
             batch = lost_batch(base, count)
         if size + len(batch) > budget and (out or not must_one):
@@ -124,9 +124,10 @@ def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, 
     return _Got(ErrorCode.none, start, end, out, stable, aborted)
 
 
-def _batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native: bool, base: int,
+def entry_batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native: bool, base: int,
            version: int) -> bytes | FileRegion:
-    """The batch of the entry at ``version`` (base offset ``base``): stored (native) or rendered and cached."""
+    """The batch of the entry at ``version`` (base offset ``base``): stored (native) or rendered and cached (ShareFetch
+    serves the same batches)."""
     if native:
         region = engine.kafka_region(topic, partition, version)
         return region if len(region) >= SENDFILE_MIN_BYTES else region.read()

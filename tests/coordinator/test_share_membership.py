@@ -1,0 +1,192 @@
+"""Share-group membership and assignment (share_group.py), share sessions and durable records
+(share_coordinator.py), and the share.* group configs (group_configs.py), on a clock moved by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from walgate.coordinator.group_configs import GroupTimeouts
+from walgate.coordinator.share_coordinator import AckBatch, ShareCoordinator, ShareSettings
+from walgate.coordinator.share_group import ShareGroups, ShareMember, assign
+from walgate.coordinator.share_partition import Acquired
+
+PARTITIONS = {"t": 2, "u": 1}
+
+
+def beat(groups: ShareGroups, member: str, epoch: int, topics: list[str] | None = None, now: int = 0,
+         group: str = "g") -> dict[str, Any]:
+    response, _ = groups.heartbeat(group_id=group, member_id=member, member_epoch=epoch,
+                                   subscribed_topic_names=topics, partitions=PARTITIONS.get, client_id="c",
+                                   client_host="/h", now_ms=now)
+    return response
+
+
+def owned(response: dict[str, Any]) -> dict[str, list[int]]:
+    return {t["topic_name"]: t["partitions"] for t in response["assignment"]["topic_partitions"]}
+
+
+def test_more_members_than_partitions_share_them_and_fewer_split_them():
+    members = [ShareMember(m, 0, ["t"], "", "", 0) for m in ("a", "b", "c")]
+    assert assign(members, PARTITIONS.get) == {"a": {"t": [0]}, "b": {"t": [1]}, "c": {"t": [0]}}
+    assert assign(members[:1], PARTITIONS.get) == {"a": {"t": [0, 1]}}
+    assert assign([ShareMember("a", 0, ["nope"], "", "", 0)], PARTITIONS.get) == {"a": {}}
+
+
+def test_join_heartbeat_fence_and_leave():
+    groups = ShareGroups(heartbeat_interval_ms=100, session_timeout_ms=1000)
+    first = beat(groups, "a", 0, ["t"])
+    assert first["error_code"] == ErrorCode.none and owned(first) == {"t": [0, 1]} and first["member_epoch"] == 1
+    assert beat(groups, "a", 1)["assignment"] is None  # nothing changed: no assignment
+    second = beat(groups, "b", 0, ["t"])
+    assert owned(second) == {"t": [1]} and second["member_epoch"] == 2
+    moved = beat(groups, "a", 1)
+    assert owned(moved) == {"t": [0]} and moved["member_epoch"] == 2
+    assert beat(groups, "a", 1)["error_code"] == ErrorCode.fenced_member_epoch
+    assert beat(groups, "x", 3)["error_code"] == ErrorCode.unknown_member_id
+    assert beat(groups, "", 0, ["t"])["error_code"] == ErrorCode.invalid_request
+    assert beat(groups, "c", 0)["error_code"] == ErrorCode.invalid_request  # no subscription on joining
+    left, gone = groups.heartbeat(group_id="g", member_id="b", member_epoch=-1, subscribed_topic_names=None,
+                                  partitions=PARTITIONS.get, client_id="", client_host="", now_ms=0)
+    assert gone and left["member_epoch"] == -1 and not groups.is_member("g", "b")
+    assert groups.expire(999, PARTITIONS.get) == [] and groups.expire(1000, PARTITIONS.get) == [("g", "a")]
+    assert groups.groups == {}
+
+
+class Logs:
+    def __init__(self) -> None:
+        self.ends = {("t", 0): (0, 10)}
+        self.reset = "earliest"
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return self.ends[(topic, partition)]
+
+    def stable(self, topic: str, partition: int) -> int:
+        return self.ends[(topic, partition)][1]
+
+    def settings(self, group_id: str) -> ShareSettings:
+        return ShareSettings(1000, 2, self.reset)
+
+
+def coordinator() -> ShareCoordinator:
+    c = ShareCoordinator(ShareGroups(session_timeout_ms=5000), Logs())
+    for member in ("a", "b"):
+        beat(c.groups, member, 0, ["t"])
+    return c
+
+
+def test_share_session_epochs():
+    c = coordinator()
+    assert c.session("g", "a", 1, fetch=True)[0] == ErrorCode.share_session_not_found
+    assert c.session("g", "z", 0, fetch=True)[0] == ErrorCode.unknown_member_id
+    assert c.session("g", "a", 0, fetch=False)[0] == ErrorCode.invalid_share_session_epoch
+    assert c.session("g", "a", 0, fetch=True)[0] == ErrorCode.none
+    assert c.session("g", "a", 2, fetch=True)[0] == ErrorCode.invalid_share_session_epoch
+    assert c.session("g", "a", 1, fetch=True)[0] == ErrorCode.none
+    assert c.session("g", "a", 2, fetch=False)[0] == ErrorCode.none
+    assert c.update_session("g", "a", [("t", 0), ("t", 1)], [("t", 1)]) == [("t", 0)]
+
+
+def test_acknowledge_and_close_release_and_records_are_durable_values():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.update_session("g", "a", [("t", 0)], [])
+    got = c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
+    assert got[("t", 0)].acquired == [Acquired(0, 3, 1)]
+    [(key, value)] = c.take_records()  # a new partition is recorded (its start offset holds)
+    assert key == ("g", "t", 0) and value["s"] == 0
+    c.written()
+    assert c.take_records() == []  # an acquisition alone writes nothing
+    result = c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [1]), AckBatch("t", 0, 5, 5, [1]),
+                                      AckBatch("t", 9, 0, 0, [1])], 0, lambda exc: 3)
+    assert result[("t", 0)].ack_error == ErrorCode.invalid_record_state  # 5 was never acquired
+    assert result[("t", 9)].ack_error == 3  # no such partition: the caller's code
+    assert c.take_records()[0][1]["s"] == 2
+    c.written()
+    c.close("g", "a")  # 2, 3 are released
+    assert c.take_records() == [(("g", "t", 0), {"s": 2, "e": 4, "r": [[2, 3, 0, 1]]})]
+    c.written()
+    again = ShareCoordinator(ShareGroups(), Logs())
+    again.load({("g", "t", 0): {"s": 2, "e": 4, "r": [[2, 3, 0, 1]]}})
+    beat(again.groups, "b", 0, ["t"])
+    out = again.acquire("g", "b", [("t", 0)], 10, 0, lambda exc: ErrorCode.unknown_server_error)
+    assert out[("t", 0)].acquired == [Acquired(2, 3, 2), Acquired(4, 9, 1)]
+
+
+def test_a_refused_write_is_rolled_back():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
+    c.written()
+    c.acknowledge("g", "a", [AckBatch("t", 0, 0, 3, [1])], 0, lambda exc: 1)
+    assert c.partitions[("g", "t", 0)].start == 4
+    c.rollback()  # the disk refused the record: the acknowledgement never happened
+    assert c.partitions[("g", "t", 0)].start == 0 and c.partitions[("g", "t", 0)].holder(0) == "a"
+
+
+def test_a_member_that_times_out_or_leaves_without_a_session_releases_its_records():
+    c = coordinator()
+    c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
+    c.member_left("g", "a", 0)  # no open session: released now
+    assert c.partitions[("g", "t", 0)].holder(0) is None
+    c.session("g", "b", 0, fetch=True)
+    c.acquire("g", "b", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
+    c.member_left("g", "b", 0)  # its session is open: held until it closes (its last acknowledgements ride on it)
+    assert c.partitions[("g", "t", 0)].holder(0) == "b"
+    beat(c.groups, "b", 0, ["t"], now=0)
+    c.expire(999, PARTITIONS.get)  # ... for one lock duration (1000 ms here) at most
+    assert ("g", "b") in c.sessions
+    c.expire(1000, PARTITIONS.get)
+    assert ("g", "b") not in c.sessions and c.partitions[("g", "t", 0)].holder(0) is None
+    c.session("g", "b", 0, fetch=True)
+    c.acquire("g", "b", [("t", 0)], 4, 1000, lambda exc: ErrorCode.unknown_server_error)
+    beat(c.groups, "b", 0, ["t"], now=0)
+    c.expire(5001, PARTITIONS.get)  # b's heartbeat session ended (its locks have not)
+    assert c.partitions[("g", "t", 0)].holder(0) is None and ("g", "b") not in c.sessions
+
+
+def test_latest_starts_at_the_log_end_and_a_log_start_past_the_start_moves_it():
+    c = coordinator()
+    logs = c.logs
+    assert isinstance(logs, Logs)
+    logs.reset = "latest"
+    assert c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 1)[("t", 0)].acquired == []
+    logs.ends[("t", 0)] = (12, 14)
+    assert c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 1)[("t", 0)].acquired == [Acquired(12, 13, 1)]
+    assert c.acquire("g", "a", [("t", 9)], 4, 0, lambda exc: 7)[("t", 9)].error == 7
+
+
+def test_share_group_configs():
+    configs = GroupTimeouts(45_000, 5_000, lambda g: {"share.record.lock.duration.ms": "20000"}, 2_000, 3)
+    assert configs.share("g") == (20_000, 3, "latest", False)
+    configs.validate({"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed",
+                      "share.record.lock.duration.ms": "2000",
+                      "share.delivery.count.limit": "10"})
+    for bad in ({"share.auto.offset.reset": "by_duration:PT1H"}, {"share.record.lock.duration.ms": "1000"},
+                {"share.delivery.count.limit": "11"}, {"share.isolation.level": "committed"},
+                {"share.heartbeat.interval.ms": "1000"}):
+        with pytest.raises(ValueError):
+            configs.validate(bad)
+    lowered = GroupTimeouts(45_000, 5_000, share_lock_bounds=(1_000, 60_000), share_delivery_bounds=(1, 3))
+    lowered.validate({"share.record.lock.duration.ms": "1000", "share.delivery.count.limit": "1"})
+    with pytest.raises(ValueError):
+        lowered.validate({"share.delivery.count.limit": "6"})  # 5, the broker's own, widens the bound to 5
+
+
+def test_a_new_session_starts_with_the_partitions_its_request_names_only():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.update_session("g", "a", [("t", 0), ("t", 1)], [])
+    c.session("g", "a", 0, fetch=True)  # the client opens a new one (e.g. after SHARE_SESSION_NOT_FOUND)
+    assert c.update_session("g", "a", [("t", 1)], []) == [("t", 1)]
+
+
+def test_archived_ranges_leave_the_acquired_records_and_are_done():
+    c = coordinator()
+    got = c.acquire("g", "a", [("t", 0)], 10, 0, lambda exc: 1)[("t", 0)].acquired
+    left = c.archive("g", "a", "t", 0, got, [(2, 3), (12, 14)], 0)
+    assert left == [Acquired(0, 1, 1), Acquired(4, 9, 1)]
+    sp = c.partitions[("g", "t", 0)]
+    assert [sp.state(o)[0].name for o in (1, 2, 3, 4)] == ["ACQUIRED", "ARCHIVED", "ARCHIVED", "ACQUIRED"]

@@ -1,0 +1,305 @@
+"""Share groups' delivery state (KIP-932): share sessions, share-partitions, acknowledgements, and the records that
+make them durable.
+
+* Share sessions (Kafka's ``ShareSessionCache``), one per (group, member): ShareFetch epoch 0 opens one (replacing
+  the member's old one; the records it holds stay its own until acknowledged or their locks end), each later ShareFetch / ShareAcknowledge carries the session's next epoch (another:
+  INVALID_SHARE_SESSION_EPOCH; no session: SHARE_SESSION_NOT_FOUND) and moves it on; epoch -1 closes it, releasing
+  the records the member holds. A session's partitions are those its requests named, less the forgotten ones.
+* Share-partitions (:class:`~walgate.coordinator.share_partition.SharePartition`), one per (group, topic key,
+  partition), created at first use at the log's start (``share.auto.offset.reset=earliest``) or end (``latest``,
+  the default), or rebuilt from their durable value. The topic key is opaque here (the gateway passes topic ids, so
+  a topic deleted and created again starts afresh).
+* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new or moved
+  partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
+  writes them and then calls :meth:`ShareCoordinator.written`, or :meth:`ShareCoordinator.rollback` when the disk
+  refused them: every partition changed since the last :meth:`written` is put back as it was, so nothing is
+  answered that is not durable.
+
+Pure and synchronous: the log (watermarks) and the groups' settings come through :class:`ShareLogs`; time is the
+``now_ms`` passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from walgate.coordinator.share_group import ShareGroups
+from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, ranges_of
+
+__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareKey", "ShareLogs", "ShareSettings"]
+
+ShareKey = tuple[str, str, int]
+"""(group id, topic key, partition)."""
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """A group's ``share.record.lock.duration.ms``, ``share.delivery.count.limit``, ``share.auto.offset.reset``,
+    ``share.isolation.level`` (``committed``: read_committed)."""
+
+    lock_ms: int = 30_000
+    delivery_limit: int = 5
+    reset: str = "latest"
+    max_in_flight: int = 2000
+    committed: bool = False
+
+
+class ShareLogs(Protocol):
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start, high watermark) of a topic key's partition; raises when it has none."""
+
+    def settings(self, group_id: str) -> ShareSettings:
+        """The group's share settings now."""
+
+    def stable(self, topic: str, partition: int) -> int:
+        """The last stable offset of a topic key's partition (read_committed acquires below it)."""
+
+
+class AckBatch(NamedTuple):
+    topic: str
+    partition: int
+    first: int
+    last: int
+    types: list[int]
+
+
+@dataclass
+class PartitionResult:
+    """One partition's part of a ShareFetch / ShareAcknowledge answer."""
+
+    error: int = ErrorCode.none
+    ack_error: int = ErrorCode.none
+    ack_message: str | None = None
+    acquired: list[Acquired] = field(default_factory=list)
+    acked: bool = False
+
+
+@dataclass
+class _Session:
+    epoch: int  # the epoch the next request must carry
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    left_ms: int | None = None  # when its member left the group (the session waits for its close, a while)
+
+
+class ShareCoordinator:
+    """Share sessions and share-partitions of every share group (see the module docstring)."""
+
+    def __init__(self, groups: ShareGroups, logs: ShareLogs) -> None:
+        self.groups = groups
+        self.logs = logs
+        self.partitions: dict[ShareKey, SharePartition] = {}
+        self.sessions: dict[tuple[str, str], _Session] = {}
+        self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
+        self._undo: dict[ShareKey, SharePartition | None] = {}  # partitions as they were before the unwritten changes
+        self._cursor = 0  # rotates which partition is served first
+
+    def load(self, values: Mapping[ShareKey, Any]) -> None:
+        """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
+        self._stored.update(values)
+
+    def has_state(self, group_id: str) -> bool:
+        """The group has share-partition state (it consumed, or is consuming)."""
+        return any(k[0] == group_id for k in self.partitions) or any(k[0] == group_id for k in self._stored)
+
+    # -- durability ---------------------------------------------------------------------------------------------
+
+    def _changing(self, key: ShareKey) -> SharePartition:
+        """The partition of ``key``, kept as it was for :meth:`rollback` and marked to be written."""
+        sp = self.partitions[key]
+        if key not in self._undo:
+            self._undo[key] = sp.copy()
+        return sp
+
+    def take_records(self) -> list[tuple[ShareKey, Any]]:
+        """(key, durable value) of every partition changed since the last :meth:`written`."""
+        return [(key, self.partitions[key].to_record()) for key in self._undo if key in self.partitions]
+
+    def written(self) -> None:
+        self._undo.clear()
+
+    def rollback(self) -> None:
+        """Put every partition changed since the last :meth:`written` back as it was (its records were refused)."""
+        for key, before in self._undo.items():
+            if before is None:
+                self.partitions.pop(key, None)
+            else:
+                self.partitions[key] = before
+        self._undo.clear()
+
+    # -- partitions ---------------------------------------------------------------------------------------------
+
+    def _partition(self, group_id: str, topic: str, partition: int) -> SharePartition:
+        key = (group_id, topic, partition)
+        sp = self.partitions.get(key)
+        settings = self.logs.settings(group_id)
+        log_start, log_end = self.logs.watermarks(topic, partition)
+        if sp is None:
+            stored = self._stored.pop(key, None)
+            if stored is not None:
+                sp = SharePartition.from_record(stored, settings.lock_ms, settings.delivery_limit,
+                                                settings.max_in_flight)
+            else:
+                start = log_start if settings.reset == "earliest" else log_end
+                sp = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+            self.partitions[key] = sp
+            self._undo.setdefault(key, None)
+        sp.lock_ms, sp.delivery_limit = settings.lock_ms, settings.delivery_limit
+        if log_start > sp.start:
+            self._changing(key).move_start(log_start)
+        return sp
+
+    def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> None:
+        """Remove members whose session timed out (releasing what they hold), close the share sessions of members
+        that left and did not close them, and release expired locks."""
+        for group_id, member_id in self.groups.expire(now_ms, partitions):
+            self._member_gone(group_id, member_id)
+        for (group_id, member_id), session in list(self.sessions.items()):
+            if session.left_ms is not None and session.left_ms + self.logs.settings(group_id).lock_ms <= now_ms:
+                self.close(group_id, member_id)
+        for key, sp in list(self.partitions.items()):
+            deadline = sp.next_deadline()
+            if deadline is not None and deadline <= now_ms:
+                self._changing(key).expire(now_ms)
+
+    def _member_gone(self, group_id: str, member_id: str) -> None:
+        self.sessions.pop((group_id, member_id), None)
+        for key, sp in list(self.partitions.items()):
+            if key[0] == group_id and any(r.member == member_id for r in sp.records.values()):
+                self._changing(key).release_member(member_id)
+
+    def member_left(self, group_id: str, member_id: str, now_ms: int) -> None:
+        """A member left its group (heartbeat epoch -1). A client closing sends its last acknowledgements with the
+        session's close (ShareAcknowledge epoch -1) beside the leaving heartbeat, in either order: while its session
+        is open, the records it holds wait for that close, for one record lock duration at most (then
+        :meth:`expire` closes it); without one they are released now."""
+        session = self.sessions.get((group_id, member_id))
+        if session is None:
+            self._member_gone(group_id, member_id)
+        else:
+            session.left_ms = now_ms
+
+    def next_deadline(self, keys: Iterable[ShareKey]) -> int | None:
+        deadlines = [d for k in keys if k in self.partitions
+                     for d in (self.partitions[k].next_deadline(),) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def archive(self, group_id: str, member_id: str, topic: str, partition: int, acquired: list[Acquired],
+                gone: list[tuple[int, int]], now_ms: int) -> list[Acquired]:
+        """Archive the offset ranges ``gone`` (records of aborted transactions, under read_committed) among what the
+        member just acquired; what it still holds of ``acquired``."""
+        sp = self._changing((group_id, topic, partition))
+        dropped: set[int] = set()
+        for first, last in gone:
+            for a in acquired:
+                low, high = max(first, a.first), min(last, a.last)
+                if low <= high:
+                    sp.acknowledge(member_id, low, high, [Ack.REJECT], now_ms)
+                    dropped.update(range(low, high + 1))
+        return list(ranges_of([(o, a.delivery_count) for a in acquired for o in range(a.first, a.last + 1)
+                               if o not in dropped]))
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool) -> tuple[int, str | None]:
+        """Check (and move on) the session for a request carrying ``epoch``: (error code, message)."""
+        key = (group_id, member_id)
+        if epoch == 0:
+            if not fetch:
+                return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
+            if not self.groups.is_member(group_id, member_id):
+                return ErrorCode.unknown_member_id, None
+            self.sessions[key] = _Session(1)  # a full session: the request names all its partitions
+            return ErrorCode.none, None
+        session = self.sessions.get(key)
+        if session is None:
+            return ErrorCode.share_session_not_found, None
+        if epoch == -1:
+            return ErrorCode.none, None
+        if epoch != session.epoch:
+            return ErrorCode.invalid_share_session_epoch, f"expected share session epoch {session.epoch}"
+        session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
+        return ErrorCode.none, None
+
+    def close(self, group_id: str, member_id: str) -> None:
+        """Epoch -1: the session ends and the member's records in its partitions are released."""
+        session = self.sessions.pop((group_id, member_id), None)
+        for topic, partition in session.partitions if session is not None else ():
+            key = (group_id, topic, partition)
+            sp = self.partitions.get(key)
+            if sp is not None and any(r.member == member_id for r in sp.records.values()):
+                self._changing(key).release_member(member_id)
+
+    def update_session(self, group_id: str, member_id: str, add: Sequence[tuple[str, int]],
+                       forget: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Add and forget partitions of the member's session; its partitions now."""
+        session = self.sessions[(group_id, member_id)]
+        for tp in add:
+            if tp not in session.partitions:
+                session.partitions.append(tp)
+        session.partitions = [tp for tp in session.partitions if tp not in set(forget)]
+        return list(session.partitions)
+
+    # -- acknowledgements and acquisition -----------------------------------------------------------------------
+
+    def acknowledge(self, group_id: str, member_id: str, batches: Sequence[AckBatch], now_ms: int,
+                    errors: Callable[[Exception], int]) -> dict[tuple[str, int], PartitionResult]:
+        """Apply acknowledgement batches; each partition's outcome (a refused batch refuses its partition's later
+        batches too, as Kafka answers one acknowledge error per partition; a partition whose log cannot be read
+        answers ``errors(exc)``)."""
+        out: dict[tuple[str, int], PartitionResult] = {}
+        for b in batches:
+            result = out.setdefault((b.topic, b.partition), PartitionResult(acked=True))
+            if result.ack_error != ErrorCode.none:
+                continue
+            try:
+                self._partition(group_id, b.topic, b.partition)
+                self._changing((group_id, b.topic, b.partition)).acknowledge(member_id, b.first, b.last, b.types,
+                                                                            now_ms)
+            except AckError as exc:
+                result.ack_error = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_record_state
+                result.ack_message = str(exc)
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                result.ack_error = errors(exc)
+        return out
+
+    def acquire(self, group_id: str, member_id: str, partitions: Sequence[tuple[str, int]], max_records: int,
+                now_ms: int, errors: Callable[[Exception], int],
+                cap: Callable[[str, int, int, int], int] | None = None) -> dict[tuple[str, int], PartitionResult]:
+        """Acquire up to ``max_records`` records over ``partitions`` for the member, starting at a rotating
+        partition so that none starves; a partition whose log cannot be read answers ``errors(exc)``.
+        ``cap(topic, partition, first, end)``: the offset (at most ``end``, past which nothing can be acquired now)
+        before which records may be acquired in a partition whose first acquirable record is ``first`` (the
+        caller's byte budget: whole batches, at least one)."""
+        out: dict[tuple[str, int], PartitionResult] = {}
+        if not partitions:
+            return out
+        self._cursor = (self._cursor + 1) % len(partitions)
+        order = list(partitions[self._cursor:]) + list(partitions[:self._cursor])
+        left = max_records
+        for topic, partition in order:
+            result = out.setdefault((topic, partition), PartitionResult())
+            if left <= 0:
+                continue
+            try:
+                sp = self._partition(group_id, topic, partition)
+                _, log_end = self.logs.watermarks(topic, partition)
+                if self.logs.settings(group_id).committed:
+                    log_end = min(log_end, self.logs.stable(topic, partition))
+            except Exception as exc:  # noqa: BLE001 - answered per partition
+                result.error = errors(exc)
+                continue
+            if sp.next_deadline() is not None and sp.next_deadline() <= now_ms:  # type: ignore[operator]
+                self._changing((group_id, topic, partition))
+                sp.expire(now_ms)
+            first = sp.first_available(log_end)
+            if first is None:
+                continue
+            if cap is not None:
+                log_end = cap(topic, partition, first, min(log_end, sp.start + sp.max_in_flight))
+            result.acquired = sp.acquire(member_id, log_end, left, now_ms)
+            left -= sum(a.last - a.first + 1 for a in result.acquired)
+        return out

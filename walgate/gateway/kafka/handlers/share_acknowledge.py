@@ -1,0 +1,68 @@
+"""ShareAcknowledge (key 79) v1–v2: acknowledgements outside a fetch (KIP-932), e.g. a consumer's commitSync or
+close.
+
+The request carries the member's share session's next epoch (0: INVALID_SHARE_SESSION_EPOCH, a session is opened
+by ShareFetch only) or -1, which applies the acknowledgements, then closes the session and releases the records
+the member still holds. Each partition answers its acknowledgements' outcome (INVALID_RECORD_STATE for records the
+member does not hold); they are durable (``share_groups.log``) before the answer, else every partition answers
+KAFKA_STORAGE_ERROR and nothing changed.
+
+ACLs (as Kafka's ``handleShareAcknowledgeRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
+level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
+from walgate.gateway.kafka.handlers.share_fetch import ack_batches, admitted, resolve, top
+from walgate.gateway.kafka.shares import now_ms
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 79, 1, 2
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
+    shares = admitted(broker, ctx, group_id)
+    if isinstance(shares, dict):
+        return shares
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
+
+    def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
+                                                                             dict[tuple[str, int], tuple[int, str | None]]]:
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=False)
+        if code != ErrorCode.none:
+            return code, message, 0, {}
+        names, errors = resolve(engine, request.topics, readable)
+        out: dict[tuple[str, int], tuple[int, str | None]] = {tp: (e, None) for tp, e in errors.items()}
+        for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
+                                                  now_ms(), error_of).items():
+            out[tp] = (result.ack_error, result.ack_message)
+        if epoch == -1:
+            coordinator.close(group_id, member_id)
+        return ErrorCode.none, None, coordinator.logs.settings(group_id).lock_ms, out
+
+    try:
+        code, message, lock_ms, results = await shares.run(acknowledge)
+    except Exception as exc:  # noqa: BLE001 - a refused write: every partition answers it, nothing changed
+        error = error_of(exc)
+        code, message, lock_ms = ErrorCode.none, None, 0
+        results = {(str(t.topic_id), p.partition_index): (int(error), None) for t in request.topics
+                   for p in t.partitions}
+    if code != ErrorCode.none:
+        return top(code, message)
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (outcome, text) in results.items():
+        grouped.setdefault(topic, []).append({
+            "partition_index": partition, "error_code": outcome, "error_message": text,
+            "current_leader": {"leader_id": broker.node_id, "leader_epoch": LEADER_EPOCH}})
+    return {**top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
+            "responses": [{"topic_id": uuid.UUID(t), "partitions": parts} for t, parts in grouped.items()]}

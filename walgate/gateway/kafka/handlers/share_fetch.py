@@ -1,0 +1,324 @@
+"""ShareFetch (key 78) v1–v2: records of a share session's partitions, acquired for the member, with the
+acknowledgements the request carries applied first (KIP-932).
+
+* Session (:mod:`walgate.coordinator.share_coordinator`): epoch 0 opens the member's share session (the member must
+  be in the group: else UNKNOWN_MEMBER_ID), a later request carries the session's next epoch, -1 applies the
+  acknowledgements, closes it and releases the records the member still holds (nothing is fetched). Session errors
+  are answered at the top level.
+* Acknowledgements first (per partition ``acknowledge_error_code``: INVALID_RECORD_STATE for records the member does
+  not hold), then acquisition: up to ``max_records`` AVAILABLE records over the session's partitions, each answered
+  with the whole stored or rendered batches that hold them (the batches Fetch serves: :func:`.fetch.entry_batch`) and
+  their ``acquired_records`` ranges with delivery counts; the client hands out only the acquired records and
+  acknowledges the offsets without one as GAP. ``acquisition_lock_timeout`` is the group's
+  ``share.record.lock.duration.ms``.
+* ``max_bytes`` bounds what is acquired to whole batches that fit (the answer's first batch always does, KIP-74;
+  ``max_bytes`` 0 gets no records, as from Kafka).
+* ``share.isolation.level=read_committed``: records are acquired below the last stable offset only, and those of
+  aborted transactions are archived as they are acquired (never delivered; the client acknowledges their offsets,
+  and the transaction markers', as GAP).
+* ``is_renew_ack`` (v2, KIP-1222): the request renews locks (RENEW acknowledgements) and acquires nothing new; it
+  is answered at once.
+* Long poll: a request that acknowledged nothing and acquired nothing waits up to ``max_wait_ms`` for an append to
+  one of its partitions or for a lock to end, then acquires again.
+* Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
+  answers every partition KAFKA_STORAGE_ERROR, acknowledgements and acquisitions undone
+  (:mod:`walgate.gateway.kafka.shares`).
+* ACLs (as Kafka's ``handleShareFetchRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
+  level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED; an unknown topic id
+  UNKNOWN_TOPIC_ID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ShareCoordinator
+from walgate.coordinator.share_partition import Acquired
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
+from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
+from walgate.gateway.kafka.handlers.fetch import entry_batch, lost_batch
+from walgate.gateway.kafka.shares import ShareService, now_ms
+from walgate.storage.engine import Engine
+from walgate.storage.wal import CorruptEntry, FileRegion
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 78, 1, 2
+DEFAULT_MAX_RECORDS = 500
+
+
+@dataclass
+class Served:
+    """One partition's answer: the coordinator's result and the batches holding its acquired records."""
+
+    result: PartitionResult
+    batches: list[bytes | FileRegion] = field(default_factory=list)
+
+
+@dataclass
+class Round:
+    """What one storage-thread call found: a top-level error, or each partition's answer."""
+
+    error: int = ErrorCode.none
+    message: str | None = None
+    lock_ms: int = 0
+    served: dict[tuple[str, int], Served] = field(default_factory=dict)
+    watch: list[tuple[str, int]] = field(default_factory=list)  # (topic name, partition) of the session
+    deadline_ms: int | None = None  # the earliest lock of the session's partitions
+
+    @property
+    def answered(self) -> bool:
+        return any(s.result.acquired or s.result.acked or s.result.error for s in self.served.values())
+
+
+def batches_of(engine: Engine, cache: BatchCache, name: str, partition: int,
+               acquired: list[Acquired]) -> list[bytes | FileRegion]:
+    """The batches holding the ``acquired`` offsets of ``name``/``partition``, in offset order."""
+    if not acquired:
+        return []
+    first, last = acquired[0].first, acquired[-1].last
+    native = engine.is_native(name)
+    out: list[bytes | FileRegion] = []
+    for base, version, count in engine.index_entries(name, partition, first):
+        if base > last:
+            break
+        if not any(a.first < base + count and a.last >= base for a in acquired):
+            continue
+        try:
+            out.append(entry_batch(engine, cache, name, partition, native, base, version))
+        except CorruptEntry:
+            out.append(lost_batch(base, count))
+    return out
+
+
+_HEADER = struct.Struct(">qiibihiqqq")  # RecordBatch v2 up to the producer id
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
+def aborted_ranges(engine: Engine, cache: BatchCache, name: str, partition: int,
+                   acquired: list[Acquired]) -> list[tuple[int, int]]:
+    """The offset ranges of the batches of aborted transactions among those holding ``acquired`` (read_committed:
+    they are archived, never delivered); a TDengine topic has none."""
+    if not acquired or not engine.is_native(name):
+        return []
+    first, last = acquired[0].first, acquired[-1].last
+    aborted = engine.aborted_transactions(name, partition, first, last + 1)
+    if not aborted:
+        return []
+    out = []
+    for base, version, _ in engine.index_entries(name, partition, first):
+        if base > last:
+            break
+        try:
+            batch = entry_batch(engine, cache, name, partition, True, base, version)
+        except CorruptEntry:
+            continue
+        head = batch.read(_HEADER.size) if isinstance(batch, FileRegion) else bytes(batch[:_HEADER.size])
+        if len(head) < _HEADER.size:
+            continue
+        _, _, _, _, _, attributes, last_delta, _, _, producer_id = _HEADER.unpack(head)
+        if attributes & _TRANSACTIONAL and not attributes & _CONTROL and any(
+                a.producer_id == producer_id and a.first_offset <= base <= a.last_offset for a in aborted):
+            out.append((base, base + last_delta))
+    return out
+
+
+def ack_batches(topics: Any, names: dict[str, str | None]) -> list[AckBatch]:
+    """The acknowledgement batches of a ShareFetch / ShareAcknowledge request's known topics."""
+    return [AckBatch(str(t.topic_id), p.partition_index, b.first_offset, b.last_offset, list(b.acknowledge_types))
+            for t in topics if names.get(str(t.topic_id)) for p in t.partitions for b in p.acknowledgement_batches]
+
+
+def resolve(engine: Engine, topics: Any, readable: Any) -> tuple[dict[str, str | None], dict[tuple[str, int], int]]:
+    """Topic id -> name (None: not servable) of the request's topics, and the error of each partition that is not."""
+    names: dict[str, str | None] = {}
+    errors: dict[tuple[str, int], int] = {}
+    for t in topics:
+        key = str(t.topic_id)
+        name = engine.topic_name(t.topic_id) if t.topic_id is not None else None
+        error = ErrorCode.unknown_topic_id if name is None else (
+            ErrorCode.topic_authorization_failed if readable is not None and not readable(name) else ErrorCode.none)
+        names[key] = name if error == ErrorCode.none else None
+        for p in t.partitions:
+            if error != ErrorCode.none:
+                errors[(key, p.partition_index)] = error
+    return names, errors
+
+
+def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str, int, int, int], int]:
+    """The coordinator's ``cap`` for a response of ``max_bytes``: from a partition's first acquirable offset, the end
+    of the whole batches that fit what is left of the budget (the response's first batch always does, KIP-74)."""
+    left = [max_bytes]
+
+    def cap(topic: str, partition: int, first: int, limit: int) -> int:
+        name = engine.topic_name(uuid.UUID(topic))
+        if name is None or max_bytes <= 0:  # a client asking for 0 bytes gets no records, as from Kafka
+            return first
+        native, end = engine.is_native(name), first
+        for base, version, count in engine.index_entries(name, partition, first):
+            if base >= limit:
+                break
+            try:
+                size = len(entry_batch(engine, cache, name, partition, native, base, version))
+            except CorruptEntry:
+                size = 0
+            if size > left[0] and left[0] < max_bytes:
+                break
+            left[0] -= size
+            end = base + count
+            if left[0] <= 0:
+                break
+        return min(end, limit)
+
+    return cap
+
+
+def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, group_id: str, member_id: str,
+             max_records: int, max_bytes: int, out: Round) -> None:
+    """Acquire over the member's session partitions into ``out`` (storage thread)."""
+    session = coordinator.sessions.get((group_id, member_id))
+    if session is None:
+        out.error = ErrorCode.share_session_not_found
+        return
+    now = now_ms()
+    committed = coordinator.logs.settings(group_id).committed
+    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of,
+                                  byte_cap(engine, cache, max_bytes))
+    for tp, result in results.items():
+        served = out.served.setdefault(tp, Served(PartitionResult()))
+        served.result.error = served.result.error or result.error
+        served.result.acquired = result.acquired
+        name = engine.topic_name(uuid.UUID(tp[0]))
+        if name is not None:
+            out.watch.append((name, tp[1]))
+            served.batches = batches_of(engine, cache, name, tp[1], result.acquired)
+            if committed and result.acquired:
+                gone = aborted_ranges(engine, cache, name, tp[1], result.acquired)
+                if gone:
+                    served.result.acquired = coordinator.archive(group_id, member_id, tp[0], tp[1],
+                                                                 result.acquired, gone, now)
+    out.deadline_ms = coordinator.next_deadline((group_id, t, p) for t, p in session.partitions)
+
+
+def admitted(broker: Broker, ctx: RequestContext, group_id: str) -> ShareService | dict[str, Any]:
+    """The share service for a ShareFetch / ShareAcknowledge of ``group_id``, or the top-level answer refusing it:
+    share groups off (UNSUPPORTED_VERSION) or no Read on the group (GROUP_AUTHORIZATION_FAILED)."""
+    if broker.shares is None:
+        return top(ErrorCode.unsupported_version, "Share groups are not enabled.")
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group_id):
+        return top(ErrorCode.group_authorization_failed)
+    return broker.shares
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
+    shares = admitted(broker, ctx, group_id)
+    if isinstance(shares, dict):
+        return shares
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
+    renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
+    max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
+    max_bytes = request.max_bytes
+    max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
+    deadline = time.monotonic() + max(max_wait, 0.0)
+
+    def first(engine: Engine, coordinator: ShareCoordinator) -> Round:
+        out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=True)
+        if code != ErrorCode.none:
+            return Round(code, message)
+        names, errors = resolve(engine, request.topics, readable)
+        for tp, error in errors.items():
+            out.served[tp] = Served(PartitionResult(error=error))
+        for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
+                                                  now_ms(), error_of).items():
+            out.served[tp] = Served(result)
+        if epoch == -1:
+            coordinator.close(group_id, member_id)
+            return out
+        adds = [(str(t.topic_id), p.partition_index) for t in request.topics if names.get(str(t.topic_id))
+                for p in t.partitions]
+        forget = [(str(t.topic_id), p) for t in request.forgotten_topics_data for p in t.partitions]
+        coordinator.update_session(group_id, member_id, adds, forget)
+        for tp in adds:
+            out.served.setdefault(tp, Served(PartitionResult()))
+        if not renew_only:
+            _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
+        return out
+
+    def again(engine: Engine, coordinator: ShareCoordinator) -> Round:
+        out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
+        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
+        return out
+
+    try:
+        answer = await shares.run(first)
+    except Exception as exc:  # noqa: BLE001 - a refused write: every partition answers it, nothing changed
+        return _failed(request, error_of(exc), broker.node_id)
+    event: asyncio.Event | None = None
+    keys = answer.watch
+    try:
+        while answer.error == ErrorCode.none and epoch != -1 and not renew_only and not answer.answered:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not keys:
+                break
+            if answer.deadline_ms is not None:
+                remaining = min(remaining, max(answer.deadline_ms - now_ms(), 0) / 1000 + 0.01)
+            if event is None:
+                event = broker.watch(keys)  # then acquire once more: an append meanwhile is not missed
+            else:
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    pass
+                event.clear()
+            try:
+                fresh = await shares.run(again)
+            except Exception as exc:  # noqa: BLE001 - the first round's answer (its acknowledgements) stands
+                error_of(exc)  # logged when unexpected; the next fetch meets it again
+                break
+            for tp, served in answer.served.items():  # keep the first round's per-partition errors
+                fresh.served.setdefault(tp, served)
+            answer = fresh
+    finally:
+        if event is not None:
+            broker.unwatch(keys, event)
+    if answer.error != ErrorCode.none:
+        return top(answer.error, answer.message)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, broker.node_id),
+            "node_endpoints": []}
+
+
+def top(error: int, message: str | None = None) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer with a top-level error and no partitions."""
+    return {"throttle_time": 0, "error_code": error, "error_message": message, "acquisition_lock_timeout": 0,
+            "responses": [], "node_endpoints": []}
+
+
+def _failed(request: Any, error: int, node_id: int) -> dict[str, Any]:
+    served = {(str(t.topic_id), p.partition_index): Served(PartitionResult(error=error, ack_error=error))
+              for t in request.topics for p in t.partitions}
+    return {**top(ErrorCode.none), "responses": _responses(served, node_id)}
+
+
+def _responses(served: dict[tuple[str, int], Served], node_id: int) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), s in served.items():
+        r = s.result
+        grouped.setdefault(topic, []).append({
+            "partition_index": partition, "error_code": r.error, "error_message": None,
+            "acknowledge_error_code": r.ack_error, "acknowledge_error_message": r.ack_message,
+            "current_leader": {"leader_id": node_id, "leader_epoch": LEADER_EPOCH},
+            "records": s.batches or b"",
+            "acquired_records": [{"first_offset": a.first, "last_offset": a.last, "delivery_count": a.delivery_count}
+                                 for a in r.acquired],
+        })
+    return [{"topic_id": uuid.UUID(topic), "partitions": parts} for topic, parts in grouped.items()]

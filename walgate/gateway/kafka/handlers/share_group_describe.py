@@ -1,0 +1,65 @@
+"""ShareGroupDescribe (key 77) v1: share groups (KIP-932) with their members, epochs and assignments.
+
+A group with members is ``Stable``; one whose members are all gone but that has share-partition state is
+``Empty`` (epoch 0); any other id is GROUP_ID_NOT_FOUND, as Kafka answers an id that is no share group. Topic ids are
+looked up on the storage thread, in the same call as the coordinator's.
+
+ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized operations
+when asked for.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import answered
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 77, 1, 1
+_NO_AUTH_OPS = -2147483648
+
+
+def _empty(group_id: str, code: int, message: str | None = None) -> dict[str, Any]:
+    return {"group_id": group_id, "error_code": code, "error_message": message, "group_state": "",
+            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
+            "authorized_operations": _NO_AUTH_OPS}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    shares = broker.shares
+    permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    wanted = [g for g in request.group_ids if g in permitted]
+    if shares is None:
+        return {"throttle_time": 0, "groups": [_empty(g, ErrorCode.unsupported_version) for g in request.group_ids]}
+
+    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+        out = []
+        for group_id in wanted:
+            group = coordinator.groups.describe(group_id)
+            if group is None:
+                out.append({**_empty(group_id, ErrorCode.none), "group_state": "Empty", "assignor_name": "simple"}
+                           if coordinator.has_state(group_id) else
+                           _empty(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
+                continue
+            for m in group["members"]:
+                m["assignment"] = {"topic_partitions": [
+                    {**t, "topic_id": engine.topic_id(t["topic_name"]) or uuid.UUID(int=0)}
+                    for t in m["assignment"]["topic_partitions"]]}
+            out.append({**group, "error_code": ErrorCode.none, "error_message": None,
+                        "authorized_operations": _NO_AUTH_OPS})
+        return out
+
+    groups = await answered(shares.run(describe), lambda code: [_empty(g, code) for g in wanted])
+    if getattr(request, "include_authorized_operations", False):
+        for g in groups:
+            if g["error_code"] == ErrorCode.none:
+                g["authorized_operations"] = operations(broker, ctx, ResourceType.GROUP, g["group_id"])
+    by_id = {g["group_id"]: g for g in groups}
+    return {"throttle_time": 0, "groups": [
+        by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}

@@ -1,0 +1,117 @@
+"""Share groups (KIP-932) on the storage thread: the share coordinator and its durable log.
+
+The coordinator (:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`, with the members of
+:class:`~walgate.coordinator.share_group.ShareGroups`) and ``share_groups.log``
+(:class:`~walgate.storage.share_state_log.ShareStateLog`) are plain synchronous objects touched only on the storage
+thread, like the engine. :meth:`ShareService.run` is the one way in: it first removes members whose session ended
+and releases expired locks, runs the call, then writes the share-partition states the call changed with one
+write + fsync before anything is answered; when the disk refuses them every change of the call is undone and
+:class:`~walgate.storage.errors.StorageUnavailable` is raised (the handlers answer a retriable error), so an
+acknowledgement a client is told of survives ``kill -9``.
+
+Topics are keyed by their topic id (as a string) in the coordinator and the log: a topic deleted and created again
+is a new share-partition. Lock expiry and session timeouts are applied when a share request arrives (no timer): a
+record whose lock ended is acquirable by the next ShareFetch, which is when anyone can see it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from walgate.coordinator.group_configs import GroupTimeouts
+from walgate.coordinator.share_coordinator import ShareCoordinator, ShareSettings
+from walgate.coordinator.share_group import ShareGroups
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.engine import Engine
+from walgate.storage.errors import NotFound
+from walgate.storage.resource_configs import GROUP
+from walgate.storage.share_state_log import SHARE_GROUPS_LOG, ShareStateLog
+
+__all__ = ["ShareService", "now_ms"]
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _EngineLogs:
+    """The coordinator's view of the engine (:class:`~walgate.coordinator.share_coordinator.ShareLogs`): watermarks
+    by topic id, the groups' settings from their stored configs. Storage thread only."""
+
+    def __init__(self, engine: Engine, configs: GroupTimeouts, max_in_flight: int) -> None:
+        self._engine = engine
+        self._configs = configs
+        self._max_in_flight = max_in_flight
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """Raises :class:`~walgate.storage.errors.NotFound` (UNKNOWN_TOPIC_OR_PARTITION) for a topic deleted since
+        or a partition it does not have."""
+        engine = self._engine
+        name = engine.topic_name(uuid.UUID(topic))
+        if name is None or not 0 <= partition < engine.partition_count(name):
+            raise NotFound(f"topic id {topic} has no partition {partition}")
+        return engine.watermarks(name, partition)
+
+    def settings(self, group_id: str) -> ShareSettings:
+        lock_ms, limit, reset, committed = self._configs.share(group_id)
+        return ShareSettings(lock_ms, limit, reset, self._max_in_flight, committed)
+
+    def stable(self, topic: str, partition: int) -> int:
+        name = self._engine.topic_name(uuid.UUID(topic))
+        if name is None:
+            raise NotFound(f"topic id {topic} is gone")
+        return self._engine.last_stable_offset(name, partition)
+
+
+class ShareService:
+    """The share coordinator and its log behind the storage thread (see the module docstring)."""
+
+    def __init__(self, engine: Engine, storage: StorageThread, *, lock_ms: int, delivery_limit: int,
+                 heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000,
+                 lock_bounds: tuple[int, int] = (15_000, 60_000), delivery_bounds: tuple[int, int] = (2, 10)) -> None:
+        """``lock_ms``, ``delivery_limit``: the defaults of the groups' share configs, which ``lock_bounds`` and
+        ``delivery_bounds`` bound (the broker's ``group.share.*`` settings)."""
+        self.storage = storage
+        self._engine = engine
+        self.configs = GroupTimeouts(0, 0, lambda group_id: engine.resource_configs(GROUP, group_id), lock_ms,
+                                     delivery_limit, lock_bounds, delivery_bounds)
+        self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms),
+                                            _EngineLogs(engine, self.configs, max_in_flight))
+        self._log: ShareStateLog | None = None
+
+    async def open(self) -> None:
+        """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator."""
+        def open_log() -> None:
+            engine = self._engine
+            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs)
+            self.coordinator.load(self._log.states())
+
+        await self.storage.call(open_log)
+
+    def partitions(self, topic: str) -> int | None:
+        """Partition count of topic ``topic`` (by name), None when there is none (storage thread)."""
+        engine = self._engine
+        return engine.partition_count(topic) if topic in engine.catalog.topics else None
+
+    async def run(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
+        """``fn(engine, coordinator)`` on the storage thread, its changes durable before it returns (module doc)."""
+        return await self.storage.call(self._call, fn)
+
+    def _call(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
+        coordinator = self.coordinator
+        try:
+            coordinator.expire(now_ms(), self.partitions)
+            result = fn(self._engine, coordinator)
+            records = coordinator.take_records()
+            if records and self._log is not None:
+                self._log.write(records)
+        except BaseException:
+            coordinator.rollback()
+            raise
+        coordinator.written()
+        return result
