@@ -58,7 +58,7 @@ def prepare(data_dir: Path) -> None:
         e.append_batches(TOPIC, 0, [_batch(C, 2, "c2")])
         assert e.write_txn_markers(C, 0, 0, True, [(TOPIC, 0)]) == [None]
         e.append_batches(TOPIC, 0, [_batch(D, 0, "d0", "d1")])
-        assert (e.last_stable_offset(TOPIC, 0), e.watermarks(TOPIC, 0)[1]) == (LSO, HW)
+        assert (e.partitions.offsets(TOPIC, 0).last_stable, e.watermarks(TOPIC, 0)[1]) == (LSO, HW)
     finally:
         e.close()
 

@@ -28,7 +28,7 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.produce.v9 import request as produce_v9
 
 from tests.storage.faults import Faults
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
@@ -63,7 +63,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     engine = await storage.call(Engine.open, tmp_path / "data", listener=wakeups)
     groups = GroupService(engine, storage)
     broker = Broker(engine=engine, storage=storage, node_id=1, host="127.0.0.1", port=9092, cluster_id="hardening",
-                    cache=BatchCache(1 << 20), versions=advertised(), groups=groups, wakeups=wakeups)
+                    versions=advertised(), groups=groups, wakeups=wakeups)
     try:
         yield Node(broker=broker, engine=engine, storage=storage, data_dir=tmp_path / "data")
     finally:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.wire.wire_helpers import instances
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
@@ -66,7 +66,7 @@ class Rig:
         groups = GroupService(engine, self.storage)  # type: ignore[arg-type]
         groups.groups = Failing(groups.groups, "coordinator")  # type: ignore[assignment]
         return Broker(engine=engine, storage=self.storage, node_id=1, host="127.0.0.1", port=9092,  # type: ignore[arg-type]
-                      cluster_id="never-raise", cache=BatchCache(1 << 20), versions=advertised(), groups=groups,
+                      cluster_id="never-raise", versions=advertised(), groups=groups,
                       wakeups=self.wakeups)
 
     def answer(self, api_key: int, version: int, request: Any) -> None:

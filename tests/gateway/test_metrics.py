@@ -26,8 +26,8 @@ from walgate.gateway import metrics
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
-from walgate.storage.engine import Engine
 from walgate.storage.fileio import LatencyRecorder, SyncLatency
+from walgate.storage.partitions import LocalPartitions
 from walgate.wire import encode_batch
 
 TOPIC = "metered"
@@ -194,7 +194,7 @@ async def test_a_scrape_of_many_partitions_lets_a_produce_run_between_its_pages(
     topics = 20
     monkeypatch.setattr(metrics, "SCRAPE_PAGE", 4, raising=False)  # 5 pages of 4 partitions
     events: list[str] = []
-    real = Engine.partition_stats
+    real = LocalPartitions.stats
 
     async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
         engine, storage, loop = gateway._engine, gateway._storage, asyncio.get_running_loop()  # (the node's own)
@@ -205,13 +205,13 @@ async def test_a_scrape_of_many_partitions_lets_a_produce_run_between_its_pages(
             events.append("produce")
             return engine.append_batches(f"m{topics - 1}", 0, [encode_batch(0, [1_000], [None], [b"v"])])
 
-        def paged(self: Engine, *args: Any) -> Any:
+        def paged(self: LocalPartitions, *args: Any) -> Any:
             events.append("page")
             if events == ["page"]:  # the scrape's first page: a Produce's append arrives now
                 asyncio.run_coroutine_threadsafe(storage.call(produce), loop)
             return real(self, *args)
 
-        monkeypatch.setattr(Engine, "partition_stats", paged)
+        monkeypatch.setattr(LocalPartitions, "stats", paged)
         host, port = gateway.http_address
         _, samples = await asyncio.to_thread(scrape, f"http://{host}:{port}")
     assert events == ["page", "produce"] + ["page"] * (topics // 4 - 1)

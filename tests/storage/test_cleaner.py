@@ -80,7 +80,7 @@ def records(engine: Engine, topic: str = "t", partition: int = 0, offset: int | 
         except CorruptEntry:  # lost: Fetch serves a gap
             continue
         assert batch_header(stored).base_offset == base
-        region = engine.kafka_region(topic, partition, version)  # the header checks Fetch makes
+        region = engine.native.kafka_region(topic, partition, version)  # the header checks Fetch makes
         assert region.read() == stored
         out += [(r.offset, r.key, r.value) for b in decode_batches(stored) for r in b.records]
     return out
@@ -282,7 +282,7 @@ def test_an_ongoing_transaction_stops_the_pass_before_it(engine: Engine):
 def test_a_reader_holding_a_region_reads_the_old_bytes(engine: Engine):
     produce_history(engine)
     _, version, _ = next(engine.index_entries("t", 0, 0))
-    region = engine.kafka_region("t", 0, version)  # as Fetch hands it to sendfile
+    region = engine.native.kafka_region("t", 0, version)  # as Fetch hands it to sendfile
     before = region.read()
     clean(engine)
     assert region.read() == before  # the old file stays open for it
@@ -596,7 +596,7 @@ def test_markers_go_once_their_transaction_is_gone_and_their_delete_horizon_pass
     e.close()
     e = open_engine(tmp_path)  # the horizons are in the batches (and the next one in the checkpoint)
     try:
-        assert e.last_stable_offset("t", 0) == 14
+        assert e.partitions.offsets("t", 0).last_stable == 14
         assert clean(e, LATER + 1.5) is not None  # due: a horizon passed, nothing else dirty
         assert offsets(e) == [0, 6, 8, 9, 10, 11, 12, 13]
         assert clean(e, LATER + 3) is None  # nothing left waiting
@@ -604,10 +604,10 @@ def test_markers_go_once_their_transaction_is_gone_and_their_delete_horizon_pass
         e.close()
     e = open_engine(tmp_path)  # the transaction state rebuilt without the markers
     try:
-        assert e.last_stable_offset("t", 0) == 14 and e.aborted_transactions("t", 0, 0, 14) == []
+        assert e.partitions.offsets("t", 0).last_stable == 14 and e.native.aborted_transactions("t", 0, 0, 14) == []
         assert e.append_batches("t", 0, [_txn_a(b"next", 5)]) == 14  # producer 3 goes on where it was
         end_txn(e, False)
-        assert e.aborted_transactions("t", 0, 0, 16) == [(3, 14, 15)] and e.last_stable_offset("t", 0) == 16
+        assert e.native.aborted_transactions("t", 0, 0, 16) == [(3, 14, 15)] and e.partitions.offsets("t", 0).last_stable == 16
     finally:
         e.close()
 
@@ -662,8 +662,8 @@ def test_a_write_fault_while_markers_go_keeps_a_consistent_log(tmp_path: Path, k
         again = open_engine(path)
         try:
             high = again.watermarks("t", 0)[1]
-            assert again.last_stable_offset("t", 0) == high and again.damage() == [], (op, n)
-            assert again.aborted_transactions("t", 0, 0, high) in ([], [(3, 1, 2)]), (op, n)
+            assert again.partitions.offsets("t", 0).last_stable == high and again.damage() == [], (op, n)
+            assert again.native.aborted_transactions("t", 0, 0, high) in ([], [(3, 1, 2)]), (op, n)
             for m in range(3, 6):
                 again.append_batches("t", 0, [batch([(b"w", b"%d" % m)])])
                 roll_every_append(again)
@@ -690,7 +690,7 @@ def test_a_marker_stays_while_a_batch_of_its_transaction_does(tmp_path: Path):
     engine.close()
     again = open_engine(tmp_path)
     try:
-        assert again.last_stable_offset("t", 0) == again.watermarks("t", 0)[1]
+        assert again.partitions.offsets("t", 0).last_stable == again.watermarks("t", 0)[1]
     finally:
         again.close()
 
@@ -715,12 +715,12 @@ def test_a_marker_that_ends_its_segment_becomes_an_empty_control_batch(tmp_path:
     header = batch_header(e.kafka_batch("t", 0, version))
     assert header.attributes & 0x20 and not header.attributes & 0x40 and header.record_count == 0
     # a read_committed reader is no longer told of the transaction: it would skip producer 3 until the marker
-    assert e.aborted_transactions("t", 0, 0, e.watermarks("t", 0)[1]) == []
+    assert e.native.aborted_transactions("t", 0, 0, e.watermarks("t", 0)[1]) == []
     e.close()
     e = open_engine(tmp_path)
     try:
         high = e.watermarks("t", 0)[1]
-        assert e.last_stable_offset("t", 0) == high and e.aborted_transactions("t", 0, 0, high) == []
+        assert e.partitions.offsets("t", 0).last_stable == high and e.native.aborted_transactions("t", 0, 0, high) == []
     finally:
         e.close()
 
@@ -968,7 +968,7 @@ def test_a_producers_newest_marker_keeps_its_coordinator_epoch_across_a_restart(
         e.close()
     e = open_engine(tmp_path)
     try:
-        assert [p.coordinator_epoch for p in e.active_producers("t", 0) if p.producer_id == 3] == [5]
+        assert [p.coordinator_epoch for p in e.partitions.producers("t", 0) if p.producer_id == 3] == [5]
         fenced = e.write_txn_markers(3, 0, 4, True, [("t", 0)])
         assert isinstance(fenced[0], SequenceError) and fenced[0].error_code is ErrorCode.transaction_coordinator_fenced
     finally:

@@ -265,7 +265,7 @@ def _read_partition(e: Engine, s: Snap, topic: str, p: int) -> Part | str:
         try:
             if native:  # Fetch sends kafka_region; kafka_batch reads (and checks) the body
                 try:
-                    region: bytes | None = e.kafka_region(topic, p, version).read()
+                    region: bytes | None = e.native.kafka_region(topic, p, version).read()
                 except CorruptEntry:
                     region = None
                 batch = e.kafka_batch(topic, p, version)

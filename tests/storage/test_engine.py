@@ -6,6 +6,7 @@ import pytest
 
 from walgate.storage.engine import Engine
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, RequestTooLarge, SqlSyntaxError, StorageError
+from walgate.storage.partitions import MAX_TIMESTAMP
 from walgate.storage.vnode import vnode_of
 from walgate.wire.errors import ErrorCode
 
@@ -129,7 +130,7 @@ def test_topic_offsets_are_dense_over_sparse_versions(engine):
     seen = []
     for offset in range(3):
         version, pos = idx.locate(offset)
-        recs = engine.topic_records("hi", part, version)
+        recs = engine.views.topic_records("hi", part, version)
         seen.append(recs[0].values.column("voltage")[pos].as_py())
     assert seen == [210, 220, 230]
     assert idx.locate(3) is None
@@ -278,7 +279,7 @@ def test_kafka_view_of_a_topic(engine):
     assert engine.offset_for_timestamp("tv", p, 1500) == (1, 2000)
     assert engine.offset_for_timestamp("tv", p, 2001) == (2, 5000)
     assert engine.offset_for_timestamp("tv", p, 5001) is None
-    assert engine.max_timestamp("tv", p) == (2, 5000)
+    assert engine.partitions.list_offset("tv", p, MAX_TIMESTAMP, read_committed=False) == (2, 5000)
     assert list(engine.index_entries("tv", p, 3)) == []
     with pytest.raises(NotFound):
         engine.watermarks("nope", 0)
@@ -385,10 +386,10 @@ def test_append_partitions_answers_each_partition_on_its_own(engine):
     two = encode_batch(0, [1, 2], [None] * 2, [b"a", b"b"])
     first, gap = (encode_batch(0, [1], [None], [b"c"], producer_id=7, producer_epoch=0, base_sequence=s)
                   for s in (0, 5))
-    results = engine.append_partitions("native.m", [(0, [two]), (1, [first]), (2, [two, two]), (1, [gap]),
-                                                    (3, [two])])
+    results = engine.native.append_partitions("native.m", [(0, [two]), (1, [first]), (2, [two, two]), (1, [gap]),
+                                                           (3, [two])])
     assert results[:3] == [0, 0, 0]
     assert isinstance(results[3], SequenceError) and results[3].error_code is ErrorCode.out_of_order_sequence_number
     assert isinstance(results[4], NotFound)
     assert [engine.watermarks("native.m", p)[1] for p in range(3)] == [2, 1, 4]
-    assert engine.append_partitions("native.m", [(1, [first])]) == [0]  # a retry: its original offset
+    assert engine.native.append_partitions("native.m", [(1, [first])]) == [0]  # a retry: its original offset

@@ -149,19 +149,19 @@ def test_markers_move_the_last_stable_offset_and_are_served_as_batches(engine: E
     assert engine.append_batches("t", 0, [encode_batch(0, [1], [None], [b"plain"])]) == 0
     assert engine.append_batches("t", 0, [txn_batch(7, 0)]) == 1
     assert engine.append_batches("t", 0, [txn_batch(8, 0)]) == 3
-    assert engine.last_stable_offset("t", 0) == 1
+    assert engine.partitions.offsets("t", 0).last_stable == 1
     assert engine.ongoing_transactions() == {7: [("t", 0, 1)], 8: [("t", 0, 3)]}
     assert engine.write_txn_markers(7, 0, 0, True, [("t", 0), ("t", 1)]) == [None, None]
-    assert engine.last_stable_offset("t", 0) == 3  # 8 is still open
+    assert engine.partitions.offsets("t", 0).last_stable == 3  # 8 is still open
     assert engine.watermarks("t", 0) == (0, 6) and engine.watermarks("t", 1) == (0, 1)  # a marker takes an offset
     assert engine.write_txn_markers(8, 0, 0, False, [("t", 0)]) == [None]
-    assert engine.last_stable_offset("t", 0) == 7 == engine.watermarks("t", 0)[1]
-    assert engine.aborted_transactions("t", 0, 0, 7) == [AbortedTxn(8, 3, 6)]
-    assert engine.aborted_transactions("t", 0, 0, 3) == []
+    assert engine.partitions.offsets("t", 0).last_stable == 7 == engine.watermarks("t", 0)[1]
+    assert engine.native.aborted_transactions("t", 0, 0, 7) == [AbortedTxn(8, 3, 6)]
+    assert engine.native.aborted_transactions("t", 0, 0, 3) == []
     assert engine.ongoing_transactions() == {}
     entries = list(engine.index_entries("t", 0, 0))
     assert [(base, count) for base, _, count in entries] == [(0, 1), (1, 2), (3, 2), (5, 1), (6, 1)]
-    marker = engine.kafka_region("t", 0, entries[-1][1]).read()
+    marker = engine.native.kafka_region("t", 0, entries[-1][1]).read()
     assert batch_header(marker).base_offset == 6 and txn_marker(marker) == (CONTROL_ABORT, 0)
 
 
@@ -176,8 +176,8 @@ def test_markers_are_refused_per_partition(engine: Engine):
     assert isinstance(results[3], InvalidValue)
     assert results[4] is None
     assert engine.watermarks("t", 0) == (0, 2)  # nothing written where it was refused
-    assert engine.last_stable_offset("td", 0) == engine.watermarks("td", 0)[1]
-    assert engine.aborted_transactions("td", 0, 0, 10) == [] and engine.active_producers("td", 0) == []
+    assert engine.partitions.offsets("td", 0).last_stable == engine.watermarks("td", 0)[1]
+    assert engine.native.aborted_transactions("td", 0, 0, 10) == [] and engine.partitions.producers("td", 0) == []
 
 
 def test_produce_rules_for_transactional_producers(engine: Engine):
@@ -194,7 +194,7 @@ def test_produce_rules_for_transactional_producers(engine: Engine):
     assert mixed.value.error_code is ErrorCode.invalid_txn_state
     assert engine.append_batches("t", 0, [txn_batch(7, 0, epoch=1), txn_batch(7, 2, epoch=1)]) == 3
     assert engine.ongoing_transactions() == {7: [("t", 0, 3)]}
-    assert engine.active_producers("t", 0) == [ActiveProducer(7, 1, 3, 1000, 0, 3)]
+    assert engine.partitions.producers("t", 0) == [ActiveProducer(7, 1, 3, 1000, 0, 3)]
 
 
 def test_transaction_state_is_rebuilt_from_the_wal(tmp_path: Path):
@@ -204,12 +204,12 @@ def test_transaction_state_is_rebuilt_from_the_wal(tmp_path: Path):
     e.append_batches("t", 0, [txn_batch(8, 0)])
     e.write_txn_markers(7, 0, 3, False, [("t", 0)])
     e.append_batches("t", 0, [txn_batch(9, 0)])
-    before = (e.ongoing_transactions(), e.last_stable_offset("t", 0), e.aborted_transactions("t", 0, 0, 100),
-              e.active_producers("t", 0))
+    before = (e.ongoing_transactions(), e.partitions.offsets("t", 0).last_stable, e.native.aborted_transactions("t", 0, 0, 100),
+              e.partitions.producers("t", 0))
     e.close()
     e = Engine.open(tmp_path)
-    after = (e.ongoing_transactions(), e.last_stable_offset("t", 0), e.aborted_transactions("t", 0, 0, 100),
-             e.active_producers("t", 0))
+    after = (e.ongoing_transactions(), e.partitions.offsets("t", 0).last_stable, e.native.aborted_transactions("t", 0, 0, 100),
+             e.partitions.producers("t", 0))
     assert after == before == ({8: [("t", 0, 2)], 9: [("t", 0, 5)]}, 2, [AbortedTxn(7, 0, 4)], after[3])
     assert [a.coordinator_epoch for a in after[3]] == [3, -1, -1]
     with pytest.raises(SequenceError):  # the coordinator epoch seen is rebuilt too
@@ -230,9 +230,9 @@ def test_a_lost_marker_leaves_its_transaction_open_for_the_coordinator(tmp_path:
     seg.write_bytes(bytes(data))
     e = Engine.open(tmp_path)
     assert e.ongoing_transactions() == {7: [("t", 0, 0)]}
-    assert e.last_stable_offset("t", 0) == 0
+    assert e.partitions.offsets("t", 0).last_stable == 0
     assert e.write_txn_markers(7, 0, 0, True, [("t", 0)]) == [None]  # written again, the partition is stable
-    assert e.last_stable_offset("t", 0) == e.watermarks("t", 0)[1]
+    assert e.partitions.offsets("t", 0).last_stable == e.watermarks("t", 0)[1]
     e.close()
 
 
@@ -254,9 +254,9 @@ def test_a_kill_between_a_transactional_append_and_its_marker_leaves_the_transac
     assert run.returncode == -signal.SIGKILL, run.stderr.decode()
     e = Engine.open(tmp_path)
     assert e.ongoing_transactions() == {7: [("t", 0, 0)]}
-    assert e.last_stable_offset("t", 0) == 0 and e.watermarks("t", 0) == (0, 1)
+    assert e.partitions.offsets("t", 0).last_stable == 0 and e.watermarks("t", 0) == (0, 1)
     assert e.write_txn_markers(7, 0, 0, False, [("t", 0)]) == [None]
-    assert e.aborted_transactions("t", 0, 0, 2) == [AbortedTxn(7, 0, 1)]
+    assert e.native.aborted_transactions("t", 0, 0, 2) == [AbortedTxn(7, 0, 1)]
     e.close()
 
 
@@ -273,12 +273,12 @@ def test_under_group_commit_the_last_stable_offset_waits_for_the_marker_to_be_du
 
     e.append_batches("t", 0, [txn_batch(7, 0)])
     sync()
-    assert e.last_stable_offset("t", 0) == 0 and e.watermarks("t", 0)[1] == 2
+    assert e.partitions.offsets("t", 0).last_stable == 0 and e.watermarks("t", 0)[1] == 2
     e.write_txn_markers(7, 0, 0, True, [("t", 0)])
     assert e.ongoing_transactions() == {}
-    assert e.last_stable_offset("t", 0) == 0  # the marker is written, not durable: it could still be lost
+    assert e.partitions.offsets("t", 0).last_stable == 0  # the marker is written, not durable: it could still be lost
     sync()
-    assert e.last_stable_offset("t", 0) == 3 == e.watermarks("t", 0)[1]
+    assert e.partitions.offsets("t", 0).last_stable == 3 == e.watermarks("t", 0)[1]
     e.close()
 
 
@@ -301,14 +301,14 @@ def test_a_marker_the_disk_refuses_changes_nothing_and_can_be_written_again(tmp_
         faults.fail("fsync", error=errno.EIO)
         [refused] = e.write_txn_markers(7, 0, 0, False, [("t", 0)])
     assert isinstance(refused, StorageUnavailable)
-    assert (e.ongoing_transactions(), e.watermarks("t", 0), e.aborted_transactions("t", 0, 0, 10)) == (
+    assert (e.ongoing_transactions(), e.watermarks("t", 0), e.native.aborted_transactions("t", 0, 0, 10)) == (
         {7: [("t", 0, 0)]}, (0, 2), [])
     assert e.write_txn_markers(7, 0, 0, False, [("t", 0)]) == [None]
-    assert e.aborted_transactions("t", 0, 0, 10) == [AbortedTxn(7, 0, 2)]
+    assert e.native.aborted_transactions("t", 0, 0, 10) == [AbortedTxn(7, 0, 2)]
     e.close()
     e = Engine.open(tmp_path)  # nothing of the refused marker was kept
     assert [batch_header(x.body).base_offset for x in e.vnodes[e.catalog.topics["t"].db][0].wal.read_from(0)] == [0, 2]
-    assert (e.ongoing_transactions(), e.aborted_transactions("t", 0, 0, 10)) == ({}, [AbortedTxn(7, 0, 2)])
+    assert (e.ongoing_transactions(), e.native.aborted_transactions("t", 0, 0, 10)) == ({}, [AbortedTxn(7, 0, 2)])
     e.close()
 
 
@@ -316,10 +316,10 @@ def test_the_log_start_bounds_the_last_stable_offset_and_forgets_aborted_transac
     engine.append_batches("t", 0, [txn_batch(7, 0)])
     engine.write_txn_markers(7, 0, 0, False, [("t", 0)])
     engine.append_batches("t", 0, [txn_batch(8, 0)])
-    assert engine.last_stable_offset("t", 0) == 3
+    assert engine.partitions.offsets("t", 0).last_stable == 3
     assert engine.delete_records("t", 0, 4) == 4  # inside 8's open transaction
-    assert engine.last_stable_offset("t", 0) == 4
-    assert engine.aborted_transactions("t", 0, 4, 5) == []
+    assert engine.partitions.offsets("t", 0).last_stable == 4
+    assert engine.native.aborted_transactions("t", 0, 4, 5) == []
 
 
 def test_markers_are_durable_at_wal_level_1_with_the_records_before_them(tmp_path: Path):

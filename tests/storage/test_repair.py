@@ -71,7 +71,7 @@ def state(root: Path) -> tuple[set[bytes], dict[str, object], list[tuple[str, in
                 answers[key] = e.execute(sql).rows
             except Exception as exc:  # noqa: BLE001 - a lost database answers an error: part of the state
                 answers[key] = type(exc).__name__
-        offsets = sorted((s.topic, s.partition, s.log_start, s.high_watermark) for s in e.partition_stats())
+        offsets = sorted((s.topic, s.partition, s.log_start, s.high_watermark) for s in e.partitions.stats())
         return records, answers, offsets
     finally:
         e.close()
@@ -229,7 +229,7 @@ def test_a_kafka_native_topic_is_attached_under_a_new_name(template, tmp_path: P
     e = Engine.open(root)
     try:
         assert e.catalog.topics["k.back"].kind == "kafka"
-        stats = {(s.partition, s.log_start, s.high_watermark) for s in e.partition_stats() if s.topic == "k.back"}
+        stats = {(s.partition, s.log_start, s.high_watermark) for s in e.partitions.stats() if s.topic == "k.back"}
         assert stats == {(p, s, h) for t, p, s, h in original[2] if t == "k"}  # same offsets, same records
         for p in range(2):
             batch = e.kafka_batch("k.back", p, e.vnodes[e.catalog.topics["k.back"].db][p].wal.first_version)

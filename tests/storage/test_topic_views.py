@@ -1,4 +1,4 @@
-"""The engine's per-partition statistics (``Engine.partition_stats``, what ``/metrics`` exports) and the topic-id
+"""The engine's per-partition statistics (``Engine.partitions.stats``, what ``/metrics`` exports) and the topic-id
 index storage keeps across create, drop and restart."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_partition_stats_cover_every_partition_of_every_topic(tmp_path: Path) ->
         for _ in range(3):
             e.append_batches("native", 1, [_batch(4)])
         e.delete_records("native", 1, 5)
-        stats = e.partition_stats()
+        stats = e.partitions.stats()
         assert [(s.topic, s.partition) for s in stats] == [("native", 0), ("native", 1), ("rows", 0), ("rows", 1)]
         by_key = {(s.topic, s.partition): s for s in stats}
         assert (by_key["native", 0].log_start, by_key["native", 0].high_watermark) == (0, 0)
@@ -49,7 +49,7 @@ def test_partition_stats_cover_every_partition_of_every_topic(tmp_path: Path) ->
         e.close()
     reopened = Engine.open(tmp_path)
     try:
-        assert reopened.partition_stats() == stats
+        assert reopened.partitions.stats() == stats
         assert isinstance(stats[0], PartitionStats)
     finally:
         reopened.close()

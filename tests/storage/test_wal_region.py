@@ -1,8 +1,8 @@
 """What Fetch sends (issue 13, the corruption sweep's bug 3): :meth:`Wal.region` checks an entry's body CRC the
-first time it serves it and never serves an entry known damaged; :meth:`Engine.kafka_region` checks the 16 bytes of
-a stored batch its own CRC does not cover (base offset, length, leader epoch). Without them a damaged batch went to
-the socket unread: librdkafka (``check.crcs=false``) delivered flipped values, and a flipped base offset put a
-batch at the wrong offset, which no client can detect."""
+first time it serves it and never serves an entry known damaged; :meth:`NativeTopics.kafka_region` (what Fetch reads
+through the partition interface) checks the 16 bytes of a stored batch its own CRC does not cover (base offset,
+length, leader epoch). Without them a damaged batch went to the socket unread: librdkafka (``check.crcs=false``)
+delivered flipped values, and a flipped base offset put a batch at the wrong offset, which no client can detect."""
 
 from __future__ import annotations
 
@@ -61,15 +61,15 @@ def test_a_batch_header_that_its_crc_does_not_cover_is_checked(tmp_path, byte):
         e.append_batches("t", 0, [_batch(3)])
         e.append_batches("t", 0, [_batch(2)])
         [_, (base, version, _)] = list(e.index_entries("t", 0, 0))
-        assert base == 3 and e.kafka_region("t", 0, version).read() == e.kafka_batch("t", 0, version)
+        assert base == 3 and e.native.kafka_region("t", 0, version).read() == e.kafka_batch("t", 0, version)
         [segment] = (tmp_path / "data").glob("db/*/vnode0/wal/*.log")
         _flip(segment, 2 * HEADER_SIZE + len(_batch(3)) + byte)
         for _ in range(2):
             with pytest.raises(CorruptEntry):
-                e.kafka_region("t", 0, version)
+                e.native.kafka_region("t", 0, version)
         assert [(d.first_version, d.end_version) for d in e.damage()] == [(version, version + 2)]
         with pytest.raises(CorruptEntry):
             e.kafka_batch("t", 0, version)
-        assert e.kafka_region("t", 0, 0).read() == e.kafka_batch("t", 0, 0)
+        assert e.native.kafka_region("t", 0, 0).read() == e.kafka_batch("t", 0, 0)
     finally:
         e.close()

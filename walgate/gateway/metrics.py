@@ -51,7 +51,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from walgate.coordinator import GroupCoordinator, GroupStats
-from walgate.gateway.kafka.broker import BatchCache
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, PartitionStats
 from walgate.storage.fileio import LatencyRecorder, SyncLatency
@@ -139,9 +138,10 @@ class Metrics:
         # per-topic traffic by topic key (name, or id for Fetch v13+): [bytes in, records in, bytes out]
         self.traffic: dict[str | uuid.UUID, list[int]] = {}
 
-    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator, cache: BatchCache) -> None:
-        """Report the state of ``engine``, ``groups`` and ``cache`` at every scrape (call once, on the event loop)."""
-        self.registry.register(StateCollector(self, storage, engine, groups, cache, asyncio.get_running_loop()))
+    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator) -> None:
+        """Report the state of ``engine`` (its partitions and batch cache) and ``groups`` at every scrape (call once,
+        on the event loop)."""
+        self.registry.register(StateCollector(self, storage, engine, groups, asyncio.get_running_loop()))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (blocks on the storage thread: not on the event loop)."""
@@ -289,18 +289,19 @@ class _Head:
     queued: int
 
 
-def _head(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _Head:
+def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _Head:
+    cache = engine.batch_cache
     return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
                  list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
                  storage.queued)
 
 
-async def _state(engine: Engine, groups: GroupCoordinator, cache: BatchCache, storage: StorageThread) -> _State:
+async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _State:
     """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
-    head = await storage.call(_head, engine, groups, cache, storage)
+    head = await storage.call(_head, engine, groups, storage)
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
-        partitions += await storage.call(engine.partition_stats, head.partitions[start : start + SCRAPE_PAGE])
+        partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
     return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs)
 
 
@@ -309,12 +310,11 @@ class StateCollector(Collector):
     scrape time (a storage-thread call per page of partitions, see the module docstring)."""
 
     def __init__(self, metrics: Metrics, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
-                 cache: BatchCache, loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._metrics = metrics
         self._storage = storage
         self._engine = engine
         self._groups = groups
-        self._cache = cache
         self._loop = loop
 
     def describe(self) -> Iterable[Metric]:
@@ -322,7 +322,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         future = asyncio.run_coroutine_threadsafe(
-            _state(self._engine, self._groups, self._cache, self._storage), self._loop)
+            _state(self._engine, self._groups, self._storage), self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)
         except TimeoutError:

@@ -47,7 +47,7 @@ from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.jwks import oauthbearer_exchanges
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
@@ -121,6 +121,7 @@ class Gateway:
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 listener=wakeups, consumers=members, group_commit=True, clock=SYSTEM_CLOCK,
                 coordinator_partitions=cfg.offsets_topic_num_partitions,
+                batch_cache_bytes=cfg.batch_cache_bytes,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
@@ -211,7 +212,6 @@ class Gateway:
             host="",  # the first listener's advertised address, set once it is bound
             port=0,
             cluster_id=Broker.load_cluster_id(cfg.data_dir),
-            cache=BatchCache(cfg.batch_cache_bytes),
             versions=advertised(),
             groups=groups,
             wakeups=wakeups,
@@ -240,7 +240,7 @@ class Gateway:
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
-        self.metrics.track(self._storage, engine, groups.groups, broker.cache)
+        self.metrics.track(self._storage, engine, groups.groups)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
             broker,

@@ -21,12 +21,13 @@ round has steps left).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from walgate.storage import resource_configs
+from walgate.storage.batch_cache import BatchCache
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
@@ -43,7 +44,7 @@ from walgate.storage.ingest import Ingest
 from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
-from walgate.storage.producers import AbortedTxn, ActiveProducer
+from walgate.storage.partitions import LocalPartitions, Partitions
 from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.retention import Retention
@@ -54,20 +55,21 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
-from walgate.storage.topics import Records
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
-from walgate.storage.wal import FileRegion, PendingSync
+from walgate.storage.wal import PendingSync
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
 _RETENTION_CHECK_S = 5.0
+BATCH_CACHE_BYTES = 256 << 20
+"""The default bound of the rendered-batch cache (``--batch-cache-bytes``)."""
 
 
 class Engine:
     """Catalog + vnodes + topics of one data directory (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, batch_cache_bytes: int = BATCH_CACHE_BYTES) -> None:
         self.store = store
         self.clock = store.clock  # what the engine reads time from; the gateway reads sync_due's and clean's now from it
         # the shared state, for callers that inspect it (tests, tools)
@@ -93,6 +95,9 @@ class Engine:
                            store.clock)
         self.cleaner = Cleaner(store)
         self.retention = Retention(store, self.views)
+        self.batch_cache = BatchCache(batch_cache_bytes)  # TDengine topics' rendered batches (read by the metrics)
+        self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
+        """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -131,6 +136,7 @@ class Engine:
         group_commit: bool = False,
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
+        batch_cache_bytes: int = BATCH_CACHE_BYTES,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -142,10 +148,11 @@ class Engine:
         :meth:`take_unsynced` lists (see :mod:`walgate.storage.durability`). ``clock`` is every time the engine reads
         (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``coordinator_partitions``: N of
         a data dir made now (Kafka's ``offsets.topic.num.partitions``); an existing one keeps its own
-        (:mod:`walgate.storage.coordinator_partitions`)."""
+        (:mod:`walgate.storage.coordinator_partitions`). ``batch_cache_bytes`` bounds the cache of TDengine topics'
+        rendered batches (:mod:`walgate.storage.batch_cache`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
                       coordinator_partitions)
-        engine = cls(store)
+        engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
         for topic in list(store.catalog.topics.values()):
@@ -218,6 +225,7 @@ class Engine:
         return self.views.is_native(topic)
 
     def has_partition(self, topic: str, partition: int) -> bool:
+        """Whether ``topic`` has partition ``partition`` (the coordinator's offset store asks)."""
         return self.views.has_partition(topic, partition)
 
     def partition_count(self, topic: str) -> int:
@@ -237,17 +245,14 @@ class Engine:
         return MappingProxyType(self.store.topic_names)
 
     def drop_topic(self, name: str) -> None:
-        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
+        """Drop a topic, its offset indexes, committed offsets and cached batches; a Kafka-native one with its
+        database."""
         self.views.drop(name)
+        self.batch_cache.drop_topic(name)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a topic-partition."""
         return self.views.watermarks(topic, partition)
-
-    def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
-        """Every partition of every topic (or those of ``keys`` that exist: (topic, partition)): log start, high
-        watermark, and the size and segments of its WAL."""
-        return self.views.partition_stats(keys)
 
     def partition_keys(self) -> list[tuple[str, int]]:
         """(topic, partition) of every partition, sorted: what a caller reading stats a page at a time walks."""
@@ -257,10 +262,6 @@ class Engine:
         """(base offset, WAL version, record count) of each entry from the one holding ``offset`` on."""
         return self.views.index_entries(topic, partition, offset)
 
-    def topic_records(self, topic: str, partition: int, version: int) -> list[Records]:
-        """Records a TDengine topic's entry at ``version`` yields (CorruptEntry: the entry was lost)."""
-        return self.views.topic_records(topic, partition, version)
-
     def kafka_rows(self, topic: str, partition: int, version: int) -> KafkaRows:
         """The Kafka records of one indexed entry of a TDengine topic (CorruptEntry: lost)."""
         return self.views.kafka_rows(topic, partition, version)
@@ -268,10 +269,6 @@ class Engine:
     def offset_for_timestamp(self, topic: str, partition: int, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp ms) of the first record whose timestamp >= ``ts_ms``; None if none."""
         return self.views.offset_for_timestamp(topic, partition, ts_ms)
-
-    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
-        """(offset, timestamp ms) of the first record holding the partition's largest timestamp."""
-        return self.views.max_timestamp(topic, partition)
 
     # ------------------------------------------------------------- Kafka-native topics
 
@@ -298,18 +295,9 @@ class Engine:
         """Append produced RecordBatch v2 ``batches`` atomically (idempotence checked); their base offset."""
         return self.native.append_batches(topic, partition, batches)
 
-    def append_partitions(self, topic: str, partitions: list[tuple[int, list[bytes]]]) -> list[int | Exception]:
-        """:meth:`append_batches` for several ``(partition, batches)`` in one call: per partition, its base offset or
-        the exception that refused it (nothing of it written; the other partitions are appended as usual)."""
-        return self.native.append_partitions(topic, partitions)
-
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
-
-    def kafka_region(self, topic: str, partition: int, version: int) -> FileRegion:
-        """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (CorruptEntry: lost or damaged)."""
-        return self.native.kafka_region(topic, partition, version)
 
     # ------------------------------------------------------------- committed offsets
 
@@ -441,19 +429,6 @@ class Engine:
         """Producer id -> (topic, partition, first offset) of every partition where it has a transaction open (rebuilt
         from the WALs at open)."""
         return self.native.ongoing_transactions()
-
-    def last_stable_offset(self, topic: str, partition: int) -> int:
-        """A partition's last stable offset: the first offset of its earliest unfinished transaction, else the high
-        watermark (always, for a TDengine topic)."""
-        return self.native.last_stable_offset(topic, partition)
-
-    def aborted_transactions(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping offsets ``[start, upper)`` of a partition (read_committed Fetch)."""
-        return self.native.aborted_transactions(topic, partition, start, upper)
-
-    def active_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
-        """The producers a partition keeps state for (DescribeProducers)."""
-        return self.native.active_producers(topic, partition)
 
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node

@@ -8,12 +8,14 @@ returned as text, decoded as UTF-8 with replacement characters; the page shows t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.storage.engine import Engine
-from walgate.storage.wal import CorruptEntry
+from walgate.storage.partitions import is_lost
+from walgate.storage.wal import FileRegion
 from walgate.wire import WireError, decode_batches
 
 __all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "tail", "topics"]
@@ -29,7 +31,7 @@ def topics(engine: Engine) -> list[dict[str, Any]]:
     """Every topic with, per partition, log start offset, high watermark, and the bytes and segments of the WAL
     holding it (a TDengine topic's is its database's vnode WAL)."""
     partitions: dict[str, list[dict[str, Any]]] = {}
-    for s in engine.partition_stats():
+    for s in engine.partitions.stats():
         partitions.setdefault(s.topic, []).append({"partition": s.partition, "log_start": s.log_start,
                                                    "high_watermark": s.high_watermark, "size_bytes": s.size_bytes,
                                                    "segments": s.segments})
@@ -42,6 +44,7 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
     """Every group (with members or committed offsets): state, type, members and their assignment, and per
     partition it is assigned or has committed: the committed offset, high watermark and lag (high watermark −
     committed; None before the first commit)."""
+    parts = engine.partitions
     committed: dict[str, dict[tuple[str, int], int]] = {}
     for group, topic, partition, c in engine.all_committed():
         committed.setdefault(group, {})[(topic, partition)] = c.offset
@@ -60,7 +63,7 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
             keys.update((t, p) for t, ps in member["assignment"].items() for p in ps)
         partitions = []
         for topic, p in sorted(keys):
-            hwm = engine.watermarks(topic, p)[1] if engine.has_partition(topic, p) else None
+            hwm = parts.offsets(topic, p).high_watermark if parts.has(topic, p) else None
             offset = offsets.get((topic, p))
             lag = None if offset is None or hwm is None else max(hwm - offset, 0)
             partitions.append({"topic": topic, "partition": p, "committed": offset, "high_watermark": hwm,
@@ -88,25 +91,23 @@ def databases(engine: Engine) -> list[dict[str, Any]]:
 
 
 def tail(engine: Engine, topic: str, partition: int, limit: int) -> dict[str, Any]:
-    """The newest ``limit`` records of a topic-partition (offset, timestamp ms, key, value, headers), oldest first.
+    """The newest ``limit`` records of a topic-partition (offset, timestamp ms, key, value, headers), oldest first,
+    read as a consumer reads them (:meth:`~walgate.storage.partitions.Partitions.read`).
 
-    Records of lost entries (quarantined or failing their checksum) are a gap, as consumers see them."""
-    start, end = engine.watermarks(topic, partition)
+    Records of lost entries (quarantined or failing their checksum) are a gap, as consumers see them; so is a stored
+    batch that does not decode."""
+    parts = engine.partitions
+    offsets = parts.offsets(topic, partition)
+    start, end = offsets.log_start, offsets.high_watermark
     first = max(start, end - limit)
-    native = engine.is_native(topic)
     records: list[dict[str, Any]] = []
-    rows: list[tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]]
-    for base, version, _count in engine.index_entries(topic, partition, first):
+    for batch in parts.read(topic, partition, first, sys.maxsize, must_one=True, read_committed=False).batches:
         try:
-            if native:
-                rows = [(r.offset, r.timestamp, r.key, r.value, r.headers)
-                        for b in decode_batches(engine.kafka_batch(topic, partition, version)) for r in b.records]
-            else:
-                k = engine.kafka_rows(topic, partition, version)
-                rows = [(base + i, k.timestamps[i], k.keys[i], k.values[i], k.headers[i]) for i in range(len(k))]
-        except (CorruptEntry, WireError):
+            decoded = decode_batches(batch.read() if isinstance(batch, FileRegion) else batch)
+        except WireError:
             continue
-        records += [_record(*row) for row in rows if first <= row[0] < end]
+        records += [_record(r.offset, r.timestamp, r.key, r.value, r.headers)
+                    for b in decoded if not is_lost(b) for r in b.records if first <= r.offset < end]
     return {"topic": topic, "partition": partition, "log_start": start, "high_watermark": end,
             "records": records[-limit:]}
 

@@ -1,5 +1,5 @@
-"""What every Kafka handler shares: the engine (via the storage thread), fetch wake-ups, batch cache; who sent a
-request is not here but in the handler's :class:`~walgate.gateway.kafka.context.RequestContext`.
+"""What every Kafka handler shares: the engine (via the storage thread), fetch wake-ups; who sent a request is not
+here but in the handler's :class:`~walgate.gateway.kafka.context.RequestContext`.
 
 The engine is only reachable on the storage thread: the broker keeps it
 private and hands it to the functions handlers run there
@@ -11,10 +11,9 @@ Push, not polling: the engine was opened with the broker's :class:`FetchWakeups`
 as its records listener, which wakes the Fetches waiting on a topic-partition
 as soon as an append gives it new records (see :mod:`.wakeups`).
 
-Record batches are rendered once per (topic, partition, WAL version): dense
-offsets are never renumbered, so a rendered batch (base offset included) is
-final and every consumer and group reuses it from an LRU bounded in bytes.
-The cache is only touched on the storage thread.
+Handlers reach topic-partitions through the engine's narrow partition
+interface (``engine.partitions``, :mod:`walgate.storage.partitions`) in the
+functions they run there.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import asyncio
 import base64
 import functools
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -40,43 +38,11 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
 
-__all__ = ["Broker", "BatchCache"]
+__all__ = ["Broker"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-class BatchCache:
-    """LRU of rendered record batches keyed by (topic, partition, version), bounded in bytes; counts the
-    :meth:`get` calls that found their batch (``hits``) and those that did not (``misses``)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.size = 0
-        self.hits = 0
-        self.misses = 0
-        self._items: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
-
-    def get(self, key: tuple[str, int, int]) -> bytes | None:
-        batch = self._items.get(key)
-        if batch is not None:
-            self._items.move_to_end(key)
-            self.hits += 1
-        else:
-            self.misses += 1
-        return batch
-
-    def put(self, key: tuple[str, int, int], batch: bytes) -> None:
-        if key in self._items:
-            return
-        self._items[key] = batch
-        self.size += len(batch)
-        while self.size > self.max_bytes and self._items:
-            _, old = self._items.popitem(last=False)
-            self.size -= len(old)
-
-    def drop_topic(self, topic: str) -> None:
-        for key in [k for k in self._items if k[0] == topic]:
-            self.size -= len(self._items.pop(key))
 
 
 @dataclass
@@ -87,7 +53,6 @@ class Broker:
     host: str
     port: int
     cluster_id: str
-    cache: BatchCache
     versions: dict[int, tuple[int, int]]  # what ApiVersions advertises
     groups: GroupService
     wakeups: FetchWakeups  # the records listener the engine was opened with

@@ -55,7 +55,8 @@ class _EngineLogs:
         name = engine.topic_name(uuid.UUID(topic))
         if name is None or not 0 <= partition < engine.partition_count(name):
             raise NotFound(f"topic id {topic} has no partition {partition}")
-        return engine.watermarks(name, partition)
+        offsets = engine.partitions.offsets(name, partition)
+        return offsets.log_start, offsets.high_watermark
 
     def settings(self, group_id: str) -> ShareSettings:
         lock_ms, limit, reset, committed = self._configs.share(group_id)
@@ -65,7 +66,7 @@ class _EngineLogs:
         name = self._engine.topic_name(uuid.UUID(topic))
         if name is None:
             raise NotFound(f"topic id {topic} is gone")
-        return self._engine.last_stable_offset(name, partition)
+        return self._engine.partitions.offsets(name, partition).last_stable
 
 
 class ShareService:

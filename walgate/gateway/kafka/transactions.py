@@ -97,9 +97,9 @@ def partition_errors(engine: Engine, partitions: Iterable[tuple[str, int]],
     for topic, partition in partitions:
         if topic not in writable:
             out[topic, partition] = ErrorCode.topic_authorization_failed
-        elif not engine.has_partition(topic, partition):
+        elif not engine.partitions.has(topic, partition):
             out[topic, partition] = ErrorCode.unknown_topic_or_partition
-        elif engine.catalog.topics[topic].kind != "kafka":
+        elif not engine.is_native(topic):
             out[topic, partition] = ErrorCode.unsupported_for_message_format
     return out
 

@@ -55,6 +55,7 @@ from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
 from walgate.security.errors import ERROR_CODES as SECURITY_ERRORS
 from walgate.storage.errors import ERROR_CODES as STORAGE_ERRORS
 from walgate.storage.errors import LimitExceeded, RequestTooLarge, StorageError, StorageUnavailable
+from walgate.storage.partitions import LEADER_EPOCH
 from walgate.storage.quotas import UnsupportedFilter
 from walgate.wire.errors import ERROR_CODES as WIRE_ERRORS
 from walgate.wire.errors import ErrorCode
@@ -77,7 +78,6 @@ class Unanswered(NamedTuple):
 
 log = logging.getLogger("walgate.kafka")
 
-LEADER_EPOCH = 0
 
 Table = Mapping[type[BaseException], ErrorCode]
 

@@ -25,7 +25,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 21, 0, 2
 
 def _one(engine: Engine, topic: str, partition: int, offset: int) -> dict[str, Any]:
     try:
-        low = engine.delete_records(topic, partition, offset)
+        low = engine.partitions.delete_records(topic, partition, offset)
     except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
         return {"partition_index": partition, "low_watermark": -1, "error_code": error_of(exc)}
     return {"partition_index": partition, "low_watermark": low, "error_code": ErrorCode.none}

@@ -70,6 +70,5 @@ def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUI
         return {"name": name, "topic_id": topic_id or _NO_ID, "error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"topic {name} does not exist"}
     engine.drop_topic(topic.name)
-    broker.cache.drop_topic(topic.name)
     return {"name": topic.name, "topic_id": uuid.UUID(topic.topic_id), "error_code": ErrorCode.none,
             "error_message": None}

@@ -19,6 +19,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
+from walgate.storage.partitions import Partitions
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
 
@@ -26,24 +27,25 @@ API_KEY, MIN_VERSION, MAX_VERSION = 61, 0, 0
 
 
 def _topic_error(engine: Engine, name: str, readable: Callable[[str], bool] | None) -> tuple[int, str | None]:
-    if name not in engine.catalog.topics:
+    known = engine.topic_id(name) is not None
+    if not known:
         try:
             validate_topic_name(name)
         except InvalidValue as exc:
             return ErrorCode.invalid_topic_exception, exc.message
     if readable is not None and not readable(name):
         return ErrorCode.topic_authorization_failed, None
-    if name not in engine.catalog.topics:
+    if not known:
         return ErrorCode.unknown_topic_or_partition, f"unknown topic {name}"
     return ErrorCode.none, None
 
 
-def _partition(engine: Engine, name: str, index: int) -> dict[str, Any]:
-    if not engine.has_partition(name, index):
+def _partition(partitions: Partitions, name: str, index: int) -> dict[str, Any]:
+    if not partitions.has(name, index):
         return {"partition_index": index, "error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"unknown partition {name}-{index}", "active_producers": []}
     try:
-        producers = engine.active_producers(name, index)
+        producers = partitions.producers(name, index)
     except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
         return {"partition_index": index, "error_code": error_of(exc), "error_message": str(exc),
                 "active_producers": []}
@@ -64,7 +66,7 @@ def _answer(engine: Engine, request: Any, readable: Callable[[str], bool] | None
             parts = [{"partition_index": i, "error_code": error, "error_message": message, "active_producers": []}
                      for i in t.partition_indexes]
         else:
-            parts = [_partition(engine, t.name, i) for i in t.partition_indexes]
+            parts = [_partition(engine.partitions, t.name, i) for i in t.partition_indexes]
         topics.append({"name": t.name, "partitions": parts})
     return topics
 

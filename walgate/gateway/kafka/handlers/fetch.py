@@ -1,15 +1,18 @@
-"""Fetch (key 1) v4–v17: record batches from the offset index, long-poll with push wake-up.
+"""Fetch (key 1) v4–v17: record batches read through the partition interface, long-poll with push wake-up.
 
-* One record batch per WAL entry that contributes records; a fetch at an
-  offset inside a batch returns that whole batch (the client skips the
-  records before its offset), as Kafka does. Kafka-native topics serve their
-  stored batches as they are (no re-encoding, no cache); TDengine topics render
-  rows into batches, kept in the broker's batch cache. Stored batches of
-  ``SENDFILE_MIN_BYTES`` or more are file regions, sent by ``sendfile``
-  (:mod:`walgate.gateway.kafka.frame_writer`), never read into memory.
+* The handler checks and translates; the batches are what
+  :meth:`walgate.storage.partitions.Partitions.read` gives: one record batch
+  per WAL entry that contributes records; a fetch at an offset inside a batch
+  returns that whole batch (the client skips the records before its offset),
+  as Kafka does. Kafka-native topics serve their stored batches as they are
+  (no re-encoding, no cache); TDengine topics render rows into batches, kept
+  in the engine's batch cache. Stored batches of
+  :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` or more are file
+  regions, sent by ``sendfile`` (:mod:`walgate.gateway.kafka.frame_writer`),
+  never read into memory.
 * OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
 * Transactions (KIP-98): every answer carries the partition's last stable offset
-  (:meth:`~walgate.storage.engine.Engine.last_stable_offset`). With ``isolation_level`` 1 (read_committed) only
+  (:meth:`~walgate.storage.partitions.Partitions.offsets`). With ``isolation_level`` 1 (read_committed) only
   batches below it are served, with ``aborted_transactions``: the (producer id, first offset) of each aborted
   transaction overlapping the offsets served (Kafka's ``collectAbortedTxns``; none when nothing is served), from
   which the client drops aborted records; it skips the control batches (markers) itself. read_uncommitted answers
@@ -18,7 +21,7 @@
 * Lost data: an entry whose WAL bytes were lost (quarantined corruption, a
   checksum failure: :class:`~walgate.storage.wal.CorruptEntry`) is a gap in
   the partition's offsets, as records removed by compaction are. It is served
-  as :func:`lost_batch`, a control batch whose one record sits at the last of
+  as :func:`~walgate.storage.partitions.lost_batch`, a control batch whose one record sits at the last of
   the lost offsets: every client skips control batches (they are Kafka's
   transaction markers) and moves its position past the gap, even when no
   record follows it. A partition whose read fails otherwise answers the
@@ -52,20 +55,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import epoch_error, error_of
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
-from walgate.storage.wal import CorruptEntry, FileRegion
-from walgate.wire import encode_batch
+from walgate.storage.partitions import PartitionRead, Partitions
+from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
-from walgate.wire.record_batch import end_txn_marker
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
-SENDFILE_MIN_BYTES = 16 << 10
-"""Stored batches this big go to the socket with sendfile; smaller ones are read and written with the frame (one
-syscall for many small batches beats one sendfile each)."""
 READ_COMMITTED = 1
 
 
@@ -93,62 +92,18 @@ class _Got:
         return sum(map(len, self.batches or ()))
 
 
-def read_batches(engine: Engine, cache: BatchCache, topic: str, partition: int, offset: int, budget: int, must_one: bool,
-                 committed: bool = False) -> _Got:
-    """Batches of ``topic``/``partition`` from ``offset`` within ``budget`` bytes (storage thread); ``committed``
-    (read_committed): only those below the last stable offset, with the aborted transactions among them."""
-    start, end = engine.watermarks(topic, partition)
-    stable = engine.last_stable_offset(topic, partition)
-    if not start <= offset <= end:
-        return _Got(ErrorCode.offset_out_of_range, start, end, [], stable)
-    out: list[bytes | FileRegion] = []
-    size = 0
-    upper = offset
-    native = engine.is_native(topic)
-    for base, version, count in engine.index_entries(topic, partition, offset):
-        if committed and base >= stable:
-            break
-        try:
-            batch = entry_batch(engine, cache, topic, partition, native, base, version)
-        except CorruptEntry:
-            batch = lost_batch(base, count)
-        if size + len(batch) > budget and (out or not must_one):
-            break
-        out.append(batch)
-        size += len(batch)
-        upper = base + count
-    aborted = None
-    if committed:
-        aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                   for a in engine.aborted_transactions(topic, partition, offset, upper)] if out else []
-    return _Got(ErrorCode.none, start, end, out, stable, aborted)
+def _got(read: PartitionRead) -> _Got:
+    """A partition's answer from what the partition interface read."""
+    o = read.offsets
+    if read.out_of_range:
+        return _Got(ErrorCode.offset_out_of_range, o.log_start, o.high_watermark, [], o.last_stable)
+    aborted = None if read.aborted is None else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                                 for a in read.aborted]
+    return _Got(ErrorCode.none, o.log_start, o.high_watermark, read.batches, o.last_stable, aborted)
 
 
-def entry_batch(engine: Engine, cache: BatchCache, topic: str, partition: int, native: bool, base: int,
-           version: int) -> bytes | FileRegion:
-    """The batch of the entry at ``version`` (base offset ``base``): stored (native) or rendered and cached (ShareFetch
-    serves the same batches)."""
-    if native:
-        region = engine.kafka_region(topic, partition, version)
-        return region if len(region) >= SENDFILE_MIN_BYTES else region.read()
-    key = (topic, partition, version)
-    batch = cache.get(key)
-    if batch is None:
-        rows = engine.kafka_rows(topic, partition, version)
-        batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers, partition_leader_epoch=LEADER_EPOCH)
-        cache.put(key, batch)
-    return batch
-
-
-def lost_batch(base: int, count: int) -> bytes:
-    """What consumers read for ``count`` lost records from offset ``base``: a control batch (a transaction COMMIT
-    marker) at offset ``base + count - 1``, which clients skip, moving their position to ``base + count``."""
-    return end_txn_marker(-1, -1, 0, True, 0, base_offset=base, offset_delta=count - 1,
-                          partition_leader_epoch=LEADER_EPOCH)
-
-
-def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: int,
-              readable: Callable[[str], bool] | None, committed: bool) -> list[_Got]:
+def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readable: Callable[[str], bool] | None,
+              committed: bool) -> list[_Got]:
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -164,7 +119,8 @@ def _read_all(engine: Engine, cache: BatchCache, wants: list[_Want], max_bytes: 
             got.append(_Got(err))
             continue
         try:
-            g = read_batches(engine, cache, w.topic, w.partition, w.offset, min(w.max_bytes, left), first, committed)
+            g = _got(partitions.read(w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
+                                     read_committed=committed))
         except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
             got.append(_Got(error_of(exc)))
             continue
@@ -188,12 +144,12 @@ def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
 
 
 def _resolve_and_read(
-    engine: Engine, cache: BatchCache, request: Any, version: int, wants: list[_Want] | None, max_bytes: int,
+    engine: Engine, request: Any, version: int, wants: list[_Want] | None, max_bytes: int,
     readable: Callable[[str], bool] | None,
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
     wants = _wants(engine, request, version) if wants is None else wants
-    return wants, _read_all(engine, cache, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
+    return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -216,8 +172,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     try:
         while True:
             try:
-                resolved, got = await broker.call(_resolve_and_read, broker.cache, request, version, wants, max_bytes,
-                                                 readable)
+                resolved, got = await broker.call(_resolve_and_read, request, version, wants, max_bytes, readable)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             wants = resolved

@@ -1,4 +1,5 @@
-"""ListOffsets (key 2) v0–v9: earliest, latest, by timestamp, max timestamp.
+"""ListOffsets (key 2) v0–v9: earliest, latest, by timestamp, max timestamp, looked up by the partition interface
+(:meth:`walgate.storage.partitions.Partitions.list_offset`).
 
 * -2 EARLIEST and -4 EARLIEST_LOCAL: the log start offset (first retained record);
 * -1 LATEST: the high watermark; with ``isolation_level`` 1 (read_committed, v2+) the last stable offset;
@@ -24,29 +25,11 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
+from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 9
 READ_COMMITTED = 1
-
-EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
-
-
-def lookup(engine: Engine, topic: str, partition: int, timestamp: int, committed: bool = False) -> tuple[int, int]:
-    """(offset, timestamp) answering ``timestamp`` (see the module docstring); ``committed``: read_committed."""
-    start, end = engine.watermarks(topic, partition)
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return start, -1
-    fetchable = engine.last_stable_offset(topic, partition) if committed else end
-    if timestamp == LATEST:
-        return fetchable, -1
-    if timestamp == EARLIEST_PENDING_UPLOAD:
-        return -1, -1
-    found = engine.max_timestamp(topic, partition) if timestamp == MAX_TIMESTAMP else (
-        engine.offset_for_timestamp(topic, partition, timestamp) if timestamp >= 0 else None
-    )
-    return (found[0], found[1]) if found is not None and found[0] < fetchable else (-1, -1)
-
 
 def _answer(engine: Engine, request: Any, version: int,
             describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
@@ -62,7 +45,8 @@ def _answer(engine: Engine, request: Any, version: int,
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:
                 try:
-                    offset, ts = lookup(engine, t.name, p.partition_index, p.timestamp, committed)
+                    offset, ts = engine.partitions.list_offset(t.name, p.partition_index, p.timestamp,
+                                                               read_committed=committed)
                 except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
                     err = error_of(exc)
             if err != ErrorCode.none:

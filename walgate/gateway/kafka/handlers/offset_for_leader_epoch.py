@@ -32,7 +32,7 @@ def _answer(engine: Engine, request: Any, describable: Callable[[str], bool] | N
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
-                    hwm = engine.watermarks(t.topic, p.partition)[1]
+                    hwm = engine.partitions.offsets(t.topic, p.partition).high_watermark
                     if p.leader_epoch <= LEADER_EPOCH:
                         epoch, end = LEADER_EPOCH, hwm
                 except Exception as exc:  # noqa: BLE001 - mapped per partition

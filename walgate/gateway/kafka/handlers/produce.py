@@ -1,12 +1,14 @@
 """Produce (key 0) v3–v12: batches into Kafka-native topics, stored as produced, durable before the answer.
 
-* The whole request runs in one storage-thread call (the catalog is only read
-  there). Each partition is answered on its own: its records are validated
-  (:func:`validate_produced`: CORRUPT_MESSAGE, INVALID_RECORD,
-  MESSAGE_TOO_LARGE; a request above the topic's segment size:
-  RECORD_LIST_TOO_LARGE; in C, no object per record), then appended
-  atomically (all its batches or none; a topic's partitions in one engine
-  call), durable per the database's WAL level when the answer is sent. An error in
+* The whole request runs in one storage-thread call; the handler checks the
+  request (ACLs, transactions, ``acks``) and translates, the partition
+  interface (:meth:`walgate.storage.partitions.Partitions.append`, a topic's
+  partitions in one call) does the rest. Each partition is answered on its
+  own: its records are validated (:func:`~walgate.wire.validate_produced`:
+  CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE; a request above the
+  topic's segment size: RECORD_LIST_TOO_LARGE; in C, no object per record),
+  then appended atomically (all its batches or none), durable per the
+  database's WAL level when the answer is sent. An error in
   one partition, expected or not, is that partition's error code (the table
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
@@ -35,12 +37,12 @@
   UNSUPPORTED_FOR_MESSAGE_FORMAT (Kafka's answer for a log that cannot hold transactions).
 * ``message.timestamp.type=LogAppendTime`` topics stamp each batch with the
   append time (``log_append_time`` in the answer).
-* TDengine topics take rows (:func:`write_rows`): each record is either a JSON
+* TDengine topics take rows (:mod:`walgate.storage.produced_rows`): each record is either a JSON
   object (key = the subtable, or a ``tbname`` string field; fields = columns,
   and tags for a subtable that is new) for topics over a supertable, or InfluxDB
   line protocol (ns timestamps unless the record has a ``precision`` header:
   ns, us, ms or s) whose measurement is the topic's supertable (any, for
-  database topics). A partition's records are written in one engine write, whole
+  database topics). A partition's records are written in one write, whole
   or not at all (across every vnode they land in), or refused with
   INVALID_RECORD: records that are wrong in themselves (a key or header that
   is not UTF-8, JSON that does not parse or is not an object, a ``tbname``
@@ -63,9 +65,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
-
-import orjson
+from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
@@ -74,11 +74,11 @@ from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswe
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
-from walgate.storage.errors import InvalidValue, LineProtocolError, StorageUnavailable
-from walgate.storage.lineproto import PRECISION_NS, parse_lines
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.partitions import TransactionsUnsupported
+from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, cleanup_policy
-from walgate.wire import DecodedBatch, DecodedRecord, batch_header, validate_produced, with_log_append_time
+from walgate.wire import batch_header
 from walgate.wire.errors import ErrorCode, WireError
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, TRANSACTIONAL_BIT
 
@@ -88,16 +88,6 @@ _ACKS = (-1, 0, 1)
 _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
                                      ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
                                      ErrorCode.not_coordinator})
-
-
-class RecordsRefused(InvalidValue):
-    """Records of a partition that are wrong in themselves: ``records`` is [(batch index, message)]."""
-
-    def __init__(self, records: list[tuple[int, str]]) -> None:
-        index, message = records[0]
-        more = f"{len(records)} records refused; " if len(records) > 1 else ""
-        super().__init__(f"{more}record {index}: {message}")
-        self.records = records
 
 
 def _answer(index: int, error: int, message: str | None = None, base_offset: int = -1, log_append_time: int = -1,
@@ -214,61 +204,39 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Any, w
 def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int,
              refused: dict[tuple[str, int], dict[str, Any]], node_id: int
              ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], list[Need]]]:
-    """Every partition's answer (storage thread): each partition is checked on its own, then a topic's partitions
-    that passed are appended in one engine call (:meth:`~walgate.storage.engine.Engine.append_partitions`). With
-    them, what each written partition needs to be durable before it is answered (group commit): its own write's
-    needs, or those of its topic's one append (an fdatasync failing for one of them refuses them all). A topic
-    ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
+    """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
+    in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
+    on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
+    topic ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
     *node_id*'s dynamic broker defaults."""
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
-        appends: list[_Append] = []
         if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
             answers.update(((t.name, p.index), _answer(p.index, denied)) for p in t.partition_data)
             continue
+        appends: list[tuple[int, bytes]] = []
         for p in t.partition_data:
             if (t.name, p.index) in refused:
                 answers[(t.name, p.index)] = refused[(t.name, p.index)]
-                continue
-            try:
-                checked = _partition(engine, t.name, p.index, p.records or b"", request.acks, now, node_id)
-            except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-                checked = _refused(p.index, exc)
-            if isinstance(checked, _Append):
-                appends.append(checked)
+            elif request.acks not in _ACKS:
+                answers[(t.name, p.index)] = _answer(p.index, ErrorCode.invalid_required_acks,
+                                                     f"acks must be -1, 0 or 1, not {request.acks}")
             else:
-                answers[(t.name, p.index)] = checked
-                _unsynced(engine, answers, needs, [(t.name, p.index)])
-        results = engine.append_partitions(t.name, [(a.partition, a.batches) for a in appends]) if appends else []
-        for a, result in zip(appends, results):
-            answers[(t.name, a.partition)] = (
-                _refused(a.partition, result) if isinstance(result, Exception)
-                else _answer(a.partition, ErrorCode.none, None, result, a.log_append_time,
-                             engine.watermarks(t.name, a.partition)[0]))
-        _unsynced(engine, answers, needs, [(t.name, a.partition) for a in appends])
-    return answers, {key: part for key, part in needs.items() if answers[key]["error_code"] == ErrorCode.none}
-
-
-def _unsynced(engine: Engine, answers: dict[tuple[str, int], dict[str, Any]],
-              needs: dict[tuple[str, int], list[Need]], keys: list[tuple[str, int]]) -> None:
-    """What the write just made for ``keys`` needs to be durable (``needs``); an engine failing to say answers them
-    its error instead."""
-    try:
-        written = engine.take_unsynced()
-    except Exception as exc:  # noqa: BLE001 - answered per partition, as any engine failure
-        answers.update((key, _refused(key[1], exc)) for key in keys)
-        return
-    needs.update((key, written) for key in keys)
-
-
-class _Append(NamedTuple):
-    """A Kafka-native partition's checked batches, to append; the answer's ``log_append_time`` (-1: CreateTime)."""
-
-    partition: int
-    batches: list[bytes]
-    log_append_time: int
+                appends.append((p.index, p.records or b""))
+        try:
+            results = engine.partitions.append(t.name, appends, now, node_id) if appends else []
+        except Exception as exc:  # noqa: BLE001 - the topic's partitions answer it, other topics unaffected
+            results = [exc] * len(appends)
+        for (index, _), result in zip(appends, results):
+            if isinstance(result, Exception):
+                answers[(t.name, index)] = _refused(index, result)
+            else:
+                answers[(t.name, index)] = _answer(index, ErrorCode.none, None, result.base_offset,
+                                                   result.log_append_time, result.log_start)
+                needs[(t.name, index)] = result.needs
+    return answers, needs
 
 
 def _refused(index: int, exc: Exception) -> dict[str, Any]:
@@ -277,128 +245,6 @@ def _refused(index: int, exc: Exception) -> dict[str, Any]:
         return _answer(index, exc.error_code, str(exc))
     if isinstance(exc, RecordsRefused):
         return _answer(index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
+    if isinstance(exc, TransactionsUnsupported):  # Kafka's answer for a log that cannot hold transactions
+        return _answer(index, ErrorCode.unsupported_for_message_format, str(exc))
     return _answer(index, error_of(exc, PRODUCE), str(exc))
-
-
-def _partition(engine: Engine, name: str, index: int, records: bytes, acks: int, now: int,
-               node_id: int) -> dict[str, Any] | _Append:
-    """A partition's answer, or, for a Kafka-native topic whose records pass, what to append. The topic's configs
-    apply over node *node_id*'s dynamic broker defaults. A compacted topic refuses records without a key, as Kafka's
-    ``LogValidator``: INVALID_RECORD naming them, nothing of the partition written."""
-    if acks not in _ACKS:
-        return _answer(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
-    topic = engine.catalog.topics.get(name)
-    if topic is None or not engine.has_partition(name, index):
-        return _answer(index, ErrorCode.unknown_topic_or_partition, f"unknown topic or partition {name}-{index}")
-    configs = {**TOPIC_CONFIG_DEFAULTS, **engine.topic_defaults(node_id), **topic.configs}
-    if len(records) > int(configs["segment.bytes"]):
-        return _answer(index, ErrorCode.record_list_too_large,
-                       f"{len(records)} bytes are above segment.bytes {configs['segment.bytes']}")
-    compacted = topic.kind == "kafka" and "compact" in cleanup_policy(configs)
-    batches = validate_produced(records, int(configs["max.message.bytes"]),
-                                with_records=topic.kind != "kafka" or compacted)
-    if compacted:
-        keyless = [(i, f"Compacted topic cannot accept message without key in topic partition {name}-{index}.")
-                   for i, r in enumerate(r for b in batches for r in b.records) if r.key is None]
-        if keyless:
-            return _answer(index, ErrorCode.invalid_record, keyless[0][1], record_errors=keyless)
-    if topic.kind != "kafka" and any(b.is_transactional for b in batches):
-        return _answer(index, ErrorCode.unsupported_for_message_format,
-                       f"{name} is a TDengine topic: it takes no transactional records")
-    if topic.kind != "kafka":
-        write_rows(engine, name, batches)
-        return _answer(index, ErrorCode.none, None, -1, -1, engine.watermarks(name, index)[0])
-    if configs["message.timestamp.type"] == "LogAppendTime":
-        return _Append(index, [with_log_append_time(b.raw, now) for b in batches], now)
-    return _Append(index, [b.raw for b in batches], -1)
-
-
-def write_rows(engine: Engine, topic_name: str, batches: list[DecodedBatch]) -> None:
-    """The records of *batches* as rows of a TDengine topic's tables, in one engine write (storage thread).
-
-    Raises :class:`RecordsRefused` for records wrong in themselves (nothing written), or the engine's error."""
-    topic = engine.catalog.topics[topic_name]
-    stable = engine.catalog.stables.get((topic.db, topic.source))
-    records = [r for b in batches for r in b.records]
-    is_json = [(r.value or b"").lstrip().startswith(b"{") for r in records]
-    errors: list[tuple[int, str]] = []
-    if is_json and is_json[0]:
-        if stable is None:
-            raise InvalidValue(f"JSON rows need a topic over a supertable; {topic_name} is not")
-        rows: list[tuple[str, dict[str, Any], int]] = []
-        for k, r in enumerate(records):
-            try:
-                if not is_json[k]:
-                    raise InvalidValue("a partition's records are all JSON rows or all line protocol")
-                rows.append(_json_row(r))
-            except InvalidValue as exc:
-                errors.append((k, exc.message))
-        if errors:
-            raise RecordsRefused(errors)
-        engine.write_json_rows(topic.db, stable.name, rows)
-        return
-    precision: str | None = None
-    for k, r in enumerate(records):
-        try:
-            if is_json[k]:
-                raise InvalidValue("a partition's records are all JSON rows or all line protocol")
-            own = _precision(r)
-            precision = precision or own
-            if own != precision:
-                raise InvalidValue(f"precision {own} differs from the partition's first record's ({precision})")
-            if stable is not None:
-                lines = (line for line in (r.value or b"").splitlines() if line.strip())
-                if {line.split(b",", 1)[0].split(b" ", 1)[0] for line in lines} - {stable.name.encode()}:
-                    raise InvalidValue(f"line protocol into {topic_name} writes measurement {stable.name} only")
-        except InvalidValue as exc:
-            errors.append((k, exc.message))
-    if errors:
-        raise RecordsRefused(errors)
-    values = [r.value or b"" for r in records]
-    assert precision is not None  # the records are not empty (validate_produced)
-    try:
-        engine.write_lines(topic.db, b"\n".join(values), precision)
-    except LineProtocolError:
-        errors = [(k, msg) for k, v in enumerate(values) if (msg := _line_error(v, precision))]
-        if errors:
-            raise RecordsRefused(errors) from None
-        raise
-
-
-def _json_row(r: DecodedRecord) -> tuple[str, dict[str, Any], int]:
-    """(subtable, fields, timestamp ms) of a JSON record; InvalidValue when it is wrong in itself."""
-    try:
-        fields = orjson.loads(r.value or b"")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidValue(f"not JSON: {exc}") from None
-    if not isinstance(fields, dict):
-        raise InvalidValue(f"a JSON row is an object, not {type(fields).__name__}")
-    name = fields.pop("tbname", None)
-    if name is None:
-        try:
-            name = (r.key or b"").decode()
-        except UnicodeDecodeError:
-            raise InvalidValue("the record key (the subtable's name) is not UTF-8") from None
-        if not name:
-            raise InvalidValue("a JSON row names its subtable: the record key or a tbname field")
-    elif not isinstance(name, str) or not name:
-        raise InvalidValue(f"tbname names the subtable: a non-empty string, not {orjson.dumps(name)[:64].decode()}")
-    return name, fields, r.timestamp
-
-
-def _precision(r: DecodedRecord) -> str:
-    """The ``precision`` header of a line-protocol record (ns without one); InvalidValue for another value."""
-    raw = dict(r.headers).get("precision") or b"ns"
-    precision = raw.decode("ascii", errors="replace")
-    if precision not in PRECISION_NS:
-        raise InvalidValue(f"precision header {raw[:16]!r}: ns, us, ms or s")
-    return precision
-
-
-def _line_error(value: bytes, precision: str) -> str | None:
-    """Why one record's line protocol does not parse (None: it does)."""
-    try:
-        parse_lines(value, precision)
-    except LineProtocolError as exc:
-        return exc.message
-    return None

@@ -7,7 +7,8 @@ acknowledgements the request carries applied first (KIP-932).
   are answered at the top level.
 * Acknowledgements first (per partition ``acknowledge_error_code``: INVALID_RECORD_STATE for records the member does
   not hold), then acquisition: up to ``max_records`` AVAILABLE records over the session's partitions, each answered
-  with the whole stored or rendered batches that hold them (the batches Fetch serves: :func:`.fetch.entry_batch`) and
+  with the whole stored or rendered batches that hold them (the batches Fetch serves:
+  :meth:`~walgate.storage.partitions.Partitions.batches`) and
   their ``acquired_records`` ranges with delivery counts; the client hands out only the acquired records and
   acknowledges the offsets without one as GAP. ``acquisition_lock_timeout`` is the group's
   ``share.record.lock.duration.ms``.
@@ -41,13 +42,13 @@ from typing import Any
 from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ShareCoordinator
 from walgate.coordinator.share_partition import Acquired
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
-from walgate.gateway.kafka.broker import BatchCache, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
-from walgate.gateway.kafka.handlers.fetch import entry_batch, lost_batch
 from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.storage.engine import Engine
-from walgate.storage.wal import CorruptEntry, FileRegion
+from walgate.storage.partitions import Partitions
+from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 78, 1, 2
@@ -78,23 +79,17 @@ class Round:
         return any(s.result.acquired or s.result.acked or s.result.error for s in self.served.values())
 
 
-def batches_of(engine: Engine, cache: BatchCache, name: str, partition: int,
-               acquired: list[Acquired]) -> list[bytes | FileRegion]:
+def batches_of(partitions: Partitions, name: str, partition: int, acquired: list[Acquired]) -> list[bytes | FileRegion]:
     """The batches holding the ``acquired`` offsets of ``name``/``partition``, in offset order."""
     if not acquired:
         return []
     first, last = acquired[0].first, acquired[-1].last
-    native = engine.is_native(name)
     out: list[bytes | FileRegion] = []
-    for base, version, count in engine.index_entries(name, partition, first):
+    for base, count, batch in partitions.batches(name, partition, first):
         if base > last:
             break
-        if not any(a.first < base + count and a.last >= base for a in acquired):
-            continue
-        try:
-            out.append(entry_batch(engine, cache, name, partition, native, base, version))
-        except CorruptEntry:
-            out.append(lost_batch(base, count))
+        if any(a.first < base + count and a.last >= base for a in acquired):
+            out.append(batch)
     return out
 
 
@@ -102,24 +97,19 @@ _HEADER = struct.Struct(">qiibihiqqq")  # RecordBatch v2 up to the producer id
 _TRANSACTIONAL, _CONTROL = 0x10, 0x20
 
 
-def aborted_ranges(engine: Engine, cache: BatchCache, name: str, partition: int,
-                   acquired: list[Acquired]) -> list[tuple[int, int]]:
+def aborted_ranges(engine: Engine, name: str, partition: int, acquired: list[Acquired]) -> list[tuple[int, int]]:
     """The offset ranges of the batches of aborted transactions among those holding ``acquired`` (read_committed:
     they are archived, never delivered); a TDengine topic has none."""
     if not acquired or not engine.is_native(name):
         return []
     first, last = acquired[0].first, acquired[-1].last
-    aborted = engine.aborted_transactions(name, partition, first, last + 1)
+    aborted = engine.partitions.aborted(name, partition, first, last + 1)
     if not aborted:
         return []
     out = []
-    for base, version, _ in engine.index_entries(name, partition, first):
+    for base, _, batch in engine.partitions.batches(name, partition, first):
         if base > last:
             break
-        try:
-            batch = entry_batch(engine, cache, name, partition, True, base, version)
-        except CorruptEntry:
-            continue
         head = batch.read(_HEADER.size) if isinstance(batch, FileRegion) else bytes(batch[:_HEADER.size])
         if len(head) < _HEADER.size:
             continue
@@ -152,7 +142,7 @@ def resolve(engine: Engine, topics: Any, readable: Any) -> tuple[dict[str, str |
     return names, errors
 
 
-def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str, int, int, int], int]:
+def byte_cap(engine: Engine, max_bytes: int) -> Callable[[str, int, int, int], int]:
     """The coordinator's ``cap`` for a response of ``max_bytes``: from a partition's first acquirable offset, the end
     of the whole batches that fit what is left of the budget (the response's first batch always does, KIP-74)."""
     left = [max_bytes]
@@ -161,14 +151,11 @@ def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str
         name = engine.topic_name(uuid.UUID(topic))
         if name is None or max_bytes <= 0:  # a client asking for 0 bytes gets no records, as from Kafka
             return first
-        native, end = engine.is_native(name), first
-        for base, version, count in engine.index_entries(name, partition, first):
+        end = first
+        for base, count, batch in engine.partitions.batches(name, partition, first):
             if base >= limit:
                 break
-            try:
-                size = len(entry_batch(engine, cache, name, partition, native, base, version))
-            except CorruptEntry:
-                size = 0
+            size = len(batch)
             if size > left[0] and left[0] < max_bytes:
                 break
             left[0] -= size
@@ -180,7 +167,7 @@ def byte_cap(engine: Engine, cache: BatchCache, max_bytes: int) -> Callable[[str
     return cap
 
 
-def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, group_id: str, member_id: str,
+def _acquire(engine: Engine, coordinator: ShareCoordinator, group_id: str, member_id: str,
              max_records: int, max_bytes: int, out: Round) -> None:
     """Acquire over the member's session partitions into ``out`` (storage thread)."""
     session = coordinator.sessions.get((group_id, member_id))
@@ -190,7 +177,7 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, g
     now = now_ms()
     committed = coordinator.logs.settings(group_id).committed
     results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of,
-                                  byte_cap(engine, cache, max_bytes))
+                                  byte_cap(engine, max_bytes))
     for tp, result in results.items():
         served = out.served.setdefault(tp, Served(PartitionResult()))
         served.result.error = served.result.error or result.error
@@ -198,9 +185,9 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, cache: BatchCache, g
         name = engine.topic_name(uuid.UUID(tp[0]))
         if name is not None:
             out.watch.append((name, tp[1]))
-            served.batches = batches_of(engine, cache, name, tp[1], result.acquired)
+            served.batches = batches_of(engine.partitions, name, tp[1], result.acquired)
             if committed and result.acquired:
-                gone = aborted_ranges(engine, cache, name, tp[1], result.acquired)
+                gone = aborted_ranges(engine, name, tp[1], result.acquired)
                 if gone:
                     served.result.acquired = coordinator.archive(group_id, member_id, tp[0], tp[1],
                                                                  result.acquired, gone, now)
@@ -250,12 +237,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         for tp in adds:
             out.served.setdefault(tp, Served(PartitionResult()))
         if not renew_only:
-            _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
+            _acquire(engine, coordinator, group_id, member_id, max_records, max_bytes, out)
         return out
 
     def again(engine: Engine, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
-        _acquire(engine, coordinator, broker.cache, group_id, member_id, max_records, max_bytes, out)
+        _acquire(engine, coordinator, group_id, member_id, max_records, max_bytes, out)
         return out
 
     try:
