@@ -19,6 +19,7 @@ from walgate.coordinator import (
 
 def test_each_group_error_maps_to_its_kafka_code():
     assert {cls.__name__: int(code) for cls, code in ERROR_CODES.items()} == {
+        "GroupError": -1,
         "UnknownMemberId": 25,
         "FencedInstanceId": 82,
         "IllegalGeneration": 22,
@@ -26,6 +27,8 @@ def test_each_group_error_maps_to_its_kafka_code():
         "GroupIdNotFound": 69,
         "NonEmptyGroup": 68,
         "GroupNotRecorded": 15,
+        "ConsumerProtocolError": 23,
+        "AckError": 121,
     }
     for cls in (
         UnknownMemberId,

@@ -29,6 +29,7 @@ from kio.schema.produce.v9 import request as produce_v9
 
 from tests.storage.faults import Faults
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
 from walgate.gateway.kafka.wakeups import FetchWakeups
@@ -75,7 +76,7 @@ async def call(node: Node, api_key: int, version: int, request: Any) -> dict[str
     """Dispatch ``request`` as the server does and return the handler's answer (after checking it encodes)."""
     frame = encode_request(api_key, version, 7, "hardening-test", request)[4:]
     header = parse_request_header(frame)
-    fields = await HANDLERS[api_key].fn(node.broker, header, decode_request(header, frame))
+    fields = await HANDLERS[api_key].fn(node.broker, RequestContext.of(header), decode_request(header, frame))
     assert encode_response(header, build_response(api_key, version, fields))
     return fields
 

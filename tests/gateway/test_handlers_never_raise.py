@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from tests.wire.wire_helpers import instances
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import HANDLERS, advertised
 from walgate.gateway.kafka.handlers.common import Unanswered
@@ -71,7 +72,7 @@ class Rig:
     def answer(self, api_key: int, version: int, request: Any) -> None:
         frame = encode_request(api_key, version, 1, "never-raise", request)[4:]
         header = parse_request_header(frame)
-        call = HANDLERS[api_key].fn(self.broker, header, decode_request(header, frame))
+        call = HANDLERS[api_key].fn(self.broker, RequestContext.of(header), decode_request(header, frame))
         fields = self.loop.run_until_complete(asyncio.wait_for(call, 10))
         if isinstance(fields, Unanswered):  # Produce with acks=0: the answer it does not get must build too
             fields = fields.fields

@@ -1,9 +1,10 @@
-"""The one error-mapping table of the Kafka handlers (handlers/common.py, issue 13 "found by reading the code").
+"""The error-mapping tables of the Kafka handlers: one per domain, merged in handlers/common.py (issues 13, 23).
 
-Every public exception class of walgate.storage, walgate.coordinator and walgate.wire (found by walking their
-modules, so a new one is covered without a change here) must map to a Kafka error code: the one the class names
-(``error_code``) when it names one, else a code other than UNKNOWN_SERVER_ERROR, which is kept for what no table
-knows. Every entry of every table must win over its base classes' entries (most specific first).
+Every public exception class of walgate.storage, walgate.coordinator, walgate.security and walgate.wire (found by
+walking their modules, so a new one is covered without a change here) must map to a Kafka error code through its own
+domain's table, and through no other domain's: the one the class names (``error_code``) when it names one, else a
+code other than UNKNOWN_SERVER_ERROR, which is kept for what no table knows. Every entry of every table must win over
+its base classes' entries (most specific first).
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ import importlib
 import inspect
 import logging
 import pkgutil
+from collections.abc import Mapping
 
 import pytest
 
 import walgate.coordinator
+import walgate.security
 import walgate.storage
 import walgate.wire
 from walgate.coordinator.consumer_membership import HeartbeatError
 from walgate.gateway.kafka.handlers.common import (
+    AUTO_CREATE,
     CREATE_PARTITIONS,
+    DESCRIBE_CLIENT_QUOTAS,
+    DOMAINS,
     ERRORS,
     GROUP_WRITE,
     INIT_PRODUCER_ID,
     PRODUCE,
+    TRANSACTIONS,
+    _merged,
     answered,
     error_of,
 )
+from walgate.gateway.kafka.handlers.produce import _refused
 from walgate.storage.errors import (
     AlreadyExists,
     InvalidValue,
@@ -61,7 +70,7 @@ E = ErrorCode
         (RecordTooLarge("big"), {}, E.message_too_large),
         # Produce: refused data is INVALID_RECORD, but a full disk stays KAFKA_STORAGE_ERROR
         (InvalidValue("bad row"), PRODUCE, E.invalid_record),
-        (SequenceError("out_of_order_sequence_number", "gap"), PRODUCE, E.invalid_record),
+        (SequenceError(E.out_of_order_sequence_number, "gap"), PRODUCE, E.invalid_record),
         (RequestTooLarge("big request"), PRODUCE, E.record_list_too_large),
         (StorageUnavailable("disk full"), PRODUCE, E.kafka_storage_error),
         (NotFound("gone"), PRODUCE, E.unknown_topic_or_partition),
@@ -78,7 +87,8 @@ def test_the_table(exc: BaseException, overrides: dict, code: ErrorCode) -> None
 
 
 def test_every_entry_is_a_kafka_error_code() -> None:
-    for table in (ERRORS, PRODUCE, GROUP_WRITE, CREATE_PARTITIONS, INIT_PRODUCER_ID):
+    for table in (ERRORS, PRODUCE, GROUP_WRITE, CREATE_PARTITIONS, INIT_PRODUCER_ID, TRANSACTIONS, AUTO_CREATE,
+                  DESCRIBE_CLIENT_QUOTAS):
         assert all(isinstance(code, ErrorCode) and code != E.none for code in table.values())
 
 
@@ -117,9 +127,10 @@ async def test_answered_turns_a_failed_call_into_its_answer() -> None:
 
 
 def _domain_exceptions() -> list[type[BaseException]]:
-    """Every public exception class defined in a module of walgate.storage, walgate.coordinator or walgate.wire."""
+    """Every public exception class defined in a module of walgate.storage, walgate.coordinator, walgate.security or
+    walgate.wire."""
     found = []
-    for package in (walgate.storage, walgate.coordinator, walgate.wire):
+    for package in (walgate.storage, walgate.coordinator, walgate.security, walgate.wire):
         for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
             module = importlib.import_module(info.name)
             found += [cls for name, cls in vars(module).items()
@@ -133,6 +144,7 @@ CARRY_THEIR_CODE = {HeartbeatError}
 """Exceptions whose Kafka error is chosen per instance where they are raised, and which their own module answers."""
 
 TABLES = {"ERRORS": {}, "PRODUCE": PRODUCE, "GROUP_WRITE": GROUP_WRITE, "CREATE_PARTITIONS": CREATE_PARTITIONS,
+          "TRANSACTIONS": TRANSACTIONS, "AUTO_CREATE": AUTO_CREATE, "DESCRIBE_CLIENT_QUOTAS": DESCRIBE_CLIENT_QUOTAS,
           "INIT_PRODUCER_ID": INIT_PRODUCER_ID}
 
 
@@ -163,3 +175,47 @@ def test_every_domain_exception_maps_to_a_kafka_error_code(cls: type[BaseExcepti
 def test_each_entry_wins_over_the_entries_of_its_base_classes(overrides: dict) -> None:
     for cls in {**ERRORS, **overrides}:
         assert error_of(_instance(cls), overrides) == overrides.get(cls, ERRORS.get(cls)), cls
+
+
+def _domain_of(cls: type[BaseException]) -> str:
+    """The domain an exception class belongs to: the package that defines it."""
+    return cls.__module__.split(".")[1]
+
+
+def _resolved(cls: type[BaseException], table: Mapping[type[BaseException], ErrorCode]) -> ErrorCode | None:
+    """What ``table`` answers for ``cls``: its most specific entry along the MRO, None if none."""
+    return next((table[c] for c in cls.__mro__ if c in table), None)
+
+
+def test_each_domain_has_one_table() -> None:
+    assert set(DOMAINS) == {_domain_of(cls) for cls in DOMAIN_EXCEPTIONS} == {"storage", "wire", "coordinator",
+                                                                               "security"}
+
+
+@pytest.mark.parametrize("cls", [c for c in DOMAIN_EXCEPTIONS if c not in CARRY_THEIR_CODE],
+                         ids=lambda cls: f"{cls.__module__.removeprefix('walgate.')}.{cls.__qualname__}")
+def test_every_domain_exception_maps_to_exactly_one_code_in_its_own_domains_table(cls: type[BaseException]) -> None:
+    own = DOMAINS[_domain_of(cls)]
+    code = _resolved(cls, own)
+    assert code is not None, f"{cls.__qualname__} is not in its domain's table"
+    named = getattr(cls, "error_code", None)  # GroupError, the coordinator's base never raised, names UNKNOWN
+    assert code == named if named is not None else code != E.unknown_server_error
+    assert error_of(_instance(cls)) == code  # the merged table answers what its domain says
+    listed = [domain for domain, table in DOMAINS.items() if cls in table]
+    assert listed in ([], [_domain_of(cls)]), f"{cls.__qualname__} is listed by {listed}"
+
+
+def test_the_merged_table_is_every_domains_table_and_nothing_else() -> None:
+    assert dict(ERRORS) == {cls: code for table in DOMAINS.values() for cls, code in table.items()}
+    assert sum(len(table) for table in DOMAINS.values()) == len(ERRORS)  # no class in two domains' tables
+
+
+def test_a_class_in_two_domains_tables_is_refused() -> None:
+    with pytest.raises(ValueError, match="NotFound"):
+        _merged({"storage": {NotFound: E.unknown_topic_or_partition}, "other": {NotFound: E.invalid_request}})
+
+
+def test_sequence_error_carries_its_code_and_produce_answers_it() -> None:
+    exc = SequenceError(E.invalid_producer_epoch, "fenced")
+    assert exc.error_code is E.invalid_producer_epoch
+    assert _refused(3, exc)["error_code"] == E.invalid_producer_epoch

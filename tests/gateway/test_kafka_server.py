@@ -27,7 +27,7 @@ def _request(api_key: int, version: int, correlation_id: int) -> bytes:
 async def test_a_handler_that_raises_closes_the_connection_after_one_error_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(broker: Any, header: Any, request: Any) -> None:
+    async def broken(broker: Any, ctx: Any, request: Any) -> None:
         raise RuntimeError("boom")
 
     metadata = handlers.HANDLERS[3]

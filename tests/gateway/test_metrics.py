@@ -26,7 +26,7 @@ from walgate.gateway import metrics
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
 from walgate.storage import fileio
-from walgate.storage.fileio import SYNC_LATENCY, LatencyRecorder
+from walgate.storage.fileio import LatencyRecorder, SyncLatency
 from walgate.storage.partitions import LocalPartitions
 from walgate.wire import encode_batch
 
@@ -179,11 +179,11 @@ def test_every_fsync_is_timed_into_its_bucket(tmp_path: Path) -> None:
     for ms in (0.5, 1.0, 5.0, 50.0):
         recorder.observe(ms)
     assert recorder.snapshot() == ([2, 1, 1], 56.5)  # <= 1 ms, <= 10 ms, above
-    before = sum(SYNC_LATENCY["fsync"].snapshot()[0])
+    syncs = SyncLatency()
     with open(tmp_path / "synced", "wb") as f:
         f.write(b"x")
-        fileio.fsync(f.fileno())
-    assert sum(SYNC_LATENCY["fsync"].snapshot()[0]) == before + 1
+        fileio.fsync(f.fileno(), syncs=syncs)
+    assert sum(syncs.calls["fsync"].snapshot()[0]) == 1 and sum(syncs.calls["fdatasync"].snapshot()[0]) == 0
 
 
 async def test_a_scrape_of_many_partitions_lets_a_produce_run_between_its_pages(

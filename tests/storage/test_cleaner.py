@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
@@ -29,6 +30,7 @@ from walgate.storage.producers import SequenceError
 from walgate.storage.resource_configs import BROKER
 from walgate.storage.wal import CorruptEntry
 from walgate.wire import batch_header, decode_batches, encode_batch
+from walgate.wire.errors import ErrorCode
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0", "delete.retention.ms": "86400000"}
 LATER = time.time() + 3600  # "now" for passes that should see every segment as old
@@ -874,10 +876,10 @@ def _distinct_history(e: Engine) -> None:
 
 
 def cold_records(e: Engine) -> list[tuple[int, bytes | None, bytes | None]]:
-    """:func:`records` with no segment file open (as the process-wide descriptor cache evicts them): every read
+    """:func:`records` with no segment file open (as the engine's descriptor cache evicts them): every read
     opens its segment's file by name."""
     for seg in e.vnodes[e.catalog.topics["t"].db][0].wal.segments:
-        seg.forget_files()
+        seg.forget_files(e.files)
     return records(e)
 
 
@@ -968,7 +970,7 @@ def test_a_producers_newest_marker_keeps_its_coordinator_epoch_across_a_restart(
     try:
         assert [p.coordinator_epoch for p in e.partitions.producers("t", 0) if p.producer_id == 3] == [5]
         fenced = e.write_txn_markers(3, 0, 4, True, [("t", 0)])
-        assert isinstance(fenced[0], SequenceError) and fenced[0].kafka_error == "transaction_coordinator_fenced"
+        assert isinstance(fenced[0], SequenceError) and fenced[0].error_code is ErrorCode.transaction_coordinator_fenced
     finally:
         e.close()
 
@@ -1008,9 +1010,9 @@ def test_the_staged_bytes_are_fdatasynced_by_the_callers_thread_between_steps(en
     threads: list[str] = []
     real = fileio.fdatasync
 
-    def recorded(fd: int) -> None:
+    def recorded(fd: int, **kw: Any) -> None:
         threads.append(threading.current_thread().name)
-        real(fd)
+        real(fd, **kw)
 
     monkeypatch.setattr(fileio, "fdatasync", recorded)
     steps = 0

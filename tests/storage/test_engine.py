@@ -8,6 +8,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, RequestTooLarge, SqlSyntaxError, StorageError
 from walgate.storage.partitions import MAX_TIMESTAMP
 from walgate.storage.vnode import vnode_of
+from walgate.wire.errors import ErrorCode
 
 METERS = (
     "CREATE STABLE power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) "
@@ -388,7 +389,7 @@ def test_append_partitions_answers_each_partition_on_its_own(engine):
     results = engine.native.append_partitions("native.m", [(0, [two]), (1, [first]), (2, [two, two]), (1, [gap]),
                                                            (3, [two])])
     assert results[:3] == [0, 0, 0]
-    assert isinstance(results[3], SequenceError) and results[3].kafka_error == "out_of_order_sequence_number"
+    assert isinstance(results[3], SequenceError) and results[3].error_code is ErrorCode.out_of_order_sequence_number
     assert isinstance(results[4], NotFound)
     assert [engine.watermarks("native.m", p)[1] for p in range(3)] == [2, 1, 4]
     assert engine.native.append_partitions("native.m", [(1, [first])]) == [0]  # a retry: its original offset

@@ -19,6 +19,7 @@ from walgate.storage.errors import InvalidValue, NotFound, StorageUnavailable
 from walgate.storage.producers import AbortedTxn, ActiveProducer, PartitionProducers, SequenceError
 from walgate.storage.wal import KIND_KAFKA
 from walgate.wire import batch_header, encode_batch
+from walgate.wire.errors import ErrorCode
 from walgate.wire.record_batch import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, end_txn_marker, txn_marker
 
 
@@ -95,7 +96,7 @@ def test_a_non_transactional_batch_inside_a_transaction_is_invalid_txn_state():
     p.record(7, 0, 0, 2, 10, transactional=True)
     with pytest.raises(SequenceError) as err:
         p.check(7, 0, 2, 1, transactional=False)
-    assert err.value.kafka_error == "invalid_txn_state"
+    assert err.value.error_code is ErrorCode.invalid_txn_state
     assert p.check(7, 0, 2, 1, transactional=True) is None
 
 
@@ -105,10 +106,10 @@ def test_markers_of_an_old_producer_epoch_or_coordinator_epoch_are_fenced():
     p.record_marker(7, 2, 4, True, 1, 0)
     with pytest.raises(SequenceError) as old_epoch:
         p.check_marker(7, 1, 4)
-    assert old_epoch.value.kafka_error == "invalid_producer_epoch"
+    assert old_epoch.value.error_code is ErrorCode.invalid_producer_epoch
     with pytest.raises(SequenceError) as old_coordinator:
         p.check_marker(7, 2, 3)
-    assert old_coordinator.value.kafka_error == "transaction_coordinator_fenced"
+    assert old_coordinator.value.error_code is ErrorCode.transaction_coordinator_fenced
     p.check_marker(8, 0, 0)  # a producer the partition does not know
 
 
@@ -118,10 +119,10 @@ def test_an_abort_with_a_bumped_epoch_fences_the_zombie_and_restarts_sequences()
     p.record_marker(7, 1, 0, False, 3, 0)  # the coordinator bumped the epoch when it aborted
     with pytest.raises(SequenceError) as zombie:
         p.check(7, 0, 3, 1, transactional=True)
-    assert zombie.value.kafka_error == "invalid_producer_epoch"
+    assert zombie.value.error_code is ErrorCode.invalid_producer_epoch
     with pytest.raises(SequenceError) as gap:
         p.check(7, 1, 5, 1, transactional=True)
-    assert gap.value.kafka_error == "out_of_order_sequence_number"
+    assert gap.value.error_code is ErrorCode.out_of_order_sequence_number
     assert p.check(7, 1, 0, 1, transactional=True) is None
 
 
@@ -170,7 +171,7 @@ def test_markers_are_refused_per_partition(engine: Engine):
     engine.execute("CREATE TOPIC td AS STABLE db.m")
     engine.append_batches("t", 0, [txn_batch(7, 0, epoch=2)])
     results = engine.write_txn_markers(7, 1, 0, True, [("t", 0), ("nope", 0), ("t", 9), ("td", 0), ("t", 1)])
-    assert isinstance(results[0], SequenceError) and results[0].kafka_error == "invalid_producer_epoch"
+    assert isinstance(results[0], SequenceError) and results[0].error_code is ErrorCode.invalid_producer_epoch
     assert isinstance(results[1], NotFound) and isinstance(results[2], NotFound)
     assert isinstance(results[3], InvalidValue)
     assert results[4] is None
@@ -183,14 +184,14 @@ def test_produce_rules_for_transactional_producers(engine: Engine):
     engine.append_batches("t", 0, [txn_batch(7, 0)])
     with pytest.raises(SequenceError) as err:
         engine.append_batches("t", 0, [txn_batch(7, 2, transactional=False)])
-    assert err.value.kafka_error == "invalid_txn_state"
+    assert err.value.error_code is ErrorCode.invalid_txn_state
     engine.write_txn_markers(7, 1, 0, False, [("t", 0)])  # fenced: aborted with a bumped epoch
     with pytest.raises(SequenceError) as zombie:
         engine.append_batches("t", 0, [txn_batch(7, 2)])
-    assert zombie.value.kafka_error == "invalid_producer_epoch"
+    assert zombie.value.error_code is ErrorCode.invalid_producer_epoch
     with pytest.raises(SequenceError) as mixed:  # one request: a transaction opened, then a batch outside it
         engine.append_batches("t", 0, [txn_batch(7, 0, epoch=1), txn_batch(7, 2, epoch=1, transactional=False)])
-    assert mixed.value.kafka_error == "invalid_txn_state"
+    assert mixed.value.error_code is ErrorCode.invalid_txn_state
     assert engine.append_batches("t", 0, [txn_batch(7, 0, epoch=1), txn_batch(7, 2, epoch=1)]) == 3
     assert engine.ongoing_transactions() == {7: [("t", 0, 3)]}
     assert engine.partitions.producers("t", 0) == [ActiveProducer(7, 1, 3, 1000, 0, 3)]

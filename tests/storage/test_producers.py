@@ -12,6 +12,7 @@ from walgate.storage import lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.producers import DuplicateBatch, PartitionProducers, ProducerIds, SequenceError
+from walgate.wire.errors import ErrorCode
 
 
 def test_non_idempotent_batches_are_always_appended():
@@ -30,7 +31,7 @@ def test_sequences_must_follow_and_retries_answer_the_original_offset():
     assert p.check(7, 0, 3, 2) == DuplicateBatch(103)
     with pytest.raises(SequenceError) as gap:
         p.check(7, 0, 6, 1)  # 5 was skipped
-    assert gap.value.kafka_error == "out_of_order_sequence_number"
+    assert gap.value.error_code is ErrorCode.out_of_order_sequence_number
 
 
 def test_only_the_last_five_batches_are_recognised_as_duplicates():
@@ -47,7 +48,7 @@ def test_epochs_fence_old_producers_and_restart_sequences():
     p.record(3, 1, 0, 4, 0)
     with pytest.raises(SequenceError) as fenced:
         p.check(3, 0, 4, 1)
-    assert fenced.value.kafka_error == "invalid_producer_epoch"
+    assert fenced.value.error_code is ErrorCode.invalid_producer_epoch
     with pytest.raises(SequenceError):
         p.check(3, 2, 5, 1)  # a new epoch starts at 0
     assert p.check(3, 2, 0, 1) is None

@@ -1,5 +1,6 @@
-"""WAL file descriptors (issue 13, item 8): they come from one bounded process-wide cache, so thousands of
-partitions run under a low ``ulimit -n``, and an idle WAL holds none."""
+"""WAL file descriptors (issue 13, item 8): they come from one bounded cache, the engine's, shared by its WALs (issue
+23: one per engine, no longer process-wide), so thousands of partitions run under a low ``ulimit -n``, and an idle WAL
+holds none."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import os, resource, sys
 from pathlib import Path
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from walgate.storage.filecache import FILES
+from walgate.storage.filecache import FileCache
 from walgate.storage.wal import KIND_DATA, Wal, WalOptions
+
+files = FileCache()  # what an engine makes, sized by the limit in force
 
 root, n = Path(sys.argv[1]), int(sys.argv[2])
 fds = lambda: len(os.listdir("/proc/self/fd"))
@@ -27,7 +30,7 @@ base = fds()
 peak = 0
 wals = []
 for i in range(n):
-    wal = Wal.open(root / str(i), WalOptions(segment_bytes=200))
+    wal = Wal.open(root / str(i), WalOptions(segment_bytes=200), files=files)
     wal.append([(KIND_DATA, 1, i, b"first %d" % i)])
     wals.append(wal)
     peak = max(peak, fds())
@@ -37,12 +40,12 @@ for i, wal in enumerate(wals):
     peak = max(peak, fds())
 for wal in wals:
     wal.close()
-reopened = [Wal.open(root / str(i), WalOptions(segment_bytes=200)) for i in range(n)]  # the data dir starts
+reopened = [Wal.open(root / str(i), WalOptions(segment_bytes=200), files=files) for i in range(n)]  # the data dir starts
 for i, wal in enumerate(reopened):
     assert wal.read(1).body == b"second %d" % i * 20 and wal.region(0, KIND_DATA).read() == b"first %d" % i
     peak = max(peak, fds())
-print(base, peak, FILES.capacity)
-FILES.resize(0)
+print(base, peak, files.capacity)
+files.resize(0)
 print(fds())
 """
 
@@ -75,14 +78,12 @@ def test_an_evicted_file_stays_open_while_a_region_uses_it(tmp_path):
         pass
 
 
-def test_a_region_survives_the_eviction_of_its_segment(tmp_path, monkeypatch):
-    from walgate.storage import wal as wal_module
-
-    monkeypatch.setattr(wal_module, "FILES", FileCache(capacity=1))
-    wal = Wal.open(tmp_path / "a", WalOptions())
+def test_a_region_survives_the_eviction_of_its_segment(tmp_path):
+    files = FileCache(capacity=1)
+    wal = Wal.open(tmp_path / "a", WalOptions(), files=files)
     wal.append([(KIND_KAFKA, 1, 0, b"batch" * 100)])
     region = wal.region(0, KIND_KAFKA)
-    other = Wal.open(tmp_path / "b", WalOptions())
+    other = Wal.open(tmp_path / "b", WalOptions(), files=files)
     other.append([(KIND_KAFKA, 1, 0, b"other")])
     assert other.read(0).body == b"other"  # the cache now holds b's files only
     assert region.read() == b"batch" * 100

@@ -22,8 +22,12 @@ code and a message, which their responses carry too, through
                                 (raised by the gateway, which writes the coordinator's group records)
 
     ConsumerProtocolError       embedded consumer-protocol bytes that do not parse (a ValueError)
+    AckError                    (share_partition.py) a share acknowledgement the partition's state refuses:
+                                INVALID_RECORD_STATE
 
-:data:`ERROR_CODES` is the mapping table (exception class -> Kafka error code).
+:data:`ERROR_CODES` is this domain's table (exception class -> Kafka error code), merged with the other domains' at
+the gateway's edge (``gateway/kafka/handlers/common.py``). :class:`~walgate.coordinator.consumer_membership.HeartbeatError`
+is not in it: it carries its code per instance and never leaves the request that raised it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from __future__ import annotations
 from typing import ClassVar, Final
 
 from kio.schema.errors import ErrorCode
+
+from walgate.coordinator.share_partition import AckError
 
 __all__ = [
     "ERROR_CODES",
@@ -87,15 +93,12 @@ class ConsumerProtocolError(ValueError):
     """ConsumerProtocolSubscription / ConsumerProtocolAssignment bytes that do not parse."""
 
 
-ERROR_CODES: Final[dict[type[GroupError], ErrorCode]] = {
-    cls: cls.error_code
-    for cls in (
-        UnknownMemberId,
-        FencedInstanceId,
-        IllegalGeneration,
-        RebalanceInProgress,
-        GroupIdNotFound,
-        NonEmptyGroup,
-        GroupNotRecorded,
-    )
+_GROUP_ERRORS: Final = (GroupError, UnknownMemberId, FencedInstanceId, IllegalGeneration, RebalanceInProgress,
+                        GroupIdNotFound, NonEmptyGroup, GroupNotRecorded)
+
+ERROR_CODES: Final[dict[type[BaseException], ErrorCode]] = {
+    **{cls: cls.error_code for cls in _GROUP_ERRORS},  # each the Kafka error it names (the base, never raised: unknown)
+    ConsumerProtocolError: ErrorCode.inconsistent_group_protocol,  # as the coordinator answers one in a join
+    # a refused share acknowledgement (INVALID_REQUEST instead when it says so: ShareCoordinator.acknowledge answers it)
+    AckError: ErrorCode.invalid_record_state,
 }

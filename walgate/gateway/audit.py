@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 
-from walgate.gateway.kafka.broker import PEER, PRINCIPAL
+from walgate.gateway.kafka.context import RequestContext
 from walgate.security.secrets import mask_secrets
 from walgate.wire.errors import ErrorCode
 
@@ -56,10 +56,9 @@ def kafka_outcome(error_code: int) -> str:
         return f"failed: error code {error_code}"
 
 
-def audit_kafka(operation: str, resource: str, error_code: int) -> None:
-    """:func:`audit` of a Kafka request on the event loop: the connection's principal and peer
-    (:data:`~walgate.gateway.kafka.broker.PRINCIPAL`, :data:`~walgate.gateway.kafka.broker.PEER`)."""
-    audit(PRINCIPAL.get(), PEER.get(), operation, resource, kafka_outcome(error_code))
+def audit_kafka(ctx: RequestContext, operation: str, resource: str, error_code: int) -> None:
+    """:func:`audit` of a Kafka request: its principal and peer (``ctx``)."""
+    audit(ctx.principal, ctx.peer, operation, resource, kafka_outcome(error_code))
 
 
 def sql_change(statement: str) -> str | None:

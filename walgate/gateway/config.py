@@ -397,7 +397,7 @@ class Config:
     def for_listener(self, name: str) -> Config:
         """This config with listener ``name``'s ``listener.name.<name>.*`` overrides applied (ssl_*, sasl_*,
         connections_max_reauth_ms), as Kafka resolves a listener's settings; computed once per listener, so it
-        is cheap to call per request (e.g. with ``broker.LISTENER.get().name``)."""
+        is cheap to call per request (e.g. with a request context's ``listener.name``)."""
         overrides = self.listener_overrides.get(name.upper())
         if not overrides:
             return self

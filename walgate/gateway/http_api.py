@@ -80,7 +80,7 @@ from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
-from walgate.gateway.kafka.broker import ANONYMOUS
+from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
@@ -317,7 +317,7 @@ def _probe_data_dir(engine: Engine) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fileio.write_all(fd, b"walgate readiness probe\n")
-        fileio.fsync(fd)
+        fileio.fsync(fd, syncs=engine.syncs)
     finally:
         os.close(fd)
         os.unlink(path)

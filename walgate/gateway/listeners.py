@@ -34,7 +34,7 @@ class ListenerError(ValueError):
 
 @dataclass(frozen=True)
 class ListenerInfo:
-    """What a connection knows of the listener it came through (``broker.LISTENER``)."""
+    """What a connection knows of the listener it came through (each request's ``RequestContext.listener``)."""
 
     name: str  # upper-case, e.g. "SASL_SSL" or "INTERNAL"
     security_protocol: str  # one of SECURITY_PROTOCOLS

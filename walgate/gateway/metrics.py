@@ -53,7 +53,7 @@ from prometheus_client.registry import Collector
 from walgate.coordinator import GroupCoordinator, GroupStats
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, PartitionStats
-from walgate.storage.fileio import SYNC_LATENCY, LatencyRecorder
+from walgate.storage.fileio import LatencyRecorder, SyncLatency
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
@@ -89,6 +89,7 @@ class _State:
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: int
+    syncs: SyncLatency  # the engine's fsync times (thread-safe recorders, read when rendered)
 
 
 @dataclass
@@ -301,7 +302,7 @@ async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThrea
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
-    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued)
+    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs)
 
 
 class StateCollector(Collector):
@@ -424,7 +425,7 @@ def _storage_metrics(state: _State) -> Iterator[Metric]:
     yield _gauge("walgate_storage_queue_depth", "Calls waiting for the storage thread", [], [([], state.queued)])
     family = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
                                    "Time of each fsync / fdatasync of the data dir (ms)", labels=["call"])
-    for call, recorder in SYNC_LATENCY.items():
+    for call, recorder in state.syncs.calls.items():
         family.add_metric([call], *_buckets(recorder))
     yield family
 

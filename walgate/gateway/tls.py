@@ -39,7 +39,7 @@ from pathlib import Path
 from cryptography import x509
 
 from walgate.gateway.config import Config, ConfigError
-from walgate.gateway.kafka.broker import ANONYMOUS
+from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.tls_verify import answer_bad_certificate
 

@@ -58,6 +58,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
     TopicCollision,
 )
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.names import (
     collision_key,
     is_db_id,
@@ -207,11 +208,14 @@ class Catalog:
     users: dict[str, User] = field(default_factory=dict)  # their records: walgate.storage.users
     resource_configs: resource_configs.ResourceConfigs = field(default_factory=dict)  # storage/resource_configs.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
+    syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS) -> Catalog:
-        """Replay ``path`` (see the module docstring): never refuses to open, whatever the file holds."""
-        cat = cls(path, damage, max_partitions)
+    def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
+             syncs: SyncLatency | None = None) -> Catalog:
+        """Replay ``path`` (see the module docstring): never refuses to open, whatever the file holds; its fsyncs are
+        timed into ``syncs`` (the engine's)."""
+        cat = cls(path, damage, max_partitions, syncs=SyncLatency() if syncs is None else syncs)
         data = path.read_bytes() if path.exists() else b""
         scan = lines.scan(data)
         damaged = False
@@ -249,7 +253,7 @@ class Catalog:
             fd = os.open(self.path, os.O_WRONLY)
             try:
                 fileio.truncate(fd, size)
-                fileio.fsync(fd)
+                fileio.fsync(fd, syncs=self.syncs)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -262,7 +266,7 @@ class Catalog:
         saved_acls, saved_configs = self.acls.current, dict(self.resource_configs)
         self.apply(record)
         try:
-            fileio.append_file(self.path, self._pad + lines.encode(record))
+            fileio.append_file(self.path, self._pad + lines.encode(record), syncs=self.syncs)
         except OSError as exc:
             self.databases, self.stables, self.topics, self.client_quotas, self.users = saved
             self.acls.current, self.resource_configs = saved_acls, saved_configs
@@ -295,7 +299,7 @@ class Catalog:
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
-        fileio.replace_file(self.path, b"".join(lines.encode(r) for r in self.records()))
+        fileio.replace_file(self.path, b"".join(lines.encode(r) for r in self.records()), syncs=self.syncs)
         self._pad = b""
 
     def apply(self, r: dict[str, Any]) -> None:

@@ -493,7 +493,7 @@ class Cleaner:
         self._dirty[p.vnode.dir] = p.limit
         point = {"dirty_from": p.limit} if p.horizon is None else {"dirty_from": p.limit, "horizon": p.horizon}
         try:
-            fileio.replace_file(p.vnode.dir / CHECKPOINT, lines.encode(point))
+            fileio.replace_file(p.vnode.dir / CHECKPOINT, lines.encode(point), syncs=self.store.syncs)
         except OSError as exc:  # a lost dirty point costs one more pass
             log.warning("cleaner: %s: %s", p.vnode.dir / CHECKPOINT, describe(exc))
 
@@ -586,7 +586,7 @@ class Cleaner:
         """Once the segment changes, write what was read of its new log so far to the temporary file."""
         if rw.changed and rw.chunks:
             if rw.staged is None:
-                rw.staged = fileio.StagedFile(rw.seg.path)
+                rw.staged = fileio.StagedFile(rw.seg.path, syncs=p.vnode.wal.syncs)
             rw.staged.write(b"".join(rw.chunks), sync=False)  # (synced by staged_sync or the commit)
             rw.chunks.clear()
 
@@ -666,7 +666,8 @@ class Cleaner:
                 return True
             next_first = wal.segments[bisect_left(wal.segments, group[-1][0], key=_first) + 1].first
             m = p.merging = _Merge(group, next_first,
-                                   fileio.StagedFile(wal.dir / f"{group[0][0]:020d}.{next_first:020d}.swap"))
+                                   fileio.StagedFile(wal.dir / f"{group[0][0]:020d}.{next_first:020d}.swap",
+                                                    syncs=wal.syncs))
         segs = self._run(wal, m.group)
         if segs is None:  # changed meanwhile (retention)
             m.staged.discard()
@@ -770,7 +771,7 @@ class Cleaner:
             log.warning("cleaner: %s: %s; swapped", rw.seg.path, describe(exc))  # (only the directory's fsync failed)
         wal.swap_segment(new)
         try:
-            fileio.replace_file(new.index_path, sealed_index(new, rw.next_first))
+            fileio.replace_file(new.index_path, sealed_index(new, rw.next_first), syncs=self.store.syncs)
         except OSError as exc:  # derived: rebuilt from the log at the next open
             log.warning("cleaner: %s: %s; rebuilt at the next open", new.index_path, describe(exc))
         self.store.indexes[(p.topic.name, p.vnode.index)].remove_versions(set(rw.dropped))

@@ -48,6 +48,7 @@ from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["COMPACT_FLOOR", "Committed", "CoordinatorLog", "GroupRecord", "OffsetKey", "record_line"]
@@ -118,8 +119,8 @@ class CoordinatorLog(KeyedLog[Key, Value]):
     CONSEQUENCE = "; that offset or group state falls back to its previous record (a group's members may rejoin)"
     logger = log
 
-    def __init__(self, path: Path, unsynced: Unsynced | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> None:
+        super().__init__(path, syncs)
         self.unsynced = unsynced  # group commit: commits note what they need instead of fsyncing
         self._written = 0  # commit writes so far (the targets of group commit's needs)
         self.durable_to = 0  # commit writes up to this one are fsynced and applied
@@ -128,9 +129,11 @@ class CoordinatorLog(KeyedLog[Key, Value]):
         self._file = threading.Lock()  # held by every append to the file, and by the pad it decides
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None) -> CoordinatorLog:
-        """Replay *path* (missing: empty); damage is reported and skipped, never fatal."""
-        store = cls(path, unsynced)
+    def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None,
+             syncs: SyncLatency | None = None) -> CoordinatorLog:
+        """Replay *path* (missing: empty); damage is reported and skipped, never fatal; its fsyncs are timed into
+        ``syncs`` (the engine's)."""
+        store = cls(path, unsynced, syncs)
         store._replay(damage)
         return store
 
@@ -173,7 +176,7 @@ class CoordinatorLog(KeyedLog[Key, Value]):
         the file's lock; OSError (the file cut back, the next append padded) when the disk refuses it."""
         with self._file:
             try:
-                fileio.append_file(self.path, self._pad + body)  # cut back when the write or the fsync fails
+                fileio.append_file(self.path, self._pad + body, syncs=self.syncs)  # cut back when the write or the fsync fails
             except OSError:
                 self._pad = b"\n"  # in case the cut back failed too
                 raise

@@ -24,6 +24,7 @@ from walgate.storage.coordinator_log import Committed, CoordinatorLog, GroupReco
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageError
+from walgate.storage.fileio import SyncLatency
 
 __all__ = ["COORDINATOR_DIR", "DEFAULT_PARTITIONS", "CoordinatorPartitions", "java_hash", "partition_file",
            "partition_for"]
@@ -67,12 +68,12 @@ class CoordinatorPartitions:
         self.logs = logs
 
     @classmethod
-    def open(cls, root: Path, partitions: int, damage: DamageLog, unsynced: Unsynced | None = None
-             ) -> CoordinatorPartitions:
+    def open(cls, root: Path, partitions: int, damage: DamageLog, unsynced: Unsynced | None = None,
+             syncs: SyncLatency | None = None) -> CoordinatorPartitions:
         """Replay the ``partitions`` logs of ``root`` (a missing one is empty); with ``unsynced``, commits leave
-        their fsyncs to group commit."""
+        their fsyncs to group commit; fsyncs are timed into ``syncs`` (the engine's)."""
         (root / COORDINATOR_DIR).mkdir(exist_ok=True)  # (made with the data dir; a kill may have come before)
-        return cls([CoordinatorLog.open(partition_file(root, p), damage, unsynced) for p in range(partitions)])
+        return cls([CoordinatorLog.open(partition_file(root, p), damage, unsynced, syncs) for p in range(partitions)])
 
     def of(self, group_id: str) -> CoordinatorLog:
         """The log holding ``group_id``'s offsets and state."""

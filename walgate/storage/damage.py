@@ -14,6 +14,7 @@ from pathlib import Path
 
 from walgate.storage import fileio
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
+from walgate.storage.fileio import SyncLatency
 
 __all__ = ["Damage", "DamageLog"]
 
@@ -44,8 +45,9 @@ class DamageLog:
     :class:`Damage`. A component that cannot keep the bytes (the disk is full) still reports, with ``kept`` "".
     """
 
-    def __init__(self, root: Path, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, root: Path, clock: Clock = SYSTEM_CLOCK, syncs: SyncLatency | None = None) -> None:
         self.root = root
+        self.syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times (a log of its own: its own)
         self.clock = clock  # the wall time in a kept copy's name
         self.records: list[Damage] = []
 
@@ -58,7 +60,7 @@ class DamageLog:
             target = qdir / f"{rel.replace('/', '__')}.{start}-{end}.{self.clock.time_ns() // 1_000_000_000}"
             try:
                 qdir.mkdir(exist_ok=True)
-                fileio.replace_file(target, data)
+                fileio.replace_file(target, data, syncs=self.syncs)
                 kept = self._rel(target)
             except OSError as exc:
                 log.error("could not keep the damaged bytes of %s [%d, %d): %s", rel, start, end, exc)

@@ -86,6 +86,7 @@ from walgate.storage.coordinator_log import Committed, CoordinatorLog, OffsetKey
 from walgate.storage.coordinator_partitions import COORDINATOR_DIR, DEFAULT_PARTITIONS, partition_file, partition_for
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.names import is_db_id, is_topic_id, new_db_id
 from walgate.storage.producers import ProducerIds
 from walgate.storage.vnode import CHECKPOINT
@@ -153,10 +154,12 @@ def unnamed_db_dirs(root: Path, ids: set[str]) -> list[str]:
 
 
 def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK,
-            coordinator_partitions: int = DEFAULT_PARTITIONS) -> int:
+            coordinator_partitions: int = DEFAULT_PARTITIONS, syncs: SyncLatency | None = None) -> int:
     """Make ``root`` a data dir of the current format: create, open, migrate or refuse (see the module docstring);
     the number of its coordinator partitions (``coordinator_partitions`` for a data dir made or migrated now).
-    ``clock``: where producer ids go on when a format-1 ``producer_ids.json`` cannot be read."""
+    ``clock``: where producer ids go on when a format-1 ``producer_ids.json`` cannot be read; ``syncs``: what its
+    fsyncs are timed into (the engine's)."""
+    syncs = SyncLatency() if syncs is None else syncs
     root.mkdir(parents=True, exist_ok=True)
     version = root / VERSION_FILE
     found = _read_format(version, damage)
@@ -164,14 +167,14 @@ def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK,
         old = (root / _OLD_CATALOG).exists() or (root / _OLD_PRODUCER_IDS).exists()
         if old or ((root / "db").exists() and not (root / CATALOG).exists()):
             log.info("%s: migrating the data dir from format 1 to format %d", root, FORMAT)
-            _migrate_1(root, damage, clock)
+            _migrate_1(root, damage, clock, syncs)
         if (root / CATALOG).exists() or (root / PRODUCER_IDS).exists() or (root / COORDINATOR_DIR).exists():
-            partitions = _migrate_2(root, damage, coordinator_partitions)
-            _write_format(version, partitions)
+            partitions = _migrate_2(root, damage, coordinator_partitions, syncs)
+            _write_format(version, partitions, syncs)
             return partitions
-        _write_format(version, coordinator_partitions)  # a new data dir
-        ProducerIds.create(root / PRODUCER_IDS)
-        _make_coordinator(root, [b""] * coordinator_partitions)
+        _write_format(version, coordinator_partitions, syncs)  # a new data dir
+        ProducerIds.create(root / PRODUCER_IDS, syncs)
+        _make_coordinator(root, [b""] * coordinator_partitions, syncs)
         return coordinator_partitions
     fmt, partitions = found
     if fmt > FORMAT:
@@ -179,9 +182,9 @@ def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK,
                                 f"reads formats 1 to {FORMAT}: run the newer release")
     if fmt < FORMAT:
         if fmt < 2:
-            _migrate_1(root, damage, clock)
-        partitions = _migrate_2(root, damage, coordinator_partitions)
-        _write_format(version, partitions)
+            _migrate_1(root, damage, clock, syncs)
+        partitions = _migrate_2(root, damage, coordinator_partitions, syncs)
+        _write_format(version, partitions, syncs)
     return partitions
 
 
@@ -199,24 +202,25 @@ def _read_format(path: Path, damage: DamageLog) -> tuple[int, int] | None:
         return None
 
 
-def _write_format(path: Path, coordinator_partitions: int) -> None:
-    fileio.replace_file(path, lines.encode({"format": FORMAT, "coordinator_partitions": coordinator_partitions}))
+def _write_format(path: Path, coordinator_partitions: int, syncs: SyncLatency) -> None:
+    fileio.replace_file(path, lines.encode({"format": FORMAT, "coordinator_partitions": coordinator_partitions}),
+                        syncs=syncs)
 
 
 # ------------------------------------------------------------------ format 2 -> 3
 
 
-def _migrate_2(root: Path, damage: DamageLog, partitions: int) -> int:
+def _migrate_2(root: Path, damage: DamageLog, partitions: int, syncs: SyncLatency) -> int:
     """Fold every ``commits.log`` and ``groups.log`` into ``coordinator/`` (unless it exists), then remove them;
     the number of coordinator partitions."""
     if not (root / COORDINATOR_DIR).is_dir():
         log.info("%s: moving committed offsets and group records into %s/ (format 3)", root, COORDINATOR_DIR)
-        _make_coordinator(root, _fold(root, damage, partitions))
+        _make_coordinator(root, _fold(root, damage, partitions), syncs)
     for old in sorted((root / "db").glob(f"*/vnode*/{_OLD_COMMITS}")):
         fileio.unlink(old)
-        fileio.fsync_dir(old.parent)
+        fileio.fsync_dir(old.parent, syncs=syncs)
     fileio.unlink(root / _OLD_GROUPS, missing_ok=True)
-    fileio.fsync_dir(root)
+    fileio.fsync_dir(root, syncs=syncs)
     return _partitions_found(root) or partitions
 
 
@@ -236,17 +240,17 @@ def _fold(root: Path, damage: DamageLog, partitions: int) -> list[bytes]:
     return [b"".join(record_line(k, v) for k, v in rs) for rs in records]
 
 
-def _make_coordinator(root: Path, contents: list[bytes]) -> None:
+def _make_coordinator(root: Path, contents: list[bytes], syncs: SyncLatency) -> None:
     """Make ``coordinator/`` with one partition file per item of ``contents``, atomically (built whole in
     ``coordinator.tmp/``, then renamed)."""
     tmp = root / _COORDINATOR_TMP
     shutil.rmtree(tmp, ignore_errors=True)  # a previous try's, cut short
     tmp.mkdir()
     for p, data in enumerate(contents):
-        fileio.replace_file(tmp / partition_file(root, p).name, data)
-    fileio.fsync_dir(tmp)
+        fileio.replace_file(tmp / partition_file(root, p).name, data, syncs=syncs)
+    fileio.fsync_dir(tmp, syncs=syncs)
     fileio.rename(tmp, root / COORDINATOR_DIR)
-    fileio.fsync_dir(root)
+    fileio.fsync_dir(root, syncs=syncs)
 
 
 def _partitions_found(root: Path) -> int:
@@ -259,10 +263,10 @@ def _partitions_found(root: Path) -> int:
 # ------------------------------------------------------------------ format 1 -> 2
 
 
-def _migrate_1(root: Path, damage: DamageLog, clock: Clock) -> None:
+def _migrate_1(root: Path, damage: DamageLog, clock: Clock, syncs: SyncLatency) -> None:
     if not (root / CATALOG).exists():
-        _convert_catalog(root, damage)
-    catalog = Catalog.open(root / CATALOG, damage)
+        _convert_catalog(root, damage, syncs)
+    catalog = Catalog.open(root / CATALOG, damage, syncs=syncs)
     (root / "db").mkdir(exist_ok=True)
     for db in catalog.databases.values():
         new = db_dir(root, db.id)
@@ -273,17 +277,17 @@ def _migrate_1(root: Path, damage: DamageLog, clock: Clock) -> None:
         old = root / "db" / db.name
         if old.is_dir() and not new.exists():
             os.rename(old, new)
-    fileio.fsync_dir(root / "db")
+    fileio.fsync_dir(root / "db", syncs=syncs)
     for db in catalog.databases.values():
         topics = [t for t in catalog.topics.values() if t.db == db.name]
         for vnode_dir in sorted(db_dir(root, db.id).glob("vnode*")):
-            _migrate_vnode(vnode_dir, topics, damage)
+            _migrate_vnode(vnode_dir, topics, damage, syncs)
     _convert(root / _OLD_PRODUCER_IDS, root / PRODUCER_IDS, damage,
-             lambda raw, path, damage: _producer_ids(raw, path, damage, clock))
+             lambda raw, path, damage: _producer_ids(raw, path, damage, clock), syncs)
     if not (root / PRODUCER_IDS).exists():
-        ProducerIds.create(root / PRODUCER_IDS)
+        ProducerIds.create(root / PRODUCER_IDS, syncs)
     (root / _OLD_CATALOG).unlink(missing_ok=True)
-    fileio.fsync_dir(root)
+    fileio.fsync_dir(root, syncs=syncs)
 
 
 def _plain(name: str) -> bool:
@@ -291,11 +295,11 @@ def _plain(name: str) -> bool:
     return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
 
 
-def _convert_catalog(root: Path, damage: DamageLog) -> None:
+def _convert_catalog(root: Path, damage: DamageLog, syncs: SyncLatency) -> None:
     """``catalog.jsonl`` (plain JSON lines, no ids) -> ``catalog.log``, replaying it with the current rules."""
     old = root / _OLD_CATALOG
     data = old.read_bytes() if old.exists() else b""
-    catalog = Catalog(root / CATALOG, damage)
+    catalog = Catalog(root / CATALOG, damage, syncs=syncs)
 
     def apply(record: Any) -> None:
         if record.get("op") == "create_db":
@@ -308,19 +312,20 @@ def _convert_catalog(root: Path, damage: DamageLog) -> None:
     catalog.rewrite()
 
 
-def _migrate_vnode(vnode: Path, topics: list[Any], damage: DamageLog) -> None:
+def _migrate_vnode(vnode: Path, topics: list[Any], damage: DamageLog, syncs: SyncLatency) -> None:
     for t in topics:
         if not _plain(t.name):
             continue  # format 1 put its files outside topics/: the index is rebuilt, a log start is lost
         (vnode / "topics" / f"{t.name}.oidx").unlink(missing_ok=True)  # derived, of the old record format
-        _convert(vnode / "topics" / f"{t.name}.start", topic_file(vnode, t.topic_id, ".start"), damage, _log_start)
+        _convert(vnode / "topics" / f"{t.name}.start", topic_file(vnode, t.topic_id, ".start"), damage, _log_start,
+                 syncs)
     if (vnode / "topics").is_dir():
-        fileio.fsync_dir(vnode / "topics")
-    _convert(vnode / "offsets.jsonl", vnode / _OLD_COMMITS, damage, _commits)
-    _convert(vnode / "tables.json", vnode / CHECKPOINT, damage, _checkpoint)
+        fileio.fsync_dir(vnode / "topics", syncs=syncs)
+    _convert(vnode / "offsets.jsonl", vnode / _OLD_COMMITS, damage, _commits, syncs)
+    _convert(vnode / "tables.json", vnode / CHECKPOINT, damage, _checkpoint, syncs)
 
 
-def _convert(old: Path, new: Path, damage: DamageLog, convert: Any) -> None:
+def _convert(old: Path, new: Path, damage: DamageLog, convert: Any, syncs: SyncLatency) -> None:
     """Write ``new`` from the format-1 ``old`` (unless ``new`` exists: then it is whole), then remove ``old``."""
     if not old.exists():
         return
@@ -332,9 +337,9 @@ def _convert(old: Path, new: Path, damage: DamageLog, convert: Any) -> None:
             damage.report(old, 0, len(raw), f"format-1 file: {exc}", "not migrated", raw)
             data = None
         if data is not None:
-            fileio.replace_file(new, data)
+            fileio.replace_file(new, data, syncs=syncs)
     old.unlink()
-    fileio.fsync_dir(old.parent)
+    fileio.fsync_dir(old.parent, syncs=syncs)
 
 
 def _log_start(raw: bytes, path: Path, damage: DamageLog) -> bytes:

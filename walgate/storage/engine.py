@@ -75,6 +75,8 @@ class Engine:
         # the shared state, for callers that inspect it (tests, tools)
         self.data_dir = store.data_dir
         self.damage_log = store.damage_log
+        self.files = store.files  # this engine's open segment files (storage/filecache.py), no other engine's
+        self.syncs = store.syncs  # how long this engine's fsyncs took (storage/fileio.py), no other engine's
         self.catalog = store.catalog
         self.vnodes = store.vnodes
         self.evaluators = store.evaluators
@@ -89,7 +91,8 @@ class Engine:
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
-        self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log), store.clock)
+        self.users = Users(store.catalog, load_users_key(store.data_dir / USERS_KEY, store.damage_log, store.syncs),
+                           store.clock)
         self.cleaner = Cleaner(store)
         self.retention = Retention(store, self.views)
         self.batch_cache = BatchCache(batch_cache_bytes)  # TDengine topics' rendered batches (read by the metrics)

@@ -19,17 +19,28 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
     │                         kept; retriable, and service resumes by itself once the disk accepts writes again
-    ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``kafka_error`` names
-    │                         the Kafka error
+    ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``error_code`` is
+    │                         the Kafka error (Produce answers it)
     └── UnsupportedFormat     (datadir.py) a data dir written by a newer walgate
 
-Outside the tree, :class:`walgate.storage.wal.CorruptEntry` (an ``Exception``) says a WAL entry was lost or is
-damaged: readers skip it as a gap in the offsets, never answer it as an error of the request.
+Outside the tree, :class:`CorruptEntry` (an ``Exception``, also importable from :mod:`walgate.storage.wal`) says a WAL
+entry was lost or is damaged: readers skip it as a gap in the offsets, never answer it as an error of the request.
+
+:data:`ERROR_CODES` is this domain's table (exception class -> Kafka error code, most specific first along an
+exception's MRO), merged with the other domains' at the gateway's edge (``gateway/kafka/handlers/common.py``), where
+the APIs that answer differently override it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Final
+
+from walgate.wire.errors import ErrorCode
+
 __all__ = [
+    "ERROR_CODES",
+    "CorruptEntry",
     "StorageError",
     "SqlSyntaxError",
     "InvalidValue",
@@ -117,3 +128,20 @@ class QueryCancelled(StorageError):
     """A running query was stopped: its client went away, or it ran past the statement time limit."""
 
     code = 0x022D  # TDengine's TSDB_CODE_TSC_QUERY_KILLED ("Query killed")
+
+
+class CorruptEntry(Exception):
+    """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
+
+
+ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
+    NotFound: ErrorCode.unknown_topic_or_partition,
+    TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
+    OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    StorageUnavailable: ErrorCode.kafka_storage_error,
+    LimitExceeded: ErrorCode.policy_violation,
+    StorageError: ErrorCode.invalid_request,  # input the engine refused
+    CorruptEntry: ErrorCode.corrupt_message,  # stored data that fails its checksum
+    OSError: ErrorCode.kafka_storage_error,  # as Kafka answers an IOException of its log
+}
+"""The storage domain's errors as Kafka answers them (see the module docstring)."""

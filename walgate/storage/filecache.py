@@ -1,7 +1,9 @@
-"""A bounded, process-wide cache of open file descriptors (the WAL's segment files).
+"""A bounded cache of open file descriptors (the WAL's segment files, offset indexes' appends).
 
-Invariant: the cache itself holds at most ``capacity`` descriptors, whatever the number of WALs; an idle WAL holds
-none. A descriptor is an :class:`OpenFile`, closed when the last reference to it goes (CPython's reference
+Each engine owns one (``Store.files``), which every WAL and offset index of its data dir opens files through, so
+two engines in one process never share or evict each other's descriptors; a WAL opened on its own (tests, tools)
+makes its own. Invariant: the cache itself holds at most ``capacity`` descriptors, whatever the number of WALs
+using it; an idle WAL holds none. A descriptor is an :class:`OpenFile`, closed when the last reference to it goes (CPython's reference
 counting): the cache drops its reference when it evicts the least recently used entry, and an entry still in use
 elsewhere (an append in progress, a ``FileRegion`` being sent with ``sendfile``) keeps its descriptor open until that
 use ends. So the process holds at most ``capacity`` descriptors plus the ones in use, and a file evicted while
@@ -22,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FILES", "FileCache", "OpenFile", "default_capacity"]
+__all__ = ["FileCache", "OpenFile", "default_capacity"]
 
 _MAX_DEFAULT = 1 << 16  # when the soft limit is unlimited or huge
 
@@ -100,7 +102,3 @@ class FileCache:
             self.capacity = capacity
             while len(self._files) > capacity:
                 self._files.popitem(last=False)
-
-
-FILES = FileCache()
-"""The process-wide cache every WAL opens its segment files through."""

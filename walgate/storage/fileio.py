@@ -11,10 +11,13 @@ test can replace that one attribute (``tests/storage/faults.py``) and inject
 ENOSPC, EIO, short writes or failing fsyncs at any chosen write of an append,
 commit, catalog or producer-state update.
 
-Every :func:`fsync` and :func:`fdatasync` (failed ones too) is timed into
-:data:`SYNC_LATENCY`, plain bucket counts per call that the gateway's metrics
-collector exports (storage/ knows nothing of Prometheus), on the real clock: a duration of the disk is
-real time whatever clock the engine runs on.
+Every :func:`fsync` and :func:`fdatasync` (failed ones too, and those of the
+functions built on them) is timed into the :class:`SyncLatency` its caller
+passes: the engine's (``Store.syncs``), which every component of its data dir
+was opened with, so two engines in one process count their own. They are plain
+bucket counts per call that the gateway's metrics collector exports (storage/
+knows nothing of Prometheus), on the real clock: a duration of the disk is real
+time whatever clock the engine runs on.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from walgate.storage.clock import SYSTEM_CLOCK
 
 __all__ = ["write_all", "pwrite_all", "fsync", "fdatasync", "truncate", "append_file", "replace_file", "fsync_dir",
-           "rename", "unlink", "StagedFile", "LatencyRecorder", "SYNC_LATENCY"]
+           "rename", "unlink", "StagedFile", "LatencyRecorder", "SyncLatency"]
 
 
 class LatencyRecorder:
@@ -54,8 +57,15 @@ class LatencyRecorder:
 
 
 SYNC_BOUNDS_MS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0)
-SYNC_LATENCY = {"fsync": LatencyRecorder(SYNC_BOUNDS_MS), "fdatasync": LatencyRecorder(SYNC_BOUNDS_MS)}
-"""How long each fsync / fdatasync of this process took, by call (the whole process: every engine shares it)."""
+
+
+class SyncLatency:
+    """How long each fsync / fdatasync of one engine's data dir took: ``calls`` maps the call (``fsync``,
+    ``fdatasync``) to its :class:`LatencyRecorder`."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, LatencyRecorder] = {"fsync": LatencyRecorder(SYNC_BOUNDS_MS),
+                                                  "fdatasync": LatencyRecorder(SYNC_BOUNDS_MS)}
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -73,22 +83,22 @@ def pwrite_all(fd: int, data: bytes, offset: int) -> None:
         raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes", None)
 
 
-def fsync(fd: int) -> None:
-    """Flush the file's data and metadata to the disk."""
+def fsync(fd: int, *, syncs: SyncLatency) -> None:
+    """Flush the file's data and metadata to the disk (timed into ``syncs``)."""
     start = SYSTEM_CLOCK.monotonic()
     try:
         os.fsync(fd)
     finally:
-        SYNC_LATENCY["fsync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
+        syncs.calls["fsync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
 
 
-def fdatasync(fd: int) -> None:
-    """Flush the file's data (and the metadata needed to read it back) to the disk."""
+def fdatasync(fd: int, *, syncs: SyncLatency) -> None:
+    """Flush the file's data (and the metadata needed to read it back) to the disk (timed into ``syncs``)."""
     start = SYSTEM_CLOCK.monotonic()
     try:
         os.fdatasync(fd)
     finally:
-        SYNC_LATENCY["fdatasync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
+        syncs.calls["fdatasync"].observe((SYSTEM_CLOCK.monotonic() - start) * 1000)
 
 
 def truncate(fd: int, size: int) -> None:
@@ -96,7 +106,7 @@ def truncate(fd: int, size: int) -> None:
     os.ftruncate(fd, size)
 
 
-def append_file(path: Path, data: bytes, *, sync: bool = True) -> None:
+def append_file(path: Path, data: bytes, *, syncs: SyncLatency, sync: bool = True) -> None:
     """Append ``data`` to ``path`` (created if missing) with one write, fsynced unless ``sync`` is False.
 
     On any error the file is cut back to its size before the call (best effort: when even that fails, the
@@ -107,7 +117,7 @@ def append_file(path: Path, data: bytes, *, sync: bool = True) -> None:
         try:
             write_all(fd, data)
             if sync:
-                fsync(fd)
+                fsync(fd, syncs=syncs)
         except OSError:
             try:
                 truncate(fd, size)
@@ -118,7 +128,7 @@ def append_file(path: Path, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None:
+def replace_file(path: Path, data: bytes, *, syncs: SyncLatency, mtime: float | None = None) -> None:
     """Replace ``path`` by ``data`` atomically: write a temporary file, fsync it, rename it over ``path``, fsync the
     directory. After a crash or an error ``path`` holds either its old bytes or all of the new ones. With ``mtime``,
     the new file's modification time is set to it before the rename (a cleaned segment keeps its retention age)."""
@@ -128,7 +138,7 @@ def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None
         write_all(fd, data)
         if mtime is not None:
             os.utime(fd, (mtime, mtime))
-        fsync(fd)
+        fsync(fd, syncs=syncs)
     except OSError:
         os.close(fd)
         try:
@@ -138,7 +148,7 @@ def replace_file(path: Path, data: bytes, *, mtime: float | None = None) -> None
         raise
     os.close(fd)
     _replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_dir(path.parent, syncs=syncs)
 
 
 class StagedFile:
@@ -149,8 +159,9 @@ class StagedFile:
     ``path`` and fsyncs the directory; :meth:`discard` closes and deletes it. Until the commit ``path`` is
     untouched; a crash leaves the ``.tmp``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, syncs: SyncLatency) -> None:
         self.path = path
+        self.syncs = syncs
         self.tmp = path.with_name(path.name + ".tmp")
         self.size = 0
         self.renamed = False  # True once the commit's rename is done (a failure after it leaves the file in place)
@@ -173,7 +184,7 @@ class StagedFile:
         sync as done): the file can only be discarded."""
         assert self._fd is not None
         try:
-            fdatasync(self._fd)
+            fdatasync(self._fd, syncs=self.syncs)
         except OSError:
             self._failed = True
             raise
@@ -190,7 +201,7 @@ class StagedFile:
             self._check()
             if mtime is not None:
                 os.utime(fd, (mtime, mtime))
-            fsync(fd)
+            fsync(fd, syncs=self.syncs)
         except OSError:
             self.discard()
             raise
@@ -198,7 +209,7 @@ class StagedFile:
         os.close(fd)
         _replace(self.tmp, self.path)
         self.renamed = True
-        fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent, syncs=self.syncs)
 
     def discard(self) -> None:
         """Close and delete the temporary file (best effort: a leftover is deleted at the next open)."""
@@ -238,10 +249,10 @@ def unlink(path: Path, *, missing_ok: bool = False) -> None:
             raise
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path, *, syncs: SyncLatency) -> None:
     """fsync a directory, so the names created, renamed or removed in it are durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        fsync(fd)
+        fsync(fd, syncs=syncs)
     finally:
         os.close(fd)

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.fileio import SyncLatency
 
 __all__ = ["KeyedLog"]
 
@@ -57,8 +58,9 @@ class KeyedLog(ABC, Generic[K, V]):
     """Ends the message of a refused :meth:`_write` (what did not change)."""
     logger: ClassVar[logging.Logger]
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, syncs: SyncLatency | None = None) -> None:
         self.path = path
+        self.syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times (a log of its own: its own)
         self._live: dict[K, V] = {}
         self._lines = 0  # lines in the file (live and superseded)
         self._pad = b""  # b"\n" while the file may end in a torn line
@@ -114,7 +116,7 @@ class KeyedLog(ABC, Generic[K, V]):
         return self._lines - len(self._live) > max(len(self._live), self._compact_floor())
 
     def _rewrite(self) -> None:
-        fileio.replace_file(self.path, b"".join(self._line(k, v) for k, v in self._live.items()))
+        fileio.replace_file(self.path, b"".join(self._line(k, v) for k, v in self._live.items()), syncs=self.syncs)
         self._lines = len(self._live)
         self._pad = b""
 
@@ -142,7 +144,7 @@ class KeyedLog(ABC, Generic[K, V]):
         if not records:
             return
         try:
-            fileio.append_file(self.path, self._encode(records))  # cut back when the write or the fsync fails
+            fileio.append_file(self.path, self._encode(records), syncs=self.syncs)  # cut back when the write or the fsync fails
         except OSError as exc:
             self._pad = b"\n"  # in case the cut back failed too
             raise StorageUnavailable(f"The {self.WHAT} could not be written ({exc.strerror or exc}): "

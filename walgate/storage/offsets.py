@@ -49,7 +49,8 @@ import crc32c
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageUnavailable
-from walgate.storage.filecache import FILES
+from walgate.storage.filecache import FileCache
+from walgate.storage.fileio import SyncLatency
 
 __all__ = ["OffsetIndex"]
 
@@ -57,7 +58,7 @@ log = logging.getLogger("walgate.offsets")
 
 _REC = struct.Struct("<QQIqI")
 _BODY = struct.Struct("<QQIq")  # what the CRC covers
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # appends go through the process-wide descriptor cache
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT  # appends go through the engine's descriptor cache
 _TS_MIN = -(1 << 63)
 _OFFSET_MAX = 1 << 62
 
@@ -69,8 +70,11 @@ def _pack(offset: int, version: int, count: int, running_max: int) -> bytes:
 
 
 class OffsetIndex:
-    def __init__(self, path: Path, damage: DamageLog | None = None) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None, files: FileCache | None = None,
+                 syncs: SyncLatency | None = None) -> None:
         self.path = path
+        self.files = FileCache() if files is None else files  # its engine's descriptors (its vnode WAL's)
+        self.syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times (its vnode WAL's)
         self.damage = damage
         self.offsets = array("q")
         self.versions = array("q")
@@ -85,11 +89,12 @@ class OffsetIndex:
 
     @classmethod
     def open(cls, path: Path, wal_end: int, damage: DamageLog | None = None,
-             entries_in: Callable[[int, int], bool] | None = None) -> OffsetIndex:
+             entries_in: Callable[[int, int], bool] | None = None, files: FileCache | None = None,
+             syncs: SyncLatency | None = None) -> OffsetIndex:
         """Load the valid prefix of ``path`` (if any) below ``wal_end`` (see the module docstring). ``entries_in(a, b)``
         (a Kafka-native partition: whether its WAL holds an entry with a version in [a, b)) allows gaps in the
         offsets where the WAL holds no entry (the cleaner dropped the batches); without it offsets must be dense."""
-        idx = cls(path, damage)
+        idx = cls(path, damage, files, syncs)
         idx._entries_in = entries_in
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = path.read_bytes() if path.exists() else b""
@@ -160,13 +165,13 @@ class OffsetIndex:
         """Replace the file by the records in memory; on failure the file is left to the next open to repair."""
         data = b"".join(_pack(o, v, c, m) for o, v, c, m in zip(self.offsets, self.versions, self.counts, self.running_max))
         try:
-            fileio.replace_file(self.path, data)
+            fileio.replace_file(self.path, data, syncs=self.syncs)
         except OSError as exc:
             log.warning("%s: could not rewrite the offset index (rebuilt at the next start): %s", self.path, exc)
             self._file_ok = False
             return
         self._file_ok = True
-        FILES.discard(self.path, _APPEND)  # the cached descriptor (if any) is of the replaced file
+        self.files.discard(self.path, _APPEND)  # the cached descriptor (if any) is of the replaced file
 
     def append(self, version: int, count: int, max_ts: int, next_version: int, offset: int = -1) -> None:
         """Record that the entry at ``version`` contributes ``count`` records (0: just mark it evaluated); ``offset``:
@@ -177,7 +182,7 @@ class OffsetIndex:
             running = max(self.running_max[-1] if self.running_max else _TS_MIN, max_ts)
             if self._file_ok:
                 try:
-                    fileio.write_all(FILES.get(self.path, _APPEND).fd, _pack(self.end_offset, version, count, running))
+                    fileio.write_all(self.files.get(self.path, _APPEND).fd, _pack(self.end_offset, version, count, running))
                 except OSError as exc:  # derived state: memory goes on, the file is repaired later
                     log.warning("%s: offset index write failed (repaired later): %s", self.path, exc)
                     self._file_ok = False
@@ -217,7 +222,7 @@ class OffsetIndex:
         self._forget(bisect_right(self.offsets, offset), offset)
 
     def _save_start(self, offset: int) -> None:
-        fileio.replace_file(self._start_path, lines.encode({"log_start": offset}))
+        fileio.replace_file(self._start_path, lines.encode({"log_start": offset}), syncs=self.syncs)
         self._start_saved = True
 
     def _forget(self, gone: int, offset: int) -> None:
@@ -280,7 +285,7 @@ class OffsetIndex:
                 self._save_start(self.log_start)
             except OSError as exc:
                 log.error("%s: could not save the log start: %s", self._start_path, exc)
-        FILES.discard(self.path, _APPEND)
+        self.files.discard(self.path, _APPEND)
 
     def delete(self) -> None:
         self.close()

@@ -47,6 +47,8 @@ from walgate.storage import fileio, lines
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import StorageError, StorageUnavailable
+from walgate.storage.fileio import SyncLatency
+from walgate.wire.errors import ErrorCode
 
 __all__ = ["AbortedTxn", "ActiveProducer", "PartitionProducers", "ProducerIds", "DuplicateBatch", "SequenceError",
            "BATCHES_KEPT"]
@@ -58,11 +60,11 @@ _SEQUENCE_WRAP: Final = 2**31
 
 
 class SequenceError(StorageError):
-    """A batch refused by the idempotence or transaction rules; ``kafka_error`` is the Kafka error name."""
+    """A batch refused by the idempotence or transaction rules; ``error_code`` is the Kafka error Produce answers."""
 
-    def __init__(self, kafka_error: str, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
         super().__init__(message)
-        self.kafka_error = kafka_error
+        self.error_code = error_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +120,11 @@ class PartitionProducers:
         if state is None:
             return None
         if epoch < state.epoch:
-            raise SequenceError("invalid_producer_epoch",
+            raise SequenceError(ErrorCode.invalid_producer_epoch,
                                 f"producer {producer_id} epoch {epoch} is older than its current epoch {state.epoch}")
         if epoch > state.epoch:
             if first_seq != 0:
-                raise SequenceError("out_of_order_sequence_number",
+                raise SequenceError(ErrorCode.out_of_order_sequence_number,
                                     f"producer {producer_id}: a new epoch {epoch} must start at sequence 0, not {first_seq}")
         else:
             last_seq = (first_seq + count - 1) % _SEQUENCE_WRAP
@@ -131,10 +133,10 @@ class PartitionProducers:
                     return DuplicateBatch(base_offset)
             expected = (state.batches[-1][1] + 1) % _SEQUENCE_WRAP if state.batches else 0
             if first_seq != expected:
-                raise SequenceError("out_of_order_sequence_number",
+                raise SequenceError(ErrorCode.out_of_order_sequence_number,
                                     f"producer {producer_id}: sequence {first_seq}, expected {expected}")
         if state.txn_first >= 0 and not transactional:
-            raise SequenceError("invalid_txn_state", f"producer {producer_id} has a transaction open since offset "
+            raise SequenceError(ErrorCode.invalid_txn_state, f"producer {producer_id} has a transaction open since offset "
                                 f"{state.txn_first}: a non-transactional batch is refused")
         return None
 
@@ -167,10 +169,10 @@ class PartitionProducers:
         if state is None:
             return
         if epoch < state.epoch:
-            raise SequenceError("invalid_producer_epoch", f"a transaction marker of producer {producer_id} epoch "
+            raise SequenceError(ErrorCode.invalid_producer_epoch, f"a transaction marker of producer {producer_id} epoch "
                                 f"{epoch} is older than its current epoch {state.epoch}")
         if coordinator_epoch < state.coordinator_epoch:
-            raise SequenceError("transaction_coordinator_fenced", f"a transaction marker of producer {producer_id} "
+            raise SequenceError(ErrorCode.transaction_coordinator_fenced, f"a transaction marker of producer {producer_id} "
                                 f"from coordinator epoch {coordinator_epoch}, older than {state.coordinator_epoch}")
 
     def record_marker(self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, offset: int,
@@ -251,16 +253,18 @@ class ProducerIds:
 
     BLOCK: Final = 1000
 
-    def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK,
+                 syncs: SyncLatency | None = None) -> None:
         self._path = path
+        self._syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times
         self._clock = clock  # where ids go on when the file is lost
         self._next = self._load(damage)
         self._limit = self._next
 
     @staticmethod
-    def create(path: Path) -> None:
-        """The file of a new data dir: ids start at 0."""
-        fileio.replace_file(path, lines.encode({"next_block": 0}))
+    def create(path: Path, syncs: SyncLatency | None = None) -> None:
+        """The file of a new data dir: ids start at 0 (its fsyncs timed into ``syncs``, the engine's)."""
+        fileio.replace_file(path, lines.encode({"next_block": 0}), syncs=SyncLatency() if syncs is None else syncs)
 
     def _load(self, damage: DamageLog | None) -> int:
         raw = b""
@@ -297,7 +301,7 @@ class ProducerIds:
         if self._next >= self._limit:
             limit = self._next + self.BLOCK
             try:
-                fileio.replace_file(self._path, lines.encode({"next_block": limit}))
+                fileio.replace_file(self._path, lines.encode({"next_block": limit}), syncs=self._syncs)
             except OSError as exc:
                 raise StorageUnavailable(f"The producer id block could not be written ({exc.strerror or exc})") from None
             self._limit = limit

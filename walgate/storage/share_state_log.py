@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from walgate.storage import lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["COMPACT_FLOOR", "SHARE_GROUPS_LOG", "ShareStateLog"]
@@ -54,9 +55,10 @@ class ShareStateLog(KeyedLog[ShareKey, Any]):
     logger = log
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None) -> ShareStateLog:
-        """Replay ``path`` (missing: no state); never refuses (damage is reported and skipped)."""
-        slog = cls(path)
+    def open(cls, path: Path, damage: DamageLog | None = None, syncs: SyncLatency | None = None) -> ShareStateLog:
+        """Replay ``path`` (missing: no state); never refuses (damage is reported and skipped); its fsyncs are timed
+        into ``syncs`` (the engine's)."""
+        slog = cls(path, syncs)
         slog._replay(damage)
         return slog
 

@@ -2,7 +2,9 @@
 
 One :class:`Store` per open data dir: the catalog, the open vnodes of every database, each topic's compiled
 evaluator (TDengine topics), offset indexes and idempotent-producer state (Kafka-native topics) per partition, the
-topic-id index, the observers the gateway passed in and the clock (:mod:`~walgate.storage.clock`). The engine's parts (:mod:`~walgate.storage.ddl`,
+topic-id index, the observers the gateway passed in, the clock (:mod:`~walgate.storage.clock`) and the cache of open
+segment files every WAL and offset index of this data dir shares (:mod:`~walgate.storage.filecache`) and the
+fsync latency counters every component of it times its fsyncs into (:class:`~walgate.storage.fileio.SyncLatency`). The engine's parts (:mod:`~walgate.storage.ddl`,
 :mod:`~walgate.storage.ingest`, :mod:`~walgate.storage.commit`, :mod:`~walgate.storage.topic_views`,
 :mod:`~walgate.storage.native_topics`, :mod:`~walgate.storage.show`) each hold the one Store and change it only
 through their own operations. Creating a Store prepares the data dir (:func:`~walgate.storage.datadir.prepare`:
@@ -38,6 +40,8 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from walgate.storage.filecache import FileCache
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -74,14 +78,17 @@ class Store:
         self.data_dir = data_dir
         self.max_tables = max_tables  # tables one database may hold (0: no limit)
         self.clock = clock  # every time the engine's parts stamp or age anything by (see storage/clock.py)
+        self.files = FileCache()  # this engine's open segment files, bounded (another engine has its own)
+        self.syncs = SyncLatency()  # how long this engine's fsyncs took (another engine counts its own)
         self.max_request_bytes = max_request_bytes
         self.listener = listener
         self.consumers = consumers
-        self.damage_log = DamageLog(data_dir, clock)  # every component opened here reports damage to it
+        self.damage_log = DamageLog(data_dir, clock, self.syncs)  # every component opened here reports damage to it
         # create, migrate, or refuse a data dir of a newer format; how many coordinator partitions it has (those
         # asked for when it is made now)
-        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock, coordinator_partitions)
-        self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions)
+        coordinator_partitions = datadir.prepare(data_dir, self.damage_log, clock, coordinator_partitions, self.syncs)
+        self.catalog = Catalog.open(data_dir / datadir.CATALOG, self.damage_log, max_partitions=max_partitions,
+                                    syncs=self.syncs)
         for orphan in datadir.unnamed_db_dirs(data_dir, {d.id for d in self.catalog.databases.values()}):
             self.damage_log.report(self.catalog.path, 0, 0, f"{orphan} is named by no catalog record (the record was "
                                    "lost, or a crash came between creating the directory and recording it); the "
@@ -90,13 +97,14 @@ class Store:
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
-        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log, clock)
+        self.producer_ids = ProducerIds(data_dir / datadir.PRODUCER_IDS, self.damage_log, clock, self.syncs)
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
         self.unsynced = Unsynced(self._records_durable) if group_commit else None
         # the group coordinator's partitions: committed offsets and group records
-        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log, self.unsynced)
+        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log, self.unsynced,
+                                                        self.syncs)
 
     # ------------------------------------------------------------ databases
 
@@ -118,7 +126,7 @@ class Store:
         try:
             for i in range(first, db.vgroups):
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
-                                         self.clock))
+                                         self.clock, self.files, self.syncs))
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:

@@ -195,7 +195,8 @@ class TopicViews:
         """Open (or rebuild) the topic's offset index on ``vnode`` and index what the WAL holds past its end."""
         path = datadir.topic_file(vnode.dir, topic.topic_id, ".oidx")
         idx = OffsetIndex.open(path, vnode.wal.next_version, self.store.damage_log,
-                               vnode.wal.has_entries if topic.kind == "kafka" else None)
+                               vnode.wal.has_entries if topic.kind == "kafka" else None, vnode.wal.files,
+                               vnode.wal.syncs)
         idx.trim_before(vnode.wal.first_version)
         self.store.indexes[(topic.name, vnode.index)] = idx
         start = max(idx.indexed_to, vnode.wal.first_version)

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from walgate.storage import lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
 __all__ = ["TransactionLog", "COMPACT_FLOOR", "TRANSACTIONS_LOG"]
@@ -50,9 +51,10 @@ class TransactionLog(KeyedLog[str, dict[str, Any]]):
     logger = log
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None) -> TransactionLog:
-        """Replay ``path``; never refuses (damage is reported and skipped)."""
-        tlog = cls(path)
+    def open(cls, path: Path, damage: DamageLog | None = None, syncs: SyncLatency | None = None) -> TransactionLog:
+        """Replay ``path``; never refuses (damage is reported and skipped); its fsyncs are timed into ``syncs`` (the
+        engine's)."""
+        tlog = cls(path, syncs)
         tlog._replay(damage)
         return tlog
 

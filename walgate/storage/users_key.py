@@ -23,6 +23,7 @@ from typing import Final
 
 from walgate.storage import fileio, lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.fileio import SyncLatency
 
 __all__ = ["USERS_KEY", "load_users_key"]
 
@@ -32,8 +33,9 @@ USERS_KEY: Final = "users.key"
 _KEY_BYTES = 32
 
 
-def load_users_key(path: Path, damage: DamageLog | None = None) -> bytes:
-    """The key in ``path``, made (and written) when the file is missing or does not verify (module docstring)."""
+def load_users_key(path: Path, damage: DamageLog | None = None, syncs: SyncLatency | None = None) -> bytes:
+    """The key in ``path``, made (and written, its fsyncs timed into ``syncs``) when the file is missing or does not
+    verify (module docstring)."""
     raw = b""
     try:
         raw = path.read_bytes()
@@ -51,7 +53,8 @@ def load_users_key(path: Path, damage: DamageLog | None = None) -> bytes:
             damage.report(path, 0, len(raw), reason, "reset", raw)
     key = secrets.token_bytes(_KEY_BYTES)
     try:
-        fileio.replace_file(path, lines.encode({"mock_key": base64.b64encode(key).decode()}))
+        fileio.replace_file(path, lines.encode({"mock_key": base64.b64encode(key).decode()}),
+                            syncs=SyncLatency() if syncs is None else syncs)
     except OSError as exc:
         log.warning("%s could not be written (%s): the key of mock credentials lasts until the server stops",
                     path, exc.strerror or exc)

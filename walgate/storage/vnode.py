@@ -50,6 +50,8 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.filecache import FileCache
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, TableDef
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
@@ -113,13 +115,15 @@ class Vnode:
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
-             unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK) -> Vnode:
+             unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
+             syncs: SyncLatency | None = None) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0)
         leaves its fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages segments and times fsync
-        periods by ``clock``."""
+        periods by ``clock``; its files are opened through ``files`` (the engine's cache) and its fsyncs timed into
+        ``syncs`` (the engine's)."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
-                       clock=clock)
+                       clock=clock, files=files, syncs=syncs)
         vnode = cls(db, index, directory, wal, damage)
         vnode._catch_up()
         return vnode

@@ -98,9 +98,10 @@ is checked even when served unread (:meth:`Wal.region`): the first time, the seg
 entry checked; an entry found damaged is never served again.
 
 Descriptors: a WAL holds none between calls. Segment files are opened through
-the bounded, process-wide :data:`walgate.storage.filecache.FILES` (least
-recently used descriptors are closed; a :class:`FileRegion` being sent keeps its
-own open), so any number of partitions run within ``ulimit -n``: an append gets
+the bounded :class:`~walgate.storage.filecache.FileCache` it was opened with,
+its engine's (``Store.files``: least recently used descriptors are closed; a
+:class:`FileRegion` being sent keeps its own open), so any number of partitions
+run within ``ulimit -n``: an append gets
 the active log (``O_APPEND``) from it, a read the segment (read-only), and a
 periodic sync opens the segment on its worker thread for its fdatasync only.
 """
@@ -123,8 +124,9 @@ from walgate.storage import fileio
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
-from walgate.storage.errors import StorageUnavailable
-from walgate.storage.filecache import FILES, OpenFile
+from walgate.storage.errors import CorruptEntry, StorageUnavailable
+from walgate.storage.filecache import FileCache, OpenFile
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.wal_format import (
     APPEND,
     FLAG_MORE,
@@ -163,11 +165,7 @@ log = logging.getLogger("walgate.wal")
 
 _first = attrgetter("first")
 
-SegmentFile = OpenFile  # the descriptor a FileRegion keeps open (from the process-wide cache)
-
-
-class CorruptEntry(Exception):
-    """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
+SegmentFile = OpenFile  # the descriptor a FileRegion keeps open (from its engine's cache)
 
 
 @dataclass(frozen=True)
@@ -219,7 +217,7 @@ def _mtime(path: Path) -> float:
         return -float("inf")
 
 
-def _zero_tail(path: Path, start: int) -> None:
+def _zero_tail(path: Path, start: int, syncs: SyncLatency) -> None:
     """Overwrite ``path`` from ``start`` to its end with zeros and fdatasync it: the next open cuts a zeroed tail
     off as torn (see :meth:`Wal._fence`)."""
     fd = os.open(path, os.O_RDWR)
@@ -228,12 +226,12 @@ def _zero_tail(path: Path, start: int) -> None:
         for pos in range(start, end, 1 << 20):
             fileio.pwrite_all(fd, bytes(min(1 << 20, end - pos)), pos)
         if end > start:
-            fileio.fdatasync(fd)
+            fileio.fdatasync(fd, syncs=syncs)
     finally:
         os.close(fd)
 
 
-def _sync_file(path: Path, rewrite_from: int | None) -> None:
+def _sync_file(path: Path, rewrite_from: int | None, syncs: SyncLatency) -> None:
     """fdatasync ``path`` through a descriptor of its own, after rewriting its bytes from ``rewrite_from`` (when
     not None) so pages a failed fsync dropped are dirty again and really written."""
     fd = os.open(path, os.O_RDONLY if rewrite_from is None else os.O_RDWR)
@@ -245,7 +243,7 @@ def _sync_file(path: Path, rewrite_from: int | None) -> None:
                 break
             fileio.pwrite_all(fd, chunk, pos)
             pos += len(chunk)
-        fileio.fdatasync(fd)
+        fileio.fdatasync(fd, syncs=syncs)
     finally:
         os.close(fd)
 
@@ -272,7 +270,7 @@ class PendingSync:
 
     def run(self) -> None:
         try:
-            _sync_file(self.path, self.rewrite_from)
+            _sync_file(self.path, self.rewrite_from, self.wal.syncs)
         except FileNotFoundError:
             pass  # sealed meanwhile (its roll fsynced it) and deleted by retention
         except OSError as exc:
@@ -369,8 +367,10 @@ class Wal:
 
     def __init__(self, directory: Path, options: WalOptions, damage: DamageLog | None = None,
                  unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0),
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None, syncs: SyncLatency | None = None) -> None:
         self.dir = directory
+        self.files = FileCache() if files is None else files  # its engine's descriptors (a WAL of its own: its own)
+        self.syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times (a WAL of its own: its own)
         self.clock = clock  # wall time ages the active segment (segment_ms), monotonic time the fsync period
         self.options = options
         self.damage = damage
@@ -396,11 +396,13 @@ class Wal:
     @classmethod
     def open(cls, directory: Path, options: WalOptions, *, first_version: int = 0,
              damage: DamageLog | None = None, unsynced: Unsynced | None = None, owner: tuple[str, int] = ("", 0),
-             clock: Clock = SYSTEM_CLOCK) -> Wal:
-        """Open (creating if needed) and recover the WAL in ``directory``; damage is reported, never fatal."""
+             clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None, syncs: SyncLatency | None = None) -> Wal:
+        """Open (creating if needed) and recover the WAL in ``directory``; damage is reported, never fatal. Its
+        segment files are opened through ``files`` (its engine's cache) and its fsyncs timed into ``syncs`` (its
+        engine's); None: its own."""
         directory.mkdir(parents=True, exist_ok=True)
-        wal = cls(directory, options, damage, unsynced, owner, clock)
-        recovered = recover(directory, first_version, wal._report)
+        wal = cls(directory, options, damage, unsynced, owner, clock, files, syncs)
+        recovered = recover(directory, first_version, wal._report, wal.files, wal.syncs)
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
         wal.next_version = wal.durable_version = recovered.next_version
@@ -472,7 +474,7 @@ class Wal:
             version += count
         sync = self.options.level >= 2 and self.options.fsync_period_ms == 0 and self.unsynced is None
         try:
-            log_file = FILES.get(seg.path, APPEND)
+            log_file = self.files.get(seg.path, APPEND)
             fileio.write_all(log_file.fd, b"".join(chunks))
             if sync:
                 self._flush(seg)
@@ -554,7 +556,7 @@ class Wal:
         if self.unsynced is not None and self.group_commit:  # the undone append's need names versions now gone
             self.unsynced.note(self, self.next_version)
         try:
-            fileio.truncate(FILES.get(seg.path, APPEND).fd, seg.size)
+            fileio.truncate(self.files.get(seg.path, APPEND).fd, seg.size)
         except OSError as exc:
             self._fence("an undone append", exc)
             return
@@ -582,7 +584,7 @@ class Wal:
         self._fenced = True
         seg = self.segments[-1]
         try:
-            _zero_tail(seg.path, seg.size)
+            _zero_tail(seg.path, seg.size, self.syncs)
             kept = "they are zeroed, so a restart cuts them off"
         except OSError as again:
             kept = (f"they cannot be zeroed either ({describe(again)}): a restart before the disk recovers may "
@@ -595,28 +597,28 @@ class Wal:
         next segment, create the active log if missing. Raises OSError."""
         seg = self.segments[-1]
         created = not seg.path.exists()
-        log_file = FILES.get(seg.path, APPEND)
+        log_file = self.files.get(seg.path, APPEND)
         if os.fstat(log_file.fd).st_size != seg.size:
             fileio.truncate(log_file.fd, seg.size)
         removed = False
         if self.next_version != seg.first:
             half_made = Segment(self.dir, self.next_version)
             if half_made.path.exists():
-                half_made.forget_files()
+                half_made.forget_files(self.files)
                 half_made.path.unlink()
                 removed = True
         if created or removed:
-            fileio.fsync_dir(self.dir)
+            fileio.fsync_dir(self.dir, syncs=self.syncs)
 
     def _flush(self, seg: Segment) -> None:
         """fdatasync the active log (first rewriting what a failed fdatasync left unsure); on failure what was
         not durable stays so and is rewritten by the next flush. Raises OSError."""
         try:
             if self._resync_from is None:
-                log_file = FILES.get(seg.path, APPEND)
-                fileio.fdatasync(log_file.fd)
+                log_file = self.files.get(seg.path, APPEND)
+                fileio.fdatasync(log_file.fd, syncs=self.syncs)
             else:
-                _sync_file(seg.path, self._resync_from)
+                _sync_file(seg.path, self._resync_from, self.syncs)
         except OSError:
             self._arm_resync(seg)
             raise
@@ -685,14 +687,14 @@ class Wal:
         try:
             self._flush(old)
             target = old.index_path
-            fileio.replace_file(old.index_path, sealed_index(old, new.first))
+            fileio.replace_file(old.index_path, sealed_index(old, new.first), syncs=self.syncs)
             target = new.path
-            fileio.append_file(new.path, b"", sync=False)
-            fileio.fsync_dir(self.dir)
+            fileio.append_file(new.path, b"", syncs=self.syncs, sync=False)
+            fileio.fsync_dir(self.dir, syncs=self.syncs)
         except OSError as exc:
             raise self._refuse(exc, target, "roll to a new segment") from exc
         self.durable_version = self.next_version
-        FILES.discard(old.path, APPEND)
+        self.files.discard(old.path, APPEND)
         self.segments.append(new)
 
     def close(self) -> None:
@@ -706,7 +708,7 @@ class Wal:
         except (OSError, StorageUnavailable) as exc:
             log.error("wal %s: closing: %s", self.dir, exc)
         for seg in self.segments:
-            seg.forget_files()
+            seg.forget_files(self.files)
 
     # ------------------------------------------------------------------ read
 
@@ -733,7 +735,7 @@ class Wal:
         s, first, version = loc
         end = self.next_version
         for seg in self.segments[s:]:
-            file = FILES.get(seg.path)
+            file = self.files.get(seg.path)
             for i in range(max(first, 0), len(seg.versions)):
                 if seg.versions[i] >= end:
                     return
@@ -752,7 +754,7 @@ class Wal:
             return None
         s, i, version = loc
         seg = self.segments[s]
-        entry = self._read_at(seg, i, FILES.get(seg.path)) if i >= 0 else None
+        entry = self._read_at(seg, i, self.files.get(seg.path)) if i >= 0 else None
         if entry is None or version >= entry.version + entry.count:
             raise self._lost(seg, version)
         return entry
@@ -791,7 +793,7 @@ class Wal:
         seg = self.segments[s]
         if i < 0:
             raise self._lost(seg, version)
-        file = FILES.get(seg.path)
+        file = self.files.get(seg.path)
         try:
             pos, (body_len, body_crc, entry_kind, _, first, count, _), start = _header_at(seg, i, file, head)
         except _Bad as bad:
@@ -840,7 +842,7 @@ class Wal:
             self._reported.add((seg.first, start))
             lost_to = (seg.versions[i + 1] if i + 1 < len(seg.versions)
                        else next((x.first for x in self.segments if x.first > seg.first), self.next_version))
-            file = FILES.get(seg.path)
+            file = self.files.get(seg.path)
             self._report(seg.path, start, stop, reason, "quarantined", os.pread(file.fd, stop - start, start),
                          seg.versions[i], lost_to)
         return CorruptEntry(f"{seg.path}: {reason} at byte {start}")
@@ -874,7 +876,7 @@ class Wal:
         last (a crash before that finishes the merge at open: an older segment, deleted again)."""
         deleted = 0
         for seg in self.segments[: min(n, len(self.segments) - 1)]:
-            seg.forget_files()
+            seg.forget_files(self.files)
             merge = next((m for m in self._merges if m.seg is seg), None)
             try:
                 for path in (*(merge.stale if merge else ()), *((merge.log,) if merge else ()), seg.index_path,
@@ -889,7 +891,7 @@ class Wal:
         if deleted:
             del self.segments[:deleted]
             try:
-                fileio.fsync_dir(self.dir)
+                fileio.fsync_dir(self.dir, syncs=self.syncs)
             except OSError as exc:  # a crash may bring the files back: older, intact segments, deleted again
                 log.error("wal %s: cannot fsync the directory after deleting segments (%s)", self.dir,
                           describe(exc))
@@ -904,7 +906,7 @@ class Wal:
             raise ValueError(f"wal {self.dir}: no {count} sealed segments start at version {new.first}")
         gone = {seg.first for seg in self.segments[i : i + count]}
         for seg in self.segments[i : i + count]:
-            seg.forget_files()
+            seg.forget_files(self.files)
         self._reported = {r for r in self._reported if r[0] not in gone}
         self.segments[i : i + count] = [new]
 
@@ -940,16 +942,16 @@ class Wal:
                     merge.stale.pop(0)
                 if seg.path != merge.log:
                     fileio.rename(seg.path, merge.log)
-                    seg.forget_files()
+                    seg.forget_files(self.files)
                     seg.path = merge.log
-                fileio.fsync_dir(self.dir)
+                fileio.fsync_dir(self.dir, syncs=self.syncs)
             except OSError as exc:
                 log.warning("wal %s: cannot finish the log cleaner's merge (%s); served from %s, finished later",
                             merge.log, describe(exc), seg.path.name)
                 return False
             del self._merges[0]
             try:
-                fileio.replace_file(seg.index_path, sealed_index(seg, merge.end))
+                fileio.replace_file(seg.index_path, sealed_index(seg, merge.end), syncs=self.syncs)
             except OSError as exc:  # derived: rebuilt from the log at the next open
                 log.warning("wal %s: %s; rebuilt at the next open", seg.index_path, describe(exc))
         return True

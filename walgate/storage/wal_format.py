@@ -37,7 +37,7 @@ from pathlib import Path
 
 import crc32c
 
-from walgate.storage.filecache import FILES
+from walgate.storage.filecache import FileCache
 
 __all__ = ["APPEND", "FLAG_MORE", "HEADER", "HEADER_SIZE", "INDEX_SIZE", "KINDS", "KIND_DATA", "KIND_KAFKA",
            "KIND_META", "SEAL", "SEAL_MARK", "SEAL_SIZE", "SEGMENT_NAME", "SWAP_NAME", "TS_MIN", "Header", "Segment",
@@ -82,9 +82,9 @@ class Segment:
         self.size = 0
         self.checked: bytearray | None = None
 
-    def forget_files(self) -> None:
-        """Drop this segment's descriptors from the cache (they close once no region uses them)."""
-        FILES.discard(self.path, os.O_RDONLY, APPEND)
+    def forget_files(self, files: FileCache) -> None:
+        """Drop this segment's descriptors from ``files`` (they close once no region uses them)."""
+        files.discard(self.path, os.O_RDONLY, APPEND)
 
 
 def encode_entry(kind: int, flags: int, version: int, count: int, max_ts: int, body: bytes) -> bytes:

@@ -68,7 +68,8 @@ from typing import Protocol
 import crc32c
 
 from walgate.storage import fileio
-from walgate.storage.filecache import FILES
+from walgate.storage.filecache import FileCache
+from walgate.storage.fileio import SyncLatency
 from walgate.storage.wal_format import (
     APPEND,
     FLAG_MORE,
@@ -126,10 +127,11 @@ class Unfinished:
     end: int
 
 
-def recover(directory: Path, first_version: int, report: Report) -> Recovered:
-    """Recover the segments of ``directory`` (see the module docstring); a WAL with none starts at
+def recover(directory: Path, first_version: int, report: Report, files: FileCache, syncs: SyncLatency) -> Recovered:
+    """Recover the segments of ``directory`` (see the module docstring), reading them through ``files`` (the WAL's
+    descriptor cache) and timing its fsyncs into ``syncs`` (the WAL's); a WAL with none starts at
     ``first_version``."""
-    rec = _Recovery(directory, report)
+    rec = _Recovery(directory, report, files, syncs)
     segments: list[Segment] = []
     logs, floor = rec.segment_files()
     firsts = sorted(logs)
@@ -168,7 +170,9 @@ class _Recovery:
     """The segment checks of one recovery; ``running_max`` carries the running max timestamp from segment to
     segment."""
 
-    def __init__(self, directory: Path, report: Report) -> None:
+    def __init__(self, directory: Path, report: Report, files: FileCache, syncs: SyncLatency) -> None:
+        self.files = files
+        self.syncs = syncs
         self.directory = directory
         self.report = report
         self.running_max = TS_MIN
@@ -188,7 +192,7 @@ class _Recovery:
                 if swap and item.is_file():
                     swaps.append((int(swap[1]), int(swap[2]), path))
                 elif m and item.is_file():
-                    FILES.discard(path, os.O_RDONLY, APPEND)  # a WAL closed without close() in this process
+                    self.files.discard(path, os.O_RDONLY, APPEND)  # a WAL closed without close() in this process
                     if m[2] == "log":
                         logs[int(m[1])] = item.stat().st_size
                     else:
@@ -235,7 +239,7 @@ class _Recovery:
             self.unfinished[first] = Unfinished(first, swap, stale, end)
             return
         try:
-            fileio.fsync_dir(self.directory)
+            fileio.fsync_dir(self.directory, syncs=self.syncs)
         except OSError as exc:  # (a crash before a later fsync may bring the swap file back: finished again)
             log.error("wal %s: cannot fsync the directory after finishing a merge (%s)", self.directory,
                       describe(exc))
@@ -278,7 +282,7 @@ class _Recovery:
         if not seg.versions:
             return ("", (seg.first, sealed_end)) if seg.size == 0 else ("the log has bytes its index has no entry "
                                                                            "for", None)
-        file = FILES.get(seg.path)
+        file = self.files.get(seg.path)
         ends = []
         for i in (0, len(seg.versions) - 1):
             header = os.pread(file.fd, HEADER_SIZE, seg.positions[i])
@@ -352,14 +356,14 @@ class _Recovery:
         positions = array("q", (k[0] for k in kept))
         if len(bad) > len(tail_bad):  # damage before intact entries: rewrite the segment without it
             try:
-                fileio.replace_file(seg.path, b"".join(view[k[0] : k[1]] for k in kept))
+                fileio.replace_file(seg.path, b"".join(view[k[0] : k[1]] for k in kept), syncs=self.syncs)
                 sizes = [k[1] - k[0] for k in kept]
                 positions = array("q", accumulate(sizes[:-1], initial=0))
                 tail = sum(sizes)
             except OSError as exc:
                 log.error("wal %s: cannot rewrite it without its damaged bytes (%s); they stay in place, outside "
                           "the index", seg.path, describe(exc))
-            seg.forget_files()
+            seg.forget_files(self.files)
         running = self.running_max
         seg.versions = array("q", (k[2] for k in kept))
         seg.positions = positions
@@ -383,7 +387,7 @@ class _Recovery:
             fd = os.open(seg.path, os.O_WRONLY)
             try:
                 fileio.truncate(fd, seg.size)
-                fileio.fsync(fd)
+                fileio.fsync(fd, syncs=self.syncs)
             finally:
                 os.close(fd)
         except OSError as exc:  # the index keeps the damaged tail out; the next open tries again
@@ -391,7 +395,7 @@ class _Recovery:
 
     def write_sealed_index(self, seg: Segment, end_version: int) -> None:
         try:
-            fileio.replace_file(seg.index_path, sealed_index(seg, end_version))
+            fileio.replace_file(seg.index_path, sealed_index(seg, end_version), syncs=self.syncs)
         except OSError as exc:  # derived: rebuilt at the next open
             log.error("wal %s: cannot write its index (%s)", seg.index_path, describe(exc))
 

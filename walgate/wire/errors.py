@@ -15,14 +15,19 @@ response with a wrong type) still surface as ``TypeError`` / ``ValueError``.
 
 :class:`ErrorCode` is kio's enum of Kafka error codes (``ErrorCode.corrupt_message``
 is 2, ``ErrorCode.unsupported_version`` is 35, ...), re-exported so the rest of
-walgate imports Kafka error codes from one place.
+walgate imports Kafka error codes from one place. :data:`ERROR_CODES` is this domain's table (exception class ->
+Kafka error code), merged with the other domains' at the gateway's edge (``gateway/kafka/handlers/common.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Final
+
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "ERROR_CODES",
     "CorruptRecord",
     "ErrorCode",
     "FrameTooLarge",
@@ -77,3 +82,13 @@ class RecordTooLarge(WireError):
     """A produced record batch above the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 
     error_code = ErrorCode.message_too_large
+
+
+ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
+    CorruptRecord: CorruptRecord.error_code,
+    RecordTooLarge: RecordTooLarge.error_code,
+    InvalidRecord: InvalidRecord.error_code,
+    UnsupportedVersion: ErrorCode.unsupported_version,
+    WireError: ErrorCode.invalid_request,  # bytes that do not parse (MalformedFrame, FrameTooLarge)
+}
+"""The wire domain's errors as Kafka answers them (most specific first along an exception's MRO)."""

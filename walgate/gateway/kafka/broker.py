@@ -1,4 +1,5 @@
-"""What every Kafka handler shares: the engine (via the storage thread), identity, fetch wake-ups.
+"""What every Kafka handler shares: the engine (via the storage thread), fetch wake-ups; who sent a request is not
+here but in the handler's :class:`~walgate.gateway.kafka.context.RequestContext`.
 
 The engine is only reachable on the storage thread: the broker keeps it
 private and hands it to the functions handlers run there
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextvars
 import functools
 import uuid
 from collections.abc import Callable
@@ -32,28 +32,17 @@ from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
-from walgate.gateway.listeners import PLAINTEXT, ListenerInfo
+from walgate.gateway.listeners import ListenerInfo
 from walgate.gateway.quotas import ClientQuotas
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
 
-__all__ = ["ANONYMOUS", "Broker", "LISTENER", "PEER", "PRINCIPAL"]
+__all__ = ["Broker"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-PEER: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_peer", default="127.0.0.1")
-"""The client address of the connection the current request came on (set per connection task)."""
-
-ANONYMOUS = "User:ANONYMOUS"
-"""Kafka's principal of a connection that did not authenticate."""
-PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("walgate_kafka_principal", default=ANONYMOUS)
-"""The principal (``User:name``, Kafka's form) of the connection the current request came on (set per connection
-task once it authenticates)."""
-LISTENER: contextvars.ContextVar[ListenerInfo] = contextvars.ContextVar(
-    "walgate_kafka_listener", default=PLAINTEXT)  # noqa: B039 - frozen
-"""The listener (name, security protocol) the current request's connection came through (set per connection task)."""
 
 
 @dataclass
@@ -79,10 +68,10 @@ class Broker:
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def address(self) -> tuple[str, int]:
-        """The (host, port) this node is named by to the client of the current request: the advertised address
-        of the listener it connected through (:data:`LISTENER`)."""
-        return self.advertised.get(LISTENER.get().name, (self.host, self.port))
+    def address(self, listener: ListenerInfo) -> tuple[str, int]:
+        """The (host, port) this node is named by to a client connected through ``listener``: that listener's
+        advertised address."""
+        return self.advertised.get(listener.name, (self.host, self.port))
 
     async def call(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""

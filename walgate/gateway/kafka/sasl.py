@@ -1,8 +1,9 @@
 """SASL authentication of one Kafka connection (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; KIP-368
 re-authentication).
 
-A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`Authentication` (the ContextVar
-:data:`AUTHENTICATION`, set by the connection task; None on other listeners). Its states, as Kafka's
+A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`Authentication`, made by the connection
+task and given to the SaslHandshake and SaslAuthenticate handlers in their request's
+:class:`~walgate.gateway.kafka.context.RequestContext` (None on other listeners). Its states, as Kafka's
 ``SaslServerAuthenticator`` runs them:
 
 * **handshake**: before a successful SaslHandshake, only ApiVersions and SaslHandshake are accepted;
@@ -10,7 +11,8 @@ A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`A
   OAUTHBEARER: one, or two when the token is refused), or,
   after a v0 SaslHandshake, the tokens come as bare size-prefixed frames without a Kafka header
   (:attr:`Authentication.raw`);
-* **authenticated**: :data:`~walgate.gateway.kafka.broker.PRINCIPAL` is ``User:name`` and every API is accepted,
+* **authenticated**: :attr:`Authentication.principal` is ``User:name``, the principal of the connection's next
+  requests, and every API is accepted,
   until the session expires (``connections.max.reauth.ms`` after the authentication, 0: never; with OAUTHBEARER
   at the latest when the token expires, even if that is now, as Kafka's ``SaslServerAuthenticator``). The client
   re-authenticates in the middle of the connection with a new SaslHandshake + SaslAuthenticate (neither the
@@ -35,13 +37,12 @@ then, after the client's ``%x01``, SASL_AUTHENTICATION_FAILED with that JSON as 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from walgate.gateway.kafka.broker import PEER, PRINCIPAL, Broker
+from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.passwords import PasswordChecker
 from walgate.security.oauthbearer import OAuthBearerError, OAuthBearerExchange
@@ -51,7 +52,7 @@ from walgate.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from walgate.security.scram import ScramCredential, ScramError, ScramExchange
 from walgate.storage.engine import Engine
 
-__all__ = ["AUTHENTICATION", "MECHANISMS", "AUTHENTICATION_FAILED", "Authentication", "FAILED_AUTHENTICATION_DELAY",
+__all__ = ["MECHANISMS", "AUTHENTICATION_FAILED", "Authentication", "FAILED_AUTHENTICATION_DELAY",
            "OAUTHBEARER", "SaslFailed", "SaslSettings"]
 
 log = logging.getLogger("walgate.kafka.sasl")
@@ -94,10 +95,11 @@ def _credential(engine: Engine, user: str, mechanism: str) -> tuple[ScramCredent
 
 
 class Authentication:
-    """The SASL state of one connection (module docstring)."""
+    """The SASL state of one connection from ``peer`` (module docstring)."""
 
-    def __init__(self, settings: SaslSettings) -> None:
+    def __init__(self, settings: SaslSettings, peer: str) -> None:
         self.settings = settings
+        self.peer = peer
         self.mechanism: str | None = None  # chosen by the last SaslHandshake, until its exchange ends
         self.raw = False  # v0 SaslHandshake: the next frames are bare tokens
         self.user: str | None = None  # authenticated as (kept through re-authentication)
@@ -122,6 +124,11 @@ class Authentication:
         if self.user is None:
             return api_key == _API_VERSIONS
         return not self.expired()
+
+    @property
+    def principal(self) -> str | None:
+        """``User:name`` once the connection has authenticated (kept through re-authentication), else None."""
+        return None if self.user is None else user_principal(self.user)
 
     def expired(self) -> bool:
         return self.expires is not None and time.monotonic() >= self.expires
@@ -202,7 +209,7 @@ class Authentication:
             self._oauthbearer = self.settings.oauthbearer(now_ms())
         step = self._oauthbearer.step(message)
         if not step.done:
-            log.info("kafka %s: OAUTHBEARER token refused (%s)", PEER.get(), self._oauthbearer.reason)
+            log.info("kafka %s: OAUTHBEARER token refused (%s)", self.peer, self._oauthbearer.reason)
             return step.challenge, False
         valid = self._oauthbearer.token
         assert valid is not None  # set by a completed exchange
@@ -219,7 +226,7 @@ class Authentication:
     def _authenticated(self, user: str, credential_expiry_ms: int | None = None) -> None:
         if self.user is not None and user != self.user:
             raise SaslFailed("Authentication failed: cannot change principals during re-authentication")
-        log.info("kafka %s: %sauthenticated as User:%s with %s", PEER.get(), "re-" if self.user else "", user,
+        log.info("kafka %s: %sauthenticated as User:%s with %s", self.peer, "re-" if self.user else "", user,
                  self.mechanism)
         self.user = user
         self._session_mechanism = self.mechanism
@@ -236,9 +243,4 @@ class Authentication:
         self._lifetime_ms = lifetime
         bounded = credential_expiry_ms is not None or reauth > 0
         self.expires = time.monotonic() + lifetime / 1000 if bounded else None
-        PRINCIPAL.set(user_principal(user))
 
-
-AUTHENTICATION: contextvars.ContextVar[Authentication | None] = contextvars.ContextVar(
-    "walgate_kafka_authentication", default=None)
-"""The SASL state of the connection the current request came on (None: not a SASL listener)."""

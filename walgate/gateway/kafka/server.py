@@ -53,12 +53,13 @@ the number of requests).
 Listeners: :meth:`KafkaServer.start` is called once per configured listener (Kafka's ``listeners``), each a
 socket of its own, with a TLS context for SSL and SASL_SSL listeners (the handshake completes before the
 connection task starts and must end within ``request_read_timeout_ms``; a failed handshake never reaches it).
-Every connection task sets :data:`LISTENER` (name and security protocol) and, on an SSL listener,
-:data:`PRINCIPAL` to the client certificate's principal (:func:`walgate.gateway.tls.peer_principal`;
-``User:ANONYMOUS`` without one; SASL_SSL principals come from SASL); a certificate no
+Every connection task knows its peer, its listener (name and security protocol) and its principal: on an SSL
+listener the client certificate's (:func:`walgate.gateway.tls.peer_principal`; ``User:ANONYMOUS`` without one),
+on a SASL listener the one it authenticated as; and it hands each request's handler a
+:class:`~walgate.gateway.kafka.context.RequestContext` of them and of the request's header. A certificate no
 ``ssl.principal.mapping.rules`` rule maps closes the connection, as Kafka fails its authentication.
 Authentication (:mod:`.sasl`): a server made with ``sasl`` settings is a SASL listener. Each connection gets an
-:class:`~.sasl.Authentication` (the ContextVar ``AUTHENTICATION``) and the request loop is its gate: a request the
+:class:`~.sasl.Authentication` (in each request's context) and the request loop is its gate: a request the
 authentication state does not allow (anything but ApiVersions and SaslHandshake before authentication, anything
 but SaslHandshake/SaslAuthenticate once the session expired) closes the connection, as Kafka's
 ``SaslServerAuthenticator`` does; after a v0 SaslHandshake the next frames are bare SASL tokens, answered as bare
@@ -78,12 +79,12 @@ import time
 from typing import Any
 
 from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
-from walgate.gateway.kafka.broker import LISTENER, PEER, PRINCIPAL, Broker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import ANONYMOUS, RequestContext
 from walgate.gateway.kafka.frame_writer import FrameWriter
 from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.gateway.kafka.sasl import (
-    AUTHENTICATION,
     Authentication,
     SaslFailed,
     SaslSettings,
@@ -256,12 +257,12 @@ class KafkaServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        PEER.set(str(peer[0]) if peer else "")
-        LISTENER.set(listener)
+        host = str(peer[0]) if peer else ""
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        principal = ANONYMOUS  # until a client certificate or SASL says otherwise
         if mapper is not None and listener.security_protocol == "SSL":
             try:
-                PRINCIPAL.set(peer_principal(writer.get_extra_info("ssl_object"), mapper))
+                principal = peer_principal(writer.get_extra_info("ssl_object"), mapper)
             except (NoMatchingRule, ValueError) as exc:  # ValueError: a certificate cryptography cannot read
                 log.warning("kafka %s: %s; closing the connection", address, exc)
                 self._connections.discard(task)
@@ -276,8 +277,7 @@ class KafkaServer:
         requests = 0
         client_id: str | None = None
         reason = "closed by the client"
-        auth = Authentication(sasl) if sasl is not None else None
-        AUTHENTICATION.set(auth)
+        auth = Authentication(sasl, host) if sasl is not None else None
         self._active[writer] = loop.time()
         metrics.connection(listener.name, opened=True)
         try:
@@ -303,13 +303,17 @@ class KafkaServer:
                     header = parse_request_header(frame)
                     if auth is not None and not auth.allows(header.api_key):
                         raise _Close(auth.why_refused(header.api_key))
+                    if auth is not None and auth.principal is not None:
+                        principal = auth.principal
                     if not requests:
                         client_id = header.client_id
                         connection_log.info("kafka connection from %s opened: client id %r, principal %s", address,
-                                            client_id, PRINCIPAL.get(),
-                                            extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get()})
+                                            client_id, principal,
+                                            extra={"peer": address, "client_id": client_id, "principal": principal})
                     requests += 1
-                    request, fields, response = await self._dispatch(header, frame)
+                    ctx = RequestContext.of(header, principal=principal, peer=host, listener=listener,
+                                            authentication=auth)
+                    request, fields, response = await self._dispatch(header, ctx, frame)
                     handled = time.perf_counter()
                     if writer.is_closing():
                         # the peer reset the connection while its request was handled (a long-poll Fetch), or it
@@ -358,9 +362,11 @@ class KafkaServer:
             out.close()
             writer.close()
             metrics.connection(listener.name, opened=False)
+            if auth is not None and auth.principal is not None:
+                principal = auth.principal
             connection_log.info("kafka connection from %s closed (%s): client id %r, principal %s, %d requests",
-                                address, reason, client_id, PRINCIPAL.get(), requests,
-                                extra={"peer": address, "client_id": client_id, "principal": PRINCIPAL.get(),
+                                address, reason, client_id, principal, requests,
+                                extra={"peer": address, "client_id": client_id, "principal": principal,
                                        "reason": reason, "requests": requests})
 
     async def _sasl_token(self, auth: Authentication, frame: bytes, out: FrameWriter) -> None:
@@ -372,7 +378,7 @@ class KafkaServer:
             raise _Close(f"SASL authentication failed: {exc}", logging.INFO) from None
         await out.write([struct.pack(">i", len(token)), token])
 
-    async def _dispatch(self, header: RequestHeader, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
+    async def _dispatch(self, header: RequestHeader, ctx: RequestContext, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
         """(the decoded request, the handler's response fields, the response frame); the request and fields are
         None for the ApiVersions fallback, the frame empty for an unanswered request (acks=0)."""
         handler = HANDLERS.get(header.api_key)
@@ -389,11 +395,11 @@ class KafkaServer:
         request = decode_request(header, frame)
         try:
             began = time.perf_counter()
-            fields = await handler.fn(self.broker, header, request)
+            fields = await handler.fn(self.broker, ctx, request)
             if isinstance(fields, Unanswered):
                 return request, fields.fields, []
             if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
-                throttle = self.broker.quotas.request_time(header.api_key, PRINCIPAL.get(), header.client_id,
+                throttle = self.broker.quotas.request_time(header.api_key, ctx.principal, header.client_id,
                                                            time.perf_counter() - began)
                 if throttle > fields.get("throttle_time", 0):
                     fields = {**fields, "throttle_time": throttle}

@@ -89,7 +89,7 @@ class ShareService:
         """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator."""
         def open_log() -> None:
             engine = self._engine
-            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log)
+            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs)
             self.coordinator.load(self._log.states())
 
         await self.storage.call(open_log)

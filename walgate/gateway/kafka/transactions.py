@@ -56,7 +56,7 @@ from walgate.storage.errors import NotFound, StorageUnavailable
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["TransactionService", "COORDINATOR_EPOCH", "TRANSACTIONS", "abortable_for_version", "for_version",
+__all__ = ["TransactionService", "COORDINATOR_EPOCH", "abortable_for_version", "for_version",
            "partition_errors"]
 
 log = logging.getLogger("walgate.transactions")
@@ -65,14 +65,6 @@ T = TypeVar("T")
 
 COORDINATOR_EPOCH: Final = 0
 """The coordinator epoch markers carry: one node coordinates every transactional id, forever."""
-
-TRANSACTIONS: Final[Mapping[type[BaseException], ErrorCode]] = {
-    StorageUnavailable: ErrorCode.coordinator_not_available,
-    OSError: ErrorCode.coordinator_not_available,
-}
-"""Error overrides of the transaction APIs (:func:`~walgate.gateway.kafka.handlers.common.error_of`): a transaction
-log or producer id write the disk refused is COORDINATOR_NOT_AVAILABLE, as Kafka's coordinator answers a failed
-append to its log; clients find the coordinator again and retry."""
 
 
 ABORTABLE_SINCE: Final[Mapping[str, int]] = {"produce": 11, "txn_offset_commit": 4}
@@ -131,7 +123,7 @@ class TransactionService:
 
     def _load(self) -> None:
         engine = self._engine
-        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log)
+        tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log, engine.syncs)
         for tid, record in tlog.records.items():
             try:
                 txn = Txn.from_record(tid, record)

@@ -2,7 +2,9 @@
 
 ApiVersions advertises exactly this table intersected with what the wire
 layer can decode/encode, so nothing is advertised that is not handled.
-A handler is ``async (broker, header, request) -> fields`` where ``fields`` is
+A handler is ``async (broker, ctx, request) -> fields``, ``ctx`` the request's
+:class:`~walgate.gateway.kafka.context.RequestContext` (who sent it: principal,
+peer, listener; its header: api key and version, client id, correlation id), where ``fields`` is
 the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
 turns into the response of the request's version, or, for a request that gets
 no response (Produce with acks=0), that mapping wrapped in
@@ -18,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -74,7 +77,7 @@ from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised"]
 
-HandlerFn = Callable[[Any, Any, Any], Awaitable[Mapping[str, Any] | Unanswered]]
+HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered]]
 
 
 @dataclass(frozen=True)

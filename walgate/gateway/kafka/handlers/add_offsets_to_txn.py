@@ -15,33 +15,34 @@ from typing import Any
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 25, 0, 4
 
 
-async def _error(broker: Broker, version: int, request: Any) -> int:
+async def _error(broker: Broker, ctx: RequestContext, request: Any) -> int:
     svc = broker.transactions
     tid, group = request.transactional_id, request.group_id
     if svc is None:
         return ErrorCode.coordinator_not_available
-    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, group):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return ErrorCode.group_authorization_failed
 
     def add(c: TransactionCoordinator, engine: Engine) -> Step:
         return c.add_offsets(tid, request.producer_id, request.producer_epoch, group, now_ms())
 
     try:
-        return for_version((await svc.decide(add)).error, version, 2)
+        return for_version((await svc.decide(add)).error, ctx.api_version, 2)
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return error_of(exc, TRANSACTIONS)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": await _error(broker, header.api_version, request)}
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": await _error(broker, ctx, request)}

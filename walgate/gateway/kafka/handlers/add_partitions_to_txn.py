@@ -22,9 +22,10 @@ from typing import Any
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version, partition_errors
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.transactions import for_version, partition_errors
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -39,14 +40,14 @@ def _result(tid: str, codes: dict[tuple[str, int], int]) -> dict[str, Any]:
             "topic_results": [{"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]}
 
 
-async def _one(broker: Broker, version: int, tid: str, producer_id: int, epoch: int, verify_only: bool,
+async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, epoch: int, verify_only: bool,
                partitions: list[tuple[str, int]]) -> dict[str, Any]:
-    svc = broker.transactions
+    svc, version = broker.transactions, ctx.api_version
     if svc is None:
         return _result(tid, dict.fromkeys(partitions, ErrorCode.coordinator_not_available))
-    if version < 4 and not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if version < 4 and not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _result(tid, dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed))
-    writable = (allowed_names(broker, Operation.WRITE, ResourceType.TOPIC, {t for t, _ in partitions})
+    writable = (allowed_names(broker, ctx, Operation.WRITE, ResourceType.TOPIC, {t for t, _ in partitions})
                 if version < 4 else {t for t, _ in partitions})
     try:
         refused = await broker.call(partition_errors, partitions, writable)
@@ -74,16 +75,16 @@ async def _one(broker: Broker, version: int, tid: str, producer_id: int, epoch: 
     return _result(tid, dict.fromkeys(partitions, for_version(code, version, 2)))
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    version = header.api_version
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
     if version < 4:
         partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-        result = await _one(broker, version, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+        result = await _one(broker, ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                             request.v3_and_below_producer_epoch, False, partitions)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": result["topic_results"]}
-    if not cluster_allowed(broker, Operation.CLUSTER_ACTION):
+    if not cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
-    results = [await _one(broker, version, t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only,
+    results = [await _one(broker, ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only,
                           [(tp.name, p) for tp in t.topics for p in tp.partitions])
                for t in request.transactions]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}

@@ -15,6 +15,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage import quotas
 from walgate.storage.engine import Engine
@@ -49,10 +50,10 @@ def _alter_all(engine: Engine, request: Any) -> tuple[list[tuple[int, str | None
     return results, dict(engine.catalog.client_quotas)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     results: list[tuple[int, str | None]]
     try:
-        if not cluster_allowed(broker, Operation.ALTER_CONFIGS):  # Kafka's handleAlterClientQuotasRequest
+        if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):  # Kafka's handleAlterClientQuotasRequest
             results = [(ErrorCode.cluster_authorization_failed, "AlterConfigs on the cluster is needed")
                        ] * len(request.entries)
         else:
@@ -65,7 +66,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         pairs = [(e.entity_type, e.entity_name) for e in entry.entity]
         if not request.validate_only:
             ops = ", ".join(f"{op.key} removed" if op.remove else f"{op.key}={op.value:g}" for op in entry.ops)
-            audit_kafka("AlterClientQuotas", f"{describe_entity(pairs)} ({ops})", error)
+            audit_kafka(ctx, "AlterClientQuotas", f"{describe_entity(pairs)} ({ops})", error)
         entries.append({"error_code": error, "error_message": message,
                         "entity": [{"entity_type": kind, "entity_name": name} for kind, name in pairs]})
     return {"throttle_time": 0, "entries": entries}

@@ -14,6 +14,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.config_changes import alter_each
 
 API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
@@ -25,14 +26,14 @@ def _replaced(configs: Any, current: dict[str, str]) -> dict[str, str]:
     return {c.name: c.value for c in configs}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    denied = config_denials(broker, Operation.ALTER_CONFIGS,
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: False,
                                   lambda r: functools.partial(_replaced, r.configs))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):
             names = ", ".join(c.name for c in asked.configs)  # config values are not logged
-            audit_kafka("AlterConfigs", f"{_KINDS.get(r['resource_type'], r['resource_type'])} {r['resource_name']} "
+            audit_kafka(ctx, "AlterConfigs", f"{_KINDS.get(r['resource_type'], r['resource_type'])} {r['resource_name']} "
                         f"(replaced by {names or 'nothing'})", r["error_code"])
     return {"throttle_time": 0, "responses": responses}

@@ -19,6 +19,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.security.scram import mechanism_name
 from walgate.storage.engine import Engine
@@ -32,12 +33,12 @@ def _alter(engine: Engine, changes: list[CredentialChange], now_ms: int) -> list
     return engine.users.alter_scram(changes, now_ms)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     changes = [CredentialChange(d.name, mechanism_name(d.mechanism), False) for d in request.deletions]
     changes += [CredentialChange(u.name, mechanism_name(u.mechanism), True, u.iterations, u.salt, u.salted_password)
                 for u in request.upsertions]
     users = dict.fromkeys(c.user for c in changes)
-    if not cluster_allowed(broker, Operation.ALTER):
+    if not cluster_allowed(broker, ctx, Operation.ALTER):
         results: list[tuple[str, str | None, str]] = [
             (user, "CLUSTER_AUTHORIZATION_FAILED", "Alter on the cluster is needed") for user in users]
     else:
@@ -45,7 +46,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                                  lambda code: [(user, code.name.upper(), "") for user in users])
     outcome = {user: ErrorCode[error.lower()] if error else ErrorCode.none for user, error, _ in results}
     for c in changes:
-        audit_kafka("AlterUserScramCredentials", f"user {c.user} {'upsert' if c.upsertion else 'delete'} {c.mechanism}",
+        audit_kafka(ctx, "AlterUserScramCredentials", f"user {c.user} {'upsert' if c.upsertion else 'delete'} {c.mechanism}",
                     outcome.get(c.user, ErrorCode.none))
     return {
         "throttle_time": 0,

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from walgate.coordinator.transactions import TRANSACTION_VERSIONS
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 
 API_KEY, MIN_VERSION, MAX_VERSION = 18, 0, 4
 _FEATURES_SINCE = 3
@@ -40,12 +41,12 @@ def _features(broker: Broker, version: int) -> dict[str, Any]:
     }
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "error_code": 0,
         "throttle_time": 0,
         "api_keys": [
             {"api_key": key, "min_version": lo, "max_version": hi} for key, (lo, hi) in sorted(broker.versions.items())
         ],
-        **_features(broker, header.api_version),
+        **_features(broker, ctx.api_version),
     }

@@ -4,9 +4,13 @@ request that gets no response (:class:`Unanswered`).
 Errors: a handler answers each partition / group / resource on its own. An
 exception raised while serving one item becomes that item's error code
 through :func:`error_of` and never leaves the handler, so one bad item
-neither fails its siblings nor closes the connection. The table
-(:data:`ERRORS`, most specific class first along the exception's MRO) is
-shared by every handler; an API that answers differently passes overrides:
+neither fails its siblings nor closes the connection. Each domain keeps its
+own table next to its exceptions (``storage/errors.py``, ``wire/errors.py``,
+``coordinator/errors.py``, ``security/errors.py``); :data:`ERRORS` is their
+merge, done once here (a class in two tables is refused at import), looked up
+most specific class first along the exception's MRO, and shared by every
+handler. An API that answers differently passes overrides, each what Kafka
+answers there:
 
 * :data:`PRODUCE`: data the engine refuses is INVALID_RECORD, a request
   above its size limit RECORD_LIST_TOO_LARGE;
@@ -17,7 +21,16 @@ shared by every handler; an API that answers differently passes overrides:
 * :data:`CREATE_PARTITIONS`: a limit is INVALID_PARTITIONS;
 * :data:`INIT_PRODUCER_ID`: a refused write is COORDINATOR_LOAD_IN_PROGRESS,
   what Kafka's producer-id manager answers when it has no id to give (every
-  client retries it).
+  client retries it);
+* :data:`TRANSACTIONS` (the transaction APIs): a transaction log or producer id
+  write the disk refused is COORDINATOR_NOT_AVAILABLE, as Kafka's transaction
+  coordinator answers a failed append to its log; clients find the coordinator
+  again and retry;
+* :data:`AUTO_CREATE` (Metadata creating a topic it was asked for): a topic the
+  engine refuses to create is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a
+  topic its auto-creation did not create;
+* :data:`DESCRIBE_CLIENT_QUOTAS`: a filter naming an unknown entity type is
+  UNSUPPORTED_VERSION (Kafka's ``ClientQuotasImage.describe``).
 
 An exception the table does not know is UNKNOWN_SERVER_ERROR and a bug: it is
 logged at ERROR, with its traceback the first time it is raised at that place
@@ -38,30 +51,18 @@ import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from walgate.coordinator.errors import ERROR_CODES as GROUP_ERRORS
-from walgate.coordinator.errors import ConsumerProtocolError
-from walgate.storage.errors import (
-    LimitExceeded,
-    NotFound,
-    OffsetOutOfRange,
-    RequestTooLarge,
-    StorageError,
-    StorageUnavailable,
-    TopicCollision,
-)
+from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
+from walgate.security.errors import ERROR_CODES as SECURITY_ERRORS
+from walgate.storage.errors import ERROR_CODES as STORAGE_ERRORS
+from walgate.storage.errors import LimitExceeded, RequestTooLarge, StorageError, StorageUnavailable
 from walgate.storage.partitions import LEADER_EPOCH
-from walgate.storage.wal import CorruptEntry
-from walgate.wire.errors import (
-    CorruptRecord,
-    ErrorCode,
-    InvalidRecord,
-    RecordTooLarge,
-    UnsupportedVersion,
-    WireError,
-)
+from walgate.storage.quotas import UnsupportedFilter
+from walgate.wire.errors import ERROR_CODES as WIRE_ERRORS
+from walgate.wire.errors import ErrorCode
 
 __all__ = [
-    "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "LEADER_EPOCH",
+    "DOMAINS", "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "TRANSACTIONS", "AUTO_CREATE",
+    "DESCRIBE_CLIENT_QUOTAS", "LEADER_EPOCH", "Table",
     "error_of", "answered", "epoch_error", "millis",
 ]
 
@@ -80,29 +81,31 @@ log = logging.getLogger("walgate.kafka")
 
 Table = Mapping[type[BaseException], ErrorCode]
 
-ERRORS: Table = {
-    NotFound: ErrorCode.unknown_topic_or_partition,
-    TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
-    OffsetOutOfRange: ErrorCode.offset_out_of_range,
-    StorageUnavailable: ErrorCode.kafka_storage_error,
-    LimitExceeded: ErrorCode.policy_violation,
-    StorageError: ErrorCode.invalid_request,  # input the engine refused
-    CorruptEntry: ErrorCode.corrupt_message,  # stored data that fails its checksum
-    OSError: ErrorCode.kafka_storage_error,  # as Kafka answers an IOException of its log
-    CorruptRecord: ErrorCode.corrupt_message,
-    RecordTooLarge: ErrorCode.message_too_large,
-    InvalidRecord: ErrorCode.invalid_record,
-    UnsupportedVersion: ErrorCode.unsupported_version,
-    WireError: ErrorCode.invalid_request,  # bytes that do not parse (MalformedFrame, FrameTooLarge)
-    **{cls: code for cls, code in GROUP_ERRORS.items()},  # the group coordinator's refusals, each the Kafka error it names
-    ConsumerProtocolError: ErrorCode.inconsistent_group_protocol,  # as the coordinator answers one in a join
-}
+DOMAINS: Mapping[str, Table] = {"storage": STORAGE_ERRORS, "wire": WIRE_ERRORS, "coordinator": COORDINATOR_ERRORS,
+                                  "security": SECURITY_ERRORS}
+"""Each domain's table (exception class -> Kafka error code), kept next to its exceptions."""
+
+
+def _merged(tables: Mapping[str, Table]) -> Table:
+    """One table of every domain's; a class in two domains' tables would have two codes, and is refused."""
+    merged: dict[type[BaseException], ErrorCode] = {}
+    for domain, table in tables.items():
+        if twice := merged.keys() & table.keys():
+            raise ValueError(f"error codes of {sorted(c.__name__ for c in twice)} given twice (again by {domain})")
+        merged.update(table)
+    return merged
+
+
+ERRORS: Table = _merged(DOMAINS)
 PRODUCE: Table = {StorageError: ErrorCode.invalid_record, RequestTooLarge: ErrorCode.record_list_too_large}
 GROUP_WRITE: Table = {StorageUnavailable: ErrorCode.not_coordinator, OSError: ErrorCode.not_coordinator}
 CREATE_PARTITIONS: Table = {LimitExceeded: ErrorCode.invalid_partitions}
 INIT_PRODUCER_ID: Table = {
     StorageUnavailable: ErrorCode.coordinator_load_in_progress, OSError: ErrorCode.coordinator_load_in_progress,
 }
+TRANSACTIONS: Table = {StorageUnavailable: ErrorCode.coordinator_not_available, OSError: ErrorCode.coordinator_not_available}
+AUTO_CREATE: Table = {StorageError: ErrorCode.unknown_topic_or_partition}
+DESCRIBE_CLIENT_QUOTAS: Table = {UnsupportedFilter: ErrorCode.unsupported_version}
 
 _logged: set[tuple[type[BaseException], str, int]] = set()
 

@@ -15,6 +15,7 @@ from typing import Any
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -29,9 +30,9 @@ def _with_ids(assignment: dict[str, Any], engine: Engine) -> dict[str, Any]:
     ]}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
-    permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
     wanted = [g for g in request.group_ids if g in permitted]
     with_ops = getattr(request, "include_authorized_operations", False)
 
@@ -49,7 +50,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if with_ops:
         for g in groups:
             if g["error_code"] == ErrorCode.none:
-                g["authorized_operations"] = operations(broker, ResourceType.GROUP, g["group_id"])
+                g["authorized_operations"] = operations(broker, ctx, ResourceType.GROUP, g["group_id"])
     return {"throttle_time": 0, "groups": [
         by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}
 

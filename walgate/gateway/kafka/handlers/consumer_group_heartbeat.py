@@ -20,7 +20,8 @@ from typing import Any
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
-from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.storage.engine import Engine
@@ -35,20 +36,20 @@ def _refuse(message: str | None, error: int = ErrorCode.invalid_request) -> dict
             "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    if header.api_version >= 1 and request.member_id == "":
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.api_version >= 1 and request.member_id == "":
         return _refuse("MemberId can't be empty.")
     if getattr(request, "subscribed_topic_regex", None):  # v1+; librdkafka sends "" for "no regex"
         return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return _refuse(None, ErrorCode.group_authorization_failed)
     hidden = sorted(set(request.subscribed_topic_names or ()) - allowed_names(
-        broker, Operation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names or ()))
+        broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names or ()))
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
     svc = broker.groups
-    client_id, client_host = header.client_id or "", f"/{PEER.get()}"
+    client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
     def heartbeat(engine: Engine) -> tuple[dict[str, Any], list[Completion]]:
         owned = None

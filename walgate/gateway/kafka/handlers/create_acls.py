@@ -14,6 +14,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.security.acl import AclBinding, InvalidAcl, Operation, binding, describe, validate
 from walgate.storage.engine import Engine
@@ -26,9 +27,9 @@ def _result(code: int, message: str | None = None) -> dict[str, Any]:
     return {"error_code": code, "error_message": message}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     creations = request.creations
-    if not cluster_allowed(broker, Operation.ALTER):
+    if not cluster_allowed(broker, ctx, Operation.ALTER):
         results = [_result(ErrorCode.cluster_authorization_failed, "Alter on the cluster is needed")] * len(creations)
     elif broker.authorizer is None:
         results = [_result(ErrorCode.security_disabled, "No Authorizer is configured.")] * len(creations)
@@ -53,7 +54,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                 for i, _ in valid:
                     results[i] = failed
     for c, r in zip(creations, results):
-        audit_kafka("CreateAcls", describe(binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
+        audit_kafka(ctx, "CreateAcls", describe(binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal,
                                                    c.host, c.operation, c.permission_type)), r["error_code"])
     return {"throttle_time": 0, "results": results}
 

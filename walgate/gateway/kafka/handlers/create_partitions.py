@@ -16,6 +16,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import CREATE_PARTITIONS, error_of
 from walgate.gateway.kafka.handlers.create_topics import MAX_PARTITIONS
 from walgate.storage.engine import Engine
@@ -59,9 +60,9 @@ def _grow_all(engine: Engine, broker: Broker, request: Any,
     return results
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    results = await broker.call(_grow_all, broker, request, checker(broker, Operation.ALTER, ResourceType.TOPIC))
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    results = await broker.call(_grow_all, broker, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
     if not request.validate_only:
         for t, r in zip(request.topics, results):
-            audit_kafka("CreatePartitions", f"topic {r['name']} to {t.count} partitions", r["error_code"])
+            audit_kafka(ctx, "CreatePartitions", f"topic {r['name']} to {t.count} partitions", r["error_code"])
     return {"throttle_time": 0, "results": results}

@@ -27,6 +27,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import topic_defaults
 from walgate.storage.engine import Engine
@@ -90,9 +91,9 @@ def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict
                    configs=described)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
-    creatable = None if cluster_allowed(broker, Operation.CREATE) else checker(broker, Operation.CREATE,
+    creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
 
     def create(engine: Engine, t: Any) -> dict[str, Any]:
@@ -106,5 +107,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     topics = [await broker.call(create, t) for t in request.topics]  # one call each: others' requests go between
     if not validate_only:
         for t in topics:
-            audit_kafka("CreateTopics", f"topic {t['name']}", t["error_code"])
+            audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])
     return {"throttle_time": 0, "topics": topics}

@@ -13,6 +13,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.security.acl import AclBinding, AclFilter, Operation, describe
 from walgate.storage.engine import Engine
@@ -25,9 +26,9 @@ def _failed(code: int, message: str) -> dict[str, Any]:
     return {"error_code": code, "error_message": message, "matching_acls": []}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     filters = request.filters
-    if not cluster_allowed(broker, Operation.ALTER):
+    if not cluster_allowed(broker, ctx, Operation.ALTER):
         return {"throttle_time": 0, "filter_results": [
             _failed(ErrorCode.cluster_authorization_failed, "Alter on the cluster is needed")] * len(filters)}
     if broker.authorizer is None:
@@ -42,7 +43,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     results = []
     for f, found in zip(parsed, matched):
         for b in found or ():
-            audit_kafka("DeleteAcls", describe(b), ErrorCode.none)
+            audit_kafka(ctx, "DeleteAcls", describe(b), ErrorCode.none)
         if found is None:
             results.append(_failed(ErrorCode.invalid_request, f.unknown() or ""))
         else:

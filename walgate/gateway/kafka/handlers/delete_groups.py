@@ -14,6 +14,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
@@ -21,9 +22,9 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
-    permitted = allowed_names(broker, Operation.DELETE, ResourceType.GROUP, request.groups_names)
+    permitted = allowed_names(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.groups_names)
     denied = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
               for g in request.groups_names if g not in permitted]
     names = [g for g in request.groups_names if g in permitted]
@@ -43,5 +44,5 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
                                                                    for g in names], GROUP_WRITE)
     for r in results + denied:
-        audit_kafka("DeleteGroups", f"group {r['group_id']}", r["error_code"])
+        audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
     return {"throttle_time": 0, "results": results + denied}

@@ -15,6 +15,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -41,10 +42,10 @@ def _delete(engine: Engine, request: Any, deletable: Callable[[str], bool] | Non
     ]
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics = await broker.call(_delete, request, checker(broker, Operation.DELETE, ResourceType.TOPIC))
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = await broker.call(_delete, request, checker(broker, ctx, Operation.DELETE, ResourceType.TOPIC))
     for t, asked in zip(topics, request.topics):
         for p, a in zip(t["partitions"], asked.partitions):
-            audit_kafka("DeleteRecords", f"topic {t['name']} partition {p['partition_index']} before offset {a.offset}",
+            audit_kafka(ctx, "DeleteRecords", f"topic {t['name']} partition {p['partition_index']} before offset {a.offset}",
                         p["error_code"])
     return {"throttle_time": 0, "topics": topics}

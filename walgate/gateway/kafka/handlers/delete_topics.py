@@ -18,6 +18,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -26,14 +27,14 @@ API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 6
 _NO_ID = uuid.UUID(int=0)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    if header.api_version >= 6:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
 
-    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
-    deletable = checker(broker, Operation.DELETE, ResourceType.TOPIC)
+    describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
+    deletable = checker(broker, ctx, Operation.DELETE, ResourceType.TOPIC)
 
     def delete(engine: Engine) -> list[dict[str, Any]]:
         results = []
@@ -47,7 +48,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     responses = await broker.call(delete)
     for r in responses:
-        audit_kafka("DeleteTopics", f"topic {r['name'] if r['name'] is not None else r['topic_id']}", r["error_code"])
+        audit_kafka(ctx, "DeleteTopics", f"topic {r['name'] if r['name'] is not None else r['topic_id']}", r["error_code"])
     return {"throttle_time": 0, "responses": responses}
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.security.acl import AclBinding, AclFilter, Operation
 from walgate.wire.errors import ErrorCode
 
@@ -22,8 +23,8 @@ def _answer(code: int, message: str | None, resources: list[dict[str, Any]]) -> 
     return {"throttle_time": 0, "error_code": code, "error_message": message, "resources": resources}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    if not cluster_allowed(broker, Operation.DESCRIBE):
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return _answer(ErrorCode.cluster_authorization_failed, "Describe on the cluster is needed", [])
     if broker.authorizer is None:
         return _answer(ErrorCode.security_disabled, "No Authorizer is configured on the broker", [])

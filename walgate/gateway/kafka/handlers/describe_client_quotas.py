@@ -12,13 +12,13 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.common import Table, error_of
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import DESCRIBE_CLIENT_QUOTAS, error_of
 from walgate.storage import quotas
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 48, 0, 1
-_ERRORS: Table = {quotas.UnsupportedFilter: ErrorCode.unsupported_version}
 
 
 def _describe(engine: Engine, request: Any) -> list[tuple[quotas.Entity, quotas.QuotaValues]]:
@@ -26,14 +26,14 @@ def _describe(engine: Engine, request: Any) -> list[tuple[quotas.Entity, quotas.
     return quotas.describe(engine.catalog.client_quotas, components, request.strict)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    if not cluster_allowed(broker, Operation.DESCRIBE_CONFIGS):  # Kafka's handleDescribeClientQuotasRequest
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE_CONFIGS):  # Kafka's handleDescribeClientQuotasRequest
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": "DescribeConfigs on the cluster is needed", "entries": None}
     try:
         found = await broker.call(_describe, request)
     except Exception as exc:  # noqa: BLE001 - a bad filter (or the engine's error) is the answer's error
-        return {"throttle_time": 0, "error_code": error_of(exc, _ERRORS), "error_message": str(exc), "entries": None}
+        return {"throttle_time": 0, "error_code": error_of(exc, DESCRIBE_CLIENT_QUOTAS), "error_message": str(exc), "entries": None}
     entries = [{"entity": [{"entity_type": kind, "entity_name": name} for kind, name in which],
                 "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
                for which, values in sorted(found, key=lambda item: str(item[0]))]

@@ -10,6 +10,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import NOT_REQUESTED, Operation, ResourceType, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.security.acl import CLUSTER_NAME
 from walgate.wire.errors import ErrorCode
 
@@ -17,13 +18,13 @@ API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
 _BROKERS = 1  # endpoint_type 1 = brokers, 2 = controllers
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     wanted = getattr(request, "endpoint_type", _BROKERS)
     error = ErrorCode.none if wanted == _BROKERS else ErrorCode.unsupported_endpoint_type
     ops = NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):
-        ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME) if cluster_allowed(broker, Operation.DESCRIBE) else 0
-    host, port = broker.address()
+        ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME) if cluster_allowed(broker, ctx, Operation.DESCRIBE) else 0
+    host, port = broker.address(ctx.listener)
     return {
         "throttle_time": 0,
         "error_code": error,

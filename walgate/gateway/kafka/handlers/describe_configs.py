@@ -31,6 +31,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.config_changes import group_timeouts
 from walgate.storage.broker_configs import (
@@ -177,7 +178,7 @@ def _describe_all(engine: Engine, broker: Broker, request: Any, denied: dict[int
     return results
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "results": await broker.call(
-        _describe_all, broker, request, config_denials(broker, Operation.DESCRIBE_CONFIGS,
+        _describe_all, broker, request, config_denials(broker, ctx, Operation.DESCRIBE_CONFIGS,
                                                        [(r.resource_type, r.resource_name) for r in request.resources]))}

@@ -11,6 +11,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
 
@@ -18,10 +19,10 @@ API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
 _NO_AUTH_OPS = -2147483648
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
     names = list(request.groups)
-    permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, names)
+    permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, names)
     wanted = [g for g in names if g in permitted]
     described = await answered(svc.with_store(
         lambda store: (svc.groups.describe(wanted, has_offsets=store.has_offsets, report_not_found=False), [])
@@ -30,7 +31,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     groups = [by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in names]
     with_ops = getattr(request, "include_authorized_operations", False)
     return {"throttle_time": 0, "groups": [
-        {**g, "authorized_operations": operations(broker, ResourceType.GROUP, g["group_id"])
+        {**g, "authorized_operations": operations(broker, ctx, ResourceType.GROUP, g["group_id"])
          if with_ops and g["error_code"] == ErrorCode.none else _NO_AUTH_OPS} for g in groups]}
 
 

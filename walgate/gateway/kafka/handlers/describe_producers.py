@@ -15,6 +15,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
@@ -70,6 +71,6 @@ def _answer(engine: Engine, request: Any, readable: Callable[[str], bool] | None
     return topics
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics = await broker.call(_answer, request, checker(broker, Operation.READ, ResourceType.TOPIC))
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = await broker.call(_answer, request, checker(broker, ctx, Operation.READ, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

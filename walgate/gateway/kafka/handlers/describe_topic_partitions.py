@@ -14,6 +14,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.metadata import topic_entries
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -48,10 +49,10 @@ def _answer(engine: Engine, node_id: int, request: Any, describable: Callable[[s
     return out, None
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics, cursor = await broker.call(_answer, broker.node_id, request,
-                                       checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))
+                                       checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
     for t in topics:
         if t["error_code"] != ErrorCode.topic_authorization_failed:
-            t["topic_authorized_operations"] = operations(broker, ResourceType.TOPIC, t["name"])
+            t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t["name"])
     return {"throttle_time": 0, "topics": topics, "next_cursor": cursor}

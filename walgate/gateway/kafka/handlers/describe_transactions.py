@@ -10,17 +10,17 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 65, 0, 0
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.transactions
     ids = list(request.transactional_ids)
-    visible = {tid for tid in ids if allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
+    visible = {tid for tid in ids if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
     try:
         if svc is None:
             described = {tid: {"transactional_id": tid, "error_code": ErrorCode.coordinator_not_available}
@@ -38,7 +38,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             continue
         state = dict(described[tid])
         topics = state.pop("topics", [])
-        shown = allowed_names(broker, Operation.DESCRIBE, ResourceType.TOPIC, {t["topic"] for t in topics})
+        shown = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, {t["topic"] for t in topics})
         state["topics"] = [t for t in topics if t["topic"] in shown]
         states.append(state)
     return {"throttle_time": 0, "transaction_states": states}

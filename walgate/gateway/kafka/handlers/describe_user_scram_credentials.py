@@ -11,6 +11,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.security.scram import mechanism_type
 from walgate.storage.engine import Engine
@@ -23,9 +24,9 @@ def _describe(engine: Engine, names: list[str] | None) -> list[tuple[str, str | 
     return engine.users.describe_scram(names)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     names = [u.name for u in request.users] if request.users else None
-    if not cluster_allowed(broker, Operation.DESCRIBE):
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": "Describe on the cluster is needed", "results": []}
     return await answered(_answer(broker, names), lambda code: {

@@ -24,9 +24,10 @@ from typing import Any
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -35,12 +36,12 @@ _V2_SINCE = 5  # Kafka's transactionVersionForEndTxn: v5 and later are transacti
 _NO_PRODUCER = (-1, -1)
 
 
-async def _end(broker: Broker, version: int, request: Any) -> tuple[int, tuple[int, int]]:
-    svc = broker.transactions
+async def _end(broker: Broker, ctx: RequestContext, request: Any) -> tuple[int, tuple[int, int]]:
+    svc, version = broker.transactions, ctx.api_version
     tid = request.transactional_id
     if svc is None:
         return ErrorCode.coordinator_not_available, _NO_PRODUCER
-    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed, _NO_PRODUCER
     tv = 2 if version >= _V2_SINCE else 0
 
@@ -57,9 +58,9 @@ async def _end(broker: Broker, version: int, request: Any) -> tuple[int, tuple[i
     return ErrorCode.none, step.producer or _NO_PRODUCER
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    error, (producer_id, producer_epoch) = await _end(broker, header.api_version, request)
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    error, (producer_id, producer_epoch) = await _end(broker, ctx, request)
     answer: dict[str, Any] = {"throttle_time": 0, "error_code": error}
-    if header.api_version >= _V2_SINCE:
+    if ctx.api_version >= _V2_SINCE:
         answer.update(producer_id=producer_id, producer_epoch=producer_epoch)
     return answer

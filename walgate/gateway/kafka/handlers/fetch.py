@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
-from walgate.gateway.kafka.broker import PRINCIPAL, Broker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import epoch_error, error_of
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
@@ -151,19 +152,19 @@ def _resolve_and_read(
     return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    version = header.api_version
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
     if getattr(request, "session_id", 0) != 0:
         return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": []}
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     replica = request.replica_state.replica_id if version >= 15 else request.replica_id
     if replica >= 0 and readable is not None:
-        readable = None if cluster_allowed(broker, Operation.CLUSTER_ACTION) else (lambda _: False)
+        readable = None if cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION) else (lambda _: False)
     if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
-        max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(PRINCIPAL.get(), header.client_id) or max_bytes)
+        max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     wants: list[_Want] | None = None
     got: list[_Got] = []
     keys: list[tuple[str, int]] = []
@@ -195,7 +196,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         if event is not None:
             broker.unwatch(keys, event)
     if FETCH_RATE in broker.quotas.keys:  # client quotas: over the quota, an empty answer (walgate.gateway.quotas)
-        throttle = broker.quotas.fetch(PRINCIPAL.get(), header.client_id, sum(g.size for g in got))
+        throttle = broker.quotas.fetch(ctx.principal, ctx.client_id, sum(g.size for g in got))
         if throttle:
             return {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}

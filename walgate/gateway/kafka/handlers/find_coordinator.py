@@ -15,6 +15,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 6
@@ -25,27 +26,27 @@ def _refused(key: str, code: int, message: str) -> dict[str, Any]:
     return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
 
-def _one(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if key_type == _TRANSACTION:
         if broker.transactions is None:
             return _refused(key, ErrorCode.transactional_id_authorization_failed,
                             "this node has no transaction coordinator")
-        if not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             return _refused(key, ErrorCode.transactional_id_authorization_failed,
                             "Not authorized to access transactional id")
     elif key_type != _GROUP:
         return _refused(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    elif not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, key):
+    elif not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
         return _refused(key, ErrorCode.group_authorization_failed, "Not authorized to access group")
-    host, port = broker.address()
+    host, port = broker.address(ctx.listener)
     return {"key": key, "node_id": broker.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", _GROUP)
-    if header.api_version >= 4:
-        return {"throttle_time": 0, "coordinators": [_one(broker, k, key_type) for k in request.coordinator_keys]}
-    one = _one(broker, request.key, key_type)
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [_one(broker, ctx, k, key_type) for k in request.coordinator_keys]}
+    one = _one(broker, ctx, request.key, key_type)
     del one["key"]  # v0-v3 answer a single key at the top level
     return {"throttle_time": 0, **one}

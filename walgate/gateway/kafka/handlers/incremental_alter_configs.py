@@ -20,6 +20,7 @@ from typing import Any
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.config_changes import BROKER, TOPIC, alter_each
 from walgate.storage.broker_configs import spec_of
 from walgate.storage.topic_configs import TOPIC_CONFIGS
@@ -65,14 +66,14 @@ def _apply(configs: dict[str, str], rtype: int, ops: Any) -> dict[str, str]:
     return out
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    denied = config_denials(broker, Operation.ALTER_CONFIGS,
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: c.config_operation == DELETE,
                                   lambda r: functools.partial(_apply, rtype=r.resource_type, ops=r.configs))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):
             changes = ", ".join(f"{c.name} {_OPS.get(c.config_operation, c.config_operation)}" for c in asked.configs)
-            audit_kafka("IncrementalAlterConfigs", f"{_KINDS.get(r['resource_type'], r['resource_type'])} "
+            audit_kafka(ctx, "IncrementalAlterConfigs", f"{_KINDS.get(r['resource_type'], r['resource_type'])} "
                         f"{r['resource_name']} ({changes})", r["error_code"])
     return {"throttle_time": 0, "responses": responses}

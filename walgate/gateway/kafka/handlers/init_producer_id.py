@@ -25,9 +25,10 @@ from typing import Any
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, by_resource_type, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, error_of, millis
-from walgate.gateway.kafka.transactions import TRANSACTIONS, for_version
+from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, TRANSACTIONS, error_of, millis
+from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -39,9 +40,9 @@ def _refused(code: int) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
-async def _transactional(broker: Broker, version: int, request: Any) -> dict[str, Any]:
+async def _transactional(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc, tid = broker.transactions, request.transactional_id
-    if svc is None or not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if svc is None or not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _refused(ErrorCode.transactional_id_authorization_failed)
     pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):
@@ -57,16 +58,16 @@ async def _transactional(broker: Broker, version: int, request: Any) -> dict[str
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return _refused(error_of(exc, TRANSACTIONS))
     if step.error != ErrorCode.none or step.txn is None:
-        return _refused(for_version(step.error, version, 4))
+        return _refused(for_version(step.error, ctx.api_version, 4))
     return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": step.txn.producer_id,
             "producer_epoch": step.txn.producer_epoch}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
-        return await _transactional(broker, header.api_version, request)
-    if not (cluster_allowed(broker, Operation.IDEMPOTENT_WRITE)
-            or by_resource_type(broker, Operation.WRITE, ResourceType.TOPIC)):
+        return await _transactional(broker, ctx, request)
+    if not (cluster_allowed(broker, ctx, Operation.IDEMPOTENT_WRITE)
+            or by_resource_type(broker, ctx, Operation.WRITE, ResourceType.TOPIC)):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,
                 "producer_epoch": -1}
     pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)

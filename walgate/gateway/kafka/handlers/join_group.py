@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
-from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.wire.errors import ErrorCode
@@ -17,9 +18,9 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    v = header.api_version
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    v = ctx.api_version
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
     session = millis(request.session_timeout)
@@ -28,8 +29,8 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
-        client_id=header.client_id or "",
-        client_host=f"/{PEER.get()}",
+        client_id=ctx.client_id or "",
+        client_host=f"/{ctx.peer}",
         protocol_type=request.protocol_type,
         protocols=[(p.name, p.metadata) for p in request.protocols],
         session_timeout_ms=session,

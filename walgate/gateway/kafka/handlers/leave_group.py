@@ -10,6 +10,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
@@ -17,18 +18,18 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    if header.api_version >= 3:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
     groups = broker.groups.groups
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
     response = await answered(
         broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms())),
         lambda code: {"error_code": code, "members": []},
     )
-    if header.api_version < 3 and response["error_code"] == 0 and response["members"]:
+    if ctx.api_version < 3 and response["error_code"] == 0 and response["members"]:
         response = {**response, "error_code": response["members"][0]["error_code"]}
     return {"throttle_time": 0, **response}

@@ -10,13 +10,14 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 5
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
     answer: dict[str, Any] = await answered(svc.with_store(
         lambda store: (
@@ -28,7 +29,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             [],
         )
     ), lambda code: {"error_code": code, "groups": []})
-    if not cluster_allowed(broker, Operation.DESCRIBE):
-        permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in answer["groups"]])
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
+        permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in answer["groups"]])
         answer = {**answer, "groups": [g for g in answer["groups"] if g["group_id"] in permitted]}
     return {"throttle_time": 0, **answer}

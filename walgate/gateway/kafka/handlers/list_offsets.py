@@ -22,6 +22,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
 from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
@@ -58,7 +59,7 @@ def _answer(engine: Engine, request: Any, version: int,
     return topics
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    topics = await broker.call(_answer, request, header.api_version,
-                               checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = await broker.call(_answer, request, ctx.api_version,
+                               checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

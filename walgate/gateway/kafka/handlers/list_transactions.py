@@ -16,15 +16,15 @@ from typing import Any
 from walgate.coordinator.transactions import STATE_NAMES
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 2
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.transactions
     states = list(request.state_filters)
     unknown = [s for s in states if s not in STATE_NAMES]
@@ -42,7 +42,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
         txns = await svc.call(lambda c: c.list(states, request.producer_id_filters, duration, now_ms(), pattern))
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return {**answer, "error_code": error_of(exc, TRANSACTIONS)}
-    shown = allowed_names(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, {t.transactional_id for t in txns})
+    shown = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, {t.transactional_id for t in txns})
     answer["transaction_states"] = [
         {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "transaction_state": t.state.value}
         for t in sorted(txns, key=lambda t: t.transactional_id) if t.transactional_id in shown

@@ -28,7 +28,8 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, answered, error_of
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import AUTO_CREATE, LEADER_EPOCH, answered, error_of
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
@@ -37,7 +38,6 @@ from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
-_AUTO_CREATE: dict[type[BaseException], ErrorCode] = {StorageError: ErrorCode.unknown_topic_or_partition}  # not created
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
@@ -118,13 +118,13 @@ def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
     return names
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
-    creatable = None if cluster_allowed(broker, Operation.CREATE) else checker(broker, Operation.CREATE,
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
+    creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
 
     def describe(engine: Engine) -> list[dict[str, Any]]:
-        names = _requested(engine, request, header.api_version)
+        names = _requested(engine, request, ctx.api_version)
         failed: dict[str, int] = {}
         if broker.auto_create_partitions and getattr(request, "allow_auto_topic_creation", True):
             for name in names or ():
@@ -138,7 +138,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
                         engine.create_kafka_topic(name, broker.auto_create_partitions, {},
                                                   engine.topic_defaults(broker.node_id))
                     except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
-                        failed[name] = error_of(exc, _AUTO_CREATE)
+                        failed[name] = error_of(exc, AUTO_CREATE)
         return topic_entries(engine, broker.node_id, names, failed, describable)
 
     topics = await answered(broker.call(describe), lambda code: [
@@ -147,12 +147,12 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if getattr(request, "include_topic_authorized_operations", False):
         for t in topics:  # every topic answered but those hidden from the principal, as Kafka
             if t["error_code"] != ErrorCode.topic_authorization_failed:
-                t["topic_authorized_operations"] = operations(broker, ResourceType.TOPIC, t["name"])
+                t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t["name"])
     cluster_ops = _NO_AUTH_OPS
-    if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker,
+    if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker, ctx,
                                                                                             Operation.DESCRIBE):
-        cluster_ops = operations(broker, ResourceType.CLUSTER, CLUSTER_NAME)
-    host, port = broker.address()
+        cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+    host, port = broker.address(ctx.listener)
     return {
         "throttle_time": 0,
         "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],

@@ -19,6 +19,7 @@ from walgate.coordinator.offsets import PartitionCommit, commit_offsets
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
@@ -31,16 +32,16 @@ def _failed(topics: list[tuple[str, list[PartitionCommit]]], code: int) -> list[
             for name, parts in topics]
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
     topics = [
         (t.name, [PartitionCommit(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                                   p.committed_metadata) for p in t.partitions])
         for t in request.topics
     ]
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.group_authorization_failed)}
-    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     denied = [t for t in topics if readable is not None and not readable(t[0])]
     if denied:
         topics = [t for t in topics if t not in denied]
@@ -56,7 +57,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             group_instance_id=getattr(request, "group_instance_id", None),
             topics=topics,
             partition_exists=store.partition_exists,
-            report_group_not_found=header.api_version >= 9,
+            report_group_not_found=ctx.api_version >= 9,
             now_ms=now_ms(),
             consumer=svc.groups.consumer,
         )

@@ -13,6 +13,7 @@ from walgate.coordinator.offsets import delete_offsets
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.wire.errors import ErrorCode
@@ -20,12 +21,12 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 47, 0, 0
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    if not allowed(broker, Operation.DELETE, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
-    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     denied = [t for t in topics if readable is not None and not readable(t[0])]
     topics = [t for t in topics if t not in denied]
 

@@ -21,6 +21,7 @@ from walgate.coordinator.offsets import fetch_offsets
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered, error_of
 from walgate.wire.errors import ErrorCode
 
@@ -31,17 +32,17 @@ def _topics(topics: Any) -> list[tuple[str, list[int]]] | None:
     return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.groups
-    if header.api_version >= 8:
+    if ctx.api_version >= 8:
         wanted = [(g.group_id, _topics(g.topics), getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
                   for g in request.groups]
     else:
         wanted = [(request.group_id, _topics(request.topics), None, -1)]
 
-    require_stable = header.api_version >= 7 and request.require_stable
-    describable = checker(broker, Operation.DESCRIBE, ResourceType.TOPIC)
-    denied_groups = {w[0] for w in wanted if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
+    require_stable = ctx.api_version >= 7 and request.require_stable
+    describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
+    denied_groups = {w[0] for w in wanted if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
 
     def fetch(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
               member_epoch: int) -> dict[str, Any]:
@@ -66,7 +67,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     answers = await answered(svc.with_store(lambda store: ([fetch(store, *w) for w in wanted], [])),
                              lambda code: [{"group_id": w[0], "error_code": code, "topics": []} for w in wanted])
-    if header.api_version >= 8:
+    if ctx.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
     single = dict(answers[0])
     del single["group_id"]  # v0-v7 answer one group at the top level

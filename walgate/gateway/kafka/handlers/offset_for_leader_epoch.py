@@ -14,6 +14,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -41,7 +42,7 @@ def _answer(engine: Engine, request: Any, describable: Callable[[str], bool] | N
     return topics
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": await broker.call(
-        _answer, request, None if cluster_allowed(broker, Operation.CLUSTER_ACTION)
-        else checker(broker, Operation.DESCRIBE, ResourceType.TOPIC))}
+        _answer, request, None if cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION)
+        else checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))}

@@ -68,9 +68,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
-from walgate.gateway.kafka.broker import PRINCIPAL, Broker
-from walgate.gateway.kafka.handlers.common import PRODUCE, Unanswered, error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
@@ -97,14 +97,14 @@ def _answer(index: int, error: int, message: str | None = None, base_offset: int
             "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | Unanswered:
-    writable = checker(broker, Operation.WRITE, ResourceType.TOPIC)
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Unanswered:
+    writable = checker(broker, ctx, Operation.WRITE, ResourceType.TOPIC)
     denied = ErrorCode.topic_authorization_failed
     tid = request.transactional_id
-    if writable is not None and tid is not None and not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+    if writable is not None and tid is not None and not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                                                  tid):
         writable, denied = _nothing, ErrorCode.transactional_id_authorization_failed
-    refused = await _verify_transactions(broker, header.api_version, request, writable)
+    refused = await _verify_transactions(broker, ctx.api_version, request, writable)
     if refused is None:  # transactional records without a transactional id
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused,
@@ -113,7 +113,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any] | 
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
-        throttle = broker.quotas.produce(PRINCIPAL.get(), header.client_id, size)
+        throttle = broker.quotas.produce(ctx.principal, ctx.client_id, size)
     responses = [
         {"name": t.name, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
@@ -242,7 +242,7 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
 def _refused(index: int, exc: Exception) -> dict[str, Any]:
     """The answer of a partition that *exc* refused."""
     if isinstance(exc, SequenceError):
-        return _answer(index, ErrorCode[exc.kafka_error], str(exc))
+        return _answer(index, exc.error_code, str(exc))
     if isinstance(exc, RecordsRefused):
         return _answer(index, ErrorCode.invalid_record, str(exc), record_errors=exc.records)
     if isinstance(exc, TransactionsUnsupported):  # Kafka's answer for a log that cannot hold transactions

@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.sasl import AUTHENTICATION
+from walgate.gateway.kafka.context import RequestContext
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 17, 0, 1
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
-    auth = AUTHENTICATION.get()
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    auth = ctx.authentication
     if auth is None:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
     mechanisms = list(auth.settings.mechanisms)
-    if not auth.handshake(request.mechanism, header.api_version):
+    if not auth.handshake(request.mechanism, ctx.api_version):
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": mechanisms}
     return {"error_code": ErrorCode.none, "mechanisms": mechanisms}

@@ -19,6 +19,7 @@ from typing import Any
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
 from walgate.gateway.kafka.handlers.share_fetch import ack_batches, admitted, resolve, top
 from walgate.gateway.kafka.shares import now_ms
@@ -28,12 +29,12 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 79, 1, 2
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
-    shares = admitted(broker, group_id)
+    shares = admitted(broker, ctx, group_id)
     if isinstance(shares, dict):
         return shares
-    readable = checker(broker, Operation.READ, ResourceType.TOPIC)
+    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
 
     def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:

@@ -16,6 +16,7 @@ from typing import Any
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -30,9 +31,9 @@ def _empty(group_id: str, code: int, message: str | None = None) -> dict[str, An
             "authorized_operations": _NO_AUTH_OPS}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     shares = broker.shares
-    permitted = allowed_names(broker, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
+    permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
     wanted = [g for g in request.group_ids if g in permitted]
     if shares is None:
         return {"throttle_time": 0, "groups": [_empty(g, ErrorCode.unsupported_version) for g in request.group_ids]}
@@ -58,7 +59,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     if getattr(request, "include_authorized_operations", False):
         for g in groups:
             if g["error_code"] == ErrorCode.none:
-                g["authorized_operations"] = operations(broker, ResourceType.GROUP, g["group_id"])
+                g["authorized_operations"] = operations(broker, ctx, ResourceType.GROUP, g["group_id"])
     by_id = {g["group_id"]: g for g in groups}
     return {"throttle_time": 0, "groups": [
         by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}

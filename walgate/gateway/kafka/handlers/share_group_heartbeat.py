@@ -15,7 +15,8 @@ from typing import Any
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
-from walgate.gateway.kafka.broker import PEER, Broker
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.engine import Engine
@@ -29,18 +30,18 @@ def _refuse(error: int, message: str | None = None) -> dict[str, Any]:
             "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     shares = broker.shares
     if shares is None:
         return _refuse(ErrorCode.unsupported_version, "Share groups are not enabled.")
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return _refuse(ErrorCode.group_authorization_failed)
     names = request.subscribed_topic_names or ()
-    hidden = sorted(set(names) - allowed_names(broker, Operation.DESCRIBE, ResourceType.TOPIC, names))
+    hidden = sorted(set(names) - allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, names))
     if hidden:
         return _refuse(ErrorCode.topic_authorization_failed,
                        f"The following topics are not authorized: {', '.join(hidden)}")
-    client_id, client_host = header.client_id or "", f"/{PEER.get()}"
+    client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
     def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> dict[str, Any]:
         now = now_ms()

@@ -10,6 +10,7 @@ from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
@@ -17,12 +18,12 @@ from walgate.wire.errors import ErrorCode
 API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "assignment": b""}
-    if header.api_version >= 5 and (protocol_type is None or protocol_name is None):
+    if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
     response = await answered(broker.groups.parked(
         lambda rid: broker.groups.groups.sync(

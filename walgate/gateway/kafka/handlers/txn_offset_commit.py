@@ -29,9 +29,10 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.coordinator.transactions import PendingOffset
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.transactions import TRANSACTIONS, abortable_for_version
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.transactions import abortable_for_version
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 5
@@ -45,7 +46,7 @@ def _failed(topics: Topics, code: int) -> list[dict[str, Any]]:
             for name, parts in topics]
 
 
-async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     svc = broker.transactions
     tid, group = request.transactional_id, request.group_id
     topics: Topics = [
@@ -55,11 +56,11 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
     ]
     if svc is None:
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.coordinator_not_available)}
-    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.transactional_id_authorization_failed)}
-    if not allowed(broker, Operation.READ, ResourceType.GROUP, group):
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.group_authorization_failed)}
-    readable = allowed_names(broker, Operation.READ, ResourceType.TOPIC, {name for name, _ in topics})
+    readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, {name for name, _ in topics})
     denied = [t for t in topics if t[0] not in readable]
     topics = [t for t in topics if t[0] in readable]
     groups = broker.groups.groups
@@ -67,7 +68,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
 
     def commit(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
         joined = None
-        if header.api_version >= _IMPLICIT_ADD_SINCE:
+        if ctx.api_version >= _IMPLICIT_ADD_SINCE:
             step = svc.coordinator.add_offsets(tid, producer_id, epoch, group, now_ms(), tv=2)
             refused, joined = step.error, step.txn
             if refused == ErrorCode.concurrent_transactions:
@@ -76,7 +77,7 @@ async def handle(broker: Broker, header: Any, request: Any) -> dict[str, Any]:
             refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
         if refused == ErrorCode.producer_fenced:
             refused = ErrorCode.invalid_producer_epoch
-        refused = abortable_for_version(refused, "txn_offset_commit", header.api_version)
+        refused = abortable_for_version(refused, "txn_offset_commit", ctx.api_version)
         if refused != ErrorCode.none:
             return _failed(topics, refused), []
         now = now_ms()
