@@ -38,7 +38,9 @@ def test_group_configs_are_bounded_by_kafkas_defaults_and_the_brokers_own() -> N
     for bad, why in (({"consumer.session.timeout.ms": "44999"}, "45000..60000"),
                      ({"consumer.heartbeat.interval.ms": "15001"}, "5000..15000"),
                      ({"consumer.session.timeout.ms": "soon"}, "integer"),
-                     ({"share.record.lock.duration.ms": "30000"}, "Unknown group config")):
+                     ({"share.record.lock.duration.ms": "14999"}, "15000..60000"),
+                     ({"share.isolation.level": "read_everything"}, "must be one of"),
+                     ({"consumer.no.such.config": "1"}, "Unknown group config")):
         with pytest.raises(ValueError, match=why):
             timeouts.validate(bad)
     GroupTimeouts(6_000, 500).validate({"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "500"})
