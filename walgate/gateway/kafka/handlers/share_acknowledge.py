@@ -17,7 +17,6 @@ import uuid
 from typing import Any
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
-from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
@@ -31,10 +30,10 @@ API_KEY, MIN_VERSION, MAX_VERSION = 79, 1, 2
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
-    shares = admitted(broker, ctx, group_id)
-    if isinstance(shares, dict):
-        return shares
-    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
+    admission = admitted(broker, ctx, group_id)
+    if isinstance(admission, dict):
+        return admission
+    shares, readable = admission
 
     def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:

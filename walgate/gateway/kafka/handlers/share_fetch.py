@@ -194,22 +194,24 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, group_id: str, membe
     out.deadline_ms = coordinator.next_deadline((group_id, t, p) for t, p in session.partitions)
 
 
-def admitted(broker: Broker, ctx: RequestContext, group_id: str) -> ShareService | dict[str, Any]:
-    """The share service for a ShareFetch / ShareAcknowledge of ``group_id``, or the top-level answer refusing it:
-    share groups off (UNSUPPORTED_VERSION) or no Read on the group (GROUP_AUTHORIZATION_FAILED)."""
+def admitted(broker: Broker, ctx: RequestContext,
+             group_id: str) -> tuple[ShareService, Callable[[str], bool] | None] | dict[str, Any]:
+    """The share service for a ShareFetch / ShareAcknowledge of ``group_id`` and the principal's Read check on topics
+    (None: everything allowed), or the top-level answer refusing it: share groups off (UNSUPPORTED_VERSION) or no Read
+    on the group (GROUP_AUTHORIZATION_FAILED)."""
     if broker.shares is None:
         return top(ErrorCode.unsupported_version, "Share groups are not enabled.")
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group_id):
         return top(ErrorCode.group_authorization_failed)
-    return broker.shares
+    return broker.shares, checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
-    shares = admitted(broker, ctx, group_id)
-    if isinstance(shares, dict):
-        return shares
-    readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
+    admission = admitted(broker, ctx, group_id)
+    if isinstance(admission, dict):
+        return admission
+    shares, readable = admission
     renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = request.max_bytes
