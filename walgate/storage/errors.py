@@ -41,6 +41,7 @@ from walgate.wire.errors import ErrorCode
 __all__ = [
     "ERROR_CODES",
     "CorruptEntry",
+    "MetaDamaged",
     "StorageError",
     "SqlSyntaxError",
     "InvalidValue",
@@ -134,6 +135,11 @@ class CorruptEntry(Exception):
     """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
 
 
+class MetaDamaged(Exception):
+    """A vnode's meta store is not what it should be (the message says how); the vnode reports it and rebuilds the
+    store from the WAL (:mod:`walgate.storage.meta_store`), so it never reaches a client."""
+
+
 ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     NotFound: ErrorCode.unknown_topic_or_partition,
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
@@ -142,6 +148,7 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     LimitExceeded: ErrorCode.policy_violation,
     StorageError: ErrorCode.invalid_request,  # input the engine refused
     CorruptEntry: ErrorCode.corrupt_message,  # stored data that fails its checksum
+    MetaDamaged: ErrorCode.kafka_storage_error,  # (caught by the vnode, which rebuilds the store)
     OSError: ErrorCode.kafka_storage_error,  # as Kafka answers an IOException of its log
 }
 """The storage domain's errors as Kafka answers them (see the module docstring)."""

@@ -26,6 +26,14 @@ tests do) may read and write, and this one's next write may then be refused as a
   unchecked decides which rows a read sees;
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
 
+Descriptors: an open store holds three (``meta.db`` and the two SQLite files beside it), and a node may have
+thousands of vnodes (a Kafka-native topic of 400 partitions has 400), so at most :data:`OPEN_STORES` stores keep
+their connection open at a time (:class:`OpenStores`, one per process, as descriptors are a process's): using
+another closes the least recently used one's (SQLite folds its side files in), and a store whose connection was
+closed opens it again when next used, without the checks of :meth:`MetaStore.open` (they were made when the store
+was first opened in this process, and nothing else writes it meanwhile). A store that a read is still iterating is
+never closed.
+
 Errors: a file that is not such a store, a row that does not verify, or SQLite reporting corruption raise
 :class:`MetaDamaged` (the vnode reports it and rebuilds); any other SQLite error (a full disk, an I/O error) raises
 :class:`~walgate.storage.errors.StorageUnavailable` naming the file; a write is one transaction, all or nothing.
@@ -34,6 +42,7 @@ Errors: a file that is not such a store, a row that does not verify, or SQLite r
 from __future__ import annotations
 
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,13 +50,14 @@ from typing import Any
 
 from walgate.storage import lines
 from walgate.storage.catalog import column_from_json
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["META_STORE", "MetaDamaged", "MetaStore", "TableDef"]
+__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef"]
 
 META_STORE = "meta.db"
 CACHE_KIB = 16_384  # SQLite's page cache of one store
+OPEN_STORES = 64  # stores with an open connection at a time (three descriptors each)
 _KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
                       " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
 """The rows whose name is not the one their ``def`` starts with (as JSON without escapes)."""
@@ -72,10 +82,6 @@ class TableDef:
     version: int  # WAL version of the create entry
     created_ts: int  # creation time, database precision
     dropped: bool = False
-
-
-class MetaDamaged(Exception):
-    """The store is not what it should be (the message says how): rebuild it from the WAL."""
 
 
 def encode_def(t: TableDef) -> bytes:
@@ -103,20 +109,83 @@ def decode_def(name: object, raw: object) -> TableDef:
         raise MetaDamaged(f"table {name!r}: {exc}") from None
 
 
+class OpenStores:
+    """The stores whose connection is open, least recently used first: at most ``capacity`` of them, beyond those
+    a read is iterating (see the module docstring)."""
+
+    def __init__(self, capacity: int = OPEN_STORES) -> None:
+        self.capacity = capacity
+        self._open: OrderedDict[int, MetaStore] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def used(self, store: MetaStore) -> None:
+        """``store``'s connection is open and was just used: close the least recently used others' past capacity."""
+        self._open[id(store)] = store
+        self._open.move_to_end(id(store))
+        for key in list(self._open):
+            if len(self._open) <= self.capacity:
+                break
+            other = self._open[key]
+            if other is not store and not other.reading:
+                del self._open[key]
+                other.park()
+
+    def closed(self, store: MetaStore) -> None:
+        self._open.pop(id(store), None)
+
+
+PROCESS_STORES = OpenStores()
+"""The process's open stores (descriptors are the process's, whatever the number of engines)."""
+
+
 class MetaStore:
     """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int,
+                 stores: OpenStores = PROCESS_STORES) -> None:
         self.path = path
-        self._conn = conn
+        self._conn: sqlite3.Connection | None = conn
+        self._stores = stores
         self.covered = covered  # every meta entry below this WAL version is in the store
         self.live = live  # of the tables in the store, those not dropped
         self.synced = False  # every write so far is fsynced (not known at open: a killed process's may not be)
+        self.reading = 0  # reads iterating the store now (its connection is not closed under them)
+        stores.used(self)
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection (opened again, in the read transaction, when it was closed)."""
+        conn = self._conn
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise _error(self.path, exc) from None
+            self._conn = conn
+        self._stores.used(self)
+        return conn
+
+    def park(self) -> None:
+        """Close the connection until the store is used again (its writes are all committed)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            conn.close()
 
     @classmethod
-    def open(cls, path: Path) -> MetaStore:
+    def open(cls, path: Path, stores: OpenStores = PROCESS_STORES) -> MetaStore:
         """Open ``path``, creating an empty store (covering nothing) when there is no file; :class:`MetaDamaged`
-        when the file is not a sound store, StorageUnavailable when it cannot be read or created."""
+        when the file is not a sound store, StorageUnavailable when it cannot be read or created. Its connection
+        counts among ``stores``."""
         fresh = not path.exists()
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -138,7 +207,7 @@ class MetaStore:
                 if busy is None or busy[0]:  # a store of no schema is damaged, one covering nothing is not
                     raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
-                return cls(path, conn, 0, 0)
+                return cls(path, conn, 0, 0, stores)
             problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise MetaDamaged("; ".join(map(str, problems[:3])))
@@ -160,7 +229,7 @@ class MetaStore:
             if unfound or entries != rows_n:
                 raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
             conn.execute("BEGIN")
-            return cls(path, conn, covered, live)
+            return cls(path, conn, covered, live, stores)
         except MetaDamaged:
             conn.close()
             raise
@@ -191,22 +260,23 @@ class MetaStore:
         every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
         gone = set(dropped_stables)
         drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
+        conn = self._connection()
         try:
             if durable:  # the level may not change inside the held read transaction
-                if self._conn.in_transaction:
-                    self._conn.execute("COMMIT")
-                self._conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
-            if not self._conn.in_transaction:
-                self._conn.execute("BEGIN")
-            self._conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+                conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
                                    ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
-            self._conn.execute("UPDATE covered SET line = ? WHERE id = 0",
+            conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
-            self._conn.execute("COMMIT")
+            conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if self._conn.in_transaction:
+            if conn.in_transaction:
                 try:
-                    self._conn.execute("ROLLBACK")
+                    conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass  # SQLite rolled it back itself (a full disk or an I/O error ends the transaction)
             raise _error(self.path, exc) from None
@@ -220,40 +290,50 @@ class MetaStore:
 
     def _relax(self) -> None:
         """Back to unsynced commits after a durable write (a failure leaves FULL: slower, never less safe)."""
+        conn = self._conn
         try:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+            if conn is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if conn is not None:
+                conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error:
             pass
 
     def _begin(self) -> None:
         """Open the transaction reads run in until the next write (one lock and cache check for all of them, not
         one per statement: a lookup takes ~2 us instead of ~7)."""
-        if not self._conn.in_transaction:
+        conn = self._conn
+        if conn is not None and not conn.in_transaction:
             try:
-                self._conn.execute("BEGIN")
+                conn.execute("BEGIN")
             except sqlite3.Error:
                 pass  # the next statement runs in a transaction of its own, and write() tries again
 
     def close(self) -> None:
-        self._conn.close()
+        self._stores.closed(self)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def _defs(self, sql: str, args: tuple[Any, ...]) -> Iterator[TableDef]:
         cursor = self._query(sql, args)
-        while True:
-            try:
-                rows = cursor.fetchmany(4096)
-            except sqlite3.Error as exc:
-                raise _error(self.path, exc) from None
-            if not rows:
-                return
-            for name, raw in rows:
-                yield decode_def(name, raw)
+        self.reading += 1
+        try:
+            while True:
+                try:
+                    rows = cursor.fetchmany(4096)
+                except sqlite3.Error as exc:
+                    raise _error(self.path, exc) from None
+                if not rows:
+                    return
+                for name, raw in rows:
+                    yield decode_def(name, raw)
+        finally:
+            self.reading -= 1
 
     def _query(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
         try:
-            return self._conn.execute(sql, args)
+            return self._connection().execute(sql, args)
         except sqlite3.Error as exc:
             raise _error(self.path, exc) from None
 
