@@ -124,6 +124,8 @@ class OpenStores:
         """``store``'s connection is open and was just used: close the least recently used others' past capacity."""
         self._open[id(store)] = store
         self._open.move_to_end(id(store))
+        if len(self._open) <= self.capacity:  # (every lookup passes here: nothing to close, nothing copied)
+            return
         for key in list(self._open):
             if len(self._open) <= self.capacity:
                 break
