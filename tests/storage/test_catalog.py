@@ -160,14 +160,17 @@ def test_a_refused_catalog_write_changes_nothing(tmp_path: Path, op: str, kind: 
     path = make(tmp_path)
     cat = Catalog.open(path)
     state, size = (dict(cat.databases), dict(cat.stables), dict(cat.topics)), path.stat().st_size
+    generation = cat.generation
     faults = Faults()
     with faults.active():
         for change in (lambda: cat.create_database("refused", {}, 0), lambda: cat.drop_topic("tp"),
                        lambda: cat.drop_database("d1"), lambda: cat.create_kafka_topic("k", "kafka_k", {}, {}, 0)):
             refused(faults, op, kind, change)
             assert (cat.databases, cat.stables, cat.topics) == state and path.stat().st_size == size
+            assert cat.generation == generation  # a snapshot taken before the refusal is still current
         faults.clear()
         cat.create_database("accepted", {}, 0)  # the disk has room again: service resumes by itself
+        assert cat.generation == generation + 1  # any snapshot taken before it is stale
     assert sorted(Catalog.open(path).databases) == sorted(DBS + ["accepted"])
 
 

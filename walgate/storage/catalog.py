@@ -208,6 +208,7 @@ class Catalog:
     users: dict[str, User] = field(default_factory=dict)  # their records: walgate.storage.users
     resource_configs: resource_configs.ResourceConfigs = field(default_factory=dict)  # storage/resource_configs.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
+    generation: int = 0  # +1 per committed change: an equal generation means an unchanged catalog (for snapshots)
     syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
 
     @classmethod
@@ -273,6 +274,7 @@ class Catalog:
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
+        self.generation += 1
 
     def commit(self, record: dict[str, Any]) -> None:
         """:meth:`_commit` for the record kinds other modules own (users: :mod:`walgate.storage.users`)."""
