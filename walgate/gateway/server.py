@@ -32,6 +32,7 @@ import os
 import signal
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from types import TracebackType
 
@@ -68,6 +69,7 @@ from walgate.storage import datadir
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageError
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
 
@@ -95,6 +97,8 @@ class Gateway:
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
+        self._meta_task: asyncio.Task[None] | None = None
+        self._stopping = threading.Event()  # set by stop(): a meta store's check in its thread ends early
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self._transactions: TransactionService | None = None
@@ -121,7 +125,7 @@ class Gateway:
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
-                batch_cache_bytes=cfg.batch_cache_bytes,
+                batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False,
             )
             self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
@@ -146,6 +150,7 @@ class Gateway:
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
             self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
+            self._meta_task = asyncio.create_task(self._check_meta_stores(self._engine), name="walgate-meta-checks")
             if cfg.log_cleaner_enable:
                 self._clean_task = asyncio.create_task(self._clean_loop(self._engine), name="walgate-log-cleaner")
         except BaseException:
@@ -287,6 +292,12 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
+        self._stopping.set()
+        if self._meta_task is not None:
+            self._meta_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._meta_task
+            self._meta_task = None
         if self._clean_task is not None:
             self._clean_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -328,15 +339,15 @@ class Gateway:
 
     async def _clean_loop(self, engine: Engine) -> None:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
-        pass at a time on the storage thread (requests are served in between), the fdatasync of what the step staged
-        on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is due,
-        the next after ``log.cleaner.backoff.ms``."""
+        pass at a time on the storage thread (requests are served in between), the fsyncs the step left (staged
+        bytes, a commit's file and directory) on a thread of its own, the next step at once while a pass is in
+        progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
         max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
         while True:
             try:
                 stats, sync = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
-                if sync is not None:  # the step's staged bytes, fdatasynced off the storage thread
+                if sync is not None:  # the fsyncs the step left, off the storage thread
                     await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
@@ -349,6 +360,24 @@ class Gateway:
                          stats.topic, stats.partition, stats.segments, stats.bytes_before, stats.bytes_after,
                          stats.records_removed, stats.batches_removed)
             await asyncio.sleep(0 if stats is not None and not stats.finished else backoff)
+
+    async def _check_meta_stores(self, engine: Engine) -> None:
+        """The meta stores' whole-file checks the engine's open left (:mod:`walgate.storage.meta_checks`), one
+        store at a time on a thread of its own while the node serves; a damaged store is reported and rebuilt on
+        the storage thread."""
+        start = SYSTEM_CLOCK.monotonic()
+        checks = await self._storage.call(engine.meta_checks)
+        for check in checks:
+            where = f"{check.vnode.db.name} vnode {check.vnode.index}"
+            try:
+                problem = await asyncio.to_thread(check.run, self._stopping.is_set)
+                await self._storage.call(engine.meta_checked, check, problem)
+            except (StorageError, OSError) as exc:  # unreadable, a full disk, or the node stopping
+                log.warning("meta store of %s not checked: %s", where, getattr(exc, "message", exc))
+            except Exception:  # a bug: its traceback is logged, the other stores are still checked
+                log.exception("meta store of %s not checked", where)
+        if checks:
+            log.info("meta stores checked: %d in %.1f s", len(checks), SYSTEM_CLOCK.monotonic() - start)
 
     async def _sync_loop(self) -> None:
         """Periodic fsyncs (WAL_LEVEL 1) and retention. The fsyncs run on a thread of their own, not the storage
@@ -372,7 +401,7 @@ class Gateway:
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:
     """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs: the step's stats and
-    the fdatasync it left for another thread."""
+    the fsyncs it left for another thread."""
     return engine.clean(engine.clock.time(), node_id, max_keys), engine.clean_sync()
 
 

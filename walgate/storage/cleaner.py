@@ -52,12 +52,12 @@ it is, and no tombstone or marker after it goes in that pass (an older record of
 transaction, may be in it).
 
 Crash safety: a segment is swapped by one rename. Its new log is written under a temporary name
-(``<first>.log.tmp``, a step at a time: :class:`~walgate.storage.fileio.StagedFile`; each step's bytes are
-fdatasynced by :meth:`Cleaner.staged_sync`, which the gateway runs off the storage thread between steps, and the
-swap waits for the step after the last one's sync), given the
-old file's modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced;
-its sealed index is then replaced
-the same way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
+(``<first>.log.tmp``, a step at a time: :class:`~walgate.storage.fileio.StagedFile`), given the old file's
+modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced; its sealed
+index is then replaced the same way. No fsync of a pass runs in a step: each step leaves the ones that must come
+before the next (a step's staged bytes; a commit's file and directory fsyncs, the commits being jobs of several
+steps, :data:`_Job`) to :meth:`Cleaner.staged_sync`, which the gateway runs on a thread of its own between steps;
+whatever the caller did not run, the next step runs first, so the order on disk is the same either way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
 it, the new one. An index that does not match its log (a kill between the two renames) is rebuilt from the log at
 open, as any damaged index is. Segments are swapped oldest first; each is a valid state on its own, since a record
 is only ever removed for a newer one of its key, which a later (old or new) segment still holds. Readers are safe

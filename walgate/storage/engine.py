@@ -42,6 +42,7 @@ from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
 from walgate.storage.lineproto_columns import Measurement
+from walgate.storage.meta_checks import MetaCheck, apply_check, pending
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
@@ -71,6 +72,7 @@ class Engine:
 
     def __init__(self, store: Store, batch_cache_bytes: int = BATCH_CACHE_BYTES) -> None:
         self.store = store
+        self._meta_checks: list[MetaCheck] = []  # the stores' checks Engine.open left (whole_stores=False)
         self.clock = store.clock  # what the engine reads time from; the gateway reads sync_due's and clean's now from it
         # the shared state, for callers that inspect it (tests, tools)
         self.data_dir = store.data_dir
@@ -138,6 +140,7 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
         batch_cache_bytes: int = BATCH_CACHE_BYTES,
+        whole_stores: bool = True,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -151,12 +154,15 @@ class Engine:
         (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``coordinator_partitions``: N of
         a data dir made now (Kafka's ``offsets.topic.num.partitions``); an existing one keeps its own
         (:mod:`walgate.storage.coordinator_partitions`). ``batch_cache_bytes`` bounds the cache of TDengine topics'
-        rendered batches (:mod:`walgate.storage.batch_cache`)."""
+        rendered batches (:mod:`walgate.storage.batch_cache`). Without ``whole_stores``, the vnodes' meta stores are
+        opened without the checks that read them whole, which :meth:`meta_checks` hands out instead
+        (:mod:`walgate.storage.meta_checks`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
                       coordinator_partitions, max_tables)
         engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
-            store.vnodes[db.name] = store.open_database(db)
+            store.vnodes[db.name] = store.open_database(db, whole_stores=whole_stores)
+        engine._meta_checks = [] if whole_stores else pending(store.vnodes)
         for topic in list(store.catalog.topics.values()):
             try:
                 if topic.kind == "kafka":
@@ -432,6 +438,18 @@ class Engine:
         from the WALs at open)."""
         return self.native.ongoing_transactions()
 
+    def meta_checks(self) -> list[MetaCheck]:
+        """The meta stores' whole-file checks :meth:`open` left (once: an empty list after): run each
+        (:meth:`MetaCheck.run <walgate.storage.meta_checks.MetaCheck.run>`) off this thread, then hand its result to
+        :meth:`meta_checked`."""
+        checks, self._meta_checks = self._meta_checks, []
+        return checks
+
+    def meta_checked(self, meta_check: MetaCheck, problem: str | None) -> None:
+        """A store's check found ``problem`` (None: nothing): reported and rebuilt from the WAL
+        (:func:`walgate.storage.meta_checks.apply_check`)."""
+        apply_check(self.store.vnodes, meta_check, problem)
+
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
         *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress
@@ -440,6 +458,6 @@ class Engine:
         return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
 
     def clean_sync(self) -> Callable[[], None] | None:
-        """The fdatasync the last cleaning step left (:meth:`Cleaner.staged_sync
+        """The fsyncs the last cleaning step left (:meth:`Cleaner.staged_sync
         <walgate.storage.cleaner.Cleaner.staged_sync>`), to run off this thread before the next step; None: none."""
         return self.cleaner.staged_sync()

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef"]
+__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check"]
 
 META_STORE = "meta.db"
 CACHE_KIB = 16_384  # SQLite's page cache of one store
@@ -184,10 +184,11 @@ class MetaStore:
             conn.close()
 
     @classmethod
-    def open(cls, path: Path, stores: OpenStores = PROCESS_STORES) -> MetaStore:
+    def open(cls, path: Path, stores: OpenStores = PROCESS_STORES, *, whole: bool = True) -> MetaStore:
         """Open ``path``, creating an empty store (covering nothing) when there is no file; :class:`MetaDamaged`
         when the file is not a sound store, StorageUnavailable when it cannot be read or created. Its connection
-        counts among ``stores``."""
+        counts among ``stores``. Without ``whole``, the checks that read the whole file (:func:`check`, seconds
+        for millions of tables) are left to the caller."""
         fresh = not path.exists()
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -210,9 +211,6 @@ class MetaStore:
                     raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0, stores)
-            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
-            if problems != ["ok"]:
-                raise MetaDamaged("; ".join(map(str, problems[:3])))
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if not {"tables", "covered"} <= names:
                 raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
@@ -223,13 +221,8 @@ class MetaStore:
             covered, live = state.get("version"), state.get("live")
             if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
                 raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
-            for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
-                decode_def(name, raw)
-            [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
-            [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
-            [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
-            if unfound or entries != rows_n:
-                raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
+            if whole:
+                _check_whole(conn)
             conn.execute("BEGIN")
             return cls(path, conn, covered, live, stores)
         except MetaDamaged:
@@ -338,6 +331,51 @@ class MetaStore:
             return self._connection().execute(sql, args)
         except sqlite3.Error as exc:
             raise _error(self.path, exc) from None
+
+
+def _check_whole(conn: sqlite3.Connection) -> None:
+    """The checks that read the whole store: SQLite's ``quick_check``, every name against the one its ``def``
+    starts with, every row found through the name index, which holds no other entry; MetaDamaged naming the first
+    problem (sqlite3.Error raised as it is)."""
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise MetaDamaged("; ".join(map(str, problems[:3])))
+    try:
+        for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
+            decode_def(name, raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MetaDamaged(str(exc)) from None
+    [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
+    [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
+    [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
+    if unfound or entries != rows_n:
+        raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
+
+
+def check(path: Path, stopped: Callable[[], bool] = lambda: False) -> str | None:
+    """What :meth:`MetaStore.open` without ``whole`` left out, on a read-only connection of its own (safe on
+    another thread while the store is used: it reads one snapshot of it): the damage found, None when there is
+    none; StorageUnavailable when the file cannot be read, or when ``stopped()`` became true (asked every ~100,000
+    SQLite steps)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StorageUnavailable(f"{path}: {exc}") from None
+    try:
+        conn.set_progress_handler(lambda: int(stopped()), 100_000)
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute("BEGIN")
+        _check_whole(conn)
+        return None
+    except MetaDamaged as exc:
+        return str(exc)
+    except sqlite3.Error as exc:
+        error = _error(path, exc)
+        if isinstance(error, MetaDamaged):
+            return str(error)
+        raise error from None
+    finally:
+        conn.close()
 
 
 def _name(t: TableDef) -> str:

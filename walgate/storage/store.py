@@ -118,15 +118,17 @@ class Store:
     def db_dir(self, db: DatabaseDef) -> Path:
         return datadir.db_dir(self.data_dir, db.id)
 
-    def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0) -> list[Vnode]:
+    def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0, *,
+                      whole_stores: bool = True) -> list[Vnode]:
         """Open vnodes ``first ..`` of ``db``. New vnodes (a new database, new partitions) are created *before*
         ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is
-        kept (:class:`StorageUnavailable`, or the catalog's error)."""
+        kept (:class:`StorageUnavailable`, or the catalog's error). Without ``whole_stores``, the meta stores'
+        checks that read all of them are the caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`)."""
         vnodes: list[Vnode] = []
         try:
             for i in range(first, db.vgroups):
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
-                                         self.clock, self.files, self.syncs))
+                                         self.clock, self.files, self.syncs, whole_stores))
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:

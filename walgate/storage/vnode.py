@@ -97,14 +97,14 @@ def wal_options(db: DatabaseDef) -> WalOptions:
 
 
 class Vnode:
-    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None
-                 ) -> None:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None,
+                 whole_store: bool = True) -> None:
         self.db = db
         self.index = index
         self.dir = directory
         self.wal = wal
         self.damage = damage
-        self._store = self._open_store()
+        self._store = self._open_store(whole_store)
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
@@ -116,23 +116,29 @@ class Vnode:
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
              unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
-             syncs: SyncLatency | None = None) -> Vnode:
+             syncs: SyncLatency | None = None, whole_store: bool = True) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0)
         leaves its fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages segments and times fsync
         periods by ``clock``; its files are opened through ``files`` (the engine's cache) and its fsyncs timed into
-        ``syncs`` (the engine's)."""
+        ``syncs`` (the engine's). Without ``whole_store``, the meta store's checks that read all of it are the
+        caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`)."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
                        clock=clock, files=files, syncs=syncs)
-        vnode = cls(db, index, directory, wal, damage)
+        vnode = cls(db, index, directory, wal, damage, whole_store)
         vnode._catch_up()
         return vnode
 
-    def _open_store(self) -> MetaStore:
+    @property
+    def store(self) -> MetaStore:
+        """The meta store (another object once rebuilt)."""
+        return self._store
+
+    def _open_store(self, whole: bool) -> MetaStore:
         """The meta store, rebuilt empty (reported) when it is damaged."""
         path = self.dir / META_STORE
         try:
-            return MetaStore.open(path)
+            return MetaStore.open(path, whole=whole)
         except MetaDamaged as exc:
             return self._replace_store(path, str(exc))
 
@@ -267,18 +273,22 @@ class Vnode:
         try:
             return read()
         except MetaDamaged as exc:
-            self._store.close()
-            self._store = self._replace_store(self._store.path, str(exc))
-            self._cache.clear()
-            self._dirty.clear()
-            self._dropped_stables.clear()
-            self._absent.clear()
-            self.live_count = 0
-            for entry in self.wal.read_from(0):
-                if entry.kind == KIND_META:
-                    self.apply_meta(decode_entry(entry).meta or {}, entry.version)
-            self._flush(self.wal.next_version)
+            self.rebuild_store(str(exc))
             return read()
+
+    def rebuild_store(self, reason: str) -> None:
+        """Report the meta store damaged (``reason``) and rebuild it from every meta entry in the WAL."""
+        self._store.close()
+        self._store = self._replace_store(self._store.path, reason)
+        self._cache.clear()
+        self._dirty.clear()
+        self._dropped_stables.clear()
+        self._absent.clear()
+        self.live_count = 0
+        for entry in self.wal.read_from(0):
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._flush(self.wal.next_version)
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t
