@@ -20,8 +20,9 @@ tests do) may read and write, and this one's next write may then be refused as a
   table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
   ``def`` is the definition (name first, supertable, tags, columns, create version and time, dropped) as one
   checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is found when the row is read, and one in
-  a name when the store is opened (every name is compared with the one its ``def`` starts with, in SQL, and every
-  row must be found through the name index, which holds no other entry) or read whole; there is no other index (a
+  a name when the store is opened, or by :func:`check` after an open without those checks (every name is compared
+  with the one its ``def`` starts with, in SQL, and every row must be found through the name index, which holds no
+  other entry), or read whole; there is no other index (a
   supertable's subtables are found by reading every row, as a query over it reads them anyway), so nothing
   unchecked decides which rows a read sees;
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
