@@ -5,7 +5,6 @@ check can be stopped; a check of a store rebuilt meanwhile changes nothing."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sqlite3
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage.test_vnode import flip, make, rows, store_path, tables
+from tests.storage.test_vnode import damaged_copy, make, rows, store_path, tables
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.meta_store import META_STORE, MetaStore, OpenStores, TableDef, check
@@ -41,17 +40,12 @@ def test_a_damaged_store_is_found_by_the_checks_after_the_open_and_loses_no_tabl
     reported = 0
     for n, (op, at) in enumerate(cases):
         root = tmp_path / f"case{n}"
-        shutil.copytree(template, root)
-        path = store_path(root)
-        if op == "flip":
-            flip(path, at)
-        elif op == "truncate":
-            os.truncate(path, at)
-        elif op == "zeros":
-            path.write_bytes(bytes(size))
-        else:  # a row whose definition is not its name's: only a whole read of the store finds it
-            with sqlite3.connect(path) as conn:
+        if op == "name":  # a row whose definition is not its name's: only a whole read of the store finds it
+            shutil.copytree(template, root)
+            with sqlite3.connect(store_path(root)) as conn:
                 conn.execute("UPDATE tables SET def = CAST('00000000 {}' AS BLOB) WHERE name = 't3'")
+        else:
+            damaged_copy(template, root, op, at)
         e = Engine.open(root, whole_stores=False)
         if op == "name":
             assert e.damage() == []  # not read at open

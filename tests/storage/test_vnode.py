@@ -85,6 +85,19 @@ def flip(path: Path, at: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def damaged_copy(template: Path, root: Path, op: str, at: int) -> None:
+    """``template`` copied to ``root``, its meta store damaged: ``flip`` a byte at ``at``, ``truncate`` there, or
+    ``zeros`` (all of it)."""
+    shutil.copytree(template, root)
+    path = store_path(root)
+    if op == "flip":
+        flip(path, at)
+    elif op == "truncate":
+        os.truncate(path, at)
+    else:
+        path.write_bytes(bytes(path.stat().st_size))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_damaged_meta_store_loses_no_table(tmp_path: Path, seed: int):
     """Flipped bytes (the header, the rows, anywhere), a truncation, zeros: the store is rebuilt from the WAL
@@ -100,14 +113,7 @@ def test_a_damaged_meta_store_loses_no_table(tmp_path: Path, seed: int):
     reported = 0
     for n, (op, at) in enumerate(cases):
         root = tmp_path / f"case{n}"
-        shutil.copytree(template, root)
-        path = store_path(root)
-        if op == "flip":
-            flip(path, at)
-        elif op == "truncate":
-            os.truncate(path, at)
-        else:
-            path.write_bytes(bytes(size))
+        damaged_copy(template, root, op, at)
         e = Engine.open(root)
         assert tables(e) == before and rows(e) == before_rows, (op, at)
         for d in e.damage():
