@@ -13,7 +13,8 @@
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
   are the same on one node; ``acks=0`` gets no response (:class:`~.common.Unanswered`: the metrics still count the
-  partitions appended). Under group commit (the gateway's) a partition is
+  partitions appended), and when a partition is refused the connection is closed, as Kafka does, so that the client
+  notices and refreshes its metadata. Under group commit (the gateway's) a partition is
   answered once its write is durable, one fdatasync covering many requests (see
   :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
@@ -119,7 +120,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         for t in request.topic_data
     ]
     fields = {"throttle_time": throttle, "responses": responses}
-    return Unanswered(fields) if request.acks == 0 else fields
+    if request.acks != 0:
+        return fields
+    return Unanswered(fields, ", ".join(
+        f"{t['name']}-{p['index']}: {ErrorCode(p['error_code']).name.upper()}"
+        for t in responses for p in t["partition_responses"] if p["error_code"]))
 
 
 async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]], key: tuple[str, int],
