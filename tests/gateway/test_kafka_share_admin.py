@@ -178,3 +178,21 @@ def test_share_admin_apis_check_kafkas_acls(tmp_path: Path) -> None:
             ("secret", [ErrorCode.topic_authorization_failed])]
         assert [(t.topic_name, t.error_code) for t in delete_offsets(conn, "g", "secret").responses] == [
             ("secret", ErrorCode.topic_authorization_failed)]
+
+
+def test_describe_configs_of_a_group_answers_its_share_configs(tmp_path: Path) -> None:
+    overrides = {"group_share_record_lock_duration_ms": 20_000}
+    with gateway_thread(tmp_path / "data", **overrides) as gw, KafkaConnection(gw.kafka_address) as conn:
+        earliest(conn, "g")
+        described = {}
+        for group in ("g", "other"):
+            [r] = call(conn, 32, 4, {"resources": [{"resource_type": 32, "resource_name": group,
+                                                    "configuration_keys": None}],
+                                     "include_synonyms": False, "include_documentation": False}).results
+            assert r.error_code == ErrorCode.none
+            described[group] = {c.name: (c.value, c.config_source) for c in r.configs if c.name.startswith("share.")}
+        assert described == {
+            "g": {"share.auto.offset.reset": ("earliest", 8), "share.isolation.level": ("read_uncommitted", 5),
+                  "share.record.lock.duration.ms": ("20000", 5), "share.delivery.count.limit": ("5", 5)},
+            "other": {"share.auto.offset.reset": ("latest", 5), "share.isolation.level": ("read_uncommitted", 5),
+                      "share.record.lock.duration.ms": ("20000", 5), "share.delivery.count.limit": ("5", 5)}}
