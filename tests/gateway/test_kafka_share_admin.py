@@ -196,3 +196,22 @@ def test_describe_configs_of_a_group_answers_its_share_configs(tmp_path: Path) -
                   "share.record.lock.duration.ms": ("20000", 5), "share.delivery.count.limit": ("5", 5)},
             "other": {"share.auto.offset.reset": ("latest", 5), "share.isolation.level": ("read_uncommitted", 5),
                       "share.record.lock.duration.ms": ("20000", 5), "share.delivery.count.limit": ("5", 5)}}
+
+
+def test_share_and_consumer_groups_share_one_group_id_space(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_with_records(conn, "q", 1)
+        assert join(conn, "s", "q").error_code == ErrorCode.none
+        consumer = {"member_id": "c" * 22, "member_epoch": 0, "rebalance_timeout": 30_000,
+                    "subscribed_topic_names": ["q"], "topic_partitions": []}
+        assert call(conn, 68, 1, {"group_id": "c", **consumer}).error_code == ErrorCode.none
+        refused = call(conn, 68, 1, {"group_id": "s", **consumer})
+        assert (refused.error_code, refused.error_message) == (ErrorCode.group_id_not_found,
+                                                               "Group s is not a consumer group.")
+        classic = call(conn, 11, 9, {"group_id": "s", "session_timeout": 30_000, "rebalance_timeout": 30_000,
+                                     "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                                     "protocols": [{"name": "range", "metadata": b""}], "reason": None})
+        assert (classic.error_code, classic.member_id) == (ErrorCode.inconsistent_group_protocol, "")
+        shared = join(conn, "c", "q")
+        assert (shared.error_code, shared.error_message) == (ErrorCode.group_id_not_found,
+                                                             "Group c is not a share group.")
