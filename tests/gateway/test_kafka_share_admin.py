@@ -127,6 +127,8 @@ def test_share_groups_are_listed_and_deleted_beside_consumer_groups(tmp_path: Pa
         assert [g.group_id for g in call(conn, 16, 5, {"states_filter": ["empty"], "types_filter": ["Share"]}
                                          ).groups] == ["idle"]
         assert call(conn, 16, 5, {"states_filter": [], "types_filter": ["consumer"]}).groups == ()
+        [described] = call(conn, 15, 5, {"groups": ["busy"], "include_authorized_operations": False}).groups
+        assert (described.error_code, described.group_state, described.members) == (ErrorCode.none, "Dead", ())
         deleted = call(conn, 42, 2, {"groups_names": ["busy", "idle", "nope"]}).results
         assert sorted((r.group_id, r.error_code) for r in deleted) == [
             ("busy", ErrorCode.non_empty_group), ("idle", ErrorCode.none), ("nope", ErrorCode.group_id_not_found)]
@@ -215,3 +217,23 @@ def test_share_and_consumer_groups_share_one_group_id_space(tmp_path: Path) -> N
         shared = join(conn, "c", "q")
         assert (shared.error_code, shared.error_message) == (ErrorCode.group_id_not_found,
                                                              "Group c is not a share group.")
+
+
+def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
+    from livewalgate import running_walgate
+
+    data = tmp_path / "data"
+    with running_walgate(tmp_path / "first", data_dir=data) as server, \
+            KafkaConnection(("127.0.0.1", server.kafka_port)) as conn:
+        topic_id = topic_with_records(conn, "q", 4)
+        for group in ("altered", "deleted"):
+            consumed(conn, group, topic_id, 1)
+        assert alter(conn, "altered", "q", 0, 3).error_code == ErrorCode.none
+        assert delete_offsets(conn, "deleted", "q").error_code == ErrorCode.none
+        server.proc.kill()  # SIGKILL right after the answers
+        server.proc.wait(30)
+    with running_walgate(tmp_path / "second", data_dir=data) as server, \
+            KafkaConnection(("127.0.0.1", server.kafka_port)) as conn:
+        assert starts(offsets(conn, "altered")) == [("q", 0, 3, 1)]
+        assert starts(offsets(conn, "deleted", [("q", [0])])) == [("q", 0, -1, -1)]
+        assert "Traceback" not in server.log()
