@@ -12,7 +12,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 __all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "datetime_ms", "key_value",
            "topic_partitions"]
@@ -121,6 +121,28 @@ def _add_topic(commands: _Commands, common: argparse.ArgumentParser) -> None:
     alter.set_defaults(run=_lazy("topics", "alter_config"))
 
 
+def _reset_arguments(reset: argparse.ArgumentParser, offsets: str, verb: str) -> Any:
+    """A reset-offsets command's group, scope (``--topic`` / ``--all-topics``), mode and ``--json``; its target
+    options (``--to-*``), for the caller to add to."""
+    reset.add_argument("group", metavar="GROUP")
+    scope = reset.add_mutually_exclusive_group()
+    scope.add_argument("--topic", action="append", default=[], type=topic_partitions, metavar="TOPIC[:P1,P2]",
+                       help="a topic, or some of its partitions (repeatable)")
+    scope.add_argument("--all-topics", action="store_true", help=f"every partition the group has {offsets} for")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    target.add_argument("--to-latest", action="store_true", help="the log end offset")
+    target.add_argument("--to-datetime", type=datetime_ms, metavar="ISO8601",
+                        help="the first record at or after this time, e.g. 2026-01-31T12:00:00.000Z (local time "
+                             "without a zone); the log end if there is none")
+    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    mode.add_argument("--execute", action="store_true", help=f"{verb} the planned offsets")
+    reset.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return target
+
+
 def _add_group(commands: _Commands, common: argparse.ArgumentParser) -> None:
     group = commands.add_parser("group", help="list, describe (lag), reset offsets of or delete consumer groups (Kafka protocol)")
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -137,23 +159,8 @@ def _add_group(commands: _Commands, common: argparse.ArgumentParser) -> None:
 
     reset = actions.add_parser("reset-offsets", parents=[common],
                                help="plan (dry run, the default) or --execute new committed offsets of an inactive group")
-    reset.add_argument("group", metavar="GROUP")
-    scope = reset.add_mutually_exclusive_group()
-    scope.add_argument("--topic", action="append", default=[], type=topic_partitions, metavar="TOPIC[:P1,P2]",
-                       help="a topic, or some of its partitions (repeatable)")
-    scope.add_argument("--all-topics", action="store_true", help="every partition the group has committed offsets for")
-    target = reset.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
-    target.add_argument("--to-latest", action="store_true", help="the log end offset")
-    target.add_argument("--to-datetime", type=datetime_ms, metavar="ISO8601",
-                        help="the first record at or after this time, e.g. 2026-01-31T12:00:00.000Z (local time "
-                             "without a zone); the log end if there is none")
-    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    target = _reset_arguments(reset, "committed offsets", "commit")
     target.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (negative: back)")
-    mode = reset.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
-    mode.add_argument("--execute", action="store_true", help="commit the planned offsets")
-    reset.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     reset.set_defaults(run=_lazy("groups", "reset_offsets"))
 
     delete = actions.add_parser("delete", parents=[common], help="delete inactive groups and their committed offsets")
@@ -179,21 +186,7 @@ def _add_share_group(commands: _Commands, common: argparse.ArgumentParser) -> No
 
     reset = actions.add_parser("reset-offsets", parents=[common],
                                help="plan (dry run, the default) or --execute new start offsets of an empty share group")
-    reset.add_argument("group", metavar="GROUP")
-    scope = reset.add_mutually_exclusive_group()
-    scope.add_argument("--topic", action="append", default=[], type=topic_partitions, metavar="TOPIC[:P1,P2]",
-                       help="a topic, or some of its partitions (repeatable)")
-    scope.add_argument("--all-topics", action="store_true", help="every partition the group has offsets for")
-    target = reset.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
-    target.add_argument("--to-latest", action="store_true", help="the log end offset")
-    target.add_argument("--to-datetime", type=datetime_ms, metavar="ISO8601",
-                        help="the first record at or after this time; the log end if there is none")
-    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
-    mode = reset.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
-    mode.add_argument("--execute", action="store_true", help="apply the planned offsets")
-    reset.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    _reset_arguments(reset, "offsets", "apply")
     reset.set_defaults(run=_lazy("share_groups", "reset_share_offsets"))
 
     delete = actions.add_parser("delete", parents=[common],

@@ -14,32 +14,22 @@ from typing import Any
 from walgate.coordinator.share_admin import alter_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit_kafka
-from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
-from walgate.gateway.kafka.share_topics import EngineTopics, topic_uuid
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, refusal, refused_group, topic_uuid
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 91, 0, 0
 
-TOPIC_DENIED = "Topic authorization failed."
-
-
-def _refuse(code: int, message: str | None = None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
-
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    shares = broker.shares
-    if shares is None:
-        return _refuse(ErrorCode.unsupported_version, "Share groups are not enabled.")
-    group_id = request.group_id
-    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group_id):
-        return _refuse(ErrorCode.group_authorization_failed)
-    if not group_id:
-        return _refuse(ErrorCode.invalid_group_id)
+    group_id, shares = request.group_id, broker.shares
+    refused = refused_group(broker, ctx, group_id, Operation.READ)
+    if refused is not None or shares is None:
+        return refused or refusal(ErrorCode.unsupported_version)
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
     denied = [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
         {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
@@ -53,6 +43,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     code, message, results = await answered(shares.run(alter), lambda c: (c, None, []), GROUP_WRITE)
     audit_kafka(ctx, "AlterShareGroupOffsets", f"group {group_id}", code)
     if code != ErrorCode.none:
-        return _refuse(code, message)
+        return refusal(code, message)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
             "responses": [{**t, "topic_id": topic_uuid(t["topic_id"])} for t in results + denied]}

@@ -17,13 +17,11 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
-from walgate.gateway.kafka.share_topics import EngineTopics, topic_uuid
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, topic_uuid
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 90, 0, 1
-
-TOPIC_DENIED = "Topic authorization failed."
 
 
 def _group(group_id: str, code: int, topics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
