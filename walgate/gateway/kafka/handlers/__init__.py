@@ -26,6 +26,7 @@ from walgate.gateway.kafka.handlers import (
     add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -36,6 +37,7 @@ from walgate.gateway.kafka.handlers import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -43,6 +45,7 @@ from walgate.gateway.kafka.handlers import (
     describe_configs,
     describe_groups,
     describe_producers,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -99,6 +102,7 @@ _MODULES = (
     describe_producers,
     add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
+    describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 
