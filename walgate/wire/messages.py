@@ -18,7 +18,7 @@ from typing import Final, TypeAlias, TypedDict
 
 __all__ = ["ENTITIES", "REQUESTS", "Records"]
 
-Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized] | None
+Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized]
 """A ``records`` value: bytes, or buffers and file regions written back to back (:mod:`walgate.wire.serial`)."""
 
 
@@ -116,7 +116,7 @@ class FetchRequestReplicaState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FetchRequestFetchPartition:
+class FetchPartition:
     """In FetchRequest, v4-v18: a request view (see the module doc)."""
 
     partition: int = 0
@@ -130,11 +130,11 @@ class FetchRequestFetchPartition:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FetchRequestFetchTopic:
+class FetchTopic:
     """In FetchRequest, v4-v18: a request view (see the module doc)."""
 
     topic_id: uuid.UUID | None = None  # v13+
-    partitions: tuple[FetchRequestFetchPartition, ...] = ()
+    partitions: tuple[FetchPartition, ...] = ()
     topic: str = ''  # v4-12
 
 
@@ -159,7 +159,7 @@ class FetchRequest:
     isolation_level: int = 0
     session_id: int = 0  # v7+
     session_epoch: int = -1  # v7+
-    topics: tuple[FetchRequestFetchTopic, ...] = ()
+    topics: tuple[FetchTopic, ...] = ()
     forgotten_topics_data: tuple[FetchRequestForgottenTopic, ...] = ()  # v7+
     rack_id: str = ''  # v11+
     replica_id: int = -1  # v4-14
@@ -209,7 +209,7 @@ class FetchResponsePartitionData(TypedDict, total=False):
     records: Records | None
 
 
-class FetchResponseFetchableTopicResponse(TypedDict, total=False):
+class FetchableTopicResponse(TypedDict, total=False):
     """In FetchResponse, v4-v18: response fields (see the module doc)."""
 
     topic_id: uuid.UUID | None  # v13+
@@ -232,7 +232,7 @@ class FetchResponse(TypedDict, total=False):
     throttle_time: int | datetime.timedelta
     error_code: int  # v7+
     session_id: int  # v7+
-    responses: Sequence[FetchResponseFetchableTopicResponse]
+    responses: Sequence[FetchableTopicResponse]
     node_endpoints: Sequence[FetchResponseNodeEndpoint]  # v16+
 
 
@@ -240,7 +240,7 @@ class FetchResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListOffsetsRequestListOffsetsPartition:
+class ListOffsetsPartition:
     """In ListOffsetsRequest, v0-v11: a request view (see the module doc)."""
 
     partition_index: int = 0
@@ -250,11 +250,11 @@ class ListOffsetsRequestListOffsetsPartition:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListOffsetsRequestListOffsetsTopic:
+class ListOffsetsTopic:
     """In ListOffsetsRequest, v0-v11: a request view (see the module doc)."""
 
     name: str = ''
-    partitions: tuple[ListOffsetsRequestListOffsetsPartition, ...] = ()
+    partitions: tuple[ListOffsetsPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,11 +263,11 @@ class ListOffsetsRequest:
 
     replica_id: int = 0
     isolation_level: int = 0  # v2+
-    topics: tuple[ListOffsetsRequestListOffsetsTopic, ...] = ()
+    topics: tuple[ListOffsetsTopic, ...] = ()
     timeout: datetime.timedelta = datetime.timedelta(milliseconds=0)  # v10+
 
 
-class ListOffsetsResponseListOffsetsPartitionResponse(TypedDict, total=False):
+class ListOffsetsPartitionResponse(TypedDict, total=False):
     """In ListOffsetsResponse, v0-v11: response fields (see the module doc)."""
 
     partition_index: int
@@ -278,18 +278,18 @@ class ListOffsetsResponseListOffsetsPartitionResponse(TypedDict, total=False):
     old_style_offsets: Sequence[int]  # v0
 
 
-class ListOffsetsResponseListOffsetsTopicResponse(TypedDict, total=False):
+class ListOffsetsTopicResponse(TypedDict, total=False):
     """In ListOffsetsResponse, v0-v11: response fields (see the module doc)."""
 
     name: str
-    partitions: Sequence[ListOffsetsResponseListOffsetsPartitionResponse]
+    partitions: Sequence[ListOffsetsPartitionResponse]
 
 
 class ListOffsetsResponse(TypedDict, total=False):
     """ListOffsetsResponse (key 2), v0-v11: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta  # v2+
-    topics: Sequence[ListOffsetsResponseListOffsetsTopicResponse]
+    topics: Sequence[ListOffsetsTopicResponse]
 
 
 # --------------------------------------------------------------------------- metadata (key 3)
@@ -922,7 +922,7 @@ class DeleteTopicsResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteRecordsRequestDeleteRecordsPartition:
+class DeleteRecordsPartition:
     """In DeleteRecordsRequest, v0-v2: a request view (see the module doc)."""
 
     partition_index: int = 0
@@ -930,22 +930,22 @@ class DeleteRecordsRequestDeleteRecordsPartition:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteRecordsRequestDeleteRecordsTopic:
+class DeleteRecordsTopic:
     """In DeleteRecordsRequest, v0-v2: a request view (see the module doc)."""
 
     name: str = ''
-    partitions: tuple[DeleteRecordsRequestDeleteRecordsPartition, ...] = ()
+    partitions: tuple[DeleteRecordsPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteRecordsRequest:
     """DeleteRecordsRequest (key 21), v0-v2: a request view (see the module doc)."""
 
-    topics: tuple[DeleteRecordsRequestDeleteRecordsTopic, ...] = ()
+    topics: tuple[DeleteRecordsTopic, ...] = ()
     timeout: datetime.timedelta = datetime.timedelta(milliseconds=0)
 
 
-class DeleteRecordsResponseDeleteRecordsPartitionResult(TypedDict, total=False):
+class DeleteRecordsPartitionResult(TypedDict, total=False):
     """In DeleteRecordsResponse, v0-v2: response fields (see the module doc)."""
 
     partition_index: int
@@ -953,18 +953,18 @@ class DeleteRecordsResponseDeleteRecordsPartitionResult(TypedDict, total=False):
     error_code: int
 
 
-class DeleteRecordsResponseDeleteRecordsTopicResult(TypedDict, total=False):
+class DeleteRecordsTopicResult(TypedDict, total=False):
     """In DeleteRecordsResponse, v0-v2: response fields (see the module doc)."""
 
     name: str
-    partitions: Sequence[DeleteRecordsResponseDeleteRecordsPartitionResult]
+    partitions: Sequence[DeleteRecordsPartitionResult]
 
 
 class DeleteRecordsResponse(TypedDict, total=False):
     """DeleteRecordsResponse (key 21), v0-v2: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    topics: Sequence[DeleteRecordsResponseDeleteRecordsTopicResult]
+    topics: Sequence[DeleteRecordsTopicResult]
 
 
 # --------------------------------------------------------------------------- init_producer_id (key 22)
@@ -1048,7 +1048,7 @@ class OffsetForLeaderEpochResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AddPartitionsToTxnRequestAddPartitionsToTxnTopic:
+class AddPartitionsToTxnTopic:
     """In AddPartitionsToTxnRequest, v0-v5: a request view (see the module doc)."""
 
     name: str = ''
@@ -1056,46 +1056,46 @@ class AddPartitionsToTxnRequestAddPartitionsToTxnTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AddPartitionsToTxnRequestAddPartitionsToTxnTransaction:
+class AddPartitionsToTxnTransaction:
     """In AddPartitionsToTxnRequest, v0-v5: a request view (see the module doc)."""
 
     transactional_id: str = ''  # v4+
     producer_id: int = 0  # v4+
     producer_epoch: int = 0  # v4+
     verify_only: bool = False  # v4+
-    topics: tuple[AddPartitionsToTxnRequestAddPartitionsToTxnTopic, ...] = ()  # v4+
+    topics: tuple[AddPartitionsToTxnTopic, ...] = ()  # v4+
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AddPartitionsToTxnRequest:
     """AddPartitionsToTxnRequest (key 24), v0-v5: a request view (see the module doc)."""
 
-    transactions: tuple[AddPartitionsToTxnRequestAddPartitionsToTxnTransaction, ...] = ()  # v4+
+    transactions: tuple[AddPartitionsToTxnTransaction, ...] = ()  # v4+
     v3_and_below_transactional_id: str = ''  # v0-3
     v3_and_below_producer_id: int = 0  # v0-3
     v3_and_below_producer_epoch: int = 0  # v0-3
-    v3_and_below_topics: tuple[AddPartitionsToTxnRequestAddPartitionsToTxnTopic, ...] = ()  # v0-3
+    v3_and_below_topics: tuple[AddPartitionsToTxnTopic, ...] = ()  # v0-3
 
 
-class AddPartitionsToTxnResponseAddPartitionsToTxnPartitionResult(TypedDict, total=False):
+class AddPartitionsToTxnPartitionResult(TypedDict, total=False):
     """In AddPartitionsToTxnResponse, v0-v5: response fields (see the module doc)."""
 
     partition_index: int
     partition_error_code: int
 
 
-class AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult(TypedDict, total=False):
+class AddPartitionsToTxnTopicResult(TypedDict, total=False):
     """In AddPartitionsToTxnResponse, v0-v5: response fields (see the module doc)."""
 
     name: str
-    results_by_partition: Sequence[AddPartitionsToTxnResponseAddPartitionsToTxnPartitionResult]
+    results_by_partition: Sequence[AddPartitionsToTxnPartitionResult]
 
 
-class AddPartitionsToTxnResponseAddPartitionsToTxnResult(TypedDict, total=False):
+class AddPartitionsToTxnResult(TypedDict, total=False):
     """In AddPartitionsToTxnResponse, v0-v5: response fields (see the module doc)."""
 
     transactional_id: str  # v4+
-    topic_results: Sequence[AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult]  # v4+
+    topic_results: Sequence[AddPartitionsToTxnTopicResult]  # v4+
 
 
 class AddPartitionsToTxnResponse(TypedDict, total=False):
@@ -1103,8 +1103,8 @@ class AddPartitionsToTxnResponse(TypedDict, total=False):
 
     throttle_time: int | datetime.timedelta
     error_code: int  # v4+
-    results_by_transaction: Sequence[AddPartitionsToTxnResponseAddPartitionsToTxnResult]  # v4+
-    results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult]  # v0-3
+    results_by_transaction: Sequence[AddPartitionsToTxnResult]  # v4+
+    results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnTopicResult]  # v0-3
 
 
 # --------------------------------------------------------------------------- add_offsets_to_txn (key 25)
@@ -1230,7 +1230,7 @@ class DescribeAclsResponseAclDescription(TypedDict, total=False):
     permission_type: int
 
 
-class DescribeAclsResponseDescribeAclsResource(TypedDict, total=False):
+class DescribeAclsResource(TypedDict, total=False):
     """In DescribeAclsResponse, v1-v3: response fields (see the module doc)."""
 
     resource_type: int
@@ -1245,7 +1245,7 @@ class DescribeAclsResponse(TypedDict, total=False):
     throttle_time: int | datetime.timedelta
     error_code: int
     error_message: str | None
-    resources: Sequence[DescribeAclsResponseDescribeAclsResource]
+    resources: Sequence[DescribeAclsResource]
 
 
 # --------------------------------------------------------------------------- create_acls (key 30)
@@ -1289,7 +1289,7 @@ class CreateAclsResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeleteAclsRequestDeleteAclsFilter:
+class DeleteAclsFilter:
     """In DeleteAclsRequest, v1-v3: a request view (see the module doc)."""
 
     resource_type_filter: int = 0
@@ -1305,10 +1305,10 @@ class DeleteAclsRequestDeleteAclsFilter:
 class DeleteAclsRequest:
     """DeleteAclsRequest (key 31), v1-v3: a request view (see the module doc)."""
 
-    filters: tuple[DeleteAclsRequestDeleteAclsFilter, ...] = ()
+    filters: tuple[DeleteAclsFilter, ...] = ()
 
 
-class DeleteAclsResponseDeleteAclsMatchingAcl(TypedDict, total=False):
+class DeleteAclsMatchingAcl(TypedDict, total=False):
     """In DeleteAclsResponse, v1-v3: response fields (see the module doc)."""
 
     error_code: int
@@ -1322,26 +1322,26 @@ class DeleteAclsResponseDeleteAclsMatchingAcl(TypedDict, total=False):
     permission_type: int
 
 
-class DeleteAclsResponseDeleteAclsFilterResult(TypedDict, total=False):
+class DeleteAclsFilterResult(TypedDict, total=False):
     """In DeleteAclsResponse, v1-v3: response fields (see the module doc)."""
 
     error_code: int
     error_message: str | None
-    matching_acls: Sequence[DeleteAclsResponseDeleteAclsMatchingAcl]
+    matching_acls: Sequence[DeleteAclsMatchingAcl]
 
 
 class DeleteAclsResponse(TypedDict, total=False):
     """DeleteAclsResponse (key 31), v1-v3: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    filter_results: Sequence[DeleteAclsResponseDeleteAclsFilterResult]
+    filter_results: Sequence[DeleteAclsFilterResult]
 
 
 # --------------------------------------------------------------------------- describe_configs (key 32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DescribeConfigsRequestDescribeConfigsResource:
+class DescribeConfigsResource:
     """In DescribeConfigsRequest, v0-v4: a request view (see the module doc)."""
 
     resource_type: int = 0
@@ -1353,12 +1353,12 @@ class DescribeConfigsRequestDescribeConfigsResource:
 class DescribeConfigsRequest:
     """DescribeConfigsRequest (key 32), v0-v4: a request view (see the module doc)."""
 
-    resources: tuple[DescribeConfigsRequestDescribeConfigsResource, ...] = ()
+    resources: tuple[DescribeConfigsResource, ...] = ()
     include_synonyms: bool = False  # v1+
     include_documentation: bool = False  # v3+
 
 
-class DescribeConfigsResponseDescribeConfigsSynonym(TypedDict, total=False):
+class DescribeConfigsSynonym(TypedDict, total=False):
     """In DescribeConfigsResponse, v0-v4: response fields (see the module doc)."""
 
     name: str  # v1+
@@ -1366,7 +1366,7 @@ class DescribeConfigsResponseDescribeConfigsSynonym(TypedDict, total=False):
     source: int  # v1+
 
 
-class DescribeConfigsResponseDescribeConfigsResourceResult(TypedDict, total=False):
+class DescribeConfigsResourceResult(TypedDict, total=False):
     """In DescribeConfigsResponse, v0-v4: response fields (see the module doc)."""
 
     name: str
@@ -1374,27 +1374,27 @@ class DescribeConfigsResponseDescribeConfigsResourceResult(TypedDict, total=Fals
     read_only: bool
     config_source: int  # v1+
     is_sensitive: bool
-    synonyms: Sequence[DescribeConfigsResponseDescribeConfigsSynonym]  # v1+
+    synonyms: Sequence[DescribeConfigsSynonym]  # v1+
     config_type: int  # v3+
     documentation: str | None  # v3+
     is_default: bool  # v0
 
 
-class DescribeConfigsResponseDescribeConfigsResult(TypedDict, total=False):
+class DescribeConfigsResult(TypedDict, total=False):
     """In DescribeConfigsResponse, v0-v4: response fields (see the module doc)."""
 
     error_code: int
     error_message: str | None
     resource_type: int
     resource_name: str
-    configs: Sequence[DescribeConfigsResponseDescribeConfigsResourceResult]
+    configs: Sequence[DescribeConfigsResourceResult]
 
 
 class DescribeConfigsResponse(TypedDict, total=False):
     """DescribeConfigsResponse (key 32), v0-v4: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    results: Sequence[DescribeConfigsResponseDescribeConfigsResult]
+    results: Sequence[DescribeConfigsResult]
 
 
 # --------------------------------------------------------------------------- alter_configs (key 33)
@@ -1409,7 +1409,7 @@ class AlterConfigsRequestAlterableConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AlterConfigsRequestAlterConfigsResource:
+class AlterConfigsResource:
     """In AlterConfigsRequest, v0-v2: a request view (see the module doc)."""
 
     resource_type: int = 0
@@ -1421,11 +1421,11 @@ class AlterConfigsRequestAlterConfigsResource:
 class AlterConfigsRequest:
     """AlterConfigsRequest (key 33), v0-v2: a request view (see the module doc)."""
 
-    resources: tuple[AlterConfigsRequestAlterConfigsResource, ...] = ()
+    resources: tuple[AlterConfigsResource, ...] = ()
     validate_only: bool = False
 
 
-class AlterConfigsResponseAlterConfigsResourceResponse(TypedDict, total=False):
+class AlterConfigsResourceResponse(TypedDict, total=False):
     """In AlterConfigsResponse, v0-v2: response fields (see the module doc)."""
 
     error_code: int
@@ -1438,7 +1438,7 @@ class AlterConfigsResponse(TypedDict, total=False):
     """AlterConfigsResponse (key 33), v0-v2: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    responses: Sequence[AlterConfigsResponseAlterConfigsResourceResponse]
+    responses: Sequence[AlterConfigsResourceResponse]
 
 
 # --------------------------------------------------------------------------- sasl_authenticate (key 36)
@@ -1464,31 +1464,31 @@ class SaslAuthenticateResponse(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreatePartitionsRequestCreatePartitionsAssignment:
+class CreatePartitionsAssignment:
     """In CreatePartitionsRequest, v0-v3: a request view (see the module doc)."""
 
     broker_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CreatePartitionsRequestCreatePartitionsTopic:
+class CreatePartitionsTopic:
     """In CreatePartitionsRequest, v0-v3: a request view (see the module doc)."""
 
     name: str = ''
     count: int = 0
-    assignments: tuple[CreatePartitionsRequestCreatePartitionsAssignment, ...] | None = ()
+    assignments: tuple[CreatePartitionsAssignment, ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreatePartitionsRequest:
     """CreatePartitionsRequest (key 37), v0-v3: a request view (see the module doc)."""
 
-    topics: tuple[CreatePartitionsRequestCreatePartitionsTopic, ...] = ()
+    topics: tuple[CreatePartitionsTopic, ...] = ()
     timeout: datetime.timedelta = datetime.timedelta(milliseconds=0)
     validate_only: bool = False
 
 
-class CreatePartitionsResponseCreatePartitionsTopicResult(TypedDict, total=False):
+class CreatePartitionsTopicResult(TypedDict, total=False):
     """In CreatePartitionsResponse, v0-v3: response fields (see the module doc)."""
 
     name: str
@@ -1500,7 +1500,7 @@ class CreatePartitionsResponse(TypedDict, total=False):
     """CreatePartitionsResponse (key 37), v0-v3: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    results: Sequence[CreatePartitionsResponseCreatePartitionsTopicResult]
+    results: Sequence[CreatePartitionsTopicResult]
 
 
 # --------------------------------------------------------------------------- delete_groups (key 42)
@@ -1752,7 +1752,7 @@ class DescribeUserScramCredentialsResponseCredentialInfo(TypedDict, total=False)
     iterations: int
 
 
-class DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult(TypedDict, total=False):
+class DescribeUserScramCredentialsResult(TypedDict, total=False):
     """In DescribeUserScramCredentialsResponse, v0-v0: response fields (see the module doc)."""
 
     user: str
@@ -1767,7 +1767,7 @@ class DescribeUserScramCredentialsResponse(TypedDict, total=False):
     throttle_time: int | datetime.timedelta
     error_code: int
     error_message: str | None
-    results: Sequence[DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult]
+    results: Sequence[DescribeUserScramCredentialsResult]
 
 
 # --------------------------------------------------------------------------- alter_user_scram_credentials (key 51)
@@ -1800,7 +1800,7 @@ class AlterUserScramCredentialsRequest:
     upsertions: tuple[AlterUserScramCredentialsRequestScramCredentialUpsertion, ...] = ()
 
 
-class AlterUserScramCredentialsResponseAlterUserScramCredentialsResult(TypedDict, total=False):
+class AlterUserScramCredentialsResult(TypedDict, total=False):
     """In AlterUserScramCredentialsResponse, v0-v0: response fields (see the module doc)."""
 
     user: str
@@ -1812,7 +1812,7 @@ class AlterUserScramCredentialsResponse(TypedDict, total=False):
     """AlterUserScramCredentialsResponse (key 51), v0-v0: response fields (see the module doc)."""
 
     throttle_time: int | datetime.timedelta
-    results: Sequence[AlterUserScramCredentialsResponseAlterUserScramCredentialsResult]
+    results: Sequence[AlterUserScramCredentialsResult]
 
 
 # --------------------------------------------------------------------------- describe_cluster (key 60)
@@ -1827,7 +1827,7 @@ class DescribeClusterRequest:
     include_fenced_brokers: bool = False  # v2+
 
 
-class DescribeClusterResponseDescribeClusterBroker(TypedDict, total=False):
+class DescribeClusterBroker(TypedDict, total=False):
     """In DescribeClusterResponse, v0-v2: response fields (see the module doc)."""
 
     broker_id: int
@@ -1846,7 +1846,7 @@ class DescribeClusterResponse(TypedDict, total=False):
     endpoint_type: int  # v1+
     cluster_id: str
     controller_id: int
-    brokers: Sequence[DescribeClusterResponseDescribeClusterBroker]
+    brokers: Sequence[DescribeClusterBroker]
     cluster_authorized_operations: int
 
 
@@ -2329,7 +2329,7 @@ class ShareFetchResponsePartitionData(TypedDict, total=False):
     acquired_records: Sequence[ShareFetchResponseAcquiredRecords]
 
 
-class ShareFetchResponseShareFetchableTopicResponse(TypedDict, total=False):
+class ShareFetchableTopicResponse(TypedDict, total=False):
     """In ShareFetchResponse, v1-v2: response fields (see the module doc)."""
 
     topic_id: uuid.UUID | None
@@ -2352,7 +2352,7 @@ class ShareFetchResponse(TypedDict, total=False):
     error_code: int
     error_message: str | None
     acquisition_lock_timeout: int | datetime.timedelta
-    responses: Sequence[ShareFetchResponseShareFetchableTopicResponse]
+    responses: Sequence[ShareFetchableTopicResponse]
     node_endpoints: Sequence[ShareFetchResponseNodeEndpoint]
 
 
@@ -2411,7 +2411,7 @@ class ShareAcknowledgeResponsePartitionData(TypedDict, total=False):
     current_leader: ShareAcknowledgeResponseLeaderIdAndEpoch
 
 
-class ShareAcknowledgeResponseShareAcknowledgeTopicResponse(TypedDict, total=False):
+class ShareAcknowledgeTopicResponse(TypedDict, total=False):
     """In ShareAcknowledgeResponse, v1-v2: response fields (see the module doc)."""
 
     topic_id: uuid.UUID | None
@@ -2434,7 +2434,7 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     error_code: int
     error_message: str | None
     acquisition_lock_timeout: int | datetime.timedelta  # v2+
-    responses: Sequence[ShareAcknowledgeResponseShareAcknowledgeTopicResponse]
+    responses: Sequence[ShareAcknowledgeTopicResponse]
     node_endpoints: Sequence[ShareAcknowledgeResponseNodeEndpoint]
 
 
@@ -2493,10 +2493,10 @@ REQUESTS: Final[dict[int, type]] = {
 ENTITIES: Final[dict[type, dict[str, type]]] = {
     ProduceRequestTopicProduceData: {'partition_data': ProduceRequestPartitionProduceData},
     ProduceRequest: {'topic_data': ProduceRequestTopicProduceData},
-    FetchRequestFetchTopic: {'partitions': FetchRequestFetchPartition},
-    FetchRequest: {'replica_state': FetchRequestReplicaState, 'topics': FetchRequestFetchTopic, 'forgotten_topics_data': FetchRequestForgottenTopic},
-    ListOffsetsRequestListOffsetsTopic: {'partitions': ListOffsetsRequestListOffsetsPartition},
-    ListOffsetsRequest: {'topics': ListOffsetsRequestListOffsetsTopic},
+    FetchTopic: {'partitions': FetchPartition},
+    FetchRequest: {'replica_state': FetchRequestReplicaState, 'topics': FetchTopic, 'forgotten_topics_data': FetchRequestForgottenTopic},
+    ListOffsetsTopic: {'partitions': ListOffsetsPartition},
+    ListOffsetsRequest: {'topics': ListOffsetsTopic},
     MetadataRequest: {'topics': MetadataRequestTopic},
     OffsetCommitRequestTopic: {'partitions': OffsetCommitRequestPartition},
     OffsetCommitRequest: {'topics': OffsetCommitRequestTopic},
@@ -2508,21 +2508,21 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     CreateTopicsRequestCreatableTopic: {'assignments': CreateTopicsRequestCreatableReplicaAssignment, 'configs': CreateTopicsRequestCreatableTopicConfig},
     CreateTopicsRequest: {'topics': CreateTopicsRequestCreatableTopic},
     DeleteTopicsRequest: {'topics': DeleteTopicsRequestDeleteTopicState},
-    DeleteRecordsRequestDeleteRecordsTopic: {'partitions': DeleteRecordsRequestDeleteRecordsPartition},
-    DeleteRecordsRequest: {'topics': DeleteRecordsRequestDeleteRecordsTopic},
+    DeleteRecordsTopic: {'partitions': DeleteRecordsPartition},
+    DeleteRecordsRequest: {'topics': DeleteRecordsTopic},
     OffsetForLeaderEpochRequestOffsetForLeaderTopic: {'partitions': OffsetForLeaderEpochRequestOffsetForLeaderPartition},
     OffsetForLeaderEpochRequest: {'topics': OffsetForLeaderEpochRequestOffsetForLeaderTopic},
-    AddPartitionsToTxnRequestAddPartitionsToTxnTransaction: {'topics': AddPartitionsToTxnRequestAddPartitionsToTxnTopic},
-    AddPartitionsToTxnRequest: {'transactions': AddPartitionsToTxnRequestAddPartitionsToTxnTransaction, 'v3_and_below_topics': AddPartitionsToTxnRequestAddPartitionsToTxnTopic},
+    AddPartitionsToTxnTransaction: {'topics': AddPartitionsToTxnTopic},
+    AddPartitionsToTxnRequest: {'transactions': AddPartitionsToTxnTransaction, 'v3_and_below_topics': AddPartitionsToTxnTopic},
     TxnOffsetCommitRequestTopic: {'partitions': TxnOffsetCommitRequestPartition},
     TxnOffsetCommitRequest: {'topics': TxnOffsetCommitRequestTopic},
     CreateAclsRequest: {'creations': CreateAclsRequestAclCreation},
-    DeleteAclsRequest: {'filters': DeleteAclsRequestDeleteAclsFilter},
-    DescribeConfigsRequest: {'resources': DescribeConfigsRequestDescribeConfigsResource},
-    AlterConfigsRequestAlterConfigsResource: {'configs': AlterConfigsRequestAlterableConfig},
-    AlterConfigsRequest: {'resources': AlterConfigsRequestAlterConfigsResource},
-    CreatePartitionsRequestCreatePartitionsTopic: {'assignments': CreatePartitionsRequestCreatePartitionsAssignment},
-    CreatePartitionsRequest: {'topics': CreatePartitionsRequestCreatePartitionsTopic},
+    DeleteAclsRequest: {'filters': DeleteAclsFilter},
+    DescribeConfigsRequest: {'resources': DescribeConfigsResource},
+    AlterConfigsResource: {'configs': AlterConfigsRequestAlterableConfig},
+    AlterConfigsRequest: {'resources': AlterConfigsResource},
+    CreatePartitionsTopic: {'assignments': CreatePartitionsAssignment},
+    CreatePartitionsRequest: {'topics': CreatePartitionsTopic},
     IncrementalAlterConfigsRequestAlterConfigsResource: {'configs': IncrementalAlterConfigsRequestAlterableConfig},
     IncrementalAlterConfigsRequest: {'resources': IncrementalAlterConfigsRequestAlterConfigsResource},
     OffsetDeleteRequestTopic: {'partitions': OffsetDeleteRequestPartition},

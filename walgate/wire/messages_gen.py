@@ -8,8 +8,8 @@ Input: the schema dataclass of every request and response version in :data:`~wal
 (kio's, and :mod:`walgate.wire.legacy`'s for versions Kafka 4.0 removed), read with
 :func:`~walgate.wire.serial.fields_of`. A struct is identified by its path from the message (``""``, ``"topics"``,
 ``"topics.partitions"``) and named after its newest version's class, prefixed with the message's name unless the
-class name already starts with it (``FetchTopic`` of Fetch's request is ``FetchRequestFetchTopic``); paths whose
-names agree (a common struct used twice) share one class.
+class name already starts with the API's (Fetch's ``FetchTopic`` stays, ShareFetch's is ``ShareFetchRequestFetchTopic``);
+paths whose names agree (a common struct used twice) share one class; a name two messages would give is refused.
 
 Output, per API:
 
@@ -82,8 +82,8 @@ class _Message:
             self._walk(cls, "", version)
 
     def _walk(self, cls: type, path: str, version: int) -> str:
-        name = self._names.setdefault(path, cls.__name__ if cls.__name__.startswith(self.top)
-                                      else self.top + cls.__name__)
+        api = self.top.removesuffix("Request").removesuffix("Response")
+        name = self._names.setdefault(path, cls.__name__ if cls.__name__.startswith(api) else self.top + cls.__name__)
         struct = self.structs.setdefault(name, _Struct(name))
         for info in fields_of(cls):
             field = struct.fields.setdefault(info.name, _Field(info.name))
@@ -207,7 +207,7 @@ from typing import Final, TypeAlias, TypedDict
 
 __all__ = ["ENTITIES", "REQUESTS", "Records"]
 
-Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized] | None
+Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized]
 """A ``records`` value: bytes, or buffers and file regions written back to back (:mod:`walgate.wire.serial`)."""'''
 
 
@@ -216,6 +216,7 @@ def generate() -> str:
     out = [_HEAD]
     requests: list[str] = []
     entities: list[str] = []
+    names: set[str] = set()
     for api_key in sorted(WIRE_VERSIONS):
         low, high = WIRE_VERSIONS[api_key]
         versions = range(high, low - 1, -1)
@@ -223,6 +224,9 @@ def generate() -> str:
         out += ["", "", f"# {'-' * 75} {api}"]
         for side, make, render in (("request", request_class, _view), ("response", response_class, _fields)):
             message = _Message([(v, make(api_key, v)) for v in versions])
+            if twice := names & message.structs.keys():
+                raise TypeError(f"{message.top}: struct names {sorted(twice)} already given by another message")
+            names |= message.structs.keys()
             for struct in message.ordered():
                 out += render(struct, low, high, f"{message.top} (key {api_key})" if struct.name == message.top
                               else f"In {message.top}")

@@ -15,24 +15,29 @@ coordinator has no features.
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from typing import Final
 
 from walgate.coordinator.transactions import TRANSACTION_VERSIONS
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.wire.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ApiVersionsResponseSupportedFeatureKey,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 18, 0, 4
 _FEATURES_SINCE = 3
 _FEATURES_EPOCH: Final = int(time.time() * 1000)
 
 
-def _features(broker: Broker, version: int) -> dict[str, Any]:
+def _features(broker: Broker, version: int) -> ApiVersionsResponse:
     svc = broker.transactions
     if version < _FEATURES_SINCE or svc is None:
         return {}
     low, high = TRANSACTION_VERSIONS
     level = svc.coordinator.transaction_version
-    supported = [{"name": "transaction.version", "min_version": low, "max_version": high}]
+    supported: list[ApiVersionsResponseSupportedFeatureKey] = [{"name": "transaction.version", "min_version": low, "max_version": high}]
     return {
         "supported_features": supported if version >= 4 or low > 0 else [],
         "finalized_features_epoch": _FEATURES_EPOCH,
@@ -41,7 +46,7 @@ def _features(broker: Broker, version: int) -> dict[str, Any]:
     }
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     return {
         "error_code": 0,
         "throttle_time": 0,
