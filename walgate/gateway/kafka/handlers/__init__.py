@@ -4,8 +4,10 @@ ApiVersions advertises exactly this table intersected with what the wire
 layer can decode/encode, so nothing is advertised that is not handled.
 A handler is ``async (broker, ctx, request) -> fields``, ``ctx`` the request's
 :class:`~walgate.gateway.kafka.context.RequestContext` (who sent it: principal,
-peer, listener; its header: api key and version, client id, correlation id), where ``fields`` is
-the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
+peer, listener; its header: api key and version, client id, correlation id), ``request`` the API's
+request view (:mod:`walgate.wire.messages`' ``<Api>Request``: every field of every version, Kafka's default where
+the version lacks it), where ``fields`` is
+the version-agnostic mapping (the API's ``<Api>Response`` typed dict) :func:`walgate.wire.protocol.build_response`
 turns into the response of the request's version, or, for a request that gets
 no response (Produce with acks=0), that mapping wrapped in
 :class:`~.common.Unanswered`. A handler does not raise: whatever the
