@@ -30,6 +30,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: DescribeClusterRe
         "endpoint_type": _BROKERS,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
         "cluster_authorized_operations": ops,
     }

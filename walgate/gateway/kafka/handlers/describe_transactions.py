@@ -23,6 +23,12 @@ API_KEY, MIN_VERSION, MAX_VERSION = 65, 0, 0
 State = DescribeTransactionsResponseTransactionState
 
 
+def _failed(tid: str, code: int) -> State:
+    """The answer of an id the coordinator does not describe: the schema's zero values."""
+    return {"transactional_id": tid, "error_code": code, "transaction_state": "", "transaction_timeout": 0,
+            "transaction_start_time": 0, "producer_id": 0, "producer_epoch": 0, "topics": []}
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     svc = broker.transactions
     ids = list(request.transactional_ids)
@@ -39,11 +45,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: DescribeTransacti
     states: list[State] = []
     for tid in ids:
         if tid not in visible:
-            states.append({"transactional_id": tid, "error_code": ErrorCode.transactional_id_authorization_failed,
-                           "topics": []})
+            states.append(_failed(tid, ErrorCode.transactional_id_authorization_failed))
             continue
-        state = cast(State, dict(described[tid]))  # the coordinator answers in the response's field names
-        topics = state.pop("topics", ())
+        # the coordinator answers in the response's field names; an error, with the id and the code only
+        state = cast(State, {**_failed(tid, ErrorCode.none), **described[tid]})
+        topics = state["topics"]
         shown = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, {t["topic"] for t in topics})
         state["topics"] = [t for t in topics if t["topic"] in shown]
         states.append(state)

@@ -225,5 +225,5 @@ def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[Fetcha
             }
         )
     if version < 13:
-        return [{"topic": key, "partitions": parts} for key, parts in grouped.items()]
+        return [{"topic": key, "topic_id": None, "partitions": parts} for key, parts in grouped.items()]
     return [{"topic_id": key, "partitions": parts} for key, parts in grouped.items()]

@@ -44,7 +44,8 @@ def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
         parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH}
+            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH,
+                                                 "error_code": ErrorCode.none}
             err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch)
             if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
                 err = ErrorCode.invalid_request

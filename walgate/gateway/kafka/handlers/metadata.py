@@ -154,6 +154,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
     host, port = broker.address(ctx.listener)
     return {
         "throttle_time": 0,
+        "error_code": ErrorCode.none,
         "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,

@@ -122,7 +122,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
         throttle = broker.quotas.produce(ctx.principal, ctx.client_id, size)
     responses: list[ProduceResponseTopicProduceResponse] = [
-        {"name": t.name, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
+        {"name": t.name, "topic_id": t.topic_id, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
     ]
     fields: ProduceResponse = {"throttle_time": throttle, "responses": responses}
