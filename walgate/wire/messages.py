@@ -2492,55 +2492,164 @@ REQUESTS: Final[dict[int, type]] = {
 }
 """Api key -> its request view."""
 ENTITIES: Final[dict[type, dict[str, type]]] = {
-    ProduceRequestTopicProduceData: {'partition_data': ProduceRequestPartitionProduceData},
-    ProduceRequest: {'topic_data': ProduceRequestTopicProduceData},
-    FetchTopic: {'partitions': FetchPartition},
-    FetchRequest: {'replica_state': FetchRequestReplicaState, 'topics': FetchTopic, 'forgotten_topics_data': FetchRequestForgottenTopic},
-    ListOffsetsTopic: {'partitions': ListOffsetsPartition},
-    ListOffsetsRequest: {'topics': ListOffsetsTopic},
-    MetadataRequest: {'topics': MetadataRequestTopic},
-    OffsetCommitRequestTopic: {'partitions': OffsetCommitRequestPartition},
-    OffsetCommitRequest: {'topics': OffsetCommitRequestTopic},
-    OffsetFetchRequestGroup: {'topics': OffsetFetchRequestTopics},
-    OffsetFetchRequest: {'groups': OffsetFetchRequestGroup, 'topics': OffsetFetchRequestTopic},
-    JoinGroupRequest: {'protocols': JoinGroupRequestProtocol},
-    LeaveGroupRequest: {'members': LeaveGroupRequestMemberIdentity},
-    SyncGroupRequest: {'assignments': SyncGroupRequestAssignment},
-    CreateTopicsRequestCreatableTopic: {'assignments': CreateTopicsRequestCreatableReplicaAssignment, 'configs': CreateTopicsRequestCreatableTopicConfig},
-    CreateTopicsRequest: {'topics': CreateTopicsRequestCreatableTopic},
-    DeleteTopicsRequest: {'topics': DeleteTopicsRequestDeleteTopicState},
-    DeleteRecordsTopic: {'partitions': DeleteRecordsPartition},
-    DeleteRecordsRequest: {'topics': DeleteRecordsTopic},
-    OffsetForLeaderEpochRequestOffsetForLeaderTopic: {'partitions': OffsetForLeaderEpochRequestOffsetForLeaderPartition},
-    OffsetForLeaderEpochRequest: {'topics': OffsetForLeaderEpochRequestOffsetForLeaderTopic},
-    AddPartitionsToTxnTransaction: {'topics': AddPartitionsToTxnTopic},
-    AddPartitionsToTxnRequest: {'transactions': AddPartitionsToTxnTransaction, 'v3_and_below_topics': AddPartitionsToTxnTopic},
-    TxnOffsetCommitRequestTopic: {'partitions': TxnOffsetCommitRequestPartition},
-    TxnOffsetCommitRequest: {'topics': TxnOffsetCommitRequestTopic},
-    CreateAclsRequest: {'creations': CreateAclsRequestAclCreation},
-    DeleteAclsRequest: {'filters': DeleteAclsFilter},
-    DescribeConfigsRequest: {'resources': DescribeConfigsResource},
-    AlterConfigsResource: {'configs': AlterConfigsRequestAlterableConfig},
-    AlterConfigsRequest: {'resources': AlterConfigsResource},
-    CreatePartitionsTopic: {'assignments': CreatePartitionsAssignment},
-    CreatePartitionsRequest: {'topics': CreatePartitionsTopic},
-    IncrementalAlterConfigsRequestAlterConfigsResource: {'configs': IncrementalAlterConfigsRequestAlterableConfig},
-    IncrementalAlterConfigsRequest: {'resources': IncrementalAlterConfigsRequestAlterConfigsResource},
-    OffsetDeleteRequestTopic: {'partitions': OffsetDeleteRequestPartition},
-    OffsetDeleteRequest: {'topics': OffsetDeleteRequestTopic},
-    DescribeClientQuotasRequest: {'components': DescribeClientQuotasRequestComponentData},
-    AlterClientQuotasRequestEntryData: {'entity': AlterClientQuotasRequestEntityData, 'ops': AlterClientQuotasRequestOpData},
-    AlterClientQuotasRequest: {'entries': AlterClientQuotasRequestEntryData},
-    DescribeUserScramCredentialsRequest: {'users': DescribeUserScramCredentialsRequestUserName},
-    AlterUserScramCredentialsRequest: {'deletions': AlterUserScramCredentialsRequestScramCredentialDeletion, 'upsertions': AlterUserScramCredentialsRequestScramCredentialUpsertion},
-    DescribeProducersRequest: {'topics': DescribeProducersRequestTopicRequest},
-    ConsumerGroupHeartbeatRequest: {'topic_partitions': ConsumerGroupHeartbeatRequestTopicPartitions},
-    DescribeTopicPartitionsRequest: {'topics': DescribeTopicPartitionsRequestTopicRequest, 'cursor': DescribeTopicPartitionsRequestCursor},
-    ShareFetchRequestFetchPartition: {'acknowledgement_batches': ShareFetchRequestAcknowledgementBatch},
-    ShareFetchRequestFetchTopic: {'partitions': ShareFetchRequestFetchPartition},
-    ShareFetchRequest: {'topics': ShareFetchRequestFetchTopic, 'forgotten_topics_data': ShareFetchRequestForgottenTopic},
-    ShareAcknowledgeRequestAcknowledgePartition: {'acknowledgement_batches': ShareAcknowledgeRequestAcknowledgementBatch},
-    ShareAcknowledgeRequestAcknowledgeTopic: {'partitions': ShareAcknowledgeRequestAcknowledgePartition},
-    ShareAcknowledgeRequest: {'topics': ShareAcknowledgeRequestAcknowledgeTopic},
+    ProduceRequestTopicProduceData: {
+        "partition_data": ProduceRequestPartitionProduceData,
+    },
+    ProduceRequest: {
+        "topic_data": ProduceRequestTopicProduceData,
+    },
+    FetchTopic: {
+        "partitions": FetchPartition,
+    },
+    FetchRequest: {
+        "replica_state": FetchRequestReplicaState,
+        "topics": FetchTopic,
+        "forgotten_topics_data": FetchRequestForgottenTopic,
+    },
+    ListOffsetsTopic: {
+        "partitions": ListOffsetsPartition,
+    },
+    ListOffsetsRequest: {
+        "topics": ListOffsetsTopic,
+    },
+    MetadataRequest: {
+        "topics": MetadataRequestTopic,
+    },
+    OffsetCommitRequestTopic: {
+        "partitions": OffsetCommitRequestPartition,
+    },
+    OffsetCommitRequest: {
+        "topics": OffsetCommitRequestTopic,
+    },
+    OffsetFetchRequestGroup: {
+        "topics": OffsetFetchRequestTopics,
+    },
+    OffsetFetchRequest: {
+        "groups": OffsetFetchRequestGroup,
+        "topics": OffsetFetchRequestTopic,
+    },
+    JoinGroupRequest: {
+        "protocols": JoinGroupRequestProtocol,
+    },
+    LeaveGroupRequest: {
+        "members": LeaveGroupRequestMemberIdentity,
+    },
+    SyncGroupRequest: {
+        "assignments": SyncGroupRequestAssignment,
+    },
+    CreateTopicsRequestCreatableTopic: {
+        "assignments": CreateTopicsRequestCreatableReplicaAssignment,
+        "configs": CreateTopicsRequestCreatableTopicConfig,
+    },
+    CreateTopicsRequest: {
+        "topics": CreateTopicsRequestCreatableTopic,
+    },
+    DeleteTopicsRequest: {
+        "topics": DeleteTopicsRequestDeleteTopicState,
+    },
+    DeleteRecordsTopic: {
+        "partitions": DeleteRecordsPartition,
+    },
+    DeleteRecordsRequest: {
+        "topics": DeleteRecordsTopic,
+    },
+    OffsetForLeaderEpochRequestOffsetForLeaderTopic: {
+        "partitions": OffsetForLeaderEpochRequestOffsetForLeaderPartition,
+    },
+    OffsetForLeaderEpochRequest: {
+        "topics": OffsetForLeaderEpochRequestOffsetForLeaderTopic,
+    },
+    AddPartitionsToTxnTransaction: {
+        "topics": AddPartitionsToTxnTopic,
+    },
+    AddPartitionsToTxnRequest: {
+        "transactions": AddPartitionsToTxnTransaction,
+        "v3_and_below_topics": AddPartitionsToTxnTopic,
+    },
+    TxnOffsetCommitRequestTopic: {
+        "partitions": TxnOffsetCommitRequestPartition,
+    },
+    TxnOffsetCommitRequest: {
+        "topics": TxnOffsetCommitRequestTopic,
+    },
+    CreateAclsRequest: {
+        "creations": CreateAclsRequestAclCreation,
+    },
+    DeleteAclsRequest: {
+        "filters": DeleteAclsFilter,
+    },
+    DescribeConfigsRequest: {
+        "resources": DescribeConfigsResource,
+    },
+    AlterConfigsResource: {
+        "configs": AlterConfigsRequestAlterableConfig,
+    },
+    AlterConfigsRequest: {
+        "resources": AlterConfigsResource,
+    },
+    CreatePartitionsTopic: {
+        "assignments": CreatePartitionsAssignment,
+    },
+    CreatePartitionsRequest: {
+        "topics": CreatePartitionsTopic,
+    },
+    IncrementalAlterConfigsRequestAlterConfigsResource: {
+        "configs": IncrementalAlterConfigsRequestAlterableConfig,
+    },
+    IncrementalAlterConfigsRequest: {
+        "resources": IncrementalAlterConfigsRequestAlterConfigsResource,
+    },
+    OffsetDeleteRequestTopic: {
+        "partitions": OffsetDeleteRequestPartition,
+    },
+    OffsetDeleteRequest: {
+        "topics": OffsetDeleteRequestTopic,
+    },
+    DescribeClientQuotasRequest: {
+        "components": DescribeClientQuotasRequestComponentData,
+    },
+    AlterClientQuotasRequestEntryData: {
+        "entity": AlterClientQuotasRequestEntityData,
+        "ops": AlterClientQuotasRequestOpData,
+    },
+    AlterClientQuotasRequest: {
+        "entries": AlterClientQuotasRequestEntryData,
+    },
+    DescribeUserScramCredentialsRequest: {
+        "users": DescribeUserScramCredentialsRequestUserName,
+    },
+    AlterUserScramCredentialsRequest: {
+        "deletions": AlterUserScramCredentialsRequestScramCredentialDeletion,
+        "upsertions": AlterUserScramCredentialsRequestScramCredentialUpsertion,
+    },
+    DescribeProducersRequest: {
+        "topics": DescribeProducersRequestTopicRequest,
+    },
+    ConsumerGroupHeartbeatRequest: {
+        "topic_partitions": ConsumerGroupHeartbeatRequestTopicPartitions,
+    },
+    DescribeTopicPartitionsRequest: {
+        "topics": DescribeTopicPartitionsRequestTopicRequest,
+        "cursor": DescribeTopicPartitionsRequestCursor,
+    },
+    ShareFetchRequestFetchPartition: {
+        "acknowledgement_batches": ShareFetchRequestAcknowledgementBatch,
+    },
+    ShareFetchRequestFetchTopic: {
+        "partitions": ShareFetchRequestFetchPartition,
+    },
+    ShareFetchRequest: {
+        "topics": ShareFetchRequestFetchTopic,
+        "forgotten_topics_data": ShareFetchRequestForgottenTopic,
+    },
+    ShareAcknowledgeRequestAcknowledgePartition: {
+        "acknowledgement_batches": ShareAcknowledgeRequestAcknowledgementBatch,
+    },
+    ShareAcknowledgeRequestAcknowledgeTopic: {
+        "partitions": ShareAcknowledgeRequestAcknowledgePartition,
+    },
+    ShareAcknowledgeRequest: {
+        "topics": ShareAcknowledgeRequestAcknowledgeTopic,
+    },
 }
 """Request view -> its struct fields' views, by field name."""

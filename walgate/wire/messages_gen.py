@@ -8,8 +8,9 @@ Input: the schema dataclass of every request and response version in :data:`~wal
 (kio's, and :mod:`walgate.wire.legacy`'s for versions Kafka 4.0 removed), read with
 :func:`~walgate.wire.serial.fields_of`. A struct is identified by its path from the message (``""``, ``"topics"``,
 ``"topics.partitions"``) and named after its newest version's class, prefixed with the message's name unless the
-class name already starts with the API's (Fetch's ``FetchTopic`` stays, ShareFetch's is ``ShareFetchRequestFetchTopic``);
-paths whose names agree (a common struct used twice) share one class; a name two messages would give is refused.
+class name already starts with the API's (Fetch's ``FetchTopic`` stays, ShareFetch's is
+``ShareFetchRequestFetchTopic``); paths whose names agree (a common struct used twice) share one class; a name two
+messages would give is refused.
 
 Output, per API:
 
@@ -239,9 +240,9 @@ def generate() -> str:
                 out += render(struct, low, high, f"{message.top} (key {api_key})" if struct.name == message.top
                               else f"In {message.top}")
                 if side == "request":
-                    nested = ", ".join(f"{f.name!r}: {f.entity}" for f in struct.fields.values() if f.entity)
+                    nested = [f'        "{f.name}": {f.entity},' for f in struct.fields.values() if f.entity]
                     if nested:
-                        entities.append(f"    {struct.name}: {{{nested}}},")
+                        entities += [f"    {struct.name}: {{", *nested, "    },"]
             if side == "request":
                 requests.append(f"    {api_key}: {message.top},")
     out += ["", "", "REQUESTS: Final[dict[int, type]] = {", *requests, "}",

@@ -21,7 +21,9 @@ one function, compiled in the namespace of :data:`~walgate.wire.serial.runtime.R
 is kept on the function as ``__source__``.
 
 ``decoder(cls)(data, pos) -> (instance, new_pos)``
-    (``decoder(cls, view, entities)``: an instance of the request view, see :func:`decoder`). Runs of fixed-width fields are read with one precompiled ``struct`` call.
+    (``decoder(cls, view, entities)``: an instance of the request view, see :func:`decoder`, its slots set through
+    their descriptors, which costs less than a frozen dataclass's ``__init__``).
+    Runs of fixed-width fields are read with one precompiled ``struct`` call.
     Every length (strings, bytes, arrays) is checked against the bytes remaining
     before anything is allocated; unknown tagged fields are skipped. Strings are
     decoded as UTF-8 with replacement characters, as Kafka's Java broker does

@@ -33,7 +33,8 @@ def describe_entity(pairs: list[tuple[str, str | None]]) -> str:
     return ", ".join(f"{kind} {name if name is not None else '<default>'}" for kind, name in pairs)
 
 
-def _alter_all(engine: Engine, request: AlterClientQuotasRequest) -> tuple[list[tuple[int, str | None]], dict[quotas.Entity, quotas.QuotaValues]]:
+def _alter_all(engine: Engine, request: AlterClientQuotasRequest
+               ) -> tuple[list[tuple[int, str | None]], dict[quotas.Entity, quotas.QuotaValues]]:
     """(error code, message) per entry, and the quotas in force afterwards (storage thread)."""
     seen: set[quotas.Entity] = set()
     results: list[tuple[int, str | None]] = []

@@ -36,7 +36,8 @@ def _alter(engine: Engine, changes: list[CredentialChange], now_ms: int) -> list
     return engine.users.alter_scram(changes, now_ms)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
     changes = [CredentialChange(d.name, mechanism_name(d.mechanism), False) for d in request.deletions]
     changes += [CredentialChange(u.name, mechanism_name(u.mechanism), True, u.iterations, u.salt, u.salted_password)
                 for u in request.upsertions]

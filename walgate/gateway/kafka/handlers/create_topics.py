@@ -95,8 +95,9 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
                              .topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
-    described: list[CreateTopicsResponseCreatableTopicConfigs] = [{"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
-                 for k, (value, source) in effective.items()]
+    described: list[CreateTopicsResponseCreatableTopicConfigs] = [
+        {"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
+        for k, (value, source) in effective.items()]
     return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=1,
                    configs=described)
 

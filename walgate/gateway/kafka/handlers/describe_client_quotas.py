@@ -38,7 +38,8 @@ async def handle(broker: Broker, ctx: RequestContext,
         found = await broker.call(_describe, request)
     except Exception as exc:  # noqa: BLE001 - a bad filter (or the engine's error) is the answer's error
         return {"throttle_time": 0, "error_code": error_of(exc, DESCRIBE_CLIENT_QUOTAS), "error_message": str(exc), "entries": None}
-    entries: list[DescribeClientQuotasResponseEntryData] = [{"entity": [{"entity_type": kind, "entity_name": name} for kind, name in which],
-                "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
-               for which, values in sorted(found, key=lambda item: str(item[0]))]
+    entries: list[DescribeClientQuotasResponseEntryData] = [
+        {"entity": [{"entity_type": kind, "entity_name": name} for kind, name in which],
+         "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
+        for which, values in sorted(found, key=lambda item: str(item[0]))]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "entries": entries}

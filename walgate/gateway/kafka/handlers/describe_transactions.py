@@ -29,7 +29,8 @@ def _failed(tid: str, code: int) -> State:
             "transaction_start_time": 0, "producer_id": 0, "producer_epoch": 0, "topics": []}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     svc = broker.transactions
     ids = list(request.transactional_ids)
     visible = {tid for tid in ids if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}

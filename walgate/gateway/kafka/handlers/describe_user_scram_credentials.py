@@ -26,7 +26,8 @@ def _describe(engine: Engine, names: list[str] | None) -> list[tuple[str, str | 
     return engine.users.describe_scram(names)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse:
     names = [u.name for u in request.users] if request.users else None
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,

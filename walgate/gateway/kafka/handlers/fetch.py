@@ -93,7 +93,7 @@ class _Got:
     end: int = -1
     batches: list[bytes | FileRegion] | None = None
     stable: int = -1  # the last stable offset
-    aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions of what is served
+    aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
 
     @property
     def size(self) -> int:
@@ -105,8 +105,8 @@ def _got(read: PartitionRead) -> _Got:
     o = read.offsets
     if read.out_of_range:
         return _Got(ErrorCode.offset_out_of_range, o.log_start, o.high_watermark, [], o.last_stable)
-    aborted: list[FetchResponseAbortedTransaction] | None = None if read.aborted is None else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                                                 for a in read.aborted]
+    aborted: list[FetchResponseAbortedTransaction] | None = None if read.aborted is None else [
+        {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in read.aborted]
     return _Got(ErrorCode.none, o.log_start, o.high_watermark, read.batches, o.last_stable, aborted)
 
 

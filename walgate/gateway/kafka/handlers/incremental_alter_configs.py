@@ -72,7 +72,8 @@ def _apply(configs: dict[str, str], rtype: int,
     return out
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: c.config_operation == DELETE,

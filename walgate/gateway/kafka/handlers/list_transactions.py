@@ -31,7 +31,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ListTransactionsR
     svc = broker.transactions
     states = list(request.state_filters)
     unknown = [s for s in states if s not in STATE_NAMES]
-    answer: ListTransactionsResponse = {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
+    answer: ListTransactionsResponse = {"throttle_time": 0, "error_code": ErrorCode.none,
+                                        "unknown_state_filters": unknown,
                                         "transaction_states": []}
     if svc is None:
         return {**answer, "error_code": ErrorCode.coordinator_not_available}

@@ -122,7 +122,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
         throttle = broker.quotas.produce(ctx.principal, ctx.client_id, size)
     responses: list[ProduceResponseTopicProduceResponse] = [
-        {"name": t.name, "topic_id": t.topic_id, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
+        {"name": t.name, "topic_id": t.topic_id,
+         "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
     ]
     fields: ProduceResponse = {"throttle_time": throttle, "responses": responses}
@@ -158,7 +159,8 @@ def _transactional(records: bytes) -> tuple[int, int] | None:
     return None
 
 
-async def _verify_transactions(broker: Broker, api_version: int, request: ProduceRequest, writable: Callable[[str], bool] | None
+async def _verify_transactions(broker: Broker, api_version: int, request: ProduceRequest,
+                               writable: Callable[[str], bool] | None
                                ) -> dict[tuple[str, int], PartitionAnswer] | None:
     """The answers of the partitions whose transactional batches the coordinator does not verify (see the module
     docstring); None when the request holds transactional batches but no transactional id."""
