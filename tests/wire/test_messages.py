@@ -31,7 +31,7 @@ ALL_VERSIONS = [(key, v) for key, (low, high) in sorted(WIRE_VERSIONS.items()) f
 def test_generated_module_is_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
     # stale after kio, wire/legacy.py or WIRE_VERSIONS change: run `python -m walgate.wire.messages_gen`
     assert messages_gen.main(["--check"]) == 0, capsys.readouterr().err
-    assert set(messages.REQUESTS) == set(WIRE_VERSIONS)
+    assert set(messages.REQUESTS) == set(WIRE_VERSIONS) and messages.VERSIONS == WIRE_VERSIONS
 
 
 def _same(view: Any, kio: Any, where: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from typing import Final, Required, TypeAlias, TypedDict
 
-__all__ = ["ENTITIES", "REQUESTS", "Records"]
+__all__ = ["ENTITIES", "REQUESTS", "VERSIONS", "Records"]
 
 Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized]
 """A ``records`` value: bytes, or buffers and file regions written back to back (:mod:`walgate.wire.serial`)."""
@@ -2439,6 +2439,58 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     node_endpoints: Required[Sequence[ShareAcknowledgeResponseNodeEndpoint]]
 
 
+VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    0: (3, 13),
+    1: (4, 18),
+    2: (0, 11),
+    3: (0, 13),
+    8: (0, 10),
+    9: (0, 10),
+    10: (0, 6),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 6),
+    16: (0, 5),
+    17: (0, 1),
+    18: (0, 4),
+    19: (0, 7),
+    20: (0, 6),
+    21: (0, 2),
+    22: (0, 6),
+    23: (0, 4),
+    24: (0, 5),
+    25: (0, 4),
+    26: (0, 5),
+    28: (0, 5),
+    29: (1, 3),
+    30: (1, 3),
+    31: (1, 3),
+    32: (0, 4),
+    33: (0, 2),
+    36: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    48: (0, 1),
+    49: (0, 1),
+    50: (0, 0),
+    51: (0, 0),
+    60: (0, 2),
+    61: (0, 0),
+    65: (0, 0),
+    66: (0, 2),
+    68: (0, 1),
+    69: (0, 1),
+    75: (0, 0),
+    76: (1, 1),
+    77: (1, 1),
+    78: (1, 2),
+    79: (1, 2),
+}
+"""Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""
 REQUESTS: Final[dict[int, type]] = {
     0: ProduceRequest,
     1: FetchRequest,

@@ -214,7 +214,7 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from typing import Final, Required, TypeAlias, TypedDict
 
-__all__ = ["ENTITIES", "REQUESTS", "Records"]
+__all__ = ["ENTITIES", "REQUESTS", "VERSIONS", "Records"]
 
 Records: TypeAlias = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview | Sized]
 """A ``records`` value: bytes, or buffers and file regions written back to back (:mod:`walgate.wire.serial`)."""'''
@@ -245,7 +245,10 @@ def generate() -> str:
                         entities += [f"    {struct.name}: {{", *nested, "    },"]
             if side == "request":
                 requests.append(f"    {api_key}: {message.top},")
-    out += ["", "", "REQUESTS: Final[dict[int, type]] = {", *requests, "}",
+    ranges = [f"    {key}: {WIRE_VERSIONS[key]!r}," for key in sorted(WIRE_VERSIONS)]
+    out += ["", "", "VERSIONS: Final[dict[int, tuple[int, int]]] = {", *ranges, "}",
+            '"""Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""',
+            "REQUESTS: Final[dict[int, type]] = {", *requests, "}",
             '"""Api key -> its request view."""',
             "ENTITIES: Final[dict[type, dict[str, type]]] = {", *entities, "}",
             '"""Request view -> its struct fields\' views, by field name."""', ""]

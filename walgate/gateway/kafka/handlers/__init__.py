@@ -75,6 +75,7 @@ from walgate.gateway.kafka.handlers import (
     txn_offset_commit,
 )
 from walgate.gateway.kafka.handlers.common import Unanswered
+from walgate.wire import messages
 from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised"]
@@ -103,6 +104,9 @@ _MODULES = (
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
+
+if messages.VERSIONS != WIRE_VERSIONS:  # an API or version without its request view: refused at start, not per request
+    raise RuntimeError("walgate/wire/messages.py was generated for other API versions: run ./run gen")
 
 
 def advertised() -> dict[int, tuple[int, int]]:
