@@ -101,7 +101,7 @@ from walgate.wire.protocol import (
     RequestHeader,
     api_versions_fallback,
     build_response,
-    decode_request,
+    decode_view,
     encode_response,
     parse_request_header,
 )
@@ -400,7 +400,7 @@ class KafkaServer:
                 f"unsupported version {header.api_version} of api key {header.api_key} "
                 f"(supported {supported[0]}-{supported[1]}, client {header.client_id!r})"
             )
-        request = decode_request(header, frame)
+        request = decode_view(header, frame)
         try:
             began = time.perf_counter()
             fields = await handler.fn(self.broker, ctx, request)
