@@ -2439,6 +2439,155 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     node_endpoints: Required[Sequence[ShareAcknowledgeResponseNodeEndpoint]]
 
 
+# --------------------------------------------------------------------------- describe_share_group_offsets (key 90)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeShareGroupOffsetsRequestTopic:
+    """In DescribeShareGroupOffsetsRequest, v0-v1: a request view (see the module doc)."""
+
+    topic_name: str = ''
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeShareGroupOffsetsRequestGroup:
+    """In DescribeShareGroupOffsetsRequest, v0-v1: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[DescribeShareGroupOffsetsRequestTopic, ...] | None = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeShareGroupOffsetsRequest:
+    """DescribeShareGroupOffsetsRequest (key 90), v0-v1: a request view (see the module doc)."""
+
+    groups: tuple[DescribeShareGroupOffsetsRequestGroup, ...] = ()
+
+
+class DescribeShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    """In DescribeShareGroupOffsetsResponse, v0-v1: response fields (see the module doc)."""
+
+    partition_index: Required[int]
+    start_offset: Required[int]
+    leader_epoch: Required[int]
+    lag: int  # v1+
+    error_code: Required[int]
+    error_message: str | None
+
+
+class DescribeShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """In DescribeShareGroupOffsetsResponse, v0-v1: response fields (see the module doc)."""
+
+    topic_name: Required[str]
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[DescribeShareGroupOffsetsResponsePartition]]
+
+
+class DescribeShareGroupOffsetsResponseGroup(TypedDict, total=False):
+    """In DescribeShareGroupOffsetsResponse, v0-v1: response fields (see the module doc)."""
+
+    group_id: Required[str]
+    topics: Required[Sequence[DescribeShareGroupOffsetsResponseTopic]]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class DescribeShareGroupOffsetsResponse(TypedDict, total=False):
+    """DescribeShareGroupOffsetsResponse (key 90), v0-v1: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    groups: Required[Sequence[DescribeShareGroupOffsetsResponseGroup]]
+
+
+# --------------------------------------------------------------------------- alter_share_group_offsets (key 91)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterShareGroupOffsetsRequestPartition:
+    """In AlterShareGroupOffsetsRequest, v0-v0: a request view (see the module doc)."""
+
+    partition_index: int = 0
+    start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterShareGroupOffsetsRequestTopic:
+    """In AlterShareGroupOffsetsRequest, v0-v0: a request view (see the module doc)."""
+
+    topic_name: str = ''
+    partitions: tuple[AlterShareGroupOffsetsRequestPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterShareGroupOffsetsRequest:
+    """AlterShareGroupOffsetsRequest (key 91), v0-v0: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[AlterShareGroupOffsetsRequestTopic, ...] = ()
+
+
+class AlterShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    """In AlterShareGroupOffsetsResponse, v0-v0: response fields (see the module doc)."""
+
+    partition_index: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class AlterShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """In AlterShareGroupOffsetsResponse, v0-v0: response fields (see the module doc)."""
+
+    topic_name: Required[str]
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[AlterShareGroupOffsetsResponsePartition]]
+
+
+class AlterShareGroupOffsetsResponse(TypedDict, total=False):
+    """AlterShareGroupOffsetsResponse (key 91), v0-v0: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    error_code: Required[int]
+    error_message: str | None
+    responses: Required[Sequence[AlterShareGroupOffsetsResponseTopic]]
+
+
+# --------------------------------------------------------------------------- delete_share_group_offsets (key 92)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteShareGroupOffsetsRequestTopic:
+    """In DeleteShareGroupOffsetsRequest, v0-v0: a request view (see the module doc)."""
+
+    topic_name: str = ''
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteShareGroupOffsetsRequest:
+    """DeleteShareGroupOffsetsRequest (key 92), v0-v0: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[DeleteShareGroupOffsetsRequestTopic, ...] = ()
+
+
+class DeleteShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    """In DeleteShareGroupOffsetsResponse, v0-v0: response fields (see the module doc)."""
+
+    topic_name: Required[str]
+    topic_id: Required[uuid.UUID | None]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class DeleteShareGroupOffsetsResponse(TypedDict, total=False):
+    """DeleteShareGroupOffsetsResponse (key 92), v0-v0: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    error_code: Required[int]
+    error_message: str | None
+    responses: Required[Sequence[DeleteShareGroupOffsetsResponseTopic]]
+
+
 VERSIONS: Final[dict[int, tuple[int, int]]] = {
     0: (3, 13),
     1: (4, 18),
@@ -2489,6 +2638,9 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     77: (1, 1),
     78: (1, 2),
     79: (1, 2),
+    90: (0, 1),
+    91: (0, 0),
+    92: (0, 0),
 }
 """Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""
 REQUESTS: Final[dict[int, type]] = {
@@ -2541,6 +2693,9 @@ REQUESTS: Final[dict[int, type]] = {
     77: ShareGroupDescribeRequest,
     78: ShareFetchRequest,
     79: ShareAcknowledgeRequest,
+    90: DescribeShareGroupOffsetsRequest,
+    91: AlterShareGroupOffsetsRequest,
+    92: DeleteShareGroupOffsetsRequest,
 }
 """Api key -> its request view."""
 ENTITIES: Final[dict[type, dict[str, type]]] = {
@@ -2702,6 +2857,21 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     ShareAcknowledgeRequest: {
         "topics": ShareAcknowledgeRequestAcknowledgeTopic,
+    },
+    DescribeShareGroupOffsetsRequestGroup: {
+        "topics": DescribeShareGroupOffsetsRequestTopic,
+    },
+    DescribeShareGroupOffsetsRequest: {
+        "groups": DescribeShareGroupOffsetsRequestGroup,
+    },
+    AlterShareGroupOffsetsRequestTopic: {
+        "partitions": AlterShareGroupOffsetsRequestPartition,
+    },
+    AlterShareGroupOffsetsRequest: {
+        "topics": AlterShareGroupOffsetsRequestTopic,
+    },
+    DeleteShareGroupOffsetsRequest: {
+        "topics": DeleteShareGroupOffsetsRequestTopic,
     },
 }
 """Request view -> its struct fields' views, by field name."""
