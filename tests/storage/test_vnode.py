@@ -275,6 +275,18 @@ def test_flushes_lost_with_the_machine_are_replayed_from_the_wal(tmp_path: Path)
     e.close()
 
 
+def test_a_killed_process_leaves_the_count_of_live_tables_right(tmp_path: Path):
+    """The store of a killed process covers its last flush; the open replays the meta entries after it on top of
+    the store's count of live tables (the count the table limit checks), and writes that count back."""
+    code = KILLED_AFTER_UNSYNCED_FLUSHES.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    for _ in range(2):  # the open after the kill, and the one after it (the count written back)
+        e = Engine.open(tmp_path)
+        assert e.vnodes["db"][0].live_count == len(tables(e)) == 41 and e.damage() == []
+        e.close()
+
+
 def test_retention_deletes_segments_only_after_a_durable_store_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Before retention deletes WAL segments, the store is written durably (fsynced with every unsynced flush
     before it), even when no table changed since the last (unsynced) flush."""

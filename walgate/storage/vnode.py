@@ -162,9 +162,11 @@ class Vnode:
             self._store.close()
             self._store = _new_store(self._store.path)
         start = self._store.covered
+        self.live_count = self._store.live  # then counted through the entries replayed (which may flush it)
         legacy = self.dir / CHECKPOINT
         if start == 0 and legacy.exists():
             start = self._load_checkpoint(legacy)
+            self.live_count += sum(not t.dropped for t in self._dirty.values())
         for entry in self.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
@@ -174,7 +176,6 @@ class Vnode:
                 fileio.unlink(legacy)  # the store covers it, on disk
         except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
-        self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
 
     def _load_checkpoint(self, path: Path) -> int:
         """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
