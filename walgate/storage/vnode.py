@@ -12,7 +12,10 @@ last written (at most FLUSH_TABLES, more only while the disk refuses the
 store's writes) and the CACHE_TABLES most recently used, so a vnode's memory
 does not grow with its subtables. Opening the vnode replays the meta entries
 after the covered version. The store is written (and the covered version
-advanced) every FLUSH_TABLES changed tables and at a DROP STABLE, without an
+advanced) every FLUSH_TABLES changed tables, at a DROP STABLE and at
+``Vnode.end_write`` (the end of a write that changed tables, so that a reader of
+``meta.db`` planning the next write sees them: :mod:`walgate.storage.meta_reader`;
+after a refused write, only at the next of the others), without an
 fsync (a store a power loss takes back covers an earlier version, and the
 WAL's meta entries after it are replayed at open); it is written and fsynced
 on close, before retention deletes segments (no segment is deleted when it
@@ -109,8 +112,9 @@ class Vnode:
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
         self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
-        self._applied = 0  # the WAL version after the last meta entry applied
+        self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
         self._flush_at = FLUSH_TABLES
+        self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
 
     @classmethod
@@ -170,6 +174,7 @@ class Vnode:
         for entry in self.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._applied = max(self._applied, self.wal.next_version)  # every meta entry in the WAL is applied
         try:
             self._flush(self.wal.next_version, durable=legacy.exists())
             if legacy.exists():
@@ -204,18 +209,19 @@ class Vnode:
 
     # ------------------------------------------------------------------ meta
 
+    @property
+    def meta_version(self) -> int:
+        """The WAL version every meta entry below which is applied (the version of the tables :meth:`get` answers
+        from). Between writes that ended with :meth:`end_write`, the store's ``covered`` version equals it unless
+        the store refused its last write (then ``covered`` is lower); ``covered`` is never higher."""
+        return self._applied
+
     def apply_meta(self, meta: dict[str, Any], version: int) -> None:
         """Apply one meta operation (live and on replay); the store is written every FLUSH_TABLES changed tables
         (a store that refuses keeps them in memory until a later flush succeeds)."""
         op = meta["op"]
         if op == "create_table":
-            cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
-            old = None if meta["name"] in self._absent else self._known(meta["name"])
-            self._absent.discard(meta["name"])
-            self._dirty[meta["name"]] = TableDef(
-                meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
-            )
-            self.live_count += old is None or old.dropped
+            self._create(meta["name"], meta, version)
         elif op == "drop_table":
             t = self._known(meta["name"])
             if t is not None and not t.dropped:
@@ -228,14 +234,38 @@ class Vnode:
                     self._dirty[name] = replace(t, dropped=True)
                     self.live_count -= 1
             self._dropped_stables.add(stable)
-        self._applied = version + 1
+        self._applied = max(self._applied, version + 1)
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
-            try:
-                self._flush(self._applied)
-            except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
+            self._try_flush()
+
+    def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
+        """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
+        cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
+        old = None if name in self._absent else self._known(name)  # (which may remember the name as absent)
+        self._absent.discard(name)
+        self._dirty[name] = TableDef(name, meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"])
+        self.live_count += old is None or old.dropped
+
+    def end_write(self) -> None:
+        """The end of a committing write: the store takes the tables it changed (one transaction, not fsynced), so
+        that ``covered`` equals :attr:`meta_version` for readers of ``meta.db`` (:mod:`walgate.storage.meta_reader`);
+        nothing to do for a write that changed no table. Once the store refused a write, the tables stay in memory
+        and ``covered`` behind until a flush of :meth:`apply_meta` (every FLUSH_TABLES changed tables) or a
+        checkpoint succeeds: a full disk is not tried again by every request."""
+        if not self._refused and (self._dirty or self._dropped_stables or self._store.covered != self._applied):
+            self._try_flush()
+
+    def _try_flush(self) -> None:
+        """Flush as of :attr:`meta_version`; a store that refuses keeps the changed tables in memory (logged once
+        until a flush succeeds again), for FLUSH_TABLES more before the next try of :meth:`apply_meta`."""
+        try:
+            self._flush(self._applied)
+        except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
+            if not self._refused:
                 log.warning("%s: %s: the tables changed stay in memory until the table meta store takes them",
                             self.dir, exc)
-                self._flush_at = len(self._dirty) + FLUSH_TABLES
+            self._refused = True
+            self._flush_at = len(self._dirty) + FLUSH_TABLES
 
     def _known(self, name: str) -> TableDef | None:
         """:meth:`get` for a meta entry already appended, which must be applied: a store that cannot be read (an I/O
@@ -254,6 +284,7 @@ class Vnode:
             return
         dropped = self._checked(lambda: self._store.write(
             self._dropped_stables, self._dirty.values(), covered, self.live_count, durable))
+        self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
@@ -262,6 +293,9 @@ class Vnode:
         self._dirty.clear()
         self._dropped_stables.clear()
         self._flush_at = FLUSH_TABLES
+        if self._refused:
+            log.info("%s: the table meta store takes writes again", self.dir)
+            self._refused = False
 
     def _checked(self, read: Callable[[], T]) -> T:
         """``read()`` of the store; a store found damaged is reported, rebuilt from the WAL and read again."""
