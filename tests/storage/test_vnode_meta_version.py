@@ -1,9 +1,10 @@
 """A vnode's ``meta.db`` is current at the end of every write (issue 23, for planning before the lane): after
 ``Vnode.end_write`` the store's covered version equals ``Vnode.meta_version``, a store that refuses leaves it behind
-and loses nothing."""
+and loses nothing, and ``Vnode.apply_creates`` of many creations is ``apply_meta`` of each in turn."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from walgate.storage import vnode as vnode_module
 from walgate.storage.engine import Engine
+from walgate.storage.entry import encode_meta
 from walgate.storage.meta_reader import MetaReader
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_META
@@ -110,4 +112,71 @@ def test_a_store_that_refuses_the_end_of_write_flush_stays_behind_and_loses_noth
     e.close()
     e = Engine.open(tmp_path)
     assert len(e.execute("SHOW TABLES", "db").rows) == e.vnodes["db"][0].live_count == 300 and e.damage() == []
+    e.close()
+
+
+def creates(start: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """Create metas: new subtables, one twice, a dropped table created again, a live one created again (tags
+    replaced), a normal table."""
+    names = [f"n{k:03d}" for k in range(start, start + 40)] + ["n005", "gone", "live", "plain2"]
+    metas: list[dict[str, Any]] = [
+        {"op": "create_table", "name": n, "stable": "st", "tags": {"site": k}, "ts": 5000 + k} for k, n in enumerate(names)]
+    metas[-1] = {"op": "create_table", "name": "plain2", "columns": [["ts", "TIMESTAMP", 8], ["v", "INT", 4]], "ts": 1}
+    return names, metas
+
+
+@pytest.mark.parametrize("disk", ["takes writes", "full"])
+def test_apply_creates_is_apply_meta_of_each_in_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk: str):
+    monkeypatch.setattr(vnode_module, "FLUSH_TABLES", 7)  # flushes inside the run, at the same creations
+    template = tmp_path / "template"
+    e = Engine.open(template)
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute(STATEMENTS[0])
+    for name in ("gone", "live"):
+        e.execute(f"CREATE TABLE db.{name} USING db.st TAGS (0)")
+    e.execute("DROP TABLE db.gone")
+    e.close()
+    seen = []
+    for way in ("each", "bulk"):
+        shutil.copytree(template, tmp_path / way)
+        e = Engine.open(tmp_path / way)
+        vnode = e.vnodes["db"][0]
+        if disk == "full":
+            full_disk(vnode)
+        for batch in (creates(0), creates(100)):
+            names, metas = batch
+            version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in metas])
+            if way == "each":
+                for i, m in enumerate(metas):
+                    vnode.apply_meta(m, version + i)
+            else:
+                vnode.apply_creates(version, names, metas)
+            vnode.end_write()
+        conn = vnode._store._conn
+        assert conn is not None
+        rows = conn.execute("SELECT id, name, def FROM tables ORDER BY id").fetchall()
+        seen.append((vnode.tables(), vnode.live_count, vnode.meta_version, vnode._store.covered, rows,
+                     dict(vnode._dirty), vnode._flush_at))
+        e.close()
+        e = Engine.open(tmp_path / way)  # replayed from the WAL
+        vnode = e.vnodes["db"][0]
+        seen.append((vnode.tables(), vnode.live_count, e.damage()))
+        e.close()
+    each, each_reopened, bulk, bulk_reopened = seen
+    assert bulk == each and bulk_reopened == each_reopened
+    assert each[1] == 1 + 80 + 2 and each_reopened[1] == 83  # "live", the new ones, "gone" and "plain2" again
+    if disk == "full":  # refused: kept in memory, covered behind
+        assert each[5] and each[3] < each[2]
+    else:
+        assert each[5] == {} and each[3] == each[2] and len(each[4]) == 2 + 80 + 1
+
+
+def test_apply_creates_refuses_names_that_do_not_match_the_metas(tmp_path: Path):
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    vnode = e.vnodes["db"][0]
+    names, metas = creates(0)
+    with pytest.raises(ValueError, match="43 names for 44 metas"):
+        vnode.apply_creates(vnode.wal.next_version, names[:-1], metas)
+    assert vnode.live_count == 0
     e.close()

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -237,6 +237,23 @@ class Vnode:
         self._applied = max(self._applied, version + 1)
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
             self._try_flush()
+
+    def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]]) -> None:
+        """Apply the ``create_table`` metas ``metas`` (named ``names``, in that order) of WAL versions ``version``,
+        ``version + 1``, ...: the same tables, counts, store writes and covered versions as ``apply_meta`` of each
+        in turn, without its per-entry dispatch (a request creating many tables)."""
+        if len(names) != len(metas):
+            raise ValueError(f"{len(names)} names for {len(metas)} metas")
+        start = 0
+        while start < len(names):  # in runs ending where apply_meta's flushes would fall
+            end = min(len(names), start + max(self._flush_at - len(self._dirty), 1))
+            create = self._create
+            for i in range(start, end):
+                create(names[i], metas[i], version + i)
+            self._applied = max(self._applied, version + end)
+            if len(self._dirty) >= self._flush_at:
+                self._try_flush()
+            start = end
 
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
