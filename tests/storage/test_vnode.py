@@ -158,10 +158,10 @@ def test_a_store_that_refuses_writes_keeps_the_tables_in_memory_and_retention_wa
     e = make(tmp_path, small_segments=True)
     vnode = e.vnodes["db"][0]
     segments = len(vnode.wal.segments)
+    full_disk(e)  # (before the writes: each write's end tries the store, the first ones may fit its free pages)
     for i in range(6, 60):
         e.execute(f"INSERT INTO db.t{i} USING db.st TAGS ({i}) VALUES ({1000 + i}, {i})")
     before = tables(e)
-    full_disk(e)
     with pytest.raises(StorageUnavailable, match=META_STORE):
         vnode.checkpoint()
     assert not vnode.apply_retention(time.time() + 10)
@@ -179,10 +179,10 @@ def test_a_store_that_refuses_writes_keeps_the_tables_in_memory_and_retention_wa
 def test_a_store_that_cannot_be_written_at_close_loses_nothing(tmp_path: Path):
     e = make(tmp_path)
     e.vnodes["db"][0].checkpoint()
+    full_disk(e)
     for i in range(6, 60):
         e.execute(f"INSERT INTO db.t{i} USING db.st TAGS ({i}) VALUES ({1000 + i}, {i})")
     before = tables(e)
-    full_disk(e)
     with pytest.raises(StorageUnavailable, match="full"):
         e.vnodes["db"][0].checkpoint()
     e.close()  # logs the refusal; the WAL holds every meta entry after what the store covers
