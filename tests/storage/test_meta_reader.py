@@ -107,11 +107,12 @@ def test_a_reader_gives_up_on_damage_and_the_vnodes_own_lookup_reports_it_once_a
             assert reader.lookup(["t1", "t2"]) == {n: want[n] for n in ("t1", "t2")}
             with pytest.raises(ReaderGaveUp, match="'t3'"):
                 reader.lookup(["t2", "t3"])
-    assert e.damage() == []
-    vnode._cache.clear()  # the lane's own lookup reads the store: reported, rebuilt from the WAL, answered
-    assert own(vnode) == want
+    assert e.damage() == [] and own(vnode) == want  # t3 cached: the vnode's lookups do not read the store
+    vnode.check_store(["t2", "t3"])  # the lane, told the reader gave up: reported, rebuilt from the WAL
     [damage] = e.damage()
-    assert damage.file.endswith(META_STORE) and damage.action == "rebuilt"
+    assert damage.file.endswith(META_STORE) and damage.action == "rebuilt" and "'t3'" in damage.reason
+    vnode.check_store(NAMES)
+    assert own(vnode) == want and len(e.damage()) == 1
     with MetaReader.open(path, vnode.meta_version) as reader:
         assert reader.lookup(NAMES) == want and reader.covered == vnode.meta_version
     conn = vnode._store._conn

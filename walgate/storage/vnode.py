@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -357,6 +357,14 @@ class Vnode:
         else:
             self._cache.move_to_end(name)
         return replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
+
+    def check_store(self, names: Iterable[str]) -> None:
+        """Read the rows of ``names`` from the store itself, not from memory: the lane's answer to a
+        :class:`~walgate.storage.meta_reader.MetaReader` that gave up, so that damage the reader met is reported
+        (once: the store is rebuilt from the WAL, as by any read of it that finds damage) even when the tables it
+        read are cached here. StorageUnavailable when the store cannot be read."""
+        for name in names:
+            self._checked(lambda: self._store.get(name))  # (called at once: the name of this turn)
 
     def live(self, name: str) -> TableDef | None:
         t = self.get(name)
