@@ -115,8 +115,9 @@ class ShareCoordinator:
         return sp
 
     def take_records(self) -> list[tuple[ShareKey, Any]]:
-        """(key, durable value) of every partition changed since the last :meth:`written`."""
-        return [(key, self.partitions[key].to_record()) for key in self._undo if key in self.partitions]
+        """(key, durable value) of every partition changed since the last :meth:`written`; None for one deleted
+        (:meth:`drop`)."""
+        return [(key, self.partitions[key].to_record() if key in self.partitions else None) for key in self._undo]
 
     def written(self) -> None:
         self._undo.clear()
@@ -303,3 +304,53 @@ class ShareCoordinator:
             result.acquired = sp.acquire(member_id, log_end, left, now_ms)
             left -= sum(a.last - a.first + 1 for a in result.acquired)
         return out
+
+    # -- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups)
+
+    def state_keys(self, group_id: str) -> list[ShareKey]:
+        """The keys of the group's share-partitions that have state (in memory or durable only), sorted."""
+        return sorted({k for k in self.partitions if k[0] == group_id} | {k for k in self._stored if k[0] == group_id})
+
+    def state_keys_all(self) -> set[ShareKey]:
+        """The keys of every share-partition that has state (in memory or durable only)."""
+        return set(self.partitions) | set(self._stored)
+
+    def _loaded(self, key: ShareKey) -> SharePartition | None:
+        """The share-partition of ``key`` (rebuilt from its durable value without changing it), None without state."""
+        sp = self.partitions.get(key)
+        if sp is None and key in self._stored:
+            settings = self.logs.settings(key[0])
+            sp = SharePartition.from_record(self._stored[key], settings.lock_ms, settings.delivery_limit,
+                                            settings.max_in_flight)
+            del self._stored[key]
+            self.partitions[key] = sp
+        return sp
+
+    def summary(self, key: ShareKey) -> tuple[int, int] | None:
+        """(start offset, records past it already acknowledged or archived) of a share-partition, None when it has
+        no state."""
+        sp = self._loaded(key)
+        return None if sp is None else (sp.start, sp.done())
+
+    def reset(self, key: ShareKey, start: int) -> None:
+        """Start the share-partition of ``key`` afresh at offset ``start`` (AlterShareGroupOffsets): the records
+        from ``start`` on are delivered again, none below it (the log's start still bounds it at its next use)."""
+        settings = self.logs.settings(key[0])
+        if self._loaded(key) is not None:
+            self._changing(key)
+        else:
+            self._undo.setdefault(key, None)
+        self.partitions[key] = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+
+    def drop(self, key: ShareKey) -> None:
+        """Delete the state of the share-partition of ``key`` (written as a tombstone); a later use starts it as
+        ``share.auto.offset.reset`` says."""
+        if self._loaded(key) is not None:
+            self._changing(key)
+            del self.partitions[key]
+
+    def drop_sessions(self, group_id: str) -> None:
+        """Forget the share sessions of the group (its members are gone: a deleted group)."""
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+

@@ -119,6 +119,10 @@ class SharePartition:
         """Records ACQUIRED now."""
         return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
 
+    def done(self) -> int:
+        """Records from the start offset on that are ACKNOWLEDGED or ARCHIVED (they count for no lag)."""
+        return sum(1 for r in self.records.values() if r.state in _FINAL)
+
     def next_deadline(self) -> int | None:
         """The earliest lock deadline, None when nothing is acquired (kept between changes: every request asks)."""
         if not self._deadline_known:

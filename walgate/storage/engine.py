@@ -253,10 +253,8 @@ class Engine:
         return MappingProxyType(self.store.topic_names)
 
     def drop_topic(self, name: str) -> None:
-        """Drop a topic, its offset indexes, committed offsets and cached batches; a Kafka-native one with its
-        database."""
+        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
         self.views.drop(name)
-        self.batch_cache.drop_topic(name)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a topic-partition."""

@@ -13,7 +13,8 @@ the covered version are one transaction); the vnode replays the WAL's meta entri
 A write with ``durable=True`` is fsynced with every write before it: the vnode asks for it where it relies on the
 store (before retention deletes WAL segments, at close, before it removes ``tables.ckpt``). Between writes the
 connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
-tests do) may read and write, and this one's next write may then be refused as a full disk's is.
+tests do) may read and write, and this one's next write may then be refused as a full disk's is. Read-only readers
+(:mod:`walgate.storage.meta_reader`, which plans writes from the store) may read it from any thread or process.
 
 * ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
   appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
@@ -54,7 +55,8 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check"]
+__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check", "decode_def",
+           "read_covered"]
 
 META_STORE = "meta.db"
 CACHE_KIB = 16_384  # SQLite's page cache of one store
@@ -108,6 +110,22 @@ def decode_def(name: object, raw: object) -> TableDef:
         return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), d["dropped"])
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise MetaDamaged(f"table {name!r}: {exc}") from None
+
+
+def read_covered(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The covered WAL version and the count of live tables of the store of ``conn``; :class:`MetaDamaged` when
+    the ``covered`` row does not verify (sqlite3.Error when it cannot be read)."""
+    rows = conn.execute("SELECT line FROM covered").fetchall()
+    if len(rows) != 1:
+        raise MetaDamaged(f"{len(rows)} covered versions")
+    try:
+        state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
+    except ValueError as exc:
+        raise MetaDamaged(f"covered version: {exc}") from None
+    covered, live = (state.get("version"), state.get("live")) if isinstance(state, dict) else (state, None)
+    if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
+        raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
+    return covered, live
 
 
 class OpenStores:
@@ -215,13 +233,7 @@ class MetaStore:
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if not {"tables", "covered"} <= names:
                 raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
-            rows = conn.execute("SELECT line FROM covered").fetchall()
-            if len(rows) != 1:
-                raise MetaDamaged(f"{len(rows)} covered versions")
-            state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
-            covered, live = state.get("version"), state.get("live")
-            if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
-                raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
+            covered, live = read_covered(conn)
             if whole:
                 _check_whole(conn)
             conn.execute("BEGIN")
@@ -256,6 +268,10 @@ class MetaStore:
         every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
         gone = set(dropped_stables)
         drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
+        # encoded before the transaction; executemany then steps through C iterators, calling no Python per row,
+        # over lists of untracked objects (a list of row tuples costs the garbage collector more than it saves)
+        ordered = [*drops, *sorted(tables, key=_name)]
+        rows = zip([t.name for t in ordered], [encode_def(t) for t in ordered], strict=True)
         conn = self._connection()
         try:
             if durable:  # the level may not change inside the held read transaction
@@ -264,8 +280,7 @@ class MetaStore:
                 conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
             if not conn.in_transaction:
                 conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
-                                   ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
+            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)", rows)
             conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             conn.execute("COMMIT")
@@ -341,11 +356,8 @@ def _check_whole(conn: sqlite3.Connection) -> None:
     problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
     if problems != ["ok"]:
         raise MetaDamaged("; ".join(map(str, problems[:3])))
-    try:
-        for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
-            decode_def(name, raw)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MetaDamaged(str(exc)) from None
+    for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
+        decode_def(name, raw)
     [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
     [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
     [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()

@@ -9,7 +9,8 @@ translated on the storage thread, in the same call as the coordinator's; a
 failure is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on every subscribed topic, else
-TOPIC_AUTHORIZATION_FAILED naming the others.
+TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a share group is GROUP_ID_NOT_FOUND
+(:mod:`walgate.gateway.kafka.group_types`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.storage.engine import Engine
@@ -48,6 +50,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
+    taken = await share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
+                                 f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
+    if taken is not None:
+        return _refuse(taken[1], taken[0])
     svc = broker.groups
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
