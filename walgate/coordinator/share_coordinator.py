@@ -9,11 +9,15 @@ make them durable.
   partition), created at first use at the log's start (``share.auto.offset.reset=earliest``) or end (``latest``,
   the default), or rebuilt from their durable value. The topic key is opaque here (the gateway passes topic ids, so
   a topic deleted and created again starts afresh).
-* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new or moved
-  partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
-  writes them and then calls :meth:`ShareCoordinator.written`, or :meth:`ShareCoordinator.rollback` when the disk
-  refused them: every partition changed since the last :meth:`written` is put back as it was, so nothing is
-  answered that is not durable.
+* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new, rebuilt or
+  moved partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
+  queues them as write number *w* and calls :meth:`ShareCoordinator.written` (w), or
+  :meth:`ShareCoordinator.rollback` when the call failed before that: every partition changed since the last
+  :meth:`written` is put back as it was. The writes become durable after the call (group commit): until
+  :meth:`ShareCoordinator.durable` says so, each keeps the partitions as they were before it; when the disk refused
+  them, :meth:`ShareCoordinator.refused` puts every partition back as it was before the first write not durable
+  (acquisitions made since, durable in no case, are undone with it: those records are delivered again), so nothing
+  the disk refused stays and every acknowledgement answered is durable.
 
 Pure and synchronous: the log (watermarks) and the groups' settings come through :class:`ShareLogs`; time is the
 ``now_ms`` passed in.
@@ -95,6 +99,7 @@ class ShareCoordinator:
         self.sessions: dict[tuple[str, str], _Session] = {}
         self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
         self._undo: dict[ShareKey, SharePartition | None] = {}  # partitions as they were before the unwritten changes
+        self._unwritten: list[tuple[int, dict[ShareKey, SharePartition | None]]] = []  # (write, its undo) not durable
         self._cursor = 0  # rotates which partition is served first
 
     def load(self, values: Mapping[ShareKey, Any]) -> None:
@@ -118,17 +123,38 @@ class ShareCoordinator:
         """(key, durable value) of every partition changed since the last :meth:`written`."""
         return [(key, self.partitions[key].to_record()) for key in self._undo if key in self.partitions]
 
-    def written(self) -> None:
+    def written(self, write: int = 0) -> None:
+        """The records :meth:`take_records` gave were queued as write ``write`` (0: there were none), kept undoable
+        until :meth:`durable` covers it."""
+        if write and self._undo:
+            self._unwritten.append((write, dict(self._undo)))
         self._undo.clear()
+
+    def durable(self, write: int) -> None:
+        """Writes up to ``write`` are durable: their changes can no longer be undone."""
+        while self._unwritten and self._unwritten[0][0] <= write:
+            self._unwritten.pop(0)
+
+    def refused(self) -> None:
+        """Every write not durable was refused: put each partition they changed back as it was before the first."""
+        before: dict[ShareKey, SharePartition | None] = {}
+        for _, undo in self._unwritten:
+            for key, sp in undo.items():
+                before.setdefault(key, sp)
+        self._unwritten.clear()
+        self._restore(before)
 
     def rollback(self) -> None:
         """Put every partition changed since the last :meth:`written` back as it was (its records were refused)."""
-        for key, before in self._undo.items():
-            if before is None:
+        self._restore(self._undo)
+        self._undo.clear()
+
+    def _restore(self, before: Mapping[ShareKey, SharePartition | None]) -> None:
+        for key, sp in before.items():
+            if sp is None:
                 self.partitions.pop(key, None)
             else:
-                self.partitions[key] = before
-        self._undo.clear()
+                self.partitions[key] = sp
 
     # -- partitions ---------------------------------------------------------------------------------------------
 
@@ -139,14 +165,15 @@ class ShareCoordinator:
         log_start, log_end = self.logs.watermarks(topic, partition)
         if sp is None:
             stored = self._stored.pop(key, None)
-            if stored is not None:
+            if stored is not None:  # undone to itself (its durable value is not lost with a refused write)
                 sp = SharePartition.from_record(stored, settings.lock_ms, settings.delivery_limit,
                                                 settings.max_in_flight)
+                self._undo.setdefault(key, sp.copy())
             else:
                 start = log_start if settings.reset == "earliest" else log_end
                 sp = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+                self._undo.setdefault(key, None)
             self.partitions[key] = sp
-            self._undo.setdefault(key, None)
         sp.lock_ms, sp.delivery_limit = settings.lock_ms, settings.delivery_limit
         if log_start > sp.start:
             self._changing(key).move_start(log_start)

@@ -3,11 +3,14 @@
 The coordinator (:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`, with the members of
 :class:`~walgate.coordinator.share_group.ShareGroups`) and ``share_groups.log``
 (:class:`~walgate.storage.share_state_log.ShareStateLog`) are plain synchronous objects touched only on the storage
-thread, like the engine. :meth:`ShareService.run` is the one way in: it first removes members whose session ended
-and releases expired locks, runs the call, then writes the share-partition states the call changed with one
-write + fsync before anything is answered; when the disk refuses them every change of the call is undone and
-:class:`~walgate.storage.errors.StorageUnavailable` is raised (the handlers answer a retriable error), so an
-acknowledgement a client is told of survives ``kill -9``.
+thread, like the engine. :meth:`ShareService.run` is the one way in: it first settles the writes of earlier calls
+(undoing, when the disk refused them, every change not durable: :meth:`ShareCoordinator.refused`), removes members
+whose session ended and releases expired locks, runs the call, then queues the share-partition states the call
+changed as one write of the log under the node's group commit: the storage thread goes on, the write and its fsync
+run on a sync thread (one for every call queued meanwhile), and the call's answer waits for them
+(:meth:`StorageThread.call`); when the disk refuses them :class:`~walgate.storage.errors.StorageUnavailable` is
+raised (the handlers answer a retriable error) and the next call undoes the changes, so an acknowledgement a client
+is told of survives ``kill -9``.
 
 Topics are keyed by their topic id (as a string) in the coordinator and the log: a topic deleted and created again
 is a new share-partition. Lock expiry and session timeouts are applied when a share request arrives (no timer): a
@@ -84,12 +87,14 @@ class ShareService:
         self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms),
                                             _EngineLogs(engine, self.configs, max_in_flight))
         self._log: ShareStateLog | None = None
+        self._refusals = 0  # the log's refusals already undone
 
     async def open(self) -> None:
         """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator."""
         def open_log() -> None:
             engine = self._engine
-            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs)
+            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs,
+                                           engine.store.unsynced)
             self.coordinator.load(self._log.states())
 
         await self.storage.call(open_log)
@@ -104,15 +109,21 @@ class ShareService:
         return await self.storage.call(self._call, fn)
 
     def _call(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
-        coordinator = self.coordinator
+        coordinator, slog = self.coordinator, self._log
+        if slog is not None:
+            coordinator.durable(slog.durable_to)
+            if slog.refusals != self._refusals:  # every write not durable then was refused
+                self._refusals = slog.refusals
+                coordinator.refused()
+        write = 0
         try:
             coordinator.expire(now_ms(), self.partitions)
             result = fn(self._engine, coordinator)
             records = coordinator.take_records()
-            if records and self._log is not None:
-                self._log.write(records)
+            if records and slog is not None:
+                write = slog.write(records)
         except BaseException:
             coordinator.rollback()
             raise
-        coordinator.written()
+        coordinator.written(write)
         return result
