@@ -19,6 +19,11 @@ make them durable.
   (acquisitions made since, durable in no case, are undone with it: those records are delivered again), so nothing
   the disk refused stays and every acknowledgement answered is durable.
 
+* Timers: :meth:`ShareCoordinator.next_expiry` is when :meth:`ShareCoordinator.expire` next has something to do (a
+  member's session timing out, a left member's session closing, a lock ending), so that its owner can call it then
+  rather than waiting for a request; :meth:`ShareCoordinator.take_released` names the share-partitions where records
+  became acquirable again (released, expired, their holder gone), whose waiting fetches the owner wakes.
+
 Pure and synchronous: the log (watermarks) and the groups' settings come through :class:`ShareLogs`; time is the
 ``now_ms`` passed in.
 """
@@ -101,6 +106,7 @@ class ShareCoordinator:
         self._undo: dict[ShareKey, SharePartition | None] = {}  # partitions as they were before the unwritten changes
         self._unwritten: list[tuple[int, dict[ShareKey, SharePartition | None]]] = []  # (write, its undo) not durable
         self._cursor = 0  # rotates which partition is served first
+        self._released: set[ShareKey] = set()  # partitions with records acquirable again since take_released
 
     def load(self, values: Mapping[ShareKey, Any]) -> None:
         """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
@@ -191,12 +197,28 @@ class ShareCoordinator:
             deadline = sp.next_deadline()
             if deadline is not None and deadline <= now_ms:
                 self._changing(key).expire(now_ms)
+                self._released.add(key)
+
+    def next_expiry(self) -> int | None:
+        """The earliest time :meth:`expire` has something to do (None: nothing will expire)."""
+        deadlines = [self.groups.next_deadline()]
+        deadlines += [session.left_ms + self.logs.settings(group_id).lock_ms
+                      for (group_id, _), session in self.sessions.items() if session.left_ms is not None]
+        deadlines += [sp.next_deadline() for sp in self.partitions.values()]
+        known = [d for d in deadlines if d is not None]
+        return min(known) if known else None
+
+    def take_released(self) -> set[ShareKey]:
+        """The share-partitions where records became acquirable again since the last call (cleared)."""
+        released, self._released = self._released, set()
+        return released
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
         for key, sp in list(self.partitions.items()):
             if key[0] == group_id and any(r.member == member_id for r in sp.records.values()):
                 self._changing(key).release_member(member_id)
+                self._released.add(key)
 
     def member_left(self, group_id: str, member_id: str, now_ms: int) -> None:
         """A member left its group (heartbeat epoch -1). A client closing sends its last acknowledgements with the
@@ -259,6 +281,7 @@ class ShareCoordinator:
             sp = self.partitions.get(key)
             if sp is not None and any(r.member == member_id for r in sp.records.values()):
                 self._changing(key).release_member(member_id)
+                self._released.add(key)
 
     def update_session(self, group_id: str, member_id: str, add: Sequence[tuple[str, int]],
                        forget: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -286,6 +309,8 @@ class ShareCoordinator:
                 self._partition(group_id, b.topic, b.partition)
                 self._changing((group_id, b.topic, b.partition)).acknowledge(member_id, b.first, b.last, b.types,
                                                                             now_ms)
+                if Ack.RELEASE in b.types:
+                    self._released.add((group_id, b.topic, b.partition))
             except AckError as exc:
                 result.ack_error = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_record_state
                 result.ack_message = str(exc)

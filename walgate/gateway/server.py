@@ -235,7 +235,8 @@ class Gateway:
             session_timeout_ms=cfg.group_share_session_timeout_ms,
             max_in_flight=cfg.group_share_partition_max_record_locks,
             lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
-            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit))
+            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
+            wake=wakeups.records_appended)
         await broker.shares.open()  # share_groups.log, before any request
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
