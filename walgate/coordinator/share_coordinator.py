@@ -39,7 +39,8 @@ from kio.schema.errors import ErrorCode
 from walgate.coordinator.share_group import ShareGroups
 from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, ranges_of
 
-__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareKey", "ShareLogs", "ShareSettings"]
+__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareGroupStats", "ShareKey", "ShareLogs",
+           "ShareSettings"]
 
 ShareKey = tuple[str, str, int]
 """(group id, topic key, partition)."""
@@ -77,6 +78,20 @@ class AckBatch(NamedTuple):
 
 
 @dataclass
+class ShareGroupStats:
+    """One share group now (metrics, the web console): its members, the records between its share-partitions' start
+    and end offsets (in flight) and those acquired now; records archived and redelivered since the node started."""
+
+    group: str
+    members: int = 0
+    partitions: int = 0
+    in_flight: int = 0
+    acquired: int = 0
+    archived: int = 0
+    redelivered: int = 0
+
+
+@dataclass
 class PartitionResult:
     """One partition's part of a ShareFetch / ShareAcknowledge answer."""
 
@@ -111,6 +126,18 @@ class ShareCoordinator:
     def load(self, values: Mapping[ShareKey, Any]) -> None:
         """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
         self._stored.update(values)
+
+    def stats(self) -> list[ShareGroupStats]:
+        """Every share group with members or share-partitions in memory, by group id."""
+        out = {g: ShareGroupStats(g, members=len(group.members)) for g, group in self.groups.groups.items()}
+        for (group_id, _, _), sp in self.partitions.items():
+            st = out.setdefault(group_id, ShareGroupStats(group_id))
+            st.partitions += 1
+            st.in_flight += sp.end - sp.start
+            st.acquired += sp.acquired()
+            st.archived += sp.archived
+            st.redelivered += sp.redelivered
+        return [out[g] for g in sorted(out)]
 
     def has_state(self, group_id: str) -> bool:
         """The group has share-partition state (it consumed, or is consuming)."""
