@@ -41,6 +41,7 @@ from aiohttp import web
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
@@ -143,7 +144,8 @@ class Gateway:
                          groups=groups,
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
-                         basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None),
+                         basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
+                         shares=self._share_coordinator),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
@@ -240,12 +242,13 @@ class Gateway:
             session_timeout_ms=cfg.group_share_session_timeout_ms,
             max_in_flight=cfg.group_share_partition_max_record_locks,
             lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
-            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit))
+            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
+            wake=wakeups.records_appended)
         await broker.shares.open()  # share_groups.log, before any request
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
-        self.metrics.track(self._storage, engine, groups.groups)
+        self.metrics.track(self._storage, engine, groups.groups, broker.shares.coordinator.stats)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
             broker,
@@ -285,6 +288,11 @@ class Gateway:
     def _sasl(self) -> bool:
         """Whether a Kafka listener authenticates clients with SASL."""
         return any(listener.info.sasl for listener in self.config.kafka_listeners())
+
+    def _share_coordinator(self) -> ShareCoordinator | None:
+        """The share coordinator once the Kafka listeners run (the web console shows its groups)."""
+        shares = self._kafka.broker.shares if self._kafka is not None else None
+        return shares.coordinator if shares is not None else None
 
     def _listeners(self) -> dict[str, bool]:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""

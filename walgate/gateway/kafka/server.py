@@ -239,7 +239,8 @@ class KafkaServer:
                     writer.close()
 
     async def stop(self) -> None:
-        """Stop accepting, then cancel and drain every connection task, the sweeper and the group timer."""
+        """Stop accepting, then cancel and drain every connection task, the sweeper and the group and share
+        timers."""
         self.broker.groups.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -250,6 +251,8 @@ class KafkaServer:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self.broker.shares is not None:  # after the connections: a request's end arms it again
+            self.broker.shares.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                           listener: ListenerInfo, mapper: PrincipalMapper | None, sasl: SaslSettings | None) -> None:
