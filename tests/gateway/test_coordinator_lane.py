@@ -33,7 +33,6 @@ BOUND_S = 10.0
 speed: an answered commit comes in milliseconds)."""
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: the group coordinator still runs on the storage thread")
 async def test_offset_commit_is_answered_while_the_storage_thread_is_busy(tmp_path: Path) -> None:
     async with Gateway(Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)) as gateway:
         host, port = gateway.kafka_address

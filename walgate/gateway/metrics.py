@@ -292,7 +292,7 @@ class _Head:
 def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _Head:
     cache = engine.batch_cache
     return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
-                 list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
+                 engine.on_coordinator_lane(lambda: list(groups.group_stats())), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
                  storage.queued)
 
 

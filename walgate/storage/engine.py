@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
@@ -36,11 +36,12 @@ from walgate.storage.coordinator_log import Committed, GroupRecord
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
-from walgate.storage.durability import Need
+from walgate.storage.durability import Need, Syncable
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
+from walgate.storage.lanes import CoordinatorLane
 from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
@@ -55,9 +56,12 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import PendingSync
+
+T = TypeVar("T")
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
@@ -318,9 +322,45 @@ class Engine:
         """Delete committed offsets matching the filters (durably); returns how many went."""
         return self.offsets.delete(group, topic, partition)
 
-    def all_committed(self) -> Iterator[tuple[str, str, int, Committed]]:
+    def all_committed(self) -> list[tuple[str, str, int, Committed]]:
         """Every committed offset: (group, topic, partition, committed)."""
         return self.offsets.all()
+
+    def delete_dropped_offsets(self) -> list[str]:
+        """Delete the committed offsets of topics the catalog no longer has (a stop came between a topic's drop and
+        their deletion); the topics they were of."""
+        return self.offsets.delete_dropped()
+
+    # ------------------------------------------------------------ lanes (walgate.storage.lanes)
+
+    def topics(self) -> TopicsSnapshot:
+        """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
+        return self.store.topics()
+
+    def publish_topics(self) -> None:
+        """On the storage lane, at the end of each call: publish the topics when the catalog changed."""
+        self.store.publish_topics()
+
+    def use_coordinator_lane(self, lane: CoordinatorLane) -> None:
+        """From now on the coordinator log is reached through ``lane`` (the gateway's ``walgate-coordinator``)."""
+        self.store.publish_topics()
+        self.store.coordinator_lane = lane
+
+    def on_coordinator_lane(self, fn: Callable[[], T]) -> T:
+        """On the storage lane: ``fn()`` on the coordinator lane, waited for (reads of coordinator state: metrics,
+        the console)."""
+        return self.store.coordinator_lane.run(fn)
+
+    def coordinator_logs(self) -> list[Syncable]:
+        """The coordinator log's files (one per coordinator partition), whose group-commit syncs the coordinator
+        lane takes."""
+        return list(self.store.coordinator.logs)
+
+    def take_coordinator_unsynced(self) -> list[Need]:
+        """Group commit, the coordinator lane's own notes (the coordinator log's writes), taken at the end of its
+        calls; empty without group commit."""
+        unsynced = self.store.coordinator_unsynced
+        return unsynced.take() if unsynced is not None else []
 
     # ------------------------------------------------------------ maintenance
 
