@@ -46,7 +46,7 @@ STORAGE_THREAD = "walgate-storage"
 COORDINATOR_THREAD = "walgate-coordinator"
 ON_COORDINATOR_LANE = frozenset({
     # the coordinator log (their storage-lane callers reach it through the lane bridge)
-    "commit_offsets", "committed", "delete_offsets", "all_committed", "delete_dropped_offsets",
+    "commit_offsets", "committed", "delete_offsets", "all_committed",
     "write_group_records", "group_records", "coordinator_logs", "coordinator_partitions", "take_coordinator_unsynced",
     "topics",  # the published snapshot (immutable)
     "producer_ids",  # locked: both lanes allocate

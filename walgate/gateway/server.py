@@ -120,17 +120,16 @@ class Gateway:
         log.debug("starting with %r", cfg)
         tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
+        bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
-                batch_cache_bytes=cfg.batch_cache_bytes,
+                batch_cache_bytes=cfg.batch_cache_bytes, coordinator_lane=bridge,
             )
             engine = self._engine
-            bridge = LaneBridge(self._coordinator)
-            await self._storage.call(engine.use_coordinator_lane, bridge)
 
             def end_of_storage_call() -> list[Need]:
                 engine.publish_topics()
@@ -143,6 +142,9 @@ class Gateway:
                     or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
+            for topic in await self._storage.call(engine.delete_dropped_offsets):
+                log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
+                            "they are deleted now", topic)
             groups = self._group_service(self._engine, members, bridge)
             await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),

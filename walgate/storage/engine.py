@@ -41,7 +41,7 @@ from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
-from walgate.storage.lanes import CoordinatorLane
+from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.lineproto_columns import Measurement
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
@@ -142,6 +142,7 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
         batch_cache_bytes: int = BATCH_CACHE_BYTES,
+        coordinator_lane: CoordinatorLane = INLINE,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -155,9 +156,11 @@ class Engine:
         (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``coordinator_partitions``: N of
         a data dir made now (Kafka's ``offsets.topic.num.partitions``); an existing one keeps its own
         (:mod:`walgate.storage.coordinator_partitions`). ``batch_cache_bytes`` bounds the cache of TDengine topics'
-        rendered batches (:mod:`walgate.storage.batch_cache`)."""
+        rendered batches (:mod:`walgate.storage.batch_cache`). ``coordinator_lane``: how the coordinator log is
+        reached from the thread that opens the engine (:mod:`walgate.storage.lanes`; the gateway's second lane, whose
+        calls read the topics this thread publishes: :meth:`publish_topics`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
-                      coordinator_partitions, max_tables)
+                      coordinator_partitions, max_tables, coordinator_lane)
         engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db)
@@ -172,6 +175,7 @@ class Engine:
                                         f"{exc.message}; {REPAIR_HINT}", "not served")
                 engine.views.forget(topic.name)
         store.producer_ids.at_least(1 + max((p.max_producer_id() for p in store.producers.values()), default=-1))
+        store.publish_topics()
         return engine
 
     # ------------------------------------------------------------- SQL
@@ -327,8 +331,8 @@ class Engine:
         return self.offsets.all()
 
     def delete_dropped_offsets(self) -> list[str]:
-        """Delete the committed offsets of topics the catalog no longer has (a stop came between a topic's drop and
-        their deletion); the topics they were of."""
+        """At start: delete the committed offsets of topics the catalog dropped (a stop came between a topic's drop
+        and their deletion); the topics they were of."""
         return self.offsets.delete_dropped()
 
     # ------------------------------------------------------------ lanes (walgate.storage.lanes)
@@ -340,11 +344,6 @@ class Engine:
     def publish_topics(self) -> None:
         """On the storage lane, at the end of each call: publish the topics when the catalog changed."""
         self.store.publish_topics()
-
-    def use_coordinator_lane(self, lane: CoordinatorLane) -> None:
-        """From now on the coordinator log is reached through ``lane`` (the gateway's ``walgate-coordinator``)."""
-        self.store.publish_topics()
-        self.store.coordinator_lane = lane
 
     def on_coordinator_lane(self, fn: Callable[[], T]) -> T:
         """On the storage lane: ``fn()`` on the coordinator lane, waited for (reads of coordinator state: metrics,

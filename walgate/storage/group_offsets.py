@@ -67,12 +67,15 @@ class GroupOffsets:
         return self.store.coordinator_lane.run(lambda: list(self.store.coordinator.items()))
 
     def delete_dropped(self) -> list[str]:
-        """Delete the offsets of topics no longer in the catalog (those a stop between a topic's drop and the
-        deletion of its offsets left, at start); the topics they were of."""
+        """At start, on the storage lane: delete the offsets of topics the catalog dropped (a stop between a topic's
+        drop and the deletion of its offsets left them; ``Catalog.dropped``: never a topic whose record was damaged,
+        which ``walgate repair`` may bring back); the topics they were of."""
+        catalog = self.store.catalog
+        dropped = catalog.dropped - catalog.topics.keys()
+
         def delete() -> list[str]:
-            topics = self.store.topics()
-            gone = sorted({t for _, t, _, _ in self.store.coordinator.items() if t not in topics})
+            gone = sorted({t for _, t, _, _ in self.store.coordinator.items() if t in dropped})
             for topic in gone:
                 self.store.coordinator.delete(topic=topic)
             return gone
-        return self.store.coordinator_lane.run(delete)
+        return self.store.coordinator_lane.run(delete) if dropped else []

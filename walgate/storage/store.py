@@ -80,6 +80,7 @@ class Store:
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
         max_tables: int = 0,
+        coordinator_lane: CoordinatorLane = INLINE,
     ) -> None:
         self.data_dir = data_dir
         self.max_tables = max_tables  # tables one database may hold (0: no limit)
@@ -113,7 +114,7 @@ class Store:
         # the group coordinator's partitions: committed offsets and group records (owned by the coordinator lane)
         self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log,
                                                       self.coordinator_unsynced, self.syncs)
-        self.coordinator_lane: CoordinatorLane = INLINE  # the gateway sets its own (walgate.storage.lanes)
+        self.coordinator_lane = coordinator_lane  # how the coordinator log is reached (walgate.storage.lanes)
         self._published: TopicsSnapshot = EMPTY
 
     # ------------------------------------------------------------ the topics snapshot (walgate.storage.topics_snapshot)

@@ -261,7 +261,7 @@ class TopicViews:
         without it is published and only then are its offsets deleted on the coordinator lane: a commit checked
         against the old snapshot ran before the deletion, one to a topic of the same name created later runs after
         it. A stop in between (or a deletion the disk refuses, logged) leaves offsets of a topic that is gone; the
-        gateway's start deletes them (:meth:`GroupOffsets.delete_dropped`)."""
+        next start deletes them (:meth:`GroupOffsets.delete_dropped`)."""
         store = self.store
         topic = store.catalog.topics[name]
         db = store.catalog.database(topic.db)

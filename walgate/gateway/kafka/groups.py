@@ -28,8 +28,7 @@ engine from the event loop. What lives here is the asynchronous part:
   :class:`~walgate.coordinator.errors.GroupNotRecorded` (COORDINATOR_NOT_AVAILABLE:
   clients find the coordinator again and retry) and the parked requests it
   answered get that error instead; the coordinator takes the records again on
-  its next call. :meth:`GroupService.load` rebuilds the groups at start, and deletes the committed offsets of
-  topics that are gone (a stop between a topic's drop and the deletion of its offsets left them).
+  its next call. :meth:`GroupService.load` rebuilds the groups at start.
 
 The clock is wall time in ms (commit timestamps are shown to users).
 """
@@ -113,15 +112,12 @@ class GroupService:
 
     async def load(self) -> None:
         """Rebuild the recorded groups (at start, before any request); a record that does not rebuild is logged,
-        its group's members rejoin. Then delete the committed offsets of topics that are gone."""
+        its group's members rejoin."""
         def load() -> tuple[int, list[tuple[str, str]]]:
             values = self._records.group_records()
             return len(values), self.groups.load(values, now_ms())
 
         count, failed = await self.lane.call(load)
-        for topic in await self.lane.call(self._records.delete_dropped_offsets):
-            log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
-                        "they are deleted now", topic)
         for group_id, reason in failed:
             log.error("group %r: its recorded state does not load (%s); its members rejoin", group_id, reason)
         if count:
