@@ -103,6 +103,7 @@ class Engine:
         self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
         """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
+        self._publication_deferred = False  # see defer_topics_publication
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
             ast.DropDatabase: self.ddl.drop_database,
@@ -342,8 +343,18 @@ class Engine:
         return self.store.topics()
 
     def publish_topics(self) -> None:
-        """On the storage lane, at the end of each call: publish the topics when the catalog changed."""
+        """On the storage lane, at the end of each call: publish the topics when the catalog changed, unless the call
+        deferred it (:meth:`defer_topics_publication`)."""
+        if self._publication_deferred:
+            self._publication_deferred = False
+            return
         self.store.publish_topics()
+
+    def defer_topics_publication(self) -> None:
+        """The end of this call does not publish the topics: the next call's end does (CreateTopics creates one
+        topic per call and publishes once, after its last; a request cut short is published by the next call, the
+        WAL sync task's at the latest). A drop publishes at once, whatever this says."""
+        self._publication_deferred = True
 
     def on_coordinator_lane(self, fn: Callable[[], T]) -> T:
         """On the storage lane: ``fn()`` on the coordinator lane, waited for (reads of coordinator state: metrics,

@@ -3,8 +3,9 @@
 
 The catalog (topics, databases, which databases are served) belongs to the storage lane and changes in place; the
 group and transaction coordinators run on a lane of their own and must not read it there. So the storage lane
-publishes a :class:`TopicsSnapshot` (``Store.publish_topics``) after every call that changed the catalog (its
-``generation`` moved) and before it deletes a dropped topic's committed offsets; publishing is one reference
+publishes a :class:`TopicsSnapshot` (``Store.publish_topics``) at the end of every call that changed the catalog
+(its ``generation`` moved; a CreateTopics defers it to its last topic's call, ``Engine.defer_topics_publication``)
+and before it deletes a dropped topic's committed offsets; publishing is one reference
 assignment, atomic for readers on any thread. A snapshot is four C-level dict/set copies of frozen definitions
 (O(topics) at C speed per publishing call); the name-by-id map the KIP-848 handlers need is built at most once per
 snapshot, on first use.
