@@ -13,11 +13,12 @@ stay).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +84,31 @@ def config(data: Path) -> Config:
     return Config(data_dir=data, kafka_port=0, http_port=0)
 
 
+@contextlib.asynccontextmanager
+async def committed_then_held(gateway: Gateway) -> AsyncIterator[StorageThread]:
+    """Topic t created and offset 1 committed to it; then, inside, the coordinator lane held by a call blocked on an
+    Event, released on leaving."""
+    with KafkaConnection(gateway.kafka_address) as conn:
+        assert await asyncio.to_thread(create, conn, "t") == ErrorCode.none
+        assert await asyncio.to_thread(commit, conn, "t", 1) == ErrorCode.none
+    lane, release = gateway._coordinator, threading.Event()
+    held = asyncio.create_task(lane.call(release.wait, 120))
+    try:
+        await asyncio.sleep(0)
+        yield lane
+    finally:
+        release.set()
+        await held
+
+
 async def test_a_commit_queued_behind_a_drop_is_refused_and_leaves_no_offset(tmp_path: Path) -> None:
     async with Gateway(config(tmp_path / "data")) as gateway:
         address = gateway.kafka_address
-        with KafkaConnection(address) as conn:
-            assert await asyncio.to_thread(create, conn, "t") == ErrorCode.none
-            assert await asyncio.to_thread(commit, conn, "t", 1) == ErrorCode.none
-        lane, release = gateway._coordinator, threading.Event()
-        held = asyncio.create_task(lane.call(release.wait, 120))
-        try:
-            await asyncio.sleep(0)
+        async with committed_then_held(gateway) as lane:
             late_commit = in_thread(address, commit, "t", 5)
             await queued(lane, 1)  # the commit waits on the coordinator lane
             dropped = in_thread(address, delete, "t")
             await queued(lane, 2)  # the drop published its snapshot and waits for its offsets' deletion
-        finally:
-            release.set()
-            await held
         assert await dropped == ErrorCode.none
         assert await late_commit == ErrorCode.unknown_topic_or_partition  # it ran after the drop's publication
         with KafkaConnection(address) as conn:
@@ -111,20 +120,11 @@ async def test_a_topic_recreated_behind_the_deletion_keeps_its_new_offsets(tmp_p
     data = tmp_path / "data"
     async with Gateway(config(data)) as gateway:
         address = gateway.kafka_address
-        with KafkaConnection(address) as conn:
-            assert await asyncio.to_thread(create, conn, "t") == ErrorCode.none
-            assert await asyncio.to_thread(commit, conn, "t", 1) == ErrorCode.none
-        lane, release = gateway._coordinator, threading.Event()
-        held = asyncio.create_task(lane.call(release.wait, 120))
-        try:
-            await asyncio.sleep(0)
+        async with committed_then_held(gateway) as lane:
             dropped = in_thread(address, delete, "t")
             await queued(lane, 1)  # the deletion waits on the coordinator lane (the storage lane waits for it)
             recreated = in_thread(address, create, "t")
             await queued(gateway._storage, 1)  # the re-creation waits on the storage lane, behind the deletion
-        finally:
-            release.set()
-            await held
         assert await dropped == ErrorCode.none
         assert await recreated == ErrorCode.none
         with KafkaConnection(address) as conn:
