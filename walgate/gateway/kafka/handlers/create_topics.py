@@ -101,11 +101,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     last = len(request.topics) - 1
 
     def create(engine: Engine, k: int, t: Any) -> dict[str, Any]:
-        if k != last:
-            engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
         if creatable is not None and not creatable(t.name):
             return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
         try:
+            if k != last:
+                engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
             return _create(engine, broker, t, validate_only)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
