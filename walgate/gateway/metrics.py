@@ -300,8 +300,8 @@ ShareStats = Callable[[], list[ShareGroupStats]]
 def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread, shares: ShareStats | None) -> _Head:
     cache = engine.batch_cache
     return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
-                 list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
-                 storage.queued, shares() if shares is not None else [])
+                 engine.on_coordinator_lane(lambda: list(groups.group_stats())), dict(engine.topics_by_id()),
+                 (cache.hits, cache.misses, cache.size), storage.queued, shares() if shares is not None else [])
 
 
 async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread,

@@ -1,4 +1,4 @@
-"""One walgate node: the engine on its storage thread, the listeners, WAL syncing.
+"""One walgate node: the engine on its storage thread, the coordinators on theirs, the listeners, WAL syncing.
 
 Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
 wake-ups the broker uses and the group members the group service fills, and the real clock,
@@ -12,9 +12,14 @@ listener they connected through, which defaults to its bound one). Shutdown (SIG
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
+Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
+``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
+storage-lane call the topics snapshot is published when the catalog changed (the coordinator lane reads topics only
+from it), and storage-lane code reaches the coordinator log through a :class:`~.storage_thread.LaneBridge`.
+
 Group commit (:mod:`.group_commit`): the engine is opened with it, so ``WAL_LEVEL 2`` appends and consumer-group
-commits return before their fdatasync, and every storage-thread call returns once what it wrote is durable
-(:mod:`.storage_thread`); the fdatasyncs run on the group-commit threads, one per file at a time, each covering
+commits return before their fdatasync, and every call of either lane returns once what it wrote is durable (each lane
+takes its own notes); the fdatasyncs run on the group-commit threads, one per file at a time, each covering
 every write made while the previous one ran.
 
 The WAL sync task asks the engine to fsync the ``WAL_LEVEL 1`` vnodes whose
@@ -26,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -62,16 +66,16 @@ from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
-from walgate.gateway.storage_thread import StorageThread
+from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
 from walgate.storage import datadir
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.clock import SYSTEM_CLOCK
+from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
-from walgate.storage.resource_configs import GROUP
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -90,6 +94,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self._storage = StorageThread(self.metrics.storage_call)
+        self._coordinator = StorageThread(name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
                                      self.metrics.query)
         self._group_commit = GroupCommit(self._storage)
@@ -120,21 +125,32 @@ class Gateway:
         log.debug("starting with %r", cfg)
         tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
+        bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
-                batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False,
+                batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False, coordinator_lane=bridge,
             )
-            self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
+
+            def end_of_storage_call() -> list[Need]:
+                engine.publish_topics()
+                return engine.take_unsynced() + bridge.take_needs()
+
+            self._storage.group_commit(end_of_storage_call, self._group_commit)
+            self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
+            self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
             if (self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
                     or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
-            groups = self._group_service(self._engine, members)
+            for topic in await self._storage.call(engine.delete_dropped_offsets):
+                log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
+                            "they are deleted now", topic)
+            groups = self._group_service(self._engine, members, bridge)
             await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
@@ -162,7 +178,7 @@ class Gateway:
         listeners = ",".join(f"{name}://{h}:{p}" for name, (h, p) in self.kafka_addresses.items())
         log.info("walgate ready http=%s:%d kafka=%s:%d listeners=%s", host, port, *self.kafka_address, listeners)
 
-    def _group_service(self, engine: Engine, members: GroupMembers) -> GroupService:
+    def _group_service(self, engine: Engine, members: GroupMembers, bridge: LaneBridge) -> GroupService:
         """The node's consumer-group coordinator (Kafka's group APIs and the web console share it)."""
         cfg = self.config
         classic = ClassicGroups(
@@ -170,22 +186,22 @@ class Gateway:
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
         )
-        return GroupService(engine, self._storage, GroupCoordinator(
+        return GroupService(engine, self._coordinator, GroupCoordinator(
             classic,
             ConsumerGroups(
                 heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                 session_timeout_ms=cfg.group_consumer_session_timeout_ms,
                 is_classic_group_in_use=classic.has_members,
-                group_configs=functools.partial(engine.resource_configs, GROUP),
+                group_configs=lambda group_id: engine.topics().group_configs(group_id),  # on the coordinator lane
             ),
             now_ms=now_ms(),
-        ), members)
+        ), members, bridge)
 
     async def _transaction_service(self, engine: Engine) -> TransactionService:
         """The node's transaction coordinator, its durable state loaded and its decided transactions finished."""
         cfg = self.config
         self._transactions = TransactionService(
-            engine, self._storage,
+            engine, self._coordinator, self._storage,
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
@@ -231,7 +247,7 @@ class Gateway:
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             # the data dir's, fixed when it was made (the setting only makes a new one)
-            "offsets.topic.num.partitions": str(await self._storage.call(lambda: engine.coordinator_partitions)),
+            "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)
@@ -328,6 +344,7 @@ class Gateway:
             self._http = None
         await self._queries.close()
         await self._group_commit.close()
+        self._coordinator.shutdown()  # its queued calls run first; nothing calls it from here on
         if self._engine is not None:
             await self._storage.call(self._engine.close)
             self._engine = None

@@ -1,8 +1,9 @@
 """What the web console shows, read from the engine and the group coordinator: plain JSON-ready dicts.
 
 Every function here is synchronous and runs on the storage thread (the console's handlers call them through
-:meth:`walgate.gateway.storage_thread.StorageThread.call`), so each answer is one consistent snapshot: a topic
-dropped meanwhile is either wholly in it or wholly absent. Bytes clients wrote (keys, values, header values) are
+:meth:`walgate.gateway.storage_thread.StorageThread.call`; the group coordinator's part is read on the coordinator
+lane, which the storage thread waits for), so each answer is one consistent snapshot: a topic dropped meanwhile is
+either wholly in it or wholly absent. Bytes clients wrote (keys, values, header values) are
 returned as text, decoded as UTF-8 with replacement characters; the page shows them with ``textContent`` only.
 """
 
@@ -50,14 +51,20 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
     committed: dict[str, dict[tuple[str, int], int]] = {}
     for group, topic, partition, c in engine.all_committed():
         committed.setdefault(group, {})[(topic, partition)] = c.offset
-    members: dict[str, list[dict[str, Any]]] = {}
-    for m in coordinator.consumers():
-        members.setdefault(m.group_id, []).append({
-            "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host.lstrip("/"), "state": m.state,
-            "assignment": {t: list(ps) for t, ps in sorted((m.assignment or {}).items())},
-        })
+
+    def read_coordinator() -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """On the coordinator lane (the storage lane waits for it): members and groups."""
+        members: dict[str, list[dict[str, Any]]] = {}
+        for m in coordinator.consumers():
+            members.setdefault(m.group_id, []).append({
+                "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host.lstrip("/"),
+                "state": m.state, "assignment": {t: list(ps) for t, ps in sorted((m.assignment or {}).items())},
+            })
+        return members, list(coordinator.list_groups(offset_groups=committed))
+
+    members, listed = engine.on_coordinator_lane(read_coordinator)
     out = []
-    for g in sorted(coordinator.list_groups(offset_groups=committed), key=lambda g: g["group_id"]):
+    for g in sorted(listed, key=lambda g: g["group_id"]):
         group_id = g["group_id"]
         offsets = committed.get(group_id, {})
         keys = set(offsets)

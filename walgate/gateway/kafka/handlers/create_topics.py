@@ -16,7 +16,9 @@ the other topics are created.
 ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATION_FAILED (before validation).
 
 Each topic is created in a storage-thread call of its own, so a request of thousands of topics never holds the
-storage thread for long: other clients' requests are served between its topics.
+storage thread for long: other clients' requests are served between its topics. The topics snapshot the coordinator
+lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once
+per topic, which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
@@ -107,15 +109,20 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
 
-    def create(engine: Engine, t: CreateTopicsRequestCreatableTopic) -> Result:
+    last = len(request.topics) - 1
+
+    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
         if creatable is not None and not creatable(t.name):
             return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
         try:
+            if k != last:
+                engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
             return _create(engine, broker, t, validate_only)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
-    topics = [await broker.call(create, t) for t in request.topics]  # one call each: others' requests go between
+    # one call each: others' requests go between
+    topics = [await broker.call(create, k, t) for k, t in enumerate(request.topics)]
     if not validate_only:
         for t in topics:
             audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])
