@@ -139,6 +139,10 @@ class ShareCoordinator:
             st.redelivered += sp.redelivered
         return [out[g] for g in sorted(out)]
 
+    def group_ids(self) -> frozenset[str]:
+        """The ids of the share groups: those with members or share-partition state (in memory or durable only)."""
+        return frozenset(self.groups.groups).union(k[0] for k in self.partitions).union(k[0] for k in self._stored)
+
     def has_state(self, group_id: str) -> bool:
         """The group has share-partition state (it consumed, or is consuming)."""
         return any(k[0] == group_id for k in self.partitions) or any(k[0] == group_id for k in self._stored)

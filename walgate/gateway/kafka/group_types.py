@@ -2,19 +2,18 @@
 coordinator keeps it: a group id that is one kind of group is refused to the other kind's joins. Kafka answers a
 ShareGroupHeartbeat for a consumer group and a ConsumerGroupHeartbeat for a share group GROUP_ID_NOT_FOUND ("Group
 ... is not a share group." / "... not a consumer group."), a JoinGroup for a share group
-INCONSISTENT_GROUP_PROTOCOL. The two kinds live in two coordinators here (the group service, the share service);
-each join asks the other one, so a join racing the other kind's first join of the same id may still pass."""
+INCONSISTENT_GROUP_PROTOCOL. The two kinds live in two coordinators here (the group service on the coordinator lane,
+the share service on the storage thread). A share join asks the group service; a consumer join reads the share
+groups' ids the share service published at the end of its last call (it never waits for the storage thread), so a
+join racing the other kind's first join of the same id may still pass."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from walgate.coordinator.share_admin import group_state
-from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["consumer_id_taken", "share_id_taken"]
@@ -28,28 +27,17 @@ async def _refused(check: Awaitable[bool], code: int, message: str | None) -> tu
         return error_of(exc), None
 
 
-async def share_id_taken(broker: Broker, group_id: str, code: int, message: str | None) -> tuple[
-        int, str | None] | None:
-    """(``code``, ``message``) when a share group has ``group_id``, else None (a failure: its error code)."""
-    return await _refused(_is_share_group(broker, group_id), code, message)
+def share_id_taken(broker: Broker, group_id: str, code: int, message: str | None) -> tuple[int, str | None] | None:
+    """(``code``, ``message``) when a share group has ``group_id`` (members or share-partition state, as the share
+    service last published its ids), else None."""
+    shares = broker.shares
+    return (code, message) if shares is not None and group_id in shares.group_ids else None
 
 
 async def consumer_id_taken(broker: Broker, group_id: str) -> tuple[int, str | None] | None:
     """GROUP_ID_NOT_FOUND when a consumer group has ``group_id``, else None (a failure: its error code)."""
     return await _refused(_is_consumer_group(broker, group_id), ErrorCode.group_id_not_found,
                           f"Group {group_id} is not a share group.")
-
-
-async def _is_share_group(broker: Broker, group_id: str) -> bool:
-    """A share group has this id (members or share-partition state); raises what the share service raises."""
-    shares = broker.shares
-    if shares is None:
-        return False
-
-    def exists(_engine: Engine, coordinator: ShareCoordinator) -> bool:
-        return group_state(coordinator, group_id) is not None
-
-    return await shares.run(exists)
 
 
 async def _is_consumer_group(broker: Broker, group_id: str) -> bool:

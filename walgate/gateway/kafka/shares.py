@@ -106,6 +106,9 @@ class ShareService:
                                             _EngineLogs(engine, self.configs, max_in_flight))
         self._log: ShareStateLog | None = None
         self._refusals = 0  # the log's refusals already undone
+        # the share groups' ids as the last call left them, published by the storage thread for the event loop (a
+        # consumer group's join checks the id space without waiting for the storage thread: group_types)
+        self.group_ids: frozenset[str] = frozenset()
 
     async def open(self) -> None:
         """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator."""
@@ -114,6 +117,7 @@ class ShareService:
             self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs,
                                            engine.store.unsynced)
             self.coordinator.load(self._log.states())
+            self.group_ids = self.coordinator.group_ids()
 
         await self.storage.call(open_log)
 
@@ -185,6 +189,7 @@ class ShareService:
             raise
         finally:
             self._next_ms = coordinator.next_expiry()
+            self.group_ids = coordinator.group_ids()
             self._wake_released()
         coordinator.written(write)
         return result

@@ -49,7 +49,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
-    taken = await share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
+    taken = share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
                                  f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
     if taken is not None:
         return _refuse(taken[1], taken[0])

@@ -25,7 +25,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
-    taken = await share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
+    taken = share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
     if taken is not None:
         return {"throttle_time": 0, "error_code": taken[0], "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": "", "members": []}
