@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import EtcdSession
@@ -13,18 +14,27 @@ from walgate.cluster.model import Keys, NodeInfo
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.cluster.registry import NodeRegistration
 
-__all__ = ["Node", "eventually", "KEYS"]
+__all__ = ["Node", "eventually", "within", "KEYS"]
 
+T = TypeVar("T")
 KEYS = Keys("test")
 WAIT_S = 60.0  # every wait on etcd (an election after a lease TTL, a restart) ends within this, or the test fails
 
 
 async def eventually(what: str, check: Callable[[], Awaitable[bool]], timeout: float = WAIT_S) -> None:
-    """Poll ``check`` (every 0.1 s) until it is true; fail with ``what`` after ``timeout`` seconds."""
-    async with asyncio.timeout(timeout):
-        while not await check():
-            await asyncio.sleep(0.1)
-    assert await check(), what
+    """Poll ``check`` (every 0.1 s) until it is true (once: it may act); fail with ``what`` after ``timeout``
+    seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not await check():
+                await asyncio.sleep(0.1)
+    except TimeoutError as e:
+        raise AssertionError(f"not within {timeout:g} s: {what}") from e
+
+
+async def within(aw: Awaitable[T], timeout: float = WAIT_S) -> T:
+    """``aw``'s result; the test fails (TimeoutError) when it takes longer than ``timeout`` seconds."""
+    return await asyncio.wait_for(aw, timeout)
 
 
 class Node:

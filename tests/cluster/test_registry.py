@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually
+from cluster_support import KEYS, Node, eventually, within
 from etcd_cluster import EtcdCluster
 
 from walgate.cluster.model import NodeInfo, RegistrationRefused
@@ -35,7 +35,7 @@ async def test_keepalive_keeps_the_epoch(etcd1: EtcdCluster, tmp_path: Path) -> 
     node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
     try:
         node.start("registration")
-        epoch = await node.registration.wait_registered()
+        epoch = await within(node.registration.wait_registered())
         await asyncio.sleep(3 * node.registration.ttl)  # three TTLs: without keep-alives the lease would be gone
         assert node.registration.epoch == epoch
         kv = await node.session.get(KEYS.node(1))
@@ -71,7 +71,7 @@ async def test_a_live_node_id_is_not_taken_by_another_data_dir(etcd1: EtcdCluste
     b = Node(etcd1.endpoints, 1, tmp_path / "b", ttl=5)
     try:
         a.start("registration")
-        epoch = await a.registration.wait_registered()
+        epoch = await within(a.registration.wait_registered())
         with pytest.raises(RegistrationRefused):
             await b.registration.register()
         kv = await a.session.get(KEYS.node(1))
