@@ -34,6 +34,13 @@ class Compacted(Exception):
         self.revision = revision
 
 
+def _cancelled() -> bool:
+    """Whether the running task is being cancelled. A gRPC call whose channel another task closed (rotating to the
+    next endpoint) raises CancelledError too: that one is a failed call, not a cancellation."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
     """``http://127.0.0.1:2379,127.0.0.1:22379`` -> [(host, port), ...] (plaintext endpoints only)."""
     out: list[tuple[str, int]] = []
@@ -71,36 +78,43 @@ class EtcdSession:
             self._client = aetcd.Client(host=host, port=port, timeout=self.timeout)
         return self._client
 
-    async def _rotate(self) -> None:
-        client, self._client = self._client, None
+    async def _rotate(self, failed: aetcd.Client) -> None:
+        """Move to the next endpoint after a call on client ``failed`` failed; nothing when another task did so
+        already (every in-flight call of a dead member fails at once: one rotation, not one each)."""
+        current = self._client
+        if current is None or current is not failed:
+            return
+        self._client = None
         self._current = (self._current + 1) % len(self.endpoints)
-        if client is not None:
-            try:
-                await asyncio.wait_for(client.close(), self.timeout)
-            except (TimeoutError, Exception) as e:  # closing a broken channel: nothing left to do
-                log.debug("closing the etcd channel: %r", e)
+        try:
+            await asyncio.wait_for(current.close(), self.timeout)
+        except (Exception, TimeoutError) as e:  # closing a broken channel: nothing left to do
+            log.debug("closing the etcd channel: %r", e)
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await client.close()
+            await asyncio.wait_for(client.close(), self.timeout)
 
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], *, retry: bool) -> T:
         attempts = len(self.endpoints) if retry else 1
         last: BaseException | None = None
         for _ in range(attempts):
             host, port = self.endpoints[self._current]
+            client = self._get_client()
             try:
-                return await asyncio.wait_for(fn(self._get_client()), self.timeout)
+                return await asyncio.wait_for(fn(client), self.timeout)
             except aetcd.exceptions.RevisionCompactedError as e:
                 raise Compacted(e.compacted_revision) from e
-            except (TimeoutError, aetcd.exceptions.ClientError) as e:
+            except (TimeoutError, aetcd.exceptions.ClientError, asyncio.CancelledError) as e:
+                if isinstance(e, asyncio.CancelledError) and _cancelled():
+                    raise
                 last = e
-                log.warning("etcd %s:%d: %s failed: %s", host, port, what, e or type(e).__name__)
-                await self._rotate()
+                log.warning("etcd %s:%d: %s failed: %s", host, port, what, str(e) or type(e).__name__)
+                await self._rotate(client)
         raise ControlPlaneUnavailable(
             f"etcd ({self.describe()}) did not answer {what} within {self.timeout:g} s"
-            f" ({last or type(last).__name__}): no member reachable or no quorum"
+            f" ({str(last) or type(last).__name__}): no member reachable or no quorum"
             + ("" if retry else "; the write may still be applied once etcd has a quorum again")) from last
 
     async def get(self, key: bytes) -> aetcd.rtypes.Get | None:
@@ -153,6 +167,8 @@ class EtcdSession:
             raise Compacted(e.compacted_revision) from e
         except StopAsyncIteration as e:
             raise ControlPlaneUnavailable(f"etcd {host}:{port}: the watch stream ended") from e
-        except (TimeoutError, aetcd.exceptions.ClientError) as e:
-            await self._rotate()
+        except (TimeoutError, aetcd.exceptions.ClientError, asyncio.CancelledError) as e:
+            if isinstance(e, asyncio.CancelledError) and _cancelled():
+                raise
+            # the next call finds out whether the member is up
             raise ControlPlaneUnavailable(f"etcd {host}:{port}: the watch stream broke: {e}") from e
