@@ -10,11 +10,11 @@ from typing import TypeVar
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.incarnation import load_or_create
-from walgate.cluster.model import Keys, NodeInfo
+from walgate.cluster.model import ControlPlaneUnavailable, Keys, NodeInfo
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.cluster.registry import NodeRegistration
 
-__all__ = ["Node", "eventually", "within", "KEYS"]
+__all__ = ["Node", "eventually", "within", "try_append", "KEYS"]
 
 T = TypeVar("T")
 KEYS = Keys("test")
@@ -73,14 +73,25 @@ class Node:
 
     async def stop(self) -> None:
         for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
+            for _ in range(100):  # bounded: a task that ignored a cancellation is cancelled again
+                t.cancel()
+                await asyncio.wait([t], timeout=0.5)
+                if t.done():
+                    break
+            assert t.done(), f"{t} does not stop"
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
         self.tasks.clear()
 
     async def close(self) -> None:
         await self.stop()
         await self.session.close()
+
+
+async def try_append(node: Node, payload: bytes) -> bool:
+    """Whether ``node`` appended ``payload`` (False: etcd did not answer)."""
+    try:
+        await node.log.append([payload])
+        return True
+    except ControlPlaneUnavailable:
+        return False

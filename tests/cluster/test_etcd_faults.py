@@ -6,18 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually, within
+from cluster_support import KEYS, Node, eventually, try_append, within
 from etcd_cluster import EtcdCluster
 
 from walgate.cluster.model import ControlPlaneUnavailable
-
-
-async def _append(node: Node, payload: bytes) -> bool:
-    try:
-        await node.log.append([payload])
-        return True
-    except ControlPlaneUnavailable:
-        return False
 
 
 async def test_one_member_killed_then_the_majority(etcd3: EtcdCluster, tmp_path: Path) -> None:
@@ -33,7 +25,7 @@ async def test_one_member_killed_then_the_majority(etcd3: EtcdCluster, tmp_path:
 
         # one member of three killed (the one each node talks to first): writes, registrations and the stream go on
         etcd3.members[0].kill()
-        await eventually("a write with one member down", lambda: _append(ctl, b"b"))
+        await eventually("a write with one member down", lambda: try_append(ctl, b"b"))
         await within(other.follower.wait_applied(2))
         assert ctl.election.epoch is not None and other.registration.epoch is not None
 
@@ -50,7 +42,7 @@ async def test_one_member_killed_then_the_majority(etcd3: EtcdCluster, tmp_path:
         etcd3.wait_healthy(etcd3.members)
         await eventually("a controller", lambda: _any_controller([ctl, other]))
         [leader] = [n for n in (ctl, other) if n.election.epoch is not None]
-        await eventually("a write after the majority is back", lambda: _append(leader, b"c"))
+        await eventually("a write after the majority is back", lambda: try_append(leader, b"c"))
         seq_kv = await leader.session.get(KEYS.seq)
         assert seq_kv is not None
         last = int(seq_kv.value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import aetcd
-from cluster_support import Node, eventually, within
+from cluster_support import Node, eventually, try_append, within
 from etcd_cluster import EtcdCluster
 
 from walgate.cluster.model import MAX_RECORDS_PER_TXN, RecordCursor
@@ -103,17 +103,9 @@ async def test_the_watch_resumes_across_etcd_restarts(etcd1: EtcdCluster, tmp_pa
             member.kill()  # kill -9, then a restart on the same data dir
             member.start()
             etcd1.wait_healthy([member])
-            await eventually("the controller writes again", lambda: _append(ctl, b"x%d" % round_))
+            await eventually("the controller writes again", lambda: try_append(ctl, b"x%d" % round_))
             await within(node.follower.wait_applied(2 + round_))
         assert _payloads(node) == [b"a", b"x0", b"x1"]
     finally:
         await ctl.close()
         await node.close()
-
-
-async def _append(node: Node, payload: bytes) -> bool:
-    try:
-        await node.log.append([payload])
-        return True
-    except Exception:
-        return False

@@ -90,10 +90,7 @@ class ControllerElection:
         except (TimeoutError, ControlPlaneUnavailable):
             return
         finally:
-            try:
-                await asyncio.wait_for(watch.cancel(), self.session.timeout)
-            except Exception as e:  # a broken stream has nothing left to cancel
-                log.debug("cancelling a watch: %r", e)
+            await self.session.cancel_watch(watch)
 
     async def run(self) -> None:
         """Campaign on every registration this node gets, until cancelled: the controller from election until its

@@ -87,14 +87,16 @@ class EtcdSession:
         self._client = None
         self._current = (self._current + 1) % len(self.endpoints)
         try:
-            await asyncio.wait_for(current.close(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await current.close()
         except (Exception, TimeoutError) as e:  # closing a broken channel: nothing left to do
             log.debug("closing the etcd channel: %r", e)
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await asyncio.wait_for(client.close(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await client.close()
 
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], *, retry: bool) -> T:
         attempts = len(self.endpoints) if retry else 1
@@ -103,7 +105,9 @@ class EtcdSession:
             host, port = self.endpoints[self._current]
             client = self._get_client()
             try:
-                return await asyncio.wait_for(fn(client), self.timeout)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that meets a result
+                async with asyncio.timeout(self.timeout):
+                    return await fn(client)
             except aetcd.exceptions.RevisionCompactedError as e:
                 raise Compacted(e.compacted_revision) from e
             except (TimeoutError, aetcd.exceptions.ClientError, asyncio.CancelledError) as e:
@@ -155,6 +159,14 @@ class EtcdSession:
         """An ``aetcd`` watch of ``prefix`` from ``start_revision``: iterate it with :meth:`next_event`."""
         return await self._call("a watch", lambda c: c.watch_prefix(prefix, start_revision=start_revision),
                                 retry=True)
+
+    async def cancel_watch(self, watch: Any) -> None:
+        """Cancel a watch (best effort: a broken stream has nothing left to cancel)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await watch.cancel()
+        except (Exception, TimeoutError) as e:
+            log.debug("cancelling a watch: %r", e)
 
     async def next_event(self, iterator: Any) -> aetcd.rtypes.Event:
         """The next event of a watch's iterator (no time limit: a quiet stream is not an error). A broken stream

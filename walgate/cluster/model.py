@@ -161,30 +161,35 @@ def leader_key(candidates: list[tuple[bytes, int]]) -> tuple[bytes, int] | None:
     return min(candidates, key=lambda c: c[1], default=None)
 
 
+def _frame(number: int, data: bytes) -> bytes:
+    return b"%d\n" % number + data
+
+
+def _unframe(value: bytes, what: str) -> tuple[int, bytes]:
+    head, sep, data = value.partition(b"\n")
+    if not sep or not head.isdigit():
+        raise ControlPlaneError(f"{what} in etcd is not walgate's: {value[:100]!r}")
+    return int(head), data
+
+
 def encode_record(epoch: int, payload: bytes) -> bytes:
     """A catalog record's value: the controller epoch that wrote it, a newline, the record's bytes."""
-    return b"%d\n" % epoch + payload
+    return _frame(epoch, payload)
 
 
 def decode_record(value: bytes) -> tuple[int, bytes]:
     """(controller epoch, record bytes) of a record value."""
-    head, sep, payload = value.partition(b"\n")
-    if not sep or not head.isdigit():
-        raise ControlPlaneError(f"a catalog record in etcd is not walgate's: {value[:100]!r}")
-    return int(head), payload
+    return _unframe(value, "a catalog record")
 
 
 def encode_snapshot(seq: int, state: bytes) -> bytes:
     """``catalog/snapshot``'s value: the last record sequence number the state includes, a newline, the state."""
-    return b"%d\n" % seq + state
+    return _frame(seq, state)
 
 
 def decode_snapshot(value: bytes) -> tuple[int, bytes]:
     """(sequence number, state) of a snapshot value."""
-    head, sep, state = value.partition(b"\n")
-    if not sep or not head.isdigit():
-        raise ControlPlaneError(f"the catalog snapshot in etcd is not walgate's: {value[:100]!r}")
-    return int(head), state
+    return _unframe(value, "the catalog snapshot")
 
 
 @dataclass

@@ -168,7 +168,4 @@ class RecordFollower:
                 if event.kind == "PUT":
                     self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)
         finally:
-            try:
-                await asyncio.wait_for(watch.cancel(), self.session.timeout)
-            except Exception as e:  # a broken stream has nothing left to cancel
-                log.debug("cancelling a watch: %r", e)
+            await self.session.cancel_watch(watch)
