@@ -32,7 +32,7 @@ async def test_epoch_is_the_registration_revision_and_grows_after_expiry(etcd1: 
 
 
 async def test_keepalive_keeps_the_epoch(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=3)
     try:
         node.start("registration")
         epoch = await within(node.registration.wait_registered())
