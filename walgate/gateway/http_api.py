@@ -67,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -80,6 +81,7 @@ from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
+from walgate.gateway.ingest_workers import IngestWorkers, Prepared
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
@@ -100,9 +102,11 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.lineproto_columns import parse_body
+from walgate.storage.result import affected
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
+from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteRequest, WriteSnapshot
 
 __all__ = ["make_app", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -113,12 +117,14 @@ INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
 HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for the storage thread
+_INSERT = re.compile(r"\s*insert\s", re.IGNORECASE)  # an SQL body sent to the ingest workers (which check it is one)
 PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
 
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
 _QUERIES = web.AppKey("queries", QueryWorkers)
 _DAMAGE = web.AppKey("damage", DamageLog)
+_INGEST = web.AppKey("ingest", IngestWorkers)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
@@ -135,6 +141,7 @@ def make_app(
     authorizer: Authorizer | None = None,
     allowed_origins: frozenset[Origin] = frozenset(),
     basic_auth: BasicAuth | None = None,
+    ingest: IngestWorkers | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
@@ -150,6 +157,8 @@ def make_app(
     app[_QUERIES] = queries
     app[_DAMAGE] = damage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
+    if ingest is not None:
+        app[_INGEST] = ingest
     if authorizer is not None:
         app[_AUTHORIZER] = authorizer
     app.router.add_post("/rest/sql", _sql)
@@ -185,10 +194,20 @@ async def _sql(request: web.Request) -> web.Response:
     change = sql_change(sql)  # audited, or None
     try:
         engine = app[_ENGINE]
-        # parsed once, off the storage thread, on the loop's default executor (the body is within max_request_bytes,
-        # the engine's statement limit)
-        stmt = await asyncio.to_thread(parse, sql)
         host = request.remote or ""
+        ingest = app.get(_INGEST)
+        if ingest is not None and ingest.takes(len(body)) and _INSERT.match(sql):  # parsed and planned in a worker
+            write = InsertRequest(sql, db, engine.clock.time_ns())
+            planned = await ingest.plan(write, _snapshot(app))
+            if isinstance(planned, Prepared):
+                assert planned.insert is not None
+                rows = await app[_STORAGE].call(_apply_insert, engine, authorizer, principal, host, planned, write, db)
+                return _json(200, affected(rows).rest_body())
+            stmt = planned.stmt
+        else:
+            # parsed once, off the storage thread, on the loop's default executor (the body is within
+            # max_request_bytes, the engine's statement limit)
+            stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select):
             select = stmt
 
@@ -233,6 +252,27 @@ def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, hos
     return engine.prepare_select(stmt, db)
 
 
+def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:
+    """What a worker plans a write against, taken on the storage thread (with the tables it must know)."""
+    return lambda keys: app[_STORAGE].call(app[_ENGINE].write_snapshot, keys)
+
+
+async def _planned_write(app: web.Application, write: WriteRequest) -> int:
+    """``write`` planned in an ingest worker, then applied on the storage thread; rows written."""
+    planned = await app[_INGEST].plan(write, _snapshot(app))
+    assert isinstance(planned, Prepared)  # only an SQL body may turn out to be no write
+    return await app[_STORAGE].call(app[_ENGINE].apply_write, planned.write, write)
+
+
+def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, planned: Prepared,
+                  write: InsertRequest, db: str | None) -> int:
+    """The INSERT ``planned`` written if ``principal`` may run it (storage thread; checked on the statement without
+    its rows); NotPermitted otherwise."""
+    if authorizer is not None:
+        check(authorizer, principal, host, planned.insert, db)
+    return engine.apply_write(planned.write, write)
+
+
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
          db: str | None) -> Result:
     """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
@@ -251,6 +291,10 @@ async def _influx_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
+    ingest = app.get(_INGEST)
+    if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
+        rows = await _planned_write(app, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()))
+        return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
     # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
     try:
         measurements = await asyncio.to_thread(parse_body, body, precision)
@@ -269,7 +313,11 @@ async def _csv_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
-    rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    ingest = app.get(_INGEST)
+    if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
+        rows = await _planned_write(app, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()))
+    else:
+        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
     return _json(200, {"code": 0, "rows": rows})
 
 

@@ -34,10 +34,11 @@ from walgate.storage.sql import ast
 from walgate.storage.store import TICKS_PER_MS, Store
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.values import coerce, coerce_values
-from walgate.storage.vnode import TableDef, vnode_of
+from walgate.storage.vnode import vnode_of
 from walgate.storage.write_plan import (
     CsvRequest,
     InsertRequest,
+    KnownTables,
     LinesRequest,
     LiveTables,
     PreparedWrite,
@@ -70,11 +71,12 @@ class Ingest:
         return WriteSnapshot(catalog.generation, catalog.databases, catalog.stables,
                              LiveTables(self.store) if tables is None else tables)
 
-    def lookup(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], TableDef | None]:
-        """The live tables named by ``keys`` (``(database, name)``; None: absent or an unknown database), for a
-        :class:`~walgate.storage.write_plan.KnownTables`."""
-        vnodes = self.store.vnodes
-        return {(db, name): (self.store.vnode(db, name).live(name) if db in vnodes else None) for db, name in keys}
+    def worker_snapshot(self, keys: list[tuple[str, str]]) -> WriteSnapshot:
+        """The catalog now, copied (to pickle to a planner in another process), with the live tables named by
+        ``keys`` (``(database, name)``; None: absent) as its lookup."""
+        catalog, vnodes = self.store.catalog, self.store.vnodes
+        known = {(db, name): (self.store.vnode(db, name).live(name) if db in vnodes else None) for db, name in keys}
+        return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables), KnownTables(known))
 
     def write(self, request: WriteRequest) -> int:
         """``request`` planned and applied here, at once; rows written."""

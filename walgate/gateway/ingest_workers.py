@@ -1,0 +1,212 @@
+"""The planning lane: a large INSERT, line-protocol or CSV body is parsed and planned in a worker process, never on
+the storage thread, and not under the node's GIL.
+
+A body of at least :attr:`IngestWorkers.min_bytes` (:data:`PLAN_IN_WORKER_BYTES`) is pickled to a worker process
+with a :class:`~walgate.storage.write_plan.WriteSnapshot` the storage thread took (the catalog: every database and
+supertable, and its generation; the tables the node looked up, :class:`~walgate.storage.write_plan.KnownTables`).
+The worker parses it and plans it (:func:`~walgate.storage.write_plan.plan`: the same column path and row-by-row
+fallback, so the same errors) into a :class:`~walgate.storage.write_plan.PreparedWrite`, which the caller applies on
+the storage thread (:meth:`~walgate.storage.ingest.Ingest.apply`: checked against what the plan read, or planned
+again there). A plan that needs tables the snapshot does not know (an INSERT without ``USING``, a CSV ``table=``)
+comes back as :class:`Missing`; the node looks them up and sends the request again with them (at most once more:
+the planner asks for every such table of the request at once). An SQL body that is not an INSERT comes back
+parsed (:class:`NotInsert`) for the node's usual path.
+
+Planning writes nothing: a worker that dies (the OOM killer, a kill) under a plan makes the request fail with
+StorageUnavailable (503) and nothing written, so it is safe to retry; the pool is made again for the next request,
+and a request that finds the pool broken before its plan began is sent to the new pool. ``processes`` plans run at
+once (the others wait, unsent: a queue of bodies costs no copies in workers). The workers run at a lower priority
+(``nice`` +:data:`NICE`), ignore SIGINT and end within :data:`ORPHAN_CHECK_S` when their node is gone.
+
+Every plan waits in its worker for :attr:`IngestWorkers.gate` (a multiprocessing Event, set unless a test clears it
+to hold plans) and counts itself in :attr:`IngestWorkers.begun` when it starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+from walgate.storage.write_plan import InsertRequest, NeedTables, PreparedWrite, WriteRequest, WriteSnapshot, plan
+
+__all__ = ["NICE", "ORPHAN_CHECK_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared"]
+
+log = logging.getLogger(__name__)
+
+PLAN_IN_WORKER_BYTES = 256 * 1024  # smaller bodies plan in well under a millisecond: the process hop costs more
+NICE = 10
+ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
+SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A write planned: the plan, and for an INSERT its statement without its rows (what ACLs are checked on)."""
+
+    write: PreparedWrite
+    insert: ast.Insert | None
+
+
+@dataclass(frozen=True)
+class Missing:
+    """The tables (``(database, name)``) a plan needs looked up first."""
+
+    keys: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class NotInsert:
+    """An SQL body that parsed to another statement than INSERT: for the node's usual path."""
+
+    stmt: ast.Statement
+
+
+Planned = Prepared | Missing | NotInsert
+
+_gate: Any = None  # the worker's view of IngestWorkers.gate (set by _start)
+_begun: Any = None  # and of IngestWorkers.begun
+_parsed: tuple[str, ast.Statement] | None = None  # the last SQL body this worker parsed: asked again after Missing
+
+
+def _start(gate: Any, begun: Any, node: int) -> None:
+    """A worker's initializer: keep the shared gate and counter, lower the priority, leave SIGINT to the node, and end
+    when the node ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
+    global _gate, _begun
+    _gate, _begun = gate, begun
+    os.nice(NICE)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch_node() -> None:
+        while os.getppid() == node:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch_node, name="walgate-ingest-node", daemon=True).start()
+
+
+def _work(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
+    """``request`` parsed and planned against ``snapshot`` (in a worker; see the module docstring)."""
+    global _parsed
+    with _begun.get_lock():
+        _begun.value += 1
+    _gate.wait()
+    parsed, _parsed = _parsed, None  # kept only from one try of a request to the next (after Missing)
+    sql = ""
+    if isinstance(request, InsertRequest) and isinstance(request.stmt, str):
+        sql = request.stmt
+        stmt = parsed[1] if parsed is not None and parsed[0] == sql else parse(sql)
+        if not isinstance(stmt, ast.Insert):
+            return NotInsert(stmt)
+        request = dataclasses.replace(request, stmt=stmt)
+    try:
+        prepared = plan(snapshot, request)
+    except NeedTables as exc:
+        if isinstance(request, InsertRequest) and isinstance(request.stmt, ast.Insert) and sql:
+            _parsed = (sql, request.stmt)
+        return Missing(exc.keys)
+    if not isinstance(request, InsertRequest):
+        return Prepared(prepared, None)
+    assert isinstance(request.stmt, ast.Insert)
+    targets = tuple(dataclasses.replace(t, rows=()) for t in request.stmt.targets)
+    return Prepared(prepared, ast.Insert(targets))
+
+
+class IngestWorkers:
+    """``processes`` planning workers for bodies of at least ``min_bytes`` (see the module docstring)."""
+
+    def __init__(self, processes: int = 1, min_bytes: int = PLAN_IN_WORKER_BYTES) -> None:
+        self.processes = processes
+        self.min_bytes = min_bytes
+        self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        self.gate = self._context.Event()
+        self.gate.set()
+        self.begun = self._context.Value("q", 0)  # plans a worker started, ever
+        self._slots = asyncio.Semaphore(processes)
+        self._executor: ProcessPoolExecutor | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes running now (none before the first plan)."""
+        executor = self._executor
+        return [] if executor is None else [p.pid for p in list(executor._processes.values()) if p.pid is not None]
+
+    def takes(self, size: int) -> bool:
+        """Whether a body of ``size`` bytes is planned in a worker."""
+        return size >= self.min_bytes
+
+    async def plan(self, request: WriteRequest,
+                   snapshot: Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]) -> Prepared | NotInsert:
+        """``request`` planned in a worker against ``snapshot(keys)`` (taken once a worker is free; ``keys``: the
+        tables it must know); StorageUnavailable when the worker died under it."""
+        async with self._slots:
+            keys: list[tuple[str, str]] = []
+            while True:
+                planned = await self._run(request, await snapshot(keys))
+                if not isinstance(planned, Missing):
+                    return planned
+                assert not set(planned.keys) & set(keys), "a looked-up table asked for again"
+                keys += planned.keys
+
+    async def _run(self, request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
+        pool, submitted = self._submit(request, snapshot)
+        try:
+            return await asyncio.wrap_future(submitted)
+        except BrokenProcessPool as exc:
+            self._discard(pool, exc)
+            raise StorageUnavailable("the worker process planning this write stopped (out of memory?): nothing was "
+                                     "written") from None
+
+    def _submit(self, request: WriteRequest, snapshot: WriteSnapshot) -> tuple[ProcessPoolExecutor, Future[Planned]]:
+        """The plan handed to the pool; a pool broken while idle (a worker killed) is replaced first."""
+        pool = self._pool()
+        try:
+            return pool, pool.submit(_work, request, snapshot)
+        except BrokenProcessPool as exc:
+            self._discard(pool, exc)
+        pool = self._pool()
+        return pool, pool.submit(_work, request, snapshot)
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
+                                                 initargs=(self.gate, self.begun, os.getpid()))
+        return self._executor
+
+    def _discard(self, pool: ProcessPoolExecutor, exc: BaseException) -> None:
+        """Forget a broken pool (once, however many of its plans report it); the next plan makes a new one."""
+        if self._executor is pool:
+            log.error("an ingest worker process stopped (%s); the ingest workers are started again", exc)
+            self._executor = None
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def close(self) -> None:
+        """Stop the workers: waited for up to :data:`SHUTDOWN_S`, then killed (a plan held at the gate is let go)."""
+        self.gate.set()
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        pids = [p.pid for p in list(executor._processes.values()) if p.pid is not None]
+        stopping = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True))
+        done, _ = await asyncio.wait({stopping}, timeout=SHUTDOWN_S)
+        if not done:
+            log.warning("ingest workers %s did not stop within %.0f s; killed", pids, SHUTDOWN_S)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            await stopping
