@@ -18,8 +18,10 @@ and a request that finds the pool broken before its plan began is sent to the ne
 once (the others wait, unsent: a queue of bodies costs no copies in workers). The workers run at a lower priority
 (``nice`` +:data:`NICE`), ignore SIGINT and end within :data:`ORPHAN_CHECK_S` when their node is gone.
 
-Every plan waits in its worker for :attr:`IngestWorkers.gate` (a multiprocessing Event, set unless a test clears it
-to hold plans) and counts itself in :attr:`IngestWorkers.begun` when it starts.
+Every plan counts itself in :attr:`IngestWorkers.begun` when it starts and waits in its worker while
+:attr:`IngestWorkers.gate` (a shared flag, 1 unless a test sets it to 0 to hold plans) is 0, checking it every
+:data:`GATE_S`. Both are lock-free shared memory, so a worker killed at any point leaves nothing locked (a killed
+waiter of a multiprocessing Event or Condition hangs whoever sets it next); ``begun`` is exact with one worker.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.write_plan import InsertRequest, NeedTables, PreparedWrite, WriteRequest, WriteSnapshot, plan
 
-__all__ = ["NICE", "ORPHAN_CHECK_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared"]
+__all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ PLAN_IN_WORKER_BYTES = 256 * 1024  # smaller bodies plan in well under a millise
 NICE = 10
 ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
 SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
+GATE_S = 0.01  # how often a held plan checks the gate
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,9 @@ def _start(gate: Any, begun: Any, node: int) -> None:
 def _work(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
     """``request`` parsed and planned against ``snapshot`` (in a worker; see the module docstring)."""
     global _parsed
-    with _begun.get_lock():
-        _begun.value += 1
-    _gate.wait()
+    _begun.value += 1
+    while not _gate.value:
+        time.sleep(GATE_S)
     parsed, _parsed = _parsed, None  # kept only from one try of a request to the next (after Missing)
     sql = ""
     if isinstance(request, InsertRequest) and isinstance(request.stmt, str):
@@ -132,9 +135,8 @@ class IngestWorkers:
         self.processes = processes
         self.min_bytes = min_bytes
         self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
-        self.gate = self._context.Event()
-        self.gate.set()
-        self.begun = self._context.Value("q", 0)  # plans a worker started, ever
+        self.gate = self._context.RawValue("b", 1)  # 0: plans wait in their workers (tests)
+        self.begun = self._context.RawValue("q", 0)  # plans a worker started, ever
         self._slots = asyncio.Semaphore(processes)
         self._executor: ProcessPoolExecutor | None = None
 
@@ -195,7 +197,7 @@ class IngestWorkers:
 
     async def close(self) -> None:
         """Stop the workers: waited for up to :data:`SHUTDOWN_S`, then killed (a plan held at the gate is let go)."""
-        self.gate.set()
+        self.gate.value = 1
         executor, self._executor = self._executor, None
         if executor is None:
             return
