@@ -36,9 +36,10 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 SERIES = 2_000
-LINES = 8_000  # about 330 KB: over PLAN_IN_WORKER_BYTES
+LINES = 30_000  # about 1.4 MB: over PLAN_IN_WORKER_BYTES
 BODY = "\n".join(f"big,host=h{i % SERIES} v={i}.5,n={i}i {1_700_000_000_000 + i}" for i in range(LINES)).encode()
 COUNT = "SELECT COUNT(*) FROM q.big"
+CSV_ROWS = 50_000  # about 1.5 MB
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +104,7 @@ def test_a_held_plan_delays_no_produce_metadata_healthz_or_small_insert(tmp_path
 
 def test_a_worker_killed_under_a_plan_answers_503_and_writes_nothing(tmp_path: Path) -> None:
     csv = ("tbname,ts,v,host\n" + "".join(f"d{i % SERIES},{1_700_000_000_000 + i},{i},h{i % SERIES}\n"
-                                          for i in range(20_000))).encode()
+                                          for i in range(CSV_ROWS))).encode()
     assert len(csv) >= PLAN_IN_WORKER_BYTES
     with gateway_thread(tmp_path / "data") as gateway, concurrent.futures.ThreadPoolExecutor(1) as pool:
         sql(gateway, "CREATE DATABASE q VGROUPS 2")
@@ -121,8 +122,8 @@ def test_a_worker_killed_under_a_plan_answers_503_and_writes_nothing(tmp_path: P
         assert status == 503 and body["code"] == StorageUnavailable.code
         assert "planning this write stopped" in body["desc"] and "nothing was written" in body["desc"]
         assert rows(gateway) == 0 and sql(gateway, "SHOW q.TABLES")["data"] == []
-        assert post(gateway, "/csv/v1/write?db=q&stable=big", csv) == (200, {"code": 0, "rows": 20_000})
-        assert set(gateway._ingest.pids).isdisjoint(pids) and rows(gateway) == 20_000
+        assert post(gateway, "/csv/v1/write?db=q&stable=big", csv) == (200, {"code": 0, "rows": CSV_ROWS})
+        assert set(gateway._ingest.pids).isdisjoint(pids) and rows(gateway) == CSV_ROWS
 
 
 BAD = [  # (path, body): refused, with the same answer inline and in a worker

@@ -49,7 +49,10 @@ __all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN
 
 log = logging.getLogger(__name__)
 
-PLAN_IN_WORKER_BYTES = 256 * 1024  # smaller bodies plan in well under a millisecond: the process hop costs more
+# Smaller bodies hold the storage thread for tens of milliseconds at most; for them the hop to a niced worker costs
+# more than it saves: bench/ingest.py's 450 KB line-protocol bodies, one after the other, went about 30 % slower
+# through a worker (bench/RESULTS.md)
+PLAN_IN_WORKER_BYTES = 1 << 20
 NICE = 10
 ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
 SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
