@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
+from tests.gateway.test_query_lane import post
 from tests.storage.write_requests import REQUESTS, marks, seeded_engine, since
 from walgate.gateway.ingest_workers import PLAN_IN_WORKER_BYTES, IngestWorkers, Prepared
 from walgate.gateway.server import Gateway
@@ -47,17 +45,6 @@ def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """A traceback logged by a node a test ran fails the test."""
     yield
     assert not [r.getMessage() for r in caplog.records if r.exc_info]
-
-
-def post(gateway: Gateway, path: str, body: bytes = b"") -> tuple[int, Any]:
-    """(status, JSON body or None) of a request to the HTTP API, error statuses included."""
-    host, port = gateway.http_address
-    request = urllib.request.Request(f"http://{host}:{port}{path}", data=body if body else None)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def begun(gateway: Gateway, n: int) -> None:
@@ -97,7 +84,7 @@ def test_a_held_plan_delays_no_produce_metadata_healthz_or_small_insert(tmp_path
             assert not write.done() and rows(gateway) == 0
         finally:
             gateway._ingest.gate.value = 1
-        assert write.result(120) == (204, None)
+        assert write.result(120) == (204, {})
         assert rows(gateway) == LINES
         assert gateway._engine is not None and gateway._engine.ingest.replans == 0
 

@@ -14,8 +14,8 @@ import pytest
 from tests.storage.write_requests import NOW, REQUESTS, marks, planned, seeded_engine, since, wal
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
-from walgate.storage.errors import InvalidValue, NotFound
-from walgate.storage.write_plan import InsertRequest
+from walgate.storage.errors import InvalidValue, NotFound, StorageError
+from walgate.storage.write_plan import CsvRequest, InsertRequest, PreparedWrite
 
 
 def creations(engine: Engine, name: str) -> int:
@@ -27,6 +27,18 @@ def count(engine: Engine, table: str) -> int:
     return int(engine.execute(f"SELECT COUNT(*) FROM {table}").rows[0][0])
 
 
+
+
+def refused_as_today(engine: Engine, prepared: PreparedWrite, request: CsvRequest, error: StorageError) -> None:
+    """Applying ``prepared`` (``request`` planned before a conflicting change) plans it again and refuses it with
+    ``error``, as the same body sent now is refused, writing nothing."""
+    before = wal(engine)
+    with pytest.raises(type(error)) as today:
+        engine.write_csv(request.db, request.body, table=request.table, stable=request.stable)
+    with pytest.raises(type(error)) as refused:
+        engine.apply_write(prepared, request)
+    assert refused.value.message == today.value.message == error.message
+    assert engine.ingest.replans == 1 and wal(engine) == before
 
 
 def test_a_plan_made_like_a_workers_writes_what_a_plan_made_here_writes(tmp_path: Path) -> None:
@@ -44,16 +56,11 @@ def test_a_plan_made_like_a_workers_writes_what_a_plan_made_here_writes(tmp_path
 def test_a_plan_whose_table_was_dropped_is_refused_as_today_and_writes_nothing(tmp_path: Path) -> None:
     engine = seeded_engine(tmp_path / "data")
     request = REQUESTS[3]  # into the normal table x.nt
+    assert isinstance(request, CsvRequest)
     prepared = planned(engine, request)
     engine.execute("DROP TOPIC normal")
     engine.execute("DROP TABLE x.nt")
-    before = wal(engine)
-    with pytest.raises(NotFound) as today:
-        engine.write_csv("x", request.body, table="nt")
-    with pytest.raises(NotFound) as refused:
-        engine.apply_write(prepared, request)
-    assert refused.value.message == today.value.message == "Table does not exist: x.nt"
-    assert engine.ingest.replans == 1 and wal(engine) == before
+    refused_as_today(engine, prepared, request, NotFound("Table does not exist: x.nt"))
 
 
 def test_a_plan_whose_supertable_was_altered_is_planned_again_against_the_new_columns(tmp_path: Path) -> None:
@@ -92,12 +99,7 @@ def test_a_subtable_created_meanwhile_is_written_not_created_twice(tmp_path: Pat
 def test_a_subtable_created_meanwhile_under_another_supertable_is_refused_as_today(tmp_path: Path) -> None:
     engine = seeded_engine(tmp_path / "data")
     request = REQUESTS[2]
+    assert isinstance(request, CsvRequest)
     prepared = planned(engine, request)
     engine.execute("CREATE TABLE x.new2 USING x.alt TAGS (1, 'g')")
-    before = wal(engine)
-    with pytest.raises(InvalidValue) as today:
-        engine.write_csv("x", request.body, stable="m")
-    with pytest.raises(InvalidValue) as refused:
-        engine.apply_write(prepared, request)
-    assert refused.value.message == today.value.message == "CSV line 3: table new2 is not a subtable of m"
-    assert engine.ingest.replans == 1 and wal(engine) == before
+    refused_as_today(engine, prepared, request, InvalidValue("CSV line 3: table new2 is not a subtable of m"))

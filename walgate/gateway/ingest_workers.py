@@ -31,8 +31,6 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -40,6 +38,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, pool_pids, start_worker, stop_pool
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
@@ -53,9 +52,6 @@ log = logging.getLogger(__name__)
 # more than it saves: bench/ingest.py's 450 KB line-protocol bodies, one after the other, went about 30 % slower
 # through a worker (bench/RESULTS.md)
 PLAN_IN_WORKER_BYTES = 1 << 20
-NICE = 10
-ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
-SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
 GATE_S = 0.01  # how often a held plan checks the gate
 
 
@@ -93,15 +89,7 @@ def _start(gate: Any, begun: Any, node: int) -> None:
     when the node ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
     global _gate, _begun
     _gate, _begun = gate, begun
-    os.nice(NICE)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch_node() -> None:
-        while os.getppid() == node:
-            time.sleep(ORPHAN_CHECK_S)
-        os._exit(0)
-
-    threading.Thread(target=watch_node, name="walgate-ingest-node", daemon=True).start()
+    start_worker(node, "walgate-ingest-node")
 
 
 def _work(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
@@ -146,8 +134,7 @@ class IngestWorkers:
     @property
     def pids(self) -> list[int]:
         """The worker processes running now (none before the first plan)."""
-        executor = self._executor
-        return [] if executor is None else [p.pid for p in list(executor._processes.values()) if p.pid is not None]
+        return pool_pids(self._executor)
 
     def takes(self, size: int) -> bool:
         """Whether a body of ``size`` bytes is planned in a worker."""
@@ -202,16 +189,4 @@ class IngestWorkers:
         """Stop the workers: waited for up to :data:`SHUTDOWN_S`, then killed (a plan held at the gate is let go)."""
         self.gate.value = 1
         executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        pids = [p.pid for p in list(executor._processes.values()) if p.pid is not None]
-        stopping = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True))
-        done, _ = await asyncio.wait({stopping}, timeout=SHUTDOWN_S)
-        if not done:
-            log.warning("ingest workers %s did not stop within %.0f s; killed", pids, SHUTDOWN_S)
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            await stopping
+        await stop_pool(executor, "ingest workers")

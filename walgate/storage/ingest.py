@@ -102,6 +102,7 @@ class Ingest:
         ):
             return False
         dropped: dict[tuple[str, int], set[str]] = {}
+        creates: dict[tuple[str, int], dict[str, str]] = {}  # per vnode: the tables the plan creates, their stable
         for (db, name), t in p.assumed.items():
             vnode = vnode_of(db, name, len(self.store.vnodes[db]))
             live = self.store.vnodes[db][vnode].live(name)
@@ -111,16 +112,16 @@ class Ingest:
                 continue
             if live is None:
                 continue
-            pending = p.plans.get(db, {}).get(vnode)
-            planned = pending.new_tables.get(name) if pending is not None else None
-            if planned is None or live.stable is None or live.stable != planned.stable:
+            if (db, vnode) not in creates:
+                pending = p.plans.get(db, {}).get(vnode)
+                creates[(db, vnode)] = {m["name"]: m["stable"] for m in (pending.metas if pending else ())
+                                        if m["op"] == "create_table"}
+            if live.stable is None or live.stable != creates[(db, vnode)].get(name):
                 return False
             dropped.setdefault((db, vnode), set()).add(name)
         for (db, vnode), gone in dropped.items():
             pending = p.plans[db][vnode]
             pending.metas = [m for m in pending.metas if m["op"] != "create_table" or m["name"] not in gone]
-            for name in gone:
-                del pending.new_tables[name]
         return True
 
     def _commit(self, p: PreparedWrite) -> int:
