@@ -23,6 +23,7 @@ import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
 from tests.gateway.test_query_lane import post
+from tests.storage.faults import FAULT_KINDS, Faults
 from tests.storage.write_requests import REQUESTS, marks, seeded_engine, since
 from walgate.gateway.ingest_workers import PLAN_IN_WORKER_BYTES, IngestWorkers, Prepared
 from walgate.gateway.server import Gateway
@@ -179,3 +180,25 @@ def test_a_body_planned_in_a_worker_process_writes_what_it_writes_planned_here(t
     asyncio.run(run())
     assert workers.begun.value == len(REQUESTS) + 2  # the INSERT (x.a, x.nt) and the CSV into x.nt asked first
     assert elsewhere.ingest.replans == 0
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+@pytest.mark.parametrize("at", [1, 2])
+def test_a_planned_write_the_disk_refuses_answers_503_writes_nothing_and_service_resumes(
+    tmp_path: Path, kind: str, at: int
+) -> None:
+    """The apply of a plan made in a worker is today's commit: a WAL append refused (the first vnode's, or a later
+    one's, the first then taken back) answers 503, writes nothing, and the same body then succeeds."""
+    with gateway_thread(tmp_path / "data") as gateway:
+        sql(gateway, "CREATE DATABASE q VGROUPS 2")
+        gateway._ingest.min_bytes = 0
+        assert post(gateway, "/influxdb/v1/write?db=q&precision=ms", BODY[:BODY.index(b"\n")])[0] == 204
+        faults = Faults()
+        with faults.active():
+            faults.fail_kind("write", kind, at=at, times=3)
+            status, body = post(gateway, "/influxdb/v1/write?db=q&precision=ms", BODY)
+            faults.clear()
+        assert status == 503 and body["code"] == StorageUnavailable.code, body
+        assert rows(gateway) == 1 and len(sql(gateway, "SHOW q.TABLES")["data"]) == 1
+        assert post(gateway, "/influxdb/v1/write?db=q&precision=ms", BODY) == (204, {})
+        assert rows(gateway) == 1 + LINES
