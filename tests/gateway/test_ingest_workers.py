@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,3 +204,30 @@ def test_a_planned_write_the_disk_refuses_answers_503_writes_nothing_and_service
         assert rows(gateway) == 1 and len(sql(gateway, "SHOW q.TABLES")["data"]) == 1
         assert post(gateway, "/influxdb/v1/write?db=q&precision=ms", BODY) == (204, {})
         assert rows(gateway) == 1 + LINES
+
+
+def test_a_write_whose_client_went_away_while_it_was_planned_is_not_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "walgate.gateway.http_api")
+    with gateway_thread(tmp_path / "data") as gateway:
+        sql(gateway, "CREATE DATABASE q VGROUPS 2")
+        host, port = gateway.http_address
+        gateway._ingest.gate.value = 0
+        try:
+            with socket.create_connection((host, port), timeout=30) as s:
+                s.sendall(b"POST /influxdb/v1/write?db=q&precision=ms HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                          % len(BODY) + BODY)
+                begun(gateway, 1)
+            assert gateway._http is not None and gateway._http.server is not None
+            deadline = time.monotonic() + 60
+            while any(h.transport is not None for h in gateway._http.server.connections):  # the node saw it closed
+                assert time.monotonic() < deadline, "the closed connection was never noticed"
+                time.sleep(0.02)
+        finally:
+            gateway._ingest.gate.value = 1
+        deadline = time.monotonic() + 120
+        while not any("planned after its client went away: not written" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the planned write was never dropped"
+            time.sleep(0.05)
+        assert rows(gateway) == 0 and sql(gateway, "SHOW q.STABLES")["data"] == []

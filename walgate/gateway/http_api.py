@@ -107,7 +107,7 @@ from walgate.storage.result import affected
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
-from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteRequest, WriteSnapshot
+from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot
 
 __all__ = ["make_app", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -202,6 +202,7 @@ async def _sql(request: web.Request) -> web.Response:
             planned = await ingest.plan(write, _snapshot(app))
             if isinstance(planned, Prepared):
                 assert planned.insert is not None
+                _still_there(request, len(body))
                 rows = await app[_STORAGE].call(_apply_insert, engine, authorizer, principal, host, planned, write, db)
                 return _json(200, affected(rows).rest_body())
             stmt = planned.stmt
@@ -258,11 +259,23 @@ def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitab
     return lambda keys: app[_STORAGE].call(app[_ENGINE].write_snapshot, keys)
 
 
-async def _planned_write(app: web.Application, write: WriteRequest) -> int:
-    """``write`` planned in an ingest worker, then applied on the storage thread; rows written."""
+async def _planned_write(request: web.Request, write: LinesRequest | CsvRequest, size: int) -> int:
+    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage thread;
+    rows written."""
+    app = request.app
     planned = await app[_INGEST].plan(write, _snapshot(app))
     assert isinstance(planned, Prepared)  # only an SQL body may turn out to be no write
+    _still_there(request, size)
     return await app[_STORAGE].call(app[_ENGINE].apply_write, planned.write, write)
+
+
+def _still_there(request: web.Request, size: int) -> None:
+    """StorageUnavailable, so that nothing is written, when the client of a planned write went away: it has no
+    answer, and may well send the write again."""
+    if _gone(request):
+        log.info("a write of %d bytes from %s was planned after its client went away: not written", size,
+                 request.remote)
+        raise StorageUnavailable("the client went away before the write was applied: nothing was written")
 
 
 def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, planned: Prepared,
@@ -294,7 +307,7 @@ async def _influx_write(request: web.Request) -> web.Response:
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        rows = await _planned_write(app, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()))
+        rows = await _planned_write(request, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()), len(body))
         return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
     # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
     try:
@@ -316,7 +329,8 @@ async def _csv_write(request: web.Request) -> web.Response:
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        rows = await _planned_write(app, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()))
+        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+                                    len(body))
     else:
         rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
     return _json(200, {"code": 0, "rows": rows})
