@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
+from tests.gateway.test_every_api_version import AUTHORIZER
 from tests.gateway.test_query_lane import post
 from tests.storage.faults import FAULT_KINDS, Faults
 from tests.storage.write_requests import REQUESTS, marks, seeded_engine, since
@@ -231,3 +232,18 @@ def test_a_write_whose_client_went_away_while_it_was_planned_is_not_written(
             assert time.monotonic() < deadline, "the planned write was never dropped"
             time.sleep(0.05)
         assert rows(gateway) == 0 and sql(gateway, "SHOW q.STABLES")["data"] == []
+
+
+def test_an_insert_a_principal_may_not_run_is_refused_for_that_first_in_a_worker_too(tmp_path: Path) -> None:
+    """ACLs are checked on the statement before its planning error is answered, as before a statement runs: a
+    principal that may not write learns nothing of what exists."""
+    answers = []
+    for where in ("inline", "worker"):
+        with gateway_thread(tmp_path / where, authorizer_class_name=AUTHORIZER) as gateway:  # no ACL: nobody may
+            gateway._ingest.min_bytes = 0 if where == "worker" else 1 << 40
+            answers.append([post(gateway, "/rest/sql", body) for body in (
+                b"INSERT INTO nosuch.t VALUES (1700000000000, 1)",
+                b"INSERT INTO q.t USING q.m TAGS (1) VALUES (1700000000000, 1)",
+            )])
+    inline, worker = answers
+    assert worker == inline and {status for status, _ in inline} == {403}, inline

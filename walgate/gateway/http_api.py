@@ -82,7 +82,7 @@ from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
-from walgate.gateway.ingest_workers import IngestWorkers, Prepared
+from walgate.gateway.ingest_workers import IngestWorkers, Prepared, Refused
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
@@ -205,6 +205,10 @@ async def _sql(request: web.Request) -> web.Response:
                 _still_there(request, len(body))
                 rows = await app[_STORAGE].call(_apply_insert, engine, authorizer, principal, host, planned, write, db)
                 return _json(200, affected(rows).rest_body())
+            if isinstance(planned, Refused):
+                if authorizer is not None:  # a principal that may not write there learns nothing else
+                    await app[_STORAGE].call(check, authorizer, principal, host, planned.insert, db)
+                raise planned.error
             stmt = planned.stmt
         else:
             # parsed once, off the storage thread, on the loop's default executor (the body is within

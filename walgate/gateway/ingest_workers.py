@@ -10,7 +10,8 @@ the storage thread (:meth:`~walgate.storage.ingest.Ingest.apply`: checked agains
 again there). A plan that needs tables the snapshot does not know (an INSERT without ``USING``, a CSV ``table=``)
 comes back as :class:`Missing`; the node looks them up and sends the request again with them (at most once more:
 the planner asks for every such table of the request at once). An SQL body that is not an INSERT comes back
-parsed (:class:`NotInsert`) for the node's usual path.
+parsed (:class:`NotInsert`) for the node's usual path; an INSERT the planner refuses comes back with its error and
+its statement (:class:`Refused`), whose ACLs the node checks first, as it does before running a statement.
 
 Planning writes nothing: a worker that dies (the OOM killer, a kill) under a plan makes the request fail with
 StorageUnavailable (503) and nothing written, so it is safe to retry; the pool is made again for the next request,
@@ -39,12 +40,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, pool_pids, start_worker, stop_pool
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.write_plan import InsertRequest, NeedTables, PreparedWrite, WriteRequest, WriteSnapshot, plan
 
-__all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared"]
+__all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared", "Refused"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,15 @@ class Prepared:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """An INSERT the planner refused, and the statement without its rows: its ACLs are checked before its error is
+    answered (no error may tell a principal that may not write there what exists)."""
+
+    error: StorageError
+    insert: ast.Insert
+
+
+@dataclass(frozen=True)
 class Missing:
     """The tables (``(database, name)``) a plan needs looked up first."""
 
@@ -77,7 +87,7 @@ class NotInsert:
     stmt: ast.Statement
 
 
-Planned = Prepared | Missing | NotInsert
+Planned = Prepared | Missing | NotInsert | Refused
 
 _gate: Any = None  # the worker's view of IngestWorkers.gate (set by _start)
 _begun: Any = None  # and of IngestWorkers.begun
@@ -112,11 +122,19 @@ def _work(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
         if isinstance(request, InsertRequest) and isinstance(request.stmt, ast.Insert) and sql:
             _parsed = (sql, request.stmt)
         return Missing(exc.keys)
+    except StorageError as exc:
+        if not isinstance(request, InsertRequest):
+            raise
+        return Refused(exc, _skeleton(request))
     if not isinstance(request, InsertRequest):
         return Prepared(prepared, None)
+    return Prepared(prepared, _skeleton(request))
+
+
+def _skeleton(request: InsertRequest) -> ast.Insert:
+    """The parsed INSERT of ``request`` without its rows (what ACLs are checked on)."""
     assert isinstance(request.stmt, ast.Insert)
-    targets = tuple(dataclasses.replace(t, rows=()) for t in request.stmt.targets)
-    return Prepared(prepared, ast.Insert(targets))
+    return ast.Insert(tuple(dataclasses.replace(t, rows=()) for t in request.stmt.targets))
 
 
 class IngestWorkers:
@@ -141,7 +159,8 @@ class IngestWorkers:
         return size >= self.min_bytes
 
     async def plan(self, request: WriteRequest,
-                   snapshot: Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]) -> Prepared | NotInsert:
+                   snapshot: Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]
+                   ) -> Prepared | NotInsert | Refused:
         """``request`` planned in a worker against ``snapshot(keys)`` (taken once a worker is free; ``keys``: the
         tables it must know); StorageUnavailable when the worker died under it."""
         async with self._slots:
