@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
-from tests.gateway.test_every_api_version import AUTHORIZER
 from tests.gateway.test_query_lane import post
 from tests.storage.faults import FAULT_KINDS, Faults
 from tests.storage.write_requests import REQUESTS, marks, seeded_engine, since
@@ -42,6 +41,7 @@ LINES = 30_000  # about 1.4 MB: over PLAN_IN_WORKER_BYTES
 BODY = "\n".join(f"big,host=h{i % SERIES} v={i}.5,n={i}i {1_700_000_000_000 + i}" for i in range(LINES)).encode()
 COUNT = "SELECT COUNT(*) FROM q.big"
 CSV_ROWS = 50_000  # about 1.5 MB
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @pytest.fixture(autouse=True)
