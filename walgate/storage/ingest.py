@@ -65,8 +65,8 @@ class Ingest:
         self.replans = 0  # plans made elsewhere that no longer held when applied, and were planned again here
 
     def snapshot(self, tables: TableLookup | None = None) -> WriteSnapshot:
-        """The catalog now (its mappings themselves: a snapshot to plan with at once, on this thread; a worker gets
-        it pickled), its tables looked up live unless ``tables`` is given."""
+        """The catalog now (its mappings themselves: a snapshot to plan with at once, on this thread;
+        :meth:`worker_snapshot` copies them), its tables looked up live unless ``tables`` is given."""
         catalog = self.store.catalog
         return WriteSnapshot(catalog.generation, catalog.databases, catalog.stables,
                              LiveTables(self.store) if tables is None else tables)
