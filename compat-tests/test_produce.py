@@ -23,7 +23,9 @@ partition is known: record i is at offset i // 3 of partition i % 3.
    UNKNOWN_TOPIC_OR_PARTITION
    and creates nothing (walgate only: Tansu, like Kafka's default auto.create.topics.enable=true, creates
    it); a Produce request naming an unknown topic is refused (Tansu acknowledges it and loses the records).
-4. acks=0 (kafka-python, confluent-kafka): no answer to wait for, and every record lands.
+4. acks=0 (kafka-python, confluent-kafka): no answer to wait for, and every record lands. A refused acks=0
+   request closes the connection, as Kafka does: librdkafka counts the disconnect, reconnects, and what it sends
+   next lands.
 """
 
 from __future__ import annotations
@@ -344,3 +346,40 @@ def test_acks_zero_records_land(broker, request, pyclient, show, producer, codec
             break
         time.sleep(0.5)
     check_read_back(read, want, CREATE_TIME["ck"], run)
+
+
+def test_a_refused_acks_zero_request_closes_the_connection_and_the_client_goes_on(broker, request):
+    """A record above the topic's max.message.bytes (the client's own limit is higher) with acks=0: Kafka answers
+    nothing and closes the connection (``handleProduceRequest``), the only sign a fire-and-forget client gets.
+    librdkafka logs the broker's disconnect ("connection closed by peer"); the records produced after it land."""
+    import logging
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    xfail_on_tansu(request, "keeps the connection open after refusing an acks=0 request")
+    topic = f"produce-acks0-refused-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})])[topic].result(timeout=20)
+    logged: list[str] = []
+    client_log = logging.getLogger(f"librdkafka.{topic}")
+    client_log.setLevel(logging.INFO)  # librdkafka logs a disconnect at its level 6, INFO
+    client_log.addHandler(type("Collect", (logging.Handler,), {"emit": lambda self, r: logged.append(r.getMessage())})())
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 0, "linger.ms": 0}, logger=client_log)
+    producer.produce(topic, b"x" * 20_000, partition=0)
+    assert producer.flush(20) == 0
+    deadline = time.monotonic() + 30
+    while not any("connection closed by peer" in line for line in logged):
+        assert time.monotonic() < deadline, f"the client saw no disconnect: {logged[-5:]}"
+        producer.poll(0.1)
+    for i in range(3):
+        producer.produce(topic, b"small-%d" % i, partition=0)
+    assert producer.flush(20) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-check"})
+    try:
+        deadline = time.monotonic() + 30  # acks=0: the records land after flush() returns
+        while consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] < 3:
+            assert time.monotonic() < deadline, "the records sent after the reconnect did not land"
+            time.sleep(0.1)
+    finally:
+        consumer.close()

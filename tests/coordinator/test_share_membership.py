@@ -190,3 +190,56 @@ def test_archived_ranges_leave_the_acquired_records_and_are_done():
     assert left == [Acquired(0, 1, 1), Acquired(4, 9, 1)]
     sp = c.partitions[("g", "t", 0)]
     assert [sp.state(o)[0].name for o in (1, 2, 3, 4)] == ["ACQUIRED", "ARCHIVED", "ARCHIVED", "ACQUIRED"]
+
+
+def test_next_expiry_names_each_deadline_in_turn_and_expiry_names_what_it_released():
+    c = coordinator()  # a and b joined at 0 (sessions end at 5000); locks last 1000
+    c.session("g", "a", 0, fetch=True)
+    c.update_session("g", "a", [("t", 0)], [])
+    assert c.acquire("g", "a", [("t", 0)], 4, 100, lambda exc: 0)[("t", 0)].acquired == [Acquired(0, 3, 1)]
+    assert c.next_expiry() == 1100  # the lock, before any session
+    c.expire(1099, PARTITIONS.get)
+    assert c.take_released() == set()
+    c.expire(1100, PARTITIONS.get)
+    assert c.take_released() == {("g", "t", 0)} and c.take_released() == set()
+    assert c.next_expiry() == 5000  # no lock left: the first session to time out
+    assert c.acquire("g", "a", [("t", 0)], 2, 2000, lambda exc: 0)[("t", 0)].acquired == [Acquired(0, 1, 2)]
+    beat(c.groups, "b", 2, now=2500)
+    c.member_left("g", "a", 2600)  # its session waits for its close, one lock duration at most
+    assert c.next_expiry() == 3000  # the lock of 0..1 (acquired at 2000) comes first
+    c.expire(3000, PARTITIONS.get)
+    assert c.take_released() == {("g", "t", 0)} and c.next_expiry() == 3600
+    c.expire(3600, PARTITIONS.get)  # the left member's session is closed
+    assert ("g", "a") not in c.sessions and c.next_expiry() == 5000
+    c.expire(5000, PARTITIONS.get)  # a's member session ends; b's (heartbeat at 2500) at 7500
+    assert not c.groups.is_member("g", "a") and c.next_expiry() == 7500
+
+
+def test_a_release_names_its_partition_and_an_accept_does_not():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 0)
+    c.take_released()
+    c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [1])], 0, lambda exc: 0)
+    assert c.take_released() == set()
+    c.acknowledge("g", "a", [AckBatch("t", 0, 2, 2, [2])], 0, lambda exc: 0)
+    assert c.take_released() == {("g", "t", 0)}
+
+
+def test_writes_refused_after_the_call_are_undone_back_to_the_last_durable_one():
+    c = coordinator()
+    c.session("g", "a", 0, fetch=True)
+    c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 0)
+    c.take_records()
+    c.written(1)
+    c.durable(1)
+    for write, offset in ((2, 0), (3, 1)):  # two acknowledgements, queued, not yet durable
+        c.acknowledge("g", "a", [AckBatch("t", 0, offset, offset, [1])], 0, lambda exc: 0)
+        c.take_records()
+        c.written(write)
+    c.durable(2)  # the first became durable; the second's sync failed
+    c.refused()
+    sp = c.partitions[("g", "t", 0)]
+    assert (sp.start, sp.holder(1), sp.holder(2)) == (1, "a", "a")  # 1 is the member's again, 0 stays accepted
+    c.refused()  # nothing left to undo
+    assert c.partitions[("g", "t", 0)] is sp

@@ -365,3 +365,87 @@ def test_java_client_names_map_to_librdkafka_ones() -> None:
         with pytest.raises(ClientPropertiesError, match=message) as caught:
             client_properties(text, [])
         assert "t0k" not in str(caught.value) and "pw" not in str(caught.value).replace("password", "")
+
+
+# ---------------------------------------------------------------------- share groups
+
+
+def share_worker_drains(server: WalgateServer, group: str, topic: str, want: int) -> list[tuple[int, int]]:
+    """(partition, offset) of the records a confluent-kafka ShareConsumer of ``group`` accepts until ``want``."""
+    from confluent_kafka import ShareConsumer
+
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap(server), "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + ASSIGN_TIMEOUT
+    while len(got) < want and time.monotonic() < deadline:
+        for m in consumer.poll(0.5) or []:
+            assert m.error() is None, m.error()
+            consumer.acknowledge(m)
+            got.append((m.partition(), m.offset()))
+        consumer.commit_sync(30)
+    consumer.close()
+    return sorted(got)
+
+
+def test_share_group_list_describe_reset_offsets_and_delete(server: WalgateServer) -> None:
+    create_topic(server, "sq", 2)
+    produce(server, "sq", [(i % 2, 1_700_000_000_000 + i) for i in range(6)])  # offsets 0..2 in each partition
+    fails(walgate(server, "share-group", "describe", "sg"), 1, "share group 'sg' does not exist")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    for future in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, "sg", incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])]).values():
+        future.result(30)
+    assert len(share_worker_drains(server, "sg", "sq", 6)) == 6
+    assert as_json(walgate(server, "share-group", "list", "--json")) == [{"group": "sg", "state": "Empty"}]
+    assert as_json(walgate(server, "share-group", "describe", "sg", "--json")) == [
+        {"group": "sg", "state": "Empty", "topic": "sq", "partition": p, "start_offset": 3, "lag": 0} for p in (0, 1)]
+    assert "GROUP" in ok(walgate(server, "share-group", "describe", "sg"))
+    plan = walgate(server, "share-group", "reset-offsets", "sg", "--topic", "sq:0", "--to-offset", "1", "--json")
+    assert as_json(plan) == {"executed": False, "partitions": [
+        {"group": "sg", "topic": "sq", "partition": 0, "current_offset": 3, "new_offset": 1}]}
+    assert "Dry run" in plan.stderr
+    ok(walgate(server, "share-group", "reset-offsets", "sg", "--topic", "sq:0", "--to-offset", "1", "--execute"))
+    assert [(r["partition"], r["start_offset"], r["lag"]) for r in as_json(
+        walgate(server, "share-group", "describe", "sg", "--json"))] == [(0, 1, 2), (1, 3, 0)]
+    assert share_worker_drains(server, "sg", "sq", 2) == [(0, 1), (0, 2)]  # delivered again from offset 1
+    ok(walgate(server, "share-group", "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute"))
+    assert [r["start_offset"] for r in as_json(walgate(server, "share-group", "describe", "sg", "--json"))] == [0, 0]
+    assert "Deleted share group 'sg'." in walgate(server, "share-group", "delete", "sg").stderr
+    assert as_json(walgate(server, "share-group", "list", "--json")) == []
+    assert len(share_worker_drains(server, "sg", "sq", 6)) == 6  # earliest: every record again
+    ok(walgate(server, "share-group", "delete", "sg", "--topic", "sq"))
+    fails(walgate(server, "share-group", "describe", "sg"), 1, "share group 'sg' does not exist")  # no state left
+    fails(walgate(server, "share-group", "delete", "sg"), 1, "GROUP_ID_NOT_FOUND")
+
+
+def test_share_group_commands_refuse_a_group_with_members(server: WalgateServer) -> None:
+    from confluent_kafka import ShareConsumer
+
+    create_topic(server, "busy-q", 1)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap(server), "group.id": "busy-sg"})
+    consumer.subscribe(["busy-q"])
+    try:
+        deadline = time.monotonic() + ASSIGN_TIMEOUT
+        members: object = []
+        while not members and time.monotonic() < deadline:
+            consumer.poll(0.3)
+            members = as_json(walgate(server, "share-group", "describe", "busy-sg", "--members", "--json")) \
+                if "busy-sg" in ok(walgate(server, "share-group", "list")) else []
+        assert isinstance(members, list) and [m["assignment"] for m in members] == [["busy-q:0"]]
+        fails(walgate(server, "share-group", "reset-offsets", "busy-sg", "--all-topics", "--to-earliest"), 1,
+              "can only be reset while it is empty")
+        fails(walgate(server, "share-group", "delete", "busy-sg"), 1, "NON_EMPTY_GROUP")
+    finally:
+        consumer.close()
+
+
+def test_share_group_commands_reach_an_ssl_listener(tls_node: TlsNode, tmp_path: Path) -> None:
+    java = tmp_path / "client.properties"
+    java.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={tls_node.certs.ca}\n")
+    assert as_json(walgate_at(tls_node.ssl, "share-group", "list", "--json", "--command-config", str(java))) == []
+    fails(walgate_at(tls_node.ssl, "share-group", "list", "-X", "security.protocol=SASL_SSL"), 2,
+          "do not support SASL listeners")

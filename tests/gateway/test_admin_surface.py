@@ -194,7 +194,11 @@ def test_group_configs_are_stored_described_and_used_by_the_coordinator(tmp_path
     settings = {"group_consumer_session_timeout_ms": 45_000, "group_consumer_heartbeat_interval_ms": 5_000}
     with gateway_thread(data, **settings) as gw, KafkaConnection(gw.kafka_address) as conn:
         assert describe(conn, GROUP, "g") == {"consumer.session.timeout.ms": ("45000", "DEFAULT"),
-                                              "consumer.heartbeat.interval.ms": ("5000", "DEFAULT")}
+                                              "consumer.heartbeat.interval.ms": ("5000", "DEFAULT"),
+                                              "share.auto.offset.reset": ("latest", "DEFAULT"),
+                                              "share.isolation.level": ("read_uncommitted", "DEFAULT"),
+                                              "share.record.lock.duration.ms": ("30000", "DEFAULT"),
+                                              "share.delivery.count.limit": ("5", "DEFAULT")}
         assert incremental(conn, GROUP, "g", [("consumer.heartbeat.interval.ms", SET, "7000")]) == ErrorCode.none
         for ops in ([("consumer.heartbeat.interval.ms", SET, "100")], [("consumer.session.timeout.ms", SET, "x")],
                     [("share.session.timeout.ms", SET, "45000")], [("bogus", SET, "1")]):

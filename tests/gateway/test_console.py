@@ -20,8 +20,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from playwright.async_api import Page, async_playwright, expect
 
 from walgate.gateway.config import Config
@@ -218,3 +218,47 @@ async def test_the_api_answers_bad_parameters_with_400_json(tmp_path: Path, capl
         async with session.get(f"http://{host}:{port}/ui") as response:
             assert response.status == 200 and "script-src 'self'" in response.headers["Content-Security-Policy"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def share_worker(bootstrap: str, group: str, topic: str, want: int, reject: bytes) -> ShareConsumer:
+    """A share-group member (confluent-kafka's ShareConsumer, from the earliest record) that reads ``want``
+    records, accepting each but ``reject``, which it rejects (archived)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "share-test",
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 30
+    while got < want and time.monotonic() < deadline:
+        for m in consumer.poll(0.5) or []:
+            assert m.error() is None, m.error()
+            consumer.acknowledge(m, AcknowledgeType.REJECT if m.value() == reject else AcknowledgeType.ACCEPT)
+            got += 1
+        consumer.commit_sync(30)
+    assert got >= want, f"read {got} of {want} records"
+    return consumer
+
+
+async def test_a_share_group_shows_its_member_offsets_and_record_counts(console: Console) -> None:
+    page = console.page
+    await asyncio.to_thread(create_topic, console.bootstrap, "jobs", 1)
+    await asyncio.to_thread(produce, console.bootstrap, "jobs", [(b"k", b"job %d" % i) for i in range(10)])
+    consumer = await asyncio.to_thread(share_worker, console.bootstrap, "workers", "jobs", 10, b"job 3")
+    try:
+        await page.locator('nav a[data-tab="groups"]').click()
+        group = page.locator('#group-rows tr[data-group="workers"]')
+        await expect(group.locator("td")).to_have_text(["workers", "Stable", "share", "1", "0", ""],
+                                                       timeout=TIMEOUT_MS)
+        await group.click()
+        await expect(page.locator("#group-title")).to_have_text(
+            "Group workers · Stable · 0 in flight · 0 acquired · 1 archived · 0 redelivered")
+        # the share-partition's start offset is past every record: all acknowledged or archived
+        await expect(page.locator('#lag-rows tr[data-topic="jobs"][data-partition="0"] td')).to_have_text(
+            ["jobs", "0", "10", "10", "0"])
+        await expect(page.locator("#member-rows td").nth(1)).to_have_text("share-test")
+        await expect(page.locator("#member-rows td").nth(4)).to_have_text("jobs: 0")
+    finally:
+        await asyncio.to_thread(consumer.close)

@@ -392,6 +392,33 @@ def share_acknowledge(conn: KafkaConnection, node: Node, version: int) -> dict[s
                                                                     "acknowledgement_batches": []}]}]}
 
 
+def _empty_share_group(conn: KafkaConnection, node: Node, group_id: str) -> None:
+    """Share group ``group_id`` with share-partition state (partition 0 of TOPIC) and no members."""
+    member = _share_member(conn, node, group_id)
+    call(conn, 79, {"group_id": group_id, "member_id": member, "share_session_epoch": -1, "topics": []})
+    call(conn, 76, {"group_id": group_id, "member_id": member, "member_epoch": -1})
+
+
+@request(90)
+def describe_share_group_offsets(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    _empty_share_group(conn, node, f"share-offsets-v{version}")
+    return {"groups": [{"group_id": f"share-offsets-v{version}", "topics": [{"topic_name": TOPIC,
+                                                                          "partitions": [0]}]}]}
+
+
+@request(91)
+def alter_share_group_offsets(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    _empty_share_group(conn, node, f"share-alter-v{version}")
+    return {"group_id": f"share-alter-v{version}", "topics": [
+        {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}]}
+
+
+@request(92)
+def delete_share_group_offsets(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    _empty_share_group(conn, node, f"share-delete-v{version}")
+    return {"group_id": f"share-delete-v{version}", "topics": [{"topic_name": TOPIC}]}
+
+
 @request(75)
 def describe_topic_partitions(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return {"topics": [{"name": TOPIC}], "response_partition_limit": 2000}

@@ -9,6 +9,7 @@ order of events, never about time.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import threading
@@ -242,3 +243,49 @@ def test_an_offset_commit_is_answered_after_its_fsync_and_a_failed_one_is_never_
     assert offset_fetched(node) == 3, "a refused commit is seen"
     assert offset_commit(node, 7) == ErrorCode.none
     assert offset_fetched(node) == 7
+
+
+def run_sql(node: Gateway, statement: str) -> int:
+    """``POST /rest/sql``; the status."""
+    host, port = node.http_address
+    request = urllib.request.Request(f"http://{host}:{port}/rest/sql", data=statement.encode())
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            return response.status  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_coordinator_lane_syncs_its_own_log_and_a_failed_sync_refuses_only_the_commit(node: Gateway,
+                                                                                          gate: Gate) -> None:
+    """Issue 23: the coordinator lane takes its own notes; a held coordinator-log fsync holds the commit only (an
+    INSERT on the storage lane is answered meanwhile), and its failure refuses the commit, not the INSERT."""
+    assert offset_commit(node, 3) == ErrorCode.none
+    gate.hold()
+    refused = Committing(node, 5)
+    gate.started()
+    assert Inserting(node, 1).result() == 200
+    assert refused.is_alive(), "the commit was answered before its fsync ran"
+    gate.release(fail=True)
+    assert refused.result() == ErrorCode.not_coordinator
+    assert offset_fetched(node) == 3
+
+
+def test_drop_consumer_group_answers_once_the_coordinator_lane_synced_and_a_failed_sync_is_an_error(
+        node: Gateway, gate: Gate) -> None:
+    """Issue 23: DROP CONSUMER GROUP runs on the storage lane and deletes on the coordinator lane; its answer waits
+    for the coordinator log's fsync, and a failed one is answered as an error (the offsets stay), never as done."""
+    assert offset_commit(node, 3) == ErrorCode.none
+    gate.hold()
+    dropping = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        answer = dropping.submit(run_sql, node, "DROP CONSUMER GROUP g ON gct")
+        gate.started()
+        assert not answer.done(), "DROP CONSUMER GROUP was answered before its deletion was durable"
+        gate.release(fail=True)
+        assert answer.result(WAIT) == 503
+    finally:
+        dropping.shutdown()
+    assert offset_fetched(node) == 3, "a deletion whose fsync failed is seen"
+    assert run_sql(node, "DROP CONSUMER GROUP g ON gct") == 200
+    assert offset_fetched(node) == -1

@@ -37,7 +37,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.wire import decode_batches, encode_batch
 from walgate.wire.errors import ErrorCode
-from walgate.wire.protocol import build_response, decode_request, encode_request, encode_response, parse_request_header
+from walgate.wire.protocol import build_response, decode_view, encode_request, encode_response, parse_request_header
 
 DB = "hard"
 TS = 1_700_000_000_000
@@ -76,7 +76,7 @@ async def call(node: Node, api_key: int, version: int, request: Any) -> dict[str
     """Dispatch ``request`` as the server does and return the handler's answer (after checking it encodes)."""
     frame = encode_request(api_key, version, 7, "hardening-test", request)[4:]
     header = parse_request_header(frame)
-    fields = await HANDLERS[api_key].fn(node.broker, RequestContext.of(header), decode_request(header, frame))
+    fields = await HANDLERS[api_key].fn(node.broker, RequestContext.of(header), decode_view(header, frame))
     assert encode_response(header, build_response(api_key, version, fields))
     return fields
 

@@ -29,7 +29,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.wire.protocol import (
     build_response,
-    decode_request,
+    decode_view,
     encode_request,
     encode_response,
     parse_request_header,
@@ -72,7 +72,7 @@ class Rig:
     def answer(self, api_key: int, version: int, request: Any) -> None:
         frame = encode_request(api_key, version, 1, "never-raise", request)[4:]
         header = parse_request_header(frame)
-        call = HANDLERS[api_key].fn(self.broker, RequestContext.of(header), decode_request(header, frame))
+        call = HANDLERS[api_key].fn(self.broker, RequestContext.of(header), decode_view(header, frame))
         fields = self.loop.run_until_complete(asyncio.wait_for(call, 10))
         if isinstance(fields, Unanswered):  # Produce with acks=0: the answer it does not get must build too
             fields = fields.fields

@@ -28,7 +28,7 @@ from walgate.gateway.kafka.handlers import HANDLERS
 from walgate.gateway.listeners import ListenerInfo
 from walgate.security.authorizer import Authorizer
 from walgate.wire.errors import ErrorCode
-from walgate.wire.protocol import build_response, decode_request, encode_request, encode_response, parse_request_header
+from walgate.wire.protocol import build_response, decode_view, encode_request, encode_response, parse_request_header
 
 ALICE, BOB = "User:alice", "User:bob"
 
@@ -39,7 +39,7 @@ async def call_as(node: Node, api_key: int, version: int, request: Any, **identi
     header = parse_request_header(frame)
     ctx = RequestContext.of(header, **identity)
     assert (ctx.api_key, ctx.api_version, ctx.correlation_id, ctx.client_id) == (api_key, version, 11, "context-test")
-    fields = await HANDLERS[api_key].fn(node.broker, ctx, decode_request(header, frame))
+    fields = await HANDLERS[api_key].fn(node.broker, ctx, decode_view(header, frame))
     assert encode_response(header, build_response(api_key, version, fields))
     return fields
 

@@ -1000,21 +1000,25 @@ def test_retention_deletes_a_merged_segment_whose_merge_is_unfinished_with_every
         e.close()
 
 
-def test_the_staged_bytes_are_fdatasynced_by_the_callers_thread_between_steps(engine: Engine,
-                                                                               monkeypatch: pytest.MonkeyPatch):
-    """Issue 23: a pass's staged bytes (rewritten segments' logs, merges) are fdatasynced by the function
+def test_every_fsync_of_a_pass_runs_on_the_callers_thread_between_steps(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """Issue 23: every fsync and fdatasync of a pass (the staged bytes of rewritten logs and merges; each swap's,
+    merge's, index's and checkpoint's whole-file fsync and its directory's fsync) is run by the function
     ``Engine.clean_sync`` hands out after a step, which the gateway runs on a thread of its own, so the storage
-    thread never waits for that disk flush (on main every staged write fdatasynced in the step, on the storage
-    thread); the pass's result is the same."""
+    thread never waits for the disk (on main the swaps', merges' and checkpoint's fsyncs ran in the steps, on the
+    storage thread); the pass's result is the same, and so is the log after a restart."""
+    engine = open_engine(tmp_path)
     produce_history(engine)
-    threads: list[str] = []
-    real = fileio.fdatasync
+    engine.cleaner.step_bytes = 1  # segments rewritten in several steps: staged bytes fdatasynced between them
+    threads: list[tuple[str, str]] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(fileio, name)
 
-    def recorded(fd: int, **kw: Any) -> None:
-        threads.append(threading.current_thread().name)
-        real(fd, **kw)
+        def recorded(fd: int, *, real: Any = real, name: str = name, **kw: Any) -> None:
+            threads.append((name, threading.current_thread().name))
+            real(fd, **kw)
 
-    monkeypatch.setattr(fileio, "fdatasync", recorded)
+        monkeypatch.setattr(fileio, name, recorded)
     steps = 0
     stats = engine.clean(LATER, NODE)
     while True:
@@ -1029,5 +1033,14 @@ def test_the_staged_bytes_are_fdatasynced_by_the_callers_thread_between_steps(en
         steps += 1
         assert steps < 1000
     assert stats is not None and stats.records_removed == 4 and stats.merged > 0
-    assert threads and set(threads) == {"sync"}  # every fdatasync of the pass, none in a step
+    assert {name for name, _ in threads} == {"fsync", "fdatasync"}
+    assert {thread for _, thread in threads} == {"sync"}  # every sync of the pass, none in a step
     assert [o for o, _, _ in records(engine)][:4] == [3, 5, 6, 7]
+    monkeypatch.undo()
+    engine.close()
+    again = open_engine(tmp_path)
+    try:
+        assert [o for o, _, _ in records(again)][:4] == [3, 5, 6, 7] and again.damage() == []
+        assert not [p for p in tmp_path.rglob("*.tmp")]
+    finally:
+        again.close()

@@ -205,3 +205,22 @@ def test_under_group_commit_an_append_says_what_it_waits_for(tmp_path: Path):
         assert e.take_unsynced() == []  # taken by the append
     finally:
         e.close()
+
+
+def test_a_re_created_tdengine_topic_never_serves_the_old_topics_batches(engine: Engine):
+    """Rendered batches are cached per topic, partition and WAL version; a topic dropped by SQL and created again
+    under its name renders the same WAL entries anew (the cache is keyed by the topic's id, not its name)."""
+    engine.execute("CREATE DATABASE db VGROUPS 1 PRECISION 'ms'")
+    engine.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    engine.execute("INSERT INTO db.d0 USING db.st TAGS (7) VALUES (1000, 1)")
+    parts = engine.partitions
+
+    def served() -> list[dict[str, object]]:
+        return [orjson.loads(v or b"") for _, _, v in values(
+            parts.read("t", 0, 0, 1 << 20, must_one=True, read_committed=False).batches)]
+
+    engine.execute("CREATE TOPIC t AS SELECT ts, v FROM db.st")
+    assert [r["v"] for r in served()] == [1] and all("site" not in r for r in served())
+    engine.execute("DROP TOPIC t")
+    engine.execute("CREATE TOPIC t AS SELECT ts, site FROM db.st")
+    assert [(r.get("site"), "v" in r) for r in served()] == [(7, False)]

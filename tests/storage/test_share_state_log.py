@@ -141,3 +141,54 @@ def test_the_log_is_compacted_and_a_refused_compaction_loses_nothing(tmp_path, m
     assert path.read_bytes().count(b"\n") == 2
     assert reopen(path)[0] == {key(0): value(49), key(1): value(7)}
     assert COMPACT_FLOOR == 1000
+
+
+def synced(log: ShareStateLog) -> Any:
+    """Run the group-commit sync the log has queued (as gateway/group_commit.py does, here on this thread)."""
+    sync = log.take_sync()
+    assert sync is not None
+    sync.run()
+    sync.done()
+    return sync
+
+
+def test_with_group_commit_a_write_is_applied_only_once_its_sync_ran(tmp_path):
+    from walgate.storage.durability import Unsynced
+
+    path = tmp_path / "share_groups.log"
+    ledger = Unsynced(lambda owner: None)
+    log = ShareStateLog.open(path, DamageLog(tmp_path), unsynced=ledger)
+    faults = Faults()
+    with faults.active():
+        assert log.write([(key(0), value(1))]) == 1 and log.write([(key(1), value(2))]) == 2
+        assert ledger.take() == [(log, 2)] and faults.calls["fsync"] == 0 and not path.exists()
+        assert dict(log.states()) == {} and log.durable_to == 0
+        assert synced(log).covers == 2 and faults.calls["fsync"] == 1  # one fsync for both
+    assert dict(log.states()) == {key(0): value(1), key(1): value(2)} and log.durable_to == 2
+    assert reopen(path)[0] == dict(log.states())
+
+
+@pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
+def test_with_group_commit_a_refused_sync_refuses_every_write_not_durable(tmp_path, op, kind):
+    from walgate.storage.durability import Unsynced
+
+    path = tmp_path / "share_groups.log"
+    log = ShareStateLog.open(path, DamageLog(tmp_path), unsynced=Unsynced(lambda owner: None))
+    log.write([(key(0), value(1))])
+    synced(log)
+    faults = Faults()
+    with faults.active():
+        log.write([(key(0), value(2))])
+        sync = log.take_sync()
+        log.write([(key(1), value(3))])  # queued while the sync runs: refused with it
+        faults.fail_kind(op, kind)
+        sync.run()
+        sync.done()
+        faults.clear()
+    assert sync.error is not None and sync.covers == 3 and log.refusals == 1 and log.durable_to == 1
+    assert log.take_sync() is None and dict(log.states()) == {key(0): value(1)}
+    log.write([(key(1), value(4))])
+    synced(log)
+    assert log.durable_to == 4 and dict(log.states()) == {key(0): value(1), key(1): value(4)}
+    states, damage = reopen(path)
+    assert states == dict(log.states()) and damage.records == []

@@ -85,6 +85,19 @@ def flip(path: Path, at: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def damaged_copy(template: Path, root: Path, op: str, at: int) -> None:
+    """``template`` copied to ``root``, its meta store damaged: ``flip`` a byte at ``at``, ``truncate`` there, or
+    ``zeros`` (all of it)."""
+    shutil.copytree(template, root)
+    path = store_path(root)
+    if op == "flip":
+        flip(path, at)
+    elif op == "truncate":
+        os.truncate(path, at)
+    else:
+        path.write_bytes(bytes(path.stat().st_size))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_damaged_meta_store_loses_no_table(tmp_path: Path, seed: int):
     """Flipped bytes (the header, the rows, anywhere), a truncation, zeros: the store is rebuilt from the WAL
@@ -100,14 +113,7 @@ def test_a_damaged_meta_store_loses_no_table(tmp_path: Path, seed: int):
     reported = 0
     for n, (op, at) in enumerate(cases):
         root = tmp_path / f"case{n}"
-        shutil.copytree(template, root)
-        path = store_path(root)
-        if op == "flip":
-            flip(path, at)
-        elif op == "truncate":
-            os.truncate(path, at)
-        else:
-            path.write_bytes(bytes(size))
+        damaged_copy(template, root, op, at)
         e = Engine.open(root)
         assert tables(e) == before and rows(e) == before_rows, (op, at)
         for d in e.damage():
@@ -158,10 +164,10 @@ def test_a_store_that_refuses_writes_keeps_the_tables_in_memory_and_retention_wa
     e = make(tmp_path, small_segments=True)
     vnode = e.vnodes["db"][0]
     segments = len(vnode.wal.segments)
+    full_disk(e)  # (before the writes: each write's end tries the store, the first ones may fit its free pages)
     for i in range(6, 60):
         e.execute(f"INSERT INTO db.t{i} USING db.st TAGS ({i}) VALUES ({1000 + i}, {i})")
     before = tables(e)
-    full_disk(e)
     with pytest.raises(StorageUnavailable, match=META_STORE):
         vnode.checkpoint()
     assert not vnode.apply_retention(time.time() + 10)
@@ -179,10 +185,10 @@ def test_a_store_that_refuses_writes_keeps_the_tables_in_memory_and_retention_wa
 def test_a_store_that_cannot_be_written_at_close_loses_nothing(tmp_path: Path):
     e = make(tmp_path)
     e.vnodes["db"][0].checkpoint()
+    full_disk(e)
     for i in range(6, 60):
         e.execute(f"INSERT INTO db.t{i} USING db.st TAGS ({i}) VALUES ({1000 + i}, {i})")
     before = tables(e)
-    full_disk(e)
     with pytest.raises(StorageUnavailable, match="full"):
         e.vnodes["db"][0].checkpoint()
     e.close()  # logs the refusal; the WAL holds every meta entry after what the store covers
@@ -273,6 +279,18 @@ def test_flushes_lost_with_the_machine_are_replayed_from_the_wal(tmp_path: Path)
     e = Engine.open(tmp_path)
     assert json.loads(json.dumps(tables(e), default=str)) == before and e.damage() == []
     e.close()
+
+
+def test_a_killed_process_leaves_the_count_of_live_tables_right(tmp_path: Path):
+    """The store of a killed process covers its last flush; the open replays the meta entries after it on top of
+    the store's count of live tables (the count the table limit checks), and writes that count back."""
+    code = KILLED_AFTER_UNSYNCED_FLUSHES.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    for _ in range(2):  # the open after the kill, and the one after it (the count written back)
+        e = Engine.open(tmp_path)
+        assert e.vnodes["db"][0].live_count == len(tables(e)) == 41 and e.damage() == []
+        e.close()
 
 
 def test_retention_deletes_segments_only_after_a_durable_store_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -12,7 +12,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 __all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "datetime_ms", "key_value",
            "topic_partitions"]
@@ -38,7 +38,7 @@ def add_commands(commands: _Commands) -> None:
                              "(PEM) and sasl.jaas.config are translated")
     common.add_argument("-X", action="append", default=[], type=key_value, dest="client_settings", metavar="KEY=VALUE",
                         help="one client setting, as kcat -X (repeatable; after --command-config)")
-    for add in (_add_topic, _add_group, _add_consume, _add_produce):
+    for add in (_add_topic, _add_group, _add_share_group, _add_consume, _add_produce):
         add(commands, common)
 
 
@@ -121,6 +121,28 @@ def _add_topic(commands: _Commands, common: argparse.ArgumentParser) -> None:
     alter.set_defaults(run=_lazy("topics", "alter_config"))
 
 
+def _reset_arguments(reset: argparse.ArgumentParser, offsets: str, verb: str) -> Any:
+    """A reset-offsets command's group, scope (``--topic`` / ``--all-topics``), mode and ``--json``; its target
+    options (``--to-*``), for the caller to add to."""
+    reset.add_argument("group", metavar="GROUP")
+    scope = reset.add_mutually_exclusive_group()
+    scope.add_argument("--topic", action="append", default=[], type=topic_partitions, metavar="TOPIC[:P1,P2]",
+                       help="a topic, or some of its partitions (repeatable)")
+    scope.add_argument("--all-topics", action="store_true", help=f"every partition the group has {offsets} for")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    target.add_argument("--to-latest", action="store_true", help="the log end offset")
+    target.add_argument("--to-datetime", type=datetime_ms, metavar="ISO8601",
+                        help="the first record at or after this time, e.g. 2026-01-31T12:00:00.000Z (local time "
+                             "without a zone); the log end if there is none")
+    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    mode.add_argument("--execute", action="store_true", help=f"{verb} the planned offsets")
+    reset.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return target
+
+
 def _add_group(commands: _Commands, common: argparse.ArgumentParser) -> None:
     group = commands.add_parser("group", help="list, describe (lag), reset offsets of or delete consumer groups (Kafka protocol)")
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -137,28 +159,42 @@ def _add_group(commands: _Commands, common: argparse.ArgumentParser) -> None:
 
     reset = actions.add_parser("reset-offsets", parents=[common],
                                help="plan (dry run, the default) or --execute new committed offsets of an inactive group")
-    reset.add_argument("group", metavar="GROUP")
-    scope = reset.add_mutually_exclusive_group()
-    scope.add_argument("--topic", action="append", default=[], type=topic_partitions, metavar="TOPIC[:P1,P2]",
-                       help="a topic, or some of its partitions (repeatable)")
-    scope.add_argument("--all-topics", action="store_true", help="every partition the group has committed offsets for")
-    target = reset.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
-    target.add_argument("--to-latest", action="store_true", help="the log end offset")
-    target.add_argument("--to-datetime", type=datetime_ms, metavar="ISO8601",
-                        help="the first record at or after this time, e.g. 2026-01-31T12:00:00.000Z (local time "
-                             "without a zone); the log end if there is none")
-    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    target = _reset_arguments(reset, "committed offsets", "commit")
     target.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (negative: back)")
-    mode = reset.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
-    mode.add_argument("--execute", action="store_true", help="commit the planned offsets")
-    reset.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     reset.set_defaults(run=_lazy("groups", "reset_offsets"))
 
     delete = actions.add_parser("delete", parents=[common], help="delete inactive groups and their committed offsets")
     delete.add_argument("groups", nargs="+", metavar="GROUP")
     delete.set_defaults(run=_lazy("groups", "delete_groups"))
+
+
+def _add_share_group(commands: _Commands, common: argparse.ArgumentParser) -> None:
+    group = commands.add_parser("share-group", help="list, describe (start offsets, lag, members), reset offsets of or "
+                                                    "delete share groups (Kafka protocol, as kafka-share-groups)")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", parents=[common], help="share groups with their state")
+    listing.add_argument("--json", action="store_true", help="print one JSON array")
+    listing.set_defaults(run=_lazy("share_groups", "list_share_groups"))
+
+    describe = actions.add_parser("describe", parents=[common],
+                                  help="per partition: share-partition start offset and lag (or --members)")
+    describe.add_argument("groups", nargs="+", metavar="GROUP")
+    describe.add_argument("--members", action="store_true", help="the members and their assignments instead")
+    describe.add_argument("--json", action="store_true", help="print one JSON array")
+    describe.set_defaults(run=_lazy("share_groups", "describe_share_groups"))
+
+    reset = actions.add_parser("reset-offsets", parents=[common],
+                               help="plan (dry run, the default) or --execute new start offsets of an empty share group")
+    _reset_arguments(reset, "offsets", "apply")
+    reset.set_defaults(run=_lazy("share_groups", "reset_share_offsets"))
+
+    delete = actions.add_parser("delete", parents=[common],
+                                help="delete empty share groups with their state, or (--topic) one group's offsets")
+    delete.add_argument("groups", nargs="+", metavar="GROUP")
+    delete.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                        help="delete only the group's offsets of this topic (repeatable)")
+    delete.set_defaults(run=_lazy("share_groups", "delete_share_groups"))
 
 
 def _add_consume(commands: _Commands, common: argparse.ArgumentParser) -> None:

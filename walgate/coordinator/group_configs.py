@@ -52,7 +52,10 @@ class GroupTimeouts:
 
     def defaults(self) -> dict[str, str]:
         """Every group config key with the value a group that does not set it gets."""
-        return {SESSION_TIMEOUT: str(self.session_timeout_ms), HEARTBEAT_INTERVAL: str(self.heartbeat_interval_ms)}
+        return {SESSION_TIMEOUT: str(self.session_timeout_ms), HEARTBEAT_INTERVAL: str(self.heartbeat_interval_ms),
+                SHARE_AUTO_OFFSET_RESET: "latest", SHARE_ISOLATION_LEVEL: "read_uncommitted",
+                SHARE_RECORD_LOCK_DURATION: str(self.share_lock_ms),
+                SHARE_DELIVERY_COUNT_LIMIT: str(self.share_delivery_limit)}
 
     def of(self, group_id: str) -> tuple[int, int]:
         """(session timeout, heartbeat interval) in ms of ``group_id``'s members."""
@@ -70,8 +73,7 @@ class GroupTimeouts:
 
     def validate(self, configs: Mapping[str, str]) -> None:
         """Refuse (``ValueError``, Kafka's INVALID_CONFIG) an unknown key or a value out of its bounds."""
-        own_values = {**self.defaults(), SHARE_RECORD_LOCK_DURATION: str(self.share_lock_ms),
-                      SHARE_DELIVERY_COUNT_LIMIT: str(self.share_delivery_limit)}
+        own_values = self.defaults()
         for key, value in configs.items():
             choices = {SHARE_AUTO_OFFSET_RESET: _RESETS, SHARE_ISOLATION_LEVEL: _ISOLATION_LEVELS}.get(key)
             if choices is not None:

@@ -9,11 +9,20 @@ make them durable.
   partition), created at first use at the log's start (``share.auto.offset.reset=earliest``) or end (``latest``,
   the default), or rebuilt from their durable value. The topic key is opaque here (the gateway passes topic ids, so
   a topic deleted and created again starts afresh).
-* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new or moved
-  partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
-  writes them and then calls :meth:`ShareCoordinator.written`, or :meth:`ShareCoordinator.rollback` when the disk
-  refused them: every partition changed since the last :meth:`written` is put back as it was, so nothing is
-  answered that is not durable.
+* Durability: every change other than an acquisition (acknowledgements, releases, expired locks, a new, rebuilt or
+  moved partition) marks its partition; :meth:`ShareCoordinator.take_records` hands their values to the caller, who
+  queues them as write number *w* and calls :meth:`ShareCoordinator.written` (w), or
+  :meth:`ShareCoordinator.rollback` when the call failed before that: every partition changed since the last
+  :meth:`written` is put back as it was. The writes become durable after the call (group commit): until
+  :meth:`ShareCoordinator.durable` says so, each keeps the partitions as they were before it; when the disk refused
+  them, :meth:`ShareCoordinator.refused` puts every partition back as it was before the first write not durable
+  (acquisitions made since, durable in no case, are undone with it: those records are delivered again), so nothing
+  the disk refused stays and every acknowledgement answered is durable.
+
+* Timers: :meth:`ShareCoordinator.next_expiry` is when :meth:`ShareCoordinator.expire` next has something to do (a
+  member's session timing out, a left member's session closing, a lock ending), so that its owner can call it then
+  rather than waiting for a request; :meth:`ShareCoordinator.take_released` names the share-partitions where records
+  became acquirable again (released, expired, their holder gone), whose waiting fetches the owner wakes.
 
 Pure and synchronous: the log (watermarks) and the groups' settings come through :class:`ShareLogs`; time is the
 ``now_ms`` passed in.
@@ -30,7 +39,8 @@ from kio.schema.errors import ErrorCode
 from walgate.coordinator.share_group import ShareGroups
 from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, ranges_of
 
-__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareKey", "ShareLogs", "ShareSettings"]
+__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareGroupStats", "ShareKey", "ShareLogs",
+           "ShareSettings"]
 
 ShareKey = tuple[str, str, int]
 """(group id, topic key, partition)."""
@@ -68,6 +78,20 @@ class AckBatch(NamedTuple):
 
 
 @dataclass
+class ShareGroupStats:
+    """One share group now (metrics, the web console): its members, the records between its share-partitions' start
+    and end offsets (in flight) and those acquired now; records archived and redelivered since the node started."""
+
+    group: str
+    members: int = 0
+    partitions: int = 0
+    in_flight: int = 0
+    acquired: int = 0
+    archived: int = 0
+    redelivered: int = 0
+
+
+@dataclass
 class PartitionResult:
     """One partition's part of a ShareFetch / ShareAcknowledge answer."""
 
@@ -95,11 +119,29 @@ class ShareCoordinator:
         self.sessions: dict[tuple[str, str], _Session] = {}
         self._stored: dict[ShareKey, Any] = {}  # durable values not yet rebuilt
         self._undo: dict[ShareKey, SharePartition | None] = {}  # partitions as they were before the unwritten changes
+        self._unwritten: list[tuple[int, dict[ShareKey, SharePartition | None]]] = []  # (write, its undo) not durable
         self._cursor = 0  # rotates which partition is served first
+        self._released: set[ShareKey] = set()  # partitions with records acquirable again since take_released
 
     def load(self, values: Mapping[ShareKey, Any]) -> None:
         """The durable values (:meth:`take_records`' values as written); each is rebuilt at its first use."""
         self._stored.update(values)
+
+    def stats(self) -> list[ShareGroupStats]:
+        """Every share group with members or share-partitions in memory, by group id."""
+        out = {g: ShareGroupStats(g, members=len(group.members)) for g, group in self.groups.groups.items()}
+        for (group_id, _, _), sp in self.partitions.items():
+            st = out.setdefault(group_id, ShareGroupStats(group_id))
+            st.partitions += 1
+            st.in_flight += sp.end - sp.start
+            st.acquired += sp.acquired()
+            st.archived += sp.archived
+            st.redelivered += sp.redelivered
+        return [out[g] for g in sorted(out)]
+
+    def group_ids(self) -> frozenset[str]:
+        """The ids of the share groups: those with members or share-partition state (in memory or durable only)."""
+        return frozenset(self.groups.groups).union(k[0] for k in self.partitions).union(k[0] for k in self._stored)
 
     def has_state(self, group_id: str) -> bool:
         """The group has share-partition state (it consumed, or is consuming)."""
@@ -115,20 +157,42 @@ class ShareCoordinator:
         return sp
 
     def take_records(self) -> list[tuple[ShareKey, Any]]:
-        """(key, durable value) of every partition changed since the last :meth:`written`."""
-        return [(key, self.partitions[key].to_record()) for key in self._undo if key in self.partitions]
+        """(key, durable value) of every partition changed since the last :meth:`written`; None for one deleted
+        (:meth:`drop`)."""
+        return [(key, self.partitions[key].to_record() if key in self.partitions else None) for key in self._undo]
 
-    def written(self) -> None:
+    def written(self, write: int = 0) -> None:
+        """The records :meth:`take_records` gave were queued as write ``write`` (0: there were none), kept undoable
+        until :meth:`durable` covers it."""
+        if write and self._undo:
+            self._unwritten.append((write, dict(self._undo)))
         self._undo.clear()
+
+    def durable(self, write: int) -> None:
+        """Writes up to ``write`` are durable: their changes can no longer be undone."""
+        while self._unwritten and self._unwritten[0][0] <= write:
+            self._unwritten.pop(0)
+
+    def refused(self) -> None:
+        """Every write not durable was refused: put each partition they changed back as it was before the first."""
+        before: dict[ShareKey, SharePartition | None] = {}
+        for _, undo in self._unwritten:
+            for key, sp in undo.items():
+                before.setdefault(key, sp)
+        self._unwritten.clear()
+        self._restore(before)
 
     def rollback(self) -> None:
         """Put every partition changed since the last :meth:`written` back as it was (its records were refused)."""
-        for key, before in self._undo.items():
-            if before is None:
+        self._restore(self._undo)
+        self._undo.clear()
+
+    def _restore(self, before: Mapping[ShareKey, SharePartition | None]) -> None:
+        for key, sp in before.items():
+            if sp is None:
                 self.partitions.pop(key, None)
             else:
-                self.partitions[key] = before
-        self._undo.clear()
+                self.partitions[key] = sp
 
     # -- partitions ---------------------------------------------------------------------------------------------
 
@@ -139,14 +203,15 @@ class ShareCoordinator:
         log_start, log_end = self.logs.watermarks(topic, partition)
         if sp is None:
             stored = self._stored.pop(key, None)
-            if stored is not None:
+            if stored is not None:  # undone to itself (its durable value is not lost with a refused write)
                 sp = SharePartition.from_record(stored, settings.lock_ms, settings.delivery_limit,
                                                 settings.max_in_flight)
+                self._undo.setdefault(key, sp.copy())
             else:
                 start = log_start if settings.reset == "earliest" else log_end
                 sp = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+                self._undo.setdefault(key, None)
             self.partitions[key] = sp
-            self._undo.setdefault(key, None)
         sp.lock_ms, sp.delivery_limit = settings.lock_ms, settings.delivery_limit
         if log_start > sp.start:
             self._changing(key).move_start(log_start)
@@ -164,12 +229,28 @@ class ShareCoordinator:
             deadline = sp.next_deadline()
             if deadline is not None and deadline <= now_ms:
                 self._changing(key).expire(now_ms)
+                self._released.add(key)
+
+    def next_expiry(self) -> int | None:
+        """The earliest time :meth:`expire` has something to do (None: nothing will expire)."""
+        deadlines = [self.groups.next_deadline()]
+        deadlines += [session.left_ms + self.logs.settings(group_id).lock_ms
+                      for (group_id, _), session in self.sessions.items() if session.left_ms is not None]
+        deadlines += [sp.next_deadline() for sp in self.partitions.values()]
+        known = [d for d in deadlines if d is not None]
+        return min(known) if known else None
+
+    def take_released(self) -> set[ShareKey]:
+        """The share-partitions where records became acquirable again since the last call (cleared)."""
+        released, self._released = self._released, set()
+        return released
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
         for key, sp in list(self.partitions.items()):
             if key[0] == group_id and any(r.member == member_id for r in sp.records.values()):
                 self._changing(key).release_member(member_id)
+                self._released.add(key)
 
     def member_left(self, group_id: str, member_id: str, now_ms: int) -> None:
         """A member left its group (heartbeat epoch -1). A client closing sends its last acknowledgements with the
@@ -232,6 +313,7 @@ class ShareCoordinator:
             sp = self.partitions.get(key)
             if sp is not None and any(r.member == member_id for r in sp.records.values()):
                 self._changing(key).release_member(member_id)
+                self._released.add(key)
 
     def update_session(self, group_id: str, member_id: str, add: Sequence[tuple[str, int]],
                        forget: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -259,6 +341,8 @@ class ShareCoordinator:
                 self._partition(group_id, b.topic, b.partition)
                 self._changing((group_id, b.topic, b.partition)).acknowledge(member_id, b.first, b.last, b.types,
                                                                             now_ms)
+                if Ack.RELEASE in b.types:
+                    self._released.add((group_id, b.topic, b.partition))
             except AckError as exc:
                 result.ack_error = ErrorCode.invalid_request if exc.invalid_request else ErrorCode.invalid_record_state
                 result.ack_message = str(exc)
@@ -303,3 +387,53 @@ class ShareCoordinator:
             result.acquired = sp.acquire(member_id, log_end, left, now_ms)
             left -= sum(a.last - a.first + 1 for a in result.acquired)
         return out
+
+    # -- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups)
+
+    def state_keys(self, group_id: str) -> list[ShareKey]:
+        """The keys of the group's share-partitions that have state (in memory or durable only), sorted."""
+        return sorted({k for k in self.partitions if k[0] == group_id} | {k for k in self._stored if k[0] == group_id})
+
+    def state_keys_all(self) -> set[ShareKey]:
+        """The keys of every share-partition that has state (in memory or durable only)."""
+        return set(self.partitions) | set(self._stored)
+
+    def _loaded(self, key: ShareKey) -> SharePartition | None:
+        """The share-partition of ``key`` (rebuilt from its durable value without changing it), None without state."""
+        sp = self.partitions.get(key)
+        if sp is None and key in self._stored:
+            settings = self.logs.settings(key[0])
+            sp = SharePartition.from_record(self._stored[key], settings.lock_ms, settings.delivery_limit,
+                                            settings.max_in_flight)
+            del self._stored[key]
+            self.partitions[key] = sp
+        return sp
+
+    def summary(self, key: ShareKey) -> tuple[int, int] | None:
+        """(start offset, records past it already acknowledged or archived) of a share-partition, None when it has
+        no state."""
+        sp = self._loaded(key)
+        return None if sp is None else (sp.start, sp.done())
+
+    def reset(self, key: ShareKey, start: int) -> None:
+        """Start the share-partition of ``key`` afresh at offset ``start`` (AlterShareGroupOffsets): the records
+        from ``start`` on are delivered again, none below it (the log's start still bounds it at its next use)."""
+        settings = self.logs.settings(key[0])
+        if self._loaded(key) is not None:
+            self._changing(key)
+        else:
+            self._undo.setdefault(key, None)
+        self.partitions[key] = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
+
+    def drop(self, key: ShareKey) -> None:
+        """Delete the state of the share-partition of ``key`` (written as a tombstone); a later use starts it as
+        ``share.auto.offset.reset`` says."""
+        if self._loaded(key) is not None:
+            self._changing(key)
+            del self.partitions[key]
+
+    def drop_sessions(self, group_id: str) -> None:
+        """Forget the share sessions of the group (its members are gone: a deleted group)."""
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+

@@ -144,6 +144,11 @@ class ShareGroups:
                                                          for t, ps in sorted(m.assignment.items())]}}
                     for m in group.members.values()]}
 
+    def next_deadline(self) -> int | None:
+        """When the first member's session times out (None: no members)."""
+        ends = [m.last_heartbeat_ms + self.session_timeout_ms for g in self.groups.values() for m in g.members.values()]
+        return min(ends) if ends else None
+
     def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> list[tuple[str, str]]:
         """Remove the members whose session timed out by ``now_ms``; their (group id, member id)."""
         gone = []

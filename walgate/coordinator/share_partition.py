@@ -92,6 +92,8 @@ class SharePartition:
     max_in_flight: int = 2000
     records: dict[int, _Record] = field(default_factory=dict)
     end: int = -1  # -1: start
+    archived: int = 0  # records archived here since it was loaded (REJECT, the delivery limit): for metrics
+    redelivered: int = 0  # acquisitions of a record delivered before, since it was loaded: for metrics
     _deadline: int | None = field(default=None, repr=False)  # the earliest lock, while _deadline_known
     _deadline_known: bool = field(default=False, repr=False)
 
@@ -102,7 +104,11 @@ class SharePartition:
     def copy(self) -> SharePartition:
         """An independent copy (records are immutable values): change it, and keep it only once it is durable."""
         return SharePartition(self.start, self.lock_ms, self.delivery_limit, self.max_in_flight, dict(self.records),
-                              self.end)
+                              self.end, self.archived, self.redelivered)
+
+    def acquired(self) -> int:
+        """Records ACQUIRED now."""
+        return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
 
     def state(self, offset: int) -> tuple[RecordState, int]:
         """(state, delivery count) of ``offset``."""
@@ -118,6 +124,10 @@ class SharePartition:
     def in_flight(self) -> int:
         """Records ACQUIRED now."""
         return sum(1 for r in self.records.values() if r.state == RecordState.ACQUIRED)
+
+    def done(self) -> int:
+        """Records from the start offset on that are ACKNOWLEDGED or ARCHIVED (they count for no lag)."""
+        return sum(1 for r in self.records.values() if r.state in _FINAL)
 
     def next_deadline(self) -> int | None:
         """The earliest lock deadline, None when nothing is acquired (kept between changes: every request asks)."""
@@ -160,6 +170,8 @@ class SharePartition:
             rec = self.records.get(offset)
             if rec is None or rec.state == RecordState.AVAILABLE:
                 count = (rec.count if rec is not None else 0) + 1
+                if count > 1:
+                    self.redelivered += 1
                 self.records[offset] = _Record(RecordState.ACQUIRED, count, member, deadline)
                 taken.append((offset, count))
                 if self._deadline_known and (self._deadline is None or deadline < self._deadline):
@@ -186,6 +198,7 @@ class SharePartition:
                 self.records[offset] = _Record(RecordState.ACKNOWLEDGED, rec.count)
             elif kind == Ack.REJECT:
                 self.records[offset] = _Record(RecordState.ARCHIVED, rec.count)
+                self.archived += 1
             elif kind == Ack.RELEASE:
                 self.records[offset] = self._released(rec)
             else:
@@ -216,6 +229,7 @@ class SharePartition:
 
     def _released(self, rec: _Record) -> _Record:
         if rec.count >= self.delivery_limit:
+            self.archived += 1
             return _Record(RecordState.ARCHIVED, rec.count)
         return _Record(RecordState.AVAILABLE, rec.count)
 

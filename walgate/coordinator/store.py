@@ -3,9 +3,10 @@ partition counts.
 
 :class:`EngineOffsetStore` is the :class:`~walgate.coordinator.offsets.OffsetStore` over
 :class:`walgate.storage.engine.Engine`, which it reaches through the narrow :class:`OffsetEngine` protocol (so the
-coordinator does not import storage). Every call runs on the thread that owns the engine, which is why the engine
-is private here and the gateway keeps the store out of reach of the event loop
-(:class:`walgate.gateway.kafka.groups.GroupService` hands it only to functions it runs on the storage thread).
+coordinator does not import storage). Every call runs on the coordinator lane, which owns the coordinator log, which is
+why the engine is private here and the gateway keeps the store out of reach of the event loop
+(:class:`walgate.gateway.kafka.groups.GroupService` hands it only to functions it runs on that lane). Topics and
+partition counts come from the snapshot the storage lane publishes (``Engine.topics``), never from the catalog.
 Each group's commits go to the engine in one call, which writes them with one write to the group's coordinator
 partition, fsynced before :meth:`EngineOffsetStore.commit` returns (under group commit, before the storage thread's
 call does); a write the disk refuses fails that group's records only.
@@ -13,7 +14,7 @@ call does); a write the disk refuses fails that group's records only.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from walgate.coordinator.offsets import CommittedOffset, OffsetCommitRecord
@@ -37,16 +38,18 @@ class StoredOffset(Protocol):
     def commit_ms(self) -> int: ...
 
 
-class _Catalog(Protocol):
-    @property
-    def topics(self) -> Collection[str]: ...
+class Topics(Protocol):
+    """The published topics (``walgate.storage.topics_snapshot.TopicsSnapshot``)."""
+
+    def partition_count(self, topic: str) -> int | None: ...
+
+    def has_partition(self, topic: str, partition: int) -> bool: ...
 
 
 class OffsetEngine(Protocol):
     """The engine methods the store uses (``walgate.storage.engine.Engine`` has them)."""
 
-    @property
-    def catalog(self) -> _Catalog: ...
+    def topics(self) -> Topics: ...
 
     def commit_offsets(
         self, group: str, entries: list[tuple[str, int, int, int, str | None]], now_ms: int
@@ -58,11 +61,7 @@ class OffsetEngine(Protocol):
         self, group: str | None = None, topic: str | None = None, partition: int | None = None
     ) -> int: ...
 
-    def all_committed(self) -> Iterator[tuple[str, str, int, StoredOffset]]: ...
-
-    def has_partition(self, topic: str, partition: int) -> bool: ...
-
-    def partition_count(self, topic: str) -> int: ...
+    def all_committed(self) -> Iterable[tuple[str, str, int, StoredOffset]]: ...
 
 
 def _from_storage(c: StoredOffset) -> CommittedOffset:
@@ -116,9 +115,8 @@ class EngineOffsetStore:
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         """Whether *topic* exists and has *partition*."""
-        return self._engine.has_partition(topic, partition)
+        return self._engine.topics().has_partition(topic, partition)
 
     def topic_partitions(self, topic: str) -> int | None:
         """Partition count of *topic*, None if it does not exist."""
-        engine = self._engine
-        return engine.partition_count(topic) if topic in engine.catalog.topics else None
+        return self._engine.topics().partition_count(topic)

@@ -3,21 +3,24 @@ thread.
 
 Each file written with group commit (a vnode's WAL, a coordinator partition's log; see
 :mod:`walgate.storage.durability`) has at most one *round* going at a time: take a sync of everything written to it
-so far (on the storage thread), run its fdatasync on one of the worker threads, then, in one storage-thread call,
-mark it done and take the next; back on the event loop, release every waiter whose target it made durable, or refuse
+so far (on the file's owner lane: the storage lane for a WAL, the coordinator lane for a coordinator log, see
+:meth:`GroupCommit.own`), run its fdatasync on one of the worker threads, then, in one call on that lane, mark it
+done and take the next; back on the event loop, release every waiter whose target it made durable, or refuse
 with :class:`~walgate.storage.errors.StorageUnavailable` every waiter it covered when it failed. Waiters that
 arrived while it ran ride on the next sync, so one fdatasync answers every append and commit made while the previous
 one ran. A round goes on while its file holds anything unsynced, waited for or not (an ``acks=0`` produce, a request
 that failed after writing): readers see level-2 records only once durable. After a failed fdatasync the next one
 waits :data:`RETRY_S` (the disk may need time; the round must not spin).
 
-The storage thread never runs these fdatasyncs, so Fetch, Metadata and Heartbeat are answered while they run.
+No lane runs these fdatasyncs, so Fetch, Metadata and Heartbeat are answered while they run; a coordinator log's
+round never queues behind the storage lane (nor a WAL's behind the coordinator lane).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from walgate.gateway.storage_thread import StorageThread
@@ -47,7 +50,7 @@ class _File:
 
 
 def _advance(file: Syncable, sync: Sync | None) -> tuple[int, Sync | None]:
-    """Storage thread: mark ``sync`` done; (what is durable now, the next sync to run or None)."""
+    """On the file's owner lane: mark ``sync`` done; (what is durable now, the next sync to run or None)."""
     if sync is not None:
         sync.done()
     return file.durable_to, file.take_sync()
@@ -58,8 +61,15 @@ class GroupCommit:
 
     def __init__(self, storage: StorageThread, threads: int = SYNC_THREADS) -> None:
         self._storage = storage
+        self._owners: dict[int, StorageThread] = {}  # id(file) -> its lane, for files not the storage lane's
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="walgate-sync")
         self._files: dict[int, _File] = {}  # id(file) -> state, while it has waiters or a round
+
+    def own(self, lane: StorageThread, files: Iterable[Syncable]) -> None:
+        """``files`` (open for the node's life: the coordinator logs) belong to ``lane``: their syncs are taken and
+        marked done there. Every other file is the storage lane's."""
+        for file in files:
+            self._owners[id(file)] = lane
 
     async def wait(self, needs: list[Need]) -> None:
         """Return once every need is durable; StorageUnavailable (the first) when an fdatasync covering one
@@ -107,7 +117,8 @@ class GroupCommit:
         sync: Sync | None = None
         try:
             while True:
-                durable, following = await self._storage.call(_advance, state.file, sync)
+                durable, following = await self._owners.get(id(state.file), self._storage).call(
+                    _advance, state.file, sync)
                 self._settle(state, durable, sync)
                 failed, sync = sync is not None and sync.error is not None, None
                 if following is None:

@@ -78,6 +78,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
@@ -143,10 +144,12 @@ def make_app(
     allowed_origins: frozenset[Origin] = frozenset(),
     basic_auth: BasicAuth | None = None,
     ingest: IngestWorkers | None = None,
+    shares: Callable[[], ShareCoordinator | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
-    ``groups``, also the web console (:mod:`walgate.gateway.console`); with its ``metrics``, ``/metrics``. ``listeners()`` tells
+    ``groups``, also the web console (:mod:`walgate.gateway.console`; ``shares()``: the share coordinator, whose
+    share groups it shows beside them); with its ``metrics``, ``/metrics``. ``listeners()`` tells
     ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
     ``basic_auth``, requests need a user's credentials (module docstring)."""
@@ -173,7 +176,7 @@ def make_app(
         app[_METRICS] = metrics
         app.router.add_get("/metrics", _metrics)
     if groups is not None:
-        add_console(app, engine, storage, groups)
+        add_console(app, engine, storage, groups, shares)
     return app
 
 

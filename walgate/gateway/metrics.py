@@ -11,9 +11,9 @@ Two kinds of values, and no copy of state:
   local, response send, total), bytes and records per topic, connections (event loop, :meth:`Metrics.request`,
   :meth:`Metrics.connection`); storage-thread calls (:meth:`Metrics.storage_call`, on the storage thread). Each
   :class:`Metrics` has its own registry, so several gateways can run in one process.
-* state (partitions, consumer groups, committed offsets and lag, the batch cache, the storage queue, fsync
-  latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
-  steps: one call for the groups, the committed offsets (a copy of the coordinator's map), the topic ids and the
+* state (partitions, consumer groups, share groups, committed offsets and lag, the batch cache, the storage queue,
+  fsync latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
+  steps: one call for the groups (and the share groups' counts), the committed offsets (a copy of the coordinator's map), the topic ids and the
   list of partitions, then one call per :data:`SCRAPE_PAGE` partitions (their offsets and their WALs' sizes), so a
   scrape of many partitions holds the storage thread for one page at a time and the calls queued meanwhile
   (Produce, Fetch) run between pages. The pages are read at slightly different moments: a partition created meanwhile waits for the
@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from walgate.coordinator import GroupCoordinator, GroupStats
+from walgate.coordinator.share_coordinator import ShareGroupStats
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine, PartitionStats
 from walgate.storage.fileio import LatencyRecorder, SyncLatency
@@ -90,6 +91,7 @@ class _State:
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: int
     syncs: SyncLatency  # the engine's fsync times (thread-safe recorders, read when rendered)
+    shares: list[ShareGroupStats]
 
 
 @dataclass
@@ -138,10 +140,11 @@ class Metrics:
         # per-topic traffic by topic key (name, or id for Fetch v13+): [bytes in, records in, bytes out]
         self.traffic: dict[str | uuid.UUID, list[int]] = {}
 
-    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator) -> None:
-        """Report the state of ``engine`` (its partitions and batch cache) and ``groups`` at every scrape (call once,
-        on the event loop)."""
-        self.registry.register(StateCollector(self, storage, engine, groups, asyncio.get_running_loop()))
+    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
+              shares: ShareStats | None = None) -> None:
+        """Report the state of ``engine`` (its partitions and batch cache), ``groups`` and the share groups
+        (``shares()``, on the storage thread) at every scrape (call once, on the event loop)."""
+        self.registry.register(StateCollector(self, storage, engine, groups, asyncio.get_running_loop(), shares))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (blocks on the storage thread: not on the event loop)."""
@@ -287,22 +290,29 @@ class _Head:
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: int
+    shares: list[ShareGroupStats]
 
 
-def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _Head:
+ShareStats = Callable[[], list[ShareGroupStats]]
+"""The share groups' counts now (the share coordinator's ``stats``; storage thread)."""
+
+
+def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread, shares: ShareStats | None) -> _Head:
     cache = engine.batch_cache
     return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
-                 list(groups.group_stats()), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
-                 storage.queued)
+                 engine.on_coordinator_lane(lambda: list(groups.group_stats())), dict(engine.topics_by_id()),
+                 (cache.hits, cache.misses, cache.size), storage.queued, shares() if shares is not None else [])
 
 
-async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread) -> _State:
+async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread,
+                 shares: ShareStats | None) -> _State:
     """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
-    head = await storage.call(_head, engine, groups, storage)
+    head = await storage.call(_head, engine, groups, storage, shares)
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
-    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs)
+    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs,
+                  head.shares)
 
 
 class StateCollector(Collector):
@@ -310,8 +320,9 @@ class StateCollector(Collector):
     scrape time (a storage-thread call per page of partitions, see the module docstring)."""
 
     def __init__(self, metrics: Metrics, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, shares: ShareStats | None = None) -> None:
         self._metrics = metrics
+        self._shares = shares
         self._storage = storage
         self._engine = engine
         self._groups = groups
@@ -322,7 +333,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         future = asyncio.run_coroutine_threadsafe(
-            _state(self._engine, self._groups, self._storage), self._loop)
+            _state(self._engine, self._groups, self._storage, self._shares), self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)
         except TimeoutError:
@@ -330,6 +341,7 @@ class StateCollector(Collector):
             raise TimeoutError(f"the storage thread did not answer within {SCRAPE_TIMEOUT:.0f} s") from None
         yield from _partition_metrics(state)
         yield from _group_metrics(state)
+        yield from _share_group_metrics(state)
         yield from _traffic_metrics(state, self._metrics.traffic)
         yield from _storage_metrics(state)
 
@@ -394,6 +406,23 @@ def _group_metrics(state: _State) -> Iterator[Metric]:
                  ["consumergroup", "topic"], (([g, t], v[0]) for (g, t), v in sums.items()))
     yield _gauge("kafka_consumergroup_lag_sum", "Lag of the group summed over the topic", ["consumergroup", "topic"],
                  (([g, t], v[1]) for (g, t), v in sums.items()))
+
+
+def _share_group_metrics(state: _State) -> Iterator[Metric]:
+    rows = [([g.group], g) for g in state.shares]
+    yield _gauge("walgate_sharegroup_members", "Members of the share group", ["sharegroup"],
+                 ((k, g.members) for k, g in rows))
+    yield _gauge("walgate_sharegroup_partitions", "Share-partitions of the share group in memory", ["sharegroup"],
+                 ((k, g.partitions) for k, g in rows))
+    yield _gauge("walgate_sharegroup_records_in_flight",
+                 "Records between the share-partitions' start and end offsets (not yet all acknowledged or archived)",
+                 ["sharegroup"], ((k, g.in_flight) for k, g in rows))
+    yield _gauge("walgate_sharegroup_records_acquired", "Records acquired by a member now (locked)", ["sharegroup"],
+                 ((k, g.acquired) for k, g in rows))
+    yield _counter("walgate_sharegroup_records_archived", "Records archived (rejected, or past the delivery limit)",
+                   ["sharegroup"], ((k, g.archived) for k, g in rows))
+    yield _counter("walgate_sharegroup_redeliveries", "Acquisitions of a record delivered before", ["sharegroup"],
+                   ((k, g.redelivered) for k, g in rows))
 
 
 def _traffic_metrics(state: _State, traffic: dict[str | uuid.UUID, list[int]]) -> Iterator[Metric]:

@@ -1,4 +1,4 @@
-"""One walgate node: the engine on its storage thread, the listeners, WAL syncing.
+"""One walgate node: the engine on its storage thread, the coordinators on theirs, the listeners, WAL syncing.
 
 Start-up: open the engine (on the storage thread, with ``max_partitions`` and its observers: the Fetch
 wake-ups the broker uses and the group members the group service fills, and the real clock,
@@ -12,9 +12,14 @@ listener they connected through, which defaults to its bound one). Shutdown (SIG
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
+Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
+``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
+storage-lane call the topics snapshot is published when the catalog changed (the coordinator lane reads topics only
+from it), and storage-lane code reaches the coordinator log through a :class:`~.storage_thread.LaneBridge`.
+
 Group commit (:mod:`.group_commit`): the engine is opened with it, so ``WAL_LEVEL 2`` appends and consumer-group
-commits return before their fdatasync, and every storage-thread call returns once what it wrote is durable
-(:mod:`.storage_thread`); the fdatasyncs run on the group-commit threads, one per file at a time, each covering
+commits return before their fdatasync, and every call of either lane returns once what it wrote is durable (each lane
+takes its own notes); the fdatasyncs run on the group-commit threads, one per file at a time, each covering
 every write made while the previous one ran.
 
 The WAL sync task asks the engine to fsync the ``WAL_LEVEL 1`` vnodes whose
@@ -26,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from types import TracebackType
 
@@ -40,6 +45,7 @@ from aiohttp import web
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
@@ -61,15 +67,16 @@ from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
-from walgate.gateway.storage_thread import StorageThread
+from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
 from walgate.storage import datadir
 from walgate.storage.cleaner import MAP_LOAD_FACTOR, CleanStats, map_entries
 from walgate.storage.clock import SYSTEM_CLOCK
+from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
-from walgate.storage.resource_configs import GROUP
+from walgate.storage.errors import StorageError
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -88,6 +95,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self._storage = StorageThread(self.metrics.storage_call)
+        self._coordinator = StorageThread(name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
                                      self.metrics.query)
         self._ingest = IngestWorkers()  # large write bodies are planned there, never on the storage thread
@@ -97,6 +105,8 @@ class Gateway:
         self._http: web.AppRunner | None = None
         self._sync_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
+        self._meta_task: asyncio.Task[None] | None = None
+        self._stopping = threading.Event()  # set by stop(): a meta store's check in its thread ends early
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self._transactions: TransactionService | None = None
@@ -117,21 +127,32 @@ class Gateway:
         log.debug("starting with %r", cfg)
         tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
+        bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
-                batch_cache_bytes=cfg.batch_cache_bytes,
+                batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False, coordinator_lane=bridge,
             )
-            self._storage.group_commit(self._engine.take_unsynced, self._group_commit)
             engine = self._engine
+
+            def end_of_storage_call() -> list[Need]:
+                engine.publish_topics()
+                return engine.take_unsynced() + bridge.take_needs()
+
+            self._storage.group_commit(end_of_storage_call, self._group_commit)
+            self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
+            self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
             if (self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
                     or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
                 await bootstrap_root(self._storage, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
-            groups = self._group_service(self._engine, members)
+            for topic in await self._storage.call(engine.delete_dropped_offsets):
+                log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
+                            "they are deleted now", topic)
+            groups = self._group_service(self._engine, members, bridge)
             await groups.load()  # the recorded groups, before any request
             self._authorizer = (Authorizer(self._engine.catalog.acls, super_principals(cfg.super_users),
                                            cfg.allow_everyone_if_no_acl_found) if cfg.authorizer_class_name else None)
@@ -142,13 +163,15 @@ class Gateway:
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
-                         ingest=self._ingest),
+                         ingest=self._ingest,
+                         shares=self._share_coordinator),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
             self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
+            self._meta_task = asyncio.create_task(self._check_meta_stores(self._engine), name="walgate-meta-checks")
             if cfg.log_cleaner_enable:
                 self._clean_task = asyncio.create_task(self._clean_loop(self._engine), name="walgate-log-cleaner")
         except BaseException:
@@ -158,7 +181,7 @@ class Gateway:
         listeners = ",".join(f"{name}://{h}:{p}" for name, (h, p) in self.kafka_addresses.items())
         log.info("walgate ready http=%s:%d kafka=%s:%d listeners=%s", host, port, *self.kafka_address, listeners)
 
-    def _group_service(self, engine: Engine, members: GroupMembers) -> GroupService:
+    def _group_service(self, engine: Engine, members: GroupMembers, bridge: LaneBridge) -> GroupService:
         """The node's consumer-group coordinator (Kafka's group APIs and the web console share it)."""
         cfg = self.config
         classic = ClassicGroups(
@@ -166,22 +189,22 @@ class Gateway:
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
         )
-        return GroupService(engine, self._storage, GroupCoordinator(
+        return GroupService(engine, self._coordinator, GroupCoordinator(
             classic,
             ConsumerGroups(
                 heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                 session_timeout_ms=cfg.group_consumer_session_timeout_ms,
                 is_classic_group_in_use=classic.has_members,
-                group_configs=functools.partial(engine.resource_configs, GROUP),
+                group_configs=lambda group_id: engine.topics().group_configs(group_id),  # on the coordinator lane
             ),
             now_ms=now_ms(),
-        ), members)
+        ), members, bridge)
 
     async def _transaction_service(self, engine: Engine) -> TransactionService:
         """The node's transaction coordinator, its durable state loaded and its decided transactions finished."""
         cfg = self.config
         self._transactions = TransactionService(
-            engine, self._storage,
+            engine, self._coordinator, self._storage,
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
@@ -227,7 +250,7 @@ class Gateway:
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             # the data dir's, fixed when it was made (the setting only makes a new one)
-            "offsets.topic.num.partitions": str(await self._storage.call(lambda: engine.coordinator_partitions)),
+            "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)
@@ -238,12 +261,13 @@ class Gateway:
             session_timeout_ms=cfg.group_share_session_timeout_ms,
             max_in_flight=cfg.group_share_partition_max_record_locks,
             lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
-            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit))
+            delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
+            wake=wakeups.records_appended)
         await broker.shares.open()  # share_groups.log, before any request
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
-        self.metrics.track(self._storage, engine, groups.groups)
+        self.metrics.track(self._storage, engine, groups.groups, broker.shares.coordinator.stats)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
             broker,
@@ -284,12 +308,23 @@ class Gateway:
         """Whether a Kafka listener authenticates clients with SASL."""
         return any(listener.info.sasl for listener in self.config.kafka_listeners())
 
+    def _share_coordinator(self) -> ShareCoordinator | None:
+        """The share coordinator once the Kafka listeners run (the web console shows its groups)."""
+        shares = self._kafka.broker.shares if self._kafka is not None else None
+        return shares.coordinator if shares is not None else None
+
     def _listeners(self) -> dict[str, bool]:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""
         return {"kafka": self._kafka is not None and self._kafka.serving}
 
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
+        self._stopping.set()
+        if self._meta_task is not None:
+            self._meta_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._meta_task
+            self._meta_task = None
         if self._clean_task is not None:
             self._clean_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -313,6 +348,7 @@ class Gateway:
         await self._queries.close()
         await self._ingest.close()
         await self._group_commit.close()
+        self._coordinator.shutdown()  # its queued calls run first; nothing calls it from here on
         if self._engine is not None:
             await self._storage.call(self._engine.close)
             self._engine = None
@@ -332,15 +368,15 @@ class Gateway:
 
     async def _clean_loop(self, engine: Engine) -> None:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
-        pass at a time on the storage thread (requests are served in between), the fdatasync of what the step staged
-        on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is due,
-        the next after ``log.cleaner.backoff.ms``."""
+        pass at a time on the storage thread (requests are served in between), the fsyncs the step left (staged
+        bytes, a commit's file and directory) on a thread of its own, the next step at once while a pass is in
+        progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
         max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
         while True:
             try:
                 stats, sync = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
-                if sync is not None:  # the step's staged bytes, fdatasynced off the storage thread
+                if sync is not None:  # the fsyncs the step left, off the storage thread
                     await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
@@ -353,6 +389,24 @@ class Gateway:
                          stats.topic, stats.partition, stats.segments, stats.bytes_before, stats.bytes_after,
                          stats.records_removed, stats.batches_removed)
             await asyncio.sleep(0 if stats is not None and not stats.finished else backoff)
+
+    async def _check_meta_stores(self, engine: Engine) -> None:
+        """The meta stores' whole-file checks the engine's open left (:mod:`walgate.storage.meta_checks`), one
+        store at a time on a thread of its own while the node serves; a damaged store is reported and rebuilt on
+        the storage thread."""
+        start = SYSTEM_CLOCK.monotonic()
+        checks = await self._storage.call(engine.meta_checks)
+        for check in checks:
+            where = f"{check.vnode.db.name} vnode {check.vnode.index}"
+            try:
+                problem = await asyncio.to_thread(check.run, self._stopping.is_set)
+                await self._storage.call(engine.meta_checked, check, problem)
+            except (StorageError, OSError) as exc:  # unreadable, a full disk, or the node stopping
+                log.warning("meta store of %s not checked: %s", where, getattr(exc, "message", exc))
+            except Exception:  # a bug: its traceback is logged, the other stores are still checked
+                log.exception("meta store of %s not checked", where)
+        if checks:
+            log.info("meta stores checked: %d in %.1f s", len(checks), SYSTEM_CLOCK.monotonic() - start)
 
     async def _sync_loop(self) -> None:
         """Periodic fsyncs (WAL_LEVEL 1) and retention. The fsyncs run on a thread of their own, not the storage
@@ -376,7 +430,7 @@ class Gateway:
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:
     """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs: the step's stats and
-    the fdatasync it left for another thread."""
+    the fsyncs it left for another thread."""
     return engine.clean(engine.clock.time(), node_id, max_keys), engine.clean_sync()
 
 

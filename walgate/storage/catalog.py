@@ -209,6 +209,11 @@ class Catalog:
     resource_configs: resource_configs.ResourceConfigs = field(default_factory=dict)  # storage/resource_configs.py
     _pad: bytes = b""  # b"\n" while the file may end in a torn record
     generation: int = 0  # +1 per committed change: an equal generation means an unchanged catalog (for snapshots)
+    # topics whose last record is a drop (a drop_topic, or the drop_db of their database): the start deletes their
+    # committed offsets if a stop came before the drop did (issue 23); a topic whose record was damaged is not here.
+    # A rewrite (damage, repair) keeps no drop records: offsets a stop left before one stay (checked against the
+    # topics on every commit and fetch, so unseen unless a topic of the same name is created again)
+    dropped: set[str] = field(default_factory=set)
     syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
 
     @classmethod
@@ -321,6 +326,7 @@ class Catalog:
             name = self._known_db(r, "name")
             self.databases.pop(name)
             self.stables = {k: v for k, v in self.stables.items() if k[0] != name}
+            self.dropped.update(k for k, v in self.topics.items() if v.db == name)
             self.topics = {k: v for k, v in self.topics.items() if v.db != name}
         elif op in ("create_stable", "alter_stable"):
             db, name = self._known_db(r, "db"), _get(r, "name", str)
@@ -340,9 +346,11 @@ class Catalog:
             self.topics[name] = TopicDef(name, kind, self._known_db(r, "db"), _get(r, "source", str),
                                          _get(r, "with_meta", bool), _get(r, "sql", str), r["topic_id"],
                                          _get(r, "created_ms", int))
+            self.dropped.discard(name)
         elif op == "drop_topic":
             if self.topics.pop(_get(r, "name", str), None) is None:
                 raise _Invalid(f"drop of an unknown topic {r['name']}")
+            self.dropped.add(r["name"])
         elif op == "alter_kafka_topic":
             topic = self.topics.get(_get(r, "name", str))
             if topic is None or topic.kind != "kafka":
@@ -360,6 +368,7 @@ class Catalog:
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
             self.databases[db] = DatabaseDef(db, options, created, db_id)
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
+            self.dropped.discard(name)
         elif op in acls.OPS:
             self.acls.apply(r)
         elif op == quotas.QUOTA_OP:

@@ -52,12 +52,12 @@ it is, and no tombstone or marker after it goes in that pass (an older record of
 transaction, may be in it).
 
 Crash safety: a segment is swapped by one rename. Its new log is written under a temporary name
-(``<first>.log.tmp``, a step at a time: :class:`~walgate.storage.fileio.StagedFile`; each step's bytes are
-fdatasynced by :meth:`Cleaner.staged_sync`, which the gateway runs off the storage thread between steps, and the
-swap waits for the step after the last one's sync), given the
-old file's modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced;
-its sealed index is then replaced
-the same way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
+(``<first>.log.tmp``, a step at a time: :class:`~walgate.storage.fileio.StagedFile`), given the old file's
+modification time (retention's clock), fsynced, renamed over the old log, and the directory fsynced; its sealed
+index is then replaced the same way. No fsync of a pass runs in a step: each step leaves the ones that must come
+before the next (a step's staged bytes; a commit's file and directory fsyncs, the commits being jobs of several
+steps, :data:`_Job`) to :meth:`Cleaner.staged_sync`, which the gateway runs on a thread of its own between steps;
+whatever the caller did not run, the next step runs first, so the order on disk is the same either way. A kill before the rename leaves the old segment (the next open deletes the ``.tmp`` leftover); after
 it, the new one. An index that does not match its log (a kill between the two renames) is rebuilt from the log at
 open, as any damaged index is. Segments are swapped oldest first; each is a valid state on its own, since a record
 is only ever removed for a newer one of its key, which a later (old or new) segment still holds. Readers are safe
@@ -79,7 +79,7 @@ import logging
 import struct
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -132,6 +132,11 @@ MAP_ENTRIES = map_entries(128 << 20, MAP_LOAD_FACTOR)
 """The default bound of a pass's key map (Kafka's defaults: 128 MiB at a load factor of 0.9)."""
 
 _first = attrgetter("first")
+
+_Job = Generator[Callable[[], None], None, None]
+"""A commit in steps on the storage thread (a segment's swap, a merge, the dirty point's checkpoint): each ``yield``
+hands out the I/O (fsyncs) to run off the storage thread before the next step; that I/O's OSError is thrown in at
+the ``yield``."""
 
 CHECKPOINT = "cleaner.ckpt"
 """The dirty point of a partition, in its vnode directory: one checksummed line ``{"dirty_from": version}``, with
@@ -231,6 +236,24 @@ class _Merge:
 
 
 @dataclass
+class _Io:
+    """The I/O a commit's step left (:data:`_Job`): run once, by the caller's thread between two steps
+    (:meth:`Cleaner.staged_sync`), else by the next step itself; its OSError kept for that step."""
+
+    call: Callable[[], None]
+    ran: bool = False
+    error: OSError | None = None
+
+    def run(self) -> None:
+        if not self.ran:
+            self.ran = True
+            try:
+                self.call()
+            except OSError as exc:
+                self.error = exc
+
+
+@dataclass
 class _Pass:
     """A pass in progress over one partition: the cleanable segments ((first version, size), oldest first), the end
     of their range, and what the scan found so far (the scan reads the log from ``cursor``)."""
@@ -263,6 +286,9 @@ class _Pass:
     merging: _Merge | None = None
     horizon: int | None = None  # the earliest delete horizon (ms) of the markers the pass kept
     stats: CleanStats | None = None
+    job: _Job | None = None  # a commit in progress: the pass's steps go on with it until it is done
+    io: _Io | None = None  # what the job's last step left to run off the storage thread
+    done: bool = False  # the pass's work is over: it ends with its job (the checkpoint)
 
 
 class Cleaner:
@@ -293,7 +319,12 @@ class Cleaner:
             if self._gone(p):
                 self._drop(p)
                 return None
-            if not p.scanned:
+            if p.job is not None:
+                self._resume(p)
+                if p.job is None and p.done:
+                    self._pass = None
+                    p.stats = None if p.stats is None else dataclasses.replace(p.stats, finished=True)
+            elif not p.scanned:
                 self._scan(p)
             elif p.segments:
                 self._clean_next(p, now_wall)
@@ -306,20 +337,49 @@ class Cleaner:
         return p.stats
 
     def staged_sync(self) -> Callable[[], None] | None:
-        """The fdatasync of what the pass's last step wrote to a staged file (a segment's rewritten log, a merge),
-        for the caller to run on another thread before the next step, so the storage thread does not wait for the
-        disk: None when nothing waits. Crash safety never depends on it: a commit fsyncs the file whole first."""
+        """The fsyncs the pass's last step left, for the caller to run on another thread before the next step, so
+        the storage thread does not wait for the disk: a commit's (a staged file's whole fsync, a directory's; its
+        error goes to the next step, this never raises), or the fdatasync of what the step wrote to a staged file (a
+        segment's rewritten log, a merge; raises). None when nothing waits. Crash safety never depends on the caller
+        running it: the next step runs what is left first."""
         p = self._pass
         if p is None:
             return None
+        if p.io is not None and not p.io.ran:
+            return p.io.run
         for work in (p.rewrite, p.merging):
             if work is not None and work.staged is not None and work.staged.unsynced:
                 return work.staged.sync
         return None
 
+    def _resume(self, p: _Pass) -> None:
+        """The pass's commit job's next step, once the I/O its last step left is done (here, if the caller did not
+        run it); an OSError the job raises ends it (the caller drops the pass)."""
+        io, p.io = p.io, None
+        assert p.job is not None
+        if io is not None:
+            io.run()
+        try:
+            call = p.job.send(None) if io is None or io.error is None else p.job.throw(io.error)
+        except StopIteration:
+            p.job = None
+            return
+        except OSError:
+            p.job = None
+            raise
+        p.io = _Io(call)
+
+    def _start_job(self, p: _Pass, job: _Job) -> None:
+        """Commit with ``job``: its first step runs now, the next ones as the pass's next steps."""
+        p.job, p.io = job, None
+        self._resume(p)
+
     def _drop(self, p: _Pass) -> None:
-        """End the pass where it is, deleting the temporary file of a rewrite or merge in progress."""
+        """End the pass where it is, deleting the temporary files of a rewrite, merge or commit in progress."""
         self._pass = None
+        if p.job is not None:
+            p.job.close()  # (its files are discarded as it exits)
+            p.job = p.io = None
         for work in (p.rewrite, p.merging):
             if work is not None and work.staged is not None:
                 work.staged.discard()
@@ -470,18 +530,14 @@ class Cleaner:
                 p.rewrite = None
                 return
             rw.read_all = True
-            if rw.changed and rw.staged is not None and rw.staged.unsynced:
-                return  # swapped by the next step, once the caller synced its new log (staged_sync)
         p.segments.pop(0)
         p.rewrite = None
         if rw.changed:
-            self._swap(p, rw)
+            self._start_job(p, self._swap(p, rw))
 
     def _finish(self, p: _Pass) -> None:
-        """Record the new dirty point (where the pass's map ended) and end the pass."""
-        self._pass = None
-        if p.stats is not None:
-            p.stats = dataclasses.replace(p.stats, finished=True)
+        """Record the new dirty point (where the pass's map ended) and end the pass once its checkpoint is written."""
+        p.done = True
         if p.truncated and p.unstable_at_start is not None:
             self._blocked[p.vnode.dir] = p.unstable_at_start
         else:
@@ -492,10 +548,24 @@ class Cleaner:
             self._horizons.pop(p.vnode.dir, None)
         self._dirty[p.vnode.dir] = p.limit
         point = {"dirty_from": p.limit} if p.horizon is None else {"dirty_from": p.limit, "horizon": p.horizon}
+        self._start_job(p, self._checkpoint(p.vnode.dir, lines.encode(point)))
+
+    def _checkpoint(self, directory: Path, data: bytes) -> _Job:
+        """Replace the dirty point's checkpoint with ``data`` as :func:`~walgate.storage.fileio.replace_file`
+        does, its fsyncs off the storage thread. A failure is logged (a lost dirty point costs one more pass)."""
+        path = directory / CHECKPOINT
         try:
-            fileio.replace_file(p.vnode.dir / CHECKPOINT, lines.encode(point), syncs=self.store.syncs)
-        except OSError as exc:  # a lost dirty point costs one more pass
-            log.warning("cleaner: %s: %s", p.vnode.dir / CHECKPOINT, describe(exc))
+            staged = fileio.StagedFile(path, syncs=self.store.syncs)
+            try:
+                staged.write(data, sync=False)
+                staged.seal()
+                yield staged.sync
+                staged.rename()
+            finally:
+                staged.discard()  # (nothing left to do once renamed)
+            yield _dir_sync(directory, self.store.syncs)
+        except OSError as exc:
+            log.warning("cleaner: %s: %s", path, describe(exc))
 
     def dirty_from(self, vnode: Vnode) -> int:
         """The partition's dirty point: versions from this one on have not been cleaned."""
@@ -687,10 +757,8 @@ class Cleaner:
             if m.offset >= seg.size:
                 m.index, m.offset = m.index + 1, 0
         if m.index == len(segs):
-            if copied and m.staged.unsynced:
-                return True  # committed by the next step, once the caller synced it (staged_sync)
             p.merging = None
-            self._merge(p, m, segs)
+            self._start_job(p, self._merge(p, m, segs))
         return True
 
     @staticmethod
@@ -726,17 +794,19 @@ class Cleaner:
             groups.append(run)
         return groups
 
-    def _merge(self, p: _Pass, m: _Merge, segs: list[Segment]) -> None:
+    def _merge(self, p: _Pass, m: _Merge, segs: list[Segment]) -> _Job:
         """Put the merged log of ``segs`` (all copied to ``m.staged``) in place of them. Crash safety, as Kafka's
         ``.swap`` files: the merged log, staged under a temporary name, is fsynced and renamed to
-        ``<first>.<end>.swap`` (the commit); from then on the WAL serves the merged segment, read from the swap file,
-        while it deletes the run's files and renames the swap file to the first segment's log
-        (:meth:`Wal.merge_segments <walgate.storage.wal.Wal.merge_segments>`). A kill before the commit leaves the old
-        segments; after it, the WAL's recovery finishes the merge at open (:mod:`walgate.storage.wal_recovery`). A
-        failed commit removes its swap file, unless it is there (its directory's fsync failed after the rename):
-        then it is committed. When the disk refuses a step after the commit, the merged segment goes on being served
-        from the swap file, and each time a pass is to begin the rest is tried again until it is done (the partition
-        is not cleaned meanwhile; a merge the next open could not finish is tried the same way)."""
+        ``<first>.<end>.swap`` (the commit), and the directory fsynced; from then on the WAL serves the merged segment,
+        read from the swap file, while it deletes the run's files and renames the swap file to the first segment's
+        log (:meth:`Wal.merge_segments <walgate.storage.wal.Wal.merge_segments>`), then the directory is fsynced
+        again and the sealed index written (staged, fsynced, renamed, the directory fsynced). Every fsync runs off
+        the storage thread, between the job's steps. A kill before the commit leaves the old segments; after it,
+        the WAL's recovery finishes the merge at open (:mod:`walgate.storage.wal_recovery`). A failed commit removes
+        its swap file, unless it is there (its directory's fsync failed after the rename): then it is committed.
+        When the disk refuses a step after the commit, the merged segment goes on being served from the swap file,
+        and each time a pass is to begin the rest is tried again until it is done (the partition is not cleaned
+        meanwhile; a merge the next open could not finish is tried the same way)."""
         wal = p.vnode.wal
         new = Segment(wal.dir, segs[0].first)
         for s in segs:
@@ -746,34 +816,64 @@ class Cleaner:
             new.size += s.size
         swap = m.staged.path
         try:
-            mtime = max(s.path.stat().st_mtime for s in segs)  # (retention waits for the newest of them)
-            m.staged.commit(mtime)  # the commit
+            m.staged.seal(max(s.path.stat().st_mtime for s in segs))  # (retention waits for the newest of them)
+            yield m.staged.sync
+            if self._run(wal, m.group) is None:  # changed meanwhile (retention)
+                return
+            m.staged.rename()  # the commit
+        finally:
+            m.staged.discard()  # (nothing left to do once renamed)
+        try:
+            yield _dir_sync(wal.dir, self.store.syncs)
         except OSError as exc:
-            if not m.staged.renamed:
-                m.staged.discard()
-                raise
             log.warning("cleaner: %s: %s; committed", swap, describe(exc))  # (fsynced by the merge's end)
         new.path = swap
-        wal.merge_segments(new, len(segs), m.next_first)
+        if not wal.merge_segments(new, len(segs), m.next_first, sync=False):
+            p.groups = []  # (logged; finished, synced and indexed, before the next pass begins)
+            return
         if p.stats is not None:
             p.stats = dataclasses.replace(p.stats, merged=p.stats.merged + len(segs) - 1)
+        try:
+            yield _dir_sync(wal.dir, self.store.syncs)
+        except OSError as exc:  # (the merge is served; its renames may not be durable yet)
+            log.warning("cleaner: %s: %s", wal.dir, describe(exc))
+        yield from self._replace_index(new, m.next_first)
 
-    def _swap(self, p: _Pass, rw: _Rewrite) -> None:
-        """Replace the segment by its rewritten log (one rename, see the module docstring), then its sealed index."""
+    def _replace_index(self, seg: Segment, end: int) -> _Job:
+        """Write ``seg``'s sealed index (``end``: the next segment's first version) as
+        :func:`~walgate.storage.fileio.replace_file` does, its fsyncs off the storage thread. A failure is only
+        logged: the index is derived, rebuilt from the log at the next open."""
+        try:
+            staged = fileio.StagedFile(seg.index_path, syncs=self.store.syncs)
+            try:
+                staged.write(sealed_index(seg, end), sync=False)
+                staged.seal()
+                yield staged.sync
+                staged.rename()
+            finally:
+                staged.discard()  # (nothing left to do once renamed)
+            yield _dir_sync(seg.index_path.parent, self.store.syncs)
+        except OSError as exc:
+            log.warning("cleaner: %s: %s; rebuilt at the next open", seg.index_path, describe(exc))
+
+    def _swap(self, p: _Pass, rw: _Rewrite) -> _Job:
+        """Replace the segment by its rewritten log (one rename, see the module docstring), then its sealed index:
+        the log fsynced whole, renamed over the old one if that is still there as it was (retention may delete it
+        meanwhile), the directory fsynced; every fsync off the storage thread, between the job's steps."""
         wal = p.vnode.wal
         new = rw.new
         assert rw.staged is not None
         try:
-            rw.staged.commit(rw.mtime)  # the swap: one rename
-        except OSError as exc:
-            if not rw.staged.renamed:  # the old segment stands
-                raise
-            log.warning("cleaner: %s: %s; swapped", rw.seg.path, describe(exc))  # (only the directory's fsync failed)
+            rw.staged.seal(rw.mtime)
+            yield rw.staged.sync
+            k = bisect_left(wal.segments, rw.seg.first, key=_first)
+            if k >= len(wal.segments) - 1 or wal.segments[k].first != rw.seg.first or \
+                    wal.segments[k].size != rw.seg.size:
+                return
+            rw.staged.rename()  # the swap: one rename
+        finally:
+            rw.staged.discard()  # (nothing left to do once renamed)
         wal.swap_segment(new)
-        try:
-            fileio.replace_file(new.index_path, sealed_index(new, rw.next_first), syncs=self.store.syncs)
-        except OSError as exc:  # derived: rebuilt from the log at the next open
-            log.warning("cleaner: %s: %s; rebuilt at the next open", new.index_path, describe(exc))
         self.store.indexes[(p.topic.name, p.vnode.index)].remove_versions(set(rw.dropped))
         if rw.markers_gone:  # (the state rebuilt at open never lists them: no batch of theirs is left)
             self.store.producers[(p.topic.name, p.vnode.index)].forget_aborted(rw.markers_gone)
@@ -782,3 +882,13 @@ class Cleaner:
             p.stats = CleanStats(s.topic, s.partition, s.segments + 1, s.bytes_before + rw.seg.size,
                                  s.bytes_after + new.size, s.records_removed + rw.removed,
                                  s.batches_removed + len(rw.dropped))
+        try:
+            yield _dir_sync(wal.dir, self.store.syncs)
+        except OSError as exc:  # (the new log is served; its rename may not be durable yet)
+            log.warning("cleaner: %s: %s; swapped", rw.seg.path, describe(exc))
+        yield from self._replace_index(new, rw.next_first)
+
+
+def _dir_sync(directory: Path, syncs: fileio.SyncLatency) -> Callable[[], None]:
+    """The fsync of ``directory`` (the renames in it made durable), for another thread."""
+    return lambda: fileio.fsync_dir(directory, syncs=syncs)

@@ -21,7 +21,8 @@ rebuilds both:
   starts with a ``\\n`` so it never joins a torn tail the cut could not remove.
 * Group commit (opened with an :class:`~walgate.storage.durability.Unsynced` ledger: the gateway): a commit is only
   queued and notes its need; the write and its fsync are one sync taken later (:meth:`CoordinatorLog.take_sync`,
-  run off the storage thread), one for every commit queued while the previous one ran. Commits are applied only
+  run off the storage thread), one for every commit queued while the previous one ran (the machinery is
+  :class:`~walgate.storage.group_committed_log.GroupCommittedLog`'s). Commits are applied only
   once their sync succeeded; when it fails, the sync's bytes are cut off the file and every commit not yet durable
   (those it covered and those queued since) is refused, so nothing refused is ever seen.
 * :meth:`CoordinatorLog.write_groups` writes group records with one write and an fsync on the calling (storage)
@@ -38,18 +39,17 @@ rebuilds both:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from walgate.storage import fileio, lines
+from walgate.storage import lines
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.fileio import SyncLatency
-from walgate.storage.keyed_log import KeyedLog
+from walgate.storage.group_committed_log import GroupCommittedLog
 
 __all__ = ["COMPACT_FLOOR", "Committed", "CoordinatorLog", "GroupRecord", "OffsetKey", "record_line"]
 
@@ -89,44 +89,16 @@ def record_line(key: Key, value: Value) -> bytes:
                          "ts": value.commit_ms})
 
 
-class _CommitsSync:
-    """Writing the queued commits to the log and fsyncing it (a :class:`~walgate.storage.durability.Sync`)."""
-
-    __slots__ = ("log", "covers", "body", "error")
-
-    def __init__(self, coordinator_log: CoordinatorLog, covers: int, body: bytes) -> None:
-        self.log = coordinator_log
-        self.covers = covers  # the last write it covers
-        self.body = body  # the lines of every write it covers
-        self.error: OSError | None = None
-
-    def run(self) -> None:
-        try:
-            self.log._append_locked(self.body)
-        except OSError as exc:
-            self.error = exc
-
-    def done(self) -> None:
-        self.log._synced(self)
-
-
-class CoordinatorLog(KeyedLog[Key, Value]):
+class CoordinatorLog(GroupCommittedLog[Key, Value]):
     """Offsets and group records of one coordinator partition, durable in :attr:`path` (see the module docstring).
-    Used on the storage thread, except a taken sync's :meth:`_CommitsSync.run`."""
+    Used on the storage thread, except a taken sync's
+    :meth:`~walgate.storage.group_committed_log.LogSync.run`."""
 
     WHAT = "coordinator log"
     NOT_A_RECORD = "not an offset commit or group record"
     CONSEQUENCE = "; that offset or group state falls back to its previous record (a group's members may rejoin)"
+    UNWRITTEN = "nothing was committed"
     logger = log
-
-    def __init__(self, path: Path, unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> None:
-        super().__init__(path, syncs)
-        self.unsynced = unsynced  # group commit: commits note what they need instead of fsyncing
-        self._written = 0  # commit writes so far (the targets of group commit's needs)
-        self.durable_to = 0  # commit writes up to this one are fsynced and applied
-        self._pending: list[tuple[int, list[tuple[Key, Value]]]] = []  # (write, records) not yet durable
-        self._syncing = False  # a sync is taken and not done
-        self._file = threading.Lock()  # held by every append to the file, and by the pad it decides
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, unsynced: Unsynced | None = None,
@@ -169,78 +141,7 @@ class CoordinatorLog(KeyedLog[Key, Value]):
     def _compact_floor(self) -> int:
         return COMPACT_FLOOR
 
-    # ------------------------------------------------------------------ the file
-
-    def _append_locked(self, body: bytes) -> None:
-        """Append *body* (after a ``\\n`` when the file may end in a torn line) with one write and an fsync, under
-        the file's lock; OSError (the file cut back, the next append padded) when the disk refuses it."""
-        with self._file:
-            try:
-                fileio.append_file(self.path, self._pad + body, syncs=self.syncs)  # cut back when the write or the fsync fails
-            except OSError:
-                self._pad = b"\n"  # in case the cut back failed too
-                raise
-            self._pad = b""
-
-    def _rewrite(self) -> None:
-        with self._file:
-            super()._rewrite()
-
-    def _applied(self, records: Sequence[tuple[Key, Value]]) -> None:
-        """*records* are durable: apply them (the pad is :meth:`_append_locked`'s, under the lock)."""
-        self._apply(records)
-        self._lines += len(records)
-
-    def _compact(self) -> None:
-        if not self._syncing and not self._pending:  # (a running sync appends to the file a rewrite replaces)
-            super()._compact()
-
     # ------------------------------------------------------------------ offset commits
-
-    def _append(self, records: list[tuple[Key, Value]]) -> None:
-        """Queue the records as one write; they are applied once written and fsynced: before this returns without
-        group commit (StorageUnavailable, nothing applied, when the write or the fsync fails), by the sync that covers
-        them with group commit (noted in the ledger)."""
-        if not records:
-            return
-        self._written += 1
-        self._pending.append((self._written, records))
-        if self.unsynced is not None:
-            self.unsynced.note(self, self._written)
-            return
-        sync = self.take_sync()
-        assert sync is not None  # (without group commit no sync is ever left taken)
-        sync.run()
-        sync.done()
-        if sync.error is not None:
-            raise StorageUnavailable(f"Committed offsets could not be written ({sync.error.strerror or sync.error}): "
-                                     "nothing was committed") from None
-
-    def take_sync(self) -> _CommitsSync | None:
-        """A sync writing every queued write (:class:`~walgate.storage.durability.Syncable`; None: nothing queued,
-        or a sync is taken and not done). While one is taken no other commit is written and nothing compacts."""
-        if self._syncing or not self._pending:
-            return None
-        self._syncing = True
-        body = b"".join(self._line(k, v) for _, records in self._pending for k, v in records)
-        return _CommitsSync(self, self._written, body)
-
-    def _synced(self, sync: _CommitsSync) -> None:
-        """Apply the writes ``sync`` made durable; when it failed (its bytes were cut off the file), refuse every
-        write not durable: those it covered and those queued since (``covers`` becomes the last write)."""
-        self._syncing = False
-        if sync.error is None:
-            done = [records for write, records in self._pending if write <= sync.covers]
-            del self._pending[: len(done)]
-            for records in done:
-                self._applied(records)
-            self.durable_to = sync.covers
-            self._compact()
-            return
-        sync.covers = self._written
-        self._pending.clear()
-        log.error("%s: writing the commits failed (%s); their bytes are cut off and the commits queued since the last "
-                  "durable one are refused", self.path, sync.error.strerror or sync.error)
 
     def commit(self, group: str, offsets: Iterable[tuple[str, int, Committed]]) -> None:
         """Durably record ``(topic, partition, committed)`` for ``group`` (see :meth:`_append`); raises

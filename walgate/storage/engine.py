@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
@@ -36,12 +36,14 @@ from walgate.storage.coordinator_log import Committed, GroupRecord
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
-from walgate.storage.durability import Need
+from walgate.storage.durability import Need, Syncable
 from walgate.storage.errors import StorageError, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
+from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.lineproto_columns import Measurement
+from walgate.storage.meta_checks import MetaCheck, apply_check, pending
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
@@ -55,10 +57,13 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import PendingSync
 from walgate.storage.write_plan import PreparedWrite, WriteRequest, WriteSnapshot
+
+T = TypeVar("T")
 
 __all__ = ["ConsumerRow", "Engine", "PartitionStats", "PreparedSelect", "Result"]
 
@@ -72,6 +77,7 @@ class Engine:
 
     def __init__(self, store: Store, batch_cache_bytes: int = BATCH_CACHE_BYTES) -> None:
         self.store = store
+        self._meta_checks: list[MetaCheck] = []  # the stores' checks Engine.open left (whole_stores=False)
         self.clock = store.clock  # what the engine reads time from; the gateway reads sync_due's and clean's now from it
         # the shared state, for callers that inspect it (tests, tools)
         self.data_dir = store.data_dir
@@ -100,6 +106,7 @@ class Engine:
         self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
         """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
+        self._publication_deferred = False  # see defer_topics_publication
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
             ast.DropDatabase: self.ddl.drop_database,
@@ -139,6 +146,8 @@ class Engine:
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
         batch_cache_bytes: int = BATCH_CACHE_BYTES,
+        whole_stores: bool = True,
+        coordinator_lane: CoordinatorLane = INLINE,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -152,12 +161,17 @@ class Engine:
         (:mod:`walgate.storage.clock`: the real clock unless a test passes its own). ``coordinator_partitions``: N of
         a data dir made now (Kafka's ``offsets.topic.num.partitions``); an existing one keeps its own
         (:mod:`walgate.storage.coordinator_partitions`). ``batch_cache_bytes`` bounds the cache of TDengine topics'
-        rendered batches (:mod:`walgate.storage.batch_cache`)."""
+        rendered batches (:mod:`walgate.storage.batch_cache`). Without ``whole_stores``, the vnodes' meta stores are
+        opened without the checks that read them whole, which :meth:`meta_checks` hands out instead
+        (:mod:`walgate.storage.meta_checks`). ``coordinator_lane``: how the coordinator log is reached from the thread
+        that opens the engine (:mod:`walgate.storage.lanes`; the gateway's second lane, whose calls read the topics
+        this thread publishes: :meth:`publish_topics`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
-                      coordinator_partitions, max_tables)
+                      coordinator_partitions, max_tables, coordinator_lane)
         engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
-            store.vnodes[db.name] = store.open_database(db)
+            store.vnodes[db.name] = store.open_database(db, whole_stores=whole_stores)
+        engine._meta_checks = [] if whole_stores else pending(store.vnodes)
         for topic in list(store.catalog.topics.values()):
             try:
                 if topic.kind == "kafka":
@@ -169,6 +183,7 @@ class Engine:
                                         f"{exc.message}; {REPAIR_HINT}", "not served")
                 engine.views.forget(topic.name)
         store.producer_ids.at_least(1 + max((p.max_producer_id() for p in store.producers.values()), default=-1))
+        store.publish_topics()
         return engine
 
     # ------------------------------------------------------------- SQL
@@ -258,10 +273,8 @@ class Engine:
         return MappingProxyType(self.store.topic_names)
 
     def drop_topic(self, name: str) -> None:
-        """Drop a topic, its offset indexes, committed offsets and cached batches; a Kafka-native one with its
-        database."""
+        """Drop a topic, its offset indexes and committed offsets; a Kafka-native one with its database."""
         self.views.drop(name)
-        self.batch_cache.drop_topic(name)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark) of a topic-partition."""
@@ -329,9 +342,50 @@ class Engine:
         """Delete committed offsets matching the filters (durably); returns how many went."""
         return self.offsets.delete(group, topic, partition)
 
-    def all_committed(self) -> Iterator[tuple[str, str, int, Committed]]:
+    def all_committed(self) -> list[tuple[str, str, int, Committed]]:
         """Every committed offset: (group, topic, partition, committed)."""
         return self.offsets.all()
+
+    def delete_dropped_offsets(self) -> list[str]:
+        """At start: delete the committed offsets of topics the catalog dropped (a stop came between a topic's drop
+        and their deletion); the topics they were of."""
+        return self.offsets.delete_dropped()
+
+    # ------------------------------------------------------------ lanes (walgate.storage.lanes)
+
+    def topics(self) -> TopicsSnapshot:
+        """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
+        return self.store.topics()
+
+    def publish_topics(self) -> None:
+        """On the storage lane, at the end of each call: publish the topics when the catalog changed, unless the call
+        deferred it (:meth:`defer_topics_publication`)."""
+        if self._publication_deferred:
+            self._publication_deferred = False
+            return
+        self.store.publish_topics()
+
+    def defer_topics_publication(self) -> None:
+        """The end of this call does not publish the topics: the next call's end does (CreateTopics creates one
+        topic per call and publishes once, after its last; a request cut short is published by the next call, the
+        WAL sync task's at the latest). A drop publishes at once, whatever this says."""
+        self._publication_deferred = True
+
+    def on_coordinator_lane(self, fn: Callable[[], T]) -> T:
+        """On the storage lane: ``fn()`` on the coordinator lane, waited for (reads of coordinator state: metrics,
+        the console)."""
+        return self.store.coordinator_lane.run(fn)
+
+    def coordinator_logs(self) -> list[Syncable]:
+        """The coordinator log's files (one per coordinator partition), whose group-commit syncs the coordinator
+        lane takes."""
+        return list(self.store.coordinator.logs)
+
+    def take_coordinator_unsynced(self) -> list[Need]:
+        """Group commit, the coordinator lane's own notes (the coordinator log's writes), taken at the end of its
+        calls; empty without group commit."""
+        unsynced = self.store.coordinator_unsynced
+        return unsynced.take() if unsynced is not None else []
 
     # ------------------------------------------------------------ maintenance
 
@@ -443,6 +497,18 @@ class Engine:
         from the WALs at open)."""
         return self.native.ongoing_transactions()
 
+    def meta_checks(self) -> list[MetaCheck]:
+        """The meta stores' whole-file checks :meth:`open` left (once: an empty list after): run each
+        (:meth:`MetaCheck.run <walgate.storage.meta_checks.MetaCheck.run>`) off this thread, then hand its result to
+        :meth:`meta_checked`."""
+        checks, self._meta_checks = self._meta_checks, []
+        return checks
+
+    def meta_checked(self, meta_check: MetaCheck, problem: str | None) -> None:
+        """A store's check found ``problem`` (None: nothing): reported and rebuilt from the WAL
+        (:func:`walgate.storage.meta_checks.apply_check`)."""
+        apply_check(self.store.vnodes, meta_check, problem)
+
     def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
         *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress
@@ -451,6 +517,6 @@ class Engine:
         return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
 
     def clean_sync(self) -> Callable[[], None] | None:
-        """The fdatasync the last cleaning step left (:meth:`Cleaner.staged_sync
+        """The fsyncs the last cleaning step left (:meth:`Cleaner.staged_sync
         <walgate.storage.cleaner.Cleaner.staged_sync>`), to run off this thread before the next step; None: none."""
         return self.cleaner.staged_sync()

@@ -154,9 +154,10 @@ def replace_file(path: Path, data: bytes, *, syncs: SyncLatency, mtime: float | 
 class StagedFile:
     """A file written piece by piece under a temporary name (``<path>.tmp``), then put in place atomically, as
     :func:`replace_file` writes one at once: :meth:`write` appends and fdatasyncs, or with ``sync=False`` leaves
-    that to :meth:`sync` (which may run on another thread, so the writer's thread does not wait for the disk) or to
-    the commit; :meth:`commit` sets the modification time, fsyncs (little left once synced), renames it over
-    ``path`` and fsyncs the directory; :meth:`discard` closes and deletes it. Until the commit ``path`` is
+    that to :meth:`sync`, which may run on another thread so that the writer's thread does not wait for the disk.
+    The commit, in parts so that none of its fsyncs need run on the writer's thread: :meth:`seal` (the modification
+    time; the next :meth:`sync` is an fsync of the whole file), :meth:`sync`, :meth:`rename` (over ``path``), then
+    :func:`fsync_dir` of the directory. :meth:`discard` closes and deletes it. Until the rename ``path`` is
     untouched; a crash leaves the ``.tmp``."""
 
     def __init__(self, path: Path, *, syncs: SyncLatency) -> None:
@@ -167,6 +168,7 @@ class StagedFile:
         self.renamed = False  # True once the commit's rename is done (a failure after it leaves the file in place)
         self.unsynced = False  # bytes written since the last fdatasync
         self._failed = False  # an fdatasync failed: the file's bytes may be lost whatever a later sync says
+        self._whole = False  # sealed: the next sync is an fsync (its modification time too)
         self._fd: int | None = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def write(self, data: bytes, sync: bool = True) -> None:
@@ -184,24 +186,44 @@ class StagedFile:
         sync as done): the file can only be discarded."""
         assert self._fd is not None
         try:
-            fdatasync(self._fd, syncs=self.syncs)
+            (fsync if self._whole else fdatasync)(self._fd, syncs=self.syncs)
         except OSError:
             self._failed = True
             raise
         self.unsynced = False
 
+    @property
+    def failed(self) -> bool:
+        """Whether a sync of it failed (it can only be discarded)."""
+        return self._failed
+
     def _check(self) -> None:
         if self._failed:
             raise OSError(errno.EIO, f"{self.tmp}: an fdatasync of it failed")
 
-    def commit(self, mtime: float | None = None) -> None:
+    def seal(self, mtime: float | None = None) -> None:
+        """Written whole: set its modification time (when given); the next :meth:`sync` is an fsync, which makes
+        the file durable whole before :meth:`rename`. On an error the file is discarded."""
+        assert self._fd is not None
+        try:
+            self._check()
+            if mtime is not None:
+                os.utime(self._fd, (mtime, mtime))
+        except OSError:
+            self.discard()
+            raise
+        self._whole = self.unsynced = True
+
+    def rename(self) -> None:
+        """Rename it over ``path`` once sealed and synced (fsynced here when not yet); the directory's fsync is the
+        caller's. On an error before the rename the file is discarded and ``path`` untouched."""
         fd = self._fd
         assert fd is not None
         try:
             self._check()
-            if mtime is not None:
-                os.utime(fd, (mtime, mtime))
-            fsync(fd, syncs=self.syncs)
+            if self.unsynced or not self._whole:
+                self._whole = True
+                self.sync()
         except OSError:
             self.discard()
             raise
@@ -209,7 +231,6 @@ class StagedFile:
         os.close(fd)
         _replace(self.tmp, self.path)
         self.renamed = True
-        fsync_dir(self.path.parent, syncs=self.syncs)
 
     def discard(self) -> None:
         """Close and delete the temporary file (best effort: a leftover is deleted at the next open)."""

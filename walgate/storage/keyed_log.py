@@ -18,8 +18,9 @@ this class keeps the map (:attr:`KeyedLog._live`) and the file:
   (:func:`walgate.storage.fileio.append_file`) before they are applied in memory; when the disk refuses the write
   or the fsync, the file is cut back, nothing changes and :class:`~walgate.storage.errors.StorageUnavailable` is
   raised; the next write starts with a ``\\n`` (:attr:`KeyedLog._pad`) so that it never joins a torn tail the cut
-  could not remove. A subclass that writes its lines itself (group commit, from another thread: the coordinator log) keeps the
-  pad itself and calls :meth:`KeyedLog._applied` and :meth:`KeyedLog._compact` once they are durable.
+  could not remove. A subclass that writes its lines itself (group commit, from another thread:
+  :class:`~walgate.storage.group_committed_log.GroupCommittedLog`) keeps the pad itself and calls
+  :meth:`KeyedLog._applied` and :meth:`KeyedLog._compact` once they are durable.
 * Compaction: when superseded lines outnumber ``max(live keys, the subclass's compaction floor)``, the log is
   rewritten with the live values only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the old file or
   the new one). A failed compaction changes nothing (the lines are durable in the uncompacted log) and is tried

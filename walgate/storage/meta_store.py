@@ -13,15 +13,17 @@ the covered version are one transaction); the vnode replays the WAL's meta entri
 A write with ``durable=True`` is fsynced with every write before it: the vnode asks for it where it relies on the
 store (before retention deletes WAL segments, at close, before it removes ``tables.ckpt``). Between writes the
 connection stays in a read transaction; another connection (another engine on the same data dir in one process, as
-tests do) may read and write, and this one's next write may then be refused as a full disk's is.
+tests do) may read and write, and this one's next write may then be refused as a full disk's is. Read-only readers
+(:mod:`walgate.storage.meta_reader`, which plans writes from the store) may read it from any thread or process.
 
 * ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
   appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
   table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
   ``def`` is the definition (name first, supertable, tags, columns, create version and time, dropped) as one
   checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is found when the row is read, and one in
-  a name when the store is opened (every name is compared with the one its ``def`` starts with, in SQL, and every
-  row must be found through the name index, which holds no other entry) or read whole; there is no other index (a
+  a name when the store is opened, or by :func:`check` after an open without those checks (every name is compared
+  with the one its ``def`` starts with, in SQL, and every row must be found through the name index, which holds no
+  other entry), or read whole; there is no other index (a
   supertable's subtables are found by reading every row, as a query over it reads them anyway), so nothing
   unchecked decides which rows a read sees;
 * ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,8 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef"]
+__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check", "decode_def",
+           "read_covered"]
 
 META_STORE = "meta.db"
 CACHE_KIB = 16_384  # SQLite's page cache of one store
@@ -107,6 +110,22 @@ def decode_def(name: object, raw: object) -> TableDef:
         return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), d["dropped"])
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise MetaDamaged(f"table {name!r}: {exc}") from None
+
+
+def read_covered(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The covered WAL version and the count of live tables of the store of ``conn``; :class:`MetaDamaged` when
+    the ``covered`` row does not verify (sqlite3.Error when it cannot be read)."""
+    rows = conn.execute("SELECT line FROM covered").fetchall()
+    if len(rows) != 1:
+        raise MetaDamaged(f"{len(rows)} covered versions")
+    try:
+        state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
+    except ValueError as exc:
+        raise MetaDamaged(f"covered version: {exc}") from None
+    covered, live = (state.get("version"), state.get("live")) if isinstance(state, dict) else (state, None)
+    if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
+        raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
+    return covered, live
 
 
 class OpenStores:
@@ -184,10 +203,11 @@ class MetaStore:
             conn.close()
 
     @classmethod
-    def open(cls, path: Path, stores: OpenStores = PROCESS_STORES) -> MetaStore:
+    def open(cls, path: Path, stores: OpenStores = PROCESS_STORES, *, whole: bool = True) -> MetaStore:
         """Open ``path``, creating an empty store (covering nothing) when there is no file; :class:`MetaDamaged`
         when the file is not a sound store, StorageUnavailable when it cannot be read or created. Its connection
-        counts among ``stores``."""
+        counts among ``stores``. Without ``whole``, the checks that read the whole file (:func:`check`, seconds
+        for millions of tables) are left to the caller."""
         fresh = not path.exists()
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -210,26 +230,12 @@ class MetaStore:
                     raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0, stores)
-            problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
-            if problems != ["ok"]:
-                raise MetaDamaged("; ".join(map(str, problems[:3])))
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             if not {"tables", "covered"} <= names:
                 raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
-            rows = conn.execute("SELECT line FROM covered").fetchall()
-            if len(rows) != 1:
-                raise MetaDamaged(f"{len(rows)} covered versions")
-            state = lines.decode(rows[0][0]) if isinstance(rows[0][0], bytes) else {}
-            covered, live = state.get("version"), state.get("live")
-            if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
-                raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
-            for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
-                decode_def(name, raw)
-            [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
-            [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
-            [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
-            if unfound or entries != rows_n:
-                raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
+            covered, live = read_covered(conn)
+            if whole:
+                _check_whole(conn)
             conn.execute("BEGIN")
             return cls(path, conn, covered, live, stores)
         except MetaDamaged:
@@ -262,6 +268,10 @@ class MetaStore:
         every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
         gone = set(dropped_stables)
         drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
+        # encoded before the transaction; executemany then steps through C iterators, calling no Python per row,
+        # over lists of untracked objects (a list of row tuples costs the garbage collector more than it saves)
+        ordered = [*drops, *sorted(tables, key=_name)]
+        rows = zip([t.name for t in ordered], [encode_def(t) for t in ordered], strict=True)
         conn = self._connection()
         try:
             if durable:  # the level may not change inside the held read transaction
@@ -270,8 +280,7 @@ class MetaStore:
                 conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
             if not conn.in_transaction:
                 conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)",
-                                   ((t.name, encode_def(t)) for t in [*drops, *sorted(tables, key=_name)]))
+            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)", rows)
             conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             conn.execute("COMMIT")
@@ -338,6 +347,48 @@ class MetaStore:
             return self._connection().execute(sql, args)
         except sqlite3.Error as exc:
             raise _error(self.path, exc) from None
+
+
+def _check_whole(conn: sqlite3.Connection) -> None:
+    """The checks that read the whole store: SQLite's ``quick_check``, every name against the one its ``def``
+    starts with, every row found through the name index, which holds no other entry; MetaDamaged naming the first
+    problem (sqlite3.Error raised as it is)."""
+    problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise MetaDamaged("; ".join(map(str, problems[:3])))
+    for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
+        decode_def(name, raw)
+    [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
+    [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
+    [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
+    if unfound or entries != rows_n:
+        raise MetaDamaged(f"the name index finds {rows_n - unfound} of {rows_n} tables and holds {entries}")
+
+
+def check(path: Path, stopped: Callable[[], bool] = lambda: False) -> str | None:
+    """What :meth:`MetaStore.open` without ``whole`` left out, on a read-only connection of its own (safe on
+    another thread while the store is used: it reads one snapshot of it): the damage found, None when there is
+    none; StorageUnavailable when the file cannot be read, or when ``stopped()`` became true (asked every ~100,000
+    SQLite steps)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StorageUnavailable(f"{path}: {exc}") from None
+    try:
+        conn.set_progress_handler(lambda: int(stopped()), 100_000)
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute("BEGIN")
+        _check_whole(conn)
+        return None
+    except MetaDamaged as exc:
+        return str(exc)
+    except sqlite3.Error as exc:
+        error = _error(path, exc)
+        if isinstance(error, MetaDamaged):
+            return str(error)
+        raise error from None
+    finally:
+        conn.close()
 
 
 def _name(t: TableDef) -> str:

@@ -300,7 +300,7 @@ class LocalPartitions:
         if native:
             region = self._native.kafka_region(topic, partition, version)
             return region if len(region) >= SENDFILE_MIN_BYTES else region.read()
-        key = (topic, partition, version)
+        key = (self._views.topic_id(topic), partition, version)
         batch = self._cache.get(key)
         if batch is None:
             rows = self._views.kafka_rows(topic, partition, version)

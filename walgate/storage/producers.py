@@ -37,6 +37,7 @@ replaying them (:meth:`PartitionProducers.record`, :meth:`PartitionProducers.rec
 from __future__ import annotations
 
 import logging
+import threading
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
@@ -249,6 +250,9 @@ class ProducerIds:
     missing or does not verify is reported and ids go on from the current time in microseconds since the epoch
     (plus a block): above any id handed out before, as long as fewer than one id per microsecond were ever
     allocated. The engine also lifts the next id above every producer id its WALs hold (:meth:`at_least`).
+
+    Shared by two lanes (issue 23): the storage lane allocates for idempotent producers, the coordinator lane for
+    transactional ones; a lock orders them (its writes are rare, one per block).
     """
 
     BLOCK: Final = 1000
@@ -260,6 +264,7 @@ class ProducerIds:
         self._clock = clock  # where ids go on when the file is lost
         self._next = self._load(damage)
         self._limit = self._next
+        self._lock = threading.Lock()
 
     @staticmethod
     def create(path: Path, syncs: SyncLatency | None = None) -> None:
@@ -295,9 +300,14 @@ class ProducerIds:
 
     def at_least(self, producer_id: int) -> None:
         """Never hand out an id below ``producer_id``."""
-        self._next = max(self._next, producer_id)
+        with self._lock:
+            self._next = max(self._next, producer_id)
 
     def allocate(self) -> int:
+        with self._lock:
+            return self._allocate()
+
+    def _allocate(self) -> int:
         if self._next >= self._limit:
             limit = self._next + self.BLOCK
             try:

@@ -10,10 +10,14 @@ into it later (as Kafka keeps ``__share_group_state`` beside ``__consumer_offset
 The log is a :class:`~walgate.storage.keyed_log.KeyedLog`, whose docstring says how it is replayed, appended and
 compacted:
 
-* :meth:`ShareStateLog.write` appends its records with one write and fsyncs before returning; only then are they
-  applied in memory. When the disk refuses the write or the fsync, nothing changes and
-  :class:`~walgate.storage.errors.StorageUnavailable` is raised: the acknowledgements that changed those partitions
-  are refused, so nothing acknowledged is lost.
+* :meth:`ShareStateLog.write` queues its records as one write, applied in memory only once written and fsynced
+  (a :class:`~walgate.storage.group_committed_log.GroupCommittedLog`, whose docstring says how). Opened alone (tools,
+  tests) the write and its fsync run before it returns, and when the disk refuses either nothing changes and
+  :class:`~walgate.storage.errors.StorageUnavailable` is raised. Opened with the engine's group-commit ledger (the
+  gateway) it only notes what its caller must wait for: the write and the fsync run off the storage thread, one for
+  every write queued meanwhile; a failed one refuses every write not yet durable (the ledger's waiters get
+  StorageUnavailable) and counts in :attr:`ShareStateLog.refusals`, which the share coordinator's owner reads to
+  undo the changes it made ahead of the disk. Either way an acknowledgement is answered only once durable.
 * Opening replays the log: a torn last line is dropped; damage is reported to the
   :class:`~walgate.storage.damage.DamageLog` and skipped (a share-partition whose last good line is lost comes back
   with an older state: records acknowledged after it are delivered again, never lost). A missing file holds none.
@@ -29,8 +33,9 @@ from typing import Any, Final
 
 from walgate.storage import lines
 from walgate.storage.damage import DamageLog
+from walgate.storage.durability import Unsynced
 from walgate.storage.fileio import SyncLatency
-from walgate.storage.keyed_log import KeyedLog
+from walgate.storage.group_committed_log import GroupCommittedLog
 
 __all__ = ["COMPACT_FLOOR", "SHARE_GROUPS_LOG", "ShareStateLog"]
 
@@ -45,20 +50,21 @@ COMPACT_FLOOR: Final = 1000
 ShareKey = tuple[str, str, int]
 
 
-class ShareStateLog(KeyedLog[ShareKey, Any]):
+class ShareStateLog(GroupCommittedLog[ShareKey, Any]):
     """(group id, topic key, partition) -> the share-partition's newest state, durable (see the module docstring)."""
 
     WHAT = "share group state"
     NOT_A_RECORD = "not a share-partition record"
     CONSEQUENCE = "; those share-partitions' records acknowledged since an older line are delivered again"
-    REFUSED = "the share-partition state is unchanged"
+    UNWRITTEN = "the share-partition state is unchanged"
     logger = log
 
     @classmethod
-    def open(cls, path: Path, damage: DamageLog | None = None, syncs: SyncLatency | None = None) -> ShareStateLog:
+    def open(cls, path: Path, damage: DamageLog | None = None, syncs: SyncLatency | None = None,
+             unsynced: Unsynced | None = None) -> ShareStateLog:
         """Replay ``path`` (missing: no state); never refuses (damage is reported and skipped); its fsyncs are timed
-        into ``syncs`` (the engine's)."""
-        slog = cls(path, syncs)
+        into ``syncs`` (the engine's); ``unsynced``: the engine's group-commit ledger (module docstring)."""
+        slog = cls(path, unsynced, syncs)
         slog._replay(damage)
         return slog
 
@@ -74,11 +80,12 @@ class ShareStateLog(KeyedLog[ShareKey, Any]):
     def _compact_floor(self) -> int:
         return COMPACT_FLOOR
 
-    def write(self, records: Sequence[tuple[ShareKey, Any]]) -> None:
-        """Durably record *records* (one write, fsynced), then apply them; raises
-        :class:`~walgate.storage.errors.StorageUnavailable`, recording nothing, when the disk refuses."""
-        self._write(records)
+    def write(self, records: Sequence[tuple[ShareKey, Any]]) -> int:
+        """Queue *records* as one write and return its number (0: none), applied once durable (module docstring);
+        opened alone, raises :class:`~walgate.storage.errors.StorageUnavailable`, recording nothing, when the disk
+        refuses."""
+        return self._append(records)
 
     def states(self) -> Mapping[ShareKey, Any]:
-        """Every share-partition's newest value (read it, do not change it)."""
+        """Every share-partition's newest durable value (read it, do not change it)."""
         return self._live

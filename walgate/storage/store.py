@@ -42,6 +42,7 @@ from walgate.storage.errors import (
 )
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
+from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -52,12 +53,17 @@ from walgate.storage.offsets import OffsetIndex
 from walgate.storage.producers import PartitionProducers, ProducerIds
 from walgate.storage.schema import Column
 from walgate.storage.topics import TopicEvaluator
+from walgate.storage.topics_snapshot import EMPTY, TopicsSnapshot
 from walgate.storage.vnode import TableDef, Vnode, vnode_of
 
 __all__ = ["TICKS", "TICKS_PER_MS", "Store"]
 
 TICKS = {"ms": 1_000_000, "us": 1_000, "ns": 1}  # ns per tick of a database precision
 TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _no_wake(_: tuple[str, int]) -> None:
+    """Coordinator logs hold no records that readers wait to see."""
 
 
 class Store:
@@ -74,6 +80,7 @@ class Store:
         clock: Clock = SYSTEM_CLOCK,
         coordinator_partitions: int = DEFAULT_PARTITIONS,
         max_tables: int = 0,
+        coordinator_lane: CoordinatorLane = INLINE,
     ) -> None:
         self.data_dir = data_dir
         self.max_tables = max_tables  # tables one database may hold (0: no limit)
@@ -102,9 +109,29 @@ class Store:
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
         self.unsynced = Unsynced(self._records_durable) if group_commit else None
-        # the group coordinator's partitions: committed offsets and group records
-        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log, self.unsynced,
-                                                        self.syncs)
+        # the coordinator lane's own notes (taken at the end of its calls, never by the storage lane's)
+        self.coordinator_unsynced = Unsynced(_no_wake) if group_commit else None
+        # the group coordinator's partitions: committed offsets and group records (owned by the coordinator lane)
+        self.coordinator = CoordinatorPartitions.open(data_dir, coordinator_partitions, self.damage_log,
+                                                      self.coordinator_unsynced, self.syncs)
+        self.coordinator_lane = coordinator_lane  # how the coordinator log is reached (walgate.storage.lanes)
+        self._published: TopicsSnapshot = EMPTY
+
+    # ------------------------------------------------------------ the topics snapshot (walgate.storage.topics_snapshot)
+
+    def publish_topics(self) -> None:
+        """On the storage lane: publish the catalog's topics for the coordinator lane, unless already published at
+        this generation."""
+        if self._published.generation != self.catalog.generation:
+            catalog = self.catalog
+            self._published = TopicsSnapshot(catalog.generation, catalog.topics, catalog.databases,
+                                             frozenset(self.vnodes), catalog.resource_configs)
+
+    def topics(self) -> TopicsSnapshot:
+        """The topics as last published (any lane); with no separate coordinator lane, the current ones."""
+        if not self.coordinator_lane.separate:
+            self.publish_topics()
+        return self._published
 
     # ------------------------------------------------------------ databases
 
@@ -118,15 +145,17 @@ class Store:
     def db_dir(self, db: DatabaseDef) -> Path:
         return datadir.db_dir(self.data_dir, db.id)
 
-    def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0) -> list[Vnode]:
+    def open_database(self, db: DatabaseDef, commit: Callable[[], object] | None = None, first: int = 0, *,
+                      whole_stores: bool = True) -> list[Vnode]:
         """Open vnodes ``first ..`` of ``db``. New vnodes (a new database, new partitions) are created *before*
         ``commit`` (their catalog record) runs: when either fails, the new directories are removed and nothing is
-        kept (:class:`StorageUnavailable`, or the catalog's error)."""
+        kept (:class:`StorageUnavailable`, or the catalog's error). Without ``whole_stores``, the meta stores'
+        checks that read all of them are the caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`)."""
         vnodes: list[Vnode] = []
         try:
             for i in range(first, db.vgroups):
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
-                                         self.clock, self.files, self.syncs))
+                                         self.clock, self.files, self.syncs, whole_stores))
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:

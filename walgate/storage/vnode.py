@@ -12,7 +12,10 @@ last written (at most FLUSH_TABLES, more only while the disk refuses the
 store's writes) and the CACHE_TABLES most recently used, so a vnode's memory
 does not grow with its subtables. Opening the vnode replays the meta entries
 after the covered version. The store is written (and the covered version
-advanced) every FLUSH_TABLES changed tables and at a DROP STABLE, without an
+advanced) every FLUSH_TABLES changed tables, at a DROP STABLE and at
+``Vnode.end_write`` (the end of a write that changed tables, so that a reader of
+``meta.db`` planning the next write sees them: :mod:`walgate.storage.meta_reader`;
+after a refused write, only at the next of the others), without an
 fsync (a store a power loss takes back covers an earlier version, and the
 WAL's meta entries after it are replayed at open); it is written and fsynced
 on close, before retention deletes segments (no segment is deleted when it
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,42 +100,49 @@ def wal_options(db: DatabaseDef) -> WalOptions:
 
 
 class Vnode:
-    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None
-                 ) -> None:
+    def __init__(self, db: DatabaseDef, index: int, directory: Path, wal: Wal, damage: DamageLog | None = None,
+                 whole_store: bool = True) -> None:
         self.db = db
         self.index = index
         self.dir = directory
         self.wal = wal
         self.damage = damage
-        self._store = self._open_store()
+        self._store = self._open_store(whole_store)
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
         self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
-        self._applied = 0  # the WAL version after the last meta entry applied
+        self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
         self._flush_at = FLUSH_TABLES
+        self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
              unsynced: Unsynced | None = None, clock: Clock = SYSTEM_CLOCK, files: FileCache | None = None,
-             syncs: SyncLatency | None = None) -> Vnode:
+             syncs: SyncLatency | None = None, whole_store: bool = True) -> Vnode:
         """Open (creating if needed) vnode ``index`` of ``db``; with ``unsynced``, its WAL (at level 2, period 0)
         leaves its fsyncs to group commit (:mod:`walgate.storage.durability`); its WAL ages segments and times fsync
         periods by ``clock``; its files are opened through ``files`` (the engine's cache) and its fsyncs timed into
-        ``syncs`` (the engine's)."""
+        ``syncs`` (the engine's). Without ``whole_store``, the meta store's checks that read all of it are the
+        caller's (:func:`~walgate.storage.meta_store.check` of :attr:`store`, then :meth:`rebuild_store`)."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = Wal.open(directory / "wal", wal_options(db), damage=damage, unsynced=unsynced, owner=(db.name, index),
                        clock=clock, files=files, syncs=syncs)
-        vnode = cls(db, index, directory, wal, damage)
+        vnode = cls(db, index, directory, wal, damage, whole_store)
         vnode._catch_up()
         return vnode
 
-    def _open_store(self) -> MetaStore:
+    @property
+    def store(self) -> MetaStore:
+        """The meta store (another object once rebuilt)."""
+        return self._store
+
+    def _open_store(self, whole: bool) -> MetaStore:
         """The meta store, rebuilt empty (reported) when it is damaged."""
         path = self.dir / META_STORE
         try:
-            return MetaStore.open(path)
+            return MetaStore.open(path, whole=whole)
         except MetaDamaged as exc:
             return self._replace_store(path, str(exc))
 
@@ -162,19 +172,21 @@ class Vnode:
             self._store.close()
             self._store = _new_store(self._store.path)
         start = self._store.covered
+        self.live_count = self._store.live  # then counted through the entries replayed (which may flush it)
         legacy = self.dir / CHECKPOINT
         if start == 0 and legacy.exists():
             start = self._load_checkpoint(legacy)
+            self.live_count += sum(not t.dropped for t in self._dirty.values())
         for entry in self.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._applied = max(self._applied, self.wal.next_version)  # every meta entry in the WAL is applied
         try:
             self._flush(self.wal.next_version, durable=legacy.exists())
             if legacy.exists():
                 fileio.unlink(legacy)  # the store covers it, on disk
         except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
-        self.live_count = self._store.live + sum(not t.dropped for t in self._dirty.values())
 
     def _load_checkpoint(self, path: Path) -> int:
         """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
@@ -203,18 +215,19 @@ class Vnode:
 
     # ------------------------------------------------------------------ meta
 
+    @property
+    def meta_version(self) -> int:
+        """The WAL version every meta entry below which is applied (the version of the tables :meth:`get` answers
+        from). Between writes that ended with :meth:`end_write`, the store's ``covered`` version equals it unless
+        the store refused its last write (then ``covered`` is lower); ``covered`` is never higher."""
+        return self._applied
+
     def apply_meta(self, meta: dict[str, Any], version: int) -> None:
         """Apply one meta operation (live and on replay); the store is written every FLUSH_TABLES changed tables
         (a store that refuses keeps them in memory until a later flush succeeds)."""
         op = meta["op"]
         if op == "create_table":
-            cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
-            old = None if meta["name"] in self._absent else self._known(meta["name"])
-            self._absent.discard(meta["name"])
-            self._dirty[meta["name"]] = TableDef(
-                meta["name"], meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"]
-            )
-            self.live_count += old is None or old.dropped
+            self._create(meta["name"], meta, version)
         elif op == "drop_table":
             t = self._known(meta["name"])
             if t is not None and not t.dropped:
@@ -227,14 +240,55 @@ class Vnode:
                     self._dirty[name] = replace(t, dropped=True)
                     self.live_count -= 1
             self._dropped_stables.add(stable)
-        self._applied = version + 1
+        self._applied = max(self._applied, version + 1)
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
-            try:
-                self._flush(self._applied)
-            except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
+            self._try_flush()
+
+    def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]]) -> None:
+        """Apply the ``create_table`` metas ``metas`` (named ``names``, in that order) of WAL versions ``version``,
+        ``version + 1``, ...: the same tables, counts, store writes and covered versions as ``apply_meta`` of each
+        in turn, without its per-entry dispatch (a request creating many tables)."""
+        if len(names) != len(metas):
+            raise ValueError(f"{len(names)} names for {len(metas)} metas")
+        start = 0
+        while start < len(names):  # in runs ending where apply_meta's flushes would fall
+            end = min(len(names), start + max(self._flush_at - len(self._dirty), 1))
+            create = self._create
+            for i in range(start, end):
+                create(names[i], metas[i], version + i)
+            self._applied = max(self._applied, version + end)
+            if len(self._dirty) >= self._flush_at:
+                self._try_flush()
+            start = end
+
+    def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
+        """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
+        cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
+        old = None if name in self._absent else self._known(name)  # (which may remember the name as absent)
+        self._absent.discard(name)
+        self._dirty[name] = TableDef(name, meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"])
+        self.live_count += old is None or old.dropped
+
+    def end_write(self) -> None:
+        """The end of a committing write: the store takes the tables it changed (one transaction, not fsynced), so
+        that ``covered`` equals :attr:`meta_version` for readers of ``meta.db`` (:mod:`walgate.storage.meta_reader`);
+        nothing to do for a write that changed no table. Once the store refused a write, the tables stay in memory
+        and ``covered`` behind until a flush of :meth:`apply_meta` (every FLUSH_TABLES changed tables) or a
+        checkpoint succeeds: a full disk is not tried again by every request."""
+        if not self._refused and (self._dirty or self._dropped_stables or self._store.covered != self._applied):
+            self._try_flush()
+
+    def _try_flush(self) -> None:
+        """Flush as of :attr:`meta_version`; a store that refuses keeps the changed tables in memory (logged once
+        until a flush succeeds again), for FLUSH_TABLES more before the next try of :meth:`apply_meta`."""
+        try:
+            self._flush(self._applied)
+        except StorageUnavailable as exc:  # live_count counts the stored subtables of a dropped stable till then
+            if not self._refused:
                 log.warning("%s: %s: the tables changed stay in memory until the table meta store takes them",
                             self.dir, exc)
-                self._flush_at = len(self._dirty) + FLUSH_TABLES
+            self._refused = True
+            self._flush_at = len(self._dirty) + FLUSH_TABLES
 
     def _known(self, name: str) -> TableDef | None:
         """:meth:`get` for a meta entry already appended, which must be applied: a store that cannot be read (an I/O
@@ -253,6 +307,7 @@ class Vnode:
             return
         dropped = self._checked(lambda: self._store.write(
             self._dropped_stables, self._dirty.values(), covered, self.live_count, durable))
+        self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
@@ -261,24 +316,31 @@ class Vnode:
         self._dirty.clear()
         self._dropped_stables.clear()
         self._flush_at = FLUSH_TABLES
+        if self._refused:
+            log.info("%s: the table meta store takes writes again", self.dir)
+            self._refused = False
 
     def _checked(self, read: Callable[[], T]) -> T:
         """``read()`` of the store; a store found damaged is reported, rebuilt from the WAL and read again."""
         try:
             return read()
         except MetaDamaged as exc:
-            self._store.close()
-            self._store = self._replace_store(self._store.path, str(exc))
-            self._cache.clear()
-            self._dirty.clear()
-            self._dropped_stables.clear()
-            self._absent.clear()
-            self.live_count = 0
-            for entry in self.wal.read_from(0):
-                if entry.kind == KIND_META:
-                    self.apply_meta(decode_entry(entry).meta or {}, entry.version)
-            self._flush(self.wal.next_version)
+            self.rebuild_store(str(exc))
             return read()
+
+    def rebuild_store(self, reason: str) -> None:
+        """Report the meta store damaged (``reason``) and rebuild it from every meta entry in the WAL."""
+        self._store.close()
+        self._store = self._replace_store(self._store.path, reason)
+        self._cache.clear()
+        self._dirty.clear()
+        self._dropped_stables.clear()
+        self._absent.clear()
+        self.live_count = 0
+        for entry in self.wal.read_from(0):
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._flush(self.wal.next_version)
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t
@@ -305,6 +367,14 @@ class Vnode:
         else:
             self._cache.move_to_end(name)
         return replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
+
+    def check_store(self, names: Iterable[str]) -> None:
+        """Read the rows of ``names`` from the store itself, not from memory: the lane's answer to a
+        :class:`~walgate.storage.meta_reader.MetaReader` that gave up, so that damage the reader met is reported
+        (once: the store is rebuilt from the WAL, as by any read of it that finds damage) even when the tables it
+        read are cached here. StorageUnavailable when the store cannot be read."""
+        for name in names:
+            self._checked(lambda: self._store.get(name))  # (called at once: the name of this turn)
 
     def live(self, name: str) -> TableDef | None:
         t = self.get(name)

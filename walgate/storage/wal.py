@@ -910,12 +910,14 @@ class Wal:
         self._reported = {r for r in self._reported if r[0] not in gone}
         self.segments[i : i + count] = [new]
 
-    def merge_segments(self, new: Segment, count: int, end: int) -> bool:
+    def merge_segments(self, new: Segment, count: int, end: int, *, sync: bool = True) -> bool:
         """Serve ``new`` in place of the ``count`` sealed segments from the one with its first version, whose merged
         log the cleaner (:mod:`walgate.storage.cleaner`) has just committed as ``new.path``, its ``<first>.<end>.swap``
         file (``end``: the next segment's first version), then finish the merge: delete the merged segments' files,
         rename the swap file to the first one's log, fsync the directory, write the sealed index (a failure of that
-        last one only logged: rebuilt at open). True once finished. When the disk refuses a step, False (logged):
+        last one only logged: rebuilt at open); without ``sync``, the directory's fsync and the index are the
+        caller's (the cleaner runs its fsyncs off the storage thread). True once finished. When the disk refuses a
+        step, False (logged):
         ``new`` goes on reading the swap file, so reads never depend on the files the merge removes, and
         :meth:`finish_merges` (or the next open, :mod:`walgate.storage.wal_recovery`) goes on from that step."""
         i = bisect_left(self.segments, new.first, key=_first)
@@ -923,16 +925,17 @@ class Wal:
         self.swap_segment(new, count)
         stale = [path for seg in old[1:] for path in (seg.path, seg.index_path)] + [old[0].index_path]
         self._merges.append(_Merge(new, old[0].path, end, stale))
-        return self.finish_merges()
+        return self.finish_merges(sync=sync)
 
     @property
     def merging(self) -> bool:
         """Whether a merge of the cleaner is committed and not finished (:meth:`merge_segments`)."""
         return bool(self._merges)
 
-    def finish_merges(self) -> bool:
+    def finish_merges(self, *, sync: bool = True) -> bool:
         """Go on with the merges the disk refused to finish (:meth:`merge_segments`), oldest first; True when none
-        is left, False (logged) when the disk refuses a step again."""
+        is left, False (logged) when the disk refuses a step again. Without ``sync``: neither the directory's fsync
+        nor the sealed index (the caller's)."""
         while self._merges:
             merge = self._merges[0]
             seg = merge.seg
@@ -944,12 +947,15 @@ class Wal:
                     fileio.rename(seg.path, merge.log)
                     seg.forget_files(self.files)
                     seg.path = merge.log
-                fileio.fsync_dir(self.dir, syncs=self.syncs)
+                if sync:
+                    fileio.fsync_dir(self.dir, syncs=self.syncs)
             except OSError as exc:
                 log.warning("wal %s: cannot finish the log cleaner's merge (%s); served from %s, finished later",
                             merge.log, describe(exc), seg.path.name)
                 return False
             del self._merges[0]
+            if not sync:
+                continue
             try:
                 fileio.replace_file(seg.index_path, sealed_index(seg, merge.end), syncs=self.syncs)
             except OSError as exc:  # derived: rebuilt from the log at the next open

@@ -46,10 +46,11 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.static.constants import EntityType
 
-from walgate.wire import legacy
+from walgate.wire import legacy, messages
 from walgate.wire.errors import ErrorCode, MalformedFrame, UnsupportedVersion
 from walgate.wire.serial import (
     Builder,
+    Decoder,
     builder,
     chunk_len,
     decoder,
@@ -67,6 +68,7 @@ __all__ = [
     "api_versions_fallback",
     "build_response",
     "decode_request",
+    "decode_view",
     "encode_request",
     "encode_response",
     "parse_request_header",
@@ -86,6 +88,7 @@ _WIRE_API_KEYS: Final = (
     29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 48, 49, 50, 51, 60, 65, 66, 68, 69, 75,
     61,  # DescribeProducers
     76, 77, 78, 79,  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
+    90, 91, 92,  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 )
 API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS}
 """Api key -> kio's snake_case API name, for the APIs this module has schemas for."""
@@ -250,9 +253,27 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
     :data:`WIRE_VERSIONS`, :class:`MalformedFrame` for a truncated or garbage body.
     """
     cls = request_class(header.api_key, header.api_version)
+    return _decoded(cls, decoder(cls), header, frame)
+
+
+def decode_view(header: RequestHeader, frame: bytes | bytearray | memoryview) -> Any:
+    """The request in *frame* after *header* as its API's view (:mod:`walgate.wire.messages`'s ``<Api>Request``).
+
+    The same bytes are read, bounded and refused as by :func:`decode_request`, into one class per API instead of
+    kio's class per version: a field the version lacks holds Kafka's default for it.
+    """
+    cls = request_class(header.api_key, header.api_version)
+    decode = _VIEW_DECODERS.get(cls)
+    if decode is None:
+        decode = _VIEW_DECODERS[cls] = decoder(cls, messages.REQUESTS[header.api_key], messages.ENTITIES)
+    return _decoded(cls, decode, header, frame)
+
+
+def _decoded(cls: type, decode: Decoder, header: RequestHeader, frame: bytes | bytearray | memoryview) -> Any:
+    """What *decode* reads from *frame* after *header*; a decoding failure as :class:`MalformedFrame`."""
     data = frame if isinstance(frame, bytes) else bytes(frame)
     try:
-        message, _ = decoder(cls)(data, header.size)
+        message, _ = decode(data, header.size)
     except MalformedFrame as exc:
         raise MalformedFrame(f"{cls.__name__} v{header.api_version}: {exc}") from exc
     except _DECODE_ERRORS as exc:
@@ -260,6 +281,7 @@ def decode_request(header: RequestHeader, frame: bytes | bytearray | memoryview)
     return message
 
 
+_VIEW_DECODERS: dict[type, Decoder] = {}
 _BUILDERS: dict[tuple[int, int], Builder] = {}
 _KNOWN_NAMES: dict[int, dict[str, frozenset[str]]] = {}
 

@@ -5,7 +5,7 @@
 - ``GET /ui/api/topics``: every topic with, per partition, log start, high watermark, WAL bytes and segments
   (:func:`.views.topics`); the page derives records/s from successive high watermarks.
 - ``GET /ui/api/groups``: every consumer group with state, members, assignment and lag per partition
-  (:func:`.views.groups`).
+  (:func:`.views.groups`), then every share group (:func:`.views.share_groups`).
 - ``GET /ui/api/databases``: databases, supertables and subtables (:func:`.views.databases`).
 - ``GET /ui/api/tail?topic=T&partition=P&limit=N``: the newest N (1..:data:`MAX_TAIL`, default
   :data:`DEFAULT_TAIL`) records of a partition (:func:`.views.tail`).
@@ -18,12 +18,14 @@ thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.console import views
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.storage_thread import StorageThread
@@ -46,9 +48,11 @@ _PAGE_HEADERS = {
 }
 
 
-def add_console(app: web.Application, engine: Engine, storage: StorageThread, groups: GroupService) -> None:
-    """Add the console's routes to ``app`` (whose middleware maps engine errors to JSON answers)."""
-    console = _Console(engine, storage, groups)
+def add_console(app: web.Application, engine: Engine, storage: StorageThread, groups: GroupService,
+                shares: Callable[[], ShareCoordinator | None] | None = None) -> None:
+    """Add the console's routes to ``app`` (whose middleware maps engine errors to JSON answers); ``shares()``: the
+    share coordinator once the Kafka listeners run (None before, or without share groups)."""
+    console = _Console(engine, storage, groups, shares)
     app.router.add_get("/ui", console.page)
     app.router.add_get("/ui/", console.page)
     app.router.add_get("/ui/static/{name}", console.static)
@@ -59,10 +63,12 @@ def add_console(app: web.Application, engine: Engine, storage: StorageThread, gr
 
 
 class _Console:
-    def __init__(self, engine: Engine, storage: StorageThread, groups: GroupService) -> None:
+    def __init__(self, engine: Engine, storage: StorageThread, groups: GroupService,
+                 shares: Callable[[], ShareCoordinator | None] | None) -> None:
         self._engine = engine
         self._storage = storage
         self._groups = groups
+        self._shares = shares
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "index.html", headers={**_PAGE_HEADERS, "Content-Type": "text/html"})
@@ -77,7 +83,15 @@ class _Console:
         return _json({"topics": await self._storage.call(views.topics, self._engine)})
 
     async def groups(self, request: web.Request) -> web.Response:
-        return _json({"groups": await self._storage.call(views.groups, self._engine, self._groups.groups)})
+        shares = self._shares() if self._shares is not None else None
+
+        def both() -> list[dict[str, Any]]:
+            listed = views.groups(self._engine, self._groups.groups)
+            if shares is None:
+                return listed
+            return listed + views.share_groups(self._engine, shares, {g["group_id"] for g in listed})
+
+        return _json({"groups": await self._storage.call(both)})
 
     async def databases(self, request: web.Request) -> web.Response:
         return _json({"databases": await self._storage.call(views.databases, self._engine)})

@@ -1,24 +1,27 @@
 """What the web console shows, read from the engine and the group coordinator: plain JSON-ready dicts.
 
 Every function here is synchronous and runs on the storage thread (the console's handlers call them through
-:meth:`walgate.gateway.storage_thread.StorageThread.call`), so each answer is one consistent snapshot: a topic
-dropped meanwhile is either wholly in it or wholly absent. Bytes clients wrote (keys, values, header values) are
+:meth:`walgate.gateway.storage_thread.StorageThread.call`; the group coordinator's part is read on the coordinator
+lane, which the storage thread waits for), so each answer is one consistent snapshot: a topic dropped meanwhile is
+either wholly in it or wholly absent. Bytes clients wrote (keys, values, header values) are
 returned as text, decoded as UTF-8 with replacement characters; the page shows them with ``textContent`` only.
 """
 
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from walgate.coordinator.coordinator import GroupCoordinator
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.storage.engine import Engine
 from walgate.storage.partitions import is_lost
 from walgate.storage.wal import FileRegion
 from walgate.wire import WireError, decode_batches
 
-__all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "tail", "topics"]
+__all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "share_groups", "tail", "topics"]
 
 MAX_SUBTABLES = 1000
 """Subtables listed per database (the count is always given)."""
@@ -48,14 +51,20 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
     committed: dict[str, dict[tuple[str, int], int]] = {}
     for group, topic, partition, c in engine.all_committed():
         committed.setdefault(group, {})[(topic, partition)] = c.offset
-    members: dict[str, list[dict[str, Any]]] = {}
-    for m in coordinator.consumers():
-        members.setdefault(m.group_id, []).append({
-            "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host.lstrip("/"), "state": m.state,
-            "assignment": {t: list(ps) for t, ps in sorted((m.assignment or {}).items())},
-        })
+
+    def read_coordinator() -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """On the coordinator lane (the storage lane waits for it): members and groups."""
+        members: dict[str, list[dict[str, Any]]] = {}
+        for m in coordinator.consumers():
+            members.setdefault(m.group_id, []).append({
+                "member_id": m.member_id, "client_id": m.client_id, "host": m.client_host.lstrip("/"),
+                "state": m.state, "assignment": {t: list(ps) for t, ps in sorted((m.assignment or {}).items())},
+            })
+        return members, list(coordinator.list_groups(offset_groups=committed))
+
+    members, listed = engine.on_coordinator_lane(read_coordinator)
     out = []
-    for g in sorted(coordinator.list_groups(offset_groups=committed), key=lambda g: g["group_id"]):
+    for g in sorted(listed, key=lambda g: g["group_id"]):
         group_id = g["group_id"]
         offsets = committed.get(group_id, {})
         keys = set(offsets)
@@ -71,6 +80,37 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
         out.append({"group_id": group_id, "state": g["group_state"], "type": g["group_type"],
                     "protocol_type": g["protocol_type"], "members": members.get(group_id, []),
                     "partitions": partitions})
+    return out
+
+
+def share_groups(engine: Engine, shares: ShareCoordinator, listed: set[str]) -> list[dict[str, Any]]:
+    """Every share group (with members or share-partitions in memory) not in ``listed``, as :func:`groups` shows a
+    group (type ``share``): its members and their assignment, and per share-partition its start offset (Kafka's
+    share group offset, as ``committed``), the high watermark and the lag between them, the records in flight and
+    acquired; ``share``: the group's counts (:class:`~walgate.coordinator.share_coordinator.ShareGroupStats`)."""
+    parts = engine.partitions
+    out = []
+    for st in shares.stats():
+        if st.group in listed:
+            continue
+        described = shares.groups.describe(st.group)
+        members = [{"member_id": m["member_id"], "client_id": m["client_id"], "host": m["client_host"].lstrip("/"),
+                    "state": "Stable", "assignment": {a["topic_name"]: a["partitions"]
+                                                      for a in m["assignment"]["topic_partitions"]}}
+                   for m in (described or {}).get("members", [])]
+        partitions = []
+        for (group, topic_id, p), sp in sorted(shares.partitions.items()):
+            topic = engine.topic_name(uuid.UUID(topic_id)) if group == st.group else None
+            if topic is None:
+                continue
+            hwm = parts.offsets(topic, p).high_watermark if parts.has(topic, p) else None
+            partitions.append({"topic": topic, "partition": p, "committed": sp.start, "high_watermark": hwm,
+                               "lag": None if hwm is None else max(hwm - sp.start, 0),
+                               "in_flight": sp.end - sp.start, "acquired": sp.acquired()})
+        out.append({"group_id": st.group, "state": "Stable" if members else "Empty", "type": "share",
+                    "protocol_type": "share", "members": members, "partitions": partitions,
+                    "share": {"in_flight": st.in_flight, "acquired": st.acquired, "archived": st.archived,
+                              "redelivered": st.redelivered}})
     return out
 
 

@@ -3,9 +3,10 @@ here but in the handler's :class:`~walgate.gateway.kafka.context.RequestContext`
 
 The engine is only reachable on the storage thread: the broker keeps it
 private and hands it to the functions handlers run there
-(:meth:`Broker.call`, and :meth:`Broker.group_call` for coordinator calls
-that need it too). A handler cannot read engine state on the event loop,
-where a concurrent CreateTopics/DeleteTopics would change it under it.
+(:meth:`Broker.call`); coordinator calls that need topics get the snapshot the
+storage lane published (:meth:`Broker.group_call`, on the coordinator lane).
+A handler cannot read engine state on the event loop, where a concurrent
+CreateTopics/DeleteTopics would change it under it.
 
 Push, not polling: the engine was opened with the broker's :class:`FetchWakeups`
 as its records listener, which wakes the Fetches waiting on a topic-partition
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
@@ -37,6 +37,7 @@ from walgate.gateway.quotas import ClientQuotas
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 
 __all__ = ["Broker"]
 
@@ -77,9 +78,11 @@ class Broker:
         """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""
         return await self.storage.call(fn, self._engine, *args, **kwargs)
 
-    async def group_call(self, fn: Callable[[Engine], tuple[T, list[Completion]]]) -> T:
-        """A coordinator call that needs the engine: ``fn(engine)`` through :meth:`GroupService.run`."""
-        return await self.groups.run(functools.partial(fn, self._engine))
+    async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:
+        """A coordinator call that needs topic names, ids or partition counts: ``fn(topics)`` through
+        :meth:`GroupService.run` (on the coordinator lane), ``topics`` the snapshot published when it runs."""
+        engine = self._engine
+        return await self.groups.run(lambda: fn(engine.topics()))
 
     @staticmethod
     def load_cluster_id(data_dir: Path) -> str:

@@ -1,19 +1,19 @@
 """The consumer-group coordinator wired to the event loop.
 
 The coordinator (:class:`GroupCoordinator`: classic and KIP-848 groups) and the offset store it reads are
-plain synchronous objects; like the engine they are only touched on the
-storage thread, so group state and committed offsets never race. The store
-(the coordinator's view of the engine) is private: :meth:`GroupService.with_store`
-and :meth:`GroupService.join` hand it only to functions run on the storage
-thread, so no handler can read the engine from the event loop. What lives
-here is the asynchronous part:
+plain synchronous objects; they are only touched on the coordinator lane (``walgate-coordinator``,
+:mod:`walgate.gateway.storage_thread`), so group state and committed offsets never race, and a slow storage-lane
+call never delays an OffsetCommit, a Heartbeat or a JoinGroup. The store (the coordinator's view of the engine:
+the coordinator log, and the topics snapshot the storage lane publishes) is private: :meth:`GroupService.with_store`
+and :meth:`GroupService.join` hand it only to functions run on the coordinator lane, so no handler can read the
+engine from the event loop. What lives here is the asynchronous part:
 
 * parked JoinGroup/SyncGroup requests: each gets a request id and a future;
   every coordinator call returns the completions it produced, which resolve
   those futures (possibly other connections' requests);
 * the timer: after every call one ``loop.call_later`` is armed at the
   coordinator's ``next_deadline()``; when it fires, a tick task (kept, so it
-  cannot be lost) runs ``tick(now)`` on the storage thread and its completions
+  cannot be lost) runs ``tick(now)`` on the coordinator lane and its completions
   are delivered the same way. A tick that raises is logged in one line and the
   timer is re-armed ``TICK_RETRY_S`` later: group timers never stop silently.
   Ticks also run the coordinator's cleanup of empty groups, told which groups
@@ -21,7 +21,7 @@ here is the asynchronous part:
 * a parked request whose connection goes away is forgotten (its future is
   dropped; the coordinator replaces it when the member retries, as Kafka does);
 * group records (:mod:`walgate.coordinator.group_records`): after every
-  coordinator call, still on the storage thread, the records it produced are
+  coordinator call, still on the coordinator lane, the records it produced are
   written and fsynced (:meth:`walgate.storage.engine.Engine.write_group_records`)
   before any response of the call is delivered, so a group state a client is
   told survives ``kill -9``. When the disk refuses them, the call raises
@@ -49,6 +49,7 @@ from walgate.coordinator.errors import GroupNotRecorded
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.observers import ConsumerRow
 
 __all__ = ["GroupService", "GroupMembers", "now_ms", "TICK_RETRY_S"]
@@ -68,41 +69,46 @@ def now_ms() -> int:
 class GroupMembers:
     """The consumer-group members SHOW CONSUMERS / SUBSCRIPTIONS list: the engine's
     :class:`~walgate.storage.observers.ConsumersView`, created before the engine is opened and filled by the
-    :class:`GroupService` whose coordinator knows the members (none until then). Read on the storage thread."""
+    :class:`GroupService` whose coordinator knows the members (none until then). Asked on the storage lane, read on
+    the coordinator lane (which the storage lane waits for)."""
 
     def __init__(self) -> None:
         self._groups: GroupCoordinator | None = None
+        self._lane: CoordinatorLane = INLINE
 
-    def follow(self, groups: GroupCoordinator) -> None:
-        self._groups = groups
+    def follow(self, groups: GroupCoordinator, lane: CoordinatorLane) -> None:
+        self._groups, self._lane = groups, lane
 
     def consumers(self) -> list[ConsumerRow]:
-        if self._groups is None:
+        groups = self._groups
+        if groups is None:
             return []
-        return [
+        return self._lane.run(lambda: [
             ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
                         dict(c.assignment or {}), c.last_heartbeat_ms)
-            for c in self._groups.consumers()
-        ]
+            for c in groups.consumers()
+        ])
 
 
 class GroupService:
     def __init__(
-        self, engine: Engine, storage: StorageThread, groups: GroupCoordinator | None = None,
-        members: GroupMembers | None = None,
+        self, engine: Engine, lane: StorageThread, groups: GroupCoordinator | None = None,
+        members: GroupMembers | None = None, bridge: CoordinatorLane = INLINE,
     ) -> None:
-        """``members``: the consumers view the engine was opened with, which this service's coordinator fills."""
+        """``lane``: the coordinator lane every coordinator call runs on; ``members``: the consumers view the engine
+        was opened with, which this service's coordinator fills (read through ``bridge``, the storage lane's way to
+        ``lane``)."""
         self.groups = groups or GroupCoordinator()
-        self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the storage thread
-        self._records = engine  # its group records, written and read only on the storage thread
-        self.storage = storage
+        self._store = EngineOffsetStore(engine)  # the engine is reachable only through it, on the coordinator lane
+        self._records = engine  # its group records, written and read only on the coordinator lane
+        self.lane = lane
         self._ids = itertools.count(1)
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._deadline_ms = 0  # when the armed timer is due (wall clock, as the coordinator's deadlines)
         self._tick_task: asyncio.Task[None] | None = None
         if members is not None:
-            members.follow(self.groups)
+            members.follow(self.groups, bridge)
 
     async def load(self) -> None:
         """Rebuild the recorded groups (at start, before any request); a record that does not rebuild is logged,
@@ -111,7 +117,7 @@ class GroupService:
             values = self._records.group_records()
             return len(values), self.groups.load(values, now_ms())
 
-        count, failed = await self.storage.call(load)
+        count, failed = await self.lane.call(load)
         for group_id, reason in failed:
             log.error("group %r: its recorded state does not load (%s); its members rejoin", group_id, reason)
         if count:
@@ -119,8 +125,8 @@ class GroupService:
         await self._rearm()
 
     def _call(self, fn: Callable[[], tuple[T, list[Completion]]]) -> tuple[T, list[Completion], Exception | None]:
-        """``fn()`` then the writing of the group records it produced (on the storage thread); the error that refused
-        them, if any."""
+        """``fn()`` then the writing of the group records it produced (on the coordinator lane); the error that
+        refused them, if any."""
         result, completions = fn()
         records = self.groups.take_records()
         if records:
@@ -132,7 +138,7 @@ class GroupService:
         return result, completions, None
 
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
-        """Run ``fn`` (a coordinator call returning (result, completions)) on the storage thread; its responses are
+        """Run ``fn`` (a coordinator call returning (result, completions)) on the coordinator lane; its responses are
         delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring).
 
         A timer already due runs first: a request handled after a deadline (a starved event loop may read it before
@@ -142,7 +148,7 @@ class GroupService:
             self._timer.cancel()
             self._timer = None
             await self._tick()
-        result, completions, error = await self.storage.call(functools.partial(self._call, fn))
+        result, completions, error = await self.lane.call(functools.partial(self._call, fn))
         if error is not None:
             log.error("group state could not be written (%s: %s); the requests that changed it get "
                       "COORDINATOR_NOT_AVAILABLE", type(error).__name__, error)
@@ -156,7 +162,7 @@ class GroupService:
 
     async def with_store(self, fn: Callable[[EngineOffsetStore], tuple[T, list[Completion]]]) -> T:
         """A coordinator call that reads or writes committed offsets or partition counts: ``fn(store)`` on the
-        storage thread."""
+        coordinator lane."""
         return await self.run(functools.partial(fn, self._store))
 
     async def join(self, **kwargs: Any) -> dict[str, Any]:
@@ -182,7 +188,7 @@ class GroupService:
                 future.set_result(c.response)
 
     async def _rearm(self) -> None:
-        deadline = await self.storage.call(self.groups.next_deadline)
+        deadline = await self.lane.call(self.groups.next_deadline)
         self._arm(max(deadline - now_ms(), 0) / 1000)
 
     def _arm(self, delay: float) -> None:

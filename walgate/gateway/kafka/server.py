@@ -101,7 +101,7 @@ from walgate.wire.protocol import (
     RequestHeader,
     api_versions_fallback,
     build_response,
-    decode_request,
+    decode_view,
     encode_response,
     parse_request_header,
 )
@@ -239,7 +239,8 @@ class KafkaServer:
                     writer.close()
 
     async def stop(self) -> None:
-        """Stop accepting, then cancel and drain every connection task, the sweeper and the group timer."""
+        """Stop accepting, then cancel and drain every connection task, the sweeper and the group and share
+        timers."""
         self.broker.groups.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -250,6 +251,8 @@ class KafkaServer:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self.broker.shares is not None:  # after the connections: a request's end arms it again
+            self.broker.shares.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                           listener: ListenerInfo, mapper: PrincipalMapper | None, sasl: SaslSettings | None) -> None:
@@ -322,12 +325,19 @@ class KafkaServer:
                         return
                     await out.write(response)
                     sent = time.perf_counter()
+                    unanswered = fields if isinstance(fields, Unanswered) else None
+                    if unanswered is not None:
+                        fields = unanswered.fields
                     metrics.request(header, request, fields, received, started, handled, sent, bool(response))
                     if request_log.isEnabledFor(logging.DEBUG):
                         _log_request(header, address, len(frame), response, received, started, handled, sent)
                     self._active[writer] = loop.time()
                     budget.release(held)
                     held = 0
+                    if unanswered is not None and unanswered.refused:
+                        reason = (f"a request that gets no answer (acks=0, correlation id {header.correlation_id}) "
+                                  f"was refused, closed so that the client notices: {unanswered.refused}")
+                        return
                     if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
                         await asyncio.sleep(fields["throttle_time"] / 1000)
                     if auth is not None and auth.close:
@@ -380,7 +390,8 @@ class KafkaServer:
 
     async def _dispatch(self, header: RequestHeader, ctx: RequestContext, frame: bytes) -> tuple[Any, Any, list[Chunk]]:
         """(the decoded request, the handler's response fields, the response frame); the request and fields are
-        None for the ApiVersions fallback, the frame empty for an unanswered request (acks=0)."""
+        None for the ApiVersions fallback; for an unanswered request (acks=0) the fields are its
+        :class:`~.handlers.common.Unanswered` and the frame is empty."""
         handler = HANDLERS.get(header.api_key)
         supported = self.broker.versions.get(header.api_key)
         if handler is None or supported is None:
@@ -392,12 +403,12 @@ class KafkaServer:
                 f"unsupported version {header.api_version} of api key {header.api_key} "
                 f"(supported {supported[0]}-{supported[1]}, client {header.client_id!r})"
             )
-        request = decode_request(header, frame)
+        request = decode_view(header, frame)
         try:
             began = time.perf_counter()
             fields = await handler.fn(self.broker, ctx, request)
             if isinstance(fields, Unanswered):
-                return request, fields.fields, []
+                return request, fields, []
             if REQUEST_RATE in self.broker.quotas.keys:  # client quotas: request_percentage on handler time
                 throttle = self.broker.quotas.request_time(header.api_key, ctx.principal, header.client_id,
                                                            time.perf_counter() - began)

@@ -1,16 +1,20 @@
-"""The transaction coordinator wired to the storage thread and the event loop (``broker.transactions``).
+"""The transaction coordinator wired to the coordinator lane and the event loop (``broker.transactions``).
 
 The state machine (:class:`~walgate.coordinator.transactions.TransactionCoordinator`) and its durable log
-(:class:`~walgate.storage.transactions_log.TransactionLog`) are only touched on the storage thread, like the engine
-whose partitions get the markers, so they never race. Every change is written and fsynced to the log before it is
-applied and before the request is answered (:meth:`TransactionService.decide`).
+(:class:`~walgate.storage.transactions_log.TransactionLog`) are only touched on the coordinator lane
+(``walgate-coordinator``, beside the group coordinator, so TxnOffsetCommit reads both in one call), so they never race
+and a slow storage-lane call never delays them. Every change is written and fsynced to the log before it is
+applied and before the request is answered (:meth:`TransactionService.decide`). What the storage lane owns is reached
+by storage-lane calls of their own: the markers (data partitions), the transactions partitions hold open at start;
+partitions are checked against the topics snapshot the storage lane publishes; producer ids are shared (locked).
 
 Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each durable before the next:
 
 1. the Prepare* state is written (the decision: from here on the transaction commits, or aborts, whatever happens);
-2. on the storage thread, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions
-   and, on commit, the offsets TxnOffsetCommit gave are committed to their groups through the consumer groups' own
-   offset path; the call returns once all of it is durable (group commit waits for its fsyncs). An offset the
+2. on the storage lane, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions;
+   then, on commit, on the coordinator lane, the offsets TxnOffsetCommit gave are committed to their groups through
+   the consumer groups' own offset path; each call returns once what it wrote is durable (group commit waits for its
+   fsyncs). An offset the
    group has committed since the TxnOffsetCommit gave it (a commit time not earlier; Kafka lets the later append
    to the offsets log win) is left as it is, which also makes this step idempotent: run again, it never rolls back
    what the group committed since its first run, nor writes its own offsets twice;
@@ -90,16 +94,17 @@ def for_version(code: int, api_version: int, fenced_since: int) -> int:
 
 def partition_errors(engine: Engine, partitions: Iterable[tuple[str, int]],
                      writable: set[str]) -> dict[tuple[str, int], int]:
-    """On the storage thread: the partitions a transaction may not take, with their error (TOPIC_AUTHORIZATION_FAILED
+    """On the coordinator lane: the partitions a transaction may not take, with their error (TOPIC_AUTHORIZATION_FAILED
     for a topic not in ``writable``, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_FOR_MESSAGE_FORMAT for a TDengine topic,
-    whose rows cannot take markers)."""
+    whose rows cannot take markers), by the published topics snapshot."""
+    topics = engine.topics()
     out: dict[tuple[str, int], int] = {}
     for topic, partition in partitions:
         if topic not in writable:
             out[topic, partition] = ErrorCode.topic_authorization_failed
-        elif not engine.partitions.has(topic, partition):
+        elif not topics.has_partition(topic, partition):
             out[topic, partition] = ErrorCode.unknown_topic_or_partition
-        elif not engine.is_native(topic):
+        elif not topics.is_native(topic):
             out[topic, partition] = ErrorCode.unsupported_for_message_format
     return out
 
@@ -107,21 +112,24 @@ def partition_errors(engine: Engine, partitions: Iterable[tuple[str, int]],
 class TransactionService:
     """The node's transaction coordinator (see the module docstring); :meth:`open` before use."""
 
-    def __init__(self, engine: Engine, storage: StorageThread, coordinator: TransactionCoordinator,
-                 check_interval_ms: int = 10_000) -> None:
+    def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread,
+                 coordinator: TransactionCoordinator, check_interval_ms: int = 10_000) -> None:
+        """``lane``: the coordinator lane (the state machine and its log); ``storage``: the storage lane (markers)."""
         self.coordinator = coordinator
+        self.lane = lane
         self.storage = storage
-        self._engine = engine  # reached only on the storage thread
+        self._engine = engine  # its markers on the storage lane; its topics snapshot, producer ids, offsets on the lane
         self._offsets = EngineOffsetStore(engine)
         self._log: TransactionLog | None = None
         self._check_interval_ms = check_interval_ms
         self._completing: set[str] = set()  # transactional ids whose markers are being written
-        self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage thread)
+        self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage lane)
         self._task: asyncio.Task[None] | None = None
 
-    # ------------------------------------------------------------------ storage-thread parts
+    # ------------------------------------------------------------------ lane parts
 
     def _load(self) -> None:
+        """On the coordinator lane: the log, and the producer ids lifted above those it holds."""
         engine = self._engine
         tlog = TransactionLog.open(engine.data_dir / TRANSACTIONS_LOG, engine.damage_log, engine.syncs)
         for tid, record in tlog.records.items():
@@ -135,12 +143,16 @@ class TransactionService:
             engine.producer_ids.at_least(txn.producer_id + 1)
         self._log = tlog
 
-    def _reconcile(self) -> None:
+    def _ongoing(self) -> dict[int, list[tuple[str, int]]]:
+        """On the storage lane: the transactions partitions hold open, by producer id."""
+        return {pid: [(t, p) for t, p, _ in parts] for pid, parts in self._engine.ongoing_transactions().items()}
+
+    async def _reconcile(self) -> None:
         """At start: the transactions partitions hold open that the coordinator is not running
         (:meth:`TransactionCoordinator.orphans`), ended now or, a producer id nobody owns, once its timeout must have
         passed (:meth:`_end_orphans`, run again by every check)."""
-        ongoing = {pid: [(t, p) for t, p, _ in parts] for pid, parts in self._engine.ongoing_transactions().items()}
-        self._orphans = self.coordinator.orphans(ongoing, now_ms())
+        ongoing = await self.storage.call(self._ongoing)
+        self._orphans = await self.lane.call(self.coordinator.orphans, ongoing, now_ms())
         for orphan in self._orphans:
             log.warning("producer %d has a transaction open in %s that no transactional id runs: it is %s",
                         orphan.producer_id, ", ".join(f"{t}-{p}" for t, p in orphan.partitions),
@@ -148,11 +160,11 @@ class TransactionService:
                             "" if orphan.epoch != MAX_EPOCH else
                             f" in {self.coordinator.max_timeout_ms} ms (transaction.max.timeout.ms); until then "
                             "read_committed consumers stop before it"))
-        self._end_orphans()
+        await self.storage.call(self._end_orphans)
 
     def _end_orphans(self) -> None:
-        """Write the markers of the orphans that are due; a partition that refuses is logged and tried again at the
-        next check (its last stable offset stays until then)."""
+        """On the storage lane: write the markers of the orphans that are due; a partition that refuses is logged
+        and tried again at the next check (its last stable offset stays until then)."""
         now, kept = now_ms(), []
         for orphan in self._orphans:
             if orphan.due_ms > now:
@@ -175,7 +187,8 @@ class TransactionService:
         self._orphans = kept
 
     def record(self, changes: Iterable[tuple[str, Txn | None]]) -> None:
-        """On the storage thread: make ``changes`` durable, then apply them (StorageUnavailable: nothing changed)."""
+        """On the coordinator lane: make ``changes`` durable, then apply them (StorageUnavailable: nothing
+        changed)."""
         changes = list(changes)
         assert self._log is not None, "TransactionService.open() was not awaited"
         self._log.append([(tid, None if txn is None else txn.to_record()) for tid, txn in changes])
@@ -188,29 +201,33 @@ class TransactionService:
             self.record([(step.txn.transactional_id, step.txn)])
         return step
 
-    def _markers(self, tid: str) -> bool:
-        """Step 2 for ``tid`` (in Prepare*): markers and, on commit, the pending offsets. False if it is no longer in
-        Prepare* (already completed); raises when a partition or a group refused the write."""
+    def _prepared(self, tid: str) -> Txn | None:
+        """On the coordinator lane: ``tid``'s transaction when it is in Prepare* (None: already completed)."""
         txn = self.coordinator.txns.get(tid)
         if txn is None or txn.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return False
+            return None
+        return txn
+
+    def _markers(self, txn: Txn) -> None:
+        """On the storage lane: step 2's markers for ``txn`` (in Prepare*); raises when a partition refused one."""
         commit = txn.state is TxnState.PREPARE_COMMIT
         partitions = sorted(txn.partitions)
-        if partitions:
-            errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
-                                                    partitions)
-            for (topic, partition), error in zip(partitions, errors):
-                if error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
-                    raise StorageUnavailable(f"the {'commit' if commit else 'abort'} marker of transaction {tid!r} "
-                                             f"could not be written to {topic}-{partition}: {error}")
-        if commit and txn.offsets:
-            records = [OffsetCommitRecord(o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata,
-                                          o.commit_ms) for o in txn.offsets if not self._committed_since(o)]
-            for r, error in zip(records, self._offsets.commit(records)):
-                if error is not None and not isinstance(error, NotFound):
-                    raise StorageUnavailable(f"the offsets of transaction {tid!r} could not be committed to group "
-                                             f"{r.group_id!r}: {error}")
-        return True
+        errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
+                                                partitions)
+        for (topic, partition), error in zip(partitions, errors):
+            if error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
+                raise StorageUnavailable(f"the {'commit' if commit else 'abort'} marker of transaction "
+                                         f"{txn.transactional_id!r} could not be written to {topic}-{partition}: "
+                                         f"{error}")
+
+    def _commit_offsets(self, txn: Txn) -> None:
+        """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
+        records = [OffsetCommitRecord(o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata,
+                                      o.commit_ms) for o in txn.offsets if not self._committed_since(o)]
+        for r, error in zip(records, self._offsets.commit(records)):
+            if error is not None and not isinstance(error, NotFound):
+                raise StorageUnavailable(f"the offsets of transaction {txn.transactional_id!r} could not be committed "
+                                         f"to group {r.group_id!r}: {error}")
 
     def _committed_since(self, o: PendingOffset) -> bool:
         """Whether the group has an offset for ``o``'s partition committed since ``o`` was given (by a commit of its
@@ -229,19 +246,20 @@ class TransactionService:
     async def open(self) -> None:
         """Load the durable state, end the transactions partitions hold open that no transactional id runs (now, or
         once due), finish the transactions a stop left decided, start the periodic check."""
-        await self.storage.call(self._load)
-        await self.storage.call(self._reconcile)
+        await self.lane.call(self._load)
+        await self._reconcile()
         await self._finish_decided()
         self._task = asyncio.get_running_loop().create_task(self._checks(), name="walgate-txn-timer")
 
     async def call(self, fn: Callable[[TransactionCoordinator], T]) -> T:
-        """A read of the coordinator's state on the storage thread."""
-        return await self.storage.call(fn, self.coordinator)
+        """A read of the coordinator's state on the coordinator lane."""
+        return await self.lane.call(fn, self.coordinator)
 
     async def decide(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
-        """Run ``decide(coordinator, engine)`` on the storage thread and make the state it returns durable before
-        returning; when that state is Prepare*, end the transaction (steps 2 and 3) before returning too."""
-        step = await self.storage.call(self._decided, decide)
+        """Run ``decide(coordinator, engine)`` on the coordinator lane (``engine``: for its topics snapshot and
+        producer ids only) and make the state it returns durable before returning; when that state is Prepare*, end
+        the transaction (steps 2 and 3) before returning too."""
+        step = await self.lane.call(self._decided, decide)
         if step.txn is not None and step.txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             await self.finish(step.txn.transactional_id)
         return step
@@ -252,8 +270,13 @@ class TransactionService:
             return
         self._completing.add(tid)
         try:
-            if await self.storage.call(self._markers, tid):  # returns once the markers and offsets are durable
-                await self.storage.call(self._complete, tid)
+            txn = await self.lane.call(self._prepared, tid)
+            if txn is not None:  # each call returns once what it wrote is durable
+                if txn.partitions:
+                    await self.storage.call(self._markers, txn)
+                if txn.state is TxnState.PREPARE_COMMIT and txn.offsets:
+                    await self.lane.call(self._commit_offsets, txn)
+                await self.lane.call(self._complete, tid)
         except Exception as exc:  # noqa: BLE001 - retried by the periodic check
             log.warning("transaction %r stays decided but not complete (%s: %s); it is retried every %d ms",
                         tid, type(exc).__name__, exc, self._check_interval_ms)
@@ -272,7 +295,7 @@ class TransactionService:
             self.record(changes)
             return changes
 
-        changes = await self.storage.call(expire)
+        changes = await self.lane.call(expire)
         await self.storage.call(self._end_orphans)
         for tid, txn in changes:
             if txn is None:

@@ -21,6 +21,8 @@ one function, compiled in the namespace of :data:`~walgate.wire.serial.runtime.R
 is kept on the function as ``__source__``.
 
 ``decoder(cls)(data, pos) -> (instance, new_pos)``
+    (``decoder(cls, view, entities)``: an instance of the request view, see :func:`decoder`, its slots set through
+    their descriptors, which costs less than a frozen dataclass's ``__init__``).
     Runs of fixed-width fields are read with one precompiled ``struct`` call.
     Every length (strings, bytes, arrays) is checked against the bytes remaining
     before anything is allocated; unknown tagged fields are skipped. Strings are
@@ -48,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from walgate.wire.serial.fields import FIXED, FieldInfo, fields_of, zero_value
@@ -106,7 +108,7 @@ def _fixed_runs(infos: Sequence[FieldInfo]) -> list[list[FieldInfo] | FieldInfo]
 
 # --------------------------------------------------------------------------- decoders
 
-_DECODERS: dict[type, Decoder] = {}
+_DECODERS: dict[tuple[type, type | None], Decoder] = {}
 
 
 def _fixed_convert(info: FieldInfo, var: str) -> str:
@@ -122,8 +124,9 @@ def _fixed_convert(info: FieldInfo, var: str) -> str:
     return var
 
 
-def _decode_value(src: Source, info: FieldInfo, var: str, flexible: bool, indent: int) -> None:
-    """Emit code reading one field value into *var*, advancing ``p``."""
+def _decode_value(src: Source, info: FieldInfo, var: str, flexible: bool, indent: int,
+                  nested: Callable[[FieldInfo], Decoder]) -> None:
+    """Emit code reading one field value into *var*, advancing ``p``; *nested* gives a struct field's decoder."""
     kind = info.kind
     nullable = info.nullable
     if info.array:
@@ -142,14 +145,15 @@ def _decode_value(src: Source, info: FieldInfo, var: str, flexible: bool, indent
         src.emit(indent + 1, "items = []")
         src.emit(indent + 1, "for _ in range(n):")
         if kind == "entity":
-            src.emit(indent + 2, f"x, p = {src.ref(decoder(info.entity), '_dec')}(d, p)")  # type: ignore[arg-type]
+            src.emit(indent + 2, f"x, p = {src.ref(nested(info), '_dec')}(d, p)")
         else:
-            _decode_value(src, dataclasses.replace(info, array=False, nullable=False), "x", flexible, indent + 2)
+            _decode_value(src, dataclasses.replace(info, array=False, nullable=False), "x", flexible, indent + 2,
+                          nested)
         src.emit(indent + 2, "items.append(x)")
         src.emit(indent + 1, f"{var} = tuple(items)")
         return
     if kind == "entity":
-        dec = src.ref(decoder(info.entity), "_dec")  # type: ignore[arg-type]
+        dec = src.ref(nested(info), "_dec")
         if nullable and info.tag is None:
             src.emit(indent, "marker = d[p]")
             src.emit(indent, "p += 1")
@@ -180,20 +184,35 @@ def _decode_value(src: Source, info: FieldInfo, var: str, flexible: bool, indent
         src.emit(indent, f"{var} = {converted}")
 
 
-def decoder(cls: type) -> Decoder:
+def decoder(cls: type, view: type | None = None,
+            entities: Mapping[type, Mapping[str, type]] | None = None) -> Decoder:
     """The decoder of a schema dataclass: ``(data, pos) -> (instance, new_pos)``.
+
+    With *view*, the instance is a *view* instead (:mod:`walgate.wire.messages`: a dataclass with every field of
+    every version of *cls*'s message, each with a default): the fields *cls* has are read as for *cls*, the others
+    keep the view's defaults; *entities* maps a view to its struct fields' views (``messages.ENTITIES``).
 
     It raises :class:`MalformedFrame` for bounds violations it detects and lets
     ``struct.error``/``IndexError``/``KeyError`` escape for truncation detected
     by Python itself; :func:`walgate.wire.protocol.decode_request` converts those.
     """
-    cached = _DECODERS.get(cls)
+    cached = _DECODERS.get((cls, view))
     if cached is not None:
         return cached
     infos = fields_of(cls)
     flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]
     src = Source()
-    cls_ref = src.ref(cls, "_cls")
+    cls_ref = src.ref(cls if view is None else view, "_cls")
+
+    def nested(info: FieldInfo) -> Decoder:
+        assert info.entity is not None
+        if view is None or entities is None:
+            return decoder(info.entity)
+        return decoder(info.entity, entities[view][info.name], entities)
+
+    if view is not None:
+        defaults = {f.name: f.default for f in dataclasses.fields(view)}
+
     name = f"decode_{cls.__name__}"
     src.emit(0, f"def {name}(d, p):")
     plain = [i for i in infos if i.tag is None]
@@ -203,7 +222,7 @@ def decoder(cls: type) -> Decoder:
         if isinstance(group, list):
             fmt = ">" + "".join(FIXED[i.kind] for i in group)
             if len(group) == 1:
-                _decode_value(src, group[0], local[group[0].name], flexible, 1)
+                _decode_value(src, group[0], local[group[0].name], flexible, 1, nested)
                 continue
             unpack = src.ref(struct.Struct(fmt).unpack_from, "_U")
             names = ", ".join(local[i.name] for i in group)
@@ -214,10 +233,11 @@ def decoder(cls: type) -> Decoder:
                 if converted != local[info.name]:
                     src.emit(1, f"{local[info.name]} = {converted}")
             continue
-        _decode_value(src, group, local[group.name], flexible, 1)
+        _decode_value(src, group, local[group.name], flexible, 1, nested)
     if flexible:
         for info in tagged:
-            src.emit(1, f"{local[info.name]} = {src.ref(zero_value(info), '_default')}")
+            default = zero_value(info) if view is None else defaults[info.name]
+            src.emit(1, f"{local[info.name]} = {src.ref(default, '_default')}")
         src.emit(1, "ntags = d[p]")
         src.emit(1, "p += 1")
         src.emit(1, "if ntags > 127:")
@@ -230,14 +250,22 @@ def decoder(cls: type) -> Decoder:
         src.emit(3, "raise _Malformed(f'tagged field {tag} of {size} bytes overruns the buffer')")
         for index, info in enumerate(tagged):
             src.emit(2, f"{'if' if index == 0 else 'elif'} tag == {info.tag}:")
-            _decode_value(src, info, local[info.name], flexible, 3)
+            _decode_value(src, info, local[info.name], flexible, 3, nested)
             src.emit(3, "if p != end:")
             src.emit(4, "raise _tag_overrun(tag, p, end)")
         src.emit(2, "p = end")
-    args = ", ".join(f"{info.name}={local[info.name]}" for info in infos)
-    src.emit(1, f"return {cls_ref}({args}), p")
+    if view is None:
+        args = ", ".join(f"{info.name}={local[info.name]}" for info in infos)
+        src.emit(1, f"return {cls_ref}({args}), p")
+    else:  # every slot set through its descriptor: a frozen dataclass's __init__ pays a call per field
+        src.emit(1, f"o = _new({cls_ref})")
+        for f in dataclasses.fields(view):
+            value = local[f.name] if f.name in local else src.ref(f.default, "_default")
+            src.emit(1, f"{src.ref(getattr(view, f.name).__set__, '_set')}(o, {value})")
+        src.emit(1, "return o, p")
+        src.ns["_new"] = object.__new__
     func = typing.cast(Decoder, src.compile(name))
-    _DECODERS[cls] = func
+    _DECODERS[(cls, view)] = func
     return func
 
 

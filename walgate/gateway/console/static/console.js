@@ -173,7 +173,9 @@ function renderGroups() {
   const group = state.groups.find((g) => g.group_id === state.group);
   $("group-detail").hidden = !group;
   if (!group) return;
-  $("group-title").textContent = `Group ${group.group_id} · ${group.state}`;
+  const share = group.share ? ` · ${group.share.in_flight} in flight · ${group.share.acquired} acquired · `
+    + `${group.share.archived} archived · ${group.share.redelivered} redelivered` : "";
+  $("group-title").textContent = `Group ${group.group_id} · ${group.state}${share}`;
   chart($("group-chart"), state.lag.get(group.group_id) || []);
   fill($("member-rows"), group.members.map((m) => [m.member_id, m.client_id, m.host, m.state,
     Object.entries(m.assignment).map(([t, ps]) => `${t}: ${ps.join(", ")}`).join("; ") || "–"]));

@@ -4,8 +4,10 @@ ApiVersions advertises exactly this table intersected with what the wire
 layer can decode/encode, so nothing is advertised that is not handled.
 A handler is ``async (broker, ctx, request) -> fields``, ``ctx`` the request's
 :class:`~walgate.gateway.kafka.context.RequestContext` (who sent it: principal,
-peer, listener; its header: api key and version, client id, correlation id), where ``fields`` is
-the version-agnostic mapping :func:`walgate.wire.protocol.build_response`
+peer, listener; its header: api key and version, client id, correlation id), ``request`` the API's
+request view (:mod:`walgate.wire.messages`' ``<Api>Request``: every field of every version, Kafka's default where
+the version lacks it), where ``fields`` is
+the version-agnostic mapping (the API's ``<Api>Response`` typed dict) :func:`walgate.wire.protocol.build_response`
 turns into the response of the request's version, or, for a request that gets
 no response (Produce with acks=0), that mapping wrapped in
 :class:`~.common.Unanswered`. A handler does not raise: whatever the
@@ -26,6 +28,7 @@ from walgate.gateway.kafka.handlers import (
     add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -36,6 +39,7 @@ from walgate.gateway.kafka.handlers import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -43,6 +47,7 @@ from walgate.gateway.kafka.handlers import (
     describe_configs,
     describe_groups,
     describe_producers,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -73,6 +78,7 @@ from walgate.gateway.kafka.handlers import (
     txn_offset_commit,
 )
 from walgate.gateway.kafka.handlers.common import Unanswered
+from walgate.wire import messages
 from walgate.wire.protocol import WIRE_VERSIONS
 
 __all__ = ["Handler", "HANDLERS", "advertised"]
@@ -99,8 +105,12 @@ _MODULES = (
     describe_producers,
     add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
+    describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
+
+if messages.VERSIONS != WIRE_VERSIONS:  # an API or version without its request view: refused at start, not per request
+    raise RuntimeError("walgate/wire/messages.py was generated for other API versions: run ./run gen")
 
 
 def advertised() -> dict[int, tuple[int, int]]:

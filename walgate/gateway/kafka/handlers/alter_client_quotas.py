@@ -10,8 +10,6 @@ With ACLs, AlterConfigs on the cluster is needed (else every entry answers CLUST
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -21,6 +19,11 @@ from walgate.storage import quotas
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    AlterClientQuotasResponseEntryData,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 49, 0, 1
 
@@ -30,7 +33,8 @@ def describe_entity(pairs: list[tuple[str, str | None]]) -> str:
     return ", ".join(f"{kind} {name if name is not None else '<default>'}" for kind, name in pairs)
 
 
-def _alter_all(engine: Engine, request: Any) -> tuple[list[tuple[int, str | None]], dict[quotas.Entity, quotas.QuotaValues]]:
+def _alter_all(engine: Engine, request: AlterClientQuotasRequest
+               ) -> tuple[list[tuple[int, str | None]], dict[quotas.Entity, quotas.QuotaValues]]:
     """(error code, message) per entry, and the quotas in force afterwards (storage thread)."""
     seen: set[quotas.Entity] = set()
     results: list[tuple[int, str | None]] = []
@@ -50,7 +54,7 @@ def _alter_all(engine: Engine, request: Any) -> tuple[list[tuple[int, str | None
     return results, dict(engine.catalog.client_quotas)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
     results: list[tuple[int, str | None]]
     try:
         if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):  # Kafka's handleAlterClientQuotasRequest
@@ -61,7 +65,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             broker.quotas.configure(in_force)
     except Exception as exc:  # noqa: BLE001 - the catalog could not be read: every entry's error
         results = [(error_of(exc), str(exc))] * len(request.entries)
-    entries = []
+    entries: list[AlterClientQuotasResponseEntryData] = []
     for entry, (error, message) in zip(request.entries, results):
         pairs = [(e.entity_type, e.entity_name) for e in entry.entity]
         if not request.validate_only:

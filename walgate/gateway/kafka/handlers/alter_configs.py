@@ -9,24 +9,29 @@ ACLs (as Kafka): AlterConfigs on the topic, the group or, for the broker, on the
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Sequence
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.config_changes import alter_each
+from walgate.wire.messages import (
+    AlterConfigsRequest,
+    AlterConfigsRequestAlterableConfig,
+    AlterConfigsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 33, 0, 2
 _KINDS = {2: "topic", 4: "broker", 32: "group"}
 
 
-def _replaced(configs: Any, current: dict[str, str]) -> dict[str, str]:
+def _replaced(configs: Sequence[AlterConfigsRequestAlterableConfig], current: dict[str, str]) -> dict[str, str]:
     """The resource's new set: exactly the request's configs (the current ones go)."""
-    return {c.name: c.value for c in configs}
+    return {c.name: c.value for c in configs if c.value is not None}  # a null was refused before (preprocess)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: False,

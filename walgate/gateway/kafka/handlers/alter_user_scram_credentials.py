@@ -14,7 +14,6 @@ change is audited (user and mechanism, never a salt or key).
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, cluster_allowed
@@ -25,6 +24,10 @@ from walgate.security.scram import mechanism_name
 from walgate.storage.engine import Engine
 from walgate.storage.users import CredentialChange
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 51, 0, 0
 
@@ -33,7 +36,8 @@ def _alter(engine: Engine, changes: list[CredentialChange], now_ms: int) -> list
     return engine.users.alter_scram(changes, now_ms)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
     changes = [CredentialChange(d.name, mechanism_name(d.mechanism), False) for d in request.deletions]
     changes += [CredentialChange(u.name, mechanism_name(u.mechanism), True, u.iterations, u.salt, u.salted_password)
                 for u in request.upsertions]

@@ -15,38 +15,43 @@ coordinator has no features.
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from typing import Final
 
 from walgate.coordinator.transactions import TRANSACTION_VERSIONS
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.wire.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ApiVersionsResponseSupportedFeatureKey,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 18, 0, 4
 _FEATURES_SINCE = 3
 _FEATURES_EPOCH: Final = int(time.time() * 1000)
 
 
-def _features(broker: Broker, version: int) -> dict[str, Any]:
+def _add_features(answer: ApiVersionsResponse, broker: Broker, version: int) -> None:
     svc = broker.transactions
     if version < _FEATURES_SINCE or svc is None:
-        return {}
+        return
     low, high = TRANSACTION_VERSIONS
     level = svc.coordinator.transaction_version
-    supported = [{"name": "transaction.version", "min_version": low, "max_version": high}]
-    return {
-        "supported_features": supported if version >= 4 or low > 0 else [],
-        "finalized_features_epoch": _FEATURES_EPOCH,
-        "finalized_features": [{"name": "transaction.version", "max_version_level": level,
-                                "min_version_level": level}] if level > 0 else [],
-    }
+    supported: list[ApiVersionsResponseSupportedFeatureKey] = [
+        {"name": "transaction.version", "min_version": low, "max_version": high}]
+    answer["supported_features"] = supported if version >= 4 or low > 0 else []
+    answer["finalized_features_epoch"] = _FEATURES_EPOCH
+    answer["finalized_features"] = [{"name": "transaction.version", "max_version_level": level,
+                                     "min_version_level": level}] if level > 0 else []
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    return {
+async def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+    answer: ApiVersionsResponse = {
         "error_code": 0,
         "throttle_time": 0,
         "api_keys": [
             {"api_key": key, "min_version": lo, "max_version": hi} for key, (lo, hi) in sorted(broker.versions.items())
         ],
-        **_features(broker, ctx.api_version),
     }
+    _add_features(answer, broker, ctx.api_version)
+    return answer

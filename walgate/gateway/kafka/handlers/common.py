@@ -72,9 +72,12 @@ T = TypeVar("T")
 class Unanswered(NamedTuple):
     """A handler's result for a request that gets no response (Produce with ``acks=0``): ``fields`` are the answer
     it would have had. The server sends nothing; the request metrics count what the fields say was done (records
-    appended per topic), not their error codes, and a ``throttle_time`` in them mutes the connection that long."""
+    appended per topic), not their error codes, and a ``throttle_time`` in them mutes the connection that long.
+    ``refused`` names what was refused (empty when nothing was): the server then closes the connection, the only way
+    a client that waits for no answer learns of an error (Kafka's ``handleProduceRequest`` with acks=0)."""
 
     fields: Mapping[str, Any]
+    refused: str = ""
 
 log = logging.getLogger("walgate.kafka")
 

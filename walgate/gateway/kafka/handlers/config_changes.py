@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from walgate.coordinator.group_configs import GroupTimeouts
@@ -36,6 +36,11 @@ from walgate.storage.resource_configs import BROKER as BROKER_KIND
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
 from walgate.storage.topic_configs import validate_configs
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResourceResponse,
+    IncrementalAlterConfigsRequest,
+)
 
 __all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "alter_each", "group_timeouts", "preprocess"]
 
@@ -59,13 +64,16 @@ def preprocess(resources: list[Any], null_allowed: Callable[[Any], bool]) -> dic
     return out
 
 
-def alter_each(engine: Engine, broker: Broker, request: Any, denied: dict[int, int],
-               null_allowed: Callable[[Any], bool], change_of: Callable[[Any], Change]) -> list[dict[str, Any]]:
+def alter_each(engine: Engine, broker: Broker, request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+               denied: dict[int, int], null_allowed: Callable[[Any], bool],
+               change_of: Callable[[Any], Change]) -> list[AlterConfigsResourceResponse]:
     """Every resource's answer (storage thread): its ACL error (*denied*), what :func:`preprocess` refuses, or what
-    :func:`alter` makes of ``change_of(resource)``; an exception answers that resource only."""
-    refused = preprocess(list(request.resources), null_allowed)
-    responses = []
-    for i, r in enumerate(request.resources):
+    :func:`alter` makes of ``change_of(resource)``; an exception answers that resource only. (IncrementalAlterConfigs'
+    answer has the same fields as AlterConfigs'.)"""
+    resources: Sequence[Any] = request.resources  # either API's resources: the same fields but configs
+    refused = preprocess(list(resources), null_allowed)
+    responses: list[AlterConfigsResourceResponse] = []
+    for i, r in enumerate(resources):
         message: str | None
         if i in denied:
             error, message = denied[i], "Authorization failed."

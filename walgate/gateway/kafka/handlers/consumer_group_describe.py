@@ -17,16 +17,16 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names,
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
 
 
-def _with_ids(assignment: dict[str, Any], engine: Engine) -> dict[str, Any]:
+def _with_ids(assignment: dict[str, Any], topics: TopicsSnapshot) -> dict[str, Any]:
     return {"topic_partitions": [
-        {**t, "topic_id": engine.topic_id(t["topic_name"]) or uuid.UUID(int=0)} for t in assignment["topic_partitions"]
+        {**t, "topic_id": topics.topic_id(t["topic_name"]) or uuid.UUID(int=0)} for t in assignment["topic_partitions"]
     ]}
 
 
@@ -36,13 +36,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     wanted = [g for g in request.group_ids if g in permitted]
     with_ops = getattr(request, "include_authorized_operations", False)
 
-    def describe(engine: Engine) -> tuple[list[dict[str, Any]], list[Completion]]:
+    def describe(topics: TopicsSnapshot) -> tuple[list[dict[str, Any]], list[Completion]]:
         groups = svc.groups.consumer.describe(wanted) if wanted else []
         for g in groups:
             g["authorized_operations"] = _NO_AUTH_OPS
             for m in g["members"]:
-                m["assignment"] = _with_ids(m["assignment"], engine)
-                m["target_assignment"] = _with_ids(m["target_assignment"], engine)
+                m["assignment"] = _with_ids(m["assignment"], topics)
+                m["target_assignment"] = _with_ids(m["target_assignment"], topics)
         return groups, []
 
     groups = await answered(broker.group_call(describe), lambda code: [_empty(g, code) for g in wanted])

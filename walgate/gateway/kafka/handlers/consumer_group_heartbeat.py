@@ -9,7 +9,8 @@ translated on the storage thread, in the same call as the coordinator's; a
 failure is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on every subscribed topic, else
-TOPIC_AUTHORIZATION_FAILED naming the others.
+TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a share group is GROUP_ID_NOT_FOUND
+(:mod:`walgate.gateway.kafka.group_types`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import logging
 from typing import Any
 
 from walgate.coordinator.classic import Completion
-from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 68, 0, 1
@@ -48,13 +49,17 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
+    taken = share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
+                                 f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
+    if taken is not None:
+        return _refuse(taken[1], taken[0])
     svc = broker.groups
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
-    def heartbeat(engine: Engine) -> tuple[dict[str, Any], list[Completion]]:
+    def heartbeat(topics: TopicsSnapshot) -> tuple[dict[str, Any], list[Completion]]:
         owned = None
         if request.topic_partitions is not None:
-            named = [(engine.topic_name(t.topic_id), list(t.partitions)) for t in request.topic_partitions]
+            named = [(topics.topic_name(t.topic_id), list(t.partitions)) for t in request.topic_partitions]
             owned = [(name, partitions) for name, partitions in named if name is not None]
         response, completions = svc.groups.consumer_heartbeat(
             group_id=request.group_id,
@@ -65,7 +70,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             rebalance_timeout_ms=millis(request.rebalance_timeout),
             subscribed_topic_names=request.subscribed_topic_names,
             server_assignor=request.server_assignor,
-            topic_partitions=EngineOffsetStore(engine).topic_partitions,
+            topic_partitions=topics.partition_count,
             owned=owned,
             client_id=client_id,
             client_host=client_host,
@@ -73,7 +78,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         )
         assignment = response.pop("assignment")
         if assignment is not None:
-            ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
+            ids = [(topics.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
             assignment = {"topic_partitions": [
                 {"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in ids if topic_id is not None
             ]}

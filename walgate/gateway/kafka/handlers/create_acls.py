@@ -9,8 +9,6 @@ or all answer the storage error.
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -19,16 +17,22 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.security.acl import AclBinding, InvalidAcl, Operation, binding, describe, validate
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    CreateAclsResponseAclCreationResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 30, 1, 3
 
 
-def _result(code: int, message: str | None = None) -> dict[str, Any]:
+def _result(code: int, message: str | None = None) -> CreateAclsResponseAclCreationResult:
     return {"error_code": code, "error_message": message}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     creations = request.creations
+    results: list[CreateAclsResponseAclCreationResult]
     if not cluster_allowed(broker, ctx, Operation.ALTER):
         results = [_result(ErrorCode.cluster_authorization_failed, "Alter on the cluster is needed")] * len(creations)
     elif broker.authorizer is None:

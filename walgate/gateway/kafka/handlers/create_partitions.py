@@ -11,7 +11,6 @@ ACLs (as Kafka): Alter on the topic, else TOPIC_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
@@ -21,15 +20,21 @@ from walgate.gateway.kafka.handlers.common import CREATE_PARTITIONS, error_of
 from walgate.gateway.kafka.handlers.create_topics import MAX_PARTITIONS
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 37, 0, 3
 
 
-def _result(t: Any, error: int, message: str | None = None) -> dict[str, Any]:
+def _result(t: CreatePartitionsTopic, error: int, message: str | None = None) -> CreatePartitionsTopicResult:
     return {"name": t.name, "error_code": error, "error_message": message}
 
 
-def grow(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict[str, Any]:
+def grow(engine: Engine, broker: Broker, t: CreatePartitionsTopic, validate_only: bool) -> CreatePartitionsTopicResult:
     topic = engine.catalog.topics.get(t.name)
     if topic is None:
         return _result(t, ErrorCode.unknown_topic_or_partition, f"topic {t.name} does not exist")
@@ -46,9 +51,9 @@ def grow(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict[st
     return _result(t, ErrorCode.none)
 
 
-def _grow_all(engine: Engine, broker: Broker, request: Any,
-              alterable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
-    results = []
+def _grow_all(engine: Engine, broker: Broker, request: CreatePartitionsRequest,
+              alterable: Callable[[str], bool] | None) -> list[CreatePartitionsTopicResult]:
+    results: list[CreatePartitionsTopicResult] = []
     for t in request.topics:
         if alterable is not None and not alterable(t.name):
             results.append(_result(t, ErrorCode.topic_authorization_failed, "The topic authorization is failed."))
@@ -60,7 +65,7 @@ def _grow_all(engine: Engine, broker: Broker, request: Any,
     return results
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     results = await broker.call(_grow_all, broker, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
     if not request.validate_only:
         for t, r in zip(request.topics, results):

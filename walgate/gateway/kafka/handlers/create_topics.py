@@ -16,13 +16,14 @@ the other topics are created.
 ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATION_FAILED (before validation).
 
 Each topic is created in a storage-thread call of its own, so a request of thousands of topics never holds the
-storage thread for long: other clients' requests are served between its topics.
+storage thread for long: other clients' requests are served between its topics. The topics snapshot the coordinator
+lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once
+per topic, which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
@@ -34,18 +35,29 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    CreateTopicsRequest,
+    CreateTopicsRequestCreatableTopic,
+    CreateTopicsResponse,
+    CreateTopicsResponseCreatableTopicConfigs,
+    CreateTopicsResponseCreatableTopicResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 MAX_PARTITIONS = 1024  # a database's VGROUPS limit
 _TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5  # config_source values
+_NO_ID = uuid.UUID(int=0)
+Result = CreateTopicsResponseCreatableTopicResult
 
 
-def _result(name: str, error: int, message: str | None, **fields: Any) -> dict[str, Any]:
-    return {"name": name, "topic_id": uuid.UUID(int=0), "error_code": error, "error_message": message,
-            "num_partitions": -1, "replication_factor": -1, "configs": None, **fields}
+def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _NO_ID,
+            num_partitions: int = -1, replication_factor: int = -1,
+            configs: list[CreateTopicsResponseCreatableTopicConfigs] | None = None) -> Result:
+    return {"name": name, "topic_id": topic_id, "error_code": error, "error_message": message,
+            "num_partitions": num_partitions, "replication_factor": replication_factor, "configs": configs}
 
 
-def _partitions(broker: Broker, t: Any) -> tuple[int, str | None]:
+def _partitions(broker: Broker, t: CreateTopicsRequestCreatableTopic) -> tuple[int, str | None]:
     """(partition count, None) or (error code, message)."""
     if t.replication_factor not in (-1, 1):
         return ErrorCode.invalid_replication_factor, f"replication factor {t.replication_factor}: walgate is one node (1)"
@@ -59,7 +71,7 @@ def _partitions(broker: Broker, t: Any) -> tuple[int, str | None]:
     return n, None
 
 
-def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict[str, Any]:
+def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool) -> Result:
     n, message = _partitions(broker, t)
     if message is not None:
         return _result(t.name, n, message)
@@ -85,26 +97,32 @@ def _create(engine: Engine, broker: Broker, t: Any, validate_only: bool) -> dict
                              .topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
-    described = [{"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
-                 for k, (value, source) in effective.items()]
+    described: list[CreateTopicsResponseCreatableTopicConfigs] = [
+        {"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
+        for k, (value, source) in effective.items()]
     return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=1,
                    configs=described)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    validate_only = getattr(request, "validate_only", False)
+async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    validate_only = request.validate_only
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
 
-    def create(engine: Engine, t: Any) -> dict[str, Any]:
+    last = len(request.topics) - 1
+
+    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
         if creatable is not None and not creatable(t.name):
             return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
         try:
+            if k != last:
+                engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
             return _create(engine, broker, t, validate_only)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
-    topics = [await broker.call(create, t) for t in request.topics]  # one call each: others' requests go between
+    # one call each: others' requests go between
+    topics = [await broker.call(create, k, t) for k, t in enumerate(request.topics)]
     if not validate_only:
         for t in topics:
             audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])

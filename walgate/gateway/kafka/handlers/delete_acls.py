@@ -8,8 +8,6 @@ them are removed together as one durable catalog record, or every filter answers
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -18,15 +16,20 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.security.acl import AclBinding, AclFilter, Operation, describe
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DeleteAclsFilterResult,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 31, 1, 3
 
 
-def _failed(code: int, message: str) -> dict[str, Any]:
+def _failed(code: int, message: str) -> DeleteAclsFilterResult:
     return {"error_code": code, "error_message": message, "matching_acls": []}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     filters = request.filters
     if not cluster_allowed(broker, ctx, Operation.ALTER):
         return {"throttle_time": 0, "filter_results": [
@@ -40,7 +43,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         matched = await broker.call(_delete, parsed)
     except Exception as exc:  # noqa: BLE001 - answered per filter
         return {"throttle_time": 0, "filter_results": [_failed(error_of(exc), str(exc))] * len(filters)}
-    results = []
+    results: list[DeleteAclsFilterResult] = []
     for f, found in zip(parsed, matched):
         for b in found or ():
             audit_kafka(ctx, "DeleteAcls", describe(b), ErrorCode.none)

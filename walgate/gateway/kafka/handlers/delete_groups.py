@@ -1,5 +1,10 @@
 """DeleteGroups (key 42) v0–v2: empty groups go, with their committed offsets; others get NON_EMPTY_GROUP.
 
+Share groups first (:func:`walgate.coordinator.share_admin.delete_group`: an empty one goes with its
+share-partition state, written to ``share_groups.log`` before the answer; one with members is NON_EMPTY_GROUP);
+the other ids are consumer groups'. A refused write of the share state deletes none of it and answers every
+requested group NOT_COORDINATOR (clients retry).
+
 A group whose offsets the engine cannot delete answers its error (:mod:`.common`'s GROUP_WRITE: a refused write
 is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error.
 
@@ -10,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from walgate.coordinator.offsets import delete_groups
+from walgate.coordinator.share_admin import delete_group
+from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
@@ -17,6 +24,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
+from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
@@ -28,8 +36,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     denied = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
               for g in request.groups_names if g not in permitted]
     names = [g for g in request.groups_names if g in permitted]
+    shared: list[dict[str, Any]] = []
+    if broker.shares is not None and names:
+        def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+            return [{"group_id": g, "error_code": delete_group(coordinator, g)} for g in dict.fromkeys(names)]
+
+        shared = [r for r in await answered(broker.shares.run(delete_shared), lambda code: [
+            {"group_id": g, "error_code": code} for g in dict.fromkeys(names)], GROUP_WRITE)
+                  if r["error_code"] != ErrorCode.group_id_not_found]
+        names = [g for g in names if g not in {r["group_id"] for r in shared}]
     if not names:
-        return {"throttle_time": 0, "results": denied}
+        for r in shared:
+            audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
+        return {"throttle_time": 0, "results": shared + denied}
 
     def delete(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
         plan = delete_groups(svc.groups, store, group_ids=names, now_ms=now_ms())
@@ -43,6 +62,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
                                                                    for g in names], GROUP_WRITE)
-    for r in results + denied:
+    for r in shared + results + denied:
         audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
-    return {"throttle_time": 0, "results": results + denied}
+    return {"throttle_time": 0, "results": shared + results + denied}

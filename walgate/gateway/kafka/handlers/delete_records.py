@@ -10,7 +10,6 @@ ACLs (as Kafka): Delete on the topic, else TOPIC_AUTHORIZATION_FAILED in its par
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
@@ -19,11 +18,17 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 21, 0, 2
 
 
-def _one(engine: Engine, topic: str, partition: int, offset: int) -> dict[str, Any]:
+def _one(engine: Engine, topic: str, partition: int, offset: int) -> DeleteRecordsPartitionResult:
     try:
         low = engine.partitions.delete_records(topic, partition, offset)
     except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
@@ -31,7 +36,8 @@ def _one(engine: Engine, topic: str, partition: int, offset: int) -> dict[str, A
     return {"partition_index": partition, "low_watermark": low, "error_code": ErrorCode.none}
 
 
-def _delete(engine: Engine, request: Any, deletable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
+def _delete(engine: Engine, request: DeleteRecordsRequest,
+            deletable: Callable[[str], bool] | None) -> list[DeleteRecordsTopicResult]:
     return [
         {"name": t.name, "partitions": [
             _one(engine, t.name, p.partition_index, p.offset) if deletable is None or deletable(t.name)
@@ -42,7 +48,7 @@ def _delete(engine: Engine, request: Any, deletable: Callable[[str], bool] | Non
     ]
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = await broker.call(_delete, request, checker(broker, ctx, Operation.DELETE, ResourceType.TOPIC))
     for t, asked in zip(topics, request.topics):
         for p, a in zip(t["partitions"], asked.partitions):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
@@ -22,22 +21,28 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicsResponseDeletableTopicResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 20, 0, 6
 _NO_ID = uuid.UUID(int=0)
+Result = DeleteTopicsResponseDeletableTopicResult
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     if ctx.api_version >= 6:
-        wanted = [(t.name, t.topic_id) for t in request.topics]
+        wanted: list[tuple[str | None, uuid.UUID | None]] = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
 
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     deletable = checker(broker, ctx, Operation.DELETE, ResourceType.TOPIC)
 
-    def delete(engine: Engine) -> list[dict[str, Any]]:
-        results = []
+    def delete(engine: Engine) -> list[Result]:
+        results: list[Result] = []
         for name, topic_id in wanted:
             try:
                 results.append(_delete(engine, broker, name, topic_id, describable, deletable))
@@ -53,7 +58,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
 
 
 def _delete(engine: Engine, broker: Broker, name: str | None, topic_id: uuid.UUID | None,
-            describable: Callable[[str], bool] | None, deletable: Callable[[str], bool] | None) -> dict[str, Any]:
+            describable: Callable[[str], bool] | None, deletable: Callable[[str], bool] | None) -> Result:
     if name is None and topic_id is not None and topic_id != _NO_ID:
         name = engine.topic_name(topic_id)
         if name is None:

@@ -8,22 +8,26 @@ resource pattern. They come from the authorizer's current set: the one the next 
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.security.acl import AclBinding, AclFilter, Operation
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeAclsRequest,
+    DescribeAclsResource,
+    DescribeAclsResponse,
+    DescribeAclsResponseAclDescription,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 29, 1, 3
 
 
-def _answer(code: int, message: str | None, resources: list[dict[str, Any]]) -> dict[str, Any]:
+def _answer(code: int, message: str | None, resources: list[DescribeAclsResource]) -> DescribeAclsResponse:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "resources": resources}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return _answer(ErrorCode.cluster_authorization_failed, "Describe on the cluster is needed", [])
     if broker.authorizer is None:
@@ -36,9 +40,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     return _answer(ErrorCode.none, None, resources(broker.authorizer.source.current.matching(f)))
 
 
-def resources(bindings: list[AclBinding]) -> list[dict[str, Any]]:
+def resources(bindings: list[AclBinding]) -> list[DescribeAclsResource]:
     """``bindings`` grouped by resource pattern, as DescribeAcls answers them (input order kept)."""
-    grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    grouped: dict[tuple[int, str, int], list[DescribeAclsResponseAclDescription]] = {}
     for b in bindings:
         grouped.setdefault((b.resource_type, b.name, b.pattern_type), []).append(
             {"principal": b.principal, "host": b.host, "operation": b.operation, "permission_type": b.permission})

@@ -8,8 +8,6 @@ on the cluster is needed (else CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
@@ -17,16 +15,22 @@ from walgate.gateway.kafka.handlers.common import DESCRIBE_CLIENT_QUOTAS, error_
 from walgate.storage import quotas
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    DescribeClientQuotasResponseEntryData,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 48, 0, 1
 
 
-def _describe(engine: Engine, request: Any) -> list[tuple[quotas.Entity, quotas.QuotaValues]]:
+def _describe(engine: Engine, request: DescribeClientQuotasRequest) -> list[tuple[quotas.Entity, quotas.QuotaValues]]:
     components = [(c.entity_type, c.match_type, c.match) for c in request.components]
     return quotas.describe(engine.catalog.client_quotas, components, request.strict)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE_CONFIGS):  # Kafka's handleDescribeClientQuotasRequest
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": "DescribeConfigs on the cluster is needed", "entries": None}
@@ -34,7 +38,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         found = await broker.call(_describe, request)
     except Exception as exc:  # noqa: BLE001 - a bad filter (or the engine's error) is the answer's error
         return {"throttle_time": 0, "error_code": error_of(exc, DESCRIBE_CLIENT_QUOTAS), "error_message": str(exc), "entries": None}
-    entries = [{"entity": [{"entity_type": kind, "entity_name": name} for kind, name in which],
-                "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
-               for which, values in sorted(found, key=lambda item: str(item[0]))]
+    entries: list[DescribeClientQuotasResponseEntryData] = [
+        {"entity": [{"entity_type": kind, "entity_name": name} for kind, name in which],
+         "values": [{"key": key, "value": value} for key, value in sorted(values.items())]}
+        for which, values in sorted(found, key=lambda item: str(item[0]))]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "entries": entries}

@@ -6,23 +6,21 @@ checked, as Kafka does not.
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import NOT_REQUESTED, Operation, ResourceType, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.security.acl import CLUSTER_NAME
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import DescribeClusterRequest, DescribeClusterResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 60, 0, 1
 _BROKERS = 1  # endpoint_type 1 = brokers, 2 = controllers
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    wanted = getattr(request, "endpoint_type", _BROKERS)
-    error = ErrorCode.none if wanted == _BROKERS else ErrorCode.unsupported_endpoint_type
+async def handle(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    error = ErrorCode.none if request.endpoint_type == _BROKERS else ErrorCode.unsupported_endpoint_type
     ops = NOT_REQUESTED
-    if getattr(request, "include_cluster_authorized_operations", False):
+    if request.include_cluster_authorized_operations:
         ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME) if cluster_allowed(broker, ctx, Operation.DESCRIBE) else 0
     host, port = broker.address(ctx.listener)
     return {
@@ -32,6 +30,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         "endpoint_type": _BROKERS,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
-        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [{"broker_id": broker.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
         "cluster_authorized_operations": ops,
     }

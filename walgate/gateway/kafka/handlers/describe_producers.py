@@ -11,7 +11,6 @@ UNKNOWN_TOPIC_OR_PARTITION; then per partition UNKNOWN_TOPIC_OR_PARTITION for on
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
@@ -22,6 +21,12 @@ from walgate.storage.errors import InvalidValue
 from walgate.storage.partitions import Partitions
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeProducersResponsePartitionResponse,
+    DescribeProducersResponseTopicResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 61, 0, 0
 
@@ -40,7 +45,7 @@ def _topic_error(engine: Engine, name: str, readable: Callable[[str], bool] | No
     return ErrorCode.none, None
 
 
-def _partition(partitions: Partitions, name: str, index: int) -> dict[str, Any]:
+def _partition(partitions: Partitions, name: str, index: int) -> DescribeProducersResponsePartitionResponse:
     if not partitions.has(name, index):
         return {"partition_index": index, "error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"unknown partition {name}-{index}", "active_producers": []}
@@ -55,13 +60,15 @@ def _partition(partitions: Partitions, name: str, index: int) -> dict[str, Any]:
          "current_txn_start_offset": p.txn_start_offset} for p in producers]}
 
 
-def _answer(engine: Engine, request: Any, readable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
-    topics = []
+def _answer(engine: Engine, request: DescribeProducersRequest,
+            readable: Callable[[str], bool] | None) -> list[DescribeProducersResponseTopicResponse]:
+    topics: list[DescribeProducersResponseTopicResponse] = []
     for t in request.topics:
         try:
             error, message = _topic_error(engine, t.name, readable)
         except Exception as exc:  # noqa: BLE001 - answered in the topic's partitions, other topics unaffected
             error, message = error_of(exc), str(exc)
+        parts: list[DescribeProducersResponsePartitionResponse]
         if error != ErrorCode.none:
             parts = [{"partition_index": i, "error_code": error, "error_message": message, "active_producers": []}
                      for i in t.partition_indexes]
@@ -71,6 +78,6 @@ def _answer(engine: Engine, request: Any, readable: Callable[[str], bool] | None
     return topics
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = await broker.call(_answer, request, checker(broker, ctx, Operation.READ, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

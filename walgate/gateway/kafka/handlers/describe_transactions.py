@@ -6,18 +6,31 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics it may not Describe are left out o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseTransactionState,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 65, 0, 0
+State = DescribeTransactionsResponseTransactionState
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def _failed(tid: str, code: int) -> State:
+    """The answer of an id the coordinator does not describe: the schema's zero values."""
+    return {"transactional_id": tid, "error_code": code, "transaction_state": "", "transaction_timeout": 0,
+            "transaction_start_time": 0, "producer_id": 0, "producer_epoch": 0, "topics": []}
+
+
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     svc = broker.transactions
     ids = list(request.transactional_ids)
     visible = {tid for tid in ids if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
@@ -30,14 +43,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         code = error_of(exc, TRANSACTIONS)
         described = {tid: {"transactional_id": tid, "error_code": code} for tid in visible}
-    states = []
+    states: list[State] = []
     for tid in ids:
         if tid not in visible:
-            states.append({"transactional_id": tid, "error_code": ErrorCode.transactional_id_authorization_failed,
-                           "topics": []})
+            states.append(_failed(tid, ErrorCode.transactional_id_authorization_failed))
             continue
-        state = dict(described[tid])
-        topics = state.pop("topics", [])
+        # the coordinator answers in the response's field names; an error, with the id and the code only
+        state = cast(State, {**_failed(tid, ErrorCode.none), **described[tid]})
+        topics = state["topics"]
         shown = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, {t["topic"] for t in topics})
         state["topics"] = [t for t in topics if t["topic"] in shown]
         states.append(state)

@@ -7,8 +7,6 @@ DUPLICATE_RESOURCE (Kafka's answers and messages); a failure of the store is the
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
@@ -16,6 +14,10 @@ from walgate.gateway.kafka.handlers.common import answered
 from walgate.security.scram import mechanism_type
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 50, 0, 0
 
@@ -24,7 +26,8 @@ def _describe(engine: Engine, names: list[str] | None) -> list[tuple[str, str | 
     return engine.users.describe_scram(names)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse:
     names = [u.name for u in request.users] if request.users else None
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
@@ -33,7 +36,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         "throttle_time": 0, "error_code": code, "error_message": None, "results": []})
 
 
-async def _answer(broker: Broker, names: list[str] | None) -> dict[str, Any]:
+async def _answer(broker: Broker, names: list[str] | None) -> DescribeUserScramCredentialsResponse:
     results = await broker.call(_describe, names)
     return {
         "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,

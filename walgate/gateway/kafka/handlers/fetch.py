@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,13 @@ from walgate.storage.engine import Engine
 from walgate.storage.partitions import PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchResponseAbortedTransaction,
+    FetchResponsePartitionData,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 1, 4, 17
 READ_COMMITTED = 1
@@ -71,7 +79,7 @@ READ_COMMITTED = 1
 @dataclass
 class _Want:
     topic: str | None  # None: unknown topic id
-    topic_key: Any  # name (<= v12) or id (v13+), echoed in the response
+    topic_key: str | uuid.UUID | None  # name (<= v12) or id (v13+, None: the zero id), echoed in the response
     partition: int
     offset: int
     max_bytes: int
@@ -85,7 +93,7 @@ class _Got:
     end: int = -1
     batches: list[bytes | FileRegion] | None = None
     stable: int = -1  # the last stable offset
-    aborted: list[dict[str, int]] | None = None  # read_committed: the aborted transactions of what is served
+    aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
 
     @property
     def size(self) -> int:
@@ -97,8 +105,8 @@ def _got(read: PartitionRead) -> _Got:
     o = read.offsets
     if read.out_of_range:
         return _Got(ErrorCode.offset_out_of_range, o.log_start, o.high_watermark, [], o.last_stable)
-    aborted = None if read.aborted is None else [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                                                 for a in read.aborted]
+    aborted: list[FetchResponseAbortedTransaction] | None = None if read.aborted is None else [
+        {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in read.aborted]
     return _Got(ErrorCode.none, o.log_start, o.high_watermark, read.batches, o.last_stable, aborted)
 
 
@@ -131,20 +139,20 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
     return got
 
 
-def _wants(engine: Engine, request: Any, version: int) -> list[_Want]:
+def _wants(engine: Engine, request: FetchRequest, version: int) -> list[_Want]:
     wants = []
     for t in request.topics:
-        key = t.topic_id if version >= 13 else t.topic
-        name = engine.topic_name(key) if version >= 13 else key
+        key: str | uuid.UUID | None = t.topic_id if version >= 13 else t.topic
+        name = t.topic if version < 13 else None if t.topic_id is None else engine.topic_name(t.topic_id)
         for p in t.partitions:
             wants.append(
-                _Want(name, key, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))
+                _Want(name, key, p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
             )
     return wants
 
 
 def _resolve_and_read(
-    engine: Engine, request: Any, version: int, wants: list[_Want] | None, max_bytes: int,
+    engine: Engine, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
     readable: Callable[[str], bool] | None,
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
@@ -152,13 +160,12 @@ def _resolve_and_read(
     return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = ctx.api_version
-    if getattr(request, "session_id", 0) != 0:
+    if request.session_id != 0:
         return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": []}
-    max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
-    deadline = time.monotonic() + max(max_wait, 0.0)
-    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0.0)
+    max_bytes = request.max_bytes
     readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     replica = request.replica_state.replica_id if version >= 15 else request.replica_id
     if replica >= 0 and readable is not None:
@@ -202,8 +209,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}
 
 
-def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[dict[str, Any]]:
-    grouped: dict[Any, list[dict[str, Any]]] = {}
+def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[FetchableTopicResponse]:
+    grouped: dict[Any, list[FetchResponsePartitionData]] = {}
     for w, g in zip(wants, got):
         grouped.setdefault(w.topic_key, []).append(
             {
@@ -217,5 +224,6 @@ def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[dict[s
                 "records": g.batches or b"",  # a list of batches is written back to back, uncopied
             }
         )
-    field = "topic" if version < 13 else "topic_id"
-    return [{field: key, "partitions": parts} for key, parts in grouped.items()]
+    if version < 13:
+        return [{"topic": key, "topic_id": None, "partitions": parts} for key, parts in grouped.items()]
+    return [{"topic_id": key, "partitions": parts} for key, parts in grouped.items()]

@@ -15,7 +15,7 @@ or, for the broker, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Sequence
 
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
@@ -24,6 +24,11 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.config_changes import BROKER, TOPIC, alter_each
 from walgate.storage.broker_configs import spec_of
 from walgate.storage.topic_configs import TOPIC_CONFIGS
+from walgate.wire.messages import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsRequestAlterableConfig,
+    IncrementalAlterConfigsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 44, 0, 1
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -39,7 +44,8 @@ def _list_default(rtype: int, name: str) -> str | None:
     return spec.default or "" if spec is not None and spec.type == "LIST" else None
 
 
-def _apply(configs: dict[str, str], rtype: int, ops: Any) -> dict[str, str]:
+def _apply(configs: dict[str, str], rtype: int,
+           ops: Sequence[IncrementalAlterConfigsRequestAlterableConfig]) -> dict[str, str]:
     """The resource's new set after ``ops``; ``ValueError`` (INVALID_CONFIG, with Kafka's message) for APPEND or
     SUBTRACT on a config that is not a list."""
     out = dict(configs)
@@ -66,7 +72,8 @@ def _apply(configs: dict[str, str], rtype: int, ops: Any) -> dict[str, str]:
     return out
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
     responses = await broker.call(alter_each, broker, request, denied, lambda c: c.config_operation == DELETE,

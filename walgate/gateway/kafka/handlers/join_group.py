@@ -2,7 +2,8 @@
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
-ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED. The id of a share group is
+INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.wire.errors import ErrorCode
@@ -23,6 +25,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
+    taken = share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
+    if taken is not None:
+        return {"throttle_time": 0, "error_code": taken[0], "generation_id": -1,
+                "protocol_name": None if v >= 7 else "", "leader": "", "member_id": "", "members": []}
     session = millis(request.session_timeout)
     rebalance = millis(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
     response = await answered(broker.groups.join(

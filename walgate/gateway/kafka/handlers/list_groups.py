@@ -1,4 +1,5 @@
-"""ListGroups (key 16) v0–v5: every group, optionally filtered by state (v4+) and type (v5+).
+"""ListGroups (key 16) v0–v5: every group, optionally filtered by state (v4+) and type (v5+): consumer groups,
+then share groups (type ``share``, :func:`walgate.coordinator.share_admin.list_groups`).
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walgate.coordinator.share_admin import list_groups
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
@@ -29,6 +31,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             [],
         )
     ), lambda code: {"error_code": code, "groups": []})
+    shares = broker.shares
+    if shares is not None and answer["error_code"] == ErrorCode.none:
+        states, types = getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+        answer = await answered(shares.run(lambda _engine, coordinator: {
+            **answer, "groups": answer["groups"] + list_groups(coordinator, states, types)}),
+            lambda code: {"error_code": code, "groups": []})
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in answer["groups"]])
         answer = {**answer, "groups": [g for g in answer["groups"] if g["group_id"] in permitted]}

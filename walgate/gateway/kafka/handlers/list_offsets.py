@@ -18,7 +18,6 @@ answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (Kafka's ACL check)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
@@ -27,20 +26,27 @@ from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, err
 from walgate.storage.engine import Engine
 from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 9
 READ_COMMITTED = 1
 
-def _answer(engine: Engine, request: Any, version: int,
-            describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
-    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    topics = []
+def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
+            describable: Callable[[str], bool] | None) -> list[ListOffsetsTopicResponse]:
+    committed = request.isolation_level == READ_COMMITTED
+    topics: list[ListOffsetsTopicResponse] = []
     for t in request.topics:
-        parts = []
+        parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            out: dict[str, Any] = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH}
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(getattr(p, "current_leader_epoch", -1))
+            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH,
+                                                 "error_code": ErrorCode.none}
+            err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch)
             if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:
@@ -51,15 +57,15 @@ def _answer(engine: Engine, request: Any, version: int,
                     err = error_of(exc)
             if err != ErrorCode.none:
                 offset, ts = -1, -1
-            out.update(error_code=err, offset=offset, timestamp=ts)
+            out.update({"error_code": err, "offset": offset, "timestamp": ts})
             if version == 0:
-                out["old_style_offsets"] = [offset] if offset >= 0 and getattr(p, "max_num_offsets", 1) > 0 else []
+                out["old_style_offsets"] = [offset] if offset >= 0 and p.max_num_offsets > 0 else []
             parts.append(out)
         topics.append({"name": t.name, "partitions": parts})
     return topics
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = await broker.call(_answer, request, ctx.api_version,
                                checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

@@ -11,7 +11,6 @@ ACLs (Kafka's ``handleListTransactionsRequest``): only ids the principal may Des
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from walgate.coordinator.transactions import STATE_NAMES
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
@@ -20,20 +19,25 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 66, 0, 2
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
     svc = broker.transactions
     states = list(request.state_filters)
     unknown = [s for s in states if s not in STATE_NAMES]
-    answer: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "unknown_state_filters": unknown,
-                              "transaction_states": []}
+    answer: ListTransactionsResponse = {"throttle_time": 0, "error_code": ErrorCode.none,
+                                        "unknown_state_filters": unknown,
+                                        "transaction_states": []}
     if svc is None:
         return {**answer, "error_code": ErrorCode.coordinator_not_available}
-    duration = getattr(request, "duration_filter", -1)
-    raw = getattr(request, "transactional_id_pattern", None)
+    duration = request.duration_filter
+    raw = request.transactional_id_pattern
     try:
         pattern = re.compile(raw) if raw else None
     except (re.error, OverflowError, RecursionError):

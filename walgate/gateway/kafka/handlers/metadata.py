@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
@@ -35,6 +34,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import MetadataRequest, MetadataResponse, MetadataResponseTopic
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
@@ -42,11 +42,11 @@ _NO_AUTH_OPS = -2147483648
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
                   errors: dict[str, int] | None = None,
-                  describable: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+                  describable: Callable[[str], bool] | None = None) -> list[MetadataResponseTopic]:
     """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
     of names that failed before (auto-creation); ``describable`` (None: all) hides topics from the listing and
     answers requested ones TOPIC_AUTHORIZATION_FAILED. Runs on the storage thread."""
-    out = []
+    out: list[MetadataResponseTopic] = []
     if names is None:
         try:
             names = sorted(engine.catalog.topics)
@@ -76,11 +76,11 @@ def unknown_topic_error(name: str) -> ErrorCode:
     return ErrorCode.unknown_topic_or_partition
 
 
-def _missing(name: str, error: int) -> dict[str, Any]:
+def _missing(name: str, error: int) -> MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
 
 
-def _entry(engine: Engine, node_id: int, name: str, missing: int) -> dict[str, Any]:
+def _entry(engine: Engine, node_id: int, name: str, missing: int) -> MetadataResponseTopic:
     t = engine.catalog.topics.get(name)
     if t is None:
         return _missing(name, missing)
@@ -105,28 +105,28 @@ def _entry(engine: Engine, node_id: int, name: str, missing: int) -> dict[str, A
     }
 
 
-def _requested(engine: Engine, request: Any, version: int) -> list[str] | None:
+def _requested(engine: Engine, request: MetadataRequest, version: int) -> list[str] | None:
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return None
     names = []
     for t in topics:
-        name = getattr(t, "name", None)
+        name = t.name
         if name is None:
-            name = engine.topic_name(t.topic_id) or str(t.topic_id)
+            name = (None if t.topic_id is None else engine.topic_name(t.topic_id)) or str(t.topic_id)
         names.append(name)
     return names
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
 
-    def describe(engine: Engine) -> list[dict[str, Any]]:
+    def describe(engine: Engine) -> list[MetadataResponseTopic]:
         names = _requested(engine, request, ctx.api_version)
         failed: dict[str, int] = {}
-        if broker.auto_create_partitions and getattr(request, "allow_auto_topic_creation", True):
+        if broker.auto_create_partitions and request.allow_auto_topic_creation:
             for name in names or ():
                 if name not in engine.catalog.topics and (describable is None or describable(name)):
                     if creatable is not None and not creatable(name):
@@ -142,19 +142,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         return topic_entries(engine, broker.node_id, names, failed, describable)
 
     topics = await answered(broker.call(describe), lambda code: [
-        _missing(t.name, code) for t in request.topics or () if getattr(t, "name", None) is not None
+        _missing(t.name, code) for t in request.topics or () if t.name is not None
     ])
-    if getattr(request, "include_topic_authorized_operations", False):
+    if request.include_topic_authorized_operations:
         for t in topics:  # every topic answered but those hidden from the principal, as Kafka
             if t["error_code"] != ErrorCode.topic_authorization_failed:
-                t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t["name"])
+                t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t.get("name") or "")
     cluster_ops = _NO_AUTH_OPS
-    if getattr(request, "include_cluster_authorized_operations", False) and cluster_allowed(broker, ctx,
-                                                                                            Operation.DESCRIBE):
+    if request.include_cluster_authorized_operations and cluster_allowed(broker, ctx, Operation.DESCRIBE):
         cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     host, port = broker.address(ctx.listener)
     return {
         "throttle_time": 0,
+        "error_code": ErrorCode.none,
         "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,

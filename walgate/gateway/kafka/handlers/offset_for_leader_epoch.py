@@ -10,7 +10,6 @@ ACLs (as Kafka): ClusterAction on the cluster, or Describe on the topic, else TO
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -18,17 +17,24 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResponseEpochEndOffset,
+    OffsetForLeaderEpochResponseOffsetForLeaderTopicResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
 
 
-def _answer(engine: Engine, request: Any, describable: Callable[[str], bool] | None) -> list[dict[str, Any]]:
-    topics = []
+def _answer(engine: Engine, request: OffsetForLeaderEpochRequest,
+            describable: Callable[[str], bool] | None) -> list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult]:
+    topics: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = []
     for t in request.topics:
-        parts = []
+        parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(getattr(p, "current_leader_epoch", -1))
+            err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch)
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
@@ -42,7 +48,8 @@ def _answer(engine: Engine, request: Any, describable: Callable[[str], bool] | N
     return topics
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     return {"throttle_time": 0, "topics": await broker.call(
         _answer, request, None if cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION)
         else checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))}

@@ -13,7 +13,8 @@
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
   are the same on one node; ``acks=0`` gets no response (:class:`~.common.Unanswered`: the metrics still count the
-  partitions appended). Under group commit (the gateway's) a partition is
+  partitions appended), and when a partition is refused the connection is closed, as Kafka does, so that the client
+  notices and refreshes its metadata. Under group commit (the gateway's) a partition is
   answered once its write is durable, one fdatasync covering many requests (see
   :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
@@ -65,7 +66,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
@@ -80,9 +80,16 @@ from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
 from walgate.wire import batch_header
 from walgate.wire.errors import ErrorCode, WireError
+from walgate.wire.messages import (
+    ProduceRequest,
+    ProduceResponse,
+    ProduceResponsePartitionProduceResponse,
+    ProduceResponseTopicProduceResponse,
+)
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, TRANSACTIONAL_BIT
 
 API_KEY, MIN_VERSION, MAX_VERSION = 0, 3, 12
+PartitionAnswer = ProduceResponsePartitionProduceResponse
 _IMPLICIT_ADD_SINCE = 12  # Kafka's produceRequestVersionToTransactionSupportedOperation: addPartition
 _ACKS = (-1, 0, 1)
 _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
@@ -91,13 +98,13 @@ _RETRIABLE_VERIFICATION = frozenset({ErrorCode.concurrent_transactions, ErrorCod
 
 
 def _answer(index: int, error: int, message: str | None = None, base_offset: int = -1, log_append_time: int = -1,
-            log_start: int = -1, record_errors: Sequence[tuple[int, str]] = ()) -> dict[str, Any]:
+            log_start: int = -1, record_errors: Sequence[tuple[int, str]] = ()) -> PartitionAnswer:
     return {"index": index, "error_code": error, "base_offset": base_offset, "log_append_time": log_append_time,
             "log_start_offset": log_start, "error_message": message,
             "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any] | Unanswered:
+async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | Unanswered:
     writable = checker(broker, ctx, Operation.WRITE, ResourceType.TOPIC)
     denied = ErrorCode.topic_authorization_failed
     tid = request.transactional_id
@@ -114,15 +121,20 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
         throttle = broker.quotas.produce(ctx.principal, ctx.client_id, size)
-    responses = [
-        {"name": t.name, "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
+    responses: list[ProduceResponseTopicProduceResponse] = [
+        {"name": t.name, "topic_id": t.topic_id,
+         "partition_responses": [answers[(t.name, p.index)] for p in t.partition_data]}
         for t in request.topic_data
     ]
-    fields = {"throttle_time": throttle, "responses": responses}
-    return Unanswered(fields) if request.acks == 0 else fields
+    fields: ProduceResponse = {"throttle_time": throttle, "responses": responses}
+    if request.acks != 0:
+        return fields
+    return Unanswered(fields, ", ".join(
+        f"{t['name']}-{p['index']}: {ErrorCode(p['error_code']).name.upper()}"
+        for t in responses for p in t["partition_responses"] if p["error_code"]))
 
 
-async def _durable(broker: Broker, answers: dict[tuple[str, int], dict[str, Any]], key: tuple[str, int],
+async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswer], key: tuple[str, int],
                    needs: list[Need]) -> None:
     """Wait until a written partition is durable (group commit); its answer is KAFKA_STORAGE_ERROR if it cannot be."""
     try:
@@ -147,8 +159,9 @@ def _transactional(records: bytes) -> tuple[int, int] | None:
     return None
 
 
-async def _verify_transactions(broker: Broker, api_version: int, request: Any, writable: Callable[[str], bool] | None
-                               ) -> dict[tuple[str, int], dict[str, Any]] | None:
+async def _verify_transactions(broker: Broker, api_version: int, request: ProduceRequest,
+                               writable: Callable[[str], bool] | None
+                               ) -> dict[tuple[str, int], PartitionAnswer] | None:
     """The answers of the partitions whose transactional batches the coordinator does not verify (see the module
     docstring); None when the request holds transactional batches but no transactional id."""
     txn: dict[tuple[str, int], tuple[int, int]] = {}
@@ -201,16 +214,16 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Any, w
     return refused
 
 
-def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], bool] | None, denied: int,
-             refused: dict[tuple[str, int], dict[str, Any]], node_id: int
-             ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], list[Need]]]:
+def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callable[[str], bool] | None, denied: int,
+             refused: dict[tuple[str, int], PartitionAnswer], node_id: int
+             ) -> tuple[dict[tuple[str, int], PartitionAnswer], dict[tuple[str, int], list[Need]]]:
     """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
     in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
     on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
     topic ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
     *node_id*'s dynamic broker defaults."""
-    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    answers: dict[tuple[str, int], PartitionAnswer] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
         if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
@@ -239,7 +252,7 @@ def _produce(engine: Engine, request: Any, now: int, writable: Callable[[str], b
     return answers, needs
 
 
-def _refused(index: int, exc: Exception) -> dict[str, Any]:
+def _refused(index: int, exc: Exception) -> PartitionAnswer:
     """The answer of a partition that *exc* refused."""
     if isinstance(exc, SequenceError):
         return _answer(index, exc.error_code, str(exc))

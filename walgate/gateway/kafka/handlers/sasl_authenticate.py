@@ -10,18 +10,20 @@ expiry) once the exchange completes. Without a SASL exchange under way (a listen
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.sasl import SaslFailed
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 36, 0, 2
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     auth = ctx.authentication
     if auth is None or auth.mechanism is None:
         if auth is not None:

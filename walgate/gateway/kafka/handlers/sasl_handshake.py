@@ -8,16 +8,18 @@ On a listener without SASL the answer is ILLEGAL_SASL_STATE, as Kafka's ``KafkaA
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 17, 0, 1
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     auth = ctx.authentication
     if auth is None:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}

@@ -6,7 +6,8 @@ same call as the coordinator's. A member that leaves (epoch -1) ends its share s
 holds. A refused write of what that released is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka's ``handleShareGroupHeartbeat``): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on
-every subscribed topic, else TOPIC_AUTHORIZATION_FAILED naming the others.
+every subscribed topic, else TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a consumer
+group is GROUP_ID_NOT_FOUND (:mod:`walgate.gateway.kafka.group_types`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_types import consumer_id_taken
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.engine import Engine
@@ -41,6 +43,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     if hidden:
         return _refuse(ErrorCode.topic_authorization_failed,
                        f"The following topics are not authorized: {', '.join(hidden)}")
+    taken = await consumer_id_taken(broker, request.group_id) if request.member_epoch == 0 else None
+    if taken is not None:
+        return _refuse(*taken)
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
     def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""The control plane's pure model: keys, stored values, the registration and election rules, the record cursor."""
+
+from __future__ import annotations
+
+import pytest
+
+from walgate.cluster.etcd import parse_endpoints
+from walgate.cluster.model import (
+    ControlPlaneError,
+    Keys,
+    NodeInfo,
+    RecordCursor,
+    RecordGap,
+    RegistrationRefused,
+    check_registration,
+    decode_record,
+    decode_snapshot,
+    encode_record,
+    encode_snapshot,
+    leader_key,
+)
+
+
+def test_keys_sort_records_by_sequence_and_reject_bad_cluster_ids() -> None:
+    keys = Keys("prod-1")
+    assert keys.node(3) == b"/walgate/prod-1/nodes/3"
+    assert keys.candidate(255) == b"/walgate/prod-1/controller/00000000000000ff"
+    assert sorted([keys.record(10), keys.record(9), keys.record(100)]) == [keys.record(9), keys.record(10),
+                                                                          keys.record(100)]
+    assert keys.record_seq(keys.record(12345)) == 12345
+    with pytest.raises(ValueError):
+        keys.record_seq(Keys("other").record(1))
+    for bad in ("", "a/b", "x" * 65):
+        with pytest.raises(ValueError):
+            Keys(bad)
+
+
+def test_values_round_trip_and_foreign_values_are_errors() -> None:
+    info = NodeInfo(2, "ab" * 16, ("127.0.0.1:9092",), "r1")
+    assert NodeInfo.decode(info.encode()) == info
+    assert decode_record(encode_record(17, b"x\ny")) == (17, b"x\ny")
+    assert decode_snapshot(encode_snapshot(5, b"")) == (5, b"")
+    for bad, decode in ((b"{}", NodeInfo.decode), (b"nope", decode_record), (b"x\n", decode_snapshot)):
+        with pytest.raises(ControlPlaneError):
+            decode(bad)
+
+
+def test_registration_rule() -> None:
+    mine, other = "a" * 32, "b" * 32
+    assert check_registration(1, mine, None, None) is False  # first registration
+    assert check_registration(1, mine, mine, None) is False  # a restart after the lease expired
+    assert check_registration(1, mine, mine, NodeInfo(1, mine)) is True  # a restart before: revoke the old one
+    with pytest.raises(RegistrationRefused, match="must not serve as its old self"):
+        check_registration(1, other, mine, None)  # an emptied data dir
+    with pytest.raises(RegistrationRefused, match="another live node"):
+        check_registration(1, other, None, NodeInfo(1, mine))
+
+
+def test_the_oldest_candidate_leads() -> None:
+    assert leader_key([]) is None
+    assert leader_key([(b"b", 9), (b"a", 12), (b"c", 7)]) == (b"c", 7)
+
+
+def test_cursor_applies_once_in_order_and_reports_gaps() -> None:
+    cursor = RecordCursor()
+    assert cursor.accept(1, 5)
+    cursor.advance(1, 5)
+    assert not cursor.accept(1, 5)  # a resumed watch sees it again
+    assert cursor.accept(2, 6)
+    cursor.advance(2, 6)
+    with pytest.raises(RecordGap):
+        cursor.accept(4, 9)
+    assert (cursor.seq, cursor.revision) == (2, 6)
+
+
+def test_endpoints() -> None:
+    assert parse_endpoints("http://127.0.0.1:2379, 10.0.0.2:22379/") == [("127.0.0.1", 2379), ("10.0.0.2", 22379)]
+    for bad in ("", "127.0.0.1", "https://h:1", "h:x"):
+        with pytest.raises(ValueError):
+            parse_endpoints(bad)

@@ -1,0 +1,105 @@
+"""Node registration on a lease, against a real etcd: broker epochs, expiry, the data dir's incarnation."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+from cluster_support import KEYS, Node, eventually, within
+from etcd_cluster import EtcdCluster
+
+from walgate.cluster.model import NodeInfo, RegistrationRefused
+
+
+async def test_epoch_is_the_registration_revision_and_grows_after_expiry(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    try:
+        epoch = await node.registration.register()
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == epoch
+        assert NodeInfo.decode(kv.value) == node.info
+        # nobody keeps the lease alive: etcd lets it go and deletes the registration
+        await eventually("the registration expires", lambda: _absent(node, KEYS.node(1)))
+        node.start("registration")
+        # the keep-alive loop finds the lease gone and registers again: a new, larger epoch
+        await eventually("registered again", lambda: _registered_after(node, epoch))
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == node.registration.epoch > epoch
+    finally:
+        await node.close()
+
+
+async def test_keepalive_keeps_the_epoch(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=3)
+    try:
+        node.start("registration")
+        epoch = await within(node.registration.wait_registered())
+        await asyncio.sleep(3 * node.registration.ttl)  # three TTLs: without keep-alives the lease would be gone
+        assert node.registration.epoch == epoch
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == epoch
+    finally:
+        await node.close()
+
+
+async def test_an_emptied_data_dir_does_not_register_as_the_old_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    old = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    await old.registration.register()
+    await old.registration.close()
+    await old.close()
+    shutil.rmtree(tmp_path / "n1")  # the disk was replaced: a new, empty data dir
+    new = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    try:
+        assert new.info.incarnation != old.info.incarnation
+        with pytest.raises(RegistrationRefused, match="must not serve as its old self"):
+            await new.registration.register()
+        assert await new.session.get(KEYS.node(1)) is None
+        # as a new node id it registers
+        other = Node(etcd1.endpoints, 7, tmp_path / "n1", ttl=2)
+        try:
+            assert await other.registration.register() > 0
+        finally:
+            await other.close()
+    finally:
+        await new.close()
+
+
+async def test_a_live_node_id_is_not_taken_by_another_data_dir(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    a = Node(etcd1.endpoints, 1, tmp_path / "a", ttl=5)
+    b = Node(etcd1.endpoints, 1, tmp_path / "b", ttl=5)
+    try:
+        a.start("registration")
+        epoch = await within(a.registration.wait_registered())
+        with pytest.raises(RegistrationRefused):
+            await b.registration.register()
+        kv = await a.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == epoch and NodeInfo.decode(kv.value) == a.info
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_restart_before_the_lease_expired_replaces_the_old_registration(etcd1: EtcdCluster,
+                                                                               tmp_path: Path) -> None:
+    first = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=30)
+    epoch = await first.registration.register()
+    await first.close()  # the process is gone; its 30 s lease is not
+    again = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=30)
+    try:
+        new_epoch = await again.registration.register()
+        assert new_epoch > epoch
+        kv = await again.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == new_epoch and kv.lease == again.registration.lease_id
+    finally:
+        await again.registration.close()
+        await again.close()
+
+
+async def _absent(node: Node, key: bytes) -> bool:
+    return await node.session.get(key) is None
+
+
+async def _registered_after(node: Node, epoch: int) -> bool:
+    return (node.registration.epoch or 0) > epoch

@@ -1,0 +1,219 @@
+"""The control plane's pure model: etcd key names, the values stored under them, and the decisions taken on them.
+
+No I/O and no asyncio: the shell (:mod:`walgate.cluster.etcd`, :mod:`~walgate.cluster.registry`,
+:mod:`~walgate.cluster.election`, :mod:`~walgate.cluster.records`) reads etcd, hands what it read to these
+functions and writes what they return. Every key lives under ``/walgate/<cluster id>/`` (:class:`Keys`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+__all__ = ["Keys", "NodeInfo", "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable",
+           "NotController", "RegistrationRefused", "leader_key", "encode_record", "decode_record",
+           "encode_snapshot", "decode_snapshot", "check_registration", "MAX_RECORDS_PER_TXN"]
+
+MAX_RECORDS_PER_TXN = 100
+"""Records one append writes in one etcd transaction (etcd 3.4 refuses a transaction of more than 128 operations:
+the records, the sequence counter and the fence compare fit)."""
+
+_CLUSTER_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SEQ_DIGITS = 20
+
+
+class ControlPlaneError(Exception):
+    """A control-plane operation was not done; the message says why and what to do."""
+
+
+class ControlPlaneUnavailable(ControlPlaneError):
+    """etcd did not answer (no member reachable, or no quorum): nothing read; a write's outcome is unknown until
+    etcd answers again (a fenced write that did commit is seen by every node's record stream)."""
+
+
+class NotController(ControlPlaneError):
+    """A controller write was refused: this node's controller epoch is no longer the elected one (its lease
+    expired, e.g. while the process was paused, and another node was elected). Nothing was written."""
+
+
+class RegistrationRefused(ControlPlaneError):
+    """A node may not register as the node id it was given (another live node has it, or its data dir is not the
+    one that id was registered with)."""
+
+
+class RecordGap(ControlPlaneError):
+    """The record stream skipped a sequence number (records were trimmed into a snapshot while this node was not
+    watching): the node must read the snapshot (:meth:`walgate.cluster.records.RecordFollower` does)."""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The etcd keys of one cluster, all under ``/walgate/<cluster id>/``.
+
+    * ``nodes/<id>``: a live node's :class:`NodeInfo`, put with the node's lease; its ``create_revision`` is the
+      node's broker epoch.
+    * ``incarnations/<id>``: the incarnation id of the data dir that registered node ``<id>`` (no lease: kept while
+      the node is down, so that an empty data dir cannot come back as the old node).
+    * ``controller/<lease id, 16 hex digits>``: a candidate of the controller election, put with its node's lease;
+      the candidate with the smallest ``create_revision`` is the controller and that revision its epoch.
+    * ``catalog/seq``: the sequence number of the last catalog record; ``catalog/records/<seq, 20 digits>``: one
+      record each; ``catalog/snapshot``: the state of every record up to a sequence number, once the records
+      before it were trimmed.
+    """
+
+    cluster_id: str
+
+    def __post_init__(self) -> None:
+        if not _CLUSTER_ID.match(self.cluster_id):
+            raise ValueError(f"cluster id {self.cluster_id!r}: 1 to 64 of A-Z a-z 0-9 _ . -")
+
+    @property
+    def root(self) -> bytes:
+        return f"/walgate/{self.cluster_id}/".encode()
+
+    @property
+    def nodes(self) -> bytes:
+        return self.root + b"nodes/"
+
+    def node(self, node_id: int) -> bytes:
+        return self.nodes + str(node_id).encode()
+
+    def incarnation(self, node_id: int) -> bytes:
+        return self.root + b"incarnations/" + str(node_id).encode()
+
+    @property
+    def candidates(self) -> bytes:
+        return self.root + b"controller/"
+
+    def candidate(self, lease_id: int) -> bytes:
+        return self.candidates + f"{lease_id:016x}".encode()
+
+    @property
+    def seq(self) -> bytes:
+        return self.root + b"catalog/seq"
+
+    @property
+    def records(self) -> bytes:
+        return self.root + b"catalog/records/"
+
+    def record(self, seq: int) -> bytes:
+        return self.records + str(seq).zfill(_SEQ_DIGITS).encode()
+
+    def record_seq(self, key: bytes) -> int:
+        """The sequence number of a ``catalog/records/`` key."""
+        if not key.startswith(self.records):
+            raise ValueError(f"{key!r} is not a record key of cluster {self.cluster_id}")
+        return int(key[len(self.records):])
+
+    @property
+    def snapshot(self) -> bytes:
+        return self.root + b"catalog/snapshot"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What ``nodes/<id>`` holds: how to reach the node, its rack, and the incarnation of its data dir."""
+
+    node_id: int
+    incarnation: str
+    endpoints: tuple[str, ...] = ()
+    rack: str | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps({"node_id": self.node_id, "incarnation": self.incarnation,
+                           "endpoints": list(self.endpoints), "rack": self.rack}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> NodeInfo:
+        try:
+            d = json.loads(value)
+            return cls(int(d["node_id"]), str(d["incarnation"]), tuple(str(e) for e in d["endpoints"]),
+                       None if d["rack"] is None else str(d["rack"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
+
+
+def check_registration(node_id: int, incarnation: str, registered_incarnation: str | None,
+                       live: NodeInfo | None) -> bool:
+    """Whether node ``node_id`` with data dir ``incarnation`` may register, given the incarnation etcd has for that
+    id (``None``: the id never registered) and its live registration (``None``: none). Returns True when a live
+    registration must first be revoked: it is this data dir's previous process (killed and restarted before its
+    lease expired; the data dir's lock keeps two processes off one data dir). Raises :class:`RegistrationRefused`
+    when the data dir is not the one the id was registered with (an emptied or another node's data dir), or
+    another live node has the id."""
+    if registered_incarnation is not None and registered_incarnation != incarnation:
+        raise RegistrationRefused(
+            f"node {node_id}: this data dir (incarnation {incarnation}) is not the one node {node_id} registered with"
+            f" (incarnation {registered_incarnation}): a node whose data dir was emptied or replaced must not serve as"
+            f" its old self; start it with a new node id")
+    if live is not None and live.incarnation != incarnation:
+        raise RegistrationRefused(
+            f"node {node_id}: another live node (incarnation {live.incarnation}, endpoints"
+            f" {', '.join(live.endpoints) or 'none'}) is registered with this node id")
+    return live is not None
+
+
+def leader_key(candidates: list[tuple[bytes, int]]) -> tuple[bytes, int] | None:
+    """The elected controller among ``(key, create_revision)`` candidates: the oldest (smallest revision), whose
+    revision is the controller epoch. Keys only ever get larger revisions, so each controller's epoch is larger
+    than every earlier controller's."""
+    return min(candidates, key=lambda c: c[1], default=None)
+
+
+def _frame(number: int, data: bytes) -> bytes:
+    return b"%d\n" % number + data
+
+
+def _unframe(value: bytes, what: str) -> tuple[int, bytes]:
+    head, sep, data = value.partition(b"\n")
+    if not sep or not head.isdigit():
+        raise ControlPlaneError(f"{what} in etcd is not walgate's: {value[:100]!r}")
+    return int(head), data
+
+
+def encode_record(epoch: int, payload: bytes) -> bytes:
+    """A catalog record's value: the controller epoch that wrote it, a newline, the record's bytes."""
+    return _frame(epoch, payload)
+
+
+def decode_record(value: bytes) -> tuple[int, bytes]:
+    """(controller epoch, record bytes) of a record value."""
+    return _unframe(value, "a catalog record")
+
+
+def encode_snapshot(seq: int, state: bytes) -> bytes:
+    """``catalog/snapshot``'s value: the last record sequence number the state includes, a newline, the state."""
+    return _frame(seq, state)
+
+
+def decode_snapshot(value: bytes) -> tuple[int, bytes]:
+    """(sequence number, state) of a snapshot value."""
+    return _unframe(value, "the catalog snapshot")
+
+
+@dataclass
+class RecordCursor:
+    """Where a node is in the catalog record stream: the last record applied (``seq``) and the etcd revision that
+    wrote it (``revision``; the records of one append share a revision, so a resumed watch starts at ``revision``
+    itself and :meth:`accept` drops those already applied).
+
+    Invariant: records are applied exactly once, in sequence order, without a gap; a gap raises :class:`RecordGap`.
+    """
+
+    seq: int = 0
+    revision: int = 0
+
+    def accept(self, seq: int, revision: int) -> bool:
+        """Whether record ``seq`` (written at ``revision``) is the next to apply; False for one already applied.
+        The caller applies it, then calls :meth:`advance`."""
+        if seq <= self.seq:
+            return False
+        if seq != self.seq + 1:
+            raise RecordGap(f"catalog record {seq} follows {self.seq}: records {self.seq + 1}..{seq - 1} were"
+                            f" trimmed into the snapshot")
+        return True
+
+    def advance(self, seq: int, revision: int) -> None:
+        self.seq = seq
+        self.revision = max(self.revision, revision)

@@ -1,0 +1,171 @@
+"""The catalog record stream in etcd: the controller appends, every node applies in order.
+
+Records are ``catalog/records/<seq>`` keys; ``catalog/seq`` holds the last sequence number. An append
+(:meth:`RecordLog.append`) is one controller-fenced transaction per batch that compares ``catalog/seq``'s
+``mod_revision``, so sequence order is revision order and no two appends interleave. :meth:`RecordLog.trim` folds
+the records up to a sequence number into ``catalog/snapshot`` (the state the controller applied up to there) and
+deletes them, in one fenced transaction.
+
+:class:`RecordFollower` applies records in sequence order, each exactly once (:class:`walgate.cluster.model.
+RecordCursor`): it watches ``catalog/records/`` from its last applied revision; when etcd has compacted that
+revision away, or the stream skips a sequence number (trimmed), or the follower starts with nothing applied, it
+reads the snapshot and the records after it, then watches from the revision read. A broken stream (the member
+died, etcd restarted) is resumed the same way from the last applied revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from walgate.cluster.election import ControllerElection
+from walgate.cluster.etcd import Compacted, EtcdSession, tx
+from walgate.cluster.model import (
+    MAX_RECORDS_PER_TXN,
+    ControlPlaneError,
+    ControlPlaneUnavailable,
+    Keys,
+    RecordCursor,
+    RecordGap,
+    decode_record,
+    decode_snapshot,
+    encode_record,
+    encode_snapshot,
+)
+
+__all__ = ["RecordLog", "RecordFollower"]
+
+log = logging.getLogger("walgate.cluster")
+_CATCH_UP_ATTEMPTS = 5
+
+
+class RecordLog:
+    """The controller's side of the stream."""
+
+    def __init__(self, session: EtcdSession, keys: Keys, election: ControllerElection) -> None:
+        self.session = session
+        self.keys = keys
+        self.election = election
+
+    async def append(self, payloads: list[bytes]) -> int:
+        """Append records (in batches of :data:`MAX_RECORDS_PER_TXN`, each batch all or nothing) and return the
+        last one's sequence number. Raises :class:`NotController` (this node is not, or no longer, the controller:
+        the batch was not written) or :class:`ControlPlaneUnavailable`."""
+        last = 0
+        for start in range(0, len(payloads), MAX_RECORDS_PER_TXN):
+            last = await self._append_batch(payloads[start:start + MAX_RECORDS_PER_TXN])
+        return last
+
+    async def _append_batch(self, batch: list[bytes]) -> int:
+        for _ in range(2):
+            epoch = self.election.epoch
+            kv = await self.session.get(self.keys.seq)
+            seq, mod = (int(kv.value), kv.mod_revision) if kv is not None else (0, 0)
+            ops = [tx.Put(self.keys.seq, str(seq + len(batch)).encode())]
+            ops += [tx.Put(self.keys.record(seq + 1 + i), encode_record(epoch or 0, p)) for i, p in enumerate(batch)]
+            ok, _ = await self.election.fenced_txn([tx.Mod(self.keys.seq) == mod], ops)
+            if ok:
+                return seq + len(batch)
+        raise ControlPlaneError("the catalog's sequence number changed under the controller twice: another writer"
+                                " appends to catalog/seq")
+
+    async def trim(self, through_seq: int, state: bytes) -> None:
+        """Replace records 1..``through_seq`` by ``state`` (what applying them gives) in ``catalog/snapshot``.
+        Refused (:class:`ControlPlaneError`) when record ``through_seq`` is not in the stream."""
+        ok, _ = await self.election.fenced_txn(
+            [tx.Version(self.keys.record(through_seq)) > 0],
+            [tx.Put(self.keys.snapshot, encode_snapshot(through_seq, state)),
+             tx.Delete(self.keys.records, self.keys.record(through_seq + 1))])
+        if not ok:
+            raise ControlPlaneError(f"catalog record {through_seq} is not in the stream (never written, or trimmed"
+                                    f" already): nothing trimmed")
+
+
+class RecordFollower:
+    """A node's side of the stream: calls ``apply(seq, epoch, payload)`` for each record in sequence order and
+    ``restore(seq, state)`` when it must start over from the snapshot; ``cursor`` is where it resumes (what the
+    node had applied before, e.g. before a restart)."""
+
+    def __init__(self, session: EtcdSession, keys: Keys, apply: Callable[[int, int, bytes], None],
+                 restore: Callable[[int, bytes], None], cursor: RecordCursor | None = None) -> None:
+        self.session = session
+        self.keys = keys
+        self.apply = apply
+        self.restore = restore
+        self.cursor = cursor or RecordCursor()
+        self._changed = asyncio.Event()
+
+    async def wait_applied(self, seq: int) -> None:
+        """Return once record ``seq`` is applied."""
+        while self.cursor.seq < seq:
+            await self._changed.wait()
+
+    def _apply(self, key: bytes, value: bytes, revision: int) -> None:
+        seq = self.keys.record_seq(key)
+        if self.cursor.accept(seq, revision):
+            epoch, payload = decode_record(value)
+            self.apply(seq, epoch, payload)
+            self.cursor.advance(seq, revision)
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def catch_up(self) -> None:
+        """Read the snapshot (when it is past the cursor) and every record after the cursor, at one revision."""
+        for _ in range(_CATCH_UP_ATTEMPTS):
+            snap = await self.session.get(self.keys.snapshot)
+            revision, kvs = await self.session.get_prefix(self.keys.records)
+            if snap is not None:
+                seq, state = decode_snapshot(snap.value)
+                if seq > self.cursor.seq:
+                    log.info("catalog: restoring the snapshot of records up to %d (applied: %d)", seq, self.cursor.seq)
+                    self.restore(seq, state)
+                    self.cursor.advance(seq, snap.mod_revision)
+            try:
+                for kv in kvs:
+                    self._apply(kv.key, kv.value, kv.mod_revision)
+            except RecordGap as e:
+                log.info("catalog: %s; reading again", e)
+                continue
+            self.cursor.advance(self.cursor.seq, revision)
+            self._changed.set()
+            self._changed = asyncio.Event()
+            return
+        raise ControlPlaneError(f"catalog: the snapshot and records kept changing over {_CATCH_UP_ATTEMPTS} reads")
+
+    async def run(self, retry_delay: float = 0.5) -> None:
+        """Follow the stream until cancelled. etcd being unreachable is waited out (``retry_delay`` between
+        tries); the records applied stay applied."""
+        while True:
+            try:
+                if self.cursor.revision == 0:
+                    await self.catch_up()
+                await self._follow()
+            except Compacted as e:
+                log.info("catalog: resuming at revision %d: %s; reading the snapshot", self.cursor.revision, e)
+                await self._catch_up_or_wait(retry_delay)
+            except RecordGap as e:
+                log.info("catalog: %s; reading the snapshot", e)
+                await self._catch_up_or_wait(retry_delay)
+            except ControlPlaneUnavailable as e:
+                log.warning("catalog: record stream interrupted at record %d (revision %d): %s", self.cursor.seq,
+                            self.cursor.revision, e)
+                await asyncio.sleep(retry_delay)
+
+    async def _catch_up_or_wait(self, retry_delay: float) -> None:
+        try:
+            await self.catch_up()
+        except ControlPlaneUnavailable as e:
+            log.warning("catalog: cannot read the snapshot yet: %s", e)
+            await asyncio.sleep(retry_delay)
+
+    async def _follow(self) -> None:
+        watch = await self.session.watch_prefix(self.keys.records, self.cursor.revision)
+        try:
+            iterator = watch.__aiter__()
+            while True:
+                event = await self.session.next_event(iterator)
+                if event.kind == "PUT":
+                    self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)
+        finally:
+            await self.session.cancel_watch(watch)

@@ -1,0 +1,187 @@
+"""Share groups' administration, as Kafka's group coordinator answers it: DescribeShareGroupOffsets,
+AlterShareGroupOffsets, DeleteShareGroupOffsets, and a share group's part in ListGroups and DeleteGroups.
+
+A share group exists while it has members (``Stable``) or share-partition state (``Empty``: it consumed, or its
+offsets were altered, and its members are gone); any other id is no share group (GROUP_ID_NOT_FOUND where Kafka
+answers it). Changing offsets is for an empty group only (NON_EMPTY_GROUP otherwise), as Kafka's
+``ShareGroup.validateOffsetsAlterable`` / ``validateDeleteGroup``.
+
+* Describe: the share-partition start offset of each asked partition, -1 for one without state or of an unknown
+  topic (absence of data, not an error, as Kafka's); with no topics asked, every share-partition with state. The lag
+  (v1) is the high watermark less the start offset less the records past it already acknowledged or archived; -1
+  when unknown.
+* Alter: each partition of a known topic starts afresh at the given offset (a negative one is INVALID_REQUEST);
+  an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION.
+* Delete offsets / delete group: the state of the topics' share-partitions (of every topic, for the group) is
+  deleted; a later consumer starts them as ``share.auto.offset.reset`` says.
+
+Pure and synchronous: names and partition counts of topics come through :class:`ShareTopics`; every change is
+made through the coordinator's :meth:`~walgate.coordinator.share_coordinator.ShareCoordinator.reset` and
+:meth:`~walgate.coordinator.share_coordinator.ShareCoordinator.drop`, which the caller makes durable (or rolls
+back) as every other share change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from walgate.coordinator.share_coordinator import ShareCoordinator
+
+__all__ = [
+    "ShareTopics", "alter_offsets", "delete_group", "delete_offsets", "describe_offsets", "group_state", "list_groups",
+]
+
+UNKNOWN_TOPIC = "This server does not host this topic-partition."
+NO_OFFSETS = "There is no offset information to delete."
+
+
+class ShareTopics(Protocol):
+    def key(self, name: str) -> str | None:
+        """The topic key (the coordinator's) of topic ``name``, None when there is no such topic."""
+
+    def name(self, key: str) -> str | None:
+        """The name of the topic of key ``key``, None when it is gone."""
+
+    def partitions(self, name: str) -> int:
+        """The partition count of an existing topic."""
+
+
+def group_state(coordinator: ShareCoordinator, group_id: str) -> str | None:
+    """``Stable`` (members), ``Empty`` (share-partition state, no members), None (no share group)."""
+    if coordinator.groups.groups.get(group_id) is not None:
+        return "Stable"
+    return "Empty" if coordinator.has_state(group_id) else None
+
+
+def list_groups(coordinator: ShareCoordinator, states_filter: Sequence[str] = (),
+                types_filter: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """ListGroups' entries of the share groups (protocol type and group type ``share``); the filters compare
+    case-insensitively, an empty one matches all."""
+    states = {s.strip().lower() for s in states_filter}
+    types = {t.strip().lower() for t in types_filter}
+    if types and "share" not in types:
+        return []
+    ids = sorted(set(coordinator.groups.groups) | {k[0] for k in coordinator.state_keys_all()})
+    listed = [(g, group_state(coordinator, g) or "Dead") for g in ids]
+    return [{"group_id": g, "protocol_type": "share", "group_state": state, "group_type": "share"}
+            for g, state in listed if not states or state.lower() in states]
+
+
+def _refusal(coordinator: ShareCoordinator, group_id: str) -> tuple[int, str | None] | None:
+    """The group-level error of a change of the group's offsets, None when it may change."""
+    state = group_state(coordinator, group_id)
+    if state is None:
+        return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+    if state != "Empty":
+        return ErrorCode.non_empty_group, f"The share group {group_id} is not empty."
+    return None
+
+
+def _lag(coordinator: ShareCoordinator, topic: str, partition: int, start: int, done: int) -> int:
+    try:
+        _, high_watermark = coordinator.logs.watermarks(topic, partition)
+    except Exception:  # noqa: BLE001 - a partition whose log cannot be read has no known lag
+        return -1
+    return max(0, high_watermark - max(start, 0) - done)
+
+
+def _described(coordinator: ShareCoordinator, group_id: str, topic: str, partitions: Sequence[int]) -> list[
+        dict[str, Any]]:
+    """The partitions' start offsets and lags (-1 for those without state; ``topic`` empty: an unknown topic)."""
+    out = []
+    for p in partitions:
+        summary = coordinator.summary((group_id, topic, p)) if topic else None
+        if summary is None:
+            out.append({"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
+                        "error_code": ErrorCode.none, "error_message": None})
+        else:
+            start, done = summary
+            out.append({"partition_index": p, "start_offset": start, "leader_epoch": 0,
+                        "lag": _lag(coordinator, topic, p, start, done), "error_code": ErrorCode.none,
+                        "error_message": None})
+    return out
+
+
+def describe_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                     wanted: Sequence[tuple[str, Sequence[int]]] | None) -> list[dict[str, Any]]:
+    """DescribeShareGroupOffsets' topics of one group: ``wanted`` as (topic name, partitions), None for every
+    share-partition with state. Topic ids are the coordinator's topic keys (the caller's to turn into UUIDs)."""
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for _, topic, p in coordinator.state_keys(group_id):
+            by_topic.setdefault(topic, []).append(p)
+        named = sorted((n, topic, ps) for topic, ps in by_topic.items() for n in (topics.name(topic),) if n is not None)
+        return [{"topic_name": n, "topic_id": topic, "partitions": _described(coordinator, group_id, topic, ps)}
+                for n, topic, ps in named]
+    out = []
+    for name, partitions in wanted:
+        key = topics.key(name)
+        out.append({"topic_name": name, "topic_id": key,
+                    "partitions": _described(coordinator, group_id, key or "", partitions)})
+    return out
+
+
+def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                  offsets: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> tuple[int, str | None, list[
+                      dict[str, Any]]]:
+    """AlterShareGroupOffsets: (error code, message, per-topic results) for ``offsets`` as (topic name,
+    [(partition, start offset)]); a group-level error changes nothing."""
+    refused = _refusal(coordinator, group_id)
+    if refused is not None:
+        return refused[0], refused[1], []
+    out = []
+    for name, partitions in offsets:
+        key = topics.key(name)
+        count = topics.partitions(name) if key is not None else 0
+        results = []
+        for p, start in partitions:
+            if key is None or not 0 <= p < count:
+                results.append({"partition_index": p, "error_code": ErrorCode.unknown_topic_or_partition,
+                                "error_message": UNKNOWN_TOPIC})
+            elif start < 0:
+                results.append({"partition_index": p, "error_code": ErrorCode.invalid_request,
+                                "error_message": f"The start offset {start} is negative."})
+            else:
+                coordinator.reset((group_id, key, p), start)
+                results.append({"partition_index": p, "error_code": ErrorCode.none, "error_message": None})
+        out.append({"topic_name": name, "topic_id": key, "partitions": results})
+    return ErrorCode.none, None, out
+
+
+def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                   names: Sequence[str]) -> tuple[int, str | None, list[dict[str, Any]]]:
+    """DeleteShareGroupOffsets: (error code, message, per-topic results); a group-level error changes nothing."""
+    refused = _refusal(coordinator, group_id)
+    if refused is not None:
+        return refused[0], refused[1], []
+    keys = coordinator.state_keys(group_id)
+    out = []
+    for name in names:
+        key = topics.key(name)
+        mine = [k for k in keys if k[1] == key]
+        if key is None:
+            out.append({"topic_name": name, "topic_id": None, "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_message": UNKNOWN_TOPIC})
+        elif not mine:
+            out.append({"topic_name": name, "topic_id": None, "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_message": NO_OFFSETS})
+        else:
+            for k in mine:
+                coordinator.drop(k)
+            out.append({"topic_name": name, "topic_id": key, "error_code": ErrorCode.none, "error_message": None})
+    return ErrorCode.none, None, out
+
+
+def delete_group(coordinator: ShareCoordinator, group_id: str) -> int:
+    """DeleteGroups of a share group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or NONE with its share-partitions'
+    state and sessions gone."""
+    refused = _refusal(coordinator, group_id)
+    if refused is not None:
+        return refused[0]
+    for key in coordinator.state_keys(group_id):
+        coordinator.drop(key)
+    coordinator.drop_sessions(group_id)
+    return ErrorCode.none

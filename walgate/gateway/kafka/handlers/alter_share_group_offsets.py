@@ -1,0 +1,48 @@
+"""AlterShareGroupOffsets (key 91) v0: set the share-partition start offsets of an empty share group, as
+:func:`walgate.coordinator.share_admin.alter_offsets` answers it (NON_EMPTY_GROUP while it has members,
+GROUP_ID_NOT_FOUND for no share group). The new start offsets are in ``share_groups.log`` (fsynced) before the
+answer; a refused write changes nothing and answers the group's error (:mod:`.common`).
+
+ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
+the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.coordinator.share_admin import alter_offsets
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.audit import audit_kafka
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, refusal, refused_group, topic_uuid
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 91, 0, 0
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    group_id, shares = request.group_id, broker.shares
+    refused = refused_group(broker, ctx, group_id, Operation.READ)
+    if refused is not None or shares is None:
+        return refused or refusal(ErrorCode.unsupported_version)
+    readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
+    denied = [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
+        {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
+         "error_message": TOPIC_DENIED} for p in t.partitions]} for t in request.topics if t.topic_name not in readable]
+    offsets = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
+               for t in request.topics if t.topic_name in readable]
+
+    def alter(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, list[dict[str, Any]]]:
+        return alter_offsets(coordinator, EngineTopics(engine), group_id, offsets)
+
+    code, message, results = await answered(shares.run(alter), lambda c: (c, None, []), GROUP_WRITE)
+    audit_kafka(ctx, "AlterShareGroupOffsets", f"group {group_id}", code)
+    if code != ErrorCode.none:
+        return refusal(code, message)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "responses": [{**t, "topic_id": topic_uuid(t["topic_id"])} for t in results + denied]}

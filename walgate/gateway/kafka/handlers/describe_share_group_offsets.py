@@ -1,0 +1,64 @@
+"""DescribeShareGroupOffsets (key 90) v0–v1: the share-partition start offsets of share groups (and their lag, v1),
+as :func:`walgate.coordinator.share_admin.describe_offsets` answers them.
+
+ACLs (as Kafka's ``handleDescribeShareGroupOffsetsRequest``): Describe on the group, else the group answers
+GROUP_AUTHORIZATION_FAILED; Describe on each asked topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED
+(start offset -1); with no topics asked, the topics the principal may not Describe are left out. A share
+coordinator that fails answers every asked group's error (:mod:`.common`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walgate.coordinator.share_admin import describe_offsets
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import answered
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, topic_uuid
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+API_KEY, MIN_VERSION, MAX_VERSION = 90, 0, 1
+
+
+def _group(group_id: str, code: int, topics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"group_id": group_id, "error_code": code, "error_message": None, "topics": topics or []}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    shares = broker.shares
+    groups = list(request.groups)
+    if shares is None:
+        return {"throttle_time": 0, "groups": [_group(g.group_id, ErrorCode.unsupported_version) for g in groups]}
+    permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in groups])
+    names = {t.topic_name for g in groups for t in g.topics or ()}
+    readable = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+    wanted = [g for g in groups if g.group_id in permitted]
+
+    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+        topics = EngineTopics(engine)
+        out = []
+        for g in wanted:
+            if g.topics is None:
+                found = describe_offsets(coordinator, topics, g.group_id, None)
+                found = [t for t in found if t["topic_name"] in allowed_names(
+                    broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, [t["topic_name"]])]
+            else:
+                found = describe_offsets(coordinator, topics, g.group_id, [
+                    (t.topic_name, list(t.partitions)) for t in g.topics if t.topic_name in readable])
+                found += [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
+                    {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
+                     "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
+                    for p in t.partitions]} for t in g.topics if t.topic_name not in readable]
+            out.append(_group(g.group_id, ErrorCode.none, [{**t, "topic_id": topic_uuid(t["topic_id"])}
+                                                           for t in found]))
+        return out
+
+    described = await answered(shares.run(describe), lambda code: [_group(g.group_id, code) for g in wanted])
+    by_id = {g["group_id"]: g for g in described}
+    return {"throttle_time": 0, "groups": [
+        by_id[g.group_id] if g.group_id in permitted else _group(g.group_id, ErrorCode.group_authorization_failed)
+        for g in groups]}

@@ -1,0 +1,56 @@
+"""What the share-group administration handlers share: the engine's topics as
+:class:`~walgate.coordinator.share_admin.ShareTopics` (topic keys are topic ids as strings, as the share coordinator
+keys its partitions; storage thread only), and the refusals of AlterShareGroupOffsets / DeleteShareGroupOffsets
+before the coordinator (share groups off, no permission on the group, an empty group id)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.storage.engine import Engine
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["TOPIC_DENIED", "EngineTopics", "refusal", "refused_group", "topic_uuid"]
+
+TOPIC_DENIED = "Topic authorization failed."
+
+
+class EngineTopics:
+    """Names, keys and partition counts of the engine's topics."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def key(self, name: str) -> str | None:
+        topic_id = self._engine.topic_id(name)
+        return None if topic_id is None else str(topic_id)
+
+    def name(self, key: str) -> str | None:
+        return self._engine.topic_name(uuid.UUID(key))
+
+    def partitions(self, name: str) -> int:
+        return self._engine.partition_count(name)
+
+
+def topic_uuid(key: str | None) -> uuid.UUID:
+    """The topic id on the wire of a topic key (the zero UUID for none)."""
+    return uuid.UUID(int=0) if key is None else uuid.UUID(key)
+
+
+def refusal(code: int, message: str | None = None) -> dict[str, Any]:
+    """The whole answer of an Alter/DeleteShareGroupOffsets refused at the group level."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
+
+
+def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operation) -> dict[str, Any] | None:
+    """The answer refusing a change of ``group_id``'s offsets before the coordinator (share groups off, no ``op``
+    on the group: GROUP_AUTHORIZATION_FAILED, an empty id: INVALID_GROUP_ID), None when it may go on."""
+    if broker.shares is None:
+        return refusal(ErrorCode.unsupported_version, "Share groups are not enabled.")
+    if not allowed(broker, ctx, op, ResourceType.GROUP, group_id):
+        return refusal(ErrorCode.group_authorization_failed)
+    return refusal(ErrorCode.invalid_group_id) if not group_id else None

@@ -1,0 +1,87 @@
+"""The topics (and group configs) as the coordinator lane sees them: an immutable snapshot the storage lane publishes
+(issue 23).
+
+The catalog (topics, databases, which databases are served) belongs to the storage lane and changes in place; the
+group and transaction coordinators run on a lane of their own and must not read it there. So the storage lane
+publishes a :class:`TopicsSnapshot` (``Store.publish_topics``) at the end of every call that changed the catalog
+(its ``generation`` moved; a CreateTopics defers it to its last topic's call, ``Engine.defer_topics_publication``)
+and before it deletes a dropped topic's committed offsets; publishing is one reference
+assignment, atomic for readers on any thread. A snapshot is four C-level dict/set copies of frozen definitions
+(O(topics) at C speed per publishing call); the name-by-id map the KIP-848 handlers need is built at most once per
+snapshot, on first use.
+
+Invariant: a snapshot never changes after it is published; a reader holding one sees one consistent catalog state
+(that of the end of some storage-lane call).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from walgate.storage.resource_configs import GROUP
+
+if TYPE_CHECKING:
+    from walgate.storage.catalog import DatabaseDef, TopicDef
+
+__all__ = ["TopicsSnapshot", "EMPTY"]
+
+
+class TopicsSnapshot:
+    """Topics, their partition counts, kinds and Kafka topic ids at one catalog ``generation``."""
+
+    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id")
+
+    def __init__(self, generation: int, topics: Mapping[str, TopicDef], databases: Mapping[str, DatabaseDef],
+                 served: frozenset[str], configs: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+        """``served``: the databases whose vnodes are open (a database out of service has no partitions);
+        ``configs``: the catalog's dynamic resource configs (its values are replaced, never changed in place)."""
+        self.generation = generation
+        self._topics = dict(topics)
+        self._databases = dict(databases)
+        self._served = served
+        self._configs = dict(configs)
+        self._by_id: dict[uuid.UUID, str] | None = None
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The dynamic configs stored for consumer group ``group_id`` (IncrementalAlterConfigs GROUP)."""
+        return dict(self._configs.get((GROUP, group_id), {}))
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._topics
+
+    def names(self) -> frozenset[str]:
+        """Every topic's name."""
+        return frozenset(self._topics)
+
+    def partition_count(self, topic: str) -> int | None:
+        """``topic``'s partitions; None when there is no such topic (or its database is out of service)."""
+        t = self._topics.get(topic)
+        if t is None or t.db not in self._served:
+            return None
+        db = self._databases.get(t.db)
+        return None if db is None else db.vgroups
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        count = self.partition_count(topic)
+        return count is not None and 0 <= partition < count
+
+    def is_native(self, topic: str) -> bool:
+        """Whether ``topic`` is a Kafka-native topic (TDengine topics cannot take transaction markers)."""
+        t = self._topics.get(topic)
+        return t is not None and t.kind == "kafka"
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        t = self._topics.get(name)
+        return None if t is None else uuid.UUID(t.topic_id)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        by_id = self._by_id
+        if by_id is None:  # two threads may both build it: the same value, one kept
+            by_id = self._by_id = {uuid.UUID(t.topic_id): name for name, t in self._topics.items()}
+        return by_id.get(topic_id)
+
+
+EMPTY = TopicsSnapshot(-1, {}, {}, frozenset(), {})
+"""Before the first publication."""
