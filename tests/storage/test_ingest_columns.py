@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lark import Token
 
+from walgate.storage import write_plan
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageError
@@ -88,11 +89,32 @@ def _answer(write: Callable[[Engine], int], engine: Engine) -> Any:
         return type(exc).__name__, str(exc)
 
 
+def _rows_only(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``engine`` (alone) plan INSERT and CSV by rows: the planner's column paths are wrapped to decline while
+    ``engine`` writes."""
+    rows_only = [False]
+    ingest = engine.ingest
+    write = ingest.write
+
+    def by_rows(request: write_plan.WriteRequest) -> int:
+        rows_only[0] = True
+        try:
+            return write(request)
+        finally:
+            rows_only[0] = False
+
+    csv_by_columns, insert = write_plan._csv_by_columns, write_plan._insert
+    monkeypatch.setattr(ingest, "write", by_rows)
+    monkeypatch.setattr(write_plan, "_csv_by_columns", lambda *args: None if rows_only[0] else csv_by_columns(*args))
+    monkeypatch.setattr(write_plan, "_insert", lambda reads, s, session, now, by_columns: insert(
+        reads, s, session, now, by_columns and not rows_only[0]))
+
+
 @pytest.fixture
-def engines(tmp_path: Path) -> tuple[Engine, Engine]:
+def engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Engine, Engine]:
     by_columns = seeded_engine(tmp_path / "columns")
     by_rows = seeded_engine(tmp_path / "rows")
-    by_rows.ingest._csv_by_columns = lambda *args: None  # type: ignore[method-assign]
+    _rows_only(by_rows, monkeypatch)
     return by_columns, by_rows
 
 
@@ -115,7 +137,7 @@ def test_csv_by_columns_writes_what_rows_write(engines: tuple[Engine, Engine]) -
 
 def test_csv_plain_body_is_typed_by_columns(engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch) -> None:
     by_columns, _ = engines
-    monkeypatch.setattr(by_columns.ingest, "_csv_by_rows", None)  # the columns must take this body alone
+    monkeypatch.setattr(write_plan, "_csv_by_rows", None)  # the columns must take this body alone
     body = b"tbname,ts,v,f,t,loc\nd1,1700000000100,1,1.5,7,sf\nd9,1700000000101,,2e3,,\nd1,1700000000102,3,, ,la\n"
     assert by_columns.write_csv("x", body, stable="m") == 3
     rows = by_columns.execute("SELECT tbname, ts, v, f, t, loc FROM x.m WHERE ts >= 1700000000100 ORDER BY ts").rows
@@ -156,8 +178,6 @@ def inserts(draw: st.DrawFn) -> str:
 
 def test_insert_by_columns_writes_what_rows_write(engines: tuple[Engine, Engine]) -> None:
     by_columns, by_rows = engines
-    reference = by_rows.ingest._insert
-    by_rows.ingest._insert = lambda s, session, now, by_columns: reference(s, session, now, False)  # type: ignore
 
     @settings(max_examples=200, deadline=None)
     @given(sql=inserts())
@@ -175,8 +195,6 @@ def test_insert_lists_typed_together_keep_statement_order(engines: tuple[Engine,
     """Lists giving the same columns are typed together, yet each vnode's rows stay in statement order: here d3's
     second list (vnode 1, typed with d1's) comes after the other list into vnode 1."""
     by_columns, by_rows = engines
-    reference = by_rows.ingest._insert
-    by_rows.ingest._insert = lambda s, session, now, by_columns: reference(s, session, now, False)  # type: ignore
     sql = ("INSERT INTO x.d1 USING x.m TAGS (1, 'a') (ts, v) VALUES (1700000000100, 1) "
            "x.d3 USING x.m TAGS (3, 'c') (ts, f) VALUES (1700000000101, 2.5) "
            "x.d3 (ts, v) VALUES (1700000000102, 3) (1700000000103, 4)")

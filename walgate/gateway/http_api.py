@@ -46,7 +46,8 @@ written), 413 for a body above ``max_request_bytes`` (refused from
 ``Content-Length`` before it is read, or as soon as reading passes the limit;
 nothing written), 503 when the disk refused a write
 (:class:`StorageUnavailable`, or an ``OSError`` the storage layer let through;
-nothing kept, retry later) or the group-commit fdatasync of a WAL_LEVEL 2 write
+nothing kept, retry later), or the ingest worker planning a large body died
+(:mod:`walgate.gateway.ingest_workers`; nothing written, retry) or the group-commit fdatasync of a WAL_LEVEL 2 write
 failed (not acknowledged; its rows become visible if a later fdatasync succeeds,
 see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" code
 for stored data that fails its checksum, 500 for anything unexpected (logged
@@ -67,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -81,6 +83,7 @@ from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
+from walgate.gateway.ingest_workers import IngestWorkers, Prepared, Refused
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
@@ -101,9 +104,11 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.lineproto_columns import parse_body
+from walgate.storage.result import affected
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
+from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot
 
 __all__ = ["make_app", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -114,12 +119,14 @@ INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
 HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for the storage thread
+_INSERT = re.compile(r"\s*insert\s", re.IGNORECASE)  # an SQL body sent to the ingest workers (which check it is one)
 PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
 
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
 _QUERIES = web.AppKey("queries", QueryWorkers)
 _DAMAGE = web.AppKey("damage", DamageLog)
+_INGEST = web.AppKey("ingest", IngestWorkers)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
@@ -136,6 +143,7 @@ def make_app(
     authorizer: Authorizer | None = None,
     allowed_origins: frozenset[Origin] = frozenset(),
     basic_auth: BasicAuth | None = None,
+    ingest: IngestWorkers | None = None,
     shares: Callable[[], ShareCoordinator | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
@@ -153,6 +161,8 @@ def make_app(
     app[_QUERIES] = queries
     app[_DAMAGE] = damage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
+    if ingest is not None:
+        app[_INGEST] = ingest
     if authorizer is not None:
         app[_AUTHORIZER] = authorizer
     app.router.add_post("/rest/sql", _sql)
@@ -188,10 +198,25 @@ async def _sql(request: web.Request) -> web.Response:
     change = sql_change(sql)  # audited, or None
     try:
         engine = app[_ENGINE]
-        # parsed once, off the storage thread, on the loop's default executor (the body is within max_request_bytes,
-        # the engine's statement limit)
-        stmt = await asyncio.to_thread(parse, sql)
         host = request.remote or ""
+        ingest = app.get(_INGEST)
+        if ingest is not None and ingest.takes(len(body)) and _INSERT.match(sql):  # parsed and planned in a worker
+            write = InsertRequest(sql, db, engine.clock.time_ns())
+            planned = await ingest.plan(write, _snapshot(app))
+            if isinstance(planned, Prepared):
+                assert planned.insert is not None
+                _still_there(request, len(body))
+                rows = await app[_STORAGE].call(_apply_insert, engine, authorizer, principal, host, planned, write, db)
+                return _json(200, affected(rows).rest_body())
+            if isinstance(planned, Refused):
+                if authorizer is not None:  # a principal that may not write there learns nothing else
+                    await app[_STORAGE].call(check, authorizer, principal, host, planned.insert, db)
+                raise planned.error
+            stmt = planned.stmt
+        else:
+            # parsed once, off the storage thread, on the loop's default executor (the body is within
+            # max_request_bytes, the engine's statement limit)
+            stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select):
             select = stmt
 
@@ -236,6 +261,39 @@ def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, hos
     return engine.prepare_select(stmt, db)
 
 
+def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:
+    """What a worker plans a write against, taken on the storage thread (with the tables it must know)."""
+    return lambda keys: app[_STORAGE].call(app[_ENGINE].write_snapshot, keys)
+
+
+async def _planned_write(request: web.Request, write: LinesRequest | CsvRequest, size: int) -> int:
+    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage thread;
+    rows written."""
+    app = request.app
+    planned = await app[_INGEST].plan(write, _snapshot(app))
+    assert isinstance(planned, Prepared)  # only an SQL body may turn out to be no write
+    _still_there(request, size)
+    return await app[_STORAGE].call(app[_ENGINE].apply_write, planned.write, write)
+
+
+def _still_there(request: web.Request, size: int) -> None:
+    """StorageUnavailable, so that nothing is written, when the client of a planned write went away: it has no
+    answer, and may well send the write again."""
+    if _gone(request):
+        log.info("a write of %d bytes from %s was planned after its client went away: not written", size,
+                 request.remote)
+        raise StorageUnavailable("the client went away before the write was applied: nothing was written")
+
+
+def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, planned: Prepared,
+                  write: InsertRequest, db: str | None) -> int:
+    """The INSERT ``planned`` written if ``principal`` may run it (storage thread; checked on the statement without
+    its rows); NotPermitted otherwise."""
+    if authorizer is not None:
+        check(authorizer, principal, host, planned.insert, db)
+    return engine.apply_write(planned.write, write)
+
+
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
          db: str | None) -> Result:
     """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
@@ -254,6 +312,10 @@ async def _influx_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
+    ingest = app.get(_INGEST)
+    if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
+        rows = await _planned_write(request, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()), len(body))
+        return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
     # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
     try:
         measurements = await asyncio.to_thread(parse_body, body, precision)
@@ -272,7 +334,12 @@ async def _csv_write(request: web.Request) -> web.Response:
         return refused
     body = await request.read()
     app = request.app
-    rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    ingest = app.get(_INGEST)
+    if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
+        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+                                    len(body))
+    else:
+        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
     return _json(200, {"code": 0, "rows": rows})
 
 

@@ -34,7 +34,6 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +44,7 @@ from typing import Any
 
 import orjson
 
+from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, pool_pids, start_worker, stop_pool
 from walgate.storage.cancel import Cancel
 from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageError
 from walgate.storage.select import PreparedSelect
@@ -56,9 +56,6 @@ log = logging.getLogger(__name__)
 POLL_S = 0.25  # how often a waiting request checks its client
 WATCH_S = 0.05  # how often a worker checks its query's flag and time limit
 SLOTS = 256
-NICE = 10
-ORPHAN_CHECK_S = 0.5  # a worker whose node died (kill -9) ends within this
-SHUTDOWN_S = 5.0  # how long a node's shutdown waits for its workers before killing them
 
 _GONE, _CANCELLED = 1, 2
 _REASONS = {_GONE: "the client went away", _CANCELLED: "the request was cancelled (the node is stopping?)"}
@@ -82,15 +79,7 @@ def _start(flags: Any, started: Any, node: int) -> None:
     node ``node`` (a pid) is gone, even killed with SIGKILL (checked every :data:`ORPHAN_CHECK_S`)."""
     global _flags, _started
     _flags, _started = flags, started
-    os.nice(NICE)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch_node() -> None:
-        while os.getppid() == node:
-            time.sleep(ORPHAN_CHECK_S)
-        os._exit(0)
-
-    threading.Thread(target=watch_node, name="walgate-query-node", daemon=True).start()
+    start_worker(node, "walgate-query-node")
 
 
 def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float | None) -> Answer:
@@ -153,8 +142,7 @@ class QueryWorkers:
     @property
     def pids(self) -> list[int]:
         """The worker processes running now (none before the first query)."""
-        executor = self._executor
-        return [] if executor is None else [p.pid for p in list(executor._processes.values()) if p.pid is not None]
+        return pool_pids(self._executor)
 
     async def run(self, prepare: Callable[[], Awaitable[PreparedSelect]],
                   gone: Callable[[], bool] = _never) -> tuple[PreparedSelect, Answer]:
@@ -253,16 +241,4 @@ class QueryWorkers:
         within WATCH_S), then killed."""
         self.cancel_all()
         executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        pids = [p.pid for p in list(executor._processes.values()) if p.pid is not None]
-        stopping = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True))
-        done, _ = await asyncio.wait({stopping}, timeout=SHUTDOWN_S)
-        if not done:
-            log.warning("query workers %s did not stop within %.0f s; killed", pids, SHUTDOWN_S)
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            await stopping
+        await stop_pool(executor, "query workers")

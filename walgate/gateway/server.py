@@ -52,6 +52,7 @@ from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
 from walgate.gateway.http_origin import parse_origins
+from walgate.gateway.ingest_workers import IngestWorkers
 from walgate.gateway.jwks import oauthbearer_exchanges
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
@@ -97,6 +98,7 @@ class Gateway:
         self._coordinator = StorageThread(name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
                                      self.metrics.query)
+        self._ingest = IngestWorkers()  # large write bodies are planned there, never on the storage thread
         self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
         self._lock: int | None = None  # the data dir lock's descriptor (datadir.lock) while started
@@ -161,6 +163,7 @@ class Gateway:
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
+                         ingest=self._ingest,
                          shares=self._share_coordinator),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
@@ -343,6 +346,7 @@ class Gateway:
             await self._http.cleanup()
             self._http = None
         await self._queries.close()
+        await self._ingest.close()
         await self._group_commit.close()
         self._coordinator.shutdown()  # its queued calls run first; nothing calls it from here on
         if self._engine is not None:

@@ -61,6 +61,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import PendingSync
+from walgate.storage.write_plan import PreparedWrite, WriteRequest, WriteSnapshot
 
 T = TypeVar("T")
 
@@ -230,6 +231,16 @@ class Engine:
     def write_csv(self, db: str, body: bytes, *, table: str | None = None, stable: str | None = None) -> int:
         """CSV with a header row into ``table``, or into subtables of ``stable`` named by a ``tbname`` column."""
         return self.ingest.write_csv(db, body, table=table, stable=stable)
+
+    def write_snapshot(self, keys: list[tuple[str, str]]) -> WriteSnapshot:
+        """What a write planned in another process is planned against: the catalog now and the tables ``keys``
+        names (:meth:`Ingest.worker_snapshot`)."""
+        return self.ingest.worker_snapshot(keys)
+
+    def apply_write(self, prepared: PreparedWrite, request: WriteRequest) -> int:
+        """Write ``prepared``, planned from ``request`` elsewhere, or ``request`` planned again here when what the
+        plan read has changed (:meth:`Ingest.apply`); rows written."""
+        return self.ingest.apply(prepared, request)
 
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows as JSON objects into subtables of ``stable`` (see :meth:`Ingest.write_json_rows`); rows written."""
