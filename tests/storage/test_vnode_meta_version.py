@@ -65,8 +65,6 @@ def test_after_each_write_ended_the_store_covers_the_vnodes_meta_version_and_hol
     e.close()
 
 
-@pytest.mark.xfail(strict=True, reason="wired at merge: Commits.commit (commit.py, i23p's) calls vnode.end_write() "
-                   "after applying a vnode's metas; this marker goes then")
 def test_every_committing_write_leaves_the_store_current_without_a_call_of_its_own(tmp_path: Path):
     e = Engine.open(tmp_path)
     e.execute("CREATE DATABASE db VGROUPS 1")

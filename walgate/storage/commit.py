@@ -121,11 +121,14 @@ class Commits:
                 vnode.wal.undo_append(version)
             raise
         for vnode, pending, blocks, version in appended:
-            decoded: list[DecodedEntry] = []
-            for m in pending.metas:
-                vnode.apply_meta(m, version)
-                decoded.append(DecodedEntry(version, KIND_META, meta=m))
-                version += 1
+            if all(m["op"] == "create_table" for m in pending.metas):
+                vnode.apply_creates(version, [m["name"] for m in pending.metas], pending.metas)
+            else:
+                for i, m in enumerate(pending.metas):
+                    vnode.apply_meta(m, version + i)
+            vnode.end_write()  # meta.db covers every table the write changed (what a planner's reader reads)
+            decoded = [DecodedEntry(version + i, KIND_META, meta=m) for i, m in enumerate(pending.metas)]
+            version += len(pending.metas)
             if blocks:
                 decoded.append(DecodedEntry(version, KIND_DATA, tuple(blocks)))
             self.views.index(vnode, decoded, vnode.wal.next_version)
