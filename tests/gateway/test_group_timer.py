@@ -18,6 +18,7 @@ from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka import deadline_timer
 from walgate.gateway.kafka import groups as groups_module
 from walgate.gateway.kafka.groups import GroupService, now_ms
 from walgate.gateway.storage_thread import StorageThread
@@ -46,7 +47,7 @@ async def _until(condition: Callable[[], bool]) -> bool:
 
 
 async def test_a_tick_that_raises_is_logged_and_the_timer_keeps_ticking(engine, monkeypatch, caplog) -> None:
-    monkeypatch.setattr(groups_module, "TICK_RETRY_S", 0.01)
+    monkeypatch.setattr(deadline_timer, "TICK_RETRY_S", 0.01)
     coordinator = GroupCoordinator(cleanup_interval_ms=10, now_ms=now_ms())  # a deadline every 10 ms
     service = GroupService(*engine, coordinator)
     ticks: list[int] = []

@@ -14,8 +14,8 @@ engine from the event loop. What lives here is the asynchronous part:
 * the timer: after every call one ``loop.call_later`` is armed at the
   coordinator's ``next_deadline()``; when it fires, a tick task (kept, so it
   cannot be lost) runs ``tick(now)`` on the coordinator lane and its completions
-  are delivered the same way. A tick that raises is logged in one line and the
-  timer is re-armed ``TICK_RETRY_S`` later: group timers never stop silently.
+  are delivered the same way (:mod:`.deadline_timer`: a tick that raises is
+  logged in one line and tried again, group timers never stop silently).
   Ticks also run the coordinator's cleanup of empty groups, told which groups
   have committed offsets;
 * a parked request whose connection goes away is forgotten (its future is
@@ -47,19 +47,18 @@ from walgate.coordinator.classic import Completion
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.errors import GroupNotRecorded
 from walgate.coordinator.store import EngineOffsetStore
+from walgate.gateway.kafka.deadline_timer import DeadlineTimer
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.observers import ConsumerRow
 
-__all__ = ["GroupService", "GroupMembers", "now_ms", "TICK_RETRY_S"]
+__all__ = ["GroupService", "GroupMembers", "now_ms"]
 
 log = logging.getLogger("walgate.groups")
 
 T = TypeVar("T")
 
-TICK_RETRY_S = 1.0
-"""Delay before the timer runs again after a tick raised."""
 
 
 def now_ms() -> int:
@@ -104,9 +103,7 @@ class GroupService:
         self.lane = lane
         self._ids = itertools.count(1)
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline_ms = 0  # when the armed timer is due (wall clock, as the coordinator's deadlines)
-        self._tick_task: asyncio.Task[None] | None = None
+        self._timer = DeadlineTimer("group timer", self._tick, lambda: now_ms(), log)  # the module clock, read late
         if members is not None:
             members.follow(self.groups, bridge)
 
@@ -144,10 +141,7 @@ class GroupService:
         A timer already due runs first: a request handled after a deadline (a starved event loop may read it before
         the timer's callback runs) sees the members whose sessions ended by then expired, as Kafka's coordinator,
         whose timer fires on a thread of its own, shows them."""
-        if self._timer is not None and now_ms() >= self._deadline_ms:
-            self._timer.cancel()
-            self._timer = None
-            await self._tick()
+        await self._timer.run_if_due()
         result, completions, error = await self.lane.call(functools.partial(self._call, fn))
         if error is not None:
             log.error("group state could not be written (%s: %s); the requests that changed it get "
@@ -189,30 +183,10 @@ class GroupService:
 
     async def _rearm(self) -> None:
         deadline = await self.lane.call(self.groups.next_deadline)
-        self._arm(max(deadline - now_ms(), 0) / 1000)
-
-    def _arm(self, delay: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._deadline_ms = now_ms() + int(delay * 1000)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._start_tick)
-
-    def _start_tick(self) -> None:
-        self._timer = None
-        if self._tick_task is None or self._tick_task.done():
-            self._tick_task = asyncio.get_running_loop().create_task(self._tick(), name="walgate-group-timer")
+        self._timer.arm(deadline)
 
     async def _tick(self) -> None:
-        try:
-            await self.run(lambda: (None, self.groups.tick(now_ms(), offset_groups=self._store.groups_with_offsets)))
-        except Exception as exc:
-            log.error("group timer tick failed (%s: %s); next tick in %.0f s", type(exc).__name__, exc, TICK_RETRY_S)
-            self._arm(TICK_RETRY_S)
+        await self.run(lambda: (None, self.groups.tick(now_ms(), offset_groups=self._store.groups_with_offsets)))
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            self._tick_task = None
+        self._timer.close()

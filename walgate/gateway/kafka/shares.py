@@ -16,15 +16,14 @@ Topics are keyed by their topic id (as a string) in the coordinator and the log:
 is a new share-partition. Lock expiry and session timeouts are applied when a share request arrives and by a timer:
 after every call one ``loop.call_later`` is armed at the coordinator's next expiry
 (:meth:`ShareCoordinator.next_expiry`, on the engine's clock); when it fires, a tick runs an empty call (which
-expires what is due and writes it). A tick that fails is logged in one line and tried again :data:`TICK_RETRY_S`
-later. Whenever a call leaves records acquirable again in a share-partition (released, expired, their member or
+expires what is due and writes it; :mod:`.deadline_timer`: a tick that fails is logged in one line and tried
+again). Whenever a call leaves records acquirable again in a share-partition (released, expired, their member or
 session gone), the long-poll ShareFetches waiting on its topic-partition are woken (``wake``, the Fetch wake-ups),
 so a worker that waits gets a killed worker's records when its lock or session ends without sending anything new.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -34,20 +33,19 @@ from typing import TypeVar
 from walgate.coordinator.group_configs import GroupTimeouts
 from walgate.coordinator.share_coordinator import ShareCoordinator, ShareSettings
 from walgate.coordinator.share_group import ShareGroups
+from walgate.gateway.kafka.deadline_timer import DeadlineTimer
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound
 from walgate.storage.resource_configs import GROUP
 from walgate.storage.share_state_log import SHARE_GROUPS_LOG, ShareStateLog
 
-__all__ = ["ShareService", "TICK_RETRY_S", "now_ms"]
+__all__ = ["ShareService", "now_ms"]
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-TICK_RETRY_S = 1.0
-"""Seconds before the timer runs again after a tick failed."""
 
 
 def now_ms() -> int:
@@ -96,8 +94,7 @@ class ShareService:
         thread): wake the fetches waiting on a topic-partition."""
         self.storage = storage
         self._wake = wake
-        self._timer: asyncio.TimerHandle | None = None
-        self._tick_task: asyncio.Task[None] | None = None
+        self._timer = DeadlineTimer("share group timer", self._tick, self.now_ms, log)
         self._next_ms: int | None = None  # the coordinator's next expiry, as the last call left it (storage thread)
         self._engine = engine
         self.configs = GroupTimeouts(0, 0, lambda group_id: engine.resource_configs(GROUP, group_id), lock_ms,
@@ -139,36 +136,17 @@ class ShareService:
 
     def _arm(self) -> None:
         """(Re)arm the timer at the coordinator's next expiry (event loop)."""
-        if self._timer is not None:
+        if self._next_ms is None:
             self._timer.cancel()
-            self._timer = None
-        if self._next_ms is not None:
-            delay = max(self._next_ms - self.now_ms(), 0) / 1000
-            self._timer = asyncio.get_running_loop().call_later(delay, self._start_tick)
-
-    def _start_tick(self) -> None:
-        self._timer = None
-        if self._tick_task is None or self._tick_task.done():
-            self._tick_task = asyncio.get_running_loop().create_task(self._tick(), name="walgate-share-timer")
+        else:
+            self._timer.arm(self._next_ms)
 
     async def _tick(self) -> None:
-        try:
-            await self.run(lambda engine, coordinator: None)
-        except Exception as exc:  # noqa: BLE001 - a refused write: the changes are undone, tried again later
-            log.error("share group timer tick failed (%s: %s); next tick in %.0f s", type(exc).__name__, exc,
-                      TICK_RETRY_S)
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(TICK_RETRY_S, self._start_tick)
+        await self.run(lambda engine, coordinator: None)
 
     def close(self) -> None:
         """Stop the timer (shutdown)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            self._tick_task = None
+        self._timer.close()
 
     def _call(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
         coordinator, slog = self.coordinator, self._log
