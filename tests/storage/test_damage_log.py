@@ -1,5 +1,5 @@
-"""One engine's damage log is reported into from several threads (the storage thread, the coordinator lane at its
-logs' start, the meta stores' check thread): reports made at once lose nothing.
+"""One engine's damage log is reported into from two threads (the coordinator lane at its logs' start, the storage
+thread): reports made at once lose nothing.
 
 Two threads, started together by a barrier, each report the same damaged range of the same file many times, each
 time with bytes of its own, on a clock that stands still (every report in the same second: the same quarantine

@@ -46,9 +46,8 @@ class DamageLog:
     each report keeps its own copy), logs one WARNING line naming the file, range, versions and reason, and records a
     :class:`Damage`. A component that cannot keep the bytes (the disk is full) still reports, with ``kept`` "".
 
-    Thread-safe: both lanes and the meta stores' check thread report into one engine's log (the coordinator lane's
-    logs at their start, the storage thread's files, the meta stores), so reports are made one at a time under a
-    lock, each kept copy written whole under its own name; ``records`` is only appended to (readers on other threads
+    Thread-safe: both lanes report into one engine's log (the coordinator lane what its logs' start finds, the
+    storage thread the rest), so reports are made one at a time under a lock, each kept copy written whole under its own name; ``records`` is only appended to (readers on other threads
     copy it: ``list(records)``).
     """
 
