@@ -47,8 +47,8 @@ class DamageLog:
     :class:`Damage`. A component that cannot keep the bytes (the disk is full) still reports, with ``kept`` "".
 
     Thread-safe: both lanes report into one engine's log (the coordinator lane what its logs' start finds, the
-    storage thread the rest), so reports are made one at a time under a lock, each kept copy written whole under its own name; ``records`` is only appended to (readers on other threads
-    copy it: ``list(records)``).
+    storage thread the rest), so reports are made one at a time under a lock, each kept copy written whole under its
+    own name; ``records`` is only appended to (readers on other threads copy it: ``list(records)``).
     """
 
     def __init__(self, root: Path, clock: Clock = SYSTEM_CLOCK, syncs: SyncLatency | None = None) -> None:
