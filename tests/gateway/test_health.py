@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from tests.gateway.test_disk_full import fill, small_fs
 from walgate.gateway import http_api, metrics
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
+from walgate.gateway.storage_thread import StorageThread
 
 
 async def get(gateway: Gateway, path: str) -> tuple[int, Any]:
@@ -37,6 +40,18 @@ async def get(gateway: Gateway, path: str) -> tuple[int, Any]:
 
 def _config(data_dir: Path) -> Config:
     return Config(data_dir=data_dir, kafka_port=0, http_port=0)
+
+
+@contextlib.asynccontextmanager
+async def held(lane: StorageThread) -> AsyncIterator[None]:
+    """``lane`` busy with a call that waits on an Event until the block ends."""
+    release = threading.Event()
+    busy = asyncio.create_task(lane.call(release.wait, 30))
+    try:
+        yield
+    finally:
+        release.set()
+        await busy
 
 
 async def test_a_healthy_node_is_live_and_ready(tmp_path: Path) -> None:
@@ -80,9 +95,7 @@ async def test_a_storage_thread_that_does_not_answer_fails_readiness_not_livenes
     monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 0.3)
     monkeypatch.setattr(metrics, "SCRAPE_TIMEOUT", 0.3)
     async with Gateway(_config(tmp_path / "data")) as gateway:
-        release = threading.Event()
-        busy = asyncio.create_task(gateway._storage.call(release.wait, 30))  # the storage thread is busy
-        try:
+        async with held(gateway._storage):
             status, body = await get(gateway, "/healthz")  # alive, only busy: an orchestrator must not restart it
             assert status == 200 and body["status"] == "ok"
             status, body = await get(gateway, "/readyz")
@@ -90,9 +103,6 @@ async def test_a_storage_thread_that_does_not_answer_fails_readiness_not_livenes
             assert body["checks"]["kafka_listener"] == "ok"
             status, body = await get(gateway, "/metrics")
             assert status == 503 and "storage thread did not answer" in body["desc"]
-        finally:
-            release.set()
-            await busy
         assert (await get(gateway, "/healthz"))[0] == 200
         status, text = await get(gateway, "/metrics")
         assert status == 200 and "\nwalgate_storage_queue_depth 0.0\n" in text
@@ -104,18 +114,12 @@ async def test_a_coordinator_lane_that_does_not_answer_fails_readiness_not_liven
 ) -> None:
     monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 1.0)  # the storage thread's probe (an fsync) answers within it
     async with Gateway(_config(tmp_path / "data")) as gateway:
-        release = threading.Event()
-        busy = asyncio.create_task(gateway._coordinator.call(release.wait, 30))  # the coordinator lane is busy
-        try:
-            status, body = await get(gateway, "/healthz")
-            assert status == 200 and body["status"] == "ok"
+        async with held(gateway._coordinator):
+            assert (await get(gateway, "/healthz"))[0] == 200
             status, body = await get(gateway, "/readyz")
             assert status == 503 and body["failed"] == ["coordinator_lane"]
             assert body["checks"] == {"storage_thread": "ok", "coordinator_lane": "no answer within 1 s",
                                       "data_dir_writable": "ok", "kafka_listener": "ok"}
-        finally:
-            release.set()
-            await busy
         assert (await get(gateway, "/readyz"))[0] == 200
         status, text = await get(gateway, "/metrics")
         assert status == 200 and '\nwalgate_lane_queue_depth{lane="coordinator"} 0.0\n' in text
