@@ -9,12 +9,16 @@ on the storage thread it waits behind the blocked call. The wait for the answer 
 without the lane fails instead of hanging; nothing is asserted about speed.
 
 The same for a classic group's Heartbeat and JoinGroup (kio's requests on a plain connection, in a thread).
+
+The lane is observed as the storage thread is: a scrape of ``/metrics`` counts the calls a JoinGroup made on it
+under ``lane="coordinator"`` (and its queue depth), while the storage thread's series keep their names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +26,8 @@ from typing import Any, TypeVar
 import pytest
 from gateway_helpers import KafkaConnection, build, kio_classes
 from kio.schema.errors import ErrorCode
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
@@ -133,3 +139,36 @@ async def test_heartbeat_is_answered_while_the_storage_thread_is_busy(tmp_path: 
                 gateway, lambda: request(conn, 12, 3, member))
         assert held, "Heartbeat waited behind a blocked storage-thread call"
         assert beat.error_code == ErrorCode.none
+
+
+def scrape(gateway: Gateway) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed by prometheus_client's own parser: (name, sorted labels) -> value."""
+    host, port = gateway.http_address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    samples: list[Sample] = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
+
+
+COORDINATOR = (("lane", "coordinator"),)
+STORAGE = (("lane", "storage"),)
+
+
+async def test_a_scrape_counts_the_coordinator_lanes_calls(tmp_path: Path) -> None:
+    async with Gateway(lane_config(tmp_path)) as gateway:
+        before = await asyncio.to_thread(scrape, gateway)
+        with KafkaConnection(gateway.kafka_address) as conn:
+            joined = await asyncio.to_thread(join, conn, "lane-metrics")
+        assert joined.error_code == ErrorCode.none
+        after = await asyncio.to_thread(scrape, gateway)
+    calls = "walgate_lane_call_seconds_count", COORDINATOR
+    # at least the first scrape's read of the groups (counted after its histograms were rendered) and the two
+    # JoinGroup requests (8 when measured: a join also arms and runs the group's timers there)
+    assert after[calls] - before[calls] >= 3
+    assert after["walgate_lane_call_queue_seconds_count", COORDINATOR] > before["walgate_lane_call_queue_seconds_count",
+                                                                                COORDINATOR]
+    assert after["walgate_lane_queue_depth", COORDINATOR] == 0
+    # the storage thread: its own lane label, and its names from before the lanes still there (a storage call is
+    # counted under both, the old names last, and rendered first: never more than the lane's)
+    assert after["walgate_lane_call_seconds_count", STORAGE] >= after["walgate_storage_call_seconds_count", ()] > 0
+    assert after["walgate_lane_queue_depth", STORAGE] == after["walgate_storage_queue_depth", ()]

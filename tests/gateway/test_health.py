@@ -6,14 +6,18 @@
 - a full disk (a small tmpfs, filled; root only): ``/readyz`` 503 with ENOSPC, ready again once space is freed;
 - a storage thread that does not answer (busy with a call that waits): ``/healthz``, ``/readyz`` and ``/metrics``
   answer 503 naming it; once it answers again so do they, and its queue depth is back to 0 (abandoned probes are
-  accounted for).
+  accounted for);
+- a coordinator lane that does not answer (the same, on the coordinator lane): ``/readyz`` 503 naming
+  ``coordinator_lane`` alone, ``/healthz`` 200; once it answers, ready again and its queue depth back to 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from tests.gateway.test_disk_full import fill, small_fs
 from walgate.gateway import http_api, metrics
 from walgate.gateway.config import Config
 from walgate.gateway.server import Gateway
+from walgate.gateway.storage_thread import StorageThread
 
 
 async def get(gateway: Gateway, path: str) -> tuple[int, Any]:
@@ -37,11 +42,23 @@ def _config(data_dir: Path) -> Config:
     return Config(data_dir=data_dir, kafka_port=0, http_port=0)
 
 
+@contextlib.asynccontextmanager
+async def held(lane: StorageThread) -> AsyncIterator[None]:
+    """``lane`` busy with a call that waits on an Event until the block ends."""
+    release = threading.Event()
+    busy = asyncio.create_task(lane.call(release.wait, 30))
+    try:
+        yield
+    finally:
+        release.set()
+        await busy
+
+
 async def test_a_healthy_node_is_live_and_ready(tmp_path: Path) -> None:
     async with Gateway(_config(tmp_path / "data")) as gateway:
         assert await get(gateway, "/healthz") == (200, {"status": "ok", "quarantined": []})
         assert await get(gateway, "/readyz") == (200, {"status": "ready", "checks": {
-            "storage_thread": "ok", "data_dir_writable": "ok", "kafka_listener": "ok"}})
+            "storage_thread": "ok", "coordinator_lane": "ok", "data_dir_writable": "ok", "kafka_listener": "ok"}})
         assert not (tmp_path / "data" / http_api.PROBE_NAME).exists()
 
 
@@ -78,9 +95,7 @@ async def test_a_storage_thread_that_does_not_answer_fails_readiness_not_livenes
     monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 0.3)
     monkeypatch.setattr(metrics, "SCRAPE_TIMEOUT", 0.3)
     async with Gateway(_config(tmp_path / "data")) as gateway:
-        release = threading.Event()
-        busy = asyncio.create_task(gateway._storage.call(release.wait, 30))  # the storage thread is busy
-        try:
+        async with held(gateway._storage):
             status, body = await get(gateway, "/healthz")  # alive, only busy: an orchestrator must not restart it
             assert status == 200 and body["status"] == "ok"
             status, body = await get(gateway, "/readyz")
@@ -88,9 +103,23 @@ async def test_a_storage_thread_that_does_not_answer_fails_readiness_not_livenes
             assert body["checks"]["kafka_listener"] == "ok"
             status, body = await get(gateway, "/metrics")
             assert status == 503 and "storage thread did not answer" in body["desc"]
-        finally:
-            release.set()
-            await busy
         assert (await get(gateway, "/healthz"))[0] == 200
         status, text = await get(gateway, "/metrics")
         assert status == 200 and "\nwalgate_storage_queue_depth 0.0\n" in text
+        assert '\nwalgate_lane_queue_depth{lane="storage"} 0.0\n' in text
+
+
+async def test_a_coordinator_lane_that_does_not_answer_fails_readiness_not_liveness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_api, "HEALTH_TIMEOUT", 1.0)  # the storage thread's probe (an fsync) answers within it
+    async with Gateway(_config(tmp_path / "data")) as gateway:
+        async with held(gateway._coordinator):
+            assert (await get(gateway, "/healthz"))[0] == 200
+            status, body = await get(gateway, "/readyz")
+            assert status == 503 and body["failed"] == ["coordinator_lane"]
+            assert body["checks"] == {"storage_thread": "ok", "coordinator_lane": "no answer within 1 s",
+                                      "data_dir_writable": "ok", "kafka_listener": "ok"}
+        assert (await get(gateway, "/readyz"))[0] == 200
+        status, text = await get(gateway, "/metrics")
+        assert status == 200 and '\nwalgate_lane_queue_depth{lane="coordinator"} 0.0\n' in text

@@ -15,12 +15,13 @@ Routes:
   answers ``{"code": 0, "rows": n}``.
 - ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200 whenever the event loop answers:
   it means "alive", never "busy" (a long INSERT or DDL on the storage thread must not make an orchestrator
-  restart a healthy node; readiness tells whether the storage thread answers). Damage found in the data dir
+  restart a healthy node; readiness tells whether the lanes answer). Damage found in the data dir
   (``engine.damage()``: file, byte range, reason, action, the copy kept, WAL versions lost) was quarantined and
   everything intact is served, so it does not fail liveness (a restart would not help); the list tells operators
   what was lost.
 - ``GET /readyz`` (readiness): 200 ``{"status": "ready", "checks": {...}}`` when
-  the storage thread answers within ``HEALTH_TIMEOUT`` seconds, the data dir is
+  the storage thread (``storage_thread``) and the coordinator lane (``coordinator_lane``, when the app is made with
+  it) each answer within ``HEALTH_TIMEOUT`` seconds (asked at once), the data dir is
   writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
   and every listener accepts connections; else 503 ``{"status": "not ready",
   "failed": [names], "checks": {name: "ok" or what failed}}``.
@@ -118,12 +119,13 @@ log = logging.getLogger(__name__)
 INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
 ROWS_HEADER = "X-Walgate-Rows"
-HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for the storage thread
+HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for each lane
 _INSERT = re.compile(r"\s*insert\s", re.IGNORECASE)  # an SQL body sent to the ingest workers (which check it is one)
 PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
 
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
+_COORDINATOR = web.AppKey("coordinator", StorageThread)
 _QUERIES = web.AppKey("queries", QueryWorkers)
 _DAMAGE = web.AppKey("damage", DamageLog)
 _INGEST = web.AppKey("ingest", IngestWorkers)
@@ -138,7 +140,7 @@ PRINCIPAL = web.RequestKey("principal", str)
 
 def make_app(
     engine: Engine, storage: StorageThread, queries: QueryWorkers, damage: DamageLog, *, max_request_bytes: int,
-    groups: GroupService | None = None,
+    groups: GroupService | None = None, coordinator: StorageThread | None = None,
     metrics: Metrics | None = None, listeners: Callable[[], dict[str, bool]] | None = None,
     authorizer: Authorizer | None = None,
     allowed_origins: frozenset[Origin] = frozenset(),
@@ -149,8 +151,9 @@ def make_app(
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
     ``groups``, also the web console (:mod:`walgate.gateway.console`; ``shares()``: the share coordinator, whose
-    share groups it shows beside them); with its ``metrics``, ``/metrics``. ``listeners()`` tells
-    ``/readyz`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
+    share groups it shows beside them); with its ``metrics``, ``/metrics``. ``/readyz`` asks ``storage`` and, with
+    the node's ``coordinator`` lane, that lane too (without it the coordinators run on the storage thread), and
+    ``listeners()`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
     ``basic_auth``, requests need a user's credentials (module docstring)."""
     app = web.Application(client_max_size=max_request_bytes,
@@ -158,6 +161,8 @@ def make_app(
     app[_BASIC_AUTH] = basic_auth
     app[_ENGINE] = engine
     app[_STORAGE] = storage
+    if coordinator is not None:
+        app[_COORDINATOR] = coordinator
     app[_QUERIES] = queries
     app[_DAMAGE] = damage
     app[_MAX_REQUEST_BYTES] = max_request_bytes
@@ -365,20 +370,37 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     app = request.app
-    checks = {"storage_thread": "ok", "data_dir_writable": "ok"}
-    try:
-        await asyncio.wait_for(app[_STORAGE].call(_probe_data_dir, app[_ENGINE]), HEALTH_TIMEOUT)
-    except TimeoutError:
+    checks = {"storage_thread": "ok"}
+    probes = [asyncio.wait_for(app[_STORAGE].call(_probe_data_dir, app[_ENGINE]), HEALTH_TIMEOUT)]
+    coordinator = app.get(_COORDINATOR)
+    if coordinator is not None:
+        checks["coordinator_lane"] = "ok"
+        probes.append(asyncio.wait_for(coordinator.call(_answer), HEALTH_TIMEOUT))
+    checks["data_dir_writable"] = "ok"
+    answers = await asyncio.gather(*probes, return_exceptions=True)  # each lane its own HEALTH_TIMEOUT, at once
+    storage = answers[0]
+    if isinstance(storage, TimeoutError):
         checks["storage_thread"] = f"no answer within {HEALTH_TIMEOUT:.0f} s"
         checks["data_dir_writable"] = "unknown: the storage thread did not answer"
-    except OSError as exc:
-        checks["data_dir_writable"] = f"cannot write, fsync and remove {PROBE_NAME}: {exc}"
+    elif isinstance(storage, OSError):
+        checks["data_dir_writable"] = f"cannot write, fsync and remove {PROBE_NAME}: {storage}"
+    elif isinstance(storage, BaseException):
+        raise storage
+    if coordinator is not None:
+        if isinstance(answers[1], TimeoutError):
+            checks["coordinator_lane"] = f"no answer within {HEALTH_TIMEOUT:.0f} s"
+        elif isinstance(answers[1], BaseException):
+            raise answers[1]
     for name, up in app[_LISTENERS]().items():
         checks[f"{name}_listener"] = "ok" if up else "not accepting connections"
     failed = [name for name, check in checks.items() if check != "ok"]
     if failed:
         return _json(503, {"status": "not ready", "failed": failed, "checks": checks})
     return _json(200, {"status": "ready", "checks": checks})
+
+
+def _answer() -> None:
+    """The coordinator lane's readiness probe: it runs, so the lane answers."""
 
 
 def _probe_data_dir(engine: Engine) -> None:

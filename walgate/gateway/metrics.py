@@ -9,9 +9,9 @@ Two kinds of values, and no copy of state:
 
 * events, counted where they happen: requests, their latency split as Kafka's RequestMetrics (request queue,
   local, response send, total), bytes and records per topic, connections (event loop, :meth:`Metrics.request`,
-  :meth:`Metrics.connection`); storage-thread calls (:meth:`Metrics.storage_call`, on the storage thread). Each
+  :meth:`Metrics.connection`); each lane's calls (:meth:`Metrics.lane_calls`, on that lane's thread). Each
   :class:`Metrics` has its own registry, so several gateways can run in one process.
-* state (partitions, consumer groups, share groups, committed offsets and lag, the batch cache, the storage queue,
+* state (partitions, consumer groups, share groups, committed offsets and lag, the batch cache, the lanes' queues,
   fsync latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
   steps: one call for the groups (and the share groups' counts), the committed offsets (a copy of the coordinator's map), the topic ids and the
   list of partitions, then one call per :data:`SCRAPE_PAGE` partitions (their offsets and their WALs' sizes), so a
@@ -59,13 +59,17 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
-__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_PAGE", "SCRAPE_TIMEOUT", "Metrics", "StateCollector", "api_name"]
+__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_PAGE", "SCRAPE_TIMEOUT", "STORAGE_LANE", "Metrics", "StateCollector",
+           "api_name"]
 
 QUERY_OUTCOMES = ("ok", "refused", "cancelled", "failed")
 SCRAPE_TIMEOUT = 10.0
 """Seconds a scrape waits for the storage thread."""
 SCRAPE_PAGE = 256
 """Partitions one storage-thread call of a scrape reads at most."""
+STORAGE_LANE = "storage"
+"""The ``lane`` label of the storage thread: the lane whose calls and queue the ``walgate_storage_*`` names (from
+before the lanes, which dashboards chart) also count."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
               30000.0)
 """Upper bounds (ms) of the request-time histograms."""
@@ -89,7 +93,7 @@ class _State:
     groups: list[GroupStats]
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
-    queued: int
+    queued: dict[str, int]  # lane -> calls waiting for it
     syncs: SyncLatency  # the engine's fsync times (thread-safe recorders, read when rendered)
     shares: list[ShareGroupStats]
 
@@ -128,6 +132,10 @@ class Metrics:
                                        registry=r)
         self._storage_run = Histogram("walgate_storage_call_seconds", "Time a storage-thread call ran",
                                       buckets=_SECONDS_BUCKETS, registry=r)
+        self._lane_wait = Histogram("walgate_lane_call_queue_seconds", "Time a lane's call waited for its thread",
+                                    ["lane"], buckets=_SECONDS_BUCKETS, registry=r)
+        self._lane_run = Histogram("walgate_lane_call_seconds", "Time a lane's call ran", ["lane"],
+                                   buckets=_SECONDS_BUCKETS, registry=r)
         self._queries = Histogram("walgate_sql_query_seconds", "Time a SELECT took in the query workers (queued and "
                                   "running), by outcome: ok, refused (its own error), cancelled, failed (a bug)", ["outcome"],
                                   buckets=_SECONDS_BUCKETS, registry=r)
@@ -140,11 +148,12 @@ class Metrics:
         # per-topic traffic by topic key (name, or id for Fetch v13+): [bytes in, records in, bytes out]
         self.traffic: dict[str | uuid.UUID, list[int]] = {}
 
-    def track(self, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
+    def track(self, lanes: Mapping[str, StorageThread], engine: Engine, groups: GroupCoordinator,
               shares: ShareStats | None = None) -> None:
-        """Report the state of ``engine`` (its partitions and batch cache), ``groups`` and the share groups
-        (``shares()``, on the storage thread) at every scrape (call once, on the event loop)."""
-        self.registry.register(StateCollector(self, storage, engine, groups, asyncio.get_running_loop(), shares))
+        """Report the state of ``engine`` (its partitions and batch cache), ``groups``, the share groups
+        (``shares()``, on the storage thread) and the queue of each of ``lanes`` (by ``lane`` label; the storage
+        thread's is :data:`STORAGE_LANE`) at every scrape (call once, on the event loop)."""
+        self.registry.register(StateCollector(self, lanes, engine, groups, asyncio.get_running_loop(), shares))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (blocks on the storage thread: not on the event loop)."""
@@ -175,10 +184,24 @@ class Metrics:
             self._running.dec()
             self._queries.labels(outcome).observe(seconds)
 
-    def storage_call(self, waited: float, ran: float) -> None:
-        """A storage-thread call ran for ``ran`` seconds after ``waited`` in the queue (storage thread)."""
-        self._storage_wait.observe(waited)
-        self._storage_run.observe(ran)
+    def lane_calls(self, lane: str) -> Callable[[float, float], None]:
+        """The ``on_call`` of the lane labelled ``lane`` (:class:`StorageThread`): each of its calls ran for ``ran``
+        seconds after ``waited`` in its queue (called on the lane's thread). The storage lane's calls
+        (:data:`STORAGE_LANE`) are also counted under the ``walgate_storage_call_*`` names."""
+        wait, run = self._lane_wait.labels(lane), self._lane_run.labels(lane)
+        if lane != STORAGE_LANE:
+            def observe(waited: float, ran: float) -> None:
+                wait.observe(waited)
+                run.observe(ran)
+            return observe
+        storage_wait, storage_run = self._storage_wait, self._storage_run
+
+        def observe_storage(waited: float, ran: float) -> None:
+            wait.observe(waited)
+            run.observe(ran)
+            storage_wait.observe(waited)
+            storage_run.observe(ran)
+        return observe_storage
 
     def request(self, header: RequestHeader, request: Any, fields: Mapping[str, Any] | None,
                 received: float, started: float, handled: float, sent: float, answered: bool = True) -> None:
@@ -289,7 +312,7 @@ class _Head:
     groups: list[GroupStats]
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
-    queued: int
+    queued: dict[str, int]  # lane -> calls waiting for it
     shares: list[ShareGroupStats]
 
 
@@ -297,17 +320,20 @@ ShareStats = Callable[[], list[ShareGroupStats]]
 """The share groups' counts now (the share coordinator's ``stats``; storage thread)."""
 
 
-def _head(engine: Engine, groups: GroupCoordinator, storage: StorageThread, shares: ShareStats | None) -> _Head:
+def _head(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, StorageThread],
+          shares: ShareStats | None) -> _Head:
     cache = engine.batch_cache
+    queued = {lane: thread.queued for lane, thread in lanes.items()}  # before the wait for the coordinator lane
     return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
                  engine.on_coordinator_lane(lambda: list(groups.group_stats())), dict(engine.topics_by_id()),
-                 (cache.hits, cache.misses, cache.size), storage.queued, shares() if shares is not None else [])
+                 (cache.hits, cache.misses, cache.size), queued, shares() if shares is not None else [])
 
 
-async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThread,
+async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, StorageThread],
                  shares: ShareStats | None) -> _State:
     """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
-    head = await storage.call(_head, engine, groups, storage, shares)
+    storage = lanes[STORAGE_LANE]
+    head = await storage.call(_head, engine, groups, lanes, shares)
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
@@ -316,14 +342,14 @@ async def _state(engine: Engine, groups: GroupCoordinator, storage: StorageThrea
 
 
 class StateCollector(Collector):
-    """Partitions, groups, lag, per-topic traffic, the batch cache, the storage queue and fsync latency, read at
+    """Partitions, groups, lag, per-topic traffic, the batch cache, the lanes' queues and fsync latency, read at
     scrape time (a storage-thread call per page of partitions, see the module docstring)."""
 
-    def __init__(self, metrics: Metrics, storage: StorageThread, engine: Engine, groups: GroupCoordinator,
+    def __init__(self, metrics: Metrics, lanes: Mapping[str, StorageThread], engine: Engine, groups: GroupCoordinator,
                  loop: asyncio.AbstractEventLoop, shares: ShareStats | None = None) -> None:
         self._metrics = metrics
         self._shares = shares
-        self._storage = storage
+        self._lanes = lanes
         self._engine = engine
         self._groups = groups
         self._loop = loop
@@ -333,7 +359,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         future = asyncio.run_coroutine_threadsafe(
-            _state(self._engine, self._groups, self._storage, self._shares), self._loop)
+            _state(self._engine, self._groups, self._lanes, self._shares), self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)
         except TimeoutError:
@@ -451,7 +477,10 @@ def _storage_metrics(state: _State) -> Iterator[Metric]:
     yield _counter("walgate_batch_cache_misses", "Fetches of a batch rendered because the cache lacked it", [],
                    [([], misses)])
     yield _gauge("walgate_batch_cache_size_bytes", "Bytes of rendered batches in the cache", [], [([], size)])
-    yield _gauge("walgate_storage_queue_depth", "Calls waiting for the storage thread", [], [([], state.queued)])
+    yield _gauge("walgate_storage_queue_depth", "Calls waiting for the storage thread", [],
+                 [([], state.queued[STORAGE_LANE])])
+    yield _gauge("walgate_lane_queue_depth", "Calls waiting for the lane's thread", ["lane"],
+                 (([lane], n) for lane, n in state.queued.items()))
     family = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
                                    "Time of each fsync / fdatasync of the data dir (ms)", labels=["call"])
     for call, recorder in state.syncs.calls.items():

@@ -15,7 +15,9 @@ listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
 storage-lane call the topics snapshot is published when the catalog changed (the coordinator lane reads topics only
-from it), and storage-lane code reaches the coordinator log through a :class:`~.storage_thread.LaneBridge`.
+from it), and storage-lane code reaches the coordinator log through a :class:`~.storage_thread.LaneBridge`. Each
+lane's calls and queue are counted under its ``lane`` label (``storage``, ``coordinator``: docs/metrics.md), and
+``/readyz`` asks both lanes.
 
 Group commit (:mod:`.group_commit`): the engine is opened with it, so ``WAL_LEVEL 2`` appends and consumer-group
 commits return before their fdatasync, and every call of either lane returns once what it wrote is durable (each lane
@@ -62,7 +64,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
-from walgate.gateway.metrics import Metrics
+from walgate.gateway.metrics import STORAGE_LANE, Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
@@ -83,6 +85,8 @@ __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SH
 
 log = logging.getLogger(__name__)
 
+COORDINATOR_LANE = "coordinator"
+"""The coordinator lane's ``lane`` label in the metrics."""
 SYNC_MIN_DELAY = 0.001
 SYNC_MAX_DELAY = 1.0
 HTTP_SHUTDOWN_TIMEOUT = 5.0
@@ -94,8 +98,9 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.metrics = Metrics()
-        self._storage = StorageThread(self.metrics.storage_call)
-        self._coordinator = StorageThread(name="walgate-coordinator")  # the coordinators' lane (see the docstring)
+        self._storage = StorageThread(self.metrics.lane_calls(STORAGE_LANE))
+        self._coordinator = StorageThread(self.metrics.lane_calls(COORDINATOR_LANE),
+                                          name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
                                      self.metrics.query)
         self._ingest = IngestWorkers()  # large write bodies are planned there, never on the storage thread
@@ -159,7 +164,7 @@ class Gateway:
             damage = await self._storage.call(lambda: engine.damage_log)  # /healthz reads it on the loop
             self._http = web.AppRunner(
                 make_app(self._engine, self._storage, self._queries, damage, max_request_bytes=cfg.max_request_bytes,
-                         groups=groups,
+                         groups=groups, coordinator=self._coordinator,
                          metrics=self.metrics, listeners=self._listeners, authorizer=self._authorizer,
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
@@ -267,7 +272,8 @@ class Gateway:
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short
-        self.metrics.track(self._storage, engine, groups.groups, broker.shares.coordinator.stats)
+        self.metrics.track({STORAGE_LANE: self._storage, COORDINATOR_LANE: self._coordinator}, engine, groups.groups,
+                           broker.shares.coordinator.stats)
         assert cfg.queued_max_request_bytes is not None  # Config fills it in
         server = KafkaServer(
             broker,
