@@ -123,3 +123,24 @@ async def test_a_coordinator_lane_that_does_not_answer_fails_readiness_not_liven
         assert (await get(gateway, "/readyz"))[0] == 200
         status, text = await get(gateway, "/metrics")
         assert status == 200 and '\nwalgate_lane_queue_depth{lane="coordinator"} 0.0\n' in text
+
+
+async def test_a_scrape_waiting_for_the_coordinator_lane_does_not_hold_the_storage_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The groups and committed offsets are asked of the coordinator lane from the event loop: while that lane is held
+    a scrape answers 503 naming it, and the storage thread answers calls meanwhile (it was waiting inside the scrape's
+    first call before)."""
+    monkeypatch.setattr(metrics, "SCRAPE_TIMEOUT", 1.0)
+    async with Gateway(_config(tmp_path / "data")) as gateway:
+        async with held(gateway._coordinator):
+            scrape = asyncio.create_task(get(gateway, "/metrics"))
+            for _ in range(200):  # until the scrape waits for the coordinator lane (its storage call is done)
+                if gateway._coordinator.queued:
+                    break
+                await asyncio.sleep(0.01)
+            assert gateway._coordinator.queued and not scrape.done()
+            assert await asyncio.wait_for(gateway._storage.call(lambda: "answered"), 0.5) == "answered"
+            status, body = await scrape
+            assert status == 503 and "coordinator lane did not answer" in body["desc"]
+        assert (await get(gateway, "/metrics"))[0] == 200

@@ -12,9 +12,11 @@ Two kinds of values, and no copy of state:
   :meth:`Metrics.connection`); each lane's calls (:meth:`Metrics.lane_calls`, on that lane's thread). Each
   :class:`Metrics` has its own registry, so several gateways can run in one process.
 * state (partitions, consumer groups, share groups, committed offsets and lag, the batch cache, the lanes' queues,
-  fsync latency): produced at scrape time by :class:`StateCollector`, which asks the storage thread for it in bounded
-  steps: one call for the groups (and the share groups' counts), the committed offsets (a copy of the coordinator's map), the topic ids and the
-  list of partitions, then one call per :data:`SCRAPE_PAGE` partitions (their offsets and their WALs' sizes), so a
+  fsync latency): produced at scrape time by :class:`StateCollector`, which asks the lanes for it in bounded steps:
+  one storage-thread call for the share groups' counts, the topic ids and the list of partitions, one coordinator-lane
+  call for the groups and the committed offsets (a copy of the coordinator's map; asked from the event loop, so the
+  storage thread never waits for it), then one storage-thread call per :data:`SCRAPE_PAGE` partitions (their offsets
+  and their WALs' sizes), so a
   scrape of many partitions holds the storage thread for one page at a time and the calls queued meanwhile
   (Produce, Fetch) run between pages. The pages are read at slightly different moments: a partition created meanwhile waits for the
   next scrape, one dropped meanwhile is left out. Per-topic traffic is kept by topic key (a name, or a topic id for
@@ -59,15 +61,16 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import WIRE_VERSIONS, RequestHeader, request_class
 from walgate.wire.record_batch import BATCH_HEADER_SIZE, batch_header
 
-__all__ = ["MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_PAGE", "SCRAPE_TIMEOUT", "STORAGE_LANE", "Metrics", "StateCollector",
-           "api_name"]
+__all__ = ["COORDINATOR_LANE", "MS_BUCKETS", "QUERY_OUTCOMES", "SCRAPE_PAGE", "SCRAPE_TIMEOUT", "STORAGE_LANE",
+           "Metrics", "StateCollector", "api_name"]
 
 QUERY_OUTCOMES = ("ok", "refused", "cancelled", "failed")
 SCRAPE_TIMEOUT = 10.0
-"""Seconds a scrape waits for the storage thread."""
+"""Seconds a scrape waits for the lanes."""
 SCRAPE_PAGE = 256
 """Partitions one storage-thread call of a scrape reads at most."""
 STORAGE_LANE = "storage"
+COORDINATOR_LANE = "coordinator"
 """The ``lane`` label of the storage thread: the lane whose calls and queue the ``walgate_storage_*`` names (from
 before the lanes, which dashboards chart) also count."""
 MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
@@ -308,8 +311,6 @@ class _Head:
     """A scrape's first storage-thread call: what is small or cheap to copy, and the partitions its pages walk."""
 
     partitions: list[tuple[str, int]]  # (topic, partition)
-    committed: list[tuple[str, str, int, int]]  # (group, topic, partition, offset)
-    groups: list[GroupStats]
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: dict[str, int]  # lane -> calls waiting for it
@@ -320,24 +321,33 @@ ShareStats = Callable[[], list[ShareGroupStats]]
 """The share groups' counts now (the share coordinator's ``stats``; storage thread)."""
 
 
-def _head(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, StorageThread],
-          shares: ShareStats | None) -> _Head:
+def _head(engine: Engine, lanes: Mapping[str, StorageThread], shares: ShareStats | None) -> _Head:
     cache = engine.batch_cache
-    queued = {lane: thread.queued for lane, thread in lanes.items()}  # before the wait for the coordinator lane
-    return _Head(engine.partition_keys(), [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()],
-                 engine.on_coordinator_lane(lambda: list(groups.group_stats())), dict(engine.topics_by_id()),
-                 (cache.hits, cache.misses, cache.size), queued, shares() if shares is not None else [])
+    return _Head(engine.partition_keys(), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
+                 {lane: thread.queued for lane, thread in lanes.items()}, shares() if shares is not None else [])
+
+
+def _coordinator_state(engine: Engine, groups: GroupCoordinator) -> tuple[list[tuple[str, str, int, int]],
+                                                                          list[GroupStats]]:
+    """The committed offsets (group, topic, partition, offset) and the groups' counts: on the coordinator lane."""
+    return [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()], list(groups.group_stats())
 
 
 async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, StorageThread],
-                 shares: ShareStats | None) -> _State:
-    """The collector's storage-thread calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time."""
+                 shares: ShareStats | None, waiting: list[str]) -> _State:
+    """The collector's lane calls: the head, then the partitions' stats :data:`SCRAPE_PAGE` at a time (storage
+    thread), and the groups and committed offsets (the coordinator lane, asked from the event loop: a scrape never
+    holds the storage thread while it waits for the coordinator lane). ``waiting[0]`` names the lane it waits for."""
     storage = lanes[STORAGE_LANE]
-    head = await storage.call(_head, engine, groups, lanes, shares)
+    waiting[0] = "the storage thread"
+    head = await storage.call(_head, engine, lanes, shares)
+    waiting[0] = "the coordinator lane"
+    committed, group_stats = await lanes.get(COORDINATOR_LANE, storage).call(_coordinator_state, engine, groups)
+    waiting[0] = "the storage thread"
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
-    return _State(partitions, head.committed, head.groups, head.topic_ids, head.cache, head.queued, engine.syncs,
+    return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.queued, engine.syncs,
                   head.shares)
 
 
@@ -358,13 +368,14 @@ class StateCollector(Collector):
         return ()  # nothing to check at registration (collect() would need the storage thread)
 
     def collect(self) -> Iterator[Metric]:
+        waiting = ["the storage thread"]
         future = asyncio.run_coroutine_threadsafe(
-            _state(self._engine, self._groups, self._lanes, self._shares), self._loop)
+            _state(self._engine, self._groups, self._lanes, self._shares, waiting), self._loop)
         try:
             state = future.result(SCRAPE_TIMEOUT)
         except TimeoutError:
             future.cancel()
-            raise TimeoutError(f"the storage thread did not answer within {SCRAPE_TIMEOUT:.0f} s") from None
+            raise TimeoutError(f"{waiting[0]} did not answer within {SCRAPE_TIMEOUT:.0f} s") from None
         yield from _partition_metrics(state)
         yield from _group_metrics(state)
         yield from _share_group_metrics(state)

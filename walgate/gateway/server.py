@@ -64,7 +64,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
-from walgate.gateway.metrics import STORAGE_LANE, Metrics
+from walgate.gateway.metrics import COORDINATOR_LANE, STORAGE_LANE, Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
@@ -85,7 +85,6 @@ __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SH
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_LANE = "coordinator"
 """The coordinator lane's ``lane`` label in the metrics."""
 SYNC_MIN_DELAY = 0.001
 SYNC_MAX_DELAY = 1.0
