@@ -8,10 +8,10 @@ tables of that vnode are exactly those of the store as of the reader's ``covered
 find is absent as of that version (not a candidate). :meth:`StoredTables.versions` gives that version per vnode
 consulted, which :meth:`~walgate.storage.ingest.Ingest.apply` compares with the vnode's ``meta_version``.
 
-A vnode whose reader gave up (a store missing, damaged or ahead of the snapshot) is answered as
-:class:`~walgate.storage.write_plan.KnownTables` answers: from the tables the node looked up for this plan, else a
-candidate creation (its version is None, so the lane checks its names itself, :meth:`~walgate.storage.vnode.Vnode
-.check_store` first, which reports damage). The readers are closed by :meth:`StoredTables.close` (their read
+A vnode whose reader gave up (a store missing, damaged or ahead of the snapshot) is answered from the tables the
+node looked up for this plan (what :class:`~walgate.storage.write_plan.NeedTables` asked for), else as a candidate
+creation (its version is None, so the lane checks its names itself, after
+:meth:`~walgate.storage.vnode.Vnode.check_store`, which reports the damage). The readers are closed by :meth:`StoredTables.close` (their read
 transactions would keep the vnodes' store files from checkpointing) and are never pickled.
 """
 

@@ -7,14 +7,14 @@ a :class:`PreparedWrite`, is picklable, so a plan can be made in another process
 and applied on the storage thread (:meth:`~walgate.storage.ingest.Ingest.apply`), which first checks that every
 database, supertable and table the plan read is still what it read (``databases``, ``stables``, ``assumed``).
 
-Three lookups: :class:`LiveTables` reads the vnodes (on the storage thread: a table it does not find is absent);
+Two lookups: :class:`LiveTables` reads the vnodes (on the storage thread: a table it does not find is absent), and
 :class:`~walgate.storage.stored_tables.StoredTables` reads the vnodes' stores (in a worker: a table it does not
 find is absent as of the version the store covers, :meth:`TableLookup.versions`, which apply compares with the
-vnode's); :class:`KnownTables` knows only the tables the node looked up for it. A table a lookup cannot answer for
-(KnownTables, or a vnode whose store StoredTables cannot read) is planned as a *candidate* creation, which apply
-keeps when the table is still absent and drops when it exists as a subtable of the same supertable; a table a write
-needs to exist (an INSERT without ``USING``, a CSV ``table=``) that it cannot answer for makes the planner raise
-:class:`NeedTables`, and the node asks again with those tables.
+vnode's). A table it cannot answer for (on a vnode whose store it cannot read, and not among the tables the node
+looked up for it) is planned as a *candidate* creation, which apply keeps when the table is still absent and drops
+when it exists as a subtable of the same supertable; a table a write needs to exist (an INSERT without ``USING``, a
+CSV ``table=``) that it cannot answer for makes the planner raise :class:`NeedTables`, and the node asks again with
+those tables.
 
 Each plan goes through the column path first and the row-by-row reference path when that refuses, so the errors
 are those of the reference path, naming the first bad line, row or record (see :mod:`walgate.storage.ingest`).
@@ -41,14 +41,14 @@ from walgate.storage.values import coerce, coerce_text, coerce_texts, coerce_val
 from walgate.storage.vnode import TableDef, vnode_of
 
 __all__ = [
-    "CsvRequest", "InsertRequest", "KnownTables", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
+    "CsvRequest", "InsertRequest", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
     "Reads", "RowPlan", "TableLookup", "WriteRequest", "WriteSnapshot", "merge_schema", "plan", "plan_csv", "plan_insert",
     "plan_lines", "typed_batch",
 ]
 
 
 class NeedTables(Exception):
-    """The planner needs these tables (``(database, name)``) looked up before it can plan: a :class:`KnownTables`
+    """The planner needs these tables (``(database, name)``) looked up before it can plan: its lookup
     does not know them. Not a StorageError: no fallback path takes it."""
 
     def __init__(self, keys: list[tuple[str, str]]) -> None:
@@ -107,33 +107,6 @@ class LiveTables:
 
     def check_new_tables(self, db: DatabaseDef, more: int) -> None:
         self.store.check_new_tables(db, more)
-
-
-@dataclass(frozen=True)
-class KnownTables:
-    """The tables the node looked up for a worker's planner (None: absent); any other is a candidate creation."""
-
-    known: Mapping[tuple[str, str], TableDef | None] = field(default_factory=dict)
-
-    def find(self, db: str, vnode: int, name: str) -> TableDef | None:
-        return self.known.get((db, name))
-
-    def require(self, keys: Iterable[tuple[str, str]]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self.known]
-        if missing:
-            raise NeedTables(missing)
-
-    def prefetch(self, db: DatabaseDef, names: Iterable[str]) -> None:
-        pass  # it knows what it was given
-
-    def versions(self) -> dict[tuple[str, int], int | None]:
-        return {}
-
-    def maybe_stored(self) -> set[tuple[str, str]]:
-        return set()
-
-    def check_new_tables(self, db: DatabaseDef, more: int) -> None:
-        pass  # the candidates may exist: the commit counts what is created
 
 
 @dataclass(frozen=True)
