@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+from tests.storage.test_vnode_meta_version import full_disk
 from tests.storage.write_requests import NOW, REQUESTS, marks, planned, seeded_engine, since
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
@@ -17,7 +18,7 @@ from walgate.storage.lineproto import child_table_name
 from walgate.storage.meta_store import META_STORE
 from walgate.storage.stored_tables import StoredTables
 from walgate.storage.vnode import vnode_of
-from walgate.storage.write_plan import LinesRequest, plan
+from walgate.storage.write_plan import InsertRequest, LinesRequest, plan
 
 SERIES = 40
 
@@ -117,3 +118,27 @@ def test_a_vnode_whose_store_a_reader_cannot_read_writes_as_inline_and_reports_t
     [damage] = elsewhere.damage()
     assert damage.file.endswith(META_STORE) and damage.action == "rebuilt"
     assert elsewhere.ingest.replans == 0
+
+
+def test_a_store_behind_its_vnode_asks_the_node_for_the_tables_a_write_needs_and_the_lane_checks_them(
+        tmp_path: Path) -> None:
+    """A store that refused the end of a write (a full disk: SQLite's own SQLITE_FULL) lacks the tables created
+    since; a table an INSERT needs is asked of the node, and the lane checks that vnode's tables again."""
+    here, elsewhere = seeded_engine(tmp_path / "here"), seeded_engine(tmp_path / "elsewhere")
+    vnode = elsewhere.vnodes["x"][0]
+    full_disk(vnode)
+    names = [n for i in range(400) if vnode_of("x", n := f"late{i:03d}_{'x' * 150}", 2) == 0]
+    for name in names:
+        for engine in (here, elsewhere):
+            engine.execute(f"CREATE TABLE x.{name} USING x.m TAGS (1, 'l')")
+        if vnode.store.covered < vnode.meta_version:
+            break
+    assert vnode.store.covered < vnode.meta_version and vnode.store.get(name) is None  # in memory only
+    start = marks(here)
+    request = InsertRequest(f"INSERT INTO x.{name} (ts, v) VALUES (1700000000700, 1) "
+                            f"x.late_new USING x.m TAGS (2, 'n') (ts, v) VALUES (1700000000701, 2)", None, NOW)
+    prepared = planned(elsewhere, request)
+    assert prepared.assumed[("x", name)] is not None  # looked up by the node: the store does not hold it
+    assert here.ingest.write(request) == elsewhere.apply_write(prepared, request) == 2
+    assert since(here, start) == since(elsewhere, start)
+    assert elsewhere.ingest.replans == 0 and elsewhere.ingest.rechecked >= 1
