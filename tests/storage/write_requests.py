@@ -11,6 +11,7 @@ from tests.storage.clocks import ManualClock
 from tests.storage.fuzzing import SEED
 from walgate.storage import write_plan
 from walgate.storage.engine import Engine
+from walgate.storage.stored_tables import StoredTables
 from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, NeedTables, PreparedWrite, WriteRequest
 
 NOW = 1_700_000_100_000_000_000
@@ -25,7 +26,8 @@ def seeded_engine(path: Path) -> Engine:
 
 
 def planned(engine: Engine, request: WriteRequest) -> PreparedWrite:
-    """``request`` planned as a worker plans it: against a pickled snapshot knowing only the tables asked for."""
+    """``request`` planned as a worker plans it: against a pickled snapshot (its tables read from the vnodes' stores,
+    and those it asked for looked up by the node)."""
     keys: list[tuple[str, str]] = []
     while True:
         snapshot = pickle.loads(pickle.dumps(engine.ingest.worker_snapshot(keys)))
@@ -35,6 +37,9 @@ def planned(engine: Engine, request: WriteRequest) -> PreparedWrite:
             assert exc.keys and not set(exc.keys) & set(keys)
             keys += exc.keys
             continue
+        finally:
+            assert isinstance(snapshot.tables, StoredTables)
+            snapshot.tables.close()
         copy = pickle.loads(pickle.dumps(prepared))
         assert isinstance(copy, PreparedWrite)
         return copy

@@ -3,13 +3,15 @@ the storage thread, and not under the node's GIL.
 
 A body of at least :attr:`IngestWorkers.min_bytes` (:data:`PLAN_IN_WORKER_BYTES`) is pickled to a worker process
 with a :class:`~walgate.storage.write_plan.WriteSnapshot` the storage thread took (the catalog: every database and
-supertable, and its generation; the tables the node looked up, :class:`~walgate.storage.write_plan.KnownTables`).
+supertable, and its generation; each vnode's meta version, :class:`~walgate.storage.stored_tables.StoredTables`,
+through which the worker reads the vnodes' ``meta.db`` itself, closed when the plan is made).
 The worker parses it and plans it (:func:`~walgate.storage.write_plan.plan`: the same column path and row-by-row
 fallback, so the same errors) into a :class:`~walgate.storage.write_plan.PreparedWrite`, which the caller applies on
 the storage thread (:meth:`~walgate.storage.ingest.Ingest.apply`: checked against what the plan read, or planned
-again there). A plan that needs tables the snapshot does not know (an INSERT without ``USING``, a CSV ``table=``)
-comes back as :class:`Missing`; the node looks them up and sends the request again with them (at most once more:
-the planner asks for every such table of the request at once). An SQL body that is not an INSERT comes back
+again there). A plan that needs tables the stores cannot answer for (an INSERT without ``USING``, a CSV ``table=``
+on a vnode whose store a reader could not read, or that is behind its vnode) comes back as :class:`Missing`; the
+node looks them up and sends the request again with them (at most once more: the planner asks for every such table
+of the request at once). An SQL body that is not an INSERT comes back
 parsed (:class:`NotInsert`) for the node's usual path; an INSERT the planner refuses comes back with its error and
 its statement (:class:`Refused`), whose ACLs the node checks first, as it does before running a statement.
 
@@ -43,6 +45,7 @@ from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, p
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
+from walgate.storage.stored_tables import StoredTables
 from walgate.storage.write_plan import InsertRequest, NeedTables, PreparedWrite, WriteRequest, WriteSnapshot, plan
 
 __all__ = ["NICE", "ORPHAN_CHECK_S", "GATE_S", "PLAN_IN_WORKER_BYTES", "SHUTDOWN_S", "IngestWorkers", "Missing", "NotInsert", "Prepared", "Refused"]
@@ -103,11 +106,20 @@ def _start(gate: Any, begun: Any, node: int) -> None:
 
 
 def _work(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
-    """``request`` parsed and planned against ``snapshot`` (in a worker; see the module docstring)."""
-    global _parsed
+    """``request`` parsed and planned against ``snapshot`` (in a worker; see the module docstring); the vnode
+    stores it read are closed after."""
     _begun.value += 1
     while not _gate.value:
         time.sleep(GATE_S)
+    try:
+        return _planned(request, snapshot)
+    finally:
+        if isinstance(snapshot.tables, StoredTables):
+            snapshot.tables.close()
+
+
+def _planned(request: WriteRequest, snapshot: WriteSnapshot) -> Planned:
+    global _parsed
     parsed, _parsed = _parsed, None  # kept only from one try of a request to the next (after Missing)
     sql = ""
     if isinstance(request, InsertRequest) and isinstance(request.stmt, str):

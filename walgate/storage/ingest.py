@@ -18,6 +18,7 @@ instead, which names the first bad line, row or record; both paths plan the same
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -32,13 +33,13 @@ from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
 from walgate.storage.store import TICKS_PER_MS, Store
+from walgate.storage.stored_tables import StoredTables
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.values import coerce, coerce_values
-from walgate.storage.vnode import vnode_of
+from walgate.storage.vnode import TableDef, vnode_of
 from walgate.storage.write_plan import (
     CsvRequest,
     InsertRequest,
-    KnownTables,
     LinesRequest,
     LiveTables,
     PreparedWrite,
@@ -63,6 +64,7 @@ class Ingest:
         self.ddl = ddl
         self.views = views
         self.replans = 0  # plans made elsewhere that no longer held when applied, and were planned again here
+        self.rechecked = 0  # tables such plans read that were looked up again here (their vnode changed since)
 
     def snapshot(self, tables: TableLookup | None = None) -> WriteSnapshot:
         """The catalog now (its mappings themselves: a snapshot to plan with at once, on this thread;
@@ -72,11 +74,15 @@ class Ingest:
                              LiveTables(self.store) if tables is None else tables)
 
     def worker_snapshot(self, keys: list[tuple[str, str]]) -> WriteSnapshot:
-        """The catalog now, copied (to pickle to a planner in another process), with the live tables named by
-        ``keys`` (``(database, name)``; None: absent) as its lookup."""
+        """The catalog now, copied (to pickle to a planner in another process), with each database's vnode stores
+        and their meta versions as its lookup (:class:`~walgate.storage.stored_tables.StoredTables`), and the live
+        tables named by ``keys`` (``(database, name)``; None: absent) for the vnodes whose store it cannot read."""
         catalog, vnodes = self.store.catalog, self.store.vnodes
         known = {(db, name): (self.store.vnode(db, name).live(name) if db in vnodes else None) for db, name in keys}
-        return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables), KnownTables(known))
+        stores = {db: (str(self.store.db_dir(catalog.databases[db])), tuple(v.meta_version for v in of_db))
+                  for db, of_db in vnodes.items() if db in catalog.databases}
+        return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables),
+                             StoredTables(stores, known))
 
     def write(self, request: WriteRequest) -> int:
         """``request`` planned and applied here, at once; rows written."""
@@ -92,9 +98,11 @@ class Ingest:
         return self._commit(prepared)
 
     def _holds(self, p: PreparedWrite) -> bool:
-        """Whether the databases, supertables and tables ``p`` read are still what it read. A candidate creation
-        whose table exists now as a subtable of the same supertable is dropped from ``p`` (the write goes into the
-        table, as when it was found)."""
+        """Whether the databases, supertables and tables ``p`` read are still what it read. The tables of a vnode
+        whose meta version is still the one ``p``'s lookups there hold as of (``p.covered``) are not looked up
+        again; the others are, in bulk, the vnode's store read first when ``p``'s reader of it gave up (damage is
+        reported by the vnode). A candidate creation whose table exists now as a subtable of the same supertable is
+        dropped from ``p`` (the write goes into the table, as when it was found)."""
         catalog = self.store.catalog
         if p.generation != catalog.generation and (
             any(catalog.databases.get(name) != d for name, d in p.databases.items())
@@ -103,9 +111,7 @@ class Ingest:
             return False
         dropped: dict[tuple[str, int], set[str]] = {}
         creates: dict[tuple[str, int], dict[str, str]] = {}  # per vnode: the tables the plan creates, their stable
-        for (db, name), t in p.assumed.items():
-            vnode = vnode_of(db, name, len(self.store.vnodes[db]))
-            live = self.store.vnodes[db][vnode].live(name)
+        for (db, vnode), name, t, live in self._now(p):
             if t is not None:
                 if live is None or (live.stable, live.version, live.columns) != (t.stable, t.version, t.columns):
                     return False
@@ -122,7 +128,36 @@ class Ingest:
         for (db, vnode), gone in dropped.items():
             pending = p.plans[db][vnode]
             pending.metas = [m for m in pending.metas if m["op"] != "create_table" or m["name"] not in gone]
+        for (db, index), at in p.covered.items():  # the creations its store showed no row for need no lookup
+            pending = p.plans.get(db, {}).get(index)
+            if at is not None and pending is not None and pending.metas:
+                self.store.vnodes[db][index].note_absent(
+                    (m["name"] for m in pending.metas if m["op"] == "create_table"
+                     and (db, m["name"]) not in p.maybe_stored), at)
         return True
+
+    def _now(self, p: PreparedWrite) -> Iterator[tuple[tuple[str, int], str, TableDef | None, TableDef | None]]:
+        """Per table ``p`` read that may have changed since (see :meth:`_holds`): its vnode, name, what ``p`` read
+        and the live table now (None: absent)."""
+        vnodes = self.store.vnodes
+        settled = {db for db, _ in p.covered if all(p.covered.get((db, i), -1) == v.meta_version
+                                                    for i, v in enumerate(vnodes[db]))}  # no vnode of it changed
+        by_vnode: dict[tuple[str, int], dict[str, TableDef | None]] = {}
+        for (db, name), t in p.assumed.items():
+            if db not in settled:
+                by_vnode.setdefault((db, vnode_of(db, name, len(vnodes[db]))), {})[name] = t
+        for (db, index), assumed in by_vnode.items():
+            vnode = vnodes[db][index]
+            at = p.covered.get((db, index), -1)
+            if at == vnode.meta_version:
+                continue  # no meta entry since the version every lookup there was read at
+            if at is None:  # its reader gave up: damage it met is reported (once) by the vnode's own reads
+                vnode.check_store(assumed)
+            self.rechecked += len(assumed)
+            now = vnode.get_many(assumed)
+            for name, t in assumed.items():
+                live = now.get(name)
+                yield (db, index), name, t, None if live is None or live.dropped else live
 
     def _commit(self, p: PreparedWrite) -> int:
         """Schema changes first (refused before anything is written when a topic depends on what would change; then

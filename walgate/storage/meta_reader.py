@@ -26,11 +26,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from walgate.storage.meta_store import MetaDamaged, TableDef, decode_def, read_covered
+from walgate.storage.meta_store import CHUNK, MetaDamaged, TableDef, decode_def, read_covered
 
 __all__ = ["CHUNK", "MetaReader", "ReaderGaveUp"]
-
-CHUNK = 500  # names per ``IN (...)`` lookup (SQLite allows 999 parameters at least)
 
 
 class ReaderGaveUp(Exception):

@@ -55,10 +55,11 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check", "decode_def",
+__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check", "decode_def",
            "read_covered"]
 
 META_STORE = "meta.db"
+CHUNK = 500  # names per ``IN (...)`` lookup (SQLite allows 999 parameters at least)
 CACHE_KIB = 16_384  # SQLite's page cache of one store
 OPEN_STORES = 64  # stores with an open connection at a time (three descriptors each)
 _KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
@@ -251,6 +252,17 @@ class MetaStore:
         """The table ``name`` (dropped ones too), None when there is none."""
         row = self._query("SELECT def FROM tables WHERE name = ?", (name,)).fetchone()
         return None if row is None else decode_def(name, row[0])
+
+    def get_many(self, names: Iterable[str]) -> dict[str, TableDef]:
+        """The tables of ``names`` the store holds (dropped ones too), by name, looked up :data:`CHUNK` names at a
+        time (``IN (...)``); a name it does not hold is left out."""
+        wanted = list(dict.fromkeys(names))
+        found: dict[str, TableDef] = {}
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start:start + CHUNK]
+            sql = f"SELECT name, def FROM tables WHERE name IN ({','.join('?' * len(chunk))})"
+            found.update((t.name, t) for t in self._defs(sql, tuple(chunk)))
+        return found
 
     def of_stable(self, stable: str) -> Iterator[TableDef]:
         """Every subtable of ``stable`` (dropped ones too), in the order they were written."""

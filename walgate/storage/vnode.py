@@ -368,6 +368,36 @@ class Vnode:
             self._cache.move_to_end(name)
         return replace(t, dropped=True) if t.stable in self._dropped_stables and not t.dropped else t
 
+    def get_many(self, names: Iterable[str]) -> dict[str, TableDef]:
+        """:meth:`get` of each of ``names`` at once (the store read in chunks, not one name at a time), by name; a
+        name never created here is left out. Unlike :meth:`get`, it leaves the cache as it is."""
+        found: dict[str, TableDef] = {}
+        stored: list[str] = []
+        for name in dict.fromkeys(names):
+            t = self._dirty.get(name) or self._cache.get(name)
+            if t is not None:
+                found[name] = t
+            elif name not in self._absent:
+                stored.append(name)
+        if stored:
+            found.update(self._checked(lambda: self._store.get_many(stored)))
+        gone = self._dropped_stables
+        return {n: replace(t, dropped=True) if gone and t.stable in gone and not t.dropped and n not in self._dirty
+                else t for n, t in found.items()}
+
+    def note_absent(self, names: Iterable[str], version: int) -> None:
+        """Remember ``names`` as never created here, as :meth:`get` remembers a name it did not find: a caller that
+        read the store as of ``version`` (a :class:`~walgate.storage.meta_reader.MetaReader`) and found no row for
+        them, so that creating them need not read the store again. Taken only while ``version`` is still
+        :attr:`meta_version` and what the store covers (nothing changed since)."""
+        if version != self._applied or version != self._store.covered:
+            return
+        absent = self._absent
+        for name in names:
+            if len(absent) >= ABSENT_NAMES:
+                absent.clear()
+            absent.add(name)
+
     def check_store(self, names: Iterable[str]) -> None:
         """Read the rows of ``names`` from the store itself, not from memory: the lane's answer to a
         :class:`~walgate.storage.meta_reader.MetaReader` that gave up, so that damage the reader met is reported

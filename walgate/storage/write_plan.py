@@ -8,10 +8,13 @@ and applied on the storage thread (:meth:`~walgate.storage.ingest.Ingest.apply`)
 database, supertable and table the plan read is still what it read (``databases``, ``stables``, ``assumed``).
 
 Two lookups: :class:`LiveTables` reads the vnodes (on the storage thread: a table it does not find is absent), and
-:class:`KnownTables` knows only the tables the node looked up for it (in a worker): a table it does not know is
-planned as a *candidate* creation, which apply keeps when the table is still absent and drops when it exists as a
-subtable of the same supertable; a table a write needs to exist (an INSERT without ``USING``, a CSV ``table=``) and
-that it does not know makes the planner raise :class:`NeedTables`, and the node asks again with those tables.
+:class:`~walgate.storage.stored_tables.StoredTables` reads the vnodes' stores (in a worker: a table it does not
+find is absent as of the version the store covers, :meth:`TableLookup.versions`, which apply compares with the
+vnode's). A table it cannot answer for (on a vnode whose store it cannot read, and not among the tables the node
+looked up for it) is planned as a *candidate* creation, which apply keeps when the table is still absent and drops
+when it exists as a subtable of the same supertable; a table a write needs to exist (an INSERT without ``USING``, a
+CSV ``table=``) that it cannot answer for makes the planner raise :class:`NeedTables`, and the node asks again with
+those tables.
 
 Each plan goes through the column path first and the row-by-row reference path when that refuses, so the errors
 are those of the reference path, naming the first bad line, row or record (see :mod:`walgate.storage.ingest`).
@@ -38,14 +41,14 @@ from walgate.storage.values import coerce, coerce_text, coerce_texts, coerce_val
 from walgate.storage.vnode import TableDef, vnode_of
 
 __all__ = [
-    "CsvRequest", "InsertRequest", "KnownTables", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
+    "CsvRequest", "InsertRequest", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
     "Reads", "RowPlan", "TableLookup", "WriteRequest", "WriteSnapshot", "merge_schema", "plan", "plan_csv", "plan_insert",
     "plan_lines", "typed_batch",
 ]
 
 
 class NeedTables(Exception):
-    """The planner needs these tables (``(database, name)``) looked up before it can plan: a :class:`KnownTables`
+    """The planner needs these tables (``(database, name)``) looked up before it can plan: its lookup
     does not know them. Not a StorageError: no fallback path takes it."""
 
     def __init__(self, keys: list[tuple[str, str]]) -> None:
@@ -62,6 +65,19 @@ class TableLookup(Protocol):
 
     def require(self, keys: Iterable[tuple[str, str]]) -> None:
         """NeedTables for those of ``keys`` :meth:`find` cannot answer for certain."""
+
+    def prefetch(self, db: DatabaseDef, names: Iterable[str]) -> None:
+        """A hint: the planner is about to :meth:`find` these tables of ``db`` (a lookup may read them at once)."""
+
+    def versions(self) -> dict[tuple[str, int], int | None]:
+        """Per vnode ``(database, index)`` whose store answered lookups: the meta version its answers hold as of
+        (None: it could not answer, its tables were taken as candidates); empty for a lookup that is live or
+        reads no store."""
+
+    def maybe_stored(self) -> set[tuple[str, str]]:
+        """The tables ``(database, name)`` answered as absent from a vnode in :meth:`versions` that may have a row
+        in its store all the same (found dropped, or answered from what the node looked up); every other table
+        answered absent there had none."""
 
     def check_new_tables(self, db: DatabaseDef, more: int) -> None:
         """LimitExceeded early when ``more`` new tables would take ``db`` past its limit (checked again at the
@@ -80,26 +96,17 @@ class LiveTables:
     def require(self, keys: Iterable[tuple[str, str]]) -> None:
         pass  # every answer is certain
 
+    def prefetch(self, db: DatabaseDef, names: Iterable[str]) -> None:
+        pass  # the vnodes answer from memory first
+
+    def versions(self) -> dict[tuple[str, int], int | None]:
+        return {}
+
+    def maybe_stored(self) -> set[tuple[str, str]]:
+        return set()
+
     def check_new_tables(self, db: DatabaseDef, more: int) -> None:
         self.store.check_new_tables(db, more)
-
-
-@dataclass(frozen=True)
-class KnownTables:
-    """The tables the node looked up for a worker's planner (None: absent); any other is a candidate creation."""
-
-    known: Mapping[tuple[str, str], TableDef | None] = field(default_factory=dict)
-
-    def find(self, db: str, vnode: int, name: str) -> TableDef | None:
-        return self.known.get((db, name))
-
-    def require(self, keys: Iterable[tuple[str, str]]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self.known]
-        if missing:
-            raise NeedTables(missing)
-
-    def check_new_tables(self, db: DatabaseDef, more: int) -> None:
-        pass  # the candidates may exist: the commit counts what is created
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,9 @@ class WriteSnapshot:
 class PreparedWrite:
     """A planned write (picklable): the pending entries per database (commit order) and vnode, the schema changes
     to commit first, the rows it writes, and what it read: the catalog generation, the databases and supertables
-    (None: absent) and the tables found (None: taken as absent, for a creation or a name that must be free)."""
+    (None: absent), the tables found (None: taken as absent, for a creation or a name that must be free) and, per
+    vnode whose stored tables answered, the meta version they hold as of (:meth:`TableLookup.versions`), with the
+    tables taken as absent there that may have a row all the same (:meth:`TableLookup.maybe_stored`)."""
 
     generation: int
     plans: dict[str, Plan]
@@ -125,6 +134,8 @@ class PreparedWrite:
     databases: dict[str, DatabaseDef]
     stables: dict[tuple[str, str], StableDef | None]
     assumed: dict[tuple[str, str], TableDef | None]
+    covered: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    maybe_stored: set[tuple[str, str]] = field(default_factory=set)
 
 
 class Reads:
@@ -180,7 +191,7 @@ class Reads:
     def prepared(self, plans: dict[str, Plan], rows: int,
                  changes: list[tuple[StableDef | None, StableDef]] | None = None) -> PreparedWrite:
         return PreparedWrite(self.snapshot.generation, plans, changes or [], rows, self.databases, self.stables,
-                             self.assumed)
+                             self.assumed, self.snapshot.tables.versions(), self.snapshot.tables.maybe_stored())
 
 
 class RowPlan:
@@ -311,13 +322,18 @@ def plan_insert(snapshot: WriteSnapshot, s: ast.Insert, session: str | None, now
     Each VALUES list is typed by columns (:func:`~walgate.storage.values.coerce_values`); a statement that path
     does not take, or refuses, goes row by row, which names the first bad row and gives the same rows."""
     wanted = []
+    named: dict[str, tuple[DatabaseDef, list[str]]] = {}  # per database: the tables the statement names
     for target in s.targets:
+        try:
+            db = Reads(snapshot).resolve_db(target.table.db, session)
+        except StorageError:
+            continue  # refused in statement order below
+        named.setdefault(db.name, (db, []))[1].append(target.table.name)
         if target.using is None:
-            try:
-                wanted.append((Reads(snapshot).resolve_db(target.table.db, session).name, target.table.name))
-            except StorageError:
-                pass  # refused in statement order below
+            wanted.append((db.name, target.table.name))
     snapshot.tables.require(wanted)
+    for db, tables in named.values():
+        snapshot.tables.prefetch(db, tables)
     reads = Reads(snapshot)
     try:
         done = _insert(reads, s, session, now, by_columns=True)
@@ -405,6 +421,7 @@ def plan_lines(
     targets = [stables.get(m.name) or reads.stable(db, m.name) for m in measurements]
     tables = [[lineproto.child_table_name(m.name, tags) for tags, _ in m.series] for m in measurements]
     vnodes = [[vnode_of(db, name, dbdef.vgroups) for name in names] for names in tables]
+    snapshot.tables.prefetch(dbdef, (name for names in tables for name in names))
     series = sorted((line, k, n) for k, m in enumerate(measurements) for n, (_, line) in enumerate(m.series))
     first_of: dict[tuple[int, int], int] = {}  # (vnode, measurement) -> its first line
     for line, k, n in series:
@@ -487,6 +504,7 @@ def _csv_by_columns(
         "n", use_threads=False).aggregate([("i", "min")])
     first_row = dict(zip(firsts["n"].to_pylist(), firsts["i_min"].to_pylist()))
     tag_texts = {h: texts[header.index(h)] for h in header if h != "tbname" and h not in by_name}
+    reads.snapshot.tables.prefetch(dbdef, distinct.dictionary.to_pylist())
     vnodes = []
     for k, name in enumerate(distinct.dictionary.to_pylist()):
         row = first_row[k]
