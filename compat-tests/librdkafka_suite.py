@@ -19,7 +19,7 @@ FAILED / SKIPPED with the suite's own reason (a failure's subtest and assertion)
 number is in ``.cache/librdkafka-suite/run-<time>/<number>.log``, the servers' in ``<scenario>/walgate.log``; each
 walgate is stopped by PID, also on Ctrl-C or SIGTERM.
 
-Two tests need a secured listener, as trivup starts its cluster with ``--ssl`` or ``--sasl`` for them
+Three tests need a secured listener, as trivup starts its cluster with ``--ssl`` or ``--sasl`` for them
 (:data:`SECURED`): each runs against a walgate of its own (:func:`ssl_setup`, :func:`sasl_setup`), configured by a
 ``server.properties``, with the client settings in ``test.conf`` and trivup's environment variables:
 
@@ -28,8 +28,10 @@ Two tests need a secured listener, as trivup starts its cluster with ``--ssl`` o
   handshake, which under TLS 1.3 the client finishes before the broker's refusal arrives) and testcerts' CA, server
   and client certificates, given to the test as trivup does (``SSL_pkcs``: the client key, certificate and CA in PKCS#12;
   ``SSL_pub_der`` / ``SSL_priv_der`` / ``SSL_ca_der``, the PEM files, ``SSL_password``);
-- ``0142_reauthentication``: a SASL_PLAINTEXT listener with ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512`` and
-  ``connections.max.reauth.ms=10000``, logged in as root with SCRAM-SHA-512.
+- ``0135_sasl_credentials`` and ``0142_reauthentication``: a SASL_PLAINTEXT listener with
+  ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512`` and ``connections.max.reauth.ms=10000``, logged in as root with
+  SCRAM-SHA-512 (0135 sets wrong credentials, then the right ones with ``rd_kafka_sasl_set_credentials``; both have
+  share-consumer subtests, which run with ``--kafka-version 4.2.0``; their OAUTHBEARER subtests skip).
 
 Which tests are in ``single-broker``: the suite's tests that need a broker (not ``TEST_F_LOCAL``, not named
 ``_mock``), are not manual or known issues, and whose minimum broker version is at most ``--kafka-version`` (4.1 by
@@ -84,12 +86,11 @@ LOG_NAME = {"default": "{}.log", "noautocreate": "{}-noautocreate.log"}
 NEEDS_MORE = {
     "0101": "fetch from follower: a replica on a broker in another rack",
     "0126": "SASL/OAUTHBEARER OIDC: needs an OIDC token endpoint (trivup)",
-    "0135": "SASL credentials: needs a SASL listener",
 }
-SECURED = {"0097": "ssl", "0142": "sasl"}
+SECURED = {"0097": "ssl", "0135": "sasl", "0142": "sasl"}
 """Test number -> the secured listener its walgate has (see the module docstring)."""
 REAUTH_MS = 10_000  # 0142: connections.max.reauth.ms, which the test reads with DescribeConfigs
-_PASSWORD = "suite-s3cret"  # 0097's key store password, 0142's root password
+_PASSWORD = "suite-s3cret"  # 0097's key store password, 0135's and 0142's root password
 # The broker tests that use transactions (a transactional producer or a read_committed consumer), and idempotence
 TRANSACTIONS = ("0055", "0061", "0090", "0094", "0098", "0103", "0129", "0137")
 # The broker tests that use compacted topics: 0011 (keyless records refused with INVALID_RECORD), 0077, 0081 (configs)
@@ -384,7 +385,7 @@ def ssl_setup(directory: Path) -> Setup:
 
 
 def sasl_setup(directory: Path) -> Setup:
-    """0142's walgate: a SASL_PLAINTEXT listener that re-authenticates every :data:`REAUTH_MS`."""
+    """0135's and 0142's walgate: a SASL_PLAINTEXT listener that re-authenticates every :data:`REAUTH_MS`."""
     port = free_port()
     config = _server_properties(directory, {
         "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
@@ -519,12 +520,12 @@ def run_secured(tests_dir: Path, number: str, names: set[str], run_dir: Path,
                 args: argparse.Namespace) -> tuple[list[Outcome], int]:
     """Run the secured test ``number`` against a walgate of its own (:data:`SECURED`); its outcomes and the
     tracebacks walgate logged."""
-    directory = run_dir / SECURED[number]
+    directory = run_dir / f"{SECURED[number]}-{number}"  # a fresh walgate and data dir for each test
     directory.mkdir()
     setup = (ssl_setup if SECURED[number] == "ssl" else sasl_setup)(directory)
     flags = (*SCENARIOS["default"], *setup.args)
     with running_walgate(directory, *flags, env=setup.walgate_env, kafka_port=setup.port) as server:
-        conf = run_dir / f"test-{SECURED[number]}.conf"  # beside the others: its log is <number>.log there
+        conf = run_dir / f"test-{SECURED[number]}-{number}.conf"  # beside the others: its log is <number>.log there
         conf.write_text(f"bootstrap.servers=127.0.0.1:{setup.port}\n"
                         f"test.timeout.multiplier={args.timeout_multiplier}\n"
                         + "".join(f"{k}={v}\n" for k, v in setup.client.items()))

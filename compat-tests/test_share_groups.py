@@ -358,3 +358,67 @@ def test_read_committed_share_groups_never_deliver_aborted_records(server: Walga
         got += [m.value() for m in polled(consumer)]
     consumer.close()
     assert len(got) == want and all(v.startswith(b"commit") for v in got) == (isolation == "read_committed"), got
+
+
+def throttled_worker(server: WalgateServer, group: str, topic: str, client_id: str,
+                     throttled: list[float]) -> ShareConsumer:
+    """A worker (explicit acknowledgement) whose ``throttle_cb`` appends librdkafka's throttle times (ms)."""
+    return worker(server, group, topic, **{"client.id": client_id, "share.acknowledgement.mode": "explicit",
+                                           "throttle_cb": lambda event: throttled.append(event.throttle_time * 1000)})
+
+
+def test_share_fetch_bytes_count_against_the_consumer_byte_rate(server: WalgateServer, java: Any) -> None:
+    """A ShareFetch answer's record bytes count against the client id's ``consumer_byte_rate`` as a Fetch's do
+    (Kafka's ``handleShareFetchRequest``): the answer that would go over carries no records and ``throttle_time_ms``,
+    and its records are released, so another worker gets them; a client id without a quota is not throttled."""
+    topic, group = "share-quota", "share-quota"
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap(server), "linger.ms": 200})
+    for batch in range(3):  # three batches of 11 records of 1000 bytes (~11 kB each)
+        for i in range(11):
+            producer.produce(topic, value=b"%02d" % (batch * 11 + i) + b"x" * 998)
+        assert producer.flush(30) == 0
+    from_earliest(server, group)
+    run = java("ClientQuotas.java", bootstrap(server), "set-clients", "slow-share:consumer_byte_rate=2048")
+    assert "slow-share" in run.stdout, run.describe()
+    # at most 20 kB per answer (2048 B/s over 10 s): the first answer is one 11 kB batch (1.1 kB/s), the next would
+    # make 2.2 kB/s: answered with throttle_time_ms and no records
+    throttled: list[float] = []
+    slow = throttled_worker(server, group, topic, "slow-share", throttled)
+    got: list[Message] = []
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not throttled and time.monotonic() < deadline:
+            for m in polled(slow):
+                slow.acknowledge(m)
+                got.append(m)
+    finally:
+        slow.close()
+    assert throttled and throttled[0] > 0 and len(got) == 11, (throttled, len(got))
+    free: list[float] = []
+    fast = throttled_worker(server, group, topic, "fast-share", free)
+    try:
+        rest = drain(fast, 22)
+    finally:
+        fast.close()
+    assert sorted(m.value()[:2] for m in got + rest) == [b"%02d" % i for i in range(33)], len(rest)
+    assert free == []
+
+
+def test_an_idle_share_consumer_is_not_throttled_by_request_percentage(server: WalgateServer, java: Any) -> None:
+    """ShareFetch long-polls: its wait is no work, as a Fetch's (walgate.gateway.quotas), so a share consumer
+    polling an empty topic under a small ``request_percentage`` gets no ``throttle_time_ms``."""
+    topic, group = "share-idle", "share-idle"
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    run = java("ClientQuotas.java", bootstrap(server), "set-clients", "idle-share:request_percentage=5")
+    assert "idle-share" in run.stdout, run.describe()
+    throttled: list[float] = []
+    idle = throttled_worker(server, group, topic, "idle-share", throttled)
+    try:
+        for _ in range(12):  # ~6 s of 500 ms long polls (fetch.wait.max.ms): 100% of wall time waiting
+            assert polled(idle) == []
+    finally:
+        idle.close()
+    assert throttled == []

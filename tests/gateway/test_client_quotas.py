@@ -74,6 +74,8 @@ def test_a_fetch_over_its_quota_is_not_counted_and_request_time_is_capped_at_one
     assert q.request_time(3, "User:x", "c", 50.0) == 1000  # capped at one window, as Kafka's request quota
     assert q.request_time(18, "User:x", "c", 50.0) == 0  # ApiVersions is exempt
     assert q.request_time(1, "User:x", "c", 50.0) == 0  # so is Fetch: a long-poll's wait is no work
+    assert q.request_time(78, "User:x", "c", 50.0) == 0  # and ShareFetch, a long poll too
+    assert q.request_time(79, "User:x", "c", 50.0) == 1000  # ShareAcknowledge is not
 
 
 def call(conn: KafkaConnection, api_key: int, version: int, values: dict[str, Any]) -> Any:

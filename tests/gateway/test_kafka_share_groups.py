@@ -1,4 +1,5 @@
-"""Share groups through the Kafka port (KIP-932 handlers): ACLs as KafkaApis checks them, and acknowledgements the
+"""Share groups through the Kafka port (KIP-932 handlers): ACLs as KafkaApis checks them, a ShareFetch over its byte
+quota (its records released; a release the disk refuses leaves them to their lock), and acknowledgements the
 disk refuses (share_groups.log) answered with a retriable error, undone, and taken again once the disk is back."""
 
 from __future__ import annotations
@@ -271,3 +272,54 @@ def test_share_group_describe_shows_members_sharing_partitions(tmp_path: Path) -
     with gateway_thread(data, **AUTHORIZER) as gw, KafkaConnection(gw.kafka_address) as conn:
         [hidden] = call(conn, 77, 1, {"group_ids": ["other"], "include_authorized_operations": False}).groups
         assert hidden.error_code == ErrorCode.group_authorization_failed
+
+
+def fetch_as(conn: KafkaConnection, member: str, epoch: int, topic_id: uuid.UUID, max_wait: int = 0) -> Any:
+    return call(conn, 78, 2, {"group_id": "g", "member_id": member, "share_session_epoch": epoch,
+                              "max_wait": max_wait, "min_bytes": 1, "max_records": 100, "batch_size": 100,
+                              "forgotten_topics_data": [], "topics": [{"topic_id": topic_id, "partitions": [
+                                  {"partition_index": 0, "acknowledgement_batches": []}]}]})
+
+
+@pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
+def test_a_throttled_share_fetch_releases_its_records_and_a_refused_release_waits_for_the_lock(
+        tmp_path: Path, op: str, kind: str) -> None:
+    """A ShareFetch over the client id's ``consumer_byte_rate`` answers ``throttle_time_ms`` and no records, and
+    releases what it acquired (another member gets it at once, its delivery counted); when the disk refuses that
+    release, the answer is the same and the records come back when their lock ends, nothing lost."""
+    data = tmp_path / "data"
+    with gateway_thread(data, group_share_min_record_lock_duration_ms=1000) as gw, \
+            KafkaConnection(gw.kafka_address, client_id="slow") as slow, \
+            KafkaConnection(gw.kafka_address, client_id="free") as free:
+        topic_id = topic_with_records(slow, "q", 4)
+        earliest(slow, "g")
+        assert set_group_config(slow, "g", "share.record.lock.duration.ms", "1000").error_code == ErrorCode.none
+        r = call(slow, 49, 1, {"validate_only": False, "entries": [  # 1 B/s: one answer of ~100 bytes is over
+            {"entity": [{"entity_type": "client-id", "entity_name": "slow"}],
+             "ops": [{"key": "consumer_byte_rate", "value": 1.0, "remove": False}]}]})
+        assert [e.error_code for e in r.entries] == [ErrorCode.none]
+        assert join(slow, "g", "q").error_code == ErrorCode.none
+        assert call(free, 76, 1, {"group_id": "g", "member_id": "m2", "member_epoch": 0,
+                                  "subscribed_topic_names": ["q"]}).error_code == ErrorCode.none
+        throttled = fetch_as(slow, "m1", 0, topic_id)
+        assert throttled.throttle_time.total_seconds() > 0 and acquired(throttled) == [], throttled
+        assert [p.records for t in throttled.responses for p in t.partitions] == [b""]
+        faults = Faults()
+        with KafkaConnection(gw.kafka_address, client_id="slow") as slow2, faults.active():
+            faults.fail_kind(op, kind)  # the release: acquiring writes nothing
+            again = fetch_as(slow2, "m1", 1, topic_id)  # (the first connection is muted while throttled)
+            assert faults.injected == 1
+        assert again.throttle_time.total_seconds() > 0 and acquired(again) == [], again
+        assert [p.error_code for t in again.responses for p in t.partitions] == [ErrorCode.none]
+        assert acquired(fetch_as(free, "m2", 0, topic_id)) == []  # still m1's, until the lock ends
+        got: list[tuple[int, int, int]] = []
+        for epoch in range(1, 20):  # bounded: each waits up to 1 s for the lock's end
+            got = acquired(fetch_as(free, "m2", epoch, topic_id, max_wait=1000))
+            if got:
+                break
+        assert got == [(0, 3, 3)]  # m1 twice (both withheld), m2 once
+    with gateway_thread(data, group_share_min_record_lock_duration_ms=1000) as gw, \
+            KafkaConnection(gw.kafka_address, client_id="free") as free:  # starts again; nothing lost
+        assert call(free, 76, 1, {"group_id": "g", "member_id": "m2", "member_epoch": 0,
+                                  "subscribed_topic_names": ["q"]}).error_code == ErrorCode.none
+        assert [(a, b) for a, b, _ in acquired(fetch_as(free, "m2", 0, topic_id))] == [(0, 3)]

@@ -17,11 +17,11 @@ over its own duration). A value that takes the rate above the bound gives a thro
 window (Kafka's ``ClientRequestQuotaManager``).
 
 What is measured: ``producer_byte_rate`` the record bytes of each Produce, ``consumer_byte_rate`` the record bytes of
-each Fetch answer (bounded by what the quota allows over ten windows; a Fetch that would go over is answered
-empty, its bytes not counted, as Kafka does), and
+each Fetch and ShareFetch answer (bounded by what the quota allows over ten windows; an answer that would go over
+is answered without records, its bytes not counted, as Kafka does), and
 ``request_percentage`` the time handlers take, in percent of one second per second, for every API but the exempt
-ones (ApiVersions, SASL) and Fetch (a long-poll's wait is no work). That time is wall time from the handler's start
-to its answer, waits for the storage thread and for group commit's fdatasync included: Kafka counts the CPU time of
+ones (ApiVersions, SASL) and the long polls Fetch and ShareFetch (their wait is no work). That time is wall time
+from the handler's start to its answer, waits for the storage thread and for group commit's fdatasync included: Kafka counts the CPU time of
 its request handler threads, which an asyncio handler cannot tell apart from its waits, so a walgate
 ``request_percentage`` throttles earlier than Kafka's would under the same load. A throttled request is answered at once with ``throttle_time_ms`` set; the
 connection then reads nothing more for that long (Kafka mutes the channel; KIP-219 clients also hold back).
@@ -40,7 +40,8 @@ __all__ = ["ClientQuotas", "SAMPLES", "WINDOW_S", "PRODUCE", "FETCH", "REQUEST"]
 SAMPLES = 11  # Kafka's quota.window.num
 WINDOW_S = 1.0  # Kafka's quota.window.size.seconds
 PRODUCE, FETCH, REQUEST = "producer_byte_rate", "consumer_byte_rate", "request_percentage"
-_EXEMPT_APIS = frozenset({1, 17, 18, 36})  # Fetch (see the module docstring), SaslHandshake, ApiVersions, SaslAuthenticate
+# Fetch and ShareFetch (long polls: see the module docstring), SaslHandshake, ApiVersions, SaslAuthenticate
+_EXEMPT_APIS = frozenset({1, 78, 17, 18, 36})
 _MAX_SENSORS = 10_000  # rates kept before idle ones are dropped
 _USER_PREFIX = "User:"
 
@@ -156,8 +157,8 @@ class ClientQuotas:
         return self._record(PRODUCE, principal, client or "", nbytes)
 
     def fetch(self, principal: str, client: str | None, nbytes: int) -> int:
-        """Record a Fetch answer of ``nbytes`` record bytes; the throttle time (ms). Over the quota, the bytes are
-        not counted: the caller answers without records, as Kafka does."""
+        """Record a Fetch or ShareFetch answer of ``nbytes`` record bytes; the throttle time (ms). Over the quota,
+        the bytes are not counted: the caller answers without records, as Kafka does."""
         return self._record(FETCH, principal, client or "", nbytes, undo_if_over=True)
 
     def fetch_window_bytes(self, principal: str, client: str | None) -> int | None:

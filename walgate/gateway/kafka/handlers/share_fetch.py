@@ -27,6 +27,11 @@ acknowledgements the request carries applied first (KIP-932).
 * ACLs (as Kafka's ``handleShareFetchRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
   level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED; an unknown topic id
   UNKNOWN_TOPIC_ID.
+* Client quotas (:mod:`walgate.gateway.quotas`, as Kafka's ``handleShareFetchRequest``): the record bytes of the
+  answer count against the principal's / client id's ``consumer_byte_rate`` as a Fetch's do, ``max_bytes`` is at
+  most what that rate allows over the quota window, and an answer that would go over it carries no records, only
+  ``throttle_time_ms`` (and the acknowledgements' outcomes). Kafka leaves such an answer's records acquired until
+  their lock ends; here they are released at once (their delivery count stays counted, as after a lock's end).
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ShareCoordinator
-from walgate.coordinator.share_partition import Acquired
+from walgate.coordinator.share_partition import Ack, Acquired
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
 from walgate.gateway.kafka.shares import ShareService, now_ms
+from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.partitions import Partitions
 from walgate.storage.wal import FileRegion
@@ -215,6 +221,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = request.max_bytes
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
+        max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
     deadline = time.monotonic() + max(max_wait, 0.0)
 
@@ -281,9 +289,31 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             broker.unwatch(keys, event)
     if answer.error != ErrorCode.none:
         return top(answer.error, answer.message)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+    throttle = 0
+    if FETCH_RATE in broker.quotas.keys:  # client quotas: over the quota, no records (walgate.gateway.quotas)
+        nbytes = sum(len(b) for s in answer.served.values() for b in s.batches)
+        throttle = broker.quotas.fetch(ctx.principal, ctx.client_id, nbytes)
+        if throttle:
+            await _withhold(shares, group_id, member_id, answer)
+    return {"throttle_time": throttle, "error_code": ErrorCode.none, "error_message": None,
             "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, broker.node_id),
             "node_endpoints": []}
+
+
+async def _withhold(shares: ShareService, group_id: str, member_id: str, answer: Round) -> None:
+    """Take the records out of a throttled ``answer`` and release them for the group (the acknowledgements it
+    carries stand); a release the disk refuses leaves them to their lock's end, as Kafka leaves them."""
+    releases = [AckBatch(topic, partition, a.first, a.last, [Ack.RELEASE])
+                for (topic, partition), s in answer.served.items() for a in s.result.acquired]
+    for s in answer.served.values():
+        s.batches, s.result.acquired = [], []
+    if not releases:
+        return
+    try:
+        await shares.run(lambda _, coordinator: coordinator.acknowledge(group_id, member_id, releases, now_ms(),
+                                                                       error_of))
+    except Exception as exc:  # noqa: BLE001 - the records come back when their locks end
+        error_of(exc)
 
 
 def top(error: int, message: str | None = None) -> dict[str, Any]:
