@@ -130,15 +130,12 @@ class Metrics:
                                "Kafka connections accepted", ["listener"], registry=r)
         self._closed = Counter("kafka_server_socket_server_metrics_connection_close", "Kafka connections closed",
                                ["listener"], registry=r)
-        self._storage_wait = Histogram("walgate_storage_call_queue_seconds",
-                                       "Time a storage-thread call waited for the thread", buckets=_SECONDS_BUCKETS,
-                                       registry=r)
-        self._storage_run = Histogram("walgate_storage_call_seconds", "Time a storage-thread call ran",
-                                      buckets=_SECONDS_BUCKETS, registry=r)
         self._lane_wait = Histogram("walgate_lane_call_queue_seconds", "Time a lane's call waited for its thread",
                                     ["lane"], buckets=_SECONDS_BUCKETS, registry=r)
         self._lane_run = Histogram("walgate_lane_call_seconds", "Time a lane's call ran", ["lane"],
                                    buckets=_SECONDS_BUCKETS, registry=r)
+        r.register(_StorageLaneAliases({"walgate_storage_call_queue_seconds": self._lane_wait,
+                                        "walgate_storage_call_seconds": self._lane_run}))
         self._queries = Histogram("walgate_sql_query_seconds", "Time a SELECT took in the query workers (queued and "
                                   "running), by outcome: ok, refused (its own error), cancelled, failed (a bug)", ["outcome"],
                                   buckets=_SECONDS_BUCKETS, registry=r)
@@ -189,22 +186,14 @@ class Metrics:
 
     def lane_calls(self, lane: str) -> Callable[[float, float], None]:
         """The ``on_call`` of the lane labelled ``lane`` (:class:`StorageThread`): each of its calls ran for ``ran``
-        seconds after ``waited`` in its queue (called on the lane's thread). The storage lane's calls
-        (:data:`STORAGE_LANE`) are also counted under the ``walgate_storage_call_*`` names."""
+        seconds after ``waited`` in its queue (called on the lane's thread). The storage lane's series are also
+        exposed under the ``walgate_storage_call_*`` names (:class:`_StorageLaneAliases`)."""
         wait, run = self._lane_wait.labels(lane), self._lane_run.labels(lane)
-        if lane != STORAGE_LANE:
-            def observe(waited: float, ran: float) -> None:
-                wait.observe(waited)
-                run.observe(ran)
-            return observe
-        storage_wait, storage_run = self._storage_wait, self._storage_run
 
-        def observe_storage(waited: float, ran: float) -> None:
+        def observe(waited: float, ran: float) -> None:
             wait.observe(waited)
             run.observe(ran)
-            storage_wait.observe(waited)
-            storage_run.observe(ran)
-        return observe_storage
+        return observe
 
     def request(self, header: RequestHeader, request: Any, fields: Mapping[str, Any] | None,
                 received: float, started: float, handled: float, sent: float, answered: bool = True) -> None:
@@ -304,6 +293,28 @@ def _record_count(records: bytes | bytearray | memoryview) -> int:
         count += header.record_count
         pos += 12 + header.length
     return count
+
+
+class _StorageLaneAliases(Collector):
+    """The storage lane's call histograms under their names from before the lanes (``walgate_storage_call_*``, kept
+    for dashboards): the ``lane="storage"`` samples of the lane histograms, renamed at scrape time, so a call is
+    observed once."""
+
+    def __init__(self, sources: Mapping[str, Histogram]) -> None:
+        self._sources = sources  # alias name -> the lane histogram it shows
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterator[Metric]:
+        for name, source in self._sources.items():
+            for family in source.collect():
+                alias = Metric(name, family.documentation.replace("a lane's call", "a storage-thread call"), "histogram")
+                for sample in family.samples:
+                    if sample.labels.get("lane") == STORAGE_LANE:
+                        alias.add_sample(name + sample.name.removeprefix(family.name),
+                                         {k: v for k, v in sample.labels.items() if k != "lane"}, sample.value)
+                yield alias
 
 
 @dataclass(frozen=True)
