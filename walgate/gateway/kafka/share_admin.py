@@ -1,20 +1,28 @@
 """What the share-group administration handlers share: the engine's topics as
 :class:`~walgate.coordinator.share_admin.ShareTopics` (topic keys are topic ids as strings, as the share coordinator
 keys its partitions; storage thread only), and the refusals of AlterShareGroupOffsets / DeleteShareGroupOffsets
-before the coordinator (share groups off, no permission on the group, an empty group id)."""
+before the coordinator (share groups off, no permission on the group, an empty group id), and their run on the
+share service: audited, answered."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["TOPIC_DENIED", "EngineTopics", "refusal", "refused_group", "topic_uuid"]
+__all__ = ["TOPIC_DENIED", "EngineTopics", "change_offsets", "refusal", "refused_group", "topic_uuid"]
+
+Change = Callable[[Engine, ShareCoordinator], tuple[int, str | None, list[dict[str, Any]]]]
+"""An offsets change on the share coordinator: (error code, message, the answer's topics)."""
 
 TOPIC_DENIED = "Topic authorization failed."
 
@@ -54,3 +62,16 @@ def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operat
     if not allowed(broker, ctx, op, ResourceType.GROUP, group_id):
         return refusal(ErrorCode.group_authorization_failed)
     return refusal(ErrorCode.invalid_group_id) if not group_id else None
+
+
+async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,
+                         denied: list[dict[str, Any]]) -> dict[str, Any]:
+    """``change`` run on the share service (its write durable; a refused one answers GROUP_WRITE's code), audited as
+    ``api``, answered with its topics and the ``denied`` ones (a group-level error: :func:`refusal`)."""
+    assert broker.shares is not None  # refused_group answered first
+    code, message, results = await answered(broker.shares.run(change), lambda c: (c, None, []), GROUP_WRITE)
+    audit_kafka(ctx, api, f"group {group_id}", code)
+    if code != ErrorCode.none:
+        return refusal(code, message)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "responses": [{**t, "topic_id": topic_uuid(t["topic_id"])} for t in results + denied]}

@@ -13,12 +13,10 @@ from typing import Any
 
 from walgate.coordinator.share_admin import delete_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
-from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, refusal, refused_group, topic_uuid
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, change_offsets, refused_group
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 
@@ -26,10 +24,10 @@ API_KEY, MIN_VERSION, MAX_VERSION = 92, 0, 0
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    group_id, shares = request.group_id, broker.shares
+    group_id = request.group_id
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
-    if refused is not None or shares is None:
-        return refused or refusal(ErrorCode.unsupported_version)
+    if refused is not None:
+        return refused
     names = [t.topic_name for t in request.topics]
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, names)
     denied = [{"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
@@ -38,9 +36,4 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     def delete(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, list[dict[str, Any]]]:
         return delete_offsets(coordinator, EngineTopics(engine), group_id, [n for n in names if n in readable])
 
-    code, message, results = await answered(shares.run(delete), lambda c: (c, None, []), GROUP_WRITE)
-    audit_kafka(ctx, "DeleteShareGroupOffsets", f"group {group_id}", code)
-    if code != ErrorCode.none:
-        return refusal(code, message)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-            "responses": [{**t, "topic_id": topic_uuid(t["topic_id"])} for t in results + denied]}
+    return await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
