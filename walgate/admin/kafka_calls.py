@@ -1,7 +1,8 @@
 """Kafka requests that confluent-kafka's AdminClient does not make: share groups' administration (KIP-932:
 ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, and ListGroups with
-a type filter). One blocking connection per broker, requests and responses encoded and decoded with kio's
-serialisers (generated from Kafka's message JSONs), so they work against any broker that has the APIs.
+a type filter). One blocking connection per broker, requests framed by :func:`walgate.wire.protocol.encode_request`
+and responses decoded with kio's serialisers (generated from Kafka's message JSONs), so they work against any broker
+that has the APIs.
 
 The group's coordinator is found with FindCoordinator (v4, as Kafka 4's clients). Listeners: PLAINTEXT and SSL
 (``security.protocol``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``,
@@ -12,7 +13,6 @@ request is bounded by the command's ``--timeout``.
 
 from __future__ import annotations
 
-import io
 import socket
 import ssl
 import struct
@@ -20,22 +20,15 @@ from typing import Any
 
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
-from kio.schema.index import api_key_map, schema_name_map
-from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
+from kio.serial import entity_reader
 from kio.static.primitive import i8
 
 from walgate.admin.client import AdminError, UsageError
+from walgate.wire.protocol import encode_request, response_class
 
 __all__ = ["KafkaCalls"]
 
 _GROUP_KEY = i8(0)
-
-
-def _response_class(request: Any) -> Any:
-    path = schema_name_map[api_key_map[request.__api_key__]][request.__version__][EntityType.response]
-    module, _, name = path.partition(":")
-    return getattr(__import__(module, fromlist=[name]), name)
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -107,17 +100,12 @@ class KafkaCalls:
         """Send kio request ``request`` to ``address`` (the bootstrap broker by default); its decoded response."""
         address = address or self._bootstrap
         self._correlation_id += 1
-        header_cls = request.__header_schema__
-        head, body = io.BytesIO(), io.BytesIO()
-        entity_writer(header_cls)(head, header_cls(
-            request_api_key=request.__api_key__, request_api_version=request.__version__,
-            correlation_id=self._correlation_id, client_id=self._client_id))
-        entity_writer(type(request))(body, request)
-        payload = head.getvalue() + body.getvalue()
-        response_cls = _response_class(request)
+        api_key, version = request.__api_key__, request.__version__
+        frame = encode_request(api_key, version, self._correlation_id, self._client_id, request)
+        response_cls: Any = response_class(api_key, version)
         try:
             sock = self._socket(address)
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            sock.sendall(frame)
             frame = self._read(sock, struct.unpack(">i", self._read(sock, 4))[0])
         except (OSError, ConnectionError) as e:
             self._sockets.pop(address, None)
