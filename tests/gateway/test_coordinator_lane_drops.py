@@ -72,6 +72,19 @@ async def queued(lane: StorageThread, count: int) -> None:
     raise AssertionError(f"{lane.name}: {lane.queued} calls queued, never {count}")
 
 
+async def unpublished(gateway: Gateway, topic: str) -> None:
+    """Wait until the topics snapshot no longer has ``topic`` (bounded): the drop is past its publication, waiting
+    for its offsets' deletion on the coordinator lane (a call queued there alone does not say whose it is: the
+    group commit's rounds on the coordinator logs run there too)."""
+    engine = gateway._engine
+    assert engine is not None
+    for _ in range(WATCH_LIMIT):
+        if topic not in engine.topics():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{topic!r} is still in the published topics snapshot")
+
+
 def in_thread(address: tuple[str, int], fn: Callable[..., int], *args: Any) -> asyncio.Task[int]:
     """``fn(conn, *args)`` on a connection of its own, in a thread."""
     def run() -> int:
@@ -122,6 +135,7 @@ async def test_a_topic_recreated_behind_the_deletion_keeps_its_new_offsets(tmp_p
         address = gateway.kafka_address
         async with committed_then_held(gateway) as lane:
             dropped = in_thread(address, delete, "t")
+            await unpublished(gateway, "t")
             await queued(lane, 1)  # the deletion waits on the coordinator lane (the storage lane waits for it)
             recreated = in_thread(address, create, "t")
             await queued(gateway._storage, 1)  # the re-creation waits on the storage lane, behind the deletion
