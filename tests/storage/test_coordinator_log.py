@@ -268,3 +268,34 @@ def test_deleting_a_kafka_native_topic_drops_its_offsets_in_every_coordinator_pa
     e = Engine.open(tmp_path)
     assert e.committed("g0", "orders", 0) is None and e.committed("g0", "other", 0).offset == 7
     e.close()
+
+
+@pytest.mark.parametrize("create", ["kafka", "sql"])
+def test_a_topic_created_after_a_refused_offsets_deletion_never_starts_with_its_namesakes_offsets(tmp_path, create):
+    """The disk refuses the deletion of a dropped topic's offsets (the drop itself is recorded): a topic created
+    under the name deletes them first, or is refused while the disk still refuses; other topics' offsets stay."""
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE d")
+    e.execute("CREATE STABLE d.m (ts TIMESTAMP, v INT) TAGS (k INT)")
+    make = ((lambda: e.create_kafka_topic("t", 1, {})) if create == "kafka"
+            else (lambda: e.execute("CREATE TOPIC t AS STABLE d.m")))
+    make()
+    e.create_kafka_topic("other", 1, {})
+    assert e.commit_offsets("g", [("t", 0, 5, 0, None), ("other", 0, 7, 0, None)], 1) == [None, None]
+    faults = Faults()
+    with faults.active():
+        faults.fail("write", at=2)  # the catalog's drop record is written; the offsets' deletion is refused
+        e.drop_topic("t")
+        assert faults.injected == 1 and "t" not in e.catalog.topics
+        assert sorted(t for _, t, _, _ in e.all_committed()) == ["other", "t"]  # left behind
+        faults.fail("write", times=1000)  # the disk is full: the re-creation cannot delete them, so it is refused
+        with pytest.raises(StorageUnavailable):
+            make()
+        faults.clear()
+    assert "t" not in e.catalog.topics
+    make()
+    assert e.committed("g", "t", 0) is None and e.committed("g", "other", 0).offset == 7
+    e.close()
+    e = Engine.open(tmp_path)
+    assert sorted(t for _, t, _, _ in e.all_committed()) == ["other"]
+    e.close()

@@ -18,6 +18,25 @@ __all__ = ["GroupOffsets"]
 class GroupOffsets:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.left: set[str] = set()
+        """Topics dropped since the start whose offsets' deletion the disk refused (storage lane): a topic created
+        under such a name first deletes them (:meth:`clear_left`), so it never starts with its namesake's offsets."""
+
+    def delete_of_dropped(self, topic: str) -> None:
+        """On the storage lane, after ``topic``'s drop was recorded: delete its committed offsets; when the disk
+        refuses it, remember the name (:attr:`left`) and raise the error."""
+        try:
+            self.delete(topic=topic)
+        except StorageError:
+            self.left.add(topic)
+            raise
+
+    def clear_left(self, topic: str) -> None:
+        """Before a topic named ``topic`` is created (storage lane): delete the offsets its dropped namesake left;
+        the disk's error when it refuses again (the creation is then refused: nothing of it is written yet)."""
+        if topic in self.left:
+            self.delete(topic=topic)
+            self.left.discard(topic)
 
     def commit(self, group: str, entries: list[tuple[str, int, int, int, str | None]], now_ms: int) -> list[StorageError | None]:
         """Durably commit ``(topic, partition, offset, leader_epoch, metadata)`` entries for ``group``.

@@ -77,11 +77,13 @@ class NativeTopics:
     def create(self, name: str, partitions: int, configs: dict[str, str],
                defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
-        settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic)."""
+        settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
+        dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`)."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
             raise AlreadyExists(f"Topic already exists: {name}")
+        self.views.offsets.clear_left(name)
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), self.store.clock.time_ms())

@@ -224,12 +224,14 @@ class TopicViews:
         store.forget_topic_id(name)
 
     def create(self, s: ast.CreateTopic, session: str | None) -> Result:
-        """CREATE TOPIC: validated (compiled) before anything is written; nothing is kept when opening it fails."""
+        """CREATE TOPIC: validated (compiled) before anything is written; nothing is kept when opening it fails. Offsets
+        a dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`)."""
         catalog = self.store.catalog
         if s.name in catalog.topics:
             if s.if_not_exists:
                 return affected(0)
             raise AlreadyExists(f"Topic already exists: {s.name}")
+        self.offsets.clear_left(s.name)
         if s.kind == "database":
             db, source = catalog.database(s.source.name), ""
         else:
@@ -271,10 +273,10 @@ class TopicViews:
             store.catalog.drop_database(topic.db)  # one record: the database and its topic go together
         store.publish_topics()
         try:
-            self.offsets.delete(topic=name)
+            self.offsets.delete_of_dropped(name)
         except StorageError as exc:
             log.error("topic %r is dropped but its committed offsets could not be deleted (%s); they are deleted at "
-                      "the next start", name, exc)
+                      "the next start, or before a topic of that name is created", name, exc)
         store.forget_topic_id(name)
         store.evaluators.pop(name, None)
         for vnode in store.vnodes.get(topic.db, []):
