@@ -1,0 +1,203 @@
+"""A partition's state in the control plane, the changes to it and who may make them.
+
+:class:`PartitionState` is what etcd keeps for a vgroup (``partitions/<db id>/<vgroup>``): the replicas, the leader
+and its leader epoch, the in-sync replicas with the broker epoch each was admitted under, the eligible leader
+replicas, and the partition epoch (the key's ``mod_revision``) that every change compares. Two writers change it,
+each by a compare-and-swap on the partition epoch:
+
+* the leader, which shrinks and expands the ISR (:func:`alter_partition`, Kafka's AlterPartition: KIP-497);
+* the controller, which fences brokers whose registration ended or changed and elects leaders
+  (:func:`reconcile`: KIP-841, KIP-903, KIP-966).
+
+Every request that names a leader epoch is checked against the current one by :func:`check_leader_epoch` (KIP-320).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "check_leader_epoch",
+           "same_incarnation", "leads", "change_isr", "alter_partition", "reconcile"]
+
+NO_LEADER = -1
+"""The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""
+
+
+@dataclass(frozen=True, order=True)
+class IsrMember:
+    """An in-sync replica and the broker epoch it was admitted under (KIP-903): the same replica id back under
+    another broker epoch (a restart, an empty disk) is not this member."""
+
+    replica: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition's state as the control plane holds it.
+
+    Invariants: ``leader`` is :data:`NO_LEADER` or a member of ``isr``; ``isr`` and ``elr`` are disjoint subsets of
+    ``replicas``; ``elr`` is empty while ``isr`` has at least ``min_isr`` members (KIP-966); ``partition_epoch``
+    grows with every change and ``leader_epoch`` with every election.
+    """
+
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[IsrMember, ...]
+    elr: tuple[int, ...]
+    min_isr: int
+    unclean_election: bool = False
+
+    @property
+    def isr_ids(self) -> frozenset[int]:
+        return frozenset(m.replica for m in self.isr)
+
+    def member(self, replica: int) -> IsrMember | None:
+        """The ISR entry of ``replica``, or None when it is not in the ISR."""
+        return next((m for m in self.isr if m.replica == replica), None)
+
+
+@dataclass(frozen=True)
+class AlterIsr:
+    """A leader's proposed ISR (KIP-497's AlterPartition): applied only if the partition and leader epochs are still
+    the ones the leader read."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[IsrMember, ...]
+
+
+def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_isr: int,
+                  unclean_election: bool = False) -> PartitionState:
+    """A new partition: every replica registered now is in sync (it holds the empty log), the first of them leads
+    in epoch 0 (NO_LEADER when none is registered)."""
+    if not replicas or len(set(replicas)) != len(replicas):
+        raise ValueError(f"replicas {replicas}: at least one, all distinct")
+    if not 1 <= min_isr <= len(replicas):
+        raise ValueError(f"min.insync.replicas {min_isr}: between 1 and the replication factor {len(replicas)}")
+    isr = tuple(sorted(IsrMember(r, registered[r]) for r in replicas if r in registered))
+    leader = next((r for r in replicas if r in registered), NO_LEADER)
+    return PartitionState(replicas, leader, 0, 0, isr, (), min_isr, unclean_election)
+
+
+def check_leader_epoch(current: int, requested: int) -> ErrorCode | None:
+    """KIP-320's fencing of a request that names a leader epoch (Fetch, ListOffsets, OffsetForLeaderEpoch,
+    a follower's fetch): an older epoch is FENCED_LEADER_EPOCH (the sender must refresh its metadata), a newer one
+    UNKNOWN_LEADER_EPOCH (this replica has not heard of it yet)."""
+    if requested < current:
+        return ErrorCode.fenced_leader_epoch
+    if requested > current:
+        return ErrorCode.unknown_leader_epoch
+    return None
+
+
+def same_incarnation(member_epoch: int, broker_epoch: int) -> bool:
+    """KIP-903: a replica counts as the ISR member admitted under ``member_epoch`` only while it is registered
+    under that very broker epoch; a replica that registered again (restarted, perhaps with an empty disk) must
+    catch up and be admitted anew."""
+    return member_epoch == broker_epoch
+
+
+def leads(state: PartitionState, replica: int, broker_epoch: int) -> bool:
+    """Whether ``replica``, registered under ``broker_epoch``, is the leader ``state`` names: the leader's ISR entry
+    must be this incarnation (KIP-903). A leader that restarted before its lease ran out reads itself as leader
+    under its old broker epoch and must wait for the controller's next election instead of serving a log that may
+    have lost its unsynced tail."""
+    member = state.member(replica)
+    return state.leader == replica and member is not None and same_incarnation(member.broker_epoch, broker_epoch)
+
+
+def change_isr(state: PartitionState, isr: tuple[IsrMember, ...], wiped: frozenset[int] = frozenset()) -> PartitionState:
+    """``state`` with ``isr`` as its ISR and the ELR it implies (KIP-966; Kafka's
+    ``PartitionChangeBuilder.populateTargetElr``), partition epoch bumped.
+
+    While the ISR has at least ``min_isr`` members the ELR is empty. Below that the high watermark cannot advance
+    (:func:`walgate.replication.leader.high_watermark`), so every replica that leaves the ISR still holds, durably,
+    everything up to the high watermark: it joins the ELR. A replica whose disk was lost (``wiped``: registered
+    again with another data dir incarnation) holds nothing and leaves the ELR; since the high watermark counts
+    durable positions only, a crash that loses an unsynced tail does not.
+    """
+    isr = tuple(sorted(isr))
+    ids = frozenset(m.replica for m in isr)
+    if len(ids) >= state.min_isr:
+        elr: tuple[int, ...] = ()
+    else:
+        keep = (set(state.elr) | state.isr_ids) - ids - wiped
+        elr = tuple(r for r in state.replicas if r in keep)
+    return replace(state, isr=isr, elr=elr, partition_epoch=state.partition_epoch + 1)
+
+
+def alter_partition(state: PartitionState, proposal: AlterIsr, registered: Mapping[int, int]) -> PartitionState | ErrorCode:
+    """Apply a leader's proposed ISR, or refuse it (the compare-and-swap KIP-497 makes of AlterPartition; in etcd a
+    transaction comparing the key's ``mod_revision`` and each joiner's ``nodes/<id>`` ``create_revision``).
+
+    * another partition epoch: INVALID_UPDATE_VERSION (the leader read an older state; it re-reads and retries);
+    * another leader or leader epoch: FENCED_LEADER_EPOCH (a deposed leader);
+    * a joiner that is not a replica, or not registered under the broker epoch it fetched with:
+      INELIGIBLE_REPLICA (KIP-903);
+    * the leader left out of its own ISR: INVALID_REQUEST.
+    """
+    if proposal.partition_epoch != state.partition_epoch:
+        return ErrorCode.invalid_update_version
+    if proposal.leader != state.leader or proposal.leader_epoch != state.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    if proposal.leader not in {m.replica for m in proposal.isr}:
+        return ErrorCode.invalid_request
+    for joiner in proposal.isr:
+        if joiner in state.isr:
+            continue
+        epoch = registered.get(joiner.replica)
+        if joiner.replica not in state.replicas or epoch is None or not same_incarnation(joiner.broker_epoch, epoch):
+            return ErrorCode.ineligible_replica
+    return change_isr(state, proposal.isr)
+
+
+def _fence(state: PartitionState, live: Mapping[int, int], wiped: frozenset[int]) -> PartitionState:
+    """Remove from the ISR every member whose broker is not registered, or registered under another broker epoch
+    (KIP-841: fenced brokers leave the ISR; KIP-903), and drop wiped replicas from the ELR."""
+    isr = tuple(m for m in state.isr
+                if m.replica in live and same_incarnation(m.broker_epoch, live[m.replica]))
+    if isr == state.isr and not wiped & set(state.elr):
+        return state
+    return change_isr(state, isr, wiped)
+
+
+def elect(state: PartitionState, live: Mapping[int, int]) -> PartitionState:
+    """The controller's election (Kafka's ``PartitionChangeBuilder.electLeader``), on a state already fenced.
+
+    The current leader stays while it is an ISR member. Otherwise the first replica, in assignment order, that is
+    in the ISR; else the first live one in the ELR (KIP-966: it becomes the only ISR member); else, only when the
+    topic allows unclean election, the first live replica (the ISR and the ELR restart from it); else no leader.
+    Every election, even of no leader, bumps the leader epoch and the partition epoch.
+    """
+    if state.leader != NO_LEADER and state.leader in state.isr_ids:
+        return state
+    in_isr = [r for r in state.replicas if r in state.isr_ids]
+    in_elr = [r for r in state.replicas if r in state.elr and r in live]
+    bumped = replace(state, leader_epoch=state.leader_epoch + 1, partition_epoch=state.partition_epoch + 1)
+    if in_isr:
+        return replace(bumped, leader=in_isr[0])
+    if in_elr:
+        leader = in_elr[0]
+        return replace(bumped, leader=leader, isr=(IsrMember(leader, live[leader]),),
+                       elr=tuple(r for r in state.elr if r != leader))
+    alive = [r for r in state.replicas if r in live]
+    if state.unclean_election and alive:
+        return replace(bumped, leader=alive[0], isr=(IsrMember(alive[0], live[alive[0]]),), elr=())
+    if state.leader == NO_LEADER:
+        return state
+    return replace(bumped, leader=NO_LEADER)
+
+
+def reconcile(state: PartitionState, live: Mapping[int, int], wiped: frozenset[int] = frozenset()) -> PartitionState | None:
+    """What the controller writes for this partition given the registered brokers (``live``: replica -> broker
+    epoch) and the replicas that registered with a lost disk: the fenced ISR and ELR, and a leader elected when the
+    current one is no longer an ISR member. None when nothing changes."""
+    new = elect(_fence(state, live, wiped), live)
+    return None if new == state else new
