@@ -162,7 +162,8 @@ class Checker:
                 common = min(a.hw, b.hw)
                 if a.id < b.id and [e.value for e in a.log[:common]] != [e.value for e in b.log[:common]]:
                     self.violations.append(f"nodes {a.id} and {b.id} differ below high watermark {common}")
-        if state.leader == NO_LEADER or nodes[state.leader].lead is None:
+        serving = nodes[state.leader].lead if state.leader != NO_LEADER else None
+        if serving is None or serving.leader_epoch != state.leader_epoch:
             self.violations.append(f"no serving leader after settling: {state}")
             return
         final = nodes[state.leader]
@@ -416,7 +417,7 @@ class Simulation:
         error = (ErrorCode.not_leader_or_follower if node.lead is None
                  else partition.check_leader_epoch(node.lead.leader_epoch, leader_epoch))
         answer = node.cache.end_offset_for(epoch, len(node.log)) if error is None else None
-        self.send(node.id, follower.id, self._at_follower, follower, session, self.on_ofle_answer,
+        self.send(node.id, follower.id, self._at_node, follower, session, self.on_ofle_answer,
                   (follower, leader_epoch, error, answer))
 
     def on_fetch(self, node: Node, follower: Node, session: int, broker_epoch: int, leader_epoch: int,
@@ -431,11 +432,8 @@ class Simulation:
         if lead is not None and error is None:
             entries = [Entry(e.epoch, e.value) for e in node.log[fetch_offset:fetch_offset + self.cfg.fetch_max]]
             self.leader_work(node)
-        self.send(node.id, follower.id, self._at_follower, follower, session, self.on_fetched,
+        self.send(node.id, follower.id, self._at_node, follower, session, self.on_fetched,
                   (follower, fetch_id, leader_epoch, fetch_offset, error, entries, node.hw))
-
-    def _at_follower(self, follower: Node, session: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        self._at_node(follower, session, fn, args)
 
     # -- the follower -------------------------------------------------------------------------------------------
 

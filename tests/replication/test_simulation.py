@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
-import replication_sim as sim
 from replication_sim import SCENARIO_NAMES, run_seed
 
 from walgate.replication import epochs, leader, partition
 from walgate.replication.epochs import EpochEnd, LeaderEpochCache, TruncationStep
-from walgate.replication.partition import NO_LEADER, PartitionState
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
 from walgate.wire.errors import ErrorCode
 
 CI_SEEDS = 200
@@ -70,10 +70,6 @@ def _any_incarnation(member_epoch: int, broker_epoch: int) -> bool:
 
 
 def _elect_any_live(state: PartitionState, live: dict[int, int]) -> PartitionState:
-    from dataclasses import replace
-
-    from walgate.replication.partition import IsrMember
-
     if state.leader != NO_LEADER and state.leader in state.isr_ids:
         return state
     alive = [r for r in state.replicas if r in live]
@@ -120,5 +116,3 @@ def test_a_broken_rule_is_caught(mutation: str, monkeypatch: pytest.MonkeyPatch)
     assert failures, f"{mutation}: no violation in {CI_SEEDS} seeds"
     print(f"{mutation}: {failures[0]}")
 
-
-assert sim.Simulation  # the module the parametrized runs drive
