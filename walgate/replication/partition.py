@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "check_leader_epoch",
-           "same_incarnation", "leads", "change_isr", "alter_partition", "reconcile"]
+           "same_incarnation", "leads", "change_isr", "alter_partition", "elect", "reconcile"]
 
 NO_LEADER = -1
 """The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""
