@@ -76,6 +76,6 @@ async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id
     audit_kafka(ctx, api, f"group {group_id}", code)
     if code != ErrorCode.none:
         return code, message, []
-    # the coordinator answers in the response's field names, a topic's id as its key
+    # the coordinator answers in the response's field names, a topic's id as its key; a denied topic has none
     topics = [cast(Topic, {**t, "topic_id": topic_uuid(t["topic_id"])}) for t in results]
-    return ErrorCode.none, None, topics + denied
+    return ErrorCode.none, None, topics + [{**t, "topic_id": topic_uuid(None)} for t in denied]

@@ -14,14 +14,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import (
-    TOPIC_DENIED,
-    EngineTopics,
-    Outcome,
-    change_offsets,
-    refused_group,
-    topic_uuid,
-)
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -41,7 +34,7 @@ async def handle(broker: Broker, ctx: RequestContext,
         return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
     denied: list[AlterShareGroupOffsetsResponseTopic] = [
-        {"topic_name": t.topic_name, "topic_id": topic_uuid(None), "partitions": [
+        {"topic_name": t.topic_name, "topic_id": None, "partitions": [
             {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
              "error_message": TOPIC_DENIED} for p in t.partitions]}
         for t in request.topics if t.topic_name not in readable]

@@ -14,14 +14,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import (
-    TOPIC_DENIED,
-    EngineTopics,
-    Outcome,
-    change_offsets,
-    refused_group,
-    topic_uuid,
-)
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -42,7 +35,7 @@ async def handle(broker: Broker, ctx: RequestContext,
     names = [t.topic_name for t in request.topics]
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, names)
     denied: list[DeleteShareGroupOffsetsResponseTopic] = [
-        {"topic_name": n, "topic_id": topic_uuid(None), "error_code": ErrorCode.topic_authorization_failed,
+        {"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
          "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
     def delete(engine: Engine, coordinator: ShareCoordinator) -> Outcome:
