@@ -38,7 +38,8 @@ def _with_ids(assignment: Assignment, topics: TopicsSnapshot) -> Assignment:
     ]}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     svc = broker.groups
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
     wanted = [g for g in request.group_ids if g in permitted]

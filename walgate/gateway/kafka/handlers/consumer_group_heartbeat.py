@@ -42,7 +42,8 @@ def _refuse(message: str | None, error: int = ErrorCode.invalid_request) -> Cons
             "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
     if ctx.api_version >= 1 and request.member_id == "":
         return _refuse("MemberId can't be empty.")
     if request.subscribed_topic_regex:  # v1+ (None before); librdkafka sends "" for "no regex"

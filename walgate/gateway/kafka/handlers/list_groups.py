@@ -18,6 +18,7 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import ListGroupsRequest, ListGroupsResponse, ListGroupsResponseListedGroup
 
 API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 5
+Listed = ListGroupsResponseListedGroup
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
@@ -26,7 +27,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest
     # the coordinators answer in the response's field names
     error, groups = await answered(svc.with_store(
         lambda store: (
-            (ErrorCode.none, cast(list[ListGroupsResponseListedGroup], svc.groups.list_groups(
+            (ErrorCode.none, cast(list[Listed], svc.groups.list_groups(
                 states_filter=states, types_filter=types, offset_groups=store.groups_with_offsets(),
             ))),
             [],
@@ -36,7 +37,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest
     if shares is not None and error == ErrorCode.none:
         consumer = groups
         error, groups = await answered(shares.run(lambda _engine, coordinator: (
-            ErrorCode.none, consumer + cast(list[ListGroupsResponseListedGroup], list_groups(coordinator, states, types)))),
+            ErrorCode.none, consumer + cast(list[Listed], list_groups(coordinator, states, types)))),
             lambda code: (code, []))
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in groups])

@@ -30,7 +30,8 @@ API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 9
 
 
 def _failed(topics: list[tuple[str, list[PartitionCommit]]], code: int) -> list[OffsetCommitResponseTopic]:
-    return [{"name": name, "topic_id": None, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
+    return [{"name": name, "topic_id": None,
+             "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
             for name, parts in topics]
 
 
