@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit_kafka
@@ -18,11 +18,17 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "EngineTopics", "change_offsets", "refusal", "refused_group", "topic_uuid"]
+__all__ = ["TOPIC_DENIED", "EngineTopics", "Outcome", "change_offsets", "refused_group", "topic_uuid"]
 
-Change = Callable[[Engine, ShareCoordinator], tuple[int, str | None, list[dict[str, Any]]]]
-"""An offsets change on the share coordinator: (error code, message, the answer's topics)."""
+Outcome = tuple[int, str | None, list[dict[str, Any]]]
+"""What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
+topic keys)."""
+Change = Callable[[Engine, ShareCoordinator], Outcome]
+"""An offsets change on the share coordinator."""
+Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic)
+"""A topic of an Alter/DeleteShareGroupOffsets answer."""
 
 TOPIC_DENIED = "Topic authorization failed."
 
@@ -49,29 +55,27 @@ def topic_uuid(key: str | None) -> uuid.UUID:
     return uuid.UUID(int=0) if key is None else uuid.UUID(key)
 
 
-def refusal(code: int, message: str | None = None) -> dict[str, Any]:
-    """The whole answer of an Alter/DeleteShareGroupOffsets refused at the group level."""
-    return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
-
-
-def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operation) -> dict[str, Any] | None:
-    """The answer refusing a change of ``group_id``'s offsets before the coordinator (share groups off, no ``op``
-    on the group: GROUP_AUTHORIZATION_FAILED, an empty id: INVALID_GROUP_ID), None when it may go on."""
+def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operation) -> tuple[int, str | None] | None:
+    """The group-level (error code, message) refusing a change of ``group_id``'s offsets before the coordinator
+    (share groups off, no ``op`` on the group: GROUP_AUTHORIZATION_FAILED, an empty id: INVALID_GROUP_ID), None
+    when it may go on. The answer then has no topics."""
     if broker.shares is None:
-        return refusal(ErrorCode.unsupported_version, "Share groups are not enabled.")
+        return ErrorCode.unsupported_version, "Share groups are not enabled."
     if not allowed(broker, ctx, op, ResourceType.GROUP, group_id):
-        return refusal(ErrorCode.group_authorization_failed)
-    return refusal(ErrorCode.invalid_group_id) if not group_id else None
+        return ErrorCode.group_authorization_failed, None
+    return (ErrorCode.invalid_group_id, None) if not group_id else None
 
 
 async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,
-                         denied: list[dict[str, Any]]) -> dict[str, Any]:
+                         denied: list[Topic]) -> tuple[int, str | None, list[Topic]]:
     """``change`` run on the share service (its write durable; a refused one answers GROUP_WRITE's code), audited as
-    ``api``, answered with its topics and the ``denied`` ones (a group-level error: :func:`refusal`)."""
+    ``api``: the answer's (error code, message, topics), its topics and the ``denied`` ones (their ids the zero
+    UUID), none with a group-level error."""
     assert broker.shares is not None  # refused_group answered first
     code, message, results = await answered(broker.shares.run(change), lambda c: (c, None, []), GROUP_WRITE)
     audit_kafka(ctx, api, f"group {group_id}", code)
     if code != ErrorCode.none:
-        return refusal(code, message)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-            "responses": [{**t, "topic_id": topic_uuid(t["topic_id"])} for t in results + denied]}
+        return code, message, []
+    # the coordinator answers in the response's field names, a topic's id as its key; a denied topic has none
+    topics = [cast(Topic, {**t, "topic_id": topic_uuid(t["topic_id"])}) for t in results]
+    return ErrorCode.none, None, topics + [{**t, "topic_id": topic_uuid(None)} for t in denied]

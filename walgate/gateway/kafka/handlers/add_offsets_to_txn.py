@@ -10,8 +10,6 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the group (else GROUP_AUTHO
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
@@ -21,11 +19,12 @@ from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 25, 0, 4
 
 
-async def _error(broker: Broker, ctx: RequestContext, request: Any) -> int:
+async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest) -> int:
     svc = broker.transactions
     tid, group = request.transactional_id, request.group_id
     if svc is None:
@@ -44,5 +43,5 @@ async def _error(broker: Broker, ctx: RequestContext, request: Any) -> int:
         return error_of(exc, TRANSACTIONS)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     return {"throttle_time": 0, "error_code": await _error(broker, ctx, request)}

@@ -17,8 +17,6 @@ top-level CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -28,12 +26,18 @@ from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version, partition_errors
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 24, 0, 5
 
 
-def _result(tid: str, codes: dict[tuple[str, int], int]) -> dict[str, Any]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _result(tid: str, codes: dict[tuple[str, int], int]) -> AddPartitionsToTxnResult:
+    by_topic: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in codes.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
     return {"transactional_id": tid,
@@ -41,7 +45,7 @@ def _result(tid: str, codes: dict[tuple[str, int], int]) -> dict[str, Any]:
 
 
 async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, epoch: int, verify_only: bool,
-               partitions: list[tuple[str, int]]) -> dict[str, Any]:
+               partitions: list[tuple[str, int]]) -> AddPartitionsToTxnResult:
     svc, version = broker.transactions, ctx.api_version
     if svc is None:
         return _result(tid, dict.fromkeys(partitions, ErrorCode.coordinator_not_available))
@@ -75,13 +79,14 @@ async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, 
     return _result(tid, dict.fromkeys(partitions, for_version(code, version, 2)))
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     version = ctx.api_version
     if version < 4:
         partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         result = await _one(broker, ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                             request.v3_and_below_producer_epoch, False, partitions)
-        return {"throttle_time": 0, "results_by_topic_v3_and_below": result["topic_results"]}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": [],  # v4+ only
+                "results_by_topic_v3_and_below": result["topic_results"]}
     if not cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
     results = [await _one(broker, ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only,

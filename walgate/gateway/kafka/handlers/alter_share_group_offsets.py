@@ -9,33 +9,40 @@ the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZ
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.share_admin import alter_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponseTopic,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 91, 0, 0
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: AlterShareGroupOffsetsRequest) -> AlterShareGroupOffsetsResponse:
     group_id = request.group_id
     refused = refused_group(broker, ctx, group_id, Operation.READ)
     if refused is not None:
-        return refused
+        return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
-    denied = [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
-        {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
-         "error_message": TOPIC_DENIED} for p in t.partitions]} for t in request.topics if t.topic_name not in readable]
+    denied: list[AlterShareGroupOffsetsResponseTopic] = [
+        {"topic_name": t.topic_name, "topic_id": None, "partitions": [
+            {"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed,
+             "error_message": TOPIC_DENIED} for p in t.partitions]}
+        for t in request.topics if t.topic_name not in readable]
     offsets = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                for t in request.topics if t.topic_name in readable]
 
-    def alter(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, list[dict[str, Any]]]:
+    def alter(engine: Engine, coordinator: ShareCoordinator) -> Outcome:
         return alter_offsets(coordinator, EngineTopics(engine), group_id, offsets)
 
-    return await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
+    code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

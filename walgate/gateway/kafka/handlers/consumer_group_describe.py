@@ -10,7 +10,7 @@ operations when asked for.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
@@ -19,25 +19,35 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupDescribeResponseAssignment,
+    ConsumerGroupDescribeResponseDescribedGroup,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 69, 0, 1
 _NO_AUTH_OPS = -2147483648
+Assignment = ConsumerGroupDescribeResponseAssignment
+Group = ConsumerGroupDescribeResponseDescribedGroup
 
 
-def _with_ids(assignment: dict[str, Any], topics: TopicsSnapshot) -> dict[str, Any]:
+def _with_ids(assignment: Assignment, topics: TopicsSnapshot) -> Assignment:
     return {"topic_partitions": [
         {**t, "topic_id": topics.topic_id(t["topic_name"]) or uuid.UUID(int=0)} for t in assignment["topic_partitions"]
     ]}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     svc = broker.groups
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
     wanted = [g for g in request.group_ids if g in permitted]
-    with_ops = getattr(request, "include_authorized_operations", False)
+    with_ops = request.include_authorized_operations
 
-    def describe(topics: TopicsSnapshot) -> tuple[list[dict[str, Any]], list[Completion]]:
-        groups = svc.groups.consumer.describe(wanted) if wanted else []
+    def describe(topics: TopicsSnapshot) -> tuple[list[Group], list[Completion]]:
+        # the coordinator answers in the response's field names, its assignments' topics by name only
+        groups = cast(list[Group], svc.groups.consumer.describe(wanted)) if wanted else []
         for g in groups:
             g["authorized_operations"] = _NO_AUTH_OPS
             for m in g["members"]:
@@ -55,6 +65,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}
 
 
-def _empty(group_id: str, code: int) -> dict[str, Any]:
-    return {"group_id": group_id, "error_code": code, "error_message": None, "members": [],
-            "authorized_operations": _NO_AUTH_OPS}
+def _empty(group_id: str, code: int) -> Group:
+    return {"group_id": group_id, "error_code": code, "error_message": None, "group_state": "", "group_epoch": 0,
+            "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": _NO_AUTH_OPS}

@@ -16,7 +16,7 @@ TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a sh
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
@@ -27,20 +27,26 @@ from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupHeartbeatResponseAssignment,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 68, 0, 1
 log = logging.getLogger(__name__)
 
 
-def _refuse(message: str | None, error: int = ErrorCode.invalid_request) -> dict[str, Any]:
+def _refuse(message: str | None, error: int = ErrorCode.invalid_request) -> ConsumerGroupHeartbeatResponse:
     return {"throttle_time": 0, "error_code": error, "error_message": message,
             "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
     if ctx.api_version >= 1 and request.member_id == "":
         return _refuse("MemberId can't be empty.")
-    if getattr(request, "subscribed_topic_regex", None):  # v1+; librdkafka sends "" for "no regex"
+    if request.subscribed_topic_regex:  # v1+ (None before); librdkafka sends "" for "no regex"
         return _refuse("SubscribedTopicRegex is not supported by walgate: subscribe to topic names.")
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return _refuse(None, ErrorCode.group_authorization_failed)
@@ -56,10 +62,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     svc = broker.groups
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
-    def heartbeat(topics: TopicsSnapshot) -> tuple[dict[str, Any], list[Completion]]:
+    def heartbeat(topics: TopicsSnapshot) -> tuple[ConsumerGroupHeartbeatResponse, list[Completion]]:
         owned = None
         if request.topic_partitions is not None:
-            named = [(topics.topic_name(t.topic_id), list(t.partitions)) for t in request.topic_partitions]
+            named = [(None if t.topic_id is None else topics.topic_name(t.topic_id), list(t.partitions))
+                     for t in request.topic_partitions]
             owned = [(name, partitions) for name, partitions in named if name is not None]
         response, completions = svc.groups.consumer_heartbeat(
             group_id=request.group_id,
@@ -76,14 +83,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             client_host=client_host,
             now_ms=now_ms(),
         )
-        assignment = response.pop("assignment")
-        if assignment is not None:
-            ids = [(topics.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
+        # the coordinator answers in the response's field names but for the assignment's topics (by name) and the
+        # interval (in ms)
+        named = response.pop("assignment")
+        assignment: ConsumerGroupHeartbeatResponseAssignment | None = None
+        if named is not None:
+            ids = [(topics.topic_id(t["topic_name"]), t["partitions"]) for t in named["topic_partitions"]]
             assignment = {"topic_partitions": [
                 {"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in ids if topic_id is not None
             ]}
         response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
-        return {"throttle_time": 0, **response, "assignment": assignment}, completions
+        answer = cast(ConsumerGroupHeartbeatResponse, {"throttle_time": 0, **response})
+        return {**answer, "assignment": assignment}, completions
 
     response = await answered(broker.group_call(heartbeat), lambda code: _refuse(None, code))
     if response["error_code"] != ErrorCode.none:

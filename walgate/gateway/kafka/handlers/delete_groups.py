@@ -12,8 +12,9 @@ ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATIO
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
+from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import delete_groups
 from walgate.coordinator.share_admin import delete_group
 from walgate.coordinator.share_coordinator import ShareCoordinator
@@ -26,19 +27,21 @@ from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
 
 API_KEY, MIN_VERSION, MAX_VERSION = 42, 0, 2
+Result = DeleteGroupsResponseDeletableGroupResult
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     svc = broker.groups
     permitted = allowed_names(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.groups_names)
-    denied = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
-              for g in request.groups_names if g not in permitted]
+    denied: list[Result] = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
+                            for g in request.groups_names if g not in permitted]
     names = [g for g in request.groups_names if g in permitted]
-    shared: list[dict[str, Any]] = []
+    shared: list[Result] = []
     if broker.shares is not None and names:
-        def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+        def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[Result]:
             return [{"group_id": g, "error_code": delete_group(coordinator, g)} for g in dict.fromkeys(names)]
 
         shared = [r for r in await answered(broker.shares.run(delete_shared), lambda code: [
@@ -50,7 +53,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
         return {"throttle_time": 0, "results": shared + denied}
 
-    def delete(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
+    def delete(store: EngineOffsetStore) -> tuple[list[Result], list[Completion]]:
         plan = delete_groups(svc.groups, store, group_ids=names, now_ms=now_ms())
         failed = {}
         for group, partitions in plan.deletions.items():
@@ -58,7 +61,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 store.delete(group, partitions)
             except Exception as exc:  # noqa: BLE001 - mapped per group, siblings unaffected
                 failed[group] = error_of(exc, GROUP_WRITE)
-        return [{**r, "error_code": failed.get(r["group_id"], r["error_code"])} for r in plan.results], []
+        results = cast(list[Result], plan.results)  # in the response's field names
+        return [{**r, "error_code": failed.get(r["group_id"], r["error_code"])} for r in results], []
 
     results = await answered(svc.with_store(delete), lambda code: [{"group_id": g, "error_code": code}
                                                                    for g in names], GROUP_WRITE)

@@ -9,31 +9,37 @@ for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_F
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.share_admin import delete_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponseTopic,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 92, 0, 0
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DeleteShareGroupOffsetsRequest) -> DeleteShareGroupOffsetsResponse:
     group_id = request.group_id
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
     if refused is not None:
-        return refused
+        return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     names = [t.topic_name for t in request.topics]
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, names)
-    denied = [{"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
-               "error_message": TOPIC_DENIED} for n in names if n not in readable]
+    denied: list[DeleteShareGroupOffsetsResponseTopic] = [
+        {"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
+         "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
-    def delete(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, list[dict[str, Any]]]:
+    def delete(engine: Engine, coordinator: ShareCoordinator) -> Outcome:
         return delete_offsets(coordinator, EngineTopics(engine), group_id, [n for n in names if n in readable])
 
-    return await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
+    code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

@@ -27,8 +27,6 @@ ACLs (as Kafka): DescribeConfigs on the topic (TOPIC_AUTHORIZATION_FAILED), the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
@@ -42,10 +40,19 @@ from walgate.storage.broker_configs import (
     is_dynamic,
     synonyms_of,
 )
+from walgate.storage.catalog import TopicDef
 from walgate.storage.engine import Engine
 from walgate.storage.resource_configs import GROUP as GROUP_KIND
 from walgate.storage.topic_configs import CONFIG_TYPES, topic_configs
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 32, 0, 4
 TOPIC, BROKER, GROUP = 2, 4, 32  # resource types
@@ -59,26 +66,28 @@ _TYPES = {**{k: _TYPE_IDS[t] for k, t in CONFIG_TYPES.items()},
 
 Level = tuple[dict[str, str | None], int]
 """A level of broker configs (name -> value; None: Kafka's null) and its config source."""
+Entry = DescribeConfigsResourceResult
+Synonym = DescribeConfigsSynonym
 
 
-def _entry(name: str, value: str | None, source: int, synonyms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _entry(name: str, value: str | None, source: int, synonyms: list[Synonym] | None = None) -> Entry:
     """A topic's or a group's config."""
     return {"name": name, "value": value, "read_only": False, "is_default": source == _DEFAULT_CONFIG,
             "config_source": source, "is_sensitive": False, "synonyms": synonyms or [],
             "config_type": _TYPES.get(name, 2), "documentation": None}
 
 
-def _synonyms(levels: list[Level], name: str, sensitive: bool) -> list[dict[str, Any]]:
+def _synonyms(levels: list[Level], name: str, sensitive: bool) -> list[Synonym]:
     """Kafka's ``configSynonyms``: the values of ``name``'s synonyms at every level, level by level, from the first
     that is ``name`` itself (a null default is no value)."""
     names = synonyms_of(name)
-    found = [{"name": k, "value": None if sensitive else level[k], "source": source}
-             for level, source in levels for k in names if level.get(k) is not None]
+    found: list[Synonym] = [{"name": k, "value": None if sensitive else level[k], "source": source}
+                            for level, source in levels for k in names if level.get(k) is not None]
     first = next((i for i, s in enumerate(found) if s["name"] == name), len(found))
     return found[first:]
 
 
-def _broker_entry(name: str, levels: list[Level], synonyms: bool) -> dict[str, Any]:
+def _broker_entry(name: str, levels: list[Level], synonyms: bool) -> Entry:
     """A broker config from the ``levels`` that set it, the one in force first (Kafka's ``createBrokerConfigEntry``):
     read-only unless dynamic, a password's value hidden."""
     kind, sensitive = describe_type(name)
@@ -98,7 +107,7 @@ def _levels(engine: Engine, broker: Broker) -> list[Level]:
             (dict(broker.configs), _STATIC_BROKER_CONFIG), (dict(KAFKA_DEFAULTS), _DEFAULT_CONFIG)]
 
 
-def _broker_entries(engine: Engine, broker: Broker, name: str, synonyms: bool) -> list[dict[str, Any]]:
+def _broker_entries(engine: Engine, broker: Broker, name: str, synonyms: bool) -> list[Entry]:
     """The broker resource ``name`` (node id, or "" for the cluster-wide defaults): every config with the values it
     has at each level; the cluster-wide resource answers only its own configs, as Kafka does."""
     if not name:
@@ -116,7 +125,7 @@ def topic_defaults(engine: Engine, node_id: int) -> dict[str, tuple[str, int]]:
             for k, v in engine.topic_defaults(node_id).items()}
 
 
-def _topic_entries(engine: Engine, broker: Broker, topic: Any, synonyms: bool) -> list[dict[str, Any]]:
+def _topic_entries(engine: Engine, broker: Broker, topic: TopicDef, synonyms: bool) -> list[Entry]:
     """A topic's configs; a Kafka-native one's with their synonyms (Kafka's ``createTopicConfigEntry``): its own
     value, then its broker config's (:func:`_synonyms`); the source is the first of them's."""
     options = engine.catalog.database(topic.db).options
@@ -124,28 +133,29 @@ def _topic_entries(engine: Engine, broker: Broker, topic: Any, synonyms: bool) -
     if topic.kind != "kafka":
         return [_entry(k, v, _TOPIC_CONFIG if set_ else _DEFAULT_CONFIG) for k, (v, set_) in described.items()]
     levels, defaults = _levels(engine, broker), engine.topic_defaults(broker.node_id)
-    entries = []
+    entries: list[Entry] = []
     for k, (v, set_) in described.items():
-        found = ([{"name": k, "value": v, "source": _TOPIC_CONFIG}] if set_ else []) + (
-            _synonyms(levels, TOPIC_SYNONYMS[k], False) if k in TOPIC_SYNONYMS else [])
+        own: list[Synonym] = [{"name": k, "value": v, "source": _TOPIC_CONFIG}] if set_ else []
+        found = own + (_synonyms(levels, TOPIC_SYNONYMS[k], False) if k in TOPIC_SYNONYMS else [])
         entries.append(_entry(k, v if set_ else defaults.get(k, v), found[0]["source"] if found else _DEFAULT_CONFIG,
                               found if synonyms else []))
     return entries
 
 
-def _group_entries(engine: Engine, broker: Broker, name: str) -> list[dict[str, Any]]:
+def _group_entries(engine: Engine, broker: Broker, name: str) -> list[Entry]:
     own = engine.resource_configs(GROUP_KIND, name)
     defaults = group_timeouts(broker).defaults()
     return [_entry(k, own[k], _GROUP_CONFIG) if k in own else _entry(k, v, _DEFAULT_CONFIG)
             for k, v in defaults.items()]
 
 
-def _result(r: Any, error: int, message: str | None, configs: list[dict[str, Any]]) -> dict[str, Any]:
+def _result(r: DescribeConfigsResource, error: int, message: str | None,
+            configs: list[Entry]) -> DescribeConfigsResult:
     return {"error_code": error, "error_message": message, "resource_type": r.resource_type,
             "resource_name": r.resource_name, "configs": configs}
 
 
-def describe(engine: Engine, broker: Broker, r: Any, synonyms: bool) -> dict[str, Any]:
+def describe(engine: Engine, broker: Broker, r: DescribeConfigsResource, synonyms: bool) -> DescribeConfigsResult:
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
     if r.resource_type == TOPIC:
         topic = engine.catalog.topics.get(r.resource_name)
@@ -165,20 +175,21 @@ def describe(engine: Engine, broker: Broker, r: Any, synonyms: bool) -> dict[str
     return _result(r, ErrorCode.none, None, [e for e in entries if keys is None or e["name"] in keys])
 
 
-def _describe_all(engine: Engine, broker: Broker, request: Any, denied: dict[int, int]) -> list[dict[str, Any]]:
-    results = []
+def _describe_all(engine: Engine, broker: Broker, request: DescribeConfigsRequest,
+                  denied: dict[int, int]) -> list[DescribeConfigsResult]:
+    results: list[DescribeConfigsResult] = []
     for i, r in enumerate(request.resources):
         if i in denied:
             results.append(_result(r, denied[i], "Authorization failed.", []))
             continue
         try:
-            results.append(describe(engine, broker, r, bool(getattr(request, "include_synonyms", False))))  # v1+
+            results.append(describe(engine, broker, r, request.include_synonyms))  # v1+ (False before)
         except Exception as exc:  # noqa: BLE001 - mapped per resource, siblings unaffected
             results.append(_result(r, error_of(exc), str(exc), []))
     return results
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     return {"throttle_time": 0, "results": await broker.call(
         _describe_all, broker, request, config_denials(broker, ctx, Operation.DESCRIBE_CONFIGS,
                                                        [(r.resource_type, r.resource_name) for r in request.resources]))}

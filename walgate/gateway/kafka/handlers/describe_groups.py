@@ -7,34 +7,41 @@ operations (v3+) when asked for."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeGroupsResponseDescribedGroup,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 15, 0, 5
 _NO_AUTH_OPS = -2147483648
+Group = DescribeGroupsResponseDescribedGroup
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     svc = broker.groups
     names = list(request.groups)
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, names)
     wanted = [g for g in names if g in permitted]
-    described = await answered(svc.with_store(
-        lambda store: (svc.groups.describe(wanted, has_offsets=store.has_offsets, report_not_found=False), [])
+    # the coordinator answers in the response's field names
+    described = await answered(svc.with_store(lambda store: (cast(list[Group], svc.groups.describe(
+        wanted, has_offsets=store.has_offsets, report_not_found=False)), [])
     ), lambda code: [_empty(g, code) for g in wanted]) if wanted else []
     by_id = {g["group_id"]: g for g in described}
     groups = [by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in names]
-    with_ops = getattr(request, "include_authorized_operations", False)
+    with_ops = request.include_authorized_operations  # False before v3
     return {"throttle_time": 0, "groups": [
         {**g, "authorized_operations": operations(broker, ctx, ResourceType.GROUP, g["group_id"])
          if with_ops and g["error_code"] == ErrorCode.none else _NO_AUTH_OPS} for g in groups]}
 
 
-def _empty(group_id: str, code: int) -> dict[str, Any]:
+def _empty(group_id: str, code: int) -> Group:
     return {"group_id": group_id, "error_code": code, "group_state": "", "protocol_type": "", "protocol_data": "",
             "members": []}

@@ -9,7 +9,7 @@ coordinator that fails answers every asked group's error (:mod:`.common`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.share_admin import describe_offsets
 from walgate.coordinator.share_coordinator import ShareCoordinator
@@ -20,15 +20,24 @@ from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, topic_uuid
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup,
+    DescribeShareGroupOffsetsResponseTopic,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 90, 0, 1
+Group = DescribeShareGroupOffsetsResponseGroup
+Topic = DescribeShareGroupOffsetsResponseTopic
 
 
-def _group(group_id: str, code: int, topics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _group(group_id: str, code: int, topics: list[Topic] | None = None) -> Group:
     return {"group_id": group_id, "error_code": code, "error_message": None, "topics": topics or []}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse:
     shares = broker.shares
     groups = list(request.groups)
     if shares is None:
@@ -38,9 +47,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     readable = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
     wanted = [g for g in groups if g.group_id in permitted]
 
-    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[Group]:
         topics = EngineTopics(engine)
-        out = []
+        out: list[Group] = []
         for g in wanted:
             if g.topics is None:
                 found = describe_offsets(coordinator, topics, g.group_id, None)
@@ -53,7 +62,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                     {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
                      "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
                     for p in t.partitions]} for t in g.topics if t.topic_name not in readable]
-            out.append(_group(g.group_id, ErrorCode.none, [{**t, "topic_id": topic_uuid(t["topic_id"])}
+            # the coordinator answers in the response's field names, a topic's id as its key
+            out.append(_group(g.group_id, ErrorCode.none, [cast(Topic, {**t, "topic_id": topic_uuid(t["topic_id"])})
                                                            for t in found]))
         return out
 

@@ -19,8 +19,6 @@ ACLs (Kafka's ``handleEndTxnRequest``): Write on the transactional id, else TRAN
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
@@ -30,13 +28,14 @@ from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import EndTxnRequest, EndTxnResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 26, 0, 5
 _V2_SINCE = 5  # Kafka's transactionVersionForEndTxn: v5 and later are transaction version 2
 _NO_PRODUCER = (-1, -1)
 
 
-async def _end(broker: Broker, ctx: RequestContext, request: Any) -> tuple[int, tuple[int, int]]:
+async def _end(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> tuple[int, tuple[int, int]]:
     svc, version = broker.transactions, ctx.api_version
     tid = request.transactional_id
     if svc is None:
@@ -58,9 +57,7 @@ async def _end(broker: Broker, ctx: RequestContext, request: Any) -> tuple[int, 
     return ErrorCode.none, step.producer or _NO_PRODUCER
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     error, (producer_id, producer_epoch) = await _end(broker, ctx, request)
-    answer: dict[str, Any] = {"throttle_time": 0, "error_code": error}
-    if ctx.api_version >= _V2_SINCE:
-        answer.update(producer_id=producer_id, producer_epoch=producer_epoch)
-    return answer
+    return {"throttle_time": 0, "error_code": error, "producer_id": producer_id,  # producer: v5+ only
+            "producer_epoch": producer_epoch}

@@ -11,22 +11,21 @@ may not Describe TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import FindCoordinatorRequest, FindCoordinatorResponse, FindCoordinatorResponseCoordinator
 
 API_KEY, MIN_VERSION, MAX_VERSION = 10, 0, 6
 _GROUP, _TRANSACTION = 0, 1
 
 
-def _refused(key: str, code: int, message: str) -> dict[str, Any]:
+def _refused(key: str, code: int, message: str) -> FindCoordinatorResponseCoordinator:
     return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
 
-def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
     if key_type == _TRANSACTION:
         if broker.transactions is None:
             return _refused(key, ErrorCode.transactional_id_authorization_failed,
@@ -43,10 +42,10 @@ def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[s
             "error_code": ErrorCode.none, "error_message": None}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    key_type = getattr(request, "key_type", _GROUP)
+async def handle(broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    key_type = request.key_type  # v0: a group
     if ctx.api_version >= 4:
         return {"throttle_time": 0, "coordinators": [_one(broker, ctx, k, key_type) for k in request.coordinator_keys]}
-    one = _one(broker, ctx, request.key, key_type)
-    del one["key"]  # v0-v3 answer a single key at the top level
-    return {"throttle_time": 0, **one}
+    one = _one(broker, ctx, request.key, key_type)  # v0-v3 answer a single key at the top level
+    return {"throttle_time": 0, "coordinators": [], "error_code": one["error_code"],
+            "error_message": one["error_message"], "node_id": one["node_id"], "host": one["host"], "port": one["port"]}

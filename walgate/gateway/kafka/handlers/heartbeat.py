@@ -6,19 +6,18 @@ ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import HeartbeatRequest, HeartbeatResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 12, 0, 4
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     groups = broker.groups.groups
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
@@ -28,7 +27,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 group_id=request.group_id,
                 generation_id=request.generation_id,
                 member_id=request.member_id,
-                group_instance_id=getattr(request, "group_instance_id", None),
+                group_instance_id=request.group_instance_id,
                 now_ms=now_ms(),
             ),
             [],

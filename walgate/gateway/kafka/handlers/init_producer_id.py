@@ -20,8 +20,6 @@ producer needs IdempotentWrite on the cluster or Write on some topic, else CLUST
 
 from __future__ import annotations
 
-from typing import Any
-
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, by_resource_type, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -31,20 +29,22 @@ from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, TRANSACTIONS
 from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import InitProducerIdRequest, InitProducerIdResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 22, 0, 5
 _MAX_EPOCH = 32766
 
 
-def _refused(code: int) -> dict[str, Any]:
+def _refused(code: int) -> InitProducerIdResponse:
     return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
-async def _transactional(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    svc, tid = broker.transactions, request.transactional_id
+async def _transactional(broker: Broker, ctx: RequestContext, tid: str,
+                         request: InitProducerIdRequest) -> InitProducerIdResponse:
+    svc = broker.transactions
     if svc is None or not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _refused(ErrorCode.transactional_id_authorization_failed)
-    pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
+    pid, epoch = request.producer_id, request.producer_epoch  # -1 before v3
     if (pid == -1) != (epoch == -1):
         return _refused(ErrorCode.invalid_request)
     timeout = millis(request.transaction_timeout)
@@ -63,14 +63,14 @@ async def _transactional(broker: Broker, ctx: RequestContext, request: Any) -> d
             "producer_epoch": step.txn.producer_epoch}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        return await _transactional(broker, ctx, request)
+        return await _transactional(broker, ctx, request.transactional_id, request)
     if not (cluster_allowed(broker, ctx, Operation.IDEMPOTENT_WRITE)
             or by_resource_type(broker, ctx, Operation.WRITE, ResourceType.TOPIC)):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,
                 "producer_epoch": -1}
-    pid, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
+    pid, epoch = request.producer_id, request.producer_epoch  # -1 before v3
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": epoch + 1}
     try:

@@ -7,7 +7,7 @@ INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
@@ -16,11 +16,12 @@ from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import JoinGroupRequest, JoinGroupResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 11, 0, 9
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.api_version
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
@@ -31,10 +32,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": "", "members": []}
     session = millis(request.session_timeout)
     rebalance = millis(request.rebalance_timeout) if v >= 1 else session  # v0 has no rebalance timeout
-    response = await answered(broker.groups.join(
+    # the coordinator answers in the response's field names
+    response = cast(JoinGroupResponse, await answered(broker.groups.join(
         group_id=request.group_id,
         member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
+        group_instance_id=request.group_instance_id,
         client_id=ctx.client_id or "",
         client_host=f"/{ctx.peer}",
         protocol_type=request.protocol_type,
@@ -45,7 +47,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         supports_skip_assignment=v >= 9,
         now_ms=now_ms(),
     ), lambda code: {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
-                     "member_id": request.member_id, "members": []})
+                     "member_id": request.member_id, "members": []}))
     if v < 7 and response.get("protocol_name") is None:
         response = {**response, "protocol_name": ""}
     return {"throttle_time": 0, **response}

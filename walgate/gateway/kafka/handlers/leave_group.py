@@ -6,7 +6,7 @@ ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
@@ -14,11 +14,12 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import LeaveGroupRequest, LeaveGroupResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 13, 0, 5
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     if ctx.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -26,10 +27,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     groups = broker.groups.groups
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
-    response = await answered(
+    # the coordinator answers in the response's field names
+    response = cast(LeaveGroupResponse, await answered(
         broker.groups.run(lambda: groups.leave(group_id=request.group_id, members=members, now_ms=now_ms())),
         lambda code: {"error_code": code, "members": []},
-    )
+    ))
     if ctx.api_version < 3 and response["error_code"] == 0 and response["members"]:
         response = {**response, "error_code": response["members"][0]["error_code"]}
     return {"throttle_time": 0, **response}

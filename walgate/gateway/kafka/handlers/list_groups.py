@@ -7,7 +7,7 @@ ACLs (as Kafka): all groups with Describe on the cluster, else only those the pr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.share_admin import list_groups
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, cluster_allowed
@@ -15,29 +15,31 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import ListGroupsRequest, ListGroupsResponse, ListGroupsResponseListedGroup
 
 API_KEY, MIN_VERSION, MAX_VERSION = 16, 0, 5
+Listed = ListGroupsResponseListedGroup
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     svc = broker.groups
-    answer: dict[str, Any] = await answered(svc.with_store(
+    states, types = request.states_filter, request.types_filter  # empty (no filter) before v4 / v5
+    # the coordinators answer in the response's field names
+    error, groups = await answered(svc.with_store(
         lambda store: (
-            {"error_code": ErrorCode.none, "groups": svc.groups.list_groups(
-                states_filter=getattr(request, "states_filter", ()),
-                types_filter=getattr(request, "types_filter", ()),
-                offset_groups=store.groups_with_offsets(),
-            )},
+            (ErrorCode.none, cast(list[Listed], svc.groups.list_groups(
+                states_filter=states, types_filter=types, offset_groups=store.groups_with_offsets(),
+            ))),
             [],
         )
-    ), lambda code: {"error_code": code, "groups": []})
+    ), lambda code: (code, []))
     shares = broker.shares
-    if shares is not None and answer["error_code"] == ErrorCode.none:
-        states, types = getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
-        answer = await answered(shares.run(lambda _engine, coordinator: {
-            **answer, "groups": answer["groups"] + list_groups(coordinator, states, types)}),
-            lambda code: {"error_code": code, "groups": []})
+    if shares is not None and error == ErrorCode.none:
+        consumer = groups
+        error, groups = await answered(shares.run(lambda _engine, coordinator: (
+            ErrorCode.none, consumer + cast(list[Listed], list_groups(coordinator, states, types)))),
+            lambda code: (code, []))
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
-        permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in answer["groups"]])
-        answer = {**answer, "groups": [g for g in answer["groups"] if g["group_id"] in permitted]}
-    return {"throttle_time": 0, **answer}
+        permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in groups])
+        groups = [g for g in groups if g["group_id"] in permitted]
+    return {"throttle_time": 0, "error_code": error, "groups": groups}

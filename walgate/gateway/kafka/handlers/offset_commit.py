@@ -13,8 +13,9 @@ partitions, the others are committed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
+from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import PartitionCommit, commit_offsets
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
@@ -23,19 +24,21 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import OffsetCommitRequest, OffsetCommitResponse, OffsetCommitResponseTopic
 
 API_KEY, MIN_VERSION, MAX_VERSION = 8, 0, 9
 
 
-def _failed(topics: list[tuple[str, list[PartitionCommit]]], code: int) -> list[dict[str, Any]]:
-    return [{"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
+def _failed(topics: list[tuple[str, list[PartitionCommit]]], code: int) -> list[OffsetCommitResponseTopic]:
+    return [{"name": name, "topic_id": None,
+             "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
             for name, parts in topics]
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     svc = broker.groups
     topics = [
-        (t.name, [PartitionCommit(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+        (t.name, [PartitionCommit(p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                   p.committed_metadata) for p in t.partitions])
         for t in request.topics
     ]
@@ -48,13 +51,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         if not topics:
             return {"throttle_time": 0, "topics": _failed(denied, ErrorCode.topic_authorization_failed)}
 
-    def commit(store: EngineOffsetStore) -> tuple[dict[str, Any], list[Any]]:
+    def commit(store: EngineOffsetStore) -> tuple[list[OffsetCommitResponseTopic], list[Completion]]:
         plan = commit_offsets(
             svc.groups.classic, store,
             group_id=request.group_id,
-            generation_id=getattr(request, "generation_id_or_member_epoch", -1),
-            member_id=getattr(request, "member_id", ""),
-            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            group_instance_id=request.group_instance_id,
             topics=topics,
             partition_exists=store.partition_exists,
             report_group_not_found=ctx.api_version >= 9,
@@ -69,9 +72,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         else:
             failed = {(r.topic, r.partition): error_of(e, GROUP_WRITE)
                       for r, e in zip(plan.records, errors) if e is not None}
-        return plan.failed(failed), []
+        return cast(list[OffsetCommitResponseTopic], plan.failed(failed)["topics"]), []  # the response's field names
 
-    answer = await answered(svc.with_store(commit), lambda code: {"topics": _failed(topics, code)}, GROUP_WRITE)
-    if denied:
-        answer = {**answer, "topics": [*answer["topics"], *_failed(denied, ErrorCode.topic_authorization_failed)]}
-    return {"throttle_time": 0, **answer}
+    answered_topics = await answered(svc.with_store(commit), lambda code: _failed(topics, code), GROUP_WRITE)
+    return {"throttle_time": 0, "topics": [*answered_topics, *_failed(denied, ErrorCode.topic_authorization_failed)]}

@@ -14,8 +14,8 @@ GROUP_AUTHORIZATION_FAILED; a requested topic the principal may not Describe ans
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from walgate.coordinator.offsets import fetch_offsets
 from walgate.coordinator.store import EngineOffsetStore
@@ -24,28 +24,37 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered, error_of
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponseTopic,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 9, 0, 9
+Group = OffsetFetchResponseGroup
 
 
-def _topics(topics: Any) -> list[tuple[str, list[int]]] | None:
+def _topics(topics: Sequence[OffsetFetchRequestTopics | OffsetFetchRequestTopic] | None
+            ) -> list[tuple[str, list[int]]] | None:
     return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     svc = broker.groups
     if ctx.api_version >= 8:
-        wanted = [(g.group_id, _topics(g.topics), getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
-                  for g in request.groups]
+        wanted = [(g.group_id, _topics(g.topics), g.member_id, g.member_epoch) for g in request.groups]
     else:
         wanted = [(request.group_id, _topics(request.topics), None, -1)]
 
-    require_stable = ctx.api_version >= 7 and request.require_stable
+    require_stable = request.require_stable  # False before v7
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     denied_groups = {w[0] for w in wanted if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
 
-    def fetch(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
-              member_epoch: int) -> dict[str, Any]:
+    def fetch(store: EngineOffsetStore, group_id: str, topics: list[tuple[str, list[int]]] | None,
+              member_id: str | None, member_epoch: int) -> Group:
         if group_id in denied_groups:
             return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed, "topics": []}
         answer = unchecked(store, group_id, topics, member_id, member_epoch)
@@ -53,14 +62,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             answer = _stable(answer, broker.transactions.coordinator.pending_offsets(group_id))
         return answer if describable is None else _authorized(answer, describable, listing=topics is None)
 
-    def unchecked(store: EngineOffsetStore, group_id: str, topics: Any, member_id: str | None,
-                  member_epoch: int) -> dict[str, Any]:
+    def unchecked(store: EngineOffsetStore, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                  member_id: str | None, member_epoch: int) -> Group:
         consumer = svc.groups.consumer
         try:
             # v9: a KIP-848 member reads its group's offsets at its current epoch
             error = consumer.offset_fetch_error(group_id, member_id, member_epoch) if consumer.has_group(group_id) else None
-            if error is None:
-                return fetch_offsets(store, group_id=group_id, topics=topics)
+            if error is None:  # the coordinator answers in the response's field names
+                return cast(Group, fetch_offsets(store, group_id=group_id, topics=topics))
         except Exception as exc:  # noqa: BLE001 - mapped per group, siblings unaffected
             error = error_of(exc)
         return {"group_id": group_id, "error_code": error, "topics": []}
@@ -69,12 +78,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                              lambda code: [{"group_id": w[0], "error_code": code, "topics": []} for w in wanted])
     if ctx.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
-    single = dict(answers[0])
-    del single["group_id"]  # v0-v7 answer one group at the top level
-    return {"throttle_time": 0, **single}
+    single = answers[0]  # v0-v7 answer one group at the top level, in structs of the same fields
+    return {"throttle_time": 0, "groups": [], "error_code": single["error_code"],
+            "topics": cast(list[OffsetFetchResponseTopic], single["topics"])}
 
 
-def _stable(answer: dict[str, Any], pending: set[tuple[str, int]]) -> dict[str, Any]:
+def _stable(answer: Group, pending: set[tuple[str, int]]) -> Group:
     """A group's answer for require_stable (v7+, read_committed consumers): a partition whose offset a transaction
     still holds pending answers UNSTABLE_OFFSET_COMMIT with offset -1, which the client retries (Kafka's
     ``fetchOffsets`` with requireStable)."""
@@ -86,7 +95,7 @@ def _stable(answer: dict[str, Any], pending: set[tuple[str, int]]) -> dict[str, 
         for p in t["partitions"]]} for t in answer.get("topics", [])]}
 
 
-def _authorized(answer: dict[str, Any], describable: Callable[[str], bool], *, listing: bool) -> dict[str, Any]:
+def _authorized(answer: Group, describable: Callable[[str], bool], *, listing: bool) -> Group:
     """A group's answer without what the principal may not Describe: left out of a listing, else
     TOPIC_AUTHORIZATION_FAILED with offset -1 (Kafka's UNAUTHORIZED_PARTITION)."""
     topics = []

@@ -14,25 +14,35 @@ level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZA
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
-from walgate.gateway.kafka.handlers.share_fetch import ack_batches, admitted, resolve, top
+from walgate.gateway.kafka.handlers.share_fetch import Refused, ack_batches, admitted, resolve
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse,
+    ShareAcknowledgeResponsePartitionData,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 79, 1, 2
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def _top(error: int, message: str | None = None) -> ShareAcknowledgeResponse:
+    """A ShareAcknowledge answer with a top-level error and no partitions."""
+    return {"throttle_time": 0, "error_code": error, "error_message": message, "acquisition_lock_timeout": 0,
+            "responses": [], "node_endpoints": []}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
     admission = admitted(broker, ctx, group_id)
-    if isinstance(admission, dict):
-        return admission
+    if isinstance(admission, Refused):
+        return _top(admission.error, admission.message)
     shares, readable = admission
 
     def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
@@ -57,11 +67,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         results = {(str(t.topic_id), p.partition_index): (int(error), None) for t in request.topics
                    for p in t.partitions}
     if code != ErrorCode.none:
-        return top(code, message)
-    grouped: dict[str, list[dict[str, Any]]] = {}
+        return _top(code, message)
+    grouped: dict[str, list[ShareAcknowledgeResponsePartitionData]] = {}
     for (topic, partition), (outcome, text) in results.items():
         grouped.setdefault(topic, []).append({
             "partition_index": partition, "error_code": outcome, "error_message": text,
             "current_leader": {"leader_id": broker.node_id, "leader_epoch": LEADER_EPOCH}})
-    return {**top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
+    return {**_top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
             "responses": [{"topic_id": uuid.UUID(t), "partitions": parts} for t, parts in grouped.items()]}

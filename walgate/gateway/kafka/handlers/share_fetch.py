@@ -40,9 +40,8 @@ import asyncio
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ShareCoordinator
 from walgate.coordinator.share_partition import Ack, Acquired
@@ -56,9 +55,27 @@ from walgate.storage.engine import Engine
 from walgate.storage.partitions import Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ShareAcknowledgeRequestAcknowledgeTopic,
+    ShareFetchableTopicResponse,
+    ShareFetchRequest,
+    ShareFetchRequestFetchTopic,
+    ShareFetchResponse,
+    ShareFetchResponsePartitionData,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 78, 1, 2
 DEFAULT_MAX_RECORDS = 500
+Topics = Sequence[ShareFetchRequestFetchTopic] | Sequence[ShareAcknowledgeRequestAcknowledgeTopic]
+"""The topics of a ShareFetch or a ShareAcknowledge request (the same fields)."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A ShareFetch / ShareAcknowledge refused as a whole: its top-level error code and message."""
+
+    error: int
+    message: str | None = None
 
 
 @dataclass
@@ -126,13 +143,14 @@ def aborted_ranges(engine: Engine, name: str, partition: int, acquired: list[Acq
     return out
 
 
-def ack_batches(topics: Any, names: dict[str, str | None]) -> list[AckBatch]:
+def ack_batches(topics: Topics, names: dict[str, str | None]) -> list[AckBatch]:
     """The acknowledgement batches of a ShareFetch / ShareAcknowledge request's known topics."""
     return [AckBatch(str(t.topic_id), p.partition_index, b.first_offset, b.last_offset, list(b.acknowledge_types))
             for t in topics if names.get(str(t.topic_id)) for p in t.partitions for b in p.acknowledgement_batches]
 
 
-def resolve(engine: Engine, topics: Any, readable: Any) -> tuple[dict[str, str | None], dict[tuple[str, int], int]]:
+def resolve(engine: Engine, topics: Topics, readable: Callable[[str], bool] | None
+            ) -> tuple[dict[str, str | None], dict[tuple[str, int], int]]:
     """Topic id -> name (None: not servable) of the request's topics, and the error of each partition that is not."""
     names: dict[str, str | None] = {}
     errors: dict[tuple[str, int], int] = {}
@@ -201,30 +219,29 @@ def _acquire(engine: Engine, coordinator: ShareCoordinator, group_id: str, membe
 
 
 def admitted(broker: Broker, ctx: RequestContext,
-             group_id: str) -> tuple[ShareService, Callable[[str], bool] | None] | dict[str, Any]:
+             group_id: str) -> tuple[ShareService, Callable[[str], bool] | None] | Refused:
     """The share service for a ShareFetch / ShareAcknowledge of ``group_id`` and the principal's Read check on topics
-    (None: everything allowed), or the top-level answer refusing it: share groups off (UNSUPPORTED_VERSION) or no Read
+    (None: everything allowed), or why it is refused as a whole: share groups off (UNSUPPORTED_VERSION) or no Read
     on the group (GROUP_AUTHORIZATION_FAILED)."""
     if broker.shares is None:
-        return top(ErrorCode.unsupported_version, "Share groups are not enabled.")
+        return Refused(ErrorCode.unsupported_version, "Share groups are not enabled.")
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group_id):
-        return top(ErrorCode.group_authorization_failed)
+        return Refused(ErrorCode.group_authorization_failed)
     return broker.shares, checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse:
     group_id, member_id, epoch = request.group_id or "", request.member_id or "", request.share_session_epoch
     admission = admitted(broker, ctx, group_id)
-    if isinstance(admission, dict):
-        return admission
+    if isinstance(admission, Refused):
+        return _top(admission.error, admission.message)
     shares, readable = admission
-    renew_only = bool(getattr(request, "is_renew_ack", False))  # v2: renewing locks, nothing new is acquired
+    renew_only = request.is_renew_ack  # v2 (False before): renewing locks, nothing new is acquired
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = request.max_bytes
     if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
-    max_wait = request.max_wait.total_seconds() if hasattr(request.max_wait, "total_seconds") else request.max_wait / 1000
-    deadline = time.monotonic() + max(max_wait, 0.0)
+    deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0.0)
 
     def first(engine: Engine, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
@@ -288,7 +305,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         if event is not None:
             broker.unwatch(keys, event)
     if answer.error != ErrorCode.none:
-        return top(answer.error, answer.message)
+        return _top(answer.error, answer.message)
     throttle = 0
     if FETCH_RATE in broker.quotas.keys:  # client quotas: over the quota, no records (walgate.gateway.quotas)
         nbytes = sum(len(b) for s in answer.served.values() for b in s.batches)
@@ -316,20 +333,20 @@ async def _withhold(shares: ShareService, group_id: str, member_id: str, answer:
         error_of(exc)
 
 
-def top(error: int, message: str | None = None) -> dict[str, Any]:
-    """A ShareFetch / ShareAcknowledge answer with a top-level error and no partitions."""
+def _top(error: int, message: str | None = None) -> ShareFetchResponse:
+    """A ShareFetch answer with a top-level error and no partitions."""
     return {"throttle_time": 0, "error_code": error, "error_message": message, "acquisition_lock_timeout": 0,
             "responses": [], "node_endpoints": []}
 
 
-def _failed(request: Any, error: int, node_id: int) -> dict[str, Any]:
+def _failed(request: ShareFetchRequest, error: int, node_id: int) -> ShareFetchResponse:
     served = {(str(t.topic_id), p.partition_index): Served(PartitionResult(error=error, ack_error=error))
               for t in request.topics for p in t.partitions}
-    return {**top(ErrorCode.none), "responses": _responses(served, node_id)}
+    return {**_top(ErrorCode.none), "responses": _responses(served, node_id)}
 
 
-def _responses(served: dict[tuple[str, int], Served], node_id: int) -> list[dict[str, Any]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
+def _responses(served: dict[tuple[str, int], Served], node_id: int) -> list[ShareFetchableTopicResponse]:
+    grouped: dict[str, list[ShareFetchResponsePartitionData]] = {}
     for (topic, partition), s in served.items():
         r = s.result
         grouped.setdefault(topic, []).append({

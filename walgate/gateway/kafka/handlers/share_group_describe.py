@@ -11,7 +11,7 @@ when asked for.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
@@ -20,28 +20,35 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    ShareGroupDescribeResponseDescribedGroup,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 77, 1, 1
 _NO_AUTH_OPS = -2147483648
+Group = ShareGroupDescribeResponseDescribedGroup
 
 
-def _empty(group_id: str, code: int, message: str | None = None) -> dict[str, Any]:
+def _empty(group_id: str, code: int, message: str | None = None) -> Group:
     return {"group_id": group_id, "error_code": code, "error_message": message, "group_state": "",
             "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [],
             "authorized_operations": _NO_AUTH_OPS}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
     shares = broker.shares
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
     wanted = [g for g in request.group_ids if g in permitted]
     if shares is None:
         return {"throttle_time": 0, "groups": [_empty(g, ErrorCode.unsupported_version) for g in request.group_ids]}
 
-    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
-        out = []
+    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[Group]:
+        out: list[Group] = []
         for group_id in wanted:
-            group = coordinator.groups.describe(group_id)
+            # the coordinator answers in the response's field names, its assignments' topics by name only
+            group = cast(Group | None, coordinator.groups.describe(group_id))
             if group is None:
                 out.append({**_empty(group_id, ErrorCode.none), "group_state": "Empty", "assignor_name": "simple"}
                            if coordinator.has_state(group_id) else
@@ -56,7 +63,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         return out
 
     groups = await answered(shares.run(describe), lambda code: [_empty(g, code) for g in wanted])
-    if getattr(request, "include_authorized_operations", False):
+    if request.include_authorized_operations:
         for g in groups:
             if g["error_code"] == ErrorCode.none:
                 g["authorized_operations"] = operations(broker, ctx, ResourceType.GROUP, g["group_id"])

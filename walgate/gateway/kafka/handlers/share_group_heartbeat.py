@@ -12,7 +12,7 @@ group is GROUP_ID_NOT_FOUND (:mod:`walgate.gateway.kafka.group_types`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
@@ -23,16 +23,22 @@ from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import (
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+    ShareGroupHeartbeatResponseAssignment,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 76, 1, 1
 
 
-def _refuse(error: int, message: str | None = None) -> dict[str, Any]:
+def _refuse(error: int, message: str | None = None) -> ShareGroupHeartbeatResponse:
     return {"throttle_time": 0, "error_code": error, "error_message": message, "member_id": None,
             "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext,
+                 request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
     shares = broker.shares
     if shares is None:
         return _refuse(ErrorCode.unsupported_version, "Share groups are not enabled.")
@@ -48,7 +54,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
         return _refuse(*taken)
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
-    def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> dict[str, Any]:
+    def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> ShareGroupHeartbeatResponse:
         now = now_ms()
         response, left = coordinator.groups.heartbeat(
             group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
@@ -56,12 +62,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             client_id=client_id, client_host=client_host, now_ms=now)
         if left:
             coordinator.member_left(request.group_id, request.member_id, now)
-        assignment = response.pop("assignment")
-        if assignment is not None:
-            ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in assignment["topic_partitions"]]
+        # the coordinator answers in the response's field names but for the assignment's topics (by name) and the
+        # interval (in ms)
+        named = response.pop("assignment")
+        assignment: ShareGroupHeartbeatResponseAssignment | None = None
+        if named is not None:
+            ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in named["topic_partitions"]]
             assignment = {"topic_partitions": [{"topic_id": topic_id, "partitions": partitions}
                                                for topic_id, partitions in ids if topic_id is not None]}
         response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
-        return {"throttle_time": 0, **response, "assignment": assignment}
+        answer = cast(ShareGroupHeartbeatResponse, {"throttle_time": 0, **response})
+        return {**answer, "assignment": assignment}
 
     return await answered(shares.run(heartbeat), _refuse)

@@ -6,7 +6,7 @@ ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
@@ -14,28 +14,29 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import SyncGroupRequest, SyncGroupResponse
 
 API_KEY, MIN_VERSION, MAX_VERSION = 14, 0, 5
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    protocol_type = getattr(request, "protocol_type", None)
-    protocol_name = getattr(request, "protocol_name", None)
+async def handle(broker: Broker, ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    protocol_type, protocol_name = request.protocol_type, request.protocol_name  # None before v5
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "assignment": b""}
     if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
-    response = await answered(broker.groups.parked(
+    # the coordinator answers in the response's field names
+    response = cast(SyncGroupResponse, await answered(broker.groups.parked(
         lambda rid: broker.groups.groups.sync(
             rid,
             group_id=request.group_id,
             generation_id=request.generation_id,
             member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
+            group_instance_id=request.group_instance_id,
             protocol_type=protocol_type,
             protocol_name=protocol_name,
             assignments={a.member_id: a.assignment for a in request.assignments},
             now_ms=now_ms(),
         )
-    ), lambda code: {"error_code": code, "assignment": b""})
+    ), lambda code: {"error_code": code, "assignment": b""}))
     return {"throttle_time": 0, **response}

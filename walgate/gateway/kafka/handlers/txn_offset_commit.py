@@ -22,8 +22,9 @@ Read on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions; the othe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
+from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import PartitionCommit, commit_offsets
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.coordinator.transactions import PendingOffset
@@ -34,6 +35,7 @@ from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import abortable_for_version
 from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetCommitResponseTopic
 
 API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 5
 _IMPLICIT_ADD_SINCE = 5  # Kafka's txnOffsetCommitRequestVersionToTransactionSupportedOperation: addPartition
@@ -41,16 +43,16 @@ _IMPLICIT_ADD_SINCE = 5  # Kafka's txnOffsetCommitRequestVersionToTransactionSup
 Topics = list[tuple[str, list[PartitionCommit]]]
 
 
-def _failed(topics: Topics, code: int) -> list[dict[str, Any]]:
+def _failed(topics: Topics, code: int) -> list[TxnOffsetCommitResponseTopic]:
     return [{"name": name, "partitions": [{"partition_index": p.partition, "error_code": code} for p in parts]}
             for name, parts in topics]
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     svc = broker.transactions
     tid, group = request.transactional_id, request.group_id
     topics: Topics = [
-        (t.name, [PartitionCommit(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+        (t.name, [PartitionCommit(p.partition_index, p.committed_offset, p.committed_leader_epoch,
                                   p.committed_metadata) for p in t.partitions])
         for t in request.topics
     ]
@@ -66,7 +68,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
     groups = broker.groups.groups
     producer_id, epoch = request.producer_id, request.producer_epoch
 
-    def commit(store: EngineOffsetStore) -> tuple[list[dict[str, Any]], list[Any]]:
+    def commit(store: EngineOffsetStore) -> tuple[list[TxnOffsetCommitResponseTopic], list[Completion]]:
         joined = None
         if ctx.api_version >= _IMPLICIT_ADD_SINCE:
             step = svc.coordinator.add_offsets(tid, producer_id, epoch, group, now_ms(), tv=2)
@@ -82,8 +84,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
             return _failed(topics, refused), []
         now = now_ms()
         plan = commit_offsets(
-            groups.classic, store, group_id=group, generation_id=getattr(request, "generation_id", -1),
-            member_id=getattr(request, "member_id", ""), group_instance_id=getattr(request, "group_instance_id", None),
+            groups.classic, store, group_id=group, generation_id=request.generation_id,
+            member_id=request.member_id, group_instance_id=request.group_instance_id,
             topics=topics, partition_exists=store.partition_exists, report_group_not_found=False, now_ms=now,
             consumer=groups.consumer, transactional=True,
         )
@@ -94,8 +96,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
                 svc.record([(tid, svc.coordinator.add_offsets_pending(tid, pending, now, joined))])
             except Exception as exc:  # noqa: BLE001 - answered per partition
                 code = error_of(exc, TRANSACTIONS)
-                return plan.failed({(r.topic, r.partition): code for r in plan.records})["topics"], []
-        return plan.response["topics"], []
+                failed = plan.failed({(r.topic, r.partition): code for r in plan.records})
+                return cast(list[TxnOffsetCommitResponseTopic], failed["topics"]), []  # the response's field names
+        return cast(list[TxnOffsetCommitResponseTopic], plan.response["topics"]), []
 
     try:
         answered = await broker.groups.with_store(commit)
