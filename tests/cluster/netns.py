@@ -9,7 +9,7 @@ asymmetric partition; DROP, not REJECT: the sender hears nothing, as on a real n
 directions, :meth:`Network.heal` every rule. The rules live in the hosts' own namespaces, so deleting a namespace
 deletes its rules and its veth (and the veth's peer): teardown removes every namespace the test made, whether the
 test passed, failed or was interrupted, and namespaces left by a test process that was killed outright
-(``wgt<pid>-*`` of a PID that is gone) are removed by the next :func:`network`.
+(``wgt<pid>-*`` of a PID that is gone) are removed by the next :func:`network`, with the processes left in them.
 
 It needs root, ``ip`` (iproute2) and ``iptables``: without them :func:`network` fails the test with what is
 missing (CI runs as root); these tests are never skipped. The kernel has no netem, so there are no delays here.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,11 +56,17 @@ def namespaces_of(pid: int) -> list[str]:
 
 
 def _remove_stale() -> None:
-    """Delete the namespaces of test processes that no longer run (killed before their teardown)."""
+    """Delete the namespaces of test processes that no longer run (killed before their teardown), after killing
+    the processes those tests left inside them (etcd members, helpers: started by that test, stopped by PID)."""
     for line in _run("ip", "netns", "list").splitlines():
         name = line.split()[0] if line.strip() else ""
         match = _STALE.match(name)
         if match and not os.path.exists(f"/proc/{match.group(1)}"):
+            for pid in _run("ip", "netns", "pids", name).split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             _run("ip", "netns", "delete", name)
 
 
