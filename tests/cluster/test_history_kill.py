@@ -1,13 +1,14 @@
 """The history checker on a real history: confluent-kafka producers and a consumer against one ``walgate serve``
 that is killed with SIGKILL twice under load and restarted on the same data dir and port.
 
-A client process runs idempotent ``acks=all`` producers (each value unique) and an assigned consumer reading both
-partitions from offset 0 (``auto.offset.reset=earliest``: a log that came back shorter than what it had read sends
+A client process runs idempotent ``acks=all`` producers (each value unique), a transactional producer (two values
+a transaction, one per partition, one transaction in four aborted) and an assigned ``read_committed`` consumer
+reading both partitions from offset 0 (``auto.offset.reset=earliest``: a log that came back shorter than what it had read sends
 it back, which the checker sees as a non-monotonic poll), printing what it invoked, what was acknowledged (with its
 offset) or refused, and every record read. After the kills the test acknowledges one more value per partition and
 reads both partitions from the start up to it, so every acknowledged write lies below what was read: the checker
-(history.py) then reports any acknowledged write lost, value duplicated, offset holding two values, phantom read,
-and any consumer going back or skipping, across both crashes.
+(history.py) then reports any acknowledged or committed write lost, value duplicated, offset holding two values,
+aborted or phantom read, and any consumer going back or skipping, across both crashes.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ DRAIN = 101  # the final reader
 WAIT_S = 60.0
 
 CLIENTS = """
-import sys, threading
-from confluent_kafka import Consumer, Producer, TopicPartition
+import random, sys, threading
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 bootstrap, topic, producers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 lock = threading.Lock()
@@ -60,6 +61,48 @@ def produce(i):
         if n % 50 == 49:
             p.flush(30)
 
+def transact(i):
+    # transactions of two values (one per partition), one in four aborted: "t" when begun, then "tok" (committed,
+    # with the offsets), "tab" (aborted) or "tinfo" (the outcome is unknown)
+    rng = random.Random(i)
+    p = None
+    for n in range(0, 2_000_000, 2):
+        if p is None:
+            p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "hist-txn", "linger.ms": 5,
+                          "transaction.timeout.ms": 10000, "reconnect.backoff.max.ms": 200})
+            try:
+                p.init_transactions(30)
+            except KafkaException:
+                p = None
+                continue
+        values = (i * 10_000_000 + n, i * 10_000_000 + n + 1)
+        offsets = {}
+        def done(err, msg):
+            if err is None:
+                offsets[int(msg.value())] = msg.offset()
+        say(f"t {values[0]} {values[1]}")
+        try:
+            p.begin_transaction()
+            for k, v in enumerate(values):
+                p.produce(topic, str(v).encode(), partition=k, on_delivery=done)
+            if rng.random() < 0.25:
+                p.abort_transaction(30)
+                say(f"tab {values[0]}")
+            else:
+                p.commit_transaction(30)
+                p.poll(0)
+                say(f"tok {values[0]} {offsets.get(values[0], -1)} {offsets.get(values[1], -1)}")
+        except KafkaException as e:
+            try:
+                if e.args[0].txn_requires_abort():
+                    p.abort_transaction(30)
+                    say(f"tab {values[0]}")
+                    continue
+            except KafkaException:
+                pass
+            say(f"tinfo {values[0]}")
+            p = None  # a fatal or unknown state: a new producer fences the old one (init_transactions)
+
 def consume():
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hist-reader", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "reconnect.backoff.max.ms": 200})
@@ -71,6 +114,7 @@ def consume():
             say(f"r {m.partition()} {m.offset()} {int(m.value())}")
 
 threads = [threading.Thread(target=produce, args=(i,), daemon=True) for i in range(producers)]
+threads.append(threading.Thread(target=transact, args=(producers,), daemon=True))
 threads.append(threading.Thread(target=consume, daemon=True))
 for t in threads:
     t.start()
@@ -95,6 +139,7 @@ def history_of(out: Path) -> list[Op]:
     """The client process's output as a history: a send with no answer (the process was killed) is unknown."""
     invoked: dict[int, str] = {}
     answered: dict[int, Send] = {}
+    txns: dict[int, Send] = {}  # by the first value: begun (info) until committed (ok) or aborted (fail)
     polls: list[Op] = []
     for line in out.read_text().splitlines():
         kind, *fields = line.split()
@@ -106,6 +151,16 @@ def history_of(out: Path) -> list[Op]:
         elif kind == "err" and len(fields) == 2:  # a timed-out send may still have been written: unknown
             value = int(fields[0])
             answered[value] = Send(value // 10_000_000, (Write(f"p{fields[1]}", value),), "info")
+        elif kind == "t" and len(fields) == 2:
+            txns[int(fields[0])] = Send(PRODUCERS, tuple(Write(f"p{k}", int(v)) for k, v in enumerate(fields)),
+                                        "info")
+        elif kind == "tok" and len(fields) == 3:
+            first = int(fields[0])
+            offsets = [int(o) if int(o) >= 0 else None for o in fields[1:]]
+            txns[first] = Send(PRODUCERS, tuple(Write(w.key, w.value, o) for w, o in zip(txns[first].writes, offsets)),
+                               "ok")
+        elif kind == "tab" and len(fields) == 1:
+            txns[int(fields[0])] = Send(PRODUCERS, txns[int(fields[0])].writes, "fail")
         elif kind == "a":
             polls.append(Assign(CONSUMER))
         elif kind == "r" and len(fields) == 3:
@@ -113,7 +168,7 @@ def history_of(out: Path) -> list[Op]:
         # a line cut short by the SIGKILL of the client process is no operation
     sends: list[Op] = [answered.get(v) or Send(v // 10_000_000, (Write(key, v),), "info")
                        for v, key in invoked.items()]
-    return sends + polls
+    return sends + list(txns.values()) + polls
 
 
 def finish(bootstrap: str) -> list[Op]:
