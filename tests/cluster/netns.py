@@ -73,8 +73,9 @@ def _remove_stale() -> None:
 class Network:
     """Hosts in their own namespaces on one bridge; the partitions between them are iptables DROP rules.
 
-    Invariant: every namespace this object made is in ``self.made`` from the moment it exists, and :meth:`close`
-    deletes each of them (with them go their rules, their veths and the veths' peers)."""
+    Invariant: every namespace this object made is in ``self.made`` from the moment it exists (the observer's link:
+    ``self.linked``), and :meth:`close` deletes each of them (with them go their rules, their veths and the veths'
+    peers)."""
 
     def __init__(self, hosts: Sequence[str]) -> None:
         if len(set(hosts)) != len(hosts) or OBSERVER in hosts or not 0 < len(hosts) < 250:
@@ -86,6 +87,7 @@ class Network:
         self.hosts = list(hosts)
         self.hub = f"{self.tag}-hub"
         self.made: list[str] = []
+        self.linked = False
         self._rules: set[tuple[str, str]] = set()
 
     def namespace(self, host: str) -> str:
@@ -113,8 +115,10 @@ class Network:
             _run("ip", "-n", self.hub, "link", "set", f"h{i}", "master", "br0", "up")
             _run("ip", "-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", "eth0")
             _run("ip", "-n", ns, "link", "set", "eth0", "up")
-        # the observer's link: its end in this namespace goes when the hub namespace (holding its peer) is deleted
+        # the observer's link, deleted first at close (the kernel frees a deleted namespace's links later, in the
+        # background: its peer's end would linger here a moment)
         _run("ip", "link", "add", self.tag, "type", "veth", "peer", "name", "obs", "netns", self.hub)
+        self.linked = True
         _run("ip", "-n", self.hub, "link", "set", "obs", "master", "br0", "up")
         _run("ip", "addr", "add", f"{self.address(OBSERVER)}/24", "dev", self.tag)
         _run("ip", "link", "set", self.tag, "up")
@@ -153,6 +157,12 @@ class Network:
     def close(self) -> None:
         """Delete every namespace made (processes still inside keep theirs until they exit: stop them first)."""
         errors = []
+        if self.linked:
+            try:
+                _run("ip", "link", "delete", self.tag)
+                self.linked = False
+            except RuntimeError as e:
+                errors.append(str(e))
         for ns in reversed(self.made):
             try:
                 _run("ip", "netns", "delete", ns)
