@@ -1,4 +1,5 @@
-"""Real etcd clusters for the control-plane tests: Debian's ``etcd`` (etcd-server 3.4) members on 127.0.0.1.
+"""Real etcd clusters for the control-plane tests: Debian's ``etcd`` (etcd-server 3.4) members on 127.0.0.1, or on
+the addresses of network namespaces (netns.py).
 
 Each member runs in its own data dir under the test's tmp dir, on free ports, and is stopped by its PID (SIGKILL
 for :meth:`Member.kill`, SIGTERM then SIGKILL at teardown). When ``etcd`` is not installed the fixture fails with
@@ -15,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,8 +44,11 @@ def etcd_binary() -> str:
 class Member:
     """One etcd member; :meth:`start` (again after :meth:`kill`/:meth:`stop`) keeps its data dir and ports."""
 
-    def __init__(self, name: str, root: Path, initial_cluster: str, token: str) -> None:
+    def __init__(self, name: str, root: Path, initial_cluster: str, token: str, host: str = "127.0.0.1",
+                 prefix: Sequence[str] = ()) -> None:
         self.name = name
+        self.host = host
+        self.prefix = list(prefix)  # what the member runs under (e.g. ``ip netns exec NS``)
         self.client_port = free_port()
         self.peer_port = free_port()
         self.data_dir = root / name
@@ -55,15 +59,15 @@ class Member:
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
-        args = [etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
+        args = [*self.prefix, etcd_binary(), "--name", self.name, "--data-dir", str(self.data_dir),
                 "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
                 "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
                 "--initial-cluster", self.initial_cluster, "--initial-cluster-token", self.token,
@@ -103,20 +107,25 @@ class Member:
 
 
 class EtcdCluster:
-    def __init__(self, root: Path, size: int) -> None:
+    """``size`` members; member i listens on ``hosts[i]`` and runs under ``prefixes[i]`` when given (a network
+    namespace: netns.py), else on 127.0.0.1."""
+
+    def __init__(self, root: Path, size: int, hosts: Sequence[str] = (), prefixes: Sequence[Sequence[str]] = ()
+                 ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         names = [f"m{i}" for i in range(size)]
         self.members: list[Member] = []
         token = f"walgate-test-{os.getpid()}-{free_port()}"
-        for name in names:
-            self.members.append(Member(name, root, "", token))
+        for i, name in enumerate(names):
+            self.members.append(Member(name, root, "", token, hosts[i] if hosts else "127.0.0.1",
+                                       prefixes[i] if prefixes else ()))
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for m in self.members:
             m.initial_cluster = initial
 
     @property
     def endpoints(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", m.client_port) for m in self.members]
+        return [(m.host, m.client_port) for m in self.members]
 
     @property
     def spec(self) -> str:
@@ -144,8 +153,9 @@ class EtcdCluster:
 
 
 @contextmanager
-def etcd_cluster(root: Path, size: int = 1) -> Iterator[EtcdCluster]:
-    cluster = EtcdCluster(root, size)
+def etcd_cluster(root: Path, size: int = 1, hosts: Sequence[str] = (), prefixes: Sequence[Sequence[str]] = ()
+                 ) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(root, size, hosts, prefixes)
     try:
         cluster.start()
         yield cluster

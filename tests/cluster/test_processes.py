@@ -3,73 +3,26 @@
 
 from __future__ import annotations
 
-import json
-import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import pytest
 from etcd_cluster import EtcdCluster
+from event_process import EventProcess, first_event
 
 from walgate.cluster.model import decode_record
 
-HELPER = Path(__file__).with_name("node_helper.py")
-WAIT_S = 60.0
 CLUSTER = "proc"
 
 
-class Helper:
+class Helper(EventProcess):
+    """node_helper.py as node ``node_id``."""
+
     def __init__(self, etcd: EtcdCluster, node_id: int, data_dir: Path, ttl: int = 2) -> None:
         self.node_id = node_id
-        self.stderr_path = data_dir.with_suffix(".log")
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(HELPER), etcd.spec, CLUSTER, str(node_id), str(data_dir), str(ttl)],
-                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def wait(self, pred: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
-        """The first event from now on that ``pred`` accepts (the test fails after WAIT_S)."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"node {self.node_id}: no {what} within {WAIT_S:g} s; its log:\n"
-                            + self.stderr_path.read_text(errors="replace")[-3000:])
-            self.seen.append(event)
-            if pred(event):
-                return event
-
-    def drain(self) -> None:
-        while True:
-            try:
-                self.seen.append(self.events.get_nowait())
-            except queue.Empty:
-                return
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        super().__init__(f"node {node_id}", "node_helper.py",
+                         [etcd.spec, CLUSTER, str(node_id), str(data_dir), str(ttl)], data_dir.with_suffix(".log"))
 
 
 @contextmanager
@@ -81,22 +34,13 @@ def helpers(etcd: EtcdCluster, tmp_path: Path, ids: list[int]) -> Iterator[list[
         yield made
     finally:
         for h in made:
-            h.signal(signal.SIGCONT) if h.proc.poll() is None else None
             h.stop()
 
 
 def first_controller(nodes: list[Helper]) -> tuple[Helper, int]:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for h in nodes:
-            try:
-                event = h.events.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            h.seen.append(event)
-            if event["event"] == "controller":
-                return h, int(event["epoch"])
-    pytest.fail("no controller elected")
+    node, event = first_event(nodes, lambda e: e["event"] == "controller", "controller elected")
+    assert isinstance(node, Helper)
+    return node, int(event["epoch"])
 
 
 async def stream(etcd: EtcdCluster) -> list[tuple[int, int]]:

@@ -1,0 +1,196 @@
+"""A checker of what Kafka clients saw, after jepsen's Kafka workload (``jepsen/tests/kafka.clj``): pure, typed.
+
+A history is the list of operations clients completed, each process's in the order it did them:
+
+- :class:`Send`: one or more :class:`Write` (several: one transaction), with its outcome: ``ok`` (acknowledged;
+  a transaction committed), ``fail`` (definitely not written: a non-retriable error, an aborted transaction) or
+  ``info`` (unknown: a timeout, the client died). An acknowledged write may carry the offset the broker gave it.
+- :class:`Poll`: what one consumer read, per partition (the "key"), as (offset, value) pairs in the order read.
+- :class:`Assign`: the consumer was assigned, subscribed, rebalanced or seeked: where it reads from next is its
+  own choice, so its next poll is not compared with its last.
+
+Every value is written once in a history (the workload makes them unique). :func:`check` derives each partition's
+log (offset -> the values seen there, from acknowledgements and reads) and returns the violations:
+
+- ``lost-write``: an acknowledged (or committed) write that readers should have seen and did not: it sits at or
+  below the offset of some value that was read in its partition, and no poll ever read it (jepsen's lost-write).
+  A write whose offset nobody learnt (never read, no offset in its acknowledgement) cannot be judged: a test that wants every
+  acknowledged write checked acknowledges one more per partition at the end and reads up to it;
+- ``duplicate``: one value at two offsets, or in two partitions;
+- ``inconsistent-offsets``: two values at one offset of a partition (by reads, or a read and an acknowledgement);
+- ``aborted-read``: a read of a value whose send failed or whose transaction aborted (read_committed: G1a);
+- ``phantom-read``: a read of a value no send wrote;
+- ``nonmonotonic-poll``: a consumer read an offset at or below one it read before in that partition, with no
+  :class:`Assign` in between;
+- ``poll-skip``: a consumer's next read in a partition jumped over offsets that hold values others saw.
+
+Values of ``info`` sends may appear or not: that is no violation. What is not checked: dependency cycles between
+transactions (jepsen's G0/G1c/G-single over the write-read-version graph) and the order of one producer's sends.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["Write", "Send", "Poll", "Assign", "Op", "Violation", "check", "Value", "Outcome"]
+
+Value = int | str
+Outcome = Literal["ok", "fail", "info"]
+Kind = Literal["lost-write", "duplicate", "inconsistent-offsets", "aborted-read", "phantom-read",
+               "nonmonotonic-poll", "poll-skip"]
+
+
+@dataclass(frozen=True)
+class Write:
+    """``value`` sent to partition ``key``; ``offset``: where the broker said it went (acknowledged sends only)."""
+
+    key: str
+    value: Value
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class Send:
+    process: int
+    writes: tuple[Write, ...]
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Poll:
+    process: int
+    reads: Mapping[str, Sequence[tuple[int, Value]]]
+
+
+@dataclass(frozen=True)
+class Assign:
+    process: int
+
+
+Op = Send | Poll | Assign
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: Kind
+    key: str
+    detail: str
+    values: tuple[Value, ...] = field(default=())
+
+
+@dataclass
+class _Log:
+    """One partition as the history saw it: offset -> values, value -> offsets, values read."""
+
+    at: dict[int, set[Value]] = field(default_factory=lambda: defaultdict(set))
+    offsets_of: dict[Value, set[int]] = field(default_factory=lambda: defaultdict(set))
+    read: set[Value] = field(default_factory=set)
+
+    def see(self, offset: int, value: Value) -> None:
+        self.at[offset].add(value)
+        self.offsets_of[value].add(offset)
+
+
+def check(history: Sequence[Op]) -> list[Violation]:
+    """Every violation in ``history`` (empty: none found), grouped by kind, then by partition."""
+    sends = [op for op in history if isinstance(op, Send)]
+    writer: dict[Value, Send] = {}
+    for s in sends:
+        for w in s.writes:
+            if w.value in writer:
+                raise ValueError(f"value {w.value!r} is written twice: the workload must write each value once")
+            writer[w.value] = s
+    logs: dict[str, _Log] = defaultdict(_Log)
+    for s in sends:
+        if s.outcome == "ok":
+            for w in s.writes:
+                if w.offset is not None:
+                    logs[w.key].see(w.offset, w.value)
+    for op in history:
+        if isinstance(op, Poll):
+            for key, pairs in op.reads.items():
+                for offset, value in pairs:
+                    logs[key].see(offset, value)
+                    logs[key].read.add(value)
+    return (_lost_writes(logs) + _duplicates(logs) + _inconsistent(logs)
+            + _bad_reads(logs, writer) + _poll_order(history, logs))
+
+
+def _lost_writes(logs: dict[str, _Log]) -> list[Violation]:
+    """Values the log holds but nobody read are acknowledged writes (a read value is read): those at or below the
+    highest first offset of a value read in their partition are lost."""
+    out = []
+    for key, log in sorted(logs.items()):
+        if not log.read:
+            continue
+        bound = max(min(log.offsets_of[v]) for v in log.read)  # every reader that got there passed the rest
+        for value, offsets in sorted(log.offsets_of.items(), key=lambda kv: (max(kv[1]), str(kv[0]))):
+            if value in log.read or max(offsets) > bound:
+                continue
+            out.append(Violation("lost-write", key, f"value {value!r} at offset {max(offsets)} was acknowledged,"
+                                 f" and offset {bound} was read, but no poll read it", (value,)))
+    return out
+
+
+def _duplicates(logs: dict[str, _Log]) -> list[Violation]:
+    out = []
+    keys_of: dict[Value, set[str]] = defaultdict(set)
+    for key, log in sorted(logs.items()):
+        for value, offsets in sorted(log.offsets_of.items(), key=lambda kv: str(kv[0])):
+            keys_of[value].add(key)
+            if len(offsets) > 1:
+                out.append(Violation("duplicate", key, f"value {value!r} at offsets {sorted(offsets)}", (value,)))
+    for value, keys in sorted(keys_of.items(), key=lambda kv: str(kv[0])):
+        if len(keys) > 1:
+            out.append(Violation("duplicate", min(keys), f"value {value!r} in partitions {sorted(keys)}", (value,)))
+    return out
+
+
+def _inconsistent(logs: dict[str, _Log]) -> list[Violation]:
+    return [Violation("inconsistent-offsets", key, f"offset {offset} holds {sorted(map(repr, values))}",
+                      tuple(sorted(values, key=str)))
+            for key, log in sorted(logs.items()) for offset, values in sorted(log.at.items()) if len(values) > 1]
+
+
+def _bad_reads(logs: dict[str, _Log], writer: dict[Value, Send]) -> list[Violation]:
+    out = []
+    for key, log in sorted(logs.items()):
+        for value in sorted(log.read, key=str):
+            send = writer.get(value)
+            if send is None:
+                out.append(Violation("phantom-read", key, f"value {value!r} was read but never sent", (value,)))
+            elif send.outcome == "fail":
+                out.append(Violation("aborted-read", key, f"value {value!r} was read, yet its send failed or its"
+                                     " transaction aborted", (value,)))
+    return out
+
+
+def _poll_order(history: Sequence[Op], logs: dict[str, _Log]) -> list[Violation]:
+    """Each consumer's reads of a partition, across its polls until an Assign: offsets rise, nothing skipped."""
+    known = {key: sorted(log.at) for key, log in logs.items()}
+    index = {key: {o: i for i, o in enumerate(offsets)} for key, offsets in known.items()}
+    last: dict[tuple[int, str], int] = {}  # (process, key) -> the last offset it read
+    out = []
+    for op in history:
+        if isinstance(op, Assign):
+            for pk in [pk for pk in last if pk[0] == op.process]:
+                del last[pk]
+        if not isinstance(op, Poll):
+            continue
+        for key, pairs in op.reads.items():
+            for offset, value in pairs:
+                before = last.get((op.process, key))
+                last[(op.process, key)] = offset
+                if before is None:
+                    continue
+                if offset <= before:
+                    out.append(Violation("nonmonotonic-poll", key, f"consumer {op.process} read offset {offset}"
+                                         f" ({value!r}) after offset {before}", (value,)))
+                elif index[key][offset] - index[key][before] > 1:
+                    skipped = known[key][index[key][before] + 1:index[key][offset]]
+                    out.append(Violation("poll-skip", key, f"consumer {op.process} read offset {offset} right"
+                                         f" after {before}, skipping offsets {skipped} that hold values", (value,)))
+    return out
