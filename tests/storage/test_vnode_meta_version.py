@@ -215,3 +215,27 @@ def test_apply_creates_writes_the_row_bodies_a_planner_encoded(tmp_path: Path, m
     (each_encoded, *each), (bulk_encoded, *bulk) = seen
     assert bulk == each and len(each[0]) == 41 and each[0][-1][3] == each[0][0][3] + 40
     assert len(each_encoded) == 41 and bulk_encoded == ["plain2"]
+
+
+def test_a_flush_of_more_tables_than_the_cache_holds_leaves_the_cache_of_each_remembered_in_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The flush remembers only the last CACHE_TABLES changed tables: the cache remembering each in turn leaves
+    (every other entry evicted), so no table is answered from a stale cached definition."""
+    monkeypatch.setattr(vnode_module, "CACHE_TABLES", 4)
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute(STATEMENTS[0])
+    vnode = e.vnodes["db"][0]
+    names, metas = creates(0)
+    version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in metas[:10]])
+    vnode.apply_creates(version, names[:10], metas[:10])
+    vnode.end_write()
+    assert list(vnode._cache) == names[6:10]
+    assert vnode.get("n000") is not None and list(vnode._cache) == [*names[7:10], "n000"]  # read, cached
+    again = [{**m, "tags": {"site": 100 + k}} for k, m in enumerate(metas[:10])]  # the same tables, new tags
+    version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in again])
+    vnode.apply_creates(version, names[:10], again)
+    vnode.end_write()
+    assert list(vnode._cache) == names[6:10]
+    assert [vnode.get(n).tags for n in names[:10]] == [{"site": 100 + k} for k in range(10)]  # type: ignore[union-attr]
+    e.close()

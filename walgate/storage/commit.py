@@ -123,6 +123,7 @@ class Commits:
             for vnode, _, _, version in reversed(appended):
                 vnode.wal.undo_append(version)
             raise
+        indexed = any(t.db == db.name for t in self.store.catalog.topics.values())  # else no index to advance
         for vnode, pending, blocks, version in appended:
             if all(m["op"] == "create_table" for m in pending.metas):
                 vnode.apply_creates(version, [m["name"] for m in pending.metas], pending.metas, pending.bodies)
@@ -130,6 +131,8 @@ class Commits:
                 for i, m in enumerate(pending.metas):
                     vnode.apply_meta(m, version + i)
             vnode.end_write()  # meta.db covers every table the write changed (what a planner's reader reads)
+            if not indexed:
+                continue
             decoded = [DecodedEntry(version + i, KIND_META, meta=m) for i, m in enumerate(pending.metas)]
             version += len(pending.metas)
             if blocks:

@@ -324,7 +324,8 @@ class Vnode:
         self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
-        for name, t in self._dirty.items():
+        # the last CACHE_TABLES (distinct names): all that remembering each in turn leaves in the cache
+        for name, t in list(self._dirty.items())[-CACHE_TABLES:]:
             self._remember(name, t)
         self._dirty.clear()
         self._bodies.clear()
