@@ -241,3 +241,29 @@ def test_flipped_and_truncated_old_stores_end_in_the_rebuild_path(tmp_path: Path
             e.close()
         assert versioned(case) and check(case) is None, (op, at)
     assert rebuilt
+
+
+def test_a_reader_open_across_the_migration_answers_from_its_snapshot(tmp_path: Path):
+    """A planner's reader that opened the old store before a node migrated it and wrote new rows still answers
+    from what it first read (the old rows, none of the new), and a reader opened after answers both kinds."""
+    data, expected = unpack(tmp_path)
+    path = stores(data)[0]
+    names = [row[1] for row in expected if row[0] == 0]
+    with MetaReader.open(path, 1 << 40) as before:
+        first = before.lookup(names[:3])
+        e = Engine.open(data)  # migrates both stores
+        try:
+            created = [f"fresh{i}" for i in range(40)]
+            for name in created:
+                e.execute(f"INSERT INTO db.{name} USING db.st TAGS (1, 'f') VALUES (7000, 1)")
+            for v in e.vnodes["db"]:
+                v.end_write()
+            assert versioned(path)
+            assert before.lookup([*names, *created]) == before.lookup(names) and len(before.lookup(names)) == len(names)
+            assert before.lookup(names[:3]) == first
+            with MetaReader.open(path, e.vnodes["db"][0].meta_version) as after:
+                found = after.lookup([*names, *created])
+            assert {n: found[n] for n in names} == before.lookup(names)
+            assert 0 < len(found) - len(names) < len(created)  # the new ones of vnode 0 (the others are in vnode 1)
+        finally:
+            e.close()
