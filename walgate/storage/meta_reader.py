@@ -8,8 +8,9 @@ writes its ``covered`` version equals the vnode's
 
 A :class:`MetaReader` opens the file with SQLite's ``mode=ro`` (it never writes, never creates it, never reports
 damage, never migrates it: it reads the rows of a store written before the ``version`` column existed as the vnode
-does, and both kinds of row in a migrated one) and answers every lookup from one read transaction: its :attr:`~MetaReader.covered` version and the rows
-it finds are one snapshot of the store, whatever the vnode writes meanwhile. Names are looked up in chunks of
+does, and both kinds of row in a migrated one) and answers every lookup from one read transaction: its
+:attr:`~MetaReader.covered` version and the rows it finds are one snapshot of the store, whatever the vnode writes
+meanwhile. Names are looked up in chunks of
 :data:`CHUNK` (``WHERE name IN (...)``). The planner records ``covered``; the vnode's lane then accepts the plan's
 lookups at once when its ``meta_version`` still equals it, and checks them again otherwise.
 

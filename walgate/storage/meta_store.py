@@ -19,12 +19,14 @@ tests do) may read and write, and this one's next write may then be refused as a
 * ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def, version)``: rows in the order they were written (a new table
   is appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per
   new table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
-  ``def`` is the definition (name first, supertable, tags, columns, creation time, dropped) as one checksummed line
-  (:mod:`walgate.storage.lines`) whose checksum also covers ``version``, the WAL version of the create entry, kept
-  in its own column so that a definition is encoded before its version is known (by the worker that plans the
-  write, :func:`create_body`). A row of a store written before that column existed holds the version inside its
-  ``def`` and NULL in ``version`` (both kinds are read; an old store gains the column at its first writable open,
-  :func:`_migrate`, one SQLite transaction that changes only the schema, whatever the number of rows). A flipped
+  ``def`` is the definition (name first, supertable, tags, columns, creation time, dropped) as a checksummed line
+  of :mod:`walgate.storage.lines`' shape (no ``\n``) whose CRC-32C is that of the JSON followed by the decimal
+  digits of ``version``, the WAL version of the create entry, kept in its own column so that a definition is
+  encoded before its version is known (by the worker that plans the write, :func:`create_body`). A row of a store
+  written before that column existed holds a :mod:`~walgate.storage.lines` line with the version inside as its
+  ``def`` and NULL in ``version``: both kinds are read. An old store gains the column at its first writable open
+  (:func:`_migrate`: one SQLite transaction that changes only the schema, whatever the number of rows); one whose
+  migration SQLite refuses is used, and written, in the old format until an open migrates it. A flipped
   byte in a ``def`` or a ``version`` is found when the row is read, and one in
   a name when the store is opened, or by :func:`check` after an open without those checks (every name is compared
   with the one its ``def`` starts with, in SQL, and every row must be found through the name index, which holds no
