@@ -210,10 +210,15 @@ def test_apply_creates_writes_the_row_bodies_a_planner_encoded(tmp_path: Path, m
         conn = vnode._store._conn
         assert conn is not None
         rows = conn.execute("SELECT id, name, def, version FROM tables ORDER BY id").fetchall()
-        seen.append((sorted(encoded), rows, vnode.tables(), vnode.live_count, vnode._store.covered))
+        state = (rows, vnode.tables(), vnode.live_count, vnode._store.covered)
+        e.close()
+        e = Engine.open(tmp_path / way)  # the store as written, checked whole, and the WAL after it replayed
+        vnode = e.vnodes["db"][0]
+        seen.append((sorted(encoded), *state, vnode.tables(), vnode.live_count, e.damage()))
         e.close()
     (each_encoded, *each), (bulk_encoded, *bulk) = seen
     assert bulk == each and len(each[0]) == 41 and each[0][-1][3] == each[0][0][3] + 40
+    assert each[4] == each[1] and each[5] == each[2] == 41 and each[6] == []  # reopened: the same tables
     assert len(each_encoded) == 41 and bulk_encoded == ["plain2"]
 
 
