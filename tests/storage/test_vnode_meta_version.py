@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from walgate.storage import meta_store
 from walgate.storage import vnode as vnode_module
 from walgate.storage.engine import Engine
 from walgate.storage.entry import encode_meta
 from walgate.storage.meta_reader import MetaReader
+from walgate.storage.meta_store import create_body
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_META
 
@@ -147,12 +149,13 @@ def test_apply_creates_is_apply_meta_of_each_in_turn(tmp_path: Path, monkeypatch
             if way == "each":
                 for i, m in enumerate(metas):
                     vnode.apply_meta(m, version + i)
-            else:
-                vnode.apply_creates(version, names, metas)
+            else:  # with the bodies a planner encodes (unused here: n005 is created twice)
+                bodies = {m["name"]: body for m in metas if (body := create_body(m)) is not None}
+                vnode.apply_creates(version, names, metas, bodies)
             vnode.end_write()
         conn = vnode._store._conn
         assert conn is not None
-        rows = conn.execute("SELECT id, name, def FROM tables ORDER BY id").fetchall()
+        rows = conn.execute("SELECT id, name, def, version FROM tables ORDER BY id").fetchall()
         seen.append((vnode.tables(), vnode.live_count, vnode.meta_version, vnode._store.covered, rows,
                      dict(vnode._dirty), vnode._flush_at))
         e.close()
@@ -177,4 +180,67 @@ def test_apply_creates_refuses_names_that_do_not_match_the_metas(tmp_path: Path)
     with pytest.raises(ValueError, match="43 names for 44 metas"):
         vnode.apply_creates(vnode.wal.next_version, names[:-1], metas)
     assert vnode.live_count == 0
+    e.close()
+
+
+def test_apply_creates_writes_the_row_bodies_a_planner_encoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Creations applied with their bodies (``create_body``, as a planner encodes them in its worker) leave the
+    same rows in ``meta.db`` as ``apply_meta`` of each, and the lane encodes only the rows that came without one (a
+    normal table's)."""
+    monkeypatch.setattr(vnode_module, "FLUSH_TABLES", 7)
+    encoded: list[str] = []  # the tables whose row the store encoded itself
+    def_body = meta_store.def_body
+    monkeypatch.setattr(meta_store, "def_body", lambda t: encoded.append(t.name) or def_body(t))
+    names, metas = creates(0)
+    names, metas = names[:40] + names[-1:], metas[:40] + metas[-1:]  # no name twice
+    seen = []
+    for way in ("each", "bulk"):
+        e = Engine.open(tmp_path / way)
+        e.execute("CREATE DATABASE db VGROUPS 1")
+        e.execute(STATEMENTS[0])
+        vnode = e.vnodes["db"][0]
+        version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in metas])
+        encoded.clear()
+        if way == "each":
+            for i, m in enumerate(metas):
+                vnode.apply_meta(m, version + i)
+        else:
+            vnode.apply_creates(version, names, metas, {m["name"]: b for m in metas if (b := create_body(m))})
+        vnode.end_write()
+        conn = vnode._store._conn
+        assert conn is not None
+        rows = conn.execute("SELECT id, name, def, version FROM tables ORDER BY id").fetchall()
+        state = (rows, vnode.tables(), vnode.live_count, vnode._store.covered)
+        e.close()
+        e = Engine.open(tmp_path / way)  # the store as written, checked whole, and the WAL after it replayed
+        vnode = e.vnodes["db"][0]
+        seen.append((sorted(encoded), *state, vnode.tables(), vnode.live_count, e.damage()))
+        e.close()
+    (each_encoded, *each), (bulk_encoded, *bulk) = seen
+    assert bulk == each and len(each[0]) == 41 and each[0][-1][3] == each[0][0][3] + 40
+    assert each[4] == each[1] and each[5] == each[2] == 41 and each[6] == []  # reopened: the same tables
+    assert len(each_encoded) == 41 and bulk_encoded == ["plain2"]
+
+
+def test_a_flush_of_more_tables_than_the_cache_holds_leaves_the_cache_of_each_remembered_in_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The flush remembers only the last CACHE_TABLES changed tables: the cache remembering each in turn leaves
+    (every other entry evicted), so no table is answered from a stale cached definition."""
+    monkeypatch.setattr(vnode_module, "CACHE_TABLES", 4)
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute(STATEMENTS[0])
+    vnode = e.vnodes["db"][0]
+    names, metas = creates(0)
+    version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in metas[:10]])
+    vnode.apply_creates(version, names[:10], metas[:10])
+    vnode.end_write()
+    assert list(vnode._cache) == names[6:10]
+    assert vnode.get("n000") is not None and list(vnode._cache) == [*names[7:10], "n000"]  # read, cached
+    again = [{**m, "tags": {"site": 100 + k}} for k, m in enumerate(metas[:10])]  # the same tables, new tags
+    version = vnode.wal.append([(KIND_META, 1, m["ts"], encode_meta(m)) for m in again])
+    vnode.apply_creates(version, names[:10], again)
+    vnode.end_write()
+    assert list(vnode._cache) == names[6:10]
+    assert [vnode.get(n).tags for n in names[:10]] == [{"site": 100 + k} for k in range(10)]  # type: ignore[union-attr]
     e.close()

@@ -42,6 +42,9 @@ class Pending:
     # (source, is_stable) -> (columns, tbname per row, row dicts)
     blocks: dict[tuple[str, bool], tuple[tuple[Column, ...], list[str], list[dict[str, Any]]]] = field(default_factory=dict)
     new_tables: dict[str, TableDef] = field(default_factory=dict)  # created by this request's metas
+    # by name, the meta store's row body of the subtables metas create (meta_store.create_body), encoded by the
+    # planner so that the vnode's lane does not encode them
+    bodies: dict[str, bytes] = field(default_factory=dict)
     # (source, is_stable) -> rows already typed: ``tbname`` then the source's columns in their Arrow types
     batches: dict[tuple[str, bool], list[pa.RecordBatch]] = field(default_factory=dict)
 
@@ -120,13 +123,16 @@ class Commits:
             for vnode, _, _, version in reversed(appended):
                 vnode.wal.undo_append(version)
             raise
+        indexed = any(t.db == db.name for t in self.store.catalog.topics.values())  # else no index to advance
         for vnode, pending, blocks, version in appended:
             if all(m["op"] == "create_table" for m in pending.metas):
-                vnode.apply_creates(version, [m["name"] for m in pending.metas], pending.metas)
+                vnode.apply_creates(version, [m["name"] for m in pending.metas], pending.metas, pending.bodies)
             else:
                 for i, m in enumerate(pending.metas):
                     vnode.apply_meta(m, version + i)
             vnode.end_write()  # meta.db covers every table the write changed (what a planner's reader reads)
+            if not indexed:
+                continue
             decoded = [DecodedEntry(version + i, KIND_META, meta=m) for i, m in enumerate(pending.metas)]
             version += len(pending.metas)
             if blocks:

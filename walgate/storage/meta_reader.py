@@ -7,8 +7,10 @@ writes its ``covered`` version equals the vnode's
 :attr:`~walgate.storage.vnode.Vnode.meta_version` unless the store refused a write (then it is lower).
 
 A :class:`MetaReader` opens the file with SQLite's ``mode=ro`` (it never writes, never creates it, never reports
-damage) and answers every lookup from one read transaction: its :attr:`~MetaReader.covered` version and the rows
-it finds are one snapshot of the store, whatever the vnode writes meanwhile. Names are looked up in chunks of
+damage, never migrates it: it reads the rows of a store written before the ``version`` column existed as the vnode
+does, and both kinds of row in a migrated one) and answers every lookup from one read transaction: its
+:attr:`~MetaReader.covered` version and the rows it finds are one snapshot of the store, whatever the vnode writes
+meanwhile. Names are looked up in chunks of
 :data:`CHUNK` (``WHERE name IN (...)``). The planner records ``covered``; the vnode's lane then accepts the plan's
 lookups at once when its ``meta_version`` still equals it, and checks them again otherwise.
 
@@ -26,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from walgate.storage.meta_store import CHUNK, MetaDamaged, TableDef, decode_def, read_covered
+from walgate.storage.meta_store import CHUNK, MetaDamaged, TableDef, decode_def, has_version_column, read_covered
 
 __all__ = ["CHUNK", "MetaReader", "ReaderGaveUp"]
 
@@ -38,9 +40,10 @@ class ReaderGaveUp(Exception):
 class MetaReader:
     """One read transaction on a vnode's ``meta.db`` (see the module docstring); used from one thread."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, versioned: bool = True) -> None:
         self.path = path
         self._conn = conn
+        self._version = "version" if versioned else "NULL"  # the version column (NULL: a store of the old format)
         self.covered = covered  # every meta entry below this WAL version is in what this reader sees
 
     @classmethod
@@ -55,13 +58,14 @@ class MetaReader:
         try:
             conn.execute("BEGIN")  # the read transaction starts at the first read and ends at close
             covered, _ = read_covered(conn)
+            versioned = has_version_column(conn)
         except (sqlite3.Error, MetaDamaged) as exc:
             conn.close()
             raise ReaderGaveUp(f"{path}: {exc}") from None
         if covered > meta_version:
             conn.close()
             raise ReaderGaveUp(f"{path}: the store covers version {covered}, past the vnode's {meta_version}")
-        return cls(path, conn, covered)
+        return cls(path, conn, covered, versioned)
 
     def lookup(self, names: Iterable[str]) -> dict[str, TableDef]:
         """The tables of ``names`` the store holds (dropped ones too), by name; a name it does not hold is left
@@ -71,9 +75,9 @@ class MetaReader:
         try:
             for start in range(0, len(wanted), CHUNK):
                 chunk = wanted[start:start + CHUNK]
-                sql = f"SELECT name, def FROM tables WHERE name IN ({','.join('?' * len(chunk))})"
-                for name, raw in self._conn.execute(sql, chunk):
-                    found[name] = decode_def(name, raw)
+                sql = f"SELECT name, def, {self._version} FROM tables WHERE name IN ({','.join('?' * len(chunk))})"
+                for name, raw, version in self._conn.execute(sql, chunk):
+                    found[name] = decode_def(name, raw, version)
         except (sqlite3.Error, MetaDamaged) as exc:
             raise ReaderGaveUp(f"{self.path}: {exc}") from None
         return found

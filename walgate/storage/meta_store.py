@@ -16,11 +16,18 @@ connection stays in a read transaction; another connection (another engine on th
 tests do) may read and write, and this one's next write may then be refused as a full disk's is. Read-only readers
 (:mod:`walgate.storage.meta_reader`, which plans writes from the store) may read it from any thread or process.
 
-* ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def)``: rows in the order they were written (a new table is
-  appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per new
-  table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
-  ``def`` is the definition (name first, supertable, tags, columns, create version and time, dropped) as one
-  checksummed line (:mod:`walgate.storage.lines`), so a flipped byte in it is found when the row is read, and one in
+* ``tables(id INTEGER PRIMARY KEY, name UNIQUE, def, version)``: rows in the order they were written (a new table
+  is appended: TDengine's child-table names are md5-like, and a table keyed by them took one random page write per
+  new table once it outgrew the page cache, 3-5x slower creation; only the name index's small pages are random now).
+  ``def`` is the definition (name first, supertable, tags, columns, creation time, dropped) as a checksummed line
+  of :mod:`walgate.storage.lines`' shape (no ``\n``) whose CRC-32C is that of the JSON followed by the decimal
+  digits of ``version``, the WAL version of the create entry, kept in its own column so that a definition is
+  encoded before its version is known (by the worker that plans the write, :func:`create_body`). A row of a store
+  written before that column existed holds a :mod:`~walgate.storage.lines` line with the version inside as its
+  ``def`` and NULL in ``version``: both kinds are read. An old store gains the column at its first writable open
+  (:func:`_migrate`: one SQLite transaction that changes only the schema, whatever the number of rows); one whose
+  migration SQLite refuses is used, and written, in the old format until an open migrates it. A flipped
+  byte in a ``def`` or a ``version`` is found when the row is read, and one in
   a name when the store is opened, or by :func:`check` after an open without those checks (every name is compared
   with the one its ``def`` starts with, in SQL, and every row must be found through the name index, which holds no
   other entry), or read whole; there is no other index (a
@@ -43,36 +50,48 @@ Errors: a file that is not such a store, a row that does not verify, or SQLite r
 
 from __future__ import annotations
 
+import logging
+import re
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import crc32c
+import orjson
 
 from walgate.storage import lines
 from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check", "decode_def",
-           "read_covered"]
+__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check",
+           "create_body", "decode_def", "has_version_column", "read_covered"]
+
+log = logging.getLogger("walgate.meta_store")
 
 META_STORE = "meta.db"
 CHUNK = 500  # names per ``IN (...)`` lookup (SQLite allows 999 parameters at least)
 CACHE_KIB = 16_384  # SQLite's page cache of one store
 OPEN_STORES = 64  # stores with an open connection at a time (three descriptors each)
-_KEYS_UNLIKE_NAMES = ("SELECT name, def FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
-                      " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{\"name\":\"' || name || '\"' AS BLOB)")
-"""The rows whose name is not the one their ``def`` starts with (as JSON without escapes)."""
+_CRC = re.compile(rb"[0-9a-f]{8} ")
+_KEYS_UNLIKE_NAMES = ("SELECT name, def, {version} FROM tables WHERE typeof(name) != 'text' OR typeof(def) != 'blob'"
+                      " OR substr(def, 10, length(CAST(name AS BLOB)) + 10) != CAST('{{\"name\":\"' || name || '\"' AS BLOB)")
+"""The rows whose name is not the one their ``def`` starts with (as JSON without escapes); ``{version}``: the
+``version`` column, or NULL in a store without it."""
 _ROWS_NOT_INDEXED = ("SELECT count(*) FROM tables AS t NOT INDEXED WHERE NOT EXISTS"
                      " (SELECT 1 FROM tables AS u INDEXED BY tables_name WHERE u.name = t.name AND u.id = t.id)")
 """The rows the name index does not find (with the index's entries counted, the index is checked whole)."""
 _SCHEMA = (
-    "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL)",
+    "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL, version INTEGER)",
     "CREATE UNIQUE INDEX tables_name ON tables (name)",
     "CREATE TABLE covered (id INTEGER PRIMARY KEY CHECK (id = 0), line BLOB NOT NULL)",
 )
+_OLD_TABLES = "CREATE TABLE tables (id INTEGER PRIMARY KEY, name TEXT NOT NULL, def BLOB NOT NULL)"
+"""``tables`` of a store written before the ``version`` column (SQLite's ``ALTER TABLE ... ADD COLUMN`` makes it
+``_SCHEMA[0]``, text included)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +107,32 @@ class TableDef:
     dropped: bool = False
 
 
+def def_body(t: TableDef) -> bytes:
+    """``t`` without its version as the JSON a row's ``def`` holds (its name first)."""
+    return orjson.dumps({
+        "name": t.name, "stable": t.stable, "tags": t.tags, "created_ts": t.created_ts,
+        "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
+        "dropped": t.dropped,
+    })
+
+
+def create_body(meta: dict[str, Any]) -> bytes | None:
+    """The :func:`def_body` of the subtable a ``create_table`` meta entry creates (what applying it makes: see
+    ``Vnode.apply_meta``), None for a normal table's (its columns are encoded from the applied definition)."""
+    if meta.get("columns"):
+        return None
+    return orjson.dumps({"name": meta["name"], "stable": meta.get("stable"), "tags": meta.get("tags") or {},
+                         "created_ts": meta["ts"], "columns": None, "dropped": False})
+
+
+def encode_row(body: bytes, version: int) -> bytes:
+    """A row's ``def``: ``body`` (:func:`def_body`) behind the checksum of it followed by ``version``'s digits."""
+    return b"%08x " % crc32c.crc32c(b"%d" % version, crc32c.crc32c(body)) + body
+
+
 def encode_def(t: TableDef) -> bytes:
-    """``t`` as one checksummed line (no ``\\n``), its name first."""
+    """``t`` as a row of a store without the ``version`` column: one checksummed line (no ``\\n``), its name first,
+    its version inside."""
     return lines.encode({
         "name": t.name, "stable": t.stable, "tags": t.tags, "version": t.version, "created_ts": t.created_ts,
         "columns": [[c.name, c.type.name, c.type.length] for c in t.columns] if t.columns is not None else None,
@@ -97,20 +140,61 @@ def encode_def(t: TableDef) -> bytes:
     })[:-1]
 
 
-def decode_def(name: object, raw: object) -> TableDef:
-    """The row of ``name``; :class:`MetaDamaged` when it does not verify."""
+def decode_def(name: object, raw: object, version: object = None) -> TableDef:
+    """The row of ``name`` (``version``: its ``version`` column, None in a row that holds it in ``def``);
+    :class:`MetaDamaged` when it does not verify."""
     try:
         if not isinstance(raw, bytes) or not isinstance(name, str):
             raise ValueError(f"a row of types {type(name).__name__}, {type(raw).__name__}")
-        d = lines.decode(raw)
+        d: Any
+        if version is None:
+            d = lines.decode(raw)
+            version = d["version"]
+            if type(version) is not int:
+                raise ValueError(f"version {version!r}")
+        else:
+            if type(version) is not int or len(raw) < 10 or not _CRC.match(raw):
+                raise ValueError(f"version {version!r} of a row that is not a checksummed line")
+            if crc32c.crc32c(b"%d" % version, crc32c.crc32c(raw[9:])) != int(raw[:8], 16):
+                raise ValueError("checksum mismatch")
+            d = orjson.loads(raw[9:])
         if d["name"] != name:
             raise ValueError(f"row {name!r} holds table {d['name']!r}")
         if type(d["dropped"]) is not bool:
             raise ValueError(f"dropped {d['dropped']!r}")
         cols = tuple(column_from_json(c) for c in d["columns"]) if d["columns"] is not None else None
-        return TableDef(name, d["stable"], d["tags"], cols, int(d["version"]), int(d["created_ts"]), d["dropped"])
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return TableDef(name, d["stable"], d["tags"], cols, version, int(d["created_ts"]), d["dropped"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:  # (orjson.JSONDecodeError is a ValueError)
         raise MetaDamaged(f"table {name!r}: {exc}") from None
+
+
+def has_version_column(conn: sqlite3.Connection) -> bool:
+    """Whether the store of ``conn`` has the ``version`` column (its schema is :data:`_SCHEMA`), not (it is the
+    schema written before that column); :class:`MetaDamaged` when it is neither (a read-only connection does not
+    parse every part of a schema, so it is compared whole: what a reader accepts, the store accepts), sqlite3.Error
+    when it cannot be read."""
+    schema = sorted(str(row[0]) for row in conn.execute("SELECT sql FROM sqlite_master"))
+    if schema == sorted(_SCHEMA):
+        return True
+    if schema == sorted((_OLD_TABLES, *_SCHEMA[1:])):
+        return False
+    raise MetaDamaged(f"not a meta store (its schema is {schema})")
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Give the ``tables`` of a store written before the ``version`` column existed that column (NULL in every row:
+    those rows keep their version in ``def``), in one transaction that changes the schema only, so its time does
+    not grow with the rows; a process killed in it leaves the old store, migrated again at the next open. Raises
+    sqlite3.Error with nothing changed."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not has_version_column(conn):
+            conn.execute("ALTER TABLE tables ADD COLUMN version INTEGER")
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def read_covered(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -166,8 +250,10 @@ class MetaStore:
     """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int,
-                 stores: OpenStores = PROCESS_STORES) -> None:
+                 stores: OpenStores = PROCESS_STORES, versioned: bool = True) -> None:
         self.path = path
+        self.versioned = versioned  # its rows have the version column (False: an old store whose migration failed)
+        self._version = "version" if versioned else "NULL"  # the version column as a SELECT reads it
         self._conn: sqlite3.Connection | None = conn
         self._stores = stores
         self.covered = covered  # every meta entry below this WAL version is in the store
@@ -231,14 +317,20 @@ class MetaStore:
                     raise sqlite3.OperationalError(f"{path}: the new store's checkpoint returned {busy!r}")
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0, stores)
-            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            if not {"tables", "covered"} <= names:
-                raise MetaDamaged(f"not a meta store (holds {sorted(names)})")
+            versioned = has_version_column(conn)
             covered, live = read_covered(conn)
+            if not versioned:
+                try:
+                    _migrate(conn)
+                    versioned = True
+                except sqlite3.Error as exc:
+                    if _is_corrupt(exc):
+                        raise
+                    log.warning("%s: the table meta store keeps its old row format until a next open: %s", path, exc)
             if whole:
-                _check_whole(conn)
+                _check_whole(conn, versioned)
             conn.execute("BEGIN")
-            return cls(path, conn, covered, live, stores)
+            return cls(path, conn, covered, live, stores, versioned)
         except MetaDamaged:
             conn.close()
             raise
@@ -250,8 +342,8 @@ class MetaStore:
 
     def get(self, name: str) -> TableDef | None:
         """The table ``name`` (dropped ones too), None when there is none."""
-        row = self._query("SELECT def FROM tables WHERE name = ?", (name,)).fetchone()
-        return None if row is None else decode_def(name, row[0])
+        row = self._query(f"SELECT def, {self._version} FROM tables WHERE name = ?", (name,)).fetchone()
+        return None if row is None else decode_def(name, row[0], row[1])
 
     def get_many(self, names: Iterable[str]) -> dict[str, TableDef]:
         """The tables of ``names`` the store holds (dropped ones too), by name, looked up :data:`CHUNK` names at a
@@ -260,7 +352,7 @@ class MetaStore:
         found: dict[str, TableDef] = {}
         for start in range(0, len(wanted), CHUNK):
             chunk = wanted[start:start + CHUNK]
-            sql = f"SELECT name, def FROM tables WHERE name IN ({','.join('?' * len(chunk))})"
+            sql = f"SELECT name, def, {self._version} FROM tables WHERE name IN ({','.join('?' * len(chunk))})"
             found.update((t.name, t) for t in self._defs(sql, tuple(chunk)))
         return found
 
@@ -270,20 +362,32 @@ class MetaStore:
 
     def all(self) -> Iterator[TableDef]:
         """Every table (dropped ones too), in the order they were written (one pass over the file)."""
-        return self._defs("SELECT name, def FROM tables NOT INDEXED ORDER BY id", ())
+        return self._defs(f"SELECT name, def, {self._version} FROM tables NOT INDEXED ORDER BY id", ())
 
     def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
-              durable: bool = False) -> int:
+              durable: bool = False, bodies: Mapping[str, bytes] | None = None) -> int:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
         rows of the same name), then record ``covered`` and the count of live tables: ``live`` less those this marked
-        dropped, whose number it returns. Nothing is written when it raises. With ``durable``, the transaction and
-        every one before it are on disk (fsynced) when it returns; without, they may be lost with the machine."""
+        dropped, whose number it returns. ``bodies``: the :func:`def_body` of some of ``tables`` by name, already
+        encoded (a table's must be that of the table given). Nothing is written when it raises. With ``durable``,
+        the transaction and every one before it are on disk (fsynced) when it returns; without, they may be lost
+        with the machine."""
         gone = set(dropped_stables)
         drops = [replace(t, dropped=True) for t in self.all() if t.stable in gone and not t.dropped] if gone else []
         # encoded before the transaction; executemany then steps through C iterators, calling no Python per row,
         # over lists of untracked objects (a list of row tuples costs the garbage collector more than it saves)
         ordered = [*drops, *sorted(tables, key=_name)]
-        rows = zip([t.name for t in ordered], [encode_def(t) for t in ordered], strict=True)
+        names = [t.name for t in ordered]
+        if self.versioned:
+            known = bodies or {}
+            versions = [t.version for t in ordered]
+            defs = [encode_row(def_body(t), t.version) for t in drops]
+            defs += [encode_row(known.get(t.name) or def_body(t), t.version) for t in ordered[len(drops):]]
+            rows: Iterable[tuple[Any, ...]] = zip(names, defs, versions, strict=True)
+            insert = "INSERT OR REPLACE INTO tables (name, def, version) VALUES (?, ?, ?)"
+        else:
+            rows = zip(names, [encode_def(t) for t in ordered], strict=True)
+            insert = "INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)"
         conn = self._connection()
         try:
             if durable:  # the level may not change inside the held read transaction
@@ -292,7 +396,7 @@ class MetaStore:
                 conn.execute("PRAGMA synchronous=FULL")  # the commit fsyncs the SQLite WAL (all of it)
             if not conn.in_transaction:
                 conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO tables (name, def) VALUES (?, ?)", rows)
+            conn.executemany(insert, rows)
             conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             conn.execute("COMMIT")
@@ -349,8 +453,8 @@ class MetaStore:
                     raise _error(self.path, exc) from None
                 if not rows:
                     return
-                for name, raw in rows:
-                    yield decode_def(name, raw)
+                for name, raw, version in rows:
+                    yield decode_def(name, raw, version)
         finally:
             self.reading -= 1
 
@@ -361,15 +465,15 @@ class MetaStore:
             raise _error(self.path, exc) from None
 
 
-def _check_whole(conn: sqlite3.Connection) -> None:
+def _check_whole(conn: sqlite3.Connection, versioned: bool) -> None:
     """The checks that read the whole store: SQLite's ``quick_check``, every name against the one its ``def``
     starts with, every row found through the name index, which holds no other entry; MetaDamaged naming the first
     problem (sqlite3.Error raised as it is)."""
     problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
     if problems != ["ok"]:
         raise MetaDamaged("; ".join(map(str, problems[:3])))
-    for name, raw in conn.execute(_KEYS_UNLIKE_NAMES):  # a name JSON escapes, or damage
-        decode_def(name, raw)
+    for name, raw, version in conn.execute(_KEYS_UNLIKE_NAMES.format(version="version" if versioned else "NULL")):
+        decode_def(name, raw, version)  # a name JSON escapes, or damage
     [(unfound,)] = conn.execute(_ROWS_NOT_INDEXED).fetchall()
     [(rows_n,)] = conn.execute("SELECT count(*) FROM tables NOT INDEXED").fetchall()
     [(entries,)] = conn.execute("SELECT count(*) FROM tables INDEXED BY tables_name WHERE name >= ''").fetchall()
@@ -390,7 +494,7 @@ def check(path: Path, stopped: Callable[[], bool] = lambda: False) -> str | None
         conn.set_progress_handler(lambda: int(stopped()), 100_000)
         conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.execute("BEGIN")
-        _check_whole(conn)
+        _check_whole(conn, has_version_column(conn))
         return None
     except MetaDamaged as exc:
         return str(exc)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -110,6 +110,7 @@ class Vnode:
         self._store = self._open_store(whole_store)
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
+        self._bodies: dict[str, bytes] = {}  # of _dirty's creations, their def_body already encoded (by a planner)
         self._dropped_stables: set[str] = set()  # supertables dropped since the last flush
         self._absent: set[str] = set()  # names looked up and not found since (a request's new tables, then created)
         self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
@@ -232,30 +233,40 @@ class Vnode:
             t = self._known(meta["name"])
             if t is not None and not t.dropped:
                 self._dirty[t.name] = replace(t, dropped=True)
+                self._bodies.pop(t.name, None)
                 self.live_count -= 1
         elif op == "drop_stable":
             stable = meta["stable"]
             for name, t in self._dirty.items():
                 if t.stable == stable and not t.dropped:
                     self._dirty[name] = replace(t, dropped=True)
+                    self._bodies.pop(name, None)
                     self.live_count -= 1
             self._dropped_stables.add(stable)
         self._applied = max(self._applied, version + 1)
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
             self._try_flush()
 
-    def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]]) -> None:
+    def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]],
+                      bodies: Mapping[str, bytes] | None = None) -> None:
         """Apply the ``create_table`` metas ``metas`` (named ``names``, in that order) of WAL versions ``version``,
         ``version + 1``, ...: the same tables, counts, store writes and covered versions as ``apply_meta`` of each
-        in turn, without its per-entry dispatch (a request creating many tables)."""
+        in turn, without its per-entry dispatch (a request creating many tables). ``bodies``: by name, the
+        :func:`~walgate.storage.meta_store.create_body` of some of ``metas``, encoded by the planner (the store
+        writes them instead of encoding those tables again; unused when a name is created twice, as a body is
+        known by name only)."""
         if len(names) != len(metas):
             raise ValueError(f"{len(names)} names for {len(metas)} metas")
+        if bodies and len(set(names)) != len(names):
+            bodies = None
         start = 0
         while start < len(names):  # in runs ending where apply_meta's flushes would fall
             end = min(len(names), start + max(self._flush_at - len(self._dirty), 1))
             create = self._create
             for i in range(start, end):
                 create(names[i], metas[i], version + i)
+            if bodies:
+                self._bodies.update((n, b) for n in names[start:end] if (b := bodies.get(n)) is not None)
             self._applied = max(self._applied, version + end)
             if len(self._dirty) >= self._flush_at:
                 self._try_flush()
@@ -266,6 +277,8 @@ class Vnode:
         cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
         old = None if name in self._absent else self._known(name)  # (which may remember the name as absent)
         self._absent.discard(name)
+        if self._bodies:
+            self._bodies.pop(name, None)
         self._dirty[name] = TableDef(name, meta.get("stable"), meta.get("tags") or {}, cols, version, meta["ts"])
         self.live_count += old is None or old.dropped
 
@@ -306,14 +319,16 @@ class Vnode:
                 self._store.synced or not durable):
             return
         dropped = self._checked(lambda: self._store.write(
-            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable))
+            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable, bodies=self._bodies))
         self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
             self._cache.clear()
-        for name, t in self._dirty.items():
+        # the last CACHE_TABLES (distinct names): all that remembering each in turn leaves in the cache
+        for name, t in list(self._dirty.items())[-CACHE_TABLES:]:
             self._remember(name, t)
         self._dirty.clear()
+        self._bodies.clear()
         self._dropped_stables.clear()
         self._flush_at = FLUSH_TABLES
         if self._refused:
@@ -334,6 +349,7 @@ class Vnode:
         self._store = self._replace_store(self._store.path, reason)
         self._cache.clear()
         self._dirty.clear()
+        self._bodies.clear()
         self._dropped_stables.clear()
         self._absent.clear()
         self.live_count = 0

@@ -34,6 +34,7 @@ from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Pending, Plan
 from walgate.storage.ddl import check_columns, subtable_meta
 from walgate.storage.errors import InvalidValue, NotFound, StorageError
+from walgate.storage.meta_store import create_body
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.store import TICKS, Store
@@ -225,7 +226,11 @@ class RowPlan:
         if self.created == 1 or self.created % 1024 == 0:
             self.reads.snapshot.tables.check_new_tables(self.db, self.created)
         pending = self.pending(name, vnode)
-        pending.metas.append({"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": self.now_ts})
+        meta = {"op": "create_table", "name": name, "stable": st.name, "tags": tags, "ts": self.now_ts}
+        pending.metas.append(meta)
+        body = create_body(meta)  # the meta store's row, encoded here rather than on the vnode's lane
+        if body is not None:
+            pending.bodies[name] = body
         t = pending.new_tables[name] = TableDef(name, st.name, tags, None, -1, 0)
         return t
 
