@@ -49,6 +49,7 @@ from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
+from walgate.gateway.cluster_member import ClusterMember, dnodes
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
@@ -79,6 +80,7 @@ from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.show import Dnode
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -110,10 +112,12 @@ class Gateway:
         self._sync_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
         self._meta_task: asyncio.Task[None] | None = None
+        self._dnodes_task: asyncio.Task[None] | None = None
         self._stopping = threading.Event()  # set by stop(): a meta store's check in its thread ends early
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self._transactions: TransactionService | None = None
+        self._cluster: ClusterMember | None = None  # cluster mode: this node's membership (cluster_member.py)
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -134,6 +138,11 @@ class Gateway:
         bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
+            cluster_id = Broker.load_cluster_id(cfg.data_dir)
+            if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
+                self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
+                                              cfg.broker_session_timeout_ms)
+                cluster_id = await self._cluster.kafka_cluster_id()
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
@@ -168,12 +177,14 @@ class Gateway:
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
                          ingest=self._ingest,
-                         shares=self._share_coordinator),
+                         shares=self._share_coordinator,
+                         cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
-            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords, cluster_id)
+            await self._join_cluster(self._kafka.broker)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
             self._meta_task = asyncio.create_task(self._check_meta_stores(self._engine), name="walgate-meta-checks")
             if cfg.log_cleaner_enable:
@@ -229,8 +240,34 @@ class Gateway:
                                                          cfg.client_auth(listener))
         return contexts
 
+    async def _join_cluster(self, broker: Broker) -> None:
+        """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: in cluster mode, once the node registered
+        with its advertised listeners (refused: :class:`~.cluster_member.ClusterStartError`) and whenever the
+        membership it reads changes; on a single node, the node itself."""
+        engine = self._engine
+        assert engine is not None
+        member = self._cluster
+        if member is None:
+            own = Dnode(broker.node_id, f"{broker.host}:{broker.port}", "ready")
+            await self._storage.call(engine.set_dnodes, (own,))
+            return
+        await member.join(tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items()))
+        broker.cluster = member
+        self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
+
+    async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
+        """Hand each new membership ``member`` reads to ``SHOW DNODES`` (on the storage lane)."""
+        published = None
+        while True:
+            view = member.view
+            if view is not published:
+                await self._storage.call(engine.set_dnodes, dnodes(view))
+                published = view
+            await member.changed()
+
     async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups,
-                           tls: dict[str | None, ssl.SSLContext], passwords: PasswordChecker) -> KafkaServer:
+                           tls: dict[str | None, ssl.SSLContext], passwords: PasswordChecker,
+                           cluster_id: str) -> KafkaServer:
         """Start the Kafka listeners (TLS ones with their context in ``tls``; SASL ones checking PLAIN passwords
         with ``passwords``, each with its own mechanisms and re-authentication time); each advertises its
         configured address (the bound port when 0)."""
@@ -241,7 +278,7 @@ class Gateway:
             node_id=cfg.node_id,
             host="",  # the first listener's advertised address, set once it is bound
             port=0,
-            cluster_id=Broker.load_cluster_id(cfg.data_dir),
+            cluster_id=cluster_id,
             versions=advertised(),
             groups=groups,
             wakeups=wakeups,
@@ -322,6 +359,12 @@ class Gateway:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""
         return {"kafka": self._kafka is not None and self._kafka.serving}
 
+    def _cluster_check(self) -> str | None:
+        """``/readyz``'s ``cluster`` check in cluster mode: why the node is not a registered member (None: it is)."""
+        if self._cluster is None or not self._cluster.registered:
+            return "not registered in the cluster (etcd unreachable, or the registration was refused or lost)"
+        return None
+
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
         self._stopping.set()
@@ -340,6 +383,14 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sync_task
             self._sync_task = None
+        if self._dnodes_task is not None:
+            self._dnodes_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dnodes_task
+            self._dnodes_task = None
+        if self._cluster is not None:  # leaves before the listeners close: clients are not sent to a closed node
+            await self._cluster.leave()
+            self._cluster = None
         if self._kafka is not None:
             await self._kafka.stop()
             self._kafka = None

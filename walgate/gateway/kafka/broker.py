@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
@@ -65,6 +66,7 @@ class Broker:
     advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
     transactions: TransactionService | None = None  # the transaction coordinator (None: transactions refused)
     shares: ShareService | None = None  # share groups (KIP-932; None: refused)
+    cluster: ClusterMember | None = None  # cluster mode: the membership DescribeCluster lists (None: one node)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine
