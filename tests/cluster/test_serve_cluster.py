@@ -1,0 +1,192 @@
+"""``walgate serve --cluster etcd=...``: real ``walgate serve`` processes over a real etcd (stopped by PID).
+
+Membership as clients and operators see it: the Java Admin's describeCluster (Kafka's DescribeCluster API) and
+``SHOW DNODES`` list every live node and the controller; kill -9 of the controller elects another; a clean stop
+deregisters; a refused registration (an emptied data dir, an id another live node has) and an unreachable etcd stop
+the start with a clear message and exit code 1, never a traceback. Without ``--cluster`` a node is the whole
+cluster, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from etcd_cluster import EtcdCluster, free_port
+from livewalgate import WALGATE, WalgateServer, running_walgate, stop_process, walgate_env
+
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
+import setup_clients  # noqa: E402
+
+JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
+WAIT_S = 60.0
+SESSION_MS = "2000"  # broker.session.timeout.ms: a killed node's lease expires within 2 s
+
+
+def cluster_args(etcd: EtcdCluster, node_id: int) -> list[str]:
+    return ["--cluster", f"etcd={etcd.spec}", "--node-id", str(node_id),
+            "--override", f"broker.session.timeout.ms={SESSION_MS}"]
+
+
+@contextmanager
+def node(etcd: EtcdCluster, tmp_path: Path, node_id: int, data_dir: Path | None = None) -> Iterator[WalgateServer]:
+    with running_walgate(tmp_path / f"node{node_id}", *cluster_args(etcd, node_id), data_dir=data_dir) as server:
+        yield server
+
+
+def sql(server: WalgateServer, statement: str) -> list[list[Any]]:
+    request = urllib.request.Request(server.http_url + "/rest/sql", data=statement.encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return list(json.load(r)["data"])
+
+
+def readyz(server: WalgateServer) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(server.http_url + "/readyz", timeout=30) as r:
+            return dict(json.load(r))
+    except urllib.error.HTTPError as e:
+        return dict(json.load(e))
+
+
+def eventually(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {WAIT_S:g} s: {what}")
+        time.sleep(0.1)
+
+
+def wait_log(server: WalgateServer, text: str) -> None:
+    eventually(f"{text!r} in the log of {server.http_url}:\n{server.log()[-3000:]}", lambda: text in server.log())
+
+
+def describe_cluster(server: WalgateServer) -> dict[str, Any]:
+    """The Java Admin's describeCluster through ``server``'s Kafka listener."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("java is not installed (.ci/run installs it)")
+    classpath = setup_clients.classpath("kafka-clients-4.3.0")
+    if not classpath:
+        pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
+    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
+                          classpath, str(JAVA_DIR / "DescribeClusterNodes.java"), f"127.0.0.1:{server.kafka_port}"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def registered_nodes(etcd: EtcdCluster) -> list[bytes]:
+    async def read() -> list[bytes]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(Keys("walgate").nodes)
+            return [kv.key for kv in kvs]
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def no_traceback(server: WalgateServer) -> None:
+    assert "Traceback" not in server.log(), server.log()[-3000:]
+
+
+def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_another(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2) as n2:
+            e1, e2 = f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
+            both = [[1, e1, "ready", "controller"], [2, e2, "ready", ""]]
+            for server in (n1, n2):
+                eventually("SHOW DNODES lists both nodes", lambda s=server: sql(s, "SHOW DNODES") == both)
+            described = [describe_cluster(n1), describe_cluster(n2)]
+            assert described[0] == described[1], "one cluster id, one membership on every node"
+            assert described[0]["controller"] == 1
+            assert described[0]["nodes"] == [[1, "127.0.0.1", n1.kafka_port], [2, "127.0.0.1", n2.kafka_port]]
+            assert readyz(n2)["checks"]["cluster"] == "ok"
+
+            n1.proc.send_signal(signal.SIGKILL)
+            n1.proc.wait(timeout=30)
+            after = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
+            eventually("node 2 is the controller, node 1 offline", lambda: sql(n2, "SHOW DNODES") == after)
+            again = describe_cluster(n2)
+            assert again["controller"] == 2 and again["nodes"] == [[2, "127.0.0.1", n2.kafka_port]]
+            assert again["cluster_id"] == described[0]["cluster_id"]
+
+            assert stop_process(n2.proc) == 0
+            assert registered_nodes(etcd1) == [], "a clean stop deregisters at once"
+            assert "node 2 left cluster walgate" in n2.log()
+            no_traceback(n2)
+
+
+def serve_fails(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``walgate serve`` that must stop by itself (within 60 s)."""
+    data_dir = tmp_path / "data"
+    return subprocess.run([*WALGATE, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--http-port", "0",
+                           "--kafka-port", "0", *args], capture_output=True, text=True, timeout=WAIT_S,
+                          env=walgate_env())
+
+
+def test_a_refused_registration_stops_the_start_with_a_clear_message(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "walgate ready")
+        twin = serve_fails(tmp_path / "twin", *cluster_args(etcd1, 1))
+        assert twin.returncode == 1, twin.stderr
+        assert "is not the one node 1 registered with" in twin.stderr, "another data dir claiming a live node's id"
+        assert "Traceback" not in twin.stderr
+        data_dir = n1.data_dir
+    shutil.rmtree(data_dir)  # an emptied disk: node 1's data is gone, it must not come back as node 1
+    data_dir.mkdir()
+    emptied = subprocess.run([*WALGATE, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+                              "--http-port", "0", "--kafka-port", "0", *cluster_args(etcd1, 1)],
+                             capture_output=True, text=True, timeout=WAIT_S, env=walgate_env())
+    assert emptied.returncode == 1, emptied.stderr
+    assert "is not the one node 1 registered with" in emptied.stderr and "new node id" in emptied.stderr
+    assert "Traceback" not in emptied.stderr
+    with node(etcd1, tmp_path, 3, data_dir=data_dir) as n3:  # as a new node id it joins
+        eventually("node 3 is a member", lambda: [r[:3] for r in sql(n3, "SHOW DNODES")]
+                   == [[1, "", "offline"], [3, f"127.0.0.1:{n3.kafka_port}", "ready"]])
+
+
+def test_an_unreachable_etcd_stops_the_start(tmp_path: Path) -> None:
+    run = serve_fails(tmp_path, "--cluster", f"etcd=http://127.0.0.1:{free_port()}", "--node-id", "1")
+    assert run.returncode == 1, run.stderr
+    assert "cannot reach the cluster's etcd" in run.stderr and "no member reachable" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "data" / "node.incarnation").exists(), "nothing made before etcd answered"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cluster", "zookeeper=127.0.0.1:2181"], "expected etcd=http://host:port"),
+    (["--cluster", "etcd=http://127.0.0.1:notaport"], "expected host:port"),
+    (["--override", "cluster.name=no/slash"], "cluster_name"),
+    (["--override", "broker.session.timeout.ms=500"], "broker_session_timeout_ms must be >= 2000"),
+])
+def test_bad_cluster_settings_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    run = serve_fails(tmp_path, *args)
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_single_node_is_its_own_dnode_and_needs_no_etcd(tmp_path: Path) -> None:
+    with running_walgate(tmp_path, "--node-id", "7") as server:
+        assert sql(server, "SHOW DNODES") == [[7, f"127.0.0.1:{server.kafka_port}", "ready", ""]]
+        assert "cluster" not in readyz(server)["checks"]
+        assert not (server.data_dir / "node.incarnation").exists()
+        described = describe_cluster(server)
+        assert described["controller"] == 7 and described["nodes"] == [[7, "127.0.0.1", server.kafka_port]]
