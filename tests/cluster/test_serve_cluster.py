@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,8 +25,8 @@ from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster, free_port
-from livewalgate import WALGATE, WalgateServer, running_walgate, stop_process, walgate_env
 
+from livewalgate import WALGATE, WalgateServer, running_walgate, stop_process, walgate_env
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
 
@@ -168,7 +169,7 @@ def test_an_unreachable_etcd_stops_the_start(tmp_path: Path) -> None:
     assert run.returncode == 1, run.stderr
     assert "cannot reach the cluster's etcd" in run.stderr and "no member reachable" in run.stderr
     assert "Traceback" not in run.stderr
-    assert not (tmp_path / "data" / "node.incarnation").exists(), "nothing made before etcd answered"
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["walgate.lock"], "nothing made before etcd answered"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -190,3 +191,23 @@ def test_a_single_node_is_its_own_dnode_and_needs_no_etcd(tmp_path: Path) -> Non
         assert not (server.data_dir / "node.incarnation").exists()
         described = describe_cluster(server)
         assert described["controller"] == 7 and described["nodes"] == [[7, "127.0.0.1", server.kafka_port]]
+
+
+def test_a_paused_node_loses_its_registration_and_registers_again_when_resumed(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2) as n2:
+            e1, e2 = f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
+            n1.proc.send_signal(signal.SIGSTOP)  # longer than its lease: etcd lets node 1 go
+            try:
+                paused = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
+                eventually("node 2 is the controller", lambda: sql(n2, "SHOW DNODES") == paused)
+            finally:
+                n1.proc.send_signal(signal.SIGCONT)
+            back = [[1, e1, "ready", ""], [2, e2, "ready", "controller"]]
+            for server in (n1, n2):
+                eventually("node 1 registered again", lambda s=server: sql(s, "SHOW DNODES") == back)
+            eventually("node 1 ready again", lambda: readyz(n1)["checks"]["cluster"] == "ok")
+            assert "node 1: registration (broker epoch" in n1.log() and "lost" in n1.log()
+            no_traceback(n1)

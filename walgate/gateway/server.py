@@ -12,6 +12,11 @@ listener they connected through, which defaults to its bound one). Shutdown (SIG
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
+Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, docs/cluster.md): before the engine opens, the node
+reads the cluster's Kafka cluster id from etcd (etcd not answering stops the start); once its Kafka listeners are
+bound it registers and stands for controller, before the ready line (a refused registration stops the start);
+shutdown deregisters first, so the node leaves before its listeners close.
+
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
 storage-lane call the topics snapshot is published when the catalog changed (the coordinator lane reads topics only
@@ -138,11 +143,12 @@ class Gateway:
         bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
-            cluster_id = Broker.load_cluster_id(cfg.data_dir)
             if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
                                               cfg.broker_session_timeout_ms)
                 cluster_id = await self._cluster.kafka_cluster_id()
+            else:
+                cluster_id = Broker.load_cluster_id(cfg.data_dir)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
