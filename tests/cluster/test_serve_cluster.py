@@ -49,6 +49,15 @@ def node(etcd: EtcdCluster, tmp_path: Path, node_id: int, data_dir: Path | None 
         yield server
 
 
+@contextmanager
+def two_nodes(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[WalgateServer, WalgateServer, str, str]]:
+    """Nodes 1 (the controller: elected before node 2 starts) and 2, and their Kafka endpoints."""
+    with node(etcd, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd, tmp_path, 2) as n2:
+            yield n1, n2, f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
+
+
 def sql(server: WalgateServer, statement: str) -> list[list[Any]]:
     request = urllib.request.Request(server.http_url + "/rest/sql", data=statement.encode(), method="POST")
     with urllib.request.urlopen(request, timeout=30) as r:
@@ -108,31 +117,28 @@ def no_traceback(server: WalgateServer) -> None:
 
 def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_another(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1) as n1:
-        wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2) as n2:
-            e1, e2 = f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
-            both = [[1, e1, "ready", "controller"], [2, e2, "ready", ""]]
-            for server in (n1, n2):
-                eventually("SHOW DNODES lists both nodes", lambda s=server: sql(s, "SHOW DNODES") == both)
-            described = [describe_cluster(n1), describe_cluster(n2)]
-            assert described[0] == described[1], "one cluster id, one membership on every node"
-            assert described[0]["controller"] == 1
-            assert described[0]["nodes"] == [[1, "127.0.0.1", n1.kafka_port], [2, "127.0.0.1", n2.kafka_port]]
-            assert readyz(n2)["checks"]["cluster"] == "ok"
+    with two_nodes(etcd1, tmp_path) as (n1, n2, e1, e2):
+        both = [[1, e1, "ready", "controller"], [2, e2, "ready", ""]]
+        for server in (n1, n2):
+            eventually("SHOW DNODES lists both nodes", lambda s=server: sql(s, "SHOW DNODES") == both)
+        described = [describe_cluster(n1), describe_cluster(n2)]
+        assert described[0] == described[1], "one cluster id, one membership on every node"
+        assert described[0]["controller"] == 1
+        assert described[0]["nodes"] == [[1, "127.0.0.1", n1.kafka_port], [2, "127.0.0.1", n2.kafka_port]]
+        assert readyz(n2)["checks"]["cluster"] == "ok"
 
-            n1.proc.send_signal(signal.SIGKILL)
-            n1.proc.wait(timeout=30)
-            after = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
-            eventually("node 2 is the controller, node 1 offline", lambda: sql(n2, "SHOW DNODES") == after)
-            again = describe_cluster(n2)
-            assert again["controller"] == 2 and again["nodes"] == [[2, "127.0.0.1", n2.kafka_port]]
-            assert again["cluster_id"] == described[0]["cluster_id"]
+        n1.proc.send_signal(signal.SIGKILL)
+        n1.proc.wait(timeout=30)
+        after = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
+        eventually("node 2 is the controller, node 1 offline", lambda: sql(n2, "SHOW DNODES") == after)
+        again = describe_cluster(n2)
+        assert again["controller"] == 2 and again["nodes"] == [[2, "127.0.0.1", n2.kafka_port]]
+        assert again["cluster_id"] == described[0]["cluster_id"]
 
-            assert stop_process(n2.proc) == 0
-            assert registered_nodes(etcd1) == [], "a clean stop deregisters at once"
-            assert "node 2 left cluster walgate" in n2.log()
-            no_traceback(n2)
+        assert stop_process(n2.proc) == 0
+        assert registered_nodes(etcd1) == [], "a clean stop deregisters at once"
+        assert "node 2 left cluster walgate" in n2.log()
+        no_traceback(n2)
 
 
 def serve_fails(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -195,19 +201,16 @@ def test_a_single_node_is_its_own_dnode_and_needs_no_etcd(tmp_path: Path) -> Non
 
 def test_a_paused_node_loses_its_registration_and_registers_again_when_resumed(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1) as n1:
-        wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2) as n2:
-            e1, e2 = f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
-            n1.proc.send_signal(signal.SIGSTOP)  # longer than its lease: etcd lets node 1 go
-            try:
-                paused = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
-                eventually("node 2 is the controller", lambda: sql(n2, "SHOW DNODES") == paused)
-            finally:
-                n1.proc.send_signal(signal.SIGCONT)
-            back = [[1, e1, "ready", ""], [2, e2, "ready", "controller"]]
-            for server in (n1, n2):
-                eventually("node 1 registered again", lambda s=server: sql(s, "SHOW DNODES") == back)
-            eventually("node 1 ready again", lambda: readyz(n1)["checks"]["cluster"] == "ok")
-            assert "node 1: registration (broker epoch" in n1.log() and "lost" in n1.log()
-            no_traceback(n1)
+    with two_nodes(etcd1, tmp_path) as (n1, n2, e1, e2):
+        n1.proc.send_signal(signal.SIGSTOP)  # longer than its lease: etcd lets node 1 go
+        try:
+            paused = [[1, "", "offline", ""], [2, e2, "ready", "controller"]]
+            eventually("node 2 is the controller", lambda: sql(n2, "SHOW DNODES") == paused)
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        back = [[1, e1, "ready", ""], [2, e2, "ready", "controller"]]
+        for server in (n1, n2):
+            eventually("node 1 registered again", lambda s=server: sql(s, "SHOW DNODES") == back)
+        eventually("node 1 ready again", lambda: readyz(n1)["checks"]["cluster"] == "ok")
+        assert "node 1: registration (broker epoch" in n1.log() and "lost" in n1.log()
+        no_traceback(n1)
