@@ -183,8 +183,11 @@ def test_an_unreachable_etcd_stops_the_start(tmp_path: Path) -> None:
     (["--cluster", "etcd=http://127.0.0.1:notaport"], "expected host:port"),
     (["--override", "cluster.name=no/slash"], "cluster_name"),
     (["--override", "broker.session.timeout.ms=500"], "broker_session_timeout_ms must be >= 2000"),
+    (["--config", "server.properties"], "cluster_etcd_endpoints: etcd endpoint '127.0.0.1:x'"),
 ])
 def test_bad_cluster_settings_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "server.properties").write_text("node.id=1\ncluster.etcd.endpoints=http://127.0.0.1:x\n")
+    args = [str(tmp_path / a) if a == "server.properties" else a for a in args]
     run = serve_fails(tmp_path, *args)
     assert run.returncode == 2, run.stderr
     assert message in run.stderr and "Traceback" not in run.stderr

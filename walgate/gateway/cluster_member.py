@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import uuid
 from pathlib import Path
@@ -155,9 +154,10 @@ class ClusterMember:
         (the lease then expires by itself within ``broker.session.timeout.ms``)."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task, outcome in zip(self._tasks, await asyncio.gather(*self._tasks, return_exceptions=True),
+                                 strict=True):
+            if isinstance(outcome, Exception):  # a loop that ended on an error it did not expect: say which
+                log.error("node %d: %s had stopped: %s", self.node_id, task.get_name(), outcome)
         self._tasks = []
         try:
             if self.registration is not None:
