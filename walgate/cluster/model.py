@@ -112,6 +112,19 @@ class Keys:
         return self.root + b"catalog/snapshot"
 
     @property
+    def proposals(self) -> bytes:
+        """``catalog/proposals/<id>``: catalog records a node that is not the controller asks it to append (put
+        with the proposer's lease); ``catalog/outcomes/<id>``: the controller's answer, ``{"seq": N}`` or
+        ``{"error": ...}`` (same lease)."""
+        return self.root + b"catalog/proposals/"
+
+    def proposal(self, proposal_id: str) -> bytes:
+        return self.proposals + proposal_id.encode()
+
+    def outcome(self, proposal_id: str) -> bytes:
+        return self.root + b"catalog/outcomes/" + proposal_id.encode()
+
+    @property
     def incarnations(self) -> bytes:
         return self.root + b"incarnations/"
 

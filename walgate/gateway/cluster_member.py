@@ -70,6 +70,7 @@ class ClusterMember:
         self.ttl = max(2, session_timeout_ms // 1000)
         self.view = Membership()
         self.registration: NodeRegistration | None = None
+        self.election: ControllerElection | None = None  # once joined
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
 
@@ -104,7 +105,7 @@ class ClusterMember:
         except ControlPlaneError as e:
             raise ClusterStartError(f"node {self.node_id} cannot join cluster {self.keys.cluster_id!r}: {e}") from None
         self.registration = registration
-        election = ControllerElection(self.session, self.keys, registration)
+        self.election = election = ControllerElection(self.session, self.keys, registration)
         try:
             await self.refresh()
         except ControlPlaneError as e:  # read again by the membership task

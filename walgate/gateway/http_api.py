@@ -90,6 +90,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
+from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
@@ -134,6 +135,7 @@ _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
+_SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
 _BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
 PRINCIPAL = web.RequestKey("principal", str)
@@ -150,6 +152,7 @@ def make_app(
     ingest: IngestWorkers | None = None,
     shares: Callable[[], ShareCoordinator | None] | None = None,
     cluster: Callable[[], str | None] | None = None,
+    shared: Callable[[], SharedCatalog | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
@@ -157,7 +160,8 @@ def make_app(
     share groups it shows beside them); with its ``metrics``, ``/metrics``. ``/readyz`` asks ``storage`` and, with
     the node's ``coordinator`` lane, that lane too (without it the coordinators run on the storage thread), and
     ``listeners()`` whether each listener besides HTTP (by name) accepts connections, and in cluster mode
-    ``cluster()`` why the node is not a member of its cluster (None: it is). Cross-origin browser requests are
+    ``cluster()`` why the node is not a member of its cluster (None: it is); statements run through ``shared()``
+    once it is not None (the cluster's users and ACLs: :mod:`.shared_catalog`). Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
     ``basic_auth``, requests need a user's credentials (module docstring)."""
     app = web.Application(client_max_size=max_request_bytes,
@@ -182,6 +186,8 @@ def make_app(
     app[_LISTENERS] = listeners if listeners is not None else dict
     if cluster is not None:
         app[_CLUSTER] = cluster
+    if shared is not None:
+        app[_SHARED] = shared
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -243,7 +249,11 @@ async def _sql(request: web.Request) -> web.Response:
                 raise answer.error
             assert answer.body is not None
             return web.Response(body=answer.body, content_type="application/json")
-        result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
+        shared = app[_SHARED]() if _SHARED in app else None
+        if shared is not None:  # cluster mode: users and grants are the cluster's
+            result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
+        else:
+            result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
             audit(principal, request.remote or "", change, sql, f"refused: {e.message}")

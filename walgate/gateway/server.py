@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -54,7 +55,7 @@ from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
-from walgate.gateway.cluster_member import ClusterMember, dnodes
+from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
@@ -75,6 +76,7 @@ from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
+from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
 from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
@@ -85,6 +87,8 @@ from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.quotas import QUOTA_OP
+from walgate.storage.resource_configs import RESOURCE_OP
 from walgate.storage.show import Dnode
 from walgate.storage.wal import PendingSync
 
@@ -123,6 +127,7 @@ class Gateway:
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self._transactions: TransactionService | None = None
         self._cluster: ClusterMember | None = None  # cluster mode: this node's membership (cluster_member.py)
+        self._shared: SharedCatalog | None = None  # cluster mode: the shared catalog (shared_catalog.py)
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -164,9 +169,10 @@ class Gateway:
             self._storage.group_commit(end_of_storage_call, self._group_commit)
             self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
             self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
-            if (self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
-                    or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
-                await bootstrap_root(self._storage, engine, os.environ)
+            if self._cluster is not None:  # users, ACLs, quotas and configs are the cluster's (shared_catalog.py)
+                await self._storage.call(engine.cluster_mode)
+            elif self._needs_root:
+                await bootstrap_root(self._storage.call, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             for topic in await self._storage.call(engine.delete_dropped_offsets):
                 log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
@@ -184,7 +190,8 @@ class Gateway:
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
                          ingest=self._ingest,
                          shares=self._share_coordinator,
-                         cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None),
+                         cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
+                         shared=lambda: self._shared),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
@@ -260,6 +267,34 @@ class Gateway:
         await member.join(tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items()))
         broker.cluster = member
         self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
+        applied = await self._storage.call(lambda: engine.catalog.shared_seq)
+        shared = self._shared = SharedCatalog(member, self._storage, engine, applied,
+                                              functools.partial(self._catalog_applied, broker, engine))
+        shared.start()
+        try:
+            async with asyncio.timeout(CHANGE_TIMEOUT_S):
+                while not shared.caught_up:
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise ClusterStartError(f"the cluster's catalog could not be read within {CHANGE_TIMEOUT_S:g} s") from None
+        broker.shared = shared
+        if self._needs_root:
+            await bootstrap_root(shared.run, engine, os.environ)
+
+    @property
+    def _needs_root(self) -> bool:
+        """Whether ``root`` is made at start (root_user.py): some listener or the HTTP API authenticates, or its
+        password is given."""
+        return bool(self._sasl or self.config.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
+                    or os.environ.get(ROOT_PASSWORD_FILE_ENV))
+
+    async def _catalog_applied(self, broker: Broker, engine: Engine, op: str) -> None:
+        """After a shared catalog record (``op``; "" for a snapshot) was applied: the quotas in force and the
+        topics' broker defaults follow it, as after a change made on this node."""
+        if op in (QUOTA_OP, ""):
+            broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
+        if op in (RESOURCE_OP, ""):
+            await self._storage.call(engine.apply_topic_defaults, broker.node_id)
 
     async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
         """Hand each new membership ``member`` reads to ``SHOW DNODES`` (on the storage lane)."""
@@ -369,6 +404,8 @@ class Gateway:
         """``/readyz``'s ``cluster`` check in cluster mode: why the node is not a registered member (None: it is)."""
         if self._cluster is None or not self._cluster.registered:
             return "not registered in the cluster (etcd unreachable, or the registration was refused or lost)"
+        if self._shared is None or not self._shared.caught_up:
+            return "not caught up with the cluster's catalog yet"
         return None
 
     async def stop(self) -> None:
@@ -394,6 +431,9 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._dnodes_task
             self._dnodes_task = None
+        if self._shared is not None:
+            await self._shared.stop()
+            self._shared = None
         if self._cluster is not None:  # leaves before the listeners close: clients are not sent to a closed node
             await self._cluster.leave()
             self._cluster = None

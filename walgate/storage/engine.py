@@ -357,6 +357,21 @@ class Engine:
         """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
         return self.store.topics()
 
+    def cluster_mode(self) -> None:
+        """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
+        through its record stream (:mod:`walgate.storage.catalog`)."""
+        self.catalog.cluster = True
+
+    def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
+        """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which
+        are undone here (the gateway has them appended to the cluster's stream; see :meth:`Catalog.stage`)."""
+        self.catalog.stage()
+        try:
+            result = fn(*args)
+        finally:
+            records = self.catalog.unstage()
+        return result, records
+
     def set_dnodes(self, dnodes: tuple[Dnode, ...]) -> None:
         """The cluster's nodes as this node knows them (``SHOW DNODES``): set by the gateway, on the storage lane."""
         self.show.dnodes = dnodes
