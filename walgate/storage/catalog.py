@@ -299,8 +299,11 @@ class Catalog:
         return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
                       dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq)
 
-    def _restore(self, state: _State) -> None:
-        self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
+    def _restore(self, state: _State, *, shared_only: bool = False) -> None:
+        """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
+        records are written and stay)."""
+        if not shared_only:
+            self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
 
@@ -337,7 +340,7 @@ class Catalog:
         """End a staged call: undo its shared changes and return their records, in order."""
         records, self._staged = self._staged or [], None
         if self._staged_from is not None:
-            self._restore(self._staged_from)
+            self._restore(self._staged_from, shared_only=True)
             self._staged_from = None
         return records
 
