@@ -118,7 +118,7 @@ def test_a_restarted_node_catches_up_and_a_new_controller_takes_changes(etcd1: E
 
 
 def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd3, tmp_path, 1) as n1:
+    with node(etcd3, tmp_path, 1, *AUTHORIZER, "--override", "super.users=User:ANONYMOUS") as n1:
         eventually("node 1 is the controller", lambda: "node 1: controller" in n1.log())
         create_topic(n1.kafka_port, "data")
         assert produce(n1.kafka_port, "data", b"one") is None
@@ -133,6 +133,14 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
             assert e.code == 503
             desc = json.load(e)["desc"]
         assert "The cluster's catalog did not take the change" in desc, desc
+        client = admin(n1.kafka_port)
+        try:
+            for f in client.create_acls([deny_write("data")]).values():
+                f.result(timeout=120)
+            raise AssertionError("an ACL without an etcd majority was accepted")
+        except KafkaException as e:
+            assert e.args[0].name() == "REQUEST_TIMED_OUT", e
+            assert "The cluster's catalog did not take the change" in e.args[0].str(), e
         assert produce(n1.kafka_port, "data", b"two") is None
         consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "g",
                              "auto.offset.reset": "earliest"})

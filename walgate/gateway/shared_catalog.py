@@ -40,7 +40,7 @@ from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
-from walgate.storage.errors import InvalidValue, StorageUnavailable
+from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageUnavailable
 
 __all__ = ["SharedCatalog", "TRIM_EVERY", "CHANGE_TIMEOUT_S"]
 
@@ -142,7 +142,7 @@ class SharedCatalog:
     async def publish(self, records: list[dict[str, Any]]) -> None:
         """Have ``records`` (a staged call's) appended to the stream and applied on this node. Raises
         :class:`InvalidValue` (the controller's catalog refused them: nothing changed) or
-        :class:`StorageUnavailable` (no controller or no etcd quorum answered within :data:`CHANGE_TIMEOUT_S`)."""
+        :class:`ClusterUnavailable` (no controller or no etcd quorum answered within :data:`CHANGE_TIMEOUT_S`)."""
         try:
             async with asyncio.timeout(CHANGE_TIMEOUT_S):
                 if self.election.epoch is not None:
@@ -151,10 +151,10 @@ class SharedCatalog:
                     seq = await self._propose(records)
                 await self.follower.wait_applied(seq)
         except TimeoutError:
-            raise StorageUnavailable(f"The cluster's catalog did not take the change within {CHANGE_TIMEOUT_S:g} s (no"
+            raise ClusterUnavailable(f"The cluster's catalog did not take the change within {CHANGE_TIMEOUT_S:g} s (no"
                                      " controller elected, or etcd has no quorum); it may still be applied") from None
         except ControlPlaneError as e:
-            raise StorageUnavailable(f"The cluster's catalog did not take the change: {e}") from None
+            raise ClusterUnavailable(f"The cluster's catalog did not take the change: {e}") from None
 
     async def _append(self, records: list[dict[str, Any]], also: Callable[[int], list[Any]] | None = None,
                       when: list[Any] | None = None) -> int:
