@@ -36,9 +36,18 @@ from walgate.cluster.model import (
 from walgate.cluster.registry import NodeRegistration
 from walgate.storage.show import Dnode
 
-__all__ = ["ClusterMember", "ClusterStartError", "dnodes"]
+__all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
 
 log = logging.getLogger("walgate.cluster")
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until they ended; a loop that had ended on an error it did not expect is logged."""
+    for task in tasks:
+        task.cancel()
+    for task, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+        if isinstance(outcome, Exception):
+            log.error("%s had stopped: %s", task.get_name(), outcome)
 
 
 def dnodes(view: Membership) -> tuple[Dnode, ...]:
@@ -153,12 +162,7 @@ class ClusterMember:
     async def leave(self) -> None:
         """Stop following, deregister (revoke the lease) and close the etcd session; etcd not answering is logged
         (the lease then expires by itself within ``broker.session.timeout.ms``)."""
-        for task in self._tasks:
-            task.cancel()
-        for task, outcome in zip(self._tasks, await asyncio.gather(*self._tasks, return_exceptions=True),
-                                 strict=True):
-            if isinstance(outcome, Exception):  # a loop that ended on an error it did not expect: say which
-                log.error("node %d: %s had stopped: %s", self.node_id, task.get_name(), outcome)
+        await stop_tasks(self._tasks)
         self._tasks = []
         try:
             if self.registration is not None:

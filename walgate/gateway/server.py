@@ -411,26 +411,14 @@ class Gateway:
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
         self._stopping.set()
-        if self._meta_task is not None:
-            self._meta_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._meta_task
-            self._meta_task = None
-        if self._clean_task is not None:
-            self._clean_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._clean_task
-            self._clean_task = None
-        if self._sync_task is not None:
-            self._sync_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sync_task
-            self._sync_task = None
-        if self._dnodes_task is not None:
-            self._dnodes_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._dnodes_task
-            self._dnodes_task = None
+        await _cancelled(self._meta_task)
+        self._meta_task = None
+        await _cancelled(self._clean_task)
+        self._clean_task = None
+        await _cancelled(self._sync_task)
+        self._sync_task = None
+        await _cancelled(self._dnodes_task)
+        self._dnodes_task = None
         if self._shared is not None:
             await self._shared.stop()
             self._shared = None
@@ -528,6 +516,14 @@ class Gateway:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, RecordCursor
 from walgate.cluster.records import RecordFollower, RecordLog
-from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageUnavailable
@@ -88,11 +88,7 @@ class SharedCatalog:
                        asyncio.create_task(self._serve_proposals(), name="walgate-catalog-proposals")]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task, outcome in zip(self._tasks, await asyncio.gather(*self._tasks, return_exceptions=True), strict=True):
-            if isinstance(outcome, Exception):
-                log.error("%s had stopped: %s", task.get_name(), outcome)
+        await stop_tasks(self._tasks)
         self._tasks = []
 
     # ------------------------------------------------------------------ applying
