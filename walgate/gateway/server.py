@@ -12,10 +12,13 @@ listener they connected through, which defaults to its bound one). Shutdown (SIG
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
-Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, docs/cluster.md): before the engine opens, the node
-reads the cluster's Kafka cluster id from etcd (etcd not answering stops the start); once its Kafka listeners are
-bound it registers and stands for controller, before the ready line (a refused registration stops the start);
-shutdown deregisters first, so the node leaves before its listeners close.
+Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, :mod:`.shared_catalog`, docs/cluster.md): before
+the engine opens, the node reads the cluster's Kafka cluster id from etcd (etcd not answering stops the start); the
+engine's catalog is put in cluster mode (users, ACLs, quotas and configs are the cluster's); once its Kafka
+listeners are bound the node registers and stands for controller, then reads the cluster's catalog stream, makes
+``root`` through it when needed, and only then logs the ready line (a refused registration, or a stream not read
+within ``CHANGE_TIMEOUT_S``, stops the start). Shutdown stops following the stream and deregisters first, so the
+node leaves before its listeners close.
 
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
@@ -254,9 +257,10 @@ class Gateway:
         return contexts
 
     async def _join_cluster(self, broker: Broker) -> None:
-        """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: in cluster mode, once the node registered
-        with its advertised listeners (refused: :class:`~.cluster_member.ClusterStartError`) and whenever the
-        membership it reads changes; on a single node, the node itself."""
+        """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: on a single node, the node itself. In cluster
+        mode, register with the node's advertised listeners (refused: :class:`~.cluster_member.ClusterStartError`),
+        follow the membership, start the shared catalog and wait until it read the stream (then every
+        ``Broker.call`` runs through it), and make ``root`` through it when needed (module docstring)."""
         engine = self._engine
         assert engine is not None
         member = self._cluster
