@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import shutil
 import subprocess
@@ -40,11 +41,11 @@ def cluster_args(etcd: EtcdCluster, node_id: int) -> list[str]:
 
 
 @contextmanager
-def node(etcd: EtcdCluster, tmp_path: Path, node_id: int, *args: str,
-         data_dir: Path | None = None) -> Iterator[WalgateServer]:
+def node(etcd: EtcdCluster, tmp_path: Path, node_id: int, *args: str, data_dir: Path | None = None,
+         env: dict[str, str] | None = None, kafka_port: int | None = None) -> Iterator[WalgateServer]:
     """Node ``node_id`` (``args``: more flags) in ``tmp_path/node<id>``, its data dir there unless given."""
-    with running_walgate(tmp_path / f"node{node_id}", *cluster_args(etcd, node_id), *args,
-                         data_dir=data_dir) as server:
+    with running_walgate(tmp_path / f"node{node_id}", *cluster_args(etcd, node_id), *args, data_dir=data_dir,
+                         env=env, kafka_port=kafka_port) as server:
         yield server
 
 
@@ -59,8 +60,11 @@ def two_nodes(etcd: EtcdCluster, tmp_path: Path, *args: str
             yield n1, n2, f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
 
 
-def sql(server: WalgateServer, statement: str) -> list[list[Any]]:
+def sql(server: WalgateServer, statement: str, auth: tuple[str, str] | None = None) -> list[list[Any]]:
+    """The rows of ``statement`` run through ``server``'s HTTP API (``auth``: HTTP Basic user and password)."""
     request = urllib.request.Request(server.http_url + "/rest/sql", data=statement.encode(), method="POST")
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
     with urllib.request.urlopen(request, timeout=30) as r:
         return list(json.load(r)["data"])
 

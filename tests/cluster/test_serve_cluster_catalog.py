@@ -2,7 +2,8 @@
 changed through real clients (confluent-kafka's AdminClient and Producer) and SQL over HTTP.
 
 A change made on any node (the controller, or another that proposes it) is visible on that node once answered and
-on every other node soon after, and enforced there; a node that was stopped catches up when it starts; after kill -9
+on every other node soon after, and enforced there (a user made on node 2 authenticates with SCRAM on node 1, an
+ACL made on node 2 refuses a producer on node 1); a node that was stopped catches up when it starts; after kill -9
 of the controller the next one takes changes; with etcd's majority lost a change is refused with a clear error while
 produce and fetch of the node's topics go on.
 """
@@ -13,6 +14,7 @@ import json
 import signal
 import urllib.error
 import urllib.request
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -26,8 +28,10 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, two_nodes
+from etcd_cluster import EtcdCluster, free_port
+from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
+
+from livewalgate import WalgateServer, walgate_env
 
 AUTHORIZER = ["--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "--override", "allow.everyone.if.no.acl.found=true"]
@@ -49,8 +53,8 @@ def deny_write(topic: str) -> AclBinding:
                       AclOperation.WRITE, AclPermissionType.DENY)
 
 
-def users(server: object) -> list[str]:
-    return sorted(row[0] for row in sql(server, "SHOW USERS"))  # type: ignore[arg-type]
+def users(server: WalgateServer) -> list[str]:
+    return sorted(row[0] for row in sql(server, "SHOW USERS"))
 
 
 def produce(port: int, topic: str, value: bytes) -> str | None:
@@ -78,6 +82,42 @@ def test_users_made_on_any_node_are_on_every_node(etcd1: EtcdCluster, tmp_path: 
         eventually("bob on node 2", lambda: users(n2) == ["alice", "bob"])
         for server in (n1, n2):
             no_traceback(server)
+
+
+def test_a_user_made_on_one_node_authenticates_on_the_other(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    root = ("root", "Root-pass-1")
+    env = walgate_env() | {"WALGATE_ROOT_PASSWORD": root[1]}  # root made through the cluster by node 1 only
+    ports = {i: free_port() for i in (1, 2)}
+
+    def sasl_node(i: int) -> AbstractContextManager[WalgateServer]:
+        return node(etcd1, tmp_path, i, "--override", f"listeners=SASL_PLAINTEXT://127.0.0.1:{ports[i]}", env=env,
+                    kafka_port=ports[i])
+
+    def scram(user: str, password: str) -> dict[str, str]:
+        return {"bootstrap.servers": f"127.0.0.1:{ports[1]}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password}
+
+    with sasl_node(1) as n1:
+        wait_log(n1, "node 1: controller")
+        with sasl_node(2) as n2:
+            sql(n2, "CREATE USER alice PASS 'Secret-123'", auth=root)
+            eventually("alice on node 1", lambda: "alice" in [r[0] for r in sql(n1, "SHOW USERS", auth=root)])
+            client = AdminClient(scram(*root))
+            client.create_topics([NewTopic("t", 1, 1)])["t"].result(timeout=30)
+            delivered: list[str | None] = []
+            producer = Producer(scram("alice", "Secret-123") | {"message.timeout.ms": 20000})
+            producer.produce("t", b"v", on_delivery=lambda err, _m: delivered.append(err.name() if err else None))
+            producer.flush(30)
+            assert delivered == [None], "alice, made on node 2, authenticated on node 1"
+            refused = AdminClient(scram("alice", "wrong") | {"socket.timeout.ms": 10000})
+            try:
+                refused.list_topics(timeout=10)
+                raise AssertionError("a wrong password was accepted")
+            except KafkaException:
+                pass
+            assert "created user root" in n1.log() and "created user root" not in n2.log()
+            for server in (n1, n2):
+                no_traceback(server)
 
 
 def test_acls_made_on_one_node_are_enforced_on_the_other(etcd1: EtcdCluster, tmp_path: Path) -> None:
