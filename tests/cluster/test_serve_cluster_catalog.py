@@ -24,6 +24,10 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -67,12 +71,20 @@ def produce(port: int, topic: str, value: bytes) -> str | None:
     return errors[0]
 
 
+def session_timeout(port: int, group: str) -> tuple[str, str]:
+    """(value, source) of group ``group``'s ``consumer.session.timeout.ms`` as node ``port`` describes it."""
+    client = admin(port)
+    [future] = client.describe_configs([ConfigResource("GROUP", group)], request_timeout=30).values()
+    entry = future.result(30)["consumer.session.timeout.ms"]
+    return entry.value, ConfigSource(entry.source).name
+
+
 def create_topic(port: int, name: str) -> None:
     client = admin(port)
     client.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
 
 
-def test_users_made_on_any_node_are_on_every_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
+def test_users_and_group_configs_made_on_any_node_are_on_every_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
         sql(n2, "CREATE USER alice PASS 'Secret-123'")  # node 2 is not the controller: proposed to node 1
         assert users(n2) == ["alice"], "visible on the node asked once answered"
@@ -80,6 +92,13 @@ def test_users_made_on_any_node_are_on_every_node(etcd1: EtcdCluster, tmp_path: 
         sql(n1, "CREATE USER bob PASS 'Secret-123'")  # on the controller itself
         assert users(n1) == ["alice", "bob"]
         eventually("bob on node 2", lambda: users(n2) == ["alice", "bob"])
+        group = ConfigResource("GROUP", "g1", incremental_configs=[  # a group's config, set through node 2
+            ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+        client = admin(n2.kafka_port)
+        for f in client.incremental_alter_configs([group], request_timeout=30).values():
+            f.result(30)
+        eventually("node 1 has the group's config", lambda: session_timeout(n1.kafka_port, "g1")
+                   == ("50000", "GROUP_CONFIG"))
         for server in (n1, n2):
             no_traceback(server)
 
