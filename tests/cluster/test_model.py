@@ -78,3 +78,25 @@ def test_endpoints() -> None:
     for bad in ("", "127.0.0.1", "https://h:1", "h:x"):
         with pytest.raises(ValueError):
             parse_endpoints(bad)
+
+
+def test_membership_names_the_live_nodes_the_known_ones_and_the_controller() -> None:
+    from walgate.cluster.model import membership
+
+    n2 = NodeInfo(2, "b" * 32, ("PLAINTEXT://h2:9092",))
+    n1 = NodeInfo(1, "a" * 32, ("PLAINTEXT://h1:9092",))
+    view = membership([n2.encode(), n1.encode()], [3, 1],
+                      [(b"k-late", 20, b"2 11"), (b"k-early", 12, b"1 10")])
+    assert view.nodes == (n1, n2) and view.known == (1, 2, 3) and view.controller == 1
+    assert membership([], [], []).controller is None
+    with pytest.raises(ControlPlaneError):
+        membership([], [], [(b"k", 1, b"not-a-node")])
+
+
+def test_endpoint_for_picks_the_listener_asked_for_else_the_first() -> None:
+    from walgate.cluster.model import endpoint_for
+
+    info = NodeInfo(1, "a" * 32, ("PLAINTEXT://h:9092", "SSL://h-tls:9093"))
+    assert endpoint_for(info, "SSL") == ("h-tls", 9093)
+    assert endpoint_for(info, "SASL_SSL") == ("h", 9092)
+    assert endpoint_for(NodeInfo(1, "a" * 32, ()), "SSL") is None

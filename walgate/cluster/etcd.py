@@ -18,7 +18,7 @@ import aetcd.exceptions
 import aetcd.rtypes
 import aetcd.transactions as tx
 
-from walgate.cluster.model import ControlPlaneUnavailable
+from walgate.cluster.model import ControlPlaneUnavailable, parse_endpoints
 
 __all__ = ["EtcdSession", "Compacted", "parse_endpoints", "tx"]
 
@@ -39,23 +39,6 @@ def _cancelled() -> bool:
     next endpoint) raises CancelledError too: that one is a failed call, not a cancellation."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def parse_endpoints(spec: str) -> list[tuple[str, int]]:
-    """``http://127.0.0.1:2379,127.0.0.1:22379`` -> [(host, port), ...] (plaintext endpoints only)."""
-    out: list[tuple[str, int]] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if part.startswith("https://"):
-            raise ValueError(f"etcd endpoint {part}: TLS to etcd is not supported yet")
-        part = part.removeprefix("http://").rstrip("/")
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"etcd endpoint {part!r}: expected host:port")
-        out.append((host, int(port)))
-    if not out:
-        raise ValueError("no etcd endpoint given")
-    return out
 
 
 class EtcdSession:

@@ -11,7 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["Keys", "NodeInfo", "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable",
+__all__ = ["Keys", "NodeInfo", "Membership", "membership", "endpoint_for", "parse_endpoints",
+           "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable",
            "NotController", "RegistrationRefused", "leader_key", "encode_record", "decode_record",
            "encode_snapshot", "decode_snapshot", "check_registration", "MAX_RECORDS_PER_TXN"]
 
@@ -110,6 +111,29 @@ class Keys:
     def snapshot(self) -> bytes:
         return self.root + b"catalog/snapshot"
 
+    @property
+    def proposals(self) -> bytes:
+        """``catalog/proposals/<id>``: catalog records a node that is not the controller asks it to append (put
+        with the proposer's lease); ``catalog/outcomes/<id>``: the controller's answer, ``{"seq": N}`` or
+        ``{"error": ...}`` (same lease)."""
+        return self.root + b"catalog/proposals/"
+
+    def proposal(self, proposal_id: str) -> bytes:
+        return self.proposals + proposal_id.encode()
+
+    def outcome(self, proposal_id: str) -> bytes:
+        return self.root + b"catalog/outcomes/" + proposal_id.encode()
+
+    @property
+    def incarnations(self) -> bytes:
+        return self.root + b"incarnations/"
+
+    @property
+    def kafka_cluster_id(self) -> bytes:
+        """The Kafka cluster id every node of the cluster answers (Metadata, DescribeCluster): made by the first
+        node that starts, never changed."""
+        return self.root + b"kafka_cluster_id"
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -152,6 +176,66 @@ def check_registration(node_id: int, incarnation: str, registered_incarnation: s
             f"node {node_id}: another live node (incarnation {live.incarnation}, endpoints"
             f" {', '.join(live.endpoints) or 'none'}) is registered with this node id")
     return live is not None
+
+
+def parse_endpoints(spec: str) -> list[tuple[str, int]]:
+    """``http://127.0.0.1:2379,127.0.0.1:22379`` -> [(host, port), ...] (plaintext endpoints only); raises
+    ValueError naming the part that is not one."""
+    out: list[tuple[str, int]] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if part.startswith("https://"):
+            raise ValueError(f"etcd endpoint {part}: TLS to etcd is not supported yet")
+        part = part.removeprefix("http://").rstrip("/")
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"etcd endpoint {part!r}: expected host:port")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no etcd endpoint given")
+    return out
+
+
+def endpoint_for(info: NodeInfo, listener: str) -> tuple[str, int] | None:
+    """The (host, port) node ``info`` advertises on the Kafka listener named ``listener`` (its endpoints are
+    ``NAME://host:port``), else on its first listener; None when it advertises none."""
+    parsed: list[tuple[str, str, int]] = []
+    for endpoint in info.endpoints:
+        name, sep, address = endpoint.partition("://")
+        host, colon, port = address.rpartition(":")
+        if sep and colon and port.isdigit():
+            parsed.append((name, host, int(port)))
+    for name, host, port_number in parsed:
+        if name == listener:
+            return host, port_number
+    return (parsed[0][1], parsed[0][2]) if parsed else None
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What a node knows of the cluster: the live registered nodes (by node id), the node ids that ever registered
+    (``incarnations/``: a known node that is not live is offline) and the elected controller's node id (None: no
+    controller is elected, e.g. etcd lost its majority and the leases expired)."""
+
+    nodes: tuple[NodeInfo, ...] = ()
+    known: tuple[int, ...] = ()
+    controller: int | None = None
+
+
+def membership(nodes: list[bytes], known: list[int], candidates: list[tuple[bytes, int, bytes]]) -> Membership:
+    """The :class:`Membership` read from ``nodes/`` values, the ids under ``incarnations/`` and the ``controller/``
+    candidates as (key, create_revision, value ``<node id> <broker epoch>``). A value that is not walgate's raises
+    :class:`ControlPlaneError`."""
+    infos = sorted((NodeInfo.decode(v) for v in nodes), key=lambda n: n.node_id)
+    leader = leader_key([(key, revision) for key, revision, _ in candidates])
+    controller = None
+    if leader is not None:
+        value = next(v for k, r, v in candidates if (k, r) == leader)
+        head = value.split(b" ", 1)[0]
+        if not head.isdigit():
+            raise ControlPlaneError(f"a controller candidate in etcd is not walgate's: {value[:100]!r}")
+        controller = int(head)
+    return Membership(tuple(infos), tuple(sorted(set(known) | {n.node_id for n in infos})), controller)
 
 
 def leader_key(candidates: list[tuple[bytes, int]]) -> tuple[bytes, int] | None:

@@ -16,8 +16,10 @@ died, etcd restarted) is resumed the same way from the last applied revision.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import Compacted, EtcdSession, tx
@@ -48,27 +50,33 @@ class RecordLog:
         self.keys = keys
         self.election = election
 
-    async def append(self, payloads: list[bytes]) -> int:
+    async def append(self, payloads: list[bytes], also: Callable[[int], list[Any]] | None = None,
+                     when: list[Any] | None = None) -> int:
         """Append records (in batches of :data:`MAX_RECORDS_PER_TXN`, each batch all or nothing) and return the
-        last one's sequence number. Raises :class:`NotController` (this node is not, or no longer, the controller:
-        the batch was not written) or :class:`ControlPlaneUnavailable`."""
+        last one's sequence number; ``also(last seq)``: more operations of the last batch's transaction, ``when``:
+        more compares of every batch's (one that fails: nothing written, :class:`ControlPlaneError`). Raises
+        :class:`NotController` (this node is not, or no longer, the controller: the batch was not written) or
+        :class:`ControlPlaneUnavailable`."""
         last = 0
         for start in range(0, len(payloads), MAX_RECORDS_PER_TXN):
-            last = await self._append_batch(payloads[start:start + MAX_RECORDS_PER_TXN])
+            final = start + MAX_RECORDS_PER_TXN >= len(payloads)
+            last = await self._append_batch(payloads[start:start + MAX_RECORDS_PER_TXN], also if final else None,
+                                            when or [])
         return last
 
-    async def _append_batch(self, batch: list[bytes]) -> int:
+    async def _append_batch(self, batch: list[bytes], also: Callable[[int], list[Any]] | None,
+                            when: list[Any]) -> int:
         for _ in range(2):
             epoch = self.election.epoch
             kv = await self.session.get(self.keys.seq)
             seq, mod = (int(kv.value), kv.mod_revision) if kv is not None else (0, 0)
-            ops = [tx.Put(self.keys.seq, str(seq + len(batch)).encode())]
+            ops = [tx.Put(self.keys.seq, str(seq + len(batch)).encode()), *(also(seq + len(batch)) if also else [])]
             ops += [tx.Put(self.keys.record(seq + 1 + i), encode_record(epoch or 0, p)) for i, p in enumerate(batch)]
-            ok, _ = await self.election.fenced_txn([tx.Mod(self.keys.seq) == mod], ops)
+            ok, _ = await self.election.fenced_txn([tx.Mod(self.keys.seq) == mod, *when], ops)
             if ok:
                 return seq + len(batch)
-        raise ControlPlaneError("the catalog's sequence number changed under the controller twice: another writer"
-                                " appends to catalog/seq")
+        raise ControlPlaneError("the catalog's sequence number changed under the controller twice (another writer"
+                                " appends to catalog/seq), or a compare of the append failed: nothing appended")
 
     async def trim(self, through_seq: int, state: bytes) -> None:
         """Replace records 1..``through_seq`` by ``state`` (what applying them gives) in ``catalog/snapshot``.
@@ -84,11 +92,12 @@ class RecordLog:
 
 class RecordFollower:
     """A node's side of the stream: calls ``apply(seq, epoch, payload)`` for each record in sequence order and
-    ``restore(seq, state)`` when it must start over from the snapshot; ``cursor`` is where it resumes (what the
+    ``restore(seq, state)`` when it must start over from the snapshot (either may be a coroutine function: the next
+    record waits for it); ``cursor`` is where it resumes (what the
     node had applied before, e.g. before a restart)."""
 
-    def __init__(self, session: EtcdSession, keys: Keys, apply: Callable[[int, int, bytes], None],
-                 restore: Callable[[int, bytes], None], cursor: RecordCursor | None = None) -> None:
+    def __init__(self, session: EtcdSession, keys: Keys, apply: Callable[[int, int, bytes], Awaitable[None] | object],
+                 restore: Callable[[int, bytes], Awaitable[None] | object], cursor: RecordCursor | None = None) -> None:
         self.session = session
         self.keys = keys
         self.apply = apply
@@ -101,11 +110,13 @@ class RecordFollower:
         while self.cursor.seq < seq:
             await self._changed.wait()
 
-    def _apply(self, key: bytes, value: bytes, revision: int) -> None:
+    async def _apply(self, key: bytes, value: bytes, revision: int) -> None:
         seq = self.keys.record_seq(key)
         if self.cursor.accept(seq, revision):
             epoch, payload = decode_record(value)
-            self.apply(seq, epoch, payload)
+            applied = self.apply(seq, epoch, payload)
+            if inspect.isawaitable(applied):
+                await applied
             self.cursor.advance(seq, revision)
             self._changed.set()
             self._changed = asyncio.Event()
@@ -119,11 +130,13 @@ class RecordFollower:
                 seq, state = decode_snapshot(snap.value)
                 if seq > self.cursor.seq:
                     log.info("catalog: restoring the snapshot of records up to %d (applied: %d)", seq, self.cursor.seq)
-                    self.restore(seq, state)
+                    restored = self.restore(seq, state)
+                    if inspect.isawaitable(restored):
+                        await restored
                     self.cursor.advance(seq, snap.mod_revision)
             try:
                 for kv in kvs:
-                    self._apply(kv.key, kv.value, kv.mod_revision)
+                    await self._apply(kv.key, kv.value, kv.mod_revision)
             except RecordGap as e:
                 log.info("catalog: %s; reading again", e)
                 continue
@@ -166,6 +179,6 @@ class RecordFollower:
             while True:
                 event = await self.session.next_event(iterator)
                 if event.kind == "PUT":
-                    self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)
+                    await self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)
         finally:
             await self.session.cancel_watch(watch)

@@ -215,6 +215,14 @@ def _raise_open_files_limit() -> None:
     log.info("open files limit: %s (hard limit %s)", soft, "unlimited" if hard == resource.RLIM_INFINITY else hard)
 
 
+def _cluster_spec(text: str) -> str:
+    """``--cluster etcd=http://host:port[,...]``: the etcd endpoints (checked by :class:`Config`)."""
+    kind, sep, endpoints = text.partition("=")
+    if not sep or kind != "etcd" or not endpoints:
+        raise argparse.ArgumentTypeError(f"expected etcd=http://host:port[,...], got {text!r}")
+    return endpoints
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     # None = flag not given
     overrides = {field.name: getattr(args, field.name) for field in fields(Config) if hasattr(args, field.name)}
@@ -234,6 +242,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvloop
 
     from walgate.gateway import malloc
+    from walgate.gateway.cluster_member import ClusterStartError
     from walgate.gateway.server import run_server
 
     malloc.tune()
@@ -243,7 +252,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:  # a TLS certificate or key that cannot be loaded
         log.error("walgate failed: %s", e)
         return 2
-    except (OSError, StorageError) as e:
+    except (OSError, StorageError, ClusterStartError) as e:
         log.error("walgate failed: %s", e)
         return 1
     return 0
@@ -384,6 +393,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertised-host", help="host named to Kafka clients (default --host)")
     serve.add_argument("--advertised-port", type=int, metavar="N", help="port named to Kafka clients (default --kafka-port)")
     serve.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
+    serve.add_argument("--cluster", dest="cluster_etcd_endpoints", type=_cluster_spec, metavar="etcd=URL[,URL...]",
+                       help="run as a node of a cluster whose control plane is this etcd (docs/cluster.md); "
+                            "default: a single node, no etcd")
     serve.add_argument("--max-request-bytes", type=int, metavar="N", help="largest accepted request (default 16 MiB)")
     serve.add_argument("--batch-cache-bytes", type=int, metavar="N", help="rendered Kafka batches kept for re-reads (default 256 MiB)")
     serve.add_argument("--connections-max-idle-ms", type=int, metavar="MS",

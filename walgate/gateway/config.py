@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from walgate.cluster.model import Keys, parse_endpoints
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.jwks import jwks_path
 from walgate.gateway.listeners import (
@@ -225,6 +226,12 @@ class Config:
     listener_overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict, repr=False)
     # HTTP authentication: basic | none (None: basic when any Kafka listener uses SASL)
     http_auth: str | None = None
+    # Cluster mode (docs/cluster.md): the etcd client endpoints (None: a single node, no etcd), the cluster's name
+    # (its keys are under /walgate/<name>/ in etcd) and Kafka's broker.session.timeout.ms (the registration's lease:
+    # a node not heard from for this long is no longer a member)
+    cluster_etcd_endpoints: str | None = None
+    cluster_name: str = "walgate"
+    broker_session_timeout_ms: int = 9_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -295,6 +302,7 @@ class Config:
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:
             raise ConfigError(f"authorizer_class_name must be one of {', '.join(sorted(AUTHORIZER_CLASSES))}, "
                               f"got {self.authorizer_class_name!r}")
+        self._check_cluster()
         if self.http_auth is None:
             sasl = any(listener.info.sasl for listener in self.kafka_listeners())
             object.__setattr__(self, "http_auth", "basic" if sasl else "none")
@@ -304,6 +312,20 @@ class Config:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         self._check_security()
         self._check_listeners()
+
+    def _check_cluster(self) -> None:
+        if self.cluster_etcd_endpoints is not None:
+            try:
+                parse_endpoints(self.cluster_etcd_endpoints)
+            except ValueError as e:
+                raise ConfigError(f"cluster_etcd_endpoints: {e}") from None
+        try:
+            Keys(self.cluster_name)
+        except ValueError as e:
+            raise ConfigError(f"cluster_name: {e}") from None
+        if self.broker_session_timeout_ms < 2000:
+            raise ConfigError(f"broker_session_timeout_ms must be >= 2000 (an etcd lease of at least 2 s), got "
+                              f"{self.broker_session_timeout_ms}")
 
     def _check_security(self) -> None:
         """The TLS and authentication values are valid (raises :class:`ConfigError`); a listener's view
@@ -488,7 +510,7 @@ _WALGATE_ONLY = frozenset({
     "host", "kafka_port", "http_port", "advertised_host", "advertised_port", "batch_cache_bytes",
     "request_read_timeout_ms", "max_partitions", "max_tables_per_database", "auto_create_topic_partitions", "transaction_version",
     "http_allowed_origins", "log_level", "log_format", "http_ssl_enabled", "allow_insecure", "http_auth",
-    "listener_overrides"})
+    "listener_overrides", "cluster_etcd_endpoints", "cluster_name"})
 """Fields that are walgate's own, not a Kafka broker config (``auto_create_topic_partitions`` is Kafka's
 ``auto.create.topics.enable`` and ``num.partitions``, which the server describes itself)."""
 _KAFKA_NAME = {field_name: kafka for kafka, field_name in KAFKA_ALIASES.items() if kafka not in ("log.dir", "broker.id")}

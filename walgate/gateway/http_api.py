@@ -23,7 +23,8 @@ Routes:
   the storage thread (``storage_thread``) and the coordinator lane (``coordinator_lane``, when the app is made with
   it) each answer within ``HEALTH_TIMEOUT`` seconds (asked at once), the data dir is
   writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
-  and every listener accepts connections; else 503 ``{"status": "not ready",
+  and every listener accepts connections (and, in cluster mode, ``cluster``: the node is a registered member of its
+  cluster); else 503 ``{"status": "not ready",
   "failed": [names], "checks": {name: "ok" or what failed}}``.
 - ``GET /metrics``: Prometheus text format (:mod:`walgate.gateway.metrics`), when
   the app is made with the node's metrics; 503 if the storage thread does not answer.
@@ -89,6 +90,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
+from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
@@ -132,6 +134,8 @@ _INGEST = web.AppKey("ingest", IngestWorkers)
 _MAX_REQUEST_BYTES = web.AppKey("max_request_bytes", int)
 _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
+_CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
+_SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
 _BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
 PRINCIPAL = web.RequestKey("principal", str)
@@ -147,13 +151,17 @@ def make_app(
     basic_auth: BasicAuth | None = None,
     ingest: IngestWorkers | None = None,
     shares: Callable[[], ShareCoordinator | None] | None = None,
+    cluster: Callable[[], str | None] | None = None,
+    shared: Callable[[], SharedCatalog | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
     ``groups``, also the web console (:mod:`walgate.gateway.console`; ``shares()``: the share coordinator, whose
     share groups it shows beside them); with its ``metrics``, ``/metrics``. ``/readyz`` asks ``storage`` and, with
     the node's ``coordinator`` lane, that lane too (without it the coordinators run on the storage thread), and
-    ``listeners()`` whether each listener besides HTTP (by name) accepts connections. Cross-origin browser requests are
+    ``listeners()`` whether each listener besides HTTP (by name) accepts connections, and in cluster mode
+    ``cluster()`` why the node is not a member of its cluster (None: it is); statements run through ``shared()``
+    once it is not None (the cluster's users and ACLs: :mod:`.shared_catalog`). Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
     ``basic_auth``, requests need a user's credentials (module docstring)."""
     app = web.Application(client_max_size=max_request_bytes,
@@ -176,6 +184,10 @@ def make_app(
     app.router.add_post("/csv/v1/write", _csv_write)
     app.router.add_get("/healthz", _healthz)
     app[_LISTENERS] = listeners if listeners is not None else dict
+    if cluster is not None:
+        app[_CLUSTER] = cluster
+    if shared is not None:
+        app[_SHARED] = shared
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -237,7 +249,11 @@ async def _sql(request: web.Request) -> web.Response:
                 raise answer.error
             assert answer.body is not None
             return web.Response(body=answer.body, content_type="application/json")
-        result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
+        shared = app[_SHARED]() if _SHARED in app else None
+        if shared is not None:  # cluster mode: users and grants are the cluster's
+            result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
+        else:
+            result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
             audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
@@ -393,6 +409,8 @@ async def _readyz(request: web.Request) -> web.Response:
             raise answers[1]
     for name, up in app[_LISTENERS]().items():
         checks[f"{name}_listener"] = "ok" if up else "not accepting connections"
+    if _CLUSTER in app:
+        checks["cluster"] = app[_CLUSTER]() or "ok"
     failed = [name for name, check in checks.items() if check != "ok"]
     if failed:
         return _json(503, {"status": "not ready", "failed": failed, "checks": checks})

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from walgate.gateway.config import ConfigError
-from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.users import ROOT
 
@@ -55,10 +54,12 @@ def _ensure_root(engine: Engine, password: str | None) -> tuple[bool, str | None
     return existed, engine.users.ensure_root(password, int(time.time() * 1000))
 
 
-async def bootstrap_root(storage: StorageThread, engine: Engine, env: Mapping[str, str]) -> None:
-    """Create ``root`` if absent (module docstring)."""
+async def bootstrap_root(run: Callable[..., Awaitable[tuple[bool, str | None]]], engine: Engine,
+                         env: Mapping[str, str]) -> None:
+    """Create ``root`` if absent (module docstring); ``run(fn, *args)`` runs ``fn`` on the storage thread (the
+    storage lane's ``call``, or in cluster mode the shared catalog's ``run``: root is then the cluster's)."""
     password = root_password(env)
-    existed, generated = await storage.call(_ensure_root, engine, password)
+    existed, generated = await run(_ensure_root, engine, password)
     if existed:
         return
     if generated is None:

@@ -12,6 +12,14 @@ listener they connected through, which defaults to its bound one). Shutdown (SIG
 listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group commit, then
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
+Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, :mod:`.shared_catalog`, docs/cluster.md): before
+the engine opens, the node reads the cluster's Kafka cluster id from etcd (etcd not answering stops the start); the
+engine's catalog is put in cluster mode (users, ACLs, quotas and configs are the cluster's); once its Kafka
+listeners are bound the node registers and stands for controller, then reads the cluster's catalog stream, makes
+``root`` through it when needed, and only then logs the ready line (a refused registration, or a stream not read
+within ``CHANGE_TIMEOUT_S``, stops the start). Shutdown stops following the stream and deregisters first, so the
+node leaves before its listeners close.
+
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
 storage-lane call the topics snapshot is published when the catalog changed (the coordinator lane reads topics only
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -49,6 +58,7 @@ from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
+from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
@@ -69,6 +79,7 @@ from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
+from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
 from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import server_context
 from walgate.security.authorizer import Authorizer
@@ -79,6 +90,9 @@ from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.quotas import QUOTA_OP
+from walgate.storage.resource_configs import RESOURCE_OP
+from walgate.storage.show import Dnode
 from walgate.storage.wal import PendingSync
 
 __all__ = ["Gateway", "run_server", "SYNC_MIN_DELAY", "SYNC_MAX_DELAY", "HTTP_SHUTDOWN_TIMEOUT"]
@@ -110,10 +124,13 @@ class Gateway:
         self._sync_task: asyncio.Task[None] | None = None
         self._clean_task: asyncio.Task[None] | None = None
         self._meta_task: asyncio.Task[None] | None = None
+        self._dnodes_task: asyncio.Task[None] | None = None
         self._stopping = threading.Event()  # set by stop(): a meta store's check in its thread ends early
         self._kafka: KafkaServer | None = None
         self._authorizer: Authorizer | None = None  # Kafka and SQL checks share it (authorizer_class_name)
         self._transactions: TransactionService | None = None
+        self._cluster: ClusterMember | None = None  # cluster mode: this node's membership (cluster_member.py)
+        self._shared: SharedCatalog | None = None  # cluster mode: the shared catalog (shared_catalog.py)
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -134,6 +151,12 @@ class Gateway:
         bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
+            if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
+                self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
+                                              cfg.broker_session_timeout_ms)
+                cluster_id = await self._cluster.kafka_cluster_id()
+            else:
+                cluster_id = Broker.load_cluster_id(cfg.data_dir)
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
@@ -149,9 +172,10 @@ class Gateway:
             self._storage.group_commit(end_of_storage_call, self._group_commit)
             self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
             self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
-            if (self._sasl or cfg.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
-                    or os.environ.get(ROOT_PASSWORD_FILE_ENV)):
-                await bootstrap_root(self._storage, engine, os.environ)
+            if self._cluster is not None:  # users, ACLs, quotas and configs are the cluster's (shared_catalog.py)
+                await self._storage.call(engine.cluster_mode)
+            elif self._needs_root:
+                await bootstrap_root(self._storage.call, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
             for topic in await self._storage.call(engine.delete_dropped_offsets):
                 log.warning("topic %r was dropped before its committed offsets were deleted (a stop came in between): "
@@ -168,12 +192,15 @@ class Gateway:
                          allowed_origins=parse_origins(cfg.http_allowed_origins),
                          basic_auth=BasicAuth(passwords) if cfg.http_auth == "basic" else None,
                          ingest=self._ingest,
-                         shares=self._share_coordinator),
+                         shares=self._share_coordinator,
+                         cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
+                         shared=lambda: self._shared),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
-            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords)
+            self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords, cluster_id)
+            await self._join_cluster(self._kafka.broker)
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
             self._meta_task = asyncio.create_task(self._check_meta_stores(self._engine), name="walgate-meta-checks")
             if cfg.log_cleaner_enable:
@@ -229,8 +256,63 @@ class Gateway:
                                                          cfg.client_auth(listener))
         return contexts
 
+    async def _join_cluster(self, broker: Broker) -> None:
+        """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: on a single node, the node itself. In cluster
+        mode, register with the node's advertised listeners (refused: :class:`~.cluster_member.ClusterStartError`),
+        follow the membership, start the shared catalog and wait until it read the stream (then every
+        ``Broker.call`` runs through it), and make ``root`` through it when needed (module docstring)."""
+        engine = self._engine
+        assert engine is not None
+        member = self._cluster
+        if member is None:
+            own = Dnode(broker.node_id, f"{broker.host}:{broker.port}", "ready")
+            await self._storage.call(engine.set_dnodes, (own,))
+            return
+        await member.join(tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items()))
+        broker.cluster = member
+        self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
+        applied = await self._storage.call(lambda: engine.catalog.shared_seq)
+        shared = self._shared = SharedCatalog(member, self._storage, engine, applied,
+                                              functools.partial(self._catalog_applied, broker, engine))
+        shared.start()
+        try:
+            async with asyncio.timeout(CHANGE_TIMEOUT_S):
+                while not shared.caught_up:
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise ClusterStartError(f"the cluster's catalog could not be read within {CHANGE_TIMEOUT_S:g} s") from None
+        broker.shared = shared
+        if self._needs_root:
+            await bootstrap_root(shared.run, engine, os.environ)
+
+    @property
+    def _needs_root(self) -> bool:
+        """Whether ``root`` is made at start (root_user.py): some listener or the HTTP API authenticates, or its
+        password is given."""
+        return bool(self._sasl or self.config.http_auth == "basic" or os.environ.get(ROOT_PASSWORD_ENV)
+                    or os.environ.get(ROOT_PASSWORD_FILE_ENV))
+
+    async def _catalog_applied(self, broker: Broker, engine: Engine, op: str) -> None:
+        """After a shared catalog record (``op``; "" for a snapshot) was applied: the quotas in force and the
+        topics' broker defaults follow it, as after a change made on this node."""
+        if op in (QUOTA_OP, ""):
+            broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
+        if op in (RESOURCE_OP, ""):
+            await self._storage.call(engine.apply_topic_defaults, broker.node_id)
+
+    async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
+        """Hand each new membership ``member`` reads to ``SHOW DNODES`` (on the storage lane)."""
+        published = None
+        while True:
+            view = member.view
+            if view is not published:
+                await self._storage.call(engine.set_dnodes, dnodes(view))
+                published = view
+            await member.changed()
+
     async def _start_kafka(self, engine: Engine, groups: GroupService, wakeups: FetchWakeups,
-                           tls: dict[str | None, ssl.SSLContext], passwords: PasswordChecker) -> KafkaServer:
+                           tls: dict[str | None, ssl.SSLContext], passwords: PasswordChecker,
+                           cluster_id: str) -> KafkaServer:
         """Start the Kafka listeners (TLS ones with their context in ``tls``; SASL ones checking PLAIN passwords
         with ``passwords``, each with its own mechanisms and re-authentication time); each advertises its
         configured address (the bound port when 0)."""
@@ -241,7 +323,7 @@ class Gateway:
             node_id=cfg.node_id,
             host="",  # the first listener's advertised address, set once it is bound
             port=0,
-            cluster_id=Broker.load_cluster_id(cfg.data_dir),
+            cluster_id=cluster_id,
             versions=advertised(),
             groups=groups,
             wakeups=wakeups,
@@ -322,24 +404,31 @@ class Gateway:
         """Whether each listener besides HTTP accepts connections (``/readyz``)."""
         return {"kafka": self._kafka is not None and self._kafka.serving}
 
+    def _cluster_check(self) -> str | None:
+        """``/readyz``'s ``cluster`` check in cluster mode: why the node is not a registered member (None: it is)."""
+        if self._cluster is None or not self._cluster.registered:
+            return "not registered in the cluster (etcd unreachable, or the registration was refused or lost)"
+        if self._shared is None or not self._shared.caught_up:
+            return "not caught up with the cluster's catalog yet"
+        return None
+
     async def stop(self) -> None:
         """Stop the sync task and the listeners, then close the engine (fsync) and the storage thread."""
         self._stopping.set()
-        if self._meta_task is not None:
-            self._meta_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._meta_task
-            self._meta_task = None
-        if self._clean_task is not None:
-            self._clean_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._clean_task
-            self._clean_task = None
-        if self._sync_task is not None:
-            self._sync_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sync_task
-            self._sync_task = None
+        await _cancelled(self._meta_task)
+        self._meta_task = None
+        await _cancelled(self._clean_task)
+        self._clean_task = None
+        await _cancelled(self._sync_task)
+        self._sync_task = None
+        await _cancelled(self._dnodes_task)
+        self._dnodes_task = None
+        if self._shared is not None:
+            await self._shared.stop()
+            self._shared = None
+        if self._cluster is not None:  # leaves before the listeners close: clients are not sent to a closed node
+            await self._cluster.leave()
+            self._cluster = None
         if self._kafka is not None:
             await self._kafka.stop()
             self._kafka = None
@@ -431,6 +520,14 @@ class Gateway:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:

@@ -34,6 +34,15 @@ Kafka ACL bindings (and the TDengine grants that are ACLs too) are records of th
 :mod:`walgate.storage.acls` under the same rules; so are client quotas (:mod:`walgate.storage.quotas`) and the
 dynamic configs of brokers and groups (:mod:`walgate.storage.resource_configs`).
 
+Cluster mode (``Catalog(cluster=True)``, docs/cluster.md): the records of :data:`SHARED_OPS` (users, ACLs, client
+quotas, broker and group configs) are the cluster's, not the node's. A change made on the node is *staged*
+(:meth:`Catalog.stage` .. :meth:`Catalog.unstage`): validated and applied in memory for the rest of the call, then
+undone and handed to the gateway, which has the controller append it to the cluster's record stream; every node,
+this one too, then applies the stream's records in sequence order with :meth:`Catalog.apply_shared` (durable in
+``catalog.log`` like any record, with its sequence number: ``shared_seq`` is what a restart resumes from) or a
+snapshot of them with :meth:`Catalog.restore_shared`. A shared record committed outside a staged call is refused
+(it would change this node alone).
+
 Tables (subtables and normal tables) are not here: they live in the vnode their name hashes to, created by meta
 entries of that vnode's WAL (see vnode.py), as in TDengine.
 """
@@ -47,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.security.acl import AclBinding
+from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import (
@@ -73,7 +82,7 @@ from walgate.storage.schema import Column, ColumnType
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
-__all__ = ["Catalog", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "REPAIR_HINT", "column_to_json",
+__all__ = ["Catalog", "SHARED_OPS", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "REPAIR_HINT", "column_to_json",
            "column_from_json"]
 
 log = logging.getLogger("walgate.catalog")
@@ -99,6 +108,9 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "WAL_SEGMENT_SIZE": (0, 2**20),
 }
 _TOPIC_KINDS = ("database", "stable", "select")
+SHARED_OPS = frozenset((*acls.OPS, quotas.QUOTA_OP, *USER_OPS, resource_configs.RESOURCE_OP))
+"""The record kinds that are the cluster's in cluster mode (module docstring); the others stay the node's."""
+_SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
 REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
 """Named by every report of a skipped catalog record or an unnamed database directory (walgate.storage.repair)."""
 
@@ -195,6 +207,18 @@ def _check_columns(columns: tuple[Column, ...], old: tuple[Column, ...] = ()) ->
             validate_column_name(c.name)
 
 
+@dataclass(frozen=True)
+class _State:
+    databases: dict[str, DatabaseDef]
+    stables: dict[tuple[str, str], StableDef]
+    topics: dict[str, TopicDef]
+    client_quotas: dict[quotas.Entity, quotas.QuotaValues]
+    users: dict[str, User]
+    acls: AclSet
+    resource_configs: resource_configs.ResourceConfigs
+    shared_seq: int
+
+
 @dataclass
 class Catalog:
     path: Path
@@ -215,13 +239,17 @@ class Catalog:
     # topics on every commit and fetch, so unseen unless a topic of the same name is created again)
     dropped: set[str] = field(default_factory=set)
     syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
+    cluster: bool = False  # cluster mode: SHARED_OPS records come from the cluster's record stream (module docstring)
+    shared_seq: int = 0  # cluster mode: the sequence number of the last shared record applied
+    _staged: list[dict[str, Any]] | None = None  # during a staged call: the shared records it made
+    _staged_from: _State | None = None  # during a staged call: the state before its first shared record
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
-             syncs: SyncLatency | None = None) -> Catalog:
+             syncs: SyncLatency | None = None, cluster: bool = False) -> Catalog:
         """Replay ``path`` (see the module docstring): never refuses to open, whatever the file holds; its fsyncs are
         timed into ``syncs`` (the engine's)."""
-        cat = cls(path, damage, max_partitions, syncs=SyncLatency() if syncs is None else syncs)
+        cat = cls(path, damage, max_partitions, syncs=SyncLatency() if syncs is None else syncs, cluster=cluster)
         data = path.read_bytes() if path.exists() else b""
         scan = lines.scan(data)
         damaged = False
@@ -266,19 +294,108 @@ class Catalog:
             log.error("%s: could not cut a torn record off: %s", self.path, exc)
             self._pad = b"\n"
 
+    def _state(self) -> _State:
+        """What a failed or staged change is undone to (every collection is replaced, never changed in place)."""
+        return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
+                      dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq)
+
+    def _restore(self, state: _State, *, shared_only: bool = False) -> None:
+        """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
+        records are written and stay)."""
+        if not shared_only:
+            self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
+        self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
+        self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
+
     def _commit(self, record: dict[str, Any]) -> None:
-        """Apply one change and persist it (fsynced before returning); nothing changes when the write fails."""
-        saved = dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas), dict(self.users)
-        saved_acls, saved_configs = self.acls.current, dict(self.resource_configs)
+        """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
+        cluster mode a shared record is staged instead (module docstring)."""
+        if self.cluster and record.get("op") in SHARED_OPS and "seq" not in record:
+            if self._staged is None:
+                raise StorageUnavailable("in cluster mode users, ACLs, quotas and configs are changed through the"
+                                         " cluster's controller: this change did not go through it, nothing changed")
+            if self._staged_from is None:
+                self._staged_from = self._state()
+            self.apply(record)
+            self._staged.append(record)
+            return
+        saved = self._state()
         self.apply(record)
         try:
             fileio.append_file(self.path, self._pad + lines.encode(record), syncs=self.syncs)
         except OSError as exc:
-            self.databases, self.stables, self.topics, self.client_quotas, self.users = saved
-            self.acls.current, self.resource_configs = saved_acls, saved_configs
+            self._restore(saved)
             self._pad = b"\n"
             raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self._pad = b""
+        self.generation += 1
+
+    # ----------------------------------------------------- cluster mode (shared records)
+
+    def stage(self) -> None:
+        """Start a staged call: shared changes from here on are validated and applied in memory, not written."""
+        self._staged, self._staged_from = [], None
+
+    def unstage(self) -> list[dict[str, Any]]:
+        """End a staged call: undo its shared changes and return their records, in order."""
+        records, self._staged = self._staged or [], None
+        if self._staged_from is not None:
+            self._restore(self._staged_from, shared_only=True)
+            self._staged_from = None
+        return records
+
+    def validate_shared(self, records: list[dict[str, Any]]) -> None:
+        """Raise :class:`InvalidValue` unless ``records`` (shared ones) apply in order to the current state;
+        nothing changes either way."""
+        saved = self._state()
+        try:
+            for record in records:
+                if not isinstance(record, dict) or record.get("op") not in SHARED_OPS or "seq" in record:
+                    raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
+                self.apply(record)
+        except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidValue(f"The change does not apply to the cluster's catalog (changed meanwhile?): {exc}") from None
+        finally:
+            self._restore(saved)
+
+    def apply_shared(self, seq: int, record: dict[str, Any]) -> bool:
+        """Apply shared record ``seq`` of the cluster's stream, durably (like :meth:`_commit`); False when it was
+        applied already. A record that cannot be applied (the controller validated it against the same state, so
+        every node refuses it alike) is logged and passed over, its sequence number recorded. Raises
+        :class:`StorageUnavailable` (nothing changed) when the disk refuses the write."""
+        if seq <= self.shared_seq:
+            return False
+        try:
+            self.validate_shared([record])
+            self._commit({**record, "seq": seq})
+        except InvalidValue as exc:
+            log.error("%s: cluster catalog record %d passed over: %s", self.path, seq, exc)
+            self._commit({"op": _SEQ_OP, "seq": seq})
+        return True
+
+    def shared_records(self) -> list[dict[str, Any]]:
+        """Records that rebuild the shared state (a snapshot of the cluster's stream)."""
+        return (self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
+                + resource_configs.records(self.resource_configs))
+
+    def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
+        """Replace the shared state by ``records`` (a snapshot of the stream up to ``seq``) and rewrite the file
+        (atomically); nothing changes when a record does not apply or the write fails."""
+        saved = self._state()
+        self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
+        try:
+            for record in records:
+                if not isinstance(record, dict) or record.get("op") not in SHARED_OPS:
+                    raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
+                self.apply(record)
+            self.shared_seq = seq
+            self.rewrite()
+        except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
+            self._restore(saved)
+            raise InvalidValue(f"the cluster catalog's snapshot up to {seq} does not apply: {exc}") from None
+        except OSError as exc:
+            self._restore(saved)
+            raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed") from None
         self.generation += 1
 
     def commit(self, record: dict[str, Any]) -> None:
@@ -301,8 +418,7 @@ class Catalog:
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
                 for t in self.topics.values() if t.kind != "kafka"]
-        return (out + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
-                + resource_configs.records(self.resource_configs))
+        return out + self.shared_records() + ([{"op": _SEQ_OP, "seq": self.shared_seq}] if self.shared_seq else [])
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -369,6 +485,8 @@ class Catalog:
             self.databases[db] = DatabaseDef(db, options, created, db_id)
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
+        elif op == _SEQ_OP:
+            pass  # only its sequence number (below)
         elif op in acls.OPS:
             self.acls.apply(r)
         elif op == quotas.QUOTA_OP:
@@ -379,6 +497,8 @@ class Catalog:
             resource_configs.apply_record(self.resource_configs, r)
         else:
             raise _Invalid(f"unknown catalog record {op!r}")
+        if "seq" in r:  # a shared record of the cluster's stream (cluster mode)
+            self.shared_seq = _get(r, "seq", int)
 
     def _new_topic_id(self, r: dict[str, Any]) -> bool:
         """The record's topic id is valid and no other topic's (it names the topic's files)."""

@@ -51,7 +51,7 @@ from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.retention import Retention
 from walgate.storage.select import PreparedSelect, Selects
-from walgate.storage.show import Show
+from walgate.storage.show import Dnode, Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
@@ -356,6 +356,25 @@ class Engine:
     def topics(self) -> TopicsSnapshot:
         """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
         return self.store.topics()
+
+    def cluster_mode(self) -> None:
+        """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
+        through its record stream (:mod:`walgate.storage.catalog`)."""
+        self.catalog.cluster = True
+
+    def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
+        """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which
+        are undone here (the gateway has them appended to the cluster's stream; see :meth:`Catalog.stage`)."""
+        self.catalog.stage()
+        try:
+            result = fn(*args)
+        finally:
+            records = self.catalog.unstage()
+        return result, records
+
+    def set_dnodes(self, dnodes: tuple[Dnode, ...]) -> None:
+        """The cluster's nodes as this node knows them (``SHOW DNODES``): set by the gateway, on the storage lane."""
+        self.show.dnodes = dnodes
 
     def publish_topics(self) -> None:
         """On the storage lane, at the end of each call: publish the topics when the catalog changed, unless the call

@@ -18,7 +18,9 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
     ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
-    │                         kept; retriable, and service resumes by itself once the disk accepts writes again
+    │   │                     kept; retriable, and service resumes by itself once the disk accepts writes again
+    │   └── ClusterUnavailable  (cluster mode) the cluster's catalog did not take a change: no controller or no etcd
+    │                         quorum answered in time; retriable
     ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``error_code`` is
     │                         the Kafka error (Produce answers it)
     └── UnsupportedFormat     (datadir.py) a data dir written by a newer walgate
@@ -55,6 +57,7 @@ __all__ = [
     "OffsetOutOfRange",
     "LimitExceeded",
     "StorageUnavailable",
+    "ClusterUnavailable",
     "QueryCancelled",
 ]
 
@@ -125,6 +128,14 @@ class StorageUnavailable(StorageError):
     code = 0x0021  # "No enough disk space" (TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE message)
 
 
+class ClusterUnavailable(StorageUnavailable):
+    """Cluster mode: the cluster's catalog did not take a change (no controller elected, or etcd has no quorum, within
+    the time allowed); the message says whether it may still be applied. Retriable: HTTP 503; Kafka's admin APIs
+    answer REQUEST_TIMED_OUT, as Kafka's when its controller does not answer."""
+
+    code = 0x0021  # walgate answers it as StorageUnavailable's code: the change could not be made durable
+
+
 class QueryCancelled(StorageError):
     """A running query was stopped: its client went away, or it ran past the statement time limit."""
 
@@ -144,6 +155,7 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     NotFound: ErrorCode.unknown_topic_or_partition,
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    ClusterUnavailable: ErrorCode.request_timed_out,
     StorageUnavailable: ErrorCode.kafka_storage_error,
     LimitExceeded: ErrorCode.policy_violation,
     StorageError: ErrorCode.invalid_request,  # input the engine refused

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from walgate.storage.errors import Unsupported
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.result import Result
@@ -11,9 +13,21 @@ from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.values import format_timestamp
 
-__all__ = ["Show"]
+__all__ = ["Show", "Dnode"]
 
 _TOPIC_TYPES = {"database": "db", "stable": "stable", "select": "column", "kafka": "kafka"}
+
+
+@dataclass(frozen=True)
+class Dnode:
+    """One row of ``SHOW DNODES``: a node of the cluster (TDengine's dnode) as its node knows it. ``status`` is
+    ``ready`` (registered) or ``offline`` (registered once, not now); ``note`` says ``controller`` for the
+    controller."""
+
+    id: int
+    endpoint: str  # the Kafka endpoint it advertises, host:port ("" when not known)
+    status: str
+    note: str = ""
 
 
 class Show:
@@ -21,6 +35,7 @@ class Show:
         self.store = store
         self.views = views
         self.offsets = offsets
+        self.dnodes: tuple[Dnode, ...] = ()  # set by the node (the gateway knows the cluster): SHOW DNODES
 
     def show(self, s: ast.Show, session: str | None) -> Result:
         store = self.store
@@ -69,6 +84,10 @@ class Show:
                      ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(c.assignment.items())),
                      format_timestamp(c.last_heartbeat_ms, "ms")] for c in store.consumers.consumers()]
             return Result(cols, rows)
+        if what == "DNODES":
+            cols = [("id", "SMALLINT", 2), ("endpoint", "VARCHAR", 134), ("status", "VARCHAR", 10),
+                    ("note", "VARCHAR", 256)]
+            return Result(cols, [[d.id, d.endpoint, d.status, d.note] for d in self.dnodes])
         if what == "SUBSCRIPTIONS":
             return self._subscriptions()
         if what == "QUARANTINE":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
@@ -28,12 +29,14 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
 from walgate.gateway.listeners import ListenerInfo
 from walgate.gateway.quotas import ClientQuotas
+from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
@@ -65,6 +68,8 @@ class Broker:
     advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
     transactions: TransactionService | None = None  # the transaction coordinator (None: transactions refused)
     shares: ShareService | None = None  # share groups (KIP-932; None: refused)
+    cluster: ClusterMember | None = None  # cluster mode: the membership DescribeCluster lists (None: one node)
+    shared: SharedCatalog | None = None  # cluster mode: every call is staged, its shared catalog changes published
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -75,7 +80,11 @@ class Broker:
         return self.advertised.get(listener.name, (self.host, self.port))
 
     async def call(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine."""
+        """``fn(engine, *args, **kwargs)`` on the storage thread: the one way handlers reach the engine. In cluster
+        mode the users, ACLs, quotas and configs it changes are the cluster's (:mod:`~walgate.gateway.shared_catalog`):
+        it returns once they are applied on this node."""
+        if self.shared is not None:
+            return await self.shared.run(functools.partial(fn, self._engine, *args, **kwargs))
         return await self.storage.call(fn, self._engine, *args, **kwargs)
 
     async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:

@@ -1,0 +1,120 @@
+"""What the ``walgate serve --cluster`` tests share: nodes as real ``walgate serve`` processes over a real etcd
+(stopped by PID), bounded waits, the Java Admin's describeCluster, SQL over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from etcd_cluster import EtcdCluster
+
+from livewalgate import WalgateServer, running_walgate
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
+import setup_clients  # noqa: E402
+
+__all__ = ["WAIT_S", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
+           "describe_cluster", "registered_nodes", "no_traceback"]
+
+JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
+WAIT_S = 60.0
+SESSION_MS = "2000"  # broker.session.timeout.ms: a killed node's lease expires within 2 s
+
+
+def cluster_args(etcd: EtcdCluster, node_id: int) -> list[str]:
+    return ["--cluster", f"etcd={etcd.spec}", "--node-id", str(node_id),
+            "--override", f"broker.session.timeout.ms={SESSION_MS}"]
+
+
+@contextmanager
+def node(etcd: EtcdCluster, tmp_path: Path, node_id: int, *args: str, data_dir: Path | None = None,
+         env: dict[str, str] | None = None, kafka_port: int | None = None) -> Iterator[WalgateServer]:
+    """Node ``node_id`` (``args``: more flags) in ``tmp_path/node<id>``, its data dir there unless given."""
+    with running_walgate(tmp_path / f"node{node_id}", *cluster_args(etcd, node_id), *args, data_dir=data_dir,
+                         env=env, kafka_port=kafka_port) as server:
+        yield server
+
+
+@contextmanager
+def two_nodes(etcd: EtcdCluster, tmp_path: Path, *args: str
+              ) -> Iterator[tuple[WalgateServer, WalgateServer, str, str]]:
+    """Nodes 1 (the controller: elected before node 2 starts) and 2 (``args``: more flags of both), and their
+    Kafka endpoints."""
+    with node(etcd, tmp_path, 1, *args) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd, tmp_path, 2, *args) as n2:
+            yield n1, n2, f"127.0.0.1:{n1.kafka_port}", f"127.0.0.1:{n2.kafka_port}"
+
+
+def sql(server: WalgateServer, statement: str, auth: tuple[str, str] | None = None) -> list[list[Any]]:
+    """The rows of ``statement`` run through ``server``'s HTTP API (``auth``: HTTP Basic user and password)."""
+    request = urllib.request.Request(server.http_url + "/rest/sql", data=statement.encode(), method="POST")
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return list(json.load(r)["data"])
+
+
+def readyz(server: WalgateServer) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(server.http_url + "/readyz", timeout=30) as r:
+            return dict(json.load(r))
+    except urllib.error.HTTPError as e:
+        return dict(json.load(e))
+
+
+def eventually(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {WAIT_S:g} s: {what}")
+        time.sleep(0.1)
+
+
+def wait_log(server: WalgateServer, text: str) -> None:
+    eventually(f"{text!r} in the log of {server.http_url}:\n{server.log()[-3000:]}", lambda: text in server.log())
+
+
+def describe_cluster(server: WalgateServer) -> dict[str, Any]:
+    """The Java Admin's describeCluster through ``server``'s Kafka listener."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("java is not installed (.ci/run installs it)")
+    classpath = setup_clients.classpath("kafka-clients-4.3.0")
+    if not classpath:
+        pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
+    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
+                          classpath, str(JAVA_DIR / "DescribeClusterNodes.java"), f"127.0.0.1:{server.kafka_port}"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def registered_nodes(etcd: EtcdCluster) -> list[bytes]:
+    async def read() -> list[bytes]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(Keys("walgate").nodes)
+            return [kv.key for kv in kvs]
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def no_traceback(server: WalgateServer) -> None:
+    assert "Traceback" not in server.log(), server.log()[-3000:]

@@ -1,0 +1,177 @@
+"""This node's membership of a walgate cluster (``cluster.etcd.endpoints`` set; docs/cluster.md).
+
+The asyncio shell over :mod:`walgate.cluster`: at start the node reads (or makes) the cluster's Kafka cluster id,
+then, once its Kafka listeners are bound, registers (:class:`~walgate.cluster.registry.NodeRegistration`, with the
+data dir's incarnation and its advertised listeners ``NAME://host:port``), stands for controller
+(:class:`~walgate.cluster.election.ControllerElection`), keeps its lease alive and re-reads the membership (live
+nodes, nodes that ever registered, the controller) every third of ``broker.session.timeout.ms``. A clean stop
+revokes the lease: the node leaves at once, its candidacy with it.
+
+A refused registration (:class:`~walgate.cluster.model.RegistrationRefused`: an emptied data dir, an id another
+live node has), a damaged ``node.incarnation`` or etcd not answering stops the start with the error's message.
+Once started, etcd going away is waited out: what the node knows stays as it last read it (``view``), and the
+registration loop registers again (a new broker epoch) when its lease was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from pathlib import Path
+
+from walgate.cluster.election import ControllerElection
+from walgate.cluster.etcd import EtcdSession, tx
+from walgate.cluster.incarnation import IncarnationError, load_or_create
+from walgate.cluster.model import (
+    ControlPlaneError,
+    Keys,
+    Membership,
+    NodeInfo,
+    endpoint_for,
+    membership,
+    parse_endpoints,
+)
+from walgate.cluster.registry import NodeRegistration
+from walgate.storage.show import Dnode
+
+__all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
+
+log = logging.getLogger("walgate.cluster")
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until they ended; a loop that had ended on an error it did not expect is logged."""
+    for task in tasks:
+        task.cancel()
+    for task, outcome in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+        if isinstance(outcome, Exception):
+            log.error("%s had stopped: %s", task.get_name(), outcome)
+
+
+def dnodes(view: Membership) -> tuple[Dnode, ...]:
+    """``SHOW DNODES``' rows of ``view``: every node that ever registered, by id; a live one ``ready`` with the
+    Kafka endpoint of its first listener, the others ``offline`` (their endpoint is not kept once they left)."""
+    live = {n.node_id: n for n in view.nodes}
+    rows = []
+    for node_id in view.known:
+        info = live.get(node_id)
+        address = endpoint_for(info, "") if info is not None else None
+        rows.append(Dnode(node_id, f"{address[0]}:{address[1]}" if address else "", "ready" if info else "offline",
+                          "controller" if node_id == view.controller else ""))
+    return tuple(rows)
+
+
+class ClusterStartError(Exception):
+    """The node cannot join its cluster; the message says why and what to do."""
+
+
+class ClusterMember:
+    """Node ``node_id``'s membership of cluster ``name`` over the etcd at ``endpoints``. ``view`` is the membership
+    as last read; ``registered`` whether the node holds a live registration (as far as its lease tells)."""
+
+    def __init__(self, endpoints: str, name: str, node_id: int, data_dir: Path, session_timeout_ms: int) -> None:
+        self.session = EtcdSession(parse_endpoints(endpoints))
+        self.keys = Keys(name)
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.ttl = max(2, session_timeout_ms // 1000)
+        self.view = Membership()
+        self.registration: NodeRegistration | None = None
+        self.election: ControllerElection | None = None  # once joined
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    @property
+    def registered(self) -> bool:
+        return self.registration is not None and self.registration.epoch is not None
+
+    async def kafka_cluster_id(self) -> str:
+        """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask."""
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        key = self.keys.kafka_cluster_id
+        try:
+            await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])
+            current = await self.session.get(key)
+        except ControlPlaneError as e:
+            raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
+        if current is None:
+            raise ClusterStartError(f"etcd ({self.session.describe()}) lost the key {key.decode()} it just wrote")
+        return bytes(current.value).decode()
+
+    async def join(self, endpoints: tuple[str, ...]) -> None:
+        """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``), then stand for
+        controller and follow the membership in the background. Raises :class:`ClusterStartError`."""
+        try:
+            incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
+        except IncarnationError as e:
+            raise ClusterStartError(str(e)) from None
+        registration = NodeRegistration(self.session, self.keys, NodeInfo(self.node_id, incarnation, endpoints),
+                                        ttl=self.ttl)
+        try:
+            await registration.register()
+        except ControlPlaneError as e:
+            raise ClusterStartError(f"node {self.node_id} cannot join cluster {self.keys.cluster_id!r}: {e}") from None
+        self.registration = registration
+        self.election = election = ControllerElection(self.session, self.keys, registration)
+        try:
+            await self.refresh()
+        except ControlPlaneError as e:  # read again by the membership task
+            log.warning("cluster %s: membership not read: %s", self.keys.cluster_id, e)
+        self._tasks = [asyncio.create_task(self._keep_registered(registration), name="walgate-cluster-lease"),
+                       asyncio.create_task(election.run(), name="walgate-cluster-election"),
+                       asyncio.create_task(self._follow(), name="walgate-cluster-members")]
+
+    async def _keep_registered(self, registration: NodeRegistration) -> None:
+        try:
+            await registration.run()
+        except ControlPlaneError as e:  # registering again was refused: the id is another data dir's now
+            log.error("node %d left the cluster: %s; restart it to join again", self.node_id, e)
+
+    async def refresh(self) -> Membership:
+        """Read the membership from etcd into ``view``."""
+        _, nodes = await self.session.get_prefix(self.keys.nodes)
+        _, known = await self.session.get_prefix(self.keys.incarnations)
+        _, candidates = await self.session.get_prefix(self.keys.candidates)
+        ids = [int(kv.key[len(self.keys.incarnations):]) for kv in known
+               if kv.key[len(self.keys.incarnations):].isdigit()]
+        view = membership([kv.value for kv in nodes], ids,
+                          [(kv.key, kv.create_revision, kv.value) for kv in candidates])
+        if view != self.view:
+            log.info("cluster %s: nodes %s, controller %s", self.keys.cluster_id,
+                     ",".join(str(n.node_id) for n in view.nodes) or "none",
+                     "none" if view.controller is None else view.controller)
+            self.view = view
+            self._changed.set()
+            self._changed = asyncio.Event()
+        return self.view
+
+    async def changed(self) -> None:
+        """Return once ``view`` changed."""
+        await self._changed.wait()
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.refresh()
+            except ControlPlaneError as e:
+                log.warning("cluster %s: membership not read: %s", self.keys.cluster_id, e)
+
+    async def leave(self) -> None:
+        """Stop following, deregister (revoke the lease) and close the etcd session; etcd not answering is logged
+        (the lease then expires by itself within ``broker.session.timeout.ms``)."""
+        await stop_tasks(self._tasks)
+        self._tasks = []
+        try:
+            if self.registration is not None:
+                await self.registration.close()
+                log.info("node %d left cluster %s", self.node_id, self.keys.cluster_id)
+        except ControlPlaneError as e:
+            log.warning("node %d: deregistering failed (its lease expires within %d s): %s", self.node_id, self.ttl, e)
+        finally:
+            try:
+                await self.session.close()
+            except (Exception, TimeoutError) as e:  # a broken channel: nothing left to close
+                log.debug("closing the etcd session: %r", e)

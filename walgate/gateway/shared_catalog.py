@@ -1,0 +1,241 @@
+"""The cluster's shared catalog (cluster mode, docs/cluster.md): users, ACLs, client quotas, broker and group
+configs, one for every node.
+
+A change made on any node is staged by its engine (:meth:`walgate.storage.engine.Engine.staged`: validated against
+the node's catalog, then undone) and handed to :meth:`SharedCatalog.publish`, which
+
+* on the controller, appends it to the cluster's record stream (:class:`~walgate.cluster.records.RecordLog`, one
+  fenced etcd transaction) after checking it against the controller's catalog caught up with the whole stream (so
+  two nodes' conflicting changes cannot both be appended);
+* on any other node, proposes it to the controller: ``catalog/proposals/<id>`` put on the node's lease; the
+  controller appends it in the same transaction that deletes the proposal and puts ``catalog/outcomes/<id>``
+  (``{"seq": N}``, or ``{"error": ...}`` when it does not apply), which the proposer reads. etcd is the transport
+  rather than a call to the controller's HTTP listener because every node already reaches etcd, proposals need no
+  second authentication or TLS setup beside it, and a proposal whose proposer died goes with its lease;
+
+and returns once this node applied record N, so what a client was answered is visible on the node it asked. Other
+nodes apply it when their record stream delivers it (a client of another node may see the old state until then,
+usually milliseconds).
+
+Every node applies the stream in sequence order (:class:`~walgate.cluster.records.RecordFollower`) through the
+catalog's own apply path (:meth:`walgate.storage.catalog.Catalog.apply_shared`, durable in ``catalog.log`` with its
+sequence number, from which a restart resumes); a node that was away reads what it missed, or the snapshot the
+controller trims the stream into every :data:`TRIM_EVERY` records (the catalog's shared records,
+:meth:`~walgate.storage.catalog.Catalog.shared_records`, one JSON line each). A record the disk refuses to take is
+retried every second (the node stays behind, ``/readyz`` says so), never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from walgate.cluster.etcd import tx
+from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, RecordCursor
+from walgate.cluster.records import RecordFollower, RecordLog
+from walgate.gateway.cluster_member import ClusterMember, stop_tasks
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.engine import Engine
+from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageUnavailable
+
+__all__ = ["SharedCatalog", "TRIM_EVERY", "CHANGE_TIMEOUT_S"]
+
+log = logging.getLogger("walgate.cluster")
+
+TRIM_EVERY = 1000
+"""The controller folds the stream into its snapshot once this many records were appended since the last time."""
+CHANGE_TIMEOUT_S = 30.0
+"""A change not appended and applied on the node asked within this is answered with an error."""
+_RETRY_S = 1.0
+T = TypeVar("T")
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+class SharedCatalog:
+    """The node's part in the shared catalog; ``on_applied(ops)`` runs after each record applied here (the node's
+    caches of quotas and configs follow the catalog)."""
+
+    def __init__(self, member: ClusterMember, storage: StorageThread, engine: Engine, applied_seq: int,
+                 on_applied: Callable[[str], Awaitable[None]], trim_every: int = TRIM_EVERY) -> None:
+        assert member.election is not None, "the node joined its cluster first"
+        self.member = member
+        self.election = member.election
+        self.storage = storage
+        self.engine = engine
+        self.on_applied = on_applied
+        self.trim_every = trim_every
+        self.log = RecordLog(member.session, member.keys, member.election)
+        self.follower = RecordFollower(member.session, member.keys, self._apply, self._restore,
+                                       RecordCursor(seq=applied_seq))
+        self._lock = asyncio.Lock()  # the controller's appends, one at a time
+        self._trimmed = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the node has read the stream once since it started (what it applied may be a moment behind)."""
+        return self.follower.cursor.revision > 0
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self.follower.run(), name="walgate-catalog-follower"),
+                       asyncio.create_task(self._serve_proposals(), name="walgate-catalog-proposals")]
+
+    async def stop(self) -> None:
+        await stop_tasks(self._tasks)
+        self._tasks = []
+
+    # ------------------------------------------------------------------ applying
+
+    async def _apply(self, seq: int, epoch: int, payload: bytes) -> None:
+        try:
+            record: Any = json.loads(payload)
+        except ValueError:
+            record = {"op": None, "bytes": payload[:200].decode(errors="replace")}  # passed over by apply_shared
+        while True:
+            try:
+                await self.storage.call(self.engine.catalog.apply_shared, seq, record)
+                break
+            except StorageUnavailable as e:
+                log.error("catalog record %d not applied yet: %s; retrying in %g s", seq, e.message, _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
+        await self._applied(str(record.get("op")) if isinstance(record, dict) else "")
+
+    async def _applied(self, op: str) -> None:
+        try:
+            await self.on_applied(op)
+        except Exception:  # a bug: logged with its traceback, the stream goes on
+            log.exception("after applying a catalog record")
+
+    async def _restore(self, seq: int, state: bytes) -> None:
+        while True:
+            try:
+                records = [json.loads(line) for line in state.splitlines() if line]
+                await self.storage.call(self.engine.catalog.restore_shared, seq, records)
+                break
+            except (ValueError, StorageUnavailable) as e:
+                log.error("the catalog snapshot up to record %d not restored yet: %s; retrying in %g s", seq,
+                          getattr(e, "message", e), _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
+        await self._applied("")
+
+    # ------------------------------------------------------------------ changing
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the storage thread as a staged call, its shared changes published: its result once
+        they are applied on this node (raises as :meth:`publish`)."""
+        result, staged = await self.storage.call(self.engine.staged, fn, *args)
+        if staged:
+            await self.publish(staged)
+        return result
+
+    async def publish(self, records: list[dict[str, Any]]) -> None:
+        """Have ``records`` (a staged call's) appended to the stream and applied on this node. Raises
+        :class:`InvalidValue` (the controller's catalog refused them: nothing changed) or
+        :class:`ClusterUnavailable` (no controller or no etcd quorum answered within :data:`CHANGE_TIMEOUT_S`)."""
+        try:
+            async with asyncio.timeout(CHANGE_TIMEOUT_S):
+                if self.election.epoch is not None:
+                    seq = await self._append(records)
+                else:
+                    seq = await self._propose(records)
+                await self.follower.wait_applied(seq)
+        except TimeoutError:
+            raise ClusterUnavailable(f"The cluster's catalog did not take the change within {CHANGE_TIMEOUT_S:g} s (no"
+                                     " controller elected, or etcd has no quorum); it may still be applied") from None
+        except ControlPlaneError as e:
+            raise ClusterUnavailable(f"The cluster's catalog did not take the change: {e}") from None
+
+    async def _append(self, records: list[dict[str, Any]], also: Callable[[int], list[Any]] | None = None,
+                      when: list[Any] | None = None) -> int:
+        """The controller's append: checked against its catalog caught up with the whole stream."""
+        async with self._lock:
+            kv = await self.member.session.get(self.member.keys.seq)
+            await self.follower.wait_applied(int(kv.value) if kv is not None else 0)
+            await self.storage.call(self.engine.catalog.validate_shared, records)
+            seq = await self.log.append([_encode(r) for r in records], also, when)
+            if seq - self._trimmed >= self.trim_every:
+                await self._trim(seq)
+            return seq
+
+    async def _trim(self, seq: int) -> None:
+        await self.follower.wait_applied(seq)
+        state = await self.storage.call(self.engine.catalog.shared_records)
+        await self.log.trim(seq, b"\n".join(_encode(r) for r in state))
+        self._trimmed = seq
+        log.info("catalog: records up to %d folded into the snapshot", seq)
+
+    async def _propose(self, records: list[dict[str, Any]]) -> int:
+        lease = self.member.registration.lease_id if self.member.registration is not None else None
+        if lease is None:
+            raise ControlPlaneUnavailable(f"node {self.member.node_id} is not registered in its cluster")
+        proposal_id = f"{self.member.node_id}-{uuid.uuid4().hex}"
+        keys, session = self.member.keys, self.member.session
+        await session.txn([], [tx.Put(keys.proposal(proposal_id), json.dumps(records).encode(), lease=lease)])
+        try:
+            while (kv := await session.get(keys.outcome(proposal_id))) is None:
+                await asyncio.sleep(0.02)
+        except BaseException:  # not answered: withdrawn, unless the controller took it meanwhile (then it stands)
+            await asyncio.shield(self._withdraw(proposal_id))
+            raise
+        await session.txn([], [tx.Delete(keys.outcome(proposal_id))])
+        outcome = json.loads(kv.value)
+        if "error" in outcome:
+            raise InvalidValue(str(outcome["error"]))
+        return int(outcome["seq"])
+
+    async def _withdraw(self, proposal_id: str) -> None:
+        key = self.member.keys.proposal(proposal_id)
+        try:
+            withdrawn, _ = await self.member.session.txn([tx.Version(key) > 0], [tx.Delete(key)])
+        except ControlPlaneError as e:  # it goes with the lease
+            log.warning("catalog proposal %s not withdrawn: %s", proposal_id, e)
+            return
+        if not withdrawn:
+            log.warning("catalog proposal %s was appended after its proposer stopped waiting", proposal_id)
+
+    async def _serve_proposals(self) -> None:
+        """While this node is the controller: append what the other nodes propose, in the order proposed."""
+        keys, session = self.member.keys, self.member.session
+        while True:
+            await self.election.wait_elected()
+            try:
+                revision, kvs = await session.get_prefix(keys.proposals)
+                for kv in kvs:
+                    await self._take(kv)
+                watch = await session.watch_prefix(keys.proposals, revision + 1)
+                try:
+                    iterator = watch.__aiter__()
+                    while self.election.epoch is not None:
+                        event = await session.next_event(iterator)
+                        if event.kind == "PUT":
+                            await self._take(event.kv)
+                finally:
+                    await session.cancel_watch(watch)
+            except ControlPlaneError as e:
+                log.warning("catalog proposals: %s", e)
+                await asyncio.sleep(_RETRY_S)
+
+    async def _take(self, kv: Any) -> None:
+        """Append one proposal, or answer why not; the proposal is deleted in the same transaction."""
+        keys = self.member.keys
+        proposal_id = kv.key[len(keys.proposals):].decode()
+        outcome_key = keys.outcome(proposal_id)
+
+        def answer(seq: int) -> list[Any]:
+            return [tx.Delete(kv.key), tx.Put(outcome_key, json.dumps({"seq": seq}).encode(), lease=kv.lease)]
+
+        try:
+            records = json.loads(kv.value)
+            if not isinstance(records, list):
+                raise InvalidValue(f"a catalog proposal is not a list of records: {kv.value[:200]!r}")
+            await self._append(records, answer, [tx.Version(kv.key) > 0])
+        except (InvalidValue, ValueError) as e:
+            await self.election.fenced_txn([tx.Version(kv.key) > 0], [
+                tx.Delete(kv.key), tx.Put(outcome_key, json.dumps({"error": str(e)}).encode(), lease=kv.lease)])
