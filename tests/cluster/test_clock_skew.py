@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from etcd_cluster import EtcdCluster
 from event_process import EventProcess
-from test_partitions import check_stream, is_
+from test_network_partitions import check_stream, is_
 from test_processes import CLUSTER
 
 from walgate.cluster.etcd import EtcdSession
