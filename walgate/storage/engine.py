@@ -357,10 +357,12 @@ class Engine:
         """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
         return self.store.topics()
 
-    def cluster_mode(self) -> None:
-        """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
-        through its record stream (:mod:`walgate.storage.catalog`)."""
+    def cluster_mode(self, node_id: int) -> None:
+        """Cluster mode as node ``node_id``: the catalog's shared records (users, ACLs, quotas, configs) are the
+        cluster's, changed only through its record stream, and new vgroups are placed, recording their node
+        (:mod:`walgate.storage.catalog`)."""
         self.catalog.cluster = True
+        self.catalog.node_id = node_id
 
     def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
         """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which
