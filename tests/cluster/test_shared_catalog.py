@@ -50,7 +50,7 @@ class InProcessNode:
 async def in_process_node(etcd: EtcdCluster, data_dir: Path, node_id: int) -> AsyncIterator[InProcessNode]:
     storage = StorageThread()
     engine = await storage.call(Engine.open, data_dir)
-    await storage.call(engine.cluster_mode, node_id)
+    await storage.call(engine.cluster_mode)
     member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, 2000)
     node = InProcessNode(storage, engine, member)
     try:

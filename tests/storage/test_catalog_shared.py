@@ -39,7 +39,7 @@ def cluster_catalog(tmp_path: Path) -> Catalog:
 
 def test_a_staged_call_validates_shows_and_undoes_its_shared_changes(tmp_path: Path) -> None:
     e = Engine.open(tmp_path)
-    e.cluster_mode(1)
+    e.cluster_mode()
 
     def change(engine: Engine) -> bool:
         engine.catalog.change_acls("create_acls", [acl("User:a")])

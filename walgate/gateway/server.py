@@ -162,6 +162,7 @@ class Gateway:
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
                 batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False, coordinator_lane=bridge,
+                node_id=cfg.node_id,
             )
             engine = self._engine
 
@@ -173,7 +174,7 @@ class Gateway:
             self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
             self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
             if self._cluster is not None:  # users, ACLs, quotas and configs are the cluster's (shared_catalog.py)
-                await self._storage.call(engine.cluster_mode, cfg.node_id)
+                await self._storage.call(engine.cluster_mode)
             elif self._needs_root:
                 await bootstrap_root(self._storage.call, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))
