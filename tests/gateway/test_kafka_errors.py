@@ -43,6 +43,7 @@ from walgate.storage.errors import (
     InvalidValue,
     LimitExceeded,
     NotFound,
+    NotHere,
     OffsetOutOfRange,
     RequestTooLarge,
     StorageUnavailable,
@@ -76,6 +77,8 @@ E = ErrorCode
         (RequestTooLarge("big request"), PRODUCE, E.record_list_too_large),
         (StorageUnavailable("disk full"), PRODUCE, E.kafka_storage_error),
         (NotFound("gone"), PRODUCE, E.unknown_topic_or_partition),
+        (NotHere("vgroup 0 of database d is on node 5", 5), PRODUCE, E.not_leader_or_follower),
+        (NotHere("vgroup 0 of database d is on node 5", 5), {}, E.not_leader_or_follower),
         # group coordinator writes: Kafka's storeOffsets maps KAFKA_STORAGE_ERROR to NOT_COORDINATOR
         (StorageUnavailable("disk full"), GROUP_WRITE, E.not_coordinator),
         (OSError(errno.EIO, "I/O error"), GROUP_WRITE, E.not_coordinator),

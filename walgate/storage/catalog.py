@@ -689,16 +689,21 @@ class Catalog:
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
         self._commit(_kafka_topic_record(db, topic))
 
-    def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str]) -> None:
-        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database."""
+    def grown(self, db: DatabaseDef, count: int) -> DatabaseDef:
+        """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`); nothing is written (the engine
+        opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
+        placed = self._placement(count - db.vgroups)
+        nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
+        return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
+
+    def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str],
+                          nodes: tuple[int, ...] | None = None) -> None:
+        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database; ``nodes``: the
+        placement of its vgroups when their count changes (:meth:`grown`), else None: as it was."""
         db = self.database(self.topics[name].db)
-        count = int(options["VGROUPS"])
-        self.check_partitions(count - db.vgroups, f"topic {name}")
+        self.check_partitions(int(options["VGROUPS"]) - db.vgroups, f"topic {name}")
         record: dict[str, Any] = {"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs}
-        if count != db.vgroups and (db.nodes is not None or self.cluster):  # new partitions, placed
-            before = db.nodes if db.nodes is not None else (self.node_id,) * db.vgroups
-            record["nodes"] = list(before[:count] + (self._placement(count - len(before)) or ()))
-        self._commit(record)
+        self._commit(record if nodes is None else {**record, "nodes": list(nodes)})
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})

@@ -61,7 +61,7 @@ class Show:
             cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
                     ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
             rows = []
-            for vnode in store.vnodes[db.name]:
+            for vnode in store.all_vnodes(db):  # never a partial list: NotHere when a vgroup is elsewhere
                 for t in vnode.tables():
                     if t.dropped:
                         continue
@@ -102,8 +102,8 @@ class Show:
         the vgroup's tables where it is open here."""
         db, local = self.store.catalog.database(db_name), self.store.catalog.node_id
         ready = {d.id for d in self.dnodes if d.status == "ready"} | {local}
-        open_here = self.store.vnodes.get(db_name, [])
-        rows = [[i, db.name, open_here[i].live_count if i < len(open_here) else None, node,
+        open_here = {v.index: v.live_count for v in self.store.vnodes.get(db_name, [])}
+        rows = [[i, db.name, open_here.get(i), node,
                  "leader" if node in ready else "offline"]
                 for i, node in ((i, db.node_of(i, local)) for i in range(db.vgroups))]
         cols = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4), ("v1_dnode", "SMALLINT", 2),
