@@ -3,22 +3,29 @@ Kafka-native topic whose partition 0 is placed on node 1 and partition 1 on node
 
 Topics are not the cluster's yet (docs/cluster.md): both data dirs are given the same catalog record, placement
 included, as the cluster's record stream will give it, so that each node opens only its own partition. Then
-confluent-kafka clients bootstrapped on node 1 alone are routed by Metadata: a producer writes to both partitions,
-a consumer group (its coordinator node 1) reads both and commits offsets of both; after kill -9 of node 2 its
+confluent-kafka and Java clients bootstrapped on node 1 alone are routed by Metadata: producers write to both
+partitions, a consumer group (its coordinator node 1) reads both and commits offsets of both, the Java consumer reads
+both up to their high watermarks; after kill -9 of node 2 its
 partition answers LEADER_NOT_AVAILABLE while node 1's keeps serving, and after node 2 restarts nothing acknowledged
 is missing."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, wait_log
+from serve_support import JAVA_DIR, eventually, no_traceback, node, sql, wait_log
+
+import setup_clients  # compat-tests (on the path through serve_support)
 
 from walgate.storage import lines
 from walgate.storage.engine import Engine
@@ -93,6 +100,20 @@ def _consume(port: int, group: str, count: int) -> dict[int, list[bytes]]:
     return got
 
 
+def _java(program: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON events compat-tests/java/``program`` (the real kafka-clients 4.3.0) prints; it must exit 0."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("java is not installed (.ci/run installs it)")
+    classpath = setup_clients.classpath("kafka-clients-4.3.0")
+    if not classpath:
+        pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
+    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
+                          classpath, str(JAVA_DIR / program), *args], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
 def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etcd1: EtcdCluster,
                                                                               tmp_path: Path) -> None:
     data1, data2, db = _data_dirs(tmp_path)
@@ -105,15 +126,28 @@ def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etc
             first = {0: [b"a%d" % i for i in range(10)], 1: [b"b%d" % i for i in range(10)]}
             assert _produce(n1.kafka_port, first) == {0: list(range(10)), 1: list(range(10))}
             assert _consume(n1.kafka_port, "g", 20) == first  # group coordinator: node 1, for both partitions
+            bootstrap = f"127.0.0.1:{n1.kafka_port}"
+            produced = _java("Producer.java", bootstrap, TOPIC, "none", "10", "--first", "100", "--partitions", "2")
+            assert produced[-1]["delivered"] == 10 and produced[-1]["errors"] == [], produced[-1]
+            assert sorted((e["partition"], e["offset"]) for e in produced if e["event"] == "delivery") == [
+                (p, o) for p in (0, 1) for o in range(10, 15)]
+            read = _java("Assign.java", bootstrap, TOPIC, "--start", "beginning")
+            metadata = next(e for e in read if e["event"] == "metadata")
+            assert metadata["brokers"] == sorted([bootstrap, f"127.0.0.1:{n2.kafka_port}"])
+            assert read[-1]["event"] == "summary" and read[-1]["records"] == 30, read[-1]
             kafka_port2 = n2.kafka_port
             n2.proc.send_signal(signal.SIGKILL)
             n2.proc.wait(timeout=30)
         eventually("partition 1 has no leader once node 2's lease expired", lambda: _leaders(n1.kafka_port) == {0: 1, 1: -1})
-        assert _produce(n1.kafka_port, {0: [b"c0", b"c1"]}) == {0: [10, 11]}  # node 1's partition serves on
+        assert _produce(n1.kafka_port, {0: [b"c0", b"c1"]}) == {0: [15, 16]}  # node 1's partition serves on
         with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka_port2) as n2:
             eventually("node 2 leads partition 1 again", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
-            assert _produce(n1.kafka_port, {1: [b"d0"]}) == {1: [10]}
-            everything = _consume(n1.kafka_port, "fresh", 23)
-            assert everything == {0: first[0] + [b"c0", b"c1"], 1: first[1] + [b"d0"]}, "nothing acknowledged lost"
+            assert _produce(n1.kafka_port, {1: [b"d0"]}) == {1: [15]}
+            everything = _consume(n1.kafka_port, "fresh", 33)
+            java_values = {p: [json.dumps({"codec": "none", "i": i, "text": f"record {i} of the walgate produce scenario"},
+                                          separators=(",", ":")).encode() for i in range(100 + p, 110, 2)]
+                           for p in (0, 1)}
+            assert everything == {0: first[0] + java_values[0] + [b"c0", b"c1"],
+                                  1: first[1] + java_values[1] + [b"d0"]}, "nothing acknowledged lost"
             no_traceback(n2)
         no_traceback(n1)
