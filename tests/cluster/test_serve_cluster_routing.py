@@ -14,18 +14,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
-from serve_support import JAVA_DIR, eventually, no_traceback, node, sql, wait_log
-
-import setup_clients  # compat-tests (on the path through serve_support)
+from serve_support import eventually, java_events, no_traceback, node, sql, wait_log
 
 from walgate.storage import lines
 from walgate.storage.engine import Engine
@@ -100,20 +95,6 @@ def _consume(port: int, group: str, count: int) -> dict[int, list[bytes]]:
     return got
 
 
-def _java(program: str, *args: str) -> list[dict[str, Any]]:
-    """The JSON events compat-tests/java/``program`` (the real kafka-clients 4.3.0) prints; it must exit 0."""
-    java = shutil.which("java")
-    if java is None:
-        pytest.fail("java is not installed (.ci/run installs it)")
-    classpath = setup_clients.classpath("kafka-clients-4.3.0")
-    if not classpath:
-        pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
-    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
-                          classpath, str(JAVA_DIR / program), *args], capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-
-
 def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etcd1: EtcdCluster,
                                                                               tmp_path: Path) -> None:
     data1, data2, db = _data_dirs(tmp_path)
@@ -127,11 +108,11 @@ def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etc
             assert _produce(n1.kafka_port, first) == {0: list(range(10)), 1: list(range(10))}
             assert _consume(n1.kafka_port, "g", 20) == first  # group coordinator: node 1, for both partitions
             bootstrap = f"127.0.0.1:{n1.kafka_port}"
-            produced = _java("Producer.java", bootstrap, TOPIC, "none", "10", "--first", "100", "--partitions", "2")
+            produced = java_events("Producer.java", bootstrap, TOPIC, "none", "10", "--first", "100", "--partitions", "2")
             assert produced[-1]["delivered"] == 10 and produced[-1]["errors"] == [], produced[-1]
             assert sorted((e["partition"], e["offset"]) for e in produced if e["event"] == "delivery") == [
                 (p, o) for p in (0, 1) for o in range(10, 15)]
-            read = _java("Assign.java", bootstrap, TOPIC, "--start", "beginning")
+            read = java_events("Assign.java", bootstrap, TOPIC, "--start", "beginning")
             metadata = next(e for e in read if e["event"] == "metadata")
             assert metadata["brokers"] == sorted([bootstrap, f"127.0.0.1:{n2.kafka_port}"])
             assert read[-1]["event"] == "summary" and read[-1]["records"] == 30, read[-1]
