@@ -227,4 +227,4 @@ def test_a_class_in_two_domains_tables_is_refused() -> None:
 def test_sequence_error_carries_its_code_and_produce_answers_it() -> None:
     exc = SequenceError(E.invalid_producer_epoch, "fenced")
     assert exc.error_code is E.invalid_producer_epoch
-    assert _refused(3, exc)["error_code"] == E.invalid_producer_epoch
+    assert _refused(3, exc, {})["error_code"] == E.invalid_producer_epoch

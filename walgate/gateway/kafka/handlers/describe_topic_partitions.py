@@ -15,7 +15,8 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.metadata import other_nodes, topic_entries
+from walgate.gateway.kafka.handlers.metadata import topic_entries
+from walgate.gateway.kafka.leaders import other_nodes
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (

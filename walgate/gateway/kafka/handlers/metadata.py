@@ -33,11 +33,11 @@ import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
-from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import AUTO_CREATE, LEADER_EPOCH, answered, error_of
+from walgate.gateway.kafka.leaders import node_endpoints, other_nodes
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
@@ -61,7 +61,7 @@ def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
     """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
     of names that failed before (auto-creation); ``describable`` (None: all) hides topics from the listing and
     answers requested ones TOPIC_AUTHORIZATION_FAILED; ``live``: the other nodes that may be named as leaders
-    (:func:`other_nodes`). Runs on the storage thread."""
+    (:func:`~walgate.gateway.kafka.leaders.other_nodes`). Runs on the storage thread."""
     out: list[MetadataResponseTopic] = []
     if names is None:
         try:
@@ -94,15 +94,6 @@ def unknown_topic_error(name: str) -> ErrorCode:
 
 def _missing(name: str, error: int) -> MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
-
-
-def other_nodes(broker: Broker, listener: str) -> dict[int, tuple[str, int]]:
-    """The nodes other than this one registered now (cluster mode; none on a single node), each with the endpoint
-    it advertises on ``listener``; a node without one is left out (a client of that listener cannot reach it)."""
-    if broker.cluster is None:
-        return {}
-    return {n.node_id: address for n in broker.cluster.view.nodes
-            if n.node_id != broker.node_id and (address := endpoint_for(n, listener)) is not None}
 
 
 def leaders_named(topics: list[MetadataResponseTopic]) -> set[int]:
@@ -184,8 +175,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
         cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     host, port = broker.address(ctx.listener)
     brokers: list[Any] = [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}]
-    brokers += [{"node_id": n, "host": others[n][0], "port": others[n][1], "rack": None}
-                for n in sorted(leaders_named(topics) & others.keys())]
+    brokers += node_endpoints(leaders_named(topics), others)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
