@@ -33,6 +33,7 @@ from walgate.storage import lines
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import build_response
 
 TOPIC = "events"
 NOT_LEADER = ErrorCode.not_leader_or_follower
@@ -112,6 +113,9 @@ async def test_produce_and_fetch_answer_not_leader_with_the_current_leader(node1
     assert "vgroup 1" in parts[1]["error_message"] and "on node 2" in parts[1]["error_message"]
     assert (parts[2]["error_code"], parts[2]["current_leader"]) == (NOT_LEADER, {"leader_id": -1, "leader_epoch": -1})
     assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": 9092, "rack": None}]
+    built = build_response(0, 10, answer)  # kio's ProduceResponse v10, from Kafka's schema: the tagged fields are in it
+    assert built.responses[0].partition_responses[1].current_leader.leader_id == 2
+    assert [(n.node_id, n.port) for n in built.node_endpoints] == [(2, 9092)]
 
     request = fetch_v16.FetchRequest(max_wait=datetime.timedelta(0), min_bytes=1, topics=(fetch_v16.FetchTopic(
         topic_id=node1.engine.topic_id(TOPIC), partitions=tuple(
@@ -123,6 +127,9 @@ async def test_produce_and_fetch_answer_not_leader_with_the_current_leader(node1
     assert (parts[1]["error_code"], parts[1]["current_leader"]) == (NOT_LEADER, {"leader_id": 2, "leader_epoch": 0})
     assert (parts[2]["error_code"], parts[2]["current_leader"]) == (NOT_LEADER, {"leader_id": -1, "leader_epoch": -1})
     assert answer["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": 9092, "rack": None}]
+    built = build_response(1, 16, answer)
+    assert built.responses[0].partitions[1].current_leader.leader_id == 2
+    assert [(n.node_id, n.port) for n in built.node_endpoints] == [(2, 9092)]
 
     request = list_offsets_v7.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
         list_offsets_v7.ListOffsetsTopic(name=TOPIC, partitions=tuple(
