@@ -103,6 +103,7 @@ def test_an_unreachable_etcd_stops_the_start(tmp_path: Path) -> None:
     (["--cluster", "etcd=http://127.0.0.1:notaport"], "expected host:port"),
     (["--override", "cluster.name=no/slash"], "cluster_name"),
     (["--override", "broker.session.timeout.ms=500"], "broker_session_timeout_ms must be >= 2000"),
+    (["--cluster", "etcd=http://127.0.0.1:2379", "--node-id", "1024"], "node_id must be below 1024 in a cluster"),
     (["--config", "server.properties"], "cluster_etcd_endpoints: etcd endpoint '127.0.0.1:x'"),
 ])
 def test_bad_cluster_settings_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:

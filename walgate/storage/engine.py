@@ -362,8 +362,10 @@ class Engine:
 
     def cluster_mode(self) -> None:
         """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
-        through its record stream, and new vgroups are placed, recording their node (:mod:`walgate.storage.catalog`)."""
+        through its record stream, and new vgroups are placed, recording their node (:mod:`walgate.storage.catalog`);
+        producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`)."""
         self.catalog.cluster = True
+        self.store.producer_ids.cluster(self.catalog.node_id)
 
     def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
         """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which
