@@ -22,13 +22,8 @@ from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.produce.v10 import request as produce_v10
 
-from tests.gateway.test_handlers_hardening import Node, call
+from tests.gateway.test_handlers_hardening import Node, call, serving
 from walgate.gateway.cluster_member import ClusterMember
-from walgate.gateway.kafka.broker import Broker
-from walgate.gateway.kafka.groups import GroupService
-from walgate.gateway.kafka.handlers import advertised
-from walgate.gateway.kafka.wakeups import FetchWakeups
-from walgate.gateway.storage_thread import StorageThread
 from walgate.storage import lines
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
@@ -67,19 +62,10 @@ async def node1(etcd1: EtcdCluster, tmp_path: Path) -> AsyncIterator[Node]:
         if [n.node_id for n in (await members[0].refresh()).nodes] == [1, 2]:
             break
         await asyncio.sleep(0.05)
-    storage = StorageThread()
-    wakeups = FetchWakeups(asyncio.get_running_loop())
-    engine = await storage.call(Engine.open, tmp_path / "n1", listener=wakeups, node_id=1)
-    await storage.call(engine.cluster_mode)
-    groups = GroupService(engine, storage)
-    broker = Broker(engine=engine, storage=storage, node_id=1, host="127.0.0.1", port=9091, cluster_id="routing",
-                    versions=advertised(), groups=groups, wakeups=wakeups, cluster=members[0])
     try:
-        yield Node(broker=broker, engine=engine, storage=storage, data_dir=tmp_path / "n1")
+        async with serving(tmp_path / "n1", 9091, members[0]) as served:
+            yield served
     finally:
-        groups.close()
-        await storage.call(engine.close)
-        storage.shutdown()
         for member in members:
             await member.leave()
 
