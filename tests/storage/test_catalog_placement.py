@@ -142,6 +142,13 @@ def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming
         e.execute("SELECT * FROM d.st")
     with pytest.raises(NotHere, match=elsewhere):
         e.execute("SHOW d.TABLES")
+    wal_end = e.vnodes["d"][0].wal.next_version
+    with pytest.raises(NotHere, match=elsewhere):  # it writes to every vgroup: to none here either
+        e.execute("ALTER STABLE d.st ADD COLUMN w INT")
+    with pytest.raises(NotHere, match=elsewhere):
+        e.execute("DROP STABLE d.st")
+    assert [c.name for c in e.catalog.stables[("d", "st")].columns] == ["ts", "v"]
+    assert e.vnodes["d"][0].wal.next_version == wal_end
     with pytest.raises(NotHere, match=elsewhere):  # a query reads every vgroup of its database, as today
         e.execute(f"SELECT * FROM d.{here}")
     events = e.catalog.topics["events"]
