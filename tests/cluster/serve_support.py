@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
 import setup_clients  # noqa: E402
 
 __all__ = ["WAIT_S", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
-           "describe_cluster", "registered_nodes", "no_traceback"]
+           "describe_cluster", "java_events", "registered_nodes", "no_traceback"]
 
 JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
 WAIT_S = 60.0
@@ -89,8 +89,8 @@ def wait_log(server: WalgateServer, text: str) -> None:
     eventually(f"{text!r} in the log of {server.http_url}:\n{server.log()[-3000:]}", lambda: text in server.log())
 
 
-def describe_cluster(server: WalgateServer) -> dict[str, Any]:
-    """The Java Admin's describeCluster through ``server``'s Kafka listener."""
+def java_events(program: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines compat-tests/java/``program`` prints, run on the real kafka-clients 4.3.0; it must exit 0."""
     java = shutil.which("java")
     if java is None:
         pytest.fail("java is not installed (.ci/run installs it)")
@@ -98,10 +98,14 @@ def describe_cluster(server: WalgateServer) -> dict[str, Any]:
     if not classpath:
         pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
     run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
-                          classpath, str(JAVA_DIR / "DescribeClusterNodes.java"), f"127.0.0.1:{server.kafka_port}"],
-                         capture_output=True, text=True, timeout=120)
+                          classpath, str(JAVA_DIR / program), *args], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
-    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def describe_cluster(server: WalgateServer) -> dict[str, Any]:
+    """The Java Admin's describeCluster through ``server``'s Kafka listener."""
+    return java_events("DescribeClusterNodes.java", f"127.0.0.1:{server.kafka_port}")[-1]
 
 
 def registered_nodes(etcd: EtcdCluster) -> list[bytes]:

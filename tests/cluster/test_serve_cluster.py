@@ -44,6 +44,8 @@ def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_ano
         assert described[0]["controller"] == 1
         assert described[0]["nodes"] == [[1, "127.0.0.1", n1.kafka_port], [2, "127.0.0.1", n2.kafka_port]]
         assert readyz(n2)["checks"]["cluster"] == "ok"
+        sql(n2, "CREATE DATABASE placed VGROUPS 2")  # still node 2's own: its vgroups are placed on it
+        assert sql(n2, "SHOW placed.VGROUPS") == [[0, "placed", 0, 2, "leader"], [1, "placed", 0, 2, "leader"]]
 
         n1.proc.send_signal(signal.SIGKILL)
         n1.proc.wait(timeout=30)
@@ -101,6 +103,7 @@ def test_an_unreachable_etcd_stops_the_start(tmp_path: Path) -> None:
     (["--cluster", "etcd=http://127.0.0.1:notaport"], "expected host:port"),
     (["--override", "cluster.name=no/slash"], "cluster_name"),
     (["--override", "broker.session.timeout.ms=500"], "broker_session_timeout_ms must be >= 2000"),
+    (["--cluster", "etcd=http://127.0.0.1:2379", "--node-id", "1024"], "node_id must be below 1024 in a cluster"),
     (["--config", "server.properties"], "cluster_etcd_endpoints: etcd endpoint '127.0.0.1:x'"),
 ])
 def test_bad_cluster_settings_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
@@ -114,6 +117,8 @@ def test_bad_cluster_settings_are_usage_errors(tmp_path: Path, args: list[str], 
 def test_a_single_node_is_its_own_dnode_and_needs_no_etcd(tmp_path: Path) -> None:
     with running_walgate(tmp_path, "--node-id", "7") as server:
         assert sql(server, "SHOW DNODES") == [[7, f"127.0.0.1:{server.kafka_port}", "ready", ""]]
+        sql(server, "CREATE DATABASE d VGROUPS 1")
+        assert sql(server, "SHOW d.VGROUPS") == [[0, "d", 0, 7, "leader"]]
         assert "cluster" not in readyz(server)["checks"]
         assert not (server.data_dir / "node.incarnation").exists()
         described = describe_cluster(server)

@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch_v8
 from kio.schema.produce.v9 import request as produce_v9
 
 from tests.storage.faults import Faults
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import GroupService
@@ -56,20 +58,30 @@ class Node(SimpleNamespace):
         return (await self.sql(f"SELECT * FROM {source}")).rows
 
 
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
+@asynccontextmanager
+async def serving(data_dir: Path, port: int = 9092, cluster: ClusterMember | None = None) -> AsyncIterator[Node]:
+    """Node 1's handlers over the engine of ``data_dir`` (``cluster``: a member of a cluster, the engine in cluster
+    mode), its Kafka listener advertised on ``port``."""
     storage = StorageThread()
     wakeups = FetchWakeups(asyncio.get_running_loop())
-    engine = await storage.call(Engine.open, tmp_path / "data", listener=wakeups)
+    engine = await storage.call(Engine.open, data_dir, listener=wakeups, node_id=1)
+    if cluster is not None:
+        await storage.call(engine.cluster_mode)
     groups = GroupService(engine, storage)
-    broker = Broker(engine=engine, storage=storage, node_id=1, host="127.0.0.1", port=9092, cluster_id="hardening",
-                    versions=advertised(), groups=groups, wakeups=wakeups)
+    broker = Broker(engine=engine, storage=storage, node_id=1, host="127.0.0.1", port=port, cluster_id="hardening",
+                    versions=advertised(), groups=groups, wakeups=wakeups, cluster=cluster)
     try:
-        yield Node(broker=broker, engine=engine, storage=storage, data_dir=tmp_path / "data")
+        yield Node(broker=broker, engine=engine, storage=storage, data_dir=data_dir)
     finally:
         groups.close()
         await storage.call(engine.close)
         storage.shutdown()
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    async with serving(tmp_path / "data") as served:
+        yield served
 
 
 async def call(node: Node, api_key: int, version: int, request: Any) -> dict[str, Any]:

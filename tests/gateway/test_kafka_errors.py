@@ -43,6 +43,7 @@ from walgate.storage.errors import (
     InvalidValue,
     LimitExceeded,
     NotFound,
+    NotHere,
     OffsetOutOfRange,
     RequestTooLarge,
     StorageUnavailable,
@@ -76,6 +77,8 @@ E = ErrorCode
         (RequestTooLarge("big request"), PRODUCE, E.record_list_too_large),
         (StorageUnavailable("disk full"), PRODUCE, E.kafka_storage_error),
         (NotFound("gone"), PRODUCE, E.unknown_topic_or_partition),
+        (NotHere("vgroup 0 of database d is on node 5", 5), PRODUCE, E.not_leader_or_follower),
+        (NotHere("vgroup 0 of database d is on node 5", 5), {}, E.not_leader_or_follower),
         # group coordinator writes: Kafka's storeOffsets maps KAFKA_STORAGE_ERROR to NOT_COORDINATOR
         (StorageUnavailable("disk full"), GROUP_WRITE, E.not_coordinator),
         (OSError(errno.EIO, "I/O error"), GROUP_WRITE, E.not_coordinator),
@@ -224,4 +227,4 @@ def test_a_class_in_two_domains_tables_is_refused() -> None:
 def test_sequence_error_carries_its_code_and_produce_answers_it() -> None:
     exc = SequenceError(E.invalid_producer_epoch, "fenced")
     assert exc.error_code is E.invalid_producer_epoch
-    assert _refused(3, exc)["error_code"] == E.invalid_producer_epoch
+    assert _refused(3, exc, {})["error_code"] == E.invalid_producer_epoch

@@ -31,6 +31,7 @@ BOB = "User:bob"
     ("DROP TOPIC tp", [(Op.DELETE, T, "tp")]),
     ("DROP CONSUMER GROUP `g-1` ON tp", [(Op.DELETE, ResourceType.GROUP, "g-1")]),
     ("SHOW d.STABLES", [(Op.DESCRIBE, T, "d.*")]),
+    ("SHOW d.VGROUPS", [(Op.DESCRIBE, T, "d.*")]),
     ("SHOW TOPICS", []),
     ("GRANT READ ON d.* TO bob", [(Op.ALTER, ResourceType.CLUSTER, "kafka-cluster")]),
     ("SHOW USER PRIVILEGES", [(Op.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")]),

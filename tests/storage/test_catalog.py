@@ -143,6 +143,8 @@ def test_records_that_verify_but_cannot_be_applied_are_skipped_and_reported(tmp_
         {"op": "create_topic", "name": "t", "kind": "database", "db": "ok", "source": "", "with_meta": False,
          "sql": "CREATE TOPIC t AS DATABASE ok", "topic_id": "../../x", "created_ms": 0},
         {"op": "alter_kafka_topic", "name": "ghost", "options": {}, "configs": {}},
+        {**good, "name": "short_placement", "id": new_db_id(), "nodes": []},  # a vgroup without a node
+        {**good, "name": "bad_node", "id": new_db_id(), "nodes": ["n1"]},
         [1, 2, 3],
     ]
     (tmp_path / "walgate.json").write_bytes(lines.encode({"format": 2}))

@@ -10,7 +10,7 @@ from faults import Faults
 
 from walgate.storage import lines
 from walgate.storage.damage import DamageLog
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import InvalidValue, StorageUnavailable
 from walgate.storage.producers import DuplicateBatch, PartitionProducers, ProducerIds, SequenceError
 from walgate.wire.errors import ErrorCode
 
@@ -135,3 +135,44 @@ def test_a_lost_producer_id_file_never_hands_an_id_out_again(tmp_path: Path):
     e = Engine.open(tmp_path)  # written again with the next block: nothing more to report
     assert e.damage() == [] and e.producer_ids.allocate() > max(handed)
     e.close()
+
+
+def _ids(tmp_path: Path, name: str) -> ProducerIds:
+    path = tmp_path / name
+    if not path.exists():
+        ProducerIds.create(path)
+    return ProducerIds(path)
+
+
+def test_cluster_nodes_never_give_the_same_producer_id(tmp_path: Path):
+    nodes = {node: _ids(tmp_path, f"n{node}.log") for node in (0, 1, 2, ProducerIds.NODES - 1)}
+    for node, ids in nodes.items():
+        ids.cluster(node)
+    given = [ids.allocate() for _ in range(ProducerIds.BLOCK + 5) for ids in nodes.values()]  # past a block each
+    assert len(set(given)) == len(given)
+    assert all(pid % ProducerIds.NODES == node for node, ids in nodes.items() for pid in given[list(nodes).index(node)::4])
+    with pytest.raises(InvalidValue, match="below 1024"):
+        _ids(tmp_path, "n1024.log").cluster(ProducerIds.NODES)
+
+
+def test_a_node_turned_cluster_node_never_goes_below_an_id_it_gave_or_saw(tmp_path: Path):
+    single = _ids(tmp_path, "p.log")
+    handed = [single.allocate() for _ in range(3)]  # 0, 1, 2 as a single node
+    again = _ids(tmp_path, "p.log")  # restarted as a cluster node: the block it reserved, then spread
+    again.at_least(5000)  # its WALs hold producer 4999 (another node's, say)
+    again.cluster(3)
+    first = again.allocate()
+    assert first > max(handed + [4999]) and first % ProducerIds.NODES == 3
+    assert first == ProducerIds.BLOCK * ProducerIds.NODES + 3  # the counter its file reserved, spread
+    again.at_least(first + 10 * ProducerIds.NODES)  # a producer id seen later (the transaction log)
+    assert again.allocate() >= first + 10 * ProducerIds.NODES
+
+
+def test_restarting_cluster_nodes_do_not_grow_their_ids_by_the_spread(tmp_path: Path):
+    seen = 0
+    for _ in range(5):  # each start: the WALs' largest id is the last one given, as the engine lifts it
+        ids = _ids(tmp_path, "p.log")
+        ids.at_least(seen + 1)
+        ids.cluster(7)
+        seen = ids.allocate()
+    assert seen < 6 * ProducerIds.BLOCK * ProducerIds.NODES  # a block per start, never a factor of 1024 per start

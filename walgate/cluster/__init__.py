@@ -1,5 +1,6 @@
 """The cluster's control plane on etcd (issue 24): node registration, the controller election and its fence, the
-catalog record stream. Built and tested against real etcd; ``walgate serve`` does not use it yet.
+catalog record stream, placement. Tested against real etcd; ``walgate serve --cluster`` runs it
+(:mod:`walgate.gateway.cluster_member`, :mod:`walgate.gateway.shared_catalog`).
 
 * :mod:`~walgate.cluster.model` — pure: etcd keys, stored values, the registration rule, the election rule, the
   record cursor, the errors.
@@ -8,6 +9,7 @@ catalog record stream. Built and tested against real etcd; ``walgate serve`` doe
 * :mod:`~walgate.cluster.registry` — :class:`NodeRegistration`: ``nodes/<id>`` on a lease; broker epochs.
 * :mod:`~walgate.cluster.election` — :class:`ControllerElection`: controller epochs, fenced writes.
 * :mod:`~walgate.cluster.records` — :class:`RecordLog` (append, trim), :class:`RecordFollower` (apply in order).
+* :mod:`~walgate.cluster.placement` — pure: the node of each new vgroup (balanced by count, racks alternated).
 
 docs/cluster.md describes keys, epochs and fencing.
 """

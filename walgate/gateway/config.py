@@ -59,6 +59,7 @@ from walgate.gateway.logs import LOG_FORMATS
 from walgate.gateway.principal_mapping import MappingRuleError, PrincipalMapper
 from walgate.gateway.properties import PropertiesError, looks_like_properties, parse_properties
 from walgate.security.authorizer import AUTHORIZER_CLASSES
+from walgate.storage.producers import ProducerIds
 
 __all__ = [
     "Config", "ConfigError", "load_config", "ENV_PREFIX", "QUEUED_MAX_REQUEST_BYTES", "KAFKA_ALIASES", "KAFKA_IGNORED",
@@ -319,6 +320,9 @@ class Config:
                 parse_endpoints(self.cluster_etcd_endpoints)
             except ValueError as e:
                 raise ConfigError(f"cluster_etcd_endpoints: {e}") from None
+            if self.node_id >= ProducerIds.NODES:
+                raise ConfigError(f"node_id must be below {ProducerIds.NODES} in a cluster (producer ids are spread "
+                                  f"by it), got {self.node_id}")
         try:
             Keys(self.cluster_name)
         except ValueError as e:

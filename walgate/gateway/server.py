@@ -162,6 +162,7 @@ class Gateway:
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
                 clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
                 batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False, coordinator_lane=bridge,
+                node_id=cfg.node_id,
             )
             engine = self._engine
 

@@ -17,7 +17,7 @@ CREATE / DROP DATABASE d, USE d                    Create / Delete / Describe on
 CREATE [S]TABLE, ALTER STABLE, DROP [S]TABLE d.t   Create / Alter / Delete on ``d.t``
 INSERT INTO d.t ...                                Write on each ``d.t``
 SELECT ... FROM d.t, DESCRIBE d.t                  Read / Describe on ``d.t``
-SHOW [d.]STABLES / TABLES                          Describe on ``d.*``
+SHOW [d.]STABLES / TABLES / VGROUPS                Describe on ``d.*``
 CREATE TOPIC t AS ... FROM src                     Create on topic ``t`` and Read on the source
 DROP TOPIC t / DROP CONSUMER GROUP g ON t          Delete on topic ``t`` / Delete on group ``g``
 SHOW QUARANTINE, SHOW USER PRIVILEGES              Describe on the cluster
@@ -89,7 +89,7 @@ def requirements(stmt: object, db: str | None) -> list[Need]:
     if isinstance(stmt, ast.DropConsumerGroup):
         return [(Operation.DELETE, _G, stmt.group)]
     if isinstance(stmt, ast.Show):
-        if stmt.what in ("STABLES", "TABLES"):
+        if stmt.what in ("STABLES", "TABLES", "VGROUPS"):
             return [(Operation.DESCRIBE, _T, database_resource(stmt.db or db or ""))]
         if stmt.what == "QUARANTINE":
             return [(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)]

@@ -52,10 +52,12 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from walgate.cluster.placement import place
 from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
@@ -121,10 +123,17 @@ class DatabaseDef:
     options: dict[str, int | str]
     created_ms: int
     id: str  # the name of its directory, db/<id>/ (never the database's name)
+    # the node id holding each vgroup (cluster mode, walgate.cluster.placement); None: every vgroup is on the node
+    # whose data dir this is (a single node's database, or one made before placement was recorded)
+    nodes: tuple[int, ...] | None = None
 
     @property
     def vgroups(self) -> int:
         return int(self.options["VGROUPS"])
+
+    def node_of(self, vgroup: int, local: int) -> int:
+        """The node id holding ``vgroup``; ``local``: this data dir's node id."""
+        return local if self.nodes is None else self.nodes[vgroup]
 
     @property
     def precision(self) -> str:
@@ -192,6 +201,30 @@ def _options(r: dict[str, Any]) -> dict[str, int | str]:
     return options
 
 
+def _nodes(r: dict[str, Any], options: dict[str, int | str]) -> tuple[int, ...] | None:
+    """A record's placement: absent, or one node id per vgroup of ``options``."""
+    raw = r.get("nodes")
+    if raw is None:
+        return None
+    if (not isinstance(raw, list) or len(raw) != options["VGROUPS"]
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw)):
+        raise _Invalid(f"'nodes' is {raw!r}: expected one node id per vgroup")
+    return tuple(raw)
+
+
+def _db_record(d: DatabaseDef) -> dict[str, Any]:
+    """The ``create_db`` record of ``d``, with its placement when it has one."""
+    record = {"op": "create_db", "name": d.name, "id": d.id, "options": d.options, "created_ms": d.created_ms}
+    return record if d.nodes is None else {**record, "nodes": list(d.nodes)}
+
+
+def _kafka_topic_record(d: DatabaseDef, t: TopicDef) -> dict[str, Any]:
+    """The ``create_kafka_topic`` record of ``t`` and its database ``d``, with its placement when it has one."""
+    record = {"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
+              "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms}
+    return record if d.nodes is None else {**record, "nodes": list(d.nodes)}
+
+
 def _columns(r: dict[str, Any], key: str) -> tuple[Column, ...]:
     raw = _get(r, key, list)
     try:
@@ -239,6 +272,7 @@ class Catalog:
     # topics on every commit and fetch, so unseen unless a topic of the same name is created again)
     dropped: set[str] = field(default_factory=set)
     syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
+    node_id: int = 0  # this data dir's node (node.id): where vgroups of a database without placement are
     cluster: bool = False  # cluster mode: SHARED_OPS records come from the cluster's record stream (module docstring)
     shared_seq: int = 0  # cluster mode: the sequence number of the last shared record applied
     _staged: list[dict[str, Any]] | None = None  # during a staged call: the shared records it made
@@ -406,14 +440,8 @@ class Catalog:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
         kafka = [t for t in self.topics.values() if t.kind == "kafka"]
         kafka_dbs = {t.db for t in kafka}
-        out: list[dict[str, Any]] = [
-            {"op": "create_db", "name": d.name, "id": d.id, "options": d.options, "created_ms": d.created_ms}
-            for d in self.databases.values() if d.name not in kafka_dbs
-        ]
-        for t in kafka:
-            d = self.databases[t.db]
-            out.append({"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
-                        "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms})
+        out = [_db_record(d) for d in self.databases.values() if d.name not in kafka_dbs]
+        out += [_kafka_topic_record(self.databases[t.db], t) for t in kafka]
         out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()]
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
@@ -437,7 +465,8 @@ class Catalog:
                 raise _Invalid(f"database {name} exists")
             if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
-            self.databases[name] = DatabaseDef(name, _options(r), _get(r, "created_ms", int), db_id)
+            options = _options(r)
+            self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id, _nodes(r, options))
         elif op == "drop_db":
             name = self._known_db(r, "name")
             self.databases.pop(name)
@@ -473,8 +502,11 @@ class Catalog:
                 raise _Invalid(f"alter of an unknown Kafka-native topic {r['name']}")
             options, configs = _options(r), _get(r, "configs", dict)
             old = self.databases[topic.db]
+            nodes = _nodes(r, options) if "nodes" in r else old.nodes
+            if nodes is not None and len(nodes) != options["VGROUPS"]:
+                raise _Invalid(f"alter of {topic.name} to {options['VGROUPS']} vgroups does not place them")
             self.topics[topic.name] = replace(topic, configs=configs)
-            self.databases[topic.db] = replace(old, options=options)
+            self.databases[topic.db] = replace(old, options=options, nodes=nodes)
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
             name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
             if name in self.topics or db in self.databases or not self._new_topic_id(r):
@@ -482,7 +514,7 @@ class Catalog:
             if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
-            self.databases[db] = DatabaseDef(db, options, created, db_id)
+            self.databases[db] = DatabaseDef(db, options, created, db_id, _nodes(r, options))
             self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
         elif op == _SEQ_OP:
@@ -512,6 +544,15 @@ class Catalog:
         return name
 
     # ------------------------------------------------------------- partitions
+
+    def _placement(self, count: int) -> tuple[int, ...] | None:
+        """The nodes of ``count`` new vgroups (walgate.cluster.placement), balanced by what each node holds; None on
+        a single node (every vgroup is its own). Until databases are the cluster's (docs/cluster.md), a node
+        places only on itself: the live nodes are this one."""
+        if not self.cluster:
+            return None
+        held = Counter(d.node_of(i, self.node_id) for d in self.databases.values() for i in range(d.vgroups))
+        return place(count, {self.node_id: None}, held)
 
     def partitions(self) -> int:
         """Vnodes (partitions) of all databases together."""
@@ -552,10 +593,10 @@ class Catalog:
                     raise InvalidValue(f"Invalid option {key} {value!r}: expected an integer in [{lo}, {hi}]")
             merged[key] = value
         self.check_partitions(int(merged["VGROUPS"]), f"database {name}")
-        return DatabaseDef(name, merged, now_ms, new_db_id())
+        return DatabaseDef(name, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"])))
 
     def add_database(self, db: DatabaseDef) -> None:
-        self._commit({"op": "create_db", "name": db.name, "id": db.id, "options": db.options, "created_ms": db.created_ms})
+        self._commit(_db_record(db))
 
     def drop_database(self, name: str) -> None:
         self._commit({"op": "drop_db", "name": name})
@@ -642,19 +683,27 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
-        return (DatabaseDef(db, merged, now_ms, new_db_id()),
+        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]))),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
-        self._commit({"op": "create_kafka_topic", "name": topic.name, "db": db.name, "db_id": db.id,
-                      "options": db.options, "configs": topic.configs, "topic_id": topic.topic_id,
-                      "created_ms": topic.created_ms})
+        self._commit(_kafka_topic_record(db, topic))
 
-    def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str]) -> None:
-        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database."""
+    def grown(self, db: DatabaseDef, count: int) -> DatabaseDef:
+        """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`); nothing is written (the engine
+        opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
+        placed = self._placement(count - db.vgroups)
+        nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
+        return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
+
+    def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str],
+                          nodes: tuple[int, ...] | None = None) -> None:
+        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database; ``nodes``: the
+        placement of its vgroups when their count changes (:meth:`grown`), else None: as it was."""
         db = self.database(self.topics[name].db)
         self.check_partitions(int(options["VGROUPS"]) - db.vgroups, f"topic {name}")
-        self._commit({"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs})
+        record: dict[str, Any] = {"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs}
+        self._commit(record if nodes is None else {**record, "nodes": list(nodes)})
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})

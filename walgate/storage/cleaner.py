@@ -420,7 +420,7 @@ class Cleaner:
         topic = self.store.catalog.topics.get(p.topic.name)
         vnodes = self.store.vnodes.get(p.topic.db, [])
         return (topic is None or topic.topic_id != p.topic.topic_id or cleaner_settings({**self._defaults, **topic.configs}) is None
-                or p.vnode.index >= len(vnodes) or vnodes[p.vnode.index] is not p.vnode)
+                or not any(v is p.vnode for v in vnodes))
 
     def _scan(self, p: _Pass) -> None:
         """Read about ``step_bytes`` of the log from the cursor: the newest offset of each key in the map's range,

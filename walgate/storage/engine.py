@@ -148,6 +148,7 @@ class Engine:
         batch_cache_bytes: int = BATCH_CACHE_BYTES,
         whole_stores: bool = True,
         coordinator_lane: CoordinatorLane = INLINE,
+        node_id: int = 0,
     ) -> Engine:
         """Open (creating if needed, migrating an older format) the data directory and recover every vnode and
         topic index. Never refuses because of damage (reported in :meth:`damage`); refuses a data dir of a newer
@@ -165,9 +166,11 @@ class Engine:
         opened without the checks that read them whole, which :meth:`meta_checks` hands out instead
         (:mod:`walgate.storage.meta_checks`). ``coordinator_lane``: how the coordinator log is reached from the thread
         that opens the engine (:mod:`walgate.storage.lanes`; the gateway's second lane, whose calls read the topics
-        this thread publishes: :meth:`publish_topics`)."""
+        this thread publishes: :meth:`publish_topics`). ``node_id``: this node's ``node.id``, the node of every vgroup
+        a database's record does not place (:class:`~walgate.storage.catalog.DatabaseDef`)."""
         store = Store(data_dir, max_request_bytes, max_partitions, listener, consumers, group_commit, clock,
                       coordinator_partitions, max_tables, coordinator_lane)
+        store.catalog.node_id = node_id
         engine = cls(store, batch_cache_bytes)
         for db in store.catalog.databases.values():
             store.vnodes[db.name] = store.open_database(db, whole_stores=whole_stores)
@@ -359,8 +362,10 @@ class Engine:
 
     def cluster_mode(self) -> None:
         """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
-        through its record stream (:mod:`walgate.storage.catalog`)."""
+        through its record stream, and new vgroups are placed, recording their node (:mod:`walgate.storage.catalog`);
+        producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`)."""
         self.catalog.cluster = True
+        self.store.producer_ids.cluster(self.catalog.node_id)
 
     def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
         """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which

@@ -17,6 +17,7 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── OffsetOutOfRange      an offset outside a partition's log
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
     ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
+    ├── NotHere               (cluster mode) a vgroup the request needs is placed on another node; ``node`` names it
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
     │   │                     kept; retriable, and service resumes by itself once the disk accepts writes again
     │   └── ClusterUnavailable  (cluster mode) the cluster's catalog did not take a change: no controller or no etcd
@@ -59,6 +60,7 @@ __all__ = [
     "StorageUnavailable",
     "ClusterUnavailable",
     "QueryCancelled",
+    "NotHere",
 ]
 
 
@@ -142,6 +144,17 @@ class QueryCancelled(StorageError):
     code = 0x022D  # TDengine's TSDB_CODE_TSC_QUERY_KILLED ("Query killed")
 
 
+class NotHere(StorageError):
+    """A vgroup the request needs is placed on node ``node``, not on this one (cluster mode, docs/cluster.md):
+    nothing of the request was done here. Kafka answers it as NOT_LEADER_OR_FOLLOWER."""
+
+    code = 0x090C  # TDengine's TSDB_CODE_SYN_NOT_LEADER
+
+    def __init__(self, message: str, node: int) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 class CorruptEntry(Exception):
     """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
 
@@ -153,6 +166,7 @@ class MetaDamaged(Exception):
 
 ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     NotFound: ErrorCode.unknown_topic_or_partition,
+    NotHere: ErrorCode.not_leader_or_follower,
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     ClusterUnavailable: ErrorCode.request_timed_out,

@@ -36,7 +36,7 @@ from walgate.storage.store import TICKS_PER_MS, Store
 from walgate.storage.stored_tables import StoredTables
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.values import coerce, coerce_values
-from walgate.storage.vnode import TableDef, vnode_of
+from walgate.storage.vnode import TableDef, Vnode, vnode_of
 from walgate.storage.write_plan import (
     CsvRequest,
     InsertRequest,
@@ -79,7 +79,7 @@ class Ingest:
         tables named by ``keys`` (``(database, name)``; None: absent) for the vnodes whose store it cannot read."""
         catalog, vnodes = self.store.catalog, self.store.vnodes
         known = {(db, name): (self.store.vnode(db, name).live(name) if db in vnodes else None) for db, name in keys}
-        stores = {db: (str(self.store.db_dir(catalog.databases[db])), tuple(v.meta_version for v in of_db))
+        stores = {db: (str(self.store.db_dir(catalog.databases[db])), _versions(of_db, catalog.databases[db].vgroups))
                   for db, of_db in vnodes.items() if db in catalog.databases}
         return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables),
                              StoredTables(stores, known))
@@ -131,7 +131,7 @@ class Ingest:
         for (db, index), at in p.covered.items():  # the creations its store showed no row for need no lookup
             pending = p.plans.get(db, {}).get(index)
             if at is not None and pending is not None and pending.metas:
-                self.store.vnodes[db][index].note_absent(
+                self.store.local_vnode(db, index).note_absent(
                     (m["name"] for m in pending.metas if m["op"] == "create_table"
                      and (db, m["name"]) not in p.maybe_stored), at)
         return True
@@ -140,14 +140,14 @@ class Ingest:
         """Per table ``p`` read that may have changed since (see :meth:`_holds`): its vnode, name, what ``p`` read
         and the live table now (None: absent)."""
         vnodes = self.store.vnodes
-        settled = {db for db, _ in p.covered if all(p.covered.get((db, i), -1) == v.meta_version
-                                                    for i, v in enumerate(vnodes[db]))}  # no vnode of it changed
+        settled = {db for db, _ in p.covered if all(p.covered.get((db, v.index), -1) == v.meta_version
+                                                    for v in vnodes[db])}  # no vnode of it changed
         by_vnode: dict[tuple[str, int], dict[str, TableDef | None]] = {}
         for (db, name), t in p.assumed.items():
             if db not in settled:
-                by_vnode.setdefault((db, vnode_of(db, name, len(vnodes[db]))), {})[name] = t
+                by_vnode.setdefault((db, vnode_of(db, name, self.store.catalog.database(db).vgroups)), {})[name] = t
         for (db, index), assumed in by_vnode.items():
-            vnode = vnodes[db][index]
+            vnode = self.store.local_vnode(db, index)
             at = p.covered.get((db, index), -1)
             if at == vnode.meta_version:
                 continue  # no meta entry since the version every lookup there was read at
@@ -163,6 +163,9 @@ class Ingest:
         """Schema changes first (refused before anything is written when a topic depends on what would change; then
         created or altered, so the rows' columns exist), then each database's entries (rows written)."""
         catalog = self.store.catalog
+        for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
+            for index in vnodes:
+                self.store.local_vnode(db_name, index)
         for old, new in p.changes:
             if old is not None:
                 self.views.recompile(new.db, new)
@@ -303,3 +306,11 @@ class Ingest:
         return plan
 
 
+
+
+def _versions(vnodes: list[Vnode], vgroups: int) -> tuple[int, ...]:
+    """The meta version of each of ``vgroups`` vgroups, from the ``vnodes`` open here; 0 for one placed on another
+    node (its store is not here: a planner's reader of it gives up, and a write to it is refused where it is
+    applied, :meth:`Store.local_vnode <walgate.storage.store.Store.local_vnode>`)."""
+    by_index = {v.index: v.meta_version for v in vnodes}
+    return tuple(by_index.get(i, 0) for i in range(vgroups))

@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from walgate.storage.catalog import DatabaseDef, TopicDef
+from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
 from walgate.storage.errors import (
     AlreadyExists,
@@ -115,14 +115,14 @@ class NativeTopics:
         """Grow a Kafka-native topic to *count* partitions (new vgroups of its database)."""
         store, catalog = self.store, self.store.catalog
         topic = self._native(name)
-        old = len(store.vnodes[topic.db])
+        db = catalog.database(topic.db)
+        old = db.vgroups
         if count <= old:
             raise InvalidValue(f"Topic {name} has {old} partitions: the new count must be larger, not {count}")
-        db = catalog.database(topic.db)
         catalog.check_partitions(count - old, f"topic {name}")
-        options = {**db.options, "VGROUPS": count}
-        new = store.open_database(DatabaseDef(db.name, options, db.created_ms, db.id),
-                                  lambda: catalog.alter_kafka_topic(name, options, topic.configs), first=old)
+        grown = catalog.grown(db, count)
+        new = store.open_database(grown, lambda: catalog.alter_kafka_topic(name, grown.options, topic.configs,
+                                                                           grown.nodes), first=old)
         db = catalog.database(topic.db)
         for vnode in store.vnodes[db.name]:
             vnode.reconfigure(db)

@@ -47,7 +47,7 @@ from typing import Final, NamedTuple
 from walgate.storage import fileio, lines
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
-from walgate.storage.errors import StorageError, StorageUnavailable
+from walgate.storage.errors import InvalidValue, StorageError, StorageUnavailable
 from walgate.storage.fileio import SyncLatency
 from walgate.wire.errors import ErrorCode
 
@@ -253,17 +253,26 @@ class ProducerIds:
 
     Shared by two lanes (issue 23): the storage lane allocates for idempotent producers, the coordinator lane for
     transactional ones; a lock orders them (its writes are rare, one per block).
+
+    Cluster mode (:meth:`cluster`, docs/cluster.md): a producer's partitions may be on several nodes, so an id must
+    be unique in the cluster, not only on the node that gave it. The node's counter (the file above, unchanged) is
+    then spread: its ``n``-th id is ``n * NODES + node id``, so two nodes never give the same id without asking one
+    another (node ids are below :data:`NODES`), and none is below an id the node gave or saw before. The factor
+    keeps ids within 63 bits while counters stay below 2**53 (the clock-based recovery starts near 2**51).
     """
 
     BLOCK: Final = 1000
+    NODES: Final = 1024
 
     def __init__(self, path: Path, damage: DamageLog | None = None, clock: Clock = SYSTEM_CLOCK,
                  syncs: SyncLatency | None = None) -> None:
         self._path = path
         self._syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times
         self._clock = clock  # where ids go on when the file is lost
-        self._next = self._load(damage)
-        self._limit = self._next
+        self._loaded = self._load(damage)
+        self._next = self._limit = self._loaded  # the counter: the next to give, and the durable block's end
+        self._floor = 0  # the lowest id that may still be given (every id given or seen is below it)
+        self._node: int | None = None  # cluster mode: this node's id (ids are spread by it)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -298,14 +307,33 @@ class ProducerIds:
         """Where ids go on when the file is lost (see the class docstring), by ``clock``'s wall time."""
         return clock.time_ns() // 1000 + cls.BLOCK
 
+    def cluster(self, node: int) -> None:
+        """Cluster mode as node ``node`` (see the class docstring); before any id is given in this mode."""
+        if not 0 <= node < self.NODES:
+            raise InvalidValue(f"node id {node}: a cluster's node ids must be below {self.NODES} (producer ids are "
+                               "spread by them)")
+        with self._lock:
+            self._node = node
+            self._next = max(self._loaded, self._counter(self._floor))
+
+    def _counter(self, producer_id: int) -> int:
+        """The least counter value whose id is not below ``producer_id``."""
+        if self._node is None:
+            return producer_id
+        return max(0, -(-(producer_id - self._node) // self.NODES))
+
     def at_least(self, producer_id: int) -> None:
         """Never hand out an id below ``producer_id``."""
         with self._lock:
-            self._next = max(self._next, producer_id)
+            self._floor = max(self._floor, producer_id)
+            self._next = max(self._next, self._counter(producer_id))
 
     def allocate(self) -> int:
         with self._lock:
-            return self._allocate()
+            n = self._allocate()
+            pid = n if self._node is None else n * self.NODES + self._node
+            self._floor = max(self._floor, pid + 1)
+            return pid
 
     def _allocate(self) -> int:
         if self._next >= self._limit:

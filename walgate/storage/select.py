@@ -67,7 +67,7 @@ class Selects:
         q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
-        for vnode in self.store.vnodes[db.name]:
+        for vnode in self.store.all_vnodes(db):  # never a partial answer: NotHere when a vgroup is elsewhere
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
         return PreparedSelect(db.name, s, q, ev, tuple(sources))
@@ -75,10 +75,10 @@ class Selects:
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a run of a query over ``db`` found: ``(vnode index, version)`` (see
         :meth:`Wal.recheck <walgate.storage.wal.Wal.recheck>`)."""
-        vnodes = self.store.vnodes.get(db, [])
+        by_index = {v.index: v for v in self.store.vnodes.get(db, [])}
         for index, version in damaged:
-            if index < len(vnodes):
-                vnodes[index].wal.recheck([version])
+            if index in by_index:
+                by_index[index].wal.recheck([version])
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class Show:
             cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
                     ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
             rows = []
-            for vnode in store.vnodes[db.name]:
+            for vnode in store.all_vnodes(db):  # never a partial list: NotHere when a vgroup is elsewhere
                 for t in vnode.tables():
                     if t.dropped:
                         continue
@@ -69,6 +69,8 @@ class Show:
                     rows.append([t.name, db.name, format_timestamp(t.created_ts, db.precision), ncols, t.stable,
                                  vnode.index, "CHILD_TABLE" if t.stable else "NORMAL_TABLE"])
             return Result(cols, sorted(rows))
+        if what == "VGROUPS":
+            return self._vgroups(store.resolve_db(s.db, session).name)
         if what == "TOPICS":
             cols = [("topic_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("sql", "VARCHAR", 1024),
                     ("meta", "VARCHAR", 7), ("type", "VARCHAR", 8), ("topic_id", "VARCHAR", 36)]
@@ -93,6 +95,20 @@ class Show:
         if what == "QUARANTINE":
             return self._quarantine()
         raise Unsupported(f"SHOW {what} is not supported")
+
+    def _vgroups(self, db_name: str) -> Result:
+        """TDengine's ``SHOW VGROUPS`` (one copy per vgroup: only ``v1_*``): each vgroup's node as the catalog
+        places it, ``leader`` when that node is this one or registered now, else ``offline``; ``tables`` counts
+        the vgroup's tables where it is open here."""
+        db, local = self.store.catalog.database(db_name), self.store.catalog.node_id
+        ready = {d.id for d in self.dnodes if d.status == "ready"} | {local}
+        open_here = {v.index: v.live_count for v in self.store.vnodes.get(db_name, [])}
+        rows = [[i, db.name, open_here.get(i), node,
+                 "leader" if node in ready else "offline"]
+                for i, node in ((i, db.node_of(i, local)) for i in range(db.vgroups))]
+        cols = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4), ("v1_dnode", "SMALLINT", 2),
+                ("v1_status", "VARCHAR", 9)]
+        return Result(cols, rows)
 
     def _subscriptions(self) -> Result:
         """One row per (topic, group, partition) assigned to a member or with a committed offset: the committed

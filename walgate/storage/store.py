@@ -12,8 +12,10 @@ create, migrate or refuse), loads the catalog and replays the group coordinator'
 written through :mod:`~walgate.storage.group_offsets` and the engine's group records); after that nothing else here
 writes to disk but :meth:`Store.open_database`, which creates vnodes.
 
-Invariants: ``vnodes`` has an entry per database of the catalog (Kafka-native topics' own databases included);
-``indexes`` has an entry per (topic, partition) of every served topic; ``topic_names`` / ``topic_uuids`` name
+Invariants: ``vnodes`` has an entry per database of the catalog (Kafka-native topics' own databases included):
+the vnodes the catalog places on this node, in vgroup order (every one on a single node; :meth:`Store.local_vnode`
+answers :class:`~walgate.storage.errors.NotHere` for the others); ``indexes`` has an entry per (topic, partition)
+of every served topic whose vnode is here; ``topic_names`` / ``topic_uuids`` name
 exactly the topics of ``catalog.topics`` (kept by :meth:`add_topic_id` / :meth:`forget_topic_id`).
 """
 
@@ -36,6 +38,7 @@ from walgate.storage.errors import (
     InvalidValue,
     LimitExceeded,
     NotFound,
+    NotHere,
     RequestTooLarge,
     StorageError,
     StorageUnavailable,
@@ -153,7 +156,7 @@ class Store:
         checks that read all of them are the caller's (:meth:`Vnode.open <walgate.storage.vnode.Vnode.open>`)."""
         vnodes: list[Vnode] = []
         try:
-            for i in range(first, db.vgroups):
+            for i in self.placed_here(db, first):
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
                                          self.clock, self.files, self.syncs, whole_stores))
             if commit is not None:
@@ -171,6 +174,31 @@ class Store:
                 raise
             raise StorageUnavailable(f"Database {db.name}: vnodes could not be created ({exc.strerror or exc}); "
                                      "nothing was kept") from None
+        return vnodes
+
+    def placed_here(self, db: DatabaseDef, first: int = 0) -> list[int]:
+        """The vgroups ``first ..`` of ``db`` the catalog places on this node (every one on a single node)."""
+        local = self.catalog.node_id
+        return [i for i in range(first, db.vgroups) if db.node_of(i, local) == local]
+
+    def local_vnode(self, db: str, index: int) -> Vnode:
+        """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another."""
+        vnodes = self.vnodes[db]
+        if index < len(vnodes) and vnodes[index].index == index:
+            return vnodes[index]  # every vgroup of the database is here
+        found = next((v for v in vnodes if v.index == index), None)
+        if found is None:
+            node = self.catalog.database(db).node_of(index, self.catalog.node_id)
+            raise NotHere(f"vgroup {index} of database {db} is on node {node}, not on this node "
+                          f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
+        return found
+
+    def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
+        """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on."""
+        vnodes = self.vnodes[db.name]
+        if len(vnodes) < db.vgroups:
+            missing = next(i for i in range(db.vgroups) if all(v.index != i for v in vnodes))
+            self.local_vnode(db.name, missing)
         return vnodes
 
     def resolve_db(self, name: str | None, session: str | None) -> DatabaseDef:
@@ -191,8 +219,8 @@ class Store:
     # --------------------------------------------------------------- tables
 
     def vnode(self, db: str, table: str) -> Vnode:
-        vnodes = self.vnodes[db]
-        return vnodes[vnode_of(db, table, len(vnodes))]
+        """The vnode of table ``table`` of ``db``; :class:`NotHere` when it is placed on another node."""
+        return self.local_vnode(db, vnode_of(db, table, self.catalog.database(db).vgroups))
 
     def table(self, db: DatabaseDef, name: str) -> TableDef:
         t = self.vnode(db.name, name).live(name)
@@ -234,10 +262,9 @@ class Store:
         t = self.catalog.topics.get(topic)
         if t is None:
             raise NotFound(f"Topic not exist: {topic}")
-        vnodes = self.vnodes[t.db]
-        if not 0 <= partition < len(vnodes):
+        if not 0 <= partition < self.catalog.database(t.db).vgroups:
             raise NotFound(f"Topic {topic} has no partition {partition}")
-        return t, vnodes[partition], self.indexes[(topic, partition)]
+        return t, self.local_vnode(t.db, partition), self.indexes[(topic, partition)]
 
     def add_topic_id(self, topic: TopicDef) -> None:
         topic_id = uuid.UUID(topic.topic_id)

@@ -307,13 +307,13 @@ class TopicViews:
 
     def has_partition(self, topic: str, partition: int) -> bool:
         t = self.store.catalog.topics.get(topic)
-        return t is not None and 0 <= partition < len(self.store.vnodes[t.db])
+        return t is not None and 0 <= partition < self.store.catalog.database(t.db).vgroups
 
     def partition_count(self, topic: str) -> int:
         t = self.store.catalog.topics.get(topic)
         if t is None:
             raise NotFound(f"Topic not exist: {topic}")
-        return len(self.store.vnodes[t.db])
+        return self.store.catalog.database(t.db).vgroups
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self.store.topic_names.get(topic_id)
@@ -334,7 +334,7 @@ class TopicViews:
         indexes = self.store.indexes
         pairs = sorted(indexes.items()) if keys is None else [(k, indexes[k]) for k in keys if k in indexes]
         for (topic, partition), idx in pairs:
-            wal = self.store.vnodes[self.store.catalog.topics[topic].db][partition].wal
+            wal = self.store.local_vnode(self.store.catalog.topics[topic].db, partition).wal
             stats.append(PartitionStats(topic, partition, idx.start_offset, idx.end_offset, wal.size_bytes,
                                         len(wal.segments)))
         return stats

@@ -92,7 +92,7 @@ class LiveTables:
         self.store = store
 
     def find(self, db: str, vnode: int, name: str) -> TableDef | None:
-        return self.store.vnodes[db][vnode].live(name)
+        return self.store.local_vnode(db, vnode).live(name)
 
     def require(self, keys: Iterable[tuple[str, str]]) -> None:
         pass  # every answer is certain

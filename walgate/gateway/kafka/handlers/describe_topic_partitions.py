@@ -1,4 +1,5 @@
-"""DescribeTopicPartitions (key 75) v0: Metadata's topic view, paged by a cursor.
+"""DescribeTopicPartitions (key 75) v0: Metadata's topic view, paged by a cursor (each partition's leader the node its
+vgroup is placed on, as :mod:`.metadata` names it).
 
 Topics are answered in name order starting at the cursor; at most
 ``response_partition_limit`` partitions per response, ``next_cursor`` says
@@ -15,6 +16,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, checker, opera
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.metadata import topic_entries
+from walgate.gateway.kafka.leaders import other_nodes
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -36,10 +38,10 @@ def _topic(entry: MetadataResponseTopic) -> DescribeTopicPartitionsResponseTopic
 
 
 def _answer(engine: Engine, node_id: int, request: DescribeTopicPartitionsRequest,
-            describable: Callable[[str], bool] | None
+            describable: Callable[[str], bool] | None, live: frozenset[int]
             ) -> tuple[list[DescribeTopicPartitionsResponseTopic], DescribeTopicPartitionsResponseCursor | None]:
     names = sorted({t.name for t in request.topics}) if request.topics else None
-    entries = [_topic(e) for e in topic_entries(engine, node_id, names, describable=describable)]
+    entries = [_topic(e) for e in topic_entries(engine, node_id, names, describable=describable, live=live)]
     cursor = request.cursor
     limit = max(request.response_partition_limit, 1)
     out: list[DescribeTopicPartitionsResponseTopic] = []
@@ -64,7 +66,8 @@ def _answer(engine: Engine, node_id: int, request: DescribeTopicPartitionsReques
 async def handle(broker: Broker, ctx: RequestContext,
                  request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     topics, cursor = await broker.call(_answer, broker.node_id, request,
-                                       checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
+                                       checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC),
+                                       frozenset(other_nodes(broker, ctx.listener.name)))
     for t in topics:
         if t["error_code"] != ErrorCode.topic_authorization_failed:
             t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t.get("name") or "")

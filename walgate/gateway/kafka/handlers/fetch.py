@@ -59,8 +59,10 @@ from walgate.gateway.kafka.access import Operation, ResourceType, checker, clust
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import epoch_error, error_of
+from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
+from walgate.storage.errors import NotHere
 from walgate.storage.partitions import PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
@@ -94,6 +96,7 @@ class _Got:
     batches: list[bytes | FileRegion] | None = None
     stable: int = -1  # the last stable offset
     aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
+    leader: int | None = None  # NOT_LEADER_OR_FOLLOWER: the node the partition is placed on (KIP-951's CurrentLeader)
 
     @property
     def size(self) -> int:
@@ -130,7 +133,7 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
             g = _got(partitions.read(w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
                                      read_committed=committed))
         except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-            got.append(_Got(error_of(exc)))
+            got.append(_Got(error_of(exc), leader=exc.node if isinstance(exc, NotHere) else None))
             continue
         if g.batches:
             first = False
@@ -206,24 +209,32 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         throttle = broker.quotas.fetch(ctx.principal, ctx.client_id, sum(g.size for g in got))
         if throttle:
             return {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": _responses(resolved, got, version)}
+    others = other_nodes(broker, ctx.listener.name)
+    answer: FetchResponse = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0,
+                             "responses": _responses(resolved, got, version, others)}
+    leaders = [g.leader for g in got if g.leader is not None]
+    if leaders:  # KIP-951: where the partitions this node does not lead are
+        answer["node_endpoints"] = node_endpoints(leaders, others)
+    return answer
 
 
-def _responses(wants: list[_Want], got: list[_Got], version: int) -> list[FetchableTopicResponse]:
+def _responses(wants: list[_Want], got: list[_Got], version: int, others: Endpoints) -> list[FetchableTopicResponse]:
     grouped: dict[Any, list[FetchResponsePartitionData]] = {}
     for w, g in zip(wants, got):
-        grouped.setdefault(w.topic_key, []).append(
-            {
-                "partition_index": w.partition,
-                "error_code": g.error,
-                "high_watermark": g.end,
-                "last_stable_offset": g.stable,
-                "log_start_offset": g.start,
-                "aborted_transactions": g.aborted,
-                "preferred_read_replica": -1,
-                "records": g.batches or b"",  # a list of batches is written back to back, uncopied
-            }
-        )
+        part: FetchResponsePartitionData = {
+            "partition_index": w.partition,
+            "error_code": g.error,
+            "high_watermark": g.end,
+            "last_stable_offset": g.stable,
+            "log_start_offset": g.start,
+            "aborted_transactions": g.aborted,
+            "preferred_read_replica": -1,
+            "records": g.batches or b"",  # a list of batches is written back to back, uncopied
+        }
+        if g.leader is not None:
+            leader, epoch = current_leader(g.leader, others)
+            part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
+        grouped.setdefault(w.topic_key, []).append(part)
     if version < 13:
         return [{"topic": key, "topic_id": None, "partitions": parts} for key, parts in grouped.items()]
     return [{"topic_id": key, "partitions": parts} for key, parts in grouped.items()]

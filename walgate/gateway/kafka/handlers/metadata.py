@@ -1,4 +1,11 @@
-"""Metadata (key 3) v0–v12: this node as the only broker, TDengine topics with partitions = vgroups.
+"""Metadata (key 3) v0–v12: TDengine topics with partitions = vgroups, each led by the node its vgroup is placed on.
+
+A partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
+another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
+on the listener the client came through; a partition placed on a node that is not registered now (or has no such
+listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
+answers a partition whose leader is offline. The brokers are this node and the leaders named: never a node the
+answer does not need (a node whose catalog differs would answer the client's next Metadata request otherwise).
 
 v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
 get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
@@ -23,18 +30,25 @@ operations are answered when asked for (v8+): a topic's, and the cluster's (v8�
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import AUTO_CREATE, LEADER_EPOCH, answered, error_of
+from walgate.gateway.kafka.leaders import node_endpoints, other_nodes
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
-from walgate.wire.messages import MetadataRequest, MetadataResponse, MetadataResponseTopic
+from walgate.wire.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
@@ -42,10 +56,12 @@ _NO_AUTH_OPS = -2147483648
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
                   errors: dict[str, int] | None = None,
-                  describable: Callable[[str], bool] | None = None) -> list[MetadataResponseTopic]:
+                  describable: Callable[[str], bool] | None = None,
+                  live: Collection[int] = ()) -> list[MetadataResponseTopic]:
     """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
     of names that failed before (auto-creation); ``describable`` (None: all) hides topics from the listing and
-    answers requested ones TOPIC_AUTHORIZATION_FAILED. Runs on the storage thread."""
+    answers requested ones TOPIC_AUTHORIZATION_FAILED; ``live``: the other nodes that may be named as leaders
+    (:func:`~walgate.gateway.kafka.leaders.other_nodes`). Runs on the storage thread."""
     out: list[MetadataResponseTopic] = []
     if names is None:
         try:
@@ -60,7 +76,7 @@ def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
             out.append(_missing(name, ErrorCode.topic_authorization_failed))
             continue
         try:
-            out.append(_entry(engine, node_id, name, (errors or {}).get(name) or unknown_topic_error(name)))
+            out.append(_entry(engine, node_id, name, (errors or {}).get(name) or unknown_topic_error(name), live))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             out.append(_missing(name, error_of(exc)))
     return out
@@ -80,28 +96,33 @@ def _missing(name: str, error: int) -> MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
 
 
-def _entry(engine: Engine, node_id: int, name: str, missing: int) -> MetadataResponseTopic:
+def leaders_named(topics: list[MetadataResponseTopic]) -> set[int]:
+    """The leader ids ``topics`` name (-1 is none)."""
+    return {p["leader_id"] for t in topics for p in t.get("partitions", ()) if p["leader_id"] >= 0}
+
+
+def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> MetadataResponsePartition:
+    """Partition ``index``'s entry, placed on node ``leader`` (see the module docstring)."""
+    if leader == node_id or leader in live:
+        return {"error_code": ErrorCode.none, "partition_index": index, "leader_id": leader,
+                "leader_epoch": LEADER_EPOCH, "replica_nodes": [leader], "isr_nodes": [leader],
+                "offline_replicas": []}
+    return {"error_code": ErrorCode.leader_not_available, "partition_index": index, "leader_id": -1,
+            "leader_epoch": LEADER_EPOCH, "replica_nodes": [leader], "isr_nodes": [], "offline_replicas": [leader]}
+
+
+def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collection[int]) -> MetadataResponseTopic:
     t = engine.catalog.topics.get(name)
     if t is None:
         return _missing(name, missing)
+    db = engine.catalog.database(t.db)
     return {
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": uuid.UUID(t.topic_id),
         "is_internal": False,
         "topic_authorized_operations": _NO_AUTH_OPS,
-        "partitions": [
-            {
-                "error_code": ErrorCode.none,
-                "partition_index": p,
-                "leader_id": node_id,
-                "leader_epoch": LEADER_EPOCH,
-                "replica_nodes": [node_id],
-                "isr_nodes": [node_id],
-                "offline_replicas": [],
-            }
-            for p in range(engine.partition_count(name))
-        ],
+        "partitions": [_partition(p, db.node_of(p, node_id), node_id, live) for p in range(db.vgroups)],
     }
 
 
@@ -119,6 +140,7 @@ def _requested(engine: Engine, request: MetadataRequest, version: int) -> list[s
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    others = other_nodes(broker, ctx.listener.name)
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
                                                                                 ResourceType.TOPIC)
@@ -139,7 +161,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
                                                   engine.topic_defaults(broker.node_id))
                     except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
                         failed[name] = error_of(exc, AUTO_CREATE)
-        return topic_entries(engine, broker.node_id, names, failed, describable)
+        return topic_entries(engine, broker.node_id, names, failed, describable, frozenset(others))
 
     topics = await answered(broker.call(describe), lambda code: [
         _missing(t.name, code) for t in request.topics or () if t.name is not None
@@ -152,10 +174,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
     if request.include_cluster_authorized_operations and cluster_allowed(broker, ctx, Operation.DESCRIBE):
         cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     host, port = broker.address(ctx.listener)
+    brokers: list[Any] = [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}]
+    brokers += node_endpoints(leaders_named(topics), others)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": brokers,
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,

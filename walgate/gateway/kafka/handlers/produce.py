@@ -71,10 +71,11 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
+from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import NotHere, StorageUnavailable
 from walgate.storage.partitions import TransactionsUnsupported
 from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
@@ -114,8 +115,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
     refused = await _verify_transactions(broker, ctx.api_version, request, writable)
     if refused is None:  # transactional records without a transactional id
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
+    others = other_nodes(broker, ctx.listener.name)
     answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused,
-                                       broker.node_id)
+                                       broker.node_id, others)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
@@ -127,6 +129,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         for t in request.topic_data
     ]
     fields: ProduceResponse = {"throttle_time": throttle, "responses": responses}
+    leaders = [p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
+               if "current_leader" in p]
+    if leaders:  # KIP-951: where the partitions this node does not lead are
+        fields["node_endpoints"] = node_endpoints(leaders, others)
     if request.acks != 0:
         return fields
     return Unanswered(fields, ", ".join(
@@ -215,14 +221,15 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Produc
 
 
 def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callable[[str], bool] | None, denied: int,
-             refused: dict[tuple[str, int], PartitionAnswer], node_id: int
+             refused: dict[tuple[str, int], PartitionAnswer], node_id: int, others: Endpoints
              ) -> tuple[dict[tuple[str, int], PartitionAnswer], dict[tuple[str, int], list[Need]]]:
     """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
     in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
     on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
     topic ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
-    *node_id*'s dynamic broker defaults."""
+    *node_id*'s dynamic broker defaults; a partition placed on another node names it when it is one of ``others``
+    (:mod:`walgate.gateway.kafka.leaders`)."""
     answers: dict[tuple[str, int], PartitionAnswer] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
     for t in request.topic_data:
@@ -244,7 +251,7 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
             results = [exc] * len(appends)
         for (index, _), result in zip(appends, results):
             if isinstance(result, Exception):
-                answers[(t.name, index)] = _refused(index, result)
+                answers[(t.name, index)] = _refused(index, result, others)
             else:
                 answers[(t.name, index)] = _answer(index, ErrorCode.none, None, result.base_offset,
                                                    result.log_append_time, result.log_start)
@@ -252,8 +259,13 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
     return answers, needs
 
 
-def _refused(index: int, exc: Exception) -> PartitionAnswer:
-    """The answer of a partition that *exc* refused."""
+def _refused(index: int, exc: Exception, others: Endpoints) -> PartitionAnswer:
+    """The answer of a partition that *exc* refused; NOT_LEADER_OR_FOLLOWER (:class:`NotHere`) with the partition's
+    ``current_leader`` (KIP-951), named when it is one of ``others``."""
+    if isinstance(exc, NotHere):
+        leader, epoch = current_leader(exc.node, others)
+        return {**_answer(index, error_of(exc, PRODUCE), str(exc)),
+                "current_leader": {"leader_id": leader, "leader_epoch": epoch}}
     if isinstance(exc, SequenceError):
         return _answer(index, exc.error_code, str(exc))
     if isinstance(exc, RecordsRefused):
