@@ -35,8 +35,7 @@ TOPIC = "routed"
 def _data_dirs(tmp_path: Path) -> tuple[Path, Path, str]:
     """Data dirs of nodes 1 and 2 holding topic ``TOPIC`` of 2 partitions placed on nodes [1, 2]; its database."""
     first = tmp_path / "data1"
-    engine = Engine.open(first, node_id=1)
-    engine.cluster_mode()
+    engine = Engine.open(first, node_id=1)  # a single node's record, given the placement below
     db = engine.create_kafka_topic(TOPIC, 2, {}).db
     engine.close()
     catalog = first / "catalog.log"

@@ -100,7 +100,7 @@ class SharedCatalog:
             record = {"op": None, "bytes": payload[:200].decode(errors="replace")}  # passed over by apply_shared
         while True:
             try:
-                await self.storage.call(self.engine.catalog.apply_shared, seq, record)
+                await self.storage.call(self.engine.apply_shared, seq, record)
                 break
             except StorageUnavailable as e:
                 log.error("catalog record %d not applied yet: %s; retrying in %g s", seq, e.message, _RETRY_S)
@@ -117,7 +117,7 @@ class SharedCatalog:
         while True:
             try:
                 records = [json.loads(line) for line in state.splitlines() if line]
-                await self.storage.call(self.engine.catalog.restore_shared, seq, records)
+                await self.storage.call(self.engine.restore_shared, seq, records)
                 break
             except (ValueError, StorageUnavailable) as e:
                 log.error("the catalog snapshot up to record %d not restored yet: %s; retrying in %g s", seq,

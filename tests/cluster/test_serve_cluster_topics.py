@@ -1,0 +1,154 @@
+"""Kafka-native topics are the cluster's: real ``walgate serve --cluster`` nodes over a real etcd (stopped by PID),
+changed and used through real clients (confluent-kafka's AdminClient, Producer and Consumer; the Java client).
+
+A topic created through one node (CreateTopics, proposed to the controller through the record stream) is placed
+over both live nodes and known to both once the stream delivered it; confluent-kafka and the Java client
+bootstrapped on the other node produce to and read back every partition, each served by the node it is placed on.
+CreatePartitions, a topic's AlterConfigs and DeleteTopics through either node hold on both (a dropped topic's
+vnodes leave both data dirs). A node stopped meanwhile catches up when it starts again: it knows the topics created
+while it was down and deletes the vnodes of one deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from etcd_cluster import EtcdCluster
+from serve_support import eventually, java_events, no_traceback, node, sql, two_nodes, wait_log
+
+from livewalgate import WalgateServer
+
+
+def admin(server: WalgateServer) -> AdminClient:
+    return AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
+
+
+def done(server: WalgateServer, method: str, *args: Any) -> None:
+    """AdminClient ``method(*args)`` through ``server``, every future answered without an error."""
+    client = admin(server)  # held until answered: a client destroyed first fails its futures
+    for future in getattr(client, method)(*args).values():
+        future.result(timeout=60)
+
+
+def leaders(server: WalgateServer, topic: str) -> dict[int, int]:
+    """Partition -> leader of ``topic`` in the Metadata ``server`` answers ({} while it does not know the topic)."""
+    client = admin(server)
+    found = client.list_topics(topic, timeout=30).topics[topic]
+    return {} if found.error is not None else {p.id: p.leader for p in found.partitions.values()}
+
+
+def brokers(server: WalgateServer) -> set[int]:
+    return set(admin(server).list_topics(timeout=30).brokers)
+
+
+def produce(server: WalgateServer, topic: str, values: dict[int, list[bytes]]) -> dict[int, list[int]]:
+    """``values`` produced (acks=all, idempotent) to their partitions through a producer bootstrapped on ``server``;
+    the offsets acknowledged, per partition."""
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "enable.idempotence": True,
+                         "message.timeout.ms": 30000})
+    acked: dict[int, list[int]] = {p: [] for p in values}
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.partition()].append(msg.offset())
+
+    for partition, batch in values.items():
+        for value in batch:
+            producer.produce(topic, value, partition=partition, on_delivery=report)
+    assert producer.flush(60) == 0, "every message answered"
+    assert errors == []
+    return acked
+
+
+def read(server: WalgateServer, topic: str, partitions: int, count: int) -> dict[int, list[bytes]]:
+    """``count`` records of ``topic``'s partitions read from offset 0 by a consumer bootstrapped on ``server``."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "reader",
+                         "enable.auto.commit": False})
+    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        for _ in range(120):  # bounded: 120 polls of at most 1 s
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append(msg.value())
+            if sum(map(len, got.values())) == count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def vnode_dirs(server: WalgateServer) -> list[str]:
+    return sorted(str(p.relative_to(server.data_dir)) for p in (server.data_dir / "db").glob("*/vnode*"))
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
+def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_other(etcd1: EtcdCluster,
+                                                                                       tmp_path: Path) -> None:
+    with two_nodes(etcd1, tmp_path) as (n1, n2, _, bootstrap2):
+        eventually("node 2 places over both", lambda: [r[2] for r in sql(n2, "SHOW DNODES")] == ["ready"] * 2)
+        done(n2, "create_topics", [NewTopic("t", 4, 1)])  # proposed to node 1
+        placed = leaders(n2, "t")
+        assert placed == {0: 1, 1: 2, 2: 1, 3: 2}, f"placed over both live nodes, known once answered: {placed}"
+        eventually("node 1 applied it", lambda: leaders(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2})
+        assert len(vnode_dirs(n1)) == 2 and len(vnode_dirs(n2)) == 2, "each node opened the vnodes placed on it"
+        assert brokers(n2) == {1, 2}
+        values = {p: [b"p%d-%d" % (p, i) for i in range(5)] for p in range(4)}
+        assert produce(n2, "t", values) == {p: list(range(5)) for p in range(4)}
+        assert read(n2, "t", 4, 20) == values
+        produced = java_events("Producer.java", bootstrap2, "t", "none", "8", "--first", "100", "--partitions", "4")
+        assert produced[-1]["delivered"] == 8 and produced[-1]["errors"] == [], produced[-1]
+        java_read = java_events("Assign.java", bootstrap2, "t", "--start", "beginning")
+        assert java_read[-1]["event"] == "summary" and java_read[-1]["records"] == 28, java_read[-1]
+
+        done(n1, "create_partitions", [NewPartitions("t", 6)])
+        assert leaders(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2, 4: 1, 5: 2}
+        eventually("node 2 has the new partitions", lambda: len(leaders(n2, "t")) == 6)
+        assert produce(n2, "t", {4: [b"x"], 5: [b"y"]}) == {4: [0], 5: [0]}
+        assert len(vnode_dirs(n1)) == 3 and len(vnode_dirs(n2)) == 3
+
+        resource = ConfigResource("TOPIC", "t", set_config={"retention.ms": "3600000"})
+        done(n2, "alter_configs", [resource])  # AlterConfigs (deprecated, still Kafka's): replaces the topic's
+
+        def retention(server: WalgateServer) -> str:
+            client = admin(server)  # held until answered: a client destroyed first fails its futures
+            [future] = client.describe_configs([ConfigResource("TOPIC", "t")]).values()
+            return str(future.result(timeout=30)["retention.ms"].value)
+
+        eventually("node 1 describes the new retention", lambda: retention(n1) == "3600000")
+
+        done(n1, "delete_topics", ["t"])
+        eventually("node 2 dropped it", lambda: leaders(n2, "t") == {})
+        eventually("its vnodes left both data dirs", lambda: vnode_dirs(n1) == [] and vnode_dirs(n2) == [])
+        for server in (n1, n2):
+            no_traceback(server)
+
+
+def test_a_restarted_node_opens_what_was_placed_and_drops_what_was_deleted_while_it_was_down(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2) as n2:
+            eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES")) == 2)
+            done(n1, "create_topics", [NewTopic("old", 2, 1)])
+            assert leaders(n1, "old") == {0: 1, 1: 2}
+            eventually("node 2 opened its partition", lambda: len(vnode_dirs(n2)) == 1)
+            data_dir, port = n2.data_dir, n2.kafka_port
+        done(n1, "delete_topics", ["old"])  # while node 2 is down
+        done(n1, "create_topics", [NewTopic("new", 2, 1)])  # node 1 may see node 2 live for a moment yet
+        with node(etcd1, tmp_path, 2, data_dir=data_dir, kafka_port=port) as n2:
+            assert leaders(n2, "old") == {}, "caught up before it was ready"
+            placed = leaders(n2, "new")
+            assert set(placed) == {0, 1} and set(placed.values()) <= {1, 2}
+            assert len(vnode_dirs(n2)) == list(placed.values()).count(2), \
+                "the deleted topic's vnode left node 2's data dir; those of the new one placed on it were made"
+            assert produce(n2, "new", {0: [b"a"], 1: [b"b"]}) == {0: [0], 1: [0]}
+            no_traceback(n2)
+        no_traceback(n1)
