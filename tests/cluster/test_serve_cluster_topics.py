@@ -11,11 +11,12 @@ while it was down and deletes the vnodes of one deleted meanwhile.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import eventually, java_events, no_traceback, node, sql, two_nodes, wait_log
@@ -152,3 +153,33 @@ def test_a_restarted_node_opens_what_was_placed_and_drops_what_was_deleted_while
             assert produce(n2, "new", {0: [b"a"], 1: [b"b"]}) == {0: [0], 1: [0]}
             no_traceback(n2)
         no_traceback(n1)
+
+
+def test_a_topic_proposed_while_the_controller_is_killed_is_created_once_by_the_next_one(etcd1: EtcdCluster,
+                                                                                          tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2) as n2:
+            eventually("node 2 sees node 1", lambda: [r[2] for r in sql(n2, "SHOW DNODES")] == ["ready"] * 2)
+            data_dir, port = n1.data_dir, n1.kafka_port
+            n1.proc.send_signal(signal.SIGKILL)  # the controller, before the proposal below reaches it
+            n1.proc.wait(timeout=30)
+            done(n2, "create_topics", [NewTopic("t", 4, 1)])  # appended once node 2 is elected: its own proposal
+            assert "node 2: controller" in n2.log()
+            eventually("node 2's membership without node 1", lambda: set(leaders(n2, "t").values()) <= {-1, 2})
+            placed = leaders(n2, "t")  # those placed on node 1 (seen live when staged) have no leader now
+            assert set(placed) == {0, 1, 2, 3}
+            on_node_1 = [p for p, leader in placed.items() if leader == -1]
+            assert produce(n2, "t", {p: [b"v"] for p in placed if p not in on_node_1}) == {
+                p: [0] for p in placed if p not in on_node_1}
+            client = admin(n2)
+            again = client.create_topics([NewTopic("t", 4, 1)])["t"]
+            with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+                again.result(timeout=60)
+            with node(etcd1, tmp_path, 1, data_dir=data_dir, kafka_port=port) as n1:
+                assert len(vnode_dirs(n1)) == len(on_node_1), "node 1 opened what was placed on it while it was down"
+                restored = {p: 1 if p in on_node_1 else 2 for p in placed}
+                eventually("both nodes name node 1 again", lambda: leaders(n1, "t") == leaders(n2, "t") == restored)
+                assert produce(n1, "t", {p: [b"w"] for p in on_node_1}) == {p: [0] for p in on_node_1}
+                no_traceback(n1)
+            no_traceback(n2)
