@@ -130,3 +130,23 @@ def test_a_snapshot_brings_the_topics_in_and_drops_those_it_no_longer_has(tmp_pa
     assert vnode_dirs(tmp_path / "n2") == ["vnode1"]
     for e in (n1, n2):
         e.close()
+
+
+def test_a_kafka_native_topic_and_a_nodes_own_change_are_never_one_staged_call(tmp_path: Path) -> None:
+    n1 = cluster_node(tmp_path / "n1", 1)
+    apply([n1], staged(n1, Engine.create_kafka_topic, "k", 1, {}))
+    n1.execute("CREATE DATABASE d")
+    n1.execute("CREATE TOPIC s AS DATABASE d")
+
+    def both(e: Engine, first: str, second: str) -> None:
+        e.drop_topic(first)
+        e.drop_topic(second)
+
+    for first, second in (("k", "s"), ("s", "k")):  # either order: refused before the second is kept
+        with pytest.raises(InvalidValue, match="not in the same call as a change of this node's own catalog"):
+            n1.staged(both, n1, first, second)
+        assert {"k"} <= set(n1.catalog.topics)
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)
+    assert "k" in n1.catalog.topics and local(n1, "k") == [0]
+    n1.close()

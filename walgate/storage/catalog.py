@@ -283,6 +283,7 @@ class Catalog:
     shared_seq: int = 0  # cluster mode: the sequence number of the last shared record applied
     _staged: list[dict[str, Any]] | None = None  # during a staged call: the shared records it made
     _staged_from: _State | None = None  # during a staged call: the state before its first shared record
+    _staged_local: bool = False  # during a staged call: it wrote a record of the node's own
     # cluster mode: the live nodes (id -> broker.rack) Kafka-native topics' partitions are placed over (set by the
     # gateway from the membership; empty: this node alone)
     live_nodes: dict[int, str | None] = field(default_factory=dict)
@@ -358,14 +359,19 @@ class Catalog:
                 raise StorageUnavailable("in cluster mode users, ACLs, quotas, configs and Kafka-native topics are "
                                          "changed through the cluster's controller: this change did not go through"
                                          " it, nothing changed")
+            if self._staged_local and record.get("op") not in SHARED_OPS:
+                raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
+                                   " call as a change of this node's own catalog")
             if self._staged_from is None:
                 self._staged_from = self._state()
             self.apply(record)
             self._staged.append(record)
             return
         if self._staged_topics():
-            raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: nothing else in the"
-                               " same call")
+            raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
+                               " call as a change of this node's own catalog")
+        if self._staged is not None:
+            self._staged_local = True
         saved = self._state()
         self.apply(record)
         try:
@@ -394,7 +400,7 @@ class Catalog:
 
     def stage(self) -> None:
         """Start a staged call: shared changes from here on are validated and applied in memory, not written."""
-        self._staged, self._staged_from = [], None
+        self._staged, self._staged_from, self._staged_local = [], None, False
 
     def unstage(self) -> list[dict[str, Any]]:
         """End a staged call: undo its shared changes and return their records, in order."""
