@@ -121,13 +121,20 @@ def test_the_apply_path_under_write_faults_is_taken_again_and_ends_whole(tmp_pat
 
 
 def test_a_snapshot_brings_the_topics_in_and_drops_those_it_no_longer_has(tmp_path: Path) -> None:
+    single = Engine.open(tmp_path / "n2", node_id=2)  # n2's data dir was a single node's: its topic stays its own
+    single.create_kafka_topic("legacy", 1, {})
+    single.close()
     n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
     apply([n1, n2], staged(n1, Engine.create_kafka_topic, "gone", 2, {}))
     apply([n1], staged(n1, Engine.drop_topic, "gone"))  # n2 was away meanwhile
     apply([n1], staged(n1, Engine.create_kafka_topic, "kept", 2, {}))
+    assert [r["name"] for r in n2.catalog.shared_records() if r["op"] == "create_kafka_topic"] == ["gone"]
     n2.restore_shared(n1.catalog.shared_seq, n1.catalog.shared_records())
-    assert sorted(n2.catalog.topics) == ["kept"] and local(n2, "kept") == [1]
-    assert vnode_dirs(tmp_path / "n2") == ["vnode1"]
+    assert sorted(n2.catalog.topics) == ["kept", "legacy"] and local(n2, "kept") == [1] and local(n2, "legacy") == [0]
+    assert len(vnode_dirs(tmp_path / "n2")) == 2
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # the rewritten catalog.log holds both
+    assert sorted(n2.catalog.topics) == ["kept", "legacy"] and n2.catalog.shared_seq == n1.catalog.shared_seq
     for e in (n1, n2):
         e.close()
 

@@ -443,20 +443,25 @@ class Catalog:
     def shared_records(self) -> list[dict[str, Any]]:
         """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
         Kafka-native topics."""
-        return ((self._kafka_topic_records() if self.cluster else []) + self.acls.records()
+        return ((self._kafka_topic_records(placed=True) if self.cluster else []) + self.acls.records()
                 + quotas.records(self.client_quotas) + user_records(self.users)
                 + resource_configs.records(self.resource_configs))
 
-    def _kafka_topic_records(self) -> list[dict[str, Any]]:
-        return [_kafka_topic_record(self.databases[t.db], t) for t in self.topics.values() if t.kind == "kafka"]
+    def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
+        """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
+        cluster's, made through its stream) or only those whose record does not (False: made by this data dir as a
+        single node, which stay its own)."""
+        return [_kafka_topic_record(self.databases[t.db], t) for t in self.topics.values()
+                if t.kind == "kafka" and (placed is None or (self.databases[t.db].nodes is not None) == placed)]
 
     def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
         """Replace the shared state by ``records`` (a snapshot of the stream up to ``seq``) and rewrite the file
         (atomically); nothing changes when a record does not apply or the write fails."""
         saved = self._state()
         self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
-        if self.cluster:  # the Kafka-native topics are the snapshot's
-            kafka = {t.name: t.db for t in self.topics.values() if t.kind == "kafka"}
+        if self.cluster:  # the cluster's Kafka-native topics are the snapshot's (a single node's old ones stay)
+            kafka = {t.name: t.db for t in self.topics.values()
+                     if t.kind == "kafka" and self.databases[t.db].nodes is not None}
             self.databases = {k: v for k, v in self.databases.items() if k not in kafka.values()}
             self.topics = {k: v for k, v in self.topics.items() if k not in kafka}
         try:
@@ -483,7 +488,7 @@ class Catalog:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
         kafka_dbs = {t.db for t in self.topics.values() if t.kind == "kafka"}
         out = [_db_record(d) for d in self.databases.values() if d.name not in kafka_dbs]
-        out += [] if self.cluster else self._kafka_topic_records()  # else in shared_records
+        out += self._kafka_topic_records(placed=False if self.cluster else None)  # the others: shared_records
         out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()]
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
