@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, java_events, no_traceback, node, sql, two_nodes, wait_log
+from serve_support import eventually, java_events, no_traceback, node, produce_to, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer
 
@@ -35,8 +35,15 @@ def done(server: WalgateServer, method: str, *args: Any) -> None:
         future.result(timeout=60)
 
 
+def placement(server: WalgateServer, topic: str) -> dict[int, int]:
+    """Partition -> node of ``topic`` as ``server``'s catalog places it (``SHOW VGROUPS`` of its database, over
+    HTTP: that node's own answer)."""
+    return {row[0]: row[3] for row in sql(server, f"SHOW kafka_{topic}.VGROUPS")}
+
+
 def leaders(server: WalgateServer, topic: str) -> dict[int, int]:
-    """Partition -> leader of ``topic`` in the Metadata ``server`` answers ({} while it does not know the topic)."""
+    """Partition -> leader of ``topic`` in the Metadata a client bootstrapped on ``server`` reads ({} while it does not
+    know the topic); the client may ask any node it learnt of."""
     client = admin(server)
     found = client.list_topics(topic, timeout=30).topics[topic]
     return {} if found.error is not None else {p.id: p.leader for p in found.partitions.values()}
@@ -47,25 +54,7 @@ def brokers(server: WalgateServer) -> set[int]:
 
 
 def produce(server: WalgateServer, topic: str, values: dict[int, list[bytes]]) -> dict[int, list[int]]:
-    """``values`` produced (acks=all, idempotent) to their partitions through a producer bootstrapped on ``server``;
-    the offsets acknowledged, per partition."""
-    producer = Producer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "enable.idempotence": True,
-                         "message.timeout.ms": 30000})
-    acked: dict[int, list[int]] = {p: [] for p in values}
-    errors: list[Any] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            acked[msg.partition()].append(msg.offset())
-
-    for partition, batch in values.items():
-        for value in batch:
-            producer.produce(topic, value, partition=partition, on_delivery=report)
-    assert producer.flush(60) == 0, "every message answered"
-    assert errors == []
-    return acked
+    return produce_to(server.kafka_port, topic, values)
 
 
 def read(server: WalgateServer, topic: str, partitions: int, count: int) -> dict[int, list[bytes]]:
@@ -96,9 +85,10 @@ def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_
     with two_nodes(etcd1, tmp_path) as (n1, n2, _, bootstrap2):
         eventually("node 2 places over both", lambda: [r[2] for r in sql(n2, "SHOW DNODES")] == ["ready"] * 2)
         done(n2, "create_topics", [NewTopic("t", 4, 1)])  # proposed to node 1
-        placed = leaders(n2, "t")
+        placed = placement(n2, "t")
         assert placed == {0: 1, 1: 2, 2: 1, 3: 2}, f"placed over both live nodes, known once answered: {placed}"
-        eventually("node 1 applied it", lambda: leaders(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2})
+        eventually("node 1 applied it", lambda: placement(n1, "t") == placed)
+        eventually("Metadata through either node", lambda: leaders(n1, "t") == leaders(n2, "t") == placed)
         assert len(vnode_dirs(n1)) == 2 and len(vnode_dirs(n2)) == 2, "each node opened the vnodes placed on it"
         assert brokers(n2) == {1, 2}
         values = {p: [b"p%d-%d" % (p, i) for i in range(5)] for p in range(4)}
@@ -110,8 +100,8 @@ def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_
         assert java_read[-1]["event"] == "summary" and java_read[-1]["records"] == 28, java_read[-1]
 
         done(n1, "create_partitions", [NewPartitions("t", 6)])
-        assert leaders(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2, 4: 1, 5: 2}
-        eventually("node 2 has the new partitions", lambda: len(leaders(n2, "t")) == 6)
+        assert placement(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2, 4: 1, 5: 2}
+        eventually("node 2 has the new partitions", lambda: placement(n2, "t") == placement(n1, "t"))
         assert produce(n2, "t", {4: [b"x"], 5: [b"y"]}) == {4: [0], 5: [0]}
         assert len(vnode_dirs(n1)) == 3 and len(vnode_dirs(n2)) == 3
 
@@ -139,14 +129,14 @@ def test_a_restarted_node_opens_what_was_placed_and_drops_what_was_deleted_while
         with node(etcd1, tmp_path, 2) as n2:
             eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES")) == 2)
             done(n1, "create_topics", [NewTopic("old", 2, 1)])
-            assert leaders(n1, "old") == {0: 1, 1: 2}
+            assert placement(n1, "old") == {0: 1, 1: 2}
             eventually("node 2 opened its partition", lambda: len(vnode_dirs(n2)) == 1)
             data_dir, port = n2.data_dir, n2.kafka_port
         done(n1, "delete_topics", ["old"])  # while node 2 is down
         done(n1, "create_topics", [NewTopic("new", 2, 1)])  # node 1 may see node 2 live for a moment yet
         with node(etcd1, tmp_path, 2, data_dir=data_dir, kafka_port=port) as n2:
             assert leaders(n2, "old") == {}, "caught up before it was ready"
-            placed = leaders(n2, "new")
+            placed = placement(n2, "new")
             assert set(placed) == {0, 1} and set(placed.values()) <= {1, 2}
             assert len(vnode_dirs(n2)) == list(placed.values()).count(2), \
                 "the deleted topic's vnode left node 2's data dir; those of the new one placed on it were made"
@@ -167,9 +157,10 @@ def test_a_topic_proposed_while_the_controller_is_killed_is_created_once_by_the_
             done(n2, "create_topics", [NewTopic("t", 4, 1)])  # appended once node 2 is elected: its own proposal
             assert "node 2: controller" in n2.log()
             eventually("node 2's membership without node 1", lambda: set(leaders(n2, "t").values()) <= {-1, 2})
-            placed = leaders(n2, "t")  # those placed on node 1 (seen live when staged) have no leader now
+            placed = placement(n2, "t")  # some on node 1, seen live when staged: they have no leader now
             assert set(placed) == {0, 1, 2, 3}
-            on_node_1 = [p for p, leader in placed.items() if leader == -1]
+            on_node_1 = [p for p, owner in placed.items() if owner == 1]
+            assert leaders(n2, "t") == {p: -1 if p in on_node_1 else 2 for p in placed}
             assert produce(n2, "t", {p: [b"v"] for p in placed if p not in on_node_1}) == {
                 p: [0] for p in placed if p not in on_node_1}
             client = admin(n2)
@@ -178,8 +169,7 @@ def test_a_topic_proposed_while_the_controller_is_killed_is_created_once_by_the_
                 again.result(timeout=60)
             with node(etcd1, tmp_path, 1, data_dir=data_dir, kafka_port=port) as n1:
                 assert len(vnode_dirs(n1)) == len(on_node_1), "node 1 opened what was placed on it while it was down"
-                restored = {p: 1 if p in on_node_1 else 2 for p in placed}
-                eventually("both nodes name node 1 again", lambda: leaders(n1, "t") == leaders(n2, "t") == restored)
+                eventually("both nodes name node 1 again", lambda: leaders(n1, "t") == leaders(n2, "t") == placed)
                 assert produce(n1, "t", {p: [b"w"] for p in on_node_1}) == {p: [0] for p in on_node_1}
                 no_traceback(n1)
             no_traceback(n2)
