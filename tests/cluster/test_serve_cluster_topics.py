@@ -4,8 +4,9 @@ changed and used through real clients (confluent-kafka's AdminClient, Producer a
 A topic created through one node (CreateTopics, proposed to the controller through the record stream) is placed
 over both live nodes and known to both once the stream delivered it; confluent-kafka and the Java client
 bootstrapped on the other node produce to and read back every partition, each served by the node it is placed on.
-CreatePartitions, a topic's AlterConfigs and DeleteTopics through either node hold on both (a dropped topic's
-vnodes leave both data dirs). A node stopped meanwhile catches up when it starts again: it knows the topics created
+Metadata's auto-creation, CreatePartitions, a topic's AlterConfigs and DeleteTopics through either node hold on
+both (a dropped topic's vnodes leave both data dirs). A CreateTopics proposed just after kill -9 of the controller
+is appended once, by the next one. A node stopped meanwhile catches up when it starts again: it knows the topics created
 while it was down and deletes the vnodes of one deleted meanwhile.
 """
 
@@ -82,7 +83,8 @@ def vnode_dirs(server: WalgateServer) -> list[str]:
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_other(etcd1: EtcdCluster,
                                                                                        tmp_path: Path) -> None:
-    with two_nodes(etcd1, tmp_path) as (n1, n2, _, bootstrap2):
+    auto_create = ("--override", "auto.create.topics.enable=true", "--override", "num.partitions=2")
+    with two_nodes(etcd1, tmp_path, *auto_create) as (n1, n2, _, bootstrap2):
         eventually("node 2 places over both", lambda: [r[2] for r in sql(n2, "SHOW DNODES")] == ["ready"] * 2)
         done(n2, "create_topics", [NewTopic("t", 4, 1)])  # proposed to node 1
         placed = placement(n2, "t")
@@ -98,12 +100,15 @@ def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_
         assert produced[-1]["delivered"] == 8 and produced[-1]["errors"] == [], produced[-1]
         java_read = java_events("Assign.java", bootstrap2, "t", "--start", "beginning")
         assert java_read[-1]["event"] == "summary" and java_read[-1]["records"] == 28, java_read[-1]
+        assert produce(n1, "auto", {0: [b"a"], 1: [b"b"]}) == {0: [0], 1: [0]}  # created by Metadata, via the stream
+        assert placement(n1, "auto") == {0: 1, 1: 2}
+        eventually("node 2 applied it", lambda: placement(n2, "auto") == {0: 1, 1: 2})
 
         done(n1, "create_partitions", [NewPartitions("t", 6)])
         assert placement(n1, "t") == {0: 1, 1: 2, 2: 1, 3: 2, 4: 1, 5: 2}
         eventually("node 2 has the new partitions", lambda: placement(n2, "t") == placement(n1, "t"))
         assert produce(n2, "t", {4: [b"x"], 5: [b"y"]}) == {4: [0], 5: [0]}
-        assert len(vnode_dirs(n1)) == 3 and len(vnode_dirs(n2)) == 3
+        assert len(vnode_dirs(n1)) == 3 + 1 and len(vnode_dirs(n2)) == 3 + 1  # and one of "auto" on each
 
         resource = ConfigResource("TOPIC", "t", set_config={"retention.ms": "3600000"})
         done(n2, "alter_configs", [resource])  # AlterConfigs (deprecated, still Kafka's): replaces the topic's
@@ -115,8 +120,9 @@ def test_a_topic_created_on_one_node_is_placed_over_both_and_served_through_the_
 
         eventually("node 1 describes the new retention", lambda: retention(n1) == "3600000")
 
-        done(n1, "delete_topics", ["t"])
-        eventually("node 2 dropped it", lambda: leaders(n2, "t") == {})
+        assert sorted(row[0] for row in sql(n2, "SHOW TOPICS")) == ["auto", "t"]
+        done(n1, "delete_topics", ["t", "auto"])  # one request: the two records in one append
+        eventually("node 2 dropped them", lambda: sql(n2, "SHOW TOPICS") == [])  # not Metadata: it would create
         eventually("its vnodes left both data dirs", lambda: vnode_dirs(n1) == [] and vnode_dirs(n2) == [])
         for server in (n1, n2):
             no_traceback(server)
