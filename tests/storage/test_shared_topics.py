@@ -157,3 +157,20 @@ def test_a_kafka_native_topic_and_a_nodes_own_change_are_never_one_staged_call(t
     n1 = cluster_node(tmp_path / "n1", 1)
     assert "k" in n1.catalog.topics and local(n1, "k") == [0]
     n1.close()
+
+
+def test_a_vnode_that_cannot_be_made_fails_the_apply_which_is_retried_until_it_opens(tmp_path: Path) -> None:
+    n1 = cluster_node(tmp_path / "n1", 1)
+    [record] = staged(n1, Engine.create_kafka_topic, "t", 1, {})
+    blocker = tmp_path / "n1" / "db" / record["db_id"]
+    blocker.parent.mkdir(exist_ok=True)
+    blocker.write_bytes(b"")  # a file where the topic's database directory goes: its vnode cannot be made
+    with pytest.raises(StorageUnavailable, match="could not be opened"):
+        n1.apply_shared(1, record)
+    assert n1.catalog.shared_seq == 1 and n1.vnodes.keys() == set(), "the record is durable, the vnode not yet"
+    with pytest.raises(StorageUnavailable, match="not open yet"):  # a produce meanwhile: a retriable error
+        n1.append_batches("t", 0, [BATCH])
+    blocker.unlink()
+    assert not n1.apply_shared(1, record)  # the stream's retry: the record was taken, the vnode is made now
+    assert local(n1, "t") == [0] and n1.append_batches("t", 0, [BATCH]) == 0
+    n1.close()

@@ -37,7 +37,7 @@ from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need, Syncable
-from walgate.storage.errors import StorageError, Unsupported
+from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -384,14 +384,23 @@ class Engine:
         asked included. False when the record was applied already (what follows it is done again: a call the disk
         refused is retried whole). Raises :class:`StorageUnavailable` when the disk refuses."""
         applied = self.catalog.apply_shared(seq, record)
-        self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
+        self._follow_catalog()
         return applied
 
     def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
         """Replace the cluster's part of the catalog by its snapshot up to ``seq`` (:meth:`Catalog.restore_shared`),
         then follow it as :meth:`apply_shared` does."""
         self.catalog.restore_shared(seq, records)
-        self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
+        self._follow_catalog()
+
+    def _follow_catalog(self) -> None:
+        """:meth:`NativeTopics.follow_catalog` over this node's topic defaults; a file the disk refuses to make is
+        :class:`StorageUnavailable` (the caller retries the whole apply)."""
+        try:
+            self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
+        except OSError as exc:
+            raise StorageUnavailable(f"the vnodes the catalog places here could not be opened ({exc.strerror or exc})"
+                                     "; retried") from None
 
     def set_dnodes(self, dnodes: tuple[Dnode, ...], live: Mapping[int, str | None] | None = None) -> None:
         """The cluster's nodes as this node knows them (``SHOW DNODES``) and, in cluster mode, the live ones (id ->
