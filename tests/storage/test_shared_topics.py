@@ -174,3 +174,16 @@ def test_a_vnode_that_cannot_be_made_fails_the_apply_which_is_retried_until_it_o
     assert not n1.apply_shared(1, record)  # the stream's retry: the record was taken, the vnode is made now
     assert local(n1, "t") == [0] and n1.append_batches("t", 0, [BATCH]) == 0
     n1.close()
+
+
+def test_a_topic_deleted_while_the_node_was_down_leaves_no_meta_store_check_behind(tmp_path: Path) -> None:
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    apply([n1, n2], staged(n1, Engine.create_kafka_topic, "t", 2, {}))
+    n2.close()
+    apply([n1], staged(n1, Engine.drop_topic, "t"))
+    n2 = Engine.open(tmp_path / "n2", node_id=2, whole_stores=False)  # as the server opens it: checks left
+    n2.cluster_mode()
+    assert n2.apply_shared(n1.catalog.shared_seq, {"op": "drop_db", "name": "kafka_t"})
+    assert n2.meta_checks() == [] and vnode_dirs(tmp_path / "n2") == []
+    for e in (n1, n2):
+        e.close()

@@ -395,12 +395,16 @@ class Engine:
 
     def _follow_catalog(self) -> None:
         """:meth:`NativeTopics.follow_catalog` over this node's topic defaults; a file the disk refuses to make is
-        :class:`StorageUnavailable` (the caller retries the whole apply)."""
+        :class:`StorageUnavailable` (the caller retries the whole apply). The meta store checks :meth:`open` left for
+        vnodes it closed (a topic deleted while the node was down) are dropped."""
         try:
             self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
         except OSError as exc:
             raise StorageUnavailable(f"the vnodes the catalog places here could not be opened ({exc.strerror or exc})"
                                      "; retried") from None
+        finally:
+            served = {id(v) for vnodes in self.vnodes.values() for v in vnodes}
+            self._meta_checks = [c for c in self._meta_checks if id(c.vnode) in served]
 
     def set_dnodes(self, dnodes: tuple[Dnode, ...], live: Mapping[int, str | None] | None = None) -> None:
         """The cluster's nodes as this node knows them (``SHOW DNODES``) and, in cluster mode, the live ones (id ->
