@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from etcd_cluster import EtcdCluster
 
 from livewalgate import WalgateServer, running_walgate
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
 import setup_clients  # noqa: E402
 
 __all__ = ["WAIT_S", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
-           "describe_cluster", "java_events", "registered_nodes", "no_traceback"]
+           "describe_cluster", "java_events", "registered_nodes", "no_traceback", "produce_to"]
 
 JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
 WAIT_S = 60.0
@@ -122,3 +123,25 @@ def registered_nodes(etcd: EtcdCluster) -> list[bytes]:
 
 def no_traceback(server: WalgateServer) -> None:
     assert "Traceback" not in server.log(), server.log()[-3000:]
+
+
+def produce_to(port: int, topic: str, values: dict[int, list[bytes]]) -> dict[int, list[int]]:
+    """``values`` produced (acks=all, idempotent) to their partitions of ``topic`` through a confluent-kafka producer
+    bootstrapped on the node at ``port``; the offsets acknowledged, per partition. Every one must be delivered."""
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
+                         "message.timeout.ms": 30000})
+    acked: dict[int, list[int]] = {p: [] for p in values}
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.partition()].append(msg.offset())
+
+    for partition, batch in values.items():
+        for value in batch:
+            producer.produce(topic, value, partition=partition, on_delivery=report)
+    assert producer.flush(60) == 0, "every message answered"
+    assert errors == []
+    return acked

@@ -36,8 +36,7 @@ NOT_LEADER = ErrorCode.not_leader_or_follower
 
 def _placed(data_dir: Path) -> None:
     """A data dir of node 1 whose topic ``TOPIC``'s partitions are placed on nodes 1, 2 and 3."""
-    engine = Engine.open(data_dir, node_id=1)
-    engine.cluster_mode()
+    engine = Engine.open(data_dir, node_id=1)  # a single node's record, given the placement below
     engine.create_kafka_topic(TOPIC, 3, {})
     engine.close()
     catalog = data_dir / "catalog.log"

@@ -14,10 +14,11 @@ import json
 import signal
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -28,6 +29,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -82,6 +84,32 @@ def session_timeout(port: int, group: str) -> tuple[str, str]:
 def create_topic(port: int, name: str) -> None:
     client = admin(port)
     client.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+
+
+def topic_ddl(port: int, topic: str) -> Callable[[], list[tuple[str, KafkaError]]]:
+    """CreateTopics, CreatePartitions, a topic's IncrementalAlterConfigs and DeleteTopics of ``topic`` sent at once
+    through the node at ``port`` (each its own client); the returned call waits for their answers: (what, error)."""
+    clients = [admin(port) for _ in range(4)]  # held until answered: a client destroyed first fails its futures
+    retention = ConfigResource("TOPIC", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    futures = {"CreateTopics": clients[0].create_topics([NewTopic("more", 1, 1)], request_timeout=120)["more"],
+               "CreatePartitions": clients[1].create_partitions([NewPartitions(topic, 2)], request_timeout=120)[topic],
+               "IncrementalAlterConfigs": clients[2].incremental_alter_configs([retention],
+                                                                               request_timeout=120)[retention],
+               "DeleteTopics": clients[3].delete_topics([topic], request_timeout=120)[topic]}
+
+    def answers() -> list[tuple[str, KafkaError]]:
+        out = []
+        for what, future in futures.items():
+            try:
+                future.result(timeout=150)
+                raise AssertionError(f"{what} without an etcd majority was accepted")
+            except KafkaException as e:
+                out.append((what, e.args[0]))
+        assert clients
+        return out
+
+    return answers
 
 
 def test_users_and_group_configs_made_on_any_node_are_on_every_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
@@ -183,6 +211,7 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
         assert produce(n1.kafka_port, "data", b"one") is None
         etcd3.members[0].kill()
         etcd3.members[1].kill()
+        topic_changes = topic_ddl(n1.kafka_port, "data")  # under way while the changes below wait too
         request = urllib.request.Request(n1.http_url + "/rest/sql", data=b"CREATE USER dave PASS 'Secret-123'",
                                          method="POST")
         try:
@@ -200,6 +229,13 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
         except KafkaException as e:
             assert e.args[0].name() == "REQUEST_TIMED_OUT", e
             assert "The cluster's catalog did not take the change" in e.args[0].str(), e
+        for what, error in topic_changes():
+            assert error.name() == "REQUEST_TIMED_OUT", (what, error)
+            if what != "DeleteTopics":  # the version librdkafka sends has no error message
+                assert "The cluster's catalog did not take the change" in error.str(), (what, error)
+        client = admin(n1.kafka_port)
+        assert set(client.list_topics(timeout=30).topics) == {"data"}, "no topic made or deleted"
+        assert len(client.list_topics("data", timeout=30).topics["data"].partitions) == 1
         assert produce(n1.kafka_port, "data", b"two") is None
         consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "g",
                              "auto.offset.reset": "earliest"})

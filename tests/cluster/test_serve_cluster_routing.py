@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
 from history import Assign, Op, Poll, Send, Write, check
-from serve_support import eventually, java_events, no_traceback, node, sql, wait_log
+from serve_support import eventually, java_events, no_traceback, node, produce_to, sql, wait_log
 
 from walgate.storage import lines
 from walgate.storage.engine import Engine
@@ -35,8 +35,7 @@ TOPIC = "routed"
 def _data_dirs(tmp_path: Path) -> tuple[Path, Path, str]:
     """Data dirs of nodes 1 and 2 holding topic ``TOPIC`` of 2 partitions placed on nodes [1, 2]; its database."""
     first = tmp_path / "data1"
-    engine = Engine.open(first, node_id=1)
-    engine.cluster_mode()
+    engine = Engine.open(first, node_id=1)  # a single node's record, given the placement below
     db = engine.create_kafka_topic(TOPIC, 2, {}).db
     engine.close()
     catalog = first / "catalog.log"
@@ -53,28 +52,6 @@ def _leaders(port: int) -> dict[int, int]:
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
     topic = admin.list_topics(TOPIC, timeout=30).topics[TOPIC]
     return {p.id: p.leader for p in topic.partitions.values()}
-
-
-def _produce(port: int, values: dict[int, list[bytes]]) -> dict[int, list[int]]:
-    """Each partition's ``values`` produced (acks=all, idempotent) through a producer bootstrapped on ``port``; the
-    offsets acknowledged, per partition."""
-    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
-                         "message.timeout.ms": 30000})
-    acked: dict[int, list[int]] = {p: [] for p in values}
-    errors: list[Any] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            acked[msg.partition()].append(msg.offset())
-
-    for partition, batch in values.items():
-        for value in batch:
-            producer.produce(TOPIC, value, partition=partition, on_delivery=report)
-    assert producer.flush(60) == 0, "every message answered"
-    assert errors == []
-    return acked
 
 
 def _consume(port: int, group: str, count: int) -> dict[int, list[bytes]]:
@@ -109,7 +86,7 @@ def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etc
             assert _leaders(n2.kafka_port) == {0: 1, 1: 2}
             assert sql(n2, f"SHOW {db}.VGROUPS") == [[0, db, None, 1, "leader"], [1, db, 0, 2, "leader"]]
             first = {0: [b"a%d" % i for i in range(10)], 1: [b"b%d" % i for i in range(10)]}
-            assert _produce(n1.kafka_port, first) == {0: list(range(10)), 1: list(range(10))}
+            assert produce_to(n1.kafka_port, TOPIC, first) == {0: list(range(10)), 1: list(range(10))}
             assert _consume(n1.kafka_port, "g", 20) == first  # group coordinator: node 1, for both partitions
             bootstrap = f"127.0.0.1:{n1.kafka_port}"
             produced = java_events("Producer.java", bootstrap, TOPIC, "none", "10", "--first", "100", "--partitions", "2")
@@ -124,10 +101,10 @@ def test_clients_bootstrapped_on_one_node_are_routed_to_each_partitions_node(etc
             n2.proc.send_signal(signal.SIGKILL)
             n2.proc.wait(timeout=30)
         eventually("partition 1 has no leader once node 2's lease expired", lambda: _leaders(n1.kafka_port) == {0: 1, 1: -1})
-        assert _produce(n1.kafka_port, {0: [b"c0", b"c1"]}) == {0: [15, 16]}  # node 1's partition serves on
+        assert produce_to(n1.kafka_port, TOPIC, {0: [b"c0", b"c1"]}) == {0: [15, 16]}  # node 1's partition serves on
         with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka_port2) as n2:
             eventually("node 2 leads partition 1 again", lambda: _leaders(n1.kafka_port) == {0: 1, 1: 2})
-            assert _produce(n1.kafka_port, {1: [b"d0"]}) == {1: [15]}
+            assert produce_to(n1.kafka_port, TOPIC, {1: [b"d0"]}) == {1: [15]}
             everything = _consume(n1.kafka_port, "fresh", 33)
             java_values = {p: [json.dumps({"codec": "none", "i": i, "text": f"record {i} of the walgate produce scenario"},
                                           separators=(",", ":")).encode() for i in range(100 + p, 110, 2)]
@@ -158,7 +135,7 @@ def _load(port: int, stop: threading.Event, ops: list[Op]) -> None:
 def _drain(port: int) -> list[Op]:
     """One more acknowledged value per partition, then everything of both partitions up to it, read back."""
     ops: list[Op] = []
-    acked = _produce(port, {0: [b"1000000000"], 1: [b"1000000001"]})
+    acked = produce_to(port, TOPIC, {0: [b"1000000000"], 1: [b"1000000001"]})
     ops += [Send(2, (Write(f"p{p}", 1_000_000_000 + p, offsets[0]),), "ok") for p, offsets in acked.items()]
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "drain", "enable.auto.commit": False})
     try:

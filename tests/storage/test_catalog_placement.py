@@ -4,8 +4,9 @@ records carry none (every vgroup is the node's own), nor do those of data dirs m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -17,11 +18,23 @@ from walgate.storage.show import Dnode
 from walgate.storage.vnode import vnode_of
 from walgate.wire import encode_batch
 
+T = TypeVar("T")
+
 
 def _records(data_dir: Path) -> list[dict[str, Any]]:
     scan = lines.scan((data_dir / "catalog.log").read_bytes())
     assert not scan.bad
     return [record for _, _, record in scan.records]
+
+
+def _through_stream(e: Engine, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(e, *args)`` as a cluster node runs a Kafka-native topic's DDL: staged, then each record it made applied
+    through the one apply path every node takes for the cluster's stream (:meth:`Engine.apply_shared`)."""
+    result, records = e.staged(fn, e, *args)
+    assert records, "the change went to the stream"
+    for record in records:
+        assert e.apply_shared(e.catalog.shared_seq + 1, record)
+    return result
 
 
 def _with_op(data_dir: Path, op: str) -> list[dict[str, Any]]:
@@ -32,9 +45,9 @@ def test_a_cluster_node_records_itself_as_the_node_of_every_new_vgroup(tmp_path:
     e = Engine.open(tmp_path, node_id=3)
     e.cluster_mode()
     e.execute("CREATE DATABASE d VGROUPS 2")
-    e.create_kafka_topic("events", 2, {})
-    e.create_partitions("events", 4)
-    e.alter_topic_configs("events", {"retention.ms": "60000"})  # configs alone: the placement stays
+    _through_stream(e, Engine.create_kafka_topic, "events", 2, {})
+    _through_stream(e, Engine.create_partitions, "events", 4)
+    _through_stream(e, Engine.alter_topic_configs, "events", {"retention.ms": "60000"})  # configs alone: the placement stays
     assert [r["nodes"] for r in _with_op(tmp_path, "create_db")] == [[3, 3]]
     assert [r["nodes"] for r in _with_op(tmp_path, "create_kafka_topic")] == [[3, 3]]
     assert [r.get("nodes") for r in _with_op(tmp_path, "alter_kafka_topic")] == [[3, 3, 3, 3], None]
@@ -61,7 +74,7 @@ def test_a_single_node_and_an_old_data_dir_hold_every_vgroup_themselves(tmp_path
     e.cluster_mode()
     old = e.catalog.databases["old"]
     assert old.nodes is None and [old.node_of(i, 5) for i in range(2)] == [5, 5]
-    e.create_partitions("old_events", 3)  # its new partition is placed, the old ones are this node's
+    _through_stream(e, Engine.create_partitions, "old_events", 3)  # its new partition is placed, the old ones are this node's
     assert e.catalog.databases[e.catalog.topics["old_events"].db].nodes == (5, 5, 5)
     e.close()
 
@@ -78,7 +91,7 @@ def test_show_vgroups_names_each_vgroups_node_and_whether_it_is_registered(tmp_p
     e = Engine.open(tmp_path, node_id=4)  # an old record (no placement) opened in cluster mode
     e.cluster_mode()
     e.set_dnodes((Dnode(4, "127.0.0.1:9092", "ready"), Dnode(5, "", "offline")))
-    e.create_kafka_topic("events", 1, {})
+    _through_stream(e, Engine.create_kafka_topic, "events", 1, {})
     events = e.catalog.topics["events"].db
     assert [r[3:] for r in e.execute(f"SHOW {events}.VGROUPS").rows] == [[4, "leader"]]
     assert [r[3:] for r in e.execute("SHOW d.VGROUPS").rows] == [[4, "leader"], [4, "leader"]]
@@ -119,7 +132,7 @@ def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming
     e.cluster_mode()
     e.execute("CREATE DATABASE d VGROUPS 2")
     e.execute("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    e.create_kafka_topic("events", 2, {})
+    _through_stream(e, Engine.create_kafka_topic, "events", 2, {})
     e.close()
     _place(tmp_path, "create_db", [4, 5])
     _place(tmp_path, "create_kafka_topic", [5, 4])
@@ -160,7 +173,7 @@ def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming
     with pytest.raises(NotHere):
         e.watermarks("events", 0)
     assert e.watermarks("events", 1) == (0, 1)
-    e.create_partitions("events", 3)  # placed here, beside the two it had
+    _through_stream(e, Engine.create_partitions, "events", 3)  # placed here, beside the two it had
     assert e.catalog.databases[events.db].nodes == (5, 4, 4)
     assert e.append_batches("events", 2, [batch]) == 0
     e.close()

@@ -302,12 +302,12 @@ class Gateway:
             await self._storage.call(engine.apply_topic_defaults, broker.node_id)
 
     async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
-        """Hand each new membership ``member`` reads to ``SHOW DNODES`` (on the storage lane)."""
+        """Hand each new membership ``member`` reads to ``SHOW DNODES`` and to placement (on the storage lane)."""
         published = None
         while True:
             view = member.view
             if view is not published:
-                await self._storage.call(engine.set_dnodes, dnodes(view))
+                await self._storage.call(engine.set_dnodes, dnodes(view), {n.node_id: n.rack for n in view.nodes})
                 published = view
             await member.changed()
 

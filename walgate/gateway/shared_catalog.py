@@ -1,5 +1,5 @@
 """The cluster's shared catalog (cluster mode, docs/cluster.md): users, ACLs, client quotas, broker and group
-configs, one for every node.
+configs and Kafka-native topics, one for every node.
 
 A change made on any node is staged by its engine (:meth:`walgate.storage.engine.Engine.staged`: validated against
 the node's catalog, then undone) and handed to :meth:`SharedCatalog.publish`, which
@@ -18,11 +18,12 @@ nodes apply it when their record stream delivers it (a client of another node ma
 usually milliseconds).
 
 Every node applies the stream in sequence order (:class:`~walgate.cluster.records.RecordFollower`) through the
-catalog's own apply path (:meth:`walgate.storage.catalog.Catalog.apply_shared`, durable in ``catalog.log`` with its
-sequence number, from which a restart resumes); a node that was away reads what it missed, or the snapshot the
-controller trims the stream into every :data:`TRIM_EVERY` records (the catalog's shared records,
-:meth:`~walgate.storage.catalog.Catalog.shared_records`, one JSON line each). A record the disk refuses to take is
-retried every second (the node stays behind, ``/readyz`` says so), never skipped.
+engine's one apply path (:meth:`walgate.storage.engine.Engine.apply_shared`: the catalog record, durable in
+``catalog.log`` with its sequence number, from which a restart resumes; then the vnodes of Kafka-native topics
+placed on this node opened, those of dropped ones deleted); a node that was away reads what it missed, or the
+snapshot the controller trims the stream into every :data:`TRIM_EVERY` records (the catalog's shared records,
+:meth:`~walgate.storage.catalog.Catalog.shared_records`, one JSON line each). A record the disk refuses to take, or
+whose vnodes cannot be made, is retried every second (the node stays behind, ``/readyz`` says so), never skipped.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
-from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageUnavailable
+from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageError
 
 __all__ = ["SharedCatalog", "TRIM_EVERY", "CHANGE_TIMEOUT_S"]
 
@@ -100,9 +101,9 @@ class SharedCatalog:
             record = {"op": None, "bytes": payload[:200].decode(errors="replace")}  # passed over by apply_shared
         while True:
             try:
-                await self.storage.call(self.engine.catalog.apply_shared, seq, record)
+                await self.storage.call(self.engine.apply_shared, seq, record)
                 break
-            except StorageUnavailable as e:
+            except StorageError as e:  # the disk refused, or a vnode placed here cannot be opened: never skipped
                 log.error("catalog record %d not applied yet: %s; retrying in %g s", seq, e.message, _RETRY_S)
                 await asyncio.sleep(_RETRY_S)
         await self._applied(str(record.get("op")) if isinstance(record, dict) else "")
@@ -117,9 +118,9 @@ class SharedCatalog:
         while True:
             try:
                 records = [json.loads(line) for line in state.splitlines() if line]
-                await self.storage.call(self.engine.catalog.restore_shared, seq, records)
+                await self.storage.call(self.engine.restore_shared, seq, records)
                 break
-            except (ValueError, StorageUnavailable) as e:
+            except (ValueError, StorageError) as e:
                 log.error("the catalog snapshot up to record %d not restored yet: %s; retrying in %g s", seq,
                           getattr(e, "message", e), _RETRY_S)
                 await asyncio.sleep(_RETRY_S)

@@ -109,9 +109,15 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "WAL_RETENTION_SIZE": (-1, 2**31 - 1),
     "WAL_SEGMENT_SIZE": (0, 2**20),
 }
+KAFKA_DB_PREFIX = "kafka_"
+"""Every Kafka-native topic's database is named so (walgate.storage.topic_configs.backing_database); in cluster mode
+an SQL database may not be, so that a node's own databases never take the name of the cluster's."""
 _TOPIC_KINDS = ("database", "stable", "select")
 SHARED_OPS = frozenset((*acls.OPS, quotas.QUOTA_OP, *USER_OPS, resource_configs.RESOURCE_OP))
-"""The record kinds that are the cluster's in cluster mode (module docstring); the others stay the node's."""
+"""The record kinds that are the cluster's in cluster mode (module docstring), besides Kafka-native topics'."""
+KAFKA_TOPIC_OPS = frozenset(("create_kafka_topic", "alter_kafka_topic"))
+"""Kafka-native topics' records: the cluster's in cluster mode, as is the ``drop_db`` of a Kafka-native topic's
+database (:meth:`Catalog.is_shared`)."""
 _SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
 REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
 """Named by every report of a skipped catalog record or an unnamed database directory (walgate.storage.repair)."""
@@ -277,6 +283,10 @@ class Catalog:
     shared_seq: int = 0  # cluster mode: the sequence number of the last shared record applied
     _staged: list[dict[str, Any]] | None = None  # during a staged call: the shared records it made
     _staged_from: _State | None = None  # during a staged call: the state before its first shared record
+    _staged_local: bool = False  # during a staged call: it wrote a record of the node's own
+    # cluster mode: the live nodes (id -> broker.rack) Kafka-native topics' partitions are placed over (set by the
+    # gateway from the membership; empty: this node alone)
+    live_nodes: dict[int, str | None] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
@@ -335,8 +345,8 @@ class Catalog:
 
     def _restore(self, state: _State, *, shared_only: bool = False) -> None:
         """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
-        records are written and stay)."""
-        if not shared_only:
+        records are written and stay; it has none once it staged a Kafka-native topic's record, :meth:`_commit`)."""
+        if not shared_only or self._staged_topics():
             self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
@@ -344,15 +354,24 @@ class Catalog:
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
         cluster mode a shared record is staged instead (module docstring)."""
-        if self.cluster and record.get("op") in SHARED_OPS and "seq" not in record:
+        if self.cluster and "seq" not in record and self.is_shared(record):
             if self._staged is None:
-                raise StorageUnavailable("in cluster mode users, ACLs, quotas and configs are changed through the"
-                                         " cluster's controller: this change did not go through it, nothing changed")
+                raise StorageUnavailable("in cluster mode users, ACLs, quotas, configs and Kafka-native topics are "
+                                         "changed through the cluster's controller: this change did not go through"
+                                         " it, nothing changed")
+            if self._staged_local and record.get("op") not in SHARED_OPS:
+                raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
+                                   " call as a change of this node's own catalog")
             if self._staged_from is None:
                 self._staged_from = self._state()
             self.apply(record)
             self._staged.append(record)
             return
+        if self._staged_topics():
+            raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
+                               " call as a change of this node's own catalog")
+        if self._staged is not None:
+            self._staged_local = True
         saved = self._state()
         self.apply(record)
         try:
@@ -366,16 +385,30 @@ class Catalog:
 
     # ----------------------------------------------------- cluster mode (shared records)
 
+    def is_shared(self, record: dict[str, Any]) -> bool:
+        """Whether ``record`` is the cluster's in cluster mode: users, ACLs, quotas, configs (:data:`SHARED_OPS`)
+        and Kafka-native topics (:data:`KAFKA_TOPIC_OPS`, and the ``drop_db`` of a Kafka-native topic's database,
+        which drops the topic with it)."""
+        op = record.get("op")
+        if op in SHARED_OPS or op in KAFKA_TOPIC_OPS:
+            return True
+        return op == "drop_db" and any(t.db == record.get("name") and t.kind == "kafka" for t in self.topics.values())
+
+    def _staged_topics(self) -> bool:
+        """During a staged call: whether it staged a Kafka-native topic's record."""
+        return any(r.get("op") not in SHARED_OPS for r in self._staged or ())
+
     def stage(self) -> None:
         """Start a staged call: shared changes from here on are validated and applied in memory, not written."""
-        self._staged, self._staged_from = [], None
+        self._staged, self._staged_from, self._staged_local = [], None, False
 
     def unstage(self) -> list[dict[str, Any]]:
         """End a staged call: undo its shared changes and return their records, in order."""
-        records, self._staged = self._staged or [], None
+        records = self._staged or []
         if self._staged_from is not None:
             self._restore(self._staged_from, shared_only=True)
             self._staged_from = None
+        self._staged = None
         return records
 
     def validate_shared(self, records: list[dict[str, Any]]) -> None:
@@ -384,7 +417,7 @@ class Catalog:
         saved = self._state()
         try:
             for record in records:
-                if not isinstance(record, dict) or record.get("op") not in SHARED_OPS or "seq" in record:
+                if not isinstance(record, dict) or "seq" in record or not self.is_shared(record):
                     raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
                 self.apply(record)
         except (_Invalid, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -408,18 +441,33 @@ class Catalog:
         return True
 
     def shared_records(self) -> list[dict[str, Any]]:
-        """Records that rebuild the shared state (a snapshot of the cluster's stream)."""
-        return (self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
+        """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
+        Kafka-native topics."""
+        return ((self._kafka_topic_records(placed=True) if self.cluster else []) + self.acls.records()
+                + quotas.records(self.client_quotas) + user_records(self.users)
                 + resource_configs.records(self.resource_configs))
+
+    def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
+        """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
+        cluster's, made through its stream) or only those whose record does not (False: made by this data dir as a
+        single node, which stay its own)."""
+        return [_kafka_topic_record(self.databases[t.db], t) for t in self.topics.values()
+                if t.kind == "kafka" and (placed is None or (self.databases[t.db].nodes is not None) == placed)]
 
     def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
         """Replace the shared state by ``records`` (a snapshot of the stream up to ``seq``) and rewrite the file
         (atomically); nothing changes when a record does not apply or the write fails."""
         saved = self._state()
         self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
+        if self.cluster:  # the cluster's Kafka-native topics are the snapshot's (a single node's old ones stay)
+            kafka = {t.name: t.db for t in self.topics.values()
+                     if t.kind == "kafka" and self.databases[t.db].nodes is not None}
+            self.databases = {k: v for k, v in self.databases.items() if k not in kafka.values()}
+            self.topics = {k: v for k, v in self.topics.items() if k not in kafka}
         try:
             for record in records:
-                if not isinstance(record, dict) or record.get("op") not in SHARED_OPS:
+                if not isinstance(record, dict) or not (record.get("op") in SHARED_OPS
+                                                        or (self.cluster and record.get("op") == "create_kafka_topic")):
                     raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
                 self.apply(record)
             self.shared_seq = seq
@@ -438,10 +486,9 @@ class Catalog:
 
     def records(self) -> list[dict[str, Any]]:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
-        kafka = [t for t in self.topics.values() if t.kind == "kafka"]
-        kafka_dbs = {t.db for t in kafka}
+        kafka_dbs = {t.db for t in self.topics.values() if t.kind == "kafka"}
         out = [_db_record(d) for d in self.databases.values() if d.name not in kafka_dbs]
-        out += [_kafka_topic_record(self.databases[t.db], t) for t in kafka]
+        out += self._kafka_topic_records(placed=False if self.cluster else None)  # the others: shared_records
         out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()]
         out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                  "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
@@ -545,14 +592,15 @@ class Catalog:
 
     # ------------------------------------------------------------- partitions
 
-    def _placement(self, count: int) -> tuple[int, ...] | None:
+    def _placement(self, count: int, *, spread: bool = False) -> tuple[int, ...] | None:
         """The nodes of ``count`` new vgroups (walgate.cluster.placement), balanced by what each node holds; None on
-        a single node (every vgroup is its own). Until databases are the cluster's (docs/cluster.md), a node
-        places only on itself: the live nodes are this one."""
+        a single node (every vgroup is its own). ``spread``: over the live nodes (a Kafka-native topic's partitions,
+        which are the cluster's); else on this node alone (an SQL database, still the node's own:
+        docs/cluster.md)."""
         if not self.cluster:
             return None
         held = Counter(d.node_of(i, self.node_id) for d in self.databases.values() for i in range(d.vgroups))
-        return place(count, {self.node_id: None}, held)
+        return place(count, (self.live_nodes or {self.node_id: None}) if spread else {self.node_id: None}, held)
 
     def partitions(self) -> int:
         """Vnodes (partitions) of all databases together."""
@@ -582,6 +630,9 @@ class Catalog:
         """A new database, validated (name, options, partition limit) and given an id; nothing is written (the
         engine creates its vnodes first, then :meth:`add_database` records it)."""
         validate_database_name(name)
+        if self.cluster and name.startswith(KAFKA_DB_PREFIX):
+            raise InvalidValue(f"Database name {name}: in a cluster the names {KAFKA_DB_PREFIX}* are the databases of"
+                               " Kafka-native topics, which are the cluster's (docs/cluster.md)")
         merged = dict(DB_DEFAULTS)
         for key, value in options.items():
             if key == "PRECISION":
@@ -683,7 +734,7 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
-        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]))),
+        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]), spread=True)),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
@@ -692,7 +743,7 @@ class Catalog:
     def grown(self, db: DatabaseDef, count: int) -> DatabaseDef:
         """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`); nothing is written (the engine
         opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
-        placed = self._placement(count - db.vgroups)
+        placed = self._placement(count - db.vgroups, spread=True)
         nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
         return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
 

@@ -37,7 +37,7 @@ from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need, Syncable
-from walgate.storage.errors import StorageError, Unsupported
+from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -377,9 +377,42 @@ class Engine:
             records = self.catalog.unstage()
         return result, records
 
-    def set_dnodes(self, dnodes: tuple[Dnode, ...]) -> None:
-        """The cluster's nodes as this node knows them (``SHOW DNODES``): set by the gateway, on the storage lane."""
+    def apply_shared(self, seq: int, record: dict[str, Any]) -> bool:
+        """Apply record ``seq`` of the cluster's catalog stream (:meth:`Catalog.apply_shared`, durable), then bring the
+        Kafka-native topics served here in line with it: a new topic's vnodes placed on this node opened, a dropped
+        one's closed and deleted (:meth:`NativeTopics.follow_catalog`). The one apply path of every node, the one
+        asked included. False when the record was applied already (what follows it is done again: a call the disk
+        refused is retried whole). Raises :class:`StorageUnavailable` when the disk refuses."""
+        applied = self.catalog.apply_shared(seq, record)
+        self._follow_catalog()
+        return applied
+
+    def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
+        """Replace the cluster's part of the catalog by its snapshot up to ``seq`` (:meth:`Catalog.restore_shared`),
+        then follow it as :meth:`apply_shared` does."""
+        self.catalog.restore_shared(seq, records)
+        self._follow_catalog()
+
+    def _follow_catalog(self) -> None:
+        """:meth:`NativeTopics.follow_catalog` over this node's topic defaults; a file the disk refuses to make is
+        :class:`StorageUnavailable` (the caller retries the whole apply). The meta store checks :meth:`open` left for
+        vnodes it closed (a topic deleted while the node was down) are dropped."""
+        try:
+            self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
+        except OSError as exc:
+            raise StorageUnavailable(f"the vnodes the catalog places here could not be opened ({exc.strerror or exc})"
+                                     "; retried") from None
+        finally:
+            served = {id(v) for vnodes in self.vnodes.values() for v in vnodes}
+            self._meta_checks = [c for c in self._meta_checks if id(c.vnode) in served]
+
+    def set_dnodes(self, dnodes: tuple[Dnode, ...], live: Mapping[int, str | None] | None = None) -> None:
+        """The cluster's nodes as this node knows them (``SHOW DNODES``) and, in cluster mode, the live ones (id ->
+        ``broker.rack``) new Kafka-native partitions are placed over: set together by the gateway from the
+        membership, on the storage lane."""
         self.show.dnodes = dnodes
+        if live is not None:
+            self.catalog.live_nodes = dict(live)
 
     def publish_topics(self) -> None:
         """On the storage lane, at the end of each call: publish the topics when the catalog changed, unless the call
@@ -474,8 +507,13 @@ class Engine:
 
     def apply_topic_defaults(self, node_id: int) -> list[str]:
         """Bring every Kafka-native topic's WAL settings in line with its configs over :meth:`topic_defaults` (after
-        a change of them, and at start: a crash may have come between the change and this); the topics changed."""
+        a change of them, and at start: a crash may have come between the change and this); the topics changed. In
+        cluster mode the topics are the cluster's: only their vnodes here follow (:meth:`NativeTopics.follow_catalog`;
+        none is answered changed)."""
         defaults = self.topic_defaults(node_id)
+        if self.catalog.cluster:
+            self.native.follow_catalog(defaults)
+            return []
         changed = []
         for topic in [t for t in self.catalog.topics.values() if t.kind == "kafka"]:
             options = self.catalog.database(topic.db).options

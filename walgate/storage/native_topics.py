@@ -16,8 +16,10 @@ transactions: their last stable offset is the high watermark and they abort noth
 
 from __future__ import annotations
 
+import shutil
 from bisect import bisect_right
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from walgate.storage.catalog import TopicDef
@@ -87,6 +89,9 @@ class NativeTopics:
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), self.store.clock.time_ms())
+        if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
+            catalog.add_kafka_topic(db, topic)
+            return topic
         self.store.vnodes[db.name] = self.store.open_database(db, lambda: catalog.add_kafka_topic(db, topic))
         self.open_topic(topic)
         return topic
@@ -107,6 +112,8 @@ class NativeTopics:
         topic = self._native(name)
         options = {**catalog.database(topic.db).options, **wal_options({**defaults, **configs})}
         catalog.alter_kafka_topic(name, options, dict(configs))
+        if catalog.cluster:  # staged: the vnodes follow when the node applies the record (follow_catalog)
+            return
         db = catalog.database(topic.db)
         for vnode in self.store.vnodes[db.name]:
             vnode.reconfigure(db)
@@ -121,6 +128,9 @@ class NativeTopics:
             raise InvalidValue(f"Topic {name} has {old} partitions: the new count must be larger, not {count}")
         catalog.check_partitions(count - old, f"topic {name}")
         grown = catalog.grown(db, count)
+        if catalog.cluster:  # staged: the new vnodes placed here open when the node applies it (follow_catalog)
+            catalog.alter_kafka_topic(name, grown.options, topic.configs, grown.nodes)
+            return
         new = store.open_database(grown, lambda: catalog.alter_kafka_topic(name, grown.options, topic.configs,
                                                                            grown.nodes), first=old)
         db = catalog.database(topic.db)
@@ -131,6 +141,43 @@ class NativeTopics:
             store.vnodes[db.name].append(vnode)
             self.views.open_partition(catalog.topics[name], vnode)
             self._open_producers(catalog.topics[name], vnode)
+
+    def follow_catalog(self, defaults: Mapping[str, str]) -> None:
+        """Cluster mode, after a record of the cluster's stream (or its snapshot) was applied: bring the Kafka-native
+        topics served here in line with the catalog. A topic the catalog no longer has is dropped here (its offset
+        indexes, committed offsets, vnodes and files); a new one's vnodes placed on this node are created and opened;
+        a grown one's new vnodes placed here too; every one's vnodes take the WAL settings of its configs over
+        ``defaults`` (the dynamic broker defaults, :meth:`Engine.topic_defaults`: this node's, as on a single node,
+        so in cluster mode never written back to the shared record). Idempotent: a call
+        the disk refused (raised) is made again, and a restart opens whatever the catalog places here."""
+        store, catalog = self.store, self.store.catalog
+        gone = [n for n in store.topic_uuids if n not in catalog.topics]
+        if gone:
+            store.publish_topics()  # commits checked against the old topics run before the offsets go
+        for name in gone:
+            self.views.forget_dropped(name)
+        for db_name in [d for d in store.vnodes if d not in catalog.databases]:
+            for vnode in store.vnodes.pop(db_name):
+                vnode.close()
+                shutil.rmtree(vnode.dir.parent, ignore_errors=True)
+        for topic in [t for t in catalog.topics.values() if t.kind == "kafka"]:
+            stored = catalog.database(topic.db)
+            db = replace(stored, options={**stored.options, **wal_options({**defaults, **topic.configs})})
+            if topic.db not in store.vnodes:
+                self.views.offsets.clear_left(topic.name)
+                store.vnodes[db.name] = store.open_database(db)
+                self.open_topic(topic)
+                continue
+            vnodes = store.vnodes[db.name]
+            for vnode in vnodes:
+                vnode.reconfigure(db)
+            present = {v.index for v in vnodes}
+            missing = [i for i in store.placed_here(db) if i not in present]
+            if missing:  # a topic's partitions only grow: every one placed here from the first missing is missing
+                for vnode in store.open_database(db, first=missing[0]):
+                    vnodes.append(vnode)
+                    self.views.open_partition(topic, vnode)
+                    self._open_producers(topic, vnode)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move a partition's log start to *offset* (-1: the high watermark); the new log start."""

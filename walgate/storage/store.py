@@ -162,10 +162,10 @@ class Store:
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:
-            if commit is None:
-                raise
             for vnode in vnodes:
                 vnode.wal.close()
+            if commit is None:
+                raise
             for i in range(first, db.vgroups):
                 shutil.rmtree(self.db_dir(db) / f"vnode{i}", ignore_errors=True)
             if first == 0:
@@ -182,8 +182,10 @@ class Store:
         return [i for i in range(first, db.vgroups) if db.node_of(i, local) == local]
 
     def local_vnode(self, db: str, index: int) -> Vnode:
-        """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another."""
-        vnodes = self.vnodes[db]
+        """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another,
+        :class:`StorageUnavailable` while the vnodes of a database the cluster's catalog just gave are not open yet
+        (the disk refused them: the apply is retried)."""
+        vnodes = self._opened(db)
         if index < len(vnodes) and vnodes[index].index == index:
             return vnodes[index]  # every vgroup of the database is here
         found = next((v for v in vnodes if v.index == index), None)
@@ -195,10 +197,16 @@ class Store:
 
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
         """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on."""
-        vnodes = self.vnodes[db.name]
+        vnodes = self._opened(db.name)
         if len(vnodes) < db.vgroups:
             missing = next(i for i in range(db.vgroups) if all(v.index != i for v in vnodes))
             self.local_vnode(db.name, missing)
+        return vnodes
+
+    def _opened(self, db: str) -> list[Vnode]:
+        vnodes = self.vnodes.get(db)
+        if vnodes is None:
+            raise StorageUnavailable(f"the vnodes of database {db} are not open yet (the disk refused them; retried)")
         return vnodes
 
     def resolve_db(self, name: str | None, session: str | None) -> DatabaseDef:

@@ -271,7 +271,20 @@ class TopicViews:
             store.catalog.drop_topic(name)  # before memory and files: when the disk refuses it, the topic stays
         else:
             store.catalog.drop_database(topic.db)  # one record: the database and its topic go together
+            if store.catalog.cluster:  # staged: dropped here when the node applies it (NativeTopics.follow_catalog)
+                return
         store.publish_topics()
+        self.forget_dropped(name)
+        if topic.kind == "kafka":
+            for vnode in store.vnodes.pop(topic.db):
+                vnode.close()
+            shutil.rmtree(store.db_dir(db), ignore_errors=True)
+
+    def forget_dropped(self, name: str) -> None:
+        """After topic ``name``'s drop was recorded and the topics published without it: delete its committed
+        offsets (a disk refusing it is logged: the next start deletes them), forget its id and compiled form, and
+        delete its offset indexes and producer state (its vnodes are the caller's)."""
+        store = self.store
         try:
             self.offsets.delete_of_dropped(name)
         except StorageError as exc:
@@ -279,15 +292,9 @@ class TopicViews:
                       "the next start, or before a topic of that name is created", name, exc)
         store.forget_topic_id(name)
         store.evaluators.pop(name, None)
-        for vnode in store.vnodes.get(topic.db, []):
-            store.producers.pop((name, vnode.index), None)
-            idx = store.indexes.pop((name, vnode.index), None)
-            if idx is not None:
-                idx.delete()
-        if topic.kind == "kafka":
-            for vnode in store.vnodes.pop(topic.db):
-                vnode.close()
-            shutil.rmtree(store.db_dir(db), ignore_errors=True)
+        for key in [k for k in store.indexes if k[0] == name]:
+            store.producers.pop(key, None)
+            store.indexes.pop(key).delete()
 
     def drop_group(self, s: ast.DropConsumerGroup, _: str | None) -> Result:
         """DROP CONSUMER GROUP: forget a group's committed offsets on a topic (refused while it has members)."""

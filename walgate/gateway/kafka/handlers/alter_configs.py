@@ -15,7 +15,7 @@ from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.config_changes import alter_each
+from walgate.gateway.kafka.handlers.config_changes import alter_all
 from walgate.wire.messages import (
     AlterConfigsRequest,
     AlterConfigsRequestAlterableConfig,
@@ -34,7 +34,7 @@ def _replaced(configs: Sequence[AlterConfigsRequestAlterableConfig], current: di
 async def handle(broker: Broker, ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
-    responses = await broker.call(alter_each, broker, request, denied, lambda c: False,
+    responses = await alter_all(broker, request, denied, lambda c: False,
                                   lambda r: functools.partial(_replaced, r.configs))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):

@@ -42,7 +42,7 @@ from walgate.wire.messages import (
     IncrementalAlterConfigsRequest,
 )
 
-__all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "alter_each", "group_timeouts", "preprocess"]
+__all__ = ["TOPIC", "BROKER", "GROUP", "Change", "alter", "alter_all", "alter_each", "group_timeouts", "preprocess"]
 
 TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 Change = Callable[[dict[str, str]], dict[str, str]]
@@ -88,6 +88,21 @@ def alter_each(engine: Engine, broker: Broker, request: AlterConfigsRequest | In
         responses.append({"error_code": error, "error_message": message, "resource_type": r.resource_type,
                           "resource_name": r.resource_name})
     return responses
+
+
+async def alter_all(broker: Broker, request: AlterConfigsRequest | IncrementalAlterConfigsRequest,
+                    denied: dict[int, int], null_allowed: Callable[[Any], bool],
+                    change_of: Callable[[Any], Change]) -> list[AlterConfigsResourceResponse]:
+    """:func:`alter_each` on the storage thread; in cluster mode, when the cluster's catalog refuses the changes
+    after the call (no controller or etcd quorum: nothing changed), every resource not denied is answered so."""
+    try:
+        return await broker.call(alter_each, broker, request, denied, null_allowed, change_of)
+    except Exception as exc:  # noqa: BLE001 - answered per resource
+        code = error_of(exc)
+        resources: Sequence[Any] = request.resources  # either API's resources, as in alter_each
+        return [{"error_code": denied.get(i, code), "error_message": "Authorization failed." if i in denied
+                 else str(exc), "resource_type": r.resource_type, "resource_name": r.resource_name}
+                for i, r in enumerate(resources)]
 
 
 def group_timeouts(broker: Broker) -> GroupTimeouts:

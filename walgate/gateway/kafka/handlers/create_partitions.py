@@ -66,7 +66,10 @@ def _grow_all(engine: Engine, broker: Broker, request: CreatePartitionsRequest,
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    results = await broker.call(_grow_all, broker, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
+    try:
+        results = await broker.call(_grow_all, broker, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
+    except Exception as exc:  # noqa: BLE001 - cluster mode: the cluster's catalog refused them (nothing grown)
+        results = [_result(t, error_of(exc, CREATE_PARTITIONS), str(exc)) for t in request.topics]
     if not request.validate_only:
         for t, r in zip(request.topics, results):
             audit_kafka(ctx, "CreatePartitions", f"topic {r['name']} to {t.count} partitions", r["error_code"])

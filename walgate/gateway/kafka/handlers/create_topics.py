@@ -121,8 +121,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
-    # one call each: others' requests go between
-    topics = [await broker.call(create, k, t) for k, t in enumerate(request.topics)]
+    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
+        """One call each: others' requests go between. In cluster mode the cluster's catalog may refuse it after
+        the call (no controller or etcd quorum): answered for that topic."""
+        try:
+            return await broker.call(create, k, t)
+        except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
+            return _result(t.name, error_of(exc), str(exc))
+
+    topics = [await create_one(k, t) for k, t in enumerate(request.topics)]
     if not validate_only:
         for t in topics:
             audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])

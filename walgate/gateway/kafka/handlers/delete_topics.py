@@ -51,7 +51,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteTopicsReque
                                 "error_message": str(exc)})
         return results
 
-    responses = await broker.call(delete)
+    try:
+        responses = await broker.call(delete)
+    except Exception as exc:  # noqa: BLE001 - cluster mode: the cluster's catalog refused them (nothing deleted)
+        responses = [{"name": name, "topic_id": topic_id or _NO_ID, "error_code": error_of(exc),
+                      "error_message": str(exc)} for name, topic_id in wanted]
     for r in responses:
         audit_kafka(ctx, "DeleteTopics", f"topic {r['name'] if r['name'] is not None else r['topic_id']}", r["error_code"])
     return {"throttle_time": 0, "responses": responses}

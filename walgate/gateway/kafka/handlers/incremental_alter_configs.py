@@ -21,7 +21,7 @@ from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, config_denials
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.config_changes import BROKER, TOPIC, alter_each
+from walgate.gateway.kafka.handlers.config_changes import BROKER, TOPIC, alter_all
 from walgate.storage.broker_configs import spec_of
 from walgate.storage.topic_configs import TOPIC_CONFIGS
 from walgate.wire.messages import (
@@ -76,7 +76,7 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     denied = config_denials(broker, ctx, Operation.ALTER_CONFIGS,
                             [(r.resource_type, r.resource_name) for r in request.resources])
-    responses = await broker.call(alter_each, broker, request, denied, lambda c: c.config_operation == DELETE,
+    responses = await alter_all(broker, request, denied, lambda c: c.config_operation == DELETE,
                                   lambda r: functools.partial(_apply, rtype=r.resource_type, ops=r.configs))
     if not request.validate_only:
         for r, asked in zip(responses, request.resources):
