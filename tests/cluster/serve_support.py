@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from etcd_cluster import EtcdCluster
 
 from livewalgate import WalgateServer, running_walgate
@@ -145,3 +145,14 @@ def produce_to(port: int, topic: str, values: dict[int, list[bytes]]) -> dict[in
     assert producer.flush(60) == 0, "every message answered"
     assert errors == []
     return acked
+
+
+def poll_until(consumer: Consumer, got: dict[int, list[bytes]], count: int) -> None:
+    """Append each record ``consumer`` polls to ``got[partition]`` until ``got`` holds ``count`` (bounded: 120 polls
+    of at most 1 s)."""
+    for _ in range(120):
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            got[msg.partition()].append(msg.value())
+        if sum(map(len, got.values())) == count:
+            return

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
 from history import Assign, Op, Poll, Send, Write, check
-from serve_support import eventually, java_events, no_traceback, node, produce_to, sql, wait_log
+from serve_support import eventually, java_events, no_traceback, node, poll_until, produce_to, sql, wait_log
 
 from walgate.storage import lines
 from walgate.storage.engine import Engine
@@ -62,12 +62,7 @@ def _consume(port: int, group: str, count: int) -> dict[int, list[bytes]]:
     got: dict[int, list[bytes]] = {0: [], 1: []}
     try:
         consumer.subscribe([TOPIC])
-        for _ in range(120):  # bounded: 120 polls of at most 1 s
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got[msg.partition()].append(msg.value())
-            if sum(map(len, got.values())) == count:
-                break
+        poll_until(consumer, got, count)
         consumer.commit(asynchronous=False)
         committed = consumer.committed([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], timeout=30)
         assert {tp.partition: tp.offset for tp in committed} == {p: len(v) for p, v in got.items()}

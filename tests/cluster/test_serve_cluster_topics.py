@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, java_events, no_traceback, node, produce_to, sql, two_nodes, wait_log
+from serve_support import eventually, java_events, no_traceback, node, poll_until, produce_to, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer
 
@@ -65,12 +65,7 @@ def read(server: WalgateServer, topic: str, partitions: int, count: int) -> dict
     got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        for _ in range(120):  # bounded: 120 polls of at most 1 s
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got[msg.partition()].append(msg.value())
-            if sum(map(len, got.values())) == count:
-                break
+        poll_until(consumer, got, count)
     finally:
         consumer.close()
     return got

@@ -209,10 +209,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         throttle = broker.quotas.fetch(ctx.principal, ctx.client_id, sum(g.size for g in got))
         if throttle:
             return {"throttle_time": throttle, "error_code": ErrorCode.none, "session_id": 0, "responses": []}
-    others = other_nodes(broker, ctx.listener.name)
+    leaders = [g.leader for g in got if g.leader is not None]
+    others = other_nodes(broker, ctx.listener.name) if leaders else {}  # the membership is read only when needed
     answer: FetchResponse = {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0,
                              "responses": _responses(resolved, got, version, others)}
-    leaders = [g.leader for g in got if g.leader is not None]
     if leaders:  # KIP-951: where the partitions this node does not lead are
         answer["node_endpoints"] = node_endpoints(leaders, others)
     return answer
