@@ -90,14 +90,19 @@ def wait_log(server: WalgateServer, text: str) -> None:
     eventually(f"{text!r} in the log of {server.http_url}:\n{server.log()[-3000:]}", lambda: text in server.log())
 
 
+JARS = "kafka-clients-4.3.0"
+"""The Java client the cluster tests drive (compat-tests/setup_clients.py's jar set)."""
+
+
 def java_events(program: str, *args: str) -> list[dict[str, Any]]:
     """The JSON lines compat-tests/java/``program`` prints, run on the real kafka-clients 4.3.0; it must exit 0."""
     java = shutil.which("java")
     if java is None:
         pytest.fail("java is not installed (.ci/run installs it)")
-    classpath = setup_clients.classpath("kafka-clients-4.3.0")
-    if not classpath:
-        pytest.fail("kafka-clients 4.3.0 jars missing: run compat-tests/setup_clients.py")
+    failed = setup_clients.setup(JARS)  # installs them on a clean machine (the compat session does too, later)
+    if failed is not None:
+        pytest.fail(failed)
+    classpath = setup_clients.classpath(JARS)
     run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
                           classpath, str(JAVA_DIR / program), *args], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
