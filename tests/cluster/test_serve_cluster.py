@@ -58,6 +58,8 @@ def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_ano
         assert stop_process(n2.proc) == 0
         assert registered_nodes(etcd1) == [], "a clean stop deregisters at once"
         assert "node 2 left cluster walgate" in n2.log()
+        closed = [line for line in n2.log().splitlines() if "lost: closed" in line]
+        assert closed and not any("WARNING" in line for line in closed), "a clean stop is no warning"
         no_traceback(n2)
 
 

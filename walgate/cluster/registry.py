@@ -84,8 +84,8 @@ class NodeRegistration:
         raise ControlPlaneError(f"node {self.info.node_id}: its registration kept changing during"
                                 f" {_REGISTER_ATTEMPTS} attempts to register")
 
-    def _lose(self, why: str) -> None:
-        log.warning("node %d: registration (broker epoch %s) lost: %s", self.info.node_id, self.epoch, why)
+    def _lose(self, why: str, level: int = logging.WARNING) -> None:
+        log.log(level, "node %d: registration (broker epoch %s) lost: %s", self.info.node_id, self.epoch, why)
         self.epoch = None
         self.lease_id = None
         self._notify()
@@ -123,5 +123,5 @@ class NodeRegistration:
         """Deregister (revoke the lease: ``nodes/<id>`` and its controller candidacy go at once)."""
         lease_id = self.lease_id
         if lease_id is not None:
-            self._lose("closed")
+            self._lose("closed", logging.INFO)  # a clean stop: nothing for an operator to look into
             await self.session.revoke(lease_id)
