@@ -241,6 +241,8 @@ class TopicViews:
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)
         topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, self.store.clock.time_ms())
+        if catalog.is_cluster_db(db.name):  # staged: compiled where it is applied (walgate.storage.sql_objects)
+            return affected(0)
         try:
             self.open_topic(topic)
         except Exception:
@@ -269,6 +271,8 @@ class TopicViews:
         db = store.catalog.database(topic.db)
         if topic.kind != "kafka":
             store.catalog.drop_topic(name)  # before memory and files: when the disk refuses it, the topic stays
+            if store.catalog.is_cluster_db(topic.db):  # staged: dropped where it is applied (follow_catalog)
+                return
         else:
             store.catalog.drop_database(topic.db)  # one record: the database and its topic go together
             if store.catalog.cluster:  # staged: dropped here when the node applies it (NativeTopics.follow_catalog)
