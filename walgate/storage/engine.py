@@ -395,8 +395,11 @@ class Engine:
 
     def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
         """Replace the cluster's part of the catalog by its snapshot up to ``seq`` (:meth:`Catalog.restore_shared`),
-        then follow it as :meth:`apply_shared` does."""
+        then follow it as :meth:`apply_shared` does (the supertables dropped meanwhile:
+        :meth:`SqlObjects.dropped_meanwhile`)."""
+        before = self.catalog.stables
         self.catalog.restore_shared(seq, records)
+        self.sql_objects.dropped_meanwhile(before)
         self._follow_catalog(None)
 
     def _follow_catalog(self, record: dict[str, Any] | None) -> None:

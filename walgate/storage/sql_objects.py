@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from walgate.storage.catalog import STABLE_METAS_OP
+from walgate.storage.catalog import STABLE_METAS_OP, StableDef
 from walgate.storage.commit import Commits
 from walgate.storage.errors import NotHere, StorageError
 from walgate.storage.store import Store
@@ -54,8 +54,8 @@ class SqlObjects:
         self.store = store
         self.commits = commits
         self.views = views
-        # (the shared record's seq, its database, its meta entry, the vnodes here still without it)
-        self.pending: tuple[int, str, dict[str, Any], set[int]] | None = None
+        # meta entries still to write: (database, meta entry, the vnodes here without it), in order
+        self.pending: list[tuple[str, dict[str, Any], set[int]]] = []
 
     def before(self, seq: int, record: dict[str, Any]) -> None:
         """Before shared record ``seq`` is applied: when it is an ALTER/DROP STABLE of a database with vnodes here
@@ -74,7 +74,7 @@ class SqlObjects:
         meta = _meta(record)
         catalog.commit({"op": STABLE_METAS_OP, "of": seq, "db": db.name, "meta": meta,
                         "next": {str(v.index): v.wal.next_version for v in vnodes}})
-        self.pending = (seq, db.name, meta, {v.index for v in vnodes})
+        self.pending = [(db.name, meta, {v.index for v in vnodes})]
 
     def recover(self) -> None:
         """At start (before any write): the meta entries of the last record applied that a crash left out are
@@ -89,7 +89,7 @@ class SqlObjects:
             log.warning("the meta entries of cluster catalog record %d are missing from vnodes %s of database %s (a "
                         "stop came before they were written): written now", intent["of"], sorted(missing),
                         intent["db"])
-            self.pending = (intent["of"], intent["db"], dict(intent["meta"]), missing)
+            self.pending = [(intent["db"], dict(intent["meta"]), missing)]
             try:
                 self._write_pending()
             except StorageError as exc:
@@ -117,13 +117,29 @@ class SqlObjects:
             for db_name in sorted(str(d) for d in changed if d in catalog.databases):
                 self._recompile(db_name)
 
+    def dropped_meanwhile(self, before: dict[tuple[str, str], StableDef]) -> None:
+        """After a snapshot replaced the catalog's ``before`` supertables: a DROP STABLE's meta entry is pending for
+        each one gone (or made again) whose database's vnodes here stay (the stream's records folded into the
+        snapshot were never applied here; while this node was away no one wrote to its vnodes, so every subtable of
+        that name in them was the old supertable's). Not recorded first: a crash before they are written leaves
+        those subtables (docs/cluster.md)."""
+        catalog = self.store.catalog
+        for (db_name, name), old in sorted(before.items()):
+            now = catalog.stables.get((db_name, name))
+            vnodes = self.store.vnodes.get(db_name, [])
+            db = catalog.databases.get(db_name)
+            if (now is None or now.created_ms != old.created_ms) and vnodes and db is not None and all(
+                    v.db.id == db.id for v in vnodes):
+                self.pending.append((db_name, {"op": "drop_stable", "stable": name}, {v.index for v in vnodes}))
+
     def _write_pending(self) -> None:
-        """The pending meta entries, in one commit (all or none); the disk's refusal raised, still pending."""
-        if self.pending is not None:
-            _, db_name, meta, vnodes = self.pending
+        """The pending meta entries, each in one commit (all its vnodes or none); the disk's refusal raised, the
+        rest still pending."""
+        while self.pending:
+            db_name, meta, vnodes = self.pending[0]
             db = self.store.catalog.database(db_name)
             self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in sorted(vnodes)})
-            self.pending = None
+            self.pending.pop(0)
 
     def _recompile(self, db: str) -> None:
         """Recompile ``db``'s TDengine topics after a supertable changed (the node asked checked that they still
