@@ -35,7 +35,9 @@ Kafka ACL bindings (and the TDengine grants that are ACLs too) are records of th
 dynamic configs of brokers and groups (:mod:`walgate.storage.resource_configs`).
 
 Cluster mode (``Catalog(cluster=True)``, docs/cluster.md): the records of :data:`SHARED_OPS` (users, ACLs, client
-quotas, broker and group configs) are the cluster's, not the node's. A change made on the node is *staged*
+quotas, broker and group configs), of Kafka-native topics and of the cluster's SQL databases, supertables and
+TDengine topics (:meth:`Catalog.is_shared`: a database whose record places its vgroups; one a data dir held as a
+single node stays the node's own) are the cluster's, not the node's. A change made on the node is *staged*
 (:meth:`Catalog.stage` .. :meth:`Catalog.unstage`): validated and applied in memory for the rest of the call, then
 undone and handed to the gateway, which has the controller append it to the cluster's record stream; every node,
 this one too, then applies the stream's records in sequence order with :meth:`Catalog.apply_shared` (durable in
