@@ -124,12 +124,14 @@ def test_the_apply_path_under_write_faults_is_taken_again_and_writes_each_meta_e
         stream += staged(asked, sql)
         apply([asked], stream[-1:])
     asked.close()
+    assert [r["op"] for r in stream] == ["create_db", "create_stable", "alter_stable"], "through the stream"
     clean = cluster_node(tmp_path / "clean", 1)
     faults = Faults()
     with faults.active():
         apply([clean], stream)
         calls = faults.calls[op]
     clean.close()
+    assert calls > 0
     for at in range(1, calls + 1):  # the at-th write (or fsync) of the whole apply refused
         d = tmp_path / f"n{at}"
         e = cluster_node(d, 1)
