@@ -11,38 +11,22 @@ from typing import Any
 
 import pytest
 from faults import WRITE_FAULTS, Faults
+from test_shared_topics import LIVE, apply, cluster_node
 
 from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import InvalidValue, NotHere, StorageUnavailable
 from walgate.storage.lineproto import child_table_name
-from walgate.storage.show import Dnode
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import KIND_META
 
-LIVE = (Dnode(1, "127.0.0.1:9092", "ready"), Dnode(2, "127.0.0.1:9093", "ready"))
 STABLE = "CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)"
-
-
-def cluster_node(data_dir: Path, node_id: int) -> Engine:
-    e = Engine.open(data_dir, node_id=node_id)
-    e.cluster_mode()
-    e.set_dnodes(LIVE, {1: None, 2: None})
-    return e
 
 
 def staged(e: Engine, sql: str) -> list[dict[str, Any]]:
     """The records ``sql`` run on ``e`` stages (what the node asked hands to the controller)."""
     _, records = e.staged(Engine.execute, e, sql)
     return records
-
-
-def apply(nodes: list[Engine], records: list[dict[str, Any]]) -> None:
-    """``records`` appended to the stream and applied by every node, in order."""
-    for record in records:
-        seq = nodes[0].catalog.shared_seq + 1
-        for e in nodes:
-            assert e.apply_shared(seq, record)
 
 
 def run(nodes: list[Engine], asked: Engine, sql: str) -> None:

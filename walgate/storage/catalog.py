@@ -118,14 +118,14 @@ _TOPIC_KINDS = ("database", "stable", "select")
 SHARED_OPS = frozenset((*acls.OPS, quotas.QUOTA_OP, *USER_OPS, resource_configs.RESOURCE_OP))
 """The record kinds that are the cluster's in cluster mode (module docstring), besides Kafka-native topics'."""
 KAFKA_TOPIC_OPS = frozenset(("create_kafka_topic", "alter_kafka_topic"))
+"""Kafka-native topics' records: the cluster's in cluster mode, as is the ``drop_db`` of a Kafka-native topic's
+database (:meth:`Catalog.is_shared`)."""
 _SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic"))
 """Besides :data:`SHARED_OPS`, the record kinds a snapshot of the cluster's stream holds (cluster mode)."""
 STABLE_METAS_OP = "stable_metas"
 """A node's own record (cluster mode): where the meta entries of the cluster's ALTER/DROP STABLE record ``of`` go
 in this node's vnodes (``next``: vnode index -> the WAL version it is appended at), written before them
-(walgate.storage.stable_metas)."""
-"""Kafka-native topics' records: the cluster's in cluster mode, as is the ``drop_db`` of a Kafka-native topic's
-database (:meth:`Catalog.is_shared`)."""
+(walgate.storage.sql_objects)."""
 _SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
 _NOT_MIXED = ("a change of the cluster's databases, supertables or topics goes through the cluster alone: not in the"
               " same call as a change of this node's own catalog")
@@ -298,7 +298,7 @@ class Catalog:
     # cluster mode: the live nodes (id -> broker.rack) Kafka-native topics' partitions are placed over (set by the
     # gateway from the membership; empty: this node alone)
     live_nodes: dict[int, str | None] = field(default_factory=dict)
-    # cluster mode: the last STABLE_METAS_OP record (walgate.storage.stable_metas); None: none since the file began
+    # cluster mode: the last STABLE_METAS_OP record (walgate.storage.sql_objects); None: none since the file began
     stable_metas: dict[str, Any] | None = None
 
     @classmethod
@@ -472,7 +472,7 @@ class Catalog:
 
     def shared_records(self) -> list[dict[str, Any]]:
         """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
-        Kafka-native topics."""
+        Kafka-native topics and the cluster's SQL databases, supertables and TDengine topics."""
         return ((self._kafka_topic_records(placed=True) + self._sql_records(shared=True) if self.cluster else [])
                 + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
                 + resource_configs.records(self.resource_configs))
@@ -715,7 +715,7 @@ class Catalog:
     def alter_stable(self, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...],
                      change: dict[str, str] | None = None) -> StableDef:
         """``change`` (the ALTER's ``action`` and ``column``) goes into the record of a cluster database's supertable,
-        whose vnodes' meta entries every node writes when it applies it (walgate.storage.stable_metas)."""
+        whose vnodes' meta entries every node writes when it applies it (walgate.storage.sql_objects)."""
         _check_columns(columns + tags, st.columns + st.tags)
         record = self._stable_record("alter_stable", st, columns, tags)
         self._commit(record if change is None or not self.is_cluster_db(st.db) else {**record, "change": change})
