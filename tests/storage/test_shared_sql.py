@@ -203,3 +203,4 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
     assert ("d", "lp") not in n1.catalog.stables and n1.vnodes["d"][0].wal.next_version == end, "nothing written"
     for e in (n1, n2):
         e.close()
+
