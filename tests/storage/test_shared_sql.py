@@ -6,11 +6,12 @@ and a snapshot. Two engines with their own data dirs stand for two nodes applyin
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import WRITE_FAULTS, Faults
+from faults import WRITE_FAULTS, Faults, flipped_in_line, torn_last_line
 from test_shared_topics import LIVE, apply, cluster_node
 
 from walgate.storage.engine import Engine
@@ -204,3 +205,33 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
     for e in (n1, n2):
         e.close()
 
+
+
+def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_writes_each_entry_once(
+        tmp_path: Path) -> None:
+    crashed = tmp_path / "crashed"
+    n1 = cluster_node(crashed, 1)
+    n1.set_dnodes(LIVE[:1], {1: None})
+    run([n1], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1], n1, STABLE)
+    [alter] = staged(n1, "ALTER STABLE d.st ADD COLUMN w INT")
+    n1.sql_objects.before(3, alter)  # a crash while (or just after) its node-own record was appended
+    n1.close()
+    assert b'"op":"stable_metas"' in (crashed / "catalog.log").read_bytes().splitlines()[-1]
+    both = {0: ["alter_stable st"], 1: ["alter_stable st"]}
+    for i, _ in enumerate(torn_last_line(crashed / "catalog.log")):
+        shutil.copytree(crashed, tmp_path / f"torn{i}")
+        e = cluster_node(tmp_path / f"torn{i}", 1)
+        assert e.catalog.stable_metas is None and e.catalog.shared_seq == 2, "the torn record cut off"
+        assert e.apply_shared(3, alter) and metas(e, "d") == both, "the stream's record applied again"
+        e.close()
+        e = cluster_node(tmp_path / f"torn{i}", 1)
+        assert metas(e, "d") == both, "once"
+        e.close()
+    catalog = tmp_path / "torn0" / "catalog.log"
+    line = next(n for n, x in enumerate(catalog.read_bytes().splitlines()) if b'"op":"stable_metas"' in x)
+    for _ in flipped_in_line(catalog, line):  # the record of entries written: reported and skipped
+        e = cluster_node(tmp_path / "torn0", 1)
+        assert e.catalog.stable_metas is None and e.catalog.shared_seq == 3 and e.damage()
+        assert metas(e, "d") == both
+        e.close()
