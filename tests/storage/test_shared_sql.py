@@ -235,3 +235,27 @@ def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_wri
         assert e.catalog.stable_metas is None and e.catalog.shared_seq == 3 and e.damage()
         assert metas(e, "d") == both
         e.close()
+
+
+def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhere(tmp_path: Path) -> None:
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n2, "CREATE DATABASE a VGROUPS 1")  # node 1
+    run([n1, n2], n2, "CREATE DATABASE one VGROUPS 1")  # node 2
+    assert n1.catalog.database("one").nodes == (2,)
+    n2.execute("CREATE TABLE one.t (ts TIMESTAMP, v INT)")  # a table lives in its vnode, on node 2
+    run([n1, n2], n2, "CREATE TOPIC tt AS SELECT * FROM one.t")
+    n2.execute("INSERT INTO one.t VALUES (1700000000000, 1)")
+    assert n2.watermarks("tt", 0) == (0, 1) and n1.topic_id("tt") == n2.topic_id("tt") is not None
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)  # restarted: known, not compiled here, no damage
+    assert "tt" in n1.catalog.topics and n1.topic_id("tt") is not None and n1.damage() == []
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")  # over both nodes
+    run([n1, n2], n1, STABLE)
+    here = table_in(0)
+    n1.execute(f"CREATE TABLE d.{here} (ts TIMESTAMP, v INT)")
+    with pytest.raises(InvalidValue, match="a topic of one table of a database whose vgroups are on several nodes"):
+        staged(n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    run([n1, n2], n1, "DROP TOPIC tt")
+    assert "tt" not in n2.catalog.topics and n1.topic_id("tt") is None
+    for e in (n1, n2):
+        e.close()

@@ -237,6 +237,11 @@ class TopicViews:
         else:
             db, source = self.store.resolve_db(s.source.db, session), s.source.name
         self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        if (catalog.is_cluster_db(db.name) and s.kind != "database" and (db.name, source) not in catalog.stables
+                and len(set(db.nodes or ())) > 1):
+            raise InvalidValue(f"Topic {s.name}: a topic of one table of a database whose vgroups are on several nodes"
+                               " is not supported yet; make it AS STABLE (or a SELECT from the supertable with a"
+                               " tbname condition) (docs/cluster.md)")
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)
