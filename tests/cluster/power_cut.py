@@ -23,7 +23,7 @@ How a test uses it: the server's environment from :func:`environment` (``PYTHONP
 ``power_cut_site/``, whose ``sitecustomize`` calls :func:`install` when ``WGT_POWER_CUT`` is set, and unsets it so
 the server's own child processes, SQL workers, run without it), then :func:`power_cut` (SIGUSR1, wait for the
 SIGKILL). The server logs ``power-cut recorder installed`` at start, and at the cut one line saying how many files
-and bytes it took back.
+and bytes it took back, and which files.
 
 What it does not model: names. A creation, rename or deletion whose directory was not fsynced may also be undone by a
 real power cut; the recorder keeps every name as it is (storage fsyncs the directory after each rename and deletion
@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class Recorder:
     def fdatasync(self, fd: int) -> None:
         self._sync(fd, os.fdatasync)
 
-    def _sync(self, fd: int, call: Any) -> None:
+    def _sync(self, fd: int, call: Callable[[int], None]) -> None:
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
         with self.lock:
@@ -168,8 +169,10 @@ def cut() -> None:
     """Lose every unsynced change and die by SIGKILL, holding the recorder's lock (nothing is written after)."""
     assert _recorder is not None, "install() first"
     _recorder.lock.acquire()
+    names = sorted(os.readlink(f"/proc/self/fd/{entry.fd}") for entry in _recorder.files.values())
     files, dropped = _recorder.undo_all()
-    os.write(2, f"power cut: {files} files taken back to their last sync, {dropped} unsynced bytes lost\n".encode())
+    os.write(2, f"power cut: {files} files taken back to their last sync, {dropped} unsynced bytes lost:"
+                f" {', '.join(names)}\n".encode())
     os.kill(os.getpid(), signal.SIGKILL)
 
 
