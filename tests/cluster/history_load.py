@@ -42,7 +42,7 @@ CLIENTS = """
 import random, sys, threading
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-bootstrap, topic, producers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bootstrap, topic, producers, transactions = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 lock = threading.Lock()
 
 def say(line):
@@ -116,7 +116,8 @@ def consume():
             say(f"r {m.partition()} {m.offset()} {int(m.value())}")
 
 threads = [threading.Thread(target=produce, args=(i,), daemon=True) for i in range(producers)]
-threads.append(threading.Thread(target=transact, args=(producers,), daemon=True))
+if transactions:
+    threads.append(threading.Thread(target=transact, args=(producers,), daemon=True))
 threads.append(threading.Thread(target=consume, daemon=True))
 for t in threads:
     t.start()
@@ -208,11 +209,12 @@ def finish(bootstrap: str) -> list[Op]:
 
 def crash_loop(tmp_path: Path, crash: Callable[[WalgateServer], None], crashes: int, *,
                topic_config: dict[str, str] | None = None, env: dict[str, str] | None = None,
-               settle: bool = True) -> list[Op]:
+               settle: bool = True, transactions: bool = True) -> list[Op]:
     """The history of the workload against one server (``env``: its environment) crashed ``crashes`` times by
     ``crash`` under load, each time after a few hundred more acknowledgements and 50 more reads, and restarted
     (``settle``: then 200 more acknowledgements and 50 more reads are waited for before the final reads); the topic
-    is made with ``topic_config``. No server log may hold a traceback."""
+    is made with ``topic_config``; ``transactions``: the transactional producer runs too. No server log may hold a
+    traceback."""
     rng = random.Random(24)
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
@@ -227,8 +229,8 @@ def crash_loop(tmp_path: Path, crash: Callable[[WalgateServer], None], crashes: 
                     new = NewTopic(TOPIC, PARTITIONS, 1, config=topic_config or {})
                     admin.create_topics([new])[TOPIC].result(timeout=30)
                     with open(out, "wb") as f:
-                        clients = subprocess.Popen([sys.executable, "-c", CLIENTS, bootstrap, TOPIC, str(PRODUCERS)],
-                                                   stdout=f, stderr=subprocess.DEVNULL)
+                        clients = subprocess.Popen([sys.executable, "-c", CLIENTS, bootstrap, TOPIC, str(PRODUCERS),
+                                                    "1" if transactions else "0"], stdout=f, stderr=subprocess.DEVNULL)
                 wait_for(out, "ok", count(out, "ok") + rng.randint(200, 800), f"acknowledgements in run {cycle}")
                 wait_for(out, "r", count(out, "r") + 50, f"reads in run {cycle}")
                 crash(server)  # mid-load: sends and reads in flight

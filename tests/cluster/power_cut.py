@@ -71,7 +71,8 @@ class _File:
 class Recorder:
     """A proxy for ``fileio.os`` that remembers every unsynced change and can undo them all.
 
-    Invariant: a file (inode) absent from ``files`` holds, now, only bytes a successful sync made durable; one present
+    Invariant: a file (inode) absent from ``files`` holds, now, only bytes a successful sync made durable (what it
+    held when the recorder first saw it counts as durable: a process starts on what its disk holds); one present
     returns to that state when its changes are written back newest first (:meth:`undo_all`). Every change and every
     update of ``files`` is made under ``lock``."""
 

@@ -1,6 +1,6 @@
 """Delayed, stalled and cut links (delay_proxy.py): the proxy itself on a TCP echo server; confluent-kafka's
-idempotent producer writing to a real ``walgate serve`` through 200 ms each way, with a stall longer than its request
-timeout (no value lost or duplicated) and message timeouts that fire as configured; a node's link to etcd slowed
+idempotent producer writing to a real ``walgate serve`` through 200 ms each way, with a stall longer than its
+request timeout (no value lost or duplicated) and message timeouts that fire as configured; a node's link to etcd slowed
 within what its lease allows (the registration is kept) and beyond its session timeout (lost, then made again once
 the link is fast).
 
