@@ -101,7 +101,8 @@ def test_the_proxy_delays_each_direction_in_order_pauses_and_cuts() -> None:
 def test_an_idempotent_producer_through_a_slow_and_stalling_link_writes_each_value_once(tmp_path: Path) -> None:
     """Every connection of the clients goes through the proxy (walgate advertises the proxy's port): 200 ms each
     way with 50 ms jitter; a 3 s stall mid-load, longer than ``socket.timeout.ms`` (1 s: librdkafka's timeout of a
-    ProduceRequest), makes the producer send requests again that the stalled link still delivers afterwards. Then a producer whose ``message.timeout.ms`` (1.5 s) is
+    ProduceRequest), makes the producer send requests again that the stalled link still delivers afterwards; later
+    every connection is reset mid-load. Then a producer whose ``message.timeout.ms`` (1.5 s) is
     shorter than a stall gets _MSG_TIMED_OUT for each message, none before that timeout."""
     kafka_port = free_port()
     with delay_proxy(("127.0.0.1", kafka_port), seed=2) as proxy, \
@@ -131,6 +132,9 @@ def test_an_idempotent_producer_through_a_slow_and_stalling_link_writes_each_val
             elif value == 199:
                 time.sleep(3.0)  # past socket.timeout.ms: librdkafka times the requests out and sends them again
                 proxy.resume()  # the originals and the retries all arrive, in any order
+            elif value == 249:
+                time.sleep(0.3)  # sent; answered at the earliest 400 ms after (unless this thread was held up) ...
+                assert proxy.cut() >= 1  # ... when every connection is reset: what was unanswered is sent again
         assert producer.flush(60) == 0
         assert len(history) == 300 and all(op.outcome == "ok" for op in history if isinstance(op, Send))
         producer.poll(0.5)  # the statistics after the flush
