@@ -9,6 +9,7 @@
 - ``walgate repair`` — on a stopped server's data dir (refused while a server holds it): bring back what a damaged
   ``catalog.log`` took out of service (``walgate.storage.repair``).
 - ``walgate topic|group|consume|produce`` — admin commands over the Kafka protocol (``walgate.admin``).
+- ``walgate cluster up`` — etcd members and nodes on this machine, in the foreground (``walgate.gateway.cluster_up``).
 
 Exit codes: 0 success, 1 the server refused a request or could not be reached,
 2 bad usage or configuration. Errors go to stderr; results to stdout (rich tables,
@@ -46,6 +47,7 @@ from rich.table import Table
 from rich.text import Text
 
 from walgate.admin import add_commands as add_admin_commands
+from walgate.gateway.cluster_up import add_command as add_cluster_command
 from walgate.gateway.config import Config, ConfigError, load_config, parse_override
 from walgate.gateway.logs import LOG_FORMATS, setup_logging
 from walgate.storage.errors import StorageError
@@ -503,6 +505,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_cmd_demo)
 
     add_admin_commands(commands)  # topic, group, consume, produce: walgate/admin
+    add_cluster_command(commands)  # cluster up: walgate/gateway/cluster_up.py
     return parser
 
 
