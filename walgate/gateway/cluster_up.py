@@ -1,10 +1,10 @@
 """``walgate cluster up``: a whole cluster on this machine, started the way a user would, in the foreground.
 
 It starts an etcd cluster of ``--etcd-members`` members (Debian's ``etcd``, etcd-server 3.4) and ``--nodes``
-``walgate serve --cluster`` nodes, each a process of its own, waits until every member answers ``/health`` and
-every node ``/readyz``, loads ``walgate demo``'s data set through node 1 (database ``power``, supertable
-``meters``, 100 subtables, topics ``topic_meters`` and ``topic_power``, ``--rows`` rows), prints how to reach the
-cluster and waits. SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then
+``walgate serve --cluster`` nodes, each a process of its own, waits until every member answers ``/health``, every
+node ``/readyz`` and every node lists all nodes as ready (``SHOW DNODES``: the view placement uses), loads ``walgate
+demo``'s data set through node 1 (database ``power``, supertable ``meters``, 100 subtables, topics ``topic_meters``
+and ``topic_power``, ``--rows`` rows), prints how to reach the cluster and waits. SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then
 SIGKILL after :data:`STOP_TIMEOUT_S`; then the etcd members), and prints where the data is; the data stays, and
 ``walgate cluster up --data-dir DIR`` with the same flags starts the same cluster again.
 
@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import ctypes
 import ipaddress
+import json
 import os
 import random
 import shutil
@@ -35,6 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -243,8 +245,20 @@ class LocalCluster:
                 "--host", n.host, "--kafka-port", str(n.kafka_port), "--http-port", str(n.http_port),
                 "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}", *self.serve_args])
         self._wait([f"{n.http_url}/readyz" for n in self.plan.nodes], "nodes ready")
+        self._wait([n.http_url for n in self.plan.nodes], "listing every node as ready", self._sees_all)
 
-    def _wait(self, urls: list[str], what: str) -> None:
+    def _sees_all(self, http_url: str) -> bool:
+        """Whether the node at ``http_url`` lists every node of the plan as ready (``SHOW DNODES``): its view of the
+        membership, which placement uses, is re-read every third of the session timeout after it is ready."""
+        request = urllib.request.Request(http_url + "/rest/sql", data=b"SHOW DNODES", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:
+                rows = json.load(r)["data"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            return False
+        return {row[0] for row in rows if row[2] == "ready"} >= {n.node_id for n in self.plan.nodes}
+
+    def _wait(self, urls: list[str], what: str, check: Callable[[str], bool] = _get_ok) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         pending = list(urls)
         while pending:
@@ -252,7 +266,7 @@ class LocalCluster:
                 if p.proc.poll() is not None:
                     raise ClusterUpError(f"{p.name} exited with code {p.proc.returncode} (log {p.log}):\n"
                                          f"{p.log_tail()}")
-            pending = [url for url in pending if not _get_ok(url)]
+            pending = [url for url in pending if not check(url)]
             if pending and time.monotonic() > deadline:
                 raise ClusterUpError(f"not {what} within {START_TIMEOUT_S:g} s: {', '.join(pending)} (logs in "
                                      f"{self.root / 'logs'})")
