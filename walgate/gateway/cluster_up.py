@@ -4,9 +4,10 @@ It starts an etcd cluster of ``--etcd-members`` members (Debian's ``etcd``, etcd
 ``walgate serve --cluster`` nodes, each a process of its own, waits until every member answers ``/health``, every
 node ``/readyz`` and every node lists all nodes as ready (``SHOW DNODES``: the view placement uses), loads ``walgate
 demo``'s data set through node 1 (database ``power``, supertable ``meters``, 100 subtables, topics ``topic_meters``
-and ``topic_power``, ``--rows`` rows), prints how to reach the cluster and waits. SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then
-SIGKILL after :data:`STOP_TIMEOUT_S`; then the etcd members), and prints where the data is; the data stays, and
-``walgate cluster up --data-dir DIR`` with the same flags starts the same cluster again.
+and ``topic_power``, ``--rows`` rows), prints how to reach the cluster and waits.
+SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then SIGKILL after
+:data:`STOP_TIMEOUT_S`; then the etcd members), and prints where the data is; the data stays, and ``walgate cluster
+up --data-dir DIR`` with the same flags starts the same cluster again.
 
 Addresses (:func:`plan`): process ``i`` (etcd member ``i`` and node ``i + 1``) listens on the ``i``-th loopback
 address from ``--address`` (127.0.0.1, 127.0.0.2, ...) on the usual ports (Kafka 9092, HTTP 6041, etcd 2379 and
