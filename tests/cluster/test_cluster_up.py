@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from livewalgate import walgate_env
 from walgate.gateway.cli import ApiClient
-from walgate.gateway.cluster_up import plan
+from walgate.gateway.cluster_up import free_loopback_block, plan
 
 READY_S = 180.0  # three etcd members and three nodes starting on a loaded 2-core machine
 STOP_S = 120.0
@@ -45,18 +45,7 @@ def cluster_up(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Pat
 
 def own_address() -> str:
     """127.X.Y.1, with X.Y.1 to X.Y.3 bindable and their usual ports free."""
-    rng = random.Random(os.getpid() ^ time.time_ns())
-    for _ in range(50):
-        base = f"127.{rng.randrange(10, 250)}.{rng.randrange(1, 250)}."
-        try:
-            for i in (1, 2, 3):
-                for port in (9092, 6041, 2379, 2380):
-                    with socket.socket() as s:
-                        s.bind((base + str(i), port))
-        except OSError:
-            continue
-        return base + "1"
-    pytest.fail("no free loopback block found")
+    return free_loopback_block(3, (9092, 6041, 2379, 2380), random.Random(os.getpid() ^ time.time_ns()))
 
 
 def parent_pid(pid: int) -> int:

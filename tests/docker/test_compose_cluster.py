@@ -23,7 +23,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -48,6 +47,7 @@ from test_docker import (
 
 from livewalgate import stop_process
 from walgate.gateway.cli import parser, protected_mode_refusal, serve_config
+from walgate.gateway.cluster_up import free_loopback_block
 from walgate.gateway.config import Config
 from walgate.gateway.root_user import ROOT_PASSWORD_FILE_ENV
 
@@ -56,6 +56,7 @@ ETCD_SERVICES = ("etcd1", "etcd2", "etcd3")
 NODE_SERVICES = ("walgate1", "walgate2", "walgate3")
 ROOT_PASSWORD = "cluster-r00t"
 START_S = 120.0
+PORTS = (2379, 2380, 9092, 9093, 9094, 6041, 6042, 6043)  # every port the file's services listen on
 
 
 def services() -> dict[str, Any]:
@@ -165,28 +166,12 @@ def test_compose_cluster_generator_feeds_node_1() -> None:
 # ====================================================================== the whole file, run here
 
 
-def free_block() -> str:
-    """127.X.Y. with .1 to .6 bindable on every port the file uses."""
-    rng = random.Random(os.getpid() ^ time.time_ns())
-    for _ in range(50):
-        base = f"127.{rng.randrange(10, 250)}.{rng.randrange(1, 250)}."
-        try:
-            for i in range(1, 7):
-                for port in (2379, 2380, 9092, 9093, 9094, 6041, 6042, 6043):
-                    with socket.socket() as s:
-                        s.bind((base + str(i), port))
-        except OSError:
-            continue
-        return base
-    pytest.fail("no free loopback block found")
-
-
 class Localized:
     """The compose file's commands and environments for this machine: each service name, and ``0.0.0.0`` in its
     own command, become the service's loopback address; container paths become directories under ``root``."""
 
     def __init__(self, root: Path) -> None:
-        base = free_block()
+        base = free_loopback_block(6, PORTS, random.Random(os.getpid() ^ time.time_ns())).removesuffix("1")
         self.root = root
         self.address = {name: base + str(i) for i, name in enumerate((*ETCD_SERVICES, *NODE_SERVICES), 1)}
         self.secret = root / ROOT_SECRET

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["Member", "Node", "Plan", "plan", "LocalCluster", "ClusterUpError", "add_command"]
+__all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
+           "add_command"]
 
 START_TIMEOUT_S = 120.0  # every member healthy and every node ready, on a loaded machine
 STOP_TIMEOUT_S = 30.0  # a process that has not exited this long after SIGTERM gets SIGKILL
@@ -154,6 +155,16 @@ def loopback_hosts(first: str, count: int) -> list[str]:
             except OSError:
                 return [first]
     return hosts
+
+
+def free_loopback_block(count: int, ports: tuple[int, ...], rng: random.Random) -> str:
+    """The first of ``count`` consecutive loopback addresses 127.X.Y.1.. (X, Y drawn from ``rng``) on which every
+    port of ``ports`` is free now: a cluster of its own beside others on this machine (tests, benchmarks)."""
+    for _ in range(100):
+        base = f"127.{rng.randrange(10, 250)}.{rng.randrange(1, 250)}."
+        if not _in_use([(base + str(i), port) for i in range(1, count + 1) for port in ports]):
+            return base + "1"
+    raise ClusterUpError(f"no block of {count} free loopback addresses found")
 
 
 def _in_use(endpoints: list[tuple[str, int]]) -> list[str]:
