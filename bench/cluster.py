@@ -40,6 +40,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.produce import produce
 from bench.report import Row, Target
 from bench.servers import cpu_seconds
 from bench.together import Gate, at_once
@@ -76,27 +77,8 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 def partition_producer(bootstrap: str, topic: str, partition: int, count: int, gate: Gate) -> tuple[int, float]:
     """:data:`bench.together.Work`: ``count`` 1 KiB values to one partition, acks=1."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1 << 20,
-                  "queue.buffering.max.messages": 1_000_000})
-    p.list_topics(topic, timeout=30)
-    gate.open()
-    value, acked = b"x" * VALUE, [0]
-
-    def report(err: object, msg: object) -> None:
-        if err is None:
-            acked[0] += 1
-
-    for i in range(count):
-        while True:
-            try:
-                p.produce(topic, value, partition=partition, on_delivery=report)
-                break
-            except BufferError:
-                p.poll(0.01)
-        if i % 1000 == 0:
-            p.poll(0)
-    p.flush(120)
-    return acked[0], time.perf_counter()
+    acked, _ = produce(bootstrap, topic, count, VALUE, "1", gate.open, partition)
+    return acked, time.perf_counter()
 
 
 def produce_rate(running: LocalCluster, topic: str, count: int) -> tuple[float, float]:
