@@ -152,7 +152,8 @@ def test_cluster_up_stops_before_starting_anything_when_an_endpoint_is_in_use(tm
         assert proc.wait(60) == 1
     text = out.read_text()
     assert f"already in use: {address}:9092" in text, text
-    assert "pid" not in text and not (tmp_path / "c" / "logs").exists(), "nothing started"
+    assert ": pid " not in text and "stopping" not in text and not (tmp_path / "c" / "logs").exists(), \
+        "nothing started, nothing to stop"
 
 
 def test_plan_shares_one_address_with_ports_counted_up_when_only_it_can_be_bound() -> None:

@@ -426,11 +426,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C does not cut the stop short
             signal.signal(sig, signal.SIG_IGN)
-        print("stopping the nodes, then etcd ...", flush=True)
-        cluster.stop()
-        print(f"stopped. The data is kept in {root} (etcd in {cluster.etcd_dir()}, node N in {root}/nodeN, logs in "
-              f"{root / 'logs'}); `walgate cluster up --data-dir {root}` with the same flags starts it again",
-              flush=True)
+        if cluster.processes:
+            print("stopping the nodes, then etcd ...", flush=True)
+            cluster.stop()
+            print(f"stopped. The data is kept in {root} (etcd in {cluster.etcd_dir()}, node N in {root}/nodeN, logs in "
+                  f"{root / 'logs'}); `walgate cluster up --data-dir {root}` with the same flags starts it again",
+                  flush=True)
     return code
 
 
