@@ -211,13 +211,12 @@ def _get_ok(url: str) -> bool:
 
 class LocalCluster:
     """The processes of :class:`Plan` with their data under ``root`` (``etcd/<member>``, ``node<id>``, and each
-    process's log in ``logs/``). :meth:`start` returns once every member is healthy and every node ready;
-    :meth:`stop` stops every process started, by PID, and is safe to call at any point."""
+    process's log in ``logs/``). :meth:`start` returns once every member is healthy and every node is ready and
+    lists every node; :meth:`stop` stops every process started, by PID, and is safe to call at any point."""
 
-    def __init__(self, layout: Plan, root: Path, *, serve_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, layout: Plan, root: Path) -> None:
         self.plan = layout
         self.root = root
-        self.serve_args = serve_args
         self.processes: list[_Process] = []
 
     def node_dir(self, node: Node) -> Path:
@@ -255,7 +254,7 @@ class LocalCluster:
             self._spawn(f"node{n.node_id}", [
                 sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(self.node_dir(n)),
                 "--host", n.host, "--kafka-port", str(n.kafka_port), "--http-port", str(n.http_port),
-                "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}", *self.serve_args])
+                "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}"])
         self._wait([f"{n.http_url}/readyz" for n in self.plan.nodes], "nodes ready")
         self._wait([n.http_url for n in self.plan.nodes], "listing every node as ready", self._sees_all)
 
