@@ -2,10 +2,11 @@
 
 The real command in a subprocess, on loopback addresses of its own (127.X.Y.1-3, chosen at random so that a
 parallel run does not meet it) and its default ports: it prints how to reach the cluster; confluent-kafka's
-AdminClient creates a topic through the printed bootstrap list, its partitions land on the three nodes, its
+AdminClient creates a topic through the printed bootstrap list, its partitions land on more than one node, its
 Producer and an assigned Consumer write and read each of them through the same list; node 1 holds the demo's
 data. SIGTERM stops it: exit code 0, where the data is printed, and none of the processes it printed (every one its
-child while it ran) is left. Refusals: a non-loopback address is a usage error, an endpoint already in use stops
+child while it ran) is left. The same command and data dir start it again with the topic's records kept and 100
+more demo rows; SIGINT (Ctrl-C) stops it the same way. Refusals: a non-loopback address is a usage error, an endpoint already in use stops
 it before anything starts. :func:`plan`'s fallback (one address, ports counted up) is checked directly.
 """
 
@@ -35,8 +36,8 @@ READY_S = 180.0  # three etcd members and three nodes starting on a loaded 2-cor
 STOP_S = 120.0
 
 
-def cluster_up(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-    out = tmp_path / "cluster-up.out"
+def cluster_up(tmp_path: Path, *args: str, run: str = "") -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp_path / f"cluster-up{run}.out"
     with out.open("wb") as f:
         proc = subprocess.Popen([sys.executable, "-m", "walgate.gateway.cli", "cluster", "up", *args],
                                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=walgate_env())
@@ -61,11 +62,13 @@ def alive(pid: int) -> bool:
 
 
 @contextmanager
-def running_cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, str, dict[str, int]]]:
-    """``walgate cluster up`` until ready; yields the process, its output file, that output, and the PIDs it
-    printed. Whatever the test does, the command and every printed PID are stopped by PID at the end."""
-    proc, out = cluster_up(tmp_path, "--address", own_address(), "--data-dir", str(tmp_path / "cluster"),
-                           "--rows", "100")
+def running_cluster(tmp_path: Path, address: str, run: str
+                    ) -> Iterator[tuple[subprocess.Popen[bytes], Path, str, dict[str, int]]]:
+    """``walgate cluster up`` on ``address`` with its data in ``tmp_path/cluster`` until ready; yields the process,
+    its output file, that output, and the PIDs it printed. Whatever the test does, the command and every printed
+    PID are stopped by PID at the end."""
+    proc, out = cluster_up(tmp_path, "--address", address, "--data-dir", str(tmp_path / "cluster"), "--rows", "100",
+                           run=run)
     pids: dict[str, int] = {}
     try:
         deadline = time.monotonic() + READY_S
@@ -87,9 +90,37 @@ def running_cluster(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], P
                 os.kill(pid, signal.SIGKILL)
 
 
+def read_back(bootstrap: str, count: int) -> dict[int, list[bytes]]:
+    """Every record of partitions 0-2 of ``events`` from offset 0, by an assigned confluent-kafka consumer (bounded:
+    120 polls of at most 1 s)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-up-test", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("events", p, 0) for p in range(3)])
+    got: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    for _ in range(120):
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            got[msg.partition()].append(msg.value())
+        if sum(map(len, got.values())) == count:
+            break
+    consumer.close()
+    return got
+
+
+def stopped_by(proc: subprocess.Popen[bytes], out: Path, pids: dict[str, int], sig: signal.Signals,
+               data_dir: Path) -> None:
+    """``sig`` stops the command: exit code 0, where the data is printed, none of ``pids`` left."""
+    proc.send_signal(sig)
+    assert proc.wait(STOP_S) == 0
+    final = out.read_text()
+    assert f"The data is kept in {data_dir}" in final, final[-2000:]
+    assert not [name for name, pid in pids.items() if alive(pid)], "every process it started is stopped"
+
+
 def test_cluster_up_serves_a_client_through_the_printed_bootstrap_list_and_sigterm_stops_everything(
         tmp_path: Path) -> None:
-    with running_cluster(tmp_path) as (proc, out, text, pids):
+    address, data_dir = own_address(), tmp_path / "cluster"
+    values = {p: [f"p{p}-{i}".encode() for i in range(20)] for p in range(3)}
+    with running_cluster(tmp_path, address, "1") as (proc, out, text, pids):
         assert sorted(pids) == ["etcd-m1", "etcd-m2", "etcd-m3", "node1", "node2", "node3"], text
         assert all(parent_pid(pid) == proc.pid for pid in pids.values()), "every process is the command's child"
         [bootstrap] = re.findall(r"^bootstrap servers: (\S+)$", text, re.M)
@@ -99,41 +130,33 @@ def test_cluster_up_serves_a_client_through_the_printed_bootstrap_list_and_sigte
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("events", 3, 1)])["events"].result(timeout=60)
         meta = admin.list_topics("events", timeout=30)
-        assert {p.leader for p in meta.topics["events"].partitions.values()} == {1, 2, 3}, "one partition a node"
-        assert set(meta.brokers) == {1, 2, 3}
+        # placed by count: node 1 may already hold the demo's 4 vgroups (when it is the node asked, its own SQL
+        # database counts), so the partitions are on two or three nodes
+        leaders = {p.leader for p in meta.topics["events"].partitions.values()}
+        assert len(leaders) >= 2 and leaders <= {1, 2, 3} and leaders <= set(meta.brokers), leaders
 
-        values = {p: [f"p{p}-{i}".encode() for i in range(20)] for p in range(3)}
         producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "message.timeout.ms": 60000})
         errors: list[object] = []
         for p, batch in values.items():
             for v in batch:
                 producer.produce("events", v, partition=p, on_delivery=lambda err, msg: err and errors.append(err))
         assert producer.flush(60) == 0 and errors == []
-
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-up-test",
-                             "enable.auto.commit": False})
-        consumer.assign([TopicPartition("events", p, 0) for p in range(3)])
-        got: dict[int, list[bytes]] = {p: [] for p in range(3)}
-        for _ in range(120):
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got[msg.partition()].append(msg.value())
-            if sum(map(len, got.values())) == 60:
-                break
-        consumer.close()
-        assert got == values
+        assert read_back(bootstrap, 60) == values
 
         node1 = ApiClient(http["1"])
         assert node1.sql("SELECT COUNT(*) FROM power.meters")["data"] == [[100]], "the demo's rows, through node 1"
         assert [row[2] for row in node1.sql("SHOW DNODES")["data"]] == ["ready"] * 3
+        stopped_by(proc, out, pids, signal.SIGTERM, data_dir)
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(STOP_S) == 0
-        final = out.read_text()
-        assert f"The data is kept in {tmp_path / 'cluster'}" in final, final[-2000:]
-        assert not [name for name, pid in pids.items() if alive(pid)], "every process it started is stopped"
-        for log in (tmp_path / "cluster" / "logs").glob("*.log"):
-            assert "Traceback" not in log.read_text(errors="replace"), log
+    # the same command and data dir start the same cluster again; Ctrl-C (SIGINT) stops it like SIGTERM
+    with running_cluster(tmp_path, address, "2") as (proc, out, text, pids):
+        [again] = re.findall(r"^bootstrap servers: (\S+)$", text, re.M)
+        assert again == bootstrap
+        assert read_back(bootstrap, 60) == values, "the topic and its records are kept"
+        assert ApiClient(http["1"]).sql("SELECT COUNT(*) FROM power.meters")["data"] == [[200]], "100 rows more"
+        stopped_by(proc, out, pids, signal.SIGINT, data_dir)
+    for log in (data_dir / "logs").glob("*.log"):
+        assert "Traceback" not in log.read_text(errors="replace"), log
 
 
 def test_cluster_up_refuses_a_non_loopback_address(tmp_path: Path) -> None:

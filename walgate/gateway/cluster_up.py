@@ -353,7 +353,7 @@ def how_to_reach(layout: Plan, root: Path) -> list[str]:
         "",
         "Try it:",
         f'  walgate sql --url {first.http_url} "SHOW DNODES"',
-        f"  walgate topic create events -p {max(3, len(layout.nodes))} -b {bootstrap}   # partitions spread over "
+        f"  walgate topic create events -p {max(3, len(layout.nodes))} -b {bootstrap}   # partitions placed over "
         "the nodes",
         f'  walgate sql --url {first.http_url} "SHOW kafka_events.VGROUPS"',
         f"  kcat -b {bootstrap} -L",
