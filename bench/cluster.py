@@ -13,14 +13,15 @@ shared machine.
   node 2; the client connects there) against one bootstrapped on node 2: the time from a new producer to its first
   acknowledged record (the redirect: one more connection), and the p50 of one-record produce round trips once
   connected; Metadata p50 and p99 (AdminClient ``list_topics``) of the 3-node cluster against the 1-node one.
-* **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, half through the
-  controller (it appends the records itself) and half through another node (a proposal the controller appends):
-  topics (catalog records appended through the record stream) per second, and etcd's revisions (one per etcd
-  write) per topic; then the keys and bytes (keys + values) under the cluster's prefix per 1,000 topics (the controller
-  folds records into ``catalog/snapshot`` every 1000). At steady state (the three producers writing, no DDL):
-  etcd revisions per second, which are the control plane's writes (lease keep-alives write none).
+* **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
+  controller (it appends the records itself), through another node (a proposal the controller appends) and, for
+  the baseline, on a single node without a cluster, a third of the topics each: topics (catalog records appended
+  through the record stream) per second against the single node's, and etcd's revisions (one per etcd write) per
+  topic; then the keys and bytes (keys + values) under the cluster's prefix per 1,000 topics (the controller folds
+  records into ``catalog/snapshot`` every 1000). At steady state (the three producers writing, no DDL): etcd
+  revisions per second, which are the control plane's writes (lease keep-alives write none).
 
-``python -m bench --only cluster`` runs it (``--quick``: fewer records and 100 topics instead of 1,000).
+``python -m bench --only cluster`` runs it (``--quick``: fewer records, 150 topics instead of 1,500).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.produce import produce
 from bench.report import Row, Target
-from bench.servers import cpu_seconds
+from bench.servers import cpu_seconds, walgate
 from bench.together import Gate, at_once
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import parse_endpoints
@@ -170,7 +171,9 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
         rows += [Row(f"  the nodes' CPU-seconds per million records, {n} nodes", cpu[n], "CPU-s", "1 node", cpu[1])
                  for n in (2, 3)]
         rows += _routing_rows(clusters[3], clusters[1], quick)
-        rows += _control_plane_rows(clusters[3], 100 if quick else 1000, count)
+        single = stack.enter_context(walgate(Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="walgate-bench-single-")))))
+        rows += _control_plane_rows(clusters[3], single.bootstrap, 150 if quick else 1500, count)
     return rows
 
 
@@ -204,29 +207,35 @@ def controller(running: LocalCluster) -> int:
         return next(row[0] for row in json.load(r)["data"] if row[3] == "controller")
 
 
-def _control_plane_rows(running: LocalCluster, topics: int, count: int) -> list[Row]:
-    """CreateTopics through the controller (appended directly) and through another node (a proposal the
-    controller appends), half the topics each; etcd's keys and bytes per 1,000 topics; etcd writes at steady state."""
+def _control_plane_rows(running: LocalCluster, single: str, topics: int, count: int) -> list[Row]:
+    """CreateTopics through the controller (appended directly), through another node (a proposal the controller
+    appends) and, beside them, on a single node without a cluster (``single``: its bootstrap), a third of the topics
+    each, ten a request, in turns; etcd's writes per topic on each cluster path, its keys and bytes per 1,000 topics,
+    and its writes per second at steady state."""
     leader = controller(running)
     paths = {"the controller": next(n for n in running.plan.nodes if n.node_id == leader).bootstrap,
-             "another node": next(n for n in running.plan.nodes if n.node_id != leader).bootstrap}
-    rows, first = [], etcd_state(running)
-    for i, (path, bootstrap) in enumerate(paths.items()):
-        before = etcd_state(running)
-        names = [f"t{i}-{k:05d}" for k in range(topics // 2)]
-        start = time.perf_counter()
-        for k in range(0, len(names), 10):
-            create(bootstrap, names[k:k + 10], 1)
-        seconds = time.perf_counter() - start
-        after = etcd_state(running)
-        rows += [Row(f"cluster control plane: CreateTopics through {path}, 10 a request", len(names) / seconds,
-                     "topics/s"),
-                 Row("  etcd writes (revisions) per topic created", (after[0] - before[0]) / len(names), "writes")]
+             "another node": next(n for n in running.plan.nodes if n.node_id != leader).bootstrap,
+             "a single node (no cluster)": single}
+    seconds, writes = dict.fromkeys(paths, 0.0), dict.fromkeys(paths, 0)
+    first = etcd_state(running)
+    per_path = topics // len(paths)
+    for k in range(0, per_path, 10):
+        for i, (path, bootstrap) in enumerate(paths.items()):
+            revision = etcd_state(running)[0]
+            start = time.perf_counter()
+            create(bootstrap, [f"t{i}-{j:05d}" for j in range(k, min(k + 10, per_path))], 1)
+            seconds[path] += time.perf_counter() - start
+            writes[path] += etcd_state(running)[0] - revision
     last = etcd_state(running)
-    per_k = 1000 / (2 * (topics // 2))
+    per_k = 1000 / (2 * per_path)  # the topics the cluster holds
     steady_start, steady_revision = time.perf_counter(), etcd_state(running)[0]
     produce_rate(running, "scale", count)
     steady = (etcd_state(running)[0] - steady_revision) / (time.perf_counter() - steady_start)
+    baseline = per_path / seconds["a single node (no cluster)"]
+    rows = [Row(f"cluster control plane: CreateTopics through {path}, 10 a request", per_path / seconds[path],
+                "topics/s", "a single node (no cluster)", baseline) for path in list(paths)[:2]]
+    rows += [Row(f"  etcd writes (revisions) per topic created through {path}", writes[path] / per_path, "writes")
+             for path in list(paths)[:2]]
     return rows + [
         Row("  etcd keys under the cluster's prefix per 1,000 topics", (last[1] - first[1]) * per_k, "keys"),
         Row("  etcd bytes (keys + values) per 1,000 topics", (last[2] - first[2]) * per_k / 1e3, "kB"),
