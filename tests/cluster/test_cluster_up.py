@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from serve_support import poll_until
 
 from livewalgate import walgate_env
 from walgate.gateway.cli import ApiClient
@@ -96,12 +97,7 @@ def read_back(bootstrap: str, count: int) -> dict[int, list[bytes]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-up-test", "enable.auto.commit": False})
     consumer.assign([TopicPartition("events", p, 0) for p in range(3)])
     got: dict[int, list[bytes]] = {p: [] for p in range(3)}
-    for _ in range(120):
-        msg = consumer.poll(1.0)
-        if msg is not None and msg.error() is None:
-            got[msg.partition()].append(msg.value())
-        if sum(map(len, got.values())) == count:
-            break
+    poll_until(consumer, got, count)
     consumer.close()
     return got
 
