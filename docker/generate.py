@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from walgate.gateway.cli import ApiClient, ApiError
-from walgate.gateway.demo import SETUP, insert, subtables
+from walgate.gateway.demo import insert, setup, subtables
 
 TICK = 0.1  # seconds between inserts
 REPORT_EVERY = 10.0  # seconds between progress lines
@@ -42,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0, help="stop after S seconds (default: at SIGTERM)")
     p.add_argument("--wait", type=float, default=120, help="seconds to wait for the node to answer (default 120)")
     p.add_argument("--ready-file", type=Path, help="touched once the data set and its topics exist")
+    p.add_argument("--vgroups", type=int, default=4,
+                   help="vgroups of database power (default 4; 1 in a cluster, where SQL INSERTs are not forwarded "
+                        "between nodes yet: one vgroup is placed on one node, node 1 when it is the first)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--user", help="walgate user for HTTP Basic auth (default: none)")
     p.add_argument("--password-file", type=Path, help="the user's password (default: WALGATE_PASSWORD)")
@@ -93,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if stop.is_set() else 1
     client = ApiClient(args.url, auth)
     try:
-        for sql in (*SETUP, *subtables()):
+        for sql in (*setup(args.vgroups), *subtables()):
             client.sql(sql)
     except ApiError as e:
         log(f"setup failed: {e}")

@@ -160,6 +160,7 @@ def test_compose_cluster_generator_feeds_node_1() -> None:
     args = load_generator().parser().parse_args(generator["command"])
     assert args.url == f"http://walgate1:{node_config(all_services['walgate1']).http_port}"
     assert args.user == "root" and str(args.password_file) == SECRET_FILE
+    assert args.vgroups == 1, "one vgroup, on node 1 (the first placed): SQL INSERTs are not forwarded between nodes"
     assert generator["depends_on"] == {n: {"condition": "service_healthy"} for n in NODE_SERVICES}
 
 

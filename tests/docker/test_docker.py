@@ -314,7 +314,7 @@ def test_compose_spark_submits_pipeline_meters_py_with_its_real_arguments() -> N
                                                                  "sasl.mechanism": "SCRAM-SHA-512"}
     assert "SCRAM-SHA-512" in load_image().env["WALGATE_SASL_ENABLED_MECHANISMS"].split(",")
     generator_args = load_generator().parser().parse_args(services["generator"]["command"])
-    assert args.topic == "topic_meters" and args.topic in " ".join(load_generator().SETUP)
+    assert args.topic == "topic_meters" and args.topic in " ".join(load_generator().setup())
     assert generator_args.url.startswith("http://walgate:")
     assert writable_volume_target(spark, args.out) == writable_volume_target(spark, args.checkpoint)
     assert spark["depends_on"] == {"walgate": {"condition": "service_healthy"},

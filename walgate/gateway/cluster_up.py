@@ -37,7 +37,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -324,23 +324,20 @@ class LocalCluster:
 # ------------------------------------------------------------------ the command
 
 
-DEMO_DATABASE = "CREATE DATABASE IF NOT EXISTS power VGROUPS 1"
-"""The demo's database in a cluster: one vgroup, so every row goes to one node (SQL INSERTs are not forwarded
-between nodes yet, docs/cluster.md); its topics are the cluster's and any node's bootstrap reaches them."""
-
-
-def load_demo(nodes: list[Node], rows: int) -> Node:
+def load_demo(nodes: Sequence[Node], rows: int) -> Node:
     """``walgate demo``'s data set and ``rows`` rows, through the HTTP API of the node its one vgroup is placed on
-    (which it returns); statements that are ``IF NOT EXISTS``: a restarted cluster loads it again harmlessly, with
-    more rows."""
+    (which it returns): one vgroup, so every row goes to one node (SQL INSERTs are not forwarded between nodes yet,
+    docs/cluster.md); its topics are the cluster's and any node's bootstrap reaches them. Statements that are ``IF
+    NOT EXISTS``: a restarted cluster loads it again harmlessly, with more rows."""
     from walgate.gateway.cli import ApiClient
-    from walgate.gateway.demo import SETUP, insert, subtables
+    from walgate.gateway.demo import insert, setup, subtables
 
-    ApiClient(nodes[0].http_url).sql(DEMO_DATABASE)
+    database, *rest = setup(vgroups=1)
+    ApiClient(nodes[0].http_url).sql(database)
     [[*_, placed, _]] = ApiClient(nodes[0].http_url).sql("SHOW power.VGROUPS")["data"]
     [owner] = [n for n in nodes if n.node_id == placed]
     client = ApiClient(owner.http_url)
-    for statement in (*(s for s in SETUP if not s.startswith("CREATE DATABASE")), *subtables()):
+    for statement in (*rest, *subtables()):
         client.sql(statement)
     rng, now_ms = random.Random(1), int(time.time() * 1000)
     for start in range(0, rows, 1000):

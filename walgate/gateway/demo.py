@@ -33,14 +33,19 @@ CITIES = ("SanFrancisco", "LosAngeles", "SanDiego", "SanJose", "PaloAlto", "Camp
           "Sunnyvale", "SantaClara", "Cupertino")
 TABLES = 100
 GROUP = "demo-group"
-SETUP = (
-    "CREATE DATABASE IF NOT EXISTS power VGROUPS 4",
-    "CREATE STABLE IF NOT EXISTS power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)"
-    " TAGS (location VARCHAR(64), groupid INT)",
-    "CREATE TOPIC IF NOT EXISTS topic_meters AS SELECT ts, current, voltage, phase, groupid, location"
-    " FROM power.meters WHERE voltage > 200",
-    "CREATE TOPIC IF NOT EXISTS topic_power WITH META AS DATABASE power",
-)
+def setup(vgroups: int = 4) -> tuple[str, ...]:
+    """The statements making the demo's database (``vgroups`` vgroups), supertable and topics."""
+    return (
+        f"CREATE DATABASE IF NOT EXISTS power VGROUPS {vgroups}",
+        "CREATE STABLE IF NOT EXISTS power.meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT)"
+        " TAGS (location VARCHAR(64), groupid INT)",
+        "CREATE TOPIC IF NOT EXISTS topic_meters AS SELECT ts, current, voltage, phase, groupid, location"
+        " FROM power.meters WHERE voltage > 200",
+        "CREATE TOPIC IF NOT EXISTS topic_power WITH META AS DATABASE power",
+    )
+
+
+SETUP = setup()
 
 
 def subtables() -> list[str]:
