@@ -51,6 +51,8 @@ ON_COORDINATOR_LANE = frozenset({
     "topics",  # the published snapshot (immutable)
     "producer_ids",  # locked: both lanes allocate
     "data_dir", "damage_log", "syncs",  # the transaction log's open (at start)
+    "share_state_log",  # share groups' durable state: the share coordinator is the coordinator lane's
+    "clock",  # immutable: the share coordinator's expiry reads it
 })
 """Engine entry points the coordinator lane may use."""
 
