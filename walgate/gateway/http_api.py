@@ -81,6 +81,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
@@ -128,6 +129,7 @@ PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and remov
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
 _COORDINATOR = web.AppKey("coordinator", StorageThread)
+_GROUPS = web.AppKey("groups", GroupService)
 _QUERIES = web.AppKey("queries", QueryWorkers)
 _DAMAGE = web.AppKey("damage", DamageLog)
 _INGEST = web.AppKey("ingest", IngestWorkers)
@@ -193,6 +195,7 @@ def make_app(
         app[_METRICS] = metrics
         app.router.add_get("/metrics", _metrics)
     if groups is not None:
+        app[_GROUPS] = groups  # SHOW CONSUMERS / SUBSCRIPTIONS, DROP CONSUMER GROUP: from its lane (coordinator_sql)
         add_console(app, engine, storage, groups, shares)
     return app
 
@@ -250,7 +253,13 @@ async def _sql(request: web.Request) -> web.Response:
             assert answer.body is not None
             return web.Response(body=answer.body, content_type="application/json")
         shared = app[_SHARED]() if _SHARED in app else None
-        if shared is not None:  # cluster mode: users and grants are the cluster's
+        if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
+            if authorizer is not None:
+                check(authorizer, principal, host, stmt, db)
+            result = await coordinator_sql.run(stmt, engine, app[_GROUPS], app[_STORAGE])
+            if authorizer is not None:
+                result = visible(authorizer, principal, host, stmt, result)
+        elif shared is not None:  # cluster mode: users and grants are the cluster's
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
