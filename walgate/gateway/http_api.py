@@ -55,7 +55,8 @@ see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" cod
 for stored data that fails its checksum, 500 for anything unexpected (logged
 with its traceback). Handlers stay thin: every engine call goes through the
 :class:`StorageThread`, but for a SELECT's run, in the :class:`QueryWorkers` (prepared on the storage thread), and
-parsing, on a thread of its own. A SELECT stopped because its client went away or it passed ``sql.timeout.ms`` answers 400
+parsing, on a thread of its own, and but for SHOW CONSUMERS / SUBSCRIPTIONS and DROP CONSUMER GROUP, asked of the
+coordinator lane first (:mod:`walgate.gateway.coordinator_sql`). A SELECT stopped because its client went away or it passed ``sql.timeout.ms`` answers 400
 with TDengine's "Query killed" code (0x022D); one scanning more than ``sql.max.bytes`` 400 with its limit.
 
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked

@@ -21,6 +21,9 @@ acknowledgements the request carries applied first (KIP-932).
   is answered at once.
 * Long poll: a request that acknowledged nothing and acquired nothing waits up to ``max_wait_ms`` for an append to
   one of its partitions or for a lock to end, then acquires again.
+* Lanes: the session, the acknowledgements and what acquiring needs read are one coordinator-lane call (the
+  acknowledgements durable before anything is read); each round then reads its partitions on the storage lane and
+  acquires on the coordinator lane against what it read (:mod:`walgate.gateway.kafka.share_reads`).
 * Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
   answers every partition KAFKA_STORAGE_ERROR, acknowledgements and acquisitions undone
   (:mod:`walgate.gateway.kafka.shares`).

@@ -2,7 +2,7 @@
 
 A group with members is ``Stable``; one whose members are all gone but that has share-partition state is
 ``Empty`` (epoch 0); any other id is GROUP_ID_NOT_FOUND, as Kafka answers an id that is no share group. Topic ids are
-looked up on the storage thread, in the same call as the coordinator's.
+looked up in the topics snapshot, in the same coordinator-lane call as the coordinator's.
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized operations
 when asked for.

@@ -1,8 +1,8 @@
 """ShareGroupHeartbeat (key 76) v1: KIP-932 share-group membership; the coordinator owns the assignment
 (:mod:`walgate.coordinator.share_group`: several members may share a partition).
 
-Topics travel as names in the subscription and as ids in the assignment, translated on the storage thread in the
-same call as the coordinator's. A member that leaves (epoch -1) ends its share session and releases the records it
+Topics travel as names in the subscription and as ids in the assignment, translated through the topics snapshot in
+the same coordinator-lane call as the coordinator's. A member that leaves (epoch -1) ends its share session and releases the records it
 holds. A refused write of what that released is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka's ``handleShareGroupHeartbeat``): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on
