@@ -42,6 +42,7 @@ from walgate.coordinator.share_group import ShareGroups
 from walgate.gateway.kafka.deadline_timer import DeadlineTimer
 from walgate.gateway.kafka.share_reads import LogRead, LogReads, read_logs
 from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.clock import Clock
 from walgate.storage.durability import Syncable
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound
@@ -108,6 +109,7 @@ class ShareService:
         self._timer = DeadlineTimer("share group timer", self._tick, self.now_ms, log)
         self._next_ms: int | None = None  # the coordinator's next expiry, as the last call left it (coordinator lane)
         self._engine = engine
+        self._clock: Clock | None = None  # the engine's, read on the coordinator lane at open
         self.configs = GroupTimeouts(0, 0, lambda group_id: engine.topics().group_configs(group_id), lock_ms,
                                      delivery_limit, lock_bounds, delivery_bounds)
         self._logs = _LaneLogs(engine, self.configs, max_in_flight)
@@ -122,6 +124,7 @@ class ShareService:
         """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator; the log, whose
         group-commit syncs the coordinator lane takes (``GroupCommit.own``)."""
         def open_log() -> list[Syncable]:
+            self._clock = self._engine.clock
             self._log = self._engine.share_state_log()
             self.coordinator.load(self._log.states())
             self.group_ids = self.coordinator.group_ids()
@@ -134,8 +137,9 @@ class ShareService:
         return self._engine.topics().partition_count(topic)
 
     def now_ms(self) -> int:
-        """The engine's clock, in ms (what expiry and the timer read)."""
-        return self._engine.clock.time_ms()
+        """The engine's clock, in ms (what expiry and the timer read; any thread, once open)."""
+        assert self._clock is not None  # (open() comes before any call)
+        return self._clock.time_ms()
 
     async def run(self, fn: Callable[[TopicsSnapshot, ShareCoordinator], T]) -> T:
         """``fn(topics, coordinator)`` on the coordinator lane, its changes durable before it returns (module doc);
