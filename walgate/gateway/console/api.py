@@ -88,8 +88,8 @@ class _Console:
         engine = self._engine
         listed = await self._storage.call(views.groups, engine, self._groups.groups)
         if shares is not None:  # the share coordinator's part on its lane, then the high watermarks on the storage lane
-            shared = await self._groups.lane.call(views.share_groups, engine.topics(), shares,
-                                                  {g["group_id"] for g in listed})
+            ids = {g["group_id"] for g in listed}
+            shared = await self._groups.lane.call(lambda: views.share_groups(engine.topics(), shares, ids))
             listed += await self._storage.call(views.high_watermarks, engine, shared)
         return _json({"groups": listed})
 
