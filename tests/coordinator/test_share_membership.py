@@ -9,7 +9,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.group_configs import GroupTimeouts
-from walgate.coordinator.share_coordinator import AckBatch, ShareCoordinator, ShareSettings
+from walgate.coordinator.share_coordinator import AckBatch, ReadWant, ShareCoordinator, ShareSettings
 from walgate.coordinator.share_group import ShareGroups, ShareMember, assign
 from walgate.coordinator.share_partition import Acquired
 
@@ -243,3 +243,46 @@ def test_writes_refused_after_the_call_are_undone_back_to_the_last_durable_one()
     assert (sp.start, sp.holder(1), sp.holder(2)) == (1, "a", "a")  # 1 is the member's again, 0 stays accepted
     c.refused()  # nothing left to undo
     assert c.partitions[("g", "t", 0)] is sp
+
+
+class UnreadLogs(Logs):
+    """Logs whose watermarks are not known now (the coordinator lane between a ShareFetch's reads)."""
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
+        super().watermarks(topic, partition)  # raises for a partition the log does not have
+        return None
+
+
+def test_an_acknowledgement_where_nothing_was_acquired_is_refused_and_makes_no_state():
+    c = ShareCoordinator(ShareGroups(session_timeout_ms=5000), UnreadLogs())
+    beat(c.groups, "a", 0, ["t"])
+    c.session("g", "a", 0, fetch=True)
+    result = c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [1]), AckBatch("t", 9, 0, 0, [1])], 0,
+                           lambda exc: 3)
+    assert (result[("t", 0)].ack_error, result[("t", 0)].ack_message) == (
+        ErrorCode.invalid_record_state, "offset 0 is not acquired by this member")
+    assert result[("t", 9)].ack_error == 3  # no such partition: the caller's code
+    bad = c.acknowledge("g", "a", [AckBatch("t", 0, 1, 0, [1])], 0, lambda exc: 3)
+    assert bad[("t", 0)].ack_error == ErrorCode.invalid_request  # a malformed batch, as where there is state
+    assert c.take_records() == [] and c.partitions == {}  # nothing made, nothing to write
+    # without watermarks nothing is acquired (nor made) either: the caller reads the log first
+    c.update_session("g", "a", [("t", 0)], [])
+    assert c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 3)[("t", 0)].acquired == []
+    assert c.partitions == {}
+
+
+def test_reads_name_what_acquiring_needs_from_each_log():
+    logs = Logs()
+    logs.ends[("t", 1)] = (0, 10)
+    c = ShareCoordinator(ShareGroups(session_timeout_ms=5000), logs)
+    beat(c.groups, "a", 0, ["t"])
+    c.session("g", "a", 0, fetch=True)
+    c.update_session("g", "a", [("t", 0)], [])
+    assert c.reads("g", [("t", 0)]) == [ReadWant("t", 0, None, 2000, True, "earliest")]  # no state: from the reset
+    c.acquire("g", "a", [("t", 0)], 4, 0, lambda exc: 3)
+    c.written()
+    assert c.reads("g", [("t", 0), ("t", 1)]) == [
+        ReadWant("t", 0, 4, 2000),  # the first record it could acquire, and the in-flight window's end
+        ReadWant("t", 1, None, 2000, True, "earliest")]
+    c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [2])], 0, lambda exc: 3)  # 0 and 1 released
+    assert c.reads("g", [("t", 0)]) == [ReadWant("t", 0, 0, 2000)]

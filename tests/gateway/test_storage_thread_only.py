@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gateway_helpers import KafkaConnection
+from test_kafka_share_groups import acquired, call, earliest, join, share_ack, share_fetch, topic_with_records
 
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway import server as server_module
@@ -51,6 +53,8 @@ ON_COORDINATOR_LANE = frozenset({
     "topics",  # the published snapshot (immutable)
     "producer_ids",  # locked: both lanes allocate
     "data_dir", "damage_log", "syncs",  # the transaction log's open (at start)
+    "share_state_log",  # share groups' durable state: the share coordinator is the coordinator lane's
+    "clock",  # immutable: the share coordinator's expiry reads it
 })
 """Engine entry points the coordinator lane may use."""
 
@@ -153,6 +157,19 @@ def clients(bootstrap: str, http: str) -> None:
     assert sql(http, "SELECT COUNT(*) FROM st.meters")["data"] == [[6]]  # prepared here, run in a query worker
 
 
+def share_clients(address: tuple[str, int]) -> None:
+    """A share group's membership, fetch (its read on the storage lane), acknowledgement and offsets (kio's
+    requests: the share coordinator on the coordinator lane)."""
+    with KafkaConnection(address) as conn:
+        topic_id = topic_with_records(conn, "queue", 2)
+        earliest(conn, "workers")
+        assert join(conn, "workers", "queue").error_code == 0
+        assert acquired(share_fetch(conn, "workers", 0, topic_id)) == [(0, 1, 1)]
+        assert share_ack(conn, "workers", 1, topic_id, 0, 1).error_code == 0
+        [group] = call(conn, 90, 1, {"groups": [{"group_id": "workers", "topics": None}]}).groups
+        assert [(p.start_offset, p.lag) for t in group.topics for p in t.partitions] == [(2, 0)]
+
+
 async def test_each_part_is_touched_only_by_its_owner_lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     violations: list[str] = []
 
@@ -170,6 +187,7 @@ async def test_each_part_is_touched_only_by_its_owner_lane(tmp_path: Path, monke
     async with Gateway(config) as gateway:
         host, port = gateway.http_address
         await asyncio.to_thread(clients, f"127.0.0.1:{gateway.kafka_address[1]}", f"http://{host}:{port}")
+        await asyncio.to_thread(share_clients, gateway.kafka_address)
     assert not violations, f"{len(violations)} uses off the owner lane; the first:\n{violations[0]}"
 
 

@@ -82,10 +82,10 @@ def _refusal(coordinator: ShareCoordinator, group_id: str) -> tuple[int, str | N
 
 def _lag(coordinator: ShareCoordinator, topic: str, partition: int, start: int, done: int) -> int:
     try:
-        _, high_watermark = coordinator.logs.watermarks(topic, partition)
+        marks = coordinator.logs.watermarks(topic, partition)
     except Exception:  # noqa: BLE001 - a partition whose log cannot be read has no known lag
         return -1
-    return max(0, high_watermark - max(start, 0) - done)
+    return -1 if marks is None else max(0, marks[1] - max(start, 0) - done)
 
 
 def _described(coordinator: ShareCoordinator, group_id: str, topic: str, partitions: Sequence[int]) -> list[

@@ -37,10 +37,13 @@ from typing import Any, NamedTuple, Protocol
 from kio.schema.errors import ErrorCode
 
 from walgate.coordinator.share_group import ShareGroups
-from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, ranges_of
+from walgate.coordinator.share_partition import Ack, AckError, Acquired, SharePartition, check_batch, ranges_of
 
-__all__ = ["AckBatch", "PartitionResult", "ShareCoordinator", "ShareGroupStats", "ShareKey", "ShareLogs",
+__all__ = ["AckBatch", "PartitionResult", "ReadWant", "ShareCoordinator", "ShareGroupStats", "ShareKey", "ShareLogs",
            "ShareSettings"]
+
+_NO_END = 1 << 63
+"""Past every offset."""
 
 ShareKey = tuple[str, str, int]
 """(group id, topic key, partition)."""
@@ -59,14 +62,29 @@ class ShareSettings:
 
 
 class ShareLogs(Protocol):
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """(log start, high watermark) of a topic key's partition; raises when it has none."""
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(log start, high watermark) of a topic key's partition; raises when it has none; None when they are not
+        known now (the log is read elsewhere: :meth:`ShareCoordinator.reads` says what to read before acquiring)."""
 
     def settings(self, group_id: str) -> ShareSettings:
         """The group's share settings now."""
 
     def stable(self, topic: str, partition: int) -> int:
         """The last stable offset of a topic key's partition (read_committed acquires below it)."""
+
+
+class ReadWant(NamedTuple):
+    """What acquiring in one share-partition needs read from its log: its watermarks and, from ``first`` (the first
+    record it could acquire; None: nothing), the batches before ``end`` (where its in-flight window ends). ``fresh``:
+    it has no state yet; it starts at the log's start or end as ``reset`` (``share.auto.offset.reset``) says, and
+    ``end`` is ``max_in_flight`` past that."""
+
+    topic: str
+    partition: int
+    first: int | None
+    end: int
+    fresh: bool = False
+    reset: str = "latest"
 
 
 class AckBatch(NamedTuple):
@@ -196,11 +214,16 @@ class ShareCoordinator:
 
     # -- partitions ---------------------------------------------------------------------------------------------
 
-    def _partition(self, group_id: str, topic: str, partition: int) -> SharePartition:
+    def _partition(self, group_id: str, topic: str, partition: int) -> SharePartition | None:
+        """The share-partition of the key, rebuilt from its durable value or made at ``share.auto.offset.reset``;
+        its start moved up to the log's start. None when it has no state and the log's watermarks are not known
+        now."""
         key = (group_id, topic, partition)
         sp = self.partitions.get(key)
         settings = self.logs.settings(group_id)
-        log_start, log_end = self.logs.watermarks(topic, partition)
+        marks = self.logs.watermarks(topic, partition)
+        if sp is None and marks is None and key not in self._stored:
+            return None
         if sp is None:
             stored = self._stored.pop(key, None)
             if stored is not None:  # undone to itself (its durable value is not lost with a refused write)
@@ -208,13 +231,14 @@ class ShareCoordinator:
                                                 settings.max_in_flight)
                 self._undo.setdefault(key, sp.copy())
             else:
-                start = log_start if settings.reset == "earliest" else log_end
+                assert marks is not None  # (returned above otherwise)
+                start = marks[0] if settings.reset == "earliest" else marks[1]
                 sp = SharePartition(start, settings.lock_ms, settings.delivery_limit, settings.max_in_flight)
                 self._undo.setdefault(key, None)
             self.partitions[key] = sp
         sp.lock_ms, sp.delivery_limit = settings.lock_ms, settings.delivery_limit
-        if log_start > sp.start:
-            self._changing(key).move_start(log_start)
+        if marks is not None and marks[0] > sp.start:
+            self._changing(key).move_start(marks[0])
         return sp
 
     def expire(self, now_ms: int, partitions: Callable[[str], int | None]) -> None:
@@ -338,6 +362,11 @@ class ShareCoordinator:
             if result.ack_error != ErrorCode.none:
                 continue
             try:
+                key = (group_id, b.topic, b.partition)
+                if key not in self.partitions and key not in self._stored:  # nothing acquired there: no state made
+                    self.logs.watermarks(b.topic, b.partition)  # raises for a partition the log does not have
+                    check_batch(b.first, b.last, b.types)
+                    raise AckError(f"offset {b.first} is not acquired by this member")
                 self._partition(group_id, b.topic, b.partition)
                 self._changing((group_id, b.topic, b.partition)).acknowledge(member_id, b.first, b.last, b.types,
                                                                             now_ms)
@@ -370,7 +399,10 @@ class ShareCoordinator:
                 continue
             try:
                 sp = self._partition(group_id, topic, partition)
-                _, log_end = self.logs.watermarks(topic, partition)
+                marks = self.logs.watermarks(topic, partition)
+                if sp is None or marks is None:  # its log was not read for this call: the next reads it
+                    continue
+                log_end = marks[1]
                 if self.logs.settings(group_id).committed:
                     log_end = min(log_end, self.logs.stable(topic, partition))
             except Exception as exc:  # noqa: BLE001 - answered per partition
@@ -386,6 +418,19 @@ class ShareCoordinator:
                 log_end = cap(topic, partition, first, min(log_end, sp.start + sp.max_in_flight))
             result.acquired = sp.acquire(member_id, log_end, left, now_ms)
             left -= sum(a.last - a.first + 1 for a in result.acquired)
+        return out
+
+    def reads(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> list[ReadWant]:
+        """What :meth:`acquire` over ``partitions`` needs read from their logs now (see :class:`ReadWant`); a
+        share-partition with durable state only is rebuilt (unchanged) to say it."""
+        settings = self.logs.settings(group_id)
+        out = []
+        for topic, partition in partitions:
+            sp = self._loaded((group_id, topic, partition))
+            if sp is None:
+                out.append(ReadWant(topic, partition, None, settings.max_in_flight, True, settings.reset))
+            else:
+                out.append(ReadWant(topic, partition, sp.first_available(_NO_END), sp.start + sp.max_in_flight))
         return out
 
     # -- administration (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups)

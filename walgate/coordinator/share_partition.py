@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-__all__ = ["Ack", "AckError", "Acquired", "RecordState", "SharePartition", "ranges_of"]
+__all__ = ["Ack", "AckError", "Acquired", "RecordState", "SharePartition", "check_batch", "ranges_of"]
 
 
 class RecordState(enum.IntEnum):
@@ -182,11 +182,7 @@ class SharePartition:
     def acknowledge(self, member: str, first: int, last: int, types: list[int], now_ms: int) -> None:
         """Apply one acknowledgement batch of ``member``: ``types`` holds one type for the whole range or one per
         offset. Refuses (:class:`AckError`), changing nothing, a range holding a record ``member`` does not hold."""
-        if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
-            raise AckError(f"bad acknowledgement batch {first}..{last} with {len(types)} types", True)
-        for t in types:
-            if t not in Ack.__members__.values():
-                raise AckError(f"unknown acknowledge type {t}", True)
+        check_batch(first, last, types)
         for offset in range(first, last + 1):
             rec = self.records.get(offset) if offset >= self.start else None
             if rec is None or rec.state != RecordState.ACQUIRED or rec.member != member:
@@ -271,6 +267,16 @@ class SharePartition:
                 sp.records[offset] = _Record(kind, int(count))
         sp._advance()
         return sp
+
+
+def check_batch(first: int, last: int, types: list[int]) -> None:
+    """Refuse (:class:`AckError`, INVALID_REQUEST) a malformed acknowledgement batch: an empty range, a type count
+    that is neither one nor one per offset, an unknown type."""
+    if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
+        raise AckError(f"bad acknowledgement batch {first}..{last} with {len(types)} types", True)
+    for t in types:
+        if t not in Ack.__members__.values():
+            raise AckError(f"unknown acknowledge type {t}", True)
 
 
 def ranges_of(taken: list[tuple[int, int]]) -> Iterator[Acquired]:

@@ -55,7 +55,8 @@ see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" cod
 for stored data that fails its checksum, 500 for anything unexpected (logged
 with its traceback). Handlers stay thin: every engine call goes through the
 :class:`StorageThread`, but for a SELECT's run, in the :class:`QueryWorkers` (prepared on the storage thread), and
-parsing, on a thread of its own. A SELECT stopped because its client went away or it passed ``sql.timeout.ms`` answers 400
+parsing, on a thread of its own, and but for SHOW CONSUMERS / SUBSCRIPTIONS and DROP CONSUMER GROUP, asked of the
+coordinator lane first (:mod:`walgate.gateway.coordinator_sql`). A SELECT stopped because its client went away or it passed ``sql.timeout.ms`` answers 400
 with TDengine's "Query killed" code (0x022D); one scanning more than ``sql.max.bytes`` 400 with its limit.
 
 Authorization: when the node has an authorizer (``authorizer_class_name``), SQL, line protocol and CSV are checked
@@ -81,6 +82,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
@@ -128,6 +130,7 @@ PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and remov
 _ENGINE = web.AppKey("engine", Engine)
 _STORAGE = web.AppKey("storage", StorageThread)
 _COORDINATOR = web.AppKey("coordinator", StorageThread)
+_GROUPS = web.AppKey("groups", GroupService)
 _QUERIES = web.AppKey("queries", QueryWorkers)
 _DAMAGE = web.AppKey("damage", DamageLog)
 _INGEST = web.AppKey("ingest", IngestWorkers)
@@ -193,6 +196,7 @@ def make_app(
         app[_METRICS] = metrics
         app.router.add_get("/metrics", _metrics)
     if groups is not None:
+        app[_GROUPS] = groups  # SHOW CONSUMERS / SUBSCRIPTIONS, DROP CONSUMER GROUP: from its lane (coordinator_sql)
         add_console(app, engine, storage, groups, shares)
     return app
 
@@ -250,7 +254,13 @@ async def _sql(request: web.Request) -> web.Response:
             assert answer.body is not None
             return web.Response(body=answer.body, content_type="application/json")
         shared = app[_SHARED]() if _SHARED in app else None
-        if shared is not None:  # cluster mode: users and grants are the cluster's
+        if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
+            if authorizer is not None:
+                check(authorizer, principal, host, stmt, db)
+            result = await coordinator_sql.run(stmt, engine, app[_GROUPS], app[_STORAGE])
+            if authorizer is not None:
+                result = visible(authorizer, principal, host, stmt, result)
+        elif shared is not None:  # cluster mode: users and grants are the cluster's
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)

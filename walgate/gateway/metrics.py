@@ -13,8 +13,8 @@ Two kinds of values, and no copy of state:
   :class:`Metrics` has its own registry, so several gateways can run in one process.
 * state (partitions, consumer groups, share groups, committed offsets and lag, the batch cache, the lanes' queues,
   fsync latency): produced at scrape time by :class:`StateCollector`, which asks the lanes for it in bounded steps:
-  one storage-thread call for the share groups' counts, the topic ids and the list of partitions, one coordinator-lane
-  call for the groups and the committed offsets (a copy of the coordinator's map; asked from the event loop, so the
+  one storage-thread call for the topic ids and the list of partitions, one coordinator-lane
+  call for the groups, the share groups' counts and the committed offsets (a copy of the coordinator's map; asked from the event loop, so the
   storage thread never waits for it), then one storage-thread call per :data:`SCRAPE_PAGE` partitions (their offsets
   and their WALs' sizes), so a
   scrape of many partitions holds the storage thread for one page at a time and the calls queued meanwhile
@@ -151,7 +151,7 @@ class Metrics:
     def track(self, lanes: Mapping[str, StorageThread], engine: Engine, groups: GroupCoordinator,
               shares: ShareStats | None = None) -> None:
         """Report the state of ``engine`` (its partitions and batch cache), ``groups``, the share groups
-        (``shares()``, on the storage thread) and the queue of each of ``lanes`` (by ``lane`` label; the storage
+        (``shares()``, on the coordinator lane) and the queue of each of ``lanes`` (by ``lane`` label; the storage
         thread's is :data:`STORAGE_LANE`) at every scrape (call once, on the event loop)."""
         self.registry.register(StateCollector(self, lanes, engine, groups, asyncio.get_running_loop(), shares))
 
@@ -325,23 +325,24 @@ class _Head:
     topic_ids: dict[uuid.UUID, str]
     cache: tuple[int, int, int]  # hits, misses, bytes
     queued: dict[str, int]  # lane -> calls waiting for it
-    shares: list[ShareGroupStats]
 
 
 ShareStats = Callable[[], list[ShareGroupStats]]
-"""The share groups' counts now (the share coordinator's ``stats``; storage thread)."""
+"""The share groups' counts now (the share coordinator's ``stats``; coordinator lane)."""
 
 
-def _head(engine: Engine, lanes: Mapping[str, StorageThread], shares: ShareStats | None) -> _Head:
+def _head(engine: Engine, lanes: Mapping[str, StorageThread]) -> _Head:
     cache = engine.batch_cache
     return _Head(engine.partition_keys(), dict(engine.topics_by_id()), (cache.hits, cache.misses, cache.size),
-                 {lane: thread.queued for lane, thread in lanes.items()}, shares() if shares is not None else [])
+                 {lane: thread.queued for lane, thread in lanes.items()})
 
 
-def _coordinator_state(engine: Engine, groups: GroupCoordinator) -> tuple[list[tuple[str, str, int, int]],
-                                                                          list[GroupStats]]:
-    """The committed offsets (group, topic, partition, offset) and the groups' counts: on the coordinator lane."""
-    return [(g, t, p, c.offset) for g, t, p, c in engine.all_committed()], list(groups.group_stats())
+def _coordinator_state(engine: Engine, groups: GroupCoordinator, shares: ShareStats | None
+                       ) -> tuple[list[tuple[str, str, int, int]], list[GroupStats], list[ShareGroupStats]]:
+    """The committed offsets (group, topic, partition, offset), the groups' and the share groups' counts: on the
+    coordinator lane."""
+    return ([(g, t, p, c.offset) for g, t, p, c in engine.all_committed()], list(groups.group_stats()),
+            shares() if shares is not None else [])
 
 
 async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, StorageThread],
@@ -351,15 +352,16 @@ async def _state(engine: Engine, groups: GroupCoordinator, lanes: Mapping[str, S
     holds the storage thread while it waits for the coordinator lane). ``waiting[0]`` names the lane it waits for."""
     storage = lanes[STORAGE_LANE]
     waiting[0] = "the storage thread"
-    head = await storage.call(_head, engine, lanes, shares)
+    head = await storage.call(_head, engine, lanes)
     waiting[0] = "the coordinator lane"
-    committed, group_stats = await lanes.get(COORDINATOR_LANE, storage).call(_coordinator_state, engine, groups)
+    committed, group_stats, share_stats = await lanes.get(COORDINATOR_LANE, storage).call(
+        _coordinator_state, engine, groups, shares)
     waiting[0] = "the storage thread"
     partitions: list[PartitionStats] = []
     for start in range(0, len(head.partitions), SCRAPE_PAGE):
         partitions += await storage.call(engine.partitions.stats, head.partitions[start : start + SCRAPE_PAGE])
     return _State(partitions, committed, group_stats, head.topic_ids, head.cache, head.queued, engine.syncs,
-                  head.shares)
+                  share_stats)
 
 
 class StateCollector(Collector):

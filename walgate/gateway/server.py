@@ -342,7 +342,7 @@ class Gateway:
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.transactions = await self._transaction_service(engine)
         broker.shares = ShareService(
-            engine, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
+            engine, self._coordinator, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
             delivery_limit=cfg.group_share_delivery_count_limit,
             heartbeat_interval_ms=cfg.group_share_heartbeat_interval_ms,
             session_timeout_ms=cfg.group_share_session_timeout_ms,
@@ -350,7 +350,8 @@ class Gateway:
             lock_bounds=(cfg.group_share_min_record_lock_duration_ms, cfg.group_share_max_record_lock_duration_ms),
             delivery_bounds=(cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
             wake=wakeups.records_appended)
-        await broker.shares.open()  # share_groups.log, before any request
+        # share_groups.log, before any request; its group-commit syncs are the coordinator lane's
+        self._group_commit.own(self._coordinator, await broker.shares.open())
         broker.authorizer = self._authorizer
         broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         await self._storage.call(engine.apply_topic_defaults, cfg.node_id)  # finishes a change a crash cut short

@@ -51,6 +51,7 @@ from walgate.storage.render import KafkaRows
 from walgate.storage.result import Result
 from walgate.storage.retention import Retention
 from walgate.storage.select import PreparedSelect, Selects
+from walgate.storage.share_state_log import SHARE_GROUPS_LOG, ShareStateLog
 from walgate.storage.show import Dnode, Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
@@ -456,6 +457,12 @@ class Engine:
         calls; empty without group commit."""
         unsynced = self.store.coordinator_unsynced
         return unsynced.take() if unsynced is not None else []
+
+    def share_state_log(self) -> ShareStateLog:
+        """On the coordinator lane: ``share_groups.log`` opened (replayed; damage reported), its group-commit notes
+        the coordinator lane's own (:meth:`take_coordinator_unsynced`)."""
+        return ShareStateLog.open(self.data_dir / SHARE_GROUPS_LOG, self.damage_log, self.syncs,
+                                  self.store.coordinator_unsynced)
 
     # ------------------------------------------------------------ maintenance
 

@@ -14,7 +14,7 @@ compacted:
   (a :class:`~walgate.storage.group_committed_log.GroupCommittedLog`, whose docstring says how). Opened alone (tools,
   tests) the write and its fsync run before it returns, and when the disk refuses either nothing changes and
   :class:`~walgate.storage.errors.StorageUnavailable` is raised. Opened with the engine's group-commit ledger (the
-  gateway) it only notes what its caller must wait for: the write and the fsync run off the storage thread, one for
+  gateway) it only notes what its caller must wait for: the write and the fsync run off its lane, one for
   every write queued meanwhile; a failed one refuses every write not yet durable (the ledger's waiters get
   StorageUnavailable) and counts in :attr:`ShareStateLog.refusals`, which the share coordinator's owner reads to
   undo the changes it made ahead of the disk. Either way an acknowledgement is answered only once durable.

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from walgate.storage.errors import Unsupported
 from walgate.storage.group_offsets import GroupOffsets
+from walgate.storage.observers import ConsumerRow
 from walgate.storage.result import Result
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -13,7 +14,7 @@ from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
 from walgate.storage.values import format_timestamp
 
-__all__ = ["Show", "Dnode"]
+__all__ = ["Show", "Dnode", "consumers"]
 
 _TOPIC_TYPES = {"database": "db", "stable": "stable", "select": "column", "kafka": "kafka"}
 
@@ -28,6 +29,17 @@ class Dnode:
     endpoint: str  # the Kafka endpoint it advertises, host:port ("" when not known)
     status: str
     note: str = ""
+
+
+def consumers(members: list[ConsumerRow]) -> Result:
+    """SHOW CONSUMERS: one row per consumer-group member (the coordinator's ``members``)."""
+    cols = [("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("client_id", "VARCHAR", 192),
+            ("host", "VARCHAR", 64), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
+            ("assignment", "VARCHAR", 1024), ("last_heartbeat", "TIMESTAMP", 8)]
+    rows = [[c.member_id, c.group, c.client_id, c.host, c.state, ",".join(sorted(c.assignment)),
+             ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(c.assignment.items())),
+             format_timestamp(c.last_heartbeat_ms, "ms")] for c in members]
+    return Result(cols, rows)
 
 
 class Show:
@@ -79,19 +91,14 @@ class Show:
                     for t in store.catalog.topics.values()]
             return Result(cols, rows)
         if what == "CONSUMERS":
-            cols = [("consumer_id", "VARCHAR", 192), ("consumer_group", "VARCHAR", 192), ("client_id", "VARCHAR", 192),
-                    ("host", "VARCHAR", 64), ("status", "VARCHAR", 20), ("topics", "VARCHAR", 1024),
-                    ("assignment", "VARCHAR", 1024), ("last_heartbeat", "TIMESTAMP", 8)]
-            rows = [[c.member_id, c.group, c.client_id, c.host, c.state, ",".join(sorted(c.assignment)),
-                     ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(c.assignment.items())),
-                     format_timestamp(c.last_heartbeat_ms, "ms")] for c in store.consumers.consumers()]
-            return Result(cols, rows)
+            return consumers(store.consumers.consumers())
         if what == "DNODES":
             cols = [("id", "SMALLINT", 2), ("endpoint", "VARCHAR", 134), ("status", "VARCHAR", 10),
                     ("note", "VARCHAR", 256)]
             return Result(cols, [[d.id, d.endpoint, d.status, d.note] for d in self.dnodes])
         if what == "SUBSCRIPTIONS":
-            return self._subscriptions()
+            return self.subscriptions(store.consumers.consumers(),
+                                      [(g, t, p, c.offset) for g, t, p, c in self.offsets.all()])
         if what == "QUARANTINE":
             return self._quarantine()
         raise Unsupported(f"SHOW {what} is not supported")
@@ -110,15 +117,17 @@ class Show:
                 ("v1_status", "VARCHAR", 9)]
         return Result(cols, rows)
 
-    def _subscriptions(self) -> Result:
-        """One row per (topic, group, partition) assigned to a member or with a committed offset: the committed
-        offset, the WAL version of the record it points at (the next to read) and the lag behind the high watermark."""
+    def subscriptions(self, members: list[ConsumerRow], offsets: list[tuple[str, str, int, int]]) -> Result:
+        """SHOW SUBSCRIPTIONS from the coordinator's ``members`` and committed ``offsets`` (group, topic,
+        partition, offset), both read on the coordinator lane first: one row per (topic, group, partition) assigned
+        to a member or with a committed offset: the committed offset, the WAL version of the record it points at
+        (the next to read) and the lag behind the high watermark (storage lane)."""
         owners: dict[tuple[str, str, int], str] = {}
-        for c in self.store.consumers.consumers():
+        for c in members:
             for topic, partitions in c.assignment.items():
                 for p in partitions:
                     owners[(topic, c.group, p)] = c.member_id
-        committed = {(t, g, p): c.offset for g, t, p, c in self.offsets.all()}
+        committed = {(t, g, p): offset for g, t, p, offset in offsets}
         rows = []
         for key in sorted(set(owners) | set(committed)):
             topic, group, partition = key

@@ -18,7 +18,7 @@ import re
 import shutil
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -28,6 +28,7 @@ from walgate.storage.catalog import DatabaseDef, StableDef, TopicDef
 from walgate.storage.entry import DecodedEntry, decode_entry
 from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, StorageError
 from walgate.storage.group_offsets import GroupOffsets
+from walgate.storage.observers import ConsumerRow
 from walgate.storage.offsets import OffsetIndex
 from walgate.storage.render import KafkaRows, render
 from walgate.storage.result import Result, affected
@@ -39,7 +40,7 @@ from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, CorruptEntry
 from walgate.wire import batch_header, batch_prefix, decode_batches, record_timestamps
 
-__all__ = ["PartitionStats", "TopicViews", "stored_batch"]
+__all__ = ["PartitionStats", "TopicViews", "drop_consumer_group", "stored_batch"]
 
 log = logging.getLogger("walgate.engine")
 
@@ -306,14 +307,10 @@ class TopicViews:
             store.indexes.pop(key).delete()
 
     def drop_group(self, s: ast.DropConsumerGroup, _: str | None) -> Result:
-        """DROP CONSUMER GROUP: forget a group's committed offsets on a topic (refused while it has members)."""
-        if s.topic not in self.store.catalog.topics:
-            raise NotFound(f"Topic not exist: {s.topic}")
-        if any(c.group == s.group for c in self.store.consumers.consumers()):
-            raise InvalidValue(f"Consumer group {s.group} has active members: stop them first")
-        if not self.offsets.delete(s.group, s.topic) and not s.if_exists:
-            raise NotFound(f"Consumer group {s.group} has no progress on topic {s.topic}")
-        return affected(0)
+        """DROP CONSUMER GROUP (:func:`drop_consumer_group`) from the storage lane (the gateway runs it on the
+        coordinator lane instead)."""
+        return drop_consumer_group(s, self.store.catalog.topics, self.store.consumers.consumers(),
+                                   lambda group, topic: self.offsets.delete(group, topic))
 
     # ------------------------------------------------------------ lookups
 
@@ -467,3 +464,16 @@ def _offsets_and_timestamps(batch: bytes) -> list[tuple[int, int]]:
     if header.record_count == header.last_offset_delta + 1:
         return [(header.base_offset + k, ms) for k, ms in enumerate(record_timestamps(batch))]
     return [(r.offset, r.timestamp) for b in decode_batches(batch) for r in b.records]
+
+
+def drop_consumer_group(s: ast.DropConsumerGroup, topics: Container[str], members: list[ConsumerRow],
+                        delete: Callable[[str, str], int]) -> Result:
+    """DROP CONSUMER GROUP: forget a group's committed offsets on a topic (``delete(group, topic)``: how many went),
+    refused while the group has ``members`` or when ``topics`` has no such topic."""
+    if s.topic not in topics:
+        raise NotFound(f"Topic not exist: {s.topic}")
+    if any(c.group == s.group for c in members):
+        raise InvalidValue(f"Consumer group {s.group} has active members: stop them first")
+    if not delete(s.group, s.topic) and not s.if_exists:
+        raise NotFound(f"Consumer group {s.group} has no progress on topic {s.topic}")
+    return affected(0)

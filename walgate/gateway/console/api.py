@@ -85,13 +85,13 @@ class _Console:
     async def groups(self, request: web.Request) -> web.Response:
         shares = self._shares() if self._shares is not None else None
 
-        def both() -> list[dict[str, Any]]:
-            listed = views.groups(self._engine, self._groups.groups)
-            if shares is None:
-                return listed
-            return listed + views.share_groups(self._engine, shares, {g["group_id"] for g in listed})
-
-        return _json({"groups": await self._storage.call(both)})
+        engine = self._engine
+        listed = await self._storage.call(views.groups, engine, self._groups.groups)
+        if shares is not None:  # the share coordinator's part on its lane, then the high watermarks on the storage lane
+            ids = {g["group_id"] for g in listed}
+            shared = await self._groups.lane.call(lambda: views.share_groups(engine.topics(), shares, ids))
+            listed += await self._storage.call(views.high_watermarks, engine, shared)
+        return _json({"groups": listed})
 
     async def databases(self, request: web.Request) -> web.Response:
         return _json({"databases": await self._storage.call(views.databases, self._engine)})

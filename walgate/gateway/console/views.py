@@ -19,10 +19,12 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
 from walgate.storage.partitions import is_lost
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.wal import FileRegion
 from walgate.wire import WireError, decode_batches
 
-__all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "share_groups", "tail", "topics"]
+__all__ = ["MAX_SUBTABLES", "MAX_VALUE_BYTES", "databases", "groups", "high_watermarks", "share_groups", "tail",
+           "topics"]
 
 MAX_SUBTABLES = 1000
 """Subtables listed per database (the count is always given)."""
@@ -84,12 +86,12 @@ def groups(engine: Engine, coordinator: GroupCoordinator) -> list[dict[str, Any]
     return out
 
 
-def share_groups(engine: Engine, shares: ShareCoordinator, listed: set[str]) -> list[dict[str, Any]]:
+def share_groups(topics: TopicsSnapshot, shares: ShareCoordinator, listed: set[str]) -> list[dict[str, Any]]:
     """Every share group (with members or share-partitions in memory) not in ``listed``, as :func:`groups` shows a
-    group (type ``share``): its members and their assignment, and per share-partition its start offset (Kafka's
-    share group offset, as ``committed``), the high watermark and the lag between them, the records in flight and
-    acquired; ``share``: the group's counts (:class:`~walgate.coordinator.share_coordinator.ShareGroupStats`)."""
-    parts = engine.partitions
+    group (type ``share``), on the coordinator lane: its members and their assignment, and per share-partition its
+    start offset (Kafka's share group offset, as ``committed``), the records in flight and acquired (the high
+    watermark and the lag are :func:`high_watermarks`'); ``share``: the group's counts
+    (:class:`~walgate.coordinator.share_coordinator.ShareGroupStats`)."""
     out = []
     for st in shares.stats():
         if st.group in listed:
@@ -101,18 +103,28 @@ def share_groups(engine: Engine, shares: ShareCoordinator, listed: set[str]) -> 
                    for m in (described or {}).get("members", [])]
         partitions = []
         for (group, topic_id, p), sp in sorted(shares.partitions.items()):
-            topic = engine.topic_name(uuid.UUID(topic_id)) if group == st.group else None
+            topic = topics.topic_name(uuid.UUID(topic_id)) if group == st.group else None
             if topic is None:
                 continue
-            hwm = parts.offsets(topic, p).high_watermark if parts.has(topic, p) else None
-            partitions.append({"topic": topic, "partition": p, "committed": sp.start, "high_watermark": hwm,
-                               "lag": None if hwm is None else max(hwm - sp.start, 0),
-                               "in_flight": sp.end - sp.start, "acquired": sp.acquired()})
+            partitions.append({"topic": topic, "partition": p, "committed": sp.start, "high_watermark": None,
+                               "lag": None, "in_flight": sp.end - sp.start, "acquired": sp.acquired()})
         out.append({"group_id": st.group, "state": "Stable" if members else "Empty", "type": "share",
                     "protocol_type": "share", "members": members, "partitions": partitions,
                     "share": {"in_flight": st.in_flight, "acquired": st.acquired, "archived": st.archived,
                               "redelivered": st.redelivered}})
     return out
+
+
+def high_watermarks(engine: Engine, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`share_groups`' groups with each share-partition's high watermark and lag (high watermark − start
+    offset), on the storage lane (None for a partition gone meanwhile)."""
+    parts = engine.partitions
+    for group in groups:
+        for p in group["partitions"]:
+            hwm = parts.offsets(p["topic"], p["partition"]).high_watermark if parts.has(p["topic"], p["partition"]) \
+                else None
+            p["high_watermark"], p["lag"] = hwm, None if hwm is None else max(hwm - p["committed"], 0)
+    return groups
 
 
 def databases(engine: Engine) -> list[dict[str, Any]]:

@@ -2,9 +2,9 @@
 coordinator keeps it: a group id that is one kind of group is refused to the other kind's joins. Kafka answers a
 ShareGroupHeartbeat for a consumer group and a ConsumerGroupHeartbeat for a share group GROUP_ID_NOT_FOUND ("Group
 ... is not a share group." / "... not a consumer group."), a JoinGroup for a share group
-INCONSISTENT_GROUP_PROTOCOL. The two kinds live in two coordinators here (the group service on the coordinator lane,
-the share service on the storage thread). A share join asks the group service; a consumer join reads the share
-groups' ids the share service published at the end of its last call (it never waits for the storage thread), so a
+INCONSISTENT_GROUP_PROTOCOL. The two kinds live in two coordinators here (the group service and the share service, both on the
+coordinator lane, in calls of their own). A share join asks the group service; a consumer join reads the share
+groups' ids the share service published at the end of its last call (it never waits for the share service), so a
 join racing the other kind's first join of the same id may still pass."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.observers import ConsumerRow
 
-__all__ = ["GroupService", "GroupMembers", "now_ms"]
+__all__ = ["GroupService", "GroupMembers", "consumer_rows", "now_ms"]
 
 log = logging.getLogger("walgate.groups")
 
@@ -82,11 +82,13 @@ class GroupMembers:
         groups = self._groups
         if groups is None:
             return []
-        return self._lane.run(lambda: [
-            ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
-                        dict(c.assignment or {}), c.last_heartbeat_ms)
-            for c in groups.consumers()
-        ])
+        return self._lane.run(lambda: consumer_rows(groups))
+
+
+def consumer_rows(groups: GroupCoordinator) -> list[ConsumerRow]:
+    """Every member of ``groups`` as SHOW CONSUMERS / SUBSCRIPTIONS list it (coordinator lane)."""
+    return [ConsumerRow(c.group_id, c.member_id, c.client_id, c.client_host.lstrip("/"), c.state,
+                        dict(c.assignment or {}), c.last_heartbeat_ms) for c in groups.consumers()]
 
 
 class GroupService:

@@ -1,6 +1,6 @@
-"""What the share-group administration handlers share: the engine's topics as
+"""What the share-group administration handlers share: the topics snapshot as
 :class:`~walgate.coordinator.share_admin.ShareTopics` (topic keys are topic ids as strings, as the share coordinator
-keys its partitions; storage thread only), and the refusals of AlterShareGroupOffsets / DeleteShareGroupOffsets
+keys its partitions), and the refusals of AlterShareGroupOffsets / DeleteShareGroupOffsets
 before the coordinator (share groups off, no permission on the group, an empty group id), and their run on the
 share service: audited, answered."""
 
@@ -16,16 +16,16 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "EngineTopics", "Outcome", "change_offsets", "refused_group", "topic_uuid"]
+__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "refused_group", "topic_uuid"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
 topic keys)."""
-Change = Callable[[Engine, ShareCoordinator], Outcome]
+Change = Callable[[TopicsSnapshot, ShareCoordinator], Outcome]
 """An offsets change on the share coordinator."""
 Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic)
 """A topic of an Alter/DeleteShareGroupOffsets answer."""
@@ -33,21 +33,21 @@ Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOf
 TOPIC_DENIED = "Topic authorization failed."
 
 
-class EngineTopics:
-    """Names, keys and partition counts of the engine's topics."""
+class SnapshotTopics:
+    """Names, keys and partition counts of the topics in a topics snapshot (the coordinator lane's view)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, topics: TopicsSnapshot) -> None:
+        self._topics = topics
 
     def key(self, name: str) -> str | None:
-        topic_id = self._engine.topic_id(name)
+        topic_id = self._topics.topic_id(name)
         return None if topic_id is None else str(topic_id)
 
     def name(self, key: str) -> str | None:
-        return self._engine.topic_name(uuid.UUID(key))
+        return self._topics.topic_name(uuid.UUID(key))
 
     def partitions(self, name: str) -> int:
-        return self._engine.partition_count(name)
+        return self._topics.partition_count(name) or 0  # (0: its database is out of service)
 
 
 def topic_uuid(key: str | None) -> uuid.UUID:

@@ -1,13 +1,19 @@
-"""Share groups (KIP-932) on the storage thread: the share coordinator and its durable log.
+"""Share groups (KIP-932) on the coordinator lane: the share coordinator and its durable log.
 
 The coordinator (:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`, with the members of
 :class:`~walgate.coordinator.share_group.ShareGroups`) and ``share_groups.log``
-(:class:`~walgate.storage.share_state_log.ShareStateLog`) are plain synchronous objects touched only on the storage
-thread, like the engine. :meth:`ShareService.run` is the one way in: it first settles the writes of earlier calls
+(:class:`~walgate.storage.share_state_log.ShareStateLog`) are plain synchronous objects touched only on the
+coordinator lane (``walgate-coordinator``, beside the group and transaction coordinators: issue 23), so a slow
+storage call never delays a ShareGroupHeartbeat, a ShareAcknowledge or a ShareFetch's acknowledgements. They read the
+catalog (topics by id, partition counts, the groups' share configs) only through the topics snapshot the storage
+lane publishes, and a partition's log only through what a ShareFetch round read for them on the storage lane first
+(:mod:`.share_reads`, :meth:`ShareService.with_reads`; DescribeShareGroupOffsets' lags the same way): the coordinator lane never waits for the storage lane.
+
+:meth:`ShareService.run` is the one way in: it first settles the writes of earlier calls
 (undoing, when the disk refused them, every change not durable: :meth:`ShareCoordinator.refused`), removes members
 whose session ended and releases expired locks, runs the call, then queues the share-partition states the call
-changed as one write of the log under the node's group commit: the storage thread goes on, the write and its fsync
-run on a sync thread (one for every call queued meanwhile), and the call's answer waits for them
+changed as one write of the log under the node's group commit (the coordinator lane's notes): the lane goes on, the
+write and its fsync run on a sync thread (one for every call queued meanwhile), and the call's answer waits for them
 (:meth:`StorageThread.call`); when the disk refuses them :class:`~walgate.storage.errors.StorageUnavailable` is
 raised (the handlers answer a retriable error) and the next call undoes the changes, so an acknowledgement a client
 is told of survives ``kill -9``.
@@ -31,14 +37,17 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from walgate.coordinator.group_configs import GroupTimeouts
-from walgate.coordinator.share_coordinator import ShareCoordinator, ShareSettings
+from walgate.coordinator.share_coordinator import ReadWant, ShareCoordinator, ShareSettings
 from walgate.coordinator.share_group import ShareGroups
 from walgate.gateway.kafka.deadline_timer import DeadlineTimer
+from walgate.gateway.kafka.share_reads import LogRead, LogReads, read_logs
 from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.clock import Clock
+from walgate.storage.durability import Syncable
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound
-from walgate.storage.resource_configs import GROUP
-from walgate.storage.share_state_log import SHARE_GROUPS_LOG, ShareStateLog
+from walgate.storage.share_state_log import ShareStateLog
+from walgate.storage.topics_snapshot import TopicsSnapshot
 
 __all__ = ["ShareService", "now_ms"]
 
@@ -47,92 +56,115 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _EngineLogs:
-    """The coordinator's view of the engine (:class:`~walgate.coordinator.share_coordinator.ShareLogs`): watermarks
-    by topic id, the groups' settings from their stored configs. Storage thread only."""
+class _LaneLogs:
+    """The coordinator's view of the logs (:class:`~walgate.coordinator.share_coordinator.ShareLogs`) on the
+    coordinator lane: the groups' settings from the topics snapshot's group configs; watermarks only while an
+    with_reads call runs (``reads``: what its round read on the storage lane), unknown (None) otherwise."""
 
     def __init__(self, engine: Engine, configs: GroupTimeouts, max_in_flight: int) -> None:
         self._engine = engine
         self._configs = configs
         self._max_in_flight = max_in_flight
+        self.reads: LogReads | None = None
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
         """Raises :class:`~walgate.storage.errors.NotFound` (UNKNOWN_TOPIC_OR_PARTITION) for a topic deleted since
         or a partition it does not have."""
-        engine = self._engine
-        name = engine.topic_name(uuid.UUID(topic))
-        if name is None or not 0 <= partition < engine.partition_count(name):
+        if self.reads is not None:
+            return self.reads.watermarks(topic, partition)
+        topics = self._engine.topics()
+        name = topics.topic_name(uuid.UUID(topic))
+        if name is None or not topics.has_partition(name, partition):
             raise NotFound(f"topic id {topic} has no partition {partition}")
-        offsets = engine.partitions.offsets(name, partition)
-        return offsets.log_start, offsets.high_watermark
+        return None
 
     def settings(self, group_id: str) -> ShareSettings:
         lock_ms, limit, reset, committed = self._configs.share(group_id)
         return ShareSettings(lock_ms, limit, reset, self._max_in_flight, committed)
 
     def stable(self, topic: str, partition: int) -> int:
-        name = self._engine.topic_name(uuid.UUID(topic))
-        if name is None:
-            raise NotFound(f"topic id {topic} is gone")
-        return self._engine.partitions.offsets(name, partition).last_stable
+        if self.reads is None:
+            raise NotFound(f"the log of topic id {topic} partition {partition} was not read")
+        return self.reads.stable(topic, partition)
 
 
 class ShareService:
-    """The share coordinator and its log behind the storage thread (see the module docstring)."""
+    """The share coordinator and its log behind the coordinator lane (see the module docstring)."""
 
-    def __init__(self, engine: Engine, storage: StorageThread, *, lock_ms: int, delivery_limit: int,
-                 heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000,
+    def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread, *, lock_ms: int,
+                 delivery_limit: int, heartbeat_interval_ms: int, session_timeout_ms: int, max_in_flight: int = 2000,
                  lock_bounds: tuple[int, int] = (15_000, 60_000), delivery_bounds: tuple[int, int] = (2, 10),
                  wake: Callable[[str, int], None] | None = None) -> None:
-        """``lock_ms``, ``delivery_limit``: the defaults of the groups' share configs, which ``lock_bounds`` and
-        ``delivery_bounds`` bound (the broker's ``group.share.*`` settings); ``wake(topic, partition)`` (storage
-        thread): wake the fetches waiting on a topic-partition."""
+        """``lane``: the coordinator lane, where the coordinator and its log live; ``storage``: the storage lane,
+        where a ShareFetch reads the logs; ``lock_ms``, ``delivery_limit``: the defaults of the groups' share
+        configs, which ``lock_bounds`` and ``delivery_bounds`` bound (the broker's ``group.share.*`` settings);
+        ``wake(topic, partition)`` (any thread): wake the fetches waiting on a topic-partition."""
+        self.lane = lane
         self.storage = storage
         self._wake = wake
         self._timer = DeadlineTimer("share group timer", self._tick, self.now_ms, log)
-        self._next_ms: int | None = None  # the coordinator's next expiry, as the last call left it (storage thread)
+        self._next_ms: int | None = None  # the coordinator's next expiry, as the last call left it (coordinator lane)
         self._engine = engine
-        self.configs = GroupTimeouts(0, 0, lambda group_id: engine.resource_configs(GROUP, group_id), lock_ms,
+        self._clock: Clock | None = None  # the engine's, read on the coordinator lane at open
+        self.configs = GroupTimeouts(0, 0, lambda group_id: engine.topics().group_configs(group_id), lock_ms,
                                      delivery_limit, lock_bounds, delivery_bounds)
-        self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms),
-                                            _EngineLogs(engine, self.configs, max_in_flight))
+        self._logs = _LaneLogs(engine, self.configs, max_in_flight)
+        self.coordinator = ShareCoordinator(ShareGroups(heartbeat_interval_ms, session_timeout_ms), self._logs)
         self._log: ShareStateLog | None = None
         self._refusals = 0  # the log's refusals already undone
-        # the share groups' ids as the last call left them, published by the storage thread for the event loop (a
-        # consumer group's join checks the id space without waiting for the storage thread: group_types)
+        # the share groups' ids as the last call left them, published by the coordinator lane for the event loop (a
+        # consumer group's join checks the id space without waiting for the lane: group_types)
         self.group_ids: frozenset[str] = frozenset()
 
-    async def open(self) -> None:
-        """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator."""
-        def open_log() -> None:
-            engine = self._engine
-            self._log = ShareStateLog.open(engine.data_dir / SHARE_GROUPS_LOG, engine.damage_log, engine.syncs,
-                                           engine.store.unsynced)
+    async def open(self) -> list[Syncable]:
+        """Replay ``share_groups.log`` (damage is reported, never fatal) into the coordinator; the log, whose
+        group-commit syncs the coordinator lane takes (``GroupCommit.own``)."""
+        def open_log() -> list[Syncable]:
+            self._clock = self._engine.clock
+            self._log = self._engine.share_state_log()
             self.coordinator.load(self._log.states())
             self.group_ids = self.coordinator.group_ids()
+            return [self._log]
 
-        await self.storage.call(open_log)
+        return await self.lane.call(open_log)
 
     def partitions(self, topic: str) -> int | None:
-        """Partition count of topic ``topic`` (by name), None when there is none (storage thread)."""
-        engine = self._engine
-        return engine.partition_count(topic) if topic in engine.catalog.topics else None
+        """Partition count of topic ``topic`` (by name), None when there is none (the topics snapshot)."""
+        return self._engine.topics().partition_count(topic)
 
     def now_ms(self) -> int:
-        """The engine's clock, in ms (what expiry and the timer read)."""
-        return self._engine.clock.time_ms()
+        """The engine's clock, in ms (what expiry and the timer read; any thread, once open)."""
+        assert self._clock is not None  # (open() comes before any call)
+        return self._clock.time_ms()
 
-    async def run(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
-        """``fn(engine, coordinator)`` on the storage thread, its changes durable before it returns (module doc)."""
+    async def run(self, fn: Callable[[TopicsSnapshot, ShareCoordinator], T]) -> T:
+        """``fn(topics, coordinator)`` on the coordinator lane, its changes durable before it returns (module doc);
+        ``topics``: the snapshot the storage lane last published."""
         try:
-            return await self.storage.call(self._call, fn)
+            return await self.lane.call(self._call, fn)
         finally:
             self._arm()
+
+    async def read(self, wants: list[ReadWant], committed: bool, max_bytes: int) -> dict[tuple[str, int], LogRead]:
+        """What ``wants`` asks of the logs, read on the storage lane (:func:`.share_reads.read_logs`)."""
+        return await self.storage.call(read_logs, self._engine, wants, committed, max_bytes)
+
+    async def with_reads(self, reads: dict[tuple[str, int], LogRead], max_bytes: int,
+                        fn: Callable[[TopicsSnapshot, ShareCoordinator, LogReads], T]) -> T:
+        """``fn(topics, coordinator, logs)`` as :meth:`run` runs a call, the coordinator's watermarks those of
+        ``reads`` meanwhile (``logs``: them, with an answer's byte budget of ``max_bytes``)."""
+        def with_reads(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> T:
+            logs = self._logs.reads = LogReads(topics, reads, max_bytes)
+            try:
+                return fn(topics, coordinator, logs)
+            finally:
+                self._logs.reads = None
+
+        return await self.run(with_reads)
 
     def _arm(self) -> None:
         """(Re)arm the timer at the coordinator's next expiry (event loop)."""
@@ -142,13 +174,13 @@ class ShareService:
             self._timer.arm(self._next_ms)
 
     async def _tick(self) -> None:
-        await self.run(lambda engine, coordinator: None)
+        await self.run(lambda topics, coordinator: None)
 
     def close(self) -> None:
         """Stop the timer (shutdown)."""
         self._timer.close()
 
-    def _call(self, fn: Callable[[Engine, ShareCoordinator], T]) -> T:
+    def _call(self, fn: Callable[[TopicsSnapshot, ShareCoordinator], T]) -> T:
         coordinator, slog = self.coordinator, self._log
         if slog is not None:
             coordinator.durable(slog.durable_to)
@@ -156,9 +188,10 @@ class ShareService:
                 self._refusals = slog.refusals
                 coordinator.refused()
         write = 0
+        topics = self._engine.topics()
         try:
-            coordinator.expire(self.now_ms(), self.partitions)
-            result = fn(self._engine, coordinator)
+            coordinator.expire(self.now_ms(), topics.partition_count)
+            result = fn(topics, coordinator)
             records = coordinator.take_records()
             if records and slog is not None:
                 write = slog.write(records)
@@ -168,16 +201,16 @@ class ShareService:
         finally:
             self._next_ms = coordinator.next_expiry()
             self.group_ids = coordinator.group_ids()
-            self._wake_released()
+            self._wake_released(topics)
         coordinator.written(write)
         return result
 
-    def _wake_released(self) -> None:
+    def _wake_released(self, topics: TopicsSnapshot) -> None:
         """Wake the fetches waiting on the partitions where records became acquirable again."""
         released = self.coordinator.take_released()
         if self._wake is None:
             return
         for _, topic, partition in released:
-            name = self._engine.topic_name(uuid.UUID(topic))
+            name = topics.topic_name(uuid.UUID(topic))
             if name is not None:
                 self._wake(name, partition)

@@ -14,8 +14,8 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
-from walgate.storage.engine import Engine
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     AlterShareGroupOffsetsRequest,
@@ -41,8 +41,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     offsets = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                for t in request.topics if t.topic_name in readable]
 
-    def alter(engine: Engine, coordinator: ShareCoordinator) -> Outcome:
-        return alter_offsets(coordinator, EngineTopics(engine), group_id, offsets)
+    def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
+        return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets)
 
     code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

@@ -25,7 +25,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
 
@@ -41,7 +41,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     names = [g for g in request.groups_names if g in permitted]
     shared: list[Result] = []
     if broker.shares is not None and names:
-        def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[Result]:
+        def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
             return [{"group_id": g, "error_code": delete_group(coordinator, g)} for g in dict.fromkeys(names)]
 
         shared = [r for r in await answered(broker.shares.run(delete_shared), lambda code: [

@@ -14,8 +14,8 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, Outcome, change_offsets, refused_group
-from walgate.storage.engine import Engine
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     DeleteShareGroupOffsetsRequest,
@@ -38,8 +38,8 @@ async def handle(broker: Broker, ctx: RequestContext,
         {"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
          "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
-    def delete(engine: Engine, coordinator: ShareCoordinator) -> Outcome:
-        return delete_offsets(coordinator, EngineTopics(engine), group_id, [n for n in names if n in readable])
+    def delete(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
+        return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable])
 
     code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import cast
 
 from walgate.coordinator.share_admin import describe_offsets
-from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.coordinator.share_coordinator import ReadWant, ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, EngineTopics, topic_uuid
-from walgate.storage.engine import Engine
+from walgate.gateway.kafka.share_admin import TOPIC_DENIED, SnapshotTopics, topic_uuid
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     DescribeShareGroupOffsetsRequest,
@@ -47,8 +47,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     readable = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
     wanted = [g for g in groups if g.group_id in permitted]
 
-    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[Group]:
-        topics = EngineTopics(engine)
+    def describe(snapshot: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Group]:
+        topics = SnapshotTopics(snapshot)
         out: list[Group] = []
         for g in wanted:
             if g.topics is None:
@@ -67,8 +67,17 @@ async def handle(broker: Broker, ctx: RequestContext,
                                                            for t in found]))
         return out
 
-    described = await answered(shares.run(describe), lambda code: [_group(g.group_id, code) for g in wanted])
-    by_id = {g["group_id"]: g for g in described}
+    async def described() -> list[Group]:
+        """The lags need the high watermarks: the share-partitions with state named on the coordinator lane, their
+        watermarks read on the storage lane, then the description on the coordinator lane."""
+        assert shares is not None
+        keys = await shares.run(lambda _, coordinator: list(dict.fromkeys(
+            (topic, p) for g in wanted for _, topic, p in coordinator.state_keys(g.group_id))))
+        reads = await shares.read([ReadWant(topic, p, None, 0) for topic, p in keys], False, 0)
+        return await shares.with_reads(reads, 0, lambda snapshot, coordinator, _: describe(snapshot, coordinator))
+
+    groups_described = await answered(described(), lambda code: [_group(g.group_id, code) for g in wanted])
+    by_id = {g["group_id"]: g for g in groups_described}
     return {"throttle_time": 0, "groups": [
         by_id[g.group_id] if g.group_id in permitted else _group(g.group_id, ErrorCode.group_authorization_failed)
         for g in groups]}

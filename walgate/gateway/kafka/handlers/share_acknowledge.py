@@ -21,7 +21,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
 from walgate.gateway.kafka.handlers.share_fetch import Refused, ack_batches, admitted, resolve
 from walgate.gateway.kafka.shares import now_ms
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     ShareAcknowledgeRequest,
@@ -45,12 +45,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
         return _top(admission.error, admission.message)
     shares, readable = admission
 
-    def acknowledge(engine: Engine, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
+    def acknowledge(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:
         code, message = coordinator.session(group_id, member_id, epoch, fetch=False)
         if code != ErrorCode.none:
             return code, message, 0, {}
-        names, errors = resolve(engine, request.topics, readable)
+        names, errors = resolve(topics, request.topics, readable)
         out: dict[tuple[str, int], tuple[int, str | None]] = {tp: (e, None) for tp, e in errors.items()}
         for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
                                                   now_ms(), error_of).items():

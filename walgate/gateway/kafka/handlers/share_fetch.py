@@ -21,6 +21,9 @@ acknowledgements the request carries applied first (KIP-932).
   is answered at once.
 * Long poll: a request that acknowledged nothing and acquired nothing waits up to ``max_wait_ms`` for an append to
   one of its partitions or for a lock to end, then acquires again.
+* Lanes: the session, the acknowledgements and what acquiring needs read are one coordinator-lane call (the
+  acknowledgements durable before anything is read); each round then reads its partitions on the storage lane and
+  acquires on the coordinator lane against what it read (:mod:`walgate.gateway.kafka.share_reads`).
 * Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
   answers every partition KAFKA_STORAGE_ERROR, acknowledgements and acquisitions undone
   (:mod:`walgate.gateway.kafka.shares`).
@@ -37,22 +40,21 @@ acknowledgements the request carries applied first (KIP-932).
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ShareCoordinator
-from walgate.coordinator.share_partition import Ack, Acquired
+from walgate.coordinator.share_coordinator import AckBatch, PartitionResult, ReadWant, ShareCoordinator
+from walgate.coordinator.share_partition import Ack
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
+from walgate.gateway.kafka.share_reads import LogReads
 from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.gateway.quotas import FETCH as FETCH_RATE
-from walgate.storage.engine import Engine
-from walgate.storage.partitions import Partitions
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -88,7 +90,8 @@ class Served:
 
 @dataclass
 class Round:
-    """What one storage-thread call found: a top-level error, or each partition's answer."""
+    """What one round found: a top-level error, or each partition's answer; before it acquires, what it must read
+    from the logs for that (``wants``, under read_committed or not)."""
 
     error: int = ErrorCode.none
     message: str | None = None
@@ -96,51 +99,12 @@ class Round:
     served: dict[tuple[str, int], Served] = field(default_factory=dict)
     watch: list[tuple[str, int]] = field(default_factory=list)  # (topic name, partition) of the session
     deadline_ms: int | None = None  # the earliest lock of the session's partitions
+    wants: list[ReadWant] = field(default_factory=list)
+    committed: bool = False
 
     @property
     def answered(self) -> bool:
         return any(s.result.acquired or s.result.acked or s.result.error for s in self.served.values())
-
-
-def batches_of(partitions: Partitions, name: str, partition: int, acquired: list[Acquired]) -> list[bytes | FileRegion]:
-    """The batches holding the ``acquired`` offsets of ``name``/``partition``, in offset order."""
-    if not acquired:
-        return []
-    first, last = acquired[0].first, acquired[-1].last
-    out: list[bytes | FileRegion] = []
-    for base, count, batch in partitions.batches(name, partition, first):
-        if base > last:
-            break
-        if any(a.first < base + count and a.last >= base for a in acquired):
-            out.append(batch)
-    return out
-
-
-_HEADER = struct.Struct(">qiibihiqqq")  # RecordBatch v2 up to the producer id
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
-
-
-def aborted_ranges(engine: Engine, name: str, partition: int, acquired: list[Acquired]) -> list[tuple[int, int]]:
-    """The offset ranges of the batches of aborted transactions among those holding ``acquired`` (read_committed:
-    they are archived, never delivered); a TDengine topic has none."""
-    if not acquired or not engine.is_native(name):
-        return []
-    first, last = acquired[0].first, acquired[-1].last
-    aborted = engine.partitions.aborted(name, partition, first, last + 1)
-    if not aborted:
-        return []
-    out = []
-    for base, _, batch in engine.partitions.batches(name, partition, first):
-        if base > last:
-            break
-        head = batch.read(_HEADER.size) if isinstance(batch, FileRegion) else bytes(batch[:_HEADER.size])
-        if len(head) < _HEADER.size:
-            continue
-        _, _, _, _, _, attributes, last_delta, _, _, producer_id = _HEADER.unpack(head)
-        if attributes & _TRANSACTIONAL and not attributes & _CONTROL and any(
-                a.producer_id == producer_id and a.first_offset <= base <= a.last_offset for a in aborted):
-            out.append((base, base + last_delta))
-    return out
 
 
 def ack_batches(topics: Topics, names: dict[str, str | None]) -> list[AckBatch]:
@@ -149,14 +113,14 @@ def ack_batches(topics: Topics, names: dict[str, str | None]) -> list[AckBatch]:
             for t in topics if names.get(str(t.topic_id)) for p in t.partitions for b in p.acknowledgement_batches]
 
 
-def resolve(engine: Engine, topics: Topics, readable: Callable[[str], bool] | None
+def resolve(snapshot: TopicsSnapshot, topics: Topics, readable: Callable[[str], bool] | None
             ) -> tuple[dict[str, str | None], dict[tuple[str, int], int]]:
     """Topic id -> name (None: not servable) of the request's topics, and the error of each partition that is not."""
     names: dict[str, str | None] = {}
     errors: dict[tuple[str, int], int] = {}
     for t in topics:
         key = str(t.topic_id)
-        name = engine.topic_name(t.topic_id) if t.topic_id is not None else None
+        name = snapshot.topic_name(t.topic_id) if t.topic_id is not None else None
         error = ErrorCode.unknown_topic_id if name is None else (
             ErrorCode.topic_authorization_failed if readable is not None and not readable(name) else ErrorCode.none)
         names[key] = name if error == ErrorCode.none else None
@@ -166,56 +130,51 @@ def resolve(engine: Engine, topics: Topics, readable: Callable[[str], bool] | No
     return names, errors
 
 
-def byte_cap(engine: Engine, max_bytes: int) -> Callable[[str, int, int, int], int]:
-    """The coordinator's ``cap`` for a response of ``max_bytes``: from a partition's first acquirable offset, the end
-    of the whole batches that fit what is left of the budget (the response's first batch always does, KIP-74)."""
-    left = [max_bytes]
-
-    def cap(topic: str, partition: int, first: int, limit: int) -> int:
-        name = engine.topic_name(uuid.UUID(topic))
-        if name is None or max_bytes <= 0:  # a client asking for 0 bytes gets no records, as from Kafka
-            return first
-        end = first
-        for base, count, batch in engine.partitions.batches(name, partition, first):
-            if base >= limit:
-                break
-            size = len(batch)
-            if size > left[0] and left[0] < max_bytes:
-                break
-            left[0] -= size
-            end = base + count
-            if left[0] <= 0:
-                break
-        return min(end, limit)
-
-    return cap
-
-
-def _acquire(engine: Engine, coordinator: ShareCoordinator, group_id: str, member_id: str,
-             max_records: int, max_bytes: int, out: Round) -> None:
-    """Acquire over the member's session partitions into ``out`` (storage thread)."""
+def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Round) -> Round:
+    """``out`` with what with_reads over the member's session partitions must read first (coordinator lane)."""
     session = coordinator.sessions.get((group_id, member_id))
     if session is None:
         out.error = ErrorCode.share_session_not_found
-        return
+        return out
+    out.wants = coordinator.reads(group_id, session.partitions)
+    out.committed = coordinator.logs.settings(group_id).committed
+    return out
+
+
+def _acquire(topics: TopicsSnapshot, coordinator: ShareCoordinator, logs: LogReads, group_id: str, member_id: str,
+             max_records: int, out: Round) -> Round:
+    """Acquire over the member's session partitions into ``out``, against what its round read (coordinator lane)."""
+    session = coordinator.sessions.get((group_id, member_id))
+    if session is None:
+        out.error = ErrorCode.share_session_not_found
+        return out
     now = now_ms()
-    committed = coordinator.logs.settings(group_id).committed
-    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of,
-                                  byte_cap(engine, max_bytes))
+    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of, logs.cap)
     for tp, result in results.items():
         served = out.served.setdefault(tp, Served(PartitionResult()))
         served.result.error = served.result.error or result.error
         served.result.acquired = result.acquired
-        name = engine.topic_name(uuid.UUID(tp[0]))
+        name = topics.topic_name(uuid.UUID(tp[0]))
         if name is not None:
             out.watch.append((name, tp[1]))
-            served.batches = batches_of(engine.partitions, name, tp[1], result.acquired)
-            if committed and result.acquired:
-                gone = aborted_ranges(engine, name, tp[1], result.acquired)
-                if gone:
-                    served.result.acquired = coordinator.archive(group_id, member_id, tp[0], tp[1],
-                                                                 result.acquired, gone, now)
+            served.batches = logs.batches(tp[0], tp[1], result.acquired)
+            gone = logs.aborted(tp[0], tp[1])  # read under read_committed only
+            if gone and result.acquired:
+                served.result.acquired = coordinator.archive(group_id, member_id, tp[0], tp[1], result.acquired,
+                                                             gone, now)
     out.deadline_ms = coordinator.next_deadline((group_id, t, p) for t, p in session.partitions)
+    return out
+
+
+async def _acquired(shares: ShareService, group_id: str, member_id: str, max_records: int, max_bytes: int,
+                    out: Round) -> Round:
+    """``out`` (a round that read nothing yet) acquired: its ``wants`` read on the storage lane, then the
+    acquisition on the coordinator lane (:mod:`walgate.gateway.kafka.share_reads`)."""
+    if out.error != ErrorCode.none or not out.wants:
+        return out
+    reads = await shares.read(out.wants, out.committed, max_bytes)
+    return await shares.with_reads(reads, max_bytes, lambda topics, coordinator, logs: _acquire(
+        topics, coordinator, logs, group_id, member_id, max_records, out))
 
 
 def admitted(broker: Broker, ctx: RequestContext,
@@ -243,12 +202,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0.0)
 
-    def first(engine: Engine, coordinator: ShareCoordinator) -> Round:
+    def first(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
         code, message = coordinator.session(group_id, member_id, epoch, fetch=True)
         if code != ErrorCode.none:
             return Round(code, message)
-        names, errors = resolve(engine, request.topics, readable)
+        names, errors = resolve(topics, request.topics, readable)
         for tp, error in errors.items():
             out.served[tp] = Served(PartitionResult(error=error))
         for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
@@ -263,19 +222,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
             out.served.setdefault(tp, Served(PartitionResult()))
-        if not renew_only:
-            _acquire(engine, coordinator, group_id, member_id, max_records, max_bytes, out)
-        return out
+        return out if renew_only else _wants(coordinator, group_id, member_id, out)
 
-    def again(engine: Engine, coordinator: ShareCoordinator) -> Round:
-        out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
-        _acquire(engine, coordinator, group_id, member_id, max_records, max_bytes, out)
-        return out
+    def again(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
+        return _wants(coordinator, group_id, member_id, Round(lock_ms=coordinator.logs.settings(group_id).lock_ms))
 
     try:
-        answer = await shares.run(first)
+        answer = await shares.run(first)  # the acknowledgements, durable
     except Exception as exc:  # noqa: BLE001 - a refused write: every partition answers it, nothing changed
         return _failed(request, error_of(exc), broker.node_id)
+    try:
+        answer = await _acquired(shares, group_id, member_id, max_records, max_bytes, answer)
+    except Exception as exc:  # noqa: BLE001 - a refused write: nothing acquired, the acknowledgements stand
+        return _failed(request, error_of(exc), broker.node_id, answer)
     event: asyncio.Event | None = None
     keys = answer.watch
     try:
@@ -294,7 +253,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
                     pass
                 event.clear()
             try:
-                fresh = await shares.run(again)
+                fresh = await _acquired(shares, group_id, member_id, max_records, max_bytes, await shares.run(again))
             except Exception as exc:  # noqa: BLE001 - the first round's answer (its acknowledgements) stands
                 error_of(exc)  # logged when unexpected; the next fetch meets it again
                 break
@@ -339,9 +298,14 @@ def _top(error: int, message: str | None = None) -> ShareFetchResponse:
             "responses": [], "node_endpoints": []}
 
 
-def _failed(request: ShareFetchRequest, error: int, node_id: int) -> ShareFetchResponse:
+def _failed(request: ShareFetchRequest, error: int, node_id: int, acked: Round | None = None) -> ShareFetchResponse:
+    """Every partition of ``request`` answering ``error`` (its acknowledgements too, but those ``acked`` applied:
+    their outcomes)."""
     served = {(str(t.topic_id), p.partition_index): Served(PartitionResult(error=error, ack_error=error))
               for t in request.topics for p in t.partitions}
+    for tp, s in (acked.served.items() if acked is not None else ()):
+        if s.result.acked and tp in served:
+            served[tp].result.ack_error, served[tp].result.ack_message = s.result.ack_error, s.result.ack_message
     return {**_top(ErrorCode.none), "responses": _responses(served, node_id)}
 
 

@@ -2,7 +2,7 @@
 
 A group with members is ``Stable``; one whose members are all gone but that has share-partition state is
 ``Empty`` (epoch 0); any other id is GROUP_ID_NOT_FOUND, as Kafka answers an id that is no share group. Topic ids are
-looked up on the storage thread, in the same call as the coordinator's.
+looked up in the topics snapshot, in the same coordinator-lane call as the coordinator's.
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized operations
 when asked for.
@@ -18,7 +18,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names,
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import answered
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     ShareGroupDescribeRequest,
@@ -44,7 +44,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
     if shares is None:
         return {"throttle_time": 0, "groups": [_empty(g, ErrorCode.unsupported_version) for g in request.group_ids]}
 
-    def describe(engine: Engine, coordinator: ShareCoordinator) -> list[Group]:
+    def describe(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Group]:
         out: list[Group] = []
         for group_id in wanted:
             # the coordinator answers in the response's field names, its assignments' topics by name only
@@ -56,7 +56,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
                 continue
             for m in group["members"]:
                 m["assignment"] = {"topic_partitions": [
-                    {**t, "topic_id": engine.topic_id(t["topic_name"]) or uuid.UUID(int=0)}
+                    {**t, "topic_id": topics.topic_id(t["topic_name"]) or uuid.UUID(int=0)}
                     for t in m["assignment"]["topic_partitions"]]}
             out.append({**group, "error_code": ErrorCode.none, "error_message": None,
                         "authorized_operations": _NO_AUTH_OPS})

@@ -1,8 +1,8 @@
 """ShareGroupHeartbeat (key 76) v1: KIP-932 share-group membership; the coordinator owns the assignment
 (:mod:`walgate.coordinator.share_group`: several members may share a partition).
 
-Topics travel as names in the subscription and as ids in the assignment, translated on the storage thread in the
-same call as the coordinator's. A member that leaves (epoch -1) ends its share session and releases the records it
+Topics travel as names in the subscription and as ids in the assignment, translated through the topics snapshot in
+the same coordinator-lane call as the coordinator's. A member that leaves (epoch -1) ends its share session and releases the records it
 holds. A refused write of what that released is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka's ``handleShareGroupHeartbeat``): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on
@@ -21,7 +21,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_types import consumer_id_taken
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.shares import now_ms
-from walgate.storage.engine import Engine
+from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     ShareGroupHeartbeatRequest,
@@ -54,7 +54,7 @@ async def handle(broker: Broker, ctx: RequestContext,
         return _refuse(*taken)
     client_id, client_host = ctx.client_id or "", f"/{ctx.peer}"
 
-    def heartbeat(engine: Engine, coordinator: ShareCoordinator) -> ShareGroupHeartbeatResponse:
+    def heartbeat(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> ShareGroupHeartbeatResponse:
         now = now_ms()
         response, left = coordinator.groups.heartbeat(
             group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
@@ -67,7 +67,7 @@ async def handle(broker: Broker, ctx: RequestContext,
         named = response.pop("assignment")
         assignment: ShareGroupHeartbeatResponseAssignment | None = None
         if named is not None:
-            ids = [(engine.topic_id(t["topic_name"]), t["partitions"]) for t in named["topic_partitions"]]
+            ids = [(topics.topic_id(t["topic_name"]), t["partitions"]) for t in named["topic_partitions"]]
             assignment = {"topic_partitions": [{"topic_id": topic_id, "partitions": partitions}
                                                for topic_id, partitions in ids if topic_id is not None]}
         response["heartbeat_interval"] = response.pop("heartbeat_interval_ms")
