@@ -22,6 +22,7 @@ from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
@@ -55,6 +56,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
+    if code := await refusal(broker.coordinators, request.group_id):
+        return _refuse(None, code)
     taken = share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
                                  f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
     if taken is not None:

@@ -23,6 +23,7 @@ from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.storage.engine import Engine
@@ -38,7 +39,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     permitted = allowed_names(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.groups_names)
     denied: list[Result] = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
                             for g in request.groups_names if g not in permitted]
-    names = [g for g in request.groups_names if g in permitted]
+    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(request.groups_names)
+                               if g in permitted and (code := await refusal(broker.coordinators, g))]
+    denied += elsewhere  # another node coordinates them
+    names = [g for g in request.groups_names if g in permitted and g not in {r["group_id"] for r in elsewhere}]
     shared: list[Result] = []
     if broker.shares is not None and names:
         def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[Result]:

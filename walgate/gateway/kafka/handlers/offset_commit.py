@@ -21,6 +21,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
@@ -50,6 +51,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitReque
         topics = [t for t in topics if t not in denied]
         if not topics:
             return {"throttle_time": 0, "topics": _failed(denied, ErrorCode.topic_authorization_failed)}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "topics": [*_failed(topics, code),
+                                               *_failed(denied, ErrorCode.topic_authorization_failed)]}
 
     def commit(store: EngineOffsetStore) -> tuple[list[OffsetCommitResponseTopic], list[Completion]]:
         plan = commit_offsets(

@@ -15,6 +15,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.wire.errors import ErrorCode
@@ -28,6 +29,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetDeleteReque
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
     if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "error_code": code, "topics": []}
     readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     denied = [t for t in topics if readable is not None and not readable(t[0])]
     topics = [t for t in topics if t not in denied]
