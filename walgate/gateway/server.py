@@ -275,7 +275,9 @@ class Gateway:
                 f"data dir {self.config.data_dir} holds {made} group coordinator partitions "
                 f"(offsets.topic.num.partitions when it was made), cluster {member.keys.cluster_id!r} has {partitions}:"
                 " its groups would be in other partitions than the cluster's; start this node on a new data dir")
-        return GroupCoordinators(member, partitions)
+        coordinators = GroupCoordinators(member, partitions)
+        await coordinators.load()
+        return coordinators
 
     async def _join_cluster(self, broker: Broker) -> None:
         """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: on a single node, the node itself. In cluster

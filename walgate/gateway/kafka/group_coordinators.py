@@ -63,6 +63,16 @@ class GroupCoordinators:
                     self.known = await self._read_or_decide()
         return self.known
 
+    async def load(self) -> None:
+        """Read the placement if it was decided (at start: Metadata then lists the coordinators' nodes from the
+        first request on); etcd not answering is logged, the placement is then read when first needed."""
+        try:
+            kv = await self.member.session.get(self.member.keys.coordinator_placement)
+            if kv is not None:
+                self.known = CoordinatorPlacement.decode(bytes(kv.value), self.partitions)
+        except ControlPlaneError as e:
+            log.warning("the group coordinators' placement not read yet: %s", e)
+
     async def _read_or_decide(self) -> CoordinatorPlacement:
         session, key = self.member.session, self.member.keys.coordinator_placement
         kv = await session.get(key)

@@ -4,8 +4,10 @@ A partition's leader is the node the catalog places its vgroup on (docs/cluster.
 another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
 on the listener the client came through; a partition placed on a node that is not registered now (or has no such
 listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
-answers a partition whose leader is offline. The brokers are this node and the leaders named: never a node the
-answer does not need (a node whose catalog differs would answer the client's next Metadata request otherwise).
+answers a partition whose leader is offline. The brokers are this node, the leaders named and the live nodes group
+coordinator partitions are placed on (:mod:`walgate.gateway.kafka.group_coordinators`: a client drops a broker that
+Metadata does not list, its coordinator too): never a node the answer does not need otherwise (a node whose catalog
+differs would answer the client's next Metadata request).
 
 v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
 get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
@@ -175,7 +177,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
         cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     host, port = broker.address(ctx.listener)
     brokers: list[Any] = [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}]
-    brokers += node_endpoints(leaders_named(topics), others)
+    coordinators = broker.coordinators.known if broker.coordinators is not None else None  # reachable too
+    brokers += node_endpoints({*leaders_named(topics), *(coordinators.nodes if coordinators else ())}, others)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
