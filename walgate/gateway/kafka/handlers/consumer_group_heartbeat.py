@@ -11,6 +11,9 @@ failure is answered as an error code (:mod:`.common`).
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on every subscribed topic, else
 TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a share group is GROUP_ID_NOT_FOUND
 (:mod:`walgate.gateway.kafka.group_types`).
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`).
 """
 
 from __future__ import annotations

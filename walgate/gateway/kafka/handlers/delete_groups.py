@@ -8,7 +8,10 @@ requested group NOT_COORDINATOR (clients retry).
 A group whose offsets the engine cannot delete answers its error (:mod:`.common`'s GROUP_WRITE: a refused write
 is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error.
 
-ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED."""
+ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@
 A coordinator failure is answered as every requested group's error code (:mod:`.common`).
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized
-operations (v3+) when asked for."""
+operations (v3+) when asked for.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 

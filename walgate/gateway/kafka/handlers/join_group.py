@@ -3,7 +3,10 @@
 A coordinator failure is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED. The id of a share group is
-INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`)."""
+INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`).
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,10 @@ are never seen; the others' retry commits the same offsets again).
 
 ACLs (Kafka's ``handleOffsetCommitRequest``): Read on the group, else every partition answers
 GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED in each of its
-partitions, the others are committed."""
+partitions, the others are committed.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 

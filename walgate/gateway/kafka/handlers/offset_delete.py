@@ -3,7 +3,10 @@
 A failure (the disk refused the write: NOT_COORDINATOR, :mod:`.common`'s GROUP_WRITE) is the top-level error code.
 
 ACLs (as Kafka): Delete on the group, else GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read
-answers TOPIC_AUTHORIZATION_FAILED in its partitions."""
+answers TOPIC_AUTHORIZATION_FAILED in its partitions.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 

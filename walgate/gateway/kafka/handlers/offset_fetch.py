@@ -10,6 +10,9 @@ error code (:mod:`.common`); the other groups are answered.
 ACLs (Kafka's ``handleOffsetFetchRequest``): Describe on the group, else the group answers
 GROUP_AUTHORIZATION_FAILED; a requested topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED
 (offset -1) in its partitions, and is left out of an all-topics answer.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`).
 """
 
 from __future__ import annotations

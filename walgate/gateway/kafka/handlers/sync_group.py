@@ -2,7 +2,10 @@
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
-ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
