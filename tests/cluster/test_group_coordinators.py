@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_support import joined_member
 from etcd_cluster import EtcdCluster
 from kio.schema.find_coordinator.v4 import request as find_v4
 from kio.schema.heartbeat.v4 import request as heartbeat_v4
@@ -47,18 +48,10 @@ def test_a_number_of_partitions_that_is_not_walgates_is_an_error(value: bytes) -
         decode_partitions(value)
 
 
-async def _member(etcd: EtcdCluster, data_dir: Path, node_id: int) -> ClusterMember:
-    data_dir.mkdir(exist_ok=True)
-    member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, 2000)
-    await member.kafka_cluster_id()
-    await member.join((f"PLAINTEXT://127.0.0.1:{9090 + node_id}",))
-    return member
-
-
 @pytest.fixture
 async def members(etcd1: EtcdCluster, tmp_path: Path) -> AsyncIterator[list[ClusterMember]]:
     """Nodes 1, 2 and 3 registered."""
-    joined = [await _member(etcd1, tmp_path / f"n{i}", i) for i in (1, 2, 3)]
+    joined = [await joined_member(etcd1.spec, tmp_path / f"n{i}", i) for i in (1, 2, 3)]
     try:
         yield joined
     finally:

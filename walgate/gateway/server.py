@@ -293,7 +293,6 @@ class Gateway:
             return
         await member.join(tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items()))
         broker.cluster = member
-        broker.coordinators = self._group_coordinators
         self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
         applied = await self._storage.call(lambda: engine.catalog.shared_seq)
         shared = self._shared = SharedCatalog(member, self._storage, engine, applied,
@@ -363,6 +362,7 @@ class Gateway:
             "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.transactions = await self._transaction_service(engine)
         broker.shares = ShareService(
             engine, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,

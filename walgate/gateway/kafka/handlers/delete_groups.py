@@ -10,8 +10,8 @@ is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's
 
 ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED.
 
-In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`)."""
+In cluster mode a consumer group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`); share groups are the node's own, as before."""
 
 from __future__ import annotations
 
@@ -42,10 +42,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     permitted = allowed_names(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.groups_names)
     denied: list[Result] = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
                             for g in request.groups_names if g not in permitted]
-    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(request.groups_names)
-                               if g in permitted and (code := await refusal(broker.coordinators, g))]
-    denied += elsewhere  # another node coordinates them
-    names = [g for g in request.groups_names if g in permitted and g not in {r["group_id"] for r in elsewhere}]
+    names = [g for g in request.groups_names if g in permitted]
     shared: list[Result] = []
     if broker.shares is not None and names:
         def delete_shared(_engine: Engine, coordinator: ShareCoordinator) -> list[Result]:
@@ -55,6 +52,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
             {"group_id": g, "error_code": code} for g in dict.fromkeys(names)], GROUP_WRITE)
                   if r["error_code"] != ErrorCode.group_id_not_found]
         names = [g for g in names if g not in {r["group_id"] for r in shared}]
+    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(names)
+                               if (code := await refusal(broker.coordinators, g))]  # consumer groups another node has
+    denied += elsewhere
+    names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     if not names:
         for r in shared:
             audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
