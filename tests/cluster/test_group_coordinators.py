@@ -42,7 +42,7 @@ def test_a_placement_that_is_not_walgates_is_an_error(value: bytes) -> None:
         CoordinatorPlacement.decode(value, 4)
 
 
-@pytest.mark.parametrize("value", [b"", b"0", b"-1", b"x", b"1001", b"\xff"])
+@pytest.mark.parametrize("value", [b"", b"0", b"-1", b"x", b"1.5", "²".encode(), b"\xff"])
 def test_a_number_of_partitions_that_is_not_walgates_is_an_error(value: bytes) -> None:
     with pytest.raises(ControlPlaneError, match="coordinator partitions"):
         decode_partitions(value)

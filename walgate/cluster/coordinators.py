@@ -19,10 +19,7 @@ from walgate.cluster.model import ControlPlaneError
 from walgate.cluster.placement import place
 from walgate.storage.coordinator_partitions import partition_for
 
-__all__ = ["CoordinatorPlacement", "MAX_PARTITIONS", "decode_partitions", "encode_partitions"]
-
-MAX_PARTITIONS = 1000
-"""The most coordinator partitions a cluster may have (each is a log file on every node)."""
+__all__ = ["CoordinatorPlacement", "decode_partitions", "encode_partitions"]
 
 
 def encode_partitions(partitions: int) -> bytes:
@@ -32,7 +29,7 @@ def encode_partitions(partitions: int) -> bytes:
 def decode_partitions(value: bytes) -> int:
     """N as ``coordinators/partitions`` holds it; :class:`ControlPlaneError` when it is not walgate's."""
     text = value.decode(errors="replace")
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PARTITIONS:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ControlPlaneError(f"the cluster's coordinator partitions in etcd are not walgate's: {value[:100]!r}")
     return int(text)
 
