@@ -2,8 +2,8 @@
 --cluster`` nodes over a real etcd (stopped by PID), ``offsets.topic.num.partitions=4``.
 
 The first FindCoordinator places the 4 coordinator partitions over the two live nodes (1, 2, 1, 2); groups whose
-ids hash to node 1's partitions and to node 2's are looked up through either node (v3 single key, v4 batched) and
-answered with their node; every group API of node 2's group asked of node 1 answers NOT_COORDINATOR in its own
+ids hash to node 1's partitions and to node 2's are looked up through either node (v0 and v3 single key, v4
+batched) and answered with their node; every group API of node 2's group asked of node 1 answers NOT_COORDINATOR in its own
 field, and ListGroups lists each node's own groups. Real clients bootstrapped on one node follow FindCoordinator to
 the other: confluent-kafka's consumer (commit, committed), the Java client's classic consumer and its KIP-848
 consumer (``group.protocol=consumer``), committing offsets of a topic whose partitions are on both nodes. After kill
@@ -153,8 +153,9 @@ def test_each_group_is_coordinated_by_the_node_of_its_partition(etcd1: EtcdClust
             g1, g2 = _group_of(placement, 1, "one"), _group_of(placement, 2, "two")
             for port in ports.values():  # every node answers the same coordinators, v4 batched and v3 single
                 assert _find(port, g1, g2) == [(g1, 1, ports[1], ErrorCode.none), (g2, 2, ports[2], ErrorCode.none)]
-                single = _request(port, 10, 3, {"key": g2, "key_type": 0})
-                assert (single.error_code, single.node_id, single.port) == (ErrorCode.none, 2, ports[2])
+                for version in (0, 3):
+                    single = _request(port, 10, version, {"key": g2, "key_type": 0})
+                    assert (single.error_code, single.node_id, single.port) == (ErrorCode.none, 2, ports[2])
 
             _topic(n1.kafka_port)
             _consume_and_commit(n1.kafka_port, g2)  # bootstrapped on node 1, coordinated by node 2
