@@ -12,7 +12,7 @@ test passed, failed or was interrupted, and namespaces left by a test process th
 (``wgt<pid>-*`` of a PID that is gone) are removed by the next :func:`network`, with the processes left in them.
 
 It needs root, ``ip`` (iproute2) and ``iptables``: without them :func:`network` fails the test with what is
-missing (CI runs as root); these tests are never skipped. The kernel has no netem, so there are no delays here.
+missing (CI runs as root); these tests are never skipped. The kernel has no netem: delayed links are delay_proxy.py's.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
 """A three-member etcd losing members: one member killed, service goes on; the majority lost, writes are refused
-with a clear error while what nodes applied stays readable; the majority back, everything goes on."""
+with a clear error while what nodes applied stays readable; the majority back, everything goes on. One member hung
+(SIGSTOP): the nodes talking to it move on without losing their registrations."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -58,3 +63,36 @@ async def test_one_member_killed_then_the_majority(etcd3: EtcdCluster, tmp_path:
 
 async def _any_controller(nodes: list[Node]) -> bool:
     return any(n.election.epoch is not None for n in nodes)
+
+
+def _a_follower_member(etcd: EtcdCluster) -> int:
+    """The index of a member that is not etcd's leader (asked of each member's maintenance status)."""
+    for i, member in enumerate(etcd.members):
+        request = urllib.request.Request(member.client_url + "/v3/maintenance/status", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=5) as r:
+            status = json.loads(r.read())
+        if status["header"]["member_id"] != status["leader"]:
+            return i
+    pytest.fail("every member says it leads")
+
+
+async def test_a_hung_member_costs_no_registration(etcd3: EtcdCluster, tmp_path: Path) -> None:
+    """The member a node talks to stops answering (SIGSTOP: connections open, no answer) without an etcd election
+    (a follower member): the keep-alive that timed out is tried again on the next member at once, inside the lease's
+    TTL (keep-alive every TTL/3 = 1.7 s, a 2 s call timeout, TTL 5 s), so the node keeps its registration and epoch."""
+    hung = _a_follower_member(etcd3)
+    endpoints = [etcd3.endpoints[hung]] + [e for i, e in enumerate(etcd3.endpoints) if i != hung]
+    node = Node(endpoints, 1, tmp_path / "n1", ttl=5, timeout=2.0)
+    member = etcd3.members[hung]
+    assert member.proc is not None
+    try:
+        node.start("registration")
+        epoch = await within(node.registration.wait_registered())
+        member.proc.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(7)  # the first keep-alive to time out fails at ~3.7 s, the lease would end at 5 s
+        assert node.registration.epoch == epoch, "the registration was lost and made again"
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.create_revision == epoch
+    finally:
+        member.proc.send_signal(signal.SIGCONT)
+        await node.close()

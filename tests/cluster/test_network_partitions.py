@@ -4,6 +4,8 @@ network namespace (netns.py), links cut with iptables DROP rules and healed.
 - the controller's host cut off from etcd's majority: its lease ends, another node is elected, and once the link
   heals the old controller writes nothing more under its epoch (the fence) and registers again with a new epoch;
 - a minority etcd member cut off: the nodes that talked to it go on through the majority;
+- an etcd member cut off from its peers but not from the nodes: a follower watching it (quiet, not broken) moves to
+  another member when its lease's keep-alive there fails, and applies every record;
 - a node cut off from every etcd member keeps what it applied and, healed, applies every record after it, each once;
 - an asymmetric partition: nothing reaches etcd's leader while it still sends (it keeps sending heartbeats and, with
   etcd 3.4's default of no pre-vote, vote requests at ever higher terms): the control plane goes on.
@@ -177,6 +179,26 @@ async def test_an_asymmetric_partition_nothing_reaches_the_etcd_leader(tmp_path:
         follower.wait(lambda e: e["event"] == "applied" and e["seq"] >= cut_at + 20, "the follower applying them")
         c.net.heal()
         ctl.wait(is_("appended"), "an append after the heal")
+        records = await check_stream(c.etcd)
+        follower.reported(is_("applied", seq=records[-1][0]), "every record applied")
+        assert applied_seqs(follower)[: len(records)] == list(range(1, len(records) + 1))
+
+
+async def test_a_follower_watching_an_etcd_member_cut_off_from_its_peers_moves_on(tmp_path: Path) -> None:
+    """The follower still reaches its member, which has lost etcd's majority: the watch there stays quiet (the member
+    hears of no new record) without breaking; the lease keep-alive through the same member fails, the session moves
+    to the next member, and the watch with it."""
+    with cluster(tmp_path, [1, 3]) as c:
+        ctl = c.start("node_helper.py", 1)
+        follower = c.start("follower_helper.py", 3)
+        ctl.wait(is_("controller"), "controller")
+        follower.wait(is_("applied", seq=1), "the first record applied")
+        c.net.cut("e0", "e1")  # e0 (every node's first endpoint) loses its peers; the nodes still reach it
+        c.net.cut("e0", "e2")
+        cut_at = ctl.wait(is_("appended"), "an append")["seq"]
+        ctl.wait(lambda e: e["event"] == "appended" and e["seq"] >= cut_at + 20, "20 appends with e0 alone")
+        follower.wait(lambda e: e["event"] == "applied" and e["seq"] >= cut_at + 20, "the follower applying them")
+        c.net.heal()
         records = await check_stream(c.etcd)
         follower.reported(is_("applied", seq=records[-1][0]), "every record applied")
         assert applied_seqs(follower)[: len(records)] == list(range(1, len(records) + 1))

@@ -3,7 +3,8 @@ real Engine, requests dispatched as the server does (tests.gateway.test_handlers
 registered in a real etcd, node 3 never.
 
 Topic ``events`` has partition 0 on node 1, partition 1 on node 2 (registered) and partition 2 on node 3 (not).
-Metadata names leaders 1, 2 and -1 (LEADER_NOT_AVAILABLE) and lists brokers 1 and 2; Produce (v10+) and Fetch
+Metadata names leaders 1, 2 and -1 (LEADER_NOT_AVAILABLE) and lists brokers 1 and 2, also when it names no
+leader (every live node, as Kafka's broker list); Produce (v10+) and Fetch
 (v16+) answer NOT_LEADER_OR_FOLLOWER for partitions 1 and 2 with KIP-951's CurrentLeader (node 2, or -1 for node
 3) and node 2's endpoint; ListOffsets answers NOT_LEADER_OR_FOLLOWER too; partition 0 is served."""
 
@@ -65,7 +66,7 @@ def _by_partition(parts: Any, key: str) -> dict[int, dict[str, Any]]:
     return {p[key]: p for p in parts}
 
 
-async def test_metadata_names_each_partitions_node_and_lists_the_leaders_named(node1: Node) -> None:
+async def test_metadata_names_each_partitions_node_and_lists_every_live_node(node1: Node) -> None:
     request = metadata_v12.MetadataRequest(topics=(metadata_v12.MetadataRequestTopic(name=TOPIC, topic_id=None),),
                                            allow_auto_topic_creation=False,
                                            include_topic_authorized_operations=False)
@@ -75,6 +76,10 @@ async def test_metadata_names_each_partitions_node_and_lists_the_leaders_named(n
     assert [(p["error_code"], p["leader_id"], p["replica_nodes"], p["offline_replicas"]) for p in parts.values()] == [
         (ErrorCode.none, 1, [1], []), (ErrorCode.none, 2, [2], []),
         (ErrorCode.leader_not_available, -1, [3], [3])]
+    no_topics = metadata_v12.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False)
+    answer = await call(node1, 3, 12, no_topics)
+    assert answer["topics"] == [] and [b["node_id"] for b in answer["brokers"]] == [1, 2], "every live node"
 
 
 async def test_produce_and_fetch_answer_not_leader_with_the_current_leader(node1: Node) -> None:

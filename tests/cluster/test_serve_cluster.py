@@ -44,8 +44,8 @@ def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_ano
         assert described[0]["controller"] == 1
         assert described[0]["nodes"] == [[1, "127.0.0.1", n1.kafka_port], [2, "127.0.0.1", n2.kafka_port]]
         assert readyz(n2)["checks"]["cluster"] == "ok"
-        sql(n2, "CREATE DATABASE placed VGROUPS 2")  # still node 2's own: its vgroups are placed on it
-        assert sql(n2, "SHOW placed.VGROUPS") == [[0, "placed", 0, 2, "leader"], [1, "placed", 0, 2, "leader"]]
+        sql(n2, "CREATE DATABASE placed VGROUPS 2")  # the cluster's: its vgroups are placed over both nodes
+        assert sql(n2, "SHOW placed.VGROUPS") == [[0, "placed", None, 1, "leader"], [1, "placed", 0, 2, "leader"]]
 
         n1.proc.send_signal(signal.SIGKILL)
         n1.proc.wait(timeout=30)
@@ -58,6 +58,8 @@ def test_nodes_and_controller_are_listed_and_kill_9_of_the_controller_elects_ano
         assert stop_process(n2.proc) == 0
         assert registered_nodes(etcd1) == [], "a clean stop deregisters at once"
         assert "node 2 left cluster walgate" in n2.log()
+        closed = [line for line in n2.log().splitlines() if "lost: closed" in line]
+        assert closed and not any("WARNING" in line for line in closed), "a clean stop is no warning"
         no_traceback(n2)
 
 

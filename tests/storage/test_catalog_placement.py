@@ -44,7 +44,7 @@ def _with_op(data_dir: Path, op: str) -> list[dict[str, Any]]:
 def test_a_cluster_node_records_itself_as_the_node_of_every_new_vgroup(tmp_path: Path) -> None:
     e = Engine.open(tmp_path, node_id=3)
     e.cluster_mode()
-    e.execute("CREATE DATABASE d VGROUPS 2")
+    _through_stream(e, Engine.execute, "CREATE DATABASE d VGROUPS 2")
     _through_stream(e, Engine.create_kafka_topic, "events", 2, {})
     _through_stream(e, Engine.create_partitions, "events", 4)
     _through_stream(e, Engine.alter_topic_configs, "events", {"retention.ms": "60000"})  # configs alone: the placement stays
@@ -103,7 +103,7 @@ def test_show_vgroups_names_each_vgroups_node_and_whether_it_is_registered(tmp_p
 def test_show_vgroups_says_offline_for_a_vgroup_placed_on_a_node_not_registered_now(tmp_path: Path) -> None:
     e = Engine.open(tmp_path, node_id=4)
     e.cluster_mode()
-    e.execute("CREATE DATABASE d VGROUPS 2")
+    _through_stream(e, Engine.execute, "CREATE DATABASE d VGROUPS 2")
     e.close()
     # as the cluster's stream will place them: vgroup 1 on node 5
     records = [{**r, "nodes": [4, 5]} if r.get("op") == "create_db" else r for r in _records(tmp_path)]
@@ -130,8 +130,8 @@ def _table_in(db: str, vgroup: int, vgroups: int) -> str:
 def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming_their_node(tmp_path: Path) -> None:
     e = Engine.open(tmp_path, node_id=4)
     e.cluster_mode()
-    e.execute("CREATE DATABASE d VGROUPS 2")
-    e.execute("CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    _through_stream(e, Engine.execute, "CREATE DATABASE d VGROUPS 2")
+    _through_stream(e, Engine.execute, "CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)")
     _through_stream(e, Engine.create_kafka_topic, "events", 2, {})
     e.close()
     _place(tmp_path, "create_db", [4, 5])
@@ -155,13 +155,6 @@ def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming
         e.execute("SELECT * FROM d.st")
     with pytest.raises(NotHere, match=elsewhere):
         e.execute("SHOW d.TABLES")
-    wal_end = e.vnodes["d"][0].wal.next_version
-    with pytest.raises(NotHere, match=elsewhere):  # it writes to every vgroup: to none here either
-        e.execute("ALTER STABLE d.st ADD COLUMN w INT")
-    with pytest.raises(NotHere, match=elsewhere):
-        e.execute("DROP STABLE d.st")
-    assert [c.name for c in e.catalog.stables[("d", "st")].columns] == ["ts", "v"]
-    assert e.vnodes["d"][0].wal.next_version == wal_end
     with pytest.raises(NotHere, match=elsewhere):  # a query reads every vgroup of its database, as today
         e.execute(f"SELECT * FROM d.{here}")
     events = e.catalog.topics["events"]

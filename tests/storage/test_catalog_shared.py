@@ -39,16 +39,19 @@ def cluster_catalog(tmp_path: Path) -> Catalog:
 
 def test_a_staged_call_validates_shows_and_undoes_its_shared_changes(tmp_path: Path) -> None:
     e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE local VGROUPS 1")  # a single node's data dir: its database stays its own
+    e.close()
+    e = Engine.open(tmp_path)
     e.cluster_mode()
 
     def change(engine: Engine) -> bool:
         engine.catalog.change_acls("create_acls", [acl("User:a")])
-        engine.execute("CREATE DATABASE local VGROUPS 1")  # the node's own: written as before
+        engine.execute("CREATE STABLE local.st (ts TIMESTAMP, v INT) TAGS (t INT)")  # the node's own: written
         return acl("User:a") in engine.catalog.acls.current.bindings  # seen for the rest of the call
 
     seen, staged = e.staged(change, e)
     assert seen and staged == [acl_record("User:a")]
-    assert not e.catalog.acls.current.bindings and "local" in e.catalog.databases
+    assert not e.catalog.acls.current.bindings and ("local", "st") in e.catalog.stables
     with pytest.raises(StorageUnavailable, match="through the cluster's controller"):
         e.catalog.change_acls("create_acls", [acl("User:a")])  # outside a staged call: refused, nothing changed
     assert not e.catalog.acls.current.bindings
@@ -88,8 +91,9 @@ def test_a_shared_record_the_disk_refuses_changes_nothing_and_is_taken_later(tmp
 
 @pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
 def test_a_snapshot_replaces_the_shared_state_whole_or_not_at_all(tmp_path: Path, op: str, kind: str) -> None:
-    cat = cluster_catalog(tmp_path)
-    cat.create_database("local", {}, 0)
+    cat = Catalog.open(tmp_path / "catalog.log")
+    cat.create_database("local", {}, 0)  # made as a single node: stays the node's own
+    cat.cluster = True
     cat.apply_shared(1, acl_record("User:a"))
     snapshot = [acl_record("User:b"), quota_record("u", 5.0)]
     faults = Faults()

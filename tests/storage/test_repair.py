@@ -304,3 +304,16 @@ def test_a_tdengine_topic_lost_beyond_repair_is_created_again_with_the_same_offs
     e.execute("CREATE TOPIC t_db AS DATABASE d")
     e.close()
     assert state(root)[2] == original[2]
+
+
+def test_a_piece_kept_under_a_taken_name_is_repaired(template, tmp_path: Path):
+    """The damage log keeps a second report of the same range in the same second as ``<name>.1``: repair reads it."""
+    src, original = template
+    root = copy(src, tmp_path / "data")
+    damage(root, kinds(root)["create_db"], "middle")
+    Engine.open(root).close()  # the restart quarantines the record
+    for piece in (root / "quarantine").glob("catalog.log.*"):  # the database's record and those that needed it
+        piece.rename(piece.with_name(piece.name + ".1"))
+    assert state(root)[0] != original[0]
+    assert any(f.state == "restore" for f in repair.repair(root))
+    assert state(root) == original

@@ -35,6 +35,7 @@ class NodeRegistration:
         self.ttl = ttl
         self.epoch: int | None = None
         self.lease_id: int | None = None
+        self._granted = 0.0  # the event loop's time just before the lease was asked for: its TTL runs from later
         self._changed = asyncio.Event()
 
     def _notify(self) -> None:
@@ -55,9 +56,9 @@ class NodeRegistration:
     async def register(self) -> int:
         """Register (a new lease, ``nodes/<id>`` created on it) and return the broker epoch. Raises
         :class:`RegistrationRefused` when this data dir may not be node ``info.node_id``,
-        :class:`ControlPlaneUnavailable` when etcd does not answer."""
+        :class:`ControlPlaneUnavailable` when etcd does not answer. The lease is asked for after the reads, just
+        before the write that puts the key on it: its TTL runs from then, and :meth:`run` keeps it alive from then."""
         node_key, inc_key = self.keys.node(self.info.node_id), self.keys.incarnation(self.info.node_id)
-        lease_id = await self.session.grant(self.ttl)
         for _ in range(_REGISTER_ATTEMPTS):
             live_kv = await self.session.get(node_key)
             inc_kv = await self.session.get(inc_key)
@@ -71,6 +72,8 @@ class NodeRegistration:
                 continue
             compare = [tx.Create(node_key) == 0,
                        tx.Version(inc_key) == 0 if registered is None else tx.Value(inc_key) == registered.encode()]
+            self._granted = asyncio.get_running_loop().time()
+            lease_id = await self.session.grant(self.ttl)
             ok, responses = await self.session.txn(compare, [
                 tx.Put(node_key, self.info.encode(), lease=lease_id),
                 tx.Put(inc_key, self.info.incarnation.encode())])
@@ -80,32 +83,42 @@ class NodeRegistration:
                 log.info("node %d registered: broker epoch %d", self.info.node_id, self.epoch)
                 self._notify()
                 return self.epoch
-        await self.session.revoke(lease_id)
+            await self.session.revoke(lease_id)
         raise ControlPlaneError(f"node {self.info.node_id}: its registration kept changing during"
                                 f" {_REGISTER_ATTEMPTS} attempts to register")
 
-    def _lose(self, why: str) -> None:
-        log.warning("node %d: registration (broker epoch %s) lost: %s", self.info.node_id, self.epoch, why)
+    def _lose(self, why: str, level: int = logging.WARNING) -> None:
+        log.log(level, "node %d: registration (broker epoch %s) lost: %s", self.info.node_id, self.epoch, why)
         self.epoch = None
         self.lease_id = None
         self._notify()
 
     async def run(self) -> None:
         """Register, keep the lease alive every ``ttl / 3`` s, and register again (a new epoch) whenever it was
-        lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this node)."""
+        lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this node).
+
+        Keep-alives are timed from when the lease was asked for and from when each keep-alive was sent, never from
+        when an answer came: a registration's round trips or a keep-alive over a slow link to etcd do not add to
+        the interval etcd sees, so the lease is kept while a round trip stays well under the TTL. Started at once
+        after :meth:`register`: the lease's TTL is running."""
         loop = asyncio.get_running_loop()
-        last_ok = loop.time()
+        last_ok = self._granted  # the last grant or keep-alive known to have reached etcd, at the latest when sent
+        due = last_ok + self.ttl / 3
         while True:
             if self.lease_id is None:
                 try:
                     await self.register()
-                    last_ok = loop.time()
                 except ControlPlaneUnavailable as e:
                     log.warning("node %d: cannot register yet: %s", self.info.node_id, e)
                     await asyncio.sleep(self.ttl / 3)
+                    continue
+                last_ok = self._granted
+                due = last_ok + self.ttl / 3
                 continue
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(max(0.0, due - loop.time()))
             lease_id = self.lease_id
+            sent = loop.time()
+            due = sent + self.ttl / 3
             try:
                 left = await self.session.keepalive(lease_id)
             except ControlPlaneUnavailable as e:
@@ -117,11 +130,11 @@ class NodeRegistration:
             if left <= 0:
                 self._lose("etcd let the lease expire (the process was paused or cut off for longer than its TTL)")
             else:
-                last_ok = loop.time()
+                last_ok = sent
 
     async def close(self) -> None:
         """Deregister (revoke the lease: ``nodes/<id>`` and its controller candidacy go at once)."""
         lease_id = self.lease_id
         if lease_id is not None:
-            self._lose("closed")
+            self._lose("closed", logging.INFO)  # a clean stop: nothing for an operator to look into
             await self.session.revoke(lease_id)

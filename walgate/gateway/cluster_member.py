@@ -114,14 +114,15 @@ class ClusterMember:
         except ControlPlaneError as e:
             raise ClusterStartError(f"node {self.node_id} cannot join cluster {self.keys.cluster_id!r}: {e}") from None
         self.registration = registration
+        # kept alive from now: the lease's TTL runs from its grant, and the reads below take round trips too
+        self._tasks = [asyncio.create_task(self._keep_registered(registration), name="walgate-cluster-lease")]
         self.election = election = ControllerElection(self.session, self.keys, registration)
         try:
             await self.refresh()
         except ControlPlaneError as e:  # read again by the membership task
             log.warning("cluster %s: membership not read: %s", self.keys.cluster_id, e)
-        self._tasks = [asyncio.create_task(self._keep_registered(registration), name="walgate-cluster-lease"),
-                       asyncio.create_task(election.run(), name="walgate-cluster-election"),
-                       asyncio.create_task(self._follow(), name="walgate-cluster-members")]
+        self._tasks += [asyncio.create_task(election.run(), name="walgate-cluster-election"),
+                        asyncio.create_task(self._follow(), name="walgate-cluster-members")]
 
     async def _keep_registered(self, registration: NodeRegistration) -> None:
         try:

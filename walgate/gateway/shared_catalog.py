@@ -1,5 +1,5 @@
 """The cluster's shared catalog (cluster mode, docs/cluster.md): users, ACLs, client quotas, broker and group
-configs and Kafka-native topics, one for every node.
+configs, Kafka-native topics and SQL databases, supertables and TDengine topics, one for every node.
 
 A change made on any node is staged by its engine (:meth:`walgate.storage.engine.Engine.staged`: validated against
 the node's catalog, then undone) and handed to :meth:`SharedCatalog.publish`, which
@@ -19,8 +19,9 @@ usually milliseconds).
 
 Every node applies the stream in sequence order (:class:`~walgate.cluster.records.RecordFollower`) through the
 engine's one apply path (:meth:`walgate.storage.engine.Engine.apply_shared`: the catalog record, durable in
-``catalog.log`` with its sequence number, from which a restart resumes; then the vnodes of Kafka-native topics
-placed on this node opened, those of dropped ones deleted); a node that was away reads what it missed, or the
+``catalog.log`` with its sequence number, from which a restart resumes; then the vnodes of databases and
+Kafka-native topics placed on this node opened, those of dropped ones deleted, TDengine topics compiled, ALTER/DROP
+STABLE's meta entries written: :mod:`walgate.storage.sql_objects`); a node that was away reads what it missed, or the
 snapshot the controller trims the stream into every :data:`TRIM_EVERY` records (the catalog's shared records,
 :meth:`~walgate.storage.catalog.Catalog.shared_records`, one JSON line each). A record the disk refuses to take, or
 whose vnodes cannot be made, is retried every second (the node stays behind, ``/readyz`` says so), never skipped.

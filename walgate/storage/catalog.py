@@ -35,7 +35,9 @@ Kafka ACL bindings (and the TDengine grants that are ACLs too) are records of th
 dynamic configs of brokers and groups (:mod:`walgate.storage.resource_configs`).
 
 Cluster mode (``Catalog(cluster=True)``, docs/cluster.md): the records of :data:`SHARED_OPS` (users, ACLs, client
-quotas, broker and group configs) are the cluster's, not the node's. A change made on the node is *staged*
+quotas, broker and group configs), of Kafka-native topics and of the cluster's SQL databases, supertables and
+TDengine topics (:meth:`Catalog.is_shared`: a database whose record places its vgroups; one a data dir held as a
+single node stays the node's own) are the cluster's, not the node's. A change made on the node is *staged*
 (:meth:`Catalog.stage` .. :meth:`Catalog.unstage`): validated and applied in memory for the rest of the call, then
 undone and handed to the gateway, which has the controller append it to the cluster's record stream; every node,
 this one too, then applies the stream's records in sequence order with :meth:`Catalog.apply_shared` (durable in
@@ -118,7 +120,15 @@ SHARED_OPS = frozenset((*acls.OPS, quotas.QUOTA_OP, *USER_OPS, resource_configs.
 KAFKA_TOPIC_OPS = frozenset(("create_kafka_topic", "alter_kafka_topic"))
 """Kafka-native topics' records: the cluster's in cluster mode, as is the ``drop_db`` of a Kafka-native topic's
 database (:meth:`Catalog.is_shared`)."""
+_SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic"))
+"""Besides :data:`SHARED_OPS`, the record kinds a snapshot of the cluster's stream holds (cluster mode)."""
+STABLE_METAS_OP = "stable_metas"
+"""A node's own record (cluster mode): where the meta entries of the cluster's ALTER/DROP STABLE record ``of`` go
+in this node's vnodes (``next``: vnode index -> the WAL version it is appended at), written before them
+(walgate.storage.sql_objects)."""
 _SEQ_OP = "cluster_seq"  # {"op": "cluster_seq", "seq": N}: shared records up to N applied (a rewrite, a skipped one)
+_NOT_MIXED = ("a change of the cluster's databases, supertables or topics goes through the cluster alone: not in the"
+              " same call as a change of this node's own catalog")
 REPAIR_HINT = "stop the server and run walgate repair --data-dir DIR to bring back what it held (docs/data-dir.md)"
 """Named by every report of a skipped catalog record or an unnamed database directory (walgate.storage.repair)."""
 
@@ -256,6 +266,7 @@ class _State:
     acls: AclSet
     resource_configs: resource_configs.ResourceConfigs
     shared_seq: int
+    stable_metas: dict[str, Any] | None
 
 
 @dataclass
@@ -287,6 +298,8 @@ class Catalog:
     # cluster mode: the live nodes (id -> broker.rack) Kafka-native topics' partitions are placed over (set by the
     # gateway from the membership; empty: this node alone)
     live_nodes: dict[int, str | None] = field(default_factory=dict)
+    # cluster mode: the last STABLE_METAS_OP record (walgate.storage.sql_objects); None: none since the file began
+    stable_metas: dict[str, Any] | None = None
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
@@ -341,7 +354,8 @@ class Catalog:
     def _state(self) -> _State:
         """What a failed or staged change is undone to (every collection is replaced, never changed in place)."""
         return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
-                      dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq)
+                      dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq,
+                      self.stable_metas)
 
     def _restore(self, state: _State, *, shared_only: bool = False) -> None:
         """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
@@ -350,26 +364,25 @@ class Catalog:
             self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
+        self.stable_metas = state.stable_metas
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
         cluster mode a shared record is staged instead (module docstring)."""
         if self.cluster and "seq" not in record and self.is_shared(record):
             if self._staged is None:
-                raise StorageUnavailable("in cluster mode users, ACLs, quotas, configs and Kafka-native topics are "
-                                         "changed through the cluster's controller: this change did not go through"
-                                         " it, nothing changed")
+                raise StorageUnavailable("in cluster mode users, ACLs, quotas, configs, databases, supertables and "
+                                         "topics are changed through the cluster's controller: this change did not go"
+                                         " through it, nothing changed")
             if self._staged_local and record.get("op") not in SHARED_OPS:
-                raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
-                                   " call as a change of this node's own catalog")
+                raise InvalidValue(_NOT_MIXED)
             if self._staged_from is None:
                 self._staged_from = self._state()
             self.apply(record)
             self._staged.append(record)
             return
         if self._staged_topics():
-            raise InvalidValue("a change of a Kafka-native topic goes through the cluster alone: not in the same"
-                               " call as a change of this node's own catalog")
+            raise InvalidValue(_NOT_MIXED)
         if self._staged is not None:
             self._staged_local = True
         saved = self._state()
@@ -386,16 +399,33 @@ class Catalog:
     # ----------------------------------------------------- cluster mode (shared records)
 
     def is_shared(self, record: dict[str, Any]) -> bool:
-        """Whether ``record`` is the cluster's in cluster mode: users, ACLs, quotas, configs (:data:`SHARED_OPS`)
-        and Kafka-native topics (:data:`KAFKA_TOPIC_OPS`, and the ``drop_db`` of a Kafka-native topic's database,
-        which drops the topic with it)."""
+        """Whether ``record`` is the cluster's in cluster mode: users, ACLs, quotas, configs (:data:`SHARED_OPS`),
+        Kafka-native topics (:data:`KAFKA_TOPIC_OPS`, and the ``drop_db`` of a Kafka-native topic's database, which
+        drops the topic with it) and the SQL objects of the cluster's databases (:meth:`is_cluster_db`): their
+        ``create_db`` (which places them), ``drop_db``, supertables' and TDengine topics' records."""
         op = record.get("op")
         if op in SHARED_OPS or op in KAFKA_TOPIC_OPS:
             return True
-        return op == "drop_db" and any(t.db == record.get("name") and t.kind == "kafka" for t in self.topics.values())
+        if op == "create_db":
+            return "nodes" in record
+        if op == "drop_db":
+            name = record.get("name")
+            return self.is_cluster_db(name) or any(t.db == name and t.kind == "kafka" for t in self.topics.values())
+        if op in ("create_stable", "alter_stable", "drop_stable", "create_topic"):
+            return self.is_cluster_db(record.get("db"))
+        if op == "drop_topic":
+            topic = self.topics.get(record.get("name"))  # type: ignore[arg-type]
+            return topic is not None and self.is_cluster_db(topic.db)
+        return False
+
+    def is_cluster_db(self, name: object) -> bool:
+        """Whether database ``name`` is the cluster's: its record places its vgroups (cluster mode; a database a data
+        dir held as a single node, whose record does not, stays that node's own)."""
+        db = self.databases.get(name) if isinstance(name, str) else None
+        return self.cluster and db is not None and db.nodes is not None
 
     def _staged_topics(self) -> bool:
-        """During a staged call: whether it staged a Kafka-native topic's record."""
+        """During a staged call: whether it staged a record of a database, supertable or topic (the cluster's)."""
         return any(r.get("op") not in SHARED_OPS for r in self._staged or ())
 
     def stage(self) -> None:
@@ -442,10 +472,22 @@ class Catalog:
 
     def shared_records(self) -> list[dict[str, Any]]:
         """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
-        Kafka-native topics."""
-        return ((self._kafka_topic_records(placed=True) if self.cluster else []) + self.acls.records()
-                + quotas.records(self.client_quotas) + user_records(self.users)
+        Kafka-native topics and the cluster's SQL databases, supertables and TDengine topics."""
+        return ((self._kafka_topic_records(placed=True) + self._sql_records(shared=True) if self.cluster else [])
+                + self.acls.records() + quotas.records(self.client_quotas) + user_records(self.users)
                 + resource_configs.records(self.resource_configs))
+
+    def _sql_records(self, *, shared: bool) -> list[dict[str, Any]]:
+        """The records of the SQL databases (not a Kafka-native topic's), their supertables and TDengine topics that
+        are the cluster's (``shared``: :meth:`is_cluster_db`) or not, in the order they apply."""
+        kafka_dbs = {t.db for t in self.topics.values() if t.kind == "kafka"}
+        out = [_db_record(d) for d in self.databases.values()
+               if d.name not in kafka_dbs and self.is_cluster_db(d.name) == shared]
+        out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()
+                if self.is_cluster_db(st.db) == shared]
+        return out + [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
+                       "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
+                      for t in self.topics.values() if t.kind != "kafka" and self.is_cluster_db(t.db) == shared]
 
     def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
         """The Kafka-native topics' records; ``placed``: only those whose record places their partitions (True: the
@@ -459,15 +501,15 @@ class Catalog:
         (atomically); nothing changes when a record does not apply or the write fails."""
         saved = self._state()
         self.client_quotas, self.users, self.acls.current, self.resource_configs = {}, {}, AclSet(), {}
-        if self.cluster:  # the cluster's Kafka-native topics are the snapshot's (a single node's old ones stay)
-            kafka = {t.name: t.db for t in self.topics.values()
-                     if t.kind == "kafka" and self.databases[t.db].nodes is not None}
-            self.databases = {k: v for k, v in self.databases.items() if k not in kafka.values()}
-            self.topics = {k: v for k, v in self.topics.items() if k not in kafka}
+        if self.cluster:  # the cluster's databases and topics are the snapshot's (a single node's old ones stay)
+            placed = {d.name for d in self.databases.values() if d.nodes is not None}
+            self.databases = {k: v for k, v in self.databases.items() if k not in placed}
+            self.stables = {k: v for k, v in self.stables.items() if k[0] not in placed}
+            self.topics = {k: v for k, v in self.topics.items() if v.db not in placed}
         try:
             for record in records:
                 if not isinstance(record, dict) or not (record.get("op") in SHARED_OPS
-                                                        or (self.cluster and record.get("op") == "create_kafka_topic")):
+                                                        or (self.cluster and record.get("op") in _SNAPSHOT_OPS)):
                     raise _Invalid(f"not a shared catalog record: {str(record)[:200]}")
                 self.apply(record)
             self.shared_seq = seq
@@ -486,14 +528,11 @@ class Catalog:
 
     def records(self) -> list[dict[str, Any]]:
         """Records that rebuild the current state (for :meth:`rewrite` and the data dir migration)."""
-        kafka_dbs = {t.db for t in self.topics.values() if t.kind == "kafka"}
-        out = [_db_record(d) for d in self.databases.values() if d.name not in kafka_dbs]
-        out += self._kafka_topic_records(placed=False if self.cluster else None)  # the others: shared_records
-        out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()]
-        out += [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
-                 "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
-                for t in self.topics.values() if t.kind != "kafka"]
-        return out + self.shared_records() + ([{"op": _SEQ_OP, "seq": self.shared_seq}] if self.shared_seq else [])
+        out = self._sql_records(shared=False)  # the others: shared_records
+        out[:0] = self._kafka_topic_records(placed=False if self.cluster else None)
+        out += self.shared_records()
+        out += [] if self.stable_metas is None else [self.stable_metas]
+        return out + ([{"op": _SEQ_OP, "seq": self.shared_seq}] if self.shared_seq else [])
 
     def rewrite(self) -> None:
         """Replace the file by the records of the current state (atomically: the old file or the new one)."""
@@ -566,6 +605,11 @@ class Catalog:
             self.dropped.discard(name)
         elif op == _SEQ_OP:
             pass  # only its sequence number (below)
+        elif op == STABLE_METAS_OP:
+            _get(r, "of", int), _get(r, "db", str), _get(r, "meta", dict)
+            if not all(k.isdigit() and isinstance(v, int) for k, v in _get(r, "next", dict).items()):
+                raise _Invalid(f"'next' is {r['next']!r}")
+            self.stable_metas = r
         elif op in acls.OPS:
             self.acls.apply(r)
         elif op == quotas.QUOTA_OP:
@@ -592,15 +636,13 @@ class Catalog:
 
     # ------------------------------------------------------------- partitions
 
-    def _placement(self, count: int, *, spread: bool = False) -> tuple[int, ...] | None:
-        """The nodes of ``count`` new vgroups (walgate.cluster.placement), balanced by what each node holds; None on
-        a single node (every vgroup is its own). ``spread``: over the live nodes (a Kafka-native topic's partitions,
-        which are the cluster's); else on this node alone (an SQL database, still the node's own:
-        docs/cluster.md)."""
+    def _placement(self, count: int) -> tuple[int, ...] | None:
+        """The nodes of ``count`` new vgroups (walgate.cluster.placement) over the live nodes (this node alone while
+        it knows none), balanced by what each node holds; None on a single node (every vgroup is its own)."""
         if not self.cluster:
             return None
         held = Counter(d.node_of(i, self.node_id) for d in self.databases.values() for i in range(d.vgroups))
-        return place(count, (self.live_nodes or {self.node_id: None}) if spread else {self.node_id: None}, held)
+        return place(count, self.live_nodes or {self.node_id: None}, held)
 
     def partitions(self) -> int:
         """Vnodes (partitions) of all databases together."""
@@ -670,9 +712,13 @@ class Catalog:
         _check_columns(st.columns + st.tags)
         self._commit(self._stable_record("create_stable", st, st.columns, st.tags))
 
-    def alter_stable(self, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...]) -> StableDef:
+    def alter_stable(self, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...],
+                     change: dict[str, str] | None = None) -> StableDef:
+        """``change`` (the ALTER's ``action`` and ``column``) goes into the record of a cluster database's supertable,
+        whose vnodes' meta entries every node writes when it applies it (walgate.storage.sql_objects)."""
         _check_columns(columns + tags, st.columns + st.tags)
-        self._commit(self._stable_record("alter_stable", st, columns, tags))
+        record = self._stable_record("alter_stable", st, columns, tags)
+        self._commit(record if change is None or not self.is_cluster_db(st.db) else {**record, "change": change})
         return self.stables[(st.db, st.name)]
 
     def drop_stable(self, db: str, name: str) -> None:
@@ -734,7 +780,7 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
-        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]), spread=True)),
+        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]))),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
@@ -743,7 +789,7 @@ class Catalog:
     def grown(self, db: DatabaseDef, count: int) -> DatabaseDef:
         """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`); nothing is written (the engine
         opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
-        placed = self._placement(count - db.vgroups, spread=True)
+        placed = self._placement(count - db.vgroups)
         nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
         return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
 

@@ -4,6 +4,11 @@ Databases and supertables live in the catalog (catalog.py); tables and subtables
 dropped by meta entries appended to its WAL through :class:`~walgate.storage.commit.Commits`. A change a topic
 depends on is refused before anything is written: dropping a topic's source, or an ALTER STABLE after which one of
 the database's topics would no longer compile.
+
+In cluster mode a database, and its supertables, are the cluster's (:meth:`Catalog.is_cluster_db
+<walgate.storage.catalog.Catalog.is_cluster_db>`): their DDL is validated here and its catalog record staged, nothing
+else (no vnode made, closed or written); every node, this one too, makes the rest when it applies the record
+(:mod:`walgate.storage.sql_objects`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 from walgate.storage import names
 from walgate.storage.catalog import DatabaseDef, StableDef, column_to_json
 from walgate.storage.commit import Commits, Pending, Plan
-from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound
+from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, NotHere
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -41,6 +46,9 @@ class Ddl:
                 return affected(0)
             raise AlreadyExists(f"Database already exists: {s.name}")
         db = store.catalog.new_database(s.name, s.options, store.clock.time_ms())  # validated, nothing written
+        if store.catalog.cluster:  # placed over the live nodes; staged: its vnodes open where it is applied
+            store.catalog.add_database(db)
+            return affected(0)
         store.vnodes[db.name] = store.open_database(db, lambda: store.catalog.add_database(db))
         return affected(0)
 
@@ -54,7 +62,10 @@ class Ddl:
         if users:
             raise InvalidValue(f"Database {s.name} is used by topic {users[0]}: drop the topic first")
         db = store.catalog.database(s.name)
+        shared = store.catalog.is_cluster_db(s.name)
         store.catalog.drop_database(s.name)  # first: when the disk refuses it, nothing changed
+        if shared:  # staged: its vnodes go where it is applied (NativeTopics.follow_catalog)
+            return affected(0)
         for vnode in store.vnodes.pop(s.name):
             vnode.close()
         shutil.rmtree(store.db_dir(db), ignore_errors=True)
@@ -69,13 +80,21 @@ class Ddl:
     def create_stable(self, s: ast.CreateStable, session: str | None) -> Result:
         store = self.store
         db = store.resolve_db(s.name.db, session)
-        if (db.name, s.name.name) in store.catalog.stables or store.vnode(db.name, s.name.name).live(s.name.name):
+        if (db.name, s.name.name) in store.catalog.stables or self._table_here(db, s.name.name):
             if s.if_not_exists:
                 return affected(0)
             raise AlreadyExists(f"Table already exists: {db.name}.{s.name.name}")
         check_columns(s.columns, s.tags)
         store.catalog.create_stable(StableDef(db.name, s.name.name, s.columns, s.tags, store.clock.time_ms()))
         return affected(0)
+
+    def _table_here(self, db: DatabaseDef, name: str) -> bool:
+        """Whether table ``name`` of ``db`` exists, as far as this node knows: a cluster database's table whose vgroup
+        is on another node is not seen (a supertable of its name is then made beside it, as TDengine's mnode does)."""
+        try:
+            return self.store.vnode(db.name, name).live(name) is not None
+        except NotHere:
+            return False
 
     def create_table(self, s: ast.CreateTable, session: str | None) -> Result:
         db = self.store.resolve_db(s.name.db, session)
@@ -145,8 +164,12 @@ class Ddl:
         self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
     ) -> None:
         """Change a supertable's schema: a meta entry in every vnode of ``db``, then the catalog (in one commit),
-        then every topic of ``db`` is recompiled. A topic the change would break refuses it first."""
+        then every topic of ``db`` is recompiled. A topic the change would break refuses it first. A cluster
+        database's: the catalog record staged, with the change (module docstring)."""
         self.views.recompile(db.name, StableDef(st.db, st.name, columns, tags, st.created_ms))
+        if self.store.catalog.is_cluster_db(db.name):
+            self.store.catalog.alter_stable(st, columns, tags, {"action": action, "column": column})
+            return
         meta = {"op": "alter_stable", "stable": st.name, "action": action, "column": column}
         self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in range(db.vgroups)},
                             then=lambda: self.store.catalog.alter_stable(st, columns, tags))
@@ -186,6 +209,9 @@ class Ddl:
                 return affected(0)
             raise NotFound(f"STable not exist: {db.name}.{s.name.name}")
         self._refuse_if_topic_source(db.name, s.name.name)
+        if store.catalog.is_cluster_db(db.name):  # staged (module docstring)
+            store.catalog.drop_stable(db.name, s.name.name)
+            return affected(0)
         meta = {"op": "drop_stable", "stable": s.name.name}
         self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in range(db.vgroups)},
                             then=lambda: store.catalog.drop_stable(db.name, s.name.name))

@@ -37,7 +37,7 @@ from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need, Syncable
-from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
+from walgate.storage.errors import NotHere, StorageError, StorageUnavailable, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -54,6 +54,7 @@ from walgate.storage.select import PreparedSelect, Selects
 from walgate.storage.show import Dnode, Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
+from walgate.storage.sql_objects import SqlObjects
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
@@ -95,6 +96,7 @@ class Engine:
         self.ddl = Ddl(store, self.commits, self.views)
         self.ingest = Ingest(store, self.commits, self.ddl, self.views)
         self.native = NativeTopics(store, self.views)
+        self.sql_objects = SqlObjects(store, self.commits, self.views)
         self.show = Show(store, self.views, self.offsets)
         self.selects = Selects(store, self.views)
         self.grants = Grants(store)
@@ -181,6 +183,8 @@ class Engine:
                     engine.native.open_topic(topic)
                 else:
                     engine.views.open_topic(topic)
+            except NotHere:  # a topic of one table whose vgroup is on another node: compiled there, none of it here
+                store.add_topic_id(topic)
             except StorageError as exc:  # e.g. its source's catalog record was lost: serve everything else
                 store.damage_log.report(store.catalog.path, 0, 0, f"topic {topic.name} cannot be opened: "
                                         f"{exc.message}; {REPAIR_HINT}", "not served")
@@ -366,6 +370,7 @@ class Engine:
         producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`)."""
         self.catalog.cluster = True
         self.store.producer_ids.cluster(self.catalog.node_id)
+        self.sql_objects.recover()
 
     def staged(self, fn: Callable[..., T], *args: Any) -> tuple[T, list[dict[str, Any]]]:
         """``fn(*args)`` as a staged call (cluster mode): its result and the shared catalog records it made, which
@@ -379,26 +384,34 @@ class Engine:
 
     def apply_shared(self, seq: int, record: dict[str, Any]) -> bool:
         """Apply record ``seq`` of the cluster's catalog stream (:meth:`Catalog.apply_shared`, durable), then bring the
-        Kafka-native topics served here in line with it: a new topic's vnodes placed on this node opened, a dropped
-        one's closed and deleted (:meth:`NativeTopics.follow_catalog`). The one apply path of every node, the one
-        asked included. False when the record was applied already (what follows it is done again: a call the disk
-        refused is retried whole). Raises :class:`StorageUnavailable` when the disk refuses."""
+        databases and topics served here in line with it: a new database's or topic's vnodes placed on this node
+        opened, a dropped one's closed and deleted (:meth:`NativeTopics.follow_catalog`), a new TDengine topic
+        compiled, an ALTER/DROP STABLE's meta entry written into the vnodes here (:class:`SqlObjects`). The one
+        apply path of every node, the one asked included. False when the record was applied already (what follows it
+        is done again: a call the disk refused is retried whole). Raises :class:`StorageUnavailable` when the disk
+        refuses."""
+        self.sql_objects.before(seq, record)
         applied = self.catalog.apply_shared(seq, record)
-        self._follow_catalog()
+        self._follow_catalog(record)
         return applied
 
     def restore_shared(self, seq: int, records: list[dict[str, Any]]) -> None:
         """Replace the cluster's part of the catalog by its snapshot up to ``seq`` (:meth:`Catalog.restore_shared`),
-        then follow it as :meth:`apply_shared` does."""
+        then follow it as :meth:`apply_shared` does (the supertables dropped meanwhile:
+        :meth:`SqlObjects.dropped_meanwhile`)."""
+        before = self.catalog.stables
         self.catalog.restore_shared(seq, records)
-        self._follow_catalog()
+        self.sql_objects.dropped_meanwhile(before)
+        self._follow_catalog(None)
 
-    def _follow_catalog(self) -> None:
-        """:meth:`NativeTopics.follow_catalog` over this node's topic defaults; a file the disk refuses to make is
-        :class:`StorageUnavailable` (the caller retries the whole apply). The meta store checks :meth:`open` left for
-        vnodes it closed (a topic deleted while the node was down) are dropped."""
+    def _follow_catalog(self, record: dict[str, Any] | None) -> None:
+        """:meth:`NativeTopics.follow_catalog` over this node's topic defaults, then :meth:`SqlObjects.follow` after
+        ``record`` (None: a snapshot); a file the disk refuses to make is :class:`StorageUnavailable` (the caller
+        retries the whole apply). The meta store checks :meth:`open` left for vnodes it closed (a database or topic
+        deleted while the node was down) are dropped."""
         try:
             self.native.follow_catalog(self.topic_defaults(self.catalog.node_id))
+            self.sql_objects.follow(record)
         except OSError as exc:
             raise StorageUnavailable(f"the vnodes the catalog places here could not be opened ({exc.strerror or exc})"
                                      "; retried") from None

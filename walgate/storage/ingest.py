@@ -167,6 +167,10 @@ class Ingest:
             for index in vnodes:
                 self.store.local_vnode(db_name, index)
         for old, new in p.changes:
+            if catalog.is_cluster_db(new.db):  # its DDL goes through the cluster's stream, not within a write
+                raise InvalidValue(f"Supertable {new.db}.{new.name}: in a cluster a write does not {'create' if old is None else 'change'}"
+                                   " a supertable (not yet): make it with CREATE STABLE or ALTER STABLE first; nothing"
+                                   " was written (docs/cluster.md)")
             if old is not None:
                 self.views.recompile(new.db, new)
         for old, new in p.changes:

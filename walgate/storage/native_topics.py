@@ -145,7 +145,8 @@ class NativeTopics:
     def follow_catalog(self, defaults: Mapping[str, str]) -> None:
         """Cluster mode, after a record of the cluster's stream (or its snapshot) was applied: bring the Kafka-native
         topics served here in line with the catalog. A topic the catalog no longer has is dropped here (its offset
-        indexes, committed offsets, vnodes and files); a new one's vnodes placed on this node are created and opened;
+        indexes, committed offsets, vnodes and files), any database's vnodes and files too (an SQL database's as
+        well, or its old ones when a snapshot holds one made again under its name); a new one's vnodes placed on this node are created and opened;
         a grown one's new vnodes placed here too; every one's vnodes take the WAL settings of its configs over
         ``defaults`` (the dynamic broker defaults, :meth:`Engine.topic_defaults`: this node's, as on a single node,
         so in cluster mode never written back to the shared record). Idempotent: a call
@@ -156,7 +157,8 @@ class NativeTopics:
             store.publish_topics()  # commits checked against the old topics run before the offsets go
         for name in gone:
             self.views.forget_dropped(name)
-        for db_name in [d for d in store.vnodes if d not in catalog.databases]:
+        for db_name in [d for d, vnodes in store.vnodes.items() if d not in catalog.databases
+                        or any(v.db.id != catalog.databases[d].id for v in vnodes)]:  # gone, or made again meanwhile
             for vnode in store.vnodes.pop(db_name):
                 vnode.close()
                 shutil.rmtree(vnode.dir.parent, ignore_errors=True)

@@ -57,7 +57,7 @@ from walgate.storage.wal import KIND_DATA, KIND_KAFKA
 __all__ = ["Finding", "recover", "findings", "repair", "attach", "ATTACHABLE"]
 
 ATTACHABLE = "attach with --only {source} --as NAME"
-_PIECE = re.compile(r"catalog\.log\.(\d+)-(\d+)\.(\d+)")
+_PIECE = re.compile(r"catalog\.log\.(\d+)-(\d+)\.(\d+)(?:\.(\d+))?")  # DamageLog adds .N to a name taken
 _MAX_LINE = 1 << 20  # longer quarantined pieces are not searched for a damaged byte
 
 
@@ -180,18 +180,18 @@ def _quarantined(root: Path) -> list[_Candidate]:
     for path in sorted(qdir.iterdir()) if qdir.is_dir() else []:
         m = _PIECE.fullmatch(path.name)
         if m:
-            pieces.append((int(m[3]), int(m[1]), int(m[2]), path))
+            pieces.append((int(m[3]), int(m[1]), int(m[2]), int(m[4] or 0), path))
     pieces.sort()
     out: list[_Candidate] = []
     used: set[Path] = set()
-    for n, (stamp, start, end, path) in enumerate(pieces):
+    for n, (stamp, start, end, _, path) in enumerate(pieces):
         if path in used:
             continue
         data = path.read_bytes()
         records = recover(data)
         source = f"quarantine/{path.name}"
         if not records and n + 1 < len(pieces):
-            stamp2, start2, _, path2 = pieces[n + 1]
+            stamp2, start2, _, _, path2 = pieces[n + 1]
             if stamp2 - stamp <= 1 and start2 == end and data.endswith(b"\n"):
                 records = _joined(data, path2.read_bytes())
                 if records:

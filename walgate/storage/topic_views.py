@@ -237,10 +237,17 @@ class TopicViews:
         else:
             db, source = self.store.resolve_db(s.source.db, session), s.source.name
         self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        if (catalog.is_cluster_db(db.name) and s.kind != "database" and (db.name, source) not in catalog.stables
+                and len(set(db.nodes or ())) > 1):
+            raise InvalidValue(f"Topic {s.name}: a topic of one table of a database whose vgroups are on several nodes"
+                               " is not supported yet; make it AS STABLE (or a SELECT from the supertable with a"
+                               " tbname condition) (docs/cluster.md)")
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)
         topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, self.store.clock.time_ms())
+        if catalog.is_cluster_db(db.name):  # staged: compiled where it is applied (walgate.storage.sql_objects)
+            return affected(0)
         try:
             self.open_topic(topic)
         except Exception:
@@ -269,6 +276,8 @@ class TopicViews:
         db = store.catalog.database(topic.db)
         if topic.kind != "kafka":
             store.catalog.drop_topic(name)  # before memory and files: when the disk refuses it, the topic stays
+            if store.catalog.is_cluster_db(topic.db):  # staged: dropped where it is applied (follow_catalog)
+                return
         else:
             store.catalog.drop_database(topic.db)  # one record: the database and its topic go together
             if store.catalog.cluster:  # staged: dropped here when the node applies it (NativeTopics.follow_catalog)

@@ -17,6 +17,7 @@ from typing import Any
 from walgate.coordinator.coordinator import GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.storage.engine import Engine
+from walgate.storage.errors import NotHere
 from walgate.storage.partitions import is_lost
 from walgate.storage.wal import FileRegion
 from walgate.wire import WireError, decode_batches
@@ -115,17 +116,21 @@ def share_groups(engine: Engine, shares: ShareCoordinator, listed: set[str]) -> 
 
 
 def databases(engine: Engine) -> list[dict[str, Any]]:
-    """Every database with its options, its supertables and (up to :data:`MAX_SUBTABLES`) its tables."""
+    """Every database with its options, its supertables and (up to :data:`MAX_SUBTABLES`) its tables; a cluster
+    database with a vgroup on another node lists no table (``table_count`` None: its tables are not all here)."""
     out = []
     for row in engine.execute("SHOW DATABASES").rows:
         name, _, vgroups, precision = row[:4]
         stables = [{"name": r[0], "columns": r[3], "tags": r[4]} for r in engine.execute("SHOW STABLES", name).rows]
-        tables = engine.execute("SHOW TABLES", name).rows
+        try:
+            tables: list[Any] | None = engine.execute("SHOW TABLES", name).rows
+        except NotHere:
+            tables = None
         out.append({
             "name": name, "vgroups": vgroups, "precision": precision, "stables": sorted(stables, key=lambda s: s["name"]),
-            "table_count": len(tables),
+            "table_count": None if tables is None else len(tables),
             "tables": [{"name": r[0], "stable": r[4] or "", "vgroup": r[5]}
-                       for r in sorted(tables, key=lambda r: r[0])[:MAX_SUBTABLES]],
+                       for r in sorted(tables or (), key=lambda r: r[0])[:MAX_SUBTABLES]],
         })
     return sorted(out, key=lambda d: d["name"])
 

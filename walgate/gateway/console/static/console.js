@@ -198,7 +198,8 @@ async function refreshDatabases() {
     const more = db.table_count > db.tables.length ? ` (first ${db.tables.length})` : "";
     const details = el("details", { data: { db: db.name } },
       el("summary", {}, el("strong", {}, db.name), ` · ${db.vgroups} vgroups · precision ${db.precision} · `
-        + `${db.stables.length} supertables · ${db.table_count} tables`),
+        + `${db.stables.length} supertables · `
+        + (db.table_count === null ? "tables on other nodes" : `${db.table_count} tables`)),
       el("h3", {}, "Supertables"),
       table(["Supertable", "Columns", "Tags"], db.stables.map((s) => [s.name, s.columns, s.tags])),
       el("h3", {}, `Tables${more}`),

@@ -4,10 +4,9 @@ A partition's leader is the node the catalog places its vgroup on (docs/cluster.
 another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
 on the listener the client came through; a partition placed on a node that is not registered now (or has no such
 listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
-answers a partition whose leader is offline. The brokers are this node, the leaders named and the live nodes group
-coordinator partitions are placed on (:mod:`walgate.gateway.kafka.group_coordinators`: a client drops a broker that
-Metadata does not list, its coordinator too): never a node the answer does not need otherwise (a node whose catalog
-differs would answer the client's next Metadata request).
+answers a partition whose leader is offline. The brokers are this node and every other node registered now (with an
+endpoint on the client's listener), as Kafka lists every live broker: every node knows the topics of the cluster's
+catalog, so a client may ask any of them next.
 
 v0 asks for all topics with an empty list, v1+ with a null list. Unknown names
 get UNKNOWN_TOPIC_OR_PARTITION, unless ``auto_create_topic_partitions`` is set
@@ -98,11 +97,6 @@ def _missing(name: str, error: int) -> MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
 
 
-def leaders_named(topics: list[MetadataResponseTopic]) -> set[int]:
-    """The leader ids ``topics`` name (-1 is none)."""
-    return {p["leader_id"] for t in topics for p in t.get("partitions", ()) if p["leader_id"] >= 0}
-
-
 def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> MetadataResponsePartition:
     """Partition ``index``'s entry, placed on node ``leader`` (see the module docstring)."""
     if leader == node_id or leader in live:
@@ -177,8 +171,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
         cluster_ops = operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
     host, port = broker.address(ctx.listener)
     brokers: list[Any] = [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}]
-    coordinators = broker.coordinators.known if broker.coordinators is not None else None  # reachable too
-    brokers += node_endpoints({*leaders_named(topics), *(coordinators.nodes if coordinators else ())}, others)
+    brokers += node_endpoints(others, others)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

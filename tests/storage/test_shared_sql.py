@@ -1,0 +1,261 @@
+"""SQL databases, supertables and TDengine topics as the cluster's (cluster mode): the node asked stages their DDL
+(nothing of it on disk), and every node applies the stream's records through one path (:meth:`Engine.apply_shared`),
+which opens the vnodes placed on it, compiles the topics, deletes a dropped database's vnodes and writes an
+ALTER/DROP STABLE's meta entry into its own vnodes, once, also across refused writes, a crash before the entries
+and a snapshot. Two engines with their own data dirs stand for two nodes applying the same stream."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import WRITE_FAULTS, Faults, flipped_in_line, torn_last_line
+from test_shared_topics import LIVE, apply, cluster_node
+
+from walgate.storage.engine import Engine
+from walgate.storage.entry import decode_entry
+from walgate.storage.errors import InvalidValue, NotHere, StorageUnavailable
+from walgate.storage.lineproto import child_table_name
+from walgate.storage.vnode import vnode_of
+from walgate.storage.wal import KIND_META
+
+STABLE = "CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)"
+
+
+def staged(e: Engine, sql: str) -> list[dict[str, Any]]:
+    """The records ``sql`` run on ``e`` stages (what the node asked hands to the controller)."""
+    _, records = e.staged(Engine.execute, e, sql)
+    return records
+
+
+def run(nodes: list[Engine], asked: Engine, sql: str) -> None:
+    """``sql`` through node ``asked``, its records applied by ``nodes``."""
+    records = staged(asked, sql)
+    assert records, f"{sql}: staged, for the stream"
+    apply(nodes, records)
+
+
+def rows(e: Engine, sql: str) -> list[list[Any]]:
+    return [list(r) for r in e.execute(sql).rows]
+
+
+def vnode_dirs(data_dir: Path) -> list[str]:
+    return sorted(p.name for p in (data_dir / "db").glob("*/vnode*"))
+
+
+def metas(e: Engine, db: str) -> dict[int, list[str]]:
+    """Vnode index -> the stable meta entries (``op stable``) of its WAL, for ``db``'s vnodes on ``e``."""
+    out = {}
+    for vnode in e.vnodes[db]:
+        decoded = [decode_entry(x).meta for x in vnode.wal.read_from(vnode.wal.first_version) if x.kind == KIND_META]
+        out[vnode.index] = [f"{m['op']} {m['stable']}" for m in decoded if m is not None and "stable" in m
+                            and m["op"] != "create_table"]
+    return out
+
+
+def table_in(vgroup: int) -> str:
+    return next(f"t{i}" for i in range(1000) if vnode_of("d", f"t{i}", 2) == vgroup)
+
+
+def test_ddl_through_either_node_is_applied_by_both_each_opening_and_writing_its_own_vnodes(tmp_path: Path) -> None:
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    records = staged(n2, "CREATE DATABASE d VGROUPS 2")
+    assert [r["op"] for r in records] == ["create_db"] and records[0]["nodes"] == [1, 2], "over the live nodes"
+    assert "d" not in n2.catalog.databases and vnode_dirs(tmp_path / "n2") == [], "staged: nothing kept or made"
+    apply([n1, n2], records)
+    assert [v.index for v in n1.vnodes["d"]] == [0] and [v.index for v in n2.vnodes["d"]] == [1]
+    run([n1, n2], n2, STABLE)
+    run([n1, n2], n1, "CREATE TOPIC tq WITH META AS STABLE d.st")
+    for e in (n1, n2):
+        assert rows(e, "SHOW DATABASES")[-1][0] == "d" and [r[0] for r in rows(e, "SHOW d.STABLES")] == ["st"]
+        assert [r[0] for r in rows(e, "SHOW TOPICS")] == ["tq"] and e.topic_id("tq") is not None
+    here, there = table_in(0), table_in(1)
+    assert n1.execute(f"INSERT INTO d.{here} USING d.st TAGS (1) VALUES (1700000000000, 1)").affected_rows == 1
+    assert n2.execute(f"INSERT INTO d.{there} USING d.st TAGS (2) VALUES (1700000000000, 2)").affected_rows == 1
+    with pytest.raises(NotHere, match="is on node 2"):  # a write for another node's vgroup: today's refusal
+        n1.execute(f"INSERT INTO d.{there} VALUES (1700000000001, 3)")
+    assert n1.watermarks("tq", 0)[1] > 0 and n2.watermarks("tq", 1)[1] > 0, "each node indexes its partition"
+
+    run([n1, n2], n2, "ALTER STABLE d.st ADD COLUMN w INT")
+    for e in (n1, n2):
+        assert [c.name for c in e.catalog.stables[("d", "st")].columns] == ["ts", "v", "w"]
+    assert metas(n1, "d") == {0: ["alter_stable st"]} and metas(n2, "d") == {1: ["alter_stable st"]}
+    assert n2.execute(f"INSERT INTO d.{there} (ts, v, w) VALUES (1700000000002, 4, 5)").affected_rows == 1
+
+    run([n1, n2], n1, "DROP TOPIC tq")
+    run([n1, n2], n1, "DROP STABLE d.st")
+    assert metas(n1, "d") == {0: ["alter_stable st", "drop_stable st"]}
+    assert metas(n2, "d") == {1: ["alter_stable st", "drop_stable st"]}
+    assert n2.vnodes["d"][0].live(there) is None, "a dropped supertable's subtables go on every node"
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # restarted: the same, from its catalog.log and WALs
+    assert [v.index for v in n2.vnodes["d"]] == [1] and metas(n2, "d") == {1: ["alter_stable st", "drop_stable st"]}
+    run([n1, n2], n2, "DROP DATABASE d")
+    for e, d in ((n1, tmp_path / "n1"), (n2, tmp_path / "n2")):
+        assert "d" not in e.catalog.databases and "d" not in e.vnodes and vnode_dirs(d) == []
+    for e in (n1, n2):
+        e.close()
+
+
+@pytest.mark.parametrize(("op", "kind"), WRITE_FAULTS)
+def test_the_apply_path_under_write_faults_is_taken_again_and_writes_each_meta_entry_once(
+        tmp_path: Path, op: str, kind: str) -> None:
+    asked = cluster_node(tmp_path / "asked", 1)
+    asked.set_dnodes(LIVE[:1], {1: None})
+    stream = []
+    for sql in ("CREATE DATABASE d VGROUPS 2", STABLE, "ALTER STABLE d.st ADD COLUMN w INT"):
+        stream += staged(asked, sql)
+        apply([asked], stream[-1:])
+    asked.close()
+    assert [r["op"] for r in stream] == ["create_db", "create_stable", "alter_stable"], "through the stream"
+    clean = cluster_node(tmp_path / "clean", 1)
+    faults = Faults()
+    with faults.active():
+        apply([clean], stream)
+        calls = faults.calls[op]
+    clean.close()
+    assert calls > 0
+    for at in range(1, calls + 1):  # the at-th write (or fsync) of the whole apply refused
+        d = tmp_path / f"n{at}"
+        e = cluster_node(d, 1)
+        with faults.active():
+            faults.fail_kind(op, kind, at=at)
+            for seq, record in enumerate(stream, 1):
+                try:
+                    e.apply_shared(seq, record)
+                except StorageUnavailable:
+                    faults.clear()
+                    e.apply_shared(seq, record)  # the stream's retry: the record once, what follows it done
+            faults.clear()
+        assert e.catalog.shared_seq == 3 and [c.name for c in e.catalog.stables[("d", "st")].columns][-1] == "w"
+        assert metas(e, "d") == {0: ["alter_stable st"], 1: ["alter_stable st"]}, f"fault at {at}"
+        e.close()
+        again = cluster_node(d, 1)
+        assert metas(again, "d") == {0: ["alter_stable st"], 1: ["alter_stable st"]}
+        again.close()
+
+
+def test_a_restart_writes_the_meta_entries_a_crash_left_out(tmp_path: Path) -> None:
+    n1 = cluster_node(tmp_path / "n1", 1)
+    n1.set_dnodes(LIVE[:1], {1: None})
+    run([n1], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1], n1, STABLE)
+    [alter] = staged(n1, "ALTER STABLE d.st ADD COLUMN w INT")
+    # the crash: the record applied (and where its entries go recorded), the entry written into vnode 0 alone
+    n1.sql_objects.before(3, alter)
+    n1.catalog.apply_shared(3, alter)
+    [(_, meta, _)] = n1.sql_objects.pending
+    db = n1.catalog.database("d")
+    n1.commits.commit(db, {0: n1.commits.with_meta(db, meta)})
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)
+    assert metas(n1, "d") == {0: ["alter_stable st"], 1: ["alter_stable st"]}, "vnode 1's written at the start"
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)
+    assert metas(n1, "d") == {0: ["alter_stable st"], 1: ["alter_stable st"]}, "and only once"
+    n1.close()
+
+
+def test_a_snapshot_brings_the_sql_objects_in_and_drops_those_it_no_longer_has(tmp_path: Path) -> None:
+    single = Engine.open(tmp_path / "n2", node_id=2)  # n2's data dir was a single node's: its database stays its own
+    single.execute("CREATE DATABASE legacy VGROUPS 1")
+    single.close()
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE gone VGROUPS 2")
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1, n2], n1, "CREATE STABLE d.old (ts TIMESTAMP, v INT) TAGS (site INT)")
+    there = table_in(1)
+    n2.execute(f"INSERT INTO d.{there} USING d.old TAGS (1) VALUES (1700000000000, 1)")
+    assert len(vnode_dirs(tmp_path / "n2")) == 3
+    run([n1], n1, "DROP DATABASE gone")  # n2 was away meanwhile
+    run([n1], n1, "DROP STABLE d.old")
+    run([n1], n1, STABLE)
+    run([n1], n1, "CREATE TOPIC tq AS STABLE d.st")
+    n2.restore_shared(n1.catalog.shared_seq, n1.catalog.shared_records())
+    assert n2.vnodes["d"][0].live(there) is None, "the subtables of a supertable dropped meanwhile went"
+    for e in (n2, cluster_node(tmp_path / "n2", 2)):  # and after a restart, from the rewritten catalog.log
+        assert sorted(e.catalog.databases) == ["d", "legacy"] and sorted(e.catalog.stables) == [("d", "st")]
+        assert [v.index for v in e.vnodes["d"]] == [1] and e.topic_id("tq") is not None
+        assert metas(e, "d") == {1: ["drop_stable old"]}
+        assert len(vnode_dirs(tmp_path / "n2")) == 2, "legacy's and d's: gone's were deleted"
+        e.close()
+    n1.close()
+
+
+def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemaless_change_is_refused(
+        tmp_path: Path) -> None:
+    single = Engine.open(tmp_path / "n2", node_id=2)
+    single.execute("CREATE DATABASE d VGROUPS 1")
+    single.close()
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")  # n2 has its own d: the record is passed over there
+    run([n1, n2], n1, STABLE)
+    assert n1.catalog.database("d").nodes == (1, 2) and ("d", "st") in n1.catalog.stables
+    assert n2.catalog.database("d").nodes is None and ("d", "st") not in n2.catalog.stables
+    n2.execute("CREATE STABLE d.mine (ts TIMESTAMP, v INT) TAGS (k INT)")  # its own database's DDL stays its own
+    assert ("d", "mine") in n2.catalog.stables and ("d", "mine") not in n1.catalog.stables
+    end = n1.vnodes["d"][0].wal.next_version
+    line = next(f"lp,site={s} v=5i 1700000000000000000" for s in range(1000)
+                if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == 0)
+    with pytest.raises(InvalidValue, match="in a cluster a write does not create a supertable"):
+        n1.write_lines("d", line.encode())
+    assert ("d", "lp") not in n1.catalog.stables and n1.vnodes["d"][0].wal.next_version == end, "nothing written"
+    for e in (n1, n2):
+        e.close()
+
+
+
+def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_writes_each_entry_once(
+        tmp_path: Path) -> None:
+    crashed = tmp_path / "crashed"
+    n1 = cluster_node(crashed, 1)
+    n1.set_dnodes(LIVE[:1], {1: None})
+    run([n1], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1], n1, STABLE)
+    [alter] = staged(n1, "ALTER STABLE d.st ADD COLUMN w INT")
+    n1.sql_objects.before(3, alter)  # a crash while (or just after) its node-own record was appended
+    n1.close()
+    assert b'"op":"stable_metas"' in (crashed / "catalog.log").read_bytes().splitlines()[-1]
+    both = {0: ["alter_stable st"], 1: ["alter_stable st"]}
+    for i, _ in enumerate(torn_last_line(crashed / "catalog.log")):
+        shutil.copytree(crashed, tmp_path / f"torn{i}")
+        e = cluster_node(tmp_path / f"torn{i}", 1)
+        assert e.catalog.stable_metas is None and e.catalog.shared_seq == 2, "the torn record cut off"
+        assert e.apply_shared(3, alter) and metas(e, "d") == both, "the stream's record applied again"
+        e.close()
+        e = cluster_node(tmp_path / f"torn{i}", 1)
+        assert metas(e, "d") == both, "once"
+        e.close()
+    catalog = tmp_path / "torn0" / "catalog.log"
+    line = next(n for n, x in enumerate(catalog.read_bytes().splitlines()) if b'"op":"stable_metas"' in x)
+    for _ in flipped_in_line(catalog, line):  # the record of entries written: reported and skipped
+        e = cluster_node(tmp_path / "torn0", 1)
+        assert e.catalog.stable_metas is None and e.catalog.shared_seq == 3 and e.damage()
+        assert metas(e, "d") == both
+        e.close()
+
+
+def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhere(tmp_path: Path) -> None:
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n2, "CREATE DATABASE a VGROUPS 1")  # node 1
+    run([n1, n2], n2, "CREATE DATABASE one VGROUPS 1")  # node 2
+    assert n1.catalog.database("one").nodes == (2,)
+    n2.execute("CREATE TABLE one.t (ts TIMESTAMP, v INT)")  # a table lives in its vnode, on node 2
+    run([n1, n2], n2, "CREATE TOPIC tt AS SELECT * FROM one.t")
+    n2.execute("INSERT INTO one.t VALUES (1700000000000, 1)")
+    assert n2.watermarks("tt", 0) == (0, 1) and n1.topic_id("tt") == n2.topic_id("tt") is not None
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)  # restarted: known, not compiled here, no damage
+    assert "tt" in n1.catalog.topics and n1.topic_id("tt") is not None and n1.damage() == []
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")  # over both nodes
+    run([n1, n2], n1, STABLE)
+    here = table_in(0)
+    n1.execute(f"CREATE TABLE d.{here} (ts TIMESTAMP, v INT)")
+    with pytest.raises(InvalidValue, match="a topic of one table of a database whose vgroups are on several nodes"):
+        staged(n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    run([n1, n2], n1, "DROP TOPIC tt")
+    assert "tt" not in n2.catalog.topics and n1.topic_id("tt") is None
+    for e in (n1, n2):
+        e.close()

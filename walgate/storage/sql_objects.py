@@ -1,0 +1,150 @@
+"""The cluster's SQL objects on one node (cluster mode, docs/cluster.md): databases, supertables and TDengine topics
+made anywhere in the cluster, followed by each node after it applied their catalog records.
+
+After every record (or snapshot) of the cluster's stream a node applied (:meth:`Engine.apply_shared
+<walgate.storage.engine.Engine.apply_shared>`), :meth:`SqlObjects.follow` brings what it serves in line with its
+catalog: the vnodes placed on it of a database it does not serve yet are created and opened, a TDengine topic it
+does not serve yet is compiled and indexed over them (one whose source table's vgroup is on another node is not
+compiled here: no partition of it is here to index). Dropped databases' vnodes and dropped topics go in
+:meth:`NativeTopics.follow_catalog <walgate.storage.native_topics.NativeTopics.follow_catalog>`, for every kind alike.
+
+ALTER/DROP STABLE also write a meta entry into every vnode of the database (TDengine topics with meta carry it; a
+dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record.
+Invariant: once record N is applied, every vnode placed here has N's meta entry, or the catalog's last
+:data:`~walgate.storage.catalog.STABLE_METAS_OP` record names N and the WAL version each vnode's entry goes at. That
+record is written before the shared one (:meth:`SqlObjects.before`), the meta entries after it, in one
+:meth:`Commits.commit <walgate.storage.commit.Commits.commit>` (all or none under a refused write); a write the disk
+refused is taken again (``pending``), and at a restart (:meth:`SqlObjects.recover`) a vnode whose WAL still ends at
+the version named lacks the entry (a crash came before it): it is written then. Pure and synchronous, on the storage
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from walgate.storage.catalog import STABLE_METAS_OP, StableDef
+from walgate.storage.commit import Commits
+from walgate.storage.errors import NotHere, StorageError
+from walgate.storage.store import Store
+from walgate.storage.topic_views import TopicViews
+
+__all__ = ["SqlObjects"]
+
+log = logging.getLogger("walgate.cluster")
+
+_STABLE_CHANGES = ("alter_stable", "drop_stable")
+
+
+def _meta(record: dict[str, Any]) -> dict[str, Any]:
+    """The vnode meta entry of an ALTER or DROP STABLE catalog record (as :class:`~walgate.storage.ddl.Ddl` writes it
+    on a single node)."""
+    if record["op"] == "drop_stable":
+        return {"op": "drop_stable", "stable": record["name"]}
+    change = record.get("change") or {}
+    return {"op": "alter_stable", "stable": record["name"], "action": str(change.get("action", "")),
+            "column": str(change.get("column", ""))}
+
+
+class SqlObjects:
+    """A node's following of the cluster's SQL objects (module docstring)."""
+
+    def __init__(self, store: Store, commits: Commits, views: TopicViews) -> None:
+        self.store = store
+        self.commits = commits
+        self.views = views
+        # meta entries still to write: (database, meta entry, the vnodes here without it), in order
+        self.pending: list[tuple[str, dict[str, Any], set[int]]] = []
+
+    def before(self, seq: int, record: dict[str, Any]) -> None:
+        """Before shared record ``seq`` is applied: when it is an ALTER/DROP STABLE of a database with vnodes here
+        that applies, record where its meta entries go (durably) and make them pending."""
+        catalog = self.store.catalog
+        if seq <= catalog.shared_seq or record.get("op") not in _STABLE_CHANGES:
+            return
+        db = catalog.databases.get(record.get("db"))  # type: ignore[arg-type]
+        vnodes = self.store.vnodes.get(db.name, []) if db is not None else []
+        if db is None or not vnodes:
+            return
+        try:
+            catalog.validate_shared([record])
+        except StorageError:
+            return  # passed over by Catalog.apply_shared (a node's own database of the name, ...): no meta entry
+        meta = _meta(record)
+        catalog.commit({"op": STABLE_METAS_OP, "of": seq, "db": db.name, "meta": meta,
+                        "next": {str(v.index): v.wal.next_version for v in vnodes}})
+        self.pending = [(db.name, meta, {v.index for v in vnodes})]
+
+    def recover(self) -> None:
+        """At start (before any write): the meta entries of the last record applied that a crash left out are
+        written (module docstring); when the disk refuses, they stay pending, written after the next record."""
+        catalog, intent = self.store.catalog, self.store.catalog.stable_metas
+        if intent is None or intent["of"] != catalog.shared_seq or intent["db"] not in catalog.databases:
+            return
+        here = {v.index: v for v in self.store.vnodes.get(intent["db"], [])}
+        missing = {int(i) for i, version in intent["next"].items()
+                   if int(i) in here and here[int(i)].wal.next_version == version}
+        if missing:
+            log.warning("the meta entries of cluster catalog record %d are missing from vnodes %s of database %s (a "
+                        "stop came before they were written): written now", intent["of"], sorted(missing),
+                        intent["db"])
+            self.pending = [(intent["db"], dict(intent["meta"]), missing)]
+            try:
+                self._write_pending()
+            except StorageError as exc:
+                log.error("the meta entries of cluster catalog record %d are not written yet: %s", intent["of"],
+                          exc.message)
+
+    def follow(self, record: dict[str, Any] | None) -> None:
+        """After ``record`` (None: a snapshot) was applied: open what the catalog places here and this node does not
+        serve yet, write the pending meta entries (module docstring) and recompile the TDengine topics over the
+        supertables it changed. Idempotent: a call the disk refused (raised) is made again."""
+        store, catalog = self.store, self.store.catalog
+        kafka_dbs = {t.db for t in catalog.topics.values() if t.kind == "kafka"}
+        for db in [d for d in catalog.databases.values() if d.name not in store.vnodes and d.name not in kafka_dbs]:
+            store.vnodes[db.name] = store.open_database(db)
+        for topic in [t for t in catalog.topics.values() if t.kind != "kafka" and t.name not in store.topic_uuids]:
+            self.views.offsets.clear_left(topic.name)
+            try:
+                self.views.open_topic(topic)
+            except NotHere as exc:  # its source table's vgroup is elsewhere: none of its partitions is here
+                log.info("topic %s is not compiled on this node: %s", topic.name, exc.message)
+                store.add_topic_id(topic)
+        self._write_pending()
+        if record is None or record.get("op") in _STABLE_CHANGES:
+            changed = {record.get("db")} if record is not None else {t.db for t in catalog.topics.values()}
+            for db_name in sorted(str(d) for d in changed if d in catalog.databases):
+                self._recompile(db_name)
+
+    def dropped_meanwhile(self, before: dict[tuple[str, str], StableDef]) -> None:
+        """After a snapshot replaced the catalog's ``before`` supertables: a DROP STABLE's meta entry is pending for
+        each one gone (or made again) whose database's vnodes here stay (the stream's records folded into the
+        snapshot were never applied here; while this node was away no one wrote to its vnodes, so every subtable of
+        that name in them was the old supertable's). Not recorded first: a crash before they are written leaves
+        those subtables (docs/cluster.md)."""
+        catalog = self.store.catalog
+        for (db_name, name), old in sorted(before.items()):
+            now = catalog.stables.get((db_name, name))
+            vnodes = self.store.vnodes.get(db_name, [])
+            db = catalog.databases.get(db_name)
+            if (now is None or now.created_ms != old.created_ms) and vnodes and db is not None and all(
+                    v.db.id == db.id for v in vnodes):
+                self.pending.append((db_name, {"op": "drop_stable", "stable": name}, {v.index for v in vnodes}))
+
+    def _write_pending(self) -> None:
+        """The pending meta entries, each in one commit (all its vnodes or none); the disk's refusal raised, the
+        rest still pending."""
+        while self.pending:
+            db_name, meta, vnodes = self.pending[0]
+            db = self.store.catalog.database(db_name)
+            self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in sorted(vnodes)})
+            self.pending.pop(0)
+
+    def _recompile(self, db: str) -> None:
+        """Recompile ``db``'s TDengine topics after a supertable changed (the node asked checked that they still
+        compile; a topic made meanwhile that does not keeps its old form, logged)."""
+        try:
+            self.views.recompile(db)
+        except StorageError as exc:
+            log.error("the topics of database %s could not follow a change of its supertables: %s", db, exc.message)
