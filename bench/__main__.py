@@ -18,6 +18,7 @@ from pathlib import Path
 try:
     from bench import (
         cleaner,
+        cluster,
         commits,
         consume,
         groups,
@@ -38,7 +39,8 @@ except ModuleNotFoundError as missing:  # run without the [test] extra
 SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.run, "groups": groups.run,
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
              "cleaner": cleaner.run, "transactions": transactions.run,
-             "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run}
+             "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run,
+             "cluster": cluster.run}
 
 
 def machine() -> str:

@@ -54,9 +54,10 @@ def create(bootstrap: str, topic: str, configs: dict[str, str] | None = None) ->
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int, acks: str,
-            ready: Callable[[], None] = lambda: None) -> tuple[int, float]:
-    """(records acknowledged, seconds) for one producer sending ``count`` values of ``size`` bytes; the clock
-    starts when ``ready()`` returns, called once the producer has the topic's metadata."""
+            ready: Callable[[], None] = lambda: None, partition: int | None = None) -> tuple[int, float]:
+    """(records acknowledged, seconds) for one producer sending ``count`` values of ``size`` bytes, over the
+    topic's :data:`PARTITIONS` partitions in turn or all to ``partition``; the clock starts when ``ready()``
+    returns, called once the producer has the topic's metadata."""
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20,
                   "queue.buffering.max.messages": 1_000_000, "enable.idempotence": acks == "all"})
     p.list_topics(topic, timeout=30)
@@ -72,7 +73,8 @@ def produce(bootstrap: str, topic: str, count: int, size: int, acks: str,
     for i in range(count):
         while True:
             try:
-                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=report)
+                p.produce(topic, value, partition=i % PARTITIONS if partition is None else partition,
+                          on_delivery=report)
                 break
             except BufferError:
                 p.poll(0.01)

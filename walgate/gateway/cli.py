@@ -9,6 +9,7 @@
 - ``walgate repair`` — on a stopped server's data dir (refused while a server holds it): bring back what a damaged
   ``catalog.log`` took out of service (``walgate.storage.repair``).
 - ``walgate topic|group|consume|produce`` — admin commands over the Kafka protocol (``walgate.admin``).
+- ``walgate cluster up`` — etcd members and nodes on this machine, in the foreground (``walgate.gateway.cluster_up``).
 
 Exit codes: 0 success, 1 the server refused a request or could not be reached,
 2 bad usage or configuration. Errors go to stderr; results to stdout (rich tables,
@@ -46,11 +47,12 @@ from rich.table import Table
 from rich.text import Text
 
 from walgate.admin import add_commands as add_admin_commands
+from walgate.gateway.cluster_up import add_command as add_cluster_command
 from walgate.gateway.config import Config, ConfigError, load_config, parse_override
 from walgate.gateway.logs import LOG_FORMATS, setup_logging
 from walgate.storage.errors import StorageError
 
-__all__ = ["main", "split_statements", "render_result", "protected_mode_refusal", "ApiClient", "ApiError"]
+__all__ = ["main", "parser", "serve_config", "split_statements", "render_result", "protected_mode_refusal", "ApiClient", "ApiError"]
 
 log = logging.getLogger(__name__)
 
@@ -223,13 +225,20 @@ def _cluster_spec(text: str) -> str:
     return endpoints
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
+def serve_config(args: argparse.Namespace, env: dict[str, str] | None = None,
+                 ignored: list[str] | None = None) -> Config:
+    """The :class:`Config` ``walgate serve`` runs with, from its parsed ``args`` and ``env`` (default
+    ``os.environ``: the ``WALGATE_*`` variables); raises :class:`ConfigError`."""
     # None = flag not given
     overrides = {field.name: getattr(args, field.name) for field in fields(Config) if hasattr(args, field.name)}
+    return load_config(args.config, env=env, overrides=overrides,
+                       settings=[parse_override(text) for text in args.override], ignored=ignored)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
     ignored: list[str] = []
     try:
-        config = load_config(args.config, overrides=overrides,
-                             settings=[parse_override(text) for text in args.override], ignored=ignored)
+        config = serve_config(args, ignored=ignored)
     except ConfigError as e:
         return _fail(str(e), 2)
     refusal = protected_mode_refusal(config)
@@ -372,7 +381,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- main
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The ``walgate`` command line's parser (every subcommand)."""
     parser = argparse.ArgumentParser(prog="walgate", description="Kafka-wire gateway over TDengine-style WAL storage.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -503,12 +513,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_cmd_demo)
 
     add_admin_commands(commands)  # topic, group, consume, produce: walgate/admin
+    add_cluster_command(commands)  # cluster up: walgate/gateway/cluster_up.py
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``walgate`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     code: int = args.run(args)
     return code
 
