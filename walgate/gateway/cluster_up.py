@@ -411,7 +411,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         for name, pid in cluster.pids().items():
             print(f"  {name}: pid {pid}")
         if args.rows >= 0:
-            owner = load_demo(layout.nodes, args.rows)
+            owner = load_demo(list(layout.nodes), args.rows)
             print(f"demo data: database power (1 vgroup, on node {owner.node_id}), supertable meters, 100 subtables,"
                   f" {args.rows} rows, topics topic_meters and topic_power")
         print("\n".join(how_to_reach(layout, root)))
