@@ -13,8 +13,9 @@ from walgate.cluster.incarnation import load_or_create
 from walgate.cluster.model import ControlPlaneUnavailable, Keys, NodeInfo
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.cluster.registry import NodeRegistration
+from walgate.gateway.cluster_member import ClusterMember
 
-__all__ = ["Node", "eventually", "within", "try_append", "KEYS"]
+__all__ = ["Node", "eventually", "within", "try_append", "KEYS", "joined_member"]
 
 T = TypeVar("T")
 KEYS = Keys("test")
@@ -35,6 +36,16 @@ async def eventually(what: str, check: Callable[[], Awaitable[bool]], timeout: f
 async def within(aw: Awaitable[T], timeout: float = WAIT_S) -> T:
     """``aw``'s result; the test fails (TimeoutError) when it takes longer than ``timeout`` seconds."""
     return await asyncio.wait_for(aw, timeout)
+
+
+async def joined_member(etcd_spec: str, data_dir: Path, node_id: int) -> ClusterMember:
+    """Node ``node_id`` of cluster ``walgate`` over the etcd at ``etcd_spec`` (its data dir ``data_dir``, a 2 s
+    session), registered and advertising ``PLAINTEXT://127.0.0.1:<9090 + node id>``."""
+    data_dir.mkdir(exist_ok=True)
+    member = ClusterMember(etcd_spec, "walgate", node_id, data_dir, 2000)
+    await member.kafka_cluster_id()
+    await member.join((f"PLAINTEXT://127.0.0.1:{9090 + node_id}",))
+    return member
 
 
 class Node:

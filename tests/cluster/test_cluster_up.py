@@ -137,6 +137,8 @@ def test_cluster_up_serves_a_client_through_the_printed_bootstrap_list_and_sigte
                 producer.produce("events", v, partition=p, on_delivery=lambda err, msg: err and errors.append(err))
         assert producer.flush(60) == 0 and errors == []
         assert read_back(bootstrap, 60) == values
+        described = admin.describe_consumer_groups([f"group-{i}" for i in range(12)])
+        assert {f.result(60).coordinator.id for f in described.values()} == {1, 2, 3}, "groups spread over the nodes"
 
         [owner] = re.findall(r"^demo data: database power \(1 vgroup, on node (\d+)\)", text, re.M)
         demo = ApiClient(http[owner])

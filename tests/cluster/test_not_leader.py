@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_support import joined_member
 from etcd_cluster import EtcdCluster
 from kio.schema.fetch.v16 import request as fetch_v16
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
@@ -24,7 +25,6 @@ from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.produce.v10 import request as produce_v10
 
 from tests.gateway.test_handlers_hardening import Node, call, serving
-from walgate.gateway.cluster_member import ClusterMember
 from walgate.storage import lines
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
@@ -46,18 +46,10 @@ def _placed(data_dir: Path) -> None:
     catalog.write_bytes(b"".join(lines.encode(r) for r in records))
 
 
-async def _member(etcd: EtcdCluster, data_dir: Path, node_id: int) -> ClusterMember:
-    data_dir.mkdir(exist_ok=True)
-    member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, 2000)
-    await member.kafka_cluster_id()
-    await member.join((f"PLAINTEXT://127.0.0.1:{9090 + node_id}",))
-    return member
-
-
 @pytest.fixture
 async def node1(etcd1: EtcdCluster, tmp_path: Path) -> AsyncIterator[Node]:
     _placed(tmp_path / "n1")
-    members = [await _member(etcd1, tmp_path / "n1", 1), await _member(etcd1, tmp_path / "n2", 2)]
+    members = [await joined_member(etcd1.spec, tmp_path / "n1", 1), await joined_member(etcd1.spec, tmp_path / "n2", 2)]
     for _ in range(200):  # bounded: node 1's view of the membership takes node 2 in (re-read every ttl / 3)
         if [n.node_id for n in (await members[0].refresh()).nodes] == [1, 2]:
             break

@@ -209,6 +209,8 @@ def test_without_an_etcd_majority_changes_are_refused_and_data_goes_on(etcd3: Et
         eventually("node 1 is the controller", lambda: "node 1: controller" in n1.log())
         create_topic(n1.kafka_port, "data")
         assert produce(n1.kafka_port, "data", b"one") is None
+        placing = admin(n1.kafka_port)  # a first group lookup places the group coordinators: it needs etcd once
+        assert placing.describe_consumer_groups(["g"])["g"].result(30).group_id == "g"
         etcd3.members[0].kill()
         etcd3.members[1].kill()
         topic_changes = topic_ddl(n1.kafka_port, "data")  # under way while the changes below wait too

@@ -139,6 +139,7 @@ def test_compose_cluster_nodes_are_the_image_configured_as_one_cluster() -> None
         assert protected_mode_refusal(config) is None
         node_ids.add(config.node_id)
         assert config.cluster_etcd_endpoints == members
+        assert config.offsets_topic_num_partitions == 50, "consumer groups spread over the nodes (Kafka's default)"
         [listener] = config.kafka_listeners()
         assert config.advertised_addresses() == {listener.name: (name, listener.port)}, "its own name and port"
         assert set(service["ports"]) == {f"{listener.port}:{listener.port}", f"{config.http_port}:{config.http_port}"}

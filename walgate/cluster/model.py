@@ -61,6 +61,7 @@ class Keys:
     * ``catalog/seq``: the sequence number of the last catalog record; ``catalog/records/<seq, 20 digits>``: one
       record each; ``catalog/snapshot``: the state of every record up to a sequence number, once the records
       before it were trimmed.
+    * ``coordinators/partitions``, ``coordinators/placement``: the group coordinator's partitions and their nodes.
     """
 
     cluster_id: str
@@ -133,6 +134,18 @@ class Keys:
         """The Kafka cluster id every node of the cluster answers (Metadata, DescribeCluster): made by the first
         node that starts, never changed."""
         return self.root + b"kafka_cluster_id"
+
+    @property
+    def coordinator_partitions(self) -> bytes:
+        """N of the group coordinator's partitions (``offsets.topic.num.partitions``) of the cluster: made by the
+        first node that starts, never changed (walgate.cluster.coordinators)."""
+        return self.root + b"coordinators/partitions"
+
+    @property
+    def coordinator_placement(self) -> bytes:
+        """The node of each group coordinator partition: decided once, when a group's coordinator is first looked
+        for (walgate.cluster.coordinators)."""
+        return self.root + b"coordinators/placement"
 
 
 @dataclass(frozen=True)

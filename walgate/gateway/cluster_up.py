@@ -5,7 +5,8 @@ It starts an etcd cluster of ``--etcd-members`` members (Debian's ``etcd``, etcd
 node ``/readyz`` and every node lists all nodes as ready (``SHOW DNODES``: the view placement uses), loads ``walgate
 demo``'s data set (database ``power`` with one vgroup, through the node it is placed on; supertable ``meters``, 100
 subtables, topics ``topic_meters`` and ``topic_power``, ``--rows`` rows), prints how to reach the cluster and waits.
-SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then SIGKILL after
+The nodes spread consumer groups over :data:`COORDINATOR_PARTITIONS` group coordinator partitions (Kafka's
+``offsets.topic.num.partitions`` default; docs/cluster.md, "Group coordinators"). SIGINT (Ctrl-C) or SIGTERM stops every process it started, by PID (the nodes first, SIGTERM then SIGKILL after
 :data:`STOP_TIMEOUT_S`; then the etcd members), and prints where the data is; the data stays, and ``walgate cluster
 up --data-dir DIR`` with the same flags starts the same cluster again.
 
@@ -47,6 +48,7 @@ __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_bl
 
 START_TIMEOUT_S = 120.0  # every member healthy and every node ready, on a loaded machine
 STOP_TIMEOUT_S = 30.0  # a process that has not exited this long after SIGTERM gets SIGKILL
+COORDINATOR_PARTITIONS = 50  # the group coordinator partitions of a cluster it makes (an existing one keeps its own)
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -254,7 +256,8 @@ class LocalCluster:
             self._spawn(f"node{n.node_id}", [
                 sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(self.node_dir(n)),
                 "--host", n.host, "--kafka-port", str(n.kafka_port), "--http-port", str(n.http_port),
-                "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}"])
+                "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}",
+                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}"])
         self._wait([f"{n.http_url}/readyz" for n in self.plan.nodes], "nodes ready")
         self._wait([n.http_url for n in self.plan.nodes], "listing every node as ready", self._sees_all)
 
@@ -408,7 +411,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         for name, pid in cluster.pids().items():
             print(f"  {name}: pid {pid}")
         if args.rows >= 0:
-            owner = load_demo(layout.nodes, args.rows)
+            owner = load_demo(list(layout.nodes), args.rows)
             print(f"demo data: database power (1 vgroup, on node {owner.node_id}), supertable meters, 100 subtables,"
                   f" {args.rows} rows, topics topic_meters and topic_power")
         print("\n".join(how_to_reach(layout, root)))

@@ -13,7 +13,8 @@ listeners (in-flight requests get ``HTTP_SHUTDOWN_TIMEOUT`` seconds), stop group
 ``engine.close()`` on the storage thread, which fsyncs and closes every vnode.
 
 Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, :mod:`.shared_catalog`, docs/cluster.md): before
-the engine opens, the node reads the cluster's Kafka cluster id from etcd (etcd not answering stops the start); the
+the engine opens, the node reads the cluster's Kafka cluster id and its number of group coordinator partitions
+from etcd (etcd not answering stops the start, and so does a data dir made with another number); the
 engine's catalog is put in cluster mode (users, ACLs, quotas and configs are the cluster's); once its Kafka
 listeners are bound the node registers and stands for controller, then reads the cluster's catalog stream, makes
 ``root`` through it when needed, and only then logs the ready line (a refused registration, or a stream not read
@@ -67,6 +68,7 @@ from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.ingest_workers import IngestWorkers
 from walgate.gateway.jwks import oauthbearer_exchanges
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.group_coordinators import GroupCoordinators, cluster_partitions
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
@@ -131,6 +133,8 @@ class Gateway:
         self._transactions: TransactionService | None = None
         self._cluster: ClusterMember | None = None  # cluster mode: this node's membership (cluster_member.py)
         self._shared: SharedCatalog | None = None  # cluster mode: the shared catalog (shared_catalog.py)
+        # cluster mode: which node coordinates each group (kafka/group_coordinators.py)
+        self._group_coordinators: GroupCoordinators | None = None
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -155,16 +159,20 @@ class Gateway:
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
                                               cfg.broker_session_timeout_ms)
                 cluster_id = await self._cluster.kafka_cluster_id()
+                partitions = await cluster_partitions(self._cluster, cfg.offsets_topic_num_partitions)
             else:
                 cluster_id = Broker.load_cluster_id(cfg.data_dir)
+                partitions = cfg.offsets_topic_num_partitions
             self._engine = await self._storage.call(
                 Engine.open, cfg.data_dir, max_request_bytes=cfg.max_request_bytes, max_partitions=cfg.max_partitions,
                 max_tables=cfg.max_tables_per_database, listener=wakeups, consumers=members, group_commit=True,
-                clock=SYSTEM_CLOCK, coordinator_partitions=cfg.offsets_topic_num_partitions,
+                clock=SYSTEM_CLOCK, coordinator_partitions=partitions,
                 batch_cache_bytes=cfg.batch_cache_bytes, whole_stores=False, coordinator_lane=bridge,
                 node_id=cfg.node_id,
             )
             engine = self._engine
+            if self._cluster is not None:
+                self._group_coordinators = await self._coordinator_partitions(engine, self._cluster, partitions)
 
             def end_of_storage_call() -> list[Need]:
                 engine.publish_topics()
@@ -257,6 +265,20 @@ class Gateway:
                                                          cfg.client_auth(listener))
         return contexts
 
+    async def _coordinator_partitions(self, engine: Engine, member: ClusterMember, partitions: int) -> GroupCoordinators:
+        """The cluster's group coordinators over its ``partitions`` coordinator partitions, once the data dir is
+        known to hold that many; a data dir made with another number stops the start (its groups are in other
+        partitions than the cluster's: kafka/group_coordinators.py)."""
+        made = await self._coordinator.call(lambda: engine.coordinator_partitions)
+        if made != partitions:
+            raise ClusterStartError(
+                f"data dir {self.config.data_dir} holds {made} group coordinator partitions "
+                f"(offsets.topic.num.partitions when it was made), cluster {member.keys.cluster_id!r} has {partitions}:"
+                " its groups would be in other partitions than the cluster's; start this node on a new data dir")
+        coordinators = GroupCoordinators(member, partitions)
+        await coordinators.load()
+        return coordinators
+
     async def _join_cluster(self, broker: Broker) -> None:
         """Tell ``SHOW DNODES`` and DescribeCluster who is in the cluster: on a single node, the node itself. In cluster
         mode, register with the node's advertised listeners (refused: :class:`~.cluster_member.ClusterStartError`),
@@ -340,6 +362,7 @@ class Gateway:
             "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.transactions = await self._transaction_service(engine)
         broker.shares = ShareService(
             engine, self._coordinator, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,

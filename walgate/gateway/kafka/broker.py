@@ -30,6 +30,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
@@ -70,6 +71,7 @@ class Broker:
     shares: ShareService | None = None  # share groups (KIP-932; None: refused)
     cluster: ClusterMember | None = None  # cluster mode: the membership DescribeCluster lists (None: one node)
     shared: SharedCatalog | None = None  # cluster mode: every call is staged, its shared catalog changes published
+    coordinators: GroupCoordinators | None = None  # cluster mode: which node coordinates each group (None: this one)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

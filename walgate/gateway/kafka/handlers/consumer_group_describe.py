@@ -5,6 +5,9 @@ every requested group's error code (:mod:`.common`).
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized
 operations when asked for.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -42,7 +46,9 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     svc = broker.groups
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
-    wanted = [g for g in request.group_ids if g in permitted]
+    elsewhere = {g: code for g in dict.fromkeys(request.group_ids) if g in permitted
+                 if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
+    wanted = [g for g in request.group_ids if g in permitted and g not in elsewhere]
     with_ops = request.include_authorized_operations
 
     def describe(topics: TopicsSnapshot) -> tuple[list[Group], list[Completion]]:
@@ -56,7 +62,7 @@ async def handle(broker: Broker, ctx: RequestContext,
         return groups, []
 
     groups = await answered(broker.group_call(describe), lambda code: [_empty(g, code) for g in wanted])
-    by_id = {g["group_id"]: g for g in groups}
+    by_id = {g["group_id"]: g for g in groups} | {g: _empty(g, code) for g, code in elsewhere.items()}
     if with_ops:
         for g in groups:
             if g["error_code"] == ErrorCode.none:

@@ -11,6 +11,9 @@ failure is answered as an error code (:mod:`.common`).
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on every subscribed topic, else
 TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a share group is GROUP_ID_NOT_FOUND
 (:mod:`walgate.gateway.kafka.group_types`).
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from walgate.coordinator.classic import Completion
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
@@ -55,6 +59,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     if hidden:
         return _refuse(f"The following topics are not authorized: {', '.join(hidden)}",
                        ErrorCode.topic_authorization_failed)
+    if code := await refusal(broker.coordinators, request.group_id):
+        return _refuse(None, code)
     taken = share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
                                  f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
     if taken is not None:

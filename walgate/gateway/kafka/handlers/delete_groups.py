@@ -8,7 +8,10 @@ requested group NOT_COORDINATOR (clients retry).
 A group whose offsets the engine cannot delete answers its error (:mod:`.common`'s GROUP_WRITE: a refused write
 is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's error.
 
-ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED."""
+ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED.
+
+In cluster mode a consumer group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`); share groups are the node's own, as before."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -48,6 +52,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
             {"group_id": g, "error_code": code} for g in dict.fromkeys(names)], GROUP_WRITE)
                   if r["error_code"] != ErrorCode.group_id_not_found]
         names = [g for g in names if g not in {r["group_id"] for r in shared}]
+    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(names)
+                               if (code := await refusal(broker.coordinators, g))]  # consumer groups another node has
+    denied += elsewhere
+    names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     if not names:
         for r in shared:
             audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])

@@ -3,7 +3,10 @@
 A coordinator failure is answered as every requested group's error code (:mod:`.common`).
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized
-operations (v3+) when asked for."""
+operations (v3+) when asked for.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import cast
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -29,12 +33,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: DescribeGroupsReq
     svc = broker.groups
     names = list(request.groups)
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, names)
-    wanted = [g for g in names if g in permitted]
+    elsewhere = {g: code for g in dict.fromkeys(names) if g in permitted
+                 if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
+    wanted = [g for g in names if g in permitted and g not in elsewhere]
     # the coordinator answers in the response's field names
     described = await answered(svc.with_store(lambda store: (cast(list[Group], svc.groups.describe(
         wanted, has_offsets=store.has_offsets, report_not_found=False)), [])
     ), lambda code: [_empty(g, code) for g in wanted]) if wanted else []
-    by_id = {g["group_id"]: g for g in described}
+    by_id = {g["group_id"]: g for g in described} | {g: _empty(g, code) for g, code in elsewhere.items()}
     groups = [by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in names]
     with_ops = request.include_authorized_operations  # False before v3
     return {"throttle_time": 0, "groups": [

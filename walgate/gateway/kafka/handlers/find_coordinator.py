@@ -1,5 +1,9 @@
-"""FindCoordinator (key 10) v0–v6: this node coordinates every group and every transactional id (batched keys
-from v4).
+"""FindCoordinator (key 10) v0–v6: the node coordinating a group or a transactional id (batched keys from v4).
+
+On a single node that is the node itself. In cluster mode a group's coordinator is the node its coordinator
+partition is placed on (:mod:`walgate.gateway.kafka.group_coordinators`), with the endpoint it advertises on the
+client's listener; COORDINATOR_NOT_AVAILABLE (retriable) while that node is not registered or the placement cannot
+be read. A transactional id's coordinator is the node asked (WriteTxnMarkers between nodes is later work).
 
 Key type 0 is a group, 1 a transactional id (:mod:`walgate.gateway.kafka.transactions`); any other is
 INVALID_REQUEST. A node without a transaction coordinator (``broker.transactions`` None) answers
@@ -11,9 +15,11 @@ may not Describe TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 from __future__ import annotations
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.leaders import other_nodes
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import FindCoordinatorRequest, FindCoordinatorResponse, FindCoordinatorResponseCoordinator
 
@@ -25,7 +31,7 @@ def _refused(key: str, code: int, message: str) -> FindCoordinatorResponseCoordi
     return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
 
-def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+async def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
     if key_type == _TRANSACTION:
         if broker.transactions is None:
             return _refused(key, ErrorCode.transactional_id_authorization_failed,
@@ -37,6 +43,18 @@ def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> FindCo
         return _refused(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     elif not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
         return _refused(key, ErrorCode.group_authorization_failed, "Not authorized to access group")
+    elif broker.coordinators is not None:
+        try:
+            owner = await broker.coordinators.owner(key)
+        except ControlPlaneError as e:
+            return _refused(key, ErrorCode.coordinator_not_available, f"The coordinator is not available: {e}")
+        if owner != broker.node_id:
+            address = other_nodes(broker, ctx.listener.name).get(owner)
+            if address is None:
+                return _refused(key, ErrorCode.coordinator_not_available,
+                                f"The coordinator of group {key}, node {owner}, is not available")
+            return {"key": key, "node_id": owner, "host": address[0], "port": address[1],
+                    "error_code": ErrorCode.none, "error_message": None}
     host, port = broker.address(ctx.listener)
     return {"key": key, "node_id": broker.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}
@@ -45,7 +63,8 @@ def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> FindCo
 async def handle(broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     key_type = request.key_type  # v0: a group
     if ctx.api_version >= 4:
-        return {"throttle_time": 0, "coordinators": [_one(broker, ctx, k, key_type) for k in request.coordinator_keys]}
-    one = _one(broker, ctx, request.key, key_type)  # v0-v3 answer a single key at the top level
+        return {"throttle_time": 0, "coordinators": [await _one(broker, ctx, k, key_type)
+                                                          for k in request.coordinator_keys]}
+    one = await _one(broker, ctx, request.key, key_type)  # v0-v3 answer a single key at the top level
     return {"throttle_time": 0, "coordinators": [], "error_code": one["error_code"],
             "error_message": one["error_message"], "node_id": one["node_id"], "host": one["host"], "port": one["port"]}

@@ -3,7 +3,10 @@
 A coordinator failure is answered as an error code (:mod:`.common`).
 
 ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED. The id of a share group is
-INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`)."""
+INCONSISTENT_GROUP_PROTOCOL (:mod:`walgate.gateway.kafka.group_types`).
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import cast
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.group_types import share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
@@ -25,6 +29,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: JoinGroupRequest)
     v = ctx.api_version
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
+                "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "error_code": code, "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
     taken = share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
     if taken is not None:

@@ -9,7 +9,10 @@ are never seen; the others' retry commits the same offsets again).
 
 ACLs (Kafka's ``handleOffsetCommitRequest``): Read on the group, else every partition answers
 GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED in each of its
-partitions, the others are committed."""
+partitions, the others are committed.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
@@ -50,6 +54,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitReque
         topics = [t for t in topics if t not in denied]
         if not topics:
             return {"throttle_time": 0, "topics": _failed(denied, ErrorCode.topic_authorization_failed)}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "topics": [*_failed(topics, code),
+                                               *_failed(denied, ErrorCode.topic_authorization_failed)]}
 
     def commit(store: EngineOffsetStore) -> tuple[list[OffsetCommitResponseTopic], list[Completion]]:
         plan = commit_offsets(

@@ -3,7 +3,10 @@
 A failure (the disk refused the write: NOT_COORDINATOR, :mod:`.common`'s GROUP_WRITE) is the top-level error code.
 
 ACLs (as Kafka): Delete on the group, else GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read
-answers TOPIC_AUTHORIZATION_FAILED in its partitions."""
+answers TOPIC_AUTHORIZATION_FAILED in its partitions.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.wire.errors import ErrorCode
@@ -28,6 +32,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetDeleteReque
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
     if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "error_code": code, "topics": []}
     readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     denied = [t for t in topics if readable is not None and not readable(t[0])]
     topics = [t for t in topics if t not in denied]

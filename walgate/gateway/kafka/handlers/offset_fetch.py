@@ -10,6 +10,9 @@ error code (:mod:`.common`); the other groups are answered.
 ACLs (Kafka's ``handleOffsetFetchRequest``): Describe on the group, else the group answers
 GROUP_AUTHORIZATION_FAILED; a requested topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED
 (offset -1) in its partitions, and is left out of an all-topics answer.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered, error_of
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -52,11 +56,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
     require_stable = request.require_stable  # False before v7
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     denied_groups = {w[0] for w in wanted if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
+    elsewhere = {g: code for g in dict.fromkeys(w[0] for w in wanted if w[0] not in denied_groups)
+                 if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
 
     def fetch(store: EngineOffsetStore, group_id: str, topics: list[tuple[str, list[int]]] | None,
               member_id: str | None, member_epoch: int) -> Group:
         if group_id in denied_groups:
             return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+        if group_id in elsewhere:
+            return {"group_id": group_id, "error_code": elsewhere[group_id], "topics": []}
         answer = unchecked(store, group_id, topics, member_id, member_epoch)
         if require_stable and broker.transactions is not None:
             answer = _stable(answer, broker.transactions.coordinator.pending_offsets(group_id))

@@ -2,7 +2,10 @@
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
-ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED."""
+ACLs (as Kafka): Read on the group, else GROUP_AUTHORIZATION_FAILED.
+
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import cast
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.wire.errors import ErrorCode
@@ -23,6 +27,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: SyncGroupRequest)
     protocol_type, protocol_name = request.protocol_type, request.protocol_name  # None before v5
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "assignment": b""}
+    if code := await refusal(broker.coordinators, request.group_id):
+        return {"throttle_time": 0, "error_code": code, "assignment": b""}
     if ctx.api_version >= 5 and (protocol_type is None or protocol_name is None):
         return {"throttle_time": 0, "error_code": ErrorCode.inconsistent_group_protocol, "assignment": b""}
     # the coordinator answers in the response's field names

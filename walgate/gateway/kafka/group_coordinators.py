@@ -1,0 +1,110 @@
+"""Which node coordinates a group, in cluster mode (docs/cluster.md, "Group coordinators";
+:mod:`walgate.cluster.coordinators` for N and the placement).
+
+At start, before the engine opens, :func:`cluster_partitions` reads the cluster's N (the first node makes it from
+its ``offsets.topic.num.partitions``): a new data dir is made with it, and a data dir made with another N stops the
+start (its groups are in other partitions than the cluster's). The placement is read (or, when no node decided it
+yet, decided over the live nodes and written with a compare on the key's version, so that it is decided once) the
+first time a node needs it, then kept: it never changes while each partition has one copy.
+
+FindCoordinator answers the node of the group's partition (COORDINATOR_NOT_AVAILABLE while that node is not
+registered, or the placement cannot be read); every group API of a group whose partition is another node's answers
+NOT_COORDINATOR (:func:`refusal`), as Kafka's group coordinator answers for a ``__consumer_offsets`` partition its
+broker does not lead, and the client looks its coordinator up again. On a single node there is no
+:class:`GroupCoordinators` and every group is the node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from walgate.cluster.coordinators import CoordinatorPlacement, decode_partitions, encode_partitions
+from walgate.cluster.etcd import tx
+from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable
+from walgate.cluster.placement import NoLiveNode
+from walgate.gateway.cluster_member import ClusterMember, ClusterStartError
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["GroupCoordinators", "cluster_partitions", "refusal"]
+
+log = logging.getLogger("walgate.cluster")
+
+
+async def cluster_partitions(member: ClusterMember, wanted: int) -> int:
+    """The cluster's N: ``wanted`` when this node is the first to ask, else the one the first node made. Raises
+    :class:`ClusterStartError` (etcd did not answer, or the key is not walgate's)."""
+    key = member.keys.coordinator_partitions
+    try:
+        await member.session.txn([tx.Version(key) == 0], [tx.Put(key, encode_partitions(wanted))])
+        kv = await member.session.get(key)
+        if kv is None:
+            raise ControlPlaneUnavailable(f"etcd ({member.session.describe()}) lost the key {key.decode()} it just wrote")
+        return decode_partitions(bytes(kv.value))
+    except ControlPlaneError as e:
+        raise ClusterStartError(f"cannot read the cluster's coordinator partitions: {e}") from None
+
+
+class GroupCoordinators:
+    """This node's view of where the ``partitions`` coordinator partitions of its cluster are; ``known`` once read."""
+
+    def __init__(self, member: ClusterMember, partitions: int) -> None:
+        self.member = member
+        self.partitions = partitions
+        self.known: CoordinatorPlacement | None = None
+        self._lock = asyncio.Lock()  # one read or decision at a time
+
+    async def placement(self) -> CoordinatorPlacement:
+        """The placement: as known, else read from etcd, else decided now over the live nodes. Raises
+        :class:`ControlPlaneError` when etcd does not answer or no node is live."""
+        if self.known is None:
+            async with self._lock:
+                if self.known is None:
+                    self.known = await self._read_or_decide()
+        return self.known
+
+    async def load(self) -> None:
+        """Read the placement if it was decided (at start: Metadata then lists the coordinators' nodes from the
+        first request on); etcd not answering is logged, the placement is then read when first needed."""
+        try:
+            kv = await self.member.session.get(self.member.keys.coordinator_placement)
+            if kv is not None:
+                self.known = CoordinatorPlacement.decode(bytes(kv.value), self.partitions)
+        except ControlPlaneError as e:
+            log.warning("the group coordinators' placement not read yet: %s", e)
+
+    async def _read_or_decide(self) -> CoordinatorPlacement:
+        session, key = self.member.session, self.member.keys.coordinator_placement
+        kv = await session.get(key)
+        if kv is None:
+            view = await self.member.refresh()
+            try:
+                decided = CoordinatorPlacement.decide(self.partitions, {n.node_id: n.rack for n in view.nodes})
+            except NoLiveNode as e:
+                raise ControlPlaneUnavailable(f"the group coordinator partitions cannot be placed: {e}") from None
+            placed, _ = await session.txn([tx.Version(key) == 0], [tx.Put(key, decided.encode())])
+            kv = await session.get(key)
+            if kv is None:
+                raise ControlPlaneUnavailable(f"etcd ({session.describe()}) lost the key {key.decode()} it just wrote")
+            if placed:
+                log.info("cluster %s: the %d group coordinator partitions placed on nodes %s",
+                         self.member.keys.cluster_id, self.partitions, ",".join(map(str, decided.nodes)))
+        return CoordinatorPlacement.decode(bytes(kv.value), self.partitions)
+
+    async def owner(self, group_id: str) -> int:
+        """The node coordinating ``group_id`` (raises as :meth:`placement`)."""
+        return (await self.placement()).owner(group_id)
+
+
+async def refusal(coordinators: GroupCoordinators | None, group_id: str) -> int:
+    """What a group API of ``group_id`` answers before the coordinator is asked: ``ErrorCode.none`` (0) when this
+    node coordinates it (always on a single node, ``coordinators`` None), NOT_COORDINATOR when another node does,
+    COORDINATOR_NOT_AVAILABLE when the placement cannot be read now (both send the client to FindCoordinator)."""
+    if coordinators is None:
+        return ErrorCode.none
+    try:
+        owner = await coordinators.owner(group_id)
+    except ControlPlaneError as e:
+        log.warning("the coordinator of group %r is not known: %s", group_id, e)
+        return ErrorCode.coordinator_not_available
+    return ErrorCode.none if owner == coordinators.member.node_id else ErrorCode.not_coordinator
