@@ -36,10 +36,12 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, Protocol, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from walgate.storage.durability import Need
+from walgate.storage.lanes import Relane, VnodeKey, holding
 
 __all__ = ["Durability", "LaneBridge", "StorageThread"]
 
@@ -61,58 +63,89 @@ def _no_needs() -> list[Need]:
     return []
 
 
-class StorageThread:
-    """A single-worker executor for one lane's calls (``name``: its thread's name)."""
+@dataclass(eq=False)
+class _Call:
+    """A submitted call: ``keys`` the vnodes it holds (None: the whole lane, exclusive)."""
 
-    def __init__(self, on_call: Callable[[float, float], None] | None = None, name: str = "walgate-storage") -> None:
+    keys: frozenset[VnodeKey] | None
+    fn: Callable[[], Any]
+    submitted: float
+    future: asyncio.Future[tuple[Any, list[Need]]]
+    started: bool = False
+    # an exclusive call: the calls that ran when it was submitted; while one of them still runs, later keyed calls
+    # that conflict with nothing may start before it (it waits for those anyway), after that none may
+    before: frozenset[_Call] = frozenset()
+
+
+class StorageThread:
+    """One lane's calls (``name``: its threads' names): exclusive ones on one thread, and, with ``vnode_threads``,
+    calls holding vnodes (:meth:`call_on`) on a pool of their own (see the module docstring)."""
+
+    def __init__(self, on_call: Callable[[float, float], None] | None = None, name: str = "walgate-storage",
+                 vnode_threads: int = 0) -> None:
         self.name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self._thread: int | None = None  # the lane thread's ident, once it ran a call
+        self._vnodes = (ThreadPoolExecutor(max_workers=vnode_threads, thread_name_prefix=f"{name}-vnode")
+                        if vnode_threads else None)
+        self._thread: int | None = None  # the exclusive thread's ident, once it ran a call
         self._on_call = on_call
-        self._submitted = 0  # written on the event loop only
+        self._pending: list[_Call] = []  # submitted, not started, in submission order (event loop only)
+        self._running: set[_Call] = set()  # event loop only
+        self._running_keys: set[VnodeKey] = set()  # the vnodes the running keyed calls hold (event loop only)
+        self._exclusive = False  # an exclusive call runs (event loop only)
         self._posted = 0  # calls submitted from another lane (written on that lane's one thread only)
-        self._started = 0  # written on the storage thread only
-        self._dropped = 0  # cancelled before they started (event loop only)
-        self._unsynced: Callable[[], list[Need]] = _no_needs  # called on the storage thread after each call
+        self._posted_started = 0  # written on this lane's exclusive thread only
+        self.relaned = 0  # keyed calls that asked for the whole lane (Relane) and ran again exclusive
+        self._unsynced: Callable[[], list[Need]] = _no_needs  # called on the running thread after each call
         self._durability: Durability | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def group_commit(self, unsynced: Callable[[], list[Need]], durability: Durability) -> None:
-        """From now on every call returns once what it wrote is durable: ``unsynced()`` (on the storage thread, at
-        the end of each call) says what that is, ``durability`` makes it so (call on the event loop)."""
+        """From now on every call returns once what it wrote is durable: ``unsynced()`` (on the thread that ran the
+        call, at its end) says what that is, ``durability`` makes it so (call on the event loop)."""
         self._unsynced, self._durability = unsynced, durability
         self._loop = asyncio.get_running_loop()
 
     @property
     def queued(self) -> int:
-        """Calls waiting for the storage thread (not counting the one running)."""
-        return self._submitted + self._posted - self._started - self._dropped
+        """Calls waiting for the lane (not counting the running ones)."""
+        return len(self._pending) + self._posted - self._posted_started
 
     def on_lane(self) -> bool:
-        """Whether the calling thread is this lane's."""
+        """Whether the calling thread is this lane's exclusive thread."""
         return threading.get_ident() == self._thread
 
     def run_from_other_lane(self, fn: Callable[[], T]) -> tuple[T, list[Need]]:
         """From another lane's thread (the storage lane only: the one that may wait for this one): run ``fn`` on
         this lane, wait for it, and return its result with the needs it noted, which the caller must wait for before
-        answering (it adds them to its own call's). On this lane itself, ``fn`` runs at once."""
+        answering (it adds them to its own call's). On this lane itself, ``fn`` runs at once. (This lane's own calls
+        are all exclusive: the coordinator lane's.)"""
         if self.on_lane():
             return fn(), []
         self._posted += 1
-        return self._executor.submit(self._run, time.perf_counter(), fn).result()
+        return self._executor.submit(self._run, time.perf_counter(), fn, None, True).result()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` on the storage thread and return its result (or raise its exception)."""
-        self._submitted += 1
-        submitted = self._executor.submit(self._run, time.perf_counter(), functools.partial(fn, *args, **kwargs))
+        """Run ``fn(*args, **kwargs)`` with the whole lane (exclusive) and return its result (or raise its
+        exception)."""
+        result: T = await self._schedule(None, functools.partial(fn, *args, **kwargs))
+        return result
+
+    async def call_on(self, keys: frozenset[VnodeKey] | None, fn: Callable[P, T], *args: P.args,
+                      **kwargs: P.kwargs) -> T:
+        """Run ``fn(*args, **kwargs)`` holding only the vnodes ``keys`` (None, or a lane without vnode threads:
+        exclusive, as :meth:`call`). ``fn`` checks first that its keys cover what it will touch and raises
+        :class:`~walgate.storage.lanes.Relane` before changing anything when they do not: it then runs again,
+        exclusive."""
+        part = functools.partial(fn, *args, **kwargs)
+        if keys is None or self._vnodes is None:
+            result: T = await self._schedule(None, part)
+            return result
         try:
-            result, needs = await asyncio.wrap_future(submitted)
-        except asyncio.CancelledError:
-            if submitted.cancelled():  # dropped from the queue before it started (asyncio cancels it first)
-                self._dropped += 1
-            raise
-        if needs:
-            await self.durable(needs)
+            result = await self._schedule(keys, part)
+        except Relane:
+            self.relaned += 1
+            result = await self._schedule(None, part)
         return result
 
     async def durable(self, needs: list[Need]) -> None:
@@ -122,12 +155,90 @@ class StorageThread:
             assert self._durability is not None  # (needs are only noted under group commit)
             await self._durability.wait(needs)
 
-    def _run(self, submitted: float, fn: Callable[[], T]) -> tuple[T, list[Need]]:
-        start = time.perf_counter()
-        self._thread = threading.get_ident()
-        self._started += 1
+    async def _schedule(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], Any]) -> Any:
+        call = _Call(keys, fn, time.perf_counter(), asyncio.get_running_loop().create_future(),
+                     before=frozenset(self._running) if keys is None else frozenset())
+        self._pending.append(call)
+        self._dispatch()
         try:
-            result = fn()
+            result, needs = await call.future
+        except asyncio.CancelledError:
+            if not call.started:  # dropped from the queue before it started
+                self._pending.remove(call)
+                self._dispatch()
+            raise
+        if needs:
+            await self.durable(needs)
+        return result
+
+    def _dispatch(self) -> None:
+        """Start every pending call that may start now (event loop): an exclusive call once nothing runs and nothing
+        is before it; a keyed call once no running call and no earlier pending one holds any of its vnodes, and no
+        exclusive call runs or is pending before it (but for an exclusive call still waiting for calls that ran
+        when it came: later keyed calls may run meanwhile, and it waits for them too; so it waits at most for
+        those, and for the keyed calls that started before they ended)."""
+        if self._exclusive or not self._pending:
+            return
+        kept: list[_Call] = []
+        blocked: set[VnodeKey] = set()
+        for i, call in enumerate(self._pending):
+            if call.keys is None:
+                if not self._running and not kept:
+                    self._start(call)
+                    kept += self._pending[i + 1:]
+                    break
+                kept.append(call)
+                if not call.before & self._running:  # it waits only for calls that came after it: no more of them
+                    kept += self._pending[i + 1:]
+                    break
+            elif call.keys & self._running_keys or call.keys & blocked:
+                kept.append(call)
+                blocked |= call.keys
+            else:
+                self._start(call)
+        self._pending = kept
+
+    def _start(self, call: _Call) -> None:
+        call.started = True
+        self._running.add(call)
+        if call.keys is None:
+            self._exclusive = True
+            executor = self._executor
+        else:
+            assert self._vnodes is not None
+            self._running_keys |= call.keys
+            executor = self._vnodes
+        loop = call.future.get_loop()
+        running = executor.submit(self._run, call.submitted, call.fn, call.keys)
+        running.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finished, call, done))
+
+    def _finished(self, call: _Call, done: Future[tuple[Any, list[Need]]]) -> None:
+        self._running.discard(call)
+        if call.keys is None:
+            self._exclusive = False
+        else:
+            self._running_keys -= call.keys
+        if not call.future.done():  # (cancelled: its caller went away; the call ran to completion all the same)
+            error = done.exception()
+            if error is not None:
+                call.future.set_exception(error)
+            else:
+                call.future.set_result(done.result())
+        self._dispatch()
+
+    def _run(self, submitted: float, fn: Callable[[], T], keys: frozenset[VnodeKey] | None,
+             posted: bool = False) -> tuple[T, list[Need]]:
+        start = time.perf_counter()
+        if keys is None:
+            self._thread = threading.get_ident()
+        if posted:
+            self._posted_started += 1
+        try:
+            if keys is None:
+                result = fn()
+            else:
+                with holding(keys):
+                    result = fn()
         except BaseException:
             needs = self._unsynced()
             if needs and self._durability is not None and self._loop is not None:
@@ -139,7 +250,9 @@ class StorageThread:
         return result, self._unsynced()
 
     def shutdown(self) -> None:
-        """Wait for queued calls to finish and stop the thread."""
+        """Wait for started calls to finish and stop the threads."""
+        if self._vnodes is not None:
+            self._vnodes.shutdown(wait=True)
         self._executor.shutdown(wait=True)
 
 

@@ -263,6 +263,10 @@ class Engine:
         """A topic's partitions (NotFound: no such topic)."""
         return self.views.partition_count(topic)
 
+    def topic(self, name: str) -> TopicDef | None:
+        """Topic ``name``'s definition now (None: no such topic)."""
+        return self.catalog.topics.get(name)
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with Kafka topic id ``topic_id`` (None: no such topic)."""
         return self.views.topic_name(topic_id)

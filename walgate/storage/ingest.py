@@ -8,6 +8,14 @@ protocol) first widen or create the supertables they need (:func:`merge_schema`)
 when a topic depends on what would change. A plan made elsewhere (a worker process, against a snapshot) is applied
 only if what it read still holds; else the request is planned again on this thread, as if it had just come.
 
+Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
+(:func:`write_keys`), beside calls holding other vnodes: it reads the catalog, which nothing changes meanwhile, and
+changes only those vnodes, their topics' indexes and the databases' table counts, which only calls holding all of a
+database's vnodes change (so a database's ``max_tables`` check sees every creation before it). A plan with schema
+changes, or one that no longer holds (planned again: it may touch anything), is refused there
+(:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. Every
+other write runs with the whole lane.
+
 Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
 :func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
 per vnode and supertable; a value the kernels cannot type (a date string, say) is coerced on its own within its
@@ -18,7 +26,8 @@ instead, which names the first bad line, row or record; both paths plan the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +38,7 @@ from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Commits, Pending
 from walgate.storage.ddl import Ddl
 from walgate.storage.errors import InvalidValue, StorageError
+from walgate.storage.lanes import Relane, VnodeKey, covers, held
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -52,7 +62,17 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "merge_schema"]
+__all__ = ["Ingest", "RowPlan", "merge_schema", "write_keys"]
+
+
+def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
+    """The vnodes applying ``p`` holds: every vnode of each database whose tables it writes or read, as
+    ``databases`` define them (what the plan read, on the event loop; the catalog, on the lane); None (the whole
+    storage lane) when it changes a schema (the catalog) or such a database is gone."""
+    names = {*p.plans, *(db for db, _ in p.assumed), *(db for db, _ in p.covered)}
+    if p.changes or any(name not in databases for name in names):
+        return None
+    return frozenset((name, i) for name in names for i in range(databases[name].vgroups))
 
 
 class Ingest:
@@ -65,6 +85,7 @@ class Ingest:
         self.views = views
         self.replans = 0  # plans made elsewhere that no longer held when applied, and were planned again here
         self.rechecked = 0  # tables such plans read that were looked up again here (their vnode changed since)
+        self._counting = threading.Lock()  # applies into different databases count at once (module docstring)
 
     def snapshot(self, tables: TableLookup | None = None) -> WriteSnapshot:
         """The catalog now (its mappings themselves: a snapshot to plan with at once, on this thread;
@@ -91,8 +112,14 @@ class Ingest:
     def apply(self, prepared: PreparedWrite, request: WriteRequest) -> int:
         """Write ``prepared`` (planned from ``request``, maybe in another process) if what it read still holds
         (:meth:`_holds`), else ``request`` planned again here (today's path: its refusals and messages); rows
-        written."""
+        written. Holding only some vnodes (module docstring): :class:`~walgate.storage.lanes.Relane`, nothing written,
+        unless they are :func:`write_keys` now, and when it would be planned again."""
+        keyed = held() is not None
+        if keyed and not covers(write_keys(prepared, self.store.catalog.databases)):
+            raise Relane
         if not self._holds(prepared):
+            if keyed:
+                raise Relane  # (_holds changed nothing: it returns False before it drops or notes anything)
             self.replans += 1
             return self.write(request)
         return self._commit(prepared)
@@ -153,7 +180,8 @@ class Ingest:
                 continue  # no meta entry since the version every lookup there was read at
             if at is None:  # its reader gave up: damage it met is reported (once) by the vnode's own reads
                 vnode.check_store(assumed)
-            self.rechecked += len(assumed)
+            with self._counting:
+                self.rechecked += len(assumed)
             now = vnode.get_many(assumed)
             for name, t in assumed.items():
                 live = now.get(name)

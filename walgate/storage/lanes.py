@@ -9,10 +9,17 @@ runs the function at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, TypeVar
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-__all__ = ["CoordinatorLane", "INLINE"]
+if TYPE_CHECKING:
+    from walgate.storage.catalog import TopicDef
+
+__all__ = ["INLINE", "CoordinatorLane", "LaneViolation", "Relane", "VnodeKey", "check_exclusive", "check_vnode",
+           "covers", "held", "holding", "partition_keys", "TopicLookup"]
 
 T = TypeVar("T")
 
@@ -38,3 +45,83 @@ class _Inline:
 
 INLINE: CoordinatorLane = _Inline()
 """No second lane: everything runs on the caller's thread."""
+
+
+# ------------------------------------------------------------------ vnode lanes (issue 23, plan step 6)
+
+VnodeKey = tuple[str, int]
+"""(database, vgroup index): one vnode's lane. Calls holding disjoint sets of them run at once."""
+
+_held = threading.local()
+
+
+class Relane(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a call running on vnode lanes (:func:`holding`) before it changed anything, when it finds that it
+    needs more than the vnodes it holds (the catalog moved since its keys were computed, a write's plan must be made
+    again, a schema change): the dispatcher runs it again with the whole storage lane."""
+
+
+class LaneViolation(RuntimeError):
+    """A call on vnode lanes touched state it does not hold (a bug: every keyed call checks its keys first)."""
+
+
+@contextmanager
+def holding(keys: frozenset[VnodeKey]) -> Iterator[None]:
+    """The calling thread runs a call that holds the vnodes ``keys`` only (while the ``with`` lasts)."""
+    _held.keys = keys
+    try:
+        yield
+    finally:
+        _held.keys = None
+
+
+def held() -> frozenset[VnodeKey] | None:
+    """The vnodes the calling thread's call holds; None: the whole storage lane (an exclusive call, or an engine used
+    on one thread: tools, tests)."""
+    keys: frozenset[VnodeKey] | None = getattr(_held, "keys", None)
+    return keys
+
+
+def covers(keys: frozenset[VnodeKey] | None) -> bool:
+    """Whether the calling thread's call may touch ``keys`` (None: everything, the catalog included)."""
+    now = held()
+    return now is None or (keys is not None and keys <= now)
+
+
+def check_vnode(db: str, index: int) -> None:
+    """Refuse (:class:`LaneViolation`) a vnode the calling thread's call does not hold."""
+    now = held()
+    if now is not None and (db, index) not in now:
+        raise LaneViolation(f"vnode {index} of database {db} touched by a call holding only {sorted(now)}")
+
+
+def check_exclusive(what: str) -> None:
+    """Refuse (:class:`LaneViolation`) a change of shared state (``what``: the catalog) by a call on vnode lanes."""
+    now = held()
+    if now is not None:
+        raise LaneViolation(f"{what} changed by a call holding only the vnodes {sorted(now)}")
+
+
+class TopicLookup(Protocol):
+    """Topics by name and by id: the published snapshot (on the event loop, where keys are computed) or the engine
+    (on the lane, where they are checked)."""
+
+    def topic(self, name: str) -> TopicDef | None: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+
+def partition_keys(topics: TopicLookup, partitions: Iterable[tuple[str, int]]) -> frozenset[VnodeKey] | None:
+    """The vnodes that Kafka-native topic-partitions ``(name, partition)`` live in (partition p of such a topic is
+    vnode p of the topic's own database, and nothing else holds it); None (the whole lane) when one is a TDengine
+    topic's (its reads render through the shared batch cache, its rows land in any vnode of its database). A topic
+    that does not exist holds nothing: it is answered unknown."""
+    keys: set[VnodeKey] = set()
+    for name, partition in partitions:
+        topic = topics.topic(name)
+        if topic is None:
+            continue
+        if topic.kind != "kafka":
+            return None
+        keys.add((topic.db, partition))
+    return frozenset(keys)
