@@ -1,32 +1,52 @@
-"""A lane: one thread that owns a part of the node's state (the storage engine's, or the coordinators').
+"""A lane: the threads that own a part of the node's state (the storage engine's, or the coordinators').
 
-The engine is synchronous and not thread-safe, and its calls may block on disk
-I/O and fsync. Every engine call therefore goes through :meth:`StorageThread.call`,
-which runs it on a single dedicated worker thread and awaits the result, so the
-event loop never blocks and engine calls never overlap. Calls run in submission
-order. Cancelling the awaiting task drops a call that is still queued; a call
+The engine is synchronous and its calls may block on disk I/O and fsync. Every engine call therefore goes through a
+lane's :meth:`StorageThread.call` or :meth:`StorageThread.call_on`, which runs it on the lane's threads and awaits
+the result, so the event loop never blocks. Cancelling the awaiting task drops a call that is still queued; a call
 that has started always runs to completion (engine calls are all-or-nothing).
 
-The node runs two lanes (issue 23): ``walgate-storage`` (catalog, vnodes, topics) and ``walgate-coordinator`` (the
-group and transaction coordinators and the coordinator log: committed offsets, group records, the transaction log),
-so a slow storage call never delays an OffsetCommit or a Heartbeat. Each piece of state has one owner lane; the
-storage lane may wait for the coordinator lane (:meth:`StorageThread.run_from_other_lane`, e.g. SHOW CONSUMERS), the
-coordinator lane never waits for the storage lane (it reads the catalog only through the topics snapshot the storage
-lane publishes), so the two never deadlock.
+Two kinds of calls (issue 23, per-vnode lanes; :mod:`walgate.storage.lanes` states what each may touch):
+
+* **exclusive** (:meth:`StorageThread.call`): the whole lane, on its one thread; it runs alone, after every call
+  submitted before it, and everything submitted after it waits for it (but see below). Catalog changes (DDL, topic
+  creation and deletion), background steps (retention, the cleaner, the WAL sync task), SQL statements and every
+  request not named below are exclusive.
+* **keyed** (:meth:`StorageThread.call_on`): the call holds only the vnodes ``keys`` names, ``(database, vgroup)``,
+  and runs on a pool of ``vnode_threads`` threads beside keyed calls holding other vnodes: Produce, Fetch and
+  ListOffsets of Kafka-native partitions, Metadata (no vnode: it reads the catalog only), a write body planned in an
+  ingest worker (every vnode of its databases), a WAL's group-commit round (its vnode). Two calls sharing a vnode
+  run in submission order; the vnodes of one call are taken together at submission (one queue, no lock held while
+  waiting for another), so calls on {0,1} and {1,0} never deadlock.
+
+The dispatcher runs on the event loop (:meth:`StorageThread._dispatch`): a pending call starts once nothing running
+or submitted before it conflicts with it (an exclusive call conflicts with every call). One exception keeps a long
+keyed call (a large write) from stalling every other vnode behind an exclusive call queued after it: while an
+exclusive call still waits for a keyed call that was running when it came, later keyed calls on free vnodes start
+meanwhile (it would wait that long anyway); once those older calls ended no later call passes it, so it is never
+starved. A keyed call whose keys no longer cover what it must touch (the catalog moved since they were computed)
+raises :class:`~walgate.storage.lanes.Relane` before changing anything and runs again, exclusive, at the end of the
+queue.
+
+The node runs two lanes: ``walgate-storage`` (catalog, vnodes, topics; exclusive calls on ``walgate-storage``, keyed
+ones on ``walgate-storage-vnode`` threads) and ``walgate-coordinator`` (the group and transaction coordinators and
+the coordinator log: committed offsets, group records; exclusive calls only), so a slow storage call never delays an
+OffsetCommit or a Heartbeat. Each piece of state has one owner lane; the storage lane's exclusive calls may wait for
+the coordinator lane (:meth:`StorageThread.run_from_other_lane`, e.g. SHOW CONSUMERS), the coordinator lane never
+waits for the storage lane (it reads the catalog only through the topics snapshot the storage lane publishes), so
+the two never deadlock.
 
 Group commit (:meth:`StorageThread.group_commit`, the gateway's): the engine's writes return before their fsync
-and note what they need (:mod:`walgate.storage.durability`); at the end of every call, on the storage thread, those
-notes are taken, and :meth:`StorageThread.call` returns only once they are durable (raising
+and note what they need (:mod:`walgate.storage.durability`); at the end of every call, on the thread that ran it, those
+notes (that thread's own) are taken, and :meth:`StorageThread.call` returns only once they are durable (raising
 :class:`~walgate.storage.errors.StorageUnavailable` when the fsync failed), so an answer is never sent before its
 data is durable. The fsyncs themselves run elsewhere (:mod:`walgate.gateway.group_commit`): the storage thread
 goes on with other calls (Fetch, Metadata, Heartbeat) meanwhile. A call that raises does not wait, but what it
 wrote is still synced. A handler that answers parts of a request separately takes the notes itself
 (``Engine.take_unsynced``) and waits for each part with :meth:`StorageThread.durable`.
 
-Calls are submitted on the event loop only, so :attr:`StorageThread.queued`
-(submitted, not yet started) is two plain counters, each written by one thread.
-Every call that runs is reported to ``on_call(waited, ran)`` (seconds queued,
-seconds running) on the storage thread: the gateway's metrics.
+Calls are submitted and dispatched on the event loop only (but for :meth:`StorageThread.run_from_other_lane`'s), so
+the queue is plain state of the loop. Every call that runs is reported to ``on_call(waited, ran)`` (seconds queued,
+seconds running) on the thread that ran it: the gateway's metrics (thread-safe).
 """
 
 from __future__ import annotations
@@ -259,7 +279,9 @@ class StorageThread:
 class LaneBridge:
     """The storage lane's way to the coordinator lane (:class:`walgate.storage.lanes.CoordinatorLane`): ``run(fn)``
     waits for ``fn`` on ``lane``; the needs its writes noted are kept until :meth:`take_needs` (the storage lane's
-    end-of-call taker), so the storage-lane call answers only once they are durable too."""
+    end-of-call taker), so the storage-lane call answers only once they are durable too. Only exclusive storage calls
+    use it (keyed ones touch no coordinator state), and no keyed call runs beside them, so the needs a call takes at
+    its end are its own."""
 
     separate = True
 

@@ -1,7 +1,9 @@
 """The storage engine facade: one object per data dir, called from one thread.
 
-Threading: an Engine is synchronous and not thread-safe; the gateway calls it from one dedicated thread (its
-storage thread), and the observers passed to :meth:`Engine.open` are called back on that thread. The one exception
+Threading: an Engine is synchronous; the gateway calls it from its storage lane: exclusive calls on one thread,
+and calls holding only some vnodes on threads of their own, at once (:mod:`walgate.storage.lanes` states what each
+may touch; one thread holds everything when the engine is used alone). The observers passed to :meth:`Engine.open`
+are called back on the calling thread. The one exception
 is a SELECT: :meth:`Engine.prepare_select` (on that thread) returns a query bound to WAL snapshots, which runs on any
 thread or in another process while the engine goes on (:class:`~walgate.storage.select.PreparedSelect`);
 :meth:`Engine.parse` is pure.

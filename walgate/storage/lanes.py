@@ -1,10 +1,35 @@
-"""How storage-lane code reaches state the coordinator lane owns (issue 23).
+"""The lanes storage code runs on (issue 23): how it reaches the coordinator lane, and what a call on vnode lanes holds.
 
-The coordinator log (committed offsets, group records) and the group coordinator belong to the coordinator lane.
-Storage-lane code that must read or write them (SHOW CONSUMERS / SUBSCRIPTIONS, DROP CONSUMER GROUP, a dropped
-topic's offsets) runs that part through :meth:`CoordinatorLane.run`, which waits for it: the storage lane may wait for
-the coordinator lane, never the reverse. An engine opened alone (tools, tests) has no second lane: :data:`INLINE`
-runs the function at once.
+**The coordinator lane.** The coordinator log (committed offsets, group records) and the group coordinator belong to
+the coordinator lane. Storage-lane code that must read or write them (SHOW CONSUMERS / SUBSCRIPTIONS, DROP CONSUMER
+GROUP, a dropped topic's offsets) runs that part through :meth:`CoordinatorLane.run`, which waits for it: the storage
+lane may wait for the coordinator lane, never the reverse. An engine opened alone (tools, tests) has no second lane:
+:data:`INLINE` runs the function at once.
+
+**Vnode lanes.** The storage lane runs *exclusive* calls (the whole engine, alone) and *keyed* calls, each holding a
+set of vnodes (:data:`VnodeKey`), several at once on threads of their own (the gateway's dispatcher,
+:mod:`walgate.gateway.storage_thread`). :func:`holding` marks the thread of a keyed call with what it holds; an
+exclusive call, and an engine used on one thread, hold everything (:func:`held` is None). What each part of the
+shared state (:class:`~walgate.storage.store.Store`) may see:
+
+* the catalog (databases, supertables, topics, users, ACLs, configs) and the maps of what is open (``vnodes``,
+  ``indexes``, ``evaluators``, ``producers``, topic ids): changed by exclusive calls only (``Catalog`` refuses
+  otherwise: :func:`check_exclusive`), so keyed calls read them at once without a lock;
+* a vnode (its WAL, meta store and table cache, the offset indexes of the topics over it, its Kafka-native
+  partition's producer state): changed and read only by calls that hold it (``Store.local_vnode`` refuses another:
+  :func:`check_vnode`), in submission order per vnode; its group-commit syncs are taken and marked done on its lane;
+* a database's table count (``max_tables``): changed only by calls holding every vnode of the database (a write
+  planned elsewhere holds them all, every other write is exclusive), so the limit sees every creation before it;
+* the durability notes (:class:`~walgate.storage.durability.Unsynced`): per thread, each call taking its own;
+* the topics snapshot: published at the end of calls; keyed calls change no catalog, so what they publish is what
+  an exclusive call left (two publishing at once build the same snapshot);
+* TDengine topics' batch cache: read and filled by exclusive calls only (a TDengine topic's partitions are never
+  keyed: :func:`partition_keys`);
+* the open-file cache, fsync latency counters, damage log and producer ids: locked, any thread.
+
+A keyed call computes its keys from what it was asked (on the event loop, from the published topics), checks them
+again against the catalog when it runs and raises :class:`Relane` *before changing anything* when they no longer
+cover what it must touch: it then runs again, exclusive.
 """
 
 from __future__ import annotations
