@@ -236,6 +236,32 @@ async def test_a_refused_second_vnode_append_undoes_the_first_under_lanes(tmp_pa
     engine.close()
 
 
+async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path, lane: StorageThread) -> None:
+    """A plan that no longer holds may touch anything when planned again: refused on its vnodes (Relane, nothing
+    written), then planned and written as an exclusive call."""
+    engine = Engine.open(tmp_path / "data")
+    engine.execute("CREATE DATABASE d VGROUPS 2")
+    engine.execute("CREATE STABLE d.m (ts TIMESTAMP, v INT) TAGS (t INT)")
+    request = InsertRequest(f"INSERT INTO d.n USING d.m TAGS (1) (ts, v) VALUES ({TS}, 1)", None, TS)
+    prepared = planned(engine, request)
+    engine.execute("ALTER STABLE d.m ADD COLUMN w INT")  # what the plan read changed
+    assert await lane.call_on(write_keys(prepared, engine.catalog.databases), engine.apply_write, prepared,
+                              request) == 1
+    assert lane.relaned == 1 and engine.ingest.replans == 1
+    assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[1]]
+    engine.close()
+
+
+async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: StorageThread) -> None:
+    engine = Engine.open(tmp_path / "data")
+    with pytest.raises(LaneViolation):
+        await lane.call_on(frozenset({A0}), engine.execute, "CREATE DATABASE z")
+    assert "z" not in engine.catalog.databases
+    await lane.call(engine.execute, "CREATE DATABASE z")
+    assert "z" in engine.catalog.databases
+    engine.close()
+
+
 # ----------------------------------------------------------------------------------------- a node, real clients
 
 SERIES = 2_000
