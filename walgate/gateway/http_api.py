@@ -290,14 +290,21 @@ def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitab
 
 
 async def _planned_write(request: web.Request, write: LinesRequest | CsvRequest, size: int) -> int:
-    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage lane holding
-    the vnodes of the databases it writes (:func:`~walgate.storage.ingest.write_keys`); rows written."""
+    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage lane: its
+    schema changes first, alone, then the rest holding the vnodes of the databases it writes
+    (:func:`~walgate.storage.ingest.write_keys`); rows written."""
     app = request.app
     planned = await app[_INGEST].plan(write, _snapshot(app))
     assert isinstance(planned, Prepared)  # only an SQL body may turn out to be no write
     _still_there(request, size)
-    return await app[_STORAGE].call_on(write_keys(planned.write, planned.write.databases), app[_ENGINE].apply_write,
-                                       planned.write, write)
+    prepared = planned.write
+    if prepared.changes:  # new or wider supertables: made first, alone, so that the rows hold only their vnodes
+        changed = await app[_STORAGE].call(app[_ENGINE].apply_schema_changes, prepared)
+        if changed is None:  # what it read changed: planned again and written whole, with the whole lane
+            return await app[_STORAGE].call(app[_ENGINE].apply_write, prepared, write)
+        prepared = changed
+    return await app[_STORAGE].call_on(write_keys(prepared, prepared.databases), app[_ENGINE].apply_write, prepared,
+                                       write)
 
 
 def _still_there(request: web.Request, size: int) -> None:

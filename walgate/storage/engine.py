@@ -247,6 +247,11 @@ class Engine:
         plan read has changed (:meth:`Ingest.apply`); rows written."""
         return self.ingest.apply(prepared, request)
 
+    def apply_schema_changes(self, prepared: PreparedWrite) -> PreparedWrite | None:
+        """The schema changes of ``prepared`` alone (an exclusive call), the rest then applied with
+        :meth:`apply_write` holding only its vnodes (:meth:`Ingest.apply_changes`); None: it no longer holds."""
+        return self.ingest.apply_changes(prepared)
+
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows as JSON objects into subtables of ``stable`` (see :meth:`Ingest.write_json_rows`); rows written."""
         return self.ingest.write_json_rows(db, stable, rows)

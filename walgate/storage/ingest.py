@@ -11,8 +11,9 @@ only if what it read still holds; else the request is planned again on this thre
 Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
 (:func:`write_keys`), beside calls holding other vnodes: it reads the catalog, which nothing changes meanwhile, and
 changes only those vnodes, their topics' indexes and the databases' table counts, which only calls holding all of a
-database's vnodes change (so a database's ``max_tables`` check sees every creation before it). A plan with schema
-changes, or one that no longer holds (planned again: it may touch anything), is refused there
+database's vnodes change (so a database's ``max_tables`` check sees every creation before it). Its schema changes
+(new or wider supertables: the catalog) are made first by an exclusive call (:meth:`Ingest.apply_changes`); a plan
+that no longer holds (planned again: it may touch anything) is refused on vnodes
 (:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. Every
 other write runs with the whole lane.
 
@@ -187,9 +188,32 @@ class Ingest:
                 live = now.get(name)
                 yield (db, index), name, t, None if live is None or live.dropped else live
 
+    def apply_changes(self, p: PreparedWrite) -> PreparedWrite | None:
+        """``p``'s schema changes alone (an exclusive call), so that the rest of it is applied holding only its
+        vnodes (:meth:`apply`): ``p`` without them, as if it had been planned against the supertables they made
+        (what another reader sees in between: the supertables, not yet the rows, as after a schemaless write that
+        failed after its schema changes); None when ``p`` no longer holds (nothing changed: apply it whole, planned
+        again)."""
+        if not self._holds(p):
+            return None
+        self._change_schemas(p)
+        catalog = self.store.catalog
+        p.stables.update({(new.db, new.name): catalog.stables.get((new.db, new.name)) for _, new in p.changes})
+        p.changes = []
+        p.generation = catalog.generation
+        return p
+
     def _commit(self, p: PreparedWrite) -> int:
-        """Schema changes first (refused before anything is written when a topic depends on what would change; then
-        created or altered, so the rows' columns exist), then each database's entries (rows written)."""
+        """Schema changes first (:meth:`_change_schemas`), then each database's entries (rows written)."""
+        self._change_schemas(p)
+        catalog = self.store.catalog
+        for db_name, vnodes in p.plans.items():
+            self.commits.commit(catalog.database(db_name), vnodes)
+        return p.rows
+
+    def _change_schemas(self, p: PreparedWrite) -> None:
+        """``p``'s schema changes: refused before anything is written when a vgroup it writes is on another node or a
+        topic depends on what would change; then created or altered, so the rows' columns exist."""
         catalog = self.store.catalog
         for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
             for index in vnodes:
@@ -202,9 +226,6 @@ class Ingest:
                 catalog.create_stable(new)
             else:
                 self.ddl.alter_stable(catalog.database(new.db), old, new.columns, new.tags, "SCHEMALESS", "")
-        for db_name, vnodes in p.plans.items():
-            self.commits.commit(catalog.database(db_name), vnodes)
-        return p.rows
 
     def insert(self, s: ast.Insert, session: str | None) -> Result:
         """SQL INSERT (:func:`~walgate.storage.write_plan.plan_insert`), planned and written here."""
