@@ -120,8 +120,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     others = other_nodes(broker, ctx.listener.name)
     written = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
-    answers, needs = await broker.call_on(lambda topics: partition_keys(topics, written), _produce, request, int(time.time() * 1000), writable, denied, refused,
-                                       broker.node_id, others)
+    answers, needs = await broker.call_on(lambda topics: partition_keys(topics, written), _produce, request,
+                                          int(time.time() * 1000), writable, denied, refused, broker.node_id, others)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
