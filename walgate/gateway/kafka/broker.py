@@ -40,7 +40,7 @@ from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
-from walgate.storage.lanes import Relane, TopicLookup, VnodeKey, covers
+from walgate.storage.lanes import Relane, TopicLookup, VnodeKey, covers, held
 from walgate.storage.topics_snapshot import TopicsSnapshot
 
 __all__ = ["Broker"]
@@ -95,8 +95,11 @@ class Broker:
         runs beside calls holding other vnodes (a large write into another database). The keys are computed here
         from the published topics and checked again on the lane against the catalog before ``fn`` runs; when they no
         longer cover it (a topic created or dropped since) ``fn`` runs with the whole lane instead, as it does when
-        ``keys_of`` answers None. ``fn`` must not change the catalog (only exclusive calls do)."""
-        keys = keys_of(self._engine.topics())
+        ``keys_of`` answers None or fails. ``fn`` must not change the catalog (only exclusive calls do)."""
+        try:
+            keys = keys_of(self._engine.topics())
+        except Exception:  # noqa: BLE001 - not named: the whole lane, where ``fn`` meets (and answers) the failure
+            keys = None
         if keys is None:
             return await self.call(fn, *args, **kwargs)
         return await self.storage.call_on(keys, _on_vnodes, self._engine, keys_of,
@@ -130,6 +133,6 @@ class Broker:
 def _on_vnodes(engine: Engine, keys_of: Callable[[TopicLookup], frozenset[VnodeKey] | None], fn: Callable[[], T]) -> T:
     """On the lane: ``fn()`` once the vnodes the call holds cover what ``keys_of`` names now (an exclusive call holds
     them all); :class:`~walgate.storage.lanes.Relane`, before anything ran, when they do not."""
-    if not covers(keys_of(engine)):
+    if held() is not None and not covers(keys_of(engine)):
         raise Relane
     return fn()
