@@ -172,6 +172,17 @@ async def test_a_keyed_call_touching_a_vnode_it_does_not_hold_is_refused(lane: S
     await lane.call(check_vnode, "a", 1)  # exclusive: everything
 
 
+async def test_a_call_after_the_lane_stopped_is_refused_not_left_waiting() -> None:
+    lane = StorageThread(name="test-stopped", vnode_threads=1)
+    lane.shutdown()
+    log: list[str] = []
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(lane.call_on(frozenset({A0}), quick(log, "keyed")), BOUND_S)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(lane.call(quick(log, "exclusive")), BOUND_S)
+    assert lane.queued == 0 and log == []
+
+
 def test_each_thread_takes_only_the_durability_needs_it_noted() -> None:
     """Calls on vnode lanes run at once: each takes at its end what its own writes noted, never another's."""
     unsynced = Unsynced(lambda _: None)

@@ -229,15 +229,25 @@ class StorageThread:
             self._running_keys |= call.keys
             executor = self._vnodes
         loop = call.future.get_loop()
-        running = executor.submit(self._run, call.submitted, call.fn, call.keys)
+        try:
+            running = executor.submit(self._run, call.submitted, call.fn, call.keys)
+        except RuntimeError as exc:  # the lane was shut down: the call never runs, its caller is told so
+            self._release(call)
+            if not call.future.done():
+                call.future.set_exception(exc)
+            return
         running.add_done_callback(lambda done: loop.call_soon_threadsafe(self._finished, call, done))
 
-    def _finished(self, call: _Call, done: Future[tuple[Any, list[Need]]]) -> None:
+    def _release(self, call: _Call) -> None:
+        """``call`` no longer runs: what it held is free."""
         self._running.discard(call)
         if call.keys is None:
             self._exclusive = False
         else:
             self._running_keys -= call.keys
+
+    def _finished(self, call: _Call, done: Future[tuple[Any, list[Need]]]) -> None:
+        self._release(call)
         if not call.future.done():  # (cancelled: its caller went away; the call ran to completion all the same)
             error = done.exception()
             if error is not None:
