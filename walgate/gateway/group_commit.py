@@ -3,7 +3,7 @@ thread.
 
 Each file written with group commit (a vnode's WAL, a coordinator partition's log; see
 :mod:`walgate.storage.durability`) has at most one *round* going at a time: take a sync of everything written to it
-so far (on the file's owner lane: the storage lane for a WAL, the coordinator lane for a coordinator log, see
+so far (on the file's owner lane: a WAL's vnode lane, the coordinator lane for a coordinator log, see
 :meth:`GroupCommit.own`), run its fdatasync on one of the worker threads, then, in one call on that lane, mark it
 done and take the next; back on the event loop, release every waiter whose target it made durable, or refuse
 with :class:`~walgate.storage.errors.StorageUnavailable` every waiter it covered when it failed. Waiters that
@@ -13,7 +13,8 @@ that failed after writing): readers see level-2 records only once durable. After
 waits :data:`RETRY_S` (the disk may need time; the round must not spin).
 
 No lane runs these fdatasyncs, so Fetch, Metadata and Heartbeat are answered while they run; a coordinator log's
-round never queues behind the storage lane (nor a WAL's behind the coordinator lane).
+round never queues behind the storage lane (nor a WAL's behind the coordinator lane), and a WAL's round queues only
+behind calls holding its vnode (or an exclusive storage call).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.durability import Need, Sync, Syncable
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.lanes import VnodeKey
+from walgate.storage.wal import Wal
 
 __all__ = ["GroupCommit", "RETRY_S", "SYNC_THREADS"]
 
@@ -54,6 +57,12 @@ def _advance(file: Syncable, sync: Sync | None) -> tuple[int, Sync | None]:
     if sync is not None:
         sync.done()
     return file.durable_to, file.take_sync()
+
+
+def _lane_of(file: Syncable) -> frozenset[VnodeKey] | None:
+    """The vnode lane a WAL's syncs are taken and marked done on (its vnode's); None: the owner lane's whole (a
+    coordinator log, on the coordinator lane)."""
+    return frozenset({file.owner}) if isinstance(file, Wal) else None
 
 
 class GroupCommit:
@@ -117,8 +126,8 @@ class GroupCommit:
         sync: Sync | None = None
         try:
             while True:
-                durable, following = await self._owners.get(id(state.file), self._storage).call(
-                    _advance, state.file, sync)
+                durable, following = await self._owners.get(id(state.file), self._storage).call_on(
+                    _lane_of(state.file), _advance, state.file, sync)
                 self._settle(state, durable, sync)
                 failed, sync = sync is not None and sync.error is not None, None
                 if following is None:

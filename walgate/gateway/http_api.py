@@ -108,6 +108,7 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from walgate.storage.ingest import write_keys
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.result import affected
 from walgate.storage.sql import ast
@@ -227,7 +228,8 @@ async def _sql(request: web.Request) -> web.Response:
             if isinstance(planned, Prepared):
                 assert planned.insert is not None
                 _still_there(request, len(body))
-                rows = await app[_STORAGE].call(_apply_insert, engine, authorizer, principal, host, planned, write, db)
+                rows = await app[_STORAGE].call_on(write_keys(planned.write, planned.write.databases), _apply_insert,
+                                                   engine, authorizer, principal, host, planned, write, db)
                 return _json(200, affected(rows).rest_body())
             if isinstance(planned, Refused):
                 if authorizer is not None:  # a principal that may not write there learns nothing else
@@ -298,13 +300,21 @@ def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitab
 
 
 async def _planned_write(request: web.Request, write: LinesRequest | CsvRequest, size: int) -> int:
-    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage thread;
-    rows written."""
+    """``write`` (``size`` bytes of ``request``) planned in an ingest worker, then applied on the storage lane: its
+    schema changes first, alone, then the rest holding the vnodes of the databases it writes
+    (:func:`~walgate.storage.ingest.write_keys`); rows written."""
     app = request.app
     planned = await app[_INGEST].plan(write, _snapshot(app))
     assert isinstance(planned, Prepared)  # only an SQL body may turn out to be no write
     _still_there(request, size)
-    return await app[_STORAGE].call(app[_ENGINE].apply_write, planned.write, write)
+    prepared = planned.write
+    if prepared.changes:  # new or wider supertables: made first, alone, so that the rows hold only their vnodes
+        changed = await app[_STORAGE].call(app[_ENGINE].apply_schema_changes, prepared)
+        if changed is None:  # what it read changed: planned again and written whole, with the whole lane
+            return await app[_STORAGE].call(app[_ENGINE].apply_write, prepared, write)
+        prepared = changed
+    return await app[_STORAGE].call_on(write_keys(prepared, prepared.databases), app[_ENGINE].apply_write, prepared,
+                                       write)
 
 
 def _still_there(request: web.Request, size: int) -> None:

@@ -105,6 +105,9 @@ log = logging.getLogger(__name__)
 SYNC_MIN_DELAY = 0.001
 SYNC_MAX_DELAY = 1.0
 HTTP_SHUTDOWN_TIMEOUT = 5.0
+VNODE_THREADS = 4
+"""Threads running the storage lane's calls that hold only some vnodes (:meth:`StorageThread.call_on`): how many
+such calls (on disjoint vnodes) run at once beside each other."""
 
 
 class Gateway:
@@ -113,7 +116,7 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.metrics = Metrics()
-        self._storage = StorageThread(self.metrics.lane_calls(STORAGE_LANE))
+        self._storage = StorageThread(self.metrics.lane_calls(STORAGE_LANE), vnode_threads=VNODE_THREADS)
         self._coordinator = StorageThread(self.metrics.lane_calls(COORDINATOR_LANE),
                                           name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,

@@ -4,7 +4,7 @@ Batches are rendered once per (topic id, partition, WAL version): dense offsets 
 batch (base offset included) is final and every consumer and group reuses it. The key holds the topic's id, not its
 name, so a topic dropped and created again under its name never meets the old topic's batches; those age out. The
 cache belongs to the partitions that fill it (:class:`~walgate.storage.partitions.LocalPartitions`) and is only
-touched on the storage thread.
+touched by exclusive storage-lane calls (:mod:`walgate.storage.lanes`).
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ from walgate.storage.errors import (
     TopicCollision,
 )
 from walgate.storage.fileio import SyncLatency
+from walgate.storage.lanes import check_exclusive
 from walgate.storage.names import (
     collision_key,
     is_db_id,
@@ -368,7 +369,9 @@ class Catalog:
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
-        cluster mode a shared record is staged instead (module docstring)."""
+        cluster mode a shared record is staged instead (module docstring). Only an exclusive storage call changes the
+        catalog (:func:`~walgate.storage.lanes.check_exclusive`: calls on vnode lanes read it at once)."""
+        check_exclusive("the catalog")
         if self.cluster and "seq" not in record and self.is_shared(record):
             if self._staged is None:
                 raise StorageUnavailable("in cluster mode users, ACLs, quotas, configs, databases, supertables and "

@@ -7,6 +7,10 @@ entries before the first append, makes one atomic WAL append per vnode, and appl
 offset indexes only after the last one succeeded. A failure while appending is atomic per vnode (see wal.py) and
 across vnodes: the appends already made for the request are taken back (``Wal.undo_append``).
 
+Lanes (:mod:`walgate.storage.lanes`): a commit touches only the vnodes of the database it writes (their WALs, meta
+stores, topic indexes) and reads the catalog; its ``then`` (a catalog change) runs only in an exclusive call. The
+table limit counts every vnode of the database, which a commit creating tables holds whole.
+
 Under group commit (:mod:`~walgate.storage.durability`) a WAL_LEVEL 2 append returns before its fdatasync, and the
 request is answered once every vnode it wrote is durable. An fdatasync failing after that refuses the request, but
 cannot take back what the other vnodes made durable, nor the failed vnode's bytes (see wal.py): such a request

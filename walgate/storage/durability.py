@@ -5,18 +5,19 @@ consumer-group commit fdatasync before they return, on the calling thread. With 
 ``group_commit``; the gateway), they return once written to the OS and *note* here what must become durable before
 their caller may answer: a :data:`Need`, (file, target). The caller takes the notes of its call (:meth:`Unsynced.take`)
 and waits for them; whoever makes files durable (the gateway's sync service) asks a file for a :class:`Sync` of
-everything written to it so far (:meth:`Syncable.take_sync`, on the storage thread), runs it anywhere
-(:meth:`Sync.run`: the fdatasync, never raising) and hands it back (:meth:`Sync.done`, on the storage thread). One
+everything written to it so far (:meth:`Syncable.take_sync`, on its owner lane), runs it anywhere
+(:meth:`Sync.run`: the fdatasync, never raising) and hands it back (:meth:`Sync.done`, on its owner lane). One
 fdatasync thus covers every append and commit written before it was taken.
 
 A need ``(file, target)`` is met once ``target <= file.durable_to``; it is refused when a sync whose ``covers`` is at
 least ``target`` failed (``sync.error``) before it was met. Targets grow with every write of a file; a file has at
-most one sync taken and not yet done. Storage stays synchronous and starts no thread: this module holds no lock and
-is only used on the storage thread.
+most one sync taken and not yet done. Storage stays synchronous and starts no thread: this module holds no lock; a
+file's syncs are taken and marked done by the call that owns it (its vnode's lane).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,7 +34,7 @@ class Sync(Protocol):
         """The fdatasync, through a descriptor of its own (any thread; never raises: sets ``error``)."""
 
     def done(self) -> None:
-        """Mark what it covered durable, or handle its failure (storage thread, after :meth:`run`)."""
+        """Mark what it covered durable, or handle its failure (its owner lane, after :meth:`run`)."""
 
 
 class Syncable(Protocol):
@@ -52,21 +53,29 @@ Need = tuple[Syncable, int]
 
 
 class Unsynced:
-    """The needs noted since the last :meth:`take`, the latest per file (targets grow, so it covers the earlier
-    ones; after a WAL undo the latest is the file's end again); ``wake(owner)`` is called when a WAL's versions become
-    durable (readers of level-2 data see them only then)."""
+    """The needs noted since the last :meth:`take` *on the calling thread*, the latest per file (targets grow, so it
+    covers the earlier ones; after a WAL undo the latest is the file's end again); ``wake(owner)`` is called when a
+    WAL's versions become durable (readers of level-2 data see them only then).
+
+    Per thread: calls on vnode lanes run at once on threads of their own (:mod:`walgate.storage.lanes`), each call on
+    one thread from start to end, and each takes at its end exactly what its own writes noted, never another call's.
+    Each thread's notes are written by that thread only (one dict operation each, atomic)."""
 
     def __init__(self, wake: Callable[[tuple[str, int]], None]) -> None:
-        self._notes: dict[int, Need] = {}
+        self._notes: dict[int, dict[int, Need]] = {}  # thread ident -> id(file) -> need
         self.wake = wake
 
     def note(self, file: Syncable, target: int) -> None:
-        self._notes[id(file)] = (file, target)
+        notes = self._notes.get(threading.get_ident())
+        if notes is None:
+            notes = self._notes[threading.get_ident()] = {}
+        notes[id(file)] = (file, target)
 
     def take(self) -> list[Need]:
-        """The needs noted since the last call (cleared)."""
-        if not self._notes:
+        """The needs the calling thread noted since its last call (cleared)."""
+        notes = self._notes.get(threading.get_ident())
+        if not notes:
             return []
-        needs = list(self._notes.values())
-        self._notes.clear()
+        needs = list(notes.values())
+        notes.clear()
         return needs

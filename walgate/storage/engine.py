@@ -1,7 +1,9 @@
 """The storage engine facade: one object per data dir, called from one thread.
 
-Threading: an Engine is synchronous and not thread-safe; the gateway calls it from one dedicated thread (its
-storage thread), and the observers passed to :meth:`Engine.open` are called back on that thread. The one exception
+Threading: an Engine is synchronous; the gateway calls it from its storage lane: exclusive calls on one thread,
+and calls holding only some vnodes on threads of their own, at once (:mod:`walgate.storage.lanes` states what each
+may touch; one thread holds everything when the engine is used alone). The observers passed to :meth:`Engine.open`
+are called back on the calling thread. The one exception
 is a SELECT: :meth:`Engine.prepare_select` (on that thread) returns a query bound to WAL snapshots, which runs on any
 thread or in another process while the engine goes on (:class:`~walgate.storage.select.PreparedSelect`);
 :meth:`Engine.parse` is pure.
@@ -250,6 +252,11 @@ class Engine:
         plan read has changed (:meth:`Ingest.apply`); rows written."""
         return self.ingest.apply(prepared, request)
 
+    def apply_schema_changes(self, prepared: PreparedWrite) -> PreparedWrite | None:
+        """The schema changes of ``prepared`` alone (an exclusive call), the rest then applied with
+        :meth:`apply_write` holding only its vnodes (:meth:`Ingest.apply_changes`); None: it no longer holds."""
+        return self.ingest.apply_changes(prepared)
+
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows as JSON objects into subtables of ``stable`` (see :meth:`Ingest.write_json_rows`); rows written."""
         return self.ingest.write_json_rows(db, stable, rows)
@@ -267,6 +274,10 @@ class Engine:
     def partition_count(self, topic: str) -> int:
         """A topic's partitions (NotFound: no such topic)."""
         return self.views.partition_count(topic)
+
+    def topic(self, name: str) -> TopicDef | None:
+        """Topic ``name``'s definition now (None: no such topic)."""
+        return self.catalog.topics.get(name)
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with Kafka topic id ``topic_id`` (None: no such topic)."""

@@ -8,6 +8,15 @@ protocol) first widen or create the supertables they need (:func:`merge_schema`)
 when a topic depends on what would change. A plan made elsewhere (a worker process, against a snapshot) is applied
 only if what it read still holds; else the request is planned again on this thread, as if it had just come.
 
+Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
+(:func:`write_keys`), beside calls holding other vnodes: it reads the catalog, which nothing changes meanwhile, and
+changes only those vnodes, their topics' indexes and the databases' table counts, which only calls holding all of a
+database's vnodes change (so a database's ``max_tables`` check sees every creation before it). Its schema changes
+(new or wider supertables: the catalog) are made first by an exclusive call (:meth:`Ingest.apply_changes`); a plan
+that no longer holds (planned again: it may touch anything) is refused on vnodes
+(:class:`~walgate.storage.lanes.Relane`) before anything is written, and applied with the whole storage lane. Every
+other write runs with the whole lane.
+
 Values are typed a whole column at a time (pyarrow kernels; :mod:`~walgate.storage.lineproto_columns`,
 :func:`~walgate.storage.values.coerce_texts`, :func:`~walgate.storage.values.coerce_values`) into one Arrow batch
 per vnode and supertable; a value the kernels cannot type (a date string, say) is coerced on its own within its
@@ -18,7 +27,8 @@ instead, which names the first bad line, row or record; both paths plan the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +39,7 @@ from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Commits, Pending
 from walgate.storage.ddl import Ddl
 from walgate.storage.errors import InvalidValue, StorageError
+from walgate.storage.lanes import Relane, VnodeKey, covers, held
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -52,7 +63,17 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "merge_schema"]
+__all__ = ["Ingest", "RowPlan", "merge_schema", "write_keys"]
+
+
+def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
+    """The vnodes applying ``p`` holds: every vnode of each database whose tables it writes or read, as
+    ``databases`` define them (what the plan read, on the event loop; the catalog, on the lane); None (the whole
+    storage lane) when it changes a schema (the catalog) or such a database is gone."""
+    names = {*p.plans, *(db for db, _ in p.assumed), *(db for db, _ in p.covered)}
+    if p.changes or any(name not in databases for name in names):
+        return None
+    return frozenset((name, i) for name in names for i in range(databases[name].vgroups))
 
 
 class Ingest:
@@ -65,6 +86,7 @@ class Ingest:
         self.views = views
         self.replans = 0  # plans made elsewhere that no longer held when applied, and were planned again here
         self.rechecked = 0  # tables such plans read that were looked up again here (their vnode changed since)
+        self._counting = threading.Lock()  # applies into different databases count at once (module docstring)
 
     def snapshot(self, tables: TableLookup | None = None) -> WriteSnapshot:
         """The catalog now (its mappings themselves: a snapshot to plan with at once, on this thread;
@@ -91,8 +113,14 @@ class Ingest:
     def apply(self, prepared: PreparedWrite, request: WriteRequest) -> int:
         """Write ``prepared`` (planned from ``request``, maybe in another process) if what it read still holds
         (:meth:`_holds`), else ``request`` planned again here (today's path: its refusals and messages); rows
-        written."""
+        written. Holding only some vnodes (module docstring): :class:`~walgate.storage.lanes.Relane`, nothing written,
+        unless they are :func:`write_keys` now, and when it would be planned again."""
+        keyed = held() is not None
+        if keyed and not covers(write_keys(prepared, self.store.catalog.databases)):
+            raise Relane
         if not self._holds(prepared):
+            if keyed:
+                raise Relane  # (_holds changed nothing: it returns False before it drops or notes anything)
             self.replans += 1
             return self.write(request)
         return self._commit(prepared)
@@ -153,15 +181,39 @@ class Ingest:
                 continue  # no meta entry since the version every lookup there was read at
             if at is None:  # its reader gave up: damage it met is reported (once) by the vnode's own reads
                 vnode.check_store(assumed)
-            self.rechecked += len(assumed)
+            with self._counting:
+                self.rechecked += len(assumed)
             now = vnode.get_many(assumed)
             for name, t in assumed.items():
                 live = now.get(name)
                 yield (db, index), name, t, None if live is None or live.dropped else live
 
+    def apply_changes(self, p: PreparedWrite) -> PreparedWrite | None:
+        """``p``'s schema changes alone (an exclusive call), so that the rest of it is applied holding only its
+        vnodes (:meth:`apply`): ``p`` without them, as if it had been planned against the supertables they made
+        (what another reader sees in between: the supertables, not yet the rows, as after a schemaless write that
+        failed after its schema changes); None when ``p`` no longer holds (nothing changed: apply it whole, planned
+        again)."""
+        if not self._holds(p):
+            return None
+        self._change_schemas(p)
+        catalog = self.store.catalog
+        p.stables.update({(new.db, new.name): catalog.stables.get((new.db, new.name)) for _, new in p.changes})
+        p.changes = []
+        p.generation = catalog.generation
+        return p
+
     def _commit(self, p: PreparedWrite) -> int:
-        """Schema changes first (refused before anything is written when a topic depends on what would change; then
-        created or altered, so the rows' columns exist), then each database's entries (rows written)."""
+        """Schema changes first (:meth:`_change_schemas`), then each database's entries (rows written)."""
+        self._change_schemas(p)
+        catalog = self.store.catalog
+        for db_name, vnodes in p.plans.items():
+            self.commits.commit(catalog.database(db_name), vnodes)
+        return p.rows
+
+    def _change_schemas(self, p: PreparedWrite) -> None:
+        """``p``'s schema changes: refused before anything is written when a vgroup it writes is on another node or a
+        topic depends on what would change; then created or altered, so the rows' columns exist."""
         catalog = self.store.catalog
         for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
             for index in vnodes:
@@ -178,9 +230,6 @@ class Ingest:
                 catalog.create_stable(new)
             else:
                 self.ddl.alter_stable(catalog.database(new.db), old, new.columns, new.tags, "SCHEMALESS", "")
-        for db_name, vnodes in p.plans.items():
-            self.commits.commit(catalog.database(db_name), vnodes)
-        return p.rows
 
     def insert(self, s: ast.Insert, session: str | None) -> Result:
         """SQL INSERT (:func:`~walgate.storage.write_plan.plan_insert`), planned and written here."""

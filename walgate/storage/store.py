@@ -45,7 +45,7 @@ from walgate.storage.errors import (
 )
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
-from walgate.storage.lanes import INLINE, CoordinatorLane
+from walgate.storage.lanes import INLINE, CoordinatorLane, check_vnode
 from walgate.storage.observers import (
     NO_CONSUMERS,
     NO_LISTENER,
@@ -185,6 +185,7 @@ class Store:
         """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another,
         :class:`StorageUnavailable` while the vnodes of a database the cluster's catalog just gave are not open yet
         (the disk refused them: the apply is retried)."""
+        check_vnode(db, index)
         vnodes = self._opened(db)
         if index < len(vnodes) and vnodes[index].index == index:
             return vnodes[index]  # every vgroup of the database is here

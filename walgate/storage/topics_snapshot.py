@@ -72,6 +72,10 @@ class TopicsSnapshot:
         t = self._topics.get(topic)
         return t is not None and t.kind == "kafka"
 
+    def topic(self, name: str) -> TopicDef | None:
+        """``name``'s definition (None: no such topic)."""
+        return self._topics.get(name)
+
     def topic_id(self, name: str) -> uuid.UUID | None:
         t = self._topics.get(name)
         return None if t is None else uuid.UUID(t.topic_id)

@@ -41,6 +41,7 @@ from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.authorizer import Authorizer
 from walgate.storage.engine import Engine
+from walgate.storage.lanes import Relane, TopicLookup, VnodeKey, covers, held
 from walgate.storage.topics_snapshot import TopicsSnapshot
 
 __all__ = ["Broker"]
@@ -89,6 +90,23 @@ class Broker:
             return await self.shared.run(functools.partial(fn, self._engine, *args, **kwargs))
         return await self.storage.call(fn, self._engine, *args, **kwargs)
 
+    async def call_on(self, keys_of: Callable[[TopicLookup], frozenset[VnodeKey] | None],
+                      fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(engine, *args, **kwargs)`` holding only the vnodes ``keys_of(topics)`` names (the Kafka-native
+        partitions a Produce, Fetch or ListOffsets touches: :func:`~walgate.storage.lanes.partition_keys`), so it
+        runs beside calls holding other vnodes (a large write into another database). The keys are computed here
+        from the published topics and checked again on the lane against the catalog before ``fn`` runs; when they no
+        longer cover it (a topic created or dropped since) ``fn`` runs with the whole lane instead, as it does when
+        ``keys_of`` answers None or fails. ``fn`` must not change the catalog (only exclusive calls do)."""
+        try:
+            keys = keys_of(self._engine.topics())
+        except Exception:  # noqa: BLE001 - not named: the whole lane, where ``fn`` meets (and answers) the failure
+            keys = None
+        if keys is None:
+            return await self.call(fn, *args, **kwargs)
+        return await self.storage.call_on(keys, _on_vnodes, self._engine, keys_of,
+                                          functools.partial(fn, self._engine, *args, **kwargs))
+
     async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:
         """A coordinator call that needs topic names, ids or partition counts: ``fn(topics)`` through
         :meth:`GroupService.run` (on the coordinator lane), ``topics`` the snapshot published when it runs."""
@@ -112,3 +130,11 @@ class Broker:
 
     def unwatch(self, keys: list[tuple[str, int]], event: asyncio.Event) -> None:
         self.wakeups.unwatch(keys, event)
+
+
+def _on_vnodes(engine: Engine, keys_of: Callable[[TopicLookup], frozenset[VnodeKey] | None], fn: Callable[[], T]) -> T:
+    """On the lane: ``fn()`` once the vnodes the call holds cover what ``keys_of`` names now (an exclusive call holds
+    them all); :class:`~walgate.storage.lanes.Relane`, before anything ran, when they do not."""
+    if held() is not None and not covers(keys_of(engine)):
+        raise Relane
+    return fn()

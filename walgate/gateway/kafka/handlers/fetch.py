@@ -49,6 +49,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -63,6 +64,7 @@ from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoi
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
+from walgate.storage.lanes import TopicLookup, VnodeKey, partition_keys
 from walgate.storage.partitions import PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
@@ -154,6 +156,17 @@ def _wants(engine: Engine, request: FetchRequest, version: int) -> list[_Want]:
     return wants
 
 
+def _keys(request: FetchRequest, version: int, wants: list[_Want] | None,
+          topics: TopicLookup) -> frozenset[VnodeKey] | None:
+    """The vnodes a round reads: its partitions' (:func:`~walgate.storage.lanes.partition_keys`), named as the first
+    round resolves them (topic ids from v13) or as it resolved them."""
+    if wants is not None:
+        return partition_keys(topics, [(w.topic, w.partition) for w in wants if w.topic is not None])
+    named = [(t.topic if version < 13 else None if t.topic_id is None else topics.topic_name(t.topic_id), t.partitions)
+             for t in request.topics]
+    return partition_keys(topics, [(name, p.partition) for name, parts in named if name is not None for p in parts])
+
+
 def _resolve_and_read(
     engine: Engine, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
     readable: Callable[[str], bool] | None,
@@ -182,7 +195,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
     try:
         while True:
             try:
-                resolved, got = await broker.call(_resolve_and_read, request, version, wants, max_bytes, readable)
+                resolved, got = await broker.call_on(functools.partial(_keys, request, version, wants),
+                                                     _resolve_and_read, request, version, wants, max_bytes, readable)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             wants = resolved

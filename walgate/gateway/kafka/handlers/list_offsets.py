@@ -24,6 +24,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
 from walgate.storage.engine import Engine
+from walgate.storage.lanes import partition_keys
 from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -66,6 +67,7 @@ def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
-    topics = await broker.call(_answer, request, ctx.api_version,
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    topics = await broker.call_on(lambda known: partition_keys(known, asked), _answer, request, ctx.api_version,
                                checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
     return {"throttle_time": 0, "topics": topics}

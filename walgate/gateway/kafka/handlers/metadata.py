@@ -30,6 +30,7 @@ operations are answered when asked for (v8+): a topic's, and the cluster's (v8â€
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
@@ -42,6 +43,7 @@ from walgate.gateway.kafka.leaders import node_endpoints, other_nodes
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.lanes import TopicLookup, VnodeKey
 from walgate.storage.topic_configs import validate_topic_name
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -122,7 +124,7 @@ def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collecti
     }
 
 
-def _requested(engine: Engine, request: MetadataRequest, version: int) -> list[str] | None:
+def _requested(engine: TopicLookup, request: MetadataRequest, version: int) -> list[str] | None:
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return None
@@ -133,6 +135,15 @@ def _requested(engine: Engine, request: MetadataRequest, version: int) -> list[s
             name = (None if t.topic_id is None else engine.topic_name(t.topic_id)) or str(t.topic_id)
         names.append(name)
     return names
+
+
+def _keys(broker: Broker, request: MetadataRequest, version: int, topics: TopicLookup) -> frozenset[VnodeKey] | None:
+    """Metadata reads the catalog only: it holds no vnode (it runs beside calls holding vnodes, a large write among
+    them), unless it may create a topic it names (auto-creation): then the whole storage lane."""
+    if broker.auto_create_partitions and request.allow_auto_topic_creation:
+        if any(topics.topic(name) is None for name in _requested(topics, request, version) or ()):
+            return None
+    return frozenset()
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
@@ -159,7 +170,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
                         failed[name] = error_of(exc, AUTO_CREATE)
         return topic_entries(engine, broker.node_id, names, failed, describable, frozenset(others))
 
-    topics = await answered(broker.call(describe), lambda code: [
+    topics = await answered(broker.call_on(functools.partial(_keys, broker, request, ctx.api_version), describe),
+                            lambda code: [
         _missing(t.name, code) for t in request.topics or () if t.name is not None
     ])
     if request.include_topic_authorized_operations:

@@ -1,6 +1,8 @@
 """Produce (key 0) v3–v12: batches into Kafka-native topics, stored as produced, durable before the answer.
 
-* The whole request runs in one storage-thread call; the handler checks the
+* The whole request runs in one storage-lane call, holding only its partitions' vnodes when they are all
+  Kafka-native (:meth:`~walgate.gateway.kafka.broker.Broker.call_on`: a large write into another database does
+  not delay it); the handler checks the
   request (ACLs, transactions, ``acks``) and translates, the partition
   interface (:meth:`walgate.storage.partitions.Partitions.append`, a topic's
   partitions in one call) does the rest. Each partition is answered on its
@@ -76,6 +78,7 @@ from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere, StorageUnavailable
+from walgate.storage.lanes import partition_keys
 from walgate.storage.partitions import TransactionsUnsupported
 from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
@@ -116,8 +119,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
     if refused is None:  # transactional records without a transactional id
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     others = other_nodes(broker, ctx.listener.name)
-    answers, needs = await broker.call(_produce, request, int(time.time() * 1000), writable, denied, refused,
-                                       broker.node_id, others)
+    written = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
+    answers, needs = await broker.call_on(lambda topics: partition_keys(topics, written), _produce, request,
+                                          int(time.time() * 1000), writable, denied, refused, broker.node_id, others)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas

@@ -1,0 +1,325 @@
+"""Per-vnode write lanes (issue 23, plan step 6): the storage lane's calls that hold only some vnodes
+(``StorageThread.call_on``) run beside each other, each vnode's calls in submission order, exclusive calls alone.
+
+Ordering, never timing: a call is held on an Event the test owns, and what must not wait for it is answered before
+the Event is set (waits are bounded only so that a node without lanes fails instead of hanging). Real clients
+(confluent-kafka) produce and fetch on a Kafka-native topic while a large line-protocol write into another database
+is held inside its WAL append; the engine-level tests drive the lane with a real engine: a write's subtable limit
+and a refused second-vnode append under lanes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway.gateway_helpers import gateway_thread, sql
+from tests.gateway.test_engine_writes import TS, insert, two_vnode_db, visible
+from tests.gateway.test_query_lane import post
+from tests.storage.faults import Faults
+from tests.storage.write_requests import planned
+from walgate.gateway.ingest_workers import PLAN_IN_WORKER_BYTES
+from walgate.gateway.storage_thread import StorageThread
+from walgate.storage.durability import Unsynced
+from walgate.storage.engine import Engine
+from walgate.storage.errors import LimitExceeded, StorageUnavailable
+from walgate.storage.ingest import write_keys
+from walgate.storage.lanes import LaneViolation, Relane, VnodeKey, check_vnode, held
+from walgate.storage.vnode import vnode_of
+from walgate.storage.wal import Wal
+from walgate.storage.write_plan import InsertRequest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+BOUND_S = 20.0
+"""How long what must not wait may take before the test calls it blocked (a bound, not a speed)."""
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+@pytest.fixture(autouse=True)
+def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A traceback logged by a node a test ran fails the test."""
+    yield
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+@pytest.fixture
+async def lane() -> Any:
+    lane = StorageThread(name="test-storage", vnode_threads=4)
+    yield lane
+    lane.shutdown()
+
+
+def holder(release: threading.Event, log: list[str], name: str) -> Callable[[], str]:
+    """A call that logs its start, then waits for ``release`` (bounded)."""
+    def run() -> str:
+        log.append(f"{name} start")
+        assert release.wait(BOUND_S), "never released"
+        return name
+    return run
+
+
+def quick(log: list[str], name: str) -> Callable[[], str]:
+    def run() -> str:
+        log.append(f"{name} start")
+        return name
+    return run
+
+
+async def started(log: list[str], entry: str) -> None:
+    """Return once ``entry`` is in ``log`` (bounded)."""
+    async with asyncio.timeout(BOUND_S):
+        while entry not in log:
+            await asyncio.sleep(0.005)
+
+
+# ----------------------------------------------------------------------------------------- the dispatcher
+
+
+async def test_a_call_on_other_vnodes_is_answered_while_one_is_held(lane: StorageThread) -> None:
+    release, log = threading.Event(), []
+    held_call = asyncio.create_task(lane.call_on(frozenset({A0, A1}), holder(release, log, "a")))
+    try:
+        await started(log, "a start")
+        assert await asyncio.wait_for(lane.call_on(frozenset({B0}), quick(log, "b")), BOUND_S) == "b"
+        assert not release.is_set() and not held_call.done()
+    finally:
+        release.set()
+    assert await held_call == "a"
+
+
+async def test_crossing_vnode_sets_complete_in_submission_order_per_vnode(lane: StorageThread) -> None:
+    """{0,1} then {1,0} then {1}: no deadlock, and each vnode's calls start in the order they were submitted."""
+    release, log = threading.Event(), []
+    first = asyncio.create_task(lane.call_on(frozenset({A0, A1}), holder(release, log, "01")))
+    await started(log, "01 start")
+    second = asyncio.create_task(lane.call_on(frozenset({A1, A0}), quick(log, "10")))
+    third = asyncio.create_task(lane.call_on(frozenset({A1}), quick(log, "1")))
+    other = asyncio.create_task(lane.call_on(frozenset({B0}), quick(log, "b")))
+    try:
+        assert await asyncio.wait_for(other, BOUND_S) == "b"
+        assert not second.done() and not third.done() and "10 start" not in log and "1 start" not in log
+    finally:
+        release.set()
+    assert await asyncio.wait_for(asyncio.gather(first, second, third), BOUND_S) == ["01", "10", "1"]
+    assert [e for e in log if e != "b start"] == ["01 start", "10 start", "1 start"]
+
+
+async def test_an_exclusive_call_waits_for_keyed_calls_and_is_not_starved(lane: StorageThread) -> None:
+    """An exclusive call waits for the keyed calls running when it came; a keyed call on other vnodes may run
+    meanwhile (it waits for those anyway), but once they ended no later keyed call passes it."""
+    release_old, release_passer, log = threading.Event(), threading.Event(), []
+    old = asyncio.create_task(lane.call_on(frozenset({A0}), holder(release_old, log, "old")))
+    await started(log, "old start")
+    exclusive = asyncio.create_task(lane.call(quick(log, "exclusive")))
+    passer = asyncio.create_task(lane.call_on(frozenset({B0}), holder(release_passer, log, "passer")))
+    try:
+        await started(log, "passer start")  # ran while the exclusive call waited for "old"
+        release_old.set()
+        assert await old == "old"
+        late = asyncio.create_task(lane.call_on(frozenset({A1}), quick(log, "late")))
+        await asyncio.sleep(0.05)
+        assert "late start" not in log and "exclusive start" not in log  # behind the exclusive one, which waits
+    finally:
+        release_old.set()
+        release_passer.set()
+    assert await asyncio.wait_for(asyncio.gather(exclusive, passer, late), BOUND_S) == ["exclusive", "passer", "late"]
+    assert log.index("passer start") < log.index("exclusive start") < log.index("late start")
+
+
+async def test_a_keyed_call_that_needs_more_runs_again_exclusive(lane: StorageThread) -> None:
+    seen: list[frozenset[VnodeKey] | None] = []
+
+    def needs_everything() -> str:
+        seen.append(held())
+        if held() is not None:
+            raise Relane
+        return "ran"
+
+    assert await lane.call_on(frozenset({A0}), needs_everything) == "ran"
+    assert seen == [frozenset({A0}), None] and lane.relaned == 1
+
+
+async def test_a_queued_keyed_call_cancelled_before_it_starts_never_runs(lane: StorageThread) -> None:
+    release, log = threading.Event(), []
+    first = asyncio.create_task(lane.call_on(frozenset({A0}), holder(release, log, "first")))
+    await started(log, "first start")
+    queued = asyncio.create_task(lane.call_on(frozenset({A0}), quick(log, "dropped")))
+    await asyncio.sleep(0.01)
+    assert lane.queued == 1
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert lane.queued == 0
+    release.set()
+    assert await first == "first"
+    assert await lane.call_on(frozenset({A0}), quick(log, "after")) == "after"
+    assert "dropped start" not in log
+
+
+async def test_a_keyed_call_touching_a_vnode_it_does_not_hold_is_refused(lane: StorageThread) -> None:
+    with pytest.raises(LaneViolation):
+        await lane.call_on(frozenset({A0}), check_vnode, "a", 1)
+    await lane.call(check_vnode, "a", 1)  # exclusive: everything
+
+
+async def test_a_call_after_the_lane_stopped_is_refused_not_left_waiting() -> None:
+    lane = StorageThread(name="test-stopped", vnode_threads=1)
+    lane.shutdown()
+    log: list[str] = []
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(lane.call_on(frozenset({A0}), quick(log, "keyed")), BOUND_S)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(lane.call(quick(log, "exclusive")), BOUND_S)
+    assert lane.queued == 0 and log == []
+
+
+def test_each_thread_takes_only_the_durability_needs_it_noted() -> None:
+    """Calls on vnode lanes run at once: each takes at its end what its own writes noted, never another's."""
+    unsynced = Unsynced(lambda _: None)
+    files = [object(), object()]
+    with concurrent.futures.ThreadPoolExecutor(1) as other:
+        other.submit(unsynced.note, files[1], 7).result()  # type: ignore[arg-type]
+        unsynced.note(files[0], 3)  # type: ignore[arg-type]
+        assert unsynced.take() == [(files[0], 3)]
+        assert unsynced.take() == []
+        assert other.submit(unsynced.take).result() == [(files[1], 7)]
+
+
+# ----------------------------------------------------------------------------------------- with an engine
+
+
+def names_by_vnode(db: str, vgroups: int) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for i in range(200):
+        names.setdefault(vnode_of(db, f"t{i}", vgroups), f"t{i}")
+    return names
+
+
+async def test_two_creators_with_one_table_left_get_exactly_one_limit_exceeded(tmp_path: Path,
+                                                                               lane: StorageThread) -> None:
+    engine = Engine.open(tmp_path / "data", max_tables=2)
+    engine.execute("CREATE DATABASE d VGROUPS 2")
+    engine.execute("CREATE STABLE d.m (ts TIMESTAMP, v INT) TAGS (t INT)")
+    names = names_by_vnode("d", 2)
+    engine.execute(f"CREATE TABLE d.{names[0]} USING d.m TAGS (0)")  # one of the two tables held
+    other = next(n for n in (f"u{i}" for i in range(200)) if vnode_of("d", n, 2) == 0 and n != names[0])
+    requests = [InsertRequest(f"INSERT INTO d.{name} USING d.m TAGS (1) VALUES ({TS}, 1)", None, TS)
+                for name in (other, names[1])]  # one new table on each vnode
+    plans = [planned(engine, r) for r in requests]
+    keys = [write_keys(p, engine.catalog.databases) for p in plans]
+    assert keys[0] == keys[1] == frozenset({("d", 0), ("d", 1)})
+    outcomes = await asyncio.gather(*(lane.call_on(k, engine.apply_write, p, r)
+                                      for k, p, r in zip(keys, plans, requests)), return_exceptions=True)
+    assert outcomes[0] == 1 and isinstance(outcomes[1], LimitExceeded)  # decided by submission order
+    assert sorted(r[0] for r in engine.execute("SHOW d.TABLES").rows) == sorted([names[0], other])
+    assert lane.relaned == 0
+    engine.close()
+
+
+async def test_a_refused_second_vnode_append_undoes_the_first_under_lanes(tmp_path: Path, lane: StorageThread) -> None:
+    engine = Engine.open(tmp_path / "data")
+    faults = Faults()
+    a, b, per_append = two_vnode_db(engine, 1, faults, "write")
+    request = InsertRequest(insert(a, b, TS + 1), None, TS)
+    prepared = planned(engine, request)
+    keys = write_keys(prepared, engine.catalog.databases)
+    assert keys == frozenset({("u", 0), ("u", 1)})
+    before = visible(engine)
+    with faults.active():
+        faults.fail_kind("write", "enospc", at=per_append + 1)  # vnode 1's append, after vnode 0's succeeded
+        with pytest.raises(StorageUnavailable):
+            await lane.call_on(keys, engine.apply_write, prepared, request)
+    assert lane.relaned == 0  # it ran holding u's vnodes only
+    assert visible(engine) == before  # nothing of it: rows, tables, the topic's offsets, WAL versions and bytes
+    engine.close()
+    engine = Engine.open(tmp_path / "data")
+    assert visible(engine) == before
+    engine.close()
+
+
+async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path, lane: StorageThread) -> None:
+    """A plan that no longer holds may touch anything when planned again: refused on its vnodes (Relane, nothing
+    written), then planned and written as an exclusive call."""
+    engine = Engine.open(tmp_path / "data")
+    engine.execute("CREATE DATABASE d VGROUPS 2")
+    engine.execute("CREATE STABLE d.m (ts TIMESTAMP, v INT) TAGS (t INT)")
+    request = InsertRequest(f"INSERT INTO d.n USING d.m TAGS (1) (ts, v) VALUES ({TS}, 1)", None, TS)
+    prepared = planned(engine, request)
+    engine.execute("ALTER STABLE d.m ADD COLUMN w INT")  # what the plan read changed
+    assert await lane.call_on(write_keys(prepared, engine.catalog.databases), engine.apply_write, prepared,
+                              request) == 1
+    assert lane.relaned == 1 and engine.ingest.replans == 1
+    assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[1]]
+    engine.close()
+
+
+async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: StorageThread) -> None:
+    engine = Engine.open(tmp_path / "data")
+    with pytest.raises(LaneViolation):
+        await lane.call_on(frozenset({A0}), engine.execute, "CREATE DATABASE z")
+    assert "z" not in engine.catalog.databases
+    await lane.call(engine.execute, "CREATE DATABASE z")
+    assert "z" in engine.catalog.databases
+    engine.close()
+
+
+# ----------------------------------------------------------------------------------------- a node, real clients
+
+SERIES = 2_000
+LINES = 30_000  # about 1.4 MB: planned in an ingest worker, then applied on big's vnode lanes
+BODY = "\n".join(f"m,host=h{i % SERIES} v={i}.5 {1_700_000_000_000 + i}" for i in range(LINES)).encode()
+
+
+def test_a_write_held_in_its_wal_append_delays_no_produce_fetch_or_list_offsets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(BODY) >= PLAN_IN_WORKER_BYTES
+    reached, release = threading.Event(), threading.Event()
+    append = Wal.append
+
+    def held_append(self: Wal, entries: Any) -> int:
+        if self.owner == ("big", 0) and not release.is_set():
+            reached.set()
+            assert release.wait(120), "never released"
+        return append(self, entries)
+
+    with gateway_thread(tmp_path / "data") as gateway, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sql(gateway, "CREATE DATABASE big VGROUPS 2")  # big.m is new: made alone first, then the rows on big's vnodes
+        bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("k", 1)])["k"].result(30)
+        monkeypatch.setattr(Wal, "append", held_append)
+        try:
+            write = pool.submit(post, gateway, "/influxdb/v1/write?db=big&precision=ms", BODY)
+            assert reached.wait(120), "the write never reached big/0's append"
+            producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+            for i in range(20):
+                producer.produce("k", str(i).encode(), partition=0)
+            assert producer.flush(BOUND_S) == 0, "the produce waited behind the held write"
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lanes", "enable.auto.commit": False})
+            try:
+                assert consumer.get_watermark_offsets(TopicPartition("k", 0), BOUND_S) == (0, 20)  # ListOffsets
+                consumer.assign([TopicPartition("k", 0, 0)])
+                got: list[bytes] = []
+                for _ in range(int(BOUND_S / 0.5)):
+                    got += [m.value() for m in consumer.consume(20, 0.5) if m.error() is None]
+                    if len(got) >= 20:
+                        break
+                assert got == [str(i).encode() for i in range(20)], "the fetch waited behind the held write"
+            finally:
+                consumer.close()
+            assert not write.done() and not release.is_set()
+        finally:
+            release.set()
+        assert write.result(120) == (204, {})
+        assert int(sql(gateway, "SELECT COUNT(*) FROM big.m")["data"][0][0]) == LINES
+        assert gateway._storage.relaned == 0
