@@ -301,7 +301,8 @@ class LaneBridge:
 
     def run(self, fn: Callable[[], T]) -> T:
         result, needs = self._lane.run_from_other_lane(fn)
-        self._needs += needs
+        if needs:  # only from the storage lane; on the coordinator lane itself (none) ``+=`` would rebind the list
+            self._needs += needs  # while the storage lane's taker may be swapping it
         return result
 
     def take_needs(self) -> list[Need]:
