@@ -1,5 +1,6 @@
 """Placement of vgroups over live nodes (walgate/cluster/placement.py): balanced by count, racks alternated,
-deterministic, a single node takes everything."""
+deterministic, a single node takes everything; a manual assignment names one live node per partition, checked as
+Kafka's controller checks it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from walgate.cluster.placement import NoLiveNode, place
+from walgate.cluster.placement import BadAssignment, NoLiveNode, assigned, place
 
 
 def test_a_single_node_gets_every_vgroup() -> None:
@@ -43,3 +44,26 @@ def test_racks_alternate_when_the_counts_allow() -> None:
 def test_no_live_node_is_an_error() -> None:
     with pytest.raises(NoLiveNode, match="no live node"):
         place(1, {})
+
+
+def test_a_manual_assignment_places_each_partition_on_the_live_node_named() -> None:
+    assert assigned([(1, [1]), (0, [2]), (2, [2])], {1, 2}) == (2, 1, 2)  # in partition order, whatever the order given
+    assert assigned([(3, [1]), (4, [3])], {1, 3}, first=3) == (1, 3)  # partitions added after three
+    assert assigned([], {1}) == ()
+
+
+@pytest.mark.parametrize(("assignment", "message"), [
+    ([(0, [1]), (0, [2])], "Found multiple manual partition assignments for partition 0"),
+    ([(0, [])], "The manual partition assignment includes an empty replica list."),
+    ([(0, [4])], "The manual partition assignment includes broker 4, but no such broker is registered "
+                 "(live nodes: 1, 2)."),
+    ([(0, [2, 2])], "The manual partition assignment includes the broker 2 more than once."),
+    ([(0, [1, 2])], "replication factor above 1 is not supported yet: partition 0 is assigned 2 replicas (brokers 1, 2)"
+                    "; name one broker per partition"),
+    ([(0, [1]), (2, [2])], "partitions should be a consecutive 0-based integer sequence"),
+])
+def test_a_bad_manual_assignment_is_refused_with_its_reason(assignment: list[tuple[int, list[int]]],
+                                                          message: str) -> None:
+    with pytest.raises(BadAssignment) as refused:
+        assigned(assignment, {1, 2})
+    assert str(refused.value) == message

@@ -55,6 +55,7 @@ import logging
 import os
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -645,7 +646,12 @@ class Catalog:
         if not self.cluster:
             return None
         held = Counter(d.node_of(i, self.node_id) for d in self.databases.values() for i in range(d.vgroups))
-        return place(count, self.live_nodes or {self.node_id: None}, held)
+        return place(count, self.placeable(), held)
+
+    def placeable(self) -> Mapping[int, str | None]:
+        """The nodes (id -> ``broker.rack``) new vgroups may be placed on or manually assigned to: the live nodes in
+        cluster mode (this node alone while it knows none), this node alone on a single node."""
+        return (self.live_nodes if self.cluster else {}) or {self.node_id: None}
 
     def partitions(self) -> int:
         """Vnodes (partitions) of all databases together."""
@@ -770,10 +776,13 @@ class Catalog:
         return topic
 
     def new_kafka_topic(
-        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
+        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int,
+        nodes: tuple[int, ...] | None = None,
     ) -> tuple[DatabaseDef, TopicDef]:
         """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
-        :meth:`new_database`; :meth:`add_kafka_topic` records them)."""
+        :meth:`new_database`; :meth:`add_kafka_topic` records them). ``nodes``: the node of each vgroup as a manual
+        assignment names it (checked against :meth:`placeable` by the caller; cluster mode only: a single node
+        holds every vgroup itself), else None: placed (:meth:`_placement`)."""
         validate_topic_name(name)
         validate_database_name(db)
         if name in self.topics:
@@ -783,16 +792,18 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
-        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]))),
+        placed = self._placement(int(merged["VGROUPS"])) if nodes is None or not self.cluster else nodes
+        return (DatabaseDef(db, merged, now_ms, new_db_id(), placed),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
         self._commit(_kafka_topic_record(db, topic))
 
-    def grown(self, db: DatabaseDef, count: int) -> DatabaseDef:
-        """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`); nothing is written (the engine
+    def grown(self, db: DatabaseDef, count: int, assigned: tuple[int, ...] | None = None) -> DatabaseDef:
+        """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`), or on the nodes ``assigned`` names
+        (one per new vgroup, cluster mode: as :meth:`new_kafka_topic`'s ``nodes``); nothing is written (the engine
         opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
-        placed = self._placement(count - db.vgroups)
+        placed = self._placement(count - db.vgroups) if assigned is None or not self.cluster else assigned
         nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
         return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
 

@@ -318,19 +318,22 @@ class Engine:
     # ------------------------------------------------------------- Kafka-native topics
 
     def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
-                           defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+                           defaults: Mapping[str, str] = MappingProxyType({}),
+                           nodes: tuple[int, ...] | None = None) -> TopicDef:
         """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
-        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing."""
-        return self.native.create(name, partitions, configs, defaults)
+        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing;
+        ``nodes``: each partition's node as a manual assignment names it (cluster mode), else None: placed."""
+        return self.native.create(name, partitions, configs, defaults, nodes)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             defaults: Mapping[str, str] = MappingProxyType({})) -> None:
         """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once (over ``defaults``)."""
         self.native.alter_configs(name, configs, defaults)
 
-    def create_partitions(self, name: str, count: int) -> None:
-        """Grow a Kafka-native topic to ``count`` partitions."""
-        self.native.create_partitions(name, count)
+    def create_partitions(self, name: str, count: int, nodes: tuple[int, ...] | None = None) -> None:
+        """Grow a Kafka-native topic to ``count`` partitions; ``nodes``: each new partition's node as a manual
+        assignment names it (cluster mode), else None: placed."""
+        self.native.create_partitions(name, count, nodes)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:
         """Move a partition's log start to ``offset`` (-1: the high watermark); the new log start."""

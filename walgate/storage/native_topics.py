@@ -77,10 +77,11 @@ class NativeTopics:
                                  info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
-               defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+               defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[int, ...] | None = None) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
-        dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`)."""
+        dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
+        partition's node as a manual assignment names it (:meth:`Catalog.new_kafka_topic`), else None: placed."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
@@ -88,7 +89,7 @@ class NativeTopics:
         self.views.offsets.clear_left(name)
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
-                                            dict(configs), self.store.clock.time_ms())
+                                            dict(configs), self.store.clock.time_ms(), nodes)
         if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
             catalog.add_kafka_topic(db, topic)
             return topic
@@ -118,8 +119,9 @@ class NativeTopics:
         for vnode in self.store.vnodes[db.name]:
             vnode.reconfigure(db)
 
-    def create_partitions(self, name: str, count: int) -> None:
-        """Grow a Kafka-native topic to *count* partitions (new vgroups of its database)."""
+    def create_partitions(self, name: str, count: int, nodes: tuple[int, ...] | None = None) -> None:
+        """Grow a Kafka-native topic to *count* partitions (new vgroups of its database); *nodes*: each new
+        partition's node as a manual assignment names it (:meth:`Catalog.grown`), else None: placed."""
         store, catalog = self.store, self.store.catalog
         topic = self._native(name)
         db = catalog.database(topic.db)
@@ -127,7 +129,7 @@ class NativeTopics:
         if count <= old:
             raise InvalidValue(f"Topic {name} has {old} partitions: the new count must be larger, not {count}")
         catalog.check_partitions(count - old, f"topic {name}")
-        grown = catalog.grown(db, count)
+        grown = catalog.grown(db, count, nodes)
         if catalog.cluster:  # staged: the new vnodes placed here open when the node applies it (follow_catalog)
             catalog.alter_kafka_topic(name, grown.options, topic.configs, grown.nodes)
             return

@@ -1,7 +1,9 @@
 """CreatePartitions (key 37) v0–v3: grow a Kafka-native topic (new vgroups of its database).
 
-Only larger counts (INVALID_PARTITIONS otherwise), assignments only onto this
-node; TDengine topics have their database's vgroups: INVALID_REQUEST. Growth
+Only larger counts (INVALID_PARTITIONS otherwise). Manual assignments name one broker per new partition (as many
+as are added), a live node of the cluster (this node alone on a single node), checked by
+:func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise); each new
+partition is placed on the node named. TDengine topics have their database's vgroups: INVALID_REQUEST. Growth
 the engine refuses answers that topic's error (:mod:`.common`'s table; a limit
 is INVALID_PARTITIONS) with its message; the other topics grow.
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from walgate.cluster.placement import BadAssignment, assigned
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
@@ -34,7 +37,7 @@ def _result(t: CreatePartitionsTopic, error: int, message: str | None = None) ->
     return {"name": t.name, "error_code": error, "error_message": message}
 
 
-def grow(engine: Engine, broker: Broker, t: CreatePartitionsTopic, validate_only: bool) -> CreatePartitionsTopicResult:
+def grow(engine: Engine, t: CreatePartitionsTopic, validate_only: bool) -> CreatePartitionsTopicResult:
     topic = engine.catalog.topics.get(t.name)
     if topic is None:
         return _result(t, ErrorCode.unknown_topic_or_partition, f"topic {t.name} does not exist")
@@ -44,14 +47,23 @@ def grow(engine: Engine, broker: Broker, t: CreatePartitionsTopic, validate_only
     if not current < t.count <= MAX_PARTITIONS:
         return _result(t, ErrorCode.invalid_partitions,
                       f"topic {t.name} has {current} partitions: ask for more, at most {MAX_PARTITIONS}")
-    if t.assignments and any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
-        return _result(t, ErrorCode.invalid_replica_assignment, f"replicas can only be assigned to broker {broker.node_id}")
+    nodes = None
+    if t.assignments is not None:
+        if len(t.assignments) != t.count - current:
+            return _result(t, ErrorCode.invalid_replica_assignment,
+                           f"Attempted to add {t.count - current} additional partition(s), but only "
+                           f"{len(t.assignments)} assignment(s) were specified.")
+        try:
+            nodes = assigned([(current + k, a.broker_ids) for k, a in enumerate(t.assignments)],
+                             engine.catalog.placeable(), first=current)
+        except BadAssignment as exc:
+            return _result(t, ErrorCode.invalid_replica_assignment, str(exc))
     if not validate_only:
-        engine.create_partitions(t.name, t.count)
+        engine.create_partitions(t.name, t.count, nodes)
     return _result(t, ErrorCode.none)
 
 
-def _grow_all(engine: Engine, broker: Broker, request: CreatePartitionsRequest,
+def _grow_all(engine: Engine, request: CreatePartitionsRequest,
               alterable: Callable[[str], bool] | None) -> list[CreatePartitionsTopicResult]:
     results: list[CreatePartitionsTopicResult] = []
     for t in request.topics:
@@ -59,7 +71,7 @@ def _grow_all(engine: Engine, broker: Broker, request: CreatePartitionsRequest,
             results.append(_result(t, ErrorCode.topic_authorization_failed, "The topic authorization is failed."))
             continue
         try:
-            results.append(grow(engine, broker, t, request.validate_only))
+            results.append(grow(engine, t, request.validate_only))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             results.append(_result(t, error_of(exc, CREATE_PARTITIONS), str(exc)))
     return results
@@ -67,7 +79,7 @@ def _grow_all(engine: Engine, broker: Broker, request: CreatePartitionsRequest,
 
 async def handle(broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     try:
-        results = await broker.call(_grow_all, broker, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
+        results = await broker.call(_grow_all, request, checker(broker, ctx, Operation.ALTER, ResourceType.TOPIC))
     except Exception as exc:  # noqa: BLE001 - cluster mode: the cluster's catalog refused them (nothing grown)
         results = [_result(t, error_of(exc, CREATE_PARTITIONS), str(exc)) for t in request.topics]
     if not request.validate_only:

@@ -3,8 +3,11 @@
 A name that collides with an existing topic's (``alice_a`` beside ``alice.a``, Kafka's ``Topic.hasCollision``)
 is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`).
 
-One node: replication factor 1 (or -1, the default) only, manual assignments
-only onto this node; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
+Replication factor 1 (or -1, the default) only; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
+Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name one broker per
+partition: a live node of the cluster (this node alone on a single node), checked by
+:func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise); each
+partition is placed on the node named.
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG); those not given follow the dynamic
 broker defaults (:mod:`walgate.storage.resource_configs`). ``validate_only`` checks everything
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import uuid
 
+from walgate.cluster.placement import BadAssignment, assigned
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -57,22 +61,34 @@ def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _N
             "num_partitions": num_partitions, "replication_factor": replication_factor, "configs": configs}
 
 
-def _partitions(broker: Broker, t: CreateTopicsRequestCreatableTopic) -> tuple[int, str | None]:
-    """(partition count, None) or (error code, message)."""
-    if t.replication_factor not in (-1, 1):
-        return ErrorCode.invalid_replication_factor, f"replication factor {t.replication_factor}: walgate is one node (1)"
+def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
+                ) -> tuple[int, tuple[int, ...] | None, str | None]:
+    """(partition count, the node of each partition a manual assignment names (None: placed), None) or (error code,
+    None, message)."""
     if t.assignments:
-        if t.num_partitions != -1 or any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
-            return ErrorCode.invalid_replica_assignment, f"replicas can only be assigned to broker {broker.node_id}"
-        return len(t.assignments), None
+        if t.replication_factor != -1 or t.num_partitions != -1:
+            field = "replication factor" if t.replication_factor != -1 else "numPartitions"
+            return (ErrorCode.invalid_request, None,
+                    f"A manual partition assignment was specified, but {field} was not set to -1.")
+        if len(t.assignments) > MAX_PARTITIONS:
+            return (ErrorCode.invalid_partitions, None,
+                    f"partitions must be 1..{MAX_PARTITIONS}, not {len(t.assignments)}")
+        try:
+            nodes = assigned([(a.partition_index, a.broker_ids) for a in t.assignments], engine.catalog.placeable())
+        except BadAssignment as exc:
+            return ErrorCode.invalid_replica_assignment, None, str(exc)
+        return len(nodes), nodes, None
+    if t.replication_factor not in (-1, 1):
+        return (ErrorCode.invalid_replication_factor, None,
+                f"replication factor {t.replication_factor}: walgate is one node (1)")
     n = 1 if t.num_partitions == -1 else t.num_partitions
     if not 1 <= n <= MAX_PARTITIONS:
-        return ErrorCode.invalid_partitions, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
-    return n, None
+        return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
+    return n, None, None
 
 
 def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool) -> Result:
-    n, message = _partitions(broker, t)
+    n, nodes, message = _partitions(engine, t)
     if message is not None:
         return _result(t.name, n, message)
     configs = {c.name: c.value for c in t.configs if c.value is not None}
@@ -93,8 +109,8 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
     topic_id = uuid.UUID(int=0)
     defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
-        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()})
-                             .topic_id)
+        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()},
+                                                       nodes).topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
     described: list[CreateTopicsResponseCreatableTopicConfigs] = [
