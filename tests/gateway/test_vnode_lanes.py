@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -149,6 +150,24 @@ async def test_a_keyed_call_that_needs_more_runs_again_exclusive(lane: StorageTh
     assert seen == [frozenset({A0}), None] and lane.relaned == 1
 
 
+async def test_a_relaned_call_runs_again_the_caller_s_exclusive_way(lane: StorageThread) -> None:
+    """A cluster node's Broker runs a relaned call as a staged call (what it changes in the catalog goes through the
+    controller), not as a bare exclusive call: ``call_on`` runs it through the ``exclusive`` it was given."""
+    ways: list[str] = []
+
+    def needs_everything() -> str:
+        if held() is not None:
+            raise Relane
+        return "ran"
+
+    async def staged() -> str:
+        ways.append("staged")
+        return await lane.call(needs_everything)
+
+    assert await lane.call_on(frozenset({A0}), needs_everything, staged) == "ran"
+    assert ways == ["staged"] and lane.relaned == 1
+
+
 async def test_a_queued_keyed_call_cancelled_before_it_starts_never_runs(lane: StorageThread) -> None:
     release, log = threading.Event(), []
     first = asyncio.create_task(lane.call_on(frozenset({A0}), holder(release, log, "first")))
@@ -168,7 +187,7 @@ async def test_a_queued_keyed_call_cancelled_before_it_starts_never_runs(lane: S
 
 async def test_a_keyed_call_touching_a_vnode_it_does_not_hold_is_refused(lane: StorageThread) -> None:
     with pytest.raises(LaneViolation):
-        await lane.call_on(frozenset({A0}), check_vnode, "a", 1)
+        await lane.call_on(frozenset({A0}), functools.partial(check_vnode, "a", 1))
     await lane.call(check_vnode, "a", 1)  # exclusive: everything
 
 
@@ -218,7 +237,7 @@ async def test_two_creators_with_one_table_left_get_exactly_one_limit_exceeded(t
     plans = [planned(engine, r) for r in requests]
     keys = [write_keys(p, engine.catalog.databases) for p in plans]
     assert keys[0] == keys[1] == frozenset({("d", 0), ("d", 1)})
-    outcomes = await asyncio.gather(*(lane.call_on(k, engine.apply_write, p, r)
+    outcomes = await asyncio.gather(*(lane.call_on(k, functools.partial(engine.apply_write, p, r))
                                       for k, p, r in zip(keys, plans, requests)), return_exceptions=True)
     assert outcomes[0] == 1 and isinstance(outcomes[1], LimitExceeded)  # decided by submission order
     assert sorted(r[0] for r in engine.execute("SHOW d.TABLES").rows) == sorted([names[0], other])
@@ -238,7 +257,7 @@ async def test_a_refused_second_vnode_append_undoes_the_first_under_lanes(tmp_pa
     with faults.active():
         faults.fail_kind("write", "enospc", at=per_append + 1)  # vnode 1's append, after vnode 0's succeeded
         with pytest.raises(StorageUnavailable):
-            await lane.call_on(keys, engine.apply_write, prepared, request)
+            await lane.call_on(keys, functools.partial(engine.apply_write, prepared, request))
     assert lane.relaned == 0  # it ran holding u's vnodes only
     assert visible(engine) == before  # nothing of it: rows, tables, the topic's offsets, WAL versions and bytes
     engine.close()
@@ -256,8 +275,8 @@ async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path,
     request = InsertRequest(f"INSERT INTO d.n USING d.m TAGS (1) (ts, v) VALUES ({TS}, 1)", None, TS)
     prepared = planned(engine, request)
     engine.execute("ALTER STABLE d.m ADD COLUMN w INT")  # what the plan read changed
-    assert await lane.call_on(write_keys(prepared, engine.catalog.databases), engine.apply_write, prepared,
-                              request) == 1
+    assert await lane.call_on(write_keys(prepared, engine.catalog.databases),
+                              functools.partial(engine.apply_write, prepared, request)) == 1
     assert lane.relaned == 1 and engine.ingest.replans == 1
     assert engine.execute("SELECT COUNT(*) FROM d.m").rows == [[1]]
     engine.close()
@@ -266,7 +285,7 @@ async def test_a_stale_plan_is_planned_again_with_the_whole_lane(tmp_path: Path,
 async def test_a_call_on_vnodes_cannot_change_the_catalog(tmp_path: Path, lane: StorageThread) -> None:
     engine = Engine.open(tmp_path / "data")
     with pytest.raises(LaneViolation):
-        await lane.call_on(frozenset({A0}), engine.execute, "CREATE DATABASE z")
+        await lane.call_on(frozenset({A0}), functools.partial(engine.execute, "CREATE DATABASE z"))
     assert "z" not in engine.catalog.databases
     await lane.call(engine.execute, "CREATE DATABASE z")
     assert "z" in engine.catalog.databases

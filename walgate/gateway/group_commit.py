@@ -20,6 +20,7 @@ behind calls holding its vnode (or an exclusive storage call).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -127,7 +128,7 @@ class GroupCommit:
         try:
             while True:
                 durable, following = await self._owners.get(id(state.file), self._storage).call_on(
-                    _lane_of(state.file), _advance, state.file, sync)
+                    _lane_of(state.file), functools.partial(_advance, state.file, sync))
                 self._settle(state, durable, sync)
                 failed, sync = sync is not None and sync.error is not None, None
                 if following is None:

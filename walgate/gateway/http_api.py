@@ -69,6 +69,7 @@ then.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -228,8 +229,9 @@ async def _sql(request: web.Request) -> web.Response:
             if isinstance(planned, Prepared):
                 assert planned.insert is not None
                 _still_there(request, len(body))
-                rows = await app[_STORAGE].call_on(write_keys(planned.write, planned.write.databases), _apply_insert,
-                                                   engine, authorizer, principal, host, planned, write, db)
+                rows = await app[_STORAGE].call_on(
+                    write_keys(planned.write, planned.write.databases),
+                    functools.partial(_apply_insert, engine, authorizer, principal, host, planned, write, db))
                 return _json(200, affected(rows).rest_body())
             if isinstance(planned, Refused):
                 if authorizer is not None:  # a principal that may not write there learns nothing else
@@ -313,8 +315,8 @@ async def _planned_write(request: web.Request, write: LinesRequest | CsvRequest,
         if changed is None:  # what it read changed: planned again and written whole, with the whole lane
             return await app[_STORAGE].call(app[_ENGINE].apply_write, prepared, write)
         prepared = changed
-    return await app[_STORAGE].call_on(write_keys(prepared, prepared.databases), app[_ENGINE].apply_write, prepared,
-                                       write)
+    return await app[_STORAGE].call_on(write_keys(prepared, prepared.databases),
+                                       functools.partial(app[_ENGINE].apply_write, prepared, write))
 
 
 def _still_there(request: web.Request, size: int) -> None:

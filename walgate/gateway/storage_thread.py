@@ -55,7 +55,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -151,21 +151,21 @@ class StorageThread:
         result: T = await self._schedule(None, functools.partial(fn, *args, **kwargs))
         return result
 
-    async def call_on(self, keys: frozenset[VnodeKey] | None, fn: Callable[P, T], *args: P.args,
-                      **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` holding only the vnodes ``keys`` (None, or a lane without vnode threads:
-        exclusive, as :meth:`call`). ``fn`` checks first that its keys cover what it will touch and raises
-        :class:`~walgate.storage.lanes.Relane` before changing anything when they do not: it then runs again,
-        exclusive."""
-        part = functools.partial(fn, *args, **kwargs)
+    async def call_on(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], T],
+                      exclusive: Callable[[], Awaitable[T]] | None = None) -> T:
+        """Run ``fn()`` holding only the vnodes ``keys`` (None, or a lane without vnode threads: exclusive, as
+        :meth:`call`). ``fn`` checks first that its keys cover what it will touch and raises
+        :class:`~walgate.storage.lanes.Relane` before changing anything when they do not: it then runs again with the
+        whole lane, through ``exclusive`` when given (the caller's own way to an exclusive call, e.g. a cluster
+        node's staged call), else as :meth:`call` runs it."""
         if keys is None or self._vnodes is None:
-            result: T = await self._schedule(None, part)
+            result: T = await (exclusive() if exclusive is not None else self._schedule(None, fn))
             return result
         try:
-            result = await self._schedule(keys, part)
+            result = await self._schedule(keys, fn)
         except Relane:
             self.relaned += 1
-            result = await self._schedule(None, part)
+            result = await (exclusive() if exclusive is not None else self._schedule(None, fn))
         return result
 
     async def durable(self, needs: list[Need]) -> None:

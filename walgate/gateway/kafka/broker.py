@@ -97,15 +97,17 @@ class Broker:
         runs beside calls holding other vnodes (a large write into another database). The keys are computed here
         from the published topics and checked again on the lane against the catalog before ``fn`` runs; when they no
         longer cover it (a topic created or dropped since) ``fn`` runs with the whole lane instead, as it does when
-        ``keys_of`` answers None or fails. ``fn`` must not change the catalog (only exclusive calls do)."""
+        ``keys_of`` answers None or fails: then through :meth:`call` (in cluster mode a staged call, so what it
+        changes in the catalog is the cluster's). Held to vnodes, ``fn`` must not change the catalog."""
         try:
             keys = keys_of(self._engine.topics())
         except Exception:  # noqa: BLE001 - not named: the whole lane, where ``fn`` meets (and answers) the failure
             keys = None
         if keys is None:
             return await self.call(fn, *args, **kwargs)
-        return await self.storage.call_on(keys, _on_vnodes, self._engine, keys_of,
-                                          functools.partial(fn, self._engine, *args, **kwargs))
+        call = functools.partial(fn, self._engine, *args, **kwargs)
+        return await self.storage.call_on(keys, functools.partial(_on_vnodes, self._engine, keys_of, call),
+                                          lambda: self.call(fn, *args, **kwargs))
 
     async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:
         """A coordinator call that needs topic names, ids or partition counts: ``fn(topics)`` through
