@@ -259,3 +259,28 @@ def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhe
     assert "tt" not in n2.catalog.topics and n1.topic_id("tt") is None
     for e in (n1, n2):
         e.close()
+
+
+def test_meta_entries_still_pending_are_written_before_the_next_record_s(tmp_path: Path) -> None:
+    """Record N's entries the disk refused stay pending; record N+1 (another ALTER) writes them first, then its own,
+    each once, and a restart finds nothing missing."""
+    n1 = cluster_node(tmp_path / "n1", 1)
+    n1.set_dnodes(LIVE[:1], {1: None})
+    run([n1], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1], n1, STABLE)
+    [alter] = staged(n1, "ALTER STABLE d.st ADD COLUMN w INT")
+    n1.sql_objects.before(3, alter)  # applied, its entries not written (the disk refused them): pending
+    n1.catalog.apply_shared(3, alter)
+    assert len(n1.sql_objects.pending) == 1
+    [again] = staged(n1, "ALTER STABLE d.st ADD COLUMN x INT")
+    n1.apply_shared(4, again)
+    both = {0: ["alter_stable st", "alter_stable st"], 1: ["alter_stable st", "alter_stable st"]}
+    assert metas(n1, "d") == both and n1.sql_objects.pending == []
+    columns = [[m["column"] for m in (decode_entry(x).meta for x in v.wal.read_from(v.wal.first_version)
+                                      if x.kind == KIND_META) if m is not None and m["op"] == "alter_stable"]
+               for v in n1.vnodes["d"]]
+    assert columns == [["w", "x"], ["w", "x"]], "in the records' order"
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)
+    assert metas(n1, "d") == both
+    n1.close()

@@ -71,10 +71,11 @@ class SqlObjects:
             catalog.validate_shared([record])
         except StorageError:
             return  # passed over by Catalog.apply_shared (a node's own database of the name, ...): no meta entry
+        self._write_pending()  # an earlier record's entries the disk refused first: the intent below names only this one
         meta = _meta(record)
         catalog.commit({"op": STABLE_METAS_OP, "of": seq, "db": db.name, "meta": meta,
                         "next": {str(v.index): v.wal.next_version for v in vnodes}})
-        self.pending = [(db.name, meta, {v.index for v in vnodes})]
+        self.pending.append((db.name, meta, {v.index for v in vnodes}))
 
     def recover(self) -> None:
         """At start (before any write): the meta entries of the last record applied that a crash left out are
