@@ -56,6 +56,7 @@ class SqlObjects:
         self.views = views
         # meta entries still to write: (database, meta entry, the vnodes here without it), in order
         self.pending: list[tuple[str, dict[str, Any], set[int]]] = []
+        self._last_of: int | None = None  # the record whose entries pending's last item is (made by ``before``)
 
     def before(self, seq: int, record: dict[str, Any]) -> None:
         """Before shared record ``seq`` is applied: when it is an ALTER/DROP STABLE of a database with vnodes here
@@ -71,11 +72,14 @@ class SqlObjects:
             catalog.validate_shared([record])
         except StorageError:
             return  # passed over by Catalog.apply_shared (a node's own database of the name, ...): no meta entry
+        if self.pending and self._last_of == seq:
+            self.pending.pop()  # this record's, of an attempt the disk refused (none written): made again below
         self._write_pending()  # an earlier record's entries the disk refused first: the intent below names only this one
         meta = _meta(record)
         catalog.commit({"op": STABLE_METAS_OP, "of": seq, "db": db.name, "meta": meta,
                         "next": {str(v.index): v.wal.next_version for v in vnodes}})
         self.pending.append((db.name, meta, {v.index for v in vnodes}))
+        self._last_of = seq
 
     def recover(self) -> None:
         """At start (before any write): the meta entries of the last record applied that a crash left out are
@@ -141,6 +145,7 @@ class SqlObjects:
             db = self.store.catalog.database(db_name)
             self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in sorted(vnodes)})
             self.pending.pop(0)
+        self._last_of = None
 
     def _recompile(self, db: str) -> None:
         """Recompile ``db``'s TDengine topics after a supertable changed (the node asked checked that they still
