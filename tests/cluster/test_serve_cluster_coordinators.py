@@ -195,6 +195,12 @@ def _not_coordinator(port: int, own: str, other: str) -> None:
     assert [(g.group_id, g.error_code) for g in fetched.groups] == [(own, ErrorCode.none), (other, NOT_COORDINATOR)]
     assert {(t.name, p.partition_index, p.committed_offset) for t in fetched.groups[0].topics for p in t.partitions} == {
         (TOPIC, 0, 10), (TOPIC, 1, 10)}
+    asked = {"group_id": other, "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]}
+    v1 = _request(port, 9, 1, asked)  # no group error field before v2: each partition asked carries it (Kafka's
+    assert [(p.partition_index, p.committed_offset, p.error_code) for t in v1.topics for p in t.partitions] == [
+        (0, -1, NOT_COORDINATOR), (1, -1, NOT_COORDINATOR)]  # OffsetFetchRequest.getErrorResponse)
+    v2 = _request(port, 9, 2, asked)
+    assert (v2.error_code, list(v2.topics)) == (NOT_COORDINATOR, [])
     assert _request(port, 47, 0, {"group_id": other, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]}
                     ).error_code == NOT_COORDINATOR
     described = _request(port, 15, 5, {"groups": [own, other]})

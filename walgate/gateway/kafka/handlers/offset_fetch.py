@@ -87,8 +87,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
     if ctx.api_version >= 8:
         return {"throttle_time": 0, "groups": answers}
     single = answers[0]  # v0-v7 answer one group at the top level, in structs of the same fields
+    if ctx.api_version < 2 and single["error_code"]:  # no top-level error field: in every partition asked (Kafka's
+        return {"throttle_time": 0, "groups": [], "error_code": 0,  # OffsetFetchRequest.getErrorResponse)
+                "topics": _each_partition(wanted[0][1] or [], single["error_code"])}
     return {"throttle_time": 0, "groups": [], "error_code": single["error_code"],
             "topics": cast(list[OffsetFetchResponseTopic], single["topics"])}
+
+
+def _each_partition(topics: list[tuple[str, list[int]]], code: int) -> list[OffsetFetchResponseTopic]:
+    """A group's error as v0/v1 carry it: each partition asked, offset -1 and the error."""
+    return [{"name": name, "partitions": [{"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                           "metadata": "", "error_code": code} for p in partitions]}
+            for name, partitions in topics]
 
 
 def _stable(answer: Group, pending: set[tuple[str, int]]) -> Group:
