@@ -201,6 +201,12 @@ def _not_coordinator(port: int, own: str, other: str) -> None:
         (0, -1, NOT_COORDINATOR), (1, -1, NOT_COORDINATOR)]  # OffsetFetchRequest.getErrorResponse)
     v2 = _request(port, 9, 2, asked)
     assert (v2.error_code, list(v2.topics)) == (NOT_COORDINATOR, [])
+    txn = _request(port, 28, 3, {"transactional_id": "tx", "group_id": other, "producer_id": 0, "producer_epoch": 0,
+                                 "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
+                                     {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 3,
+                                                                     "committed_leader_epoch": -1,
+                                                                     "committed_metadata": ""}]}]})
+    assert [p.error_code for t in txn.topics for p in t.partitions] == [NOT_COORDINATOR]
     assert _request(port, 47, 0, {"group_id": other, "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]}
                     ).error_code == NOT_COORDINATOR
     described = _request(port, 15, 5, {"groups": [own, other]})
