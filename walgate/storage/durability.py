@@ -12,7 +12,8 @@ fdatasync thus covers every append and commit written before it was taken.
 A need ``(file, target)`` is met once ``target <= file.durable_to``; it is refused when a sync whose ``covers`` is at
 least ``target`` failed (``sync.error``) before it was met. Targets grow with every write of a file; a file has at
 most one sync taken and not yet done. Storage stays synchronous and starts no thread: this module holds no lock; a
-file's syncs are taken and marked done by the call that owns it (its vnode's lane).
+file's syncs are taken and marked done by the call that owns it (a vnode's WAL: a storage-lane call holding its
+vnode; the coordinator and share logs: the coordinator lane).
 """
 
 from __future__ import annotations

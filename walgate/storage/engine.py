@@ -1,4 +1,4 @@
-"""The storage engine facade: one object per data dir, called from one thread.
+"""The storage engine facade: one object per data dir, called from its lanes (threading below).
 
 Threading: an Engine is synchronous; the gateway calls it from its storage lane: exclusive calls on one thread,
 and calls holding only some vnodes on threads of their own, at once (:mod:`walgate.storage.lanes` states what each

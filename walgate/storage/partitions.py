@@ -9,8 +9,8 @@ another node, or replicated, can implement it (each call touches one partition, 
 which takes one topic's partitions of a Produce request in one call, each answered on its own, and
 :meth:`Partitions.stats`, which lists them all).
 
-:class:`LocalPartitions` is the implementation over this node's engine, called on its storage thread as every engine
-call is. What it keeps to itself:
+:class:`LocalPartitions` is the implementation over this node's engine, called on the storage lane as every engine
+call is (a call holding a partition's vnode, or an exclusive one: :mod:`walgate.storage.lanes`). What it keeps to itself:
 
 * **Append** (Kafka's ``LogValidator`` and log append): the topic's configs over the node's dynamic broker defaults
   (:mod:`~walgate.storage.topic_configs`) bound a partition's records (``segment.bytes``: :class:`RequestTooLarge`;

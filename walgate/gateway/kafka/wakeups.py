@@ -21,7 +21,8 @@ class FetchWakeups:
         self._waiters: dict[tuple[str, int], set[asyncio.Event]] = {}
 
     def records_appended(self, topic: str, partition: int) -> None:
-        """Called on the storage thread after an append."""
+        """Called after an append, on the thread of the storage-lane call that made it (the storage thread or a vnode
+        thread): only reads the waiters dict and hands the wake-up to the event loop."""
         if (topic, partition) in self._waiters:
             self._loop.call_soon_threadsafe(self._wake, topic, partition)
 
