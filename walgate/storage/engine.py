@@ -55,6 +55,7 @@ from walgate.storage.show import Dnode, Show
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import Store
+from walgate.storage.sync_schedule import SyncSchedule
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -106,6 +107,7 @@ class Engine:
         self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
         """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
+        self._syncs = SyncSchedule()  # the WALs' periodic fsyncs by due time (sync_due)
         self._publication_deferred = False  # see defer_topics_publication
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -451,13 +453,9 @@ class Engine:
         :attr:`clock`'s wall time; a round every few seconds, :mod:`~walgate.storage.retention`); (seconds until the
         next call is useful: 0 while a round has steps left, the periodic fsyncs due now, for the caller to run off
         the storage thread and then mark done)."""
-        delay, pending = _RETENTION_CHECK_S, []
-        for vnodes in self.vnodes.values():
-            for vnode in vnodes:
-                wait, sync = vnode.wal.sync_due(now)
-                delay = min(delay, wait)
-                if sync is not None:
-                    pending.append(sync)
+        wait, pending = self._syncs.due(now, (self.catalog.generation, self.store.vnodes_opened),
+                                        (vnode.wal for vnodes in self.vnodes.values() for vnode in vnodes))
+        delay = min(_RETENTION_CHECK_S, wait)
         if not self.retention.in_progress and now >= self._next_retention:
             self._next_retention = now + _RETENTION_CHECK_S
             self.retention.begin()
