@@ -624,6 +624,10 @@ class Catalog:
         """Changes when the topics or databases may have: a record applied, a restore, a dict replaced or resized."""
         return self._changes, id(self.topics), len(self.topics), id(self.databases), len(self.databases)
 
+    def has_db_id(self, db_id: str) -> bool:
+        """Whether a database has the id ``db_id`` (the name of its directory)."""
+        return db_id in self._taken().db_ids
+
     def _taken(self) -> _Taken:
         """The ids, partitions and names new records may not reuse (:class:`_Taken`), derived again only when the
         topics or databases changed otherwise than by a Kafka-native topic's creation."""
@@ -774,9 +778,11 @@ class Catalog:
         return topic
 
     def new_kafka_topic(
-        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int
+        self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int,
+        db_id: str | None = None,
     ) -> tuple[DatabaseDef, TopicDef]:
-        """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
+        """A new Kafka-native topic and its database, validated and given ids (``db_id``: the database's, whose
+        directory was prepared for it, unless a database has it; None: a new one); nothing is written (see
         :meth:`new_database`; :meth:`add_kafka_topic` records them)."""
         validate_topic_name(name)
         validate_database_name(db)
@@ -787,7 +793,10 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
-        return (DatabaseDef(db, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"]), spread=True)),
+        if db_id is not None and (not is_db_id(db_id) or self.has_db_id(db_id)):
+            raise InvalidValue(f"database id {db_id!r} is not new")
+        return (DatabaseDef(db, merged, now_ms, db_id or new_db_id(), self._placement(int(merged["VGROUPS"]),
+                                                                                     spread=True)),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:

@@ -304,10 +304,21 @@ class Engine:
     # ------------------------------------------------------------- Kafka-native topics
 
     def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
-                           defaults: Mapping[str, str] = MappingProxyType({})) -> TopicDef:
+                           defaults: Mapping[str, str] = MappingProxyType({}), prepared: str | None = None) -> TopicDef:
         """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
-        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing."""
-        return self.native.create(name, partitions, configs, defaults)
+        the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing;
+        ``prepared``: what :meth:`prepare_kafka_topic` returned (its files are only opened here), or None."""
+        return self.native.create(name, partitions, configs, defaults, prepared)
+
+    def prepare_kafka_topic(self, partitions: int) -> str:
+        """The files of a new Kafka-native topic's ``partitions`` vnodes made in a new database directory, its id
+        returned for :meth:`create_kafka_topic`, then :meth:`discard_prepared` (:meth:`NativeTopics.prepare`). Safe
+        on any thread, beside the storage thread's calls: it reads only the data dir's path."""
+        return self.native.prepare(partitions)
+
+    def discard_prepared(self, db_id: str) -> None:
+        """Remove :meth:`prepare_kafka_topic`'s directory unless a topic was created with it."""
+        self.native.discard(db_id)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             defaults: Mapping[str, str] = MappingProxyType({})) -> None:

@@ -87,6 +87,15 @@ class Broker:
             return await self.shared.run(functools.partial(fn, self._engine, *args, **kwargs))
         return await self.storage.call(fn, self._engine, *args, **kwargs)
 
+    def topics(self) -> TopicsSnapshot:
+        """The topics as the storage lane last published them (any thread)."""
+        return self._engine.topics()
+
+    async def beside(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(engine, *args, **kwargs)`` on a thread of its own, holding no lane: only for what the engine documents
+        as safe beside its lanes' calls (:meth:`Engine.prepare_kafka_topic` makes files no catalog names yet)."""
+        return await asyncio.to_thread(fn, self._engine, *args, **kwargs)
+
     async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:
         """A coordinator call that needs topic names, ids or partition counts: ``fn(topics)`` through
         :meth:`GroupService.run` (on the coordinator lane), ``topics`` the snapshot published when it runs."""

@@ -16,9 +16,13 @@ the other topics are created.
 ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATION_FAILED (before validation).
 
 Each topic is created in a storage-thread call of its own, so a request of thousands of topics never holds the
-storage thread for long: other clients' requests are served between its topics. The topics snapshot the coordinator
-lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once
-per topic, which would copy the catalog n times for n topics).
+storage thread for long: other clients' requests are served between its topics. Before that call, a topic's vnode
+files (its WAL's first segment, its meta store's SQLite schema, their fsyncs: most of a creation's time) are made on
+a thread of their own, holding no lane, in a new database directory no catalog names yet
+(:meth:`Engine.prepare_kafka_topic`); the call then validates, writes the catalog record and only opens them, and
+removes the directory when the topic was not created with it. The topics snapshot the coordinator lane reads
+(:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once per topic,
+which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
@@ -71,7 +75,8 @@ def _partitions(broker: Broker, t: CreateTopicsRequestCreatableTopic) -> tuple[i
     return n, None
 
 
-def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool) -> Result:
+def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool,
+            prepared: str | None) -> Result:
     n, message = _partitions(broker, t)
     if message is not None:
         return _result(t.name, n, message)
@@ -93,8 +98,8 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
     topic_id = uuid.UUID(int=0)
     defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
-        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()})
-                             .topic_id)
+        topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()},
+                                                       prepared).topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
     described: list[CreateTopicsResponseCreatableTopicConfigs] = [
@@ -111,23 +116,36 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
 
     last = len(request.topics) - 1
 
-    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
-        if creatable is not None and not creatable(t.name):
-            return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
+    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic, prepared: str | None) -> Result:
         try:
+            if creatable is not None and not creatable(t.name):
+                return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
             if k != last:
                 engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
-            return _create(engine, broker, t, validate_only)
+            return _create(engine, broker, t, validate_only, prepared)
+        except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
+            return _result(t.name, error_of(exc), str(exc))
+        finally:
+            if prepared is not None:
+                engine.discard_prepared(prepared)  # unless the topic was created with it
+
+    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
+        """One call each: others' requests go between; its files made first, beside the lanes (module docstring).
+        In cluster mode the cluster's catalog may refuse it after the call (no controller or etcd quorum): answered
+        for that topic."""
+        try:
+            return await broker.call(create, k, t, await _prepared(t))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
-    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
-        """One call each: others' requests go between. In cluster mode the cluster's catalog may refuse it after
-        the call (no controller or etcd quorum): answered for that topic."""
-        try:
-            return await broker.call(create, k, t)
-        except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
-            return _result(t.name, error_of(exc), str(exc))
+    async def _prepared(t: CreateTopicsRequestCreatableTopic) -> str | None:
+        """The database directory made for ``t``'s vnodes, when it is likely to be created here (not validate_only,
+        one node, allowed, a valid partition count, not a topic that exists): else None (the call makes them)."""
+        n, message = _partitions(broker, t)
+        if (validate_only or broker.cluster is not None or message is not None
+                or (creatable is not None and not creatable(t.name)) or t.name in broker.topics()):
+            return None
+        return await broker.beside(Engine.prepare_kafka_topic, n)
 
     topics = [await create_one(k, t) for k, t in enumerate(request.topics)]
     if not validate_only:

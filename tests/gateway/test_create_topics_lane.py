@@ -1,0 +1,98 @@
+"""A CreateTopics makes each topic's files off the storage thread (issue 23): a Produce and a Metadata complete while
+one topic's file making is held, and the request then completes.
+
+Deterministic, not timed: a hook on ``walgate.storage.fileio.os`` (as the fault tests use it) holds the first fsync of
+a new vnode's WAL directory once armed, on an Event. While it is held, a real client (confluent-kafka, acks=1)
+produces to an existing topic and lists the topics; once it is let go, every topic of the request is created and no
+directory is left that no topic has. On main that fsync ran in the creation's storage-thread call, so the produce
+waited behind it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway.gateway_helpers import gateway_thread
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import KafkaError, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from walgate.storage import fileio  # noqa: E402
+from walgate.storage.engine import Engine  # noqa: E402
+
+NEW_WAL_DIR = re.compile(r"/db/[0-9a-f]{32}/vnode0/wal$")
+HOLD_S = 60.0  # the hook lets the fsync go by itself after this (a node that never goes on still stops)
+WAIT_S = 30.0  # the most a client call below waits: bounded, not a timing assertion
+
+
+class _HeldDirFsync:
+    """``os`` for fileio, except that once :attr:`armed`, the first fsync of a vnode's WAL directory waits until
+    :attr:`release`."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.thread = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def fsync(self, fd: int) -> None:
+        if self.armed and not self.reached.is_set() and NEW_WAL_DIR.search(os.readlink(f"/proc/self/fd/{fd}")):
+            self.thread = threading.current_thread().name
+            self.reached.set()
+            self.release.wait(HOLD_S)
+        os.fsync(fd)
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[_HeldDirFsync]:
+    hook = _HeldDirFsync()
+    monkeypatch.setattr(fileio, "os", hook)
+    try:
+        yield hook
+    finally:
+        hook.release.set()
+
+
+def test_a_produce_and_a_metadata_complete_while_a_topics_files_are_made(tmp_path: Path, held: _HeldDirFsync):
+    with gateway_thread(tmp_path / "data") as gateway:
+        bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("busy", 1)])["busy"].result(WAIT_S)
+        held.armed = True
+        names = ["busy", *(f"new{i}" for i in range(5))]  # busy exists: answered so, no directory made for it
+        futures = admin.create_topics([NewTopic(n, 3) for n in names], operation_timeout=WAIT_S,
+                                      request_timeout=HOLD_S + WAIT_S)
+        assert held.reached.wait(WAIT_S)
+        assert held.thread and not held.thread.startswith("walgate-storage")  # (main: its worker thread)
+        delivered: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+        producer.produce("busy", b"while held", on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(WAIT_S) == 0 and delivered == [None]  # main: waits behind the held fsync
+        listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=WAIT_S).topics  # (a connection
+        # of its own: one connection's requests are answered in order, after the CreateTopics)
+        assert "busy" in listed and not futures["new0"].done()
+        held.release.set()
+        with pytest.raises(confluent_kafka.KafkaException, match="already exists"):
+            futures["busy"].result(WAIT_S)
+        for name in names[1:]:
+            futures[name].result(WAIT_S)
+        topics = admin.list_topics(timeout=WAIT_S).topics
+        assert all(len(topics[n].partitions) == 3 for n in names[1:])
+        data = tmp_path / "data"
+    engine = Engine.open(data)
+    try:  # each directory is a database's: none left over
+        assert sorted(os.listdir(data / "db")) == sorted(d.id for d in engine.catalog.databases.values())
+        assert engine.damage() == []
+    finally:
+        engine.close()
