@@ -12,59 +12,31 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread
+from tests.gateway.held_fsync import HOLD_S, HeldFsync, holding
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from walgate.storage import fileio  # noqa: E402
 from walgate.storage.engine import Engine  # noqa: E402
 
 NEW_WAL_DIR = re.compile(r"/db/[0-9a-f]{32}/vnode0/wal$")
-HOLD_S = 60.0  # the hook lets the fsync go by itself after this (a node that never goes on still stops)
 WAIT_S = 30.0  # the most a client call below waits: bounded, not a timing assertion
 
 
-class _HeldDirFsync:
-    """``os`` for fileio, except that once :attr:`armed`, the first fsync of a vnode's WAL directory waits until
-    :attr:`release`."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        self.thread = ""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def fsync(self, fd: int) -> None:
-        if self.armed and not self.reached.is_set() and NEW_WAL_DIR.search(os.readlink(f"/proc/self/fd/{fd}")):
-            self.thread = threading.current_thread().name
-            self.reached.set()
-            self.release.wait(HOLD_S)
-        os.fsync(fd)
-
-
 @pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[_HeldDirFsync]:
-    hook = _HeldDirFsync()
-    monkeypatch.setattr(fileio, "os", hook)
-    try:
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldFsync]:
+    with holding(monkeypatch, NEW_WAL_DIR, armed=False) as hook:
         yield hook
-    finally:
-        hook.release.set()
 
 
-def test_a_produce_and_a_metadata_complete_while_a_topics_files_are_made(tmp_path: Path, held: _HeldDirFsync):
+def test_a_produce_and_a_metadata_complete_while_a_topics_files_are_made(tmp_path: Path, held: HeldFsync):
     with gateway_thread(tmp_path / "data") as gateway:
         bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
