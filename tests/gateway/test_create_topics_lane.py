@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +27,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from walgate.gateway.kafka.handlers.create_topics import _Files  # noqa: E402
 from walgate.storage.engine import Engine  # noqa: E402
 
 NEW_WAL_DIR = re.compile(r"/db/[0-9a-f]{32}/vnode0/wal$")
@@ -68,3 +72,57 @@ def test_a_produce_and_a_metadata_complete_while_a_topics_files_are_made(tmp_pat
         assert engine.damage() == []
     finally:
         engine.close()
+
+
+def test_files_made_for_a_cancelled_request_are_removed_whichever_ends_last(tmp_path: Path):
+    """The handler gives up (the node stops) while a topic's files are made: made after, the making removes them;
+    made before, the handler removes them; nothing is left either way."""
+    engine = Engine.open(tmp_path)
+    try:
+        late = _Files(2)
+        assert late.abandon() is None  # nothing made yet
+        assert late.make(engine) is None and _db_dirs(tmp_path) == []  # made after: removed by the making
+        early = _Files(2)
+        made = early.make(engine)
+        assert made is not None and _db_dirs(tmp_path) == [made]
+        assert early.abandon() == made  # made before: the handler's to remove
+        engine.drop_prepared(made)
+        assert _db_dirs(tmp_path) == []
+    finally:
+        engine.close()
+
+
+def test_a_stop_while_a_topics_files_are_made_leaves_no_directory(tmp_path: Path, held: HeldFsync):
+    data = tmp_path / "data"
+    with gateway_thread(data) as gateway:
+        port = gateway.kafka_address[1]
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        admin.create_topics([NewTopic("first", 1)])["first"].result(WAIT_S)
+        held.armed = True
+        admin.create_topics([NewTopic(f"cut{i}", 2) for i in range(3)], request_timeout=HOLD_S + WAIT_S)
+        assert held.reached.wait(WAIT_S)
+
+        def release_once_closed() -> None:  # the stop cancels the request's handler first (not timed: either order
+            deadline = time.monotonic() + WAIT_S  # leaves no directory; this one exercises the cancelled handler)
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    break
+                time.sleep(0.05)
+            time.sleep(0.5)
+            held.release.set()
+
+        releaser = threading.Thread(target=release_once_closed)
+        releaser.start()
+    releaser.join(WAIT_S)
+    engine = Engine.open(data)
+    try:
+        assert sorted(os.listdir(data / "db")) == sorted(d.id for d in engine.catalog.databases.values())
+        assert engine.damage() == [] and "first" in engine.catalog.topics
+    finally:
+        engine.close()
+
+
+def _db_dirs(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "db")) if (root / "db").exists() else []

@@ -320,6 +320,11 @@ class Engine:
         """Remove :meth:`prepare_kafka_topic`'s directory unless a topic was created with it."""
         self.native.discard(db_id)
 
+    def drop_prepared(self, db_id: str) -> None:
+        """Remove :meth:`prepare_kafka_topic`'s directory that no :meth:`create_kafka_topic` was given (safe on any
+        thread, as the prepare)."""
+        self.native.drop(db_id)
+
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             defaults: Mapping[str, str] = MappingProxyType({})) -> None:
         """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once (over ``defaults``)."""

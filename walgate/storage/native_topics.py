@@ -103,7 +103,12 @@ class NativeTopics:
         """Remove the directory :meth:`prepare` made for ``db_id`` unless a database has that id by now (its topic was
         created with it)."""
         if not self.store.catalog.has_db_id(db_id):
-            shutil.rmtree(datadir.db_dir(self.store.data_dir, db_id), ignore_errors=True)
+            self.drop(db_id)
+
+    def drop(self, db_id: str) -> None:
+        """Remove the directory :meth:`prepare` made for ``db_id``, which no :meth:`create` was given: like
+        :meth:`prepare`, on any thread."""
+        shutil.rmtree(datadir.db_dir(self.store.data_dir, db_id), ignore_errors=True)
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
                defaults: Mapping[str, str] = MappingProxyType({}), prepared: str | None = None) -> TopicDef:

@@ -20,13 +20,18 @@ storage thread for long: other clients' requests are served between its topics. 
 files (its WAL's first segment, its meta store's SQLite schema, their fsyncs: most of a creation's time) are made on
 a thread of their own, holding no lane, in a new database directory no catalog names yet
 (:meth:`Engine.prepare_kafka_topic`); the call then validates, writes the catalog record and only opens them, and
-removes the directory when the topic was not created with it. The topics snapshot the coordinator lane reads
+removes the directory when the topic was not created with it. A request cancelled meanwhile (the node stopping)
+leaves no directory: a call that got one runs whole (shielded), and files whose call never came are removed by
+whichever ends last, the making or the cancelled handler (:class:`_Files`). The topics snapshot the coordinator lane reads
 (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once per topic,
 which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 import uuid
 
 from walgate.gateway.audit import audit_kafka
@@ -47,11 +52,42 @@ from walgate.wire.messages import (
     CreateTopicsResponseCreatableTopicResult,
 )
 
+log = logging.getLogger(__name__)
+
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 MAX_PARTITIONS = 1024  # a database's VGROUPS limit
 _TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5  # config_source values
 _NO_ID = uuid.UUID(int=0)
 Result = CreateTopicsResponseCreatableTopicResult
+
+
+class _Files:
+    """One topic's vnode files made beside the lanes (:meth:`Engine.prepare_kafka_topic`) for a handler that may be
+    cancelled while they are made: when it gives up, whichever of the two ends last removes them, so that no
+    directory outlives a request that will never hand it to a creation."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._lock = threading.Lock()
+        self._made: str | None = None  # the id handed to the handler
+        self._abandoned = False
+
+    def make(self, engine: Engine) -> str | None:
+        """On the making thread: the new database id, or None when the handler gave up meanwhile (removed here)."""
+        db_id = engine.prepare_kafka_topic(self.partitions)
+        with self._lock:
+            if not self._abandoned:
+                self._made = db_id
+                return db_id
+        engine.drop_prepared(db_id)
+        return None
+
+    def abandon(self) -> str | None:
+        """The handler gives up: the id already made and handed over, which no creation will get (the caller removes
+        it), or None (:meth:`make` removes what it makes)."""
+        with self._lock:
+            self._abandoned = True
+            return self._made
 
 
 def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _NO_ID,
@@ -109,6 +145,12 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
                    configs=described)
 
 
+def _logged(done: asyncio.Future[None]) -> None:
+    """A removal nobody awaits: its failure logged (the directory is then reported at the next start)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.error("a topic's prepared directory could not be removed: %s", done.exception())
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     validate_only = request.validate_only
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
@@ -134,7 +176,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
         In cluster mode the cluster's catalog may refuse it after the call (no controller or etcd quorum): answered
         for that topic."""
         try:
-            return await broker.call(create, k, t, await _prepared(t))
+            prepared = await _prepared(t)
+            if prepared is None:
+                return await broker.call(create, k, t, None)
+            return await asyncio.shield(broker.call(create, k, t, prepared))  # (it discards what it does not use)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
@@ -145,7 +190,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
         if (validate_only or broker.cluster is not None or message is not None
                 or (creatable is not None and not creatable(t.name)) or t.name in broker.topics()):
             return None
-        return await broker.beside(Engine.prepare_kafka_topic, n)
+        files = _Files(n)
+        try:
+            return await broker.beside(files.make)
+        except asyncio.CancelledError:
+            made = files.abandon()
+            if made is not None:
+                broker.beside(Engine.drop_prepared, made).add_done_callback(_logged)
+            raise
 
     topics = [await create_one(k, t) for k, t in enumerate(request.topics)]
     if not validate_only:
