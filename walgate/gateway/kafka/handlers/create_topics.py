@@ -145,6 +145,14 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
                    configs=described)
 
 
+def _give_up(broker: Broker, files: asyncio.Task[str | None]) -> None:
+    """No call will get ``files``: remove them once made (being made: :class:`_Files` removes them itself)."""
+    if not files.done():
+        files.cancel()
+    elif not files.cancelled() and files.exception() is None and (made := files.result()) is not None:
+        broker.beside(Engine.drop_prepared, made).add_done_callback(_logged)
+
+
 def _logged(done: asyncio.Future[None]) -> None:
     """A removal nobody awaits: its failure logged (the directory is then reported at the next start)."""
     if not done.cancelled() and done.exception() is not None:
@@ -171,12 +179,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
             if prepared is not None:
                 engine.discard_prepared(prepared)  # unless the topic was created with it
 
-    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
-        """One call each: others' requests go between; its files made first, beside the lanes (module docstring).
-        In cluster mode the cluster's catalog may refuse it after the call (no controller or etcd quorum): answered
-        for that topic."""
+    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic, files: asyncio.Task[str | None]) -> Result:
+        """One call each: others' requests go between; its ``files`` made first, beside the lanes (module
+        docstring). In cluster mode the cluster's catalog may refuse it after the call (no controller or etcd quorum):
+        answered for that topic."""
         try:
-            prepared = await _prepared(t)
+            prepared = await files
             if prepared is None:
                 return await broker.call(create, k, t, None)
             return await asyncio.shield(broker.call(create, k, t, prepared))  # (it discards what it does not use)
@@ -199,8 +207,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
                 broker.beside(Engine.drop_prepared, made).add_done_callback(_logged)
             raise
 
-    topics = [await create_one(k, t) for k, t in enumerate(request.topics)]
+    topics: list[Result] = []
+    ahead: asyncio.Task[str | None] | None = None  # the next topic's files, made while this topic's call runs
+    try:
+        for k, t in enumerate(request.topics):
+            files = ahead if ahead is not None else asyncio.ensure_future(_prepared(t))
+            ahead = None
+            if k + 1 < len(request.topics):
+                ahead = asyncio.ensure_future(_prepared(request.topics[k + 1]))
+            topics.append(await create_one(k, t, files))
+    finally:
+        if ahead is not None:  # cancelled (the node stopping) with the next topic's files made or being made
+            _give_up(broker, ahead)
     if not validate_only:
-        for t in topics:
-            audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])
+        for result in topics:
+            audit_kafka(ctx, "CreateTopics", f"topic {result['name']}", result["error_code"])
     return {"throttle_time": 0, "topics": topics}
