@@ -18,13 +18,13 @@ ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATIO
 Each topic is created in a storage-thread call of its own, so a request of thousands of topics never holds the
 storage thread for long: other clients' requests are served between its topics. Before that call, a topic's vnode
 files (its WAL's first segment, its meta store's SQLite schema, their fsyncs: most of a creation's time) are made on
-a thread of their own, holding no lane, in a new database directory no catalog names yet
-(:meth:`Engine.prepare_kafka_topic`); the call then validates, writes the catalog record and only opens them, and
-removes the directory when the topic was not created with it. A request cancelled meanwhile (the node stopping)
-leaves no directory: a call that got one runs whole (shielded), and files whose call never came are removed by
-whichever ends last, the making or the cancelled handler (:class:`_Files`). The topics snapshot the coordinator lane reads
-(:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once per topic,
-which would copy the catalog n times for n topics).
+a thread of their own, holding no lane (the next topic's while this one's call runs), in a new database directory no
+catalog names yet (:meth:`Engine.prepare_kafka_topic`); the call then validates, writes the catalog record and only
+opens them, and removes the directory when the topic was not created with it. A request cancelled meanwhile (the
+node stopping) leaves no directory: a call that got one runs whole (shielded), and files whose call never came are
+removed by whichever ends last, the making or the cancelled handler (:class:`_Files`, :func:`_give_up`). The topics
+snapshot the coordinator lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the
+last one's call (not once per topic, which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
