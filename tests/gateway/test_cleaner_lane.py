@@ -9,54 +9,27 @@ consumer reads the compacted log. On main that fsync ran on the storage thread, 
 
 from __future__ import annotations
 
-import os
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread
-from walgate.storage import fileio
+from tests.gateway.held_fsync import HeldFsync, holding
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 STAGED_LOG = re.compile(r"/\d{20}\.log\.tmp$")  # a WAL segment's rewritten log, staged by the cleaner
-HOLD_S = 60.0  # the hook lets the fsync go by itself after this (a node that never goes on still stops)
-
-
-class _HeldFsync:
-    """``os`` for fileio, except that the first fsync of a cleaner's staged log waits until :attr:`release`."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        self.thread = ""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def fsync(self, fd: int) -> None:
-        if not self.reached.is_set() and STAGED_LOG.search(os.readlink(f"/proc/self/fd/{fd}")):
-            self.thread = threading.current_thread().name
-            self.reached.set()
-            self.release.wait(HOLD_S)
-        os.fsync(fd)
 
 
 @pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[_HeldFsync]:
-    hook = _HeldFsync()
-    monkeypatch.setattr(fileio, "os", hook)
-    try:
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldFsync]:
+    with holding(monkeypatch, STAGED_LOG) as hook:
         yield hook
-    finally:
-        hook.release.set()
 
 
 def consume(bootstrap: str, topic: str, until: int) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -74,7 +47,7 @@ def consume(bootstrap: str, topic: str, until: int) -> list[tuple[int, bytes | N
     return got
 
 
-def test_a_produce_completes_while_the_cleaners_fsync_is_held(tmp_path: Path, held: _HeldFsync) -> None:
+def test_a_produce_completes_while_the_cleaners_fsync_is_held(tmp_path: Path, held: HeldFsync) -> None:
     with gateway_thread(tmp_path / "data", log_cleaner_backoff_ms=10) as gateway:
         try:
             bootstrap = f"127.0.0.1:{gateway.kafka_address[1]}"

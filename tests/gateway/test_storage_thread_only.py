@@ -57,27 +57,29 @@ ON_COORDINATOR_LANE = frozenset({
     "clock",  # immutable: the share coordinator's expiry reads it
 })
 """Engine entry points the coordinator lane may use."""
-ON_ANY_THREAD = frozenset({"topics"})
-"""The published topics snapshot (immutable): the event loop reads it too, to name the vnodes a Produce, Fetch or
-ListOffsets holds (``Broker.call_on``)."""
+ANY_THREAD = frozenset({
+    "topics",  # the published snapshot (immutable): CreateTopics reads it on the loop, and so do Produce, Fetch and
+    # ListOffsets to name the vnodes they hold (Broker.call_on)
+    "prepare_kafka_topic", "drop_prepared",  # a new topic's files, which no catalog record names yet (CreateTopics)
+})
+"""Engine entry points every thread may use."""
 
 
 class OwnedBy:
     """An object whose every use off its owner lane(s) is recorded in ``violations`` (setting attributes is the
     gateway's wiring at start-up, before anything runs concurrently): the engine (the storage lane's, but for
-    :data:`ON_COORDINATOR_LANE`) or the coordinator log (the coordinator lane's)."""
+    :data:`ON_COORDINATOR_LANE`, and :data:`ANY_THREAD` anywhere) or the coordinator log (the coordinator lane's)."""
 
     def __init__(self, target: Any, what: str, violations: list[str], owner: str,
-                 also: tuple[str, frozenset[str]] = ("", frozenset())) -> None:
+                 also: tuple[str, frozenset[str]] = ("", frozenset()), anywhere: frozenset[str] = frozenset()) -> None:
         for name, value in (("_target", target), ("_what", what), ("_violations", violations), ("_owner", owner),
-                            ("_also", also)):
+                            ("_also", also), ("_anywhere", anywhere)):
             object.__setattr__(self, name, value)
 
     def _check(self, what: str, name: str) -> None:
         thread = threading.current_thread().name
-        if thread.startswith(self._owner) or (thread.startswith(self._also[0] or "\0") and name in self._also[1]):
-            return
-        if self._what == "engine" and name in ON_ANY_THREAD:
+        if (thread.startswith(self._owner) or (thread.startswith(self._also[0] or "\0") and name in self._also[1])
+                or name in self._anywhere):
             return
         where = "".join(traceback.format_stack(limit=6)[:-2])
         self._violations.append(f"{self._what}.{what} on thread {thread}:\n{where}")
@@ -184,7 +186,8 @@ async def test_each_part_is_touched_only_by_its_owner_lane(tmp_path: Path, monke
             engine = Engine.open(*args, **kwargs)
             engine.store.coordinator = OwnedBy(engine.store.coordinator, "store.coordinator", violations,
                                                COORDINATOR_THREAD)  # type: ignore[assignment]
-            return OwnedBy(engine, "engine", violations, STORAGE_THREAD, (COORDINATOR_THREAD, ON_COORDINATOR_LANE))
+            return OwnedBy(engine, "engine", violations, STORAGE_THREAD, (COORDINATOR_THREAD, ON_COORDINATOR_LANE),
+                           ANY_THREAD)
 
     monkeypatch.setattr(server_module, "Engine", Wrapped)
     config = Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0, group_initial_rebalance_delay_ms=0,

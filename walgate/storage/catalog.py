@@ -272,6 +272,36 @@ class _State:
 
 
 @dataclass
+class _Taken:
+    """What a new record may not reuse, derived from the catalog's dicts so that a check is O(1), not a scan of every
+    topic and database (a CreateTopics of thousands of topics made each creation, and the replay at start, quadratic):
+    topic ids, database ids, the partitions in use, the topic names by :func:`collision_key`. Valid while ``key`` is
+    the catalog's :meth:`Catalog._taken_key`."""
+
+    key: tuple[int, ...]
+    topic_ids: set[str]
+    db_ids: set[str]
+    partitions: int
+    colliding: dict[str, set[str]]  # collision key -> the topic names that have it
+
+    @classmethod
+    def of(cls, key: tuple[int, ...], databases: dict[str, DatabaseDef], topics: dict[str, TopicDef]) -> _Taken:
+        colliding: dict[str, set[str]] = {}
+        for name in topics:
+            collision = collision_key(name)
+            if collision is not None:
+                colliding.setdefault(collision, set()).add(name)
+        return cls(key, {t.topic_id for t in topics.values()}, {d.id for d in databases.values()},
+                   sum(d.vgroups for d in databases.values()), colliding)
+
+    def add_topic(self, topic: TopicDef) -> None:
+        self.topic_ids.add(topic.topic_id)
+        collision = collision_key(topic.name)
+        if collision is not None:
+            self.colliding.setdefault(collision, set()).add(topic.name)
+
+
+@dataclass
 class Catalog:
     path: Path
     damage: DamageLog | None = None
@@ -302,6 +332,8 @@ class Catalog:
     live_nodes: dict[int, str | None] = field(default_factory=dict)
     # cluster mode: the last STABLE_METAS_OP record (walgate.storage.sql_objects); None: none since the file began
     stable_metas: dict[str, Any] | None = None
+    _changes: int = 0  # +1 per record applied and per restore: with the dicts' identities and sizes, _taken's key
+    _taken_cache: _Taken | None = None
 
     @classmethod
     def open(cls, path: Path, damage: DamageLog | None = None, *, max_partitions: int = MAX_PARTITIONS,
@@ -364,6 +396,7 @@ class Catalog:
         records are written and stay; it has none once it staged a Kafka-native topic's record, :meth:`_commit`)."""
         if not shared_only or self._staged_topics():
             self.databases, self.stables, self.topics = state.databases, state.stables, state.topics
+        self._changes += 1
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
         self.stable_metas = state.stable_metas
@@ -549,11 +582,12 @@ class Catalog:
         if not isinstance(r, dict):
             raise _Invalid(f"not an object: {r!r}")
         op = r.get("op")
+        kept: _Taken | None = None  # what stays valid after this record (updated here): not derived again
         if op == "create_db":
             name, db_id = _get(r, "name", str), r.get("id")
             if name in self.databases:
                 raise _Invalid(f"database {name} exists")
-            if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
+            if not is_db_id(db_id) or db_id in self._taken().db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options = _options(r)
             self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id, _nodes(r, options))
@@ -601,12 +635,16 @@ class Catalog:
             name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
             if name in self.topics or db in self.databases or not self._new_topic_id(r):
                 raise _Invalid(f"Kafka-native topic {name}: it or its database {db} exists, or bad topic id")
-            if not is_db_id(db_id) or any(d.id == db_id for d in self.databases.values()):
+            kept = self._taken()
+            if not is_db_id(db_id) or db_id in kept.db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
-            self.databases[db] = DatabaseDef(db, options, created, db_id, _nodes(r, options))
-            self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
+            database = self.databases[db] = DatabaseDef(db, options, created, db_id, _nodes(r, options))
+            topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
+            kept.add_topic(topic)
+            kept.db_ids.add(db_id)
+            kept.partitions += database.vgroups
         elif op == _SEQ_OP:
             pass  # only its sequence number (below)
         elif op == STABLE_METAS_OP:
@@ -626,11 +664,30 @@ class Catalog:
             raise _Invalid(f"unknown catalog record {op!r}")
         if "seq" in r:  # a shared record of the cluster's stream (cluster mode)
             self.shared_seq = _get(r, "seq", int)
+        self._changes += 1
+        if kept is not None:
+            kept.key = self._taken_key()
+
+    def _taken_key(self) -> tuple[int, ...]:
+        """Changes when the topics or databases may have: a record applied, a restore, a dict replaced or resized."""
+        return self._changes, id(self.topics), len(self.topics), id(self.databases), len(self.databases)
+
+    def has_db_id(self, db_id: str) -> bool:
+        """Whether a database has the id ``db_id`` (the name of its directory)."""
+        return db_id in self._taken().db_ids
+
+    def _taken(self) -> _Taken:
+        """The ids, partitions and names new records may not reuse (:class:`_Taken`), derived again only when the
+        topics or databases changed otherwise than by a Kafka-native topic's creation."""
+        key = self._taken_key()
+        if self._taken_cache is None or self._taken_cache.key != key:
+            self._taken_cache = _Taken.of(key, self.databases, self.topics)
+        return self._taken_cache
 
     def _new_topic_id(self, r: dict[str, Any]) -> bool:
         """The record's topic id is valid and no other topic's (it names the topic's files)."""
         topic_id = r.get("topic_id")
-        return is_topic_id(topic_id) and all(t.topic_id != topic_id for t in self.topics.values())
+        return is_topic_id(topic_id) and topic_id not in self._taken().topic_ids
 
     def _known_db(self, r: dict[str, Any], key: str) -> str:
         name: str = _get(r, key, str)
@@ -655,7 +712,7 @@ class Catalog:
 
     def partitions(self) -> int:
         """Vnodes (partitions) of all databases together."""
-        return sum(d.vgroups for d in self.databases.values())
+        return self._taken().partitions
 
     def check_partitions(self, more: int, what: str) -> None:
         """Raise :class:`LimitExceeded` if ``more`` partitions (for ``what``) would exceed ``max_partitions``."""
@@ -763,7 +820,7 @@ class Catalog:
         key = collision_key(name)
         if key is None:
             return
-        colliding = sorted(t for t in self.topics if t != name and collision_key(t) == key)
+        colliding = sorted(t for t in self._taken().colliding.get(key, ()) if t != name)
         if colliding:
             raise TopicCollision(f"Topic '{name}' collides with existing topic: {colliding[0]}")
 
@@ -777,12 +834,13 @@ class Catalog:
 
     def new_kafka_topic(
         self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int,
-        nodes: tuple[int, ...] | None = None,
+        nodes: tuple[int, ...] | None = None, db_id: str | None = None,
     ) -> tuple[DatabaseDef, TopicDef]:
         """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
         :meth:`new_database`; :meth:`add_kafka_topic` records them). ``nodes``: the node of each vgroup as a manual
         assignment names it (checked against :meth:`placeable` by the caller; cluster mode only: a single node
-        holds every vgroup itself), else None: placed (:meth:`_placement`)."""
+        holds every vgroup itself), else None: placed (:meth:`_placement`). ``db_id``: the database's, whose
+        directory was prepared for it, unless a database has it; None: a new one."""
         validate_topic_name(name)
         validate_database_name(db)
         if name in self.topics:
@@ -792,8 +850,10 @@ class Catalog:
             raise AlreadyExists(f"Database already exists: {db}")
         merged = {**DB_DEFAULTS, **options}
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
+        if db_id is not None and (not is_db_id(db_id) or self.has_db_id(db_id)):
+            raise InvalidValue(f"database id {db_id!r} is not new")
         placed = self._placement(int(merged["VGROUPS"])) if nodes is None or not self.cluster else nodes
-        return (DatabaseDef(db, merged, now_ms, new_db_id(), placed),
+        return (DatabaseDef(db, merged, now_ms, db_id or new_db_id(), placed),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 :meth:`Cleaner.clean` is synchronous and bounded: one call is one step of a pass over one partition (the dirtiest
-one that is due when the pass starts): a step reads about :data:`STEP_BYTES` of the log, scanning it, rewriting a
+one that is due when the pass starts): a step reads about :data:`STEP_BYTES` of the log, or of its batches about
+:data:`STEP_RECORDS` records (a step's Python work, which holds the storage thread and the GIL, goes with the records
+it decodes, its I/O with the bytes: whichever bound comes first ends it), scanning it, rewriting a
 segment (its new log staged in a temporary file over as many steps as it takes, then swapped in) or merging
 segments (copied the same way). It runs on the storage thread like every engine call, so a reader never sees a
 half-cleaned segment, and requests are served between steps (appends only touch the active segment, which a pass never cleans; a segment retention deleted
@@ -112,6 +114,12 @@ log = logging.getLogger("walgate.cleaner")
 
 STEP_BYTES = 2 << 20
 """About how much of the log one step of a pass reads (scanning, or rewriting a segment)."""
+
+STEP_RECORDS = 1000
+"""About how many records of Kafka batches one step of a pass decodes (scanning, or rewriting a segment): a batch
+is decoded whole, so a step ends after the batch that reaches it. Decoding is Python, a few microseconds a record:
+without this bound a step of 2 MiB of small records decoded tens of thousands of them (issue 23, step 7: py-spy on
+the stalls bench's node during a pass)."""
 
 MAP_ENTRY_BYTES = 24
 """What one key of a pass's map counts against ``log.cleaner.dedupe.buffer.size``: Kafka's ``SkimpyOffsetMap`` entry
@@ -294,9 +302,10 @@ class _Pass:
 class Cleaner:
     """The cleaner of every compacted Kafka-native partition of one engine (see the module docstring)."""
 
-    def __init__(self, store: Store, step_bytes: int = STEP_BYTES) -> None:
+    def __init__(self, store: Store, step_bytes: int = STEP_BYTES, step_records: int = STEP_RECORDS) -> None:
         self.store = store
         self.step_bytes = step_bytes
+        self.step_records = step_records
         self._dirty: dict[Path, int] = {}  # vnode directory -> dirty point (WAL version)
         self._blocked: dict[Path, int] = {}  # vnode directory -> the first open transaction its last pass stopped at
         self._horizons: dict[Path, int] = {}  # vnode directory -> the earliest delete horizon its markers wait for
@@ -427,7 +436,7 @@ class Cleaner:
         every producer's last batches and newest marker in the log as it was when the pass began (keeping those
         keeps at least every producer's last batches and newest marker now: batches appended since are newer, and
         never cleaned by this pass), and the transactions' batches and markers."""
-        read = 0
+        read = records = 0
         for entry in p.vnode.wal.read_from(p.cursor):
             if entry.version >= p.log_end:
                 break
@@ -437,7 +446,8 @@ class Cleaner:
             read += len(entry.body)
             if entry.kind == KIND_KAFKA:
                 self._scan_batch(p, entry)
-            if read >= self.step_bytes:
+                records += entry.count
+            if read >= self.step_bytes or records >= self.step_records:
                 return
         p.scanned = True
         unstable = min((v for batches in p.open_txns.values() for v, _ in batches), default=p.end)
@@ -622,7 +632,7 @@ class Cleaner:
         recent = {v for versions in p.recent.values() for v in versions} | set(p.last_marker.values())
         bounds = (seg.versions[0], seg.versions[-1])
         now_ms = int(now_wall * 1000)
-        read = 0
+        read = records = 0
         for entry in p.vnode.wal.read_from(rw.cursor):
             if entry.version >= rw.next_first:
                 break
@@ -631,6 +641,7 @@ class Cleaner:
             rw.cursor = rw.end = entry.next_version
             rw.read += 1
             read += len(entry.body)
+            records += entry.count if entry.kind == KIND_KAFKA else 0
             body = self._cleaned(p, rw, entry, entry.version in recent, entry.version in bounds, now_ms)
             if body is None:
                 rw.dropped.append(entry.version)
@@ -642,7 +653,7 @@ class Cleaner:
                 chunk = encode_entry(entry.kind, 0, entry.version, entry.count, entry.max_ts, body)
                 rw.chunks.append(chunk)
                 new.size += len(chunk)
-            if read >= self.step_bytes:
+            if read >= self.step_bytes or records >= self.step_records:
                 self._stage(p, rw)
                 return False
         if rw.read != len(seg.versions):

@@ -59,6 +59,7 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.sql_objects import SqlObjects
 from walgate.storage.store import Store
+from walgate.storage.sync_schedule import SyncSchedule
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -111,6 +112,7 @@ class Engine:
         self.partitions: Partitions = LocalPartitions(store, self.views, self.native, self.ingest, self.batch_cache)
         """The partition interface every Kafka API, the console and the metrics use (:mod:`.partitions`)."""
         self._next_retention = 0.0
+        self._syncs = SyncSchedule()  # the WALs' periodic fsyncs by due time (sync_due)
         self._publication_deferred = False  # see defer_topics_publication
         self._statements: dict[type, Callable[[Any, str | None], Result]] = {
             ast.CreateDatabase: self.ddl.create_database,
@@ -319,11 +321,27 @@ class Engine:
 
     def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
                            defaults: Mapping[str, str] = MappingProxyType({}),
-                           nodes: tuple[int, ...] | None = None) -> TopicDef:
+                           nodes: tuple[int, ...] | None = None, prepared: str | None = None) -> TopicDef:
         """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
         the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing;
-        ``nodes``: each partition's node as a manual assignment names it (cluster mode), else None: placed."""
-        return self.native.create(name, partitions, configs, defaults, nodes)
+        ``nodes``: each partition's node as a manual assignment names it (cluster mode), else None: placed;
+        ``prepared``: what :meth:`prepare_kafka_topic` returned (its files are only opened here), or None."""
+        return self.native.create(name, partitions, configs, defaults, nodes, prepared)
+
+    def prepare_kafka_topic(self, partitions: int) -> str:
+        """The files of a new Kafka-native topic's ``partitions`` vnodes made in a new database directory, its id
+        returned for :meth:`create_kafka_topic`, then :meth:`discard_prepared` (:meth:`NativeTopics.prepare`). Safe
+        on any thread, beside the storage thread's calls: it reads only the data dir's path."""
+        return self.native.prepare(partitions)
+
+    def discard_prepared(self, db_id: str) -> None:
+        """Remove :meth:`prepare_kafka_topic`'s directory unless a topic was created with it."""
+        self.native.discard(db_id)
+
+    def drop_prepared(self, db_id: str) -> None:
+        """Remove :meth:`prepare_kafka_topic`'s directory that no :meth:`create_kafka_topic` was given (safe on any
+        thread, as the prepare)."""
+        self.native.drop(db_id)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             defaults: Mapping[str, str] = MappingProxyType({})) -> None:
@@ -485,13 +503,9 @@ class Engine:
         :attr:`clock`'s wall time; a round every few seconds, :mod:`~walgate.storage.retention`); (seconds until the
         next call is useful: 0 while a round has steps left, the periodic fsyncs due now, for the caller to run off
         the storage thread and then mark done)."""
-        delay, pending = _RETENTION_CHECK_S, []
-        for vnodes in self.vnodes.values():
-            for vnode in vnodes:
-                wait, sync = vnode.wal.sync_due(now)
-                delay = min(delay, wait)
-                if sync is not None:
-                    pending.append(sync)
+        wait, pending = self._syncs.due(now, (self.catalog.generation, self.store.vnodes_opened),
+                                        (vnode.wal for vnodes in self.vnodes.values() for vnode in vnodes))
+        delay = min(_RETENTION_CHECK_S, wait)
         if not self.retention.in_progress and now >= self._next_retention:
             self._next_retention = now + _RETENTION_CHECK_S
             self.retention.begin()

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from walgate.storage import datadir
 from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
 from walgate.storage.errors import (
@@ -29,13 +30,15 @@ from walgate.storage.errors import (
     InvalidValue,
     NotFound,
     OffsetOutOfRange,
+    StorageError,
     StorageUnavailable,
 )
+from walgate.storage.names import new_db_id
 from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
 from walgate.storage.topic_configs import backing_database, validate_topic_name, wal_options
 from walgate.storage.topic_views import TopicViews, stored_batch
-from walgate.storage.vnode import Vnode
+from walgate.storage.vnode import Vnode, prepare
 from walgate.storage.wal import KIND_KAFKA, FileRegion, Wal
 from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
 from walgate.wire.errors import WireError
@@ -76,12 +79,45 @@ class NativeTopics:
                 producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
                                  info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
+    def prepare(self, partitions: int) -> str:
+        """A new database id whose directory holds *partitions* new vnodes' files (:func:`~walgate.storage.vnode.
+        prepare`), for :meth:`create`'s *prepared*, which then only opens them. It reads nothing but the data dir's
+        path: it may run on any thread, beside the storage thread's calls. A single node's (in cluster mode a topic's
+        vnodes open where they are placed). Raises StorageUnavailable, the directory removed; otherwise it is the
+        caller's to pass to :meth:`create` and then :meth:`discard`."""
+        db_id = new_db_id()
+        directory = datadir.db_dir(self.store.data_dir, db_id)
+        try:
+            for i in range(partitions):
+                prepare(directory / f"vnode{i}")
+        except (OSError, StorageError) as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            reason = exc.strerror or exc if isinstance(exc, OSError) else exc
+            raise StorageUnavailable(f"the topic's vnodes could not be created ({reason}); nothing was kept") from None
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return db_id
+
+    def discard(self, db_id: str) -> None:
+        """Remove the directory :meth:`prepare` made for ``db_id`` unless a database has that id by now (its topic was
+        created with it)."""
+        if not self.store.catalog.has_db_id(db_id):
+            self.drop(db_id)
+
+    def drop(self, db_id: str) -> None:
+        """Remove the directory :meth:`prepare` made for ``db_id``, which no :meth:`create` was given: like
+        :meth:`prepare`, on any thread."""
+        shutil.rmtree(datadir.db_dir(self.store.data_dir, db_id), ignore_errors=True)
+
     def create(self, name: str, partitions: int, configs: dict[str, str],
-               defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[int, ...] | None = None) -> TopicDef:
+               defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[int, ...] | None = None,
+               prepared: str | None = None) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
         dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
-        partition's node as a manual assignment names it (:meth:`Catalog.new_kafka_topic`), else None: placed."""
+        partition's node as a manual assignment names it (:meth:`Catalog.new_kafka_topic`), else None: placed.
+        *prepared*: a database id from :meth:`prepare` (single node), whose vnodes' files are then only opened here."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
@@ -89,7 +125,8 @@ class NativeTopics:
         self.views.offsets.clear_left(name)
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
-                                            dict(configs), self.store.clock.time_ms(), nodes)
+                                            dict(configs), self.store.clock.time_ms(), nodes,
+                                            None if catalog.cluster else prepared)
         if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
             catalog.add_kafka_topic(db, topic)
             return topic

@@ -104,6 +104,7 @@ class Store:
                                    "lost, or a crash came between creating the directory and recording it); the "
                                    f"directory is kept; {REPAIR_HINT}", "not served")
         self.vnodes: dict[str, list[Vnode]] = {}
+        self.vnodes_opened = 0  # vnodes open_database opened, ever: with the catalog's generation, when WALs came
         self.evaluators: dict[str, TopicEvaluator] = {}
         self.indexes: dict[tuple[str, int], OffsetIndex] = {}
         self.producers: dict[tuple[str, int], PartitionProducers] = {}  # Kafka-native partitions
@@ -174,6 +175,7 @@ class Store:
                 raise
             raise StorageUnavailable(f"Database {db.name}: vnodes could not be created ({exc.strerror or exc}); "
                                      "nothing was kept") from None
+        self.vnodes_opened += len(vnodes)
         return vnodes
 
     def placed_here(self, db: DatabaseDef, first: int = 0) -> list[int]:

@@ -55,7 +55,7 @@ from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
-from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, TableDef
+from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
@@ -85,6 +85,22 @@ def _new_store(path: Path) -> MetaStore:
     except OSError as exc:
         raise StorageUnavailable(f"{path}: cannot replace the table meta store: {exc}") from None
     return MetaStore.open(path)
+
+
+def prepare(directory: Path) -> None:
+    """Make a new vnode's files in ``directory``, which no catalog record names yet, so that :meth:`Vnode.open` then
+    only opens them: the WAL's first segment and the meta store's schema, each made and fsynced as that open would
+    make them. It touches nothing but ``directory`` (its own descriptors and store connection, closed before it
+    returns), so it may run on any thread: a CreateTopics makes its vnodes' files, SQLite's schema and their fsyncs
+    off the storage thread (issue 23). Raises OSError or StorageUnavailable; the caller removes the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wal = Wal.open(directory / "wal", WalOptions())
+    try:
+        if wal.fenced:  # (logged by the open: its first segment was not made)
+            raise StorageUnavailable(f"{directory}: the WAL's first segment could not be made")
+    finally:
+        wal.close()
+    MetaStore.open(directory / META_STORE, OpenStores()).close()
 
 
 def wal_options(db: DatabaseDef) -> WalOptions:

@@ -697,6 +697,12 @@ class Wal:
         self.files.discard(old.path, APPEND)
         self.segments.append(new)
 
+    @property
+    def fenced(self) -> bool:
+        """Appends are refused until the active segment is made to match memory again (a write that could not be
+        undone, or an open that could not prepare the active segment)."""
+        return self._fenced
+
     def close(self) -> None:
         """fsync what was appended and release the descriptors. Best effort: a failure is logged (the entries stay
         written to the OS, as level 1 promises), and the WAL reopens whatever happened."""

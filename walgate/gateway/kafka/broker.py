@@ -109,6 +109,16 @@ class Broker:
         return await self.storage.call_on(keys, functools.partial(_on_vnodes, self._engine, keys_of, call),
                                           lambda: self.call(fn, *args, **kwargs))
 
+    def topics(self) -> TopicsSnapshot:
+        """The topics as the storage lane last published them (any thread)."""
+        return self._engine.topics()
+
+    def beside(self, fn: Callable[Concatenate[Engine, P], T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+        """``fn(engine, *args, **kwargs)`` submitted at once to the loop's default executor, holding no lane: only for
+        what the engine documents as safe beside its lanes' calls (:meth:`Engine.prepare_kafka_topic` makes files no
+        catalog names yet). The future may be awaited, or not (it runs all the same)."""
+        return asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, self._engine, *args, **kwargs))
+
     async def group_call(self, fn: Callable[[TopicsSnapshot], tuple[T, list[Completion]]]) -> T:
         """A coordinator call that needs topic names, ids or partition counts: ``fn(topics)`` through
         :meth:`GroupService.run` (on the coordinator lane), ``topics`` the snapshot published when it runs."""

@@ -19,13 +19,22 @@ the other topics are created.
 ACLs (as Kafka): Create on the cluster, or on the topic, else TOPIC_AUTHORIZATION_FAILED (before validation).
 
 Each topic is created in a storage-thread call of its own, so a request of thousands of topics never holds the
-storage thread for long: other clients' requests are served between its topics. The topics snapshot the coordinator
-lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the last one's call (not once
-per topic, which would copy the catalog n times for n topics).
+storage thread for long: other clients' requests are served between its topics. Before that call, a topic's vnode
+files (its WAL's first segment, its meta store's SQLite schema, their fsyncs: most of a creation's time) are made on
+a thread of their own, holding no lane (the next topic's while this one's call runs), in a new database directory no
+catalog names yet (:meth:`Engine.prepare_kafka_topic`); the call then validates, writes the catalog record and only
+opens them, and removes the directory when the topic was not created with it. A request cancelled meanwhile (the
+node stopping) leaves no directory: a call that got one runs whole (shielded), and files whose call never came are
+removed by whichever ends last, the making or the cancelled handler (:class:`_Files`, :func:`_give_up`). The topics
+snapshot the coordinator lane reads (:mod:`walgate.storage.topics_snapshot`) is published once, at the end of the
+last one's call (not once per topic, which would copy the catalog n times for n topics).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 import uuid
 
 from walgate.cluster.placement import BadAssignment, assigned
@@ -47,11 +56,42 @@ from walgate.wire.messages import (
     CreateTopicsResponseCreatableTopicResult,
 )
 
+log = logging.getLogger(__name__)
+
 API_KEY, MIN_VERSION, MAX_VERSION = 19, 0, 7
 MAX_PARTITIONS = 1024  # a database's VGROUPS limit
 _TOPIC_CONFIG, _DEFAULT_CONFIG = 1, 5  # config_source values
 _NO_ID = uuid.UUID(int=0)
 Result = CreateTopicsResponseCreatableTopicResult
+
+
+class _Files:
+    """One topic's vnode files made beside the lanes (:meth:`Engine.prepare_kafka_topic`) for a handler that may be
+    cancelled while they are made: when it gives up, whichever of the two ends last removes them, so that no
+    directory outlives a request that will never hand it to a creation."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._lock = threading.Lock()
+        self._made: str | None = None  # the id handed to the handler
+        self._abandoned = False
+
+    def make(self, engine: Engine) -> str | None:
+        """On the making thread: the new database id, or None when the handler gave up meanwhile (removed here)."""
+        db_id = engine.prepare_kafka_topic(self.partitions)
+        with self._lock:
+            if not self._abandoned:
+                self._made = db_id
+                return db_id
+        engine.drop_prepared(db_id)
+        return None
+
+    def abandon(self) -> str | None:
+        """The handler gives up: the id already made and handed over, which no creation will get (the caller removes
+        it), or None (:meth:`make` removes what it makes)."""
+        with self._lock:
+            self._abandoned = True
+            return self._made
 
 
 def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _NO_ID,
@@ -87,7 +127,8 @@ def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
     return n, None, None
 
 
-def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool) -> Result:
+def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool,
+            prepared: str | None) -> Result:
     n, nodes, message = _partitions(engine, t)
     if message is not None:
         return _result(t.name, n, message)
@@ -110,7 +151,7 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
     defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
         topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()},
-                                                       nodes).topic_id)
+                                                       nodes, prepared).topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
     described: list[CreateTopicsResponseCreatableTopicConfigs] = [
@@ -120,6 +161,20 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
                    configs=described)
 
 
+def _give_up(broker: Broker, files: asyncio.Task[str | None]) -> None:
+    """No call will get ``files``: remove them once made (being made: :class:`_Files` removes them itself)."""
+    if not files.done():
+        files.cancel()
+    elif not files.cancelled() and files.exception() is None and (made := files.result()) is not None:
+        broker.beside(Engine.drop_prepared, made).add_done_callback(_logged)
+
+
+def _logged(done: asyncio.Future[None]) -> None:
+    """A removal nobody awaits: its failure logged (the directory is then reported at the next start)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.error("a topic's prepared directory could not be removed: %s", done.exception())
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     validate_only = request.validate_only
     creatable = None if cluster_allowed(broker, ctx, Operation.CREATE) else checker(broker, ctx, Operation.CREATE,
@@ -127,26 +182,62 @@ async def handle(broker: Broker, ctx: RequestContext, request: CreateTopicsReque
 
     last = len(request.topics) - 1
 
-    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
-        if creatable is not None and not creatable(t.name):
-            return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
+    def create(engine: Engine, k: int, t: CreateTopicsRequestCreatableTopic, prepared: str | None) -> Result:
         try:
+            if creatable is not None and not creatable(t.name):
+                return _result(t.name, ErrorCode.topic_authorization_failed, "Authorization failed.")
             if k != last:
                 engine.defer_topics_publication()  # the topics snapshot is published once, after the last topic
-            return _create(engine, broker, t, validate_only)
+            return _create(engine, broker, t, validate_only, prepared)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
+        finally:
+            if prepared is not None:
+                engine.discard_prepared(prepared)  # unless the topic was created with it
 
-    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic) -> Result:
-        """One call each: others' requests go between. In cluster mode the cluster's catalog may refuse it after
-        the call (no controller or etcd quorum): answered for that topic."""
+    async def create_one(k: int, t: CreateTopicsRequestCreatableTopic, files: asyncio.Task[str | None]) -> Result:
+        """One call each: others' requests go between; its ``files`` made first, beside the lanes (module
+        docstring). In cluster mode the cluster's catalog may refuse it after the call (no controller or etcd quorum):
+        answered for that topic."""
         try:
-            return await broker.call(create, k, t)
+            prepared = await files
+            if prepared is None:
+                return await broker.call(create, k, t, None)
+            return await asyncio.shield(broker.call(create, k, t, prepared))  # (it discards what it does not use)
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             return _result(t.name, error_of(exc), str(exc))
 
-    topics = [await create_one(k, t) for k, t in enumerate(request.topics)]
+    async def _prepared(t: CreateTopicsRequestCreatableTopic) -> str | None:
+        """The database directory made for ``t``'s vnodes, when it is likely to be created here (not validate_only,
+        one node, allowed, a valid partition count, not a topic that exists): else None (the call makes them)."""
+        if (validate_only or broker.cluster is not None or t.assignments or t.replication_factor not in (-1, 1)
+                or (creatable is not None and not creatable(t.name)) or t.name in broker.topics()):
+            return None  # (an assignment is checked against the catalog: on the lane)
+        n = 1 if t.num_partitions == -1 else t.num_partitions
+        if not 1 <= n <= MAX_PARTITIONS:
+            return None
+        files = _Files(n)
+        try:
+            return await broker.beside(files.make)
+        except asyncio.CancelledError:
+            made = files.abandon()
+            if made is not None:
+                broker.beside(Engine.drop_prepared, made).add_done_callback(_logged)
+            raise
+
+    topics: list[Result] = []
+    ahead: asyncio.Task[str | None] | None = None  # the next topic's files, made while this topic's call runs
+    try:
+        for k, t in enumerate(request.topics):
+            files = ahead if ahead is not None else asyncio.ensure_future(_prepared(t))
+            ahead = None
+            if k + 1 < len(request.topics):
+                ahead = asyncio.ensure_future(_prepared(request.topics[k + 1]))
+            topics.append(await create_one(k, t, files))
+    finally:
+        if ahead is not None:  # cancelled (the node stopping) with the next topic's files made or being made
+            _give_up(broker, ahead)
     if not validate_only:
-        for t in topics:
-            audit_kafka(ctx, "CreateTopics", f"topic {t['name']}", t["error_code"])
+        for result in topics:
+            audit_kafka(ctx, "CreateTopics", f"topic {result['name']}", result["error_code"])
     return {"throttle_time": 0, "topics": topics}
