@@ -48,6 +48,7 @@ from walgate.storage.errors import (
     RequestTooLarge,
     StorageUnavailable,
 )
+from walgate.storage.lanes import LaneViolation, Relane
 from walgate.storage.meta_reader import ReaderGaveUp
 from walgate.storage.producers import SequenceError
 from walgate.storage.wal import CorruptEntry
@@ -147,10 +148,12 @@ def _domain_exceptions() -> list[type[BaseException]]:
 DOMAIN_EXCEPTIONS = _domain_exceptions()
 CARRY_THEIR_CODE = {HeartbeatError}
 """Exceptions whose Kafka error is chosen per instance where they are raised, and which their own module answers."""
-SIGNALS = {ReaderGaveUp, NeedTables}
-"""Control flow of the HTTP ingest path, caught where they are raised for (a meta.db reader that cannot answer: the
-vnode's own lookups; a planner that needs tables looked up: the node looks them up and plans again); no Kafka
-handler calls what raises them."""
+SIGNALS = {ReaderGaveUp, NeedTables, Relane, LaneViolation}
+"""Control flow, caught where they are raised for: of the HTTP ingest path (a meta.db reader that cannot answer: the
+vnode's own lookups; a planner that needs tables looked up: the node looks them up and plans again), of the storage
+lane (a call on vnode lanes that needs the whole lane: its dispatcher runs it again); or a bug's report (a call on
+vnode lanes touching what it does not hold), answered UNKNOWN_SERVER_ERROR and logged with its traceback as every
+bug is. No Kafka handler meets them as a domain error."""
 
 TABLES = {"ERRORS": {}, "PRODUCE": PRODUCE, "GROUP_WRITE": GROUP_WRITE, "CREATE_PARTITIONS": CREATE_PARTITIONS,
           "TRANSACTIONS": TRANSACTIONS, "AUTO_CREATE": AUTO_CREATE, "DESCRIBE_CLIENT_QUOTAS": DESCRIBE_CLIENT_QUOTAS,
