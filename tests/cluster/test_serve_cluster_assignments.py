@@ -99,4 +99,6 @@ def test_a_single_node_takes_assignments_onto_itself_only(tmp_path: Path) -> Non
         assert events[-1]["message"] == ("The manual partition assignment includes broker 1, but no such broker is "
                                          "registered (live nodes: 0).")
         assert set(leaders(server, "s").values()) == {0} and len(leaders(server, "s")) == 3
+        rf3 = refused(server, "create_topics", [NewTopic("rf3", 1, 3)])  # one copy of each partition, for now
+        assert rf3.code() == KafkaError.INVALID_REPLICATION_FACTOR and "not supported yet" in rf3.str(), rf3
         no_traceback(server)

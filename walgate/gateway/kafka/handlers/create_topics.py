@@ -120,7 +120,8 @@ def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
         return len(nodes), nodes, None
     if t.replication_factor not in (-1, 1):
         return (ErrorCode.invalid_replication_factor, None,
-                f"replication factor {t.replication_factor}: walgate is one node (1)")
+                f"replication factor {t.replication_factor}: replication factor above 1 is not supported yet (one copy"
+                " of each partition: 1, or -1 for the default)")
     n = 1 if t.num_partitions == -1 else t.num_partitions
     if not 1 <= n <= MAX_PARTITIONS:
         return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
