@@ -36,8 +36,10 @@ def test_keys_sort_records_by_sequence_and_reject_bad_cluster_ids() -> None:
 
 
 def test_values_round_trip_and_foreign_values_are_errors() -> None:
-    info = NodeInfo(2, "ab" * 16, ("127.0.0.1:9092",), "r1")
+    info = NodeInfo(2, "ab" * 16, ("127.0.0.1:9092",), "r1", "http://127.0.0.1:6041")
     assert NodeInfo.decode(info.encode()) == info
+    old = b'{"endpoints": [], "incarnation": "%s", "node_id": 3, "rack": null}' % (b"cd" * 16)
+    assert NodeInfo.decode(old) == NodeInfo(3, "cd" * 16), "a registration of a node before SQL forwarding: no URL"
     assert decode_record(encode_record(17, b"x\ny")) == (17, b"x\ny")
     assert decode_snapshot(encode_snapshot(5, b"")) == (5, b"")
     for bad, decode in ((b"{}", NodeInfo.decode), (b"nope", decode_record), (b"x\n", decode_snapshot)):

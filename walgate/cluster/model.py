@@ -150,23 +150,28 @@ class Keys:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """What ``nodes/<id>`` holds: how to reach the node, its rack, and the incarnation of its data dir."""
+    """What ``nodes/<id>`` holds: how to reach the node (its Kafka ``endpoints``, ``NAME://host:port``, and the
+    base URL of its HTTP API, ``http``: None in a registration made before nodes forwarded SQL writes), its rack,
+    and the incarnation of its data dir."""
 
     node_id: int
     incarnation: str
     endpoints: tuple[str, ...] = ()
     rack: str | None = None
+    http: str | None = None
 
     def encode(self) -> bytes:
         return json.dumps({"node_id": self.node_id, "incarnation": self.incarnation,
-                           "endpoints": list(self.endpoints), "rack": self.rack}, sort_keys=True).encode()
+                           "endpoints": list(self.endpoints), "rack": self.rack, "http": self.http},
+                          sort_keys=True).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> NodeInfo:
         try:
             d = json.loads(value)
+            http = d.get("http")
             return cls(int(d["node_id"]), str(d["incarnation"]), tuple(str(e) for e in d["endpoints"]),
-                       None if d["rack"] is None else str(d["rack"]))
+                       None if d["rack"] is None else str(d["rack"]), None if http is None else str(http))
         except (ValueError, KeyError, TypeError) as e:
             raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
 

@@ -100,14 +100,15 @@ class ClusterMember:
             raise ClusterStartError(f"etcd ({self.session.describe()}) lost the key {key.decode()} it just wrote")
         return bytes(current.value).decode()
 
-    async def join(self, endpoints: tuple[str, ...]) -> None:
-        """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``), then stand for
-        controller and follow the membership in the background. Raises :class:`ClusterStartError`."""
+    async def join(self, endpoints: tuple[str, ...], http: str | None = None) -> None:
+        """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``) and the base URL of
+        its HTTP API (``http``: where other nodes forward SQL writes), then stand for controller and follow the
+        membership in the background. Raises :class:`ClusterStartError`."""
         try:
             incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
         except IncarnationError as e:
             raise ClusterStartError(str(e)) from None
-        registration = NodeRegistration(self.session, self.keys, NodeInfo(self.node_id, incarnation, endpoints),
+        registration = NodeRegistration(self.session, self.keys, NodeInfo(self.node_id, incarnation, endpoints, http=http),
                                         ttl=self.ttl)
         try:
             await registration.register()

@@ -94,6 +94,7 @@ from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.shared_catalog import SharedCatalog
+from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, send
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
@@ -103,6 +104,7 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine, PreparedSelect, Result
 from walgate.storage.errors import (
     InvalidValue,
+    NotHere,
     QueryCancelled,
     RequestTooLarge,
     SqlSyntaxError,
@@ -110,6 +112,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
+from walgate.storage.insert_routing import Part, parse_positions, split_insert, targets_at
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.result import affected
 from walgate.storage.sql import ast
@@ -219,11 +222,16 @@ async def _sql(request: web.Request) -> web.Response:
     if authorizer is not None and principal in authorizer.super_users:
         authorizer = None  # nothing to check
     change = sql_change(sql)  # audited, or None
+    shared = app[_SHARED]() if _SHARED in app else None
+    forwarded = request.headers.get(FORWARDED)  # a part of an INSERT another node was asked (sql_forward.py)
+    host = request.remote or ""
     try:
         engine = app[_ENGINE]
-        host = request.remote or ""
         ingest = app.get(_INGEST)
-        if ingest is not None and ingest.takes(len(body)) and _INSERT.match(sql):  # parsed and planned in a worker
+        stmt: ast.Statement
+        if forwarded is not None:
+            stmt = await asyncio.to_thread(_forwarded_part, sql, forwarded)
+        elif ingest is not None and ingest.takes(len(body)) and _INSERT.match(sql):  # parsed, planned in a worker
             write = InsertRequest(sql, db, engine.clock.time_ns())
             planned = await ingest.plan(write, _snapshot(app))
             if isinstance(planned, Prepared):
@@ -257,7 +265,6 @@ async def _sql(request: web.Request) -> web.Response:
                 raise answer.error
             assert answer.body is not None
             return web.Response(body=answer.body, content_type="application/json")
-        shared = app[_SHARED]() if _SHARED in app else None
         if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
             if authorizer is not None:
                 check(authorizer, principal, host, stmt, db)
@@ -268,6 +275,10 @@ async def _sql(request: web.Request) -> web.Response:
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
+    except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
+        if shared is None or forwarded is not None or not _INSERT.match(sql):
+            raise
+        return await _forward_insert(request, shared, authorizer, principal, host, body, db)
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
             audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
@@ -280,6 +291,57 @@ async def _sql(request: web.Request) -> web.Response:
     if change is not None:
         audit(principal, request.remote or "", change, sql, "ok")
     return _json(200, result.rest_body())
+
+
+def _forwarded_part(sql: str, header: str) -> ast.Insert:
+    """The part of the INSERT ``sql`` another node forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``:
+    ``<sender>;<positions>``); InvalidValue when the header is malformed or ``sql`` is not an INSERT."""
+    _, sep, positions = header.partition(";")
+    stmt = parse(sql)
+    if not sep or not isinstance(stmt, ast.Insert):
+        raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT")
+    return targets_at(stmt, parse_positions(positions))
+
+
+async def _forward_insert(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                          principal: str, host: str, body: bytes, db: str | None) -> web.Response:
+    """The INSERT of ``body`` (current database ``db``), which has rows for vgroups on other nodes, written as one
+    part per owning node: this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    ``principal`` may run the whole statement here (nothing is sent otherwise)."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
+    if not isinstance(stmt, ast.Insert):
+        raise InvalidValue("the statement is not an INSERT")
+    try:
+        if authorizer is not None:
+            await storage.call(check, authorizer, principal, host, stmt, db)
+    except NotPermitted as e:
+        return _error(403, e.code, e.message)
+    local = engine.catalog.node_id
+    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local))
+    if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
+        result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
+        return _json(200, result.rest_body())
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+
+    async def write_here(part: Part) -> Outcome:
+        try:
+            result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
+        except StorageError as e:  # what the error middleware answers for it; nothing of the part written
+            status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
+                403 if isinstance(e, NotPermitted) else 400
+            return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
+        return Outcome(part, "written", rows=result.affected_rows or 0)
+
+    outcomes = await asyncio.gather(*(
+        write_here(part) if part.node == local else
+        send(part, urls.get(part.node), body, db, local, request.headers.get("Authorization"))
+        for part in parts))
+    status, answer_body = answer(list(outcomes))
+    if status != 200:
+        log.info("INSERT from %s across nodes answered %d: %s", request.remote, status, answer_body["desc"][:2000])
+    return _json(status, answer_body)
 
 
 def _gone(request: web.Request) -> bool:

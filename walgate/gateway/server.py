@@ -268,6 +268,13 @@ class Gateway:
                                                          cfg.client_auth(listener))
         return contexts
 
+    def _http_url(self, broker: Broker) -> str:
+        """The base URL other nodes reach this node's HTTP API at (SQL writes forwarded to it): the host of its
+        first advertised Kafka listener, the HTTP API's bound port."""
+        host = next(iter(broker.advertised.values()), (broker.host, broker.port))[0]
+        scheme = "https" if self.config.http_ssl_enabled else "http"
+        return f"{scheme}://{host}:{self.http_address[1]}"
+
     async def _coordinator_partitions(self, engine: Engine, member: ClusterMember, partitions: int) -> GroupCoordinators:
         """The cluster's group coordinators over its ``partitions`` coordinator partitions, once the data dir is
         known to hold that many; a data dir made with another number stops the start (its groups are in other
@@ -294,7 +301,8 @@ class Gateway:
             own = Dnode(broker.node_id, f"{broker.host}:{broker.port}", "ready")
             await self._storage.call(engine.set_dnodes, (own,))
             return
-        await member.join(tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items()))
+        advertised = tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items())
+        await member.join(advertised, self._http_url(broker))
         broker.cluster = member
         self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
         applied = await self._storage.call(lambda: engine.catalog.shared_seq)

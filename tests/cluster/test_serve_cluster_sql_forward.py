@@ -1,0 +1,126 @@
+"""SQL INSERTs forwarded to the nodes owning their tables: real ``walgate serve --cluster`` nodes over a real etcd
+(stopped by PID), SQL through their HTTP APIs, the rows read back by a real Kafka client (confluent-kafka) from a
+TDengine topic whose partitions are the database's vgroups, each served by its node.
+
+A database of 2 vgroups is placed over both nodes (vgroup 0 on node 1, vgroup 1 on node 2). An INSERT with rows
+for tables of both vgroups through either node writes every row, each on its owner; when the owner refuses its
+part (a column it does not have), and when the owner is down (kill -9), the answer says which rows were written and
+which were not, by node, vgroup and table; the rows said written are read back and the others are not there, also
+after the owner restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from etcd_cluster import EtcdCluster
+from serve_support import eventually, no_traceback, node, sql, wait_log
+
+from livewalgate import WalgateServer, free_port
+from walgate.storage.vnode import vnode_of
+
+TS = 1700000000000
+
+
+def tables_of(vgroup: int, count: int) -> list[str]:
+    """``count`` table names of database ``f`` (2 vgroups) in ``vgroup``."""
+    return [name for name in (f"t{i}" for i in range(200)) if vnode_of("f", name, 2) == vgroup][:count]
+
+
+def post(server: WalgateServer, statement: str, db: str | None = None) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON answer of ``statement`` through ``server`` (``db``: ``/rest/sql/{db}``)."""
+    url = server.http_url + "/rest/sql" + (f"/{db}" if db else "")
+    request = urllib.request.Request(url, data=statement.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, dict(json.load(r))
+    except urllib.error.HTTPError as e:
+        return e.code, dict(json.load(e))
+
+
+def rows(server: WalgateServer, partitions: dict[int, int]) -> dict[int, list[tuple[str, int]]]:
+    """Topic ``tf``'s rows (table, v) of each partition up to the number ``partitions`` asks, read from offset 0 by a
+    consumer bootstrapped on ``server``, and whatever more it finds meanwhile."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "reader",
+                         "enable.auto.commit": False})
+    seen: dict[int, list[tuple[str, int]]] = {p: [] for p in partitions}
+    try:
+        consumer.assign([TopicPartition("tf", p, 0) for p in partitions])
+        for _ in range(60):  # bounded: 60 polls of at most 1 s
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                seen[msg.partition()].append((msg.key().decode(), json.loads(msg.value())["v"]))
+            if all(len(seen[p]) >= n for p, n in partitions.items()):
+                for _ in range(3):  # anything more would be a row that should not be there
+                    msg = consumer.poll(0.3)
+                    if msg is not None and msg.error() is None:
+                        seen[msg.partition()].append((msg.key().decode(), json.loads(msg.value())["v"]))
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+def values(table: str, tag: int, vs: list[int], qualified: bool = True) -> str:
+    name = f"f.{table}" if qualified else table
+    stable = "f.st" if qualified else "st"
+    return f"{name} USING {stable} TAGS ({tag}) VALUES " + " ".join(f"({TS + v}, {v})" for v in vs)
+
+
+def test_an_insert_through_either_node_writes_each_row_on_its_owner_and_says_what_an_owner_did_not_write(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    a0, a1 = tables_of(0, 2)
+    b0, b1 = tables_of(1, 2)
+    kafka2, data2 = free_port(), tmp_path / "node2" / "data"
+    with node(etcd1, tmp_path, 1) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka2) as n2:
+            eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES")) == 2)
+            sql(n1, "CREATE DATABASE f VGROUPS 2")
+            assert [r[3] for r in sql(n1, "SHOW f.VGROUPS")] == [1, 2], "vgroup 0 on node 1, vgroup 1 on node 2"
+            sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+            sql(n1, "CREATE TOPIC tf AS STABLE f.st")
+            eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
+
+            # through node 1, rows for both vgroups: each written on its owner
+            status, answer = post(n1, "INSERT INTO " + " ".join(
+                [values(a0, 1, [1, 2]), values(b0, 2, [3, 4, 5]), values(a1, 3, [6]), values(b1, 4, [7])]))
+            assert (status, answer.get("data")) == (200, [[7]]), answer
+            # through node 2, unqualified names in the request's database: forwarded the other way
+            status, answer = post(n2, "INSERT INTO " + " ".join(
+                [values(a0, 1, [8], qualified=False), values(b0, 2, [9], qualified=False)]), db="f")
+            assert (status, answer.get("data")) == (200, [[2]]), answer
+            got = rows(n1, {0: 4, 1: 5})
+            assert sorted(got[0]) == sorted([(a0, 1), (a0, 2), (a1, 6), (a0, 8)]), got
+            assert sorted(got[1]) == sorted([(b0, 3), (b0, 4), (b0, 5), (b1, 7), (b0, 9)]), got
+
+            # node 2 refuses its part (no column w): node 1's part is written, the answer says which was not
+            status, answer = post(n1, f"INSERT INTO {values(a1, 3, [10])} f.{b1} (ts, w) VALUES ({TS + 11}, 11)")
+            assert status == 400, answer
+            assert [(p["node"], p["tables"], p["rows"]) for p in answer["written"]] == [(1, [f"f.{a1}"], 1)]
+            assert [(p["node"], p["vgroups"], p["tables"], p["rows"]) for p in answer["not_written"]] == [
+                (2, [["f", 1]], [f"f.{b1}"], 1)], answer
+            assert "w" in answer["not_written"][0]["desc"] and answer["unknown"] == [], answer
+            assert answer["code"] == answer["not_written"][0]["code"] != 0
+            assert f"1 rows of f.{b1} on node 2: NOT written" in answer["desc"], answer["desc"]
+
+            n2.proc.kill()  # kill -9 of node 2
+            n2.proc.wait(timeout=30)
+            status, answer = post(n1, "INSERT INTO " + " ".join([values(a0, 1, [12]), values(b1, 4, [13, 14])]))
+            assert status == 503, answer
+            assert [(p["node"], p["tables"], p["rows"]) for p in answer["written"]] == [(1, [f"f.{a0}"], 1)], answer
+            assert [(p["node"], p["tables"], p["rows"]) for p in answer["not_written"]] == [
+                (2, [f"f.{b1}"], 2)], answer
+            assert answer["unknown"] == [], answer
+            assert sorted(rows(n1, {0: 6})[0]) == sorted([(a0, 1), (a0, 2), (a1, 6), (a0, 8), (a1, 10), (a0, 12)])
+        with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka2) as n2:
+            got = rows(n1, {1: 5})
+            assert sorted(got[1]) == sorted([(b0, 3), (b0, 4), (b0, 5), (b1, 7), (b0, 9)]), \
+                "what node 2 refused or never got is not there"
+            no_traceback(n2)
+        no_traceback(n1)

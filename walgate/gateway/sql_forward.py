@@ -1,0 +1,127 @@
+"""SQL INSERTs forwarded to the nodes that own their tables (cluster mode; docs/cluster.md "SQL writes across
+nodes").
+
+The node asked splits an INSERT by owning node (:func:`walgate.storage.insert_routing.split_insert`), writes its own
+part and sends every other node its part at once: the statement's text, unchanged, to that node's ``/rest/sql``
+(``/rest/sql/{db}`` with the request's database) with the header :data:`FORWARDED` (``<sender node id>;<positions
+of the targets it writes>``) and the caller's ``Authorization`` header, so that the owner authenticates the caller
+against the cluster's users and checks the cluster's ACLs itself. An owner writes a forwarded part as it writes any
+INSERT (all of it or none of it: nothing of a refused part is written) and never forwards one again.
+
+Each part's :class:`Outcome` is one of ``written`` (the owner answered 200 with its rows), ``not_written`` (the
+owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered now; or
+no connection to it was made) or ``unknown`` (the request was sent and no answer came within
+:data:`FORWARD_TIMEOUT_S`, the connection broke before the answer, or the owner answered 500: the part may be
+written or not). :func:`answer` makes the client's answer of them: 200 with the rows of every part when all were
+written, else the first failed part's status and code with ``written``, ``not_written`` and ``unknown`` lists
+naming each part's node, vgroups, tables and rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.insert_routing import Part, format_positions
+
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "Outcome", "answer", "send"]
+
+log = logging.getLogger(__name__)
+
+FORWARDED = "X-Walgate-Forwarded"
+"""The header of a forwarded part: ``<sender node id>;<positions>`` (:mod:`walgate.storage.insert_routing`)."""
+FORWARD_TIMEOUT_S = 30.0
+"""How long the node asked waits for an owner's answer to a forwarded part (then its outcome is ``unknown``)."""
+_LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one part: ``state`` ``written`` (``rows`` written), ``not_written`` or ``unknown``, with the
+    HTTP ``status``, TDengine-style ``code`` and ``desc`` of the failure (200, 0, "" when written)."""
+
+    part: Part
+    state: str
+    rows: int = 0
+    status: int = 200
+    code: int = 0
+    desc: str = ""
+
+    def entry(self) -> dict[str, Any]:
+        """The part as the answer lists it."""
+        entry: dict[str, Any] = {"node": self.part.node, "vgroups": [list(v) for v in self.part.vgroups],
+                                 "tables": list(self.part.tables), "rows": self.rows or self.part.rows}
+        if self.state != "written":
+            entry |= {"code": self.code, "desc": self.desc}
+        return entry
+
+
+async def send(part: Part, url: str | None, sql: bytes, db: str | None, sender: int,
+               authorization: str | None, timeout: float = FORWARD_TIMEOUT_S) -> Outcome:
+    """``part`` of the INSERT ``sql`` (current database ``db``) sent by node ``sender`` to its owner's HTTP API at
+    ``url`` (None: the owner is not registered now, or registered without one), the caller's ``authorization``
+    carried."""
+    if url is None:
+        return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
+                       desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
+    target = f"{url}/rest/sql" + (f"/{db}" if db else "")
+    headers = {FORWARDED: f"{sender};{format_positions(part.positions)}", "Content-Type": "text/plain"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    try:
+        async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+                    session.post(target, data=sql, headers=headers) as response):
+            status = response.status
+            body = await response.json(content_type=None)
+    except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
+        return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
+                       desc=f"node {part.node} ({url}) cannot be reached: {e.os_error.strerror or e}")
+    except (TimeoutError, aiohttp.ClientError, ValueError) as e:  # sent; the answer was lost or garbled
+        log.warning("the part of an INSERT forwarded to node %d (%s) has no answer: %r", part.node, url, e)
+        return Outcome(part, "unknown", status=503, code=StorageUnavailable.code,
+                       desc=f"node {part.node} ({url}) gave no answer ({type(e).__name__}: {e}): it may have been"
+                            " written or not")
+    if not isinstance(body, dict):
+        return _unknown(part, url, status, f"an answer that is not walgate's: {str(body)[:200]}")
+    if status == 200:
+        try:
+            return Outcome(part, "written", rows=int(body["data"][0][0]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            return _unknown(part, url, status, f"an answer that is not walgate's: {str(body)[:200]}")
+    desc = f"node {part.node}: {body.get('desc', '')}"
+    code = body.get("code", 0) if isinstance(body.get("code"), int) else 0
+    if status < 500 or status == 503:  # the owner wrote none of it (http_api's errors)
+        return Outcome(part, "not_written", status=status, code=code, desc=desc)
+    return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
+
+
+def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
+    return Outcome(part, "unknown", status=503, code=StorageUnavailable.code,
+                   desc=f"node {part.node} ({url}) answered HTTP {status} with {what}: it may have been written or not")
+
+
+def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
+    """The client's answer (HTTP status, JSON body) of an INSERT whose parts ended as ``outcomes``: TDengine-REST's
+    affected rows when every part was written, else the first failed part's status and code, a ``desc`` saying
+    what was written and what not, and the parts by state (module docstring)."""
+    failed = [o for o in outcomes if o.state != "written"]
+    if not failed:
+        rows = sum(o.rows for o in outcomes)
+        return 200, {"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[rows]], "rows": 1}
+    said = []
+    for o in outcomes:
+        tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
+        what = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        rows = o.rows if o.state == "written" else o.part.rows
+        said.append(f"{rows} rows of {tables} on node {o.part.node}: {what}" + (f" ({o.desc})" if o.desc else ""))
+    first = failed[0]
+    body = {"code": first.code, "desc": "INSERT spanning nodes, each node's part all or nothing: " + "; ".join(said),
+            "written": [o.entry() for o in outcomes if o.state == "written"],
+            "not_written": [o.entry() for o in outcomes if o.state == "not_written"],
+            "unknown": [o.entry() for o in outcomes if o.state == "unknown"]}
+    return first.status, body
+

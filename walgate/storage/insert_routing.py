@@ -1,0 +1,80 @@
+"""An INSERT split by the node that owns each of its tables (cluster mode; docs/cluster.md "SQL writes across nodes").
+
+Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
+the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
+on (``vnode_of``); the targets of one node are its *part*, named by their positions in the statement, so that the
+owner can be sent the statement's text and the positions it writes (:func:`targets_at`) and never has to be sent
+SQL rebuilt from the syntax tree. A target of a database the catalog does not know stays with the node asked, which
+answers it as it answers any unknown database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from walgate.storage.catalog import DatabaseDef
+from walgate.storage.errors import InvalidValue
+from walgate.storage.sql import ast
+from walgate.storage.vnode import vnode_of
+
+__all__ = ["Part", "split_insert", "targets_at", "format_positions", "parse_positions"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one node writes of an INSERT: the ``positions`` of its targets in the statement, the vgroups
+    (``(database, index)``) and tables (``database.table``) they write, and their rows."""
+
+    node: int
+    positions: tuple[int, ...]
+    vgroups: tuple[tuple[str, int], ...]
+    tables: tuple[str, ...]
+    rows: int
+
+
+def split_insert(stmt: ast.Insert, session: str | None, databases: Mapping[str, DatabaseDef],
+                 local: int) -> list[Part]:
+    """The parts of ``stmt`` (``session``: the current database of unqualified names) per owning node, the node
+    asked (``local``) first when it owns any, then by node id. Every target is in exactly one part."""
+    owners: dict[int, list[tuple[int, str, int, str, int]]] = {}
+    for position, target in enumerate(stmt.targets):
+        db_name = target.table.db or session
+        db = databases.get(db_name) if db_name is not None else None
+        if db is None:  # unknown (or no) database: the node asked answers it
+            owners.setdefault(local, []).append((position, db_name or "", -1, target.table.name, len(target.rows)))
+            continue
+        vgroup = vnode_of(db.name, target.table.name, db.vgroups)
+        owners.setdefault(db.node_of(vgroup, local), []).append(
+            (position, db.name, vgroup, target.table.name, len(target.rows)))
+    parts = []
+    for node in sorted(owners, key=lambda n: (n != local, n)):
+        entries = owners[node]
+        vgroups = sorted({(db, vgroup) for _, db, vgroup, _, _ in entries if vgroup >= 0})
+        tables = tuple(dict.fromkeys(f"{db}.{name}" if db else name for _, db, _, name, _ in entries))
+        parts.append(Part(node, tuple(e[0] for e in entries), tuple(vgroups), tables, sum(e[4] for e in entries)))
+    return parts
+
+
+def targets_at(stmt: ast.Insert, positions: tuple[int, ...]) -> ast.Insert:
+    """The INSERT of ``stmt``'s targets at ``positions`` (a forwarded part); InvalidValue for a position that is not
+    one of its targets or one given twice."""
+    if len(set(positions)) != len(positions) or not positions:
+        raise InvalidValue(f"forwarded part {format_positions(positions)!r}: positions must be distinct, at least one")
+    for p in positions:
+        if not 0 <= p < len(stmt.targets):
+            raise InvalidValue(f"forwarded part: the INSERT has {len(stmt.targets)} tables, no position {p}")
+    return ast.Insert(tuple(stmt.targets[p] for p in positions))
+
+
+def format_positions(positions: tuple[int, ...]) -> str:
+    """``positions`` as the forwarding header carries them: ``0,2,5``."""
+    return ",".join(str(p) for p in positions)
+
+
+def parse_positions(text: str) -> tuple[int, ...]:
+    """The positions of a forwarding header (:func:`format_positions`); InvalidValue when malformed."""
+    try:
+        return tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise InvalidValue(f"forwarded part {text[:100]!r}: not a comma-separated list of positions") from None
