@@ -11,7 +11,9 @@ after the owner restarted.
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,9 +21,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, wait_log
+from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
 
-from livewalgate import WalgateServer, free_port
+from livewalgate import WalgateServer, free_port, walgate_env
 from walgate.storage.vnode import vnode_of
 
 TS = 1700000000000
@@ -32,10 +34,14 @@ def tables_of(vgroup: int, count: int) -> list[str]:
     return [name for name in (f"t{i}" for i in range(200)) if vnode_of("f", name, 2) == vgroup][:count]
 
 
-def post(server: WalgateServer, statement: str, db: str | None = None) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and JSON answer of ``statement`` through ``server`` (``db``: ``/rest/sql/{db}``)."""
+def post(server: WalgateServer, statement: str, db: str | None = None, auth: tuple[str, str] | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON answer of ``statement`` through ``server`` (``db``: ``/rest/sql/{db}``; ``auth``:
+    HTTP Basic user and password; ``headers``: more)."""
     url = server.http_url + "/rest/sql" + (f"/{db}" if db else "")
-    request = urllib.request.Request(url, data=statement.encode(), method="POST")
+    request = urllib.request.Request(url, data=statement.encode(), method="POST", headers=headers or {})
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
     try:
         with urllib.request.urlopen(request, timeout=60) as r:
             return r.status, dict(json.load(r))
@@ -124,3 +130,70 @@ def test_an_insert_through_either_node_writes_each_row_on_its_owner_and_says_wha
                 "what node 2 refused or never got is not there"
             no_traceback(n2)
         no_traceback(n1)
+
+
+def test_a_large_insert_planned_in_a_worker_is_forwarded_too(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    a0, b0 = tables_of(0, 1)[0], tables_of(1, 1)[0]
+    per_table = 30_000  # a body over the ingest workers' 1 MiB (PLAN_IN_WORKER_BYTES)
+    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
+        sql(n1, "CREATE DATABASE f VGROUPS 2")
+        sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+        sql(n1, "CREATE TOPIC tf AS STABLE f.st")
+        eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
+        statement = "INSERT INTO " + values(a0, 1, list(range(per_table))) + " " + values(b0, 2, list(range(per_table)))
+        assert len(statement) > 1 << 20
+        status, answer = post(n2, statement)
+        assert (status, answer.get("data")) == (200, [[2 * per_table]]), answer
+        assert counts(n1) == {0: per_table, 1: per_table}
+        for server in (n1, n2):
+            no_traceback(server)
+
+
+def counts(server: WalgateServer) -> dict[int, int]:
+    """The number of records of each partition of topic ``tf``, read through a consumer bootstrapped on ``server``
+    until it has read nothing for 3 s (bounded: 60 s)."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "counter",
+                         "enable.auto.commit": False})
+    seen = {0: 0, 1: 0}
+    try:
+        consumer.assign([TopicPartition("tf", p, 0) for p in seen])
+        quiet, deadline = 0, time.monotonic() + 60
+        while quiet < 3 and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10_000, 1.0) if m.error() is None]
+            quiet = 0 if batch else quiet + 1
+            for m in batch:
+                seen[m.partition()] += 1
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    a0, b0 = tables_of(0, 1)[0], tables_of(1, 1)[0]
+    root, alice, bob = ("root", "Root-pass-1"), ("alice", "Secret-123"), ("bob", "Secret-123")
+    env = walgate_env() | {"WALGATE_ROOT_PASSWORD": root[1], "WALGATE_HTTP_AUTH": "basic"}
+    acls = ["--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "--override", "super.users=User:root;User:ANONYMOUS"]  # ANONYMOUS: the Kafka reader (PLAINTEXT)
+    with node(etcd1, tmp_path, 1, *acls, env=env) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2, *acls, env=env) as n2:
+            eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES", auth=root)) == 2)
+            for statement in ("CREATE DATABASE f VGROUPS 2", "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)",
+                              "CREATE TOPIC tf AS STABLE f.st", "CREATE USER alice PASS 'Secret-123'",
+                              "CREATE USER bob PASS 'Secret-123'", "GRANT WRITE ON f.* TO alice"):
+                sql(n1, statement, auth=root)
+            eventually("node 2 knows alice's grant", lambda: post(
+                n2, f"INSERT INTO {values(b0, 2, [0])}", auth=alice)[0] == 200)
+            statement = "INSERT INTO " + values(a0, 1, [1, 2]) + " " + values(b0, 2, [3])
+            status, answer = post(n1, statement, auth=alice)  # node 2 authenticates alice and checks her ACLs
+            assert (status, answer.get("data")) == (200, [[3]]), answer
+            status, answer = post(n1, statement, auth=bob)  # refused by node 1 before anything is sent
+            assert status == 403 and "written" not in answer, answer
+            # a forwarded part sent straight to its owner is checked there: bob may not write it
+            status, answer = post(n2, statement, auth=bob, headers={"X-Walgate-Forwarded": "1;1"})
+            assert status == 403, answer
+            status, answer = post(n2, statement, headers={"X-Walgate-Forwarded": "1;1"})  # no credentials
+            assert status == 401, answer
+            assert counts(n1) == {0: 2, 1: 2}, "alice's rows; none of bob's"
+            for server in (n1, n2):
+                no_traceback(server)
