@@ -34,6 +34,11 @@ Routes:
 Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-site``) get 403 before any handler
 runs (:mod:`walgate.gateway.http_origin`).
 
+In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
+is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
+a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
+names, written here or refused, never forwarded again.
+
 A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
 log with its outcome (:mod:`walgate.gateway.audit`).
 Authentication (:mod:`walgate.gateway.http_auth`): when the app is made with ``basic_auth``, every route but
