@@ -1,0 +1,89 @@
+"""A forwarded INSERT part's outcome (walgate/gateway/sql_forward.py), against an HTTP server in the test process
+on 127.0.0.1 answering as an owner would: written with its rows; not written when the owner answers an error, is
+not registered or refuses the connection; unknown when it answers 500 or nothing within the timeout. The caller's
+credentials and the part's positions are carried. The client's answer says which part was written and which not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, send
+from walgate.storage.insert_routing import Part
+
+PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
+HERE = Part(1, (0, 2), (("f", 0),), ("f.a0",), 2)
+seen: list[dict[str, str]] = []
+
+
+async def _owner(request: web.Request) -> web.Response:
+    seen.append({"db": request.match_info["db"], "body": (await request.read()).decode(),
+                 FORWARDED: request.headers.get(FORWARDED, ""), "auth": request.headers.get("Authorization", "")})
+    db = request.match_info["db"]
+    if db == "ok":
+        return web.json_response({"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[5]], "rows": 1})
+    if db == "bad":
+        return web.json_response({"code": 0x2603, "desc": "Invalid column name: w"}, status=400)
+    if db == "crash":
+        return web.json_response({"code": 0xFFFF, "desc": "internal error"}, status=500)
+    await asyncio.Event().wait()  # "hang": never answers
+    raise AssertionError
+
+
+@pytest.fixture
+async def owner() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/rest/sql/{db}", _owner)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    seen.clear()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_each_answer_of_an_owner_is_an_outcome(owner: str) -> None:
+    sql = b"INSERT INTO a0 VALUES (1, 1) b0 VALUES (2, 2)"
+    written = await send(PART, owner, sql, "ok", 1, "Basic YWxpY2U6cw==")
+    assert written == Outcome(PART, "written", rows=5)
+    assert seen == [{"db": "ok", "body": sql.decode(), FORWARDED: "1;1,3", "auth": "Basic YWxpY2U6cw=="}]
+    refused = await send(PART, owner, sql, "bad", 1, None)
+    assert (refused.state, refused.status, refused.code) == ("not_written", 400, 0x2603)
+    assert refused.desc == "node 2: Invalid column name: w"
+    crashed = await send(PART, owner, sql, "crash", 1, None)
+    assert (crashed.state, crashed.status) == ("unknown", 500) and "may have been written" in crashed.desc
+    hung = await send(PART, owner, sql, "hang", 1, None, timeout=0.5)
+    assert (hung.state, hung.status) == ("unknown", 503) and "no answer" in hung.desc
+
+
+async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = await send(PART, f"http://127.0.0.1:{port}", b"INSERT", None, 1, None)
+    assert (down.state, down.status) == ("not_written", 503) and "cannot be reached" in down.desc
+    gone = await send(PART, None, b"INSERT", None, 1, None)
+    assert gone.state == "not_written" and "not registered" in gone.desc
+
+
+def test_the_answer_names_what_was_written_and_what_not() -> None:
+    status, body = answer([Outcome(HERE, "written", rows=2), Outcome(PART, "written", rows=5)])
+    assert (status, body["data"]) == (200, [[7]])
+    failed = Outcome(PART, "not_written", status=503, code=0x2601, desc="node 2 is not registered")
+    status, body = answer([Outcome(HERE, "written", rows=2), failed])
+    assert (status, body["code"]) == (503, 0x2601)
+    assert body["written"] == [{"node": 1, "vgroups": [["f", 0]], "tables": ["f.a0"], "rows": 2}]
+    assert body["not_written"] == [{"node": 2, "vgroups": [["f", 1]], "tables": ["f.b0", "f.b1"], "rows": 5,
+                                    "code": 0x2601, "desc": "node 2 is not registered"}]
+    assert body["unknown"] == []
+    assert body["desc"] == ("INSERT spanning nodes, each node's part all or nothing: 2 rows of f.a0 on node 1: "
+                            "written; 5 rows of f.b0, f.b1 on node 2: NOT written (node 2 is not registered)")

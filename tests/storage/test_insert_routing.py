@@ -1,0 +1,56 @@
+"""An INSERT split by the node owning each table (walgate/storage/insert_routing.py): every table clause in exactly
+one part, the node asked first, a clause of an unknown database kept by the node asked; a forwarded part's
+positions checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from walgate.storage.catalog import DatabaseDef
+from walgate.storage.errors import InvalidValue
+from walgate.storage.insert_routing import Part, parse_positions, split_insert, targets_at
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+from walgate.storage.vnode import vnode_of
+
+
+def _db(name: str, nodes: tuple[int, ...] | None) -> DatabaseDef:
+    return DatabaseDef(name, {"VGROUPS": 2 if nodes is None else len(nodes), "PRECISION": "ms"}, 0, name, nodes)
+
+
+def _insert(sql: str) -> ast.Insert:
+    stmt = parse(sql)
+    assert isinstance(stmt, ast.Insert)
+    return stmt
+
+
+def _in(db: str, vgroup: int, n: int) -> list[str]:
+    return [t for t in (f"t{i}" for i in range(100)) if vnode_of(db, t, 2) == vgroup][:n]
+
+
+def test_each_clause_goes_to_the_node_of_its_tables_vgroup_the_node_asked_first() -> None:
+    a, b = _in("f", 0, 2), _in("f", 1, 1)
+    dbs = {"f": _db("f", (3, 1))}  # vgroup 0 on node 3, vgroup 1 on node 1
+    stmt = _insert(f"INSERT INTO f.{a[0]} VALUES (1, 1) (2, 2) {b[0]} VALUES (3, 3) f.{a[1]} VALUES (4, 4) "
+                   "nodb.x VALUES (5, 5)")
+    parts = split_insert(stmt, "f", dbs, 1)
+    assert parts == [Part(1, (1, 3), (("f", 1),), (f"f.{b[0]}", "nodb.x"), 2),
+                     Part(3, (0, 2), (("f", 0),), (f"f.{a[0]}", f"f.{a[1]}"), 3)]
+    assert targets_at(stmt, (1, 3)) == ast.Insert((stmt.targets[1], stmt.targets[3]))
+
+
+def test_a_single_nodes_database_and_no_session_database_stay_local() -> None:
+    stmt = _insert("INSERT INTO s.t1 VALUES (1, 1) t2 VALUES (2, 2)")
+    assert split_insert(stmt, None, {"s": _db("s", None)}, 7) == [
+        Part(7, (0, 1), (("s", vnode_of("s", "t1", 2)),), ("s.t1", "t2"), 2)]
+
+
+def test_a_forwarded_parts_positions_are_checked() -> None:
+    stmt = _insert("INSERT INTO f.t1 VALUES (1, 1) f.t2 VALUES (2, 2)")
+    for bad in ((2,), (0, 0), (), (-1,)):
+        with pytest.raises(InvalidValue):
+            targets_at(stmt, bad)
+    assert parse_positions("0,1") == (0, 1)
+    for text in ("", "a", "1;2", "1,,2"):
+        with pytest.raises(InvalidValue):
+            parse_positions(text)
