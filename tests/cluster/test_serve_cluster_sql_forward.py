@@ -24,6 +24,7 @@ from etcd_cluster import EtcdCluster
 from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer, free_port, walgate_env
+from walgate.storage import lineproto
 from walgate.storage.vnode import vnode_of
 
 TS = 1700000000000
@@ -32,6 +33,13 @@ TS = 1700000000000
 def tables_of(vgroup: int, count: int) -> list[str]:
     """``count`` table names of database ``f`` (2 vgroups) in ``vgroup``."""
     return [name for name in (f"t{i}" for i in range(200)) if vnode_of("f", name, 2) == vgroup][:count]
+
+
+def spread_database(n1: WalgateServer, n2: WalgateServer, auth: tuple[str, str] | None = None) -> None:
+    """Database ``f`` of 2 vgroups made through node 1 once it sees node 2: vgroup 0 on node 1, vgroup 1 on node 2."""
+    eventually("node 1 sees node 2", lambda: [r[2] for r in sql(n1, "SHOW DNODES", auth=auth)] == ["ready"] * 2)
+    sql(n1, "CREATE DATABASE f VGROUPS 2", auth=auth)
+    assert [r[3] for r in sql(n1, "SHOW f.VGROUPS", auth=auth)] == [1, 2], "vgroup 0 on node 1, vgroup 1 on node 2"
 
 
 def post(server: WalgateServer, statement: str, db: str | None = None, auth: tuple[str, str] | None = None,
@@ -86,9 +94,7 @@ def test_an_insert_through_either_node_writes_each_row_on_its_owner_and_says_wha
     with node(etcd1, tmp_path, 1) as n1:
         wait_log(n1, "node 1: controller")
         with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka2) as n2:
-            eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES")) == 2)
-            sql(n1, "CREATE DATABASE f VGROUPS 2")
-            assert [r[3] for r in sql(n1, "SHOW f.VGROUPS")] == [1, 2], "vgroup 0 on node 1, vgroup 1 on node 2"
+            spread_database(n1, n2)
             sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
             sql(n1, "CREATE TOPIC tf AS STABLE f.st")
             eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
@@ -136,7 +142,7 @@ def test_a_large_insert_planned_in_a_worker_is_forwarded_too(etcd1: EtcdCluster,
     a0, b0 = tables_of(0, 1)[0], tables_of(1, 1)[0]
     per_table = 30_000  # a body over the ingest workers' 1 MiB (PLAN_IN_WORKER_BYTES)
     with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
-        sql(n1, "CREATE DATABASE f VGROUPS 2")
+        spread_database(n1, n2)
         sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
         sql(n1, "CREATE TOPIC tf AS STABLE f.st")
         eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
@@ -177,8 +183,8 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
     with node(etcd1, tmp_path, 1, *acls, env=env) as n1:
         wait_log(n1, "node 1: controller")
         with node(etcd1, tmp_path, 2, *acls, env=env) as n2:
-            eventually("node 1 sees node 2", lambda: len(sql(n1, "SHOW DNODES", auth=root)) == 2)
-            for statement in ("CREATE DATABASE f VGROUPS 2", "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)",
+            spread_database(n1, n2, auth=root)
+            for statement in ("CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)",
                               "CREATE TOPIC tf AS STABLE f.st", "CREATE USER alice PASS 'Secret-123'",
                               "CREATE USER bob PASS 'Secret-123'", "GRANT WRITE ON f.* TO alice"):
                 sql(n1, statement, auth=root)
@@ -197,3 +203,47 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
             assert counts(n1) == {0: 2, 1: 2}, "alice's rows; none of bob's"
             for server in (n1, n2):
                 no_traceback(server)
+
+
+def sites_of(vgroup: int, count: int) -> list[str]:
+    """``count`` values of tag ``site`` whose line-protocol subtable of measurement ``m`` is in ``vgroup`` of ``f``."""
+    return [s for s in (f"s{i}" for i in range(200))
+            if vnode_of("f", lineproto.child_table_name("m", (("site", s),)), 2) == vgroup][:count]
+
+
+def influx(server: WalgateServer, body: str) -> tuple[int, dict[str, Any], str | None]:
+    """Status, JSON answer (empty for 204) and ``X-Walgate-Rows`` of a line-protocol ``body`` into ``f``."""
+    request = urllib.request.Request(server.http_url + "/influxdb/v1/write?db=f&precision=ms", data=body.encode(),
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, {}, r.headers.get("X-Walgate-Rows")
+    except urllib.error.HTTPError as e:
+        return e.code, dict(json.load(e)), None
+
+
+def test_line_protocol_through_either_node_is_written_on_each_lines_owner(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    (a, a2), (b, b2) = sites_of(0, 2), sites_of(1, 2)
+    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
+        spread_database(n1, n2)
+        sql(n1, "CREATE STABLE f.m (_ts TIMESTAMP, v DOUBLE) TAGS (site NCHAR(16))")
+        sql(n1, "CREATE TOPIC tf AS STABLE f.m")
+        eventually("node 2 knows f.m", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["m"])
+        lines = [f"m,site={a} v=1 {TS + 1}", f"m,site={b} v=2 {TS + 2}", "# a comment", f"m,site={a2} v=3 {TS + 3}",
+                 f"m,site={b2} v=4 {TS + 4}", f"m,site={b} v=5 {TS + 5}"]
+        assert influx(n1, "\n".join(lines)) == (204, {}, "5")
+        assert influx(n2, "\n".join(lines[:2])) == (204, {}, "2")  # the other way; the same rows again
+        assert counts(n1) == {0: 3, 1: 4}
+
+        status, answer, _ = influx(n1, f"m,site={a} v=1 {TS + 1}\nm,site={b} v=2 {TS + 2}\nm,site={b} v=x {TS + 6}")
+        assert status == 400 and "line 3" in answer["desc"] and "written" not in answer, "a bad line: nothing sent"
+
+        n2.proc.kill()  # kill -9 of node 2
+        n2.proc.wait(timeout=30)
+        status, answer, _ = influx(n1, "\n".join(lines))
+        assert status == 503, answer
+        assert [(p["node"], p["rows"], p["lines"]) for p in answer["written"]] == [(1, 2, [[1, 1], [4, 4]])], answer
+        assert [(p["node"], p["vgroups"], p["rows"], p["lines"]) for p in answer["not_written"]] == [
+            (2, [["f", 1]], 3, [[2, 2], [5, 6]])], answer
+        assert counts(n1) == {0: 5, 1: 0}
+        no_traceback(n1)

@@ -29,6 +29,8 @@ async def _owner(request: web.Request) -> web.Response:
         return web.json_response({"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[5]], "rows": 1})
     if db == "bad":
         return web.json_response({"code": 0x2603, "desc": "Invalid column name: w"}, status=400)
+    if db == "lines":
+        return web.Response(status=204, headers={"X-Walgate-Rows": "3"})
     if db == "crash":
         return web.json_response({"code": 0xFFFF, "desc": "internal error"}, status=500)
     await asyncio.Event().wait()  # "hang": never answers
@@ -53,25 +55,29 @@ async def owner() -> AsyncIterator[str]:
 
 async def test_each_answer_of_an_owner_is_an_outcome(owner: str) -> None:
     sql = b"INSERT INTO a0 VALUES (1, 1) b0 VALUES (2, 2)"
-    written = await send(PART, owner, sql, "ok", 1, "Basic YWxpY2U6cw==")
+    written = await send(PART, owner, "/rest/sql/ok", sql, 1, "Basic YWxpY2U6cw==")
     assert written == Outcome(PART, "written", rows=5)
     assert seen == [{"db": "ok", "body": sql.decode(), FORWARDED: "1;1,3", "auth": "Basic YWxpY2U6cw=="}]
-    refused = await send(PART, owner, sql, "bad", 1, None)
+    refused = await send(PART, owner, "/rest/sql/bad", sql, 1, None)
     assert (refused.state, refused.status, refused.code) == ("not_written", 400, 0x2603)
     assert refused.desc == "node 2: Invalid column name: w"
-    crashed = await send(PART, owner, sql, "crash", 1, None)
+    crashed = await send(PART, owner, "/rest/sql/crash", sql, 1, None)
     assert (crashed.state, crashed.status) == ("unknown", 500) and "may have been written" in crashed.desc
-    hung = await send(PART, owner, sql, "hang", 1, None, timeout=0.5)
+    hung = await send(PART, owner, "/rest/sql/hang", sql, 1, None, timeout=0.5)
     assert (hung.state, hung.status) == ("unknown", 503) and "no answer" in hung.desc
+    lines = Part(2, (), (("f", 1),), ("f.t_1",), 3, (2, 4, 5), b"\nm v=1 1\n\nm v=2 2\nm v=3 3")
+    assert await send(lines, owner, "/rest/sql/lines", lines.body, 1, None) == Outcome(lines, "written", rows=3)
+    assert seen[-1] == {"db": "lines", "body": lines.body.decode(), FORWARDED: "1;", "auth": ""}
+    assert Outcome(lines, "not_written", code=1, desc="x").entry()["lines"] == [[2, 2], [4, 5]]
 
 
 async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    down = await send(PART, f"http://127.0.0.1:{port}", b"INSERT", None, 1, None)
+    down = await send(PART, f"http://127.0.0.1:{port}", "/rest/sql", b"INSERT", 1, None)
     assert (down.state, down.status) == ("not_written", 503) and "cannot be reached" in down.desc
-    gone = await send(PART, None, b"INSERT", None, 1, None)
+    gone = await send(PART, None, "/rest/sql", b"INSERT", 1, None)
     assert gone.state == "not_written" and "not registered" in gone.desc
 
 

@@ -1,14 +1,15 @@
-"""An INSERT split by the node owning each table (walgate/storage/insert_routing.py): every table clause in exactly
-one part, the node asked first, a clause of an unknown database kept by the node asked; a forwarded part's
-positions checked."""
+"""An INSERT or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
+table clause (line) in exactly one part, the node asked first, a clause of an unknown database kept by the node
+asked; a forwarded part's positions checked; a body's part keeps each line at its number."""
 
 from __future__ import annotations
 
 import pytest
 
+from walgate.storage import lineproto
 from walgate.storage.catalog import DatabaseDef
-from walgate.storage.errors import InvalidValue
-from walgate.storage.insert_routing import Part, parse_positions, split_insert, targets_at
+from walgate.storage.errors import InvalidValue, LineProtocolError
+from walgate.storage.insert_routing import Part, parse_positions, split_insert, split_lines, targets_at
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
@@ -54,3 +55,19 @@ def test_a_forwarded_parts_positions_are_checked() -> None:
     for text in ("", "a", "1;2", "1,,2"):
         with pytest.raises(InvalidValue):
             parse_positions(text)
+
+
+def test_a_line_protocol_body_is_split_by_the_node_of_each_lines_subtable_keeping_line_numbers() -> None:
+    db = _db("f", (3, 1))
+    table = {s: lineproto.child_table_name("m", (("site", s),)) for s in (f"s{i}" for i in range(40))}
+    s0 = [s for s, t in table.items() if vnode_of("f", t, 2) == 0][:2]
+    s1 = [s for s, t in table.items() if vnode_of("f", t, 2) == 1][:1]
+    body = f"m,site={s0[0]} v=1 1\n# comment\nm,site={s1[0]} v=2 2\r\n\nm,site={s0[1]} v=3 3\n".encode()
+    parts = split_lines(body, "ms", db, 1)
+    assert parts == [
+        Part(1, (), (("f", 1),), (f"f.{table[s1[0]]}",), 1, (3,), f"\n\nm,site={s1[0]} v=2 2".encode()),
+        Part(3, (), (("f", 0),), (f"f.{table[s0[0]]}", f"f.{table[s0[1]]}"), 2, (1, 5),
+             f"m,site={s0[0]} v=1 1\n\n\n\nm,site={s0[1]} v=3 3".encode())]
+    assert [len(lineproto.parse_lines(p.body, "ms")) for p in parts] == [1, 2]
+    with pytest.raises(LineProtocolError, match="line 2"):
+        split_lines(b"m,site=a v=1 1\nm,site=b v= 2", "ms", db, 1)

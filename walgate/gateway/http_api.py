@@ -99,7 +99,7 @@ from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.shared_catalog import SharedCatalog
-from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, send
+from walgate.gateway.sql_forward import FORWARDED, ROWS_HEADER, Outcome, answer, send
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
@@ -117,7 +117,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
-from walgate.storage.insert_routing import Part, parse_positions, split_insert, targets_at
+from walgate.storage.insert_routing import Part, parse_positions, split_insert, split_lines, targets_at
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.result import affected
 from walgate.storage.sql import ast
@@ -132,7 +132,6 @@ log = logging.getLogger(__name__)
 
 INTERNAL_ERROR = 0xFFFF  # "code" of a 500 answer: a walgate bug, not bad input
 WAL_FILE_CORRUPTED = 0x1001  # TDengine's TSDB_CODE_WAL_FILE_CORRUPTED
-ROWS_HEADER = "X-Walgate-Rows"
 HEALTH_TIMEOUT = 5.0  # seconds /readyz waits for each lane
 _INSERT = re.compile(r"\s*insert\s", re.IGNORECASE)  # an SQL body sent to the ingest workers (which check it is one)
 PROBE_NAME = ".walgate-ready-probe"  # the file /readyz writes, fsyncs and removes in the data dir
@@ -331,22 +330,29 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
 
     async def write_here(part: Part) -> Outcome:
-        try:
-            result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
-        except StorageError as e:  # what the error middleware answers for it; nothing of the part written
-            status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
-                403 if isinstance(e, NotPermitted) else 400
-            return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
+        result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
         return Outcome(part, "written", rows=result.affected_rows or 0)
 
     outcomes = await asyncio.gather(*(
-        write_here(part) if part.node == local else
-        send(part, urls.get(part.node), body, db, local, request.headers.get("Authorization"))
+        _here(part, local, write_here(part)) if part.node == local else
+        send(part, urls.get(part.node), "/rest/sql" + (f"/{db}" if db else ""), body, local,
+             request.headers.get("Authorization"))
         for part in parts))
     status, answer_body = answer(list(outcomes))
     if status != 200:
         log.info("INSERT from %s across nodes answered %d: %s", request.remote, status, answer_body["desc"][:2000])
     return _json(status, answer_body)
+
+
+async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
+    """The outcome of ``part`` written on this node (``local``) by ``write``: its error, as the error middleware
+    would answer it, makes it not written (nothing of it was)."""
+    try:
+        return await write
+    except StorageError as e:
+        status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
+            403 if isinstance(e, NotPermitted) else 400
+        return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
 
 
 def _gone(request: web.Request) -> bool:
@@ -421,19 +427,58 @@ async def _influx_write(request: web.Request) -> web.Response:
     if refused is not None:
         return refused
     body = await request.read()
+    shared = request.app[_SHARED]() if _SHARED in request.app else None
+    try:
+        rows = await _write_lines(request, db, precision, body)
+    except NotHere:  # lines for another node's vgroup: nothing written; each node's lines sent to it
+        if shared is None or FORWARDED in request.headers:
+            raise
+        return await _forward_lines(request, shared, db, precision, body)
+    return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
+
+
+async def _write_lines(request: web.Request, db: str, precision: str, body: bytes) -> int:
+    """The line-protocol ``body`` into ``db`` written on this node; rows written."""
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        rows = await _planned_write(request, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()), len(body))
-        return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
+        return await _planned_write(request, LinesRequest(db, body, precision, app[_ENGINE].clock.time_ns()),
+                                    len(body))
     # parsed off the storage thread (pure; the body is within max_request_bytes, the engine's limit), then written
     try:
         measurements = await asyncio.to_thread(parse_body, body, precision)
     except StorageError:  # an unknown database is the answer before a bad line, as the engine's write_lines gives
         await app[_STORAGE].call(app[_ENGINE].database, db)
         raise
-    rows = await app[_STORAGE].call(app[_ENGINE].write_measurements, db, measurements)
-    return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
+    return await app[_STORAGE].call(app[_ENGINE].write_measurements, db, measurements)
+
+
+async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, precision: str,
+                         body: bytes) -> web.Response:
+    """The line-protocol ``body``, which has lines for vgroups on other nodes, written as one part per owning node:
+    this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once. 204 with the rows written
+    when every part was, else the answer of :func:`~.sql_forward.answer`."""
+    engine = request.app[_ENGINE]
+    dbdef = await request.app[_STORAGE].call(engine.database, db)
+    local = engine.catalog.node_id
+    parts = await asyncio.to_thread(split_lines, body, precision, dbdef, local)
+    if all(part.node == local for part in parts):  # placed here after all: answered as any body here
+        return web.Response(status=204, headers={ROWS_HEADER: str(await _write_lines(request, db, precision, body))})
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+
+    async def write_here(part: Part) -> Outcome:
+        return Outcome(part, "written", rows=await _write_lines(request, db, precision, part.body))
+
+    outcomes = list(await asyncio.gather(*(
+        _here(part, local, write_here(part)) if part.node == local else
+        send(part, urls.get(part.node), "/influxdb/v1/write", part.body, local, request.headers.get("Authorization"),
+             {"db": db, "precision": precision})
+        for part in parts)))
+    if all(o.state == "written" for o in outcomes):
+        return web.Response(status=204, headers={ROWS_HEADER: str(sum(o.rows for o in outcomes))})
+    status, answer_body = answer(outcomes)
+    log.info("line protocol from %s across nodes answered %d: %s", request.remote, status, answer_body["desc"][:2000])
+    return _json(status, answer_body)
 
 
 async def _csv_write(request: web.Request) -> web.Response:

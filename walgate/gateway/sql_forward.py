@@ -1,12 +1,14 @@
-"""SQL INSERTs forwarded to the nodes that own their tables (cluster mode; docs/cluster.md "SQL writes across
-nodes").
+"""SQL INSERTs and line-protocol bodies forwarded to the nodes that own their tables (cluster mode; docs/cluster.md
+"SQL writes across nodes").
 
 The node asked splits an INSERT by owning node (:func:`walgate.storage.insert_routing.split_insert`), writes its own
 part and sends every other node its part at once: the statement's text, unchanged, to that node's ``/rest/sql``
 (``/rest/sql/{db}`` with the request's database) with the header :data:`FORWARDED` (``<sender node id>;<positions
 of the targets it writes>``) and the caller's ``Authorization`` header, so that the owner authenticates the caller
-against the cluster's users and checks the cluster's ACLs itself. An owner writes a forwarded part as it writes any
-INSERT (all of it or none of it: nothing of a refused part is written) and never forwards one again.
+against the cluster's users and checks the cluster's ACLs itself. A line-protocol body's part is a body of its own
+lines (:func:`~walgate.storage.insert_routing.split_lines`) sent to the owner's ``/influxdb/v1/write`` with the same
+database and precision, and the same headers (no positions). An owner writes a forwarded part as it writes any
+write (all of it or none of it: nothing of a refused part is written) and never forwards one again.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200 with its rows), ``not_written`` (the
 owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered now; or
@@ -14,7 +16,7 @@ no connection to it was made) or ``unknown`` (the request was sent and no answer
 :data:`FORWARD_TIMEOUT_S`, the connection broke before the answer, or the owner answered 500: the part may be
 written or not). :func:`answer` makes the client's answer of them: 200 with the rows of every part when all were
 written, else the first failed part's status and code with ``written``, ``not_written`` and ``unknown`` lists
-naming each part's node, vgroups, tables and rows.
+naming each part's node, vgroups, tables and rows (and a body's line numbers).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import aiohttp
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "Outcome", "answer", "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "ROWS_HEADER", "Outcome", "answer", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ FORWARDED = "X-Walgate-Forwarded"
 """The header of a forwarded part: ``<sender node id>;<positions>`` (:mod:`walgate.storage.insert_routing`)."""
 FORWARD_TIMEOUT_S = 30.0
 """How long the node asked waits for an owner's answer to a forwarded part (then its outcome is ``unknown``)."""
+ROWS_HEADER = "X-Walgate-Rows"
+"""The header of the rows a line-protocol write wrote (its answer, 204, has no body)."""
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
 
 
@@ -55,45 +59,60 @@ class Outcome:
         """The part as the answer lists it."""
         entry: dict[str, Any] = {"node": self.part.node, "vgroups": [list(v) for v in self.part.vgroups],
                                  "tables": list(self.part.tables), "rows": self.rows or self.part.rows}
+        if self.part.lines:
+            entry["lines"] = _ranges(self.part.lines)
         if self.state != "written":
             entry |= {"code": self.code, "desc": self.desc}
         return entry
 
 
-async def send(part: Part, url: str | None, sql: bytes, db: str | None, sender: int,
-               authorization: str | None, timeout: float = FORWARD_TIMEOUT_S) -> Outcome:
-    """``part`` of the INSERT ``sql`` (current database ``db``) sent by node ``sender`` to its owner's HTTP API at
-    ``url`` (None: the owner is not registered now, or registered without one), the caller's ``authorization``
-    carried."""
+def _ranges(numbers: tuple[int, ...]) -> list[list[int]]:
+    """Ascending ``numbers`` as ``[first, last]`` ranges of consecutive ones."""
+    ranges: list[list[int]] = []
+    for n in numbers:
+        if ranges and ranges[-1][1] == n - 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return ranges
+
+
+async def send(part: Part, url: str | None, path: str, body: bytes, sender: int, authorization: str | None,
+               params: dict[str, str] | None = None, timeout: float = FORWARD_TIMEOUT_S) -> Outcome:
+    """``part`` (``body``: the INSERT's whole text, or the part's own line-protocol body) sent by node ``sender`` to
+    ``path`` (with query ``params``) of its owner's HTTP API at ``url`` (None: the owner is not registered now, or
+    registered without one), the caller's ``authorization`` carried."""
     if url is None:
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
-    target = f"{url}/rest/sql" + (f"/{db}" if db else "")
     headers = {FORWARDED: f"{sender};{format_positions(part.positions)}", "Content-Type": "text/plain"}
     if authorization is not None:
         headers["Authorization"] = authorization
     try:
         async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-                    session.post(target, data=sql, headers=headers) as response):
+                    session.post(url + path, params=params, data=body, headers=headers) as response):
             status = response.status
-            body = await response.json(content_type=None)
+            rows = response.headers.get(ROWS_HEADER)
+            if status == 204 and rows is not None and rows.isdigit():  # line protocol: no body
+                return Outcome(part, "written", rows=int(rows))
+            answered = await response.json(content_type=None)
     except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} ({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:  # sent; the answer was lost or garbled
-        log.warning("the part of an INSERT forwarded to node %d (%s) has no answer: %r", part.node, url, e)
+        log.warning("a write's part forwarded to node %d (%s) has no answer: %r", part.node, url, e)
         return Outcome(part, "unknown", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} ({url}) gave no answer ({type(e).__name__}: {e}): it may have been"
                             " written or not")
-    if not isinstance(body, dict):
-        return _unknown(part, url, status, f"an answer that is not walgate's: {str(body)[:200]}")
+    if not isinstance(answered, dict):
+        return _unknown(part, url, status, f"an answer that is not walgate's: {str(answered)[:200]}")
     if status == 200:
         try:
-            return Outcome(part, "written", rows=int(body["data"][0][0]))
+            return Outcome(part, "written", rows=int(answered["data"][0][0]))
         except (KeyError, IndexError, TypeError, ValueError):
-            return _unknown(part, url, status, f"an answer that is not walgate's: {str(body)[:200]}")
-    desc = f"node {part.node}: {body.get('desc', '')}"
-    code = body.get("code", 0) if isinstance(body.get("code"), int) else 0
+            return _unknown(part, url, status, f"an answer that is not walgate's: {str(answered)[:200]}")
+    desc = f"node {part.node}: {answered.get('desc', '')}"
+    code = answered.get("code", 0) if isinstance(answered.get("code"), int) else 0
     if status < 500 or status == 503:  # the owner wrote none of it (http_api's errors)
         return Outcome(part, "not_written", status=status, code=code, desc=desc)
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")

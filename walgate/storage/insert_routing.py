@@ -1,4 +1,5 @@
-"""An INSERT split by the node that owns each of its tables (cluster mode; docs/cluster.md "SQL writes across nodes").
+"""An INSERT or a line-protocol body split by the node that owns each of its tables (cluster mode; docs/cluster.md
+"SQL writes across nodes").
 
 Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
 the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
@@ -6,6 +7,12 @@ on (``vnode_of``); the targets of one node are its *part*, named by their positi
 owner can be sent the statement's text and the positions it writes (:func:`targets_at`) and never has to be sent
 SQL rebuilt from the syntax tree. A target of a database the catalog does not know stays with the node asked, which
 answers it as it answers any unknown database.
+
+A line-protocol body is split by line (:func:`split_lines`): each line goes to the node of its subtable (TDengine's
+automatic name of its measurement and tags, as the planner names it); the owner is sent a body of its lines, each
+at its line number (the others' lines left blank), which it parses and plans as any body: an error it answers names
+the line as the client numbered it. Lines are split and parsed as :func:`~walgate.storage.lineproto.parse_lines`
+does: a bad line is refused here, naming it, before anything is sent.
 """
 
 from __future__ import annotations
@@ -13,24 +20,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from walgate.storage import lineproto
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.errors import InvalidValue
 from walgate.storage.sql import ast
 from walgate.storage.vnode import vnode_of
 
-__all__ = ["Part", "split_insert", "targets_at", "format_positions", "parse_positions"]
+__all__ = ["Part", "split_insert", "split_lines", "targets_at", "format_positions", "parse_positions"]
 
 
 @dataclass(frozen=True)
 class Part:
-    """What one node writes of an INSERT: the ``positions`` of its targets in the statement, the vgroups
-    (``(database, index)``) and tables (``database.table``) they write, and their rows."""
+    """What one node writes of a write: the ``positions`` of its targets in an INSERT (empty for a body), the vgroups
+    (``(database, index)``) and tables (``database.table``) they write, their rows, and, of a line-protocol body,
+    the numbers of its lines in the body (1-based) and the body of those lines."""
 
     node: int
     positions: tuple[int, ...]
     vgroups: tuple[tuple[str, int], ...]
     tables: tuple[str, ...]
     rows: int
+    lines: tuple[int, ...] = ()
+    body: bytes = b""
 
 
 def split_insert(stmt: ast.Insert, session: str | None, databases: Mapping[str, DatabaseDef],
@@ -53,6 +64,32 @@ def split_insert(stmt: ast.Insert, session: str | None, databases: Mapping[str, 
         vgroups = sorted({(db, vgroup) for _, db, vgroup, _, _ in entries if vgroup >= 0})
         tables = tuple(dict.fromkeys(f"{db}.{name}" if db else name for _, db, _, name, _ in entries))
         parts.append(Part(node, tuple(e[0] for e in entries), tuple(vgroups), tables, sum(e[4] for e in entries)))
+    return parts
+
+
+def split_lines(body: bytes, precision: str, db: DatabaseDef, local: int) -> list[Part]:
+    """The parts of the line-protocol ``body`` into ``db`` (timestamps in ``precision``) per owning node, the node
+    asked (``local``) first when it owns any, then by node id; LineProtocolError naming the first bad line."""
+    mult, memo = lineproto.multiplier(precision), lineproto.Memo()
+    owners: dict[int, list[tuple[int, str, int, str]]] = {}
+    lines = lineproto.decode(body).split("\n")
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip(" \r")
+        if not line or line[0] == "#":
+            continue
+        point = lineproto.parse_line(line, lineno, mult, memo)
+        table = lineproto.child_table_name(point.measurement, point.tags)
+        vgroup = vnode_of(db.name, table, db.vgroups)
+        owners.setdefault(db.node_of(vgroup, local), []).append((lineno, line, vgroup, table))
+    parts = []
+    for node in sorted(owners, key=lambda n: (n != local, n)):
+        entries = owners[node]
+        mine = ["" for _ in range(entries[-1][0])]  # up to its last line: the others' lines blank
+        for lineno, line, _, _ in entries:
+            mine[lineno - 1] = line
+        parts.append(Part(node, (), tuple((db.name, v) for v in sorted({e[2] for e in entries})),
+                          tuple(dict.fromkeys(f"{db.name}.{e[3]}" for e in entries)), len(entries),
+                          tuple(e[0] for e in entries), "\n".join(mine).encode()))
     return parts
 
 
