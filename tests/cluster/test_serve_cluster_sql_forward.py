@@ -222,8 +222,21 @@ def influx(server: WalgateServer, body: str) -> tuple[int, dict[str, Any], str |
         return e.code, dict(json.load(e)), None
 
 
-def test_line_protocol_through_either_node_is_written_on_each_lines_owner(etcd1: EtcdCluster, tmp_path: Path) -> None:
+def csv(server: WalgateServer, body: str, **params: str) -> tuple[int, dict[str, Any]]:
+    """Status and JSON answer of a CSV ``body`` into ``f`` (``params``: ``table=`` or ``stable=``)."""
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    request = urllib.request.Request(server.http_url + f"/csv/v1/write?db=f&{query}", data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, dict(json.load(r))
+    except urllib.error.HTTPError as e:
+        return e.code, dict(json.load(e))
+
+
+def test_line_protocol_and_csv_through_either_node_are_written_on_each_rows_owner(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
     (a, a2), (b, b2) = sites_of(0, 2), sites_of(1, 2)
+    ta, tb = tables_of(0, 1)[0], tables_of(1, 1)[0]
     with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
         spread_database(n1, n2)
         sql(n1, "CREATE STABLE f.m (_ts TIMESTAMP, v DOUBLE) TAGS (site NCHAR(16))")
@@ -234,6 +247,10 @@ def test_line_protocol_through_either_node_is_written_on_each_lines_owner(etcd1:
         assert influx(n1, "\n".join(lines)) == (204, {}, "5")
         assert influx(n2, "\n".join(lines[:2])) == (204, {}, "2")  # the other way; the same rows again
         assert counts(n1) == {0: 3, 1: 4}
+        records = f"_ts,v,site,tbname\n{TS + 7},7,x,{ta}\n{TS + 8},8,y,{tb}\n{TS + 9},9,y,{tb}\n"
+        assert csv(n2, records, stable="m") == (200, {"code": 0, "rows": 3})
+        assert csv(n1, f"_ts,v\n{TS + 10},10\n", table=tb) == (200, {"code": 0, "rows": 1})  # all on node 2
+        assert counts(n1) == {0: 4, 1: 7}
 
         status, answer, _ = influx(n1, f"m,site={a} v=1 {TS + 1}\nm,site={b} v=2 {TS + 2}\nm,site={b} v=x {TS + 6}")
         assert status == 400 and "line 3" in answer["desc"] and "written" not in answer, "a bad line: nothing sent"
@@ -245,5 +262,10 @@ def test_line_protocol_through_either_node_is_written_on_each_lines_owner(etcd1:
         assert [(p["node"], p["rows"], p["lines"]) for p in answer["written"]] == [(1, 2, [[1, 1], [4, 4]])], answer
         assert [(p["node"], p["vgroups"], p["rows"], p["lines"]) for p in answer["not_written"]] == [
             (2, [["f", 1]], 3, [[2, 2], [5, 6]])], answer
-        assert counts(n1) == {0: 5, 1: 0}
+        status, answer = csv(n1, records, stable="m")
+        assert status == 503, answer
+        assert [(p["node"], p["tables"], p["lines"]) for p in answer["written"]] == [(1, [f"f.{ta}"], [[2, 2]])]
+        assert [(p["node"], p["tables"], p["rows"], p["lines"]) for p in answer["not_written"]] == [
+            (2, [f"f.{tb}"], 2, [[3, 4]])], answer
+        assert counts(n1) == {0: 7, 1: 0}
         no_traceback(n1)

@@ -82,8 +82,6 @@ async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
 
 
 def test_the_answer_names_what_was_written_and_what_not() -> None:
-    status, body = answer([Outcome(HERE, "written", rows=2), Outcome(PART, "written", rows=5)])
-    assert (status, body["data"]) == (200, [[7]])
     failed = Outcome(PART, "not_written", status=503, code=0x2601, desc="node 2 is not registered")
     status, body = answer([Outcome(HERE, "written", rows=2), failed])
     assert (status, body["code"]) == (503, 0x2601)

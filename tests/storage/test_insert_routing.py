@@ -1,15 +1,15 @@
 """An INSERT or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
 table clause (line) in exactly one part, the node asked first, a clause of an unknown database kept by the node
-asked; a forwarded part's positions checked; a body's part keeps each line at its number."""
+asked; a forwarded part's positions checked; a body's part keeps each line (CSV record) at its number."""
 
 from __future__ import annotations
 
 import pytest
 
-from walgate.storage import lineproto
+from walgate.storage import csvfile, lineproto
 from walgate.storage.catalog import DatabaseDef
-from walgate.storage.errors import InvalidValue, LineProtocolError
-from walgate.storage.insert_routing import Part, parse_positions, split_insert, split_lines, targets_at
+from walgate.storage.errors import CsvError, InvalidValue, LineProtocolError
+from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
@@ -71,3 +71,25 @@ def test_a_line_protocol_body_is_split_by_the_node_of_each_lines_subtable_keepin
     assert [len(lineproto.parse_lines(p.body, "ms")) for p in parts] == [1, 2]
     with pytest.raises(LineProtocolError, match="line 2"):
         split_lines(b"m,site=a v=1 1\nm,site=b v= 2", "ms", db, 1)
+
+
+def test_a_csv_body_is_split_by_tbname_keeping_line_numbers_and_a_table_goes_whole_to_its_node() -> None:
+    db = _db("f", (3, 1))
+    a, b = _in("f", 0, 2), _in("f", 1, 1)
+    body = (f'ts,v,tbname\n\n1,"x\ny",{a[0]}\r\n2,,{b[0]}\n3,"",{a[1]}').encode()
+    parts = split_csv(body, db, None, "st", 1)
+    assert parts == [
+        Part(1, (), (("f", 1),), (f"f.{b[0]}",), 1, (5,), f"ts,v,tbname\n\n\n\n2,,{b[0]}\n".encode()),
+        Part(3, (), (("f", 0),), (f"f.{a[0]}", f"f.{a[1]}"), 2, (3, 6),
+             f'ts,v,tbname\n\n1,"x\ny",{a[0]}\r\n\n3,"",{a[1]}'.encode())]
+    for part in parts:  # each owner reads its records at their lines, with their NULLs and empty strings
+        header, rows, lines = csvfile.parse_csv(part.body)
+        assert lines == list(part.lines)
+    assert csvfile.parse_csv(parts[1].body)[1] == [["1", "x\ny", a[0]], ["3", "", a[1]]]
+    assert csvfile.parse_csv(parts[0].body)[1] == [["2", None, b[0]]]
+    assert split_csv(body, db, b[0], None, 1) == [Part(1, (), (("f", 1),), (f"f.{b[0]}",), 3, (3, 5, 6), body)]
+    assert split_csv(b"ts,v\n1,2", db, None, "st", 1) == [Part(1, (), (), (), 0, (), b"ts,v\n1,2")], "no tbname"
+    with pytest.raises(InvalidValue, match="line 2"):
+        split_csv(b"ts,tbname\n1,", db, None, "st", 1)
+    with pytest.raises(CsvError, match="line 3"):
+        split_csv(b"ts,tbname\n1,a\n2", db, None, "st", 1)

@@ -117,7 +117,7 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
-from walgate.storage.insert_routing import Part, parse_positions, split_insert, split_lines, targets_at
+from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.result import affected
 from walgate.storage.sql import ast
@@ -327,21 +327,13 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
     if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
-    urls = {info.node_id: info.http for info in shared.member.view.nodes}
 
-    async def write_here(part: Part) -> Outcome:
+    async def write_here(part: Part) -> int:
         result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
-        return Outcome(part, "written", rows=result.affected_rows or 0)
+        return result.affected_rows or 0
 
-    outcomes = await asyncio.gather(*(
-        _here(part, local, write_here(part)) if part.node == local else
-        send(part, urls.get(part.node), "/rest/sql" + (f"/{db}" if db else ""), body, local,
-             request.headers.get("Authorization"))
-        for part in parts))
-    status, answer_body = answer(list(outcomes))
-    if status != 200:
-        log.info("INSERT from %s across nodes answered %d: %s", request.remote, status, answer_body["desc"][:2000])
-    return _json(status, answer_body)
+    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
+                          lambda rows: _json(200, affected(rows).rest_body()))
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
@@ -455,30 +447,19 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
 
 async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, precision: str,
                          body: bytes) -> web.Response:
-    """The line-protocol ``body``, which has lines for vgroups on other nodes, written as one part per owning node:
-    this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once. 204 with the rows written
-    when every part was, else the answer of :func:`~.sql_forward.answer`."""
-    engine = request.app[_ENGINE]
-    dbdef = await request.app[_STORAGE].call(engine.database, db)
-    local = engine.catalog.node_id
+    """The line-protocol ``body``, which has lines for vgroups on other nodes, written as one part per owning node
+    (:func:`_forward_body`); 204 with the rows written when every part was."""
+    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    local = request.app[_ENGINE].catalog.node_id
     parts = await asyncio.to_thread(split_lines, body, precision, dbdef, local)
+
+    def written(rows: int) -> web.Response:
+        return web.Response(status=204, headers={ROWS_HEADER: str(rows)})
+
     if all(part.node == local for part in parts):  # placed here after all: answered as any body here
-        return web.Response(status=204, headers={ROWS_HEADER: str(await _write_lines(request, db, precision, body))})
-    urls = {info.node_id: info.http for info in shared.member.view.nodes}
-
-    async def write_here(part: Part) -> Outcome:
-        return Outcome(part, "written", rows=await _write_lines(request, db, precision, part.body))
-
-    outcomes = list(await asyncio.gather(*(
-        _here(part, local, write_here(part)) if part.node == local else
-        send(part, urls.get(part.node), "/influxdb/v1/write", part.body, local, request.headers.get("Authorization"),
-             {"db": db, "precision": precision})
-        for part in parts)))
-    if all(o.state == "written" for o in outcomes):
-        return web.Response(status=204, headers={ROWS_HEADER: str(sum(o.rows for o in outcomes))})
-    status, answer_body = answer(outcomes)
-    log.info("line protocol from %s across nodes answered %d: %s", request.remote, status, answer_body["desc"][:2000])
-    return _json(status, answer_body)
+        return written(await _write_lines(request, db, precision, body))
+    return await _forward(request, shared, body, parts, "/influxdb/v1/write", {"db": db, "precision": precision},
+                          lambda part: _write_lines(request, db, precision, part.body), written)
 
 
 async def _csv_write(request: web.Request) -> web.Response:
@@ -488,14 +469,64 @@ async def _csv_write(request: web.Request) -> web.Response:
     if refused is not None:
         return refused
     body = await request.read()
+    shared = request.app[_SHARED]() if _SHARED in request.app else None
+    try:
+        rows = await _write_csv(request, db, table, stable, body)
+    except NotHere:  # rows for another node's vgroup: nothing written; each node's records sent to it
+        if shared is None or FORWARDED in request.headers:
+            raise
+        return await _forward_csv(request, shared, db, table, stable, body)
+    return _json(200, {"code": 0, "rows": rows})
+
+
+async def _write_csv(request: web.Request, db: str, table: str | None, stable: str | None, body: bytes) -> int:
+    """The CSV ``body`` into ``table`` or subtables of ``stable`` of ``db`` written on this node; rows written."""
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+        return await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
                                     len(body))
-    else:
-        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
-    return _json(200, {"code": 0, "rows": rows})
+    return await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+
+
+async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, table: str | None, stable: str | None,
+                       body: bytes) -> web.Response:
+    """The CSV ``body``, which has records for vgroups on other nodes, written as one part per owning node
+    (:func:`_forward_body`); ``{"code": 0, "rows": n}`` when every part was."""
+    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    local = request.app[_ENGINE].catalog.node_id
+    parts = await asyncio.to_thread(split_csv, body, dbdef, table, stable, local)
+    if all(part.node == local for part in parts):  # placed here after all: answered as any body here
+        return _json(200, {"code": 0, "rows": await _write_csv(request, db, table, stable, body)})
+    params = {"db": db} | ({"table": table} if table is not None else {"stable": stable or ""})
+    return await _forward(request, shared, body, parts, "/csv/v1/write", params,
+                          lambda part: _write_csv(request, db, table, stable, part.body),
+                          lambda rows: _json(200, {"code": 0, "rows": rows}))
+
+
+async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, parts: list[Part], path: str,
+                   params: dict[str, str] | None, write: Callable[[Part], Awaitable[int]],
+                   written: Callable[[int], web.Response]) -> web.Response:
+    """The ``parts`` of a write's ``body``: this node's written here by ``write`` (rows written), every other
+    node's sent to its ``path`` with query ``params`` (:mod:`.sql_forward`: the part's own body, or ``body`` whole
+    for an INSERT's part, which names its positions), all at once; ``written(rows)`` when every part was written,
+    else the answer of :func:`~.sql_forward.answer`."""
+    local = request.app[_ENGINE].catalog.node_id
+
+    async def write_here(part: Part) -> Outcome:
+        return Outcome(part, "written", rows=await write(part))
+
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+    outcomes = list(await asyncio.gather(*(
+        _here(part, local, write_here(part)) if part.node == local else
+        send(part, urls.get(part.node), path, part.body or body, local, request.headers.get("Authorization"), params)
+        for part in parts)))
+    if all(o.state == "written" for o in outcomes):
+        return written(sum(o.rows for o in outcomes))
+    status, answer_body = answer(outcomes)
+    log.info("a write to %s from %s across nodes answered %d: %s", path, request.remote, status,
+             answer_body["desc"][:2000])
+    return _json(status, answer_body)
 
 
 def _write_refused(request: web.Request, db: str) -> web.Response | None:

@@ -1,22 +1,23 @@
-"""SQL INSERTs and line-protocol bodies forwarded to the nodes that own their tables (cluster mode; docs/cluster.md
+"""SQL INSERTs, line-protocol and CSV bodies forwarded to the nodes that own their tables (cluster mode; docs/cluster.md
 "SQL writes across nodes").
 
 The node asked splits an INSERT by owning node (:func:`walgate.storage.insert_routing.split_insert`), writes its own
 part and sends every other node its part at once: the statement's text, unchanged, to that node's ``/rest/sql``
 (``/rest/sql/{db}`` with the request's database) with the header :data:`FORWARDED` (``<sender node id>;<positions
 of the targets it writes>``) and the caller's ``Authorization`` header, so that the owner authenticates the caller
-against the cluster's users and checks the cluster's ACLs itself. A line-protocol body's part is a body of its own
-lines (:func:`~walgate.storage.insert_routing.split_lines`) sent to the owner's ``/influxdb/v1/write`` with the same
-database and precision, and the same headers (no positions). An owner writes a forwarded part as it writes any
+against the cluster's users and checks the cluster's ACLs itself. A line-protocol or CSV body's part is a body of its own
+lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
+to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
+positions). An owner writes a forwarded part as it writes any
 write (all of it or none of it: nothing of a refused part is written) and never forwards one again.
 
-Each part's :class:`Outcome` is one of ``written`` (the owner answered 200 with its rows), ``not_written`` (the
-owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered now; or
-no connection to it was made) or ``unknown`` (the request was sent and no answer came within
+Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
+(the owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered
+now; or no connection to it was made) or ``unknown`` (the request was sent and no answer came within
 :data:`FORWARD_TIMEOUT_S`, the connection broke before the answer, or the owner answered 500: the part may be
-written or not). :func:`answer` makes the client's answer of them: 200 with the rows of every part when all were
-written, else the first failed part's status and code with ``written``, ``not_written`` and ``unknown`` lists
-naming each part's node, vgroups, tables and rows (and a body's line numbers).
+written or not). When every part was written the client gets the answer of a write on one node with the sum of the
+rows; else :func:`answer`: the first failed part's status and code with ``written``, ``not_written`` and ``unknown``
+lists naming each part's node, vgroups, tables and rows (and a body's line numbers).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
         return _unknown(part, url, status, f"an answer that is not walgate's: {str(answered)[:200]}")
     if status == 200:
         try:
-            return Outcome(part, "written", rows=int(answered["data"][0][0]))
+            rows = answered["data"][0][0] if "data" in answered else answered["rows"]  # SQL, or CSV
+            return Outcome(part, "written", rows=int(rows))
         except (KeyError, IndexError, TypeError, ValueError):
             return _unknown(part, url, status, f"an answer that is not walgate's: {str(answered)[:200]}")
     desc = f"node {part.node}: {answered.get('desc', '')}"
@@ -124,13 +126,11 @@ def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
 
 
 def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
-    """The client's answer (HTTP status, JSON body) of an INSERT whose parts ended as ``outcomes``: TDengine-REST's
-    affected rows when every part was written, else the first failed part's status and code, a ``desc`` saying
-    what was written and what not, and the parts by state (module docstring)."""
+    """The client's answer (HTTP status, JSON body) of a write whose parts ended as ``outcomes``, one or more not
+    written: the first failed part's status and code, a ``desc`` saying what was written and what not, and the
+    parts by state (module docstring)."""
     failed = [o for o in outcomes if o.state != "written"]
-    if not failed:
-        rows = sum(o.rows for o in outcomes)
-        return 200, {"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[rows]], "rows": 1}
+    assert failed, "a write whose every part was written is answered as one written on one node"
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")

@@ -35,7 +35,7 @@ import pyarrow.csv as pa_csv
 
 from walgate.storage.errors import CsvError
 
-__all__ = ["parse_csv", "read_columns"]
+__all__ = ["header_name", "parse_csv", "read_columns", "records"]
 
 _PARSE = pa_csv.ParseOptions(delimiter=",", quote_char=False, escape_char=False, ignore_empty_lines=True)
 _READ = pa_csv.ReadOptions(use_threads=False, autogenerate_column_names=True, block_size=1 << 26)
@@ -73,7 +73,9 @@ def _quoted_fields(record: str) -> list[bool]:
         pos += 1
 
 
-def _header_name(name: str | None, lineno: int) -> str:
+def header_name(name: str | None, lineno: int) -> str:
+    """The column name of header field ``name`` (on line ``lineno``): stripped, back-quotes kept case, else
+    lower-cased; CsvError when empty or holding a back-quote."""
     name = (name or "").strip()
     if len(name) >= 2 and name[0] == name[-1] == "`":
         name = name[1:-1]
@@ -84,8 +86,10 @@ def _header_name(name: str | None, lineno: int) -> str:
     return name
 
 
-def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], list[int]]:
-    """``(column names, rows, the 1-based line where each row starts)`` of a CSV body (see module docstring)."""
+def records(body: bytes | str) -> Iterator[tuple[int, str, list[str | None]]]:
+    """Every record of a CSV body that is not blank, header first: ``(the 1-based line where it starts, its text as
+    the body has it, its fields)``, NULLs as the module docstring says; CsvError naming the line of malformed
+    quoting."""
     consumed: list[str] = []
 
     def lines() -> Iterator[str]:
@@ -94,9 +98,6 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], lis
             yield line
 
     reader = csv.reader(lines(), strict=True)
-    header: list[str] | None = None
-    rows: list[list[str | None]] = []
-    linenos: list[int] = []
     start = 1
     while True:
         try:
@@ -104,7 +105,7 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], lis
         except csv.Error as exc:
             raise CsvError(f"line {start}: {exc}") from None
         if record is None:
-            break
+            return
         raw = "".join(consumed)
         consumed.clear()
         lineno, start = start, reader.line_num + 1
@@ -114,8 +115,17 @@ def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], lis
         if "" in record:
             quoted = _quoted_fields(raw) if '""' in raw else [False] * len(record)
             fields = [None if field == "" and not q else field for field, q in zip(record, quoted)]
+        yield lineno, raw, fields
+
+
+def parse_csv(body: bytes | str) -> tuple[list[str], list[list[str | None]], list[int]]:
+    """``(column names, rows, the 1-based line where each row starts)`` of a CSV body (see module docstring)."""
+    header: list[str] | None = None
+    rows: list[list[str | None]] = []
+    linenos: list[int] = []
+    for lineno, _, fields in records(body):
         if header is None:
-            header = [_header_name(name, lineno) for name in fields]
+            header = [header_name(name, lineno) for name in fields]
             if len(set(header)) != len(header):
                 dup = next(name for i, name in enumerate(header) if name in header[:i])
                 raise CsvError(f"line {lineno}: duplicate column name {dup!r} in the header")
@@ -143,7 +153,7 @@ def read_columns(body: bytes | str) -> tuple[list[str], pa.Table] | None:
     except pa.ArrowInvalid:
         return None  # a ragged row (or no row at all): parse_csv names it
     try:
-        names = [_header_name(raw.column(i)[0].as_py(), 0) for i in range(raw.num_columns)]
+        names = [header_name(raw.column(i)[0].as_py(), 0) for i in range(raw.num_columns)]
     except CsvError:
         return None  # parse_csv names the header's line
     if len(set(names)) != len(names):

@@ -1,5 +1,5 @@
-"""An INSERT or a line-protocol body split by the node that owns each of its tables (cluster mode; docs/cluster.md
-"SQL writes across nodes").
+"""An INSERT, a line-protocol or a CSV body split by the node that owns each of its tables (cluster mode;
+docs/cluster.md "SQL writes across nodes").
 
 Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
 the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
@@ -12,7 +12,9 @@ A line-protocol body is split by line (:func:`split_lines`): each line goes to t
 automatic name of its measurement and tags, as the planner names it); the owner is sent a body of its lines, each
 at its line number (the others' lines left blank), which it parses and plans as any body: an error it answers names
 the line as the client numbered it. Lines are split and parsed as :func:`~walgate.storage.lineproto.parse_lines`
-does: a bad line is refused here, naming it, before anything is sent.
+does: a bad line is refused here, naming it, before anything is sent. A CSV body is split by record
+(:func:`split_csv`) the same way: by its ``tbname`` field into a supertable, whole to the table's node into a table;
+each owner's body is the header and its records, each at its line.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from walgate.storage import lineproto
+from walgate.storage import csvfile, lineproto
 from walgate.storage.catalog import DatabaseDef
-from walgate.storage.errors import InvalidValue
+from walgate.storage.errors import CsvError, InvalidValue
 from walgate.storage.sql import ast
 from walgate.storage.vnode import vnode_of
 
-__all__ = ["Part", "split_insert", "split_lines", "targets_at", "format_positions", "parse_positions"]
+__all__ = ["Part", "split_csv", "split_insert", "split_lines", "targets_at", "format_positions", "parse_positions"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,49 @@ def split_lines(body: bytes, precision: str, db: DatabaseDef, local: int) -> lis
         parts.append(Part(node, (), tuple((db.name, v) for v in sorted({e[2] for e in entries})),
                           tuple(dict.fromkeys(f"{db.name}.{e[3]}" for e in entries)), len(entries),
                           tuple(e[0] for e in entries), "\n".join(mine).encode()))
+    return parts
+
+
+def split_csv(body: bytes, db: DatabaseDef, table: str | None, stable: str | None, local: int) -> list[Part]:
+    """The parts of the CSV ``body`` into ``table``, or subtables of ``stable`` named by its ``tbname`` field, of
+    ``db`` per owning node, the node asked (``local``) first when it owns any, then by node id. CsvError for
+    malformed quoting, a record whose field count is not the header's, InvalidValue for an empty ``tbname``, each
+    naming its line; a body the split cannot route (no header, no ``tbname`` column, both or neither of ``table``
+    and ``stable``) is one part of the node asked, which answers it as any body."""
+    found = list(csvfile.records(body))
+    if not found or (table is None) == (stable is None):
+        return [Part(local, (), (), (), 0, (), body)]
+    (_, header_raw, header), rows = found[0], found[1:]
+    names = [csvfile.header_name(name, found[0][0]) for name in header]
+    if table is not None:
+        vgroup = vnode_of(db.name, table, db.vgroups)
+        return [Part(db.node_of(vgroup, local), (), ((db.name, vgroup),), (f"{db.name}.{table}",), len(rows),
+                     tuple(r[0] for r in rows), body)]
+    if "tbname" not in names:
+        return [Part(local, (), (), (), 0, (), body)]
+    column = names.index("tbname")
+    owners: dict[int, list[tuple[int, str, int, str]]] = {}
+    for lineno, raw, fields in rows:
+        if len(fields) != len(names):
+            raise CsvError(f"line {lineno}: expected {len(names)} fields (as in the header), got {len(fields)}")
+        name = fields[column]
+        if not name:
+            raise InvalidValue(f"CSV line {lineno}: empty tbname")
+        vgroup = vnode_of(db.name, name, db.vgroups)
+        owners.setdefault(db.node_of(vgroup, local), []).append((lineno, raw, vgroup, name))
+    parts = []
+    for node in sorted(owners, key=lambda n: (n != local, n)):
+        entries = owners[node]
+        text, line = ["\n" * (found[0][0] - 1) + header_raw], found[0][0] + header_raw.count("\n")
+        for lineno, raw, _, _ in entries:  # each record at its line: blank lines for the others' (skipped)
+            if not text[-1].endswith("\n"):
+                text.append("\n")
+                line += 1
+            text.append("\n" * (lineno - line) + raw)
+            line = lineno + raw.count("\n")
+        parts.append(Part(node, (), tuple((db.name, v) for v in sorted({e[2] for e in entries})),
+                          tuple(dict.fromkeys(f"{db.name}.{e[3]}" for e in entries)), len(entries),
+                          tuple(e[0] for e in entries), "".join(text).encode()))
     return parts
 
 
