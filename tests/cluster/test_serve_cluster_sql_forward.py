@@ -121,6 +121,18 @@ def test_an_insert_through_either_node_writes_each_row_on_its_owner_and_says_wha
             assert answer["code"] == answer["not_written"][0]["code"] != 0
             assert f"1 rows of f.{b1} on node 2: NOT written" in answer["desc"], answer["desc"]
 
+            # a plain SELECT through either node: each node's rows, merged by the node asked
+            for server, statement, db in ((n1, "SELECT v, tbname FROM f.st", None), (n2, "SELECT v, tbname FROM st", "f")):
+                status, answer = post(server, statement, db=db)
+                assert status == 200 and answer["rows"] == 10, answer
+                assert sorted(answer["data"]) == sorted(
+                    [[1, a0], [2, a0], [8, a0], [3, b0], [4, b0], [5, b0], [9, b0], [6, a1], [10, a1], [7, b1]])
+                assert [c[0] for c in answer["column_meta"]] == ["v", "tbname"]
+            status, answer = post(n1, "SELECT v FROM f.st WHERE v > 2 LIMIT 4")
+            assert status == 200 and answer["rows"] == 4 and all(v > 2 for v, in answer["data"]), answer
+            status, answer = post(n1, "SELECT COUNT(*) FROM f.st")
+            assert status == 400 and "merged across nodes only without aggregates" in answer["desc"], answer
+
             n2.proc.kill()  # kill -9 of node 2
             n2.proc.wait(timeout=30)
             status, answer = post(n1, "INSERT INTO " + " ".join([values(a0, 1, [12]), values(b1, 4, [13, 14])]))
@@ -130,6 +142,8 @@ def test_an_insert_through_either_node_writes_each_row_on_its_owner_and_says_wha
                 (2, [f"f.{b1}"], 2)], answer
             assert answer["unknown"] == [], answer
             assert sorted(rows(n1, {0: 6})[0]) == sorted([(a0, 1), (a0, 2), (a1, 6), (a0, 8), (a1, 10), (a0, 12)])
+            status, answer = post(n1, "SELECT v FROM f.st")
+            assert status == 503 and "node 2" in answer["desc"] and "data" not in answer, answer
         with node(etcd1, tmp_path, 2, data_dir=data2, kafka_port=kafka2) as n2:
             got = rows(n1, {1: 5})
             assert sorted(got[1]) == sorted([(b0, 3), (b0, 4), (b0, 5), (b1, 7), (b0, 9)]), \

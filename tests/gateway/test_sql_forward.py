@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, send
+from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, merge_rows, select_here, send
 from walgate.storage.insert_routing import Part
 
 PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
@@ -29,6 +29,8 @@ async def _owner(request: web.Request) -> web.Response:
         return web.json_response({"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[5]], "rows": 1})
     if db == "bad":
         return web.json_response({"code": 0x2603, "desc": "Invalid column name: w"}, status=400)
+    if db == "select":
+        return web.json_response({"code": 0, "column_meta": [["v", "INT", 4]], "data": [[1], [2]], "rows": 2})
     if db == "lines":
         return web.Response(status=204, headers={"X-Walgate-Rows": "3"})
     if db == "crash":
@@ -79,6 +81,25 @@ async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
     assert (down.state, down.status) == ("not_written", 503) and "cannot be reached" in down.desc
     gone = await send(PART, None, "/rest/sql", b"INSERT", 1, None)
     assert gone.state == "not_written" and "not registered" in gone.desc
+
+
+async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: str) -> None:
+    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, "Basic eA==")
+    assert (status, answered["data"]) == (200, [[1], [2]])
+    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here", "auth": "Basic eA=="}
+    assert (await select_here(2, owner, "/rest/sql/bad", b"SELECT", 1, None))[0] == 400
+    status, answered = await select_here(2, owner, "/rest/sql/hang", b"SELECT", 1, None, timeout=0.5)
+    assert status == 503 and answered["desc"].startswith("node 2 (") and "no answer" in answered["desc"]
+    status, answered = await select_here(2, owner, "/rest/sql/lines", b"SELECT", 1, None)  # 204: not walgate's
+    assert status == 503 and "not walgate's" in answered["desc"]
+    assert (await select_here(2, None, "/rest/sql", b"SELECT", 1, None))[0] == 503
+
+
+def test_plain_rows_are_merged_and_cut_to_the_limit() -> None:
+    meta = [["v", "INT", 4]]
+    answers = [{"column_meta": meta, "data": [[1], [2]]}, {"column_meta": meta, "data": [[3]]}]
+    assert merge_rows(None, answers) == {"code": 0, "column_meta": meta, "data": [[1], [2], [3]], "rows": 3}
+    assert merge_rows(2, answers)["data"] == [[1], [2]]
 
 
 def test_the_answer_names_what_was_written_and_what_not() -> None:

@@ -99,7 +99,16 @@ from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.shared_catalog import SharedCatalog
-from walgate.gateway.sql_forward import FORWARDED, ROWS_HEADER, Outcome, answer, send
+from walgate.gateway.sql_forward import (
+    FORWARDED,
+    HERE,
+    ROWS_HEADER,
+    Outcome,
+    answer,
+    merge_rows,
+    select_here,
+    send,
+)
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
@@ -109,6 +118,7 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine, PreparedSelect, Result
 from walgate.storage.errors import (
     InvalidValue,
+    LimitExceeded,
     NotHere,
     QueryCancelled,
     RequestTooLarge,
@@ -229,10 +239,10 @@ async def _sql(request: web.Request) -> web.Response:
     shared = app[_SHARED]() if _SHARED in app else None
     forwarded = request.headers.get(FORWARDED)  # a part of an INSERT another node was asked (sql_forward.py)
     host = request.remote or ""
+    stmt: ast.Statement | None = None  # once parsed
     try:
         engine = app[_ENGINE]
         ingest = app.get(_INGEST)
-        stmt: ast.Statement
         if forwarded is not None:
             stmt = await asyncio.to_thread(_forwarded_part, sql, forwarded)
         elif ingest is not None and ingest.takes(len(body)) and _INSERT.match(sql):  # parsed, planned in a worker
@@ -255,20 +265,9 @@ async def _sql(request: web.Request) -> web.Response:
             # max_request_bytes, the engine's statement limit)
             stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select):
-            select = stmt
-
-            def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
-                return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db)
-
-            prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
-            if answer.damaged:
-                await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
-            if answer.error is not None:
-                if isinstance(answer.error, QueryCancelled):
-                    log.info("SELECT from %s stopped: %s", request.remote, answer.error.message)
-                raise answer.error
-            assert answer.body is not None
-            return web.Response(body=answer.body, content_type="application/json")
+            here_only = forwarded is not None  # another node's SELECT: the rows of this node's vgroups
+            selected = await _select(request, authorizer, principal, host, stmt, db, here_only)
+            return web.Response(body=selected, content_type="application/json")
         if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
             if authorizer is not None:
                 check(authorizer, principal, host, stmt, db)
@@ -280,9 +279,13 @@ async def _sql(request: web.Request) -> web.Response:
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
-        if shared is None or forwarded is not None or not _INSERT.match(sql):
+        if shared is None or forwarded is not None:
             raise
-        return await _forward_insert(request, shared, authorizer, principal, host, body, db)
+        if _INSERT.match(sql):
+            return await _forward_insert(request, shared, authorizer, principal, host, body, db)
+        if not isinstance(stmt, ast.Select):  # SHOW db.TABLES: not merged yet
+            raise
+        return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
             audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
@@ -297,14 +300,82 @@ async def _sql(request: web.Request) -> web.Response:
     return _json(200, result.rest_body())
 
 
-def _forwarded_part(sql: str, header: str) -> ast.Insert:
-    """The part of the INSERT ``sql`` another node forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``:
-    ``<sender>;<positions>``); InvalidValue when the header is malformed or ``sql`` is not an INSERT."""
+def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select:
+    """The part of the INSERT or SELECT ``sql`` another node forwarded here (its :data:`~.sql_forward.FORWARDED`
+    ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT); InvalidValue when the header
+    is malformed or does not fit the statement."""
     _, sep, positions = header.partition(";")
     stmt = parse(sql)
+    if sep and positions == HERE and isinstance(stmt, ast.Select):
+        return stmt
     if not sep or not isinstance(stmt, ast.Insert):
-        raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT")
+        raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, or"
+                           f" {HERE!r} of a SELECT")
     return targets_at(stmt, parse_positions(positions))
+
+
+async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
+                  select: ast.Select, db: str | None, here_only: bool = False) -> bytes:
+    """The JSON answer of ``select`` run in a query worker once ``principal`` may run it (``here_only``: over the
+    vgroups placed on this node: :meth:`~walgate.storage.select.Selects.prepare`); raises its error."""
+    app = request.app
+    engine = app[_ENGINE]
+
+    def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
+        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only)
+
+    prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
+    if answer.damaged:
+        await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+    if answer.error is not None:
+        if isinstance(answer.error, QueryCancelled):
+            log.info("SELECT from %s stopped: %s", request.remote, answer.error.message)
+        raise answer.error
+    assert answer.body is not None
+    return answer.body
+
+
+async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                        principal: str, host: str, body: bytes, stmt: ast.Select, db: str | None) -> web.Response:
+    """The SELECT ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on other nodes: run by every
+    node holding one over its own vgroups (this node in its query workers, the others asked through
+    :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and their rows merged
+    (:func:`~.sql_forward.merge_rows`); any node failing fails it whole, naming that node (never a partial answer).
+    The merged answer is bounded by ``sql.max.bytes``, as each node's is."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    try:
+        if authorizer is not None:
+            await storage.call(check, authorizer, principal, host, stmt, db)
+    except NotPermitted as e:
+        return _error(403, e.code, e.message)
+    local = engine.catalog.node_id
+    dbdef = await storage.call(engine.store.resolve_db, stmt.source.db, db)
+    nodes = sorted(set(dbdef.nodes or (local,)))
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+    path = "/rest/sql" + (f"/{db}" if db else "")
+
+    async def here() -> tuple[int, dict[str, Any]]:
+        try:
+            return 200, orjson.loads(await _select(request, authorizer, principal, host, stmt, db, here_only=True))
+        except StorageError as e:  # what the error middleware answers for it
+            status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
+            return status, {"code": e.code, "desc": f"node {local}: {e.message}"}
+
+    answers = await asyncio.gather(*(
+        here() if node == local else select_here(node, urls.get(node), path, body, local,
+                                                 request.headers.get("Authorization"))
+        for node in nodes))
+    for node, (status, answered) in zip(nodes, answers, strict=True):
+        if status != 200:
+            desc = str(answered.get("desc", ""))
+            return _error(status, int(answered.get("code", 0)), f"SELECT of database {dbdef.name}, spread over nodes "
+                          f"{', '.join(map(str, nodes))}: {desc if desc.startswith('node ') else f'node {node}: {desc}'}")
+    merged = orjson.dumps(merge_rows(stmt.limit, [answered for _, answered in answers]))
+    if len(merged) > app[_QUERIES].max_bytes:
+        raise LimitExceeded(f"the query's answer is larger than {app[_QUERIES].max_bytes} bytes (sql.max.bytes), "
+                            "merged from its nodes: narrow it, or add a LIMIT")
+    return web.Response(body=merged, content_type="application/json")
 
 
 async def _forward_insert(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
@@ -353,12 +424,12 @@ def _gone(request: web.Request) -> bool:
 
 
 def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Select,
-              db: str | None) -> PreparedSelect:
-    """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check); NotPermitted
-    otherwise."""
+              db: str | None, here_only: bool) -> PreparedSelect:
+    """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check; ``here_only``:
+    over this node's vgroups alone); NotPermitted otherwise."""
     if authorizer is not None:
         check(authorizer, principal, host, stmt, db)
-    return engine.prepare_select(stmt, db)
+    return engine.prepare_select(stmt, db, here_only)
 
 
 def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:

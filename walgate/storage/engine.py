@@ -216,10 +216,10 @@ class Engine:
             raise Unsupported(f"{type(stmt).__name__} statements are not supported")
         return handler(stmt, db)
 
-    def prepare_select(self, stmt: ast.Select, db: str | None = None) -> PreparedSelect:
+    def prepare_select(self, stmt: ast.Select, db: str | None = None, here_only: bool = False) -> PreparedSelect:
         """A SELECT bound to what its database serves now, to run on another thread or process
-        (:class:`PreparedSelect`)."""
-        return self.selects.prepare(stmt, db)
+        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT (:meth:`Selects.prepare`)."""
+        return self.selects.prepare(stmt, db, here_only)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a :class:`PreparedSelect` run over ``db`` found (``(vnode index, version)``)."""

@@ -56,18 +56,25 @@ class Selects:
         finally:
             self.recheck(prepared.db, damaged)
 
-    def prepare(self, s: ast.Select, session: str | None) -> PreparedSelect:
+    def prepare(self, s: ast.Select, session: str | None, here_only: bool = False) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
-        (:class:`PreparedSelect`); call on the engine's thread."""
+        (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
+        SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
+        alone, and only a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are the
+        concatenation of every vnode's: any other is refused (:class:`Unsupported`)."""
         db = self.store.resolve_db(s.source.db, session)
         native = next((t.name for t in self.store.catalog.topics.values() if t.kind == "kafka" and t.db == db.name),
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
             raise Unsupported(f"{db.name} holds Kafka-native topic {native}: read it with a Kafka client")
         q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
+        if here_only and not q.plain:
+            raise Unsupported(f"Database {db.name} is spread over several nodes: a SELECT of it is merged across "
+                              "nodes only without aggregates, windows, grouping, ORDER BY and OFFSET (not yet)")
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
-        for vnode in self.store.all_vnodes(db):  # never a partial answer: NotHere when a vgroup is elsewhere
+        # never a partial answer: NotHere when a vgroup is elsewhere, unless this node's part is asked for
+        for vnode in self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db):
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
         return PreparedSelect(db.name, s, q, ev, tuple(sources))

@@ -206,6 +206,10 @@ class Store:
             self.local_vnode(db.name, missing)
         return vnodes
 
+    def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
+        """The vnodes of ``db`` placed on this node (StorageUnavailable while they are not open yet)."""
+        return self._opened(db.name)
+
     def _opened(self, db: str) -> list[Vnode]:
         vnodes = self.vnodes.get(db)
         if vnodes is None:
