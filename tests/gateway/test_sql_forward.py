@@ -7,13 +7,16 @@ credentials and the part's positions are carried. The client's answer says which
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
+from walgate.gateway.http_api import _here  # the node asked's own part of the same answer
 from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, merge_rows, select_here, send
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.insert_routing import Part
 
 PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
@@ -112,3 +115,19 @@ def test_the_answer_names_what_was_written_and_what_not() -> None:
     assert body["unknown"] == []
     assert body["desc"] == ("INSERT spanning nodes, each node's part all or nothing: 2 rows of f.a0 on node 1: "
                             "written; 5 rows of f.b0, f.b1 on node 2: NOT written (node 2 is not registered)")
+
+
+async def test_this_nodes_part_failing_is_an_outcome_never_an_exception() -> None:
+    """The node asked's own part (http_api._here): a full or failing disk is 'not written' (the engine keeps
+    nothing of a refused write), anything unexpected 'unknown'; the other parts' outcomes are still answered."""
+    async def failing(exc: Exception) -> Outcome:
+        raise exc
+
+    full = await _here(HERE, 1, failing(OSError(errno.ENOSPC, "No space left on device")))
+    assert (full.state, full.status) == ("not_written", 503) and "No space left" in full.desc
+    refused = await _here(HERE, 1, failing(StorageUnavailable("fsync failed: nothing was kept")))
+    assert (refused.state, refused.status, refused.code) == ("not_written", 503, StorageUnavailable.code)
+    bug = await _here(HERE, 1, failing(KeyError("x")))
+    assert (bug.state, bug.status) == ("unknown", 500)
+    status, body = answer([full, Outcome(PART, "written", rows=5)])
+    assert status == 503 and [p["node"] for p in body["written"]] == [2], "node 2's rows are said written"

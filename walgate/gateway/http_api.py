@@ -408,14 +408,22 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
-    """The outcome of ``part`` written on this node (``local``) by ``write``: its error, as the error middleware
-    would answer it, makes it not written (nothing of it was)."""
+    """The outcome of ``part`` written on this node (``local``) by ``write``, never an exception, so that the client
+    learns what became of every other part: an error the error middleware answers with "nothing written" (a
+    StorageError, an OSError) makes it not written, anything else (damaged data, a bug: logged) unknown."""
     try:
         return await write
     except StorageError as e:
         status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
             403 if isinstance(e, NotPermitted) else 400
         return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
+    except OSError as e:
+        return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
+                       desc=f"node {local}: storage error: {e}")
+    except Exception as e:
+        log.exception("unexpected error writing this node's part of a write spanning nodes")
+        return Outcome(part, "unknown", status=500, code=INTERNAL_ERROR,
+                       desc=f"node {local}: internal error: {type(e).__name__}: {e}")
 
 
 def _gone(request: web.Request) -> bool:
