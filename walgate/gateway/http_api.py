@@ -335,20 +335,30 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
     return answer.body
 
 
-async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                        principal: str, host: str, body: bytes, stmt: ast.Select, db: str | None) -> web.Response:
-    """The SELECT ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on other nodes: run by every
-    node holding one over its own vgroups (this node in its query workers, the others asked through
-    :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and their rows merged
-    (:func:`~.sql_forward.merge_rows`); any node failing fails it whole, naming that node (never a partial answer).
-    The merged answer is bounded by ``sql.max.bytes``, as each node's is."""
-    app = request.app
-    engine, storage = app[_ENGINE], app[_STORAGE]
+async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, principal: str, host: str,
+                         stmt: ast.Statement, db: str | None) -> web.Response | None:
+    """403 when ``principal`` may not run the whole of ``stmt`` (checked on the storage lane, before any part of it
+    is sent to another node); None when it may or there is no ``authorizer``."""
     try:
         if authorizer is not None:
             await storage.call(check, authorizer, principal, host, stmt, db)
     except NotPermitted as e:
         return _error(403, e.code, e.message)
+    return None
+
+
+async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                        principal: str, host: str, body: bytes, stmt: ast.Select, db: str | None) -> web.Response:
+    """The SELECT ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on other nodes:
+    run by every node holding one over its own vgroups (this node in its query workers, the others asked through
+    :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and their rows merged
+    (:func:`~.sql_forward.merge_rows`); any node failing fails it whole, naming that node (never a partial answer).
+    The merged answer is bounded by ``sql.max.bytes``, as each node's is."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
+    if refused is not None:
+        return refused
     local = engine.catalog.node_id
     dbdef = await storage.call(engine.store.resolve_db, stmt.source.db, db)
     nodes = sorted(set(dbdef.nodes or (local,)))
@@ -388,11 +398,9 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
     if not isinstance(stmt, ast.Insert):
         raise InvalidValue("the statement is not an INSERT")
-    try:
-        if authorizer is not None:
-            await storage.call(check, authorizer, principal, host, stmt, db)
-    except NotPermitted as e:
-        return _error(403, e.code, e.message)
+    refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
+    if refused is not None:
+        return refused
     local = engine.catalog.node_id
     parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local))
     if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
