@@ -309,13 +309,16 @@ class ShareCoordinator:
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
-    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool) -> tuple[int, str | None]:
-        """Check (and move on) the session for a request carrying ``epoch``: (error code, message)."""
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool,
+                members_known: bool = True) -> tuple[int, str | None]:
+        """Check (and move on) the session for a request carrying ``epoch``: (error code, message).
+        ``members_known``: the group's members are known here (this node coordinates it); when not (a cluster's
+        partition leader), epoch 0 opens a session for any non-empty member id, as Kafka's share-partition leader."""
         key = (group_id, member_id)
         if epoch == 0:
             if not fetch:
                 return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
-            if not self.groups.is_member(group_id, member_id):
+            if not (self.groups.is_member(group_id, member_id) if members_known else member_id):
                 return ErrorCode.unknown_member_id, None
             self.sessions[key] = _Session(1)  # a full session: the request names all its partitions
             return ErrorCode.none, None
