@@ -96,12 +96,6 @@ def test_share_consumers_on_two_nodes_share_a_topic_spread_over_both(etcd1: Etcd
             group = _group_of(_placement(etcd1), 2, "workers")
             leaders = _cluster_topic(n1, group)
             on1 = next(p for p, n in leaders.items() if n == 1)  # node 1 leads it, node 2 coordinates the group
-            heartbeat = {"group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0, "rack_id": None,
-                         "subscribed_topic_names": [TOPIC]}
-            assert _request(n1.kafka_port, 76, 1, heartbeat).error_code == ErrorCode.not_coordinator
-            described = _request(n1.kafka_port, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
-            assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator]
-
             workers = [_java("ShareWorker.java", port, group, "--idle", "8", "--timeout", "150",
                              "--release-value", "again") for port in (n1.kafka_port, n2.kafka_port)]
             eventually("both consumers joined (one partition each: both receive records)",
@@ -116,6 +110,11 @@ def test_share_consumers_on_two_nodes_share_a_topic_spread_over_both(etcd1: Etcd
             assert sorted(r["delivery_count"] for r in got if r["value"] == "again") == [1, 2, 3], \
                 "the RELEASEd record is delivered again until the delivery limit archives it"
 
+            heartbeat = {"group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0, "rack_id": None,
+                         "subscribed_topic_names": [TOPIC]}
+            assert _request(n1.kafka_port, 76, 1, heartbeat).error_code == ErrorCode.not_coordinator
+            described = _request(n1.kafka_port, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
+            assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator]
             _not_leader(n1, n2, group, leaders)
             listed = {i: {g.group_id for g in _request(s.kafka_port, 16, 5, {"types_filter": ["share"]}).groups}
                       for i, s in ((1, n1), (2, n2))}
