@@ -119,6 +119,7 @@ def test_share_consumers_on_two_nodes_share_a_topic_spread_over_both(etcd1: Etcd
             listed = {i: {g.group_id for g in _request(s.kafka_port, 16, 5, {"types_filter": ["share"]}).groups}
                       for i, s in ((1, n1), (2, n2))}
             assert listed == {1: set(), 2: {group}}, "the group's coordinator lists it"
+            _admin(n1, n2, group, on1)
 
             port1, data1 = n1.kafka_port, n1.data_dir
             n1.proc.send_signal(signal.SIGKILL)  # the node of partition `on1`, acknowledged there
@@ -138,6 +139,28 @@ def _members(server: WalgateServer, group: str) -> int:
     """The members of ``group`` ShareGroupDescribe names through ``server`` (its coordinator)."""
     described = _request(server.kafka_port, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
     return len(described.groups[0].members)
+
+
+def _admin(n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
+    """Share-group administration of the (now empty) group: NOT_COORDINATOR from node 1; its coordinator, node 2,
+    answers for its own partition (15 records, all acknowledged: start offset 15) and NOT_LEADER_OR_FOLLOWER, with
+    a message, for partition ``on1``, whose state node 1 keeps; nothing is changed there."""
+    on2 = 1 - on1
+    asked = {"groups": [{"group_id": group, "topics": [{"topic_name": TOPIC, "partitions": [0, 1]}]}]}
+    assert [g.error_code for g in _request(n1.kafka_port, 90, 1, asked).groups] == [ErrorCode.not_coordinator]
+    described = {p.partition_index: p for g in _request(n2.kafka_port, 90, 1, asked).groups for t in g.topics
+                 for p in t.partitions}
+    assert (described[on2].error_code, described[on2].start_offset) == (ErrorCode.none, 15)
+    assert described[on1].error_code == ErrorCode.not_leader_or_follower
+    assert "node 1" in (described[on1].error_message or "")
+    alter = {"group_id": group, "topics": [{"topic_name": TOPIC, "partitions": [
+        {"partition_index": p, "start_offset": 15 + (p == on1)} for p in (0, 1)]}]}
+    assert _request(n1.kafka_port, 91, 0, alter).error_code == ErrorCode.not_coordinator
+    altered = _request(n2.kafka_port, 91, 0, alter)
+    assert {p.partition_index: p.error_code for t in altered.responses for p in t.partitions} == {
+        on2: ErrorCode.none, on1: ErrorCode.not_leader_or_follower}
+    deleted = _request(n2.kafka_port, 92, 0, {"group_id": group, "topics": [{"topic_name": TOPIC}]})
+    assert [t.error_code for t in deleted.responses] == [ErrorCode.not_leader_or_follower]
 
 
 def _not_leader(n1: WalgateServer, n2: WalgateServer, group: str, leaders: dict[int, int]) -> None:
