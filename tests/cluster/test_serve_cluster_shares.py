@@ -96,7 +96,7 @@ def test_share_consumers_on_two_nodes_share_a_topic_spread_over_both(etcd1: Etcd
             group = _group_of(_placement(etcd1), 2, "workers")
             leaders = _cluster_topic(n1, group)
             on1 = next(p for p, n in leaders.items() if n == 1)  # node 1 leads it, node 2 coordinates the group
-            workers = [_java("ShareWorker.java", port, group, "--idle", "8", "--timeout", "150",
+            workers = [_java("ShareWorker.java", port, group, "--idle", "5", "--timeout", "150",
                              "--release-value", "again") for port in (n1.kafka_port, n2.kafka_port)]
             eventually("both consumers joined (one partition each: both receive records)",
                        lambda: _members(n2, group) == 2)
@@ -125,9 +125,8 @@ def test_share_consumers_on_two_nodes_share_a_topic_spread_over_both(etcd1: Etcd
             n1.proc.send_signal(signal.SIGKILL)  # the node of partition `on1`, acknowledged there
             n1.proc.wait(timeout=30)
             with node(etcd1, tmp_path, 1, *SHARES, data_dir=data1, kafka_port=port1) as again:
-                wait_log(again, "walgate ready")
                 after = _values(n2.kafka_port, "after", 5)
-                late = _records(_java("ShareWorker.java", port1, group, "--idle", "8", "--timeout", "150"))
+                late = _records(_java("ShareWorker.java", port1, group, "--idle", "5", "--timeout", "150"))
                 assert sorted(r["value"] for r in late) == sorted(after), \
                     "nothing acknowledged before the kill is delivered again"
                 no_traceback(again)
@@ -211,7 +210,7 @@ def test_records_a_killed_share_consumer_held_come_back_after_their_lock(etcd1: 
                 holder.send_signal(signal.SIGKILL)  # dies holding its batch, unacknowledged
                 holder.communicate(timeout=30)
             assert held and {r["delivery_count"] for r in held} == {1}, held
-            got = _records(_java("ShareWorker.java", n1.kafka_port, group, "--idle", str(LOCK_MS / 1000 + 8),
+            got = _records(_java("ShareWorker.java", n1.kafka_port, group, "--idle", str(LOCK_MS / 1000 + 4),
                                  "--timeout", "150"))
             assert Counter(r["value"] for r in got) == Counter(want), "each record once, the held ones again"
             assert all(r["delivery_count"] >= 2 for r in got if r["value"] in {h["value"] for h in held}), \
