@@ -141,7 +141,8 @@ def _members(server: WalgateServer, group: str) -> int:
 
 
 def _admin(n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
-    """Share-group administration of the (now empty) group: NOT_COORDINATOR from node 1; its coordinator, node 2,
+    """Share-group administration of the (now empty) group: NOT_COORDINATOR from node 1 (DeleteGroups too); its
+    coordinator, node 2,
     answers for its own partition (15 records, all acknowledged: start offset 15) and NOT_LEADER_OR_FOLLOWER, with
     a message, for partition ``on1``, whose state node 1 keeps; nothing is changed there."""
     on2 = 1 - on1
@@ -160,6 +161,8 @@ def _admin(n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
         on2: ErrorCode.none, on1: ErrorCode.not_leader_or_follower}
     deleted = _request(n2.kafka_port, 92, 0, {"group_id": group, "topics": [{"topic_name": TOPIC}]})
     assert [t.error_code for t in deleted.responses] == [ErrorCode.not_leader_or_follower]
+    assert [(r.group_id, r.error_code) for r in _request(n1.kafka_port, 42, 2, {"groups_names": [group]}).results] == [
+        (group, ErrorCode.not_coordinator)], "node 1 keeps partition on1's state (the late consumer below shows it)"
 
 
 def _not_leader(n1: WalgateServer, n2: WalgateServer, group: str, leaders: dict[int, int]) -> None:
