@@ -8,8 +8,9 @@ So a ShareFetch / ShareAcknowledge names partitions of its share session that ar
 another node is answered NOT_LEADER_OR_FOLLOWER with KIP-951's ``CurrentLeader`` and the leader's endpoint in
 ``NodeEndpoints`` (:mod:`.leaders`), and is neither added to the session nor acknowledged here. A partition leader
 that does not coordinate the group does not know its members: it opens a share session for any member id, as
-Kafka's share-partition leader does, and the records a member holds there come back when their locks end or when
-it closes its session there (epoch -1). On a single node every partition and group is the node's.
+Kafka's share-partition leader does, and the records a member holds there come back when their locks end, when it
+closes its session there (epoch -1), or when the session asked nothing for a member session timeout
+(:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`). On a single node every partition and group is the node's.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
 
     def acknowledge(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:
-        code, message = coordinator.session(group_id, member_id, epoch, fetch=False)
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=False, now_ms=now_ms())
         if code != ErrorCode.none:
             return code, message, 0, {}
         names, errors = resolve(topics, request.topics, readable)

@@ -211,7 +211,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
 
     def first(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
-        code, message = coordinator.session(group_id, member_id, epoch, fetch=True, members_known=members_known)
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=True, members_known=members_known,
+                                            now_ms=now_ms())
         if code != ErrorCode.none:
             return Round(code, message)
         names, errors = resolve(topics, request.topics, readable)
