@@ -28,6 +28,7 @@ from walgate.storage.errors import LimitExceeded, Unsupported
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
+from walgate.storage.select_merge import decode, encode
 from walgate.storage.sql import ast
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -56,28 +57,30 @@ class Selects:
         finally:
             self.recheck(prepared.db, damaged)
 
-    def prepare(self, s: ast.Select, session: str | None, here_only: bool = False) -> PreparedSelect:
+    def prepare(self, s: ast.Select, session: str | None, here_only: bool = False,
+                scan: bool = False) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
         SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
-        alone, and only a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are the
-        concatenation of every vnode's: any other is refused (:class:`Unsupported`)."""
+        alone, and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
+        the concatenation of every vnode's, or with ``scan`` the scanned rows the node asked merges
+        (:meth:`PreparedSelect.scan_rows`); any other is refused (:class:`Unsupported`)."""
         db = self.store.resolve_db(s.source.db, session)
         native = next((t.name for t in self.store.catalog.topics.values() if t.kind == "kafka" and t.db == db.name),
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
             raise Unsupported(f"{db.name} holds Kafka-native topic {native}: read it with a Kafka client")
         q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
-        if here_only and not q.plain:
-            raise Unsupported(f"Database {db.name} is spread over several nodes: a SELECT of it is merged across "
-                              "nodes only without aggregates, windows, grouping, ORDER BY and OFFSET (not yet)")
+        if here_only and not q.plain and not scan:
+            raise Unsupported(f"Database {db.name} is spread over several nodes: this node's part of a SELECT with "
+                              "aggregates, windows, grouping, ORDER BY or OFFSET is its scanned rows")
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         # never a partial answer: NotHere when a vgroup is elsewhere, unless this node's part is asked for
         for vnode in self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db):
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
-        return PreparedSelect(db.name, s, q, ev, tuple(sources))
+        return PreparedSelect(db.name, s, q, ev, tuple(sources), scan=scan and not q.plain)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a run of a query over ``db`` found: ``(vnode index, version)`` (see
@@ -101,6 +104,8 @@ class PreparedSelect:
     query: Query
     evaluator: TopicEvaluator
     sources: tuple[tuple[WalSnapshot, Mapping[str, pa.Table]], ...]  # per vnode: snapshot, tag table by stable
+    scan: bool = False  # answer the scanned rows (scan_rows), not the query's: this node's part of a merged query
+    remote: tuple[bytes, ...] = ()  # other nodes' scanned rows (select_merge.encode), merged with ``sources``'
 
     def run(self, cancel: Cancel | None = None, max_bytes: int | None = None,
             damaged: list[tuple[int, int]] | None = None) -> Result:
@@ -116,6 +121,7 @@ class PreparedSelect:
             tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
             tables = [scanned.take(r.values.append_column("tbname", r.keys))
                       for r in self._scan(cancel, found) if r.values is not None]
+            tables += [scanned.take(decode(blob)) for blob in self.remote]
             meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table, cancel))
         rows: list[list[Any]] = []
@@ -126,6 +132,17 @@ class PreparedSelect:
                 del rows[s.limit :]
                 break
         return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
+
+    def scan_rows(self, cancel: Cancel | None = None, max_bytes: int | None = None,
+                  damaged: list[tuple[int, int]] | None = None) -> bytes:
+        """This node's part of a query merged across nodes (:mod:`walgate.storage.select_merge`): the rows its
+        vnodes' scan keeps (WHERE), every column of the source plus ``tbname``, cut to the query's
+        :meth:`~walgate.storage.query.Query.rows_needed`, as an Arrow IPC stream. ``cancel``, ``max_bytes`` and
+        ``damaged`` as :meth:`run`'s."""
+        scanned = _Budget(max_bytes)
+        tables = [scanned.take(r.values.append_column("tbname", r.keys))
+                  for r in self._scan(cancel, damaged if damaged is not None else []) if r.values is not None]
+        return encode(self.query.cut(self.evaluator.known, self.evaluator.output_schema(), tables, cancel))
 
     def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[Records]:
         for index, (snapshot, tags) in enumerate(self.sources):

@@ -1,0 +1,44 @@
+"""A SELECT over a database spread over several nodes, merged on the node asked (cluster mode; docs/cluster.md
+"SQL across nodes").
+
+A plain query (:func:`~walgate.storage.query.plain`) is answered by each node holding vgroups of the database over
+its own vnodes and the answers concatenated (:func:`walgate.gateway.sql_forward.merge_rows`). Every other query
+(aggregates, windows, FILL, GROUP BY / PARTITION BY, HAVING, ORDER BY, OFFSET) is merged by *shipping rows*: each
+node scans its own vnodes with the query's WHERE, as it would for itself, and sends the node asked those rows (every
+column of the source plus ``tbname``, Arrow IPC: :func:`encode`), cut to the first OFFSET + LIMIT rows in the query's
+ORDER BY when that is all the answer can need (:meth:`Query.rows_needed <walgate.storage.query.Query.rows_needed>`);
+the node asked runs the query in DuckDB over the union of every node's rows (:func:`decode`), exactly as a single
+node runs it over the rows of all its vnodes. So the answer is the one a single node holding every row gives, for
+every function walgate supports (PERCENTILE-like functions included), at the price of moving the rows that pass
+WHERE: every node's part and their sum on the node asked are bounded by ``sql.max.bytes`` (the statement memory
+limit, as Arrow bytes), past which the query is refused with :class:`~walgate.storage.errors.LimitExceeded`.
+Partial aggregates (an owner sending COUNT/SUM/MIN/MAX per group instead of rows) are not built.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from walgate.storage.errors import InvalidValue
+
+__all__ = ["ARROW_STREAM", "decode", "encode"]
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+"""The media type of a node's scanned rows (Arrow's IPC streaming format)."""
+
+
+def encode(rows: pa.Table) -> bytes:
+    """``rows`` in Arrow's IPC streaming format (what :func:`decode` reads back, schema and types kept)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
+
+
+def decode(blob: bytes) -> pa.Table:
+    """The rows :func:`encode` wrote to ``blob``; InvalidValue when it is not an Arrow IPC stream."""
+    try:
+        return pa.ipc.open_stream(blob).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidValue(f"a node's rows of a merged query are not an Arrow stream: {exc}") from None
