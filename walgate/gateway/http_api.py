@@ -273,8 +273,7 @@ async def _sql(request: web.Request) -> web.Response:
             scan = (forwarded or "").partition(";")[2] == SCAN and not plain(stmt)  # (select_merge.py)
             _, selected = await _select(request, authorizer, principal, host, stmt, db, here_only, scan)
             return web.Response(body=selected, content_type=ARROW_STREAM if scan else "application/json")
-        if forwarded is not None:  # another node's SHOW TABLES (_forwarded_part): the tables of this node's vgroups
-            assert isinstance(stmt, ast.Show)
+        if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
             result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
             return _json(200, result.rest_body())
         if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
@@ -419,7 +418,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
                           f"{', '.join(map(str, nodes))}: {desc if desc.startswith('node ') else f'node {node}: {desc}'}")
     if scan:
         blobs = tuple(answered for _, answered in answers if isinstance(answered, bytes))
-        merge = dataclasses.replace(prepared[0], scan=False, sources=(), remote=blobs)
+        merge = dataclasses.replace(prepared[0], scan=False, sources=(), vgroups=(), remote=blobs)
         async def merged_here() -> PreparedSelect:
             return merge
 

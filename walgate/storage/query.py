@@ -484,16 +484,18 @@ class Query:
         return s.offset + s.limit
 
     def cut(self, columns: Mapping[str, Column], schema: pa.Schema, tables: Iterable[pa.Table],
-            cancel: Cancel | None = None) -> pa.Table:
-        """The scanned rows ``tables`` (as :meth:`run` takes them) as one table of ``schema`` plus ``tbname``, cut
-        to their first :meth:`rows_needed` in the query's ORDER BY (the first scanned without one): a node's part
-        of a query merged across nodes (:mod:`walgate.storage.select_merge`)."""
+            cancel: Cancel | None = None) -> tuple[pa.Table, pa.Array | None]:
+        """The scanned rows ``tables`` (as :meth:`run` takes them) cut to their first :meth:`rows_needed` in the
+        query's ORDER BY (the first scanned without one): a node's part of a query merged across nodes
+        (:mod:`walgate.storage.select_merge`). The rows kept, as one table of ``schema`` plus ``tbname``, and their
+        positions among all (None: all of them, in order)."""
         rows, src = self._source(schema, tables)
         needed = self.rows_needed()
         if needed is None or rows.num_rows <= needed:
-            return rows
+            return rows, None
         if not self.select.order_by:
-            return rows.slice(0, needed)
+            positions = pa.array(range(needed), pa.int64())
+            return rows.take(positions), positions
         types = {name: c.type for name, c in columns.items()} | {"tbname": TBNAME_TYPE}
         numbered = src.append_column("__wg_row", pa.array(range(src.num_rows), pa.int64()))
 
@@ -508,7 +510,8 @@ class Query:
             return f'SELECT "__wg_row" FROM src ORDER BY {order} LIMIT {needed}', []
 
         picked, _ = self._duckdb(numbered, cancel, plan)
-        return rows.take(picked.column(0))
+        positions = picked.column(0).combine_chunks()
+        return rows.take(positions), positions
 
     def _source(self, schema: pa.Schema, tables: Iterable[pa.Table]) -> tuple[pa.Table, pa.Table]:
         """The scanned rows as one table of ``schema`` plus ``tbname``, and DuckDB's source table ``src``: those

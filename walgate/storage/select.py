@@ -28,7 +28,7 @@ from walgate.storage.errors import LimitExceeded, Unsupported
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
-from walgate.storage.select_merge import decode, encode
+from walgate.storage.select_merge import decode, encode, union
 from walgate.storage.sql import ast
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -77,10 +77,12 @@ class Selects:
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         # never a partial answer: NotHere when a vgroup is elsewhere, unless this node's part is asked for
-        for vnode in self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db):
+        vnodes = self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db)
+        for vnode in vnodes:
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
-        return PreparedSelect(db.name, s, q, ev, tuple(sources), scan=scan and not q.plain)
+        return PreparedSelect(db.name, s, q, ev, tuple(sources), tuple(v.index for v in vnodes),
+                              scan=scan and not q.plain)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a run of a query over ``db`` found: ``(vnode index, version)`` (see
@@ -104,6 +106,7 @@ class PreparedSelect:
     query: Query
     evaluator: TopicEvaluator
     sources: tuple[tuple[WalSnapshot, Mapping[str, pa.Table]], ...]  # per vnode: snapshot, tag table by stable
+    vgroups: tuple[int, ...]  # each source's vnode index
     scan: bool = False  # answer the scanned rows (scan_rows), not the query's: this node's part of a merged query
     remote: tuple[bytes, ...] = ()  # other nodes' scanned rows (select_merge.encode), merged with ``sources``'
 
@@ -120,12 +123,13 @@ class PreparedSelect:
         if not self.query.plain:
             tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
             tables = [scanned.take(r.values.append_column("tbname", r.keys))
-                      for r in self._scan(cancel, found) if r.values is not None]
-            tables += [scanned.take(decode(blob)) for blob in self.remote]
+                      for _, r in self._scan(cancel, found) if r.values is not None]
+            if self.remote:
+                tables.append(union([scanned.take(decode(blob)) for blob in self.remote]))
             meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table, cancel))
         rows: list[list[Any]] = []
-        for recs in self._scan(cancel, found):
+        for _, recs in self._scan(cancel, found):
             assert recs.values is not None
             rows += _json_rows(scanned.take(recs.values))
             if s.limit is not None and len(rows) >= s.limit:
@@ -137,22 +141,29 @@ class PreparedSelect:
                   damaged: list[tuple[int, int]] | None = None) -> bytes:
         """This node's part of a query merged across nodes (:mod:`walgate.storage.select_merge`): the rows its
         vnodes' scan keeps (WHERE), every column of the source plus ``tbname``, cut to the query's
-        :meth:`~walgate.storage.query.Query.rows_needed`, as an Arrow IPC stream. ``cancel``, ``max_bytes`` and
-        ``damaged`` as :meth:`run`'s."""
+        :meth:`~walgate.storage.query.Query.rows_needed`, each with its vnode's index, as an Arrow IPC stream
+        (:func:`~walgate.storage.select_merge.encode`). ``cancel``, ``max_bytes`` and ``damaged`` as :meth:`run`'s."""
         scanned = _Budget(max_bytes)
-        tables = [scanned.take(r.values.append_column("tbname", r.keys))
-                  for r in self._scan(cancel, damaged if damaged is not None else []) if r.values is not None]
-        return encode(self.query.cut(self.evaluator.known, self.evaluator.output_schema(), tables, cancel))
+        tables, vgroups = [], []
+        for vgroup, r in self._scan(cancel, damaged if damaged is not None else []):
+            if r.values is not None:
+                tables.append(scanned.take(r.values.append_column("tbname", r.keys)))
+                vgroups.append(pa.repeat(pa.scalar(vgroup, pa.int32()), r.values.num_rows))
+        rows, kept = self.query.cut(self.evaluator.known, self.evaluator.output_schema(), tables, cancel)
+        of_rows = pa.concat_arrays(vgroups) if vgroups else pa.array([], pa.int32())
+        return encode(rows, of_rows if kept is None else of_rows.take(kept))
 
-    def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[Records]:
-        for index, (snapshot, tags) in enumerate(self.sources):
+    def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[tuple[int, Records]]:
+        """Each vnode's records, with its index, in the order of :attr:`sources` (that of the vnode indexes)."""
+        for index, (snapshot, tags) in zip(self.vgroups, self.sources, strict=True):
             versions: list[int] = []
             try:
                 for entry in snapshot.entries(versions):
                     if cancel is not None:
                         cancel.check()
                     if entry.kind == KIND_DATA:
-                        yield from self.evaluator.evaluate(decode_entry(entry), lambda source, _: tags[source])
+                        for records in self.evaluator.evaluate(decode_entry(entry), lambda source, _: tags[source]):
+                            yield index, records
             finally:  # also when LIMIT or a cancel ends the scan early
                 damaged += [(index, v) for v in versions]
 
