@@ -1,0 +1,84 @@
+"""A SELECT merged from parts of its vnodes' scanned rows (walgate.storage.select_merge), as the node asked merges
+the parts of a database spread over nodes: the answer equals the one over every vnode at once, to the last bit of a
+floating-point sum and whatever order the parts arrive in; a part of a query of rows with ORDER BY ... LIMIT keeps
+only OFFSET + LIMIT rows; a part or the merge past ``max_bytes`` is refused; bytes that are not a part are refused.
+(The same across real nodes: tests/cluster/test_serve_cluster_select_merge.py.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from walgate.storage.engine import Engine, PreparedSelect
+from walgate.storage.errors import InvalidValue, LimitExceeded
+from walgate.storage.select_merge import decode
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    engine = Engine.open(tmp_path / "data")
+    engine.execute("CREATE DATABASE s VGROUPS 3")
+    engine.execute("CREATE STABLE s.m (ts TIMESTAMP, v DOUBLE, n INT) TAGS (t INT)")
+    for i in range(9):
+        rows = " ".join(f"({1700000000000 + j * 700 + i}, {0.1 * (i + 1) * (j + 3)}, {(i * j) % 7})" for j in range(9))
+        engine.execute(f"INSERT INTO s.d{i} USING s.m TAGS ({i % 3}) VALUES {rows}")
+    yield engine
+    engine.close()
+
+
+def _parts(engine: Engine, sql: str, max_bytes: int | None = None) -> tuple[PreparedSelect, list[bytes]]:
+    """The query of ``sql`` prepared, and each of its vnodes' part (scanned rows) in reverse vnode order."""
+    stmt = parse(sql)
+    assert isinstance(stmt, ast.Select)
+    prepared = engine.prepare_select(stmt, here_only=True, scan=True)
+    assert prepared.scan and len(prepared.vgroups) == 3
+    parts = [dataclasses.replace(prepared, sources=prepared.sources[i:i + 1], vgroups=prepared.vgroups[i:i + 1])
+             .scan_rows(max_bytes=max_bytes) for i in reversed(range(3))]
+    return prepared, parts
+
+
+def _merged(prepared: PreparedSelect, parts: list[bytes], max_bytes: int | None = None) -> tuple[object, object]:
+    result = dataclasses.replace(prepared, scan=False, sources=(), vgroups=(), remote=tuple(parts)).run(
+        max_bytes=max_bytes)
+    return result.columns, result.rows
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*), SUM(v), AVG(v), STDDEV(v), MIN(n), MAX(n), SPREAD(v), FIRST(v), LAST(v) FROM s.m",
+    "SELECT t, SUM(v), AVG(v) FROM s.m GROUP BY t HAVING COUNT(*) > 1 ORDER BY t DESC",
+    "SELECT _wstart, SUM(v), LAST_ROW(n) FROM s.m WHERE ts < 1700000004000 INTERVAL(900a) FILL(LINEAR)",
+    "SELECT tbname, SUM(v) FROM s.m GROUP BY tbname ORDER BY tbname LIMIT 4 OFFSET 2",
+    "SELECT ts, v, n FROM s.m ORDER BY v DESC, ts LIMIT 4 OFFSET 3",
+    "SELECT tbname, ts, v * n AS w FROM s.m WHERE n > 2 ORDER BY w, ts DESC LIMIT 5",
+])
+def test_parts_merged_in_any_order_answer_as_every_vnode_at_once(engine: Engine, sql: str) -> None:
+    whole = engine.execute(sql)
+    prepared, parts = _parts(engine, sql)
+    assert _merged(prepared, parts) == (whole.columns, whole.rows) and whole.rows
+
+
+def test_a_part_of_a_query_of_rows_with_a_limit_keeps_offset_plus_limit_rows(engine: Engine) -> None:
+    _, parts = _parts(engine, "SELECT ts, v FROM s.m ORDER BY v DESC LIMIT 2 OFFSET 1")
+    assert [decode(p).num_rows for p in parts] == [3, 3, 3]
+    _, parts = _parts(engine, "SELECT COUNT(*) FROM s.m ORDER BY 1 LIMIT 1")  # an aggregate needs every row
+    assert sum(decode(p).num_rows for p in parts) == 81
+
+
+def test_a_part_or_a_merge_past_max_bytes_is_refused(engine: Engine) -> None:
+    sql = "SELECT SUM(v) FROM s.m"
+    with pytest.raises(LimitExceeded, match="more than 100 bytes"):
+        _parts(engine, sql, max_bytes=100)
+    prepared, parts = _parts(engine, sql, max_bytes=1 << 20)
+    with pytest.raises(LimitExceeded, match="more than 1000 bytes"):
+        _merged(prepared, parts, max_bytes=1000)
+
+
+def test_bytes_that_are_not_a_part_are_refused(engine: Engine) -> None:
+    prepared, parts = _parts(engine, "SELECT SUM(v) FROM s.m")
+    with pytest.raises(InvalidValue, match="not an Arrow stream"):
+        _merged(prepared, [parts[0], b"not arrow"])
