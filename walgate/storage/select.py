@@ -24,11 +24,12 @@ import pyarrow.compute as pc
 
 from walgate.storage.cancel import Cancel
 from walgate.storage.entry import decode_entry
-from walgate.storage.errors import LimitExceeded, Unsupported
+from walgate.storage.errors import InvalidValue, LimitExceeded, Unsupported
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.select_merge import decode, encode, union
+from walgate.storage.select_partial import is_partial, split
 from walgate.storage.sql import ast
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -125,7 +126,14 @@ class PreparedSelect:
             tables = [scanned.take(r.values.append_column("tbname", r.keys))
                       for _, r in self._scan(cancel, found) if r.values is not None]
             if self.remote:
-                tables.append(union([scanned.take(decode(blob)) for blob in self.remote]))
+                merged = union([scanned.take(decode(blob)) for blob in self.remote])
+                if (partial := split(s, ev.known)) is not None:  # the nodes' partial aggregates
+                    meta, table = partial.answer(self.query.precision, merged, cancel)
+                    return Result(meta, _json_rows(table, cancel))
+                if is_partial(merged):
+                    raise InvalidValue("a node's part of a merged query is partial aggregates where rows were "
+                                       "expected (nodes of different versions?)")
+                tables.append(merged)
             meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table, cancel))
         rows: list[list[Any]] = []
@@ -149,7 +157,13 @@ class PreparedSelect:
             if r.values is not None:
                 tables.append(scanned.take(r.values.append_column("tbname", r.keys)))
                 vgroups.append(pa.repeat(pa.scalar(vgroup, pa.int32()), r.values.num_rows))
-        rows, kept = self.query.cut(self.evaluator.known, self.evaluator.output_schema(), tables, cancel)
+        ev = self.evaluator
+        if (partial := split(self.select, ev.known)) is not None:  # partial aggregates, not rows
+            tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
+            rows = partial.partials(self.query.precision, ev.known, tags, ev.output_schema(), tables, cancel)
+            first = min(self.vgroups, default=0)
+            return encode(rows, pa.repeat(pa.scalar(first, pa.int32()), rows.num_rows))
+        rows, kept = self.query.cut(ev.known, ev.output_schema(), tables, cancel)
         of_rows = pa.concat_arrays(vgroups) if vgroups else pa.array([], pa.int32())
         return encode(rows, of_rows if kept is None else of_rows.take(kept))
 
