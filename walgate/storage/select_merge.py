@@ -2,8 +2,9 @@
 "SQL across nodes").
 
 A plain query (:func:`~walgate.storage.query.plain`) is answered by each node holding vgroups of the database over
-its own vnodes and the answers concatenated (:func:`walgate.gateway.sql_forward.merge_rows`). Every other query
-(aggregates, windows, FILL, GROUP BY / PARTITION BY, HAVING, ORDER BY, OFFSET) is merged by *shipping rows*: each
+its own vnodes and the answers concatenated (:func:`walgate.gateway.sql_forward.merge_rows`). A grouped query whose
+partial aggregates merge exactly is split by :mod:`walgate.storage.select_partial` (each node ships a row per group
+and window). Every other query (other aggregates, FILL, HAVING, ORDER BY, OFFSET) is merged by *shipping rows*: each
 node scans its own vnodes with the query's WHERE, as it would for itself, and sends the node asked those rows (every
 column of the source plus ``tbname``, and each row's vnode index, Arrow IPC: :func:`encode`), cut to the first OFFSET + LIMIT rows in the query's
 ORDER BY when that is all the answer can need (:meth:`Query.rows_needed <walgate.storage.query.Query.rows_needed>`);
@@ -12,7 +13,7 @@ as a single node runs it over the rows of all its vnodes. So the answer is the o
 every function walgate supports (PERCENTILE-like functions included), at the price of moving the rows that pass
 WHERE: every node's part and their sum on the node asked are bounded by ``sql.max.bytes`` (the statement memory
 limit, as Arrow bytes), past which the query is refused with :class:`~walgate.storage.errors.LimitExceeded`.
-Partial aggregates (an owner sending COUNT/SUM/MIN/MAX per group instead of rows) are not built.
+Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
 """
 
 from __future__ import annotations
