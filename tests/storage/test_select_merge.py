@@ -10,7 +10,7 @@ a part of a query of rows with ORDER BY ... LIMIT keeps only OFFSET + LIMIT rows
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,9 +21,10 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> Engine:
-    engine = Engine.open(tmp_path / "data")
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """One engine for every test here (they only read): 9 subtables over 3 vgroups, 9 rows each."""
+    engine = Engine.open(tmp_path_factory.mktemp("merge") / "data")
     engine.execute("CREATE DATABASE s VGROUPS 3")
     engine.execute("CREATE STABLE s.m (ts TIMESTAMP, v DOUBLE, n INT) TAGS (t INT)")
     for i in range(9):
