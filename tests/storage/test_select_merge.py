@@ -23,13 +23,15 @@ from walgate.storage.sql.parser import parse
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """One engine for every test here (they only read): 9 subtables over 3 vgroups, 9 rows each."""
+    """One engine for every test here (they only read): 9 subtables over 3 vgroups, 9 rows each, and a normal table."""
     engine = Engine.open(tmp_path_factory.mktemp("merge") / "data")
     engine.execute("CREATE DATABASE s VGROUPS 3")
     engine.execute("CREATE STABLE s.m (ts TIMESTAMP, v DOUBLE, n INT) TAGS (t INT)")
     for i in range(9):
         rows = " ".join(f"({1700000000000 + j * 700 + i}, {0.1 * (i + 1) * (j + 3)}, {(i * j) % 7})" for j in range(9))
         engine.execute(f"INSERT INTO s.d{i} USING s.m TAGS ({i % 3}) VALUES {rows}")
+    engine.execute("CREATE TABLE s.nt (ts TIMESTAMP, n INT)")  # a normal table: in one vgroup
+    engine.execute("INSERT INTO s.nt VALUES " + " ".join(f"({1700000000000 + j * 10}, {j % 4})" for j in range(20)))
     yield engine
     engine.close()
 
@@ -65,6 +67,8 @@ def _merged(prepared: PreparedSelect, parts: list[bytes], max_bytes: int | None 
     "SELECT _wstart, SUM(n) * 2, MIN(v) FROM s.m WHERE ts < 1700000004000 INTERVAL(900a) ORDER BY 2 DESC, 1",
     "SELECT n % 3 AS k, COUNT(*) FROM s.m GROUP BY n % 3 ORDER BY k",
     "SELECT COUNT(*), SUM(n) FROM s.m WHERE n > 100",
+    "SELECT n, COUNT(*), AVG(n) FROM s.nt GROUP BY n ORDER BY n DESC",
+    "SELECT ts, n FROM s.nt ORDER BY n, ts DESC LIMIT 3 OFFSET 2",
     "SELECT tbname, ts, v * n AS w FROM s.m WHERE n > 2 ORDER BY w, ts DESC LIMIT 5",
 ])
 def test_parts_merged_in_any_order_answer_as_every_vnode_at_once(engine: Engine, sql: str) -> None:
