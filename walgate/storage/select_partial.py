@@ -5,7 +5,8 @@ computes over every node's partial results, so that the nodes ship a row per gro
 A query is split (:func:`split`) only when the merge is exact, to the last bit:
 
 * its aggregates are COUNT (any argument), MIN and MAX (any), SUM and AVG of an integer column (a sum of integers
-  does not depend on the order it is added in; of floating-point values it does, so those ship rows);
+  does not depend on the order it is added in; of floating-point values it does, so those ship rows; an AVG whose
+  integer sum passes 2^53 is the one exception: divided here from the exact sum, on one node from a rounded one);
 * every other part of the select list, HAVING and ORDER BY is made of the grouping keys (GROUP BY / PARTITION BY
   expressions, as written), the window columns ``_wstart``, ``_wend``, ``_wduration``, literals, ORDER BY's
   aliases and positions, and aggregates;
