@@ -18,8 +18,11 @@ from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import InvalidValue, NotHere, StorageUnavailable
 from walgate.storage.lineproto import child_table_name
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import KIND_META
+from walgate.storage.write_plan import SchemaChangeNeeded
 
 STABLE = "CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)"
 
@@ -184,7 +187,7 @@ def test_a_snapshot_brings_the_sql_objects_in_and_drops_those_it_no_longer_has(t
     n1.close()
 
 
-def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemaless_change_is_refused(
+def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemaless_change_is_not_made_here(
         tmp_path: Path) -> None:
     single = Engine.open(tmp_path / "n2", node_id=2)
     single.execute("CREATE DATABASE d VGROUPS 1")
@@ -199,9 +202,68 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
     end = n1.vnodes["d"][0].wal.next_version
     line = next(f"lp,site={s} v=5i 1700000000000000000" for s in range(1000)
                 if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == 0)
-    with pytest.raises(InvalidValue, match="in a cluster a write does not create a supertable"):
+    with pytest.raises(SchemaChangeNeeded, match="does not create a supertable of a cluster database") as needed:
         n1.write_lines("d", line.encode())
+    assert [(old, new.name) for old, new in needed.value.changes] == [(None, "lp")], "for the stream"
     assert ("d", "lp") not in n1.catalog.stables and n1.vnodes["d"][0].wal.next_version == end, "nothing written"
+    for e in (n1, n2):
+        e.close()
+
+
+def line_in(vgroup: int, fields: str, ts: int) -> bytes:
+    """A line of measurement ``lp`` whose subtable is in ``vgroup`` of database ``d`` (2 vgroups)."""
+    site = next(s for s in range(1000) if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == vgroup)
+    return f"lp,site={site} {fields} {ts}".encode()
+
+
+def rows_here(e: Engine, sql: str) -> list[list[Any]]:
+    """The rows of ``sql`` (a SELECT) over the vgroups of node ``e`` (its part of a merged SELECT)."""
+    stmt = parse(sql)
+    assert isinstance(stmt, ast.Select)
+    return [list(r) for r in e.prepare_select(stmt, None, here_only=True).run().rows]
+
+
+def made_through_the_stream(asked: Engine, line: bytes) -> list[dict[str, Any]]:
+    """The records of the supertable changes ``line`` needs, staged on ``asked`` (as the gateway does)."""
+    with pytest.raises(SchemaChangeNeeded) as needed:
+        asked.write_lines("d", line)
+    _, records = asked.staged(asked.make_schemas, needed.value.changes)
+    return records
+
+
+def test_a_schemaless_write_s_supertable_changes_go_through_the_stream_and_a_stale_one_does_not_apply(
+        tmp_path: Path) -> None:
+    """The node asked stages the changes the single node would make (CREATE, then ALTER of the columns a line adds);
+    every node applies them (an ALTER's meta entry in each vnode), then the rows are written. Of two ALTERs made from
+    the same definition (two nodes adding columns at once) only the first applies: the other node's write is planned
+    again against it, never dropping the first one's column; a field of another type is the single node's error."""
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n2, "CREATE DATABASE d VGROUPS 2")
+    create = made_through_the_stream(n2, line_in(1, "v=1i", 1700000000000000000))
+    assert [r["op"] for r in create] == ["create_stable"] and ("d", "lp") not in n2.catalog.stables, "staged"
+    apply([n1, n2], create)
+    assert n2.write_lines("d", line_in(1, "v=1i", 1700000000000000000)) == 1
+    assert n1.write_lines("d", line_in(0, "v=2i", 1700000000000000001)) == 1, "node 1 has it too"
+
+    first = made_through_the_stream(n1, line_in(0, "v=3i,w=1.5", 1700000000000000002))
+    second = made_through_the_stream(n2, line_in(1, "v=4i,x=\"s\"", 1700000000000000003))
+    assert [r["op"] for r in first + second] == ["alter_stable", "alter_stable"]
+    apply([n1, n2], first)
+    with pytest.raises(InvalidValue, match="changed since the ALTER was made"):
+        n1.catalog.validate_shared(second)  # the controller's check: node 2's ALTER would drop column w
+    assert n1.write_lines("d", line_in(0, "v=3i,w=1.5", 1700000000000000002)) == 1
+    apply([n1, n2], made_through_the_stream(n2, line_in(1, "v=4i,x=\"s\"", 1700000000000000003)))
+    assert n2.write_lines("d", line_in(1, "v=4i,x=\"s\"", 1700000000000000003)) == 1
+    for e in (n1, n2):
+        assert [c.name for c in e.catalog.stables[("d", "lp")].columns] == ["_ts", "v", "w", "x"]
+    assert metas(n1, "d") == {0: ["alter_stable lp"] * 2} and metas(n2, "d") == {1: ["alter_stable lp"] * 2}
+    with pytest.raises(InvalidValue, match="field w is"):  # another type: refused as on a single node
+        n2.write_lines("d", line_in(1, "w=\"text\"", 1700000000000000004))
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)  # restarted: its records (with their ``was``) replayed alike
+    assert [c.name for c in n1.catalog.stables[("d", "lp")].columns] == ["_ts", "v", "w", "x"] and not n1.damage()
+    assert sorted(rows_here(n1, "SELECT v, w FROM d.lp"), key=str) == [[2, None], [3, 1.5]]
+    assert sorted(rows_here(n2, "SELECT v, x FROM d.lp"), key=str) == [[1, None], [4, "s"]]
     for e in (n1, n2):
         e.close()
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
-from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, StableDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
@@ -265,6 +265,11 @@ class Engine:
         """The schema changes of ``prepared`` alone (an exclusive call), the rest then applied with
         :meth:`apply_write` holding only its vnodes (:meth:`Ingest.apply_changes`); None: it no longer holds."""
         return self.ingest.apply_changes(prepared)
+
+    def make_schemas(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:
+        """The supertables a schemaless write of a cluster database needs (:class:`~walgate.storage.ingest.SchemaChangeNeeded`),
+        made as a staged call: its records go through the cluster's stream (:meth:`Ingest.make_schemas`)."""
+        self.ingest.make_schemas(changes)
 
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows as JSON objects into subtables of ``stable`` (see :meth:`Ingest.write_json_rows`); rows written."""
