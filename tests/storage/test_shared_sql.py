@@ -299,7 +299,7 @@ def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_wri
         e.close()
 
 
-def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhere(tmp_path: Path) -> None:
+def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_served_empty_by_the_other_nodes(tmp_path: Path) -> None:
     n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
     run([n1, n2], n2, "CREATE DATABASE a VGROUPS 1")  # node 1
     run([n1, n2], n2, "CREATE DATABASE one VGROUPS 1")  # node 2
@@ -313,10 +313,22 @@ def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhe
     assert "tt" in n1.catalog.topics and n1.topic_id("tt") is not None and n1.damage() == []
     run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")  # over both nodes
     run([n1, n2], n1, STABLE)
-    here = table_in(0)
+    here, sub = [f"t{i}" for i in range(1000) if vnode_of("d", f"t{i}", 2) == 0][:2]
     n1.execute(f"CREATE TABLE d.{here} (ts TIMESTAMP, v INT)")
-    with pytest.raises(InvalidValue, match="a topic of one table of a database whose vgroups are on several nodes"):
-        staged(n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    n1.execute(f"INSERT INTO d.{sub} USING d.st TAGS (7) VALUES (1700000000000, 1)")
+    with pytest.raises(NotHere, match="is on node 1"):  # compiled (checked) only where the table is
+        staged(n2, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    run([n1, n2], n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")  # of a database over both nodes
+    run([n1, n2], n1, f"CREATE TOPIC ts AS SELECT v FROM d.{sub}")  # of a subtable
+    n1.execute(f"INSERT INTO d.{here} VALUES (1700000000000, 1) (1700000000001, 2)")
+    n1.execute(f"INSERT INTO d.{sub} VALUES (1700000000002, 3)")
+    n2.execute(f"INSERT INTO d.{table_in(1)} USING d.st TAGS (8) VALUES (1700000000000, 9)")  # on node 2
+    assert (n1.watermarks("tx", 0), n1.watermarks("ts", 0)) == ((0, 2), (0, 2)), "rows (and creation) on node 1"
+    assert n2.watermarks("tx", 1) == n2.watermarks("ts", 1) == (0, 0), "node 2's partitions: empty, served"
+    run([n1, n2], n2, "ALTER STABLE d.st ADD COLUMN w INT")  # node 2 recompiles what it serves of d's topics
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # restarted: the same, no damage
+    assert n2.watermarks("tx", 1) == (0, 0) and n2.topic_id("tx") == n1.topic_id("tx") and n2.damage() == []
     run([n1, n2], n1, "DROP TOPIC tt")
     assert "tt" not in n2.catalog.topics and n1.topic_id("tt") is None
     for e in (n1, n2):

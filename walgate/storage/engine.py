@@ -39,7 +39,7 @@ from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need, Syncable
-from walgate.storage.errors import NotHere, StorageError, StorageUnavailable, Unsupported
+from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -188,8 +188,6 @@ class Engine:
                     engine.native.open_topic(topic)
                 else:
                     engine.views.open_topic(topic)
-            except NotHere:  # a topic of one table whose vgroup is on another node: compiled there, none of it here
-                store.add_topic_id(topic)
             except StorageError as exc:  # e.g. its source's catalog record was lost: serve everything else
                 store.damage_log.report(store.catalog.path, 0, 0, f"topic {topic.name} cannot be opened: "
                                         f"{exc.message}; {REPAIR_HINT}", "not served")
