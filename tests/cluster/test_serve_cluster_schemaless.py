@@ -3,7 +3,8 @@
 read back by a real Kafka client (confluent-kafka) and by SELECT through either node.
 
 The node asked makes the supertable change through the cluster's catalog stream (every node applies it), then
-writes or forwards the rows. Two nodes making the same change at once both write their rows; with a field of
+writes or forwards the rows. A TDengine topic of one table of that database is compiled on the table's node, and a
+consumer bootstrapped on the other node reads it (its partition there is empty). Two nodes making the same change at once both write their rows; with a field of
 another type one write is refused with the single node's type-conflict error. Without etcd's majority a write
 needing a change is refused with 503, nothing written, while writes needing none go on.
 """
@@ -48,7 +49,7 @@ def influx(server: WalgateServer, body: str, db: str = "f") -> tuple[int, dict[s
 
 def read(server: WalgateServer, topic: str, partitions: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
     """The records (JSON values) of each partition of ``topic``, up to the number ``partitions`` asks, read from
-    offset 0 by a consumer bootstrapped on ``server`` (bounded: 60 polls of at most 1 s)."""
+    offset 0 by a consumer bootstrapped on ``server`` (bounded: 60 polls of at most 1 s); an error is a failure."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "reader",
                          "enable.auto.commit": False})
     seen: dict[int, list[dict[str, Any]]] = {p: [] for p in partitions}
@@ -56,7 +57,9 @@ def read(server: WalgateServer, topic: str, partitions: dict[int, int]) -> dict[
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         for _ in range(60):
             msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
+            if msg is not None and msg.error() is not None:
+                raise AssertionError(f"reading {topic}: {msg.error()}")
+            if msg is not None:
                 seen[msg.partition()].append(json.loads(msg.value()))
             if all(len(seen[p]) >= n for p, n in partitions.items()):
                 break
@@ -69,7 +72,7 @@ def described(server: WalgateServer, stable: str) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in sql(server, f"DESCRIBE f.{stable}")]
 
 
-def test_line_protocol_through_node_2_creates_and_widens_a_supertable_of_a_spread_database(
+def test_line_protocol_through_node_2_creates_and_widens_a_supertable_and_a_topic_of_one_table_is_read_anywhere(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
     (a, a2), (b, b2) = sites_of("m", 0, 2), sites_of("m", 1, 2)
     with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
@@ -97,6 +100,22 @@ def test_line_protocol_through_node_2_creates_and_widens_a_supertable_of_a_sprea
             assert status == 200, answer
             assert sorted(answer["data"], key=lambda r: r[0]) == [
                 [1.0, None], [2.0, None], [3.0, None], [4.0, None], [5.0, "x"], [6.0, "y"], [7.0, None]], answer
+
+        # a topic of one table of this database: compiled on node 2 (the table's), read through node 1
+        (table,) = [t for t in (f"t{i}" for i in range(200)) if vnode_of("f", t, 2) == 1][:1]
+        sql(n2, f"CREATE TABLE f.{table} (ts TIMESTAMP, v INT)")
+        sql(n2, f"CREATE TOPIC tt AS SELECT v FROM f.{table}")
+        eventually("node 1 knows tt", lambda: "tt" in [r[0] for r in sql(n1, "SHOW TOPICS")])
+        status, answer = post(n1, f"INSERT INTO f.{table} VALUES ({TS + 1}, 1) ({TS + 2}, 2)")  # forwarded to node 2
+        assert (status, answer.get("data")) == (200, [[2]]), answer
+        metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "meta"})
+        try:
+            partitions = metadata.list_topics("tt", timeout=30).topics["tt"].partitions
+        finally:
+            metadata.close()
+        assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: 2}, "each vgroup's node"
+        got = read(n1, "tt", {0: 0, 1: 2})
+        assert (got[0], sorted(r["v"] for r in got[1])) == ([], [1, 2]), got
         for server in (n1, n2):
             no_traceback(server)
 
