@@ -72,96 +72,102 @@ def described(server: WalgateServer, stable: str) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in sql(server, f"DESCRIBE f.{stable}")]
 
 
-def test_line_protocol_through_node_2_creates_and_widens_a_supertable_and_a_topic_of_one_table_is_read_anywhere(
+def test_schemaless_changes_and_a_topic_of_one_table_through_either_node_of_a_spread_database(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
+        spread_database(n1, n2)
+        eventually("node 2 knows f", lambda: "f" in [r[0] for r in sql(n2, "SHOW DATABASES")])
+        made_through_node_2_widened_through_node_1_and_a_topic_of_one_table_read_anywhere(n1, n2)
+        racing_nodes_both_write_and_a_type_conflict_refuses_one(n1, n2)
+        for server in (n1, n2):
+            no_traceback(server)
+
+
+def made_through_node_2_widened_through_node_1_and_a_topic_of_one_table_read_anywhere(
+        n1: WalgateServer, n2: WalgateServer) -> None:
+    """Line protocol through node 2 makes measurement ``m`` (rows on both nodes), through node 1 a new field and tag
+    widen it; the rows read by confluent-kafka through node 1 and by SELECT through either node. A topic of one table
+    made on node 2 is read by a consumer bootstrapped on node 1."""
     (a, a2), (b, b2) = sites_of("m", 0, 2), sites_of("m", 1, 2)
-    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
-        spread_database(n1, n2)
-        eventually("node 2 knows f", lambda: "f" in [r[0] for r in sql(n2, "SHOW DATABASES")])
-        lines = [f"m,site={a} v=1 {TS + 1}", f"m,site={b} v=2 {TS + 2}", f"m,site={a2} v=3 {TS + 3}",
-                 f"m,site={b2} v=4 {TS + 4}"]
-        assert influx(n2, "\n".join(lines)) == (204, {}, "4"), "a new measurement, rows on both nodes"
-        for server in (n1, n2):  # applied on both before the answer: node 1 wrote its rows under it
-            assert described(server, "m") == [("_ts", "TIMESTAMP"), ("v", "DOUBLE"), ("site", "NCHAR")]
-        # a new field and a new tag through node 1: an ALTER through the stream, then the rows
-        assert influx(n1, f"m,site={a},rack=r1 v=5,w=\"x\" {TS + 5}\nm,site={b} v=6,w=\"y\" {TS + 6}") == (
-            204, {}, "2")
-        for server in (n1, n2):
-            assert [c for c, _ in described(server, "m")] == ["_ts", "v", "w", "site", "rack"]
-        assert influx(n2, f"m,site={b2} v=7 {TS + 7}") == (204, {}, "1"), "no change needed: written as ever"
+    lines = [f"m,site={a} v=1 {TS + 1}", f"m,site={b} v=2 {TS + 2}", f"m,site={a2} v=3 {TS + 3}",
+             f"m,site={b2} v=4 {TS + 4}"]
+    assert influx(n2, "\n".join(lines)) == (204, {}, "4"), "a new measurement, rows on both nodes"
+    for server in (n1, n2):  # applied on both before the answer: node 1 wrote its rows under it
+        assert described(server, "m") == [("_ts", "TIMESTAMP"), ("v", "DOUBLE"), ("site", "NCHAR")]
+    # a new field and a new tag through node 1: an ALTER through the stream, then the rows
+    assert influx(n1, f"m,site={a},rack=r1 v=5,w=\"x\" {TS + 5}\nm,site={b} v=6,w=\"y\" {TS + 6}") == (
+        204, {}, "2")
+    for server in (n1, n2):
+        assert [c for c, _ in described(server, "m")] == ["_ts", "v", "w", "site", "rack"]
+    assert influx(n2, f"m,site={b2} v=7 {TS + 7}") == (204, {}, "1"), "no change needed: written as ever"
 
-        sql(n2, "CREATE TOPIC tm AS STABLE f.m")
-        got = read(n1, "tm", {0: 3, 1: 4})  # a consumer bootstrapped on node 1 reads node 2's partition too
-        assert sorted(r["v"] for r in got[0]) == [1.0, 3.0, 5.0], got
-        assert sorted(r["v"] for r in got[1]) == [2.0, 4.0, 6.0, 7.0], got
-        assert [r.get("w") for r in sorted(got[1], key=lambda r: r["v"])] == [None, None, "y", None], got
-        for server, statement in ((n1, "SELECT v, w FROM f.m"), (n2, "SELECT v, w FROM m")):  # merged SELECT
-            status, answer = post(server, statement, db=None if server is n1 else "f")
-            assert status == 200, answer
-            assert sorted(answer["data"], key=lambda r: r[0]) == [
-                [1.0, None], [2.0, None], [3.0, None], [4.0, None], [5.0, "x"], [6.0, "y"], [7.0, None]], answer
+    sql(n2, "CREATE TOPIC tm AS STABLE f.m")
+    got = read(n1, "tm", {0: 3, 1: 4})  # a consumer bootstrapped on node 1 reads node 2's partition too
+    assert sorted(r["v"] for r in got[0]) == [1.0, 3.0, 5.0], got
+    assert sorted(r["v"] for r in got[1]) == [2.0, 4.0, 6.0, 7.0], got
+    assert [r.get("w") for r in sorted(got[1], key=lambda r: r["v"])] == [None, None, "y", None], got
+    for server, statement in ((n1, "SELECT v, w FROM f.m"), (n2, "SELECT v, w FROM m")):  # merged SELECT
+        status, answer = post(server, statement, db=None if server is n1 else "f")
+        assert status == 200, answer
+        assert sorted(answer["data"], key=lambda r: r[0]) == [
+            [1.0, None], [2.0, None], [3.0, None], [4.0, None], [5.0, "x"], [6.0, "y"], [7.0, None]], answer
 
-        # a topic of one table of this database: compiled on node 2 (the table's), read through node 1
-        (table,) = [t for t in (f"t{i}" for i in range(200)) if vnode_of("f", t, 2) == 1][:1]
-        sql(n2, f"CREATE TABLE f.{table} (ts TIMESTAMP, v INT)")
-        sql(n2, f"CREATE TOPIC tt AS SELECT v FROM f.{table}")
-        eventually("node 1 knows tt", lambda: "tt" in [r[0] for r in sql(n1, "SHOW TOPICS")])
-        status, answer = post(n1, f"INSERT INTO f.{table} VALUES ({TS + 1}, 1) ({TS + 2}, 2)")  # forwarded to node 2
-        assert (status, answer.get("data")) == (200, [[2]]), answer
-        metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "meta"})
-        try:
-            partitions = metadata.list_topics("tt", timeout=30).topics["tt"].partitions
-        finally:
-            metadata.close()
-        assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: 2}, "each vgroup's node"
-        got = read(n1, "tt", {0: 0, 1: 2})
-        assert (got[0], sorted(r["v"] for r in got[1])) == ([], [1, 2]), got
-        for server in (n1, n2):
-            no_traceback(server)
+    # a topic of one table of this database: compiled on node 2 (the table's), read through node 1
+    (table,) = [t for t in (f"t{i}" for i in range(200)) if vnode_of("f", t, 2) == 1][:1]
+    sql(n2, f"CREATE TABLE f.{table} (ts TIMESTAMP, v INT)")
+    sql(n2, f"CREATE TOPIC tt AS SELECT v FROM f.{table}")
+    eventually("node 1 knows tt", lambda: "tt" in [r[0] for r in sql(n1, "SHOW TOPICS")])
+    status, answer = post(n1, f"INSERT INTO f.{table} VALUES ({TS + 1}, 1) ({TS + 2}, 2)")  # forwarded to node 2
+    assert (status, answer.get("data")) == (200, [[2]]), answer
+    metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "meta"})
+    try:
+        partitions = metadata.list_topics("tt", timeout=30).topics["tt"].partitions
+    finally:
+        metadata.close()
+    assert {p: partitions[p].leader for p in partitions} == {0: 1, 1: 2}, "each vgroup's node"
+    got = read(n1, "tt", {0: 0, 1: 2})
+    assert (got[0], sorted(r["v"] for r in got[1])) == ([], [1, 2]), got
 
 
-def test_two_nodes_racing_for_one_change_both_write_and_a_type_conflict_refuses_one(
-        etcd1: EtcdCluster, tmp_path: Path) -> None:
+def race(sends: list[tuple[WalgateServer, str]], db: str = "f") -> list[tuple[int, dict[str, Any], str | None]]:
+    """The answers to line-protocol bodies sent to their servers at once (threads started at a barrier)."""
+    answers: dict[int, tuple[int, dict[str, Any], str | None]] = {}
+    start = threading.Barrier(len(sends))
+
+    def send(k: int, server: WalgateServer, body: str) -> None:
+        start.wait(timeout=30)
+        answers[k] = influx(server, body, db)
+
+    threads = [threading.Thread(target=send, args=(k, s, body)) for k, (s, body) in enumerate(sends)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    return [answers[k] for k in range(len(sends))]
+
+
+def racing_nodes_both_write_and_a_type_conflict_refuses_one(n1: WalgateServer, n2: WalgateServer) -> None:
+    """The same new measurement, the same new column, different new columns through both nodes at once: every write
+    written, no column lost; one new column of two types at once: one write refused with the type conflict."""
     (a,), (b,) = sites_of("r", 0, 1), sites_of("r", 1, 1)
-    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
-        spread_database(n1, n2)
-        eventually("node 2 knows f", lambda: "f" in [r[0] for r in sql(n2, "SHOW DATABASES")])
-
-        def race(bodies: dict[WalgateServer, str]) -> list[tuple[int, dict[str, Any], str | None]]:
-            answers: dict[int, tuple[int, dict[str, Any], str | None]] = {}
-            start = threading.Barrier(len(bodies))
-
-            def send(k: int, server: WalgateServer, body: str) -> None:
-                start.wait(timeout=30)
-                answers[k] = influx(server, body)
-
-            threads = [threading.Thread(target=send, args=(k, s, body)) for k, (s, body) in enumerate(bodies.items())]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=150)
-            return [answers[k] for k in range(len(bodies))]
-
-        # the same new measurement through both nodes at once: both written
-        assert race({n1: f"r,site={a} v=1i {TS + 1}", n2: f"r,site={b} v=2i {TS + 2}"}) == [(204, {}, "1")] * 2
-        # the same new column through both nodes at once: both written
-        assert race({n1: f"r,site={a} v=3i,w=1.5 {TS + 3}", n2: f"r,site={b} v=4i,w=2.5 {TS + 4}"}) == [
-            (204, {}, "1")] * 2
-        # different new columns at once: both written, neither column lost
-        assert race({n1: f"r,site={a} x=1i {TS + 5}", n2: f"r,site={b} y=true {TS + 6}"}) == [(204, {}, "1")] * 2
-        for server in (n1, n2):
-            eventually("both see every column", lambda s=server: sorted(c for c, _ in described(s, "r")) == sorted(
-                ["_ts", "v", "w", "x", "y", "site"]))
-        # one new column, two types at once: one write is refused with the single node's type conflict
-        answers = race({n1: f"r,site={a} z=1i {TS + 7}", n2: f"r,site={b} z=\"text\" {TS + 8}"})
-        assert sorted(status for status, _, _ in answers) == [204, 400], answers
-        refused = next(answer for status, answer, _ in answers if status == 400)
-        assert "Measurement r: field z is" in refused["desc"] and "but the column is" in refused["desc"], refused
-        status, answer = post(n1, "SELECT v, w FROM f.r")
-        assert status == 200 and sorted(answer["data"], key=str) == sorted(
-            [[1, None], [2, None], [3, 1.5], [4, 2.5], [None, None], [None, None], [None, None]], key=str), answer
-        for server in (n1, n2):
-            no_traceback(server)
+    # the same new measurement through both nodes at once: both written
+    assert race([(n1, f"r,site={a} v=1i {TS + 1}"), (n2, f"r,site={b} v=2i {TS + 2}")]) == [(204, {}, "1")] * 2
+    # the same new column through both nodes at once: both written
+    assert race([(n1, f"r,site={a} v=3i,w=1.5 {TS + 3}"), (n2, f"r,site={b} v=4i,w=2.5 {TS + 4}")]) == [
+        (204, {}, "1")] * 2
+    # different new columns at once: both written, neither column lost
+    assert race([(n1, f"r,site={a} x=1i {TS + 5}"), (n2, f"r,site={b} y=true {TS + 6}")]) == [(204, {}, "1")] * 2
+    for server in (n1, n2):
+        eventually("both see every column", lambda s=server: sorted(c for c, _ in described(s, "r")) == sorted(
+            ["_ts", "v", "w", "x", "y", "site"]))
+    # one new column, two types at once: one write is refused with the single node's type conflict
+    answers = race([(n1, f"r,site={a} z=1i {TS + 7}"), (n2, f"r,site={b} z=\"text\" {TS + 8}")])
+    assert sorted(status for status, _, _ in answers) == [204, 400], answers
+    refused = next(answer for status, answer, _ in answers if status == 400)
+    assert "Measurement r: field z is" in refused["desc"] and "but the column is" in refused["desc"], refused
+    status, answer = post(n1, "SELECT v, w FROM f.r")
+    assert status == 200 and sorted(answer["data"], key=str) == sorted(
+        [[1, None], [2, None], [3, 1.5], [4, 2.5], [None, None], [None, None], [None, None]], key=str), answer
 
 
 def test_without_an_etcd_majority_a_write_needing_a_change_is_refused_and_others_go_on(
@@ -173,9 +179,9 @@ def test_without_an_etcd_majority_a_write_needing_a_change_is_refused_and_others
         assert influx(n1, f"m,site={s} v=1 {TS + 1}", db="g") == (204, {}, "1")
         etcd3.members[0].kill()
         etcd3.members[1].kill()
-        for body in (f"n,site={s} v=1 {TS + 2}", f"m,site={s} v=2,w=3 {TS + 2}"):  # a new measurement, a new field
-            status, answer, _ = influx(n1, body, db="g")
-            assert status == 503 and "cluster's catalog" in answer["desc"], (body, answer)
+        answers = race([(n1, f"n,site={s} v=1 {TS + 2}"), (n1, f"m,site={s} v=2,w=3 {TS + 2}")], "g")
+        for status, answer, _ in answers:  # a new measurement, a new field
+            assert status == 503 and "cluster's catalog" in answer["desc"], answers
         assert influx(n1, f"m,site={s} v=4 {TS + 4}", db="g") == (204, {}, "1"), "no change needed: written"
         assert sql(n1, "SELECT v FROM g.m") == [[1.0], [4.0]], "nothing of the refused writes"
         assert [r[0] for r in sql(n1, "SHOW g.STABLES")] == ["m"]
