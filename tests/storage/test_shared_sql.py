@@ -6,6 +6,7 @@ and a snapshot. Two engines with their own data dirs stand for two nodes applyin
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,8 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
     with pytest.raises(SchemaChangeNeeded, match="does not create a supertable of a cluster database") as needed:
         n1.write_lines("d", line.encode())
     assert [(old, new.name) for old, new in needed.value.changes] == [(None, "lp")], "for the stream"
+    carried = pickle.loads(pickle.dumps(needed.value))  # as from an ingest worker planning a large body
+    assert (carried.changes, carried.message) == (needed.value.changes, needed.value.message)
     assert ("d", "lp") not in n1.catalog.stables and n1.vnodes["d"][0].wal.next_version == end, "nothing written"
     for e in (n1, n2):
         e.close()

@@ -96,7 +96,7 @@ class Ingest:
         :meth:`worker_snapshot` copies them), its tables looked up live unless ``tables`` is given."""
         catalog = self.store.catalog
         return WriteSnapshot(catalog.generation, catalog.databases, catalog.stables,
-                             LiveTables(self.store) if tables is None else tables)
+                             LiveTables(self.store) if tables is None else tables, catalog.cluster)
 
     def worker_snapshot(self, keys: list[tuple[str, str]]) -> WriteSnapshot:
         """The catalog now, copied (to pickle to a planner in another process), with each database's vnode stores
@@ -107,7 +107,7 @@ class Ingest:
         stores = {db: (str(self.store.db_dir(catalog.databases[db])), _versions(of_db, catalog.databases[db].vgroups))
                   for db, of_db in vnodes.items() if db in catalog.databases}
         return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables),
-                             StoredTables(stores, known))
+                             StoredTables(stores, known), catalog.cluster)
 
     def write(self, request: WriteRequest) -> int:
         """``request`` planned and applied here, at once; rows written."""

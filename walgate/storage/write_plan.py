@@ -130,12 +130,14 @@ class LiveTables:
 
 @dataclass(frozen=True)
 class WriteSnapshot:
-    """The catalog a plan is made against (its ``generation``, every database and supertable) and its tables."""
+    """The catalog a plan is made against (its ``generation``, every database and supertable, whether it is a cluster
+    node's: ``cluster``) and its tables."""
 
     generation: int
     databases: Mapping[str, DatabaseDef]
     stables: Mapping[tuple[str, str], StableDef]
     tables: TableLookup
+    cluster: bool = False
 
 
 @dataclass
@@ -438,7 +440,8 @@ def plan_lines(
         new = merge_schema(dbdef, old, m.name, m.fields, m.tags, now_ns // 1_000_000)
         if new != old:
             changes.append((old, new))
-    if changes and dbdef.nodes is not None:  # a cluster database's: through its stream, for the whole write, first
+    if changes and snapshot.cluster and dbdef.nodes is not None:  # a cluster database's (Catalog.is_cluster_db):
+        # through the cluster's stream, for the whole write, before any table is looked up
         raise SchemaChangeNeeded(changes)
     # 2. auto-created subtables (series by first line, as the lines come) and one batch per vnode and measurement
     stables = {st.name: st for _, st in changes}
