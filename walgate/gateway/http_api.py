@@ -581,7 +581,7 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
 
 async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:
     """The line-protocol ``body`` into ``db`` written on this node; rows written. Nothing is written when it needs a
-    change of a cluster database's supertables (:class:`~walgate.storage.ingest.SchemaChangeNeeded`)."""
+    change of a cluster database's supertables (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`)."""
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied

@@ -2,7 +2,7 @@
 cluster's catalog stream before its rows.
 
 A write whose rows need a new supertable, or new columns or tags of one, of a cluster database is refused by the
-engine before anything is written (:class:`~walgate.storage.ingest.SchemaChangeNeeded`, naming the changes the
+engine before anything is written (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`, naming the changes the
 single node would make: :func:`~walgate.storage.write_plan.merge_schema`). :func:`with_schemas` then
 
 1. catches up with the stream (another node may have made them: the node a write was forwarded to, or a node that

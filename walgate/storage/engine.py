@@ -265,8 +265,9 @@ class Engine:
         return self.ingest.apply_changes(prepared)
 
     def make_schemas(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:
-        """The supertables a schemaless write of a cluster database needs (:class:`~walgate.storage.ingest.SchemaChangeNeeded`),
-        made as a staged call: its records go through the cluster's stream (:meth:`Ingest.make_schemas`)."""
+        """The supertables a schemaless write of a cluster database needs
+        (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`), made as a staged call: its records go through the
+        cluster's stream (:meth:`Ingest.make_schemas`)."""
         self.ingest.make_schemas(changes)
 
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:

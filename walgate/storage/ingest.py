@@ -68,7 +68,6 @@ from walgate.storage.write_plan import (
 __all__ = ["Ingest", "RowPlan", "SchemaChangeNeeded", "merge_schema", "write_keys"]
 
 
-
 def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
     """The vnodes applying ``p`` holds: every vnode of each database whose tables it writes or read, as
     ``databases`` define them (what the plan read, on the event loop; the catalog, on the lane); None (the whole
