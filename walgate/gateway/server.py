@@ -71,6 +71,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators, cluster_partitions
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.shares import ShareService
@@ -251,6 +252,8 @@ class Gateway:
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            self._group_coordinators, None if self._cluster is None else NodeLinks(self._cluster, next(
+                (lt.info.name for lt in cfg.kafka_listeners() if lt.info.security_protocol == "PLAINTEXT"), None)),
         )
         await self._transactions.open()
         return self._transactions

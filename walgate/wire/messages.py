@@ -1150,6 +1150,63 @@ class EndTxnResponse(TypedDict, total=False):
     producer_epoch: int  # v5+
 
 
+# --------------------------------------------------------------------------- write_txn_markers (key 27)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkersRequestWritableTxnMarkerTopic:
+    """In WriteTxnMarkersRequest, v1-v2: a request view (see the module doc)."""
+
+    name: str = ''
+    partition_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkersRequestWritableTxnMarker:
+    """In WriteTxnMarkersRequest, v1-v2: a request view (see the module doc)."""
+
+    producer_id: int = 0
+    producer_epoch: int = 0
+    transaction_result: bool = False
+    topics: tuple[WriteTxnMarkersRequestWritableTxnMarkerTopic, ...] = ()
+    coordinator_epoch: int = 0
+    transaction_version: int = 0  # v2+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkersRequest:
+    """WriteTxnMarkersRequest (key 27), v1-v2: a request view (see the module doc)."""
+
+    markers: tuple[WriteTxnMarkersRequestWritableTxnMarker, ...] = ()
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict, total=False):
+    """In WriteTxnMarkersResponse, v1-v2: response fields (see the module doc)."""
+
+    partition_index: Required[int]
+    error_code: Required[int]
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict, total=False):
+    """In WriteTxnMarkersResponse, v1-v2: response fields (see the module doc)."""
+
+    name: Required[str]
+    partitions: Required[Sequence[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]]
+
+
+class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict, total=False):
+    """In WriteTxnMarkersResponse, v1-v2: response fields (see the module doc)."""
+
+    producer_id: Required[int]
+    topics: Required[Sequence[WriteTxnMarkersResponseWritableTxnMarkerTopicResult]]
+
+
+class WriteTxnMarkersResponse(TypedDict, total=False):
+    """WriteTxnMarkersResponse (key 27), v1-v2: response fields (see the module doc)."""
+
+    markers: Required[Sequence[WriteTxnMarkersResponseWritableTxnMarkerResult]]
+
+
 # --------------------------------------------------------------------------- txn_offset_commit (key 28)
 
 
@@ -2612,6 +2669,7 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     24: (0, 5),
     25: (0, 4),
     26: (0, 5),
+    27: (1, 2),
     28: (0, 5),
     29: (1, 3),
     30: (1, 3),
@@ -2667,6 +2725,7 @@ REQUESTS: Final[dict[int, type]] = {
     24: AddPartitionsToTxnRequest,
     25: AddOffsetsToTxnRequest,
     26: EndTxnRequest,
+    27: WriteTxnMarkersRequest,
     28: TxnOffsetCommitRequest,
     29: DescribeAclsRequest,
     30: CreateAclsRequest,
@@ -2772,6 +2831,12 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     AddPartitionsToTxnRequest: {
         "transactions": AddPartitionsToTxnTransaction,
         "v3_and_below_topics": AddPartitionsToTxnTopic,
+    },
+    WriteTxnMarkersRequestWritableTxnMarker: {
+        "topics": WriteTxnMarkersRequestWritableTxnMarkerTopic,
+    },
+    WriteTxnMarkersRequest: {
+        "markers": WriteTxnMarkersRequestWritableTxnMarker,
     },
     TxnOffsetCommitRequestTopic: {
         "partitions": TxnOffsetCommitRequestPartition,

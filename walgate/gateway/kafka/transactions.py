@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Final, TypeVar
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.offsets import OffsetCommitRecord
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.coordinator.transactions import (
@@ -53,10 +54,13 @@ from walgate.coordinator.transactions import (
     Txn,
     TxnState,
 )
+from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
+from walgate.gateway.kafka.txn_remote import add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotFound, StorageUnavailable
+from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
@@ -68,7 +72,11 @@ log = logging.getLogger("walgate.transactions")
 T = TypeVar("T")
 
 COORDINATOR_EPOCH: Final = 0
-"""The coordinator epoch markers carry: one node coordinates every transactional id, forever."""
+"""The coordinator epoch markers carry: a transactional id's coordinator partition never moves to another node."""
+_NODE_ID_SPACE: Final = 1024
+"""A cluster node's producer ids are ``n * 1024 + node.id`` (docs/cluster.md, "Producer ids")."""
+_RETRY_S: Final = (0.2, 2.0)
+"""The first and the longest wait before ending a decided transaction again after a node did not write its markers."""
 
 
 ABORTABLE_SINCE: Final[Mapping[str, int]] = {"produce": 11, "txn_offset_commit": 4}
@@ -113,8 +121,12 @@ class TransactionService:
     """The node's transaction coordinator (see the module docstring); :meth:`open` before use."""
 
     def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread,
-                 coordinator: TransactionCoordinator, check_interval_ms: int = 10_000) -> None:
-        """``lane``: the coordinator lane (the state machine and its log); ``storage``: the storage lane (markers)."""
+                 coordinator: TransactionCoordinator, check_interval_ms: int = 10_000,
+                 coordinators: GroupCoordinators | None = None, links: NodeLinks | None = None) -> None:
+        """``lane``: the coordinator lane (the state machine and its log); ``storage``: the storage lane (markers);
+        cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes."""
+        self.coordinators = coordinators
+        self.links = links
         self.coordinator = coordinator
         self.lane = lane
         self.storage = storage
@@ -125,6 +137,7 @@ class TransactionService:
         self._completing: set[str] = set()  # transactional ids whose markers are being written
         self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage lane)
         self._task: asyncio.Task[None] | None = None
+        self._retries: dict[str, asyncio.Task[None]] = {}  # decided transactions ended again soon (a node refused)
 
     # ------------------------------------------------------------------ lane parts
 
@@ -152,6 +165,9 @@ class TransactionService:
         (:meth:`TransactionCoordinator.orphans`), ended now or, a producer id nobody owns, once its timeout must have
         passed (:meth:`_end_orphans`, run again by every check)."""
         ongoing = await self.storage.call(self._ongoing)
+        if self.coordinators is not None:  # another node's producer ids: its coordinator ends them (WriteTxnMarkers)
+            node = self.coordinators.member.node_id
+            ongoing = {pid: tps for pid, tps in ongoing.items() if pid % _NODE_ID_SPACE == node}
         self._orphans = await self.lane.call(self.coordinator.orphans, ongoing, now_ms())
         for orphan in self._orphans:
             log.warning("producer %d has a transaction open in %s that no transactional id runs: it is %s",
@@ -208,17 +224,42 @@ class TransactionService:
             return None
         return txn
 
-    def _markers(self, txn: Txn) -> None:
-        """On the storage lane: step 2's markers for ``txn`` (in Prepare*); raises when a partition refused one."""
+    def _markers(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
+        """On the storage lane: step 2's markers for ``txn`` (in Prepare*) in the partitions of this node; raises when
+        one refused its marker. Returns the partitions placed on other nodes, by node (cluster mode)."""
         commit = txn.state is TxnState.PREPARE_COMMIT
         partitions = sorted(txn.partitions)
         errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
                                                 partitions)
+        elsewhere: dict[int, list[tuple[str, int]]] = {}
         for (topic, partition), error in zip(partitions, errors):
-            if error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
+            if isinstance(error, NotHere):
+                elsewhere.setdefault(error.node, []).append((topic, partition))
+            elif error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
                 raise StorageUnavailable(f"the {'commit' if commit else 'abort'} marker of transaction "
                                          f"{txn.transactional_id!r} could not be written to {topic}-{partition}: "
                                          f"{error}")
+        return elsewhere
+
+    async def _remote_markers(self, txn: Txn, elsewhere: Mapping[int, list[tuple[str, int]]]) -> None:
+        """Step 2's markers in the partitions of other nodes, each node asked with WriteTxnMarkers; raises
+        (:class:`StorageUnavailable`) when a node did not answer or did not write every marker."""
+        commit = txn.state is TxnState.PREPARE_COMMIT
+        for node, partitions in sorted(elsewhere.items()):
+            if self.links is None:
+                raise StorageUnavailable(f"partitions {partitions} are on node {node} and this node reaches no other")
+            try:
+                codes = await write_markers(self.links, node, txn.producer_id, txn.producer_epoch,
+                                            COORDINATOR_EPOCH, commit, partitions)
+            except NodeUnreachable as e:
+                raise StorageUnavailable(f"the markers of transaction {txn.transactional_id!r} in "
+                                         f"{_names(partitions)} were not written: {e}") from None
+            refused = {tp: code for tp, code in codes.items()
+                       if code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition)}  # deleted: no marker
+            if refused:
+                raise StorageUnavailable(f"node {node} did not write the markers of transaction "
+                                         f"{txn.transactional_id!r}: " + ", ".join(
+                                             f"{t}-{p} {ErrorCode(c).name.upper()}" for (t, p), c in refused.items()))
 
     def _commit_offsets(self, txn: Txn) -> None:
         """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
@@ -273,15 +314,34 @@ class TransactionService:
             txn = await self.lane.call(self._prepared, tid)
             if txn is not None:  # each call returns once what it wrote is durable
                 if txn.partitions:
-                    await self.storage.call(self._markers, txn)
+                    elsewhere = await self.storage.call(self._markers, txn)
+                    await self._remote_markers(txn, elsewhere)
                 if txn.state is TxnState.PREPARE_COMMIT and txn.offsets:
                     await self.lane.call(self._commit_offsets, txn)
                 await self.lane.call(self._complete, tid)
-        except Exception as exc:  # noqa: BLE001 - retried by the periodic check
-            log.warning("transaction %r stays decided but not complete (%s: %s); it is retried every %d ms",
-                        tid, type(exc).__name__, exc, self._check_interval_ms)
+        except Exception as exc:  # noqa: BLE001 - retried soon, and by the periodic check
+            log.warning("transaction %r stays decided but not complete (%s: %s); it is tried again until it is",
+                        tid, type(exc).__name__, exc)
+            if tid not in self._retries:
+                self._retries[tid] = asyncio.get_running_loop().create_task(self._retry(tid),
+                                                                            name=f"walgate-txn-retry-{tid}")
         finally:
             self._completing.discard(tid)
+
+    async def _retry(self, tid: str) -> None:
+        """End ``tid``'s decided transaction again, waiting longer each time (up to the longest of
+        :data:`_RETRY_S`), until it is complete: Kafka never drops a marker, a node that is down gets it once back."""
+        wait = _RETRY_S[0]
+        try:
+            while await self.lane.call(self._prepared, tid) is not None:
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, _RETRY_S[1])
+                await self.finish(tid)
+        except Exception as exc:  # noqa: BLE001 - the periodic check goes on with it
+            log.error("retrying transaction %r stopped (%s: %s); the periodic check goes on", tid,
+                      type(exc).__name__, exc)
+        finally:
+            self._retries.pop(tid, None)
 
     async def _finish_decided(self) -> None:
         for txn in await self.call(lambda c: c.preparing()):
@@ -322,6 +382,10 @@ class TransactionService:
         that does not exist UNKNOWN_TOPIC_OR_PARTITION, one of a TDengine topic UNSUPPORTED_FOR_MESSAGE_FORMAT (not
         added); a fenced epoch INVALID_PRODUCER_EPOCH; the coordinator's retriable answers (CONCURRENT_TRANSACTIONS
         while the previous transaction's markers are written) as they are."""
+        remote = await self._remote(transactional_id, producer_id, producer_epoch, partitions, verify_only=False)
+        if remote is not None:
+            return {tp: ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else code
+                    for tp, code in remote.items()}
         refused: dict[tuple[str, int], int] = {}
 
         def add(c: TransactionCoordinator, engine: Engine) -> Step:
@@ -343,13 +407,40 @@ class TransactionService:
         ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11; another
         epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction is being
         ended, which Produce retries)."""
-        codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch, [(topic, partition)]))
+        codes = await self._remote(transactional_id, producer_id, producer_epoch, [(topic, partition)],
+                                   verify_only=True)
+        if codes is None:
+            codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch,
+                                                       [(topic, partition)]))
         code = codes[(topic, partition)]
         if code == ErrorCode.producer_fenced:
             return ErrorCode.invalid_producer_epoch
         return abortable_for_version(code, "produce", api_version)
 
+    async def _remote(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
+                      verify_only: bool) -> dict[tuple[str, int], int] | None:
+        """None when this node coordinates ``tid``; else the answers of its coordinator, another node, asked with
+        AddPartitionsToTxn v5 (COORDINATOR_NOT_AVAILABLE when the coordinators' placement cannot be read now)."""
+        if self.coordinators is None or self.links is None:
+            return None
+        try:
+            owner = await self.coordinators.owner(tid)
+        except ControlPlaneError as e:
+            log.warning("the coordinator of transactional id %r is not known: %s", tid, e)
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        if owner == self.coordinators.member.node_id:
+            return None
+        return await add_partitions(self.links, owner, tid, producer_id, producer_epoch, partitions, verify_only)
+
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        for task in self._retries.values():
+            task.cancel()
+        if self.links is not None:
+            self.links.close()
+
+
+def _names(partitions: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in partitions)

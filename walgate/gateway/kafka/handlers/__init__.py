@@ -76,6 +76,7 @@ from walgate.gateway.kafka.handlers import (
     share_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.wire import messages
@@ -103,7 +104,8 @@ _MODULES = (
     describe_client_quotas, alter_client_quotas, alter_configs,
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
     describe_producers,
-    add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, describe_transactions, list_transactions,
+    add_partitions_to_txn, add_offsets_to_txn, txn_offset_commit, end_txn, write_txn_markers, describe_transactions,
+    list_transactions,
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
     describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
 )

@@ -14,6 +14,7 @@ from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version
@@ -33,6 +34,8 @@ async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRe
         return ErrorCode.transactional_id_authorization_failed
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return ErrorCode.group_authorization_failed
+    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+        return code
 
     def add(c: TransactionCoordinator, engine: Engine) -> Step:
         return c.add_offsets(tid, request.producer_id, request.producer_epoch, group, now_ms())

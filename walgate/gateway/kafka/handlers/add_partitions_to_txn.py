@@ -21,6 +21,7 @@ from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version, partition_errors
@@ -51,6 +52,8 @@ async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, 
         return _result(tid, dict.fromkeys(partitions, ErrorCode.coordinator_not_available))
     if version < 4 and not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _result(tid, dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed))
+    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+        return _result(tid, dict.fromkeys(partitions, code))
     writable = (allowed_names(broker, ctx, Operation.WRITE, ResourceType.TOPIC, {t for t, _ in partitions})
                 if version < 4 else {t for t, _ in partitions})
     try:

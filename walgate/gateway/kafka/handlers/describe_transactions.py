@@ -1,7 +1,8 @@
 """DescribeTransactions (key 65) v0: each transactional id's producer, state, timeout, start time and partitions.
 
 ACLs (Kafka's ``handleDescribeTransactionsRequest``): an id the principal may not Describe answers
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics it may not Describe are left out of the partitions.
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics it may not Describe are left out of the partitions. In cluster mode an
+id another node coordinates answers NOT_COORDINATOR (the Admin client asks each id's coordinator).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import cast
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -34,6 +36,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     svc = broker.transactions
     ids = list(request.transactional_ids)
     visible = {tid for tid in ids if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
+    elsewhere = {tid: code for tid in visible if (code := await refusal(broker.coordinators, tid))}
+    visible -= elsewhere.keys()
     try:
         if svc is None:
             described = {tid: {"transactional_id": tid, "error_code": ErrorCode.coordinator_not_available}
@@ -45,6 +49,9 @@ async def handle(broker: Broker, ctx: RequestContext,
         described = {tid: {"transactional_id": tid, "error_code": code} for tid in visible}
     states: list[State] = []
     for tid in ids:
+        if tid in elsewhere:  # another node's transactional id (cluster mode), as Kafka's coordinator answers it
+            states.append(_failed(tid, elsewhere[tid]))
+            continue
         if tid not in visible:
             states.append(_failed(tid, ErrorCode.transactional_id_authorization_failed))
             continue

@@ -23,6 +23,7 @@ from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import for_version
@@ -42,6 +43,8 @@ async def _end(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> t
         return ErrorCode.coordinator_not_available, _NO_PRODUCER
     if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed, _NO_PRODUCER
+    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+        return code, _NO_PRODUCER
     tv = 2 if version >= _V2_SINCE else 0
 
     def end(c: TransactionCoordinator, engine: Engine) -> Step:

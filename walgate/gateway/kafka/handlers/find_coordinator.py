@@ -3,7 +3,8 @@
 On a single node that is the node itself. In cluster mode a group's coordinator is the node its coordinator
 partition is placed on (:mod:`walgate.gateway.kafka.group_coordinators`), with the endpoint it advertises on the
 client's listener; COORDINATOR_NOT_AVAILABLE (retriable) while that node is not registered or the placement cannot
-be read. A transactional id's coordinator is the node asked (WriteTxnMarkers between nodes is later work).
+be read. A transactional id's coordinator is found the same way: the same partitions and placement, its partition
+``abs(hashCode(transactional id)) % N`` (docs/cluster.md, "Transaction coordinators").
 
 Key type 0 is a group, 1 a transactional id (:mod:`walgate.gateway.kafka.transactions`); any other is
 INVALID_REQUEST. A node without a transaction coordinator (``broker.transactions`` None) answers
@@ -43,7 +44,7 @@ async def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> 
         return _refused(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
     elif not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
         return _refused(key, ErrorCode.group_authorization_failed, "Not authorized to access group")
-    elif broker.coordinators is not None:
+    if broker.coordinators is not None:
         try:
             owner = await broker.coordinators.owner(key)
         except ControlPlaneError as e:
@@ -52,7 +53,8 @@ async def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> 
             address = other_nodes(broker, ctx.listener.name).get(owner)
             if address is None:
                 return _refused(key, ErrorCode.coordinator_not_available,
-                                f"The coordinator of group {key}, node {owner}, is not available")
+                                f"The coordinator of {'group' if key_type == _GROUP else 'transactional id'} "
+                                f"{key}, node {owner}, is not available")
             return {"key": key, "node_id": owner, "host": address[0], "port": address[1],
                     "error_code": ErrorCode.none, "error_message": None}
     host, port = broker.address(ctx.listener)

@@ -24,6 +24,7 @@ from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, by_resource_type, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import INIT_PRODUCER_ID, TRANSACTIONS, error_of, millis
 from walgate.gateway.kafka.transactions import for_version
@@ -44,6 +45,8 @@ async def _transactional(broker: Broker, ctx: RequestContext, tid: str,
     svc = broker.transactions
     if svc is None or not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _refused(ErrorCode.transactional_id_authorization_failed)
+    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+        return _refused(code)
     pid, epoch = request.producer_id, request.producer_epoch  # -1 before v3
     if (pid == -1) != (epoch == -1):
         return _refused(ErrorCode.invalid_request)

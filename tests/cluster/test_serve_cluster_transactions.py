@@ -1,0 +1,182 @@
+"""Transaction coordinators sharded over the nodes, markers written between them (docs/cluster.md, "Transaction
+coordinators"): real ``walgate serve --cluster`` nodes over a real etcd (stopped by PID),
+``offsets.topic.num.partitions=4`` placed 1, 2, 1, 2, and a topic of 2 partitions, partition 0 on node 1 and 1 on
+node 2, so every transaction below spans both nodes.
+
+* FindCoordinator of a transactional id names the node of its partition through either node; every transactional API
+  of node 2's id asked of node 1 answers NOT_COORDINATOR; WriteTxnMarkers from anything but a cluster node is
+  CLUSTER_AUTHORIZATION_FAILED and writes nothing.
+* The Java client's transactional producer (kafka-clients 4.3, transaction version 2), bootstrapped on node 1 with an
+  id node 2 coordinates: committed, aborted and fenced transactions over both partitions; a read_committed consumer
+  (confluent-kafka) sees exactly the committed records on both nodes.
+* confluent-kafka's transactional producer with an id node 1 coordinates, its records on both nodes: node 2 (a
+  partition's owner) is killed -9 before the commit, so the markers cannot all be written; the commit is answered
+  (decided); then node 1, the coordinator, is killed -9 too. Both restarted, the coordinator writes the markers it
+  owed and the commit holds on both partitions; a later transaction commits as usual.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from etcd_cluster import EtcdCluster
+from serve_support import eventually, java_events, no_traceback, node, wait_log
+from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+
+from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.wire.errors import ErrorCode
+
+TOPIC = "payments"
+PARTITIONS = "offsets.topic.num.partitions=4"
+NOT_COORDINATOR = ErrorCode.not_coordinator
+
+
+def _topic(port: int) -> None:
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    admin.create_topics([NewTopic(TOPIC, 2)])[TOPIC].result(30)
+
+
+def _find_txn(port: int, *ids: str) -> list[tuple[str, int, int, ErrorCode]]:
+    answer = _request(port, 10, 4, {"key_type": 1, "coordinator_keys": list(ids)})
+    return [(c.key, c.node_id, c.port, c.error_code) for c in answer.coordinators]
+
+
+def read_committed(port: int, timeout: float = 60.0) -> dict[int, list[str]]:
+    """Every record a read_committed confluent-kafka consumer bootstrapped on ``port`` reads of both partitions, up
+    to their ends (partition EOF at the last stable offset), by partition."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in (0, 1)])
+        values: dict[int, list[str]] = {0: [], 1: []}
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(eof) < 2:
+            assert time.monotonic() < deadline, f"read_committed did not reach the end of {TOPIC}: {values}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    eof.add(msg.partition())
+                    continue
+                raise KafkaException(msg.error())
+            values[msg.partition()].append(msg.value().decode())
+        return values
+    finally:
+        consumer.close()
+
+
+def _not_coordinator(port: int, tid: str) -> None:
+    """Every transactional API of ``tid``, another node's id, asked of the node at ``port``."""
+    init = _request(port, 22, 5, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
+                                  "producer_epoch": -1})
+    assert init.error_code == NOT_COORDINATOR
+    add = _request(port, 24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": 7,
+                                 "v3_and_below_producer_epoch": 0,
+                                 "v3_and_below_topics": [{"name": TOPIC, "partitions": [0, 1]}]})
+    assert [p.partition_error_code for t in add.results_by_topic_v3_and_below for p in t.results_by_partition] == [
+        NOT_COORDINATOR, NOT_COORDINATOR]
+    assert _request(port, 25, 4, {"transactional_id": tid, "producer_id": 7, "producer_epoch": 0, "group_id": "g"}
+                    ).error_code == NOT_COORDINATOR
+    assert _request(port, 26, 5, {"transactional_id": tid, "producer_id": 7, "producer_epoch": 0, "committed": True}
+                    ).error_code == NOT_COORDINATOR
+    described = _request(port, 65, 0, {"transactional_ids": [tid]})
+    assert [(s.transactional_id, s.error_code) for s in described.transaction_states] == [(tid, NOT_COORDINATOR)]
+
+
+def _markers_refused(port: int, client_id: str) -> None:
+    """WriteTxnMarkers (v1 and v2) sent by a client that is no cluster node: refused, nothing written."""
+    for version in (1, 2):
+        fields: dict[str, Any] = {"markers": [{"producer_id": 5, "producer_epoch": 0, "transaction_result": True,
+                                              "coordinator_epoch": 0, "transaction_version": 2,
+                                              "topics": [{"name": TOPIC, "partition_indexes": [0, 1]}]}]}
+        with KafkaConnection(("127.0.0.1", port), client_id=client_id) as conn:
+            answer = conn.request(build(kio_classes(27, version)[0], fields))
+        assert [p.error_code for m in answer.markers for t in m.topics for p in t.partitions] == [
+            ErrorCode.cluster_authorization_failed] * 2
+
+
+def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+            ports = {1: n1.kafka_port, 2: n2.kafka_port}
+            wait_log(n1, "nodes 1,2")
+            _find(n1.kafka_port, "first")
+            placement = _placement(etcd1)
+            assert placement == (1, 2, 1, 2)
+            t1, t2 = _group_of(placement, 1, "tx-one"), _group_of(placement, 2, "tx-two")
+            for port in ports.values():
+                assert _find_txn(port, t1, t2) == [(t1, 1, ports[1], ErrorCode.none), (t2, 2, ports[2], ErrorCode.none)]
+            _topic(n1.kafka_port)
+            _not_coordinator(n1.kafka_port, t2)
+            _markers_refused(n1.kafka_port, "walgate-node-2/not-its-incarnation")
+            _markers_refused(n2.kafka_port, "walgate-tests")
+
+            steps = {e["name"]: e for e in java_events("TransactionalProducer.java", f"127.0.0.1:{n1.kafka_port}",
+                                                       TOPIC, t2) if e.get("event") == "step"}
+            assert [n for n, s in steps.items() if s["ok"]] == ["init", "commit", "abort", "second-init",
+                                                                 "second-commit"], steps
+            assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
+            committed = {0: ["commit-0", "commit-2"], 1: ["commit-1", "fenced-by-0"]}
+            assert read_committed(n1.kafka_port) == committed  # partition 0 on node 1, partition 1 on node 2
+            assert read_committed(n2.kafka_port) == committed
+            no_traceback(n2)
+        no_traceback(n1)
+
+
+def _transactional(port: int, tid: str) -> Producer:
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "transactional.id": tid,
+                         "message.timeout.ms": 60000, "transaction.timeout.ms": 120000})
+    producer.init_transactions(60)
+    return producer
+
+
+def _send(producer: Producer, *values: str) -> None:
+    """``values`` sent in the producer's transaction, value i to partition i % 2, every one acknowledged."""
+    errors: list[Any] = []
+    for i, value in enumerate(values):
+        producer.produce(TOPIC, value.encode(), partition=i % 2,
+                         on_delivery=lambda err, _msg: err is not None and errors.append(err))
+    assert producer.flush(60) == 0 and errors == []
+
+
+def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1: EtcdCluster,
+                                                                          tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+        wait_log(n1, "node 1: controller")
+        port1, data1 = n1.kafka_port, n1.data_dir
+        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+            port2, data2 = n2.kafka_port, n2.data_dir
+            wait_log(n1, "nodes 1,2")
+            _find(port1, "first")
+            tid = _group_of(_placement(etcd1), 1, "tx-kill")
+            _topic(port1)
+            producer = _transactional(port2, tid)
+            producer.begin_transaction()
+            _send(producer, "kept-0", "kept-1", "kept-2", "kept-3")
+            n2.proc.send_signal(signal.SIGKILL)  # the owner of partition 1 dies before the commit
+            n2.proc.wait(timeout=30)
+        producer.commit_transaction(60)  # decided (PrepareCommit durable); partition 1's marker is owed
+        wait_log(n1, "stays decided but not complete")
+        n1.proc.send_signal(signal.SIGKILL)  # and the coordinator dies with the marker still owed
+        n1.proc.wait(timeout=30)
+    with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
+        with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2) as again2:
+            committed = {0: ["kept-0", "kept-2"], 1: ["kept-1", "kept-3"]}
+            eventually("the commit holds on both nodes", lambda: read_committed(port1) == committed)
+            after = _transactional(port2, tid)  # the producer goes on with the next transaction
+            after.begin_transaction()
+            _send(after, "next-0", "next-1")
+            after.commit_transaction(60)
+            assert read_committed(port2) == {0: ["kept-0", "kept-2", "next-0"], 1: ["kept-1", "kept-3", "next-1"]}
+            no_traceback(again2)
+        no_traceback(again1)
