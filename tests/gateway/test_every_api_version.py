@@ -56,6 +56,8 @@ def expected(api_key: int, version: int) -> ErrorCode:
     """The one error code of the answer: every request here is valid, so it succeeds, as Kafka answers it."""
     if api_key in SASL_APIS:
         return ErrorCode.illegal_sasl_state
+    if api_key == 27:  # WriteTxnMarkers: only a cluster node may send it, and a single node has no other
+        return ErrorCode.cluster_authorization_failed
     return ErrorCode.member_id_required if (api_key, version >= FIRST_JOIN) == (11, True) else ErrorCode.none
 
 
@@ -262,6 +264,12 @@ def add_offsets_to_txn(conn: KafkaConnection, node: Node, version: int) -> dict[
 @request(26)
 def end_txn(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     return begin(conn, f"end-v{version}") | {"committed": True}
+
+
+@request(27)
+def write_txn_markers(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                         "transaction_version": 2, "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]}
 
 
 @request(28)
