@@ -11,8 +11,9 @@ partitions are checked against the topics snapshot the storage lane publishes; p
 Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each durable before the next:
 
 1. the Prepare* state is written (the decision: from here on the transaction commits, or aborts, whatever happens);
-2. on the storage lane, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions;
-   then, on commit, on the coordinator lane, the offsets TxnOffsetCommit gave are committed to their groups through
+2. on the storage lane, ``Engine.write_txn_markers`` writes a commit or abort marker into each of its partitions
+   placed on this node; in cluster mode each other node holding some of them is sent WriteTxnMarkers
+   (:mod:`.txn_remote`) and answers once its markers are durable; then, on commit, on the coordinator lane, the offsets TxnOffsetCommit gave are committed to their groups through
    the consumer groups' own offset path; each call returns once what it wrote is durable (group commit waits for its
    fsyncs). An offset the
    group has committed since the TxnOffsetCommit gave it (a commit time not earlier; Kafka lets the later append
@@ -20,10 +21,12 @@ Ending a transaction (EndTxn, a fenced or timed-out one) takes three steps, each
    what the group committed since its first run, nor writes its own offsets twice;
 3. the Complete* state is written.
 
-A failure in step 2 (the disk refused a marker or an offset) leaves the transaction in Prepare*: clients get
-CONCURRENT_TRANSACTIONS (retriable) and the periodic check (every
-``transaction.abort.timed.out.transaction.cleanup.interval.ms``) runs steps 2 and 3 again, as does the start of a
-node that stopped between steps 1 and 3 (:meth:`TransactionService.open`). Writing a marker twice is harmless (a
+A failure in step 2 (the disk refused a marker or an offset, another node is down or did not write its markers)
+leaves the transaction in Prepare*: clients get CONCURRENT_TRANSACTIONS (retriable), steps 2 and 3 run again after
+0.2 s, then waiting twice as long each time up to 2 s, until they succeed (Kafka never drops a marker: a node that is
+down gets them once it is back), and the periodic check (every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``) runs them too, as does the start of a node that
+stopped between steps 1 and 3 (:meth:`TransactionService.open`). Writing a marker twice is harmless (a
 partition where the producer has no ongoing transaction still takes it, as in Kafka). A transaction version 2
 Prepare* record holds the bumped epoch (and, when the epoch is exhausted, the next producer id), so the markers
 written again after a restart carry the epoch the client was answered. The same periodic check aborts ongoing
@@ -32,6 +35,12 @@ in one line and runs again at the next interval.
 
 EndTxn is answered once step 3 is done (or, when step 2 failed, once the decision is durable: the answer is NONE,
 the transaction ends later), so a consumer reading right after a commit sees it.
+
+Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id is coordinated by the node of its
+group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
+node's partition of an id another node coordinates is added or verified by asking that node
+(:meth:`TransactionService.add_implicitly`, :meth:`TransactionService.verify`). At start, the open transactions of
+producer ids another node gave are left to their coordinator (it sends their markers), not ended as orphans.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from walgate.gateway.kafka.txn_remote import add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
+from walgate.storage.producers import ProducerIds
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
@@ -73,8 +83,6 @@ T = TypeVar("T")
 
 COORDINATOR_EPOCH: Final = 0
 """The coordinator epoch markers carry: a transactional id's coordinator partition never moves to another node."""
-_NODE_ID_SPACE: Final = 1024
-"""A cluster node's producer ids are ``n * 1024 + node.id`` (docs/cluster.md, "Producer ids")."""
 _RETRY_S: Final = (0.2, 2.0)
 """The first and the longest wait before ending a decided transaction again after a node did not write its markers."""
 
@@ -167,7 +175,7 @@ class TransactionService:
         ongoing = await self.storage.call(self._ongoing)
         if self.coordinators is not None:  # another node's producer ids: its coordinator ends them (WriteTxnMarkers)
             node = self.coordinators.member.node_id
-            ongoing = {pid: tps for pid, tps in ongoing.items() if pid % _NODE_ID_SPACE == node}
+            ongoing = {pid: tps for pid, tps in ongoing.items() if pid % ProducerIds.NODES == node}
         self._orphans = await self.lane.call(self.coordinator.orphans, ongoing, now_ms())
         for orphan in self._orphans:
             log.warning("producer %d has a transaction open in %s that no transactional id runs: it is %s",
@@ -320,9 +328,9 @@ class TransactionService:
                     await self.lane.call(self._commit_offsets, txn)
                 await self.lane.call(self._complete, tid)
         except Exception as exc:  # noqa: BLE001 - retried soon, and by the periodic check
-            log.warning("transaction %r stays decided but not complete (%s: %s); it is tried again until it is",
-                        tid, type(exc).__name__, exc)
-            if tid not in self._retries:
+            if tid not in self._retries:  # logged once, not at every retry
+                log.warning("transaction %r stays decided but not complete (%s: %s); it is tried again until it is",
+                            tid, type(exc).__name__, exc)
                 self._retries[tid] = asyncio.get_running_loop().create_task(self._retry(tid),
                                                                             name=f"walgate-txn-retry-{tid}")
         finally:
@@ -337,6 +345,7 @@ class TransactionService:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, _RETRY_S[1])
                 await self.finish(tid)
+            log.info("transaction %r is complete: every node wrote its markers", tid)
         except Exception as exc:  # noqa: BLE001 - the periodic check goes on with it
             log.error("retrying transaction %r stopped (%s: %s); the periodic check goes on", tid,
                       type(exc).__name__, exc)

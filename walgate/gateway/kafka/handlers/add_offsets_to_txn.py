@@ -6,6 +6,8 @@ INVALID_PRODUCER_EPOCH below v2.
 
 ACLs (Kafka's ``handleAddOffsetsToTxnRequest``): Write on the transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the group (else GROUP_AUTHORIZATION_FAILED).
+In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR, after the ACL checks
+(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ An add of v4+ is transaction version 2's (a broker adding a Produce v12's partit
 ACLs (Kafka's): v0–v3 need Write on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
 partition) and Write on each topic (TOPIC_AUTHORIZATION_FAILED); v4+ need ClusterAction on the cluster (else the
 top-level CLUSTER_AUTHORIZATION_FAILED).
+In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR for each of its partitions, after the ACL checks
+(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
+A v5 request also comes from another cluster node: the node of a partition a transactional Produce writes to, asking
+this node, the id's coordinator (:mod:`walgate.gateway.kafka.txn_remote`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ when the epoch is exhausted); -1 / -1 with an error. The rules per state are
 :meth:`~walgate.coordinator.transactions.TransactionCoordinator.end_txn`'s.
 
 ACLs (Kafka's ``handleEndTxnRequest``): Write on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR, after the ACL checks
+(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ once in every client.
 
 ACLs (as Kafka 4): a transactional id needs Write on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent
 producer needs IdempotentWrite on the cluster or Write on some topic, else CLUSTER_AUTHORIZATION_FAILED.
+In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR, after the ACL checks
+(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
 """
 
 from __future__ import annotations
