@@ -19,16 +19,15 @@ node 2, so every transaction below spans both nodes.
 from __future__ import annotations
 
 import signal
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import eventually, java_events, no_traceback, node, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
@@ -48,31 +47,10 @@ def _find_txn(port: int, *ids: str) -> list[tuple[str, int, int, ErrorCode]]:
     return [(c.key, c.node_id, c.port, c.error_code) for c in answer.coordinators]
 
 
-def read_committed(port: int, timeout: float = 60.0) -> dict[int, list[str]]:
-    """Every record a read_committed confluent-kafka consumer bootstrapped on ``port`` reads of both partitions, up
-    to their ends (partition EOF at the last stable offset), by partition."""
-    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in (0, 1)])
-        values: dict[int, list[str]] = {0: [], 1: []}
-        eof: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(eof) < 2:
-            assert time.monotonic() < deadline, f"read_committed did not reach the end of {TOPIC}: {values}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    eof.add(msg.partition())
-                    continue
-                raise KafkaException(msg.error())
-            values[msg.partition()].append(msg.value().decode())
-        return values
-    finally:
-        consumer.close()
+def _read_committed(port: int) -> list[str]:
+    """What a read_committed confluent-kafka consumer bootstrapped on ``port`` reads of both partitions, partition 0's
+    first, up to their last stable offsets."""
+    return read_committed(f"127.0.0.1:{port}", TOPIC, timeout=60)
 
 
 def _not_coordinator(port: int, tid: str) -> None:
@@ -134,9 +112,8 @@ def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: Etcd
             assert [n for n, s in steps.items() if s["ok"]] == ["init", "commit", "abort", "second-init",
                                                                  "second-commit"], steps
             assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
-            committed = {0: ["commit-0", "commit-2"], 1: ["commit-1", "fenced-by-0"]}
-            assert read_committed(n1.kafka_port) == committed  # partition 0 on node 1, partition 1 on node 2
-            assert read_committed(n2.kafka_port) == committed
+            committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
+            assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
             no_traceback(n2)
         no_traceback(n1)
 
@@ -179,12 +156,12 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
         n1.proc.wait(timeout=30)
     with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
         with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2) as again2:
-            committed = {0: ["kept-0", "kept-2"], 1: ["kept-1", "kept-3"]}
-            eventually("the commit holds on both nodes", lambda: read_committed(port1) == committed)
+            committed = ["kept-0", "kept-2", "kept-1", "kept-3"]
+            eventually("the commit holds on both nodes", lambda: _read_committed(port1) == committed)
             after = _transactional(port2, tid)  # the producer goes on with the next transaction
             after.begin_transaction()
             _send(after, "next-0", "next-1")
             after.commit_transaction(60)
-            assert read_committed(port2) == {0: ["kept-0", "kept-2", "next-0"], 1: ["kept-1", "kept-3", "next-1"]}
+            assert _read_committed(port2) == ["kept-0", "kept-2", "next-0", "kept-1", "kept-3", "next-1"]
             no_traceback(again2)
         no_traceback(again1)
