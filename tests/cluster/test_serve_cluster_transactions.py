@@ -5,11 +5,14 @@ node 2, so every transaction below spans both nodes.
 
 * FindCoordinator of a transactional id names the node of its partition through either node; every transactional API
   of node 2's id asked of node 1 answers NOT_COORDINATOR; WriteTxnMarkers from anything but a cluster node is
-  CLUSTER_AUTHORIZATION_FAILED and writes nothing; a TxnOffsetCommit of node 2's id to node 1's group is refused
-  (INVALID_PRODUCER_ID_MAPPING: a transaction's offsets across nodes are not done yet).
+  CLUSTER_AUTHORIZATION_FAILED and writes nothing.
 * The Java client's transactional producer (kafka-clients 4.3, transaction version 2), bootstrapped on node 1 with an
   id node 2 coordinates: committed, aborted and fenced transactions over both partitions; a read_committed consumer
   (confluent-kafka) sees exactly the committed records on both nodes.
+* Consume-transform-produce with the group on node 2 and the id on node 1 (Java, transaction version 2), and
+  confluent-kafka's send_offsets_to_transaction with the group on node 1 and the id on node 2: the offsets are held
+  by the group's coordinator until the transaction's marker reaches it; committed, they are the group's, aborted,
+  not.
 * confluent-kafka's transactional producer with an id node 1 coordinates, its records on both nodes: node 2 (a
   partition's owner) is killed -9 before the commit, so the markers cannot all be written; the commit is answered
   (decided); then node 1, the coordinator, is killed -9 too. Both restarted, the coordinator writes the markers it
@@ -22,10 +25,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, java_events, no_traceback, node, wait_log
+from serve_support import eventually, java_events, no_traceback, node, produce_to, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
@@ -33,6 +36,7 @@ from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
 
 TOPIC = "payments"
+SINK = "payments_out"
 PARTITIONS = "offsets.topic.num.partitions=4"
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
@@ -97,13 +101,6 @@ def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: Etcd
                 assert _find_txn(port, t1, t2) == [(t1, 1, ports[1], ErrorCode.none), (t2, 2, ports[2], ErrorCode.none)]
             _topic(n1.kafka_port)
             _not_coordinator(n1.kafka_port, t2)
-            offsets = _request(n1.kafka_port, 28, 3, {  # node 1's group, node 2's id: not done yet (docs/cluster.md)
-                "transactional_id": t2, "group_id": _group_of(placement, 1, "group-one"), "producer_id": 2,
-                "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
-                    {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 1,
-                                                    "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
-            assert [p.error_code for t in offsets.topics for p in t.partitions] == [
-                ErrorCode.invalid_producer_id_mapping]
             _markers_refused(n1.kafka_port, "walgate-node-2/not-its-incarnation")
             _markers_refused(n2.kafka_port, "walgate-tests")
 
@@ -116,6 +113,54 @@ def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: Etcd
             assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
             no_traceback(n2)
         no_traceback(n1)
+
+
+def test_offsets_committed_in_a_transaction_through_another_nodes_group_coordinator(etcd1: EtcdCluster,
+                                                                                    tmp_path: Path) -> None:
+    """Consume-transform-produce, exactly once (KIP-447), with the group coordinated by node 2 and the transactional
+    id by node 1: the Java client (transaction version 2: TxnOffsetCommit v5 to node 2, which adds the group to the
+    transaction on node 1) and confluent-kafka (AddOffsetsToTxn to node 1, TxnOffsetCommit v3 to node 2), committed
+    and aborted."""
+    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
+            wait_log(n1, "nodes 1,2")
+            _find(n1.kafka_port, "first")
+            placement = _placement(etcd1)
+            group, tid = _group_of(placement, 2, "ctp"), _group_of(placement, 1, "ctp-tx")
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
+            for topic in (TOPIC, SINK):
+                admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
+            produce_to(n2.kafka_port, TOPIC, {p: [f"in-{i}".encode() for i in range(30) if i % 2 == p] for p in (0, 1)})
+            events = java_events("ConsumeTransformProduce.java", f"127.0.0.1:{n1.kafka_port}", TOPIC, SINK, group,
+                                 tid, "30", "classic")
+            assert [e.get("consumed") for e in events if e["event"] == "summary"] == [30], events
+            out = read_committed(f"127.0.0.1:{n2.kafka_port}", SINK, timeout=60)
+            assert sorted(out) == sorted(f"out-in-{i}" for i in range(30)), "each record once, none lost"
+            assert _committed(n1.kafka_port, group) == {0: 15, 1: 15}
+
+            other, tid2 = _group_of(placement, 1, "py-ctp"), _group_of(placement, 2, "py-ctp-tx")
+            metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": other})
+            try:
+                producer = _transactional(n1.kafka_port, tid2)
+                for offset, commit in ((7, True), (9, False)):
+                    producer.begin_transaction()
+                    producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, offset)],
+                                                         metadata.consumer_group_metadata(), 30)
+                    producer.commit_transaction(60) if commit else producer.abort_transaction(60)
+            finally:
+                metadata.close()
+            assert _committed(n2.kafka_port, other) == {0: 7, 1: -1001}, "the commit's offset, not the abort's"
+            no_traceback(n2)
+        no_traceback(n1)
+
+
+def _committed(port: int, group: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(TOPIC, p) for p in (0, 1)], 30)}
+    finally:
+        consumer.close()
 
 
 def _transactional(port: int, tid: str) -> Producer:

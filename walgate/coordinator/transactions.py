@@ -134,6 +134,7 @@ class Txn:
     offsets: tuple[PendingOffset, ...] = field(default=())
     tv: int = 0  # the transaction version of the transaction's last request (0: KIP-890 part 1 and before, 2)
     next_producer_id: int = _NO_PRODUCER_ID  # version 2, Prepare*: the producer id Complete* takes (epoch exhausted)
+    proxy: bool = False  # cluster mode: another node coordinates the id; this node, the group's, holds its offsets
 
     def producer_after(self) -> tuple[int, int]:
         """The (producer id, epoch) the producer holds once this transaction is complete (what EndTxn v5 answers)."""
@@ -149,7 +150,7 @@ class Txn:
             "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
             "offsets": [[o.group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata, o.commit_ms]
                         for o in self.offsets],
-            "tv": self.tv, "next_pid": self.next_producer_id,
+            "tv": self.tv, "next_pid": self.next_producer_id, **({"proxy": True} if self.proxy else {}),
         }
 
     @classmethod
@@ -159,14 +160,14 @@ class Txn:
         else."""
         ints = [r[k] for k in ("pid", "epoch", "last_epoch", "prev_pid", "timeout", "start", "updated")]
         ints += [r.get("tv", 0), r.get("next_pid", _NO_PRODUCER_ID)]
-        if any(type(v) is not int for v in ints):
-            raise ValueError(f"not integers: {ints!r}")
+        if any(type(v) is not int for v in ints) or type(r.get("proxy", False)) is not bool:
+            raise ValueError(f"not integers: {ints!r}, or proxy not a bool: {r.get('proxy')!r}")
         partitions = frozenset((str(t), int(p)) for t, p in r["partitions"])
         offsets = tuple(PendingOffset(str(g), str(t), int(p), int(o), int(e), str(m), int(ts))
                         for g, t, p, o, e, m, ts in r["offsets"])
         return cls(tid, r["pid"], r["epoch"], r["timeout"], TxnState(r["state"]), r["updated"], r["last_epoch"],
                    r["prev_pid"], r["start"], partitions, frozenset(str(g) for g in r["groups"]), offsets,
-                   ints[7], ints[8])
+                   ints[7], ints[8], r.get("proxy", False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +393,33 @@ class TransactionCoordinator:
                            next_producer_id=next_pid, tv=2, last_update_ms=now_ms)
         return Step(ErrorCode.none, prepared, prepared.producer_after())
 
+    # ------------------------------------------------------------------ offsets of another node's transaction
+
+    def proxy_offsets(self, tid: str, producer_id: int, epoch: int, group: str, offsets: Iterable[PendingOffset],
+                      now_ms: int) -> Step:
+        """Cluster mode, on the group's coordinator: a TxnOffsetCommit of ``tid``, which another node coordinates
+        (it answered that ``group`` is in the producer's ongoing transaction). The offsets are kept pending in a proxy
+        :class:`Txn` (never timed out, listed or ended here) until that node's marker for the group's coordinator
+        partition ends it (:meth:`proxies_ended`). A proxy of an older epoch of the producer id is replaced (its
+        transaction was ended: its coordinator sends the markers before another starts); an older epoch than the
+        proxy's is INVALID_PRODUCER_EPOCH."""
+        held = self.txns.get(tid)
+        if held is not None and not held.proxy:
+            return Step(ErrorCode.invalid_txn_state)  # this node coordinated the id before: it must not be lost
+        if held is not None and held.producer_id == producer_id and held.producer_epoch > epoch:
+            return Step(ErrorCode.invalid_producer_epoch)
+        if held is None or (held.producer_id, held.producer_epoch) != (producer_id, epoch):
+            held = Txn(tid, producer_id, epoch, self.max_timeout_ms, TxnState.ONGOING, now_ms, start_ms=now_ms,
+                       proxy=True)
+        held = replace(held, groups=held.groups | {group})
+        return Step(ErrorCode.none, self.add_offsets_pending(tid, offsets, now_ms, held))
+
+    def proxies_ended(self, producer_id: int, epoch: int, groups: Callable[[str], bool]) -> list[Txn]:
+        """The proxies a marker of ``producer_id`` at ``epoch`` (or a later one) ends: those of groups for which
+        ``groups`` is true (the groups of the coordinator partitions the marker names)."""
+        return [t for t in self.txns.values() if t.proxy and t.producer_id == producer_id
+                and t.producer_epoch <= epoch and any(groups(g) for g in t.groups)]
+
     # ------------------------------------------------------------------ completion and timers
 
     def _fenced(self, txn: Txn, now_ms: int) -> Txn:
@@ -428,6 +456,8 @@ class TransactionCoordinator:
         transactional ids past ``transactional.id.expiration.ms`` removed (None)."""
         out: list[tuple[str, Txn | None]] = []
         for tid, txn in self.txns.items():
+            if txn.proxy:  # its coordinator, another node, times it out and sends the marker that ends it here
+                continue
             if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now_ms:
                 out.append((tid, self._fenced(txn, now_ms)))
             elif txn.state in _IDLE and txn.last_update_ms + self.id_expiration_ms <= now_ms:
@@ -447,7 +477,7 @@ class TransactionCoordinator:
         * A producer id no transactional id owns can never commit; Kafka leaves such a transaction hanging. Here it
           is aborted at the last epoch, which fences the producer id, once ``transaction.max.timeout.ms`` has
           passed: by then any timeout it had has expired."""
-        owners = {t.producer_id: t for t in self.txns.values()}
+        owners = {t.producer_id: t for t in self.txns.values() if not t.proxy}
         out = []
         for pid, partitions in sorted(ongoing.items()):
             txn = owners.get(pid)
@@ -485,7 +515,7 @@ class TransactionCoordinator:
         Kafka's ``shouldInclude`` counts it; ``id_pattern``, v2 (KIP-1152): ids the pattern matches whole)."""
         wanted_states, wanted_pids = set(states), set(producer_ids)
         return [t for t in self.txns.values()
-                if (not wanted_states or t.state.value in wanted_states)
+                if not t.proxy and (not wanted_states or t.state.value in wanted_states)
                 and (not wanted_pids or t.producer_id in wanted_pids)
                 and (min_duration_ms < 0 or now_ms - t.start_ms > min_duration_ms)
                 and (id_pattern is None or id_pattern.fullmatch(t.transactional_id) is not None)]

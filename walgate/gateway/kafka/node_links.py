@@ -27,7 +27,7 @@ from walgate.cluster.model import Membership, endpoint_for
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.wire.protocol import encode_request, response_class
 
-__all__ = ["NodeLinks", "NodeUnreachable", "cluster_node", "node_client_id"]
+__all__ = ["NodeLinks", "NodeUnreachable", "cluster_node", "names_a_node", "node_client_id"]
 
 _PREFIX = "walgate-node-"
 
@@ -38,6 +38,11 @@ class NodeUnreachable(Exception):
 
 def node_client_id(node_id: int, incarnation: str) -> str:
     return f"{_PREFIX}{node_id}/{incarnation}"
+
+
+def names_a_node(client_id: str | None) -> bool:
+    """Whether ``client_id`` has the form of a node's (checked against the membership by :func:`cluster_node`)."""
+    return client_id is not None and client_id.startswith(_PREFIX)
 
 
 def cluster_node(client_id: str | None, view: Membership) -> int | None:

@@ -66,7 +66,7 @@ from walgate.coordinator.transactions import (
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
-from walgate.gateway.kafka.txn_remote import add_partitions, write_markers
+from walgate.gateway.kafka.txn_remote import add_offsets, add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
@@ -75,7 +75,7 @@ from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["TransactionService", "COORDINATOR_EPOCH", "abortable_for_version", "for_version",
-           "partition_errors"]
+           "partition_errors", "OFFSETS_TOPIC"]
 
 log = logging.getLogger("walgate.transactions")
 
@@ -86,6 +86,10 @@ COORDINATOR_EPOCH: Final = 0
 _RETRY_S: Final = (0.2, 2.0)
 """The first and the longest wait before ending a decided transaction again after a node did not write its markers."""
 
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+"""The topic name a WriteTxnMarkers gives a group coordinator partition (Kafka's offsets topic): a marker there ends
+a transaction's offsets held by the group's coordinator, another node than the transaction's."""
 
 ABORTABLE_SINCE: Final[Mapping[str, int]] = {"produce": 11, "txn_offset_commit": 4}
 """The first version of each API that may answer TRANSACTION_ABORTABLE (KIP-890); older ones get INVALID_TXN_STATE
@@ -249,6 +253,20 @@ class TransactionService:
                                          f"{error}")
         return elsewhere
 
+    async def _offsets_elsewhere(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
+        """Cluster mode: the coordinator partitions (as :data:`OFFSETS_TOPIC` partitions) of the groups of ``txn``
+        that other nodes coordinate, by node: those nodes hold the offsets TxnOffsetCommit gave them, which a marker
+        there ends (Kafka's marker in ``__consumer_offsets``)."""
+        if self.coordinators is None or not txn.groups:
+            return {}
+        placement = await self.coordinators.placement()
+        out: dict[int, list[tuple[str, int]]] = {}
+        for group in sorted(txn.groups):
+            node, partition = placement.owner(group), placement.partition(group)
+            if node != self.coordinators.member.node_id and (OFFSETS_TOPIC, partition) not in out.get(node, []):
+                out.setdefault(node, []).append((OFFSETS_TOPIC, partition))
+        return out
+
     async def _remote_markers(self, txn: Txn, elsewhere: Mapping[int, list[tuple[str, int]]]) -> None:
         """Step 2's markers in the partitions of other nodes, each node asked with WriteTxnMarkers; raises
         (:class:`StorageUnavailable`) when a node did not answer or did not write every marker."""
@@ -321,9 +339,10 @@ class TransactionService:
         try:
             txn = await self.lane.call(self._prepared, tid)
             if txn is not None:  # each call returns once what it wrote is durable
-                if txn.partitions:
-                    elsewhere = await self.storage.call(self._markers, txn)
-                    await self._remote_markers(txn, elsewhere)
+                elsewhere = await self.storage.call(self._markers, txn) if txn.partitions else {}
+                for node, partitions in (await self._offsets_elsewhere(txn)).items():
+                    elsewhere.setdefault(node, []).extend(partitions)
+                await self._remote_markers(txn, elsewhere)
                 if txn.state is TxnState.PREPARE_COMMIT and txn.offsets:
                     await self.lane.call(self._commit_offsets, txn)
                 await self.lane.call(self._complete, tid)
@@ -430,16 +449,51 @@ class TransactionService:
                       verify_only: bool) -> dict[tuple[str, int], int] | None:
         """None when this node coordinates ``tid``; else the answers of its coordinator, another node, asked with
         AddPartitionsToTxn v5 (COORDINATOR_NOT_AVAILABLE when the coordinators' placement cannot be read now)."""
-        if self.coordinators is None or self.links is None:
-            return None
         try:
-            owner = await self.coordinators.owner(tid)
+            owner = await self.coordinator_of(tid)
         except ControlPlaneError as e:
             log.warning("the coordinator of transactional id %r is not known: %s", tid, e)
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        if owner == self.coordinators.member.node_id:
+        if owner is None or self.links is None:
             return None
         return await add_partitions(self.links, owner, tid, producer_id, producer_epoch, partitions, verify_only)
+
+    async def coordinator_of(self, tid: str) -> int | None:
+        """The node coordinating ``tid`` when it is another (cluster mode), else None; raises
+        :class:`ControlPlaneError` when the coordinators' placement cannot be read now."""
+        if self.coordinators is None:
+            return None
+        owner = await self.coordinators.owner(tid)
+        return None if owner == self.coordinators.member.node_id else owner
+
+    async def join_remote(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
+        """Cluster mode, for a TxnOffsetCommit to this node (the group's coordinator) of ``tid``, which ``node``
+        coordinates: ``group`` joins the producer's transaction there (AddOffsetsToTxn; already in it: NONE). The
+        coordinator's answer, COORDINATOR_NOT_AVAILABLE when it could not be asked."""
+        if self.links is None:
+            return ErrorCode.coordinator_not_available
+        try:
+            return await add_offsets(self.links, node, tid, producer_id, producer_epoch, group)
+        except NodeUnreachable as e:
+            log.warning("transactional id %r: its coordinator, node %d, could not be asked: %s", tid, node, e)
+            return ErrorCode.coordinator_not_available
+
+    async def end_proxies(self, producer_id: int, epoch: int, commit: bool, partitions: list[int]) -> None:
+        """Cluster mode, for a marker another node sent to this node's coordinator ``partitions``: the offsets this
+        node holds for that producer's transaction (:meth:`TransactionCoordinator.proxy_offsets`) committed to their
+        groups (``commit``) or dropped, durable before returning. Raises (StorageUnavailable) when a group refused
+        them: the sender tries again."""
+        assert self.coordinators is not None
+        placement = await self.coordinators.placement()
+        wanted = set(partitions)
+
+        def end() -> None:
+            for txn in self.coordinator.proxies_ended(producer_id, epoch, lambda g: placement.partition(g) in wanted):
+                if commit:
+                    self._commit_offsets(txn)
+                self.record([(txn.transactional_id, None)])
+
+        await self.lane.call(end)
 
     def close(self) -> None:
         if self._task is not None:

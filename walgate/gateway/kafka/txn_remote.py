@@ -5,19 +5,24 @@
 * :func:`add_partitions`: the node of a partition a transactional Produce writes to asks the producer's coordinator to
   add the partitions to its transaction (KIP-890 part 2, Produce v12) or whether they are in it (part 1, Produce v3 to
   v11): AddPartitionsToTxn v5, the brokers' form, as Kafka's ``AddPartitionsToTxnManager`` sends it.
+* :func:`add_offsets`: a group's coordinator, given a TxnOffsetCommit of a transactional id another node coordinates,
+  asks that node to take the group into the producer's transaction (AddOffsetsToTxn v4), as Kafka's group coordinator
+  verifies it with the transaction coordinator (KIP-890).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kio.schema.add_offsets_to_txn.v4.request import AddOffsetsToTxnRequest
+from kio.schema.add_offsets_to_txn.v4.response import AddOffsetsToTxnResponse
 from kio.schema.add_partitions_to_txn.v5.request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
     AddPartitionsToTxnTransaction,
 )
 from kio.schema.add_partitions_to_txn.v5.response import AddPartitionsToTxnResponse
-from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
 from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 from kio.static.primitive import i16, i32
@@ -25,7 +30,7 @@ from kio.static.primitive import i16, i32
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["add_partitions", "write_markers"]
+__all__ = ["add_offsets", "add_partitions", "write_markers"]
 
 
 def _topics(partitions: Sequence[tuple[str, int]]) -> dict[str, list[int]]:
@@ -68,3 +73,12 @@ async def add_partitions(links: NodeLinks, node: int, transactional_id: str, pro
     codes: dict[tuple[str, int], int] = {(str(t.name), int(p.partition_index)): int(p.partition_error_code) for r in answer.results_by_transaction
              for t in r.topic_results for p in t.results_by_partition}
     return {tp: codes.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+
+
+async def add_offsets(links: NodeLinks, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                      group: str) -> int:
+    """The coordinator ``node``'s answer. Raises :class:`~walgate.gateway.kafka.node_links.NodeUnreachable`."""
+    answer: AddOffsetsToTxnResponse = await links.call(node, AddOffsetsToTxnRequest(
+        transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+        producer_epoch=i16(producer_epoch), group_id=GroupId(group)))
+    return int(answer.error_code)

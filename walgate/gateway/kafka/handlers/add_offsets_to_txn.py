@@ -7,7 +7,9 @@ INVALID_PRODUCER_EPOCH below v2.
 ACLs (Kafka's ``handleAddOffsetsToTxnRequest``): Write on the transactional id (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the group (else GROUP_AUTHORIZATION_FAILED).
 In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR, after the ACL checks
-(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
+(docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again. Another cluster node sends
+it too (:mod:`walgate.gateway.kafka.node_auth`): a group's coordinator given a TxnOffsetCommit of an id this node
+coordinates; the client's ACLs were checked there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.kafka.transactions import for_version
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -32,9 +35,11 @@ async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRe
     tid, group = request.transactional_id, request.group_id
     if svc is None:
         return ErrorCode.coordinator_not_available
-    if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+    if await from_cluster_node(broker, ctx):
+        pass  # a group's coordinator for a TxnOffsetCommit it took: it checked the client's ACLs
+    elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed
-    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
+    elif not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return ErrorCode.group_authorization_failed
     if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
         return code

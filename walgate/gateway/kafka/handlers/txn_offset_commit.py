@@ -20,16 +20,25 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), Read on the group (e
 Read on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions; the others are kept). In cluster mode a node
 that does not coordinate the group answers NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) for every partition, after
 the ACL checks, as OffsetCommit does.
+
+In cluster mode the transactional id may be another node's (docs/cluster.md, "Transaction coordinators"): this node,
+the group's coordinator, asks that node to take the group into the transaction (AddOffsetsToTxn, which answers the
+producer's checks: INVALID_PRODUCER_ID_MAPPING, a fenced epoch, TRANSACTION_ABORTABLE ...; COORDINATOR_NOT_AVAILABLE
+when it cannot be asked), then keeps the offsets pending here, durable in its transaction log, until that node's
+marker for the group's coordinator partition commits or drops them (WriteTxnMarkers), as Kafka's group coordinator
+holds them in ``__consumer_offsets`` until the marker. OffsetFetch with ``require_stable`` answers
+UNSTABLE_OFFSET_COMMIT for them meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import cast
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import PartitionCommit, commit_offsets
 from walgate.coordinator.store import EngineOffsetStore
-from walgate.coordinator.transactions import PendingOffset
+from walgate.coordinator.transactions import PendingOffset, Txn
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
@@ -44,6 +53,17 @@ API_KEY, MIN_VERSION, MAX_VERSION = 28, 0, 5
 _IMPLICIT_ADD_SINCE = 5  # Kafka's txnOffsetCommitRequestVersionToTransactionSupportedOperation: addPartition
 
 Topics = list[tuple[str, list[PartitionCommit]]]
+
+
+def _refused(code: int, api_version: int) -> int:
+    """The coordinator's refusal ``code`` as TxnOffsetCommit at ``api_version`` answers it: CONCURRENT_TRANSACTIONS
+    (the previous transaction's markers are being written) is COORDINATOR_NOT_AVAILABLE from v5, PRODUCER_FENCED is
+    INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE is INVALID_TXN_STATE before v4."""
+    if code == ErrorCode.concurrent_transactions and api_version >= _IMPLICIT_ADD_SINCE:
+        code = ErrorCode.coordinator_not_available
+    if code == ErrorCode.producer_fenced:
+        code = ErrorCode.invalid_producer_epoch
+    return abortable_for_version(code, "txn_offset_commit", api_version)
 
 
 def _failed(topics: Topics, code: int) -> list[TxnOffsetCommitResponseTopic]:
@@ -72,19 +92,25 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
     topics = [t for t in topics if t[0] in readable]
     groups = broker.groups.groups
     producer_id, epoch = request.producer_id, request.producer_epoch
+    try:
+        coordinator = await svc.coordinator_of(tid)  # None: this node's transactional id
+    except ControlPlaneError:
+        return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.coordinator_not_available)}
+    if coordinator is not None:  # the group joins the transaction on its coordinator, another node
+        joined_there = await svc.join_remote(coordinator, tid, producer_id, epoch, group)
+        if joined_there != ErrorCode.none:
+            return {"throttle_time": 0, "topics": _failed(topics, _refused(joined_there, ctx.api_version))}
 
     def commit(store: EngineOffsetStore) -> tuple[list[TxnOffsetCommitResponseTopic], list[Completion]]:
         joined = None
-        if ctx.api_version >= _IMPLICIT_ADD_SINCE:
+        if coordinator is not None:
+            refused: int = ErrorCode.none  # checked by the transaction's coordinator
+        elif ctx.api_version >= _IMPLICIT_ADD_SINCE:
             step = svc.coordinator.add_offsets(tid, producer_id, epoch, group, now_ms(), tv=2)
             refused, joined = step.error, step.txn
-            if refused == ErrorCode.concurrent_transactions:
-                refused = ErrorCode.coordinator_not_available
         else:
             refused = svc.coordinator.offset_commit_check(tid, producer_id, epoch, group)
-        if refused == ErrorCode.producer_fenced:
-            refused = ErrorCode.invalid_producer_epoch
-        refused = abortable_for_version(refused, "txn_offset_commit", ctx.api_version)
+        refused = _refused(refused, ctx.api_version)
         if refused != ErrorCode.none:
             return _failed(topics, refused), []
         now = now_ms()
@@ -96,9 +122,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         )
         pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
                                  r.commit_timestamp_ms) for r in plan.records]
-        if pending or joined is not None:
+        if coordinator is not None:  # held here, the group's node, until the transaction's marker comes
+            step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now)
+            if step.error != ErrorCode.none or step.txn is None:
+                return _failed(topics, step.error), []
+            change: Txn | None = step.txn
+        else:
+            change = svc.coordinator.add_offsets_pending(tid, pending, now, joined) if pending or joined else None
+        if change is not None:
             try:
-                svc.record([(tid, svc.coordinator.add_offsets_pending(tid, pending, now, joined))])
+                svc.record([(tid, change)])
             except Exception as exc:  # noqa: BLE001 - answered per partition
                 code = error_of(exc, TRANSACTIONS)
                 failed = plan.failed({(r.topic, r.partition): code for r in plan.records})

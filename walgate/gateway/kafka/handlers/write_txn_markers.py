@@ -7,21 +7,25 @@ partition: NONE, NOT_LEADER_OR_FOLLOWER for a partition placed on another node, 
 INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED for a stale epoch, KAFKA_STORAGE_ERROR when the disk refused
 it (the coordinator retries until every partition answers NONE).
 
-Only a cluster node may send it (Kafka's ClusterAction on the cluster): the request's client id must name a node
-registered now with its data dir's incarnation (:func:`walgate.gateway.kafka.node_links.cluster_node`), and, with an
-authorizer, the principal must hold ClusterAction; otherwise every partition answers CLUSTER_AUTHORIZATION_FAILED
-and nothing is written. A single node has no other node to take it from and refuses it the same way.
+Partitions of :data:`~walgate.gateway.kafka.transactions.OFFSETS_TOPIC` are this node's group coordinator
+partitions: the marker ends the offsets this node holds for the producer's transaction (TxnOffsetCommit gave them
+here, to the group's coordinator), committed to their groups or dropped
+(:meth:`~walgate.gateway.kafka.transactions.TransactionService.end_proxies`).
+
+Only a cluster node may send it (Kafka's ClusterAction on the cluster, :mod:`walgate.gateway.kafka.node_auth`);
+otherwise every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is written. A single node has no other
+node to take it from and refuses it the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from walgate.gateway.kafka.access import Operation, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.node_links import cluster_node
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.gateway.kafka.transactions import OFFSETS_TOPIC
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -46,33 +50,40 @@ def _partitions(marker: WriteTxnMarkersRequestWritableTxnMarker) -> list[tuple[s
     return [(t.name, p) for t in marker.topics for p in t.partition_indexes]
 
 
-async def _from_node(broker: Broker, ctx: RequestContext) -> bool:
-    member = broker.cluster
-    if member is None or not cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION):
-        return False
-    if cluster_node(ctx.client_id, member.view) is not None:
-        return True
-    try:  # a node that registered since this one last read the membership
-        return cluster_node(ctx.client_id, await member.refresh()) is not None
-    except Exception:  # noqa: BLE001 - etcd not answering: not known to be a node, refused (the sender retries)
-        return False
-
-
-def _write(engine: Engine, marker: WriteTxnMarkersRequestWritableTxnMarker) -> list[Exception | None]:
+def _write(engine: Engine, marker: WriteTxnMarkersRequestWritableTxnMarker,
+           partitions: list[tuple[str, int]]) -> list[Exception | None]:
     return engine.write_txn_markers(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
-                                    marker.transaction_result, _partitions(marker))
+                                    marker.transaction_result, partitions)
+
+
+async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker) -> list[int]:
+    """Each partition's answer, in the request's order."""
+    partitions = _partitions(marker)
+    data = [tp for tp in partitions if tp[0] != OFFSETS_TOPIC]
+    offsets = sorted({p for t, p in partitions if t == OFFSETS_TOPIC})
+    codes: dict[tuple[str, int], int] = {}
+    if data:
+        try:
+            errors = await broker.call(_write, marker, data)
+            codes.update({tp: ErrorCode.none if e is None else error_of(e) for tp, e in zip(data, errors)})
+        except Exception as exc:  # noqa: BLE001 - answered, the connection stays
+            codes.update(dict.fromkeys(data, error_of(exc)))
+    if offsets:
+        svc = broker.transactions
+        try:
+            if svc is None or svc.coordinators is None:
+                code = ErrorCode.coordinator_not_available
+            else:
+                await svc.end_proxies(marker.producer_id, marker.producer_epoch, marker.transaction_result, offsets)
+                code = ErrorCode.none
+        except Exception as exc:  # noqa: BLE001 - answered, the sender tries again
+            code = error_of(exc, TRANSACTIONS)
+        codes.update(dict.fromkeys([(OFFSETS_TOPIC, p) for p in offsets], code))
+    return [codes[tp] for tp in partitions]
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
-    if not await _from_node(broker, ctx):
+    if not await from_cluster_node(broker, ctx):
         return {"markers": [_result(m, [ErrorCode.cluster_authorization_failed] * len(_partitions(m)))
                             for m in request.markers]}
-    results = []
-    for marker in request.markers:
-        try:
-            errors = await broker.call(_write, marker)
-            codes = [ErrorCode.none if e is None else error_of(e) for e in errors]
-        except Exception as exc:  # noqa: BLE001 - answered, the connection stays
-            codes = [error_of(exc)] * len(_partitions(marker))
-        results.append(_result(marker, codes))
-    return {"markers": results}
+    return {"markers": [_result(m, await _codes(broker, m)) for m in request.markers]}
