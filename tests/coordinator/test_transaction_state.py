@@ -250,3 +250,32 @@ def test_orphans_are_the_open_partitions_no_running_transaction_holds() -> None:
         Orphan(555, MAX_EPOCH, False, (("t", 2), ("u", 0)), n.now + DEFAULT_MAX_TIMEOUT_MS),  # nobody's: aborted later
         Orphan(1001, 0, True, (("t", 1),), n.now),  # its commit marker again, at once
     ]
+
+
+def test_offsets_of_another_nodes_transaction_are_held_by_a_proxy_until_its_marker() -> None:
+    """Cluster mode, on a group's coordinator: a proxy holds the offsets TxnOffsetCommit gave for a transactional id
+    another node coordinates; it is never timed out, listed or taken for an orphan's owner, a marker of its producer
+    at its epoch or later ends it, an older epoch is refused, and it round-trips through its record."""
+    n = Node()
+    offset = PendingOffset("g", "t", 0, 7, -1, "", n.now)
+    step = n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [offset], n.now))
+    proxy = n.txn()
+    assert step.error == ErrorCode.none and proxy.proxy and proxy.state is TxnState.ONGOING
+    assert (proxy.producer_id, proxy.producer_epoch, proxy.groups, proxy.offsets) == (4097, 3, {"g"}, (offset,))
+    assert n.c.pending_offsets("g") == {("t", 0)}, "OffsetFetch require_stable sees it as unstable"
+    assert n.c.proxy_offsets(TID, 4097, 2, "g", [], n.now).error == ErrorCode.invalid_producer_epoch
+    assert Txn.from_record(TID, proxy.to_record()) == proxy
+    own = n.init("own").txn
+    assert own is not None and "proxy" not in own.to_record(), "a coordinator's own record is as before"
+    far = n.now + 10 * DEFAULT_MAX_TIMEOUT_MS
+    assert n.c.expire(far) == [], "past its timeout, the proxy is not aborted here: its coordinator does that"
+    assert [t.transactional_id for t in n.c.list([], [], -1, far)] == ["own"]
+    assert [o.epoch for o in n.c.orphans({4097: [("t", 1)]}, n.now)] == [MAX_EPOCH], "no owner: not the proxy"
+    in_partition = {"g"}.__contains__
+    assert n.c.proxies_ended(4097, 2, in_partition) == [], "an older epoch's marker"
+    assert n.c.proxies_ended(4098, 3, in_partition) == [], "another producer's"
+    assert n.c.proxies_ended(4097, 3, lambda g: False) == [], "another partition's"
+    assert n.c.proxies_ended(4097, 4, in_partition) == [proxy], "the marker, at the bumped epoch (version 2)"
+    newer = n.run(n.c.proxy_offsets(TID, 4097, 5, "h", [], n.now)).txn
+    assert newer is not None and (newer.producer_epoch, newer.groups, newer.offsets) == (5, {"h"}, ())
+    assert n.c.proxy_offsets("own", 4097, 5, "g", [], n.now).error == ErrorCode.invalid_txn_state

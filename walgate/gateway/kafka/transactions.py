@@ -39,8 +39,12 @@ the transaction ends later), so a consumer reading right after a commit sees it.
 Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id is coordinated by the node of its
 group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
 node's partition of an id another node coordinates is added or verified by asking that node
-(:meth:`TransactionService.add_implicitly`, :meth:`TransactionService.verify`). At start, the open transactions of
-producer ids another node gave are left to their coordinator (it sends their markers), not ended as orphans.
+(:meth:`TransactionService.add_implicitly`, :meth:`TransactionService.verify`). A transaction's offsets given to
+another node, the group's coordinator, are held there (:meth:`TransactionService.join_remote`, a proxy
+:class:`~walgate.coordinator.transactions.Txn`) and ended by a marker for the group's coordinator partition
+(:data:`OFFSETS_TOPIC`) sent with the others (:meth:`TransactionService.end_proxies` there). At start, the open
+transactions of producer ids another node gave are left to their coordinator (it sends their markers), not ended as
+orphans.
 """
 
 from __future__ import annotations
