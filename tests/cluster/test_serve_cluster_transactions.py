@@ -9,10 +9,10 @@ node 2, so every transaction below spans both nodes.
 * The Java client's transactional producer (kafka-clients 4.3, transaction version 2), bootstrapped on node 1 with an
   id node 2 coordinates: committed, aborted and fenced transactions over both partitions; a read_committed consumer
   (confluent-kafka) sees exactly the committed records on both nodes.
-* Consume-transform-produce with the group on node 2 and the id on node 1 (Java, transaction version 2), and
-  confluent-kafka's send_offsets_to_transaction with the group on node 1 and the id on node 2: the offsets are held
-  by the group's coordinator until the transaction's marker reaches it; committed, they are the group's, aborted,
-  not.
+* Then, on the same nodes, consume-transform-produce with the group on node 2 and the id on node 1 (Java, transaction
+  version 2), and confluent-kafka's send_offsets_to_transaction with the group on node 1 and the id on node 2: the
+  offsets are held by the group's coordinator until the transaction's marker reaches it; committed, they are the
+  group's, aborted, not.
 * confluent-kafka's transactional producer with an id node 1 coordinates, its records on both nodes: node 2 (a
   partition's owner) is killed -9 before the commit, so the markers cannot all be written; the commit is answered
   (decided); then node 1, the coordinator, is killed -9 too. Both restarted, the coordinator writes the markers it
@@ -36,7 +36,7 @@ from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
 
 TOPIC = "payments"
-SINK = "payments_out"
+SOURCE, SINK = "payments_in", "payments_out"  # consume-transform-produce
 PARTITIONS = "offsets.topic.num.partitions=4"
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
@@ -87,7 +87,7 @@ def _markers_refused(port: int, client_id: str) -> None:
             ErrorCode.cluster_authorization_failed] * 2
 
 
-def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
+def test_transactions_over_two_nodes_partitions_and_groups(etcd1: EtcdCluster, tmp_path: Path) -> None:
     with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
         wait_log(n1, "node 1: controller")
         with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
@@ -111,54 +111,46 @@ def test_a_transaction_over_two_nodes_is_coordinated_by_its_ids_node(etcd1: Etcd
             assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
             committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
             assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
+            _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement)
             no_traceback(n2)
         no_traceback(n1)
 
 
-def test_offsets_committed_in_a_transaction_through_another_nodes_group_coordinator(etcd1: EtcdCluster,
-                                                                                    tmp_path: Path) -> None:
+def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, ...]) -> None:
     """Consume-transform-produce, exactly once (KIP-447), with the group coordinated by node 2 and the transactional
     id by node 1: the Java client (transaction version 2: TxnOffsetCommit v5 to node 2, which adds the group to the
-    transaction on node 1) and confluent-kafka (AddOffsetsToTxn to node 1, TxnOffsetCommit v3 to node 2), committed
-    and aborted."""
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
-        wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
-            wait_log(n1, "nodes 1,2")
-            _find(n1.kafka_port, "first")
-            placement = _placement(etcd1)
-            group, tid = _group_of(placement, 2, "ctp"), _group_of(placement, 1, "ctp-tx")
-            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
-            for topic in (TOPIC, SINK):
-                admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
-            produce_to(n2.kafka_port, TOPIC, {p: [f"in-{i}".encode() for i in range(30) if i % 2 == p] for p in (0, 1)})
-            events = java_events("ConsumeTransformProduce.java", f"127.0.0.1:{n1.kafka_port}", TOPIC, SINK, group,
-                                 tid, "30", "classic")
-            assert [e.get("consumed") for e in events if e["event"] == "summary"] == [30], events
-            out = read_committed(f"127.0.0.1:{n2.kafka_port}", SINK, timeout=60)
-            assert sorted(out) == sorted(f"out-in-{i}" for i in range(30)), "each record once, none lost"
-            assert _committed(n1.kafka_port, group) == {0: 15, 1: 15}
+    transaction on node 1); then confluent-kafka (AddOffsetsToTxn to node 2, TxnOffsetCommit v3 to node 1) with the
+    group on node 1 and the id on node 2, committed and aborted."""
+    group, tid = _group_of(placement, 2, "ctp"), _group_of(placement, 1, "ctp-tx")
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port1}"})
+    for topic in (SOURCE, SINK):
+        admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
+    produce_to(port2, SOURCE, {p: [f"in-{i}".encode() for i in range(30) if i % 2 == p] for p in (0, 1)})
+    events = java_events("ConsumeTransformProduce.java", f"127.0.0.1:{port1}", SOURCE, SINK, group, tid, "30",
+                         "classic")
+    assert [e.get("consumed") for e in events if e["event"] == "summary"] == [30], events
+    out = read_committed(f"127.0.0.1:{port2}", SINK, timeout=60)
+    assert sorted(out) == sorted(f"out-in-{i}" for i in range(30)), "each record once, none lost"
+    assert _committed(port1, group) == {0: 15, 1: 15}
 
-            other, tid2 = _group_of(placement, 1, "py-ctp"), _group_of(placement, 2, "py-ctp-tx")
-            metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": other})
-            try:
-                producer = _transactional(n1.kafka_port, tid2)
-                for offset, commit in ((7, True), (9, False)):
-                    producer.begin_transaction()
-                    producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, offset)],
-                                                         metadata.consumer_group_metadata(), 30)
-                    producer.commit_transaction(60) if commit else producer.abort_transaction(60)
-            finally:
-                metadata.close()
-            assert _committed(n2.kafka_port, other) == {0: 7, 1: -1001}, "the commit's offset, not the abort's"
-            no_traceback(n2)
-        no_traceback(n1)
+    other, tid2 = _group_of(placement, 1, "py-ctp"), _group_of(placement, 2, "py-ctp-tx")
+    metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{port1}", "group.id": other})
+    try:
+        producer = _transactional(port1, tid2)
+        for offset, commit in ((7, True), (9, False)):
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction([TopicPartition(SOURCE, 0, offset)],
+                                                 metadata.consumer_group_metadata(), 30)
+            producer.commit_transaction(60) if commit else producer.abort_transaction(60)
+    finally:
+        metadata.close()
+    assert _committed(port2, other) == {0: 7, 1: -1001}, "the commit's offset, not the abort's"
 
 
 def _committed(port: int, group: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": group})
     try:
-        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(TOPIC, p) for p in (0, 1)], 30)}
+        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(SOURCE, p) for p in (0, 1)], 30)}
     finally:
         consumer.close()
 
