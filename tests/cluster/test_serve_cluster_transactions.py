@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, java_events, no_traceback, node, produce_to, wait_log
+from serve_support import eventually, java_events, no_traceback, node, produce_to, two_nodes, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
@@ -88,31 +88,29 @@ def _markers_refused(port: int, client_id: str) -> None:
 
 
 def test_transactions_over_two_nodes_partitions_and_groups(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS) as n1:
-        wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS) as n2:
-            ports = {1: n1.kafka_port, 2: n2.kafka_port}
-            wait_log(n1, "nodes 1,2")
-            _find(n1.kafka_port, "first")
-            placement = _placement(etcd1)
-            assert placement == (1, 2, 1, 2)
-            t1, t2 = _group_of(placement, 1, "tx-one"), _group_of(placement, 2, "tx-two")
-            for port in ports.values():
-                assert _find_txn(port, t1, t2) == [(t1, 1, ports[1], ErrorCode.none), (t2, 2, ports[2], ErrorCode.none)]
-            _topic(n1.kafka_port)
-            _not_coordinator(n1.kafka_port, t2)
-            _markers_refused(n1.kafka_port, "walgate-node-2/not-its-incarnation")
-            _markers_refused(n2.kafka_port, "walgate-tests")
+    with two_nodes(etcd1, tmp_path, "--override", PARTITIONS) as (n1, n2, _, _):
+        ports = {1: n1.kafka_port, 2: n2.kafka_port}
+        wait_log(n1, "nodes 1,2")
+        _find(n1.kafka_port, "first")
+        placement = _placement(etcd1)
+        assert placement == (1, 2, 1, 2)
+        t1, t2 = _group_of(placement, 1, "tx-one"), _group_of(placement, 2, "tx-two")
+        for port in ports.values():
+            assert _find_txn(port, t1, t2) == [(t1, 1, ports[1], ErrorCode.none), (t2, 2, ports[2], ErrorCode.none)]
+        _topic(n1.kafka_port)
+        _not_coordinator(n1.kafka_port, t2)
+        _markers_refused(n1.kafka_port, "walgate-node-2/not-its-incarnation")
+        _markers_refused(n2.kafka_port, "walgate-tests")
 
-            steps = {e["name"]: e for e in java_events("TransactionalProducer.java", f"127.0.0.1:{n1.kafka_port}",
-                                                       TOPIC, t2) if e.get("event") == "step"}
-            assert [n for n, s in steps.items() if s["ok"]] == ["init", "commit", "abort", "second-init",
-                                                                 "second-commit"], steps
-            assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
-            committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
-            assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
-            _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement)
-            no_traceback(n2)
+        steps = {e["name"]: e for e in java_events("TransactionalProducer.java", f"127.0.0.1:{n1.kafka_port}",
+                                                   TOPIC, t2) if e.get("event") == "step"}
+        assert [n for n, s in steps.items() if s["ok"]] == ["init", "commit", "abort", "second-init",
+                                                             "second-commit"], steps
+        assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
+        committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
+        assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
+        _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement)
+        no_traceback(n2)
         no_traceback(n1)
 
 
