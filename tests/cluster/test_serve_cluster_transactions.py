@@ -15,12 +15,15 @@ node 2, so every transaction below spans both nodes.
   group's, aborted, not.
 * confluent-kafka's transactional producer with an id node 1 coordinates, its records on both nodes: node 2 (a
   partition's owner) is killed -9 before the commit, so the markers cannot all be written; the commit is answered
-  (decided); then node 1, the coordinator, is killed -9 too. Both restarted, the coordinator writes the markers it
-  owed and the commit holds on both partitions; a later transaction commits as usual.
+  (decided); then node 1, the coordinator, is killed -9 too. Node 2 restarts with a full disk (ENOSPC injected into
+  its storage writes, ``disk_full_site/``), so the marker node 1 sends again once restarted is refused, and
+  partition 1 stays undecided for read_committed; the disk freed, the marker is written and the commit holds on
+  both partitions; a later transaction commits as usual.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -32,9 +35,11 @@ from serve_support import eventually, java_events, no_traceback, node, produce_t
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
+from livewalgate import walgate_env
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.wire.errors import ErrorCode
 
+DISK_FULL_SITE = Path(__file__).parent / "disk_full_site"
 TOPIC = "payments"
 SOURCE, SINK = "payments_in", "payments_out"  # consume-transform-produce
 PARTITIONS = "offsets.topic.num.partitions=4"
@@ -189,8 +194,15 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
         wait_log(n1, "stays decided but not complete")
         n1.proc.send_signal(signal.SIGKILL)  # and the coordinator dies with the marker still owed
         n1.proc.wait(timeout=30)
-    with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
-        with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2) as again2:
+    full = tmp_path / "disk-full"  # node 2 comes back with a full disk: its marker write is refused (ENOSPC)
+    env = {**walgate_env(), "WGT_DISK_FULL": str(full),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(DISK_FULL_SITE), os.environ.get("PYTHONPATH", "")) if p)}
+    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2, env=env) as again2:
+        full.touch()
+        with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
+            wait_log(again1, "KAFKA_STORAGE_ERROR")  # node 2 answered its marker: not written, tried again
+            assert _read_committed(port1) == ["kept-0", "kept-2"], "partition 1 stops before the undecided records"
+            full.unlink()
             committed = ["kept-0", "kept-2", "kept-1", "kept-3"]
             eventually("the commit holds on both nodes", lambda: _read_committed(port1) == committed)
             after = _transactional(port2, tid)  # the producer goes on with the next transaction

@@ -154,6 +154,7 @@ class TransactionService:
         self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage lane)
         self._task: asyncio.Task[None] | None = None
         self._retries: dict[str, asyncio.Task[None]] = {}  # decided transactions ended again soon (a node refused)
+        self._failures: dict[str, str] = {}  # why each of them was not ended, as last logged
 
     # ------------------------------------------------------------------ lane parts
 
@@ -351,9 +352,12 @@ class TransactionService:
                     await self.lane.call(self._commit_offsets, txn)
                 await self.lane.call(self._complete, tid)
         except Exception as exc:  # noqa: BLE001 - retried soon, and by the periodic check
-            if tid not in self._retries:  # logged once, not at every retry
-                log.warning("transaction %r stays decided but not complete (%s: %s); it is tried again until it is",
-                            tid, type(exc).__name__, exc)
+            why = f"{type(exc).__name__}: {exc}"
+            if self._failures.get(tid) != why:  # logged when it changes, not at every retry
+                self._failures[tid] = why
+                log.warning("transaction %r stays decided but not complete (%s); it is tried again until it is",
+                            tid, why)
+            if tid not in self._retries:
                 self._retries[tid] = asyncio.get_running_loop().create_task(self._retry(tid),
                                                                             name=f"walgate-txn-retry-{tid}")
         finally:
@@ -374,6 +378,7 @@ class TransactionService:
                       type(exc).__name__, exc)
         finally:
             self._retries.pop(tid, None)
+            self._failures.pop(tid, None)
 
     async def _finish_decided(self) -> None:
         for txn in await self.call(lambda c: c.preparing()):
