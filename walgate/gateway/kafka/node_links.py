@@ -71,14 +71,15 @@ class NodeLinks:
         return node_client_id(self.member.node_id, incarnation)
 
     async def call(self, node: int, request: Any) -> Any:
-        """Send kio request ``request`` to node ``node``; its decoded response. Raises :class:`NodeUnreachable`."""
+        """Send kio request ``request`` to node ``node``; its decoded response. Raises :class:`NodeUnreachable`, whatever
+        went wrong (no endpoint, connection refused or cut, timeout, an answer that does not decode)."""
         if self.listener is None:
             raise NodeUnreachable(f"node {self.member.node_id} has no PLAINTEXT listener to reach node {node} through")
         lock = self._locks.setdefault(node, asyncio.Lock())
         async with lock:
             try:
                 return await asyncio.wait_for(self._exchange(node, request), self.timeout_s)
-            except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - refused, cut, timed out or not understood: no answer, retried
                 self._drop(node)
                 what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
                 raise NodeUnreachable(f"node {node}: {what}") from None
