@@ -43,7 +43,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.tls_verify import answer_bad_certificate
 
-__all__ = ["server_context", "peer_principal"]
+__all__ = ["node_client_context", "server_context", "peer_principal"]
 
 log = logging.getLogger("walgate.tls")
 
@@ -77,6 +77,27 @@ def server_context(config: Config, what: str, client_auth: str | None = None) ->
             raise ConfigError(f"{what}: cannot load the truststore "
                               f"({config.ssl_truststore_location or 'ssl.truststore.certificates'}): {_reason(e)}") from None
         answer_bad_certificate(context)  # last: setting verify_mode would remove it
+    return context
+
+
+def node_client_context(config: Config) -> ssl.SSLContext:
+    """The client context a node reaches other nodes' HTTPS APIs with (SQL forwarded between nodes): it verifies the
+    other node's certificate and host name against ``ssl.truststore.location`` / ``ssl.truststore.certificates``
+    (the system's CAs when neither is set) and presents this node's own certificate (``ssl.keystore.*``), for an
+    HTTP API that asks for one. Raises :class:`ConfigError` when a file cannot be read."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    versions = sorted(_VERSIONS[name] for name in config.ssl_enabled_protocols)
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    try:
+        if config.ssl_truststore_location is not None:
+            context.load_verify_locations(cafile=str(config.ssl_truststore_location))
+        elif config.ssl_truststore_certificates:
+            context.load_verify_locations(cadata=config.ssl_truststore_certificates)
+        _load_certificate(context, config)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"HTTP between nodes: cannot load the truststore or the certificate "
+                          f"({config.ssl_truststore_location or 'ssl.truststore.certificates'}, {_where(config)}): "
+                          f"{_reason(e)}") from None
     return context
 
 
