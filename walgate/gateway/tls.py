@@ -83,9 +83,10 @@ def server_context(config: Config, what: str, client_auth: str | None = None) ->
 def node_client_context(config: Config) -> ssl.SSLContext:
     """The client context a node reaches other nodes' HTTPS APIs with (SQL forwarded between nodes): it verifies the
     other node's certificate and host name against ``ssl.truststore.location`` / ``ssl.truststore.certificates``
-    (the system's CAs when neither is set) and presents this node's own certificate (``ssl.keystore.*``), for an
-    HTTP API that asks for one. Raises :class:`ConfigError` when a file cannot be read."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    only (as Kafka's truststore; the system's CAs when neither is set) and presents this node's own certificate
+    (``ssl.keystore.*``), for an HTTP API that asks for one. Raises :class:`ConfigError` when a file cannot be
+    read."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and the host name
     versions = sorted(_VERSIONS[name] for name in config.ssl_enabled_protocols)
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
     try:
@@ -93,6 +94,8 @@ def node_client_context(config: Config) -> ssl.SSLContext:
             context.load_verify_locations(cafile=str(config.ssl_truststore_location))
         elif config.ssl_truststore_certificates:
             context.load_verify_locations(cadata=config.ssl_truststore_certificates)
+        else:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
         _load_certificate(context, config)
     except (OSError, ValueError) as e:
         raise ConfigError(f"HTTP between nodes: cannot load the truststore or the certificate "
