@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster
@@ -107,42 +108,60 @@ IN_WORKERS = "walgate_sql_queries_in_workers"
 TOLD = "its query worker is told to stop it"
 
 
-def test_a_client_gone_or_sql_timeout_stops_the_owners_query_worker(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    a0, b0 = tables_of(0, 1)[0], tables_of(1, 1)[0]
-    with node(etcd1, tmp_path, 1, "--sql-workers", "1", "--sql-timeout-ms", "5000") as n1:
+def test_a_client_gone_or_sql_timeout_stops_the_owners_query_and_a_killed_owner_holds_what_the_answer_says(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    a0, a1 = tables_of(0, 2)
+    b0, b1 = tables_of(1, 2)
+    data2 = tmp_path / "node2" / "data"
+    with node(etcd1, tmp_path, 1, "--sql-workers", "1", "--sql-timeout-ms", "3000") as n1:
         wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, "--sql-workers", "1") as n2:
+        with node(etcd1, tmp_path, 2, "--sql-workers", "1", data_dir=data2) as n2:
             spread_database(n1, n2)
             sql(n1, STABLE)
             eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
             assert post(n1, "INSERT INTO " + values(a0, 1, [1]) + " " + values(b0, 2, [2]))[0] == 200
             # both query workers started, through node 2 (no sql.timeout.ms: starting a worker takes seconds here)
             assert rows_of(n2) == {(f"f.{a0}", 1), (f"f.{b0}", 2)}
-            select = b"SELECT tbname, v FROM f.st"
+            stops_the_owners_query(n1, n2)
+            answer = paused_and_killed_mid_forward(n1, n2, a1, b0, b1)
+        with node(etcd1, tmp_path, 2, data_dir=data2) as n2:
+            eventually("node 2 back", lambda: post(n1, "SELECT v FROM f.st")[0] == 200)
+            held = rows_of(n1)
+            said_written = {(f"f.{a1}", 3), (f"f.{a1}", 4)}
+            node2_part = {(f"f.{b0}", 5), (f"f.{b1}", 6), (f"f.{b1}", 7)}
+            assert said_written <= held, "nothing the answer calls written is missing"
+            if answer["not_written"]:
+                assert not node2_part & held, "nothing the answer calls not written is there"
+            else:  # unknown: all of the part or none of it
+                assert node2_part <= held or not node2_part & held
+            assert held - said_written - node2_part == {(f"f.{a0}", 1), (f"f.{b0}", 2)}
+            no_traceback(n2)
+        no_traceback(n1)
 
-            # the client closes its connection while node 2's part waits in node 2's stopped worker
-            with stopped(children(n2)):
-                host, port = n1.http_url.removeprefix("http://").split(":")
-                client = socket.create_connection((host, int(port)), timeout=30)
-                client.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: walgate\r\nContent-Length: %d\r\n\r\n%s"
-                               % (len(select), select))
-                eventually("node 2's part in its worker", lambda: metric(n2, IN_WORKERS) == 1)
-                client.close()
-                wait_log(n1, "stopped, the other nodes' parts too: the client went away")
-                wait_log(n2, TOLD)
-            eventually("node 2's worker cancelled the query and is free",
-                       lambda: metric(n2, CANCELLED) == 1 and metric(n2, IN_WORKERS) == 0)
 
-            # sql.timeout.ms of node 1 (5 s) passes while node 2's part waits in its stopped worker
-            with stopped(children(n2)):
-                status, answer = post(n1, select.decode())
-                assert (status, answer["code"]) == (400, 0x022D) and "sql.timeout.ms" in answer["desc"], answer
-                eventually("node 2 told its worker twice", lambda: n2.log().count(TOLD) == 2)
-            eventually("node 2's worker cancelled the query and is free",
-                       lambda: metric(n2, CANCELLED) == 2 and metric(n2, IN_WORKERS) == 0)
-            assert rows_of(n1) == {(f"f.{a0}", 1), (f"f.{b0}", 2)}  # the next query runs
-            for server in (n1, n2):
-                no_traceback(server)
+def stops_the_owners_query(n1: WalgateServer, n2: WalgateServer) -> None:
+    """A SELECT through node 1 whose node 2 part waits in node 2's stopped query worker: its client closing the
+    connection, then node 1's sql.timeout.ms, make node 2 stop its query; its worker is free after each."""
+    select = b"SELECT tbname, v FROM f.st"
+    with stopped(children(n2)):
+        host, port = n1.http_url.removeprefix("http://").split(":")
+        client = socket.create_connection((host, int(port)), timeout=30)
+        client.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: walgate\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(select), select))
+        eventually("node 2's part in its worker", lambda: metric(n2, IN_WORKERS) == 1)
+        client.close()
+        wait_log(n1, "stopped, the other nodes' parts too: the client went away")
+        wait_log(n2, TOLD)
+    eventually("node 2's worker cancelled the query and is free",
+               lambda: metric(n2, CANCELLED) == 1 and metric(n2, IN_WORKERS) == 0)
+
+    with stopped(children(n2)):  # node 1's sql.timeout.ms (3 s) passes
+        status, answer = post(n1, select.decode())
+        assert (status, answer["code"]) == (400, 0x022D) and "sql.timeout.ms" in answer["desc"], answer
+        eventually("node 2 told its worker twice", lambda: n2.log().count(TOLD) == 2)
+    eventually("node 2's worker cancelled the query and is free",
+               lambda: metric(n2, CANCELLED) == 2 and metric(n2, IN_WORKERS) == 0)
+    assert post(n1, select.decode())[0] == 200  # the next query runs
 
 
 def accept_queue(port: int) -> int:
@@ -155,44 +174,21 @@ def accept_queue(port: int) -> int:
     raise AssertionError(f"nothing listens on port {port}")
 
 
-def test_an_owner_paused_and_killed_mid_forward_holds_what_the_answer_says(etcd1: EtcdCluster,
-                                                                           tmp_path: Path) -> None:
-    a0, a1 = tables_of(0, 2)
-    b0, b1 = tables_of(1, 2)
-    data2 = tmp_path / "node2" / "data"
-    with node(etcd1, tmp_path, 1) as n1:
-        wait_log(n1, "node 1: controller")
-        with node(etcd1, tmp_path, 2, data_dir=data2) as n2:
-            spread_database(n1, n2)
-            sql(n1, STABLE)
-            eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
-            before = "INSERT INTO " + values(a0, 1, [1]) + " " + values(b0, 2, [2])
-            assert post(n1, before) == (200, {"code": 0, "column_meta": [["affected_rows", "INT", 4]],
-                                              "data": [[2]], "rows": 1})
-            port = int(n2.http_url.rsplit(":", 1)[1])
-            statement = "INSERT INTO " + " ".join([values(a1, 3, [3, 4]), values(b0, 2, [5]), values(b1, 4, [6, 7])])
-            with ThreadPoolExecutor(1) as pool:
-                os.kill(n2.proc.pid, signal.SIGSTOP)  # its listening socket still takes connections
-                answered = pool.submit(post, n1, statement)
-                eventually("node 1 connected to the stopped node 2", lambda: accept_queue(port) >= 1)
-                n2.proc.kill()  # SIGKILL, mid-forward
-                n2.proc.wait(timeout=30)
-                status, answer = answered.result(timeout=WAIT_S)
-        assert status == 503, answer
-        parts = {state: [(p["node"], tuple(p["tables"]), p["rows"]) for p in answer[state]]
-                 for state in ("written", "not_written", "unknown")}
-        assert parts["written"] == [(1, (f"f.{a1}",), 2)], answer
-        assert [n for n, _, _ in parts["not_written"] + parts["unknown"]] == [2], answer
-        with node(etcd1, tmp_path, 2, data_dir=data2) as n2:
-            eventually("node 2 back", lambda: post(n1, "SELECT v FROM f.st")[0] == 200)
-            held = rows_of(n1)
-            said_written = {(f"f.{a1}", 3), (f"f.{a1}", 4)}
-            node2_part = {(f"f.{b0}", 5), (f"f.{b1}", 6), (f"f.{b1}", 7)}
-            assert said_written <= held, "nothing the answer calls written is missing"
-            if parts["not_written"]:
-                assert not node2_part & held, "nothing the answer calls not written is there"
-            else:  # unknown: all of the part or none of it
-                assert node2_part <= held or not node2_part & held
-            assert held - said_written - node2_part == {(f"f.{a0}", 1), (f"f.{b0}", 2)}
-            no_traceback(n2)
-        no_traceback(n1)
+def paused_and_killed_mid_forward(n1: WalgateServer, n2: WalgateServer, a1: str, b0: str,
+                                  b1: str) -> dict[str, Any]:
+    """An INSERT through node 1 of rows of ``a1`` (node 1's) and ``b0``, ``b1`` (node 2's), node 2 stopped
+    (SIGSTOP: its listening socket still takes node 1's connection) and killed (SIGKILL) once node 1 connected: the
+    answer (503: node 1's part written, node 2's not written or unknown)."""
+    port = int(n2.http_url.rsplit(":", 1)[1])
+    statement = "INSERT INTO " + " ".join([values(a1, 3, [3, 4]), values(b0, 2, [5]), values(b1, 4, [6, 7])])
+    with ThreadPoolExecutor(1) as pool:
+        os.kill(n2.proc.pid, signal.SIGSTOP)
+        answered = pool.submit(post, n1, statement)
+        eventually("node 1 connected to the stopped node 2", lambda: accept_queue(port) >= 1)
+        n2.proc.kill()
+        n2.proc.wait(timeout=30)
+        status, answer = answered.result(timeout=WAIT_S)
+    assert status == 503, answer
+    assert [(p["node"], p["tables"], p["rows"]) for p in answer["written"]] == [(1, [f"f.{a1}"], 2)], answer
+    assert [p["node"] for p in answer["not_written"] + answer["unknown"]] == [2], answer
+    return answer
