@@ -37,14 +37,18 @@ runs (:mod:`walgate.gateway.http_origin`).
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
 a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
-names, written here or refused, never forwarded again.
+names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
+(the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
 A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
 log with its outcome (:mod:`walgate.gateway.audit`).
 Authentication (:mod:`walgate.gateway.http_auth`): when the app is made with ``basic_auth``, every route but
 ``/healthz`` and ``/readyz`` needs HTTP Basic credentials of a walgate user (401 with ``WWW-Authenticate: Basic
 realm="walgate"`` otherwise, checked before the body is read); ``request[PRINCIPAL]`` is ``User:name``, or
-``User:ANONYMOUS`` without ``basic_auth``: what authorization (``/rest/sql`` and the other handlers) reads.
+``User:ANONYMOUS`` without ``basic_auth``, and ``request[HOST]`` the client's address: what authorization
+(``/rest/sql`` and the other handlers) reads (for a signed forwarded request, the caller's it carries).
 
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
