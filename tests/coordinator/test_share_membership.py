@@ -286,3 +286,27 @@ def test_reads_name_what_acquiring_needs_from_each_log():
         ReadWant("t", 1, None, 2000, True, "earliest")]
     c.acknowledge("g", "a", [AckBatch("t", 0, 0, 1, [2])], 0, lambda exc: 3)  # 0 and 1 released
     assert c.reads("g", [("t", 0)]) == [ReadWant("t", 0, 0, 2000)]
+
+
+class LongLocks(Logs):
+    def settings(self, group_id: str) -> ShareSettings:
+        return ShareSettings(60_000, 2, "earliest")
+
+
+def test_a_session_of_a_member_another_node_coordinates_opens_and_closes_when_idle():
+    c = ShareCoordinator(ShareGroups(session_timeout_ms=5000), LongLocks())  # no member of "g" is known here
+    assert c.session("g", "r", 0, fetch=True)[0] == ErrorCode.unknown_member_id  # its coordinator: refused
+    assert c.session("g", "", 0, fetch=True, members_known=False)[0] == ErrorCode.unknown_member_id
+    assert c.session("g", "r", 0, fetch=True, members_known=False, now_ms=0)[0] == ErrorCode.none
+    c.update_session("g", "r", [("t", 0)], [])
+    got = c.acquire("g", "r", [("t", 0)], 4, 0, lambda exc: ErrorCode.unknown_server_error)
+    assert got[("t", 0)].acquired == [Acquired(0, 3, 1)]
+    c.written()
+    assert c.session("g", "r", 1, fetch=True, members_known=False, now_ms=3000)[0] == ErrorCode.none
+    assert c.next_expiry() == 8000  # idle for the member session timeout since its last request
+    c.expire(7999, PARTITIONS.get)
+    assert ("g", "r") in c.sessions and c.partitions[("g", "t", 0)].holder(0) == "r"
+    c.expire(8000, PARTITIONS.get)
+    assert ("g", "r") not in c.sessions and c.partitions[("g", "t", 0)].holder(0) is None
+    assert c.take_released() == {("g", "t", 0)}
+    assert c.session("g", "r", 2, fetch=True, members_known=False, now_ms=8000)[0] == ErrorCode.share_session_not_found

@@ -19,8 +19,12 @@ make them durable.
   (acquisitions made since, durable in no case, are undone with it: those records are delivered again), so nothing
   the disk refused stays and every acknowledgement answered is durable.
 
+* Sessions of members another node coordinates (a cluster's partition leader: ``members_known`` False) are opened
+  for any member id; one that asks nothing here for a member session timeout (``group.share.session.timeout.ms``)
+  is closed, releasing what its member holds, as its coordinator would have removed the member by then.
 * Timers: :meth:`ShareCoordinator.next_expiry` is when :meth:`ShareCoordinator.expire` next has something to do (a
-  member's session timing out, a left member's session closing, a lock ending), so that its owner can call it then
+  member's session timing out, a left member's session closing, an unknown member's idle session closing, a lock
+  ending), so that its owner can call it then
   rather than waiting for a request; :meth:`ShareCoordinator.take_released` names the share-partitions where records
   became acquirable again (released, expired, their holder gone), whose waiting fetches the owner wakes.
 
@@ -125,6 +129,7 @@ class _Session:
     epoch: int  # the epoch the next request must carry
     partitions: list[tuple[str, int]] = field(default_factory=list)
     left_ms: int | None = None  # when its member left the group (the session waits for its close, a while)
+    remote_ms: int | None = None  # a member this node does not know (cluster mode): when it last asked here
 
 
 class ShareCoordinator:
@@ -249,6 +254,8 @@ class ShareCoordinator:
         for (group_id, member_id), session in list(self.sessions.items()):
             if session.left_ms is not None and session.left_ms + self.logs.settings(group_id).lock_ms <= now_ms:
                 self.close(group_id, member_id)
+            elif session.remote_ms is not None and session.remote_ms + self.groups.session_timeout_ms <= now_ms:
+                self.close(group_id, member_id)
         for key, sp in list(self.partitions.items()):
             deadline = sp.next_deadline()
             if deadline is not None and deadline <= now_ms:
@@ -260,6 +267,8 @@ class ShareCoordinator:
         deadlines = [self.groups.next_deadline()]
         deadlines += [session.left_ms + self.logs.settings(group_id).lock_ms
                       for (group_id, _), session in self.sessions.items() if session.left_ms is not None]
+        deadlines += [session.remote_ms + self.groups.session_timeout_ms
+                      for session in self.sessions.values() if session.remote_ms is not None]
         deadlines += [sp.next_deadline() for sp in self.partitions.values()]
         known = [d for d in deadlines if d is not None]
         return min(known) if known else None
@@ -309,19 +318,26 @@ class ShareCoordinator:
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
-    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool) -> tuple[int, str | None]:
-        """Check (and move on) the session for a request carrying ``epoch``: (error code, message)."""
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool, members_known: bool = True,
+                now_ms: int = 0) -> tuple[int, str | None]:
+        """Check (and move on) the session for a request carrying ``epoch`` at ``now_ms``: (error code, message).
+        ``members_known``: the group's members are known here (this node coordinates it); when not (a cluster's
+        partition leader), epoch 0 opens a session for any non-empty member id, as Kafka's share-partition leader,
+        closed by :meth:`expire` once it asked nothing for a member session timeout."""
         key = (group_id, member_id)
         if epoch == 0:
             if not fetch:
                 return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
-            if not self.groups.is_member(group_id, member_id):
+            if not (self.groups.is_member(group_id, member_id) if members_known else member_id):
                 return ErrorCode.unknown_member_id, None
-            self.sessions[key] = _Session(1)  # a full session: the request names all its partitions
+            # a full session: the request names all its partitions
+            self.sessions[key] = _Session(1, remote_ms=None if members_known else now_ms)
             return ErrorCode.none, None
         session = self.sessions.get(key)
         if session is None:
             return ErrorCode.share_session_not_found, None
+        if session.remote_ms is not None:
+            session.remote_ms = now_ms
         if epoch == -1:
             return ErrorCode.none, None
         if epoch != session.epoch:

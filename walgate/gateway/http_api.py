@@ -78,6 +78,7 @@ then.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -109,6 +110,7 @@ from walgate.gateway.sql_forward import (
     FORWARDED,
     HERE,
     ROWS_HEADER,
+    SCAN,
     Caller,
     Outcome,
     answer,
@@ -138,7 +140,9 @@ from walgate.storage.errors import (
 from walgate.storage.ingest import write_keys
 from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
 from walgate.storage.lineproto_columns import parse_body
+from walgate.storage.query import plain
 from walgate.storage.result import affected
+from walgate.storage.select_merge import ARROW_STREAM
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
@@ -282,8 +286,12 @@ async def _sql(request: web.Request) -> web.Response:
             stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select):
             here_only = forwarded is not None  # another node's SELECT: the rows of this node's vgroups
-            selected = await _select(request, authorizer, principal, host, stmt, db, here_only)
-            return web.Response(body=selected, content_type="application/json")
+            scan = (forwarded or "").partition(";")[2] == SCAN and not plain(stmt)  # (select_merge.py)
+            _, selected = await _select(request, authorizer, principal, host, stmt, db, here_only, scan)
+            return web.Response(body=selected, content_type=ARROW_STREAM if scan else "application/json")
+        if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
+            result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
+            return _json(200, result.rest_body())
         if _GROUPS in app and coordinator_sql.on_coordinator_lane(stmt):  # never the storage lane waiting for it
             if authorizer is not None:
                 check(authorizer, principal, host, stmt, db)
@@ -299,9 +307,9 @@ async def _sql(request: web.Request) -> web.Response:
             raise
         if _INSERT.match(sql):
             return await _forward_insert(request, shared, authorizer, principal, host, body, db)
-        if not isinstance(stmt, ast.Select):  # SHOW db.TABLES: not merged yet
-            raise
-        return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
+        if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
+            return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
+        raise
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
             audit(principal, host, change, sql, f"refused: {e.message}")
@@ -316,30 +324,43 @@ async def _sql(request: web.Request) -> web.Response:
     return _json(200, result.rest_body())
 
 
-def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select:
-    """The part of the INSERT or SELECT ``sql`` another node forwarded here (its :data:`~.sql_forward.FORWARDED`
-    ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT); InvalidValue when the header
-    is malformed or does not fit the statement."""
+def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show:
+    """The part of the INSERT, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
+    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT
+    or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
+    statement."""
     _, sep, positions = header.partition(";")
     stmt = parse(sql)
-    if sep and positions == HERE and isinstance(stmt, ast.Select):
+    if sep and positions in (HERE, SCAN) and isinstance(stmt, ast.Select):
+        return stmt
+    if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
         return stmt
     if not sep or not isinstance(stmt, ast.Insert):
-        raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, or"
-                           f" {HERE!r} of a SELECT")
+        raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
+                           f"{HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
-                  select: ast.Select, db: str | None, here_only: bool = False) -> bytes:
-    """The JSON answer of ``select`` run in a query worker once ``principal`` may run it (``here_only``: over the
-    vgroups placed on this node: :meth:`~walgate.storage.select.Selects.prepare`); raises its error."""
+                  select: ast.Select, db: str | None, here_only: bool = False,
+                  scan: bool = False) -> tuple[PreparedSelect, bytes]:
+    """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
+    over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC:
+    :meth:`~walgate.storage.select.Selects.prepare`); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
     def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
-        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only)
+        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only, scan)
 
+    return await _query(request, prepare)
+
+
+async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedSelect]]) -> tuple[PreparedSelect, bytes]:
+    """The query ``prepare()`` gives (awaited once a query slot is free) and its answer from a query worker; the
+    damage it found rechecked; raises its error."""
+    app = request.app
+    engine = app[_ENGINE]
     prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
     if answer.damaged:
         await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
@@ -348,7 +369,7 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
             log.info("SELECT from %s stopped: %s", request[HOST], answer.error.message)
         raise answer.error
     assert answer.body is not None
-    return answer.body
+    return prepared, answer.body
 
 
 async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, principal: str, host: str,
@@ -364,40 +385,64 @@ async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, 
 
 
 async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                        principal: str, host: str, body: bytes, stmt: ast.Select, db: str | None) -> web.Response:
-    """The SELECT ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on other nodes:
-    run by every node holding one over its own vgroups (this node in its query workers, the others asked through
-    :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and their rows merged
-    (:func:`~.sql_forward.merge_rows`); any node failing fails it whole, naming that node (never a partial answer).
-    The merged answer is bounded by ``sql.max.bytes``, as each node's is."""
+                        principal: str, host: str, body: bytes, stmt: ast.Select | ast.Show,
+                        db: str | None) -> web.Response:
+    """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
+    other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
+    asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
+    node failing fails it whole, naming that node (never a partial answer). A plain SELECT and SHOW TABLES: the
+    nodes' answers concatenated (:func:`~.sql_forward.merge_rows`); any other SELECT: every node's scanned rows
+    (this node's included) merged by the query run over them in a query worker here
+    (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    dbdef = await storage.call(engine.store.resolve_db, stmt.source.db, db)
-    nodes = sorted(set(dbdef.nodes or (local,)))
+    select = stmt if isinstance(stmt, ast.Select) else None
+    named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
+    dbdef = await storage.call(engine.store.resolve_db, named, db)
+    scan = select is not None and not plain(select)
+    nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
     caller = await _caller(request, shared)
+    prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
 
-    async def here() -> tuple[int, dict[str, Any]]:
+    async def here() -> tuple[int, dict[str, Any] | bytes]:
         try:
-            return 200, orjson.loads(await _select(request, authorizer, principal, host, stmt, db, here_only=True))
+            if select is None:
+                assert isinstance(stmt, ast.Show)
+                return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
+            scanned, answered = await _select(request, authorizer, principal, host, select, db, True, scan)
+            prepared.append(scanned)
+            return 200, answered if scan else orjson.loads(answered)
         except StorageError as e:  # what the error middleware answers for it
             status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
             return status, {"code": e.code, "desc": f"node {local}: {e.message}"}
 
     answers = await _unless_gone(*(
-        here() if node == local else select_here(node, urls.get(node), path, body, local, caller)
+        here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
+                                                 part=SCAN if scan else HERE)
         for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
+            assert isinstance(answered, dict)
             desc = str(answered.get("desc", ""))
-            return _error(status, int(answered.get("code", 0)), f"SELECT of database {dbdef.name}, spread over nodes "
+            what = "SELECT" if select is not None else "SHOW TABLES"
+            return _error(status, int(answered.get("code", 0)), f"{what} of database {dbdef.name}, spread over nodes "
                           f"{', '.join(map(str, nodes))}: {desc if desc.startswith('node ') else f'node {node}: {desc}'}")
-    merged = orjson.dumps(merge_rows(stmt.limit, [answered for _, answered in answers]))
+    if scan:
+        blobs = tuple(answered for _, answered in answers if isinstance(answered, bytes))
+        merge = dataclasses.replace(prepared[0], scan=False, sources=(), vgroups=(), remote=blobs)
+        async def merged_here() -> PreparedSelect:
+            return merge
+
+        _, merged = await _query(request, merged_here)
+        return web.Response(body=merged, content_type="application/json")
+    parts = [answered for _, answered in answers if isinstance(answered, dict)]
+    merged = orjson.dumps(merge_rows(select.limit if select is not None else None, parts, ordered=select is None))
     if len(merged) > app[_QUERIES].max_bytes:
         raise LimitExceeded(f"the query's answer is larger than {app[_QUERIES].max_bytes} bytes (sql.max.bytes), "
                             "merged from its nodes: narrow it, or add a LIMIT")
@@ -456,12 +501,12 @@ def _gone(request: web.Request) -> bool:
 
 
 def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Select,
-              db: str | None, here_only: bool) -> PreparedSelect:
+              db: str | None, here_only: bool, scan: bool = False) -> PreparedSelect:
     """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check; ``here_only``:
-    over this node's vgroups alone); NotPermitted otherwise."""
+    over this node's vgroups alone, ``scan``: as their scanned rows); NotPermitted otherwise."""
     if authorizer is not None:
         check(authorizer, principal, host, stmt, db)
-    return engine.prepare_select(stmt, db, here_only)
+    return engine.prepare_select(stmt, db, here_only, scan)
 
 
 def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:
@@ -503,6 +548,16 @@ def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str,
     if authorizer is not None:
         check(authorizer, principal, host, planned.insert, db)
     return engine.apply_write(planned.write, write)
+
+
+def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Show,
+              db: str | None) -> Result:
+    """``SHOW TABLES`` over this node's vgroups (its part of a database spread over nodes), as :func:`_run` runs a
+    statement: checked, and cut to what ``principal`` may see."""
+    if authorizer is None:
+        return engine.show_tables_here(stmt, db)
+    check(authorizer, principal, host, stmt, db)
+    return visible(authorizer, principal, host, stmt, engine.show_tables_here(stmt, db))
 
 
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
@@ -786,8 +841,8 @@ async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
     return Caller(request[PRINCIPAL], request[HOST], await shared.member.tokens.signing(), request.app[_NODE_TLS])
 
 
-async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any]]], request: web.Request,
-                       timeout: float | None) -> list[tuple[int, dict[str, Any]]]:
+async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,
+                       timeout: float | None) -> list[tuple[int, dict[str, Any] | bytes]]:
     """The answers of a SELECT's ``parts`` (run at once), or QueryCancelled, every part still running cancelled
     (a part asked of another node closes its connection: that node stops its query worker), once the client of
     ``request`` went away (checked every :data:`~.query_workers.POLL_S`) or after ``timeout`` seconds

@@ -2,7 +2,8 @@
 
 A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WAL snapshots:
 :class:`~walgate.storage.select.PreparedSelect`; the time it takes grows with the WAL's index, a copy of it),
-pickled to a worker process, run there, and its TDengine-REST JSON body comes back as bytes. The node's threads
+pickled to a worker process, run there, and its TDengine-REST JSON body comes back as bytes (this node's part of a
+query merged across nodes: its scanned rows as an Arrow IPC stream, :mod:`walgate.storage.select_merge`). The node's threads
 (event loop, storage thread) never wait for a query's scan or DuckDB, not even for the GIL: the node only unpickles
 the answer, at most ``sql.max.bytes`` of JSON. The OS schedules the workers at a lower priority (``nice``
 +:data:`NICE`). A worker that dies (the OOM killer, a kill) takes its pool down, not the node: the pool is made
@@ -63,7 +64,8 @@ _REASONS = {_GONE: "the client went away", _CANCELLED: "the request was cancelle
 
 @dataclass(frozen=True)
 class Answer:
-    """What a worker sends back: the JSON body (None with an error), the damaged entries found, the query's error."""
+    """What a worker sends back: the JSON body (Arrow IPC rows for a scan; None with an error), the damaged entries
+    found, the query's error."""
 
     body: bytes | None
     damaged: list[tuple[int, int]]
@@ -105,7 +107,10 @@ def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float 
     watcher.start()
     damaged: list[tuple[int, int]] = []
     try:
-        body = orjson.dumps(prepared.run(cancel, max_bytes, damaged).rest_body())
+        if prepared.scan:  # this node's part of a query merged across nodes: its scanned rows, Arrow IPC
+            body = prepared.scan_rows(cancel, max_bytes, damaged)
+        else:
+            body = orjson.dumps(prepared.run(cancel, max_bytes, damaged).rest_body())
         if len(body) > max_bytes:
             raise LimitExceeded(f"the query's answer is larger than {max_bytes} bytes (sql.max.bytes): narrow it, "
                                 "or ask for fewer columns or rows (LIMIT)")

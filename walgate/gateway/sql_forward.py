@@ -35,9 +35,10 @@ import aiohttp
 from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, signature
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
+from walgate.storage.select_merge import ARROW_STREAM
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "Caller", "Outcome", "answer", "merge_rows", "select_here",
-           "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "answer",
+           "merge_rows", "select_here", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ FORWARD_TIMEOUT_S = 30.0
 """How long the node asked waits for an owner's answer to a forwarded part (then its outcome is ``unknown``)."""
 HERE = "here"
 """The :data:`FORWARDED` header's positions of a SELECT's part: the rows of the vgroups placed on the node asked."""
+SCAN = "scan"
+"""The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows: the rows of the node's vgroups that
+pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`)."""
 ROWS_HEADER = "X-Walgate-Rows"
 """The header of the rows a line-protocol write wrote (its answer, 204, has no body)."""
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
@@ -137,9 +141,9 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
 async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
                 timeout: float) -> tuple[int, str | None, Any]:
     """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
-    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204). Raises aiohttp's errors,
-    TimeoutError past ``timeout`` seconds, ValueError for an answer that is not JSON. Cancelled, it closes the
-    connection (the owner sees its client gone)."""
+    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
+    stream). Raises aiohttp's errors, TimeoutError past ``timeout`` seconds, ValueError for an answer that is not
+    JSON. Cancelled, it closes the connection (the owner sees its client gone)."""
     signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
                     body)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
@@ -149,35 +153,44 @@ async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes,
                 session.post(url + path, params=params, data=body, headers=headers) as response):
         if response.status == 204:
             return 204, response.headers.get(ROWS_HEADER), None
+        if response.content_type == ARROW_STREAM:
+            return response.status, None, await response.read()
         return response.status, response.headers.get(ROWS_HEADER), await response.json(content_type=None)
 
 
 async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
-                      timeout: float = FORWARD_TIMEOUT_S) -> tuple[int, dict[str, Any]]:
-    """Node ``node``'s part of the SELECT ``sql`` (its rows from the vgroups placed on it: :data:`HERE`), asked at
-    ``path`` of its HTTP API at ``url`` (None: not registered now) by node ``sender`` for ``caller``: the HTTP status
-    and the JSON answer, TDengine-REST's; an owner that cannot be reached, does not answer within ``timeout`` or answers what is
-    not walgate's is a 503 naming it."""
-    def failed(why: str) -> tuple[int, dict[str, Any]]:
+                      timeout: float = FORWARD_TIMEOUT_S, part: str = HERE) -> tuple[int, dict[str, Any] | bytes]:
+    """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
+    vgroups placed on it; :data:`SCAN`, their scanned rows), asked at ``path`` of its HTTP API at ``url`` (None: not
+    registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
+    a :data:`SCAN`: the bytes of an Arrow IPC stream); an owner that cannot be reached, does not answer within
+    ``timeout`` or answers what is not walgate's is a 503 naming it."""
+    def failed(why: str) -> tuple[int, dict[str, Any] | bytes]:
         return 503, {"code": StorageUnavailable.code, "desc": f"node {node} {why}"}
 
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, path, None, sql, f"{sender};{HERE}", caller, timeout)
+        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout)
     except aiohttp.ClientConnectorError as e:
         return failed(f"({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:
         return failed(f"({url}) gave no answer ({type(e).__name__}: {e})")
-    if not isinstance(answered, dict) or (status == 200 and not isinstance(answered.get("data"), list)):
+    if status == 200 and part == SCAN and isinstance(answered, bytes):
+        return status, answered
+    if not isinstance(answered, dict) or (status == 200 and (part == SCAN or not isinstance(answered.get("data"),
+                                                                                            list))):
         return failed(f"({url}) answered HTTP {status} with what is not walgate's: {str(answered)[:200]}")
     return status, answered
 
 
-def merge_rows(select_limit: int | None, answers: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_rows(select_limit: int | None, answers: list[dict[str, Any]], ordered: bool = False) -> dict[str, Any]:
     """The answer of a plain SELECT (no aggregate, ORDER BY or OFFSET) whose every node answered ``answers``: their
-    rows one after the other (a plain query's rows come in no promised order), cut to the query's LIMIT."""
+    rows one after the other (a plain query's rows come in no promised order), cut to the query's LIMIT; ``ordered``
+    (``SHOW TABLES``, each node's rows sorted): all of them sorted."""
     data = [row for answered in answers for row in answered["data"]]
+    if ordered:
+        data.sort()
     if select_limit is not None:
         data = data[:select_limit]
     return {"code": 0, "column_meta": answers[0]["column_meta"], "data": data, "rows": len(data)}

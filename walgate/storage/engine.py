@@ -216,10 +216,17 @@ class Engine:
             raise Unsupported(f"{type(stmt).__name__} statements are not supported")
         return handler(stmt, db)
 
-    def prepare_select(self, stmt: ast.Select, db: str | None = None, here_only: bool = False) -> PreparedSelect:
+    def prepare_select(self, stmt: ast.Select, db: str | None = None, here_only: bool = False,
+                       scan: bool = False) -> PreparedSelect:
         """A SELECT bound to what its database serves now, to run on another thread or process
-        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT (:meth:`Selects.prepare`)."""
-        return self.selects.prepare(stmt, db, here_only)
+        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT, ``scan``: as its scanned rows
+        (:meth:`Selects.prepare`)."""
+        return self.selects.prepare(stmt, db, here_only, scan)
+
+    def show_tables_here(self, stmt: ast.Show, db: str | None = None) -> Result:
+        """``SHOW [db.]TABLES`` over the vnodes placed on this node: its part of the listing of a database spread
+        over nodes, which the node asked merges (:meth:`Show.tables <walgate.storage.show.Show.tables>`)."""
+        return self.show.tables(stmt, db, here_only=True)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a :class:`PreparedSelect` run over ``db`` found (``(vnode index, version)``)."""

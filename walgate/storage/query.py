@@ -45,7 +45,7 @@ with DuckDB's message; a FILL over too many windows is ``LimitExceeded``.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Any, get_args
@@ -62,7 +62,7 @@ from walgate.storage.sql.parser import AGGREGATES
 from walgate.storage.topics import expr_name
 from walgate.storage.values import TICKS_PER_SECOND, parse_timestamp
 
-__all__ = ["MAX_FILL_ROWS", "TBNAME_TYPE", "Query", "column_name", "fold_time"]
+__all__ = ["MAX_FILL_ROWS", "TBNAME_TYPE", "Query", "column_name", "fold_time", "plain"]
 
 MAX_FILL_ROWS = 1_000_000
 TBNAME_TYPE = ColumnType("VARCHAR", 192)
@@ -103,6 +103,14 @@ def _integer(t: ColumnType) -> bool:
 
 def _is_aggregate(expr: ast.Expr) -> bool:
     return any(isinstance(n, ast.Call) and n.name in AGGREGATES for n in ast.walk(expr))
+
+
+def plain(select: ast.Select) -> bool:
+    """Whether ``select`` is a plain query (a select list without aggregates or window columns, WHERE, LIMIT),
+    whose rows the scan's evaluator projects without DuckDB."""
+    return not (select.partition_by or select.group_by or select.interval or select.having is not None
+                or select.order_by or select.offset
+                or any(_is_aggregate(i.expr) or _mentions_window(i.expr) for i in select.items if i.expr is not None))
 
 
 def column_name(expr: ast.Expr) -> str:
@@ -440,10 +448,7 @@ class Query:
         self.select, self.precision = select, precision
         now = now_ns // _TICK_NS[precision]
         self.where = fold_time(select.where, now, precision) if select.where is not None else None
-        self.plain = not (select.partition_by or select.group_by or select.interval or select.having is not None
-                          or select.order_by or select.offset
-                          or any(_is_aggregate(i.expr) or _mentions_window(i.expr)
-                                 for i in select.items if i.expr is not None))
+        self.plain = plain(select)
         if self.plain:
             for item in select.items:
                 if item.expr is not None:
@@ -456,33 +461,9 @@ class Query:
         ``columns`` are the source's data columns and tags by name (``tags`` names the tags), ``schema`` their
         Arrow schema, data columns first (the first is the timestamp). ``cancel`` interrupts DuckDB
         (:class:`~walgate.storage.errors.QueryCancelled`)."""
-        full = pa.schema(list(schema) + [pa.field("tbname", pa.string())])
-        if reserved := [name for name in full.names if name.startswith(_HIDDEN)]:
-            raise InvalidValue(f"column {reserved[0]}: names starting with {_HIDDEN} are reserved in queries")
-        parts = [t.select(full.names).cast(full) for t in tables]
-        rows = pa.concat_tables(parts) if parts else full.empty_table()
-        ts = schema.names[0]
-        ticks = {f.name: pc.cast(rows.column(f.name), pa.int64()) if pa.types.is_timestamp(f.type)
-                 else rows.column(f.name) for f in full}
-        ticks["__wg_ticks"] = ticks[ts]
-        src = pa.table(ticks)
+        _, src = self._source(schema, tables)
         types = {name: c.type for name, c in columns.items()} | {"tbname": TBNAME_TYPE}
-        con = duckdb.connect(config={"threads": 1})
-        try:
-            with cancel.interrupting(con.interrupt) if cancel is not None else nullcontext():
-                if cancel is not None:
-                    cancel.check()  # an interrupt only stops a statement that is running
-                con.register("src", src)
-                sql, outputs = self._plan(types, schema.names, tags, src, con)
-                if cancel is not None:
-                    cancel.check()
-                result = con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            if cancel is not None:
-                cancel.check()  # an interrupt is not the query's failure
-            raise InvalidValue(f"query failed: {str(exc).splitlines()[0]}") from None
-        finally:
-            con.close()
+        result, outputs = self._duckdb(src, cancel, lambda con: self._plan(types, schema.names, tags, src, con))
         arrays = []
         for i, out in enumerate(outputs):
             try:
@@ -491,6 +472,82 @@ class Query:
                 raise InvalidValue(f"query failed: column {out.name}: {exc}") from None
         table = pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(outputs))])
         return [(o.name, o.type.name, o.type.size) for o in outputs], table
+
+    def rows_needed(self) -> int | None:
+        """How many of its first rows (in the query's ORDER BY) a part of the scanned rows must keep for the query
+        over all parts to answer as over all rows at once: OFFSET + LIMIT for a query of rows (no aggregate, window,
+        grouping or HAVING) with a LIMIT and without PARTITION BY; None (every row) otherwise."""
+        s = self.select
+        if (s.limit is None or s.partition_by or s.group_by or s.interval or s.having is not None
+                or any(_is_aggregate(i.expr) for i in s.items if i.expr is not None)):
+            return None
+        return s.offset + s.limit
+
+    def cut(self, columns: Mapping[str, Column], schema: pa.Schema, tables: Iterable[pa.Table],
+            cancel: Cancel | None = None) -> tuple[pa.Table, pa.Array | None]:
+        """The scanned rows ``tables`` (as :meth:`run` takes them) cut to their first :meth:`rows_needed` in the
+        query's ORDER BY (the first scanned without one): a node's part of a query merged across nodes
+        (:mod:`walgate.storage.select_merge`). The rows kept, as one table of ``schema`` plus ``tbname``, and their
+        positions among all (None: all of them, in order)."""
+        rows, src = self._source(schema, tables)
+        needed = self.rows_needed()
+        if needed is None or rows.num_rows <= needed:
+            return rows, None
+        if not self.select.order_by:
+            positions = pa.array(range(needed), pa.int64())
+            return rows.take(positions), positions
+        types = {name: c.type for name, c in columns.items()} | {"tbname": TBNAME_TYPE}
+        numbered = src.append_column("__wg_row", pa.array(range(src.num_rows), pa.int64()))
+
+        def plan(_: duckdb.DuckDBPyConnection) -> tuple[str, list[_Output]]:
+            tr = _Translator(types, self.precision, [], None)
+            items = self._items(schema.names)
+            outputs = []
+            for expr, alias in items:
+                sql, t = tr.sql(expr, "row")
+                outputs.append(_Output(alias or column_name(expr), t, sql))
+            order = ", ".join(self._order(tr, items, outputs, "row"))
+            return f'SELECT "__wg_row" FROM src ORDER BY {order} LIMIT {needed}', []
+
+        picked, _ = self._duckdb(numbered, cancel, plan)
+        positions = picked.column(0).combine_chunks()
+        return rows.take(positions), positions
+
+    def _source(self, schema: pa.Schema, tables: Iterable[pa.Table]) -> tuple[pa.Table, pa.Table]:
+        """The scanned rows as one table of ``schema`` plus ``tbname``, and DuckDB's source table ``src``: those
+        rows, timestamps as int64 ticks, and the timestamp's ticks again as ``__wg_ticks``."""
+        full = pa.schema(list(schema) + [pa.field("tbname", pa.string())])
+        if reserved := [name for name in full.names if name.startswith(_HIDDEN)]:
+            raise InvalidValue(f"column {reserved[0]}: names starting with {_HIDDEN} are reserved in queries")
+        parts = [t.select(full.names).cast(full) for t in tables]
+        rows = pa.concat_tables(parts) if parts else full.empty_table()
+        ticks = {f.name: pc.cast(rows.column(f.name), pa.int64()) if pa.types.is_timestamp(f.type)
+                 else rows.column(f.name) for f in full}
+        ticks["__wg_ticks"] = ticks[schema.names[0]]
+        return rows, pa.table(ticks)
+
+    @staticmethod
+    def _duckdb(src: pa.Table, cancel: Cancel | None,
+                plan: Callable[[duckdb.DuckDBPyConnection], tuple[str, list[_Output]]]
+                ) -> tuple[pa.Table, list[_Output]]:
+        """The statement ``plan`` makes run by DuckDB over ``src``: its rows and ``plan``'s outputs. ``cancel``
+        interrupts it; DuckDB's failure is InvalidValue."""
+        con = duckdb.connect(config={"threads": 1})
+        try:
+            with cancel.interrupting(con.interrupt) if cancel is not None else nullcontext():
+                if cancel is not None:
+                    cancel.check()  # an interrupt only stops a statement that is running
+                con.register("src", src)
+                sql, outputs = plan(con)
+                if cancel is not None:
+                    cancel.check()
+                return con.sql(sql).to_arrow_table(), outputs
+        except duckdb.Error as exc:
+            if cancel is not None:
+                cancel.check()  # an interrupt is not the query's failure
+            raise InvalidValue(f"query failed: {str(exc).splitlines()[0]}") from None
+        finally:
+            con.close()
 
     # -------------------------------------------------------------- planning
 
@@ -511,16 +568,21 @@ class Query:
             raise InvalidValue("the INTERVAL offset must be smaller than the interval")
         return _Window(length, offset, sliding)
 
-    def _plan(self, types: Mapping[str, ColumnType], names: list[str], tags: Collection[str],
-              src: pa.Table, con: duckdb.DuckDBPyConnection) -> tuple[str, list[_Output]]:
-        s = self.select
-        window = self._window()
+    def _items(self, names: list[str]) -> list[tuple[ast.Expr, str | None]]:
+        """The select list as (expression, alias), ``*`` expanded to the columns ``names``."""
         items: list[tuple[ast.Expr, str | None]] = []
-        for item in s.items:
+        for item in self.select.items:
             if item.expr is None:
                 items += [(ast.Col(n), None) for n in names]
             else:
                 items.append((item.expr, item.alias))
+        return items
+
+    def _plan(self, types: Mapping[str, ColumnType], names: list[str], tags: Collection[str],
+              src: pa.Table, con: duckdb.DuckDBPyConnection) -> tuple[str, list[_Output]]:
+        s = self.select
+        window = self._window()
+        items = self._items(names)
         grouped = bool(s.group_by or window or any(_is_aggregate(e) for e, _ in items)
                        or (s.having is not None and _is_aggregate(s.having)))
         if s.group_by and window:

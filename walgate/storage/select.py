@@ -24,10 +24,12 @@ import pyarrow.compute as pc
 
 from walgate.storage.cancel import Cancel
 from walgate.storage.entry import decode_entry
-from walgate.storage.errors import LimitExceeded, Unsupported
+from walgate.storage.errors import InvalidValue, LimitExceeded, Unsupported
 from walgate.storage.query import Query
 from walgate.storage.result import Result
 from walgate.storage.schema import Column, ColumnType
+from walgate.storage.select_merge import decode, encode, union
+from walgate.storage.select_partial import is_partial, split
 from walgate.storage.sql import ast
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -56,28 +58,32 @@ class Selects:
         finally:
             self.recheck(prepared.db, damaged)
 
-    def prepare(self, s: ast.Select, session: str | None, here_only: bool = False) -> PreparedSelect:
+    def prepare(self, s: ast.Select, session: str | None, here_only: bool = False,
+                scan: bool = False) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
         SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
-        alone, and only a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are the
-        concatenation of every vnode's: any other is refused (:class:`Unsupported`)."""
+        alone, and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
+        the concatenation of every vnode's, or with ``scan`` the scanned rows the node asked merges
+        (:meth:`PreparedSelect.scan_rows`); any other is refused (:class:`Unsupported`)."""
         db = self.store.resolve_db(s.source.db, session)
         native = next((t.name for t in self.store.catalog.topics.values() if t.kind == "kafka" and t.db == db.name),
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
             raise Unsupported(f"{db.name} holds Kafka-native topic {native}: read it with a Kafka client")
         q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
-        if here_only and not q.plain:
-            raise Unsupported(f"Database {db.name} is spread over several nodes: a SELECT of it is merged across "
-                              "nodes only without aggregates, windows, grouping, ORDER BY and OFFSET (not yet)")
+        if here_only and not q.plain and not scan:
+            raise Unsupported(f"Database {db.name} is spread over several nodes: this node's part of a SELECT with "
+                              "aggregates, windows, grouping, ORDER BY or OFFSET is its scanned rows")
         ev = self.views.compile(db, "select", s.source.name, False, s.items if q.plain else None, q.where)
         sources = []
         # never a partial answer: NotHere when a vgroup is elsewhere, unless this node's part is asked for
-        for vnode in self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db):
+        vnodes = self.store.vnodes_here(db) if here_only else self.store.all_vnodes(db)
+        for vnode in vnodes:
             tags = {ev.source: self.store.tag_tables(vnode)(ev.source, None)} if ev.stable is not None else {}
             sources.append((vnode.wal.snapshot(), tags))
-        return PreparedSelect(db.name, s, q, ev, tuple(sources))
+        return PreparedSelect(db.name, s, q, ev, tuple(sources), tuple(v.index for v in vnodes),
+                              scan=scan and not q.plain)
 
     def recheck(self, db: str, damaged: list[tuple[int, int]]) -> None:
         """Report the damage a run of a query over ``db`` found: ``(vnode index, version)`` (see
@@ -101,6 +107,9 @@ class PreparedSelect:
     query: Query
     evaluator: TopicEvaluator
     sources: tuple[tuple[WalSnapshot, Mapping[str, pa.Table]], ...]  # per vnode: snapshot, tag table by stable
+    vgroups: tuple[int, ...]  # each source's vnode index
+    scan: bool = False  # answer the scanned rows (scan_rows), not the query's: this node's part of a merged query
+    remote: tuple[bytes, ...] = ()  # other nodes' scanned rows (select_merge.encode), merged with ``sources``'
 
     def run(self, cancel: Cancel | None = None, max_bytes: int | None = None,
             damaged: list[tuple[int, int]] | None = None) -> Result:
@@ -115,11 +124,20 @@ class PreparedSelect:
         if not self.query.plain:
             tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
             tables = [scanned.take(r.values.append_column("tbname", r.keys))
-                      for r in self._scan(cancel, found) if r.values is not None]
+                      for _, r in self._scan(cancel, found) if r.values is not None]
+            if self.remote:
+                merged = union([scanned.take(decode(blob)) for blob in self.remote])
+                if (partial := split(s, ev.known)) is not None:  # the nodes' partial aggregates
+                    meta, table = partial.answer(self.query.precision, merged, cancel)
+                    return Result(meta, _json_rows(table, cancel))
+                if is_partial(merged):
+                    raise InvalidValue("a node's part of a merged query is partial aggregates where rows were "
+                                       "expected (nodes of different versions?)")
+                tables.append(merged)
             meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table, cancel))
         rows: list[list[Any]] = []
-        for recs in self._scan(cancel, found):
+        for _, recs in self._scan(cancel, found):
             assert recs.values is not None
             rows += _json_rows(scanned.take(recs.values))
             if s.limit is not None and len(rows) >= s.limit:
@@ -127,15 +145,39 @@ class PreparedSelect:
                 break
         return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
 
-    def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[Records]:
-        for index, (snapshot, tags) in enumerate(self.sources):
+    def scan_rows(self, cancel: Cancel | None = None, max_bytes: int | None = None,
+                  damaged: list[tuple[int, int]] | None = None) -> bytes:
+        """This node's part of a query merged across nodes (:mod:`walgate.storage.select_merge`): the rows its
+        vnodes' scan keeps (WHERE), every column of the source plus ``tbname``, cut to the query's
+        :meth:`~walgate.storage.query.Query.rows_needed`, each with its vnode's index, as an Arrow IPC stream
+        (:func:`~walgate.storage.select_merge.encode`). ``cancel``, ``max_bytes`` and ``damaged`` as :meth:`run`'s."""
+        scanned = _Budget(max_bytes)
+        tables, vgroups = [], []
+        for vgroup, r in self._scan(cancel, damaged if damaged is not None else []):
+            if r.values is not None:
+                tables.append(scanned.take(r.values.append_column("tbname", r.keys)))
+                vgroups.append(pa.repeat(pa.scalar(vgroup, pa.int32()), r.values.num_rows))
+        ev = self.evaluator
+        if (partial := split(self.select, ev.known)) is not None:  # partial aggregates, not rows
+            tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
+            rows = partial.partials(self.query.precision, ev.known, tags, ev.output_schema(), tables, cancel)
+            first = min(self.vgroups, default=0)
+            return encode(rows, pa.repeat(pa.scalar(first, pa.int32()), rows.num_rows))
+        rows, kept = self.query.cut(ev.known, ev.output_schema(), tables, cancel)
+        of_rows = pa.concat_arrays(vgroups) if vgroups else pa.array([], pa.int32())
+        return encode(rows, of_rows if kept is None else of_rows.take(kept))
+
+    def _scan(self, cancel: Cancel | None, damaged: list[tuple[int, int]]) -> Iterator[tuple[int, Records]]:
+        """Each vnode's records, with its index, in the order of :attr:`sources` (that of the vnode indexes)."""
+        for index, (snapshot, tags) in zip(self.vgroups, self.sources, strict=True):
             versions: list[int] = []
             try:
                 for entry in snapshot.entries(versions):
                     if cancel is not None:
                         cancel.check()
                     if entry.kind == KIND_DATA:
-                        yield from self.evaluator.evaluate(decode_entry(entry), lambda source, _: tags[source])
+                        for records in self.evaluator.evaluate(decode_entry(entry), lambda source, _: tags[source]):
+                            yield index, records
             finally:  # also when LIMIT or a cancel ends the scan early
                 damaged += [(index, v) for v in versions]
 

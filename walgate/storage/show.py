@@ -69,18 +69,7 @@ class Show:
                     for (d, _), st in store.catalog.stables.items() if d == db.name]
             return Result(cols, rows)
         if what == "TABLES":
-            db = store.resolve_db(s.db, session)
-            cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
-                    ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
-            rows = []
-            for vnode in store.all_vnodes(db):  # never a partial list: NotHere when a vgroup is elsewhere
-                for t in vnode.tables():
-                    if t.dropped:
-                        continue
-                    ncols = len(store.columns_of(db, t)) if t.stable is None or (db.name, t.stable) in store.catalog.stables else 0
-                    rows.append([t.name, db.name, format_timestamp(t.created_ts, db.precision), ncols, t.stable,
-                                 vnode.index, "CHILD_TABLE" if t.stable else "NORMAL_TABLE"])
-            return Result(cols, sorted(rows))
+            return self.tables(s, session)
         if what == "VGROUPS":
             return self._vgroups(store.resolve_db(s.db, session).name)
         if what == "TOPICS":
@@ -102,6 +91,23 @@ class Show:
         if what == "QUARANTINE":
             return self._quarantine()
         raise Unsupported(f"SHOW {what} is not supported")
+
+    def tables(self, s: ast.Show, session: str | None, here_only: bool = False) -> Result:
+        """``SHOW [db.]TABLES``: every table of the database, sorted; ``here_only`` (cluster mode): those of the
+        vnodes placed on this node, else :class:`NotHere` when a vgroup is elsewhere (never a partial list)."""
+        store = self.store
+        db = store.resolve_db(s.db, session)
+        cols = [("table_name", "VARCHAR", 192), ("db_name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("columns", "INT", 4),
+                ("stable_name", "VARCHAR", 192), ("vgroup_id", "INT", 4), ("type", "VARCHAR", 21)]
+        rows = []
+        for vnode in store.vnodes_here(db) if here_only else store.all_vnodes(db):
+            for t in vnode.tables():
+                if t.dropped:
+                    continue
+                ncols = len(store.columns_of(db, t)) if t.stable is None or (db.name, t.stable) in store.catalog.stables else 0
+                rows.append([t.name, db.name, format_timestamp(t.created_ts, db.precision), ncols, t.stable,
+                             vnode.index, "CHILD_TABLE" if t.stable else "NORMAL_TABLE"])
+        return Result(cols, sorted(rows))
 
     def _vgroups(self, db_name: str) -> Result:
         """TDengine's ``SHOW VGROUPS`` (one copy per vgroup: only ``v1_*``): each vgroup's node as the catalog

@@ -67,6 +67,13 @@ class TopicsSnapshot:
         count = self.partition_count(topic)
         return count is not None and 0 <= partition < count
 
+    def node_of(self, topic: str, partition: int, local: int) -> int:
+        """The node id holding ``topic``'s partition ``partition`` (cluster mode's placement); ``local`` (this data
+        dir's node id) for one of a database without placement, or of a topic this snapshot does not have."""
+        t = self._topics.get(topic)
+        db = None if t is None else self._databases.get(t.db)
+        return local if db is None or not 0 <= partition < db.vgroups else db.node_of(partition, local)
+
     def is_native(self, topic: str) -> bool:
         """Whether ``topic`` is a Kafka-native topic (TDengine topics cannot take transaction markers)."""
         t = self._topics.get(topic)

@@ -3,6 +3,10 @@
 GROUP_ID_NOT_FOUND for no share group). The new start offsets are in ``share_groups.log`` (fsynced) before the
 answer; a refused write changes nothing and answers the group's error (:mod:`.common`).
 
+In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes), and a partition placed on
+another node, whose share-partition state its leader keeps, answers NOT_LEADER_OR_FOLLOWER with a message saying so
+(:mod:`walgate.gateway.kafka.share_leaders`): administration across nodes is not supported yet.
+
 ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
 the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
@@ -14,7 +18,9 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_leaders import state_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -30,6 +36,8 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: AlterShareGroupOffsetsRequest) -> AlterShareGroupOffsetsResponse:
     group_id = request.group_id
     refused = refused_group(broker, ctx, group_id, Operation.READ)
+    if refused is None and (code := await refusal(broker.coordinators, group_id)):
+        refused = code, None
     if refused is not None:
         return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
@@ -42,7 +50,13 @@ async def handle(broker: Broker, ctx: RequestContext,
                for t in request.topics if t.topic_name in readable]
 
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
-        return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets)
+        elsewhere = {name: state_elsewhere(broker.node_id, topics, name, [p for p, _ in ps]) for name, ps in offsets}
+        code, message, results = alter_offsets(coordinator, SnapshotTopics(topics), group_id, [
+            (name, [(p, start) for p, start in ps if p not in elsewhere[name]]) for name, ps in offsets])
+        for t in results:  # one per topic asked, in order
+            t["partitions"] += [{"partition_index": p, "error_code": ErrorCode.not_leader_or_follower,
+                                 "error_message": why} for p, why in elsewhere[t["topic_name"]].items()]
+        return code, message, results
 
     code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

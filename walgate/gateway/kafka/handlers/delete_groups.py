@@ -10,8 +10,9 @@ is NOT_COORDINATOR, which clients retry); a coordinator failure is every group's
 
 ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATION_FAILED.
 
-In cluster mode a consumer group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`); share groups are the node's own, as before."""
+In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
+(:mod:`walgate.gateway.kafka.group_coordinators`), a share group too: a node that only leads some of its
+partitions does not know its members and must not delete their state (docs/cluster.md, "Share groups")."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     denied: list[Result] = [{"group_id": g, "error_code": ErrorCode.group_authorization_failed}
                             for g in request.groups_names if g not in permitted]
     names = [g for g in request.groups_names if g in permitted]
+    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(names)
+                               if (code := await refusal(broker.coordinators, g))]  # groups another node has
+    denied += elsewhere
+    names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     shared: list[Result] = []
     if broker.shares is not None and names:
         def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
@@ -52,10 +57,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
             {"group_id": g, "error_code": code} for g in dict.fromkeys(names)], GROUP_WRITE)
                   if r["error_code"] != ErrorCode.group_id_not_found]
         names = [g for g in names if g not in {r["group_id"] for r in shared}]
-    elsewhere: list[Result] = [{"group_id": g, "error_code": code} for g in dict.fromkeys(names)
-                               if (code := await refusal(broker.coordinators, g))]  # consumer groups another node has
-    denied += elsewhere
-    names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     if not names:
         for r in shared:
             audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])

@@ -3,6 +3,10 @@
 GROUP_ID_NOT_FOUND for no share group). The deletions are in ``share_groups.log`` (fsynced) before the answer; a
 refused write deletes nothing and answers the group's error (:mod:`.common`).
 
+In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes), and a topic with a partition placed
+on another node, whose share-partition state its leader keeps, answers NOT_LEADER_OR_FOLLOWER with a message saying so
+(:mod:`walgate.gateway.kafka.share_leaders`): administration across nodes is not supported yet.
+
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
 """
@@ -14,7 +18,9 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_leaders import state_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -30,6 +36,8 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: DeleteShareGroupOffsetsRequest) -> DeleteShareGroupOffsetsResponse:
     group_id = request.group_id
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
+    if refused is None and (code := await refusal(broker.coordinators, group_id)):
+        refused = code, None
     if refused is not None:
         return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     names = [t.topic_name for t in request.topics]
@@ -39,7 +47,14 @@ async def handle(broker: Broker, ctx: RequestContext,
          "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
     def delete(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
-        return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable])
+        spread = {n: why for n in names if n in readable
+                  for why in state_elsewhere(broker.node_id, topics, n, range(topics.partition_count(n) or 0)
+                                             ).values()}  # (a topic's last partition elsewhere: the message)
+        code, message, results = delete_offsets(coordinator, SnapshotTopics(topics), group_id,
+                                                [n for n in names if n in readable and n not in spread])
+        return code, message, results + [{"topic_name": n, "topic_id": None, "error_code":
+                                          ErrorCode.not_leader_or_follower, "error_message": why}
+                                         for n, why in spread.items()]
 
     code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

@@ -1,6 +1,7 @@
 """ListGroups (key 16) v0–v5: every group, optionally filtered by state (v4+) and type (v5+): consumer groups,
 then share groups (type ``share``, :func:`walgate.coordinator.share_admin.list_groups`). In cluster mode the
-consumer groups are those this node coordinates (:mod:`walgate.gateway.kafka.group_coordinators`).
+consumer and share groups are those this node coordinates (:mod:`walgate.gateway.kafka.group_coordinators`): a share
+group's share-partition state on the other nodes, its partitions' leaders, does not list it there.
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
@@ -36,14 +37,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest
             [],
         )
     ), lambda code: (code, []))
-    if broker.coordinators is not None and error == ErrorCode.none:  # only the groups this node coordinates
-        error, groups = await _coordinated(broker.coordinators, groups)
     shares = broker.shares
     if shares is not None and error == ErrorCode.none:
         consumer = groups
         error, groups = await answered(shares.run(lambda _engine, coordinator: (
             ErrorCode.none, consumer + cast(list[Listed], list_groups(coordinator, states, types)))),
             lambda code: (code, []))
+    if broker.coordinators is not None and error == ErrorCode.none:  # only the groups this node coordinates
+        error, groups = await _coordinated(broker.coordinators, groups)
     if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in groups])
         groups = [g for g in groups if g["group_id"] in permitted]

@@ -7,6 +7,10 @@ the member still holds. Each partition answers its acknowledgements' outcome (IN
 member does not hold); they are durable (``share_groups.log``) before the answer, else every partition answers
 KAFKA_STORAGE_ERROR and nothing changed.
 
+In cluster mode a partition placed on another node answers NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and
+the leader's endpoint in ``node_endpoints`` (KIP-951), its acknowledgements not applied
+(:mod:`walgate.gateway.kafka.share_leaders`).
+
 ACLs (as Kafka's ``handleShareAcknowledgeRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
 level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED.
 """
@@ -18,8 +22,9 @@ import uuid
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.share_fetch import Refused, ack_batches, admitted, resolve
+from walgate.gateway.kafka.share_leaders import Leaders, elsewhere
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -44,16 +49,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
     if isinstance(admission, Refused):
         return _top(admission.error, admission.message)
     shares, readable = admission
+    placed: dict[tuple[str, int], int] = {}  # the request's partitions on other nodes (cluster mode)
 
     def acknowledge(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:
-        code, message = coordinator.session(group_id, member_id, epoch, fetch=False)
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=False, now_ms=now_ms())
         if code != ErrorCode.none:
             return code, message, 0, {}
         names, errors = resolve(topics, request.topics, readable)
         out: dict[tuple[str, int], tuple[int, str | None]] = {tp: (e, None) for tp, e in errors.items()}
-        for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
-                                                  now_ms(), error_of).items():
+        placed.update(elsewhere(broker.node_id, topics, names, request.topics))
+        out.update((tp, (ErrorCode.not_leader_or_follower, None)) for tp in placed)
+        acks = [b for b in ack_batches(request.topics, names) if (b.topic, b.partition) not in placed]
+        for tp, result in coordinator.acknowledge(group_id, member_id, acks, now_ms(), error_of).items():
             out[tp] = (result.ack_error, result.ack_message)
         if epoch == -1:
             coordinator.close(group_id, member_id)
@@ -68,10 +76,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
                    for p in t.partitions}
     if code != ErrorCode.none:
         return _top(code, message)
+    leaders = Leaders(broker, ctx.listener.name, placed)
     grouped: dict[str, list[ShareAcknowledgeResponsePartitionData]] = {}
     for (topic, partition), (outcome, text) in results.items():
+        leader = leaders.of(topic, partition)
         grouped.setdefault(topic, []).append({
             "partition_index": partition, "error_code": outcome, "error_message": text,
-            "current_leader": {"leader_id": broker.node_id, "leader_epoch": LEADER_EPOCH}})
+            "current_leader": {"leader_id": leader[0], "leader_epoch": leader[1]}})
     return {**_top(ErrorCode.none), "acquisition_lock_timeout": lock_ms,
-            "responses": [{"topic_id": uuid.UUID(t), "partitions": parts} for t, parts in grouped.items()]}
+            "responses": [{"topic_id": uuid.UUID(t), "partitions": parts} for t, parts in grouped.items()],
+            "node_endpoints": leaders.endpoints(results)}

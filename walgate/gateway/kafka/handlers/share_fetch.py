@@ -2,7 +2,8 @@
 acknowledgements the request carries applied first (KIP-932).
 
 * Session (:mod:`walgate.coordinator.share_coordinator`): epoch 0 opens the member's share session (the member must
-  be in the group: else UNKNOWN_MEMBER_ID), a later request carries the session's next epoch, -1 applies the
+  be in the group, else UNKNOWN_MEMBER_ID, on the node that coordinates it; a cluster's other nodes do not know the
+  members: :mod:`walgate.gateway.kafka.share_leaders`), a later request carries the session's next epoch, -1 applies the
   acknowledgements, closes it and releases the records the member still holds (nothing is fetched). Session errors
   are answered at the top level.
 * Acknowledgements first (per partition ``acknowledge_error_code``: INVALID_RECORD_STATE for records the member does
@@ -27,6 +28,9 @@ acknowledgements the request carries applied first (KIP-932).
 * Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
   answers every partition KAFKA_STORAGE_ERROR, acknowledgements and acquisitions undone
   (:mod:`walgate.gateway.kafka.shares`).
+* Cluster mode (:mod:`walgate.gateway.kafka.share_leaders`): a partition placed on another node answers
+  NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and the leader's endpoint in ``node_endpoints`` (KIP-951); it
+  is neither added to the session nor acknowledged here.
 * ACLs (as Kafka's ``handleShareFetchRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
   level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED; an unknown topic id
   UNKNOWN_TOPIC_ID.
@@ -50,7 +54,8 @@ from walgate.coordinator.share_partition import Ack
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.share_leaders import Leaders, coordinates, elsewhere
 from walgate.gateway.kafka.share_reads import LogReads
 from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.gateway.quotas import FETCH as FETCH_RATE
@@ -201,23 +206,29 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
     if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0.0)
+    members_known = await coordinates(broker, group_id)
+    placed: dict[tuple[str, int], int] = {}  # the request's partitions on other nodes (cluster mode)
 
     def first(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
-        code, message = coordinator.session(group_id, member_id, epoch, fetch=True)
+        code, message = coordinator.session(group_id, member_id, epoch, fetch=True, members_known=members_known,
+                                            now_ms=now_ms())
         if code != ErrorCode.none:
             return Round(code, message)
         names, errors = resolve(topics, request.topics, readable)
         for tp, error in errors.items():
             out.served[tp] = Served(PartitionResult(error=error))
-        for tp, result in coordinator.acknowledge(group_id, member_id, ack_batches(request.topics, names),
-                                                  now_ms(), error_of).items():
+        placed.update(elsewhere(broker.node_id, topics, names, request.topics))
+        for tp in placed:
+            out.served[tp] = Served(not_leader(tp, request.topics))
+        acks = [b for b in ack_batches(request.topics, names) if (b.topic, b.partition) not in placed]
+        for tp, result in coordinator.acknowledge(group_id, member_id, acks, now_ms(), error_of).items():
             out.served[tp] = Served(result)
         if epoch == -1:
             coordinator.close(group_id, member_id)
             return out
         adds = [(str(t.topic_id), p.partition_index) for t in request.topics if names.get(str(t.topic_id))
-                for p in t.partitions]
+                for p in t.partitions if (str(t.topic_id), p.partition_index) not in placed]
         forget = [(str(t.topic_id), p) for t in request.forgotten_topics_data for p in t.partitions]
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
@@ -230,11 +241,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
     try:
         answer = await shares.run(first)  # the acknowledgements, durable
     except Exception as exc:  # noqa: BLE001 - a refused write: every partition answers it, nothing changed
-        return _failed(request, error_of(exc), broker.node_id)
+        return _failed(request, error_of(exc), Leaders(broker, ctx.listener.name, placed))
+    leaders = Leaders(broker, ctx.listener.name, placed)
     try:
         answer = await _acquired(shares, group_id, member_id, max_records, max_bytes, answer)
     except Exception as exc:  # noqa: BLE001 - a refused write: nothing acquired, the acknowledgements stand
-        return _failed(request, error_of(exc), broker.node_id, answer)
+        return _failed(request, error_of(exc), leaders, answer)
     event: asyncio.Event | None = None
     keys = answer.watch
     try:
@@ -272,8 +284,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         if throttle:
             await _withhold(shares, group_id, member_id, answer)
     return {"throttle_time": throttle, "error_code": ErrorCode.none, "error_message": None,
-            "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, broker.node_id),
-            "node_endpoints": []}
+            "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, leaders),
+            "node_endpoints": leaders.endpoints(answer.served)}
 
 
 async def _withhold(shares: ShareService, group_id: str, member_id: str, answer: Round) -> None:
@@ -298,7 +310,16 @@ def _top(error: int, message: str | None = None) -> ShareFetchResponse:
             "responses": [], "node_endpoints": []}
 
 
-def _failed(request: ShareFetchRequest, error: int, node_id: int, acked: Round | None = None) -> ShareFetchResponse:
+def not_leader(tp: tuple[str, int], topics: Topics) -> PartitionResult:
+    """The answer of a partition placed on another node: NOT_LEADER_OR_FOLLOWER, for its acknowledgements too when
+    the request carries some."""
+    acks = any(p.acknowledgement_batches for t in topics if str(t.topic_id) == tp[0] for p in t.partitions
+               if p.partition_index == tp[1])
+    return PartitionResult(error=ErrorCode.not_leader_or_follower,
+                           ack_error=ErrorCode.not_leader_or_follower if acks else ErrorCode.none, acked=acks)
+
+
+def _failed(request: ShareFetchRequest, error: int, leaders: Leaders, acked: Round | None = None) -> ShareFetchResponse:
     """Every partition of ``request`` answering ``error`` (its acknowledgements too, but those ``acked`` applied:
     their outcomes)."""
     served = {(str(t.topic_id), p.partition_index): Served(PartitionResult(error=error, ack_error=error))
@@ -306,17 +327,17 @@ def _failed(request: ShareFetchRequest, error: int, node_id: int, acked: Round |
     for tp, s in (acked.served.items() if acked is not None else ()):
         if s.result.acked and tp in served:
             served[tp].result.ack_error, served[tp].result.ack_message = s.result.ack_error, s.result.ack_message
-    return {**_top(ErrorCode.none), "responses": _responses(served, node_id)}
+    return {**_top(ErrorCode.none), "responses": _responses(served, leaders), "node_endpoints": leaders.endpoints(served)}
 
 
-def _responses(served: dict[tuple[str, int], Served], node_id: int) -> list[ShareFetchableTopicResponse]:
+def _responses(served: dict[tuple[str, int], Served], leaders: Leaders) -> list[ShareFetchableTopicResponse]:
     grouped: dict[str, list[ShareFetchResponsePartitionData]] = {}
     for (topic, partition), s in served.items():
-        r = s.result
+        r, leader = s.result, leaders.of(topic, partition)
         grouped.setdefault(topic, []).append({
             "partition_index": partition, "error_code": r.error, "error_message": None,
             "acknowledge_error_code": r.ack_error, "acknowledge_error_message": r.ack_message,
-            "current_leader": {"leader_id": node_id, "leader_epoch": LEADER_EPOCH},
+            "current_leader": {"leader_id": leader[0], "leader_epoch": leader[1]},
             "records": s.batches or b"",
             "acquired_records": [{"first_offset": a.first, "last_offset": a.last, "delivery_count": a.delivery_count}
                                  for a in r.acquired],

@@ -4,6 +4,9 @@ A group with members is ``Stable``; one whose members are all gone but that has 
 ``Empty`` (epoch 0); any other id is GROUP_ID_NOT_FOUND, as Kafka answers an id that is no share group. Topic ids are
 looked up in the topics snapshot, in the same coordinator-lane call as the coordinator's.
 
+In cluster mode a group another node coordinates answers NOT_COORDINATOR (the client looks its coordinator up
+again), as its ShareGroupHeartbeat does (:mod:`walgate.gateway.kafka.group_coordinators`).
+
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized operations
 when asked for.
 """
@@ -17,6 +20,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -40,9 +44,11 @@ def _empty(group_id: str, code: int, message: str | None = None) -> Group:
 async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
     shares = broker.shares
     permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, request.group_ids)
-    wanted = [g for g in request.group_ids if g in permitted]
     if shares is None:
         return {"throttle_time": 0, "groups": [_empty(g, ErrorCode.unsupported_version) for g in request.group_ids]}
+    refused = {g: code for g in request.group_ids if g in permitted
+               if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
+    wanted = [g for g in request.group_ids if g in permitted and g not in refused]
 
     def describe(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Group]:
         out: list[Group] = []
@@ -67,6 +73,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
         for g in groups:
             if g["error_code"] == ErrorCode.none:
                 g["authorized_operations"] = operations(broker, ctx, ResourceType.GROUP, g["group_id"])
-    by_id = {g["group_id"]: g for g in groups}
+    by_id = {g["group_id"]: g for g in groups} | {g: _empty(g, code) for g, code in refused.items()}
     return {"throttle_time": 0, "groups": [
         by_id[g] if g in permitted else _empty(g, ErrorCode.group_authorization_failed) for g in request.group_ids]}

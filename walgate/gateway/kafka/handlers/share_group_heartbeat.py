@@ -5,6 +5,9 @@ Topics travel as names in the subscription and as ids in the assignment, transla
 the same coordinator-lane call as the coordinator's. A member that leaves (epoch -1) ends its share session and releases the records it
 holds. A refused write of what that released is answered as an error code (:mod:`.common`).
 
+In cluster mode the group's coordinator answers it (the node of its coordinator partition); another node answers
+NOT_COORDINATOR and the client looks its coordinator up again (:mod:`walgate.gateway.kafka.group_coordinators`).
+
 ACLs (as Kafka's ``handleShareGroupHeartbeat``): Read on the group, else GROUP_AUTHORIZATION_FAILED; Describe on
 every subscribed topic, else TOPIC_AUTHORIZATION_FAILED naming the others. A join (epoch 0) to the id of a consumer
 group is GROUP_ID_NOT_FOUND (:mod:`walgate.gateway.kafka.group_types`).
@@ -18,6 +21,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.group_types import consumer_id_taken
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.shares import now_ms
@@ -49,6 +53,8 @@ async def handle(broker: Broker, ctx: RequestContext,
     if hidden:
         return _refuse(ErrorCode.topic_authorization_failed,
                        f"The following topics are not authorized: {', '.join(hidden)}")
+    if code := await refusal(broker.coordinators, request.group_id):
+        return _refuse(code)
     taken = await consumer_id_taken(broker, request.group_id) if request.member_epoch == 0 else None
     if taken is not None:
         return _refuse(*taken)

@@ -1,0 +1,123 @@
+"""A SELECT merged from parts of its vnodes' scanned rows (walgate.storage.select_merge), as the node asked merges
+the parts of a database spread over nodes: the answer equals the one over every vnode at once, to the last bit of a
+floating-point sum and whatever order the parts arrive in, both when the parts are rows and when they are partial
+aggregates (walgate.storage.select_partial: a row per group and window, for COUNT/MIN/MAX and integer SUM/AVG);
+a part of a query of rows with ORDER BY ... LIMIT keeps only OFFSET + LIMIT rows; a part or the merge past
+``max_bytes`` is refused; bytes that are not a part, or parts of the other kind, are refused.
+(The same across real nodes: tests/cluster/test_serve_cluster_select_merge.py.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from walgate.storage.engine import Engine, PreparedSelect
+from walgate.storage.errors import InvalidValue, LimitExceeded
+from walgate.storage.select_merge import decode
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """One engine for every test here (they only read): 9 subtables over 3 vgroups, 9 rows each, and a normal table."""
+    engine = Engine.open(tmp_path_factory.mktemp("merge") / "data")
+    engine.execute("CREATE DATABASE s VGROUPS 3")
+    engine.execute("CREATE STABLE s.m (ts TIMESTAMP, v DOUBLE, n INT) TAGS (t INT)")
+    for i in range(9):
+        rows = " ".join(f"({1700000000000 + j * 700 + i}, {0.1 * (i + 1) * (j + 3)}, {(i * j) % 7})" for j in range(9))
+        engine.execute(f"INSERT INTO s.d{i} USING s.m TAGS ({i % 3}) VALUES {rows}")
+    engine.execute("CREATE TABLE s.nt (ts TIMESTAMP, n INT)")  # a normal table: in one vgroup
+    engine.execute("INSERT INTO s.nt VALUES " + " ".join(f"({1700000000000 + j * 10}, {j % 4})" for j in range(20)))
+    yield engine
+    engine.close()
+
+
+def _parts(engine: Engine, sql: str, max_bytes: int | None = None) -> tuple[PreparedSelect, list[bytes]]:
+    """The query of ``sql`` prepared, and each of its vnodes' part (scanned rows) in reverse vnode order."""
+    stmt = parse(sql)
+    assert isinstance(stmt, ast.Select)
+    prepared = engine.prepare_select(stmt, here_only=True, scan=True)
+    assert prepared.scan and len(prepared.vgroups) == 3
+    parts = [dataclasses.replace(prepared, sources=prepared.sources[i:i + 1], vgroups=prepared.vgroups[i:i + 1])
+             .scan_rows(max_bytes=max_bytes) for i in reversed(range(3))]
+    return prepared, parts
+
+
+def _merged(prepared: PreparedSelect, parts: list[bytes], max_bytes: int | None = None) -> tuple[object, object]:
+    result = dataclasses.replace(prepared, scan=False, sources=(), vgroups=(), remote=tuple(parts)).run(
+        max_bytes=max_bytes)
+    return result.columns, result.rows
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*), SUM(v), AVG(v), STDDEV(v), MIN(n), MAX(n), SPREAD(v), FIRST(v), LAST(v) FROM s.m",
+    "SELECT t, SUM(v), AVG(v) FROM s.m GROUP BY t HAVING COUNT(*) > 1 ORDER BY t DESC",
+    "SELECT _wstart, SUM(v), LAST_ROW(n) FROM s.m WHERE ts < 1700000004000 INTERVAL(900a) FILL(LINEAR)",
+    "SELECT tbname, SUM(v) FROM s.m GROUP BY tbname ORDER BY tbname LIMIT 4 OFFSET 2",
+    "SELECT ts, v, n FROM s.m ORDER BY v DESC, ts LIMIT 4 OFFSET 3",
+    # partial aggregates (select_partial.split)
+    "SELECT COUNT(*), COUNT(v), SUM(n), AVG(n), MIN(v), MAX(ts), MAX(n) - MIN(n) AS r FROM s.m WHERE n > 1",
+    "SELECT t, COUNT(v), SUM(n) AS total FROM s.m GROUP BY t HAVING MAX(v) > 1 ORDER BY total DESC, t LIMIT 2",
+    "SELECT tbname, _wstart, _wend, _wduration, COUNT(*), AVG(n) FROM s.m PARTITION BY tbname INTERVAL(2s) SLIDING(1s)"
+    " LIMIT 3",
+    "SELECT _wstart, SUM(n) * 2, MIN(v) FROM s.m WHERE ts < 1700000004000 INTERVAL(900a) ORDER BY 2 DESC, 1",
+    "SELECT n % 3 AS k, COUNT(*) FROM s.m GROUP BY n % 3 ORDER BY k",
+    "SELECT COUNT(*), SUM(n) FROM s.m WHERE n > 100",
+    "SELECT n, COUNT(*), AVG(n) FROM s.nt GROUP BY n ORDER BY n DESC",
+    "SELECT ts, n FROM s.nt ORDER BY n, ts DESC LIMIT 3 OFFSET 2",
+    "SELECT tbname, ts, v * n AS w FROM s.m WHERE n > 2 ORDER BY w, ts DESC LIMIT 5",
+])
+def test_parts_merged_in_any_order_answer_as_every_vnode_at_once(engine: Engine, sql: str) -> None:
+    whole = engine.execute(sql)
+    prepared, parts = _parts(engine, sql)
+    assert _merged(prepared, parts) == (whole.columns, whole.rows) and whole.rows
+
+
+def test_a_part_of_a_query_of_rows_with_a_limit_keeps_offset_plus_limit_rows(engine: Engine) -> None:
+    _, parts = _parts(engine, "SELECT ts, v FROM s.m ORDER BY v DESC LIMIT 2 OFFSET 1")
+    assert [decode(p).num_rows for p in parts] == [3, 3, 3]
+    _, parts = _parts(engine, "SELECT STDDEV(v) FROM s.m ORDER BY 1 LIMIT 1")  # an aggregate needs every row
+    assert sum(decode(p).num_rows for p in parts) == 81
+
+
+@pytest.mark.parametrize(("sql", "groups"), [
+    ("SELECT COUNT(*), SUM(n), AVG(n), MIN(v), MAX(v) FROM s.m", 1),  # one row per node, even over none
+    ("SELECT COUNT(*) FROM s.m WHERE n > 100", 1),
+    ("SELECT t, COUNT(*), SUM(n) FROM s.m GROUP BY t", 3),  # at most a row per group
+    ("SELECT SUM(v) FROM s.m", None),  # a sum of floating-point values depends on the order: rows shipped
+    ("SELECT FIRST(n), COUNT(*) FROM s.m", None),  # FIRST: rows shipped
+    ("SELECT COUNT(*) FROM s.m INTERVAL(1s) FILL(NULL)", None),  # FILL: rows shipped
+    ("SELECT t, ts, COUNT(*) FROM s.m GROUP BY t", None),  # ts is not a key: rows shipped
+])
+def test_a_part_of_an_exactly_mergeable_aggregate_is_its_partial_aggregates(engine: Engine, sql: str,
+                                                                            groups: int | None) -> None:
+    _, parts = _parts(engine, sql)
+    shipped = [decode(p).num_rows for p in parts]
+    if groups is None:
+        assert sum(shipped) == 81, shipped
+    else:
+        assert all(1 <= n <= groups for n in shipped), shipped
+
+
+def test_a_part_or_a_merge_past_max_bytes_is_refused(engine: Engine) -> None:
+    sql = "SELECT SUM(v) FROM s.m"
+    with pytest.raises(LimitExceeded, match="more than 100 bytes"):
+        _parts(engine, sql, max_bytes=100)
+    prepared, parts = _parts(engine, sql, max_bytes=1 << 20)
+    with pytest.raises(LimitExceeded, match="more than 1000 bytes"):
+        _merged(prepared, parts, max_bytes=1000)
+
+
+def test_bytes_that_are_not_a_part_are_refused(engine: Engine) -> None:
+    prepared, parts = _parts(engine, "SELECT SUM(v) FROM s.m")
+    with pytest.raises(InvalidValue, match="not an Arrow stream"):
+        _merged(prepared, [parts[0], b"not arrow"])
+    counted, partials = _parts(engine, "SELECT COUNT(*) FROM s.m")  # partial aggregates where rows are expected
+    with pytest.raises(InvalidValue, match="partial aggregates where rows were expected"):
+        _merged(prepared, partials)
+    with pytest.raises(InvalidValue, match="rows where partial aggregates were expected"):
+        _merged(counted, parts)

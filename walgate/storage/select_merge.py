@@ -1,0 +1,62 @@
+"""A SELECT over a database spread over several nodes, merged on the node asked (cluster mode; docs/cluster.md
+"SQL across nodes").
+
+A plain query (:func:`~walgate.storage.query.plain`) is answered by each node holding vgroups of the database over
+its own vnodes and the answers concatenated (:func:`walgate.gateway.sql_forward.merge_rows`). A grouped query whose
+partial aggregates merge exactly is split by :mod:`walgate.storage.select_partial` (each node ships a row per group
+and window). Every other query (other aggregates, FILL, HAVING, ORDER BY, OFFSET) is merged by *shipping rows*: each
+node scans its own vnodes with the query's WHERE, as it would for itself, and sends the node asked those rows (every
+column of the source plus ``tbname``, and each row's vnode index, Arrow IPC: :func:`encode`), cut to the first OFFSET + LIMIT rows in the query's
+ORDER BY when that is all the answer can need (:meth:`Query.rows_needed <walgate.storage.query.Query.rows_needed>`);
+the node asked runs the query in DuckDB over the union of every node's rows in vnode order (:func:`union`), exactly
+as a single node runs it over the rows of all its vnodes. So the answer is the one a single node holding every row gives, for
+every function walgate supports (PERCENTILE-like functions included), at the price of moving the rows that pass
+WHERE: every node's part and their sum on the node asked are bounded by ``sql.max.bytes`` (the statement memory
+limit, as Arrow bytes), past which the query is refused with :class:`~walgate.storage.errors.LimitExceeded`.
+Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from walgate.storage.errors import InvalidValue
+
+__all__ = ["ARROW_STREAM", "decode", "encode", "union"]
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+"""The media type of a node's scanned rows (Arrow's IPC streaming format)."""
+_VGROUP = "__wg_vgroup"  # the column of each shipped row's vnode index (a name queries may not use: query.py)
+
+
+def encode(rows: pa.Table, vgroups: pa.Array) -> bytes:
+    """``rows``, each from the vnode of index ``vgroups[i]``, in Arrow's IPC streaming format (what :func:`decode`
+    reads back, schema and types kept)."""
+    table = rows.append_column(_VGROUP, vgroups)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
+
+
+def decode(blob: bytes) -> pa.Table:
+    """The rows :func:`encode` wrote to ``blob`` (with their vnode indexes); InvalidValue when it is not an Arrow
+    IPC stream of them."""
+    try:
+        table = pa.ipc.open_stream(blob).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InvalidValue(f"a node's rows of a merged query are not an Arrow stream: {exc}") from None
+    if _VGROUP not in table.column_names:
+        raise InvalidValue("a node's rows of a merged query do not say their vnodes")
+    return table
+
+
+def union(parts: list[pa.Table]) -> pa.Table:
+    """Every node's rows (:func:`decode`d ``parts``, one or more) as one table, in the order a single node scans them: by vnode
+    index, each vnode's rows in their order (a stable sort), so that DuckDB folds them in the same order and even
+    floating-point sums come out the same to the last bit."""
+    table = pa.concat_tables(parts)  # the same schema: every node's catalog has the same source
+    table = table.take(pc.sort_indices(table.column(_VGROUP)))  # Arrow's sort_indices is stable
+    return table.drop_columns([_VGROUP])
