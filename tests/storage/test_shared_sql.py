@@ -6,6 +6,7 @@ and a snapshot. Two engines with their own data dirs stand for two nodes applyin
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ from walgate.storage.engine import Engine
 from walgate.storage.entry import decode_entry
 from walgate.storage.errors import InvalidValue, NotHere, StorageUnavailable
 from walgate.storage.lineproto import child_table_name
+from walgate.storage.sql import ast
+from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import KIND_META
+from walgate.storage.write_plan import SchemaChangeNeeded
 
 STABLE = "CREATE STABLE d.st (ts TIMESTAMP, v INT) TAGS (site INT)"
 
@@ -184,7 +188,7 @@ def test_a_snapshot_brings_the_sql_objects_in_and_drops_those_it_no_longer_has(t
     n1.close()
 
 
-def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemaless_change_is_refused(
+def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemaless_change_is_not_made_here(
         tmp_path: Path) -> None:
     single = Engine.open(tmp_path / "n2", node_id=2)
     single.execute("CREATE DATABASE d VGROUPS 1")
@@ -199,9 +203,70 @@ def test_a_nodes_own_database_of_the_name_passes_the_clusters_over_and_a_schemal
     end = n1.vnodes["d"][0].wal.next_version
     line = next(f"lp,site={s} v=5i 1700000000000000000" for s in range(1000)
                 if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == 0)
-    with pytest.raises(InvalidValue, match="in a cluster a write does not create a supertable"):
+    with pytest.raises(SchemaChangeNeeded, match="does not create a supertable of a cluster database") as needed:
         n1.write_lines("d", line.encode())
+    assert [(old, new.name) for old, new in needed.value.changes] == [(None, "lp")], "for the stream"
+    carried = pickle.loads(pickle.dumps(needed.value))  # as from an ingest worker planning a large body
+    assert (carried.changes, carried.message) == (needed.value.changes, needed.value.message)
     assert ("d", "lp") not in n1.catalog.stables and n1.vnodes["d"][0].wal.next_version == end, "nothing written"
+    for e in (n1, n2):
+        e.close()
+
+
+def line_in(vgroup: int, fields: str, ts: int) -> bytes:
+    """A line of measurement ``lp`` whose subtable is in ``vgroup`` of database ``d`` (2 vgroups)."""
+    site = next(s for s in range(1000) if vnode_of("d", child_table_name("lp", (("site", str(s)),)), 2) == vgroup)
+    return f"lp,site={site} {fields} {ts}".encode()
+
+
+def rows_here(e: Engine, sql: str) -> list[list[Any]]:
+    """The rows of ``sql`` (a SELECT) over the vgroups of node ``e`` (its part of a merged SELECT)."""
+    stmt = parse(sql)
+    assert isinstance(stmt, ast.Select)
+    return [list(r) for r in e.prepare_select(stmt, None, here_only=True).run().rows]
+
+
+def made_through_the_stream(asked: Engine, line: bytes) -> list[dict[str, Any]]:
+    """The records of the supertable changes ``line`` needs, staged on ``asked`` (as the gateway does)."""
+    with pytest.raises(SchemaChangeNeeded) as needed:
+        asked.write_lines("d", line)
+    _, records = asked.staged(asked.make_schemas, needed.value.changes)
+    return records
+
+
+def test_a_schemaless_write_s_supertable_changes_go_through_the_stream_and_a_stale_one_does_not_apply(
+        tmp_path: Path) -> None:
+    """The node asked stages the changes the single node would make (CREATE, then ALTER of the columns a line adds);
+    every node applies them (an ALTER's meta entry in each vnode), then the rows are written. Of two ALTERs made from
+    the same definition (two nodes adding columns at once) only the first applies: the other node's write is planned
+    again against it, never dropping the first one's column; a field of another type is the single node's error."""
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n2, "CREATE DATABASE d VGROUPS 2")
+    create = made_through_the_stream(n2, line_in(1, "v=1i", 1700000000000000000))
+    assert [r["op"] for r in create] == ["create_stable"] and ("d", "lp") not in n2.catalog.stables, "staged"
+    apply([n1, n2], create)
+    assert n2.write_lines("d", line_in(1, "v=1i", 1700000000000000000)) == 1
+    assert n1.write_lines("d", line_in(0, "v=2i", 1700000000000000001)) == 1, "node 1 has it too"
+
+    first = made_through_the_stream(n1, line_in(0, "v=3i,w=1.5", 1700000000000000002))
+    second = made_through_the_stream(n2, line_in(1, "v=4i,x=\"s\"", 1700000000000000003))
+    assert [r["op"] for r in first + second] == ["alter_stable", "alter_stable"]
+    apply([n1, n2], first)
+    with pytest.raises(InvalidValue, match="changed since the ALTER was made"):
+        n1.catalog.validate_shared(second)  # the controller's check: node 2's ALTER would drop column w
+    assert n1.write_lines("d", line_in(0, "v=3i,w=1.5", 1700000000000000002)) == 1
+    apply([n1, n2], made_through_the_stream(n2, line_in(1, "v=4i,x=\"s\"", 1700000000000000003)))
+    assert n2.write_lines("d", line_in(1, "v=4i,x=\"s\"", 1700000000000000003)) == 1
+    for e in (n1, n2):
+        assert [c.name for c in e.catalog.stables[("d", "lp")].columns] == ["_ts", "v", "w", "x"]
+    assert metas(n1, "d") == {0: ["alter_stable lp"] * 2} and metas(n2, "d") == {1: ["alter_stable lp"] * 2}
+    with pytest.raises(InvalidValue, match="field w is"):  # another type: refused as on a single node
+        n2.write_lines("d", line_in(1, "w=\"text\"", 1700000000000000004))
+    n1.close()
+    n1 = cluster_node(tmp_path / "n1", 1)  # restarted: its records (with their ``was``) replayed alike
+    assert [c.name for c in n1.catalog.stables[("d", "lp")].columns] == ["_ts", "v", "w", "x"] and not n1.damage()
+    assert sorted(rows_here(n1, "SELECT v, w FROM d.lp"), key=str) == [[2, None], [3, 1.5]]
+    assert sorted(rows_here(n2, "SELECT v, x FROM d.lp"), key=str) == [[1, None], [4, "s"]]
     for e in (n1, n2):
         e.close()
 
@@ -237,7 +302,7 @@ def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_wri
         e.close()
 
 
-def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhere(tmp_path: Path) -> None:
+def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_served_empty_by_the_other_nodes(tmp_path: Path) -> None:
     n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
     run([n1, n2], n2, "CREATE DATABASE a VGROUPS 1")  # node 1
     run([n1, n2], n2, "CREATE DATABASE one VGROUPS 1")  # node 2
@@ -251,10 +316,22 @@ def test_a_topic_of_one_table_is_compiled_where_its_vgroup_is_and_known_everywhe
     assert "tt" in n1.catalog.topics and n1.topic_id("tt") is not None and n1.damage() == []
     run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")  # over both nodes
     run([n1, n2], n1, STABLE)
-    here = table_in(0)
+    here, sub = [f"t{i}" for i in range(1000) if vnode_of("d", f"t{i}", 2) == 0][:2]
     n1.execute(f"CREATE TABLE d.{here} (ts TIMESTAMP, v INT)")
-    with pytest.raises(InvalidValue, match="a topic of one table of a database whose vgroups are on several nodes"):
-        staged(n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    n1.execute(f"INSERT INTO d.{sub} USING d.st TAGS (7) VALUES (1700000000000, 1)")
+    with pytest.raises(NotHere, match="is on node 1"):  # compiled (checked) only where the table is
+        staged(n2, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")
+    run([n1, n2], n1, f"CREATE TOPIC tx AS SELECT * FROM d.{here}")  # of a database over both nodes
+    run([n1, n2], n1, f"CREATE TOPIC ts AS SELECT v FROM d.{sub}")  # of a subtable
+    n1.execute(f"INSERT INTO d.{here} VALUES (1700000000000, 1) (1700000000001, 2)")
+    n1.execute(f"INSERT INTO d.{sub} VALUES (1700000000002, 3)")
+    n2.execute(f"INSERT INTO d.{table_in(1)} USING d.st TAGS (8) VALUES (1700000000000, 9)")  # on node 2
+    assert (n1.watermarks("tx", 0), n1.watermarks("ts", 0)) == ((0, 2), (0, 2)), "rows (and creation) on node 1"
+    assert n2.watermarks("tx", 1) == n2.watermarks("ts", 1) == (0, 0), "node 2's partitions: empty, served"
+    run([n1, n2], n2, "ALTER STABLE d.st ADD COLUMN w INT")  # node 2 recompiles what it serves of d's topics
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # restarted: the same, no damage
+    assert n2.watermarks("tx", 1) == (0, 0) and n2.topic_id("tx") == n1.topic_id("tx") and n2.damage() == []
     run([n1, n2], n1, "DROP TOPIC tt")
     assert "tt" not in n2.catalog.topics and n1.topic_id("tt") is None
     for e in (n1, n2):

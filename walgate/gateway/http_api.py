@@ -105,6 +105,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers
+from walgate.gateway.schemaless import with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
     FORWARDED,
@@ -588,7 +589,16 @@ async def _influx_write(request: web.Request) -> web.Response:
 
 
 async def _write_lines(request: web.Request, db: str, precision: str, body: bytes) -> int:
-    """The line-protocol ``body`` into ``db`` written on this node; rows written."""
+    """The line-protocol ``body`` into ``db`` written on this node, the supertables it needs made first (in a cluster
+    through its catalog stream: :mod:`.schemaless`); rows written."""
+    app = request.app
+    shared = app[_SHARED]() if _SHARED in app else None
+    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body))
+
+
+async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:
+    """The line-protocol ``body`` into ``db`` written on this node; rows written. Nothing is written when it needs a
+    change of a cluster database's supertables (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`)."""
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied

@@ -154,6 +154,20 @@ class SharedCatalog:
         except ControlPlaneError as e:
             raise ClusterUnavailable(f"The cluster's catalog did not take the change: {e}") from None
 
+    async def catch_up(self) -> None:
+        """Return once this node applied every record appended to the stream so far (what another node was answered
+        is visible here then). Raises :class:`ClusterUnavailable` when etcd does not answer, or the node does not
+        catch up, within :data:`CHANGE_TIMEOUT_S`."""
+        try:
+            async with asyncio.timeout(CHANGE_TIMEOUT_S):
+                kv = await self.member.session.get(self.member.keys.seq)
+                await self.follower.wait_applied(int(kv.value) if kv is not None else 0)
+        except TimeoutError:
+            raise ClusterUnavailable(f"This node did not catch up with the cluster's catalog within"
+                                     f" {CHANGE_TIMEOUT_S:g} s") from None
+        except ControlPlaneError as e:
+            raise ClusterUnavailable(f"The cluster's catalog could not be read: {e}") from None
+
     async def _append(self, records: list[dict[str, Any]], also: Callable[[int], list[Any]] | None = None,
                       when: list[Any] | None = None) -> int:
         """The controller's append: checked against its catalog caught up with the whole stream."""

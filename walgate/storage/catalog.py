@@ -602,6 +602,10 @@ class Catalog:
             if (op == "alter_stable") != ((db, name) in self.stables):
                 raise _Invalid(f"{op} of {'an unknown' if op == 'alter_stable' else 'an existing'} supertable {db}.{name}")
             cols, tags = _columns(r, "columns"), _columns(r, "tags")
+            was = r.get("was")  # a cluster ALTER's: the definition it was made from (two nodes' ALTERs never both apply)
+            if was is not None and (_columns(_get(r, "was", dict), "columns"), _columns(was, "tags")) != (
+                    self.stables[(db, name)].columns, self.stables[(db, name)].tags):
+                raise _Invalid(f"alter_stable of supertable {db}.{name}: it changed since the ALTER was made")
             self.stables[(db, name)] = StableDef(db, name, cols, tags, _get(r, "created_ms", int))
         elif op == "drop_stable":
             key = (self._known_db(r, "db"), _get(r, "name", str))
@@ -781,10 +785,14 @@ class Catalog:
     def alter_stable(self, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...],
                      change: dict[str, str] | None = None) -> StableDef:
         """``change`` (the ALTER's ``action`` and ``column``) goes into the record of a cluster database's supertable,
-        whose vnodes' meta entries every node writes when it applies it (walgate.storage.sql_objects)."""
+        whose vnodes' meta entries every node writes when it applies it (walgate.storage.sql_objects), with the
+        definition ``st`` it was made from (``was``): a record whose supertable changed meanwhile does not apply."""
         _check_columns(columns + tags, st.columns + st.tags)
         record = self._stable_record("alter_stable", st, columns, tags)
-        self._commit(record if change is None or not self.is_cluster_db(st.db) else {**record, "change": change})
+        if change is not None and self.is_cluster_db(st.db):  # applied only to the definition it was made from
+            was = {"columns": [column_to_json(c) for c in st.columns], "tags": [column_to_json(c) for c in st.tags]}
+            record = {**record, "change": change, "was": was}
+        self._commit(record)
         return self.stables[(st.db, st.name)]
 
     def drop_stable(self, db: str, name: str) -> None:

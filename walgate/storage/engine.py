@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
-from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, TopicDef
+from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, StableDef, TopicDef
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
@@ -39,7 +39,7 @@ from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
 from walgate.storage.durability import Need, Syncable
-from walgate.storage.errors import NotHere, StorageError, StorageUnavailable, Unsupported
+from walgate.storage.errors import StorageError, StorageUnavailable, Unsupported
 from walgate.storage.grants import Grants
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.ingest import Ingest
@@ -188,8 +188,6 @@ class Engine:
                     engine.native.open_topic(topic)
                 else:
                     engine.views.open_topic(topic)
-            except NotHere:  # a topic of one table whose vgroup is on another node: compiled there, none of it here
-                store.add_topic_id(topic)
             except StorageError as exc:  # e.g. its source's catalog record was lost: serve everything else
                 store.damage_log.report(store.catalog.path, 0, 0, f"topic {topic.name} cannot be opened: "
                                         f"{exc.message}; {REPAIR_HINT}", "not served")
@@ -265,6 +263,12 @@ class Engine:
         """The schema changes of ``prepared`` alone (an exclusive call), the rest then applied with
         :meth:`apply_write` holding only its vnodes (:meth:`Ingest.apply_changes`); None: it no longer holds."""
         return self.ingest.apply_changes(prepared)
+
+    def make_schemas(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:
+        """The supertables a schemaless write of a cluster database needs
+        (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`), made as a staged call: its records go through the
+        cluster's stream (:meth:`Ingest.make_schemas`)."""
+        self.ingest.make_schemas(changes)
 
     def write_json_rows(self, db: str, stable: str, rows: list[tuple[str, dict[str, Any], int]]) -> int:
         """Rows as JSON objects into subtables of ``stable`` (see :meth:`Ingest.write_json_rows`); rows written."""

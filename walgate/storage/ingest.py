@@ -5,7 +5,8 @@ and the meta entries of the subtables it creates on the way: ``INSERT ... USING`
 CSV or JSON row naming a new subtable) before anything is written, then applies it (:meth:`Ingest.apply`: hands it to
 :meth:`~walgate.storage.commit.Commits.commit`); so a refused request writes nothing. Schemaless writes (line
 protocol) first widen or create the supertables they need (:func:`merge_schema`), refused before anything is written
-when a topic depends on what would change. A plan made elsewhere (a worker process, against a snapshot) is applied
+when a topic depends on what would change; those of a cluster database are made through the cluster's stream
+first (:class:`SchemaChangeNeeded`). A plan made elsewhere (a worker process, against a snapshot) is applied
 only if what it read still holds; else the request is planned again on this thread, as if it had just come.
 
 Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
@@ -56,6 +57,7 @@ from walgate.storage.write_plan import (
     PreparedWrite,
     Reads,
     RowPlan,
+    SchemaChangeNeeded,
     TableLookup,
     WriteRequest,
     WriteSnapshot,
@@ -63,7 +65,7 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "merge_schema", "write_keys"]
+__all__ = ["Ingest", "RowPlan", "SchemaChangeNeeded", "merge_schema", "write_keys"]
 
 
 def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
@@ -93,7 +95,7 @@ class Ingest:
         :meth:`worker_snapshot` copies them), its tables looked up live unless ``tables`` is given."""
         catalog = self.store.catalog
         return WriteSnapshot(catalog.generation, catalog.databases, catalog.stables,
-                             LiveTables(self.store) if tables is None else tables)
+                             LiveTables(self.store) if tables is None else tables, catalog.cluster)
 
     def worker_snapshot(self, keys: list[tuple[str, str]]) -> WriteSnapshot:
         """The catalog now, copied (to pickle to a planner in another process), with each database's vnode stores
@@ -104,7 +106,7 @@ class Ingest:
         stores = {db: (str(self.store.db_dir(catalog.databases[db])), _versions(of_db, catalog.databases[db].vgroups))
                   for db, of_db in vnodes.items() if db in catalog.databases}
         return WriteSnapshot(catalog.generation, dict(catalog.databases), dict(catalog.stables),
-                             StoredTables(stores, known))
+                             StoredTables(stores, known), catalog.cluster)
 
     def write(self, request: WriteRequest) -> int:
         """``request`` planned and applied here, at once; rows written."""
@@ -212,20 +214,31 @@ class Ingest:
         return p.rows
 
     def _change_schemas(self, p: PreparedWrite) -> None:
-        """``p``'s schema changes: refused before anything is written when a vgroup it writes is on another node or a
-        topic depends on what would change; then created or altered, so the rows' columns exist."""
+        """``p``'s schema changes: those of a cluster database are :class:`SchemaChangeNeeded` (before the NotHere of
+        a vgroup elsewhere: the node asked makes them for the whole write); then refused before anything is written
+        when a vgroup it writes is on another node; then made (:meth:`make_schemas`), so that the rows' columns
+        exist."""
         catalog = self.store.catalog
+        shared = [(old, new) for old, new in p.changes if catalog.is_cluster_db(new.db)]
+        if shared:
+            raise SchemaChangeNeeded(shared)
         for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
             for index in vnodes:
                 self.store.local_vnode(db_name, index)
-        for old, new in p.changes:
-            if catalog.is_cluster_db(new.db):  # its DDL goes through the cluster's stream, not within a write
-                raise InvalidValue(f"Supertable {new.db}.{new.name}: in a cluster a write does not {'create' if old is None else 'change'}"
-                                   " a supertable (not yet): make it with CREATE STABLE or ALTER STABLE first; nothing"
-                                   " was written (docs/cluster.md)")
+        self.make_schemas(p.changes)
+
+    def make_schemas(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:
+        """Create or widen each supertable ``(old, new)`` of a schemaless write (:func:`merge_schema`'s decisions),
+        refused before anything changes when one is not ``old`` any more (changed meanwhile: plan the write again)
+        or a topic depends on what would change. In a cluster database, called staged: its records go through the
+        cluster's stream (:class:`SchemaChangeNeeded`)."""
+        catalog = self.store.catalog
+        for old, new in changes:
+            if catalog.stables.get((new.db, new.name)) != old:
+                raise InvalidValue(f"Supertable {new.db}.{new.name} changed meanwhile: the write is planned again")
             if old is not None:
                 self.views.recompile(new.db, new)
-        for old, new in p.changes:
+        for old, new in changes:
             if old is None:
                 catalog.create_stable(new)
             else:

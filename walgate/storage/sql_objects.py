@@ -4,9 +4,10 @@ made anywhere in the cluster, followed by each node after it applied their catal
 After every record (or snapshot) of the cluster's stream a node applied (:meth:`Engine.apply_shared
 <walgate.storage.engine.Engine.apply_shared>`), :meth:`SqlObjects.follow` brings what it serves in line with its
 catalog: the vnodes placed on it of a database it does not serve yet are created and opened, a TDengine topic it
-does not serve yet is compiled and indexed over them (one whose source table's vgroup is on another node is not
-compiled here: no partition of it is here to index). Dropped databases' vnodes and dropped topics go in
-:meth:`NativeTopics.follow_catalog <walgate.storage.native_topics.NativeTopics.follow_catalog>`, for every kind alike.
+does not serve yet is compiled and indexed over them (one of a table whose vgroup is on another node is compiled
+there; its partitions here are indexed empty: :class:`~walgate.storage.topics.NoRowsHere`). Dropped databases'
+vnodes and dropped topics go in :meth:`NativeTopics.follow_catalog
+<walgate.storage.native_topics.NativeTopics.follow_catalog>`, for every kind alike.
 
 ALTER/DROP STABLE also write a meta entry into every vnode of the database (TDengine topics with meta carry it; a
 dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record.
@@ -26,7 +27,7 @@ from typing import Any
 
 from walgate.storage.catalog import STABLE_METAS_OP, StableDef
 from walgate.storage.commit import Commits
-from walgate.storage.errors import NotHere, StorageError
+from walgate.storage.errors import StorageError
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
 
@@ -111,11 +112,7 @@ class SqlObjects:
             store.vnodes[db.name] = store.open_database(db)
         for topic in [t for t in catalog.topics.values() if t.kind != "kafka" and t.name not in store.topic_uuids]:
             self.views.offsets.clear_left(topic.name)
-            try:
-                self.views.open_topic(topic)
-            except NotHere as exc:  # its source table's vgroup is elsewhere: none of its partitions is here
-                log.info("topic %s is not compiled on this node: %s", topic.name, exc.message)
-                store.add_topic_id(topic)
+            self.views.open_topic(topic)
         self._write_pending()
         if record is None or record.get("op") in _STABLE_CHANGES:
             changed = {record.get("db")} if record is not None else {t.db for t in catalog.topics.values()}

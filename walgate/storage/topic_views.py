@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from walgate.storage import datadir
 from walgate.storage.catalog import DatabaseDef, StableDef, TopicDef
 from walgate.storage.entry import DecodedEntry, decode_entry
-from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, StorageError
+from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, NotHere, StorageError
 from walgate.storage.group_offsets import GroupOffsets
 from walgate.storage.observers import ConsumerRow
 from walgate.storage.offsets import OffsetIndex
@@ -35,7 +35,7 @@ from walgate.storage.result import Result, affected
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.store import TICKS_PER_MS, Store
-from walgate.storage.topics import Records, TopicEvaluator
+from walgate.storage.topics import NoRowsHere, Records, TopicEvaluator
 from walgate.storage.vnode import Vnode
 from walgate.storage.wal import KIND_KAFKA, CorruptEntry
 from walgate.wire import batch_header, batch_prefix, decode_batches, record_timestamps
@@ -167,16 +167,25 @@ class TopicViews:
             return TopicEvaluator(kind, t.stable, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
         return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, columns=t.columns, items=items, where=where)
 
+    def _here(self, topic: TopicDef, altered: StableDef | None = None) -> TopicEvaluator:
+        """:meth:`evaluator`, or :class:`~walgate.storage.topics.NoRowsHere` for a topic of one table whose vgroup
+        is on another node (compiled there)."""
+        try:
+            return self.evaluator(topic, altered)
+        except NotHere:
+            return NoRowsHere()
+
     def recompile(self, db: str, altered: StableDef | None = None) -> None:
         """Recompile every TDengine topic of ``db`` after a schema change; nothing is replaced unless all compile.
 
         With ``altered`` (a supertable's definition after a proposed ALTER), only check that every topic still
-        compiles with it: call it before writing the change, which a topic that would break then refuses."""
+        compiles with it: call it before writing the change, which a topic that would break then refuses (a topic of
+        one table whose vgroup is on another node is checked only there, when the change is applied)."""
         compiled: dict[str, TopicEvaluator] = {}
         for name, topic in self.store.catalog.topics.items():
             if topic.db == db and topic.kind != "kafka":
                 try:
-                    compiled[name] = self.evaluator(topic, altered)
+                    compiled[name] = self._here(topic, altered)
                 except StorageError as exc:
                     raise type(exc)(f"{exc.message} (topic {name} depends on it: drop the topic first)") from None
         if altered is None:
@@ -185,9 +194,9 @@ class TopicViews:
     # ------------------------------------------------------- open, create, drop
 
     def open_topic(self, topic: TopicDef) -> None:
-        """Compile the topic, bring its offset indexes up to the WAL's end and index its id."""
+        """Compile the topic (:meth:`_here`), bring its offset indexes here up to the WAL's end and index its id."""
         if topic.kind != "kafka":
-            self.store.evaluators[topic.name] = self.evaluator(topic)
+            self.store.evaluators[topic.name] = self._here(topic)
         for vnode in self.store.vnodes[topic.db]:
             self.open_partition(topic, vnode)
         self.store.add_topic_id(topic)
@@ -238,11 +247,6 @@ class TopicViews:
         else:
             db, source = self.store.resolve_db(s.source.db, session), s.source.name
         self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
-        if (catalog.is_cluster_db(db.name) and s.kind != "database" and (db.name, source) not in catalog.stables
-                and len(set(db.nodes or ())) > 1):
-            raise InvalidValue(f"Topic {s.name}: a topic of one table of a database whose vgroups are on several nodes"
-                               " is not supported yet; make it AS STABLE (or a SELECT from the supertable with a"
-                               " tbname condition) (docs/cluster.md)")
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)

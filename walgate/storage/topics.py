@@ -41,7 +41,7 @@ from walgate.storage.expr import compile_expr, compile_filter, referenced_column
 from walgate.storage.schema import Column, arrow_schema
 from walgate.storage.sql import ast
 
-__all__ = ["Records", "TopicEvaluator", "expr_name"]
+__all__ = ["NoRowsHere", "Records", "TopicEvaluator", "expr_name"]
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,22 @@ class TopicEvaluator:
                 meta=meta,
             )
         ]
+
+
+class NoRowsHere(TopicEvaluator):
+    """A topic of one table (or subtable) on a node that holds other vgroups of its database, not the table's
+    (cluster mode, docs/cluster.md): its rows and its own meta entries are all in that vgroup's vnode, where the topic
+    is compiled, so its partitions here are empty (the ALTER/DROP STABLE entries of a subtable's supertable, which
+    every vnode has, are carried only by the table's partition: which supertable it is, is known there)."""
+
+    def __init__(self) -> None:
+        super().__init__("database", "")
+
+    def __reduce__(self) -> tuple[Callable[..., TopicEvaluator], tuple[Any, ...]]:
+        return NoRowsHere, ()
+
+    def evaluate(self, entry: DecodedEntry, tag_tables: TagTables) -> list[Records]:
+        return []
 
 
 _OPS = {"AND": " and ", "OR": " or "}

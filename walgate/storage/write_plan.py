@@ -33,7 +33,7 @@ from walgate.storage import csvfile, lineproto, lineproto_columns, names
 from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Pending, Plan
 from walgate.storage.ddl import check_columns, subtable_meta
-from walgate.storage.errors import InvalidValue, NotFound, StorageError
+from walgate.storage.errors import InvalidValue, NotFound, NotHere, StorageError
 from walgate.storage.meta_store import create_body
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
@@ -43,7 +43,7 @@ from walgate.storage.vnode import TableDef, vnode_of
 
 __all__ = [
     "CsvRequest", "InsertRequest", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
-    "Reads", "RowPlan", "TableLookup", "WriteRequest", "WriteSnapshot", "merge_schema", "plan", "plan_csv", "plan_insert",
+    "Reads", "RowPlan", "SchemaChangeNeeded", "TableLookup", "WriteRequest", "WriteSnapshot", "merge_schema", "plan", "plan_csv", "plan_insert",
     "plan_lines", "typed_batch",
 ]
 
@@ -85,6 +85,24 @@ class TableLookup(Protocol):
         commit); a lookup that cannot count tables checks nothing."""
 
 
+class SchemaChangeNeeded(InvalidValue):
+    """A schemaless write needs ``changes`` (``(old, new)`` supertables: :func:`merge_schema`'s) of a cluster
+    database: they go through the cluster's stream first (the gateway stages
+    :meth:`Ingest.make_schemas <walgate.storage.ingest.Ingest.make_schemas>`, then plans the write again); nothing
+    was written. Where no gateway does that (a Produce into a TDengine topic), the answer."""
+
+    def __init__(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:
+        old, new = changes[0]
+        super().__init__(f"Supertable {new.db}.{new.name}: a Produce into a topic does not "
+                         f"{'create' if old is None else 'change'} a supertable of a cluster database (a line-protocol"
+                         " write over HTTP does): make it with CREATE STABLE or ALTER STABLE first; nothing was written"
+                         " (docs/cluster.md)")
+        self.changes = changes
+
+    def __reduce__(self) -> tuple[type[SchemaChangeNeeded], tuple[list[tuple[StableDef | None, StableDef]]]]:
+        return SchemaChangeNeeded, (self.changes,)  # raised in an ingest worker, pickled to the node
+
+
 class LiveTables:
     """The tables of a store's vnodes, as they are now (storage thread)."""
 
@@ -112,12 +130,14 @@ class LiveTables:
 
 @dataclass(frozen=True)
 class WriteSnapshot:
-    """The catalog a plan is made against (its ``generation``, every database and supertable) and its tables."""
+    """The catalog a plan is made against (its ``generation``, every database and supertable, whether it is a cluster
+    node's: ``cluster``) and its tables."""
 
     generation: int
     databases: Mapping[str, DatabaseDef]
     stables: Mapping[tuple[str, str], StableDef]
     tables: TableLookup
+    cluster: bool = False
 
 
 @dataclass
@@ -415,11 +435,14 @@ def plan_lines(
     changes: list[tuple[StableDef | None, StableDef]] = []
     for m in measurements:
         old = reads.stable_or_none(db, m.name)
-        if old is None and reads.find(dbdef, vnode_of(db, m.name, dbdef.vgroups), m.name) is not None:
+        if old is None and _normal_table(reads, dbdef, m.name):
             raise InvalidValue(f"Measurement {m.name}: {db}.{m.name} is a normal table, not a supertable")
         new = merge_schema(dbdef, old, m.name, m.fields, m.tags, now_ns // 1_000_000)
         if new != old:
             changes.append((old, new))
+    if changes and snapshot.cluster and dbdef.nodes is not None:  # a cluster database's (Catalog.is_cluster_db):
+        # through the cluster's stream, for the whole write, before any table is looked up
+        raise SchemaChangeNeeded(changes)
     # 2. auto-created subtables (series by first line, as the lines come) and one batch per vnode and measurement
     stables = {st.name: st for _, st in changes}
     plan = RowPlan(reads, dbdef, now_ns)
@@ -647,6 +670,15 @@ def _lines_batches(
         return {vnodes[0]: batch}
     vnode_of_row = pa.array(vnodes, pa.int32()).take(series)
     return {vnode: batch.filter(pc.equal(vnode_of_row, vnode)) for vnode in dict.fromkeys(vnodes)}
+
+
+def _normal_table(reads: Reads, db: DatabaseDef, name: str) -> bool:
+    """Whether ``name`` is a normal table of ``db``, as far as this node knows: a cluster database's table whose
+    vgroup is on another node is not seen (a supertable of its name is then made beside it, as CREATE STABLE does)."""
+    try:
+        return reads.find(db, vnode_of(db.name, name, db.vgroups), name) is not None
+    except NotHere:
+        return False
 
 
 def merge_schema(
