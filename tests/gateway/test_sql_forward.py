@@ -1,7 +1,7 @@
 """A forwarded INSERT part's outcome (walgate/gateway/sql_forward.py), against an HTTP server in the test process
 on 127.0.0.1 answering as an owner would: written with its rows; not written when the owner answers an error, is
 not registered or refuses the connection; unknown when it answers 500 or nothing within the timeout. The caller's
-credentials and the part's positions are carried. The client's answer says which part was written and which not.
+principal and address, signed with the node token, and the part's positions are carried. The client's answer says which part was written and which not.
 """
 
 from __future__ import annotations
@@ -15,18 +15,26 @@ import pytest
 from aiohttp import web
 
 from walgate.gateway.http_api import _here  # the node asked's own part of the same answer
-from walgate.gateway.sql_forward import FORWARDED, Outcome, answer, merge_rows, select_here, send
+from walgate.gateway.sql_forward import FORWARDED, Caller, Outcome, answer, merge_rows, select_here, send
+from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, refusal
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.insert_routing import Part
 
 PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
 HERE = Part(1, (0, 2), (("f", 0),), ("f.a0",), 2)
 seen: list[dict[str, str]] = []
+TOKEN = "node-token"
+ALICE = Caller("User:alice", "10.0.0.7", TOKEN)
+NOBODY = Caller("User:ANONYMOUS", "10.0.0.8", TOKEN)
 
 
 async def _owner(request: web.Request) -> web.Response:
-    seen.append({"db": request.match_info["db"], "body": (await request.read()).decode(),
-                 FORWARDED: request.headers.get(FORWARDED, ""), "auth": request.headers.get("Authorization", "")})
+    body, headers = await request.read(), request.headers
+    signed = Signed(request.method, request.path, dict(request.query), headers[FORWARDED], headers[PRINCIPAL],
+                    headers[CLIENT_HOST], int(headers[TIME]), body)
+    assert refusal([TOKEN], headers[SIGNATURE], signed, signed.time_ms) is None, "signed with the node token"
+    seen.append({"db": request.match_info["db"], "body": body.decode(), FORWARDED: headers[FORWARDED],
+                 "caller": f"{headers[PRINCIPAL]}@{headers[CLIENT_HOST]}"})
     db = request.match_info["db"]
     if db == "ok":
         return web.json_response({"code": 0, "column_meta": [["affected_rows", "INT", 4]], "data": [[5]], "rows": 1})
@@ -60,19 +68,19 @@ async def owner() -> AsyncIterator[str]:
 
 async def test_each_answer_of_an_owner_is_an_outcome(owner: str) -> None:
     sql = b"INSERT INTO a0 VALUES (1, 1) b0 VALUES (2, 2)"
-    written = await send(PART, owner, "/rest/sql/ok", sql, 1, "Basic YWxpY2U6cw==")
+    written = await send(PART, owner, "/rest/sql/ok", sql, 1, ALICE)
     assert written == Outcome(PART, "written", rows=5)
-    assert seen == [{"db": "ok", "body": sql.decode(), FORWARDED: "1;1,3", "auth": "Basic YWxpY2U6cw=="}]
-    refused = await send(PART, owner, "/rest/sql/bad", sql, 1, None)
+    assert seen == [{"db": "ok", "body": sql.decode(), FORWARDED: "1;1,3", "caller": "User:alice@10.0.0.7"}]
+    refused = await send(PART, owner, "/rest/sql/bad", sql, 1, NOBODY)
     assert (refused.state, refused.status, refused.code) == ("not_written", 400, 0x2603)
     assert refused.desc == "node 2: Invalid column name: w"
-    crashed = await send(PART, owner, "/rest/sql/crash", sql, 1, None)
+    crashed = await send(PART, owner, "/rest/sql/crash", sql, 1, NOBODY)
     assert (crashed.state, crashed.status) == ("unknown", 500) and "may have been written" in crashed.desc
-    hung = await send(PART, owner, "/rest/sql/hang", sql, 1, None, timeout=0.5)
+    hung = await send(PART, owner, "/rest/sql/hang", sql, 1, NOBODY, timeout=0.5)
     assert (hung.state, hung.status) == ("unknown", 503) and "no answer" in hung.desc
     lines = Part(2, (), (("f", 1),), ("f.t_1",), 3, (2, 4, 5), b"\nm v=1 1\n\nm v=2 2\nm v=3 3")
-    assert await send(lines, owner, "/rest/sql/lines", lines.body, 1, None) == Outcome(lines, "written", rows=3)
-    assert seen[-1] == {"db": "lines", "body": lines.body.decode(), FORWARDED: "1;", "auth": ""}
+    assert await send(lines, owner, "/rest/sql/lines", lines.body, 1, NOBODY) == Outcome(lines, "written", rows=3)
+    assert seen[-1] == {"db": "lines", "body": lines.body.decode(), FORWARDED: "1;", "caller": "User:ANONYMOUS@10.0.0.8"}
     assert Outcome(lines, "not_written", code=1, desc="x").entry()["lines"] == [[2, 2], [4, 5]]
 
 
@@ -80,22 +88,22 @@ async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    down = await send(PART, f"http://127.0.0.1:{port}", "/rest/sql", b"INSERT", 1, None)
+    down = await send(PART, f"http://127.0.0.1:{port}", "/rest/sql", b"INSERT", 1, NOBODY)
     assert (down.state, down.status) == ("not_written", 503) and "cannot be reached" in down.desc
-    gone = await send(PART, None, "/rest/sql", b"INSERT", 1, None)
+    gone = await send(PART, None, "/rest/sql", b"INSERT", 1, NOBODY)
     assert gone.state == "not_written" and "not registered" in gone.desc
 
 
 async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: str) -> None:
-    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, "Basic eA==")
+    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, ALICE)
     assert (status, answered["data"]) == (200, [[1], [2]])
-    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here", "auth": "Basic eA=="}
-    assert (await select_here(2, owner, "/rest/sql/bad", b"SELECT", 1, None))[0] == 400
-    status, answered = await select_here(2, owner, "/rest/sql/hang", b"SELECT", 1, None, timeout=0.5)
+    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here", "caller": "User:alice@10.0.0.7"}
+    assert (await select_here(2, owner, "/rest/sql/bad", b"SELECT", 1, NOBODY))[0] == 400
+    status, answered = await select_here(2, owner, "/rest/sql/hang", b"SELECT", 1, NOBODY, timeout=0.5)
     assert status == 503 and answered["desc"].startswith("node 2 (") and "no answer" in answered["desc"]
-    status, answered = await select_here(2, owner, "/rest/sql/lines", b"SELECT", 1, None)  # 204: not walgate's
+    status, answered = await select_here(2, owner, "/rest/sql/lines", b"SELECT", 1, NOBODY)  # 204: not walgate's
     assert status == 503 and "not walgate's" in answered["desc"]
-    assert (await select_here(2, None, "/rest/sql", b"SELECT", 1, None))[0] == 503
+    assert (await select_here(2, None, "/rest/sql", b"SELECT", 1, NOBODY))[0] == 503
 
 
 def test_plain_rows_are_merged_and_cut_to_the_limit() -> None:

@@ -130,6 +130,12 @@ class Keys:
         return self.root + b"incarnations/"
 
     @property
+    def node_token(self) -> bytes:
+        """The secret nodes sign the requests they forward to each other with (walgate.security.node_token): made
+        by the first node that starts; an operator may write a new one (docs/security.md)."""
+        return self.root + b"node_token"
+
+    @property
     def kafka_cluster_id(self) -> bytes:
         """The Kafka cluster id every node of the cluster answers (Metadata, DescribeCluster): made by the first
         node that starts, never changed."""

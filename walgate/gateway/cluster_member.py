@@ -34,6 +34,7 @@ from walgate.cluster.model import (
     parse_endpoints,
 )
 from walgate.cluster.registry import NodeRegistration
+from walgate.gateway.node_tokens import NodeTokens
 from walgate.storage.show import Dnode
 
 __all__ = ["ClusterMember", "ClusterStartError", "dnodes", "stop_tasks"]
@@ -74,6 +75,7 @@ class ClusterMember:
     def __init__(self, endpoints: str, name: str, node_id: int, data_dir: Path, session_timeout_ms: int) -> None:
         self.session = EtcdSession(parse_endpoints(endpoints))
         self.keys = Keys(name)
+        self.tokens = NodeTokens(self.session, self.keys.node_token)  # loaded by kafka_cluster_id
         self.node_id = node_id
         self.data_dir = data_dir
         self.ttl = max(2, session_timeout_ms // 1000)
@@ -88,12 +90,14 @@ class ClusterMember:
         return self.registration is not None and self.registration.epoch is not None
 
     async def kafka_cluster_id(self) -> str:
-        """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask."""
+        """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask;
+        the cluster's node token (``tokens``) is read (or made) too."""
         made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         key = self.keys.kafka_cluster_id
         try:
             await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])
             current = await self.session.get(key)
+            await self.tokens.load()
         except ControlPlaneError as e:
             raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
         if current is None:

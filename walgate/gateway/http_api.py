@@ -37,14 +37,18 @@ runs (:mod:`walgate.gateway.http_origin`).
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
 a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
-names, written here or refused, never forwarded again.
+names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
+(the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
 A ``/rest/sql`` statement that changes what exists or who may do what (DDL, users, grants) is written to the audit
 log with its outcome (:mod:`walgate.gateway.audit`).
 Authentication (:mod:`walgate.gateway.http_auth`): when the app is made with ``basic_auth``, every route but
 ``/healthz`` and ``/readyz`` needs HTTP Basic credentials of a walgate user (401 with ``WWW-Authenticate: Basic
 realm="walgate"`` otherwise, checked before the body is read); ``request[PRINCIPAL]`` is ``User:name``, or
-``User:ANONYMOUS`` without ``basic_auth``: what authorization (``/rest/sql`` and the other handlers) reads.
+``User:ANONYMOUS`` without ``basic_auth``, and ``request[HOST]`` the client's address: what authorization
+(``/rest/sql`` and the other handlers) reads (for a signed forwarded request, the caller's it carries).
 
 Errors are JSON ``{"code": <int>, "desc": "<message>"}``, TDengine-REST style:
 400 for bad input or a configured limit (a :class:`StorageError`, e.g.
@@ -79,6 +83,8 @@ import functools
 import logging
 import os
 import re
+import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -98,7 +104,7 @@ from walgate.gateway.ingest_workers import IngestWorkers, Prepared, Refused
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
-from walgate.gateway.query_workers import QueryWorkers
+from walgate.gateway.query_workers import POLL_S, QueryWorkers
 from walgate.gateway.schemaless import with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
@@ -106,6 +112,7 @@ from walgate.gateway.sql_forward import (
     HERE,
     ROWS_HEADER,
     SCAN,
+    Caller,
     Outcome,
     answer,
     merge_rows,
@@ -115,6 +122,8 @@ from walgate.gateway.sql_forward import (
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
+from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, refusal
+from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
 from walgate.storage.damage import DamageLog
@@ -140,7 +149,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.wal import CorruptEntry
 from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot
 
-__all__ = ["make_app", "PRINCIPAL", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
+__all__ = ["make_app", "PRINCIPAL", "HOST", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
 
 log = logging.getLogger(__name__)
@@ -165,8 +174,12 @@ _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
 _SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
 _BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
+_NODE_TLS: web.AppKey[ssl.SSLContext | None] = web.AppKey("node_tls")
 PRINCIPAL = web.RequestKey("principal", str)
 """``request[PRINCIPAL]``: the principal of an HTTP request (``User:name``, or ``User:ANONYMOUS`` without auth)."""
+HOST = web.RequestKey("host", str)
+"""``request[HOST]``: the client's address ACLs are checked with: the peer's, or for a request another node of the
+cluster forwarded (signed: :mod:`walgate.security.node_token`), its client's."""
 
 
 def make_app(
@@ -180,6 +193,7 @@ def make_app(
     shares: Callable[[], ShareCoordinator | None] | None = None,
     cluster: Callable[[], str | None] | None = None,
     shared: Callable[[], SharedCatalog | None] | None = None,
+    node_tls: ssl.SSLContext | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
@@ -190,10 +204,12 @@ def make_app(
     ``cluster()`` why the node is not a member of its cluster (None: it is); statements run through ``shared()``
     once it is not None (the cluster's users and ACLs: :mod:`.shared_catalog`). Cross-origin browser requests are
     refused before anything runs, except from ``allowed_origins`` (:mod:`walgate.gateway.http_origin`); with
-    ``basic_auth``, requests need a user's credentials (module docstring)."""
+    ``basic_auth``, requests need a user's credentials (module docstring); ``node_tls`` verifies other nodes'
+    HTTPS certificates when parts of a statement are forwarded to them (None: the system's CAs)."""
     app = web.Application(client_max_size=max_request_bytes,
                           middlewares=[same_origin_middleware(allowed_origins), _errors, _authenticate])
     app[_BASIC_AUTH] = basic_auth
+    app[_NODE_TLS] = node_tls
     app[_ENGINE] = engine
     app[_STORAGE] = storage
     if coordinator is not None:
@@ -243,7 +259,7 @@ async def _sql(request: web.Request) -> web.Response:
     change = sql_change(sql)  # audited, or None
     shared = app[_SHARED]() if _SHARED in app else None
     forwarded = request.headers.get(FORWARDED)  # a part of an INSERT another node was asked (sql_forward.py)
-    host = request.remote or ""
+    host = request[HOST]
     stmt: ast.Statement | None = None  # once parsed
     try:
         engine = app[_ENGINE]
@@ -297,15 +313,15 @@ async def _sql(request: web.Request) -> web.Response:
         raise
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
-            audit(principal, request.remote or "", change, sql, f"refused: {e.message}")
+            audit(principal, host, change, sql, f"refused: {e.message}")
         return _error(403, e.code, e.message)
     except Exception as exc:
         if change is not None:
             why = exc.message if isinstance(exc, StorageError) else str(exc)
-            audit(principal, request.remote or "", change, sql, f"failed: {why}")
+            audit(principal, host, change, sql, f"failed: {why}")
         raise
     if change is not None:
-        audit(principal, request.remote or "", change, sql, "ok")
+        audit(principal, host, change, sql, "ok")
     return _json(200, result.rest_body())
 
 
@@ -351,7 +367,7 @@ async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedS
         await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
     if answer.error is not None:
         if isinstance(answer.error, QueryCancelled):
-            log.info("SELECT from %s stopped: %s", request.remote, answer.error.message)
+            log.info("SELECT from %s stopped: %s", request[HOST], answer.error.message)
         raise answer.error
     assert answer.body is not None
     return prepared, answer.body
@@ -392,6 +408,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
+    caller = await _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
 
     async def here() -> tuple[int, dict[str, Any] | bytes]:
@@ -406,10 +423,10 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
             status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
             return status, {"code": e.code, "desc": f"node {local}: {e.message}"}
 
-    answers = await asyncio.gather(*(
-        here() if node == local else select_here(node, urls.get(node), path, body, local,
-                                                 request.headers.get("Authorization"), part=SCAN if scan else HERE)
-        for node in nodes))
+    answers = await _unless_gone(*(
+        here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
+                                                 part=SCAN if scan else HERE)
+        for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
             assert isinstance(answered, dict)
@@ -668,14 +685,15 @@ async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, par
         return Outcome(part, "written", rows=await write(part))
 
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
+    caller = await _caller(request, shared)
     outcomes = list(await asyncio.gather(*(
         _here(part, local, write_here(part)) if part.node == local else
-        send(part, urls.get(part.node), path, part.body or body, local, request.headers.get("Authorization"), params)
+        send(part, urls.get(part.node), path, part.body or body, local, caller, params)
         for part in parts)))
     if all(o.state == "written" for o in outcomes):
         return written(sum(o.rows for o in outcomes))
     status, answer_body = answer(outcomes)
-    log.info("a write to %s from %s across nodes answered %d: %s", path, request.remote, status,
+    log.info("a write to %s from %s across nodes answered %d: %s", path, request[HOST], status,
              answer_body["desc"][:2000])
     return _json(status, answer_body)
 
@@ -688,7 +706,7 @@ def _write_refused(request: web.Request, db: str) -> web.Response | None:
     principal = request.get(PRINCIPAL, ANONYMOUS)
     try:
         if principal not in authorizer.super_users:
-            check_needs(authorizer, principal, request.remote or "",
+            check_needs(authorizer, principal, request[HOST],
                         [(Operation.WRITE, ResourceType.TOPIC, database_resource(db))])
     except NotPermitted as e:
         return _error(403, e.code, e.message)
@@ -762,8 +780,18 @@ async def _metrics(request: web.Request) -> web.Response:
 
 @web.middleware
 async def _authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Basic auth when configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes); with ACLs, the
-    operator paths (:func:`_for_operators`) for super users only (403)."""
+    """A request forwarded by another node (:data:`~.sql_forward.FORWARDED` or any header of
+    :data:`~walgate.security.node_token.HEADERS`): ``request[PRINCIPAL]`` and ``request[HOST]`` its signed caller's,
+    or 403 when its signature is not one of this cluster's nodes (:func:`_node_refusal`); else Basic auth when
+    configured: ``request[PRINCIPAL]`` set, or 401 (never for the health probes), and ``request[HOST]`` the peer's
+    address. With ACLs, the operator paths (:func:`_for_operators`) are for super users only (403)."""
+    if any(name in request.headers for name in (FORWARDED, *HEADERS)):
+        refused = await _node_refusal(request)
+        if refused is not None:
+            log.warning("refused %s %s from %s: %s", request.method, request.path, request.remote, refused)
+            return _error(403, AUTH_FAILURE, f"Authentication failure: {refused}")
+        return await _authorized(request, handler)
+    request[HOST] = request.remote or ""
     basic_auth = request.app[_BASIC_AUTH]
     if basic_auth is None or request.path in UNAUTHENTICATED_PATHS:
         principal: str | None = ANONYMOUS
@@ -775,10 +803,79 @@ async def _authenticate(request: web.Request, handler: Handler) -> web.StreamRes
         response.headers["WWW-Authenticate"] = 'Basic realm="walgate", charset="UTF-8"'
         return response
     request[PRINCIPAL] = principal
+    return await _authorized(request, handler)
+
+
+async def _authorized(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``handler``'s answer to the authenticated ``request``, or 403 for an operator path (:func:`_for_operators`)
+    when ACLs are on and its principal is not a super user."""
+    principal = request[PRINCIPAL]
     authorizer = request.app.get(_AUTHORIZER)
     if authorizer is not None and principal not in authorizer.super_users and _for_operators(request.path):
         return _error(403, NotPermitted.code, f"Insufficient privilege: {request.path} is for super users")
     return await handler(request)
+
+
+async def _node_refusal(request: web.Request) -> str | None:
+    """Why ``request``, which carries a header only nodes send, is not a request another node of this cluster
+    signed (:mod:`walgate.security.node_token`); None when it is: ``request[PRINCIPAL]`` and ``request[HOST]`` are
+    then the caller's it names."""
+    shared = request.app[_SHARED]() if _SHARED in request.app else None
+    if shared is None:
+        return f"{FORWARDED} and {', '.join(HEADERS)} are accepted only from the nodes of a cluster"
+    headers = request.headers
+    missing = [name for name in (FORWARDED, *HEADERS) if name not in headers]
+    if missing:
+        return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
+    query = dict(request.query)
+    if not headers[TIME].isdigit() or len(query) != len(request.query):
+        return f"a request forwarded between nodes has a number in {TIME} and no query parameter twice"
+    signed = Signed(request.method, request.path, query, headers[FORWARDED], headers[PRINCIPAL_HEADER],
+                    headers[CLIENT_HOST], int(headers[TIME]), await request.read())
+    now_ms = time.time_ns() // 1_000_000
+    why: list[str | None] = [None]
+
+    def fits(tokens: tuple[str, ...]) -> bool:
+        why[0] = refusal(tokens, headers[SIGNATURE], signed, now_ms)
+        return why[0] is None
+
+    if not await shared.member.tokens.verified(fits):
+        return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    request[PRINCIPAL], request[HOST] = signed.principal, signed.host
+    return None
+
+
+async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
+    """Whom a part of ``request`` forwarded to another node is for: its principal and client address, signed with
+    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore."""
+    return Caller(request[PRINCIPAL], request[HOST], await shared.member.tokens.signing(), request.app[_NODE_TLS])
+
+
+async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,
+                       timeout: float | None) -> list[tuple[int, dict[str, Any] | bytes]]:
+    """The answers of a SELECT's ``parts`` (run at once), or QueryCancelled, every part still running cancelled
+    (a part asked of another node closes its connection: that node stops its query worker), once the client of
+    ``request`` went away (checked every :data:`~.query_workers.POLL_S`) or after ``timeout`` seconds
+    (``sql.timeout.ms``; None: none)."""
+    tasks = [asyncio.ensure_future(part) for part in parts]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    why = ""
+    try:
+        while not why:
+            left = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+            done, pending = await asyncio.wait(tasks, timeout=left)
+            if not pending:
+                return [task.result() for task in tasks]
+            if _gone(request):
+                why = "the client went away"
+            elif deadline is not None and time.monotonic() >= deadline:
+                why = f"it ran longer than sql.timeout.ms ({(timeout or 0) * 1000:.0f} ms)"
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    log.info("SELECT across nodes from %s stopped, the other nodes' parts too: %s", request[HOST], why)
+    raise QueryCancelled(f"query cancelled: {why}")
 
 
 def _for_operators(path: str) -> bool:

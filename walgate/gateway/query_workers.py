@@ -212,7 +212,8 @@ class QueryWorkers:
                 done, _ = await asyncio.wait({future}, timeout=POLL_S)
                 if done:
                     return future.result()
-                if gone() and not submitted.done():
+                if gone() and not submitted.done() and self._flags[slot] != _GONE:
+                    log.info("a SELECT's client went away: its query worker is told to stop it")
                     self._flags[slot] = _GONE
         except asyncio.CancelledError:
             if not submitted.done():

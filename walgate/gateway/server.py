@@ -84,7 +84,7 @@ from walgate.gateway.query_workers import QueryWorkers
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
 from walgate.gateway.storage_thread import LaneBridge, StorageThread
-from walgate.gateway.tls import server_context
+from walgate.gateway.tls import node_client_context, server_context
 from walgate.security.authorizer import Authorizer
 from walgate.security.principals import super_principals
 from walgate.storage import datadir
@@ -207,7 +207,8 @@ class Gateway:
                          ingest=self._ingest,
                          shares=self._share_coordinator,
                          cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
-                         shared=lambda: self._shared),
+                         shared=lambda: self._shared,
+                         node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
             )
             await self._http.setup()

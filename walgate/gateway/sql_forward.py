@@ -4,8 +4,10 @@
 The node asked splits an INSERT by owning node (:func:`walgate.storage.insert_routing.split_insert`), writes its own
 part and sends every other node its part at once: the statement's text, unchanged, to that node's ``/rest/sql``
 (``/rest/sql/{db}`` with the request's database) with the header :data:`FORWARDED` (``<sender node id>;<positions
-of the targets it writes>``) and the caller's ``Authorization`` header, so that the owner authenticates the caller
-against the cluster's users and checks the cluster's ACLs itself. A line-protocol or CSV body's part is a body of its own
+of the targets it writes>``), the caller's principal and address, signed with the cluster's node token
+(:class:`Caller`, :mod:`walgate.security.node_token`), so that the owner, once it verified the signature, checks the
+cluster's ACLs for that principal and address itself. Between nodes whose HTTP API speaks HTTPS the owner's
+certificate is verified with :attr:`Caller.ssl` (the node's truststore). A line-protocol or CSV body's part is a body of its own
 lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
@@ -23,17 +25,20 @@ lists naming each part's node, vgroups, tables and rows (and a body's line numbe
 from __future__ import annotations
 
 import logging
+import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, signature
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Outcome", "answer", "merge_rows",
-           "select_here", "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "answer",
+           "merge_rows", "select_here", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,18 @@ pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`
 ROWS_HEADER = "X-Walgate-Rows"
 """The header of the rows a line-protocol write wrote (its answer, 204, has no body)."""
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a forwarded request is for (the ``principal`` the node asked authenticated, at ``host``: its client's
+    address), the cluster's node ``token`` it is signed with, and the context verifying the other node's HTTPS
+    certificate (``ssl``; None: the system's CAs)."""
+
+    principal: str
+    host: str
+    token: str
+    ssl: ssl.SSLContext | None = None
 
 
 @dataclass(frozen=True)
@@ -85,17 +102,17 @@ def _ranges(numbers: tuple[int, ...]) -> list[list[int]]:
     return ranges
 
 
-async def send(part: Part, url: str | None, path: str, body: bytes, sender: int, authorization: str | None,
+async def send(part: Part, url: str | None, path: str, body: bytes, sender: int, caller: Caller,
                params: dict[str, str] | None = None, timeout: float = FORWARD_TIMEOUT_S) -> Outcome:
     """``part`` (``body``: the INSERT's whole text, or the part's own line-protocol body) sent by node ``sender`` to
     ``path`` (with query ``params``) of its owner's HTTP API at ``url`` (None: the owner is not registered now, or
-    registered without one), the caller's ``authorization`` carried."""
+    registered without one) for ``caller``."""
     if url is None:
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
     try:
-        status, rows, answered = await _post(url + path, params, body, f"{sender};{format_positions(part.positions)}",
-                                             authorization, timeout)
+        status, rows, answered = await _post(url, path, params, body, f"{sender};{format_positions(part.positions)}",
+                                             caller, timeout)
         if status == 204 and rows is not None and rows.isdigit():  # line protocol: no body
             return Outcome(part, "written", rows=int(rows))
     except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
@@ -121,17 +138,19 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
 
 
-async def _post(url: str, params: dict[str, str] | None, body: bytes, forwarded: str, authorization: str | None,
+async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
                 timeout: float) -> tuple[int, str | None, Any]:
-    """POST ``body`` to ``url`` with the :data:`FORWARDED` header ``forwarded`` and the caller's ``authorization``:
-    the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC stream).
-    Raises aiohttp's errors,
-    TimeoutError past ``timeout`` seconds, ValueError for an answer that is not JSON."""
-    headers = {FORWARDED: forwarded, "Content-Type": "text/plain"}
-    if authorization is not None:
-        headers["Authorization"] = authorization
-    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-                session.post(url, params=params, data=body, headers=headers) as response):
+    """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
+    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
+    stream). Raises aiohttp's errors, TimeoutError past ``timeout`` seconds, ValueError for an answer that is not
+    JSON. Cancelled, it closes the connection (the owner sees its client gone)."""
+    signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
+                    body)
+    headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
+               CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
+    connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
+    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as session,
+                session.post(url + path, params=params, data=body, headers=headers) as response):
         if response.status == 204:
             return 204, response.headers.get(ROWS_HEADER), None
         if response.content_type == ARROW_STREAM:
@@ -139,12 +158,12 @@ async def _post(url: str, params: dict[str, str] | None, body: bytes, forwarded:
         return response.status, response.headers.get(ROWS_HEADER), await response.json(content_type=None)
 
 
-async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, authorization: str | None,
+async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
                       timeout: float = FORWARD_TIMEOUT_S, part: str = HERE) -> tuple[int, dict[str, Any] | bytes]:
     """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
     vgroups placed on it; :data:`SCAN`, their scanned rows), asked at ``path`` of its HTTP API at ``url`` (None: not
-    registered now) by node ``sender``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of a
-    :data:`SCAN`: the bytes of an Arrow IPC stream); an owner that cannot be reached, does not answer within
+    registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
+    a :data:`SCAN`: the bytes of an Arrow IPC stream); an owner that cannot be reached, does not answer within
     ``timeout`` or answers what is not walgate's is a 503 naming it."""
     def failed(why: str) -> tuple[int, dict[str, Any] | bytes]:
         return 503, {"code": StorageUnavailable.code, "desc": f"node {node} {why}"}
@@ -152,7 +171,7 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url + path, None, sql, f"{sender};{part}", authorization, timeout)
+        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout)
     except aiohttp.ClientConnectorError as e:
         return failed(f"({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:

@@ -43,7 +43,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.tls_verify import answer_bad_certificate
 
-__all__ = ["server_context", "peer_principal"]
+__all__ = ["node_client_context", "server_context", "peer_principal"]
 
 log = logging.getLogger("walgate.tls")
 
@@ -56,28 +56,56 @@ def server_context(config: Config, what: str, client_auth: str | None = None) ->
     ``ssl_client_auth``: ``Config.client_auth``); ``what`` names the listener in errors. Raises
     :class:`ConfigError` when a file cannot be read or does not hold what it should."""
     client_auth = client_auth or config.ssl_client_auth
-    context = _Context(ssl.PROTOCOL_TLS_SERVER)
+    context = _versions(_Context(ssl.PROTOCOL_TLS_SERVER), config)
+    _certificate(context, config, what)
+    context.verify_mode = _VERIFY[client_auth]
+    if client_auth != "none":
+        _truststore(context, config, what, ssl.Purpose.CLIENT_AUTH)
+        answer_bad_certificate(context)  # last: setting verify_mode would remove it
+    return context
+
+
+def node_client_context(config: Config) -> ssl.SSLContext:
+    """The client context a node reaches other nodes' HTTPS APIs with (SQL forwarded between nodes): it verifies the
+    other node's certificate and host name against ``ssl.truststore.location`` / ``ssl.truststore.certificates``
+    only (as Kafka's truststore; the system's CAs when neither is set) and presents this node's own certificate
+    (``ssl.keystore.*``), for an HTTP API that asks for one. Raises :class:`ConfigError` when a file cannot be
+    read."""
+    context = _versions(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), config)  # verifies the certificate and host name
+    _truststore(context, config, "HTTP between nodes", ssl.Purpose.SERVER_AUTH)
+    _certificate(context, config, "HTTP between nodes")
+    return context
+
+
+def _versions(context: ssl.SSLContext, config: Config) -> ssl.SSLContext:
+    """``context`` limited to ``ssl.enabled.protocols``."""
     versions = sorted(_VERSIONS[name] for name in config.ssl_enabled_protocols)
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    return context
+
+
+def _certificate(context: ssl.SSLContext, config: Config, what: str) -> None:
+    """``ssl.keystore.*`` loaded into ``context``; ConfigError naming ``what`` (never the password) otherwise."""
     try:
         _load_certificate(context, config)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; never show the password
         raise ConfigError(f"{what}: cannot load the certificate and private key "
                           f"({_where(config)}): {_reason(e)}") from None
-    context.verify_mode = _VERIFY[client_auth]
-    if client_auth != "none":
-        try:
-            if config.ssl_truststore_location is not None:
-                context.load_verify_locations(cafile=str(config.ssl_truststore_location))
-            elif config.ssl_truststore_certificates:
-                context.load_verify_locations(cadata=config.ssl_truststore_certificates)
-            else:
-                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{what}: cannot load the truststore "
-                              f"({config.ssl_truststore_location or 'ssl.truststore.certificates'}): {_reason(e)}") from None
-        answer_bad_certificate(context)  # last: setting verify_mode would remove it
-    return context
+
+
+def _truststore(context: ssl.SSLContext, config: Config, what: str, purpose: ssl.Purpose) -> None:
+    """The CAs ``context`` verifies peers with: ``ssl.truststore.*``, else the system's for ``purpose``;
+    ConfigError naming ``what`` when they cannot be loaded."""
+    try:
+        if config.ssl_truststore_location is not None:
+            context.load_verify_locations(cafile=str(config.ssl_truststore_location))
+        elif config.ssl_truststore_certificates:
+            context.load_verify_locations(cadata=config.ssl_truststore_certificates)
+        else:
+            context.load_default_certs(purpose)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: cannot load the truststore "
+                          f"({config.ssl_truststore_location or 'ssl.truststore.certificates'}): {_reason(e)}") from None
 
 
 class _AlertingSSLObject(ssl.SSLObject):

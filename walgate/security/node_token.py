@@ -1,0 +1,81 @@
+"""The signature that tells one cluster node's forwarded HTTP request from anyone else's (docs/security.md
+"Between cluster nodes").
+
+Every node of a cluster holds the cluster's node token, a secret kept in etcd under the cluster's prefix
+(``/walgate/<cluster>/node_token``: :mod:`walgate.gateway.node_tokens`). A node forwarding part of a client's write or
+SELECT to the node that owns it signs the request with it: HMAC-SHA256 over the method, path, query, the
+``X-Walgate-Forwarded`` value, the caller's principal and address, the time and the body's SHA-256
+(:func:`signature`), sent in :data:`SIGNATURE` beside :data:`PRINCIPAL`, :data:`CLIENT_HOST` and :data:`TIME`. The
+owner trusts the principal and address only when :func:`refusal` finds the signature valid for a token it knows and
+the time within :data:`WINDOW_MS` of its own clock; it then checks its ACLs for that principal and that address,
+as the node asked did. A request with any of these headers and no valid signature is refused whole: without the
+token nobody can make a node act for another user, or for another address.
+
+Pure: no I/O, no clock (the caller gives ``now_ms``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["CLIENT_HOST", "HEADERS", "PRINCIPAL", "SIGNATURE", "TIME", "WINDOW_MS", "Signed", "new_token", "refusal",
+           "signature"]
+
+PRINCIPAL = "X-Walgate-Principal"
+"""The authenticated caller of the node asked (``User:name``)."""
+CLIENT_HOST = "X-Walgate-Client-Host"
+"""The caller's address as the node asked saw it: the host its ACLs are checked with."""
+TIME = "X-Walgate-Time"
+"""Milliseconds since the epoch when the request was signed."""
+SIGNATURE = "X-Walgate-Signature"
+"""Hex HMAC-SHA256 of the request (:func:`signature`) with the cluster's node token."""
+HEADERS = (PRINCIPAL, CLIENT_HOST, TIME, SIGNATURE)
+WINDOW_MS = 300_000
+"""How far a signed request's time may be from the owner's clock (either way) and still be accepted."""
+
+
+@dataclass(frozen=True)
+class Signed:
+    """What a signature covers: the request line (``method``, ``path``, decoded ``query``), the forwarded part
+    (``forwarded``: the ``X-Walgate-Forwarded`` value), who asked (``principal``, ``host``), when (``time_ms``) and the
+    ``body``."""
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    forwarded: str
+    principal: str
+    host: str
+    time_ms: int
+    body: bytes
+
+    def message(self) -> bytes:
+        """The bytes signed: each field length-prefixed, so that no two requests sign the same bytes."""
+        fields = [self.method, self.path, *(f"{k}={v}" for k, v in sorted(self.query.items())), self.forwarded,
+                  self.principal, self.host, str(self.time_ms), hashlib.sha256(self.body).hexdigest()]
+        return b"".join(len(f.encode()).to_bytes(4, "big") + f.encode() for f in fields)
+
+
+def new_token() -> str:
+    """A fresh node token: 32 random bytes, URL-safe base64."""
+    return secrets.token_urlsafe(32)
+
+
+def signature(token: str, signed: Signed) -> str:
+    """The :data:`SIGNATURE` of ``signed`` with ``token``."""
+    return hmac.new(token.encode(), signed.message(), hashlib.sha256).hexdigest()
+
+
+def refusal(tokens: Iterable[str], given: str, signed: Signed, now_ms: int) -> str | None:
+    """Why a request claiming to be ``signed`` with signature ``given`` is not a node's, or None when ``given`` is
+    the signature of ``signed`` with one of ``tokens`` and its time is within :data:`WINDOW_MS` of ``now_ms``."""
+    if abs(now_ms - signed.time_ms) > WINDOW_MS:
+        return (f"its {TIME} is {abs(now_ms - signed.time_ms) // 1000} s from this node's clock (at most "
+                f"{WINDOW_MS // 1000} s are accepted)")
+    if not any(hmac.compare_digest(signature(token, signed), given) for token in tokens):
+        return "its signature is not one of this cluster's nodes"
+    return None
