@@ -20,10 +20,22 @@ Scenarios (``broker``: Tansu first, then walgate; groups, retention and the data
 7. OFFSET_OUT_OF_RANGE after retention: from offset 0 with no reset policy the client reports the error and
    reads nothing; with auto.offset.reset=earliest it starts at the new log start.
 8. long-poll tail: a reader waiting at the end receives a row inserted after its fetch started.
+
+``walgate-cluster`` (the third ``broker``): the same scenarios against 3 walgate nodes over one etcd member
+(livecluster.py, started once for the module), bootstrapped on node 1: ``power``'s 4 vgroups and each new topic's
+4 partitions are placed over all three nodes (checked by :func:`test_cluster_spreads_partitions_and_groups`), SQL
+goes to node 1, which forwards rows to their vgroups' nodes, and each group is coordinated by the node its id hashes
+to (50 coordinator partitions). In CI every client runs :data:`CLUSTER_CORE` there (metadata naming all three nodes,
+reading the ``AS SELECT`` topic, producing uncompressed and reading it back, commit / restart / resume); with
+``WALGATE_COMPAT_LONG=1`` every scenario runs. Retention (7) needs a single node's data dir and stays
+walgate's. Cluster-only: 9. the consumer protocol (KIP-848) commits and resumes across nodes; 10. Spark's Kafka
+source (java/SparkSource.java) reads a ``VGROUPS 3`` database placed on the three nodes; 11. a transaction over
+partitions of three nodes (strict xfail until transaction coordinators and markers span nodes).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +44,7 @@ from typing import Any
 
 import compat_data as data
 import pytest
-from compat_brokers import SELECT, xfail_on_tansu
+from compat_brokers import SELECT, Tansu, Walgate, xfail_on_tansu
 from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run
 from test_consume_retention import TOPIC as RETAINED_TOPIC
@@ -43,6 +55,11 @@ from test_produce import CODECS, N, check_read_back, check_watermarks, expected,
 SEEK_TS = data.BASE_TS + 2 * 60_000 + 4500  # between rows
 NODE = COMPAT / "node"
 OLD_LIBRDKAFKA = "librdkafka {} fails to parse Tansu's ApiVersions v3 tagged fields (see FINDINGS.md)"
+CLUSTER = "walgate-cluster"
+LONG = os.environ.get("WALGATE_COMPAT_LONG") == "1"
+CLUSTER_CORE = {"test_metadata_and_seek_to_end", "test_read_topic_from_beginning[topic_meters]",
+                "test_produce_and_read_back[none]", "test_commit_close_restart_resume"}
+"""The scenarios (and parameters) every client runs on walgate-cluster in CI; the rest with WALGATE_COMPAT_LONG=1."""
 SHOWS_NO_TANSU = "test_metadata_and_seek_to_end"
 """The one test a client that cannot talk to Tansu (``Client.on_tansu``) runs there: it fails as expected; the
 others are reported expected failures without running."""
@@ -112,9 +129,25 @@ class Driver:
         return self.run(self.client.reader, bootstrap, topic, *args, timeout=timeout)
 
 
+@pytest.fixture(scope="module", params=["tansu", "walgate", CLUSTER])
+def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
+    """conftest's ``broker`` and the 3-node cluster (``walgate_cluster``), each started once for the module."""
+    return request.getfixturevalue("walgate_cluster" if request.param == CLUSTER else request.param)
+
+
+def cluster_scenario(request: pytest.FixtureRequest) -> str:
+    """The running test's :data:`CLUSTER_CORE` key: its name with its parameters other than broker and client."""
+    params = getattr(request.node, "callspec", None)
+    rest = [str(v) for k, v in (params.params.items() if params else []) if k not in ("broker", "client")]
+    return request.node.originalname + (f"[{'-'.join(rest)}]" if rest else "")
+
+
 @pytest.fixture(params=CLIENTS, ids=[c.id for c in CLIENTS])
 def client(request: pytest.FixtureRequest, background: Callable[[list[str]], Background]) -> Driver:
     c: Client = request.param
+    if (not LONG and "broker" in request.fixturenames and request.getfixturevalue("broker").name == CLUSTER
+            and cluster_scenario(request) not in CLUSTER_CORE):
+        pytest.skip("walgate-cluster runs this scenario with WALGATE_COMPAT_LONG=1 (CI runs CLUSTER_CORE)")
     kind, _, detail = c.launcher.partition(":")
     if kind == "python" and detail:
         argv = request.getfixturevalue(detail).argv
@@ -138,7 +171,7 @@ def client(request: pytest.FixtureRequest, background: Callable[[list[str]], Bac
 
 
 def walgate_only(power) -> None:
-    if power.broker.name != "walgate":
+    if power.broker.name == "tansu":
         pytest.skip("walgate only (Tansu has no TDengine topics, retention policy or working group coordinator here)")
 
 
@@ -158,7 +191,7 @@ def test_metadata_and_seek_to_end(power, client, show):
     read = ok(client.read(power.bootstrap, "topic_meters", "--start", "end"))
     show(read)
     (md,) = read.events("metadata")
-    assert md["partitions"] == list(range(data.VGROUPS)) and md["brokers"] == [power.bootstrap], read.describe()
+    assert md["partitions"] == list(range(data.VGROUPS)) and md["brokers"] == power.broker.brokers, read.describe()
     counts = {p: len(rs) for p, rs in data.by_partition(power.expected["topic_meters"]).items()}
     assert {p: hi - lo for p, (lo, hi) in marks(read).items()} == counts, f"end - beginning:\n{read.describe()}"
     assert not read.events("record"), f"records read from the end:\n{read.describe()}"
@@ -214,7 +247,7 @@ def test_produce_and_read_back(broker, client, codec, tmp_path, show, request):
     show(read)
     want = expected((c.writes_as, codec, N))
     check_read_back(read, want, c.create_time, *produced, ts_window=window)
-    if broker.name == "walgate":
+    if broker.name != "tansu":
         check_watermarks(read, want)
 
 
@@ -240,7 +273,7 @@ def test_read_large_batches(broker, client, large_batches, show, request):
     for r in want:
         r["headers"] = [[k, client.client.null_header if v is None else v] for k, v in r["headers"]]
     check_read_back(read, want, client.client.create_time)
-    if broker.name == "walgate":
+    if broker.name != "tansu":
         check_watermarks(read, want)
 
 
