@@ -184,6 +184,28 @@ def marks(run: Run) -> dict[int, tuple[int, int]]:
     return {d["partition"]: (d["low"], d["high"]) for d in run.events("watermarks")}
 
 
+# ------------------------------------------------------------------ 0. the cluster's spread (walgate-cluster only)
+
+
+def test_cluster_spreads_partitions_and_groups(power):
+    """power's 4 vgroups are led by all three nodes, and group ids are coordinated by all three (FindCoordinator,
+    through confluent-kafka's DescribeConsumerGroups): what makes the scenarios below cross nodes."""
+    if power.broker.name != CLUSTER:
+        pytest.skip("walgate-cluster only")
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": power.bootstrap})
+    md = admin.list_topics("topic_meters", timeout=15)
+    leaders = {p.id: p.leader for p in md.topics["topic_meters"].partitions.values()}
+    assert sorted(leaders) == list(range(data.VGROUPS)) and set(leaders.values()) == {1, 2, 3}, leaders
+    groups = [f"matrix-spread-{i}" for i in range(12)]
+    described = {g: f.result(timeout=30) for g, f in admin.describe_consumer_groups(groups, request_timeout=20).items()}
+    assert {d.state for d in described.values()} == {ConsumerGroupState.DEAD}  # no such group yet: asked all the same
+    assert {d.coordinator.id for d in described.values()} == {1, 2, 3}, \
+        {g: d.coordinator.id for g, d in described.items()}
+
+
 # ------------------------------------------------------------------ 1-3. metadata, topic kinds, seeks
 
 
