@@ -11,6 +11,8 @@ the matrix's scenarios (test_matrix.py's ``walgate-cluster`` broker):
    10 records, commits and leaves; the next resumes exactly after them and reads the rest.
 3. A transaction over partitions on the three nodes (confluent-kafka, bootstrapped on node 1): strict xfail until
    transaction coordinators and their markers span nodes (docs/cluster.md, "Group coordinators": not yet).
+4. A share group (KIP-932, the Java KafkaShareConsumer) over the same topic's partitions on three nodes: strict xfail
+   until the share-group APIs span nodes (the same section: not yet).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from compat_brokers import STABLE, Walgate, serving_cluster
 from compat_data import check_exactly, records
 from compat_procs import COMPAT, Run, run
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from test_groups import group_name
 from test_produce import new_topic
 
@@ -157,3 +159,22 @@ def test_a_transaction_over_partitions_of_three_nodes_commits_on_each(cluster):
         consumer.close()
     assert ends == {p: 2 for p in range(3)}, f"last stable offsets {ends}: the record and the COMMIT marker each"
     assert got == {p: f"t{p}".encode() for p in range(3)}
+
+
+# ------------------------------------------------------------------ 4. a share group across nodes
+
+
+@pytest.mark.xfail(strict=True, reason="share groups are answered by the node asked (docs/cluster.md, 'Group "
+                                       "coordinators'): the worker gets the records of one node's partitions only")
+def test_a_share_group_over_partitions_of_three_nodes_gets_every_record_once(cluster, spread_topic, java):
+    topic, want = spread_topic
+    group = group_name("share")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    reset = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([reset]).values():
+        future.result(30)
+    run = java("ShareWorker.java", cluster.bootstrap, topic, group, "--max-records", str(len(want)), "--idle", "5",
+               "--timeout", "40", timeout=90, check=False)
+    got = sorted((e["partition"], e["offset"], e["value"]) for e in run.events("record"))
+    assert got == [(r["partition"], r["offset"], r["value"]) for r in want], run.describe()
