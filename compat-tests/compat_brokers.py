@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -29,6 +30,8 @@ from compat_procs import Run, stop, wait_accepting
 from livecluster import running_cluster
 from livewalgate import running_walgate
 
+LONG = os.environ.get("WALGATE_COMPAT_LONG") == "1"
+"""The long mode: every scenario on a walgate cluster, not only those CI runs (test_matrix.py, test_cluster_clients.py)."""
 SELECT = "select"  # CREATE TOPIC t AS SELECT ts, current, voltage, phase, location FROM db.meters WHERE voltage > 200
 STABLE = "stable"  # CREATE TOPIC t AS STABLE db.meters
 DATABASE = "database"  # CREATE TOPIC t WITH META AS DATABASE db

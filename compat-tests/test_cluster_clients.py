@@ -13,6 +13,9 @@ the matrix's scenarios (test_matrix.py's ``walgate-cluster`` broker):
    transaction coordinators and their markers span nodes (docs/cluster.md, "Group coordinators": not yet).
 4. A share group (KIP-932, the Java KafkaShareConsumer) over the same topic's partitions on three nodes: strict xfail
    until the share-group APIs span nodes (the same section: not yet).
+
+CI runs SparkSource on kafka-clients 3.9 and the KIP-848 member on confluent-kafka (:data:`IN_CI`);
+``WALGATE_COMPAT_LONG=1`` adds kafka-clients 4.3.0 for both.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import compat_data as data
 import pytest
-from compat_brokers import STABLE, Walgate, serving_cluster
+from compat_brokers import LONG, STABLE, Walgate, serving_cluster
 from compat_data import check_exactly, records
 from compat_procs import COMPAT, Run, run
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -34,7 +37,14 @@ from test_produce import new_topic
 
 SPARK_DB, SPARK_TOPIC = "spark", "spark_meters"  # its 8 tables fall in all 3 vgroups (compat_data.vnode_of)
 SPARK_VGROUPS = 3
+IN_CI = {"3.9", "confluent-kafka"}
+"""The Spark client and KIP-848 member CI runs (kafka-clients 3.9: what Spark 4 ships); WALGATE_COMPAT_LONG=1: all."""
 CLIENTS = ["4.3.0", "3.9"]
+
+
+def long_mode_unless(param: str) -> None:
+    if param not in IN_CI and not LONG:
+        pytest.skip(f"{param}: with WALGATE_COMPAT_LONG=1 (CI runs {sorted(IN_CI)})")
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +66,7 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 @pytest.mark.parametrize("clients", CLIENTS)
 def test_spark_source_reads_a_database_placed_on_three_nodes(cluster, java, show, clients):
+    long_mode_unless(clients)
     assert sorted(leaders(cluster.bootstrap, SPARK_TOPIC).values()) == [1, 2, 3]
     run = java("SparkSource.java", "--bootstrap", cluster.bootstrap, "--topic", SPARK_TOPIC, clients=clients,
                check=False)
@@ -98,6 +109,7 @@ def spread_topic(cluster) -> tuple[str, list[dict[str, Any]]]:
 def member(request: pytest.FixtureRequest) -> Callable[..., Run]:
     """member(bootstrap, topic, group, *args) runs request.param's group member program with group.protocol=consumer
     to completion."""
+    long_mode_unless(request.param)
     if request.param == "confluent-kafka":
         argv = lambda *args: [sys.executable, str(COMPAT / "clients" / "ck_group.py"), *args]  # noqa: E731
     else:

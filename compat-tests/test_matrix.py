@@ -34,7 +34,6 @@ consumer protocol (KIP-848), Spark's Kafka source and a transaction across nodes
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from typing import Any
 
 import compat_data as data
 import pytest
-from compat_brokers import SELECT, Tansu, Walgate, xfail_on_tansu
+from compat_brokers import LONG, SELECT, Tansu, Walgate, xfail_on_tansu
 from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run
 from test_consume_retention import TOPIC as RETAINED_TOPIC
@@ -55,7 +54,6 @@ SEEK_TS = data.BASE_TS + 2 * 60_000 + 4500  # between rows
 NODE = COMPAT / "node"
 OLD_LIBRDKAFKA = "librdkafka {} fails to parse Tansu's ApiVersions v3 tagged fields (see FINDINGS.md)"
 CLUSTER = "walgate-cluster"
-LONG = os.environ.get("WALGATE_COMPAT_LONG") == "1"
 CLUSTER_CORE = {"test_metadata_and_seek_to_end", "test_produce_and_read_back[none]", "test_commit_close_restart_resume"}
 """The scenarios (and parameters) every client runs on walgate-cluster in CI; the rest with WALGATE_COMPAT_LONG=1."""
 SHOWS_NO_TANSU = "test_metadata_and_seek_to_end"
