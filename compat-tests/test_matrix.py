@@ -20,6 +20,16 @@ Scenarios (``broker``: Tansu first, then walgate; groups, retention and the data
 7. OFFSET_OUT_OF_RANGE after retention: from offset 0 with no reset policy the client reports the error and
    reads nothing; with auto.offset.reset=earliest it starts at the new log start.
 8. long-poll tail: a reader waiting at the end receives a row inserted after its fetch started.
+
+``walgate-cluster`` (the third ``broker``): the same scenarios against 3 walgate nodes over one etcd member
+(livecluster.py, started once for the module), bootstrapped on node 1: ``power``'s 4 vgroups and each new topic's
+partitions are placed over the three nodes by count (``power``'s and the groups' spread checked by
+:func:`test_cluster_spreads_partitions_and_groups`); its rows are inserted through node 1, which forwards them to
+their vgroups' nodes (its subtables are made on their own nodes: CREATE TABLE is not forwarded), and each group is
+coordinated by the node its id hashes to (50 coordinator partitions). In CI every client runs :data:`CLUSTER_CORE` there (metadata naming all three nodes
+and ListOffsets of each partition's node, producing uncompressed and reading it back, commit / restart / resume);
+with ``WALGATE_COMPAT_LONG=1`` every scenario runs. Retention (7) uses the module's single ``walgate`` only. The
+consumer protocol (KIP-848), Spark's Kafka source and a transaction across nodes on a cluster: test_cluster_clients.py.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 
 import compat_data as data
 import pytest
-from compat_brokers import SELECT, xfail_on_tansu
+from compat_brokers import LONG, SELECT, Tansu, Walgate, xfail_on_tansu
 from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run
 from test_consume_retention import TOPIC as RETAINED_TOPIC
@@ -43,6 +53,9 @@ from test_produce import CODECS, N, check_read_back, check_watermarks, expected,
 SEEK_TS = data.BASE_TS + 2 * 60_000 + 4500  # between rows
 NODE = COMPAT / "node"
 OLD_LIBRDKAFKA = "librdkafka {} fails to parse Tansu's ApiVersions v3 tagged fields (see FINDINGS.md)"
+CLUSTER = "walgate-cluster"
+CLUSTER_CORE = {"test_metadata_and_seek_to_end", "test_produce_and_read_back[none]", "test_commit_close_restart_resume"}
+"""The scenarios (and parameters) every client runs on walgate-cluster in CI; the rest with WALGATE_COMPAT_LONG=1."""
 SHOWS_NO_TANSU = "test_metadata_and_seek_to_end"
 """The one test a client that cannot talk to Tansu (``Client.on_tansu``) runs there: it fails as expected; the
 others are reported expected failures without running."""
@@ -112,9 +125,25 @@ class Driver:
         return self.run(self.client.reader, bootstrap, topic, *args, timeout=timeout)
 
 
+@pytest.fixture(scope="module", params=["tansu", "walgate", CLUSTER])
+def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
+    """conftest's ``broker`` and the 3-node cluster (``walgate_cluster``), each started once for the module."""
+    return request.getfixturevalue("walgate_cluster" if request.param == CLUSTER else request.param)
+
+
+def cluster_scenario(request: pytest.FixtureRequest) -> str:
+    """The running test's :data:`CLUSTER_CORE` key: its name with its parameters other than broker and client."""
+    params = getattr(request.node, "callspec", None)
+    rest = [str(v) for k, v in (params.params.items() if params else []) if k not in ("broker", "client")]
+    return request.node.originalname + (f"[{'-'.join(rest)}]" if rest else "")
+
+
 @pytest.fixture(params=CLIENTS, ids=[c.id for c in CLIENTS])
 def client(request: pytest.FixtureRequest, background: Callable[[list[str]], Background]) -> Driver:
     c: Client = request.param
+    if (not LONG and "broker" in request.fixturenames and request.getfixturevalue("broker").name == CLUSTER
+            and cluster_scenario(request) not in CLUSTER_CORE):
+        pytest.skip("walgate-cluster runs this scenario with WALGATE_COMPAT_LONG=1 (CI runs CLUSTER_CORE)")
     kind, _, detail = c.launcher.partition(":")
     if kind == "python" and detail:
         argv = request.getfixturevalue(detail).argv
@@ -138,7 +167,7 @@ def client(request: pytest.FixtureRequest, background: Callable[[list[str]], Bac
 
 
 def walgate_only(power) -> None:
-    if power.broker.name != "walgate":
+    if power.broker.name == "tansu":
         pytest.skip("walgate only (Tansu has no TDengine topics, retention policy or working group coordinator here)")
 
 
@@ -151,6 +180,28 @@ def marks(run: Run) -> dict[int, tuple[int, int]]:
     return {d["partition"]: (d["low"], d["high"]) for d in run.events("watermarks")}
 
 
+# ------------------------------------------------------------------ 0. the cluster's spread (walgate-cluster only)
+
+
+def test_cluster_spreads_partitions_and_groups(power):
+    """power's 4 vgroups are led by all three nodes, and group ids are coordinated by all three (FindCoordinator,
+    through confluent-kafka's DescribeConsumerGroups): what makes the scenarios below cross nodes."""
+    if power.broker.name != CLUSTER:
+        pytest.skip("walgate-cluster only")
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": power.bootstrap})
+    md = admin.list_topics("topic_meters", timeout=15)
+    leaders = {p.id: p.leader for p in md.topics["topic_meters"].partitions.values()}
+    assert sorted(leaders) == list(range(data.VGROUPS)) and set(leaders.values()) == {1, 2, 3}, leaders
+    groups = [f"matrix-spread-{i}" for i in range(12)]
+    described = {g: f.result(timeout=30) for g, f in admin.describe_consumer_groups(groups, request_timeout=20).items()}
+    assert {d.state for d in described.values()} == {ConsumerGroupState.DEAD}  # no such group yet: asked all the same
+    assert {d.coordinator.id for d in described.values()} == {1, 2, 3}, \
+        {g: d.coordinator.id for g, d in described.items()}
+
+
 # ------------------------------------------------------------------ 1-3. metadata, topic kinds, seeks
 
 
@@ -158,7 +209,7 @@ def test_metadata_and_seek_to_end(power, client, show):
     read = ok(client.read(power.bootstrap, "topic_meters", "--start", "end"))
     show(read)
     (md,) = read.events("metadata")
-    assert md["partitions"] == list(range(data.VGROUPS)) and md["brokers"] == [power.bootstrap], read.describe()
+    assert md["partitions"] == list(range(data.VGROUPS)) and md["brokers"] == power.broker.brokers, read.describe()
     counts = {p: len(rs) for p, rs in data.by_partition(power.expected["topic_meters"]).items()}
     assert {p: hi - lo for p, (lo, hi) in marks(read).items()} == counts, f"end - beginning:\n{read.describe()}"
     assert not read.events("record"), f"records read from the end:\n{read.describe()}"
@@ -214,7 +265,7 @@ def test_produce_and_read_back(broker, client, codec, tmp_path, show, request):
     show(read)
     want = expected((c.writes_as, codec, N))
     check_read_back(read, want, c.create_time, *produced, ts_window=window)
-    if broker.name == "walgate":
+    if broker.name != "tansu":
         check_watermarks(read, want)
 
 
@@ -224,6 +275,8 @@ LARGE = 6000  # records of ~80 B: batches of hundreds of KiB, which walgate send
 @pytest.fixture(scope="module")
 def large_batches(broker, pyclient) -> str:
     """A topic confluent-kafka wrote in large batches (1 MiB batch.size, 100 ms linger, no compression)."""
+    if broker.name == CLUSTER and not LONG:
+        pytest.skip("walgate-cluster runs this scenario with WALGATE_COMPAT_LONG=1 (CI runs CLUSTER_CORE)")
     topic = new_topic(broker.bootstrap, "matrix-large")
     run = pyclient("ck_produce.py", broker.bootstrap, topic, "none", str(LARGE), "-X", "batch.size=1048576",
                    "-X", "linger.ms=100", timeout=90, check=False)
@@ -240,7 +293,7 @@ def test_read_large_batches(broker, client, large_batches, show, request):
     for r in want:
         r["headers"] = [[k, client.client.null_header if v is None else v] for k, v in r["headers"]]
     check_read_back(read, want, client.client.create_time)
-    if broker.name == "walgate":
+    if broker.name != "tansu":
         check_watermarks(read, want)
 
 

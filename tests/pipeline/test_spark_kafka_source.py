@@ -15,10 +15,12 @@ current, maximum voltage and row count, and for the stream exactly the windows t
 
 from __future__ import annotations
 
+import itertools
 import os
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, SparkSession
 
+from livecluster import running_cluster
 from livewalgate import WalgateServer
 from pipeline import meters
 
@@ -56,24 +59,60 @@ def load(request: pytest.FixtureRequest, spark: SparkSession) -> Load:
                                        .format(kafka_standin.NAME).options(**options).load())
 
 
-def sql(server: WalgateServer, statement: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(server.http_url + "/rest/sql", data=statement.encode()),
+@dataclass(frozen=True)
+class Meters:
+    """Where a test's meters live: the HTTP API its SQL goes to (a cluster node forwards each table's rows to the
+    node of its vgroup), the Kafka bootstrap, and the names of its database and topic."""
+
+    http_url: str
+    bootstrap: str
+    db: str = "power"
+    topic: str = "topic_meters"
+
+
+def on(server: WalgateServer) -> Meters:
+    return Meters(server.http_url, f"127.0.0.1:{server.kafka_port}")
+
+
+_CLUSTER_DATABASES = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Meters]:
+    """A 3-node cluster (livecluster.py), bootstrapped and asked on node 1: each test makes its own database."""
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield Meters(c.nodes[0].http_url, c.endpoint(1), db="", topic="")
+
+
+@pytest.fixture(params=["single", "cluster"])
+def target(request: pytest.FixtureRequest) -> Meters:
+    """A fresh ``walgate serve``, or a database ``power_<n>`` and topic ``meters_<n>`` of their own on the cluster,
+    its 4 vgroups placed over the three nodes."""
+    if request.param == "single":
+        return on(request.getfixturevalue("walgate_server"))
+    c = request.getfixturevalue("cluster")
+    n = next(_CLUSTER_DATABASES)
+    return Meters(c.http_url, c.bootstrap, f"power_{n}", f"meters_{n}")
+
+
+def sql(m: Meters, statement: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(m.http_url + "/rest/sql", data=statement.encode()),
                            timeout=30).read()
 
 
-def create_meters(server: WalgateServer, vgroups: int, tables: Mapping[str, str]) -> None:
-    """Database ``power`` with ``vgroups`` vgroups, its ``meters`` child tables ``tables`` (name -> location) and
-    the topic ``topic_meters`` (one partition per vgroup)."""
-    sql(server, f"CREATE DATABASE power VGROUPS {vgroups}")
-    sql(server, "CREATE STABLE power.meters (ts TIMESTAMP, current DOUBLE, voltage INT, phase FLOAT) "
-                "TAGS (location VARCHAR(64), groupid INT)")
-    sql(server, "CREATE TOPIC topic_meters AS SELECT ts, current, voltage, phase, groupid, location FROM power.meters")
-    for table, location in tables.items():
-        sql(server, f"CREATE TABLE power.{table} USING power.meters TAGS ('{location}', 1)")
+def create_meters(m: Meters, vgroups: int) -> None:
+    """Database ``m.db`` with ``vgroups`` vgroups, its supertable ``meters`` and the topic ``m.topic`` (one
+    partition per vgroup); insert() makes the child tables."""
+    sql(m, f"CREATE DATABASE {m.db} VGROUPS {vgroups}")
+    sql(m, f"CREATE STABLE {m.db}.meters (ts TIMESTAMP, current DOUBLE, voltage INT, phase FLOAT) "
+           "TAGS (location VARCHAR(64), groupid INT)")
+    sql(m, f"CREATE TOPIC {m.topic} AS SELECT ts, current, voltage, phase, groupid, location FROM {m.db}.meters")
 
 
-def insert(server: WalgateServer, rows: list[Row]) -> None:
-    sql(server, "INSERT INTO " + " ".join(f"power.{t} VALUES ({ts}, {c}, {v}, 0.3)" for t, ts, c, v in rows))
+def insert(m: Meters, rows: list[Row], tables: Mapping[str, str] = LOCATIONS) -> None:
+    """``rows`` in one INSERT, each child table made on its first row with its location (``tables``)."""
+    sql(m, "INSERT INTO " + " ".join(f"{m.db}.{t} USING {m.db}.meters TAGS ('{tables[t]}', 1) "
+                                     f"VALUES ({ts}, {c}, {v}, 0.3)" for t, ts, c, v in rows))
 
 
 def meter_rows(start_ms: int, end_ms: int, tables: Mapping[str, str] = LOCATIONS) -> list[Row]:
@@ -117,16 +156,17 @@ def assert_windows(got: list[tuple[tuple[int, str], tuple[float, int, int]]],
         assert avg == pytest.approx(want[key][0]) and (vmax, n) == want[key][1:], key
 
 
-def args(server: WalgateServer, *extra: str) -> list[str]:
-    return ["--bootstrap", f"127.0.0.1:{server.kafka_port}", "--topic", "topic_meters", *extra]
+def args(m: Meters, *extra: str) -> list[str]:
+    return ["--bootstrap", m.bootstrap, "--topic", m.topic, *extra]
 
 
 def test_backfill_writes_every_window(spark: SparkSession, load: Load, walgate_server: WalgateServer,
                                       tmp_path: Path) -> None:
-    create_meters(walgate_server, 4, LOCATIONS)
+    m = on(walgate_server)
+    create_meters(m, 4)
     rows = meter_rows(BASE, BASE + 3 * MINUTE)
-    insert(walgate_server, rows)
-    job = meters.parser().parse_args(args(walgate_server, "--out", str(tmp_path / "out"), "--batch",
+    insert(m, rows)
+    job = meters.parser().parse_args(args(m, "--out", str(tmp_path / "out"), "--batch",
                                           "--starting-offsets", "earliest", "--ending-offsets", "latest"))
     meters.write_batch(load(meters.source_options(job, streaming=False), False), job)
     assert_windows(read_windows(spark, tmp_path / "out"), windows(rows))
@@ -135,15 +175,16 @@ def test_backfill_writes_every_window(spark: SparkSession, load: Load, walgate_s
     assert sorted(table.column("rows").to_pylist()) == sorted(n for _, _, n in windows(rows).values())
 
 
-def test_stream_writes_each_closed_window_once_across_restarts(spark: SparkSession, load: Load,
-                                                               walgate_server: WalgateServer, tmp_path: Path) -> None:
+def test_stream_writes_each_closed_window_once_across_restarts(spark: SparkSession, load: Load, target: Meters,
+                                                               tmp_path: Path) -> None:
     """Three availableNow runs on one checkpoint, rows added before the first two. After each run the output is
     exactly the windows the watermark (30 s behind the latest row) has closed, each once with the aggregates of
     all its rows: a window open at a restart (its rows in the first run, its closing in the second) comes out of
-    the checkpoint's state; a run with nothing new writes nothing."""
-    create_meters(walgate_server, 4, LOCATIONS)
+    the checkpoint's state; a run with nothing new writes nothing. On a single node and on a 3-node cluster, where
+    the topic's partitions are on all three nodes."""
+    create_meters(target, 4)
     out = tmp_path / "out"
-    job = meters.parser().parse_args(args(walgate_server, "--out", str(out), "--checkpoint", str(tmp_path / "ckpt"),
+    job = meters.parser().parse_args(args(target, "--out", str(out), "--checkpoint", str(tmp_path / "ckpt"),
                                           "--available-now", "--watermark", "30 seconds", "--timeout", "300"))
 
     def run() -> list[tuple[tuple[int, str], tuple[float, int, int]]]:
@@ -151,22 +192,22 @@ def test_stream_writes_each_closed_window_once_across_restarts(spark: SparkSessi
         return read_windows(spark, out) if (out / "_spark_metadata").exists() else []
 
     first = meter_rows(BASE, BASE + 3 * MINUTE)  # latest row 2:55: minutes 0 and 1 close, 2 stays open
-    insert(walgate_server, first)
+    insert(target, first)
     assert_windows(run(), closed(first, 30_000))
     second = meter_rows(BASE + 3 * MINUTE, BASE + 5 * MINUTE)  # latest 4:55: minutes 2 and 3 close, 4 stays open
-    insert(walgate_server, second)
+    insert(target, second)
     want = closed(first + second, 30_000)
     assert {start for start, _ in want} == {BASE + m * MINUTE for m in range(4)}
     assert_windows(run(), want)
     assert_windows(run(), want)
 
 
-def empty_partition(server: WalgateServer) -> int:
-    """The partition (vgroup) of topic_meters that has no record (its latest offset 0)."""
-    c = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "empty-partition"})
+def empty_partition(m: Meters) -> int:
+    """The partition (vgroup) of ``m.topic`` that has no record (its latest offset 0)."""
+    c = Consumer({"bootstrap.servers": m.bootstrap, "group.id": "empty-partition"})
     try:
         empty = [p for p in range(2)
-                 if c.get_watermark_offsets(TopicPartition("topic_meters", p), timeout=30)[1] == 0]
+                 if c.get_watermark_offsets(TopicPartition(m.topic, p), timeout=30)[1] == 0]
     finally:
         c.close()
     assert len(empty) == 1
@@ -180,16 +221,17 @@ def test_starting_timestamp_with_an_empty_vgroup(spark: SparkSession, load: Load
     startingOffsetsByTimestampStrategy (error) fails the backfill naming it; latest reads the other vgroup from the
     timestamp on."""
     tables = {"d1": "SF"}
-    create_meters(walgate_server, 2, tables)
+    m = on(walgate_server)
+    create_meters(m, 2)
     rows = meter_rows(BASE, BASE + 3 * MINUTE, tables)
-    insert(walgate_server, rows)
+    insert(m, rows, tables)
     since = BASE + MINUTE + 30_000
-    job = meters.parser().parse_args(args(walgate_server, "--out", str(tmp_path / "out"), "--batch",
+    job = meters.parser().parse_args(args(m, "--out", str(tmp_path / "out"), "--batch",
                                           "--starting-timestamp", str(since),
                                           "--starting-timestamp-strategy", strategy))
     options = meters.source_options(job, streaming=False)
     if strategy == "error":
-        message = (f"No offset matched from request of topic-partition topic_meters-{empty_partition(walgate_server)} "
+        message = (f"No offset matched from request of topic-partition topic_meters-{empty_partition(m)} "
                    f"and timestamp {since}")
         with pytest.raises(Exception, match=message):
             meters.write_batch(load(options, False), job)
