@@ -35,8 +35,8 @@ __all__ = ["ATTEMPTS", "with_schemas"]
 log = logging.getLogger("walgate.cluster")
 
 ATTEMPTS = 8
-"""Plans of one write at most (each change refused because another node's changed the supertable meanwhile costs
-two: catch up, change); a write still needing a change after that is refused, nothing written."""
+"""Plans of one write at most (the first is followed by catching up, each later one by a change, refused when another
+node changed the supertable meanwhile); a write still needing a change after that is refused, nothing written."""
 T = TypeVar("T")
 Changes = list[tuple[StableDef | None, StableDef]]
 
@@ -44,17 +44,19 @@ Changes = list[tuple[StableDef | None, StableDef]]
 async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], object],
                        write: Callable[[], Awaitable[T]]) -> T:
     """``write()``'s result, the supertables it needs made first through the cluster's stream (module docstring;
-    ``make``: the engine's staged call that makes them). Without ``shared`` (a single node) ``write()`` as is."""
+    ``make``: the engine's staged call that makes them). Without ``shared`` (a single node, or a cluster node that has
+    not joined the cluster yet) ``write()`` as is: one that needs a change is refused as unavailable (retriable)."""
     caught_up = False
     refused: tuple[Changes, InvalidValue] | None = None
     for _ in range(ATTEMPTS):
         try:
             return await write()
         except SchemaChangeNeeded as e:
-            if shared is None:
-                raise
-            if refused is not None and refused[0] == e.changes:  # the controller's refusal stands after catching up
-                raise refused[1] from None
+            if shared is None:  # only a cluster node's engine asks: it is starting, its catalog stream not followed yet
+                raise ClusterUnavailable("This node has not joined the cluster yet: a write that creates or widens a"
+                                         " supertable is refused, nothing written; retry") from None
+            if refused is not None and refused[0] == e.changes:  # the refusal stands after catching up (an ALTER's:
+                raise refused[1] from None  # a CREATE refused is there after catching up, or the write refused)
             changes = e.changes
         if not caught_up:
             await shared.catch_up()
