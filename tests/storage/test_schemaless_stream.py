@@ -14,11 +14,12 @@ import pytest
 from test_shared_sql import line_in, rows_here, run
 from test_shared_topics import cluster_node
 
+from walgate.gateway.ingest_workers import IngestWorkers, Prepared
 from walgate.gateway.schemaless import ATTEMPTS, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.storage.engine import Engine
 from walgate.storage.errors import ClusterUnavailable, InvalidValue
-from walgate.storage.write_plan import SchemaChangeNeeded
+from walgate.storage.write_plan import LinesRequest, SchemaChangeNeeded, WriteSnapshot
 
 
 class Stream:
@@ -143,3 +144,29 @@ async def test_a_write_needing_a_change_before_the_node_joined_the_cluster_is_un
     with pytest.raises(ClusterUnavailable, match="not joined the cluster yet"):  # a 503 to retry, not a 400
         await write(None, n1, line_in(0, "v=1i", 1700000000000000000))
     assert ("d", "lp") not in n1.catalog.stables
+
+
+async def test_a_body_planned_in_an_ingest_worker_has_its_change_made_through_the_stream(
+        nodes: tuple[Engine, Engine]) -> None:
+    """A large body is planned in a worker process (walgate.gateway.ingest_workers): the change it needs comes back
+    from there (pickled) and is made through the stream, then the body planned there again is written."""
+    n1, n2 = nodes
+    stream, workers = Stream([n1, n2], n2), IngestWorkers(processes=1, min_bytes=0)
+    request = LinesRequest("d", line_in(1, "v=1i", 1700000000000000000), "ns", n2.clock.time_ns())
+
+    async def snapshot(keys: list[tuple[str, str]]) -> WriteSnapshot:
+        return n2.write_snapshot(keys)
+
+    async def in_worker() -> int:
+        stream.plans += 1
+        planned = await workers.plan(request, snapshot)
+        assert isinstance(planned, Prepared) and not planned.write.changes
+        return n2.apply_write(planned.write, request)
+
+    try:
+        assert await with_schemas(cast(SharedCatalog, stream), n2.make_schemas, in_worker) == 1
+    finally:
+        await workers.close()
+    assert (stream.plans, [r["op"] for r in stream.records]) == (2, ["create_stable"])
+    assert rows_here(n2, "SELECT v FROM d.lp") == [[1]]
+
