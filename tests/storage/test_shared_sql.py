@@ -315,6 +315,12 @@ def test_an_alter_a_topic_of_a_subtable_on_another_node_depends_on_is_refused_by
     for e in (n1, n2):
         with pytest.raises(InvalidValue, match="topic ts depends on it"):
             staged(e, "ALTER STABLE d.st DROP COLUMN w")
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # restarted: known from its catalog, as from a snapshot's records
+    assert n2.catalog.topics["ts"].stable == "st" and {"name": "ts", "stable": "st"}.items() <= next(
+        r for r in n2.catalog.shared_records() if r.get("name") == "ts").items()
+    with pytest.raises(InvalidValue, match="topic ts depends on it"):
+        staged(n2, "ALTER STABLE d.st DROP COLUMN w")
     staged(n2, "ALTER STABLE d.st ADD COLUMN x INT")  # what the topic does not use: staged on either node
     apply([n1, n2], raced)
     for e in (n1, n2):
