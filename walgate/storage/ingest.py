@@ -6,8 +6,9 @@ CSV or JSON row naming a new subtable) before anything is written, then applies 
 :meth:`~walgate.storage.commit.Commits.commit`); so a refused request writes nothing. Schemaless writes (line
 protocol) first widen or create the supertables they need (:func:`merge_schema`), refused before anything is written
 when a topic depends on what would change; those of a cluster database are made through the cluster's stream
-first (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`). A plan made elsewhere (a worker process, against a snapshot) is applied
-only if what it read still holds; else the request is planned again on this thread, as if it had just come.
+first (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`). A plan made elsewhere (a worker process, against a
+snapshot) is applied only if what it read still holds; else the request is planned again on this thread, as if it
+had just come.
 
 Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
 (:func:`write_keys`), beside calls holding other vnodes: it reads the catalog, which nothing changes meanwhile, and

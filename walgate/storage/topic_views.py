@@ -257,7 +257,7 @@ class TopicViews:
             db, source = catalog.database(s.source.name), ""
         else:
             db, source = self.store.resolve_db(s.source.db, session), s.source.name
-        compiled = self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        compiled = self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validated before it is written
         subtable_of = compiled.source if s.kind == "select" and compiled.source != source else ""
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
@@ -501,4 +501,5 @@ def _of_subtable(db: DatabaseDef, kind: str, source: str, st: StableDef, with_me
     """The evaluator of a topic of subtable ``source`` of ``st``: the supertable's rows, restricted to it."""
     cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
     where = cond if where is None else ast.Binary("AND", cond, where)
-    return TopicEvaluator(kind, st.name, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
+    return TopicEvaluator(kind, st.name, with_meta=with_meta, precision=db.precision, stable=st, items=items,
+                          where=where)
