@@ -167,6 +167,12 @@ class Ddl:
         then every topic of ``db`` is recompiled. A topic the change would break refuses it first. A cluster
         database's: the catalog record staged, with the change (module docstring)."""
         self.views.recompile(db.name, StableDef(st.db, st.name, columns, tags, st.created_ms))
+        self.change_stable(db, st, columns, tags, action, column)
+
+    def change_stable(
+        self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
+    ) -> None:
+        """:meth:`alter_stable` once the caller checked the topics of ``db`` against the change."""
         if self.store.catalog.is_cluster_db(db.name):
             self.store.catalog.alter_stable(st, columns, tags, {"action": action, "column": column})
             return
