@@ -451,11 +451,13 @@ def kind_of(rel: str, truth: Truth) -> str:
             return "topics .oidx"
         if "/topics/" in rel and name.endswith(".start"):
             return "topics .start"
+        if name == "leader-epoch-checkpoint":
+            return name
     return "other"
 
 
 KINDS = ["walgate.json", "catalog.log", "producer_ids.log", "users.key", "meta.db", "coordinator .log", "wal sealed .log",
-         "wal active .log", "wal .idx", "topics .oidx", "topics .start", "other"]
+         "wal active .log", "wal .idx", "topics .oidx", "topics .start", "leader-epoch-checkpoint", "other"]
 DERIVED = {"wal .idx", "topics .oidx", "meta.db"}  # rebuilt from the WAL: must lose nothing
 WAL_LOGS = {"wal sealed .log", "wal active .log"}
 
@@ -604,6 +606,8 @@ def expectations(case: Case, template: Path, truth: Truth) -> Allow:
     elif case.kind == "producer_ids.log":
         a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
     elif case.kind == "users.key":  # a missing one is made anew without a report: data dirs from before it have none
+        a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
+    elif case.kind == "leader-epoch-checkpoint":  # one line; a missing one is what a single node's vnode held before
         a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
     elif case.kind == "meta.db":  # SQLite: a flip in a free or unused byte changes nothing, so none is required
         a.report = case.op == "zeros" or (case.op == "truncate" and case.pos < len(data))
