@@ -24,7 +24,9 @@ WAL segments also zeros over the whole file, or deleting it) and checks:
     coordinator partition (``coordinator/offsets-<p>.log``) exactly the commits whose lines were damaged (the key
     falls back to its previous line);
 (d) nothing served is wrong: every row, record (by offset), log start, high watermark and committed offset
-    served is one of the truth, and Fetch's ``kafka_region`` never sends an entry ``kafka_batch`` finds damaged;
+    served is one of the truth, OffsetForLeaderEpoch of epoch 0 ends at the high watermark (a vnode's
+    ``leader-epoch-checkpoint`` damaged or not: a single node led epoch 0 from version 0), and Fetch's
+    ``kafka_region`` never sends an entry ``kafka_batch`` finds damaged;
 (e) a change of meaningful bytes of a file that is not derived is reported (:meth:`Engine.damage`) naming that
     file and, for a WAL segment, covering the versions of the damaged entry;
 (f) the engine then takes new writes (a new database and table, rows in every vnode, a retried and a new
@@ -255,6 +257,9 @@ def _read_partition(e: Engine, s: Snap, topic: str, p: int) -> Part | str:
     if isinstance(marks, str):
         return marks
     part = Part(marks[0], marks[1], {}, {})
+    epoch_end = _answer(s, f"epoch_end({topic}, {p}, 0)", lambda: e.partitions.epoch_end(topic, p, 0))
+    if epoch_end != (0, marks[1]):  # a single node led epoch 0 from the start, whatever its epoch file lost
+        s.errors.append(f"(d) {topic}-{p}: OffsetForLeaderEpoch(0) answers {epoch_end}, not (0, {marks[1]})")
     native = e.is_native(topic)
     entries = _answer(s, f"index_entries({topic}, {p})", lambda: list(e.index_entries(topic, p, marks[0])))
     if isinstance(entries, str):
