@@ -66,15 +66,21 @@ def test_every_new_vnode_holds_epoch_0_from_version_0_on_disk_and_an_open_does_n
         e.close()
 
 
-def test_a_vnode_of_an_older_release_without_the_file_gets_it_at_open(tmp_path: Path):
+def test_a_vnode_of_an_older_release_without_the_file_reads_as_epoch_0_and_gets_it_at_its_first_epoch(
+        tmp_path: Path):
+    """No migration: a missing file means epoch 0 from version 0 to a single node, so an upgraded data dir's start
+    writes nothing per vnode; the first epoch change writes the whole cache."""
     e = Engine.open(tmp_path)
     vnode = _native(e, 3)
     e.close()
     (vnode.dir / EPOCH_FILE).unlink()
     e = Engine.open(tmp_path)
     try:
-        assert _on_disk(vnode) == encode(SINGLE_NODE_EPOCHS) and e.partitions.epoch_end("t", 0, 0) == (0, 3)
+        assert not (vnode.dir / EPOCH_FILE).exists() and e.partitions.epoch_end("t", 0, 0) == (0, 3)
         assert e.damage() == []  # not damage: the data dir predates the file
+        opened = e.vnodes[e.catalog.topics["t"].db][0]
+        opened.epochs.begin(1, 3)
+        assert _on_disk(opened) == encode((EpochEntry(0, 0), EpochEntry(1, 3)))
     finally:
         e.close()
 
@@ -221,7 +227,7 @@ def test_a_damaged_file_is_reported_kept_and_rewritten_as_what_a_single_node_led
         epochs = LeaderEpochs.open(directory, 10, damage=damage)
         assert [(d.action, d.end) for d in damage.records] == [("reset", len(data))], (i, data)
         assert epochs.entries == ()  # epochs it cannot read are unknown, never guessed
-        epochs.lead_single_node()
+        epochs.lead_single_node(new=False)  # (a damaged file is written again whatever the WAL holds)
         assert (directory / EPOCH_FILE).read_bytes() == encode(SINGLE_NODE_EPOCHS), (i, data)
 
 

@@ -21,7 +21,9 @@ Invariants:
 * a file that does not verify is reported to the DamageLog (its bytes kept) and read as empty: the caller decides
   what the vnode led (walgate without replicas: epoch 0 from version 0, :data:`SINGLE_NODE_EPOCHS`).
 
-A missing file is a vnode made before this file existed (no report) or a new one.
+A missing file is a new vnode's (written at once) or one made before this file existed: to a single node it means
+:data:`SINGLE_NODE_EPOCHS`, not reported, and it is written by the first epoch change
+(:meth:`LeaderEpochs.lead_single_node`).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class LeaderEpochs:
         self.path = path
         self._cache = cache
         self._disk = disk  # what the file holds (None: unknown, damaged or missing)
+        self._damaged = False  # the file did not verify at open (and was not written since)
         self._syncs = syncs
 
     @classmethod
@@ -114,6 +117,7 @@ class LeaderEpochs:
                 else:
                     damage.report(path, 0, len(raw), reason, "reset", raw)
         epochs = cls(path, LeaderEpochCache(entries), disk, syncs or SyncLatency())
+        epochs._damaged = raw is not None and disk is None
         epochs.truncate_from_end(wal_end)
         return epochs
 
@@ -146,15 +150,20 @@ class LeaderEpochs:
             self._disk = after.entries
         self._cache = after
 
-    def lead_single_node(self) -> None:
-        """walgate without replicas leads every vnode in epoch 0 (:data:`SINGLE_NODE_EPOCHS`): taken into memory
-        when no epoch is known (a new vnode, one of an older release, a damaged file), and written when the file
-        does not hold it; a refusal is logged and the file written by a later open (a missing file means the same
-        to a single node)."""
+    def lead_single_node(self, *, new: bool) -> None:
+        """walgate without replicas leads every vnode in epoch 0 (:data:`SINGLE_NODE_EPOCHS`), taken into memory
+        when no epoch is known. It is written when the vnode is ``new`` (its WAL empty) or its file was damaged (so
+        that the damage is reported once); a vnode of an older release keeps no file until its first epoch change
+        (a missing file means the same, and an upgraded data dir's first start writes no file per vnode). A
+        refusal is logged and left to a later start."""
         if self._cache.entries:
+            return
+        if not (new or self._damaged):
+            self._cache = LeaderEpochCache(SINGLE_NODE_EPOCHS)
             return
         try:
             self.begin(SINGLE_NODE_EPOCHS[0].epoch, SINGLE_NODE_EPOCHS[0].start_offset)
+            self._damaged = False
         except StorageUnavailable as exc:
             log.warning("%s (written at a later start)", exc)
             self._cache = LeaderEpochCache(SINGLE_NODE_EPOCHS)

@@ -140,7 +140,7 @@ class Vnode:
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
-        self.epochs.lead_single_node()  # (no replicas yet: docs/plans/replication-wiring.md)
+        self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
