@@ -29,7 +29,11 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
-Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``
+Each vnode keeps its leader-epoch cache, ``epoch -> first WAL version``, in ``leader-epoch-checkpoint``
+(:mod:`walgate.storage.leader_epochs`), opened after the WAL's recovery and cut back to its end; without replicas
+the vnode leads epoch 0 from version 0.
+
+Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``, ``leader-epoch-checkpoint``
 and ``topics/`` (offsets.py).
 """
 
@@ -55,6 +59,7 @@ from walgate.storage.entry import decode_entry
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
+from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
 from walgate.storage.wal import KIND_META, Wal, WalOptions
 
@@ -89,10 +94,10 @@ def _new_store(path: Path) -> MetaStore:
 
 def prepare(directory: Path) -> None:
     """Make a new vnode's files in ``directory``, which no catalog record names yet, so that :meth:`Vnode.open` then
-    only opens them: the WAL's first segment and the meta store's schema, each made and fsynced as that open would
-    make them. It touches nothing but ``directory`` (its own descriptors and store connection, closed before it
-    returns), so it may run on any thread: a CreateTopics makes its vnodes' files, SQLite's schema and their fsyncs
-    off the storage thread (issue 23). Raises OSError or StorageUnavailable; the caller removes the directory."""
+    only opens them: the WAL's first segment, the meta store's schema and the leader-epoch cache, each made and
+    fsynced as that open would make them. It touches nothing but ``directory`` (its own descriptors and store
+    connection, closed before it returns), so it may run on any thread: a CreateTopics makes its vnodes' files,
+    SQLite's schema and their fsyncs off the storage thread (issue 23). Raises OSError or StorageUnavailable; the caller removes the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     wal = Wal.open(directory / "wal", WalOptions())
     try:
@@ -101,6 +106,7 @@ def prepare(directory: Path) -> None:
     finally:
         wal.close()
     MetaStore.open(directory / META_STORE, OpenStores()).close()
+    write_new(directory, SINGLE_NODE_EPOCHS, syncs=SyncLatency())
 
 
 def wal_options(db: DatabaseDef) -> WalOptions:
@@ -133,6 +139,8 @@ class Vnode:
         self._flush_at = FLUSH_TABLES
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
+        self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
+        self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
