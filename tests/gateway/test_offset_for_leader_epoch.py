@@ -5,7 +5,7 @@ rows; requests encoded and responses decoded by kio (Kafka's JSON schemas). Kafk
 is the reference: an epoch the log holds ends at the next epoch's start or, the latest, at the log end (here the
 high watermark); an undefined epoch (-1: "no epoch", as a bootstrapping follower asks) and one above the latest are
 UNDEFINED (-1/-1); a current leader epoch above the partition's is UNKNOWN_LEADER_EPOCH. The Java consumer's
-truncation detection over the same answers is compat-tests/test_leader_epochs.py.
+truncation detection over the same answers is compat-tests/test_truncation_detection.py.
 """
 
 from __future__ import annotations
