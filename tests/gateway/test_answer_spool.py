@@ -1,11 +1,12 @@
 """A SELECT's answer is streamed from its worker's file (walgate.gateway.answer_spool), never held whole by the node.
 
 Not timed: the node's memory is measured with tracemalloc (the node runs in this process; the client is curl, another
-process), and a client that goes away mid-answer is a socket that stops reading. An answer of ~20 MB (many times
+process), and a client that goes away mid-answer is a socket that stops reading. An answer of ~13 MB (many times
 the relay's chunk) arrives complete, byte for byte what orjson makes of its content (the encoding the node used
 before), with its Content-Length; the node's traced memory grows by a few chunks at most while it is sent (a whole
-answer in memory, as when it came back through the worker's pipe, is 5x the bound). A client gone mid-answer ends
-the relay: the file is closed and gone, and the only worker serves the next query.
+answer in memory, as when it came back through the worker's pipe, is 3x the bound). A client gone mid-answer ends
+the relay: the file is closed and gone, and the only worker serves the next query. A killed node's answer
+directory is removed by the next node that makes one.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
 from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS
+from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
 from walgate.gateway.server import Gateway
 
-ROWS = 120_000  # ~20 MB of JSON: 8 doubles and a timestamp a row
+ROWS = 120_000  # ~13 MB of JSON: 8 doubles and a timestamp a row
 COLUMNS = "abcdefgh"
-QUERY = b"SELECT ts, " + ", ".join(COLUMNS).encode() + b" FROM big.m ORDER BY ts"
+QUERY = b"SELECT _ts, " + ", ".join(COLUMNS).encode() + b" FROM big.m ORDER BY _ts"
 
 
 @pytest.fixture(autouse=True)
@@ -84,11 +86,11 @@ def test_a_large_answer_arrives_whole_and_the_node_holds_a_few_chunks_of_it(tmp_
         body = out.read_bytes()
         answer = json.loads(body)  # the standard library's decoder, not walgate's
         assert answer["rows"] == ROWS and answer["code"] == 0
-        assert [name for name, _, _ in answer["column_meta"]] == ["ts", *COLUMNS]
+        assert [name for name, _, _ in answer["column_meta"]] == ["_ts", *COLUMNS]
         assert [row[1:] for row in answer["data"]] == [[value(i, k) for k in range(8)] for i in range(ROWS)]
         assert body == orjson.dumps(answer)  # byte for byte the encoding of the whole body at once
         assert f"content-length: {len(body)}" in (tmp_path / "headers").read_text().lower()
-        assert len(body) > 16 * CHUNK_BYTES and ROWS > 16 * CHUNK_ROWS  # many chunks each way
+        assert len(body) > 8 * CHUNK_BYTES and ROWS > 16 * CHUNK_ROWS  # many chunks each way
         assert peak < 4 * CHUNK_BYTES, f"the node held {peak} bytes of a {len(body)}-byte answer"
         assert spooled(gateway) == []
 
@@ -111,3 +113,18 @@ def test_a_client_gone_mid_answer_ends_the_relay_and_frees_the_file_and_the_work
             time.sleep(0.05)
         assert spooled(gateway) == []
         assert sql(gateway, "SELECT COUNT(*) FROM big.m")["data"] == [[ROWS]]  # the one worker is free
+
+
+def test_a_killed_nodes_answer_directory_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    stale = tmp_path / f"{SPOOL_PREFIX}{gone.pid}-x"
+    stale.mkdir()
+    (stale / "7.json").write_bytes(b'{"code":0,"column_meta":[],"da')  # a killed node's worker's half answer
+    live = tmp_path / f"{SPOOL_PREFIX}{os.getpid()}-y"  # a running node's
+    live.mkdir()
+    other = tmp_path / "walgate-answers-notapid"
+    other.mkdir()
+    made = spool_dir(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, Path(made).name])
+    assert Path(made).name.startswith(f"{SPOOL_PREFIX}{os.getpid()}-") and os.stat(made).st_mode & 0o777 == 0o700

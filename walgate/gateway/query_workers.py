@@ -5,9 +5,10 @@ A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WA
 pickled to a worker process, run there, and its TDengine-REST JSON body (this node's part of a query merged across
 nodes: its scanned rows as an Arrow IPC stream, :mod:`walgate.storage.select_merge`) written to a file in the
 node's spool directory (a new directory in the system's temporary directory, ``TMPDIR``, removed when the node
-stops), which the node relays to the client in chunks (:mod:`walgate.gateway.answer_spool`). The node's threads
-(event loop, storage thread) never wait for a query's scan, DuckDB or JSON, not even for the GIL, and never hold a
-whole answer (at most ``sql.max.bytes``): an answer file nobody takes (its request cancelled) is removed. The OS
+stops; those of nodes no longer running, killed, are removed when the next one makes its own: :func:`spool_dir`),
+which the node relays to the client in chunks (:mod:`walgate.gateway.answer_spool`). The node's threads (event
+loop, storage thread) never wait for a query's scan, DuckDB or JSON, not even for the GIL, and never hold a whole
+answer (at most ``sql.max.bytes``): an answer file nobody takes (its request cancelled) is removed. The OS
 schedules the workers at a lower priority (``nice``
 +:data:`NICE`). A worker that dies (the OOM killer, a kill) takes its pool down, not the node: the pool is made
 again, the queries no worker had begun run in it (a SELECT reads only: running it again is safe), and those a worker
@@ -240,7 +241,7 @@ class QueryWorkers:
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._spool is None:
-            self._spool = tempfile.mkdtemp(prefix=f"walgate-answers-{os.getpid()}-")  # mode 0700
+            self._spool = spool_dir(tempfile.gettempdir())
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
                                                  initargs=(self._flags, self._started, os.getpid()))
@@ -276,6 +277,29 @@ class QueryWorkers:
         spool, self._spool = self._spool, None
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
+
+
+SPOOL_PREFIX = "walgate-answers-"
+
+
+def spool_dir(parent: str) -> str:
+    """A new answer directory in ``parent`` (mode 0700, named for this process); the answer directories there of
+    processes no longer running (a node killed) are removed first."""
+    for name in os.listdir(parent):
+        pid = name.removeprefix(SPOOL_PREFIX).partition("-")[0]
+        if name.startswith(SPOOL_PREFIX) and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=parent)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _remove(path: str) -> None:
