@@ -6,7 +6,9 @@ the relay's chunk) arrives complete, byte for byte what orjson makes of its cont
 before), with its Content-Length; the node's traced memory grows by a few chunks at most while it is sent (a whole
 answer in memory, as when it came back through the worker's pipe, is 3x the bound). A client gone mid-answer ends
 the relay: the file is closed and gone, and the only worker serves the next query. A killed node's answer
-directory is removed by the next node that makes one.
+directory is removed by the next node that makes one. The worker's file is the encoding of the whole body for any
+number of chunks; a disk refusing any of its writes (ENOSPC, EIO, short: tests/storage/faults.py), an answer past
+``sql.max.bytes`` or a cancelled query leave no file, the first with StorageUnavailable's clear message.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ import orjson
 import pytest
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
-from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS
+from tests.storage.faults import FAULT_KINDS, Faults
+from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, write_answer
 from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
 from walgate.gateway.server import Gateway
+from walgate.storage.cancel import Cancel
+from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageUnavailable
+from walgate.storage.result import Result
 
 ROWS = 120_000  # ~13 MB of JSON: 8 doubles and a timestamp a row
 COLUMNS = "abcdefgh"
@@ -128,3 +134,45 @@ def test_a_killed_nodes_answer_directory_is_removed_by_the_next_one(tmp_path: Pa
     made = spool_dir(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, Path(made).name])
     assert Path(made).name.startswith(f"{SPOOL_PREFIX}{os.getpid()}-") and os.stat(made).st_mode & 0o777 == 0o700
+
+
+def wide_result(rows: int) -> Result:
+    """``rows`` rows of ~330 bytes of JSON each (so 3 chunks of rows are a few writes of CHUNK_BYTES)."""
+    return Result([("ts", "TIMESTAMP", 8), ("v", "DOUBLE", 8), ("s", "VARCHAR", 300)],
+                  [[f"2026-11-29T10:00:{i % 60:02}.000Z", i + 0.5, f"{i:0300}"] for i in range(rows)])
+
+
+def test_an_answer_file_is_the_encoding_of_the_whole_body(tmp_path: Path) -> None:
+    for rows in (0, 1, CHUNK_ROWS, CHUNK_ROWS + 1, 3 * CHUNK_ROWS + 7):
+        result = wide_result(rows)
+        path = tmp_path / f"{rows}.json"
+        size = write_answer(str(path), result, 1 << 30, Cancel())
+        assert path.read_bytes() == orjson.dumps(result.rest_body()) and size == path.stat().st_size
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_a_disk_that_refuses_an_answer_fails_the_query_and_leaves_no_file(tmp_path: Path, kind: str) -> None:
+    result = wide_result(3 * CHUNK_ROWS)
+    clean = Faults()
+    with clean.active():
+        write_answer(str(tmp_path / "clean.json"), result, 1 << 30, Cancel())
+    writes = clean.calls["write"]
+    assert writes >= 2  # (so the first and the last are different writes)
+    for at in sorted({1, writes}):
+        faults = Faults()
+        with faults.active():
+            faults.fail_kind("write", kind, at=at)
+            with pytest.raises(StorageUnavailable, match="the query's answer could not be written to"):
+                write_answer(str(tmp_path / f"{at}.json"), result, 1 << 30, Cancel())
+        assert not (tmp_path / f"{at}.json").exists()
+
+
+def test_an_answer_past_sql_max_bytes_or_cancelled_leaves_no_file(tmp_path: Path) -> None:
+    result = wide_result(3 * CHUNK_ROWS)
+    with pytest.raises(LimitExceeded, match="sql.max.bytes"):
+        write_answer(str(tmp_path / "big.json"), result, 1000, Cancel())
+    cancel = Cancel()
+    cancel.cancel("the client went away")
+    with pytest.raises(QueryCancelled):
+        write_answer(str(tmp_path / "gone.json"), result, 1 << 30, cancel)
+    assert list(tmp_path.iterdir()) == []

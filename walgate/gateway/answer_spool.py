@@ -3,9 +3,9 @@
 The worker (:mod:`walgate.gateway.query_workers`) writes the TDengine-REST body of the result
 (:func:`write_answer`) to a new file in the node's spool directory, :data:`CHUNK_ROWS` rows at a time: one orjson
 call per chunk, the query's cancellation checked between chunks, refused (LimitExceeded) once it passes
-``sql.max.bytes``. The bytes are exactly ``orjson.dumps(result.rest_body())``: orjson writes compact JSON, so a
-list's encoding is its chunks' encodings joined by commas. A scan's Arrow IPC rows (a node's part of a query merged
-across nodes) are written as they are.
+``sql.max.bytes``; a disk that refuses a write (ENOSPC, EIO, a short write: :func:`walgate.storage.fileio.write_all`)
+fails the query with StorageUnavailable (503) and leaves no file. The bytes are exactly ``orjson.dumps(result.rest_body())``: orjson writes compact JSON, so a
+list's encoding is its chunks' encodings joined by commas.
 
 The node takes the file (:meth:`Spool.take`: opened, then unlinked at once, so it is gone from the directory while
 the answer is sent and its space is freed when the descriptor is closed) and relays it :data:`CHUNK_BYTES` at a
@@ -25,8 +25,9 @@ from typing import BinaryIO
 import orjson
 from aiohttp import web
 
+from walgate.storage import fileio
 from walgate.storage.cancel import Cancel
-from walgate.storage.errors import LimitExceeded
+from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.result import Result
 
 __all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "Spool", "write_answer"]
@@ -39,38 +40,56 @@ CHUNK_BYTES = 1 << 20  # bytes read and sent at a time by the node
 
 def write_answer(path: str, result: Result, max_bytes: int, cancel: Cancel) -> int:
     """Write ``result``'s REST body to the new file ``path`` (module docstring); its size. On any error (the query
-    cancelled, the answer past ``max_bytes``, the disk) the file is removed and the error raised."""
+    cancelled, the answer past ``max_bytes``, the disk: StorageUnavailable) the file is removed and the error
+    raised."""
     written = 0
+    pending = bytearray()  # the small pieces between chunks, written with the next chunk
 
-    def put(out: BinaryIO, data: bytes) -> None:
+    def put(fd: int, data: bytes, flush: bool = False) -> None:
         nonlocal written
         written += len(data)
         if written > max_bytes:
             raise LimitExceeded(f"the query's answer is larger than {max_bytes} bytes (sql.max.bytes): narrow it, "
                                 "or ask for fewer columns or rows (LIMIT)")
-        out.write(data)
+        pending.extend(data)
+        if flush or len(pending) >= CHUNK_BYTES:
+            fileio.write_all(fd, bytes(pending))
+            pending.clear()
 
-    out = open(path, "xb")  # noqa: SIM115 - closed below; a new file: never another query's
     try:
-        with out:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # a new file: never another query's
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+    try:
+        try:
             for k, (key, value) in enumerate(result.rest_body().items()):
-                put(out, (b"{" if k == 0 else b",") + orjson.dumps(key) + b":")
+                put(fd, (b"{" if k == 0 else b",") + orjson.dumps(key) + b":")
                 if key != "data":
-                    put(out, orjson.dumps(value))
+                    put(fd, orjson.dumps(value))
                     continue
-                put(out, b"[")
+                put(fd, b"[")
                 for start in range(0, len(value), CHUNK_ROWS):
                     cancel.check()
-                    put(out, (b"," if start else b"") + orjson.dumps(value[start:start + CHUNK_ROWS])[1:-1])
-                put(out, b"]")
-            put(out, b"}")
-    except BaseException:
+                    put(fd, (b"," if start else b"") + orjson.dumps(value[start:start + CHUNK_ROWS])[1:-1])
+                put(fd, b"]")
+            put(fd, b"}", flush=True)
+        finally:
+            os.close(fd)
+    except BaseException as exc:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise _unwritable(path, exc) from None
         raise
     return written
+
+
+def _unwritable(path: str, exc: OSError) -> StorageUnavailable:
+    return StorageUnavailable(f"the query's answer could not be written to {os.path.dirname(path)} "
+                              f"({exc.strerror or exc}): nothing was answered; free space there (TMPDIR) or narrow "
+                              "the query")
 
 
 class Spool:
