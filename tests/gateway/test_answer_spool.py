@@ -7,7 +7,7 @@ before), with its Content-Length; the node's traced memory grows by a few chunks
 answer in memory, as when it came back through the worker's pipe, is 3x the bound). A client gone mid-answer ends
 the relay: the file is closed and gone, and the only worker serves the next query. A killed node's answer
 directory is removed by the next node that makes one. The worker's file is the encoding of the whole body for any
-number of chunks; a disk refusing any of its writes (ENOSPC, EIO, short: tests/storage/faults.py), an answer past
+number of chunks (a scan's Arrow bytes: those bytes); a disk refusing any of its writes (ENOSPC, EIO, short: tests/storage/faults.py), an answer past
 ``sql.max.bytes`` or a cancelled query leave no file, the first with StorageUnavailable's clear message.
 """
 
@@ -148,6 +148,9 @@ def test_an_answer_file_is_the_encoding_of_the_whole_body(tmp_path: Path) -> Non
         path = tmp_path / f"{rows}.json"
         size = write_answer(str(path), result, 1 << 30, Cancel())
         assert path.read_bytes() == orjson.dumps(result.rest_body()) and size == path.stat().st_size
+    blob = os.urandom(3 * CHUNK_BYTES + 5)  # a scan's Arrow IPC rows: written as they are
+    assert write_answer(str(tmp_path / "scan"), blob, 1 << 30, Cancel()) == len(blob)
+    assert (tmp_path / "scan").read_bytes() == blob
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)

@@ -5,7 +5,8 @@ The worker (:mod:`walgate.gateway.query_workers`) writes the TDengine-REST body 
 call per chunk, the query's cancellation checked between chunks, refused (LimitExceeded) once it passes
 ``sql.max.bytes``; a disk that refuses a write (ENOSPC, EIO, a short write: :func:`walgate.storage.fileio.write_all`)
 fails the query with StorageUnavailable (503) and leaves no file. The bytes are exactly ``orjson.dumps(result.rest_body())``: orjson writes compact JSON, so a
-list's encoding is its chunks' encodings joined by commas.
+list's encoding is its chunks' encodings joined by commas. A scan's Arrow IPC rows (a node's part of a query merged
+across nodes, :mod:`walgate.storage.select_merge`) are written as they are.
 
 The node takes the file (:meth:`Spool.take`: opened, then unlinked at once, so it is gone from the directory while
 the answer is sent and its space is freed when the descriptor is closed) and relays it :data:`CHUNK_BYTES` at a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import orjson
@@ -38,8 +40,9 @@ CHUNK_ROWS = 4096  # rows encoded by one orjson call in the worker
 CHUNK_BYTES = 1 << 20  # bytes read and sent at a time by the node
 
 
-def write_answer(path: str, result: Result, max_bytes: int, cancel: Cancel) -> int:
-    """Write ``result``'s REST body to the new file ``path`` (module docstring); its size. On any error (the query
+def write_answer(path: str, result: Result | bytes, max_bytes: int, cancel: Cancel) -> int:
+    """Write ``result``'s REST body (or the bytes ``result``: a scan's Arrow IPC rows) to the new file ``path``
+    (module docstring); its size. On any error (the query
     cancelled, the answer past ``max_bytes``, the disk: StorageUnavailable) the file is removed and the error
     raised."""
     written = 0
@@ -62,17 +65,9 @@ def write_answer(path: str, result: Result, max_bytes: int, cancel: Cancel) -> i
         raise _unwritable(path, exc) from None
     try:
         try:
-            for k, (key, value) in enumerate(result.rest_body().items()):
-                put(fd, (b"{" if k == 0 else b",") + orjson.dumps(key) + b":")
-                if key != "data":
-                    put(fd, orjson.dumps(value))
-                    continue
-                put(fd, b"[")
-                for start in range(0, len(value), CHUNK_ROWS):
-                    cancel.check()
-                    put(fd, (b"," if start else b"") + orjson.dumps(value[start:start + CHUNK_ROWS])[1:-1])
-                put(fd, b"]")
-            put(fd, b"}", flush=True)
+            for piece in _pieces(result, cancel):
+                put(fd, piece)
+            put(fd, b"", flush=True)
         finally:
             os.close(fd)
     except BaseException as exc:
@@ -84,6 +79,26 @@ def write_answer(path: str, result: Result, max_bytes: int, cancel: Cancel) -> i
             raise _unwritable(path, exc) from None
         raise
     return written
+
+
+def _pieces(result: Result | bytes, cancel: Cancel) -> Iterator[bytes]:
+    """The answer's bytes in pieces: ``result``'s REST body, :data:`CHUNK_ROWS` rows a piece (``cancel`` checked
+    before each), or the bytes ``result`` :data:`CHUNK_BYTES` at a time."""
+    if isinstance(result, bytes):
+        for start in range(0, len(result), CHUNK_BYTES):
+            yield result[start:start + CHUNK_BYTES]
+        return
+    for k, (key, value) in enumerate(result.rest_body().items()):
+        yield (b"{" if k == 0 else b",") + orjson.dumps(key) + b":"
+        if key != "data":
+            yield orjson.dumps(value)
+            continue
+        yield b"["
+        for start in range(0, len(value), CHUNK_ROWS):
+            cancel.check()
+            yield (b"," if start else b"") + orjson.dumps(value[start:start + CHUNK_ROWS])[1:-1]
+        yield b"]"
+    yield b"}"
 
 
 def _unwritable(path: str, exc: OSError) -> StorageUnavailable:
@@ -111,11 +126,11 @@ class Spool:
             raise
         return cls(file, size)
 
-    async def send(self, request: web.Request) -> web.StreamResponse:
-        """The answer relayed to ``request``'s client, :data:`CHUNK_BYTES` at a time (module docstring); a client
-        that goes away ends it (logged, not raised: the answer is the client's to lose)."""
+    async def send(self, request: web.Request, content_type: str = "application/json") -> web.StreamResponse:
+        """The answer relayed to ``request``'s client as ``content_type``, :data:`CHUNK_BYTES` at a time (module
+        docstring); a client that goes away ends it (logged, not raised: the answer is the client's to lose)."""
         response = web.StreamResponse()
-        response.content_type = "application/json"
+        response.content_type = content_type
         response.content_length = self.size
         try:
             await response.prepare(request)

@@ -393,7 +393,7 @@ async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, 
 
 async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                         principal: str, host: str, body: bytes, stmt: ast.Select | ast.Show,
-                        db: str | None) -> web.Response:
+                        db: str | None) -> web.StreamResponse:
     """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
     other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
     asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
@@ -447,8 +447,8 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
         async def merged_here() -> PreparedSelect:
             return merge
 
-        _, merged = await _query(request, merged_here)
-        return await merged.send(request)
+        _, spool = await _query(request, merged_here)
+        return await spool.send(request)
     parts = [answered for _, answered in answers if isinstance(answered, dict)]
     merged = orjson.dumps(merge_rows(select.limit if select is not None else None, parts, ordered=select is None))
     if len(merged) > app[_QUERIES].max_bytes:
