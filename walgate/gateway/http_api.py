@@ -104,7 +104,7 @@ from walgate.gateway.ingest_workers import IngestWorkers, Prepared, Refused
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
-from walgate.gateway.query_workers import POLL_S, QueryWorkers
+from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
 from walgate.gateway.schemaless import with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
@@ -244,7 +244,7 @@ def make_app(
 # ------------------------------------------------------------------ handlers
 
 
-async def _sql(request: web.Request) -> web.Response:
+async def _sql(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     try:
         sql = body.decode("utf-8")
@@ -289,7 +289,7 @@ async def _sql(request: web.Request) -> web.Response:
             here_only = forwarded is not None  # another node's SELECT: the rows of this node's vgroups
             scan = (forwarded or "").partition(";")[2] == SCAN and not plain(stmt)  # (select_merge.py)
             _, selected = await _select(request, authorizer, principal, host, stmt, db, here_only, scan)
-            return web.Response(body=selected, content_type=ARROW_STREAM if scan else "application/json")
+            return await selected.send(request, ARROW_STREAM if scan else "application/json")  # from its file
         if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
             result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
             return _json(200, result.rest_body())
@@ -344,10 +344,11 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show
 
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
                   select: ast.Select, db: str | None, here_only: bool = False,
-                  scan: bool = False) -> tuple[PreparedSelect, bytes]:
+                  scan: bool = False) -> tuple[PreparedSelect, Spool]:
     """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
     over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC:
-    :meth:`~walgate.storage.select.Selects.prepare`); raises its error."""
+    :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker wrote
+    (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
@@ -357,20 +358,25 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
     return await _query(request, prepare)
 
 
-async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedSelect]]) -> tuple[PreparedSelect, bytes]:
-    """The query ``prepare()`` gives (awaited once a query slot is free) and its answer from a query worker; the
-    damage it found rechecked; raises its error."""
+async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedSelect]]) -> tuple[PreparedSelect, Spool]:
+    """The query ``prepare()`` gives (awaited once a query slot is free) and its answer from a query worker, in the
+    file the worker wrote; the damage it found rechecked; raises its error."""
     app = request.app
     engine = app[_ENGINE]
-    prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
-    if answer.damaged:
-        await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+    prepared, answer, spool = await app[_QUERIES].run(prepare, lambda: _gone(request))
+    try:
+        if answer.damaged:
+            await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
     if answer.error is not None:
         if isinstance(answer.error, QueryCancelled):
             log.info("SELECT from %s stopped: %s", request[HOST], answer.error.message)
         raise answer.error
-    assert answer.body is not None
-    return prepared, answer.body
+    assert spool is not None
+    return prepared, spool
 
 
 async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, principal: str, host: str,
@@ -387,7 +393,7 @@ async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, 
 
 async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                         principal: str, host: str, body: bytes, stmt: ast.Select | ast.Show,
-                        db: str | None) -> web.Response:
+                        db: str | None) -> web.StreamResponse:
     """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
     other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
     asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
@@ -416,8 +422,9 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
             if select is None:
                 assert isinstance(stmt, ast.Show)
                 return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
-            scanned, answered = await _select(request, authorizer, principal, host, select, db, True, scan)
+            scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan)
             prepared.append(scanned)
+            answered = await spool.read()
             return 200, answered if scan else orjson.loads(answered)
         except StorageError as e:  # what the error middleware answers for it
             status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
@@ -440,8 +447,8 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
         async def merged_here() -> PreparedSelect:
             return merge
 
-        _, merged = await _query(request, merged_here)
-        return web.Response(body=merged, content_type="application/json")
+        _, spool = await _query(request, merged_here)
+        return await spool.send(request)
     parts = [answered for _, answered in answers if isinstance(answered, dict)]
     merged = orjson.dumps(merge_rows(select.limit if select is not None else None, parts, ordered=select is None))
     if len(merged) > app[_QUERIES].max_bytes:

@@ -630,12 +630,18 @@ class Engine:
         (:func:`walgate.storage.meta_checks.apply_check`)."""
         apply_check(self.store.vnodes, meta_check, problem)
 
-    def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
+    def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES,
+              start: bool = True) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
         *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress
         did so far (``finished`` once whole), None when no partition is due. The caller calls again while it gets
-        stats."""
-        return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
+        stats. Without *start* only the pass in progress goes on (:meth:`cleaning`'s vnode alone is touched: the
+        call may hold only that vnode; a new pass needs an exclusive call)."""
+        return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys, start)
+
+    def cleaning(self) -> tuple[str, int] | None:
+        """The vnode key (database, vgroup index) of the log cleaner's pass in progress; None: none is."""
+        return self.cleaner.in_progress()
 
     def clean_sync(self) -> Callable[[], None] | None:
         """The fsyncs the last cleaning step left (:meth:`Cleaner.staged_sync
