@@ -444,14 +444,7 @@ class Wal:
         if not entries:
             return self.next_version
         self._undo = None
-        if self._fenced:
-            try:
-                self._restore()
-            except OSError as exc:
-                raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
-                                         f"({describe(exc)}); retry once the disk accepts writes") from exc
-            self._fenced = False
-            log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+        self._unfence()
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
         if seg.size and (seg.size + total > self.options.segment_bytes or self._aged(entries)):
@@ -497,6 +490,19 @@ class Wal:
             self.unsynced.note(self, version)
         return first
 
+    def _unfence(self) -> None:
+        """Before an append to a fenced WAL: retry the undo that fenced it (see the module docstring);
+        StorageUnavailable while the disk still refuses it."""
+        if not self._fenced:
+            return
+        try:
+            self._restore()
+        except OSError as exc:
+            raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
+                                     f"({describe(exc)}); retry once the disk accepts writes") from exc
+        self._fenced = False
+        log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+
     def _aged(self, entries: list[tuple[int, int, int, bytes]]) -> bool:
         """Whether ``segment_ms`` has passed for the active segment (see the module docstring): by wall time since
         its first append or the open, or by the entries' timestamps past its first entry's (Kafka's
@@ -527,14 +533,7 @@ class Wal:
         if not parsed:
             return []
         self._undo = None
-        if self._fenced:
-            try:
-                self._restore()
-            except OSError as exc:
-                raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
-                                         f"({describe(exc)}); retry once the disk accepts writes") from exc
-            self._fenced = False
-            log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+        self._unfence()
         seg = self.segments[-1]
         stamps = [(e.kind, e.count, e.max_ts, b"") for e in parsed]  # what _aged reads
         if seg.size and (seg.size + len(raw) > self.options.segment_bytes or self._aged(stamps)):
