@@ -393,3 +393,21 @@ def test_a_follower_begins_each_newer_epoch_before_its_entries_and_refuses_an_ol
     reopened = Engine.open(follower)  # the cache was written before each epoch's entries
     assert [(x.epoch, x.start_offset) for x in reopened.vnodes["db"][0].epochs.entries] == epochs
     reopened.close()
+
+
+def test_an_epoch_the_disk_refuses_to_record_appends_nothing(leader, tmp_path: Path):
+    follower = tmp_path / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    v = e.vnodes["db"][0]
+    raw = leader.files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+    start, end, first = _batches(raw)[0]
+    faults = Faults()
+    with faults.active():
+        faults.fail("replace", at=1, error=errno.ENOSPC)
+        with pytest.raises(StorageUnavailable, match="leader epoch 5 could not be recorded"):
+            append_replicated(e.store, e.views, v, raw[start:end], first, 5)
+    assert v.wal.next_version == 0 and _wal_bytes(v.wal.dir) == b"" and v.epochs.latest_epoch == 0
+    append_replicated(e.store, e.views, v, raw[start:end], first, 5)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(5, 0)] and _wal_bytes(v.wal.dir) == raw[:end]
+    e.close()
