@@ -61,7 +61,8 @@ from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
-from walgate.storage.wal import KIND_META, Wal, WalOptions
+from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
+from walgate.storage.wal_verbatim import EntriesRefused
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
 
@@ -295,6 +296,28 @@ class Vnode:
             if len(self._dirty) >= self._flush_at:
                 self._try_flush()
             start = end
+
+    def append_replicated(self, raw: bytes, first_version: int, epoch: int) -> list[WalEntry]:
+        """A follower's copy of its leader's WAL entries ``raw`` (whole batches from version ``first_version``,
+        written in leader epoch ``epoch``): the epoch is begun in the leader-epoch cache first when it is newer than
+        the cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open
+        drops), the bytes appended as they are (:meth:`Wal.append_verbatim`), then their meta entries applied as a
+        local write applies its own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay.
+        Returns the entries, for the caller to advance what the vnode's topics derive from them
+        (:func:`walgate.storage.replicated.append_replicated`). EntriesRefused (nothing written) for entries that
+        fail their checks or of an epoch older than the cache's latest; StorageUnavailable (nothing appended) when
+        the disk refuses."""
+        if epoch < self.epochs.latest_epoch:
+            raise EntriesRefused(f"{self.dir}: entries of leader epoch {epoch}, older than the latest one here "
+                                 f"({self.epochs.latest_epoch})")
+        if epoch > self.epochs.latest_epoch:
+            self.epochs.begin(epoch, first_version)
+        entries = self.wal.append_verbatim(raw, first_version)
+        for entry in entries:
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self.end_write()
+        return entries
 
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""

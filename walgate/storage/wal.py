@@ -26,7 +26,9 @@ are all done, so a disk refusing one never fails a read).
 Batches: one :meth:`Wal.append` call writes its entries with a single
 ``write`` and never spans segments; every entry but the last carries the
 "more" flag, and recovery drops an incomplete final batch whole. That makes
-each append atomic: after a crash it is there entirely or not at all.
+each append atomic: after a crash it is there entirely or not at all. A follower's
+:meth:`Wal.append_verbatim` writes entries copied from its leader's WAL as they are (their headers, flags and
+versions), checked first (:mod:`walgate.storage.wal_verbatim`), whole batches in a single ``write`` likewise.
 
 Failed writes: every file operation goes through :mod:`walgate.storage.fileio`.
 When the log write (an error or a short write), the fdatasync (WAL_LEVEL 2,
@@ -143,6 +145,7 @@ from walgate.storage.wal_format import (
     sealed_index,
 )
 from walgate.storage.wal_recovery import recover
+from walgate.storage.wal_verbatim import EntriesRefused, parse
 
 __all__ = [
     "FLAG_MORE",
@@ -441,14 +444,7 @@ class Wal:
         if not entries:
             return self.next_version
         self._undo = None
-        if self._fenced:
-            try:
-                self._restore()
-            except OSError as exc:
-                raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
-                                         f"({describe(exc)}); retry once the disk accepts writes") from exc
-            self._fenced = False
-            log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+        self._unfence()
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
         if seg.size and (seg.size + total > self.options.segment_bytes or self._aged(entries)):
@@ -494,6 +490,19 @@ class Wal:
             self.unsynced.note(self, version)
         return first
 
+    def _unfence(self) -> None:
+        """Before an append to a fenced WAL: retry the undo that fenced it (see the module docstring);
+        StorageUnavailable while the disk still refuses it."""
+        if not self._fenced:
+            return
+        try:
+            self._restore()
+        except OSError as exc:
+            raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
+                                     f"({describe(exc)}); retry once the disk accepts writes") from exc
+        self._fenced = False
+        log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+
     def _aged(self, entries: list[tuple[int, int, int, bytes]]) -> bool:
         """Whether ``segment_ms`` has passed for the active segment (see the module docstring): by wall time since
         its first append or the open, or by the entries' timestamps past its first entry's (Kafka's
@@ -504,6 +513,62 @@ class Wal:
         if self._active_first_ts >= 0:
             waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
         return self.options.segment_ms <= waited
+
+    def append_verbatim(self, raw: bytes, first_version: int) -> list[WalEntry]:
+        """Append ``raw``, whole entries of a leader's WAL from version ``first_version`` on, byte for byte (a
+        follower's copy: docs/plans/replication-wiring.md, step 4); the entries, as :meth:`read_from` would give them.
+
+        ``raw`` is checked first (:func:`walgate.storage.wal_verbatim.parse`: every header's and body's CRC32C, a
+        known format, versions continuing :attr:`next_version` from ``first_version``, whole entries ending a batch):
+        :class:`~walgate.storage.wal_verbatim.EntriesRefused`, nothing written, when it fails. Then it is written as
+        :meth:`append` writes a batch: one ``write`` into the active segment (rolled first by the same rules, so
+        segment boundaries are this WAL's own), durable per the WAL level and group commit when this returns, and
+        :class:`StorageUnavailable` with nothing kept, memory and disk as before the call, when the disk refuses.
+        After a crash the WAL holds a prefix of whole batches of it. :meth:`undo_append` takes it back as an
+        append."""
+        if first_version != self.next_version:
+            raise EntriesRefused(f"wal {self.dir}: entries from version {first_version} do not continue the WAL, "
+                                 f"whose next version is {self.next_version}")
+        parsed = parse(raw, first_version)
+        if not parsed:
+            return []
+        self._undo = None
+        self._unfence()
+        seg = self.segments[-1]
+        stamps = [(e.kind, e.count, e.max_ts, b"") for e in parsed]  # what _aged reads
+        if seg.size and (seg.size + len(raw) > self.options.segment_bytes or self._aged(stamps)):
+            self._roll()
+            seg = self.segments[-1]
+        if not seg.size:
+            self._active_born = self.clock.time()
+            self._active_first_ts = parsed[0].max_ts
+        running = self._running_max
+        new_m = []
+        for e in parsed:
+            running = max(running, e.max_ts)
+            new_m.append(running)
+        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0 and self.unsynced is None
+        try:
+            fileio.write_all(self.files.get(seg.path, APPEND).fd, raw)
+            if sync:
+                self._flush(seg)
+        except OSError as exc:
+            raise self._refuse(exc, seg.path, "replicated append") from exc
+        seg.versions.extend(e.version for e in parsed)
+        seg.positions.extend(seg.size + e.start for e in parsed)
+        seg.running_max.extend(new_m)
+        seg.size += len(raw)
+        self._undo = (first_version, self._running_max)
+        self._running_max = running
+        self.next_version = parsed[-1].version + parsed[-1].count
+        if sync:
+            self.durable_version = self.next_version
+            self._last_sync = self.clock.monotonic()
+        elif self.unsynced is not None and self.group_commit:
+            self.unsynced.note(self, self.next_version)
+        view = memoryview(raw)
+        return [WalEntry(e.version, e.count, e.kind, e.max_ts,
+                         bytes(view[e.start + HEADER_SIZE : e.start + HEADER_SIZE + e.body_len])) for e in parsed]
 
     def note_end(self) -> None:
         """Under group commit, note a need for every version appended so far (an answer given from memory, such as
