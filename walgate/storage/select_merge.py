@@ -21,7 +21,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage.errors import InvalidValue
+from walgate.storage.errors import InvalidValue, StorageUnavailable
 
 __all__ = ["ARROW_STREAM", "decode", "encode", "union"]
 
@@ -56,7 +56,12 @@ def decode(blob: bytes) -> pa.Table:
 def union(parts: list[pa.Table]) -> pa.Table:
     """Every node's rows (:func:`decode`d ``parts``, one or more) as one table, in the order a single node scans them: by vnode
     index, each vnode's rows in their order (a stable sort), so that DuckDB folds them in the same order and even
-    floating-point sums come out the same to the last bit."""
-    table = pa.concat_tables(parts)  # the same schema: every node's catalog has the same source
+    floating-point sums come out the same to the last bit. Parts of different columns (an ALTER STABLE applied on
+    one node and not yet on another) are refused with :class:`StorageUnavailable`: the statement may be retried."""
+    try:
+        table = pa.concat_tables(parts)
+    except pa.ArrowInvalid as e:
+        raise StorageUnavailable("the nodes' parts of a merged query have different columns (a schema change is "
+                                 f"reaching the nodes): retry the statement ({e})") from None
     table = table.take(pc.sort_indices(table.column(_VGROUP)))  # Arrow's sort_indices is stable
     return table.drop_columns([_VGROUP])
