@@ -114,9 +114,11 @@ from walgate.gateway.sql_forward import (
     SCAN,
     Caller,
     Outcome,
+    PartsBudget,
     answer,
     merge_rows,
     select_here,
+    select_timeout,
     send,
 )
 from walgate.gateway.storage_thread import StorageThread
@@ -400,7 +402,10 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     node failing fails it whole, naming that node (never a partial answer). A plain SELECT and SHOW TABLES: the
     nodes' answers concatenated (:func:`~.sql_forward.merge_rows`); any other SELECT: every node's scanned rows
     (this node's included) merged by the query run over them in a query worker here
-    (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node."""
+    (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node: the parts this node holds
+    (:class:`~.sql_forward.PartsBudget`, counted as they are read), and the merge's rows in the worker; and by
+    ``sql.timeout.ms`` (no limit when 0), every part awaited as long as the statement may run
+    (:func:`~.sql_forward.select_timeout`)."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
@@ -416,6 +421,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     path = "/rest/sql" + (f"/{db}" if db else "")
     caller = await _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
+    budget = PartsBudget(app[_QUERIES].max_bytes)  # every node's part, this node's too, as it is read
 
     async def here() -> tuple[int, dict[str, Any] | bytes]:
         try:
@@ -424,6 +430,12 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
                 return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
             scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan)
             prepared.append(scanned)
+            if scan:
+                try:
+                    budget.take(spool.size)  # before it is read into memory
+                except LimitExceeded:
+                    spool.close()
+                    raise
             answered = await spool.read()
             return 200, answered if scan else orjson.loads(answered)
         except StorageError as e:  # what the error middleware answers for it
@@ -432,7 +444,8 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
 
     answers = await _unless_gone(*(
         here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
-                                                 part=SCAN if scan else HERE)
+                                                 select_timeout(app[_QUERIES].timeout_s), SCAN if scan else HERE,
+                                                 budget if scan else None)
         for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
@@ -562,20 +575,22 @@ def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, hos
               db: str | None) -> Result:
     """``SHOW TABLES`` over this node's vgroups (its part of a database spread over nodes), as :func:`_run` runs a
     statement: checked, and cut to what ``principal`` may see."""
-    if authorizer is None:
-        return engine.show_tables_here(stmt, db)
-    check(authorizer, principal, host, stmt, db)
-    return visible(authorizer, principal, host, stmt, engine.show_tables_here(stmt, db))
+    return _run(engine, authorizer, principal, host, stmt, db, here=True)
 
 
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
-         db: str | None) -> Result:
+         db: str | None, here: bool = False) -> Result:
     """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
-    ``authorizer``: no check); NotPermitted otherwise."""
-    if authorizer is None:
-        return engine.run(stmt, db)
-    check(authorizer, principal, host, stmt, db)
-    return visible(authorizer, principal, host, stmt, engine.run(stmt, db))
+    ``authorizer``: no check); NotPermitted otherwise. ``here``: ``stmt`` is a SHOW TABLES over this node's
+    vgroups alone."""
+    if authorizer is not None:
+        check(authorizer, principal, host, stmt, db)
+    if here:
+        assert isinstance(stmt, ast.Show)
+        result = engine.show_tables_here(stmt, db)
+    else:
+        result = engine.run(stmt, db)
+    return result if authorizer is None else visible(authorizer, principal, host, stmt, result)
 
 
 async def _influx_write(request: web.Request) -> web.Response:

@@ -33,12 +33,12 @@ from typing import Any
 import aiohttp
 
 from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, signature
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "answer",
-           "merge_rows", "select_here", "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "PartsBudget",
+           "answer", "merge_rows", "select_here", "select_timeout", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,30 @@ pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`
 ROWS_HEADER = "X-Walgate-Rows"
 """The header of the rows a line-protocol write wrote (its answer, 204, has no body)."""
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
+
+
+class PartsBudget:
+    """The bytes of the nodes' parts of one merged SELECT the node asked holds, shared by every part as it is read
+    (``limit``: ``sql.max.bytes``): the part that would pass it is refused with :class:`LimitExceeded` before it is
+    held, so the parts held never exceed ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes held; LimitExceeded past the limit."""
+        self.used += size
+        if self.used > self.limit:
+            raise LimitExceeded(f"the nodes' parts of the query are larger than {self.limit} bytes (sql.max.bytes): "
+                                "narrow it with a time range or a tag condition in WHERE")
+
+
+def select_timeout(statement_s: float | None) -> float | None:
+    """How long the node asked waits for another node's part of a SELECT, its statement timeout being
+    ``statement_s`` (``sql.timeout.ms``; None: no limit): that, and :data:`FORWARD_TIMEOUT_S` more for the part to
+    travel (the statement itself is stopped at ``sql.timeout.ms``, every part with it); no limit when statements
+    have none, as on one node."""
+    return None if statement_s is None else statement_s + FORWARD_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -139,39 +163,50 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
 
 
 async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
-                timeout: float) -> tuple[int, str | None, Any]:
+                timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
     """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
     ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
-    stream). Raises aiohttp's errors, TimeoutError past ``timeout`` seconds, ValueError for an answer that is not
-    JSON. Cancelled, it closes the connection (the owner sees its client gone)."""
+    stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
+    seconds (None: no limit, but :data:`FORWARD_TIMEOUT_S` to connect), ValueError for an answer that is not JSON,
+    LimitExceeded past the budget. Cancelled, it closes the connection (the owner sees its client gone)."""
     signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
                     body)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
                CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
     connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
-    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as session,
+    limits = aiohttp.ClientTimeout(total=timeout, sock_connect=FORWARD_TIMEOUT_S)
+    async with (aiohttp.ClientSession(timeout=limits, connector=connector) as session,
                 session.post(url + path, params=params, data=body, headers=headers) as response):
         if response.status == 204:
             return 204, response.headers.get(ROWS_HEADER), None
         if response.content_type == ARROW_STREAM:
-            return response.status, None, await response.read()
+            chunks = []
+            async for chunk in response.content.iter_any():
+                if budget is not None:
+                    budget.take(len(chunk))
+                chunks.append(chunk)
+            return response.status, None, b"".join(chunks)
         return response.status, response.headers.get(ROWS_HEADER), await response.json(content_type=None)
 
 
 async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
-                      timeout: float = FORWARD_TIMEOUT_S, part: str = HERE) -> tuple[int, dict[str, Any] | bytes]:
+                      timeout: float | None = FORWARD_TIMEOUT_S, part: str = HERE,
+                      budget: PartsBudget | None = None) -> tuple[int, dict[str, Any] | bytes]:
     """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
     vgroups placed on it; :data:`SCAN`, their scanned rows), asked at ``path`` of its HTTP API at ``url`` (None: not
     registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
-    a :data:`SCAN`: the bytes of an Arrow IPC stream); an owner that cannot be reached, does not answer within
-    ``timeout`` or answers what is not walgate's is a 503 naming it."""
+    a :data:`SCAN`: the bytes of an Arrow IPC stream, read within ``budget``: past it, a 400 LimitExceeded); an
+    owner that cannot be reached, does not answer within ``timeout`` seconds (None: no limit) or answers what is not
+    walgate's is a 503 naming it."""
     def failed(why: str) -> tuple[int, dict[str, Any] | bytes]:
         return 503, {"code": StorageUnavailable.code, "desc": f"node {node} {why}"}
 
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout)
+        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout, budget)
+    except LimitExceeded as e:
+        return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
         return failed(f"({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:
