@@ -318,3 +318,15 @@ def test_a_session_of_a_member_another_node_coordinates_opens_and_closes_when_id
     assert ("g", "r") not in c.sessions
     assert c.session("g", "r", 3, fetch=True, members_known=False, now_ms=110_000)[0] == \
         ErrorCode.share_session_not_found
+
+
+def test_while_the_placement_of_coordinators_is_unread_the_membership_held_here_decides():
+    """members_known None (etcd unreachable before this node read which node coordinates the group): the node
+    holding the group's membership, its coordinator, still refuses a member it does not know (a fenced one); a node
+    holding none of it opens a session for any member id, as a partition leader does."""
+    c = coordinator()
+    assert c.session("g", "fenced", 0, fetch=True, members_known=None)[0] == ErrorCode.unknown_member_id
+    assert c.session("g", "a", 0, fetch=True, members_known=None, now_ms=0)[0] == ErrorCode.none
+    assert c.sessions[("g", "a")].remote_ms is None, "a member of its coordinator's"
+    assert c.session("other", "r", 0, fetch=True, members_known=None, now_ms=0)[0] == ErrorCode.none
+    assert c.sessions[("other", "r")].remote_ms == 0, "a member another node coordinates"

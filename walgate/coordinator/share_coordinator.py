@@ -325,14 +325,17 @@ class ShareCoordinator:
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
-    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool, members_known: bool = True,
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool, members_known: bool | None = True,
                 now_ms: int = 0) -> tuple[int, str | None]:
         """Check (and move on) the session for a request carrying ``epoch`` at ``now_ms``: (error code, message).
         ``members_known``: the group's members are known here (this node coordinates it); when not (a cluster's
         partition leader), epoch 0 opens a session for any non-empty member id, as Kafka's share-partition leader,
         closed by :meth:`expire` once it asked nothing for a member session timeout (at least a record lock
-        duration)."""
+        duration); None (the cluster's placement of coordinators cannot be read now): known when this node holds
+        the group's membership, as its coordinator does (so a fenced member is refused there even then)."""
         key = (group_id, member_id)
+        if members_known is None:
+            members_known = group_id in self.groups.groups
         if epoch == 0:
             if not fetch:
                 return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."
