@@ -10,9 +10,12 @@ column of the source plus ``tbname``, and each row's vnode index, Arrow IPC: :fu
 ORDER BY when that is all the answer can need (:meth:`Query.rows_needed <walgate.storage.query.Query.rows_needed>`);
 the node asked runs the query in DuckDB over the union of every node's rows in vnode order (:func:`union`), exactly
 as a single node runs it over the rows of all its vnodes. So the answer is the one a single node holding every row gives, for
-every function walgate supports (PERCENTILE-like functions included), at the price of moving the rows that pass
-WHERE: every node's part and their sum on the node asked are bounded by ``sql.max.bytes`` (the statement memory
-limit, as Arrow bytes), past which the query is refused with :class:`~walgate.storage.errors.LimitExceeded`.
+every function walgate supports (PERCENTILE-like functions included), rows that tie on every ORDER BY term aside
+(their order, and which of them LIMIT keeps, may differ: SQL leaves it unspecified), at the price of moving the rows
+that pass WHERE: every node's part, their sum as the node asked reads them
+(:class:`~walgate.gateway.sql_forward.PartsBudget`) and the merge's rows are bounded by ``sql.max.bytes`` (the
+statement memory limit, as Arrow bytes), past which the query is refused with
+:class:`~walgate.storage.errors.LimitExceeded`.
 Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
 """
 
