@@ -99,7 +99,7 @@ class LeaderEpochs:
         self._single_node = False  # answers from SINGLE_NODE_EPOCHS (lead_single_node, until another epoch begins)
         self._syncs = syncs
         self._damage = damage
-        self._raw: bytes | None = None  # the file's bytes as read at open, kept with a damage report (until lead_single_node)
+        self._raw: bytes | None = None  # the file's bytes as read at open, for a damage report (until lead_single_node)
 
     @classmethod
     def open(cls, directory: Path, wal_end: int, *, damage: DamageLog | None = None,
