@@ -14,7 +14,7 @@ import pytest
 from cluster_support import KEYS, Node, eventually, within
 from etcd_cluster import EtcdCluster, etcd_cluster
 
-from walgate.cluster.model import NotController
+from walgate.cluster.model import ControlPlaneUnavailable, NotController
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
     PartitionId,
@@ -155,6 +155,10 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
         epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
         led_by_1 = {PartitionId("d1", v): initial_state((1, 2, 3), epochs, 2) for v in range(130)}
         led_by_2 = {PartitionId("d2", v): initial_state((2, 3, 1), epochs, 2) for v in range(5)}
+        follower = PartitionStates(nodes[2].session, KEYS)  # what every node does: read, then watch
+        seen: list[tuple[PartitionId, PartitionState | None]] = []
+        nodes[2].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: seen.append((pid, s)))))
+        await eventually("the follower read", lambda: _following(follower))
         await _create(await _controller(nodes), led_by_1 | led_by_2)
         view = PartitionStates(nodes[1].session, KEYS)
         await nodes[0].close()  # its lease revoked: nodes/1 goes, and its candidacy if it was the controller
@@ -170,6 +174,8 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
             assert states[pid].isr == (IsrMember(2, epochs[2]), IsrMember(3, epochs[3])) and states[pid].elr == ()
         for pid in led_by_2:
             assert states[pid].leader == 2 and states[pid].leader_epoch == 0 and 1 not in states[pid].isr_ids
+        await eventually("the follower saw it all", lambda: _same(follower, view))
+        assert [pid for pid, _ in seen] == sorted(led_by_1 | led_by_2) * 2  # created, then changed: once each
         per_txn = Counter(s.partition_epoch for s in states.values())  # one etcd revision per transaction
         assert max(per_txn.values()) <= MAX_STATES_PER_TXN and len(per_txn) >= 3
     finally:
@@ -258,17 +264,23 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
         nodes = [leader, *others]
         pid = PartitionId("d", 0)
         try:
-            _start(others[0])
+            reconciler = _start(others[0])
             controller = await _controller(others[:1])  # node 2, whose registration outlives the outage
             _start(leader)
             _start(others[1])
             await eventually("all registered", lambda: _all_registered(nodes))
             epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
             await _create(controller, {pid: initial_state((1, 2, 3), epochs, 2)})
+            follower = PartitionStates(others[1].session, KEYS)
+            others[1].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: None)))
+            await eventually("the follower read", lambda: _following(follower))
             for member in etcd.members[1:]:
                 member.stop()
             await leader.stop()  # the leader dies while etcd cannot let its lease expire
-            await asyncio.sleep(2.5)  # longer than its TTL: no quorum, no expiry, no election
+            died = asyncio.get_running_loop().time()
+            with pytest.raises(ControlPlaneUnavailable):
+                await reconciler.reconcile_once()  # a pass now reads nothing and writes nothing
+            await asyncio.sleep(max(0.0, died + 2.5 - asyncio.get_running_loop().time()))  # past the leader's TTL
             for member in etcd.members[1:]:
                 member.start()
             await asyncio.to_thread(etcd.wait_healthy, etcd.members)
@@ -278,6 +290,7 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
             assert kv is not None and kv.version == 2  # created, then this one election: nothing in between
             assert state.leader_epoch == 1 and state.isr == (IsrMember(2, epochs[2]), IsrMember(3, epochs[3]))
             assert all(n.registration.epoch == epochs[n.info.node_id] for n in others)
+            await eventually("the follower's watch resumed", lambda: _same(follower, view))
         finally:
             for n in nodes:
                 await n.close()
@@ -289,3 +302,11 @@ async def _all_registered(nodes: list[Node]) -> bool:
 
 async def _registered_again(node: Node, old_epoch: int) -> bool:
     return node.registration.epoch is not None and node.registration.epoch > old_epoch
+
+
+async def _following(view: PartitionStates) -> bool:
+    return view.revision > 0  # its first read is done: it watches from there
+
+
+async def _same(follower: PartitionStates, view: PartitionStates) -> bool:
+    return follower.states == await view.read_all()
