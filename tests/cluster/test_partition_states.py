@@ -178,6 +178,18 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
         assert [pid for pid, _ in seen] == sorted(led_by_1 | led_by_2) * 2  # created, then changed: once each
         per_txn = Counter(s.partition_epoch for s in states.values())  # one etcd revision per transaction
         assert max(per_txn.values()) <= MAX_STATES_PER_TXN and len(per_txn) >= 3
+        # a watch that broke halfway through one transaction's events resumes with the rest of them, once each
+        resumed = PartitionStates(nodes[2].session, KEYS)
+        await resumed.read_all()
+        last_txn = max(per_txn)
+        unseen = sorted(pid for pid, s in resumed.states.items() if s.partition_epoch == last_txn)[per_txn[last_txn] // 2:]
+        for pid in unseen:
+            del resumed.states[pid]
+        resumed.revision = last_txn
+        reported: list[PartitionId] = []
+        nodes[2].tasks.append(asyncio.create_task(resumed.follow(lambda pid, s: reported.append(pid))))
+        await eventually("the rest of the transaction", lambda: _same(resumed, view))
+        assert reported == unseen
     finally:
         for n in nodes:
             await n.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -92,15 +92,15 @@ class PartitionStates:
     async def follow(self, on_change: Callable[[PartitionId, PartitionState | None], object],
                      retry_delay: float = 0.5) -> None:
         """Call ``on_change(vnode, state or None when deleted)`` for every change after ``revision`` (from a
-        :meth:`read_all` first when nothing was read), until cancelled. A compacted or broken watch reads every
-        state again and reports those that differ from what was seen."""
+        :meth:`read_all` first when nothing was read), once per change, until cancelled. A compacted or broken watch
+        reads every state again and reports those that differ from what was seen."""
         while True:
             try:
                 if self.revision == 0:
                     await self._read_again(on_change)
                 await self._watch(on_change)
             except (Compacted, ControlPlaneUnavailable) as e:
-                log.warning("partition states: watch from revision %d interrupted: %s", self.revision + 1, e)
+                log.warning("partition states: watch from revision %d interrupted: %s", self.revision, e)
                 await asyncio.sleep(retry_delay)
                 try:
                     await self._read_again(on_change)
@@ -115,7 +115,9 @@ class PartitionStates:
                 on_change(pid, after.get(pid))
 
     async def _watch(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
-        watch = await self.session.watch_prefix(partitions_prefix(self.keys), self.revision + 1)
+        # from ``revision`` itself: a stream that broke within one transaction's events resumes with all of them
+        # (those already seen change nothing and are not reported again)
+        watch = await self.session.watch_prefix(partitions_prefix(self.keys), self.revision)
         try:
             iterator = watch.__aiter__()
             while True:
@@ -131,14 +133,14 @@ class PartitionStates:
                         on_change(pid, None)
                     continue
                 decoded = self._decode(event.kv.key, event.kv.value, event.kv.mod_revision)
-                if decoded is not None:
+                if decoded is not None and self.states.get(decoded[0]) != decoded[1]:
                     self.states[decoded[0]] = decoded[1]
                     on_change(*decoded)
         finally:
             await self.session.cancel_watch(watch)
 
     async def alter_isr(self, known: PartitionState, pid: PartitionId, proposal: AlterIsr,
-                        registered: dict[int, int]) -> AlterOutcome:
+                        registered: Mapping[int, int]) -> AlterOutcome:
         """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)`` written in one
         transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each joiner's
         registration with its broker epoch. Refused by etcd: the key is read again and the outcome says whether
