@@ -43,11 +43,11 @@ log = logging.getLogger("walgate.cluster")
 
 @dataclass(frozen=True)
 class AlterOutcome:
-    """What became of a leader's ISR proposal: ``state`` is the key's state now (the one written, or the one read
-    after a refusal; None when the key is gone) and ``error`` None when written, else INVALID_UPDATE_VERSION (the
-    state changed since the leader read it: retry from ``state``), FENCED_LEADER_EPOCH (the proposer no longer
-    leads in that epoch: it stops leading), INELIGIBLE_REPLICA (a joiner is not registered under the broker epoch
-    it fetched with) or INVALID_REQUEST."""
+    """What became of a leader's ISR proposal. ``state``: the one written, or the key's state read after etcd
+    refused the write (None when the key is gone), or the leader's own when the rules refused it before any write.
+    ``error``: None when written, else INVALID_UPDATE_VERSION (the state changed since the leader read it: retry from
+    ``state``), FENCED_LEADER_EPOCH (the proposer no longer leads in that epoch: it stops leading),
+    INELIGIBLE_REPLICA (a joiner is not registered under the broker epoch it fetched with) or INVALID_REQUEST."""
 
     state: PartitionState | None
     error: ErrorCode | None
@@ -55,7 +55,7 @@ class AlterOutcome:
 
 class PartitionStates:
     """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
-    last saw (a damaged value is logged once and left out: its vnode has no state until it is written again)."""
+    last saw (a damaged value is logged at ERROR and left out: its vnode has no state until it is written again)."""
 
     def __init__(self, session: EtcdSession, keys: Keys) -> None:
         self.session = session
