@@ -14,6 +14,7 @@ import pytest
 from cluster_support import KEYS, Node, eventually, within
 from etcd_cluster import EtcdCluster, etcd_cluster
 
+from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneUnavailable, NotController
 from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
@@ -241,7 +242,9 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
             await n.close()
 
 
-async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluster, tmp_path: Path) -> None:
+async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluster, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """And a damaged value or key under partitions/ is reported and left out, and the controller goes on."""
     old = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
     new = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=2)
     pid = PartitionId("d", 0)
@@ -261,9 +264,19 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         after = await old.session.get(partition_key(KEYS, pid))
         assert before is not None and after is not None and after.mod_revision == before.mod_revision
         assert zombie.written == 0 and old.election.epoch is None
+        damaged = {partition_key(KEYS, PartitionId("d", 1)): encode_state(initial_state((1, 2), epochs, 1))[:-9],
+                   KEYS.root + b"partitions/d": encode_state(initial_state((1, 2), epochs, 1))}
+        for key, value in damaged.items():
+            await new.session.txn([], [tx.Put(key, value)])
         new.tasks.append(asyncio.create_task(Reconciler(PartitionStates(new.session, KEYS), new.election).run()))
-        state = await _until(PartitionStates(new.session, KEYS), pid, "node 2 elected", lambda s: s.leader == 2)
+        view = PartitionStates(new.session, KEYS)
+        state = await _until(view, pid, "node 2 elected", lambda s: s.leader == 2)
         assert state.leader_epoch == 1 and state.isr == (IsrMember(2, epochs[2]),)
+        assert list(await view.read_all()) == [pid]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any("d/1" in e and "not walgate's" in e for e in errors), errors
+        assert any("partitions/d'" in e and "not a partition state's key" in e for e in errors), errors
+        assert all(r.exc_info is None for r in caplog.records)
     finally:
         await old.close()
         await new.close()
