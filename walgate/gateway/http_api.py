@@ -38,7 +38,8 @@ In cluster mode an INSERT with rows for vgroups placed on other nodes (refused h
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
 a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
 names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
-(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
+``basic_auth`` only for a principal that is a user here (403 otherwise). A
 SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
 (the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
