@@ -421,7 +421,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
     budget = PartsBudget(app[_QUERIES].max_bytes)  # every node's part, this node's too, as it is read
 
@@ -709,7 +709,7 @@ async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, par
         return Outcome(part, "written", rows=await write(part))
 
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     outcomes = list(await asyncio.gather(*(
         _here(part, local, write_here(part)) if part.node == local else
         send(part, urls.get(part.node), path, part.body or body, local, caller, params)
@@ -876,7 +876,7 @@ async def _node_refusal(request: web.Request) -> str | None:
     return None
 
 
-async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
+def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
     """Whom a part of ``request`` forwarded to another node is for: its principal and client address, signed with
     the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore. Raises
     StorageUnavailable when the node knows no token (an operator deleted it)."""
