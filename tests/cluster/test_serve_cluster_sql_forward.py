@@ -11,6 +11,7 @@ after the owner restarted.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import http.client
@@ -34,6 +35,9 @@ from etcd_cluster import EtcdCluster
 from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer, free_port, walgate_env
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+from walgate.security.node_token import Signed, signature
 from walgate.storage import lineproto
 from walgate.storage.vnode import vnode_of
 
@@ -257,12 +261,37 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
                       "X-Walgate-Client-Host": "127.0.0.1", "X-Walgate-Time": str(time.time_ns() // 1_000_000),
                       "X-Walgate-Signature": "0" * 64}
             for who, headers in ((bob, {"X-Walgate-Forwarded": "1;1"}), (alice, {"X-Walgate-Forwarded": "1;1"}),
-                                 (None, {"X-Walgate-Forwarded": "1;1"}), (None, forged), (bob, forged)):
+                                 (None, {"X-Walgate-Forwarded": "1;1"}), (None, forged), (bob, forged),
+                                 (None, forged | {"X-Walgate-Signature": "\u00e9" * 64}),  # not hex: 403, not 500
+                                 (None, forged | {"X-Walgate-Time": "9" * 5000}),
+                                 (None, signed_part(etcd1, 1, "User:alice", statement))):  # signed for node 1
                 status, answer = post(n2, statement, auth=who, headers=headers)
                 assert (status, answer["code"]) == (403, 0x0357) and "signed" in answer["desc"], answer
+            # validly signed for a caller that is no user (what a node without http.auth in front would send):
+            # this node authenticates every request, so it refuses it, though User:ANONYMOUS is a super user here
+            status, answer = post(n2, statement, headers=signed_part(etcd1, 2, "User:ANONYMOUS", statement))
+            assert (status, answer["code"]) == (403, 0x0357) and "not a user" in answer["desc"], answer
             assert counts(n1) == {0: 3, 1: 4}, "alice's and carol's rows; none of bob's or the forged ones"
             for server in (n1, n2):
                 no_traceback(server)
+
+
+def signed_part(etcd: EtcdCluster, node_id: int, principal: str, statement: str) -> dict[str, str]:
+    """The headers of ``statement``'s part ``1;1`` sent to ``/rest/sql`` of node ``node_id`` for ``principal`` at
+    127.0.0.1, signed with the cluster's node token as a node signs it (read from etcd, as a node reads it)."""
+    async def token() -> str:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            answer = await session.get(Keys("walgate").node_token)
+            assert answer is not None, "the first node made the token"
+            return bytes(answer.value).decode()
+        finally:
+            await session.close()
+
+    now = time.time_ns() // 1_000_000
+    signed = Signed(node_id, "POST", "/rest/sql", {}, "1;1", principal, "127.0.0.1", now, statement.encode())
+    return {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": principal, "X-Walgate-Client-Host": "127.0.0.1",
+            "X-Walgate-Time": str(now), "X-Walgate-Signature": signature(asyncio.run(token()), signed)}
 
 
 def sites_of(vgroup: int, count: int) -> list[str]:

@@ -38,7 +38,8 @@ In cluster mode an INSERT with rows for vgroups placed on other nodes (refused h
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
 a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
 names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
-(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
+``basic_auth`` only for a principal that is a user here (403 otherwise). A
 SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
 (the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
@@ -94,6 +95,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
@@ -124,7 +126,7 @@ from walgate.gateway.sql_forward import (
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
-from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, refusal
+from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, header_refusal, refusal
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
@@ -419,7 +421,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
     budget = PartsBudget(app[_QUERIES].max_bytes)  # every node's part, this node's too, as it is read
 
@@ -707,7 +709,7 @@ async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, par
         return Outcome(part, "written", rows=await write(part))
 
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     outcomes = list(await asyncio.gather(*(
         _here(part, local, write_here(part)) if part.node == local else
         send(part, urls.get(part.node), path, part.body or body, local, caller, params)
@@ -850,11 +852,14 @@ async def _node_refusal(request: web.Request) -> str | None:
     if missing:
         return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
     query = dict(request.query)
-    if not headers[TIME].isdigit() or len(query) != len(request.query):
-        return f"a request forwarded between nodes has a number in {TIME} and no query parameter twice"
-    signed = Signed(request.method, request.path, query, headers[FORWARDED], headers[PRINCIPAL_HEADER],
-                    headers[CLIENT_HOST], int(headers[TIME]), await request.read())
+    if len(query) != len(request.query):
+        return "a request forwarded between nodes has no query parameter twice"
     now_ms = time.time_ns() // 1_000_000
+    refused = header_refusal(headers[TIME], headers[SIGNATURE], headers[PRINCIPAL_HEADER], now_ms)
+    if refused is not None:  # before the body is read
+        return f"a request forwarded between nodes must be signed by a node of this cluster: {refused}"
+    signed = Signed(request.app[_ENGINE].catalog.node_id, request.method, request.path, query, headers[FORWARDED],
+                    headers[PRINCIPAL_HEADER], headers[CLIENT_HOST], int(headers[TIME]), await request.read())
     why: list[str | None] = [None]
 
     def fits(tokens: tuple[str, ...]) -> bool:
@@ -863,14 +868,23 @@ async def _node_refusal(request: web.Request) -> str | None:
 
     if not await shared.member.tokens.verified(fits):
         return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    basic_auth = request.app[_BASIC_AUTH]
+    if basic_auth is not None and not await basic_auth.is_user(signed.principal):
+        return (f"{signed.principal} is not a user of this cluster, and this node authenticates every request: "
+                "every node of a cluster must run the same http.auth")
     request[PRINCIPAL], request[HOST] = signed.principal, signed.host
     return None
 
 
-async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
+def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
     """Whom a part of ``request`` forwarded to another node is for: its principal and client address, signed with
-    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore."""
-    return Caller(request[PRINCIPAL], request[HOST], await shared.member.tokens.signing(), request.app[_NODE_TLS])
+    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore. Raises
+    StorageUnavailable when the node knows no token (an operator deleted it)."""
+    try:
+        token = shared.member.tokens.signing()
+    except ControlPlaneError as e:
+        raise StorageUnavailable(f"nothing can be sent to another node: {e}") from None
+    return Caller(request[PRINCIPAL], request[HOST], token, request.app[_NODE_TLS])
 
 
 async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -88,7 +88,7 @@ class Caller:
 
     principal: str
     host: str
-    token: str
+    token: str = field(repr=False)  # a secret: never in a log line
     ssl: ssl.SSLContext | None = None
 
 
@@ -135,8 +135,8 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
     try:
-        status, rows, answered = await _post(url, path, params, body, f"{sender};{format_positions(part.positions)}",
-                                             caller, timeout)
+        status, rows, answered = await _post(url, part.node, path, params, body,
+                                             f"{sender};{format_positions(part.positions)}", caller, timeout)
         if status == 204 and rows is not None and rows.isdigit():  # line protocol: no body
             return Outcome(part, "written", rows=int(rows))
     except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
@@ -162,15 +162,15 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
 
 
-async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
-                timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
-    """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
-    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
-    stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
+async def _post(url: str, node: int, path: str, params: dict[str, str] | None, body: bytes, forwarded: str,
+                caller: Caller, timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
+    """POST ``body`` to ``path`` of node ``node``'s HTTP API at ``url`` with the :data:`FORWARDED` header
+    ``forwarded``, signed for ``caller`` and that node: the answer's status, its :data:`ROWS_HEADER` and its JSON
+    (None for a 204; the bytes of an Arrow IPC stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
     seconds (None: no limit, but :data:`FORWARD_TIMEOUT_S` to connect), ValueError for an answer that is not JSON,
     LimitExceeded past the budget. Cancelled, it closes the connection (the owner sees its client gone)."""
-    signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
-                    body)
+    signed = Signed(node, "POST", path, params or {}, forwarded, caller.principal, caller.host,
+                    time.time_ns() // 1_000_000, body)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
                CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
     connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
@@ -204,7 +204,7 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout, budget)
+        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{part}", caller, timeout, budget)
     except LimitExceeded as e:
         return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
