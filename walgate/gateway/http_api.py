@@ -139,7 +139,17 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
-from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
+from walgate.storage.insert_routing import (
+    Part,
+    TableDdl,
+    parse_positions,
+    split_csv,
+    split_insert,
+    split_lines,
+    split_tables,
+    tables_at,
+    targets_at,
+)
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
 from walgate.storage.result import affected
@@ -310,6 +320,8 @@ async def _sql(request: web.Request) -> web.Response:
             return await _forward_insert(request, shared, authorizer, principal, host, body, db)
         if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
             return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
+        if isinstance(stmt, TableDdl):
+            return await _forward_tables(request, shared, authorizer, principal, host, body, stmt, db)
         raise
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
@@ -325,9 +337,10 @@ async def _sql(request: web.Request) -> web.Response:
     return _json(200, result.rest_body())
 
 
-def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show:
-    """The part of the INSERT, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
-    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT
+def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
+    """The part of the INSERT, CREATE TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
+    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a CREATE
+    or DROP TABLE, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -336,9 +349,12 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show
         return stmt
     if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
         return stmt
+    if sep and positions not in (HERE, SCAN) and isinstance(stmt, TableDdl):
+        return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"{HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a SHOW TABLES")
+                           f"a CREATE TABLE or a DROP TABLE, {HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a "
+                           "SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
@@ -475,6 +491,32 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
 
     return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
                           lambda rows: _json(200, affected(rows).rest_body()))
+
+
+async def _forward_tables(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                          principal: str, host: str, body: bytes, stmt: TableDdl, db: str | None) -> web.Response:
+    """The CREATE TABLE or DROP TABLE ``stmt`` (``body``'s text, current database ``db``), which names a table whose
+    vgroup is on another node, run as one part per owning node (:func:`~walgate.storage.insert_routing.split_tables`;
+    IF [NOT] EXISTS kept): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks it again for the
+    caller. Answered as an INSERT spanning nodes is (:func:`~.sql_forward.answer`) when a part failed."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
+    if refused is not None:
+        return refused
+    local = engine.catalog.node_id
+    parts = await storage.call(lambda: split_tables(stmt, db, dict(engine.catalog.databases), local))
+    if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
+        return _json(200, (await shared.run(_run, engine, authorizer, principal, host, stmt, db)).rest_body())
+
+    async def run_here(part: Part) -> int:
+        await shared.run(_run, engine, authorizer, principal, host, tables_at(stmt, part.positions), db)
+        return 0
+
+    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, run_here,
+                          lambda _: _json(200, affected(0).rest_body()),
+                          what="DROP TABLE" if isinstance(stmt, ast.DropTable) else "CREATE TABLE")
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
@@ -674,11 +716,11 @@ async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, tab
 
 async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, parts: list[Part], path: str,
                    params: dict[str, str] | None, write: Callable[[Part], Awaitable[int]],
-                   written: Callable[[int], web.Response]) -> web.Response:
+                   written: Callable[[int], web.Response], what: str = "INSERT") -> web.Response:
     """The ``parts`` of a write's ``body``: this node's written here by ``write`` (rows written), every other
     node's sent to its ``path`` with query ``params`` (:mod:`.sql_forward`: the part's own body, or ``body`` whole
-    for an INSERT's part, which names its positions), all at once; ``written(rows)`` when every part was written,
-    else the answer of :func:`~.sql_forward.answer`."""
+    for a part of an INSERT, CREATE TABLE or DROP TABLE, which names its positions), all at once; ``written(rows)``
+    when every part was written, else the answer of :func:`~.sql_forward.answer` for the statement ``what``."""
     local = request.app[_ENGINE].catalog.node_id
 
     async def write_here(part: Part) -> Outcome:
@@ -692,7 +734,7 @@ async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, par
         for part in parts)))
     if all(o.state == "written" for o in outcomes):
         return written(sum(o.rows for o in outcomes))
-    status, answer_body = answer(outcomes)
+    status, answer_body = answer(outcomes, what)
     log.info("a write to %s from %s across nodes answered %d: %s", path, request[HOST], status,
              answer_body["desc"][:2000])
     return _json(status, answer_body)
