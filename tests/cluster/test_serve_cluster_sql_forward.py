@@ -278,8 +278,9 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
             sql(n1, "CREATE USER carol PASS 'Secret-123'", auth=root)
             admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
             for done in admin.create_acls([AclBinding(ResourceType.TOPIC, "f.", ResourcePatternType.PREFIXED,
-                                                      "User:carol", "127.0.0.2", AclOperation.WRITE,
-                                                      AclPermissionType.ALLOW)]).values():
+                                                      "User:carol", "127.0.0.2", operation,
+                                                      AclPermissionType.ALLOW)
+                                           for operation in (AclOperation.WRITE, AclOperation.CREATE)]).values():
                 done.result(30)
             eventually("node 2 knows carol's ACL", lambda: post(
                 n2, f"INSERT INTO {values(b0, 2, [20])}", auth=carol, source="127.0.0.2")[0] == 200)
@@ -288,6 +289,11 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
             assert (status, answer.get("data")) == (200, [[2]]), answer
             status, answer = post(n1, statement, auth=carol)  # from 127.0.0.1: refused before anything is sent
             assert status == 403 and "written" not in answer, answer
+            # a CREATE TABLE of node 2's vgroup through node 1: carol's, from her address, made on node 2
+            create = f"CREATE TABLE f.{tables_of(1, 2)[1]} (ts TIMESTAMP, v INT)"
+            for who, source, status in ((alice, None, 403), (carol, None, 403), (carol, "127.0.0.2", 200)):
+                assert post(n1, create, auth=who, source=source)[0] == status, (who, source)
+            assert post(n2, create, auth=root)[1]["code"] == 0x0602, "made on node 2"
             # a forwarded part sent straight to its owner without the cluster's node token: refused, whoever asks,
             # whoever it claims to be for
             forged = {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": "User:root",
