@@ -338,9 +338,9 @@ async def _sql(request: web.Request) -> web.Response:
 
 
 def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
-    """The part of the INSERT, CREATE TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
-    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a CREATE
-    or DROP TABLE, ``<sender>;here`` of a SELECT
+    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here
+    (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a
+    CREATE [S]TABLE or DROP TABLE, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -495,9 +495,10 @@ async def _forward_insert(request: web.Request, shared: SharedCatalog, authorize
 
 async def _forward_tables(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                           principal: str, host: str, body: bytes, stmt: TableDdl, db: str | None) -> web.Response:
-    """The CREATE TABLE or DROP TABLE ``stmt`` (``body``'s text, current database ``db``), which names a table whose
-    vgroup is on another node, run as one part per owning node (:func:`~walgate.storage.insert_routing.split_tables`;
-    IF [NOT] EXISTS kept): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    """The CREATE TABLE, CREATE STABLE or DROP TABLE ``stmt`` (``body``'s text, current database ``db``), which names
+    a table whose vgroup is on another node, run as one part per owning node
+    (:func:`~walgate.storage.insert_routing.split_tables`; IF [NOT] EXISTS kept; a CREATE STABLE is staged by that
+    node, which alone sees a normal table of its name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
     ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks it again for the
     caller. Answered as an INSERT spanning nodes is (:func:`~.sql_forward.answer`) when a part failed."""
     app = request.app
@@ -516,7 +517,8 @@ async def _forward_tables(request: web.Request, shared: SharedCatalog, authorize
 
     return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, run_here,
                           lambda _: _json(200, affected(0).rest_body()),
-                          what="DROP TABLE" if isinstance(stmt, ast.DropTable) else "CREATE TABLE")
+                          what="DROP TABLE" if isinstance(stmt, ast.DropTable) else
+                          "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE")
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
