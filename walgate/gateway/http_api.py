@@ -310,6 +310,8 @@ async def _sql(request: web.Request) -> web.Response:
             if authorizer is not None:
                 result = visible(authorizer, principal, host, stmt, result)
         elif shared is not None:  # cluster mode: users and grants are the cluster's
+            if forwarded is None and isinstance(stmt, ast.CreateStable):
+                await app[_STORAGE].call(_name_here, engine, stmt.name, db)
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
@@ -593,6 +595,18 @@ def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str,
     if authorizer is not None:
         check(authorizer, principal, host, planned.insert, db)
     return engine.apply_write(planned.write, write)
+
+
+def _name_here(engine: Engine, name: ast.Name, db: str | None) -> None:
+    """:class:`NotHere` when ``name`` is not a supertable of its (cluster) database and its name's vgroup is on
+    another node (storage thread): that node alone sees a normal table of that name, so a CREATE STABLE of it is
+    sent there and refused the same through every node. An unknown database is left to the statement to answer."""
+    try:
+        dbdef = engine.store.resolve_db(name.db, db)
+    except StorageError:
+        return
+    if (dbdef.name, name.name) not in engine.catalog.stables:
+        engine.store.vnode(dbdef.name, name.name)
 
 
 def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Show,

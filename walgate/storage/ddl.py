@@ -19,7 +19,7 @@ from typing import Any
 from walgate.storage import names
 from walgate.storage.catalog import DatabaseDef, StableDef, column_to_json
 from walgate.storage.commit import Commits, Pending, Plan
-from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound
+from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, NotHere
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -89,10 +89,13 @@ class Ddl:
         return affected(0)
 
     def _table_here(self, db: DatabaseDef, name: str) -> bool:
-        """Whether table ``name`` of ``db`` exists; :class:`NotHere` when the vgroup of ``name`` is on another node,
-        which alone sees such a table: the CREATE STABLE is sent there (gateway/http_api), so that every node
-        refuses the same name."""
-        return self.store.vnode(db.name, name).live(name) is not None
+        """Whether table ``name`` of ``db`` exists, as far as this node knows: a cluster database's table whose vgroup
+        is on another node is not seen (the HTTP API sends a CREATE STABLE of such a name to that node:
+        gateway/http_api)."""
+        try:
+            return self.store.vnode(db.name, name).live(name) is not None
+        except NotHere:
+            return False
 
     def create_table(self, s: ast.CreateTable, session: str | None) -> Result:
         db = self.store.resolve_db(s.name.db, session)
