@@ -500,9 +500,9 @@ async def _forward_tables(request: web.Request, shared: SharedCatalog, authorize
     """The CREATE TABLE, CREATE STABLE or DROP TABLE ``stmt`` (``body``'s text, current database ``db``), which names
     a table whose vgroup is on another node, run as one part per owning node
     (:func:`~walgate.storage.insert_routing.split_tables`; IF [NOT] EXISTS kept; a CREATE STABLE is staged by that
-    node, which alone sees a normal table of its name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks it again for the
-    caller. Answered as an INSERT spanning nodes is (:func:`~.sql_forward.answer`) when a part failed."""
+    node, which alone sees a normal table of its name, and known here too once answered): this node's here, every
+    other node's sent to it (:mod:`.sql_forward`), all at once, once ``principal`` may run the whole statement here
+    (nothing is sent otherwise); each owner checks it again for the caller. Answered as an INSERT spanning nodes is (:func:`~.sql_forward.answer`) when a part failed."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
@@ -517,10 +517,13 @@ async def _forward_tables(request: web.Request, shared: SharedCatalog, authorize
         await shared.run(_run, engine, authorizer, principal, host, tables_at(stmt, part.positions), db)
         return 0
 
-    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, run_here,
-                          lambda _: _json(200, affected(0).rest_body()),
-                          what="DROP TABLE" if isinstance(stmt, ast.DropTable) else
-                          "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE")
+    response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, run_here,
+                              lambda _: _json(200, affected(0).rest_body()),
+                              what="DROP TABLE" if isinstance(stmt, ast.DropTable) else
+                              "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE")
+    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.DropTable)):
+        await shared.catch_up()  # a supertable staged by its owner is known here too once answered
+    return response
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
