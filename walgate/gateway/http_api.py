@@ -318,12 +318,10 @@ async def _sql(request: web.Request) -> web.Response:
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
         if shared is None or forwarded is not None:
             raise
-        if _INSERT.match(sql):
-            return await _forward_insert(request, shared, authorizer, principal, host, body, db)
+        if _INSERT.match(sql) or isinstance(stmt, TableDdl):
+            return await _forward_statement(request, shared, authorizer, principal, host, body, db)
         if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
             return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
-        if isinstance(stmt, TableDdl):
-            return await _forward_tables(request, shared, authorizer, principal, host, body, stmt, db)
         raise
     except NotPermitted as e:  # the same ACLs as Kafka clients (walgate.security.sql_access); nothing run
         if change is not None:
@@ -468,61 +466,42 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     return web.Response(body=merged, content_type="application/json")
 
 
-async def _forward_insert(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                          principal: str, host: str, body: bytes, db: str | None) -> web.Response:
-    """The INSERT of ``body`` (current database ``db``), which has rows for vgroups on other nodes, written as one
-    part per owning node: this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise)."""
+async def _forward_statement(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                             principal: str, host: str, body: bytes, db: str | None) -> web.Response:
+    """The INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE of ``body`` (current database ``db``), which has rows
+    for, or names tables of, vgroups on other nodes, run as one part per owning node
+    (:func:`~walgate.storage.insert_routing.split_insert`, :func:`~walgate.storage.insert_routing.split_tables`:
+    IF [NOT] EXISTS kept; a CREATE STABLE goes to the node of its name's vgroup, which alone sees a normal table of
+    that name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks its part again for
+    the caller. A supertable made or dropped by another node is known here too once answered."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
-    if not isinstance(stmt, ast.Insert):
-        raise InvalidValue("the statement is not an INSERT")
+    if not isinstance(stmt, (ast.Insert, ast.CreateTable, ast.CreateSubtable, ast.CreateStable, ast.DropTable)):
+        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE")
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local))
-    if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
+    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local)
+                               if isinstance(stmt, ast.Insert) else
+                               split_tables(stmt, db, dict(engine.catalog.databases), local))
+    if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
 
     async def write_here(part: Part) -> int:
-        result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
+        at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
+        result = await shared.run(_run, engine, authorizer, principal, host, at, db)
         return result.affected_rows or 0
 
-    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
-                          lambda rows: _json(200, affected(rows).rest_body()))
-
-
-async def _forward_tables(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                          principal: str, host: str, body: bytes, stmt: TableDdl, db: str | None) -> web.Response:
-    """The CREATE TABLE, CREATE STABLE or DROP TABLE ``stmt`` (``body``'s text, current database ``db``), which names
-    a table whose vgroup is on another node, run as one part per owning node
-    (:func:`~walgate.storage.insert_routing.split_tables`; IF [NOT] EXISTS kept; a CREATE STABLE is staged by that
-    node, which alone sees a normal table of its name, and known here too once answered): this node's here, every
-    other node's sent to it (:mod:`.sql_forward`), all at once, once ``principal`` may run the whole statement here
-    (nothing is sent otherwise); each owner checks it again for the caller. Answered as an INSERT spanning nodes is (:func:`~.sql_forward.answer`) when a part failed."""
-    app = request.app
-    engine, storage = app[_ENGINE], app[_STORAGE]
-    refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
-    if refused is not None:
-        return refused
-    local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_tables(stmt, db, dict(engine.catalog.databases), local))
-    if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
-        return _json(200, (await shared.run(_run, engine, authorizer, principal, host, stmt, db)).rest_body())
-
-    async def run_here(part: Part) -> int:
-        await shared.run(_run, engine, authorizer, principal, host, tables_at(stmt, part.positions), db)
-        return 0
-
-    response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, run_here,
-                              lambda _: _json(200, affected(0).rest_body()),
-                              what="DROP TABLE" if isinstance(stmt, ast.DropTable) else
-                              "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE")
+    what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
+        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
+    response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
+                              lambda rows: _json(200, affected(rows).rest_body()), what)
     if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.DropTable)):
-        await shared.catch_up()  # a supertable staged by its owner is known here too once answered
+        await shared.catch_up()  # a supertable staged by its owner (DROP TABLE of one too)
     return response
 
 
