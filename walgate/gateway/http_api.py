@@ -35,9 +35,11 @@ Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-sit
 runs (:mod:`walgate.gateway.http_origin`).
 
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
-is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
-a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
-names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
+is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`),
+and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, and a CREATE STABLE whose name's vgroup is
+there (that node alone sees a normal table of the name); a request carrying that module's ``FORWARDED`` header is
+such a part: the statement's clauses (tables) at the positions it names, run here or refused, never forwarded
+again. It is accepted only signed with the cluster's node token
 (:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
 SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
 (the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.

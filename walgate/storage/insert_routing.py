@@ -1,5 +1,5 @@
-"""An INSERT, a line-protocol or a CSV body split by the node that owns each of its tables (cluster mode;
-docs/cluster.md "SQL writes across nodes").
+"""An INSERT, a CREATE / DROP TABLE, a line-protocol or a CSV body split by the node that owns each of its tables
+(cluster mode; docs/cluster.md "SQL writes across nodes").
 
 Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
 the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
