@@ -232,6 +232,9 @@ def test_create_and_drop_table_through_either_node_run_on_each_tables_owner(etcd
         assert (status, answer["code"]) == (400, 0x2662), answer
         assert [(p["node"], p["tables"]) for p in answer["written"]] == [(1, [f"f.{a0}"])], answer
         assert [(p["node"], p["tables"]) for p in answer["not_written"]] == [(2, [f"f.{b0}", f"f.{gone}"])], answer
+        audited = f"DROP TABLE DROP TABLE f.{a0}, f.{b0}, f.{gone}: failed: "
+        wait_log(n1, audited + "HTTP 400")  # audited where asked, and its part where it failed
+        wait_log(n2, audited + f"Table does not exist: f.{gone}")
         assert sorted(r[0] for r in sql(n2, "SHOW f.TABLES")) == sorted([b0, b1])
         status, answer = post(n2, f"DROP TABLE IF EXISTS {a0}, {b0}, {gone}", db="f")  # IF EXISTS kept on each node
         assert (status, answer.get("data")) == (200, [[0]]), answer

@@ -321,7 +321,11 @@ async def _sql(request: web.Request) -> web.Response:
         if shared is None or forwarded is not None:
             raise
         if _INSERT.match(sql) or isinstance(stmt, TableDdl):
-            return await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            response = await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            if change is not None:  # each owner audits its part too
+                audit(principal, host, change, sql, "ok" if response.status == 200 else
+                      f"failed: HTTP {response.status} (the statement spans nodes: each node's part audited there)")
+            return response
         if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
             return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
         raise
