@@ -11,7 +11,9 @@ certificate is verified with :attr:`Caller.ssl` (the node's truststore). A line-
 lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
-write (all of it or none of it: nothing of a refused part is written) and never forwards one again.
+write (all of it or none of it: nothing of a refused part is written) and never forwards one again. A CREATE TABLE,
+CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the header
+(:func:`~walgate.storage.insert_routing.split_tables`), each part with no rows.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
 (the owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered
@@ -236,8 +238,9 @@ def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
                    desc=f"node {part.node} ({url}) answered HTTP {status} with {what}: it may have been written or not")
 
 
-def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
-    """The client's answer (HTTP status, JSON body) of a write whose parts ended as ``outcomes``, one or more not
+def answer(outcomes: list[Outcome], what: str = "INSERT") -> tuple[int, dict[str, Any]]:
+    """The client's answer (HTTP status, JSON body) of a write (the statement ``what``: an INSERT or a body of rows,
+    or a CREATE TABLE or DROP TABLE, whose parts have no rows) whose parts ended as ``outcomes``, one or more not
     written: the first failed part's status and code, a ``desc`` saying what was written and what not, and the
     parts by state (module docstring)."""
     failed = [o for o in outcomes if o.state != "written"]
@@ -245,11 +248,12 @@ def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
-        what = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        done = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
         rows = o.rows if o.state == "written" else o.part.rows
-        said.append(f"{rows} rows of {tables} on node {o.part.node}: {what}" + (f" ({o.desc})" if o.desc else ""))
+        said.append(f"{rows} rows of {tables}" if what == "INSERT" else tables)
+        said[-1] += f" on node {o.part.node}: {done}" + (f" ({o.desc})" if o.desc else "")
     first = failed[0]
-    body = {"code": first.code, "desc": "INSERT spanning nodes, each node's part all or nothing: " + "; ".join(said),
+    body = {"code": first.code, "desc": f"{what} spanning nodes, each node's part all or nothing: " + "; ".join(said),
             "written": [o.entry() for o in outcomes if o.state == "written"],
             "not_written": [o.entry() for o in outcomes if o.state == "not_written"],
             "unknown": [o.entry() for o in outcomes if o.state == "unknown"]}
