@@ -1,0 +1,39 @@
+"""A vnode cut back to a WAL version with every derived state it feeds (replication's follower truncation,
+docs/plans/replication-wiring.md step 6).
+
+:func:`truncate_vnode` cuts the WAL and what the vnode derives itself (:meth:`Vnode.truncate_to`: the leader-epoch
+cache, the meta store), then what the engine derives from it, in memory and in their files: each topic's offset
+index on the vnode (the records of the cut entries forgotten, so the next append gets the offsets a replica that
+never had them would), a Kafka-native partition's producer and transaction state (rebuilt from the batches the WAL
+keeps, as an open rebuilds it: sequences, epochs, open transactions, aborted list and last stable offset as before
+the cut) and the rendered batches cached for the cut versions. The high watermark follows from the offset index
+(its end) and the WAL's visible version.
+
+Invariant: afterwards, and after a reopen, the derived state equals that of a vnode that only ever had the entries
+below the cut. Each derived file is checked against the WAL at open (offset index records past the WAL's end
+dropped, a meta store covering past it rebuilt, the epoch cache cut to it, producer state rebuilt from it), so a
+crash at any point after the WAL's cut reopens consistent.
+"""
+
+from __future__ import annotations
+
+from walgate.storage.batch_cache import BatchCache
+from walgate.storage.native_topics import NativeTopics
+from walgate.storage.store import Store
+
+__all__ = ["truncate_vnode"]
+
+
+def truncate_vnode(store: Store, native: NativeTopics, cache: BatchCache, db: str, index: int, version: int) -> None:
+    """Cut vnode ``index`` of database ``db`` back to WAL ``version`` and its derived state with it (see the module
+    docstring). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing cut unless it says so."""
+    vnode = store.local_vnode(db, index)
+    vnode.truncate_to(version)
+    topics = [t for t in store.catalog.topics.values() if t.db == db]
+    for topic in topics:
+        idx = store.indexes.get((topic.name, index))
+        if idx is not None:
+            idx.truncate_to(version)
+        if topic.kind == "kafka":
+            native.rebuild_producers(topic, vnode)
+    cache.forget_from({native.views.topic_id(t.name) for t in topics}, index, version)
