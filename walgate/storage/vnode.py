@@ -385,7 +385,8 @@ class Vnode:
     def truncate_to(self, version: int) -> None:
         """Cut this vnode back to WAL ``version`` (:meth:`Wal.truncate_to`: an entry's first version, or the end),
         and what it derives from the WAL with it: the leader-epoch cache forgets the epochs starting at or after it,
-        and the tables are those of the meta entries below it. How the tables follow: when no meta entry is cut,
+        (a cache left empty is a new vnode's: epoch 0 from version 0, until replicas), and the tables are those of
+        the meta entries below it. How the tables follow: when no meta entry is cut,
         the meta store is first written (fsynced) as covering ``version`` (its rows are all of entries below it), so
         a crash at any point after finds it consistent with the WAL, cut or not; when one is, the store is rebuilt
         from the WAL's meta entries after the cut (a crash before that finds it covering a version past the WAL's
@@ -408,6 +409,7 @@ class Vnode:
         self.wal.truncate_to(version)
         self._applied = min(self._applied, version)
         self.epochs.truncate_from_end(version)
+        self.epochs.lead_single_node(new=version == 0)  # (an emptied cache: as a new vnode's, see __init__)
         if cut_meta:
             self._rebuild_after_cut()
 
