@@ -19,10 +19,11 @@ from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
+from walgate.storage import fileio, lines
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
-from walgate.storage.wal import Wal, WalOptions
+from walgate.storage.wal import KIND_DATA, Wal, WalOptions
 from walgate.storage.wal_truncate import INTENT
 from walgate.wire import encode_batch
 
@@ -134,3 +135,171 @@ def test_a_cut_vnode_derives_what_one_that_only_had_the_prefix_does(tmp_path_fac
     assert state(cut) == state(fresh)
     cut.close()
     fresh.close()
+
+
+# ------------------------------------------------------------------ the WAL's cut: all or nothing
+
+OPTIONS = WalOptions(level=2, fsync_period_ms=0, segment_bytes=SMALL_SEGMENTS)
+BODIES = [bytes([65 + i]) * (40 + 17 * i) for i in range(14)]  # several segments
+CUT = 4  # entries kept: the cut falls in a sealed segment, later segments go
+
+
+def filled(directory: Path) -> tuple[Wal, list[tuple[int, bytes]]]:
+    """A WAL of BODIES, one entry an append (one version each), and its entries as (version, body)."""
+    wal = Wal.open(directory, OPTIONS)
+    for body in BODIES:
+        wal.append([(KIND_DATA, 1, 1_000, body)])
+    assert len(wal.segments) > 3 and wal.segments[-1].first > CUT
+    return wal, entries(wal)
+
+
+def entries(wal: Wal) -> list[tuple[int, bytes]]:
+    return [(e.version, e.body) for e in wal.read_from(0)]
+
+
+def test_a_cut_wal_reopens_cut_and_appends_take_the_cut_versions(tmp_path: Path):
+    wal, before = filled(tmp_path)
+    wal.truncate_to(CUT)
+    assert entries(wal) == before[:CUT] and wal.next_version == CUT and not (tmp_path / INTENT).exists()
+    assert wal.append([(KIND_DATA, 1, 1_000, b"new")]) == CUT
+    wal.close()
+    again = Wal.open(tmp_path, OPTIONS)
+    assert entries(again) == [*before[:CUT], (CUT, b"new")]
+    with pytest.raises(ValueError):
+        again.truncate_to(CUT + 7)  # past the end
+    again.truncate_to(0)
+    assert entries(again) == [] and again.append([(KIND_DATA, 1, 1_000, b"x")]) == 0
+
+
+def test_a_cut_that_is_no_entry_start_is_refused(tmp_path: Path):
+    wal = Wal.open(tmp_path, OPTIONS)
+    wal.append([(KIND_DATA, 3, 1_000, b"three rows")])
+    with pytest.raises(ValueError, match="no entry begins at version 1"):
+        wal.truncate_to(1)
+    assert wal.next_version == 3
+
+
+def _fault_points(tmp_path: Path) -> list[tuple[str, int]]:
+    """(operation, n): the n-th call of each file operation a cut makes."""
+    wal, _ = filled(tmp_path / "probe")
+    faults = Faults()
+    with faults.active():
+        wal.truncate_to(CUT)
+    return [(op, n) for op, count in sorted(faults.calls.items()) for n in range(1, count + 1)]
+
+
+def test_a_refused_step_of_a_cut_leaves_the_wal_before_or_after_it_and_it_reopens_so(tmp_path: Path):
+    points = _fault_points(tmp_path)
+    assert {op for op, _ in points} >= {"write", "fsync", "fdatasync", "ftruncate", "unlink", "replace"}
+    for k, (op, n) in enumerate(points):
+        for kind in FAULT_KINDS if op in ("write", "pwrite") else ("eio",):
+            directory = tmp_path / f"{k}-{kind}"
+            wal, before = filled(directory)
+            faults = Faults()
+            with faults.active():
+                faults.fail_kind(op, kind, at=n)
+                try:
+                    wal.truncate_to(CUT)
+                    cut = True  # memory is cut; the disk follows, or the WAL is fenced until it does
+                except StorageUnavailable:
+                    cut = False  # the intent was refused: nothing was cut
+                assert faults.injected == 1, (op, n)
+                assert entries(wal) == (before[:CUT] if cut else before), (op, n, kind)
+                if wal.fenced:  # appends first finish the cut: refused while the disk refuses it
+                    faults.fail("fdatasync", error=errno.EIO, times=100)
+                    with pytest.raises(StorageUnavailable):
+                        wal.append([(KIND_DATA, 1, 1_000, b"refused")])
+                    faults.clear()
+                    assert wal.append([(KIND_DATA, 1, 1_000, b"taken")]) == CUT and not wal.fenced
+                    wal.truncate_to(CUT)
+            assert entries(_reopened(wal, directory)) == (before[:CUT] if cut else before), (op, n, kind)
+
+
+def _reopened(wal: Wal, directory: Path) -> Wal:
+    """``wal`` dropped without closing it (as a crash would), then opened again; then an append and a reopen."""
+    for seg in wal.segments:
+        seg.forget_files(wal.files)
+    again = Wal.open(directory, OPTIONS)
+    assert not (directory / INTENT).exists()
+    end = again.next_version
+    assert again.append([(KIND_DATA, 1, 1_000, b"after")]) == end
+    again.close()
+    again = Wal.open(directory, OPTIONS)
+    assert list(entries(again))[-1] == (end, b"after")
+    again.truncate_to(end)
+    return again
+
+
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+from walgate.storage import fileio
+from walgate.storage.wal import KIND_DATA, Wal, WalOptions
+wal = Wal.open(Path(sys.argv[1]), WalOptions(level=2, fsync_period_ms=0, segment_bytes=int(sys.argv[4])))
+real, left = fileio.os, int(sys.argv[3])
+class Killing:
+    def __getattr__(self, name):
+        attr = getattr(real, name)
+        if name not in ("write", "fsync", "fdatasync", "ftruncate", "replace", "unlink", "open"):
+            return attr
+        def call(*args, **kwargs):
+            global left
+            left -= 1
+            if left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return attr(*args, **kwargs)
+        return call
+fileio.os = Killing()
+wal.truncate_to(int(sys.argv[2]))
+print("done")
+"""
+
+
+def _cut_steps(tmp_path: Path) -> list[str]:
+    """The file operations a cut makes, in order (those KILLER counts)."""
+    wal, _ = filled(tmp_path / "probe")
+    real, seen = fileio.os, []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name not in ("write", "fsync", "fdatasync", "ftruncate", "replace", "unlink", "open"):
+                return attr
+            return lambda *args, **kwargs: (seen.append(name), attr(*args, **kwargs))[1]
+
+    fileio.os = Recording()  # type: ignore[assignment]
+    try:
+        wal.truncate_to(CUT)
+    finally:
+        fileio.os = real
+    return seen
+
+
+def test_a_kill_mid_cut_reopens_before_or_after_it_never_between(tmp_path: Path):
+    steps = _cut_steps(tmp_path)
+    replaced, first_unlink = steps.index("replace") + 1, steps.index("unlink") + 1
+    last_unlink = len(steps) - steps[::-1].index("unlink")
+    # killed before anything, at the fsync after the intent's rename, at the first segment deleted, at the log's
+    # cut, at the intent's removal, and not at all
+    kills = sorted({1, replaced + 1, first_unlink, steps.index("ftruncate") + 1, last_unlink, len(steps) + 1})
+    outcomes = set()
+    for k in kills:
+        directory = tmp_path / f"kill{k}"
+        wal, before = filled(directory)
+        wal.close()
+        run = subprocess.run([sys.executable, "-c", KILLER, str(directory), str(CUT), str(k), str(SMALL_SEGMENTS)],
+                             capture_output=True, timeout=60)
+        assert run.returncode == (0 if k > len(steps) else -signal.SIGKILL), run.stderr
+        after = entries(_reopened(Wal.open(directory, OPTIONS), directory))
+        assert after in (before, before[:CUT]), (k, steps)
+        outcomes.add(after == before)
+    assert outcomes == {True, False}  # kills before the intent was in place, and after
+
+
+def test_a_damaged_intent_is_reported_and_the_wal_opens_as_the_disk_holds_it(tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture):
+    wal, before = filled(tmp_path)
+    wal.close()
+    (tmp_path / INTENT).write_bytes(lines.encode({"version": CUT, "segment": 0, "position": 9})[:-3] + b"x\n")
+    assert entries(Wal.open(tmp_path, OPTIONS)) == before and not (tmp_path / INTENT).exists()
+    assert "WAL truncation intent" in caplog.text

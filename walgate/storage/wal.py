@@ -143,7 +143,7 @@ from walgate.storage.wal_format import (
     sealed_index,
 )
 from walgate.storage.wal_recovery import recover
-from walgate.storage.wal_truncate import Cut, finish, write_intent
+from walgate.storage.wal_truncate import INTENT, Cut, finish, write_intent
 
 __all__ = [
     "FLAG_MORE",
@@ -581,8 +581,8 @@ class Wal:
         :attr:`next_version` (nothing to cut); ValueError otherwise, or below the log start.
 
         Durable and all or nothing across a crash (:mod:`walgate.storage.wal_truncate`): the intent is written
-        first, and StorageUnavailable, with nothing cut, when the disk refuses it (or a log cleaner's merge the disk
-        refused is still unfinished). Once it is written, memory is cut and the files follow; when the disk refuses
+        first, and StorageUnavailable, with nothing cut, when the disk refuses it before it is in place (or a log
+        cleaner's merge the disk refused is still unfinished; once in place, the cut goes on). Once it is written, memory is cut and the files follow; when the disk refuses
         a file step the WAL is fenced (appends retry it first, a restart finishes it), as after a failed undo. A
         :class:`FileRegion` or :class:`WalSnapshot` taken before must not be read after (the caller's lane)."""
         if version == self.next_version:
@@ -599,8 +599,12 @@ class Wal:
         try:
             write_intent(self.dir, cut, self.syncs)
         except OSError as exc:
-            raise StorageUnavailable(f"wal {self.dir}: the truncation to version {version} could not be recorded "
-                                     f"({describe(exc)}); nothing was cut") from exc
+            if not (self.dir / INTENT).exists():
+                raise StorageUnavailable(f"wal {self.dir}: the truncation to version {version} could not be "
+                                         f"recorded ({describe(exc)}); nothing was cut") from exc
+            # renamed into place, its directory's fsync refused: a restart may find it, so the cut goes on
+            log.warning("wal %s: the truncation to version %d is recorded but not yet durable (%s)", self.dir,
+                        version, describe(exc))
         if seg.checked is not None:  # it may take appends again: check the bodies it keeps once, now
             file = self.files.get(seg.path)
             for j in range(i):
