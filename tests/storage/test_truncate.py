@@ -5,10 +5,11 @@ the next append; the cut is all or nothing when the disk refuses a step or the p
 from __future__ import annotations
 
 import errno
-import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,96 @@ def test_a_damaged_intent_is_reported_and_the_wal_opens_as_the_disk_holds_it(tmp
     (tmp_path / INTENT).write_bytes(lines.encode({"version": CUT, "segment": 0, "position": 9})[:-3] + b"x\n")
     assert entries(Wal.open(tmp_path, OPTIONS)) == before and not (tmp_path / INTENT).exists()
     assert "WAL truncation intent" in caplog.text
+
+
+# ------------------------------------------------------------------ the derived files, when a cut is interrupted
+
+HISTORY: list[Op] = [("insert", 0, 4), ("produce", 1, 2), ("txn", 2), ("insert", 1, 5), ("marker", False),
+                     ("txn", 1), ("insert", 2, 6), ("drop", 0), ("produce", 2, 3), ("insert", 0, 7)]
+KEEP = 3  # ops below the cut: it undoes tables 1, 2 and the new t0, the drop, an abort and an open transaction
+
+
+def _history(tmp_path: Path) -> tuple[Engine, Engine, tuple[int, int]]:
+    """(an engine of HISTORY, an engine of its first KEEP ops, the WAL ends after those)."""
+    cut, fresh = engine(tmp_path / "cut"), engine(tmp_path / "fresh")
+    seqs: dict[int, int] = {}
+    apply(cut, HISTORY[:KEEP], seqs)
+    mark = ends(cut)
+    apply(cut, HISTORY[KEEP:], seqs)
+    apply(fresh, HISTORY[:KEEP], {})
+    return cut, fresh, mark
+
+
+def _crashed(e: Engine, path: Path) -> Engine:
+    """``e`` dropped without closing (as by a kill), and its data dir opened again."""
+    for vnodes in e.vnodes.values():
+        for vnode in vnodes:
+            for seg in vnode.wal.segments:
+                seg.forget_files(vnode.wal.files)
+    return engine(path)
+
+
+def test_a_crash_after_the_wal_is_cut_and_before_its_derived_files_follow_reopens_consistent(tmp_path: Path):
+    cut, fresh, (db_version, kafka_version) = _history(tmp_path)
+    cut.vnodes["db"][0].store.write((), (), 10**6, 0, True)  # (a store covering past the cut, as a flush leaves)
+    cut.vnodes["db"][0].wal.truncate_to(db_version)  # the WALs alone: the offset indexes, epochs, meta store
+    kafka_vnode(cut).wal.truncate_to(kafka_version)  # and producer state are those of the whole history on disk
+    assert state(_crashed(cut, tmp_path / "cut")) == state(fresh)
+
+
+def test_a_refused_meta_store_rebuild_after_the_cut_reopens_consistent(tmp_path: Path):
+    cut, fresh, (db_version, _) = _history(tmp_path)
+    faults = Faults()
+    with faults.active():
+        faults.fail("unlink", error=errno.EIO, times=10)  # the store's replacement: its old file stays
+        with pytest.raises(StorageUnavailable):
+            cut.truncate_vnode("db", 0, db_version)
+    assert cut.vnodes["db"][0].wal.next_version == db_version  # the WAL is cut: the vnode is opened again
+    after = state(_crashed(cut, tmp_path / "cut"))
+    assert {k: v for k, v in after.items() if "k" not in k and k != "producers" and k != "ends"} == {
+        k: v for k, v in state(fresh).items() if "k" not in k and k != "producers" and k != "ends"}
+
+
+def test_a_refused_store_write_before_a_cut_without_meta_entries_cuts_nothing(tmp_path: Path):
+    e = engine(tmp_path / "e")
+    apply(e, [("insert", 0, 1)], {})
+    mark = ends(e)[0]
+    apply(e, [("insert", 0, 2), ("insert", 0, 3)], {})
+    vnode = e.vnodes["db"][0]
+    vnode.checkpoint()  # the store covers past the cut
+    before = state(e)
+    faults = Faults()
+    with faults.active():
+        faults.fail("fsync", error=errno.EIO, times=100)
+        faults.fail("fdatasync", error=errno.EIO, times=100)
+        with pytest.raises(StorageUnavailable):
+            e.truncate_vnode("db", 0, mark)
+    assert state(e) == before
+    e.truncate_vnode("db", 0, mark)
+    assert vnode.store.covered == mark and vnode.wal.next_version == mark
+
+
+def test_a_cut_that_would_undo_tables_retention_cannot_rebuild_is_refused(tmp_path: Path):
+    e = Engine.open(tmp_path)
+    e.execute("CREATE DATABASE old VGROUPS 1 WAL_RETENTION_PERIOD 0")
+    e.execute("CREATE STABLE old.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    vnode = e.vnodes["old"][0]
+    vnode.wal.options = WalOptions(**{**vnode.wal.options.__dict__, "segment_bytes": 64})  # a segment an append
+    for i in range(3):
+        e.execute(f"INSERT INTO old.t{i} USING old.st TAGS ({i}) VALUES (1000, {i})")
+    assert vnode.apply_retention(time.time() + 10) and vnode.wal.first_version > 0
+    mark = vnode.wal.next_version
+    e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 3)")
+    with pytest.raises(StorageError, match="retention deleted"):
+        e.truncate_vnode("old", 0, mark)
+    assert vnode.wal.next_version > mark and vnode.live("t3") is not None
+
+
+def test_the_batches_rendered_from_cut_versions_are_forgotten():
+    cache = BatchCache(1 << 20)
+    a, b = uuid.uuid4(), uuid.uuid4()
+    for key in [(a, 0, 5), (a, 0, 9), (a, 1, 9), (b, 0, 9)]:
+        cache.put(key, b"batch")
+    cache.forget_from({a}, 0, 6)
+    assert [cache.get(k) for k in [(a, 0, 5), (a, 0, 9), (a, 1, 9), (b, 0, 9)]] == [b"batch", None, b"batch", b"batch"]
+    assert cache.size == 3 * len(b"batch")
