@@ -664,8 +664,9 @@ class Wal:
         """Make the disk match memory: cut the active log back to its last complete entry, remove a half-made
         next segment, create the active log if missing; first, the file steps of a truncation (:meth:`truncate_to`)
         the disk refused. Raises OSError."""
-        if self._cut_pending:
-            finish(self.dir, self.syncs, self._report)
+        if self._cut_pending:  # (the intent's removal made durable too: appends never follow an intent a crash
+            finish(self.dir, self.syncs, self._report)  # could bring back, which would cut them off)
+            fileio.fsync_dir(self.dir, syncs=self.syncs)
             self._cut_pending = False
         seg = self.segments[-1]
         created = not seg.path.exists()
