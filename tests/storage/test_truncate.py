@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from walgate.storage import fileio, lines
 from walgate.storage.batch_cache import BatchCache
+from walgate.storage.cleaner import CHECKPOINT as CLEANER_CHECKPOINT
+from walgate.storage.cleaner import Cleaner
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.wal import KIND_DATA, Wal, WalOptions
@@ -398,3 +400,16 @@ def test_the_batches_rendered_from_cut_versions_are_forgotten():
     cache.forget_from({a}, 0, 6)
     assert [cache.get(k) for k in [(a, 0, 5), (a, 0, 9), (a, 1, 9), (b, 0, 9)]] == [b"batch", None, b"batch", b"batch"]
     assert cache.size == 3 * len(b"batch")
+
+
+def test_the_cleaners_dirty_point_moves_back_to_the_cut(tmp_path: Path):
+    e = Engine.open(tmp_path)
+    e.create_kafka_topic("c", 1, {"cleanup.policy": "compact"})
+    vnode = e.vnodes[e.catalog.topics["c"].db][0]
+    e.append_batches("c", 0, [encode_batch(0, [1], [b"k"], [b"a"])])
+    mark = vnode.wal.next_version
+    e.append_batches("c", 0, [encode_batch(0, [2], [b"k"], [b"b"])])
+    (vnode.dir / CLEANER_CHECKPOINT).write_bytes(lines.encode({"dirty_from": vnode.wal.next_version}))
+    assert e.cleaner.dirty_from(vnode) == vnode.wal.next_version  # (as a finished pass leaves it)
+    e.truncate_vnode(vnode.db.name, 0, mark)
+    assert e.cleaner.dirty_from(vnode) == mark and Cleaner(e.store).dirty_from(vnode) == mark

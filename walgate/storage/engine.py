@@ -380,7 +380,7 @@ class Engine:
     def truncate_vnode(self, db: str, index: int, version: int) -> None:
         """Cut vnode ``index`` of ``db`` back to WAL ``version``, with every state derived from it
         (:mod:`walgate.storage.truncation`; replication's follower truncation)."""
-        truncate_vnode(self.store, self.native, self.batch_cache, db, index, version)
+        truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version)
 
     # ------------------------------------------------------------- committed offsets
 

@@ -6,7 +6,8 @@ cache, the meta store), then what the engine derives from it, in memory and in t
 index on the vnode (the records of the cut entries forgotten, so the next append gets the offsets a replica that
 never had them would), a Kafka-native partition's producer and transaction state (rebuilt from the batches the WAL
 keeps, as an open rebuilds it: sequences, epochs, open transactions, aborted list and last stable offset as before
-the cut) and the rendered batches cached for the cut versions. The high watermark follows from the offset index
+the cut), the log cleaner's dirty point (moved back to the cut, a pass on the vnode ended) and the rendered batches
+cached for the cut versions. The high watermark follows from the offset index
 (its end) and the WAL's visible version.
 
 Invariant: afterwards, and after a reopen, the derived state equals that of a vnode that only ever had the entries
@@ -18,13 +19,15 @@ crash at any point after the WAL's cut reopens consistent.
 from __future__ import annotations
 
 from walgate.storage.batch_cache import BatchCache
+from walgate.storage.cleaner import Cleaner
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.store import Store
 
 __all__ = ["truncate_vnode"]
 
 
-def truncate_vnode(store: Store, native: NativeTopics, cache: BatchCache, db: str, index: int, version: int) -> None:
+def truncate_vnode(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, db: str, index: int,
+                   version: int) -> None:
     """Cut vnode ``index`` of database ``db`` back to WAL ``version`` and its derived state with it (see the module
     docstring). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing cut unless it says so."""
     vnode = store.local_vnode(db, index)
@@ -36,4 +39,5 @@ def truncate_vnode(store: Store, native: NativeTopics, cache: BatchCache, db: st
             idx.truncate_to(version)
         if topic.kind == "kafka":
             native.rebuild_producers(topic, vnode)
+    cleaner.truncated(vnode, version)
     cache.forget_from({native.views.topic_id(t.name) for t in topics}, index, version)

@@ -5,8 +5,8 @@ does. So it is written first as an *intent*: ``wal/truncation``, one checksummed
 naming the version, the segment that holds it and the byte position of its entry, written with
 :func:`~walgate.storage.fileio.replace_file` (write new, fsync, rename, fsync the directory). Until the intent is
 durable, nothing was cut (a crash reopens the WAL as it was). Once it is, :func:`finish` carries it out: deletes
-every later segment (newest first, index before log), cuts the holding segment's log at the position and
-fdatasyncs it, fsyncs the directory, and only then removes the intent. :func:`finish` is idempotent and runs
+every later segment (newest first, index before log), removes the holding segment's index (its seal: it is the
+active segment again), cuts its log at the position and fdatasyncs it, fsyncs the directory, and only then removes the intent. :func:`finish` is idempotent and runs
 again at the next open before recovery reads any segment, so a crash anywhere after the intent reopens the WAL
 cut (never between, never a torn entry: the position is an entry's first byte).
 
@@ -77,7 +77,9 @@ def finish(directory: Path, syncs: SyncLatency,
         for first in sorted(later, reverse=True):  # newest first, its index before its log
             for p in sorted(later[first], key=lambda p: p.suffix != ".idx"):
                 fileio.unlink(p, missing_ok=True)
-        log_path = Segment(directory, cut.segment).path
+        held = Segment(directory, cut.segment)
+        fileio.unlink(held.index_path, missing_ok=True)  # (it is the active segment again: a seal would be stale)
+        log_path = held.path
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size > cut.position:
