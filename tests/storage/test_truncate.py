@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from clocks import ManualClock
-from faults import FAULT_KINDS, Faults
+from faults import FAULT_KINDS, Faults, flipped_in_line
 from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
@@ -302,11 +302,23 @@ def test_a_kill_mid_cut_reopens_before_or_after_it_never_between(tmp_path: Path)
 
 def test_a_damaged_intent_is_reported_and_the_wal_opens_as_the_disk_holds_it(tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture):
-    wal, before = filled(tmp_path)
-    wal.close()
-    (tmp_path / INTENT).write_bytes(lines.encode({"version": CUT, "segment": 0, "position": 9})[:-3] + b"x\n")
-    assert entries(Wal.open(tmp_path, OPTIONS)) == before and not (tmp_path / INTENT).exists()
-    assert "WAL truncation intent" in caplog.text
+    probe, _ = filled(tmp_path / "probe")
+    held = next(seg for seg in reversed(probe.segments) if seg.first <= CUT)
+    whole = lines.encode({"version": CUT, "segment": held.first, "position": held.positions[CUT - held.first]})
+    intent = tmp_path / "intent"
+    intent.write_bytes(whole)
+    damaged = [whole[:n] for n in (0, 1, len(whole) // 2, len(whole) - 2, len(whole) - 1, len(whole))]
+    damaged += flipped_in_line(intent, 0)
+    for k, raw in enumerate(damaged):
+        wal, before = filled(tmp_path / str(k))
+        wal.close()
+        (tmp_path / str(k) / INTENT).write_bytes(raw)
+        caplog.clear()
+        intact = raw.rstrip(b"\n") == whole.rstrip(b"\n")  # (a cut short by its newline only still verifies)
+        again = Wal.open(tmp_path / str(k), OPTIONS)
+        assert entries(again) == (before[:CUT] if intact else before) and not (tmp_path / str(k) / INTENT).exists(), raw
+        assert intact or "WAL truncation intent" in caplog.text
+        again.close()
 
 
 # ------------------------------------------------------------------ the derived files, when a cut is interrupted
