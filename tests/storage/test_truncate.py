@@ -363,7 +363,8 @@ def test_a_refused_meta_store_rebuild_after_the_cut_reopens_consistent(tmp_path:
         faults.fail("unlink", error=errno.EIO, times=10)  # the store's replacement: its old file stays
         with pytest.raises(StorageUnavailable):
             cut.truncate_vnode("db", 0, db_version)
-    assert cut.vnodes["db"][0].wal.next_version == db_version  # the WAL is cut: the vnode is opened again
+    assert cut.vnodes["db"][0].wal.next_version == db_version  # the WAL is cut: the vnode is opened again,
+    assert cut.indexes[("tp", 0)].indexed_to == db_version  # the offset indexes followed it already
     after = state(_crashed(cut, tmp_path / "cut"))
     assert {k: v for k, v in after.items() if "k" not in k and k != "producers" and k != "ends"} == {
         k: v for k, v in state(fresh).items() if "k" not in k and k != "producers" and k != "ends"}

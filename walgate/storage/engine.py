@@ -379,7 +379,8 @@ class Engine:
 
     def truncate_vnode(self, db: str, index: int, version: int) -> None:
         """Cut vnode ``index`` of ``db`` back to WAL ``version``, with every state derived from it
-        (:mod:`walgate.storage.truncation`; replication's follower truncation)."""
+        (:mod:`walgate.storage.truncation`; replication's follower truncation). An exclusive call: it touches the
+        partition's producer state, the cleaner and the batch cache besides the vnode."""
         truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version)
 
     # ------------------------------------------------------------- committed offsets

@@ -259,12 +259,16 @@ class OffsetIndex:
             self._rewrite()
         self.indexed_to = min(self.indexed_to, version)
         if self.log_start > self.end_offset:
-            self.log_start = self.end_offset
-            try:
-                self._save_start(self.log_start)
-            except OSError as exc:
-                log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
-                self._start_saved = False
+            self._move_start(self.end_offset)
+
+    def _move_start(self, offset: int) -> None:
+        """The log starts at ``offset`` (a retention or a truncation moved it): saved now, or retried on close."""
+        self.log_start = offset
+        try:
+            self._save_start(offset)
+        except OSError as exc:
+            log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
+            self._start_saved = False
 
     @property
     def _start_path(self) -> Path:
@@ -289,13 +293,7 @@ class OffsetIndex:
         record now is recorded on close, or derived again at the next start)."""
         i = bisect_left(self.versions, version)
         if i and i == len(self.versions) and self.end_offset > self.log_start:
-            # all gone: remember where the log starts, or offsets would restart at 0
-            self.log_start = self.end_offset
-            try:
-                self._save_start(self.log_start)
-            except OSError as exc:
-                log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
-                self._start_saved = False
+            self._move_start(self.end_offset)  # all gone: remember where the log starts, or offsets would restart at 0
         self._forget(i, self.offsets[i] if i < len(self.offsets) else self.end_offset)
 
     def close(self) -> None:

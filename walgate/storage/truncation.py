@@ -22,6 +22,7 @@ from walgate.storage.batch_cache import BatchCache
 from walgate.storage.cleaner import Cleaner
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.store import Store
+from walgate.storage.vnode import Vnode
 
 __all__ = ["truncate_vnode"]
 
@@ -31,13 +32,22 @@ def truncate_vnode(store: Store, native: NativeTopics, cleaner: Cleaner, cache: 
     """Cut vnode ``index`` of database ``db`` back to WAL ``version`` and its derived state with it (see the module
     docstring). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing cut unless it says so."""
     vnode = store.local_vnode(db, index)
-    vnode.truncate_to(version)
-    topics = [t for t in store.catalog.topics.values() if t.db == db]
+    try:
+        vnode.truncate_to(version)
+    finally:  # (also when the meta store's rebuild after the WAL's cut was refused: the rest follows the WAL)
+        if vnode.wal.next_version == version:
+            _derived(store, native, cleaner, cache, vnode, version)
+
+
+def _derived(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, vnode: Vnode,
+             version: int) -> None:
+    """The engine's state derived from ``vnode``'s WAL, cut back to ``version``."""
+    topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
     for topic in topics:
-        idx = store.indexes.get((topic.name, index))
+        idx = store.indexes.get((topic.name, vnode.index))
         if idx is not None:
             idx.truncate_to(version)
         if topic.kind == "kafka":
             native.rebuild_producers(topic, vnode)
     cleaner.truncated(vnode, version)
-    cache.forget_from({native.views.topic_id(t.name) for t in topics}, index, version)
+    cache.forget_from({native.views.topic_id(t.name) for t in topics}, vnode.index, version)
