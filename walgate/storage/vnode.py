@@ -56,7 +56,7 @@ from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
@@ -404,6 +404,55 @@ class Vnode:
             if entry.kind == KIND_META:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
         self._flush(self.wal.next_version)
+
+    def truncate_to(self, version: int) -> None:
+        """Cut this vnode back to WAL ``version`` (:meth:`Wal.truncate_to`: an entry's first version, or the end),
+        and what it derives from the WAL with it: the leader-epoch cache forgets the epochs starting at or after it,
+        (a cache left empty is a new vnode's: epoch 0 from version 0, until replicas), and the tables are those of
+        the meta entries below it. How the tables follow: when no meta entry is cut,
+        the meta store is first written (fsynced) as covering ``version`` (its rows are all of entries below it), so
+        a crash at any point after finds it consistent with the WAL, cut or not; when one is, the store is rebuilt
+        from the WAL's meta entries after the cut (a crash before that finds it covering a version past the WAL's
+        end, which the open rebuilds the same way). ValueError for a cut that is no entry's start; StorageError,
+        nothing cut, for one that would cut meta entries while retention deleted versions (their tables could not
+        be rebuilt); StorageUnavailable, nothing cut, when the disk refuses the store's write or the WAL's intent.
+        A refusal rebuilding the store after the cut is StorageUnavailable too, the WAL then cut: the vnode must be
+        opened again (its open rebuilds the store)."""
+        if version == self.wal.next_version:
+            return
+        if not self.wal.first_version <= version <= self.wal.next_version:
+            raise ValueError(f"{self.dir}: version {version} is outside the WAL [{self.wal.first_version}, "
+                             f"{self.wal.next_version}]")
+        cut_meta = any(e.kind == KIND_META for e in self.wal.read_from(version))
+        if cut_meta and self.wal.first_version > 0:
+            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables created there, and "
+                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
+        if not cut_meta and self._store.covered > version:
+            self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
+        self.wal.truncate_to(version)
+        self._applied = min(self._applied, version)
+        self.epochs.truncate_from_end(version)
+        self.epochs.lead_single_node(new=version == 0)  # (an emptied cache: as a new vnode's, see __init__)
+        if cut_meta:
+            self._rebuild_after_cut()
+
+    def _rebuild_after_cut(self) -> None:
+        """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
+        self._store.close()
+        self._cache.clear()
+        self._dirty.clear()
+        self._bodies.clear()
+        self._dropped_stables.clear()
+        self._absent.clear()
+        self._applied = 0
+        self.live_count = 0
+        self._refused = False
+        self._flush_at = FLUSH_TABLES
+        self._store = _new_store(self._store.path)
+        for entry in self.wal.read_from(0):
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._flush(self.wal.next_version, durable=True)
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t
