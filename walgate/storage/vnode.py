@@ -61,7 +61,8 @@ from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
-from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
+from walgate.storage.replicated_entries import CheckedEntry, checked_entries
+from walgate.storage.wal import KIND_META, Wal, WalOptions
 from walgate.storage.wal_verbatim import EntriesRefused
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
@@ -297,27 +298,43 @@ class Vnode:
                 self._try_flush()
             start = end
 
-    def append_replicated(self, raw: bytes, first_version: int, epoch: int) -> list[WalEntry]:
+    def append_replicated(self, raw: bytes, first_version: int, epoch: int,
+                          kafka_end: int | None = None) -> list[CheckedEntry]:
         """A follower's copy of its leader's WAL entries ``raw`` (whole batches from version ``first_version``,
-        written in leader epoch ``epoch``): the epoch is begun in the leader-epoch cache first when it is newer than
-        the cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open
-        drops), the bytes appended as they are (:meth:`Wal.append_verbatim`), then their meta entries applied as a
-        local write applies its own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay.
-        Returns the entries, for the caller to advance what the vnode's topics derive from them
-        (:func:`walgate.storage.replicated.append_replicated`). EntriesRefused (nothing written) for entries that
-        fail their checks or of an epoch older than the cache's latest; StorageUnavailable (nothing appended) when
-        the disk refuses."""
+        written in leader epoch ``epoch``; ``kafka_end``: the offset the vnode's Kafka-native partition numbers its
+        next batch, None when it holds none). Every check comes first: the epoch no older than the cache's latest,
+        ``first_version`` this WAL's next version, and every entry's format and body
+        (:func:`~walgate.storage.replicated_entries.checked_entries`); EntriesRefused, with nothing written and the
+        cache as it was, when one fails. Then the epoch is begun in the leader-epoch cache when it is newer than the
+        cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open drops),
+        the bytes appended as they are (:meth:`Wal.append_verbatim`; StorageUnavailable, nothing appended and the
+        begun epoch cut back, when the disk refuses), then their meta entries applied as a local write applies its
+        own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay. Returns the entries,
+        decoded, for the caller to advance what the vnode's topics derive from them
+        (:func:`walgate.storage.replicated.append_replicated`)."""
         if epoch < self.epochs.latest_epoch:
             raise EntriesRefused(f"{self.dir}: entries of leader epoch {epoch}, older than the latest one here "
                                  f"({self.epochs.latest_epoch})")
-        if epoch > self.epochs.latest_epoch:
+        if first_version != self.wal.next_version:
+            raise EntriesRefused(f"{self.dir}: entries from version {first_version} do not continue the WAL, "
+                                 f"whose next version is {self.wal.next_version}")
+        checked = checked_entries(raw, first_version, kafka_end)
+        if not checked:
+            return []
+        begun = epoch > self.epochs.latest_epoch
+        if begun:
             self.epochs.begin(epoch, first_version)
-        entries = self.wal.append_verbatim(raw, first_version)
-        for entry in entries:
-            if entry.kind == KIND_META:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        try:
+            self.wal.append_verbatim(raw, first_version)
+        except (StorageUnavailable, EntriesRefused):
+            if begun:
+                self.epochs.truncate_from_end(first_version)
+            raise
+        for c in checked:
+            if c.decoded.meta is not None:
+                self.apply_meta(c.decoded.meta, c.entry.version)
         self.end_write()
-        return entries
+        return checked
 
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
