@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.meta_store import META_STORE
 from walgate.storage.replicated import append_replicated
 from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, Wal, WalOptions
 from walgate.storage.wal_format import FLAG_MORE, HEADER, encode_entry
@@ -534,3 +535,24 @@ def test_kafka_batches_must_continue_the_partitions_offsets_and_span_their_count
     offset, version, _ = list(e.index_entries("t", 0, 0))[-1]
     assert offset == next_offset + 5 and int.from_bytes(bytes(e.kafka_batch("t", 0, version))[:8], "big") == offset
     e.close()
+
+
+def test_an_entry_on_disk_that_does_not_decode_is_reported_damaged_and_the_node_starts(leader, tmp_path: Path):
+    follower, e, v, raw = _follower(leader, tmp_path)
+    cuts = _batches(raw)
+    append_replicated(e.store, e.views, v, raw[: cuts[0][1]], 0, 0)
+    bad, tables = v.wal.next_version, v.tables()
+    v.wal.append([(KIND_META, 1, 0, b"not json")])  # as a bug could have written them: their checksums hold
+    v.wal.append([(KIND_DATA, 1, 0, b"\x01\x00garbage-garbage")])
+    rest = _wal_bytes(v.wal.dir)[len(raw[: cuts[0][1]]) :]
+    store = v.dir / META_STORE
+    e.close()
+    store.unlink()  # the tables are replayed from the WAL's meta entries
+    reopened = Engine.open(follower)
+    damaged = {(d.first_version, d.action) for d in reopened.store.damage_log.records if d.first_version >= 0}
+    assert damaged == {(bad, "quarantined"), (bad + 1, "quarantined")}
+    v = reopened.vnodes["db"][0]
+    assert v.wal.next_version == bad + 2 and _wal_bytes(v.wal.dir) == raw[: cuts[0][1]] + rest
+    assert v.tables() == tables
+    assert {topic: len(list(reopened.index_entries(topic, 0, 0))) for topic in ("td", "pos")} == {"td": 1, "pos": 1}
+    reopened.close()

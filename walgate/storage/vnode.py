@@ -55,14 +55,13 @@ from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
-from walgate.storage.entry import decode_entry
+from walgate.storage.entry_check import CheckedEntry, Undecodable, checked_entries, decode_whole
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
-from walgate.storage.replicated_entries import CheckedEntry, checked_entries
-from walgate.storage.wal import KIND_META, Wal, WalOptions
+from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
 from walgate.storage.wal_verbatim import EntriesRefused
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
@@ -206,7 +205,7 @@ class Vnode:
             self.live_count += sum(not t.dropped for t in self._dirty.values())
         for entry in self.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+                self._replay_meta(entry)
         self._applied = max(self._applied, self.wal.next_version)  # every meta entry in the WAL is applied
         try:
             self._flush(self.wal.next_version, durable=legacy.exists())
@@ -214,6 +213,17 @@ class Vnode:
                 fileio.unlink(legacy)  # the store covers it, on disk
         except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
+
+    def _replay_meta(self, entry: WalEntry) -> None:
+        """Apply the WAL's meta entry ``entry`` again (an open, a rebuilt store). One that does not decode whole
+        (:func:`~walgate.storage.entry_check.decode_whole`: a bug's, since its checksums held) is reported damaged,
+        its bytes quarantined, and skipped, as an entry whose checksum fails: every read of the WAL skips it."""
+        try:
+            meta = decode_whole(entry).meta
+        except Undecodable as exc:
+            self.wal.damaged(entry.version, f"a meta entry that does not decode: {exc}")
+            return
+        self.apply_meta(meta or {}, entry.version)
 
     def _load_checkpoint(self, path: Path) -> int:
         """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
@@ -304,7 +314,7 @@ class Vnode:
         written in leader epoch ``epoch``; ``kafka_end``: the offset the vnode's Kafka-native partition numbers its
         next batch, None when it holds none). Every check comes first: the epoch no older than the cache's latest,
         ``first_version`` this WAL's next version, and every entry's format and body
-        (:func:`~walgate.storage.replicated_entries.checked_entries`); EntriesRefused, with nothing written and the
+        (:func:`~walgate.storage.entry_check.checked_entries`); EntriesRefused, with nothing written and the
         cache as it was, when one fails. Then the epoch is begun in the leader-epoch cache when it is newer than the
         cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open drops),
         the bytes appended as they are (:meth:`Wal.append_verbatim`; StorageUnavailable, nothing appended and the
@@ -419,7 +429,7 @@ class Vnode:
         self.live_count = 0
         for entry in self.wal.read_from(0):
             if entry.kind == KIND_META:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+                self._replay_meta(entry)
         self._flush(self.wal.next_version)
 
     def truncate_to(self, version: int) -> None:
@@ -468,7 +478,7 @@ class Vnode:
         self._store = _new_store(self._store.path)
         for entry in self.wal.read_from(0):
             if entry.kind == KIND_META:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+                self._replay_meta(entry)
         self._flush(self.wal.next_version, durable=True)
 
     def _remember(self, name: str, t: TableDef) -> None:
