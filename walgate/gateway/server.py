@@ -253,11 +253,17 @@ class Gateway:
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            self._group_coordinators, None if self._cluster is None else NodeLinks(self._cluster, next(
-                (lt.info.name for lt in cfg.kafka_listeners() if lt.info.security_protocol == "PLAINTEXT"), None)),
+            self._group_coordinators, None if self._cluster is None else self._node_links(self._cluster),
         )
         await self._transactions.open()
         return self._transactions
+
+    def _node_links(self, member: ClusterMember) -> NodeLinks:
+        """This node's Kafka connections to the other nodes: through the listener of the name of its first one
+        (Kafka's ``inter.broker.listener.name``), over TLS when that is SSL or SASL_SSL."""
+        first = self.config.kafka_listeners()[0].info
+        tls = node_client_context(self.config.for_listener(first.name)) if first.tls else None
+        return NodeLinks(member, first.name, tls)
 
     def _tls_contexts(self) -> dict[str | None, ssl.SSLContext]:
         """The TLS context of each SSL/SASL_SSL listener (by name) and of the HTTP API (None), from the
