@@ -290,7 +290,7 @@ class TransactionService:
             if refused:
                 raise StorageUnavailable(f"node {node} did not write the markers of transaction "
                                          f"{txn.transactional_id!r}: " + ", ".join(
-                                             f"{t}-{p} {ErrorCode(c).name.upper()}" for (t, p), c in refused.items()))
+                                             f"{t}-{p} {_code_name(c)}" for (t, p), c in refused.items()))
 
     def _commit_offsets(self, txn: Txn) -> None:
         """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
@@ -437,22 +437,19 @@ class TransactionService:
             code = ErrorCode.invalid_producer_epoch
         return {tp: refused.get(tp, code) for tp in partitions}
 
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                     partition: int, api_version: int) -> int:
-        """KIP-890 part 1, for Produce at ``api_version``: the error code refusing a transactional batch of
-        ``producer_id`` at ``producer_epoch`` for (topic, partition), or NONE when the partition is in that producer's
-        ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11; another
-        epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction is being
-        ended, which Produce retries)."""
-        codes = await self._remote(transactional_id, producer_id, producer_epoch, [(topic, partition)],
-                                   verify_only=True)
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[tuple[str, int]], api_version: int) -> dict[tuple[str, int], int]:
+        """KIP-890 part 1, for Produce at ``api_version``: per (topic, partition) of ``partitions``, the error code
+        refusing a transactional batch of ``producer_id`` at ``producer_epoch``, or NONE when the partition is in that
+        producer's ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11;
+        another epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction
+        is being ended, which Produce retries). One question for all of them: one AddPartitionsToTxn to a coordinator
+        on another node, as Kafka's ``AddPartitionsToTxnManager`` batches them per node."""
+        codes = await self._remote(transactional_id, producer_id, producer_epoch, partitions, verify_only=True)
         if codes is None:
-            codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch,
-                                                       [(topic, partition)]))
-        code = codes[(topic, partition)]
-        if code == ErrorCode.producer_fenced:
-            return ErrorCode.invalid_producer_epoch
-        return abortable_for_version(code, "produce", api_version)
+            codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch, partitions))
+        return {tp: ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else
+                abortable_for_version(code, "produce", api_version) for tp, code in codes.items()}
 
     async def _remote(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
                       verify_only: bool) -> dict[tuple[str, int], int] | None:
@@ -463,8 +460,10 @@ class TransactionService:
         except ControlPlaneError as e:
             log.warning("the coordinator of transactional id %r is not known: %s", tid, e)
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        if owner is None or self.links is None:
+        if owner is None:
             return None
+        if self.links is None:  # another node's id and no way to ask it
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         return await add_partitions(self.links, owner, tid, producer_id, producer_epoch, partitions, verify_only)
 
     async def coordinator_of(self, tid: str) -> int | None:
@@ -516,3 +515,8 @@ class TransactionService:
 
 def _names(partitions: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{t}-{p}" for t, p in partitions)
+
+
+def _code_name(code: int) -> str:
+    """Kafka's name of error ``code``, or the number when it is none known (another node's newer code)."""
+    return ErrorCode(code).name.upper() if code in ErrorCode._value2member_map_ else f"error {code}"
