@@ -1,12 +1,13 @@
-"""Requests between cluster nodes on a SASL-only cluster (docs/cluster.md "Transaction coordinators",
-kafka/node_auth.py): real ``walgate serve --cluster`` nodes over a real etcd (stopped by PID), each with one
-SASL_PLAINTEXT listener and no PLAINTEXT one, as docker/compose.cluster.yaml runs them.
+"""Requests between cluster nodes on clusters without a PLAINTEXT listener (docs/cluster.md "Transaction
+coordinators", kafka/node_auth.py): real ``walgate serve --cluster`` nodes over a real etcd (stopped by PID), each
+with one SASL_PLAINTEXT listener, as docker/compose.cluster.yaml runs them, or one SSL listener (the test CA's
+certificate, verified by the other node with its truststore).
 
 * Nodes authenticate to each other with SCRAM-SHA-256 and the credential derived from the cluster's node token:
   confluent-kafka's transactional producer (records on partition 0, node 1, and partition 1, node 2: the transaction
   spans both nodes whichever coordinates it) commits and aborts, and a read_committed consumer through either node
   reads exactly the committed records.
-* A forger authenticated as root (a superuser) and sending node 1's exact client id (``walgate-node-1/<its data
+* SASL_PLAINTEXT: a forger authenticated as root (a superuser) and sending node 1's exact client id (``walgate-node-1/<its data
   dir's incarnation>``, what nodes sent before) is refused WriteTxnMarkers, AddPartitionsToTxn v5 and a replica's
   Fetch, and nothing is written; a login as ``walgate-node-1`` with a password is refused.
 * Neither the node token nor a node's password is in a log; no traceback.
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import scramp
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -28,6 +30,7 @@ from etcd_cluster import EtcdCluster, free_port
 from serve_support import no_traceback, node, wait_log
 
 from livewalgate import WalgateServer, walgate_env
+from testcerts import Certs, make_certs
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.incarnation import load_or_create
@@ -39,18 +42,26 @@ TOPIC = "payments"
 ROOT = ("root", "Root-pass-1")
 
 
-def _client(port: int) -> dict[str, Any]:
+def _client(port: int, certs: Certs | None = None) -> dict[str, Any]:
+    """A confluent-kafka client's settings: SCRAM as root, or with ``certs`` TLS trusting their CA."""
+    if certs is not None:
+        return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SSL", "ssl.ca.location": str(certs.ca)}
     return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": ROOT[0], "sasl.password": ROOT[1]}
 
 
 @contextmanager
-def _sasl_nodes(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[WalgateServer, WalgateServer]]:
+def _nodes(etcd: EtcdCluster, tmp_path: Path, certs: Certs | None
+           ) -> Iterator[tuple[WalgateServer, WalgateServer]]:
+    """Nodes 1 and 2, each with one SASL_PLAINTEXT listener, or with ``certs`` one SSL listener."""
     env = walgate_env() | {"WALGATE_ROOT_PASSWORD": ROOT[1]}
     ports = {i: free_port() for i in (1, 2)}
+    tls = [] if certs is None else ["--override", f"ssl.keystore.location={certs.server}",
+                                    "--override", f"ssl.truststore.location={certs.ca}"]
 
     def sasl_node(i: int) -> Any:
-        return node(etcd, tmp_path, i, "--override", f"listeners=SASL_PLAINTEXT://127.0.0.1:{ports[i]}", env=env,
+        protocol = "SASL_PLAINTEXT" if certs is None else "SSL"
+        return node(etcd, tmp_path, i, "--override", f"listeners={protocol}://127.0.0.1:{ports[i]}", *tls, env=env,
                     kafka_port=ports[i])
 
     with sasl_node(1) as n1:
@@ -77,10 +88,10 @@ def _call(conn: KafkaConnection, api_key: int, version: int, fields: dict[str, A
     return conn.request(build(kio_classes(api_key, version)[0], fields))
 
 
-def _read_committed(port: int) -> list[str]:
+def _read_committed(port: int, certs: Certs | None) -> list[str]:
     """Every value of both partitions of ``TOPIC`` a read_committed consumer through ``port`` reads up to the last
     stable offsets, partition 0's first."""
-    consumer = Consumer(_client(port) | {"group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+    consumer = Consumer(_client(port, certs) | {"group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
                                          "isolation.level": "read_committed", "enable.partition.eof": True})
     try:
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in (0, 1)])
@@ -143,13 +154,16 @@ def _forgers_refused(n1: WalgateServer, n2: WalgateServer) -> None:
             ErrorCode.sasl_authentication_failed)
 
 
-def test_a_sasl_only_cluster_ends_transactions_across_nodes_and_refuses_forgers(etcd1: EtcdCluster,
-                                                                                 tmp_path: Path) -> None:
-    with _sasl_nodes(etcd1, tmp_path) as (n1, n2):
-        admin = AdminClient(_client(n1.kafka_port))
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SSL"])
+def test_a_cluster_without_plaintext_ends_transactions_across_nodes_and_refuses_forgers(
+        etcd1: EtcdCluster, tmp_path: Path, protocol: str) -> None:
+    certs = None if protocol == "SASL_PLAINTEXT" else make_certs(tmp_path / "certs")
+    with _nodes(etcd1, tmp_path, certs) as (n1, n2):
+        admin = AdminClient(_client(n1.kafka_port, certs))
         admin.create_topics([NewTopic(TOPIC, 2)])[TOPIC].result(30)
-        _forgers_refused(n1, n2)
-        producer = Producer(_client(n1.kafka_port) | {"transactional.id": "tx-sasl", "message.timeout.ms": 30000})
+        if certs is None:  # the forger's SCRAM login (on SSL it has no way to authenticate at all)
+            _forgers_refused(n1, n2)
+        producer = Producer(_client(n1.kafka_port, certs) | {"transactional.id": "tx-sasl", "message.timeout.ms": 30000})
         producer.init_transactions(60)
         for values, commit in ((("commit-0", "commit-1"), True), (("abort-0", "abort-1"), False),
                                (("again-0", "again-1"), True)):
@@ -163,7 +177,7 @@ def test_a_sasl_only_cluster_ends_transactions_across_nodes_and_refuses_forgers(
                 producer.abort_transaction(60)
         producer.flush(10)
         committed = ["commit-0", "again-0", "commit-1", "again-1"]
-        assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
+        assert _read_committed(n1.kafka_port, certs) == _read_committed(n2.kafka_port, certs) == committed
         token = _node_token(etcd1)
         for server in (n1, n2):
             log = server.log()
