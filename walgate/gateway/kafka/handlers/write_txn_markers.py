@@ -72,7 +72,7 @@ async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker
     if offsets:
         svc = broker.transactions
         try:
-            if svc is None or svc.coordinators is None:
+            if svc is None:  # (a cluster node, from_cluster_node: it has group coordinators)
                 code = ErrorCode.coordinator_not_available
             else:
                 await svc.end_proxies(marker.producer_id, marker.producer_epoch, marker.transaction_result, offsets)
