@@ -312,6 +312,31 @@ def test_markers_the_disk_refuses_leave_the_transaction_decided_until_the_check_
             time.sleep(0.05)
 
 
+def test_a_retried_transaction_writes_only_the_markers_still_missing(tmp_path: Path) -> None:
+    """Partition 0's marker is durable, partition 1's refused (ENOSPC once): the retry writes partition 1's only,
+    partition 0 holds one marker (its end offset 1), not one more per retry (Kafka resends only what is pending)."""
+    def ends() -> list[int]:
+        r = call(conn, 2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "out", "partitions": [
+            {"partition_index": p, "timestamp": -1, "current_leader_epoch": -1} for p in (0, 1)]}]})
+        return [p.offset for t in r.topics for p in t.partitions]
+
+    faults = Faults()
+    with gateway_thread(tmp_path / "data", transaction_abort_timed_out_transaction_cleanup_interval_ms=50) as gw, \
+            KafkaConnection(gw.kafka_address) as conn:
+        create_topic(conn, "out")
+        pid = init(conn).producer_id
+        assert add_partitions(conn, pid, 0, {"out": [0, 1]}) == {("out", 0): ErrorCode.none, ("out", 1): ErrorCode.none}
+        with faults.active():
+            faults.fail("write", at=4)  # the decision, then partition 0's marker go through; partition 1's is refused
+            assert end(conn, pid, 0, True) == ErrorCode.none
+            assert (listed_states(conn), ends(), faults.injected) == ({TID: "PrepareCommit"}, [1, 0], 1)
+        deadline = time.monotonic() + 30
+        while listed_states(conn) != {TID: "CompleteCommit"}:
+            assert time.monotonic() < deadline, "the decided transaction was not finished"
+            time.sleep(0.05)
+        assert ends() == [1, 1]
+
+
 def test_require_stable_offset_fetch_answers_unstable_while_a_transaction_holds_offsets(tmp_path: Path) -> None:
     def v7(stable: bool) -> dict[int, tuple[ErrorCode, int]]:
         r = call(conn, 9, 7, {"group_id": GROUP, "topics": [{"name": "in", "partition_indexes": [0, 1]}],
