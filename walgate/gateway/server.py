@@ -259,11 +259,13 @@ class Gateway:
         return self._transactions
 
     def _node_links(self, member: ClusterMember) -> NodeLinks:
-        """This node's Kafka connections to the other nodes: through the listener of the name of its first one
-        (Kafka's ``inter.broker.listener.name``), over TLS when that is SSL or SASL_SSL."""
-        first = self.config.kafka_listeners()[0].info
-        tls = node_client_context(self.config.for_listener(first.name)) if first.tls else None
-        return NodeLinks(member, first.name, tls)
+        """This node's Kafka connections to the other nodes: through the listener named ``inter.broker.listener.name``
+        (checked to name one), else its first one, over TLS when that is SSL or SASL_SSL."""
+        cfg = self.config
+        listeners = [lt.info for lt in cfg.kafka_listeners()]
+        wanted = (cfg.inter_broker_listener_name or listeners[0].name).upper()
+        info = next(i for i in listeners if i.name == wanted)
+        return NodeLinks(member, info.name, node_client_context(cfg.for_listener(info.name)) if info.tls else None)
 
     def _tls_contexts(self) -> dict[str | None, ssl.SSLContext]:
         """The TLS context of each SSL/SASL_SSL listener (by name) and of the HTTP API (None), from the

@@ -5,8 +5,8 @@ partition's node sends AddPartitionsToTxn v5 (the brokers' form) to the coordina
 Kafka's brokers do between themselves. The requests are kio's classes, generated from Kafka's message JSONs, framed by
 :func:`walgate.wire.protocol.encode_request`; the other node decodes them as any client's.
 
-A request goes to the endpoint the other node advertises on this node's first listener's name (Kafka's
-``inter.broker.listener.name``), whatever its security protocol: TLS (verified with ``ssl.truststore.*``,
+A request goes to the endpoint the other node advertises on the name of this node's ``inter.broker.listener.name``
+listener (default: its first), whatever its security protocol: TLS (verified with ``ssl.truststore.*``,
 :func:`walgate.gateway.tls.node_client_context`) on SSL and SASL_SSL listeners; a node advertising no endpoint of
 that name is unreachable (:class:`NodeUnreachable`), never reached through another listener. Each new connection
 first authenticates as this node with SASL SCRAM-SHA-256 and the credential derived from the cluster's node token
@@ -54,8 +54,8 @@ class NodeLinks:
 
     def __init__(self, member: ClusterMember, listener: str, tls: ssl.SSLContext | None,
                  timeout_s: float = 10.0) -> None:
-        """``listener``: the name of this node's first listener; ``tls``: the client context when it is SSL or
-        SASL_SSL, else None."""
+        """``listener``: the name of the listener nodes reach each other on; ``tls``: the client context when it is
+        SSL or SASL_SSL, else None."""
         self.member = member
         self.listener = listener
         self.tls = tls
