@@ -1,6 +1,6 @@
 """A real ``walgate serve`` subprocess on 127.0.0.1, for tests/ and compat-tests/ alike.
 
-:func:`running_walgate` starts ``python -m walgate.gateway.cli serve`` with a fresh data
+:func:`running_walgate` starts ``walgate serve`` (:data:`WALGATE`) with a fresh data
 directory (HTTP on an ephemeral port read back from the ``walgate ready`` line,
 Kafka on a free port), waits for the ready line with a bounded timeout, yields a
 :class:`WalgateServer` (unpackable as ``http_url, kafka_port, data_dir, proc``) and
@@ -28,7 +28,12 @@ import pytest
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-WALGATE = [sys.executable, "-m", "walgate.gateway.cli"]
+# `python -m walgate.gateway.cli` as installed in production, where hypothesis (a test dependency) is absent: when
+# it can be imported, kio registers a hypothesis strategy for each of its types at import, ~0.2 s of CPU (a third of
+# the import) at every server start and CLI run. A None in sys.modules makes `import hypothesis` raise ImportError.
+_CLI = ("import runpy, sys; sys.modules['hypothesis'] = None; "
+        "runpy.run_module('walgate.gateway.cli', run_name='__main__', alter_sys=True)")
+WALGATE = [sys.executable, "-c", _CLI]
 _READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+)")
 
 

@@ -28,6 +28,16 @@ COMPAT = Path(__file__).resolve().parent
 STOP_TIMEOUT = 10.0
 
 
+def program_name(argv: Sequence[str]) -> str:
+    """The program a command line runs: its script's file name, else the main class after ``java``'s ``-cp <path>``
+    (``setup_clients.java_program``), else ""."""
+    script = next((Path(a).name for a in argv if a.endswith((".py", ".java", ".js"))), None)
+    if script is not None:
+        return script
+    after_cp = [argv[i + 2] for i, a in enumerate(argv[:-2]) if a == "-cp"]
+    return after_cp[0] if after_cp else ""
+
+
 @dataclass(frozen=True)
 class Run:
     """A finished client process."""
@@ -49,8 +59,7 @@ class Run:
 
     def describe(self) -> str:
         tail = self.stdout[-6000:]
-        program = next((Path(a).name for a in self.argv if a.endswith((".py", ".java", ".js"))), "")
-        name = f"{Path(self.argv[0]).name} {program}".strip()
+        name = f"{Path(self.argv[0]).name} {program_name(self.argv)}".strip()
         return (
             f"{name} (exit code {self.returncode}): {self.headline()}\n"
             f"$ {shlex.join(self.argv)}\nexit code {self.returncode}\n"

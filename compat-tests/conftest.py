@@ -142,7 +142,8 @@ def java(java_argv: Callable[..., list[str]]) -> Callable[..., Run]:
 
 @pytest.fixture(scope="session")
 def java_argv(clients_installed: dict[str, str]) -> Callable[..., list[str]]:
-    """The command line running a compat-tests/java program on kafka-clients ``clients`` (for background())."""
+    """The command line running a compat-tests/java program on kafka-clients ``clients`` (for background()): its
+    classes compiled once and cached (``setup_clients.java_program``)."""
     binary = shutil.which("java")
     if binary is None:
         pytest.skip("java is not installed")
@@ -152,7 +153,7 @@ def java_argv(clients_installed: dict[str, str]) -> Callable[..., list[str]]:
         if jar_set in clients_installed:
             pytest.skip(clients_installed[jar_set])
         return [binary, "-Xmx512m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
-                "-cp", setup_clients.classpath(jar_set), str(JAVA_DIR / program), *args]
+                *setup_clients.java_program(jar_set, JAVA_DIR / program), *args]
 
     return java_argv
 

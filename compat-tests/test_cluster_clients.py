@@ -9,10 +9,11 @@ the matrix's scenarios (test_matrix.py's ``walgate-cluster`` broker):
 2. The consumer group protocol (KIP-848, ``group.protocol=consumer``; confluent-kafka and the Java consumer) on a
    topic whose partitions are on the three nodes, coordinated by the node its group id hashes to: a member reads
    10 records, commits and leaves; the next resumes exactly after them and reads the rest.
-3. A transaction over partitions on the three nodes (confluent-kafka, bootstrapped on node 1): strict xfail until
-   transaction coordinators and their markers span nodes (docs/cluster.md, "Group coordinators": not yet).
-4. A share group (KIP-932, the Java KafkaShareConsumer) over the same topic's partitions on three nodes: strict xfail
-   until the share-group APIs span nodes (the same section: not yet).
+3. A transaction over partitions on the three nodes (confluent-kafka, bootstrapped on node 1): the coordinator of
+   its id writes the markers on every partition's node (WriteTxnMarkers between nodes); read_committed reads each
+   partition's record.
+4. A share group (KIP-932, the Java KafkaShareConsumer) over the same topic's partitions on three nodes: every
+   partition's node answers its ShareFetch, so the worker gets every record once.
 
 CI runs SparkSource on kafka-clients 3.9 and the KIP-848 member on confluent-kafka (:data:`IN_CI`);
 ``WALGATE_COMPAT_LONG=1`` adds kafka-clients 4.3.0 for both.
@@ -142,9 +143,6 @@ def test_consumer_protocol_commit_close_restart_resume(cluster, spread_topic, me
 # ------------------------------------------------------------------ 3. a transaction across nodes
 
 
-@pytest.mark.xfail(strict=True, reason="transaction coordinators stay on the node asked (docs/cluster.md, 'Group "
-                                       "coordinators'): another partition's node answers the transactional Produce "
-                                       "INVALID_PRODUCER_ID_MAPPING, and no node writes markers to another's")
 def test_a_transaction_over_partitions_of_three_nodes_commits_on_each(cluster):
     topic = new_topic(cluster.bootstrap, "cluster-txn", partitions=3)
     assert set(leaders(cluster.bootstrap, topic).values()) == {1, 2, 3}
@@ -176,8 +174,6 @@ def test_a_transaction_over_partitions_of_three_nodes_commits_on_each(cluster):
 # ------------------------------------------------------------------ 4. a share group across nodes
 
 
-@pytest.mark.xfail(strict=True, reason="share groups are answered by the node asked (docs/cluster.md, 'Group "
-                                       "coordinators'): the worker gets the records of one node's partitions only")
 def test_a_share_group_over_partitions_of_three_nodes_gets_every_record_once(cluster, spread_topic, java):
     topic, want = spread_topic
     group = group_name("share")

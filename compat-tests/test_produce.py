@@ -368,7 +368,8 @@ def test_a_refused_acks_zero_request_closes_the_connection_and_the_client_goes_o
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 0, "linger.ms": 0}, logger=client_log)
     producer.produce(topic, b"x" * 20_000, partition=0)
     assert producer.flush(20) == 0
-    deadline = time.monotonic() + 30
+    # Tansu never closes the connection (the xfail above): a short wait there shows it, 30 s would only idle
+    deadline = time.monotonic() + (30 if broker.name == "walgate" else 5)
     while not any("connection closed by peer" in line for line in logged):
         assert time.monotonic() < deadline, f"the client saw no disconnect: {logged[-5:]}"
         producer.poll(0.1)

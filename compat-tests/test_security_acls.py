@@ -33,7 +33,8 @@ def events(stdout: str, key: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def java43() -> list[str]:
-    """The java command line prefix on kafka-clients 4.3 (only that jar set is set up, not the whole matrix)."""
+    """The java command line running AclsAdmin on kafka-clients 4.3 (only that jar set is set up, not the whole
+    matrix)."""
     binary = shutil.which("java")
     if binary is None:
         pytest.skip("java is not installed")
@@ -41,12 +42,12 @@ def java43() -> list[str]:
     if failed:
         pytest.skip(failed)
     return [binary, "-Xmx512m", f"-Dlog4j2.configurationFile={JAVA / 'log4j2.properties'}",
-            "-cp", setup_clients.classpath("kafka-clients-4.3.0")]
+            *setup_clients.java_program("kafka-clients-4.3.0", JAVA / "AclsAdmin.java")]
 
 
 def test_java_admin_creates_lists_and_deletes_acls(tmp_path: Path, java43: list[str]):
     with serving_walgate(tmp_path, *AUTHORIZER, *SUPER) as walgate:
-        got = run([*java43, str(JAVA / "AclsAdmin.java"), walgate.bootstrap], 120, check=False)
+        got = run([*java43, walgate.bootstrap], 120, check=False)
     steps = events(got.stdout, "step")
     assert "error" not in steps, got.describe()
     assert steps["listed"]["acls"] == steps["created"]["acls"], got.describe()

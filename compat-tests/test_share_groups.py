@@ -40,9 +40,10 @@ OVERRIDES = ("--override", f"group.share.record.lock.duration.ms={LOCK_MS}",
 DEADLINE_S = 60.0
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[WalgateServer]:
-    with running_walgate(tmp_path / "run", *OVERRIDES) as s:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WalgateServer]:
+    """One walgate for the module's tests (each has its own topics, groups and client ids)."""
+    with running_walgate(tmp_path_factory.mktemp("share-groups"), *OVERRIDES) as s:
         yield s
 
 
@@ -334,13 +335,14 @@ def test_java_admin_describes_a_share_group_whose_members_share_a_partition(serv
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_read_committed_share_groups_never_deliver_aborted_records(server: WalgateServer, isolation: str) -> None:
-    create_topic(server, "txns", 1, 0)
-    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "tx-share"})
+    topic = f"txns-{isolation}"
+    create_topic(server, topic, 1, 0)
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": f"tx-share-{isolation}"})
     producer.init_transactions(30)
     for outcome in ("commit", "abort", "commit"):
         producer.begin_transaction()
         for i in range(5):
-            producer.produce("txns", value=f"{outcome}-{i}".encode())
+            producer.produce(topic, value=f"{outcome}-{i}".encode())
         producer.flush(30)
         producer.commit_transaction(30) if outcome == "commit" else producer.abort_transaction(30)
     group = f"iso-{isolation}"
@@ -350,7 +352,7 @@ def test_read_committed_share_groups_never_deliver_aborted_records(server: Walga
         ConfigEntry("share.isolation.level", isolation, incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
-    consumer = worker(server, group, "txns", **{"share.acknowledgement.mode": "explicit"})
+    consumer = worker(server, group, topic, **{"share.acknowledgement.mode": "explicit"})
     want = 10 if isolation == "read_committed" else 15
     got = [m.value() for m in drain(consumer, want)]
     end = time.monotonic() + 3

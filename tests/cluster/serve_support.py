@@ -102,9 +102,9 @@ def java_events(program: str, *args: str) -> list[dict[str, Any]]:
     failed = setup_clients.setup(JARS)  # installs them on a clean machine (the compat session does too, later)
     if failed is not None:
         pytest.fail(failed)
-    classpath = setup_clients.classpath(JARS)
-    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
-                          classpath, str(JAVA_DIR / program), *args], capture_output=True, text=True, timeout=180)
+    run = subprocess.run([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}",
+                          *setup_clients.java_program(JARS, JAVA_DIR / program), *args],
+                         capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 

@@ -303,10 +303,30 @@ def test_a_session_of_a_member_another_node_coordinates_opens_and_closes_when_id
     assert got[("t", 0)].acquired == [Acquired(0, 3, 1)]
     c.written()
     assert c.session("g", "r", 1, fetch=True, members_known=False, now_ms=3000)[0] == ErrorCode.none
-    assert c.next_expiry() == 8000  # idle for the member session timeout since its last request
-    c.expire(7999, PARTITIONS.get)
+    # idle for the member session timeout (5 s) since its last request, but never less than the lock duration (60 s):
+    # a member working 50 s on what it holds keeps it
+    assert c.next_expiry() == 60_000  # the records' locks end first
+    c.expire(50_000, PARTITIONS.get)
     assert ("g", "r") in c.sessions and c.partitions[("g", "t", 0)].holder(0) == "r"
-    c.expire(8000, PARTITIONS.get)
-    assert ("g", "r") not in c.sessions and c.partitions[("g", "t", 0)].holder(0) is None
-    assert c.take_released() == {("g", "t", 0)}
-    assert c.session("g", "r", 2, fetch=True, members_known=False, now_ms=8000)[0] == ErrorCode.share_session_not_found
+    assert c.session("g", "r", 2, fetch=True, members_known=False, now_ms=50_000)[0] == ErrorCode.none
+    c.acknowledge("g", "r", [AckBatch("t", 0, 0, 3, [1])], 50_000, lambda exc: ErrorCode.unknown_server_error)
+    assert c.partitions[("g", "t", 0)].start == 4, "its acknowledgement after 50 s is taken"
+    assert c.next_expiry() == 110_000
+    c.expire(109_999, PARTITIONS.get)
+    assert ("g", "r") in c.sessions
+    c.expire(110_000, PARTITIONS.get)
+    assert ("g", "r") not in c.sessions
+    assert c.session("g", "r", 3, fetch=True, members_known=False, now_ms=110_000)[0] == \
+        ErrorCode.share_session_not_found
+
+
+def test_while_the_placement_of_coordinators_is_unread_the_membership_held_here_decides():
+    """members_known None (etcd unreachable before this node read which node coordinates the group): the node
+    holding the group's membership, its coordinator, still refuses a member it does not know (a fenced one); a node
+    holding none of it opens a session for any member id, as a partition leader does."""
+    c = coordinator()
+    assert c.session("g", "fenced", 0, fetch=True, members_known=None)[0] == ErrorCode.unknown_member_id
+    assert c.session("g", "a", 0, fetch=True, members_known=None, now_ms=0)[0] == ErrorCode.none
+    assert c.sessions[("g", "a")].remote_ms is None, "a member of its coordinator's"
+    assert c.session("other", "r", 0, fetch=True, members_known=None, now_ms=0)[0] == ErrorCode.none
+    assert c.sessions[("other", "r")].remote_ms == 0, "a member another node coordinates"

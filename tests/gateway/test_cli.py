@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,25 @@ from walgate.gateway.cli import split_statements
 from walgate.gateway.config import Config, ConfigError, load_config
 
 CLI_TIMEOUT = 60.0
-SCHEMA = (
-    "CREATE DATABASE power VGROUPS 2; USE power;"
-    " CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) TAGS (location VARCHAR(64), groupid INT);"
-    " CREATE TABLE d1001 USING meters TAGS ('California.SanFrancisco', 2)"
-)
+
+
+@pytest.fixture(scope="module")
+def walgate_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WalgateServer]:
+    """One ``walgate serve`` for the module's tests (each uses its own database), not one per test."""
+    with running_walgate(tmp_path_factory.mktemp("cli")) as server:
+        yield server
+
+
+def schema(db: str) -> str:
+    """Database ``db`` (each test on the module's server has its own) with supertable meters and subtable d1001."""
+    return (
+        f"CREATE DATABASE {db} VGROUPS 2; USE {db};"
+        " CREATE STABLE meters (ts TIMESTAMP, current FLOAT, voltage INT, phase FLOAT) TAGS (location VARCHAR(64), groupid INT);"
+        " CREATE TABLE d1001 USING meters TAGS ('California.SanFrancisco', 2)"
+    )
+
+
+SCHEMA = schema("power")
 
 
 def walgate(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -61,10 +76,10 @@ def test_serve_logs_ready_once_and_sql_runs_statements(walgate_server: WalgateSe
 
 
 def test_sql_json_prints_one_result_per_statement(walgate_server: WalgateServer) -> None:
-    ok(sql(walgate_server, SCHEMA))
-    results = json_results(walgate_server, "USE power; INSERT INTO d1001 VALUES ('2018-10-03 14:38:05', 10.3, 219, 0.31); SELECT voltage FROM meters")
+    ok(sql(walgate_server, schema("power_json")))
+    results = json_results(walgate_server, "USE power_json; INSERT INTO d1001 VALUES ('2018-10-03 14:38:05', 10.3, 219, 0.31); SELECT voltage FROM meters")
     assert [r["code"] for r in results] == [0, 0, 0]
-    assert results[0]["database"] == "power"
+    assert results[0]["database"] == "power_json"
     assert results[1]["data"] == [[1]]
     assert results[2]["data"] == [[219]]
 
@@ -86,35 +101,35 @@ def test_sql_without_a_server_exits_non_zero() -> None:
 
 
 def test_ingest_line_protocol_from_a_file_and_stdin(walgate_server: WalgateServer, tmp_path: Path) -> None:
-    ok(sql(walgate_server, SCHEMA))
+    ok(sql(walgate_server, schema("power_lp")))
     lines = tmp_path / "meters.lp"
     lines.write_bytes(
         b"weather,location=California.SanFrancisco temperature=18.5,humidity=61i32 1538548685000\n"
         b"weather,location=California.LosAngeles temperature=24.1,humidity=43i32 1538548685000\n"
     )
     url = ("--url", walgate_server.http_url)
-    assert ok(walgate("ingest", *url, "--format", "line", "--db", "power", "--precision", "ms", str(lines))).strip() == "2 row(s) written to power"
+    assert ok(walgate("ingest", *url, "--format", "line", "--db", "power_lp", "--precision", "ms", str(lines))).strip() == "2 row(s) written to power_lp"
     stdin = b"weather,location=California.LosAngeles temperature=24.3,humidity=42i32 1538548745\n"
-    assert "1 row(s) written" in ok(walgate("ingest", *url, "--format", "line", "--db", "power", "--precision", "s", "-", stdin=stdin))
-    assert json_results(walgate_server, "SELECT * FROM power.weather")[0]["rows"] == 3
+    assert "1 row(s) written" in ok(walgate("ingest", *url, "--format", "line", "--db", "power_lp", "--precision", "s", "-", stdin=stdin))
+    assert json_results(walgate_server, "SELECT * FROM power_lp.weather")[0]["rows"] == 3
 
 
 def test_ingest_csv(walgate_server: WalgateServer, tmp_path: Path) -> None:
-    ok(sql(walgate_server, SCHEMA))
+    ok(sql(walgate_server, schema("power_csv")))
     csv = tmp_path / "d1001.csv"
     csv.write_text("ts,current,voltage,phase\n2018-10-03 14:38:05.000,10.3,219,0.31\n2018-10-03 14:38:15.000,12.6,218,0.33\n")
-    out = ok(walgate("ingest", "--url", walgate_server.http_url, "--format", "csv", "--db", "power", "--table", "d1001", str(csv)))
-    assert out.strip() == "2 row(s) written to power"
+    out = ok(walgate("ingest", "--url", walgate_server.http_url, "--format", "csv", "--db", "power_csv", "--table", "d1001", str(csv)))
+    assert out.strip() == "2 row(s) written to power_csv"
 
 
 def test_ingest_bad_input_exits_non_zero_and_writes_nothing(walgate_server: WalgateServer, tmp_path: Path) -> None:
-    ok(sql(walgate_server, SCHEMA))
+    ok(sql(walgate_server, schema("power_bad")))
     bad = tmp_path / "bad.lp"
     bad.write_bytes(b"weather,location=x temperature=1.0 1538548685000\nweather temperature=\n")
-    result = walgate("ingest", "--url", walgate_server.http_url, "--format", "line", "--db", "power", str(bad))
+    result = walgate("ingest", "--url", walgate_server.http_url, "--format", "line", "--db", "power_bad", str(bad))
     assert result.returncode == 1
     assert "line 2" in result.stderr.lower()
-    assert sql(walgate_server, "SELECT * FROM power.weather").returncode == 1  # not even the supertable exists
+    assert sql(walgate_server, "SELECT * FROM power_bad.weather").returncode == 1  # not even the supertable exists
 
 
 @pytest.mark.parametrize(

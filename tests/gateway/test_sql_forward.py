@@ -2,6 +2,7 @@
 on 127.0.0.1 answering as an owner would: written with its rows; not written when the owner answers an error, is
 not registered or refuses the connection; unknown when it answers 500 or nothing within the timeout. The caller's
 principal and address, signed with the node token, and the part's positions are carried. The client's answer says which part was written and which not.
+A merged SELECT's parts are read within sql.max.bytes, one budget for all nodes, and awaited for sql.timeout.ms.
 """
 
 from __future__ import annotations
@@ -15,10 +16,23 @@ import pytest
 from aiohttp import web
 
 from walgate.gateway.http_api import _here  # the node asked's own part of the same answer
-from walgate.gateway.sql_forward import FORWARDED, Caller, Outcome, answer, merge_rows, select_here, send
+from walgate.gateway.sql_forward import (
+    FORWARD_TIMEOUT_S,
+    FORWARDED,
+    SCAN,
+    Caller,
+    Outcome,
+    PartsBudget,
+    answer,
+    merge_rows,
+    select_here,
+    select_timeout,
+    send,
+)
 from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, refusal
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part
+from walgate.storage.select_merge import ARROW_STREAM
 
 PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
 HERE = Part(1, (0, 2), (("f", 0),), ("f.a0",), 2)
@@ -30,9 +44,9 @@ NOBODY = Caller("User:ANONYMOUS", "10.0.0.8", TOKEN)
 
 async def _owner(request: web.Request) -> web.Response:
     body, headers = await request.read(), request.headers
-    signed = Signed(request.method, request.path, dict(request.query), headers[FORWARDED], headers[PRINCIPAL],
-                    headers[CLIENT_HOST], int(headers[TIME]), body)
-    assert refusal([TOKEN], headers[SIGNATURE], signed, signed.time_ms) is None, "signed with the node token"
+    signed = [Signed(node, request.method, request.path, dict(request.query), headers[FORWARDED], headers[PRINCIPAL],
+                     headers[CLIENT_HOST], int(headers[TIME]), body) for node in (2, 3)]  # this server stands for both
+    assert any(refusal([TOKEN], headers[SIGNATURE], s, s.time_ms) is None for s in signed), "signed for node 2 or 3"
     seen.append({"db": request.match_info["db"], "body": body.decode(), FORWARDED: headers[FORWARDED],
                  "caller": f"{headers[PRINCIPAL]}@{headers[CLIENT_HOST]}"})
     db = request.match_info["db"]
@@ -42,6 +56,8 @@ async def _owner(request: web.Request) -> web.Response:
         return web.json_response({"code": 0x2603, "desc": "Invalid column name: w"}, status=400)
     if db == "select":
         return web.json_response({"code": 0, "column_meta": [["v", "INT", 4]], "data": [[1], [2]], "rows": 2})
+    if db == "scan":  # a node's scanned rows: 8 MB of them
+        return web.Response(body=bytes(8 << 20), content_type=ARROW_STREAM)
     if db == "lines":
         return web.Response(status=204, headers={"X-Walgate-Rows": "3"})
     if db == "crash":
@@ -106,6 +122,23 @@ async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: 
     assert (await select_here(2, None, "/rest/sql", b"SELECT", 1, NOBODY))[0] == 503
 
 
+async def test_the_parts_of_a_merged_select_are_read_within_one_budget_shared_by_the_nodes(owner: str) -> None:
+    """sql.max.bytes bounds every node's part the node asked holds: counted as it is read, the part that passes it
+    is refused (400 LimitExceeded naming its node) without being read to its end."""
+    budget = PartsBudget(9 << 20)
+    status, answered = await select_here(2, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SCAN, budget=budget)
+    assert status == 200 and answered == bytes(8 << 20) and budget.used == 8 << 20
+    status, answered = await select_here(3, owner, "/rest/sql/scan", b"SELECT", 1, NOBODY, part=SCAN, budget=budget)
+    assert status == 400 and isinstance(answered, dict) and answered["code"] == LimitExceeded.code
+    assert answered["desc"].startswith("node 3: ") and "sql.max.bytes" in answered["desc"]
+    assert budget.used < 12 << 20, "the second part was read to its end"  # 8 MB + at most a read buffer's worth
+
+
+def test_a_part_of_a_select_is_awaited_as_long_as_a_statement_may_run() -> None:
+    assert select_timeout(None) is None  # sql.timeout.ms 0: no limit, as on one node
+    assert select_timeout(45.0) == 45.0 + FORWARD_TIMEOUT_S
+
+
 def test_plain_rows_are_merged_and_cut_to_the_limit() -> None:
     meta = [["v", "INT", 4]]
     answers = [{"column_meta": meta, "data": [[1], [2]]}, {"column_meta": meta, "data": [[3]]}]
@@ -139,3 +172,7 @@ async def test_this_nodes_part_failing_is_an_outcome_never_an_exception() -> Non
     assert (bug.state, bug.status) == ("unknown", 500)
     status, body = answer([full, Outcome(PART, "written", rows=5)])
     assert status == 503 and [p["node"] for p in body["written"]] == [2], "node 2's rows are said written"
+
+
+def test_the_node_token_is_never_in_a_callers_repr() -> None:
+    assert TOKEN not in repr(ALICE) and "User:alice" in repr(ALICE)

@@ -24,7 +24,9 @@ WAL segments also zeros over the whole file, or deleting it) and checks:
     coordinator partition (``coordinator/offsets-<p>.log``) exactly the commits whose lines were damaged (the key
     falls back to its previous line);
 (d) nothing served is wrong: every row, record (by offset), log start, high watermark and committed offset
-    served is one of the truth, and Fetch's ``kafka_region`` never sends an entry ``kafka_batch`` finds damaged;
+    served is one of the truth, OffsetForLeaderEpoch of epoch 0 ends at the high watermark (a vnode's
+    ``leader-epoch-checkpoint`` damaged or not: a single node led epoch 0 from version 0), and Fetch's
+    ``kafka_region`` never sends an entry ``kafka_batch`` finds damaged;
 (e) a change of meaningful bytes of a file that is not derived is reported (:meth:`Engine.damage`) naming that
     file and, for a WAL segment, covering the versions of the damaged entry;
 (f) the engine then takes new writes (a new database and table, rows in every vnode, a retried and a new
@@ -255,6 +257,9 @@ def _read_partition(e: Engine, s: Snap, topic: str, p: int) -> Part | str:
     if isinstance(marks, str):
         return marks
     part = Part(marks[0], marks[1], {}, {})
+    epoch_end = _answer(s, f"epoch_end({topic}, {p}, 0)", lambda: e.partitions.epoch_end(topic, p, 0))
+    if epoch_end != (0, marks[1]):  # a single node led epoch 0 from the start, whatever its epoch file lost
+        s.errors.append(f"(d) {topic}-{p}: OffsetForLeaderEpoch(0) answers {epoch_end}, not (0, {marks[1]})")
     native = e.is_native(topic)
     entries = _answer(s, f"index_entries({topic}, {p})", lambda: list(e.index_entries(topic, p, marks[0])))
     if isinstance(entries, str):
@@ -451,11 +456,13 @@ def kind_of(rel: str, truth: Truth) -> str:
             return "topics .oidx"
         if "/topics/" in rel and name.endswith(".start"):
             return "topics .start"
+        if name == "leader-epoch-checkpoint":
+            return name
     return "other"
 
 
 KINDS = ["walgate.json", "catalog.log", "producer_ids.log", "users.key", "meta.db", "coordinator .log", "wal sealed .log",
-         "wal active .log", "wal .idx", "topics .oidx", "topics .start", "other"]
+         "wal active .log", "wal .idx", "topics .oidx", "topics .start", "leader-epoch-checkpoint", "other"]
 DERIVED = {"wal .idx", "topics .oidx", "meta.db"}  # rebuilt from the WAL: must lose nothing
 WAL_LOGS = {"wal sealed .log", "wal active .log"}
 
@@ -604,6 +611,8 @@ def expectations(case: Case, template: Path, truth: Truth) -> Allow:
     elif case.kind == "producer_ids.log":
         a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
     elif case.kind == "users.key":  # a missing one is made anew without a report: data dirs from before it have none
+        a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
+    elif case.kind == "leader-epoch-checkpoint":  # one line; a missing one is what a single node's vnode held before
         a.report = case.op == "zeros" or (case.op in ("flip", "truncate") and _single_line_changed(data, case, new))
     elif case.kind == "meta.db":  # SQLite: a flip in a free or unused byte changes nothing, so none is required
         a.report = case.op == "zeros" or (case.op == "truncate" and case.pos < len(data))

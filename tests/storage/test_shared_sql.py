@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +271,63 @@ def test_a_schemaless_write_s_supertable_changes_go_through_the_stream_and_a_sta
     for e in (n1, n2):
         e.close()
 
+
+
+def test_an_alter_made_before_a_drop_and_create_of_its_supertable_does_not_apply(tmp_path: Path) -> None:
+    """The same columns, but another supertable (its created_ms): the stale ALTER is refused by the controller's check
+    and by every node applying it, and the new one's created_ms stays (what dropped_meanwhile compares)."""
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1, n2], n1, STABLE)
+    old = n1.catalog.stables[("d", "st")]
+    stale = staged(n1, "ALTER STABLE d.st ADD COLUMN w INT")
+    run([n1, n2], n2, "DROP STABLE d.st")
+    for _ in range(1000):  # bounded: the clock moves on within a few ms
+        if n2.clock.time_ms() != old.created_ms:
+            break
+        time.sleep(0.001)
+    run([n1, n2], n2, STABLE)
+    new = n1.catalog.stables[("d", "st")]
+    assert new.created_ms != old.created_ms and (new.columns, new.tags) == (old.columns, old.tags)
+    with pytest.raises(InvalidValue, match="changed since the ALTER was made"):
+        n1.catalog.validate_shared(stale)
+    seq = n1.catalog.shared_seq + 1
+    for e in (n1, n2):  # appended anyway (a controller on an older catalog): applied as refused, nothing changed
+        e.apply_shared(seq, stale[0])
+        assert e.catalog.stables[("d", "st")] == new
+    for e in (n1, n2):
+        e.close()
+
+
+def test_an_alter_a_topic_of_a_subtable_on_another_node_depends_on_is_refused_by_every_node(tmp_path: Path) -> None:
+    """The topic's supertable is in its catalog record (known where the subtable is, at CREATE TOPIC): a node that
+    does not hold the subtable refuses the ALTER as the node that does. Applied anyway (an ALTER made before the topic
+    was: the race), the topics that still compile follow it; the one that does not keeps its old form, logged."""
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")
+    run([n1, n2], n1, "CREATE STABLE d.st (ts TIMESTAMP, v INT, w INT) TAGS (site INT)")
+    sub = table_in(0)  # on node 1
+    n1.execute(f"INSERT INTO d.{sub} USING d.st TAGS (7) VALUES (1700000000000, 1, 2)")
+    raced = staged(n2, "ALTER STABLE d.st DROP COLUMN w")  # made before the topic
+    run([n1, n2], n1, f"CREATE TOPIC ts AS SELECT w FROM d.{sub}")
+    run([n1, n2], n1, "CREATE TOPIC whole AS STABLE d.st")
+    assert n2.catalog.topics["ts"].stable == "st" and n2.catalog.topics["whole"].stable == ""
+    for e in (n1, n2):
+        with pytest.raises(InvalidValue, match="topic ts depends on it"):
+            staged(e, "ALTER STABLE d.st DROP COLUMN w")
+    n2.close()
+    n2 = cluster_node(tmp_path / "n2", 2)  # restarted: known from its catalog, as from a snapshot's records
+    assert n2.catalog.topics["ts"].stable == "st" and {"name": "ts", "stable": "st"}.items() <= next(
+        r for r in n2.catalog.shared_records() if r.get("name") == "ts").items()
+    with pytest.raises(InvalidValue, match="topic ts depends on it"):
+        staged(n2, "ALTER STABLE d.st DROP COLUMN w")
+    staged(n2, "ALTER STABLE d.st ADD COLUMN x INT")  # what the topic does not use: staged on either node
+    apply([n1, n2], raced)
+    for e in (n1, n2):
+        assert e.evaluators["whole"].stable == e.catalog.stables[("d", "st")], "the topics that compile follow it"
+    assert n1.evaluators["ts"].stable is not None and "w" in [c.name for c in n1.evaluators["ts"].stable.columns]
+    for e in (n1, n2):
+        e.close()
 
 
 def test_a_torn_or_flipped_stable_metas_record_leaves_a_node_that_starts_and_writes_each_entry_once(

@@ -20,8 +20,9 @@ make them durable.
   the disk refused stays and every acknowledgement answered is durable.
 
 * Sessions of members another node coordinates (a cluster's partition leader: ``members_known`` False) are opened
-  for any member id; one that asks nothing here for a member session timeout (``group.share.session.timeout.ms``)
-  is closed, releasing what its member holds, as its coordinator would have removed the member by then.
+  for any member id; one that asks nothing here for a member session timeout (``group.share.session.timeout.ms``),
+  and at least the group's record lock duration (``share.record.lock.duration.ms``), is closed, releasing what its
+  member holds, as its coordinator would have removed the member by then.
 * Timers: :meth:`ShareCoordinator.next_expiry` is when :meth:`ShareCoordinator.expire` next has something to do (a
   member's session timing out, a left member's session closing, an unknown member's idle session closing, a lock
   ending), so that its owner can call it then
@@ -254,7 +255,7 @@ class ShareCoordinator:
         for (group_id, member_id), session in list(self.sessions.items()):
             if session.left_ms is not None and session.left_ms + self.logs.settings(group_id).lock_ms <= now_ms:
                 self.close(group_id, member_id)
-            elif session.remote_ms is not None and session.remote_ms + self.groups.session_timeout_ms <= now_ms:
+            elif session.remote_ms is not None and session.remote_ms + self._idle_ms(group_id) <= now_ms:
                 self.close(group_id, member_id)
         for key, sp in list(self.partitions.items()):
             deadline = sp.next_deadline()
@@ -267,11 +268,17 @@ class ShareCoordinator:
         deadlines = [self.groups.next_deadline()]
         deadlines += [session.left_ms + self.logs.settings(group_id).lock_ms
                       for (group_id, _), session in self.sessions.items() if session.left_ms is not None]
-        deadlines += [session.remote_ms + self.groups.session_timeout_ms
-                      for session in self.sessions.values() if session.remote_ms is not None]
+        deadlines += [session.remote_ms + self._idle_ms(group_id)
+                      for (group_id, _), session in self.sessions.items() if session.remote_ms is not None]
         deadlines += [sp.next_deadline() for sp in self.partitions.values()]
         known = [d for d in deadlines if d is not None]
         return min(known) if known else None
+
+    def _idle_ms(self, group_id: str) -> int:
+        """How long a session of a member another node coordinates may ask nothing here before it is closed: a
+        member session timeout, and never less than the group's record lock duration, so that a member working on
+        records it holds for as long as their locks allow keeps them."""
+        return max(self.groups.session_timeout_ms, self.logs.settings(group_id).lock_ms)
 
     def take_released(self) -> set[ShareKey]:
         """The share-partitions where records became acquirable again since the last call (cleared)."""
@@ -318,13 +325,17 @@ class ShareCoordinator:
 
     # -- sessions -----------------------------------------------------------------------------------------------
 
-    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool, members_known: bool = True,
+    def session(self, group_id: str, member_id: str, epoch: int, fetch: bool, members_known: bool | None = True,
                 now_ms: int = 0) -> tuple[int, str | None]:
         """Check (and move on) the session for a request carrying ``epoch`` at ``now_ms``: (error code, message).
         ``members_known``: the group's members are known here (this node coordinates it); when not (a cluster's
         partition leader), epoch 0 opens a session for any non-empty member id, as Kafka's share-partition leader,
-        closed by :meth:`expire` once it asked nothing for a member session timeout."""
+        closed by :meth:`expire` once it asked nothing for a member session timeout (at least a record lock
+        duration); None (the cluster's placement of coordinators cannot be read now): known when this node holds
+        the group's membership, as its coordinator does (so a fenced member is refused there even then)."""
         key = (group_id, member_id)
+        if members_known is None:
+            members_known = group_id in self.groups.groups
         if epoch == 0:
             if not fetch:
                 return ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session."

@@ -35,10 +35,13 @@ Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-sit
 runs (:mod:`walgate.gateway.http_origin`).
 
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
-is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
-a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
-names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
-(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`),
+and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, and a CREATE STABLE whose name's vgroup is
+there (that node alone sees a normal table of the name); a request carrying that module's ``FORWARDED`` header is
+such a part: the statement's clauses (tables) at the positions it names, run here or refused, never forwarded
+again. It is accepted only signed with the cluster's node token
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
+``basic_auth`` only for a principal that is a user here (403 otherwise). A
 SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
 (the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
@@ -94,6 +97,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
@@ -104,7 +108,7 @@ from walgate.gateway.ingest_workers import IngestWorkers, Prepared, Refused
 from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
-from walgate.gateway.query_workers import POLL_S, QueryWorkers
+from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
 from walgate.gateway.schemaless import with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
@@ -114,15 +118,17 @@ from walgate.gateway.sql_forward import (
     SCAN,
     Caller,
     Outcome,
+    PartsBudget,
     answer,
     merge_rows,
     select_here,
+    select_timeout,
     send,
 )
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
-from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, refusal
+from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, header_refusal, refusal
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
@@ -139,7 +145,17 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
-from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
+from walgate.storage.insert_routing import (
+    Part,
+    TableDdl,
+    parse_positions,
+    split_csv,
+    split_insert,
+    split_lines,
+    split_tables,
+    tables_at,
+    targets_at,
+)
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
 from walgate.storage.result import affected
@@ -244,7 +260,7 @@ def make_app(
 # ------------------------------------------------------------------ handlers
 
 
-async def _sql(request: web.Request) -> web.Response:
+async def _sql(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     try:
         sql = body.decode("utf-8")
@@ -289,7 +305,7 @@ async def _sql(request: web.Request) -> web.Response:
             here_only = forwarded is not None  # another node's SELECT: the rows of this node's vgroups
             scan = (forwarded or "").partition(";")[2] == SCAN and not plain(stmt)  # (select_merge.py)
             _, selected = await _select(request, authorizer, principal, host, stmt, db, here_only, scan)
-            return web.Response(body=selected, content_type=ARROW_STREAM if scan else "application/json")
+            return await selected.send(request, ARROW_STREAM if scan else "application/json")  # from its file
         if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
             result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
             return _json(200, result.rest_body())
@@ -300,14 +316,20 @@ async def _sql(request: web.Request) -> web.Response:
             if authorizer is not None:
                 result = visible(authorizer, principal, host, stmt, result)
         elif shared is not None:  # cluster mode: users and grants are the cluster's
+            if forwarded is None and isinstance(stmt, ast.CreateStable):
+                await app[_STORAGE].call(_name_here, engine, stmt.name, db)
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
         if shared is None or forwarded is not None:
             raise
-        if _INSERT.match(sql):
-            return await _forward_insert(request, shared, authorizer, principal, host, body, db)
+        if _INSERT.match(sql) or isinstance(stmt, TableDdl):
+            response = await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            if change is not None:  # each owner audits its part too
+                audit(principal, host, change, sql, "ok" if response.status == 200 else
+                      f"failed: HTTP {response.status} (the statement spans nodes: each node's part audited there)")
+            return response
         if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
             return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
         raise
@@ -325,9 +347,10 @@ async def _sql(request: web.Request) -> web.Response:
     return _json(200, result.rest_body())
 
 
-def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show:
-    """The part of the INSERT, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
-    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT
+def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
+    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here
+    (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a
+    CREATE [S]TABLE or DROP TABLE, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -336,18 +359,22 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show
         return stmt
     if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
         return stmt
+    if sep and positions not in (HERE, SCAN) and isinstance(stmt, TableDdl):
+        return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"{HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a SHOW TABLES")
+                           f"a CREATE TABLE or a DROP TABLE, {HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a "
+                           "SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
                   select: ast.Select, db: str | None, here_only: bool = False,
-                  scan: bool = False) -> tuple[PreparedSelect, bytes]:
+                  scan: bool = False) -> tuple[PreparedSelect, Spool]:
     """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
     over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC:
-    :meth:`~walgate.storage.select.Selects.prepare`); raises its error."""
+    :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker wrote
+    (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
@@ -357,20 +384,25 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
     return await _query(request, prepare)
 
 
-async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedSelect]]) -> tuple[PreparedSelect, bytes]:
-    """The query ``prepare()`` gives (awaited once a query slot is free) and its answer from a query worker; the
-    damage it found rechecked; raises its error."""
+async def _query(request: web.Request, prepare: Callable[[], Awaitable[PreparedSelect]]) -> tuple[PreparedSelect, Spool]:
+    """The query ``prepare()`` gives (awaited once a query slot is free) and its answer from a query worker, in the
+    file the worker wrote; the damage it found rechecked; raises its error."""
     app = request.app
     engine = app[_ENGINE]
-    prepared, answer = await app[_QUERIES].run(prepare, lambda: _gone(request))
-    if answer.damaged:
-        await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+    prepared, answer, spool = await app[_QUERIES].run(prepare, lambda: _gone(request))
+    try:
+        if answer.damaged:
+            await app[_STORAGE].call(engine.recheck, prepared.db, answer.damaged)
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
     if answer.error is not None:
         if isinstance(answer.error, QueryCancelled):
             log.info("SELECT from %s stopped: %s", request[HOST], answer.error.message)
         raise answer.error
-    assert answer.body is not None
-    return prepared, answer.body
+    assert spool is not None
+    return prepared, spool
 
 
 async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, principal: str, host: str,
@@ -387,14 +419,17 @@ async def _not_permitted(storage: StorageThread, authorizer: Authorizer | None, 
 
 async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                         principal: str, host: str, body: bytes, stmt: ast.Select | ast.Show,
-                        db: str | None) -> web.Response:
+                        db: str | None) -> web.StreamResponse:
     """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
     other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
     asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
     node failing fails it whole, naming that node (never a partial answer). A plain SELECT and SHOW TABLES: the
     nodes' answers concatenated (:func:`~.sql_forward.merge_rows`); any other SELECT: every node's scanned rows
     (this node's included) merged by the query run over them in a query worker here
-    (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node."""
+    (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node: the parts this node holds
+    (:class:`~.sql_forward.PartsBudget`, counted as they are read), and the merge's rows in the worker; and by
+    ``sql.timeout.ms`` (no limit when 0), every part awaited as long as the statement may run
+    (:func:`~.sql_forward.select_timeout`)."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
@@ -408,16 +443,24 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
+    budget = PartsBudget(app[_QUERIES].max_bytes)  # every node's part, this node's too, as it is read
 
     async def here() -> tuple[int, dict[str, Any] | bytes]:
         try:
             if select is None:
                 assert isinstance(stmt, ast.Show)
                 return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
-            scanned, answered = await _select(request, authorizer, principal, host, select, db, True, scan)
+            scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan)
             prepared.append(scanned)
+            if scan:
+                try:
+                    budget.take(spool.size)  # before it is read into memory
+                except LimitExceeded:
+                    spool.close()
+                    raise
+            answered = await spool.read()
             return 200, answered if scan else orjson.loads(answered)
         except StorageError as e:  # what the error middleware answers for it
             status = 503 if isinstance(e, StorageUnavailable) else 403 if isinstance(e, NotPermitted) else 400
@@ -425,7 +468,8 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
 
     answers = await _unless_gone(*(
         here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
-                                                 part=SCAN if scan else HERE)
+                                                 select_timeout(app[_QUERIES].timeout_s), SCAN if scan else HERE,
+                                                 budget if scan else None)
         for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
@@ -440,8 +484,8 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
         async def merged_here() -> PreparedSelect:
             return merge
 
-        _, merged = await _query(request, merged_here)
-        return web.Response(body=merged, content_type="application/json")
+        _, spool = await _query(request, merged_here)
+        return await spool.send(request)
     parts = [answered for _, answered in answers if isinstance(answered, dict)]
     merged = orjson.dumps(merge_rows(select.limit if select is not None else None, parts, ordered=select is None))
     if len(merged) > app[_QUERIES].max_bytes:
@@ -450,31 +494,43 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     return web.Response(body=merged, content_type="application/json")
 
 
-async def _forward_insert(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                          principal: str, host: str, body: bytes, db: str | None) -> web.Response:
-    """The INSERT of ``body`` (current database ``db``), which has rows for vgroups on other nodes, written as one
-    part per owning node: this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise)."""
+async def _forward_statement(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                             principal: str, host: str, body: bytes, db: str | None) -> web.Response:
+    """The INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE of ``body`` (current database ``db``), which has rows
+    for, or names tables of, vgroups on other nodes, run as one part per owning node
+    (:func:`~walgate.storage.insert_routing.split_insert`, :func:`~walgate.storage.insert_routing.split_tables`:
+    IF [NOT] EXISTS kept; a CREATE STABLE goes to the node of its name's vgroup, which alone sees a normal table of
+    that name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks its part again for
+    the caller. A supertable made or dropped by another node is known here too once answered."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
-    if not isinstance(stmt, ast.Insert):
-        raise InvalidValue("the statement is not an INSERT")
+    if not isinstance(stmt, (ast.Insert, ast.CreateTable, ast.CreateSubtable, ast.CreateStable, ast.DropTable)):
+        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE")
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local))
-    if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
+    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local)
+                               if isinstance(stmt, ast.Insert) else
+                               split_tables(stmt, db, dict(engine.catalog.databases), local))
+    if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
 
     async def write_here(part: Part) -> int:
-        result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
+        at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
+        result = await shared.run(_run, engine, authorizer, principal, host, at, db)
         return result.affected_rows or 0
 
-    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
-                          lambda rows: _json(200, affected(rows).rest_body()))
+    what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
+        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
+    response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
+                              lambda rows: _json(200, affected(rows).rest_body()), what)
+    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.DropTable)):
+        await shared.catch_up()  # a supertable staged by its owner (DROP TABLE of one too)
+    return response
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
@@ -551,24 +607,38 @@ def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str,
     return engine.apply_write(planned.write, write)
 
 
+def _name_here(engine: Engine, name: ast.Name, db: str | None) -> None:
+    """:class:`NotHere` when ``name`` is not a supertable of its (cluster) database and its name's vgroup is on
+    another node (storage thread): that node alone sees a normal table of that name, so a CREATE STABLE of it is
+    sent there and refused the same through every node. An unknown database is left to the statement to answer."""
+    try:
+        dbdef = engine.store.resolve_db(name.db, db)
+    except StorageError:
+        return
+    if (dbdef.name, name.name) not in engine.catalog.stables:
+        engine.store.vnode(dbdef.name, name.name)
+
+
 def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Show,
               db: str | None) -> Result:
     """``SHOW TABLES`` over this node's vgroups (its part of a database spread over nodes), as :func:`_run` runs a
     statement: checked, and cut to what ``principal`` may see."""
-    if authorizer is None:
-        return engine.show_tables_here(stmt, db)
-    check(authorizer, principal, host, stmt, db)
-    return visible(authorizer, principal, host, stmt, engine.show_tables_here(stmt, db))
+    return _run(engine, authorizer, principal, host, stmt, db, here=True)
 
 
 def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
-         db: str | None) -> Result:
+         db: str | None, here: bool = False) -> Result:
     """``stmt`` executed if ``principal`` may run it, listings cut to what it may see (storage thread; no
-    ``authorizer``: no check); NotPermitted otherwise."""
-    if authorizer is None:
-        return engine.run(stmt, db)
-    check(authorizer, principal, host, stmt, db)
-    return visible(authorizer, principal, host, stmt, engine.run(stmt, db))
+    ``authorizer``: no check); NotPermitted otherwise. ``here``: ``stmt`` is a SHOW TABLES over this node's
+    vgroups alone."""
+    if authorizer is not None:
+        check(authorizer, principal, host, stmt, db)
+    if here:
+        assert isinstance(stmt, ast.Show)
+        result = engine.show_tables_here(stmt, db)
+    else:
+        result = engine.run(stmt, db)
+    return result if authorizer is None else visible(authorizer, principal, host, stmt, result)
 
 
 async def _influx_write(request: web.Request) -> web.Response:
@@ -674,25 +744,25 @@ async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, tab
 
 async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, parts: list[Part], path: str,
                    params: dict[str, str] | None, write: Callable[[Part], Awaitable[int]],
-                   written: Callable[[int], web.Response]) -> web.Response:
+                   written: Callable[[int], web.Response], what: str = "INSERT") -> web.Response:
     """The ``parts`` of a write's ``body``: this node's written here by ``write`` (rows written), every other
     node's sent to its ``path`` with query ``params`` (:mod:`.sql_forward`: the part's own body, or ``body`` whole
-    for an INSERT's part, which names its positions), all at once; ``written(rows)`` when every part was written,
-    else the answer of :func:`~.sql_forward.answer`."""
+    for a part of an INSERT, CREATE TABLE or DROP TABLE, which names its positions), all at once; ``written(rows)``
+    when every part was written, else the answer of :func:`~.sql_forward.answer` for the statement ``what``."""
     local = request.app[_ENGINE].catalog.node_id
 
     async def write_here(part: Part) -> Outcome:
         return Outcome(part, "written", rows=await write(part))
 
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     outcomes = list(await asyncio.gather(*(
         _here(part, local, write_here(part)) if part.node == local else
         send(part, urls.get(part.node), path, part.body or body, local, caller, params)
         for part in parts)))
     if all(o.state == "written" for o in outcomes):
         return written(sum(o.rows for o in outcomes))
-    status, answer_body = answer(outcomes)
+    status, answer_body = answer(outcomes, what)
     log.info("a write to %s from %s across nodes answered %d: %s", path, request[HOST], status,
              answer_body["desc"][:2000])
     return _json(status, answer_body)
@@ -828,11 +898,14 @@ async def _node_refusal(request: web.Request) -> str | None:
     if missing:
         return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
     query = dict(request.query)
-    if not headers[TIME].isdigit() or len(query) != len(request.query):
-        return f"a request forwarded between nodes has a number in {TIME} and no query parameter twice"
-    signed = Signed(request.method, request.path, query, headers[FORWARDED], headers[PRINCIPAL_HEADER],
-                    headers[CLIENT_HOST], int(headers[TIME]), await request.read())
+    if len(query) != len(request.query):
+        return "a request forwarded between nodes has no query parameter twice"
     now_ms = time.time_ns() // 1_000_000
+    refused = header_refusal(headers[TIME], headers[SIGNATURE], headers[PRINCIPAL_HEADER], now_ms)
+    if refused is not None:  # before the body is read
+        return f"a request forwarded between nodes must be signed by a node of this cluster: {refused}"
+    signed = Signed(request.app[_ENGINE].catalog.node_id, request.method, request.path, query, headers[FORWARDED],
+                    headers[PRINCIPAL_HEADER], headers[CLIENT_HOST], int(headers[TIME]), await request.read())
     why: list[str | None] = [None]
 
     def fits(tokens: tuple[str, ...]) -> bool:
@@ -841,14 +914,23 @@ async def _node_refusal(request: web.Request) -> str | None:
 
     if not await shared.member.tokens.verified(fits):
         return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    basic_auth = request.app[_BASIC_AUTH]
+    if basic_auth is not None and not await basic_auth.is_user(signed.principal):
+        return (f"{signed.principal} is not a user of this cluster, and this node authenticates every request: "
+                "every node of a cluster must run the same http.auth")
     request[PRINCIPAL], request[HOST] = signed.principal, signed.host
     return None
 
 
-async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
+def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
     """Whom a part of ``request`` forwarded to another node is for: its principal and client address, signed with
-    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore."""
-    return Caller(request[PRINCIPAL], request[HOST], await shared.member.tokens.signing(), request.app[_NODE_TLS])
+    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore. Raises
+    StorageUnavailable when the node knows no token (an operator deleted it)."""
+    try:
+        token = shared.member.tokens.signing()
+    except ControlPlaneError as e:
+        raise StorageUnavailable(f"nothing can be sent to another node: {e}") from None
+    return Caller(request[PRINCIPAL], request[HOST], token, request.app[_NODE_TLS])
 
 
 async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,

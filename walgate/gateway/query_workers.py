@@ -2,10 +2,14 @@
 
 A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WAL snapshots:
 :class:`~walgate.storage.select.PreparedSelect`; the time it takes grows with the WAL's index, a copy of it),
-pickled to a worker process, run there, and its TDengine-REST JSON body comes back as bytes (this node's part of a
-query merged across nodes: its scanned rows as an Arrow IPC stream, :mod:`walgate.storage.select_merge`). The node's threads
-(event loop, storage thread) never wait for a query's scan or DuckDB, not even for the GIL: the node only unpickles
-the answer, at most ``sql.max.bytes`` of JSON. The OS schedules the workers at a lower priority (``nice``
+pickled to a worker process, run there, and its TDengine-REST JSON body (this node's part of a query merged across
+nodes: its scanned rows as an Arrow IPC stream, :mod:`walgate.storage.select_merge`) written to a file in the
+node's spool directory (a new directory in the system's temporary directory, ``TMPDIR``, removed when the node
+stops; those of nodes no longer running, killed, are removed when the next one makes its own: :func:`spool_dir`),
+which the node relays to the client in chunks (:mod:`walgate.gateway.answer_spool`). The node's threads (event
+loop, storage thread) never wait for a query's scan, DuckDB or JSON, not even for the GIL, and never hold a whole
+answer (at most ``sql.max.bytes``): an answer file nobody takes (its request cancelled) is removed. The OS
+schedules the workers at a lower priority (``nice``
 +:data:`NICE`). A worker that dies (the OOM killer, a kill) takes its pool down, not the node: the pool is made
 again, the queries no worker had begun run in it (a SELECT reads only: running it again is safe), and those a worker
 had begun fail (so a query that kills its worker fails once rather than killing worker after worker). The answer is what was visible when the query was prepared (rows a
@@ -21,7 +25,8 @@ workers share; the worker checks its query's flag every :data:`WATCH_S` (a watch
 check: an interrupt only stops a statement that is running) and stops the JSON conversion between chunks.
 :meth:`QueryWorkers.run` sets the flag when ``gone()`` says the client went away (checked every :data:`POLL_S`) and
 when its awaiting task is cancelled, and only while the query is still in its worker, so a flag never reaches the
-slot's next query. The watcher also cancels a query that has run for ``sql.timeout.ms`` in its worker (waiting for
+slot's next query (once its answer is written the worker is free: a client gone while it is sent ends the relay).
+The watcher also cancels a query that has run for ``sql.timeout.ms`` in its worker (waiting for
 a worker, or for one to start, does not count). Scans are bounded by ``sql.max.bytes`` of Arrow rows, answers by
 ``sql.max.bytes`` of JSON.
 
@@ -32,9 +37,12 @@ Damage a query finds is reported back (``(vnode index, version)``) and rechecked
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -43,14 +51,14 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from walgate.gateway.answer_spool import Spool, write_answer
 from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, pool_pids, start_worker, stop_pool
 from walgate.storage.cancel import Cancel
-from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageError
+from walgate.storage.errors import QueryCancelled, StorageError
+from walgate.storage.result import Result
 from walgate.storage.select import PreparedSelect
 
-__all__ = ["NICE", "ORPHAN_CHECK_S", "POLL_S", "SHUTDOWN_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers"]
+__all__ = ["NICE", "ORPHAN_CHECK_S", "POLL_S", "SHUTDOWN_S", "SLOTS", "WATCH_S", "Answer", "QueryWorkers", "Spool"]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +72,10 @@ _REASONS = {_GONE: "the client went away", _CANCELLED: "the request was cancelle
 
 @dataclass(frozen=True)
 class Answer:
-    """What a worker sends back: the JSON body (Arrow IPC rows for a scan; None with an error), the damaged entries
-    found, the query's error."""
+    """What a worker sends back: the size of the answer it wrote to its answer file (the JSON body; Arrow IPC rows
+    for a scan; None with an error: no file), the damaged entries found, the query's error."""
 
-    body: bytes | None
+    size: int | None
     damaged: list[tuple[int, int]]
     error: StorageError | None
 
@@ -84,8 +92,9 @@ def _start(flags: Any, started: Any, node: int) -> None:
     start_worker(node, "walgate-query-node")
 
 
-def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float | None) -> Answer:
-    """Run ``prepared`` in a worker, cancelled when its slot's flag is set or after ``timeout_s`` of running."""
+def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float | None, path: str) -> Answer:
+    """Run ``prepared`` in a worker, cancelled when its slot's flag is set or after ``timeout_s`` of running; its
+    answer written to the new file ``path``."""
     _started[slot] = 1
     cancel = Cancel()
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
@@ -108,13 +117,10 @@ def _work(slot: int, prepared: PreparedSelect, max_bytes: int, timeout_s: float 
     damaged: list[tuple[int, int]] = []
     try:
         if prepared.scan:  # this node's part of a query merged across nodes: its scanned rows, Arrow IPC
-            body = prepared.scan_rows(cancel, max_bytes, damaged)
+            answer: Result | bytes = prepared.scan_rows(cancel, max_bytes, damaged)
         else:
-            body = orjson.dumps(prepared.run(cancel, max_bytes, damaged).rest_body())
-        if len(body) > max_bytes:
-            raise LimitExceeded(f"the query's answer is larger than {max_bytes} bytes (sql.max.bytes): narrow it, "
-                                "or ask for fewer columns or rows (LIMIT)")
-        return Answer(body, damaged, None)
+            answer = prepared.run(cancel, max_bytes, damaged)
+        return Answer(write_answer(path, answer, max_bytes, cancel), damaged, None)
     except StorageError as exc:  # returned, not raised: the damage found comes back either way
         return Answer(None, damaged, exc)
     finally:
@@ -143,6 +149,8 @@ class QueryWorkers:
         self._free = list(range(SLOTS))
         self._slots = asyncio.Semaphore(SLOTS)
         self._executor: ProcessPoolExecutor | None = None
+        self._spool: str | None = None  # the answer files' directory, made with the first pool
+        self._answers = itertools.count()  # each submission's answer file gets a new name
 
     @property
     def pids(self) -> list[int]:
@@ -150,17 +158,25 @@ class QueryWorkers:
         return pool_pids(self._executor)
 
     async def run(self, prepare: Callable[[], Awaitable[PreparedSelect]],
-                  gone: Callable[[], bool] = _never) -> tuple[PreparedSelect, Answer]:
-        """The query ``prepare()`` gives (awaited once a slot is free), run in a worker: it and its answer (module
-        docstring); QueryCancelled when its worker died under it. Each query that reaches a worker is reported to
-        ``observe``: ok, refused (its own error), cancelled, or failed (a bug)."""
+                  gone: Callable[[], bool] = _never) -> tuple[PreparedSelect, Answer, Spool | None]:
+        """The query ``prepare()`` gives (awaited once a slot is free), run in a worker: it, its answer and the
+        answer's file, taken (None with an error; module docstring); QueryCancelled when its worker died under it.
+        Each query that reaches a worker is reported to ``observe``: ok, refused (its own error), cancelled, or failed
+        (a bug). A client ``gone()`` once a slot is free (or once prepared) is QueryCancelled before anything
+        reaches a worker."""
         await self._slots.acquire()
         slot = self._free.pop()
         self._flags[slot] = self._started[slot] = 0
         submitted: Future[Answer] | None = None
+        path = ""  # the answer file of the last submission
+        spool: Spool | None = None
         try:
+            if gone():
+                raise QueryCancelled("query cancelled: the client went away while it waited for a query worker")
             prepared = await prepare()
-            pool, submitted = self._submit(slot, prepared)
+            if gone():
+                raise QueryCancelled("query cancelled: the client went away while it was prepared")
+            pool, submitted, path = self._submit(slot, prepared)
             self._observe(None, "")
             started, outcome = time.monotonic(), "cancelled"  # unless it answers: a dead worker, a cancelled request
             try:
@@ -175,7 +191,8 @@ class QueryWorkers:
                             raise QueryCancelled("query cancelled: its worker process stopped (out of memory?)") \
                                 from None
                         retried = True
-                        pool, submitted = self._submit(slot, prepared)
+                        _remove(path)  # what the dead worker may have begun
+                        pool, submitted, path = self._submit(slot, prepared)
             except (QueryCancelled, asyncio.CancelledError):
                 raise
             except Exception:
@@ -184,25 +201,32 @@ class QueryWorkers:
             else:
                 error = answer.error
                 outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
-                return prepared, answer
+                if answer.size is not None:
+                    spool = Spool.take(path, answer.size)
+                return prepared, answer, spool
             finally:
                 self._observe(time.monotonic() - started, outcome)
         finally:
             if submitted is None or submitted.done():
+                if spool is None:
+                    _remove(path)  # an answer nobody takes
                 self._release(slot)
             else:  # the worker still has it: the slot is free once it is done (flags set now reach this query only)
                 loop = asyncio.get_running_loop()
-                submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._release, slot))
+                submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._forsake, slot, path))
 
-    def _submit(self, slot: int, prepared: PreparedSelect) -> tuple[ProcessPoolExecutor, Future[Answer]]:
-        """The query handed to the pool; a pool broken while idle (a worker killed) is replaced first."""
+    def _submit(self, slot: int, prepared: PreparedSelect) -> tuple[ProcessPoolExecutor, Future[Answer], str]:
+        """The query handed to the pool, and its answer file's path; a pool broken while idle (a worker killed) is
+        replaced first."""
         pool = self._pool()
+        assert self._spool is not None
+        path = os.path.join(self._spool, f"{next(self._answers)}.json")
         try:
-            return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s)
+            return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s, path), path
         except BrokenProcessPool as exc:
             self._discard(pool, exc)
         pool = self._pool()
-        return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s)
+        return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s, path), path
 
     async def _wait(self, slot: int, submitted: Future[Answer], gone: Callable[[], bool]) -> Answer:
         """``submitted``'s answer; BrokenProcessPool when a worker of its pool died."""
@@ -221,6 +245,8 @@ class QueryWorkers:
             raise
 
     def _pool(self) -> ProcessPoolExecutor:
+        if self._spool is None:
+            self._spool = spool_dir(tempfile.gettempdir())
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
                                                  initargs=(self._flags, self._started, os.getpid()))
@@ -237,6 +263,11 @@ class QueryWorkers:
         self._free.append(slot)
         self._slots.release()
 
+    def _forsake(self, slot: int, path: str) -> None:
+        """A query whose request gave up is done in its worker: its answer file removed, its slot free."""
+        _remove(path)
+        self._release(slot)
+
     def cancel_all(self) -> None:
         """Cancel every query (the node is stopping)."""
         for slot in range(SLOTS):
@@ -248,3 +279,38 @@ class QueryWorkers:
         self.cancel_all()
         executor, self._executor = self._executor, None
         await stop_pool(executor, "query workers")
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
+
+
+SPOOL_PREFIX = "walgate-answers-"
+
+
+def spool_dir(parent: str) -> str:
+    """A new answer directory in ``parent`` (mode 0700, named for this process); the answer directories there of
+    processes no longer running (a node killed) are removed first."""
+    for name in os.listdir(parent):
+        pid = name.removeprefix(SPOOL_PREFIX).partition("-")[0]
+        if name.startswith(SPOOL_PREFIX) and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=parent)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _remove(path: str) -> None:
+    """``path`` removed if it is there (an answer file no request takes)."""
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -6,14 +6,16 @@ engine before anything is written (:class:`~walgate.storage.write_plan.SchemaCha
 single node would make: :func:`~walgate.storage.write_plan.merge_schema`). :func:`with_schemas` then
 
 1. catches up with the stream (another node may have made them: the node a write was forwarded to, or a node that
-   raced this one) and plans the write again;
-2. when it still needs them, stages them (:meth:`Engine.make_schemas <walgate.storage.engine.Engine.make_schemas>`)
-   and has them appended (checked by the controller against the whole stream) and applied here
-   (:meth:`SharedCatalog.run <walgate.gateway.shared_catalog.SharedCatalog.run>`), then plans the write again: its
-   rows are written, or forwarded to the nodes owning their vgroups, as any write's.
+   raced this one);
+2. stages them (:meth:`Engine.make_schemas <walgate.storage.engine.Engine.make_schemas>`, which refuses a change
+   whose supertable is not the one the write was planned against any more) and has them appended (checked by the
+   controller against the whole stream) and applied here (:meth:`SharedCatalog.run
+   <walgate.gateway.shared_catalog.SharedCatalog.run>`), then plans the write again: its rows are written, or
+   forwarded to the nodes owning their vgroups, as any write's. A write is parsed and planned twice when its changes
+   are made, once more for each refusal.
 
 Two nodes making the same change both write their rows: the controller takes one record, the other node's is refused
-(the supertable exists, or changed since), it catches up and finds nothing left to change. With conflicting types the
+(the supertable exists, or changed since), it catches up and, planning again, finds nothing left to change. With conflicting types the
 write planned again against the winner's supertable is refused as on a single node (``field f is ... but the column
 is ...``). Without etcd's majority the change is refused (:class:`~walgate.storage.errors.ClusterUnavailable`: HTTP
 503), nothing written; writes needing no change go on.
@@ -35,8 +37,8 @@ __all__ = ["ATTEMPTS", "with_schemas"]
 log = logging.getLogger("walgate.cluster")
 
 ATTEMPTS = 8
-"""Plans of one write at most (each change refused because another node's changed the supertable meanwhile costs
-two: catch up, change); a write still needing a change after that is refused, nothing written."""
+"""Plans of one write at most (each but the last followed by a change, refused when another node changed the
+supertable meanwhile); a write still needing a change after that is refused, nothing written."""
 T = TypeVar("T")
 Changes = list[tuple[StableDef | None, StableDef]]
 
@@ -44,25 +46,23 @@ Changes = list[tuple[StableDef | None, StableDef]]
 async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], object],
                        write: Callable[[], Awaitable[T]]) -> T:
     """``write()``'s result, the supertables it needs made first through the cluster's stream (module docstring;
-    ``make``: the engine's staged call that makes them). Without ``shared`` (a single node) ``write()`` as is."""
-    caught_up = False
+    ``make``: the engine's staged call that makes them). Without ``shared`` (a single node, or a cluster node that has
+    not joined the cluster yet) ``write()`` as is: one that needs a change is refused as unavailable (retriable)."""
     refused: tuple[Changes, InvalidValue] | None = None
     for _ in range(ATTEMPTS):
         try:
             return await write()
         except SchemaChangeNeeded as e:
-            if shared is None:
-                raise
-            if refused is not None and refused[0] == e.changes:  # the controller's refusal stands after catching up
-                raise refused[1] from None
+            if shared is None:  # only a cluster node's engine asks: it is starting, its catalog stream not followed yet
+                raise ClusterUnavailable("This node has not joined the cluster yet: a write that creates or widens a"
+                                         " supertable is refused, nothing written; retry") from None
+            if refused is not None and refused[0] == e.changes:  # the refusal stands after catching up (an ALTER's:
+                raise refused[1] from None  # a CREATE refused is there after catching up, or the write refused)
             changes = e.changes
-        if not caught_up:
-            await shared.catch_up()
-            caught_up = True
-            continue
+        await shared.catch_up()
         try:
             await shared.run(make, changes)
-            refused, caught_up = None, False
+            refused = None
         except InvalidValue as e:  # another node changed the supertable first: plan against what it made
             log.info("a schemaless change of %s was refused: %s", ", ".join(
                 f"{new.db}.{new.name}" for _, new in changes), e.message)

@@ -93,6 +93,7 @@ from walgate.storage.clock import SYSTEM_CLOCK
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
+from walgate.storage.lanes import Relane, held
 from walgate.storage.quotas import QUOTA_OP
 from walgate.storage.resource_configs import RESOURCE_OP
 from walgate.storage.show import Dnode
@@ -510,22 +511,30 @@ class Gateway:
 
     async def _clean_loop(self, engine: Engine) -> None:
         """The log cleaner (``log.cleaner.enable``, :mod:`walgate.storage.cleaner`): one bounded step of a partition's
-        pass at a time on the storage thread (requests are served in between), the fsyncs the step left (staged
-        bytes, a commit's file and directory) on a thread of its own, the next step at once while a pass is in
-        progress; after a pass, or when none is due, the next after ``log.cleaner.backoff.ms``."""
+        pass at a time on the storage lane (requests are served in between): the step that chooses the partition
+        and starts a pass is exclusive, the pass's next steps hold only that partition's vnode (other partitions'
+        Produce and Fetch run beside them); the fsyncs a step left (staged bytes, a commit's file and directory)
+        on a thread of its own, the next step at once while a pass is in progress; after a pass, or when none is
+        due, the next after ``log.cleaner.backoff.ms``."""
         backoff = self.config.log_cleaner_backoff_ms / 1000
         max_keys = map_entries(self.config.log_cleaner_dedupe_buffer_size, MAP_LOAD_FACTOR)
+        node_id = self.config.node_id
+        cleaning: tuple[str, int] | None = None  # the vnode of the pass in progress, as the last step left it
         while True:
             try:
-                stats, sync = await self._storage.call(_clean_now, engine, self.config.node_id, max_keys)
+                if cleaning is None:
+                    stats, sync, cleaning = await self._storage.call(_clean_now, engine, node_id, max_keys)
+                else:
+                    stats, sync, cleaning = await self._storage.call_on(
+                        frozenset({cleaning}), functools.partial(_clean_now, engine, node_id, max_keys, cleaning))
                 if sync is not None:  # the fsyncs the step left, off the storage thread
                     await asyncio.to_thread(sync)
             except OSError as exc:  # a full or failing disk: the old segments stand, the pass is tried again
                 log.error("log cleaner failed: %s; retrying in %.1f s", exc, backoff)
-                stats = None
+                stats, cleaning = None, None
             except Exception:  # a bug: its traceback is logged, the server and the next pass go on
                 log.exception("log cleaner failed; retrying in %.1f s", backoff)
-                stats = None
+                stats, cleaning = None, None
             if stats is not None and stats.finished and stats.segments:
                 log.info("log cleaner: %s-%d: %d segments, %d -> %d bytes, %d records and %d batches removed",
                          stats.topic, stats.partition, stats.segments, stats.bytes_before, stats.bytes_after,
@@ -578,10 +587,17 @@ async def _cancelled(task: asyncio.Task[None] | None) -> None:
             await task
 
 
-def _clean_now(engine: Engine, node_id: int, max_keys: int) -> tuple[CleanStats | None, Callable[[], None] | None]:
-    """Runs on the storage thread, so ``now`` (the engine's clock) is read when the step runs: the step's stats and
-    the fsyncs it left for another thread."""
-    return engine.clean(engine.clock.time(), node_id, max_keys), engine.clean_sync()
+def _clean_now(engine: Engine, node_id: int, max_keys: int, holding: tuple[str, int] | None = None
+               ) -> tuple[CleanStats | None, Callable[[], None] | None, tuple[str, int] | None]:
+    """Runs on the storage lane, so ``now`` (the engine's clock) is read when the step runs: the step's stats, the
+    fsyncs it left for another thread, and the vnode of the pass in progress after it (its next step's key). An
+    exclusive call may start a pass; one holding only the vnode ``holding`` goes on with the pass in progress, and
+    raises Relane (before changing anything) when that is no longer the pass's vnode (it then runs again,
+    exclusive)."""
+    exclusive = held() is None
+    if not exclusive and engine.cleaning() != holding:
+        raise Relane(f"the cleaner's pass is no longer on vnode {holding}")
+    return engine.clean(engine.clock.time(), node_id, max_keys, exclusive), engine.clean_sync(), engine.cleaning()
 
 
 def _sync_now(engine: Engine) -> tuple[float, list[PendingSync]]:

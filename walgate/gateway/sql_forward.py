@@ -11,7 +11,9 @@ certificate is verified with :attr:`Caller.ssl` (the node's truststore). A line-
 lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
-write (all of it or none of it: nothing of a refused part is written) and never forwards one again.
+write (all of it or none of it: nothing of a refused part is written) and never forwards one again. A CREATE TABLE,
+CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the header
+(:func:`~walgate.storage.insert_routing.split_tables`), each part with no rows.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
 (the owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered
@@ -27,18 +29,18 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, signature
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "answer",
-           "merge_rows", "select_here", "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "PartsBudget",
+           "answer", "merge_rows", "select_here", "select_timeout", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,30 @@ ROWS_HEADER = "X-Walgate-Rows"
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
 
 
+class PartsBudget:
+    """The bytes of the nodes' parts of one merged SELECT the node asked holds, shared by every part as it is read
+    (``limit``: ``sql.max.bytes``): the part that would pass it is refused with :class:`LimitExceeded` before it is
+    held, so the parts held never exceed ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes held; LimitExceeded past the limit."""
+        self.used += size
+        if self.used > self.limit:
+            raise LimitExceeded(f"the nodes' parts of the query are larger than {self.limit} bytes (sql.max.bytes): "
+                                "narrow it with a time range or a tag condition in WHERE")
+
+
+def select_timeout(statement_s: float | None) -> float | None:
+    """How long the node asked waits for another node's part of a SELECT, its statement timeout being
+    ``statement_s`` (``sql.timeout.ms``; None: no limit): that, and :data:`FORWARD_TIMEOUT_S` more for the part to
+    travel (the statement itself is stopped at ``sql.timeout.ms``, every part with it); no limit when statements
+    have none, as on one node."""
+    return None if statement_s is None else statement_s + FORWARD_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who a forwarded request is for (the ``principal`` the node asked authenticated, at ``host``: its client's
@@ -64,7 +90,7 @@ class Caller:
 
     principal: str
     host: str
-    token: str
+    token: str = field(repr=False)  # a secret: never in a log line
     ssl: ssl.SSLContext | None = None
 
 
@@ -111,8 +137,8 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
     try:
-        status, rows, answered = await _post(url, path, params, body, f"{sender};{format_positions(part.positions)}",
-                                             caller, timeout)
+        status, rows, answered = await _post(url, part.node, path, params, body,
+                                             f"{sender};{format_positions(part.positions)}", caller, timeout)
         if status == 204 and rows is not None and rows.isdigit():  # line protocol: no body
             return Outcome(part, "written", rows=int(rows))
     except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
@@ -138,40 +164,51 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
 
 
-async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
-                timeout: float) -> tuple[int, str | None, Any]:
-    """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
-    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
-    stream). Raises aiohttp's errors, TimeoutError past ``timeout`` seconds, ValueError for an answer that is not
-    JSON. Cancelled, it closes the connection (the owner sees its client gone)."""
-    signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
-                    body)
+async def _post(url: str, node: int, path: str, params: dict[str, str] | None, body: bytes, forwarded: str,
+                caller: Caller, timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
+    """POST ``body`` to ``path`` of node ``node``'s HTTP API at ``url`` with the :data:`FORWARDED` header
+    ``forwarded``, signed for ``caller`` and that node: the answer's status, its :data:`ROWS_HEADER` and its JSON
+    (None for a 204; the bytes of an Arrow IPC stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
+    seconds (None: no limit, but :data:`FORWARD_TIMEOUT_S` to connect), ValueError for an answer that is not JSON,
+    LimitExceeded past the budget. Cancelled, it closes the connection (the owner sees its client gone)."""
+    signed = Signed(node, "POST", path, params or {}, forwarded, caller.principal, caller.host,
+                    time.time_ns() // 1_000_000, body)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
                CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
     connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
-    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), connector=connector) as session,
+    limits = aiohttp.ClientTimeout(total=timeout, sock_connect=FORWARD_TIMEOUT_S)
+    async with (aiohttp.ClientSession(timeout=limits, connector=connector) as session,
                 session.post(url + path, params=params, data=body, headers=headers) as response):
         if response.status == 204:
             return 204, response.headers.get(ROWS_HEADER), None
         if response.content_type == ARROW_STREAM:
-            return response.status, None, await response.read()
+            chunks = []
+            async for chunk in response.content.iter_any():
+                if budget is not None:
+                    budget.take(len(chunk))
+                chunks.append(chunk)
+            return response.status, None, b"".join(chunks)
         return response.status, response.headers.get(ROWS_HEADER), await response.json(content_type=None)
 
 
 async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
-                      timeout: float = FORWARD_TIMEOUT_S, part: str = HERE) -> tuple[int, dict[str, Any] | bytes]:
+                      timeout: float | None = FORWARD_TIMEOUT_S, part: str = HERE,
+                      budget: PartsBudget | None = None) -> tuple[int, dict[str, Any] | bytes]:
     """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
     vgroups placed on it; :data:`SCAN`, their scanned rows), asked at ``path`` of its HTTP API at ``url`` (None: not
     registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
-    a :data:`SCAN`: the bytes of an Arrow IPC stream); an owner that cannot be reached, does not answer within
-    ``timeout`` or answers what is not walgate's is a 503 naming it."""
+    a :data:`SCAN`: the bytes of an Arrow IPC stream, read within ``budget``: past it, a 400 LimitExceeded); an
+    owner that cannot be reached, does not answer within ``timeout`` seconds (None: no limit) or answers what is not
+    walgate's is a 503 naming it."""
     def failed(why: str) -> tuple[int, dict[str, Any] | bytes]:
         return 503, {"code": StorageUnavailable.code, "desc": f"node {node} {why}"}
 
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout)
+        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{part}", caller, timeout, budget)
+    except LimitExceeded as e:
+        return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
         return failed(f"({url}) cannot be reached: {e.os_error.strerror or e}")
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:
@@ -201,8 +238,9 @@ def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
                    desc=f"node {part.node} ({url}) answered HTTP {status} with {what}: it may have been written or not")
 
 
-def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
-    """The client's answer (HTTP status, JSON body) of a write whose parts ended as ``outcomes``, one or more not
+def answer(outcomes: list[Outcome], what: str = "INSERT") -> tuple[int, dict[str, Any]]:
+    """The client's answer (HTTP status, JSON body) of a write (the statement ``what``: an INSERT or a body of rows,
+    or a CREATE TABLE or DROP TABLE, whose parts have no rows) whose parts ended as ``outcomes``, one or more not
     written: the first failed part's status and code, a ``desc`` saying what was written and what not, and the
     parts by state (module docstring)."""
     failed = [o for o in outcomes if o.state != "written"]
@@ -210,11 +248,12 @@ def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
-        what = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        done = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
         rows = o.rows if o.state == "written" else o.part.rows
-        said.append(f"{rows} rows of {tables} on node {o.part.node}: {what}" + (f" ({o.desc})" if o.desc else ""))
+        said.append(f"{rows} rows of {tables}" if what == "INSERT" else tables)
+        said[-1] += f" on node {o.part.node}: {done}" + (f" ({o.desc})" if o.desc else "")
     first = failed[0]
-    body = {"code": first.code, "desc": "INSERT spanning nodes, each node's part all or nothing: " + "; ".join(said),
+    body = {"code": first.code, "desc": f"{what} spanning nodes, each node's part all or nothing: " + "; ".join(said),
             "written": [o.entry() for o in outcomes if o.state == "written"],
             "not_written": [o.entry() for o in outcomes if o.state == "not_written"],
             "unknown": [o.entry() for o in outcomes if o.state == "unknown"]}

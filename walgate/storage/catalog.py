@@ -186,6 +186,9 @@ class TopicDef:
     topic_id: str  # stable UUID (Kafka topic id); names the topic's index files
     created_ms: int
     configs: dict[str, str] = field(default_factory=dict)  # Kafka topic configs as set (Kafka-native topics)
+    # the supertable of the subtable a topic of one table selects from ("" otherwise): known where the table is (at
+    # CREATE TOPIC), recorded so that every cluster node checks an ALTER of it against the topic from the catalog alone
+    stable: str = ""
 
 
 def column_to_json(c: Column) -> list[Any]:
@@ -523,7 +526,8 @@ class Catalog:
         out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()
                 if self.is_cluster_db(st.db) == shared]
         return out + [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
-                       "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms}
+                       "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms,
+                       **({"stable": t.stable} if t.stable else {})}
                       for t in self.topics.values() if t.kind != "kafka" and self.is_cluster_db(t.db) == shared]
 
     def _kafka_topic_records(self, placed: bool | None = None) -> list[dict[str, Any]]:
@@ -602,10 +606,12 @@ class Catalog:
             if (op == "alter_stable") != ((db, name) in self.stables):
                 raise _Invalid(f"{op} of {'an unknown' if op == 'alter_stable' else 'an existing'} supertable {db}.{name}")
             cols, tags = _columns(r, "columns"), _columns(r, "tags")
-            was = r.get("was")  # a cluster ALTER's: the definition it was made from (two nodes' ALTERs never both apply)
-            if was is not None and (_columns(_get(r, "was", dict), "columns"), _columns(was, "tags")) != (
-                    self.stables[(db, name)].columns, self.stables[(db, name)].tags):
-                raise _Invalid(f"alter_stable of supertable {db}.{name}: it changed since the ALTER was made")
+            was = r.get("was")  # a cluster ALTER's: the definition it was made from (two nodes' ALTERs never both apply,
+            if was is not None:  # nor one made before a DROP and re-CREATE of the name: its created_ms is the record's)
+                now = self.stables[(db, name)]
+                if (_columns(_get(r, "was", dict), "columns"), _columns(was, "tags"), _get(r, "created_ms", int)) != (
+                        now.columns, now.tags, now.created_ms):
+                    raise _Invalid(f"alter_stable of supertable {db}.{name}: it changed since the ALTER was made")
             self.stables[(db, name)] = StableDef(db, name, cols, tags, _get(r, "created_ms", int))
         elif op == "drop_stable":
             key = (self._known_db(r, "db"), _get(r, "name", str))
@@ -618,7 +624,7 @@ class Catalog:
                 raise _Invalid(f"topic {name}: exists, or bad kind {kind!r} or topic id")
             self.topics[name] = TopicDef(name, kind, self._known_db(r, "db"), _get(r, "source", str),
                                          _get(r, "with_meta", bool), _get(r, "sql", str), r["topic_id"],
-                                         _get(r, "created_ms", int))
+                                         _get(r, "created_ms", int), stable=str(r.get("stable", "")))
             self.dropped.discard(name)
         elif op == "drop_topic":
             if self.topics.pop(_get(r, "name", str), None) is None:
@@ -786,7 +792,8 @@ class Catalog:
                      change: dict[str, str] | None = None) -> StableDef:
         """``change`` (the ALTER's ``action`` and ``column``) goes into the record of a cluster database's supertable,
         whose vnodes' meta entries every node writes when it applies it (walgate.storage.sql_objects), with the
-        definition ``st`` it was made from (``was``): a record whose supertable changed meanwhile does not apply."""
+        definition ``st`` it was made from (``was``, and the record's ``created_ms``, st's): a record whose supertable
+        changed meanwhile, or was dropped and made again, does not apply."""
         _check_columns(columns + tags, st.columns + st.tags)
         record = self._stable_record("alter_stable", st, columns, tags)
         if change is not None and self.is_cluster_db(st.db):  # applied only to the definition it was made from
@@ -801,7 +808,7 @@ class Catalog:
     # ----------------------------------------------------------------- topics
 
     def create_topic(
-        self, name: str, kind: str, db: str, source: str, with_meta: bool, sql: str, now_ms: int
+        self, name: str, kind: str, db: str, source: str, with_meta: bool, sql: str, now_ms: int, stable: str = ""
     ) -> TopicDef:
         validate_sql_topic_name(name)
         if name in self.topics:
@@ -818,6 +825,7 @@ class Catalog:
                 "sql": sql,
                 "topic_id": str(uuid.uuid4()),
                 "created_ms": now_ms,
+                **({"stable": stable} if stable else {}),
             }
         )
         return self.topics[name]

@@ -7,8 +7,10 @@ one that is due when the pass starts): a step reads about :data:`STEP_BYTES` of 
 :data:`STEP_RECORDS` records (a step's Python work, which holds the storage thread and the GIL, goes with the records
 it decodes, its I/O with the bytes: whichever bound comes first ends it), scanning it, rewriting a
 segment (its new log staged in a temporary file over as many steps as it takes, then swapped in) or merging
-segments (copied the same way). It runs on the storage thread like every engine call, so a reader never sees a
-half-cleaned segment, and requests are served between steps (appends only touch the active segment, which a pass never cleans; a segment retention deleted
+segments (copied the same way). It runs on the storage lane like every engine call, so a reader never sees a
+half-cleaned segment, and requests are served between steps: a pass's first step (which chooses the partition,
+reading every compacted one's WAL) is an exclusive call, the next ones touch the pass's vnode alone
+(:meth:`Cleaner.in_progress`) and may hold only it, beside other vnodes' calls (appends only touch the active segment, which a pass never cleans; a segment retention deleted
 meanwhile is skipped, even halfway through its rewrite; a partition dropped or no longer compacted ends the pass).
 The gateway calls it again at once while a pass is in progress, else after ``log.cleaner.backoff.ms``.
 
@@ -312,14 +314,20 @@ class Cleaner:
         self._pass: _Pass | None = None
         self._defaults: Mapping[str, str] = {}
 
-    def clean(self, now_wall: float, defaults: Mapping[str, str], max_keys: int = MAP_ENTRIES) -> CleanStats | None:
+    def clean(self, now_wall: float, defaults: Mapping[str, str], max_keys: int = MAP_ENTRIES,
+              start: bool = True) -> CleanStats | None:
         """One bounded step of cleaning: what the pass in progress did so far (``finished`` once it is whole), or
         None when no partition is due, the pass's partition went away, or the disk refused a write (OSError never
         escapes: the pass stops there, logged, and is tried again later). A topic's configs apply over *defaults*
         (the dynamic broker defaults: ``log.cleanup.policy=compact`` compacts every topic without its own policy).
-        A pass's key map holds at most *max_keys* keys (:func:`map_entries`)."""
+        A pass's key map holds at most *max_keys* keys (:func:`map_entries`). Without *start*, no new pass is
+        started (None when none is in progress): a step of the pass in progress touches its partition's vnode
+        alone (:meth:`in_progress`), so it may run on that vnode's lane; choosing the next partition reads every
+        compacted one's WAL (an exclusive call)."""
         self._defaults = defaults
         p = self._pass
+        if p is None and not start:
+            return None
         if p is None:
             p = self._pass = self._start(now_wall, max_keys)
             if p is None:
@@ -344,6 +352,12 @@ class Cleaner:
             self._drop(p)
             return None
         return p.stats
+
+    def in_progress(self) -> tuple[str, int] | None:
+        """The vnode (database, vgroup index) of the pass in progress, the only one its next step touches; None
+        when no pass is in progress."""
+        p = self._pass
+        return None if p is None else (p.topic.db, p.vnode.index)
 
     def staged_sync(self) -> Callable[[], None] | None:
         """The fsyncs the pass's last step left, for the caller to run on another thread before the next step, so
@@ -596,6 +610,24 @@ class Cleaner:
                                                  "cleaned again", "reset", raw)
             self._dirty[vnode.dir] = point
         return point
+
+    def truncated(self, vnode: Vnode, version: int) -> None:
+        """``vnode``'s WAL was cut back to ``version`` (:mod:`walgate.storage.truncation`): a pass on it ends where it
+        is (the segments it read are cut), and the dirty point is moved back to ``version`` at most (the versions
+        from there hold other entries now), durably; a refusal is logged (the next pass then takes the new entries
+        below the old point as clean: they are compacted later than they could be, never lost)."""
+        if self._pass is not None and self._pass.vnode is vnode:
+            self._drop(self._pass)
+        if self.dirty_from(vnode) <= version and vnode.dir not in self._horizons:
+            return
+        self._dirty[vnode.dir] = min(self._dirty[vnode.dir], version)
+        self._horizons.pop(vnode.dir, None)  # (cut markers' horizons: found again by the next pass)
+        self._blocked.pop(vnode.dir, None)
+        try:
+            fileio.replace_file(vnode.dir / CHECKPOINT, lines.encode({"dirty_from": self._dirty[vnode.dir]}),
+                                syncs=self.store.syncs)
+        except OSError as exc:
+            log.warning("cleaner: %s: %s", vnode.dir / CHECKPOINT, describe(exc))
 
     def _due(self, vnode: Vnode, settings: CleanerSettings, now_wall: float) -> tuple[float, list[Segment]] | None:
         """(dirty ratio, the cleanable segments) when the partition is due, else None."""

@@ -90,7 +90,8 @@ class Ddl:
 
     def _table_here(self, db: DatabaseDef, name: str) -> bool:
         """Whether table ``name`` of ``db`` exists, as far as this node knows: a cluster database's table whose vgroup
-        is on another node is not seen (a supertable of its name is then made beside it, as TDengine's mnode does)."""
+        is on another node is not seen (the HTTP API sends a CREATE STABLE of such a name to that node:
+        gateway/http_api)."""
         try:
             return self.store.vnode(db.name, name).live(name) is not None
         except NotHere:
@@ -167,6 +168,12 @@ class Ddl:
         then every topic of ``db`` is recompiled. A topic the change would break refuses it first. A cluster
         database's: the catalog record staged, with the change (module docstring)."""
         self.views.recompile(db.name, StableDef(st.db, st.name, columns, tags, st.created_ms))
+        self.change_stable(db, st, columns, tags, action, column)
+
+    def change_stable(
+        self, db: DatabaseDef, st: StableDef, columns: tuple[Column, ...], tags: tuple[Column, ...], action: str, column: str
+    ) -> None:
+        """:meth:`alter_stable` once the caller checked the topics of ``db`` against the change."""
         if self.store.catalog.is_cluster_db(db.name):
             self.store.catalog.alter_stable(st, columns, tags, {"action": action, "column": column})
             return

@@ -63,6 +63,7 @@ from walgate.storage.sync_schedule import SyncSchedule
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics_snapshot import TopicsSnapshot
+from walgate.storage.truncation import truncate_vnode
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import PendingSync
@@ -376,6 +377,12 @@ class Engine:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
 
+    def truncate_vnode(self, db: str, index: int, version: int) -> None:
+        """Cut vnode ``index`` of ``db`` back to WAL ``version``, with every state derived from it
+        (:mod:`walgate.storage.truncation`; replication's follower truncation). An exclusive call: it touches the
+        partition's producer state, the cleaner and the batch cache besides the vnode."""
+        truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version)
+
     # ------------------------------------------------------------- committed offsets
 
     def commit_offsets(
@@ -630,12 +637,18 @@ class Engine:
         (:func:`walgate.storage.meta_checks.apply_check`)."""
         apply_check(self.store.vnodes, meta_check, problem)
 
-    def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES) -> CleanStats | None:
+    def clean(self, now_wall: float, node_id: int, max_keys: int = MAP_ENTRIES,
+              start: bool = True) -> CleanStats | None:
         """One bounded step of log compaction (see :mod:`walgate.storage.cleaner`), topics' configs over node
         *node_id*'s dynamic broker defaults, a pass's key map bounded to *max_keys* keys: what the pass in progress
         did so far (``finished`` once whole), None when no partition is due. The caller calls again while it gets
-        stats."""
-        return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys)
+        stats. Without *start* only the pass in progress goes on (:meth:`cleaning`'s vnode alone is touched: the
+        call may hold only that vnode; a new pass needs an exclusive call)."""
+        return self.cleaner.clean(now_wall, self.topic_defaults(node_id), max_keys, start)
+
+    def cleaning(self) -> tuple[str, int] | None:
+        """The vnode key (database, vgroup index) of the log cleaner's pass in progress; None: none is."""
+        return self.cleaner.in_progress()
 
     def clean_sync(self) -> Callable[[], None] | None:
         """The fsyncs the last cleaning step left (:meth:`Cleaner.staged_sync

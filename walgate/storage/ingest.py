@@ -6,8 +6,9 @@ CSV or JSON row naming a new subtable) before anything is written, then applies 
 :meth:`~walgate.storage.commit.Commits.commit`); so a refused request writes nothing. Schemaless writes (line
 protocol) first widen or create the supertables they need (:func:`merge_schema`), refused before anything is written
 when a topic depends on what would change; those of a cluster database are made through the cluster's stream
-first (:class:`SchemaChangeNeeded`). A plan made elsewhere (a worker process, against a snapshot) is applied
-only if what it read still holds; else the request is planned again on this thread, as if it had just come.
+first (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`). A plan made elsewhere (a worker process, against a
+snapshot) is applied only if what it read still holds; else the request is planned again on this thread, as if it
+had just come.
 
 Lanes (:mod:`walgate.storage.lanes`): a plan made elsewhere is applied holding every vnode of each database it writes or read
 (:func:`write_keys`), beside calls holding other vnodes: it reads the catalog, which nothing changes meanwhile, and
@@ -57,7 +58,6 @@ from walgate.storage.write_plan import (
     PreparedWrite,
     Reads,
     RowPlan,
-    SchemaChangeNeeded,
     TableLookup,
     WriteRequest,
     WriteSnapshot,
@@ -65,7 +65,7 @@ from walgate.storage.write_plan import (
     typed_batch,
 )
 
-__all__ = ["Ingest", "RowPlan", "SchemaChangeNeeded", "merge_schema", "write_keys"]
+__all__ = ["Ingest", "RowPlan", "merge_schema", "write_keys"]
 
 
 def write_keys(p: PreparedWrite, databases: Mapping[str, DatabaseDef]) -> frozenset[VnodeKey] | None:
@@ -214,14 +214,9 @@ class Ingest:
         return p.rows
 
     def _change_schemas(self, p: PreparedWrite) -> None:
-        """``p``'s schema changes: those of a cluster database are :class:`SchemaChangeNeeded` (before the NotHere of
-        a vgroup elsewhere: the node asked makes them for the whole write); then refused before anything is written
-        when a vgroup it writes is on another node; then made (:meth:`make_schemas`), so that the rows' columns
-        exist."""
-        catalog = self.store.catalog
-        shared = [(old, new) for old, new in p.changes if catalog.is_cluster_db(new.db)]
-        if shared:
-            raise SchemaChangeNeeded(shared)
+        """``p``'s schema changes (none of a cluster database's in a plan that holds: the planner raised
+        :class:`~walgate.storage.write_plan.SchemaChangeNeeded` for them), refused before anything is written when a
+        vgroup it writes is on another node; then made (:meth:`make_schemas`), so that the rows' columns exist."""
         for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
             for index in vnodes:
                 self.store.local_vnode(db_name, index)
@@ -231,7 +226,7 @@ class Ingest:
         """Create or widen each supertable ``(old, new)`` of a schemaless write (:func:`merge_schema`'s decisions),
         refused before anything changes when one is not ``old`` any more (changed meanwhile: plan the write again)
         or a topic depends on what would change. In a cluster database, called staged: its records go through the
-        cluster's stream (:class:`SchemaChangeNeeded`)."""
+        cluster's stream (:class:`~walgate.storage.write_plan.SchemaChangeNeeded`)."""
         catalog = self.store.catalog
         for old, new in changes:
             if catalog.stables.get((new.db, new.name)) != old:
@@ -241,8 +236,8 @@ class Ingest:
         for old, new in changes:
             if old is None:
                 catalog.create_stable(new)
-            else:
-                self.ddl.alter_stable(catalog.database(new.db), old, new.columns, new.tags, "SCHEMALESS", "")
+            else:  # checked above
+                self.ddl.change_stable(catalog.database(new.db), old, new.columns, new.tags, "SCHEMALESS", "")
 
     def insert(self, s: ast.Insert, session: str | None) -> Result:
         """SQL INSERT (:func:`~walgate.storage.write_plan.plan_insert`), planned and written here."""

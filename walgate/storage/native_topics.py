@@ -44,8 +44,26 @@ from walgate.wire import BATCH_PREFIX_SIZE, batch_header, batch_prefix, rebase
 from walgate.wire.errors import WireError
 from walgate.wire.record_batch import CONTROL_BIT, CONTROL_COMMIT, TRANSACTIONAL_BIT, end_txn_marker, txn_marker
 
-__all__ = ["NativeTopics"]
+__all__ = ["NativeTopics", "replay_batch"]
 
+
+
+def replay_batch(producers: PartitionProducers, batch: bytes) -> None:
+    """Take one stored batch of a Kafka-native partition into its producer and transaction state, as it was when
+    appended: a data batch's producer sequence (and transaction), or a transaction marker (one that cannot be
+    decoded ends nothing: its transaction stays open, for the coordinator to end again)."""
+    info = batch_header(batch)
+    if info.attributes & CONTROL_BIT:
+        try:
+            marker = txn_marker(batch)
+        except WireError:
+            marker = None
+        if marker is not None:
+            producers.record_marker(info.producer_id, info.producer_epoch, marker[1], marker[0] == CONTROL_COMMIT,
+                                    info.base_offset, info.max_timestamp)
+    else:
+        producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
+                         info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
 
 class NativeTopics:
@@ -59,25 +77,18 @@ class NativeTopics:
         for vnode in self.store.vnodes[topic.db]:
             self._open_producers(topic, vnode)
 
+    def rebuild_producers(self, topic: TopicDef, vnode: Vnode) -> None:
+        """A partition's WAL was cut back (:func:`walgate.storage.truncation.truncate_vnode`): its producer and
+        transaction state is rebuilt from the batches it keeps, as an open does."""
+        self._open_producers(topic, vnode)
+
     def _open_producers(self, topic: TopicDef, vnode: Vnode) -> None:
         """Rebuild a partition's producer and transaction state from the batches in its WAL (lost entries are
         skipped: a lost marker leaves its transaction open, for the coordinator to end again)."""
         producers = self.store.producers[(topic.name, vnode.index)] = PartitionProducers()
         for entry in vnode.wal.read_from(vnode.wal.first_version):
-            if entry.kind != KIND_KAFKA:
-                continue
-            info = batch_header(entry.body)
-            if info.attributes & CONTROL_BIT:
-                try:
-                    marker = txn_marker(entry.body)
-                except WireError:
-                    marker = None
-                if marker is not None:
-                    producers.record_marker(info.producer_id, info.producer_epoch, marker[1],
-                                            marker[0] == CONTROL_COMMIT, info.base_offset, info.max_timestamp)
-            else:
-                producers.record(info.producer_id, info.producer_epoch, info.base_sequence, info.last_offset_delta + 1,
-                                 info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
+            if entry.kind == KIND_KAFKA:
+                replay_batch(producers, entry.body)
 
     def prepare(self, partitions: int) -> str:
         """A new database id whose directory holds *partitions* new vnodes' files (:func:`~walgate.storage.vnode.

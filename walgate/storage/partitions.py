@@ -29,7 +29,8 @@ call is (a call holding a partition's vnode, or an exclusive one: :mod:`walgate.
   failure) is a gap, served as :func:`lost_batch`. ``read_committed`` stops at the last stable offset and lists the
   aborted transactions among what is served.
 * **Leader epoch**: one leader per partition forever, so every partition's leader epoch is :data:`LEADER_EPOCH` (0),
-  the epoch written into every batch served.
+  the epoch written into every batch served; OffsetForLeaderEpoch is answered from the vnode's leader-epoch cache
+  (:mod:`~walgate.storage.leader_epochs`), which holds epoch 0 from version 0.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ class Partitions(Protocol):
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         """The partition's log start, high watermark and last stable offset."""
+        ...
+
+    def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the largest leader epoch ``<= epoch`` the partition's log holds and the offset
+        where it ends (the latest epoch: the high watermark); (-1, -1) for an undefined, unknown or future epoch."""
         ...
 
     def producers(self, topic: str, partition: int) -> list[ActiveProducer]:
@@ -326,6 +332,9 @@ class LocalPartitions:
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         start, end = self._views.watermarks(topic, partition)
         return PartitionOffsets(start, end, self._native.last_stable_offset(topic, partition))
+
+    def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        return self._views.epoch_end(topic, partition, epoch)
 
     def producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         return self._native.active_producers(topic, partition)

@@ -109,11 +109,12 @@ class PreparedSelect:
     sources: tuple[tuple[WalSnapshot, Mapping[str, pa.Table]], ...]  # per vnode: snapshot, tag table by stable
     vgroups: tuple[int, ...]  # each source's vnode index
     scan: bool = False  # answer the scanned rows (scan_rows), not the query's: this node's part of a merged query
-    remote: tuple[bytes, ...] = ()  # other nodes' scanned rows (select_merge.encode), merged with ``sources``'
+    remote: tuple[bytes, ...] = ()  # every node's part (select_merge.encode): when given, run answers over them alone
 
     def run(self, cancel: Cancel | None = None, max_bytes: int | None = None,
             damaged: list[tuple[int, int]] | None = None) -> Result:
-        """The rows (see the module docstring). ``cancel`` stops the scan between WAL entries and interrupts DuckDB
+        """The rows (see the module docstring); with :attr:`remote`, those of the query over every node's part
+        (:attr:`sources` unread). ``cancel`` stops the scan between WAL entries and interrupts DuckDB
         (:class:`QueryCancelled`); more than ``max_bytes`` of scanned rows (Arrow bytes) is refused with
         :class:`LimitExceeded` before DuckDB runs; ``(vnode index, version)`` of each damaged entry skipped is
         appended to ``damaged``, for :meth:`Selects.recheck` where the engine lives."""
@@ -121,19 +122,12 @@ class PreparedSelect:
         scanned = _Budget(max_bytes)
         schema = ev.output_schema()
         found = damaged if damaged is not None else []
+        if self.remote:
+            return self._merge(cancel, scanned)
         if not self.query.plain:
             tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
             tables = [scanned.take(r.values.append_column("tbname", r.keys))
                       for _, r in self._scan(cancel, found) if r.values is not None]
-            if self.remote:
-                merged = union([scanned.take(decode(blob)) for blob in self.remote])
-                if (partial := split(s, ev.known)) is not None:  # the nodes' partial aggregates
-                    meta, table = partial.answer(self.query.precision, merged, cancel)
-                    return Result(meta, _json_rows(table, cancel))
-                if is_partial(merged):
-                    raise InvalidValue("a node's part of a merged query is partial aggregates where rows were "
-                                       "expected (nodes of different versions?)")
-                tables.append(merged)
             meta, table = self.query.run(ev.known, tags, schema, tables, cancel)
             return Result(meta, _json_rows(table, cancel))
         rows: list[list[Any]] = []
@@ -144,6 +138,20 @@ class PreparedSelect:
                 del rows[s.limit :]
                 break
         return Result([_column_meta(f, ev.known.get(f.name)) for f in schema], rows)
+
+    def _merge(self, cancel: Cancel | None, scanned: _Budget) -> Result:
+        """The query over :attr:`remote`, every node's part (this node's included), as :meth:`run` answers it."""
+        ev = self.evaluator
+        merged = union([scanned.take(decode(blob)) for blob in self.remote])
+        if (partial := split(self.select, ev.known)) is not None:  # the nodes' partial aggregates
+            meta, table = partial.answer(self.query.precision, merged, cancel)
+            return Result(meta, _json_rows(table, cancel))
+        if is_partial(merged):
+            raise InvalidValue("a node's part of a merged query is partial aggregates where rows were expected "
+                               "(nodes of different versions?)")
+        tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
+        meta, table = self.query.run(ev.known, tags, ev.output_schema(), [merged], cancel)
+        return Result(meta, _json_rows(table, cancel))
 
     def scan_rows(self, cancel: Cancel | None = None, max_bytes: int | None = None,
                   damaged: list[tuple[int, int]] | None = None) -> bytes:

@@ -10,9 +10,12 @@ column of the source plus ``tbname``, and each row's vnode index, Arrow IPC: :fu
 ORDER BY when that is all the answer can need (:meth:`Query.rows_needed <walgate.storage.query.Query.rows_needed>`);
 the node asked runs the query in DuckDB over the union of every node's rows in vnode order (:func:`union`), exactly
 as a single node runs it over the rows of all its vnodes. So the answer is the one a single node holding every row gives, for
-every function walgate supports (PERCENTILE-like functions included), at the price of moving the rows that pass
-WHERE: every node's part and their sum on the node asked are bounded by ``sql.max.bytes`` (the statement memory
-limit, as Arrow bytes), past which the query is refused with :class:`~walgate.storage.errors.LimitExceeded`.
+every function walgate supports (PERCENTILE-like functions included), rows that tie on every ORDER BY term aside
+(their order, and which of them LIMIT keeps, may differ: SQL leaves it unspecified), at the price of moving the rows
+that pass WHERE: every node's part, their sum as the node asked reads them
+(:class:`~walgate.gateway.sql_forward.PartsBudget`) and the merge's rows are bounded by ``sql.max.bytes`` (the
+statement memory limit, as Arrow bytes), past which the query is refused with
+:class:`~walgate.storage.errors.LimitExceeded`.
 Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
 """
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage.errors import InvalidValue
+from walgate.storage.errors import InvalidValue, StorageUnavailable
 
 __all__ = ["ARROW_STREAM", "decode", "encode", "union"]
 
@@ -56,7 +59,12 @@ def decode(blob: bytes) -> pa.Table:
 def union(parts: list[pa.Table]) -> pa.Table:
     """Every node's rows (:func:`decode`d ``parts``, one or more) as one table, in the order a single node scans them: by vnode
     index, each vnode's rows in their order (a stable sort), so that DuckDB folds them in the same order and even
-    floating-point sums come out the same to the last bit."""
-    table = pa.concat_tables(parts)  # the same schema: every node's catalog has the same source
+    floating-point sums come out the same to the last bit. Parts of different columns (an ALTER STABLE applied on
+    one node and not yet on another) are refused with :class:`StorageUnavailable`: the statement may be retried."""
+    try:
+        table = pa.concat_tables(parts)
+    except pa.ArrowInvalid as e:
+        raise StorageUnavailable("the nodes' parts of a merged query have different columns (a schema change is "
+                                 f"reaching the nodes): retry the statement ({e})") from None
     table = table.take(pc.sort_indices(table.column(_VGROUP)))  # Arrow's sort_indices is stable
     return table.drop_columns([_VGROUP])

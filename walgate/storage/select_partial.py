@@ -4,12 +4,15 @@ computes over every node's partial results, so that the nodes ship a row per gro
 
 A query is split (:func:`split`) only when the merge is exact, to the last bit:
 
-* its aggregates are COUNT (any argument), MIN and MAX (any), SUM and AVG of an integer column (a sum of integers
-  does not depend on the order it is added in; of floating-point values it does, so those ship rows; an AVG whose
-  integer sum passes 2^53 is the one exception: divided here from the exact sum, on one node from a rounded one);
+* its aggregates are COUNT (any argument), MIN and MAX (any), SUM and AVG of an integer column of 32 bits or fewer
+  (a sum of integers does not depend on the order it is added in; of floating-point values it does, so those ship
+  rows; a node's partial sum of 64-bit integers may pass 2^63 where the whole sum does not, and one node's AVG of
+  them is a DOUBLE average, so those ship rows too; an AVG whose integer sum passes 2^53 is the one exception:
+  divided here from the exact sum, on one node from a rounded one);
 * every other part of the select list, HAVING and ORDER BY is made of the grouping keys (GROUP BY / PARTITION BY
   expressions, as written), the window columns ``_wstart``, ``_wend``, ``_wduration``, literals, ORDER BY's
-  aliases and positions, and aggregates;
+  aliases and positions, and aggregates (an ORDER BY term is resolved as one node resolves it: a position, then an
+  output written the same or named so, even when a grouping key has that name);
 * it has no FILL (its rows depend on the whole time range).
 
 Each node runs :attr:`Split.part`: per key and window (PARTITION BY the keys, the query's INTERVAL, its WHERE) the
@@ -44,8 +47,8 @@ __all__ = ["PART_TIME", "Split", "is_partial", "split"]
 PART_TIME = "_mws"
 """The partial results' window start column (also their first, timestamp, column: a zero without INTERVAL)."""
 _WINDOW = {"_wstart": PART_TIME, "_wend": "_mwe", "_wduration": "_mwd"}
-_INTEGERS = {"TINYINT", "SMALLINT", "INT", "BIGINT", "TINYINT UNSIGNED", "SMALLINT UNSIGNED", "INT UNSIGNED",
-             "BIGINT UNSIGNED", "BOOL"}
+_SUMMED = {"TINYINT", "SMALLINT", "INT", "TINYINT UNSIGNED", "SMALLINT UNSIGNED", "INT UNSIGNED", "BOOL"}
+"""The column types whose SUM and AVG are split: a node's partial sum fits its BIGINT (module docstring)."""
 _EXPR_TYPES = get_args(ast.Expr)
 _TYPES = b"walgate.partial"  # the Arrow schema metadata of partial results: their columns' TDengine types (JSON)
 
@@ -144,7 +147,7 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
         if call.name not in ("sum", "avg") or len(call.args) != 1:
             return None
         arg = call.args[0]
-        if not (isinstance(arg, ast.Col) and arg.name in columns and columns[arg.name].type.name in _INTEGERS):
+        if not (isinstance(arg, ast.Col) and arg.name in columns and columns[arg.name].type.name in _SUMMED):
             return None
         total = ast.Call("sum", (partial(ast.Call("sum", call.args)),))
         if call.name == "sum":
@@ -171,8 +174,21 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
 
     final_items = tuple(ast.SelectItem(final(i.expr), i.alias or column_name(i.expr)) for i in items
                         if i.expr is not None)
+
+    def ordered(expr: ast.Expr) -> ast.Expr:
+        """An ORDER BY term resolved as :meth:`Query._order <walgate.storage.query.Query._order>` resolves it: a
+        position stays one; an output written the same or named so is that output's final expression (before a
+        grouping key of that name); anything else is read from the partial columns."""
+        if isinstance(expr, ast.Lit) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+            return expr
+        for item, out in zip(items, final_items, strict=True):
+            if item.expr == expr or (isinstance(expr, ast.Col) and out.alias == expr.name):
+                assert out.expr is not None
+                return out.expr
+        return final(expr, order=True)
+
     having = final(s.having) if s.having is not None else None
-    order_by = tuple(replace(o, expr=final(o.expr, order=True)) for o in s.order_by)
+    order_by = tuple(replace(o, expr=ordered(o.expr)) for o in s.order_by)
     if not exact:
         return None
     part = ast.Select(tuple(part_items), s.source, None, partition_by=tuple(keys) if s.interval else (),

@@ -145,8 +145,9 @@ class SqlObjects:
         self._last_of = None
 
     def _recompile(self, db: str) -> None:
-        """Recompile ``db``'s TDengine topics after a supertable changed (the node asked checked that they still
-        compile; a topic made meanwhile that does not keeps its old form, logged)."""
+        """Recompile ``db``'s TDengine topics after a supertable changed (every node asked checks that they still
+        compile, from the catalog: :meth:`TopicViews._here <walgate.storage.topic_views.TopicViews._here>`); a topic
+        made while the change was on its way that does not keeps its old form, logged, the others follow it."""
         try:
             self.views.recompile(db)
         except StorageError as exc:

@@ -160,36 +160,47 @@ class TopicViews:
         if kind == "stable":
             raise NotFound(f"STable not exist: {db.name}.{source}")
         t = self.store.table(db, source)
-        if t.stable is not None:  # a subtable: its supertable's rows, restricted to it
+        if t.stable is not None:
             st = stable(t.stable) or catalog.stable(db.name, t.stable)
-            cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
-            where = cond if where is None else ast.Binary("AND", cond, where)
-            return TopicEvaluator(kind, t.stable, with_meta=with_meta, precision=db.precision, stable=st, items=items, where=where)
+            return _of_subtable(db, kind, source, st, with_meta, items, where)
         return TopicEvaluator(kind, source, with_meta=with_meta, precision=db.precision, columns=t.columns, items=items, where=where)
 
     def _here(self, topic: TopicDef, altered: StableDef | None = None) -> TopicEvaluator:
         """:meth:`evaluator`, or :class:`~walgate.storage.topics.NoRowsHere` for a topic of one table whose vgroup
-        is on another node (compiled there)."""
+        is on another node (compiled there). A topic of a subtable of ``altered`` is then checked against it all the
+        same, from the catalog alone (:attr:`TopicDef.stable <walgate.storage.catalog.TopicDef.stable>`): every node
+        refuses the same ALTER."""
         try:
             return self.evaluator(topic, altered)
         except NotHere:
+            if altered is not None and (topic.db, topic.stable) == (altered.db, altered.name):
+                stmt = parse(topic.sql)
+                assert isinstance(stmt, ast.CreateTopic)  # evaluator parsed it before asking for the table
+                _of_subtable(self.store.catalog.database(topic.db), stmt.kind, topic.source, altered, topic.with_meta,
+                             stmt.select, stmt.where)
             return NoRowsHere()
 
     def recompile(self, db: str, altered: StableDef | None = None) -> None:
-        """Recompile every TDengine topic of ``db`` after a schema change; nothing is replaced unless all compile.
+        """Recompile every TDengine topic of ``db`` after a schema change: each that compiles is replaced, then the
+        first that does not is raised (it keeps its old form).
 
         With ``altered`` (a supertable's definition after a proposed ALTER), only check that every topic still
-        compiles with it: call it before writing the change, which a topic that would break then refuses (a topic of
-        one table whose vgroup is on another node is checked only there, when the change is applied)."""
+        compiles with it: call it before writing the change, which a topic that would break then refuses (on every
+        node alike: :meth:`_here`)."""
         compiled: dict[str, TopicEvaluator] = {}
+        failed: list[StorageError] = []
         for name, topic in self.store.catalog.topics.items():
             if topic.db == db and topic.kind != "kafka":
                 try:
                     compiled[name] = self._here(topic, altered)
                 except StorageError as exc:
-                    raise type(exc)(f"{exc.message} (topic {name} depends on it: drop the topic first)") from None
+                    failed.append(type(exc)(f"{exc.message} (topic {name} depends on it: drop the topic first)"))
+                    if altered is not None:
+                        break
         if altered is None:
             self.store.evaluators.update(compiled)
+        if failed:
+            raise failed[0]
 
     # ------------------------------------------------------- open, create, drop
 
@@ -246,11 +257,13 @@ class TopicViews:
             db, source = catalog.database(s.source.name), ""
         else:
             db, source = self.store.resolve_db(s.source.db, session), s.source.name
-        self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validates before anything is written
+        compiled = self.compile(db, s.kind, source, s.with_meta, s.select, s.where)  # validated before it is written
+        subtable_of = compiled.source if s.kind == "select" and compiled.source != source else ""
         sql = s.sql
         if s.kind != "database" and s.source.db is None:  # make the stored SQL independent of USE
             sql = _qualify(s, db.name)
-        topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, self.store.clock.time_ms())
+        topic = catalog.create_topic(s.name, s.kind, db.name, source, s.with_meta, sql, self.store.clock.time_ms(),
+                                     subtable_of)
         if catalog.is_cluster_db(db.name):  # staged: compiled where it is applied (walgate.storage.sql_objects)
             return affected(0)
         try:
@@ -343,6 +356,17 @@ class TopicViews:
         visible yet (not durable under group commit, see :attr:`~walgate.storage.wal.Wal.visible_version`)."""
         _, vnode, idx = self.store.partition(topic, partition)
         return idx.start_offset, _visible_end(idx, vnode.wal.visible_version)
+
+    def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch of a topic-partition, from its vnode's leader-epoch cache (KIP-101): the largest
+        epoch ``<= epoch`` the vnode holds and the offset where it ends, the first record at or past the WAL
+        version where the next epoch starts, never past the high watermark (the latest epoch ends there); (-1, -1)
+        for an undefined, unknown or future epoch."""
+        _, vnode, idx = self.store.partition(topic, partition)
+        end = vnode.epochs.end_for(epoch, vnode.wal.next_version)
+        if end.end_offset < 0:
+            return end.epoch, -1
+        return end.epoch, _visible_end(idx, min(end.end_offset, vnode.wal.visible_version))
 
     def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
         """Every partition of every topic (or those of ``keys`` that exist: (topic, partition), in that order):
@@ -481,3 +505,12 @@ def drop_consumer_group(s: ast.DropConsumerGroup, topics: Container[str], member
     if not delete(s.group, s.topic) and not s.if_exists:
         raise NotFound(f"Consumer group {s.group} has no progress on topic {s.topic}")
     return affected(0)
+
+
+def _of_subtable(db: DatabaseDef, kind: str, source: str, st: StableDef, with_meta: bool,
+                 items: tuple[ast.SelectItem, ...] | None, where: ast.Expr | None) -> TopicEvaluator:
+    """The evaluator of a topic of subtable ``source`` of ``st``: the supertable's rows, restricted to it."""
+    cond: ast.Expr = ast.Binary("=", ast.Col("tbname"), ast.Lit(source))
+    where = cond if where is None else ast.Binary("AND", cond, where)
+    return TopicEvaluator(kind, st.name, with_meta=with_meta, precision=db.precision, stable=st, items=items,
+                          where=where)

@@ -225,9 +225,8 @@ class TopicEvaluator:
 
 class NoRowsHere(TopicEvaluator):
     """A topic of one table (or subtable) on a node that holds other vgroups of its database, not the table's
-    (cluster mode, docs/cluster.md): its rows and its own meta entries are all in that vgroup's vnode, where the topic
-    is compiled, so its partitions here are empty (the ALTER/DROP STABLE entries of a subtable's supertable, which
-    every vnode has, are carried only by the table's partition: which supertable it is, is known there)."""
+    (cluster mode, docs/cluster.md): its rows are all in that vgroup's vnode, where the topic is compiled, so its
+    partitions here are empty (such a topic has no ``WITH META``: the parser takes it only AS STABLE or DATABASE)."""
 
     def __init__(self) -> None:
         super().__init__("database", "")

@@ -29,7 +29,11 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
-Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``
+Each vnode keeps its leader-epoch cache, ``epoch -> first WAL version``, in ``leader-epoch-checkpoint``
+(:mod:`walgate.storage.leader_epochs`), opened after the WAL's recovery and cut back to its end; without replicas
+the vnode leads epoch 0 from version 0.
+
+Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``, ``leader-epoch-checkpoint``
 and ``topics/`` (offsets.py).
 """
 
@@ -52,11 +56,13 @@ from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
 from walgate.storage.entry import decode_entry
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
+from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
-from walgate.storage.wal import KIND_META, Wal, WalOptions
+from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
+from walgate.storage.wal_verbatim import EntriesRefused
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
 
@@ -89,10 +95,10 @@ def _new_store(path: Path) -> MetaStore:
 
 def prepare(directory: Path) -> None:
     """Make a new vnode's files in ``directory``, which no catalog record names yet, so that :meth:`Vnode.open` then
-    only opens them: the WAL's first segment and the meta store's schema, each made and fsynced as that open would
-    make them. It touches nothing but ``directory`` (its own descriptors and store connection, closed before it
-    returns), so it may run on any thread: a CreateTopics makes its vnodes' files, SQLite's schema and their fsyncs
-    off the storage thread (issue 23). Raises OSError or StorageUnavailable; the caller removes the directory."""
+    only opens them: the WAL's first segment, the meta store's schema and the leader-epoch cache, each made and
+    fsynced as that open would make them. It touches nothing but ``directory`` (its own descriptors and store
+    connection, closed before it returns), so it may run on any thread: a CreateTopics makes its vnodes' files,
+    SQLite's schema and their fsyncs off the storage thread (issue 23). Raises OSError or StorageUnavailable; the caller removes the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     wal = Wal.open(directory / "wal", WalOptions())
     try:
@@ -101,6 +107,7 @@ def prepare(directory: Path) -> None:
     finally:
         wal.close()
     MetaStore.open(directory / META_STORE, OpenStores()).close()
+    write_new(directory, SINGLE_NODE_EPOCHS, syncs=SyncLatency())
 
 
 def wal_options(db: DatabaseDef) -> WalOptions:
@@ -133,6 +140,8 @@ class Vnode:
         self._flush_at = FLUSH_TABLES
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
+        self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
+        self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
@@ -288,6 +297,28 @@ class Vnode:
                 self._try_flush()
             start = end
 
+    def append_replicated(self, raw: bytes, first_version: int, epoch: int) -> list[WalEntry]:
+        """A follower's copy of its leader's WAL entries ``raw`` (whole batches from version ``first_version``,
+        written in leader epoch ``epoch``): the epoch is begun in the leader-epoch cache first when it is newer than
+        the cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open
+        drops), the bytes appended as they are (:meth:`Wal.append_verbatim`), then their meta entries applied as a
+        local write applies its own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay.
+        Returns the entries, for the caller to advance what the vnode's topics derive from them
+        (:func:`walgate.storage.replicated.append_replicated`). EntriesRefused (nothing written) for entries that
+        fail their checks or of an epoch older than the cache's latest; StorageUnavailable (nothing appended) when
+        the disk refuses."""
+        if epoch < self.epochs.latest_epoch:
+            raise EntriesRefused(f"{self.dir}: entries of leader epoch {epoch}, older than the latest one here "
+                                 f"({self.epochs.latest_epoch})")
+        if epoch > self.epochs.latest_epoch:
+            self.epochs.begin(epoch, first_version)
+        entries = self.wal.append_verbatim(raw, first_version)
+        for entry in entries:
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self.end_write()
+        return entries
+
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
         cols = tuple(column_from_json(c) for c in meta["columns"]) if meta.get("columns") else None
@@ -373,6 +404,55 @@ class Vnode:
             if entry.kind == KIND_META:
                 self.apply_meta(decode_entry(entry).meta or {}, entry.version)
         self._flush(self.wal.next_version)
+
+    def truncate_to(self, version: int) -> None:
+        """Cut this vnode back to WAL ``version`` (:meth:`Wal.truncate_to`: an entry's first version, or the end),
+        and what it derives from the WAL with it: the leader-epoch cache forgets the epochs starting at or after it,
+        (a cache left empty is a new vnode's: epoch 0 from version 0, until replicas), and the tables are those of
+        the meta entries below it. How the tables follow: when no meta entry is cut,
+        the meta store is first written (fsynced) as covering ``version`` (its rows are all of entries below it), so
+        a crash at any point after finds it consistent with the WAL, cut or not; when one is, the store is rebuilt
+        from the WAL's meta entries after the cut (a crash before that finds it covering a version past the WAL's
+        end, which the open rebuilds the same way). ValueError for a cut that is no entry's start; StorageError,
+        nothing cut, for one that would cut meta entries while retention deleted versions (their tables could not
+        be rebuilt); StorageUnavailable, nothing cut, when the disk refuses the store's write or the WAL's intent.
+        A refusal rebuilding the store after the cut is StorageUnavailable too, the WAL then cut: the vnode must be
+        opened again (its open rebuilds the store)."""
+        if version == self.wal.next_version:
+            return
+        if not self.wal.first_version <= version <= self.wal.next_version:
+            raise ValueError(f"{self.dir}: version {version} is outside the WAL [{self.wal.first_version}, "
+                             f"{self.wal.next_version}]")
+        cut_meta = any(e.kind == KIND_META for e in self.wal.read_from(version))
+        if cut_meta and self.wal.first_version > 0:
+            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables created there, and "
+                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
+        if not cut_meta and self._store.covered > version:
+            self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
+        self.wal.truncate_to(version)
+        self._applied = min(self._applied, version)
+        self.epochs.truncate_from_end(version)
+        self.epochs.lead_single_node(new=version == 0)  # (an emptied cache: as a new vnode's, see __init__)
+        if cut_meta:
+            self._rebuild_after_cut()
+
+    def _rebuild_after_cut(self) -> None:
+        """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
+        self._store.close()
+        self._cache.clear()
+        self._dirty.clear()
+        self._bodies.clear()
+        self._dropped_stables.clear()
+        self._absent.clear()
+        self._applied = 0
+        self.live_count = 0
+        self._refused = False
+        self._flush_at = FLUSH_TABLES
+        self._store = _new_store(self._store.path)
+        for entry in self.wal.read_from(0):
+            if entry.kind == KIND_META:
+                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        self._flush(self.wal.next_version, durable=True)
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t

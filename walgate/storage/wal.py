@@ -26,7 +26,9 @@ are all done, so a disk refusing one never fails a read).
 Batches: one :meth:`Wal.append` call writes its entries with a single
 ``write`` and never spans segments; every entry but the last carries the
 "more" flag, and recovery drops an incomplete final batch whole. That makes
-each append atomic: after a crash it is there entirely or not at all.
+each append atomic: after a crash it is there entirely or not at all. A follower's
+:meth:`Wal.append_verbatim` writes entries copied from its leader's WAL as they are (their headers, flags and
+versions), checked first (:mod:`walgate.storage.wal_verbatim`), whole batches in a single ``write`` likewise.
 
 Failed writes: every file operation goes through :mod:`walgate.storage.fileio`.
 When the log write (an error or a short write), the fdatasync (WAL_LEVEL 2,
@@ -143,6 +145,8 @@ from walgate.storage.wal_format import (
     sealed_index,
 )
 from walgate.storage.wal_recovery import recover
+from walgate.storage.wal_truncate import INTENT, Cut, finish, write_intent
+from walgate.storage.wal_verbatim import EntriesRefused, parse
 
 __all__ = [
     "FLAG_MORE",
@@ -390,6 +394,7 @@ class Wal:
         self._active_born = self.clock.time()  # wall time of the active segment's first append (or of the open)
         self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
         self._merges: list[_Merge] = []  # the cleaner's committed merges not finished yet (see merge_segments)
+        self._cut_pending = False  # a truncation is cut in memory and its intent durable, its file steps not done
 
     # ------------------------------------------------------------------ open
 
@@ -402,6 +407,11 @@ class Wal:
         engine's); None: its own."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = cls(directory, options, damage, unsynced, owner, clock, files, syncs)
+        try:  # a truncation a crash interrupted is finished before any segment is read (wal_truncate.py)
+            finish(directory, wal.syncs, wal._report)
+        except OSError as exc:
+            raise StorageUnavailable(f"wal {directory}: cannot finish an interrupted truncation ({describe(exc)}); "
+                                     "it opens once the disk accepts writes") from exc
         recovered = recover(directory, first_version, wal._report, wal.files, wal.syncs)
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
@@ -441,14 +451,7 @@ class Wal:
         if not entries:
             return self.next_version
         self._undo = None
-        if self._fenced:
-            try:
-                self._restore()
-            except OSError as exc:
-                raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
-                                         f"({describe(exc)}); retry once the disk accepts writes") from exc
-            self._fenced = False
-            log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+        self._unfence()
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
         if seg.size and (seg.size + total > self.options.segment_bytes or self._aged(entries)):
@@ -494,6 +497,19 @@ class Wal:
             self.unsynced.note(self, version)
         return first
 
+    def _unfence(self) -> None:
+        """Before an append to a fenced WAL: retry the undo that fenced it (see the module docstring);
+        StorageUnavailable while the disk still refuses it."""
+        if not self._fenced:
+            return
+        try:
+            self._restore()
+        except OSError as exc:
+            raise StorageUnavailable(f"WAL {self.dir} is read-only since a failed write could not be undone "
+                                     f"({describe(exc)}); retry once the disk accepts writes") from exc
+        self._fenced = False
+        log.warning("wal %s: the failed write is undone; appends are accepted again", self.dir)
+
     def _aged(self, entries: list[tuple[int, int, int, bytes]]) -> bool:
         """Whether ``segment_ms`` has passed for the active segment (see the module docstring): by wall time since
         its first append or the open, or by the entries' timestamps past its first entry's (Kafka's
@@ -504,6 +520,62 @@ class Wal:
         if self._active_first_ts >= 0:
             waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
         return self.options.segment_ms <= waited
+
+    def append_verbatim(self, raw: bytes, first_version: int) -> list[WalEntry]:
+        """Append ``raw``, whole entries of a leader's WAL from version ``first_version`` on, byte for byte (a
+        follower's copy: docs/plans/replication-wiring.md, step 4); the entries, as :meth:`read_from` would give them.
+
+        ``raw`` is checked first (:func:`walgate.storage.wal_verbatim.parse`: every header's and body's CRC32C, a
+        known format, versions continuing :attr:`next_version` from ``first_version``, whole entries ending a batch):
+        :class:`~walgate.storage.wal_verbatim.EntriesRefused`, nothing written, when it fails. Then it is written as
+        :meth:`append` writes a batch: one ``write`` into the active segment (rolled first by the same rules, so
+        segment boundaries are this WAL's own), durable per the WAL level and group commit when this returns, and
+        :class:`StorageUnavailable` with nothing kept, memory and disk as before the call, when the disk refuses.
+        After a crash the WAL holds a prefix of whole batches of it. :meth:`undo_append` takes it back as an
+        append."""
+        if first_version != self.next_version:
+            raise EntriesRefused(f"wal {self.dir}: entries from version {first_version} do not continue the WAL, "
+                                 f"whose next version is {self.next_version}")
+        parsed = parse(raw, first_version)
+        if not parsed:
+            return []
+        self._undo = None
+        self._unfence()
+        seg = self.segments[-1]
+        stamps = [(e.kind, e.count, e.max_ts, b"") for e in parsed]  # what _aged reads
+        if seg.size and (seg.size + len(raw) > self.options.segment_bytes or self._aged(stamps)):
+            self._roll()
+            seg = self.segments[-1]
+        if not seg.size:
+            self._active_born = self.clock.time()
+            self._active_first_ts = parsed[0].max_ts
+        running = self._running_max
+        new_m = []
+        for e in parsed:
+            running = max(running, e.max_ts)
+            new_m.append(running)
+        sync = self.options.level >= 2 and self.options.fsync_period_ms == 0 and self.unsynced is None
+        try:
+            fileio.write_all(self.files.get(seg.path, APPEND).fd, raw)
+            if sync:
+                self._flush(seg)
+        except OSError as exc:
+            raise self._refuse(exc, seg.path, "replicated append") from exc
+        seg.versions.extend(e.version for e in parsed)
+        seg.positions.extend(seg.size + e.start for e in parsed)
+        seg.running_max.extend(new_m)
+        seg.size += len(raw)
+        self._undo = (first_version, self._running_max)
+        self._running_max = running
+        self.next_version = parsed[-1].version + parsed[-1].count
+        if sync:
+            self.durable_version = self.next_version
+            self._last_sync = self.clock.monotonic()
+        elif self.unsynced is not None and self.group_commit:
+            self.unsynced.note(self, self.next_version)
+        view = memoryview(raw)
+        return [WalEntry(e.version, e.count, e.kind, e.max_ts,
+                         bytes(view[e.start + HEADER_SIZE : e.start + HEADER_SIZE + e.body_len])) for e in parsed]
 
     def note_end(self) -> None:
         """Under group commit, note a need for every version appended so far (an answer given from memory, such as
@@ -568,6 +640,67 @@ class Wal:
             return
         self.durable_version = self.next_version
 
+    def truncate_to(self, version: int) -> None:
+        """Cut the log back to ``version``: every entry at and after it is gone, its versions go to the next append
+        (a follower truncating to its leader's log, KIP-101/279). ``version`` is an entry's first version or
+        :attr:`next_version` (nothing to cut); ValueError otherwise, or below the log start.
+
+        Durable and all or nothing across a crash (:mod:`walgate.storage.wal_truncate`): the intent is written
+        first, and StorageUnavailable, with nothing cut, when the disk refuses it before it is in place (or a log
+        cleaner's merge the disk refused is still unfinished; once in place, the cut goes on). Once it is written, memory is cut and the files follow; when the disk refuses
+        a file step the WAL is fenced (appends retry it first, a restart finishes it), as after a failed undo. A
+        :class:`FileRegion` or :class:`WalSnapshot` taken before must not be read after (the caller's lane)."""
+        if version == self.next_version:
+            return
+        s = bisect_right(self.segments, version, key=_first) - 1
+        seg = self.segments[s] if s >= 0 else None
+        i = bisect_left(seg.versions, version) if seg is not None else 0
+        if seg is None or version > self.next_version or i == len(seg.versions) or seg.versions[i] != version:
+            raise ValueError(f"wal {self.dir}: no entry begins at version {version} (log [{self.first_version}, "
+                             f"{self.next_version}))")
+        if not self.finish_merges():
+            raise StorageUnavailable(f"wal {self.dir}: a log cleaner's merge is unfinished; nothing was cut")
+        cut = Cut(version, seg.first, seg.positions[i])
+        try:
+            write_intent(self.dir, cut, self.syncs)
+        except OSError as exc:
+            if not (self.dir / INTENT).exists():
+                raise StorageUnavailable(f"wal {self.dir}: the truncation to version {version} could not be "
+                                         f"recorded ({describe(exc)}); nothing was cut") from exc
+            # renamed into place, its directory's fsync refused: a restart may find it, so the cut goes on
+            log.warning("wal %s: the truncation to version %d is recorded but not yet durable (%s)", self.dir,
+                        version, describe(exc))
+        if seg.checked is not None:  # it may take appends again: check the bodies it keeps once, now
+            file = self.files.get(seg.path)
+            for j in range(i):
+                if not seg.checked[j >> 3] & (1 << (j & 7)):
+                    with contextlib.suppress(CorruptEntry):  # (reported, and never served)
+                        self._read_at(seg, j, file)
+            seg.checked = None
+        for gone in self.segments[s + 1:]:
+            gone.forget_files(self.files)
+        if s + 1 < len(self.segments) or self._resync_from is not None and self._resync_from >= cut.position:
+            self._resync_from = None  # (what it would rewrite is cut)
+        del self.segments[s + 1:]
+        del seg.versions[i:], seg.positions[i:], seg.running_max[i:]
+        seg.size = cut.position
+        self._reported = {(f, p) for f, p in self._reported if f < seg.first or f == seg.first and p < seg.size}
+        previous = self.segments[s - 1].running_max if s else None
+        self._running_max = seg.running_max[-1] if seg.running_max else previous[-1] if previous else TS_MIN
+        self.next_version = version
+        self.durable_version = min(self.durable_version, version)
+        self._undo = None
+        self._sync_generation += 1  # a sync taken before the cut proves nothing about what is appended after it
+        self._active_born = self.clock.time()
+        self._active_first_ts = next((e.max_ts for e in self.read_from(seg.first)), -1) if seg.size else -1
+        if self.unsynced is not None and self.group_commit:
+            self.unsynced.note(self, self.next_version)
+        self._cut_pending = True
+        try:
+            self._restore()
+        except OSError as exc:
+            self._fence(f"the truncation to version {version}", exc)
+
     def _refuse(self, exc: OSError, path: Path, what: str) -> StorageUnavailable:
         """Undo a failed write (disk back to memory) and say so; fence the WAL when even that fails."""
         try:
@@ -594,7 +727,12 @@ class Wal:
 
     def _restore(self) -> None:
         """Make the disk match memory: cut the active log back to its last complete entry, remove a half-made
-        next segment, create the active log if missing. Raises OSError."""
+        next segment, create the active log if missing; first, the file steps of a truncation (:meth:`truncate_to`)
+        the disk refused. Raises OSError."""
+        if self._cut_pending:  # (the intent's removal made durable too: appends never follow an intent a crash
+            finish(self.dir, self.syncs, self._report)  # could bring back, which would cut them off)
+            fileio.fsync_dir(self.dir, syncs=self.syncs)
+            self._cut_pending = False
         seg = self.segments[-1]
         created = not seg.path.exists()
         log_file = self.files.get(seg.path, APPEND)

@@ -104,7 +104,7 @@ class NodeLinks:
         address = None if info is None else endpoint_for(info, self.listener, exact=True)
         if address is None:
             raise OSError(f"node {node} is not registered now or advertises no {self.listener} listener")
-        token = await self.member.tokens.signing()
+        token = self.member.tokens.signing()
         stream = await asyncio.open_connection(*address, ssl=self.tls)
         self._streams[node] = stream
         user = node_user(self.member.node_id)

@@ -105,14 +105,14 @@ def _credential(engine: Engine, user: str, mechanism: str) -> tuple[ScramCredent
     return engine.users.answer_credential(user, mechanism)
 
 
-async def _node_credential(broker: Broker, user: str, mechanism: str) -> tuple[ScramCredential, bool]:
-    """The credential node user ``user`` authenticates with: from the cluster's node token (read again when older
-    than :data:`walgate.gateway.node_tokens.REFRESH_S`); a single node, or the nodes' mechanism not asked, knows
-    none."""
+def _node_credential(broker: Broker, user: str, mechanism: str) -> tuple[ScramCredential, bool]:
+    """The credential node user ``user`` authenticates with: from the cluster's current node token (every node reads
+    it every :data:`walgate.gateway.node_tokens.REFRESH_S`; the one before a rotation is not taken: a node still
+    using it fails and tries again); a single node, or the nodes' mechanism not asked, knows none."""
     member = broker.cluster
     if member is None or mechanism != NODE_MECHANISM:
         raise ScramError("invalid credentials")
-    return _derived(await member.tokens.signing(), user), True
+    return _derived(member.tokens.signing(), user), True
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,7 +211,7 @@ class Authentication:
             elif not self._scram.user:
                 user = self._scram.client_first(token)
                 if node_of_user(user) is not None:
-                    credential, known = await _node_credential(broker, user, self._scram.mechanism)
+                    credential, known = _node_credential(broker, user, self._scram.mechanism)
                 elif self._scram.mechanism not in self.mechanisms:  # the nodes' mechanism, not enabled for users
                     raise ScramError("invalid credentials")
                 else:

@@ -33,9 +33,12 @@ Elsewhere = Mapping[tuple[str, int], int]
 """(topic key, partition) -> the node a partition of the request is placed on, for those not on this node."""
 
 
-async def coordinates(broker: Broker, group_id: str) -> bool:
-    """This node coordinates ``group_id`` (always on a single node): its members are known here."""
-    return await refusal(broker.coordinators, group_id) == ErrorCode.none
+async def coordinates(broker: Broker, group_id: str) -> bool | None:
+    """This node coordinates ``group_id`` (always on a single node): its members are known here. None when the
+    placement of coordinators cannot be read now: the share coordinator decides from the membership it holds
+    (:meth:`~walgate.coordinator.share_coordinator.ShareCoordinator.session`)."""
+    code = await refusal(broker.coordinators, group_id)
+    return None if code == ErrorCode.coordinator_not_available else code == ErrorCode.none
 
 
 def elsewhere(node_id: int, topics: TopicsSnapshot, names: Mapping[str, str | None],

@@ -39,7 +39,7 @@ whose answer is one coordinator call answer its failure with :func:`answered`.
 
 Leader epoch: walgate has one leader per partition forever, so every
 partition's leader epoch is 0. Metadata reports it, OffsetForLeaderEpoch
-answers it (end offset of epoch 0 = the high watermark), and a request naming
+answers from the vnode's leader-epoch cache (end offset of epoch 0 = the high watermark), and a request naming
 an epoch above 0 gets UNKNOWN_LEADER_EPOCH, as a Kafka leader would answer
 an epoch it has not reached.
 """

@@ -1,8 +1,10 @@
-"""OffsetForLeaderEpoch (key 23) v0–v4: every partition has leader epoch 0 (see common.py).
+"""OffsetForLeaderEpoch (key 23) v0–v4: answered from the partition's leader-epoch cache (KIP-101).
 
-The end offset of epoch 0 (and of any earlier epoch the client asks about)
-is the high watermark; a requested epoch above 0 is UNDEFINED (-1/-1), as
-Kafka answers an epoch the leader never had.
+The answer is the largest epoch ``<=`` the one asked that the partition's vnode holds and the offset where it ends
+(:meth:`Partitions.epoch_end <walgate.storage.partitions.Partitions.epoch_end>`): without replicas every vnode holds
+epoch 0 from its first version, so epoch 0 ends at the high watermark; an undefined epoch (-1) or one above the
+latest is UNDEFINED (-1/-1), as Kafka's ``LeaderEpochFileCache.endOffsetFor`` answers. A current leader epoch above
+the partition's is UNKNOWN_LEADER_EPOCH (see common.py).
 
 ACLs (as Kafka): ClusterAction on the cluster, or Describe on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import epoch_error, error_of
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -38,9 +40,7 @@ def _answer(engine: Engine, request: OffsetForLeaderEpochRequest,
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
-                    hwm = engine.partitions.offsets(t.topic, p.partition).high_watermark
-                    if p.leader_epoch <= LEADER_EPOCH:
-                        epoch, end = LEADER_EPOCH, hwm
+                    epoch, end = engine.partitions.epoch_end(t.topic, p.partition, p.leader_epoch)
                 except Exception as exc:  # noqa: BLE001 - mapped per partition
                     err = error_of(exc)
             parts.append({"error_code": err, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})

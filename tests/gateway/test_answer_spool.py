@@ -1,0 +1,181 @@
+"""A SELECT's answer is streamed from its worker's file (walgate.gateway.answer_spool), never held whole by the node.
+
+Not timed: the node's memory is measured with tracemalloc (the node runs in this process; the client is curl, another
+process), and a client that goes away mid-answer is a socket that stops reading. An answer of ~13 MB (many times
+the relay's chunk) arrives complete, byte for byte what orjson makes of its content (the encoding the node used
+before), with its Content-Length; the node's traced memory grows by a few chunks at most while it is sent (a whole
+answer in memory, as when it came back through the worker's pipe, is 3x the bound). A client gone mid-answer ends
+the relay: the file is closed and gone, and the only worker serves the next query. A killed node's answer
+directory is removed by the next node that makes one. The worker's file is the encoding of the whole body for any
+number of chunks (a scan's Arrow bytes: those bytes); a disk refusing any of its writes (ENOSPC, EIO, short: tests/storage/faults.py), an answer past
+``sql.max.bytes`` or a cancelled query leave no file, the first with StorageUnavailable's clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import time
+import tracemalloc
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.gateway.gateway_helpers import gateway_thread, sql
+from tests.storage.faults import FAULT_KINDS, Faults
+from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, write_answer
+from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
+from walgate.gateway.server import Gateway
+from walgate.storage.cancel import Cancel
+from walgate.storage.errors import LimitExceeded, QueryCancelled, StorageUnavailable
+from walgate.storage.result import Result
+
+ROWS = 120_000  # ~13 MB of JSON: 8 doubles and a timestamp a row
+COLUMNS = "abcdefgh"
+QUERY = b"SELECT _ts, " + ", ".join(COLUMNS).encode() + b" FROM big.m ORDER BY _ts"
+
+
+@pytest.fixture(autouse=True)
+def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A traceback logged by a node a test ran fails the test."""
+    yield
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+def value(row: int, column: int) -> float:
+    return row * 8 + column + 0.25
+
+
+def load(gateway: Gateway) -> None:
+    """``ROWS`` rows of eight doubles into ``big.m`` (line protocol, bodies of 20,000 lines)."""
+    host, port = gateway.http_address
+    sql(gateway, "CREATE DATABASE big VGROUPS 2")
+    for start in range(0, ROWS, 20_000):
+        lines = "\n".join(
+            f"m,t=d{i % 4} " + ",".join(f"{c}={value(i, k)}" for k, c in enumerate(COLUMNS)) + f" {1_700_000_000_000 + i}"
+            for i in range(start, start + 20_000))
+        request = urllib.request.Request(f"http://{host}:{port}/influxdb/v1/write?db=big&precision=ms",
+                                         data=lines.encode())
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert response.status == 204
+
+
+def spooled(gateway: Gateway) -> list[str]:
+    """The answer files in the node's spool directory, and those this process still has open (taken, unlinked)."""
+    spool = gateway._queries._spool
+    assert spool is not None
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")]
+    return os.listdir(spool) + [path for path in held if path.startswith(spool)]
+
+
+def test_a_large_answer_arrives_whole_and_the_node_holds_a_few_chunks_of_it(tmp_path: Path) -> None:
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway:
+        load(gateway)
+        host, port = gateway.http_address
+        out = tmp_path / "answer.json"
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            subprocess.run(["curl", "-sS", "--fail-with-body", "-D", str(tmp_path / "headers"), "-o", str(out),
+                            "--data-binary", "@-", f"http://{host}:{port}/rest/sql"],
+                           input=QUERY, check=True, timeout=300)
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        body = out.read_bytes()
+        answer = json.loads(body)  # the standard library's decoder, not walgate's
+        assert answer["rows"] == ROWS and answer["code"] == 0
+        assert [name for name, _, _ in answer["column_meta"]] == ["_ts", *COLUMNS]
+        assert [row[1:] for row in answer["data"]] == [[value(i, k) for k in range(8)] for i in range(ROWS)]
+        assert body == orjson.dumps(answer)  # byte for byte the encoding of the whole body at once
+        assert f"content-length: {len(body)}" in (tmp_path / "headers").read_text().lower()
+        assert len(body) > 8 * CHUNK_BYTES and ROWS > 16 * CHUNK_ROWS  # many chunks each way
+        assert peak < 4 * CHUNK_BYTES, f"the node held {peak} bytes of a {len(body)}-byte answer"
+        assert spooled(gateway) == []
+
+
+def test_a_client_gone_mid_answer_ends_the_relay_and_frees_the_file_and_the_worker(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "walgate.gateway.answer_spool")
+    with gateway_thread(tmp_path / "data", sql_workers=1) as gateway:
+        load(gateway)
+        host, port = gateway.http_address
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the node can send little ahead of us
+            s.settimeout(120)
+            s.connect((host, port))
+            s.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(QUERY), QUERY))
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")  # the answer has begun
+        deadline = time.monotonic() + 60
+        while not any("went away while its answer was sent" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the relay never noticed its client was gone"
+            time.sleep(0.05)
+        assert spooled(gateway) == []
+        assert sql(gateway, "SELECT COUNT(*) FROM big.m")["data"] == [[ROWS]]  # the one worker is free
+
+
+def test_a_killed_nodes_answer_directory_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    stale = tmp_path / f"{SPOOL_PREFIX}{gone.pid}-x"
+    stale.mkdir()
+    (stale / "7.json").write_bytes(b'{"code":0,"column_meta":[],"da')  # a killed node's worker's half answer
+    live = tmp_path / f"{SPOOL_PREFIX}{os.getpid()}-y"  # a running node's
+    live.mkdir()
+    other = tmp_path / "walgate-answers-notapid"
+    other.mkdir()
+    made = spool_dir(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, Path(made).name])
+    assert Path(made).name.startswith(f"{SPOOL_PREFIX}{os.getpid()}-") and os.stat(made).st_mode & 0o777 == 0o700
+
+
+def wide_result(rows: int) -> Result:
+    """``rows`` rows of ~330 bytes of JSON each (so 3 chunks of rows are a few writes of CHUNK_BYTES)."""
+    return Result([("ts", "TIMESTAMP", 8), ("v", "DOUBLE", 8), ("s", "VARCHAR", 300)],
+                  [[f"2026-11-29T10:00:{i % 60:02}.000Z", i + 0.5, f"{i:0300}"] for i in range(rows)])
+
+
+def test_an_answer_file_is_the_encoding_of_the_whole_body(tmp_path: Path) -> None:
+    for rows in (0, 1, CHUNK_ROWS, CHUNK_ROWS + 1, 3 * CHUNK_ROWS + 7):
+        result = wide_result(rows)
+        path = tmp_path / f"{rows}.json"
+        size = write_answer(str(path), result, 1 << 30, Cancel())
+        assert path.read_bytes() == orjson.dumps(result.rest_body()) and size == path.stat().st_size
+    blob = os.urandom(3 * CHUNK_BYTES + 5)  # a scan's Arrow IPC rows: written as they are
+    assert write_answer(str(tmp_path / "scan"), blob, 1 << 30, Cancel()) == len(blob)
+    assert (tmp_path / "scan").read_bytes() == blob
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_a_disk_that_refuses_an_answer_fails_the_query_and_leaves_no_file(tmp_path: Path, kind: str) -> None:
+    result = wide_result(3 * CHUNK_ROWS)
+    clean = Faults()
+    with clean.active():
+        write_answer(str(tmp_path / "clean.json"), result, 1 << 30, Cancel())
+    writes = clean.calls["write"]
+    assert writes >= 2  # (so the first and the last are different writes)
+    for at in sorted({1, writes}):
+        faults = Faults()
+        with faults.active():
+            faults.fail_kind("write", kind, at=at)
+            with pytest.raises(StorageUnavailable, match="the query's answer could not be written to"):
+                write_answer(str(tmp_path / f"{at}.json"), result, 1 << 30, Cancel())
+        assert not (tmp_path / f"{at}.json").exists()
+
+
+def test_an_answer_past_sql_max_bytes_or_cancelled_leaves_no_file(tmp_path: Path) -> None:
+    result = wide_result(3 * CHUNK_ROWS)
+    with pytest.raises(LimitExceeded, match="sql.max.bytes"):
+        write_answer(str(tmp_path / "big.json"), result, 1000, Cancel())
+    cancel = Cancel()
+    cancel.cancel("the client went away")
+    with pytest.raises(QueryCancelled):
+        write_answer(str(tmp_path / "gone.json"), result, 1 << 30, cancel)
+    assert list(tmp_path.iterdir()) == []

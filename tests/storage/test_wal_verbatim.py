@@ -1,0 +1,413 @@
+"""A follower's copy of its leader's WAL (issue 25, step 4's storage half): ``Wal.append_verbatim`` refuses entries
+that fail a check (a flipped byte, a gap, a partial entry, a newer format, the end of a batch missing) with nothing
+written, leaves nothing of a refused write on a failing disk (ENOSPC, EIO, short writes, failed fdatasyncs) and
+reopens, and after a kill -9 reopens to a prefix of whole batches; a follower vnode fed a leader engine's entries
+(rows, meta entries, ALTER STABLE, a Kafka-native topic's idempotent and transactional batches and markers) in
+random chunkings ends with the leader's WAL byte for byte and the same derived state (tables, offset index files,
+producer and transaction state, what its topics read), before and after reopening both."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import FAULT_KINDS, Faults
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.replicated import append_replicated
+from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_META, Wal, WalOptions
+from walgate.storage.wal_format import FLAG_MORE, HEADER, encode_entry
+from walgate.storage.wal_verbatim import EntriesRefused
+from walgate.wire import encode_batch
+
+LEVEL1 = WalOptions(level=1, fsync_period_ms=1000, segment_bytes=400)
+LEVEL2 = WalOptions(level=2, fsync_period_ms=0, segment_bytes=400)
+
+
+def _wal_bytes(directory: Path) -> bytes:
+    """Every segment's log, in version order: a WAL's entries (segment boundaries are each WAL's own)."""
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+
+
+def _batches(raw: bytes) -> list[tuple[int, int, int]]:
+    """(start byte, end byte, first version) of each batch of ``raw`` (whole entries of a WAL)."""
+    out, pos, start, first = [], 0, 0, None
+    while pos < len(raw):
+        _, body_len, _, _, flags, _, version, _, _ = HEADER.unpack_from(raw, pos)
+        first = version if first is None else first
+        pos += HEADER_SIZE + body_len
+        if not flags & FLAG_MORE:
+            out.append((start, pos, first))
+            start, first = pos, None
+    return out
+
+
+def _leader_wal(directory: Path, batches: int = 12) -> Wal:
+    """A WAL of ``batches`` appends of one to three entries of every kind, over several segments."""
+    wal = Wal.open(directory, LEVEL1)
+    rnd = random.Random(7)
+    for i in range(batches):
+        wal.append([(rnd.choice((KIND_DATA, KIND_META)), rnd.randint(1, 4), 1000 + i, bytes([i % 251 + 1]) * rnd.randint(5, 90))
+                    for _ in range(rnd.randint(1, 3))])
+    wal.sync()
+    return wal
+
+
+# ------------------------------------------------------------------ refused: nothing written
+
+
+def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: Path):
+    leader = _leader_wal(tmp_path / "leader")
+    raw = _wal_bytes(leader.dir)
+    cuts = _batches(raw)
+    half = cuts[len(cuts) // 2]
+    follower = Wal.open(tmp_path / "follower", LEVEL2)
+    assert follower.append_verbatim(raw[: half[0]], 0)[-1].next_version == half[2]
+    size, end = follower.segments[-1].size, follower.next_version
+    rest = raw[half[0] :]
+
+    def refused(data: bytes, first: int, match: str) -> None:
+        with pytest.raises(EntriesRefused, match=match):
+            follower.append_verbatim(data, first)
+        assert (follower.next_version, follower.segments[-1].size) == (end, size)
+        assert _wal_bytes(follower.dir) == raw[: half[0]]
+
+    for at in range(0, len(rest), 7):  # a flipped byte anywhere: a header's or a body's CRC
+        flipped = bytearray(rest)
+        flipped[at] ^= 0x10
+        refused(bytes(flipped), end, "checksum mismatch")
+    refused(rest, end + 1, "do not continue the WAL")
+    refused(rest, end - 1, "do not continue the WAL")
+    nxt = _batches(rest)
+    refused(rest[: nxt[0][1]] + rest[nxt[1][1] : nxt[2][1]], end, r"a gap")  # a batch left out
+    refused(rest[: nxt[0][1]] + rest[: nxt[0][1]], end, r"an overlap")  # one sent twice
+    for cut in range(1, nxt[0][1]):  # a partial entry, or whole entries ending inside their batch
+        if cut not in {e for _, e, _ in nxt}:
+            refused(rest[:cut], end, "partial entry|end inside a batch")
+    newer = encode_entry(4, 0, end, 1, 0, b"a kind of a later release")
+    refused(newer, end, "newer format")
+    flags = encode_entry(KIND_DATA, 0x2, end, 1, 0, b"a flag of a later release")
+    refused(flags, end, "newer format")
+    refused(encode_entry(KIND_DATA, FLAG_MORE, end, 1, 0, b"x"), end, "end inside a batch")
+    assert follower.append_verbatim(b"", end) == []
+    assert [e.version for e in follower.append_verbatim(rest, end)] == [e.version for e in leader.read_from(end)]
+    assert _wal_bytes(follower.dir) == raw
+    follower.close()
+    reopened = Wal.open(tmp_path / "follower", LEVEL2)
+    assert [(e.version, e.body) for e in reopened.read_from(0)] == [(e.version, e.body) for e in leader.read_from(0)]
+    reopened.close()
+    leader.close()
+
+
+# ------------------------------------------------------------------ a failing disk
+
+
+@pytest.mark.parametrize("options", [LEVEL1, LEVEL2], ids=["level1", "level2"])
+@pytest.mark.parametrize("rolls", [False, True], ids=["append", "append-rolling"])
+def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_kept(tmp_path: Path, options, rolls):
+    leader = _leader_wal(tmp_path / "leader", batches=16)
+    raw = _wal_bytes(leader.dir)
+    leader.close()
+    cuts = _batches(raw)
+    split = cuts[-6][0]  # six batches: more than a segment of 400 bytes holds
+    if not rolls:
+        options = replace(options, segment_bytes=1 << 20)
+    base = tmp_path / "base"
+    wal = Wal.open(base, options)
+    for start, end, version in cuts[:-6]:
+        wal.append_verbatim(raw[start:end], version)
+    first = wal.next_version
+    wal.close()
+    faults = Faults()
+    with faults.active():  # learn what the append does
+        probe = Wal.open(shutil.copytree(base, tmp_path / "probe"), options)
+        segments = len(probe.segments)
+        before = dict(faults.calls)
+        probe.append_verbatim(raw[split:], first)
+        ops = {op: n - before.get(op, 0) for op, n in faults.calls.items() if n - before.get(op, 0)}
+        assert (len(probe.segments) > segments) == rolls
+        probe.close()
+    cases = [(op, at, kind) for op, n in ops.items() if op in ("write", "pwrite", "fsync", "fdatasync", "open",
+                                                                "replace")
+             for at in range(1, n + 1) for kind in (FAULT_KINDS if op in ("write", "pwrite") else ("enospc", "eio"))]
+    assert any(op == "fdatasync" for op, _, _ in cases) or options.level == 1
+    leader = Wal.open(tmp_path / "leader", options)
+    expected = [(e.version, e.body) for e in leader.read_from(0)]
+    leader.close()
+    refused = 0
+    for case, (op, at, kind) in enumerate(cases):
+        directory = shutil.copytree(base, tmp_path / f"case{case}")
+        wal = Wal.open(directory, options)
+        with faults.active():
+            faults.fail_kind(op, kind, at=at)
+            try:
+                wal.append_verbatim(raw[split:], first)
+                assert (op, kind) == ("write", "short"), (op, at, kind)  # half of the empty write creating a file
+            except StorageUnavailable as exc:
+                refused += 1
+                assert "nothing of it was kept" in str(exc), exc
+                assert wal.next_version == first and wal.read(first) is None
+                assert wal.segments[-1].path.stat().st_size == wal.segments[-1].size
+                assert _wal_bytes(directory) == raw[:split]
+                wal.append_verbatim(raw[split:], first)  # the disk takes it again
+            faults.clear()
+        assert _wal_bytes(directory) == raw
+        wal.close()
+        reopened = Wal.open(directory, options)
+        assert [(e.version, e.body) for e in reopened.read_from(0)] == expected
+        reopened.close()
+        shutil.rmtree(directory)
+    assert refused >= len(cases) - 1, (refused, cases)
+
+
+def test_a_fenced_wal_refuses_verbatim_appends_until_the_disk_recovers(tmp_path: Path):
+    leader = _leader_wal(tmp_path / "leader")
+    raw = _wal_bytes(leader.dir)
+    leader.close()
+    split = _batches(raw)[-1][0]
+    wal = Wal.open(tmp_path / "f", replace(LEVEL2, segment_bytes=1 << 20))  # (no roll: the write itself fails)
+    wal.append_verbatim(raw[:split], 0)
+    first = wal.next_version
+    faults = Faults()
+    with faults.active():
+        faults.fail("fdatasync", at=1, error=errno.EIO)
+        faults.fail("ftruncate", at=1, error=errno.EIO, times=1000)
+        with pytest.raises(StorageUnavailable, match="could not be undone"):
+            wal.append_verbatim(raw[split:], first)
+        with pytest.raises(StorageUnavailable, match="read-only"):
+            wal.append_verbatim(raw[split:], first)
+        faults.clear()
+    wal.append_verbatim(raw[split:], first)
+    wal.close()
+    assert _wal_bytes(tmp_path / "f") == raw
+
+
+# ------------------------------------------------------------------ kill -9
+
+_CHILD = """
+import sys
+from dataclasses import replace
+from pathlib import Path
+from walgate.storage.wal import Wal, WalOptions
+raw = Path(sys.argv[2]).read_bytes()
+cuts = [int(c) for c in sys.argv[3].split(",")]
+wal = Wal.open(Path(sys.argv[1]), WalOptions(level=2, fsync_period_ms=0, segment_bytes=400))
+start = 0
+for end in cuts:
+    wal.append_verbatim(raw[start:end], wal.next_version)
+    start = end
+    print(start, flush=True)
+"""
+
+
+def test_kill_9_mid_append_reopens_to_a_prefix_of_whole_batches(tmp_path: Path):
+    leader = _leader_wal(tmp_path / "leader", batches=200)
+    raw = _wal_bytes(leader.dir)
+    leader.close()
+    (tmp_path / "raw").write_bytes(raw)
+    ends = [e for _, e, _ in _batches(raw)]
+    chunked = ",".join(str(e) for e in ends[1::3] + [ends[-1]])
+    landed = 0
+    for kill in range(2):
+        directory = tmp_path / f"follower{kill}"
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(directory), str(tmp_path / "raw"), chunked],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        for _ in range(3 + 15 * kill):
+            if not child.stdout.readline():
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        reopened = Wal.open(directory, LEVEL2)
+        held = _wal_bytes(directory)
+        assert len(held) in {0, *ends} and raw.startswith(held), (kill, len(held))
+        landed += len(held) < len(raw)
+        reopened.append_verbatim(raw[len(held) :], reopened.next_version)  # the fetch goes on from there
+        reopened.close()
+        assert _wal_bytes(directory) == raw
+    assert landed, "every kill came after the last append"
+
+
+# ------------------------------------------------------------------ a follower vnode of a leader engine
+
+NOW = 1_700_000_000_000
+
+
+def _txn_batch(pid: int, seq: int, n: int = 2, epoch: int = 0, transactional: bool = True) -> bytes:
+    return encode_batch(0, [NOW + seq] * n, [b"k%d" % i for i in range(n)], [b"v%d" % i for i in range(n)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=transactional)
+
+
+def _leader_engine(directory: Path) -> None:
+    """A leader's data dir: a database of two vgroups with a supertable, two TDengine topics, a Kafka-native topic;
+    rows, subtables, a normal table, ALTER STABLE, DROP TABLE; idempotent and transactional batches, a commit and
+    an abort marker, a transaction left open."""
+    e = Engine.open(directory)
+    e.execute("CREATE DATABASE db VGROUPS 2")
+    e.execute("CREATE STABLE db.m (ts TIMESTAMP, v INT) TAGS (k INT)")
+    e.execute("CREATE TOPIC td AS STABLE db.m")
+    e.execute("CREATE TOPIC pos AS SELECT ts, v FROM db.m WHERE v > 0")
+    e.create_kafka_topic("t", 1, {})
+    for i in range(6):
+        e.execute(f"INSERT INTO db.c{i} USING db.m TAGS ({i}) VALUES ({NOW + i}, {i - 2}) ({NOW + 100 + i}, {i})")
+    e.execute("CREATE TABLE db.plain (ts TIMESTAMP, x INT)")
+    e.execute(f"INSERT INTO db.plain VALUES ({NOW}, 1)")
+    e.execute("ALTER STABLE db.m ADD COLUMN w INT")
+    e.execute(f"INSERT INTO db.c1 VALUES ({NOW + 500}, 7, 70) db.c9 USING db.m TAGS (9) VALUES ({NOW + 501}, 9, 90)")
+    e.execute("DROP TABLE db.c2")
+    e.append_batches("t", 0, [_txn_batch(3, 0, transactional=False)])
+    e.append_batches("t", 0, [_txn_batch(3, 2, transactional=False), _txn_batch(3, 4, 3, transactional=False)])
+    e.append_batches("t", 0, [_txn_batch(7, 0)])
+    e.append_batches("t", 0, [_txn_batch(8, 0)])
+    e.write_txn_markers(7, 0, 3, False, [("t", 0)])
+    e.append_batches("t", 0, [_txn_batch(8, 2)])
+    e.write_txn_markers(8, 0, 3, True, [("t", 0)])
+    e.append_batches("t", 0, [_txn_batch(9, 0)])  # left open
+    e.close()
+
+
+def _empty_vnodes(leader: Path, follower: Path) -> None:
+    """``follower``: the leader's data dir (its catalog: what the cluster's shared catalog gives every node) with
+    every vnode's files removed, to be filled by replication alone."""
+    shutil.copytree(leader, follower)
+    for vnode in follower.glob("db/*/vnode*"):
+        shutil.rmtree(vnode)
+
+
+def _vnodes(e: Engine) -> list[Any]:
+    return [v for db in sorted(e.vnodes) for v in e.vnodes[db]]
+
+
+def _state(e: Engine) -> dict[str, Any]:
+    """What a vnode's WAL derives, in comparable form."""
+    out: dict[str, Any] = {}
+    for v in _vnodes(e):
+        out[f"tables {v.db.name}/{v.index}"] = v.tables()
+        out[f"live {v.db.name}/{v.index}"] = v.live_count
+    for (topic, p), idx in sorted(e.indexes.items()):
+        out[f"index {topic}/{p}"] = (list(idx.offsets), list(idx.versions), list(idx.counts), list(idx.running_max),
+                                     idx.end_offset, idx.start_offset)
+        out[f"watermarks {topic}/{p}"] = e.watermarks(topic, p)
+        entries = list(e.index_entries(topic, p, 0))
+        if e.is_native(topic):
+            out[f"read {topic}/{p}"] = [e.kafka_batch(topic, p, v) for _, v, _ in entries]
+            out[f"aborted {topic}/{p}"] = e.native.aborted_transactions(topic, p, 0, 1 << 40)
+            out[f"producers {topic}/{p}"] = e.partitions.producers(topic, p)
+            out[f"lso {topic}/{p}"] = e.partitions.offsets(topic, p).last_stable
+        else:
+            out[f"read {topic}/{p}"] = [(o, e.kafka_rows(topic, p, v)) for o, v, _ in entries]
+    out["ongoing"] = e.ongoing_transactions()
+    return out
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """Each vnode's WAL (its entries) and topic offset index files, by vnode."""
+    out = {}
+    for vnode in sorted(directory.glob("db/*/vnode*")):
+        out[f"{vnode.parent.name}/{vnode.name} wal"] = _wal_bytes(vnode / "wal")
+        for oidx in sorted(vnode.glob("topics/*.oidx")):
+            out[f"{vnode.parent.name}/{vnode.name} {oidx.name}"] = oidx.read_bytes()
+    return out
+
+
+class Leader:
+    """The leader's data dir, its derived state (reopened) and files, and the follower's empty data dir."""
+
+    def __init__(self, directory: Path) -> None:
+        _leader_engine(directory)
+        e = Engine.open(directory)
+        self.state = _state(e)
+        e.close()
+        self.files = _files(directory)
+        self.template = directory.parent / "follower-template"
+        _empty_vnodes(directory, self.template)
+
+    def __repr__(self) -> str:
+        return f"Leader({self.template.parent})"
+
+
+@pytest.fixture(scope="module")
+def leader(tmp_path_factory: pytest.TempPathFactory) -> Leader:
+    return Leader(tmp_path_factory.mktemp("leader") / "data")
+
+
+def _replicate(e: Engine, leader_files: dict[str, bytes], chunking: random.Random) -> None:
+    """Feed every vnode of ``e`` its leader's entries, whole batches in chunks of one to four."""
+    for v in _vnodes(e):
+        raw = leader_files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+        batches = _batches(raw)
+        k = 0
+        while k < len(batches):
+            n = chunking.randint(1, 4)
+            start, end, first = batches[k][0], batches[min(k + n, len(batches)) - 1][1], batches[k][2]
+            assert append_replicated(e.store, e.views, v, raw[start:end], first, 0) == v.wal.next_version
+            k += n
+
+
+@settings(max_examples=4, deadline=None, derandomize=True, phases=(Phase.generate,),
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_follower_fed_the_leaders_entries_has_its_wal_and_derived_state(leader, tmp_path_factory, seed):
+    follower = tmp_path_factory.mktemp("follower") / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    _replicate(e, leader.files, random.Random(seed))
+    assert _state(e) == leader.state
+    e.close()
+    assert _files(follower) == leader.files  # the WALs byte for byte, and the offset index files
+    reopened = Engine.open(follower)
+    assert _state(reopened) == leader.state
+    reopened.close()
+    shutil.rmtree(follower.parent)
+
+
+def test_a_follower_begins_each_newer_epoch_before_its_entries_and_refuses_an_older_one(leader, tmp_path: Path):
+    follower = tmp_path / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    v = e.vnodes["db"][0]
+    raw = leader.files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+    batches = _batches(raw)
+    for k, (start, end, first) in enumerate(batches):
+        append_replicated(e.store, e.views, v, raw[start:end], first, 2 + k // 3)
+    epochs = [(2 + k, batches[3 * k][2]) for k in range((len(batches) + 2) // 3)]
+    assert len(epochs) > 1 and [(x.epoch, x.start_offset) for x in v.epochs.entries] == epochs
+    extra = encode_entry(KIND_META, 0, v.wal.next_version, 1, 0, b'{"op": "noop"}')
+    with pytest.raises(EntriesRefused, match="older than the latest"):
+        append_replicated(e.store, e.views, v, extra, v.wal.next_version, 1)
+    assert _wal_bytes(v.wal.dir) == raw
+    e.close()
+    reopened = Engine.open(follower)  # the cache was written before each epoch's entries
+    assert [(x.epoch, x.start_offset) for x in reopened.vnodes["db"][0].epochs.entries] == epochs
+    reopened.close()
+
+
+def test_an_epoch_the_disk_refuses_to_record_appends_nothing(leader, tmp_path: Path):
+    follower = tmp_path / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    v = e.vnodes["db"][0]
+    raw = leader.files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+    start, end, first = _batches(raw)[0]
+    faults = Faults()
+    with faults.active():
+        faults.fail("replace", at=1, error=errno.ENOSPC)
+        with pytest.raises(StorageUnavailable, match="leader epoch 5 could not be recorded"):
+            append_replicated(e.store, e.views, v, raw[start:end], first, 5)
+    assert v.wal.next_version == 0 and _wal_bytes(v.wal.dir) == b"" and v.epochs.latest_epoch == 0
+    append_replicated(e.store, e.views, v, raw[start:end], first, 5)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(5, 0)] and _wal_bytes(v.wal.dir) == raw[:end]
+    e.close()

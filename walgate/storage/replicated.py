@@ -1,0 +1,42 @@
+"""A follower vnode's appends of its leader's WAL entries, and everything derived from them.
+
+A local write appends to a vnode's WAL and then derives, from what it appended: the tables of its meta entries
+(the vnode's meta store), each topic's offset index over the vnode (TDengine topics by evaluating the entries,
+Kafka-native ones by their batches' offsets), and a Kafka-native partition's producer and transaction state. A
+follower appends the leader's entries byte for byte (:meth:`~walgate.storage.vnode.Vnode.append_replicated`) and
+derives the same things from them here, by the same functions a restart rebuilds them with
+(:meth:`~walgate.storage.topic_views.TopicViews.index`, :func:`~walgate.storage.native_topics.replay_batch`), so
+that a follower's derived files are those a restart would rebuild: evaluation is deterministic, and the entries are
+the leader's own. Library code for the replica fetcher (docs/plans/replication-wiring.md, step 4).
+"""
+
+from __future__ import annotations
+
+from walgate.storage.entry import decode_entry
+from walgate.storage.native_topics import replay_batch
+from walgate.storage.store import Store
+from walgate.storage.topic_views import TopicViews
+from walgate.storage.vnode import Vnode
+from walgate.storage.wal import KIND_KAFKA
+
+__all__ = ["append_replicated"]
+
+
+def append_replicated(store: Store, views: TopicViews, vnode: Vnode, raw: bytes, first_version: int,
+                      epoch: int) -> int:
+    """Append the leader's entries ``raw`` (whole batches from WAL version ``first_version``, of leader ``epoch``)
+    to ``vnode`` of ``store`` as they are, then advance every topic's offset index over the vnode and, for a
+    Kafka-native topic, its partition's producer state; the vnode's next version. Raises what
+    :meth:`Vnode.append_replicated` raises (EntriesRefused, StorageUnavailable), before anything is derived."""
+    entries = vnode.append_replicated(raw, first_version, epoch)
+    topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
+    if not entries or not topics:
+        return vnode.wal.next_version
+    views.index(vnode, [decode_entry(e) for e in entries], vnode.wal.next_version, [t.name for t in topics])
+    for topic in topics:
+        producers = store.producers.get((topic.name, vnode.index)) if topic.kind == "kafka" else None
+        if producers is not None:
+            for entry in entries:
+                if entry.kind == KIND_KAFKA:
+                    replay_batch(producers, entry.body)
+    return vnode.wal.next_version
