@@ -56,7 +56,9 @@ def expected(api_key: int, version: int) -> ErrorCode:
     """The one error code of the answer: every request here is valid, so it succeeds, as Kafka answers it."""
     if api_key in SASL_APIS:
         return ErrorCode.illegal_sasl_state
-    if api_key == 27:  # WriteTxnMarkers: only a cluster node may send it, and a single node has no other
+    if api_key == 27 or (api_key, version >= 4) == (24, True):
+        # WriteTxnMarkers, AddPartitionsToTxn v4+ (the brokers' form): only a cluster node, authenticated with the
+        # node token, may send them, and a single node has no other (kafka/node_auth.py)
         return ErrorCode.cluster_authorization_failed
     return ErrorCode.member_id_required if (api_key, version >= FIRST_JOIN) == (11, True) else ErrorCode.none
 

@@ -365,3 +365,19 @@ def test_the_log_cleaner_settings_use_kafkas_names(tmp_path: Path) -> None:
     sized = load_config(None, env={}, settings=[("log.dirs", str(tmp_path)),
                                                 ("log.cleaner.dedupe.buffer.size", "2400")])
     assert (config.log_cleaner_dedupe_buffer_size, sized.log_cleaner_dedupe_buffer_size) == (128 << 20, 2400)
+
+
+@pytest.mark.parametrize(("inter_broker", "expected"), [(None, "INTERNAL"), ("external", "EXTERNAL")])
+def test_cluster_nodes_reach_each_other_on_the_inter_broker_listener(tmp_path: Path, inter_broker: str | None,
+                                                                     expected: str) -> None:
+    """Kafka's ``inter.broker.listener.name`` (default: the first listener) names the listener a node's Kafka
+    requests to the other nodes go to (kafka/node_links.py), whatever its security protocol."""
+    from walgate.gateway.cluster_member import ClusterMember
+    from walgate.gateway.server import Gateway
+
+    config = Config(data_dir=tmp_path / "data", listeners="INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+                    listener_security_protocol_map="INTERNAL:SASL_PLAINTEXT,EXTERNAL:PLAINTEXT",
+                    inter_broker_listener_name=inter_broker)
+    member = ClusterMember("127.0.0.1:1", "walgate", 1, tmp_path / "data", 2000)  # never asked: no etcd needed
+    links = Gateway(config)._node_links(member)
+    assert (links.listener, links.tls) == (expected, None)

@@ -225,6 +225,24 @@ def test_scram_credentials_apis_create_a_user_that_then_logs_in(secured: Gateway
     assert [row[0] for row in http(secured, "SHOW USERS", "kafka", password)["data"]] == ["alice", "kafka", "root"]
 
 
+def test_a_user_named_like_a_cluster_node_never_authenticates_with_a_password(secured: Gateway):
+    """``walgate-node-<id>`` names are the cluster nodes' (kafka/sasl.py): only the node token's credential
+    authenticates them, never a password of the user store, so a user of that name gains no node's rights (and a
+    single node, which has no token, takes no such login at all)."""
+    http(secured, "CREATE USER `walgate-node-1` PASS 'Not-a-node-1'")
+    for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        with KafkaConnection(secured.kafka_address) as conn:
+            if mechanism == "PLAIN":
+                answer = plain(conn, "walgate-node-1", "Not-a-node-1")
+            else:  # refused at its first token: no credential to answer with
+                client = ScramClient([mechanism], "walgate-node-1", "Not-a-node-1")
+                assert handshake(conn, mechanism).error_code == ErrorCode.none
+                answer = authenticate(conn, client.get_client_first().encode())
+            assert answer.error_code == ErrorCode.sasl_authentication_failed, mechanism
+    with KafkaConnection(secured.kafka_address) as conn:  # the user store still works
+        assert plain(conn, "alice", "wonderland").error_code == ErrorCode.none
+
+
 def test_a_plaintext_listener_answers_sasl_with_illegal_sasl_state(tmp_path: Path):
     with gateway_thread(tmp_path) as gw, KafkaConnection(gw.kafka_address) as conn:
         assert handshake(conn, "PLAIN").error_code == ErrorCode.illegal_sasl_state

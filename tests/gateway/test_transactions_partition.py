@@ -95,19 +95,22 @@ async def test_list_offsets_latest_is_the_lso_under_read_committed(node: Node) -
 
 
 class Verifier:
-    """The coordinator's answer to ``verify``, per partition (default NONE; an exception is raised); the calls it got."""
+    """The coordinator's answer to ``verify``, per partition (default NONE; an exception for any partition asked is
+    raised for the whole question, as the coordinator lane raises it); the calls it got, one per Produce."""
 
     def __init__(self, codes: dict[tuple[str, int], int | Exception] | None = None) -> None:
         self.codes = codes or {}
-        self.calls: list[tuple[str | None, int, int, str, int]] = []
+        self.calls: list[tuple[str | None, int, int, list[tuple[str, int]]]] = []
 
-    async def verify(self, tid: str | None, pid: int, epoch: int, topic: str, partition: int, api_version: int) -> int:
+    async def verify(self, tid: str | None, pid: int, epoch: int, partitions: list[tuple[str, int]],
+                     api_version: int) -> dict[tuple[str, int], int]:
         assert api_version == 9  # what :func:`produce` sends
-        self.calls.append((tid, pid, epoch, topic, partition))
-        code = self.codes.get((topic, partition), ErrorCode.none)
-        if isinstance(code, Exception):
-            raise code
-        return code
+        self.calls.append((tid, pid, epoch, sorted(partitions)))
+        codes = {tp: self.codes.get(tp, ErrorCode.none) for tp in partitions}
+        for code in codes.values():
+            if isinstance(code, Exception):
+                raise code
+        return {tp: int(code) for tp, code in codes.items() if not isinstance(code, Exception)}
 
 
 async def produce(gw: Node, tid: str | None, topic: str, partitions: dict[int, bytes]) -> dict[int, Any]:
@@ -125,7 +128,7 @@ async def test_transactional_produce_is_verified_by_the_coordinator(node: Node) 
     answers = await produce(node, "app", TOPIC, {0: txn(7, 0), 1: txn(7, 0), 2: txn(7, 0)})
     assert answers == {0: (ErrorCode.none, 0), 1: (ErrorCode.invalid_txn_state, -1),
                        2: (ErrorCode.not_enough_replicas, -1)}
-    assert sorted(verifier.calls) == [("app", 7, 0, TOPIC, p) for p in range(3)]
+    assert verifier.calls == [("app", 7, 0, [(TOPIC, p) for p in range(3)])]  # one question for all, as Kafka's
     assert await node.storage.call(node.engine.ongoing_transactions) == {7: [(TOPIC, 0, 0)]}
     assert await produce(node, None, TOPIC, {1: txn(7, 0)}) == {1: (ErrorCode.transactional_id_authorization_failed, -1)}
     assert await produce(node, "app", TOPIC, {0: txn(7, 2), 1: txn(9, 0)}) == {
@@ -136,7 +139,8 @@ async def test_transactional_produce_is_verified_by_the_coordinator(node: Node) 
     assert await produce(node, "app", TOPIC, {0: txn(7, 0, epoch=1)}) == {0: (ErrorCode.none, 3)}
     verifier.codes[(TOPIC, 1)] = StorageUnavailable("the transaction log refused a write")
     assert await produce(node, "app", TOPIC, {0: txn(7, 2, epoch=1), 1: txn(7, 0, epoch=1)}) == {
-        0: (ErrorCode.none, 5), 1: (ErrorCode.kafka_storage_error, -1)}  # the coordinator failing is one partition's
+        0: (ErrorCode.kafka_storage_error, -1), 1: (ErrorCode.kafka_storage_error, -1)}  # the question failed: each
+    assert await produce(node, "app", TOPIC, {0: txn(7, 2, epoch=1)}) == {0: (ErrorCode.none, 5)}  # partition's
     calls = len(verifier.calls)
     assert await produce(node, None, TOPIC, {1: encode_batch(0, [1], [None], [b"x"])}) == {1: (ErrorCode.none, 0)}
     assert len(verifier.calls) == calls  # a non-transactional request is not verified

@@ -1,12 +1,30 @@
 """The signature of requests between cluster nodes (walgate.security.node_token): valid only with the cluster's
 token, for exactly the request signed and the node it was sent to, within the time window; headers that cannot be a
-node's are refused before the body is read, with a reason and never an exception."""
+node's are refused before the body is read, with a reason and never an exception; and the SCRAM credential a node
+authenticates to another's Kafka listener with: only the holder of the token passes, checked with an independent
+SCRAM client (scramp) and with the one the nodes use (walgate.security.scram.ScramClient)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from walgate.security.node_token import WINDOW_MS, Signed, header_refusal, new_token, refusal, signature
+import pytest
+import scramp
+
+from walgate.security.node_token import (
+    NODE_MECHANISM,
+    WINDOW_MS,
+    Signed,
+    header_refusal,
+    new_token,
+    node_credential,
+    node_of_user,
+    node_password,
+    node_user,
+    refusal,
+    signature,
+)
+from walgate.security.scram import ScramClient, ScramError, ScramExchange
 
 NOW = 1_800_000_000_000
 SIGNED = Signed(2, "POST", "/rest/sql/f", {"db": "f", "precision": "ms"}, "1;0,2", "User:alice", "10.1.2.3", NOW,
@@ -67,3 +85,47 @@ def test_headers_that_cannot_be_a_nodes_are_refused_with_a_reason_never_an_excep
                                       (str(NOW), given, "alice"), (str(NOW), given, "User:")):
         assert header_refusal(time_text, sig, principal, NOW) is not None, (time_text[:10], sig, principal)
     assert refusal([token], "é" * 64, SIGNED, NOW) == "its X-Walgate-Signature is not 64 hex digits"
+
+
+def _exchange(client: ScramClient, token: str) -> None:
+    """A SCRAM exchange of ``client`` with a server holding node ``client``'s credential made from ``token``."""
+    server = ScramExchange(NODE_MECHANISM)
+    user = server.client_first(client.first())
+    client.check(server.client_final(client.final(server.server_first(node_credential(token, user)))))
+
+
+def test_node_users_are_reserved_names_with_a_node_id() -> None:
+    assert node_user(7) == "walgate-node-7" and node_of_user("walgate-node-7") == 7
+    for other in ("walgate-node-", "walgate-node-x", "walgate-node-1/abc", "walgate-node-٣", "alice", "walgate-node-1 "):
+        assert node_of_user(other) is None, other
+
+
+def test_only_the_holder_of_the_node_token_authenticates_as_a_node() -> None:
+    token, other = new_token(), new_token()
+    user = node_user(2)
+    assert node_password(token, user) not in (node_password(other, user), node_password(token, node_user(3)), token)
+    _exchange(ScramClient(NODE_MECHANISM, user, node_password(token, user)), token)
+    for wrong in (node_password(other, user), node_password(token, node_user(3)), token, ""):
+        with pytest.raises(ScramError, match="invalid credentials"):
+            _exchange(ScramClient(NODE_MECHANISM, user, wrong), token)
+    # an independent client (scramp) with the derived password passes too: the credential is plain RFC 7677
+    client = scramp.ScramClient([NODE_MECHANISM], user, node_password(token, user))
+    server = ScramExchange(NODE_MECHANISM)
+    server.client_first(client.get_client_first().encode())
+    client.set_server_first(server.server_first(node_credential(token, user)).decode())
+    client.set_server_final(server.client_final(client.get_client_final().encode()).decode())
+
+
+def test_a_node_refuses_a_server_that_does_not_hold_the_token() -> None:
+    """The server's signature proves it knows the credential: a node does not take a forged endpoint for a node."""
+    token, other = new_token(), new_token()
+    user = node_user(1)
+    client = ScramClient(NODE_MECHANISM, user, node_password(token, user))
+    server = ScramExchange(NODE_MECHANISM)
+    server.client_first(client.first())
+    server_first = server.server_first(node_credential(other, user))
+    final = client.final(server_first)
+    with pytest.raises(ScramError):
+        server.client_final(final)  # the proof made with the right token fails against the wrong credential
+    with pytest.raises(ScramError, match="signature"):
+        client.check(b"v=" + b"A" * 44)

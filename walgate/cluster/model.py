@@ -220,9 +220,9 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
     return out
 
 
-def endpoint_for(info: NodeInfo, listener: str) -> tuple[str, int] | None:
+def endpoint_for(info: NodeInfo, listener: str, *, exact: bool = False) -> tuple[str, int] | None:
     """The (host, port) node ``info`` advertises on the Kafka listener named ``listener`` (its endpoints are
-    ``NAME://host:port``), else on its first listener; None when it advertises none."""
+    ``NAME://host:port``), else (unless ``exact``) on its first listener; None when it advertises none."""
     parsed: list[tuple[str, str, int]] = []
     for endpoint in info.endpoints:
         name, sep, address = endpoint.partition("://")
@@ -232,7 +232,7 @@ def endpoint_for(info: NodeInfo, listener: str) -> tuple[str, int] | None:
     for name, host, port_number in parsed:
         if name == listener:
             return host, port_number
-    return (parsed[0][1], parsed[0][2]) if parsed else None
+    return (parsed[0][1], parsed[0][2]) if parsed and not exact else None
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,7 @@ class Config:
     listeners: str | None = None
     advertised_listeners: str | None = None
     listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
-    inter_broker_listener_name: str | None = None  # checked to name a listener; walgate has no other brokers
+    inter_broker_listener_name: str | None = None  # checked to name a listener; cluster nodes reach each other on it
     controller_listener_names: tuple[str, ...] = ()  # KRaft's controller listeners: in `listeners`, not opened
     # TLS with PEM files (Kafka's names; walgate.gateway.tls): SSL and SASL_SSL listeners, and HTTP if enabled
     ssl_keystore_type: str = "PEM"  # the only type walgate reads (Kafka's default is JKS)

@@ -254,11 +254,19 @@ class Gateway:
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            self._group_coordinators, None if self._cluster is None else NodeLinks(self._cluster, next(
-                (lt.info.name for lt in cfg.kafka_listeners() if lt.info.security_protocol == "PLAINTEXT"), None)),
+            self._group_coordinators, None if self._cluster is None else self._node_links(self._cluster),
         )
         await self._transactions.open()
         return self._transactions
+
+    def _node_links(self, member: ClusterMember) -> NodeLinks:
+        """This node's Kafka connections to the other nodes: through the listener named ``inter.broker.listener.name``
+        (checked to name one), else its first one, over TLS when that is SSL or SASL_SSL."""
+        cfg = self.config
+        listeners = [lt.info for lt in cfg.kafka_listeners()]
+        wanted = (cfg.inter_broker_listener_name or listeners[0].name).upper()
+        info = next(i for i in listeners if i.name == wanted)
+        return NodeLinks(member, info.name, node_client_context(cfg.for_listener(info.name)) if info.tls else None)
 
     def _tls_contexts(self) -> dict[str | None, ssl.SSLContext]:
         """The TLS context of each SSL/SASL_SSL listener (by name) and of the HTTP API (None), from the

@@ -13,6 +13,14 @@ as the node asked did. A request with any of these headers and no valid signatur
 token nobody can make a node act for another user, or for another address. A signed request can be sent again
 (replayed) to the same node within the window: the signature names no single use.
 
+The same token authenticates a node's Kafka connections to another node (WriteTxnMarkers, AddPartitionsToTxn v5,
+AddOffsetsToTxn: docs/cluster.md "Transaction coordinators"): node ``N`` authenticates with SASL
+:data:`NODE_MECHANISM` as user :func:`node_user` ``(N)`` with the password :func:`node_password`, an HMAC of the user
+name with the token; the other node derives the same credential (:func:`node_credential`) from the token it knows.
+SCRAM, because the password never crosses the wire (a challenge with the server's nonce, a proof only valid for it):
+a recorded exchange, even on a PLAINTEXT listener, authenticates nobody again; the other side proves it knows the
+token too. Nobody without the token authenticates as a node, whatever client id it sends.
+
 Pure: no I/O, no clock (the caller gives ``now_ms``).
 """
 
@@ -25,8 +33,11 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["CLIENT_HOST", "HEADERS", "PRINCIPAL", "SIGNATURE", "TIME", "WINDOW_MS", "Signed", "header_refusal",
-           "new_token", "refusal", "signature"]
+from walgate.security.scram import ScramCredential, credential_from_password
+
+__all__ = ["CLIENT_HOST", "HEADERS", "NODE_MECHANISM", "PRINCIPAL", "SIGNATURE", "TIME", "WINDOW_MS", "Signed",
+           "header_refusal", "new_token", "node_credential", "node_of_user", "node_password", "node_user", "refusal",
+           "signature"]
 
 PRINCIPAL = "X-Walgate-Principal"
 """The authenticated caller of the node asked (``User:name``)."""
@@ -110,3 +121,32 @@ def refusal(tokens: Iterable[str], given: str, signed: Signed, now_ms: int) -> s
     if not any(hmac.compare_digest(_mac(token, message), given) for token in tokens):
         return "its signature is not one of this cluster's nodes"
     return None
+
+
+NODE_MECHANISM = "SCRAM-SHA-256"
+"""The SASL mechanism a node authenticates to another node's Kafka listener with."""
+_NODE_USER = "walgate-node-"
+
+
+def node_user(node_id: int) -> str:
+    """The SASL user name node ``node_id`` authenticates as (its principal: ``User:walgate-node-<id>``)."""
+    return f"{_NODE_USER}{node_id}"
+
+
+def node_of_user(user: str) -> int | None:
+    """The node id a SASL user name of a node's form names, else None. Every name of this form is reserved: it
+    authenticates only with :func:`node_credential`, never with a password of the user store."""
+    rest = user[len(_NODE_USER):] if user.startswith(_NODE_USER) else ""
+    return int(rest) if rest.isascii() and rest.isdigit() and len(rest) < 10 else None
+
+
+def node_password(token: str, user: str) -> str:
+    """The SCRAM password of node user ``user`` with node token ``token``."""
+    return hmac.new(token.encode(), b"walgate kafka node password\0" + user.encode(), hashlib.sha256).hexdigest()
+
+
+def node_credential(token: str, user: str) -> ScramCredential:
+    """The :data:`NODE_MECHANISM` credential of node user ``user`` with ``token`` (its salt derived from both, so
+    every node derives the same)."""
+    salt = hmac.new(token.encode(), b"walgate kafka node salt\0" + user.encode(), hashlib.sha256).digest()[:16]
+    return credential_from_password(NODE_MECHANISM, node_password(token, user), salt)

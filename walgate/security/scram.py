@@ -1,4 +1,5 @@
-"""SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): stored credentials and the server side of an exchange.
+"""SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677): stored credentials, the server side of an exchange and the
+client side a cluster node authenticates to another with (:class:`ScramClient`).
 
 A credential is what the server keeps of a password, never the password: ``salt``, ``iterations`` (>= 4096, Kafka's
 minimum; <= 16384, Kafka's maximum for credentials set through AlterUserScramCredentials), ``StoredKey =
@@ -34,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
-    "MECHANISMS", "MIN_ITERATIONS", "MAX_ITERATIONS", "ScramCredential", "ScramError", "ScramExchange",
+    "MECHANISMS", "MIN_ITERATIONS", "MAX_ITERATIONS", "ScramClient", "ScramCredential", "ScramError", "ScramExchange",
     "credential_from_password", "credential_from_salted_password", "mock_credential", "password_credential",
     "verify_password", "mechanism_name", "mechanism_type",
 ]
@@ -294,3 +295,43 @@ class ScramExchange:
             raise ScramError("invalid credentials")
         server_signature = _hmac(credential.server_key, auth_message, self.mechanism)
         return b"v=" + base64.b64encode(server_signature)
+
+
+class ScramClient:
+    """The client side of one SCRAM exchange for ``user`` with ``password`` (no channel binding, no authzid):
+    :meth:`first` is the client-first message, :meth:`final` answers the server-first one, :meth:`check` verifies the
+    server-final one (the server knew the credential). Raises :class:`ScramError` on a malformed or wrong answer."""
+
+    def __init__(self, mechanism: str, user: str, password: str) -> None:
+        if mechanism not in _HASHES:
+            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
+        self.mechanism = mechanism
+        self._password = password
+        self._nonce = base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+        self._first_bare = f"n={user.replace('=', '=3D').replace(',', '=2C')},r={self._nonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        fields = dict(_attributes(server_first.decode("utf-8", "replace")))
+        try:
+            nonce, salt, iterations = fields["r"], base64.b64decode(fields["s"], validate=True), int(fields["i"])
+        except (KeyError, ValueError):
+            raise ScramError("malformed server-first message") from None
+        if not nonce.startswith(self._nonce) or not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ScramError("the server-first message's nonce or iterations are not acceptable")
+        salted = _salted_password(self.mechanism, self._password, salt, iterations)
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
+        auth_message = f"{self._first_bare},{server_first.decode()},{without_proof}".encode()
+        client_key = _hmac(salted, b"Client Key", self.mechanism)
+        signature = _hmac(_HASHES[self.mechanism](client_key).digest(), auth_message, self.mechanism)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(_hmac(salted, b"Server Key", self.mechanism), auth_message, self.mechanism)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def check(self, server_final: bytes) -> None:
+        expected = b"v=" + base64.b64encode(self._server_signature)
+        if not self._server_signature or not hmac.compare_digest(server_final, expected):
+            raise ScramError("the server's signature does not match")

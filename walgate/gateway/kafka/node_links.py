@@ -5,91 +5,90 @@ partition's node sends AddPartitionsToTxn v5 (the brokers' form) to the coordina
 Kafka's brokers do between themselves. The requests are kio's classes, generated from Kafka's message JSONs, framed by
 :func:`walgate.wire.protocol.encode_request`; the other node decodes them as any client's.
 
-A request goes to the endpoint the other node advertises on this node's first PLAINTEXT listener's name (Kafka's
-``inter.broker.listener.name``; a cluster whose nodes have no PLAINTEXT listener cannot end a transaction spanning
-nodes: :class:`NodeUnreachable` says so). One connection per node, one request at a time on it, each bounded by
-``timeout_s``; a connection that fails is dropped and made again by the next request.
+A request goes to the endpoint the other node advertises on the name of this node's ``inter.broker.listener.name``
+listener (default: its first), whatever its security protocol: TLS (verified with ``ssl.truststore.*``,
+:func:`walgate.gateway.tls.node_client_context`) on SSL and SASL_SSL listeners; a node advertising no endpoint of
+that name is unreachable (:class:`NodeUnreachable`), never reached through another listener. Each new connection
+first authenticates as this node with SASL SCRAM-SHA-256 and the credential derived from the cluster's node token
+(:mod:`walgate.security.node_token`), on any listener (a listener without SASL takes it from nodes only:
+:mod:`walgate.gateway.kafka.sasl`); the client id, ``walgate-node-<id>``, is no credential.
 
-The client id is ``walgate-node-<id>/<incarnation>``: the receiving node takes a cluster-only request (WriteTxnMarkers)
-only from a client id naming a node registered now with that data-dir incarnation (:func:`cluster_node`), which only
-the cluster's etcd tells, never a client.
+One connection per node, one request at a time on it; a call is bounded by ``timeout_s`` from its start, including
+its wait for the connection (Kafka's ``request.timeout.ms``), so that a stalled node makes each caller wait at most
+that long, never behind the others; a connection that fails or times out is dropped and made again by the next
+request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from typing import Any
 
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.serial import entity_reader
 
-from walgate.cluster.model import Membership, endpoint_for
+from walgate.cluster.model import endpoint_for
 from walgate.gateway.cluster_member import ClusterMember
+from walgate.security.node_token import NODE_MECHANISM, node_password, node_user
+from walgate.security.scram import ScramClient
+from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import encode_request, response_class
 
-__all__ = ["NodeLinks", "NodeUnreachable", "cluster_node", "names_a_node", "node_client_id"]
+__all__ = ["NodeLinks", "NodeUnreachable"]
 
-_PREFIX = "walgate-node-"
+_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class NodeUnreachable(Exception):
-    """A request to another node got no answer (not registered now, no endpoint, connection or timeout)."""
-
-
-def node_client_id(node_id: int, incarnation: str) -> str:
-    return f"{_PREFIX}{node_id}/{incarnation}"
-
-
-def names_a_node(client_id: str | None) -> bool:
-    """Whether ``client_id`` has the form of a node's (checked against the membership by :func:`cluster_node`)."""
-    return client_id is not None and client_id.startswith(_PREFIX)
-
-
-def cluster_node(client_id: str | None, view: Membership) -> int | None:
-    """The node a request's ``client_id`` names when it is a node registered now with that incarnation, else None."""
-    if client_id is None or not client_id.startswith(_PREFIX):
-        return None
-    node, _, incarnation = client_id[len(_PREFIX):].partition("/")
-    return next((n.node_id for n in view.nodes if str(n.node_id) == node and n.incarnation == incarnation), None)
+    """A request to another node got no answer (not registered now, no endpoint, connection, authentication or
+    timeout)."""
 
 
 class NodeLinks:
     """This cluster node's connections to the others (see the module docstring)."""
 
-    def __init__(self, member: ClusterMember, listener: str | None, timeout_s: float = 10.0) -> None:
-        """``listener``: the name of this node's first PLAINTEXT listener (None: it has none)."""
+    def __init__(self, member: ClusterMember, listener: str, tls: ssl.SSLContext | None,
+                 timeout_s: float = 10.0) -> None:
+        """``listener``: the name of the listener nodes reach each other on; ``tls``: the client context when it is
+        SSL or SASL_SSL, else None."""
         self.member = member
         self.listener = listener
+        self.tls = tls
         self.timeout_s = timeout_s
-        self._streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self._streams: dict[int, _Stream] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._correlation_id = 0
 
-    def _client_id(self) -> str:
-        registration = self.member.registration
-        incarnation = registration.info.incarnation if registration is not None else ""
-        return node_client_id(self.member.node_id, incarnation)
-
     async def call(self, node: int, request: Any) -> Any:
         """Send kio request ``request`` to node ``node``; its decoded response. Raises :class:`NodeUnreachable`, whatever
-        went wrong (no endpoint, connection refused or cut, timeout, an answer that does not decode)."""
-        if self.listener is None:
-            raise NodeUnreachable(f"node {self.member.node_id} has no PLAINTEXT listener to reach node {node} through")
-        lock = self._locks.setdefault(node, asyncio.Lock())
-        async with lock:
-            try:
-                return await asyncio.wait_for(self._exchange(node, request), self.timeout_s)
-            except Exception as e:  # noqa: BLE001 - refused, cut, timed out or not understood: no answer, retried
-                self._drop(node)
-                what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
-                raise NodeUnreachable(f"node {node}: {what}") from None
+        went wrong (no endpoint, connection refused or cut, authentication refused, timeout, an answer that does not
+        decode)."""
+        try:
+            return await asyncio.wait_for(self._locked(node, request), self.timeout_s)
+        except Exception as e:  # noqa: BLE001 - refused, cut, timed out or not understood: no answer, retried
+            what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            raise NodeUnreachable(f"node {node}: {what}") from None
 
-    async def _exchange(self, node: int, request: Any) -> Any:
-        reader, writer = await self._stream(node)
+    async def _locked(self, node: int, request: Any) -> Any:
+        async with self._locks.setdefault(node, asyncio.Lock()):
+            try:
+                stream = self._streams.get(node) or await self._connect(node)
+                return await self._exchange(stream, request)
+            except BaseException:  # including the cancellation of a timeout: the stream's state is unknown
+                self._drop(node)
+                raise
+
+    async def _exchange(self, stream: _Stream, request: Any) -> Any:
+        reader, writer = stream
         self._correlation_id += 1
         correlation_id = self._correlation_id
         api_key, version = request.__api_key__, request.__version__
-        writer.write(encode_request(api_key, version, correlation_id, self._client_id(), request))
+        writer.write(encode_request(api_key, version, correlation_id, node_user(self.member.node_id), request))
         await writer.drain()
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         frame = await reader.readexactly(size)
@@ -99,17 +98,29 @@ class NodeLinks:
             raise ValueError(f"answered correlation id {header.correlation_id}, sent {correlation_id}")
         return entity_reader(response_cls)(frame, start)[0]
 
-    async def _stream(self, node: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        stream = self._streams.get(node)
-        if stream is not None:
-            return stream
+    async def _connect(self, node: int) -> _Stream:
+        """A new connection to ``node``, authenticated as this node."""
         info = next((n for n in self.member.view.nodes if n.node_id == node), None)
-        address = None if info is None or self.listener is None else endpoint_for(info, self.listener)
+        address = None if info is None else endpoint_for(info, self.listener, exact=True)
         if address is None:
-            raise OSError(f"node {node} is not registered now")
-        stream = await asyncio.open_connection(*address)
+            raise OSError(f"node {node} is not registered now or advertises no {self.listener} listener")
+        token = self.member.tokens.signing()
+        stream = await asyncio.open_connection(*address, ssl=self.tls)
         self._streams[node] = stream
+        user = node_user(self.member.node_id)
+        handshake: SaslHandshakeResponse = await self._exchange(stream, SaslHandshakeRequest(mechanism=NODE_MECHANISM))
+        if handshake.error_code != ErrorCode.none:
+            raise PermissionError(f"SaslHandshake {NODE_MECHANISM} answered error {int(handshake.error_code)}")
+        scram = ScramClient(NODE_MECHANISM, user, node_password(token, user))
+        first = await self._authenticate(stream, scram.first())
+        scram.check(await self._authenticate(stream, scram.final(first)))
         return stream
+
+    async def _authenticate(self, stream: _Stream, token: bytes) -> bytes:
+        answer: SaslAuthenticateResponse = await self._exchange(stream, SaslAuthenticateRequest(auth_bytes=token))
+        if answer.error_code != ErrorCode.none:
+            raise PermissionError(f"node authentication refused: {answer.error_message}")
+        return answer.auth_bytes
 
     def _drop(self, node: int) -> None:
         stream = self._streams.pop(node, None)

@@ -3,7 +3,7 @@ re-authentication).
 
 A connection on a SASL listener (SASL_PLAINTEXT, SASL_SSL) carries one :class:`Authentication`, made by the connection
 task and given to the SaslHandshake and SaslAuthenticate handlers in their request's
-:class:`~walgate.gateway.kafka.context.RequestContext` (None on other listeners). Its states, as Kafka's
+:class:`~walgate.gateway.kafka.context.RequestContext` (other listeners: see "Cluster nodes" below). Its states, as Kafka's
 ``SaslServerAuthenticator`` runs them:
 
 * **handshake**: before a successful SaslHandshake, only ApiVersions and SaslHandshake are accepted;
@@ -32,11 +32,21 @@ are read on the storage thread. OAUTHBEARER tokens are signed JWTs checked again
 token is answered as Kafka's ``OAuthBearerSaslServer`` does (RFC 7628): the challenge ``{"status":"invalid_token"}``,
 then, after the client's ``%x01``, SASL_AUTHENTICATION_FAILED with that JSON as message. The principal is
 ``User:<sub>``; the subject needs no user in walgate's store.
+
+Cluster nodes (docs/cluster.md "Transaction coordinators"): a user name of a node's form (``walgate-node-<id>``,
+:func:`walgate.security.node_token.node_of_user`) authenticates only with SCRAM-SHA-256 and the credential derived from
+the cluster's node token (:func:`~walgate.security.node_token.node_credential`), on every listener and whatever
+``sasl.enabled.mechanisms`` says, never with PLAIN, OAUTHBEARER or a password of the user store; the connection's
+:attr:`Authentication.node` is then that node's id, which alone lets it make the requests only nodes make
+(:mod:`walgate.gateway.kafka.node_auth`). A listener without SASL (PLAINTEXT, SSL) gives each connection a node-only
+:class:`Authentication` (``settings`` None): every request is accepted as the listener's principal, as before, and a
+SaslHandshake for SCRAM-SHA-256 starts an exchange only a node passes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +55,7 @@ from dataclasses import dataclass
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.passwords import PasswordChecker
+from walgate.security.node_token import NODE_MECHANISM, node_credential, node_of_user
 from walgate.security.oauthbearer import OAuthBearerError, OAuthBearerExchange
 from walgate.security.plain import PlainError, parse_plain
 from walgate.security.principals import user_principal
@@ -94,12 +105,29 @@ def _credential(engine: Engine, user: str, mechanism: str) -> tuple[ScramCredent
     return engine.users.answer_credential(user, mechanism)
 
 
+def _node_credential(broker: Broker, user: str, mechanism: str) -> tuple[ScramCredential, bool]:
+    """The credential node user ``user`` authenticates with: from the cluster's current node token (every node reads
+    it every :data:`walgate.gateway.node_tokens.REFRESH_S`; the one before a rotation is not taken: a node still
+    using it fails and tries again); a single node, or the nodes' mechanism not asked, knows none."""
+    member = broker.cluster
+    if member is None or mechanism != NODE_MECHANISM:
+        raise ScramError("invalid credentials")
+    return _derived(member.tokens.signing(), user), True
+
+
+@functools.lru_cache(maxsize=64)
+def _derived(token: str, user: str) -> ScramCredential:
+    return node_credential(token, user)  # a PBKDF2: once per token and node
+
+
 class Authentication:
     """The SASL state of one connection from ``peer`` (module docstring)."""
 
-    def __init__(self, settings: SaslSettings, peer: str) -> None:
+    def __init__(self, settings: SaslSettings | None, peer: str) -> None:
+        """``settings``: the SASL listener's; None on a listener without SASL (only nodes authenticate)."""
         self.settings = settings
         self.peer = peer
+        self.node: int | None = None  # the cluster node authenticated as (module docstring), else None
         self.mechanism: str | None = None  # chosen by the last SaslHandshake, until its exchange ends
         self.raw = False  # v0 SaslHandshake: the next frames are bare tokens
         self.user: str | None = None  # authenticated as (kept through re-authentication)
@@ -117,12 +145,12 @@ class Authentication:
         """Whether a request of ``api_key`` may be handled now (False: close the connection)."""
         if api_key == _SASL_HANDSHAKE:
             return self.mechanism is None
-        if api_key == _SASL_AUTHENTICATE:
-            return self.mechanism is not None and not self.raw
+        if api_key == _SASL_AUTHENTICATE:  # without SASL and no exchange: answered ILLEGAL_SASL_STATE, as Kafka
+            return not self.raw if self.mechanism is not None else self.settings is None
         if self.mechanism is not None:
             return False  # an exchange is under way: only its tokens
         if self.user is None:
-            return api_key == _API_VERSIONS
+            return api_key == _API_VERSIONS or self.settings is None
         return not self.expired()
 
     @property
@@ -141,12 +169,17 @@ class Authentication:
             return f"api key {api_key} during a SASL {self.mechanism} exchange"
         return f"api key {api_key} before SASL authentication"
 
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        """The mechanisms SaslHandshake answers as enabled (a listener without SASL: the nodes' only)."""
+        return (NODE_MECHANISM,) if self.settings is None else self.settings.mechanisms
+
     def handshake(self, mechanism: str, version: int) -> bool:
         """A SaslHandshake for ``mechanism``: True when it is enabled (the exchange starts), else False (the answer
         is UNSUPPORTED_SASL_MECHANISM and the connection closes). A re-authentication with another mechanism than
         the session's is accepted here and fails at its first token, as Kafka's ``SaslServerAuthenticator`` does (a
         token's subject is no password user of the same name)."""
-        if mechanism not in self.settings.mechanisms:
+        if mechanism not in self.mechanisms and mechanism != NODE_MECHANISM:
             self.close = True
             return False
         self._wrong_mechanism = self.user is not None and mechanism != self._session_mechanism
@@ -177,11 +210,17 @@ class Authentication:
                 answer, done = await self._plain(token), True
             elif not self._scram.user:
                 user = self._scram.client_first(token)
-                credential, known = await broker.call(_credential, user, self._scram.mechanism)
+                if node_of_user(user) is not None:
+                    credential, known = _node_credential(broker, user, self._scram.mechanism)
+                elif self._scram.mechanism not in self.mechanisms:  # the nodes' mechanism, not enabled for users
+                    raise ScramError("invalid credentials")
+                else:
+                    credential, known = await broker.call(_credential, user, self._scram.mechanism)
                 answer, done = self._scram.server_first(credential, known=known), False
             else:
-                answer, done = self._scram.client_final(token), True
-                self._authenticated(self._scram.user)
+                answer, done, user = self._scram.client_final(token), True, self._scram.user
+                self._authenticated(user)
+                self.node = node_of_user(user)  # a node user authenticates only with the node token
         except SaslFailed as exc:
             self._fail(str(exc))
             raise
@@ -205,7 +244,8 @@ class Authentication:
 
     def _oauthbearer_step(self, message: bytes) -> tuple[bytes, bool]:
         if self._oauthbearer is None:
-            assert self.settings.oauthbearer is not None  # SaslSettings: enabled only with a JWKS
+            # a SASL listener's (SaslSettings: enabled only with a JWKS)
+            assert self.settings is not None and self.settings.oauthbearer is not None
             self._oauthbearer = self.settings.oauthbearer(now_ms())
         step = self._oauthbearer.step(message)
         if not step.done:
@@ -213,12 +253,15 @@ class Authentication:
             return step.challenge, False
         valid = self._oauthbearer.token
         assert valid is not None  # set by a completed exchange
+        if node_of_user(valid.subject) is not None:
+            raise SaslFailed(AUTHENTICATION_FAILED)  # a node's name: only the node token authenticates it
         self._authenticated(valid.subject, valid.expiry_ms)
         return step.challenge, True
 
     async def _plain(self, token: bytes) -> bytes:
         user, password = parse_plain(token)
-        if not await self.settings.passwords.check(user, password):
+        assert self.settings is not None  # PLAIN: a SASL listener's mechanism
+        if node_of_user(user) is not None or not await self.settings.passwords.check(user, password):
             raise SaslFailed(AUTHENTICATION_FAILED)
         self._authenticated(user)
         return b""
@@ -234,7 +277,7 @@ class Authentication:
         self.raw = False
         self._scram = None
         self._oauthbearer = None
-        reauth = self.settings.reauth_ms
+        reauth = 0 if self.settings is None else self.settings.reauth_ms
         if credential_expiry_ms is None:
             lifetime = reauth
         else:  # Kafka's SaslServerAuthenticator: the token bounds the session, even to 0 (expired at once)

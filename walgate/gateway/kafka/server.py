@@ -59,7 +59,8 @@ on a SASL listener the one it authenticated as; and it hands each request's hand
 :class:`~walgate.gateway.kafka.context.RequestContext` of them and of the request's header. A certificate no
 ``ssl.principal.mapping.rules`` rule maps closes the connection, as Kafka fails its authentication.
 Authentication (:mod:`.sasl`): a server made with ``sasl`` settings is a SASL listener. Each connection gets an
-:class:`~.sasl.Authentication` (in each request's context) and the request loop is its gate: a request the
+:class:`~.sasl.Authentication` (in each request's context; on a listener without SASL a node-only one, which accepts
+every request until a cluster node authenticates) and the request loop is its gate: a request the
 authentication state does not allow (anything but ApiVersions and SaslHandshake before authentication, anything
 but SaslHandshake/SaslAuthenticate once the session expired) closes the connection, as Kafka's
 ``SaslServerAuthenticator`` does; after a v0 SaslHandshake the next frames are bare SASL tokens, answered as bare
@@ -280,7 +281,7 @@ class KafkaServer:
         requests = 0
         client_id: str | None = None
         reason = "closed by the client"
-        auth = Authentication(sasl, host) if sasl is not None else None
+        auth = Authentication(sasl, host)  # without SASL settings: only a cluster node may authenticate (.sasl)
         self._active[writer] = loop.time()
         metrics.connection(listener.name, opened=True)
         try:
@@ -298,15 +299,15 @@ class KafkaServer:
                         held = len(frame)
                     self._active[writer] = loop.time()
                     started = time.perf_counter()
-                    if auth is not None and auth.raw:  # a bare SASL token after a v0 SaslHandshake
+                    if auth.raw:  # a bare SASL token after a v0 SaslHandshake
                         await self._sasl_token(auth, frame, out)
                         budget.release(held)
                         held = 0
                         continue
                     header = parse_request_header(frame)
-                    if auth is not None and not auth.allows(header.api_key):
+                    if not auth.allows(header.api_key):
                         raise _Close(auth.why_refused(header.api_key))
-                    if auth is not None and auth.principal is not None:
+                    if auth.principal is not None:
                         principal = auth.principal
                     if not requests:
                         client_id = header.client_id
@@ -340,7 +341,7 @@ class KafkaServer:
                         return
                     if fields is not None and fields.get("throttle_time"):  # over a client quota: mute, as Kafka does
                         await asyncio.sleep(fields["throttle_time"] / 1000)
-                    if auth is not None and auth.close:
+                    if auth.close:
                         reason = f"SASL authentication failed: {auth.failure or 'illegal SASL state'}"
                         return
                 buffered = frames.buffered
@@ -372,7 +373,7 @@ class KafkaServer:
             out.close()
             writer.close()
             metrics.connection(listener.name, opened=False)
-            if auth is not None and auth.principal is not None:
+            if auth.principal is not None:
                 principal = auth.principal
             connection_log.info("kafka connection from %s closed (%s): client id %r, principal %s, %d requests",
                                 address, reason, client_id, principal, requests,

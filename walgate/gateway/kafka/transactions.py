@@ -155,6 +155,9 @@ class TransactionService:
         self._task: asyncio.Task[None] | None = None
         self._retries: dict[str, asyncio.Task[None]] = {}  # decided transactions ended again soon (a node refused)
         self._failures: dict[str, str] = {}  # why each of them was not ended, as last logged
+        # per decided transaction (by id, for its producer id, epoch, decision and start): the partitions whose markers are
+        # durable already (this node's and other nodes' that answered), which a retry does not write or send again
+        self._written: dict[str, tuple[tuple[int, int, TxnState, int], set[tuple[str, int]]]] = {}
 
     # ------------------------------------------------------------------ lane parts
 
@@ -241,22 +244,26 @@ class TransactionService:
             return None
         return txn
 
-    def _markers(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
-        """On the storage lane: step 2's markers for ``txn`` (in Prepare*) in the partitions of this node; raises when
-        one refused its marker. Returns the partitions placed on other nodes, by node (cluster mode)."""
+    def _markers(self, txn: Txn, partitions: list[tuple[str, int]]
+                 ) -> tuple[dict[int, list[tuple[str, int]]], list[tuple[str, int]], str | None]:
+        """On the storage lane: step 2's markers for ``txn`` (in Prepare*) in those of ``partitions`` on this node.
+        Returns the partitions placed on other nodes, by node (cluster mode), those done here (durable, or deleted:
+        no marker needed) and why one refused its marker (None: none did)."""
         commit = txn.state is TxnState.PREPARE_COMMIT
-        partitions = sorted(txn.partitions)
         errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
                                                 partitions)
         elsewhere: dict[int, list[tuple[str, int]]] = {}
+        done: list[tuple[str, int]] = []
+        refused: str | None = None
         for (topic, partition), error in zip(partitions, errors):
             if isinstance(error, NotHere):
                 elsewhere.setdefault(error.node, []).append((topic, partition))
-            elif error is not None and not isinstance(error, NotFound):  # a deleted partition needs no marker
-                raise StorageUnavailable(f"the {'commit' if commit else 'abort'} marker of transaction "
-                                         f"{txn.transactional_id!r} could not be written to {topic}-{partition}: "
-                                         f"{error}")
-        return elsewhere
+            elif error is None or isinstance(error, NotFound):  # a deleted partition needs no marker
+                done.append((topic, partition))
+            elif refused is None:
+                refused = (f"the {'commit' if commit else 'abort'} marker of transaction {txn.transactional_id!r} "
+                           f"could not be written to {topic}-{partition}: {error}")
+        return elsewhere, done, refused
 
     async def _offsets_elsewhere(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
         """Cluster mode: the coordinator partitions (as :data:`OFFSETS_TOPIC` partitions) of the groups of ``txn``
@@ -272,25 +279,35 @@ class TransactionService:
                 out.setdefault(node, []).append((OFFSETS_TOPIC, partition))
         return out
 
-    async def _remote_markers(self, txn: Txn, elsewhere: Mapping[int, list[tuple[str, int]]]) -> None:
-        """Step 2's markers in the partitions of other nodes, each node asked with WriteTxnMarkers; raises
-        (:class:`StorageUnavailable`) when a node did not answer or did not write every marker."""
-        commit = txn.state is TxnState.PREPARE_COMMIT
-        for node, partitions in sorted(elsewhere.items()):
-            if self.links is None:
-                raise StorageUnavailable(f"partitions {partitions} are on node {node} and this node reaches no other")
-            try:
-                codes = await write_markers(self.links, node, txn.producer_id, txn.producer_epoch,
-                                            COORDINATOR_EPOCH, commit, partitions)
-            except NodeUnreachable as e:
-                raise StorageUnavailable(f"the markers of transaction {txn.transactional_id!r} in "
-                                         f"{_names(partitions)} were not written: {e}") from None
-            refused = {tp: code for tp, code in codes.items()
-                       if code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition)}  # deleted: no marker
-            if refused:
-                raise StorageUnavailable(f"node {node} did not write the markers of transaction "
-                                         f"{txn.transactional_id!r}: " + ", ".join(
-                                             f"{t}-{p} {ErrorCode(c).name.upper()}" for (t, p), c in refused.items()))
+    async def _remote_markers(self, txn: Txn, elsewhere: Mapping[int, list[tuple[str, int]]],
+                              written: set[tuple[str, int]]) -> None:
+        """Step 2's markers in the partitions of other nodes, every node asked at once with WriteTxnMarkers (one
+        failing node delays no other, as Kafka's queue per broker); the partitions a node wrote join ``written``.
+        Raises (:class:`StorageUnavailable`) when a node did not answer or did not write every marker."""
+        failures = [f for f in await asyncio.gather(*(self._node_markers(txn, node, partitions, written)
+                                                      for node, partitions in sorted(elsewhere.items())))
+                    if f is not None]
+        if failures:
+            raise StorageUnavailable("; ".join(failures))
+
+    async def _node_markers(self, txn: Txn, node: int, partitions: list[tuple[str, int]],
+                            written: set[tuple[str, int]]) -> str | None:
+        """Node ``node``'s markers of ``txn`` in ``partitions``: those it wrote join ``written``; why it did not
+        write them all (None: it did)."""
+        if self.links is None:
+            return f"partitions {_names(partitions)} are on node {node} and this node reaches no other"
+        try:
+            codes = await write_markers(self.links, node, txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH,
+                                        txn.state is TxnState.PREPARE_COMMIT, partitions)
+        except NodeUnreachable as e:
+            return f"the markers of transaction {txn.transactional_id!r} in {_names(partitions)} were not written: {e}"
+        written.update(tp for tp, code in codes.items()
+                       if code in (ErrorCode.none, ErrorCode.unknown_topic_or_partition))  # deleted: no marker
+        refused = {tp: code for tp, code in codes.items() if tp not in written}
+        if not refused:
+            return None
+        return (f"node {node} did not write the markers of transaction {txn.transactional_id!r}: " +
+                ", ".join(f"{t}-{p} {_code_name(c)}" for (t, p), c in refused.items()))
 
     def _commit_offsets(self, txn: Txn) -> None:
         """On the coordinator lane: step 2's offsets of committed ``txn``; raises when a group refused them."""
@@ -344,13 +361,20 @@ class TransactionService:
         try:
             txn = await self.lane.call(self._prepared, tid)
             if txn is not None:  # each call returns once what it wrote is durable
-                elsewhere = await self.storage.call(self._markers, txn) if txn.partitions else {}
+                written = self._written_of(txn)
+                pending = sorted(txn.partitions - written)
+                elsewhere, done, refused = await self.storage.call(self._markers, txn, pending) if pending else (
+                    {}, [], None)
+                written.update(done)
                 for node, partitions in (await self._offsets_elsewhere(txn)).items():
-                    elsewhere.setdefault(node, []).extend(partitions)
-                await self._remote_markers(txn, elsewhere)
+                    elsewhere.setdefault(node, []).extend(tp for tp in partitions if tp not in written)
+                await self._remote_markers(txn, {n: ps for n, ps in elsewhere.items() if ps}, written)
+                if refused is not None:
+                    raise StorageUnavailable(refused)
                 if txn.state is TxnState.PREPARE_COMMIT and txn.offsets:
                     await self.lane.call(self._commit_offsets, txn)
                 await self.lane.call(self._complete, tid)
+                self._written.pop(tid, None)
         except Exception as exc:  # noqa: BLE001 - retried soon, and by the periodic check
             why = f"{type(exc).__name__}: {exc}"
             if self._failures.get(tid) != why:  # logged when it changes, not at every retry
@@ -362,6 +386,14 @@ class TransactionService:
                                                                             name=f"walgate-txn-retry-{tid}")
         finally:
             self._completing.discard(tid)
+
+    def _written_of(self, txn: Txn) -> set[tuple[str, int]]:
+        """The partitions whose markers for ``txn``'s decision are durable already (empty for a new decision)."""
+        key = (txn.producer_id, txn.producer_epoch, txn.state, txn.start_ms)
+        known = self._written.get(txn.transactional_id)
+        if known is None or known[0] != key:
+            known = self._written[txn.transactional_id] = (key, set())
+        return known[1]
 
     async def _retry(self, tid: str) -> None:
         """End ``tid``'s decided transaction again, waiting longer each time (up to the longest of
@@ -437,22 +469,19 @@ class TransactionService:
             code = ErrorCode.invalid_producer_epoch
         return {tp: refused.get(tp, code) for tp in partitions}
 
-    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
-                     partition: int, api_version: int) -> int:
-        """KIP-890 part 1, for Produce at ``api_version``: the error code refusing a transactional batch of
-        ``producer_id`` at ``producer_epoch`` for (topic, partition), or NONE when the partition is in that producer's
-        ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11; another
-        epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction is being
-        ended, which Produce retries)."""
-        codes = await self._remote(transactional_id, producer_id, producer_epoch, [(topic, partition)],
-                                   verify_only=True)
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[tuple[str, int]], api_version: int) -> dict[tuple[str, int], int]:
+        """KIP-890 part 1, for Produce at ``api_version``: per (topic, partition) of ``partitions``, the error code
+        refusing a transactional batch of ``producer_id`` at ``producer_epoch``, or NONE when the partition is in that
+        producer's ongoing transaction (a partition not added is TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v11;
+        another epoch INVALID_PRODUCER_EPOCH, as Produce answers them; CONCURRENT_TRANSACTIONS while the transaction
+        is being ended, which Produce retries). One question for all of them: one AddPartitionsToTxn to a coordinator
+        on another node, as Kafka's ``AddPartitionsToTxnManager`` batches them per node."""
+        codes = await self._remote(transactional_id, producer_id, producer_epoch, partitions, verify_only=True)
         if codes is None:
-            codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch,
-                                                       [(topic, partition)]))
-        code = codes[(topic, partition)]
-        if code == ErrorCode.producer_fenced:
-            return ErrorCode.invalid_producer_epoch
-        return abortable_for_version(code, "produce", api_version)
+            codes = await self.call(lambda c: c.verify(transactional_id, producer_id, producer_epoch, partitions))
+        return {tp: ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else
+                abortable_for_version(code, "produce", api_version) for tp, code in codes.items()}
 
     async def _remote(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
                       verify_only: bool) -> dict[tuple[str, int], int] | None:
@@ -463,8 +492,10 @@ class TransactionService:
         except ControlPlaneError as e:
             log.warning("the coordinator of transactional id %r is not known: %s", tid, e)
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        if owner is None or self.links is None:
+        if owner is None:
             return None
+        if self.links is None:  # another node's id and no way to ask it
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         return await add_partitions(self.links, owner, tid, producer_id, producer_epoch, partitions, verify_only)
 
     async def coordinator_of(self, tid: str) -> int | None:
@@ -516,3 +547,8 @@ class TransactionService:
 
 def _names(partitions: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{t}-{p}" for t, p in partitions)
+
+
+def _code_name(code: int) -> str:
+    """Kafka's name of error ``code``, or the number when it is none known (another node's newer code)."""
+    return ErrorCode(code).name.upper() if code in ErrorCode._value2member_map_ else f"error {code}"

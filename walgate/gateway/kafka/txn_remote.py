@@ -68,6 +68,8 @@ async def add_partitions(links: NodeLinks, node: int, transactional_id: str, pro
         answer: AddPartitionsToTxnResponse = await links.call(node, request)
     except NodeUnreachable:
         return dict.fromkeys(partitions, ErrorCode.network_exception)
+    if answer.error_code == ErrorCode.cluster_authorization_failed:  # never the client's to see (fatal for the Java
+        return dict.fromkeys(partitions, ErrorCode.invalid_txn_state)  # producer): Kafka's AddPartitionsToTxnManager
     if answer.error_code != ErrorCode.none:
         return dict.fromkeys(partitions, int(answer.error_code))
     codes: dict[tuple[str, int], int] = {(str(t.name), int(p.partition_index)): int(p.partition_error_code) for r in answer.results_by_transaction

@@ -35,7 +35,7 @@ async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRe
     tid, group = request.transactional_id, request.group_id
     if svc is None:
         return ErrorCode.coordinator_not_available
-    if await from_cluster_node(broker, ctx):
+    if from_cluster_node(broker, ctx):
         pass  # a group's coordinator for a TxnOffsetCommit it took: it checked the client's ACLs
     elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed

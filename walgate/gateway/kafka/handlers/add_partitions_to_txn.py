@@ -11,8 +11,9 @@ An add of v4+ is transaction version 2's (a broker adding a Produce v12's partit
 ``transactionVersionForAddPartitionsToTxn`` counts it; v0–v3 are version 1's.
 
 ACLs (Kafka's): v0–v3 need Write on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
-partition) and Write on each topic (TOPIC_AUTHORIZATION_FAILED); v4+ need ClusterAction on the cluster (else the
-top-level CLUSTER_AUTHORIZATION_FAILED).
+partition) and Write on each topic (TOPIC_AUTHORIZATION_FAILED); v4+ need ClusterAction on the cluster, which only another node of
+the cluster has (authenticated with the node token: :mod:`walgate.gateway.kafka.node_auth`; else the top-level
+CLUSTER_AUTHORIZATION_FAILED, with or without an authorizer).
 In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR for each of its partitions, after the ACL checks
 (docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
 A v5 request also comes from another cluster node: the node of a partition a transactional Produce writes to, asking
@@ -22,12 +23,13 @@ this node, the id's coordinator (:mod:`walgate.gateway.kafka.txn_remote`).
 from __future__ import annotations
 
 from walgate.coordinator.transactions import Step, TransactionCoordinator
-from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names, cluster_allowed
+from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
+from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.kafka.transactions import for_version, partition_errors
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -94,7 +96,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: AddPartitionsToTx
                             request.v3_and_below_producer_epoch, False, partitions)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": [],  # v4+ only
                 "results_by_topic_v3_and_below": result["topic_results"]}
-    if not cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION):
+    if not from_cluster_node(broker, ctx):  # v4+: the brokers' form, from a cluster node only
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
     results = [await _one(broker, ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only,
                           [(tp.name, p) for tp in t.topics for p in tp.partitions])

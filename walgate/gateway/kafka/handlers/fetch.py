@@ -40,7 +40,9 @@
 * Topic ids from v13: unknown ids get UNKNOWN_TOPIC_ID.
 * ACLs (as Kafka's ``handleFetchRequest``): a partition of a topic the principal may not Read answers
   TOPIC_AUTHORIZATION_FAILED (before its existence is looked at); a follower's fetch (replica id >= 0) needs
-  ClusterAction on the cluster instead, else every partition answers TOPIC_AUTHORIZATION_FAILED.
+  ClusterAction on the cluster instead, which only another node of the cluster has (authenticated with the node
+  token: :mod:`walgate.gateway.kafka.node_auth`), else every partition answers TOPIC_AUTHORIZATION_FAILED, with or
+  without an authorizer.
 * Client quotas (:mod:`walgate.gateway.quotas`): ``max_bytes`` is at most what the ``consumer_byte_rate`` allows
   over its window; an answer that would take the client over its quota is sent empty with ``throttle_time_ms``
   instead, as Kafka does.
@@ -56,11 +58,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
+from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import epoch_error, error_of
 from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
+from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
@@ -184,8 +187,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
     max_bytes = request.max_bytes
     readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     replica = request.replica_state.replica_id if version >= 15 else request.replica_id
-    if replica >= 0 and readable is not None:
-        readable = None if cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION) else (lambda _: False)
+    if replica >= 0:  # a replica's fetch: only a cluster node (kafka/node_auth.py) makes one, reading every topic
+        readable = None if from_cluster_node(broker, ctx) else (lambda _: False)
     if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     wants: list[_Want] | None = None

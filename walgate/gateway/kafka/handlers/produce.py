@@ -199,17 +199,20 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Produc
         return {key: _answer(key[1], ErrorCode.invalid_txn_state, "this gateway has no transaction coordinator")
                 for key in txn}
     keys = list(txn)
+    pid, epoch = next(iter(txn.values()))  # one producer id (checked above): one question for every partition
     codes: list[int | BaseException]
     if api_version >= _IMPLICIT_ADD_SINCE:
-        pid, epoch = next(iter(txn.values()))
         try:
             added = await service.add_implicitly(tid, pid, epoch, keys)
             codes = [added[key] for key in keys]
         except Exception as exc:  # noqa: BLE001 - the coordinator could not answer: retriable, as Kafka's
             codes = [error_of(exc, TRANSACTIONS)] * len(keys)
     else:
-        codes = await asyncio.gather(*(service.verify(tid, pid, epoch, topic, partition, api_version)
-                                       for (topic, partition), (pid, epoch) in txn.items()), return_exceptions=True)
+        try:
+            verified = await service.verify(tid, pid, epoch, keys, api_version)
+            codes = [verified[key] for key in keys]
+        except Exception as exc:  # noqa: BLE001 - the coordinator could not answer: retriable, as Kafka's
+            codes = [exc] * len(keys)
     refused = {}
     for (topic, partition), code in zip(keys, codes):
         if isinstance(code, BaseException):  # the coordinator could not answer: the partition's error, not the request's

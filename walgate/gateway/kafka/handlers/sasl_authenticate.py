@@ -26,7 +26,7 @@ API_KEY, MIN_VERSION, MAX_VERSION = 36, 0, 2
 async def handle(broker: Broker, ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     auth = ctx.authentication
     if auth is None or auth.mechanism is None:
-        if auth is not None:
+        if auth is not None and auth.settings is not None:  # a SASL listener's state broken: closed, as Kafka
             auth.close = True
         return {"error_code": ErrorCode.illegal_sasl_state, "error_message": "No SASL exchange is under way",
                 "auth_bytes": b"", "session_lifetime": 0}

@@ -12,7 +12,8 @@ partitions: the marker ends the offsets this node holds for the producer's trans
 here, to the group's coordinator), committed to their groups or dropped
 (:meth:`~walgate.gateway.kafka.transactions.TransactionService.end_proxies`).
 
-Only a cluster node may send it (Kafka's ClusterAction on the cluster, :mod:`walgate.gateway.kafka.node_auth`);
+Only a cluster node may send it (Kafka's ClusterAction on the cluster, a connection authenticated with the node
+token: :mod:`walgate.gateway.kafka.node_auth`);
 otherwise every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is written. A single node has no other
 node to take it from and refuses it the same way.
 """
@@ -71,7 +72,7 @@ async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker
     if offsets:
         svc = broker.transactions
         try:
-            if svc is None or svc.coordinators is None:
+            if svc is None:  # (a cluster node, from_cluster_node: it has group coordinators)
                 code = ErrorCode.coordinator_not_available
             else:
                 await svc.end_proxies(marker.producer_id, marker.producer_epoch, marker.transaction_result, offsets)
@@ -83,7 +84,7 @@ async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
-    if not await from_cluster_node(broker, ctx):
+    if not from_cluster_node(broker, ctx):
         return {"markers": [_result(m, [ErrorCode.cluster_authorization_failed] * len(_partitions(m)))
                             for m in request.markers]}
     return {"markers": [_result(m, await _codes(broker, m)) for m in request.markers]}
