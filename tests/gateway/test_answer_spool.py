@@ -5,8 +5,13 @@ process), and a client that goes away mid-answer is a socket that stops reading.
 the relay's chunk) arrives complete, byte for byte what orjson makes of its content (the encoding the node used
 before), with its Content-Length; the node's traced memory grows by a few chunks at most while it is sent (a whole
 answer in memory, as when it came back through the worker's pipe, is 3x the bound). A client gone mid-answer ends
-the relay: the file is closed and gone, and the only worker serves the next query. A killed node's answer
-directory is removed by the next node that makes one. The worker's file is the encoding of the whole body for any
+the relay: the file is closed and gone, and the only worker serves the next query. A read of the file failing
+mid-answer (EIO) cuts the answer short and closes the connection, never a second response inside the first's
+Content-Length (a merging node reading such a part gets a 503). An answer directory whose flock can be taken (a dead
+node's) is removed by the next node that makes one, one locked (a running node's, whatever its pid) is kept; one
+removed under a node is made again. The answers held are bounded together (``sql.answers.max.bytes``: a stalled
+client's answer makes a second one refused, retriable) and a client that stops reading is cut off after
+``SEND_TIMEOUT_S``, its answer's bytes given back. The worker's file is the encoding of the whole body for any
 number of chunks (a scan's Arrow bytes: those bytes); a disk refusing any of its writes (ENOSPC, EIO, short: tests/storage/faults.py), an answer past
 ``sql.max.bytes`` or a cancelled query leave no file, the first with StorageUnavailable's clear message.
 """
@@ -36,7 +41,7 @@ from aiohttp import web
 from tests.gateway.gateway_helpers import gateway_thread, sql
 from tests.storage.faults import FAULT_KINDS, Faults
 from walgate.gateway import answer_spool, http_api
-from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, Spool, write_answer
+from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, AnswersBudget, Spool, write_answer
 from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
 from walgate.gateway.server import Gateway
 from walgate.gateway.sql_forward import SCAN, Caller, PartsBudget, select_here
@@ -357,3 +362,16 @@ def test_answers_held_are_bounded_and_a_client_that_stops_reading_is_cut_off(
                 time.sleep(0.05)
         assert any("took no part of its answer" in r.getMessage() for r in caplog.records)
         assert spooled(gateway) == []
+
+
+def test_the_answers_budget_refuses_past_its_limit_and_takes_back_what_is_given() -> None:
+    budget = AnswersBudget(100)
+    budget.take(60)
+    with pytest.raises(StorageUnavailable, match=r"holds 60 bytes .* allows not this one's 41: retry"):
+        budget.take(41)
+    budget.take(40)
+    with pytest.raises(StorageUnavailable, match=r"allows no more: retry"):
+        budget.check()  # full: refused before it runs
+    budget.give(60)
+    budget.check()
+    assert budget.used == 40

@@ -166,45 +166,36 @@ class Spool:
             budget.take(size)
         try:
             file = open(path, "rb")  # noqa: SIM115 - closed by send/read/close
-            try:
-                os.unlink(path)
-            except BaseException:
-                file.close()
-                raise
         except BaseException:
             if budget is not None:
                 budget.give(size)
             raise
-        return cls(file, size, budget)
+        spool = cls(file, size, budget)
+        try:
+            os.unlink(path)
+        except BaseException:
+            spool.close()
+            raise
+        return spool
 
     async def send(self, request: web.Request, content_type: str = "application/json") -> web.StreamResponse:
         """The answer relayed to ``request``'s client as ``content_type``, :data:`CHUNK_BYTES` at a time (module
-        docstring). Raises only before the headers are sent; after them, a failure is logged and the connection
-        aborted (the answer is then the client's to lose: it sees a short body)."""
+        docstring). Raises only what fails before the response is prepared (the error middleware answers it); a
+        client gone is logged, and any other failure after that logged and the connection aborted: the client sees
+        a body shorter than its Content-Length, never a second response."""
         response = web.StreamResponse()
         response.content_type = content_type
         response.content_length = self.size
         try:
             await response.prepare(request)
-        except BaseException:
-            self.close()
-            raise
-        try:
             while chunk := await asyncio.to_thread(self._file.read, CHUNK_BYTES):
                 await asyncio.wait_for(response.write(chunk), SEND_TIMEOUT_S)
         except ConnectionError as exc:
             log.info("a SELECT's client %s went away while its answer was sent: %s", request.remote, exc)
-        except TimeoutError:
-            log.warning("a SELECT's client %s took no part of its answer for %.0f s: its connection is closed",
-                        request.remote, SEND_TIMEOUT_S)
-            _abort(request)
-        except OSError as exc:
-            log.warning("a SELECT's answer could not be read from its file (%s): its client %s gets it cut short",
-                        exc, request.remote)
-            _abort(request)
-        except Exception:
-            log.exception("a SELECT's answer could not be sent to %s: its client gets it cut short", request.remote)
-            _abort(request)
+        except Exception as exc:
+            if not response.prepared:
+                raise  # nothing sent: the error middleware answers it
+            _cut_short(request, exc)
         finally:
             self.close()
         return response
@@ -224,7 +215,17 @@ class Spool:
             budget.give(self.size)
 
 
-def _abort(request: web.Request) -> None:
-    """``request``'s connection closed at once: its client sees its answer end short of its Content-Length."""
+def _cut_short(request: web.Request, exc: Exception) -> None:
+    """``request``'s answer, begun, ended by ``exc``: logged (a traceback only for what is not an OSError: a bug)
+    and its connection closed at once, so that its client sees a body shorter than its Content-Length."""
+    if isinstance(exc, TimeoutError):
+        log.warning("a SELECT's client %s took no part of its answer for %.0f s: its connection is closed",
+                    request.remote, SEND_TIMEOUT_S)
+    elif isinstance(exc, OSError):
+        log.warning("a SELECT's answer could not be read from its file (%s): its client %s gets it cut short",
+                    exc, request.remote)
+    else:
+        log.error("a SELECT's answer could not be sent to %s: its client gets it cut short", request.remote,
+                  exc_info=exc)
     if request.transport is not None:
         request.transport.abort()
