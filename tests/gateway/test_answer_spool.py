@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 import urllib.error
@@ -40,7 +41,7 @@ from aiohttp import web
 
 from tests.gateway.gateway_helpers import gateway_thread, sql
 from tests.storage.faults import FAULT_KINDS, Faults
-from walgate.gateway import answer_spool, http_api
+from walgate.gateway import answer_spool, http_api, query_workers
 from walgate.gateway.answer_spool import CHUNK_BYTES, CHUNK_ROWS, AnswersBudget, Spool, write_answer
 from walgate.gateway.query_workers import SPOOL_PREFIX, spool_dir
 from walgate.gateway.server import Gateway
@@ -169,7 +170,15 @@ def test_a_dead_nodes_answer_directory_is_removed_and_a_locked_one_kept_whatever
         holder.wait()
 
 
-def test_an_answer_directory_removed_under_the_node_is_made_again(tmp_path: Path) -> None:
+def test_an_answer_directory_removed_under_the_node_is_made_again_off_its_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made_on: list[str] = []  # the threads spool_dir ran on (it lists TMPDIR and may remove directories)
+
+    def spool_dir_here(parent: str) -> Any:
+        made_on.append(threading.current_thread().name)
+        return spool_dir(parent)
+
+    monkeypatch.setattr(query_workers, "spool_dir", spool_dir_here)
     with gateway_thread(tmp_path / "data", sql_workers=1) as gateway:
         small_table(gateway)
         assert sql(gateway, "SELECT COUNT(*) FROM few.t")["data"] == [[50]]
@@ -178,6 +187,7 @@ def test_an_answer_directory_removed_under_the_node_is_made_again(tmp_path: Path
         shutil.rmtree(first)  # another node, or an ageing of TMPDIR
         assert sql(gateway, "SELECT COUNT(*) FROM few.t")["data"] == [[50]]
         assert gateway._queries._spool != first and os.path.isdir(gateway._queries._spool or "")
+    assert len(made_on) == 2 and "walgate-gateway" not in made_on  # never on the node's event loop's thread
 
 
 def wide_result(rows: int) -> Result:
