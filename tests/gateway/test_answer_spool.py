@@ -31,7 +31,7 @@ import time
 import tracemalloc
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -327,14 +327,21 @@ WIDE = 2000  # rows of a 5000-character string: an answer of ~10 MB, far more th
 
 
 def stalled(address: tuple[str, int], query: bytes) -> socket.socket:
-    """A client that asked ``query`` and, once its answer has begun, reads no more of it."""
+    """A client that asked ``query`` and reads none of its answer (the caller may read its first bytes)."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the node can send little ahead of us
     s.settimeout(120)
     s.connect(address)
     s.sendall(b"POST /rest/sql HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(query), query))
-    assert s.recv(4096).startswith(b"HTTP/1.1 200")
     return s
+
+
+def eventually(done: Callable[[], bool], what: str) -> None:
+    """Waits (bounded: 60 s) until ``done()``; fails saying ``what`` did not happen."""
+    deadline = time.monotonic() + 60
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def test_answers_held_are_bounded_and_a_client_that_stops_reading_is_cut_off(
@@ -352,6 +359,7 @@ def test_answers_held_are_bounded_and_a_client_that_stops_reading_is_cut_off(
         query = b"SELECT * FROM wide.w"
         budget = gateway._queries.answers
         held = stalled((host, port), query)  # its ~10 MB answer held while it is (not) sent
+        assert held.recv(4096).startswith(b"HTTP/1.1 200")
         size = budget.used
         assert 8 << 20 < size <= 16 << 20
         with pytest.raises(urllib.error.HTTPError) as refused:  # a second one would pass the 16 MiB
@@ -360,17 +368,13 @@ def test_answers_held_are_bounded_and_a_client_that_stops_reading_is_cut_off(
         assert "sql.answers.max.bytes (16777216)" in json.loads(refused.value.read())["desc"]
         assert budget.used == size and len(spooled(gateway)) == 1  # the refused answer's file is gone
         held.close()  # that client goes away: its answer's bytes are given back
-        deadline = time.monotonic() + 60
-        while budget.used:
-            assert time.monotonic() < deadline, "the relay never noticed its client was gone"
-            time.sleep(0.05)
+        eventually(lambda: budget.used == 0, "the relay never noticed its client was gone")
         assert sql(gateway, query.decode())["rows"] == WIDE  # the retry is answered
         monkeypatch.setattr(answer_spool, "SEND_TIMEOUT_S", 0.5)
-        with stalled((host, port), query):  # connected, but reading nothing more
-            while budget.used:
-                assert time.monotonic() < deadline + 60, "a client that stopped reading held its answer"
-                time.sleep(0.05)
-        assert any("took no part of its answer" in r.getMessage() for r in caplog.records)
+        with stalled((host, port), query):  # connected, but reading nothing
+            eventually(lambda: any("took no part of its answer" in r.getMessage() for r in caplog.records),
+                       "a client that stopped reading was never cut off")
+            eventually(lambda: budget.used == 0, "a client cut off held its answer")
         assert spooled(gateway) == []
 
 
