@@ -69,12 +69,10 @@ class Walgate:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
-    node_urls: dict[int, str] = field(default_factory=dict)  # a cluster's nodes: node id -> HTTP base URL
-
-    def sql(self, statement: str, http_url: str | None = None) -> dict[str, Any]:
-        """POST one statement to /rest/sql (of ``http_url``, else this broker's); raises AssertionError with the
-        server's answer on an error."""
-        req = urllib.request.Request(f"{http_url or self.http_url}/rest/sql", data=statement.encode(), method="POST")
+    def sql(self, statement: str) -> dict[str, Any]:
+        """POST one statement to this broker's /rest/sql; raises AssertionError with the server's answer on an
+        error."""
+        req = urllib.request.Request(f"{self.http_url}/rest/sql", data=statement.encode(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
                 return json.loads(resp.read())
@@ -85,26 +83,19 @@ class Walgate:
 
     def load_meters(self, db: str, topics: dict[str, str], rows: Sequence[Row], vgroups: int = data.VGROUPS,
                     options: str = "") -> dict[str, list[Rec]]:
-        """Create ``db`` (meters + subtables), the topics (before any table or row, so they see everything), insert."""
+        """Create ``db`` (meters + subtables), the topics (before any table or row, so they see everything), insert
+        (every statement through this broker: a cluster's node 1 sends each subtable's CREATE TABLE and rows to the
+        node its vgroup is placed on)."""
         setup = data.setup_sql(db, vgroups, options)
         for statement in setup[:2]:
             self.sql(statement)
         for name, kind in topics.items():
             self.sql(topic_sql(name, kind, db))
             self.topics[name] = (kind, db, vgroups)
-        owners = self.vgroup_nodes(db)
-        for table, statement in zip(data.TABLES, setup[2:], strict=True):
-            # a cluster node writes CREATE TABLE into the table's vnode only where it is placed (docs/cluster.md)
-            self.sql(statement, owners.get(data.vnode_of(db, table, vgroups)))
+        for statement in setup[2:]:
+            self.sql(statement)
         self.append(db, None, rows)
         return {name: expected(kind, rows, db, vgroups) for name, kind in topics.items()}
-
-    def vgroup_nodes(self, db: str) -> dict[int, str]:
-        """A cluster database's vgroups: index -> the HTTP base URL of the node it is placed on (``SHOW
-        db.VGROUPS``); empty on a single node."""
-        if not self.node_urls:
-            return {}
-        return {row[0]: self.node_urls[row[3]] for row in self.sql(f"SHOW {db}.VGROUPS")["data"]}
 
     def append(self, db: str, topic: str | None, rows: Sequence[Row]) -> None:
         for statement in data.insert_sql(rows, db):
@@ -267,4 +258,4 @@ def serving_cluster(workdir: Path) -> Iterator[Walgate]:
     with running_cluster(workdir) as cluster:
         first = cluster.nodes[0]
         yield Walgate(first.http_url, first.kafka_port, cluster.log, name="walgate-cluster", pid=first.proc.pid,
-                      brokers=cluster.brokers, node_urls={i + 1: n.http_url for i, n in enumerate(cluster.nodes)})
+                      brokers=cluster.brokers)

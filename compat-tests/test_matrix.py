@@ -25,7 +25,7 @@ Scenarios (``broker``: Tansu first, then walgate; groups, retention and the data
 (livecluster.py, started once for the module), bootstrapped on node 1: ``power``'s 4 vgroups and each new topic's
 partitions are placed over the three nodes by count (``power``'s and the groups' spread checked by
 :func:`test_cluster_spreads_partitions_and_groups`); its rows are inserted through node 1, which forwards them to
-their vgroups' nodes (its subtables are made on their own nodes: CREATE TABLE is not forwarded), and each group is
+their vgroups' nodes (its subtables' CREATE TABLE too), and each group is
 coordinated by the node its id hashes to (50 coordinator partitions). In CI every client runs :data:`CLUSTER_CORE` there (metadata naming all three nodes
 and ListOffsets of each partition's node, producing uncompressed and reading it back, commit / restart / resume);
 with ``WALGATE_COMPAT_LONG=1`` every scenario runs. Retention (7) uses the module's single ``walgate`` only. The

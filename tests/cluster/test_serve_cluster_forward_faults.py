@@ -56,8 +56,8 @@ def test_https_between_nodes_verifies_the_owner_with_the_truststore(etcd1: EtcdC
         with node(etcd1, tmp_path, 2, *tls, "--override", f"ssl.truststore.location={certs.ca}") as n2:
             n1, n2 = (replace(n, http_url=n.http_url.replace("http://", "https://")) for n in (n1, n2))
             spread_database(n1, n2)
-            sql(n1, STABLE)
-            eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
+            sql(n2, STABLE)  # through node 2, which can send it to the node of its name's vgroup, node 1 cannot
+            eventually("node 1 knows f.st", lambda: [r[0] for r in sql(n1, "SHOW f.STABLES")] == ["st"])
             # node 2 trusts the CA of node 1's certificate: its part is sent over HTTPS and written
             status, answer = post(n2, "INSERT INTO " + values(a0, 1, [1]) + " " + values(b0, 2, [2]))
             assert (status, answer.get("data")) == (200, [[2]]), answer

@@ -11,6 +11,7 @@ after the owner restarted.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import http.client
@@ -34,6 +35,9 @@ from etcd_cluster import EtcdCluster
 from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer, free_port, walgate_env
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+from walgate.security.node_token import Signed, signature
 from walgate.storage import lineproto
 from walgate.storage.vnode import vnode_of
 
@@ -195,6 +199,54 @@ def test_a_large_insert_planned_in_a_worker_is_forwarded_too(etcd1: EtcdCluster,
             no_traceback(server)
 
 
+def test_create_and_drop_table_through_either_node_run_on_each_tables_owner(etcd1: EtcdCluster,
+                                                                           tmp_path: Path) -> None:
+    a0 = tables_of(0, 1)[0]
+    b0, b1, gone = tables_of(1, 3)
+    with two_nodes(etcd1, tmp_path) as (n1, n2, _, _):
+        spread_database(n1, n2)
+        sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+        eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
+        # a subtable and a normal table of node 2's vgroup through node 1; one of node 1's through node 2, unqualified
+        for server, statement, db in ((n1, f"CREATE TABLE f.{b0} USING f.st TAGS (1)", None),
+                                      (n1, f"CREATE TABLE f.{b1} (ts TIMESTAMP, v INT)", None),
+                                      (n2, f"CREATE TABLE {a0} (ts TIMESTAMP, v INT)", "f"),
+                                      (n1, f"CREATE TABLE IF NOT EXISTS f.{b0} USING f.st TAGS (2)", None)):
+            status, answer = post(server, statement, db=db)
+            assert (status, answer.get("data")) == (200, [[0]]), (statement, answer)
+        status, answer = post(n1, f"CREATE TABLE f.{b0} USING f.st TAGS (2)")  # node 2 refuses: it exists
+        assert (status, answer["code"], answer["written"]) == (400, 0x0602, []), answer
+        assert [(p["node"], p["vgroups"], p["tables"]) for p in answer["not_written"]] == [
+            (2, [["f", 1]], [f"f.{b0}"])], answer
+        # each table is where its vgroup is: rows without USING or columns go in
+        status, answer = post(n1, f"INSERT INTO f.{b0} VALUES ({TS}, 1) f.{b1} VALUES ({TS}, 2) f.{a0} VALUES ({TS}, 3)")
+        assert (status, answer.get("data")) == (200, [[3]]), answer
+        assert sorted(r[0] for r in sql(n1, "SHOW f.TABLES")) == sorted([a0, b0, b1])
+        # a supertable named like node 1's normal table: refused through node 2 too (node 1 is asked), nothing made
+        status, answer = post(n2, f"CREATE STABLE f.{a0} (ts TIMESTAMP, v INT) TAGS (site INT)")
+        assert (status, answer["code"]) == (400, 0x0602) and "already exists" in answer["desc"], answer
+        new = tables_of(0, 2)[1]  # a name of node 1's vgroup no table has: made through node 2, known to both once
+        status, answer = post(n2, f"CREATE STABLE f.{new} (ts TIMESTAMP, v INT) TAGS (site INT)")  # answered
+        assert (status, answer.get("data")) == (200, [[0]]), answer
+        for server in (n1, n2):
+            assert sorted(r[0] for r in sql(server, "SHOW f.STABLES")) == sorted(["st", new])
+
+        # node 1 drops its table, node 2 refuses its part whole (one of its tables does not exist)
+        status, answer = post(n1, f"DROP TABLE f.{a0}, f.{b0}, f.{gone}")
+        assert (status, answer["code"]) == (400, 0x2662), answer
+        assert [(p["node"], p["tables"]) for p in answer["written"]] == [(1, [f"f.{a0}"])], answer
+        assert [(p["node"], p["tables"]) for p in answer["not_written"]] == [(2, [f"f.{b0}", f"f.{gone}"])], answer
+        audited = f"DROP TABLE DROP TABLE f.{a0}, f.{b0}, f.{gone}: failed: "
+        wait_log(n1, audited + "HTTP 400")  # audited where asked, and its part where it failed
+        wait_log(n2, audited + f"Table does not exist: f.{gone}")
+        assert sorted(r[0] for r in sql(n2, "SHOW f.TABLES")) == sorted([b0, b1])
+        status, answer = post(n2, f"DROP TABLE IF EXISTS {a0}, {b0}, {gone}", db="f")  # IF EXISTS kept on each node
+        assert (status, answer.get("data")) == (200, [[0]]), answer
+        assert [r[0] for r in sql(n1, "SHOW f.TABLES")] == [b1]
+        for server in (n1, n2):
+            no_traceback(server)
+
+
 def counts(server: WalgateServer) -> dict[int, int]:
     """The number of records of each partition of topic ``tf``, read through a consumer bootstrapped on ``server``
     until it has read nothing for 3 s after its first record (bounded: 60 s; a loaded machine may take longer than
@@ -241,8 +293,9 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
             sql(n1, "CREATE USER carol PASS 'Secret-123'", auth=root)
             admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
             for done in admin.create_acls([AclBinding(ResourceType.TOPIC, "f.", ResourcePatternType.PREFIXED,
-                                                      "User:carol", "127.0.0.2", AclOperation.WRITE,
-                                                      AclPermissionType.ALLOW)]).values():
+                                                      "User:carol", "127.0.0.2", operation,
+                                                      AclPermissionType.ALLOW)
+                                           for operation in (AclOperation.WRITE, AclOperation.CREATE)]).values():
                 done.result(30)
             eventually("node 2 knows carol's ACL", lambda: post(
                 n2, f"INSERT INTO {values(b0, 2, [20])}", auth=carol, source="127.0.0.2")[0] == 200)
@@ -251,18 +304,48 @@ def test_the_callers_identity_is_carried_and_checked_on_the_owner(etcd1: EtcdClu
             assert (status, answer.get("data")) == (200, [[2]]), answer
             status, answer = post(n1, statement, auth=carol)  # from 127.0.0.1: refused before anything is sent
             assert status == 403 and "written" not in answer, answer
+            # a CREATE TABLE of node 2's vgroup through node 1: carol's, from her address, made on node 2
+            create = f"CREATE TABLE f.{tables_of(1, 2)[1]} (ts TIMESTAMP, v INT)"
+            for who, source, status in ((alice, None, 403), (carol, None, 403), (carol, "127.0.0.2", 200)):
+                assert post(n1, create, auth=who, source=source)[0] == status, (who, source)
+            assert post(n2, create, auth=root)[1]["code"] == 0x0602, "made on node 2"
             # a forwarded part sent straight to its owner without the cluster's node token: refused, whoever asks,
             # whoever it claims to be for
             forged = {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": "User:root",
                       "X-Walgate-Client-Host": "127.0.0.1", "X-Walgate-Time": str(time.time_ns() // 1_000_000),
                       "X-Walgate-Signature": "0" * 64}
             for who, headers in ((bob, {"X-Walgate-Forwarded": "1;1"}), (alice, {"X-Walgate-Forwarded": "1;1"}),
-                                 (None, {"X-Walgate-Forwarded": "1;1"}), (None, forged), (bob, forged)):
+                                 (None, {"X-Walgate-Forwarded": "1;1"}), (None, forged), (bob, forged),
+                                 (None, forged | {"X-Walgate-Signature": "\u00e9" * 64}),  # not hex: 403, not 500
+                                 (None, forged | {"X-Walgate-Time": "9" * 5000}),
+                                 (None, signed_part(etcd1, 1, "User:alice", statement))):  # signed for node 1
                 status, answer = post(n2, statement, auth=who, headers=headers)
                 assert (status, answer["code"]) == (403, 0x0357) and "signed" in answer["desc"], answer
+            # validly signed for a caller that is no user (what a node without http.auth in front would send):
+            # this node authenticates every request, so it refuses it, though User:ANONYMOUS is a super user here
+            status, answer = post(n2, statement, headers=signed_part(etcd1, 2, "User:ANONYMOUS", statement))
+            assert (status, answer["code"]) == (403, 0x0357) and "not a user" in answer["desc"], answer
             assert counts(n1) == {0: 3, 1: 4}, "alice's and carol's rows; none of bob's or the forged ones"
             for server in (n1, n2):
                 no_traceback(server)
+
+
+def signed_part(etcd: EtcdCluster, node_id: int, principal: str, statement: str) -> dict[str, str]:
+    """The headers of ``statement``'s part ``1;1`` sent to ``/rest/sql`` of node ``node_id`` for ``principal`` at
+    127.0.0.1, signed with the cluster's node token as a node signs it (read from etcd, as a node reads it)."""
+    async def token() -> str:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            answer = await session.get(Keys("walgate").node_token)
+            assert answer is not None, "the first node made the token"
+            return bytes(answer.value).decode()
+        finally:
+            await session.close()
+
+    now = time.time_ns() // 1_000_000
+    signed = Signed(node_id, "POST", "/rest/sql", {}, "1;1", principal, "127.0.0.1", now, statement.encode())
+    return {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": principal, "X-Walgate-Client-Host": "127.0.0.1",
+            "X-Walgate-Time": str(now), "X-Walgate-Signature": signature(asyncio.run(token()), signed)}
 
 
 def sites_of(vgroup: int, count: int) -> list[str]:

@@ -116,3 +116,12 @@ async def test_the_pairs_forgotten_first_are_the_least_failed(waits: list[float]
     assert await auth.principal(request(basic("bob", "x"))) is None
     assert await auth.principal(request(basic("e", "x"))) is None
     assert waits == [0.4, 0.2]  # alice's 3 and bob's 2 failures are remembered, e's one was forgotten
+
+
+async def test_a_principal_another_node_vouches_for_must_be_a_user_here() -> None:
+    """A node that authenticates every request accepts a forwarded caller only when it names a user of the
+    cluster's store: never ANONYMOUS (a node without http.auth in front of it), nor a user since dropped."""
+    auth = BasicAuth(PasswordChecker(lookup))
+    assert await auth.is_user("User:alice")
+    for principal in ("User:ANONYMOUS", "User:bob", "User:", "alice", "Group:alice"):
+        assert not await auth.is_user(principal), principal

@@ -1,4 +1,4 @@
-"""An INSERT or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
+"""An INSERT, a CREATE / DROP TABLE or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
 table clause (line) in exactly one part, the node asked first, a clause of an unknown database kept by the node
 asked; a forwarded part's positions checked; a body's part keeps each line (CSV record) at its number."""
 
@@ -9,7 +9,16 @@ import pytest
 from walgate.storage import csvfile, lineproto
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.errors import CsvError, InvalidValue, LineProtocolError
-from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
+from walgate.storage.insert_routing import (
+    Part,
+    parse_positions,
+    split_csv,
+    split_insert,
+    split_lines,
+    split_tables,
+    tables_at,
+    targets_at,
+)
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
@@ -55,6 +64,26 @@ def test_a_forwarded_parts_positions_are_checked() -> None:
     for text in ("", "a", "1;2", "1,,2"):
         with pytest.raises(InvalidValue):
             parse_positions(text)
+
+
+def test_create_and_drop_table_go_to_the_node_of_each_tables_vgroup_if_exists_kept() -> None:
+    a, b = _in("f", 0, 2), _in("f", 1, 1)
+    dbs = {"f": _db("f", (3, 1))}  # vgroup 0 on node 3, vgroup 1 on node 1
+    drop = parse(f"DROP TABLE IF EXISTS f.{a[0]}, {b[0]}, nodb.x, f.{a[1]}")
+    assert isinstance(drop, ast.DropTable)
+    assert split_tables(drop, "f", dbs, 1) == [Part(1, (1, 2), (("f", 1),), (f"f.{b[0]}", "nodb.x"), 0),
+                                               Part(3, (0, 3), (("f", 0),), (f"f.{a[0]}", f"f.{a[1]}"), 0)]
+    assert tables_at(drop, (0, 3)) == ast.DropTable((drop.names[0], drop.names[3]), True)
+    for sql in (f"CREATE TABLE IF NOT EXISTS {a[0]} USING f.st TAGS (1)", f"CREATE TABLE f.{a[0]} (ts TIMESTAMP, v INT)"):
+        create = parse(sql)
+        assert isinstance(create, (ast.CreateTable, ast.CreateSubtable))
+        assert split_tables(create, "f", dbs, 1) == [Part(3, (0,), (("f", 0),), (f"f.{a[0]}",), 0)]
+        assert tables_at(create, (0,)) is create
+        for bad in ((1,), (0, 0), ()):
+            with pytest.raises(InvalidValue):
+                tables_at(create, bad)
+    with pytest.raises(InvalidValue):
+        tables_at(drop, (4,))
 
 
 def test_a_line_protocol_body_is_split_by_the_node_of_each_lines_subtable_keeping_line_numbers() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from faults import FAULT_KINDS, Faults
 
-from walgate.replication.epochs import EpochEntry
+from walgate.replication.epochs import EpochEnd, EpochEntry
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
@@ -98,11 +98,27 @@ def test_a_started_epoch_is_durable_and_offset_for_leader_epoch_answers_where_ea
     expected = [UNDEFINED, (0, 5), (1, 11), UNDEFINED]  # Kafka's LeaderEpochFileCache.endOffsetFor
     assert answers() == expected
     e.close()
+    reopened = LeaderEpochs.open(vnode.dir, 8)  # (versions 0..4 in epoch 0, 5..7 in epoch 1)
+    assert reopened.entries == (EpochEntry(0, 0), EpochEntry(1, 5)) and reopened.end_for(0, 8) == EpochEnd(0, 5)
+
+
+def test_a_single_node_reports_a_later_epoch_in_its_file_and_answers_as_its_metadata_does(tmp_path: Path):
+    """Metadata, batches and the current-epoch check say epoch 0 on a single node: a file holding epoch 1 (a
+    restored data dir, a hand edit, a refusal after the rename) is damage, and OffsetForLeaderEpoch answers epoch 0
+    to the high watermark, so a Java consumer at epoch 0 sees no truncation that never happened."""
     e = Engine.open(tmp_path)
-    try:
-        assert answers() == expected and e.vnodes[e.catalog.topics["t"].db][0].epochs.latest_epoch == 1
-    finally:
-        e.close()
+    vnode = _native(e, 5)
+    e.close()
+    (vnode.dir / EPOCH_FILE).write_bytes(encode((EpochEntry(0, 0), EpochEntry(1, 3))))
+    for _ in range(2):  # (left in place: reported at each start)
+        e = Engine.open(tmp_path)
+        try:
+            (report,) = e.damage()
+            assert report.file.endswith(EPOCH_FILE) and "epoch 1" in report.reason and report.kept == ""
+            assert [e.partitions.epoch_end("t", 0, epoch) for epoch in (-1, 0, 1)] == [UNDEFINED, (0, 5), UNDEFINED]
+        finally:
+            e.close()
+    assert _on_disk(vnode) == encode((EpochEntry(0, 0), EpochEntry(1, 3)))
 
 
 def test_a_tdengine_topic_answers_in_its_dense_offsets(tmp_path: Path):
@@ -202,6 +218,81 @@ def test_truncation_from_the_end_is_durable_and_an_epoch_begins_again_after_it(t
     assert LeaderEpochs.open(tmp_path, 5).entries == (EpochEntry(0, 0),)
 
 
+def _read_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the epoch file raises EIO from now on (a failing sector: fileio has no read to hook)."""
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.name == EPOCH_FILE:
+            raise OSError(errno.EIO, "injected EIO in read")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+
+
+def test_a_refusal_after_the_rename_leaves_memory_holding_what_the_file_holds(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """The directory's fsync fails after the new file was renamed in place: the epoch may survive a restart, so
+    memory takes it as the file holds it (a restart answers as the running vnode did); a file that cannot even be
+    read back fails the cache (StorageUnavailable) until a write succeeds."""
+    epochs = LeaderEpochs.open(tmp_path, 10)
+    epochs.begin(0, 0)
+    faults = Faults()
+    with faults.active():
+        faults.fail("fsync", at=2, error=errno.EIO)  # (the temporary file's fsync, then the directory's)
+        with pytest.raises(StorageUnavailable, match="leader epoch 1 could not be recorded"):
+            epochs.begin(1, 10)
+        assert faults.injected == 1
+    assert epochs.entries == (EpochEntry(0, 0), EpochEntry(1, 10)) and not epochs.saved
+    assert epochs.end_for(0, 20) == LeaderEpochs.open(tmp_path, 20).end_for(0, 20) == EpochEnd(0, 10)
+    epochs.begin(1, 10)  # the disk is back: written again, durably
+    assert epochs.saved
+    with faults.active():
+        faults.fail("fsync", at=2, error=errno.EIO)
+        _read_fails(monkeypatch)
+        with pytest.raises(StorageUnavailable):
+            epochs.begin(2, 20)
+        monkeypatch.undo()
+    with pytest.raises(StorageUnavailable, match="leader-epoch cache unknown"):
+        epochs.end_for(0, 20)
+    epochs.begin(3, 20)
+    assert epochs.end_for(0, 20) == EpochEnd(0, 10) and LeaderEpochs.open(tmp_path, 21).entries == epochs.entries
+
+
+def test_a_cut_refused_after_the_rename_is_written_again_by_the_next_begin(tmp_path: Path):
+    """The file held epochs 0 and 1 (from 10), the WAL was cut to 5 and the cut's rename done but its directory
+    fsync refused; the WAL then grew back in epoch 0 and epoch 1 begins at 10 again: it must reach the file,
+    although the entries equal what the file held before the cut."""
+    epochs = LeaderEpochs.open(tmp_path, 10)
+    epochs.begin(0, 0)
+    epochs.begin(1, 10)
+    faults = Faults()
+    with faults.active():
+        faults.fail("fsync", at=2, error=errno.EIO)
+        epochs.truncate_from_end(5)
+        assert faults.injected == 1
+    assert LeaderEpochs.open(tmp_path, 12).entries == (EpochEntry(0, 0),)  # (the cut is in place, not durable)
+    epochs.begin(1, 10)
+    assert LeaderEpochs.open(tmp_path, 12).entries == epochs.entries == (EpochEntry(0, 0), EpochEntry(1, 10))
+
+
+def test_an_unreadable_file_is_reported_and_left_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    e = Engine.open(tmp_path)
+    vnode = _native(e, 3)
+    e.close()
+    before = _on_disk(vnode)
+    _read_fails(monkeypatch)
+    e = Engine.open(tmp_path)
+    monkeypatch.undo()
+    try:
+        (report,) = e.damage()
+        assert report.file.endswith(EPOCH_FILE) and "cannot be read" in report.reason and report.kept == ""
+        assert e.partitions.epoch_end("t", 0, 0) == (0, 3)  # what a single node led
+    finally:
+        e.close()
+    assert _on_disk(vnode) == before
+
+
 def _damaged(original: bytes) -> list[bytes]:
     """The file damaged: a bit flipped at a few places, cut at every byte (but its last, its ``\\n``), zeroed,
     and lines that verify but are no cache (epochs out of order, negative, the wrong shape)."""
@@ -212,6 +303,7 @@ def _damaged(original: bytes) -> list[bytes]:
         flips.append(bytes(data))
     cuts = [original[:k] for k in range(len(original) - 1)]
     verified = [lines_encode({"epochs": [[2, 4], [1, 9]]}), lines_encode({"epochs": [[0, 5], [1, 4]]}),
+                lines_encode({"epochs": [[0, 5], [1, 5]]}),  # (equal starts: the cache would drop epoch 0 unsaid)
              lines_encode({"epochs": [[-1, 0]]}), lines_encode({"epochs": [[0]]}), lines_encode({"log_start": 3}),
              lines_encode([1, 2])]
     return flips + cuts + [bytes(len(original))] + verified

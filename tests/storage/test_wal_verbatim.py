@@ -26,11 +26,12 @@ from hypothesis import strategies as st
 
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
+from walgate.storage.meta_store import META_STORE
 from walgate.storage.replicated import append_replicated
-from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_META, Wal, WalOptions
+from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, Wal, WalOptions
 from walgate.storage.wal_format import FLAG_MORE, HEADER, encode_entry
 from walgate.storage.wal_verbatim import EntriesRefused
-from walgate.wire import encode_batch
+from walgate.wire import encode_batch, rebase
 
 LEVEL1 = WalOptions(level=1, fsync_period_ms=1000, segment_bytes=400)
 LEVEL2 = WalOptions(level=2, fsync_period_ms=0, segment_bytes=400)
@@ -411,3 +412,147 @@ def test_an_epoch_the_disk_refuses_to_record_appends_nothing(leader, tmp_path: P
     append_replicated(e.store, e.views, v, raw[start:end], first, 5)
     assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(5, 0)] and _wal_bytes(v.wal.dir) == raw[:end]
     e.close()
+
+
+# ------------------------------------------------------------------ refused by what a vnode derives: nothing written
+
+
+def _follower(leader: Leader, tmp_path: Path, db: str = "db") -> tuple[Path, Engine, Any, bytes]:
+    """A follower's data dir opened, its vnode 0 of ``db`` and that vnode's leader WAL bytes."""
+    follower = tmp_path / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    v = e.vnodes[db][0]
+    return follower, e, v, leader.files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+
+
+def _epochs(v: Any) -> list[tuple[int, int]]:
+    return [(x.epoch, x.start_offset) for x in v.epochs.entries]
+
+
+def _entry(raw: bytes, kind: int) -> tuple[int, bytes]:
+    """The count and body of the first entry of ``kind`` in ``raw``."""
+    pos = 0
+    while True:
+        _, body_len, _, k, _, _, _, count, _ = HEADER.unpack_from(raw, pos)
+        if k == kind:
+            return count, raw[pos + HEADER_SIZE : pos + HEADER_SIZE + body_len]
+        pos += HEADER_SIZE + body_len
+
+
+def test_entries_whose_bodies_do_not_decode_are_refused_before_anything_is_written(leader, tmp_path: Path):
+    follower, e, v, raw = _follower(leader, tmp_path)
+    cuts = _batches(raw)
+    append_replicated(e.store, e.views, v, raw[: cuts[0][1]], 0, 2)
+    end, epochs, indexes = v.wal.next_version, _epochs(v), {k: i.indexed_to for k, i in e.store.indexes.items()}
+    rows, data = _entry(raw, KIND_DATA)
+    bad = {
+        "not json": (KIND_META, 1, b"not json"),
+        "not an object": (KIND_META, 1, b"[1]"),
+        "no op": (KIND_META, 1, b'{"name": "x"}'),
+        "create without ts": (KIND_META, 1, b'{"op": "create_table", "name": "x"}'),
+        "create with a bad column": (KIND_META, 1, b'{"op": "create_table", "name": "x", "ts": 1, "columns": [1]}'),
+        "drop without name": (KIND_META, 1, b'{"op": "drop_table"}'),
+        "data garbage": (KIND_DATA, 1, b"\x01\x00garbage-garbage"),
+        "data cut": (KIND_DATA, rows, data[:-9]),
+        "rows not its count": (KIND_DATA, rows + 1, data),
+    }
+    for name, (kind, count, body) in bad.items():
+        run = encode_entry(KIND_META, FLAG_MORE, end, 1, 0, b'{"op": "noop"}') + encode_entry(kind, 0, end + 1, count,
+                                                                                              0, body)
+        with pytest.raises(EntriesRefused, match="does not decode|holds") as refused:
+            append_replicated(e.store, e.views, v, run, end, 5)
+        assert f"version {end + 1}" in str(refused.value), name
+        assert (v.wal.next_version, _wal_bytes(v.wal.dir), _epochs(v)) == (end, raw[: cuts[0][1]], epochs), name
+        assert {k: i.indexed_to for k, i in e.store.indexes.items()} == indexes, name
+    append_replicated(e.store, e.views, v, raw[cuts[1][0] : cuts[1][1]], end, 5)  # the leader's own entries go on
+    e.close()
+    reopened = Engine.open(follower)
+    assert _wal_bytes(reopened.vnodes["db"][0].wal.dir) == raw[: cuts[1][1]]
+    assert _epochs(reopened.vnodes["db"][0]) == epochs + [(5, end)]
+    reopened.close()
+
+
+def test_a_refused_run_begins_no_epoch_and_a_refused_write_cuts_its_epoch_back(leader, tmp_path: Path):
+    follower, e, v, raw = _follower(leader, tmp_path)
+    cuts = _batches(raw)
+    append_replicated(e.store, e.views, v, raw[: cuts[0][1]], 0, 2)
+    append_replicated(e.store, e.views, v, raw[cuts[1][0] : cuts[1][1]], cuts[1][2], 3)
+    before = _epochs(v)
+    assert before == [(2, 0), (3, cuts[1][2])]
+    with pytest.raises(EntriesRefused, match="do not continue"):  # an overlap
+        append_replicated(e.store, e.views, v, raw[: cuts[0][1]], 0, 5)
+    with pytest.raises(EntriesRefused, match="do not continue"):  # a gap
+        append_replicated(e.store, e.views, v, raw[cuts[3][0] : cuts[3][1]], cuts[3][2], 5)
+    with pytest.raises(EntriesRefused, match="checksum"):
+        append_replicated(e.store, e.views, v, raw[cuts[2][0] : cuts[2][1] - 1] + bytes([raw[cuts[2][1] - 1] ^ 1]),
+                          cuts[2][2], 5)
+    assert _epochs(v) == before
+    faults = Faults()
+    with faults.active():
+        faults.fail("write", at=2)  # the epoch file's write succeeds, the WAL's fails
+        with pytest.raises(StorageUnavailable, match="nothing of it was kept"):
+            append_replicated(e.store, e.views, v, raw[cuts[2][0] : cuts[2][1]], cuts[2][2], 5)
+    assert _epochs(v) == before and v.wal.next_version == cuts[2][2]
+    e.close()
+    reopened = Engine.open(follower)
+    v = reopened.vnodes["db"][0]
+    assert _epochs(v) == before
+    append_replicated(reopened.store, reopened.views, v, raw[cuts[2][0] : cuts[2][1]], cuts[2][2], 5)
+    assert _epochs(v) == before + [(5, cuts[2][2])]
+    assert v.epochs.end_for(3, v.wal.next_version).end_offset == cuts[2][2]
+    reopened.close()
+
+
+def test_kafka_batches_must_continue_the_partitions_offsets_and_span_their_count(leader, tmp_path: Path):
+    follower = tmp_path / "data"
+    shutil.copytree(leader.template, follower)
+    e = Engine.open(follower)
+    v = e.vnodes[e.store.catalog.topics["t"].db][0]
+    raw = leader.files[f"{v.dir.parent.name}/{v.dir.name} wal"]
+    for start, end, first in _batches(raw):
+        append_replicated(e.store, e.views, v, raw[start:end], first, 0)
+    idx = e.store.indexes[("t", 0)]
+    wal_end, next_offset, size = v.wal.next_version, idx.end_offset, len(_wal_bytes(v.wal.dir))
+    batch = _txn_batch(20, 0, n=3, transactional=False)
+
+    def run(base: int, count: int = 3, body: bytes | None = None) -> bytes:
+        return encode_entry(KIND_KAFKA, 0, wal_end, count, NOW, rebase(batch, base, 0) if body is None else body)
+
+    refusals = {
+        "below": (run(0), "below"),  # a stored batch of the partition again: served with offsets not its own
+        "one below": (run(next_offset - 1), "below"),
+        "count": (run(next_offset, count=2), "spans 2 offsets"),
+        "length": (run(next_offset, body=rebase(batch, next_offset, 0) + b"\0"), "not a record batch v2"),
+        "short": (run(next_offset, body=batch[:40]), "not a record batch"),
+    }
+    for name, (entry, match) in refusals.items():
+        with pytest.raises(EntriesRefused, match=match):
+            append_replicated(e.store, e.views, v, entry, wal_end, 0)
+        assert (v.wal.next_version, len(_wal_bytes(v.wal.dir)), idx.end_offset) == (wal_end, size, next_offset), name
+    append_replicated(e.store, e.views, v, run(next_offset + 5), wal_end, 0)  # a gap the leader's cleaner left
+    assert idx.end_offset == next_offset + 8
+    offset, version, _ = list(e.index_entries("t", 0, 0))[-1]
+    assert offset == next_offset + 5 and int.from_bytes(bytes(e.kafka_batch("t", 0, version))[:8], "big") == offset
+    e.close()
+
+
+def test_an_entry_on_disk_that_does_not_decode_is_reported_damaged_and_the_node_starts(leader, tmp_path: Path):
+    follower, e, v, raw = _follower(leader, tmp_path)
+    cuts = _batches(raw)
+    append_replicated(e.store, e.views, v, raw[: cuts[0][1]], 0, 0)
+    bad, tables = v.wal.next_version, v.tables()
+    v.wal.append([(KIND_META, 1, 0, b"not json")])  # as a bug could have written them: their checksums hold
+    v.wal.append([(KIND_DATA, 1, 0, b"\x01\x00garbage-garbage")])
+    rest = _wal_bytes(v.wal.dir)[len(raw[: cuts[0][1]]) :]
+    store = v.dir / META_STORE
+    e.close()
+    store.unlink()  # the tables are replayed from the WAL's meta entries
+    reopened = Engine.open(follower)
+    damaged = {(d.first_version, d.action) for d in reopened.store.damage_log.records if d.first_version >= 0}
+    assert damaged == {(bad, "quarantined"), (bad + 1, "quarantined")}
+    v = reopened.vnodes["db"][0]
+    assert v.wal.next_version == bad + 2 and _wal_bytes(v.wal.dir) == raw[: cuts[0][1]] + rest
+    assert v.tables() == tables
+    assert {topic: len(list(reopened.index_entries(topic, 0, 0))) for topic in ("td", "pos")} == {"td": 1, "pos": 1}
+    reopened.close()

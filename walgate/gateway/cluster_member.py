@@ -4,7 +4,8 @@ The asyncio shell over :mod:`walgate.cluster`: at start the node reads (or makes
 then, once its Kafka listeners are bound, registers (:class:`~walgate.cluster.registry.NodeRegistration`, with the
 data dir's incarnation and its advertised listeners ``NAME://host:port``), stands for controller
 (:class:`~walgate.cluster.election.ControllerElection`), keeps its lease alive and re-reads the membership (live
-nodes, nodes that ever registered, the controller) every third of ``broker.session.timeout.ms``. A clean stop
+nodes, nodes that ever registered, the controller) every third of ``broker.session.timeout.ms`` and the cluster's
+node token every :data:`~walgate.gateway.node_tokens.REFRESH_S`. A clean stop
 revokes the lease: the node leaves at once, its candidacy with it.
 
 A refused registration (:class:`~walgate.cluster.model.RegistrationRefused`: an emptied data dir, an id another
@@ -97,9 +98,12 @@ class ClusterMember:
         try:
             await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])
             current = await self.session.get(key)
-            await self.tokens.load()
         except ControlPlaneError as e:
             raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
+        try:
+            await self.tokens.load()
+        except ControlPlaneError as e:
+            raise ClusterStartError(str(e)) from None
         if current is None:
             raise ClusterStartError(f"etcd ({self.session.describe()}) lost the key {key.decode()} it just wrote")
         return bytes(current.value).decode()
@@ -107,7 +111,7 @@ class ClusterMember:
     async def join(self, endpoints: tuple[str, ...], http: str | None = None) -> None:
         """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``) and the base URL of
         its HTTP API (``http``: where other nodes forward SQL writes), then stand for controller and follow the
-        membership in the background. Raises :class:`ClusterStartError`."""
+        membership and the cluster's node token in the background. Raises :class:`ClusterStartError`."""
         try:
             incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
         except IncarnationError as e:
@@ -127,7 +131,8 @@ class ClusterMember:
         except ControlPlaneError as e:  # read again by the membership task
             log.warning("cluster %s: membership not read: %s", self.keys.cluster_id, e)
         self._tasks += [asyncio.create_task(election.run(), name="walgate-cluster-election"),
-                        asyncio.create_task(self._follow(), name="walgate-cluster-members")]
+                        asyncio.create_task(self._follow(), name="walgate-cluster-members"),
+                        asyncio.create_task(self.tokens.follow(), name="walgate-cluster-node-token")]
 
     async def _keep_registered(self, registration: NodeRegistration) -> None:
         try:

@@ -35,10 +35,13 @@ Cross-origin browser requests (a foreign ``Origin``, ``Sec-Fetch-Site: cross-sit
 runs (:mod:`walgate.gateway.http_origin`).
 
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
-is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`);
-a request carrying that module's ``FORWARDED`` header is such a part: the statement's clauses at the positions it
-names, written here or refused, never forwarded again. It is accepted only signed with the cluster's node token
-(:mod:`walgate.security.node_token`), for the caller principal and client address it carries (403 otherwise). A
+is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`),
+and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, and a CREATE STABLE whose name's vgroup is
+there (that node alone sees a normal table of the name); a request carrying that module's ``FORWARDED`` header is
+such a part: the statement's clauses (tables) at the positions it names, run here or refused, never forwarded
+again. It is accepted only signed with the cluster's node token
+(:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
+``basic_auth`` only for a principal that is a user here (403 otherwise). A
 SELECT whose database has vgroups elsewhere is run by each node over its own and merged here; its parts are stopped
 (the other nodes' requests closed) when the client goes away or ``sql.timeout.ms`` passes.
 
@@ -94,6 +97,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
@@ -124,7 +128,7 @@ from walgate.gateway.sql_forward import (
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
-from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, refusal
+from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, header_refusal, refusal
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
@@ -141,7 +145,17 @@ from walgate.storage.errors import (
     StorageUnavailable,
 )
 from walgate.storage.ingest import write_keys
-from walgate.storage.insert_routing import Part, parse_positions, split_csv, split_insert, split_lines, targets_at
+from walgate.storage.insert_routing import (
+    Part,
+    TableDdl,
+    parse_positions,
+    split_csv,
+    split_insert,
+    split_lines,
+    split_tables,
+    tables_at,
+    targets_at,
+)
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
 from walgate.storage.result import affected
@@ -302,14 +316,20 @@ async def _sql(request: web.Request) -> web.StreamResponse:
             if authorizer is not None:
                 result = visible(authorizer, principal, host, stmt, result)
         elif shared is not None:  # cluster mode: users and grants are the cluster's
+            if forwarded is None and isinstance(stmt, ast.CreateStable):
+                await app[_STORAGE].call(_name_here, engine, stmt.name, db)
             result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         else:
             result = await app[_STORAGE].call(_run, engine, authorizer, principal, host, stmt, db)
     except NotHere:  # rows for another node's vgroup: nothing written; each node's part sent to it
         if shared is None or forwarded is not None:
             raise
-        if _INSERT.match(sql):
-            return await _forward_insert(request, shared, authorizer, principal, host, body, db)
+        if _INSERT.match(sql) or isinstance(stmt, TableDdl):
+            response = await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            if change is not None:  # each owner audits its part too
+                audit(principal, host, change, sql, "ok" if response.status == 200 else
+                      f"failed: HTTP {response.status} (the statement spans nodes: each node's part audited there)")
+            return response
         if isinstance(stmt, ast.Select) or (isinstance(stmt, ast.Show) and stmt.what == "TABLES"):
             return await _merge_select(request, shared, authorizer, principal, host, body, stmt, db)
         raise
@@ -327,9 +347,10 @@ async def _sql(request: web.Request) -> web.StreamResponse:
     return _json(200, result.rest_body())
 
 
-def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show:
-    """The part of the INSERT, SELECT or SHOW TABLES ``sql`` another node forwarded here (its
-    :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT, ``<sender>;here`` of a SELECT
+def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
+    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here
+    (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a
+    CREATE [S]TABLE or DROP TABLE, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -338,9 +359,12 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | ast.Select | ast.Show
         return stmt
     if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
         return stmt
+    if sep and positions not in (HERE, SCAN) and isinstance(stmt, TableDdl):
+        return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"{HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a SHOW TABLES")
+                           f"a CREATE TABLE or a DROP TABLE, {HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a "
+                           "SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
@@ -419,7 +443,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     prepared: list[PreparedSelect] = []  # this node's scan, which the merge runs as
     budget = PartsBudget(app[_QUERIES].max_bytes)  # every node's part, this node's too, as it is read
 
@@ -470,31 +494,43 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     return web.Response(body=merged, content_type="application/json")
 
 
-async def _forward_insert(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
-                          principal: str, host: str, body: bytes, db: str | None) -> web.Response:
-    """The INSERT of ``body`` (current database ``db``), which has rows for vgroups on other nodes, written as one
-    part per owning node: this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise)."""
+async def _forward_statement(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
+                             principal: str, host: str, body: bytes, db: str | None) -> web.Response:
+    """The INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE of ``body`` (current database ``db``), which has rows
+    for, or names tables of, vgroups on other nodes, run as one part per owning node
+    (:func:`~walgate.storage.insert_routing.split_insert`, :func:`~walgate.storage.insert_routing.split_tables`:
+    IF [NOT] EXISTS kept; a CREATE STABLE goes to the node of its name's vgroup, which alone sees a normal table of
+    that name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
+    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks its part again for
+    the caller. A supertable made or dropped by another node is known here too once answered."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
-    if not isinstance(stmt, ast.Insert):
-        raise InvalidValue("the statement is not an INSERT")
+    if not isinstance(stmt, (ast.Insert, ast.CreateTable, ast.CreateSubtable, ast.CreateStable, ast.DropTable)):
+        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE")
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local))
-    if all(part.node == local for part in parts):  # placed here after all: answered as any INSERT here
+    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local)
+                               if isinstance(stmt, ast.Insert) else
+                               split_tables(stmt, db, dict(engine.catalog.databases), local))
+    if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
 
     async def write_here(part: Part) -> int:
-        result = await shared.run(_run, engine, authorizer, principal, host, targets_at(stmt, part.positions), db)
+        at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
+        result = await shared.run(_run, engine, authorizer, principal, host, at, db)
         return result.affected_rows or 0
 
-    return await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
-                          lambda rows: _json(200, affected(rows).rest_body()))
+    what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
+        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
+    response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
+                              lambda rows: _json(200, affected(rows).rest_body()), what)
+    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.DropTable)):
+        await shared.catch_up()  # a supertable staged by its owner (DROP TABLE of one too)
+    return response
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
@@ -569,6 +605,18 @@ def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str,
     if authorizer is not None:
         check(authorizer, principal, host, planned.insert, db)
     return engine.apply_write(planned.write, write)
+
+
+def _name_here(engine: Engine, name: ast.Name, db: str | None) -> None:
+    """:class:`NotHere` when ``name`` is not a supertable of its (cluster) database and its name's vgroup is on
+    another node (storage thread): that node alone sees a normal table of that name, so a CREATE STABLE of it is
+    sent there and refused the same through every node. An unknown database is left to the statement to answer."""
+    try:
+        dbdef = engine.store.resolve_db(name.db, db)
+    except StorageError:
+        return
+    if (dbdef.name, name.name) not in engine.catalog.stables:
+        engine.store.vnode(dbdef.name, name.name)
 
 
 def _run_here(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Show,
@@ -696,25 +744,25 @@ async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, tab
 
 async def _forward(request: web.Request, shared: SharedCatalog, body: bytes, parts: list[Part], path: str,
                    params: dict[str, str] | None, write: Callable[[Part], Awaitable[int]],
-                   written: Callable[[int], web.Response]) -> web.Response:
+                   written: Callable[[int], web.Response], what: str = "INSERT") -> web.Response:
     """The ``parts`` of a write's ``body``: this node's written here by ``write`` (rows written), every other
     node's sent to its ``path`` with query ``params`` (:mod:`.sql_forward`: the part's own body, or ``body`` whole
-    for an INSERT's part, which names its positions), all at once; ``written(rows)`` when every part was written,
-    else the answer of :func:`~.sql_forward.answer`."""
+    for a part of an INSERT, CREATE TABLE or DROP TABLE, which names its positions), all at once; ``written(rows)``
+    when every part was written, else the answer of :func:`~.sql_forward.answer` for the statement ``what``."""
     local = request.app[_ENGINE].catalog.node_id
 
     async def write_here(part: Part) -> Outcome:
         return Outcome(part, "written", rows=await write(part))
 
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
-    caller = await _caller(request, shared)
+    caller = _caller(request, shared)
     outcomes = list(await asyncio.gather(*(
         _here(part, local, write_here(part)) if part.node == local else
         send(part, urls.get(part.node), path, part.body or body, local, caller, params)
         for part in parts)))
     if all(o.state == "written" for o in outcomes):
         return written(sum(o.rows for o in outcomes))
-    status, answer_body = answer(outcomes)
+    status, answer_body = answer(outcomes, what)
     log.info("a write to %s from %s across nodes answered %d: %s", path, request[HOST], status,
              answer_body["desc"][:2000])
     return _json(status, answer_body)
@@ -850,11 +898,14 @@ async def _node_refusal(request: web.Request) -> str | None:
     if missing:
         return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
     query = dict(request.query)
-    if not headers[TIME].isdigit() or len(query) != len(request.query):
-        return f"a request forwarded between nodes has a number in {TIME} and no query parameter twice"
-    signed = Signed(request.method, request.path, query, headers[FORWARDED], headers[PRINCIPAL_HEADER],
-                    headers[CLIENT_HOST], int(headers[TIME]), await request.read())
+    if len(query) != len(request.query):
+        return "a request forwarded between nodes has no query parameter twice"
     now_ms = time.time_ns() // 1_000_000
+    refused = header_refusal(headers[TIME], headers[SIGNATURE], headers[PRINCIPAL_HEADER], now_ms)
+    if refused is not None:  # before the body is read
+        return f"a request forwarded between nodes must be signed by a node of this cluster: {refused}"
+    signed = Signed(request.app[_ENGINE].catalog.node_id, request.method, request.path, query, headers[FORWARDED],
+                    headers[PRINCIPAL_HEADER], headers[CLIENT_HOST], int(headers[TIME]), await request.read())
     why: list[str | None] = [None]
 
     def fits(tokens: tuple[str, ...]) -> bool:
@@ -863,14 +914,23 @@ async def _node_refusal(request: web.Request) -> str | None:
 
     if not await shared.member.tokens.verified(fits):
         return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    basic_auth = request.app[_BASIC_AUTH]
+    if basic_auth is not None and not await basic_auth.is_user(signed.principal):
+        return (f"{signed.principal} is not a user of this cluster, and this node authenticates every request: "
+                "every node of a cluster must run the same http.auth")
     request[PRINCIPAL], request[HOST] = signed.principal, signed.host
     return None
 
 
-async def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
+def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
     """Whom a part of ``request`` forwarded to another node is for: its principal and client address, signed with
-    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore."""
-    return Caller(request[PRINCIPAL], request[HOST], await shared.member.tokens.signing(), request.app[_NODE_TLS])
+    the cluster's node token; other nodes' HTTPS certificates verified with the node's truststore. Raises
+    StorageUnavailable when the node knows no token (an operator deleted it)."""
+    try:
+        token = shared.member.tokens.signing()
+    except ControlPlaneError as e:
+        raise StorageUnavailable(f"nothing can be sent to another node: {e}") from None
+    return Caller(request[PRINCIPAL], request[HOST], token, request.app[_NODE_TLS])
 
 
 async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,

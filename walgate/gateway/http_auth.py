@@ -69,6 +69,11 @@ class BasicAuth:
         self._pairs: dict[_Pair, _Attempts] = {}
         self._idle: dict[int, OrderedDict[_Pair, None]] = {}
 
+    async def is_user(self, principal: str) -> bool:
+        """Whether ``principal`` is ``User:name`` of a user of the store (one another node vouches for)."""
+        kind, _, user = principal.partition(":")
+        return kind == "User" and bool(user) and await self._passwords.exists(user)
+
     async def principal(self, request: web.Request) -> str | None:
         """``User:name`` of the request's valid credentials, else None (after the failure's delay)."""
         parsed = _parse(request.headers.get("Authorization", ""))

@@ -33,12 +33,17 @@ def password_credential(engine: Engine, user: str) -> tuple[ScramCredential, boo
 
 
 class PasswordChecker:
-    """``await check(user, password)``; ``lookup(user)`` reads :func:`password_credential` on the storage thread."""
+    """``await check(user, password)``, ``await exists(user)``; ``lookup(user)`` reads :func:`password_credential` on the storage thread."""
 
     def __init__(self, lookup: Callable[[str], Awaitable[tuple[ScramCredential, bool]]]) -> None:
         self._lookup = lookup
         self._verified: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()  # user -> (HMAC, stored key)
         self._key = secrets.token_bytes(32)
+
+    async def exists(self, user: str) -> bool:
+        """Whether ``user`` is a user of the store."""
+        _, exists = await self._lookup(user)
+        return exists
 
     async def check(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s."""

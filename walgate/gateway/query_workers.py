@@ -172,8 +172,9 @@ class QueryWorkers:
         """The query ``prepare()`` gives (awaited once a slot is free), run in a worker: it, its answer and the
         answer's file, taken (None with an error; module docstring); QueryCancelled when its worker died under it.
         Each query that reaches a worker is reported to ``observe``: ok, refused (its own error), cancelled, or failed
-        (a bug). Refused with StorageUnavailable (retriable) while the answers held fill their budget, before it runs
-        or when its answer would pass it (its file removed)."""
+        (a bug). A client ``gone()`` once a slot is free (or once prepared) is QueryCancelled before anything
+        reaches a worker. Refused with StorageUnavailable (retriable) while the answers held fill their budget, before
+        it runs or when its answer would pass it (its file removed)."""
         self.answers.check()
         await self._spool_ready()
         await self._slots.acquire()
@@ -183,7 +184,11 @@ class QueryWorkers:
         path = ""  # the answer file of the last submission
         spool: Spool | None = None
         try:
+            if gone():
+                raise QueryCancelled("query cancelled: the client went away while it waited for a query worker")
             prepared = await prepare()
+            if gone():
+                raise QueryCancelled("query cancelled: the client went away while it was prepared")
             pool, submitted, path = self._submit(slot, prepared)
             self._observe(None, "")
             started, outcome = time.monotonic(), "cancelled"  # unless it answers: a dead worker, a cancelled request

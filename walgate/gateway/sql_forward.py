@@ -11,7 +11,9 @@ certificate is verified with :attr:`Caller.ssl` (the node's truststore). A line-
 lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
-write (all of it or none of it: nothing of a refused part is written) and never forwards one again.
+write (all of it or none of it: nothing of a refused part is written) and never forwards one again. A CREATE TABLE,
+CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the header
+(:func:`~walgate.storage.insert_routing.split_tables`), each part with no rows.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
 (the owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -88,7 +90,7 @@ class Caller:
 
     principal: str
     host: str
-    token: str
+    token: str = field(repr=False)  # a secret: never in a log line
     ssl: ssl.SSLContext | None = None
 
 
@@ -135,8 +137,8 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
                        desc=f"node {part.node} is not registered in the cluster now (down, or not back yet)")
     try:
-        status, rows, answered = await _post(url, path, params, body, f"{sender};{format_positions(part.positions)}",
-                                             caller, timeout)
+        status, rows, answered = await _post(url, part.node, path, params, body,
+                                             f"{sender};{format_positions(part.positions)}", caller, timeout)
         if status == 204 and rows is not None and rows.isdigit():  # line protocol: no body
             return Outcome(part, "written", rows=int(rows))
     except aiohttp.ClientConnectorError as e:  # no connection was made: nothing was sent
@@ -162,15 +164,15 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
 
 
-async def _post(url: str, path: str, params: dict[str, str] | None, body: bytes, forwarded: str, caller: Caller,
-                timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
-    """POST ``body`` to ``path`` of the HTTP API at ``url`` with the :data:`FORWARDED` header ``forwarded``, signed for
-    ``caller``: the answer's status, its :data:`ROWS_HEADER` and its JSON (None for a 204; the bytes of an Arrow IPC
-    stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
+async def _post(url: str, node: int, path: str, params: dict[str, str] | None, body: bytes, forwarded: str,
+                caller: Caller, timeout: float | None, budget: PartsBudget | None = None) -> tuple[int, str | None, Any]:
+    """POST ``body`` to ``path`` of node ``node``'s HTTP API at ``url`` with the :data:`FORWARDED` header
+    ``forwarded``, signed for ``caller`` and that node: the answer's status, its :data:`ROWS_HEADER` and its JSON
+    (None for a 204; the bytes of an Arrow IPC stream, each chunk counted in ``budget`` as it arrives). Raises aiohttp's errors, TimeoutError past ``timeout``
     seconds (None: no limit, but :data:`FORWARD_TIMEOUT_S` to connect), ValueError for an answer that is not JSON,
     LimitExceeded past the budget. Cancelled, it closes the connection (the owner sees its client gone)."""
-    signed = Signed("POST", path, params or {}, forwarded, caller.principal, caller.host, time.time_ns() // 1_000_000,
-                    body)
+    signed = Signed(node, "POST", path, params or {}, forwarded, caller.principal, caller.host,
+                    time.time_ns() // 1_000_000, body)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
                CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
     connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
@@ -204,7 +206,7 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, path, None, sql, f"{sender};{part}", caller, timeout, budget)
+        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{part}", caller, timeout, budget)
     except LimitExceeded as e:
         return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
@@ -236,8 +238,9 @@ def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
                    desc=f"node {part.node} ({url}) answered HTTP {status} with {what}: it may have been written or not")
 
 
-def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
-    """The client's answer (HTTP status, JSON body) of a write whose parts ended as ``outcomes``, one or more not
+def answer(outcomes: list[Outcome], what: str = "INSERT") -> tuple[int, dict[str, Any]]:
+    """The client's answer (HTTP status, JSON body) of a write (the statement ``what``: an INSERT or a body of rows,
+    or a CREATE TABLE or DROP TABLE, whose parts have no rows) whose parts ended as ``outcomes``, one or more not
     written: the first failed part's status and code, a ``desc`` saying what was written and what not, and the
     parts by state (module docstring)."""
     failed = [o for o in outcomes if o.state != "written"]
@@ -245,11 +248,12 @@ def answer(outcomes: list[Outcome]) -> tuple[int, dict[str, Any]]:
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
-        what = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        done = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
         rows = o.rows if o.state == "written" else o.part.rows
-        said.append(f"{rows} rows of {tables} on node {o.part.node}: {what}" + (f" ({o.desc})" if o.desc else ""))
+        said.append(f"{rows} rows of {tables}" if what == "INSERT" else tables)
+        said[-1] += f" on node {o.part.node}: {done}" + (f" ({o.desc})" if o.desc else "")
     first = failed[0]
-    body = {"code": first.code, "desc": "INSERT spanning nodes, each node's part all or nothing: " + "; ".join(said),
+    body = {"code": first.code, "desc": f"{what} spanning nodes, each node's part all or nothing: " + "; ".join(said),
             "written": [o.entry() for o in outcomes if o.state == "written"],
             "not_written": [o.entry() for o in outcomes if o.state == "not_written"],
             "unknown": [o.entry() for o in outcomes if o.state == "unknown"]}

@@ -43,3 +43,9 @@ class BatchCache:
         while self.size > self.max_bytes and self._items:
             _, old = self._items.popitem(last=False)
             self.size -= len(old)
+
+    def forget_from(self, topic_ids: set[uuid.UUID | None], partition: int, version: int) -> None:
+        """Drop the batches of ``topic_ids``' ``partition`` rendered from WAL versions ``version`` and later (its WAL
+        was cut back there: those versions will hold other entries)."""
+        for key in [k for k in self._items if k[1] == partition and k[2] >= version and k[0] in topic_ids]:
+            self.size -= len(self._items.pop(key))

@@ -611,6 +611,24 @@ class Cleaner:
             self._dirty[vnode.dir] = point
         return point
 
+    def truncated(self, vnode: Vnode, version: int) -> None:
+        """``vnode``'s WAL was cut back to ``version`` (:mod:`walgate.storage.truncation`): a pass on it ends where it
+        is (the segments it read are cut), and the dirty point is moved back to ``version`` at most (the versions
+        from there hold other entries now), durably; a refusal is logged (the next pass then takes the new entries
+        below the old point as clean: they are compacted later than they could be, never lost)."""
+        if self._pass is not None and self._pass.vnode is vnode:
+            self._drop(self._pass)
+        if self.dirty_from(vnode) <= version and vnode.dir not in self._horizons:
+            return
+        self._dirty[vnode.dir] = min(self._dirty[vnode.dir], version)
+        self._horizons.pop(vnode.dir, None)  # (cut markers' horizons: found again by the next pass)
+        self._blocked.pop(vnode.dir, None)
+        try:
+            fileio.replace_file(vnode.dir / CHECKPOINT, lines.encode({"dirty_from": self._dirty[vnode.dir]}),
+                                syncs=self.store.syncs)
+        except OSError as exc:
+            log.warning("cleaner: %s: %s", vnode.dir / CHECKPOINT, describe(exc))
+
     def _due(self, vnode: Vnode, settings: CleanerSettings, now_wall: float) -> tuple[float, list[Segment]] | None:
         """(dirty ratio, the cleanable segments) when the partition is due, else None."""
         wal = vnode.wal

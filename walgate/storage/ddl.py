@@ -90,7 +90,8 @@ class Ddl:
 
     def _table_here(self, db: DatabaseDef, name: str) -> bool:
         """Whether table ``name`` of ``db`` exists, as far as this node knows: a cluster database's table whose vgroup
-        is on another node is not seen (a supertable of its name is then made beside it, as TDengine's mnode does)."""
+        is on another node is not seen (the HTTP API sends a CREATE STABLE of such a name to that node:
+        gateway/http_api)."""
         try:
             return self.store.vnode(db.name, name).live(name) is not None
         except NotHere:

@@ -63,6 +63,7 @@ from walgate.storage.sync_schedule import SyncSchedule
 from walgate.storage.topic_configs import wal_options
 from walgate.storage.topic_views import PartitionStats, TopicViews
 from walgate.storage.topics_snapshot import TopicsSnapshot
+from walgate.storage.truncation import truncate_vnode
 from walgate.storage.users import Users
 from walgate.storage.users_key import USERS_KEY, load_users_key
 from walgate.storage.wal import PendingSync
@@ -375,6 +376,12 @@ class Engine:
     def kafka_batch(self, topic: str, partition: int, version: int) -> bytes:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
+
+    def truncate_vnode(self, db: str, index: int, version: int) -> None:
+        """Cut vnode ``index`` of ``db`` back to WAL ``version``, with every state derived from it
+        (:mod:`walgate.storage.truncation`; replication's follower truncation). An exclusive call: it touches the
+        partition's producer state, the cleaner and the batch cache besides the vnode."""
+        truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version)
 
     # ------------------------------------------------------------- committed offsets
 

@@ -1,5 +1,5 @@
-"""An INSERT, a line-protocol or a CSV body split by the node that owns each of its tables (cluster mode;
-docs/cluster.md "SQL writes across nodes").
+"""An INSERT, a CREATE / DROP TABLE, a line-protocol or a CSV body split by the node that owns each of its tables
+(cluster mode; docs/cluster.md "SQL writes across nodes").
 
 Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
 the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
@@ -28,7 +28,12 @@ from walgate.storage.errors import CsvError, InvalidValue
 from walgate.storage.sql import ast
 from walgate.storage.vnode import vnode_of
 
-__all__ = ["Part", "split_csv", "split_insert", "split_lines", "targets_at", "format_positions", "parse_positions"]
+TableDdl = ast.CreateTable | ast.CreateSubtable | ast.CreateStable | ast.DropTable
+"""A statement making or dropping tables that live in their vgroups' vnodes, each table's part sent to the node of
+its vgroup; or a CREATE STABLE, sent to the node of its name's vgroup, which alone sees a normal table of that name."""
+
+__all__ = ["Part", "TableDdl", "split_csv", "split_insert", "split_lines", "split_tables", "tables_at", "targets_at",
+           "format_positions", "parse_positions"]
 
 
 @dataclass(frozen=True)
@@ -50,16 +55,32 @@ def split_insert(stmt: ast.Insert, session: str | None, databases: Mapping[str, 
                  local: int) -> list[Part]:
     """The parts of ``stmt`` (``session``: the current database of unqualified names) per owning node, the node
     asked (``local``) first when it owns any, then by node id. Every target is in exactly one part."""
+    return _split([(target.table, len(target.rows)) for target in stmt.targets], session, databases, local)
+
+
+def split_tables(stmt: TableDdl, session: str | None, databases: Mapping[str, DatabaseDef],
+                 local: int) -> list[Part]:
+    """The parts of the CREATE TABLE, CREATE STABLE or DROP TABLE ``stmt`` (``session``: the current database of
+    unqualified names) per node owning the vgroup of each table it names (its position: its place in ``DROP TABLE``'s
+    list; a CREATE's one table is at 0), the node asked (``local``) first when it owns any, then by node id; no
+    rows."""
+    names = stmt.names if isinstance(stmt, ast.DropTable) else (stmt.name,)
+    return _split([(name, 0) for name in names], session, databases, local)
+
+
+def _split(targets: list[tuple[ast.Name, int]], session: str | None, databases: Mapping[str, DatabaseDef],
+           local: int) -> list[Part]:
+    """The parts of a statement's ``targets`` (each a table and its rows, at its position in the list) per owning
+    node (:func:`split_insert`)."""
     owners: dict[int, list[tuple[int, str, int, str, int]]] = {}
-    for position, target in enumerate(stmt.targets):
-        db_name = target.table.db or session
+    for position, (table, rows) in enumerate(targets):
+        db_name = table.db or session
         db = databases.get(db_name) if db_name is not None else None
         if db is None:  # unknown (or no) database: the node asked answers it
-            owners.setdefault(local, []).append((position, db_name or "", -1, target.table.name, len(target.rows)))
+            owners.setdefault(local, []).append((position, db_name or "", -1, table.name, rows))
             continue
-        vgroup = vnode_of(db.name, target.table.name, db.vgroups)
-        owners.setdefault(db.node_of(vgroup, local), []).append(
-            (position, db.name, vgroup, target.table.name, len(target.rows)))
+        vgroup = vnode_of(db.name, table.name, db.vgroups)
+        owners.setdefault(db.node_of(vgroup, local), []).append((position, db.name, vgroup, table.name, rows))
     parts = []
     for node in sorted(owners, key=lambda n: (n != local, n)):
         entries = owners[node]
@@ -141,12 +162,27 @@ def split_csv(body: bytes, db: DatabaseDef, table: str | None, stable: str | Non
 def targets_at(stmt: ast.Insert, positions: tuple[int, ...]) -> ast.Insert:
     """The INSERT of ``stmt``'s targets at ``positions`` (a forwarded part); InvalidValue for a position that is not
     one of its targets or one given twice."""
+    _check_positions(positions, len(stmt.targets), "tables")
+    return ast.Insert(tuple(stmt.targets[p] for p in positions))
+
+
+def tables_at(stmt: TableDdl, positions: tuple[int, ...]) -> TableDdl:
+    """The CREATE TABLE, CREATE STABLE or DROP TABLE of ``stmt``'s tables at ``positions`` (a forwarded part,
+    :func:`split_tables`; IF EXISTS kept); InvalidValue for a position that is not one of its tables or one given twice."""
+    if not isinstance(stmt, ast.DropTable):
+        _check_positions(positions, 1, "table")
+        return stmt
+    _check_positions(positions, len(stmt.names), "tables")
+    return ast.DropTable(tuple(stmt.names[p] for p in positions), stmt.if_exists)
+
+
+def _check_positions(positions: tuple[int, ...], count: int, what: str) -> None:
+    """InvalidValue unless ``positions`` are distinct, at least one, each one of a statement's ``count``."""
     if len(set(positions)) != len(positions) or not positions:
         raise InvalidValue(f"forwarded part {format_positions(positions)!r}: positions must be distinct, at least one")
     for p in positions:
-        if not 0 <= p < len(stmt.targets):
-            raise InvalidValue(f"forwarded part: the INSERT has {len(stmt.targets)} tables, no position {p}")
-    return ast.Insert(tuple(stmt.targets[p] for p in positions))
+        if not 0 <= p < count:
+            raise InvalidValue(f"forwarded part: the statement has {count} {what}, no position {p}")
 
 
 def format_positions(positions: tuple[int, ...]) -> str:

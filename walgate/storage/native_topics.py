@@ -77,6 +77,11 @@ class NativeTopics:
         for vnode in self.store.vnodes[topic.db]:
             self._open_producers(topic, vnode)
 
+    def rebuild_producers(self, topic: TopicDef, vnode: Vnode) -> None:
+        """A partition's WAL was cut back (:func:`walgate.storage.truncation.truncate_vnode`): its producer and
+        transaction state is rebuilt from the batches it keeps, as an open does."""
+        self._open_producers(topic, vnode)
+
     def _open_producers(self, topic: TopicDef, vnode: Vnode) -> None:
         """Rebuild a partition's producer and transaction state from the batches in its WAL (lost entries are
         skipped: a lost marker leaves its transaction open, for the coordinator to end again)."""

@@ -245,6 +245,31 @@ class OffsetIndex:
             setattr(self, name, array("q", (old[i] for i in keep)))
         self._rewrite()
 
+    def truncate_to(self, version: int) -> None:
+        """The WAL was cut back to ``version`` (its entries at and after it gone): forget their records, so the next
+        entry indexed gets the offset the first forgotten one had, as on a replica that never had them; the log
+        start stays unless it was past that offset (then it is that offset, as Kafka's log start never passes its
+        end). The file is rewritten (a refusal is repaired at close or rebuilt at the next open, whose check drops
+        records past the WAL's end anyway)."""
+        i = bisect_left(self.versions, version)
+        if i < len(self.versions):
+            self.end_offset = self.offsets[i]
+            for a in (self.offsets, self.versions, self.counts, self.running_max):
+                del a[i:]
+            self._rewrite()
+        self.indexed_to = min(self.indexed_to, version)
+        if self.log_start > self.end_offset:
+            self._move_start(self.end_offset)
+
+    def _move_start(self, offset: int) -> None:
+        """The log starts at ``offset`` (a retention or a truncation moved it): saved now, or retried on close."""
+        self.log_start = offset
+        try:
+            self._save_start(offset)
+        except OSError as exc:
+            log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
+            self._start_saved = False
+
     @property
     def _start_path(self) -> Path:
         return self.path.with_suffix(".start")
@@ -268,13 +293,7 @@ class OffsetIndex:
         record now is recorded on close, or derived again at the next start)."""
         i = bisect_left(self.versions, version)
         if i and i == len(self.versions) and self.end_offset > self.log_start:
-            # all gone: remember where the log starts, or offsets would restart at 0
-            self.log_start = self.end_offset
-            try:
-                self._save_start(self.log_start)
-            except OSError as exc:
-                log.warning("%s: could not save the log start (retried on close): %s", self._start_path, exc)
-                self._start_saved = False
+            self._move_start(self.end_offset)  # all gone: remember where the log starts, or offsets would restart at 0
         self._forget(i, self.offsets[i] if i < len(self.offsets) else self.end_offset)
 
     def close(self) -> None:

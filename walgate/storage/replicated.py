@@ -12,7 +12,6 @@ the leader's own. Library code for the replica fetcher (docs/plans/replication-w
 
 from __future__ import annotations
 
-from walgate.storage.entry import decode_entry
 from walgate.storage.native_topics import replay_batch
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -27,16 +26,18 @@ def append_replicated(store: Store, views: TopicViews, vnode: Vnode, raw: bytes,
     """Append the leader's entries ``raw`` (whole batches from WAL version ``first_version``, of leader ``epoch``)
     to ``vnode`` of ``store`` as they are, then advance every topic's offset index over the vnode and, for a
     Kafka-native topic, its partition's producer state; the vnode's next version. Raises what
-    :meth:`Vnode.append_replicated` raises (EntriesRefused, StorageUnavailable), before anything is derived."""
-    entries = vnode.append_replicated(raw, first_version, epoch)
+    :meth:`Vnode.append_replicated` raises (EntriesRefused, with nothing written, also for a Kafka batch whose base
+    offset is below the partition's next offset; StorageUnavailable), before anything is derived."""
     topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
-    if not entries or not topics:
+    native = [store.indexes[(t.name, vnode.index)] for t in topics if t.kind == "kafka"]
+    checked = vnode.append_replicated(raw, first_version, epoch, native[0].end_offset if native else None)
+    if not checked or not topics:
         return vnode.wal.next_version
-    views.index(vnode, [decode_entry(e) for e in entries], vnode.wal.next_version, [t.name for t in topics])
+    views.index(vnode, [c.decoded for c in checked], vnode.wal.next_version, [t.name for t in topics])
     for topic in topics:
         producers = store.producers.get((topic.name, vnode.index)) if topic.kind == "kafka" else None
         if producers is not None:
-            for entry in entries:
-                if entry.kind == KIND_KAFKA:
-                    replay_batch(producers, entry.body)
+            for c in checked:
+                if c.entry.kind == KIND_KAFKA:
+                    replay_batch(producers, c.entry.body)
     return vnode.wal.next_version

@@ -55,8 +55,8 @@ from walgate.storage.catalog import DatabaseDef, StableDef, column_from_json
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.damage import DamageLog
 from walgate.storage.durability import Unsynced
-from walgate.storage.entry import decode_entry
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.entry_check import CheckedEntry, Undecodable, checked_entries, decode_whole
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
@@ -205,7 +205,7 @@ class Vnode:
             self.live_count += sum(not t.dropped for t in self._dirty.values())
         for entry in self.wal.read_from(start):
             if entry.kind == KIND_META and entry.version >= start:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+                self._replay_meta(entry)
         self._applied = max(self._applied, self.wal.next_version)  # every meta entry in the WAL is applied
         try:
             self._flush(self.wal.next_version, durable=legacy.exists())
@@ -213,6 +213,17 @@ class Vnode:
                 fileio.unlink(legacy)  # the store covers it, on disk
         except (OSError, StorageUnavailable) as exc:  # the tables stay in memory; the WAL still holds every meta entry
             log.warning("%s: %s: the table meta store is written later", self.dir, exc)
+
+    def _replay_meta(self, entry: WalEntry) -> None:
+        """Apply the WAL's meta entry ``entry`` again (an open, a rebuilt store). One that does not decode whole
+        (:func:`~walgate.storage.entry_check.decode_whole`: a bug's, since its checksums held) is reported damaged,
+        its bytes quarantined, and skipped, as an entry whose checksum fails: every read of the WAL skips it."""
+        try:
+            meta = decode_whole(entry).meta
+        except Undecodable as exc:
+            self.wal.damaged(entry.version, f"a meta entry that does not decode: {exc}")
+            return
+        self.apply_meta(meta or {}, entry.version)
 
     def _load_checkpoint(self, path: Path) -> int:
         """Take the tables of ``tables.ckpt`` (written by walgate before the meta store); the WAL version to replay
@@ -297,27 +308,43 @@ class Vnode:
                 self._try_flush()
             start = end
 
-    def append_replicated(self, raw: bytes, first_version: int, epoch: int) -> list[WalEntry]:
+    def append_replicated(self, raw: bytes, first_version: int, epoch: int,
+                          kafka_end: int | None = None) -> list[CheckedEntry]:
         """A follower's copy of its leader's WAL entries ``raw`` (whole batches from version ``first_version``,
-        written in leader epoch ``epoch``): the epoch is begun in the leader-epoch cache first when it is newer than
-        the cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open
-        drops), the bytes appended as they are (:meth:`Wal.append_verbatim`), then their meta entries applied as a
-        local write applies its own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay.
-        Returns the entries, for the caller to advance what the vnode's topics derive from them
-        (:func:`walgate.storage.replicated.append_replicated`). EntriesRefused (nothing written) for entries that
-        fail their checks or of an epoch older than the cache's latest; StorageUnavailable (nothing appended) when
-        the disk refuses."""
+        written in leader epoch ``epoch``; ``kafka_end``: the offset the vnode's Kafka-native partition numbers its
+        next batch, None when it holds none). Every check comes first: the epoch no older than the cache's latest,
+        ``first_version`` this WAL's next version, and every entry's format and body
+        (:func:`~walgate.storage.entry_check.checked_entries`); EntriesRefused, with nothing written and the
+        cache as it was, when one fails. Then the epoch is begun in the leader-epoch cache when it is newer than the
+        cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open drops),
+        the bytes appended as they are (:meth:`Wal.append_verbatim`; StorageUnavailable, nothing appended and the
+        begun epoch cut back, when the disk refuses), then their meta entries applied as a local write applies its
+        own (:meth:`apply_meta`, :meth:`end_write`): the tables a restart would replay. Returns the entries,
+        decoded, for the caller to advance what the vnode's topics derive from them
+        (:func:`walgate.storage.replicated.append_replicated`)."""
         if epoch < self.epochs.latest_epoch:
             raise EntriesRefused(f"{self.dir}: entries of leader epoch {epoch}, older than the latest one here "
                                  f"({self.epochs.latest_epoch})")
-        if epoch > self.epochs.latest_epoch:
+        if first_version != self.wal.next_version:
+            raise EntriesRefused(f"{self.dir}: entries from version {first_version} do not continue the WAL, "
+                                 f"whose next version is {self.wal.next_version}")
+        checked = checked_entries(raw, first_version, kafka_end)
+        if not checked:
+            return []
+        begun = epoch > self.epochs.latest_epoch
+        if begun:
             self.epochs.begin(epoch, first_version)
-        entries = self.wal.append_verbatim(raw, first_version)
-        for entry in entries:
-            if entry.kind == KIND_META:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+        try:
+            self.wal.append_verbatim(raw, first_version)
+        except (StorageUnavailable, EntriesRefused):
+            if begun:
+                self.epochs.truncate_from_end(first_version)
+            raise
+        for c in checked:
+            if c.decoded.meta is not None:
+                self.apply_meta(c.decoded.meta, c.entry.version)
         self.end_write()
-        return entries
+        return checked
 
     def _create(self, name: str, meta: dict[str, Any], version: int) -> None:
         """The table of create meta ``meta`` (named ``name``) of WAL ``version`` in the changed tables, counted."""
@@ -402,8 +429,57 @@ class Vnode:
         self.live_count = 0
         for entry in self.wal.read_from(0):
             if entry.kind == KIND_META:
-                self.apply_meta(decode_entry(entry).meta or {}, entry.version)
+                self._replay_meta(entry)
         self._flush(self.wal.next_version)
+
+    def truncate_to(self, version: int) -> None:
+        """Cut this vnode back to WAL ``version`` (:meth:`Wal.truncate_to`: an entry's first version, or the end),
+        and what it derives from the WAL with it: the leader-epoch cache forgets the epochs starting at or after it,
+        (a cache left empty is a new vnode's: epoch 0 from version 0, until replicas), and the tables are those of
+        the meta entries below it. How the tables follow: when no meta entry is cut,
+        the meta store is first written (fsynced) as covering ``version`` (its rows are all of entries below it), so
+        a crash at any point after finds it consistent with the WAL, cut or not; when one is, the store is rebuilt
+        from the WAL's meta entries after the cut (a crash before that finds it covering a version past the WAL's
+        end, which the open rebuilds the same way). ValueError for a cut that is no entry's start; StorageError,
+        nothing cut, for one that would cut meta entries while retention deleted versions (their tables could not
+        be rebuilt); StorageUnavailable, nothing cut, when the disk refuses the store's write or the WAL's intent.
+        A refusal rebuilding the store after the cut is StorageUnavailable too, the WAL then cut: the vnode must be
+        opened again (its open rebuilds the store)."""
+        if version == self.wal.next_version:
+            return
+        if not self.wal.first_version <= version <= self.wal.next_version:
+            raise ValueError(f"{self.dir}: version {version} is outside the WAL [{self.wal.first_version}, "
+                             f"{self.wal.next_version}]")
+        cut_meta = any(e.kind == KIND_META for e in self.wal.read_from(version))
+        if cut_meta and self.wal.first_version > 0:
+            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables created there, and "
+                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
+        if not cut_meta and self._store.covered > version:
+            self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
+        self.wal.truncate_to(version)
+        self._applied = min(self._applied, version)
+        self.epochs.truncate_from_end(version)
+        self.epochs.lead_single_node(new=version == 0)  # (an emptied cache: as a new vnode's, see __init__)
+        if cut_meta:
+            self._rebuild_after_cut()
+
+    def _rebuild_after_cut(self) -> None:
+        """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
+        self._store.close()
+        self._cache.clear()
+        self._dirty.clear()
+        self._bodies.clear()
+        self._dropped_stables.clear()
+        self._absent.clear()
+        self._applied = 0
+        self.live_count = 0
+        self._refused = False
+        self._flush_at = FLUSH_TABLES
+        self._store = _new_store(self._store.path)
+        for entry in self.wal.read_from(0):
+            if entry.kind == KIND_META:
+                self._replay_meta(entry)
+        self._flush(self.wal.next_version, durable=True)
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t

@@ -145,6 +145,7 @@ from walgate.storage.wal_format import (
     sealed_index,
 )
 from walgate.storage.wal_recovery import recover
+from walgate.storage.wal_truncate import INTENT, Cut, finish, write_intent
 from walgate.storage.wal_verbatim import EntriesRefused, parse
 
 __all__ = [
@@ -393,6 +394,7 @@ class Wal:
         self._active_born = self.clock.time()  # wall time of the active segment's first append (or of the open)
         self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
         self._merges: list[_Merge] = []  # the cleaner's committed merges not finished yet (see merge_segments)
+        self._cut_pending = False  # a truncation is cut in memory and its intent durable, its file steps not done
 
     # ------------------------------------------------------------------ open
 
@@ -405,6 +407,11 @@ class Wal:
         engine's); None: its own."""
         directory.mkdir(parents=True, exist_ok=True)
         wal = cls(directory, options, damage, unsynced, owner, clock, files, syncs)
+        try:  # a truncation a crash interrupted is finished before any segment is read (wal_truncate.py)
+            finish(directory, wal.syncs, wal._report)
+        except OSError as exc:
+            raise StorageUnavailable(f"wal {directory}: cannot finish an interrupted truncation ({describe(exc)}); "
+                                     "it opens once the disk accepts writes") from exc
         recovered = recover(directory, first_version, wal._report, wal.files, wal.syncs)
         wal.segments = recovered.segments
         wal._running_max = recovered.running_max
@@ -633,6 +640,67 @@ class Wal:
             return
         self.durable_version = self.next_version
 
+    def truncate_to(self, version: int) -> None:
+        """Cut the log back to ``version``: every entry at and after it is gone, its versions go to the next append
+        (a follower truncating to its leader's log, KIP-101/279). ``version`` is an entry's first version or
+        :attr:`next_version` (nothing to cut); ValueError otherwise, or below the log start.
+
+        Durable and all or nothing across a crash (:mod:`walgate.storage.wal_truncate`): the intent is written
+        first, and StorageUnavailable, with nothing cut, when the disk refuses it before it is in place (or a log
+        cleaner's merge the disk refused is still unfinished; once in place, the cut goes on). Once it is written, memory is cut and the files follow; when the disk refuses
+        a file step the WAL is fenced (appends retry it first, a restart finishes it), as after a failed undo. A
+        :class:`FileRegion` or :class:`WalSnapshot` taken before must not be read after (the caller's lane)."""
+        if version == self.next_version:
+            return
+        s = bisect_right(self.segments, version, key=_first) - 1
+        seg = self.segments[s] if s >= 0 else None
+        i = bisect_left(seg.versions, version) if seg is not None else 0
+        if seg is None or version > self.next_version or i == len(seg.versions) or seg.versions[i] != version:
+            raise ValueError(f"wal {self.dir}: no entry begins at version {version} (log [{self.first_version}, "
+                             f"{self.next_version}))")
+        if not self.finish_merges():
+            raise StorageUnavailable(f"wal {self.dir}: a log cleaner's merge is unfinished; nothing was cut")
+        cut = Cut(version, seg.first, seg.positions[i])
+        try:
+            write_intent(self.dir, cut, self.syncs)
+        except OSError as exc:
+            if not (self.dir / INTENT).exists():
+                raise StorageUnavailable(f"wal {self.dir}: the truncation to version {version} could not be "
+                                         f"recorded ({describe(exc)}); nothing was cut") from exc
+            # renamed into place, its directory's fsync refused: a restart may find it, so the cut goes on
+            log.warning("wal %s: the truncation to version %d is recorded but not yet durable (%s)", self.dir,
+                        version, describe(exc))
+        if seg.checked is not None:  # it may take appends again: check the bodies it keeps once, now
+            file = self.files.get(seg.path)
+            for j in range(i):
+                if not seg.checked[j >> 3] & (1 << (j & 7)):
+                    with contextlib.suppress(CorruptEntry):  # (reported, and never served)
+                        self._read_at(seg, j, file)
+            seg.checked = None
+        for gone in self.segments[s + 1:]:
+            gone.forget_files(self.files)
+        if s + 1 < len(self.segments) or self._resync_from is not None and self._resync_from >= cut.position:
+            self._resync_from = None  # (what it would rewrite is cut)
+        del self.segments[s + 1:]
+        del seg.versions[i:], seg.positions[i:], seg.running_max[i:]
+        seg.size = cut.position
+        self._reported = {(f, p) for f, p in self._reported if f < seg.first or f == seg.first and p < seg.size}
+        previous = self.segments[s - 1].running_max if s else None
+        self._running_max = seg.running_max[-1] if seg.running_max else previous[-1] if previous else TS_MIN
+        self.next_version = version
+        self.durable_version = min(self.durable_version, version)
+        self._undo = None
+        self._sync_generation += 1  # a sync taken before the cut proves nothing about what is appended after it
+        self._active_born = self.clock.time()
+        self._active_first_ts = next((e.max_ts for e in self.read_from(seg.first)), -1) if seg.size else -1
+        if self.unsynced is not None and self.group_commit:
+            self.unsynced.note(self, self.next_version)
+        self._cut_pending = True
+        try:
+            self._restore()
+        except OSError as exc:
+            self._fence(f"the truncation to version {version}", exc)
+
     def _refuse(self, exc: OSError, path: Path, what: str) -> StorageUnavailable:
         """Undo a failed write (disk back to memory) and say so; fence the WAL when even that fails."""
         try:
@@ -659,7 +727,12 @@ class Wal:
 
     def _restore(self) -> None:
         """Make the disk match memory: cut the active log back to its last complete entry, remove a half-made
-        next segment, create the active log if missing. Raises OSError."""
+        next segment, create the active log if missing; first, the file steps of a truncation (:meth:`truncate_to`)
+        the disk refused. Raises OSError."""
+        if self._cut_pending:  # (the intent's removal made durable too: appends never follow an intent a crash
+            finish(self.dir, self.syncs, self._report)  # could bring back, which would cut them off)
+            fileio.fsync_dir(self.dir, syncs=self.syncs)
+            self._cut_pending = False
         seg = self.segments[-1]
         created = not seg.path.exists()
         log_file = self.files.get(seg.path, APPEND)

@@ -1,0 +1,337 @@
+"""The partition states in etcd and the controller's reconciliation (issue 25, step 3): the codec and the batching
+(pure, seeded), then real etcd with in-process nodes: failover from the ISR, KIP-903's fencing of a re-registered
+replica, a leader's refused ISR proposals, a zombie controller, and etcd losing its majority."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from cluster_support import KEYS, Node, eventually, within
+from etcd_cluster import EtcdCluster, etcd_cluster
+
+from walgate.cluster.etcd import tx
+from walgate.cluster.model import ControlPlaneUnavailable, NotController
+from walgate.cluster.partition_codec import (
+    MAX_STATES_PER_TXN,
+    PartitionId,
+    PartitionStateDamaged,
+    batches,
+    decode_state,
+    encode_state,
+    partition_id,
+    partition_key,
+    reconcile_all,
+)
+from walgate.cluster.partition_states import PartitionStates, Reconciler
+from walgate.replication.partition import (
+    NO_LEADER,
+    AlterIsr,
+    IsrMember,
+    PartitionState,
+    alter_partition,
+    initial_state,
+    reconcile,
+)
+from walgate.wire.errors import ErrorCode
+
+
+def _random_state(rng: random.Random) -> PartitionState:
+    """A state the rules reach: an initial state, then random registrations, fencing, elections and ISR changes."""
+    nodes = rng.sample(range(1, 9), rng.randint(1, 5))
+    epochs = {n: rng.randint(1, 50) for n in nodes}
+    state = initial_state(tuple(nodes), {n: e for n, e in epochs.items() if rng.random() < 0.8},
+                          rng.randint(1, len(nodes)), rng.random() < 0.3)
+    for _ in range(rng.randint(0, 6)):
+        live = {n: epochs[n] + (rng.random() < 0.2) for n in nodes if rng.random() < 0.7}
+        mine = tuple(m for m in state.isr if m.replica == state.leader)
+        joiners = tuple(IsrMember(n, e) for n, e in live.items() if n != state.leader and n in state.replicas)
+        new = reconcile(state, live) if rng.random() < 0.6 else alter_partition(state, AlterIsr(
+            state.leader, state.leader_epoch, state.partition_epoch, tuple(sorted(mine + joiners))), live)
+        state = new if isinstance(new, PartitionState) else state
+    return state
+
+
+def test_the_codec_round_trips_and_refuses_damage_clearly() -> None:
+    rng = random.Random(25)
+    for _ in range(150):
+        state = _random_state(rng)
+        value = encode_state(state)
+        assert decode_state(value, state.partition_epoch) == state
+        for cut in range(len(value)):  # truncation: damaged or (never here) another valid state, nothing else
+            with pytest.raises(PartitionStateDamaged):
+                decode_state(value[:cut], 7)
+        for _ in range(20):
+            at = rng.randrange(len(value))
+            flipped = value[:at] + bytes([value[at] ^ (1 << rng.randrange(8))]) + value[at + 1:]
+            try:
+                again = decode_state(flipped, 7)
+            except PartitionStateDamaged:
+                continue
+            assert decode_state(encode_state(again), 7) == again  # a flip that still reads is a whole valid state
+    good = json.loads(encode_state(initial_state((1, 2, 3), {1: 5, 2: 6, 3: 7}, 2)))
+    for broken, why in [({"leader": 9}, "leader not in the ISR"), ({"isr": [[1, 5], [4, 1]]}, "not a replica"),
+                        ({"elr": [1]}, "in the ISR"), ({"replicas": [1, 1, 2]}, "replicas repeated"),
+                        ({"min_isr": 4}, "min_isr"), ({"leader_epoch": "0"}, "not an integer"),
+                        ({"unclean": 0}, "not a boolean"), ({"isr": [[1]]}, "replica, broker epoch")]:
+        with pytest.raises(PartitionStateDamaged, match=why):
+            decode_state(json.dumps(good | broken).encode(), 3)
+    with pytest.raises(PartitionStateDamaged, match="not walgate's"):
+        decode_state(b'["a list"]', 3)
+    pid = PartitionId("3f0c9a", 4)
+    assert partition_id(KEYS, partition_key(KEYS, pid)) == pid
+    for key in (KEYS.root + b"partitions/db", KEYS.root + b"partitions/db/x", KEYS.root + b"nodes/1"):
+        with pytest.raises(PartitionStateDamaged, match="not a partition state's key"):
+            partition_id(KEYS, key)
+
+
+def test_reconciliation_of_many_partitions_is_cut_into_transactions_of_at_most_60() -> None:
+    rng = random.Random(3)
+    registered = {1: 10, 2: 11, 3: 12}
+    states = {PartitionId(f"db{i % 3}", i): initial_state(tuple(rng.sample((1, 2, 3), 3)), registered, 2)
+              for i in range(157)}
+    assert reconcile_all(states, registered) == {}
+    changes = reconcile_all(states, {2: 11, 3: 12})  # node 1 gone: every ISR shrinks, its leaderships move
+    assert set(changes) == set(states)
+    assert all(s.leader in (2, 3) and 1 not in s.isr_ids for s in changes.values())
+    cut = list(batches(changes))
+    assert [len(b) for b in cut] == [60, 60, 37] and MAX_STATES_PER_TXN == 60
+    assert [pid for b in cut for pid in b] == sorted(changes)
+
+
+def _start(node: Node) -> Reconciler:
+    """Registration, election and reconciliation of ``node`` as running tasks."""
+    reconciler = Reconciler(PartitionStates(node.session, KEYS), node.election, retry_delay=0.2)
+    node.start("registration", "election")
+    node.tasks.append(asyncio.create_task(reconciler.run()))
+    return reconciler
+
+
+async def _create(node: Node, states: dict[PartitionId, PartitionState]) -> None:
+    """What step 2's controller does with a new database: its vgroups' states, in fenced transactions."""
+    view = PartitionStates(node.session, KEYS)
+    for batch in batches(states):
+        compare, ops = [], []
+        for pid in batch:
+            c, o = view.creation(pid, states[pid])
+            compare += c
+            ops += o
+        ok, _ = await node.election.fenced_txn(compare, ops)
+        assert ok
+
+
+async def _controller(nodes: list[Node]) -> Node:
+    async def elected() -> bool:
+        return any(n.election.epoch is not None for n in nodes)
+
+    await eventually("a controller", elected)
+    return next(n for n in nodes if n.election.epoch is not None)
+
+
+async def _until(view: PartitionStates, pid: PartitionId, what: str, check: object) -> PartitionState:
+    found: list[PartitionState] = []
+
+    async def holds() -> bool:
+        state = await view.read(pid)
+        if state is not None and check(state):  # type: ignore[operator]
+            found.append(state)
+            return True
+        return False
+
+    await eventually(what, holds)
+    return found[-1]
+
+
+async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(etcd1: EtcdCluster,
+                                                                               tmp_path: Path) -> None:
+    nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
+    try:
+        for n in nodes:
+            _start(n)
+        await eventually("all registered", lambda: _all_registered(nodes))
+        epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
+        led_by_1 = {PartitionId("d1", v): initial_state((1, 2, 3), epochs, 2) for v in range(130)}
+        led_by_2 = {PartitionId("d2", v): initial_state((2, 3, 1), epochs, 2) for v in range(5)}
+        follower = PartitionStates(nodes[2].session, KEYS)  # what every node does: read, then watch
+        seen: list[tuple[PartitionId, PartitionState | None]] = []
+        nodes[2].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: seen.append((pid, s)))))
+        await eventually("the follower read", lambda: _following(follower))
+        await _create(await _controller(nodes), led_by_1 | led_by_2)
+        view = PartitionStates(nodes[1].session, KEYS)
+        await nodes[0].close()  # its lease revoked: nodes/1 goes, and its candidacy if it was the controller
+
+        async def all_moved() -> bool:
+            states = await view.read_all()
+            return len(states) == 135 and all(1 not in s.isr_ids and s.leader == 2 for s in states.values())
+
+        await eventually("every partition led by node 2, node 1 out of every ISR", all_moved)
+        states = view.states
+        for pid in led_by_1:
+            assert states[pid].leader == 2 and states[pid].leader_epoch == 1, states[pid]
+            assert states[pid].isr == (IsrMember(2, epochs[2]), IsrMember(3, epochs[3])) and states[pid].elr == ()
+        for pid in led_by_2:
+            assert states[pid].leader == 2 and states[pid].leader_epoch == 0 and 1 not in states[pid].isr_ids
+        await eventually("the follower saw it all", lambda: _same(follower, view))
+        assert [pid for pid, _ in seen] == sorted(led_by_1 | led_by_2) * 2  # created, then changed: once each
+        per_txn = Counter(s.partition_epoch for s in states.values())  # one etcd revision per transaction
+        assert max(per_txn.values()) <= MAX_STATES_PER_TXN and len(per_txn) >= 3
+        # a watch that broke halfway through one transaction's events resumes with the rest of them, once each
+        resumed = PartitionStates(nodes[2].session, KEYS)
+        await resumed.read_all()
+        last_txn = max(per_txn)
+        unseen = sorted(pid for pid, s in resumed.states.items() if s.partition_epoch == last_txn)[per_txn[last_txn] // 2:]
+        for pid in unseen:
+            del resumed.states[pid]
+        resumed.revision = last_txn
+        reported: list[PartitionId] = []
+        nodes[2].tasks.append(asyncio.create_task(resumed.follow(lambda pid, s: reported.append(pid))))
+        await eventually("the rest of the transaction", lambda: _same(resumed, view))
+        assert reported == unseen
+    finally:
+        for n in nodes:
+            await n.close()
+
+
+async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_proposals_are_refused(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """KIP-903 (a broker back under a new broker epoch leaves the ISR and is not elected from it) and KIP-497 (a
+    leader's ISR change compares the partition epoch it read; a deposed leader's is FENCED_LEADER_EPOCH)."""
+    n1, n2, n3 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
+    pid = PartitionId("d", 0)
+    try:
+        for n in nodes:
+            _start(n)
+        await eventually("all registered", lambda: _all_registered(nodes))
+        epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
+        await _create(await _controller(nodes), {pid: initial_state((1, 2, 3), epochs, 2)})
+        view = PartitionStates(n1.session, KEYS)
+        assert n3.registration.lease_id is not None
+        await n3.session.revoke(n3.registration.lease_id)  # node 3 registers again: a new broker epoch
+        s1 = await _until(view, pid, "node 3 fenced out of the ISR", lambda s: 3 not in s.isr_ids)
+        assert s1.leader == 1 and s1.leader_epoch == 0 and s1.isr == (IsrMember(1, epochs[1]), IsrMember(2, epochs[2]))
+        await eventually("node 3 registered again", lambda: _registered_again(n3, epochs[3]))
+        back = {1: epochs[1], 2: epochs[2], 3: epochs[3]}  # the leader's view of node 3 is its old registration
+        out = await view.alter_isr(s1, pid, AlterIsr(1, 0, s1.partition_epoch, (*s1.isr, IsrMember(3, epochs[3]))),
+                                   back)
+        assert out.error == ErrorCode.ineligible_replica and out.state == s1  # etcd compared nodes/3's revision
+        shrink = AlterIsr(1, 0, s1.partition_epoch, (IsrMember(1, epochs[1]),))
+        s2 = (await view.alter_isr(s1, pid, shrink, back)).state
+        assert s2 is not None and s2.isr_ids == {1} and s2.elr == (2,) and s2.partition_epoch > s1.partition_epoch
+        stale = await view.alter_isr(s1, pid, shrink, back)  # the same proposal from the state it no longer is
+        assert stale.error == ErrorCode.invalid_update_version and stale.state == s2
+        s3 = (await view.alter_isr(s2, pid, AlterIsr(1, 0, s2.partition_epoch, s1.isr), back)).state
+        assert s3 is not None and s3.isr == s1.isr and s3.elr == ()
+        await n1.close()
+        s4 = await _until(view, pid, "node 2 elected", lambda s: s.leader == 2)
+        assert s4.leader_epoch == 1 and s4.isr == (IsrMember(2, epochs[2]),) and s4.elr == (1,)
+        deposed = await PartitionStates(n2.session, KEYS).alter_isr(s3, pid, AlterIsr(1, 0, s3.partition_epoch,
+                                                                                      s1.isr), back)
+        assert deposed.error == ErrorCode.fenced_leader_epoch and deposed.state == s4
+        await n2.close()
+        view = PartitionStates(n3.session, KEYS)
+        s5 = await _until(view, pid, "no leader", lambda s: s.leader == NO_LEADER)
+        assert s5.isr == () and s5.elr == (1, 2) and s5.leader_epoch == 2  # node 3 is live, and not eligible
+        revision = (await n3.session.get(partition_key(KEYS, pid)))
+        assert revision is not None and revision.mod_revision == s5.partition_epoch
+    finally:
+        for n in nodes:
+            await n.close()
+
+
+async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluster, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """And a damaged value or key under partitions/ is reported and left out, and the controller goes on."""
+    old = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    new = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=2)
+    pid = PartitionId("d", 0)
+    try:
+        new.start("registration")
+        await within(new.registration.wait_registered())
+        await old.registration.register()
+        await old.election.campaign()  # no keep-alive runs for it: as if its process were paused
+        epochs = {1: old.registration.epoch or 0, 2: new.registration.epoch or 0}
+        await _create(old, {pid: initial_state((1, 2), epochs, 1)})
+        before = await old.session.get(partition_key(KEYS, pid))
+        new.start("election")
+        await within(new.election.wait_elected())  # after the old controller's lease expired
+        zombie = Reconciler(PartitionStates(old.session, KEYS), old.election)
+        with pytest.raises(NotController, match="no longer the elected one"):
+            await zombie.reconcile_once()  # node 1 is gone: it would elect node 2, and may not
+        after = await old.session.get(partition_key(KEYS, pid))
+        assert before is not None and after is not None and after.mod_revision == before.mod_revision
+        assert zombie.written == 0 and old.election.epoch is None
+        damaged = {partition_key(KEYS, PartitionId("d", 1)): encode_state(initial_state((1, 2), epochs, 1))[:-9],
+                   KEYS.root + b"partitions/d": encode_state(initial_state((1, 2), epochs, 1))}
+        for key, value in damaged.items():
+            await new.session.txn([], [tx.Put(key, value)])
+        new.tasks.append(asyncio.create_task(Reconciler(PartitionStates(new.session, KEYS), new.election).run()))
+        view = PartitionStates(new.session, KEYS)
+        state = await _until(view, pid, "node 2 elected", lambda s: s.leader == 2)
+        assert state.leader_epoch == 1 and state.isr == (IsrMember(2, epochs[2]),)
+        assert list(await view.read_all()) == [pid]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any("d/1" in e and "not walgate's" in e for e in errors), errors
+        assert any("partitions/d'" in e and "not a partition state's key" in e for e in errors), errors
+        assert all(r.exc_info is None for r in caplog.records)
+    finally:
+        await old.close()
+        await new.close()
+
+
+async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tmp_path: Path) -> None:
+    with etcd_cluster(tmp_path / "etcd", 3) as etcd:
+        leader = Node(etcd.endpoints, 1, tmp_path / "n1", ttl=2, timeout=1.0)
+        others = [Node(etcd.endpoints, i, tmp_path / f"n{i}", ttl=20, timeout=1.0) for i in (2, 3)]
+        nodes = [leader, *others]
+        pid = PartitionId("d", 0)
+        try:
+            reconciler = _start(others[0])
+            controller = await _controller(others[:1])  # node 2, whose registration outlives the outage
+            _start(leader)
+            _start(others[1])
+            await eventually("all registered", lambda: _all_registered(nodes))
+            epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
+            await _create(controller, {pid: initial_state((1, 2, 3), epochs, 2)})
+            follower = PartitionStates(others[1].session, KEYS)
+            others[1].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: None)))
+            await eventually("the follower read", lambda: _following(follower))
+            for member in etcd.members[1:]:
+                member.stop()
+            await leader.stop()  # the leader dies while etcd cannot let its lease expire
+            died = asyncio.get_running_loop().time()
+            with pytest.raises(ControlPlaneUnavailable):
+                await reconciler.reconcile_once()  # a pass now reads nothing and writes nothing
+            await asyncio.sleep(max(0.0, died + 2.5 - asyncio.get_running_loop().time()))  # past the leader's TTL
+            for member in etcd.members[1:]:
+                member.start()
+            await asyncio.to_thread(etcd.wait_healthy, etcd.members)
+            view = PartitionStates(others[0].session, KEYS)
+            state = await _until(view, pid, "node 2 elected after etcd's recovery", lambda s: s.leader == 2)
+            kv = await others[0].session.get(partition_key(KEYS, pid))
+            assert kv is not None and kv.version == 2  # created, then this one election: nothing in between
+            assert state.leader_epoch == 1 and state.isr == (IsrMember(2, epochs[2]), IsrMember(3, epochs[3]))
+            assert all(n.registration.epoch == epochs[n.info.node_id] for n in others)
+            await eventually("the follower's watch resumed", lambda: _same(follower, view))
+        finally:
+            for n in nodes:
+                await n.close()
+
+
+async def _all_registered(nodes: list[Node]) -> bool:
+    return all(n.registration.epoch is not None for n in nodes)
+
+
+async def _registered_again(node: Node, old_epoch: int) -> bool:
+    return node.registration.epoch is not None and node.registration.epoch > old_epoch
+
+
+async def _following(view: PartitionStates) -> bool:
+    return view.revision > 0  # its first read is done: it watches from there
+
+
+async def _same(follower: PartitionStates, view: PartitionStates) -> bool:
+    return follower.states == await view.read_all()

@@ -1,0 +1,126 @@
+"""The partition states' etcd form: ``partitions/<db id>/<vgroup>`` keys, their JSON values, and the controller's
+batches of changes. Pure: no I/O, no asyncio (:mod:`walgate.cluster.partition_states` reads and writes etcd).
+
+A value is ``{"replicas": [...], "leader": id|-1, "leader_epoch": n, "isr": [[id, broker epoch], ...], "elr": [...],
+"min_isr": n, "unclean": bool}``; the partition epoch is not in it: it is the key's ``mod_revision``, which every
+write of the key compares (KIP-497's partition epoch, grown by etcd itself on every change). A value that is not a
+state :class:`~walgate.replication.partition.PartitionState` allows (not JSON, a field missing or of another type, a
+broken invariant) raises :class:`PartitionStateDamaged`, never another exception.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from walgate.cluster.model import ControlPlaneError, Keys
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, reconcile
+
+__all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partitions_prefix", "partition_key",
+           "partition_id", "encode_state", "decode_state", "reconcile_all", "batches"]
+
+MAX_STATES_PER_TXN = 60
+"""States one controller transaction writes: a ``mod_revision`` compare and a put each, plus the controller-epoch
+compare, within etcd 3.4's 128 operations per transaction."""
+
+
+class PartitionStateDamaged(ControlPlaneError):
+    """A ``partitions/`` key or value in etcd is not a partition state walgate wrote."""
+
+
+@dataclass(frozen=True, order=True)
+class PartitionId:
+    """A vnode, the unit of replication: vgroup ``vgroup`` of database ``db_id``."""
+
+    db_id: str
+    vgroup: int
+
+
+def partitions_prefix(keys: Keys) -> bytes:
+    return keys.root + b"partitions/"
+
+
+def partition_key(keys: Keys, pid: PartitionId) -> bytes:
+    if not pid.db_id or "/" in pid.db_id or pid.vgroup < 0:
+        raise ValueError(f"{pid}: a database id without '/' and a vgroup >= 0")
+    return partitions_prefix(keys) + f"{pid.db_id}/{pid.vgroup}".encode()
+
+
+def partition_id(keys: Keys, key: bytes) -> PartitionId:
+    """The vnode a ``partitions/`` key names; :class:`PartitionStateDamaged` when it is not one."""
+    prefix = partitions_prefix(keys)
+    db_id, sep, vgroup = key[len(prefix):].decode(errors="replace").partition("/")
+    if not key.startswith(prefix) or not sep or not db_id or not vgroup.isdigit() or not vgroup.isascii():
+        raise PartitionStateDamaged(f"etcd key {key[:200]!r} is not a partition state's key"
+                                    f" ({prefix.decode()}<db id>/<vgroup>)")
+    return PartitionId(db_id, int(vgroup))
+
+
+def encode_state(state: PartitionState) -> bytes:
+    """The value of ``state``'s key (its partition epoch is the key's ``mod_revision``, not in the value)."""
+    return json.dumps({"replicas": list(state.replicas), "leader": state.leader, "leader_epoch": state.leader_epoch,
+                       "isr": [[m.replica, m.broker_epoch] for m in state.isr], "elr": list(state.elr),
+                       "min_isr": state.min_isr, "unclean": state.unclean_election}, sort_keys=True).encode()
+
+
+def _int(d: Mapping[str, Any], field: str) -> int:
+    value = d[field]
+    if type(value) is not int:
+        raise TypeError(f"{field} is {value!r}, not an integer")
+    return value
+
+
+def _ints(values: Any, field: str) -> tuple[int, ...]:
+    if not isinstance(values, list) or any(type(v) is not int for v in values):
+        raise TypeError(f"{field} is {values!r}, not a list of integers")
+    return tuple(values)
+
+
+def decode_state(value: bytes, mod_revision: int) -> PartitionState:
+    """The state a key holds at ``mod_revision`` (its partition epoch). Raises :class:`PartitionStateDamaged` when
+    the value is not one, or breaks an invariant of :class:`PartitionState` (distinct replicas; the ISR and ELR
+    disjoint subsets of them; the leader in the ISR or none; 1 <= min_isr <= the replicas)."""
+    try:
+        d = json.loads(value)
+        if not isinstance(d, dict):
+            raise TypeError("not a JSON object")
+        isr_pairs = d["isr"]
+        if not isinstance(isr_pairs, list) or any(not isinstance(p, list) or len(p) != 2 for p in isr_pairs):
+            raise TypeError(f"isr is {isr_pairs!r}, not a list of [replica, broker epoch]")
+        isr = tuple(sorted(IsrMember(*_ints(p, "isr")) for p in isr_pairs))
+        unclean = d["unclean"]
+        if not isinstance(unclean, bool):
+            raise TypeError(f"unclean is {unclean!r}, not a boolean")
+        state = PartitionState(_ints(d["replicas"], "replicas"), _int(d, "leader"), _int(d, "leader_epoch"),
+                               mod_revision, isr, _ints(d["elr"], "elr"), _int(d, "min_isr"), unclean)
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise PartitionStateDamaged(f"a partition state in etcd is not walgate's: {value[:200]!r} ({e})") from e
+    replicas, ids = set(state.replicas), [m.replica for m in state.isr]
+    broken = ("replicas repeated" if len(replicas) != len(state.replicas) or not replicas
+              else "an ISR member repeated or not a replica" if len(set(ids)) != len(ids) or not replicas >= set(ids)
+              else "an ELR member repeated, not a replica or in the ISR"
+              if len(set(state.elr)) != len(state.elr) or not replicas >= set(state.elr) or set(state.elr) & set(ids)
+              else "the leader not in the ISR" if state.leader != NO_LEADER and state.leader not in ids
+              else "min_isr out of range" if not 1 <= state.min_isr <= len(replicas)
+              else "a negative epoch" if state.leader_epoch < 0 or mod_revision < 0 else None)
+    if broken is not None:
+        raise PartitionStateDamaged(f"a partition state in etcd is not walgate's: {value[:200]!r} ({broken})")
+    return state
+
+
+def reconcile_all(states: Mapping[PartitionId, PartitionState], live: Mapping[int, int]
+                  ) -> dict[PartitionId, PartitionState]:
+    """The controller's changes (``partition.reconcile`` of each state, given the registered brokers ``live``:
+    node id -> broker epoch), in partition order; the states that need none are left out."""
+    changed = {pid: reconcile(states[pid], live) for pid in sorted(states)}
+    return {pid: new for pid, new in changed.items() if new is not None}
+
+
+def batches(changes: Mapping[PartitionId, PartitionState], size: int = MAX_STATES_PER_TXN
+            ) -> Iterator[list[PartitionId]]:
+    """``changes``' partitions in key order, cut into transactions of at most ``size``."""
+    order = sorted(changes)
+    for start in range(0, len(order), size):
+        yield order[start:start + size]

@@ -1,0 +1,253 @@
+"""The partition states in etcd (``partitions/<db id>/<vgroup>``): read, watched, changed by a vnode's leader and
+reconciled by the controller. The codec and the rules are pure (:mod:`walgate.cluster.partition_codec`,
+:mod:`walgate.replication.partition`); this module is their asyncio shell over :class:`EtcdSession`.
+
+Every change is one etcd transaction comparing each changed key's ``mod_revision`` (its partition epoch), so two
+writers never overwrite each other:
+
+* the leader's ISR change (:meth:`PartitionStates.alter_isr`, KIP-497) also compares each joiner's
+  ``nodes/<id>`` ``create_revision`` with the broker epoch it joins under (KIP-903);
+* the controller's (:class:`Reconciler`) also compares its controller epoch
+  (:meth:`ControllerElection.fenced_txn`): a paused controller that was replaced writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from walgate.cluster.election import ControllerElection
+from walgate.cluster.etcd import Compacted, EtcdSession, tx
+from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, NotController
+from walgate.cluster.partition_codec import (
+    PartitionId,
+    PartitionStateDamaged,
+    batches,
+    decode_state,
+    encode_state,
+    partition_id,
+    partition_key,
+    partitions_prefix,
+    reconcile_all,
+)
+from walgate.replication.partition import AlterIsr, PartitionState, alter_partition
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["PartitionStates", "AlterOutcome", "Reconciler"]
+
+log = logging.getLogger("walgate.cluster")
+
+
+@dataclass(frozen=True)
+class AlterOutcome:
+    """What became of a leader's ISR proposal. ``state``: the one written, or the key's state read after etcd
+    refused the write (None when the key is gone), or the leader's own when the rules refused it before any write.
+    ``error``: None when written, else INVALID_UPDATE_VERSION (the state changed since the leader read it: retry from
+    ``state``), FENCED_LEADER_EPOCH (the proposer no longer leads in that epoch: it stops leading),
+    INELIGIBLE_REPLICA (a joiner is not registered under the broker epoch it fetched with) or INVALID_REQUEST."""
+
+    state: PartitionState | None
+    error: ErrorCode | None
+
+
+class PartitionStates:
+    """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
+    last saw (a damaged value is logged at ERROR and left out: its vnode has no state until it is written again)."""
+
+    def __init__(self, session: EtcdSession, keys: Keys) -> None:
+        self.session = session
+        self.keys = keys
+        self.states: dict[PartitionId, PartitionState] = {}
+        self.revision = 0
+
+    def _decode(self, key: bytes, value: bytes, mod_revision: int) -> tuple[PartitionId, PartitionState] | None:
+        try:
+            return partition_id(self.keys, key), decode_state(value, mod_revision)
+        except PartitionStateDamaged as e:
+            log.error("partition state %r left out: %s", key.decode(errors="replace"), e)
+            return None
+
+    async def read_all(self) -> dict[PartitionId, PartitionState]:
+        """Every state, read at one revision (kept in ``revision``)."""
+        revision, kvs = await self.session.get_prefix(partitions_prefix(self.keys))
+        decoded = (self._decode(kv.key, kv.value, kv.mod_revision) for kv in kvs)
+        self.states = dict(d for d in decoded if d is not None)
+        self.revision = revision
+        return self.states
+
+    async def read(self, pid: PartitionId) -> PartitionState | None:
+        kv = await self.session.get(partition_key(self.keys, pid))
+        decoded = None if kv is None else self._decode(kv.key, kv.value, kv.mod_revision)
+        return None if decoded is None else decoded[1]
+
+    def creation(self, pid: PartitionId, state: PartitionState) -> tuple[list[Any], list[Any]]:
+        """(compares, operations) that create ``pid``'s key with ``state``, for the controller's transaction that
+        appends the catalog record of its database (refused when the key exists)."""
+        key = partition_key(self.keys, pid)
+        return [tx.Version(key) == 0], [tx.Put(key, encode_state(state))]
+
+    async def follow(self, on_change: Callable[[PartitionId, PartitionState | None], object],
+                     retry_delay: float = 0.5) -> None:
+        """Call ``on_change(vnode, state or None when deleted)`` for every change after ``revision`` (from a
+        :meth:`read_all` first when nothing was read), once per change, until cancelled. A compacted or broken watch
+        reads every state again and reports those that differ from what was seen."""
+        while True:
+            try:
+                if self.revision == 0:
+                    await self._read_again(on_change)
+                await self._watch(on_change)
+            except (Compacted, ControlPlaneUnavailable) as e:
+                log.warning("partition states: watch from revision %d interrupted: %s", self.revision, e)
+                await asyncio.sleep(retry_delay)
+                try:
+                    await self._read_again(on_change)
+                except ControlPlaneUnavailable as again:
+                    log.warning("partition states: cannot read yet: %s", again)
+
+    async def _read_again(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
+        before = self.states
+        after = await self.read_all()
+        for pid in sorted(before.keys() | after.keys()):
+            if before.get(pid) != after.get(pid):
+                on_change(pid, after.get(pid))
+
+    async def _watch(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
+        # from ``revision`` itself: a stream that broke within one transaction's events resumes with all of them
+        # (those already seen change nothing and are not reported again)
+        watch = await self.session.watch_prefix(partitions_prefix(self.keys), self.revision)
+        try:
+            iterator = watch.__aiter__()
+            while True:
+                event = await self.session.next_event(iterator)
+                self.revision = max(self.revision, event.kv.mod_revision)
+                if event.kind == "DELETE":
+                    try:
+                        pid = partition_id(self.keys, event.kv.key)
+                    except PartitionStateDamaged as e:
+                        log.error("partition states: %s", e)
+                        continue
+                    if self.states.pop(pid, None) is not None:
+                        on_change(pid, None)
+                    continue
+                decoded = self._decode(event.kv.key, event.kv.value, event.kv.mod_revision)
+                if decoded is not None and self.states.get(decoded[0]) != decoded[1]:
+                    self.states[decoded[0]] = decoded[1]
+                    on_change(*decoded)
+        finally:
+            await self.session.cancel_watch(watch)
+
+    async def alter_isr(self, known: PartitionState, pid: PartitionId, proposal: AlterIsr,
+                        registered: Mapping[int, int]) -> AlterOutcome:
+        """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)`` written in one
+        transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each joiner's
+        registration with its broker epoch. Refused by etcd: the key is read again and the outcome says whether
+        the proposer still leads (INVALID_UPDATE_VERSION: retry from the new state) or not (FENCED_LEADER_EPOCH)."""
+        new = alter_partition(known, proposal, registered)
+        if isinstance(new, ErrorCode):
+            return AlterOutcome(known, new)
+        key = partition_key(self.keys, pid)
+        joiners = [m for m in new.isr if m not in known.isr]
+        compare = [tx.Mod(key) == known.partition_epoch,
+                   *(tx.Create(self.keys.node(m.replica)) == m.broker_epoch for m in joiners)]
+        ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
+        if ok:
+            return AlterOutcome(replace(new, partition_epoch=int(responses[0].response_put.header.revision)), None)
+        now = await self.read(pid)
+        if now is None or now.leader != proposal.leader or now.leader_epoch != proposal.leader_epoch:
+            return AlterOutcome(now, ErrorCode.fenced_leader_epoch)
+        if now.partition_epoch == known.partition_epoch:  # the key is as read: a joiner's registration changed
+            return AlterOutcome(now, ErrorCode.ineligible_replica)
+        return AlterOutcome(now, ErrorCode.invalid_update_version)
+
+
+class Reconciler:
+    """The controller's reconciliation: while ``election`` holds the controller epoch, after every change of
+    ``nodes/`` (registrations and their broker epochs) or ``partitions/``, each state is reconciled
+    (``partition.reconcile``: brokers no longer registered under their ISR broker epoch fenced out, a leader elected
+    from the ISR, then the ELR, then unclean only when allowed) and the changed states written in fenced
+    transactions of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN`, each comparing every key's
+    ``mod_revision``. A refused batch (a leader changed its ISR meanwhile) is reconciled again from a new read.
+    ``passes`` counts the reconciliations run, ``written`` the states written."""
+
+    def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5) -> None:
+        self.states = states
+        self.election = election
+        self.retry_delay = retry_delay
+        self.passes = 0
+        self.written = 0
+
+    async def live(self) -> tuple[int, dict[int, int]]:
+        """(the revision read at, the registered nodes: node id -> broker epoch)."""
+        revision, kvs = await self.states.session.get_prefix(self.states.keys.nodes)
+        live: dict[int, int] = {}
+        for kv in kvs:
+            try:
+                live[NodeInfo.decode(kv.value).node_id] = kv.create_revision
+            except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
+                log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
+        return revision, live
+
+    async def reconcile_once(self) -> int:
+        """One pass: read registrations then states, write what reconciling them changes; returns the revision
+        the registrations were read at (changes after it need another pass). Raises :class:`NotController`
+        (nothing written by this batch) or :class:`ControlPlaneUnavailable`."""
+        revision, live = await self.live()
+        states = await self.states.read_all()
+        changes = reconcile_all(states, live)
+        self.passes += 1
+        for batch in batches(changes):
+            keys = [partition_key(self.states.keys, pid) for pid in batch]
+            ok, _ = await self.election.fenced_txn(
+                [tx.Mod(k) == states[pid].partition_epoch for k, pid in zip(keys, batch)],
+                [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)])
+            if not ok:
+                log.info("controller: %d partition states changed during reconciliation; reading again", len(batch))
+                return 0  # a key changed meanwhile: the next pass starts at once
+            self.written += len(batch)
+            for pid in batch:
+                new = changes[pid]
+                if new.leader != states[pid].leader:
+                    log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
+                             states[pid].leader, new.leader, new.leader_epoch)
+        return revision
+
+    async def _wait_change(self, revision: int) -> None:
+        """Return at the first change of ``nodes/`` or ``partitions/`` after ``revision`` (or after one lease
+        TTL: the caller looks again either way)."""
+        session, keys = self.states.session, self.states.keys
+
+        async def first(prefix: bytes) -> None:
+            watch = await session.watch_prefix(prefix, revision + 1)
+            try:
+                await session.next_event(watch.__aiter__())
+            finally:
+                await session.cancel_watch(watch)
+
+        waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys))]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=self.election.registration.ttl,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a broken watch: ControlPlaneUnavailable
+        finally:
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def run(self) -> None:
+        """Reconcile while this node is the controller, until cancelled. Losing the election, or etcd not
+        answering (no quorum), stops writing; reconciliation resumes at once when it is back."""
+        while True:
+            await self.election.wait_elected()
+            try:
+                revision = await self.reconcile_once()
+                if revision:
+                    await self._wait_change(revision)
+            except NotController as e:
+                log.info("controller: reconciliation stopped: %s", e)
+            except (ControlPlaneUnavailable, Compacted) as e:
+                log.warning("controller: reconciliation interrupted: %s", e)
+                await asyncio.sleep(self.retry_delay)

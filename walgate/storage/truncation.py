@@ -1,0 +1,53 @@
+"""A vnode cut back to a WAL version with every derived state it feeds (replication's follower truncation,
+docs/plans/replication-wiring.md step 6).
+
+:func:`truncate_vnode` cuts the WAL and what the vnode derives itself (:meth:`Vnode.truncate_to`: the leader-epoch
+cache, the meta store), then what the engine derives from it, in memory and in their files: each topic's offset
+index on the vnode (the records of the cut entries forgotten, so the next append gets the offsets a replica that
+never had them would), a Kafka-native partition's producer and transaction state (rebuilt from the batches the WAL
+keeps, as an open rebuilds it: sequences, epochs, open transactions, aborted list and last stable offset as before
+the cut), the log cleaner's dirty point (moved back to the cut, a pass on the vnode ended) and the rendered batches
+cached for the cut versions. The high watermark follows from the offset index
+(its end) and the WAL's visible version.
+
+Invariant: afterwards, and after a reopen, the derived state equals that of a vnode that only ever had the entries
+below the cut. Each derived file is checked against the WAL at open (offset index records past the WAL's end
+dropped, a meta store covering past it rebuilt, the epoch cache cut to it, producer state rebuilt from it), so a
+crash at any point after the WAL's cut reopens consistent.
+"""
+
+from __future__ import annotations
+
+from walgate.storage.batch_cache import BatchCache
+from walgate.storage.cleaner import Cleaner
+from walgate.storage.native_topics import NativeTopics
+from walgate.storage.store import Store
+from walgate.storage.vnode import Vnode
+
+__all__ = ["truncate_vnode"]
+
+
+def truncate_vnode(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, db: str, index: int,
+                   version: int) -> None:
+    """Cut vnode ``index`` of database ``db`` back to WAL ``version`` and its derived state with it (see the module
+    docstring). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing cut unless it says so."""
+    vnode = store.local_vnode(db, index)
+    try:
+        vnode.truncate_to(version)
+    finally:  # (also when the meta store's rebuild after the WAL's cut was refused: the rest follows the WAL)
+        if vnode.wal.next_version == version:
+            _derived(store, native, cleaner, cache, vnode, version)
+
+
+def _derived(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, vnode: Vnode,
+             version: int) -> None:
+    """The engine's state derived from ``vnode``'s WAL, cut back to ``version``."""
+    topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
+    for topic in topics:
+        idx = store.indexes.get((topic.name, vnode.index))
+        if idx is not None:
+            idx.truncate_to(version)
+        if topic.kind == "kafka":
+            native.rebuild_producers(topic, vnode)
+    cleaner.truncated(vnode, version)
+    cache.forget_from({native.views.topic_id(t.name) for t in topics}, vnode.index, version)
