@@ -429,6 +429,9 @@ def parser() -> argparse.ArgumentParser:
                        help="a SELECT running longer is stopped with an error (default 0: no limit)")
     serve.add_argument("--sql-max-bytes", type=int, metavar="N",
                        help="a SELECT scanning more rows than this (Arrow bytes) is refused (default 1 GiB)")
+    serve.add_argument("--sql-answers-max-bytes", type=int, metavar="N",
+                       help="answers held in TMPDIR while they are sent, all SELECTs together; past it SELECTs are "
+                            "refused (503, retriable) until some are sent (default 4 x --sql-max-bytes)")
     for name, default in (
         ("group-initial-rebalance-delay-ms", "2000: TDengine's rebalance tick"),
         ("group-min-session-timeout-ms", "6000"),

@@ -152,6 +152,9 @@ class Config:
     sql_workers: int = 2
     sql_timeout_ms: int = 0
     sql_max_bytes: int = 1 << 30
+    # the bytes of answers the node holds in TMPDIR while they are sent, all queries together (None: 4 x
+    # sql_max_bytes); a query finding them full, or whose answer would pass them, is refused (503, retriable)
+    sql_answers_max_bytes: int | None = None
     # the log cleaner of compacted topics (Kafka's names): on/off, and the pause when no partition needs cleaning
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
@@ -256,6 +259,12 @@ class Config:
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        answers = self.sql_answers_max_bytes
+        if answers is None:
+            answers = 4 * self.sql_max_bytes
+            object.__setattr__(self, "sql_answers_max_bytes", answers)
+        if answers < self.sql_max_bytes:
+            raise ConfigError(f"sql_answers_max_bytes ({answers}) must be >= sql_max_bytes ({self.sql_max_bytes})")
         if self.max_tables_per_database < 0:
             raise ConfigError(f"max_tables_per_database must be >= 0 (0: no limit), got {self.max_tables_per_database}")
         if self.sql_timeout_ms < 0:

@@ -4,9 +4,13 @@ A SELECT is prepared on the storage thread (compiled and bound to its vnodes' WA
 :class:`~walgate.storage.select.PreparedSelect`; the time it takes grows with the WAL's index, a copy of it),
 pickled to a worker process, run there, and its TDengine-REST JSON body (this node's part of a query merged across
 nodes: its scanned rows as an Arrow IPC stream, :mod:`walgate.storage.select_merge`) written to a file in the
-node's spool directory (a new directory in the system's temporary directory, ``TMPDIR``, removed when the node
-stops; those of nodes no longer running, killed, are removed when the next one makes its own: :func:`spool_dir`),
-which the node relays to the client in chunks (:mod:`walgate.gateway.answer_spool`). The node's threads (event
+node's spool directory (a new directory in the system's temporary directory, ``TMPDIR``, made off the event loop
+at the first query, locked with ``flock`` while the node uses it and removed when it stops; those whose lock can be
+taken, their node gone even killed, are removed when another node makes its own: :func:`spool_dir`; one removed
+under a running node, by another node or an ageing of ``TMPDIR``, is made again at its next query), which the node
+relays to the client in chunks (:mod:`walgate.gateway.answer_spool`). The answer files the node holds are bounded
+together by ``sql.answers.max.bytes`` (:class:`~walgate.gateway.answer_spool.AnswersBudget`): past it, queries are
+refused with a retriable error until answers are sent. The node's threads (event
 loop, storage thread) never wait for a query's scan, DuckDB or JSON, not even for the GIL, and never hold a whole
 answer (at most ``sql.max.bytes``): an answer file nobody takes (its request cancelled) is removed. The OS
 schedules the workers at a lower priority (``nice``
@@ -37,6 +41,7 @@ Damage a query finds is reported back (``(vnode index, version)``) and rechecked
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import logging
 import multiprocessing
@@ -51,10 +56,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from walgate.gateway.answer_spool import Spool, write_answer
+from walgate.gateway.answer_spool import AnswersBudget, Spool, write_answer
 from walgate.gateway.worker_processes import NICE, ORPHAN_CHECK_S, SHUTDOWN_S, pool_pids, start_worker, stop_pool
 from walgate.storage.cancel import Cancel
-from walgate.storage.errors import QueryCancelled, StorageError
+from walgate.storage.errors import QueryCancelled, StorageError, StorageUnavailable
 from walgate.storage.result import Result
 from walgate.storage.select import PreparedSelect
 
@@ -134,11 +139,13 @@ def _never() -> bool:
 
 class QueryWorkers:
     """``processes`` query workers; statements stopped after ``timeout_ms`` of running (0: never), scans and answers
-    bounded by ``max_bytes``; ``observe(None, "")`` when a query reaches a worker, ``observe(seconds, outcome)`` when
-    it leaves it (see the module docstring)."""
+    bounded by ``max_bytes``, the answers held by ``answers_max_bytes`` together (None: 4 x ``max_bytes``);
+    ``observe(None, "")`` when a query reaches a worker, ``observe(seconds, outcome)`` when it leaves it (see the
+    module docstring)."""
 
     def __init__(self, processes: int, timeout_ms: int, max_bytes: int,
-                 observe: Callable[[float | None, str], None] = lambda seconds, outcome: None) -> None:
+                 observe: Callable[[float | None, str], None] = lambda seconds, outcome: None,
+                 answers_max_bytes: int | None = None) -> None:
         self.processes = processes
         self.timeout_s = timeout_ms / 1000 if timeout_ms else None
         self.max_bytes = max_bytes
@@ -149,7 +156,10 @@ class QueryWorkers:
         self._free = list(range(SLOTS))
         self._slots = asyncio.Semaphore(SLOTS)
         self._executor: ProcessPoolExecutor | None = None
-        self._spool: str | None = None  # the answer files' directory, made with the first pool
+        self.answers = AnswersBudget(answers_max_bytes if answers_max_bytes is not None else 4 * max_bytes)
+        self._spool: str | None = None  # the answer files' directory, made at the first query (again if removed)
+        self._spool_lock: int | None = None  # its descriptor, flock-ed while the node uses it (spool_dir)
+        self._spool_made = asyncio.Lock()  # one query makes it, the others wait for it
         self._answers = itertools.count()  # each submission's answer file gets a new name
 
     @property
@@ -163,7 +173,10 @@ class QueryWorkers:
         answer's file, taken (None with an error; module docstring); QueryCancelled when its worker died under it.
         Each query that reaches a worker is reported to ``observe``: ok, refused (its own error), cancelled, or failed
         (a bug). A client ``gone()`` once a slot is free (or once prepared) is QueryCancelled before anything
-        reaches a worker."""
+        reaches a worker. Refused with StorageUnavailable (retriable) while the answers held fill their budget, before
+        it runs or when its answer would pass it (its file removed)."""
+        self.answers.check()
+        await self._spool_ready()
         await self._slots.acquire()
         slot = self._free.pop()
         self._flags[slot] = self._started[slot] = 0
@@ -202,7 +215,11 @@ class QueryWorkers:
                 error = answer.error
                 outcome = "ok" if error is None else "cancelled" if isinstance(error, QueryCancelled) else "refused"
                 if answer.size is not None:
-                    spool = Spool.take(path, answer.size)
+                    try:
+                        spool = Spool.take(path, answer.size, self.answers)
+                    except StorageUnavailable:
+                        outcome = "refused"
+                        raise
                 return prepared, answer, spool
             finally:
                 self._observe(time.monotonic() - started, outcome)
@@ -219,7 +236,7 @@ class QueryWorkers:
         """The query handed to the pool, and its answer file's path; a pool broken while idle (a worker killed) is
         replaced first."""
         pool = self._pool()
-        assert self._spool is not None
+        assert self._spool is not None  # (_spool_ready)
         path = os.path.join(self._spool, f"{next(self._answers)}.json")
         try:
             return pool, pool.submit(_work, slot, prepared, self.max_bytes, self.timeout_s, path), path
@@ -244,9 +261,26 @@ class QueryWorkers:
                 self._flags[slot] = _CANCELLED
             raise
 
+    async def _spool_ready(self) -> None:
+        """The answer directory made (off the event loop: it lists ``TMPDIR`` and may remove dead nodes' directories)
+        when there is none yet or the one made was removed under the node (module docstring)."""
+        async with self._spool_made:
+            if self._spool_lock is not None and os.fstat(self._spool_lock).st_nlink == 0:
+                log.warning("the answer directory %s was removed under the node (another node sharing %s? an "
+                            "ageing of it?): a new one is made", self._spool, os.path.dirname(self._spool or ""))
+                self._forget_spool()
+            if self._spool is None:
+                self._spool, self._spool_lock = await asyncio.to_thread(spool_dir, tempfile.gettempdir())
+
+    def _forget_spool(self) -> None:
+        """The answer directory given up: removed (if still there) and unlocked."""
+        spool, lock, self._spool, self._spool_lock = self._spool, self._spool_lock, None, None
+        if spool is not None and lock is not None and os.fstat(lock).st_nlink:
+            shutil.rmtree(spool, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+
     def _pool(self) -> ProcessPoolExecutor:
-        if self._spool is None:
-            self._spool = spool_dir(tempfile.gettempdir())
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
                                                  initargs=(self._flags, self._started, os.getpid()))
@@ -279,32 +313,44 @@ class QueryWorkers:
         self.cancel_all()
         executor, self._executor = self._executor, None
         await stop_pool(executor, "query workers")
-        spool, self._spool = self._spool, None
-        if spool is not None:
-            shutil.rmtree(spool, ignore_errors=True)
+        self._forget_spool()
 
 
 SPOOL_PREFIX = "walgate-answers-"
 
 
-def spool_dir(parent: str) -> str:
-    """A new answer directory in ``parent`` (mode 0700, named for this process); the answer directories there of
-    processes no longer running (a node killed) are removed first."""
+def spool_dir(parent: str) -> tuple[str, int]:
+    """A new answer directory in ``parent`` (mode 0700, named for this process) and a descriptor of it holding its
+    ``flock``, which marks it in use until the descriptor is closed (or its process ends, even killed). The answer
+    directories there whose lock can be taken (their node gone) are removed first, each while holding its lock, so
+    never one a running node holds, whatever PID namespace it runs in."""
     for name in os.listdir(parent):
-        pid = name.removeprefix(SPOOL_PREFIX).partition("-")[0]
-        if name.startswith(SPOOL_PREFIX) and pid.isdigit() and not _running(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=parent)
+        if name.startswith(SPOOL_PREFIX):
+            _remove_unlocked(os.path.join(parent, name))
+    while True:
+        path = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=parent)
+        lock = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for another node removing it as unlocked (its lock held meanwhile)
+        if os.fstat(lock).st_nlink:  # still there: no other node can take it from now on
+            return path, lock
+        os.close(lock)  # removed between its making and its locking: another
 
 
-def _running(pid: int) -> bool:
+def _remove_unlocked(path: str) -> None:
+    """The answer directory ``path`` removed if no node holds its lock (taken meanwhile, so that no node can begin
+    to use it)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
+        lock = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # gone, or not a directory: not an answer directory
+        return
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a running node's
+            return
+        shutil.rmtree(path, ignore_errors=True)
+    finally:
+        os.close(lock)
 
 
 def _remove(path: str) -> None:

@@ -122,7 +122,7 @@ class Gateway:
         self._coordinator = StorageThread(self.metrics.lane_calls(COORDINATOR_LANE),
                                           name="walgate-coordinator")  # the coordinators' lane (see the docstring)
         self._queries = QueryWorkers(config.sql_workers, config.sql_timeout_ms, config.sql_max_bytes,
-                                     self.metrics.query)
+                                     self.metrics.query, config.sql_answers_max_bytes)
         self._ingest = IngestWorkers()  # large write bodies are planned there, never on the storage thread
         self._group_commit = GroupCommit(self._storage)
         self._engine: Engine | None = None
