@@ -7,8 +7,9 @@ epoch, its log intact). It is the revision of the process's first registration (
 same process makes again after its lease was lost (etcd unreachable or the process paused for a TTL) keeps that
 epoch: it carries it in its value (``broker_epoch``, :func:`registration_value`), and readers take a registration's
 epoch from :func:`broker_epoch`. While the lease is lost the node is not registered (not live: fenced); it comes
-back unfenced under the same epoch. A node registers only as the data dir it has (:func:`walgate.cluster.model.check_registration`): the data dir's incarnation
-id (:mod:`walgate.cluster.incarnation`) is written in ``incarnations/<id>`` at the first registration, and a data dir
+back unfenced under the same epoch. A node registers only as the data dir it has
+(:func:`walgate.cluster.model.check_registration`): the data dir's incarnation id
+(:mod:`walgate.cluster.incarnation`) is written in ``incarnations/<id>`` at the first registration, and a data dir
 with another incarnation (emptied, or another node's) is refused.
 """
 
@@ -135,7 +136,8 @@ class NodeRegistration:
 
     async def run(self) -> None:
         """Register, keep the lease alive every ``ttl / 3`` s, and register again (a new lease, the same epoch)
-        whenever it was lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this node).
+        whenever it was lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this
+        node).
 
         Keep-alives are timed from when the lease was asked for and from when each keep-alive was sent, never from
         when an answer came: a registration's round trips or a keep-alive over a slow link to etcd do not add to
