@@ -1,6 +1,7 @@
 """A process that follows the catalog record stream as a node does (registration and ``RecordFollower``, never
 standing for controller), for the partition tests. It prints one JSON object a line on stdout: ``registered``
-(epoch) at each registration, ``applied`` (seq, epoch) for each record applied, in the order applied.
+(broker epoch, lease) at each registration (a new lease each time; a new epoch only in a new process), ``applied``
+(seq, epoch) for each record applied, in the order applied.
 (node_helper.py is the process that stands for controller and appends.)
 
     python follower_helper.py ENDPOINTS CLUSTER_ID NODE_ID DATA_DIR TTL
@@ -40,12 +41,12 @@ async def main(endpoints: str, cluster_id: str, node_id: int, data_dir: Path, tt
     registration = NodeRegistration(session, keys, NodeInfo(node_id, load_or_create(data_dir)), ttl=ttl)
     follower = RecordFollower(session, keys, applied, restored)
     tasks = [asyncio.create_task(registration.run()), asyncio.create_task(follower.run())]
-    said_epoch: int | None = None
+    said_lease: int | None = None
     while not any(t.done() for t in tasks):
         await asyncio.sleep(0.1)
-        if registration.epoch is not None and registration.epoch != said_epoch:
-            said_epoch = registration.epoch
-            say("registered", epoch=said_epoch)
+        if registration.epoch is not None and registration.lease_id != said_lease:
+            said_lease = registration.lease_id
+            say("registered", epoch=registration.epoch, lease=said_lease)
     for t in tasks:
         t.result()  # a task that ended raised: show it
 

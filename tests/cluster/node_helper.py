@@ -1,6 +1,6 @@
 """A small process that runs the control-plane library as a node would: registration, election, and while it is the
 controller an append every 0.1 s. It prints one JSON object a line on stdout for the test to follow:
-``registered`` (epoch), ``controller`` (epoch), ``appended`` (seq, epoch), ``refused`` (epoch, error),
+``registered`` (broker epoch, lease: at each registration), ``controller`` (epoch), ``appended`` (seq, epoch), ``refused`` (epoch, error),
 ``stepped_down`` (epoch).
 
     python node_helper.py ENDPOINTS CLUSTER_ID NODE_ID DATA_DIR TTL
@@ -34,13 +34,13 @@ async def main(endpoints: str, cluster_id: str, node_id: int, data_dir: Path, tt
     election = ControllerElection(session, keys, registration)
     log = RecordLog(session, keys, election)
     tasks = [asyncio.create_task(registration.run()), asyncio.create_task(election.run())]
-    said_epoch: int | None = None
+    said_lease: int | None = None
     controller_epoch: int | None = None
     while not any(t.done() for t in tasks):
         await asyncio.sleep(0.1)
-        if registration.epoch is not None and registration.epoch != said_epoch:
-            said_epoch = registration.epoch
-            say("registered", epoch=said_epoch)
+        if registration.epoch is not None and registration.lease_id != said_lease:
+            said_lease = registration.lease_id
+            say("registered", epoch=registration.epoch, lease=said_lease)
         epoch = election.epoch
         if epoch != controller_epoch:
             if controller_epoch is not None:

@@ -6,7 +6,7 @@ leases are etcd's clock, not the node's.
 - a node whose clock runs twice as fast keeps its registration; a controller whose clock runs at a fifth of the
   real rate refreshes its lease too late (each keep-alive every TTL/3 of its time is 5/3 TTL of etcd's), so etcd
   lets the lease go: the other node is elected, every write of the slow one under its old epoch is refused, and it
-  registers again under new epochs.
+  registers again on new leases, under its broker epoch (the same process: KIP-903).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from test_processes import CLUSTER
 
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
+from walgate.cluster.registry import broker_epoch
 
 TTL = 2
 
@@ -71,11 +72,11 @@ def skew_of(spec: str) -> float:
 
 
 async def registered_epoch(etcd: EtcdCluster, node_id: int) -> int | None:
-    """``nodes/<id>``'s create_revision in etcd (the node's live broker epoch), None when not registered."""
+    """The broker epoch of ``nodes/<id>`` in etcd (the node's live registration), None when not registered."""
     session = EtcdSession(etcd.endpoints)
     try:
         kv = await session.get(Keys(CLUSTER).node(node_id))
-        return None if kv is None else int(kv.create_revision)
+        return None if kv is None else broker_epoch(kv.value, kv.create_revision)
     finally:
         await session.close()
 
@@ -109,13 +110,15 @@ async def test_a_slow_clock_loses_its_lease_and_is_fenced_a_fast_one_keeps_it(et
     with skewed_nodes(etcd1, tmp_path) as start:
         slow = start(1, "+0 x0.2")
         slow_epoch = slow.wait(is_("controller"), "the slow node's election")["epoch"]
-        slow_registration = registrations(slow)[0]
+        slow_registration = [e for e in slow.drain() if e["event"] == "registered"][0]
         fast = start(2, "+0 x2")
         fast_epoch = fast.wait(is_("controller"), "the fast node's election")["epoch"]
         assert fast_epoch > slow_epoch
         slow.wait(lambda e: e["event"] in ("refused", "stepped_down") and e["epoch"] == slow_epoch,
                   "the slow controller stepping down")
-        slow.reported(lambda e: e["event"] == "registered" and e["epoch"] > slow_registration, "its new registration")
+        again = slow.reported(lambda e: e["event"] == "registered" and e["lease"] != slow_registration["lease"],
+                              "its new registration")
+        assert again["epoch"] == slow_registration["epoch"]
         first = fast.wait(is_("appended", epoch=fast_epoch), "an append by the fast node")["seq"]
         fast.wait(lambda e: e["event"] == "appended" and e["seq"] >= first + 40, "40 appends by the fast node")
         assert len(registrations(fast)) == 1, "the fast node lost its registration"

@@ -2,7 +2,8 @@
 network namespace (netns.py), links cut with iptables DROP rules and healed.
 
 - the controller's host cut off from etcd's majority: its lease ends, another node is elected, and once the link
-  heals the old controller writes nothing more under its epoch (the fence) and registers again with a new epoch;
+  heals the old controller writes nothing more under its epoch (the fence) and registers again on a new lease,
+  under the same broker epoch (its process never restarted: KIP-903);
 - a minority etcd member cut off: the nodes that talked to it go on through the majority;
 - an etcd member cut off from its peers but not from the nodes: a follower watching it (quiet, not broken) moves to
   another member when its lease's keep-alive there fails, and applies every record;
@@ -92,7 +93,7 @@ async def test_the_controller_cut_off_from_the_etcd_majority_is_replaced_and_fen
         old, event = first_event(nodes, is_("controller"), "controller")
         old_epoch = event["epoch"]
         [new] = [p for p in nodes if p is not old]
-        old_registration = max(e["epoch"] for e in old.drain() if e["event"] == "registered")
+        old_registration = [e for e in old.drain() if e["event"] == "registered"][-1]
         old.wait(is_("appended", epoch=old_epoch), "an append")
         # the controller's host and one etcd member on one side; the etcd majority and the other node on the other
         old_host = f"n{old.name.split()[-1]}"
@@ -104,9 +105,9 @@ async def test_the_controller_cut_off_from_the_etcd_majority_is_replaced_and_fen
         c.net.heal()
         old.wait(lambda e: e["event"] in ("refused", "stepped_down") and e["epoch"] == old_epoch,
                  "the old controller stepping down")
-        again = old.reported(lambda e: e["event"] == "registered" and e["epoch"] > old_registration,
+        again = old.reported(lambda e: e["event"] == "registered" and e["lease"] != old_registration["lease"],
                              "a new registration of the old controller after the heal")
-        assert again["epoch"] > new_epoch  # registered after the new controller stood: a newer broker epoch
+        assert again["epoch"] == old_registration["epoch"]  # the same process: the same broker epoch (KIP-903)
         new.wait(is_("appended", epoch=new_epoch), "an append after the heal")
         await check_stream(c.etcd, [(old_epoch, new_epoch)])
 
@@ -134,7 +135,7 @@ async def test_a_node_cut_off_from_etcd_keeps_what_it_applied_and_catches_up(tmp
         ctl = c.start("node_helper.py", 1)
         follower = c.start("follower_helper.py", 3)
         ctl.wait(is_("controller"), "controller")
-        registration = follower.wait(is_("registered"), "registration")["epoch"]
+        registration = follower.wait(is_("registered"), "registration")
         follower.wait(is_("applied", seq=3), "three records applied")
         c.net.isolate(["n3"], ETCD)
         cut_at = ctl.wait(is_("appended"), "an append")["seq"]
@@ -144,8 +145,9 @@ async def test_a_node_cut_off_from_etcd_keeps_what_it_applied_and_catches_up(tmp
         assert before_heal == list(range(1, len(before_heal) + 1)), "applied in order, each once, while cut off"
         assert before_heal[-1] < cut_at + 50, "the follower applied records it could not have been sent"
         c.net.heal()
-        again = follower.wait(is_("registered"), "a new registration after the heal")["epoch"]
-        assert again > registration  # its lease expired while it was away: a new broker epoch
+        again = follower.wait(is_("registered"), "a new registration after the heal")
+        # its lease expired while it was away: a new lease, under the same broker epoch (the same process)
+        assert again["lease"] != registration["lease"] and again["epoch"] == registration["epoch"]
         ctl.wait(is_("appended"), "an append after the heal")
         records = await check_stream(c.etcd)
         follower.reported(is_("applied", seq=records[-1][0]), "every record applied after the heal")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from cluster_support import KEYS, Node, eventually, within
 from etcd_cluster import EtcdCluster, etcd_cluster
+from event_process import EventProcess
 
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneUnavailable, NotController
@@ -28,6 +30,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
 )
 from walgate.cluster.partition_states import PartitionStates, Reconciler
+from walgate.cluster.registry import broker_epoch
 from walgate.replication.partition import (
     NO_LEADER,
     AlterIsr,
@@ -202,6 +205,7 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
     leader's ISR change compares the partition epoch it read; a deposed leader's is FENCED_LEADER_EPOCH)."""
     n1, n2, n3 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
     pid = PartitionId("d", 0)
+    restarted = Node(etcd1.endpoints, 3, tmp_path / "n3", ttl=2)  # node 3's next process, on the same data dir
     try:
         for n in nodes:
             _start(n)
@@ -209,15 +213,15 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
         epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
         await _create(await _controller(nodes), {pid: initial_state((1, 2, 3), epochs, 2)})
         view = PartitionStates(n1.session, KEYS)
-        assert n3.registration.lease_id is not None
-        await n3.session.revoke(n3.registration.lease_id)  # node 3 registers again: a new broker epoch
+        await n3.close()  # node 3's process dies; its lease is still live
+        _start(restarted)  # it restarts: its registration replaces the old one under a new broker epoch
         s1 = await _until(view, pid, "node 3 fenced out of the ISR", lambda s: 3 not in s.isr_ids)
         assert s1.leader == 1 and s1.leader_epoch == 0 and s1.isr == (IsrMember(1, epochs[1]), IsrMember(2, epochs[2]))
-        await eventually("node 3 registered again", lambda: _registered_again(n3, epochs[3]))
+        await eventually("node 3 registered again", lambda: _registered_again(restarted, epochs[3]))
         back = {1: epochs[1], 2: epochs[2], 3: epochs[3]}  # the leader's view of node 3 is its old registration
         out = await view.alter_isr(s1, pid, AlterIsr(1, 0, s1.partition_epoch, (*s1.isr, IsrMember(3, epochs[3]))),
                                    back)
-        assert out.error == ErrorCode.ineligible_replica and out.state == s1  # etcd compared nodes/3's revision
+        assert out.error == ErrorCode.ineligible_replica and out.state == s1  # nodes/3's epoch was read
         shrink = AlterIsr(1, 0, s1.partition_epoch, (IsrMember(1, epochs[1]),))
         s2 = (await view.alter_isr(s1, pid, shrink, back)).state
         assert s2 is not None and s2.isr_ids == {1} and s2.elr == (2,) and s2.partition_epoch > s1.partition_epoch
@@ -232,14 +236,75 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
                                                                                       s1.isr), back)
         assert deposed.error == ErrorCode.fenced_leader_epoch and deposed.state == s4
         await n2.close()
-        view = PartitionStates(n3.session, KEYS)
+        view = PartitionStates(restarted.session, KEYS)
         s5 = await _until(view, pid, "no leader", lambda s: s.leader == NO_LEADER)
         assert s5.isr == () and s5.elr == (1, 2) and s5.leader_epoch == 2  # node 3 is live, and not eligible
-        revision = (await n3.session.get(partition_key(KEYS, pid)))
+        revision = (await restarted.session.get(partition_key(KEYS, pid)))
         assert revision is not None and revision.mod_revision == s5.partition_epoch
     finally:
-        for n in nodes:
+        for n in (*nodes, restarted):
             await n.close()
+
+
+async def test_a_paused_process_keeps_its_broker_epoch_and_a_restarted_one_does_not(etcd1: EtcdCluster,
+                                                                                   tmp_path: Path) -> None:
+    """KIP-903 with a real node process: SIGSTOP past its lease's TTL fences it (not live: out of the ISR), and after
+    SIGCONT it registers again under the same broker epoch, so it rejoins the ISR under that epoch and the
+    controller leaves it there; kill -9 and a restart on the same data dir is a new epoch: fenced out again."""
+    controller = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    helpers: list[EventProcess] = []
+    pid = PartitionId("d", 0)
+
+    def start_node_2() -> EventProcess:
+        helpers.append(EventProcess("node 2", "node_helper.py", [etcd1.spec, KEYS.cluster_id, "2",
+                                                                 str(tmp_path / "n2"), "2"],
+                                    tmp_path / f"n2.{len(helpers)}.log"))
+        return helpers[-1]
+
+    async def registered(proc: EventProcess) -> int:
+        event = await asyncio.to_thread(proc.wait, lambda e: e["event"] == "registered", "registration")
+        return int(event["epoch"])
+
+    try:
+        controller.start("registration", "election")
+        await within(controller.election.wait_elected())
+        reconciler = Reconciler(PartitionStates(controller.session, KEYS), controller.election)
+        view = reconciler.states
+        node_2 = start_node_2()
+        epochs = {1: controller.registration.epoch or 0, 2: await registered(node_2)}
+        await _create(controller, {pid: initial_state((1, 2), epochs, 1)})
+        first = await controller.session.get(KEYS.node(2))
+        assert first is not None
+        node_2.signal(signal.SIGSTOP)
+        await eventually("node 2's lease expired", lambda: _absent(controller, KEYS.node(2)))
+        await reconciler.reconcile_once()
+        fenced = await view.read(pid)
+        assert fenced is not None and fenced.isr == (IsrMember(1, epochs[1]),)
+        node_2.signal(signal.SIGCONT)
+        await eventually("node 2 registered again", lambda: _present(controller, KEYS.node(2)))
+        again = await controller.session.get(KEYS.node(2))
+        assert again is not None and again.lease != first.lease
+        assert broker_epoch(again.value, again.create_revision) == epochs[2] < again.create_revision
+        # the leader adds it back under the epoch it had (on its fetches): accepted, and kept by the controller
+        rejoin = AlterIsr(1, fenced.leader_epoch, fenced.partition_epoch, (*fenced.isr, IsrMember(2, epochs[2])))
+        out = await view.alter_isr(fenced, pid, rejoin, epochs)
+        assert out.error is None and out.state is not None and out.state.isr_ids == {1, 2}
+        await reconciler.reconcile_once()
+        assert await view.read(pid) == out.state
+        node_2.signal(signal.SIGKILL)
+        node_2.stop()
+        restarted = await registered(start_node_2())
+        assert restarted > again.create_revision
+        await reconciler.reconcile_once()
+        state = await view.read(pid)
+        assert state is not None and state.isr == (IsrMember(1, epochs[1]),)
+        stale = AlterIsr(1, state.leader_epoch, state.partition_epoch, (*state.isr, IsrMember(2, epochs[2])))
+        assert (await view.alter_isr(state, pid, stale, epochs)).error == ErrorCode.ineligible_replica
+        assert all("Traceback" not in h.log() for h in helpers)
+    finally:
+        for h in helpers:
+            h.stop()
+        await controller.close()
 
 
 async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluster, tmp_path: Path,
@@ -327,6 +392,14 @@ async def _all_registered(nodes: list[Node]) -> bool:
 
 async def _registered_again(node: Node, old_epoch: int) -> bool:
     return node.registration.epoch is not None and node.registration.epoch > old_epoch
+
+
+async def _absent(node: Node, key: bytes) -> bool:
+    return await node.session.get(key) is None
+
+
+async def _present(node: Node, key: bytes) -> bool:
+    return await node.session.get(key) is not None
 
 
 async def _following(view: PartitionStates) -> bool:

@@ -10,25 +10,42 @@ import pytest
 from cluster_support import KEYS, Node, eventually, within
 from etcd_cluster import EtcdCluster
 
-from walgate.cluster.model import NodeInfo, RegistrationRefused
+from walgate.cluster.model import ControlPlaneError, NodeInfo, RegistrationRefused
+from walgate.cluster.registry import broker_epoch, registration_value
 
 
-async def test_epoch_is_the_registration_revision_and_grows_after_expiry(etcd1: EtcdCluster, tmp_path: Path) -> None:
+async def test_epoch_is_the_first_registration_s_revision_and_survives_a_lost_lease(etcd1: EtcdCluster,
+                                                                                     tmp_path: Path) -> None:
+    """KIP-903's broker epoch names a process start: a registration the same process makes again after its lease
+    expired (no keep-alive for a TTL) is a new lease under the same epoch, carried in its value."""
     node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
     try:
         epoch = await node.registration.register()
+        first_lease = node.registration.lease_id
         kv = await node.session.get(KEYS.node(1))
-        assert kv is not None and kv.create_revision == epoch
+        assert kv is not None and kv.create_revision == epoch == broker_epoch(kv.value, kv.create_revision)
         assert NodeInfo.decode(kv.value) == node.info
         # nobody keeps the lease alive: etcd lets it go and deletes the registration
         await eventually("the registration expires", lambda: _absent(node, KEYS.node(1)))
         node.start("registration")
-        # the keep-alive loop finds the lease gone and registers again: a new, larger epoch
-        await eventually("registered again", lambda: _registered_after(node, epoch))
+        # the keep-alive loop finds the lease gone and registers again: a new lease, the same epoch
+        await eventually("registered again", lambda: _registered_on_another_lease(node, first_lease))
         kv = await node.session.get(KEYS.node(1))
-        assert kv is not None and kv.create_revision == node.registration.epoch > epoch
+        assert kv is not None and kv.create_revision > epoch and kv.lease == node.registration.lease_id
+        assert node.registration.epoch == epoch == broker_epoch(kv.value, kv.create_revision)
+        assert NodeInfo.decode(kv.value) == node.info
     finally:
         await node.close()
+
+
+def test_a_registration_s_broker_epoch_is_checked() -> None:
+    info = NodeInfo(1, "inc", ("PLAINTEXT://127.0.0.1:9092",))
+    assert broker_epoch(registration_value(info, None), 40) == 40
+    assert broker_epoch(registration_value(info, 17), 40) == 17
+    for damaged in (b"[1]", b"{", registration_value(info, 41), registration_value(info, 0),
+                    registration_value(info, 17).replace(b"17", b"\"17\"")):
+        with pytest.raises(ControlPlaneError, match="not walgate's"):
+            broker_epoch(damaged, 40)
 
 
 async def test_keepalive_keeps_the_epoch(etcd1: EtcdCluster, tmp_path: Path) -> None:
@@ -101,5 +118,5 @@ async def _absent(node: Node, key: bytes) -> bool:
     return await node.session.get(key) is None
 
 
-async def _registered_after(node: Node, epoch: int) -> bool:
-    return (node.registration.epoch or 0) > epoch
+async def _registered_on_another_lease(node: Node, lease_id: int | None) -> bool:
+    return node.registration.epoch is not None and node.registration.lease_id != lease_id

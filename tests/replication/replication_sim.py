@@ -97,6 +97,7 @@ class Node:
     def reset_process(self) -> None:
         """What a process holds in memory only (lost on a crash)."""
         self.broker_epoch = None
+        self.process_epoch: int | None = None  # this process's broker epoch, from its first registration on
         self.view: PartitionState | None = None
         self.registered: dict[int, int] = {}
         self.lead: leader.LeaderView | None = None
@@ -199,7 +200,7 @@ class Simulation:
         self.isr_changes = 0
         self.producer_view: PartitionState | None = None
         for node in self.nodes:
-            node.broker_epoch = self._register(node)
+            node.broker_epoch = node.process_epoch = self._register(node, None)
         live = self._live()
         self.state = partition.initial_state(tuple(range(self.cfg.nodes)), live, self.cfg.min_isr)
         self.known_incarnation = {n.id: n.incarnation for n in self.nodes}
@@ -239,16 +240,19 @@ class Simulation:
 
     # -- etcd: registrations on leases, the partition state, the controller ---------------------------------------
 
-    def _register(self, node: Node) -> int:
+    def _register(self, node: Node, process_epoch: int | None) -> int:
+        """A registration (a new revision): under ``process_epoch`` when the process registered before (its lease
+        lost, not restarted: walgate's registry keeps the epoch, KIP-903), else under the new revision."""
         self.revision += 1
-        self.registrations[node.id] = Registration(self.revision, node.incarnation, self.now + self.cfg.lease_ttl_ms)
-        return self.revision
+        epoch = self.revision if process_epoch is None else process_epoch
+        self.registrations[node.id] = Registration(epoch, node.incarnation, self.now + self.cfg.lease_ttl_ms)
+        return epoch
 
     def _live(self) -> dict[int, int]:
         return {n: r.broker_epoch for n, r in self.registrations.items() if r.expiry_ms > self.now}
 
-    def etcd_register(self, node: Node, session: int) -> None:
-        epoch = self._register(node)
+    def etcd_register(self, node: Node, session: int, process_epoch: int | None) -> None:
+        epoch = self._register(node, process_epoch)
         self.log(f"node {node.id} registers: broker epoch {epoch}")
         self.to_node(ETCD, node, self.on_registered, node, session, epoch)
 
@@ -295,7 +299,7 @@ class Simulation:
         if node.broker_epoch is None:
             if self.now - node.register_sent >= 50:
                 node.register_sent = self.now
-                self.send(node.id, ETCD, self.etcd_register, node, node.session)
+                self.send(node.id, ETCD, self.etcd_register, node, node.session, node.process_epoch)
             return
         if self.now - node.keepalive_sent >= self.cfg.keepalive_ms:
             node.keepalive_sent = self.now
@@ -310,7 +314,7 @@ class Simulation:
 
     def on_registered(self, node: Node, session: int, epoch: int) -> None:
         if node.session == session and node.broker_epoch is None:
-            node.broker_epoch = epoch
+            node.broker_epoch = node.process_epoch = epoch
             node.keepalive_sent = self.now
 
     def on_keepalive(self, node: Node, broker_epoch: int, alive: bool) -> None:

@@ -96,7 +96,8 @@ class ControllerElection:
         """Campaign on every registration this node gets, until cancelled: the controller from election until its
         registration is lost."""
         while True:
-            epoch = await self.registration.wait_registered()
+            await self.registration.wait_registered()
+            lease_id = self.registration.lease_id
             try:
                 await self.campaign()
             except NotController:
@@ -105,7 +106,7 @@ class ControllerElection:
                 log.warning("node %d: campaign interrupted: %s", self.registration.info.node_id, e)
                 await asyncio.sleep(self.registration.ttl / 3)
                 continue
-            await self.registration.wait_lost(epoch)
+            await self.registration.wait_lost(lease_id)
             self._set(None)
 
     async def fenced_txn(self, compare: list[Any], success: list[Any]) -> tuple[bool, list[Any]]:

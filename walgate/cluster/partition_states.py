@@ -6,7 +6,8 @@ Every change is one etcd transaction comparing each changed key's ``mod_revision
 writers never overwrite each other:
 
 * the leader's ISR change (:meth:`PartitionStates.alter_isr`, KIP-497) also compares each joiner's
-  ``nodes/<id>`` ``create_revision`` with the broker epoch it joins under (KIP-903);
+  ``nodes/<id>`` ``mod_revision`` with the one read when its registration was found live under the broker epoch
+  it joins under (KIP-903; :func:`~walgate.cluster.registry.broker_epoch`);
 * the controller's (:class:`Reconciler`) also compares its controller epoch
   (:meth:`ControllerElection.fenced_txn`): a paused controller that was replaced writes nothing.
 """
@@ -33,6 +34,7 @@ from walgate.cluster.partition_codec import (
     partitions_prefix,
     reconcile_all,
 )
+from walgate.cluster.registry import broker_epoch
 from walgate.replication.partition import AlterIsr, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
@@ -141,17 +143,24 @@ class PartitionStates:
 
     async def alter_isr(self, known: PartitionState, pid: PartitionId, proposal: AlterIsr,
                         registered: Mapping[int, int]) -> AlterOutcome:
-        """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)`` written in one
-        transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each joiner's
-        registration with its broker epoch. Refused by etcd: the key is read again and the outcome says whether
-        the proposer still leads (INVALID_UPDATE_VERSION: retry from the new state) or not (FENCED_LEADER_EPOCH)."""
+        """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)``, then each joiner's
+        registration read (INELIGIBLE_REPLICA unless it is live under the broker epoch the joiner names), then
+        written in one transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each
+        joiner's ``nodes/<id>`` ``mod_revision`` with the one read (its registration unchanged since). Refused by
+        etcd: the key is read again and the outcome says whether the proposer still leads (INVALID_UPDATE_VERSION:
+        retry from the new state; INELIGIBLE_REPLICA when the key is unchanged: a joiner's registration changed)
+        or not (FENCED_LEADER_EPOCH)."""
         new = alter_partition(known, proposal, registered)
         if isinstance(new, ErrorCode):
             return AlterOutcome(known, new)
         key = partition_key(self.keys, pid)
-        joiners = [m for m in new.isr if m not in known.isr]
-        compare = [tx.Mod(key) == known.partition_epoch,
-                   *(tx.Create(self.keys.node(m.replica)) == m.broker_epoch for m in joiners)]
+        compare = [tx.Mod(key) == known.partition_epoch]
+        for joiner in (m for m in new.isr if m not in known.isr):
+            node_key = self.keys.node(joiner.replica)
+            kv = await self.session.get(node_key)
+            if kv is None or self._epoch_of(kv) != joiner.broker_epoch:
+                return AlterOutcome(known, ErrorCode.ineligible_replica)
+            compare.append(tx.Mod(node_key) == kv.mod_revision)
         ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
         if ok:
             return AlterOutcome(replace(new, partition_epoch=int(responses[0].response_put.header.revision)), None)
@@ -162,11 +171,22 @@ class PartitionStates:
             return AlterOutcome(now, ErrorCode.ineligible_replica)
         return AlterOutcome(now, ErrorCode.invalid_update_version)
 
+    @staticmethod
+    def _epoch_of(kv: Any) -> int | None:
+        """A ``nodes/<id>`` registration's broker epoch; None (logged) when its value is not walgate's."""
+        try:
+            return broker_epoch(kv.value, kv.create_revision)
+        except ControlPlaneError as e:
+            log.error("registration %r ignored: %s", kv.key.decode(errors="replace"), e)
+            return None
+
 
 class Reconciler:
     """The controller's reconciliation: while ``election`` holds the controller epoch, after every change of
     ``nodes/`` (registrations and their broker epochs) or ``partitions/``, each state is reconciled
-    (``partition.reconcile``: brokers no longer registered under their ISR broker epoch fenced out, a leader elected
+    (``partition.reconcile``: brokers not registered (their lease lost: fenced until they register again, under
+    the same broker epoch unless they restarted) or registered under another broker epoch than their ISR entry's
+    (a restart, KIP-903) fenced out, a leader elected
     from the ISR, then the ELR, then unclean only when allowed) and the changed states written in fenced
     transactions of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN`, each comparing every key's
     ``mod_revision``. A refused batch (a leader changed its ISR meanwhile) is reconciled again from a new read.
@@ -180,12 +200,13 @@ class Reconciler:
         self.written = 0
 
     async def live(self) -> tuple[int, dict[int, int]]:
-        """(the revision read at, the registered nodes: node id -> broker epoch)."""
+        """(the revision read at, the registered nodes: node id -> broker epoch,
+        :func:`~walgate.cluster.registry.broker_epoch`)."""
         revision, kvs = await self.states.session.get_prefix(self.states.keys.nodes)
         live: dict[int, int] = {}
         for kv in kvs:
             try:
-                live[NodeInfo.decode(kv.value).node_id] = kv.create_revision
+                live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
         return revision, live

@@ -1,30 +1,64 @@
 """Node registration: ``nodes/<id>`` put on the node's etcd lease, kept alive while the node runs.
 
-The broker epoch is the registration's revision (the key's ``create_revision``): each registration creates the key
-anew, so a node that re-registers (after its lease expired, or after a restart) gets a larger epoch. A node
-registers only as the data dir it has (:func:`walgate.cluster.model.check_registration`): the data dir's incarnation
-id (:mod:`walgate.cluster.incarnation`) is written in ``incarnations/<id>`` at the first registration, and a data dir
+The broker epoch names a process start, not a lease (KIP-903: a broker's epoch changes only when it registers anew
+after a restart, which may have lost unsynced data; a broker fenced for missed heartbeats comes back under the same
+epoch, its log intact). It is the revision of the process's first registration (that ``nodes/<id>``'s
+``create_revision``): each process start registers anew, so a restarted node gets a larger epoch. A registration the
+same process makes again after its lease was lost (etcd unreachable or the process paused for a TTL) keeps that
+epoch: it carries it in its value (``broker_epoch``, :func:`registration_value`), and readers take a registration's
+epoch from :func:`broker_epoch`. While the lease is lost the node is not registered (not live: fenced); it comes
+back unfenced under the same epoch. A node registers only as the data dir it has
+(:func:`walgate.cluster.model.check_registration`): the data dir's incarnation id
+(:mod:`walgate.cluster.incarnation`) is written in ``incarnations/<id>`` at the first registration, and a data dir
 with another incarnation (emptied, or another node's) is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from walgate.cluster.etcd import EtcdSession, tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, check_registration
 
-__all__ = ["NodeRegistration"]
+__all__ = ["NodeRegistration", "registration_value", "broker_epoch"]
 
 log = logging.getLogger("walgate.cluster")
 _REGISTER_ATTEMPTS = 5
+_EPOCH_FIELD = "broker_epoch"
+
+
+def registration_value(info: NodeInfo, epoch: int | None) -> bytes:
+    """``nodes/<id>``'s value: ``info``, plus ``broker_epoch`` when the registration is made again by the process
+    whose first registration made epoch ``epoch`` (None for a process's first registration: its epoch is then the
+    key's ``create_revision``, unknown before the write). :meth:`NodeInfo.decode` ignores the extra field."""
+    if epoch is None:
+        return info.encode()
+    fields = json.loads(info.encode())
+    fields[_EPOCH_FIELD] = epoch
+    return json.dumps(fields, sort_keys=True).encode()
+
+
+def broker_epoch(value: bytes, create_revision: int) -> int:
+    """The broker epoch of the registration ``value`` whose key was created at ``create_revision``: the epoch the
+    value carries (a registration made again by the same process), else ``create_revision`` (a process's first
+    registration). Raises :class:`ControlPlaneError` when the value is not walgate's."""
+    try:
+        epoch = json.loads(value).get(_EPOCH_FIELD, create_revision)
+    except (ValueError, AttributeError) as e:  # not JSON, or JSON but not an object
+        raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
+    if type(epoch) is not int or not 0 < epoch <= create_revision:
+        raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r}"
+                                f" (broker epoch {epoch!r}: not a revision up to the key's creation)")
+    return epoch
 
 
 class NodeRegistration:
-    """This node's registration. ``epoch`` and ``lease_id`` are None while it is not registered (before
-    :meth:`register`, or once its lease was found expired, or not refreshed within ``ttl`` seconds by this process's
-    clock: then it must assume etcd let the lease go)."""
+    """This process's registration (one object per process start). ``epoch`` and ``lease_id`` are None while it is
+    not registered (before :meth:`register`, or once its lease was found expired, or not refreshed within ``ttl``
+    seconds by this process's clock: then it must assume etcd let the lease go). Every registration after the first
+    has a new ``lease_id`` and the first one's ``epoch``."""
 
     def __init__(self, session: EtcdSession, keys: Keys, info: NodeInfo, ttl: int = 9) -> None:
         if ttl < 2:
@@ -35,6 +69,7 @@ class NodeRegistration:
         self.ttl = ttl
         self.epoch: int | None = None
         self.lease_id: int | None = None
+        self._epoch: int | None = None  # this process's broker epoch, from its first registration on
         self._granted = 0.0  # the event loop's time just before the lease was asked for: its TTL runs from later
         self._changed = asyncio.Event()
 
@@ -48,13 +83,15 @@ class NodeRegistration:
             await self._changed.wait()
         return self.epoch
 
-    async def wait_lost(self, epoch: int) -> None:
-        """Return once registration ``epoch`` is no longer this node's."""
-        while self.epoch == epoch:
+    async def wait_lost(self, lease_id: int | None) -> None:
+        """Return once the registration on lease ``lease_id`` is no longer this node's (a registration made again
+        has another lease, and the same epoch)."""
+        while self.lease_id == lease_id:
             await self._changed.wait()
 
     async def register(self) -> int:
-        """Register (a new lease, ``nodes/<id>`` created on it) and return the broker epoch. Raises
+        """Register (a new lease, ``nodes/<id>`` created on it) and return the broker epoch: the first registration's
+        revision, carried by every later one of this process (:func:`registration_value`). Raises
         :class:`RegistrationRefused` when this data dir may not be node ``info.node_id``,
         :class:`ControlPlaneUnavailable` when etcd does not answer. The lease is asked for after the reads, just
         before the write that puts the key on it: its TTL runs from then, and :meth:`run` keeps it alive from then."""
@@ -75,12 +112,16 @@ class NodeRegistration:
             self._granted = asyncio.get_running_loop().time()
             lease_id = await self.session.grant(self.ttl)
             ok, responses = await self.session.txn(compare, [
-                tx.Put(node_key, self.info.encode(), lease=lease_id),
+                tx.Put(node_key, registration_value(self.info, self._epoch), lease=lease_id),
                 tx.Put(inc_key, self.info.incarnation.encode())])
             if ok:
-                self.epoch = int(responses[0].response_put.header.revision)
+                again = self._epoch is not None
+                if self._epoch is None:
+                    self._epoch = int(responses[0].response_put.header.revision)
+                self.epoch = self._epoch
                 self.lease_id = lease_id
-                log.info("node %d registered: broker epoch %d", self.info.node_id, self.epoch)
+                log.info("node %d registered%s: broker epoch %d", self.info.node_id, " again" if again else "",
+                         self.epoch)
                 self._notify()
                 return self.epoch
             await self.session.revoke(lease_id)
@@ -94,8 +135,9 @@ class NodeRegistration:
         self._notify()
 
     async def run(self) -> None:
-        """Register, keep the lease alive every ``ttl / 3`` s, and register again (a new epoch) whenever it was
-        lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this node).
+        """Register, keep the lease alive every ``ttl / 3`` s, and register again (a new lease, the same epoch)
+        whenever it was lost. Runs until cancelled; raises :class:`RegistrationRefused` (the data dir may not be this
+        node).
 
         Keep-alives are timed from when the lease was asked for and from when each keep-alive was sent, never from
         when an answer came: a registration's round trips or a keep-alive over a slow link to etcd do not add to

@@ -11,7 +11,8 @@ revokes the lease: the node leaves at once, its candidacy with it.
 A refused registration (:class:`~walgate.cluster.model.RegistrationRefused`: an emptied data dir, an id another
 live node has), a damaged ``node.incarnation`` or etcd not answering stops the start with the error's message.
 Once started, etcd going away is waited out: what the node knows stays as it last read it (``view``), and the
-registration loop registers again (a new broker epoch) when its lease was lost.
+registration loop registers again (a new lease, the same broker epoch: the process did not restart) when its
+lease was lost.
 """
 
 from __future__ import annotations

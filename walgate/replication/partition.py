@@ -99,8 +99,9 @@ def check_leader_epoch(current: int, requested: int) -> ErrorCode | None:
 
 def same_incarnation(member_epoch: int, broker_epoch: int) -> bool:
     """KIP-903: a replica counts as the ISR member admitted under ``member_epoch`` only while it is registered
-    under that very broker epoch; a replica that registered again (restarted, perhaps with an empty disk) must
-    catch up and be admitted anew."""
+    under that very broker epoch; a replica that restarted (perhaps with an empty disk, or without its unsynced
+    tail) registers under a new one and must catch up and be admitted anew. A broker epoch names a process start:
+    a registration made again after a lost lease keeps it (:mod:`walgate.cluster.registry`)."""
     return member_epoch == broker_epoch
 
 
@@ -135,7 +136,7 @@ def change_isr(state: PartitionState, isr: tuple[IsrMember, ...], wiped: frozens
 
 def alter_partition(state: PartitionState, proposal: AlterIsr, registered: Mapping[int, int]) -> PartitionState | ErrorCode:
     """Apply a leader's proposed ISR, or refuse it (the compare-and-swap KIP-497 makes of AlterPartition; in etcd a
-    transaction comparing the key's ``mod_revision`` and each joiner's ``nodes/<id>`` ``create_revision``).
+    transaction comparing the key's ``mod_revision`` and each joiner's registration, read live under its broker epoch).
 
     * another partition epoch: INVALID_UPDATE_VERSION (the leader read an older state; it re-reads and retries);
     * another leader or leader epoch: FENCED_LEADER_EPOCH (a deposed leader);
