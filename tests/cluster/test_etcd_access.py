@@ -5,7 +5,7 @@ enable`` through etcd's own JSON gateway), what they wrote read back through tha
 A node with the CA, certificate and key registers and a topic created through it is in the catalog; a node that does
 not trust etcd's certificate, has no client certificate, or speaks plaintext to the TLS port stops with one error
 line. A node with the etcd user's password (from a file) registers and creates a topic; a wrong password stops it
-with one line. A session whose auth token etcd forgot (etcd restarted) authenticates again and its call is made.
+with one line. A session whose auth token expired authenticates again and its call (a write) is made once.
 Bad combinations of the settings are refused before anything opens.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import signal
 import ssl
@@ -21,12 +22,13 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from etcd_cluster import EtcdCluster, etcd_binary, free_port
+from etcd_cluster import etcd_binary, free_port
 from serve_support import SESSION_MS, no_traceback
 
 from livewalgate import WALGATE, running_walgate, walgate_env
@@ -88,23 +90,19 @@ def node_keys(url: str, context: ssl.SSLContext | None = None, token: str | None
     return [base64.b64decode(kv["key"]) for kv in kvs]
 
 
-@pytest.fixture(scope="module")
-def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
-    """A one-member etcd serving clients over TLS only, with ``--client-cert-auth``."""
-    work = tmp_path_factory.mktemp("etcd-tls")
-    certs = make_certs(work / "certs")
+@contextmanager
+def one_etcd(work: Path, scheme: str, *args: str, context: ssl.SSLContext | None = None) -> Iterator[str]:
+    """A one-member etcd serving clients at ``scheme``://127.0.0.1 (``args``: more flags), stopped by PID; its
+    client URL. ``context``: how the test reaches an https:// one."""
     port, peer = free_port(), free_port()
-    url, peer_url = f"https://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
+    url, peer_url = f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
     log_path = work / "etcd.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [etcd_binary(), "--name", "m0", "--data-dir", str(work / "m0"), "--listen-client-urls", url,
              "--advertise-client-urls", url, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"m0={peer_url}", "--cert-file", str(certs.server), "--key-file", str(certs.server),
-             "--trusted-ca-file", str(certs.ca), "--client-cert-auth", "--logger", "zap", "--log-outputs", "stderr"],
+             "--initial-cluster", f"m0={peer_url}", "--logger", "zap", "--log-outputs", "stderr", *args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    context = ssl.create_default_context(cafile=str(certs.ca))
-    context.load_cert_chain(str(certs.client))
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -116,10 +114,30 @@ def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
             time.sleep(0.1)
-        yield TlsEtcd(url, certs, context)
+        yield url
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
+    """A one-member etcd serving clients over TLS only, with ``--client-cert-auth``."""
+    work = tmp_path_factory.mktemp("etcd-tls")
+    certs = make_certs(work / "certs")
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    context.load_cert_chain(str(certs.client))
+    with one_etcd(work, "https", "--cert-file", str(certs.server), "--key-file", str(certs.server),
+                  "--trusted-ca-file", str(certs.ca), "--client-cert-auth", context=context) as url:
+        yield TlsEtcd(url, certs, context)
+
+
+@pytest.fixture(scope="module")
+def auth_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A one-member etcd with ``auth enable`` (user root) whose auth tokens expire after 1 s unused."""
+    with one_etcd(tmp_path_factory.mktemp("etcd-auth"), "http", "--auth-token-ttl", "1") as url:
+        enable_auth(url)
+        yield url
 
 
 def refused_start(tmp_path: Path, *args: str) -> str:
@@ -168,9 +186,8 @@ def test_a_node_that_cannot_speak_tls_to_etcd_stops_with_one_line(tls_etcd: TlsE
     assert Keys("walgate").node(9) not in node_keys(tls_etcd.url, tls_etcd.context)
 
 
-def enable_auth(etcd: EtcdCluster) -> None:
+def enable_auth(url: str) -> None:
     """``user add root``, ``role add root``, ``user grant-role root root``, ``auth enable``, as etcdctl does them."""
-    url = etcd.spec
     _post(url, "/v3/auth/user/add", {"name": "root", "password": ROOT_PASSWORD})
     _post(url, "/v3/auth/role/add", {"name": "root"})
     _post(url, "/v3/auth/user/grant", {"user": "root", "role": "root"})
@@ -183,43 +200,43 @@ def root_token(url: str) -> str:
     return token
 
 
-def test_a_node_with_the_etcd_users_password_registers_and_a_wrong_one_stops_it(etcd1: EtcdCluster,
+def test_a_node_with_the_etcd_users_password_registers_and_a_wrong_one_stops_it(auth_etcd: str,
                                                                                  tmp_path: Path) -> None:
-    enable_auth(etcd1)
     right, wrong = tmp_path / "right", tmp_path / "wrong"
     right.write_text(ROOT_PASSWORD + "\n")
     wrong.write_text("not-it\n")
-    line = refused_start(tmp_path / "wrong-node", "--cluster", f"etcd={etcd1.spec}", "--cluster-etcd-user", "root",
+    line = refused_start(tmp_path / "wrong-node", "--cluster", f"etcd={auth_etcd}", "--cluster-etcd-user", "root",
                          "--cluster-etcd-password-file", str(wrong))
     assert "refused" in line and "authentication failed" in line, line
-    line = refused_start(tmp_path / "no-user", "--cluster", f"etcd={etcd1.spec}")
+    line = refused_start(tmp_path / "no-user", "--cluster", f"etcd={auth_etcd}")
     assert "user name is empty" in line, line
-    with running_walgate(tmp_path / "node1", "--cluster", f"etcd={etcd1.spec}", "--node-id", "1",
+    with running_walgate(tmp_path / "node1", "--cluster", f"etcd={auth_etcd}", "--node-id", "1",
                          "--override", f"broker.session.timeout.ms={SESSION_MS}", "--cluster-etcd-user", "root",
                          "--cluster-etcd-password-file", str(right)) as server:
-        token = root_token(etcd1.spec)
-        assert node_keys(etcd1.spec, token=token) == [Keys("walgate").node(1)]
+        token = root_token(auth_etcd)
+        assert node_keys(auth_etcd, token=token) == [Keys("walgate").node(1)]
         create_topic(server.kafka_port, "as-root")
-        assert any(b"as-root" in value for value in catalog_values(etcd1.spec, token=token))
+        assert any(b"as-root" in value for value in catalog_values(auth_etcd, token=token))
         no_traceback(server)
 
 
-def test_a_session_whose_token_etcd_forgot_authenticates_again(etcd1: EtcdCluster) -> None:
-    enable_auth(etcd1)
+def test_a_session_whose_token_expired_authenticates_again_and_makes_its_call(
+        auth_etcd: str, caplog: pytest.LogCaptureFixture) -> None:
+    host, port = auth_etcd.removeprefix("http://").split(":")
 
     async def main() -> None:
-        session = EtcdSession(etcd1.endpoints, timeout=5.0, access=EtcdAccess(user="root", password=ROOT_PASSWORD))
+        session = EtcdSession([(host, int(port))], timeout=5.0, access=EtcdAccess(user="root", password=ROOT_PASSWORD))
         try:
             assert await session.get(b"/absent") is None
-            etcd1.stop()  # etcd keeps simple tokens in memory: the session's token is unknown once it restarts
-            etcd1.start()
-            assert await session.get(b"/absent") is None  # a read: made again after authenticating
-            lease = await session.grant(5)  # a write too: refused for the token before it was proposed
+            await asyncio.sleep(3)  # unused for longer than --auth-token-ttl: etcd forgets the token
+            lease = await session.grant(5)  # a write (never retried otherwise): refused for the token, then made
             await session.revoke(lease)
         finally:
             await session.close()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.INFO, logger="walgate.cluster"):
+        asyncio.run(main())
+    assert caplog.text.count("the auth token is no longer valid: authenticating again") == 1, caplog.text
 
 
 def test_bad_combinations_and_unreadable_files_are_refused_before_the_start(tmp_path: Path) -> None:
