@@ -34,7 +34,7 @@ from serve_support import SESSION_MS, no_traceback
 from livewalgate import WALGATE, running_walgate, walgate_env
 from testcerts import Certs, make_certs
 from walgate.cluster.etcd import EtcdAccess, EtcdSession
-from walgate.cluster.model import Keys
+from walgate.cluster.model import ControlPlaneRefused, Keys
 from walgate.gateway.config import Config, ConfigError
 from walgate.gateway.etcd_access import etcd_access
 
@@ -220,7 +220,7 @@ def test_a_node_with_the_etcd_users_password_registers_and_a_wrong_one_stops_it(
         no_traceback(server)
 
 
-def test_a_session_whose_token_expired_authenticates_again_and_makes_its_call(
+def test_a_session_whose_token_expired_authenticates_again_and_a_wrong_password_is_refused(
         auth_etcd: str, caplog: pytest.LogCaptureFixture) -> None:
     host, port = auth_etcd.removeprefix("http://").split(":")
 
@@ -233,6 +233,12 @@ def test_a_session_whose_token_expired_authenticates_again_and_makes_its_call(
             await session.revoke(lease)
         finally:
             await session.close()
+        wrong = EtcdSession([(host, int(port))], timeout=5.0, access=EtcdAccess(user="root", password="not-it"))
+        try:  # refused, not unreachable: at once, and a running node's loops wait for it as for etcd
+            with pytest.raises(ControlPlaneRefused, match="authentication failed"):
+                await wrong.get(b"/absent")
+        finally:
+            await wrong.close()
 
     with caplog.at_level(logging.INFO, logger="walgate.cluster"):
         asyncio.run(main())

@@ -9,7 +9,8 @@ retried here (a write that timed out may still commit: the caller's fenced trans
 ``--client-cert-auth``), as an etcd user or not. A user's auth token is fetched when a channel opens; a call etcd
 refuses for an invalid token (it expired, or etcd restarted and forgot it) opens a new channel, authenticates again
 and is made once more (etcd refuses such a call before proposing it: nothing was applied). A call etcd refuses for
-the user's name, password or permissions raises :class:`ControlPlaneError` at once: no endpoint would answer better.
+the user's name, password or permissions raises :class:`ControlPlaneRefused` at once: no endpoint would answer
+better.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import aetcd.transactions as tx
 import aetcd.watcher
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
-from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, parse_endpoints
+from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable, parse_endpoints
 
 __all__ = ["EtcdAccess", "EtcdSession", "Compacted", "parse_endpoints", "tx"]
 
@@ -192,7 +193,7 @@ class EtcdSession:
                     continue
                 if any(text in refusal for text in _REFUSALS):
                     user = f"etcd user {self.access.user!r}" if self.access.user is not None else "no etcd user"
-                    raise ControlPlaneError(f"etcd {host}:{port} refused {what} ({user}): {refusal}") from None
+                    raise ControlPlaneRefused(f"etcd {host}:{port} refused {what} ({user}): {refusal}") from None
                 last = e
                 log.warning("etcd %s:%d: %s failed: %s", host, port, what, str(e) or type(e).__name__)
                 await self._rotate(client)

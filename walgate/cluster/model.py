@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["Keys", "NodeInfo", "Membership", "membership", "endpoint_for", "parse_endpoints", "uses_tls",
-           "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable",
+           "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable", "ControlPlaneRefused",
            "NotController", "RegistrationRefused", "leader_key", "encode_record", "decode_record",
            "encode_snapshot", "decode_snapshot", "check_registration", "MAX_RECORDS_PER_TXN"]
 
@@ -31,6 +31,12 @@ class ControlPlaneError(Exception):
 class ControlPlaneUnavailable(ControlPlaneError):
     """etcd did not answer (no member reachable, or no quorum): nothing read; a write's outcome is unknown until
     etcd answers again (a fenced write that did commit is seen by every node's record stream)."""
+
+
+class ControlPlaneRefused(ControlPlaneUnavailable):
+    """etcd refused a call for who made it (the etcd user, its password or its permissions): nothing read or
+    written. A kind of :class:`ControlPlaneUnavailable` so that a running node's loops wait for an operator to put
+    it right as they wait for etcd; a start stops on it."""
 
 
 class NotController(ControlPlaneError):

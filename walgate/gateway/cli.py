@@ -218,10 +218,10 @@ def _raise_open_files_limit() -> None:
 
 
 def _cluster_spec(text: str) -> str:
-    """``--cluster etcd=http://host:port[,...]``: the etcd endpoints (checked by :class:`Config`)."""
+    """``--cluster etcd=http(s)://host:port[,...]``: the etcd endpoints (checked by :class:`Config`)."""
     kind, sep, endpoints = text.partition("=")
     if not sep or kind != "etcd" or not endpoints:
-        raise argparse.ArgumentTypeError(f"expected etcd=http://host:port[,...], got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected etcd=http://host:port[,...] (or https://), got {text!r}")
     return endpoints
 
 

@@ -27,6 +27,7 @@ from walgate.cluster.etcd import EtcdAccess, EtcdSession, tx
 from walgate.cluster.incarnation import IncarnationError, load_or_create
 from walgate.cluster.model import (
     ControlPlaneError,
+    ControlPlaneRefused,
     ControlPlaneUnavailable,
     Keys,
     Membership,
@@ -100,6 +101,8 @@ class ClusterMember:
         try:
             await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])
             current = await self.session.get(key)
+        except ControlPlaneRefused as e:
+            raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
         except ControlPlaneUnavailable as e:
             raise ClusterStartError(f"cannot reach the cluster's etcd: {e}; {self._reach_hint()}") from None
         except ControlPlaneError as e:
