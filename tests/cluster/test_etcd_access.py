@@ -70,24 +70,23 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def catalog_values(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> list[bytes]:
-    """The catalog records etcd holds, read through its JSON gateway."""
-    records = Keys("walgate").records
-    end = records[:-1] + bytes([records[-1] + 1])
-    answer = _post(url, "/v3/kv/range", {"key": _b64(records), "range_end": _b64(end)}, context, token)
+def _range(url: str, prefix: bytes, field: str, context: ssl.SSLContext | None, token: str | None) -> list[bytes]:
+    """``field`` (key or value) of every key under ``prefix``, read through etcd's JSON gateway."""
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    answer = _post(url, "/v3/kv/range", {"key": _b64(prefix), "range_end": _b64(end)}, context, token)
     kvs = answer.get("kvs", [])
     assert isinstance(kvs, list)
-    return [base64.b64decode(kv["value"]) for kv in kvs]
+    return [base64.b64decode(kv[field]) for kv in kvs]
+
+
+def catalog_values(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> list[bytes]:
+    """The catalog records etcd holds."""
+    return _range(url, Keys("walgate").records, "value", context, token)
 
 
 def node_keys(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> list[bytes]:
-    nodes = Keys("walgate").nodes
-    end = nodes[:-1] + bytes([nodes[-1] + 1])
-    answer = _post(url, "/v3/kv/range", {"key": _b64(nodes), "range_end": _b64(end), "keys_only": True},
-                   context, token)
-    kvs = answer.get("kvs", [])
-    assert isinstance(kvs, list)
-    return [base64.b64decode(kv["key"]) for kv in kvs]
+    """The keys of the live registrations."""
+    return _range(url, Keys("walgate").nodes, "key", context, token)
 
 
 @contextmanager
