@@ -18,6 +18,7 @@ from walgate.cluster.model import (
     encode_record,
     encode_snapshot,
     leader_key,
+    uses_tls,
 )
 
 
@@ -77,9 +78,13 @@ def test_cursor_applies_once_in_order_and_reports_gaps() -> None:
 
 def test_endpoints() -> None:
     assert parse_endpoints("http://127.0.0.1:2379, 10.0.0.2:22379/") == [("127.0.0.1", 2379), ("10.0.0.2", 22379)]
-    for bad in ("", "127.0.0.1", "https://h:1", "h:x"):
+    assert parse_endpoints("https://h:1,https://g:2") == [("h", 1), ("g", 2)]
+    assert not uses_tls("http://127.0.0.1:2379, 10.0.0.2:22379/") and uses_tls("https://h:1, https://g:2")
+    for bad in ("", "127.0.0.1", "https://h", "h:x"):
         with pytest.raises(ValueError):
             parse_endpoints(bad)
+    with pytest.raises(ValueError, match="all https:// or none"):
+        uses_tls("https://h:1,g:2")
 
 
 def test_membership_names_the_live_nodes_the_known_ones_and_the_controller() -> None:

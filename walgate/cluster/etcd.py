@@ -4,6 +4,13 @@
 (the member is down, or cannot reach a quorum) within ``timeout`` raises :class:`ControlPlaneUnavailable` and the
 next call goes to the next endpoint. Reads are retried once on every endpoint before giving up; writes are never
 retried here (a write that timed out may still commit: the caller's fenced transaction decides on its next try).
+
+:class:`EtcdAccess` is how the session reaches etcd: plaintext or TLS (a CA, and a client certificate for
+``--client-cert-auth``), as an etcd user or not. A user's auth token is fetched when a channel opens; a call etcd
+refuses for an invalid token (it expired, or etcd restarted and forgot it) opens a new channel, authenticates again
+and is made once more (etcd refuses such a call before proposing it: nothing was applied). A call etcd refuses for
+the user's name, password or permissions raises :class:`ControlPlaneRefused` at once: no endpoint would answer
+better.
 """
 
 from __future__ import annotations
@@ -11,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
+import aetcd.rpc
 import aetcd.rtypes
 import aetcd.transactions as tx
+import aetcd.watcher
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
-from walgate.cluster.model import ControlPlaneUnavailable, parse_endpoints
+from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable, parse_endpoints
 
-__all__ = ["EtcdSession", "Compacted", "parse_endpoints", "tx"]
+__all__ = ["EtcdAccess", "EtcdSession", "Compacted", "parse_endpoints", "tx"]
 
 log = logging.getLogger("walgate.cluster")
 T = TypeVar("T")
@@ -34,6 +45,74 @@ class Compacted(Exception):
         self.revision = revision
 
 
+_INVALID_TOKEN = "invalid auth token"
+_REFUSALS = ("authentication failed", "user name is empty", "permission denied", "authentication is not enabled",
+             "invalid auth management")
+"""etcd 3.4's answers (rpctypes) to a call it refuses for who makes it: its user, password or permissions."""
+
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """How a session reaches etcd. ``tls``: gRPC over TLS, verified against ``ca`` (PEM; None: the system's trust
+    store), with the client certificate ``cert_chain`` and its unencrypted ``key`` (PEM) when given (both or
+    neither); ``user`` and ``password``: an etcd user (both or neither)."""
+
+    tls: bool = False
+    ca: bytes | None = field(default=None, repr=False)
+    cert_chain: bytes | None = field(default=None, repr=False)
+    key: bytes | None = field(default=None, repr=False)
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.cert_chain is None) != (self.key is None):
+            raise ValueError("an etcd client certificate and its key go together")
+        if (self.user is None) != (self.password is None):
+            raise ValueError("an etcd user and its password go together")
+        if not self.tls and (self.ca is not None or self.cert_chain is not None):
+            raise ValueError("a CA or client certificate for etcd needs https:// endpoints")
+
+
+class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd ships no type information
+    """aetcd 1.0.0's client over a TLS channel when ``access.tls``: its own ``connect`` opens plaintext channels
+    only, so this ``connect`` opens a TLS one and then does what aetcd's does (authenticate when a user is given,
+    make the stubs and the watcher; the attributes are aetcd 1.0.0's, pinned in pyproject.toml)."""
+
+    _is_connecting: bool  # aetcd's: a task is opening the channel
+
+    def __init__(self, host: str, port: int, timeout: float, access: EtcdAccess) -> None:
+        super().__init__(host=host, port=port, username=access.user, password=access.password, timeout=timeout)
+        self._credentials = grpc.ssl_channel_credentials(access.ca, access.key, access.cert_chain) if access.tls else None
+
+    async def connect(self) -> None:
+        if self._credentials is None:
+            await super().connect()
+            return
+        if self._connected.is_set():
+            return
+        if self._is_connecting:  # another task is opening the channel
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        self._is_connecting = True
+        try:
+            self.channel = grpc.aio.secure_channel(f"{self._host}:{self._port}", self._credentials)
+            if self._username is not None:
+                request = aetcd.rpc.AuthenticateRequest(name=self._username, password=self._password)
+                reply = await aetcd.rpc.AuthStub(self.channel).Authenticate(request, timeout=self._timeout)
+                self.metadata = (("token", reply.token),)
+            self.kvstub = aetcd.rpc.KVStub(self.channel)
+            self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
+            self.leasestub = aetcd.rpc.LeaseStub(self.channel)
+            self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel), timeout=self._timeout,
+                                                  metadata=self.metadata)
+            self._connected.set()
+        except grpc.aio.AioRpcError as e:
+            aetcd.exceptions._handle_exception(e)  # as aetcd's own calls: its ClientError kinds
+        finally:
+            self._is_connecting = False
+
+
 def _cancelled() -> bool:
     """Whether the running task is being cancelled. A gRPC call whose channel another task closed (rotating to the
     next endpoint) raises CancelledError too: that one is a failed call, not a cancellation."""
@@ -42,13 +121,16 @@ def _cancelled() -> bool:
 
 
 class EtcdSession:
-    """One client session over the endpoints of one etcd cluster; ``timeout`` (seconds) bounds every call."""
+    """One client session over the endpoints of one etcd cluster, reached as ``access`` says (default: plaintext,
+    no user); ``timeout`` (seconds) bounds every call."""
 
-    def __init__(self, endpoints: list[tuple[str, int]], timeout: float = 5.0) -> None:
+    def __init__(self, endpoints: list[tuple[str, int]], timeout: float = 5.0, access: EtcdAccess | None = None
+                 ) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoint given")
         self.endpoints = endpoints
         self.timeout = timeout
+        self.access = access or EtcdAccess()
         self._current = 0
         self._client: aetcd.Client | None = None
 
@@ -58,17 +140,22 @@ class EtcdSession:
     def _get_client(self) -> aetcd.Client:
         if self._client is None:
             host, port = self.endpoints[self._current]
-            self._client = aetcd.Client(host=host, port=port, timeout=self.timeout)
+            self._client = _Client(host, port, self.timeout, self.access)
         return self._client
 
     async def _rotate(self, failed: aetcd.Client) -> None:
         """Move to the next endpoint after a call on client ``failed`` failed; nothing when another task did so
         already (every in-flight call of a dead member fails at once: one rotation, not one each)."""
+        if self._client is failed:
+            self._current = (self._current + 1) % len(self.endpoints)
+        await self._drop(failed)
+
+    async def _drop(self, failed: aetcd.Client) -> None:
+        """Close client ``failed`` (the next call opens a new channel); nothing when another task did so already."""
         current = self._client
         if current is None or current is not failed:
             return
         self._client = None
-        self._current = (self._current + 1) % len(self.endpoints)
         try:
             async with asyncio.timeout(self.timeout):
                 await current.close()
@@ -84,7 +171,9 @@ class EtcdSession:
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], *, retry: bool) -> T:
         attempts = len(self.endpoints) if retry else 1
         last: BaseException | None = None
-        for _ in range(attempts):
+        reauthenticated = False
+        while attempts > 0:
+            attempts -= 1
             host, port = self.endpoints[self._current]
             client = self._get_client()
             try:
@@ -96,6 +185,15 @@ class EtcdSession:
             except (TimeoutError, aetcd.exceptions.ClientError, asyncio.CancelledError) as e:
                 if isinstance(e, asyncio.CancelledError) and _cancelled():
                     raise
+                refusal = str(e) if isinstance(e, aetcd.exceptions.ClientError) else ""
+                if _INVALID_TOKEN in refusal and not reauthenticated:  # refused before it was proposed: try again
+                    log.info("etcd %s:%d: the auth token is no longer valid: authenticating again", host, port)
+                    reauthenticated, attempts = True, attempts + 1
+                    await self._drop(client)
+                    continue
+                if any(text in refusal for text in _REFUSALS):
+                    user = f"etcd user {self.access.user!r}" if self.access.user is not None else "no etcd user"
+                    raise ControlPlaneRefused(f"etcd {host}:{port} refused {what} ({user}): {refusal}") from None
                 last = e
                 log.warning("etcd %s:%d: %s failed: %s", host, port, what, str(e) or type(e).__name__)
                 await self._rotate(client)

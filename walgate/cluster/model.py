@@ -11,8 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["Keys", "NodeInfo", "Membership", "membership", "endpoint_for", "parse_endpoints",
-           "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable",
+__all__ = ["Keys", "NodeInfo", "Membership", "membership", "endpoint_for", "parse_endpoints", "uses_tls",
+           "RecordCursor", "RecordGap", "ControlPlaneError", "ControlPlaneUnavailable", "ControlPlaneRefused",
            "NotController", "RegistrationRefused", "leader_key", "encode_record", "decode_record",
            "encode_snapshot", "decode_snapshot", "check_registration", "MAX_RECORDS_PER_TXN"]
 
@@ -31,6 +31,12 @@ class ControlPlaneError(Exception):
 class ControlPlaneUnavailable(ControlPlaneError):
     """etcd did not answer (no member reachable, or no quorum): nothing read; a write's outcome is unknown until
     etcd answers again (a fenced write that did commit is seen by every node's record stream)."""
+
+
+class ControlPlaneRefused(ControlPlaneUnavailable):
+    """etcd refused a call for who made it (the etcd user, its password or its permissions): nothing read or
+    written. A kind of :class:`ControlPlaneUnavailable` so that a running node's loops wait for an operator to put
+    it right as they wait for etcd; a start stops on it."""
 
 
 class NotController(ControlPlaneError):
@@ -203,14 +209,11 @@ def check_registration(node_id: int, incarnation: str, registered_incarnation: s
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
-    """``http://127.0.0.1:2379,127.0.0.1:22379`` -> [(host, port), ...] (plaintext endpoints only); raises
-    ValueError naming the part that is not one."""
+    """``http://127.0.0.1:2379,127.0.0.1:22379`` -> [(host, port), ...] (``https://`` ones too: :func:`uses_tls`
+    says which); raises ValueError naming the part that is not one."""
     out: list[tuple[str, int]] = []
     for part in spec.split(","):
-        part = part.strip()
-        if part.startswith("https://"):
-            raise ValueError(f"etcd endpoint {part}: TLS to etcd is not supported yet")
-        part = part.removeprefix("http://").rstrip("/")
+        part = part.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
         host, sep, port = part.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"etcd endpoint {part!r}: expected host:port")
@@ -218,6 +221,15 @@ def parse_endpoints(spec: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("no etcd endpoint given")
     return out
+
+
+def uses_tls(spec: str) -> bool:
+    """Whether the etcd endpoints ``spec`` are ``https://`` ones (a bare ``host:port`` is ``http://``); raises
+    ValueError when some are and some are not (one session talks to every endpoint the same way)."""
+    schemes = {part.strip().startswith("https://") for part in spec.split(",")}
+    if len(schemes) > 1:
+        raise ValueError(f"etcd endpoints {spec!r}: all https:// or none (one session speaks TLS to all or none)")
+    return schemes == {True}
 
 
 def endpoint_for(info: NodeInfo, listener: str, *, exact: bool = False) -> tuple[str, int] | None:

@@ -24,10 +24,12 @@ import uuid
 from pathlib import Path
 
 from walgate.cluster.election import ControllerElection
-from walgate.cluster.etcd import EtcdSession, tx
+from walgate.cluster.etcd import EtcdAccess, EtcdSession, tx
 from walgate.cluster.incarnation import IncarnationError, load_or_create
 from walgate.cluster.model import (
     ControlPlaneError,
+    ControlPlaneRefused,
+    ControlPlaneUnavailable,
     Keys,
     Membership,
     NodeInfo,
@@ -74,8 +76,9 @@ class ClusterMember:
     """Node ``node_id``'s membership of cluster ``name`` over the etcd at ``endpoints``. ``view`` is the membership
     as last read; ``registered`` whether the node holds a live registration (as far as its lease tells)."""
 
-    def __init__(self, endpoints: str, name: str, node_id: int, data_dir: Path, session_timeout_ms: int) -> None:
-        self.session = EtcdSession(parse_endpoints(endpoints))
+    def __init__(self, endpoints: str, name: str, node_id: int, data_dir: Path, session_timeout_ms: int,
+                 access: EtcdAccess | None = None) -> None:
+        self.session = EtcdSession(parse_endpoints(endpoints), access=access)
         self.keys = Keys(name)
         self.tokens = NodeTokens(self.session, self.keys.node_token)  # loaded by kafka_cluster_id
         self.node_id = node_id
@@ -99,6 +102,10 @@ class ClusterMember:
         try:
             await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])
             current = await self.session.get(key)
+        except ControlPlaneRefused as e:
+            raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
+        except ControlPlaneUnavailable as e:
+            raise ClusterStartError(f"cannot reach the cluster's etcd: {e}; {self._reach_hint()}") from None
         except ControlPlaneError as e:
             raise ClusterStartError(f"cannot reach the cluster's etcd: {e}") from None
         try:
@@ -108,6 +115,13 @@ class ClusterMember:
         if current is None:
             raise ClusterStartError(f"etcd ({self.session.describe()}) lost the key {key.decode()} it just wrote")
         return bytes(current.value).decode()
+
+    def _reach_hint(self) -> str:
+        """What to check when etcd does not answer at start-up: most often how the node reaches it."""
+        if self.session.access.tls:
+            return ("check that etcd's certificate chains to cluster.etcd.ssl.cafile and, when etcd runs with "
+                    "--client-cert-auth, that cluster.etcd.ssl.certfile/keyfile are a certificate it trusts")
+        return "check that etcd is up and serves these http:// endpoints (a TLS etcd needs https:// and cluster.etcd.ssl.*)"
 
     async def join(self, endpoints: tuple[str, ...], http: str | None = None) -> None:
         """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``) and the base URL of

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from walgate.cluster.model import Keys, parse_endpoints
+from walgate.cluster.model import Keys, parse_endpoints, uses_tls
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.jwks import jwks_path
 from walgate.gateway.listeners import (
@@ -235,6 +235,15 @@ class Config:
     # a node not heard from for this long is no longer a member)
     cluster_etcd_endpoints: str | None = None
     cluster_name: str = "walgate"
+    # How the node reaches that etcd (docs/cluster.md, "etcd over TLS and with a user"): over https:// endpoints,
+    # the CA certificates etcd's must chain to (None: the system's trust store) and a client certificate and its
+    # unencrypted key (PEM) for etcd's --client-cert-auth; an etcd user and its password (or a file holding it)
+    cluster_etcd_ssl_cafile: Path | None = None
+    cluster_etcd_ssl_certfile: Path | None = None
+    cluster_etcd_ssl_keyfile: Path | None = None
+    cluster_etcd_user: str | None = None
+    cluster_etcd_password: str | None = field(default=None, repr=False)
+    cluster_etcd_password_file: Path | None = None
     broker_session_timeout_ms: int = 9_000
 
     def __post_init__(self) -> None:
@@ -327,8 +336,10 @@ class Config:
         if self.cluster_etcd_endpoints is not None:
             try:
                 parse_endpoints(self.cluster_etcd_endpoints)
+                tls = uses_tls(self.cluster_etcd_endpoints)
             except ValueError as e:
                 raise ConfigError(f"cluster_etcd_endpoints: {e}") from None
+            self._check_etcd_access(tls)
             if self.node_id >= ProducerIds.NODES:
                 raise ConfigError(f"node_id must be below {ProducerIds.NODES} in a cluster (producer ids are spread "
                                   f"by it), got {self.node_id}")
@@ -339,6 +350,25 @@ class Config:
         if self.broker_session_timeout_ms < 2000:
             raise ConfigError(f"broker_session_timeout_ms must be >= 2000 (an etcd lease of at least 2 s), got "
                               f"{self.broker_session_timeout_ms}")
+
+    def _check_etcd_access(self, tls: bool) -> None:
+        """The cluster.etcd.* settings go together and with the endpoints' scheme (raises :class:`ConfigError`)."""
+        files = {"cluster_etcd_ssl_cafile": self.cluster_etcd_ssl_cafile,
+                 "cluster_etcd_ssl_certfile": self.cluster_etcd_ssl_certfile,
+                 "cluster_etcd_ssl_keyfile": self.cluster_etcd_ssl_keyfile}
+        given = [name for name, path in files.items() if path is not None]
+        if given and not tls:
+            raise ConfigError(f"{', '.join(given)}: TLS settings for etcd need https:// etcd endpoints, got "
+                              f"{self.cluster_etcd_endpoints}")
+        if (self.cluster_etcd_ssl_certfile is None) != (self.cluster_etcd_ssl_keyfile is None):
+            raise ConfigError("cluster_etcd_ssl_certfile and cluster_etcd_ssl_keyfile go together (a client "
+                              "certificate and its private key)")
+        if self.cluster_etcd_password is not None and self.cluster_etcd_password_file is not None:
+            raise ConfigError("give either cluster_etcd_password or cluster_etcd_password_file")
+        has_password = self.cluster_etcd_password is not None or self.cluster_etcd_password_file is not None
+        if (self.cluster_etcd_user is not None) != has_password:
+            raise ConfigError("cluster_etcd_user and its password (cluster_etcd_password or "
+                              "cluster_etcd_password_file) go together")
 
     def _check_security(self) -> None:
         """The TLS and authentication values are valid (raises :class:`ConfigError`); a listener's view
@@ -523,7 +553,9 @@ _WALGATE_ONLY = frozenset({
     "host", "kafka_port", "http_port", "advertised_host", "advertised_port", "batch_cache_bytes",
     "request_read_timeout_ms", "max_partitions", "max_tables_per_database", "auto_create_topic_partitions", "transaction_version",
     "http_allowed_origins", "log_level", "log_format", "http_ssl_enabled", "allow_insecure", "http_auth",
-    "listener_overrides", "cluster_etcd_endpoints", "cluster_name"})
+    "listener_overrides", "cluster_etcd_endpoints", "cluster_name", "cluster_etcd_ssl_cafile",
+    "cluster_etcd_ssl_certfile", "cluster_etcd_ssl_keyfile", "cluster_etcd_user", "cluster_etcd_password",
+    "cluster_etcd_password_file"})
 """Fields that are walgate's own, not a Kafka broker config (``auto_create_topic_partitions`` is Kafka's
 ``auto.create.topics.enable`` and ``num.partitions``, which the server describes itself)."""
 _KAFKA_NAME = {field_name: kafka for kafka, field_name in KAFKA_ALIASES.items() if kafka not in ("log.dir", "broker.id")}

@@ -61,6 +61,7 @@ from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
 from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes
 from walgate.gateway.config import Config, ConfigError, kafka_settings
+from walgate.gateway.etcd_access import etcd_access
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
@@ -156,13 +157,14 @@ class Gateway:
         cfg = self.config
         log.debug("starting with %r", cfg)
         tls = self._tls_contexts()  # first: a certificate that cannot be loaded stops the start before anything opens
+        access = etcd_access(cfg) if cfg.cluster_etcd_endpoints is not None else None  # its files, likewise
         wakeups, members = FetchWakeups(asyncio.get_running_loop()), GroupMembers()  # the engine's observers
         bridge = LaneBridge(self._coordinator)  # the engine's way to the coordinator lane
         try:
             self._lock = datadir.lock(cfg.data_dir)  # one process per data dir (walgate repair waits for none)
             if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
-                                              cfg.broker_session_timeout_ms)
+                                              cfg.broker_session_timeout_ms, access)
                 cluster_id = await self._cluster.kafka_cluster_id()
                 partitions = await cluster_partitions(self._cluster, cfg.offsets_topic_num_partitions)
             else:
