@@ -8,6 +8,7 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     StorageError
     ├── SqlSyntaxError        statement does not parse
     ├── InvalidValue          value / type mismatch, bad timestamp, bad option
+    │   └── BatchDropStable   a DROP TABLE naming a supertable among other names
     ├── NotFound              unknown database / table / stable / topic
     ├── AlreadyExists         object exists (and no IF NOT EXISTS)
     ├── LineProtocolError     InfluxDB line protocol that does not parse or fit
@@ -61,6 +62,7 @@ __all__ = [
     "ClusterUnavailable",
     "QueryCancelled",
     "NotHere",
+    "BatchDropStable",
 ]
 
 
@@ -85,6 +87,12 @@ class InvalidValue(StorageError):
 class TopicCollision(InvalidValue):
     """A new topic's name differs from an existing one's only in ``.`` against ``_`` (Kafka's
     INVALID_TOPIC_EXCEPTION: their metric names would be the same)."""
+
+
+class BatchDropStable(InvalidValue):
+    """A DROP TABLE naming a supertable among other names (TDengine refuses it too): nothing is dropped."""
+
+    code = 0x263A  # TSDB_CODE_PAR_INVALID_DROP_STABLE ("Cannot drop super table in batch")
 
 
 class NotFound(StorageError):
