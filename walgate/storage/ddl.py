@@ -191,14 +191,14 @@ class Ddl:
         refused before anything is looked up in a vnode (cluster mode: before any part is forwarded)."""
         store = self.store
         named = [(store.resolve_db(name.db, session).name, name.name) for name in s.names]
-        stables = [f"{db}.{name}" for db, name in named if (db, name) in store.catalog.stables]
+        stables = [f"{db_name}.{table}" for db_name, table in named if (db_name, table) in store.catalog.stables]
         if stables and len(named) == 1:
             return self.drop_stable(ast.DropStable(ast.Name(named[0][1], named[0][0]), s.if_exists), session)
         if stables:
             raise BatchDropStable(f"Cannot drop super table in batch: {stables[0]} is a supertable (DROP STABLE "
                                   "it alone); nothing was dropped")
-        for db_name, name in named:
-            self._refuse_if_topic_source(db_name, name)
+        for db_name, table in named:
+            self._refuse_if_topic_source(db_name, table)
         plans: dict[str, Plan] = {}
         for name in s.names:
             db = store.resolve_db(name.db, session)

@@ -140,10 +140,15 @@ class StorageUnavailable(StorageError):
 
 class ClusterUnavailable(StorageUnavailable):
     """Cluster mode: the cluster's catalog did not take a change (no controller elected, or etcd has no quorum, within
-    the time allowed); the message says whether it may still be applied. Retriable: HTTP 503; Kafka's admin APIs
-    answer REQUEST_TIMED_OUT, as Kafka's when its controller does not answer."""
+    the time allowed); the message says whether it may still be applied, and so does ``maybe_applied`` (then the
+    HTTP answer's ``outcome`` is ``unknown``). Retriable: HTTP 503; Kafka's admin APIs answer REQUEST_TIMED_OUT, as
+    Kafka's when its controller does not answer."""
 
     code = 0x0021  # walgate answers it as StorageUnavailable's code: the change could not be made durable
+
+    def __init__(self, message: str, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class QueryCancelled(StorageError):
