@@ -41,7 +41,7 @@ from walgate.security.node_token import (
     head_refusal,
     refusal,
 )
-from walgate.storage.errors import LimitExceeded, StorageUnavailable
+from walgate.storage.errors import ClusterUnavailable, LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part
 from walgate.storage.select_merge import ARROW_STREAM
 
@@ -177,6 +177,10 @@ def test_the_answer_names_what_was_written_and_what_not() -> None:
     assert body["unknown"] == []
     assert body["desc"] == ("INSERT spanning nodes, each node's part all or nothing: 2 rows of f.a0 on node 1: "
                             "written; 5 rows of f.b0, f.b1 on node 2: NOT written (node 2 is not registered)")
+    drop = [Outcome(HERE, "written"), Outcome(PART, "unknown", status=503, desc="no answer")]
+    assert answer(drop, "DROP TABLE")[1]["desc"] == (  # tables are done, not written (reviewer finding 12)
+        "DROP TABLE spanning nodes, each node's part all or nothing: f.a0 on node 1: done; f.b0, f.b1 on node 2: "
+        "outcome unknown (no answer)")
 
 
 async def test_this_nodes_part_failing_is_an_outcome_never_an_exception() -> None:
@@ -202,9 +206,6 @@ def test_the_node_token_is_never_in_a_callers_repr() -> None:
 async def test_this_nodes_part_that_the_catalog_may_still_apply_is_unknown_not_unwritten() -> None:
     """This node's own part (http_api._here): a ClusterUnavailable that may still be applied (a CREATE STABLE whose
     publish timed out) is ``unknown``; one that applied nothing, and any other StorageUnavailable, ``not_written``."""
-    from walgate.gateway.http_api import _here
-    from walgate.storage.errors import ClusterUnavailable
-
     async def failing(error: Exception) -> Outcome:
         raise error
 

@@ -267,7 +267,8 @@ def answer(outcomes: list[Outcome], what: str = "INSERT") -> tuple[int, dict[str
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
-        done = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        done = {"written": "written" if what == "INSERT" else "done", "unknown": "outcome unknown",
+                "not_written": "NOT written" if what == "INSERT" else "NOT done"}[o.state]
         rows = o.rows if o.state == "written" else o.part.rows
         said.append(f"{rows} rows of {tables}" if what == "INSERT" else tables)
         said[-1] += f" on node {o.part.node}: {done}" + (f" ({o.desc})" if o.desc else "")
