@@ -919,8 +919,10 @@ async def _authorized(request: web.Request, handler: Handler) -> web.StreamRespo
 
 async def _node_refusal(request: web.Request) -> str | None:
     """Why ``request``, which carries a header only nodes send, is not a request another node of this cluster
-    signed (:mod:`walgate.security.node_token`); None when it is: ``request[PRINCIPAL]`` and ``request[HOST]`` are
-    then the caller's it names."""
+    signed (:mod:`walgate.security.node_token`: its head signature checked before the body is read); None when it
+    is, once this node applied the cluster's catalog up to the record the sender had applied (ClusterUnavailable,
+    nothing done, when not within CHANGE_TIMEOUT_S): ``request[PRINCIPAL]`` and ``request[HOST]`` are then the
+    caller's it names."""
     shared = request.app[_SHARED]() if _SHARED in request.app else None
     if shared is None:
         return f"{FORWARDED} and {', '.join(HEADERS)} are accepted only from the nodes of a cluster"
