@@ -117,6 +117,15 @@ def test_deleting_and_putting_the_key_revokes_the_old_token_at_once_and_a_bad_va
             await put(session, b"5" * 43)
             await tokens.refresh()
             assert tokens.known() == ("5" * 43,), "no grace for the token before a deleted key"
+            await session.txn([], [tx.Delete(KEY)])  # a revocation whose new value is mistyped (too short)
+            await put(session, b"hunter2-new")
+            await tokens.refresh()
+            assert tokens.known() == (), "the leaked token is revoked even though the new value is refused"
+            with pytest.raises(ControlPlaneError, match="deleted"):
+                tokens.signing()
+            await put(session, T2.encode())  # put right: known again
+            await tokens.refresh()
+            assert tokens.known() == (T2,)
         finally:
             await session.close()
 
@@ -150,5 +159,98 @@ def test_forged_signatures_and_etcd_down_cost_one_read_per_reread_interval(etcd1
         finally:
             await session.close()
             await down.close()
+
+    asyncio.run(main())
+
+
+class GatedSession(CountedSession):
+    """A real session whose reads answer only once ``gate`` is set (a read under way while the key changes)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def get(self, key: bytes):  # type: ignore[no-untyped-def]
+        answer = await super().get(key)
+        await self.gate.wait()
+        return answer
+
+
+def test_a_signature_with_a_token_put_after_the_last_read_is_checked_with_a_read_begun_after_it_arrived(
+        etcd1: EtcdCluster) -> None:
+    """A periodic read does not stop the read a request signed with a new token needs (it used to, for REREAD_S
+    after each periodic read), and a request arriving while a read begun before the put is under way gets a read of
+    its own after it (it used to get the old value of the read it joined)."""
+    async def main() -> None:
+        session = GatedSession(etcd1.endpoints)
+        clock = Clock()
+        tokens = NodeTokens(session, KEY, clock)
+        try:
+            await put(session, T2.encode())
+            await tokens.load()
+            await tokens.refresh()  # follow()'s periodic read
+            await put(session, T3.encode())  # an operator's rotation; another node read it and signs with it
+            clock.now += REREAD_S / 2
+            assert await tokens.verified(lambda known: T3 in known), "read again, though a periodic read was just made"
+
+            clock.now += REREAD_S
+            session.gate.clear()
+            session.reads = 0
+            periodic = asyncio.create_task(tokens.refresh())  # begun before the next put, answered after it
+            for _ in range(1000):  # bounded: until the read is under way
+                if session.reads:
+                    break
+                await asyncio.sleep(0.01)
+            await put(session, T4.encode())
+            request = asyncio.create_task(tokens.verified(lambda known: T4 in known))
+            await asyncio.sleep(0.05)
+            session.gate.set()
+            assert await request, "a read begun after the request arrived"
+            await periodic
+            assert session.reads == 2
+        finally:
+            await session.close()
+
+    asyncio.run(main())
+
+
+class FailingOnceSession(EtcdSession):
+    """A real session whose next read once ``armed`` raises what no etcd client error is (a bug's exception)."""
+
+    armed = False
+
+    async def get(self, key: bytes):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("an unexpected error")
+        return await super().get(key)
+
+
+def test_the_periodic_read_goes_on_after_an_unexpected_error(etcd1: EtcdCluster,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """follow() logs an exception that is not a ControlPlaneError and goes on reading (it used to end, and the node
+    to sign with a stale token for ever)."""
+    monkeypatch.setattr(node_tokens, "REFRESH_S", 0.05)
+
+    async def main() -> None:
+        session = EtcdSession(etcd1.endpoints)
+        failing = FailingOnceSession(etcd1.endpoints)
+        tokens = NodeTokens(failing, KEY, Clock())
+        await put(session, T2.encode())
+        await tokens.load()
+        failing.armed = True  # follow()'s first read fails
+        follow = asyncio.create_task(tokens.follow())
+        try:
+            await put(session, T3.encode())
+            for _ in range(400):  # bounded: 20 s
+                if tokens.signing() == T3 or follow.done():
+                    break
+                await asyncio.sleep(0.05)
+            assert not follow.done() and tokens.signing() == T3
+        finally:
+            follow.cancel()
+            await session.close()
+            await failing.close()
 
     asyncio.run(main())

@@ -29,8 +29,19 @@ from walgate.gateway.sql_forward import (
     select_timeout,
     send,
 )
-from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, refusal
-from walgate.storage.errors import LimitExceeded, StorageUnavailable
+from walgate.security.node_token import (
+    CATALOG_SEQ,
+    CLIENT_HOST,
+    HEAD_SIGNATURE,
+    PRINCIPAL,
+    SIGNATURE,
+    TIME,
+    VERSION_HEADER,
+    Signed,
+    head_refusal,
+    refusal,
+)
+from walgate.storage.errors import ClusterUnavailable, LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part
 from walgate.storage.select_merge import ARROW_STREAM
 
@@ -38,15 +49,18 @@ PART = Part(2, (1, 3), (("f", 1),), ("f.b0", "f.b1"), 5)
 HERE = Part(1, (0, 2), (("f", 0),), ("f.a0",), 2)
 seen: list[dict[str, str]] = []
 TOKEN = "node-token"
-ALICE = Caller("User:alice", "10.0.0.7", TOKEN)
+ALICE = Caller("User:alice", "10.0.0.7", TOKEN, catalog_seq=17)
 NOBODY = Caller("User:ANONYMOUS", "10.0.0.8", TOKEN)
 
 
 async def _owner(request: web.Request) -> web.Response:
     body, headers = await request.read(), request.headers
+    assert headers[VERSION_HEADER] == "2" and headers[CATALOG_SEQ] == ("17" if "alice" in headers[PRINCIPAL] else "0")
     signed = [Signed(node, request.method, request.path, dict(request.query), headers[FORWARDED], headers[PRINCIPAL],
-                     headers[CLIENT_HOST], int(headers[TIME]), body) for node in (2, 3)]  # this server stands for both
-    assert any(refusal([TOKEN], headers[SIGNATURE], s, s.time_ms) is None for s in signed), "signed for node 2 or 3"
+                     headers[CLIENT_HOST], int(headers[TIME]), body, int(headers[CATALOG_SEQ]))
+              for node in (2, 3)]  # this server stands for both
+    assert any(refusal([TOKEN], headers[SIGNATURE], s, s.time_ms) is None and
+               head_refusal([TOKEN], headers[HEAD_SIGNATURE], s, s.time_ms) is None for s in signed), "for node 2 or 3"
     seen.append({"db": request.match_info["db"], "body": body.decode(), FORWARDED: headers[FORWARDED],
                  "caller": f"{headers[PRINCIPAL]}@{headers[CLIENT_HOST]}"})
     db = request.match_info["db"]
@@ -60,6 +74,9 @@ async def _owner(request: web.Request) -> web.Response:
         return web.Response(body=bytes(8 << 20), content_type=ARROW_STREAM)
     if db == "lines":
         return web.Response(status=204, headers={"X-Walgate-Rows": "3"})
+    if db in ("maybe", "unavailable"):  # a CREATE STABLE the catalog may still apply; a disk that refused it
+        return web.json_response({"code": 0x21, "desc": "it may still be applied"} |
+                                 ({"outcome": "unknown"} if db == "maybe" else {}), status=503)
     if db == "crash":
         return web.json_response({"code": 0xFFFF, "desc": "internal error"}, status=500)
     await asyncio.Event().wait()  # "hang": never answers
@@ -92,6 +109,10 @@ async def test_each_answer_of_an_owner_is_an_outcome(owner: str) -> None:
     assert refused.desc == "node 2: Invalid column name: w"
     crashed = await send(PART, owner, "/rest/sql/crash", sql, 1, NOBODY)
     assert (crashed.state, crashed.status) == ("unknown", 500) and "may have been written" in crashed.desc
+    maybe = await send(PART, owner, "/rest/sql/maybe", sql, 1, NOBODY)
+    assert (maybe.state, maybe.status, maybe.code) == ("unknown", 503, 0x21), "not 'NOT written' (reviewer finding 6)"
+    unavailable = await send(PART, owner, "/rest/sql/unavailable", sql, 1, NOBODY)
+    assert (unavailable.state, unavailable.status) == ("not_written", 503)
     hung = await send(PART, owner, "/rest/sql/hang", sql, 1, NOBODY, timeout=0.5)
     assert (hung.state, hung.status) == ("unknown", 503) and "no answer" in hung.desc
     lines = Part(2, (), (("f", 1),), ("f.t_1",), 3, (2, 4, 5), b"\nm v=1 1\n\nm v=2 2\nm v=3 3")
@@ -156,6 +177,10 @@ def test_the_answer_names_what_was_written_and_what_not() -> None:
     assert body["unknown"] == []
     assert body["desc"] == ("INSERT spanning nodes, each node's part all or nothing: 2 rows of f.a0 on node 1: "
                             "written; 5 rows of f.b0, f.b1 on node 2: NOT written (node 2 is not registered)")
+    drop = [Outcome(HERE, "written"), Outcome(PART, "unknown", status=503, desc="no answer")]
+    assert answer(drop, "DROP TABLE")[1]["desc"] == (  # tables are done, not written (reviewer finding 12)
+        "DROP TABLE spanning nodes, each node's part all or nothing: f.a0 on node 1: done; f.b0, f.b1 on node 2: "
+        "outcome unknown (no answer)")
 
 
 async def test_this_nodes_part_failing_is_an_outcome_never_an_exception() -> None:
@@ -176,3 +201,15 @@ async def test_this_nodes_part_failing_is_an_outcome_never_an_exception() -> Non
 
 def test_the_node_token_is_never_in_a_callers_repr() -> None:
     assert TOKEN not in repr(ALICE) and "User:alice" in repr(ALICE)
+
+
+async def test_this_nodes_part_that_the_catalog_may_still_apply_is_unknown_not_unwritten() -> None:
+    """This node's own part (http_api._here): a ClusterUnavailable that may still be applied (a CREATE STABLE whose
+    publish timed out) is ``unknown``; one that applied nothing, and any other StorageUnavailable, ``not_written``."""
+    async def failing(error: Exception) -> Outcome:
+        raise error
+
+    maybe = await _here(HERE, 1, failing(ClusterUnavailable("it may still be applied", maybe_applied=True)))
+    assert (maybe.state, maybe.status, maybe.desc) == ("unknown", 503, "node 1: it may still be applied")
+    for error in (ClusterUnavailable("nothing was done"), StorageUnavailable("disk full")):
+        assert (await _here(HERE, 1, failing(error))).state == "not_written"

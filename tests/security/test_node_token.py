@@ -15,6 +15,8 @@ from walgate.security.node_token import (
     NODE_MECHANISM,
     WINDOW_MS,
     Signed,
+    head_refusal,
+    head_signature,
     header_refusal,
     new_token,
     node_credential,
@@ -28,7 +30,7 @@ from walgate.security.scram import ScramClient, ScramError, ScramExchange
 
 NOW = 1_800_000_000_000
 SIGNED = Signed(2, "POST", "/rest/sql/f", {"db": "f", "precision": "ms"}, "1;0,2", "User:alice", "10.1.2.3", NOW,
-                b"INSERT INTO f.t1 VALUES (now, 1)")
+                b"INSERT INTO f.t1 VALUES (now, 1)", 41)
 
 
 def test_a_signature_is_valid_with_the_token_it_was_made_with_and_the_one_before_it_kept() -> None:
@@ -46,10 +48,12 @@ def test_every_field_signed_changes_the_signature() -> None:
     given = signature(token, SIGNED)
     changes = {"node": 3, "method": "GET", "path": "/rest/sql", "query": {"db": "g", "precision": "ms"},
                "forwarded": "1;0", "principal": "User:root", "host": "127.0.0.1", "time_ms": NOW + 1,
-               "body": b"INSERT INTO f.t1 VALUES (now, 2)"}
+               "body": b"INSERT INTO f.t1 VALUES (now, 2)", "catalog_seq": 42}
+    head = head_signature(token, SIGNED)
     for name, value in changes.items():
         forged = dataclasses.replace(SIGNED, **{name: value})
         assert refusal([token], given, forged, NOW) is not None, name
+        assert (head_refusal([token], head, forged, NOW) is None) == (name == "body"), name
     # fields cannot be shifted into one another: ("a", "bc") and ("ab", "c") sign different bytes
     assert dataclasses.replace(SIGNED, principal="User:a", host="b").message() != \
         dataclasses.replace(SIGNED, principal="User:ab", host="").message()
@@ -129,3 +133,19 @@ def test_a_node_refuses_a_server_that_does_not_hold_the_token() -> None:
         server.client_final(final)  # the proof made with the right token fails against the wrong credential
     with pytest.raises(ScramError, match="signature"):
         client.check(b"v=" + b"A" * 44)
+
+
+def test_the_head_signature_is_checked_without_the_body_and_is_never_the_body_signature() -> None:
+    """What a node checks before it reads a body (reviewer finding 8: the form of the headers alone let anyone make
+    a node read and hash 16 MiB): valid only with a token, whatever the body; never the full signature (which could
+    otherwise be replayed with another body)."""
+    token, other = new_token(), new_token()
+    head = head_signature(token, SIGNED)
+    assert head_refusal([other, token], head, dataclasses.replace(SIGNED, body=b""), NOW) is None
+    assert head_refusal([other], head, SIGNED, NOW) == "its X-Walgate-Head-Signature is not one of this cluster's nodes"
+    assert head != signature(token, SIGNED) and head != signature(token, dataclasses.replace(SIGNED, body=b""))
+    assert refusal([token], head, SIGNED, NOW) is not None and head_refusal([token], signature(token, SIGNED),
+                                                                             SIGNED, NOW) is not None
+    assert head_refusal([token], "0" * 63, SIGNED, NOW) == "its X-Walgate-Head-Signature is not 64 hex digits"
+    for seq in ("", "-1", "1" * 19, "٣"):
+        assert header_refusal(str(NOW), head, "User:alice", NOW, seq) == "its X-Walgate-Catalog-Seq is not a number"

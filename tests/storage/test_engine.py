@@ -393,3 +393,23 @@ def test_append_partitions_answers_each_partition_on_its_own(engine):
     assert isinstance(results[4], NotFound)
     assert [engine.watermarks("native.m", p)[1] for p in range(3)] == [2, 1, 4]
     assert engine.native.append_partitions("native.m", [(1, [first])]) == [0]  # a retry: its original offset
+
+
+def test_drop_table_of_a_supertable_among_other_names_is_refused_whole(engine):
+    """TDengine refuses a DROP TABLE naming a supertable among other names ("Cannot drop super table in batch",
+    0x263A): so does walgate, dropping nothing. It used to drop the supertable alone, answer 0, and never look at
+    the other names (issue: reviewer finding 1). A supertable named alone is dropped, as DROP STABLE."""
+    from walgate.storage.errors import BatchDropStable
+
+    engine.execute("CREATE TABLE power.n1 (ts TIMESTAMP, v INT)")
+    engine.execute("CREATE TABLE power.n2 (ts TIMESTAMP, v INT)")
+    for names in ("power.n1, power.meters, power.n2", "power.meters, power.n1", "power.n1, power.nope, power.meters"):
+        with pytest.raises(BatchDropStable, match="Cannot drop super table in batch: power.meters") as e:
+            engine.execute(f"DROP TABLE IF EXISTS {names}")
+        assert e.value.code == 0x263A
+        assert sorted(r[0] for r in rows(engine, "SHOW power.TABLES")) == ["n1", "n2"]
+        assert [r[0] for r in rows(engine, "SHOW power.STABLES")] == ["meters"]
+    engine.execute("DROP TABLE power.meters")  # alone: the supertable is dropped
+    assert rows(engine, "SHOW power.STABLES") == []
+    engine.execute("DROP TABLE power.n1, power.n2")
+    assert rows(engine, "SHOW power.TABLES") == []

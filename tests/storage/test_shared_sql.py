@@ -419,3 +419,33 @@ def test_meta_entries_still_pending_are_written_before_the_next_record_s(tmp_pat
     n1 = cluster_node(tmp_path / "n1", 1)
     assert metas(n1, "d") == both
     n1.close()
+
+
+def test_drop_table_is_checked_whole_on_the_node_asked_before_any_vnode_of_another_node_is_needed(
+        tmp_path: Path) -> None:
+    """A DROP TABLE naming a supertable, or a topic's source, is answered on the node asked from the cluster's
+    catalog before any name is looked up in a vnode, so nothing is forwarded and nothing dropped: a supertable named
+    alone is staged as DROP STABLE wherever its name's vgroup is (it used to raise NotHere and be forwarded, needing
+    that node up); named with other tables, refused whole (it used to return before the tables after it); a table a
+    topic reads, refused before the other names' parts are forwarded and dropped (reviewer findings 1, 7, 11)."""
+    from walgate.storage.errors import BatchDropStable
+
+    n1, n2 = cluster_node(tmp_path / "n1", 1), cluster_node(tmp_path / "n2", 2)
+    run([n1, n2], n1, "CREATE DATABASE d VGROUPS 2")
+    st = next(f"s{i}" for i in range(1000) if vnode_of("d", f"s{i}", 2) == 1)  # its name's vgroup: on node 2
+    run([n1, n2], n1, f"CREATE STABLE d.{st} (ts TIMESTAMP, v INT) TAGS (site INT)")
+    here, there = table_in(0), table_in(1)
+    n1.execute(f"CREATE TABLE d.{here} (ts TIMESTAMP, v INT)")
+    n2.execute(f"CREATE TABLE d.{there} (ts TIMESTAMP, v INT)")
+    for names in (f"d.{here}, d.{st}, d.{there}", f"d.{st}, d.{there}"):
+        with pytest.raises(BatchDropStable, match=f"Cannot drop super table in batch: d.{st}"):
+            staged(n1, f"DROP TABLE {names}")
+    run([n1, n2], n2, f"CREATE TOPIC tt AS SELECT * FROM d.{there}")
+    with pytest.raises(InvalidValue, match=f"d.{there} is used by topic tt"):  # not NotHere: nothing forwarded
+        staged(n1, f"DROP TABLE d.{here}, d.{there}")
+    assert n1.vnodes["d"][0].live(here) is not None and n2.vnodes["d"][0].live(there) is not None, "nothing dropped"
+    records = staged(n1, f"DROP TABLE d.{st}")  # alone, through the node that does not hold its name's vgroup
+    assert [r["op"] for r in records] == ["drop_stable"]
+    apply([n1, n2], records)
+    for e in (n1, n2):
+        assert rows(e, "SHOW d.STABLES") == []

@@ -128,13 +128,27 @@ from walgate.gateway.sql_forward import (
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
-from walgate.security.node_token import CLIENT_HOST, HEADERS, SIGNATURE, TIME, Signed, header_refusal, refusal
+from walgate.security.node_token import (
+    CATALOG_SEQ,
+    CLIENT_HOST,
+    HEAD_SIGNATURE,
+    HEADERS,
+    SIGNATURE,
+    TIME,
+    VERSION,
+    VERSION_HEADER,
+    Signed,
+    head_refusal,
+    header_refusal,
+    refusal,
+)
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine, PreparedSelect, Result
 from walgate.storage.errors import (
+    ClusterUnavailable,
     InvalidValue,
     LimitExceeded,
     NotHere,
@@ -325,7 +339,12 @@ async def _sql(request: web.Request) -> web.StreamResponse:
         if shared is None or forwarded is not None:
             raise
         if _INSERT.match(sql) or isinstance(stmt, TableDdl):
-            response = await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            try:
+                response = await _forward_statement(request, shared, authorizer, principal, host, body, db)
+            except Exception as exc:  # (raised here, in an except clause, it passes the except clauses below)
+                if change is not None:
+                    audit(principal, host, change, sql, _failed(exc))
+                raise
             if change is not None:  # each owner audits its part too
                 audit(principal, host, change, sql, "ok" if response.status == 200 else
                       f"failed: HTTP {response.status} (the statement spans nodes: each node's part audited there)")
@@ -339,12 +358,16 @@ async def _sql(request: web.Request) -> web.StreamResponse:
         return _error(403, e.code, e.message)
     except Exception as exc:
         if change is not None:
-            why = exc.message if isinstance(exc, StorageError) else str(exc)
-            audit(principal, host, change, sql, f"failed: {why}")
+            audit(principal, host, change, sql, _failed(exc))
         raise
     if change is not None:
         audit(principal, host, change, sql, "ok")
     return _json(200, result.rest_body())
+
+
+def _failed(exc: Exception) -> str:
+    """The audit outcome of a change that raised ``exc``."""
+    return f"failed: {exc.message if isinstance(exc, StorageError) else exc}"
 
 
 def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
@@ -528,17 +551,25 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
     response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
                               lambda rows: _json(200, affected(rows).rest_body()), what)
-    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.DropTable)):
-        await shared.catch_up()  # a supertable staged by its owner (DROP TABLE of one too)
+    if response.status == 200 and isinstance(stmt, ast.CreateStable):  # staged by its owner: known here too
+        try:  # (a DROP TABLE naming a supertable is never forwarded: storage/ddl.py drop_table)
+            await shared.catch_up()
+        except ClusterUnavailable as e:  # made: the client is answered so, and this node learns it later
+            log.warning("a CREATE STABLE made by another node is not known here yet: %s", e.message)
     return response
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
     """The outcome of ``part`` written on this node (``local``) by ``write``, never an exception, so that the client
     learns what became of every other part: an error the error middleware answers with "nothing written" (a
-    StorageError, an OSError) makes it not written, anything else (damaged data, a bug: logged) unknown."""
+    StorageError, an OSError) makes it not written; a change the cluster's catalog may still apply
+    (:class:`ClusterUnavailable` ``maybe_applied``) and anything else (damaged data, a bug: logged) unknown."""
     try:
         return await write
+    except ClusterUnavailable as e:
+        if not e.maybe_applied:
+            return Outcome(part, "not_written", status=503, code=e.code, desc=f"node {local}: {e.message}")
+        return Outcome(part, "unknown", status=503, code=e.code, desc=f"node {local}: {e.message}")
     except StorageError as e:
         status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
             403 if isinstance(e, NotPermitted) else 400
@@ -888,12 +919,18 @@ async def _authorized(request: web.Request, handler: Handler) -> web.StreamRespo
 
 async def _node_refusal(request: web.Request) -> str | None:
     """Why ``request``, which carries a header only nodes send, is not a request another node of this cluster
-    signed (:mod:`walgate.security.node_token`); None when it is: ``request[PRINCIPAL]`` and ``request[HOST]`` are
-    then the caller's it names."""
+    signed (:mod:`walgate.security.node_token`: its head signature checked before the body is read); None when it
+    is, once this node applied the cluster's catalog up to the record the sender had applied (ClusterUnavailable,
+    nothing done, when not within CHANGE_TIMEOUT_S): ``request[PRINCIPAL]`` and ``request[HOST]`` are then the
+    caller's it names."""
     shared = request.app[_SHARED]() if _SHARED in request.app else None
     if shared is None:
         return f"{FORWARDED} and {', '.join(HEADERS)} are accepted only from the nodes of a cluster"
     headers = request.headers
+    if headers.get(VERSION_HEADER) != VERSION:
+        return (f"a request forwarded between nodes signed in format {headers.get(VERSION_HEADER, '1')}, not this "
+                f"node's {VERSION}: every node of a cluster must run the same walgate version (docs/security.md "
+                '"Upgrading")')
     missing = [name for name in (FORWARDED, *HEADERS) if name not in headers]
     if missing:
         return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
@@ -901,12 +938,20 @@ async def _node_refusal(request: web.Request) -> str | None:
     if len(query) != len(request.query):
         return "a request forwarded between nodes has no query parameter twice"
     now_ms = time.time_ns() // 1_000_000
-    refused = header_refusal(headers[TIME], headers[SIGNATURE], headers[PRINCIPAL_HEADER], now_ms)
-    if refused is not None:  # before the body is read
+    refused = header_refusal(headers[TIME], headers[SIGNATURE], headers[PRINCIPAL_HEADER], now_ms, headers[CATALOG_SEQ])
+    if refused is not None:
         return f"a request forwarded between nodes must be signed by a node of this cluster: {refused}"
-    signed = Signed(request.app[_ENGINE].catalog.node_id, request.method, request.path, query, headers[FORWARDED],
-                    headers[PRINCIPAL_HEADER], headers[CLIENT_HOST], int(headers[TIME]), await request.read())
+    head = Signed(request.app[_ENGINE].catalog.node_id, request.method, request.path, query, headers[FORWARDED],
+                  headers[PRINCIPAL_HEADER], headers[CLIENT_HOST], int(headers[TIME]), b"", int(headers[CATALOG_SEQ]))
     why: list[str | None] = [None]
+
+    def head_fits(tokens: tuple[str, ...]) -> bool:
+        why[0] = head_refusal(tokens, headers[HEAD_SIGNATURE], head, now_ms)
+        return why[0] is None
+
+    if not await shared.member.tokens.verified(head_fits):  # before the body is read
+        return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    signed = dataclasses.replace(head, body=await request.read())
 
     def fits(tokens: tuple[str, ...]) -> bool:
         why[0] = refusal(tokens, headers[SIGNATURE], signed, now_ms)
@@ -914,6 +959,7 @@ async def _node_refusal(request: web.Request) -> str | None:
 
     if not await shared.member.tokens.verified(fits):
         return f"a request forwarded between nodes must be signed by a node of this cluster: {why[0]}"
+    await shared.applied(signed.catalog_seq)  # what the sender knew: its databases, supertables, users
     basic_auth = request.app[_BASIC_AUTH]
     if basic_auth is not None and not await basic_auth.is_user(signed.principal):
         return (f"{signed.principal} is not a user of this cluster, and this node authenticates every request: "
@@ -930,7 +976,7 @@ def _caller(request: web.Request, shared: SharedCatalog) -> Caller:
         token = shared.member.tokens.signing()
     except ControlPlaneError as e:
         raise StorageUnavailable(f"nothing can be sent to another node: {e}") from None
-    return Caller(request[PRINCIPAL], request[HOST], token, request.app[_NODE_TLS])
+    return Caller(request[PRINCIPAL], request[HOST], token, request.app[_NODE_TLS], shared.follower.cursor.seq)
 
 
 async def _unless_gone(*parts: Awaitable[tuple[int, dict[str, Any] | bytes]], request: web.Request,
@@ -979,6 +1025,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except RequestTooLarge as e:
         return _error(413, e.code, e.message)
     except StorageUnavailable as e:
+        if isinstance(e, ClusterUnavailable) and e.maybe_applied:  # (sql_forward.py: the part's outcome unknown)
+            return _json(503, {"code": e.code, "desc": e.message, "outcome": "unknown"})
         return _error(503, e.code, e.message)
     except StorageError as e:
         return _error(400, e.code, e.message)

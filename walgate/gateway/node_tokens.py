@@ -2,17 +2,20 @@
 :mod:`walgate.security.node_token`; docs/security.md "Between cluster nodes").
 
 The token lives in etcd at ``/walgate/<cluster>/node_token``, made by the first node that starts (a transaction that
-writes it only when the key does not exist, so every node reads the same one). Every node reads it again every
+writes it only when the key does not exist, so every node reads the same one). Every node begins a read of it every
 :data:`REFRESH_S` (:meth:`NodeTokens.follow`), and, before refusing a request whose signature fits none of the tokens
-it knows, once more (at most every :data:`REREAD_S`; concurrent requests share one read). Rotation (an operator
+it knows, reads it once more, a read begun after the request arrived (such reads at most every :data:`REREAD_S`;
+concurrent requests share one read). Rotation (an operator
 writing a new value, ``etcdctl put``): a node that sees the value change keeps accepting the one before it for
 :data:`GRACE_S` from then, so that requests signed by nodes that have not read the new one yet are accepted; after
 that only the new one is. Revocation (``etcdctl del`` then ``etcdctl put``, the key made again: a new
 ``create_revision``): the one before is accepted no longer, with no grace; while the key is missing, the node knows
 no token (it signs nothing and accepts nothing). A value that is not UTF-8 or shorter than :data:`MIN_CHARS` is
-refused (logged; the tokens known are kept; a starting node stops with the message).
+refused (logged; a starting node stops with the message): the tokens known are kept, unless the key was made again
+(a revocation with a mistyped value: then no token is known, as while the key is missing).
 
-Invariant: ``current`` is the last valid value read from etcd (None once the key was read missing), ``previous``
+Invariant: ``current`` is the last valid value read from etcd (None once the key was read missing, or made again
+with a value refused), ``previous``
 the one before it, accepted (:meth:`NodeTokens.known`) until ``GRACE_S`` after the change was seen.
 """
 
@@ -52,7 +55,7 @@ class NodeTokens:
         self.previous: str | None = None
         self._changed_at = float("-inf")  # when ``current`` replaced ``previous``
         self._made = 0  # the key's create_revision when read (0: never read)
-        self._tried_at = float("-inf")  # the last read begun
+        self._checked_at = float("-inf")  # the last read a signature fitting no known token began
         self._reading: asyncio.Future[None] | None = None
 
     async def load(self) -> None:
@@ -76,13 +79,21 @@ class NodeTokens:
         return tuple(t for t in (self.current, previous) if t is not None)
 
     async def verified(self, fits: Callable[[tuple[str, ...]], bool]) -> bool:
-        """Whether ``fits`` accepts the tokens known, or, when it does not, those read again from etcd (a read is
-        begun at most every :data:`REREAD_S`, and shared by every request waiting for it: a new token another
-        node already signs with)."""
+        """Whether ``fits`` accepts the tokens known, or, when it does not, those of a read of etcd begun after it
+        was called (a new token another node already signs with): a read under way when it is called began before
+        and may predate the token, so it is awaited and, when that does not do, a read begun after (shared by every
+        request waiting for it). Such reads begin at most every :data:`REREAD_S` (the periodic ones of
+        :meth:`follow` do not count), so that forged signatures cost at most one read per interval."""
         if fits(self.known()):
             return True
-        if self._reading is None and self._clock() - self._tried_at < REREAD_S:
-            return False
+        if self._reading is not None:  # begun before this call
+            await self.refresh()
+            if fits(self.known()):
+                return True
+        if self._reading is None:  # else one begun after this call, by another request: joined
+            if self._clock() - self._checked_at < REREAD_S:
+                return False
+            self._checked_at = self._clock()
         await self.refresh()
         return fits(self.known())
 
@@ -90,7 +101,6 @@ class NodeTokens:
         """Read the token again (joining a read under way); etcd not answering or a bad value is logged and the
         tokens known are kept."""
         if self._reading is None:
-            self._tried_at = self._clock()
             self._reading = asyncio.ensure_future(self._read_logged())
         reading = self._reading
         try:
@@ -100,10 +110,17 @@ class NodeTokens:
                 self._reading = None
 
     async def follow(self) -> None:
-        """Read the token every :data:`REFRESH_S`, forever (cancelled when the node stops)."""
+        """Begin a read of the token every :data:`REFRESH_S` (or, when one took longer, as soon as it ended),
+        forever (cancelled when the node stops); an unexpected error is logged and the next read still begun."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + REFRESH_S
         while True:
-            await asyncio.sleep(REFRESH_S)
-            await self.refresh()
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            due = loop.time() + REFRESH_S
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("the cluster's node token was not read again: the tokens known are kept")
 
     async def _read_logged(self) -> None:
         try:
@@ -122,17 +139,20 @@ class NodeTokens:
             self.current = self.previous = None
             self._made = 0
             return
+        made = int(answer.create_revision)
+        revoked = self._made != 0 and made != self._made
+        self._made = made
         try:
             value = bytes(answer.value).decode()
         except UnicodeDecodeError:
             value = ""
         if len(value) < MIN_CHARS:
+            if revoked:  # the key made again: the tokens before are revoked even though the new value is refused
+                self.current = self.previous = None
             raise ControlPlaneError(f"the cluster's node token ({self._key.decode()}) in etcd is not UTF-8 of "
                                     f"{MIN_CHARS} characters at least: put a new one (etcdctl put "
-                                    f"{self._key.decode()} \"$(openssl rand -base64 32)\")")
-        made = int(answer.create_revision)
-        revoked = self._made != 0 and made != self._made
-        self._made = made
+                                    f"{self._key.decode()} \"$(openssl rand -base64 32)\")"
+                                    + (": no token is known until then" if revoked else ""))
         if value != self.current or revoked:
             if self.current is not None:
                 log.info("the cluster's node token changed: %s", "the one before it is no longer accepted"

@@ -150,9 +150,21 @@ class SharedCatalog:
                 await self.follower.wait_applied(seq)
         except TimeoutError:
             raise ClusterUnavailable(f"The cluster's catalog did not take the change within {CHANGE_TIMEOUT_S:g} s (no"
-                                     " controller elected, or etcd has no quorum); it may still be applied") from None
-        except ControlPlaneError as e:
-            raise ClusterUnavailable(f"The cluster's catalog did not take the change: {e}") from None
+                                     " controller elected, or etcd has no quorum); it may still be applied",
+                                     maybe_applied=True) from None
+        except ControlPlaneError as e:  # (an append etcd did not answer may still be applied)
+            raise ClusterUnavailable(f"The cluster's catalog did not take the change: {e}", maybe_applied=True) from None
+
+    async def applied(self, seq: int) -> None:
+        """Return once this node applied record ``seq`` of the stream (what another node had applied when it sent
+        a request). Raises :class:`ClusterUnavailable` when it does not within :data:`CHANGE_TIMEOUT_S`."""
+        try:
+            async with asyncio.timeout(CHANGE_TIMEOUT_S):
+                await self.follower.wait_applied(seq)
+        except TimeoutError:
+            raise ClusterUnavailable(f"This node did not apply the cluster's catalog up to record {seq}, which the "
+                                     f"node that sent the request had applied, within {CHANGE_TIMEOUT_S:g} s: "
+                                     "nothing was done") from None
 
     async def catch_up(self) -> None:
         """Return once this node applied every record appended to the stream so far (what another node was answered

@@ -5,8 +5,10 @@ The node asked splits an INSERT by owning node (:func:`walgate.storage.insert_ro
 part and sends every other node its part at once: the statement's text, unchanged, to that node's ``/rest/sql``
 (``/rest/sql/{db}`` with the request's database) with the header :data:`FORWARDED` (``<sender node id>;<positions
 of the targets it writes>``), the caller's principal and address, signed with the cluster's node token
-(:class:`Caller`, :mod:`walgate.security.node_token`), so that the owner, once it verified the signature, checks the
-cluster's ACLs for that principal and address itself. Between nodes whose HTTP API speaks HTTPS the owner's
+(:class:`Caller`, :mod:`walgate.security.node_token`), with the last record of the cluster's catalog the node asked
+applied, so that the owner, once it verified the signature and applied that record too (a database, supertable or
+user the statement needs, made through the node asked just before), checks the cluster's ACLs for that principal and
+address itself. Between nodes whose HTTP API speaks HTTPS the owner's
 certificate is verified with :attr:`Caller.ssl` (the node's truststore). A line-protocol or CSV body's part is a body of its own
 lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.storage.insert_routing.split_csv`) sent
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
@@ -18,8 +20,9 @@ CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the h
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
 (the owner answered an error, which for 4xx and 503 means it wrote none of the part; the owner is not registered
 now; or no connection to it was made) or ``unknown`` (the request was sent and no answer came within
-:data:`FORWARD_TIMEOUT_S`, the connection broke before the answer, or the owner answered 500: the part may be
-written or not). When every part was written the client gets the answer of a write on one node with the sum of the
+:data:`FORWARD_TIMEOUT_S`, the connection broke before the answer, or the owner answered 500, or 503 with
+``"outcome": "unknown"``: a CREATE STABLE the cluster's catalog did not take in time and may still apply: the part
+may be written or not). When every part was written the client gets the answer of a write on one node with the sum of the
 rows; else :func:`answer`: the first failed part's status and code with ``written``, ``not_written`` and ``unknown``
 lists naming each part's node, vgroups, tables and rows (and a body's line numbers).
 """
@@ -34,7 +37,19 @@ from typing import Any
 
 import aiohttp
 
-from walgate.security.node_token import CLIENT_HOST, PRINCIPAL, SIGNATURE, TIME, Signed, signature
+from walgate.security.node_token import (
+    CATALOG_SEQ,
+    CLIENT_HOST,
+    HEAD_SIGNATURE,
+    PRINCIPAL,
+    SIGNATURE,
+    TIME,
+    VERSION,
+    VERSION_HEADER,
+    Signed,
+    head_signature,
+    signature,
+)
 from walgate.storage.errors import LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
@@ -85,13 +100,15 @@ def select_timeout(statement_s: float | None) -> float | None:
 @dataclass(frozen=True)
 class Caller:
     """Who a forwarded request is for (the ``principal`` the node asked authenticated, at ``host``: its client's
-    address), the cluster's node ``token`` it is signed with, and the context verifying the other node's HTTPS
-    certificate (``ssl``; None: the system's CAs)."""
+    address), the cluster's node ``token`` it is signed with, the context verifying the other node's HTTPS
+    certificate (``ssl``; None: the system's CAs) and the last record of the cluster's catalog the node asked had
+    applied when the request came (``catalog_seq``: the owner applies it before it runs the part)."""
 
     principal: str
     host: str
     token: str = field(repr=False)  # a secret: never in a log line
     ssl: ssl.SSLContext | None = None
+    catalog_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,7 @@ async def send(part: Part, url: str | None, path: str, body: bytes, sender: int,
             return _unknown(part, url, status, f"an answer that is not walgate's: {str(answered)[:200]}")
     desc = f"node {part.node}: {answered.get('desc', '')}"
     code = answered.get("code", 0) if isinstance(answered.get("code"), int) else 0
-    if status < 500 or status == 503:  # the owner wrote none of it (http_api's errors)
+    if status < 500 or (status == 503 and answered.get("outcome") != "unknown"):  # none of it written (http_api)
         return Outcome(part, "not_written", status=status, code=code, desc=desc)
     return Outcome(part, "unknown", status=status, code=code, desc=f"{desc} (it may have been written or not)")
 
@@ -172,9 +189,11 @@ async def _post(url: str, node: int, path: str, params: dict[str, str] | None, b
     seconds (None: no limit, but :data:`FORWARD_TIMEOUT_S` to connect), ValueError for an answer that is not JSON,
     LimitExceeded past the budget. Cancelled, it closes the connection (the owner sees its client gone)."""
     signed = Signed(node, "POST", path, params or {}, forwarded, caller.principal, caller.host,
-                    time.time_ns() // 1_000_000, body)
+                    time.time_ns() // 1_000_000, body, caller.catalog_seq)
     headers = {FORWARDED: forwarded, "Content-Type": "text/plain", PRINCIPAL: caller.principal,
-               CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed)}
+               CLIENT_HOST: caller.host, TIME: str(signed.time_ms), SIGNATURE: signature(caller.token, signed),
+               HEAD_SIGNATURE: head_signature(caller.token, signed), CATALOG_SEQ: str(caller.catalog_seq),
+               VERSION_HEADER: VERSION}
     connector = aiohttp.TCPConnector(ssl=caller.ssl if caller.ssl is not None else True)
     limits = aiohttp.ClientTimeout(total=timeout, sock_connect=FORWARD_TIMEOUT_S)
     async with (aiohttp.ClientSession(timeout=limits, connector=connector) as session,
@@ -248,7 +267,8 @@ def answer(outcomes: list[Outcome], what: str = "INSERT") -> tuple[int, dict[str
     said = []
     for o in outcomes:
         tables = ", ".join(o.part.tables[:_LISTED]) + (", ..." if len(o.part.tables) > _LISTED else "")
-        done = {"written": "written", "not_written": "NOT written", "unknown": "outcome unknown"}[o.state]
+        done = {"written": "written" if what == "INSERT" else "done", "unknown": "outcome unknown",
+                "not_written": "NOT written" if what == "INSERT" else "NOT done"}[o.state]
         rows = o.rows if o.state == "written" else o.part.rows
         said.append(f"{rows} rows of {tables}" if what == "INSERT" else tables)
         said[-1] += f" on node {o.part.node}: {done}" + (f" ({o.desc})" if o.desc else "")

@@ -19,7 +19,7 @@ from typing import Any
 from walgate.storage import names
 from walgate.storage.catalog import DatabaseDef, StableDef, column_to_json
 from walgate.storage.commit import Commits, Pending, Plan
-from walgate.storage.errors import AlreadyExists, InvalidValue, NotFound, NotHere
+from walgate.storage.errors import AlreadyExists, BatchDropStable, InvalidValue, NotFound, NotHere
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -185,18 +185,28 @@ class Ddl:
     # ----------------------------------------------------------------- drop
 
     def drop_table(self, s: ast.DropTable, session: str | None) -> Result:
+        """Drop the named tables, all of them or none (on one node: one commit per database). A supertable is
+        dropped only when it is the only name (DROP STABLE; found in the catalog first, so no vnode is needed), and
+        refused in a list of several, as TDengine does ("Cannot drop super table in batch"); a topic's source is
+        refused before anything is looked up in a vnode (cluster mode: before any part is forwarded)."""
         store = self.store
+        named = [(store.resolve_db(name.db, session).name, name.name) for name in s.names]
+        stables = [f"{db_name}.{table}" for db_name, table in named if (db_name, table) in store.catalog.stables]
+        if stables and len(named) == 1:
+            return self.drop_stable(ast.DropStable(ast.Name(named[0][1], named[0][0]), s.if_exists), session)
+        if stables:
+            raise BatchDropStable(f"Cannot drop super table in batch: {stables[0]} is a supertable (DROP STABLE "
+                                  "it alone); nothing was dropped")
+        for db_name, table in named:
+            self._refuse_if_topic_source(db_name, table)
         plans: dict[str, Plan] = {}
         for name in s.names:
             db = store.resolve_db(name.db, session)
             t = store.vnode(db.name, name.name).live(name.name)
             if t is None:
-                if (db.name, name.name) in store.catalog.stables:
-                    return self.drop_stable(ast.DropStable(ast.Name(name.name, db.name), s.if_exists), session)
                 if s.if_exists:
                     continue
                 raise NotFound(f"Table does not exist: {db.name}.{name.name}")
-            self._refuse_if_topic_source(db.name, name.name)
             pending = plans.setdefault(db.name, {}).setdefault(vnode_of(db.name, name.name, db.vgroups), Pending())
             pending.metas.append({"op": "drop_table", "name": name.name, "stable": t.stable, "ts": store.now_ts(db)})
         for db_name, plan in plans.items():

@@ -8,6 +8,7 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     StorageError
     ├── SqlSyntaxError        statement does not parse
     ├── InvalidValue          value / type mismatch, bad timestamp, bad option
+    │   └── BatchDropStable   a DROP TABLE naming a supertable among other names
     ├── NotFound              unknown database / table / stable / topic
     ├── AlreadyExists         object exists (and no IF NOT EXISTS)
     ├── LineProtocolError     InfluxDB line protocol that does not parse or fit
@@ -61,6 +62,7 @@ __all__ = [
     "ClusterUnavailable",
     "QueryCancelled",
     "NotHere",
+    "BatchDropStable",
 ]
 
 
@@ -85,6 +87,12 @@ class InvalidValue(StorageError):
 class TopicCollision(InvalidValue):
     """A new topic's name differs from an existing one's only in ``.`` against ``_`` (Kafka's
     INVALID_TOPIC_EXCEPTION: their metric names would be the same)."""
+
+
+class BatchDropStable(InvalidValue):
+    """A DROP TABLE naming a supertable among other names (TDengine refuses it too): nothing is dropped."""
+
+    code = 0x263A  # TSDB_CODE_PAR_INVALID_DROP_STABLE ("Cannot drop super table in batch")
 
 
 class NotFound(StorageError):
@@ -132,10 +140,15 @@ class StorageUnavailable(StorageError):
 
 class ClusterUnavailable(StorageUnavailable):
     """Cluster mode: the cluster's catalog did not take a change (no controller elected, or etcd has no quorum, within
-    the time allowed); the message says whether it may still be applied. Retriable: HTTP 503; Kafka's admin APIs
-    answer REQUEST_TIMED_OUT, as Kafka's when its controller does not answer."""
+    the time allowed); the message says whether it may still be applied, and so does ``maybe_applied`` (then the
+    HTTP answer's ``outcome`` is ``unknown``). Retriable: HTTP 503; Kafka's admin APIs answer REQUEST_TIMED_OUT, as
+    Kafka's when its controller does not answer."""
 
     code = 0x0021  # walgate answers it as StorageUnavailable's code: the change could not be made durable
+
+    def __init__(self, message: str, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class QueryCancelled(StorageError):
