@@ -26,7 +26,7 @@ own).
   records into ``catalog/snapshot`` every 1000). At steady state (the C producer writing, no DDL): etcd revisions
   per second, which are the control plane's writes (lease keep-alives write none).
 
-``python -m bench --only cluster`` runs it (``--quick``: 50,000 records a sample instead of 300,000, 150 topics
+``python -m bench --only cluster`` runs it (``--quick``: 50,000 records a sample instead of 1,000,000, 150 topics
 instead of 1,500). Without a C compiler or librdkafka's header (bench/cclient.py) the scale-out rows and the
 steady-state row are left out with a message.
 """
@@ -96,11 +96,22 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+MACHINE = "the machine (every process)"
+
+
+def machine_cpu() -> float:
+    """CPU-seconds every process on the machine has used so far (/proc/stat: all but idle and iowait)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Sample:
     """One scale-out sample: records and value bytes produced and fetched, the seconds of each (from the go line to
-    the last acknowledgement; from the first record fetched to the last), the CPU-seconds of each process over each
-    phase (the cluster's processes by name, ``producer``, ``consumer``) and the 1-minute load average before it."""
+    the last acknowledgement; from the first record fetched to the last), the CPU-seconds over each phase of every
+    process (the cluster's by name, ``producer`` or ``consumer``, and :data:`MACHINE`: with other users' processes)
+    the wall-clock seconds of each phase's whole client run (``*_wall``, over which the CPU-seconds are counted) and
+    the 1-minute load average before it."""
 
     produced: int
     produce_seconds: float
@@ -109,6 +120,8 @@ class Sample:
     fetch_seconds: float
     produce_cpu: dict[str, float]
     fetch_cpu: dict[str, float]
+    produce_wall: float
+    fetch_wall: float
     load: float
 
     @property
@@ -121,7 +134,8 @@ class Sample:
 
 
 def scale_sample(producer: Path, consumer: Path, running: LocalCluster, topic: str, count: int) -> Sample:
-    """Create ``topic`` over the cluster's nodes, produce ``count`` records into it, read them all back, delete it."""
+    """Create ``topic`` over the cluster's nodes, produce ``count`` records into it, read them all back, delete it.
+    The CPU-seconds are counted over each client's whole run (its start-up included)."""
     bootstrap, pids = running.plan.bootstrap, running.pids()
     load = os.getloadavg()[0]
     create(bootstrap, [topic], PARTITIONS)
@@ -130,20 +144,24 @@ def scale_sample(producer: Path, consumer: Path, running: LocalCluster, topic: s
         raise RuntimeError(f"{topic}'s partitions are on nodes {sorted(placed)}, not spread over every node")
 
     def cpu() -> dict[str, float]:
-        return {name: cpu_seconds(pid) for name, pid in pids.items()}
+        return {**{name: cpu_seconds(pid) for name, pid in pids.items()}, "client": children_cpu(),
+                MACHINE: machine_cpu()}
 
-    before, client = cpu(), children_cpu()
+    def spent(start: dict[str, float], end: dict[str, float], client: str) -> dict[str, float]:
+        return {client if name == "client" else name: end[name] - start[name] for name in start}
+
+    before, start = cpu(), time.perf_counter()
     tally = cclient.produce(producer, bootstrap, topic, PARTITIONS, 1, count, VALUE, "1", pids["node1"])
-    middle, client_middle = cpu(), children_cpu()
+    middle, switch = cpu(), time.perf_counter()
     fetched, fetched_bytes, fetch_seconds, _ = cclient.consume(consumer, bootstrap, topic, [list(range(PARTITIONS))],
                                                                tally.count)
-    after, client_after = cpu(), children_cpu()
+    after, end = cpu(), time.perf_counter()
     delete(bootstrap, topic)
     if tally.count < count or fetched < tally.count:
         raise RuntimeError(f"{topic}: {tally.count} of {count} records acknowledged, {fetched} fetched back")
     return Sample(tally.count, tally.seconds, fetched, fetched_bytes, fetch_seconds,
-                  {**{k: middle[k] - before[k] for k in pids}, "producer": client_middle - client},
-                  {**{k: after[k] - middle[k] for k in pids}, "consumer": client_after - client_middle}, load)
+                  spent(before, middle, "producer"), spent(middle, after, "consumer"),
+                  switch - start, end - switch, load)
 
 
 def scale_out(repeat: int, count: int, clusters: dict[int, LocalCluster]) -> dict[int, list[Sample]]:
@@ -156,9 +174,10 @@ def scale_out(repeat: int, count: int, clusters: dict[int, LocalCluster]) -> dic
         for n, running in clusters.items():
             s = scale_sample(producer, consumer, running, f"scale-{i}", count)
             samples[n].append(s)
-            print(f"bench: cluster scale-out, {n} node(s), sample {i + 1}: load {s.load:.2f}, produce "
-                  f"{s.produce_rate:,.0f} records/s, fetch {s.fetch_rate:,.0f} records/s, CPU-s produce "
-                  f"{_cpu_text(s.produce_cpu)}, fetch {_cpu_text(s.fetch_cpu)}", flush=True)
+            print(f"bench: cluster scale-out, {n} node(s), sample {i + 1}: load {s.load:.2f}; produce "
+                  f"{s.produce_rate:,.0f} records/s, CPU-s over {s.produce_wall:.2f} s: {_cpu_text(s.produce_cpu)}; "
+                  f"fetch {s.fetch_rate:,.0f} records/s, CPU-s over {s.fetch_wall:.2f} s: {_cpu_text(s.fetch_cpu)}",
+                  flush=True)
     return samples
 
 
@@ -193,9 +212,14 @@ def _scale_rows(samples: dict[int, list[Sample]]) -> list[Row]:
         middle = median_run(ss, lambda s: s.produce_rate)
         rows += [Row(f"  CPU-seconds per million records produced, {n} node(s): {name}", seconds / middle.produced * 1e6,
                      "CPU-s") for name, seconds in middle.produce_cpu.items()]
+        rows.append(Row(f"  busy cores of the machine while producing, {n} node(s)",
+                        middle.produce_cpu[MACHINE] / middle.produce_wall, "cores", "the machine's",
+                        os.cpu_count() or 1))
         middle = median_run(ss, lambda s: s.fetch_rate)
         rows += [Row(f"  CPU-seconds per million records fetched, {n} node(s): {name}", seconds / middle.fetched * 1e6,
                      "CPU-s") for name, seconds in middle.fetch_cpu.items()]
+        rows.append(Row(f"  busy cores of the machine while fetching, {n} node(s)",
+                        middle.fetch_cpu[MACHINE] / middle.fetch_wall, "cores", "the machine's", os.cpu_count() or 1))
     loads = [s.load for ss in samples.values() for s in ss]
     return rows + [Row("  1-minute load average before each scale-out sample, median", statistics.median(loads),
                        "load")]
@@ -264,7 +288,7 @@ def etcd_state(running: LocalCluster) -> tuple[int, int, int]:
 def run(*, quick: bool, repeat: int) -> list[Row]:
     """Scale-out on a 1- and a 2-node cluster in turns, then routing and control-plane load on a 3-node cluster
     (module docstring)."""
-    count = 50_000 if quick else 300_000
+    count = 50_000 if quick else 1_000_000
     with contextlib.ExitStack() as stack:
         clusters = {n: stack.enter_context(cluster(n)) for n in (1, 2)}
         rows = _scale_rows(scale_out(repeat, count, clusters))
