@@ -7,12 +7,12 @@ own).
   :data:`PARTITIONS` partitions (placed over the cluster's nodes: two on each of two nodes, all four on the one node
   of a 1-node cluster; the run fails when they are not spread), then one C producer (bench/cproduce.c) sends
   ``count`` 1 KiB values round-robin over the partitions with acks=1, linger.ms=5 and batch.size=1 MiB (full
-  batches of ~1,000 records a partition, as a high-throughput Kafka producer is tuned; one librdkafka process
-  outruns a Python node several times over, so one is as few as saturate the nodes), and one C consumer
-  (bench/cconsume.c) assigned every partition reads them all back from offset 0; then the topic is deleted. Rows:
-  aggregate produce and fetch records/s and MB/s of 2 nodes against 1 (median of the samples), and the CPU-seconds per
-  second of wall time (cores) of every process, each node, etcd and each client, in the median sample, so that a
-  ratio can be explained; the 1-minute load average beside them says how busy the machine was.
+  batches of ~1,000 records a partition, as a high-throughput Kafka producer is tuned; one process, because two or
+  four were no faster on either cluster: bench/RESULTS.md), and one C consumer (bench/cconsume.c) assigned every
+  partition reads them all back from offset 0; then the topic is deleted. Rows: aggregate produce and fetch
+  records/s and MB/s of 2 nodes against 1 (median of the samples); in the median sample, the CPU-seconds per million
+  records of every process (each node, etcd, the client) and of the whole machine (other users' processes too), and
+  the machine's busy cores, so that a ratio can be explained; and the 1-minute load average before the samples.
 * **Routing cost** (3 nodes, started after the scale-out samples): a producer bootstrapped on node 1 writing to a
   partition on node 2 (Metadata names node 2; the client connects there) against one bootstrapped on node 2: the
   time from a new producer to its first acknowledged record (the redirect: one more connection), and the p50 of
@@ -186,8 +186,8 @@ def _cpu_text(cpu: dict[str, float]) -> str:
 
 
 def _scale_rows(samples: dict[int, list[Sample]]) -> list[Row]:
-    """Aggregate produce and fetch of 2 nodes against 1 (medians), each process's cores in the median sample, the
-    load average."""
+    """Aggregate produce and fetch of 2 nodes against 1 (medians), each process's and the machine's CPU-seconds per
+    million records and the machine's busy cores in the median sample, the load average; none without samples."""
     if not samples[1]:
         return []
     mb = 1e6
