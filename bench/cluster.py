@@ -1,27 +1,34 @@
-"""Cluster benchmarks: clusters of 1, 2 and 3 ``walgate serve --cluster`` nodes, each over one etcd member, started
-as ``walgate cluster up`` starts them (:class:`walgate.gateway.cluster_up.LocalCluster`, on loopback addresses of
-their own). The three run at once and are measured in turns (the producer runs cluster by cluster, each repeat;
-single samples alternately), so that every number has its one-node counterpart from the same minutes of this
-shared machine.
+"""Cluster benchmarks: clusters of ``walgate serve --cluster`` nodes, each over one etcd member, started as
+``walgate cluster up`` starts them (:class:`walgate.gateway.cluster_up.LocalCluster`, on loopback addresses of their
+own).
 
-* **Scale-out**: a topic with one partition per producer (3), placed over the cluster's nodes (all on the one node
-  of a 1-node cluster); three producer processes at once (confluent-kafka, 1 KiB values, acks=1), each writing its
-  own partition: aggregate records/s, against the 1-node cluster's. This machine has 2 cores shared by the
-  producers and the nodes, so more nodes cannot add much: a node is a Python process bound by one core, and the
-  producers take the rest (the issue's >= 1.5x is for a machine with a core per node).
-* **Routing cost** (3 nodes): a producer bootstrapped on node 1 writing to a partition on node 2 (Metadata names
-  node 2; the client connects there) against one bootstrapped on node 2: the time from a new producer to its first
-  acknowledged record (the redirect: one more connection), and the p50 of one-record produce round trips once
-  connected; Metadata p50 and p99 (AdminClient ``list_topics``) of the 3-node cluster against the 1-node one.
+* **Scale-out** (issue 24: 2 nodes against 1, C clients): a 1-node and a 2-node cluster run at once and are measured
+  in turns (1, 2, 1, 2, ...: both see the same minutes of this shared machine). Each sample creates a fresh topic of
+  :data:`PARTITIONS` partitions (placed over the cluster's nodes: two on each of two nodes, all four on the one node
+  of a 1-node cluster; the run fails when they are not spread), then one C producer (bench/cproduce.c) sends
+  ``count`` 1 KiB values round-robin over the partitions with acks=1, linger.ms=5 and batch.size=1 MiB (full
+  batches of ~1,000 records a partition, as a high-throughput Kafka producer is tuned; one process, because two or
+  four were no faster on either cluster: bench/RESULTS.md), and one C consumer (bench/cconsume.c) assigned every
+  partition reads them all back from offset 0; then the topic is deleted. Rows: aggregate produce and fetch
+  records/s and MB/s of 2 nodes against 1 (median of the samples); in the median sample, the CPU-seconds per million
+  records of every process (each node, etcd, the client) and of the whole machine (other users' processes too), and
+  the machine's busy cores, so that a ratio can be explained; and the 1-minute load average before the samples.
+* **Routing cost** (3 nodes, started after the scale-out samples): a producer bootstrapped on node 1 writing to a
+  partition on node 2 (Metadata names node 2; the client connects there) against one bootstrapped on node 2: the
+  time from a new producer to its first acknowledged record (the redirect: one more connection), and the p50 of
+  one-record produce round trips once connected; Metadata p50 and p99 (AdminClient ``list_topics``) of the 3-node
+  cluster against the 1-node one.
 * **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
   controller (it appends the records itself), through another node (a proposal the controller appends) and, for
   the baseline, on a single node without a cluster, a third of the topics each: topics (catalog records appended
   through the record stream) per second against the single node's, and etcd's revisions (one per etcd write) per
   topic; then the keys and bytes (keys + values) under the cluster's prefix per 1,000 topics (the controller folds
-  records into ``catalog/snapshot`` every 1000). At steady state (the three producers writing, no DDL): etcd
-  revisions per second, which are the control plane's writes (lease keep-alives write none).
+  records into ``catalog/snapshot`` every 1000). At steady state (the C producer writing, no DDL): etcd revisions
+  per second, which are the control plane's writes (lease keep-alives write none).
 
-``python -m bench --only cluster`` runs it (``--quick``: fewer records, 150 topics instead of 1,500).
+``python -m bench --only cluster`` runs it (``--quick``: 50,000 records a sample instead of 1,000,000, 150 topics
+instead of 1,500). Without a C compiler or librdkafka's header (bench/cclient.py) the scale-out rows and the
+steady-state row are left out with a message.
 """
 
 from __future__ import annotations
@@ -31,25 +38,26 @@ import contextlib
 import json
 import os
 import random
+import resource
 import statistics
 import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.produce import produce
-from bench.report import Row, Target
+from bench import cclient
+from bench.report import Row, Target, median_run
 from bench.servers import cpu_seconds, walgate
-from bench.together import Gate, at_once
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import parse_endpoints
 from walgate.gateway.cluster_up import LocalCluster, free_loopback_block, loopback_hosts, plan
 
-PRODUCERS = 3
+PARTITIONS = 4
 VALUE = 1024
 PORTS = (9092, 6041, 2379, 2380)
 CLUSTER_PREFIX = b"/walgate/walgate/"  # cluster.name's default
@@ -71,26 +79,150 @@ def create(bootstrap: str, topics: list[str], partitions: int) -> None:
         future.result(timeout=180)
 
 
+def delete(bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` (a sample's records would otherwise fill this machine's small disk)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], request_timeout=120)[topic].result(timeout=180)
+
+
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
     return {p.id: p.leader for p in meta.topics[topic].partitions.values()}
 
 
-def partition_producer(bootstrap: str, topic: str, partition: int, count: int, gate: Gate) -> tuple[int, float]:
-    """:data:`bench.together.Work`: ``count`` 1 KiB values to one partition, acks=1."""
-    acked, _ = produce(bootstrap, topic, count, VALUE, "1", gate.open, partition)
-    return acked, time.perf_counter()
+def children_cpu() -> float:
+    """User + system CPU-seconds of this process's waited-for children so far (the C clients, once they exit)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
-def produce_rate(running: LocalCluster, topic: str, count: int) -> tuple[float, float]:
-    """(records/s, the nodes' CPU-seconds per million records) of :data:`PRODUCERS` processes at once, one
-    partition each."""
-    nodes = [pid for name, pid in running.pids().items() if name.startswith("node")]
-    cpu = sum(map(cpu_seconds, nodes))
-    argsets = [(running.plan.bootstrap, topic, p, count // PRODUCERS) for p in range(PRODUCERS)]
-    with at_once(partition_producer, argsets, nodes[0]) as tally:
-        pass
-    return tally.rate, (sum(map(cpu_seconds, nodes)) - cpu) / tally.count * 1e6
+MACHINE = "the machine (every process)"
+
+
+def machine_cpu() -> float:
+    """CPU-seconds every process on the machine has used so far (/proc/stat: all but idle and iowait)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Sample:
+    """One scale-out sample: records and value bytes produced and fetched, the seconds of each (from the go line to
+    the last acknowledgement; from the first record fetched to the last), the CPU-seconds over each phase of every
+    process (the cluster's by name, ``producer`` or ``consumer``, and :data:`MACHINE`: with other users' processes)
+    the wall-clock seconds of each phase's whole client run (``*_wall``, over which the CPU-seconds are counted) and
+    the 1-minute load average before it."""
+
+    produced: int
+    produce_seconds: float
+    fetched: int
+    fetched_bytes: int
+    fetch_seconds: float
+    produce_cpu: dict[str, float]
+    fetch_cpu: dict[str, float]
+    produce_wall: float
+    fetch_wall: float
+    load: float
+
+    @property
+    def produce_rate(self) -> float:
+        return self.produced / self.produce_seconds
+
+    @property
+    def fetch_rate(self) -> float:
+        return self.fetched / self.fetch_seconds
+
+
+def scale_sample(producer: Path, consumer: Path, running: LocalCluster, topic: str, count: int) -> Sample:
+    """Create ``topic`` over the cluster's nodes, produce ``count`` records into it, read them all back, delete it.
+    The CPU-seconds are counted over each client's whole run (its start-up included)."""
+    bootstrap, pids = running.plan.bootstrap, running.pids()
+    load = os.getloadavg()[0]
+    create(bootstrap, [topic], PARTITIONS)
+    placed = set(leaders(bootstrap, topic).values())
+    if len(placed) != len(running.plan.nodes):
+        raise RuntimeError(f"{topic}'s partitions are on nodes {sorted(placed)}, not spread over every node")
+
+    def cpu() -> dict[str, float]:
+        return {**{name: cpu_seconds(pid) for name, pid in pids.items()}, "client": children_cpu(),
+                MACHINE: machine_cpu()}
+
+    def spent(start: dict[str, float], end: dict[str, float], client: str) -> dict[str, float]:
+        return {client if name == "client" else name: end[name] - start[name] for name in start}
+
+    before, start = cpu(), time.perf_counter()
+    tally = cclient.produce(producer, bootstrap, topic, PARTITIONS, 1, count, VALUE, "1", pids["node1"])
+    middle, switch = cpu(), time.perf_counter()
+    fetched, fetched_bytes, fetch_seconds, _ = cclient.consume(consumer, bootstrap, topic, [list(range(PARTITIONS))],
+                                                               tally.count)
+    after, end = cpu(), time.perf_counter()
+    delete(bootstrap, topic)
+    if tally.count < count or fetched < tally.count:
+        raise RuntimeError(f"{topic}: {tally.count} of {count} records acknowledged, {fetched} fetched back")
+    return Sample(tally.count, tally.seconds, fetched, fetched_bytes, fetch_seconds,
+                  spent(before, middle, "producer"), spent(middle, after, "consumer"),
+                  switch - start, end - switch, load)
+
+
+def scale_out(repeat: int, count: int, clusters: dict[int, LocalCluster]) -> dict[int, list[Sample]]:
+    """``repeat`` samples of each cluster, taken in turns (1, 2, 1, 2, ...); each printed as it is taken."""
+    producer, consumer = cclient.build("cproduce"), cclient.build()
+    samples: dict[int, list[Sample]] = {n: [] for n in clusters}
+    if producer is None or consumer is None:
+        return samples
+    for i in range(repeat):
+        for n, running in clusters.items():
+            s = scale_sample(producer, consumer, running, f"scale-{i}", count)
+            samples[n].append(s)
+            print(f"bench: cluster scale-out, {n} node(s), sample {i + 1}: load {s.load:.2f}; produce "
+                  f"{s.produce_rate:,.0f} records/s, CPU-s over {s.produce_wall:.2f} s: {_cpu_text(s.produce_cpu)}; "
+                  f"fetch {s.fetch_rate:,.0f} records/s, CPU-s over {s.fetch_wall:.2f} s: {_cpu_text(s.fetch_cpu)}",
+                  flush=True)
+    return samples
+
+
+def _cpu_text(cpu: dict[str, float]) -> str:
+    return " ".join(f"{name} {seconds:.2f}" for name, seconds in cpu.items())
+
+
+def _scale_rows(samples: dict[int, list[Sample]]) -> list[Row]:
+    """Aggregate produce and fetch of 2 nodes against 1 (medians), each process's and the machine's CPU-seconds per
+    million records and the machine's busy cores in the median sample, the load average; none without samples."""
+    if not samples[1]:
+        return []
+    mb = 1e6
+    rate: dict[str, dict[int, float]] = {
+        "produce records/s": {n: statistics.median(s.produce_rate for s in ss) for n, ss in samples.items()},
+        "produce MB/s": {n: statistics.median(s.produced * VALUE / s.produce_seconds / mb for s in ss)
+                         for n, ss in samples.items()},
+        "fetch records/s": {n: statistics.median(s.fetch_rate for s in ss) for n, ss in samples.items()},
+        "fetch MB/s": {n: statistics.median(s.fetched_bytes / s.fetch_seconds / mb for s in ss)
+                       for n, ss in samples.items()},
+    }
+    label = {"produce": f"1 C producer, 1 KiB acks=1 linger 5 ms, {PARTITIONS} partitions",
+             "fetch": f"1 C consumer, {PARTITIONS} partitions from offset 0"}
+    rows = []
+    for key, by_nodes in rate.items():
+        phase, unit = key.split(" ", 1)
+        first = unit == "records/s"
+        rows.append(Row(f"{'cluster scale-out: ' if first else '  '}{phase}, {label[phase] + ', ' if first else ''}"
+                        f"2 nodes (2 cores)", by_nodes[2], unit, "1 node", by_nodes[1],
+                        Target(1.5, of_limit=True) if first else None))
+    for n, ss in samples.items():
+        middle = median_run(ss, lambda s: s.produce_rate)
+        rows += [Row(f"  CPU-seconds per million records produced, {n} node(s): {name}", seconds / middle.produced * 1e6,
+                     "CPU-s") for name, seconds in middle.produce_cpu.items()]
+        rows.append(Row(f"  busy cores of the machine while producing, {n} node(s)",
+                        middle.produce_cpu[MACHINE] / middle.produce_wall, "cores", "the machine's",
+                        os.cpu_count() or 1))
+        middle = median_run(ss, lambda s: s.fetch_rate)
+        rows += [Row(f"  CPU-seconds per million records fetched, {n} node(s): {name}", seconds / middle.fetched * 1e6,
+                     "CPU-s") for name, seconds in middle.fetch_cpu.items()]
+        rows.append(Row(f"  busy cores of the machine while fetching, {n} node(s)",
+                        middle.fetch_cpu[MACHINE] / middle.fetch_wall, "cores", "the machine's", os.cpu_count() or 1))
+    loads = [s.load for ss in samples.values() for s in ss]
+    return rows + [Row("  1-minute load average before each scale-out sample, median", statistics.median(loads),
+                       "load")]
 
 
 def first_ack_seconds(bootstrap: str, topic: str, partition: int) -> float:
@@ -154,26 +286,17 @@ def etcd_state(running: LocalCluster) -> tuple[int, int, int]:
 
 
 def run(*, quick: bool, repeat: int) -> list[Row]:
-    """The three clusters run at once and are measured in turns (module docstring)."""
-    count = 30_000 if quick else 150_000
+    """Scale-out on a 1- and a 2-node cluster in turns, then routing and control-plane load on a 3-node cluster
+    (module docstring)."""
+    count = 50_000 if quick else 1_000_000
     with contextlib.ExitStack() as stack:
-        clusters = {n: stack.enter_context(cluster(n)) for n in (1, 2, 3)}
-        for running in clusters.values():
-            create(running.plan.bootstrap, ["scale"], PRODUCERS)
-        runs: dict[int, list[tuple[float, float]]] = {n: [] for n in clusters}
-        for _ in range(repeat):
-            for n, running in clusters.items():
-                runs[n].append(produce_rate(running, "scale", count))
-        rate = {n: statistics.median(r for r, _ in results) for n, results in runs.items()}
-        cpu = {n: statistics.median(c for _, c in results) for n, results in runs.items()}
-        rows = [Row(f"cluster scale-out: produce, {PRODUCERS} producers 1 KiB acks=1, {n} nodes (2 cores)", rate[n],
-                    "records/s", "1 node", rate[1], Target(1.5, of_limit=True)) for n in (2, 3)]
-        rows += [Row(f"  the nodes' CPU-seconds per million records, {n} nodes", cpu[n], "CPU-s", "1 node", cpu[1])
-                 for n in (2, 3)]
-        rows += _routing_rows(clusters[3], clusters[1], quick)
+        clusters = {n: stack.enter_context(cluster(n)) for n in (1, 2)}
+        rows = _scale_rows(scale_out(repeat, count, clusters))
+        three = stack.enter_context(cluster(3))
+        rows += _routing_rows(three, clusters[1], quick)
         single = stack.enter_context(walgate(Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="walgate-bench-single-")))))
-        rows += _control_plane_rows(clusters[3], single.bootstrap, 150 if quick else 1500, count)
+        rows += _control_plane_rows(three, single.bootstrap, 150 if quick else 1500, count)
     return rows
 
 
@@ -228,16 +351,29 @@ def _control_plane_rows(running: LocalCluster, single: str, topics: int, count: 
             writes[path] += etcd_state(running)[0] - revision
     last = etcd_state(running)
     per_k = 1000 / (2 * per_path)  # the topics the cluster holds
-    steady_start, steady_revision = time.perf_counter(), etcd_state(running)[0]
-    produce_rate(running, "scale", count)
-    steady = (etcd_state(running)[0] - steady_revision) / (time.perf_counter() - steady_start)
+    steady = _steady_writes(running, count)
     baseline = per_path / seconds["a single node (no cluster)"]
     rows = [Row(f"cluster control plane: CreateTopics through {path}, 10 a request", per_path / seconds[path],
                 "topics/s", "a single node (no cluster)", baseline) for path in list(paths)[:2]]
     rows += [Row(f"  etcd writes (revisions) per topic created through {path}", writes[path] / per_path, "writes")
              for path in list(paths)[:2]]
-    return rows + [
+    rows += [
         Row("  etcd keys under the cluster's prefix per 1,000 topics", (last[1] - first[1]) * per_k, "keys"),
         Row("  etcd bytes (keys + values) per 1,000 topics", (last[2] - first[2]) * per_k / 1e3, "kB"),
-        Row("  etcd writes per second while 3 producers write (no DDL)", steady, "writes/s"),
     ]
+    if steady is not None:
+        rows.append(Row("  etcd writes per second while a C producer writes (no DDL)", steady, "writes/s"))
+    return rows
+
+
+def _steady_writes(running: LocalCluster, count: int) -> float | None:
+    """etcd revisions per second while one C producer writes ``count`` records over the cluster's nodes (none
+    without the C producer)."""
+    producer = cclient.build("cproduce")
+    if producer is None:
+        return None
+    create(running.plan.bootstrap, ["steady"], len(running.plan.nodes))
+    start, revision = time.perf_counter(), etcd_state(running)[0]
+    cclient.produce(producer, running.plan.bootstrap, "steady", len(running.plan.nodes), 1, count, VALUE, "1",
+                    running.pids()["node1"])
+    return (etcd_state(running)[0] - revision) / (time.perf_counter() - start)
