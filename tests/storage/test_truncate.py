@@ -126,8 +126,8 @@ def test_a_cut_vnode_derives_what_one_that_only_had_the_prefix_does(tmp_path_fac
     prefix_seqs: dict[int, int] = {}
     apply(fresh, ops[:k], prefix_seqs)
     db_version, kafka_version = marks[k]
-    cut.truncate_vnode("db", 0, db_version)
-    cut.truncate_vnode(cut.catalog.topics["k"].db, 0, kafka_version)
+    cut.truncate_vnode("db", 0, db_version, high_watermark=db_version)
+    cut.truncate_vnode(cut.catalog.topics["k"].db, 0, kafka_version, high_watermark=kafka_version)
     assert state(cut) == state(fresh)
     cut.close()
     cut = engine(base / "cut")
@@ -174,12 +174,15 @@ def test_a_cut_wal_reopens_cut_and_appends_take_the_cut_versions(tmp_path: Path)
     assert entries(again) == [] and again.append([(KIND_DATA, 1, 1_000, b"x")]) == 0
 
 
-def test_a_cut_that_is_no_entry_start_is_refused(tmp_path: Path):
-    wal = Wal.open(tmp_path, OPTIONS)
+def test_a_cut_inside_an_entry_cuts_from_the_entry_holding_it(tmp_path: Path):
+    wal = Wal.open(tmp_path, OPTIONS)  # (Kafka's LogSegment.truncateTo cuts at the batch holding the offset)
+    wal.append([(KIND_DATA, 2, 1_000, b"two rows")])
     wal.append([(KIND_DATA, 3, 1_000, b"three rows")])
-    with pytest.raises(ValueError, match="no entry begins at version 1"):
-        wal.truncate_to(1)
-    assert wal.next_version == 3
+    assert wal.entry_start(3) == 2 and wal.entry_start(5) == 5
+    wal.truncate_to(3)
+    assert entries(wal) == [(0, b"two rows")] and wal.next_version == 2
+    with pytest.raises(ValueError, match="no entry holds version 3"):
+        wal.truncate_to(3)  # past the end now
 
 
 def _fault_points(tmp_path: Path) -> list[tuple[str, int]]:
@@ -362,7 +365,7 @@ def test_a_refused_meta_store_rebuild_after_the_cut_reopens_consistent(tmp_path:
     with faults.active():
         faults.fail("unlink", error=errno.EIO, times=10)  # the store's replacement: its old file stays
         with pytest.raises(StorageUnavailable):
-            cut.truncate_vnode("db", 0, db_version)
+            cut.truncate_vnode("db", 0, db_version, high_watermark=db_version)
     assert cut.vnodes["db"][0].wal.next_version == db_version  # the WAL is cut: the vnode is opened again,
     assert cut.indexes[("tp", 0)].indexed_to == db_version  # the offset indexes followed it already
     after = state(_crashed(cut, tmp_path / "cut"))
@@ -383,13 +386,14 @@ def test_a_refused_store_write_before_a_cut_without_meta_entries_cuts_nothing(tm
         faults.fail("fsync", error=errno.EIO, times=100)
         faults.fail("fdatasync", error=errno.EIO, times=100)
         with pytest.raises(StorageUnavailable):
-            e.truncate_vnode("db", 0, mark)
+            e.truncate_vnode("db", 0, mark, high_watermark=mark)
     assert state(e) == before
-    e.truncate_vnode("db", 0, mark)
+    e.truncate_vnode("db", 0, mark, high_watermark=mark)
     assert vnode.store.covered == mark and vnode.wal.next_version == mark
 
 
-def test_a_cut_that_would_undo_tables_retention_cannot_rebuild_is_refused(tmp_path: Path):
+def _retained(tmp_path: Path) -> tuple[Engine, Any]:
+    """An engine whose database ``old`` has tables t0..t2, the segments creating them deleted by retention."""
     e = Engine.open(tmp_path)
     e.execute("CREATE DATABASE old VGROUPS 1 WAL_RETENTION_PERIOD 0")
     e.execute("CREATE STABLE old.st (ts TIMESTAMP, v INT) TAGS (site INT)")
@@ -398,11 +402,34 @@ def test_a_cut_that_would_undo_tables_retention_cannot_rebuild_is_refused(tmp_pa
     for i in range(3):
         e.execute(f"INSERT INTO old.t{i} USING old.st TAGS ({i}) VALUES (1000, {i})")
     assert vnode.apply_retention(time.time() + 10) and vnode.wal.first_version > 0
+    return e, vnode
+
+
+def test_a_cut_of_created_tables_after_retention_forgets_them_without_a_rebuild(tmp_path: Path):
+    e, vnode = _retained(tmp_path)
     mark = vnode.wal.next_version
     e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 3)")
+    e.execute("INSERT INTO old.t4 USING old.st TAGS (4) VALUES (1000, 4) (2000, 5)")
+    e.truncate_vnode("old", 0, mark, high_watermark=mark)
+    names = ["t0", "t1", "t2"]
+    assert [t.name for t in vnode.tables()] == names and vnode.live_count == 3 and vnode.get("t3") is None
+    assert vnode.store.covered == mark and vnode.meta_version == mark
+    e.close()
+    e = Engine.open(tmp_path)
+    again = e.vnodes["old"][0]
+    assert [t.name for t in again.tables()] == names and again.live_count == 3
+    e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 7)")
+    assert ("t3", 7) in map(tuple, e.execute("SELECT tbname, v FROM old.st").rows)  # (retention took t0's, t1's)
+    e.close()
+
+
+def test_a_cut_that_would_undo_a_drop_retention_cannot_rebuild_is_refused(tmp_path: Path):
+    e, vnode = _retained(tmp_path)
+    mark = vnode.wal.next_version
+    e.execute("DROP TABLE old.t1")
     with pytest.raises(StorageError, match="retention deleted"):
-        e.truncate_vnode("old", 0, mark)
-    assert vnode.wal.next_version > mark and vnode.live("t3") is not None
+        e.truncate_vnode("old", 0, mark, high_watermark=mark)
+    assert vnode.wal.next_version > mark and vnode.live("t1") is None
 
 
 def test_the_batches_rendered_from_cut_versions_are_forgotten():
@@ -424,5 +451,5 @@ def test_the_cleaners_dirty_point_moves_back_to_the_cut(tmp_path: Path):
     e.append_batches("c", 0, [encode_batch(0, [2], [b"k"], [b"b"])])
     (vnode.dir / CLEANER_CHECKPOINT).write_bytes(lines.encode({"dirty_from": vnode.wal.next_version}))
     assert e.cleaner.dirty_from(vnode) == vnode.wal.next_version  # (as a finished pass leaves it)
-    e.truncate_vnode(vnode.db.name, 0, mark)
+    e.truncate_vnode(vnode.db.name, 0, mark, high_watermark=mark)
     assert e.cleaner.dirty_from(vnode) == mark and Cleaner(e.store).dirty_from(vnode) == mark
