@@ -453,3 +453,146 @@ def test_the_cleaners_dirty_point_moves_back_to_the_cut(tmp_path: Path):
     assert e.cleaner.dirty_from(vnode) == vnode.wal.next_version  # (as a finished pass leaves it)
     e.truncate_vnode(vnode.db.name, 0, mark, high_watermark=mark)
     assert e.cleaner.dirty_from(vnode) == mark and Cleaner(e.store).dirty_from(vnode) == mark
+
+
+# ------------------------------------------------------------------ the reviewer's findings (r25t)
+
+def _kafka(tmp_path: Path) -> tuple[Engine, Any]:
+    e = Engine.open(tmp_path, clock=ManualClock())
+    e.create_kafka_topic("k", 1, {})
+    return e, kafka_vnode(e)
+
+
+def _produce(e: Engine, n: int) -> None:
+    for _ in range(n):
+        e.append_batches("k", 0, [encode_batch(0, [1], [b"k"], [b"a"])])
+
+
+def _end(end: Any) -> tuple[int, int]:
+    return end.epoch, end.end_offset
+
+
+def test_a_cut_keeps_a_replicated_vnodes_epochs_answering_from_its_cache(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 3)
+    v.epochs.begin(3, v.wal.next_version)
+    _produce(e, 3)
+    v.epochs.begin(5, v.wal.next_version)
+    _produce(e, 3)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(0, 0), (3, 3), (5, 6)]
+    e.truncate_vnode(v.db.name, 0, 8, high_watermark=0)
+    assert _end(v.epochs.end_for(3, v.wal.next_version)) == (3, 6)
+    assert _end(v.epochs.end_for(5, v.wal.next_version)) == (5, 8)
+    e.truncate_vnode(v.db.name, 0, 0, high_watermark=0)  # emptied: no epoch until the next leader begins one
+    assert v.epochs.entries == () and _end(v.epochs.end_for(0, 0)) == (-1, -1)
+    e.close()
+
+
+def test_a_single_nodes_vnode_cut_to_its_start_leads_epoch_0_again(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 2)
+    e.truncate_vnode(v.db.name, 0, 0, high_watermark=0)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(0, 0)] and _end(v.epochs.end_for(0, 0)) == (0, 0)
+    e.close()
+
+
+def test_a_cut_of_an_applied_supertable_drop_is_refused(tmp_path: Path):
+    e = Engine.open(tmp_path, clock=ManualClock())
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    e.execute("INSERT INTO db.t0 USING db.st TAGS (0) VALUES (1000, 1)")
+    v = e.vnodes["db"][0]
+    mark = v.wal.next_version
+    e.execute("DROP STABLE db.st")
+    end = v.wal.next_version
+    with pytest.raises(StorageError, match="drop_stable of supertable st"):
+        e.truncate_vnode("db", 0, mark, high_watermark=0)
+    assert v.wal.next_version == end and [(t.name, t.dropped) for t in v.tables()] == [("t0", True)]
+    e.close()
+
+
+def test_a_cut_to_the_end_rebuilds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    e, v = _kafka(tmp_path)
+    _produce(e, 2)
+    rebuilt: list[str] = []
+    monkeypatch.setattr(e.native, "rebuild_producers", lambda topic, vnode: rebuilt.append(topic.name))
+    e.truncate_vnode(v.db.name, 0, v.wal.next_version, high_watermark=0)
+    assert rebuilt == []
+    e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    assert rebuilt == ["k"]
+    e.close()
+
+
+def test_a_cut_below_the_high_watermark_is_refused(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 3)
+    with pytest.raises(StorageError, match="below the high watermark"):
+        e.truncate_vnode(v.db.name, 0, 1, high_watermark=2)
+    assert v.wal.next_version == 3
+    e.truncate_vnode(v.db.name, 0, 2, high_watermark=2)
+    assert v.wal.next_version == 2
+    e.close()
+
+
+def _refuse_rewrite(path: Path) -> Path:
+    """Make the disk refuse :func:`fileio.replace_file` of ``path`` (its temporary file's name taken by a
+    directory); the directory to remove to accept it again."""
+    blocker = path.with_name(path.name + ".tmp")
+    blocker.mkdir()
+    return blocker
+
+
+@pytest.mark.parametrize("derived", ["offset index", "epoch cache"])
+def test_a_refused_rewrite_of_derived_state_fails_the_cut_and_holds_appends_until_a_retry(tmp_path: Path,
+                                                                                           derived: str):
+    e, v = _kafka(tmp_path / "e")
+    _produce(e, 3)
+    if derived == "epoch cache":
+        v.epochs.begin(3, 2)  # (a replicated vnode's: its file rewritten by the cut)
+    idx = e.indexes[("k", 0)]
+    blocker = _refuse_rewrite(idx.path if derived == "offset index" else v.dir / "leader-epoch-checkpoint")
+    with pytest.raises(StorageUnavailable):
+        e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    assert v.wal.next_version == 1 and idx.end_offset == 1  # cut, in memory
+    with pytest.raises(StorageUnavailable, match="truncation to version 1 is unfinished"):
+        _produce(e, 1)  # new entries would follow records of cut ones in the file
+    blocker.rmdir()
+    e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    _produce(e, 2)
+    again = _crashed_kafka(e, tmp_path / "e")
+    assert e.watermarks("k", 0) == again.watermarks("k", 0) == (0, 3)
+    assert [x[:2] for x in again.index_entries("k", 0, 0)] == [(0, 0), (1, 1), (2, 2)]
+    assert [(x.epoch, x.start_offset) for x in kafka_vnode(again).epochs.entries][:1] == [(0, 0)]
+    again.close()
+
+
+def _crashed_kafka(e: Engine, path: Path) -> Engine:
+    """``e`` dropped without closing (as by a kill), and its data dir opened again."""
+    for vnodes in e.vnodes.values():
+        for vnode in vnodes:
+            for seg in vnode.wal.segments:
+                seg.forget_files(vnode.wal.files)
+    return Engine.open(path, clock=ManualClock())
+
+
+def test_a_cut_waits_for_a_sync_that_rewrites_the_segment(tmp_path: Path):
+    wal = Wal.open(tmp_path, OPTIONS)
+    for body in (b"a", b"b", b"c"):
+        wal.append([(KIND_DATA, 1, 1_000, body)])
+    faults = Faults()
+    failed = wal.take_sync()
+    assert failed is not None
+    with faults.active():
+        faults.fail("fdatasync", error=errno.EIO)
+        failed.run()
+    failed.done()
+    rewriting = wal.take_sync()
+    assert rewriting is not None and rewriting.rewrite_from is not None
+    with pytest.raises(StorageUnavailable, match="sync rewriting"):
+        wal.truncate_to(1)
+    assert wal.next_version == 3
+    rewriting.run()
+    rewriting.done()
+    wal.truncate_to(1)
+    assert entries(wal) == [(0, b"a")]
+    wal.close()
