@@ -610,3 +610,19 @@ def test_a_cut_tail_with_an_unreadable_entry_rebuilds_the_tables(tmp_path: Path)
     e.truncate_vnode("db", 0, mark, high_watermark=mark)
     assert [t.name for t in v.tables()] == ["t0"] and v.live_count == 1
     e.close()
+
+
+def test_a_refused_wal_cut_after_created_tables_were_forgotten_keeps_them(tmp_path: Path):
+    e = engine(tmp_path / "e")
+    apply(e, [("insert", 0, 1)], {})
+    mark = ends(e)[0]
+    apply(e, [("insert", 1, 2), ("insert", 2, 3)], {})  # two create_table entries after the mark
+    before = state(e)
+    faults = Faults()
+    with faults.active():
+        faults.fail("replace", error=errno.EIO)  # the WAL's intent, after the store forgot t1 and t2
+        with pytest.raises(StorageUnavailable, match="nothing was cut"):
+            e.truncate_vnode("db", 0, mark, high_watermark=mark)
+        assert faults.injected == 1
+    assert state(e) == before  # the kept entries' tables taken again
+    assert state(_crashed(e, tmp_path / "e")) == before  # (the store covers the mark: the open replays them)
