@@ -613,16 +613,27 @@ def test_a_cut_tail_with_an_unreadable_entry_rebuilds_the_tables(tmp_path: Path)
 
 
 def test_a_refused_wal_cut_after_created_tables_were_forgotten_keeps_them(tmp_path: Path):
-    e = engine(tmp_path / "e")
-    apply(e, [("insert", 0, 1)], {})
-    mark = ends(e)[0]
-    apply(e, [("insert", 1, 2), ("insert", 2, 3)], {})  # two create_table entries after the mark
-    before = state(e)
+    e, vnode = _retained(tmp_path)
+    mark = vnode.wal.next_version
+    e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 3)")
+    tables = [(t.name, t.dropped) for t in vnode.tables()]
     faults = Faults()
     with faults.active():
-        faults.fail("replace", error=errno.EIO)  # the WAL's intent, after the store forgot t1 and t2
+        faults.fail("replace", error=errno.EIO)  # the WAL's intent, after the store forgot t3
         with pytest.raises(StorageUnavailable, match="nothing was cut"):
-            e.truncate_vnode("db", 0, mark, high_watermark=mark)
+            e.truncate_vnode("old", 0, mark, high_watermark=mark)
         assert faults.injected == 1
-    assert state(e) == before  # the kept entries' tables taken again
-    assert state(_crashed(e, tmp_path / "e")) == before  # (the store covers the mark: the open replays them)
+    assert [(t.name, t.dropped) for t in vnode.tables()] == tables and vnode.live_count == 4  # t3 taken again
+    again = _crashed(e, tmp_path, Engine.open).vnodes["old"][0]  # (the store covers the mark: the open replays it)
+    assert [(t.name, t.dropped) for t in again.tables()] == tables and again.live_count == 4
+
+
+def test_a_cut_of_a_re_created_table_while_the_wal_is_whole_drops_it_again(tmp_path: Path):
+    cut, fresh = engine(tmp_path / "cut"), engine(tmp_path / "fresh")
+    apply(cut, [("insert", 0, 1), ("drop", 0)], {})
+    apply(fresh, [("insert", 0, 1), ("drop", 0)], {})
+    mark = ends(cut)[0]
+    apply(cut, [("insert", 0, 2)], {})  # t0 created again
+    cut.truncate_vnode("db", 0, mark, high_watermark=mark)
+    assert state(cut) == state(fresh) and [(t.name, t.dropped) for t in cut.vnodes["db"][0].tables()] == [
+        ("t0", True)]

@@ -442,13 +442,13 @@ class Vnode:
 
         * no meta entry: the meta store is first written (fsynced) as covering the cut (its rows are all of entries
           below it), so a crash at any point after finds it consistent with the WAL, cut or not;
-        * ``create_table`` entries only (a write's new subtables, the common case): the store first takes every
-          applied table, then, in one fsynced transaction, forgets the rows those entries created (their version at
-          or after the cut) and covers the cut, as above; no WAL entry below the cut is read, so retention does not
-          matter. A table re-created in the cut (dropped below it) is forgotten, not dropped again: its earlier
-          definition is not kept;
-        * any other meta entry (a table's drop), or an entry that cannot be read (its kind unknown): the store is
-          rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
+        * ``create_table`` entries only (a write's new subtables, the common case) once retention deleted versions
+          (a rebuild is then impossible): the store first takes every applied table, then, in one fsynced
+          transaction, forgets the rows those entries created (their version at or after the cut) and covers the
+          cut, as above; no WAL entry below the cut is read. A table re-created in the cut (dropped below it) is
+          forgotten, not dropped again: the store keeps no earlier definition of a row;
+        * any other meta entry (a table's drop), ``create_table`` entries while the WAL is whole, or an entry that
+          cannot be read (its kind unknown): the store is rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
           the WAL's end, which the open rebuilds the same way); StorageError, nothing cut, when retention deleted
           versions (their tables could not be rebuilt);
         * a supertable's change (``drop_stable``, ``alter_stable``: its catalog change is applied, and the entry is
@@ -478,7 +478,10 @@ class Vnode:
     def _cut_wal(self, version: int) -> None:
         """The WAL and the tables cut back to ``version``, an entry's start below the end (see :meth:`truncate_to`)."""
         created, rebuild = self._cut_meta(version)
-        if rebuild and self.wal.first_version > 0:
+        retained = self.wal.first_version > 0
+        if created and not retained:
+            rebuild = True  # (exact: a table re-created in the cut gets its earlier, dropped definition back)
+        if rebuild and retained:
             raise StorageError(f"{self.dir}: truncating to version {version} would undo tables dropped there, and "
                                f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
         if created and not rebuild:
