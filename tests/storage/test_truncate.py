@@ -498,13 +498,18 @@ def test_a_single_nodes_vnode_cut_to_its_start_leads_epoch_0_again(tmp_path: Pat
     e.close()
 
 
-def test_a_cut_of_an_applied_supertable_drop_is_refused(tmp_path: Path):
+def _one_table(tmp_path: Path) -> tuple[Engine, Any, int]:
+    """An engine whose database ``db`` holds table t0 of supertable st; its vnode and WAL end."""
     e = Engine.open(tmp_path, clock=ManualClock())
     e.execute("CREATE DATABASE db VGROUPS 1")
     e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
     e.execute("INSERT INTO db.t0 USING db.st TAGS (0) VALUES (1000, 1)")
     v = e.vnodes["db"][0]
-    mark = v.wal.next_version
+    return e, v, v.wal.next_version
+
+
+def test_a_cut_of_an_applied_supertable_drop_is_refused(tmp_path: Path):
+    e, v, mark = _one_table(tmp_path)
     e.execute("DROP STABLE db.st")
     end = v.wal.next_version
     with pytest.raises(StorageError, match="drop_stable of supertable st"):
@@ -592,12 +597,7 @@ def test_a_cut_waits_for_a_sync_that_rewrites_the_segment(tmp_path: Path):
 
 
 def test_a_cut_tail_with_an_unreadable_entry_rebuilds_the_tables(tmp_path: Path):
-    e = Engine.open(tmp_path, clock=ManualClock())
-    e.execute("CREATE DATABASE db VGROUPS 1")
-    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-    e.execute("INSERT INTO db.t0 USING db.st TAGS (0) VALUES (1000, 1)")
-    v = e.vnodes["db"][0]
-    mark = v.wal.next_version
+    e, v, mark = _one_table(tmp_path)
     e.execute("INSERT INTO db.t1 USING db.st TAGS (1) VALUES (1000, 2)")
     meta = next(x for x in v.wal.read_from(mark) if x.kind == KIND_META)
     seg = next(s for s in v.wal.segments if meta.version in s.versions)
