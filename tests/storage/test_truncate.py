@@ -26,7 +26,8 @@ from walgate.storage.cleaner import CHECKPOINT as CLEANER_CHECKPOINT
 from walgate.storage.cleaner import Cleaner
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
-from walgate.storage.wal import KIND_DATA, Wal, WalOptions
+from walgate.storage.wal import KIND_DATA, KIND_META, Wal, WalOptions
+from walgate.storage.wal_format import HEADER_SIZE
 from walgate.storage.wal_truncate import INTENT
 from walgate.wire import encode_batch
 
@@ -126,8 +127,8 @@ def test_a_cut_vnode_derives_what_one_that_only_had_the_prefix_does(tmp_path_fac
     prefix_seqs: dict[int, int] = {}
     apply(fresh, ops[:k], prefix_seqs)
     db_version, kafka_version = marks[k]
-    cut.truncate_vnode("db", 0, db_version)
-    cut.truncate_vnode(cut.catalog.topics["k"].db, 0, kafka_version)
+    cut.truncate_vnode("db", 0, db_version, high_watermark=db_version)
+    cut.truncate_vnode(cut.catalog.topics["k"].db, 0, kafka_version, high_watermark=kafka_version)
     assert state(cut) == state(fresh)
     cut.close()
     cut = engine(base / "cut")
@@ -174,12 +175,15 @@ def test_a_cut_wal_reopens_cut_and_appends_take_the_cut_versions(tmp_path: Path)
     assert entries(again) == [] and again.append([(KIND_DATA, 1, 1_000, b"x")]) == 0
 
 
-def test_a_cut_that_is_no_entry_start_is_refused(tmp_path: Path):
-    wal = Wal.open(tmp_path, OPTIONS)
+def test_a_cut_inside_an_entry_cuts_from_the_entry_holding_it(tmp_path: Path):
+    wal = Wal.open(tmp_path, OPTIONS)  # (Kafka's LogSegment.truncateTo cuts at the batch holding the offset)
+    wal.append([(KIND_DATA, 2, 1_000, b"two rows")])
     wal.append([(KIND_DATA, 3, 1_000, b"three rows")])
-    with pytest.raises(ValueError, match="no entry begins at version 1"):
-        wal.truncate_to(1)
-    assert wal.next_version == 3
+    assert wal.entry_start(3) == 2 and wal.entry_start(5) == 5
+    wal.truncate_to(3)
+    assert entries(wal) == [(0, b"two rows")] and wal.next_version == 2
+    with pytest.raises(ValueError, match="no entry holds version 3"):
+        wal.truncate_to(3)  # past the end now
 
 
 def _fault_points(tmp_path: Path) -> list[tuple[str, int]]:
@@ -238,7 +242,8 @@ KILLER = """
 import os, signal, sys
 from pathlib import Path
 from walgate.storage import fileio
-from walgate.storage.wal import KIND_DATA, Wal, WalOptions
+from walgate.storage.wal import KIND_DATA, KIND_META, Wal, WalOptions
+from walgate.storage.wal_format import HEADER_SIZE
 wal = Wal.open(Path(sys.argv[1]), WalOptions(level=1, fsync_period_ms=60_000, segment_bytes=int(sys.argv[4])))
 real, left = fileio.os, int(sys.argv[3])
 class Killing:
@@ -339,13 +344,13 @@ def _history(tmp_path: Path) -> tuple[Engine, Engine, tuple[int, int]]:
     return cut, fresh, mark
 
 
-def _crashed(e: Engine, path: Path) -> Engine:
-    """``e`` dropped without closing (as by a kill), and its data dir opened again."""
+def _crashed(e: Engine, path: Path, reopen: Any = engine) -> Engine:
+    """``e`` dropped without closing (as by a kill), and its data dir opened again (by ``reopen``)."""
     for vnodes in e.vnodes.values():
         for vnode in vnodes:
             for seg in vnode.wal.segments:
                 seg.forget_files(vnode.wal.files)
-    return engine(path)
+    return reopen(path)
 
 
 def test_a_crash_after_the_wal_is_cut_and_before_its_derived_files_follow_reopens_consistent(tmp_path: Path):
@@ -362,7 +367,7 @@ def test_a_refused_meta_store_rebuild_after_the_cut_reopens_consistent(tmp_path:
     with faults.active():
         faults.fail("unlink", error=errno.EIO, times=10)  # the store's replacement: its old file stays
         with pytest.raises(StorageUnavailable):
-            cut.truncate_vnode("db", 0, db_version)
+            cut.truncate_vnode("db", 0, db_version, high_watermark=db_version)
     assert cut.vnodes["db"][0].wal.next_version == db_version  # the WAL is cut: the vnode is opened again,
     assert cut.indexes[("tp", 0)].indexed_to == db_version  # the offset indexes followed it already
     after = state(_crashed(cut, tmp_path / "cut"))
@@ -383,13 +388,14 @@ def test_a_refused_store_write_before_a_cut_without_meta_entries_cuts_nothing(tm
         faults.fail("fsync", error=errno.EIO, times=100)
         faults.fail("fdatasync", error=errno.EIO, times=100)
         with pytest.raises(StorageUnavailable):
-            e.truncate_vnode("db", 0, mark)
+            e.truncate_vnode("db", 0, mark, high_watermark=mark)
     assert state(e) == before
-    e.truncate_vnode("db", 0, mark)
+    e.truncate_vnode("db", 0, mark, high_watermark=mark)
     assert vnode.store.covered == mark and vnode.wal.next_version == mark
 
 
-def test_a_cut_that_would_undo_tables_retention_cannot_rebuild_is_refused(tmp_path: Path):
+def _retained(tmp_path: Path) -> tuple[Engine, Any]:
+    """An engine whose database ``old`` has tables t0..t2, the segments creating them deleted by retention."""
     e = Engine.open(tmp_path)
     e.execute("CREATE DATABASE old VGROUPS 1 WAL_RETENTION_PERIOD 0")
     e.execute("CREATE STABLE old.st (ts TIMESTAMP, v INT) TAGS (site INT)")
@@ -398,11 +404,34 @@ def test_a_cut_that_would_undo_tables_retention_cannot_rebuild_is_refused(tmp_pa
     for i in range(3):
         e.execute(f"INSERT INTO old.t{i} USING old.st TAGS ({i}) VALUES (1000, {i})")
     assert vnode.apply_retention(time.time() + 10) and vnode.wal.first_version > 0
+    return e, vnode
+
+
+def test_a_cut_of_created_tables_after_retention_forgets_them_without_a_rebuild(tmp_path: Path):
+    e, vnode = _retained(tmp_path)
     mark = vnode.wal.next_version
     e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 3)")
+    e.execute("INSERT INTO old.t4 USING old.st TAGS (4) VALUES (1000, 4) (2000, 5)")
+    e.truncate_vnode("old", 0, mark, high_watermark=mark)
+    names = ["t0", "t1", "t2"]
+    assert [t.name for t in vnode.tables()] == names and vnode.live_count == 3 and vnode.get("t3") is None
+    assert vnode.store.covered == mark and vnode.meta_version == mark
+    e.close()
+    e = Engine.open(tmp_path)
+    again = e.vnodes["old"][0]
+    assert [t.name for t in again.tables()] == names and again.live_count == 3
+    e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 7)")
+    assert ("t3", 7) in map(tuple, e.execute("SELECT tbname, v FROM old.st").rows)  # (retention took t0's, t1's)
+    e.close()
+
+
+def test_a_cut_that_would_undo_a_drop_retention_cannot_rebuild_is_refused(tmp_path: Path):
+    e, vnode = _retained(tmp_path)
+    mark = vnode.wal.next_version
+    e.execute("DROP TABLE old.t1")
     with pytest.raises(StorageError, match="retention deleted"):
-        e.truncate_vnode("old", 0, mark)
-    assert vnode.wal.next_version > mark and vnode.live("t3") is not None
+        e.truncate_vnode("old", 0, mark, high_watermark=mark)
+    assert vnode.wal.next_version > mark and vnode.live("t1") is None
 
 
 def test_the_batches_rendered_from_cut_versions_are_forgotten():
@@ -424,5 +453,187 @@ def test_the_cleaners_dirty_point_moves_back_to_the_cut(tmp_path: Path):
     e.append_batches("c", 0, [encode_batch(0, [2], [b"k"], [b"b"])])
     (vnode.dir / CLEANER_CHECKPOINT).write_bytes(lines.encode({"dirty_from": vnode.wal.next_version}))
     assert e.cleaner.dirty_from(vnode) == vnode.wal.next_version  # (as a finished pass leaves it)
-    e.truncate_vnode(vnode.db.name, 0, mark)
+    e.truncate_vnode(vnode.db.name, 0, mark, high_watermark=mark)
     assert e.cleaner.dirty_from(vnode) == mark and Cleaner(e.store).dirty_from(vnode) == mark
+
+
+# ------------------------------------------------------------------ the reviewer's findings (r25t)
+
+def _kafka(tmp_path: Path) -> tuple[Engine, Any]:
+    e = Engine.open(tmp_path, clock=ManualClock())
+    e.create_kafka_topic("k", 1, {})
+    return e, kafka_vnode(e)
+
+
+def _produce(e: Engine, n: int) -> None:
+    for _ in range(n):
+        e.append_batches("k", 0, [encode_batch(0, [1], [b"k"], [b"a"])])
+
+
+def _end(end: Any) -> tuple[int, int]:
+    return end.epoch, end.end_offset
+
+
+def test_a_cut_keeps_a_replicated_vnodes_epochs_answering_from_its_cache(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 3)
+    v.epochs.begin(3, v.wal.next_version)
+    _produce(e, 3)
+    v.epochs.begin(5, v.wal.next_version)
+    _produce(e, 3)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(0, 0), (3, 3), (5, 6)]
+    e.truncate_vnode(v.db.name, 0, 8, high_watermark=0)
+    assert _end(v.epochs.end_for(3, v.wal.next_version)) == (3, 6)
+    assert _end(v.epochs.end_for(5, v.wal.next_version)) == (5, 8)
+    e.truncate_vnode(v.db.name, 0, 0, high_watermark=0)  # emptied: no epoch until the next leader begins one
+    assert v.epochs.entries == () and _end(v.epochs.end_for(0, 0)) == (-1, -1)
+    e.close()
+
+
+def test_a_single_nodes_vnode_cut_to_its_start_leads_epoch_0_again(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 2)
+    e.truncate_vnode(v.db.name, 0, 0, high_watermark=0)
+    assert [(x.epoch, x.start_offset) for x in v.epochs.entries] == [(0, 0)] and _end(v.epochs.end_for(0, 0)) == (0, 0)
+    e.close()
+
+
+def _one_table(tmp_path: Path) -> tuple[Engine, Any, int]:
+    """An engine whose database ``db`` holds table t0 of supertable st; its vnode and WAL end."""
+    e = Engine.open(tmp_path, clock=ManualClock())
+    e.execute("CREATE DATABASE db VGROUPS 1")
+    e.execute("CREATE STABLE db.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    e.execute("INSERT INTO db.t0 USING db.st TAGS (0) VALUES (1000, 1)")
+    v = e.vnodes["db"][0]
+    return e, v, v.wal.next_version
+
+
+def test_a_cut_of_an_applied_supertable_drop_is_refused(tmp_path: Path):
+    e, v, mark = _one_table(tmp_path)
+    e.execute("DROP STABLE db.st")
+    end = v.wal.next_version
+    with pytest.raises(StorageError, match="drop_stable of supertable st"):
+        e.truncate_vnode("db", 0, mark, high_watermark=0)
+    assert v.wal.next_version == end and [(t.name, t.dropped) for t in v.tables()] == [("t0", True)]
+    e.close()
+
+
+def test_a_cut_to_the_end_rebuilds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    e, v = _kafka(tmp_path)
+    _produce(e, 2)
+    rebuilt: list[str] = []
+    monkeypatch.setattr(e.native, "rebuild_producers", lambda topic, vnode: rebuilt.append(topic.name))
+    e.truncate_vnode(v.db.name, 0, v.wal.next_version, high_watermark=0)
+    assert rebuilt == []
+    e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    assert rebuilt == ["k"]
+    e.close()
+
+
+def test_a_cut_below_the_high_watermark_is_refused(tmp_path: Path):
+    e, v = _kafka(tmp_path)
+    _produce(e, 3)
+    with pytest.raises(StorageError, match="below the high watermark"):
+        e.truncate_vnode(v.db.name, 0, 1, high_watermark=2)
+    assert v.wal.next_version == 3
+    e.truncate_vnode(v.db.name, 0, 2, high_watermark=2)
+    assert v.wal.next_version == 2
+    e.close()
+
+
+def _refuse_rewrite(path: Path) -> Path:
+    """Make the disk refuse :func:`fileio.replace_file` of ``path`` (its temporary file's name taken by a
+    directory); the directory to remove to accept it again."""
+    blocker = path.with_name(path.name + ".tmp")
+    blocker.mkdir()
+    return blocker
+
+
+@pytest.mark.parametrize("derived", ["offset index", "epoch cache"])
+def test_a_refused_rewrite_of_derived_state_fails_the_cut_and_holds_appends_until_a_retry(tmp_path: Path,
+                                                                                           derived: str):
+    e, v = _kafka(tmp_path / "e")
+    _produce(e, 3)
+    if derived == "epoch cache":
+        v.epochs.begin(3, 2)  # (a replicated vnode's: its file rewritten by the cut)
+    idx = e.indexes[("k", 0)]
+    blocker = _refuse_rewrite(idx.path if derived == "offset index" else v.dir / "leader-epoch-checkpoint")
+    with pytest.raises(StorageUnavailable):
+        e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    assert v.wal.next_version == 1 and idx.end_offset == 1  # cut, in memory
+    with pytest.raises(StorageUnavailable, match="truncation to version 1 is unfinished"):
+        _produce(e, 1)  # new entries would follow records of cut ones in the file
+    blocker.rmdir()
+    e.truncate_vnode(v.db.name, 0, 1, high_watermark=0)
+    _produce(e, 2)
+    again = _crashed(e, tmp_path / "e", lambda p: Engine.open(p, clock=ManualClock()))
+    assert e.watermarks("k", 0) == again.watermarks("k", 0) == (0, 3)
+    assert [x[:2] for x in again.index_entries("k", 0, 0)] == [(0, 0), (1, 1), (2, 2)]
+    assert [(x.epoch, x.start_offset) for x in kafka_vnode(again).epochs.entries][:1] == [(0, 0)]
+    again.close()
+
+
+def test_a_cut_waits_for_a_sync_that_rewrites_the_segment(tmp_path: Path):
+    wal = Wal.open(tmp_path, OPTIONS)
+    for body in (b"a", b"b", b"c"):
+        wal.append([(KIND_DATA, 1, 1_000, body)])
+    faults = Faults()
+    failed = wal.take_sync()
+    assert failed is not None
+    with faults.active():
+        faults.fail("fdatasync", error=errno.EIO)
+        failed.run()
+    failed.done()
+    rewriting = wal.take_sync()
+    assert rewriting is not None and rewriting.rewrite_from is not None
+    with pytest.raises(StorageUnavailable, match="sync rewriting"):
+        wal.truncate_to(1)
+    assert wal.next_version == 3
+    rewriting.run()
+    rewriting.done()
+    wal.truncate_to(1)
+    assert entries(wal) == [(0, b"a")]
+    wal.close()
+
+
+def test_a_cut_tail_with_an_unreadable_entry_rebuilds_the_tables(tmp_path: Path):
+    e, v, mark = _one_table(tmp_path)
+    e.execute("INSERT INTO db.t1 USING db.st TAGS (1) VALUES (1000, 2)")
+    meta = next(x for x in v.wal.read_from(mark) if x.kind == KIND_META)
+    seg = next(s for s in v.wal.segments if meta.version in s.versions)
+    with open(seg.path, "r+b") as f:  # its body's last byte flipped: read_from skips it (its kind unknown)
+        at = seg.positions[seg.versions.index(meta.version)] + HEADER_SIZE + len(meta.body) - 1
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+    e.truncate_vnode("db", 0, mark, high_watermark=mark)
+    assert [t.name for t in v.tables()] == ["t0"] and v.live_count == 1
+    e.close()
+
+
+def test_a_refused_wal_cut_after_created_tables_were_forgotten_keeps_them(tmp_path: Path):
+    e, vnode = _retained(tmp_path)
+    mark = vnode.wal.next_version
+    e.execute("INSERT INTO old.t3 USING old.st TAGS (3) VALUES (1000, 3)")
+    tables = [(t.name, t.dropped) for t in vnode.tables()]
+    faults = Faults()
+    with faults.active():
+        faults.fail("replace", error=errno.EIO)  # the WAL's intent, after the store forgot t3
+        with pytest.raises(StorageUnavailable, match="nothing was cut"):
+            e.truncate_vnode("old", 0, mark, high_watermark=mark)
+        assert faults.injected == 1
+    assert [(t.name, t.dropped) for t in vnode.tables()] == tables and vnode.live_count == 4  # t3 taken again
+    again = _crashed(e, tmp_path, Engine.open).vnodes["old"][0]  # (the store covers the mark: the open replays it)
+    assert [(t.name, t.dropped) for t in again.tables()] == tables and again.live_count == 4
+
+
+def test_a_cut_of_a_re_created_table_while_the_wal_is_whole_drops_it_again(tmp_path: Path):
+    cut, fresh = engine(tmp_path / "cut"), engine(tmp_path / "fresh")
+    apply(cut, [("insert", 0, 1), ("drop", 0)], {})
+    apply(fresh, [("insert", 0, 1), ("drop", 0)], {})
+    mark = ends(cut)[0]
+    apply(cut, [("insert", 0, 2)], {})  # t0 created again
+    cut.truncate_vnode("db", 0, mark, high_watermark=mark)
+    assert state(cut) == state(fresh) and [(t.name, t.dropped) for t in cut.vnodes["db"][0].tables()] == [
+        ("t0", True)]

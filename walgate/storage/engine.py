@@ -377,11 +377,13 @@ class Engine:
         """The stored RecordBatch at WAL ``version`` of a Kafka-native partition (CorruptEntry: lost)."""
         return self.native.kafka_batch(topic, partition, version)
 
-    def truncate_vnode(self, db: str, index: int, version: int) -> None:
-        """Cut vnode ``index`` of ``db`` back to WAL ``version``, with every state derived from it
-        (:mod:`walgate.storage.truncation`; replication's follower truncation). An exclusive call: it touches the
-        partition's producer state, the cleaner and the batch cache besides the vnode."""
-        truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version)
+    def truncate_vnode(self, db: str, index: int, version: int, *, high_watermark: int) -> int:
+        """Cut vnode ``index`` of ``db`` back to the WAL entry holding ``version``, with every state derived from it,
+        never below ``high_watermark`` (a WAL version); the version cut to (:func:`walgate.storage.truncation.
+        truncate_vnode`; replication's follower truncation). An exclusive call: it touches the partition's producer
+        state, the cleaner and the batch cache besides the vnode."""
+        return truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version,
+                              high_watermark=high_watermark)
 
     # ------------------------------------------------------------- committed offsets
 

@@ -95,6 +95,7 @@ class LeaderEpochs:
         self._cache = cache
         self._disk = disk  # what the file holds (None: unknown, damaged, missing, or a write of it refused)
         self._damaged = False  # the file did not verify at open (and was not written since)
+        self._stale = False  # a write of the file was refused since the last that succeeded
         self._failed: str | None = None  # why the file's content is unknown after a refused write (see module doc)
         self._single_node = False  # answers from SINGLE_NODE_EPOCHS (lead_single_node, until another epoch begins)
         self._syncs = syncs
@@ -163,8 +164,10 @@ class LeaderEpochs:
         """Write ``entries`` as the whole file, durably. OSError when the disk refuses: the file then holds the old
         entries or these (a refusal after the rename), so it counts as unknown until a write succeeds."""
         self._disk = None
+        self._stale = True
         fileio.replace_file(self.path, encode(entries), syncs=self._syncs)
         self._disk = entries
+        self._stale = False
         self._failed = None
 
     def _read_back(self, written: tuple[EpochEntry, ...]) -> bool:
@@ -225,16 +228,29 @@ class LeaderEpochs:
 
     def truncate_from_end(self, end_version: int) -> None:
         """The WAL was cut back to end at ``end_version``: forget the epochs starting at or after it. Memory always
-        follows; the file is rewritten when that changed anything (a refusal is logged: the file then holds these
-        entries or epochs past the WAL's end, cut again by the next open or rewritten by the next :meth:`begin`)."""
+        follows; the file is rewritten when it may differ (an emptied cache too, as a file of no epochs, when the
+        file is known to hold epochs or a write of it was refused). A refusal is logged and :attr:`saved` stays
+        False: the file then holds these entries or epochs past the WAL's end, cut again by the next open (a
+        truncation refuses appends until the rewrite succeeds, :func:`walgate.storage.truncation.truncate_vnode`,
+        so the WAL has not grown back past them) or rewritten by the next :meth:`begin` or cut."""
         self._cache.truncate_from_end(end_version)
-        if self._cache.entries == self._disk or not self._cache.entries:
-            return  # (an empty cache is left to the caller's begin, which may find the file holding it already)
+        if self._cache.entries == self._disk or not self._cache.entries and self._disk is None and not self._stale:
+            return  # (nothing known written: missing, damaged or unreadable, left to the caller, see open)
         try:
             self._replace(self._cache.entries)
         except OSError as exc:
             log.warning("%s: the leader-epoch cache could not be cut back to version %d (cut again at the next "
                         "start): %s", self.path, end_version, exc)
+
+    @property
+    def write_refused(self) -> bool:
+        """Whether the disk refused the last write of the file (it may hold the old entries or the new ones)."""
+        return self._stale
+
+    @property
+    def single_node(self) -> bool:
+        """Whether OffsetForLeaderEpoch is answered from :data:`SINGLE_NODE_EPOCHS` (:meth:`lead_single_node`)."""
+        return self._single_node
 
     def end_for(self, epoch: int, wal_end: int) -> EpochEnd:
         """OffsetForLeaderEpoch in WAL versions: the largest epoch ``<= epoch`` held and the version where it ends

@@ -54,7 +54,7 @@ import logging
 import re
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -365,9 +365,10 @@ class MetaStore:
         return self._defs(f"SELECT name, def, {self._version} FROM tables NOT INDEXED ORDER BY id", ())
 
     def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
-              durable: bool = False, bodies: Mapping[str, bytes] | None = None) -> int:
+              durable: bool = False, bodies: Mapping[str, bytes] | None = None, forget: Sequence[str] = ()) -> int:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
-        rows of the same name), then record ``covered`` and the count of live tables: ``live`` less those this marked
+        rows of the same name), then delete the rows named in ``forget`` (tables whose create entries a WAL
+        truncation cut), then record ``covered`` and the count of live tables: ``live`` less those this marked
         dropped, whose number it returns. ``bodies``: the :func:`def_body` of some of ``tables`` by name, already
         encoded (a table's must be that of the table given). Nothing is written when it raises. With ``durable``,
         the transaction and every one before it are on disk (fsynced) when it returns; without, they may be lost
@@ -397,6 +398,8 @@ class MetaStore:
             if not conn.in_transaction:
                 conn.execute("BEGIN")
             conn.executemany(insert, rows)
+            if forget:
+                conn.executemany("DELETE FROM tables WHERE name = ?", [(n,) for n in forget])
             conn.execute("UPDATE covered SET line = ? WHERE id = 0",
                                (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
             conn.execute("COMMIT")

@@ -249,14 +249,20 @@ class OffsetIndex:
         """The WAL was cut back to ``version`` (its entries at and after it gone): forget their records, so the next
         entry indexed gets the offset the first forgotten one had, as on a replica that never had them; the log
         start stays unless it was past that offset (then it is that offset, as Kafka's log start never passes its
-        end). The file is rewritten (a refusal is repaired at close or rebuilt at the next open, whose check drops
-        records past the WAL's end anyway)."""
+        end). The file is rewritten when that cut records, or when an earlier rewrite was refused: StorageUnavailable
+        when the disk refuses it (memory is cut; the caller keeps the WAL from growing back past the cut until a
+        retry succeeds, as the file's stale records would then pass the open's check, which drops only those past the
+        WAL's end)."""
         i = bisect_left(self.versions, version)
         if i < len(self.versions):
             self.end_offset = self.offsets[i]
             for a in (self.offsets, self.versions, self.counts, self.running_max):
                 del a[i:]
+            self._file_ok = False
+        if not self._file_ok:
             self._rewrite()
+            if not self._file_ok:
+                raise StorageUnavailable(f"{self.path}: the offset index could not be cut back to version {version}")
         self.indexed_to = min(self.indexed_to, version)
         if self.log_start > self.end_offset:
             self._move_start(self.end_offset)

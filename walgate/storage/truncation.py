@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.cleaner import Cleaner
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.store import Store
 from walgate.storage.vnode import Vnode
@@ -28,26 +29,53 @@ __all__ = ["truncate_vnode"]
 
 
 def truncate_vnode(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, db: str, index: int,
-                   version: int) -> None:
-    """Cut vnode ``index`` of database ``db`` back to WAL ``version`` and its derived state with it (see the module
-    docstring). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing cut unless it says so."""
+                   version: int, *, high_watermark: int) -> int:
+    """Cut vnode ``index`` of database ``db`` back to the WAL entry holding ``version`` and its derived state with
+    it (see the module docstring); the version it was cut to. ``high_watermark``: the WAL version below which
+    entries are committed (acknowledged, served to consumers: replication's high watermark); a cut below it is
+    refused (StorageError, nothing cut). Raises as :meth:`~walgate.storage.vnode.Vnode.truncate_to` does, nothing
+    cut unless it says so. A cut whose derived files the disk refused to rewrite raises StorageUnavailable and
+    leaves the vnode's WAL refusing appends (:attr:`~walgate.storage.wal.Wal.held`) until a call again (the same
+    version, or any) rewrites them: the files then never hold records of cut entries where new ones follow. A cut
+    to the WAL's end with nothing held is a no-op."""
     vnode = store.local_vnode(db, index)
+    if version == vnode.wal.next_version and vnode.wal.held is None:
+        return version
+    start = vnode.wal.entry_start(version) if version >= vnode.wal.first_version else version
+    if start < high_watermark:
+        raise StorageError(f"{vnode.dir}: truncating to version {version} would cut entries below the high watermark "
+                           f"(version {high_watermark}), which are committed; nothing was cut")
+    held = vnode.wal.held
+    vnode.wal.held = f"the truncation to version {start} is unfinished"
     try:
-        vnode.truncate_to(version)
-    finally:  # (also when the meta store's rebuild after the WAL's cut was refused: the rest follows the WAL)
-        if vnode.wal.next_version == version:
-            _derived(store, native, cleaner, cache, vnode, version)
+        vnode.truncate_to(start)
+    except BaseException:
+        if vnode.wal.next_version != start:  # nothing was cut
+            vnode.wal.held = held
+            raise
+        _derived(store, native, cleaner, cache, vnode, start)  # (also when the meta store's rebuild was refused)
+        raise
+    _derived(store, native, cleaner, cache, vnode, start)
+    vnode.wal.held = None
+    return start
 
 
 def _derived(store: Store, native: NativeTopics, cleaner: Cleaner, cache: BatchCache, vnode: Vnode,
              version: int) -> None:
-    """The engine's state derived from ``vnode``'s WAL, cut back to ``version``."""
+    """The engine's state derived from ``vnode``'s WAL, cut back to ``version``; every part is cut even when the
+    disk refuses an offset index's rewrite, the first refusal raised after (StorageUnavailable)."""
+    refused: StorageUnavailable | None = None
     topics = [t for t in store.catalog.topics.values() if t.db == vnode.db.name]
     for topic in topics:
         idx = store.indexes.get((topic.name, vnode.index))
         if idx is not None:
-            idx.truncate_to(version)
+            try:
+                idx.truncate_to(version)
+            except StorageUnavailable as exc:
+                refused = refused or exc
         if topic.kind == "kafka":
             native.rebuild_producers(topic, vnode)
     cleaner.truncated(vnode, version)
     cache.forget_from({native.views.topic_id(t.name) for t in topics}, vnode.index, version)
+    if refused is not None:
+        raise refused

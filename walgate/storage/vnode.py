@@ -139,6 +139,7 @@ class Vnode:
         self._applied = 0  # every meta entry below this WAL version is applied (see meta_version)
         self._flush_at = FLUSH_TABLES
         self._refused = False  # the store refused the last flush tried (a full disk, an I/O error)
+        self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
         self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
@@ -432,36 +433,115 @@ class Vnode:
                 self._replay_meta(entry)
         self._flush(self.wal.next_version)
 
-    def truncate_to(self, version: int) -> None:
-        """Cut this vnode back to WAL ``version`` (:meth:`Wal.truncate_to`: an entry's first version, or the end),
-        and what it derives from the WAL with it: the leader-epoch cache forgets the epochs starting at or after it,
-        (a cache left empty is a new vnode's: epoch 0 from version 0, until replicas), and the tables are those of
-        the meta entries below it. How the tables follow: when no meta entry is cut,
-        the meta store is first written (fsynced) as covering ``version`` (its rows are all of entries below it), so
-        a crash at any point after finds it consistent with the WAL, cut or not; when one is, the store is rebuilt
-        from the WAL's meta entries after the cut (a crash before that finds it covering a version past the WAL's
-        end, which the open rebuilds the same way). ValueError for a cut that is no entry's start; StorageError,
-        nothing cut, for one that would cut meta entries while retention deleted versions (their tables could not
-        be rebuilt); StorageUnavailable, nothing cut, when the disk refuses the store's write or the WAL's intent.
-        A refusal rebuilding the store after the cut is StorageUnavailable too, the WAL then cut: the vnode must be
-        opened again (its open rebuilds the store)."""
-        if version == self.wal.next_version:
-            return
+    def truncate_to(self, version: int) -> int:
+        """Cut this vnode back to the WAL entry holding ``version`` (:meth:`Wal.truncate_to`), and what it derives
+        from the WAL with it; the version it was cut to. The leader-epoch cache forgets the epochs starting at or
+        after it (a single node's leads epoch 0 again, from version 0 when it was emptied; a replicated vnode's
+        cache emptied stays empty until the next leader begins), and the tables are those of the meta entries below
+        it. How the tables follow, by what the cut entries hold:
+
+        * no meta entry: the meta store is first written (fsynced) as covering the cut (its rows are all of entries
+          below it), so a crash at any point after finds it consistent with the WAL, cut or not;
+        * ``create_table`` entries only (a write's new subtables, the common case) once retention deleted versions
+          (a rebuild is then impossible): the store first takes every applied table, then, in one fsynced
+          transaction, forgets the rows those entries created (their version at or after the cut) and covers the
+          cut, as above; no WAL entry below the cut is read. A table re-created in the cut (dropped below it) is
+          forgotten, not dropped again: the store keeps no earlier definition of a row;
+        * any other meta entry (a table's drop), ``create_table`` entries while the WAL is whole, or an entry that
+          cannot be read (its kind unknown): the store is rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
+          the WAL's end, which the open rebuilds the same way); StorageError, nothing cut, when retention deleted
+          versions (their tables could not be rebuilt);
+        * a supertable's change (``drop_stable``, ``alter_stable``: its catalog change is applied, and the entry is
+          written by each node when it applies it, docs/plans/replication-wiring.md step 6): StorageError, nothing
+          cut.
+
+        ValueError for a version outside the WAL; StorageUnavailable, nothing cut, when the disk refuses the store's
+        write or the WAL's intent. StorageUnavailable after the cut: the meta store's rebuild refused (a retry of the
+        cut, or the vnode's next open, rebuilds it), or the epoch cache's rewrite refused (a retry of the cut
+        writes it; until then the file may hold epochs past the WAL's end, which an open cuts)."""
         if not self.wal.first_version <= version <= self.wal.next_version:
             raise ValueError(f"{self.dir}: version {version} is outside the WAL [{self.wal.first_version}, "
                              f"{self.wal.next_version}]")
-        cut_meta = any(e.kind == KIND_META for e in self.wal.read_from(version))
-        if cut_meta and self.wal.first_version > 0:
-            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables created there, and "
-                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
-        if not cut_meta and self._store.covered > version:
-            self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
-        self.wal.truncate_to(version)
-        self._applied = min(self._applied, version)
-        self.epochs.truncate_from_end(version)
-        self.epochs.lead_single_node(new=version == 0)  # (an emptied cache: as a new vnode's, see __init__)
-        if cut_meta:
+        version = self.wal.entry_start(version)
+        if version < self.wal.next_version:
+            self._cut_wal(version)
+        elif self._rebuild_pending:
             self._rebuild_after_cut()
+        single = self.epochs.single_node
+        self.epochs.truncate_from_end(version)
+        if single:
+            self.epochs.lead_single_node(new=version == 0)  # (as a new vnode's, see __init__)
+        if self.epochs.write_refused:
+            raise StorageUnavailable(f"{self.dir}: the leader-epoch cache could not be cut back to version {version}")
+        return version
+
+    def _cut_wal(self, version: int) -> None:
+        """The WAL and the tables cut back to ``version``, an entry's start below the end (see :meth:`truncate_to`)."""
+        created, rebuild = self._cut_meta(version)
+        retained = self.wal.first_version > 0
+        if created and not retained:
+            rebuild = True  # (exact: a table re-created in the cut gets its earlier, dropped definition back)
+        if rebuild and retained:
+            raise StorageError(f"{self.dir}: truncating to version {version} would undo tables dropped there, and "
+                               f"retention deleted the versions below {self.wal.first_version} a rebuild needs")
+        if created and not rebuild:
+            self._forget_created(created, version)
+        elif not rebuild and self._store.covered > version:
+            self._flush(version, durable=True)  # (_applied is then max(_applied, version): lowered below)
+        try:
+            self.wal.truncate_to(version)
+        except StorageUnavailable:
+            if created and not rebuild:  # the store covers the cut: take the kept entries' tables again
+                for entry in self.wal.read_from(version):
+                    if entry.kind == KIND_META:
+                        self._replay_meta(entry)
+                self.end_write()
+            raise
+        self._applied = min(self._applied, version)
+        if rebuild:
+            self._rebuild_pending = True
+            self._rebuild_after_cut()
+
+    def _cut_meta(self, version: int) -> tuple[list[str], bool]:
+        """What the WAL's entries from ``version`` on hold of tables: the names their ``create_table`` entries
+        create, and whether any other meta entry or an entry that cannot be read is among them (a version skipped:
+        :meth:`Wal.read_from` passes over damaged entries, whose kind is unknown). StorageError for a supertable's
+        change (see :meth:`truncate_to`)."""
+        created: list[str] = []
+        expected = version
+        for entry in self.wal.read_from(version):
+            if entry.version != expected:
+                return created, True
+            expected = entry.next_version
+            if entry.kind != KIND_META:
+                continue
+            try:
+                meta = decode_whole(entry).meta or {}
+            except Undecodable:
+                return created, True
+            op = meta.get("op")
+            if op in ("drop_stable", "alter_stable"):
+                raise StorageError(f"{self.dir}: truncating to version {version} would cut the {op} of supertable "
+                                   f"{meta.get('stable')} at version {entry.version}, which the catalog applied; "
+                                   "nothing was cut")
+            if op != "create_table":
+                return created, True
+            created.append(meta["name"])
+        return created, expected != self.wal.next_version
+
+    def _forget_created(self, names: list[str], version: int) -> None:
+        """The store without the tables ``names`` as created at or after ``version`` (by the cut entries), covering
+        ``version``, fsynced; every table applied is written first. StorageUnavailable, the store covering what it
+        did, when the disk refuses."""
+        self._flush(self._applied)
+        rows = self._checked(lambda: self._store.get_many(names))
+        gone = [t for t in rows.values() if t.version >= version]
+        live = self._store.live - sum(not t.dropped for t in gone)
+        self._checked(lambda: self._store.write((), (), version, live, durable=True, forget=[t.name for t in gone]))
+        self.live_count = live
+        for t in gone:
+            self._cache.pop(t.name, None)
+        self._absent.clear()
 
     def _rebuild_after_cut(self) -> None:
         """The meta store rebuilt from every meta entry of the WAL, just cut (see :meth:`truncate_to`)."""
@@ -480,6 +560,7 @@ class Vnode:
             if entry.kind == KIND_META:
                 self._replay_meta(entry)
         self._flush(self.wal.next_version, durable=True)
+        self._rebuild_pending = False
 
     def _remember(self, name: str, t: TableDef) -> None:
         self._cache[name] = t

@@ -381,6 +381,8 @@ class Wal:
         self.unsynced = unsynced  # group commit (see the module docstring): level-2 appends note what they need
         self.owner = owner  # (database, vnode index): what unsynced.wake is told when versions become durable
         self._syncing = False  # a PendingSync is taken and not done
+        self._sync_rewrites = False  # ... and it rewrites the segment's bytes (truncate_to waits for it)
+        self.held: str | None = None  # why appends are refused (a truncation whose derived files are not cut yet)
         self.segments: list[Segment] = []
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced
@@ -451,6 +453,7 @@ class Wal:
         if not entries:
             return self.next_version
         self._undo = None
+        self._refuse_held()
         self._unfence()
         seg = self.segments[-1]
         total = sum(HEADER_SIZE + len(e[3]) for e in entries)
@@ -497,6 +500,11 @@ class Wal:
             self.unsynced.note(self, version)
         return first
 
+    def _refuse_held(self) -> None:
+        """StorageUnavailable while :attr:`held` says why appends must wait."""
+        if self.held is not None:
+            raise StorageUnavailable(f"WAL {self.dir} refuses appends: {self.held}")
+
     def _unfence(self) -> None:
         """Before an append to a fenced WAL: retry the undo that fenced it (see the module docstring);
         StorageUnavailable while the disk still refuses it."""
@@ -540,6 +548,7 @@ class Wal:
         if not parsed:
             return []
         self._undo = None
+        self._refuse_held()
         self._unfence()
         seg = self.segments[-1]
         stamps = [(e.kind, e.count, e.max_ts, b"") for e in parsed]  # what _aged reads
@@ -605,6 +614,7 @@ class Wal:
         if self._syncing or (self.durable_version == self.next_version and self._resync_from is None):
             return None
         self._syncing = True
+        self._sync_rewrites = self._resync_from is not None
         return PendingSync(self, self.segments[-1].path, self.durable_version, self.next_version,
                            self._resync_from, self._sync_generation)
 
@@ -640,24 +650,39 @@ class Wal:
             return
         self.durable_version = self.next_version
 
+    def entry_start(self, version: int) -> int:
+        """The first version of the entry holding ``version`` (:attr:`next_version` for itself); ValueError below
+        the log start or past the end."""
+        if version == self.next_version:
+            return version
+        loc = self._locate(version)
+        if loc is None or version < self.first_version or loc[1] < 0:
+            raise ValueError(f"wal {self.dir}: no entry holds version {version} (log [{self.first_version}, "
+                             f"{self.next_version}))")
+        return self.segments[loc[0]].versions[loc[1]]
+
     def truncate_to(self, version: int) -> None:
-        """Cut the log back to ``version``: every entry at and after it is gone, its versions go to the next append
-        (a follower truncating to its leader's log, KIP-101/279). ``version`` is an entry's first version or
-        :attr:`next_version` (nothing to cut); ValueError otherwise, or below the log start.
+        """Cut the log back to the entry holding ``version`` (:meth:`entry_start`; as Kafka's
+        ``LogSegment.truncateTo`` cuts at the batch holding an offset): every entry from it on is gone, its versions
+        go to the next append (a follower truncating to its leader's log, KIP-101/279). :attr:`next_version`: nothing
+        to cut; ValueError below the log start or past the end. StorageUnavailable, nothing cut, while a sync taken
+        with a rewrite (:meth:`take_sync` after a failed fdatasync) is not done: its rewrite reads and writes the
+        segment's bytes on another thread, and a cut between the two would let cut bytes be written back.
 
         Durable and all or nothing across a crash (:mod:`walgate.storage.wal_truncate`): the intent is written
         first, and StorageUnavailable, with nothing cut, when the disk refuses it before it is in place (or a log
         cleaner's merge the disk refused is still unfinished; once in place, the cut goes on). Once it is written, memory is cut and the files follow; when the disk refuses
         a file step the WAL is fenced (appends retry it first, a restart finishes it), as after a failed undo. A
         :class:`FileRegion` or :class:`WalSnapshot` taken before must not be read after (the caller's lane)."""
+        version = self.entry_start(version)
         if version == self.next_version:
             return
+        if self._sync_rewrites:
+            raise StorageUnavailable(f"wal {self.dir}: a sync rewriting the segment's bytes is under way; nothing "
+                                     "was cut (retry once it is done)")
         s = bisect_right(self.segments, version, key=_first) - 1
-        seg = self.segments[s] if s >= 0 else None
-        i = bisect_left(seg.versions, version) if seg is not None else 0
-        if seg is None or version > self.next_version or i == len(seg.versions) or seg.versions[i] != version:
-            raise ValueError(f"wal {self.dir}: no entry begins at version {version} (log [{self.first_version}, "
-                             f"{self.next_version}))")
+        seg = self.segments[s]
+        i = bisect_left(seg.versions, version)
         if not self.finish_merges():
             raise StorageUnavailable(f"wal {self.dir}: a log cleaner's merge is unfinished; nothing was cut")
         cut = Cut(version, seg.first, seg.positions[i])
@@ -796,6 +821,7 @@ class Wal:
 
     def _synced(self, sync: PendingSync) -> None:
         self._syncing = False
+        self._sync_rewrites = False
         if sync.error is None:
             # (else an fdatasync failed or an append was undone since: it proves nothing)
             if sync.generation == self._sync_generation:
