@@ -54,7 +54,8 @@ def _random_state(rng: random.Random) -> PartitionState:
         mine = tuple(m for m in state.isr if m.replica == state.leader)
         joiners = tuple(IsrMember(n, e) for n, e in live.items() if n != state.leader and n in state.replicas)
         new = reconcile(state, live) if rng.random() < 0.6 else alter_partition(state, AlterIsr(
-            state.leader, state.leader_epoch, state.partition_epoch, tuple(sorted(mine + joiners))), live)
+            state.leader, state.leader_epoch, state.partition_epoch, tuple(sorted(mine + joiners)),
+            mine[0].broker_epoch if mine else 0), live)
         state = new if isinstance(new, PartitionState) else state
     return state
 
@@ -202,7 +203,8 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
 async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_proposals_are_refused(
         etcd1: EtcdCluster, tmp_path: Path) -> None:
     """KIP-903 (a broker back under a new broker epoch leaves the ISR and is not elected from it) and KIP-497 (a
-    leader's ISR change compares the partition epoch it read; a deposed leader's is FENCED_LEADER_EPOCH)."""
+    leader's ISR change compares the partition epoch it read and its own registration: a deposed leader whose
+    registration ended is STALE_BROKER_EPOCH)."""
     n1, n2, n3 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
     pid = PartitionId("d", 0)
     restarted = Node(etcd1.endpoints, 3, tmp_path / "n3", ttl=2)  # node 3's next process, on the same data dir
@@ -219,22 +221,22 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
         assert s1.leader == 1 and s1.leader_epoch == 0 and s1.isr == (IsrMember(1, epochs[1]), IsrMember(2, epochs[2]))
         await eventually("node 3 registered again", lambda: _registered_again(restarted, epochs[3]))
         back = {1: epochs[1], 2: epochs[2], 3: epochs[3]}  # the leader's view of node 3 is its old registration
-        out = await view.alter_isr(s1, pid, AlterIsr(1, 0, s1.partition_epoch, (*s1.isr, IsrMember(3, epochs[3]))),
-                                   back)
+        out = await view.alter_isr(s1, pid, AlterIsr(1, 0, s1.partition_epoch, (*s1.isr, IsrMember(3, epochs[3])),
+                                                           epochs[1]), back)
         assert out.error == ErrorCode.ineligible_replica and out.state == s1  # nodes/3's epoch was read
-        shrink = AlterIsr(1, 0, s1.partition_epoch, (IsrMember(1, epochs[1]),))
+        shrink = AlterIsr(1, 0, s1.partition_epoch, (IsrMember(1, epochs[1]),), epochs[1])
         s2 = (await view.alter_isr(s1, pid, shrink, back)).state
         assert s2 is not None and s2.isr_ids == {1} and s2.elr == (2,) and s2.partition_epoch > s1.partition_epoch
         stale = await view.alter_isr(s1, pid, shrink, back)  # the same proposal from the state it no longer is
         assert stale.error == ErrorCode.invalid_update_version and stale.state == s2
-        s3 = (await view.alter_isr(s2, pid, AlterIsr(1, 0, s2.partition_epoch, s1.isr), back)).state
+        s3 = (await view.alter_isr(s2, pid, AlterIsr(1, 0, s2.partition_epoch, s1.isr, epochs[1]), back)).state
         assert s3 is not None and s3.isr == s1.isr and s3.elr == ()
         await n1.close()
         s4 = await _until(view, pid, "node 2 elected", lambda s: s.leader == 2)
         assert s4.leader_epoch == 1 and s4.isr == (IsrMember(2, epochs[2]),) and s4.elr == (1,)
         deposed = await PartitionStates(n2.session, KEYS).alter_isr(s3, pid, AlterIsr(1, 0, s3.partition_epoch,
-                                                                                      s1.isr), back)
-        assert deposed.error == ErrorCode.fenced_leader_epoch and deposed.state == s4
+                                                                                      s1.isr, epochs[1]), back)
+        assert deposed.error == ErrorCode.stale_broker_epoch and deposed.state == s3  # nodes/1 is gone: no write
         await n2.close()
         view = PartitionStates(restarted.session, KEYS)
         s5 = await _until(view, pid, "no leader", lambda s: s.leader == NO_LEADER)
@@ -286,7 +288,8 @@ async def test_a_paused_process_keeps_its_broker_epoch_and_a_restarted_one_does_
         assert again is not None and again.lease != first.lease
         assert broker_epoch(again.value, again.create_revision) == epochs[2] < again.create_revision
         # the leader adds it back under the epoch it had (on its fetches): accepted, and kept by the controller
-        rejoin = AlterIsr(1, fenced.leader_epoch, fenced.partition_epoch, (*fenced.isr, IsrMember(2, epochs[2])))
+        rejoin = AlterIsr(1, fenced.leader_epoch, fenced.partition_epoch, (*fenced.isr, IsrMember(2, epochs[2])),
+                          epochs[1])
         out = await view.alter_isr(fenced, pid, rejoin, epochs)
         assert out.error is None and out.state is not None and out.state.isr_ids == {1, 2}
         await reconciler.reconcile_once()
@@ -298,7 +301,7 @@ async def test_a_paused_process_keeps_its_broker_epoch_and_a_restarted_one_does_
         await reconciler.reconcile_once()
         state = await view.read(pid)
         assert state is not None and state.isr == (IsrMember(1, epochs[1]),)
-        stale = AlterIsr(1, state.leader_epoch, state.partition_epoch, (*state.isr, IsrMember(2, epochs[2])))
+        stale = AlterIsr(1, state.leader_epoch, state.partition_epoch, (*state.isr, IsrMember(2, epochs[2])), epochs[1])
         assert (await view.alter_isr(state, pid, stale, epochs)).error == ErrorCode.ineligible_replica
         assert all("Traceback" not in h.log() for h in helpers)
     finally:
@@ -329,6 +332,13 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         after = await old.session.get(partition_key(KEYS, pid))
         assert before is not None and after is not None and after.mod_revision == before.mod_revision
         assert zombie.written == 0 and old.election.epoch is None
+        # node 1 also leads d/0: paused past its lease (nodes/1 gone), it would shrink the ISR to itself from its
+        # stale view (r25p #3): refused, so the controller elects node 2 rather than leaving d/0 leaderless
+        known = await PartitionStates(old.session, KEYS).read(pid)
+        assert known is not None and known.leader == 1
+        alone = AlterIsr(1, known.leader_epoch, known.partition_epoch, (IsrMember(1, epochs[1]),), epochs[1])
+        out = await PartitionStates(old.session, KEYS).alter_isr(known, pid, alone, epochs)
+        assert out.error == ErrorCode.stale_broker_epoch and out.state == known
         damaged = {partition_key(KEYS, PartitionId("d", 1)): encode_state(initial_state((1, 2), epochs, 1))[:-9],
                    KEYS.root + b"partitions/d": encode_state(initial_state((1, 2), epochs, 1))}
         for key, value in damaged.items():

@@ -117,17 +117,34 @@ def test_initial_state_and_leads() -> None:
 
 def test_alter_partition_is_a_compare_and_swap() -> None:
     """KIP-497: applied on the partition epoch read; a deposed leader is fenced; a joiner must be registered under
-    the broker epoch it fetched with (KIP-903)."""
+    the broker epoch it fetched with (KIP-903); the proposer itself must be registered under the broker epoch it
+    leads under (Kafka's STALE_BROKER_EPOCH)."""
     current = state({0: 7, 1: 8})
-    grow = AlterIsr(0, 5, 10, (IsrMember(0, 7), IsrMember(1, 8), IsrMember(2, 9)))
-    assert alter_partition(current, AlterIsr(0, 5, 9, grow.isr), {0: 7, 1: 8, 2: 9}) == ErrorCode.invalid_update_version
-    assert alter_partition(current, AlterIsr(0, 4, 10, grow.isr), {0: 7, 1: 8, 2: 9}) == ErrorCode.fenced_leader_epoch
+    grow = AlterIsr(0, 5, 10, (IsrMember(0, 7), IsrMember(1, 8), IsrMember(2, 9)), 7)
+    assert alter_partition(current, AlterIsr(0, 5, 9, grow.isr, 7), {0: 7, 1: 8, 2: 9}) == ErrorCode.invalid_update_version
+    assert alter_partition(current, AlterIsr(0, 4, 10, grow.isr, 7), {0: 7, 1: 8, 2: 9}) == ErrorCode.fenced_leader_epoch
     assert alter_partition(current, grow, {0: 7, 1: 8, 2: 12}) == ErrorCode.ineligible_replica
     assert alter_partition(current, grow, {0: 7, 1: 8}) == ErrorCode.ineligible_replica
-    assert alter_partition(current, AlterIsr(0, 5, 10, (IsrMember(1, 8),)), {}) == ErrorCode.invalid_request
+    assert alter_partition(current, AlterIsr(0, 5, 10, (IsrMember(1, 8),), 7), {0: 7}) == ErrorCode.invalid_request
     grown = alter_partition(current, grow, {0: 7, 1: 8, 2: 9})
     assert isinstance(grown, PartitionState)
     assert grown.isr_ids == {0, 1, 2} and grown.partition_epoch == 11 and grown.leader_epoch == 5
+
+
+def test_a_fenced_or_restarted_leader_s_proposal_is_a_stale_broker_epoch() -> None:
+    """A zombie leader (paused past its lease: not registered) that shrinks the ISR to itself is refused, so the
+    controller elects an in-sync follower instead of leaving the partition leaderless (r25p #3); so is the leader's
+    next process (registered under a new broker epoch, its ISR entry the old one's)."""
+    current = state({0: 7, 1: 8, 2: 9})
+    alone = AlterIsr(0, 5, 10, (IsrMember(0, 7),), 7)
+    assert alter_partition(current, alone, {1: 8, 2: 9}) == ErrorCode.stale_broker_epoch
+    elected = reconcile(current, {1: 8, 2: 9})  # what the controller does instead: an in-sync follower leads
+    assert elected is not None and elected.leader == 1 and elected.isr_ids == {1, 2}
+    assert alter_partition(current, alone, {0: 11, 1: 8, 2: 9}) == ErrorCode.stale_broker_epoch
+    assert alter_partition(current, AlterIsr(0, 5, 10, (IsrMember(0, 11),), 11), {0: 11, 1: 8, 2: 9}
+                           ) == ErrorCode.stale_broker_epoch  # registered under 11, but the ISR's leader is 7
+    shrunk = alter_partition(current, alone, {0: 7, 1: 8, 2: 9})
+    assert isinstance(shrunk, PartitionState) and shrunk.isr_ids == {0}
 
 
 def test_isr_below_min_moves_the_leavers_to_the_elr() -> None:

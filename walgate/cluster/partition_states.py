@@ -5,9 +5,10 @@ reconciled by the controller. The codec and the rules are pure (:mod:`walgate.cl
 Every change is one etcd transaction comparing each changed key's ``mod_revision`` (its partition epoch), so two
 writers never overwrite each other:
 
-* the leader's ISR change (:meth:`PartitionStates.alter_isr`, KIP-497) also compares each joiner's
-  ``nodes/<id>`` ``mod_revision`` with the one read when its registration was found live under the broker epoch
-  it joins under (KIP-903; :func:`~walgate.cluster.registry.broker_epoch`);
+* the leader's ISR change (:meth:`PartitionStates.alter_isr`, KIP-497) also compares the proposer's and each
+  joiner's ``nodes/<id>`` ``mod_revision`` with the one read when its registration was found live under the broker
+  epoch it leads or joins under (KIP-903; :func:`~walgate.cluster.registry.broker_epoch`): a leader whose lease ran
+  out changes nothing;
 * the controller's (:class:`Reconciler`) also compares its controller epoch
   (:meth:`ControllerElection.fenced_txn`): a paused controller that was replaced writes nothing.
 """
@@ -35,7 +36,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
 )
 from walgate.cluster.registry import broker_epoch
-from walgate.replication.partition import AlterIsr, PartitionState, alter_partition
+from walgate.replication.partition import AlterIsr, IsrMember, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["PartitionStates", "AlterOutcome", "Reconciler"]
@@ -49,6 +50,7 @@ class AlterOutcome:
     refused the write (None when the key is gone), or the leader's own when the rules refused it before any write.
     ``error``: None when written, else INVALID_UPDATE_VERSION (the state changed since the leader read it: retry from
     ``state``), FENCED_LEADER_EPOCH (the proposer no longer leads in that epoch: it stops leading),
+    STALE_BROKER_EPOCH (the proposer is not registered under the broker epoch it leads under: it stops leading),
     INELIGIBLE_REPLICA (a joiner is not registered under the broker epoch it fetched with) or INVALID_REQUEST."""
 
     state: PartitionState | None
@@ -143,23 +145,27 @@ class PartitionStates:
 
     async def alter_isr(self, known: PartitionState, pid: PartitionId, proposal: AlterIsr,
                         registered: Mapping[int, int]) -> AlterOutcome:
-        """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)``, then each joiner's
-        registration read (INELIGIBLE_REPLICA unless it is live under the broker epoch the joiner names), then
-        written in one transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each
-        joiner's ``nodes/<id>`` ``mod_revision`` with the one read (its registration unchanged since). Refused by
-        etcd: the key is read again and the outcome says whether the proposer still leads (INVALID_UPDATE_VERSION:
-        retry from the new state; INELIGIBLE_REPLICA when the key is unchanged: a joiner's registration changed)
-        or not (FENCED_LEADER_EPOCH)."""
+        """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)``, then the proposer's
+        registration read (STALE_BROKER_EPOCH unless it is live under ``proposal.broker_epoch``: a leader whose
+        lease ran out is fenced, and the controller elects another) and each joiner's (INELIGIBLE_REPLICA unless it
+        is live under the broker epoch the joiner names), then written in one transaction comparing the key's
+        ``mod_revision`` with ``known``'s partition epoch and each of those ``nodes/<id>`` keys' ``mod_revision``
+        with the one read (its registration unchanged since). Refused by etcd: the key is read again and the
+        outcome says whether the proposer still leads (INVALID_UPDATE_VERSION: retry from the new state; when the
+        key is unchanged a registration changed: STALE_BROKER_EPOCH if the proposer's, else INELIGIBLE_REPLICA) or
+        not (FENCED_LEADER_EPOCH)."""
         new = alter_partition(known, proposal, registered)
         if isinstance(new, ErrorCode):
             return AlterOutcome(known, new)
         key = partition_key(self.keys, pid)
         compare = [tx.Mod(key) == known.partition_epoch]
-        for joiner in (m for m in new.isr if m not in known.isr):
-            node_key = self.keys.node(joiner.replica)
+        checks = [(IsrMember(proposal.leader, proposal.broker_epoch), ErrorCode.stale_broker_epoch)]
+        checks += [(m, ErrorCode.ineligible_replica) for m in new.isr if m not in known.isr]
+        for member, refusal in checks:
+            node_key = self.keys.node(member.replica)
             kv = await self.session.get(node_key)
-            if kv is None or self._epoch_of(kv) != joiner.broker_epoch:
-                return AlterOutcome(known, ErrorCode.ineligible_replica)
+            if kv is None or self._epoch_of(kv) != member.broker_epoch:
+                return AlterOutcome(known, refusal)
             compare.append(tx.Mod(node_key) == kv.mod_revision)
         ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
         if ok:
@@ -167,8 +173,10 @@ class PartitionStates:
         now = await self.read(pid)
         if now is None or now.leader != proposal.leader or now.leader_epoch != proposal.leader_epoch:
             return AlterOutcome(now, ErrorCode.fenced_leader_epoch)
-        if now.partition_epoch == known.partition_epoch:  # the key is as read: a joiner's registration changed
-            return AlterOutcome(now, ErrorCode.ineligible_replica)
+        if now.partition_epoch == known.partition_epoch:  # the key is as read: a registration changed
+            own = await self.session.get(self.keys.node(proposal.leader))
+            live = own is not None and self._epoch_of(own) == proposal.broker_epoch
+            return AlterOutcome(now, ErrorCode.ineligible_replica if live else ErrorCode.stale_broker_epoch)
         return AlterOutcome(now, ErrorCode.invalid_update_version)
 
     @staticmethod

@@ -194,5 +194,6 @@ class LeaderView:
         return self._pending(isr | joiners) if joiners else None
 
     def _pending(self, isr: set[IsrMember]) -> AlterIsr:
-        self.pending = AlterIsr(self.replica, self.leader_epoch, self.state.partition_epoch, tuple(sorted(isr)))
+        self.pending = AlterIsr(self.replica, self.leader_epoch, self.state.partition_epoch, tuple(sorted(isr)),
+                                self.broker_epoch)
         return self.pending

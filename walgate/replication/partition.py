@@ -65,12 +65,14 @@ class PartitionState:
 @dataclass(frozen=True)
 class AlterIsr:
     """A leader's proposed ISR (KIP-497's AlterPartition): applied only if the partition and leader epochs are still
-    the ones the leader read."""
+    the ones the leader read, and the leader is still registered under ``broker_epoch``, the broker epoch it leads
+    under (AlterPartition's BrokerEpoch)."""
 
     leader: int
     leader_epoch: int
     partition_epoch: int
     isr: tuple[IsrMember, ...]
+    broker_epoch: int
 
 
 def initial_state(replicas: tuple[int, ...], registered: Mapping[int, int], min_isr: int,
@@ -136,10 +138,14 @@ def change_isr(state: PartitionState, isr: tuple[IsrMember, ...], wiped: frozens
 
 def alter_partition(state: PartitionState, proposal: AlterIsr, registered: Mapping[int, int]) -> PartitionState | ErrorCode:
     """Apply a leader's proposed ISR, or refuse it (the compare-and-swap KIP-497 makes of AlterPartition; in etcd a
-    transaction comparing the key's ``mod_revision`` and each joiner's registration, read live under its broker epoch).
+    transaction comparing the key's ``mod_revision``, the proposer's registration and each joiner's, read live under
+    their broker epochs).
 
     * another partition epoch: INVALID_UPDATE_VERSION (the leader read an older state; it re-reads and retries);
     * another leader or leader epoch: FENCED_LEADER_EPOCH (a deposed leader);
+    * a proposer not registered under the broker epoch it names, or not the leader's ISR entry under it:
+      STALE_BROKER_EPOCH (Kafka's controller refuses AlterPartition from a stale or fenced broker: a leader whose
+      lease ran out is fenced, and the controller is about to elect another; it must not shrink the ISR to itself);
     * a joiner that is not a replica, or not registered under the broker epoch it fetched with:
       INELIGIBLE_REPLICA (KIP-903);
     * the leader left out of its own ISR: INVALID_REQUEST.
@@ -148,6 +154,9 @@ def alter_partition(state: PartitionState, proposal: AlterIsr, registered: Mappi
         return ErrorCode.invalid_update_version
     if proposal.leader != state.leader or proposal.leader_epoch != state.leader_epoch:
         return ErrorCode.fenced_leader_epoch
+    own = registered.get(proposal.leader)
+    if own is None or not same_incarnation(proposal.broker_epoch, own) or not leads(state, proposal.leader, own):
+        return ErrorCode.stale_broker_epoch
     if proposal.leader not in {m.replica for m in proposal.isr}:
         return ErrorCode.invalid_request
     for joiner in proposal.isr:
