@@ -9,6 +9,7 @@ import json
 import random
 import signal
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,8 @@ def test_the_codec_round_trips_and_refuses_damage_clearly() -> None:
         decode_state(b'["a list"]', 3)
     pid = PartitionId("3f0c9a", 4)
     assert partition_id(KEYS, partition_key(KEYS, pid)) == pid
-    for key in (KEYS.root + b"partitions/db", KEYS.root + b"partitions/db/x", KEYS.root + b"nodes/1"):
+    for key in (KEYS.root + b"partitions/db", KEYS.root + b"partitions/db/x", KEYS.root + b"nodes/1",
+                KEYS.root + b"partitions/db/007", KEYS.root + b"partitions/db/00"):  # one vnode, one key
         with pytest.raises(PartitionStateDamaged, match="not a partition state's key"):
             partition_id(KEYS, key)
 
@@ -322,8 +324,18 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         await old.registration.register()
         await old.election.campaign()  # no keep-alive runs for it: as if its process were paused
         epochs = {1: old.registration.epoch or 0, 2: new.registration.epoch or 0}
-        await _create(old, {pid: initial_state((1, 2), epochs, 1)})
+        await _create(old, {pid: initial_state((1, 2), epochs, 1), PartitionId("d", 1): initial_state((1, 2), epochs, 1)})
         before = await old.session.get(partition_key(KEYS, pid))
+        follower = PartitionStates(new.session, KEYS)
+        seen: list[tuple[PartitionId, PartitionState | None]] = []
+
+        def on_change(changed: PartitionId, state: PartitionState | None) -> None:
+            seen.append((changed, state))
+            if state is None:
+                raise RuntimeError("the caller's bug")  # logged; the following changes are still reported
+
+        new.tasks.append(asyncio.create_task(follower.follow(on_change)))
+        await eventually("the follower read", lambda: _following(follower))
         new.start("election")
         await within(new.election.wait_elected())  # after the old controller's lease expired
         zombie = Reconciler(PartitionStates(old.session, KEYS), old.election)
@@ -348,13 +360,60 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         state = await _until(view, pid, "node 2 elected", lambda s: s.leader == 2)
         assert state.leader_epoch == 1 and state.isr == (IsrMember(2, epochs[2]),)
         assert list(await view.read_all()) == [pid]
+        await eventually("the follower saw it all", lambda: _same(follower, view))  # d/1 left out by the watch too
+        damaged_pid = PartitionId("d", 1)  # both read at first; then d/1 damaged (reported as gone), d/0 elected
+        assert [c for c, _ in seen] == [pid, damaged_pid, damaged_pid, pid]
+        assert seen[2:] == [(damaged_pid, None), (pid, state)]
         errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert any("d/1" in e and "not walgate's" in e for e in errors), errors
         assert any("partitions/d'" in e and "not a partition state's key" in e for e in errors), errors
+        assert any("d/1's change failed: RuntimeError: the caller's bug" in e for e in errors), errors
         assert all(r.exc_info is None for r in caplog.records)
     finally:
         await old.close()
         await new.close()
+
+
+async def test_a_refused_batch_does_not_stop_the_later_ones(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """A leader's ISR change between the controller's read and its write refuses that batch only: the later batches
+    are written, and the next pass writes what the refused one still needs, keeping the leader's change. A
+    registration made after the read refuses every batch (registrations and states are read at one revision)."""
+    n1, n2, n3 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
+    try:
+        n1.start("registration", "election")
+        await within(n1.election.wait_elected())
+        n2.start("registration")
+        await eventually("all registered", lambda: _all_registered(nodes[:2]))
+        epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
+        gone = epochs | {3: 1}  # node 3 was in sync and is not registered: every ISR loses it
+        created = {PartitionId("d", v): initial_state((2, 1, 3), gone, 1) for v in range(MAX_STATES_PER_TXN + 1)}
+        await _create(n1, created)
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election)
+        snapshot = await reconciler.snapshot()
+        assert snapshot.live == epochs and snapshot.states.keys() == created.keys()
+        changes = reconcile_all(snapshot.states, snapshot.live)
+        assert len(changes) == MAX_STATES_PER_TXN + 1
+        first = PartitionId("d", 0)
+        known = snapshot.states[first]
+        shrunk = await PartitionStates(n2.session, KEYS).alter_isr(known, first, AlterIsr(
+            2, 0, known.partition_epoch, (IsrMember(2, epochs[2]),), epochs[2]), epochs)
+        assert shrunk.error is None and shrunk.state is not None
+        assert await reconciler.write(snapshot, changes) == MAX_STATES_PER_TXN  # the first batch refused
+        last = PartitionId("d", MAX_STATES_PER_TXN)
+        written = await reconciler.states.read(last)
+        assert reconciler.written == 1 and written is not None
+        assert replace(written, partition_epoch=0) == replace(changes[last], partition_epoch=0)
+        stale = await reconciler.snapshot()
+        await n3.registration.register()  # node 3 registers (under a new broker epoch) after that read
+        assert await reconciler.write(stale, reconcile_all(stale.states, stale.live)) == MAX_STATES_PER_TXN - 1
+        assert await reconciler.reconcile_once() > 0  # d/0 needs nothing more: 59 written
+        assert reconciler.written == MAX_STATES_PER_TXN
+        states = await reconciler.states.read_all()
+        assert all(3 not in s.isr_ids and s.leader == 2 for s in states.values())
+        assert states[first].isr == (IsrMember(2, epochs[2]),)  # the leader's shrink kept
+    finally:
+        for n in nodes:
+            await n.close()
 
 
 async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tmp_path: Path) -> None:

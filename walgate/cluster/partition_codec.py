@@ -22,8 +22,9 @@ __all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partit
            "partition_id", "encode_state", "decode_state", "reconcile_all", "batches"]
 
 MAX_STATES_PER_TXN = 60
-"""States one controller transaction writes: a ``mod_revision`` compare and a put each, plus the controller-epoch
-compare, within etcd 3.4's 128 operations per transaction."""
+"""States one controller transaction writes or creates: a compare and a put each. etcd (``--max-txn-ops``, 128 by
+default) limits each of a transaction's compare, success and failure lists separately: 60 compares plus the
+controller epoch's and the registrations' leave room below 128, and so do 60 puts plus a catalog record's."""
 
 
 class PartitionStateDamaged(ControlPlaneError):
@@ -49,10 +50,12 @@ def partition_key(keys: Keys, pid: PartitionId) -> bytes:
 
 
 def partition_id(keys: Keys, key: bytes) -> PartitionId:
-    """The vnode a ``partitions/`` key names; :class:`PartitionStateDamaged` when it is not one."""
+    """The vnode a ``partitions/`` key names; :class:`PartitionStateDamaged` when it is not one, or not the key
+    :func:`partition_key` makes for it (``.../007``: one vnode has one key)."""
     prefix = partitions_prefix(keys)
     db_id, sep, vgroup = key[len(prefix):].decode(errors="replace").partition("/")
-    if not key.startswith(prefix) or not sep or not db_id or not vgroup.isdigit() or not vgroup.isascii():
+    if (not key.startswith(prefix) or not sep or not db_id or not vgroup.isdigit() or not vgroup.isascii()
+            or vgroup != str(int(vgroup))):
         raise PartitionStateDamaged(f"etcd key {key[:200]!r} is not a partition state's key"
                                     f" ({prefix.decode()}<db id>/<vgroup>)")
     return PartitionId(db_id, int(vgroup))

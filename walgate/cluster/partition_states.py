@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from aetcd.utils import prefix_range_end
+
 from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import Compacted, EtcdSession, tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, NotController
@@ -39,7 +41,7 @@ from walgate.cluster.registry import broker_epoch
 from walgate.replication.partition import AlterIsr, IsrMember, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["PartitionStates", "AlterOutcome", "Reconciler"]
+__all__ = ["PartitionStates", "AlterOutcome", "Snapshot", "Reconciler"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -59,7 +61,8 @@ class AlterOutcome:
 
 class PartitionStates:
     """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
-    last saw (a damaged value is logged at ERROR and left out: its vnode has no state until it is written again)."""
+    last saw. A damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has
+    no state, reported as None, until it is written again); a key that names no vnode is logged and ignored."""
 
     def __init__(self, session: EtcdSession, keys: Keys) -> None:
         self.session = session
@@ -67,37 +70,48 @@ class PartitionStates:
         self.states: dict[PartitionId, PartitionState] = {}
         self.revision = 0
 
-    def _decode(self, key: bytes, value: bytes, mod_revision: int) -> tuple[PartitionId, PartitionState] | None:
+    def _decode(self, kv: Any) -> tuple[PartitionId, PartitionState | None] | None:
+        """(the vnode, its state or None when the value is damaged) of a ``partitions/`` key-value; None when the key
+        names no vnode. Both damages are logged at ERROR."""
         try:
-            return partition_id(self.keys, key), decode_state(value, mod_revision)
+            pid = partition_id(self.keys, kv.key)
         except PartitionStateDamaged as e:
-            log.error("partition state %r left out: %s", key.decode(errors="replace"), e)
+            log.error("partition states: %s", e)
             return None
+        try:
+            return pid, decode_state(kv.value, kv.mod_revision)
+        except PartitionStateDamaged as e:
+            log.error("partition state %r left out: %s", kv.key.decode(errors="replace"), e)
+            return pid, None
 
-    async def read_all(self) -> dict[PartitionId, PartitionState]:
-        """Every state, read at one revision (kept in ``revision``)."""
-        revision, kvs = await self.session.get_prefix(partitions_prefix(self.keys))
-        decoded = (self._decode(kv.key, kv.value, kv.mod_revision) for kv in kvs)
-        self.states = dict(d for d in decoded if d is not None)
+    def load(self, revision: int, kvs: list[Any]) -> dict[PartitionId, PartitionState]:
+        """Keep the states ``kvs`` (every ``partitions/`` key, read at ``revision``) hold, damaged ones left out."""
+        decoded = (self._decode(kv) for kv in kvs)
+        self.states = {pid: state for pid, state in (d for d in decoded if d is not None) if state is not None}
         self.revision = revision
         return self.states
 
+    async def read_all(self) -> dict[PartitionId, PartitionState]:
+        """Every state, read at one revision (kept in ``revision``)."""
+        return self.load(*await self.session.get_prefix(partitions_prefix(self.keys)))
+
     async def read(self, pid: PartitionId) -> PartitionState | None:
         kv = await self.session.get(partition_key(self.keys, pid))
-        decoded = None if kv is None else self._decode(kv.key, kv.value, kv.mod_revision)
+        decoded = None if kv is None else self._decode(kv)
         return None if decoded is None else decoded[1]
 
     def creation(self, pid: PartitionId, state: PartitionState) -> tuple[list[Any], list[Any]]:
-        """(compares, operations) that create ``pid``'s key with ``state``, for the controller's transaction that
-        appends the catalog record of its database (refused when the key exists)."""
+        """(compares, operations) that create ``pid``'s key with ``state`` (refused when the key exists), for a
+        controller transaction of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN` creations."""
         key = partition_key(self.keys, pid)
         return [tx.Version(key) == 0], [tx.Put(key, encode_state(state))]
 
     async def follow(self, on_change: Callable[[PartitionId, PartitionState | None], object],
                      retry_delay: float = 0.5) -> None:
-        """Call ``on_change(vnode, state or None when deleted)`` for every change after ``revision`` (from a
-        :meth:`read_all` first when nothing was read), once per change, until cancelled. A compacted or broken watch
-        reads every state again and reports those that differ from what was seen."""
+        """Call ``on_change(vnode, state or None when deleted or damaged)`` for every change after ``revision`` (from
+        a :meth:`read_all` first when nothing was read), once per change, until cancelled. A compacted or broken
+        watch reads every state again and reports those that differ from what was seen. An exception raised by
+        ``on_change`` is logged at ERROR and following goes on (the change stays seen: it is not reported again)."""
         while True:
             try:
                 if self.revision == 0:
@@ -111,12 +125,21 @@ class PartitionStates:
                 except ControlPlaneUnavailable as again:
                     log.warning("partition states: cannot read yet: %s", again)
 
+    @staticmethod
+    def _report(on_change: Callable[[PartitionId, PartitionState | None], object], pid: PartitionId,
+                state: PartitionState | None) -> None:
+        try:
+            on_change(pid, state)
+        except Exception as e:  # the caller's bug: reported, and the other vnodes' changes still delivered
+            log.error("partition states: reporting %s/%d's change failed: %s: %s", pid.db_id, pid.vgroup,
+                      type(e).__name__, e)
+
     async def _read_again(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
         before = self.states
         after = await self.read_all()
         for pid in sorted(before.keys() | after.keys()):
             if before.get(pid) != after.get(pid):
-                on_change(pid, after.get(pid))
+                self._report(on_change, pid, after.get(pid))
 
     async def _watch(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
         # from ``revision`` itself: a stream that broke within one transaction's events resumes with all of them
@@ -129,17 +152,22 @@ class PartitionStates:
                 self.revision = max(self.revision, event.kv.mod_revision)
                 if event.kind == "DELETE":
                     try:
-                        pid = partition_id(self.keys, event.kv.key)
+                        decoded: tuple[PartitionId, PartitionState | None] | None = (
+                            partition_id(self.keys, event.kv.key), None)
                     except PartitionStateDamaged as e:
                         log.error("partition states: %s", e)
                         continue
-                    if self.states.pop(pid, None) is not None:
-                        on_change(pid, None)
+                else:
+                    decoded = self._decode(event.kv)
+                if decoded is None:
                     continue
-                decoded = self._decode(event.kv.key, event.kv.value, event.kv.mod_revision)
-                if decoded is not None and self.states.get(decoded[0]) != decoded[1]:
-                    self.states[decoded[0]] = decoded[1]
-                    on_change(*decoded)
+                pid, state = decoded
+                if self.states.get(pid) != state:
+                    if state is None:
+                        del self.states[pid]
+                    else:
+                        self.states[pid] = state
+                    self._report(on_change, pid, state)
         finally:
             await self.session.cancel_watch(watch)
 
@@ -189,16 +217,29 @@ class PartitionStates:
             return None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The registrations and the partition states, read in one etcd transaction at ``revision``."""
+
+    revision: int
+    live: dict[int, int]
+    states: dict[PartitionId, PartitionState]
+
+
 class Reconciler:
     """The controller's reconciliation: while ``election`` holds the controller epoch, after every change of
-    ``nodes/`` (registrations and their broker epochs) or ``partitions/``, each state is reconciled
+    ``nodes/`` (registrations and their broker epochs) or ``partitions/``, the registrations and the states are read
+    at one revision (:meth:`snapshot`), each state reconciled
     (``partition.reconcile``: brokers not registered (their lease lost: fenced until they register again, under
     the same broker epoch unless they restarted) or registered under another broker epoch than their ISR entry's
     (a restart, KIP-903) fenced out, a leader elected
-    from the ISR, then the ELR, then unclean only when allowed) and the changed states written in fenced
-    transactions of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN`, each comparing every key's
-    ``mod_revision``. A refused batch (a leader changed its ISR meanwhile) is reconciled again from a new read.
-    ``passes`` counts the reconciliations run, ``written`` the states written."""
+    from the ISR, then the ELR, then unclean only when allowed) and the changed states written (:meth:`write`) in
+    fenced transactions of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN`, each comparing every
+    key's ``mod_revision`` and that no registration was made or changed since the read. A refused batch (a leader
+    changed its ISR meanwhile, a node registered) does not stop the later ones; the pass then ends early and the
+    next one, ``retry_delay`` later, reads again and writes only what still needs changing. A damaged state is
+    left as it is, reported at ERROR on every pass (no state is invented for it: its replicas are in the catalog,
+    not here). ``passes`` counts the reconciliations run, ``written`` the states written."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5) -> None:
         self.states = states
@@ -207,41 +248,57 @@ class Reconciler:
         self.passes = 0
         self.written = 0
 
-    async def live(self) -> tuple[int, dict[int, int]]:
-        """(the revision read at, the registered nodes: node id -> broker epoch,
-        :func:`~walgate.cluster.registry.broker_epoch`)."""
-        revision, kvs = await self.states.session.get_prefix(self.states.keys.nodes)
+    async def snapshot(self) -> Snapshot:
+        """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`) and the
+        states, read in one fenced transaction (:class:`NotController` when this node no longer is)."""
+        keys, election_key = self.states.keys, self.election.key
+        if election_key is None:
+            raise NotController("not the controller")
+        prefixes = (keys.nodes, partitions_prefix(keys))
+        _, (own, nodes, parts) = await self.election.fenced_txn(
+            [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes)])
+        revision = int(own[0][1].header.revision)
         live: dict[int, int] = {}
-        for kv in kvs:
+        for _, kv in nodes:
             try:
                 live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
-        return revision, live
+        return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])))
 
-    async def reconcile_once(self) -> int:
-        """One pass: read registrations then states, write what reconciling them changes; returns the revision
-        the registrations were read at (changes after it need another pass). Raises :class:`NotController`
-        (nothing written by this batch) or :class:`ControlPlaneUnavailable`."""
-        revision, live = await self.live()
-        states = await self.states.read_all()
-        changes = reconcile_all(states, live)
-        self.passes += 1
+    async def write(self, snapshot: Snapshot, changes: dict[PartitionId, PartitionState]) -> int:
+        """Write ``changes`` (reconciled from ``snapshot``) batch by batch; the number of states refused (their
+        key, or a registration, changed since the snapshot). Raises :class:`NotController` (nothing more written)."""
+        nodes = self.states.keys.nodes
+        registrations_unchanged = tx.Mod(nodes, prefix_range_end(nodes)) < snapshot.revision + 1
+        refused = 0
         for batch in batches(changes):
             keys = [partition_key(self.states.keys, pid) for pid in batch]
             ok, _ = await self.election.fenced_txn(
-                [tx.Mod(k) == states[pid].partition_epoch for k, pid in zip(keys, batch)],
+                [registrations_unchanged, *(tx.Mod(k) == snapshot.states[pid].partition_epoch for k, pid in zip(keys, batch))],
                 [tx.Put(k, encode_state(changes[pid])) for k, pid in zip(keys, batch)])
             if not ok:
-                log.info("controller: %d partition states changed during reconciliation; reading again", len(batch))
-                return 0  # a key changed meanwhile: the next pass starts at once
+                refused += len(batch)
+                continue
             self.written += len(batch)
             for pid in batch:
-                new = changes[pid]
-                if new.leader != states[pid].leader:
+                old, new = snapshot.states[pid], changes[pid]
+                if new.leader != old.leader:
                     log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
-                             states[pid].leader, new.leader, new.leader_epoch)
-        return revision
+                             old.leader, new.leader, new.leader_epoch)
+        return refused
+
+    async def reconcile_once(self) -> int:
+        """One pass: read, reconcile, write; returns the revision read at (changes after it need another pass), or
+        0 when some batch was refused (read again after ``retry_delay``). Raises :class:`NotController` or
+        :class:`ControlPlaneUnavailable`."""
+        snapshot = await self.snapshot()
+        self.passes += 1
+        refused = await self.write(snapshot, reconcile_all(snapshot.states, snapshot.live))
+        if refused:
+            log.info("controller: %d partition states changed during reconciliation; reading again", refused)
+            return 0
+        return snapshot.revision
 
     async def _wait_change(self, revision: int) -> None:
         """Return at the first change of ``nodes/`` or ``partitions/`` after ``revision`` (or after one lease
@@ -275,6 +332,8 @@ class Reconciler:
                 revision = await self.reconcile_once()
                 if revision:
                     await self._wait_change(revision)
+                else:
+                    await asyncio.sleep(self.retry_delay)  # refused: whatever changed may change again at once
             except NotController as e:
                 log.info("controller: reconciliation stopped: %s", e)
             except (ControlPlaneUnavailable, Compacted) as e:
