@@ -253,7 +253,7 @@ class Reconciler:
         states, read in one fenced transaction (:class:`NotController` when this node no longer is)."""
         keys, election_key = self.states.keys, self.election.key
         if election_key is None:
-            raise NotController("not the controller")
+            raise NotController(f"node {self.election.registration.info.node_id} is not the controller")
         prefixes = (keys.nodes, partitions_prefix(keys))
         _, (own, nodes, parts) = await self.election.fenced_txn(
             [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes)])
