@@ -37,6 +37,8 @@ from test_transactions_coordinator import read_committed  # compat-tests/, which
 
 from livewalgate import walgate_env
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.storage import lines
+from walgate.storage.transactions_log import TRANSACTIONS_LOG
 from walgate.wire.errors import ErrorCode
 
 DISK_FULL_SITE = Path(__file__).parent / "disk_full_site"
@@ -114,12 +116,12 @@ def test_transactions_over_two_nodes_partitions_and_groups(etcd1: EtcdCluster, t
         assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
         committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
         assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
-        _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement)
+        _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement, n1.data_dir)
         no_traceback(n2)
         no_traceback(n1)
 
 
-def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, ...]) -> None:
+def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, ...], data1: Path) -> None:
     """Consume-transform-produce, exactly once (KIP-447), with the group coordinated by node 2 and the transactional
     id by node 1: the Java client (transaction version 2: TxnOffsetCommit v5 to node 2, which adds the group to the
     transaction on node 1); then confluent-kafka (AddOffsetsToTxn to node 2, TxnOffsetCommit v3 to node 1) with the
@@ -135,6 +137,9 @@ def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, 
     out = read_committed(f"127.0.0.1:{port2}", SINK, timeout=60)
     assert sorted(out) == sorted(f"out-in-{i}" for i in range(30)), "each record once, none lost"
     assert _committed(port1, group) == {0: 15, 1: 15}
+    ongoing = [r["txn"]["tv"] for r in _records(data1 / TRANSACTIONS_LOG)
+               if r["id"] == tid and r["txn"] is not None and r["txn"]["state"] == "Ongoing"]
+    assert ongoing and set(ongoing) == {2}, "node 2's AddOffsetsToTxn keeps the transaction at version 2"
 
     other, tid2 = _group_of(placement, 1, "py-ctp"), _group_of(placement, 2, "py-ctp-tx")
     metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{port1}", "group.id": other})
@@ -148,6 +153,11 @@ def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, 
     finally:
         metadata.close()
     assert _committed(port2, other) == {0: 7, 1: -1001}, "the commit's offset, not the abort's"
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a transaction log, in order (the coordinator's durable writes)."""
+    return [lines.decode(line) for line in path.read_bytes().splitlines()]
 
 
 def _committed(port: int, group: str) -> dict[int, int]:

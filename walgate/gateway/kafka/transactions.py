@@ -518,6 +518,24 @@ class TransactionService:
             log.warning("transactional id %r: its coordinator, node %d, could not be asked: %s", tid, node, e)
             return ErrorCode.coordinator_not_available
 
+    async def verify_group(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
+        """Cluster mode, for a TxnOffsetCommit v0–v4 to this node (the group's coordinator) of ``tid``, which ``node``
+        coordinates: whether ``group`` is in the producer's ongoing transaction there (AddPartitionsToTxn v5
+        ``verify_only`` for the group's :data:`OFFSETS_TOPIC` partition, as Kafka's group coordinator verifies it; it
+        never adds the group, which the client's AddOffsetsToTxn did). NONE, the coordinator's refusal
+        (TRANSACTION_ABORTABLE when the group is not in an ongoing transaction), COORDINATOR_NOT_AVAILABLE when it
+        could not be asked."""
+        if self.links is None or self.coordinators is None:
+            return ErrorCode.coordinator_not_available
+        try:
+            offsets_partition = (OFFSETS_TOPIC, (await self.coordinators.placement()).partition(group))
+        except ControlPlaneError:
+            return ErrorCode.coordinator_not_available
+        codes = await add_partitions(self.links, node, tid, producer_id, producer_epoch, [offsets_partition],
+                                     verify_only=True)
+        code = codes[offsets_partition]
+        return ErrorCode.coordinator_not_available if code == ErrorCode.network_exception else code
+
     async def end_proxies(self, producer_id: int, epoch: int, commit: bool, partitions: list[int]) -> None:
         """Cluster mode, for a marker another node sent to this node's coordinator ``partitions``: the offsets this
         node holds for that producer's transaction (:meth:`TransactionCoordinator.proxy_offsets`) committed to their
@@ -528,6 +546,7 @@ class TransactionService:
         wanted = set(partitions)
 
         def end() -> None:
+            self.coordinator.marker_arrived(producer_id)
             for txn in self.coordinator.proxies_ended(producer_id, epoch, lambda g: placement.partition(g) in wanted):
                 if commit:
                     self._commit_offsets(txn)
