@@ -302,6 +302,16 @@ def test_a_marker_arriving_while_a_group_is_verified_stops_the_late_proxy() -> N
     assert [(o.partition, o.offset) for o in n.txn().offsets] == [(1, 5)]
 
 
+def test_the_proxy_guards_remember_a_bounded_number_of_producers_and_refuse_when_unsure() -> None:
+    n = Node()
+    before = n.c.proxy_guard(1)
+    for pid in range(2, 2 + 65_537):  # one more producer id than remembered: producer 2 is forgotten, so a guard
+        # taken before its marker is stale for any producer id not remembered (1 had no marker: refused, to be safe)
+        n.c.marker_arrived(pid)
+    assert n.c.proxy_offsets(TID, 1, 0, "g", [], n.now, before).error == ErrorCode.transaction_abortable
+    assert n.c.proxy_offsets(TID, 1, 0, "g", [], n.now, n.c.proxy_guard(1)).error == ErrorCode.none
+
+
 def test_a_groups_coordinator_partition_verifies_as_in_the_transaction_only_while_it_is_ongoing() -> None:
     """AddPartitionsToTxn verify_only from a group's coordinator (TxnOffsetCommit v0-v4): the group's
     ``__consumer_offsets`` partition is in the transaction when a group it coordinates was added (AddOffsetsToTxn),

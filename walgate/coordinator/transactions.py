@@ -78,6 +78,9 @@ TRANSACTION_VERSIONS: Final = (0, 2)
 NO_PRODUCER_EPOCH: Final = -1
 _NO_PRODUCER_ID: Final = -1
 MAX_EPOCH: Final = 32767
+_GUARDED_PRODUCERS: Final = 65_536
+"""How many producer ids' last marker the proxy guards remember; a guard older than the last forgotten one is stale
+for any producer id not remembered (refused rather than risk holding offsets past their marker)."""
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -203,6 +206,7 @@ class TransactionCoordinator:
         self.txns: dict[str, Txn] = {}
         self._markers_seen = 0  # markers for the group coordinator partitions arrived since start (proxy guards)
         self._last_marker: dict[int, int] = {}  # producer id -> the count when its last such marker arrived
+        self._forgotten = -1  # the newest count dropped from _last_marker: older guards of unknown ids are stale
 
     def apply(self, tid: str, txn: Txn | None) -> None:
         """The one replay function: ``txn`` is durable (None: the id expired)."""
@@ -405,15 +409,18 @@ class TransactionCoordinator:
         """Cluster mode, on the group's coordinator, before asking another node whether a TxnOffsetCommit's group is
         in ``producer_id``'s transaction: the token :meth:`proxy_offsets` takes, stale once a marker of that producer
         id for this node's group coordinator partitions arrived (:meth:`marker_arrived`), as Kafka's verification
-        guard stops an append after a marker. Kept in memory only: a guard does not outlive a restart, nor does the
-        request that took it."""
+        guard stops an append after a marker. Kept in memory only (a guard does not outlive a restart, nor does the
+        request that took it), for the last :data:`_GUARDED_PRODUCERS` producer ids whose marker arrived."""
         return self._markers_seen
 
     def marker_arrived(self, producer_id: int) -> None:
         """A marker of ``producer_id`` for this node's group coordinator partitions (WriteTxnMarkers from the
         transaction's coordinator): every :meth:`proxy_guard` taken for it before is stale."""
         self._markers_seen += 1
+        self._last_marker.pop(producer_id, None)  # kept in arrival order: the oldest first
         self._last_marker[producer_id] = self._markers_seen
+        if len(self._last_marker) > _GUARDED_PRODUCERS:
+            self._forgotten = self._last_marker.pop(next(iter(self._last_marker)))
 
     def proxy_offsets(self, tid: str, producer_id: int, epoch: int, group: str, offsets: Iterable[PendingOffset],
                       now_ms: int, guard: int) -> Step:
@@ -425,7 +432,7 @@ class TransactionCoordinator:
         (:meth:`proxies_ended`). A proxy of an older epoch of the producer id is replaced (its transaction was ended:
         its coordinator sends the markers before another starts); an older epoch than the proxy's is
         INVALID_PRODUCER_EPOCH."""
-        if self._last_marker.get(producer_id, -1) > guard:
+        if self._last_marker.get(producer_id, self._forgotten) > guard:
             return Step(ErrorCode.transaction_abortable)
         held = self.txns.get(tid)
         if held is not None and not held.proxy:
