@@ -37,6 +37,7 @@ from test_transactions_coordinator import read_committed  # compat-tests/, which
 
 from livewalgate import walgate_env
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.coordinator.transactions import PendingOffset, Txn, TxnState
 from walgate.storage import lines
 from walgate.storage.transactions_log import TRANSACTIONS_LOG
 from walgate.wire.errors import ErrorCode
@@ -45,6 +46,7 @@ DISK_FULL_SITE = Path(__file__).parent / "disk_full_site"
 TOPIC = "payments"
 SOURCE, SINK = "payments_in", "payments_out"  # consume-transform-produce
 PARTITIONS = "offsets.topic.num.partitions=4"
+CHECK_1S = "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
 
@@ -157,7 +159,7 @@ def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, 
 
 def _records(path: Path) -> list[dict[str, Any]]:
     """Every record of a transaction log, in order (the coordinator's durable writes)."""
-    return [lines.decode(line) for line in path.read_bytes().splitlines()]
+    return [record for _, _, record in lines.scan(path.read_bytes()).records]
 
 
 def _committed(port: int, group: str) -> dict[int, int]:
@@ -204,10 +206,16 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
         wait_log(n1, "stays decided but not complete")
         n1.proc.send_signal(signal.SIGKILL)  # and the coordinator dies with the marker still owed
         n1.proc.wait(timeout=30)
+    stale = _group_of(_placement(etcd1), 1, "tx-stale")  # offsets node 2 holds for a transaction node 1 never had
+    proxy = Txn(stale, 9999, 0, 60_000, TxnState.ONGOING, 0, start_ms=0, groups=frozenset({"g-stale"}),
+                offsets=(PendingOffset("g-stale", TOPIC, 0, 5, -1, "", 0),), proxy=True)
+    with (data2 / TRANSACTIONS_LOG).open("ab") as f:  # as a data dir written before the verification guard
+        f.write(lines.encode({"id": stale, "txn": proxy.to_record()}))
     full = tmp_path / "disk-full"  # node 2 comes back with a full disk: its marker write is refused (ENOSPC)
     env = {**walgate_env(), "WGT_DISK_FULL": str(full),
            "PYTHONPATH": os.pathsep.join(p for p in (str(DISK_FULL_SITE), os.environ.get("PYTHONPATH", "")) if p)}
-    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2, env=env) as again2:
+    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, "--override", CHECK_1S, data_dir=data2,
+              kafka_port=port2, env=env) as again2:
         full.touch()
         with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
             wait_log(again1, "KAFKA_STORAGE_ERROR")  # node 2 answered its marker: not written, tried again
@@ -220,5 +228,7 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
             _send(after, "next-0", "next-1")
             after.commit_transaction(60)
             assert _read_committed(port2) == ["kept-0", "kept-2", "next-0", "kept-1", "kept-3", "next-1"]
+            eventually("node 2 drops the offsets node 1 has no transaction for",
+                       lambda: {"id": stale, "txn": None} in _records(data2 / TRANSACTIONS_LOG))
             no_traceback(again2)
         no_traceback(again1)

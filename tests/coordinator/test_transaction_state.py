@@ -329,3 +329,14 @@ def test_a_groups_coordinator_partition_verifies_as_in_the_transaction_only_whil
     n.end(pid, 0, False)
     n.complete()
     assert n.c.verify(TID, pid, 0, asked, by_group) == dict.fromkeys(asked, ErrorCode.transaction_abortable)
+
+
+def test_a_proxy_untouched_for_its_timeout_is_due_for_the_question_to_its_coordinator() -> None:
+    n = Node()
+    n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 0, 1, -1, "", n.now)], n.now, 0))
+    n.init("own")
+    timeout = n.txn().timeout_ms
+    assert n.c.proxies_due(n.now + timeout - 1) == []
+    n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [], n.now + 10, 0))  # written to again: its timeout starts again
+    assert n.c.proxies_due(n.now + timeout) == []
+    assert n.c.proxies_due(n.now + 10 + timeout) == [n.txn()], "the proxy only, not the coordinator's own id"

@@ -428,8 +428,8 @@ class TransactionCoordinator:
         (it answered that ``group`` is in the producer's ongoing transaction, after :meth:`proxy_guard` gave
         ``guard``). A marker of the producer id that arrived since ended that transaction: TRANSACTION_ABORTABLE,
         nothing kept (else the offsets would outlive it). The offsets are kept pending in a proxy :class:`Txn`
-        (never listed or ended here) until that node's marker for the group's coordinator partition ends it
-        (:meth:`proxies_ended`). A proxy of an older epoch of the producer id is replaced (its transaction was ended:
+        (never listed or timed out here) until that node's marker for the group's coordinator partition ends it
+        (:meth:`proxies_ended`), or, past its timeout, that node says the transaction is not open (:meth:`proxies_due`). A proxy of an older epoch of the producer id is replaced (its transaction was ended:
         its coordinator sends the markers before another starts); an older epoch than the proxy's is
         INVALID_PRODUCER_EPOCH."""
         if self._last_marker.get(producer_id, self._forgotten) > guard:
@@ -450,6 +450,12 @@ class TransactionCoordinator:
         ``groups`` is true (the groups of the coordinator partitions the marker names)."""
         return [t for t in self.txns.values() if t.proxy and t.producer_id == producer_id
                 and t.producer_epoch <= epoch and any(groups(g) for g in t.groups)]
+
+    def proxies_due(self, now_ms: int) -> list[Txn]:
+        """The proxies not written to for their timeout (``transaction.max.timeout.ms`` when made): by then their
+        coordinator has ended any transaction they belong to, and the group's node asks it whether one is still
+        open (a proxy whose marker will never come is dropped)."""
+        return [t for t in self.txns.values() if t.proxy and t.last_update_ms + t.timeout_ms <= now_ms]
 
     # ------------------------------------------------------------------ completion and timers
 

@@ -433,6 +433,36 @@ class TransactionService:
                 log.info("transaction %r of producer %d timed out after %d ms: aborted, epoch bumped to %d",
                          tid, txn.producer_id, txn.timeout_ms, txn.producer_epoch)
         await self._finish_decided()
+        await self._drop_stale_proxies()
+
+    async def _drop_stale_proxies(self) -> None:
+        """Cluster mode: the held offsets (proxies) past their timeout whose transaction their coordinator no longer
+        has open (it answers that no group of theirs is in an ongoing transaction of that producer id and epoch, or
+        that it does not know the producer id: its markers were all sent, so none will come for them) are dropped,
+        as an abort. One that changed meanwhile (a new TxnOffsetCommit) is kept; while the coordinator cannot be
+        asked, or answers anything else (a transaction being ended, a later epoch), it is kept."""
+        for proxy in await self.call(lambda c: c.proxies_due(now_ms())):
+            try:
+                node = await self.coordinator_of(proxy.transactional_id)
+            except ControlPlaneError:
+                return
+            if node is None:
+                continue
+            answers = [await self.verify_group(node, proxy.transactional_id, proxy.producer_id,
+                                               proxy.producer_epoch, group) for group in sorted(proxy.groups)]
+            if not all(a in (ErrorCode.transaction_abortable, ErrorCode.invalid_producer_id_mapping) for a in answers):
+                continue
+
+            def drop(seen: Txn = proxy) -> bool:
+                if self.coordinator.txns.get(seen.transactional_id) != seen:
+                    return False
+                self.record([(seen.transactional_id, None)])
+                return True
+
+            if await self.lane.call(drop):
+                log.warning("transactional id %r: offsets held for groups %s of producer %d (epoch %d) dropped, its "
+                            "coordinator (node %d) has no such transaction open", proxy.transactional_id,
+                            ", ".join(sorted(proxy.groups)), proxy.producer_id, proxy.producer_epoch, node)
 
     async def _checks(self) -> None:
         while True:
