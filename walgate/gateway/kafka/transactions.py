@@ -40,9 +40,11 @@ Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id i
 group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
 node's partition of an id another node coordinates is added or verified by asking that node
 (:meth:`TransactionService.add_implicitly`, :meth:`TransactionService.verify`). A transaction's offsets given to
-another node, the group's coordinator, are held there (:meth:`TransactionService.join_remote`, a proxy
+another node, the group's coordinator, are held there (:meth:`TransactionService.join_remote` or
+:meth:`TransactionService.verify_group` first, a proxy
 :class:`~walgate.coordinator.transactions.Txn`) and ended by a marker for the group's coordinator partition
-(:data:`OFFSETS_TOPIC`) sent with the others (:meth:`TransactionService.end_proxies` there). At start, the open
+(:data:`OFFSETS_TOPIC`) sent with the others (:meth:`TransactionService.end_proxies` there), or dropped by the
+periodic check once that node says their transaction is not open (:meth:`TransactionService.check`). At start, the open
 transactions of producer ids another node gave are left to their coordinator (it sends their markers), not ended as
 orphans.
 """
@@ -418,7 +420,7 @@ class TransactionService:
 
     async def check(self) -> None:
         """The periodic check: abort timed-out transactions, forget expired ids, end the orphans that are due, finish
-        decided transactions."""
+        decided transactions, drop held offsets whose transaction is no longer open (cluster mode)."""
         def expire() -> list[tuple[str, Txn | None]]:
             changes = self.coordinator.expire(now_ms())
             self.record(changes)
@@ -537,7 +539,7 @@ class TransactionService:
         return None if owner == self.coordinators.member.node_id else owner
 
     async def join_remote(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
-        """Cluster mode, for a TxnOffsetCommit to this node (the group's coordinator) of ``tid``, which ``node``
+        """Cluster mode, for a TxnOffsetCommit v5 to this node (the group's coordinator) of ``tid``, which ``node``
         coordinates: ``group`` joins the producer's transaction there (AddOffsetsToTxn; already in it: NONE). The
         coordinator's answer, COORDINATOR_NOT_AVAILABLE when it could not be asked."""
         if self.links is None:
