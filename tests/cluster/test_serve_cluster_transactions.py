@@ -37,12 +37,16 @@ from test_transactions_coordinator import read_committed  # compat-tests/, which
 
 from livewalgate import walgate_env
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.coordinator.transactions import PendingOffset, Txn, TxnState
+from walgate.storage import lines
+from walgate.storage.transactions_log import TRANSACTIONS_LOG
 from walgate.wire.errors import ErrorCode
 
 DISK_FULL_SITE = Path(__file__).parent / "disk_full_site"
 TOPIC = "payments"
 SOURCE, SINK = "payments_in", "payments_out"  # consume-transform-produce
 PARTITIONS = "offsets.topic.num.partitions=4"
+CHECK_1S = "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000"
 NOT_COORDINATOR = ErrorCode.not_coordinator
 
 
@@ -114,12 +118,12 @@ def test_transactions_over_two_nodes_partitions_and_groups(etcd1: EtcdCluster, t
         assert steps["zombie-abort"]["error"] == "ProducerFencedException", steps
         committed = ["commit-0", "commit-2", "commit-1", "fenced-by-0"]  # partition 0 (node 1), then 1 (node 2)
         assert _read_committed(n1.kafka_port) == _read_committed(n2.kafka_port) == committed
-        _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement)
+        _offsets_through_another_node(n1.kafka_port, n2.kafka_port, placement, n1.data_dir)
         no_traceback(n2)
         no_traceback(n1)
 
 
-def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, ...]) -> None:
+def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, ...], data1: Path) -> None:
     """Consume-transform-produce, exactly once (KIP-447), with the group coordinated by node 2 and the transactional
     id by node 1: the Java client (transaction version 2: TxnOffsetCommit v5 to node 2, which adds the group to the
     transaction on node 1); then confluent-kafka (AddOffsetsToTxn to node 2, TxnOffsetCommit v3 to node 1) with the
@@ -135,6 +139,9 @@ def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, 
     out = read_committed(f"127.0.0.1:{port2}", SINK, timeout=60)
     assert sorted(out) == sorted(f"out-in-{i}" for i in range(30)), "each record once, none lost"
     assert _committed(port1, group) == {0: 15, 1: 15}
+    ongoing = [r["txn"]["tv"] for r in _records(data1 / TRANSACTIONS_LOG)
+               if r["id"] == tid and r["txn"] is not None and r["txn"]["state"] == "Ongoing"]
+    assert ongoing and set(ongoing) == {2}, "node 2's AddOffsetsToTxn keeps the transaction at version 2"
 
     other, tid2 = _group_of(placement, 1, "py-ctp"), _group_of(placement, 2, "py-ctp-tx")
     metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{port1}", "group.id": other})
@@ -148,6 +155,11 @@ def _offsets_through_another_node(port1: int, port2: int, placement: tuple[int, 
     finally:
         metadata.close()
     assert _committed(port2, other) == {0: 7, 1: -1001}, "the commit's offset, not the abort's"
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a transaction log, in order (the coordinator's durable writes)."""
+    return [record for _, _, record in lines.scan(path.read_bytes()).records]
 
 
 def _committed(port: int, group: str) -> dict[int, int]:
@@ -194,10 +206,16 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
         wait_log(n1, "stays decided but not complete")
         n1.proc.send_signal(signal.SIGKILL)  # and the coordinator dies with the marker still owed
         n1.proc.wait(timeout=30)
+    stale = _group_of(_placement(etcd1), 1, "tx-stale")  # offsets node 2 holds for a transaction node 1 never had
+    proxy = Txn(stale, 9999, 0, 60_000, TxnState.ONGOING, 0, start_ms=0, groups=frozenset({"g-stale"}),
+                offsets=(PendingOffset("g-stale", TOPIC, 0, 5, -1, "", 0),), proxy=True)
+    with (data2 / TRANSACTIONS_LOG).open("ab") as f:  # as a data dir written before the verification guard
+        f.write(lines.encode({"id": stale, "txn": proxy.to_record()}))
     full = tmp_path / "disk-full"  # node 2 comes back with a full disk: its marker write is refused (ENOSPC)
     env = {**walgate_env(), "WGT_DISK_FULL": str(full),
            "PYTHONPATH": os.pathsep.join(p for p in (str(DISK_FULL_SITE), os.environ.get("PYTHONPATH", "")) if p)}
-    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, data_dir=data2, kafka_port=port2, env=env) as again2:
+    with node(etcd1, tmp_path, 2, "--override", PARTITIONS, "--override", CHECK_1S, data_dir=data2,
+              kafka_port=port2, env=env) as again2:
         full.touch()
         with node(etcd1, tmp_path, 1, "--override", PARTITIONS, data_dir=data1, kafka_port=port1) as again1:
             wait_log(again1, "KAFKA_STORAGE_ERROR")  # node 2 answered its marker: not written, tried again
@@ -210,5 +228,7 @@ def test_markers_owed_to_a_dead_node_are_written_after_both_nodes_restart(etcd1:
             _send(after, "next-0", "next-1")
             after.commit_transaction(60)
             assert _read_committed(port2) == ["kept-0", "kept-2", "next-0", "kept-1", "kept-3", "next-1"]
+            eventually("node 2 drops the offsets node 1 has no transaction for",
+                       lambda: {"id": stale, "txn": None} in _records(data2 / TRANSACTIONS_LOG))
             no_traceback(again2)
         no_traceback(again1)

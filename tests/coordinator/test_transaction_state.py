@@ -258,12 +258,12 @@ def test_offsets_of_another_nodes_transaction_are_held_by_a_proxy_until_its_mark
     at its epoch or later ends it, an older epoch is refused, and it round-trips through its record."""
     n = Node()
     offset = PendingOffset("g", "t", 0, 7, -1, "", n.now)
-    step = n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [offset], n.now))
+    step = n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [offset], n.now, 0))
     proxy = n.txn()
     assert step.error == ErrorCode.none and proxy.proxy and proxy.state is TxnState.ONGOING
     assert (proxy.producer_id, proxy.producer_epoch, proxy.groups, proxy.offsets) == (4097, 3, {"g"}, (offset,))
     assert n.c.pending_offsets("g") == {("t", 0)}, "OffsetFetch require_stable sees it as unstable"
-    assert n.c.proxy_offsets(TID, 4097, 2, "g", [], n.now).error == ErrorCode.invalid_producer_epoch
+    assert n.c.proxy_offsets(TID, 4097, 2, "g", [], n.now, 0).error == ErrorCode.invalid_producer_epoch
     assert Txn.from_record(TID, proxy.to_record()) == proxy
     own = n.init("own").txn
     assert own is not None and "proxy" not in own.to_record(), "a coordinator's own record is as before"
@@ -276,6 +276,67 @@ def test_offsets_of_another_nodes_transaction_are_held_by_a_proxy_until_its_mark
     assert n.c.proxies_ended(4098, 3, in_partition) == [], "another producer's"
     assert n.c.proxies_ended(4097, 3, lambda g: False) == [], "another partition's"
     assert n.c.proxies_ended(4097, 4, in_partition) == [proxy], "the marker, at the bumped epoch (version 2)"
-    newer = n.run(n.c.proxy_offsets(TID, 4097, 5, "h", [], n.now)).txn
+    newer = n.run(n.c.proxy_offsets(TID, 4097, 5, "h", [], n.now, 0)).txn
     assert newer is not None and (newer.producer_epoch, newer.groups, newer.offsets) == (5, {"h"}, ())
-    assert n.c.proxy_offsets("own", 4097, 5, "g", [], n.now).error == ErrorCode.invalid_txn_state
+    assert n.c.proxy_offsets("own", 4097, 5, "g", [], n.now, 0).error == ErrorCode.invalid_txn_state
+
+
+def test_a_marker_arriving_while_a_group_is_verified_stops_the_late_proxy() -> None:
+    """Cluster mode, on a group's coordinator: a TxnOffsetCommit takes a guard, asks the transaction's coordinator,
+    and the marker ending that transaction (producer 4097, epoch 3 kept: transaction version 1) arrives before the
+    proxy is written. The late write is refused (Kafka's verification guard) instead of holding offsets nobody ends:
+    nothing pending for require_stable, and the producer's next transaction (same epoch) holds only its own offsets.
+    Another producer's marker does not stop it."""
+    n = Node()
+    first = n.c.proxy_guard(4097)
+    other = n.c.proxy_guard(4098)
+    assert n.c.proxies_ended(4097, 3, {"g"}.__contains__) == []
+    n.c.marker_arrived(4097)  # the abort marker of transaction 1: nothing held yet
+    late = n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 0, 100, -1, "", n.now)], n.now, first)
+    assert (late.error, late.txn) == (ErrorCode.transaction_abortable, None)
+    assert n.c.pending_offsets("g") == set()
+    unrelated = n.c.proxy_offsets("app-2", 4098, 0, "g", [PendingOffset("g", "t", 2, 1, -1, "", n.now)], n.now, other)
+    assert unrelated.error == ErrorCode.none, "a marker of another producer id leaves its guard standing"
+    second = n.c.proxy_guard(4097)  # transaction 2, same producer id and epoch
+    n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 1, 5, -1, "", n.now)], n.now, second))
+    assert [(o.partition, o.offset) for o in n.txn().offsets] == [(1, 5)]
+
+
+def test_the_proxy_guards_remember_a_bounded_number_of_producers_and_refuse_when_unsure() -> None:
+    n = Node()
+    before = n.c.proxy_guard(1)
+    for pid in range(2, 2 + 65_537):  # one more producer id than remembered: producer 2 is forgotten, so a guard
+        # taken before its marker is stale for any producer id not remembered (1 had no marker: refused, to be safe)
+        n.c.marker_arrived(pid)
+    assert n.c.proxy_offsets(TID, 1, 0, "g", [], n.now, before).error == ErrorCode.transaction_abortable
+    assert n.c.proxy_offsets(TID, 1, 0, "g", [], n.now, n.c.proxy_guard(1)).error == ErrorCode.none
+
+
+def test_a_groups_coordinator_partition_verifies_as_in_the_transaction_only_while_it_is_ongoing() -> None:
+    """AddPartitionsToTxn verify_only from a group's coordinator (TxnOffsetCommit v0-v4): the group's
+    ``__consumer_offsets`` partition is in the transaction when a group it coordinates was added (AddOffsetsToTxn),
+    never added by the question, and not once the transaction ended."""
+    n = Node()
+    pid = n.run(n.init()).txn.producer_id  # type: ignore[union-attr]
+    by_group = {"g": ("__consumer_offsets", 1), "h": ("__consumer_offsets", 2)}.__getitem__
+    asked = [("__consumer_offsets", 1), ("__consumer_offsets", 2)]
+    assert n.c.verify(TID, pid, 0, asked, by_group) == dict.fromkeys(asked, ErrorCode.transaction_abortable)
+    assert n.txn().state is TxnState.EMPTY, "verifying starts nothing"
+    n.run(n.c.add_offsets(TID, pid, 0, "g", n.now))
+    assert n.c.verify(TID, pid, 0, asked, by_group) == {asked[0]: ErrorCode.none,
+                                                         asked[1]: ErrorCode.transaction_abortable}
+    assert n.c.verify(TID, pid, 0, asked[:1]) == {asked[0]: ErrorCode.transaction_abortable}, "no groups: partitions"
+    n.end(pid, 0, False)
+    n.complete()
+    assert n.c.verify(TID, pid, 0, asked, by_group) == dict.fromkeys(asked, ErrorCode.transaction_abortable)
+
+
+def test_a_proxy_untouched_for_its_timeout_is_due_for_the_question_to_its_coordinator() -> None:
+    n = Node()
+    n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 0, 1, -1, "", n.now)], n.now, 0))
+    n.init("own")
+    timeout = n.txn().timeout_ms
+    assert n.c.proxies_due(n.now + timeout - 1) == []
+    n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [], n.now + 10, 0))  # written to again: its timeout starts again
+    assert n.c.proxies_due(n.now + timeout) == []
+    assert n.c.proxies_due(n.now + 10 + timeout) == [n.txn()], "the proxy only, not the coordinator's own id"

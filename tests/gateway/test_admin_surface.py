@@ -58,6 +58,25 @@ def test_invalid_topic_names_answer_invalid_topic_exception_with_or_without_auto
             assert "bad$#!" not in {t.name for t in call(conn, 3, 12, {"topics": None}).topics}
 
 
+def test_kafkas_internal_topic_names_are_refused_but_a_data_dir_holding_one_opens(tmp_path: Path) -> None:
+    internal = ["__consumer_offsets", "__transaction_state"]
+    data = tmp_path / "data"
+    with gateway_thread(data, auto_create_topic_partitions=2) as gw, KafkaConnection(gw.kafka_address) as conn:
+        answered = call(conn, 19, 7, {"topics": [{"name": n, "num_partitions": 1, "replication_factor": 1}
+                                                 for n in internal], "timeout": 10_000})
+        assert [(t.error_code, t.error_message) for t in answered.topics] == [
+            (ErrorCode.invalid_request, f"Creation of internal topic {n} is prohibited.") for n in internal]
+        assert metadata_errors(conn, internal) == [ErrorCode.unknown_topic_or_partition] * 2  # not auto-created
+        assert create(conn, "__consumer_offsets_not") == [ErrorCode.none]  # only the names themselves
+    engine = Engine.open(data)  # one made before the names were reserved (the engine takes any valid name)
+    try:
+        engine.create_kafka_topic("__consumer_offsets", 1, {}, engine.topic_defaults(0))
+    finally:
+        engine.close()
+    with gateway_thread(data) as gw, KafkaConnection(gw.kafka_address) as conn:
+        assert metadata_errors(conn, ["__consumer_offsets"]) == [ErrorCode.none]
+
+
 def test_authorized_operations_without_an_authorizer_are_all_of_the_resource_types(tmp_path: Path) -> None:
     with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
         assert create(conn, "t") == [ErrorCode.none]

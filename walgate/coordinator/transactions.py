@@ -78,6 +78,9 @@ TRANSACTION_VERSIONS: Final = (0, 2)
 NO_PRODUCER_EPOCH: Final = -1
 _NO_PRODUCER_ID: Final = -1
 MAX_EPOCH: Final = 32767
+_GUARDED_PRODUCERS: Final = 65_536
+"""How many producer ids' last marker the proxy guards remember; a guard older than the last forgotten one is stale
+for any producer id not remembered (refused rather than risk holding offsets past their marker)."""
 
 
 def epoch_exhausted(epoch: int) -> bool:
@@ -201,6 +204,9 @@ class TransactionCoordinator:
         self.id_expiration_ms = id_expiration_ms
         self.transaction_version = transaction_version  # the finalized transaction.version (the node's own aborts)
         self.txns: dict[str, Txn] = {}
+        self._markers_seen = 0  # markers for the group coordinator partitions arrived since start (proxy guards)
+        self._last_marker: dict[int, int] = {}  # producer id -> the count when its last such marker arrived
+        self._forgotten = -1  # the newest count dropped from _last_marker: older guards of unknown ids are stale
 
     def apply(self, tid: str, txn: Txn | None) -> None:
         """The one replay function: ``txn`` is durable (None: the id expired)."""
@@ -282,16 +288,20 @@ class TransactionCoordinator:
             return Step(ErrorCode.none)
         return Step(ErrorCode.none, self._begun(txn, now_ms, tv, partitions=wanted))
 
-    def verify(self, tid: str, producer_id: int, epoch: int,
-               partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def verify(self, tid: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]],
+               group_partition: Callable[[str], tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
         """AddPartitionsToTxn's verify-only form (KIP-890 part 1): per partition, NONE when it is in the producer's
-        ongoing transaction, TRANSACTION_ABORTABLE when not, or the error refusing the producer."""
+        ongoing transaction, TRANSACTION_ABORTABLE when not, or the error refusing the producer. With
+        ``group_partition`` (cluster mode: a group's coordinator partition, Kafka's ``__consumer_offsets`` one), each
+        group in the transaction stands for that partition too, as a group's coordinator verifies a TxnOffsetCommit
+        v0–v4 (Kafka's group coordinator asks about the group's offsets partition)."""
         txn = self._current(tid, producer_id, epoch)
         if isinstance(txn, int):
             return {tp: txn for tp in partitions}
-        ongoing = txn.state is TxnState.ONGOING
-        return {tp: ErrorCode.none if ongoing and tp in txn.partitions else ErrorCode.transaction_abortable
-                for tp in partitions}
+        joined = set(txn.partitions) if txn.state is TxnState.ONGOING else set()
+        if group_partition is not None and txn.state is TxnState.ONGOING:
+            joined.update(group_partition(g) for g in txn.groups)
+        return {tp: ErrorCode.none if tp in joined else ErrorCode.transaction_abortable for tp in partitions}
 
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str, now_ms: int, tv: int = 0) -> Step:
         """AddOffsetsToTxn (``tv`` 0) or TxnOffsetCommit v5 (``tv`` 2, KIP-890 part 2: the group joins implicitly):
@@ -395,14 +405,35 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ offsets of another node's transaction
 
+    def proxy_guard(self, producer_id: int) -> int:
+        """Cluster mode, on the group's coordinator, before asking another node whether a TxnOffsetCommit's group is
+        in ``producer_id``'s transaction: the token :meth:`proxy_offsets` takes, stale once a marker of that producer
+        id for this node's group coordinator partitions arrived (:meth:`marker_arrived`), as Kafka's verification
+        guard stops an append after a marker. Kept in memory only (a guard does not outlive a restart, nor does the
+        request that took it), for the last :data:`_GUARDED_PRODUCERS` producer ids whose marker arrived."""
+        return self._markers_seen
+
+    def marker_arrived(self, producer_id: int) -> None:
+        """A marker of ``producer_id`` for this node's group coordinator partitions (WriteTxnMarkers from the
+        transaction's coordinator): every :meth:`proxy_guard` taken for it before is stale."""
+        self._markers_seen += 1
+        self._last_marker.pop(producer_id, None)  # kept in arrival order: the oldest first
+        self._last_marker[producer_id] = self._markers_seen
+        if len(self._last_marker) > _GUARDED_PRODUCERS:
+            self._forgotten = self._last_marker.pop(next(iter(self._last_marker)))
+
     def proxy_offsets(self, tid: str, producer_id: int, epoch: int, group: str, offsets: Iterable[PendingOffset],
-                      now_ms: int) -> Step:
+                      now_ms: int, guard: int) -> Step:
         """Cluster mode, on the group's coordinator: a TxnOffsetCommit of ``tid``, which another node coordinates
-        (it answered that ``group`` is in the producer's ongoing transaction). The offsets are kept pending in a proxy
-        :class:`Txn` (never timed out, listed or ended here) until that node's marker for the group's coordinator
-        partition ends it (:meth:`proxies_ended`). A proxy of an older epoch of the producer id is replaced (its
-        transaction was ended: its coordinator sends the markers before another starts); an older epoch than the
-        proxy's is INVALID_PRODUCER_EPOCH."""
+        (it answered that ``group`` is in the producer's ongoing transaction, after :meth:`proxy_guard` gave
+        ``guard``). A marker of the producer id that arrived since ended that transaction: TRANSACTION_ABORTABLE,
+        nothing kept (else the offsets would outlive it). The offsets are kept pending in a proxy :class:`Txn`
+        (never listed or timed out here) until that node's marker for the group's coordinator partition ends it
+        (:meth:`proxies_ended`), or, past its timeout, that node says the transaction is not open (:meth:`proxies_due`). A proxy of an older epoch of the producer id is replaced (its transaction was ended:
+        its coordinator sends the markers before another starts); an older epoch than the proxy's is
+        INVALID_PRODUCER_EPOCH."""
+        if self._last_marker.get(producer_id, self._forgotten) > guard:
+            return Step(ErrorCode.transaction_abortable)
         held = self.txns.get(tid)
         if held is not None and not held.proxy:
             return Step(ErrorCode.invalid_txn_state)  # this node coordinated the id before: it must not be lost
@@ -419,6 +450,12 @@ class TransactionCoordinator:
         ``groups`` is true (the groups of the coordinator partitions the marker names)."""
         return [t for t in self.txns.values() if t.proxy and t.producer_id == producer_id
                 and t.producer_epoch <= epoch and any(groups(g) for g in t.groups)]
+
+    def proxies_due(self, now_ms: int) -> list[Txn]:
+        """The proxies not written to for their timeout (``transaction.max.timeout.ms`` when made): by then their
+        coordinator has ended any transaction they belong to, and the group's node asks it whether one is still
+        open (a proxy whose marker will never come is dropped)."""
+        return [t for t in self.txns.values() if t.proxy and t.last_update_ms + t.timeout_ms <= now_ms]
 
     # ------------------------------------------------------------------ completion and timers
 

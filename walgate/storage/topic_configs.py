@@ -39,6 +39,7 @@ __all__ = [
     "topic_configs",
     "validate_configs",
     "validate_topic_name",
+    "INTERNAL_TOPICS",
     "wal_options",
 ]
 
@@ -129,6 +130,14 @@ def validate_topic_name(name: str) -> None:
         raise InvalidValue(
             f"Invalid topic name {name!r}: 1 to 249 characters of ASCII letters, digits, '.', '_' and '-'"
         )
+
+
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Kafka's internal topics (``Topic.isInternal``): walgate keeps their content in its own logs (the group
+coordinators' and the transaction coordinator's), and a cluster node reads a marker for a ``__consumer_offsets``
+partition as one for its group coordinator. A user topic may not take either name (CreateTopics answers
+INVALID_REQUEST, auto-creation skips it); a data dir that already holds one still opens (the catalog's names are
+checked by :func:`validate_topic_name` only)."""
 
 
 def backing_database(topic: str, taken: Mapping[str, object]) -> str:

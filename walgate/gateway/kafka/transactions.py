@@ -40,9 +40,11 @@ Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id i
 group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
 node's partition of an id another node coordinates is added or verified by asking that node
 (:meth:`TransactionService.add_implicitly`, :meth:`TransactionService.verify`). A transaction's offsets given to
-another node, the group's coordinator, are held there (:meth:`TransactionService.join_remote`, a proxy
+another node, the group's coordinator, are held there (:meth:`TransactionService.join_remote` or
+:meth:`TransactionService.verify_group` first, a proxy
 :class:`~walgate.coordinator.transactions.Txn`) and ended by a marker for the group's coordinator partition
-(:data:`OFFSETS_TOPIC`) sent with the others (:meth:`TransactionService.end_proxies` there). At start, the open
+(:data:`OFFSETS_TOPIC`) sent with the others (:meth:`TransactionService.end_proxies` there), or dropped by the
+periodic check once that node says their transaction is not open (:meth:`TransactionService.check`). At start, the open
 transactions of producer ids another node gave are left to their coordinator (it sends their markers), not ended as
 orphans.
 """
@@ -418,7 +420,7 @@ class TransactionService:
 
     async def check(self) -> None:
         """The periodic check: abort timed-out transactions, forget expired ids, end the orphans that are due, finish
-        decided transactions."""
+        decided transactions, drop held offsets whose transaction is no longer open (cluster mode)."""
         def expire() -> list[tuple[str, Txn | None]]:
             changes = self.coordinator.expire(now_ms())
             self.record(changes)
@@ -433,6 +435,36 @@ class TransactionService:
                 log.info("transaction %r of producer %d timed out after %d ms: aborted, epoch bumped to %d",
                          tid, txn.producer_id, txn.timeout_ms, txn.producer_epoch)
         await self._finish_decided()
+        await self._drop_stale_proxies()
+
+    async def _drop_stale_proxies(self) -> None:
+        """Cluster mode: the held offsets (proxies) past their timeout whose transaction their coordinator no longer
+        has open (it answers that no group of theirs is in an ongoing transaction of that producer id and epoch, or
+        that it does not know the producer id: its markers were all sent, so none will come for them) are dropped,
+        as an abort. One that changed meanwhile (a new TxnOffsetCommit) is kept; while the coordinator cannot be
+        asked, or answers anything else (a transaction being ended, a later epoch), it is kept."""
+        for proxy in await self.call(lambda c: c.proxies_due(now_ms())):
+            try:
+                node = await self.coordinator_of(proxy.transactional_id)
+            except ControlPlaneError:
+                return
+            if node is None:
+                continue
+            answers = [await self.verify_group(node, proxy.transactional_id, proxy.producer_id,
+                                               proxy.producer_epoch, group) for group in sorted(proxy.groups)]
+            if not all(a in (ErrorCode.transaction_abortable, ErrorCode.invalid_producer_id_mapping) for a in answers):
+                continue
+
+            def drop(seen: Txn = proxy) -> bool:
+                if self.coordinator.txns.get(seen.transactional_id) != seen:
+                    return False
+                self.record([(seen.transactional_id, None)])
+                return True
+
+            if await self.lane.call(drop):
+                log.warning("transactional id %r: offsets held for groups %s of producer %d (epoch %d) dropped, its "
+                            "coordinator (node %d) has no such transaction open", proxy.transactional_id,
+                            ", ".join(sorted(proxy.groups)), proxy.producer_id, proxy.producer_epoch, node)
 
     async def _checks(self) -> None:
         while True:
@@ -507,7 +539,7 @@ class TransactionService:
         return None if owner == self.coordinators.member.node_id else owner
 
     async def join_remote(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
-        """Cluster mode, for a TxnOffsetCommit to this node (the group's coordinator) of ``tid``, which ``node``
+        """Cluster mode, for a TxnOffsetCommit v5 to this node (the group's coordinator) of ``tid``, which ``node``
         coordinates: ``group`` joins the producer's transaction there (AddOffsetsToTxn; already in it: NONE). The
         coordinator's answer, COORDINATOR_NOT_AVAILABLE when it could not be asked."""
         if self.links is None:
@@ -517,6 +549,24 @@ class TransactionService:
         except NodeUnreachable as e:
             log.warning("transactional id %r: its coordinator, node %d, could not be asked: %s", tid, node, e)
             return ErrorCode.coordinator_not_available
+
+    async def verify_group(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
+        """Cluster mode, for a TxnOffsetCommit v0–v4 to this node (the group's coordinator) of ``tid``, which ``node``
+        coordinates: whether ``group`` is in the producer's ongoing transaction there (AddPartitionsToTxn v5
+        ``verify_only`` for the group's :data:`OFFSETS_TOPIC` partition, as Kafka's group coordinator verifies it; it
+        never adds the group, which the client's AddOffsetsToTxn did). NONE, the coordinator's refusal
+        (TRANSACTION_ABORTABLE when the group is not in an ongoing transaction), COORDINATOR_NOT_AVAILABLE when it
+        could not be asked."""
+        if self.links is None or self.coordinators is None:
+            return ErrorCode.coordinator_not_available
+        try:
+            offsets_partition = (OFFSETS_TOPIC, (await self.coordinators.placement()).partition(group))
+        except ControlPlaneError:
+            return ErrorCode.coordinator_not_available
+        codes = await add_partitions(self.links, node, tid, producer_id, producer_epoch, [offsets_partition],
+                                     verify_only=True)
+        code = codes[offsets_partition]
+        return ErrorCode.coordinator_not_available if code == ErrorCode.network_exception else code
 
     async def end_proxies(self, producer_id: int, epoch: int, commit: bool, partitions: list[int]) -> None:
         """Cluster mode, for a marker another node sent to this node's coordinator ``partitions``: the offsets this
@@ -528,6 +578,7 @@ class TransactionService:
         wanted = set(partitions)
 
         def end() -> None:
+            self.coordinator.marker_arrived(producer_id)
             for txn in self.coordinator.proxies_ended(producer_id, epoch, lambda g: placement.partition(g) in wanted):
                 if commit:
                     self._commit_offsets(txn)

@@ -1,13 +1,15 @@
-"""The two transaction requests one cluster node makes of another (docs/cluster.md, "Transaction coordinators").
+"""The three transaction requests one cluster node makes of another (docs/cluster.md, "Transaction coordinators").
 
 * :func:`write_markers`: the coordinator of a transaction asks the node of some of its partitions to write their
   markers (WriteTxnMarkers v1, Kafka's ``TransactionMarkerChannelManager``).
 * :func:`add_partitions`: the node of a partition a transactional Produce writes to asks the producer's coordinator to
   add the partitions to its transaction (KIP-890 part 2, Produce v12) or whether they are in it (part 1, Produce v3 to
-  v11): AddPartitionsToTxn v5, the brokers' form, as Kafka's ``AddPartitionsToTxnManager`` sends it.
-* :func:`add_offsets`: a group's coordinator, given a TxnOffsetCommit of a transactional id another node coordinates,
-  asks that node to take the group into the producer's transaction (AddOffsetsToTxn v4), as Kafka's group coordinator
-  verifies it with the transaction coordinator (KIP-890).
+  v11): AddPartitionsToTxn v5, the brokers' form, as Kafka's ``AddPartitionsToTxnManager`` sends it; a group's
+  coordinator asks it too (``verify_only``, for the group's ``__consumer_offsets`` partition) for a TxnOffsetCommit
+  v0–v4 of a transactional id another node coordinates, as Kafka's group coordinator verifies it.
+* :func:`add_offsets`: a group's coordinator, given a TxnOffsetCommit v5 of a transactional id another node
+  coordinates, asks that node to take the group into the producer's transaction (AddOffsetsToTxn v4, KIP-890 part 2's
+  implicit add).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ ACLs (Kafka's ``handleAddOffsetsToTxnRequest``): Write on the transactional id (
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then Read on the group (else GROUP_AUTHORIZATION_FAILED).
 In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR, after the ACL checks
 (docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again. Another cluster node sends
-it too (:mod:`walgate.gateway.kafka.node_auth`): a group's coordinator given a TxnOffsetCommit of an id this node
-coordinates; the client's ACLs were checked there.
+it too (:mod:`walgate.gateway.kafka.node_auth`): a group's coordinator given a TxnOffsetCommit v5 of an id this node
+coordinates; the client's ACLs were checked there, and the add is transaction version 2's (as the TxnOffsetCommit
+v5 it stands for), so the transaction keeps its version.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRe
     if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
         return code
 
+    tv = 2 if from_cluster_node(broker, ctx) else 0  # a node sends it for a TxnOffsetCommit v5 (an implicit add)
+
     def add(c: TransactionCoordinator, engine: Engine) -> Step:
-        return c.add_offsets(tid, request.producer_id, request.producer_epoch, group, now_ms())
+        return c.add_offsets(tid, request.producer_id, request.producer_epoch, group, now_ms(), tv=tv)
 
     try:
         return for_version((await svc.decide(add)).error, ctx.api_version, 2)

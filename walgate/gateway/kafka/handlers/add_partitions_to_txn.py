@@ -17,11 +17,14 @@ CLUSTER_AUTHORIZATION_FAILED, with or without an authorizer).
 In cluster mode a transactional id another node coordinates answers NOT_COORDINATOR for each of its partitions, after the ACL checks
 (docs/cluster.md, "Transaction coordinators"): the client looks its coordinator up again.
 A v5 request also comes from another cluster node: the node of a partition a transactional Produce writes to, asking
-this node, the id's coordinator (:mod:`walgate.gateway.kafka.txn_remote`).
+this node, the id's coordinator (:mod:`walgate.gateway.kafka.txn_remote`), or a group's coordinator verifying a
+TxnOffsetCommit v0–v4 for the group's ``__consumer_offsets`` partition (which stands for the transaction's groups
+that partition coordinates, as in Kafka, where AddOffsetsToTxn adds that partition).
 """
 
 from __future__ import annotations
 
+from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.transactions import Step, TransactionCoordinator
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allowed_names
 from walgate.gateway.kafka.broker import Broker
@@ -30,7 +33,7 @@ from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.node_auth import from_cluster_node
-from walgate.gateway.kafka.transactions import for_version, partition_errors
+from walgate.gateway.kafka.transactions import OFFSETS_TOPIC, for_version, partition_errors
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -60,17 +63,25 @@ async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, 
         return _result(tid, dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed))
     if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
         return _result(tid, dict.fromkeys(partitions, code))
+    group_partition = None
+    if verify_only and broker.coordinators is not None and any(t == OFFSETS_TOPIC for t, _ in partitions):
+        try:  # a group's coordinator verifying a TxnOffsetCommit v0-v4: its groups' coordinator partitions
+            placement = await broker.coordinators.placement()
+        except ControlPlaneError:
+            return _result(tid, dict.fromkeys(partitions, ErrorCode.coordinator_not_available))
+        group_partition = lambda group: (OFFSETS_TOPIC, placement.partition(group))  # noqa: E731
     writable = (allowed_names(broker, ctx, Operation.WRITE, ResourceType.TOPIC, {t for t, _ in partitions})
                 if version < 4 else {t for t, _ in partitions})
+    data = [tp for tp in partitions if group_partition is None or tp[0] != OFFSETS_TOPIC]
     try:
-        refused = await broker.call(partition_errors, partitions, writable)
+        refused = await broker.call(partition_errors, data, writable)
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return _result(tid, dict.fromkeys(partitions, error_of(exc, TRANSACTIONS)))
     if refused:
         return _result(tid, {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in partitions})
     if verify_only:
         try:
-            codes = await svc.call(lambda c: c.verify(tid, producer_id, epoch, partitions))
+            codes = await svc.call(lambda c: c.verify(tid, producer_id, epoch, partitions, group_partition))
         except Exception as exc:  # noqa: BLE001
             codes = dict.fromkeys(partitions, error_of(exc, TRANSACTIONS))
         if version < 5:  # TRANSACTION_ABORTABLE came with v5 (KIP-890)

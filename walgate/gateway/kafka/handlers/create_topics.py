@@ -1,7 +1,9 @@
 """CreateTopics (key 19) v0–v7: Kafka-native topics, each in a database whose vgroups are its partitions.
 
 A name that collides with an existing topic's (``alice_a`` beside ``alice.a``, Kafka's ``Topic.hasCollision``)
-is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`).
+is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`). Kafka's internal topics
+(``__consumer_offsets``, ``__transaction_state``: :data:`~walgate.storage.topic_configs.INTERNAL_TOPICS`) are
+INVALID_REQUEST, on a single node and in a cluster alike.
 
 Replication factor 1 (or -1, the default) only; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
 Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name one broker per
@@ -46,7 +48,12 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.describe_configs import topic_defaults
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
-from walgate.storage.topic_configs import TOPIC_CONFIG_DEFAULTS, validate_configs, validate_topic_name
+from walgate.storage.topic_configs import (
+    INTERNAL_TOPICS,
+    TOPIC_CONFIG_DEFAULTS,
+    validate_configs,
+    validate_topic_name,
+)
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     CreateTopicsRequest,
@@ -138,6 +145,8 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
         validate_topic_name(t.name)
     except StorageError as exc:
         return _result(t.name, ErrorCode.invalid_topic_exception, str(exc))
+    if t.name in INTERNAL_TOPICS:  # Kafka's own (walgate's group and transaction coordinators keep them)
+        return _result(t.name, ErrorCode.invalid_request, f"Creation of internal topic {t.name} is prohibited.")
     if t.name in engine.catalog.topics:
         return _result(t.name, ErrorCode.topic_already_exists, f"Topic '{t.name}' already exists.")
     try:

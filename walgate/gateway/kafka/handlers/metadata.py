@@ -44,7 +44,7 @@ from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.lanes import TopicLookup, VnodeKey
-from walgate.storage.topic_configs import validate_topic_name
+from walgate.storage.topic_configs import INTERNAL_TOPICS, validate_topic_name
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     MetadataRequest,
@@ -161,8 +161,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
                     if creatable is not None and not creatable(name):
                         failed[name] = ErrorCode.topic_authorization_failed
                         continue
-                    if unknown_topic_error(name) != ErrorCode.unknown_topic_or_partition:
-                        continue  # never created: answered INVALID_TOPIC_EXCEPTION
+                    if unknown_topic_error(name) != ErrorCode.unknown_topic_or_partition or name in INTERNAL_TOPICS:
+                        continue  # never created: answered INVALID_TOPIC_EXCEPTION / UNKNOWN_TOPIC_OR_PARTITION
                     try:
                         engine.create_kafka_topic(name, broker.auto_create_partitions, {},
                                                   engine.topic_defaults(broker.node_id))

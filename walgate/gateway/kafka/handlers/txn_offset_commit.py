@@ -22,11 +22,15 @@ that does not coordinate the group answers NOT_COORDINATOR (or COORDINATOR_NOT_A
 the ACL checks, as OffsetCommit does.
 
 In cluster mode the transactional id may be another node's (docs/cluster.md, "Transaction coordinators"): this node,
-the group's coordinator, asks that node to take the group into the transaction (AddOffsetsToTxn, which answers the
-producer's checks: INVALID_PRODUCER_ID_MAPPING, a fenced epoch, TRANSACTION_ABORTABLE ...; COORDINATOR_NOT_AVAILABLE
-when it cannot be asked), then keeps the offsets pending here, durable in its transaction log, until that node's
-marker for the group's coordinator partition commits or drops them (WriteTxnMarkers), as Kafka's group coordinator
-holds them in ``__consumer_offsets`` until the marker. OffsetFetch with ``require_stable`` answers
+the group's coordinator, asks that node to take the group into the transaction (v5: AddOffsetsToTxn, a version 2
+add) or whether it is in the ongoing one (v0–v4: AddPartitionsToTxn ``verify_only`` for the group's coordinator
+partition, as Kafka's group coordinator verifies older clients' commits; the client's AddOffsetsToTxn added it). The
+answer carries the producer's checks (INVALID_PRODUCER_ID_MAPPING, a fenced epoch, TRANSACTION_ABORTABLE ...;
+COORDINATOR_NOT_AVAILABLE when it cannot be asked). This node then keeps the offsets pending, durable in its
+transaction log, until that node's marker for the group's coordinator partition commits or drops them
+(WriteTxnMarkers), as Kafka's group coordinator holds them in ``__consumer_offsets`` until the marker; a marker of
+the producer that arrived while the question was out ended that transaction, and the offsets are refused
+(TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4: Kafka's verification guard) rather than held past it. OffsetFetch with ``require_stable`` answers
 UNSTABLE_OFFSET_COMMIT for them meanwhile.
 """
 
@@ -96,10 +100,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         coordinator = await svc.coordinator_of(tid)  # None: this node's transactional id
     except ControlPlaneError:
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.coordinator_not_available)}
-    if coordinator is not None:  # the group joins the transaction on its coordinator, another node
-        joined_there = await svc.join_remote(coordinator, tid, producer_id, epoch, group)
-        if joined_there != ErrorCode.none:
-            return {"throttle_time": 0, "topics": _failed(topics, _refused(joined_there, ctx.api_version))}
+    guard = 0
+    if coordinator is not None:  # the transaction's coordinator is another node: v5 adds the group there, v0-v4 verify
+        guard = await svc.call(lambda c: c.proxy_guard(producer_id))
+        there = (await svc.join_remote(coordinator, tid, producer_id, epoch, group)
+                 if ctx.api_version >= _IMPLICIT_ADD_SINCE else
+                 await svc.verify_group(coordinator, tid, producer_id, epoch, group))
+        if there != ErrorCode.none:
+            return {"throttle_time": 0, "topics": _failed(topics, _refused(there, ctx.api_version))}
 
     def commit(store: EngineOffsetStore) -> tuple[list[TxnOffsetCommitResponseTopic], list[Completion]]:
         joined = None
@@ -123,9 +131,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
                                  r.commit_timestamp_ms) for r in plan.records]
         if coordinator is not None:  # held here, the group's node, until the transaction's marker comes
-            step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now)
+            step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now, guard)
             if step.error != ErrorCode.none or step.txn is None:
-                return _failed(topics, step.error), []
+                return _failed(topics, _refused(step.error, ctx.api_version)), []
             change: Txn | None = step.txn
         else:
             change = svc.coordinator.add_offsets_pending(tid, pending, now, joined) if pending or joined else None
