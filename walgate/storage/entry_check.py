@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from walgate.storage.catalog import column_from_json
 from walgate.storage.entry import DecodedEntry, decode_entry
+from walgate.storage.errors import BadEntries
 from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, WalEntry
 from walgate.storage.wal_format import HEADER_SIZE
 from walgate.storage.wal_verbatim import EntriesRefused, parse
@@ -47,7 +48,7 @@ _BATCH_LENGTH_START = 12  # a RecordBatch's length field counts the bytes after 
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, OSError, struct.error, pa.ArrowException)  # OSError: a cut Arrow stream
 
 
-class Undecodable(ValueError):
+class Undecodable(BadEntries, ValueError):
     """A WAL entry whose body does not decode whole (the message says why)."""
 
 

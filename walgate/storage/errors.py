@@ -44,6 +44,7 @@ from walgate.wire.errors import ErrorCode
 
 __all__ = [
     "ERROR_CODES",
+    "BadEntries",
     "CorruptEntry",
     "MetaDamaged",
     "StorageError",
@@ -172,6 +173,12 @@ class CorruptEntry(Exception):
     """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
 
 
+class BadEntries(Exception):
+    """WAL entries that are not what a WAL may hold, whatever their checksums say: a follower's copy of its leader's
+    entries refused before anything of it is written (:class:`walgate.storage.wal_verbatim.EntriesRefused`), or an
+    entry whose body does not decode (:class:`walgate.storage.entry_check.Undecodable`)."""
+
+
 class MetaDamaged(Exception):
     """A vnode's meta store is not what it should be (the message says how); the vnode reports it and rebuilds the
     store from the WAL (:mod:`walgate.storage.meta_store`), so it never reaches a client."""
@@ -187,6 +194,7 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     LimitExceeded: ErrorCode.policy_violation,
     StorageError: ErrorCode.invalid_request,  # input the engine refused
     CorruptEntry: ErrorCode.corrupt_message,  # stored data that fails its checksum
+    BadEntries: ErrorCode.corrupt_message,  # entries that are not a WAL's, as Kafka answers records that are not valid
     MetaDamaged: ErrorCode.kafka_storage_error,  # (caught by the vnode, which rebuilds the store)
     OSError: ErrorCode.kafka_storage_error,  # as Kafka answers an IOException of its log
 }

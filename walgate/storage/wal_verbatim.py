@@ -23,12 +23,13 @@ from dataclasses import dataclass
 
 import crc32c
 
+from walgate.storage.errors import BadEntries
 from walgate.storage.wal_format import FLAG_MORE, HEADER, HEADER_SIZE, KINDS
 
 __all__ = ["EntriesRefused", "VerbatimEntry", "parse"]
 
 
-class EntriesRefused(ValueError):
+class EntriesRefused(BadEntries, ValueError):
     """Entries handed to :meth:`Wal.append_verbatim` that it must not write (the message names the byte and the
     rule); nothing of them was written."""
 
