@@ -133,7 +133,9 @@ class LeaderEpochs:
                 epochs._report(f"leader-epoch cache: {exc}; its epochs are taken as unknown", "reset", keep=True)
         epochs._cache, epochs._disk = LeaderEpochCache(entries), disk
         epochs._damaged = raw is not None and disk is None
-        epochs.truncate_from_end(wal_end)
+        if not (wal_end == 0 and disk == SINGLE_NODE_EPOCHS):  # a new vnode's "epoch 0 from version 0" is kept as
+            # it is (no rewrite at each open): an append in epoch 0 agrees with it, one in a later epoch begins it
+            epochs.truncate_from_end(wal_end)
         return epochs
 
     def _report(self, reason: str, action: str, *, keep: bool) -> None:
