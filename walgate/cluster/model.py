@@ -58,8 +58,9 @@ class RecordGap(ControlPlaneError):
 class Keys:
     """The etcd keys of one cluster, all under ``/walgate/<cluster id>/``.
 
-    * ``nodes/<id>``: a live node's :class:`NodeInfo`, put with the node's lease; its ``create_revision`` is the
-      node's broker epoch.
+    * ``nodes/<id>``: a live node's :class:`NodeInfo`, put with the node's lease; its broker epoch is the revision of
+      its process's first registration, carried in the value when the process registered again after losing its
+      lease (:func:`walgate.cluster.registry.broker_epoch`).
     * ``incarnations/<id>``: the incarnation id of the data dir that registered node ``<id>`` (no lease: kept while
       the node is down, so that an empty data dir cannot come back as the old node).
     * ``controller/<lease id, 16 hex digits>``: a candidate of the controller election, put with its node's lease;
