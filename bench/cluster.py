@@ -16,8 +16,9 @@ own).
 * **Routing cost** (3 nodes, started after the scale-out samples): a producer bootstrapped on node 1 writing to a
   partition on node 2 (Metadata names node 2; the client connects there) against one bootstrapped on node 2: the
   time from a new producer to its first acknowledged record (the redirect: one more connection), and the p50 of
-  one-record produce round trips once connected; Metadata p50 and p99 (AdminClient ``list_topics``) of the 3-node
-  cluster against the 1-node one.
+  one-record produce round trips once connected; Metadata p50 and p99 (AdminClient ``list_topics``; the same topic
+  on both) and FindCoordinator p99 (aiokafka's client, a group's coordinator) of the 3-node cluster against the 1-node
+  one.
 * **Control-plane load** (3 nodes): CreateTopics of one-partition topics, ten a request, in turns through the
   controller (it appends the records itself), through another node (a proposal the controller appends) and, for
   the baseline, on a single node without a cluster, a third of the topics each: topics (catalog records appended
@@ -47,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiokafka.client import AIOKafkaClient, CoordinationType
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -267,6 +269,24 @@ def metadata(bootstrap: str) -> Callable[[], object]:
     return lambda: admin.list_topics(timeout=30)
 
 
+@contextlib.contextmanager
+def find_coordinator(bootstrap: str) -> Iterator[Callable[[], object]]:
+    """One FindCoordinator request (a consumer group's, to the least loaded node) through aiokafka's client, which
+    is connected first; the client is closed on exit."""
+    loop = asyncio.new_event_loop()
+
+    async def connect() -> AIOKafkaClient:
+        return AIOKafkaClient(bootstrap_servers=bootstrap)
+
+    client = loop.run_until_complete(connect())  # aiokafka's client is made inside its loop
+    try:
+        loop.run_until_complete(client.bootstrap())
+        yield lambda: loop.run_until_complete(client.coordinator_lookup(CoordinationType.GROUP, "bench-routing"))
+    finally:
+        loop.run_until_complete(client.close())
+        loop.close()
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -302,7 +322,8 @@ def run(*, quick: bool, repeat: int) -> list[Row]:
 
 def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[Row]:
     node1, node2 = (n.bootstrap for n in three.plan.nodes[:2])
-    create(three.plan.bootstrap, ["route"], 3)
+    for running in (three, one):  # the same topics on both, so that their Metadata answers are alike
+        create(running.plan.bootstrap, ["route"], 3)
     [partition] = [p for p, leader in leaders(node1, "route").items() if leader == 2]
     tries, samples = (5, 300) if quick else (11, 1000)
     routed, direct = interleaved(tries, lambda: first_ack_seconds(node1, "route", partition),
@@ -310,6 +331,8 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
     routed_rt, direct_rt = interleaved(samples, connected(node1, "route", partition),
                                        connected(node2, "route", partition))
     meta3, meta1 = interleaved(samples, metadata(three.plan.bootstrap), metadata(one.plan.bootstrap))
+    with find_coordinator(three.plan.bootstrap) as find3, find_coordinator(one.plan.bootstrap) as find1:
+        coord3, coord1 = interleaved(samples, find3, find1)
     ms = 1e3
     return [
         Row("cluster routing: new producer to first ack, bootstrapped on node 1, partition on node 2",
@@ -320,6 +343,8 @@ def _routing_rows(three: LocalCluster, one: LocalCluster, quick: bool) -> list[R
             statistics.median(meta1) * ms),
         Row("cluster routing: Metadata p99, 3 nodes", quantile(meta3, 0.99) * ms, "ms", "1 node",
             quantile(meta1, 0.99) * ms, Target(1.1, at_most=True, of_limit=True)),
+        Row("cluster routing: FindCoordinator p99, 3 nodes", quantile(coord3, 0.99) * ms, "ms", "1 node",
+            quantile(coord1, 0.99) * ms, Target(1.1, at_most=True, of_limit=True)),
     ]
 
 
