@@ -97,6 +97,9 @@ def commands(host: str, kafka_port: int) -> list[str]:
     ]
 
 
+CATCH_UP_S = 20.0  # the longest --consume waits for its group after the rows stop
+
+
 async def _consume(bootstrap: str, progress: Progress, stop: asyncio.Event) -> None:
     from aiokafka import AIOKafkaConsumer
 
@@ -152,9 +155,12 @@ async def run_demo(config: Config, console: Console, *, rate: int, duration: flo
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), tick)
                 progress.stopped = time.monotonic()
-                if consumer is not None:  # let the group catch up with the last rows (until nothing more comes)
+                if consumer is not None:  # let the group catch up with the last rows: until it has some and
+                    # nothing more comes for a second (joining the group can take seconds on a busy machine), at most
+                    # CATCH_UP_S
                     seen, quiet_since = -1, time.monotonic()
-                    while time.monotonic() - quiet_since < 1.0 and time.monotonic() - progress.stopped < 10:
+                    while ((progress.written and not progress.received) or time.monotonic() - quiet_since < 1.0) \
+                            and time.monotonic() - progress.stopped < CATCH_UP_S:
                         if progress.received != seen:
                             seen, quiet_since = progress.received, time.monotonic()
                         await asyncio.sleep(0.1)

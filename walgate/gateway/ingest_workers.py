@@ -160,6 +160,7 @@ class IngestWorkers:
         self.begun = self._context.RawValue("q", 0)  # plans a worker started, ever
         self._slots = asyncio.Semaphore(processes)
         self._executor: ProcessPoolExecutor | None = None
+        self._closed = False  # close() began: no pool is made again
 
     @property
     def pids(self) -> list[int]:
@@ -204,6 +205,8 @@ class IngestWorkers:
         return pool, pool.submit(_work, request, snapshot)
 
     def _pool(self) -> ProcessPoolExecutor:
+        if self._closed:
+            raise StorageUnavailable("the node is stopping: nothing was written")
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
                                                  initargs=(self.gate, self.begun, os.getpid()))
@@ -217,7 +220,9 @@ class IngestWorkers:
             pool.shutdown(wait=False, cancel_futures=True)
 
     async def close(self) -> None:
-        """Stop the workers: waited for up to :data:`SHUTDOWN_S`, then killed (a plan held at the gate is let go)."""
+        """Stop the workers (:func:`~walgate.gateway.worker_processes.stop_pool`: terminated, waited for up to
+        :data:`SHUTDOWN_S`, then killed; a plan held at the gate is let go)."""
+        self._closed = True
         self.gate.value = 1
         executor, self._executor = self._executor, None
         await stop_pool(executor, "ingest workers")

@@ -156,6 +156,7 @@ class QueryWorkers:
         self._free = list(range(SLOTS))
         self._slots = asyncio.Semaphore(SLOTS)
         self._executor: ProcessPoolExecutor | None = None
+        self._closed = False  # close() began: no pool is made again
         self.answers = AnswersBudget(answers_max_bytes if answers_max_bytes is not None else 4 * max_bytes)
         self._spool: str | None = None  # the answer files' directory, made at the first query (again if removed)
         self._spool_lock: int | None = None  # its descriptor, flock-ed while the node uses it (spool_dir)
@@ -281,6 +282,8 @@ class QueryWorkers:
             os.close(lock)
 
     def _pool(self) -> ProcessPoolExecutor:
+        if self._closed:
+            raise QueryCancelled("query cancelled: the node is stopping")
         if self._executor is None:
             self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context, initializer=_start,
                                                  initargs=(self._flags, self._started, os.getpid()))
@@ -308,8 +311,9 @@ class QueryWorkers:
             self._flags[slot] = _CANCELLED
 
     async def close(self) -> None:
-        """Cancel every query and stop the workers: waited for up to :data:`SHUTDOWN_S` (a cancelled query stops
-        within WATCH_S), then killed."""
+        """Cancel every query and stop the workers (:func:`~walgate.gateway.worker_processes.stop_pool`:
+        terminated, waited for up to :data:`SHUTDOWN_S`, then killed)."""
+        self._closed = True
         self.cancel_all()
         executor, self._executor = self._executor, None
         await stop_pool(executor, "query workers")

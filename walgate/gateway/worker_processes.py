@@ -1,7 +1,9 @@
 """What the node's worker process pools share (:mod:`~walgate.gateway.query_workers`,
 :mod:`~walgate.gateway.ingest_workers`): a worker runs at a lower priority (``nice`` +:data:`NICE`), leaves SIGINT to
 the node and ends by itself within :data:`ORPHAN_CHECK_S` once its node is gone (even killed with SIGKILL, which
-stops nothing else); a pool is stopped by waiting up to :data:`SHUTDOWN_S` for it, then killing its workers."""
+stops nothing else). A worker keeps nothing that must outlive it (a plan writes nothing; an answer file is its node's
+to remove), so a pool is stopped by terminating its workers (SIGTERM) at once, waited for up to :data:`SHUTDOWN_S`,
+then killed."""
 
 from __future__ import annotations
 
@@ -42,18 +44,24 @@ def pool_pids(executor: ProcessPoolExecutor | None) -> list[int]:
 
 
 async def stop_pool(executor: ProcessPoolExecutor | None, what: str) -> None:
-    """Stop ``executor``'s workers (``what`` they are, for the log): waited for up to :data:`SHUTDOWN_S`, then
-    killed."""
+    """Stop ``executor``'s workers (``what`` they are, for the log): terminated at once, since a worker that is
+    still importing or running a query reads no stop request (a nice +10 process on a busy machine can take seconds),
+    waited for up to :data:`SHUTDOWN_S`, then killed."""
     if executor is None:
         return
     pids = pool_pids(executor)
     stopping = asyncio.ensure_future(asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True))
+    _signal(pids, signal.SIGTERM)
     done, _ = await asyncio.wait({stopping}, timeout=SHUTDOWN_S)
     if not done:
         log.warning("%s %s did not stop within %.0f s; killed", what, pids, SHUTDOWN_S)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _signal(pids, signal.SIGKILL)
         await stopping
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
