@@ -36,8 +36,9 @@ runs (:mod:`walgate.gateway.http_origin`).
 
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`),
-and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, and a CREATE STABLE whose name's vgroup is
-there (that node alone sees a normal table of the name); a request carrying that module's ``FORWARDED`` header is
+and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, a CREATE STABLE whose name's vgroup is
+there (that node alone sees a normal table of the name) and a CREATE TOPIC of one table there (that node alone knows
+its columns); a request carrying that module's ``FORWARDED`` header is
 such a part: the statement's clauses (tables) at the positions it names, run here or refused, never forwarded
 again. It is accepted only signed with the cluster's node token
 (:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
@@ -371,9 +372,9 @@ def _failed(exc: Exception) -> str:
 
 
 def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
-    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here
-    (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a
-    CREATE [S]TABLE or DROP TABLE, ``<sender>;here`` of a SELECT
+    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, CREATE TOPIC, SELECT or SHOW TABLES ``sql`` another node
+    forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the
+    tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -386,8 +387,8 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
         return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"a CREATE TABLE or a DROP TABLE, {HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a "
-                           "SHOW TABLES")
+                           f"a CREATE TABLE, a DROP TABLE or a CREATE TOPIC, {HERE!r} or {SCAN!r} of a SELECT, or "
+                           f"{HERE!r} of a SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
@@ -519,18 +520,19 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
 
 async def _forward_statement(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                              principal: str, host: str, body: bytes, db: str | None) -> web.Response:
-    """The INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE of ``body`` (current database ``db``), which has rows
-    for, or names tables of, vgroups on other nodes, run as one part per owning node
+    """The INSERT, CREATE TABLE, CREATE STABLE, DROP TABLE or CREATE TOPIC of ``body`` (current database ``db``),
+    which has rows for, or names tables of, vgroups on other nodes, run as one part per owning node
     (:func:`~walgate.storage.insert_routing.split_insert`, :func:`~walgate.storage.insert_routing.split_tables`:
     IF [NOT] EXISTS kept; a CREATE STABLE goes to the node of its name's vgroup, which alone sees a normal table of
-    that name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks its part again for
-    the caller. A supertable made or dropped by another node is known here too once answered."""
+    that name, a CREATE TOPIC of one table to the table's node, which alone knows its columns): this node's here,
+    every other node's sent to it (:mod:`.sql_forward`), all at once, once ``principal`` may run the whole statement
+    here (nothing is sent otherwise); each owner checks its part again for the caller. A supertable or topic made by
+    another node is known here too once answered."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
-    if not isinstance(stmt, (ast.Insert, ast.CreateTable, ast.CreateSubtable, ast.CreateStable, ast.DropTable)):
-        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE")
+    if not isinstance(stmt, ast.Insert | TableDdl):
+        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE, DROP TABLE or CREATE TOPIC")
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
@@ -548,14 +550,15 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         return result.affected_rows or 0
 
     what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
-        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
+        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TOPIC" \
+        if isinstance(stmt, ast.CreateTopic) else "CREATE TABLE"
     response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
                               lambda rows: _json(200, affected(rows).rest_body()), what)
-    if response.status == 200 and isinstance(stmt, ast.CreateStable):  # staged by its owner: known here too
-        try:  # (a DROP TABLE naming a supertable is never forwarded: storage/ddl.py drop_table)
+    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.CreateTopic)):  # staged by its owner:
+        try:  # known here too (a DROP TABLE naming a supertable is never forwarded: storage/ddl.py drop_table)
             await shared.catch_up()
         except ClusterUnavailable as e:  # made: the client is answered so, and this node learns it later
-            log.warning("a CREATE STABLE made by another node is not known here yet: %s", e.message)
+            log.warning("a %s made by another node is not known here yet: %s", what, e.message)
     return response
 
 

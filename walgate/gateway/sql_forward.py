@@ -14,7 +14,7 @@ lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.stor
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
 write (all of it or none of it: nothing of a refused part is written) and never forwards one again. A CREATE TABLE,
-CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the header
+CREATE STABLE, DROP TABLE or CREATE TOPIC of one table is sent the same way, its tables' positions in the header
 (:func:`~walgate.storage.insert_routing.split_tables`), each part with no rows.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``

@@ -1,0 +1,90 @@
+"""DDL of a database spread over 2 nodes answered as one node answers it, through either node: real ``walgate serve
+--cluster`` nodes over a real etcd and a single ``walgate serve`` beside them (all stopped by PID), SQL through their
+HTTP APIs (issue 24, docs/cluster.md "SQL writes across nodes").
+
+One module-scoped cluster serves every test (database ``f``, 2 vgroups: vgroup 0 on node 1, vgroup 1 on node 2), the
+single node holds a database ``f`` of 2 vgroups too, so that each table is in the same vgroup on both:
+
+- a TDengine topic of one table (normal or subtable) whose vgroup is on the other node is made through either node
+  (forwarded to the table's node, which compiles it), known to both, and read by a consumer bootstrapped on either;
+  one of a table that does not exist is refused with the single node's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from etcd_cluster import etcd_cluster
+from serve_support import eventually, no_traceback, sql, two_nodes
+from test_serve_cluster_schemaless import read
+from test_serve_cluster_sql_forward import post, spread_database
+
+from livewalgate import WalgateServer, running_walgate
+from walgate.storage.vnode import vnode_of
+
+TS = 1700000000000
+Nodes = tuple[WalgateServer, WalgateServer, WalgateServer]
+
+
+def names(prefix: str, vgroup: int, count: int) -> list[str]:
+    """``count`` table names of database ``f`` (2 vgroups) beginning with ``prefix``, in ``vgroup``."""
+    return [name for name in (f"{prefix}{i}" for i in range(200)) if vnode_of("f", name, 2) == vgroup][:count]
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """Nodes 1 and 2 of a cluster and a single node, each with database ``f`` of 2 vgroups and supertable
+    ``f.st``; the cluster's ``f`` has vgroup 0 on node 1, vgroup 1 on node 2."""
+    root = tmp_path_factory.mktemp("ddl")
+    with (etcd_cluster(root / "etcd", 1) as etcd, running_walgate(root / "single") as single,
+          two_nodes(etcd, root) as (n1, n2, _, _)):
+        spread_database(n1, n2)
+        sql(single, "CREATE DATABASE f VGROUPS 2")
+        for server in (n1, single):
+            sql(server, "CREATE STABLE f.st (ts TIMESTAMP, v INT, w INT) TAGS (site INT)")
+        eventually("node 2 knows f.st", lambda: [r[0] for r in sql(n2, "SHOW f.STABLES")] == ["st"])
+        yield n1, n2, single
+        for server in (n1, n2, single):
+            no_traceback(server)
+
+
+def on_all(servers: tuple[WalgateServer, ...], statement: str) -> None:
+    for server in servers:
+        status, answer = post(server, statement)
+        assert (status, answer.get("data")) == (200, [[0]]), (server.http_url, statement, answer)
+
+
+def topics(server: WalgateServer) -> list[str]:
+    return [r[0] for r in sql(server, "SHOW TOPICS")]
+
+
+def test_a_topic_of_one_table_on_the_other_node_is_made_through_either_node(nodes: Nodes) -> None:
+    n1, n2, single = nodes
+    (normal, sub), (other,) = names("tp", 1, 2), names("tp", 0, 1)  # node 2's vgroup; node 1's
+    on_all((n1, single), f"CREATE TABLE f.{normal} (ts TIMESTAMP, v INT)")  # through node 1: made on node 2
+    on_all((n1, single), f"CREATE TABLE f.{sub} USING f.st TAGS (7)")
+    on_all((n2,), f"CREATE TABLE f.{other} (ts TIMESTAMP, v INT)")  # made on node 1 through node 2
+    for server, topic, statement in ((n1, "tp_normal", f"SELECT v FROM f.{normal}"),
+                                     (n1, "tp_sub", f"SELECT ts, v, site FROM f.{sub}"),
+                                     (n2, "tp_other", f"SELECT v FROM f.{other}")):
+        status, answer = post(server, f"CREATE TOPIC {topic} AS {statement}")
+        assert (status, answer.get("data")) == (200, [[0]]), (topic, answer)
+        # known to the node asked once answered, to the other once its stream delivers it
+        assert topic in topics(server)
+        eventually(f"both nodes know {topic}", lambda: topic in topics(n1) and topic in topics(n2))
+    # the subtable's supertable is in the topic's record: an ALTER breaking the topic is refused through either node
+    for server in (n1, n2):
+        status, answer = post(server, "ALTER STABLE f.st DROP COLUMN v")
+        assert status == 400 and "topic tp_sub depends on it" in answer["desc"], answer
+    status, answer = post(n1, f"INSERT INTO f.{normal} VALUES ({TS + 1}, 1) ({TS + 2}, 2)")  # written on node 2
+    assert (status, answer.get("data")) == (200, [[2]]), answer
+    got = read(n1, "tp_normal", {0: 0, 1: 2})  # bootstrapped on node 1: node 2's partition read from node 2
+    assert (got[0], sorted(r["v"] for r in got[1])) == ([], [1, 2]), got
+    # a topic of a table that does not exist: refused as one node refuses it, through either node
+    (missing,) = names("tp_missing", 1, 1)
+    expected = post(single, f"CREATE TOPIC tp_none AS SELECT v FROM f.{missing}")
+    for server in (n1, n2):
+        status, answer = post(server, f"CREATE TOPIC tp_none AS SELECT v FROM f.{missing}")
+        assert (status, answer["code"]) == (expected[0], expected[1]["code"]) and missing in answer["desc"], answer
+        assert "tp_none" not in topics(server)
