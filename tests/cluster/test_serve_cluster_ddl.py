@@ -7,11 +7,16 @@ single node holds a database ``f`` of 2 vgroups too, so that each table is in th
 
 - a TDengine topic of one table (normal or subtable) whose vgroup is on the other node is made through either node
   (forwarded to the table's node, which compiles it), known to both, and read by a consumer bootstrapped on either;
-  one of a table that does not exist is refused with the single node's code.
+  one of a table that does not exist is refused with the single node's code;
+- a ``DROP TABLE`` list naming a table that does not exist, its tables on both nodes, answers what the single node
+  answers and drops nothing, whichever name is missing and wherever it is.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -88,3 +93,31 @@ def test_a_topic_of_one_table_on_the_other_node_is_made_through_either_node(node
         status, answer = post(server, f"CREATE TOPIC tp_none AS SELECT v FROM f.{missing}")
         assert (status, answer["code"]) == (expected[0], expected[1]["code"]) and missing in answer["desc"], answer
         assert "tp_none" not in topics(server)
+
+
+def test_a_drop_table_list_naming_a_missing_table_answers_as_one_node_and_drops_nothing(nodes: Nodes) -> None:
+    n1, n2, single = nodes
+    (a, gone_a), (b, gone_b) = names("dr", 0, 2), names("dr", 1, 2)  # node 1's vgroup; node 2's
+    for table in (a, b):
+        on_all((n1, single), f"CREATE TABLE f.{table} (ts TIMESTAMP, v INT)")
+    for statement in (f"DROP TABLE f.{a}, f.{b}, f.{gone_b}", f"DROP TABLE f.{b}, f.{gone_a}, f.{a}",
+                      f"DROP TABLE f.{a}, f.{gone_b}, f.{b}, f.{gone_a}", f"DROP TABLE f.{gone_a}, f.{b}"):
+        expected = post(single, statement)
+        assert expected[0] == 400 and expected[1]["code"] == 0x2662, expected
+        for server in (n1, n2):
+            assert post(server, statement) == expected, (server.http_url, statement)
+            listed = [r[0] for r in sql(server, "SHOW f.TABLES")]
+            assert a in listed and b in listed, f"nothing dropped by {statement}: {listed}"
+    # the question which tables exist (asked by the node that got the list) is answered to the cluster's nodes only
+    for headers in ({}, {"X-Walgate-Forwarded": "1;tables"}):
+        request = urllib.request.Request(n2.http_url + "/cluster/v1/tables", method="POST", headers=headers,
+                                         data=json.dumps({"tables": [["f", b]]}).encode())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403, refused.value.read()
+    for server in (n1, single):
+        statement = f"DROP TABLE IF EXISTS f.{a}, f.{gone_a}, f.{b}, f.{gone_b}"
+        assert post(server, statement) == (200, {"code": 0, "column_meta": [["affected_rows", "INT", 4]],
+                                                 "data": [[0]], "rows": 1}), statement
+        listed = [r[0] for r in sql(server, "SHOW f.TABLES")]
+        assert a not in listed and b not in listed, listed

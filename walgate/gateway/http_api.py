@@ -13,6 +13,8 @@ Routes:
   ``X-Walgate-Rows`` header.
 - ``POST /csv/v1/write?db=D&table=T`` or ``&stable=ST``: CSV with a header row;
   answers ``{"code": 0, "rows": n}``.
+- ``POST /cluster/v1/tables`` (cluster mode, another node's signed request only): which tables exist here
+  (:func:`~.sql_forward.tables_exist`).
 - ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200 whenever the event loop answers:
   it means "alive", never "busy" (a long INSERT or DDL on the storage thread must not make an orchestrator
   restart a healthy node; readiness tells whether the lanes answer). Damage found in the data dir
@@ -117,14 +119,17 @@ from walgate.gateway.sql_forward import (
     HERE,
     ROWS_HEADER,
     SCAN,
+    TABLES_PATH,
     Caller,
     Outcome,
     PartsBudget,
     answer,
     merge_rows,
+    parse_tables,
     select_here,
     select_timeout,
     send,
+    tables_exist,
 )
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
@@ -158,6 +163,7 @@ from walgate.storage.errors import (
     SqlSyntaxError,
     StorageError,
     StorageUnavailable,
+    table_not_found,
 )
 from walgate.storage.ingest import write_keys
 from walgate.storage.insert_routing import (
@@ -256,6 +262,7 @@ def make_app(
     app.router.add_post("/rest/sql/{db}", _sql)
     app.router.add_post("/influxdb/v1/write", _influx_write)
     app.router.add_post("/csv/v1/write", _csv_write)
+    app.router.add_post(TABLES_PATH, _tables)
     app.router.add_get("/healthz", _healthz)
     app[_LISTENERS] = listeners if listeners is not None else dict
     if cluster is not None:
@@ -543,6 +550,8 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
     if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
+    if isinstance(stmt, ast.DropTable) and not stmt.if_exists:
+        await _all_exist(request, shared, stmt, parts, db)
 
     async def write_here(part: Part) -> int:
         at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
@@ -560,6 +569,43 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         except ClusterUnavailable as e:  # made: the client is answered so, and this node learns it later
             log.warning("a %s made by another node is not known here yet: %s", what, e.message)
     return response
+
+
+async def _all_exist(request: web.Request, shared: SharedCatalog, stmt: ast.DropTable, parts: list[Part],
+                     db: str | None) -> None:
+    """NotFound naming the first table of ``stmt``'s list that does not exist, wherever its vgroup is, as one node
+    refuses such a DROP TABLE before it drops any (TDengine's parser looks every table up first): the node of each of
+    its ``parts`` asked at once which of its tables exist (this one on the storage lane, the others through
+    :func:`~.sql_forward.tables_exist`: StorageUnavailable when one cannot be asked, nothing dropped)."""
+    app = request.app
+    engine, local = app[_ENGINE], app[_ENGINE].catalog.node_id
+    named = [(name.db or db or "", name.name) for name in stmt.names]  # every one resolved: the statement ran here
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+    caller = _caller(request, shared)
+
+    async def exist(part: Part) -> list[bool]:
+        tables = [named[p] for p in part.positions]
+        if part.node == local:
+            return await app[_STORAGE].call(engine.store.tables_exist, tables)
+        return await tables_exist(part.node, urls.get(part.node), tables, local, caller)
+
+    found = await asyncio.gather(*(exist(part) for part in parts))
+    missing = [p for part, there in zip(parts, found, strict=True)
+               for p, exists in zip(part.positions, there, strict=True) if not exists]
+    if missing:
+        raise table_not_found(*named[min(missing)])
+
+
+async def _tables(request: web.Request) -> web.Response:
+    """Another node's question which tables exist here (:data:`~.sql_forward.TABLES_PATH`), each in a vgroup placed
+    here: ``{"code": 0, "exist": [bool, ...]}``. Answered only to a request signed by a node of the cluster
+    (:func:`_authenticate` verified it, and this node applied the catalog up to the sender's record first); it tells
+    that node whether the tables exist, for a statement whose caller's ACLs it checked."""
+    if FORWARDED not in request.headers:
+        return _error(403, NotPermitted.code, f"Insufficient privilege: {TABLES_PATH} is for the cluster's nodes")
+    tables = parse_tables(await request.read())
+    exist = await request.app[_STORAGE].call(request.app[_ENGINE].store.tables_exist, tables)
+    return _json(200, {"code": 0, "exist": exist})
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:

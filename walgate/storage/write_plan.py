@@ -33,7 +33,7 @@ from walgate.storage import csvfile, lineproto, lineproto_columns, names
 from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Pending, Plan
 from walgate.storage.ddl import check_columns, subtable_meta
-from walgate.storage.errors import InvalidValue, NotFound, NotHere, StorageError
+from walgate.storage.errors import InvalidValue, NotFound, NotHere, StorageError, table_not_found
 from walgate.storage.meta_store import create_body
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
@@ -200,7 +200,7 @@ class Reads:
     def table(self, db: DatabaseDef, name: str) -> TableDef:
         t = self.find(db, vnode_of(db.name, name, db.vgroups), name)
         if t is None:
-            raise NotFound(f"Table does not exist: {db.name}.{name}")
+            raise table_not_found(db.name, name)
         return t
 
     def columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
@@ -387,7 +387,7 @@ def _insert(
         t = plan.find(name, vnode)
         if t is None:
             if target.using is None:
-                raise NotFound(f"Table does not exist: {db.name}.{name}")
+                raise table_not_found(db.name, name)
             st = reads.stable(reads.resolve_db(target.using.stable.db, db.name).name, target.using.stable.name)
             meta = subtable_meta(db, st, name, target.using.tag_names, target.using.tag_values, now)
             t = plan.create(st, name, meta["tags"], vnode)
