@@ -1,15 +1,17 @@
 """DDL of a database spread over 2 nodes answered as one node answers it, through either node: real ``walgate serve
 --cluster`` nodes over a real etcd and a single ``walgate serve`` beside them (all stopped by PID), SQL through their
-HTTP APIs (issue 24, docs/cluster.md "SQL writes across nodes").
+HTTP APIs, line protocol too (issue 24, docs/cluster.md "SQL writes across nodes").
 
 One module-scoped cluster serves every test (database ``f``, 2 vgroups: vgroup 0 on node 1, vgroup 1 on node 2), the
 single node holds a database ``f`` of 2 vgroups too, so that each table is in the same vgroup on both:
 
 - a TDengine topic of one table (normal or subtable) whose vgroup is on the other node is made through either node
-  (forwarded to the table's node, which compiles it), known to both, and read by a consumer bootstrapped on either;
+  (forwarded to the table's node, which compiles it), known to both, and read by a consumer bootstrapped on the other;
   one of a table that does not exist is refused with the single node's code;
 - a ``DROP TABLE`` list naming a table that does not exist, its tables on both nodes, answers what the single node
-  answers and drops nothing, whichever name is missing and wherever it is.
+  answers and drops nothing, whichever name is missing and wherever it is;
+- a line-protocol write whose measurement is a normal table on the other node is refused as the single node refuses
+  it, through either node; a normal table named like a supertable too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 from etcd_cluster import etcd_cluster
 from serve_support import eventually, no_traceback, sql, two_nodes
-from test_serve_cluster_schemaless import read
+from test_serve_cluster_schemaless import influx, read
 from test_serve_cluster_sql_forward import post, spread_database
 
 from livewalgate import WalgateServer, running_walgate
@@ -121,3 +123,26 @@ def test_a_drop_table_list_naming_a_missing_table_answers_as_one_node_and_drops_
                                                  "data": [[0]], "rows": 1}), statement
         listed = [r[0] for r in sql(server, "SHOW f.TABLES")]
         assert a not in listed and b not in listed, listed
+
+
+def test_a_schemaless_supertable_is_refused_where_a_normal_table_has_its_name(nodes: Nodes) -> None:
+    n1, n2, single = nodes
+    (m0,), (m1,) = names("ms", 0, 1), names("ms", 1, 1)  # a normal table on node 1; one on node 2
+    for table in (m0, m1):
+        on_all((n1, single), f"CREATE TABLE f.{table} (ts TIMESTAMP, v INT)")
+    for table in (m1, m0):
+        body = f"{table},site=s1 v=1 {TS}"
+        expected = influx(single, body)
+        assert expected[0] == 400 and "is a normal table" in expected[1]["desc"], expected
+        for server in (n1, n2):  # the table's node and the other one
+            assert influx(server, body) == expected, (server.http_url, body)
+            assert table not in [r[0] for r in sql(server, "SHOW f.STABLES")]
+    # the reverse: a normal table named like a supertable (made by line protocol through node 1) is refused too
+    (fresh,) = names("mt", 1, 1)
+    for server in (n1, single):
+        assert influx(server, f"{fresh},site=s1 v=1 {TS}")[0] == 204
+    expected = post(single, f"CREATE TABLE f.{fresh} (ts TIMESTAMP, v INT)")
+    assert expected[0] == 400 and expected[1]["code"] == 0x0602, expected
+    for server in (n1, n2):
+        status, answer = post(server, f"CREATE TABLE f.{fresh} (ts TIMESTAMP, v INT)")
+        assert (status, answer["code"]) == (400, 0x0602), answer

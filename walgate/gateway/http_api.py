@@ -112,7 +112,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
-from walgate.gateway.schemaless import with_schemas
+from walgate.gateway.schemaless import Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
     FORWARDED,
@@ -183,8 +183,9 @@ from walgate.storage.result import affected
 from walgate.storage.select_merge import ARROW_STREAM
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
+from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import CorruptEntry
-from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot
+from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot, not_a_supertable
 
 __all__ = ["make_app", "PRINCIPAL", "HOST", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -551,7 +552,7 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
     if isinstance(stmt, ast.DropTable) and not stmt.if_exists:
-        await _all_exist(request, shared, stmt, parts, db)
+        await _all_exist(request, shared, stmt, db)
 
     async def write_here(part: Part) -> int:
         at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
@@ -571,29 +572,55 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
     return response
 
 
-async def _all_exist(request: web.Request, shared: SharedCatalog, stmt: ast.DropTable, parts: list[Part],
-                     db: str | None) -> None:
+async def _all_exist(request: web.Request, shared: SharedCatalog, stmt: ast.DropTable, db: str | None) -> None:
     """NotFound naming the first table of ``stmt``'s list that does not exist, wherever its vgroup is, as one node
-    refuses such a DROP TABLE before it drops any (TDengine's parser looks every table up first): the node of each of
-    its ``parts`` asked at once which of its tables exist (this one on the storage lane, the others through
-    :func:`~.sql_forward.tables_exist`: StorageUnavailable when one cannot be asked, nothing dropped)."""
-    app = request.app
-    engine, local = app[_ENGINE], app[_ENGINE].catalog.node_id
+    refuses such a DROP TABLE before it drops any (TDengine's parser looks every table up first)."""
     named = [(name.db or db or "", name.name) for name in stmt.names]  # every one resolved: the statement ran here
+    missing = [i for i, exists in enumerate(await _exist(request, shared, named)) if not exists]
+    if missing:
+        raise table_not_found(*named[missing[0]])
+
+
+async def _no_table_named(request: web.Request, shared: SharedCatalog, changes: Changes) -> None:
+    """InvalidValue, as one node refuses the write, when a supertable ``changes`` would make is named like a table of
+    its database (on the node of its name's vgroup: tables live in their vnodes, not in the cluster's catalog)."""
+    made = [(new.db, new.name) for old, new in changes if old is None]
+    for (db, name), exists in zip(made, await _exist(request, shared, made) if made else [], strict=True):
+        if exists:
+            raise not_a_supertable(db, name)
+
+
+async def _exist(request: web.Request, shared: SharedCatalog, tables: list[tuple[str, str]]) -> list[bool]:
+    """Whether each ``(database, table)`` of ``tables`` exists, asked of the node of its vgroup, every node at once
+    (this one on the storage lane, the others through :func:`~.sql_forward.tables_exist`: StorageUnavailable when one
+    cannot be asked)."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    local = engine.catalog.node_id
+
+    def owners() -> dict[int, list[int]]:  # node -> positions in tables
+        by_node: dict[int, list[int]] = {}
+        for i, (db, name) in enumerate(tables):
+            dbdef = engine.catalog.database(db)
+            by_node.setdefault(dbdef.node_of(vnode_of(db, name, dbdef.vgroups), local), []).append(i)
+        return by_node
+
+    by_node = await storage.call(owners)
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     caller = _caller(request, shared)
 
-    async def exist(part: Part) -> list[bool]:
-        tables = [named[p] for p in part.positions]
-        if part.node == local:
-            return await app[_STORAGE].call(engine.store.tables_exist, tables)
-        return await tables_exist(part.node, urls.get(part.node), tables, local, caller)
+    async def ask(node: int, positions: list[int]) -> list[bool]:
+        asked = [tables[i] for i in positions]
+        if node == local:
+            return await storage.call(engine.store.tables_exist, asked)
+        return await tables_exist(node, urls.get(node), asked, local, caller)
 
-    found = await asyncio.gather(*(exist(part) for part in parts))
-    missing = [p for part, there in zip(parts, found, strict=True)
-               for p, exists in zip(part.positions, there, strict=True) if not exists]
-    if missing:
-        raise table_not_found(*named[min(missing)])
+    exist = [False] * len(tables)
+    answers = await asyncio.gather(*(ask(node, positions) for node, positions in by_node.items()))
+    for positions, answered in zip(by_node.values(), answers, strict=True):
+        for i, exists in zip(positions, answered, strict=True):
+            exist[i] = exists
+    return exist
 
 
 async def _tables(request: web.Request) -> web.Response:
@@ -743,7 +770,8 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
-    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body))
+    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
+                              functools.partial(_no_table_named, request))
 
 
 async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:
