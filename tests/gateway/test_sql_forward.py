@@ -3,6 +3,8 @@ on 127.0.0.1 answering as an owner would: written with its rows; not written whe
 not registered or refuses the connection; unknown when it answers 500 or nothing within the timeout. The caller's
 principal and address, signed with the node token, and the part's positions are carried. The client's answer says which part was written and which not.
 A merged SELECT's parts are read within sql.max.bytes, one budget for all nodes, and awaited for sql.timeout.ms.
+Asked which tables exist, an owner's answer is the list, anything else a 503 naming it; the question's body, fuzzed,
+is read or refused with InvalidValue, never another exception.
 """
 
 from __future__ import annotations
@@ -12,22 +14,28 @@ import errno
 import socket
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from walgate.gateway.http_api import _here  # the node asked's own part of the same answer
 from walgate.gateway.sql_forward import (
     FORWARD_TIMEOUT_S,
     FORWARDED,
     SCAN,
+    TABLES_PATH,
     Caller,
     Outcome,
     PartsBudget,
     answer,
     merge_rows,
+    parse_tables,
     select_here,
     select_timeout,
     send,
+    tables_exist,
 )
 from walgate.security.node_token import (
     CATALOG_SEQ,
@@ -41,7 +49,7 @@ from walgate.security.node_token import (
     head_refusal,
     refusal,
 )
-from walgate.storage.errors import ClusterUnavailable, LimitExceeded, StorageUnavailable
+from walgate.storage.errors import ClusterUnavailable, InvalidValue, LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part
 from walgate.storage.select_merge import ARROW_STREAM
 
@@ -83,10 +91,22 @@ async def _owner(request: web.Request) -> web.Response:
     raise AssertionError
 
 
+async def _tables(request: web.Request) -> web.Response:
+    """An owner asked which tables exist: those named ``a*``; the database ``bad`` is an error, ``odd`` a wrong
+    answer."""
+    assert request.headers[FORWARDED] == "1;tables"
+    tables = parse_tables(await request.read())
+    if tables[0][0] == "bad":
+        return web.json_response({"code": 0x2662, "desc": "Database not exist: bad"}, status=400)
+    exist = [name.startswith("a") for _, name in tables]
+    return web.json_response({"code": 0, "exist": exist[:1] if tables[0][0] == "odd" else exist})
+
+
 @pytest.fixture
 async def owner() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/rest/sql/{db}", _owner)
+    app.router.add_post(TABLES_PATH, _tables)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -129,6 +149,40 @@ async def test_an_owner_down_or_not_registered_wrote_nothing() -> None:
     assert (down.state, down.status) == ("not_written", 503) and "cannot be reached" in down.desc
     gone = await send(PART, None, "/rest/sql", b"INSERT", 1, NOBODY)
     assert gone.state == "not_written" and "not registered" in gone.desc
+
+
+async def test_an_owner_asked_which_tables_exist_answers_the_list_or_is_a_503_naming_it(owner: str) -> None:
+    assert await tables_exist(2, owner, [("f", "a0"), ("f", "b0"), ("g", "a1")], 1, ALICE) == [True, False, True]
+    for db, said in (("bad", "answered HTTP 400: Database not exist: bad"), ("odd", "answered HTTP 200")):
+        with pytest.raises(StorageUnavailable, match=said) as refused:
+            await tables_exist(2, owner, [(db, "a0"), (db, "b0")], 1, ALICE)
+        assert refused.value.message.startswith(f"node 2 ({owner})") and "nothing was done" in refused.value.message
+    with pytest.raises(StorageUnavailable, match="not registered"):
+        await tables_exist(2, None, [("f", "a0")], 1, ALICE)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StorageUnavailable, match="cannot be reached"):
+        await tables_exist(2, f"http://127.0.0.1:{port}", [("f", "a0")], 1, ALICE)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2 ** 63), 2 ** 63 - 1) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=12)
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.one_of(st.binary(max_size=64), JSON.map(orjson.dumps),
+                 st.dictionaries(st.just("tables"), JSON, min_size=1).map(orjson.dumps),
+                 st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=5).map(
+                     lambda t: orjson.dumps({"tables": t}))))
+def test_a_question_which_tables_exist_is_read_or_refused(body: bytes) -> None:
+    try:
+        tables = parse_tables(body)
+    except InvalidValue:
+        return
+    assert orjson.loads(body)["tables"] == [list(t) for t in tables]
+    assert all(isinstance(db, str) and isinstance(name, str) for db, name in tables)
 
 
 async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: str) -> None:

@@ -1,4 +1,4 @@
-"""An INSERT, a CREATE / DROP TABLE or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
+"""An INSERT, a CREATE / DROP TABLE, a CREATE TOPIC of one table or a line-protocol body split by the node owning each table (walgate/storage/insert_routing.py): every
 table clause (line) in exactly one part, the node asked first, a clause of an unknown database kept by the node
 asked; a forwarded part's positions checked; a body's part keeps each line (CSV record) at its number."""
 
@@ -74,9 +74,10 @@ def test_create_and_drop_table_go_to_the_node_of_each_tables_vgroup_if_exists_ke
     assert split_tables(drop, "f", dbs, 1) == [Part(1, (1, 2), (("f", 1),), (f"f.{b[0]}", "nodb.x"), 0),
                                                Part(3, (0, 3), (("f", 0),), (f"f.{a[0]}", f"f.{a[1]}"), 0)]
     assert tables_at(drop, (0, 3)) == ast.DropTable((drop.names[0], drop.names[3]), True)
-    for sql in (f"CREATE TABLE IF NOT EXISTS {a[0]} USING f.st TAGS (1)", f"CREATE TABLE f.{a[0]} (ts TIMESTAMP, v INT)"):
+    for sql in (f"CREATE TABLE IF NOT EXISTS {a[0]} USING f.st TAGS (1)", f"CREATE TABLE f.{a[0]} (ts TIMESTAMP, v INT)",
+                f"CREATE TOPIC tp AS SELECT v FROM {a[0]} WHERE v > 1"):  # a topic of one table: to the table's node
         create = parse(sql)
-        assert isinstance(create, (ast.CreateTable, ast.CreateSubtable))
+        assert isinstance(create, (ast.CreateTable, ast.CreateSubtable, ast.CreateTopic))
         assert split_tables(create, "f", dbs, 1) == [Part(3, (0,), (("f", 0),), (f"f.{a[0]}",), 0)]
         assert tables_at(create, (0,)) is create
         for bad in ((1,), (0, 0), ()):

@@ -1,8 +1,9 @@
 """The gateway's loop of a schemaless write that needs supertable changes in a cluster
 (:func:`walgate.gateway.schemaless.with_schemas`), each branch shown with two real engines: the cluster's stream
 between them is :class:`Stream` (the controller's check of every append against the whole stream, then each node
-applying it, as :class:`~walgate.gateway.shared_catalog.SharedCatalog` has it done through etcd; the real one runs in
-tests/cluster/test_serve_cluster_schemaless.py)."""
+applying it, as :class:`~walgate.gateway.shared_catalog.SharedCatalog` has it done through etcd, and the check of a
+new supertable's name against every node's tables; the real ones run in tests/cluster/test_serve_cluster_schemaless.py
+and test_serve_cluster_ddl.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from test_shared_sql import line_in, rows_here, run
 from test_shared_topics import cluster_node
 
 from walgate.gateway.ingest_workers import IngestWorkers, Prepared
-from walgate.gateway.schemaless import ATTEMPTS, with_schemas
+from walgate.gateway.schemaless import ATTEMPTS, Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.storage.engine import Engine
-from walgate.storage.errors import ClusterUnavailable, InvalidValue
-from walgate.storage.write_plan import LinesRequest, SchemaChangeNeeded, WriteSnapshot
+from walgate.storage.errors import ClusterUnavailable, InvalidValue, NotHere
+from walgate.storage.vnode import vnode_of
+from walgate.storage.write_plan import LinesRequest, SchemaChangeNeeded, WriteSnapshot, not_a_supertable
 
 
 class Stream:
@@ -30,7 +32,7 @@ class Stream:
         self.nodes, self.asked, self.racing = nodes, asked, racing
         self.records: list[dict[str, Any]] = []
         self.base = nodes[0].catalog.shared_seq
-        self.catch_ups = self.refused = self.plans = 0
+        self.catch_ups = self.refused = self.plans = self.clash_checks = 0
 
     def follow(self, e: Engine) -> None:
         for seq in range(e.catalog.shared_seq + 1, self.base + len(self.records) + 1):
@@ -50,6 +52,17 @@ class Stream:
         self.catch_ups += 1
         self.follow(self.asked)
 
+    async def no_clash(self, _: SharedCatalog, changes: Changes) -> None:
+        """The gateway's check of a new supertable's name against the tables of the node of its name's vgroup."""
+        self.clash_checks += 1
+        for old, new in changes:
+            for e in self.nodes:
+                try:
+                    if old is None and e.store.tables_exist([(new.db, new.name)]) == [True]:
+                        raise not_a_supertable(new.db, new.name)
+                except NotHere:
+                    continue
+
     async def run(self, fn: Callable[..., object], *args: Any) -> object:
         if self.racing is not None:
             self.append(self.racing())
@@ -64,7 +77,12 @@ async def write(stream: Stream | None, e: Engine, line: bytes) -> int:
         if stream is not None:
             stream.plans += 1
         return e.write_lines("d", line)
-    return await with_schemas(cast(SharedCatalog, stream), e.make_schemas, here)
+    return await with_schemas(cast(SharedCatalog, stream), e.make_schemas, here,
+                              stream.no_clash if stream is not None else not_asked)
+
+
+async def not_asked(_: SharedCatalog, __: Changes) -> None:
+    raise AssertionError("a node that has not joined the cluster asks no other node")
 
 
 def needed(e: Engine, line: bytes) -> list[dict[str, Any]]:
@@ -138,6 +156,18 @@ async def test_a_write_whose_change_is_made_is_planned_twice(nodes: tuple[Engine
     assert rows_here(n2, "SELECT v, w FROM d.lp") == [[1, None], [2, 1.5]] and n1.catalog.stables == n2.catalog.stables
 
 
+async def test_a_new_supertable_named_like_a_table_of_the_other_node_is_refused_nothing_staged(
+        nodes: tuple[Engine, Engine]) -> None:
+    n1, n2 = nodes
+    (table,) = [t for t in (f"m{i}" for i in range(100)) if vnode_of("d", t, 2) == 0][:1]  # node 1's vgroup
+    n1.execute(f"CREATE TABLE d.{table} (ts TIMESTAMP, v BIGINT)")
+    stream = Stream([n1, n2], n2)
+    with pytest.raises(InvalidValue, match=f"{table}: d.{table} is a normal table, not a supertable"):
+        await write(stream, n2, f"{table},site=s1 v=1i 1700000000000000000".encode())
+    assert (stream.plans, stream.clash_checks, stream.records) == (1, 1, []), "refused before anything is staged"
+    assert ("d", table) not in n2.catalog.stables
+
+
 async def test_a_write_needing_a_change_before_the_node_joined_the_cluster_is_unavailable(
         nodes: tuple[Engine, Engine]) -> None:
     n1, _ = nodes
@@ -164,7 +194,7 @@ async def test_a_body_planned_in_an_ingest_worker_has_its_change_made_through_th
         return n2.apply_write(planned.write, request)
 
     try:
-        assert await with_schemas(cast(SharedCatalog, stream), n2.make_schemas, in_worker) == 1
+        assert await with_schemas(cast(SharedCatalog, stream), n2.make_schemas, in_worker, stream.no_clash) == 1
     finally:
         await workers.close()
     assert (stream.plans, [r["op"] for r in stream.records]) == (2, ["create_stable"])

@@ -13,6 +13,8 @@ Routes:
   ``X-Walgate-Rows`` header.
 - ``POST /csv/v1/write?db=D&table=T`` or ``&stable=ST``: CSV with a header row;
   answers ``{"code": 0, "rows": n}``.
+- ``POST /cluster/v1/tables`` (cluster mode, another node's signed request only): which tables exist here
+  (:func:`~.sql_forward.tables_exist`).
 - ``GET /healthz`` (liveness): ``{"status": "ok", "quarantined": [...]}``, 200 whenever the event loop answers:
   it means "alive", never "busy" (a long INSERT or DDL on the storage thread must not make an orchestrator
   restart a healthy node; readiness tells whether the lanes answer). Damage found in the data dir
@@ -36,8 +38,9 @@ runs (:mod:`walgate.gateway.http_origin`).
 
 In cluster mode an INSERT with rows for vgroups placed on other nodes (refused here with ``NotHere`` before anything
 is written) is split by owning node and each other node's part forwarded to it (:mod:`walgate.gateway.sql_forward`),
-and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, and a CREATE STABLE whose name's vgroup is
-there (that node alone sees a normal table of the name); a request carrying that module's ``FORWARDED`` header is
+and so is a CREATE TABLE or DROP TABLE naming tables of such vgroups, a CREATE STABLE whose name's vgroup is
+there (that node alone sees a normal table of the name) and a CREATE TOPIC of one table there (that node alone knows
+its columns); a request carrying that module's ``FORWARDED`` header is
 such a part: the statement's clauses (tables) at the positions it names, run here or refused, never forwarded
 again. It is accepted only signed with the cluster's node token
 (:mod:`walgate.security.node_token`), for the caller principal and client address it carries, and with
@@ -109,21 +112,24 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
-from walgate.gateway.schemaless import with_schemas
+from walgate.gateway.schemaless import Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
     FORWARDED,
     HERE,
     ROWS_HEADER,
     SCAN,
+    TABLES_PATH,
     Caller,
     Outcome,
     PartsBudget,
     answer,
     merge_rows,
+    parse_tables,
     select_here,
     select_timeout,
     send,
+    tables_exist,
 )
 from walgate.gateway.storage_thread import StorageThread
 from walgate.security.acl import Operation, ResourceType
@@ -157,6 +163,7 @@ from walgate.storage.errors import (
     SqlSyntaxError,
     StorageError,
     StorageUnavailable,
+    table_not_found,
 )
 from walgate.storage.ingest import write_keys
 from walgate.storage.insert_routing import (
@@ -176,8 +183,9 @@ from walgate.storage.result import affected
 from walgate.storage.select_merge import ARROW_STREAM
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
+from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import CorruptEntry
-from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot
+from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot, not_a_supertable
 
 __all__ = ["make_app", "PRINCIPAL", "HOST", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -255,6 +263,7 @@ def make_app(
     app.router.add_post("/rest/sql/{db}", _sql)
     app.router.add_post("/influxdb/v1/write", _influx_write)
     app.router.add_post("/csv/v1/write", _csv_write)
+    app.router.add_post(TABLES_PATH, _tables)
     app.router.add_get("/healthz", _healthz)
     app[_LISTENERS] = listeners if listeners is not None else dict
     if cluster is not None:
@@ -371,9 +380,9 @@ def _failed(exc: Exception) -> str:
 
 
 def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
-    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, SELECT or SHOW TABLES ``sql`` another node forwarded here
-    (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the tables of a
-    CREATE [S]TABLE or DROP TABLE, ``<sender>;here`` of a SELECT
+    """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, CREATE TOPIC, SELECT or SHOW TABLES ``sql`` another node
+    forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the
+    tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
     _, sep, positions = header.partition(";")
@@ -386,8 +395,8 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
         return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"a CREATE TABLE or a DROP TABLE, {HERE!r} or {SCAN!r} of a SELECT, or {HERE!r} of a "
-                           "SHOW TABLES")
+                           f"a CREATE TABLE, a DROP TABLE or a CREATE TOPIC, {HERE!r} or {SCAN!r} of a SELECT, or "
+                           f"{HERE!r} of a SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
@@ -519,18 +528,19 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
 
 async def _forward_statement(request: web.Request, shared: SharedCatalog, authorizer: Authorizer | None,
                              principal: str, host: str, body: bytes, db: str | None) -> web.Response:
-    """The INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE of ``body`` (current database ``db``), which has rows
-    for, or names tables of, vgroups on other nodes, run as one part per owning node
+    """The INSERT, CREATE TABLE, CREATE STABLE, DROP TABLE or CREATE TOPIC of ``body`` (current database ``db``),
+    which has rows for, or names tables of, vgroups on other nodes, run as one part per owning node
     (:func:`~walgate.storage.insert_routing.split_insert`, :func:`~walgate.storage.insert_routing.split_tables`:
     IF [NOT] EXISTS kept; a CREATE STABLE goes to the node of its name's vgroup, which alone sees a normal table of
-    that name): this node's here, every other node's sent to it (:mod:`.sql_forward`), all at once, once
-    ``principal`` may run the whole statement here (nothing is sent otherwise); each owner checks its part again for
-    the caller. A supertable made or dropped by another node is known here too once answered."""
+    that name, a CREATE TOPIC of one table to the table's node, which alone knows its columns): this node's here,
+    every other node's sent to it (:mod:`.sql_forward`), all at once, once ``principal`` may run the whole statement
+    here (nothing is sent otherwise); each owner checks its part again for the caller. A supertable or topic made by
+    another node is known here too once answered."""
     app = request.app
     engine, storage = app[_ENGINE], app[_STORAGE]
     stmt = await asyncio.to_thread(parse, body.decode("utf-8"))
-    if not isinstance(stmt, (ast.Insert, ast.CreateTable, ast.CreateSubtable, ast.CreateStable, ast.DropTable)):
-        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE or DROP TABLE")
+    if not isinstance(stmt, ast.Insert | TableDdl):
+        raise InvalidValue("the statement is not an INSERT, CREATE TABLE, CREATE STABLE, DROP TABLE or CREATE TOPIC")
     refused = await _not_permitted(storage, authorizer, principal, host, stmt, db)
     if refused is not None:
         return refused
@@ -541,6 +551,8 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
     if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
+    if isinstance(stmt, ast.DropTable) and not stmt.if_exists:
+        await _all_exist(request, shared, stmt, db)
 
     async def write_here(part: Part) -> int:
         at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
@@ -548,15 +560,79 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         return result.affected_rows or 0
 
     what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
-        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TABLE"
+        "CREATE STABLE" if isinstance(stmt, ast.CreateStable) else "CREATE TOPIC" \
+        if isinstance(stmt, ast.CreateTopic) else "CREATE TABLE"
     response = await _forward(request, shared, body, parts, "/rest/sql" + (f"/{db}" if db else ""), None, write_here,
                               lambda rows: _json(200, affected(rows).rest_body()), what)
-    if response.status == 200 and isinstance(stmt, ast.CreateStable):  # staged by its owner: known here too
-        try:  # (a DROP TABLE naming a supertable is never forwarded: storage/ddl.py drop_table)
+    if response.status == 200 and isinstance(stmt, (ast.CreateStable, ast.CreateTopic)):  # staged by its owner:
+        try:  # known here too (a DROP TABLE naming a supertable is never forwarded: storage/ddl.py drop_table)
             await shared.catch_up()
         except ClusterUnavailable as e:  # made: the client is answered so, and this node learns it later
-            log.warning("a CREATE STABLE made by another node is not known here yet: %s", e.message)
+            log.warning("a %s made by another node is not known here yet: %s", what, e.message)
     return response
+
+
+async def _all_exist(request: web.Request, shared: SharedCatalog, stmt: ast.DropTable, db: str | None) -> None:
+    """NotFound naming the first table of ``stmt``'s list that does not exist, wherever its vgroup is, as one node
+    refuses such a DROP TABLE before it drops any (TDengine's parser looks every table up first)."""
+    named = [(name.db or db or "", name.name) for name in stmt.names]  # every one resolved: the statement ran here
+    missing = [i for i, exists in enumerate(await _exist(request, shared, named)) if not exists]
+    if missing:
+        raise table_not_found(*named[missing[0]])
+
+
+async def _no_table_named(request: web.Request, shared: SharedCatalog, changes: Changes) -> None:
+    """InvalidValue, as one node refuses the write, when a supertable ``changes`` would make is named like a table of
+    its database (on the node of its name's vgroup: tables live in their vnodes, not in the cluster's catalog)."""
+    made = [(new.db, new.name) for old, new in changes if old is None]
+    for (db, name), exists in zip(made, await _exist(request, shared, made) if made else [], strict=True):
+        if exists:
+            raise not_a_supertable(db, name)
+
+
+async def _exist(request: web.Request, shared: SharedCatalog, tables: list[tuple[str, str]]) -> list[bool]:
+    """Whether each ``(database, table)`` of ``tables`` exists, asked of the node of its vgroup, every node at once
+    (this one on the storage lane, the others through :func:`~.sql_forward.tables_exist`: StorageUnavailable when one
+    cannot be asked)."""
+    app = request.app
+    engine, storage = app[_ENGINE], app[_STORAGE]
+    local = engine.catalog.node_id
+
+    def owners() -> dict[int, list[int]]:  # node -> positions in tables
+        by_node: dict[int, list[int]] = {}
+        for i, (db, name) in enumerate(tables):
+            dbdef = engine.catalog.database(db)
+            by_node.setdefault(dbdef.node_of(vnode_of(db, name, dbdef.vgroups), local), []).append(i)
+        return by_node
+
+    by_node = await storage.call(owners)
+    urls = {info.node_id: info.http for info in shared.member.view.nodes}
+    caller = _caller(request, shared)
+
+    async def ask(node: int, positions: list[int]) -> list[bool]:
+        asked = [tables[i] for i in positions]
+        if node == local:
+            return await storage.call(engine.store.tables_exist, asked)
+        return await tables_exist(node, urls.get(node), asked, local, caller)
+
+    exist = [False] * len(tables)
+    answers = await asyncio.gather(*(ask(node, positions) for node, positions in by_node.items()))
+    for positions, answered in zip(by_node.values(), answers, strict=True):
+        for i, exists in zip(positions, answered, strict=True):
+            exist[i] = exists
+    return exist
+
+
+async def _tables(request: web.Request) -> web.Response:
+    """Another node's question which tables exist here (:data:`~.sql_forward.TABLES_PATH`), each in a vgroup placed
+    here: ``{"code": 0, "exist": [bool, ...]}``. Answered only to a request signed by a node of the cluster
+    (:func:`_authenticate` verified it, and this node applied the catalog up to the sender's record first); it tells
+    that node whether the tables exist, for a statement whose caller's ACLs it checked."""
+    if FORWARDED not in request.headers:
+        return _error(403, NotPermitted.code, f"Insufficient privilege: {TABLES_PATH} is for the cluster's nodes")
+    tables = parse_tables(await request.read())
+    exist = await request.app[_STORAGE].call(request.app[_ENGINE].store.tables_exist, tables)
+    return _json(200, {"code": 0, "exist": exist})
 
 
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
@@ -694,7 +770,8 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
-    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body))
+    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
+                              functools.partial(_no_table_named, request))
 
 
 async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:

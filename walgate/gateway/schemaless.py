@@ -7,7 +7,10 @@ single node would make: :func:`~walgate.storage.write_plan.merge_schema`). :func
 
 1. catches up with the stream (another node may have made them: the node a write was forwarded to, or a node that
    raced this one);
-2. stages them (:meth:`Engine.make_schemas <walgate.storage.engine.Engine.make_schemas>`, which refuses a change
+2. refuses a new supertable named like a table of its database, as a single node does (``... is a normal table, not
+   a supertable``), once the node of its name's vgroup said whether one exists (tables live in their vnodes, not in
+   the cluster's catalog: the planner sees only this node's); a node that cannot be asked refuses the write (503);
+3. stages them (:meth:`Engine.make_schemas <walgate.storage.engine.Engine.make_schemas>`, which refuses a change
    whose supertable is not the one the write was planned against any more) and has them appended (checked by the
    controller against the whole stream) and applied here (:meth:`SharedCatalog.run
    <walgate.gateway.shared_catalog.SharedCatalog.run>`), then plans the write again: its rows are written, or
@@ -32,7 +35,7 @@ from walgate.storage.catalog import StableDef
 from walgate.storage.errors import ClusterUnavailable, InvalidValue
 from walgate.storage.write_plan import SchemaChangeNeeded
 
-__all__ = ["ATTEMPTS", "with_schemas"]
+__all__ = ["ATTEMPTS", "Changes", "with_schemas"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -44,10 +47,12 @@ Changes = list[tuple[StableDef | None, StableDef]]
 
 
 async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], object],
-                       write: Callable[[], Awaitable[T]]) -> T:
+                       write: Callable[[], Awaitable[T]],
+                       no_clash: Callable[[SharedCatalog, Changes], Awaitable[None]]) -> T:
     """``write()``'s result, the supertables it needs made first through the cluster's stream (module docstring;
-    ``make``: the engine's staged call that makes them). Without ``shared`` (a single node, or a cluster node that has
-    not joined the cluster yet) ``write()`` as is: one that needs a change is refused as unavailable (retriable)."""
+    ``make``: the engine's staged call that makes them, once ``no_clash`` did not refuse them: it raises when a new
+    supertable is named like a table). Without ``shared`` (a single node, or a cluster node that has not joined the
+    cluster yet) ``write()`` as is: one that needs a change is refused as unavailable (retriable)."""
     refused: tuple[Changes, InvalidValue] | None = None
     for _ in range(ATTEMPTS):
         try:
@@ -60,6 +65,7 @@ async def with_schemas(shared: SharedCatalog | None, make: Callable[[Changes], o
                 raise refused[1] from None  # a CREATE refused is there after catching up, or the write refused)
             changes = e.changes
         await shared.catch_up()
+        await no_clash(shared, changes)
         try:
             await shared.run(make, changes)
             refused = None

@@ -14,7 +14,7 @@ lines (:func:`~walgate.storage.insert_routing.split_lines`, :func:`~walgate.stor
 to the owner's ``/influxdb/v1/write`` or ``/csv/v1/write`` with the same query parameters, and the same headers (no
 positions). An owner writes a forwarded part as it writes any
 write (all of it or none of it: nothing of a refused part is written) and never forwards one again. A CREATE TABLE,
-CREATE STABLE or DROP TABLE is sent the same way, its tables' positions in the header
+CREATE STABLE, DROP TABLE or CREATE TOPIC of one table is sent the same way, its tables' positions in the header
 (:func:`~walgate.storage.insert_routing.split_tables`), each part with no rows.
 
 Each part's :class:`Outcome` is one of ``written`` (the owner answered 200, or 204, with its rows), ``not_written``
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from walgate.security.node_token import (
     CATALOG_SEQ,
@@ -50,12 +51,13 @@ from walgate.security.node_token import (
     head_signature,
     signature,
 )
-from walgate.storage.errors import LimitExceeded, StorageUnavailable
+from walgate.storage.errors import InvalidValue, LimitExceeded, StorageUnavailable
 from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
-__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "Caller", "Outcome", "PartsBudget",
-           "answer", "merge_rows", "select_here", "select_timeout", "send"]
+__all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "TABLES", "TABLES_PATH", "Caller", "Outcome",
+           "PartsBudget", "answer", "merge_rows", "parse_tables", "select_here", "select_timeout", "send",
+           "tables_exist"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,11 @@ HERE = "here"
 SCAN = "scan"
 """The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows: the rows of the node's vgroups that
 pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`)."""
+TABLES_PATH = "/cluster/v1/tables"
+"""Where a node asks another which tables exist there (:func:`tables_exist`), before a statement spanning nodes does
+anything: a DROP TABLE list is checked whole, a new supertable's name against the tables of its name's node."""
+TABLES = "tables"
+"""The :data:`FORWARDED` header's positions of a :data:`TABLES_PATH` request."""
 ROWS_HEADER = "X-Walgate-Rows"
 """The header of the rows a line-protocol write wrote (its answer, 204, has no body)."""
 _LISTED = 10  # tables named per part in the answer's ``desc`` (the lists name them all)
@@ -238,6 +245,48 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
                                                                                             list))):
         return failed(f"({url}) answered HTTP {status} with what is not walgate's: {str(answered)[:200]}")
     return status, answered
+
+
+def parse_tables(body: bytes) -> list[tuple[str, str]]:
+    """The ``(database, table)`` pairs a :data:`TABLES_PATH` request ``body`` asks about (``{"tables": [[db, table],
+    ...]}``); InvalidValue when it is not that."""
+    try:
+        asked = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        asked = None
+    tables = asked.get("tables") if isinstance(asked, dict) else None
+    if not isinstance(tables, list) or not all(
+            isinstance(t, list) and len(t) == 2 and all(isinstance(n, str) for n in t) for t in tables):
+        raise InvalidValue(f'{TABLES_PATH} takes {{"tables": [[database, table], ...]}}, not {body[:100]!r}')
+    return [(db, name) for db, name in tables]
+
+
+async def tables_exist(node: int, url: str | None, tables: list[tuple[str, str]], sender: int,
+                       caller: Caller) -> list[bool]:
+    """Whether each ``(database, table)`` of ``tables`` exists on node ``node``, which their vgroups are placed on,
+    asked at :data:`TABLES_PATH` of its HTTP API at ``url`` (None: not registered now) by node ``sender`` for
+    ``caller``; StorageUnavailable naming the node when it cannot be asked, gives no answer within
+    :data:`FORWARD_TIMEOUT_S` or answers an error (a question: nothing was done)."""
+    if url is None:
+        raise StorageUnavailable(f"node {node} is not registered in the cluster now (down, or not back yet), so it "
+                                 "cannot be asked whether its tables exist: nothing was done; retry")
+    try:
+        status, _, answered = await _post(url, node, TABLES_PATH, None,
+                                          orjson.dumps({"tables": [list(t) for t in tables]}), f"{sender};{TABLES}",
+                                          caller, FORWARD_TIMEOUT_S)
+    except aiohttp.ClientConnectorError as e:
+        raise StorageUnavailable(f"node {node} ({url}) cannot be reached to ask whether its tables exist: "
+                                 f"{e.os_error.strerror or e}; nothing was done") from None
+    except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+        raise StorageUnavailable(f"node {node} ({url}) gave no answer to whether its tables exist ({type(e).__name__}:"
+                                 f" {e}); nothing was done") from None
+    exist = answered.get("exist") if isinstance(answered, dict) else None
+    if status != 200 or not isinstance(exist, list) or len(exist) != len(tables) or \
+            not all(isinstance(e, bool) for e in exist):
+        said = answered.get("desc", answered) if isinstance(answered, dict) else answered
+        raise StorageUnavailable(f"node {node} ({url}), asked whether its tables exist, answered HTTP {status}: "
+                                 f"{str(said)[:200]}; nothing was done")
+    return exist
 
 
 def merge_rows(select_limit: int | None, answers: list[dict[str, Any]], ordered: bool = False) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from walgate.storage import names
 from walgate.storage.catalog import DatabaseDef, StableDef, column_to_json
 from walgate.storage.commit import Commits, Pending, Plan
-from walgate.storage.errors import AlreadyExists, BatchDropStable, InvalidValue, NotFound, NotHere
+from walgate.storage.errors import AlreadyExists, BatchDropStable, InvalidValue, NotFound, NotHere, table_not_found
 from walgate.storage.result import Result, affected
 from walgate.storage.schema import Column
 from walgate.storage.sql import ast
@@ -206,7 +206,7 @@ class Ddl:
             if t is None:
                 if s.if_exists:
                     continue
-                raise NotFound(f"Table does not exist: {db.name}.{name.name}")
+                raise table_not_found(db.name, name.name)
             pending = plans.setdefault(db.name, {}).setdefault(vnode_of(db.name, name.name, db.vgroups), Pending())
             pending.metas.append({"op": "drop_table", "name": name.name, "stable": t.stable, "ts": store.now_ts(db)})
         for db_name, plan in plans.items():

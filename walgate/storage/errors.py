@@ -64,6 +64,7 @@ __all__ = [
     "QueryCancelled",
     "NotHere",
     "BatchDropStable",
+    "table_not_found",
 ]
 
 
@@ -98,6 +99,11 @@ class BatchDropStable(InvalidValue):
 
 class NotFound(StorageError):
     code = 0x2662  # TSDB_CODE_PAR_TABLE_NOT_EXIST (also used for db/topic)
+
+
+def table_not_found(db: str, table: str) -> NotFound:
+    """The error of table ``table`` of database ``db`` not existing, worded alike wherever it is found missing."""
+    return NotFound(f"Table does not exist: {db}.{table}")
 
 
 class AlreadyExists(StorageError):

@@ -1,5 +1,5 @@
-"""An INSERT, a CREATE / DROP TABLE, a line-protocol or a CSV body split by the node that owns each of its tables
-(cluster mode; docs/cluster.md "SQL writes across nodes").
+"""An INSERT, a CREATE / DROP TABLE, a CREATE TOPIC of one table, a line-protocol or a CSV body split by the node
+that owns each of its tables (cluster mode; docs/cluster.md "SQL writes across nodes").
 
 Pure: the split reads the databases' placement (``DatabaseDef.nodes``) and names, never a vnode. Each target of
 the statement (``INSERT INTO t1 ... t2 ...``: one per table clause) belongs to the node its table's vgroup is placed
@@ -28,9 +28,10 @@ from walgate.storage.errors import CsvError, InvalidValue
 from walgate.storage.sql import ast
 from walgate.storage.vnode import vnode_of
 
-TableDdl = ast.CreateTable | ast.CreateSubtable | ast.CreateStable | ast.DropTable
+TableDdl = ast.CreateTable | ast.CreateSubtable | ast.CreateStable | ast.DropTable | ast.CreateTopic
 """A statement making or dropping tables that live in their vgroups' vnodes, each table's part sent to the node of
-its vgroup; or a CREATE STABLE, sent to the node of its name's vgroup, which alone sees a normal table of that name."""
+its vgroup; a CREATE STABLE, sent to the node of its name's vgroup, which alone sees a normal table of that name; or
+a CREATE TOPIC of one table, sent to the node of the table's vgroup, which alone knows its columns and compiles it."""
 
 __all__ = ["Part", "TableDdl", "split_csv", "split_insert", "split_lines", "split_tables", "tables_at", "targets_at",
            "format_positions", "parse_positions"]
@@ -60,11 +61,12 @@ def split_insert(stmt: ast.Insert, session: str | None, databases: Mapping[str, 
 
 def split_tables(stmt: TableDdl, session: str | None, databases: Mapping[str, DatabaseDef],
                  local: int) -> list[Part]:
-    """The parts of the CREATE TABLE, CREATE STABLE or DROP TABLE ``stmt`` (``session``: the current database of
-    unqualified names) per node owning the vgroup of each table it names (its position: its place in ``DROP TABLE``'s
-    list; a CREATE's one table is at 0), the node asked (``local``) first when it owns any, then by node id; no
-    rows."""
-    names = stmt.names if isinstance(stmt, ast.DropTable) else (stmt.name,)
+    """The parts of the CREATE TABLE, CREATE STABLE, DROP TABLE or CREATE TOPIC ``stmt`` (``session``: the current
+    database of unqualified names) per node owning the vgroup of each table it names (its position: its place in
+    ``DROP TABLE``'s list; a CREATE's one table, a topic's source table, is at 0), the node asked (``local``) first
+    when it owns any, then by node id; no rows."""
+    names = stmt.names if isinstance(stmt, ast.DropTable) else (stmt.source,) if isinstance(stmt, ast.CreateTopic) \
+        else (stmt.name,)
     return _split([(name, 0) for name in names], session, databases, local)
 
 
@@ -167,8 +169,9 @@ def targets_at(stmt: ast.Insert, positions: tuple[int, ...]) -> ast.Insert:
 
 
 def tables_at(stmt: TableDdl, positions: tuple[int, ...]) -> TableDdl:
-    """The CREATE TABLE, CREATE STABLE or DROP TABLE of ``stmt``'s tables at ``positions`` (a forwarded part,
-    :func:`split_tables`; IF EXISTS kept); InvalidValue for a position that is not one of its tables or one given twice."""
+    """The CREATE TABLE, CREATE STABLE, CREATE TOPIC or DROP TABLE of ``stmt``'s tables at ``positions`` (a forwarded
+    part, :func:`split_tables`; IF EXISTS kept); InvalidValue for a position that is not one of its tables or one
+    given twice."""
     if not isinstance(stmt, ast.DropTable):
         _check_positions(positions, 1, "table")
         return stmt

@@ -42,6 +42,7 @@ from walgate.storage.errors import (
     RequestTooLarge,
     StorageError,
     StorageUnavailable,
+    table_not_found,
 )
 from walgate.storage.filecache import FileCache
 from walgate.storage.fileio import SyncLatency
@@ -237,10 +238,15 @@ class Store:
         """The vnode of table ``table`` of ``db``; :class:`NotHere` when it is placed on another node."""
         return self.local_vnode(db, vnode_of(db, table, self.catalog.database(db).vgroups))
 
+    def tables_exist(self, tables: list[tuple[str, str]]) -> list[bool]:
+        """Whether each ``(database, table)`` of ``tables`` exists (a normal table or a subtable); :class:`NotHere`
+        when a table's vgroup is placed on another node, NotFound for an unknown database."""
+        return [self.vnode(db, name).live(name) is not None for db, name in tables]
+
     def table(self, db: DatabaseDef, name: str) -> TableDef:
         t = self.vnode(db.name, name).live(name)
         if t is None:
-            raise NotFound(f"Table does not exist: {db.name}.{name}")
+            raise table_not_found(db.name, name)
         return t
 
     def check_new_tables(self, db: DatabaseDef, more: int) -> None:

@@ -33,7 +33,7 @@ from walgate.storage import csvfile, lineproto, lineproto_columns, names
 from walgate.storage.catalog import DatabaseDef, StableDef
 from walgate.storage.commit import Pending, Plan
 from walgate.storage.ddl import check_columns, subtable_meta
-from walgate.storage.errors import InvalidValue, NotFound, NotHere, StorageError
+from walgate.storage.errors import InvalidValue, NotFound, NotHere, StorageError, table_not_found
 from walgate.storage.meta_store import create_body
 from walgate.storage.schema import Column, ColumnType
 from walgate.storage.sql import ast
@@ -44,7 +44,7 @@ from walgate.storage.vnode import TableDef, vnode_of
 __all__ = [
     "CsvRequest", "InsertRequest", "LinesRequest", "LiveTables", "NeedTables", "PreparedWrite",
     "Reads", "RowPlan", "SchemaChangeNeeded", "TableLookup", "WriteRequest", "WriteSnapshot", "merge_schema", "plan", "plan_csv", "plan_insert",
-    "plan_lines", "typed_batch",
+    "not_a_supertable", "plan_lines", "typed_batch",
 ]
 
 
@@ -200,7 +200,7 @@ class Reads:
     def table(self, db: DatabaseDef, name: str) -> TableDef:
         t = self.find(db, vnode_of(db.name, name, db.vgroups), name)
         if t is None:
-            raise NotFound(f"Table does not exist: {db.name}.{name}")
+            raise table_not_found(db.name, name)
         return t
 
     def columns_of(self, db: DatabaseDef, t: TableDef) -> tuple[Column, ...]:
@@ -387,7 +387,7 @@ def _insert(
         t = plan.find(name, vnode)
         if t is None:
             if target.using is None:
-                raise NotFound(f"Table does not exist: {db.name}.{name}")
+                raise table_not_found(db.name, name)
             st = reads.stable(reads.resolve_db(target.using.stable.db, db.name).name, target.using.stable.name)
             meta = subtable_meta(db, st, name, target.using.tag_names, target.using.tag_values, now)
             t = plan.create(st, name, meta["tags"], vnode)
@@ -436,7 +436,7 @@ def plan_lines(
     for m in measurements:
         old = reads.stable_or_none(db, m.name)
         if old is None and _normal_table(reads, dbdef, m.name):
-            raise InvalidValue(f"Measurement {m.name}: {db}.{m.name} is a normal table, not a supertable")
+            raise not_a_supertable(db, m.name)
         new = merge_schema(dbdef, old, m.name, m.fields, m.tags, now_ns // 1_000_000)
         if new != old:
             changes.append((old, new))
@@ -672,9 +672,15 @@ def _lines_batches(
     return {vnode: batch.filter(pc.equal(vnode_of_row, vnode)) for vnode in dict.fromkeys(vnodes)}
 
 
+def not_a_supertable(db: str, name: str) -> InvalidValue:
+    """The refusal of a line-protocol measurement ``name`` of ``db`` that is a table, not a supertable."""
+    return InvalidValue(f"Measurement {name}: {db}.{name} is a normal table, not a supertable")
+
+
 def _normal_table(reads: Reads, db: DatabaseDef, name: str) -> bool:
     """Whether ``name`` is a normal table of ``db``, as far as this node knows: a cluster database's table whose
-    vgroup is on another node is not seen (a supertable of its name is then made beside it, as CREATE STABLE does)."""
+    vgroup is on another node is not seen here (the gateway asks that node before it makes the supertable:
+    :mod:`walgate.gateway.schemaless`)."""
     try:
         return reads.find(db, vnode_of(db.name, name, db.vgroups), name) is not None
     except NotHere:
