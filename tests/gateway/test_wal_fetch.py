@@ -108,6 +108,7 @@ class Side:
 class Pair:
     leader: Side
     follower: Side
+    broker: Broker
     led: Led
     port: int
     links: NodeLinks
@@ -183,7 +184,7 @@ async def pair(etcd: EtcdCluster, tmp_path: Path) -> AsyncIterator[Pair]:
             led.registered[side.member.node_id] = side.member.registration.epoch
         fetcher = ReplicaFetcher(2, led.registered[2], 1, links, follower.storage, follower.engine, max_wait_ms=0,
                                  backoff_s=0.05)
-        yield Pair(leader, follower, led, port, links, fetcher)
+        yield Pair(leader, follower, broker, led, port, links, fetcher)
     finally:
         links.close()
         await server.stop()
@@ -256,6 +257,8 @@ async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd
                                   "current_leader_epoch": 2, "fetch_version": tail, "last_fetched_epoch": 1})
         assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_version) == (1, shared)
         assert answer.entries in (None, b"")
+        view = p.led.views[(await p.leader.db_id(DB), 0)]
+        assert 2 not in view.followers  # a diverging position is not recorded: it would overstate the follower's log
         await p.caught_up()
         await p.same_wals(DB, 1)
         assert [e.epoch for e in (await p.follower.vnode(DB, 0)).epochs.entries][-2:] == [1, 2]
@@ -286,7 +289,12 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert await code(current_leader_epoch=4) == ErrorCode.unknown_leader_epoch
         assert await code(fetch_version=end + 1) == ErrorCode.offset_out_of_range
         assert await code(broker_epoch=p.led.registered[2] - 1) == ErrorCode.stale_broker_epoch
+        assert await code(broker_epoch=p.led.registered[2] - 1, fetch_version=end + 1,  # checked before divergence
+                          last_fetched_epoch=3) == ErrorCode.stale_broker_epoch
         assert await code(replica_id=7) == ErrorCode.not_leader_or_follower  # not a replica of the vnode
+        p.broker.led = None  # a node leading nothing with followers (every node before step 5)
+        assert await code() == ErrorCode.not_leader_or_follower
+        p.broker.led = p.led
         view = p.led.views[(db_id.hex, 0)]
         view.on_state(PartitionState((1, 2), 2, 4, 9, view.state.isr, (), 1))  # deposed: node 2 leads epoch 4
         assert await code() == ErrorCode.not_leader_or_follower

@@ -8,15 +8,16 @@ node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the r
 * a database this node does not know, a vnode not here, or one it does not lead (:attr:`Broker.led
   <walgate.gateway.kafka.broker.Broker.led>` has no view of it, or the view was deposed): NOT_LEADER_OR_FOLLOWER;
 * ``current_leader_epoch`` older than the leader's: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH (KIP-320);
+  then, as Kafka's leader checks a follower before it reads: a replica not of the vnode, NOT_LEADER_OR_FOLLOWER; a
+  broker epoch older than the follower's registration or last fetch, STALE_BROKER_EPOCH (KIP-903);
 * ``fetch_version`` below the WAL's log start: OFFSET_OUT_OF_RANGE with ``log_start_version`` (the follower must
   start over at it: Kafka's ``truncateFullyAndStartAt``);
 * ``last_fetched_epoch`` given and the leader's cache saying that epoch ends before ``fetch_version``, or holding
   only an older one: no entries but ``diverging_epoch`` = (the largest epoch held up to it, where it ends), the
   follower truncates there and fetches again (KIP-101/279, delivered as Kafka's Fetch does since KIP-595's
   DivergingEpoch: one round trip, no window for a leader change between asking and fetching);
-* the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (a replica not of the
-  partition: NOT_LEADER_OR_FOLLOWER; a broker epoch older than the follower's registration or last fetch:
-  STALE_BROKER_EPOCH, KIP-903; ``fetch_version`` past the WAL's end: OFFSET_OUT_OF_RANGE);
+* the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (``fetch_version`` past the
+  WAL's end: OFFSET_OUT_OF_RANGE), never a diverging one, whose position would overstate what the follower holds;
 * else whole batches from ``fetch_version`` (:meth:`Wal.batches_from <walgate.storage.wal.Wal.batches_from>`, sent
   with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's): at least one, more within ``partition_max_bytes`` and what is left of ``max_bytes``, never
   past the start of the next leader epoch, all of ``entries_epoch``; with the high watermark (a WAL version) and the
@@ -85,7 +86,9 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         return _answer(p, ErrorCode.not_leader_or_follower)
     wal = vnode.wal
     known = {"leader_epoch": view.leader_epoch, "log_start_version": wal.first_version, "high_watermark": view.hw}
-    error = check_leader_epoch(view.leader_epoch, p.current_leader_epoch)
+    registered = led.registered_epoch(request.replica_id)
+    error = check_leader_epoch(view.leader_epoch, p.current_leader_epoch) or view.check_follower(
+        request.replica_id, request.broker_epoch, registered)
     if error is not None:
         return _answer(p, error, **known)
     if p.fetch_version < wal.first_version:
@@ -95,8 +98,8 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         if end.epoch < p.last_fetched_epoch or end.end_offset < p.fetch_version:
             return _answer(p, ErrorCode.none, **known,
                            diverging_epoch={"epoch": end.epoch, "end_version": end.end_offset})
-    error = view.on_fetch(request.replica_id, request.broker_epoch, led.registered_epoch(request.replica_id),
-                          p.current_leader_epoch, p.fetch_version, p.durable_version, wal.next_version, now_ms)
+    error = view.on_fetch(request.replica_id, request.broker_epoch, registered, p.current_leader_epoch,
+                          p.fetch_version, p.durable_version, wal.next_version, now_ms)
     if error is not None:
         return _answer(p, error, **known)
     known["high_watermark"] = view.update_hw(wal.next_version, wal.durable_version)
