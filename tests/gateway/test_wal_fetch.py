@@ -288,6 +288,7 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert await code(current_leader_epoch=2) == ErrorCode.fenced_leader_epoch
         assert await code(current_leader_epoch=4) == ErrorCode.unknown_leader_epoch
         assert await code(fetch_version=end + 1) == ErrorCode.offset_out_of_range
+        assert await code(last_fetched_epoch=4) == ErrorCode.offset_out_of_range  # an epoch the leader cannot end
         assert await code(broker_epoch=p.led.registered[2] - 1) == ErrorCode.stale_broker_epoch
         assert await code(broker_epoch=p.led.registered[2] - 1, fetch_version=end + 1,  # checked before divergence
                           last_fetched_epoch=3) == ErrorCode.stale_broker_epoch

@@ -16,8 +16,9 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
   TDengine topic's offsets below them are not in the leader's WAL any more, so that needs a copy of the leader's
   meta store and offset positions, which is not built (the vnode then stays as it is, out of the ISR);
-* any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH, a
-  storage refusal): kept in :attr:`FollowedVnode.error` and fetched again after ``backoff_s``, as the replica manager
+* any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
+  OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
+  the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error` and fetched again after ``backoff_s``, as the replica manager
   (step 5) moves the vnode to its new leader or epoch.
 
 The fetch position is read on the vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of

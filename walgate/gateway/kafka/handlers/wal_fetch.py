@@ -12,7 +12,9 @@ node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the r
   broker epoch older than the follower's registration or last fetch, STALE_BROKER_EPOCH (KIP-903);
 * ``fetch_version`` below the WAL's log start: OFFSET_OUT_OF_RANGE with ``log_start_version`` (the follower must
   start over at it: Kafka's ``truncateFullyAndStartAt``);
-* ``last_fetched_epoch`` given and the leader's cache saying that epoch ends before ``fetch_version``, or holding
+* ``last_fetched_epoch`` given and the leader's cache not knowing where it ends (a newer epoch than the leader's,
+  an empty cache): OFFSET_OUT_OF_RANGE, as Kafka's leader answers it (never a divergence to version 0, which would
+  make the follower cut everything); saying that epoch ends before ``fetch_version``, or holding
   only an older one: no entries but ``diverging_epoch`` = (the largest epoch held up to it, where it ends), the
   follower truncates there and fetches again (KIP-101/279, delivered as Kafka's Fetch does since KIP-595's
   DivergingEpoch: one round trip, no window for a leader change between asking and fetching);
@@ -41,6 +43,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.replication.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from walgate.replication.partition import check_leader_epoch
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
@@ -95,6 +98,8 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         return _answer(p, ErrorCode.offset_out_of_range, **known)
     if p.last_fetched_epoch >= 0:
         end = vnode.epochs.end_for(p.last_fetched_epoch, wal.next_version)
+        if end.epoch == UNDEFINED_EPOCH or end.end_offset == UNDEFINED_OFFSET:  # (as Kafka's readRecords)
+            return _answer(p, ErrorCode.offset_out_of_range, **known)
         if end.epoch < p.last_fetched_epoch or end.end_offset < p.fetch_version:
             return _answer(p, ErrorCode.none, **known,
                            diverging_epoch={"epoch": end.epoch, "end_version": end.end_offset})
