@@ -323,6 +323,14 @@ _PART_FIELDS = frozenset(f.name for f in fields_of(PARTITION))
 
 async def test_a_long_poll_wakes_on_an_append_to_a_vnode_with_no_topic_and_the_fetcher_follows(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
+        async def parked(waiting: bool) -> None:
+            """Until a fetch is (``waiting``) or is no longer parked on the leader's vnode: a condition, polled."""
+            for _ in range(int(WAIT_S * 100)):
+                if p.leader.wakeups.waiting_on_vnode(DB, 0) == waiting:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"never {'' if waiting else 'not '}waiting on the vnode")
+
         await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
         await p.lead(DB, 1, 1)
         db_id = uuid.UUID(await p.leader.db_id(DB))
@@ -331,11 +339,8 @@ async def test_a_long_poll_wakes_on_an_append_to_a_vnode_with_no_topic_and_the_f
         waiting = asyncio.create_task(p.fetch({"db_id": db_id, "vgroup": 0, "current_leader_epoch": 1,
                                                "fetch_version": end, "last_fetched_epoch": 1},
                                               max_wait_ms=int(WAIT_S * 2000)))
-        for _ in range(int(WAIT_S * 100)):  # the fetch is parked on the vnode (a condition, not a sleep)
-            if p.leader.wakeups.waiting_on_vnode(DB, 0):
-                break
-            await asyncio.sleep(0.01)
-        assert not waiting.done() and p.leader.wakeups.waiting_on_vnode(DB, 0)
+        await parked(True)  # the fetch is parked on the vnode (a condition, not a sleep)
+        assert not waiting.done()
         await p.leader.sql(f"CREATE TABLE {DB}.t0 USING {DB}.meters TAGS ('a', 0)")  # a meta entry, no topic
         [answer] = await asyncio.wait_for(waiting, WAIT_S)
         assert answer.error_code == ErrorCode.none and answer.entries and answer.entries_epoch == 1
@@ -355,6 +360,19 @@ async def test_a_long_poll_wakes_on_an_append_to_a_vnode_with_no_topic_and_the_f
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running
+
+        await parked(False)  # the cancelled loop's last fetch, parked for its 500 ms, is over
+        p.fetcher.max_wait_ms = int(WAIT_S * 2000)  # an answer for a vnode followed anew while it was out: dropped
+        stale = asyncio.create_task(p.fetcher.fetch_once())
+        await parked(True)
+        assert not stale.done()
+        p.fetcher.follow(FollowedVnode(DB, db_id.hex, 0, 1))
+        await p.leader.sql(f"INSERT INTO {DB}.t0 VALUES (1700000000001, 2.0, 2)")
+        assert await asyncio.wait_for(stale, WAIT_S)
+        assert (await p.follower.vnode(DB, 0)).wal.next_version < (await p.leader.vnode(DB, 0)).wal.next_version
+        p.fetcher.max_wait_ms = 0
+        await p.caught_up()  # the new follow fetches it
+        await p.same_wals(DB, 1)
 
 
 async def test_a_client_is_refused_and_apiversions_does_not_list_it(etcd: EtcdCluster, tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error` and fetched again after ``backoff_s``, as the replica manager
   (step 5) moves the vnode to its new leader or epoch.
 
-The fetch position is read on the vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
+An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
+before it processes a partition's data), while the request was out is dropped. The fetch position is read on the
+vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
 its last entry, and its durable end (what the leader's high watermark counts, issue 25). Nothing here reads or writes
 etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's (:meth:`follow`,
 :meth:`unfollow`).
@@ -182,6 +184,8 @@ class ReplicaFetcher:
         by_key = {(a.db_id, a.vgroup): a for a in response.partitions}
         well = len(fetched) == len(read)
         for v, p in zip(vnodes, positions):
+            if self.followed.get(v.key) is not v:  # unfollowed or followed anew meanwhile: the answer is stale
+                continue
             answer = by_key.get((uuid.UUID(v.db_id), v.vgroup))
             v.error = ErrorCode.unknown_server_error if answer is None else await self._apply(v, p, answer)
             well = well and v.error == ErrorCode.none
