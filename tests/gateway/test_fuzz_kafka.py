@@ -1,4 +1,5 @@
-"""Seeded, bounded fuzzing of every advertised (api key, version) against one real ``walgate serve``.
+"""Seeded, bounded fuzzing of every advertised (api key, version), and of the internal APIs only cluster nodes are
+answered (WalFetch: a client is refused), against one real ``walgate serve``.
 
 Each example is one request with a valid header and a body that is either a random valid request of that
 version (hypothesis builds it from the schema and walgate's encoder writes it) or such a body mutated: random
@@ -54,7 +55,7 @@ from jwt.algorithms import ECAlgorithm
 from livewalgate import free_port, running_walgate, walgate_env
 from tests.gateway.test_kafka_bad_input import TIMEOUT, _header_v1, _parse_api_versions_v0
 from tests.wire.wire_helpers import instances
-from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.handlers import advertised, internal
 from walgate.wire import encode_batch
 from walgate.wire.compression import CODECS
 from walgate.wire.protocol import (
@@ -79,7 +80,7 @@ MAY_WAIT = {1, 11, 14}  # Fetch (max_wait_ms), JoinGroup and SyncGroup (parked u
 NO_ANSWER_OK = {0}  # Produce with acks=0
 FUZZ_CID = 0x3F00_0001
 PROBE_CID = 0x3F00_0002
-VERSIONS = [(key, v) for key, (low, high) in sorted(advertised().items()) for v in range(low, high + 1)]
+VERSIONS = [(key, v) for key, (low, high) in sorted((advertised() | internal()).items()) for v in range(low, high + 1)]
 
 OUTCOMES: Counter[str] = Counter()
 

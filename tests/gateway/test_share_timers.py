@@ -63,7 +63,7 @@ def parked(gateway: Gateway) -> None:
     assert gateway._kafka is not None
     wakeups = gateway._kafka.broker.wakeups
     for _ in range(int(WAIT * 100)):
-        if ("q", 0) in wakeups._waiters:
+        if wakeups.waiting("q", 0):
             return
         threading.Event().wait(0.01)
     raise AssertionError("no ShareFetch ever waited on q-0")

@@ -92,6 +92,9 @@ class Appended:
     def records_appended(self, topic: str, partition: int) -> None:
         self.calls.append((topic, partition))
 
+    def vnode_appended(self, db: str, index: int) -> None:
+        pass
+
 
 def test_the_records_listener_given_to_open_hears_of_every_append_with_records(tmp_path: Path) -> None:
     listener = Appended()

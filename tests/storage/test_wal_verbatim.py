@@ -4,7 +4,8 @@ written, leaves nothing of a refused write on a failing disk (ENOSPC, EIO, short
 reopens, and after a kill -9 reopens to a prefix of whole batches; a follower vnode fed a leader engine's entries
 (rows, meta entries, ALTER STABLE, a Kafka-native topic's idempotent and transactional batches and markers) in
 random chunkings ends with the leader's WAL byte for byte and the same derived state (tables, offset index files,
-producer and transaction state, what its topics read), before and after reopening both."""
+producer and transaction state, what its topics read), before and after reopening both. The leader's side,
+``Wal.batches_from``, serves whole batches of one segment within its limits."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from walgate.storage.meta_store import META_STORE
 from walgate.storage.replicated import append_replicated
 from walgate.storage.wal import HEADER_SIZE, KIND_DATA, KIND_KAFKA, KIND_META, Wal, WalOptions
 from walgate.storage.wal_format import FLAG_MORE, HEADER, encode_entry
-from walgate.storage.wal_verbatim import EntriesRefused
+from walgate.storage.wal_verbatim import EntriesRefused, parse
 from walgate.wire import encode_batch, rebase
 
 LEVEL1 = WalOptions(level=1, fsync_period_ms=1000, segment_bytes=400)
@@ -556,3 +557,42 @@ def test_an_entry_on_disk_that_does_not_decode_is_reported_damaged_and_the_node_
     assert v.tables() == tables
     assert {topic: len(list(reopened.index_entries(topic, 0, 0))) for topic in ("td", "pos")} == {"td": 1, "pos": 1}
     reopened.close()
+
+
+# ------------------------------------------------------------------ the leader's side: Wal.batches_from
+
+
+def test_batches_from_gives_whole_batches_of_one_segment_within_the_limits(tmp_path: Path):
+    """What a leader serves a follower (``Wal.batches_from``): runs of whole batches, at least one whatever the limit,
+    more only within ``max_bytes``, never past a segment's end or ``stop``; read one after another they are the WAL,
+    which a follower appends verbatim; a version no entry starts at is refused."""
+    leader = _leader_wal(tmp_path / "l")
+    raw = _wal_bytes(leader.dir)
+    sizes = {first: end - start for start, end, first in _batches(raw)}  # batch's first version -> its bytes
+    firsts = [seg.first for seg in leader.segments]
+    assert len(firsts) > 1
+    for limit in (0, 150, 400, 1 << 20):
+        follower = Wal.open(tmp_path / f"f{limit}", LEVEL1)
+        version, runs = 0, 0
+        while (region := leader.batches_from(version, limit, leader.next_version)) is not None:
+            chunk = region.read()
+            entries = parse(chunk, version)  # whole entries continuing ``version``, the last ending a batch
+            batches = [e.version for e in entries if e.version in sizes]
+            assert batches[0] == version and sum(sizes[b] for b in batches) == len(chunk)
+            assert len(batches) == 1 or len(chunk) <= limit
+            segment = [f for f in firsts if f <= version][-1]
+            later = [f for f in firsts if f > version]
+            assert entries[-1].version + entries[-1].count <= (later[0] if later else leader.next_version), segment
+            follower.append_verbatim(chunk, version)
+            version, runs = entries[-1].version + entries[-1].count, runs + 1
+        assert version == leader.next_version and _wal_bytes(follower.dir) == raw
+        assert runs == len(sizes) if limit == 0 else runs >= len(firsts)  # (limit 0: one batch a run)
+    middle = sorted(sizes)[len(sizes) // 2]
+    upto = parse(leader.batches_from(0, 1 << 20, middle).read(), 0)
+    assert upto[-1].version + upto[-1].count <= middle
+    assert leader.batches_from(middle, 1 << 20, middle) is None  # nothing starts below ``stop``
+    assert leader.batches_from(leader.next_version, 1 << 20, leader.next_version + 10) is None  # at the end
+    inside = next(v for v in range(1, leader.next_version) if leader.entry_start(v) != v)
+    for bad in (leader.next_version + 1, -1, inside):
+        with pytest.raises(ValueError):
+            leader.batches_from(bad, 1 << 20, leader.next_version)

@@ -118,6 +118,19 @@ class LeaderView:
         """The pending proposal was refused: the shell re-reads the state; the next check may propose again."""
         self.pending = None
 
+    def check_follower(self, follower: int, broker_epoch: int, registered_epoch: int | None) -> ErrorCode | None:
+        """Whether ``follower`` under ``broker_epoch`` may fetch, recording nothing (what :meth:`on_fetch` checks
+        after the leader epoch, and Kafka's leader before it reads for a follower, so before it answers a
+        divergence): not a replica of the partition, NOT_LEADER_OR_FOLLOWER; a broker epoch older than the
+        follower's registration (``registered_epoch``) or than one it already fetched with, STALE_BROKER_EPOCH."""
+        if follower not in self.state.replicas or follower == self.replica:
+            return ErrorCode.not_leader_or_follower
+        known = self.followers.get(follower)
+        if (registered_epoch is not None and broker_epoch < registered_epoch) or (
+                known is not None and broker_epoch < known.broker_epoch):
+            return ErrorCode.stale_broker_epoch
+        return None
+
     def on_fetch(self, follower: int, broker_epoch: int, registered_epoch: int | None, leader_epoch: int,
                  fetch_offset: int, durable_end: int, log_end: int, now_ms: int) -> ErrorCode | None:
         """Validate and record a follower's fetch; None when the leader sends it entries from ``fetch_offset``.
@@ -128,15 +141,11 @@ class LeaderView:
           fetched with: STALE_BROKER_EPOCH (a zombie of a restarted broker);
         * past this leader's log end: OFFSET_OUT_OF_RANGE (the follower truncates by epoch again).
         """
-        error = check_leader_epoch(self.leader_epoch, leader_epoch)
+        error = check_leader_epoch(self.leader_epoch, leader_epoch) or self.check_follower(
+            follower, broker_epoch, registered_epoch)
         if error is not None:
             return error
-        if follower not in self.state.replicas or follower == self.replica:
-            return ErrorCode.not_leader_or_follower
         known = self.followers.get(follower)
-        if (registered_epoch is not None and broker_epoch < registered_epoch) or (
-                known is not None and broker_epoch < known.broker_epoch):
-            return ErrorCode.stale_broker_epoch
         if fetch_offset > log_end:
             return ErrorCode.offset_out_of_range
         if known is None or known.broker_epoch != broker_epoch:

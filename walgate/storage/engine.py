@@ -50,6 +50,7 @@ from walgate.storage.native_topics import NativeTopics
 from walgate.storage.observers import NO_CONSUMERS, NO_LISTENER, ConsumerRow, ConsumersView, RecordsListener
 from walgate.storage.partitions import LocalPartitions, Partitions
 from walgate.storage.render import KafkaRows
+from walgate.storage.replicated import append_replicated
 from walgate.storage.result import Result
 from walgate.storage.retention import Retention
 from walgate.storage.select import PreparedSelect, Selects
@@ -384,6 +385,13 @@ class Engine:
         state, the cleaner and the batch cache besides the vnode."""
         return truncate_vnode(self.store, self.native, self.cleaner, self.batch_cache, db, index, version,
                               high_watermark=high_watermark)
+
+    def append_replicated(self, db: str, index: int, raw: bytes, first_version: int, epoch: int) -> int:
+        """A follower's copy of its leader's WAL entries ``raw`` (whole batches from ``first_version``, of leader
+        ``epoch``) appended to vnode ``index`` of ``db`` as they are, with what its topics derive from them; the
+        vnode's next version (:func:`walgate.storage.replicated.append_replicated`: EntriesRefused or
+        StorageUnavailable with nothing written). On the vnode's lane."""
+        return append_replicated(self.store, self.views, self.store.local_vnode(db, index), raw, first_version, epoch)
 
     # ------------------------------------------------------------- committed offsets
 

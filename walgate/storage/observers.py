@@ -4,7 +4,8 @@ Storage never imports the gateway; it is handed these two objects at constructio
 that calls the engine (the gateway's storage thread):
 
 * a :class:`RecordsListener` is told after every append that gave a topic-partition new records (the gateway wakes
-  the long-poll Fetches waiting on it);
+  the long-poll Fetches waiting on it), and after every append to a vnode's WAL, whatever it holds (the gateway
+  wakes the followers' WalFetches waiting on the vnode: a vnode with no topic, or only meta entries, too);
 * a :class:`ConsumersView` lists the consumer-group members the gateway's coordinator knows, for SHOW CONSUMERS,
   SHOW SUBSCRIPTIONS and DROP CONSUMER GROUP.
 
@@ -36,6 +37,10 @@ class RecordsListener(Protocol):
     def records_appended(self, topic: str, partition: int) -> None:
         """``topic``'s ``partition`` got new records (called after the append, on the engine's thread)."""
 
+    def vnode_appended(self, db: str, index: int) -> None:
+        """Vnode ``index`` of database ``db`` got new WAL entries (called after the append, on the thread of the
+        call holding the vnode)."""
+
 
 class ConsumersView(Protocol):
     def consumers(self) -> list[ConsumerRow]:
@@ -44,6 +49,9 @@ class ConsumersView(Protocol):
 
 class _NoListener:
     def records_appended(self, topic: str, partition: int) -> None:
+        pass
+
+    def vnode_appended(self, db: str, index: int) -> None:
         pass
 
 

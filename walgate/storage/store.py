@@ -21,6 +21,7 @@ exactly the topics of ``catalog.topics`` (kept by :meth:`add_topic_id` / :meth:`
 
 from __future__ import annotations
 
+import functools
 import shutil
 import uuid
 from collections.abc import Callable
@@ -161,6 +162,7 @@ class Store:
             for i in self.placed_here(db, first):
                 vnodes.append(Vnode.open(db, i, self.db_dir(db) / f"vnode{i}", self.damage_log, self.unsynced,
                                          self.clock, self.files, self.syncs, whole_stores))
+                vnodes[-1].wal.appended = functools.partial(self.listener.vnode_appended, db.name, i)
             if commit is not None:
                 commit()
         except (OSError, StorageError) as exc:

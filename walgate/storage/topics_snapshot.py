@@ -93,6 +93,10 @@ class TopicsSnapshot:
             by_id = self._by_id = {uuid.UUID(t.topic_id): name for name, t in self._topics.items()}
         return by_id.get(topic_id)
 
+    def database_by_id(self, db_id: str) -> DatabaseDef | None:
+        """The database whose id (its directory's name) is ``db_id`` (None: none)."""
+        return next((db for db in self._databases.values() if db.id == db_id), None)
+
 
 EMPTY = TopicsSnapshot(-1, {}, {}, frozenset(), {})
 """Before the first publication."""

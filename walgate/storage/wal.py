@@ -115,7 +115,7 @@ import logging
 import os
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -397,6 +397,7 @@ class Wal:
         self._active_first_ts = -1  # the max timestamp of the active segment's first entry (-1: none)
         self._merges: list[_Merge] = []  # the cleaner's committed merges not finished yet (see merge_segments)
         self._cut_pending = False  # a truncation is cut in memory and its intent durable, its file steps not done
+        self.appended: Callable[[], None] | None = None  # told after every append (followers' fetches wait on it)
 
     # ------------------------------------------------------------------ open
 
@@ -498,6 +499,8 @@ class Wal:
             self._last_sync = self.clock.monotonic()
         elif self.unsynced is not None and self.group_commit:
             self.unsynced.note(self, version)
+        if self.appended is not None:
+            self.appended()
         return first
 
     def _refuse_held(self) -> None:
@@ -582,6 +585,8 @@ class Wal:
             self._last_sync = self.clock.monotonic()
         elif self.unsynced is not None and self.group_commit:
             self.unsynced.note(self, self.next_version)
+        if self.appended is not None:
+            self.appended()
         view = memoryview(raw)
         return [WalEntry(e.version, e.count, e.kind, e.max_ts,
                          bytes(view[e.start + HEADER_SIZE : e.start + HEADER_SIZE + e.body_len])) for e in parsed]
@@ -980,6 +985,41 @@ class Wal:
                 raise self._corrupt(seg, i, "body checksum mismatch")
             seg.checked[i >> 3] |= 1 << (i & 7)
         return FileRegion(file, pos + HEADER_SIZE, body_len, start[: min(head, body_len)])
+
+    def batches_from(self, version: int, max_bytes: int, stop: int) -> FileRegion | None:
+        """The bytes of whole batches (entries and headers, as written) of one segment from the entry starting at
+        ``version``: the first batch whatever its size, then the next ones while the run stays within ``max_bytes``
+        and they start below ``stop``; None when nothing starts below ``stop`` there (``version`` the WAL's end).
+        What a follower copies (:meth:`append_verbatim`): a batch never spans segments (a roll comes before an
+        append), so one segment's run is whole batches, sent with ``sendfile``. Each header is read and checked;
+        ValueError when no entry starts at ``version`` (below the log start, inside an entry, past the end),
+        CorruptEntry for a damaged header (a damaged body is refused by the follower's checks)."""
+        loc = self._locate(version)
+        if loc is None:
+            if version == self.next_version:
+                return None
+            raise ValueError(f"wal {self.dir}: version {version} is past the end ({self.next_version})")
+        s, i, _ = loc
+        seg = self.segments[s]
+        if version < self.first_version or i < 0 or seg.versions[i] != version:
+            raise ValueError(f"wal {self.dir}: no entry starts at version {version} (log [{self.first_version}, "
+                             f"{self.next_version}))")
+        file = self.files.get(seg.path)
+        start = end = seg.positions[i]
+        for k in range(i, len(seg.versions)):
+            if seg.versions[k] >= stop:
+                break
+            try:
+                pos, (body_len, _, _, flags, _, _, _), _ = _header_at(seg, k, file)
+            except _Bad as bad:
+                raise self._corrupt(seg, k, str(bad)) from None
+            entry_end = pos + HEADER_SIZE + body_len
+            if flags & FLAG_MORE:
+                continue
+            if end > start and entry_end - start > max_bytes:
+                break
+            end = entry_end
+        return FileRegion(file, start, end - start) if end > start else None
 
     def damaged(self, version: int, reason: str) -> CorruptEntry:
         """Report (once) the entry containing ``version`` as damaged for ``reason`` (something its CRCs do not

@@ -2645,6 +2645,62 @@ class DeleteShareGroupOffsetsResponse(TypedDict, total=False):
     responses: Required[Sequence[DeleteShareGroupOffsetsResponseTopic]]
 
 
+# --------------------------------------------------------------------------- wal_fetch (key 10001)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WalFetchPartition:
+    """In WalFetchRequest, v0-v0: a request view (see the module doc)."""
+
+    db_id: uuid.UUID | None = None
+    vgroup: int = 0
+    current_leader_epoch: int = -1
+    fetch_version: int = 0
+    last_fetched_epoch: int = -1
+    durable_version: int = -1
+    partition_max_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WalFetchRequest:
+    """WalFetchRequest (key 10001), v0-v0: a request view (see the module doc)."""
+
+    replica_id: int = 0
+    broker_epoch: int = -1
+    max_wait: datetime.timedelta = datetime.timedelta(milliseconds=0)
+    min_bytes: int = 0
+    max_bytes: int = 2147483647
+    partitions: tuple[WalFetchPartition, ...] = ()
+
+
+class WalFetchResponseEpochEndVersion(TypedDict, total=False):
+    """In WalFetchResponse, v0-v0: response fields (see the module doc)."""
+
+    epoch: int
+    end_version: int
+
+
+class WalFetchPartitionData(TypedDict, total=False):
+    """In WalFetchResponse, v0-v0: response fields (see the module doc)."""
+
+    db_id: Required[uuid.UUID | None]
+    vgroup: Required[int]
+    error_code: Required[int]
+    high_watermark: int
+    log_start_version: int
+    leader_epoch: int
+    diverging_epoch: Required[WalFetchResponseEpochEndVersion]
+    entries_epoch: int
+    entries: Required[Records | None]
+
+
+class WalFetchResponse(TypedDict, total=False):
+    """WalFetchResponse (key 10001), v0-v0: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    partitions: Required[Sequence[WalFetchPartitionData]]
+
+
 VERSIONS: Final[dict[int, tuple[int, int]]] = {
     0: (3, 13),
     1: (4, 18),
@@ -2699,6 +2755,7 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     90: (0, 1),
     91: (0, 0),
     92: (0, 0),
+    10001: (0, 0),
 }
 """Api key -> (min, max) version this module was generated for (``protocol.WIRE_VERSIONS`` then)."""
 REQUESTS: Final[dict[int, type]] = {
@@ -2755,6 +2812,7 @@ REQUESTS: Final[dict[int, type]] = {
     90: DescribeShareGroupOffsetsRequest,
     91: AlterShareGroupOffsetsRequest,
     92: DeleteShareGroupOffsetsRequest,
+    10001: WalFetchRequest,
 }
 """Api key -> its request view."""
 ENTITIES: Final[dict[type, dict[str, type]]] = {
@@ -2937,6 +2995,9 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     DeleteShareGroupOffsetsRequest: {
         "topics": DeleteShareGroupOffsetsRequestTopic,
+    },
+    WalFetchRequest: {
+        "partitions": WalFetchPartition,
     },
 }
 """Request view -> its struct fields' views, by field name."""

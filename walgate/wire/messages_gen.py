@@ -5,7 +5,8 @@ Run ``python -m walgate.wire.messages_gen`` (``./run gen``) after kio, :mod:`wal
 differs from what this writes.
 
 Input: the schema dataclass of every request and response version in :data:`~walgate.wire.protocol.WIRE_VERSIONS`
-(kio's, and :mod:`walgate.wire.legacy`'s for versions Kafka 4.0 removed), read with
+(kio's, :mod:`walgate.wire.legacy`'s for versions Kafka 4.0 removed, and :mod:`walgate.wire.internal`'s for
+walgate's internal APIs between nodes), read with
 :func:`~walgate.wire.serial.fields_of`. A struct is identified by its path from the message (``""``, ``"topics"``,
 ``"topics.partitions"``) and named after its newest version's class, prefixed with the message's name unless the
 class name already starts with the API's (Fetch's ``FetchTopic`` stays, ShareFetch's is

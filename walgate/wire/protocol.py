@@ -46,7 +46,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.static.constants import EntityType
 
-from walgate.wire import legacy, messages
+from walgate.wire import internal, legacy, messages
 from walgate.wire.errors import ErrorCode, MalformedFrame, UnsupportedVersion
 from walgate.wire.serial import (
     Builder,
@@ -90,8 +90,9 @@ _WIRE_API_KEYS: Final = (
     76, 77, 78, 79,  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
     90, 91, 92,  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 )
-API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS}
-"""Api key -> kio's snake_case API name, for the APIs this module has schemas for."""
+API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS} | internal.API_NAMES
+"""Api key -> kio's snake_case API name, for the APIs this module has schemas for (and walgate's internal APIs',
+:mod:`walgate.wire.internal`)."""
 
 _API_VERSIONS_KEY: Final = 18
 _CONTROLLED_SHUTDOWN_KEY: Final = 7
@@ -107,6 +108,9 @@ def _wire_versions() -> dict[int, tuple[int, int]]:
     for api_key, version in legacy.KEYS:
         legacy_versions.setdefault(api_key, set()).add(version)
     for api_key, name in API_NAMES.items():
+        if api_key in internal.VERSIONS:
+            versions[api_key] = internal.VERSIONS[api_key]
+            continue
         known = set(schema_name_map[name]) | legacy_versions.get(api_key, set())
         low, high = min(known), max(known)
         if known != set(range(low, high + 1)):
@@ -121,7 +125,8 @@ WIRE_VERSIONS: Final[dict[int, tuple[int, int]]] = _wire_versions()
 kio supplies each API's versions from its lowest one up to Kafka 4.x's newest
 (higher than some handlers need: advertise what the handler implements);
 :mod:`walgate.wire.legacy` adds ListOffsets 0, OffsetCommit 0-1, OffsetFetch 0,
-CreateTopics 0-1, DeleteTopics 0, DescribeConfigs 0, OffsetForLeaderEpoch 0-1.
+CreateTopics 0-1, DeleteTopics 0, DescribeConfigs 0, OffsetForLeaderEpoch 0-1; :mod:`walgate.wire.internal` the
+internal APIs between cluster nodes (WalFetch 0).
 """
 
 _CLASSES: dict[tuple[int, int], tuple[type, type]] = {}
@@ -136,6 +141,8 @@ def _classes(api_key: int, api_version: int) -> tuple[type, type]:
         raise UnsupportedVersion(api_key, api_version)
     if (api_key, api_version) in legacy.KEYS:
         pair = legacy.schemas(api_key, api_version)
+    elif (api_key, api_version) in internal.KEYS:
+        pair = internal.schemas(api_key, api_version)
     else:
         entities = schema_name_map[API_NAMES[api_key]][api_version]
         pair = (_load(entities[EntityType.request]), _load(entities[EntityType.response]))

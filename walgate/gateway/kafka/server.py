@@ -83,7 +83,7 @@ from walgate.gateway.config import QUEUED_MAX_REQUEST_BYTES
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import ANONYMOUS, RequestContext
 from walgate.gateway.kafka.frame_writer import FrameWriter
-from walgate.gateway.kafka.handlers import HANDLERS
+from walgate.gateway.kafka.handlers import HANDLERS, internal
 from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.gateway.kafka.sasl import (
     Authentication,
@@ -114,6 +114,7 @@ connection_log = logging.getLogger("walgate.kafka.connection")
 request_log = logging.getLogger("kafka.request.logger")
 
 _API_VERSIONS = 18
+_INTERNAL = internal()  # handled, never advertised (walgate.wire.internal): only nodes are answered
 _READ_CHUNK = 256 << 10
 _UNPAID_BYTES = 64 << 10  # of an incomplete request, held before its whole size is paid for
 _SWEEP_MAX_INTERVAL = 30.0
@@ -394,7 +395,7 @@ class KafkaServer:
         None for the ApiVersions fallback; for an unanswered request (acks=0) the fields are its
         :class:`~.handlers.common.Unanswered` and the frame is empty."""
         handler = HANDLERS.get(header.api_key)
-        supported = self.broker.versions.get(header.api_key)
+        supported = self.broker.versions.get(header.api_key) or _INTERNAL.get(header.api_key)
         if handler is None or supported is None:
             raise _Close(f"unsupported api key {header.api_key} (client {header.client_id!r})")
         if not supported[0] <= header.api_version <= supported[1]:

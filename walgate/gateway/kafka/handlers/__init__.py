@@ -1,7 +1,8 @@
 """The handler table: one module per Kafka API, registered by api key.
 
 ApiVersions advertises exactly this table intersected with what the wire
-layer can decode/encode, so nothing is advertised that is not handled.
+layer can decode/encode, so nothing is advertised that is not handled; walgate's internal APIs
+(:mod:`walgate.wire.internal`: WalFetch) are in the table but never advertised (:func:`internal`).
 A handler is ``async (broker, ctx, request) -> fields``, ``ctx`` the request's
 :class:`~walgate.gateway.kafka.context.RequestContext` (who sent it: principal,
 peer, listener; its header: api key and version, client id, correlation id), ``request`` the API's
@@ -76,13 +77,15 @@ from walgate.gateway.kafka.handlers import (
     share_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    wal_fetch,
     write_txn_markers,
 )
 from walgate.gateway.kafka.handlers.common import Unanswered
 from walgate.wire import messages
+from walgate.wire.internal import VERSIONS as INTERNAL
 from walgate.wire.protocol import WIRE_VERSIONS
 
-__all__ = ["Handler", "HANDLERS", "advertised"]
+__all__ = ["Handler", "HANDLERS", "advertised", "internal"]
 
 HandlerFn = Callable[[Any, RequestContext, Any], Awaitable[Mapping[str, Any] | Unanswered]]
 
@@ -108,6 +111,7 @@ _MODULES = (
     list_transactions,
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
     describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
+    wal_fetch,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 
@@ -115,12 +119,23 @@ if messages.VERSIONS != WIRE_VERSIONS:  # an API or version without its request 
     raise RuntimeError("walgate/wire/messages.py was generated for other API versions: run ./run gen")
 
 
-def advertised() -> dict[int, tuple[int, int]]:
-    """(min, max) version per api key: the handler's range clipped to the wire layer's."""
+def _clipped(internal_apis: bool) -> dict[int, tuple[int, int]]:
     out = {}
     for key, h in sorted(HANDLERS.items()):
+        if (key in INTERNAL) != internal_apis:
+            continue
         lo, hi = WIRE_VERSIONS[key]
         lo, hi = max(lo, h.min_version), min(hi, h.max_version)
         if lo <= hi:
             out[key] = (lo, hi)
     return out
+
+
+def advertised() -> dict[int, tuple[int, int]]:
+    """(min, max) version per api key: the handler's range clipped to the wire layer's; never an internal API's."""
+    return _clipped(internal_apis=False)
+
+
+def internal() -> dict[int, tuple[int, int]]:
+    """(min, max) version per internal api key (:mod:`walgate.wire.internal`): handled, never advertised."""
+    return _clipped(internal_apis=True)

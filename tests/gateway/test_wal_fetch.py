@@ -1,0 +1,447 @@
+"""WalFetch (internal key 10001) and the replica fetcher (docs/plans/replication-wiring.md, step 4): two in-process
+nodes over a real one-member etcd, each with its own engine and data dir; the leader (node 1) serves its handlers on a
+real socket, the follower (node 2) fetches over its authenticated node link.
+
+What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
+Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal); every
+error code of the handler, and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
+waiting before the append); a client's request refused, and the API absent from ApiVersions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import os
+import random
+import struct
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.serial import entity_reader
+
+from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
+from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.kafka.wakeups import FetchWakeups
+from walgate.gateway.metrics import Metrics
+from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
+from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.leader import LeaderView
+from walgate.replication.partition import IsrMember, PartitionState
+from walgate.storage.engine import Engine
+from walgate.storage.wal_verbatim import parse
+from walgate.wire import encode_batch
+from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import encode_request, request_class, response_class
+from walgate.wire.serial import fields_of
+
+DB = "rep"
+TOPIC = "native"
+WAL = "WAL_LEVEL 2 WAL_FSYNC_PERIOD 0"  # every append fsynced: durable ends, so the high watermark, move
+REQUEST: Any = request_class(10001, 0)
+PARTITION: Any = next(f.entity for f in fields_of(REQUEST) if f.name == "partitions")
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    with etcd_cluster(tmp_path / "etcd", 1) as cluster:
+        yield cluster
+
+
+@dataclass
+class Led:
+    """The leader's :class:`~walgate.gateway.kafka.led_vnodes.LedVnodes`: its views by (db id, vgroup), and the
+    registrations it knows (what step 5's replica manager reads from the partition states and etcd)."""
+
+    views: dict[tuple[str, int], LeaderView] = field(default_factory=dict)
+    registered: dict[int, int] = field(default_factory=dict)
+
+    def leader_view(self, db_id: str, vgroup: int) -> LeaderView | None:
+        return self.views.get((db_id, vgroup))
+
+    def registered_epoch(self, node_id: int) -> int | None:
+        return self.registered.get(node_id)
+
+
+@dataclass
+class Side:
+    engine: Engine
+    storage: StorageThread
+    wakeups: FetchWakeups
+    member: ClusterMember
+    data_dir: Path
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await self.storage.call(fn, *args, **kwargs)
+
+    async def sql(self, statement: str) -> Any:
+        return await self.call(self.engine.execute, statement)
+
+    async def wal_bytes(self, db: str, vgroup: int) -> bytes:
+        """Every segment's log of the vnode, in version order (segment boundaries are each WAL's own)."""
+        wal = await self.call(lambda: self.engine.store.local_vnode(db, vgroup).wal)
+        return b"".join(p.read_bytes() for p in sorted(wal.dir.glob("*.log")))
+
+    async def vnode(self, db: str, vgroup: int) -> Any:
+        return await self.call(self.engine.store.local_vnode, db, vgroup)
+
+    async def db_id(self, db: str) -> str:
+        return str(await self.call(lambda: self.engine.database(db).id))
+
+
+@dataclass
+class Pair:
+    leader: Side
+    follower: Side
+    broker: Broker
+    led: Led
+    port: int
+    links: NodeLinks
+    fetcher: ReplicaFetcher
+
+    async def lead(self, db: str, vgroups: int, epoch: int) -> None:
+        """Node 1 leads every vnode of ``db`` in ``epoch`` from its WAL's end, node 2 following it."""
+        db_id = await self.leader.db_id(db)
+        state = PartitionState((1, 2), 1, epoch, epoch, tuple(IsrMember(n, e) for n, e in sorted(
+            self.led.registered.items())), (), 1)
+        for i in range(vgroups):
+            vnode = await self.leader.vnode(db, i)
+            await self.leader.call(vnode.epochs.begin, epoch, vnode.wal.next_version)
+            self.led.views[(db_id, i)] = LeaderView(1, self.led.registered[1], state, vnode.wal.next_version,
+                                                    0, int(time.monotonic() * 1000), 30_000)
+            self.fetcher.follow(FollowedVnode(db, db_id, i, epoch))
+
+    async def caught_up(self) -> None:
+        """Fetch until every followed vnode's WAL ends where the leader's does (bounded)."""
+        for _ in range(100):
+            ends = []
+            for v in self.fetcher.followed.values():
+                ends.append(((await self.leader.vnode(v.db, v.vgroup)).wal.next_version,
+                             (await self.follower.vnode(v.db, v.vgroup)).wal.next_version))
+            if all(a == b for a, b in ends):
+                return
+            assert await asyncio.wait_for(self.fetcher.fetch_once(), WAIT_S), {
+                k: v.error for k, v in self.fetcher.followed.items()}
+        raise AssertionError("the follower never caught up")
+
+    async def same_wals(self, db: str, vgroups: int) -> None:
+        for i in range(vgroups):
+            raw = await self.leader.wal_bytes(db, i)
+            assert raw and raw == await self.follower.wal_bytes(db, i), i
+
+    async def fetch(self, *partitions: dict[str, Any], max_wait_ms: int = 0, node: NodeLinks | None = None,
+                    **fields: Any) -> list[Any]:
+        """A WalFetch sent as node 2 (or through ``node``); its partitions' answers."""
+        request = REQUEST(**{"replica_id": 2, "broker_epoch": self.led.registered[2], "min_bytes": 1,
+                             "max_wait": datetime.timedelta(milliseconds=max_wait_ms), **fields},
+                          partitions=tuple(PARTITION(**{"partition_max_bytes": 1 << 20, **p}) for p in partitions))
+        response = await asyncio.wait_for((node or self.links).call(1, request), WAIT_S)
+        return list(response.partitions)
+
+
+async def _side(etcd: EtcdCluster, data_dir: Path, node_id: int) -> Side:
+    data_dir.mkdir()
+    storage = StorageThread()
+    wakeups = FetchWakeups(asyncio.get_running_loop())
+    engine = await storage.call(Engine.open, data_dir / "data", listener=wakeups, node_id=node_id)
+    member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, 2000)
+    await member.kafka_cluster_id()
+    return Side(engine, storage, wakeups, member, data_dir)
+
+
+@asynccontextmanager
+async def pair(etcd: EtcdCluster, tmp_path: Path) -> AsyncIterator[Pair]:
+    leader = await _side(etcd, tmp_path / "n1", 1)
+    follower = await _side(etcd, tmp_path / "n2", 2)
+    led = Led()
+    broker = Broker(engine=leader.engine, storage=leader.storage, node_id=1, host="127.0.0.1", port=0,
+                    cluster_id="wal-fetch", versions=advertised(), groups=GroupService(leader.engine, leader.storage),
+                    wakeups=leader.wakeups, cluster=leader.member, led=led)
+    server = KafkaServer(broker, 1 << 24, metrics=Metrics())
+    links = NodeLinks(follower.member, "PLAINTEXT", None, timeout_s=WAIT_S)
+    try:
+        _, port = await server.start("127.0.0.1", 0)
+        await leader.member.join((f"PLAINTEXT://127.0.0.1:{port}",))
+        await follower.member.join(("PLAINTEXT://127.0.0.1:1",))  # (nobody connects to the follower)
+        await follower.member.refresh()
+        for side in (leader, follower):
+            assert side.member.registration is not None and side.member.registration.epoch is not None
+            led.registered[side.member.node_id] = side.member.registration.epoch
+        fetcher = ReplicaFetcher(2, led.registered[2], 1, links, follower.storage, follower.engine, max_wait_ms=0,
+                                 backoff_s=0.05)
+        yield Pair(leader, follower, broker, led, port, links, fetcher)
+    finally:
+        links.close()
+        await server.stop()
+        for side in (follower, leader):
+            await side.member.leave()
+            await side.storage.call(side.engine.close)
+            side.storage.shutdown()
+
+
+async def _both(p: Pair, *statements: str) -> None:
+    for statement in statements:
+        for side in (p.leader, p.follower):
+            await side.sql(statement)
+
+
+STABLE = f"CREATE STABLE {DB}.meters (ts TIMESTAMP, current FLOAT, voltage INT) TAGS (location VARCHAR(32), g INT)"
+
+
+async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdCluster, tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE,
+                    f"CREATE TOPIC rows AS SELECT ts, current FROM {DB}.meters")
+        for side in (p.leader, p.follower):
+            await side.call(side.engine.create_kafka_topic, TOPIC, 1, {})
+        native_db = (await p.leader.call(p.leader.engine.topic, TOPIC)).db
+        await p.lead(DB, 2, 1)
+        await p.lead(native_db, 1, 1)
+        ts = 1_700_000_000_000
+        await p.leader.sql(f"CREATE TABLE {DB}.d0 USING {DB}.meters TAGS ('a', 0)")
+        for k in range(6):  # new subtables (meta entries) and rows in both vnodes
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l{k}', {k}) "
+                               f"VALUES ({ts + k}, {k}.5, {200 + k}) ({ts + k + 100}, 1.0, 1)")
+        for k in range(3):
+            batch = encode_batch(0, [ts + k], [b"k%d" % k], [b"v" * (k + 1)])
+            await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [batch])
+        await p.caught_up()
+        await p.same_wals(DB, 2)
+        await p.same_wals(native_db, 1)
+        for topic, parts in (("rows", 2), (TOPIC, 1)):  # every topic's offsets derived identically
+            for i in range(parts):
+                assert await p.follower.call(p.follower.engine.watermarks, topic, i) == \
+                    await p.leader.call(p.leader.engine.watermarks, topic, i)
+        assert (await p.follower.sql(f"SELECT * FROM {DB}.meters")).rows == \
+            (await p.leader.sql(f"SELECT * FROM {DB}.meters")).rows
+        await p.fetcher.fetch_once()  # reports the follower's durable end: the high watermark reaches the end
+        [answer] = await p.fetch({"db_id": uuid.UUID(await p.leader.db_id(DB)), "vgroup": 0,
+                                  "current_leader_epoch": 1, "fetch_version": (await p.leader.vnode(DB, 0)).wal.next_version,
+                                  "last_fetched_epoch": 1, "durable_version": 0})
+        assert answer.high_watermark == (await p.leader.vnode(DB, 0)).wal.next_version
+        assert answer.entries in (None, b"") and answer.error_code == ErrorCode.none
+
+
+async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd: EtcdCluster,
+                                                                             tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        ts = 1_700_000_000_000
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
+        await p.caught_up()
+        shared = (await p.follower.vnode(DB, 0)).wal.next_version
+        for k in range(3):  # the follower's own tail in epoch 1 (as a deposed leader's unreplicated writes)
+            await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
+        tail = (await p.follower.vnode(DB, 0)).wal.next_version
+        assert tail > shared
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 2)  # a new leader epoch, from the leader's end
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2) ({ts + 2}, 3.0, 3)")
+        [answer] = await p.fetch({"db_id": uuid.UUID(await p.leader.db_id(DB)), "vgroup": 0,
+                                  "current_leader_epoch": 2, "fetch_version": tail, "last_fetched_epoch": 1})
+        assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_version) == (1, shared)
+        assert answer.entries in (None, b"")
+        view = p.led.views[(await p.leader.db_id(DB), 0)]
+        assert 2 not in view.followers  # a diverging position is not recorded: it would overstate the follower's log
+        await p.caught_up()
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in (await p.follower.vnode(DB, 0)).epochs.entries][-2:] == [1, 2]
+        rows = (await p.follower.sql(f"SELECT current FROM {DB}.meters")).rows
+        assert sorted(r[0] for r in rows) == [1.0, 2.0, 3.0]  # the cut tail's rows are gone
+
+
+async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE)
+        for side in (p.leader, p.follower):
+            await side.call(side.engine.create_kafka_topic, TOPIC, 1, {"segment.bytes": str(1 << 20)})
+        db_id = uuid.UUID(await p.leader.db_id(DB))
+        await p.lead(DB, 1, 3)  # vgroup 1 is not led here
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES (1700000000000, 1.0, 1)")
+        end = (await p.leader.vnode(DB, 0)).wal.next_version
+
+        async def code(**fields: Any) -> int:
+            part = {"db_id": db_id, "vgroup": 0, "current_leader_epoch": 3, "fetch_version": 0, **fields}
+            [answer] = await p.fetch({k: v for k, v in part.items() if k in _PART_FIELDS},
+                                     **{k: v for k, v in fields.items() if k not in _PART_FIELDS})
+            return int(answer.error_code)
+
+        assert await code() == ErrorCode.none
+        assert await code(db_id=uuid.uuid4()) == ErrorCode.not_leader_or_follower
+        assert await code(vgroup=1) == ErrorCode.not_leader_or_follower
+        assert await code(current_leader_epoch=2) == ErrorCode.fenced_leader_epoch
+        assert await code(current_leader_epoch=4) == ErrorCode.unknown_leader_epoch
+        assert await code(fetch_version=end + 1) == ErrorCode.offset_out_of_range
+        assert await code(last_fetched_epoch=4) == ErrorCode.offset_out_of_range  # an epoch the leader cannot end
+        assert await code(broker_epoch=p.led.registered[2] - 1) == ErrorCode.stale_broker_epoch
+        assert await code(broker_epoch=p.led.registered[2] - 1, fetch_version=end + 1,  # checked before divergence
+                          last_fetched_epoch=3) == ErrorCode.stale_broker_epoch
+        assert await code(replica_id=7) == ErrorCode.not_leader_or_follower  # not a replica of the vnode
+        p.broker.led = None  # a node leading nothing with followers (every node before step 5)
+        assert await code() == ErrorCode.not_leader_or_follower
+        p.broker.led = p.led
+        view = p.led.views[(db_id.hex, 0)]
+        view.on_state(PartitionState((1, 2), 2, 4, 9, view.state.isr, (), 1))  # deposed: node 2 leads epoch 4
+        assert await code() == ErrorCode.not_leader_or_follower
+
+        native = (await p.leader.call(p.leader.engine.topic, TOPIC)).db  # two 1 MiB segments, the first deleted
+        await p.lead(native, 1, 1)
+        for k in range(3):
+            batch = encode_batch(0, [k], [None], [b"x" * (600 << 10)])
+            await p.leader.call(p.leader.engine.append_batches, TOPIC, 0, [batch])
+        wal = (await p.leader.vnode(native, 0)).wal
+        await p.leader.call(wal.delete_oldest, 1)
+        assert wal.first_version > 0
+        [below] = await p.fetch({"db_id": uuid.UUID(await p.leader.db_id(native)), "vgroup": 0,
+                                 "current_leader_epoch": 1, "fetch_version": 0, "partition_max_bytes": 1})
+        assert (below.error_code, below.log_start_version) == (ErrorCode.offset_out_of_range, wal.first_version)
+
+        p.fetcher.followed.clear()  # the fetcher on it: the vnode is no longer fetched, and says why
+        p.fetcher.follow(FollowedVnode(native, (await p.leader.db_id(native)), 0, 1))
+        assert not await p.fetcher.fetch_once()
+        assert "below the leader's log start" in (p.fetcher.followed[(native, 0)].stopped or "")
+
+
+_PART_FIELDS = frozenset(f.name for f in fields_of(PARTITION))
+
+
+async def test_a_long_poll_wakes_on_an_append_to_a_vnode_with_no_topic_and_the_fetcher_follows(etcd: EtcdCluster, tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        async def parked(waiting: bool) -> None:
+            """Until a fetch is (``waiting``) or is no longer parked on the leader's vnode: a condition, polled."""
+            for _ in range(int(WAIT_S * 100)):
+                if p.leader.wakeups.waiting_on_vnode(DB, 0) == waiting:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"never {'' if waiting else 'not '}waiting on the vnode")
+
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        db_id = uuid.UUID(await p.leader.db_id(DB))
+        end = (await p.leader.vnode(DB, 0)).wal.next_version
+        began = time.monotonic()
+        waiting = asyncio.create_task(p.fetch({"db_id": db_id, "vgroup": 0, "current_leader_epoch": 1,
+                                               "fetch_version": end, "last_fetched_epoch": 1},
+                                              max_wait_ms=int(WAIT_S * 2000)))
+        await parked(True)  # the fetch is parked on the vnode (a condition, not a sleep)
+        assert not waiting.done()
+        await p.leader.sql(f"CREATE TABLE {DB}.t0 USING {DB}.meters TAGS ('a', 0)")  # a meta entry, no topic
+        [answer] = await asyncio.wait_for(waiting, WAIT_S)
+        assert answer.error_code == ErrorCode.none and answer.entries and answer.entries_epoch == 1
+        assert time.monotonic() - began < WAIT_S  # woken, far below its max wait
+
+        p.fetcher.max_wait_ms = 500  # the fetcher's own loop, long-polling, keeps the follower's copy
+        running = asyncio.create_task(p.fetcher.run())
+        try:
+            await p.leader.sql(f"INSERT INTO {DB}.t0 VALUES (1700000000000, 1.0, 1)")
+            for _ in range(int(WAIT_S * 20)):
+                if await p.follower.wal_bytes(DB, 0) == await p.leader.wal_bytes(DB, 0):
+                    break
+                await asyncio.sleep(0.05)
+            await p.same_wals(DB, 1)
+            assert not running.done()
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+        await parked(False)  # the cancelled loop's last fetch, parked for its 500 ms, is over
+        p.fetcher.max_wait_ms = int(WAIT_S * 2000)  # an answer for a vnode followed anew while it was out: dropped
+        stale = asyncio.create_task(p.fetcher.fetch_once())
+        await parked(True)
+        assert not stale.done()
+        p.fetcher.follow(FollowedVnode(DB, db_id.hex, 0, 1))
+        await p.leader.sql(f"INSERT INTO {DB}.t0 VALUES (1700000000001, 2.0, 2)")
+        assert await asyncio.wait_for(stale, WAIT_S)
+        assert (await p.follower.vnode(DB, 0)).wal.next_version < (await p.leader.vnode(DB, 0)).wal.next_version
+        p.fetcher.max_wait_ms = 0
+        await p.caught_up()  # the new follow fetches it
+        await p.same_wals(DB, 1)
+
+
+async def test_a_client_is_refused_and_apiversions_does_not_list_it(etcd: EtcdCluster, tmp_path: Path) -> None:
+    assert 10001 not in advertised()
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}")
+        await p.lead(DB, 1, 1)
+        request = REQUEST(replica_id=2, broker_epoch=p.led.registered[2], max_wait=datetime.timedelta(0),
+                          min_bytes=1, partitions=(PARTITION(db_id=uuid.UUID(await p.leader.db_id(DB)), vgroup=0,
+                                                             current_leader_epoch=1, fetch_version=0,
+                                                             partition_max_bytes=1 << 20),))
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)  # no SASL: a client, not a node
+        try:
+            writer.write(encode_request(10001, 0, 5, "walgate-node-2", request))  # (a client id is no credential)
+            await writer.drain()
+            size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), WAIT_S))[0]
+            frame = await reader.readexactly(size)
+        finally:
+            writer.close()
+        cls: Any = response_class(10001, 0)
+        _, start = entity_reader(cls.__header_schema__)(frame, 0)
+        [answer] = entity_reader(cls)(frame, start)[0].partitions
+        assert answer.error_code == ErrorCode.cluster_authorization_failed and answer.entries is None
+
+
+ANSWERED = {ErrorCode.none, ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+            ErrorCode.unknown_leader_epoch, ErrorCode.offset_out_of_range, ErrorCode.stale_broker_epoch}
+FUZZ_REQUESTS = int(os.environ.get("WALGATE_FUZZ_WAL_FETCH", "60"))  # (more: a longer run)
+
+
+async def test_fuzzed_fetches_of_a_node_get_whole_batches_or_an_error(etcd: EtcdCluster, tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Seeded: any field values from a node (vnodes known or not, versions inside entries, past the end, epochs
+    old and new, byte limits from 0 up) are answered with a code of the handler's and, when entries are sent,
+    whole batches continuing ``fetch_version`` of one epoch, never past the next epoch's start; no ERROR logged."""
+    rng = random.Random(25)
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE)
+        await p.lead(DB, 2, 1)
+        ts = 1_700_000_000_000
+        for k in range(4):
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l', {k}) VALUES ({ts + k}, 1.0, 1)")
+        await p.lead(DB, 2, 2)
+        for k in range(4):
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} VALUES ({ts + 10 + k}, 2.0, 2)")
+        db_id = uuid.UUID(await p.leader.db_id(DB))
+        ends = [(await p.leader.vnode(DB, i)).wal.next_version for i in range(2)]
+        seen: Counter[str] = Counter()
+        for _ in range(FUZZ_REQUESTS):
+            parts = [{"db_id": rng.choice([db_id] * 4 + [uuid.uuid4()]), "vgroup": rng.choice([0, 0, 1, 1, -1, 2]),
+                      "current_leader_epoch": rng.choice([2, 2, 2, 1, 3, -1]),
+                      "fetch_version": rng.choice([rng.randint(0, max(ends)), -1, max(ends) + 1]),
+                      "last_fetched_epoch": rng.randint(-1, 3), "durable_version": rng.randint(-1, max(ends)),
+                      "partition_max_bytes": rng.choice([0, 1, 100, 1 << 20])} for _ in range(rng.randint(1, 3))]
+            answers = await p.fetch(*parts, max_bytes=rng.choice([0, 1, 500, 1 << 20]),
+                                    broker_epoch=p.led.registered[2] + rng.choice([0, 0, 0, 1, -1]))
+            assert len(answers) == len(parts)
+            for part, answer in zip(parts, answers):
+                assert answer.error_code in ANSWERED, (part, answer)
+                seen[ErrorCode(answer.error_code).name] += 1
+                seen["diverging"] += answer.diverging_epoch.epoch != -1 or answer.diverging_epoch.end_version != -1
+                if answer.entries:
+                    seen["entries"] += 1
+                    entries = parse(bytes(answer.entries), part["fetch_version"])
+                    vnode = await p.leader.vnode(DB, part["vgroup"])
+                    epoch = max(e.epoch for e in vnode.epochs.entries if e.start_offset <= part["fetch_version"])
+                    assert answer.entries_epoch == epoch
+                    last = entries[-1].version + entries[-1].count
+                    assert all(not part["fetch_version"] < e.start_offset < last for e in vnode.epochs.entries)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert min(seen["entries"], seen["diverging"], seen["none"], seen["offset_out_of_range"],
+                   seen["not_leader_or_follower"], seen["fenced_leader_epoch"]) > 0, seen

@@ -1,0 +1,185 @@
+"""WalFetch (internal key 10001) v0: a follower copies its leader's WAL entries (docs/plans/replication-wiring.md,
+step 4), never advertised in ApiVersions.
+
+Only a cluster node may send it (Kafka's ClusterAction on the cluster, as for a replica's Fetch: a connection
+authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`); a client, or any request to a single
+node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the request's order, on the vnode's lane:
+
+* a database this node does not know, a vnode not here, or one it does not lead (:attr:`Broker.led
+  <walgate.gateway.kafka.broker.Broker.led>` has no view of it, or the view was deposed): NOT_LEADER_OR_FOLLOWER;
+* ``current_leader_epoch`` older than the leader's: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH (KIP-320);
+  then, as Kafka's leader checks a follower before it reads: a replica not of the vnode, NOT_LEADER_OR_FOLLOWER; a
+  broker epoch older than the follower's registration or last fetch, STALE_BROKER_EPOCH (KIP-903);
+* ``fetch_version`` below the WAL's log start: OFFSET_OUT_OF_RANGE with ``log_start_version`` (the follower must
+  start over at it: Kafka's ``truncateFullyAndStartAt``);
+* ``last_fetched_epoch`` given and the leader's cache not knowing where it ends (a newer epoch than the leader's,
+  an empty cache): OFFSET_OUT_OF_RANGE, as Kafka's leader answers it (never a divergence to version 0, which would
+  make the follower cut everything); saying that epoch ends before ``fetch_version``, or holding
+  only an older one: no entries but ``diverging_epoch`` = (the largest epoch held up to it, where it ends), the
+  follower truncates there and fetches again (KIP-101/279, delivered as Kafka's Fetch does since KIP-595's
+  DivergingEpoch: one round trip, no window for a leader change between asking and fetching);
+* the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (``fetch_version`` past the
+  WAL's end: OFFSET_OUT_OF_RANGE), never a diverging one, whose position would overstate what the follower holds;
+* else whole batches from ``fetch_version`` (:meth:`Wal.batches_from <walgate.storage.wal.Wal.batches_from>`, sent
+  with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's): at least one, more within ``partition_max_bytes`` and what is left of ``max_bytes``, never
+  past the start of the next leader epoch, all of ``entries_epoch``; with the high watermark (a WAL version) and the
+  log start.
+
+A follower at the end waits (long poll) until ``max_wait_ms`` passes or the answer holds ``min_bytes``: woken by
+any append to a vnode it asked for (:meth:`FetchWakeups.watch_vnodes
+<walgate.gateway.kafka.wakeups.FetchWakeups.watch_vnodes>`, which every WAL append tells, whatever the vnode holds),
+and at once when a partition has an error or a divergence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence, Sized
+from typing import cast
+
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.led_vnodes import LedVnodes
+from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.replication.epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+from walgate.replication.partition import check_leader_epoch
+from walgate.storage.engine import Engine
+from walgate.storage.errors import NotHere
+from walgate.storage.lanes import LaneViolation, VnodeKey
+from walgate.storage.partitions import SENDFILE_MIN_BYTES
+from walgate.storage.vnode import Vnode
+from walgate.wire.errors import ErrorCode
+from walgate.wire.messages import WalFetchPartition, WalFetchPartitionData, WalFetchRequest, WalFetchResponse
+
+API_KEY, MIN_VERSION, MAX_VERSION = 10001, 0, 0
+
+_NOT_DIVERGING = {"epoch": -1, "end_version": -1}
+
+
+def _answer(p: WalFetchPartition, code: int, **fields: object) -> WalFetchPartitionData:
+    return {"db_id": p.db_id, "vgroup": p.vgroup, "error_code": code, "diverging_epoch": dict(_NOT_DIVERGING),
+            "entries": None, **fields}  # type: ignore[typeddict-item]
+
+
+def _entries_epoch(vnode: Vnode, version: int) -> tuple[int, int]:
+    """(the epoch that wrote ``version``, the version where the next epoch starts, else the WAL's end)."""
+    epoch, stop = -1, vnode.wal.next_version
+    for entry in vnode.epochs.entries:
+        if entry.start_offset <= version:
+            epoch = entry.epoch
+        else:
+            stop = entry.start_offset
+            break
+    return epoch, stop
+
+
+def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalFetchPartition, db: str | None,
+               limit: int, now_ms: int) -> WalFetchPartitionData:
+    """One vnode's answer (the module docstring), on its lane."""
+    if db is None or p.db_id is None:
+        return _answer(p, ErrorCode.not_leader_or_follower)
+    view = led.leader_view(p.db_id.hex, p.vgroup)
+    if view is None or view.deposed:
+        return _answer(p, ErrorCode.not_leader_or_follower)
+    try:
+        vnode = engine.store.local_vnode(db, p.vgroup)
+    except (NotHere, LaneViolation):  # (a database made since the keys were taken: the follower asks again)
+        return _answer(p, ErrorCode.not_leader_or_follower)
+    wal = vnode.wal
+    known = {"leader_epoch": view.leader_epoch, "log_start_version": wal.first_version, "high_watermark": view.hw}
+    registered = led.registered_epoch(request.replica_id)
+    error = check_leader_epoch(view.leader_epoch, p.current_leader_epoch) or view.check_follower(
+        request.replica_id, request.broker_epoch, registered)
+    if error is not None:
+        return _answer(p, error, **known)
+    if p.fetch_version < wal.first_version:
+        return _answer(p, ErrorCode.offset_out_of_range, **known)
+    if p.last_fetched_epoch >= 0:
+        end = vnode.epochs.end_for(p.last_fetched_epoch, wal.next_version)
+        if end.epoch == UNDEFINED_EPOCH or end.end_offset == UNDEFINED_OFFSET:  # (as Kafka's readRecords)
+            return _answer(p, ErrorCode.offset_out_of_range, **known)
+        if end.epoch < p.last_fetched_epoch or end.end_offset < p.fetch_version:
+            return _answer(p, ErrorCode.none, **known,
+                           diverging_epoch={"epoch": end.epoch, "end_version": end.end_offset})
+    error = view.on_fetch(request.replica_id, request.broker_epoch, registered, p.current_leader_epoch,
+                          p.fetch_version, p.durable_version, wal.next_version, now_ms)
+    if error is not None:
+        return _answer(p, error, **known)
+    known["high_watermark"] = view.update_hw(wal.next_version, wal.durable_version)
+    epoch, stop = _entries_epoch(vnode, p.fetch_version)
+    if limit <= 0:
+        return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
+    try:
+        entries = wal.batches_from(p.fetch_version, limit, stop)
+    except ValueError:  # no entry starts there: not a version this leader's log has an entry boundary at
+        return _answer(p, ErrorCode.offset_out_of_range, **known)
+    if entries is None:
+        return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
+    chunk = entries if len(entries) >= SENDFILE_MIN_BYTES else entries.read()  # (as Fetch: small ones copied)
+    return _answer(p, ErrorCode.none, **known, entries_epoch=epoch, entries=[chunk])
+
+
+def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
+          now_ms: int) -> list[WalFetchPartitionData]:
+    """Every vnode's answer, in order; ``max_bytes`` shared (the first vnode with entries gets at least a batch)."""
+    left = request.max_bytes
+    out: list[WalFetchPartitionData] = []
+    sent = False
+    for p, db in zip(request.partitions, names):
+        limit = max(1, p.partition_max_bytes) if not sent else min(p.partition_max_bytes, left)
+        try:
+            answer = _partition(engine, led, request, p, db, limit, now_ms)
+        except Exception as exc:  # noqa: BLE001 - answered per vnode, the others go on
+            answer = _answer(p, error_of(exc))
+        size = _size(answer)
+        sent, left = sent or size > 0, left - size
+        out.append(answer)
+    return out
+
+
+def _size(answer: WalFetchPartitionData) -> int:
+    """The entry bytes of ``answer`` (the one chunk :func:`_partition` gives, bytes or a file region)."""
+    chunks = cast("list[Sized] | None", answer["entries"])
+    return sum(len(chunk) for chunk in chunks or ())
+
+
+def _enough(answers: list[WalFetchPartitionData], min_bytes: int) -> bool:
+    """Whether to answer now rather than wait: an error or a divergence to act on, or ``min_bytes`` of entries."""
+    if any(a["error_code"] or a["diverging_epoch"]["epoch"] != -1 for a in answers):  # type: ignore[index]
+        return True
+    return sum(_size(a) for a in answers) >= min_bytes
+
+
+def _refused(request: WalFetchRequest, code: int) -> WalFetchResponse:
+    return {"throttle_time": 0, "partitions": [_answer(p, code) for p in request.partitions]}
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) -> WalFetchResponse:
+    led = broker.led
+    if not from_cluster_node(broker, ctx):
+        return _refused(request, ErrorCode.cluster_authorization_failed)
+    if led is None:  # this node leads no vnode with followers
+        return _refused(request, ErrorCode.not_leader_or_follower)
+    topics = broker.topics()
+    dbs = [None if p.db_id is None else topics.database_by_id(p.db_id.hex) for p in request.partitions]
+    names = [None if db is None else db.name for db in dbs]
+    keys: list[VnodeKey] = sorted({(name, p.vgroup) for name, p in zip(names, request.partitions) if name})
+    if not keys:  # no database known here: nothing to read, nothing to wait for
+        return _refused(request, ErrorCode.not_leader_or_follower)
+    held = frozenset(keys)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    while True:
+        woken = broker.wakeups.watch_vnodes(keys)  # before reading: an append meanwhile still wakes it
+        try:
+            answers = await broker.call_on(lambda _: held, _read, led, request, names, int(time.monotonic() * 1000))
+            if _enough(answers, request.min_bytes) or loop.time() >= deadline:
+                return {"throttle_time": 0, "partitions": answers}
+            try:
+                await asyncio.wait_for(woken.wait(), deadline - loop.time())
+            except TimeoutError:
+                pass
+        finally:
+            broker.wakeups.unwatch_vnodes(keys, woken)

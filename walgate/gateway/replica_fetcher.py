@@ -1,0 +1,225 @@
+"""A follower's copy of its leader's WAL: one fetcher per leader node (docs/plans/replication-wiring.md, step 4).
+
+As Kafka's ``ReplicaFetcherThread``, a :class:`ReplicaFetcher` fetches every vnode this node follows from one
+leader node in one WalFetch request (:mod:`walgate.gateway.kafka.handlers.wal_fetch`), sent as this node over its
+authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), and applies each vnode's answer:
+
+* entries (whole batches of ``entries_epoch``): appended as they are on the vnode's lane
+  (:meth:`Engine.append_replicated <walgate.storage.engine.Engine.append_replicated>`: the epoch begun first when
+  newer, then the bytes, meta entries and every topic's offset index; nothing written when a check fails);
+* a divergence (KIP-101/279, Kafka's DivergingEpoch): :func:`walgate.replication.epochs.follower_truncation` on the
+  vnode's epoch cache, then :meth:`Engine.truncate_vnode <walgate.storage.engine.Engine.truncate_vnode>` (an
+  exclusive call), never below the high watermark it last learned; the next fetch names the epoch left, so a fast
+  double failover's repeated exchange (KIP-279) is one more round trip each;
+* OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what the follower lacks): the vnode is no longer
+  fetched and the condition logged at ERROR. Kafka's follower empties its log and starts at the leader's log start
+  (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
+  TDengine topic's offsets below them are not in the leader's WAL any more, so that needs a copy of the leader's
+  meta store and offset positions, which is not built (the vnode then stays as it is, out of the ISR);
+* any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
+  OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
+  the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error` and fetched again after ``backoff_s``, as the replica manager
+  (step 5) moves the vnode to its new leader or epoch.
+
+An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
+before it processes a partition's data), while the request was out is dropped. The fetch position is read on the
+vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
+its last entry, and its durable end (what the leader's high watermark counts, issue 25). Nothing here reads or writes
+etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's (:meth:`follow`,
+:meth:`unfollow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.epochs import EpochEnd, LeaderEpochCache, follower_truncation
+from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageError
+from walgate.storage.lanes import VnodeKey
+from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import request_class
+from walgate.wire.serial import fields_of
+
+__all__ = ["FollowedVnode", "Link", "ReplicaFetcher"]
+
+log = logging.getLogger("walgate.replication")
+
+_WAL_FETCH = 10001
+_REQUEST: Any = request_class(_WAL_FETCH, 0)
+_PARTITION: Any = next(f.entity for f in fields_of(_REQUEST) if f.name == "partitions")
+
+
+class Link(Protocol):
+    def call(self, node: int, request: Any) -> Awaitable[Any]:
+        """Send ``request`` to ``node`` as this node; its decoded response (:meth:`NodeLinks.call
+        <walgate.gateway.kafka.node_links.NodeLinks.call>`, which raises NodeUnreachable)."""
+
+
+@dataclass
+class FollowedVnode:
+    """A vnode this node follows: vgroup ``vgroup`` of database ``db`` (id ``db_id``), led in ``leader_epoch``."""
+
+    db: str
+    db_id: str
+    vgroup: int
+    leader_epoch: int
+    high_watermark: int = 0  # the leader's, as last answered, capped by this WAL's end: never truncated below
+    error: int = ErrorCode.none  # the last fetch's error (NONE: it went well)
+    stopped: str | None = None  # why it is no longer fetched (below the leader's log start), else None
+
+    @property
+    def key(self) -> VnodeKey:
+        return self.db, self.vgroup
+
+
+@dataclass(frozen=True)
+class _Position:
+    fetch_version: int
+    last_fetched_epoch: int
+    durable_version: int
+
+
+def _position(engine: Engine, db: str, vgroup: int) -> _Position:
+    vnode = engine.store.local_vnode(db, vgroup)
+    wal = vnode.wal
+    epoch = vnode.epochs.latest_epoch if wal.next_version > wal.first_version else -1
+    return _Position(wal.next_version, epoch, wal.durable_version)
+
+
+def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
+    """Each vnode's position, or why it cannot be read now (not open: the disk refused it, no such database)."""
+    out: list[_Position | StorageError] = []
+    for v in vnodes:
+        try:
+            out.append(_position(engine, v.db, v.vgroup))
+        except StorageError as e:
+            out.append(e)
+    return out
+
+
+def _truncation_point(engine: Engine, db: str, vgroup: int, answer: EpochEnd) -> int:
+    """Where the follower's log diverging from the leader's ``answer`` is cut (KIP-101/279)."""
+    vnode = engine.store.local_vnode(db, vgroup)
+    return follower_truncation(LeaderEpochCache(vnode.epochs.entries), vnode.wal.next_version, answer).offset
+
+
+class ReplicaFetcher:
+    """Node ``node_id`` (registered under ``broker_epoch``) fetching what it follows from leader node ``source``."""
+
+    def __init__(self, node_id: int, broker_epoch: int, source: int, link: Link, storage: StorageThread,
+                 engine: Engine, *, max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 10 << 20,
+                 partition_max_bytes: int = 1 << 20, backoff_s: float = 1.0) -> None:
+        self.node_id = node_id
+        self.broker_epoch = broker_epoch
+        self.source = source
+        self.link = link
+        self.storage = storage
+        self.engine = engine
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.backoff_s = backoff_s
+        self.followed: dict[VnodeKey, FollowedVnode] = {}
+        self._changed = asyncio.Event()
+
+    def follow(self, vnode: FollowedVnode) -> None:
+        """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped)."""
+        self.followed[vnode.key] = vnode
+        self._changed.set()
+
+    def unfollow(self, key: VnodeKey) -> None:
+        self.followed.pop(key, None)
+
+    async def run(self) -> None:
+        """Fetch until cancelled: at once again after a fetch that went well, after ``backoff_s`` otherwise (the
+        leader unreachable, or a vnode's error), waiting for :meth:`follow` while nothing is fetched."""
+        while True:
+            if not any(v.stopped is None for v in self.followed.values()):
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                well = await self.fetch_once()
+            except Exception as e:  # noqa: BLE001 - NodeUnreachable, or a refusal: logged, fetched again
+                log.warning("fetching from node %d: %s: %s", self.source, type(e).__name__, e)
+                well = False
+            if not well:
+                await asyncio.sleep(self.backoff_s)
+
+    async def fetch_once(self) -> bool:
+        """One WalFetch of every vnode followed and not stopped, its answers applied; whether every vnode's went
+        well (no error)."""
+        vnodes = [v for v in self.followed.values() if v.stopped is None]
+        if not vnodes:
+            return True
+        keys = frozenset(v.key for v in vnodes)
+        read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes))
+        for v, p in zip(vnodes, read):
+            if isinstance(p, StorageError):
+                log.warning("vnode %d of database %s is not fetched now: %s", v.vgroup, v.db, p)
+                v.error = ErrorCode.kafka_storage_error
+        fetched = [(v, p) for v, p in zip(vnodes, read) if isinstance(p, _Position)]
+        if not fetched:
+            return False
+        vnodes, positions = [v for v, _ in fetched], [p for _, p in fetched]
+        request = _REQUEST(
+            replica_id=self.node_id, broker_epoch=self.broker_epoch,
+            max_wait=datetime.timedelta(milliseconds=self.max_wait_ms), min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, partitions=tuple(
+                _PARTITION(db_id=uuid.UUID(v.db_id), vgroup=v.vgroup, current_leader_epoch=v.leader_epoch,
+                           fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
+                           durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes)
+                for v, p in zip(vnodes, positions)))
+        response = await self.link.call(self.source, request)
+        by_key = {(a.db_id, a.vgroup): a for a in response.partitions}
+        well = len(fetched) == len(read)
+        for v, p in zip(vnodes, positions):
+            if self.followed.get(v.key) is not v:  # unfollowed or followed anew meanwhile: the answer is stale
+                continue
+            answer = by_key.get((uuid.UUID(v.db_id), v.vgroup))
+            v.error = ErrorCode.unknown_server_error if answer is None else await self._apply(v, p, answer)
+            well = well and v.error == ErrorCode.none
+        return well
+
+    async def _apply(self, v: FollowedVnode, p: _Position, answer: Any) -> int:
+        """Apply one vnode's answer (the module docstring); the error to keep."""
+        code = int(answer.error_code)
+        if code == ErrorCode.offset_out_of_range and p.fetch_version < answer.log_start_version:
+            v.stopped = (f"its WAL ends at version {p.fetch_version}, below the leader's log start "
+                         f"{answer.log_start_version}: a full copy of the leader's vnode is needed, which is not built")
+            log.error("vnode %d of database %s is no longer fetched from node %d: %s", v.vgroup, v.db, self.source,
+                      v.stopped)
+            return code
+        if code != ErrorCode.none:
+            return code
+        try:
+            if answer.diverging_epoch.epoch != -1 or answer.diverging_epoch.end_version != -1:
+                diverging = EpochEnd(answer.diverging_epoch.epoch, answer.diverging_epoch.end_version)
+                to = await self.storage.call_on(frozenset([v.key]), functools.partial(
+                    _truncation_point, self.engine, v.db, v.vgroup, diverging))
+                cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
+                                              high_watermark=v.high_watermark)
+                log.info("vnode %d of database %s: truncated to version %d, diverging from node %d at epoch %d "
+                         "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
+                return ErrorCode.none
+            end = p.fetch_version
+            if answer.entries:
+                end = await self.storage.call_on(frozenset([v.key]), functools.partial(
+                    self.engine.append_replicated, v.db, v.vgroup, bytes(answer.entries), p.fetch_version,
+                    answer.entries_epoch))
+            v.high_watermark = max(v.high_watermark, min(answer.high_watermark, end))
+            return ErrorCode.none
+        except (StorageError, ValueError) as e:  # refused (EntriesRefused is both): nothing written, fetched again
+            log.warning("vnode %d of database %s: the answer of node %d was not applied: %s", v.vgroup, v.db,
+                        self.source, e)
+            return ErrorCode.kafka_storage_error
