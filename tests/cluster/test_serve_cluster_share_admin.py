@@ -107,9 +107,9 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             tp = {p: f"{TOPIC}:{p}" for p in (0, 1)}
 
             def offsets(*starts: int) -> list[dict[str, Any]]:
-                """The Admin's lines for start offsets ``starts`` of partitions 0 and 1 (3 records each): node 1's
-                lag is unknown to the coordinator (null), node 2's is what is left."""
-                return [{"tp": tp[p], "start": s, "lag": None if p == on1 else 3 - s} for p, s in enumerate(starts)]
+                """The Admin's lines for start offsets ``starts`` of partitions 0 and 1 (3 records each, the lag
+                what is left: node 1's from its high watermark, which node 2 asks it for)."""
+                return [{"tp": tp[p], "start": s, "lag": 3 - s} for p, s in enumerate(starts)]
 
             assert _admin(n1.kafka_port, ["offsets", group], ["alter", group, f"{tp[0]}=1", f"{tp[1]}=2"],
                           ["offsets", group, tp[0], tp[1]]) == [

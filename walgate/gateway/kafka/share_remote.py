@@ -5,7 +5,10 @@ reaches them through its persister:
 
 * :func:`summaries`: ReadShareGroupStateSummary v1 (DescribeShareGroupOffsets);
 * :func:`initialize`: InitializeShareGroupState v0 with the new start offsets (AlterShareGroupOffsets);
-* :func:`delete`: DeleteShareGroupState v0 (DeleteShareGroupOffsets, DeleteGroups of a share group).
+* :func:`delete`: DeleteShareGroupState v0 (DeleteShareGroupOffsets, DeleteGroups of a share group);
+* :func:`high_watermarks`: ListOffsets (latest) of the partitions described, whose lag (KIP-1226) is their high
+  watermark less their start offset and delivery complete count, as Kafka's group coordinator asks the partitions'
+  leaders for it.
 
 Each asks every node concerned at once, one request per node, and answers per share-partition. A node that does
 not answer (down, unreachable, its node authentication refused: :class:`~.node_links.NodeUnreachable`) answers its
@@ -25,18 +28,22 @@ from kio.schema.delete_share_group_state.v0.request import DeleteShareGroupState
 from kio.schema.delete_share_group_state.v0.request import PartitionData as DeletePartition
 from kio.schema.initialize_share_group_state.v0.request import InitializeShareGroupStateRequest, InitializeStateData
 from kio.schema.initialize_share_group_state.v0.request import PartitionData as InitializePartition
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.list_offsets.v7.response import ListOffsetsResponse
 from kio.schema.read_share_group_state_summary.v1.request import PartitionData as SummaryPartition
 from kio.schema.read_share_group_state_summary.v1.request import (
     ReadShareGroupStateSummaryRequest,
     ReadStateSummaryData,
 )
-from kio.static.primitive import i32, i64
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
 
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "initialize", "summaries"]
+__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "high_watermarks", "initialize",
+           "summaries"]
 
 Key = tuple[str, int]
 """(topic name, partition)."""
@@ -137,3 +144,31 @@ async def delete(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str,
     return await _across(links, topics, placed, lambda asked: DeleteShareGroupStateRequest(
         group_id=group_id, topics=tuple(DeleteStateData(topic_id=tid, partitions=tuple(
             DeletePartition(partition=i32(p)) for p in ps)) for tid, ps in asked.items())))
+
+
+async def high_watermarks(links: NodeLinks | None, placed: Placed) -> dict[Key, int]:
+    """The high watermark of each partition of ``placed`` its node answered (ListOffsets v7, latest,
+    read_uncommitted); a node that does not answer, or a partition it refuses (TOPIC_AUTHORIZATION_FAILED when an
+    authorizer grants nodes nothing on the topic), is left out."""
+    by_node: dict[int, dict[str, list[int]]] = {}
+    for (name, p), node in placed.items():
+        by_node.setdefault(node, {}).setdefault(name, []).append(p)
+
+    async def ask(node: int, topics: dict[str, list[int]]) -> dict[Key, int]:
+        if links is None:  # (placed is empty on a single node)
+            return {}
+        try:
+            answer: ListOffsetsResponse = await links.call(node, ListOffsetsRequest(
+                replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(ListOffsetsTopic(
+                    name=TopicName(name), partitions=tuple(ListOffsetsPartition(partition_index=i32(p),
+                                                                                timestamp=i64(-1)) for p in ps))
+                    for name, ps in topics.items())))
+        except NodeUnreachable:
+            return {}
+        return {(str(t.name), int(p.partition_index)): int(p.offset) for t in answer.topics for p in t.partitions
+                if p.error_code == ErrorCode.none}
+
+    out: dict[Key, int] = {}
+    for answered in await asyncio.gather(*(ask(node, topics) for node, topics in by_node.items())):
+        out.update(answered)
+    return out

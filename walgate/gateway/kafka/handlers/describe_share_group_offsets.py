@@ -8,8 +8,8 @@ coordinator that fails answers every asked group's error (:mod:`.common`).
 
 In cluster mode a group answers NOT_COORDINATOR from every node but its coordinator, which reads the start offset of
 an asked partition placed on another node from that partition's leader, which keeps its share-partition state
-(ReadShareGroupStateSummary, :mod:`walgate.gateway.kafka.share_remote`; its lag is -1, unknown: the coordinator does
-not read the leader's high watermark); a leader that does not answer makes its partitions answer
+(ReadShareGroupStateSummary, :mod:`walgate.gateway.kafka.share_remote`), and its lag from the high watermark the
+leader answers to a ListOffsets (-1, unknown, when it does not); a leader that does not answer makes its partitions answer
 COORDINATOR_NOT_AVAILABLE (start offset -1), retriable, the others answer. With no topics asked, every node is asked
 for the group's share-partitions of every topic placed on it; those of a node that does not answer are answered
 COORDINATOR_NOT_AVAILABLE for the topics the coordinator's node keeps state of, and are left out otherwise (the
@@ -29,7 +29,13 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, SnapshotTopics, topic_uuid
-from walgate.gateway.kafka.share_remote import StateAnswer, elsewhere, everything_elsewhere, summaries
+from walgate.gateway.kafka.share_remote import (
+    StateAnswer,
+    elsewhere,
+    everything_elsewhere,
+    high_watermarks,
+    summaries,
+)
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -44,10 +50,14 @@ Group = DescribeShareGroupOffsetsResponseGroup
 Topic = DescribeShareGroupOffsetsResponseTopic
 
 
-def _partition(p: int, answer: StateAnswer) -> dict[str, Any]:
-    """An asked partition whose state another node keeps, as its leader answered (start offset -1 for an error)."""
+def _partition(p: int, answer: StateAnswer, high_watermark: int | None) -> dict[str, Any]:
+    """An asked partition whose state another node keeps, as its leader answered (start offset -1 for an error); its
+    lag from the ``high_watermark`` its leader answered (-1: unknown)."""
     ok = answer.error_code == ErrorCode.none
-    return {"partition_index": p, "start_offset": answer.start_offset if ok else -1, "leader_epoch": 0, "lag": -1,
+    lag = -1
+    if ok and answer.start_offset >= 0 and answer.delivery_complete >= 0 and high_watermark is not None:
+        lag = max(0, high_watermark - answer.start_offset - answer.delivery_complete)
+    return {"partition_index": p, "start_offset": answer.start_offset if ok else -1, "leader_epoch": 0, "lag": lag,
             "error_code": answer.error_code, "error_message": answer.error_message}
 
 
@@ -73,7 +83,8 @@ async def handle(broker: Broker, ctx: RequestContext,
               if g.topics is not None else everything_elsewhere(broker.node_id, placed) for g in wanted}
 
     def describe(snapshot: TopicsSnapshot, coordinator: ShareCoordinator,
-                 answers: dict[str, dict[tuple[str, int], StateAnswer]]) -> list[Group]:
+                 answers: dict[str, dict[tuple[str, int], StateAnswer]], marks: dict[tuple[str, int], int]
+                 ) -> list[Group]:
         topics = SnapshotTopics(snapshot)
         out: list[Group] = []
         for g in wanted:
@@ -86,7 +97,7 @@ async def handle(broker: Broker, ctx: RequestContext,
                     kept = answer.error_code == ErrorCode.none and answer.start_offset >= 0
                     if kept or (answer.error_code != ErrorCode.none and name in local):
                         by_name.setdefault(name, {"topic_name": name, "topic_id": topics.key(name),
-                                                  "partitions": []})["partitions"].append(_partition(p, answer))
+                                                  "partitions": []})["partitions"].append(_partition(p, answer, marks.get((name, p))))
                 found = [{**by_name[n], "partitions": sorted(by_name[n]["partitions"],
                                                              key=lambda d: d["partition_index"])}
                          for n in sorted(by_name) if n in allowed_names(
@@ -97,8 +108,8 @@ async def handle(broker: Broker, ctx: RequestContext,
                     (t.topic_name, [p for p in t.partitions if (t.topic_name, p) not in there]) for t in asked])
                 for t, a in zip(found, asked):  # one per topic asked, in order; its partitions in the asked order
                     mine = {d["partition_index"]: d for d in t["partitions"]}
-                    t["partitions"] = [_partition(p, there[(a.topic_name, p)]) if (a.topic_name, p) in there
-                                       else mine[p] for p in a.partitions]
+                    t["partitions"] = [_partition(p, there[(a.topic_name, p)], marks.get((a.topic_name, p)))
+                                       if (a.topic_name, p) in there else mine[p] for p in a.partitions]
                 found += [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
                     {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
                      "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
@@ -115,11 +126,13 @@ async def handle(broker: Broker, ctx: RequestContext,
         assert shares is not None
         answers = dict(zip(remote, await asyncio.gather(*(summaries(broker.links, placed, group_id, there)
                                                           for group_id, there in remote.items()))))
+        kept = {k: remote[g][k] for g, there in answers.items() for k, a in there.items() if a.start_offset >= 0}
+        marks = await high_watermarks(broker.links, kept)
         keys = await shares.run(lambda _, coordinator: list(dict.fromkeys(
             (topic, p) for g in wanted for _, topic, p in coordinator.state_keys(g.group_id))))
         reads = await shares.read([ReadWant(topic, p, None, 0) for topic, p in keys], False, 0)
         return await shares.with_reads(reads, 0, lambda snapshot, coordinator, _: describe(snapshot, coordinator,
-                                                                                           answers))
+                                                                                           answers, marks))
 
     groups_described = await answered(described(), lambda code: [_group(g.group_id, code) for g in wanted])
     by_id = {g["group_id"]: g for g in groups_described} | {g: _group(g, code) for g, code in refused.items()}
