@@ -4,10 +4,12 @@ coordinated by node 2, the real Java Admin of kafka-clients 4.3 (compat-tests/ja
 ``ShareWorker`` (``KafkaShareConsumer``).
 
 The coordinator reaches the share-partition state node 1 keeps with the share coordinator's state RPCs
-(ReadShareGroupStateSummary, InitializeShareGroupState, DeleteShareGroupState, KIP-932): the Admin bootstrapped on
-either node describes, alters and deletes the group's offsets on both partitions; DeleteGroups removes its state on
-both nodes (the next consumer starts again from ``share.auto.offset.reset=earliest``); with node 1 killed, its
-partition answers COORDINATOR_NOT_AVAILABLE (retriable) while node 2's is described, altered and deleted.
+(ReadShareGroupStateSummary, InitializeShareGroupState, DeleteShareGroupState, KIP-932) and its high watermark with
+ListOffsets: the Admin bootstrapped on either node describes (start offsets and lags), alters and deletes the group's
+offsets on both partitions; DeleteGroups removes its state on both nodes (the next consumer starts again from
+``share.auto.offset.reset=earliest``); a group that consumed only node 1's partition is altered and deleted through
+node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
+(retriable) while node 2's is described, altered and deleted.
 """
 
 from __future__ import annotations
@@ -66,15 +68,20 @@ def _starts(port: int, group: str) -> dict[int, tuple[int, int]]:
             for t in g.topics for p in t.partitions}
 
 
-def _consumed(of0: WalgateServer, of1: WalgateServer, group: str, coordinator: WalgateServer) -> None:
-    """``group``'s member ``m`` (joined through ``coordinator``) acquires and accepts the 3 records of each partition
-    of ``TOPIC`` through its leader (``of0``, ``of1``), closes its share sessions and leaves: every share-partition's
-    start offset is 3 (a quicker first consumer than a JVM's)."""
+def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: WalgateServer) -> None:
+    """``group`` reads from the earliest record; its member ``m`` (joined through ``coordinator``) acquires and accepts
+    the 3 records of each partition of ``TOPIC`` in ``leaders`` through its leader there, closes its share sessions
+    and leaves: those share-partitions' start offset is 3 (a quicker consumer than a JVM's)."""
+    for leader in leaders.values():  # answered once applied on that node
+        configured = _request(leader.kafka_port, 44, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}]})
+        assert [r.error_code for r in configured.responses] == [ErrorCode.none], configured
     tid = _request(coordinator.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
     joined = _request(coordinator.kafka_port, 76, 1, {"group_id": group, "member_id": "m", "member_epoch": 0,
                                                        "rack_id": None, "subscribed_topic_names": [TOPIC]})
     assert joined.error_code == ErrorCode.none, joined
-    for p, leader in ((0, of0), (1, of1)):
+    for p, leader in leaders.items():
         fetched = _request(leader.kafka_port, 78, 1, {
             "group_id": group, "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
             "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
@@ -102,7 +109,8 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             leaders = _cluster_topic(n1, group)
             on1 = next(p for p, n in leaders.items() if n == 1)  # node 1 keeps its state, node 2 coordinates
             want = _values(n1.kafka_port, "a", 3)
-            _consumed(n1 if on1 == 0 else n2, n2 if on1 == 0 else n1, group, coordinator=n2)
+            servers = {p: n1 if n == 1 else n2 for p, n in leaders.items()}
+            _consumed(servers, group, coordinator=n2)
 
             tp = {p: f"{TOPIC}:{p}" for p in (0, 1)}
 
@@ -121,6 +129,18 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
                              90)
             assert sorted(r["value"] for r in again) == sorted(want), \
                 "DeleteGroups removed the state on both nodes: the group starts again from the earliest record"
+
+            remote_only = _group_of(_placement(etcd1), 2, "remote-only")  # consumes node 1's partition only
+            _consumed({on1: n1}, remote_only, coordinator=n2)
+            alter = {"group_id": remote_only, "topics": [{"topic_name": TOPIC, "partitions": [
+                {"partition_index": on1, "start_offset": 1}]}]}
+            altered = _request(n2.kafka_port, 91, 0, alter)
+            assert (altered.error_code, [p.error_code for t in altered.responses for p in t.partitions]) == (
+                ErrorCode.none, [ErrorCode.none]), "an empty group, though its coordinator keeps none of its state"
+            assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, 1)
+            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [remote_only]}).results
+            assert [(r.group_id, r.error_code) for r in deleted] == [(remote_only, ErrorCode.none)]
+            assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
             n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
             n1.proc.wait(timeout=30)

@@ -149,3 +149,14 @@ def test_a_leader_answers_the_state_rpcs_per_partition_without_group_checks():
     assert [r["error_code"] for r in delete_states(c, Topics(), "g", [("t", 0), ("t", 1)])] == [ErrorCode.none] * 2
     assert c.take_records() == [(("g", "t", 0), None)]  # t-1 had no state: nothing written, NONE all the same
     assert state_summaries(c, Topics(), "g", [("t", 0)])[0]["start_offset"] == -1
+
+
+def test_a_group_whose_state_other_nodes_keep_is_empty_not_unknown():
+    c = ShareCoordinator(ShareGroups(), Logs())
+    assert alter_offsets(c, Topics(), "g", [("t", [(1, 3)])], lambda name, p: False)[0] == ErrorCode.group_id_not_found
+    assert alter_offsets(c, Topics(), "g", [("t", [(1, 3)])], lambda name, p: False, True)[0] == ErrorCode.none
+    assert delete_offsets(c, Topics(), "g", ["t"], lambda name, p: False, True)[0] == ErrorCode.none
+    assert (delete_group(c, "g"), delete_group(c, "g", True)) == (ErrorCode.group_id_not_found, ErrorCode.none)
+    beat(c.groups, "b", 0, ["t"])
+    assert delete_group(c, "g", True) == ErrorCode.non_empty_group
+    assert c.take_records() == []

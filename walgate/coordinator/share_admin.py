@@ -88,9 +88,10 @@ def list_groups(coordinator: ShareCoordinator, states_filter: Sequence[str] = ()
             for g, state in listed if not states or state.lower() in states]
 
 
-def _refusal(coordinator: ShareCoordinator, group_id: str) -> tuple[int, str | None] | None:
-    """The group-level error of a change of the group's offsets, None when it may change."""
-    state = group_state(coordinator, group_id)
+def _refusal(coordinator: ShareCoordinator, group_id: str, elsewhere: bool) -> tuple[int, str | None] | None:
+    """The group-level error of a change of the group's offsets, None when it may change (``elsewhere``: other
+    nodes keep state of the group, so that without members here it is empty, not unknown)."""
+    state = group_state(coordinator, group_id) or ("Empty" if elsewhere else None)
     if state is None:
         return ErrorCode.group_id_not_found, f"Group {group_id} not found."
     if state != "Empty":
@@ -144,11 +145,12 @@ def describe_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_i
 
 def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
                   offsets: Sequence[tuple[str, Sequence[tuple[int, int]]]],
-                  here: Here = _everywhere) -> tuple[int, str | None, list[dict[str, Any]]]:
+                  here: Here = _everywhere, elsewhere: bool = False) -> tuple[int, str | None, list[dict[str, Any]]]:
     """AlterShareGroupOffsets: (error code, message, per-topic results) for ``offsets`` as (topic name,
     [(partition, start offset)]); a group-level error changes nothing. A valid partition not ``here`` is answered
-    NONE and not changed: the caller initializes it on its leader and answers what that says."""
-    refused = _refusal(coordinator, group_id)
+    NONE and not changed: the caller initializes it on its leader and answers what that says. ``elsewhere``: other
+    nodes keep state of the group (it exists without state or members here)."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0], refused[1], []
     out = []
@@ -172,11 +174,13 @@ def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: 
 
 
 def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
-                   names: Sequence[str], here: Here = _everywhere) -> tuple[int, str | None, list[dict[str, Any]]]:
+                   names: Sequence[str], here: Here = _everywhere,
+                   elsewhere: bool = False) -> tuple[int, str | None, list[dict[str, Any]]]:
     """DeleteShareGroupOffsets: (error code, message, per-topic results); a group-level error changes nothing. A
     topic with a partition not ``here`` is answered NONE whether or not this node kept state of it: the caller
-    deletes the state of those partitions on their leaders and answers what they say."""
-    refused = _refusal(coordinator, group_id)
+    deletes the state of those partitions on their leaders and answers what they say. ``elsewhere``: as for
+    :func:`alter_offsets`."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0], refused[1], []
     keys = coordinator.state_keys(group_id)
@@ -197,10 +201,10 @@ def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id:
     return ErrorCode.none, None, out
 
 
-def delete_group(coordinator: ShareCoordinator, group_id: str) -> int:
+def delete_group(coordinator: ShareCoordinator, group_id: str, elsewhere: bool = False) -> int:
     """DeleteGroups of a share group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or NONE with its share-partitions'
-    state and sessions gone."""
-    refused = _refusal(coordinator, group_id)
+    state and sessions gone (``elsewhere``: as for :func:`alter_offsets`)."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0]
     for key in coordinator.state_keys(group_id):

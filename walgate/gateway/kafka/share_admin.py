@@ -10,17 +10,20 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from walgate.coordinator.share_admin import group_state
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
+from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "refused_group", "topic_uuid"]
+__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "known_elsewhere", "refused_group",
+           "topic_uuid"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
@@ -64,6 +67,18 @@ def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operat
     if not allowed(broker, ctx, op, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, None
     return (ErrorCode.invalid_group_id, None) if not group_id else None
+
+
+async def known_elsewhere(broker: Broker, group_id: str) -> bool:
+    """In cluster mode, whether ``group_id`` has neither members nor state on this node, its coordinator, while
+    other nodes keep state of it (it consumed only partitions placed there): an empty share group, not an unknown
+    one. False on a single node."""
+    shares = broker.shares
+    if broker.links is None or shares is None:
+        return False
+    state = await answered(shares.run(lambda _topics, coordinator: group_state(coordinator, group_id)),
+                           lambda code: "unknown")  # (the change itself then fails and answers it)
+    return state is None and await kept_elsewhere(broker.links, broker.topics(), broker.node_id, group_id)
 
 
 async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,

@@ -43,7 +43,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "high_watermarks", "initialize",
-           "summaries"]
+           "kept_elsewhere", "summaries"]
 
 Key = tuple[str, int]
 """(topic name, partition)."""
@@ -126,6 +126,13 @@ async def summaries(links: NodeLinks | None, topics: TopicsSnapshot, group_id: s
     return await _across(links, topics, placed, lambda asked: ReadShareGroupStateSummaryRequest(
         group_id=group_id, topics=tuple(ReadStateSummaryData(topic_id=tid, partitions=tuple(
             SummaryPartition(partition=i32(p), leader_epoch=i32(0)) for p in ps)) for tid, ps in asked.items())))
+
+
+async def kept_elsewhere(links: NodeLinks | None, topics: TopicsSnapshot, node_id: int, group_id: str) -> bool:
+    """Whether another node keeps state of ``group_id`` (a summary of its partitions of every topic has a start
+    offset); a node that does not answer counts as keeping none."""
+    answers = await summaries(links, topics, group_id, everything_elsewhere(node_id, topics))
+    return any(a.error_code == ErrorCode.none and a.start_offset >= 0 for a in answers.values())
 
 
 async def initialize(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str, placed: Placed,

@@ -7,6 +7,8 @@ In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the oth
 the partitions, sets those whose share-partition state its node keeps, then has each other partition's leader set
 its own (InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`) and answers what that leader said: a
 leader that does not answer makes its partitions answer COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
+A group without members or state on its coordinator's node is an empty one when another node keeps state of it
+(:func:`walgate.gateway.kafka.share_admin.known_elsewhere`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
 the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
@@ -20,7 +22,14 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_admin import (
+    TOPIC_DENIED,
+    Outcome,
+    SnapshotTopics,
+    change_offsets,
+    known_elsewhere,
+    refused_group,
+)
 from walgate.gateway.kafka.share_remote import elsewhere, initialize
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -53,9 +62,11 @@ async def handle(broker: Broker, ctx: RequestContext,
     placed = broker.topics()
     remote = elsewhere(broker.node_id, placed, ((name, p) for name, ps in offsets for p, _ in ps))
 
+    kept = await known_elsewhere(broker, group_id)
+
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets,
-                             lambda name, p: (name, p) not in remote)
+                             lambda name, p: (name, p) not in remote, kept)
 
     code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
     starts = {(name, p): start for name, ps in offsets for p, start in ps}

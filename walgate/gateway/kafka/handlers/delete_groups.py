@@ -16,7 +16,9 @@ partitions does not know its members and must not delete their state (docs/clust
 coordinator deletes an empty share group's state on the other nodes first, as Kafka's group coordinator through its
 persister: DeleteShareGroupState to every other node for its partitions of every topic
 (:mod:`walgate.gateway.kafka.share_remote`), then the group here; a node that does not answer makes the group
-answer COORDINATOR_NOT_AVAILABLE, retriable, and the group stays (with what the other nodes kept deleted)."""
+answer COORDINATOR_NOT_AVAILABLE, retriable, and the group stays (with what the other nodes kept deleted). A group
+without members or state on its coordinator's node whose state other nodes keep is an empty share group, deleted
+as such (every id unknown here is asked of the other nodes: a consumer group's too, then deleted as one)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
-from walgate.gateway.kafka.share_remote import delete, everything_elsewhere
+from walgate.gateway.kafka.share_remote import delete, everything_elsewhere, kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
@@ -90,10 +92,14 @@ async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
     placed = broker.topics()
     remote = everything_elsewhere(broker.node_id, placed)
     failed: dict[str, int] = {}
+    elsewhere: set[str] = set()
     if remote:
         states = await answered(shares.run(lambda _topics, coordinator: {g: group_state(coordinator, g) for g in ids}),
-                                lambda code: dict.fromkeys(ids, None), GROUP_WRITE)
-        empty = [g for g in ids if states[g] == "Empty"]
+                                lambda code: dict.fromkeys(ids, "unknown"), GROUP_WRITE)
+        unknown = [g for g in ids if states[g] is None]  # (a consumer group's id too: asked, then passed on)
+        elsewhere = {g for g, kept in zip(unknown, await asyncio.gather(*(
+            kept_elsewhere(broker.links, placed, broker.node_id, g) for g in unknown))) if kept}
+        empty = [g for g in ids if states[g] == "Empty" or g in elsewhere]
         for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
             code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
             if code != ErrorCode.none:
@@ -101,7 +107,7 @@ async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
     here = [g for g in ids if g not in failed]
 
     def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
-        return [{"group_id": g, "error_code": delete_group(coordinator, g)} for g in here]
+        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in elsewhere)} for g in here]
 
     deleted = await answered(shares.run(delete_shared), lambda code: [{"group_id": g, "error_code": code}
                                                                       for g in here], GROUP_WRITE)

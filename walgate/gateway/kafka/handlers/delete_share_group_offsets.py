@@ -8,7 +8,9 @@ deletes the state its node keeps of the topics, then has the leader of each of t
 delete its own (DeleteShareGroupState, :mod:`walgate.gateway.kafka.share_remote`); a topic answers the first error
 a leader gave for it (COORDINATOR_NOT_AVAILABLE, retriable, when one did not answer: the state of its other
 partitions is deleted, and asking again deletes the rest). A topic with a partition on another node is not answered
-"no offset information": the coordinator does not know whether that node kept any.
+"no offset information": the coordinator does not know whether that node kept any. A group without members or
+state on its coordinator's node is an empty one when another node keeps state of it
+(:func:`walgate.gateway.kafka.share_admin.known_elsewhere`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
@@ -22,7 +24,14 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
+from walgate.gateway.kafka.share_admin import (
+    TOPIC_DENIED,
+    Outcome,
+    SnapshotTopics,
+    change_offsets,
+    known_elsewhere,
+    refused_group,
+)
 from walgate.gateway.kafka.share_remote import delete, elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -53,9 +62,11 @@ async def handle(broker: Broker, ctx: RequestContext,
     remote = elsewhere(broker.node_id, placed, ((n, p) for n in names if n in readable
                                                 for p in range(placed.partition_count(n) or 0)))
 
+    kept = await known_elsewhere(broker, group_id)
+
     def delete_here(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable],
-                              lambda name, p: (name, p) not in remote)
+                              lambda name, p: (name, p) not in remote, kept)
 
     code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete_here,
                                                  denied)
