@@ -6,8 +6,9 @@ share service: audited, answered."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from walgate.coordinator.share_admin import group_state
@@ -22,7 +23,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "known_elsewhere", "refused_group",
+__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "cluster_states", "refused_group",
            "topic_uuid"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
@@ -69,16 +70,20 @@ def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operat
     return (ErrorCode.invalid_group_id, None) if not group_id else None
 
 
-async def known_elsewhere(broker: Broker, group_id: str) -> bool:
-    """In cluster mode, whether ``group_id`` has neither members nor state on this node, its coordinator, while
-    other nodes keep state of it (it consumed only partitions placed there): an empty share group, not an unknown
-    one. False on a single node."""
+async def cluster_states(broker: Broker, group_ids: Sequence[str]) -> dict[str, str | None]:
+    """In cluster mode, the state of each of ``group_ids`` as its coordinator (this node) sees it across the nodes
+    (:func:`~walgate.coordinator.share_admin.group_state`): its own node's, else ``Empty`` when other nodes keep
+    state of it (it consumed only partitions placed there), else None. Empty on a single node, or when the share
+    service fails (the change asked then fails and answers it)."""
     shares = broker.shares
     if broker.links is None or shares is None:
-        return False
-    state = await answered(shares.run(lambda _topics, coordinator: group_state(coordinator, group_id)),
-                           lambda code: "unknown")  # (the change itself then fails and answers it)
-    return state is None and await kept_elsewhere(broker.links, broker.topics(), broker.node_id, group_id)
+        return {}
+    states: dict[str, str | None] = await answered(shares.run(lambda _topics, coordinator: {
+        g: group_state(coordinator, g) for g in group_ids}), lambda code: {})
+    unknown = [g for g, state in states.items() if state is None]
+    placed = broker.topics()
+    kept = await asyncio.gather(*(kept_elsewhere(broker.links, placed, broker.node_id, g) for g in unknown))
+    return states | {g: "Empty" for g, k in zip(unknown, kept) if k}
 
 
 async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,

@@ -8,7 +8,7 @@ the partitions, sets those whose share-partition state its node keeps, then has 
 its own (InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`) and answers what that leader said: a
 leader that does not answer makes its partitions answer COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
 A group without members or state on its coordinator's node is an empty one when another node keeps state of it
-(:func:`walgate.gateway.kafka.share_admin.known_elsewhere`), else GROUP_ID_NOT_FOUND.
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
 the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
@@ -27,7 +27,7 @@ from walgate.gateway.kafka.share_admin import (
     Outcome,
     SnapshotTopics,
     change_offsets,
-    known_elsewhere,
+    cluster_states,
     refused_group,
 )
 from walgate.gateway.kafka.share_remote import elsewhere, initialize
@@ -62,7 +62,7 @@ async def handle(broker: Broker, ctx: RequestContext,
     placed = broker.topics()
     remote = elsewhere(broker.node_id, placed, ((name, p) for name, ps in offsets for p, _ in ps))
 
-    kept = await known_elsewhere(broker, group_id)
+    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
 
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets,

@@ -27,7 +27,7 @@ from typing import cast
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.offsets import delete_groups
-from walgate.coordinator.share_admin import delete_group, group_state
+from walgate.coordinator.share_admin import delete_group
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.audit import audit_kafka
@@ -37,7 +37,8 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
-from walgate.gateway.kafka.share_remote import delete, everything_elsewhere, kept_elsewhere
+from walgate.gateway.kafka.share_admin import cluster_states
+from walgate.gateway.kafka.share_remote import delete, everything_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
@@ -92,22 +93,16 @@ async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
     placed = broker.topics()
     remote = everything_elsewhere(broker.node_id, placed)
     failed: dict[str, int] = {}
-    elsewhere: set[str] = set()
-    if remote:
-        states = await answered(shares.run(lambda _topics, coordinator: {g: group_state(coordinator, g) for g in ids}),
-                                lambda code: dict.fromkeys(ids, "unknown"), GROUP_WRITE)
-        unknown = [g for g in ids if states[g] is None]  # (a consumer group's id too: asked, then passed on)
-        elsewhere = {g for g, kept in zip(unknown, await asyncio.gather(*(
-            kept_elsewhere(broker.links, placed, broker.node_id, g) for g in unknown))) if kept}
-        empty = [g for g in ids if states[g] == "Empty" or g in elsewhere]
-        for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
-            code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
-            if code != ErrorCode.none:
-                failed[g] = code
+    states = await cluster_states(broker, ids) if remote else {}  # (an id no node knows: a consumer group's, maybe)
+    empty = [g for g in ids if states.get(g) == "Empty"]
+    for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
+        code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
+        if code != ErrorCode.none:
+            failed[g] = code
     here = [g for g in ids if g not in failed]
 
     def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
-        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in elsewhere)} for g in here]
+        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in empty)} for g in here]
 
     deleted = await answered(shares.run(delete_shared), lambda code: [{"group_id": g, "error_code": code}
                                                                       for g in here], GROUP_WRITE)

@@ -10,7 +10,7 @@ a leader gave for it (COORDINATOR_NOT_AVAILABLE, retriable, when one did not ans
 partitions is deleted, and asking again deletes the rest). A topic with a partition on another node is not answered
 "no offset information": the coordinator does not know whether that node kept any. A group without members or
 state on its coordinator's node is an empty one when another node keeps state of it
-(:func:`walgate.gateway.kafka.share_admin.known_elsewhere`), else GROUP_ID_NOT_FOUND.
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
@@ -29,7 +29,7 @@ from walgate.gateway.kafka.share_admin import (
     Outcome,
     SnapshotTopics,
     change_offsets,
-    known_elsewhere,
+    cluster_states,
     refused_group,
 )
 from walgate.gateway.kafka.share_remote import delete, elsewhere
@@ -62,7 +62,7 @@ async def handle(broker: Broker, ctx: RequestContext,
     remote = elsewhere(broker.node_id, placed, ((n, p) for n in names if n in readable
                                                 for p in range(placed.partition_count(n) or 0)))
 
-    kept = await known_elsewhere(broker, group_id)
+    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
 
     def delete_here(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable],
