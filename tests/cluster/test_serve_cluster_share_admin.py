@@ -147,6 +147,9 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             on2 = 1 - on1
             down = {on2: (ErrorCode.none, 3), on1: (ErrorCode.coordinator_not_available, -1)}
             assert _starts(n2.kafka_port, group) == down
+            every = _request(n2.kafka_port, 90, 1, {"groups": [{"group_id": group, "topics": None}]}).groups
+            assert {p.partition_index: (p.error_code, p.start_offset) for g in every for t in g.topics
+                    for p in t.partitions} == down, "all its offsets: node 1's partition of a topic it consumed"
             deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [group]}).results
             assert [(r.group_id, r.error_code) for r in deleted] == [(group, ErrorCode.coordinator_not_available)]
             assert _starts(n2.kafka_port, group) == down, "the group stays, its state on node 2 too"
