@@ -9,7 +9,8 @@ certificate, verified by the other node with its truststore).
   reads exactly the committed records.
 * SASL_PLAINTEXT: a forger authenticated as root (a superuser) and sending node 1's exact client id (``walgate-node-1/<its data
   dir's incarnation>``, what nodes sent before) is refused WriteTxnMarkers, AddPartitionsToTxn v5, a replica's
-  Fetch and the share-group state RPCs, and nothing is written; a login as ``walgate-node-1`` with a password is refused.
+  Fetch and the share-group state RPCs, and nothing is written; a login as ``walgate-node-1`` with a password is
+  refused.
 * Neither the node token nor a node's password is in a log; no traceback.
 """
 

@@ -8,8 +8,8 @@ answers ShareFetch / ShareAcknowledge for it, the other NOT_LEADER_OR_FOLLOWER w
 consumers bootstrapped on different nodes receive every record exactly once when they ACCEPT, a RELEASEd record is
 delivered again (until the delivery limit archives it); after kill -9 and restart of node 1 (a partition's node, not
 the group's coordinator) the records acknowledged there are not delivered again. The group's coordinator describes
-and alters the start offsets of both partitions (node 1's through the share coordinator's state RPCs). A consumer killed with a batch
-acquired: its records come back when their locks end, to another consumer, delivery count 2."""
+and alters the start offsets of both partitions (node 1's through the share coordinator's state RPCs). A consumer
+killed with a batch acquired: its records come back when their locks end, to another consumer, delivery count 2."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ coordinator that fails answers every asked group's error (:mod:`.common`).
 In cluster mode a group answers NOT_COORDINATOR from every node but its coordinator, which reads the start offset of
 an asked partition placed on another node from that partition's leader, which keeps its share-partition state
 (ReadShareGroupStateSummary, :mod:`walgate.gateway.kafka.share_remote`), and its lag from the high watermark the
-leader answers to a ListOffsets (-1, unknown, when it does not); a leader that does not answer makes its partitions answer
-COORDINATOR_NOT_AVAILABLE (start offset -1), retriable, the others answer. With no topics asked, every node is asked
+leader answers to a ListOffsets (-1, unknown, when it does not); a leader that does not answer makes its partitions
+answer COORDINATOR_NOT_AVAILABLE (start offset -1), retriable, the others answer. With no topics asked, every node is asked
 for the group's share-partitions of every topic placed on it; those of a node that does not answer are answered
 COORDINATOR_NOT_AVAILABLE for the topics the coordinator's node keeps state of, and are left out otherwise (the
 coordinator does not know which a group consumed there).
@@ -96,8 +96,9 @@ async def handle(broker: Broker, ctx: RequestContext,
                 for (name, p), answer in sorted(there.items()):
                     kept = answer.error_code == ErrorCode.none and answer.start_offset >= 0
                     if kept or (answer.error_code != ErrorCode.none and name in local):
-                        by_name.setdefault(name, {"topic_name": name, "topic_id": topics.key(name),
-                                                  "partitions": []})["partitions"].append(_partition(p, answer, marks.get((name, p))))
+                        topic = by_name.setdefault(name, {"topic_name": name, "topic_id": topics.key(name),
+                                                          "partitions": []})
+                        topic["partitions"].append(_partition(p, answer, marks.get((name, p))))
                 found = [{**by_name[n], "partitions": sorted(by_name[n]["partitions"],
                                                              key=lambda d: d["partition_index"])}
                          for n in sorted(by_name) if n in allowed_names(
