@@ -8,8 +8,9 @@ certificate, verified by the other node with its truststore).
   spans both nodes whichever coordinates it) commits and aborts, and a read_committed consumer through either node
   reads exactly the committed records.
 * SASL_PLAINTEXT: a forger authenticated as root (a superuser) and sending node 1's exact client id (``walgate-node-1/<its data
-  dir's incarnation>``, what nodes sent before) is refused WriteTxnMarkers, AddPartitionsToTxn v5 and a replica's
-  Fetch, and nothing is written; a login as ``walgate-node-1`` with a password is refused.
+  dir's incarnation>``, what nodes sent before) is refused WriteTxnMarkers, AddPartitionsToTxn v5, a replica's
+  Fetch and the share-group state RPCs, and nothing is written; a login as ``walgate-node-1`` with a password is
+  refused.
 * Neither the node token nor a node's password is in a log; no traceback.
 """
 
@@ -144,6 +145,13 @@ def _forgers_refused(n1: WalgateServer, n2: WalgateServer) -> None:
                                           {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
         assert [p.error_code for t in fetched.responses for p in t.partitions] == [
             ErrorCode.topic_authorization_failed]
+        tid = _call(conn, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
+        summary = _call(conn, 87, 1, {"group_id": "g", "topics": [{"topic_id": tid, "partitions": [
+            {"partition": 1, "leader_epoch": 0}]}]})
+        deleted = _call(conn, 86, 0, {"group_id": "g", "topics": [{"topic_id": tid, "partitions": [
+            {"partition": 1}]}]})
+        assert [p.error_code for answer in (summary, deleted) for t in answer.results for p in t.partitions] == [
+            ErrorCode.cluster_authorization_failed] * 2, "the share-group state RPCs: cluster nodes only"
     conn = KafkaConnection(("127.0.0.1", n2.kafka_port), client_id=forged)
     with conn:
         client = scramp.ScramClient(["SCRAM-SHA-256"], "walgate-node-1", ROOT[1])

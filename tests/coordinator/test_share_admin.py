@@ -1,6 +1,8 @@
 """Share groups' administration (share_admin.py) on the coordinator alone: group states, describe / alter / delete
 of offsets with Kafka's error codes, the records each change writes (a tombstone for a deletion), and rollback of
-a change the disk refused, including of state only durable (not yet rebuilt in memory)."""
+a change the disk refused, including of state only durable (not yet rebuilt in memory); in a cluster, the coordinator
+leaving the partitions another node keeps to it (``here``), and a partition leader's answers to the state RPCs
+(initialize, delete, summary)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ from walgate.coordinator.share_admin import (
     alter_offsets,
     delete_group,
     delete_offsets,
+    delete_states,
     describe_offsets,
     group_state,
+    initialize_states,
     list_groups,
+    state_summaries,
 )
 from walgate.coordinator.share_coordinator import AckBatch, ShareCoordinator
 from walgate.coordinator.share_group import ShareGroups
@@ -113,3 +118,45 @@ def test_deletes_write_tombstones_and_a_refused_write_puts_everything_back():
     c.written()
     assert group_state(c, "g") is None and offsets(c, [("t", [0])]) == [("t", 0, -1, -1)]
     assert delete_offsets(c, Topics(), "g", ["t"])[0] == ErrorCode.group_id_not_found
+
+
+def test_the_coordinator_validates_partitions_kept_elsewhere_and_leaves_them_unchanged():
+    c = ShareCoordinator(ShareGroups(), Logs())
+    consumed(c)
+    not_t1 = lambda name, p: (name, p) != ("t", 1)  # noqa: E731 - t-1's state is another node's
+    code, _, results = alter_offsets(c, Topics(), "g", [("t", [(0, 5), (1, 3), (1, -1)])], not_t1)
+    assert (code, [p["error_code"] for t in results for p in t["partitions"]]) == (
+        ErrorCode.none, [ErrorCode.none, ErrorCode.none, ErrorCode.invalid_request])  # t-1: the caller's to send
+    assert c.take_records() == [(("g", "t", 0), {"s": 5, "e": 5, "r": []})]
+    c.written()
+    assert delete_offsets(c, Topics(), "g", ["u"], lambda name, p: name != "u")[2][0]["error_code"] == ErrorCode.none
+    assert delete_offsets(c, Topics(), "g", ["u"])[2][0]["error_message"] == "There is no offset information to delete."
+    assert c.take_records() == []
+
+
+def test_a_leader_answers_the_state_rpcs_per_partition_without_group_checks():
+    c = ShareCoordinator(ShareGroups(), Logs())
+    beat(c.groups, "b", 0, ["t"])  # members: the coordinator checked the group, not the leader
+    assert [(r["partition"], r["error_code"]) for r in initialize_states(c, Topics(), "g", [
+        ("t", 0, 4), ("t", 1, -1), ("t", 2, 0), ("x", 0, 0)])] == [
+        (0, ErrorCode.none), (1, ErrorCode.invalid_request), (2, ErrorCode.unknown_topic_or_partition),
+        (0, ErrorCode.unknown_topic_or_partition)]
+    assert c.take_records() == [(("g", "t", 0), {"s": 4, "e": 4, "r": []})]
+    c.written()
+    assert [(r["partition"], r["error_code"], r.get("start_offset"), r.get("delivery_complete_count"))
+            for r in state_summaries(c, Topics(), "g", [("t", 0), ("t", 1), ("u", 3)])] == [
+        (0, ErrorCode.none, 4, 0), (1, ErrorCode.none, -1, -1), (3, ErrorCode.unknown_topic_or_partition, None, None)]
+    assert [r["error_code"] for r in delete_states(c, Topics(), "g", [("t", 0), ("t", 1)])] == [ErrorCode.none] * 2
+    assert c.take_records() == [(("g", "t", 0), None)]  # t-1 had no state: nothing written, NONE all the same
+    assert state_summaries(c, Topics(), "g", [("t", 0)])[0]["start_offset"] == -1
+
+
+def test_a_group_whose_state_other_nodes_keep_is_empty_not_unknown():
+    c = ShareCoordinator(ShareGroups(), Logs())
+    assert alter_offsets(c, Topics(), "g", [("t", [(1, 3)])], lambda name, p: False)[0] == ErrorCode.group_id_not_found
+    assert alter_offsets(c, Topics(), "g", [("t", [(1, 3)])], lambda name, p: False, True)[0] == ErrorCode.none
+    assert delete_offsets(c, Topics(), "g", ["t"], lambda name, p: False, True)[0] == ErrorCode.none
+    assert (delete_group(c, "g"), delete_group(c, "g", True)) == (ErrorCode.group_id_not_found, ErrorCode.none)
+    beat(c.groups, "b", 0, ["t"])
+    assert delete_group(c, "g", True) == ErrorCode.non_empty_group
+    assert c.take_records() == []

@@ -56,9 +56,9 @@ def expected(api_key: int, version: int) -> ErrorCode:
     """The one error code of the answer: every request here is valid, so it succeeds, as Kafka answers it."""
     if api_key in SASL_APIS:
         return ErrorCode.illegal_sasl_state
-    if api_key == 27 or (api_key, version >= 4) == (24, True):
-        # WriteTxnMarkers, AddPartitionsToTxn v4+ (the brokers' form): only a cluster node, authenticated with the
-        # node token, may send them, and a single node has no other (kafka/node_auth.py)
+    if api_key in (27, 83, 86, 87) or (api_key, version >= 4) == (24, True):
+        # WriteTxnMarkers, AddPartitionsToTxn v4+ (the brokers' form), the share-group state RPCs: only a cluster
+        # node, authenticated with the node token, may send them, and a single node has no other (kafka/node_auth.py)
         return ErrorCode.cluster_authorization_failed
     return ErrorCode.member_id_required if (api_key, version >= FIRST_JOIN) == (11, True) else ErrorCode.none
 
@@ -427,6 +427,23 @@ def alter_share_group_offsets(conn: KafkaConnection, node: Node, version: int) -
 def delete_share_group_offsets(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     _empty_share_group(conn, node, f"share-delete-v{version}")
     return {"group_id": f"share-delete-v{version}", "topics": [{"topic_name": TOPIC}]}
+
+
+@request(83)
+def initialize_share_group_state(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [
+        {"partition": 0, "state_epoch": 0, "start_offset": 0}]}]}
+
+
+@request(86)
+def delete_share_group_state(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [{"partition": 0}]}]}
+
+
+@request(87)
+def read_share_group_state_summary(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    return {"group_id": "share-state", "topics": [{"topic_id": node.topic_id, "partitions": [
+        {"partition": 0, "leader_epoch": 0}]}]}
 
 
 @request(75)

@@ -237,3 +237,27 @@ def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
         assert starts(offsets(conn, "altered")) == [("q", 0, 3, 1)]
         assert starts(offsets(conn, "deleted", [("q", [0])])) == [("q", 0, -1, -1)]
         assert "Traceback" not in server.log()
+
+
+def test_the_share_state_rpcs_are_refused_from_a_client_and_change_nothing(tmp_path: Path) -> None:
+    """InitializeShareGroupState, DeleteShareGroupState and ReadShareGroupStateSummary (83, 86, 87) are for cluster
+    nodes only (ClusterAction): a client gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the group's state
+    is neither read nor changed."""
+    with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
+        topic_id = topic_with_records(conn, "q", 4)
+        consumed(conn, "g", topic_id, 1)
+        before = starts(offsets(conn, "g"))
+        assert before == [("q", 0, 2, 2)]
+        requests = {
+            83: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "state_epoch": 0, "start_offset": 0}, {"partition": 1, "state_epoch": 0,
+                                                                         "start_offset": 0}]}]},
+            86: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [{"partition": 0}]}]},
+            87: {"group_id": "g", "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "leader_epoch": 0}]}]},
+        }
+        for api, request in requests.items():
+            answer = call(conn, api, 0, request)
+            assert [(p.partition, p.error_code) for t in answer.results for p in t.partitions] == [
+                (p["partition"], ErrorCode.cluster_authorization_failed) for p in request["topics"][0]["partitions"]]
+        assert starts(offsets(conn, "g")) == before

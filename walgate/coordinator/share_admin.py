@@ -14,6 +14,12 @@ answers it). Changing offsets is for an empty group only (NON_EMPTY_GROUP otherw
   an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION.
 * Delete offsets / delete group: the state of the topics' share-partitions (of every topic, for the group) is
   deleted; a later consumer starts them as ``share.auto.offset.reset`` says.
+* In a cluster each share-partition's state is kept by its partition's leader node; the group's coordinator reaches
+  the others' with the share coordinator's state RPCs (KIP-932), which a leader answers with :func:`initialize_states`
+  (InitializeShareGroupState), :func:`delete_states` (DeleteShareGroupState) and :func:`state_summaries`
+  (ReadShareGroupStateSummary), per share-partition and with no group check (the coordinator made it). The
+  coordinator's own functions above take ``here``: whether a topic's partition's state is kept on its node; those
+  kept elsewhere are validated but left to the caller to send.
 
 Pure and synchronous: names and partition counts of topics come through :class:`ShareTopics`; every change is
 made through the coordinator's :meth:`~walgate.coordinator.share_coordinator.ShareCoordinator.reset` and
@@ -23,7 +29,7 @@ back) as every other share change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -31,11 +37,23 @@ from kio.schema.errors import ErrorCode
 from walgate.coordinator.share_coordinator import ShareCoordinator
 
 __all__ = [
-    "ShareTopics", "alter_offsets", "delete_group", "delete_offsets", "describe_offsets", "group_state", "list_groups",
+    "Here", "ShareTopics", "StateResult", "alter_offsets", "delete_group", "delete_offsets", "delete_states",
+    "describe_offsets", "group_state", "initialize_states", "list_groups", "state_summaries",
 ]
 
 UNKNOWN_TOPIC = "This server does not host this topic-partition."
 NO_OFFSETS = "There is no offset information to delete."
+
+Here = Callable[[str, int], bool]
+"""Whether the state of a topic's (by name) partition is kept on this node (always, on a single node)."""
+StateResult = dict[str, Any]
+"""A partition's answer to a state RPC, in the response's field names (``partition``, ``error_code``,
+``error_message``, and a summary's ``state_epoch``, ``leader_epoch``, ``start_offset``,
+``delivery_complete_count``)."""
+
+
+def _everywhere(name: str, partition: int) -> bool:
+    return True
 
 
 class ShareTopics(Protocol):
@@ -70,9 +88,10 @@ def list_groups(coordinator: ShareCoordinator, states_filter: Sequence[str] = ()
             for g, state in listed if not states or state.lower() in states]
 
 
-def _refusal(coordinator: ShareCoordinator, group_id: str) -> tuple[int, str | None] | None:
-    """The group-level error of a change of the group's offsets, None when it may change."""
-    state = group_state(coordinator, group_id)
+def _refusal(coordinator: ShareCoordinator, group_id: str, elsewhere: bool) -> tuple[int, str | None] | None:
+    """The group-level error of a change of the group's offsets, None when it may change (``elsewhere``: other
+    nodes keep state of the group, so that without members here it is empty, not unknown)."""
+    state = group_state(coordinator, group_id) or ("Empty" if elsewhere else None)
     if state is None:
         return ErrorCode.group_id_not_found, f"Group {group_id} not found."
     if state != "Empty":
@@ -125,11 +144,13 @@ def describe_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_i
 
 
 def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
-                  offsets: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> tuple[int, str | None, list[
-                      dict[str, Any]]]:
+                  offsets: Sequence[tuple[str, Sequence[tuple[int, int]]]],
+                  here: Here = _everywhere, elsewhere: bool = False) -> tuple[int, str | None, list[dict[str, Any]]]:
     """AlterShareGroupOffsets: (error code, message, per-topic results) for ``offsets`` as (topic name,
-    [(partition, start offset)]); a group-level error changes nothing."""
-    refused = _refusal(coordinator, group_id)
+    [(partition, start offset)]); a group-level error changes nothing. A valid partition not ``here`` is answered
+    NONE and not changed: the caller initializes it on its leader and answers what that says. ``elsewhere``: other
+    nodes keep state of the group (it exists without state or members here)."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0], refused[1], []
     out = []
@@ -145,16 +166,21 @@ def alter_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: 
                 results.append({"partition_index": p, "error_code": ErrorCode.invalid_request,
                                 "error_message": f"The start offset {start} is negative."})
             else:
-                coordinator.reset((group_id, key, p), start)
+                if here(name, p):
+                    coordinator.reset((group_id, key, p), start)
                 results.append({"partition_index": p, "error_code": ErrorCode.none, "error_message": None})
         out.append({"topic_name": name, "topic_id": key, "partitions": results})
     return ErrorCode.none, None, out
 
 
 def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
-                   names: Sequence[str]) -> tuple[int, str | None, list[dict[str, Any]]]:
-    """DeleteShareGroupOffsets: (error code, message, per-topic results); a group-level error changes nothing."""
-    refused = _refusal(coordinator, group_id)
+                   names: Sequence[str], here: Here = _everywhere,
+                   elsewhere: bool = False) -> tuple[int, str | None, list[dict[str, Any]]]:
+    """DeleteShareGroupOffsets: (error code, message, per-topic results); a group-level error changes nothing. A
+    topic with a partition not ``here`` is answered NONE whether or not this node kept state of it: the caller
+    deletes the state of those partitions on their leaders and answers what they say. ``elsewhere``: as for
+    :func:`alter_offsets`."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0], refused[1], []
     keys = coordinator.state_keys(group_id)
@@ -165,7 +191,7 @@ def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id:
         if key is None:
             out.append({"topic_name": name, "topic_id": None, "error_code": ErrorCode.unknown_topic_or_partition,
                         "error_message": UNKNOWN_TOPIC})
-        elif not mine:
+        elif not mine and all(here(name, p) for p in range(topics.partitions(name))):
             out.append({"topic_name": name, "topic_id": None, "error_code": ErrorCode.unknown_topic_or_partition,
                         "error_message": NO_OFFSETS})
         else:
@@ -175,13 +201,74 @@ def delete_offsets(coordinator: ShareCoordinator, topics: ShareTopics, group_id:
     return ErrorCode.none, None, out
 
 
-def delete_group(coordinator: ShareCoordinator, group_id: str) -> int:
+def delete_group(coordinator: ShareCoordinator, group_id: str, elsewhere: bool = False) -> int:
     """DeleteGroups of a share group: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, or NONE with its share-partitions'
-    state and sessions gone."""
-    refused = _refusal(coordinator, group_id)
+    state and sessions gone (``elsewhere``: as for :func:`alter_offsets`)."""
+    refused = _refusal(coordinator, group_id, elsewhere)
     if refused is not None:
         return refused[0]
     for key in coordinator.state_keys(group_id):
         coordinator.drop(key)
     coordinator.drop_sessions(group_id)
     return ErrorCode.none
+
+
+def _state_key(topics: ShareTopics, group_id: str, topic_id: str, partition: int) -> tuple[str, str, int] | StateResult:
+    """The share key of a state RPC's partition, or its answer when the topic id names no partition here
+    (UNKNOWN_TOPIC_OR_PARTITION, as Kafka's share coordinator answers it)."""
+    name = topics.name(topic_id)
+    if name is None or not 0 <= partition < topics.partitions(name):
+        return {"partition": partition, "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": UNKNOWN_TOPIC}
+    return group_id, topic_id, partition
+
+
+def initialize_states(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                      partitions: Sequence[tuple[str, int, int]]) -> list[StateResult]:
+    """InitializeShareGroupState on a partition's leader: each (topic key, partition, start offset) starts afresh at
+    that offset (a negative one is INVALID_REQUEST: walgate initializes only with the offset an alter gives)."""
+    out: list[StateResult] = []
+    for topic_id, p, start in partitions:
+        key = _state_key(topics, group_id, topic_id, p)
+        if isinstance(key, dict):
+            out.append(key)
+        elif start < 0:
+            out.append({"partition": p, "error_code": ErrorCode.invalid_request,
+                        "error_message": f"The start offset {start} is negative."})
+        else:
+            coordinator.reset(key, start)
+            out.append({"partition": p, "error_code": ErrorCode.none, "error_message": None})
+    return out
+
+
+def delete_states(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                  partitions: Sequence[tuple[str, int]]) -> list[StateResult]:
+    """DeleteShareGroupState on a partition's leader: the state of each (topic key, partition) is deleted (NONE for
+    one without state, as Kafka's share coordinator)."""
+    out: list[StateResult] = []
+    for topic_id, p in partitions:
+        key = _state_key(topics, group_id, topic_id, p)
+        if isinstance(key, dict):
+            out.append(key)
+        else:
+            coordinator.drop(key)
+            out.append({"partition": p, "error_code": ErrorCode.none, "error_message": None})
+    return out
+
+
+def state_summaries(coordinator: ShareCoordinator, topics: ShareTopics, group_id: str,
+                    partitions: Sequence[tuple[str, int]]) -> list[StateResult]:
+    """ReadShareGroupStateSummary on a partition's leader: each (topic key, partition)'s start offset and the records
+    past it already acknowledged or archived (KIP-1226's delivery complete count); start offset -1 and count -1 for
+    one without state (NONE, as Kafka's share coordinator)."""
+    out: list[StateResult] = []
+    for topic_id, p in partitions:
+        key = _state_key(topics, group_id, topic_id, p)
+        if isinstance(key, dict):
+            out.append(key)
+            continue
+        summary = coordinator.summary(key)
+        start, done = (-1, -1) if summary is None else summary
+        out.append({"partition": p, "error_code": ErrorCode.none, "error_message": None, "state_epoch": 0,
+                    "leader_epoch": 0, "start_offset": start, "delivery_complete_count": done})
+    return out

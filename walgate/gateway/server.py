@@ -248,15 +248,16 @@ class Gateway:
             now_ms=now_ms(),
         ), members, bridge)
 
-    async def _transaction_service(self, engine: Engine) -> TransactionService:
-        """The node's transaction coordinator, its durable state loaded and its decided transactions finished."""
+    async def _transaction_service(self, engine: Engine, links: NodeLinks | None) -> TransactionService:
+        """The node's transaction coordinator, its durable state loaded and its decided transactions finished;
+        ``links``: this node's connections to the other nodes (cluster mode)."""
         cfg = self.config
         self._transactions = TransactionService(
             engine, self._coordinator, self._storage,
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            self._group_coordinators, None if self._cluster is None else self._node_links(self._cluster),
+            self._group_coordinators, links,
         )
         await self._transactions.open()
         return self._transactions
@@ -389,7 +390,8 @@ class Gateway:
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
-        broker.transactions = await self._transaction_service(engine)
+        broker.links = None if self._cluster is None else self._node_links(self._cluster)
+        broker.transactions = await self._transaction_service(engine, broker.links)
         broker.shares = ShareService(
             engine, self._coordinator, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
             delivery_limit=cfg.group_share_delivery_count_limit,

@@ -2496,6 +2496,154 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     node_endpoints: Required[Sequence[ShareAcknowledgeResponseNodeEndpoint]]
 
 
+# --------------------------------------------------------------------------- initialize_share_group_state (key 83)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitializeShareGroupStateRequestPartitionData:
+    """In InitializeShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    partition: int = 0
+    state_epoch: int = 0
+    start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitializeShareGroupStateRequestInitializeStateData:
+    """In InitializeShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None
+    partitions: tuple[InitializeShareGroupStateRequestPartitionData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitializeShareGroupStateRequest:
+    """InitializeShareGroupStateRequest (key 83), v0-v0: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[InitializeShareGroupStateRequestInitializeStateData, ...] = ()
+
+
+class InitializeShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    """In InitializeShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    partition: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class InitializeShareGroupStateResponseInitializeStateResult(TypedDict, total=False):
+    """In InitializeShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[InitializeShareGroupStateResponsePartitionResult]]
+
+
+class InitializeShareGroupStateResponse(TypedDict, total=False):
+    """InitializeShareGroupStateResponse (key 83), v0-v0: response fields (see the module doc)."""
+
+    results: Required[Sequence[InitializeShareGroupStateResponseInitializeStateResult]]
+
+
+# --------------------------------------------------------------------------- delete_share_group_state (key 86)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteShareGroupStateRequestPartitionData:
+    """In DeleteShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteShareGroupStateRequestDeleteStateData:
+    """In DeleteShareGroupStateRequest, v0-v0: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None
+    partitions: tuple[DeleteShareGroupStateRequestPartitionData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteShareGroupStateRequest:
+    """DeleteShareGroupStateRequest (key 86), v0-v0: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[DeleteShareGroupStateRequestDeleteStateData, ...] = ()
+
+
+class DeleteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    """In DeleteShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    partition: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+
+
+class DeleteShareGroupStateResponseDeleteStateResult(TypedDict, total=False):
+    """In DeleteShareGroupStateResponse, v0-v0: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[DeleteShareGroupStateResponsePartitionResult]]
+
+
+class DeleteShareGroupStateResponse(TypedDict, total=False):
+    """DeleteShareGroupStateResponse (key 86), v0-v0: response fields (see the module doc)."""
+
+    results: Required[Sequence[DeleteShareGroupStateResponseDeleteStateResult]]
+
+
+# --------------------------------------------------------------------------- read_share_group_state_summary (key 87)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryRequestPartitionData:
+    """In ReadShareGroupStateSummaryRequest, v0-v1: a request view (see the module doc)."""
+
+    partition: int = 0
+    leader_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryRequestReadStateSummaryData:
+    """In ReadShareGroupStateSummaryRequest, v0-v1: a request view (see the module doc)."""
+
+    topic_id: uuid.UUID | None = None
+    partitions: tuple[ReadShareGroupStateSummaryRequestPartitionData, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadShareGroupStateSummaryRequest:
+    """ReadShareGroupStateSummaryRequest (key 87), v0-v1: a request view (see the module doc)."""
+
+    group_id: str = ''
+    topics: tuple[ReadShareGroupStateSummaryRequestReadStateSummaryData, ...] = ()
+
+
+class ReadShareGroupStateSummaryResponsePartitionResult(TypedDict, total=False):
+    """In ReadShareGroupStateSummaryResponse, v0-v1: response fields (see the module doc)."""
+
+    partition: Required[int]
+    error_code: Required[int]
+    error_message: str | None
+    state_epoch: Required[int]
+    leader_epoch: Required[int]
+    start_offset: Required[int]
+    delivery_complete_count: int  # v1+
+
+
+class ReadShareGroupStateSummaryResponseReadStateSummaryResult(TypedDict, total=False):
+    """In ReadShareGroupStateSummaryResponse, v0-v1: response fields (see the module doc)."""
+
+    topic_id: Required[uuid.UUID | None]
+    partitions: Required[Sequence[ReadShareGroupStateSummaryResponsePartitionResult]]
+
+
+class ReadShareGroupStateSummaryResponse(TypedDict, total=False):
+    """ReadShareGroupStateSummaryResponse (key 87), v0-v1: response fields (see the module doc)."""
+
+    results: Required[Sequence[ReadShareGroupStateSummaryResponseReadStateSummaryResult]]
+
+
 # --------------------------------------------------------------------------- describe_share_group_offsets (key 90)
 
 
@@ -2752,6 +2900,9 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     77: (1, 1),
     78: (1, 2),
     79: (1, 2),
+    83: (0, 0),
+    86: (0, 0),
+    87: (0, 1),
     90: (0, 1),
     91: (0, 0),
     92: (0, 0),
@@ -2809,6 +2960,9 @@ REQUESTS: Final[dict[int, type]] = {
     77: ShareGroupDescribeRequest,
     78: ShareFetchRequest,
     79: ShareAcknowledgeRequest,
+    83: InitializeShareGroupStateRequest,
+    86: DeleteShareGroupStateRequest,
+    87: ReadShareGroupStateSummaryRequest,
     90: DescribeShareGroupOffsetsRequest,
     91: AlterShareGroupOffsetsRequest,
     92: DeleteShareGroupOffsetsRequest,
@@ -2980,6 +3134,24 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     ShareAcknowledgeRequest: {
         "topics": ShareAcknowledgeRequestAcknowledgeTopic,
+    },
+    InitializeShareGroupStateRequestInitializeStateData: {
+        "partitions": InitializeShareGroupStateRequestPartitionData,
+    },
+    InitializeShareGroupStateRequest: {
+        "topics": InitializeShareGroupStateRequestInitializeStateData,
+    },
+    DeleteShareGroupStateRequestDeleteStateData: {
+        "partitions": DeleteShareGroupStateRequestPartitionData,
+    },
+    DeleteShareGroupStateRequest: {
+        "topics": DeleteShareGroupStateRequestDeleteStateData,
+    },
+    ReadShareGroupStateSummaryRequestReadStateSummaryData: {
+        "partitions": ReadShareGroupStateSummaryRequestPartitionData,
+    },
+    ReadShareGroupStateSummaryRequest: {
+        "topics": ReadShareGroupStateSummaryRequestReadStateSummaryData,
     },
     DescribeShareGroupOffsetsRequestGroup: {
         "topics": DescribeShareGroupOffsetsRequestTopic,

@@ -88,6 +88,7 @@ _WIRE_API_KEYS: Final = (
     29, 30, 31, 32, 33, 36, 37, 42, 44, 47, 48, 49, 50, 51, 60, 65, 66, 68, 69, 75,
     61,  # DescribeProducers
     76, 77, 78, 79,  # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge
+    83, 86, 87,  # InitializeShareGroupState, DeleteShareGroupState, ReadShareGroupStateSummary, between cluster nodes
     90, 91, 92,  # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
 )
 API_NAMES: Final[dict[int, str]] = {key: api_key_map[key] for key in _WIRE_API_KEYS} | internal.API_NAMES

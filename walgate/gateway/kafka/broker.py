@@ -33,6 +33,7 @@ from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.led_vnodes import LedVnodes
+from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
@@ -75,6 +76,7 @@ class Broker:
     shared: SharedCatalog | None = None  # cluster mode: every call is staged, its shared catalog changes published
     coordinators: GroupCoordinators | None = None  # cluster mode: which node coordinates each group (None: this one)
     led: LedVnodes | None = None  # the vnodes this node leads with followers (WalFetch; None: none)
+    links: NodeLinks | None = None  # cluster mode: Kafka requests to the other nodes (node_links)
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

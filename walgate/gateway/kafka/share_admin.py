@@ -6,21 +6,25 @@ share service: audited, answered."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from walgate.coordinator.share_admin import group_state
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
+from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "refused_group", "topic_uuid"]
+__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "cluster_states", "refused_group",
+           "topic_uuid"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
@@ -64,6 +68,22 @@ def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operat
     if not allowed(broker, ctx, op, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed, None
     return (ErrorCode.invalid_group_id, None) if not group_id else None
+
+
+async def cluster_states(broker: Broker, group_ids: Sequence[str]) -> dict[str, str | None]:
+    """In cluster mode, the state of each of ``group_ids`` as its coordinator (this node) sees it across the nodes
+    (:func:`~walgate.coordinator.share_admin.group_state`): its own node's, else ``Empty`` when other nodes keep
+    state of it (it consumed only partitions placed there), else None. Empty on a single node, or when the share
+    service fails (the change asked then fails and answers it)."""
+    shares = broker.shares
+    if broker.links is None or shares is None:
+        return {}
+    states: dict[str, str | None] = await answered(shares.run(lambda _topics, coordinator: {
+        g: group_state(coordinator, g) for g in group_ids}), lambda code: {})
+    unknown = [g for g, state in states.items() if state is None]
+    placed = broker.topics()
+    kept = await asyncio.gather(*(kept_elsewhere(broker.links, placed, broker.node_id, g) for g in unknown))
+    return states | {g: "Empty" for g, k in zip(unknown, kept) if k}
 
 
 async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,

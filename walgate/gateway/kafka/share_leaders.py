@@ -26,7 +26,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import ShareAcknowledgeRequestAcknowledgeTopic, ShareFetchRequestFetchTopic
 
-__all__ = ["Elsewhere", "Leaders", "coordinates", "elsewhere", "state_elsewhere"]
+__all__ = ["Elsewhere", "Leaders", "coordinates", "elsewhere"]
 
 Topics = Sequence[ShareFetchRequestFetchTopic] | Sequence[ShareAcknowledgeRequestAcknowledgeTopic]
 Elsewhere = Mapping[tuple[str, int], int]
@@ -74,12 +74,3 @@ class Leaders:
     def endpoints(self, answered: Iterable[tuple[str, int]]) -> list[Any]:
         """The endpoints of the leaders of those ``answered`` partitions placed elsewhere."""
         return node_endpoints((self._placed[tp] for tp in answered if tp in self._placed), self._others)
-
-
-def state_elsewhere(node_id: int, topics: TopicsSnapshot, name: str, partitions: Iterable[int]) -> dict[int, str]:
-    """Partition -> why share-group administration on this node (``node_id``) cannot read or change the state of
-    those of ``name``'s ``partitions`` placed on another node: it is kept there, by the partition's leader."""
-    return {p: f"The share-partition state of {name}-{p} is kept by its leader, node {node}: share-group "
-               "administration across nodes is not supported yet (docs/cluster.md)."
-            for p in partitions if (node := topics.node_of(name, p, node_id)) != node_id}
-

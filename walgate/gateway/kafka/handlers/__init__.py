@@ -41,6 +41,7 @@ from walgate.gateway.kafka.handlers import (
     delete_groups,
     delete_records,
     delete_share_group_offsets,
+    delete_share_group_state,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -58,6 +59,7 @@ from walgate.gateway.kafka.handlers import (
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    initialize_share_group_state,
     join_group,
     leave_group,
     list_groups,
@@ -69,6 +71,7 @@ from walgate.gateway.kafka.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state_summary,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -112,6 +115,7 @@ _MODULES = (
     share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
     describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
     wal_fetch,
+    initialize_share_group_state, delete_share_group_state, read_share_group_state_summary,
 )
 HANDLERS: dict[int, Handler] = {m.API_KEY: Handler(m.API_KEY, m.MIN_VERSION, m.MAX_VERSION, m.handle) for m in _MODULES}
 

@@ -3,9 +3,12 @@
 GROUP_ID_NOT_FOUND for no share group). The new start offsets are in ``share_groups.log`` (fsynced) before the
 answer; a refused write changes nothing and answers the group's error (:mod:`.common`).
 
-In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes), and a partition placed on
-another node, whose share-partition state its leader keeps, answers NOT_LEADER_OR_FOLLOWER with a message saying so
-(:mod:`walgate.gateway.kafka.share_leaders`): administration across nodes is not supported yet.
+In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes): it checks the group and
+the partitions, sets those whose share-partition state its node keeps, then has each other partition's leader set
+its own (InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`) and answers what that leader said: a
+leader that does not answer makes its partitions answer COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
+A group without members or state on its coordinator's node is an empty one when another node keeps state of it
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
 the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
@@ -19,8 +22,15 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
-from walgate.gateway.kafka.share_leaders import state_elsewhere
+from walgate.gateway.kafka.share_admin import (
+    TOPIC_DENIED,
+    Outcome,
+    SnapshotTopics,
+    change_offsets,
+    cluster_states,
+    refused_group,
+)
+from walgate.gateway.kafka.share_remote import elsewhere, initialize
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -49,14 +59,23 @@ async def handle(broker: Broker, ctx: RequestContext,
     offsets = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                for t in request.topics if t.topic_name in readable]
 
+    placed = broker.topics()
+    remote = elsewhere(broker.node_id, placed, ((name, p) for name, ps in offsets for p, _ in ps))
+
+    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
+
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
-        elsewhere = {name: state_elsewhere(broker.node_id, topics, name, [p for p, _ in ps]) for name, ps in offsets}
-        code, message, results = alter_offsets(coordinator, SnapshotTopics(topics), group_id, [
-            (name, [(p, start) for p, start in ps if p not in elsewhere[name]]) for name, ps in offsets])
-        for t in results:  # one per topic asked, in order
-            t["partitions"] += [{"partition_index": p, "error_code": ErrorCode.not_leader_or_follower,
-                                 "error_message": why} for p, why in elsewhere[t["topic_name"]].items()]
-        return code, message, results
+        return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets,
+                             lambda name, p: (name, p) not in remote, kept)
 
     code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
+    starts = {(name, p): start for name, ps in offsets for p, start in ps}
+    valid = {(t["topic_name"], r["partition_index"]) for t in topics for r in t["partitions"]
+             if r["error_code"] == ErrorCode.none} & remote.keys()
+    answers = await initialize(broker.links, placed, group_id, {k: remote[k] for k in valid}, starts)
+    for t in topics:
+        for r in t["partitions"]:
+            answer = answers.get((t["topic_name"], r["partition_index"]))
+            if answer is not None:
+                r["error_code"], r["error_message"] = answer.error_code, answer.error_message
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

@@ -12,10 +12,17 @@ ACLs (as Kafka): a group the principal may not Delete answers GROUP_AUTHORIZATIO
 
 In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
 (:mod:`walgate.gateway.kafka.group_coordinators`), a share group too: a node that only leads some of its
-partitions does not know its members and must not delete their state (docs/cluster.md, "Share groups")."""
+partitions does not know its members and must not delete their state (docs/cluster.md, "Share groups"). Its
+coordinator deletes an empty share group's state on the other nodes first, as Kafka's group coordinator through its
+persister: DeleteShareGroupState to every other node for its partitions of every topic
+(:mod:`walgate.gateway.kafka.share_remote`), then the group here; a node that does not answer makes the group
+answer COORDINATOR_NOT_AVAILABLE, retriable, and the group stays (with what the other nodes kept deleted). A group
+without members or state on its coordinator's node whose state other nodes keep is an empty share group, deleted
+as such (every id unknown here is asked of the other nodes: a consumer group's too, then deleted as one)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 from walgate.coordinator.classic import Completion
@@ -30,6 +37,8 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
+from walgate.gateway.kafka.share_admin import cluster_states
+from walgate.gateway.kafka.share_remote import delete, everything_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
@@ -50,11 +59,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     shared: list[Result] = []
     if broker.shares is not None and names:
-        def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
-            return [{"group_id": g, "error_code": delete_group(coordinator, g)} for g in dict.fromkeys(names)]
-
-        shared = [r for r in await answered(broker.shares.run(delete_shared), lambda code: [
-            {"group_id": g, "error_code": code} for g in dict.fromkeys(names)], GROUP_WRITE)
+        shared = [r for r in await _delete_share_groups(broker, list(dict.fromkeys(names)))
                   if r["error_code"] != ErrorCode.group_id_not_found]
         names = [g for g in names if g not in {r["group_id"] for r in shared}]
     if not names:
@@ -78,3 +83,27 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     for r in shared + results + denied:
         audit_kafka(ctx, "DeleteGroups", f"group {r['group_id']}", r["error_code"])
     return {"throttle_time": 0, "results": shared + results + denied}
+
+
+async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
+    """Each of ``ids`` as a share group's deletion answers it (GROUP_ID_NOT_FOUND: no share group): an empty one's
+    state deleted on the other nodes, then here (see the module docstring)."""
+    shares = broker.shares
+    assert shares is not None
+    placed = broker.topics()
+    remote = everything_elsewhere(broker.node_id, placed)
+    failed: dict[str, int] = {}
+    states = await cluster_states(broker, ids) if remote else {}  # (an id no node knows: a consumer group's, maybe)
+    empty = [g for g in ids if states.get(g) == "Empty"]
+    for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
+        code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
+        if code != ErrorCode.none:
+            failed[g] = code
+    here = [g for g in ids if g not in failed]
+
+    def delete_shared(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Result]:
+        return [{"group_id": g, "error_code": delete_group(coordinator, g, g in empty)} for g in here]
+
+    deleted = await answered(shares.run(delete_shared), lambda code: [{"group_id": g, "error_code": code}
+                                                                      for g in here], GROUP_WRITE)
+    return deleted + [{"group_id": g, "error_code": code} for g, code in failed.items()]

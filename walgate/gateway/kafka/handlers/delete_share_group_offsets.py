@@ -3,9 +3,14 @@
 GROUP_ID_NOT_FOUND for no share group). The deletions are in ``share_groups.log`` (fsynced) before the answer; a
 refused write deletes nothing and answers the group's error (:mod:`.common`).
 
-In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes), and a topic with a partition placed
-on another node, whose share-partition state its leader keeps, answers NOT_LEADER_OR_FOLLOWER with a message saying so
-(:mod:`walgate.gateway.kafka.share_leaders`): administration across nodes is not supported yet.
+In cluster mode the group's coordinator answers it (NOT_COORDINATOR from the other nodes): it checks the group,
+deletes the state its node keeps of the topics, then has the leader of each of their partitions on another node
+delete its own (DeleteShareGroupState, :mod:`walgate.gateway.kafka.share_remote`); a topic answers the first error
+a leader gave for it (COORDINATOR_NOT_AVAILABLE, retriable, when one did not answer: the state of its other
+partitions is deleted, and asking again deletes the rest). A topic with a partition on another node is not answered
+"no offset information": the coordinator does not know whether that node kept any. A group without members or
+state on its coordinator's node is an empty one when another node keeps state of it
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
 
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
@@ -19,8 +24,15 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed_names
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.share_admin import TOPIC_DENIED, Outcome, SnapshotTopics, change_offsets, refused_group
-from walgate.gateway.kafka.share_leaders import state_elsewhere
+from walgate.gateway.kafka.share_admin import (
+    TOPIC_DENIED,
+    Outcome,
+    SnapshotTopics,
+    change_offsets,
+    cluster_states,
+    refused_group,
+)
+from walgate.gateway.kafka.share_remote import delete, elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -46,15 +58,23 @@ async def handle(broker: Broker, ctx: RequestContext,
         {"topic_name": n, "topic_id": None, "error_code": ErrorCode.topic_authorization_failed,
          "error_message": TOPIC_DENIED} for n in names if n not in readable]
 
-    def delete(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
-        spread = {n: why for n in names if n in readable
-                  for why in state_elsewhere(broker.node_id, topics, n, range(topics.partition_count(n) or 0)
-                                             ).values()}  # (a topic's last partition elsewhere: the message)
-        code, message, results = delete_offsets(coordinator, SnapshotTopics(topics), group_id,
-                                                [n for n in names if n in readable and n not in spread])
-        return code, message, results + [{"topic_name": n, "topic_id": None, "error_code":
-                                          ErrorCode.not_leader_or_follower, "error_message": why}
-                                         for n, why in spread.items()]
+    placed = broker.topics()
+    remote = elsewhere(broker.node_id, placed, ((n, p) for n in names if n in readable
+                                                for p in range(placed.partition_count(n) or 0)))
 
-    code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete, denied)
+    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
+
+    def delete_here(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
+        return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable],
+                              lambda name, p: (name, p) not in remote, kept)
+
+    code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete_here,
+                                                 denied)
+    deleted = {t["topic_name"] for t in topics if t["error_code"] == ErrorCode.none}
+    answers = await delete(broker.links, placed, group_id, {k: n for k, n in remote.items() if k[0] in deleted})
+    for t in topics:
+        failed = next((a for (name, _), a in sorted(answers.items())
+                       if name == t["topic_name"] and a.error_code != ErrorCode.none), None)
+        if failed is not None:
+            t["error_code"], t["error_message"] = failed.error_code, failed.error_message
     return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": topics}

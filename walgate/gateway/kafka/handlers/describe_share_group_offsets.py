@@ -6,15 +6,20 @@ GROUP_AUTHORIZATION_FAILED; Describe on each asked topic, else its partitions an
 (start offset -1); with no topics asked, the topics the principal may not Describe are left out. A share
 coordinator that fails answers every asked group's error (:mod:`.common`).
 
-In cluster mode a group answers NOT_COORDINATOR from every node but its coordinator, and an asked partition placed on
-another node, whose share-partition state its leader keeps, answers NOT_LEADER_OR_FOLLOWER with a message saying so
-(start offset -1; :mod:`walgate.gateway.kafka.share_leaders`); with no topics asked, the share-partitions whose state
-the coordinator's node keeps are answered: administration across nodes is not supported yet.
+In cluster mode a group answers NOT_COORDINATOR from every node but its coordinator, which reads the start offset of
+an asked partition placed on another node from that partition's leader, which keeps its share-partition state
+(ReadShareGroupStateSummary, :mod:`walgate.gateway.kafka.share_remote`), and its lag from the high watermark the
+leader answers to a ListOffsets (-1, unknown, when it does not); a leader that does not answer makes its partitions
+answer COORDINATOR_NOT_AVAILABLE (start offset -1), retriable, the others answer. With no topics asked, every node is asked
+for the group's share-partitions of every topic placed on it; those of a node that does not answer are answered
+COORDINATOR_NOT_AVAILABLE for the topics the coordinator's node keeps state of, and are left out otherwise (the
+coordinator does not know which a group consumed there).
 """
 
 from __future__ import annotations
 
-from typing import cast
+import asyncio
+from typing import Any, cast
 
 from walgate.coordinator.share_admin import describe_offsets
 from walgate.coordinator.share_coordinator import ReadWant, ShareCoordinator
@@ -24,7 +29,13 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
 from walgate.gateway.kafka.share_admin import TOPIC_DENIED, SnapshotTopics, topic_uuid
-from walgate.gateway.kafka.share_leaders import state_elsewhere
+from walgate.gateway.kafka.share_remote import (
+    StateAnswer,
+    elsewhere,
+    everything_elsewhere,
+    high_watermarks,
+    summaries,
+)
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -37,6 +48,17 @@ from walgate.wire.messages import (
 API_KEY, MIN_VERSION, MAX_VERSION = 90, 0, 1
 Group = DescribeShareGroupOffsetsResponseGroup
 Topic = DescribeShareGroupOffsetsResponseTopic
+
+
+def _partition(p: int, answer: StateAnswer, high_watermark: int | None) -> dict[str, Any]:
+    """An asked partition whose state another node keeps, as its leader answered (start offset -1 for an error); its
+    lag from the ``high_watermark`` its leader answered (-1: unknown)."""
+    ok = answer.error_code == ErrorCode.none
+    lag = -1
+    if ok and answer.start_offset >= 0 and answer.delivery_complete >= 0 and high_watermark is not None:
+        lag = max(0, high_watermark - answer.start_offset - answer.delivery_complete)
+    return {"partition_index": p, "start_offset": answer.start_offset if ok else -1, "leader_epoch": 0, "lag": lag,
+            "error_code": answer.error_code, "error_message": answer.error_message}
 
 
 def _group(group_id: str, code: int, topics: list[Topic] | None = None) -> Group:
@@ -55,25 +77,40 @@ async def handle(broker: Broker, ctx: RequestContext,
     refused = {g.group_id: code for g in groups if g.group_id in permitted
                if (code := await refusal(broker.coordinators, g.group_id))}  # another node coordinates it
     wanted = [g for g in groups if g.group_id in permitted and g.group_id not in refused]
+    placed = broker.topics()
+    remote = {g.group_id: elsewhere(broker.node_id, placed, ((t.topic_name, p) for t in g.topics
+                                                             if t.topic_name in readable for p in t.partitions))
+              if g.topics is not None else everything_elsewhere(broker.node_id, placed) for g in wanted}
 
-    def describe(snapshot: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Group]:
+    def describe(snapshot: TopicsSnapshot, coordinator: ShareCoordinator,
+                 answers: dict[str, dict[tuple[str, int], StateAnswer]], marks: dict[tuple[str, int], int]
+                 ) -> list[Group]:
         topics = SnapshotTopics(snapshot)
         out: list[Group] = []
         for g in wanted:
+            there = answers[g.group_id]
             if g.topics is None:
                 found = describe_offsets(coordinator, topics, g.group_id, None)
-                found = [t for t in found if t["topic_name"] in allowed_names(
-                    broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, [t["topic_name"]])]
+                local = {t["topic_name"] for t in found}
+                by_name = {t["topic_name"]: t for t in found}
+                for (name, p), answer in sorted(there.items()):
+                    kept = answer.error_code == ErrorCode.none and answer.start_offset >= 0
+                    if kept or (answer.error_code != ErrorCode.none and name in local):
+                        topic = by_name.setdefault(name, {"topic_name": name, "topic_id": topics.key(name),
+                                                          "partitions": []})
+                        topic["partitions"].append(_partition(p, answer, marks.get((name, p))))
+                found = [{**by_name[n], "partitions": sorted(by_name[n]["partitions"],
+                                                             key=lambda d: d["partition_index"])}
+                         for n in sorted(by_name) if n in allowed_names(
+                             broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, [n])]
             else:
                 asked = [t for t in g.topics if t.topic_name in readable]
-                elsewhere = {t.topic_name: state_elsewhere(broker.node_id, snapshot, t.topic_name, t.partitions)
-                             for t in asked}
                 found = describe_offsets(coordinator, topics, g.group_id, [
-                    (t.topic_name, [p for p in t.partitions if p not in elsewhere[t.topic_name]]) for t in asked])
-                for t in found:  # one per topic asked, in order
-                    t["partitions"] += [{"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
-                                         "error_code": ErrorCode.not_leader_or_follower, "error_message": why}
-                                        for p, why in elsewhere[t["topic_name"]].items()]
+                    (t.topic_name, [p for p in t.partitions if (t.topic_name, p) not in there]) for t in asked])
+                for t, a in zip(found, asked):  # one per topic asked, in order; its partitions in the asked order
+                    mine = {d["partition_index"]: d for d in t["partitions"]}
+                    t["partitions"] = [_partition(p, there[(a.topic_name, p)], marks.get((a.topic_name, p)))
+                                       if (a.topic_name, p) in there else mine[p] for p in a.partitions]
                 found += [{"topic_name": t.topic_name, "topic_id": None, "partitions": [
                     {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1,
                      "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_DENIED}
@@ -84,13 +121,19 @@ async def handle(broker: Broker, ctx: RequestContext,
         return out
 
     async def described() -> list[Group]:
-        """The lags need the high watermarks: the share-partitions with state named on the coordinator lane, their
-        watermarks read on the storage lane, then the description on the coordinator lane."""
+        """The state other nodes keep read from them; the lags need the high watermarks: the share-partitions with
+        state named on the coordinator lane, their watermarks read on the storage lane, then the description on the
+        coordinator lane."""
         assert shares is not None
+        answers = dict(zip(remote, await asyncio.gather(*(summaries(broker.links, placed, group_id, there)
+                                                          for group_id, there in remote.items()))))
+        kept = {k: remote[g][k] for g, there in answers.items() for k, a in there.items() if a.start_offset >= 0}
+        marks = await high_watermarks(broker.links, kept)
         keys = await shares.run(lambda _, coordinator: list(dict.fromkeys(
             (topic, p) for g in wanted for _, topic, p in coordinator.state_keys(g.group_id))))
         reads = await shares.read([ReadWant(topic, p, None, 0) for topic, p in keys], False, 0)
-        return await shares.with_reads(reads, 0, lambda snapshot, coordinator, _: describe(snapshot, coordinator))
+        return await shares.with_reads(reads, 0, lambda snapshot, coordinator, _: describe(snapshot, coordinator,
+                                                                                           answers, marks))
 
     groups_described = await answered(described(), lambda code: [_group(g.group_id, code) for g in wanted])
     by_id = {g["group_id"]: g for g in groups_described} | {g: _group(g, code) for g, code in refused.items()}

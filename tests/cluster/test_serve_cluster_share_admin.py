@@ -1,0 +1,164 @@
+"""Share-group administration across cluster nodes (docs/cluster.md, "Share groups"): real ``walgate serve
+--cluster`` nodes over a real etcd (stopped by PID), a topic with a partition on each node, a share group
+coordinated by node 2, the real Java Admin of kafka-clients 4.3 (compat-tests/java/ShareGroupOffsetsAdmin.java) and
+``ShareWorker`` (``KafkaShareConsumer``).
+
+The coordinator reaches the share-partition state node 1 keeps with the share coordinator's state RPCs
+(ReadShareGroupStateSummary, InitializeShareGroupState, DeleteShareGroupState, KIP-932) and its high watermark with
+ListOffsets: the Admin bootstrapped on either node describes (start offsets and lags), alters and deletes the group's
+offsets on both partitions; DeleteGroups removes its state on both nodes (the next consumer starts again from
+``share.auto.offset.reset=earliest``); a group that consumed only node 1's partition is altered and deleted through
+node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
+(retriable) while node 2's is described, altered and deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from etcd_cluster import EtcdCluster
+from serve_support import JARS, JAVA_DIR, no_traceback, node, setup_clients, wait_log
+from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+from test_serve_cluster_shares import SHARES, TOPIC, _cluster_topic, _java, _records, _values
+
+from livewalgate import WalgateServer
+from walgate.wire.errors import ErrorCode
+
+
+def _admin(port: int, *ops: list[str]) -> list[list[dict[str, Any]]]:
+    """The results of each operation, run in order by one Java Admin bootstrapped on the node at ``port`` (one
+    JVM: they take seconds to start); it must exit 0 within 90 s."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("java is not installed (.ci/run installs it)")
+    failed = setup_clients.setup(JARS)
+    if failed is not None:
+        pytest.fail(failed)
+    argv = [a for op in ops for a in ["--", *op]][1:]
+    proc = subprocess.Popen([java, "-Xmx256m", f"-Dlog4j2.configurationFile={JAVA_DIR / 'log4j2.properties'}", "-cp",
+                             setup_clients.classpath(JARS), str(JAVA_DIR / "ShareGroupOffsetsAdmin.java"),
+                             f"127.0.0.1:{port}", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (out[-2000:], err[-3000:])
+    results: list[list[dict[str, Any]]] = []
+    for line in (json.loads(x) for x in out.splitlines() if x.startswith("{")):
+        if "op" in line:
+            results.append([])
+        else:
+            results[-1].append(line)
+    return results
+
+
+def _starts(port: int, group: str) -> dict[int, tuple[int, int]]:
+    """Partition -> (error code, start offset) of ``TOPIC``'s two partitions, DescribeShareGroupOffsets v1 through
+    the node at ``port``."""
+    asked = {"groups": [{"group_id": group, "topics": [{"topic_name": TOPIC, "partitions": [0, 1]}]}]}
+    return {p.partition_index: (p.error_code, p.start_offset) for g in _request(port, 90, 1, asked).groups
+            for t in g.topics for p in t.partitions}
+
+
+def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: WalgateServer) -> None:
+    """``group`` reads from the earliest record; its member ``m`` (joined through ``coordinator``) acquires and accepts
+    the 3 records of each partition of ``TOPIC`` in ``leaders`` through its leader there, closes its share sessions
+    and leaves: those share-partitions' start offset is 3 (a quicker consumer than a JVM's)."""
+    for leader in leaders.values():  # answered once applied on that node
+        configured = _request(leader.kafka_port, 44, 1, {"validate_only": False, "resources": [
+            {"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}]})
+        assert [r.error_code for r in configured.responses] == [ErrorCode.none], configured
+    tid = _request(coordinator.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
+    joined = _request(coordinator.kafka_port, 76, 1, {"group_id": group, "member_id": "m", "member_epoch": 0,
+                                                       "rack_id": None, "subscribed_topic_names": [TOPIC]})
+    assert joined.error_code == ErrorCode.none, joined
+    for p, leader in leaders.items():
+        fetched = _request(leader.kafka_port, 78, 1, {
+            "group_id": group, "member_id": "m", "share_session_epoch": 0, "max_wait": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10, "forgotten_topics_data": [],
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": p, "acknowledgement_batches": []}]}]})
+        assert [(a.first_offset, a.last_offset) for t in fetched.responses for q in t.partitions
+                for a in q.acquired_records] == [(0, 2)], fetched
+        acked = _request(leader.kafka_port, 79, 1, {
+            "group_id": group, "member_id": "m", "share_session_epoch": -1, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": p, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 2, "acknowledge_types": [1]}]}]}]})
+        assert [q.error_code for t in acked.responses for q in t.partitions] == [ErrorCode.none], acked
+    left = _request(coordinator.kafka_port, 76, 1, {"group_id": group, "member_id": "m", "member_epoch": -1,
+                                                     "rack_id": None, "subscribed_topic_names": None})
+    assert left.error_code == ErrorCode.none, left
+
+
+def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etcd1: EtcdCluster,
+                                                                             tmp_path: Path) -> None:
+    with node(etcd1, tmp_path, 1, *SHARES) as n1:
+        wait_log(n1, "node 1: controller")
+        with node(etcd1, tmp_path, 2, *SHARES) as n2:
+            wait_log(n1, "nodes 1,2")
+            _find(n1.kafka_port, "first")  # places the coordinator partitions over both nodes
+            group = _group_of(_placement(etcd1), 2, "admin")
+            leaders = _cluster_topic(n1, group)
+            on1 = next(p for p, n in leaders.items() if n == 1)  # node 1 keeps its state, node 2 coordinates
+            want = _values(n1.kafka_port, "a", 3)
+            servers = {p: n1 if n == 1 else n2 for p, n in leaders.items()}
+            _consumed(servers, group, coordinator=n2)
+
+            tp = {p: f"{TOPIC}:{p}" for p in (0, 1)}
+
+            def offsets(*starts: int) -> list[dict[str, Any]]:
+                """The Admin's lines for start offsets ``starts`` of partitions 0 and 1 (3 records each, the lag
+                what is left: node 1's from its high watermark, which node 2 asks it for)."""
+                return [{"tp": tp[p], "start": s, "lag": 3 - s} for p, s in enumerate(starts)]
+
+            assert _admin(n1.kafka_port, ["offsets", group], ["alter", group, f"{tp[0]}=1", f"{tp[1]}=2"],
+                          ["offsets", group, tp[0], tp[1]]) == [
+                offsets(3, 3), [{"item": tp[0]}, {"item": tp[1]}], offsets(1, 2)]
+            assert _starts(n2.kafka_port, group) == {0: (ErrorCode.none, 1), 1: (ErrorCode.none, 2)}
+            assert _admin(n2.kafka_port, ["delete", group], ["offsets", group, tp[0], tp[1]]) == [
+                [{"item": group}], [{"tp": tp[p], "start": None, "lag": None} for p in (0, 1)]]
+            again = _records(_java("ShareWorker.java", n2.kafka_port, group, "--max-records", "6", "--timeout", "60"),
+                             90)
+            assert sorted(r["value"] for r in again) == sorted(want), \
+                "DeleteGroups removed the state on both nodes: the group starts again from the earliest record"
+
+            remote_only = _group_of(_placement(etcd1), 2, "remote-only")  # consumes node 1's partition only
+            _consumed({on1: n1}, remote_only, coordinator=n2)
+            alter = {"group_id": remote_only, "topics": [{"topic_name": TOPIC, "partitions": [
+                {"partition_index": on1, "start_offset": 1}]}]}
+            altered = _request(n2.kafka_port, 91, 0, alter)
+            assert (altered.error_code, [p.error_code for t in altered.responses for p in t.partitions]) == (
+                ErrorCode.none, [ErrorCode.none]), "an empty group, though its coordinator keeps none of its state"
+            assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, 1)
+            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [remote_only]}).results
+            assert [(r.group_id, r.error_code) for r in deleted] == [(remote_only, ErrorCode.none)]
+            assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
+
+            n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
+            n1.proc.wait(timeout=30)
+            on2 = 1 - on1
+            down = {on2: (ErrorCode.none, 3), on1: (ErrorCode.coordinator_not_available, -1)}
+            assert _starts(n2.kafka_port, group) == down
+            every = _request(n2.kafka_port, 90, 1, {"groups": [{"group_id": group, "topics": None}]}).groups
+            assert {p.partition_index: (p.error_code, p.start_offset) for g in every for t in g.topics
+                    for p in t.partitions} == down, "all its offsets: node 1's partition of a topic it consumed"
+            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [group]}).results
+            assert [(r.group_id, r.error_code) for r in deleted] == [(group, ErrorCode.coordinator_not_available)]
+            assert _starts(n2.kafka_port, group) == down, "the group stays, its state on node 2 too"
+            assert _admin(n2.kafka_port, ["alter", group, f"{tp[on2]}=2", f"{tp[on1]}=2"],
+                          ["offsets", group, tp[on2]], ["delete-offsets", group, TOPIC],
+                          ["offsets", group, tp[on2]]) == [
+                [{"item": tp[on2]}, {"item": tp[on1], "error": "CoordinatorNotAvailableException"}],
+                [{"tp": tp[on2], "start": 2, "lag": 1}],
+                [{"item": TOPIC, "error": "CoordinatorNotAvailableException"}],
+                [{"tp": tp[on2], "start": None, "lag": None}]]
+            no_traceback(n2)
+        assert "Traceback" not in n1.log()

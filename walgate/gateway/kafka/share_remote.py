@@ -1,0 +1,181 @@
+"""A share group's coordinator reaching the share-partition state other nodes keep (KIP-932; docs/cluster.md,
+"Share groups"): the share coordinator's state RPCs, sent over :class:`~.node_links.NodeLinks` to each partition's
+leader, which answers them from its own ``share_groups.log`` (:mod:`.share_state`), as Kafka's group coordinator
+reaches them through its persister:
+
+* :func:`summaries`: ReadShareGroupStateSummary v1 (DescribeShareGroupOffsets);
+* :func:`initialize`: InitializeShareGroupState v0 with the new start offsets (AlterShareGroupOffsets);
+* :func:`delete`: DeleteShareGroupState v0 (DeleteShareGroupOffsets, DeleteGroups of a share group);
+* :func:`high_watermarks`: ListOffsets (latest) of the partitions described, whose lag (KIP-1226) is their high
+  watermark less their start offset and delivery complete count, as Kafka's group coordinator asks the partitions'
+  leaders for it.
+
+Each asks every node concerned at once, one request per node, and answers per share-partition. A node that does
+not answer (down, unreachable, its node authentication refused: :class:`~.node_links.NodeUnreachable`) answers its
+partitions COORDINATOR_NOT_AVAILABLE, retriable, with a message naming it, as Kafka's persister fails a partition
+whose share coordinator is not available; the other nodes' answers stand. A refusal of this node's ClusterAction
+there (CLUSTER_AUTHORIZATION_FAILED: its node token not read yet) answers the same, never the client's to see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from kio.schema.delete_share_group_state.v0.request import DeleteShareGroupStateRequest, DeleteStateData
+from kio.schema.delete_share_group_state.v0.request import PartitionData as DeletePartition
+from kio.schema.initialize_share_group_state.v0.request import InitializeShareGroupStateRequest, InitializeStateData
+from kio.schema.initialize_share_group_state.v0.request import PartitionData as InitializePartition
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kio.schema.list_offsets.v7.response import ListOffsetsResponse
+from kio.schema.read_share_group_state_summary.v1.request import PartitionData as SummaryPartition
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadShareGroupStateSummaryRequest,
+    ReadStateSummaryData,
+)
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
+
+from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
+from walgate.storage.topics_snapshot import TopicsSnapshot
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "high_watermarks", "initialize",
+           "kept_elsewhere", "summaries"]
+
+Key = tuple[str, int]
+"""(topic name, partition)."""
+Placed = Mapping[Key, int]
+"""The share-partitions whose state another node keeps -> that node."""
+Asked = dict[uuid.UUID, list[int]]
+"""Topic id -> partitions, of one request."""
+
+
+class StateAnswer(NamedTuple):
+    """A leader's answer for one share-partition (``start_offset``, ``delivery_complete``: a summary's; -1 without
+    state or for other requests)."""
+
+    error_code: int
+    error_message: str | None = None
+    start_offset: int = -1
+    delivery_complete: int = -1
+
+
+def elsewhere(node_id: int, topics: TopicsSnapshot, asked: Iterable[Key]) -> dict[Key, int]:
+    """Those of the ``asked`` share-partitions placed on a node other than ``node_id`` -> their node."""
+    return {(name, p): node for name, p in asked if (node := topics.node_of(name, p, node_id)) != node_id}
+
+
+def everything_elsewhere(node_id: int, topics: TopicsSnapshot) -> dict[Key, int]:
+    """Every partition of every topic placed on a node other than ``node_id`` -> its node (the share-partitions a
+    group may have state of there: a leader answers those without state as having none)."""
+    return elsewhere(node_id, topics, ((name, p) for name in sorted(topics.names())
+                                       for p in range(topics.partition_count(name) or 0)))
+
+
+async def _ask(links: NodeLinks | None, node: int, keys: Mapping[uuid.UUID, Sequence[Key]],
+               request_of: Callable[[Asked], Any]) -> dict[Key, StateAnswer]:
+    """Node ``node``'s answer per share-partition of ``keys`` (topic id -> its (name, partition)s)."""
+    every = [k for ks in keys.values() for k in ks]
+    try:
+        if links is None:  # (elsewhere is empty on a single node: only a cluster node has others)
+            raise NodeUnreachable(f"node {node}: no links to other nodes")
+        answer = await links.call(node, request_of({tid: [p for _, p in ks] for tid, ks in keys.items()}))
+    except NodeUnreachable as exc:
+        return dict.fromkeys(every, StateAnswer(
+            ErrorCode.coordinator_not_available, f"The share-partition state is kept by {exc}: try again later."))
+    got = {(r.topic_id, int(p.partition)): p for r in answer.results for p in r.partitions}
+    out: dict[Key, StateAnswer] = {}
+    for tid, ks in keys.items():
+        for name, p in ks:
+            r = got.get((tid, p))
+            if r is None:
+                out[(name, p)] = StateAnswer(ErrorCode.unknown_server_error, f"node {node} did not answer {name}-{p}")
+            elif r.error_code == ErrorCode.cluster_authorization_failed:
+                out[(name, p)] = StateAnswer(ErrorCode.coordinator_not_available,
+                                             f"node {node} did not take this node's request yet: try again later.")
+            else:
+                out[(name, p)] = StateAnswer(int(r.error_code), r.error_message,
+                                             int(getattr(r, "start_offset", -1)),
+                                             int(getattr(r, "delivery_complete_count", -1)))
+    return out
+
+
+async def _across(links: NodeLinks | None, topics: TopicsSnapshot, placed: Placed,
+                  request_of: Callable[[Asked], Any]) -> dict[Key, StateAnswer]:
+    """Every node of ``placed`` asked at once; each share-partition's answer (UNKNOWN_TOPIC_OR_PARTITION for a
+    topic gone since)."""
+    by_node: dict[int, dict[uuid.UUID, list[Key]]] = {}
+    out: dict[Key, StateAnswer] = {}
+    for (name, p), node in placed.items():
+        tid = topics.topic_id(name)
+        if tid is None:
+            out[(name, p)] = StateAnswer(ErrorCode.unknown_topic_or_partition, f"There is no topic {name}.")
+        else:
+            by_node.setdefault(node, {}).setdefault(tid, []).append((name, p))
+    for answers in await asyncio.gather(*(_ask(links, node, keys, request_of) for node, keys in by_node.items())):
+        out.update(answers)
+    return out
+
+
+async def summaries(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str,
+                    placed: Placed) -> dict[Key, StateAnswer]:
+    """Start offset and delivery complete count of each share-partition of ``placed`` (-1: no state there)."""
+    return await _across(links, topics, placed, lambda asked: ReadShareGroupStateSummaryRequest(
+        group_id=group_id, topics=tuple(ReadStateSummaryData(topic_id=tid, partitions=tuple(
+            SummaryPartition(partition=i32(p), leader_epoch=i32(0)) for p in ps)) for tid, ps in asked.items())))
+
+
+async def kept_elsewhere(links: NodeLinks | None, topics: TopicsSnapshot, node_id: int, group_id: str) -> bool:
+    """Whether another node keeps state of ``group_id`` (a summary of its partitions of every topic has a start
+    offset); a node that does not answer counts as keeping none."""
+    answers = await summaries(links, topics, group_id, everything_elsewhere(node_id, topics))
+    return any(a.error_code == ErrorCode.none and a.start_offset >= 0 for a in answers.values())
+
+
+async def initialize(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str, placed: Placed,
+                     starts: Mapping[Key, int]) -> dict[Key, StateAnswer]:
+    """Each share-partition of ``placed`` started afresh at its offset in ``starts`` (NONE once durable there)."""
+    names = {tid: name for name, _ in placed if (tid := topics.topic_id(name)) is not None}
+    return await _across(links, topics, placed, lambda asked: InitializeShareGroupStateRequest(
+        group_id=group_id, topics=tuple(InitializeStateData(topic_id=tid, partitions=tuple(
+            InitializePartition(partition=i32(p), state_epoch=i32(0), start_offset=i64(starts[(names[tid], p)]))
+            for p in ps)) for tid, ps in asked.items())))
+
+
+async def delete(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str,
+                 placed: Placed) -> dict[Key, StateAnswer]:
+    """The state of each share-partition of ``placed`` deleted (NONE once durable there, or when it had none)."""
+    return await _across(links, topics, placed, lambda asked: DeleteShareGroupStateRequest(
+        group_id=group_id, topics=tuple(DeleteStateData(topic_id=tid, partitions=tuple(
+            DeletePartition(partition=i32(p)) for p in ps)) for tid, ps in asked.items())))
+
+
+async def high_watermarks(links: NodeLinks | None, placed: Placed) -> dict[Key, int]:
+    """The high watermark of each partition of ``placed`` its node answered (ListOffsets v7, latest,
+    read_uncommitted); a node that does not answer, or a partition it refuses (TOPIC_AUTHORIZATION_FAILED when an
+    authorizer grants nodes nothing on the topic), is left out."""
+    by_node: dict[int, dict[str, list[int]]] = {}
+    for (name, p), node in placed.items():
+        by_node.setdefault(node, {}).setdefault(name, []).append(p)
+
+    async def ask(node: int, topics: dict[str, list[int]]) -> dict[Key, int]:
+        if links is None:  # (placed is empty on a single node)
+            return {}
+        try:
+            answer: ListOffsetsResponse = await links.call(node, ListOffsetsRequest(
+                replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(ListOffsetsTopic(
+                    name=TopicName(name), partitions=tuple(ListOffsetsPartition(partition_index=i32(p),
+                                                                                timestamp=i64(-1)) for p in ps))
+                    for name, ps in topics.items())))
+        except NodeUnreachable:
+            return {}
+        return {(str(t.name), int(p.partition_index)): int(p.offset) for t in answer.topics for p in t.partitions
+                if p.error_code == ErrorCode.none}
+
+    out: dict[Key, int] = {}
+    for answered in await asyncio.gather(*(ask(node, topics) for node, topics in by_node.items())):
+        out.update(answered)
+    return out

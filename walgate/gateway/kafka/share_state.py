@@ -1,0 +1,81 @@
+"""The share coordinator's state RPCs answered by a partition's leader (KIP-932; docs/cluster.md, "Share groups"):
+InitializeShareGroupState (83), DeleteShareGroupState (86) and ReadShareGroupStateSummary (87), which a share
+group's coordinator on another node sends (:mod:`.share_remote`) to reach the share-partition state this node keeps
+in its ``share_groups.log``.
+
+Only a cluster node is answered (Kafka's ClusterAction, :mod:`.node_auth`): any other principal gets
+CLUSTER_AUTHORIZATION_FAILED for every partition, nothing read or changed, and so does every client of a single
+node. Then, per partition: INVALID_REQUEST for an empty group id or no topic id, NOT_COORDINATOR for a partition
+placed on another node (as Kafka's share coordinator answers a key it does not own; the sender looks the placement up
+again), the answer of :mod:`walgate.coordinator.share_admin`'s leader functions otherwise, run on the share service
+(a change durable before the answer; a refused write answers every partition COORDINATOR_NOT_AVAILABLE, retriable,
+nothing changed). The group's coordinator made the group's checks (members, authorization of the client) before
+sending them: a leader has none to make.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from walgate.coordinator.share_admin import StateResult
+from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.context import RequestContext
+from walgate.gateway.kafka.handlers.common import TRANSACTIONS, answered
+from walgate.gateway.kafka.node_auth import from_cluster_node
+from walgate.gateway.kafka.share_admin import SnapshotTopics
+from walgate.storage.topics_snapshot import TopicsSnapshot
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["answer_states"]
+
+Item = TypeVar("Item")
+"""A partition of a state request (its request struct)."""
+Run = Callable[[ShareCoordinator, SnapshotTopics, list[tuple[str, Item]]], list[StateResult]]
+"""The leader's function over (topic key, item) of the partitions it may answer, one result each, in order."""
+
+
+def _refused(partition: int, code: int, message: str | None = None) -> StateResult:
+    return {"partition": partition, "error_code": code, "error_message": message}
+
+
+async def answer_states(broker: Broker, ctx: RequestContext, group_id: str,
+                        topics: Sequence[tuple[uuid.UUID | None, Sequence[Item]]], partition_of: Callable[[Item], int],
+                        run: Run[Item]) -> list[dict[str, Any]]:
+    """The answer's topics (``topic_id``, ``partitions``: one result per asked partition, in the request's order) to
+    a state request of ``group_id`` over ``topics`` as (topic id, partition items) (see the module docstring)."""
+    asked = [(tid, list(items)) for tid, items in topics]
+
+    def every(code: int, message: str | None = None) -> list[dict[str, Any]]:
+        return [{"topic_id": tid, "partitions": [_refused(partition_of(i), code, message) for i in items]}
+                for tid, items in asked]
+
+    shares = broker.shares
+    if not from_cluster_node(broker, ctx) or shares is None:  # (a cluster node always has the share service)
+        return every(ErrorCode.cluster_authorization_failed)
+    if not group_id:
+        return every(ErrorCode.invalid_request, "The group id is empty.")
+
+    def on_lane(snapshot: TopicsSnapshot, coordinator: ShareCoordinator) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for tid, items in asked:
+            name = None if tid is None else snapshot.topic_name(tid)
+            answers: dict[int, StateResult] = {}
+            mine: list[tuple[str, Item]] = []
+            for i, item in enumerate(items):
+                p = partition_of(item)
+                if tid is None:
+                    answers[i] = _refused(p, ErrorCode.invalid_request, "The topic id is missing.")
+                elif name is not None and (node := snapshot.node_of(name, p, broker.node_id)) != broker.node_id:
+                    answers[i] = _refused(p, ErrorCode.not_coordinator,
+                                          f"The share-partition state of {name}-{p} is kept by node {node}.")
+                else:
+                    mine.append((str(tid), item))
+            results = iter(run(coordinator, SnapshotTopics(snapshot), mine))
+            out.append({"topic_id": tid, "partitions": [answers[i] if i in answers else next(results)
+                                                        for i in range(len(items))]})
+        return out
+
+    return await answered(shares.run(on_lane), every, TRANSACTIONS)  # (a refused write: COORDINATOR_NOT_AVAILABLE)
