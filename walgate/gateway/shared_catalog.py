@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from walgate.cluster.etcd import follow_prefix, tx
-from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, RecordCursor
+from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, NotController, RecordCursor
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 from walgate.gateway.storage_thread import StorageThread
@@ -252,7 +252,10 @@ class SharedCatalog:
         self._proposals_from = revision + 1
 
     async def _proposed(self, event: Any) -> None:
-        """Take a proposal the watch reports; a resumed watch starts after it."""
+        """Take a proposal the watch reports (NotController once this node is no longer the controller: it stops
+        taking until elected again); a resumed watch starts after it."""
+        if self.election.epoch is None:
+            raise NotController(f"node {self.member.node_id} is no longer the controller")
         if event.kind == "PUT":
             await self._take(event.kv)
         self._proposals_from = event.kv.mod_revision + 1
