@@ -2,10 +2,11 @@
 what a restart replays.
 
 :func:`walgate.storage.wal_verbatim.parse` checks what the WAL itself needs (checksums, a known format, versions
-continuing the WAL, whole batches) and hands the run on; nothing here checks a checksum again. What a vnode derives from its entries needs more: their bodies must decode
-the way a restart replays them (:meth:`~walgate.storage.vnode.Vnode.apply_meta`, the topics' offset indexes, a
-Kafka-native partition's producer state), or an entry would be written and then fail what follows it, leaving a
-WAL that the next open cannot replay. :func:`decode_whole` decodes one entry when
+continuing the WAL, whole batches) and hands the run on: nothing here checks a checksum again. What a vnode derives
+from its entries needs more: their bodies must decode the way a restart replays them
+(:meth:`~walgate.storage.vnode.Vnode.apply_meta`, the topics' offset indexes, a Kafka-native partition's producer
+state), or an entry would be written and then fail what follows it, leaving a WAL that the next open cannot replay.
+:func:`decode_whole` decodes one entry when
 
 * a meta entry's body is a JSON object with a string ``op``, and the fields :meth:`Vnode.apply_meta` reads for
   ``create_table`` (``name``, an integer ``ts``, ``columns`` absent or a list of columns), ``drop_table``

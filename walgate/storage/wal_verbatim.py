@@ -15,7 +15,7 @@ which must continue the follower's WAL exactly. :func:`parse` accepts such a run
   handed, nor serves, part of one.
 
 Otherwise it raises :class:`EntriesRefused` naming the byte and the rule, and nothing is written. What it accepts
-is a :class:`VerbatimRun`, which only :func:`parse` makes: every byte of it checksummed once, here; what takes a run
+is a :class:`VerbatimRun` (walgate makes one nowhere else): every byte of it checksummed once, here; what takes a run
 (:func:`walgate.storage.entry_check.checked_entries`, :meth:`Wal.append_verbatim`) checks no checksum again. Pure:
 no I/O.
 """
@@ -57,7 +57,7 @@ class VerbatimRun:
 
     raw: bytes
     first_version: int
-    entries: list[VerbatimEntry]
+    entries: tuple[VerbatimEntry, ...]
 
 
 def parse(raw: bytes, first_version: int) -> VerbatimRun:
@@ -94,4 +94,4 @@ def parse(raw: bytes, first_version: int) -> VerbatimRun:
     if entries and entries[-1].flags & FLAG_MORE:
         raise EntriesRefused(f"the entries end inside a batch: the entry at byte {entries[-1].start} (version "
                              f"{entries[-1].version}) says more of its batch follow")
-    return VerbatimRun(raw, first_version, entries)
+    return VerbatimRun(raw, first_version, tuple(entries))
