@@ -142,7 +142,9 @@ class Vnode:
         self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
-        self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
+        # (no replicas yet: docs/plans/replication-wiring.md); it also writes open's cut of the epoch file, if any,
+        # before the WAL can grow (leader_epochs' module docstring): a replicated vnode must begin or cut instead
+        self.epochs.lead_single_node(new=wal.next_version == 0)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
