@@ -28,12 +28,9 @@ import pytest
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-# `python -m walgate.gateway.cli` as installed in production, where hypothesis (a test dependency) is absent: when
-# it can be imported, kio registers a hypothesis strategy for each of its types at import, ~0.2 s of CPU (a third of
-# the import) at every server start and CLI run. A None in sys.modules makes `import hypothesis` raise ImportError.
-_CLI = ("import runpy, sys; sys.modules['hypothesis'] = None; "
-        "runpy.run_module('walgate.gateway.cli', run_name='__main__', alter_sys=True)")
-WALGATE = [sys.executable, "-c", _CLI]
+WALGATE = [sys.executable, "-m", "walgate.gateway.cli"]
+"""``walgate`` as installed: the console script's module (it never imports hypothesis, even where it is installed:
+walgate/__init__.py)."""
 _READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+)")
 
 

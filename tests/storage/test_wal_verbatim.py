@@ -76,13 +76,13 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
     cuts = _batches(raw)
     half = cuts[len(cuts) // 2]
     follower = Wal.open(tmp_path / "follower", LEVEL2)
-    assert follower.append_verbatim(raw[: half[0]], 0)[-1].next_version == half[2]
+    assert follower.append_verbatim(parse(raw[: half[0]], 0))[-1].next_version == half[2]
     size, end = follower.segments[-1].size, follower.next_version
     rest = raw[half[0] :]
 
     def refused(data: bytes, first: int, match: str) -> None:
         with pytest.raises(EntriesRefused, match=match):
-            follower.append_verbatim(data, first)
+            follower.append_verbatim(parse(data, first))
         assert (follower.next_version, follower.segments[-1].size) == (end, size)
         assert _wal_bytes(follower.dir) == raw[: half[0]]
 
@@ -90,8 +90,14 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
         flipped = bytearray(rest)
         flipped[at] ^= 0x10
         refused(bytes(flipped), end, "checksum mismatch")
-    refused(rest, end + 1, "do not continue the WAL")
-    refused(rest, end - 1, "do not continue the WAL")
+    refused(rest, end + 1, rf"where {end + 1} continues the WAL \(an overlap\)")  # parse's check
+    refused(rest, end - 1, rf"where {end - 1} continues the WAL \(a gap\)")
+    other = Wal.open(tmp_path / "other", LEVEL2)  # a run parsed for another WAL's end: the WAL's own check
+    with pytest.raises(EntriesRefused, match=f"entries from version {end} do not continue the WAL, whose next "
+                                             "version is 0"):
+        other.append_verbatim(parse(rest, end))
+    assert other.next_version == 0 and _wal_bytes(other.dir) == b""
+    other.close()
     nxt = _batches(rest)
     refused(rest[: nxt[0][1]] + rest[nxt[1][1] : nxt[2][1]], end, r"a gap")  # a batch left out
     refused(rest[: nxt[0][1]] + rest[: nxt[0][1]], end, r"an overlap")  # one sent twice
@@ -103,8 +109,8 @@ def test_entries_that_fail_a_check_are_refused_and_nothing_is_written(tmp_path: 
     flags = encode_entry(KIND_DATA, 0x2, end, 1, 0, b"a flag of a later release")
     refused(flags, end, "newer format")
     refused(encode_entry(KIND_DATA, FLAG_MORE, end, 1, 0, b"x"), end, "end inside a batch")
-    assert follower.append_verbatim(b"", end) == []
-    assert [e.version for e in follower.append_verbatim(rest, end)] == [e.version for e in leader.read_from(end)]
+    assert follower.append_verbatim(parse(b"", end)) == []
+    assert [e.version for e in follower.append_verbatim(parse(rest, end))] == [e.version for e in leader.read_from(end)]
     assert _wal_bytes(follower.dir) == raw
     follower.close()
     reopened = Wal.open(tmp_path / "follower", LEVEL2)
@@ -129,7 +135,7 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
     base = tmp_path / "base"
     wal = Wal.open(base, options)
     for start, end, version in cuts[:-6]:
-        wal.append_verbatim(raw[start:end], version)
+        wal.append_verbatim(parse(raw[start:end], version))
     first = wal.next_version
     wal.close()
     faults = Faults()
@@ -137,7 +143,7 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
         probe = Wal.open(shutil.copytree(base, tmp_path / "probe"), options)
         segments = len(probe.segments)
         before = dict(faults.calls)
-        probe.append_verbatim(raw[split:], first)
+        probe.append_verbatim(parse(raw[split:], first))
         ops = {op: n - before.get(op, 0) for op, n in faults.calls.items() if n - before.get(op, 0)}
         assert (len(probe.segments) > segments) == rolls
         probe.close()
@@ -155,7 +161,7 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
         with faults.active():
             faults.fail_kind(op, kind, at=at)
             try:
-                wal.append_verbatim(raw[split:], first)
+                wal.append_verbatim(parse(raw[split:], first))
                 assert (op, kind) == ("write", "short"), (op, at, kind)  # half of the empty write creating a file
             except StorageUnavailable as exc:
                 refused += 1
@@ -163,7 +169,7 @@ def test_every_failing_operation_of_a_verbatim_append_is_refused_and_nothing_is_
                 assert wal.next_version == first and wal.read(first) is None
                 assert wal.segments[-1].path.stat().st_size == wal.segments[-1].size
                 assert _wal_bytes(directory) == raw[:split]
-                wal.append_verbatim(raw[split:], first)  # the disk takes it again
+                wal.append_verbatim(parse(raw[split:], first))  # the disk takes it again
             faults.clear()
         assert _wal_bytes(directory) == raw
         wal.close()
@@ -180,18 +186,18 @@ def test_a_fenced_wal_refuses_verbatim_appends_until_the_disk_recovers(tmp_path:
     leader.close()
     split = _batches(raw)[-1][0]
     wal = Wal.open(tmp_path / "f", replace(LEVEL2, segment_bytes=1 << 20))  # (no roll: the write itself fails)
-    wal.append_verbatim(raw[:split], 0)
+    wal.append_verbatim(parse(raw[:split], 0))
     first = wal.next_version
     faults = Faults()
     with faults.active():
         faults.fail("fdatasync", at=1, error=errno.EIO)
         faults.fail("ftruncate", at=1, error=errno.EIO, times=1000)
         with pytest.raises(StorageUnavailable, match="could not be undone"):
-            wal.append_verbatim(raw[split:], first)
+            wal.append_verbatim(parse(raw[split:], first))
         with pytest.raises(StorageUnavailable, match="read-only"):
-            wal.append_verbatim(raw[split:], first)
+            wal.append_verbatim(parse(raw[split:], first))
         faults.clear()
-    wal.append_verbatim(raw[split:], first)
+    wal.append_verbatim(parse(raw[split:], first))
     wal.close()
     assert _wal_bytes(tmp_path / "f") == raw
 
@@ -208,7 +214,7 @@ cuts = [int(c) for c in sys.argv[3].split(",")]
 wal = Wal.open(Path(sys.argv[1]), WalOptions(level=2, fsync_period_ms=0, segment_bytes=400))
 start = 0
 for end in cuts:
-    wal.append_verbatim(raw[start:end], wal.next_version)
+    wal.append_verbatim(parse(raw[start:end], wal.next_version))
     start = end
     print(start, flush=True)
 """
@@ -237,7 +243,7 @@ def test_kill_9_mid_append_reopens_to_a_prefix_of_whole_batches(tmp_path: Path):
         held = _wal_bytes(directory)
         assert len(held) in {0, *ends} and raw.startswith(held), (kill, len(held))
         landed += len(held) < len(raw)
-        reopened.append_verbatim(raw[len(held) :], reopened.next_version)  # the fetch goes on from there
+        reopened.append_verbatim(parse(raw[len(held) :], reopened.next_version))  # the fetch goes on from there
         reopened.close()
         assert _wal_bytes(directory) == raw
     assert landed, "every kill came after the last append"

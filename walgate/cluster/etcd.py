@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import aetcd
 import aetcd.exceptions
@@ -31,7 +31,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 
 from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable, parse_endpoints
 
-__all__ = ["EtcdAccess", "EtcdSession", "Compacted", "parse_endpoints", "tx"]
+__all__ = ["EtcdAccess", "EtcdSession", "Compacted", "follow_prefix", "parse_endpoints", "tx"]
 
 log = logging.getLogger("walgate.cluster")
 T = TypeVar("T")
@@ -108,7 +108,7 @@ class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd ships no type inform
                                                   metadata=self.metadata)
             self._connected.set()
         except grpc.aio.AioRpcError as e:
-            aetcd.exceptions._handle_exception(e)  # as aetcd's own calls: its ClientError kinds
+            aetcd.exceptions._handle_exception(e)  # as aetcd 1.0.0's own calls: its ClientError kinds
         finally:
             self._is_connecting = False
 
@@ -265,3 +265,42 @@ class EtcdSession:
                 raise
             # the next call finds out whether the member is up
             raise ControlPlaneUnavailable(f"etcd {host}:{port}: the watch stream broke: {e}") from e
+
+
+async def follow_prefix(session: EtcdSession, prefix: bytes, *, start: Callable[[], int],
+                        read: Callable[[], Awaitable[None]],
+                        on_event: Callable[[aetcd.rtypes.Event], Awaitable[None]], what: str,
+                        retry_delay: float, read_again: tuple[type[Exception], ...] = ()) -> NoReturn:
+    """Follow ``prefix`` until cancelled, the caller keeping its place: ``start()`` is the revision its next watch
+    of ``prefix`` starts at (0: nothing read yet), ``read()`` reads what it follows at one revision and moves
+    ``start()`` there, ``on_event(event)`` handles the watch's events one at a time in revision order (and may move
+    ``start()`` past each). The rules, the same for every follower:
+
+    * nothing read yet: read first, then watch from ``start()``;
+    * etcd compacted the history ``start()`` needs (:class:`Compacted`), or ``on_event`` raised one of
+      ``read_again`` (the caller found it missed something): read again at once, then watch;
+    * the stream broke or etcd did not answer (:class:`ControlPlaneUnavailable`, logged at WARNING): wait
+      ``retry_delay`` seconds, then resume the watch from ``start()`` (reading first if nothing was read yet).
+
+    Anything else ``read`` or ``on_event`` raises ends the following and propagates."""
+    stale: tuple[type[Exception], ...] = (Compacted, *read_again)
+    must_read = start() == 0
+    while True:
+        try:
+            if must_read:
+                await read()
+                must_read = False
+            watch = await session.watch_prefix(prefix, start())
+            try:
+                iterator = watch.__aiter__()
+                while True:
+                    await on_event(await session.next_event(iterator))
+            finally:
+                await session.cancel_watch(watch)
+        except stale as e:
+            log.info("%s: %s at revision %d; reading again", what, e, start())
+            must_read = True
+        except ControlPlaneUnavailable as e:
+            log.warning("%s: following from revision %d interrupted: %s", what, start(), e)
+            await asyncio.sleep(retry_delay)
+            must_read = must_read or start() == 0

@@ -24,7 +24,7 @@ from typing import Any
 from aetcd.utils import prefix_range_end
 
 from walgate.cluster.election import ControllerElection
-from walgate.cluster.etcd import Compacted, EtcdSession, tx
+from walgate.cluster.etcd import Compacted, EtcdSession, follow_prefix, tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, NotController
 from walgate.cluster.partition_codec import (
     PartitionId,
@@ -109,21 +109,18 @@ class PartitionStates:
     async def follow(self, on_change: Callable[[PartitionId, PartitionState | None], object],
                      retry_delay: float = 0.5) -> None:
         """Call ``on_change(vnode, state or None when deleted or damaged)`` for every change after ``revision`` (from
-        a :meth:`read_all` first when nothing was read), once per change, until cancelled. A compacted or broken
-        watch reads every state again and reports those that differ from what was seen. An exception raised by
-        ``on_change`` is logged at ERROR and following goes on (the change stays seen: it is not reported again)."""
-        while True:
-            try:
-                if self.revision == 0:
-                    await self._read_again(on_change)
-                await self._watch(on_change)
-            except (Compacted, ControlPlaneUnavailable) as e:
-                log.warning("partition states: watch from revision %d interrupted: %s", self.revision, e)
-                await asyncio.sleep(retry_delay)
-                try:
-                    await self._read_again(on_change)
-                except ControlPlaneUnavailable as again:
-                    log.warning("partition states: cannot read yet: %s", again)
+        a :meth:`read_all` first when nothing was read), once per change, until cancelled
+        (:func:`~walgate.cluster.etcd.follow_prefix`). A compacted watch reads every state again and reports those
+        that differ from what was seen; a broken one resumes from ``revision`` after ``retry_delay``. An exception
+        raised by ``on_change`` is logged at ERROR and following goes on (the change stays seen: it is not reported
+        again)."""
+
+        async def on_event(event: Any) -> None:
+            self._seen(event, on_change)
+
+        await follow_prefix(self.session, partitions_prefix(self.keys), start=lambda: self.revision,
+                            read=lambda: self._read_again(on_change), on_event=on_event, what="partition states",
+                            retry_delay=retry_delay)
 
     @staticmethod
     def _report(on_change: Callable[[PartitionId, PartitionState | None], object], pid: PartitionId,
@@ -141,35 +138,28 @@ class PartitionStates:
             if before.get(pid) != after.get(pid):
                 self._report(on_change, pid, after.get(pid))
 
-    async def _watch(self, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
-        # from ``revision`` itself: a stream that broke within one transaction's events resumes with all of them
-        # (those already seen change nothing and are not reported again)
-        watch = await self.session.watch_prefix(partitions_prefix(self.keys), self.revision)
-        try:
-            iterator = watch.__aiter__()
-            while True:
-                event = await self.session.next_event(iterator)
-                self.revision = max(self.revision, event.kv.mod_revision)
-                if event.kind == "DELETE":
-                    try:
-                        decoded: tuple[PartitionId, PartitionState | None] | None = (
-                            partition_id(self.keys, event.kv.key), None)
-                    except PartitionStateDamaged as e:
-                        log.error("partition states: %s", e)
-                        continue
-                else:
-                    decoded = self._decode(event.kv)
-                if decoded is None:
-                    continue
-                pid, state = decoded
-                if self.states.get(pid) != state:
-                    if state is None:
-                        del self.states[pid]
-                    else:
-                        self.states[pid] = state
-                    self._report(on_change, pid, state)
-        finally:
-            await self.session.cancel_watch(watch)
+    def _seen(self, event: Any, on_change: Callable[[PartitionId, PartitionState | None], object]) -> None:
+        """Take one watch event in. ``revision`` moves to the event's: a watch resumed from it (not after it) after
+        a stream broke within one transaction's events gets all of them again, and those already seen change
+        nothing and are not reported again."""
+        self.revision = max(self.revision, event.kv.mod_revision)
+        if event.kind == "DELETE":
+            try:
+                decoded: tuple[PartitionId, PartitionState | None] | None = (partition_id(self.keys, event.kv.key), None)
+            except PartitionStateDamaged as e:
+                log.error("partition states: %s", e)
+                return
+        else:
+            decoded = self._decode(event.kv)
+        if decoded is None:
+            return
+        pid, state = decoded
+        if self.states.get(pid) != state:
+            if state is None:
+                del self.states[pid]
+            else:
+                self.states[pid] = state
+            self._report(on_change, pid, state)
 
     async def alter_isr(self, known: PartitionState, pid: PartitionId, proposal: AlterIsr,
                         registered: Mapping[int, int]) -> AlterOutcome:

@@ -22,11 +22,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from walgate.cluster.election import ControllerElection
-from walgate.cluster.etcd import Compacted, EtcdSession, tx
+from walgate.cluster.etcd import EtcdSession, follow_prefix, tx
 from walgate.cluster.model import (
     MAX_RECORDS_PER_TXN,
     ControlPlaneError,
-    ControlPlaneUnavailable,
     Keys,
     RecordCursor,
     RecordGap,
@@ -147,38 +146,12 @@ class RecordFollower:
         raise ControlPlaneError(f"catalog: the snapshot and records kept changing over {_CATCH_UP_ATTEMPTS} reads")
 
     async def run(self, retry_delay: float = 0.5) -> None:
-        """Follow the stream until cancelled. etcd being unreachable is waited out (``retry_delay`` between
-        tries); the records applied stay applied."""
-        while True:
-            try:
-                if self.cursor.revision == 0:
-                    await self.catch_up()
-                await self._follow()
-            except Compacted as e:
-                log.info("catalog: resuming at revision %d: %s; reading the snapshot", self.cursor.revision, e)
-                await self._catch_up_or_wait(retry_delay)
-            except RecordGap as e:
-                log.info("catalog: %s; reading the snapshot", e)
-                await self._catch_up_or_wait(retry_delay)
-            except ControlPlaneUnavailable as e:
-                log.warning("catalog: record stream interrupted at record %d (revision %d): %s", self.cursor.seq,
-                            self.cursor.revision, e)
-                await asyncio.sleep(retry_delay)
+        """Follow the stream until cancelled (:func:`~walgate.cluster.etcd.follow_prefix`: a compacted start or a
+        gap reads the snapshot again, etcd being unreachable is waited out, ``retry_delay`` between tries, and the
+        watch resumes from the last applied revision); the records applied stay applied."""
+        await follow_prefix(self.session, self.keys.records, start=lambda: self.cursor.revision, read=self.catch_up,
+                            on_event=self._on_event, what="catalog", retry_delay=retry_delay, read_again=(RecordGap,))
 
-    async def _catch_up_or_wait(self, retry_delay: float) -> None:
-        try:
-            await self.catch_up()
-        except ControlPlaneUnavailable as e:
-            log.warning("catalog: cannot read the snapshot yet: %s", e)
-            await asyncio.sleep(retry_delay)
-
-    async def _follow(self) -> None:
-        watch = await self.session.watch_prefix(self.keys.records, self.cursor.revision)
-        try:
-            iterator = watch.__aiter__()
-            while True:
-                event = await self.session.next_event(iterator)
-                if event.kind == "PUT":
-                    await self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)
-        finally:
-            await self.session.cancel_watch(watch)
+    async def _on_event(self, event: Any) -> None:
+        if event.kind == "PUT":
+            await self._apply(event.kv.key, event.kv.value, event.kv.mod_revision)

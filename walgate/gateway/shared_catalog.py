@@ -36,8 +36,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from walgate.cluster.etcd import tx
-from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, RecordCursor
+from walgate.cluster.etcd import follow_prefix, tx
+from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, NotController, RecordCursor
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.gateway.cluster_member import ClusterMember, stop_tasks
 from walgate.gateway.storage_thread import StorageThread
@@ -78,6 +78,7 @@ class SharedCatalog:
                                        RecordCursor(seq=applied_seq))
         self._lock = asyncio.Lock()  # the controller's appends, one at a time
         self._trimmed = 0
+        self._proposals_from = 0  # the revision the watch of proposals resumes at (0: read them all first)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -229,26 +230,35 @@ class SharedCatalog:
             log.warning("catalog proposal %s was appended after its proposer stopped waiting", proposal_id)
 
     async def _serve_proposals(self) -> None:
-        """While this node is the controller: append what the other nodes propose, in the order proposed."""
+        """While this node is the controller: append what the other nodes propose, in the order proposed (all of
+        them read at each election, then watched: :func:`~walgate.cluster.etcd.follow_prefix`)."""
         keys, session = self.member.keys, self.member.session
         while True:
             await self.election.wait_elected()
+            self._proposals_from = 0
             try:
-                revision, kvs = await session.get_prefix(keys.proposals)
-                for kv in kvs:
-                    await self._take(kv)
-                watch = await session.watch_prefix(keys.proposals, revision + 1)
-                try:
-                    iterator = watch.__aiter__()
-                    while self.election.epoch is not None:
-                        event = await session.next_event(iterator)
-                        if event.kind == "PUT":
-                            await self._take(event.kv)
-                finally:
-                    await session.cancel_watch(watch)
-            except ControlPlaneError as e:
+                await follow_prefix(session, keys.proposals, start=lambda: self._proposals_from,
+                                    read=self._take_proposed, on_event=self._proposed, what="catalog proposals",
+                                    retry_delay=_RETRY_S)
+            except ControlPlaneError as e:  # NotController: wait to be elected again
                 log.warning("catalog proposals: %s", e)
                 await asyncio.sleep(_RETRY_S)
+
+    async def _take_proposed(self) -> None:
+        """Take every proposal there is; the watch then starts after the revision read."""
+        revision, kvs = await self.member.session.get_prefix(self.member.keys.proposals)
+        for kv in kvs:
+            await self._take(kv)
+        self._proposals_from = revision + 1
+
+    async def _proposed(self, event: Any) -> None:
+        """Take a proposal the watch reports (NotController once this node is no longer the controller: it stops
+        taking until elected again); a resumed watch starts after it."""
+        if self.election.epoch is None:
+            raise NotController(f"node {self.member.node_id} is no longer the controller")
+        if event.kind == "PUT":
+            await self._take(event.kv)
+        self._proposals_from = event.kv.mod_revision + 1
 
     async def _take(self, kv: Any) -> None:
         """Append one proposal, or answer why not; the proposal is deleted in the same transaction."""

@@ -2,10 +2,11 @@
 what a restart replays.
 
 :func:`walgate.storage.wal_verbatim.parse` checks what the WAL itself needs (checksums, a known format, versions
-continuing the WAL, whole batches). What a vnode derives from its entries needs more: their bodies must decode
-the way a restart replays them (:meth:`~walgate.storage.vnode.Vnode.apply_meta`, the topics' offset indexes, a
-Kafka-native partition's producer state), or an entry would be written and then fail what follows it, leaving a
-WAL that the next open cannot replay. :func:`decode_whole` decodes one entry when
+continuing the WAL, whole batches) and hands the run on: nothing here checks a checksum again. What a vnode derives
+from its entries needs more: their bodies must decode the way a restart replays them
+(:meth:`~walgate.storage.vnode.Vnode.apply_meta`, the topics' offset indexes, a Kafka-native partition's producer
+state), or an entry would be written and then fail what follows it, leaving a WAL that the next open cannot replay.
+:func:`decode_whole` decodes one entry when
 
 * a meta entry's body is a JSON object with a string ``op``, and the fields :meth:`Vnode.apply_meta` reads for
   ``create_table`` (``name``, an integer ``ts``, ``columns`` absent or a list of columns), ``drop_table``
@@ -37,7 +38,7 @@ from walgate.storage.entry import DecodedEntry, decode_entry
 from walgate.storage.errors import BadEntries
 from walgate.storage.wal import KIND_DATA, KIND_KAFKA, KIND_META, WalEntry
 from walgate.storage.wal_format import HEADER_SIZE
-from walgate.storage.wal_verbatim import EntriesRefused, parse
+from walgate.storage.wal_verbatim import EntriesRefused, VerbatimRun
 from walgate.wire import batch_header
 from walgate.wire.errors import WireError
 
@@ -60,14 +61,14 @@ class CheckedEntry:
     decoded: DecodedEntry
 
 
-def checked_entries(raw: bytes, first_version: int, kafka_end: int | None) -> list[CheckedEntry]:
-    """The entries of ``raw`` (whole batches continuing a WAL whose next version is ``first_version``), each
-    decoded, when every check of the module docstring holds; EntriesRefused otherwise. ``kafka_end``: the offset
-    the vnode's Kafka-native partition numbers its next batch (None: the vnode holds no such partition, whose
-    offsets are then not checked)."""
-    view = memoryview(raw)
+def checked_entries(run: VerbatimRun, kafka_end: int | None) -> list[CheckedEntry]:
+    """The entries of ``run`` (:func:`~walgate.storage.wal_verbatim.parse` checked their checksums and versions),
+    each decoded, when every other check of the module docstring holds; EntriesRefused otherwise. ``kafka_end``:
+    the offset the vnode's Kafka-native partition numbers its next batch (None: the vnode holds no such partition,
+    whose offsets are then not checked)."""
+    view = memoryview(run.raw)
     out: list[CheckedEntry] = []
-    for e in parse(view, first_version):
+    for e in run.entries:
         body = bytes(view[e.start + HEADER_SIZE : e.start + HEADER_SIZE + e.body_len])
         entry = WalEntry(e.version, e.count, e.kind, e.max_ts, body)
         where = f"the entry of version {e.version} (byte {e.start})"

@@ -21,6 +21,11 @@ Invariants:
 * memory never holds an entry past the WAL's end (:meth:`truncate_from_end` always cuts memory; when the disk
   refuses the rewrite the file may keep entries past the end, which :meth:`open` cuts again, since it is told the
   WAL's end after the WAL's own recovery);
+* one rule decides whether the file is written (:meth:`LeaderEpochs._settle`, after every change): when it may not
+  hold what memory does, so a change that leaves memory as the file holds it writes nothing. :meth:`open` cuts
+  memory only and leaves the write to the change that follows it (:meth:`lead_single_node`, :meth:`begin` or
+  :meth:`truncate_from_end`; a vnode makes one before its WAL grows): a new vnode's ``epoch 0 from version 0``,
+  cut to nothing at an empty WAL and led again at once, is then not written at all;
 * after any refused write the file counts as unknown: the next :meth:`begin` or cut writes it whole again;
 * a file that does not verify (checksum, shape, epochs or starts not strictly increasing) or cannot be read is
   reported to the DamageLog (its bytes kept; an unreadable one left in place) and read as empty: the caller
@@ -107,8 +112,8 @@ class LeaderEpochs:
              syncs: SyncLatency | None = None) -> LeaderEpochs:
         """The cache of the vnode in ``directory`` whose WAL (already recovered) ends at ``wal_end``: the file's
         entries (none when it is missing, damaged or unreadable: the last two reported) cut back to ``wal_end``.
-        Never raises for the file's content or a refused read; the cut is written back when it changed anything (a
-        refusal is logged and left to the next write or open)."""
+        Never raises for the file's content or a refused read; the cut is in memory only, written by the change
+        that follows (module docstring: the caller makes one before the WAL grows)."""
         path = directory / EPOCH_FILE
         tmp = path.with_name(path.name + ".tmp")
         if tmp.exists():  # a crash in the middle of a replace: the file itself is the old one or the new one
@@ -133,9 +138,7 @@ class LeaderEpochs:
                 epochs._report(f"leader-epoch cache: {exc}; its epochs are taken as unknown", "reset", keep=True)
         epochs._cache, epochs._disk = LeaderEpochCache(entries), disk
         epochs._damaged = raw is not None and disk is None
-        if not (wal_end == 0 and disk == SINGLE_NODE_EPOCHS):  # a new vnode's "epoch 0 from version 0" is kept as
-            # it is (no rewrite at each open): an append in epoch 0 agrees with it, one in a later epoch begins it
-            epochs.truncate_from_end(wal_end)
+        epochs._cache.truncate_from_end(wal_end)
         return epochs
 
     def _report(self, reason: str, action: str, *, keep: bool) -> None:
@@ -216,12 +219,12 @@ class LeaderEpochs:
                          f"replicas never led ({[[e.epoch, e.start_offset] for e in self._cache.entries]})",
                          "answered as epoch 0 from version 0, the file left as it is", keep=False)
         self._raw = None
-        if self._cache.entries:
+        if self._cache.entries or not (new or self._damaged):
+            self._settle("cut back to the WAL's end")  # open's cut, if it changed anything
+            if not self._cache.entries:  # a missing file means the same: none written
+                self._cache = LeaderEpochCache(SINGLE_NODE_EPOCHS)
             return
-        if not (new or self._damaged):
-            self._cache = LeaderEpochCache(SINGLE_NODE_EPOCHS)
-            return
-        try:
+        try:  # (written only if the file does not hold it already: a new vnode's, cut to nothing by open)
             self.begin(SINGLE_NODE_EPOCHS[0].epoch, SINGLE_NODE_EPOCHS[0].start_offset)
             self._damaged = False
         except StorageUnavailable as exc:
@@ -236,13 +239,19 @@ class LeaderEpochs:
         truncation refuses appends until the rewrite succeeds, :func:`walgate.storage.truncation.truncate_vnode`,
         so the WAL has not grown back past them) or rewritten by the next :meth:`begin` or cut."""
         self._cache.truncate_from_end(end_version)
+        self._settle(f"cut back to version {end_version}")
+
+    def _settle(self, what: str) -> None:
+        """Write the file when it may not hold what memory does: not when it is known to hold memory's entries, nor
+        when no file is known written (missing, damaged or unreadable: left to :meth:`lead_single_node`) and memory
+        holds none. A refusal is logged and :attr:`saved` stays False (``what``: the change, for the log)."""
         if self._cache.entries == self._disk or not self._cache.entries and self._disk is None and not self._stale:
-            return  # (nothing known written: missing, damaged or unreadable, left to the caller, see open)
+            return
         try:
             self._replace(self._cache.entries)
         except OSError as exc:
-            log.warning("%s: the leader-epoch cache could not be cut back to version %d (cut again at the next "
-                        "start): %s", self.path, end_version, exc)
+            log.warning("%s: the leader-epoch cache could not be %s (written again by the next change or cut again "
+                        "at the next start): %s", self.path, what, exc)
 
     @property
     def write_refused(self) -> bool:

@@ -62,7 +62,7 @@ from walgate.storage.fileio import SyncLatency
 from walgate.storage.leader_epochs import SINGLE_NODE_EPOCHS, LeaderEpochs, write_new
 from walgate.storage.meta_store import META_STORE, MetaDamaged, MetaStore, OpenStores, TableDef
 from walgate.storage.wal import KIND_META, Wal, WalEntry, WalOptions
-from walgate.storage.wal_verbatim import EntriesRefused
+from walgate.storage.wal_verbatim import EntriesRefused, parse
 
 __all__ = ["Vnode", "TableDef", "vnode_of"]
 
@@ -142,7 +142,9 @@ class Vnode:
         self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
-        self.epochs.lead_single_node(new=wal.next_version == 0)  # (no replicas yet: docs/plans/replication-wiring.md)
+        # (no replicas yet: docs/plans/replication-wiring.md); it also writes open's cut of the epoch file, if any,
+        # before the WAL can grow (leader_epochs' module docstring): a replicated vnode must begin or cut instead
+        self.epochs.lead_single_node(new=wal.next_version == 0)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,
@@ -314,7 +316,8 @@ class Vnode:
         """A follower's copy of its leader's WAL entries ``raw`` (whole batches from version ``first_version``,
         written in leader epoch ``epoch``; ``kafka_end``: the offset the vnode's Kafka-native partition numbers its
         next batch, None when it holds none). Every check comes first: the epoch no older than the cache's latest,
-        ``first_version`` this WAL's next version, and every entry's format and body
+        ``first_version`` this WAL's next version, every entry's checksums, format and version
+        (:func:`~walgate.storage.wal_verbatim.parse`, the only check of the checksums on this path) and body
         (:func:`~walgate.storage.entry_check.checked_entries`); EntriesRefused, with nothing written and the
         cache as it was, when one fails. Then the epoch is begun in the leader-epoch cache when it is newer than the
         cache's latest (so a crash after it leaves an epoch starting at the WAL's end, which the next open drops),
@@ -329,14 +332,15 @@ class Vnode:
         if first_version != self.wal.next_version:
             raise EntriesRefused(f"{self.dir}: entries from version {first_version} do not continue the WAL, "
                                  f"whose next version is {self.wal.next_version}")
-        checked = checked_entries(raw, first_version, kafka_end)
+        run = parse(raw, first_version)
+        checked = checked_entries(run, kafka_end)
         if not checked:
             return []
         begun = epoch > self.epochs.latest_epoch
         if begun:
             self.epochs.begin(epoch, first_version)
         try:
-            self.wal.append_verbatim(raw, first_version)
+            self.wal.append_verbatim(run)
         except (StorageUnavailable, EntriesRefused):
             if begun:
                 self.epochs.truncate_from_end(first_version)

@@ -28,7 +28,7 @@ Batches: one :meth:`Wal.append` call writes its entries with a single
 "more" flag, and recovery drops an incomplete final batch whole. That makes
 each append atomic: after a crash it is there entirely or not at all. A follower's
 :meth:`Wal.append_verbatim` writes entries copied from its leader's WAL as they are (their headers, flags and
-versions), checked first (:mod:`walgate.storage.wal_verbatim`), whole batches in a single ``write`` likewise.
+versions), a run :func:`walgate.storage.wal_verbatim.parse` checked, whole batches in a single ``write`` likewise.
 
 Failed writes: every file operation goes through :mod:`walgate.storage.fileio`.
 When the log write (an error or a short write), the fdatasync (WAL_LEVEL 2,
@@ -146,7 +146,7 @@ from walgate.storage.wal_format import (
 )
 from walgate.storage.wal_recovery import recover
 from walgate.storage.wal_truncate import INTENT, Cut, finish, write_intent
-from walgate.storage.wal_verbatim import EntriesRefused, parse
+from walgate.storage.wal_verbatim import EntriesRefused, VerbatimRun
 
 __all__ = [
     "FLAG_MORE",
@@ -532,22 +532,23 @@ class Wal:
             waited = max(waited, max(e[2] for e in entries) - self._active_first_ts)
         return self.options.segment_ms <= waited
 
-    def append_verbatim(self, raw: bytes, first_version: int) -> list[WalEntry]:
-        """Append ``raw``, whole entries of a leader's WAL from version ``first_version`` on, byte for byte (a
-        follower's copy: docs/plans/replication-wiring.md, step 4); the entries, as :meth:`read_from` would give them.
+    def append_verbatim(self, run: VerbatimRun) -> list[WalEntry]:
+        """Append ``run``, whole entries of a leader's WAL, byte for byte (a follower's copy:
+        docs/plans/replication-wiring.md, step 4); the entries, as :meth:`read_from` would give them.
 
-        ``raw`` is checked first (:func:`walgate.storage.wal_verbatim.parse`: every header's and body's CRC32C, a
-        known format, versions continuing :attr:`next_version` from ``first_version``, whole entries ending a batch):
-        :class:`~walgate.storage.wal_verbatim.EntriesRefused`, nothing written, when it fails. Then it is written as
+        :func:`walgate.storage.wal_verbatim.parse` checked the run when it made it (every header's and body's
+        CRC32C, a known format, versions continuing from its first, whole entries ending a batch): no checksum is
+        checked again here, only that it starts at :attr:`next_version`
+        (:class:`~walgate.storage.wal_verbatim.EntriesRefused`, nothing written, otherwise). Then it is written as
         :meth:`append` writes a batch: one ``write`` into the active segment (rolled first by the same rules, so
         segment boundaries are this WAL's own), durable per the WAL level and group commit when this returns, and
         :class:`StorageUnavailable` with nothing kept, memory and disk as before the call, when the disk refuses.
         After a crash the WAL holds a prefix of whole batches of it. :meth:`undo_append` takes it back as an
         append."""
+        raw, first_version, parsed = run.raw, run.first_version, run.entries
         if first_version != self.next_version:
             raise EntriesRefused(f"wal {self.dir}: entries from version {first_version} do not continue the WAL, "
                                  f"whose next version is {self.next_version}")
-        parsed = parse(raw, first_version)
         if not parsed:
             return []
         self._undo = None
