@@ -436,7 +436,7 @@ async def test_fuzzed_fetches_of_a_node_get_whole_batches_or_an_error(etcd: Etcd
                 seen["diverging"] += answer.diverging_epoch.epoch != -1 or answer.diverging_epoch.end_version != -1
                 if answer.entries:
                     seen["entries"] += 1
-                    entries = parse(bytes(answer.entries), part["fetch_version"])
+                    entries = parse(bytes(answer.entries), part["fetch_version"]).entries
                     vnode = await p.leader.vnode(DB, part["vgroup"])
                     epoch = max(e.epoch for e in vnode.epochs.entries if e.start_offset <= part["fetch_version"])
                     assert answer.entries_epoch == epoch

@@ -582,19 +582,20 @@ def test_batches_from_gives_whole_batches_of_one_segment_within_the_limits(tmp_p
         version, runs = 0, 0
         while (region := leader.batches_from(version, limit, leader.next_version)) is not None:
             chunk = region.read()
-            entries = parse(chunk, version)  # whole entries continuing ``version``, the last ending a batch
+            run = parse(chunk, version)  # whole entries continuing ``version``, the last ending a batch
+            entries = run.entries
             batches = [e.version for e in entries if e.version in sizes]
             assert batches[0] == version and sum(sizes[b] for b in batches) == len(chunk)
             assert len(batches) == 1 or len(chunk) <= limit
             segment = [f for f in firsts if f <= version][-1]
             later = [f for f in firsts if f > version]
             assert entries[-1].version + entries[-1].count <= (later[0] if later else leader.next_version), segment
-            follower.append_verbatim(chunk, version)
+            follower.append_verbatim(run)
             version, runs = entries[-1].version + entries[-1].count, runs + 1
         assert version == leader.next_version and _wal_bytes(follower.dir) == raw
         assert runs == len(sizes) if limit == 0 else runs >= len(firsts)  # (limit 0: one batch a run)
     middle = sorted(sizes)[len(sizes) // 2]
-    upto = parse(leader.batches_from(0, 1 << 20, middle).read(), 0)
+    upto = parse(leader.batches_from(0, 1 << 20, middle).read(), 0).entries
     assert upto[-1].version + upto[-1].count <= middle
     assert leader.batches_from(middle, 1 << 20, middle) is None  # nothing starts below ``stop``
     assert leader.batches_from(leader.next_version, 1 << 20, leader.next_version + 10) is None  # at the end
