@@ -149,8 +149,12 @@ class PreparedSelect:
         if is_partial(merged):
             raise InvalidValue("a node's part of a merged query is partial aggregates where rows were expected "
                                "(nodes of different versions?)")
+        schema = ev.output_schema()
+        if [(f.name, f.type) for f in merged.schema] != [(f.name, f.type) for f in schema] + [("tbname", pa.string())]:
+            raise InvalidValue("the nodes' rows of a merged query are not of its source's columns (nodes of different "
+                               "versions?)")
         tags = [t.name for t in ev.stable.tags] if ev.stable is not None else []
-        meta, table = self.query.run(ev.known, tags, ev.output_schema(), [merged], cancel)
+        meta, table = self.query.run(ev.known, tags, schema, [merged], cancel)
         return Result(meta, _json_rows(table, cancel))
 
     def scan_rows(self, cancel: Cancel | None = None, max_bytes: int | None = None,

@@ -46,12 +46,16 @@ def encode(rows: pa.Table, vgroups: pa.Array) -> bytes:
 
 def decode(blob: bytes) -> pa.Table:
     """The rows :func:`encode` wrote to ``blob`` (with their vnode indexes); InvalidValue when it is not an Arrow
-    IPC stream of them."""
+    IPC stream of them: not Arrow, cut short, a type Arrow cannot read, offsets or lengths outside their buffers,
+    strings or column names that are not UTF-8. Validated whole before anything reads a value: Arrow trusts a
+    stream's offsets, so a flipped byte read unchecked reads outside the stream (the process crashes)."""
     try:
         table = pa.ipc.open_stream(blob).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
+        table.validate(full=True)
+        names = table.column_names  # (field names are not validated: UnicodeDecodeError here)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise InvalidValue(f"a node's rows of a merged query are not an Arrow stream: {exc}") from None
-    if _VGROUP not in table.column_names:
+    if _VGROUP not in names:
         raise InvalidValue("a node's rows of a merged query do not say their vnodes")
     return table
 
@@ -60,11 +64,17 @@ def union(parts: list[pa.Table]) -> pa.Table:
     """Every node's rows (:func:`decode`d ``parts``, one or more) as one table, in the order a single node scans them: by vnode
     index, each vnode's rows in their order (a stable sort), so that DuckDB folds them in the same order and even
     floating-point sums come out the same to the last bit. Parts of different columns (an ALTER STABLE applied on
-    one node and not yet on another) are refused with :class:`StorageUnavailable`: the statement may be retried."""
-    try:
-        table = pa.concat_tables(parts)
-    except pa.ArrowInvalid as e:
+    one node and not yet on another, or partial aggregates of other types: the schemas' metadata) are refused with
+    :class:`StorageUnavailable`: the statement may be retried."""
+    differ = next((p.schema for p in parts if not p.schema.equals(parts[0].schema, check_metadata=True)), None)
+    if differ is not None:
         raise StorageUnavailable("the nodes' parts of a merged query have different columns (a schema change is "
-                                 f"reaching the nodes): retry the statement ({e})") from None
+                                 f"reaching the nodes): retry the statement ({_columns(parts[0].schema)}; "
+                                 f"{_columns(differ)})")
+    table = pa.concat_tables(parts)
     table = table.take(pc.sort_indices(table.column(_VGROUP)))  # Arrow's sort_indices is stable
     return table.drop_columns([_VGROUP])
+
+
+def _columns(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)

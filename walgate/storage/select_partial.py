@@ -38,7 +38,7 @@ import pyarrow as pa
 from walgate.storage.cancel import Cancel
 from walgate.storage.errors import InvalidValue
 from walgate.storage.query import Query, column_name
-from walgate.storage.schema import Column, ColumnType
+from walgate.storage.schema import TYPE_NAMES, Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import AGGREGATES
 
@@ -72,20 +72,38 @@ class Split:
     def answer(self, precision: str, partials: pa.Table,
                cancel: Cancel | None = None) -> tuple[list[tuple[str, str, int]], pa.Table]:
         """:attr:`final` over every node's :meth:`partials` (one table): the query's column_meta and rows."""
-        metadata = partials.schema.metadata or {}
         if not is_partial(partials):
             raise InvalidValue("a node's part of a merged query is rows where partial aggregates were expected "
                                "(nodes of different versions?)")
-        types = {name: ColumnType(t, size if t in ("VARCHAR", "NCHAR", "JSON") else None)
-                 for name, t, size in json.loads(metadata[_TYPES])}
+        types = _declared(partials)
         if PART_TIME not in types:  # no INTERVAL: a timestamp column first, as a source has
             types = {PART_TIME: ColumnType("TIMESTAMP")} | types
             partials = partials.add_column(0, PART_TIME, pa.nulls(partials.num_rows, pa.timestamp("ms")))
         names = [PART_TIME] + [n for n in types if n != PART_TIME]
         columns = {n: Column(n, types[n]) for n in names}
         schema = pa.schema([pa.field(n, types[n].arrow(precision)) for n in names])
-        rows = partials.select(names).cast(schema).append_column("tbname", pa.nulls(partials.num_rows, pa.string()))
+        try:
+            rows = partials.select(names).cast(schema)
+        except pa.ArrowException as exc:
+            raise InvalidValue(f"a node's partial aggregates of a merged query are not of the types they declare: "
+                               f"{exc}") from None
+        rows = rows.append_column("tbname", pa.nulls(partials.num_rows, pa.string()))
         return Query(self.final, precision, 0).run(columns, [], schema, [rows], cancel)
+
+
+def _declared(partials: pa.Table) -> dict[str, ColumnType]:
+    """The TDengine type of each column of ``partials`` (:meth:`Split.partials`: the schema's metadata, written by
+    another node); InvalidValue unless it is JSON of one ``[name, type, size]`` per column, in their order, names
+    distinct, each type one walgate knows."""
+    try:
+        meta = json.loads((partials.schema.metadata or {})[_TYPES])
+    except ValueError:  # (UnicodeDecodeError is one)
+        meta = None
+    if not (isinstance(meta, list) and all(isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
+                                           and m[1] in TYPE_NAMES and isinstance(m[2], int) for m in meta)
+            and [m[0] for m in meta] == partials.column_names and len(set(partials.column_names)) == len(meta)):
+        raise InvalidValue("a node's partial aggregates of a merged query do not declare their columns' types")
+    return {name: ColumnType(t, size if t in ("VARCHAR", "NCHAR", "JSON") else None) for name, t, size in meta}
 
 
 def _map(expr: ast.Expr, fn: Callable[[ast.Expr], ast.Expr | None]) -> ast.Expr:
