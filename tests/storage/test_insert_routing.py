@@ -12,6 +12,7 @@ from walgate.storage.errors import CsvError, InvalidValue, LineProtocolError
 from walgate.storage.insert_routing import (
     Part,
     parse_positions,
+    parse_sender,
     split_csv,
     split_insert,
     split_lines,
@@ -61,9 +62,13 @@ def test_a_forwarded_parts_positions_are_checked() -> None:
         with pytest.raises(InvalidValue):
             targets_at(stmt, bad)
     assert parse_positions("0,1") == (0, 1)
-    for text in ("", "a", "1;2", "1,,2"):
-        with pytest.raises(InvalidValue):
+    for text in ("", "a", "1;2", "1,,2", " 1", "1 ", "+1", "-0", "1_0", "01", "\u0663", "9" * 5000):
+        with pytest.raises(InvalidValue):  # (int() took a blank, a sign, an underscore and Arabic-Indic digits)
             parse_positions(text)
+    assert parse_sender("12") == 12
+    for text in ("", "x", " 1", "+1", "\u0663", "9" * 11):
+        with pytest.raises(InvalidValue, match="not a node id"):
+            parse_sender(text)
 
 
 def test_create_and_drop_table_go_to_the_node_of_each_tables_vgroup_if_exists_kept() -> None:

@@ -170,6 +170,7 @@ from walgate.storage.insert_routing import (
     Part,
     TableDdl,
     parse_positions,
+    parse_sender,
     split_csv,
     split_insert,
     split_lines,
@@ -385,7 +386,8 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
     tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here`` of a SELECT
     or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
     statement."""
-    _, sep, positions = header.partition(";")
+    sender, sep, positions = header.partition(";")
+    parse_sender(sender)
     stmt = parse(sql)
     if sep and positions in (HERE, SCAN) and isinstance(stmt, ast.Select):
         return stmt

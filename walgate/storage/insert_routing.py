@@ -19,6 +19,7 @@ each owner's body is the header and its records, each at its line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,13 +29,17 @@ from walgate.storage.errors import CsvError, InvalidValue
 from walgate.storage.sql import ast
 from walgate.storage.vnode import vnode_of
 
+_POSITION = "(?:0|[1-9][0-9]*)"
+_POSITIONS = re.compile(f"{_POSITION}(?:,{_POSITION})*")
+_NODE_ID = re.compile("[0-9]{1,10}")
+
 TableDdl = ast.CreateTable | ast.CreateSubtable | ast.CreateStable | ast.DropTable | ast.CreateTopic
 """A statement making or dropping tables that live in their vgroups' vnodes, each table's part sent to the node of
 its vgroup; a CREATE STABLE, sent to the node of its name's vgroup, which alone sees a normal table of that name; or
 a CREATE TOPIC of one table, sent to the node of the table's vgroup, which alone knows its columns and compiles it."""
 
 __all__ = ["Part", "TableDdl", "split_csv", "split_insert", "split_lines", "split_tables", "tables_at", "targets_at",
-           "format_positions", "parse_positions"]
+           "format_positions", "parse_positions", "parse_sender"]
 
 
 @dataclass(frozen=True)
@@ -194,8 +199,19 @@ def format_positions(positions: tuple[int, ...]) -> str:
 
 
 def parse_positions(text: str) -> tuple[int, ...]:
-    """The positions of a forwarding header (:func:`format_positions`); InvalidValue when malformed."""
+    """The positions of a forwarding header, exactly as :func:`format_positions` writes them (ASCII digits, no sign,
+    blank or leading zero); InvalidValue otherwise."""
+    if not _POSITIONS.fullmatch(text):
+        raise InvalidValue(f"forwarded part {text[:100]!r}: not a comma-separated list of positions")
     try:
         return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise InvalidValue(f"forwarded part {text[:100]!r}: not a comma-separated list of positions") from None
+    except ValueError:  # more digits than int() reads (sys.get_int_max_str_digits)
+        raise InvalidValue(f"forwarded part {text[:100]!r}: a position of {len(text)} digits") from None
+
+
+def parse_sender(text: str) -> int:
+    """The sending node's id of a forwarding header (the part before its ``;``): ASCII digits; InvalidValue
+    otherwise."""
+    if not _NODE_ID.fullmatch(text):
+        raise InvalidValue(f"forwarded part from {text[:100]!r}: not a node id")
+    return int(text)
