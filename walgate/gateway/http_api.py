@@ -1013,6 +1013,9 @@ async def _node_refusal(request: web.Request) -> str | None:
     missing = [name for name in (FORWARDED, *HEADERS) if name not in headers]
     if missing:
         return f"a request forwarded between nodes needs {', '.join(missing)}, signed with the cluster's node token"
+    twice = [name for name in (FORWARDED, *HEADERS) if len(headers.getall(name)) > 1]
+    if twice:  # (read once, the first value: a second one, which the signature does not cover, would pass unseen)
+        return f"a request forwarded between nodes has each of its headers once: {', '.join(twice)} came twice"
     query = dict(request.query)
     if len(query) != len(request.query):
         return "a request forwarded between nodes has no query parameter twice"
