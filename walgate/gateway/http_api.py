@@ -402,6 +402,18 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
     return targets_at(stmt, parse_positions(positions))
 
 
+def _forwarded_body(request: web.Request) -> None:
+    """InvalidValue unless ``request`` is no forwarded part or its :data:`~.sql_forward.FORWARDED` header is
+    ``<sender>;``: a line-protocol or CSV body's part is its own lines, named by no positions (:func:`~.sql_forward.send`)."""
+    header = request.headers.get(FORWARDED)
+    if header is None:
+        return
+    sender, sep, positions = header.partition(";")
+    parse_sender(sender)
+    if not sep or positions:
+        raise InvalidValue(f"a forwarded body ({FORWARDED}: {header[:100]!r}) names its sender and no positions")
+
+
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
                   select: ast.Select, db: str | None, here_only: bool = False,
                   scan: bool = False) -> tuple[PreparedSelect, Spool]:
@@ -752,6 +764,7 @@ def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: st
 
 async def _influx_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
+    _forwarded_body(request)
     precision = request.query.get("precision", "ns")
     refused = _write_refused(request, db)
     if refused is not None:
@@ -812,6 +825,7 @@ async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, p
 
 async def _csv_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
+    _forwarded_body(request)
     table, stable = request.query.get("table"), request.query.get("stable")
     refused = _write_refused(request, db)
     if refused is not None:
