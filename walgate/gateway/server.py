@@ -65,6 +65,7 @@ from walgate.gateway.etcd_access import etcd_access
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.http_api import make_app
 from walgate.gateway.http_auth import BasicAuth
+from walgate.gateway.http_log import ServerLog
 from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.ingest_workers import IngestWorkers
 from walgate.gateway.jwks import oauthbearer_exchanges
@@ -212,7 +213,7 @@ class Gateway:
                          cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
                          shared=lambda: self._shared,
                          node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None),
-                shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT,
+                shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT, logger=ServerLog(),
             )
             await self._http.setup()
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
