@@ -205,3 +205,19 @@ def test_rows_of_other_columns_alone_are_refused(shipped: list[tuple[PreparedSel
     renamed = table.rename_columns(["w" if n == "v" else n for n in table.column_names])
     with pytest.raises(InvalidValue, match="not of its source's columns"):
         _merged(prepared, [encode(renamed.drop_columns([VGROUP]), renamed.column(VGROUP).combine_chunks())])
+
+
+def test_a_compressed_part_is_refused_before_it_is_decompressed(
+        shipped: list[tuple[PreparedSelect, list[bytes]]]) -> None:
+    """Arrow allocates a compressed buffer at the size the stream declares: a few kilobytes of ZSTD said 8 MB of
+    rows here (and a declared 2^40 bytes failed only for want of memory); encode never compresses, so decode
+    refuses any compressed stream, a dictionary batch's too, before reading it."""
+    prepared, parts = shipped[0]
+    zeros = pa.table({"v": pa.array([0] * (1 << 20), pa.int64()), VGROUP: pa.array([0] * (1 << 20), pa.int32())})
+    bomb = _stream(zeros, "zstd")
+    assert len(bomb) < zeros.nbytes // 100
+    words = pa.table({"w": pa.array(["a", "b"] * 8).dictionary_encode(), VGROUP: pa.array([0] * 16, pa.int32())})
+    for blob in (bomb, _stream(words, "lz4"), _huge_compressed(decode(parts[0]), 1 << 40)):
+        with pytest.raises(InvalidValue, match="compressed Arrow stream"):
+            decode(blob)
+    assert decode(_stream(words)).num_rows == 16, "the same uncompressed, dictionary and all"

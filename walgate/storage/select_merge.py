@@ -21,6 +21,8 @@ Partial results travel the same way (:func:`encode`, with the sending node's fir
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -48,16 +50,47 @@ def decode(blob: bytes) -> pa.Table:
     """The rows :func:`encode` wrote to ``blob`` (with their vnode indexes); InvalidValue when it is not an Arrow
     IPC stream of them: not Arrow, cut short, a type Arrow cannot read, offsets or lengths outside their buffers,
     strings or column names that are not UTF-8. Validated whole before anything reads a value: Arrow trusts a
-    stream's offsets, so a flipped byte read unchecked reads outside the stream (the process crashes)."""
+    stream's offsets, so a flipped byte read unchecked reads outside the stream (the process crashes). A compressed
+    stream (never :func:`encode`'s) is refused before it is read: its buffers would be allocated at the sizes it
+    declares, whatever the bytes."""
     try:
+        for message in pa.ipc.MessageReader.open_stream(blob):  # (each a slice of ``blob``: nothing allocated)
+            if _compressed(message.metadata.to_pybytes()):
+                raise InvalidValue("a node's rows of a merged query are a compressed Arrow stream")
         table = pa.ipc.open_stream(blob).read_all()
         table.validate(full=True)
         names = table.column_names  # (field names are not validated: UnicodeDecodeError here)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError, struct.error, IndexError) as exc:
         raise InvalidValue(f"a node's rows of a merged query are not an Arrow stream: {exc}") from None
     if _VGROUP not in names:
         raise InvalidValue("a node's rows of a merged query do not say their vnodes")
     return table
+
+
+def _compressed(metadata: bytes) -> bool:
+    """Whether an Arrow IPC message's ``metadata`` (a ``Message`` flatbuffer: Arrow's format/Message.fbs) is of a
+    record or dictionary batch whose body is compressed (its ``RecordBatch.compression`` set). Raises struct.error or
+    IndexError for metadata cut short.
+
+    A flatbuffer table at offset ``t`` starts with the int32 distance back to its vtable: uint16 vtable size, table
+    size, then each field's uint16 offset in the table (0 or past the vtable: absent); a field holding a table holds
+    the uint32 distance to it. ``Message``: field 1 the header's type (a byte: 2 DictionaryBatch, 3 RecordBatch),
+    2 the header; ``DictionaryBatch``: 1 its ``RecordBatch``; ``RecordBatch``: 3 ``compression``."""
+    def field(table: int, i: int) -> int:
+        vtable = table - struct.unpack_from("<i", metadata, table)[0]
+        size = struct.unpack_from("<H", metadata, vtable)[0]
+        return struct.unpack_from("<H", metadata, vtable + 4 + 2 * i)[0] if 4 + 2 * i < size else 0
+
+    def table_at(table: int, i: int) -> int | None:
+        at = field(table, i)
+        return None if at == 0 else table + at + struct.unpack_from("<I", metadata, table + at)[0]
+
+    root = struct.unpack_from("<I", metadata)[0]
+    kind = metadata[root + field(root, 1)] if field(root, 1) else 0
+    header = table_at(root, 2)
+    if kind == 2 and header is not None:
+        header = table_at(header, 1)
+    return kind in (2, 3) and header is not None and field(header, 3) != 0
 
 
 def union(parts: list[pa.Table]) -> pa.Table:
