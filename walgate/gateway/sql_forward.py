@@ -241,10 +241,22 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
         return failed(f"({url}) gave no answer ({type(e).__name__}: {e})")
     if status == 200 and part == SCAN and isinstance(answered, bytes):
         return status, answered
-    if not isinstance(answered, dict) or (status == 200 and (part == SCAN or not isinstance(answered.get("data"),
-                                                                                            list))):
+    if not _walgate_answer(status, answered, part):
         return failed(f"({url}) answered HTTP {status} with what is not walgate's: {str(answered)[:200]}")
     return status, answered
+
+
+def _walgate_answer(status: int, answered: Any, part: str) -> bool:
+    """Whether ``answered``, a node's JSON answer of HTTP ``status`` to its ``part`` of a SELECT (:data:`HERE` or
+    :data:`SCAN`, whose 200 is no JSON), is one walgate gives: an object, whose ``code`` (when it has one) is an
+    integer; a 200's ``data`` rows, each a list, with their ``column_meta``, a list."""
+    if not isinstance(answered, dict) or type(answered.get("code", 0)) is not int:
+        return False
+    if status != 200:
+        return True
+    data = answered.get("data")
+    return (part != SCAN and isinstance(data, list) and all(isinstance(row, list) for row in data)
+            and isinstance(answered.get("column_meta"), list))
 
 
 def parse_tables(body: bytes) -> list[tuple[str, str]]:
@@ -290,15 +302,22 @@ async def tables_exist(node: int, url: str | None, tables: list[tuple[str, str]]
 
 
 def merge_rows(select_limit: int | None, answers: list[dict[str, Any]], ordered: bool = False) -> dict[str, Any]:
-    """The answer of a plain SELECT (no aggregate, ORDER BY or OFFSET) whose every node answered ``answers``: their
-    rows one after the other (a plain query's rows come in no promised order), cut to the query's LIMIT; ``ordered``
-    (``SHOW TABLES``, each node's rows sorted): all of them sorted."""
+    """The answer of a plain SELECT (no aggregate, ORDER BY or OFFSET) whose every node answered ``answers`` (each
+    :func:`select_here`'s: rows, each a list, and their ``column_meta``): their rows one after the other (a plain
+    query's rows come in no promised order), cut to the query's LIMIT; ``ordered`` (``SHOW TABLES``, each node's
+    rows sorted): all of them sorted by their values' text (first a table's name, which one node alone has).
+    StorageUnavailable (retriable) when the nodes' columns differ (a schema change reaching them)."""
+    columns = answers[0]["column_meta"]
+    other = next((answered["column_meta"] for answered in answers if answered["column_meta"] != columns), None)
+    if other is not None:
+        raise StorageUnavailable("the nodes' parts of a query have different columns (a schema change is reaching "
+                                 f"the nodes): retry the statement ({str(columns)[:200]}; {str(other)[:200]})")
     data = [row for answered in answers for row in answered["data"]]
     if ordered:
-        data.sort()
+        data.sort(key=lambda row: [str(value) for value in row])
     if select_limit is not None:
         data = data[:select_limit]
-    return {"code": 0, "column_meta": answers[0]["column_meta"], "data": data, "rows": len(data)}
+    return {"code": 0, "column_meta": columns, "data": data, "rows": len(data)}
 
 
 def _unknown(part: Part, url: str, status: int, what: str) -> Outcome:
