@@ -1,6 +1,7 @@
 """Generated hostile requests to the endpoints nodes forward to each other (``/rest/sql``, ``/influxdb/v1/write``,
-``/csv/v1/write``, signed with the cluster's node token: walgate.security.node_token, gateway/sql_forward.py), sent
-to a real ``walgate serve --cluster`` node (2 nodes over a real etcd, stopped by PID).
+``/csv/v1/write``, and ``/cluster/v1/tables`` which asks which tables exist; signed with the cluster's node token:
+walgate.security.node_token, gateway/sql_forward.py), sent to a real ``walgate serve --cluster`` node (2 nodes over a
+real etcd, stopped by PID).
 
 * Forged: a request a node would sign, then one to three of: a node header left out, sent twice (the same value or
   another), its value replaced (empty, huge, non-ASCII bytes, negative or overflowing numbers, a time off the
@@ -8,7 +9,7 @@ to a real ``walgate serve --cluster`` node (2 nodes over a real etcd, stopped by
   node, with a token of no node, or too long ago or ahead: each answered 403 (Authentication failure).
 * Signed as a node signs it, but with an ``X-Walgate-Forwarded`` value of no form a node sends (no node id, positions
   negative, repeated, out of range, of non-ASCII digits, ``here``/``scan`` on a write, positions on a line-protocol
-  or CSV body): each answered 400.
+  or CSV body or the tables question): each answered 400.
 
 Then nothing any of them carried was written, neither node logged a traceback, and the node still takes a correctly
 signed forwarded part and answers a SELECT through either node. Seeded and bounded (tests/storage/fuzzing.py's
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import sys
 import time
 from collections import Counter
@@ -54,8 +56,10 @@ from fuzzing import fuzz_settings  # noqa: E402
 FORWARDED = "X-Walgate-Forwarded"  # = sql_forward.FORWARDED (not imported: it would load aiohttp here)
 NODE_HEADERS = [FORWARDED, PRINCIPAL, CLIENT_HOST, TIME, SIGNATURE, HEAD_SIGNATURE, CATALOG_SEQ, VERSION_HEADER]
 TS = 1700000000000
-SQL_PATH, LINES_PATH, CSV_PATH = "/rest/sql", "/influxdb/v1/write", "/csv/v1/write"
-QUERIES = {SQL_PATH: {}, LINES_PATH: {"db": "f", "precision": "ms"}, CSV_PATH: {"db": "f", "stable": "st"}}
+SQL_PATH, LINES_PATH, CSV_PATH, TABLES_PATH = "/rest/sql", "/influxdb/v1/write", "/csv/v1/write", "/cluster/v1/tables"
+QUERIES = {SQL_PATH: {}, LINES_PATH: {"db": "f", "precision": "ms"}, CSV_PATH: {"db": "f", "stable": "st"},
+           TABLES_PATH: {}}
+SENT = {SQL_PATH: "1;1", LINES_PATH: "1;", CSV_PATH: "1;", TABLES_PATH: "1;tables"}  # X-Walgate-Forwarded as sent
 ODD_VALUES = st.sampled_from([b"", b"0", b"-1", b"9" * 20, b"9" * 5000, b"\xc3\xa9" * 32, b"\xff\xfe", b"\x00",
                               b"User:", b"User:root", b"1;0", b"2", b"0" * 64, b"0" * 63, b"G" * 64, b"x" * 7000,
                               b"18446744073709551616", b"-9223372036854775809", b" 1", b"1e3", b"\xd9\xa3"])
@@ -71,11 +75,14 @@ class Node:
         self.address = (host, int(port))
 
     def body(self, path: str, value: int) -> bytes:
-        """A body writing one row of ``value`` on node 2 (an INSERT's part at position 1)."""
+        """A body writing one row of ``value`` on node 2 (an INSERT's part at position 1), or asking whether tables
+        exist there."""
         if path == SQL_PATH:
             other = tables_of(0, 1)[0]
             return (f"INSERT INTO f.{other} USING f.st TAGS (0) VALUES ({TS}, {value}) "
                     f"f.{self.table} USING f.st TAGS (1) VALUES ({TS + value}, {value})").encode()
+        if path == TABLES_PATH:  # the question which tables exist (nothing written)
+            return f'{{"tables": [["f", "{self.table}"], ["f", "x{value}"]]}}'.encode()
         if path == LINES_PATH:
             return f"m,site={sites_of(1, 1)[0]} v={value}i {TS + value}".encode()  # node 2's subtable of m
         return f"ts,v,tbname,site\n{TS + value},{value},{self.table},1".encode()
@@ -113,8 +120,9 @@ def _positions_of_no_node(path: str) -> st.SearchStrategy[str]:
                                      "scan", "1;1", "0,,1"])
         return st.tuples(sender, positions).map(lambda h: f"{h[0]};{h[1]}").filter(
             lambda h: h not in ("1;1", "1;0"))  # (the forms a node sends)
-    return st.tuples(sender, st.sampled_from(["0", "1", "here", "x", ";"])).map(lambda h: f"{h[0]};{h[1]}") | \
-        st.sampled_from(["x;", "", "1", "\u0663;"])
+    rest = "tables" if path == TABLES_PATH else ""
+    return st.tuples(sender, st.sampled_from(["0", "1", "here", "x", ";", "TABLES", "tables;"])).map(
+        lambda h: f"{h[0]};{h[1]}").filter(lambda h: h != f"1;{rest}") | st.sampled_from(["x;", "", "1", "\u0663;"])
 
 
 @st.composite
@@ -122,7 +130,7 @@ def forged(draw: st.DrawFn, node: Node, value: int) -> tuple[str, list[tuple[str
     """A request a node would sign, changed (module docstring); its path, headers, body and what was changed."""
     path = draw(st.sampled_from(list(QUERIES)))
     body = node.body(path, value)
-    forwarded = "1;1" if path == SQL_PATH else "1;"
+    forwarded = SENT[path]
     how = draw(st.sampled_from(["headers", "headers", "headers", "body", "other node", "stranger", "stale"]))
     if how == "other node":
         return path, node.signed(path, body, forwarded, node=1), body, how
@@ -210,7 +218,7 @@ def test_hostile_requests_between_nodes_are_refused_cleanly_and_the_node_still_s
         body = node.body(SQL_PATH, next(values))
         headers = node.signed(SQL_PATH, body, "1;1")
         assert node.send(SQL_PATH, [headers[0], *headers], body)[0] == 403
-        for path in (LINES_PATH, CSV_PATH):
+        for path in (LINES_PATH, CSV_PATH, TABLES_PATH):
             for forwarded in ("x;", "1;0"):
                 body = node.body(path, next(values))
                 assert node.send(path, node.signed(path, body, forwarded), body)[0] == 400, (path, forwarded)
@@ -222,8 +230,9 @@ def test_hostile_requests_between_nodes_are_refused_cleanly_and_the_node_still_s
         assert _count(n1) == before, "nothing any of them carried was written"
         for path in QUERIES:  # a correctly signed part of each kind is still taken
             body = node.body(path, next(values))
-            status, answer = node.send(path, node.signed(path, body, "1;1" if path == SQL_PATH else "1;"), body)
+            status, answer = node.send(path, node.signed(path, body, SENT[path]), body)
             assert status in (200, 204), (path, status, answer[:300])
+            assert path != TABLES_PATH or json.loads(answer)["exist"] == [True, False], answer
         assert _count(n1) == _count(n2) == before + 3
         for server in (n1, n2):
             no_traceback(server)

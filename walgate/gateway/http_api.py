@@ -119,6 +119,7 @@ from walgate.gateway.sql_forward import (
     HERE,
     ROWS_HEADER,
     SCAN,
+    TABLES,
     TABLES_PATH,
     Caller,
     Outcome,
@@ -402,16 +403,18 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
     return targets_at(stmt, parse_positions(positions))
 
 
-def _forwarded_body(request: web.Request) -> None:
+def _forwarded_as(request: web.Request, rest: str) -> None:
     """InvalidValue unless ``request`` is no forwarded part or its :data:`~.sql_forward.FORWARDED` header is
-    ``<sender>;``: a line-protocol or CSV body's part is its own lines, named by no positions (:func:`~.sql_forward.send`)."""
+    ``<sender>;<rest>``, as :mod:`.sql_forward` sends it: ``rest`` empty for a line-protocol or CSV body's part (its
+    own lines, named by no positions), :data:`~.sql_forward.TABLES` for the question which tables exist."""
     header = request.headers.get(FORWARDED)
     if header is None:
         return
-    sender, sep, positions = header.partition(";")
+    sender, sep, given = header.partition(";")
     parse_sender(sender)
-    if not sep or positions:
-        raise InvalidValue(f"a forwarded body ({FORWARDED}: {header[:100]!r}) names its sender and no positions")
+    if not sep or given != rest:
+        raise InvalidValue(f"a forwarded request to {request.path} ({FORWARDED}: {header[:100]!r}) names its sender "
+                           f"and {rest!r}")
 
 
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
@@ -644,6 +647,7 @@ async def _tables(request: web.Request) -> web.Response:
     that node whether the tables exist, for a statement whose caller's ACLs it checked."""
     if FORWARDED not in request.headers:
         return _error(403, NotPermitted.code, f"Insufficient privilege: {TABLES_PATH} is for the cluster's nodes")
+    _forwarded_as(request, TABLES)
     tables = parse_tables(await request.read())
     exist = await request.app[_STORAGE].call(request.app[_ENGINE].store.tables_exist, tables)
     return _json(200, {"code": 0, "exist": exist})
@@ -764,7 +768,7 @@ def _run(engine: Engine, authorizer: Authorizer | None, principal: str, host: st
 
 async def _influx_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
-    _forwarded_body(request)
+    _forwarded_as(request, "")
     precision = request.query.get("precision", "ns")
     refused = _write_refused(request, db)
     if refused is not None:
@@ -825,7 +829,7 @@ async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, p
 
 async def _csv_write(request: web.Request) -> web.Response:
     db = _query_param(request, "db")
-    _forwarded_body(request)
+    _forwarded_as(request, "")
     table, stable = request.query.get("table"), request.query.get("stable")
     refused = _write_refused(request, db)
     if refused is not None:
