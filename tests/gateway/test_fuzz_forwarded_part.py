@@ -1,7 +1,8 @@
 """Fuzzing the ``X-Walgate-Forwarded`` header an owner reads (walgate.gateway.http_api ``_forwarded_part``, over
 walgate.storage.insert_routing's positions): any header text (no ``;``, empty fields, a sender that is no node id,
 positions negative, repeated, out of range, huge, of non-ASCII digits, signs, blanks or underscores, ``here`` and
-``scan`` on statements they do not fit) with INSERTs, CREATE/DROP TABLEs, SELECTs, SHOW TABLES and other statements.
+``scan`` on statements they do not fit) with INSERTs, CREATE/DROP TABLEs, a CREATE TOPIC, SELECTs, SHOW TABLES and
+other statements.
 
 Invariant, per input: the part is a statement or a StorageError (the HTTP API's 400), never another exception; a
 part accepted comes from a header of exactly the form nodes send (``<node id>;<positions>`` as
@@ -31,6 +32,7 @@ STATEMENTS = [
     "CREATE TABLE f.t9 USING f.st TAGS (9)",
     "CREATE STABLE f.s2 (ts TIMESTAMP, v INT) TAGS (k INT)",
     "DROP TABLE IF EXISTS f.t1, f.t2, f.t3, f.t4",
+    "CREATE TOPIC tp AS SELECT * FROM f.t1",
     "SELECT COUNT(*) FROM f.st",
     "SHOW f.TABLES",
     "SHOW DATABASES",
