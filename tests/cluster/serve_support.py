@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "compat-tests"))
 import setup_clients  # noqa: E402
 
 __all__ = ["WAIT_S", "cluster_args", "node", "two_nodes", "sql", "readyz", "eventually", "wait_log",
-           "describe_cluster", "java_events", "registered_nodes", "no_traceback", "produce_to"]
+           "describe_cluster", "java_events", "registered_nodes", "node_token", "no_traceback", "produce_to"]
 
 JAVA_DIR = Path(__file__).parents[2] / "compat-tests" / "java"
 WAIT_S = 60.0
@@ -120,6 +120,20 @@ def registered_nodes(etcd: EtcdCluster) -> list[bytes]:
         try:
             _, kvs = await session.get_prefix(Keys("walgate").nodes)
             return [kv.key for kv in kvs]
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def node_token(etcd: EtcdCluster) -> str:
+    """The cluster's node token (the first node made it), read from etcd as a node reads it."""
+    async def read() -> str:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            answer = await session.get(Keys("walgate").node_token)
+            assert answer is not None, "the first node made the token"
+            return bytes(answer.value).decode()
         finally:
             await session.close()
 

@@ -16,7 +16,6 @@ certificate, verified by the other node with its truststore).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,14 +27,12 @@ import scramp
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster, free_port
-from serve_support import no_traceback, node, wait_log
+from serve_support import no_traceback, node, node_token, wait_log
 
 from livewalgate import WalgateServer, walgate_env
 from testcerts import Certs, make_certs
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
-from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.incarnation import load_or_create
-from walgate.cluster.model import Keys
 from walgate.security.node_token import node_password
 from walgate.wire.errors import ErrorCode
 
@@ -115,19 +112,6 @@ def _read_committed(port: int, certs: Certs | None) -> list[str]:
         consumer.close()
 
 
-def _node_token(etcd: EtcdCluster) -> str:
-    async def read() -> str:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            kv = await session.get(Keys("walgate").node_token)
-            assert kv is not None
-            return bytes(kv.value).decode()
-        finally:
-            await session.close()
-
-    return asyncio.run(read())
-
-
 def _forgers_refused(n1: WalgateServer, n2: WalgateServer) -> None:
     forged = f"walgate-node-1/{load_or_create(n1.data_dir)}"  # node 1's exact client id of before
     with _authenticated(n2.kafka_port, forged, *ROOT) as conn:
@@ -186,7 +170,7 @@ def test_a_cluster_without_plaintext_ends_transactions_across_nodes_and_refuses_
         producer.flush(10)
         committed = ["commit-0", "again-0", "commit-1", "again-1"]
         assert _read_committed(n1.kafka_port, certs) == _read_committed(n2.kafka_port, certs) == committed
-        token = _node_token(etcd1)
+        token = node_token(etcd1)
         for server in (n1, n2):
             log = server.log()
             assert token not in log and node_password(token, "walgate-node-1") not in log

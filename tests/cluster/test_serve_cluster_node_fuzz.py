@@ -18,7 +18,6 @@ settings: 60 requests; WALGATE_FUZZ_LONG=1: 20 times).
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import sys
@@ -29,12 +28,10 @@ from pathlib import Path
 from etcd_cluster import EtcdCluster
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from serve_support import no_traceback, sql, two_nodes
+from serve_support import no_traceback, node_token, sql, two_nodes
 from test_serve_cluster_sql_forward import sites_of, spread_database, tables_of
 
 from livewalgate import WalgateServer
-from walgate.cluster.etcd import EtcdSession
-from walgate.cluster.model import Keys
 from walgate.security.node_token import (
     CATALOG_SEQ,
     CLIENT_HOST,
@@ -165,19 +162,6 @@ def forged(draw: st.DrawFn, node: Node, value: int) -> tuple[str, list[tuple[str
     return path, headers, body, ", ".join(changes)
 
 
-def _token(etcd: EtcdCluster) -> str:
-    async def read() -> str:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            answer = await session.get(Keys("walgate").node_token)
-            assert answer is not None, "the first node made the token"
-            return bytes(answer.value).decode()
-        finally:
-            await session.close()
-
-    return asyncio.run(read())
-
-
 def _count(server: WalgateServer) -> int:
     """The rows of f.st and f.m through ``server``."""
     return sum(int(sql(server, f"SELECT COUNT(*) FROM f.{stable}")[0][0]) for stable in ("st", "m"))
@@ -190,7 +174,7 @@ def test_hostile_requests_between_nodes_are_refused_cleanly_and_the_node_still_s
         sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
         sql(n1, f"INSERT INTO f.{tables_of(1, 1)[0]} USING f.st TAGS (1) VALUES ({TS}, 0)")  # known on node 2 too
         sql(n1, "CREATE STABLE f.m (ts TIMESTAMP, v BIGINT) TAGS (site NCHAR(8))")  # the line protocol's
-        node = Node(n2, _token(etcd1))
+        node = Node(n2, node_token(etcd1))
         before = _count(n1)
         answers: Counter[str] = Counter()
         values = iter(range(1000, 10**6))  # each request's row its own value: any written one would be counted

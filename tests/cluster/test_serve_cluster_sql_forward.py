@@ -34,7 +34,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, two_nodes, wait_log
+from serve_support import eventually, no_traceback, node, node_token, sql, two_nodes, wait_log
 
 from livewalgate import WalgateServer, free_port, walgate_env
 from walgate.cluster.etcd import EtcdSession
@@ -380,18 +380,9 @@ def signed_part(etcd: EtcdCluster, node_id: int, principal: str, statement: str,
     """The headers of ``statement``'s part ``1;1`` sent to ``/rest/sql`` of node ``node_id`` for ``principal`` at
     127.0.0.1 by a node that applied catalog record ``seq``, signed with the cluster's node token as a node signs it
     (read from etcd, as a node reads it)."""
-    async def token() -> str:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            answer = await session.get(Keys("walgate").node_token)
-            assert answer is not None, "the first node made the token"
-            return bytes(answer.value).decode()
-        finally:
-            await session.close()
-
     now = time.time_ns() // 1_000_000
     signed = Signed(node_id, "POST", "/rest/sql", {}, "1;1", principal, "127.0.0.1", now, statement.encode(), seq)
-    key = asyncio.run(token())
+    key = node_token(etcd)
     return {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": principal, "X-Walgate-Client-Host": "127.0.0.1",
             "X-Walgate-Time": str(now), "X-Walgate-Signature": signature(key, signed),
             "X-Walgate-Head-Signature": head_signature(key, signed), "X-Walgate-Catalog-Seq": str(seq),
