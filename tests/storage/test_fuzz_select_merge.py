@@ -179,8 +179,8 @@ def test_a_part_of_a_type_arrow_cannot_read_or_with_a_column_name_that_is_no_utf
 
 def test_partial_aggregates_that_garble_their_declared_types_are_refused(
         shipped: list[tuple[PreparedSelect, list[bytes]]]) -> None:
-    """A part's schema metadata (the partial columns' TDengine types) not JSON, of an unknown type, or not naming
-    the part's columns was a JSONDecodeError or KeyError (500); a part whose metadata differs from the others' is
+    """A part's schema metadata (the partial columns' TDengine types) not JSON, of an unknown type, not naming
+    the part's columns, or naming one tbname was a JSONDecodeError or KeyError (500); a part whose metadata differs from the others' is
     refused as parts of different columns (retriable), one whose declared types do not fit its columns as invalid."""
     prepared, parts = shipped[2]
     table = decode(parts[0])
@@ -191,6 +191,12 @@ def test_partial_aggregates_that_garble_their_declared_types_are_refused(
             _merged(prepared, [garbled, *parts[1:]])
         with pytest.raises(InvalidValue, match="do not declare their columns' types"):
             _merged(prepared, [garbled])
+    meta = json.loads(table.schema.metadata[b"walgate.partial"])  # a column declared, and named, tbname (KeyError)
+    tbname = table.rename_columns(["tbname" if n == meta[1][0] else n for n in table.column_names])
+    tbname = tbname.replace_schema_metadata({b"walgate.partial": json.dumps(
+        [["tbname" if m[0] == meta[1][0] else m[0], *m[1:]] for m in meta]).encode()})
+    with pytest.raises(InvalidValue, match="do not declare their columns' types"):
+        _merged(prepared, [_stream(tbname)])
     as_text = _stream(table.replace_schema_metadata({b"walgate.partial": json.dumps(
         [[n, "TIMESTAMP", 8] for n in names]).encode()}))
     with pytest.raises(InvalidValue, match="not of the types they declare|query failed"):

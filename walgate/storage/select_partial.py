@@ -29,6 +29,7 @@ Without grouping keys or INTERVAL every node answers one row even over no rows (
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, get_args
@@ -50,6 +51,7 @@ _WINDOW = {"_wstart": PART_TIME, "_wend": "_mwe", "_wduration": "_mwd"}
 _SUMMED = {"TINYINT", "SMALLINT", "INT", "TINYINT UNSIGNED", "SMALLINT UNSIGNED", "INT UNSIGNED", "BOOL"}
 """The column types whose SUM and AVG are split: a node's partial sum fits its BIGINT (module docstring)."""
 _EXPR_TYPES = get_args(ast.Expr)
+_PARTIAL_NAME = re.compile("_m[kp][0-9]+|_mw[sed]")  # the partial columns' names (module docstring)
 _TYPES = b"walgate.partial"  # the Arrow schema metadata of partial results: their columns' TDengine types (JSON)
 
 
@@ -94,14 +96,16 @@ class Split:
 def _declared(partials: pa.Table) -> dict[str, ColumnType]:
     """The TDengine type of each column of ``partials`` (:meth:`Split.partials`: the schema's metadata, written by
     another node); InvalidValue unless it is JSON of one ``[name, type, size]`` per column, in their order, names
-    distinct, each type one walgate knows."""
+    distinct and of the partial columns' form (``_mk<i>``, ``_mp<j>``, ``_mws``, ``_mwe``, ``_mwd``: never ``tbname``,
+    which the merge adds), each type one walgate knows."""
     try:
         meta = json.loads((partials.schema.metadata or {})[_TYPES])
     except ValueError:  # (UnicodeDecodeError is one)
         meta = None
     if not (isinstance(meta, list) and all(isinstance(m, list) and len(m) == 3 and isinstance(m[0], str)
                                            and m[1] in TYPE_NAMES and isinstance(m[2], int) for m in meta)
-            and [m[0] for m in meta] == partials.column_names and len(set(partials.column_names)) == len(meta)):
+            and [m[0] for m in meta] == partials.column_names and len(set(partials.column_names)) == len(meta)
+            and all(_PARTIAL_NAME.fullmatch(m[0]) for m in meta)):
         raise InvalidValue("a node's partial aggregates of a merged query do not declare their columns' types")
     return {name: ColumnType(t, size if t in ("VARCHAR", "NCHAR", "JSON") else None) for name, t, size in meta}
 
