@@ -197,17 +197,17 @@ def test_hostile_requests_between_nodes_are_refused_cleanly_and_the_node_still_s
             answers[f"malformed {status}"] += 1
             assert status == 400, (path, forwarded, status, answer[:300])
 
-        # the examples the fuzzing found first (each was accepted): a node header sent twice (the first value read,
-        # the second unseen); a line-protocol or CSV part naming positions, or a sender that is no node id
+        # the examples the fuzzing found first: a node header sent twice (accepted: the first value read, the
+        # second unseen); a header past aiohttp's 8190 bytes (its own 400, logged with a traceback); a
+        # line-protocol, CSV or tables-question part naming positions, or a sender that is no node id (accepted)
         body = node.body(SQL_PATH, next(values))
         headers = node.signed(SQL_PATH, body, "1;1")
         assert node.send(SQL_PATH, [headers[0], *headers], body)[0] == 403
+        assert node.send(SQL_PATH, [*headers[:4], (SIGNATURE, b"0" * 20000), *headers[5:]], body)[0] in (400, 431)
         for path in (LINES_PATH, CSV_PATH, TABLES_PATH):
             for forwarded in ("x;", "1;0"):
                 body = node.body(path, next(values))
                 assert node.send(path, node.signed(path, body, forwarded), body)[0] == 400, (path, forwarded)
-        status, _ = node.send(SQL_PATH, [*headers[:4], (SIGNATURE, b"0" * 20000), *headers[5:]], body)
-        assert status in (400, 431), "a header past aiohttp's 8190 bytes: its own 4xx, nothing logged"
         forged_are_refused()
         malformed_parts_are_refused()
         print("\nanswers:", dict(answers))
