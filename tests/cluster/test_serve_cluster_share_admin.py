@@ -9,7 +9,9 @@ ListOffsets: the Admin bootstrapped on either node describes (start offsets and 
 offsets on both partitions; DeleteGroups removes its state on both nodes (the next consumer starts again from
 ``share.auto.offset.reset=earliest``); a group that consumed only node 1's partition is altered and deleted through
 node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
-(retriable) while node 2's is described, altered and deleted.
+(retriable) while node 2's is described, altered and deleted, and a group whose state only node 1 keeps answers
+COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets and DeleteShareGroupOffsets (not
+GROUP_ID_NOT_FOUND, which Java's Admin takes as final).
 """
 
 from __future__ import annotations
@@ -142,8 +144,18 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             assert [(r.group_id, r.error_code) for r in deleted] == [(remote_only, ErrorCode.none)]
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
+            kept_on1 = _group_of(_placement(etcd1), 2, "kept-on-1")  # its state is node 1's only
+            _consumed({on1: n1}, kept_on1, coordinator=n2)
             n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
             n1.proc.wait(timeout=30)
+            not_available = ErrorCode.coordinator_not_available  # retriable; GROUP_ID_NOT_FOUND is final to the Admin
+            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [kept_on1]}).results
+            assert [(r.group_id, r.error_code) for r in deleted] == [(kept_on1, not_available)], \
+                "node 1, which keeps its state, did not answer whether it does"
+            altered = _request(n2.kafka_port, 91, 0, {**alter, "group_id": kept_on1})
+            assert (altered.error_code, list(altered.responses)) == (not_available, [])
+            offsets_deleted = _request(n2.kafka_port, 92, 0, {"group_id": kept_on1, "topics": [{"topic_name": TOPIC}]})
+            assert (offsets_deleted.error_code, list(offsets_deleted.responses)) == (not_available, [])
             on2 = 1 - on1
             down = {on2: (ErrorCode.none, 3), on1: (ErrorCode.coordinator_not_available, -1)}
             assert _starts(n2.kafka_port, group) == down

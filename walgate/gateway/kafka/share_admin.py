@@ -23,8 +23,8 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
 
-__all__ = ["TOPIC_DENIED", "SnapshotTopics", "Outcome", "change_offsets", "cluster_states", "refused_group",
-           "topic_uuid"]
+__all__ = ["ASKED_AT_ONCE", "TOPIC_DENIED", "UNANSWERED", "SnapshotTopics", "Outcome", "change_offsets",
+           "cluster_states", "refused_group", "topic_uuid", "unanswered"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
@@ -35,6 +35,12 @@ Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOf
 """A topic of an Alter/DeleteShareGroupOffsets answer."""
 
 TOPIC_DENIED = "Topic authorization failed."
+UNANSWERED = "Unanswered"
+"""The cluster state of a group its coordinator's node does not know while another node did not answer whether it
+keeps state of it (down, unreachable): it may be an empty share group there, so it is neither deleted nor changed
+nor answered GROUP_ID_NOT_FOUND, which Kafka's Admin takes as final, but COORDINATOR_NOT_AVAILABLE, retriable."""
+ASKED_AT_ONCE = 8
+"""How many group ids :func:`cluster_states` asks the other nodes about at a time."""
 
 
 class SnapshotTopics:
@@ -73,17 +79,30 @@ def refused_group(broker: Broker, ctx: RequestContext, group_id: str, op: Operat
 async def cluster_states(broker: Broker, group_ids: Sequence[str]) -> dict[str, str | None]:
     """In cluster mode, the state of each of ``group_ids`` as its coordinator (this node) sees it across the nodes
     (:func:`~walgate.coordinator.share_admin.group_state`): its own node's, else ``Empty`` when other nodes keep
-    state of it (it consumed only partitions placed there), else None. Empty on a single node, or when the share
-    service fails (the change asked then fails and answers it)."""
+    state of it (it consumed only partitions placed there), else :data:`UNANSWERED` when a node did not answer
+    whether it keeps any, else None. Empty on a single node, or when the share service fails (the change asked then
+    fails and answers it). The ids unknown here are asked :data:`ASKED_AT_ONCE` at a time (the summary RPC names
+    one group), each of every other node at once."""
     shares = broker.shares
     if broker.links is None or shares is None:
         return {}
     states: dict[str, str | None] = await answered(shares.run(lambda _topics, coordinator: {
         g: group_state(coordinator, g) for g in group_ids}), lambda code: {})
+    placed, bound = broker.topics(), asyncio.Semaphore(ASKED_AT_ONCE)
+
+    async def across(group_id: str) -> str | None:
+        async with bound:
+            kept = await kept_elsewhere(broker.links, placed, broker.node_id, group_id)
+        return UNANSWERED if kept is None else "Empty" if kept else None
+
     unknown = [g for g, state in states.items() if state is None]
-    placed = broker.topics()
-    kept = await asyncio.gather(*(kept_elsewhere(broker.links, placed, broker.node_id, g) for g in unknown))
-    return states | {g: "Empty" for g, k in zip(unknown, kept) if k}
+    return states | dict(zip(unknown, await asyncio.gather(*(across(g) for g in unknown))))
+
+
+def unanswered(group_id: str) -> tuple[int, str]:
+    """The group-level (error code, message) of a group whose state is :data:`UNANSWERED`: retriable."""
+    return (ErrorCode.coordinator_not_available,
+            f"A node that may keep share-partition state of group {group_id} did not answer: try again later.")
 
 
 async def change_offsets(broker: Broker, ctx: RequestContext, api: str, group_id: str, change: Change,

@@ -128,11 +128,16 @@ async def summaries(links: NodeLinks | None, topics: TopicsSnapshot, group_id: s
             SummaryPartition(partition=i32(p), leader_epoch=i32(0)) for p in ps)) for tid, ps in asked.items())))
 
 
-async def kept_elsewhere(links: NodeLinks | None, topics: TopicsSnapshot, node_id: int, group_id: str) -> bool:
-    """Whether another node keeps state of ``group_id`` (a summary of its partitions of every topic has a start
-    offset); a node that does not answer counts as keeping none."""
-    answers = await summaries(links, topics, group_id, everything_elsewhere(node_id, topics))
-    return any(a.error_code == ErrorCode.none and a.start_offset >= 0 for a in answers.values())
+async def kept_elsewhere(links: NodeLinks | None, topics: TopicsSnapshot, node_id: int,
+                         group_id: str) -> bool | None:
+    """Whether another node keeps state of ``group_id``: True when a summary of its partitions of every topic has a
+    start offset, else None (unknown) when a node did not answer for one of them (any error but
+    UNKNOWN_TOPIC_OR_PARTITION, a topic gone), else False."""
+    answers = (await summaries(links, topics, group_id, everything_elsewhere(node_id, topics))).values()
+    if any(a.error_code == ErrorCode.none and a.start_offset >= 0 for a in answers):
+        return True
+    unanswered = any(a.error_code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition) for a in answers)
+    return None if unanswered else False
 
 
 async def initialize(links: NodeLinks | None, topics: TopicsSnapshot, group_id: str, placed: Placed,

@@ -8,7 +8,8 @@ the partitions, sets those whose share-partition state its node keeps, then has 
 its own (InitializeShareGroupState, :mod:`walgate.gateway.kafka.share_remote`) and answers what that leader said: a
 leader that does not answer makes its partitions answer COORDINATOR_NOT_AVAILABLE, retriable, the others changed.
 A group without members or state on its coordinator's node is an empty one when another node keeps state of it
-(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND, but COORDINATOR_NOT_AVAILABLE
+(retriable) when a node did not answer whether it keeps state of it.
 
 ACLs (as Kafka's ``handleAlterShareGroupOffsetsRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED for
 the whole request; Read on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
@@ -24,11 +25,13 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import (
     TOPIC_DENIED,
+    UNANSWERED,
     Outcome,
     SnapshotTopics,
     change_offsets,
     cluster_states,
     refused_group,
+    unanswered,
 )
 from walgate.gateway.kafka.share_remote import elsewhere, initialize
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -48,6 +51,9 @@ async def handle(broker: Broker, ctx: RequestContext,
     refused = refused_group(broker, ctx, group_id, Operation.READ)
     if refused is None and (code := await refusal(broker.coordinators, group_id)):
         refused = code, None
+    state = (await cluster_states(broker, [group_id])).get(group_id) if refused is None else None
+    if state == UNANSWERED:
+        refused = unanswered(group_id)
     if refused is not None:
         return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, [t.topic_name for t in request.topics])
@@ -62,11 +68,9 @@ async def handle(broker: Broker, ctx: RequestContext,
     placed = broker.topics()
     remote = elsewhere(broker.node_id, placed, ((name, p) for name, ps in offsets for p, _ in ps))
 
-    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
-
     def alter(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return alter_offsets(coordinator, SnapshotTopics(topics), group_id, offsets,
-                             lambda name, p: (name, p) not in remote, kept)
+                             lambda name, p: (name, p) not in remote, state == "Empty")
 
     code, message, topics = await change_offsets(broker, ctx, "AlterShareGroupOffsets", group_id, alter, denied)
     starts = {(name, p): start for name, ps in offsets for p, start in ps}

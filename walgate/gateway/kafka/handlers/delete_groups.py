@@ -18,7 +18,9 @@ persister: DeleteShareGroupState to every other node for its partitions of every
 (:mod:`walgate.gateway.kafka.share_remote`), then the group here; a node that does not answer makes the group
 answer COORDINATOR_NOT_AVAILABLE, retriable, and the group stays (with what the other nodes kept deleted). A group
 without members or state on its coordinator's node whose state other nodes keep is an empty share group, deleted
-as such (every id unknown here is asked of the other nodes: a consumer group's too, then deleted as one)."""
+as such (every id unknown here is asked of the other nodes: a consumer group's too, then deleted as one); one a
+node did not answer about answers COORDINATOR_NOT_AVAILABLE, not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as
+final."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
-from walgate.gateway.kafka.share_admin import cluster_states
+from walgate.gateway.kafka.share_admin import UNANSWERED, cluster_states
 from walgate.gateway.kafka.share_remote import delete, everything_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -95,6 +97,7 @@ async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
     failed: dict[str, int] = {}
     states = await cluster_states(broker, ids) if remote else {}  # (an id no node knows: a consumer group's, maybe)
     empty = [g for g in ids if states.get(g) == "Empty"]
+    failed.update((g, ErrorCode.coordinator_not_available) for g in ids if states.get(g) == UNANSWERED)
     for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
         code = next((a.error_code for a in answers.values() if a.error_code != ErrorCode.none), ErrorCode.none)
         if code != ErrorCode.none:

@@ -10,7 +10,8 @@ a leader gave for it (COORDINATOR_NOT_AVAILABLE, retriable, when one did not ans
 partitions is deleted, and asking again deletes the rest). A topic with a partition on another node is not answered
 "no offset information": the coordinator does not know whether that node kept any. A group without members or
 state on its coordinator's node is an empty one when another node keeps state of it
-(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND.
+(:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND, but COORDINATOR_NOT_AVAILABLE
+(retriable) when a node did not answer whether it keeps state of it.
 
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
@@ -26,11 +27,13 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import (
     TOPIC_DENIED,
+    UNANSWERED,
     Outcome,
     SnapshotTopics,
     change_offsets,
     cluster_states,
     refused_group,
+    unanswered,
 )
 from walgate.gateway.kafka.share_remote import delete, elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -50,6 +53,9 @@ async def handle(broker: Broker, ctx: RequestContext,
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
     if refused is None and (code := await refusal(broker.coordinators, group_id)):
         refused = code, None
+    state = (await cluster_states(broker, [group_id])).get(group_id) if refused is None else None
+    if state == UNANSWERED:
+        refused = unanswered(group_id)
     if refused is not None:
         return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
     names = [t.topic_name for t in request.topics]
@@ -62,11 +68,9 @@ async def handle(broker: Broker, ctx: RequestContext,
     remote = elsewhere(broker.node_id, placed, ((n, p) for n in names if n in readable
                                                 for p in range(placed.partition_count(n) or 0)))
 
-    kept = (await cluster_states(broker, [group_id])).get(group_id) == "Empty"
-
     def delete_here(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Outcome:
         return delete_offsets(coordinator, SnapshotTopics(topics), group_id, [n for n in names if n in readable],
-                              lambda name, p: (name, p) not in remote, kept)
+                              lambda name, p: (name, p) not in remote, state == "Empty")
 
     code, message, topics = await change_offsets(broker, ctx, "DeleteShareGroupOffsets", group_id, delete_here,
                                                  denied)
