@@ -11,7 +11,8 @@ offsets on both partitions; DeleteGroups removes its state on both nodes (the ne
 node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
 (retriable) while node 2's is described, altered and deleted, and a group whose state only node 1 keeps answers
 COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets and DeleteShareGroupOffsets (not
-GROUP_ID_NOT_FOUND, which Java's Admin takes as final).
+GROUP_ID_NOT_FOUND, which Java's Admin takes as final), while DeleteGroups deletes a consumer group of node 2's
+without asking node 1.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
             kept_on1 = _group_of(_placement(etcd1), 2, "kept-on-1")  # its state is node 1's only
+            consumers = _group_of(_placement(etcd1), 2, "consumers")  # a consumer group of node 2's
             _consumed({on1: n1}, kept_on1, coordinator=n2)
             n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
             n1.proc.wait(timeout=30)
@@ -156,6 +158,14 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             assert (altered.error_code, list(altered.responses)) == (not_available, [])
             offsets_deleted = _request(n2.kafka_port, 92, 0, {"group_id": kept_on1, "topics": [{"topic_name": TOPIC}]})
             assert (offsets_deleted.error_code, list(offsets_deleted.responses)) == (not_available, [])
+            committed = _request(n2.kafka_port, 8, 9, {"group_id": consumers, "generation_id_or_member_epoch": -1,
+                                                       "topics": [{"name": TOPIC, "partitions": [
+                                                           {"partition_index": 1 - on1, "committed_offset": 3}]}]})
+            assert [p.error_code for t in committed.topics for p in t.partitions] == [ErrorCode.none]
+            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [consumers, kept_on1]}).results
+            assert sorted((r.group_id, r.error_code) for r in deleted) == sorted(
+                [(consumers, ErrorCode.none), (kept_on1, not_available)]), \
+                "a consumer group of node 2's is deleted without asking node 1, which is down"
             on2 = 1 - on1
             down = {on2: (ErrorCode.none, 3), on1: (ErrorCode.coordinator_not_available, -1)}
             assert _starts(n2.kafka_port, group) == down

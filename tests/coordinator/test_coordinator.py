@@ -272,6 +272,18 @@ def test_delete_refuses_a_consumer_group_with_members_and_drops_an_empty_one():
     assert not n.c.consumer.has_group("g")
 
 
+def test_has_group_knows_classic_and_consumer_groups_with_or_without_members_until_deleted():
+    n = Node()
+    assert not n.c.has_group("c") and not n.c.has_group("g")
+    n.answers.pop(n.join(group="c"))  # a classic group, its member not joined yet
+    r = n.hb()  # a consumer group "g" with a member
+    assert n.c.has_group("c") and n.c.has_group("g")
+    n.hb(r["member_id"], -1)
+    assert n.c.has_group("g"), "empty, still a consumer group"
+    n.c.delete(["g"], has_offsets=lambda g: False, now_ms=0)
+    assert not n.c.has_group("g")
+
+
 def test_consumer_heartbeat_cannot_take_over_a_classic_group_of_another_protocol_type():
     n = Node()
     first = n.answers.pop(n.join())

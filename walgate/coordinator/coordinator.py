@@ -279,6 +279,11 @@ class GroupCoordinator:
                 )
         return described
 
+    def has_group(self, group_id: str) -> bool:
+        """Whether *group_id* is a classic or consumer group in memory here, with or without members (a group known
+        only by its committed offsets is not: the offset store knows those)."""
+        return self.consumer.has_group(group_id) or self.classic.group(group_id) is not None
+
     def delete(self, group_ids: Iterable[str], *, has_offsets: Callable[[str], bool], now_ms: int) -> list[dict[str, Any]]:
         """DeleteGroups over both types: ``{group_id, error_code}`` per distinct id."""
         results = []

@@ -18,9 +18,10 @@ persister: DeleteShareGroupState to every other node for its partitions of every
 (:mod:`walgate.gateway.kafka.share_remote`), then the group here; a node that does not answer makes the group
 answer COORDINATOR_NOT_AVAILABLE, retriable, and the group stays (with what the other nodes kept deleted). A group
 without members or state on its coordinator's node whose state other nodes keep is an empty share group, deleted
-as such (every id unknown here is asked of the other nodes: a consumer group's too, then deleted as one); one a
-node did not answer about answers COORDINATOR_NOT_AVAILABLE, not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as
-final."""
+as such (every id this node knows neither as a share group nor as a consumer or classic group, by its members,
+state or committed offsets, is asked of the other nodes); one a node did not answer about answers
+COORDINATOR_NOT_AVAILABLE, not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as final. A consumer or classic group
+here is deleted as one without asking other nodes: a group id has one type, as in Kafka."""
 
 from __future__ import annotations
 
@@ -61,7 +62,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     names = [g for g in names if g not in {r["group_id"] for r in elsewhere}]
     shared: list[Result] = []
     if broker.shares is not None and names:
-        shared = [r for r in await _delete_share_groups(broker, list(dict.fromkeys(names)))
+        def ordinary(store: EngineOffsetStore) -> tuple[set[str], list[Completion]]:
+            with_offsets = store.groups_with_offsets()
+            return {g for g in names if svc.groups.has_group(g) or g in with_offsets}, []
+
+        consumers = await answered(svc.with_store(ordinary), lambda code: set(), GROUP_WRITE)
+        shared = [r for r in await _delete_share_groups(broker, list(dict.fromkeys(names)), consumers)
                   if r["error_code"] != ErrorCode.group_id_not_found]
         names = [g for g in names if g not in {r["group_id"] for r in shared}]
     if not names:
@@ -87,15 +93,17 @@ async def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsReque
     return {"throttle_time": 0, "results": shared + results + denied}
 
 
-async def _delete_share_groups(broker: Broker, ids: list[str]) -> list[Result]:
+async def _delete_share_groups(broker: Broker, ids: list[str], consumers: set[str]) -> list[Result]:
     """Each of ``ids`` as a share group's deletion answers it (GROUP_ID_NOT_FOUND: no share group): an empty one's
-    state deleted on the other nodes, then here (see the module docstring)."""
+    state deleted on the other nodes, then here (see the module docstring). The other nodes are not asked about
+    ``consumers``, the consumer and classic groups here (a group id has one type, as in Kafka)."""
     shares = broker.shares
     assert shares is not None
     placed = broker.topics()
     remote = everything_elsewhere(broker.node_id, placed)
     failed: dict[str, int] = {}
-    states = await cluster_states(broker, ids) if remote else {}  # (an id no node knows: a consumer group's, maybe)
+    asked = [g for g in ids if g not in consumers]
+    states = await cluster_states(broker, asked) if remote and asked else {}
     empty = [g for g in ids if states.get(g) == "Empty"]
     failed.update((g, ErrorCode.coordinator_not_available) for g in ids if states.get(g) == UNANSWERED)
     for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):
