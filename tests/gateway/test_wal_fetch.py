@@ -3,7 +3,8 @@ nodes over a real one-member etcd, each with its own engine and data dir; the le
 real socket, the follower (node 2) fetches over its authenticated node link.
 
 What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
-Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal); every
+Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal; an empty
+epoch at the follower's end cut though its WAL is not); every
 error code of the handler, and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
 waiting before the append); a client's request refused, and the API absent from ApiVersions.
 """
@@ -265,6 +266,27 @@ async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd
         rows = (await p.follower.sql(f"SELECT current FROM {DB}.meters")).rows
         assert sorted(r[0] for r in rows) == [1.0, 2.0, 3.0]  # the cut tail's rows are gone
 
+
+async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catches_up(etcd: EtcdCluster,
+                                                                                      tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        ts = 1_700_000_000_000
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
+        await p.caught_up()
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")  # epoch 1, not fetched yet
+        fv = await p.follower.vnode(DB, 0)
+        end = fv.wal.next_version
+        await p.follower.call(fv.epochs.begin, 2, end)  # node 2 led epoch 2 briefly, wrote nothing, was deposed
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 3)  # node 1 leads epoch 3 from its end (it holds more of epoch 1)
+        assert await p.fetcher.fetch_once()  # diverges at (1, node 1's end of epoch 1): a cut to node 2's own end
+        assert [e.epoch for e in fv.epochs.entries][-1] == 1  # the empty epoch 2 is cut, though the WAL is not
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 2}, 3.0, 3)")  # epoch 3
+        await p.caught_up()  # (bounded: a follower diverging on every fetch never catches up)
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 3]
 
 async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
