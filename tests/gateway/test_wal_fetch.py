@@ -5,7 +5,7 @@ real socket, the follower (node 2) fetches over its authenticated node link.
 What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
 Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal; an empty
 epoch at the follower's end cut though its WAL is not); every
-error code of the handler, and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
+error code of the handler (a node fetching as another replica refused), and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
 waiting before the append); a client's request refused, and the API absent from ApiVersions.
 """
 
@@ -314,7 +314,7 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert await code(broker_epoch=p.led.registered[2] - 1) == ErrorCode.stale_broker_epoch
         assert await code(broker_epoch=p.led.registered[2] - 1, fetch_version=end + 1,  # checked before divergence
                           last_fetched_epoch=3) == ErrorCode.stale_broker_epoch
-        assert await code(replica_id=7) == ErrorCode.not_leader_or_follower  # not a replica of the vnode
+        assert await code(replica_id=7) == ErrorCode.cluster_authorization_failed  # node 2 is not node 7
         p.broker.led = None  # a node leading nothing with followers (every node before step 5)
         assert await code() == ErrorCode.not_leader_or_follower
         p.broker.led = p.led
@@ -339,6 +339,35 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert not await p.fetcher.fetch_once()
         assert "below the leader's log start" in (p.fetcher.followed[(native, 0)].stopped or "")
 
+
+async def test_a_node_fetches_only_as_itself(etcd: EtcdCluster, tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('l', 0) VALUES (1700000000000, 1.0, 1)")
+        (tmp_path / "n3").mkdir()
+        third = ClusterMember(etcd.spec, "walgate", 3, tmp_path / "n3", 2000)
+        await third.kafka_cluster_id()
+        await third.join(("PLAINTEXT://127.0.0.1:1",))
+        await third.refresh()
+        assert third.registration is not None and third.registration.epoch is not None
+        links3 = NodeLinks(third, "PLAINTEXT", None, timeout_s=WAIT_S)
+        try:
+            db_id = uuid.UUID(await p.leader.db_id(DB))
+            end = (await p.leader.vnode(DB, 0)).wal.next_version
+            part = {"db_id": db_id, "vgroup": 0, "current_leader_epoch": 1, "fetch_version": end,
+                    "last_fetched_epoch": 1, "durable_version": end}
+            [posing] = await p.fetch(part, node=links3)  # node 3 says it is replica 2, holding everything durably
+            assert posing.error_code == ErrorCode.cluster_authorization_failed
+            view = p.led.views[(db_id.hex, 0)]
+            assert 2 not in view.followers and view.hw < end  # neither replica 2's position nor the hw moved
+            [itself] = await p.fetch(part, node=links3, replica_id=3, broker_epoch=third.registration.epoch)
+            assert itself.error_code == ErrorCode.not_leader_or_follower  # as itself: not a replica of the vnode
+            [real] = await p.fetch(part)
+            assert real.error_code == ErrorCode.none
+        finally:
+            links3.close()
+            await third.leave()
 
 _PART_FIELDS = frozenset(f.name for f in fields_of(PARTITION))
 

@@ -2,8 +2,11 @@
 step 4), never advertised in ApiVersions.
 
 Only a cluster node may send it (Kafka's ClusterAction on the cluster, as for a replica's Fetch: a connection
-authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`); a client, or any request to a single
-node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the request's order, on the vnode's lane:
+authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`), and only as itself: a client, any
+request to a single node, or a node whose ``replica_id`` is not the node its connection authenticated as (which
+would move another replica's position and the high watermark) gets CLUSTER_AUTHORIZATION_FAILED for every
+partition (Kafka's brokers share one principal, so its leader cannot tell; each walgate node has its own user).
+Per vnode, in the request's order, on the vnode's lane:
 
 * a database this node does not know, a vnode not here, or one it does not lead (:attr:`Broker.led
   <walgate.gateway.kafka.broker.Broker.led>` has no view of it, or the view was deposed): NOT_LEADER_OR_FOLLOWER;
@@ -158,7 +161,8 @@ def _refused(request: WalFetchRequest, code: int) -> WalFetchResponse:
 
 async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) -> WalFetchResponse:
     led = broker.led
-    if not from_cluster_node(broker, ctx):
+    auth = ctx.authentication  # (a node fetches only as itself, the module docstring)
+    if not from_cluster_node(broker, ctx) or auth is None or auth.node != request.replica_id:
         return _refused(request, ErrorCode.cluster_authorization_failed)
     if led is None:  # this node leads no vnode with followers
         return _refused(request, ErrorCode.not_leader_or_follower)
