@@ -116,7 +116,7 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
     try:
         entries = wal.batches_from(p.fetch_version, limit, stop)
-    except ValueError:  # no entry starts there: not a version this leader's log has an entry boundary at
+    except ValueError:  # no batch starts there: not a version this leader's log has a batch boundary at
         return _answer(p, ErrorCode.offset_out_of_range, **known)
     if entries is None:
         return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
