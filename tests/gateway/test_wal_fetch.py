@@ -4,9 +4,11 @@ real socket, the follower (node 2) fetches over its authenticated node link.
 
 What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
 Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal; an empty
-epoch at the follower's end cut though its WAL is not); every
-error code of the handler (a node fetching as another replica refused), and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
-waiting before the append); a client's request refused, and the API absent from ApiVersions.
+epoch at the follower's end cut though its WAL is not); every error code of the handler (a node fetching as another
+replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
+fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
+topic (a condition: the fetch is seen waiting before the append); a client's request refused, and the API absent from
+ApiVersions.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import IsrMember, PartitionState
 from walgate.storage.engine import Engine
+from walgate.storage.wal_format import FLAG_MORE
 from walgate.storage.wal_verbatim import parse
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
@@ -287,6 +290,31 @@ async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catch
         await p.caught_up()  # (bounded: a follower diverging on every fetch never catches up)
         await p.same_wals(DB, 1)
         assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 3]
+
+async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batch(etcd: EtcdCluster,
+                                                                                 tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        for k in range(20):  # 20 batches (a subtable's meta entry and its row each)
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l', {k}) VALUES ({1_700_000_000_000 + k}, 1.0, 1)")
+        part = {"db_id": uuid.UUID(await p.leader.db_id(DB)), "vgroup": 0, "current_leader_epoch": 1,
+                "fetch_version": 0, "last_fetched_epoch": -1}
+
+        async def batches(max_bytes: int) -> tuple[int, int]:
+            """(entry bytes, whole batches) answered for ``max_bytes`` (``partition_max_bytes`` 1 MiB)."""
+            [answer] = await p.fetch(part, max_bytes=max_bytes)
+            assert answer.error_code == ErrorCode.none
+            entries = parse(bytes(answer.entries), 0).entries
+            assert not entries[-1].flags & FLAG_MORE
+            return len(answer.entries), sum(1 for e in entries if not e.flags & FLAG_MORE)
+
+        whole, count = await batches(1 << 20)
+        assert count >= 20
+        for max_bytes in (whole * 3 // count, whole // 2):  # about three batches' bytes, half of them
+            size, count = await batches(max_bytes)
+            assert 1 < count < 20 and size <= max_bytes  # (the request's limit, not only the partition's)
+        assert (await batches(0))[1] == 1  # at least one batch whatever the limit
 
 async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:

@@ -24,9 +24,10 @@ Per vnode, in the request's order, on the vnode's lane:
 * the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (``fetch_version`` past the
   WAL's end: OFFSET_OUT_OF_RANGE), never a diverging one, whose position would overstate what the follower holds;
 * else whole batches from ``fetch_version`` (:meth:`Wal.batches_from <walgate.storage.wal.Wal.batches_from>`, sent
-  with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's): at least one, more within ``partition_max_bytes`` and what is left of ``max_bytes``, never
-  past the start of the next leader epoch, all of ``entries_epoch``; with the high watermark (a WAL version) and the
-  log start.
+  with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's), never past the
+  start of the next leader epoch, all of ``entries_epoch``: more than one only within ``partition_max_bytes`` and
+  what is left of ``max_bytes``; at least one (whatever its size) until a vnode before it in the request has
+  entries, none after once nothing is left; with the high watermark (a WAL version) and the log start.
 
 A follower at the end waits (long poll) until ``max_wait_ms`` passes or the answer holds ``min_bytes``: woken by
 any append to a vnode it asked for (:meth:`FetchWakeups.watch_vnodes
@@ -126,12 +127,15 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
 
 def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
           now_ms: int) -> list[WalFetchPartitionData]:
-    """Every vnode's answer, in order; ``max_bytes`` shared (the first vnode with entries gets at least a batch)."""
+    """Every vnode's answer, in order; ``max_bytes`` shared: each vnode's limit is the least of its
+    ``partition_max_bytes`` and what is left, until a vnode has entries at least one batch (as Kafka's
+    ``ReplicaManager.readFromLog``, ``minOneMessage``)."""
     left = request.max_bytes
     out: list[WalFetchPartitionData] = []
     sent = False
     for p, db in zip(request.partitions, names):
-        limit = max(1, p.partition_max_bytes) if not sent else min(p.partition_max_bytes, left)
+        limit = min(p.partition_max_bytes, left)
+        limit = limit if sent else max(1, limit)
         try:
             answer = _partition(engine, led, request, p, db, limit, now_ms)
         except Exception as exc:  # noqa: BLE001 - answered per vnode, the others go on
