@@ -7,7 +7,8 @@ Kafka-native batches, and after a divergence (the follower's longer tail of an o
 epoch at the follower's end cut though its WAL is not); every error code of the handler (a node fetching as another
 replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
 fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
-topic (a condition: the fetch is seen waiting before the append); a client's request refused, and the API absent from
+topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
+requests for its backoff alone, the others fetched on; a client's request refused, and the API absent from
 ApiVersions.
 """
 
@@ -396,6 +397,45 @@ async def test_a_node_fetches_only_as_itself(etcd: EtcdCluster, tmp_path: Path) 
         finally:
             links3.close()
             await third.leave()
+
+async def _until(condition: Any, what: str) -> None:
+    """Poll the async ``condition`` until it holds, for at most ``WAIT_S``."""
+    for _ in range(int(WAIT_S * 100)):
+        if await condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_vnode_with_an_error_is_delayed_alone_and_the_others_are_fetched_on(etcd: EtcdCluster,
+                                                                                    tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE,
+                    f"CREATE TABLE {DB}.d0 USING {DB}.meters TAGS ('l', 0)")
+        ends = [(await p.leader.vnode(DB, i)).wal.next_version for i in range(2)]
+        good = 0 if ends[0] > ends[1] else 1  # the vnode holding d0
+        await p.lead(DB, 2, 1)
+        await p.caught_up()
+        p.fetcher.follow(FollowedVnode(DB, await p.leader.db_id(DB), 1 - good, 2))  # node 1 leads 1: UNKNOWN_LEADER_EPOCH
+        p.fetcher.max_wait_ms, p.fetcher.backoff_s = 500, 10 * WAIT_S  # (a whole fetcher backing off: never caught up)
+        bad = p.fetcher.followed[(DB, 1 - good)]
+        running = asyncio.create_task(p.fetcher.run())
+        try:
+            async def erred() -> bool:
+                return bad.error == ErrorCode.unknown_leader_epoch
+            await _until(erred, "the vnode followed in the wrong epoch errs")
+            for k in range(3):
+                await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({1_700_000_000_000 + k}, 1.0, 1)")
+            want = (await p.leader.vnode(DB, good)).wal.next_version
+
+            async def copied() -> bool:
+                return bool((await p.follower.vnode(DB, good)).wal.next_version >= want)
+            await _until(copied, "the healthy vnode's rows copied while the other is delayed")
+            assert bad.retry_at > asyncio.get_running_loop().time()  # still left out
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
 
 _PART_FIELDS = frozenset(f.name for f in fields_of(PARTITION))
 
