@@ -8,8 +8,8 @@ epoch at the follower's end cut though its WAL is not); every error code of the 
 replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
 fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
 topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
-requests for its backoff alone, the others fetched on; a client's request refused, and the API absent from
-ApiVersions.
+requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
+finished before the next fetch; a client's request refused, and the API absent from ApiVersions.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import errno
 import logging
 import os
 import random
@@ -46,6 +47,7 @@ from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import IsrMember, PartitionState
+from walgate.storage import leader_epochs
 from walgate.storage.engine import Engine
 from walgate.storage.wal_format import FLAG_MORE
 from walgate.storage.wal_verbatim import parse
@@ -316,6 +318,40 @@ async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batc
             size, count = await batches(max_bytes)
             assert 1 < count < 20 and size <= max_bytes  # (the request's limit, not only the partition's)
         assert (await batches(0))[1] == 1  # at least one batch whatever the limit
+
+async def test_a_cut_whose_epoch_file_the_disk_refused_is_finished_and_the_follower_catches_up(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        ts = 1_700_000_000_000
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
+        await p.caught_up()
+        fv = await p.follower.vnode(DB, 0)
+        await p.follower.call(fv.epochs.begin, 5, fv.wal.next_version)  # node 2 led epoch 5 and wrote a tail
+        for k in range(3):
+            await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 6)
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")
+        real, refused = leader_epochs.fileio.replace_file, []
+
+        def refuse_once(path: Path, *args: Any, **kwargs: Any) -> None:
+            if path.is_relative_to(p.follower.data_dir) and path.name == fv.epochs.path.name and not refused:
+                refused.append(path)
+                raise OSError(errno.ENOSPC, "No space left on device (injected once)")
+            real(path, *args, **kwargs)
+
+        monkeypatch.setattr(leader_epochs.fileio, "replace_file", refuse_once)
+        assert not await p.fetcher.fetch_once()  # the cut: the WAL cut, the epoch file refused
+        assert refused and fv.wal.held is not None
+        followed = p.fetcher.followed[(DB, 0)]
+        assert followed.error == ErrorCode.kafka_storage_error and followed.cut_unfinished
+        followed.retry_at = 0.0  # (due now rather than after the backoff)
+        await p.caught_up()  # the cut finished first, then fetched as any vnode
+        assert fv.wal.held is None and not followed.cut_unfinished
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 6]
 
 async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:

@@ -10,7 +10,10 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
 * a divergence (KIP-101/279, Kafka's DivergingEpoch): :func:`walgate.replication.epochs.follower_truncation` on the
   vnode's epoch cache, then :meth:`Engine.truncate_vnode <walgate.storage.engine.Engine.truncate_vnode>` (an
   exclusive call), never below the high watermark it last learned; the next fetch names the epoch left, so a fast
-  double failover's repeated exchange (KIP-279) is one more round trip each;
+  double failover's repeated exchange (KIP-279) is one more round trip each. A cut the disk refused part of (its
+  WAL cut, a derived file not rewritten: the WAL refuses appends, :attr:`Wal.held
+  <walgate.storage.wal.Wal.held>`) is finished before the vnode's next fetch (:attr:`FollowedVnode.cut_unfinished`),
+  never left to wedge it until a restart;
 * OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what the follower lacks): the vnode is no longer
   fetched and the condition logged at ERROR. Kafka's follower empties its log and starts at the leader's log start
   (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
@@ -80,6 +83,7 @@ class FollowedVnode:
     error: int = ErrorCode.none  # the last fetch's error (NONE: it went well)
     stopped: str | None = None  # why it is no longer fetched (below the leader's log start), else None
     retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error), else 0
+    cut_unfinished: bool = False  # a truncation was refused: finished (if its WAL is held) before the next fetch
 
     @property
     def key(self) -> VnodeKey:
@@ -109,6 +113,15 @@ def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | 
         except StorageError as e:
             out.append(e)
     return out
+
+
+def _finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
+    """Finish a truncation the disk refused part of: the vnode's WAL, held, cut again at its end (which rewrites the
+    derived files, :func:`walgate.storage.truncation.truncate_vnode`); nothing when it is not held (nothing was
+    cut). An exclusive call."""
+    wal = engine.store.local_vnode(db, vgroup).wal
+    if wal.held is not None:
+        engine.truncate_vnode(db, vgroup, wal.next_version, high_watermark=high_watermark)
 
 
 def _truncation_point(engine: Engine, db: str, vgroup: int, answer: EpochEnd) -> int:
@@ -169,11 +182,24 @@ class ReplicaFetcher:
 
     async def fetch_once(self) -> bool:
         """One WalFetch of every vnode followed, not stopped and due (its retry time passed), its answers applied;
-        whether every vnode's went well (no error). The leader unreachable (raised) delays each of them."""
+        whether every vnode's went well (no error). A vnode's unfinished cut is finished first, the vnode left out
+        while the disk still refuses it. The leader unreachable (raised) delays each vnode the request held."""
         now = asyncio.get_running_loop().time()
         vnodes = [v for v in self.followed.values() if v.stopped is None and v.retry_at <= now]
         if not vnodes:
             return True
+        unfinished = [v for v in vnodes if v.cut_unfinished]
+        for v in unfinished:
+            try:
+                await self.storage.call(_finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
+                v.cut_unfinished = False
+            except StorageError as e:
+                log.warning("vnode %d of database %s: its truncation is still unfinished: %s", v.vgroup, v.db, e)
+                self._settle(v, ErrorCode.kafka_storage_error)
+        vnodes = [v for v in vnodes if not v.cut_unfinished]
+        if not vnodes:
+            return False
+        finished = not any(v.cut_unfinished for v in unfinished)
         keys = frozenset(v.key for v in vnodes)
         read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes))
         for v, p in zip(vnodes, read):
@@ -199,7 +225,7 @@ class ReplicaFetcher:
                 self._settle(v, ErrorCode.network_exception)
             raise
         by_key = {(a.db_id, a.vgroup): a for a in response.partitions}
-        well = len(fetched) == len(read)
+        well = finished and len(fetched) == len(read)
         for v, p in zip(vnodes, positions):
             if self.followed.get(v.key) is not v:  # unfollowed or followed anew meanwhile: the answer is stale
                 continue
@@ -224,8 +250,12 @@ class ReplicaFetcher:
                 diverging = EpochEnd(answer.diverging_epoch.epoch, answer.diverging_epoch.end_version)
                 to = await self.storage.call_on(frozenset([v.key]), functools.partial(
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
-                cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
-                                              high_watermark=v.high_watermark)
+                try:
+                    cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
+                                                  high_watermark=v.high_watermark)
+                except StorageError:
+                    v.cut_unfinished = True
+                    raise
                 log.info("vnode %d of database %s: truncated to version %d, diverging from node %d at epoch %d "
                          "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
                 return ErrorCode.none
