@@ -347,9 +347,9 @@ async def test_a_cut_whose_epoch_file_the_disk_refused_is_finished_and_the_follo
         assert refused and fv.wal.held is not None
         followed = p.fetcher.followed[(DB, 0)]
         assert followed.error == ErrorCode.kafka_storage_error and followed.cut_unfinished
-        followed.retry_at = 0.0  # (due now rather than after the backoff)
+        p.fetcher.follow(FollowedVnode(DB, await p.leader.db_id(DB), 0, 6))  # anew (due now): the cut is kept
         await p.caught_up()  # the cut finished first, then fetched as any vnode
-        assert fv.wal.held is None and not followed.cut_unfinished
+        assert fv.wal.held is None and not p.fetcher.followed[(DB, 0)].cut_unfinished
         await p.same_wals(DB, 1)
         assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 6]
 

@@ -151,7 +151,10 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
 
     def follow(self, vnode: FollowedVnode) -> None:
-        """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped)."""
+        """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped); a cut its previous
+        following left unfinished is kept, to be finished first."""
+        old = self.followed.get(vnode.key)
+        vnode.cut_unfinished = vnode.cut_unfinished or old is not None and old.cut_unfinished
         self.followed[vnode.key] = vnode
         self._changed.set()
 
