@@ -210,6 +210,16 @@ async def _both(p: Pair, *statements: str) -> None:
 STABLE = f"CREATE STABLE {DB}.meters (ts TIMESTAMP, current FLOAT, voltage INT) TAGS (location VARCHAR(32), g INT)"
 
 
+async def _one_row_copied(p: Pair) -> int:
+    """One vnode of ``DB`` led by node 1 in epoch 1, a row inserted and copied to node 2; the row's timestamp."""
+    await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+    await p.lead(DB, 1, 1)
+    ts = 1_700_000_000_000
+    await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
+    await p.caught_up()
+    return ts
+
+
 async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
         await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE,
@@ -247,11 +257,7 @@ async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdClus
 async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
-        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
-        await p.lead(DB, 1, 1)
-        ts = 1_700_000_000_000
-        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
-        await p.caught_up()
+        ts = await _one_row_copied(p)
         shared = (await p.follower.vnode(DB, 0)).wal.next_version
         for k in range(3):  # the follower's own tail in epoch 1 (as a deposed leader's unreplicated writes)
             await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
@@ -276,11 +282,7 @@ async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd
 async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catches_up(etcd: EtcdCluster,
                                                                                       tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
-        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
-        await p.lead(DB, 1, 1)
-        ts = 1_700_000_000_000
-        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
-        await p.caught_up()
+        ts = await _one_row_copied(p)
         await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")  # epoch 1, not fetched yet
         fv = await p.follower.vnode(DB, 0)
         end = fv.wal.next_version
@@ -293,6 +295,7 @@ async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catch
         await p.caught_up()  # (bounded: a follower diverging on every fetch never catches up)
         await p.same_wals(DB, 1)
         assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 3]
+
 
 async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batch(etcd: EtcdCluster,
                                                                                  tmp_path: Path) -> None:
@@ -322,11 +325,7 @@ async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batc
 async def test_a_cut_whose_epoch_file_the_disk_refused_is_finished_and_the_follower_catches_up(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with pair(etcd, tmp_path) as p:
-        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
-        await p.lead(DB, 1, 1)
-        ts = 1_700_000_000_000
-        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
-        await p.caught_up()
+        ts = await _one_row_copied(p)
         fv = await p.follower.vnode(DB, 0)
         await p.follower.call(fv.epochs.begin, 5, fv.wal.next_version)  # node 2 led epoch 5 and wrote a tail
         for k in range(3):
