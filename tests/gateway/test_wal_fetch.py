@@ -3,9 +3,13 @@ nodes over a real one-member etcd, each with its own engine and data dir; the le
 real socket, the follower (node 2) fetches over its authenticated node link.
 
 What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
-Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal); every
-error code of the handler, and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no topic (a condition: the fetch is seen
-waiting before the append); a client's request refused, and the API absent from ApiVersions.
+Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal; an empty
+epoch at the follower's end cut though its WAL is not); every error code of the handler (a node fetching as another
+replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
+fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
+topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
+requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
+finished before the next fetch; a client's request refused, and the API absent from ApiVersions.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import errno
 import logging
 import os
 import random
@@ -42,7 +47,9 @@ from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import IsrMember, PartitionState
+from walgate.storage import leader_epochs
 from walgate.storage.engine import Engine
+from walgate.storage.wal_format import FLAG_MORE
 from walgate.storage.wal_verbatim import parse
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
@@ -203,6 +210,16 @@ async def _both(p: Pair, *statements: str) -> None:
 STABLE = f"CREATE STABLE {DB}.meters (ts TIMESTAMP, current FLOAT, voltage INT) TAGS (location VARCHAR(32), g INT)"
 
 
+async def _one_row_copied(p: Pair) -> int:
+    """One vnode of ``DB`` led by node 1 in epoch 1, a row inserted and copied to node 2; the row's timestamp."""
+    await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+    await p.lead(DB, 1, 1)
+    ts = 1_700_000_000_000
+    await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
+    await p.caught_up()
+    return ts
+
+
 async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
         await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE,
@@ -240,11 +257,7 @@ async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdClus
 async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
-        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
-        await p.lead(DB, 1, 1)
-        ts = 1_700_000_000_000
-        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")
-        await p.caught_up()
+        ts = await _one_row_copied(p)
         shared = (await p.follower.vnode(DB, 0)).wal.next_version
         for k in range(3):  # the follower's own tail in epoch 1 (as a deposed leader's unreplicated writes)
             await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
@@ -265,6 +278,79 @@ async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd
         rows = (await p.follower.sql(f"SELECT current FROM {DB}.meters")).rows
         assert sorted(r[0] for r in rows) == [1.0, 2.0, 3.0]  # the cut tail's rows are gone
 
+
+async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catches_up(etcd: EtcdCluster,
+                                                                                      tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        ts = await _one_row_copied(p)
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")  # epoch 1, not fetched yet
+        fv = await p.follower.vnode(DB, 0)
+        end = fv.wal.next_version
+        await p.follower.call(fv.epochs.begin, 2, end)  # node 2 led epoch 2 briefly, wrote nothing, was deposed
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 3)  # node 1 leads epoch 3 from its end (it holds more of epoch 1)
+        assert await p.fetcher.fetch_once()  # diverges at (1, node 1's end of epoch 1): a cut to node 2's own end
+        assert [e.epoch for e in fv.epochs.entries][-1] == 1  # the empty epoch 2 is cut, though the WAL is not
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 2}, 3.0, 3)")  # epoch 3
+        await p.caught_up()  # (bounded: a follower diverging on every fetch never catches up)
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 3]
+
+
+async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batch(etcd: EtcdCluster,
+                                                                                 tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        for k in range(20):  # 20 batches (a subtable's meta entry and its row each)
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l', {k}) VALUES ({1_700_000_000_000 + k}, 1.0, 1)")
+        part = {"db_id": uuid.UUID(await p.leader.db_id(DB)), "vgroup": 0, "current_leader_epoch": 1,
+                "fetch_version": 0, "last_fetched_epoch": -1}
+
+        async def batches(max_bytes: int) -> tuple[int, int]:
+            """(entry bytes, whole batches) answered for ``max_bytes`` (``partition_max_bytes`` 1 MiB)."""
+            [answer] = await p.fetch(part, max_bytes=max_bytes)
+            assert answer.error_code == ErrorCode.none
+            entries = parse(bytes(answer.entries), 0).entries
+            assert not entries[-1].flags & FLAG_MORE
+            return len(answer.entries), sum(1 for e in entries if not e.flags & FLAG_MORE)
+
+        whole, count = await batches(1 << 20)
+        assert count >= 20
+        for max_bytes in (whole * 3 // count, whole // 2):  # about three batches' bytes, half of them
+            size, count = await batches(max_bytes)
+            assert 1 < count < 20 and size <= max_bytes  # (the request's limit, not only the partition's)
+        assert (await batches(0))[1] == 1  # at least one batch whatever the limit
+
+async def test_a_cut_whose_epoch_file_the_disk_refused_is_finished_and_the_follower_catches_up(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with pair(etcd, tmp_path) as p:
+        ts = await _one_row_copied(p)
+        fv = await p.follower.vnode(DB, 0)
+        await p.follower.call(fv.epochs.begin, 5, fv.wal.next_version)  # node 2 led epoch 5 and wrote a tail
+        for k in range(3):
+            await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 6)
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")
+        real, refused = leader_epochs.fileio.replace_file, []
+
+        def refuse_once(path: Path, *args: Any, **kwargs: Any) -> None:
+            if path.is_relative_to(p.follower.data_dir) and path.name == fv.epochs.path.name and not refused:
+                refused.append(path)
+                raise OSError(errno.ENOSPC, "No space left on device (injected once)")
+            real(path, *args, **kwargs)
+
+        monkeypatch.setattr(leader_epochs.fileio, "replace_file", refuse_once)
+        assert not await p.fetcher.fetch_once()  # the cut: the WAL cut, the epoch file refused
+        assert refused and fv.wal.held is not None
+        followed = p.fetcher.followed[(DB, 0)]
+        assert followed.error == ErrorCode.kafka_storage_error and followed.cut_unfinished
+        p.fetcher.follow(FollowedVnode(DB, await p.leader.db_id(DB), 0, 6))  # anew (due now): the cut is kept
+        await p.caught_up()  # the cut finished first, then fetched as any vnode
+        assert fv.wal.held is None and not p.fetcher.followed[(DB, 0)].cut_unfinished
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 6]
 
 async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
     async with pair(etcd, tmp_path) as p:
@@ -292,7 +378,7 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert await code(broker_epoch=p.led.registered[2] - 1) == ErrorCode.stale_broker_epoch
         assert await code(broker_epoch=p.led.registered[2] - 1, fetch_version=end + 1,  # checked before divergence
                           last_fetched_epoch=3) == ErrorCode.stale_broker_epoch
-        assert await code(replica_id=7) == ErrorCode.not_leader_or_follower  # not a replica of the vnode
+        assert await code(replica_id=7) == ErrorCode.cluster_authorization_failed  # node 2 is not node 7
         p.broker.led = None  # a node leading nothing with followers (every node before step 5)
         assert await code() == ErrorCode.not_leader_or_follower
         p.broker.led = p.led
@@ -317,6 +403,74 @@ async def test_every_error_code(etcd: EtcdCluster, tmp_path: Path) -> None:
         assert not await p.fetcher.fetch_once()
         assert "below the leader's log start" in (p.fetcher.followed[(native, 0)].stopped or "")
 
+
+async def test_a_node_fetches_only_as_itself(etcd: EtcdCluster, tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('l', 0) VALUES (1700000000000, 1.0, 1)")
+        (tmp_path / "n3").mkdir()
+        third = ClusterMember(etcd.spec, "walgate", 3, tmp_path / "n3", 2000)
+        await third.kafka_cluster_id()
+        await third.join(("PLAINTEXT://127.0.0.1:1",))
+        await third.refresh()
+        assert third.registration is not None and third.registration.epoch is not None
+        links3 = NodeLinks(third, "PLAINTEXT", None, timeout_s=WAIT_S)
+        try:
+            db_id = uuid.UUID(await p.leader.db_id(DB))
+            end = (await p.leader.vnode(DB, 0)).wal.next_version
+            part = {"db_id": db_id, "vgroup": 0, "current_leader_epoch": 1, "fetch_version": end,
+                    "last_fetched_epoch": 1, "durable_version": end}
+            [posing] = await p.fetch(part, node=links3)  # node 3 says it is replica 2, holding everything durably
+            assert posing.error_code == ErrorCode.cluster_authorization_failed
+            view = p.led.views[(db_id.hex, 0)]
+            assert 2 not in view.followers and view.hw < end  # neither replica 2's position nor the hw moved
+            [itself] = await p.fetch(part, node=links3, replica_id=3, broker_epoch=third.registration.epoch)
+            assert itself.error_code == ErrorCode.not_leader_or_follower  # as itself: not a replica of the vnode
+            [real] = await p.fetch(part)
+            assert real.error_code == ErrorCode.none
+        finally:
+            links3.close()
+            await third.leave()
+
+async def _until(condition: Any, what: str) -> None:
+    """Poll the async ``condition`` until it holds, for at most ``WAIT_S``."""
+    for _ in range(int(WAIT_S * 100)):
+        if await condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_vnode_with_an_error_is_delayed_alone_and_the_others_are_fetched_on(etcd: EtcdCluster,
+                                                                                    tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 2 {WAL}", STABLE,
+                    f"CREATE TABLE {DB}.d0 USING {DB}.meters TAGS ('l', 0)")
+        ends = [(await p.leader.vnode(DB, i)).wal.next_version for i in range(2)]
+        good = 0 if ends[0] > ends[1] else 1  # the vnode holding d0
+        await p.lead(DB, 2, 1)
+        await p.caught_up()
+        p.fetcher.follow(FollowedVnode(DB, await p.leader.db_id(DB), 1 - good, 2))  # node 1 leads 1: UNKNOWN_LEADER_EPOCH
+        p.fetcher.max_wait_ms, p.fetcher.backoff_s = 500, 10 * WAIT_S  # (a whole fetcher backing off: never caught up)
+        bad = p.fetcher.followed[(DB, 1 - good)]
+        running = asyncio.create_task(p.fetcher.run())
+        try:
+            async def erred() -> bool:
+                return bad.error == ErrorCode.unknown_leader_epoch
+            await _until(erred, "the vnode followed in the wrong epoch errs")
+            for k in range(3):
+                await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({1_700_000_000_000 + k}, 1.0, 1)")
+            want = (await p.leader.vnode(DB, good)).wal.next_version
+
+            async def copied() -> bool:
+                return bool((await p.follower.vnode(DB, good)).wal.next_version >= want)
+            await _until(copied, "the healthy vnode's rows copied while the other is delayed")
+            assert bad.retry_at > asyncio.get_running_loop().time()  # still left out
+        finally:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
 
 _PART_FIELDS = frozenset(f.name for f in fields_of(PARTITION))
 

@@ -571,7 +571,8 @@ def test_an_entry_on_disk_that_does_not_decode_is_reported_damaged_and_the_node_
 def test_batches_from_gives_whole_batches_of_one_segment_within_the_limits(tmp_path: Path):
     """What a leader serves a follower (``Wal.batches_from``): runs of whole batches, at least one whatever the limit,
     more only within ``max_bytes``, never past a segment's end or ``stop``; read one after another they are the WAL,
-    which a follower appends verbatim; a version no entry starts at is refused."""
+    which a follower appends verbatim; a version no batch starts at (inside an entry, or at a batch's later entry)
+    is refused."""
     leader = _leader_wal(tmp_path / "l")
     raw = _wal_bytes(leader.dir)
     sizes = {first: end - start for start, end, first in _batches(raw)}  # batch's first version -> its bytes
@@ -600,6 +601,7 @@ def test_batches_from_gives_whole_batches_of_one_segment_within_the_limits(tmp_p
     assert leader.batches_from(middle, 1 << 20, middle) is None  # nothing starts below ``stop``
     assert leader.batches_from(leader.next_version, 1 << 20, leader.next_version + 10) is None  # at the end
     inside = next(v for v in range(1, leader.next_version) if leader.entry_start(v) != v)
-    for bad in (leader.next_version + 1, -1, inside):
+    mid_batch = next(e.version for e in parse(raw, 0).entries if e.version not in sizes)  # an entry, not a batch
+    for bad in (leader.next_version + 1, -1, inside, mid_batch):
         with pytest.raises(ValueError):
             leader.batches_from(bad, 1 << 20, leader.next_version)

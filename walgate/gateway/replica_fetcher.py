@@ -10,7 +10,10 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
 * a divergence (KIP-101/279, Kafka's DivergingEpoch): :func:`walgate.replication.epochs.follower_truncation` on the
   vnode's epoch cache, then :meth:`Engine.truncate_vnode <walgate.storage.engine.Engine.truncate_vnode>` (an
   exclusive call), never below the high watermark it last learned; the next fetch names the epoch left, so a fast
-  double failover's repeated exchange (KIP-279) is one more round trip each;
+  double failover's repeated exchange (KIP-279) is one more round trip each. A cut the disk refused part of (its
+  WAL cut, a derived file not rewritten: the WAL refuses appends, :attr:`Wal.held
+  <walgate.storage.wal.Wal.held>`) is finished before the vnode's next fetch (:attr:`FollowedVnode.cut_unfinished`),
+  never left to wedge it until a restart;
 * OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what the follower lacks): the vnode is no longer
   fetched and the condition logged at ERROR. Kafka's follower empties its log and starts at the leader's log start
   (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
@@ -18,8 +21,11 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   meta store and offset positions, which is not built (the vnode then stays as it is, out of the ISR);
 * any other error (a leader epoch not yet or no longer the leader's, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH,
   OFFSET_OUT_OF_RANGE at or past the leader's log start: an epoch the leader cannot end, which a leader elected by
-  the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error` and fetched again after ``backoff_s``, as the replica manager
-  (step 5) moves the vnode to its new leader or epoch.
+  the controller never answers; a storage refusal): kept in :attr:`FollowedVnode.error`, and that vnode alone left
+  out of the requests for ``backoff_s`` (:attr:`FollowedVnode.retry_at`, as Kafka's
+  ``AbstractFetcherThread.delayPartitions``), the others fetched on (an error in a request answers it at once: a
+  vnode erring in every request would end every long poll), as the replica manager (step 5) moves the vnode to its
+  new leader or epoch. The leader unreachable delays every vnode the request held.
 
 An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
 before it processes a partition's data), while the request was out is dropped. The fetch position is read on the
@@ -32,6 +38,7 @@ etcd: which vnodes are followed, from which leader at which epoch, is the replic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import logging
@@ -75,6 +82,8 @@ class FollowedVnode:
     high_watermark: int = 0  # the leader's, as last answered, capped by this WAL's end: never truncated below
     error: int = ErrorCode.none  # the last fetch's error (NONE: it went well)
     stopped: str | None = None  # why it is no longer fetched (below the leader's log start), else None
+    retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error), else 0
+    cut_unfinished: bool = False  # a truncation was refused: finished (if its WAL is held) before the next fetch
 
     @property
     def key(self) -> VnodeKey:
@@ -106,6 +115,15 @@ def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | 
     return out
 
 
+def _finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
+    """Finish a truncation the disk refused part of: the vnode's WAL, held, cut again at its end (which rewrites the
+    derived files, :func:`walgate.storage.truncation.truncate_vnode`); nothing when it is not held (nothing was
+    cut). An exclusive call."""
+    wal = engine.store.local_vnode(db, vgroup).wal
+    if wal.held is not None:
+        engine.truncate_vnode(db, vgroup, wal.next_version, high_watermark=high_watermark)
+
+
 def _truncation_point(engine: Engine, db: str, vgroup: int, answer: EpochEnd) -> int:
     """Where the follower's log diverging from the leader's ``answer`` is cut (KIP-101/279)."""
     vnode = engine.store.local_vnode(db, vgroup)
@@ -133,7 +151,10 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
 
     def follow(self, vnode: FollowedVnode) -> None:
-        """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped)."""
+        """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped); a cut its previous
+        following left unfinished is kept, to be finished first."""
+        old = self.followed.get(vnode.key)
+        vnode.cut_unfinished = vnode.cut_unfinished or old is not None and old.cut_unfinished
         self.followed[vnode.key] = vnode
         self._changed.set()
 
@@ -141,33 +162,53 @@ class ReplicaFetcher:
         self.followed.pop(key, None)
 
     async def run(self) -> None:
-        """Fetch until cancelled: at once again after a fetch that went well, after ``backoff_s`` otherwise (the
-        leader unreachable, or a vnode's error), waiting for :meth:`follow` while nothing is fetched."""
+        """Fetch until cancelled: at once again while a vnode is due (not stopped, its retry time passed), else
+        waiting for the first retry time or a :meth:`follow`, whichever comes first."""
+        loop = asyncio.get_running_loop()
         while True:
-            if not any(v.stopped is None for v in self.followed.values()):
+            live = [v.retry_at for v in self.followed.values() if v.stopped is None]
+            wait = min(live) - loop.time() if live else None
+            if wait is None or wait > 0:
                 self._changed.clear()
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), wait)
                 continue
             try:
-                well = await self.fetch_once()
+                await self.fetch_once()
             except Exception as e:  # noqa: BLE001 - NodeUnreachable, or a refusal: logged, fetched again
                 log.warning("fetching from node %d: %s: %s", self.source, type(e).__name__, e)
-                well = False
-            if not well:
-                await asyncio.sleep(self.backoff_s)
+
+    def _settle(self, v: FollowedVnode, code: int) -> None:
+        """Keep ``code`` as ``v``'s error; an error leaves ``v`` out of the requests for ``backoff_s``."""
+        v.error = code
+        v.retry_at = 0.0 if code == ErrorCode.none else asyncio.get_running_loop().time() + self.backoff_s
 
     async def fetch_once(self) -> bool:
-        """One WalFetch of every vnode followed and not stopped, its answers applied; whether every vnode's went
-        well (no error)."""
-        vnodes = [v for v in self.followed.values() if v.stopped is None]
+        """One WalFetch of every vnode followed, not stopped and due (its retry time passed), its answers applied;
+        whether every vnode's went well (no error). A vnode's unfinished cut is finished first, the vnode left out
+        while the disk still refuses it. The leader unreachable (raised) delays each vnode the request held."""
+        now = asyncio.get_running_loop().time()
+        vnodes = [v for v in self.followed.values() if v.stopped is None and v.retry_at <= now]
         if not vnodes:
             return True
+        unfinished = [v for v in vnodes if v.cut_unfinished]
+        for v in unfinished:
+            try:
+                await self.storage.call(_finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
+                v.cut_unfinished = False
+            except StorageError as e:
+                log.warning("vnode %d of database %s: its truncation is still unfinished: %s", v.vgroup, v.db, e)
+                self._settle(v, ErrorCode.kafka_storage_error)
+        vnodes = [v for v in vnodes if not v.cut_unfinished]
+        if not vnodes:
+            return False
+        finished = not any(v.cut_unfinished for v in unfinished)
         keys = frozenset(v.key for v in vnodes)
         read = await self.storage.call_on(keys, functools.partial(_positions, self.engine, vnodes))
         for v, p in zip(vnodes, read):
             if isinstance(p, StorageError):
                 log.warning("vnode %d of database %s is not fetched now: %s", v.vgroup, v.db, p)
-                v.error = ErrorCode.kafka_storage_error
+                self._settle(v, ErrorCode.kafka_storage_error)
         fetched = [(v, p) for v, p in zip(vnodes, read) if isinstance(p, _Position)]
         if not fetched:
             return False
@@ -180,14 +221,19 @@ class ReplicaFetcher:
                            fetch_version=p.fetch_version, last_fetched_epoch=p.last_fetched_epoch,
                            durable_version=p.durable_version, partition_max_bytes=self.partition_max_bytes)
                 for v, p in zip(vnodes, positions)))
-        response = await self.link.call(self.source, request)
+        try:
+            response = await self.link.call(self.source, request)
+        except Exception:
+            for v in vnodes:
+                self._settle(v, ErrorCode.network_exception)
+            raise
         by_key = {(a.db_id, a.vgroup): a for a in response.partitions}
-        well = len(fetched) == len(read)
+        well = finished and len(fetched) == len(read)
         for v, p in zip(vnodes, positions):
             if self.followed.get(v.key) is not v:  # unfollowed or followed anew meanwhile: the answer is stale
                 continue
             answer = by_key.get((uuid.UUID(v.db_id), v.vgroup))
-            v.error = ErrorCode.unknown_server_error if answer is None else await self._apply(v, p, answer)
+            self._settle(v, ErrorCode.unknown_server_error if answer is None else await self._apply(v, p, answer))
             well = well and v.error == ErrorCode.none
         return well
 
@@ -207,8 +253,12 @@ class ReplicaFetcher:
                 diverging = EpochEnd(answer.diverging_epoch.epoch, answer.diverging_epoch.end_version)
                 to = await self.storage.call_on(frozenset([v.key]), functools.partial(
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
-                cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
-                                              high_watermark=v.high_watermark)
+                try:
+                    cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
+                                                  high_watermark=v.high_watermark)
+                except StorageError:
+                    v.cut_unfinished = True
+                    raise
                 log.info("vnode %d of database %s: truncated to version %d, diverging from node %d at epoch %d "
                          "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
                 return ErrorCode.none

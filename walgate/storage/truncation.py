@@ -37,9 +37,13 @@ def truncate_vnode(store: Store, native: NativeTopics, cleaner: Cleaner, cache: 
     cut unless it says so. A cut whose derived files the disk refused to rewrite raises StorageUnavailable and
     leaves the vnode's WAL refusing appends (:attr:`~walgate.storage.wal.Wal.held`) until a call again (the same
     version, or any) rewrites them: the files then never hold records of cut entries where new ones follow. A cut
-    to the WAL's end with nothing held is a no-op."""
+    to the WAL's end with nothing held and no epoch starting there is a no-op; one with an epoch starting there (a
+    follower that led that epoch briefly and wrote nothing) cuts the epoch cache as any cut does, as Kafka's
+    ``UnifiedLog.truncateTo`` does with the log unchanged: else the follower's latest epoch would diverge from the
+    leader's on every fetch."""
     vnode = store.local_vnode(db, index)
-    if version == vnode.wal.next_version and vnode.wal.held is None:
+    if (version == vnode.wal.next_version and vnode.wal.held is None
+            and all(e.start_offset < version for e in vnode.epochs.entries)):
         return version
     start = vnode.wal.entry_start(version) if version >= vnode.wal.first_version else version
     if start < high_watermark:

@@ -993,8 +993,9 @@ class Wal:
         and they start below ``stop``; None when nothing starts below ``stop`` there (``version`` the WAL's end).
         What a follower copies (:meth:`append_verbatim`): a batch never spans segments (a roll comes before an
         append), so one segment's run is whole batches, sent with ``sendfile``. Each header is read and checked;
-        ValueError when no entry starts at ``version`` (below the log start, inside an entry, past the end),
-        CorruptEntry for a damaged header (a damaged body is refused by the follower's checks)."""
+        ValueError when no batch starts at ``version`` (below the log start, inside an entry, at an entry inside a
+        batch: the one before it has ``FLAG_MORE``, past the end), CorruptEntry for a damaged header (a damaged body
+        is refused by the follower's checks)."""
         loc = self._locate(version)
         if loc is None:
             if version == self.next_version:
@@ -1006,6 +1007,14 @@ class Wal:
             raise ValueError(f"wal {self.dir}: no entry starts at version {version} (log [{self.first_version}, "
                              f"{self.next_version}))")
         file = self.files.get(seg.path)
+        if i > 0:  # (entry 0 of a segment starts a batch: a batch never spans segments)
+            try:
+                _, (_, _, _, before, _, _, _), _ = _header_at(seg, i - 1, file)
+            except _Bad as bad:
+                raise self._corrupt(seg, i - 1, str(bad)) from None
+            if before & FLAG_MORE:
+                raise ValueError(f"wal {self.dir}: version {version} is inside a batch (an entry of it, not its "
+                                 f"first)")
         start = end = seg.positions[i]
         for k in range(i, len(seg.versions)):
             if seg.versions[k] >= stop:

@@ -2,8 +2,11 @@
 step 4), never advertised in ApiVersions.
 
 Only a cluster node may send it (Kafka's ClusterAction on the cluster, as for a replica's Fetch: a connection
-authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`); a client, or any request to a single
-node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the request's order, on the vnode's lane:
+authenticated with the node token, :mod:`walgate.gateway.kafka.node_auth`), and only as itself: a client, any
+request to a single node, or a node whose ``replica_id`` is not the node its connection authenticated as (which
+would move another replica's position and the high watermark) gets CLUSTER_AUTHORIZATION_FAILED for every
+partition (Kafka's brokers share one principal, so its leader cannot tell; each walgate node has its own user).
+Per vnode, in the request's order, on the vnode's lane:
 
 * a database this node does not know, a vnode not here, or one it does not lead (:attr:`Broker.led
   <walgate.gateway.kafka.broker.Broker.led>` has no view of it, or the view was deposed): NOT_LEADER_OR_FOLLOWER;
@@ -21,9 +24,10 @@ node, gets CLUSTER_AUTHORIZATION_FAILED for every partition. Per vnode, in the r
 * the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (``fetch_version`` past the
   WAL's end: OFFSET_OUT_OF_RANGE), never a diverging one, whose position would overstate what the follower holds;
 * else whole batches from ``fetch_version`` (:meth:`Wal.batches_from <walgate.storage.wal.Wal.batches_from>`, sent
-  with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's): at least one, more within ``partition_max_bytes`` and what is left of ``max_bytes``, never
-  past the start of the next leader epoch, all of ``entries_epoch``; with the high watermark (a WAL version) and the
-  log start.
+  with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's), never past the
+  start of the next leader epoch, all of ``entries_epoch``: more than one only within ``partition_max_bytes`` and
+  what is left of ``max_bytes``; at least one (whatever its size) until a vnode before it in the request has
+  entries, none after once nothing is left; with the high watermark (a WAL version) and the log start.
 
 A follower at the end waits (long poll) until ``max_wait_ms`` passes or the answer holds ``min_bytes``: woken by
 any append to a vnode it asked for (:meth:`FetchWakeups.watch_vnodes
@@ -113,7 +117,7 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
         return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
     try:
         entries = wal.batches_from(p.fetch_version, limit, stop)
-    except ValueError:  # no entry starts there: not a version this leader's log has an entry boundary at
+    except ValueError:  # no batch starts there: not a version this leader's log has a batch boundary at
         return _answer(p, ErrorCode.offset_out_of_range, **known)
     if entries is None:
         return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)
@@ -123,12 +127,15 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
 
 def _read(engine: Engine, led: LedVnodes, request: WalFetchRequest, names: Sequence[str | None],
           now_ms: int) -> list[WalFetchPartitionData]:
-    """Every vnode's answer, in order; ``max_bytes`` shared (the first vnode with entries gets at least a batch)."""
+    """Every vnode's answer, in order; ``max_bytes`` shared: each vnode's limit is the least of its
+    ``partition_max_bytes`` and what is left, until a vnode has entries at least one batch (as Kafka's
+    ``ReplicaManager.readFromLog``, ``minOneMessage``)."""
     left = request.max_bytes
     out: list[WalFetchPartitionData] = []
     sent = False
     for p, db in zip(request.partitions, names):
-        limit = max(1, p.partition_max_bytes) if not sent else min(p.partition_max_bytes, left)
+        limit = min(p.partition_max_bytes, left)
+        limit = limit if sent else max(1, limit)
         try:
             answer = _partition(engine, led, request, p, db, limit, now_ms)
         except Exception as exc:  # noqa: BLE001 - answered per vnode, the others go on
@@ -158,7 +165,8 @@ def _refused(request: WalFetchRequest, code: int) -> WalFetchResponse:
 
 async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) -> WalFetchResponse:
     led = broker.led
-    if not from_cluster_node(broker, ctx):
+    auth = ctx.authentication  # (a node fetches only as itself, the module docstring)
+    if not from_cluster_node(broker, ctx) or auth is None or auth.node != request.replica_id:
         return _refused(request, ErrorCode.cluster_authorization_failed)
     if led is None:  # this node leads no vnode with followers
         return _refused(request, ErrorCode.not_leader_or_follower)
