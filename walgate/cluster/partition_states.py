@@ -216,6 +216,12 @@ class Snapshot:
     states: dict[PartitionId, PartitionState]
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """A finished watch task's outcome, taken so that asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Reconciler:
     """The controller's reconciliation: while ``election`` holds the controller epoch, after every change of
     ``nodes/`` (registrations and their broker epochs) or ``partitions/``, the registrations and the states are read
@@ -311,7 +317,13 @@ class Reconciler:
         finally:
             for task in waits:
                 task.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+                task.add_done_callback(_retrieved)
+            # bounded: aetcd's watcher can swallow a cancellation (it awaits its stream's request handler under
+            # `except CancelledError: pass`), and a watch task that never ends must not hold the controller's
+            # reconciliation with it (seen: every later pass waited behind one, no ISR was ever changed again)
+            _, stuck = await asyncio.wait(waits, timeout=session.timeout)
+            if stuck:
+                log.warning("controller: %d etcd watch(es) did not stop when cancelled; left behind", len(stuck))
 
     async def run(self) -> None:
         """Reconcile while this node is the controller, until cancelled. Losing the election, or etcd not
