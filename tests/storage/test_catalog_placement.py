@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
 from walgate.storage import lines
-from walgate.storage.catalog import DB_DEFAULTS
+from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue, NotFound, NotHere
 from walgate.storage.lineproto import child_table_name
@@ -264,3 +266,33 @@ def test_sql_replica_is_checked_then_refused_until_replication_is_served(tmp_pat
     _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
     assert e.catalog.databases["c"].replication_factor == 1
     e.close()
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.text(max_size=3),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(placement=st.fixed_dictionaries({}, optional={"nodes": _JSON | st.lists(st.integers(0, 3), max_size=3),
+                                                     "replicas": _JSON | st.lists(st.lists(st.integers(0, 3),
+                                                                                           max_size=3), max_size=3)}))
+def test_any_placement_in_a_record_applies_as_a_valid_one_or_is_refused(tmp_path: Path,
+                                                                         placement: dict[str, Any]) -> None:
+    """A record's ``nodes`` / ``replicas`` (damage, another writer): applied only as distinct node ids per vgroup,
+    as many for each, ``nodes`` their first; anything else is refused as a record that cannot apply (ValueError),
+    never another exception."""
+    catalog = Catalog.open(tmp_path / "catalog.log")  # none written: each example applies to an empty catalog
+    record = {"op": "create_db", "name": "x", "id": new_db_id(), "options": {**DB_DEFAULTS, "VGROUPS": 2},
+              "created_ms": 0, **placement}
+    try:
+        catalog.apply(record)
+    except ValueError:
+        assert "x" not in catalog.databases
+        return
+    replicas = catalog.databases["x"].replicas
+    if replicas is not None:
+        assert len(replicas) == 2 and len({len(r) for r in replicas}) == 1
+        assert all(r and len(set(r)) == len(r) and all(n >= 0 for n in r) for r in replicas)
+        if "nodes" in placement and placement["nodes"] is not None:
+            assert [r[0] for r in replicas] == placement["nodes"]
