@@ -1,6 +1,7 @@
 """The partition states in etcd and the controller's reconciliation (issue 25, step 3): the codec and the batching
 (pure, seeded), then real etcd with in-process nodes: failover from the ISR, KIP-903's fencing of a re-registered
-replica, a leader's refused ISR proposals, a zombie controller, and etcd losing its majority."""
+replica, a leader's refused ISR proposals, a zombie controller, etcd losing its majority, and the states of the
+catalog's replicated vgroups that partitions/ lacks created (step 2: the catalog record is the truth)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from walgate.cluster.partition_codec import (
     MAX_STATES_PER_TXN,
     PartitionId,
     PartitionStateDamaged,
+    ReplicatedVnode,
     batches,
     decode_state,
     encode_state,
@@ -453,6 +455,50 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
         finally:
             for n in nodes:
                 await n.close()
+
+
+async def test_the_controller_creates_the_states_the_catalog_holds_and_partitions_lacks(etcd1: EtcdCluster,
+                                                                                       tmp_path: Path) -> None:
+    """Every replicated vgroup of the catalog gets its initial state (the first registered replica leading, the
+    registered ones in sync), in transactions of at most 60; an existing state is not touched, a damaged one not
+    overwritten; a key deleted later is created again by the running controller."""
+    n1, n2 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
+    try:
+        n1.start("registration", "election")
+        await within(n1.election.wait_elected())
+        n2.start("registration")
+        await eventually("all registered", lambda: _all_registered(nodes))
+        epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
+        catalog = {PartitionId("db", v): ReplicatedVnode((3, 2, 1) if v % 2 else (1, 2, 3), 2, v == 4)
+                   for v in range(MAX_STATES_PER_TXN + 5)}
+        existing, damaged = PartitionId("db", 0), PartitionId("db", 1)
+        await _create(n1, {existing: initial_state((1, 2, 3), epochs, 1)})  # min_isr 1: not the catalog's 2
+        await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged), b"{not a state")])
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=lambda: catalog)
+        assert await reconciler.reconcile_once() > 0
+        states = await reconciler.states.read_all()
+        assert set(states) == set(catalog) - {damaged} and reconciler.created == len(catalog) - 2
+        assert states[existing].min_isr == 1
+        assert states[existing].partition_epoch < states[PartitionId("db", 2)].partition_epoch  # written before
+        for pid in set(catalog) - {existing, damaged}:
+            assert replace(states[pid], partition_epoch=0) == initial_state(catalog[pid].replicas, epochs, 2,
+                                                                            pid.vgroup == 4)
+            assert states[pid].leader == (2 if pid.vgroup % 2 else 1)  # node 3 is not registered
+        assert await reconciler.reconcile_once() > 0 and reconciler.created == len(catalog) - 2  # nothing more
+        assert (await n1.session.get(partition_key(KEYS, damaged))).value == b"{not a state"  # type: ignore[union-attr]
+        n1.tasks.append(asyncio.create_task(reconciler.run()))
+        gone = PartitionId("db", 7)
+        await n1.session.txn([], [tx.Delete(partition_key(KEYS, gone))])  # an operator deletes it
+
+        async def created_again() -> bool:
+            return reconciler.created == len(catalog) - 1
+
+        await eventually("db/7 created again", created_again)
+        again = await reconciler.states.read(gone)
+        assert again is not None and replace(again, partition_epoch=0) == initial_state((3, 2, 1), epochs, 2)
+    finally:
+        for n in nodes:
+            await n.close()
 
 
 async def _all_registered(nodes: list[Node]) -> bool:

@@ -1,6 +1,8 @@
-"""Placement as catalog data: in cluster mode each database's record carries the node of each vgroup
-(walgate.cluster.placement), kept across restarts and rewrites and extended by CreatePartitions; a single node's
-records carry none (every vgroup is the node's own), nor do those of data dirs made before placement existed."""
+"""Placement as catalog data: in cluster mode each database's record carries the replicas of each vgroup
+(walgate.cluster.placement; ``replicas``, and ``nodes``, their first, for a release before replicas), kept across
+restarts and rewrites and extended by CreatePartitions; a record with ``nodes`` alone (written before replicas)
+reads as one replica each; a single node's records carry none (every vgroup is the node's own), nor do those of data
+dirs made before placement existed. SQL ``REPLICA`` above 1 is checked, then refused until replication is served."""
 
 from __future__ import annotations
 
@@ -9,11 +11,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
 from walgate.storage import lines
+from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotFound, NotHere
+from walgate.storage.errors import InvalidValue, NotFound, NotHere
 from walgate.storage.lineproto import child_table_name
+from walgate.storage.names import new_db_id
 from walgate.storage.show import Dnode
 from walgate.storage.vnode import vnode_of
 from walgate.storage.write_plan import SchemaChangeNeeded
@@ -107,7 +114,7 @@ def test_show_vgroups_says_offline_for_a_vgroup_placed_on_a_node_not_registered_
     _through_stream(e, Engine.execute, "CREATE DATABASE d VGROUPS 2")
     e.close()
     # as the cluster's stream will place them: vgroup 1 on node 5
-    records = [{**r, "nodes": [4, 5]} if r.get("op") == "create_db" else r for r in _records(tmp_path)]
+    records = [_old_format(r, [4, 5]) if r.get("op") == "create_db" else r for r in _records(tmp_path)]
     (tmp_path / "catalog.log").write_bytes(b"".join(lines.encode(r) for r in records))
     e = Engine.open(tmp_path, node_id=4)
     e.set_dnodes((Dnode(4, "127.0.0.1:9092", "ready"), Dnode(5, "", "offline")))
@@ -120,8 +127,13 @@ def test_show_vgroups_says_offline_for_a_vgroup_placed_on_a_node_not_registered_
 def _place(data_dir: Path, op: str, nodes: list[int]) -> None:
     """Rewrite ``data_dir``'s catalog so the records ``op`` place their vgroups on ``nodes`` (as the cluster's
     stream will)."""
-    records = [{**r, "nodes": nodes} if r.get("op") == op else r for r in _records(data_dir)]
+    records = [_old_format(r, nodes) if r.get("op") == op else r for r in _records(data_dir)]
     (data_dir / "catalog.log").write_bytes(b"".join(lines.encode(r) for r in records))
+
+
+def _old_format(record: dict[str, Any], nodes: list[int]) -> dict[str, Any]:
+    """``record`` placing its vgroups on ``nodes`` as a record written before replicas did: ``nodes`` alone."""
+    return {**{k: v for k, v in record.items() if k != "replicas"}, "nodes": nodes}
 
 
 def _table_in(db: str, vgroup: int, vgroups: int) -> str:
@@ -171,3 +183,116 @@ def test_a_node_opens_only_the_vnodes_placed_on_it_and_refuses_the_others_naming
     assert e.catalog.databases[events.db].nodes == (5, 4, 4)
     assert e.append_batches("events", 2, [batch]) == 0
     e.close()
+
+
+def _three_racks(e: Engine) -> None:
+    e.set_dnodes(tuple(Dnode(n, f"127.0.0.1:{9090 + n}", "ready") for n in (4, 5, 6)), {4: "a", 5: "b", 6: "c"})
+
+
+def test_replicas_are_placed_recorded_and_read_back(tmp_path: Path) -> None:
+    e = Engine.open(tmp_path, node_id=4)
+    e.cluster_mode()
+    _three_racks(e)
+    db = e.catalog.new_database("r", {"VGROUPS": 3, "REPLICA": 3}, 0)  # below the serving path's check
+    _through_stream(e, lambda e: e.catalog.add_database(db))
+    configs = {"min.insync.replicas": "3", "unclean.leader.election.enable": "true"}
+    topic_db, topic = e.catalog.new_kafka_topic("events", "kafka_events", {"VGROUPS": 2}, configs, 0,
+                                                replication_factor=2)
+    _through_stream(e, lambda e: e.catalog.add_kafka_topic(topic_db, topic))
+    grown = e.catalog.grown(e.catalog.databases["kafka_events"], 3)  # as many replicas as its others
+    _through_stream(e, lambda e: e.catalog.alter_kafka_topic("events", grown.options, configs, grown.replicas))
+    _through_stream(e, Engine.execute, "CREATE DATABASE single VGROUPS 2")  # one replica: no partition state
+    vnodes = e.catalog.replicated_vnodes()  # what the controller creates partition states of
+    r, events = e.catalog.databases["r"], e.catalog.databases["kafka_events"]
+    assert vnodes == {**{PartitionId(r.id, v): ReplicatedVnode(r.replicas_of(v, 4), 2) for v in range(3)},
+                      **{PartitionId(events.id, v): ReplicatedVnode(events.replicas_of(v, 4), 2, True)
+                         for v in range(3)}}  # min.insync.replicas 3: at most the topic's 2 replicas
+    created = _with_op(tmp_path, "create_db")[0]
+    assert all(sorted(r) == [4, 5, 6] for r in created["replicas"])
+    assert created["nodes"] == [r[0] for r in created["replicas"]]  # what a release before replicas reads
+    assert sorted(created["nodes"]) == [4, 5, 6]  # each node the preferred leader of one
+    assert created["options"]["MIN_INSYNC"] == 2  # the majority of 3
+    e.close()
+    for _ in range(2):  # replayed, then rewritten (damage, repair) and replayed: the same replicas
+        e = Engine.open(tmp_path, node_id=4)
+        r, events = e.catalog.databases["r"], e.catalog.databases["kafka_events"]
+        assert r.replicas == tuple(tuple(v) for v in created["replicas"]) and r.replication_factor == 3
+        assert events.replication_factor == 2 and len(events.replicas or ()) == 3
+        assert all(len(set(v)) == 2 for v in events.replicas or ())
+        e.catalog.rewrite()
+        e.close()
+    e = Engine.open(tmp_path, node_id=4)
+    _three_racks(e)
+    assert [d[2:4] for d in e.execute("SHOW DATABASES").rows if d[0] == "r"] == [[3, 3]]  # vgroups, replica
+    shown = e.execute("SHOW r.VGROUPS")
+    assert [c[0] for c in shown.columns][3:] == ["v1_dnode", "v1_status", "v2_dnode", "v2_status", "v3_dnode",
+                                                  "v3_status"]
+    assert [row[3:] for row in shown.rows] == [[x for k, n in enumerate(v) for x in (n, "follower" if k else "leader")]
+                                               for v in created["replicas"]]
+    e.close()
+
+
+def test_a_record_whose_replicas_are_not_a_placement_is_refused(tmp_path: Path) -> None:
+    e = Engine.open(tmp_path, node_id=4)
+    record = {"op": "create_db", "name": "x", "id": new_db_id(), "options": {**DB_DEFAULTS, "VGROUPS": 2},
+              "created_ms": 0}
+    for bad in ({"replicas": [[4, 4], [5, 6]]}, {"replicas": [[4, 5], [6]]}, {"replicas": [[4, 5]]},
+                {"replicas": [[4, 5], [5, 6]], "nodes": [5, 5]}, {"replicas": [[], []]}, {"replicas": [[-1], [4]]}):
+        with pytest.raises(ValueError, match="'replicas' is"):
+            e.catalog.apply({**record, **bad})
+    e.catalog.apply({**record, "nodes": [4, 5]})  # an old record: one replica each
+    assert e.catalog.databases["x"].replicas == ((4,), (5,))
+    e.close()
+
+
+def test_sql_replica_is_checked_then_refused_until_replication_is_served(tmp_path: Path) -> None:
+    e = Engine.open(tmp_path, node_id=4)
+    with pytest.raises(InvalidValue, match="Out of dnodes: REPLICA 2 of database d: The target replication factor of 2 "
+                                           "cannot be reached because only 1 broker\\(s\\) are registered."):
+        e.execute("CREATE DATABASE d REPLICA 2")  # a single node
+    e.execute("CREATE DATABASE d REPLICA 1")
+    e.close()
+    e = Engine.open(tmp_path, node_id=4)
+    e.cluster_mode()
+    _three_racks(e)
+    with pytest.raises(InvalidValue, match="because only 3 broker"):
+        e.execute("CREATE DATABASE c REPLICA 4")
+    with pytest.raises(InvalidValue, match="Invalid option MIN_INSYNC 3: expected an integer in \\[1, 2\\]"):
+        e.execute("CREATE DATABASE c REPLICA 2 MIN_INSYNC 3")
+    with pytest.raises(InvalidValue, match="REPLICA 3: replication factor 3: replication factor above 1 is not "
+                                           "enabled yet \\(issue 25"):
+        e.execute("CREATE DATABASE c REPLICA 3")
+    assert "c" not in e.catalog.databases and not _with_op(tmp_path, "create_db")[1:]
+    _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
+    assert e.catalog.databases["c"].replication_factor == 1
+    e.close()
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 9) | st.text(max_size=3),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+                     max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(placement=st.fixed_dictionaries({}, optional={"nodes": _JSON | st.lists(st.integers(0, 3), max_size=3),
+                                                     "replicas": _JSON | st.lists(st.lists(st.integers(0, 3),
+                                                                                           max_size=3), max_size=3)}))
+def test_any_placement_in_a_record_applies_as_a_valid_one_or_is_refused(tmp_path: Path,
+                                                                         placement: dict[str, Any]) -> None:
+    """A record's ``nodes`` / ``replicas`` (damage, another writer): applied only as distinct node ids per vgroup,
+    as many for each, ``nodes`` their first; anything else is refused as a record that cannot apply (ValueError),
+    never another exception."""
+    catalog = Catalog.open(tmp_path / "catalog.log")  # none written: each example applies to an empty catalog
+    record = {"op": "create_db", "name": "x", "id": new_db_id(), "options": {**DB_DEFAULTS, "VGROUPS": 2},
+              "created_ms": 0, **placement}
+    try:
+        catalog.apply(record)
+    except ValueError:
+        assert "x" not in catalog.databases
+        return
+    replicas = catalog.databases["x"].replicas
+    if replicas is not None:
+        assert len(replicas) == 2 and len({len(r) for r in replicas}) == 1
+        assert all(r and len(set(r)) == len(r) and all(n >= 0 for n in r) for r in replicas)
+        if "nodes" in placement and placement["nodes"] is not None:
+            assert [r[0] for r in replicas] == placement["nodes"]

@@ -26,7 +26,7 @@ from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
 
-DB = DatabaseDef("f", {"VGROUPS": 3, "PRECISION": "ms"}, 0, "f", (1, 2, 3))
+DB = DatabaseDef("f", {"VGROUPS": 3, "PRECISION": "ms"}, 0, "f", ((1,), (2,), (3,)))
 LOCAL = st.sampled_from([1, 2])
 
 

@@ -26,7 +26,8 @@ from walgate.storage.vnode import vnode_of
 
 
 def _db(name: str, nodes: tuple[int, ...] | None) -> DatabaseDef:
-    return DatabaseDef(name, {"VGROUPS": 2 if nodes is None else len(nodes), "PRECISION": "ms"}, 0, name, nodes)
+    return DatabaseDef(name, {"VGROUPS": 2 if nodes is None else len(nodes), "PRECISION": "ms"}, 0, name,
+                       None if nodes is None else tuple((n,) for n in nodes))
 
 
 def _insert(sql: str) -> ast.Insert:

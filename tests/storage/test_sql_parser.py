@@ -101,7 +101,13 @@ def test_create_database_precision_double_quoted() -> None:
     assert parse('CREATE DATABASE d PRECISION "ns"') == CreateDatabase("d", options={"PRECISION": "ns"})
 
 
-@pytest.mark.parametrize("option", ["KEEP 10", "DURATION 10", "BUFFER 96", "REPLICA 1", "CACHEMODEL 'none'"])
+def test_create_database_replica_and_min_insync() -> None:
+    assert parse("CREATE DATABASE d REPLICA 3 min_insync 2") == CreateDatabase(
+        "d", options={"REPLICA": 3, "MIN_INSYNC": 2})
+    assert parse("create database d replica 1") == CreateDatabase("d", options={"REPLICA": 1})
+
+
+@pytest.mark.parametrize("option", ["KEEP 10", "DURATION 10", "BUFFER 96", "STRICT 1", "CACHEMODEL 'none'"])
 def test_create_database_unsupported_option(option: str) -> None:
     name = option.split()[0]
     with pytest.raises(SqlSyntaxError, match=f"unsupported database option {name} "):
@@ -118,6 +124,10 @@ def test_create_database_unsupported_option(option: str) -> None:
         ("PRECISION 'xs'", "PRECISION must be 'ms', 'us' or 'ns', got 'xs'"),
         ("PRECISION 3", "PRECISION must be 'ms', 'us' or 'ns', got 3"),
         ("WAL_RETENTION_PERIOD -2", "WAL_RETENTION_PERIOD must be between -1"),
+        ("REPLICA 0", "Invalid option replications: 0 valid range: \\[1, 1024\\]"),
+        ("REPLICA -1", "Invalid option replications: -1 valid range"),
+        ("REPLICA 'three'", "REPLICA expects an integer"),
+        ("MIN_INSYNC 0", "MIN_INSYNC must be between 1 and 1024, got 0"),
     ],
 )
 def test_create_database_bad_option_value(option: str, message: str) -> None:

@@ -44,7 +44,7 @@ class CoordinatorPlacement:
     def decide(cls, partitions: int, live: Mapping[int, str | None]) -> CoordinatorPlacement:
         """``partitions`` placed over the ``live`` nodes (id -> ``broker.rack``); raises
         :class:`~walgate.cluster.placement.NoLiveNode` when there is none."""
-        return cls(place(partitions, live))
+        return cls(tuple(replicas[0] for replicas in place(partitions, live)))
 
     def partition(self, group_id: str) -> int:
         return partition_for(group_id, len(self.nodes))

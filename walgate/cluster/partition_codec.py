@@ -11,15 +11,16 @@ broken invariant) raises :class:`PartitionStateDamaged`, never another exception
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from walgate.cluster.model import ControlPlaneError, Keys
-from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, reconcile
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, initial_state, reconcile
 
 __all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partitions_prefix", "partition_key",
-           "partition_id", "encode_state", "decode_state", "reconcile_all", "batches"]
+           "partition_id", "encode_state", "decode_state", "reconcile_all", "batches", "ReplicatedVnode",
+           "missing_states"]
 
 MAX_STATES_PER_TXN = 60
 """States one controller transaction writes or creates: a compare and a put each. etcd (``--max-txn-ops``, 128 by
@@ -119,6 +120,26 @@ def reconcile_all(states: Mapping[PartitionId, PartitionState], live: Mapping[in
     node id -> broker epoch), in partition order; the states that need none are left out."""
     changed = {pid: reconcile(states[pid], live) for pid in sorted(states)}
     return {pid: new for pid, new in changed.items() if new is not None}
+
+
+@dataclass(frozen=True)
+class ReplicatedVnode:
+    """What the catalog record says of a vnode of more than one replica: its replicas (the first the preferred
+    leader), ``min.insync.replicas`` and ``unclean.leader.election.enable``."""
+
+    replicas: tuple[int, ...]
+    min_isr: int
+    unclean_election: bool = False
+
+
+def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Collection[PartitionId],
+                   live: Mapping[int, int]) -> dict[PartitionId, PartitionState]:
+    """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads in
+    epoch 0, the registered ones in sync at their broker epochs ``live``) of each replicated vnode the catalog
+    holds whose key is not in ``present`` (every ``partitions/`` key read, damaged values included: a damaged state
+    is the operator's to delete, never overwritten)."""
+    return {pid: initial_state(v.replicas, live, v.min_isr, v.unclean_election)
+            for pid, v in sorted(catalog.items()) if pid not in present}
 
 
 def batches(changes: Mapping[PartitionId, PartitionState], size: int = MAX_STATES_PER_TXN

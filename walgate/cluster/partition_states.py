@@ -29,9 +29,11 @@ from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Ke
 from walgate.cluster.partition_codec import (
     PartitionId,
     PartitionStateDamaged,
+    ReplicatedVnode,
     batches,
     decode_state,
     encode_state,
+    missing_states,
     partition_id,
     partition_key,
     partitions_prefix,
@@ -214,6 +216,7 @@ class Snapshot:
     revision: int
     live: dict[int, int]
     states: dict[PartitionId, PartitionState]
+    present: frozenset[PartitionId] = frozenset()  # every key's vnode, a damaged value's included
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
@@ -234,15 +237,27 @@ class Reconciler:
     key's ``mod_revision`` and that no registration was made or changed since the read. A refused batch (a leader
     changed its ISR meanwhile, a node registered) does not stop the later ones; the pass then ends early and the
     next one, ``retry_delay`` later, reads again and writes only what still needs changing. A damaged state is
-    left as it is, reported at ERROR on every pass (no state is invented for it: its replicas are in the catalog,
-    not here). ``passes`` counts the reconciliations run, ``written`` the states written."""
+    left as it is, reported at ERROR on every pass (no state is invented for it: the value that named who is in sync
+    is what was lost).
 
-    def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5) -> None:
+    **The catalog record is the truth** (issue 25, step 2): each pass also creates the state of every replicated
+    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks (a
+    controller that died between a record and its states, a key an operator deleted), with
+    ``partition.initial_state``, in fenced transactions of at most 60 creations, each key compared absent and the
+    registrations unchanged since the read, as the other writes. ``catalog`` is called on the event loop, once per
+    pass: it must read something safe to read there (a published snapshot); a vgroup the catalog gains is seen by
+    the next pass, within a lease TTL (a pass waits for a change at most that long). ``passes`` counts the
+    reconciliations run, ``written`` the states written, ``created`` the states created."""
+
+    def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
+                 catalog: Callable[[], Mapping[PartitionId, ReplicatedVnode]] = dict) -> None:
         self.states = states
         self.election = election
         self.retry_delay = retry_delay
+        self.catalog = catalog
         self.passes = 0
         self.written = 0
+        self.created = 0
 
     async def snapshot(self) -> Snapshot:
         """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`) and the
@@ -254,13 +269,19 @@ class Reconciler:
         _, (own, nodes, parts) = await self.election.fenced_txn(
             [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes)])
         revision = int(own[0][1].header.revision)
+        present: set[PartitionId] = set()
+        for _, kv in parts:
+            try:
+                present.add(partition_id(keys, kv.key))
+            except PartitionStateDamaged:  # not a vnode's key: reported by load, it names no vnode to create
+                pass
         live: dict[int, int] = {}
         for _, kv in nodes:
             try:
                 live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
-        return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])))
+        return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])), frozenset(present))
 
     async def write(self, snapshot: Snapshot, changes: dict[PartitionId, PartitionState]) -> int:
         """Write ``changes`` (reconciled from ``snapshot``) batch by batch; the number of states refused (their
@@ -284,13 +305,38 @@ class Reconciler:
                              old.leader, new.leader, new.leader_epoch)
         return refused
 
+    async def create(self, snapshot: Snapshot, creations: dict[PartitionId, PartitionState]) -> int:
+        """Create the states ``creations`` (missing at ``snapshot``) batch by batch; the number refused (a key
+        made, or a registration changed, since the snapshot). Raises :class:`NotController` (nothing more
+        created)."""
+        nodes = self.states.keys.nodes
+        registrations_unchanged = tx.Mod(nodes, prefix_range_end(nodes)) < snapshot.revision + 1
+        refused = 0
+        for batch in batches(creations):
+            compares: list[Any] = [registrations_unchanged]
+            puts: list[Any] = []
+            for pid in batch:
+                compare, put = self.states.creation(pid, creations[pid])
+                compares += compare
+                puts += put
+            ok, _ = await self.election.fenced_txn(compares, puts)
+            if not ok:
+                refused += len(batch)
+                continue
+            self.created += len(batch)
+            log.info("controller: %d partition state(s) created from the catalog (%s/%d ...)", len(batch),
+                     batch[0].db_id, batch[0].vgroup)
+        return refused
+
     async def reconcile_once(self) -> int:
         """One pass: read, reconcile, write; returns the revision read at (changes after it need another pass), or
         0 when some batch was refused (read again after ``retry_delay``). Raises :class:`NotController` or
         :class:`ControlPlaneUnavailable`."""
+        wanted = self.catalog()
         snapshot = await self.snapshot()
         self.passes += 1
         refused = await self.write(snapshot, reconcile_all(snapshot.states, snapshot.live))
+        refused += await self.create(snapshot, missing_states(wanted, snapshot.present, snapshot.live))
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0

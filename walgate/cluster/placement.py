@@ -1,20 +1,28 @@
-"""Placement: which node holds each vgroup of a database (a Kafka-native topic's partitions are its vgroups).
+"""Placement: which nodes hold the replicas of each vgroup of a database (a Kafka-native topic's partitions are its
+vgroups).
 
-Pure: the caller gives the live nodes (node id -> ``broker.rack``, None when unset) and how many vgroups each
-already holds; :func:`place` answers the node of each new vgroup. The rule, applied one vgroup at a time:
+Pure: the caller gives the live nodes (node id -> ``broker.rack``, None when unset), how many replicas each already
+holds and how many of those it leads; :func:`place` answers the replica list of each new vgroup, its first replica
+the preferred leader. Per vgroup, the first replica is, of the live nodes:
 
-1. the node holding the fewest vgroups (those it held before plus those this placement gave it) — placements
-   stay balanced by count across databases, as TDengine's mnode balances vnodes over dnodes;
-2. among those, one whose rack this placement used least — consecutive vgroups of a database land on different
-   racks when the counts allow it (Kafka's rack-alternating assignment, for one copy per partition);
+1. the one leading the fewest vgroups (those it led before plus those this placement gave it), then holding the
+   fewest replicas — leaderships stay balanced, as Kafka's ``StripedReplicaPlacer`` rotates the first replica, and
+   placements stay balanced by count across databases, as TDengine's mnode balances vnodes over dnodes;
+2. then one whose rack this placement used least — consecutive vgroups land on different racks when the counts
+   allow it;
 3. then the smallest node id — the same inputs always give the same placement.
 
-A single node gets every vgroup. Nodes that are not live are never chosen; their vgroups stay theirs (placement
-is decided once, when vgroups are created, and is data of the catalog record that creates them).
+Each further replica is a node not yet in the vgroup's list (replicas on distinct nodes), preferring one whose rack
+the list does not hold yet (Kafka's rack-aware assignment: every rack gets a replica before any gets two), then the
+fewest replicas held, the rack this placement used least, the smallest id. With one replica this is the rule of one
+node per vgroup (held = led). Fewer live nodes than replicas: refused (:class:`InvalidReplicationFactor`, the text of
+Kafka's placer). Nodes that are not live are never chosen; their vgroups stay theirs (placement is decided once,
+when vgroups are created, and is data of the catalog record that creates them).
 
 A manual assignment (CreateTopics' and CreatePartitions' ``assignments``, as ``kafka-topics --replica-assignment``
 sends) names each new partition's replicas instead: :func:`assigned` checks it as Kafka's controller does
-(``ReplicationControlManager``: its messages) and, with one copy per partition, accepts exactly one live node each.
+(``ReplicationControlManager.validateManualPartitionAssignment``: its messages): distinct live brokers, the same
+count for every partition.
 """
 
 from __future__ import annotations
@@ -22,11 +30,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-__all__ = ["place", "assigned", "NoLiveNode", "BadAssignment"]
+__all__ = ["place", "assigned", "NoLiveNode", "BadAssignment", "InvalidReplicationFactor", "Replicas",
+           "check_replication_factor", "unserved"]
+
+Replicas = tuple[int, ...]
+"""The node ids holding one vgroup, distinct, the first the preferred leader."""
 
 
 class NoLiveNode(ValueError):
     """There is no live node to place vgroups on."""
+
+
+class InvalidReplicationFactor(ValueError):
+    """A replica count that cannot be placed (Kafka's INVALID_REPLICATION_FACTOR); its message says why."""
 
 
 class BadAssignment(ValueError):
@@ -34,51 +50,86 @@ class BadAssignment(ValueError):
     why."""
 
 
-def place(count: int, nodes: Mapping[int, str | None], held: Mapping[int, int] | None = None) -> tuple[int, ...]:
-    """The node id of each of ``count`` new vgroups, in vgroup order, over the live ``nodes`` (id -> rack) that
-    already hold ``held[id]`` vgroups (absent: none). Raises :class:`NoLiveNode` when ``nodes`` is empty and
-    vgroups are asked for."""
+def place(count: int, nodes: Mapping[int, str | None], held: Mapping[int, int] | None = None, replicas: int = 1,
+          led: Mapping[int, int] | None = None) -> tuple[Replicas, ...]:
+    """The replica list of each of ``count`` new vgroups, in vgroup order, ``replicas`` distinct nodes each, over the
+    live ``nodes`` (id -> rack) that already hold ``held[id]`` replicas and lead ``led[id]`` vgroups (absent: none;
+    ``led`` absent: ``held``). Raises :class:`NoLiveNode` when ``nodes`` is empty and vgroups are asked for, and
+    :class:`InvalidReplicationFactor` when ``replicas`` is below 1 or above the live nodes."""
     if count <= 0:
         return ()
     if not nodes:
         raise NoLiveNode(f"no live node to place {count} vgroup(s) on")
+    check_replication_factor(replicas, len(nodes))
     load = {node: (held or {}).get(node, 0) for node in nodes}
+    leads = dict(load) if led is None else {node: led.get(node, 0) for node in nodes}
     racks: Counter[str | None] = Counter()
-    out: list[int] = []
+    out: list[Replicas] = []
     for _ in range(count):
-        node = min(load, key=lambda n: (load[n], racks[nodes[n]], n))
-        load[node] += 1
-        racks[nodes[node]] += 1
-        out.append(node)
+        first = min(load, key=lambda n: (leads[n], load[n], racks[nodes[n]], n))
+        chosen, used = [first], {nodes[first]}
+        leads[first] += 1
+        while len(chosen) < replicas:
+            node = min((n for n in load if n not in chosen),
+                       key=lambda n: (nodes[n] in used, load[n], racks[nodes[n]], n))
+            chosen.append(node)
+            used.add(nodes[node])
+        for node in chosen:
+            load[node] += 1
+            racks[nodes[node]] += 1
+        out.append(tuple(chosen))
     return tuple(out)
 
 
+def check_replication_factor(replicas: int, live: int) -> None:
+    """Raise :class:`InvalidReplicationFactor` (Kafka's messages) unless ``1 <= replicas <= live``."""
+    if replicas < 1:
+        raise InvalidReplicationFactor("Replication factor must be larger than 0, or -1 to use the default value.")
+    if replicas > live:
+        raise InvalidReplicationFactor(f"The target replication factor of {replicas} cannot be reached because only "
+                                       f"{live} broker(s) are registered.")
+
+
+def unserved(replicas: int) -> str | None:
+    """Why vgroups of ``replicas`` copies cannot be created yet, or None: the one check the serving path makes
+    (CreateTopics, CreatePartitions, SQL ``CREATE DATABASE ... REPLICA``) before placing, so that no user gets a topic
+    or database that claims more copies than exist. Nothing copies a vnode to its other replicas until the replica
+    manager is part of ``walgate serve`` (issue 25, step 5); placement, the catalog record and the partition states
+    below this check take any count."""
+    if replicas <= 1:
+        return None
+    return (f"replication factor {replicas}: replication factor above 1 is not enabled yet (issue 25: no node copies "
+            "another's partitions yet); use 1")
+
+
 def assigned(assignments: Sequence[tuple[int, Sequence[int]]], live: Collection[int],
-             first: int = 0) -> tuple[int, ...]:
-    """The node of each partition of a manual assignment: ``(partition index, replica broker ids)`` pairs for the
-    partitions ``first``, ``first + 1``, ... (in any order), over the ``live`` node ids. Raises
+             first: int = 0, replicas: int | None = None) -> tuple[Replicas, ...]:
+    """The replica list of each partition of a manual assignment: ``(partition index, replica broker ids)`` pairs
+    for the partitions ``first``, ``first + 1``, ... (in any order), over the ``live`` node ids; ``replicas``: the
+    count each must have (a topic's existing partitions'), None: the first partition's. Raises
     :class:`BadAssignment` (Kafka's message where Kafka refuses it too) when a partition is named twice, a replica
-    list is empty, names a broker that is not live or one broker twice, names more than one broker (one copy per
-    partition: replication is not supported yet), or the indexes are not consecutive from ``first``."""
-    nodes: dict[int, int] = {}
-    for index, replicas in assignments:
-        if index in nodes:
+    list is empty, names a broker that is not live or one broker twice, has another count than the others, or the
+    indexes are not consecutive from ``first``."""
+    lists: dict[int, Replicas] = {}
+    for index, brokers in assignments:
+        if index in lists:
             raise BadAssignment(f"Found multiple manual partition assignments for partition {index}")
-        if not replicas:
+        if not brokers:
             raise BadAssignment("The manual partition assignment includes an empty replica list.")
         seen: set[int] = set()
-        for broker in replicas:
+        for broker in brokers:
             if broker not in live:
                 raise BadAssignment(f"The manual partition assignment includes broker {broker}, but no such broker "
                                     f"is registered (live nodes: {', '.join(map(str, sorted(live)))}).")
             if broker in seen:
                 raise BadAssignment(f"The manual partition assignment includes the broker {broker} more than once.")
             seen.add(broker)
-        if len(replicas) > 1:
-            raise BadAssignment(f"replication factor above 1 is not supported yet: partition {index} is assigned "
-                                f"{len(replicas)} replicas (brokers {', '.join(map(str, replicas))}); name one broker "
-                                "per partition")
-        nodes[index] = replicas[0]
-    if sorted(nodes) != list(range(first, first + len(nodes))):
+        if replicas is not None and len(brokers) != replicas:
+            raise BadAssignment(f"The manual partition assignment includes a partition with {len(brokers)} "
+                                f"replica(s), but this is not consistent with previous partitions, which have "
+                                f"{replicas} replica(s).")
+        replicas = len(brokers)
+        lists[index] = tuple(brokers)
+    if sorted(lists) != list(range(first, first + len(lists))):
         raise BadAssignment(f"partitions should be a consecutive {first}-based integer sequence")
-    return tuple(nodes[i] for i in range(first, first + len(nodes)))
+    return tuple(lists[i] for i in range(first, first + len(lists)))

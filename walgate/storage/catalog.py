@@ -60,7 +60,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from walgate.cluster.placement import place
+from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.placement import InvalidReplicationFactor, Replicas, check_replication_factor, place
 from walgate.security.acl import AclBinding, AclSet
 from walgate.storage import acls, fileio, lines, quotas, resource_configs
 from walgate.storage.damage import DamageLog
@@ -112,6 +113,7 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "WAL_RETENTION_PERIOD": (-1, 2**31 - 1),
     "WAL_RETENTION_SIZE": (-1, 2**31 - 1),
     "WAL_SEGMENT_SIZE": (0, 2**20),
+    "MIN_INSYNC": (1, 1024),
 }
 KAFKA_DB_PREFIX = "kafka_"
 """Every Kafka-native topic's database is named so (walgate.storage.topic_configs.backing_database); in cluster mode
@@ -141,17 +143,33 @@ class DatabaseDef:
     options: dict[str, int | str]
     created_ms: int
     id: str  # the name of its directory, db/<id>/ (never the database's name)
-    # the node id holding each vgroup (cluster mode, walgate.cluster.placement); None: every vgroup is on the node
-    # whose data dir this is (a single node's database, or one made before placement was recorded)
-    nodes: tuple[int, ...] | None = None
+    # the node ids holding each vgroup's replicas, distinct, the first the preferred leader, the same count for every
+    # vgroup (cluster mode, walgate.cluster.placement); None: every vgroup is on the node whose data dir this is, one
+    # copy (a single node's database, or one made before placement was recorded)
+    replicas: tuple[Replicas, ...] | None = None
 
     @property
     def vgroups(self) -> int:
         return int(self.options["VGROUPS"])
 
+    @property
+    def nodes(self) -> tuple[int, ...] | None:
+        """The first replica of each vgroup: the node that holds it until replication is served (issue 25, step 5);
+        None as :attr:`replicas`."""
+        return None if self.replicas is None else tuple(r[0] for r in self.replicas)
+
+    @property
+    def replication_factor(self) -> int:
+        """The replicas of each vgroup (1 without placement)."""
+        return 1 if not self.replicas else len(self.replicas[0])
+
     def node_of(self, vgroup: int, local: int) -> int:
-        """The node id holding ``vgroup``; ``local``: this data dir's node id."""
-        return local if self.nodes is None else self.nodes[vgroup]
+        """The node id holding ``vgroup`` (its first replica); ``local``: this data dir's node id."""
+        return local if self.replicas is None else self.replicas[vgroup][0]
+
+    def replicas_of(self, vgroup: int, local: int) -> Replicas:
+        """The node ids holding ``vgroup``'s replicas; ``local``: this data dir's node id."""
+        return (local,) if self.replicas is None else self.replicas[vgroup]
 
     @property
     def precision(self) -> str:
@@ -222,28 +240,49 @@ def _options(r: dict[str, Any]) -> dict[str, int | str]:
     return options
 
 
-def _nodes(r: dict[str, Any], options: dict[str, int | str]) -> tuple[int, ...] | None:
-    """A record's placement: absent, or one node id per vgroup of ``options``."""
-    raw = r.get("nodes")
-    if raw is None:
+def _replicas(r: dict[str, Any], options: dict[str, int | str]) -> tuple[Replicas, ...] | None:
+    """A record's placement: absent; ``replicas``, a list of distinct node ids per vgroup of ``options``, as many for
+    each (with ``nodes`` beside it, the first of each, which a release before replicas reads); or, in an older
+    record, ``nodes`` alone: one node id per vgroup, one replica each."""
+    nodes, raw = r.get("nodes"), r.get("replicas")
+    if nodes is None and raw is None:
         return None
+    if nodes is not None and (not isinstance(nodes, list) or len(nodes) != options["VGROUPS"]
+                              or not all(_node_id(n) for n in nodes)):
+        raise _Invalid(f"'nodes' is {nodes!r}: expected one node id per vgroup")
+    if raw is None:
+        return tuple((n,) for n in nodes or ())  # nodes alone: an older record
     if (not isinstance(raw, list) or len(raw) != options["VGROUPS"]
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw)):
-        raise _Invalid(f"'nodes' is {raw!r}: expected one node id per vgroup")
-    return tuple(raw)
+            or not all(isinstance(v, list) and v and all(_node_id(n) for n in v) and len(set(v)) == len(v)
+                       and len(v) == len(raw[0]) for v in raw)
+            or (nodes is not None and nodes != [v[0] for v in raw])):
+        raise _Invalid(f"'replicas' is {raw!r}: expected as many distinct node ids per vgroup for each vgroup, the "
+                       f"first of each as 'nodes' names it")
+    return tuple(tuple(v) for v in raw)
+
+
+def _node_id(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _placed(record: dict[str, Any], replicas: tuple[Replicas, ...] | None) -> dict[str, Any]:
+    """``record`` with the placement ``replicas`` when there is one: ``replicas`` and, for a release before
+    replicas, ``nodes`` (the first of each)."""
+    if replicas is None:
+        return record
+    return {**record, "nodes": [r[0] for r in replicas], "replicas": [list(r) for r in replicas]}
 
 
 def _db_record(d: DatabaseDef) -> dict[str, Any]:
     """The ``create_db`` record of ``d``, with its placement when it has one."""
-    record = {"op": "create_db", "name": d.name, "id": d.id, "options": d.options, "created_ms": d.created_ms}
-    return record if d.nodes is None else {**record, "nodes": list(d.nodes)}
+    return _placed({"op": "create_db", "name": d.name, "id": d.id, "options": d.options,
+                    "created_ms": d.created_ms}, d.replicas)
 
 
 def _kafka_topic_record(d: DatabaseDef, t: TopicDef) -> dict[str, Any]:
     """The ``create_kafka_topic`` record of ``t`` and its database ``d``, with its placement when it has one."""
-    record = {"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
-              "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms}
-    return record if d.nodes is None else {**record, "nodes": list(d.nodes)}
+    return _placed({"op": "create_kafka_topic", "name": t.name, "db": d.name, "db_id": d.id, "options": d.options,
+                    "configs": t.configs, "topic_id": t.topic_id, "created_ms": t.created_ms}, d.replicas)
 
 
 def _columns(r: dict[str, Any], key: str) -> tuple[Column, ...]:
@@ -594,7 +633,8 @@ class Catalog:
             if not is_db_id(db_id) or db_id in self._taken().db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options = _options(r)
-            self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id, _nodes(r, options))
+            self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id,
+                                               _replicas(r, options))
         elif op == "drop_db":
             name = self._known_db(r, "name")
             self.databases.pop(name)
@@ -636,11 +676,13 @@ class Catalog:
                 raise _Invalid(f"alter of an unknown Kafka-native topic {r['name']}")
             options, configs = _options(r), _get(r, "configs", dict)
             old = self.databases[topic.db]
-            nodes = _nodes(r, options) if "nodes" in r else old.nodes
-            if nodes is not None and len(nodes) != options["VGROUPS"]:
+            replicas = _replicas(r, options) if "nodes" in r or "replicas" in r else old.replicas
+            if replicas is not None and len(replicas) != options["VGROUPS"]:
                 raise _Invalid(f"alter of {topic.name} to {options['VGROUPS']} vgroups does not place them")
+            if replicas is not None and old.replicas and len(replicas[0]) != len(old.replicas[0]):
+                raise _Invalid(f"alter of {topic.name} changes its replication factor")
             self.topics[topic.name] = replace(topic, configs=configs)
-            self.databases[topic.db] = replace(old, options=options, nodes=nodes)
+            self.databases[topic.db] = replace(old, options=options, replicas=replicas)
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
             name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
             if name in self.topics or db in self.databases or not self._new_topic_id(r):
@@ -649,7 +691,7 @@ class Catalog:
             if not is_db_id(db_id) or db_id in kept.db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
-            database = self.databases[db] = DatabaseDef(db, options, created, db_id, _nodes(r, options))
+            database = self.databases[db] = DatabaseDef(db, options, created, db_id, _replicas(r, options))
             topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
             kept.add_topic(topic)
@@ -707,13 +749,40 @@ class Catalog:
 
     # ------------------------------------------------------------- partitions
 
-    def _placement(self, count: int) -> tuple[int, ...] | None:
-        """The nodes of ``count`` new vgroups (walgate.cluster.placement) over the live nodes (this node alone while
-        it knows none), balanced by what each node holds; None on a single node (every vgroup is its own)."""
+    def _placement(self, count: int, replicas: int = 1) -> tuple[Replicas, ...] | None:
+        """The replicas of ``count`` new vgroups (walgate.cluster.placement) over the live nodes (this node alone
+        while it knows none), balanced by the replicas and leaderships each node holds; None on a single node
+        (every vgroup is its own). Raises :class:`InvalidReplicationFactor` when ``replicas`` cannot be placed."""
         if not self.cluster:
+            check_replication_factor(replicas, len(self.placeable()))
             return None
-        held = Counter(d.node_of(i, self.node_id) for d in self.databases.values() for i in range(d.vgroups))
-        return place(count, self.placeable(), held)
+        held: Counter[int] = Counter()
+        led: Counter[int] = Counter()
+        for d in self.databases.values():
+            for i in range(d.vgroups):
+                held.update(d.replicas_of(i, self.node_id))
+                led[d.node_of(i, self.node_id)] += 1
+        return place(count, self.placeable(), held, replicas, led)
+
+    def replicated_vnodes(self) -> dict[PartitionId, ReplicatedVnode]:
+        """Each vgroup of more than one replica, by ``(database id, vgroup)``, as the controller creates its
+        partition state (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an
+        SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, default 1, at most its replicas: the
+        partition state holds no more) and the topic's ``unclean.leader.election.enable``."""
+        native = {t.db: t.configs for t in self.topics.values() if t.kind == "kafka"}
+        out: dict[PartitionId, ReplicatedVnode] = {}
+        for db in self.databases.values():
+            if db.replicas is None or db.replication_factor == 1:
+                continue
+            configs = native.get(db.name)
+            if configs is None:
+                min_isr, unclean = int(db.options.get("MIN_INSYNC", 1)), False
+            else:
+                min_isr = min(int(configs.get("min.insync.replicas", "1")), db.replication_factor)
+                unclean = configs.get("unclean.leader.election.enable", "false").lower() == "true"
+            for vgroup, replicas in enumerate(db.replicas):
+                out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min_isr, unclean)
+        return out
 
     def placeable(self) -> Mapping[int, str | None]:
         """The nodes (id -> ``broker.rack``) new vgroups may be placed on or manually assigned to: the live nodes in
@@ -752,7 +821,10 @@ class Catalog:
             raise InvalidValue(f"Database name {name}: in a cluster the names {KAFKA_DB_PREFIX}* are the databases of"
                                " Kafka-native topics, which are the cluster's (docs/cluster.md)")
         merged = dict(DB_DEFAULTS)
+        replicas = options.get("REPLICA", 1)
         for key, value in options.items():
+            if key == "REPLICA":
+                continue
             if key == "PRECISION":
                 if value not in ("ms", "us", "ns"):
                     raise InvalidValue(f"Invalid option PRECISION {value!r}: expected 'ms', 'us' or 'ns'")
@@ -761,8 +833,19 @@ class Catalog:
                 if not isinstance(value, int) or not lo <= value <= hi:
                     raise InvalidValue(f"Invalid option {key} {value!r}: expected an integer in [{lo}, {hi}]")
             merged[key] = value
+        if not isinstance(replicas, int) or replicas < 1:
+            raise InvalidValue(f"Invalid option REPLICA {replicas!r}: expected an integer of at least 1")
+        if "MIN_INSYNC" in options or replicas > 1:
+            merged["MIN_INSYNC"] = options.get("MIN_INSYNC", replicas // 2 + 1)  # TDengine's majority by default
+            if not isinstance(merged["MIN_INSYNC"], int) or not 1 <= merged["MIN_INSYNC"] <= replicas:
+                raise InvalidValue(f"Invalid option MIN_INSYNC {merged['MIN_INSYNC']!r}: expected an integer in "
+                                   f"[1, {replicas}] (REPLICA {replicas})")
         self.check_partitions(int(merged["VGROUPS"]), f"database {name}")
-        return DatabaseDef(name, merged, now_ms, new_db_id(), self._placement(int(merged["VGROUPS"])))
+        try:
+            placed = self._placement(int(merged["VGROUPS"]), replicas)
+        except InvalidReplicationFactor as exc:  # TSDB_CODE_MND_NO_ENOUGH_DNODES
+            raise InvalidValue(f"Out of dnodes: REPLICA {replicas} of database {name}: {exc}") from None
+        return DatabaseDef(name, merged, now_ms, new_db_id(), placed)
 
     def add_database(self, db: DatabaseDef) -> None:
         self._commit(_db_record(db))
@@ -850,12 +933,13 @@ class Catalog:
 
     def new_kafka_topic(
         self, name: str, db: str, options: dict[str, int | str], configs: dict[str, str], now_ms: int,
-        nodes: tuple[int, ...] | None = None, db_id: str | None = None,
+        nodes: tuple[Replicas, ...] | None = None, db_id: str | None = None, replication_factor: int = 1,
     ) -> tuple[DatabaseDef, TopicDef]:
         """A new Kafka-native topic and its database, validated and given ids; nothing is written (see
-        :meth:`new_database`; :meth:`add_kafka_topic` records them). ``nodes``: the node of each vgroup as a manual
-        assignment names it (checked against :meth:`placeable` by the caller; cluster mode only: a single node
-        holds every vgroup itself), else None: placed (:meth:`_placement`). ``db_id``: the database's, whose
+        :meth:`new_database`; :meth:`add_kafka_topic` records them). ``nodes``: the replicas of each vgroup as a
+        manual assignment names them (checked against :meth:`placeable` by the caller, :func:`assigned`; cluster
+        mode only: a single node holds every vgroup itself), else None: ``replication_factor`` replicas of each
+        placed (:meth:`_placement`, raising :class:`InvalidReplicationFactor`). ``db_id``: the database's, whose
         directory was prepared for it, unless a database has it; None: a new one."""
         validate_topic_name(name)
         validate_database_name(db)
@@ -868,29 +952,32 @@ class Catalog:
         self.check_partitions(int(merged["VGROUPS"]), f"topic {name}")
         if db_id is not None and (not is_db_id(db_id) or self.has_db_id(db_id)):
             raise InvalidValue(f"database id {db_id!r} is not new")
-        placed = self._placement(int(merged["VGROUPS"])) if nodes is None or not self.cluster else nodes
+        placed = (self._placement(int(merged["VGROUPS"]), replication_factor) if nodes is None or not self.cluster
+                  else nodes)
         return (DatabaseDef(db, merged, now_ms, db_id or new_db_id(), placed),
                 TopicDef(name, "kafka", db, "", False, "", str(uuid.uuid4()), now_ms, configs))
 
     def add_kafka_topic(self, db: DatabaseDef, topic: TopicDef) -> None:
         self._commit(_kafka_topic_record(db, topic))
 
-    def grown(self, db: DatabaseDef, count: int, assigned: tuple[int, ...] | None = None) -> DatabaseDef:
-        """``db`` with ``count`` vgroups, the new ones placed (:meth:`_placement`), or on the nodes ``assigned`` names
-        (one per new vgroup, cluster mode: as :meth:`new_kafka_topic`'s ``nodes``); nothing is written (the engine
-        opens the new vnodes placed here, then :meth:`alter_kafka_topic` records it)."""
-        placed = self._placement(count - db.vgroups) if assigned is None or not self.cluster else assigned
-        nodes = None if placed is None else (db.nodes or (self.node_id,) * db.vgroups) + placed
-        return replace(db, options={**db.options, "VGROUPS": count}, nodes=nodes)
+    def grown(self, db: DatabaseDef, count: int, assigned: tuple[Replicas, ...] | None = None) -> DatabaseDef:
+        """``db`` with ``count`` vgroups, the new ones placed with as many replicas as its others
+        (:meth:`_placement`), or on the replicas ``assigned`` names (one list per new vgroup, cluster mode: as
+        :meth:`new_kafka_topic`'s ``nodes``); nothing is written (the engine opens the new vnodes placed here, then
+        :meth:`alter_kafka_topic` records it)."""
+        placed = (self._placement(count - db.vgroups, db.replication_factor) if assigned is None or not self.cluster
+                  else assigned)
+        replicas = None if placed is None else (db.replicas or ((self.node_id,),) * db.vgroups) + placed
+        return replace(db, options={**db.options, "VGROUPS": count}, replicas=replicas)
 
     def alter_kafka_topic(self, name: str, options: dict[str, int | str], configs: dict[str, str],
-                          nodes: tuple[int, ...] | None = None) -> None:
-        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database; ``nodes``: the
-        placement of its vgroups when their count changes (:meth:`grown`), else None: as it was."""
+                          replicas: tuple[Replicas, ...] | None = None) -> None:
+        """New configs of a Kafka-native topic and options (VGROUPS, WAL settings) of its database; ``replicas``:
+        the placement of its vgroups when their count changes (:meth:`grown`), else None: as it was."""
         db = self.database(self.topics[name].db)
         self.check_partitions(int(options["VGROUPS"]) - db.vgroups, f"topic {name}")
-        record: dict[str, Any] = {"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs}
-        self._commit(record if nodes is None else {**record, "nodes": list(nodes)})
+        self._commit(_placed({"op": "alter_kafka_topic", "name": name, "options": options, "configs": configs},
+                             replicas))
 
     def drop_topic(self, name: str) -> None:
         self._commit({"op": "drop_topic", "name": name})

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from walgate.cluster.placement import Replicas
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, StableDef, TopicDef
@@ -334,10 +335,11 @@ class Engine:
 
     def create_kafka_topic(self, name: str, partitions: int, configs: dict[str, str],
                            defaults: Mapping[str, str] = MappingProxyType({}),
-                           nodes: tuple[int, ...] | None = None, prepared: str | None = None) -> TopicDef:
+                           nodes: tuple[Replicas, ...] | None = None, prepared: str | None = None) -> TopicDef:
         """A Kafka-native topic of ``partitions`` partitions with Kafka ``configs``; ``defaults``: the topic configs
         the dynamic broker configs default (:meth:`topic_defaults`), applied where ``configs`` says nothing;
-        ``nodes``: each partition's node as a manual assignment names it (cluster mode), else None: placed;
+        ``nodes``: each partition's replicas as a manual assignment names them (cluster mode), else None:
+        placed;
         ``prepared``: what :meth:`prepare_kafka_topic` returned (its files are only opened here), or None."""
         return self.native.create(name, partitions, configs, defaults, nodes, prepared)
 
@@ -361,9 +363,9 @@ class Engine:
         """Replace a Kafka-native topic's configs (validated); its WAL settings follow at once (over ``defaults``)."""
         self.native.alter_configs(name, configs, defaults)
 
-    def create_partitions(self, name: str, count: int, nodes: tuple[int, ...] | None = None) -> None:
-        """Grow a Kafka-native topic to ``count`` partitions; ``nodes``: each new partition's node as a manual
-        assignment names it (cluster mode), else None: placed."""
+    def create_partitions(self, name: str, count: int, nodes: tuple[Replicas, ...] | None = None) -> None:
+        """Grow a Kafka-native topic to ``count`` partitions; ``nodes``: each new partition's replicas as a
+        manual assignment names them (cluster mode), else None: placed."""
         self.native.create_partitions(name, count, nodes)
 
     def delete_records(self, name: str, partition: int, offset: int) -> int:

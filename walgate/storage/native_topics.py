@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from walgate.cluster.placement import Replicas
 from walgate.storage import datadir
 from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
@@ -122,12 +123,12 @@ class NativeTopics:
         shutil.rmtree(datadir.db_dir(self.store.data_dir, db_id), ignore_errors=True)
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
-               defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[int, ...] | None = None,
+               defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[Replicas, ...] | None = None,
                prepared: str | None = None) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
         dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
-        partition's node as a manual assignment names it (:meth:`Catalog.new_kafka_topic`), else None: placed.
+        partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None: placed.
         *prepared*: a database id from :meth:`prepare` (single node), whose vnodes' files are then only opened here."""
         catalog = self.store.catalog
         validate_topic_name(name)
@@ -167,9 +168,9 @@ class NativeTopics:
         for vnode in self.store.vnodes[db.name]:
             vnode.reconfigure(db)
 
-    def create_partitions(self, name: str, count: int, nodes: tuple[int, ...] | None = None) -> None:
+    def create_partitions(self, name: str, count: int, nodes: tuple[Replicas, ...] | None = None) -> None:
         """Grow a Kafka-native topic to *count* partitions (new vgroups of its database); *nodes*: each new
-        partition's node as a manual assignment names it (:meth:`Catalog.grown`), else None: placed."""
+        partition's replicas as a manual assignment names them (:meth:`Catalog.grown`), else None: placed."""
         store, catalog = self.store, self.store.catalog
         topic = self._native(name)
         db = catalog.database(topic.db)
@@ -179,10 +180,10 @@ class NativeTopics:
         catalog.check_partitions(count - old, f"topic {name}")
         grown = catalog.grown(db, count, nodes)
         if catalog.cluster:  # staged: the new vnodes placed here open when the node applies it (follow_catalog)
-            catalog.alter_kafka_topic(name, grown.options, topic.configs, grown.nodes)
+            catalog.alter_kafka_topic(name, grown.options, topic.configs, grown.replicas)
             return
         new = store.open_database(grown, lambda: catalog.alter_kafka_topic(name, grown.options, topic.configs,
-                                                                           grown.nodes), first=old)
+                                                                           grown.replicas), first=old)
         db = catalog.database(topic.db)
         for vnode in store.vnodes[db.name]:
             vnode.reconfigure(db)

@@ -53,11 +53,12 @@ class Show:
         store = self.store
         what = s.what
         if what == "DATABASES":
-            cols = [("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "SMALLINT", 2), ("precision", "VARCHAR", 2),
+            cols = [("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "SMALLINT", 2),
+                    ("replica", "TINYINT", 1), ("precision", "VARCHAR", 2),
                     ("wal_level", "TINYINT", 1), ("wal_fsync_period", "INT", 4), ("wal_retention_period", "INT", 4),
                     ("wal_retention_size", "BIGINT", 8), ("wal_segment_size", "BIGINT", 8)]
             rows = [
-                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.precision] +
+                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.replication_factor, d.precision] +
                 [d.options[k] for k in ("WAL_LEVEL", "WAL_FSYNC_PERIOD", "WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE", "WAL_SEGMENT_SIZE")]
                 for d in store.catalog.databases.values()
             ]
@@ -110,17 +111,20 @@ class Show:
         return Result(cols, sorted(rows))
 
     def _vgroups(self, db_name: str) -> Result:
-        """TDengine's ``SHOW VGROUPS`` (one copy per vgroup: only ``v1_*``): each vgroup's node as the catalog
-        places it, ``leader`` when that node is this one or registered now, else ``offline``; ``tables`` counts
-        the vgroup's tables where it is open here."""
+        """TDengine's ``SHOW VGROUPS``: each vgroup's replicas as the catalog places them, ``v<k>_dnode`` and
+        ``v<k>_status`` for each (as many pairs as the database has replicas): the first ``leader``, the others
+        ``follower``, when that node is this one or registered now, else ``offline``; ``tables`` counts the
+        vgroup's tables where it is open here."""
         db, local = self.store.catalog.database(db_name), self.store.catalog.node_id
         ready = {d.id for d in self.dnodes if d.status == "ready"} | {local}
         open_here = {v.index: v.live_count for v in self.store.vnodes.get(db_name, [])}
-        rows = [[i, db.name, open_here.get(i), node,
-                 "leader" if node in ready else "offline"]
-                for i, node in ((i, db.node_of(i, local)) for i in range(db.vgroups))]
-        cols = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4), ("v1_dnode", "SMALLINT", 2),
-                ("v1_status", "VARCHAR", 9)]
+        rows = [[i, db.name, open_here.get(i)]
+                + [x for k, node in enumerate(db.replicas_of(i, local))
+                   for x in (node, ("follower" if k else "leader") if node in ready else "offline")]
+                for i in range(db.vgroups)]
+        cols = [("vgroup_id", "INT", 4), ("db_name", "VARCHAR", 64), ("tables", "INT", 4)]
+        for k in range(1, db.replication_factor + 1):
+            cols += [(f"v{k}_dnode", "SMALLINT", 2), (f"v{k}_status", "VARCHAR", 9)]
         return Result(cols, rows)
 
     def subscriptions(self, members: list[ConsumerRow], offsets: list[tuple[str, str, int, int]]) -> Result:

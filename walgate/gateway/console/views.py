@@ -131,8 +131,10 @@ def databases(engine: Engine) -> list[dict[str, Any]]:
     """Every database with its options, its supertables and (up to :data:`MAX_SUBTABLES`) its tables; a cluster
     database with a vgroup on another node lists no table (``table_count`` None: its tables are not all here)."""
     out = []
-    for row in engine.execute("SHOW DATABASES").rows:
-        name, _, vgroups, precision = row[:4]
+    shown = engine.execute("SHOW DATABASES")
+    at = {c[0]: i for i, c in enumerate(shown.columns)}
+    for row in shown.rows:
+        name, vgroups, precision = row[at["name"]], row[at["vgroups"]], row[at["precision"]]
         stables = [{"name": r[0], "columns": r[3], "tags": r[4]} for r in engine.execute("SHOW STABLES", name).rows]
         try:
             tables: list[Any] | None = engine.execute("SHOW TABLES", name).rows

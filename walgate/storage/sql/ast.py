@@ -164,8 +164,8 @@ class Name:
 class CreateDatabase:
     name: str
     if_not_exists: bool = False
-    # keys upper-case: VGROUPS, PRECISION, WAL_LEVEL, WAL_FSYNC_PERIOD,
-    # WAL_RETENTION_PERIOD, WAL_RETENTION_SIZE, WAL_SEGMENT_SIZE (others are refused by the parser)
+    # keys upper-case: VGROUPS, PRECISION, WAL_LEVEL, WAL_FSYNC_PERIOD, WAL_RETENTION_PERIOD, WAL_RETENTION_SIZE,
+    # WAL_SEGMENT_SIZE, REPLICA, MIN_INSYNC (others are refused by the parser)
     options: dict[str, int | str] = field(default_factory=dict)
 
 

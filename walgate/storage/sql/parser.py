@@ -127,6 +127,8 @@ _DB_OPTIONS: dict[str, tuple[int, int] | None] = {
     "WAL_RETENTION_PERIOD": (-1, 2**31 - 1),
     "WAL_RETENTION_SIZE": (-1, 2**63 - 1),
     "WAL_SEGMENT_SIZE": (0, 2**31 - 1),
+    "REPLICA": (1, 1024),  # at most the live nodes: checked where the database is placed (Catalog.new_database)
+    "MIN_INSYNC": (1, 1024),  # at most REPLICA: likewise
 }
 _INT_TYPES = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INT", "INTEGER": "INT", "BIGINT": "BIGINT"}
 _FIXED_TYPES = {"TIMESTAMP", "BOOL", "FLOAT", "DOUBLE"}
@@ -420,6 +422,9 @@ class _ToAst(Transformer[Token, Statement]):
         if isinstance(value, Token):
             _fail(f"{key} expects an integer, got {value.value}", name, InvalidValue)
         if not bounds[0] <= value <= bounds[1]:
+            if key == "REPLICA":  # TDengine's TSDB_CODE_PAR_INVALID_RANGE_OPTION, its name for the option
+                _fail(f"Invalid option replications: {value} valid range: [{bounds[0]}, {bounds[1]}]", name,
+                      InvalidValue)
             _fail(f"{key} must be between {bounds[0]} and {bounds[1]}, got {value}", name, InvalidValue)
         return key, value
 

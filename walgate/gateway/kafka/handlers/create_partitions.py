@@ -1,9 +1,11 @@
 """CreatePartitions (key 37) v0–v3: grow a Kafka-native topic (new vgroups of its database).
 
-Only larger counts (INVALID_PARTITIONS otherwise). Manual assignments name one broker per new partition (as many
-as are added), a live node of the cluster (this node alone on a single node), checked by
+Only larger counts (INVALID_PARTITIONS otherwise). A topic of more than one replica per partition is refused by
+:func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR: nothing replicates yet, issue 25). Manual
+assignments name the replicas of each new partition (as many lists as partitions are added): distinct live nodes of
+the cluster (this node alone on a single node), as many as the topic's other partitions have, checked by
 :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise); each new
-partition is placed on the node named. TDengine topics have their database's vgroups: INVALID_REQUEST. Growth
+partition is placed on the nodes named. TDengine topics have their database's vgroups: INVALID_REQUEST. Growth
 the engine refuses answers that topic's error (:mod:`.common`'s table; a limit
 is INVALID_PARTITIONS) with its message; the other topics grow.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from walgate.cluster.placement import BadAssignment, assigned
+from walgate.cluster.placement import BadAssignment, assigned, unserved
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
@@ -47,6 +49,10 @@ def grow(engine: Engine, t: CreatePartitionsTopic, validate_only: bool) -> Creat
     if not current < t.count <= MAX_PARTITIONS:
         return _result(t, ErrorCode.invalid_partitions,
                       f"topic {t.name} has {current} partitions: ask for more, at most {MAX_PARTITIONS}")
+    factor = engine.catalog.database(topic.db).replication_factor
+    refused = unserved(factor)
+    if refused is not None:
+        return _result(t, ErrorCode.invalid_replication_factor, refused)
     nodes = None
     if t.assignments is not None:
         if len(t.assignments) != t.count - current:
@@ -55,7 +61,7 @@ def grow(engine: Engine, t: CreatePartitionsTopic, validate_only: bool) -> Creat
                            f"{len(t.assignments)} assignment(s) were specified.")
         try:
             nodes = assigned([(current + k, a.broker_ids) for k, a in enumerate(t.assignments)],
-                             engine.catalog.placeable(), first=current)
+                             engine.catalog.placeable(), first=current, replicas=factor)
         except BadAssignment as exc:
             return _result(t, ErrorCode.invalid_replica_assignment, str(exc))
     if not validate_only:

@@ -5,11 +5,13 @@ is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`). 
 (``__consumer_offsets``, ``__transaction_state``: :data:`~walgate.storage.topic_configs.INTERNAL_TOPICS`) are
 INVALID_REQUEST, on a single node and in a cluster alike.
 
-Replication factor 1 (or -1, the default) only; ``num_partitions`` -1 means 1 (Kafka's ``num.partitions``).
-Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name one broker per
-partition: a live node of the cluster (this node alone on a single node), checked by
-:func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise); each
-partition is placed on the node named.
+A replication factor (-1: 1, the default) is checked as Kafka's placer does (INVALID_REPLICATION_FACTOR with its
+message: below 1, or above the live nodes), then, above 1, refused by :func:`walgate.cluster.placement.unserved`
+(INVALID_REPLICATION_FACTOR: nothing replicates yet, issue 25); ``num_partitions`` -1 means 1 (Kafka's
+``num.partitions``). Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name
+the replicas of each partition: distinct live nodes of the cluster (this node alone on a single node), as many for
+each, checked by :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message
+otherwise), then their count as a replication factor; each partition is placed on the nodes named.
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG); those not given follow the dynamic
 broker defaults (:mod:`walgate.storage.resource_configs`). ``validate_only`` checks everything
@@ -39,7 +41,14 @@ import logging
 import threading
 import uuid
 
-from walgate.cluster.placement import BadAssignment, assigned
+from walgate.cluster.placement import (
+    BadAssignment,
+    InvalidReplicationFactor,
+    Replicas,
+    assigned,
+    check_replication_factor,
+    unserved,
+)
 from walgate.gateway.audit import audit_kafka
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
@@ -109,9 +118,10 @@ def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _N
 
 
 def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
-                ) -> tuple[int, tuple[int, ...] | None, str | None]:
-    """(partition count, the node of each partition a manual assignment names (None: placed), None) or (error code,
-    None, message)."""
+                ) -> tuple[int, tuple[Replicas, ...] | None, str | None]:
+    """(partition count, the replicas of each partition a manual assignment names (None: placed), None) or (error
+    code, None, message)."""
+    live = engine.catalog.placeable()
     if t.assignments:
         if t.replication_factor != -1 or t.num_partitions != -1:
             field = "replication factor" if t.replication_factor != -1 else "numPartitions"
@@ -121,14 +131,21 @@ def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
             return (ErrorCode.invalid_partitions, None,
                     f"partitions must be 1..{MAX_PARTITIONS}, not {len(t.assignments)}")
         try:
-            nodes = assigned([(a.partition_index, a.broker_ids) for a in t.assignments], engine.catalog.placeable())
+            nodes = assigned([(a.partition_index, a.broker_ids) for a in t.assignments], live)
         except BadAssignment as exc:
             return ErrorCode.invalid_replica_assignment, None, str(exc)
+        refused = unserved(len(nodes[0]))
+        if refused is not None:
+            return ErrorCode.invalid_replication_factor, None, refused
         return len(nodes), nodes, None
-    if t.replication_factor not in (-1, 1):
-        return (ErrorCode.invalid_replication_factor, None,
-                f"replication factor {t.replication_factor}: replication factor above 1 is not supported yet (one copy"
-                " of each partition: 1, or -1 for the default)")
+    factor = 1 if t.replication_factor == -1 else t.replication_factor
+    try:
+        check_replication_factor(factor, len(live))
+    except InvalidReplicationFactor as exc:
+        return ErrorCode.invalid_replication_factor, None, str(exc)
+    refused = unserved(factor)
+    if refused is not None:
+        return ErrorCode.invalid_replication_factor, None, refused
     n = 1 if t.num_partitions == -1 else t.num_partitions
     if not 1 <= n <= MAX_PARTITIONS:
         return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
