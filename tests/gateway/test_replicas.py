@@ -34,6 +34,7 @@ from tests.gateway.test_wal_fetch import PARTITION, REQUEST, STABLE, WAL, Side, 
 from walgate.cluster.etcd import tx
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
 from walgate.cluster.partition_states import PartitionStates
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.kafka.handlers import advertised
@@ -133,6 +134,16 @@ class Trio:
         assert state is not None
         return state
 
+    async def started(self) -> None:
+        """Every node's manager started, then a state naming node 1 leader of (1, 2, 3) written; node 1 leading."""
+        for n in (1, 2, 3):
+            self.start(n)
+        await self.write_state(self.initial())
+        await self.leading(1)
+
+    async def isr_is(self, ids: set[int]) -> bool:
+        return {m.replica for m in (await self.state()).isr} == ids
+
     async def leading(self, node_id: int) -> None:
         """Wait until node ``node_id`` leads vnode 0 (its epoch begun, its view made)."""
         await until(lambda: _is(PartitionId(DB_ID, 0) in self.nodes[node_id].led()), f"node {node_id} leads")
@@ -205,10 +216,7 @@ async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 async def test_followers_named_in_etcd_copy_the_leaders_wal_and_the_hw_gates_what_is_visible(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        for n in (1, 2, 3):
-            t.start(n)
-        await t.write_state(t.initial())
-        await t.leading(1)
+        await t.started()
         for k in range(4):
             await t.insert(1, k)
         await t.caught_up(2, 3)
@@ -239,25 +247,19 @@ async def test_followers_named_in_etcd_copy_the_leaders_wal_and_the_hw_gates_wha
 async def test_a_stopped_follower_leaves_the_isr_and_rejoins_once_caught_up(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        for n in (1, 2, 3):
-            t.start(n)
-        await t.write_state(t.initial())
-        await t.leading(1)
+        await t.started()
         await t.insert(1, 0)
         await t.caught_up(2, 3)
         await t.stop(3)
         stopped = time.monotonic()
-
-        async def isr_is(ids: set[int]) -> bool:
-            return {m.replica for m in (await t.state()).isr} == ids
-        await until(lambda: isr_is({1, 2}), "node 3 leaves the ISR")
+        await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR")
         assert time.monotonic() - stopped >= LAG_MS / 1000 * 0.9  # not before replica.lag.time.max.ms
         leader = await t.nodes[1].wal()
         await t.insert(1, 1)  # the ISR (1, 2) has min.insync.replicas 2: the HW passes the write without node 3
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
         assert (await t.nodes[3].wal()).next_version < leader.next_version
         t.start(3)
-        await until(lambda: isr_is({1, 2, 3}), "node 3 rejoins the ISR")
+        await until(lambda: t.isr_is({1, 2, 3}), "node 3 rejoins the ISR")
         assert (await t.state()).member(3) == IsrMember(3, t.registered[3])  # under its registered broker epoch
         await t.same_wals(1, 3)
 
@@ -265,10 +267,7 @@ async def test_a_stopped_follower_leaves_the_isr_and_rejoins_once_caught_up(
 async def test_a_leader_deposed_in_etcd_follows_the_new_one(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        for n in (1, 2, 3):
-            t.start(n)
-        await t.write_state(t.initial())
-        await t.leading(1)
+        await t.started()
         await t.insert(1, 0)
         await t.caught_up(2, 3)
         end = (await t.nodes[2].wal()).next_version
@@ -315,10 +314,7 @@ async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000) -> Any:
 async def test_acks_all_is_answered_once_the_isr_holds_the_write_and_min_isr_refuses_below(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
-        for n in (1, 2, 3):
-            t.start(n)
-        await t.write_state(t.initial(min_isr=2))
-        await t.leading(1)
+        await t.started()
         leader = await t.nodes[1].wal()
         for k in range(3):
             answer = await produce(t, 1, -1)
@@ -337,17 +333,14 @@ async def test_acks_all_is_answered_once_the_isr_holds_the_write_and_min_isr_ref
         answer = await produce(t, 1, -1, timeout_ms=300)  # the ISR still (1, 2, 3): appended, never passed
         assert answer.error_code == ErrorCode.request_timed_out
         assert (await t.nodes[2].wal()).next_version < leader.next_version
-
-        async def isr_is(ids: set[int]) -> bool:
-            return {m.replica for m in (await t.state()).isr} == ids
-        await until(lambda: isr_is({1}), "nodes 2 and 3 leave the ISR")
+        await until(lambda: t.isr_is({1}), "nodes 2 and 3 leave the ISR")
         appended = leader.next_version
         answer = await produce(t, 1, -1)  # below min.insync.replicas: refused before the append
         assert answer.error_code == ErrorCode.not_enough_replicas and leader.next_version == appended
         assert (await produce(t, 1, 1)).error_code == ErrorCode.none  # (acks=1 is not refused, as Kafka)
 
         t.start(2)  # back under the same broker epoch: caught up, it rejoins (KIP-903), the ISR (1, 2) is enough
-        await until(lambda: isr_is({1, 2}), "node 2 rejoins the ISR")
+        await until(lambda: t.isr_is({1, 2}), "node 2 rejoins the ISR")
         answer = await produce(t, 1, -1)
         assert answer.error_code == ErrorCode.none
         assert (await t.nodes[2].wal()).durable_version == leader.next_version == leader.visible_version
@@ -357,10 +350,7 @@ async def test_acks_all_is_answered_once_the_isr_holds_the_write_and_min_isr_ref
 async def test_a_deposed_leader_refuses_produce_and_its_waiting_writes(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
-        for n in (1, 2, 3):
-            t.start(n)
-        await t.write_state(t.initial(min_isr=2))
-        await t.leading(1)
+        await t.started()
         assert (await produce(t, 1, -1)).error_code == ErrorCode.none
         await t.stop(3)
         await t.stop(2)
@@ -372,3 +362,30 @@ async def test_a_deposed_leader_refuses_produce_and_its_waiting_writes(
         assert (await waiting).error_code == ErrorCode.not_leader_or_follower
         assert (await produce(t, 1, -1)).error_code == ErrorCode.not_leader_or_follower
         assert (await produce(t, 1, 1)).error_code == ErrorCode.not_leader_or_follower
+
+
+async def test_a_follower_restarted_under_a_new_broker_epoch_rejoins_the_isr_under_it(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        old = t.registered[3]
+        await t.stop(3)  # node 3 restarts: a new registration, a new broker epoch (KIP-903)
+        node = t.nodes[3]
+        await node.side.member.leave()
+        node.side.member = ClusterMember(etcd.spec, "walgate", 3, node.side.data_dir, 2000)
+        await node.side.member.kafka_cluster_id()
+        await node.side.member.join((f"PLAINTEXT://127.0.0.1:{node.port}",))
+        await node.side.member.refresh()
+        assert node.side.member.registration is not None and node.side.member.registration.epoch is not None
+        t.registered[3] = new = node.side.member.registration.epoch
+        assert new != old
+        await t.insert(1, 1)
+        t.start(3)
+
+        async def rejoined() -> bool:  # (the old incarnation's entry removed, then the new one admitted)
+            return (await t.state()).member(3) == IsrMember(3, new)
+        await until(rejoined, "node 3 in the ISR under its new broker epoch")
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)
