@@ -11,7 +11,8 @@ follows the new leader, answers WalFetch NOT_LEADER_OR_FOLLOWER, and the new lea
 Produce (raw v9 requests on the leader's socket, a Kafka-native topic): acks=all answered only once both followers
 hold the write durably (checked at the moment of the answer), REQUEST_TIMED_OUT while they do not fetch, acks=1 at
 once; NOT_ENOUGH_REPLICAS before the append once the ISR in etcd shrank below ``min.insync.replicas``, answered again
-once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to the write waiting too.
+once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to the write waiting too. A takeover
+whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import errno
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -387,5 +389,26 @@ async def test_a_follower_restarted_under_a_new_broker_epoch_rejoins_the_isr_und
         async def rejoined() -> bool:  # (the old incarnation's entry removed, then the new one admitted)
             return (await t.state()).member(3) == IsrMember(3, new)
         await until(rejoined, "node 3 in the ISR under its new broker epoch")
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)
+
+
+async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        epochs = (await t.nodes[1].side.vnode(DB, 0)).epochs
+        refused = []
+        replace_file = epochs._replace
+
+        def refuse_once(entries: Any) -> None:
+            if not refused:
+                refused.append(entries)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            replace_file(entries)
+        monkeypatch.setattr(epochs, "_replace", refuse_once)
+        await t.started()  # (leading only once the retry wrote the epoch)
+        assert refused and [e.epoch for e in epochs.entries][-1] == 1
+        assert "partition state not applied, retried" in caplog.text and "Traceback" not in caplog.text
+        await t.insert(1, 0)
         await t.caught_up(2, 3)
         await t.same_wals(1, 2, 3)
