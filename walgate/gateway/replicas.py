@@ -56,6 +56,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.lanes import VnodeKey
 from walgate.storage.wal import Wal
 from walgate.wire.errors import ErrorCode
@@ -208,18 +209,22 @@ class ReplicaManager:
             await self.close()
 
     async def _apply_changes(self) -> None:
-        """Apply each change in turn; one that fails (the disk refused the epoch's begin) is applied again after
-        ``backoff_s`` while it is still the newest state seen of its vnode."""
+        """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
+        after ``backoff_s`` while it is still the newest state seen of its vnode; any other failure (the vnode not
+        here, its epoch cache ahead of the state) is logged and left to the next change."""
         while True:
             pid, state = await self._changes.get()
             if state is not None and self.states.states.get(pid) != state:
                 continue  # (a retry overtaken by a newer change, which is applied instead)
             try:
                 await self.apply(pid, state)
-            except Exception as e:  # noqa: BLE001 - a refusal (the disk, an epoch cache ahead): logged, retried
-                log.error("vnode %d of database %s: partition state not applied, retried in %.1f s: %s: %s",
-                          pid.vgroup, pid.db_id, self.backoff_s, type(e).__name__, e)
+            except StorageUnavailable as e:
+                log.error("vnode %d of database %s: partition state not applied, retried in %.1f s: %s",
+                          pid.vgroup, pid.db_id, self.backoff_s, e)
                 self._loop.call_later(self.backoff_s, self._changes.put_nowait, (pid, state))
+            except Exception as e:  # noqa: BLE001 - not here, an epoch cache ahead: logged, the next change applied
+                log.error("vnode %d of database %s: partition state not applied: %s: %s", pid.vgroup, pid.db_id,
+                          type(e).__name__, e)
 
     async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
