@@ -77,12 +77,16 @@ class Led:
 
     views: dict[tuple[str, int], LeaderView] = field(default_factory=dict)
     registered: dict[int, int] = field(default_factory=dict)
+    told: Counter[tuple[str, int]] = field(default_factory=Counter)  # fetches recorded, by vnode
 
     def leader_view(self, db_id: str, vgroup: int) -> LeaderView | None:
         return self.views.get((db_id, vgroup))
 
     def registered_epoch(self, node_id: int) -> int | None:
         return self.registered.get(node_id)
+
+    def fetched(self, db_id: str, vgroup: int) -> None:
+        self.told[(db_id, vgroup)] += 1
 
 
 @dataclass
@@ -252,6 +256,7 @@ async def test_the_followers_wal_equals_the_leaders_byte_for_byte(etcd: EtcdClus
                                   "last_fetched_epoch": 1, "durable_version": 0})
         assert answer.high_watermark == (await p.leader.vnode(DB, 0)).wal.next_version
         assert answer.entries in (None, b"") and answer.error_code == ErrorCode.none
+        assert p.led.told[(await p.leader.db_id(DB), 0)] >= 2  # every recorded fetch told, for the manager
 
 
 async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd: EtcdCluster,

@@ -114,7 +114,7 @@ class Store:
         self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_uuids: dict[str, uuid.UUID] = {}
         # group commit (:mod:`~walgate.storage.durability`): what appends and commits left to be fsynced
-        self.unsynced = Unsynced(self._records_durable) if group_commit else None
+        self.unsynced = Unsynced(self.records_visible) if group_commit else None
         # the coordinator lane's own notes (taken at the end of its calls, never by the storage lane's)
         self.coordinator_unsynced = Unsynced(_no_wake) if group_commit else None
         # the group coordinator's partitions: committed offsets and group records (owned by the coordinator lane)
@@ -141,8 +141,9 @@ class Store:
 
     # ------------------------------------------------------------ databases
 
-    def _records_durable(self, owner: tuple[str, int]) -> None:
-        """Group commit made versions of vnode ``owner`` (database, index) durable, hence visible: wake its topics."""
+    def records_visible(self, owner: tuple[str, int]) -> None:
+        """Versions of vnode ``owner`` (database, index) became visible (durable under group commit, or under a
+        replicated vnode's higher high watermark): wake its topics' long polls."""
         db, index = owner
         for name, topic in self.catalog.topics.items():
             if topic.db == db:

@@ -383,6 +383,8 @@ class Wal:
         self._syncing = False  # a PendingSync is taken and not done
         self._sync_rewrites = False  # ... and it rewrites the segment's bytes (truncate_to waits for it)
         self.held: str | None = None  # why appends are refused (a truncation whose derived files are not cut yet)
+        # a replicated vnode's high watermark given (log end, durable end), on the vnode's lane; None: no replicas
+        self.replication: Callable[[int, int], int] | None = None
         self.segments: list[Segment] = []
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced
@@ -606,7 +608,12 @@ class Wal:
     @property
     def visible_version(self) -> int:
         """Versions below this one may be served to consumers: the durable ones under group commit (what Kafka's
-        high watermark is: a record is read only once it is committed), every appended one otherwise."""
+        high watermark is: a record is read only once it is committed), every appended one otherwise; for a
+        replicated vnode (:attr:`replication` set by the replica manager, :mod:`walgate.gateway.replicas`) the
+        least of its durable end and the replicas' high watermark (issue 25: what every replica in the ISR holds
+        durably), asked at each read, so a local sync that moves the leader's high watermark is seen at once."""
+        if self.replication is not None:
+            return min(self.durable_version, self.replication(self.next_version, self.durable_version))
         return self.durable_version if self.group_commit else self.next_version
 
     @property

@@ -1,9 +1,9 @@
 """The vnodes this node leads with followers: what a follower's WalFetch is answered from.
 
-Step 5 of docs/plans/replication-wiring.md (the replica manager, ``gateway/replicas.py``) keeps one
-:class:`~walgate.replication.leader.LeaderView` per led vnode, made from the vnode's partition state, and implements
-this protocol; until then no node leads a replicated vnode (no replicas exist before step 2) and
-:attr:`Broker.led <walgate.gateway.kafka.broker.Broker.led>` is None: every WalFetch partition is answered
+The replica manager (:class:`walgate.gateway.replicas.ReplicaManager`, step 5 of docs/plans/replication-wiring.md)
+keeps one :class:`~walgate.replication.leader.LeaderView` per led vnode, made from the vnode's partition state, and
+implements this protocol; ``walgate serve`` does not start it yet (no replicas exist before step 2 is wired), so
+:attr:`Broker.led <walgate.gateway.kafka.broker.Broker.led>` is None there: every WalFetch partition is answered
 NOT_LEADER_OR_FOLLOWER.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from walgate.replication.leader import LeaderView
+from walgate.storage.lanes import VnodeKey
+from walgate.wire.errors import ErrorCode
 
 __all__ = ["LedVnodes"]
 
@@ -24,3 +26,13 @@ class LedVnodes(Protocol):
     def registered_epoch(self, node_id: int) -> int | None:
         """The broker epoch node ``node_id`` is registered under now (KIP-903), None when it is not registered.
         Called on the vnode's lane too: a read of what the event loop last learned."""
+
+    def fetched(self, db_id: str, vgroup: int) -> None:
+        """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the
+        vnode's lane): readers and acks=all writes the high watermark now passes are told."""
+
+    async def acknowledged(self, key: VnodeKey, last_version: int, timeout_s: float) -> ErrorCode:
+        """The answer of an acks=all write to vnode ``key`` (database name, vgroup) this node leads, appended up to
+        WAL version ``last_version`` and durable here: once the high watermark passes it, NONE or
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND; NOT_LEADER_OR_FOLLOWER when this node stops leading it first;
+        REQUEST_TIMED_OUT after ``timeout_s`` (:class:`~walgate.gateway.purgatory.Purgatory`). On the event loop."""

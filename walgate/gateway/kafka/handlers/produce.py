@@ -14,11 +14,18 @@
   one partition, expected or not, is that partition's error code (the table
   of :mod:`.common`: a write the disk refused is KAFKA_STORAGE_ERROR); the
   other partitions are written and answered as usual. ``acks`` 1 and -1 (all)
-  are the same on one node; ``acks=0`` gets no response (:class:`~.common.Unanswered`: the metrics still count the
+  are the same on one node and for every vnode without replicas; ``acks=0`` gets no response (:class:`~.common.Unanswered`: the metrics still count the
   partitions appended), and when a partition is refused the connection is closed, as Kafka does, so that the client
   notices and refreshes its metadata. Under group commit (the gateway's) a partition is
   answered once its write is durable, one fdatasync covering many requests (see
   :mod:`walgate.gateway.group_commit`); a failed one answers KAFKA_STORAGE_ERROR.
+* A Kafka-native partition whose vnode is replicated (issue 25; the replica manager, :mod:`walgate.gateway.replicas`)
+  is refused before its append by a node that does not lead it (NOT_LEADER_OR_FOLLOWER) and, for ``acks=all``, while
+  its ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS); an ``acks=all`` write is answered, after it is
+  durable here, once the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR then is below the
+  minimum, NOT_LEADER_OR_FOLLOWER when deposed first, REQUEST_TIMED_OUT after the request's ``timeout_ms``: Kafka's
+  produce purgatory, :mod:`walgate.gateway.purgatory`); ``acks=1`` after the local append, as Kafka. TDengine topics
+  over a replicated database (rows in several vnodes) do not take this path yet.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
   ``producer_byte_rate``; over it, the answer carries ``throttle_time_ms`` (with ``acks=0``, which gets no answer,
   the server mutes the connection that long instead).
@@ -74,11 +81,12 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
 from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
+from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotHere, StorageUnavailable
-from walgate.storage.lanes import partition_keys
+from walgate.storage.errors import NotHere, StorageError, StorageUnavailable
+from walgate.storage.lanes import VnodeKey, partition_keys
 from walgate.storage.partitions import TransactionsUnsupported
 from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
@@ -120,9 +128,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -
         writable, denied, refused = _nothing, ErrorCode.transactional_id_authorization_failed, {}
     others = other_nodes(broker, ctx.listener.name)
     written = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
-    answers, needs = await broker.call_on(lambda topics: partition_keys(topics, written), _produce, request,
-                                          int(time.time() * 1000), writable, denied, refused, broker.node_id, others)
+    answers, needs, waits = await broker.call_on(
+        lambda topics: partition_keys(topics, written), _produce, request, int(time.time() * 1000), writable, denied,
+        refused, broker.node_id, others, broker.led)
     await asyncio.gather(*(_durable(broker, answers, key, part) for key, part in needs.items() if part))
+    await _replicated(broker.led, answers, waits, request.timeout.total_seconds())
     throttle = 0
     if PRODUCE_RATE in broker.quotas.keys:  # client quotas: see walgate.gateway.quotas
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
@@ -151,6 +161,45 @@ async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswe
         await broker.storage.durable(needs)
     except StorageUnavailable as exc:
         answers[key] = _answer(key[1], error_of(exc, PRODUCE), str(exc))
+
+
+async def _replicated(led: LedVnodes | None, answers: dict[tuple[str, int], PartitionAnswer],
+                      waits: dict[tuple[str, int], tuple[VnodeKey, int]], timeout_s: float) -> None:
+    """acks=all writes to replicated vnodes, durable here: each answered once the high watermark passes its last
+    version, or with the error the wait ended on (:meth:`LedVnodes.acknowledged
+    <walgate.gateway.kafka.led_vnodes.LedVnodes.acknowledged>`)."""
+    waiting = [key for key in waits if answers[key]["error_code"] == ErrorCode.none]
+    if led is None or not waiting:
+        return
+    codes = await asyncio.gather(*(led.acknowledged(*waits[key], timeout_s) for key in waiting))
+    for key, code in zip(waiting, codes):
+        if code != ErrorCode.none:
+            answers[key] = _answer(key[1], code)
+
+
+def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, acks: int
+                 ) -> tuple[VnodeKey, ErrorCode | None] | None:
+    """For a Kafka-native partition whose vnode is replicated (its WAL's high watermark is the replica manager's,
+    :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`): (the vnode, the error refusing the write before
+    its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not lead it (now), and for acks=all
+    NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas`` (:meth:`LeaderView.check_produce
+    <walgate.replication.leader.LeaderView.check_produce>`). None for any other partition: written as on a single
+    node (a partition not here, or not known, is answered by the append)."""
+    topics = engine.store.topics()
+    found = topics.topic(topic)
+    if found is None or not topics.is_native(topic):
+        return None
+    try:
+        wal = engine.store.local_vnode(found.db, index).wal
+        db_id = engine.database(found.db).id
+    except StorageError:
+        return None
+    if wal.replication is None:
+        return None
+    view = None if led is None else led.leader_view(db_id, index)
+    if view is None or view.deposed:
+        return (found.db, index), ErrorCode.not_leader_or_follower
+    return (found.db, index), view.check_produce() if acks == -1 else None
 
 
 def _nothing(_: str) -> bool:
@@ -228,17 +277,22 @@ async def _verify_transactions(broker: Broker, api_version: int, request: Produc
 
 
 def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callable[[str], bool] | None, denied: int,
-             refused: dict[tuple[str, int], PartitionAnswer], node_id: int, others: Endpoints
-             ) -> tuple[dict[tuple[str, int], PartitionAnswer], dict[tuple[str, int], list[Need]]]:
+             refused: dict[tuple[str, int], PartitionAnswer], node_id: int, others: Endpoints,
+             led: LedVnodes | None) -> tuple[dict[tuple[str, int], PartitionAnswer],
+                                             dict[tuple[str, int], list[Need]],
+                                             dict[tuple[str, int], tuple[VnodeKey, int]]]:
     """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
     in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
     on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
     topic ``writable`` refuses (None: all allowed) answers ``denied`` in every partition, unwritten; a partition of
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
     *node_id*'s dynamic broker defaults; a partition placed on another node names it when it is one of ``others``
-    (:mod:`walgate.gateway.kafka.leaders`)."""
+    (:mod:`walgate.gateway.kafka.leaders`). A partition of a replicated vnode is checked first (:func:`_replication`);
+    with acks=all, its vnode and last WAL version are returned to wait for the high watermark (``waits``)."""
     answers: dict[tuple[str, int], PartitionAnswer] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
+    waits: dict[tuple[str, int], tuple[VnodeKey, int]] = {}
+    vnodes: dict[int, VnodeKey] = {}
     for t in request.topic_data:
         if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
             answers.update(((t.name, p.index), _answer(p.index, denied)) for p in t.partition_data)
@@ -250,8 +304,12 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
             elif request.acks not in _ACKS:
                 answers[(t.name, p.index)] = _answer(p.index, ErrorCode.invalid_required_acks,
                                                      f"acks must be -1, 0 or 1, not {request.acks}")
+            elif (replicated := _replication(engine, led, t.name, p.index, request.acks)) and replicated[1]:
+                answers[(t.name, p.index)] = _answer(p.index, replicated[1])
             else:
                 appends.append((p.index, p.records or b""))
+                if replicated is not None and request.acks == -1:
+                    vnodes[p.index] = replicated[0]
         try:
             results = engine.partitions.append(t.name, appends, now, node_id) if appends else []
         except Exception as exc:  # noqa: BLE001 - the topic's partitions answer it, other topics unaffected
@@ -263,7 +321,10 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
                 answers[(t.name, index)] = _answer(index, ErrorCode.none, None, result.base_offset,
                                                    result.log_append_time, result.log_start)
                 needs[(t.name, index)] = result.needs
-    return answers, needs
+                if index in vnodes:  # (a partition is a vnode of its own: its append is the WAL's last)
+                    waits[(t.name, index)] = vnodes[index], engine.store.local_vnode(*vnodes[index]).wal.next_version - 1
+        vnodes.clear()
+    return answers, needs, waits
 
 
 def _refused(index: int, exc: Exception, others: Endpoints) -> PartitionAnswer:

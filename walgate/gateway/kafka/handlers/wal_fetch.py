@@ -23,6 +23,8 @@ Per vnode, in the request's order, on the vnode's lane:
   DivergingEpoch: one round trip, no window for a leader change between asking and fetching);
 * the fetch recorded in the leader's :class:`~walgate.replication.leader.LeaderView` (``fetch_version`` past the
   WAL's end: OFFSET_OUT_OF_RANGE), never a diverging one, whose position would overstate what the follower holds;
+  the high watermark updated and :meth:`LedVnodes.fetched <walgate.gateway.kafka.led_vnodes.LedVnodes.fetched>`
+  told (readers woken, acks=all writes answered);
 * else whole batches from ``fetch_version`` (:meth:`Wal.batches_from <walgate.storage.wal.Wal.batches_from>`, sent
   with ``sendfile`` from :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` on, as Fetch's), never past the
   start of the next leader epoch, all of ``entries_epoch``: more than one only within ``partition_max_bytes`` and
@@ -112,6 +114,7 @@ def _partition(engine: Engine, led: LedVnodes, request: WalFetchRequest, p: WalF
     if error is not None:
         return _answer(p, error, **known)
     known["high_watermark"] = view.update_hw(wal.next_version, wal.durable_version)
+    led.fetched(p.db_id.hex, p.vgroup)
     epoch, stop = _entries_epoch(vnode, p.fetch_version)
     if limit <= 0:
         return _answer(p, ErrorCode.none, **known, entries_epoch=epoch)

@@ -1,0 +1,67 @@
+"""The acks=all purgatory (:mod:`walgate.gateway.purgatory`): a write is answered exactly when a high watermark past
+its last version is posted, never before; with the ISR then below ``min.insync.replicas``,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND; NOT_LEADER_OR_FOLLOWER when the leader resigns first; REQUEST_TIMED_OUT after
+its timeout; a high watermark posted before the wait began counts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from walgate.gateway.purgatory import Purgatory
+from walgate.wire.errors import ErrorCode
+
+KEY = ("db", 0)
+OTHER = ("db", 1)
+
+
+async def _settled() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def test_a_write_is_answered_exactly_when_the_high_watermark_passes_it() -> None:
+    p = Purgatory()
+    w5 = asyncio.create_task(p.wait(KEY, 5, 30.0))
+    w9 = asyncio.create_task(p.wait(KEY, 9, 30.0))
+    await _settled()
+    for hw in (0, 3, 5):  # a high watermark of 5 holds versions below 5: version 5 not yet
+        p.advance(KEY, hw, 3, 2)
+        p.advance(OTHER, 100, 3, 2)  # (another vnode's)
+        await _settled()
+        assert not w5.done() and not w9.done() and p.waiting(KEY) == 2
+    p.advance(KEY, 6, 3, 2)
+    assert await w5 == ErrorCode.none
+    await _settled()
+    assert not w9.done() and p.waiting(KEY) == 1
+    p.advance(KEY, 10, 2, 2)
+    assert await w9 == ErrorCode.none and p.waiting(KEY) == 0
+
+
+async def test_the_isr_below_min_when_passed_is_not_enough_replicas_after_append() -> None:
+    p = Purgatory()
+    w = asyncio.create_task(p.wait(KEY, 1, 30.0))
+    await _settled()
+    p.advance(KEY, 2, 1, 2)
+    assert await w == ErrorCode.not_enough_replicas_after_append
+
+
+async def test_a_high_watermark_posted_before_the_wait_counts_until_the_leader_resigns() -> None:
+    p = Purgatory()
+    p.advance(KEY, 4, 3, 2)
+    assert await p.wait(KEY, 3, 30.0) == ErrorCode.none
+    w = asyncio.create_task(p.wait(KEY, 4, 30.0))
+    await _settled()
+    assert not w.done()
+    p.fail(KEY, ErrorCode.not_leader_or_follower)
+    assert await w == ErrorCode.not_leader_or_follower
+    w = asyncio.create_task(p.wait(KEY, 3, 0.05))  # what was posted before the resignation is forgotten
+    assert await w == ErrorCode.request_timed_out
+
+
+async def test_a_write_not_passed_in_time_times_out_and_leaves_nothing_waiting() -> None:
+    p = Purgatory()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert await p.wait(KEY, 0, 0.05) == ErrorCode.request_timed_out
+    assert loop.time() - start >= 0.05 and p.waiting(KEY) == 0
+    p.advance(KEY, 1, 3, 2)  # (nothing left to answer)

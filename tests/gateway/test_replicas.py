@@ -1,0 +1,414 @@
+"""The replica manager (:mod:`walgate.gateway.replicas`, docs/plans/replication-wiring.md step 5): three in-process
+nodes over a real one-member etcd, each with its own engine, data dir, WalFetch handlers on a real socket and a
+manager following the partition states; the followers fetch over their SCRAM-authenticated node links.
+
+What holds: a partition state written in etcd naming node 1 leader and nodes 2 and 3 followers makes the followers'
+WALs byte-equal to the leader's; the leader's visible version is the high watermark, which passes a write only once
+every ISR member holds it durably (followers stopped: not visible; back: visible), and a follower's is the high
+watermark its leader's answers carried; a stopped follower leaves the ISR in etcd after ``replica.lag.time.max.ms``
+and rejoins it once fetching again (KIP-497, KIP-903 under its registered broker epoch); a leader deposed in etcd
+follows the new leader, answers WalFetch NOT_LEADER_OR_FOLLOWER, and the new leader's epoch is begun at its end.
+Produce (raw v9 requests on the leader's socket, a Kafka-native topic): acks=all answered only once both followers
+hold the write durably (checked at the moment of the answer), REQUEST_TIMED_OUT while they do not fetch, acks=1 at
+once; NOT_ENOUGH_REPLICAS before the append once the ISR in etcd shrank below ``min.insync.replicas``, answered again
+once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to the write waiting too. A takeover
+whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import errno
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
+from tests.gateway.test_wal_fetch import PARTITION, REQUEST, STABLE, WAL, Side, _side
+from walgate.cluster.etcd import tx
+from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
+from walgate.cluster.partition_states import PartitionStates
+from walgate.gateway.cluster_member import ClusterMember
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.kafka.server import KafkaServer
+from walgate.gateway.metrics import Metrics
+from walgate.gateway.replicas import ReplicaManager
+from walgate.replication.partition import IsrMember, PartitionState
+from walgate.storage import catalog, native_topics
+from walgate.wire import encode_batch
+from walgate.wire.errors import ErrorCode
+from walgate.wire.protocol import request_class
+from walgate.wire.serial import fields_of
+
+DB = "rep"
+DB_ID = "5e" * 16  # the one id the three catalogs give the database, as the cluster's shared catalog does
+TOPIC = "events"
+PRODUCE: Any = request_class(0, 9)
+TOPIC_DATA: Any = next(f.entity for f in fields_of(PRODUCE) if f.name == "topic_data")
+PARTITION_DATA: Any = next(f.entity for f in fields_of(TOPIC_DATA) if f.name == "partition_data")
+WAIT_S = 30.0
+LAG_MS = 1500
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    with etcd_cluster(tmp_path / "etcd", 1) as cluster:
+        yield cluster
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Wait (bounded) for ``check()`` to hold."""
+    deadline = time.monotonic() + WAIT_S
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Node:
+    side: Side
+    broker: Broker
+    server: KafkaServer
+    port: int
+    db: str = DB
+    manager: ReplicaManager | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> int:
+        return self.side.member.node_id
+
+    async def wal(self) -> Any:
+        return (await self.side.vnode(self.db, 0)).wal
+
+    def led(self) -> dict[Any, Any]:
+        return {} if self.manager is None or self.task is None else self.manager.led
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.task = None
+        self.broker.led = None
+
+
+@dataclass
+class Trio:
+    nodes: dict[int, Node]
+    registered: dict[int, int]
+    states: PartitionStates
+
+    def start(self, node_id: int) -> None:
+        """Start node ``node_id``'s replica manager (again)."""
+        node = self.nodes[node_id]
+        member = node.side.member
+        node.manager = ReplicaManager(
+            node_id, self.registered[node_id], node.side.engine, node.side.storage,
+            PartitionStates(member.session, member.keys), lambda: self.registered,
+            lambda: NodeLinks(member, "PLAINTEXT", None, timeout_s=WAIT_S), lag_max_ms=LAG_MS, fetch_wait_ms=100,
+            backoff_s=0.05)
+        node.broker.led = node.manager
+        node.task = asyncio.create_task(node.manager.run())
+
+    async def stop(self, node_id: int) -> None:
+        """Stop node ``node_id``'s replica manager (its fetchers, its views): a follower stopped."""
+        await self.nodes[node_id].stop()
+
+    async def write_state(self, state: PartitionState) -> None:
+        key = partition_key(self.states.keys, PartitionId(DB_ID, 0))
+        await self.states.session.txn([], [tx.Put(key, encode_state(state))])
+
+    async def state(self) -> PartitionState:
+        state = await self.states.read(PartitionId(DB_ID, 0))
+        assert state is not None
+        return state
+
+    async def started(self) -> None:
+        """Every node's manager started, then a state naming node 1 leader of (1, 2, 3) written; node 1 leading."""
+        for n in (1, 2, 3):
+            self.start(n)
+        await self.write_state(self.initial())
+        await self.leading(1)
+
+    async def isr_is(self, ids: set[int]) -> bool:
+        return {m.replica for m in (await self.state()).isr} == ids
+
+    async def leading(self, node_id: int) -> None:
+        """Wait until node ``node_id`` leads vnode 0 (its epoch begun, its view made)."""
+        await until(lambda: _is(PartitionId(DB_ID, 0) in self.nodes[node_id].led()), f"node {node_id} leads")
+
+    def initial(self, leader: int = 1, epoch: int = 1, min_isr: int = 2) -> PartitionState:
+        return PartitionState((1, 2, 3), leader, epoch, 0, tuple(IsrMember(n, e) for n, e in sorted(
+            self.registered.items())), (), min_isr)
+
+    async def insert(self, node_id: int, k: int) -> None:
+        await self.nodes[node_id].side.sql(
+            f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l{k}', {k}) VALUES ({1_700_000_000_000 + k}, 1.0, {k})")
+
+    async def same_wals(self, *node_ids: int) -> bytes:
+        """The WAL of vnode 0, equal byte for byte on ``node_ids``."""
+        raws = [await self.nodes[n].side.wal_bytes(self.nodes[n].db, 0) for n in node_ids]
+        assert raws[0] and all(r == raws[0] for r in raws), [len(r) for r in raws]
+        return raws[0]
+
+    async def caught_up(self, *node_ids: int, leader: int = 1) -> None:
+        async def check() -> bool:
+            ends = {(await self.nodes[n].wal()).next_version for n in (leader, *node_ids)}
+            return len(ends) == 1
+        await until(check, f"nodes {node_ids} caught up with node {leader}")
+
+
+@asynccontextmanager
+async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
+               native: bool = False) -> AsyncIterator[Trio]:
+    """Three nodes holding one database of id :data:`DB_ID` (``native``: the Kafka-native topic :data:`TOPIC`'s, its
+    WAL fsynced at every append), no partition state yet."""
+    nodes: dict[int, Node] = {}
+    try:
+        for n in (1, 2, 3):
+            side = await _side(etcd, tmp_path / f"n{n}", n)
+            broker = Broker(engine=side.engine, storage=side.storage, node_id=n, host="127.0.0.1", port=0,
+                            cluster_id="replicas", versions=advertised(),
+                            groups=GroupService(side.engine, side.storage), wakeups=side.wakeups,
+                            cluster=side.member)
+            server = KafkaServer(broker, 1 << 24, metrics=Metrics())
+            _, port = await server.start("127.0.0.1", 0)
+            nodes[n] = Node(side, broker, server, port)
+            await side.member.join((f"PLAINTEXT://127.0.0.1:{port}",))
+        registered: dict[int, int] = {}
+        for node in nodes.values():
+            await node.side.member.refresh()
+            assert node.side.member.registration is not None and node.side.member.registration.epoch is not None
+            registered[node.id] = node.side.member.registration.epoch
+        monkeypatch.setattr(catalog, "new_db_id", lambda: DB_ID)
+        monkeypatch.setattr(native_topics, "new_db_id", lambda: DB_ID)
+        for node in nodes.values():
+            if native:
+                engine = node.side.engine
+                await node.side.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
+                node.db = (await node.side.call(engine.topic, TOPIC)).db
+            else:
+                await node.side.sql(f"CREATE DATABASE {DB} VGROUPS 1 {WAL}")
+                await node.side.sql(STABLE)
+        monkeypatch.undo()
+        yield Trio(nodes, registered, PartitionStates(nodes[1].side.member.session, nodes[1].side.member.keys))
+    finally:
+        for node in nodes.values():
+            await node.stop()
+        for node in nodes.values():
+            await node.server.stop()
+            await node.side.member.leave()
+            await node.side.storage.call(node.side.engine.close)
+            node.side.storage.shutdown()
+
+
+async def test_followers_named_in_etcd_copy_the_leaders_wal_and_the_hw_gates_what_is_visible(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        for k in range(4):
+            await t.insert(1, k)
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)
+        leader = await t.nodes[1].wal()
+        await until(lambda: _is(leader.visible_version == leader.next_version), "the HW reaches the leader's end")
+        for n in (2, 3):  # a follower's visible version: the HW its leader's answers carried
+            wal = await t.nodes[n].wal()
+            await until(lambda w=wal: _is(w.visible_version == leader.next_version), f"node {n} learns the HW")
+        assert [e.epoch for e in (await t.nodes[2].side.vnode(DB, 0)).epochs.entries][-1] == 1
+
+        for n in (2, 3):  # no follower fetches: a new write is durable on the leader but not visible
+            await t.stop(n)
+        before = leader.visible_version
+        await t.insert(1, 10)
+        await t.nodes[1].manager.after_sync((DB, 0))  # (the leader's own sync counts: not enough alone)
+        assert leader.durable_version == leader.next_version > before == leader.visible_version
+        assert (await t.nodes[1].side.sql(f"SELECT COUNT(*) FROM {DB}.meters")).rows  # (served: the table path)
+        t.start(2)  # one follower back: the ISR (1, 2, 3) still needs node 3's durable end
+        await t.caught_up(2)
+        assert leader.visible_version == before
+        t.start(3)
+        await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes the new write")
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)
+
+
+async def test_a_stopped_follower_leaves_the_isr_and_rejoins_once_caught_up(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        await t.stop(3)
+        stopped = time.monotonic()
+        await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR")
+        assert time.monotonic() - stopped >= LAG_MS / 1000 * 0.9  # not before replica.lag.time.max.ms
+        leader = await t.nodes[1].wal()
+        await t.insert(1, 1)  # the ISR (1, 2) has min.insync.replicas 2: the HW passes the write without node 3
+        await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
+        assert (await t.nodes[3].wal()).next_version < leader.next_version
+        t.start(3)
+        await until(lambda: t.isr_is({1, 2, 3}), "node 3 rejoins the ISR")
+        assert (await t.state()).member(3) == IsrMember(3, t.registered[3])  # under its registered broker epoch
+        await t.same_wals(1, 3)
+
+
+async def test_a_leader_deposed_in_etcd_follows_the_new_one(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        end = (await t.nodes[2].wal()).next_version
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        await t.leading(2)
+        await until(lambda: _is(not t.nodes[1].led()), "node 1 no longer leads")
+        request = REQUEST(replica_id=3, broker_epoch=t.registered[3], max_wait=0, min_bytes=1, max_bytes=1 << 20,
+                          partitions=(PARTITION(db_id=uuid.UUID(DB_ID), vgroup=0, current_leader_epoch=1,
+                                                fetch_version=end, last_fetched_epoch=1, durable_version=end,
+                                                partition_max_bytes=1 << 20),))
+        links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
+        try:
+            [answer] = (await asyncio.wait_for(links.call(1, request), WAIT_S)).partitions
+        finally:
+            links.close()
+        assert answer.error_code == ErrorCode.not_leader_or_follower
+        entries = (await t.nodes[2].side.vnode(DB, 0)).epochs.entries
+        assert (entries[-1].epoch, entries[-1].start_offset) == (2, end)  # begun at the new leader's end
+        await t.insert(2, 1)
+        await t.caught_up(1, 3, leader=2)
+        await t.same_wals(1, 2, 3)
+
+
+async def _is(value: bool) -> bool:
+    return value
+
+
+async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000) -> Any:
+    """One record produced to partition 0 of :data:`TOPIC` on node ``to`` (a raw Produce v9 over node 3's links);
+    the partition's answer."""
+    batch = encode_batch(0, [int(time.time() * 1000)], [b"k"], [b"v"])
+    request = PRODUCE(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
+                      topic_data=(TOPIC_DATA(name=TOPIC, partition_data=(PARTITION_DATA(index=0, records=batch),)),))
+    links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
+    try:
+        response = await asyncio.wait_for(links.call(to, request), WAIT_S)
+    finally:
+        links.close()
+    [topic] = response.responses
+    [answer] = topic.partition_responses
+    return answer
+
+
+async def test_acks_all_is_answered_once_the_isr_holds_the_write_and_min_isr_refuses_below(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        leader = await t.nodes[1].wal()
+        for k in range(3):
+            answer = await produce(t, 1, -1)
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, k)
+            end = leader.next_version  # at the moment of the answer: the HW passed it, both followers hold it
+            assert leader.visible_version == end
+            for n in (2, 3):
+                wal = await t.nodes[n].wal()
+                assert wal.next_version == end and wal.durable_version == end
+        await t.same_wals(1, 2, 3)
+
+        for n in (2, 3):
+            await t.stop(n)
+        answer = await produce(t, 1, 1)  # acks=1: answered after the local append
+        assert answer.error_code == ErrorCode.none and leader.visible_version < leader.next_version
+        answer = await produce(t, 1, -1, timeout_ms=300)  # the ISR still (1, 2, 3): appended, never passed
+        assert answer.error_code == ErrorCode.request_timed_out
+        assert (await t.nodes[2].wal()).next_version < leader.next_version
+        await until(lambda: t.isr_is({1}), "nodes 2 and 3 leave the ISR")
+        appended = leader.next_version
+        answer = await produce(t, 1, -1)  # below min.insync.replicas: refused before the append
+        assert answer.error_code == ErrorCode.not_enough_replicas and leader.next_version == appended
+        assert (await produce(t, 1, 1)).error_code == ErrorCode.none  # (acks=1 is not refused, as Kafka)
+
+        t.start(2)  # back under the same broker epoch: caught up, it rejoins (KIP-903), the ISR (1, 2) is enough
+        await until(lambda: t.isr_is({1, 2}), "node 2 rejoins the ISR")
+        answer = await produce(t, 1, -1)
+        assert answer.error_code == ErrorCode.none
+        assert (await t.nodes[2].wal()).durable_version == leader.next_version == leader.visible_version
+        await t.same_wals(1, 2)
+
+
+async def test_a_deposed_leader_refuses_produce_and_its_waiting_writes(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        assert (await produce(t, 1, -1)).error_code == ErrorCode.none
+        await t.stop(3)
+        await t.stop(2)
+        waiting = asyncio.create_task(produce(t, 1, -1))  # appended, waiting for followers that do not fetch
+        manager = t.nodes[1].manager
+        assert manager is not None
+        await until(lambda: _is(manager.purgatory.waiting((t.nodes[1].db, 0)) == 1), "the write waits")
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        assert (await waiting).error_code == ErrorCode.not_leader_or_follower
+        assert (await produce(t, 1, -1)).error_code == ErrorCode.not_leader_or_follower
+        assert (await produce(t, 1, 1)).error_code == ErrorCode.not_leader_or_follower
+
+
+async def test_a_follower_restarted_under_a_new_broker_epoch_rejoins_the_isr_under_it(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        old = t.registered[3]
+        await t.stop(3)  # node 3 restarts: a new registration, a new broker epoch (KIP-903)
+        node = t.nodes[3]
+        await node.side.member.leave()
+        node.side.member = ClusterMember(etcd.spec, "walgate", 3, node.side.data_dir, 2000)
+        await node.side.member.kafka_cluster_id()
+        await node.side.member.join((f"PLAINTEXT://127.0.0.1:{node.port}",))
+        await node.side.member.refresh()
+        assert node.side.member.registration is not None and node.side.member.registration.epoch is not None
+        t.registered[3] = new = node.side.member.registration.epoch
+        assert new != old
+        await t.insert(1, 1)
+        t.start(3)
+
+        async def rejoined() -> bool:  # (the old incarnation's entry removed, then the new one admitted)
+            return (await t.state()).member(3) == IsrMember(3, new)
+        await until(rejoined, "node 3 in the ISR under its new broker epoch")
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)
+
+
+async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        epochs = (await t.nodes[1].side.vnode(DB, 0)).epochs
+        refused = []
+        replace_file = epochs._replace
+
+        def refuse_once(entries: Any) -> None:
+            if not refused:
+                refused.append(entries)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            replace_file(entries)
+        monkeypatch.setattr(epochs, "_replace", refuse_once)
+        await t.started()  # (leading only once the retry wrote the epoch)
+        assert refused and [e.epoch for e in epochs.entries][-1] == 1
+        assert "partition state not applied, retried" in caplog.text and "Traceback" not in caplog.text
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)

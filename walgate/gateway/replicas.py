@@ -1,0 +1,374 @@
+"""The replica manager: this node's part in every replicated vnode it holds (docs/plans/replication-wiring.md,
+step 5; Kafka's ``ReplicaManager.applyDelta``).
+
+It follows the partition states in etcd (:meth:`PartitionStates.follow
+<walgate.cluster.partition_states.PartitionStates.follow>`) and applies each change of a vnode this node holds, in
+the order etcd reports them, the vnode's calls on its lane:
+
+* **lead** it, when the state names this node leader under its own broker epoch
+  (:func:`~walgate.replication.partition.leads`, KIP-903): on taking over, the leader epoch is begun in the vnode's
+  cache at its WAL's end (:meth:`LeaderEpochs.begin <walgate.storage.leader_epochs.LeaderEpochs.begin>`) and a
+  :class:`~walgate.replication.leader.LeaderView` made from the state, which WalFetch answers from (this object is
+  the :class:`~walgate.gateway.kafka.led_vnodes.LedVnodes` set on :attr:`Broker.led
+  <walgate.gateway.kafka.broker.Broker.led>`); a later state of the same epoch (an ISR change) is given to the view.
+  Every ``lag_max_ms / 2`` the view's ISR proposal (KIP-497: shrink the members not caught up for ``lag_max_ms``,
+  expand by followers caught up under their registered broker epoch) is written with
+  :meth:`PartitionStates.alter_isr <walgate.cluster.partition_states.PartitionStates.alter_isr>`; refused because
+  the state moved on, the state read back is taken and the next round proposes again; refused because this node no
+  longer leads (FENCED_LEADER_EPOCH) or is fenced (STALE_BROKER_EPOCH), it stops leading;
+* **follow** ``state.leader`` in ``state.leader_epoch``: one :class:`~walgate.gateway.replica_fetcher.ReplicaFetcher`
+  per leader node, each over a :class:`~walgate.gateway.kafka.node_links.NodeLinks` of its own (a long-polling
+  WalFetch must not hold up other requests to that node); a vnode moves between fetchers as its leader changes, and
+  a fetcher left with no vnode is stopped;
+* **stop** (this node no longer a replica, the state deleted, or no leader elected): neither.
+
+The high watermark (issue 25): a replicated vnode's visible version is the least of its durable end and the
+replicas' high watermark (:attr:`Wal.replication <walgate.storage.wal.Wal.replication>`, the one seam every
+watermark, ListOffsets and Fetch go through). On the leader it is :meth:`LeaderView.update_hw` over the ISR's
+durable ends, asked at every read, after every follower fetch (:meth:`fetched`) and after a local write's sync
+(:meth:`after_sync`), so the leader's own sync moves it too; each rise wakes the vnode's topics' long polls and
+answers the acks=all writes it passed (:class:`~walgate.gateway.purgatory.Purgatory`). On a follower it is the high
+watermark the leader's answers carried (capped by what the follower holds); on a replica that stopped, the visible
+version it had then. A vnode that never had a partition state (a single node's, every vnode before step 2 of the
+plan) is not touched: its watermarks are as before.
+
+``walgate serve`` does not start it yet: no replicated vnode exists before step 2 (replicas in the catalog) is
+wired; that wiring starts :meth:`run` with the node's :class:`PartitionStates`, sets :attr:`Broker.led` to it,
+gives it the registrations the node's membership view reads, and stops it at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.partition_states import PartitionStates
+from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.purgatory import Purgatory
+from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
+from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.leader import LeaderView
+from walgate.replication.partition import NO_LEADER, PartitionState, leads
+from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
+from walgate.storage.lanes import VnodeKey
+from walgate.storage.wal import Wal
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["ReplicaManager"]
+
+log = logging.getLogger("walgate.replication")
+
+
+def monotonic_ms() -> int:
+    """The clock of the views and of WalFetch's handler (the same one: lag is measured between their readings)."""
+    return int(time.monotonic() * 1000)
+
+
+def _fixed(version: int, _end: int, _durable: int) -> int:
+    return version
+
+
+def _learned(vnode: FollowedVnode, _end: int, _durable: int) -> int:
+    return vnode.high_watermark
+
+
+def _database_named(engine: Engine, db_id: str) -> str | None:
+    """The name of the database whose id is ``db_id`` here, None when this node does not know it (yet)."""
+    return next((db.name for db in engine.catalog.databases.values() if db.id == db_id), None)
+
+
+def _wal(engine: Engine, key: VnodeKey) -> Wal:
+    return engine.store.local_vnode(*key).wal
+
+
+def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: int, broker_epoch: int, now_ms: int,
+               lag_max_ms: int) -> LeaderView:
+    """On the vnode's lane: begin ``state``'s leader epoch at the WAL's end (unless the cache has it already) and
+    make the vnode's view from the high watermark it knew; its visible version is the view's from now on."""
+    vnode = engine.store.local_vnode(*key)
+    wal = vnode.wal
+    if vnode.epochs.latest_epoch > state.leader_epoch:
+        raise ValueError(f"its epoch cache holds epoch {vnode.epochs.latest_epoch}, newer than {state.leader_epoch}")
+    if vnode.epochs.latest_epoch < state.leader_epoch:
+        vnode.epochs.begin(state.leader_epoch, wal.next_version)
+    start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
+    view = LeaderView(node_id, broker_epoch, state, start, wal.visible_version, now_ms, lag_max_ms)
+    wal.replication = view.update_hw
+    return view
+
+
+@dataclass
+class _Led:
+    """A vnode this node leads: its view, the highest high watermark posted for it, its ISR proposer."""
+
+    key: VnodeKey
+    view: LeaderView
+    posted: int
+    proposer: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Fetching:
+    """The fetcher of one leader node, its own links, its task and the vnodes it fetches."""
+
+    fetcher: ReplicaFetcher
+    links: NodeLinks
+    task: asyncio.Task[None]
+
+
+class ReplicaManager:
+    """Node ``node_id``'s replicas, registered under ``broker_epoch`` (the module docstring). ``led`` and
+    ``following`` (vnode -> leader node) say what it does now; ``registered()`` gives the broker epoch of every
+    registered node (KIP-903), ``links()`` a new :class:`NodeLinks` for a fetcher.
+
+    Invariants: a vnode is in at most one of ``led`` and ``following``; each followed vnode is in the fetcher of
+    its leader only; the event loop alone changes these maps (lanes read them)."""
+
+    def __init__(self, node_id: int, broker_epoch: int, engine: Engine, storage: StorageThread,
+                 states: PartitionStates, registered: Callable[[], Mapping[int, int]],
+                 links: Callable[[], NodeLinks], *, lag_max_ms: int = 30_000, fetch_wait_ms: int = 500,
+                 backoff_s: float = 1.0, clock: Callable[[], int] = monotonic_ms) -> None:
+        self.node_id = node_id
+        self.broker_epoch = broker_epoch
+        self.engine = engine
+        self.storage = storage
+        self.states = states
+        self.registered = registered
+        self.links = links
+        self.lag_max_ms = lag_max_ms
+        self.fetch_wait_ms = fetch_wait_ms
+        self.backoff_s = backoff_s
+        self.clock = clock
+        self.purgatory = Purgatory()
+        self.led: dict[PartitionId, _Led] = {}
+        self.following: dict[PartitionId, int] = {}
+        self.fetching: dict[int, _Fetching] = {}
+        self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None]] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+
+    # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
+
+    def leader_view(self, db_id: str, vgroup: int) -> LeaderView | None:
+        led = self.led.get(PartitionId(db_id, vgroup))
+        return None if led is None else led.view
+
+    def registered_epoch(self, node_id: int) -> int | None:
+        return self.registered().get(node_id)
+
+    def fetched(self, db_id: str, vgroup: int) -> None:
+        led = self.led.get(PartitionId(db_id, vgroup))
+        if led is not None:
+            self._post(led)
+
+    async def acknowledged(self, key: VnodeKey, last_version: int, timeout_s: float) -> ErrorCode:
+        await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
+        return await self.purgatory.wait(key, last_version, timeout_s)
+
+    # ------------------------------------------------------------ the high watermark
+
+    def _post(self, led: _Led) -> None:
+        """On the vnode's lane, after its view's high watermark was updated: a rise wakes the vnode's topics' long
+        polls; the acks=all writes waiting are told the high watermark and the ISR (on the event loop)."""
+        view = led.view
+        if view.hw > led.posted:
+            led.posted = view.hw
+            self.engine.store.records_visible(led.key)
+        self._loop.call_soon_threadsafe(self.purgatory.advance, led.key, view.hw, len(view.state.isr),
+                                        view.state.min_isr)
+
+    def _synced(self, led: _Led) -> None:
+        wal = _wal(self.engine, led.key)
+        led.view.update_hw(wal.next_version, wal.durable_version)
+        self._post(led)
+
+    async def after_sync(self, key: VnodeKey) -> None:
+        """A local write to vnode ``key`` is durable: its high watermark counts this node's new durable end (the
+        followers may have fetched it before the leader's own sync completed)."""
+        led = next((led for led in self.led.values() if led.key == key), None)
+        if led is not None:
+            await self.storage.call_on(frozenset([key]), functools.partial(self._synced, led))
+
+    # ------------------------------------------------------------ following the partition states
+
+    async def run(self) -> None:
+        """Follow the partition states until cancelled, then stop leading and following everything."""
+        worker = asyncio.create_task(self._apply_changes(), name="walgate-replicas")
+        try:
+            await self.states.follow(lambda pid, state: self._changes.put_nowait((pid, state)))
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            await self.close()
+
+    async def _apply_changes(self) -> None:
+        """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
+        after ``backoff_s`` while it is still the newest state seen of its vnode; any other failure (the vnode not
+        here, its epoch cache ahead of the state) is logged and left to the next change."""
+        while True:
+            pid, state = await self._changes.get()
+            if state is not None and self.states.states.get(pid) != state:
+                continue  # (a retry overtaken by a newer change, which is applied instead)
+            try:
+                await self.apply(pid, state)
+            except StorageUnavailable as e:
+                log.error("vnode %d of database %s: partition state not applied, retried in %.1f s: %s",
+                          pid.vgroup, pid.db_id, self.backoff_s, e)
+                self._loop.call_later(self.backoff_s, self._changes.put_nowait, (pid, state))
+            except Exception as e:  # noqa: BLE001 - not here, an epoch cache ahead: logged, the next change applied
+                log.error("vnode %d of database %s: partition state not applied: %s: %s", pid.vgroup, pid.db_id,
+                          type(e).__name__, e)
+
+    async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
+        """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
+        db = await self.storage.call(_database_named, self.engine, pid.db_id)
+        if db is None:
+            if state is not None and self.node_id in state.replicas:
+                log.warning("vnode %d of database %s: not applied, the database is not known here", pid.vgroup,
+                            pid.db_id)
+            return
+        key = (db, pid.vgroup)
+        if state is None or self.node_id not in state.replicas or state.leader == NO_LEADER:
+            await self._stop(pid, key)
+        elif leads(state, self.node_id, self.broker_epoch):
+            await self._lead(pid, key, state)
+        elif state.leader == self.node_id:  # named leader under an older incarnation: wait for the next election
+            await self._stop(pid, key)
+        else:
+            await self._follow(pid, key, state)
+
+    async def _lead(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
+        led = self.led.get(pid)
+        if led is not None and led.view.leader_epoch == state.leader_epoch:
+            await self.storage.call_on(frozenset([key]), functools.partial(self._restate, led, state))
+            return
+        self._resign(pid)
+        self._unfollow(pid, key)
+        view = await self.storage.call_on(frozenset([key]), functools.partial(
+            _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
+        led = self.led[pid] = _Led(key, view, view.hw)
+        led.proposer = asyncio.create_task(self._propose(pid, led), name=f"walgate-isr-{key[0]}-{key[1]}")
+        log.info("vnode %d of database %s: leading epoch %d from version %d", key[1], key[0], state.leader_epoch,
+                 view.epoch_start)
+
+    def _restate(self, led: _Led, state: PartitionState) -> None:
+        wal = _wal(self.engine, led.key)
+        led.view.on_state(state)
+        led.view.update_hw(wal.next_version, wal.durable_version)
+        self._post(led)
+
+    async def _follow(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
+        self._resign(pid)
+        now = self.following.get(pid)
+        if now is not None:
+            held = self.fetching[now].fetcher.followed.get(key)
+            if now == state.leader and held is not None and held.leader_epoch == state.leader_epoch:
+                return
+            self._unfollow(pid, key)
+        vnode = FollowedVnode(key[0], pid.db_id, pid.vgroup, state.leader_epoch)
+        vnode.high_watermark = await self.storage.call_on(frozenset([key]), functools.partial(
+            self._start_following, key, vnode))
+        fetching = self.fetching.get(state.leader)
+        if fetching is None:
+            links = self.links()
+            fetcher = ReplicaFetcher(self.node_id, self.broker_epoch, state.leader, links, self.storage,
+                                     self.engine, max_wait_ms=self.fetch_wait_ms, backoff_s=self.backoff_s)
+            fetching = self.fetching[state.leader] = _Fetching(
+                fetcher, links, asyncio.create_task(fetcher.run(), name=f"walgate-fetch-{state.leader}"))
+        fetching.fetcher.follow(vnode)
+        self.following[pid] = state.leader
+
+    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> int:
+        """On the lane: the vnode's visible version is the high watermark its leader's answers carry, from the one
+        it knew (never below what it served)."""
+        wal = _wal(self.engine, key)
+        hw = min(wal.visible_version, wal.next_version)
+        wal.replication = functools.partial(_learned, vnode)
+        return hw
+
+    async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
+        self._resign(pid)
+        self._unfollow(pid, key)
+        with contextlib.suppress(Exception):  # (a vnode not open here: nothing to freeze)
+            await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
+
+    def _freeze(self, key: VnodeKey) -> None:
+        wal = _wal(self.engine, key)
+        if wal.replication is not None:
+            wal.replication = functools.partial(_fixed, wal.visible_version)
+
+    def _resign(self, pid: PartitionId) -> None:
+        """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered
+        NOT_LEADER_OR_FOLLOWER. The caller then gives the vnode's WAL its next high watermark (followed or frozen)."""
+        led = self.led.pop(pid, None)
+        if led is None:
+            return
+        if led.proposer is not None and led.proposer is not asyncio.current_task():
+            led.proposer.cancel()
+        self.purgatory.fail(led.key, ErrorCode.not_leader_or_follower)
+
+    def _unfollow(self, pid: PartitionId, key: VnodeKey) -> None:
+        leader = self.following.pop(pid, None)
+        if leader is None:
+            return
+        fetching = self.fetching[leader]
+        fetching.fetcher.unfollow(key)
+        if not fetching.fetcher.followed:
+            del self.fetching[leader]
+            fetching.task.cancel()
+            fetching.links.close()
+
+    # ------------------------------------------------------------ ISR changes (KIP-497)
+
+    async def _propose(self, pid: PartitionId, led: _Led) -> None:
+        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring)."""
+        while True:
+            await asyncio.sleep(self.lag_max_ms / 2000)
+            registered = dict(self.registered())
+            proposal, known = await self.storage.call_on(frozenset([led.key]), lambda: (
+                led.view.propose(self.clock(), registered), led.view.state))
+            if proposal is None:
+                continue
+            outcome = await self.states.alter_isr(known, pid, proposal, registered)
+            if outcome.error in (ErrorCode.fenced_leader_epoch, ErrorCode.stale_broker_epoch):
+                log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
+                            led.key[0], outcome.error.name)
+                await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
+                self._resign(pid)
+                return
+            log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
+                     [m.replica for m in proposal.isr], "written" if outcome.error is None else
+                     f"refused ({outcome.error.name}), state read again")
+            await self.storage.call_on(frozenset([led.key]), functools.partial(self._altered, led, outcome.state,
+                                                                               outcome.error is not None))
+
+    def _altered(self, led: _Led, state: PartitionState | None, refused: bool) -> None:
+        if refused:
+            led.view.on_refused()
+        if state is not None:
+            self._restate(led, state)
+
+    async def close(self) -> None:
+        """Stop every fetcher and proposer; the waiting acks=all writes answered NOT_LEADER_OR_FOLLOWER; every vnode
+        led or followed keeps the visible version it has now."""
+        keys = [led.key for led in self.led.values()] + [
+            key for f in self.fetching.values() for key in f.fetcher.followed]
+        for pid in list(self.led):
+            self._resign(pid)
+        tasks = [f.task for f in self.fetching.values()]
+        for fetching in self.fetching.values():
+            fetching.task.cancel()
+            fetching.links.close()
+        self.fetching.clear()
+        self.following.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for key in keys:
+            with contextlib.suppress(Exception):  # (a vnode closed meanwhile: nothing to freeze)
+                await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
