@@ -32,9 +32,10 @@ watermark the leader's answers carried (capped by what the follower holds); on a
 version it had then. A vnode that never had a partition state (a single node's, every vnode before step 2 of the
 plan) is not touched: its watermarks are as before.
 
-``walgate serve`` does not start it yet: no replicated vnode exists before step 2 (replicas in the catalog) is
-wired; that wiring starts :meth:`run` with the node's :class:`PartitionStates`, sets :attr:`Broker.led` to it,
-gives it the registrations the node's membership view reads, and stops it at shutdown.
+``walgate serve`` in cluster mode starts :meth:`run` once the node read the cluster's catalog, sets
+:attr:`Broker.led` to it, gives it the broker epochs its membership reads and stops it at shutdown
+(``gateway/server.py``); after each catalog record applied it calls :meth:`catalog_changed`, so a state seen before
+its database was known here is applied once it is.
 """
 
 from __future__ import annotations
@@ -225,6 +226,13 @@ class ReplicaManager:
             except Exception as e:  # noqa: BLE001 - not here, an epoch cache ahead: logged, the next change applied
                 log.error("vnode %d of database %s: partition state not applied: %s: %s", pid.vgroup, pid.db_id,
                           type(e).__name__, e)
+
+    def catalog_changed(self) -> None:
+        """The node's catalog changed: the current state of every vnode naming this node a replica that it neither
+        leads nor follows is applied again (its database may be known now, :meth:`apply` having skipped it)."""
+        for pid, state in self.states.states.items():
+            if self.node_id in state.replicas and pid not in self.led and pid not in self.following:
+                self._changes.put_nowait((pid, state))
 
     async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""

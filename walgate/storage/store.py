@@ -183,9 +183,10 @@ class Store:
         return vnodes
 
     def placed_here(self, db: DatabaseDef, first: int = 0) -> list[int]:
-        """The vgroups ``first ..`` of ``db`` the catalog places on this node (every one on a single node)."""
+        """The vgroups ``first ..`` of ``db`` of which the catalog places a replica on this node (every one on a
+        single node): each is open here, led or followed (issue 25, walgate.gateway.replicas)."""
         local = self.catalog.node_id
-        return [i for i in range(first, db.vgroups) if db.node_of(i, local) == local]
+        return [i for i in range(first, db.vgroups) if local in db.replicas_of(i, local)]
 
     def local_vnode(self, db: str, index: int) -> Vnode:
         """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another,
@@ -202,6 +203,17 @@ class Store:
                           f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
         return found
 
+    def written_vnode(self, db: str, index: int) -> Vnode:
+        """Vnode ``index`` of database ``db`` when this node takes its writes (its first replica: with replicas, the
+        vgroup's leader until failover moves it, issue 25); :class:`NotHere` naming that node otherwise, a follower's
+        copy included (it is written by replication only, or its WAL would part from its leader's)."""
+        vnode = self.local_vnode(db, index)
+        node = self.catalog.database(db).node_of(index, self.catalog.node_id)
+        if node != self.catalog.node_id:
+            raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
+                          f"({self.catalog.node_id}), which holds a replica: send it there (docs/cluster.md)", node)
+        return vnode
+
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
         """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on."""
         vnodes = self._opened(db.name)
@@ -211,8 +223,10 @@ class Store:
         return vnodes
 
     def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
-        """The vnodes of ``db`` placed on this node (StorageUnavailable while they are not open yet)."""
-        return self._opened(db.name)
+        """The vnodes of ``db`` whose first replica is this node (StorageUnavailable while they are not open yet):
+        what a query merged over the nodes reads here, each vgroup on one node only (a follower's copy is not)."""
+        local = self.catalog.node_id
+        return [v for v in self._opened(db.name) if db.node_of(v.index, local) == local]
 
     def _opened(self, db: str) -> list[Vnode]:
         vnodes = self.vnodes.get(db)
