@@ -4,19 +4,30 @@
 ``CREATE DATABASE ... REPLICA 3`` places each vgroup on the three nodes; every node opens every vnode it holds a
 replica of, the controller's Reconciler creates each vgroup's partition state, each node's replica manager leads or
 follows it, and after SQL INSERTs (sent to any node, written on each vgroup's leader) the followers' WALs are byte
-for byte the leader's, and the rows are read back whole through each node.
+for byte the leader's, and the rows are read back whole through each node. Metadata, through any node, names each
+partition of a TDengine topic over it with its partition state's leader, three replicas and ISR; a consumer
+bootstrapped on a node reads every row from the leaders; a follower asked directly answers Fetch and ListOffsets
+NOT_LEADER_OR_FOLLOWER, a leader asked with a newer leader epoch UNKNOWN_LEADER_EPOCH (KIP-320).
 """
 
 from __future__ import annotations
 
+import datetime
+from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, wait_log
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
+from serve_support import eventually, no_traceback, node, poll_until, sql, wait_log
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer
+from tests.gateway.gateway_helpers import KafkaConnection
+from walgate.wire.errors import ErrorCode
 
 ROWS = 40
 VGROUPS = 2
@@ -26,6 +37,22 @@ def wal_bytes(server: WalgateServer, database_id: str, vgroup: int) -> bytes:
     """Every WAL segment of the vnode on ``server``'s data dir, in order (the segment boundaries are each WAL's own)."""
     wal = server.data_dir / "db" / database_id / f"vnode{vgroup}" / "wal"
     return b"".join(p.read_bytes() for p in sorted(wal.glob("*.log")))
+
+
+def errors(server: WalgateServer, partition: int, epoch: int = -1) -> tuple[int, int]:
+    """The error codes of Fetch v12 and ListOffsets v7 of topic ``tr``'s partition ``partition`` asked of ``server``
+    with current leader epoch ``epoch``."""
+    fetch = fetch_v12.FetchRequest(
+        max_wait=datetime.timedelta(0), min_bytes=1, topics=(fetch_v12.FetchTopic(topic="tr", partitions=(
+            fetch_v12.FetchPartition(partition=partition, current_leader_epoch=epoch, fetch_offset=0,
+                                     partition_max_bytes=1 << 20),)),), forgotten_topics_data=())
+    offsets = list_offsets_v7.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+        list_offsets_v7.ListOffsetsTopic(name="tr", partitions=(list_offsets_v7.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=epoch, timestamp=-1),)),))
+    with KafkaConnection(("127.0.0.1", server.kafka_port)) as conn:
+        fetched = conn.request(fetch).responses[0].partitions[0].error_code
+        listed = conn.request(offsets).topics[0].partitions[0].error_code
+    return fetched, listed
 
 
 def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
@@ -51,7 +78,33 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
             return True
 
         eventually("every vnode's WAL byte-equal on the three nodes", equal)
+        for server in nodes:  # visible up to the high watermark (an SQL write does not wait for it yet: step 3)
+            eventually(f"every row visible on {server.http_url}",
+                       lambda s=server: sql(s, "SELECT COUNT(*) FROM r.st") == [[ROWS]])
+        sql(n1, "CREATE TOPIC tr AS STABLE r.st")
+        leaders = {}
         for server in nodes:
-            assert sql(server, "SELECT COUNT(*) FROM r.st") == [[ROWS]]
+            described = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"}).list_topics(
+                "tr", timeout=30).topics["tr"]
+            assert described.error is None and sorted(described.partitions) == list(range(VGROUPS))
+            for p, part in described.partitions.items():
+                assert sorted(part.replicas) == [1, 2, 3] and sorted(part.isrs) == [1, 2, 3], part
+                assert leaders.setdefault(p, part.leader) == part.leader in (1, 2, 3)
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}", "group.id": "g",
+                             "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition("tr", p, 0) for p in range(VGROUPS)])
+            got: dict[int, list[bytes]] = defaultdict(list)
+            poll_until(consumer, got, ROWS)
+            assert sum(map(len, got.values())) == ROWS
+        finally:
+            consumer.close()
+        leader = nodes[leaders[0] - 1]
+        assert errors(leader, 0) == (ErrorCode.none, ErrorCode.none)
+        for follower in (s for s in nodes if s is not leader):
+            assert errors(follower, 0) == (ErrorCode.not_leader_or_follower,) * 2
+        assert errors(leader, 0, 0) == (ErrorCode.none, ErrorCode.none)  # epoch 0: the Reconciler's first
+        assert errors(leader, 0, 1) == (ErrorCode.unknown_leader_epoch,) * 2
+        for server in nodes:
             no_traceback(server)
         assert "leading epoch" in "".join(s.log() for s in nodes)

@@ -163,6 +163,9 @@ class ReplicaManager:
     def registered_epoch(self, node_id: int) -> int | None:
         return self.registered().get(node_id)
 
+    def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
+        return self.states.states.get(PartitionId(db_id, vgroup))
+
     def fetched(self, db_id: str, vgroup: int) -> None:
         led = self.led.get(PartitionId(db_id, vgroup))
         if led is not None:

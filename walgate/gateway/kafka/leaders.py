@@ -15,9 +15,12 @@ from typing import Any
 
 from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.broker import Broker
+from walgate.replication.partition import PartitionState
 from walgate.storage.partitions import LEADER_EPOCH
+from walgate.storage.topics_snapshot import TopicsSnapshot
 
-__all__ = ["Endpoints", "other_nodes", "current_leader", "node_endpoints"]
+__all__ = ["Endpoints", "other_nodes", "current_leader", "node_endpoints", "partition_state", "leader_epoch",
+           "leadership"]
 
 Endpoints = Mapping[int, tuple[str, int]]
 
@@ -31,9 +34,31 @@ def other_nodes(broker: Broker, listener: str) -> dict[int, tuple[str, int]]:
             if n.node_id != broker.node_id and (address := endpoint_for(n, listener)) is not None}
 
 
-def current_leader(node: int, others: Endpoints) -> tuple[int, int]:
-    """KIP-951's ``CurrentLeader`` (leader id, leader epoch) of a partition placed on ``node``, another node."""
-    return (node, LEADER_EPOCH) if node in others else (-1, -1)
+def partition_state(broker: Broker, topics: TopicsSnapshot, topic: str, partition: int) -> PartitionState | None:
+    """The partition state of ``topic``'s partition ``partition`` when its database is replicated (issue 25) and
+    this node read one; None otherwise (a single copy: led by the node it is placed on, at epoch 0). Any lane."""
+    vgroup = topics.replicated_vgroup(topic, partition)
+    return None if vgroup is None or broker.led is None else broker.led.state_of(*vgroup)
+
+
+def leader_epoch(broker: Broker, topics: TopicsSnapshot, topic: str, partition: int) -> int:
+    """The current leader epoch of ``topic``'s partition ``partition``: its partition state's, else
+    :data:`LEADER_EPOCH` (one copy, one leader forever). Any lane."""
+    state = partition_state(broker, topics, topic, partition)
+    return LEADER_EPOCH if state is None else state.leader_epoch
+
+
+def current_leader(node: int, others: Endpoints, epoch: int = LEADER_EPOCH) -> tuple[int, int]:
+    """KIP-951's ``CurrentLeader`` (leader id, leader epoch) of a partition led by ``node``, another node, in leader
+    epoch ``epoch``."""
+    return (node, epoch) if node in others else (-1, -1)
+
+
+def leadership(broker: Broker, topic: str, partition: int) -> tuple[int, int] | None:
+    """(leader, leader epoch) of ``topic``'s partition ``partition`` when it is replicated and its state was read
+    here (issue 25: a replica answers client reads only while it leads), else None. Any lane."""
+    state = partition_state(broker, broker.topics(), topic, partition)
+    return None if state is None else (state.leader, state.leader_epoch)
 
 
 def node_endpoints(nodes: Iterable[int], others: Endpoints) -> list[Any]:

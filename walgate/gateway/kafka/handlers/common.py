@@ -37,11 +37,10 @@ logged at ERROR, with its traceback the first time it is raised at that place
 (one line after that, so a failing partition cannot flood the log). Handlers
 whose answer is one coordinator call answer its failure with :func:`answered`.
 
-Leader epoch: walgate has one leader per partition forever, so every
-partition's leader epoch is 0. Metadata reports it, OffsetForLeaderEpoch
-answers from the vnode's leader-epoch cache (end offset of epoch 0 = the high watermark), and a request naming
-an epoch above 0 gets UNKNOWN_LEADER_EPOCH, as a Kafka leader would answer
-an epoch it has not reached.
+Leader epoch: a partition of one copy has one leader forever, so its leader epoch is 0; a replicated one's is
+its partition state's (issue 25). Metadata reports it, OffsetForLeaderEpoch
+answers from the vnode's leader-epoch cache, and a request naming an older epoch gets FENCED_LEADER_EPOCH, a newer
+one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320).
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
+from walgate.replication.partition import check_leader_epoch
 from walgate.security.errors import ERROR_CODES as SECURITY_ERRORS
 from walgate.storage.errors import ERROR_CODES as STORAGE_ERRORS
 from walgate.storage.errors import LimitExceeded, RequestTooLarge, StorageError, StorageUnavailable
@@ -143,9 +143,10 @@ async def answered(call: Awaitable[T], failed: Callable[[ErrorCode], T], overrid
         return failed(error_of(exc, overrides))
 
 
-def epoch_error(requested: int) -> int:
-    """Error for a request's current leader epoch (-1 = not given)."""
-    return ErrorCode.unknown_leader_epoch if requested > LEADER_EPOCH else ErrorCode.none
+def epoch_error(requested: int, current: int = LEADER_EPOCH) -> int:
+    """Error for a request's current leader epoch (-1 = not given) against the partition's ``current`` one (KIP-320:
+    older FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH)."""
+    return ErrorCode.none if requested < 0 else check_leader_epoch(current, requested) or ErrorCode.none
 
 
 def millis(value: datetime.timedelta) -> int:
