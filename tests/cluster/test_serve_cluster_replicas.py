@@ -3,8 +3,9 @@
 
 ``CREATE DATABASE ... REPLICA 3`` places each vgroup on the three nodes; every node opens every vnode it holds a
 replica of, the controller's Reconciler creates each vgroup's partition state, each node's replica manager leads or
-follows it, and after SQL INSERTs (sent to any node, written on each vgroup's leader) the followers' WALs are byte
-for byte the leader's, and the rows are read back whole through each node. Metadata, through any node, names each
+follows it, and SQL INSERTs (sent to any node, written on each vgroup's leader) are answered only once the in-sync
+replicas hold them (acks=all): as the last one is answered the followers' WALs are byte for byte the leader's, and
+the rows are read back whole through each node (from the vgroups' leaders). Metadata, through any node, names each
 partition of a TDengine topic over it with its partition state's leader, three replicas and ISR; a consumer
 bootstrapped on a node reads every row from the leaders; a follower asked directly answers Fetch and ListOffsets
 NOT_LEADER_OR_FOLLOWER, a leader asked with a newer leader epoch UNKNOWN_LEADER_EPOCH (KIP-320).
@@ -13,6 +14,8 @@ NOT_LEADER_OR_FOLLOWER, a leader asked with a newer leader epoch UNKNOWN_LEADER_
 from __future__ import annotations
 
 import datetime
+import signal
+import threading
 from collections import defaultdict
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,9 +30,12 @@ from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer
 from tests.gateway.gateway_helpers import KafkaConnection
+from walgate.storage.vnode import vnode_of
 from walgate.wire.errors import ErrorCode
 
-ROWS = 40
+ROWS = 24
+SESSION = ("--override", "broker.session.timeout.ms=8000")  # a 1.5 s SIGSTOP keeps its registration and ISR seat
+PAUSE_S = 1.5
 VGROUPS = 2
 
 
@@ -57,9 +63,9 @@ def errors(server: WalgateServer, partition: int, epoch: int = -1) -> tuple[int,
 
 def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: Path) -> None:
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1))
+        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *SESSION))
         wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i)) for i in (2, 3))]
+        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *SESSION)) for i in (2, 3))]
         eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
         sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
         sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v INT) TAGS (site INT)")
@@ -67,6 +73,7 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
         for server in nodes:  # every node opened every vnode: it holds a replica of each
             eventually(f"the vnodes of r on {server.http_url}", lambda s=server: all(
                 (s.data_dir / "db" / rid / f"vnode{i}" / "wal").is_dir() for i in range(VGROUPS)))
+        eventually("a leader for each vgroup", lambda: "".join(s.log() for s in nodes).count("leading epoch") == VGROUPS)
         for k in range(ROWS):
             sql(nodes[k % 3], f"INSERT INTO r.t{k % 7} USING r.st TAGS ({k % 7}) VALUES ({1_700_000_000_000 + k}, {k})")
 
@@ -77,10 +84,26 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
                     return False
             return True
 
-        eventually("every vnode's WAL byte-equal on the three nodes", equal)
-        for server in nodes:  # visible up to the high watermark (an SQL write does not wait for it yet: step 3)
-            eventually(f"every row visible on {server.http_url}",
-                       lambda s=server: sql(s, "SELECT COUNT(*) FROM r.st") == [[ROWS]])
+        assert equal(), "every write was answered once the in-sync replicas held it (acks=all): no WAL lags"
+        leader0 = next(s for s in nodes if "vnode 0 of database r: leading" in s.log())
+        followers = [s for s in nodes if s is not leader0]
+        name = next(f"p{k}" for k in range(100) if vnode_of("r", f"p{k}", VGROUPS) == 0)
+        answers: list[object] = []
+        for s in followers:
+            s.proc.send_signal(signal.SIGSTOP)
+        try:  # acks=all: a write is not answered while no other ISR member can fetch it
+            writer = threading.Thread(target=lambda: answers.append(sql(
+                leader0, f"INSERT INTO r.{name} USING r.st TAGS (99) VALUES ({1_700_000_001_000}, 1)")))
+            writer.start()
+            writer.join(PAUSE_S)
+            assert writer.is_alive() and not answers
+        finally:
+            for s in followers:
+                s.proc.send_signal(signal.SIGCONT)
+        writer.join(30)
+        assert answers == [[[1]]]
+        for server in nodes:  # every INSERT was answered once the high watermark passed it (acks=all)
+            assert sql(server, "SELECT COUNT(*) FROM r.st") == [[ROWS + 1]]  # (and the row of the pause)
         sql(n1, "CREATE TOPIC tr AS STABLE r.st")
         leaders = {}
         for server in nodes:
@@ -95,8 +118,8 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
         try:
             consumer.assign([TopicPartition("tr", p, 0) for p in range(VGROUPS)])
             got: dict[int, list[bytes]] = defaultdict(list)
-            poll_until(consumer, got, ROWS)
-            assert sum(map(len, got.values())) == ROWS
+            poll_until(consumer, got, ROWS + 1)
+            assert sum(map(len, got.values())) == ROWS + 1
         finally:
             consumer.close()
         leader = nodes[leaders[0] - 1]

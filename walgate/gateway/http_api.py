@@ -112,6 +112,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
+from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.schemaless import Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
@@ -188,6 +189,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import CorruptEntry
 from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot, not_a_supertable
+from walgate.wire.errors import ErrorCode
 
 __all__ = ["make_app", "PRINCIPAL", "HOST", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -212,6 +214,9 @@ _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
 _SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
+_REPLICAS: web.AppKey[Callable[[], ReplicaManager | None]] = web.AppKey("replicas")
+ACK_TIMEOUT_S = 30.0
+"""How long an SQL, line-protocol or CSV write waits for the in-sync replicas (Kafka's ``request.timeout.ms``)."""
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
 _BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
 _NODE_TLS: web.AppKey[ssl.SSLContext | None] = web.AppKey("node_tls")
@@ -234,6 +239,7 @@ def make_app(
     cluster: Callable[[], str | None] | None = None,
     shared: Callable[[], SharedCatalog | None] | None = None,
     node_tls: ssl.SSLContext | None = None,
+    replicas: Callable[[], ReplicaManager | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
@@ -272,6 +278,8 @@ def make_app(
         app[_CLUSTER] = cluster
     if shared is not None:
         app[_SHARED] = shared
+    if replicas is not None:
+        app[_REPLICAS] = replicas
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -316,6 +324,7 @@ async def _sql(request: web.Request) -> web.StreamResponse:
                 rows = await app[_STORAGE].call_on(
                     write_keys(planned.write, planned.write.databases),
                     functools.partial(_apply_insert, engine, authorizer, principal, host, planned, write, db))
+                await _acknowledged(app)
                 return _json(200, affected(rows).rest_body())
             if isinstance(planned, Refused):
                 if authorizer is not None:  # a principal that may not write there learns nothing else
@@ -371,9 +380,26 @@ async def _sql(request: web.Request) -> web.StreamResponse:
         if change is not None:
             audit(principal, host, change, sql, _failed(exc))
         raise
+    if _INSERT.match(sql):
+        await _acknowledged(app)
     if change is not None:
         audit(principal, host, change, sql, "ok")
     return _json(200, result.rest_body())
+
+
+async def _acknowledged(app: web.Application) -> None:
+    """After a write on this node (SQL INSERT, line protocol, CSV): acks=all, once the in-sync replicas of every
+    replicated vnode this node leads hold it (issue 25, :meth:`ReplicaManager.writes_acknowledged
+    <walgate.gateway.replicas.ReplicaManager.writes_acknowledged>`); not acknowledged within :data:`ACK_TIMEOUT_S`,
+    or the ISR below ``MIN_INSYNC``: :class:`StorageUnavailable` (503: the write may be kept or lost, as a Kafka
+    producer's timed-out acks=all write). Nothing to wait for without replicas."""
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    if replicas is None:
+        return
+    error = await replicas.writes_acknowledged(ACK_TIMEOUT_S)
+    if error != ErrorCode.none:
+        raise StorageUnavailable(f"the write was not acknowledged by the in-sync replicas ({error.name}): it may be "
+                                 "kept or lost; retry it")
 
 
 def _failed(exc: Exception) -> str:
@@ -789,8 +815,10 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
-    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
+    rows = await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
                               functools.partial(_no_table_named, request))
+    await _acknowledged(app)
+    return rows
 
 
 async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:
@@ -850,9 +878,12 @@ async def _write_csv(request: web.Request, db: str, table: str | None, stable: s
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        return await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
                                     len(body))
-    return await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    else:
+        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    await _acknowledged(app)
+    return rows
 
 
 async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, table: str | None, stable: str | None,

@@ -175,6 +175,28 @@ class ReplicaManager:
         await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
         return await self.purgatory.wait(key, last_version, timeout_s)
 
+    async def writes_acknowledged(self, timeout_s: float) -> ErrorCode:
+        """acks=all for SQL, line-protocol and CSV writes (their "acks" is all, as TDengine's REPLICA 3 writes are
+        majority-committed): NONE once the high watermark passed the end, as it is now, of every vnode this node
+        leads that has entries above it, else the first error :meth:`acknowledged` answers. A write made before the
+        call is below those ends (only the leader appends, :meth:`Store.written_vnode
+        <walgate.storage.store.Store.written_vnode>`), so it is covered; other writes made meanwhile may be waited
+        for too."""
+        for key, last in await self.storage.call(self._unacknowledged):
+            error = await self.acknowledged(key, last, timeout_s)
+            if error != ErrorCode.none:
+                return error
+        return ErrorCode.none
+
+    def _unacknowledged(self) -> list[tuple[VnodeKey, int]]:
+        """On the storage lane: (vnode, last version) of each led vnode with entries at or above its high watermark."""
+        out = []
+        for led in list(self.led.values()):
+            wal = _wal(self.engine, led.key)
+            if wal.next_version > led.view.hw:
+                out.append((led.key, wal.next_version - 1))
+        return out
+
     # ------------------------------------------------------------ the high watermark
 
     def _post(self, led: _Led) -> None:

@@ -220,7 +220,8 @@ class Gateway:
                          shares=self._share_coordinator,
                          cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
                          shared=lambda: self._shared,
-                         node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None),
+                         node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None,
+                         replicas=lambda: self._replicas),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT, logger=ServerLog(),
             )
             await self._http.setup()

@@ -206,20 +206,29 @@ class Store:
     def written_vnode(self, db: str, index: int) -> Vnode:
         """Vnode ``index`` of database ``db`` when this node takes its writes (its first replica: with replicas, the
         vgroup's leader until failover moves it, issue 25); :class:`NotHere` naming that node otherwise, a follower's
-        copy included (it is written by replication only, or its WAL would part from its leader's)."""
+        copy included (it is written by replication only, or its WAL would part from its leader's). A replicated
+        vnode no partition state was applied to yet (:attr:`Wal.replication <walgate.storage.wal.Wal.replication>`
+        None: its state not created, or not read here yet) is :class:`StorageUnavailable`: a write must wait for its
+        leader, or it would be answered before any replica holds it."""
         vnode = self.local_vnode(db, index)
-        node = self.catalog.database(db).node_of(index, self.catalog.node_id)
+        dbdef = self.catalog.database(db)
+        node = dbdef.node_of(index, self.catalog.node_id)
         if node != self.catalog.node_id:
             raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
                           f"({self.catalog.node_id}), which holds a replica: send it there (docs/cluster.md)", node)
+        if dbdef.replication_factor > 1 and vnode.wal.replication is None:
+            raise StorageUnavailable(f"vgroup {index} of database {db} has no leader yet (its replicas are being "
+                                     "set up): retry")
         return vnode
 
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
-        """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on."""
-        vnodes = self._opened(db.name)
+        """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on,
+        a vgroup this node holds a follower's copy of included (read on its first replica, which has every
+        acknowledged write)."""
+        vnodes = self.vnodes_here(db)
         if len(vnodes) < db.vgroups:
             missing = next(i for i in range(db.vgroups) if all(v.index != i for v in vnodes))
-            self.local_vnode(db.name, missing)
+            self.written_vnode(db.name, missing)
         return vnodes
 
     def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
