@@ -102,6 +102,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
     view = LeaderView(node_id, broker_epoch, state, start, wal.visible_version, now_ms, lag_max_ms)
     wal.replication = view.update_hw
+    wal.leading = True
     return view
 
 
@@ -324,6 +325,7 @@ class ReplicaManager:
         wal = _wal(self.engine, key)
         hw = min(wal.visible_version, wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
+        wal.leading = False
         return hw
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
@@ -334,6 +336,7 @@ class ReplicaManager:
 
     def _freeze(self, key: VnodeKey) -> None:
         wal = _wal(self.engine, key)
+        wal.leading = False
         if wal.replication is not None:
             wal.replication = functools.partial(_fixed, wal.visible_version)
 

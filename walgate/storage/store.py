@@ -207,18 +207,18 @@ class Store:
         """Vnode ``index`` of database ``db`` when this node takes its writes (its first replica: with replicas, the
         vgroup's leader until failover moves it, issue 25); :class:`NotHere` naming that node otherwise, a follower's
         copy included (it is written by replication only, or its WAL would part from its leader's). A replicated
-        vnode no partition state was applied to yet (:attr:`Wal.replication <walgate.storage.wal.Wal.replication>`
-        None: its state not created, or not read here yet) is :class:`StorageUnavailable`: a write must wait for its
-        leader, or it would be answered before any replica holds it."""
+        vnode this node does not lead now (:attr:`Wal.leading <walgate.storage.wal.Wal.leading>`: no state applied
+        yet, or a failover moved its leadership) is :class:`StorageUnavailable`: the write must wait for (or go to)
+        its leader, or it would be answered before any replica holds it, or part this copy from the leader's."""
         vnode = self.local_vnode(db, index)
         dbdef = self.catalog.database(db)
         node = dbdef.node_of(index, self.catalog.node_id)
         if node != self.catalog.node_id:
             raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
                           f"({self.catalog.node_id}), which holds a replica: send it there (docs/cluster.md)", node)
-        if dbdef.replication_factor > 1 and vnode.wal.replication is None:
-            raise StorageUnavailable(f"vgroup {index} of database {db} has no leader yet (its replicas are being "
-                                     "set up): retry")
+        if dbdef.replication_factor > 1 and not vnode.wal.leading:
+            raise StorageUnavailable(f"vgroup {index} of database {db} is not led by this node now (no leader "
+                                     "elected yet, or another replica leads it since a failover): retry")
         return vnode
 
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
