@@ -40,7 +40,7 @@ whose answer is one coordinator call answer its failure with :func:`answered`.
 Leader epoch: a partition of one copy has one leader forever, so its leader epoch is 0; a replicated one's is
 its partition state's (issue 25). Metadata reports it, OffsetForLeaderEpoch
 answers from the vnode's leader-epoch cache, and a request naming an older epoch gets FENCED_LEADER_EPOCH, a newer
-one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320).
+one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320: :func:`walgate.gateway.kafka.leaders.leadership`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from walgate.coordinator.errors import ERROR_CODES as COORDINATOR_ERRORS
-from walgate.replication.partition import check_leader_epoch
 from walgate.security.errors import ERROR_CODES as SECURITY_ERRORS
 from walgate.storage.errors import ERROR_CODES as STORAGE_ERRORS
 from walgate.storage.errors import LimitExceeded, RequestTooLarge, StorageError, StorageUnavailable
@@ -64,7 +63,7 @@ from walgate.wire.errors import ErrorCode
 __all__ = [
     "DOMAINS", "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "TRANSACTIONS", "AUTO_CREATE",
     "DESCRIBE_CLIENT_QUOTAS", "LEADER_EPOCH", "Table",
-    "error_of", "answered", "epoch_error", "millis",
+    "error_of", "answered", "millis",
 ]
 
 T = TypeVar("T")
@@ -141,12 +140,6 @@ async def answered(call: Awaitable[T], failed: Callable[[ErrorCode], T], overrid
         return await call
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return failed(error_of(exc, overrides))
-
-
-def epoch_error(requested: int, current: int = LEADER_EPOCH) -> int:
-    """Error for a request's current leader epoch (-1 = not given) against the partition's ``current`` one (KIP-320:
-    older FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH)."""
-    return ErrorCode.none if requested < 0 else check_leader_epoch(current, requested) or ErrorCode.none
 
 
 def millis(value: datetime.timedelta) -> int:

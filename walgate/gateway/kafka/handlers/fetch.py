@@ -61,7 +61,7 @@ from typing import Any
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.leaders import Endpoints, current_leader, leadership, node_endpoints, other_nodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.quotas import FETCH as FETCH_RATE
@@ -120,9 +120,9 @@ def _got(read: PartitionRead) -> _Got:
 
 
 def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readable: Callable[[str], bool] | None,
-              committed: bool, leading: Callable[[str, int], tuple[int, int] | None], node_id: int) -> list[_Got]:
-    """Each wanted partition read, in turn, within ``max_bytes``; a replicated one (``leading``: its leader and
-    leader epoch) only on its leader, else NOT_LEADER_OR_FOLLOWER naming it (KIP-951)."""
+              committed: bool, leading: Callable[[str, int, int], tuple[int, int, int | None]]) -> list[_Got]:
+    """Each wanted partition read, in turn, within ``max_bytes``; ``leading`` checks its leader epoch and leader
+    (:func:`~walgate.gateway.kafka.leaders.leadership`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951)."""
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -133,13 +133,9 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
         if readable is not None and not readable(w.topic):
             got.append(_Got(ErrorCode.topic_authorization_failed))
             continue
-        led = leading(w.topic, w.partition)
-        err = epoch_error(w.leader_epoch, LEADER_EPOCH if led is None else led[1])
+        err, epoch, leader = leading(w.topic, w.partition, w.leader_epoch)
         if err != ErrorCode.none:
-            got.append(_Got(err))
-            continue
-        if led is not None and led[0] != node_id:
-            got.append(_Got(ErrorCode.not_leader_or_follower, leader=led[0], epoch=led[1]))
+            got.append(_Got(err, leader=leader, epoch=epoch))
             continue
         try:
             g = _got(partitions.read(w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
@@ -184,7 +180,7 @@ def _resolve_and_read(
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
     wants = _wants(engine, request, version) if wants is None else wants
     return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED,
-                            functools.partial(leadership, broker), broker.node_id)
+                            functools.partial(leadership, broker))
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:

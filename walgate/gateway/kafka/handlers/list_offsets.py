@@ -22,7 +22,7 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.leaders import leadership
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import partition_keys
@@ -48,13 +48,11 @@ def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
         parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            led = leadership(broker, t.name, p.partition_index)
-            epoch = LEADER_EPOCH if led is None else led[1]
+            err, epoch, _ = leadership(broker, t.name, p.partition_index, p.current_leader_epoch)
             out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": epoch,
                                                  "error_code": ErrorCode.none}
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch, epoch)
-            if err == ErrorCode.none and led is not None and led[0] != broker.node_id:
-                err = ErrorCode.not_leader_or_follower
+            if denied:
+                err = ErrorCode.topic_authorization_failed
             if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:

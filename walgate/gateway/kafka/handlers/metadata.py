@@ -1,6 +1,8 @@
 """Metadata (key 3) v0–v12: TDengine topics with partitions = vgroups, each led by the node its vgroup is placed on.
 
-A partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
+A replicated partition (issue 25) is answered from its partition state: its leader (LEADER_NOT_AVAILABLE, -1, when
+that node is not registered now), leader epoch, replicas, ISR, and the replicas not registered now offline. Another
+partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
 another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
 on the listener the client came through; a partition placed on a node that is not registered now (or has no such
 listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
@@ -55,7 +57,9 @@ from walgate.wire.messages import (
 )
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
+_NO_AUTH_OPS = -2147483648
 States = Callable[[str, int], PartitionState | None]
+"""A replicated vgroup's partition state by (database id, vgroup), as this node read it."""
 
 
 def _no_states(_db_id: str, _vgroup: int) -> PartitionState | None:
@@ -65,7 +69,6 @@ def _no_states(_db_id: str, _vgroup: int) -> PartitionState | None:
 def broker_states(broker: Broker) -> States:
     """The partition states this node read (its replica manager's), none on a single node."""
     return _no_states if broker.led is None else broker.led.state_of
-_NO_AUTH_OPS = -2147483648
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,

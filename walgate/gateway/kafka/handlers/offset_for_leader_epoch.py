@@ -16,7 +16,7 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.leaders import leadership
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -39,11 +39,8 @@ def _answer(engine: Engine, request: OffsetForLeaderEpochRequest, describable: C
         parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
-            led = leadership(broker, t.topic, p.partition)
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(
-                p.current_leader_epoch, LEADER_EPOCH if led is None else led[1])
-            if err == ErrorCode.none and led is not None and led[0] != broker.node_id:
-                err = ErrorCode.not_leader_or_follower
+            err = ErrorCode.topic_authorization_failed if denied else leadership(
+                broker, t.topic, p.partition, p.current_leader_epoch)[0]
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
