@@ -37,6 +37,7 @@ from walgate.wire.errors import ErrorCode
 ROWS = 24
 SESSION = ("--override", "broker.session.timeout.ms=8000")  # a 1.5 s SIGSTOP keeps its registration and ISR seat
 PAUSE_S = 1.5
+LAG = ("--override", "replica.lag.time.max.ms=2000")  # ISR changes proposed every second
 VGROUPS = 2
 
 
@@ -136,13 +137,14 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
 
 def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """kill -9 of a vgroup's leader: within the lease TTL (2 s) and a few seconds the controller elects another
-    replica of the ISR (epoch 1), Metadata names it and the dead node offline, the survivors' WALs are equal, and a
-    consumer bootstrapped on a survivor reads every row from the new leader. Writes after it are the next step's
-    (they go to the first replica today)."""
+    replica of the ISR (epoch 1), Metadata names it and the dead node out of the ISR, the survivors' WALs are equal,
+    and a consumer bootstrapped on a survivor reads every row from the new leader; the dead node restarted on its
+    data dir (a new broker epoch) follows the new leader and rejoins the ISR (``replica.lag.time.max.ms`` 2 s).
+    Writes after it are the next step's (they go to the first replica today)."""
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1))
+        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *LAG))
         wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i)) for i in (2, 3))]
+        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *LAG)) for i in (2, 3))]
         eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
         sql(n1, "CREATE DATABASE f VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
         sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
@@ -173,5 +175,12 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
             assert len(got[0]) == 10
         finally:
             consumer.close()
-        for server in survivors:
+        back = stack.enter_context(node(etcd1, tmp_path, dead_id, *LAG))
+
+        def isr() -> list[int]:
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{survivors[0].kafka_port}"})
+            return sorted(admin.list_topics("tf", timeout=30).topics["tf"].partitions[0].isrs)
+
+        eventually("the restarted node back in the ISR", lambda: isr() == [1, 2, 3])
+        for server in [*survivors, back]:
             no_traceback(server)

@@ -360,7 +360,8 @@ class Gateway:
                                 catalog=lambda: self._replicated)
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
-            lambda: member.broker_epochs, functools.partial(self._node_links, member))
+            lambda: member.broker_epochs, functools.partial(self._node_links, member),
+            lag_max_ms=self.config.replica_lag_time_max_ms)
         broker.led = manager
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
                                    asyncio.create_task(reconciler.run(), name="walgate-reconciler")]
