@@ -140,7 +140,7 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
     replica of the ISR (epoch 1), Metadata names it and the dead node out of the ISR, the survivors' WALs are equal,
     and a consumer bootstrapped on a survivor reads every row from the new leader; the dead node restarted on its
     data dir (a new broker epoch) follows the new leader and rejoins the ISR (``replica.lag.time.max.ms`` 2 s).
-    Writes after it are the next step's (they go to the first replica today)."""
+    SQL INSERTs and SELECTs through either survivor go to the new leader."""
     with ExitStack() as stack:
         n1 = stack.enter_context(node(etcd1, tmp_path, 1, *LAG))
         wait_log(n1, "node 1: controller")
@@ -175,6 +175,10 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
             assert len(got[0]) == 10
         finally:
             consumer.close()
+        for k, server in enumerate(survivors):  # written on the new leader, read from it through either survivor
+            sql(server, f"INSERT INTO f.t{k} USING f.st TAGS ({k}) VALUES ({1_700_000_001_000 + k}, {k})")
+        for server in survivors:
+            assert sql(server, "SELECT COUNT(*) FROM f.st") == [[12]]
         back = stack.enter_context(node(etcd1, tmp_path, dead_id, *LAG))
 
         def isr() -> list[int]:

@@ -153,6 +153,7 @@ from walgate.security.node_token import (
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine, PreparedSelect, Result
 from walgate.storage.errors import (
@@ -387,6 +388,19 @@ async def _sql(request: web.Request) -> web.StreamResponse:
     return _json(200, result.rest_body())
 
 
+def _led(app: web.Application, db: DatabaseDef) -> DatabaseDef:
+    """``db`` as a write or a merged read is routed: a replicated vgroup to its current leader (issue 25,
+    :meth:`ReplicaManager.led_database <walgate.gateway.replicas.ReplicaManager.led_database>`), any other to the
+    node it is placed on."""
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    return db if replicas is None else replicas.led_database(db)
+
+
+def _led_databases(app: web.Application, engine: Engine) -> dict[str, DatabaseDef]:
+    """Every database of ``engine``'s catalog as :func:`_led` routes it (on the storage lane)."""
+    return {name: _led(app, d) for name, d in engine.catalog.databases.items()}
+
+
 async def _acknowledged(app: web.Application) -> None:
     """After a write on this node (SQL INSERT, line protocol, CSV): acks=all, once the in-sync replicas of every
     replicated vnode this node leads hold it (issue 25, :meth:`ReplicaManager.writes_acknowledged
@@ -513,7 +527,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     local = engine.catalog.node_id
     select = stmt if isinstance(stmt, ast.Select) else None
     named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
-    dbdef = await storage.call(engine.store.resolve_db, named, db)
+    dbdef = _led(app, await storage.call(engine.store.resolve_db, named, db))
     scan = select is not None and not plain(select)
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
@@ -588,9 +602,9 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local)
+    parts = await storage.call(lambda: split_insert(stmt, db, _led_databases(request.app, engine), local)
                                if isinstance(stmt, ast.Insert) else
-                               split_tables(stmt, db, dict(engine.catalog.databases), local))
+                               split_tables(stmt, db, _led_databases(request.app, engine), local))
     if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
@@ -644,7 +658,7 @@ async def _exist(request: web.Request, shared: SharedCatalog, tables: list[tuple
     def owners() -> dict[int, list[int]]:  # node -> positions in tables
         by_node: dict[int, list[int]] = {}
         for i, (db, name) in enumerate(tables):
-            dbdef = engine.catalog.database(db)
+            dbdef = _led(app, engine.catalog.database(db))
             by_node.setdefault(dbdef.node_of(vnode_of(db, name, dbdef.vgroups), local), []).append(i)
         return by_node
 
@@ -842,7 +856,7 @@ async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, p
                          body: bytes) -> web.Response:
     """The line-protocol ``body``, which has lines for vgroups on other nodes, written as one part per owning node
     (:func:`_forward_body`); 204 with the rows written when every part was."""
-    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    dbdef = _led(request.app, await request.app[_STORAGE].call(request.app[_ENGINE].database, db))
     local = request.app[_ENGINE].catalog.node_id
     parts = await asyncio.to_thread(split_lines, body, precision, dbdef, local)
 
@@ -890,7 +904,7 @@ async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, tab
                        body: bytes) -> web.Response:
     """The CSV ``body``, which has records for vgroups on other nodes, written as one part per owning node
     (:func:`_forward_body`); ``{"code": 0, "rows": n}`` when every part was."""
-    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    dbdef = _led(request.app, await request.app[_STORAGE].call(request.app[_ENGINE].database, db))
     local = request.app[_ENGINE].catalog.node_id
     parts = await asyncio.to_thread(split_csv, body, dbdef, table, stable, local)
     if all(part.node == local for part in parts):  # placed here after all: answered as any body here

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -56,6 +57,7 @@ from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageUnavailable
 from walgate.storage.lanes import VnodeKey
@@ -166,6 +168,20 @@ class ReplicaManager:
 
     def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
         return self.states.states.get(PartitionId(db_id, vgroup))
+
+    def led_database(self, db: DatabaseDef) -> DatabaseDef:
+        """``db`` as SQL writes and reads are routed: each replicated vgroup's replicas with its current leader (its
+        partition state's, as read here) first, so that :meth:`DatabaseDef.node_of
+        <walgate.storage.catalog.DatabaseDef.node_of>` names it; a vgroup with no state or no leader as placed. Any
+        lane (a read of what the event loop last learned)."""
+        if db.replicas is None or db.replication_factor == 1:
+            return db
+        placed = []
+        for vgroup, replicas in enumerate(db.replicas):
+            state = self.state_of(db.id, vgroup)
+            leader = NO_LEADER if state is None else state.leader
+            placed.append(replicas if leader not in replicas else (leader, *(r for r in replicas if r != leader)))
+        return dataclasses.replace(db, replicas=tuple(placed))
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         led = self.led.get(PartitionId(db_id, vgroup))

@@ -204,21 +204,20 @@ class Store:
         return found
 
     def written_vnode(self, db: str, index: int) -> Vnode:
-        """Vnode ``index`` of database ``db`` when this node takes its writes (its first replica: with replicas, the
-        vgroup's leader until failover moves it, issue 25); :class:`NotHere` naming that node otherwise, a follower's
-        copy included (it is written by replication only, or its WAL would part from its leader's). A replicated
-        vnode this node does not lead now (:attr:`Wal.leading <walgate.storage.wal.Wal.leading>`: no state applied
-        yet, or a failover moved its leadership) is :class:`StorageUnavailable`: the write must wait for (or go to)
-        its leader, or it would be answered before any replica holds it, or part this copy from the leader's."""
+        """Vnode ``index`` of database ``db`` when this node takes its writes: the node it is placed on, or for a
+        replicated vgroup (issue 25) the replica that leads it now (:attr:`Wal.leading
+        <walgate.storage.wal.Wal.leading>`; a follower's copy is written by replication only, or its WAL would part
+        from its leader's). Otherwise :class:`NotHere` (the gateway sends the write to the leader; a replicated
+        vgroup with no leader elected yet is refused there, so nothing is answered before a replica holds it)."""
         vnode = self.local_vnode(db, index)
         dbdef = self.catalog.database(db)
-        node = dbdef.node_of(index, self.catalog.node_id)
-        if node != self.catalog.node_id:
-            raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
-                          f"({self.catalog.node_id}), which holds a replica: send it there (docs/cluster.md)", node)
         if dbdef.replication_factor > 1 and not vnode.wal.leading:
-            raise StorageUnavailable(f"vgroup {index} of database {db} is not led by this node now (no leader "
-                                     "elected yet, or another replica leads it since a failover): retry")
+            raise NotHere(f"vgroup {index} of database {db} is not led by this node ({self.catalog.node_id}) now: "
+                          "send it to its leader (docs/cluster.md)", dbdef.node_of(index, self.catalog.node_id))
+        node = dbdef.node_of(index, self.catalog.node_id)
+        if dbdef.replication_factor == 1 and node != self.catalog.node_id:
+            raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
+                          f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
         return vnode
 
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
@@ -232,9 +231,12 @@ class Store:
         return vnodes
 
     def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
-        """The vnodes of ``db`` whose first replica is this node (StorageUnavailable while they are not open yet):
-        what a query merged over the nodes reads here, each vgroup on one node only (a follower's copy is not)."""
+        """The vnodes of ``db`` this node serves reads of (StorageUnavailable while they are not open yet): those
+        placed here, or of a replicated vgroup those it leads now (never a follower's copy, behind the high
+        watermark): what a query merged over the nodes reads here, each vgroup on one node only."""
         local = self.catalog.node_id
+        if db.replication_factor > 1:
+            return [v for v in self._opened(db.name) if v.wal.leading]
         return [v for v in self._opened(db.name) if db.node_of(v.index, local) == local]
 
     def _opened(self, db: str) -> list[Vnode]:
