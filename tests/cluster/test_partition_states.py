@@ -29,6 +29,7 @@ from walgate.cluster.partition_codec import (
     batches,
     decode_state,
     encode_state,
+    missing_states,
     partition_id,
     partition_key,
     reconcile_all,
@@ -110,6 +111,18 @@ def test_reconciliation_of_many_partitions_is_cut_into_transactions_of_at_most_6
     cut = list(batches(changes))
     assert [len(b) for b in cut] == [60, 60, 37] and MAX_STATES_PER_TXN == 60
     assert [pid for b in cut for pid in b] == sorted(changes)
+
+
+def test_a_vgroup_none_of_whose_replicas_is_registered_gets_its_state_once_one_registers() -> None:
+    """No state is created while every replica of the vgroup is unregistered (a leaderless state with an empty ISR
+    could never elect: Kafka refuses to create a partition on fenced brokers); the first pass after one registers
+    creates it with that one leading, at its broker epoch."""
+    catalog = {PartitionId("a", 0): ReplicatedVnode((2, 3), 1), PartitionId("b", 0): ReplicatedVnode((1, 2), 1)}
+    states, refused = missing_states(catalog, (), {1: 5})
+    assert set(states) == {PartitionId("b", 0)} and refused == {}
+    states, refused = missing_states(catalog, {PartitionId("b", 0)}, {1: 5, 3: 7})
+    assert states == {PartitionId("a", 0): initial_state((2, 3), {3: 7}, 1)} and refused == {}
+    assert states[PartitionId("a", 0)].leader == 3 and states[PartitionId("a", 0)].isr == (IsrMember(3, 7),)
 
 
 def _start(node: Node) -> Reconciler:

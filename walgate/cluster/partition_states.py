@@ -241,8 +241,9 @@ class Reconciler:
     is what was lost).
 
     **The catalog record is the truth** (issue 25, step 2): each pass also creates the state of every replicated
-    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks (a
-    controller that died between a record and its states, a key an operator deleted), with
+    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks and
+    one of whose replicas is registered (a controller that died between a record and its states, a key an operator
+    deleted; a vnode none of whose replicas is registered waits for the pass a registration wakes), with
     ``partition.initial_state``, in fenced transactions of at most 60 creations, each key compared absent and the
     registrations unchanged since the read, as the other writes; a vnode whose catalog entry makes no valid state
     is reported at ERROR on every pass, and the others are created. ``catalog`` is called on the event loop, once per
