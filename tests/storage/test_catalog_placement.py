@@ -353,3 +353,24 @@ def test_any_replication_setting_in_a_record_applies_as_a_valid_one_or_is_refuse
             assert record.get("name") not in catalog.databases and record["name"] not in catalog.topics
     for vnode in catalog.replicated_vnodes().values():
         initial_state(vnode.replicas, {}, vnode.min_isr, vnode.unclean_election)
+
+
+def test_an_alter_record_that_changes_the_replication_factor_is_refused(tmp_path: Path) -> None:
+    """An ``alter_kafka_topic`` record (damage, another writer) may add vgroups with as many replicas as the others,
+    never change their count: from no placement (one copy) to several, from several to ``nodes`` alone (one each)
+    or to another count; a growth keeping the count applies."""
+    catalog = Catalog.open(tmp_path / "catalog.log")  # none written
+    unplaced, placed = _replicated_records({}, {}, 1)[1], _replicated_records({}, {}, 2)[1]
+    del unplaced["nodes"], unplaced["replicas"]
+    catalog.apply(unplaced)
+    catalog.apply(placed)
+    three = {"options": {**DB_DEFAULTS, "VGROUPS": 3}, "configs": {}, "op": "alter_kafka_topic"}
+    for name, bad in (("t1", {"nodes": [1, 2, 1], "replicas": [[1, 2], [2, 1], [1, 2]]}),
+                      ("t2", {"nodes": [1, 2, 1]}), ("t2", {"replicas": [[1, 2, 3], [2, 1, 3], [3, 1, 2]]})):
+        with pytest.raises(ValueError, match=f"alter of {name} changes its replication factor"):
+            catalog.apply({**three, "name": name, **bad})
+    assert catalog.databases["kafka_t1"].replicas is None and catalog.databases["kafka_t2"].vgroups == 2
+    catalog.apply({**three, "name": "t1", "nodes": [0, 0, 1]})  # grown as a cluster node grows an unplaced one
+    catalog.apply({**three, "name": "t2", "replicas": [[1, 2], [2, 1], [2, 3]]})
+    assert catalog.databases["kafka_t1"].replicas == ((0,), (0,), (1,))
+    assert catalog.databases["kafka_t2"].replicas == ((1, 2), (2, 1), (2, 3))

@@ -710,11 +710,12 @@ class Catalog:
             replicas = _replicas(r, options) if "nodes" in r or "replicas" in r else old.replicas
             if replicas is not None and len(replicas) != options["VGROUPS"]:
                 raise _Invalid(f"alter of {topic.name} to {options['VGROUPS']} vgroups does not place them")
-            if replicas is not None and old.replicas and len(replicas[0]) != len(old.replicas[0]):
+            altered = replace(old, options=options, replicas=replicas)
+            if altered.replication_factor != old.replication_factor:  # one copy without placement, as it reads
                 raise _Invalid(f"alter of {topic.name} changes its replication factor")
             _min_insync(options, replicas)
             self.topics[topic.name] = replace(topic, configs=configs)
-            self.databases[topic.db] = replace(old, options=options, replicas=replicas)
+            self.databases[topic.db] = altered
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
             name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
             if name in self.topics or db in self.databases or not self._new_topic_id(r):
