@@ -316,12 +316,14 @@ def test_a_record_with_a_damaged_min_insync_or_replication_config_is_skipped_as_
     """MIN_INSYNC outside 1..the replicas, or a ``min.insync.replicas`` / ``unclean.leader.election.enable`` Kafka
     refuses, is a record that cannot apply, skipped and reported when replayed; the catalog's replicated vnodes
     (what the controller builds partition states from) are those of the valid records only."""
-    damaged = [({"MIN_INSYNC": 3}, {"min.insync.replicas": "-1"}), ({"MIN_INSYNC": "x"}, {"min.insync.replicas": "abc"}),
+    damaged = [({"MIN_INSYNC": 3}, {"min.insync.replicas": "-1"}),
+               ({"MIN_INSYNC": "x"}, {"min.insync.replicas": "abc"}),
                ({"MIN_INSYNC": 0}, {"min.insync.replicas": "0"}), ({"MIN_INSYNC": [1]}, {"min.insync.replicas": 2}),
                ({"MIN_INSYNC": True}, {"unclean.leader.election.enable": 1}),
                ({"MIN_INSYNC": None}, {"unclean.leader.election.enable": "yes"})]
     bad = [r for n, (options, configs) in enumerate(damaged, 1) for r in _replicated_records(options, configs, n)]
-    good = _replicated_records({"MIN_INSYNC": 2}, {"min.insync.replicas": " 3 ", "unclean.leader.election.enable": "TRUE"})
+    good = _replicated_records({"MIN_INSYNC": 2},
+                               {"min.insync.replicas": " 3 ", "unclean.leader.election.enable": "TRUE"})
     path = tmp_path / "catalog.log"
     path.write_bytes(b"".join(lines.encode(r) for r in [*bad, *good]))
     caplog.set_level(logging.WARNING, "walgate.catalog")

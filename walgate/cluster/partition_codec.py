@@ -137,11 +137,11 @@ def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Coll
     """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads in
     epoch 0, the registered ones in sync at their broker epochs ``live``) of each replicated vnode the catalog
     holds whose key is not in ``present`` (every ``partitions/`` key read, damaged values included: a damaged state
-    is the operator's to delete, never overwritten) and at least one of whose replicas is registered (none: no
-    state yet, since one with no leader and an empty ISR could never elect; Kafka likewise refuses to create a
-    partition whose brokers are all fenced, and the controller's next pass follows a registration); and, apart, why no state can be built for the vnodes whose
-    catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of range): one such vnode never
-    stops the creation of the others."""
+    is the operator's to delete, never overwritten) and one of whose replicas is registered (none: no state yet,
+    since one with no leader and an empty ISR could never elect; Kafka likewise refuses to create a partition whose
+    brokers are all fenced, and the controller's next pass follows a registration). Apart: why no state can be
+    built for each vnode whose catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of
+    range), which never stops the creation of the others."""
     states: dict[PartitionId, PartitionState] = {}
     refused: dict[PartitionId, str] = {}
     for pid, v in sorted(catalog.items()):

@@ -261,13 +261,13 @@ def _replicas(r: dict[str, Any], options: dict[str, int | str]) -> tuple[Replica
     return tuple(tuple(v) for v in raw)
 
 
-def _min_insync(options: dict[str, int | str], replicas: tuple[Replicas, ...] | None) -> None:
-    """Refuse an SQL database's ``MIN_INSYNC`` that is not an integer in 1..its replicas (one without placement), as
+def _min_insync_checked(db: DatabaseDef) -> DatabaseDef:
+    """``db``, unless its ``MIN_INSYNC`` (an SQL database's) is not an integer in 1..its replication factor, as
     :meth:`Catalog.new_database` writes it: the controller builds each vgroup's partition state from it."""
-    value = options.get("MIN_INSYNC", 1)
-    if (not isinstance(value, int) or isinstance(value, bool)
-            or not 1 <= value <= (len(replicas[0]) if replicas else 1)):
+    value = db.options.get("MIN_INSYNC", 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= db.replication_factor:
         raise _Invalid(f"option MIN_INSYNC is {value!r}: expected an integer in 1..the replicas of each vgroup")
+    return db
 
 
 _REPLICATION_CONFIGS = ("min.insync.replicas", "unclean.leader.election.enable")
@@ -663,9 +663,8 @@ class Catalog:
             if not is_db_id(db_id) or db_id in self._taken().db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options = _options(r)
-            replicas = _replicas(r, options)
-            _min_insync(options, replicas)
-            self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id, replicas)
+            self.databases[name] = _min_insync_checked(DatabaseDef(name, options, _get(r, "created_ms", int), db_id,
+                                                                   _replicas(r, options)))
         elif op == "drop_db":
             name = self._known_db(r, "name")
             self.databases.pop(name)
@@ -710,10 +709,9 @@ class Catalog:
             replicas = _replicas(r, options) if "nodes" in r or "replicas" in r else old.replicas
             if replicas is not None and len(replicas) != options["VGROUPS"]:
                 raise _Invalid(f"alter of {topic.name} to {options['VGROUPS']} vgroups does not place them")
-            altered = replace(old, options=options, replicas=replicas)
+            altered = _min_insync_checked(replace(old, options=options, replicas=replicas))
             if altered.replication_factor != old.replication_factor:  # one copy without placement, as it reads
                 raise _Invalid(f"alter of {topic.name} changes its replication factor")
-            _min_insync(options, replicas)
             self.topics[topic.name] = replace(topic, configs=configs)
             self.databases[topic.db] = altered
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
@@ -724,9 +722,8 @@ class Catalog:
             if not is_db_id(db_id) or db_id in kept.db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options, configs, created = _options(r), _topic_configs(r), _get(r, "created_ms", int)
-            replicas = _replicas(r, options)
-            _min_insync(options, replicas)
-            database = self.databases[db] = DatabaseDef(db, options, created, db_id, replicas)
+            database = self.databases[db] = _min_insync_checked(DatabaseDef(db, options, created, db_id,
+                                                                            _replicas(r, options)))
             topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
             kept.add_topic(topic)
