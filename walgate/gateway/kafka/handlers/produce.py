@@ -184,19 +184,23 @@ def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, 
     its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not lead it (now), and for acks=all
     NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas`` (:meth:`LeaderView.check_produce
     <walgate.replication.leader.LeaderView.check_produce>`). None for any other partition: written as on a single
-    node (a partition not here, or not known, is answered by the append)."""
+    node (a partition not here, or not known, is answered by the append: one past the database's vgroups is never
+    looked up here, its placement has no entry for it). Raises nothing but a bug: the lookups below refuse with
+    :class:`StorageError` only."""
     topics = engine.store.topics()
     found = topics.topic(topic)
     if found is None or not topics.is_native(topic):
         return None
     try:
+        db = engine.database(found.db)
+        if not 0 <= index < db.vgroups:
+            return None
         wal = engine.store.local_vnode(found.db, index).wal
-        db_id = engine.database(found.db).id
     except StorageError:
         return None
     if wal.replication is None:
         return None
-    view = None if led is None else led.leader_view(db_id, index)
+    view = None if led is None else led.leader_view(db.id, index)
     if view is None or view.deposed:
         return (found.db, index), ErrorCode.not_leader_or_follower
     return (found.db, index), view.check_produce() if acks == -1 else None
