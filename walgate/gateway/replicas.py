@@ -167,9 +167,9 @@ class ReplicaManager:
         if led is not None:
             self._post(led)
 
-    async def acknowledged(self, key: VnodeKey, last_version: int, timeout_s: float) -> ErrorCode:
+    async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
         await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
-        return await self.purgatory.wait(key, last_version, timeout_s)
+        return await self.purgatory.wait(key, leader_epoch, last_version, timeout_s)
 
     # ------------------------------------------------------------ the high watermark
 
@@ -180,8 +180,8 @@ class ReplicaManager:
         if view.hw > led.posted:
             led.posted = view.hw
             self.engine.store.records_visible(led.key)
-        self._loop.call_soon_threadsafe(self.purgatory.advance, led.key, view.hw, len(view.state.isr),
-                                        view.state.min_isr)
+        self._loop.call_soon_threadsafe(self.purgatory.advance, led.key, view.leader_epoch, view.hw,
+                                        len(view.state.isr), view.state.min_isr)
 
     def _synced(self, led: _Led) -> None:
         wal = _wal(self.engine, led.key)
@@ -254,6 +254,7 @@ class ReplicaManager:
         view = await self.storage.call_on(frozenset([key]), functools.partial(
             _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
         led = self.led[pid] = _Led(key, view, view.hw)
+        self.purgatory.lead(key, view.leader_epoch)
         led.proposer = asyncio.create_task(self._propose(pid, led), name=f"walgate-isr-{key[0]}-{key[1]}")
         log.info("vnode %d of database %s: leading epoch %d from version %d", key[1], key[0], state.leader_epoch,
                  view.epoch_start)
