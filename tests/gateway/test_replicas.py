@@ -46,6 +46,7 @@ from walgate.gateway.metrics import Metrics
 from walgate.gateway.replicas import ReplicaManager
 from walgate.replication.partition import IsrMember, PartitionState
 from walgate.storage import catalog, native_topics
+from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
@@ -412,3 +413,36 @@ async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
         await t.insert(1, 0)
         await t.caught_up(2, 3)
         await t.same_wals(1, 2, 3)
+
+
+async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_serves_only_the_new_leaders_hw(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        for n in (2, 3):
+            await t.stop(n)
+        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
+        await t.stop(1)  # node 1 goes down; its engine reopened below (its WAL's HW then unknown)
+        node = t.nodes[1]
+        await node.side.call(node.side.engine.close)
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2, isr=tuple(
+            m for m in (await t.state()).isr if m.replica != 1)))
+        t.start(2)
+        t.start(3)
+        await t.leading(2)
+        await t.insert(2, 2)  # X, where node 1 holds W
+        await t.caught_up(3, leader=2)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
+                                                node_id=1)
+        reopened = await node.wal()
+        assert reopened.replication is None and reopened.visible_version == reopened.next_version  # (the whole log)
+        t.start(1)  # following node 2: W cut (below the reopened log's end, above its log start), X copied
+
+        async def same() -> bool:
+            return (await node.side.wal_bytes(DB, 0)) == (await t.nodes[2].side.wal_bytes(DB, 0))
+        await until(same, "node 1's WAL equals node 2's (its divergent tail truncated)")
+        leader = await t.nodes[2].wal()
+        await until(lambda: _is(reopened.visible_version == leader.visible_version == leader.next_version),
+                    "node 1 serves what the new leader's HW passed")

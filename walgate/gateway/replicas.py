@@ -29,8 +29,9 @@ durable ends, asked at every read, after every follower fetch (:meth:`fetched`) 
 (:meth:`after_sync`), so the leader's own sync moves it too; each rise wakes the vnode's topics' long polls and
 answers the acks=all writes it passed (:class:`~walgate.gateway.purgatory.Purgatory`). On a follower it is the high
 watermark the leader's answers carried (capped by what the follower holds); on a replica that stopped, the visible
-version it had then. A vnode that never had a partition state (a single node's, every vnode before step 2 of the
-plan) is not touched: its watermarks are as before.
+version it had then. Each starts from the one the vnode had (:func:`_baseline`): after a restart, the WAL's log start
+(no high watermark is kept on disk yet). A vnode that never had a partition state (a single node's, every vnode
+before step 2 of the plan) is not touched: its watermarks are as before.
 
 ``walgate serve`` does not start it yet: no replicated vnode exists before step 2 (replicas in the catalog) is
 wired; that wiring starts :meth:`run` with the node's :class:`PartitionStates`, sets :attr:`Broker.led` to it,
@@ -88,10 +89,21 @@ def _wal(engine: Engine, key: VnodeKey) -> Wal:
     return engine.store.local_vnode(*key).wal
 
 
+def _baseline(wal: Wal) -> int:
+    """The high watermark a replica of ``wal``'s vnode starts from as it leads, follows or stops: the visible version
+    while this engine gave the WAL one (led, followed or stopped since it opened), else the WAL's log start. A WAL
+    just opened has no high watermark (:attr:`Wal.replication` None: its visible version is its whole durable log,
+    divergent tail included) and none is kept on disk yet (Kafka's ``replication-offset-checkpoint`` is not built):
+    the log start never refuses a truncation the new leader's log needs, at the cost of serving nothing until the
+    leader's high watermark is learned (a follower) or the ISR's durable ends are (a leader)."""
+    return wal.visible_version if wal.replication is not None else wal.first_version
+
+
 def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: int, broker_epoch: int, now_ms: int,
                lag_max_ms: int) -> LeaderView:
     """On the vnode's lane: begin ``state``'s leader epoch at the WAL's end (unless the cache has it already) and
-    make the vnode's view from the high watermark it knew; its visible version is the view's from now on."""
+    make the vnode's view from the high watermark it knew (:func:`_baseline`); its visible version is the view's from
+    now on."""
     vnode = engine.store.local_vnode(*key)
     wal = vnode.wal
     if vnode.epochs.latest_epoch > state.leader_epoch:
@@ -99,7 +111,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     if vnode.epochs.latest_epoch < state.leader_epoch:
         vnode.epochs.begin(state.leader_epoch, wal.next_version)
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
-    view = LeaderView(node_id, broker_epoch, state, start, wal.visible_version, now_ms, lag_max_ms)
+    view = LeaderView(node_id, broker_epoch, state, start, _baseline(wal), now_ms, lag_max_ms)
     wal.replication = view.update_hw
     return view
 
@@ -288,9 +300,9 @@ class ReplicaManager:
 
     def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> int:
         """On the lane: the vnode's visible version is the high watermark its leader's answers carry, from the one
-        it knew (never below what it served)."""
+        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor)."""
         wal = _wal(self.engine, key)
-        hw = min(wal.visible_version, wal.next_version)
+        hw = min(_baseline(wal), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
         return hw
 
@@ -302,8 +314,7 @@ class ReplicaManager:
 
     def _freeze(self, key: VnodeKey) -> None:
         wal = _wal(self.engine, key)
-        if wal.replication is not None:
-            wal.replication = functools.partial(_fixed, wal.visible_version)
+        wal.replication = functools.partial(_fixed, _baseline(wal))
 
     def _resign(self, pid: PartitionId) -> None:
         """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered
