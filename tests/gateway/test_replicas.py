@@ -34,6 +34,7 @@ import pytest
 from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.gateway.test_wal_fetch import PARTITION, REQUEST, STABLE, WAL, Side, _side
 from walgate.cluster.etcd import tx
+from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.cluster_member import ClusterMember
@@ -446,3 +447,29 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
         leader = await t.nodes[2].wal()
         await until(lambda: _is(reopened.visible_version == leader.visible_version == leader.next_version),
                     "node 1 serves what the new leader's HW passed")
+
+
+async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        manager = t.nodes[1].manager
+        assert manager is not None
+        refused: list[Any] = []
+        alter_isr = manager.states.alter_isr
+
+        async def unavailable_thrice(*args: Any) -> Any:
+            if len(refused) < 3:
+                refused.append(args)
+                raise (ControlPlaneRefused if len(refused) == 2 else ControlPlaneUnavailable)("etcd has no leader")
+            return await alter_isr(*args)
+        monkeypatch.setattr(manager.states, "alter_isr", unavailable_thrice)
+        await t.stop(3)
+        await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR once etcd answers again")
+        assert len(refused) == 3 and "Traceback" not in caplog.text
+        assert [r.levelname for r in caplog.records if "ISR change not written" in r.message] == ["WARNING"]
+        leader = await t.nodes[1].wal()
+        await t.insert(1, 1)  # the HW no longer waits on node 3
+        await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")

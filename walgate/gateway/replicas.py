@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from walgate.cluster.model import ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
@@ -340,7 +341,11 @@ class ReplicaManager:
     # ------------------------------------------------------------ ISR changes (KIP-497)
 
     async def _propose(self, pid: PartitionId, led: _Led) -> None:
-        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring)."""
+        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring). One the control plane
+        could not take (ControlPlaneUnavailable, ControlPlaneRefused: maybe written, maybe not) ends as refused (the
+        view proposes again next round, from the state it has or the one etcd then reports), logged at WARNING once
+        per outage, as Kafka's ``AlterPartitionManager`` retries."""
+        outage = False
         while True:
             await asyncio.sleep(self.lag_max_ms / 2000)
             registered = dict(self.registered())
@@ -348,7 +353,20 @@ class ReplicaManager:
                 led.view.propose(self.clock(), registered), led.view.state))
             if proposal is None:
                 continue
-            outcome = await self.states.alter_isr(known, pid, proposal, registered)
+            try:
+                outcome = await self.states.alter_isr(known, pid, proposal, registered)
+            except ControlPlaneUnavailable as e:
+                if not outage:
+                    log.warning("vnode %d of database %s: ISR change not written, retried every %.1f s while the "
+                                "control plane is unavailable: %s: %s", led.key[1], led.key[0],
+                                self.lag_max_ms / 2000, type(e).__name__, e)
+                outage = True
+                await self.storage.call_on(frozenset([led.key]), led.view.on_refused)
+                continue
+            if outage:
+                log.info("vnode %d of database %s: the control plane answers ISR changes again", led.key[1],
+                         led.key[0])
+                outage = False
             if outcome.error in (ErrorCode.fenced_leader_epoch, ErrorCode.stale_broker_epoch):
                 log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
                             led.key[0], outcome.error.name)
