@@ -28,7 +28,8 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   new leader or epoch. The leader unreachable delays every vnode the request held.
 
 An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
-before it processes a partition's data), while the request was out is dropped. The fetch position is read on the
+before it processes a partition's data), while the request was out is dropped; a divergence's cut checks it again in
+the truncating call itself, so a vnode unfollowed while its cut waited to run is not cut. The fetch position is read on the
 vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
 its last entry, and its durable end (what the leader's high watermark counts, issue 25). Nothing here reads or writes
 etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's (:meth:`follow`,
@@ -237,6 +238,16 @@ class ReplicaFetcher:
             well = well and v.error == ErrorCode.none
         return well
 
+    def _truncate(self, v: FollowedVnode, to: int) -> int | None:
+        """An exclusive call: ``v``'s vnode cut back to version ``to`` while it is still followed as ``v`` (what was
+        cut to), else None, nothing cut. Checked here, not before the call was queued: the replica manager may
+        unfollow the vnode and take its leadership over while the call waits (:meth:`unfollow` runs on the event
+        loop; a takeover queued after this call runs after it, as Kafka removes a partition's fetcher before
+        ``makeLeader``)."""
+        if self.followed.get(v.key) is not v:
+            return None
+        return self.engine.truncate_vnode(v.db, v.vgroup, to, high_watermark=v.high_watermark)
+
     async def _apply(self, v: FollowedVnode, p: _Position, answer: Any) -> int:
         """Apply one vnode's answer (the module docstring); the error to keep."""
         code = int(answer.error_code)
@@ -254,11 +265,12 @@ class ReplicaFetcher:
                 to = await self.storage.call_on(frozenset([v.key]), functools.partial(
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
                 try:
-                    cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
-                                                  high_watermark=v.high_watermark)
+                    cut = await self.storage.call(self._truncate, v, to)
                 except StorageError:
                     v.cut_unfinished = True
                     raise
+                if cut is None:
+                    return ErrorCode.none  # (unfollowed meanwhile: the answer is stale, nothing cut)
                 log.info("vnode %d of database %s: truncated to version %d, diverging from node %d at epoch %d "
                          "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
                 return ErrorCode.none
