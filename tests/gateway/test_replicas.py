@@ -12,7 +12,10 @@ Produce (raw v9 requests on the leader's socket, a Kafka-native topic): acks=all
 hold the write durably (checked at the moment of the answer), REQUEST_TIMED_OUT while they do not fetch, acks=1 at
 once; NOT_ENOUGH_REPLICAS before the append once the ISR in etcd shrank below ``min.insync.replicas``, answered again
 once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to the write waiting too. A takeover
-whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads.
+whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads. A former leader
+whose engine was reopened (its HW unknown) truncates the tail it wrote alone and serves only the new leader's HW; an
+ISR change etcd could not take is proposed again (one WARNING); a cut left unfinished (the disk refused the epoch
+file) is finished when the vnode is then led, or followed anew.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.replicas import ReplicaManager
 from walgate.replication.partition import IsrMember, PartitionState
-from walgate.storage import catalog, native_topics
+from walgate.storage import catalog, leader_epochs, native_topics
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
@@ -473,3 +476,50 @@ async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
         leader = await t.nodes[1].wal()
         await t.insert(1, 1)  # the HW no longer waits on node 3
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
+
+
+@pytest.mark.parametrize("then", ["leads", "follows anew"])
+async def test_a_cut_left_unfinished_is_finished_when_the_vnode_is_led_or_followed_anew(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        await t.stop(2)
+        vnode = await t.nodes[2].side.vnode(DB, 0)
+        await t.nodes[2].side.call(vnode.epochs.begin, 5, vnode.wal.next_version)  # node 2 led epoch 5, wrote a tail
+        await t.insert(2, 1)
+        refusing = [True]
+        real = leader_epochs.fileio.replace_file
+
+        def refused_while_refusing(path: Path, *args: Any, **kwargs: Any) -> None:
+            if refusing[0] and path == vnode.epochs.path:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            real(path, *args, **kwargs)
+        monkeypatch.setattr(leader_epochs.fileio, "replace_file", refused_while_refusing)
+        await t.write_state(replace(await t.state(), leader_epoch=6))
+        t.start(2)  # follows node 1 in epoch 6: diverges at epoch 5, its WAL cut, the epoch file refused
+        await until(lambda: _is(vnode.wal.held is not None), "node 2's cut is left unfinished")
+        state = await t.state()
+        manager = t.nodes[2].manager
+        assert manager is not None
+        if then == "leads":
+            await t.write_state(replace(state, leader=2, leader_epoch=7))
+        else:
+            await t.write_state(replace(state, leader_epoch=7))
+        pid = PartitionId(DB_ID, 0)
+        await until(lambda: _is(manager.following.get(pid) != 1 or any(
+            f.fetcher.followed.get((DB, 0)) is not None and f.fetcher.followed[(DB, 0)].leader_epoch == 7
+            for f in manager.fetching.values())), f"node 2 {then} (the state applied, or its takeover retried)")
+        refusing[0] = False
+        if then == "leads":
+            await t.leading(2)
+            assert vnode.wal.held is None
+            await t.insert(2, 2)  # taken: its WAL no longer refuses appends
+            await t.caught_up(1, 3, leader=2)
+            await t.same_wals(1, 2, 3)
+        else:
+            await until(lambda: _is(vnode.wal.held is None), "node 2's cut finished")
+            await t.insert(1, 2)
+            await t.caught_up(2, 3)
+            await t.same_wals(1, 2, 3)

@@ -57,7 +57,7 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
 from walgate.wire.serial import fields_of
 
-__all__ = ["FollowedVnode", "Link", "ReplicaFetcher"]
+__all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut"]
 
 log = logging.getLogger("walgate.replication")
 
@@ -116,10 +116,10 @@ def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | 
     return out
 
 
-def _finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
+def finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
     """Finish a truncation the disk refused part of: the vnode's WAL, held, cut again at its end (which rewrites the
     derived files, :func:`walgate.storage.truncation.truncate_vnode`); nothing when it is not held (nothing was
-    cut). An exclusive call."""
+    cut). An exclusive call; the replica manager's too, before it leads a vnode whose WAL a cut left held."""
     wal = engine.store.local_vnode(db, vgroup).wal
     if wal.held is not None:
         engine.truncate_vnode(db, vgroup, wal.next_version, high_watermark=high_watermark)
@@ -153,7 +153,8 @@ class ReplicaFetcher:
 
     def follow(self, vnode: FollowedVnode) -> None:
         """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped); a cut its previous
-        following left unfinished is kept, to be finished first."""
+        following here left unfinished is kept, to be finished first (one left by a following elsewhere: the caller
+        sets :attr:`FollowedVnode.cut_unfinished` from the WAL, :attr:`Wal.held <walgate.storage.wal.Wal.held>`)."""
         old = self.followed.get(vnode.key)
         vnode.cut_unfinished = vnode.cut_unfinished or old is not None and old.cut_unfinished
         self.followed[vnode.key] = vnode
@@ -195,7 +196,7 @@ class ReplicaFetcher:
         unfinished = [v for v in vnodes if v.cut_unfinished]
         for v in unfinished:
             try:
-                await self.storage.call(_finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
+                await self.storage.call(finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
                 v.cut_unfinished = False
             except StorageError as e:
                 log.warning("vnode %d of database %s: its truncation is still unfinished: %s", v.vgroup, v.db, e)

@@ -53,7 +53,7 @@ from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.purgatory import Purgatory
-from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
+from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
@@ -98,6 +98,11 @@ def _baseline(wal: Wal) -> int:
     the log start never refuses a truncation the new leader's log needs, at the cost of serving nothing until the
     leader's high watermark is learned (a follower) or the ISR's durable ends are (a leader)."""
     return wal.visible_version if wal.replication is not None else wal.first_version
+
+
+def _held(engine: Engine, key: VnodeKey) -> bool:
+    """Whether a truncation the disk refused part of left the vnode's WAL refusing appends (:attr:`Wal.held`)."""
+    return _wal(engine, key).held is not None
 
 
 def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: int, broker_epoch: int, now_ms: int,
@@ -264,6 +269,10 @@ class ReplicaManager:
             return
         self._resign(pid)
         self._unfollow(pid, key)
+        if await self.storage.call_on(frozenset([key]), functools.partial(_held, self.engine, key)):
+            # a cut its following left unfinished: finished before it leads (else every write refused); refused by
+            # the disk again, StorageUnavailable: the takeover is retried
+            await self.storage.call(finish_cut, self.engine, key[0], key[1], 0)
         view = await self.storage.call_on(frozenset([key]), functools.partial(
             _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
         led = self.led[pid] = _Led(key, view, view.hw)
@@ -287,7 +296,7 @@ class ReplicaManager:
                 return
             self._unfollow(pid, key)
         vnode = FollowedVnode(key[0], pid.db_id, pid.vgroup, state.leader_epoch)
-        vnode.high_watermark = await self.storage.call_on(frozenset([key]), functools.partial(
+        vnode.high_watermark, vnode.cut_unfinished = await self.storage.call_on(frozenset([key]), functools.partial(
             self._start_following, key, vnode))
         fetching = self.fetching.get(state.leader)
         if fetching is None:
@@ -299,13 +308,15 @@ class ReplicaManager:
         fetching.fetcher.follow(vnode)
         self.following[pid] = state.leader
 
-    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> int:
+    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> tuple[int, bool]:
         """On the lane: the vnode's visible version is the high watermark its leader's answers carry, from the one
-        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor)."""
+        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor).
+        That high watermark, and whether a cut (of an earlier following) left the WAL held: the fetcher finishes it
+        before its first fetch."""
         wal = _wal(self.engine, key)
         hw = min(_baseline(wal), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
-        return hw
+        return hw, wal.held is not None
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
         self._resign(pid)
