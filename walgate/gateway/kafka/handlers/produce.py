@@ -181,8 +181,9 @@ def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, 
                  ) -> tuple[VnodeKey, int, ErrorCode | None] | None:
     """For a Kafka-native partition whose vnode is replicated (its WAL's high watermark is the replica manager's,
     :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`): (the vnode, the leader epoch this node leads it
-    in, the error refusing the write before its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not lead it (now), and for acks=all
-    NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas`` (:meth:`LeaderView.check_produce
+    in, the error refusing the write before its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not
+    lead it (now), and for acks=all NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas``
+    (:meth:`LeaderView.check_produce
     <walgate.replication.leader.LeaderView.check_produce>`). None for any other partition: written as on a single
     node (a partition not here, or not known, is answered by the append: one past the database's vgroups is never
     looked up here, its placement has no entry for it). Raises nothing but a bug: the lookups below refuse with
