@@ -15,7 +15,8 @@ once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to th
 whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads. A former leader
 whose engine was reopened (its HW unknown) truncates the tail it wrote alone and serves only the new leader's HW; an
 ISR change etcd could not take is proposed again (one WARNING); a cut left unfinished (the disk refused the epoch
-file) is finished when the vnode is then led, or followed anew.
+file) is finished when the vnode is then led, or followed anew. A replica's high watermark checkpoint is written
+while it runs and at its stop; reopened, it serves from it (the log start when the file is damaged: reported).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.replicas import ReplicaManager
-from walgate.replication.partition import IsrMember, PartitionState
-from walgate.storage import catalog, leader_epochs, native_topics
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
+from walgate.storage import catalog, hw_checkpoint, leader_epochs, native_topics
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
@@ -124,7 +125,7 @@ class Trio:
             node_id, self.registered[node_id], node.side.engine, node.side.storage,
             PartitionStates(member.session, member.keys), lambda: self.registered,
             lambda: NodeLinks(member, "PLAINTEXT", None, timeout_s=WAIT_S), lag_max_ms=LAG_MS, fetch_wait_ms=100,
-            backoff_s=0.05)
+            backoff_s=0.05, checkpoint_s=0.1)
         node.broker.led = node.manager
         node.task = asyncio.create_task(node.manager.run())
 
@@ -425,6 +426,9 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
         await t.started()
         await t.insert(1, 0)
         await t.caught_up(2, 3)
+        proposer = t.nodes[1].led()[PartitionId(DB_ID, 0)].proposer
+        assert proposer is not None
+        proposer.cancel()  # the ISR kept (1, 2, 3) until node 1 is down: else W is committed, node 2's election unclean
         for n in (2, 3):
             await t.stop(n)
         await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
@@ -523,3 +527,40 @@ async def test_a_cut_left_unfinished_is_finished_when_the_vnode_is_led_or_follow
             await t.insert(1, 2)
             await t.caught_up(2, 3)
             await t.same_wals(1, 2, 3)
+
+
+async def test_a_reopened_replica_starts_from_its_hw_checkpoint_or_its_log_start_when_that_is_damaged(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        for k in range(2):
+            await t.insert(1, k)
+        await t.caught_up(2, 3)
+        node = t.nodes[2]
+        wal = await node.wal()
+        leader = await t.nodes[1].wal()
+        await until(lambda: _is(wal.visible_version == leader.next_version), "node 2 learns the HW")
+        hw, directory = wal.visible_version, (await node.side.vnode(DB, 0)).dir
+        assert hw > wal.first_version  # (the checkpoint, not the log start, is what the reopened replica serves)
+        await until(lambda: _is(hw_checkpoint.read(directory) == hw), "node 2's HW checkpoint written while running")
+        await t.stop(2)
+        await t.insert(2, 5)  # a tail past its HW (as a deposed leader's), then a restart
+        await node.side.call(node.side.engine.close)
+        state = replace(await t.state(), leader=NO_LEADER)
+        for damaged in (False, True):
+            if damaged:
+                path = directory / hw_checkpoint.HW_FILE
+                path.write_bytes(path.read_bytes()[:-3])
+            node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data",
+                                                    listener=node.side.wakeups, node_id=2)
+            reopened = await node.wal()
+            assert reopened.visible_version == reopened.next_version > hw  # (before any state: the whole log)
+            manager = ReplicaManager(2, t.registered[2], node.side.engine, node.side.storage, t.states,
+                                     lambda: t.registered, lambda: NodeLinks(node.side.member, "PLAINTEXT", None))
+            await manager.apply(PartitionId(DB_ID, 0), state)  # no leader: stopped, at the HW it starts from
+            assert reopened.visible_version == (reopened.first_version if damaged else hw)
+            reports = [r for r in node.side.engine.damage_log.records if r.file.endswith(hw_checkpoint.HW_FILE)]
+            assert len(reports) == damaged
+            await node.side.call(node.side.engine.close)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data",
+                                                listener=node.side.wakeups, node_id=2)

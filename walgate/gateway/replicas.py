@@ -29,8 +29,9 @@ durable ends, asked at every read, after every follower fetch (:meth:`fetched`) 
 (:meth:`after_sync`), so the leader's own sync moves it too; each rise wakes the vnode's topics' long polls and
 answers the acks=all writes it passed (:class:`~walgate.gateway.purgatory.Purgatory`). On a follower it is the high
 watermark the leader's answers carried (capped by what the follower holds); on a replica that stopped, the visible
-version it had then. Each starts from the one the vnode had (:func:`_baseline`): after a restart, the WAL's log start
-(no high watermark is kept on disk yet). A vnode that never had a partition state (a single node's, every vnode
+version it had then. Each starts from the one the vnode had (:func:`_baseline`): after a restart, its high watermark
+checkpoint (:mod:`walgate.storage.hw_checkpoint`, written every ``checkpoint_s`` where it changed and at
+:meth:`close`), else the WAL's log start. A vnode that never had a partition state (a single node's, every vnode
 before step 2 of the plan) is not touched: its watermarks are as before.
 
 ``walgate serve`` does not start it yet: no replicated vnode exists before step 2 (replicas in the catalog) is
@@ -57,9 +58,11 @@ from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finis
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
+from walgate.storage import hw_checkpoint
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey
+from walgate.storage.vnode import Vnode
 from walgate.storage.wal import Wal
 from walgate.wire.errors import ErrorCode
 
@@ -90,14 +93,28 @@ def _wal(engine: Engine, key: VnodeKey) -> Wal:
     return engine.store.local_vnode(*key).wal
 
 
-def _baseline(wal: Wal) -> int:
-    """The high watermark a replica of ``wal``'s vnode starts from as it leads, follows or stops: the visible version
-    while this engine gave the WAL one (led, followed or stopped since it opened), else the WAL's log start. A WAL
-    just opened has no high watermark (:attr:`Wal.replication` None: its visible version is its whole durable log,
-    divergent tail included) and none is kept on disk yet (Kafka's ``replication-offset-checkpoint`` is not built):
-    the log start never refuses a truncation the new leader's log needs, at the cost of serving nothing until the
-    leader's high watermark is learned (a follower) or the ISR's durable ends are (a leader)."""
-    return wal.visible_version if wal.replication is not None else wal.first_version
+def _baseline(vnode: Vnode) -> int:
+    """The high watermark a replica of ``vnode`` starts from as it leads, follows or stops: the visible version while
+    this engine gave its WAL one (led, followed or stopped since it opened); else, its WAL just opened (no high
+    watermark, :attr:`Wal.replication` None: its visible version would be its whole durable log, a divergent tail
+    included), the one its checkpoint holds (:mod:`walgate.storage.hw_checkpoint`, capped by the WAL's end), or
+    the WAL's log start when there is none (missing, damaged): the log start never refuses a truncation the
+    leader's log needs, at the cost of serving nothing until a high watermark is learned."""
+    wal = vnode.wal
+    if wal.replication is not None:
+        return wal.visible_version
+    hw = hw_checkpoint.read(vnode.dir, vnode.damage)
+    return wal.first_version if hw is None else max(wal.first_version, min(hw, wal.next_version))
+
+
+def _checkpoint(engine: Engine, key: VnodeKey, written: int | None) -> int:
+    """On the vnode's lane: its visible version, written as its high watermark checkpoint unless it is ``written``
+    (what the last write recorded); OSError when the disk refused the write."""
+    vnode = engine.store.local_vnode(*key)
+    hw = vnode.wal.visible_version
+    if hw != written:
+        hw_checkpoint.write(vnode.dir, hw, syncs=vnode.wal.syncs)
+    return hw
 
 
 def _held(engine: Engine, key: VnodeKey) -> bool:
@@ -117,7 +134,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     if vnode.epochs.latest_epoch < state.leader_epoch:
         vnode.epochs.begin(state.leader_epoch, wal.next_version)
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
-    view = LeaderView(node_id, broker_epoch, state, start, _baseline(wal), now_ms, lag_max_ms)
+    view = LeaderView(node_id, broker_epoch, state, start, _baseline(vnode), now_ms, lag_max_ms)
     wal.replication = view.update_hw
     return view
 
@@ -152,7 +169,8 @@ class ReplicaManager:
     def __init__(self, node_id: int, broker_epoch: int, engine: Engine, storage: StorageThread,
                  states: PartitionStates, registered: Callable[[], Mapping[int, int]],
                  links: Callable[[], NodeLinks], *, lag_max_ms: int = 30_000, fetch_wait_ms: int = 500,
-                 backoff_s: float = 1.0, clock: Callable[[], int] = monotonic_ms) -> None:
+                 backoff_s: float = 1.0, checkpoint_s: float = 5.0,
+                 clock: Callable[[], int] = monotonic_ms) -> None:
         self.node_id = node_id
         self.broker_epoch = broker_epoch
         self.engine = engine
@@ -163,7 +181,10 @@ class ReplicaManager:
         self.lag_max_ms = lag_max_ms
         self.fetch_wait_ms = fetch_wait_ms
         self.backoff_s = backoff_s
+        self.checkpoint_s = checkpoint_s
         self.clock = clock
+        self._checkpointed: dict[VnodeKey, int] = {}  # the high watermark each vnode's checkpoint was written with
+        self._checkpoint_refused = False  # (logged once until a write succeeds)
         self.purgatory = Purgatory()
         self.led: dict[PartitionId, _Led] = {}
         self.following: dict[PartitionId, int] = {}
@@ -217,14 +238,40 @@ class ReplicaManager:
 
     async def run(self) -> None:
         """Follow the partition states until cancelled, then stop leading and following everything."""
-        worker = asyncio.create_task(self._apply_changes(), name="walgate-replicas")
+        workers = [asyncio.create_task(self._apply_changes(), name="walgate-replicas"),
+                   asyncio.create_task(self._checkpoints(), name="walgate-hw-checkpoints")]
         try:
             await self.states.follow(lambda pid, state: self._changes.put_nowait((pid, state)))
         finally:
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             await self.close()
+
+    async def _checkpoints(self) -> None:
+        """Every ``checkpoint_s`` (Kafka's ``replica.high.watermark.checkpoint.interval.ms``): the high watermark
+        checkpoint of every vnode led or followed written where it changed."""
+        while True:
+            await asyncio.sleep(self.checkpoint_s)
+            await self.write_checkpoints([led.key for led in self.led.values()] + [
+                key for f in self.fetching.values() for key in f.fetcher.followed])
+
+    async def write_checkpoints(self, keys: list[VnodeKey]) -> None:
+        """Write the high watermark checkpoint of each vnode of ``keys`` whose visible version changed since its last
+        (:mod:`walgate.storage.hw_checkpoint`); one the disk refused is logged (WARNING, once until a write succeeds)
+        and written again next time; a vnode not open here is skipped."""
+        for key in keys:
+            try:
+                self._checkpointed[key] = await self.storage.call_on(frozenset([key]), functools.partial(
+                    _checkpoint, self.engine, key, self._checkpointed.get(key)))
+                self._checkpoint_refused = False
+            except OSError as e:
+                if not self._checkpoint_refused:
+                    log.warning("vnode %d of database %s: high watermark checkpoint not written (written again in "
+                                "%.1f s): %s", key[1], key[0], self.checkpoint_s, e)
+                self._checkpoint_refused = True
+            except StorageError:
+                continue
 
     async def _apply_changes(self) -> None:
         """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
@@ -313,8 +360,9 @@ class ReplicaManager:
         it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor).
         That high watermark, and whether a cut (of an earlier following) left the WAL held: the fetcher finishes it
         before its first fetch."""
-        wal = _wal(self.engine, key)
-        hw = min(_baseline(wal), wal.next_version)
+        followed = self.engine.store.local_vnode(*key)
+        wal = followed.wal
+        hw = min(_baseline(followed), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
         return hw, wal.held is not None
 
@@ -325,8 +373,8 @@ class ReplicaManager:
             await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
 
     def _freeze(self, key: VnodeKey) -> None:
-        wal = _wal(self.engine, key)
-        wal.replication = functools.partial(_fixed, _baseline(wal))
+        vnode = self.engine.store.local_vnode(*key)
+        vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
     def _resign(self, pid: PartitionId) -> None:
         """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered
@@ -398,7 +446,7 @@ class ReplicaManager:
 
     async def close(self) -> None:
         """Stop every fetcher and proposer; the waiting acks=all writes answered NOT_LEADER_OR_FOLLOWER; every vnode
-        led or followed keeps the visible version it has now."""
+        led or followed keeps the visible version it has now, written as its high watermark checkpoint."""
         keys = [led.key for led in self.led.values()] + [
             key for f in self.fetching.values() for key in f.fetcher.followed]
         for pid in list(self.led):
@@ -413,3 +461,4 @@ class ReplicaManager:
         for key in keys:
             with contextlib.suppress(Exception):  # (a vnode closed meanwhile: nothing to freeze)
                 await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
+        await self.write_checkpoints(keys)
