@@ -16,7 +16,8 @@ whose leader epoch the disk refused to record is logged (no traceback) and retri
 whose engine was reopened (its HW unknown) truncates the tail it wrote alone and serves only the new leader's HW; an
 ISR change etcd could not take is proposed again (one WARNING); a cut left unfinished (the disk refused the epoch
 file) is finished when the vnode is then led, or followed anew. A replica's high watermark checkpoint is written
-while it runs and at its stop; reopened, it serves from it (the log start when the file is damaged: reported).
+while it runs and at its stop (a write the disk refused logged once, then written again); reopened, it serves from
+it (the log start when the file is damaged: reported).
 """
 
 from __future__ import annotations
@@ -564,3 +565,26 @@ async def test_a_reopened_replica_starts_from_its_hw_checkpoint_or_its_log_start
             await node.side.call(node.side.engine.close)
         node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data",
                                                 listener=node.side.wakeups, node_id=2)
+
+
+async def test_a_refused_hw_checkpoint_write_is_logged_once_and_written_again(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        directory = (await t.nodes[2].side.vnode(DB, 0)).dir
+        refused: list[Path] = []
+        real = hw_checkpoint.fileio.replace_file
+
+        def refused_thrice(path: Path, *args: Any, **kwargs: Any) -> None:
+            if path.parent == directory and len(refused) < 3:
+                refused.append(path)
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            real(path, *args, **kwargs)
+        monkeypatch.setattr(hw_checkpoint.fileio, "replace_file", refused_thrice)
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        wal, leader = await t.nodes[2].wal(), await t.nodes[1].wal()
+        await until(lambda: _is(wal.visible_version == leader.next_version), "node 2 learns the HW")
+        await until(lambda: _is(hw_checkpoint.read(directory) == leader.next_version), "written once the disk takes it")
+        assert len(refused) == 3 and "Traceback" not in caplog.text
+        assert len([r for r in caplog.records if "checkpoint not written" in r.message]) == 1

@@ -184,7 +184,7 @@ class ReplicaManager:
         self.checkpoint_s = checkpoint_s
         self.clock = clock
         self._checkpointed: dict[VnodeKey, int] = {}  # the high watermark each vnode's checkpoint was written with
-        self._checkpoint_refused = False  # (logged once until a write succeeds)
+        self._checkpoint_refused: set[VnodeKey] = set()  # vnodes whose last checkpoint write was refused (logged once)
         self.purgatory = Purgatory()
         self.led: dict[PartitionId, _Led] = {}
         self.following: dict[PartitionId, int] = {}
@@ -264,12 +264,12 @@ class ReplicaManager:
             try:
                 self._checkpointed[key] = await self.storage.call_on(frozenset([key]), functools.partial(
                     _checkpoint, self.engine, key, self._checkpointed.get(key)))
-                self._checkpoint_refused = False
+                self._checkpoint_refused.discard(key)
             except OSError as e:
-                if not self._checkpoint_refused:
+                if key not in self._checkpoint_refused:
                     log.warning("vnode %d of database %s: high watermark checkpoint not written (written again in "
                                 "%.1f s): %s", key[1], key[0], self.checkpoint_s, e)
-                self._checkpoint_refused = True
+                self._checkpoint_refused.add(key)
             except StorageError:
                 continue
 
