@@ -8,6 +8,7 @@ stops the process by PID afterwards: SIGTERM, then SIGKILL if it does not exit.
 The server's stdout and stderr go to ``walgate.log`` in its work directory (a
 file, not a pipe, so a chatty server can never block on a full pipe).
 :meth:`WalgateServer.rss_mib` reads the process's resident memory, for tests that bound it.
+:func:`soak_cycles` sizes the kill -9 loops: a bounded slice in CI, the long run under ``WALGATE_SOAK=1``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ STOP_TIMEOUT = 15.0
 WALGATE = [sys.executable, "-m", "walgate.gateway.cli"]
 """``walgate`` as installed: the console script's module (it never imports hypothesis, even where it is installed:
 walgate/__init__.py)."""
+SOAK = os.environ.get("WALGATE_SOAK") == "1"
+
+
+def soak_cycles(ci: int, soak: int) -> int:
+    """How many kill -9 cycles a crash loop runs: ``ci`` (each at a seeded random point, the suite's slice), or
+    ``soak`` under ``WALGATE_SOAK=1`` (the long run)."""
+    return soak if SOAK else ci
+
+
 _READY = re.compile(r"walgate ready .*\bhttp=(?P<host>[^\s:]+):(?P<port>\d+)")
 
 

@@ -57,8 +57,9 @@ def test_replica_counts_above_one_are_refused_until_replication_is_served(walgat
                    "another's partitions yet); use 1")
     admin = AdminClient({"bootstrap.servers": walgate_cluster.bootstrap})
     for topic, factor, message in (("rf3", 3, not_enabled.format(3)), ("rf2", 2, not_enabled.format(2)),
-                                   ("rf4", 4, "The target replication factor of 4 cannot be reached because only 3 "
-                                              "broker(s) are registered.")):
+                                   ("rf4", 4, "Unable to replicate the partition 4 time(s): The target replication "
+                                              "factor of 4 cannot be reached because only 3 broker(s) are "
+                                              "registered.")):
         [future] = admin.create_topics([NewTopic(topic, 2, factor)], request_timeout=60).values()
         with pytest.raises(KafkaException) as refused:
             future.result(timeout=60)

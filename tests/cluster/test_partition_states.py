@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import signal
 from collections import Counter
@@ -28,6 +29,7 @@ from walgate.cluster.partition_codec import (
     batches,
     decode_state,
     encode_state,
+    missing_states,
     partition_id,
     partition_key,
     reconcile_all,
@@ -109,6 +111,18 @@ def test_reconciliation_of_many_partitions_is_cut_into_transactions_of_at_most_6
     cut = list(batches(changes))
     assert [len(b) for b in cut] == [60, 60, 37] and MAX_STATES_PER_TXN == 60
     assert [pid for b in cut for pid in b] == sorted(changes)
+
+
+def test_a_vgroup_none_of_whose_replicas_is_registered_gets_its_state_once_one_registers() -> None:
+    """No state is created while every replica of the vgroup is unregistered (a leaderless state with an empty ISR
+    could never elect: Kafka refuses to create a partition on fenced brokers); the first pass after one registers
+    creates it with that one leading, at its broker epoch."""
+    catalog = {PartitionId("a", 0): ReplicatedVnode((2, 3), 1), PartitionId("b", 0): ReplicatedVnode((1, 2), 1)}
+    states, refused = missing_states(catalog, (), {1: 5})
+    assert set(states) == {PartitionId("b", 0)} and refused == {}
+    states, refused = missing_states(catalog, {PartitionId("b", 0)}, {1: 5, 3: 7})
+    assert states == {PartitionId("a", 0): initial_state((2, 3), {3: 7}, 1)} and refused == {}
+    assert states[PartitionId("a", 0)].leader == 3 and states[PartitionId("a", 0)].isr == (IsrMember(3, 7),)
 
 
 def _start(node: Node) -> Reconciler:
@@ -457,11 +471,12 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
                 await n.close()
 
 
-async def test_the_controller_creates_the_states_the_catalog_holds_and_partitions_lacks(etcd1: EtcdCluster,
-                                                                                       tmp_path: Path) -> None:
+async def test_the_controller_creates_the_states_the_catalog_holds_and_partitions_lacks(
+        etcd1: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Every replicated vgroup of the catalog gets its initial state (the first registered replica leading, the
     registered ones in sync), in transactions of at most 60; an existing state is not touched, a damaged one not
-    overwritten; a key deleted later is created again by the running controller."""
+    overwritten; a vgroup whose catalog entry makes no state is reported at ERROR, the others created all the same;
+    a key deleted later is created again by the running controller."""
     n1, n2 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
     try:
         n1.start("registration", "election")
@@ -471,27 +486,32 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
         epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
         catalog = {PartitionId("db", v): ReplicatedVnode((3, 2, 1) if v % 2 else (1, 2, 3), 2, v == 4)
                    for v in range(MAX_STATES_PER_TXN + 5)}
-        existing, damaged = PartitionId("db", 0), PartitionId("db", 1)
+        existing, damaged, unbuildable = PartitionId("db", 0), PartitionId("db", 1), PartitionId("bad", 0)
+        catalog[unbuildable] = ReplicatedVnode((1, 2), 3)  # min.insync.replicas above the replicas
         await _create(n1, {existing: initial_state((1, 2, 3), epochs, 1)})  # min_isr 1: not the catalog's 2
         await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged), b"{not a state")])
         reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=lambda: catalog)
+        caplog.set_level(logging.ERROR, "walgate.cluster")
         assert await reconciler.reconcile_once() > 0
+        assert [r.getMessage() for r in caplog.records if "bad/0" in r.getMessage()] == [
+            "controller: bad/0 has no partition state and none can be built from its catalog entry: "
+            "min.insync.replicas 3: between 1 and the replication factor 2"]
         states = await reconciler.states.read_all()
-        assert set(states) == set(catalog) - {damaged} and reconciler.created == len(catalog) - 2
+        assert set(states) == set(catalog) - {damaged, unbuildable} and reconciler.created == len(catalog) - 3
         assert states[existing].min_isr == 1
         assert states[existing].partition_epoch < states[PartitionId("db", 2)].partition_epoch  # written before
-        for pid in set(catalog) - {existing, damaged}:
+        for pid in set(catalog) - {existing, damaged, unbuildable}:
             assert replace(states[pid], partition_epoch=0) == initial_state(catalog[pid].replicas, epochs, 2,
                                                                             pid.vgroup == 4)
             assert states[pid].leader == (2 if pid.vgroup % 2 else 1)  # node 3 is not registered
-        assert await reconciler.reconcile_once() > 0 and reconciler.created == len(catalog) - 2  # nothing more
+        assert await reconciler.reconcile_once() > 0 and reconciler.created == len(catalog) - 3  # nothing more
         assert (await n1.session.get(partition_key(KEYS, damaged))).value == b"{not a state"  # type: ignore[union-attr]
         n1.tasks.append(asyncio.create_task(reconciler.run()))
         gone = PartitionId("db", 7)
         await n1.session.txn([], [tx.Delete(partition_key(KEYS, gone))])  # an operator deletes it
 
         async def created_again() -> bool:
-            return reconciler.created == len(catalog) - 1
+            return reconciler.created == len(catalog) - 2
 
         await eventually("db/7 created again", created_again)
         again = await reconciler.states.read(gone)

@@ -111,5 +111,6 @@ def test_a_single_node_takes_assignments_onto_itself_only(tmp_path: Path) -> Non
         assert set(leaders(server, "s").values()) == {0} and len(leaders(server, "s")) == 3
         rf3 = refused(server, "create_topics", [NewTopic("rf3", 1, 3)])
         assert rf3.code() == KafkaError.INVALID_REPLICATION_FACTOR and rf3.str() == (
-            "The target replication factor of 3 cannot be reached because only 1 broker(s) are registered."), rf3
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached "
+            "because only 1 broker(s) are registered."), rf3
         no_traceback(server)

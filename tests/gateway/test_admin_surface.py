@@ -398,3 +398,22 @@ def test_offsets_topic_num_partitions_makes_the_coordinator_partitions_of_a_new_
         assert describe(conn, BROKER, "0", ["offsets.topic.num.partitions"]) == {
             "offsets.topic.num.partitions": ("4", "STATIC_BROKER")}
     assert len(list((data / "coordinator").iterdir())) == 4
+
+
+def test_create_topics_checks_the_factor_then_the_partitions_then_placement_with_kafkas_texts(tmp_path: Path) -> None:
+    """Kafka's order and texts (ReplicationControlManager.createTopic): a non-positive replication factor, then a
+    non-positive partition count, then the placer's refusal prefixed with the partition's replication count."""
+    topics = [("rf0", 0, 0), ("p0", 0, 3), ("pm2", -2, 1), ("many", 2000, 1), ("rf3", 1, 3), ("ok", -1, -1)]
+    with gateway_thread(tmp_path) as gw, KafkaConnection(gw.kafka_address) as conn:
+        r = call(conn, 19, 7, {"topics": [{"name": n, "num_partitions": p, "replication_factor": f}
+                                          for n, p, f in topics], "timeout": 10_000})
+    non_positive = "Number of partitions was set to an invalid non-positive value."
+    assert [(t.name, t.error_code, t.error_message) for t in r.topics] == [
+        ("rf0", ErrorCode.invalid_replication_factor,
+         "Replication factor must be larger than 0, or -1 to use the default value."),
+        ("p0", ErrorCode.invalid_partitions, non_positive), ("pm2", ErrorCode.invalid_partitions, non_positive),
+        ("many", ErrorCode.invalid_partitions, "partitions must be 1..1024, not 2000"),
+        ("rf3", ErrorCode.invalid_replication_factor, "Unable to replicate the partition 3 time(s): The target "
+                                                      "replication factor of 3 cannot be reached because only 1 "
+                                                      "broker(s) are registered."),
+        ("ok", ErrorCode.none, None)]

@@ -3,7 +3,8 @@
 A writer thread sends INSERTs (multi-table SQL) and line-protocol bodies to a
 ``walgate serve`` under ``WAL_LEVEL 2`` / ``WAL_FSYNC_PERIOD 0`` and records
 what was acknowledged; the server is ``kill -9``-ed at a random moment, then
-restarted on the same data directory. After every cycle every acknowledged
+restarted on the same data directory (8 cycles in the suite, 20 under ``WALGATE_SOAK=1``; the Kafka produce and
+commit loops 3 and 4, 6 and 8 under it). After every cycle every acknowledged
 row must be there, in acknowledgement order per table, nothing that was never
 sent may appear, and the WAL must reopen (its replay truncates only torn,
 unacknowledged tails).
@@ -23,9 +24,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from livewalgate import running_walgate
+from livewalgate import running_walgate, soak_cycles
 
-CYCLES = 20
+CYCLES = soak_cycles(8, 20)
 TABLES = ("d0", "d1", "d2")
 
 
@@ -167,7 +168,7 @@ def test_kill_9_loses_no_acknowledged_offset_commit(tmp_path: Path) -> None:
             c.close()
 
     acked = -1001  # OFFSET_INVALID: nothing committed yet
-    for cycle in range(8):
+    for cycle in range(soak_cycles(4, 8)):
         with running_walgate(tmp_path / f"c{cycle}", data_dir=data_dir) as server:
             got = committed(server.kafka_port)
             assert got >= acked, f"cycle {cycle}: committed {got} < acknowledged {acked}"
@@ -244,7 +245,7 @@ def test_kill_9_loses_no_acknowledged_produce(tmp_path: Path) -> None:
 
     acked: set[int] = set()
     start = 0
-    for cycle in range(6):
+    for cycle in range(soak_cycles(3, 6)):
         with running_walgate(tmp_path / f"p{cycle}", data_dir=data_dir) as server:
             got = read_all(server.kafka_port)
             stored = got[0] + got[1]

@@ -12,7 +12,12 @@ Produce (raw v9 requests on the leader's socket, a Kafka-native topic): acks=all
 hold the write durably (checked at the moment of the answer), REQUEST_TIMED_OUT while they do not fetch, acks=1 at
 once; NOT_ENOUGH_REPLICAS before the append once the ISR in etcd shrank below ``min.insync.replicas``, answered again
 once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to the write waiting too. A takeover
-whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads.
+whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads. A former leader
+whose engine was reopened (its HW unknown) truncates the tail it wrote alone and serves only the new leader's HW; an
+ISR change etcd could not take is proposed again (one WARNING); a cut left unfinished (the disk refused the epoch
+file) is finished when the vnode is then led, or followed anew. A replica's high watermark checkpoint is written
+while it runs and at its stop (a write the disk refused logged once, then written again); reopened, it serves from
+it (the log start when the file is damaged: reported).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pytest
 from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
 from tests.gateway.test_wal_fetch import PARTITION, REQUEST, STABLE, WAL, Side, _side
 from walgate.cluster.etcd import tx
+from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.cluster_member import ClusterMember
@@ -44,8 +50,9 @@ from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.replicas import ReplicaManager
-from walgate.replication.partition import IsrMember, PartitionState
-from walgate.storage import catalog, native_topics
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
+from walgate.storage import catalog, hw_checkpoint, leader_epochs, native_topics
+from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
@@ -119,7 +126,7 @@ class Trio:
             node_id, self.registered[node_id], node.side.engine, node.side.storage,
             PartitionStates(member.session, member.keys), lambda: self.registered,
             lambda: NodeLinks(member, "PLAINTEXT", None, timeout_s=WAIT_S), lag_max_ms=LAG_MS, fetch_wait_ms=100,
-            backoff_s=0.05)
+            backoff_s=0.05, checkpoint_s=0.1)
         node.broker.led = node.manager
         node.task = asyncio.create_task(node.manager.run())
 
@@ -412,3 +419,172 @@ async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
         await t.insert(1, 0)
         await t.caught_up(2, 3)
         await t.same_wals(1, 2, 3)
+
+
+async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_serves_only_the_new_leaders_hw(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        proposer = t.nodes[1].led()[PartitionId(DB_ID, 0)].proposer
+        assert proposer is not None
+        proposer.cancel()  # the ISR kept (1, 2, 3) until node 1 is down: else W is committed, node 2's election unclean
+        for n in (2, 3):
+            await t.stop(n)
+        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
+        await t.stop(1)  # node 1 goes down; its engine reopened below (its WAL's HW then unknown)
+        node = t.nodes[1]
+        await node.side.call(node.side.engine.close)
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2, isr=tuple(
+            m for m in (await t.state()).isr if m.replica != 1)))
+        t.start(2)
+        t.start(3)
+        await t.leading(2)
+        await t.insert(2, 2)  # X, where node 1 holds W
+        await t.caught_up(3, leader=2)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
+                                                node_id=1)
+        reopened = await node.wal()
+        assert reopened.replication is None and reopened.visible_version == reopened.next_version  # (the whole log)
+        t.start(1)  # following node 2: W cut (below the reopened log's end, above its log start), X copied
+
+        async def same() -> bool:
+            return (await node.side.wal_bytes(DB, 0)) == (await t.nodes[2].side.wal_bytes(DB, 0))
+        await until(same, "node 1's WAL equals node 2's (its divergent tail truncated)")
+        leader = await t.nodes[2].wal()
+        await until(lambda: _is(reopened.visible_version == leader.visible_version == leader.next_version),
+                    "node 1 serves what the new leader's HW passed")
+
+
+async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        manager = t.nodes[1].manager
+        assert manager is not None
+        refused: list[Any] = []
+        alter_isr = manager.states.alter_isr
+
+        async def unavailable_thrice(*args: Any) -> Any:
+            if len(refused) < 3:
+                refused.append(args)
+                raise (ControlPlaneRefused if len(refused) == 2 else ControlPlaneUnavailable)("etcd has no leader")
+            return await alter_isr(*args)
+        monkeypatch.setattr(manager.states, "alter_isr", unavailable_thrice)
+        await t.stop(3)
+        await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR once etcd answers again")
+        assert len(refused) == 3 and "Traceback" not in caplog.text
+        assert [r.levelname for r in caplog.records if "ISR change not written" in r.message] == ["WARNING"]
+        leader = await t.nodes[1].wal()
+        await t.insert(1, 1)  # the HW no longer waits on node 3
+        await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
+
+
+@pytest.mark.parametrize("then", ["leads", "follows anew"])
+async def test_a_cut_left_unfinished_is_finished_when_the_vnode_is_led_or_followed_anew(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        await t.stop(2)
+        vnode = await t.nodes[2].side.vnode(DB, 0)
+        await t.nodes[2].side.call(vnode.epochs.begin, 5, vnode.wal.next_version)  # node 2 led epoch 5, wrote a tail
+        await t.insert(2, 1)
+        refusing = [True]
+        real = leader_epochs.fileio.replace_file
+
+        def refused_while_refusing(path: Path, *args: Any, **kwargs: Any) -> None:
+            if refusing[0] and path == vnode.epochs.path:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            real(path, *args, **kwargs)
+        monkeypatch.setattr(leader_epochs.fileio, "replace_file", refused_while_refusing)
+        await t.write_state(replace(await t.state(), leader_epoch=6))
+        t.start(2)  # follows node 1 in epoch 6: diverges at epoch 5, its WAL cut, the epoch file refused
+        await until(lambda: _is(vnode.wal.held is not None), "node 2's cut is left unfinished")
+        state = await t.state()
+        manager = t.nodes[2].manager
+        assert manager is not None
+        if then == "leads":
+            await t.write_state(replace(state, leader=2, leader_epoch=7))
+        else:
+            await t.write_state(replace(state, leader_epoch=7))
+        pid = PartitionId(DB_ID, 0)
+        await until(lambda: _is(manager.following.get(pid) != 1 or any(
+            f.fetcher.followed.get((DB, 0)) is not None and f.fetcher.followed[(DB, 0)].leader_epoch == 7
+            for f in manager.fetching.values())), f"node 2 {then} (the state applied, or its takeover retried)")
+        refusing[0] = False
+        if then == "leads":
+            await t.leading(2)
+            assert vnode.wal.held is None
+            await t.insert(2, 2)  # taken: its WAL no longer refuses appends
+            await t.caught_up(1, 3, leader=2)
+            await t.same_wals(1, 2, 3)
+        else:
+            await until(lambda: _is(vnode.wal.held is None), "node 2's cut finished")
+            await t.insert(1, 2)
+            await t.caught_up(2, 3)
+            await t.same_wals(1, 2, 3)
+
+
+async def test_a_reopened_replica_starts_from_its_hw_checkpoint_or_its_log_start_when_that_is_damaged(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        for k in range(2):
+            await t.insert(1, k)
+        await t.caught_up(2, 3)
+        node = t.nodes[2]
+        wal = await node.wal()
+        leader = await t.nodes[1].wal()
+        await until(lambda: _is(wal.visible_version == leader.next_version), "node 2 learns the HW")
+        hw, directory = wal.visible_version, (await node.side.vnode(DB, 0)).dir
+        assert hw > wal.first_version  # (the checkpoint, not the log start, is what the reopened replica serves)
+        await until(lambda: _is(hw_checkpoint.read(directory) == hw), "node 2's HW checkpoint written while running")
+        await t.stop(2)
+        await t.insert(2, 5)  # a tail past its HW (as a deposed leader's), then a restart
+        await node.side.call(node.side.engine.close)
+        state = replace(await t.state(), leader=NO_LEADER)
+        for damaged in (False, True):
+            if damaged:
+                path = directory / hw_checkpoint.HW_FILE
+                path.write_bytes(path.read_bytes()[:-3])
+            node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data",
+                                                    listener=node.side.wakeups, node_id=2)
+            reopened = await node.wal()
+            assert reopened.visible_version == reopened.next_version > hw  # (before any state: the whole log)
+            manager = ReplicaManager(2, t.registered[2], node.side.engine, node.side.storage, t.states,
+                                     lambda: t.registered, lambda: NodeLinks(node.side.member, "PLAINTEXT", None))
+            await manager.apply(PartitionId(DB_ID, 0), state)  # no leader: stopped, at the HW it starts from
+            assert reopened.visible_version == (reopened.first_version if damaged else hw)
+            reports = [r for r in node.side.engine.damage_log.records if r.file.endswith(hw_checkpoint.HW_FILE)]
+            assert len(reports) == damaged
+            await node.side.call(node.side.engine.close)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data",
+                                                listener=node.side.wakeups, node_id=2)
+
+
+async def test_a_refused_hw_checkpoint_write_is_logged_once_and_written_again(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        directory = (await t.nodes[2].side.vnode(DB, 0)).dir
+        refused: list[Path] = []
+        real = hw_checkpoint.fileio.replace_file
+
+        def refused_thrice(path: Path, *args: Any, **kwargs: Any) -> None:
+            if path.parent == directory and len(refused) < 3:
+                refused.append(path)
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            real(path, *args, **kwargs)
+        monkeypatch.setattr(hw_checkpoint.fileio, "replace_file", refused_thrice)
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        wal, leader = await t.nodes[2].wal(), await t.nodes[1].wal()
+        await until(lambda: _is(wal.visible_version == leader.next_version), "node 2 learns the HW")
+        await until(lambda: _is(hw_checkpoint.read(directory) == leader.next_version), "written once the disk takes it")
+        assert len(refused) == 3 and "Traceback" not in caplog.text
+        assert len([r for r in caplog.records if "checkpoint not written" in r.message]) == 1

@@ -9,7 +9,7 @@ replica refused), the request's ``max_bytes`` kept to by the first vnode too (at
 fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
 topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
 requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
-finished before the next fetch; a client's request refused, and the API absent from ApiVersions.
+finished before the next fetch; a divergence of a vnode unfollowed before its cut runs cuts nothing; a client's request refused, and the API absent from ApiVersions.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import struct
+import threading
 import time
 import uuid
 from collections import Counter
@@ -35,6 +36,7 @@ import pytest
 from kio.serial import entity_reader
 
 from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
+from walgate.gateway import replica_fetcher
 from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupService
@@ -282,6 +284,30 @@ async def test_a_longer_tail_of_an_old_epoch_is_cut_then_the_wals_are_equal(etcd
         assert [e.epoch for e in (await p.follower.vnode(DB, 0)).epochs.entries][-2:] == [1, 2]
         rows = (await p.follower.sql(f"SELECT current FROM {DB}.meters")).rows
         assert sorted(r[0] for r in rows) == [1.0, 2.0, 3.0]  # the cut tail's rows are gone
+
+
+async def test_a_divergence_of_a_vnode_unfollowed_before_its_cut_runs_cuts_nothing(etcd: EtcdCluster, tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch
+                                                                                    ) -> None:
+    async with pair(etcd, tmp_path) as p:
+        ts = await _one_row_copied(p)
+        for k in range(3):  # the follower's own tail in epoch 1
+            await p.follower.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 10 + k}, 9.0, 9)")
+        fv = await p.follower.vnode(DB, 0)
+        tail, epochs = fv.wal.next_version, fv.epochs.entries
+        p.fetcher.unfollow((DB, 0))
+        await p.lead(DB, 1, 2)
+        loop, unfollowed = asyncio.get_running_loop(), threading.Event()
+        point = replica_fetcher._truncation_point
+
+        def unfollowed_meanwhile(*args: Any) -> int:  # (as the replica manager unfollows to take the vnode over)
+            to = point(*args)
+            loop.call_soon_threadsafe(lambda: (p.fetcher.unfollow((DB, 0)), unfollowed.set()))
+            assert unfollowed.wait(WAIT_S)
+            return to
+        monkeypatch.setattr(replica_fetcher, "_truncation_point", unfollowed_meanwhile)
+        await asyncio.wait_for(p.fetcher.fetch_once(), WAIT_S)
+        assert unfollowed.is_set() and (fv.wal.next_version, fv.epochs.entries) == (tail, epochs)  # nothing cut
 
 
 async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catches_up(etcd: EtcdCluster,

@@ -21,6 +21,9 @@ import orjson
 
 OLD_COMMIT = "5852923"
 TOPICS = ("topic_meters", "topic_db", "orders.v1")
+FORMAT1_DATABASE_COLUMNS = ("name", "vgroups", "precision", "wal_level", "wal_fsync_period", "wal_retention_period",
+                            "wal_retention_size", "wal_segment_size")
+"""The columns of SHOW DATABASES the summary holds, by name: those of the format 1 release but ``create_time``."""
 
 
 def make(data: Path) -> None:
@@ -57,7 +60,9 @@ def make(data: Path) -> None:
 
 def summary(e: Any) -> dict[str, Any]:
     """What a data dir holds, as the engine answers it (no timestamps of creation, no paths)."""
-    out: dict[str, Any] = {"databases": sorted(r[0:1] + r[2:] for r in e.execute("SHOW DATABASES").rows)}
+    shown = e.execute("SHOW DATABASES")
+    at = [[c[0] for c in shown.columns].index(name) for name in FORMAT1_DATABASE_COLUMNS]
+    out: dict[str, Any] = {"databases": sorted([r[i] for i in at] for r in shown.rows)}
     out["topics"] = sorted([r[0], r[1], r[3], r[4], r[5], r[6]] for r in e.execute("SHOW TOPICS").rows)
     for db in sorted(e.catalog.databases):
         if db.startswith("kafka_"):

@@ -6,6 +6,8 @@ dirs made before placement existed. SQL ``REPLICA`` is checked against the live 
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.replication.partition import initial_state
 from walgate.storage import lines
 from walgate.storage.catalog import DB_DEFAULTS, Catalog
 from walgate.storage.engine import Engine
@@ -223,7 +226,7 @@ def test_replicas_are_placed_recorded_and_read_back(tmp_path: Path) -> None:
         e.close()
     e = Engine.open(tmp_path, node_id=4)
     _three_racks(e)
-    assert [d[2:4] for d in e.execute("SHOW DATABASES").rows if d[0] == "r"] == [[3, 3]]  # vgroups, replica
+    assert [[d[2], d[-1]] for d in e.execute("SHOW DATABASES").rows if d[0] == "r"] == [[3, 3]]  # vgroups, replica
     shown = e.execute("SHOW r.VGROUPS")
     assert [c[0] for c in shown.columns][3:] == ["v1_dnode", "v1_status", "v2_dnode", "v2_status", "v3_dnode",
                                                   "v3_status"]
@@ -296,3 +299,80 @@ def test_any_placement_in_a_record_applies_as_a_valid_one_or_is_refused(tmp_path
         assert all(r and len(set(r)) == len(r) and all(n >= 0 for n in r) for r in replicas)
         if "nodes" in placement and placement["nodes"] is not None:
             assert [r[0] for r in replicas] == placement["nodes"]
+
+
+def _replicated_records(db_options: dict[str, Any], configs: dict[str, Any], n: int = 0) -> list[dict[str, Any]]:
+    """A ``create_db`` of two replicas with ``db_options`` (database ``x<n>``) and a ``create_kafka_topic`` of two
+    with ``configs`` (topic ``t<n>``)."""
+    placed = {"nodes": [1, 2], "replicas": [[1, 2], [2, 1]]}
+    return [{"op": "create_db", "name": f"x{n}", "id": new_db_id(), "created_ms": 0,
+             "options": {**DB_DEFAULTS, **db_options}, **placed},
+            {"op": "create_kafka_topic", "name": f"t{n}", "db": f"kafka_t{n}", "db_id": new_db_id(),
+             "topic_id": str(uuid.uuid4()), "options": DB_DEFAULTS, "configs": configs, "created_ms": 0, **placed}]
+
+
+def test_a_record_with_a_damaged_min_insync_or_replication_config_is_skipped_as_damage(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """MIN_INSYNC outside 1..the replicas, or a ``min.insync.replicas`` / ``unclean.leader.election.enable`` Kafka
+    refuses, is a record that cannot apply, skipped and reported when replayed; the catalog's replicated vnodes
+    (what the controller builds partition states from) are those of the valid records only."""
+    damaged = [({"MIN_INSYNC": 3}, {"min.insync.replicas": "-1"}),
+               ({"MIN_INSYNC": "x"}, {"min.insync.replicas": "abc"}),
+               ({"MIN_INSYNC": 0}, {"min.insync.replicas": "0"}), ({"MIN_INSYNC": [1]}, {"min.insync.replicas": 2}),
+               ({"MIN_INSYNC": True}, {"unclean.leader.election.enable": 1}),
+               ({"MIN_INSYNC": None}, {"unclean.leader.election.enable": "yes"})]
+    bad = [r for n, (options, configs) in enumerate(damaged, 1) for r in _replicated_records(options, configs, n)]
+    good = _replicated_records({"MIN_INSYNC": 2},
+                               {"min.insync.replicas": " 3 ", "unclean.leader.election.enable": "TRUE"})
+    path = tmp_path / "catalog.log"
+    path.write_bytes(b"".join(lines.encode(r) for r in [*bad, *good]))
+    caplog.set_level(logging.WARNING, "walgate.catalog")
+    catalog = Catalog.open(path)
+    refused = [r.getMessage() for r in caplog.records if "catalog record cannot be applied" in r.getMessage()]
+    assert len(refused) == len(bad) and all("MIN_INSYNC" in m or "config" in m for m in refused), refused
+    ids = {d.name: d.id for d in catalog.databases.values()}
+    assert sorted(ids) == ["kafka_t0", "x0"]
+    assert catalog.replicated_vnodes() == {
+        PartitionId(ids["x0"], 0): ReplicatedVnode((1, 2), 2), PartitionId(ids["x0"], 1): ReplicatedVnode((2, 1), 2),
+        PartitionId(ids["kafka_t0"], 0): ReplicatedVnode((1, 2), 2, True),
+        PartitionId(ids["kafka_t0"], 1): ReplicatedVnode((2, 1), 2, True)}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(min_insync=st.none() | _JSON | st.integers(-1, 4) | st.just("2"),
+       configs=st.dictionaries(st.sampled_from(["min.insync.replicas", "unclean.leader.election.enable"]),
+                               _JSON | st.sampled_from(["1", "2", "3", "0", " 2", "true", "False", "x"]), max_size=2))
+def test_any_replication_setting_in_a_record_applies_as_a_valid_one_or_is_refused(
+        tmp_path: Path, min_insync: Any, configs: dict[str, Any]) -> None:
+    """Whatever a record's MIN_INSYNC and replication configs (damage, another writer), it is refused as a record
+    that cannot apply (ValueError), or the catalog gives the controller partition states it can build."""
+    catalog = Catalog.open(tmp_path / "catalog.log")  # none written: each example applies to an empty catalog
+    options = {} if min_insync is None else {"MIN_INSYNC": min_insync}
+    for record in _replicated_records(options, configs):
+        try:
+            catalog.apply(record)
+        except ValueError:
+            assert record.get("name") not in catalog.databases and record["name"] not in catalog.topics
+    for vnode in catalog.replicated_vnodes().values():
+        initial_state(vnode.replicas, {}, vnode.min_isr, vnode.unclean_election)
+
+
+def test_an_alter_record_that_changes_the_replication_factor_is_refused(tmp_path: Path) -> None:
+    """An ``alter_kafka_topic`` record (damage, another writer) may add vgroups with as many replicas as the others,
+    never change their count: from no placement (one copy) to several, from several to ``nodes`` alone (one each)
+    or to another count; a growth keeping the count applies."""
+    catalog = Catalog.open(tmp_path / "catalog.log")  # none written
+    unplaced, placed = _replicated_records({}, {}, 1)[1], _replicated_records({}, {}, 2)[1]
+    del unplaced["nodes"], unplaced["replicas"]
+    catalog.apply(unplaced)
+    catalog.apply(placed)
+    three = {"options": {**DB_DEFAULTS, "VGROUPS": 3}, "configs": {}, "op": "alter_kafka_topic"}
+    for name, bad in (("t1", {"nodes": [1, 2, 1], "replicas": [[1, 2], [2, 1], [1, 2]]}),
+                      ("t2", {"nodes": [1, 2, 1]}), ("t2", {"replicas": [[1, 2, 3], [2, 1, 3], [3, 1, 2]]})):
+        with pytest.raises(ValueError, match=f"alter of {name} changes its replication factor"):
+            catalog.apply({**three, "name": name, **bad})
+    assert catalog.databases["kafka_t1"].replicas is None and catalog.databases["kafka_t2"].vgroups == 2
+    catalog.apply({**three, "name": "t1", "nodes": [0, 0, 1]})  # grown as a cluster node grows an unplaced one
+    catalog.apply({**three, "name": "t2", "replicas": [[1, 2], [2, 1], [2, 3]]})
+    assert catalog.databases["kafka_t1"].replicas == ((0,), (0,), (1,))
+    assert catalog.databases["kafka_t2"].replicas == ((1, 2), (2, 1), (2, 3))

@@ -133,13 +133,25 @@ class ReplicatedVnode:
 
 
 def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Collection[PartitionId],
-                   live: Mapping[int, int]) -> dict[PartitionId, PartitionState]:
+                   live: Mapping[int, int]) -> tuple[dict[PartitionId, PartitionState], dict[PartitionId, str]]:
     """The states to create, in partition order: ``partition.initial_state`` (the first registered replica leads in
     epoch 0, the registered ones in sync at their broker epochs ``live``) of each replicated vnode the catalog
     holds whose key is not in ``present`` (every ``partitions/`` key read, damaged values included: a damaged state
-    is the operator's to delete, never overwritten)."""
-    return {pid: initial_state(v.replicas, live, v.min_isr, v.unclean_election)
-            for pid, v in sorted(catalog.items()) if pid not in present}
+    is the operator's to delete, never overwritten) and one of whose replicas is registered (none: no state yet,
+    since one with no leader and an empty ISR could never elect; Kafka likewise refuses to create a partition whose
+    brokers are all fenced, and the controller's next pass follows a registration). Apart: why no state can be
+    built for each vnode whose catalog entry ``initial_state`` refuses (replicas repeated, ``min_isr`` out of
+    range), which never stops the creation of the others."""
+    states: dict[PartitionId, PartitionState] = {}
+    refused: dict[PartitionId, str] = {}
+    for pid, v in sorted(catalog.items()):
+        if pid in present or not any(r in live for r in v.replicas):
+            continue
+        try:
+            states[pid] = initial_state(v.replicas, live, v.min_isr, v.unclean_election)
+        except ValueError as e:
+            refused[pid] = str(e)
+    return states, refused
 
 
 def batches(changes: Mapping[PartitionId, PartitionState], size: int = MAX_STATES_PER_TXN

@@ -241,10 +241,12 @@ class Reconciler:
     is what was lost).
 
     **The catalog record is the truth** (issue 25, step 2): each pass also creates the state of every replicated
-    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks (a
-    controller that died between a record and its states, a key an operator deleted), with
+    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks and
+    one of whose replicas is registered (a controller that died between a record and its states, a key an operator
+    deleted; a vnode none of whose replicas is registered waits for the pass a registration wakes), with
     ``partition.initial_state``, in fenced transactions of at most 60 creations, each key compared absent and the
-    registrations unchanged since the read, as the other writes. ``catalog`` is called on the event loop, once per
+    registrations unchanged since the read, as the other writes; a vnode whose catalog entry makes no valid state
+    is reported at ERROR on every pass, and the others are created. ``catalog`` is called on the event loop, once per
     pass: it must read something safe to read there (a published snapshot); a vgroup the catalog gains is seen by
     the next pass, within a lease TTL (a pass waits for a change at most that long). ``passes`` counts the
     reconciliations run, ``written`` the states written, ``created`` the states created."""
@@ -336,7 +338,11 @@ class Reconciler:
         snapshot = await self.snapshot()
         self.passes += 1
         refused = await self.write(snapshot, reconcile_all(snapshot.states, snapshot.live))
-        refused += await self.create(snapshot, missing_states(wanted, snapshot.present, snapshot.live))
+        creations, unbuildable = missing_states(wanted, snapshot.present, snapshot.live)
+        for pid, why in unbuildable.items():
+            log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: %s",
+                      pid.db_id, pid.vgroup, why)
+        refused += await self.create(snapshot, creations)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0

@@ -28,7 +28,8 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   new leader or epoch. The leader unreachable delays every vnode the request held.
 
 An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
-before it processes a partition's data), while the request was out is dropped. The fetch position is read on the
+before it processes a partition's data), while the request was out is dropped; a divergence's cut checks it again in
+the truncating call itself, so a vnode unfollowed while its cut waited to run is not cut. The fetch position is read on the
 vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
 its last entry, and its durable end (what the leader's high watermark counts, issue 25). Nothing here reads or writes
 etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's (:meth:`follow`,
@@ -56,7 +57,7 @@ from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
 from walgate.wire.serial import fields_of
 
-__all__ = ["FollowedVnode", "Link", "ReplicaFetcher"]
+__all__ = ["FollowedVnode", "Link", "ReplicaFetcher", "finish_cut"]
 
 log = logging.getLogger("walgate.replication")
 
@@ -115,10 +116,10 @@ def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | 
     return out
 
 
-def _finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
+def finish_cut(engine: Engine, db: str, vgroup: int, high_watermark: int) -> None:
     """Finish a truncation the disk refused part of: the vnode's WAL, held, cut again at its end (which rewrites the
     derived files, :func:`walgate.storage.truncation.truncate_vnode`); nothing when it is not held (nothing was
-    cut). An exclusive call."""
+    cut). An exclusive call; the replica manager's too, before it leads a vnode whose WAL a cut left held."""
     wal = engine.store.local_vnode(db, vgroup).wal
     if wal.held is not None:
         engine.truncate_vnode(db, vgroup, wal.next_version, high_watermark=high_watermark)
@@ -152,7 +153,8 @@ class ReplicaFetcher:
 
     def follow(self, vnode: FollowedVnode) -> None:
         """Fetch ``vnode`` from this leader from the next request on (again, when it was stopped); a cut its previous
-        following left unfinished is kept, to be finished first."""
+        following here left unfinished is kept, to be finished first (one left by a following elsewhere: the caller
+        sets :attr:`FollowedVnode.cut_unfinished` from the WAL, :attr:`Wal.held <walgate.storage.wal.Wal.held>`)."""
         old = self.followed.get(vnode.key)
         vnode.cut_unfinished = vnode.cut_unfinished or old is not None and old.cut_unfinished
         self.followed[vnode.key] = vnode
@@ -194,7 +196,7 @@ class ReplicaFetcher:
         unfinished = [v for v in vnodes if v.cut_unfinished]
         for v in unfinished:
             try:
-                await self.storage.call(_finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
+                await self.storage.call(finish_cut, self.engine, v.db, v.vgroup, v.high_watermark)
                 v.cut_unfinished = False
             except StorageError as e:
                 log.warning("vnode %d of database %s: its truncation is still unfinished: %s", v.vgroup, v.db, e)
@@ -237,6 +239,16 @@ class ReplicaFetcher:
             well = well and v.error == ErrorCode.none
         return well
 
+    def _truncate(self, v: FollowedVnode, to: int) -> int | None:
+        """An exclusive call: ``v``'s vnode cut back to version ``to`` while it is still followed as ``v`` (what was
+        cut to), else None, nothing cut. Checked here, not before the call was queued: the replica manager may
+        unfollow the vnode and take its leadership over while the call waits (:meth:`unfollow` runs on the event
+        loop; a takeover queued after this call runs after it, as Kafka removes a partition's fetcher before
+        ``makeLeader``)."""
+        if self.followed.get(v.key) is not v:
+            return None
+        return self.engine.truncate_vnode(v.db, v.vgroup, to, high_watermark=v.high_watermark)
+
     async def _apply(self, v: FollowedVnode, p: _Position, answer: Any) -> int:
         """Apply one vnode's answer (the module docstring); the error to keep."""
         code = int(answer.error_code)
@@ -254,11 +266,12 @@ class ReplicaFetcher:
                 to = await self.storage.call_on(frozenset([v.key]), functools.partial(
                     _truncation_point, self.engine, v.db, v.vgroup, diverging))
                 try:
-                    cut = await self.storage.call(self.engine.truncate_vnode, v.db, v.vgroup, to,
-                                                  high_watermark=v.high_watermark)
+                    cut = await self.storage.call(self._truncate, v, to)
                 except StorageError:
                     v.cut_unfinished = True
                     raise
+                if cut is None:
+                    return ErrorCode.none  # (unfollowed meanwhile: the answer is stale, nothing cut)
                 log.info("vnode %d of database %s: truncated to version %d, diverging from node %d at epoch %d "
                          "(ending at %d)", v.vgroup, v.db, cut, self.source, diverging.epoch, diverging.end_offset)
                 return ErrorCode.none

@@ -29,8 +29,10 @@ durable ends, asked at every read, after every follower fetch (:meth:`fetched`) 
 (:meth:`after_sync`), so the leader's own sync moves it too; each rise wakes the vnode's topics' long polls and
 answers the acks=all writes it passed (:class:`~walgate.gateway.purgatory.Purgatory`). On a follower it is the high
 watermark the leader's answers carried (capped by what the follower holds); on a replica that stopped, the visible
-version it had then. A vnode that never had a partition state (a single node's, every vnode before step 2 of the
-plan) is not touched: its watermarks are as before.
+version it had then. Each starts from the one the vnode had (:func:`_baseline`): after a restart, its high watermark
+checkpoint (:mod:`walgate.storage.hw_checkpoint`, written every ``checkpoint_s`` where it changed and at
+:meth:`close`), else the WAL's log start. A vnode that never had a partition state (a single node's, every vnode
+before step 2 of the plan) is not touched: its watermarks are as before.
 
 ``walgate serve`` in cluster mode starts :meth:`run` once the node read the cluster's catalog, sets
 :attr:`Broker.led` to it, gives it the broker epochs its membership reads and stops it at shutdown
@@ -49,18 +51,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from walgate.cluster.model import ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.purgatory import Purgatory
-from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher
+from walgate.gateway.replica_fetcher import FollowedVnode, ReplicaFetcher, finish_cut
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
+from walgate.storage import hw_checkpoint
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
-from walgate.storage.errors import StorageUnavailable
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey
+from walgate.storage.vnode import Vnode
 from walgate.storage.wal import Wal
 from walgate.wire.errors import ErrorCode
 
@@ -91,10 +96,40 @@ def _wal(engine: Engine, key: VnodeKey) -> Wal:
     return engine.store.local_vnode(*key).wal
 
 
+def _baseline(vnode: Vnode) -> int:
+    """The high watermark a replica of ``vnode`` starts from as it leads, follows or stops: the visible version while
+    this engine gave its WAL one (led, followed or stopped since it opened); else, its WAL just opened (no high
+    watermark, :attr:`Wal.replication` None: its visible version would be its whole durable log, a divergent tail
+    included), the one its checkpoint holds (:mod:`walgate.storage.hw_checkpoint`, capped by the WAL's end), or
+    the WAL's log start when there is none (missing, damaged): the log start never refuses a truncation the
+    leader's log needs, at the cost of serving nothing until a high watermark is learned."""
+    wal = vnode.wal
+    if wal.replication is not None:
+        return wal.visible_version
+    hw = hw_checkpoint.read(vnode.dir, vnode.damage)
+    return wal.first_version if hw is None else max(wal.first_version, min(hw, wal.next_version))
+
+
+def _checkpoint(engine: Engine, key: VnodeKey, written: int | None) -> int:
+    """On the vnode's lane: its visible version, written as its high watermark checkpoint unless it is ``written``
+    (what the last write recorded); OSError when the disk refused the write."""
+    vnode = engine.store.local_vnode(*key)
+    hw = vnode.wal.visible_version
+    if hw != written:
+        hw_checkpoint.write(vnode.dir, hw, syncs=vnode.wal.syncs)
+    return hw
+
+
+def _held(engine: Engine, key: VnodeKey) -> bool:
+    """Whether a truncation the disk refused part of left the vnode's WAL refusing appends (:attr:`Wal.held`)."""
+    return _wal(engine, key).held is not None
+
+
 def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: int, broker_epoch: int, now_ms: int,
                lag_max_ms: int) -> LeaderView:
     """On the vnode's lane: begin ``state``'s leader epoch at the WAL's end (unless the cache has it already) and
-    make the vnode's view from the high watermark it knew; its visible version is the view's from now on."""
+    make the vnode's view from the high watermark it knew (:func:`_baseline`); its visible version is the view's from
+    now on."""
     vnode = engine.store.local_vnode(*key)
     wal = vnode.wal
     if vnode.epochs.latest_epoch > state.leader_epoch:
@@ -102,7 +137,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     if vnode.epochs.latest_epoch < state.leader_epoch:
         vnode.epochs.begin(state.leader_epoch, wal.next_version)
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
-    view = LeaderView(node_id, broker_epoch, state, start, wal.visible_version, now_ms, lag_max_ms)
+    view = LeaderView(node_id, broker_epoch, state, start, _baseline(vnode), now_ms, lag_max_ms)
     wal.replication = view.update_hw
     wal.leading = True
     return view
@@ -138,7 +173,8 @@ class ReplicaManager:
     def __init__(self, node_id: int, broker_epoch: int, engine: Engine, storage: StorageThread,
                  states: PartitionStates, registered: Callable[[], Mapping[int, int]],
                  links: Callable[[], NodeLinks], *, lag_max_ms: int = 30_000, fetch_wait_ms: int = 500,
-                 backoff_s: float = 1.0, clock: Callable[[], int] = monotonic_ms) -> None:
+                 backoff_s: float = 1.0, checkpoint_s: float = 5.0,
+                 clock: Callable[[], int] = monotonic_ms) -> None:
         self.node_id = node_id
         self.broker_epoch = broker_epoch
         self.engine = engine
@@ -149,7 +185,10 @@ class ReplicaManager:
         self.lag_max_ms = lag_max_ms
         self.fetch_wait_ms = fetch_wait_ms
         self.backoff_s = backoff_s
+        self.checkpoint_s = checkpoint_s
         self.clock = clock
+        self._checkpointed: dict[VnodeKey, int] = {}  # the high watermark each vnode's checkpoint was written with
+        self._checkpoint_refused: set[VnodeKey] = set()  # vnodes whose last checkpoint write was refused (logged once)
         self.purgatory = Purgatory()
         self.led: dict[PartitionId, _Led] = {}
         self.following: dict[PartitionId, int] = {}
@@ -188,9 +227,9 @@ class ReplicaManager:
         if led is not None:
             self._post(led)
 
-    async def acknowledged(self, key: VnodeKey, last_version: int, timeout_s: float) -> ErrorCode:
+    async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
         await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
-        return await self.purgatory.wait(key, last_version, timeout_s)
+        return await self.purgatory.wait(key, leader_epoch, last_version, timeout_s)
 
     async def writes_acknowledged(self, timeout_s: float) -> ErrorCode:
         """acks=all for SQL, line-protocol and CSV writes (their "acks" is all, as TDengine's REPLICA 3 writes are
@@ -199,19 +238,21 @@ class ReplicaManager:
         call is below those ends (only the leader appends, :meth:`Store.written_vnode
         <walgate.storage.store.Store.written_vnode>`), so it is covered; other writes made meanwhile may be waited
         for too."""
-        for key, last in await self.storage.call(self._unacknowledged):
-            error = await self.acknowledged(key, last, timeout_s)
+        for key, leader_epoch, last in await self.storage.call(self._unacknowledged):
+            error = await self.acknowledged(key, leader_epoch, last, timeout_s)
             if error != ErrorCode.none:
                 return error
         return ErrorCode.none
 
-    def _unacknowledged(self) -> list[tuple[VnodeKey, int]]:
-        """On the storage lane: (vnode, last version) of each led vnode with entries at or above its high watermark."""
+    def _unacknowledged(self) -> list[tuple[VnodeKey, int, int]]:
+        """On the storage lane: (vnode, leader epoch, last version) of each led vnode with entries at or above its
+        high watermark; the wait is under the epoch led now, so a leadership that ends before the high watermark
+        passes answers NOT_LEADER_OR_FOLLOWER (:class:`~walgate.gateway.purgatory.Purgatory`)."""
         out = []
         for led in list(self.led.values()):
             wal = _wal(self.engine, led.key)
             if wal.next_version > led.view.hw:
-                out.append((led.key, wal.next_version - 1))
+                out.append((led.key, led.view.leader_epoch, wal.next_version - 1))
         return out
 
     # ------------------------------------------------------------ the high watermark
@@ -223,8 +264,8 @@ class ReplicaManager:
         if view.hw > led.posted:
             led.posted = view.hw
             self.engine.store.records_visible(led.key)
-        self._loop.call_soon_threadsafe(self.purgatory.advance, led.key, view.hw, len(view.state.isr),
-                                        view.state.min_isr)
+        self._loop.call_soon_threadsafe(self.purgatory.advance, led.key, view.leader_epoch, view.hw,
+                                        len(view.state.isr), view.state.min_isr)
 
     def _synced(self, led: _Led) -> None:
         wal = _wal(self.engine, led.key)
@@ -242,14 +283,40 @@ class ReplicaManager:
 
     async def run(self) -> None:
         """Follow the partition states until cancelled, then stop leading and following everything."""
-        worker = asyncio.create_task(self._apply_changes(), name="walgate-replicas")
+        workers = [asyncio.create_task(self._apply_changes(), name="walgate-replicas"),
+                   asyncio.create_task(self._checkpoints(), name="walgate-hw-checkpoints")]
         try:
             await self.states.follow(lambda pid, state: self._changes.put_nowait((pid, state)))
         finally:
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             await self.close()
+
+    async def _checkpoints(self) -> None:
+        """Every ``checkpoint_s`` (Kafka's ``replica.high.watermark.checkpoint.interval.ms``): the high watermark
+        checkpoint of every vnode led or followed written where it changed."""
+        while True:
+            await asyncio.sleep(self.checkpoint_s)
+            await self.write_checkpoints([led.key for led in self.led.values()] + [
+                key for f in self.fetching.values() for key in f.fetcher.followed])
+
+    async def write_checkpoints(self, keys: list[VnodeKey]) -> None:
+        """Write the high watermark checkpoint of each vnode of ``keys`` whose visible version changed since its last
+        (:mod:`walgate.storage.hw_checkpoint`); one the disk refused is logged (WARNING, once until a write succeeds)
+        and written again next time; a vnode not open here is skipped."""
+        for key in keys:
+            try:
+                self._checkpointed[key] = await self.storage.call_on(frozenset([key]), functools.partial(
+                    _checkpoint, self.engine, key, self._checkpointed.get(key)))
+                self._checkpoint_refused.discard(key)
+            except OSError as e:
+                if key not in self._checkpoint_refused:
+                    log.warning("vnode %d of database %s: high watermark checkpoint not written (written again in "
+                                "%.1f s): %s", key[1], key[0], self.checkpoint_s, e)
+                self._checkpoint_refused.add(key)
+            except StorageError:
+                continue
 
     async def _apply_changes(self) -> None:
         """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
@@ -301,9 +368,14 @@ class ReplicaManager:
             return
         self._resign(pid)
         self._unfollow(pid, key)
+        if await self.storage.call_on(frozenset([key]), functools.partial(_held, self.engine, key)):
+            # a cut its following left unfinished: finished before it leads (else every write refused); refused by
+            # the disk again, StorageUnavailable: the takeover is retried
+            await self.storage.call(finish_cut, self.engine, key[0], key[1], 0)
         view = await self.storage.call_on(frozenset([key]), functools.partial(
             _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
         led = self.led[pid] = _Led(key, view, view.hw)
+        self.purgatory.lead(key, view.leader_epoch)
         led.proposer = asyncio.create_task(self._propose(pid, led), name=f"walgate-isr-{key[0]}-{key[1]}")
         log.info("vnode %d of database %s: leading epoch %d from version %d", key[1], key[0], state.leader_epoch,
                  view.epoch_start)
@@ -323,7 +395,7 @@ class ReplicaManager:
                 return
             self._unfollow(pid, key)
         vnode = FollowedVnode(key[0], pid.db_id, pid.vgroup, state.leader_epoch)
-        vnode.high_watermark = await self.storage.call_on(frozenset([key]), functools.partial(
+        vnode.high_watermark, vnode.cut_unfinished = await self.storage.call_on(frozenset([key]), functools.partial(
             self._start_following, key, vnode))
         fetching = self.fetching.get(state.leader)
         if fetching is None:
@@ -335,14 +407,17 @@ class ReplicaManager:
         fetching.fetcher.follow(vnode)
         self.following[pid] = state.leader
 
-    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> int:
+    def _start_following(self, key: VnodeKey, vnode: FollowedVnode) -> tuple[int, bool]:
         """On the lane: the vnode's visible version is the high watermark its leader's answers carry, from the one
-        it knew (never below what it served)."""
-        wal = _wal(self.engine, key)
-        hw = min(wal.visible_version, wal.next_version)
+        it knew (:func:`_baseline`: never below what it served since its WAL was opened; its truncation floor).
+        That high watermark, and whether a cut (of an earlier following) left the WAL held: the fetcher finishes it
+        before its first fetch."""
+        followed = self.engine.store.local_vnode(*key)
+        wal = followed.wal
+        hw = min(_baseline(followed), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
         wal.leading = False
-        return hw
+        return hw, wal.held is not None
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
         self._resign(pid)
@@ -351,10 +426,9 @@ class ReplicaManager:
             await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
 
     def _freeze(self, key: VnodeKey) -> None:
-        wal = _wal(self.engine, key)
-        wal.leading = False
-        if wal.replication is not None:
-            wal.replication = functools.partial(_fixed, wal.visible_version)
+        vnode = self.engine.store.local_vnode(*key)
+        vnode.wal.leading = False
+        vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
     def _resign(self, pid: PartitionId) -> None:
         """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered
@@ -380,7 +454,11 @@ class ReplicaManager:
     # ------------------------------------------------------------ ISR changes (KIP-497)
 
     async def _propose(self, pid: PartitionId, led: _Led) -> None:
-        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring)."""
+        """Every ``lag_max_ms / 2``: the view's ISR proposal written (the module docstring). One the control plane
+        could not take (ControlPlaneUnavailable, ControlPlaneRefused: maybe written, maybe not) ends as refused (the
+        view proposes again next round, from the state it has or the one etcd then reports), logged at WARNING once
+        per outage, as Kafka's ``AlterPartitionManager`` retries."""
+        outage = False
         while True:
             await asyncio.sleep(self.lag_max_ms / 2000)
             registered = dict(self.registered())
@@ -388,7 +466,20 @@ class ReplicaManager:
                 led.view.propose(self.clock(), registered), led.view.state))
             if proposal is None:
                 continue
-            outcome = await self.states.alter_isr(known, pid, proposal, registered)
+            try:
+                outcome = await self.states.alter_isr(known, pid, proposal, registered)
+            except ControlPlaneUnavailable as e:
+                if not outage:
+                    log.warning("vnode %d of database %s: ISR change not written, retried every %.1f s while the "
+                                "control plane is unavailable: %s: %s", led.key[1], led.key[0],
+                                self.lag_max_ms / 2000, type(e).__name__, e)
+                outage = True
+                await self.storage.call_on(frozenset([led.key]), led.view.on_refused)
+                continue
+            if outage:
+                log.info("vnode %d of database %s: the control plane answers ISR changes again", led.key[1],
+                         led.key[0])
+                outage = False
             if outcome.error in (ErrorCode.fenced_leader_epoch, ErrorCode.stale_broker_epoch):
                 log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
                             led.key[0], outcome.error.name)
@@ -409,7 +500,7 @@ class ReplicaManager:
 
     async def close(self) -> None:
         """Stop every fetcher and proposer; the waiting acks=all writes answered NOT_LEADER_OR_FOLLOWER; every vnode
-        led or followed keeps the visible version it has now."""
+        led or followed keeps the visible version it has now, written as its high watermark checkpoint."""
         keys = [led.key for led in self.led.values()] + [
             key for f in self.fetching.values() for key in f.fetcher.followed]
         for pid in list(self.led):
@@ -424,3 +515,4 @@ class ReplicaManager:
         for key in keys:
             with contextlib.suppress(Exception):  # (a vnode closed meanwhile: nothing to freeze)
                 await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
+        await self.write_checkpoints(keys)

@@ -86,7 +86,7 @@ from walgate.storage.names import (
     validate_table_name,
 )
 from walgate.storage.schema import Column, ColumnType
-from walgate.storage.topic_configs import validate_topic_name
+from walgate.storage.topic_configs import TOPIC_CONFIGS, check_value, validate_topic_name
 from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
 __all__ = ["Catalog", "SHARED_OPS", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "REPAIR_HINT", "column_to_json",
@@ -259,6 +259,36 @@ def _replicas(r: dict[str, Any], options: dict[str, int | str]) -> tuple[Replica
         raise _Invalid(f"'replicas' is {raw!r}: expected as many distinct node ids per vgroup for each vgroup, the "
                        f"first of each as 'nodes' names it")
     return tuple(tuple(v) for v in raw)
+
+
+def _min_insync_checked(db: DatabaseDef) -> DatabaseDef:
+    """``db``, unless its ``MIN_INSYNC`` (an SQL database's) is not an integer in 1..its replication factor, as
+    :meth:`Catalog.new_database` writes it: the controller builds each vgroup's partition state from it."""
+    value = db.options.get("MIN_INSYNC", 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= db.replication_factor:
+        raise _Invalid(f"option MIN_INSYNC is {value!r}: expected an integer in 1..the replicas of each vgroup")
+    return db
+
+
+_REPLICATION_CONFIGS = ("min.insync.replicas", "unclean.leader.election.enable")
+"""The topic configs the controller builds a vgroup's partition state from (:meth:`Catalog.replicated_vnodes`)."""
+
+
+def _topic_configs(r: dict[str, Any]) -> dict[str, str]:
+    """A Kafka-native topic record's ``configs``, its :data:`_REPLICATION_CONFIGS` checked as Kafka checks them
+    (written so by CreateTopics and AlterConfigs)."""
+    configs: dict[str, str] = _get(r, "configs", dict)
+    for key in _REPLICATION_CONFIGS:
+        if key not in configs:
+            continue
+        value = configs[key]
+        if not isinstance(value, str):
+            raise _Invalid(f"config {key} is {value!r}")
+        try:
+            check_value(key, value, TOPIC_CONFIGS[key])
+        except InvalidValue as exc:
+            raise _Invalid(str(exc)) from None
+    return configs
 
 
 def _node_id(n: object) -> bool:
@@ -633,8 +663,8 @@ class Catalog:
             if not is_db_id(db_id) or db_id in self._taken().db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
             options = _options(r)
-            self.databases[name] = DatabaseDef(name, options, _get(r, "created_ms", int), db_id,
-                                               _replicas(r, options))
+            self.databases[name] = _min_insync_checked(DatabaseDef(name, options, _get(r, "created_ms", int), db_id,
+                                                                   _replicas(r, options)))
         elif op == "drop_db":
             name = self._known_db(r, "name")
             self.databases.pop(name)
@@ -674,15 +704,16 @@ class Catalog:
             topic = self.topics.get(_get(r, "name", str))
             if topic is None or topic.kind != "kafka":
                 raise _Invalid(f"alter of an unknown Kafka-native topic {r['name']}")
-            options, configs = _options(r), _get(r, "configs", dict)
+            options, configs = _options(r), _topic_configs(r)
             old = self.databases[topic.db]
             replicas = _replicas(r, options) if "nodes" in r or "replicas" in r else old.replicas
             if replicas is not None and len(replicas) != options["VGROUPS"]:
                 raise _Invalid(f"alter of {topic.name} to {options['VGROUPS']} vgroups does not place them")
-            if replicas is not None and old.replicas and len(replicas[0]) != len(old.replicas[0]):
+            altered = _min_insync_checked(replace(old, options=options, replicas=replicas))
+            if altered.replication_factor != old.replication_factor:  # one copy without placement, as it reads
                 raise _Invalid(f"alter of {topic.name} changes its replication factor")
             self.topics[topic.name] = replace(topic, configs=configs)
-            self.databases[topic.db] = replace(old, options=options, replicas=replicas)
+            self.databases[topic.db] = altered
         elif op == "create_kafka_topic":  # one record: the topic and its database appear together
             name, db, db_id = _get(r, "name", str), _get(r, "db", str), r.get("db_id")
             if name in self.topics or db in self.databases or not self._new_topic_id(r):
@@ -690,8 +721,9 @@ class Catalog:
             kept = self._taken()
             if not is_db_id(db_id) or db_id in kept.db_ids:
                 raise _Invalid(f"bad or duplicate database id {db_id!r}")
-            options, configs, created = _options(r), _get(r, "configs", dict), _get(r, "created_ms", int)
-            database = self.databases[db] = DatabaseDef(db, options, created, db_id, _replicas(r, options))
+            options, configs, created = _options(r), _topic_configs(r), _get(r, "created_ms", int)
+            database = self.databases[db] = _min_insync_checked(DatabaseDef(db, options, created, db_id,
+                                                                            _replicas(r, options)))
             topic = self.topics[name] = TopicDef(name, "kafka", db, "", False, "", r["topic_id"], created, configs)
             self.dropped.discard(name)
             kept.add_topic(topic)
@@ -779,7 +811,7 @@ class Catalog:
                 min_isr, unclean = int(db.options.get("MIN_INSYNC", 1)), False
             else:
                 min_isr = min(int(configs.get("min.insync.replicas", "1")), db.replication_factor)
-                unclean = configs.get("unclean.leader.election.enable", "false").lower() == "true"
+                unclean = configs.get("unclean.leader.election.enable", "false").strip().lower() == "true"
             for vgroup, replicas in enumerate(db.replicas):
                 out[PartitionId(db.id, vgroup)] = ReplicatedVnode(replicas, min_isr, unclean)
         return out

@@ -53,13 +53,15 @@ class Show:
         store = self.store
         what = s.what
         if what == "DATABASES":
+            # replica last (added by issue 25): every older column keeps its index for clients that read by position
             cols = [("name", "VARCHAR", 64), ("create_time", "TIMESTAMP", 8), ("vgroups", "SMALLINT", 2),
-                    ("replica", "TINYINT", 1), ("precision", "VARCHAR", 2),
+                    ("precision", "VARCHAR", 2),
                     ("wal_level", "TINYINT", 1), ("wal_fsync_period", "INT", 4), ("wal_retention_period", "INT", 4),
-                    ("wal_retention_size", "BIGINT", 8), ("wal_segment_size", "BIGINT", 8)]
+                    ("wal_retention_size", "BIGINT", 8), ("wal_segment_size", "BIGINT", 8), ("replica", "TINYINT", 1)]
             rows = [
-                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.replication_factor, d.precision] +
-                [d.options[k] for k in ("WAL_LEVEL", "WAL_FSYNC_PERIOD", "WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE", "WAL_SEGMENT_SIZE")]
+                [d.name, format_timestamp(d.created_ms, "ms"), d.vgroups, d.precision] +
+                [d.options[k] for k in ("WAL_LEVEL", "WAL_FSYNC_PERIOD", "WAL_RETENTION_PERIOD", "WAL_RETENTION_SIZE", "WAL_SEGMENT_SIZE")] +
+                [d.replication_factor]
                 for d in store.catalog.databases.values()
             ]
             return Result(cols, rows)

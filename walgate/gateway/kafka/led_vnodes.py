@@ -36,8 +36,9 @@ class LedVnodes(Protocol):
         """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the
         vnode's lane): readers and acks=all writes the high watermark now passes are told."""
 
-    async def acknowledged(self, key: VnodeKey, last_version: int, timeout_s: float) -> ErrorCode:
-        """The answer of an acks=all write to vnode ``key`` (database name, vgroup) this node leads, appended up to
-        WAL version ``last_version`` and durable here: once the high watermark passes it, NONE or
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND; NOT_LEADER_OR_FOLLOWER when this node stops leading it first;
+    async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
+        """The answer of an acks=all write to vnode ``key`` (database name, vgroup) this node leads, appended in
+        ``leader_epoch`` up to WAL version ``last_version`` and durable here: once the high watermark of that epoch
+        passes it, NONE or NOT_ENOUGH_REPLICAS_AFTER_APPEND; NOT_LEADER_OR_FOLLOWER when this node stops leading it
+        first, or does not lead it in ``leader_epoch`` when the wait begins;
         REQUEST_TIMED_OUT after ``timeout_s`` (:class:`~walgate.gateway.purgatory.Purgatory`). On the event loop."""

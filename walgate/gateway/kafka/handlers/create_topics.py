@@ -5,10 +5,12 @@ is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`). 
 (``__consumer_offsets``, ``__transaction_state``: :data:`~walgate.storage.topic_configs.INTERNAL_TOPICS`) are
 INVALID_REQUEST, on a single node and in a cluster alike.
 
-A replication factor (-1: 1, the default) is checked as Kafka's placer does (INVALID_REPLICATION_FACTOR with its
-message: below 1, or above the live nodes), then, above 1, refused by :func:`walgate.cluster.placement.unserved`
-(INVALID_REPLICATION_FACTOR: nothing replicates yet, issue 25); ``num_partitions`` -1 means 1 (Kafka's
-``num.partitions``). Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name
+A replication factor (-1: 1, the default) and ``num_partitions`` (-1: 1, Kafka's ``num.partitions``) are checked in
+Kafka's order with its messages: a factor below 1 (INVALID_REPLICATION_FACTOR), a partition count below 1
+(INVALID_PARTITIONS; walgate's own message above 1024, a database's VGROUPS limit), a factor above the live nodes
+(INVALID_REPLICATION_FACTOR, "Unable to replicate the partition N time(s): " and the placer's text); then a factor
+above 1 is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR: nothing replicates yet,
+issue 25). Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name
 the replicas of each partition: distinct live nodes of the cluster (this node alone on a single node), as many for
 each, checked by :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message
 otherwise), then their count as a replication factor; each partition is placed on the nodes named.
@@ -138,17 +140,23 @@ def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
         if refused is not None:
             return ErrorCode.invalid_replication_factor, None, refused
         return len(nodes), nodes, None
+    # Kafka's order (ReplicationControlManager.createTopic): the factor's sign, the partition count's, then placement
     factor = 1 if t.replication_factor == -1 else t.replication_factor
+    if factor < 1:
+        return (ErrorCode.invalid_replication_factor, None,
+                "Replication factor must be larger than 0, or -1 to use the default value.")
+    n = 1 if t.num_partitions == -1 else t.num_partitions
+    if n < 1:
+        return ErrorCode.invalid_partitions, None, "Number of partitions was set to an invalid non-positive value."
+    if n > MAX_PARTITIONS:
+        return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
     try:
         check_replication_factor(factor, len(live))
-    except InvalidReplicationFactor as exc:
-        return ErrorCode.invalid_replication_factor, None, str(exc)
+    except InvalidReplicationFactor as exc:  # Kafka prefixes its placer's text so
+        return ErrorCode.invalid_replication_factor, None, f"Unable to replicate the partition {factor} time(s): {exc}"
     refused = unserved(factor)
     if refused is not None:
         return ErrorCode.invalid_replication_factor, None, refused
-    n = 1 if t.num_partitions == -1 else t.num_partitions
-    if not 1 <= n <= MAX_PARTITIONS:
-        return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
     return n, None, None
 
 

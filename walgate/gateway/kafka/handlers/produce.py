@@ -164,9 +164,9 @@ async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswe
 
 
 async def _replicated(led: LedVnodes | None, answers: dict[tuple[str, int], PartitionAnswer],
-                      waits: dict[tuple[str, int], tuple[VnodeKey, int]], timeout_s: float) -> None:
-    """acks=all writes to replicated vnodes, durable here: each answered once the high watermark passes its last
-    version, or with the error the wait ended on (:meth:`LedVnodes.acknowledged
+                      waits: dict[tuple[str, int], tuple[VnodeKey, int, int]], timeout_s: float) -> None:
+    """acks=all writes to replicated vnodes, durable here: each answered once the high watermark of the leader epoch
+    it was appended in passes its last version, or with the error the wait ended on (:meth:`LedVnodes.acknowledged
     <walgate.gateway.kafka.led_vnodes.LedVnodes.acknowledged>`)."""
     waiting = [key for key in waits if answers[key]["error_code"] == ErrorCode.none]
     if led is None or not waiting:
@@ -178,28 +178,33 @@ async def _replicated(led: LedVnodes | None, answers: dict[tuple[str, int], Part
 
 
 def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, acks: int
-                 ) -> tuple[VnodeKey, ErrorCode | None] | None:
+                 ) -> tuple[VnodeKey, int, ErrorCode | None] | None:
     """For a Kafka-native partition whose vnode is replicated (its WAL's high watermark is the replica manager's,
-    :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`): (the vnode, the error refusing the write before
-    its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not lead it (now), and for acks=all
-    NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas`` (:meth:`LeaderView.check_produce
+    :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`): (the vnode, the leader epoch this node leads it
+    in, the error refusing the write before its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not
+    lead it (now), and for acks=all NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas``
+    (:meth:`LeaderView.check_produce
     <walgate.replication.leader.LeaderView.check_produce>`). None for any other partition: written as on a single
-    node (a partition not here, or not known, is answered by the append)."""
+    node (a partition not here, or not known, is answered by the append: one past the database's vgroups is never
+    looked up here, its placement has no entry for it). Raises nothing but a bug: the lookups below refuse with
+    :class:`StorageError` only."""
     topics = engine.store.topics()
     found = topics.topic(topic)
     if found is None or not topics.is_native(topic):
         return None
     try:
+        db = engine.database(found.db)
+        if not 0 <= index < db.vgroups:
+            return None
         wal = engine.store.local_vnode(found.db, index).wal
-        db_id = engine.database(found.db).id
     except StorageError:
         return None
     if wal.replication is None:
         return None
-    view = None if led is None else led.leader_view(db_id, index)
+    view = None if led is None else led.leader_view(db.id, index)
     if view is None or view.deposed:
-        return (found.db, index), ErrorCode.not_leader_or_follower
-    return (found.db, index), view.check_produce() if acks == -1 else None
+        return (found.db, index), -1, ErrorCode.not_leader_or_follower
+    return (found.db, index), view.leader_epoch, view.check_produce() if acks == -1 else None
 
 
 def _nothing(_: str) -> bool:
@@ -280,7 +285,7 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
              refused: dict[tuple[str, int], PartitionAnswer], node_id: int, others: Endpoints,
              led: LedVnodes | None) -> tuple[dict[tuple[str, int], PartitionAnswer],
                                              dict[tuple[str, int], list[Need]],
-                                             dict[tuple[str, int], tuple[VnodeKey, int]]]:
+                                             dict[tuple[str, int], tuple[VnodeKey, int, int]]]:
     """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
     in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
     on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
@@ -288,11 +293,12 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
     ``refused`` (transaction verification) its answer there, unwritten. Topics' configs apply over node
     *node_id*'s dynamic broker defaults; a partition placed on another node names it when it is one of ``others``
     (:mod:`walgate.gateway.kafka.leaders`). A partition of a replicated vnode is checked first (:func:`_replication`);
-    with acks=all, its vnode and last WAL version are returned to wait for the high watermark (``waits``)."""
+    with acks=all, its vnode, the leader epoch it was appended in and its last WAL version are returned to wait for
+    the high watermark (``waits``)."""
     answers: dict[tuple[str, int], PartitionAnswer] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
-    waits: dict[tuple[str, int], tuple[VnodeKey, int]] = {}
-    vnodes: dict[int, VnodeKey] = {}
+    waits: dict[tuple[str, int], tuple[VnodeKey, int, int]] = {}
+    vnodes: dict[int, tuple[VnodeKey, int]] = {}
     for t in request.topic_data:
         if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
             answers.update(((t.name, p.index), _answer(p.index, denied)) for p in t.partition_data)
@@ -304,12 +310,12 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
             elif request.acks not in _ACKS:
                 answers[(t.name, p.index)] = _answer(p.index, ErrorCode.invalid_required_acks,
                                                      f"acks must be -1, 0 or 1, not {request.acks}")
-            elif (replicated := _replication(engine, led, t.name, p.index, request.acks)) and replicated[1]:
-                answers[(t.name, p.index)] = _answer(p.index, replicated[1])
+            elif (replicated := _replication(engine, led, t.name, p.index, request.acks)) and replicated[2]:
+                answers[(t.name, p.index)] = _answer(p.index, replicated[2])
             else:
                 appends.append((p.index, p.records or b""))
                 if replicated is not None and request.acks == -1:
-                    vnodes[p.index] = replicated[0]
+                    vnodes[p.index] = replicated[0], replicated[1]
         try:
             results = engine.partitions.append(t.name, appends, now, node_id) if appends else []
         except Exception as exc:  # noqa: BLE001 - the topic's partitions answer it, other topics unaffected
@@ -322,7 +328,8 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
                                                    result.log_append_time, result.log_start)
                 needs[(t.name, index)] = result.needs
                 if index in vnodes:  # (a partition is a vnode of its own: its append is the WAL's last)
-                    waits[(t.name, index)] = vnodes[index], engine.store.local_vnode(*vnodes[index]).wal.next_version - 1
+                    vnode, epoch = vnodes[index]
+                    waits[(t.name, index)] = vnode, epoch, engine.store.local_vnode(*vnode).wal.next_version - 1
         vnodes.clear()
     return answers, needs, waits
 
