@@ -5,7 +5,8 @@
 replica of, the controller's Reconciler creates each vgroup's partition state, each node's replica manager leads or
 follows it, and SQL INSERTs (sent to any node, written on each vgroup's leader) are answered only once the in-sync
 replicas hold them (acks=all): as the last one is answered the followers' WALs are byte for byte the leader's, and
-the rows are read back whole through each node (from the vgroups' leaders). Metadata, through any node, names each
+the rows are read back whole through each node (from the vgroups' leaders), and every replica keeps the vgroup's high
+watermark in its checkpoint file (written every 5 s where it changed). Metadata, through any node, names each
 partition of a TDengine topic over it with its partition state's leader, three replicas and ISR; a consumer
 bootstrapped on a node reads every row from the leaders; a follower asked directly answers Fetch and ListOffsets
 NOT_LEADER_OR_FOLLOWER, a leader asked with a newer leader epoch UNKNOWN_LEADER_EPOCH (KIP-320).
@@ -31,6 +32,7 @@ from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer
 from tests.gateway.gateway_helpers import KafkaConnection
+from walgate.storage import hw_checkpoint
 from walgate.storage.vnode import vnode_of
 from walgate.wire.errors import ErrorCode
 
@@ -130,6 +132,13 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
             assert errors(follower, 0) == (ErrorCode.not_leader_or_follower,) * 2
         assert errors(leader, 0, 0) == (ErrorCode.none, ErrorCode.none)  # epoch 0: the Reconciler's first
         assert errors(leader, 0, 1) == (ErrorCode.unknown_leader_epoch,) * 2
+
+        def checkpointed(vgroup: int) -> set[int | None]:
+            return {hw_checkpoint.read(s.data_dir / "db" / rid / f"vnode{vgroup}") for s in nodes}
+
+        for i in range(VGROUPS):  # serve's replica manager writes each replica's high watermark checkpoint
+            eventually(f"vgroup {i}'s high watermark checkpointed alike on every replica",
+                       lambda i=i: len(hw := checkpointed(i)) == 1 and (hw.pop() or 0) > 0)
         for server in nodes:
             no_traceback(server)
         assert "leading epoch" in "".join(s.log() for s in nodes)
