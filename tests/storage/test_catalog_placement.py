@@ -2,7 +2,7 @@
 (walgate.cluster.placement; ``replicas``, and ``nodes``, their first, for a release before replicas), kept across
 restarts and rewrites and extended by CreatePartitions; a record with ``nodes`` alone (written before replicas)
 reads as one replica each; a single node's records carry none (every vgroup is the node's own), nor do those of data
-dirs made before placement existed. SQL ``REPLICA`` above 1 is checked, then refused until replication is served."""
+dirs made before placement existed. SQL ``REPLICA`` is checked against the live nodes (above 1 in cluster mode only)."""
 
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def test_a_record_whose_replicas_are_not_a_placement_is_refused(tmp_path: Path) 
     e.close()
 
 
-def test_sql_replica_is_checked_then_refused_until_replication_is_served(tmp_path: Path) -> None:
+def test_sql_replica_is_checked_against_the_live_nodes(tmp_path: Path) -> None:
     e = Engine.open(tmp_path, node_id=4)
     with pytest.raises(InvalidValue, match="Out of dnodes: REPLICA 2 of database d: The target replication factor of 2 "
                                            "cannot be reached because only 1 broker\\(s\\) are registered."):
@@ -262,12 +262,12 @@ def test_sql_replica_is_checked_then_refused_until_replication_is_served(tmp_pat
         e.execute("CREATE DATABASE c REPLICA 4")
     with pytest.raises(InvalidValue, match="Invalid option MIN_INSYNC 3: expected an integer in \\[1, 2\\]"):
         e.execute("CREATE DATABASE c REPLICA 2 MIN_INSYNC 3")
-    with pytest.raises(InvalidValue, match="REPLICA 3: replication factor 3: replication factor above 1 is not "
-                                           "enabled yet \\(issue 25"):
-        e.execute("CREATE DATABASE c REPLICA 3")
     assert "c" not in e.catalog.databases and not _with_op(tmp_path, "create_db")[1:]
     _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
     assert e.catalog.databases["c"].replication_factor == 1
+    _through_stream(e, Engine.execute, "CREATE DATABASE r REPLICA 3")  # served (issue 25): copied by replication
+    r = e.catalog.databases["r"]
+    assert r.replication_factor == 3 and r.options["MIN_INSYNC"] == 2
     e.close()
 
 

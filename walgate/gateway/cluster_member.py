@@ -37,7 +37,7 @@ from walgate.cluster.model import (
     membership,
     parse_endpoints,
 )
-from walgate.cluster.registry import NodeRegistration
+from walgate.cluster.registry import NodeRegistration, broker_epoch
 from walgate.gateway.node_tokens import NodeTokens
 from walgate.storage.show import Dnode
 
@@ -74,7 +74,8 @@ class ClusterStartError(Exception):
 
 class ClusterMember:
     """Node ``node_id``'s membership of cluster ``name`` over the etcd at ``endpoints``. ``view`` is the membership
-    as last read; ``registered`` whether the node holds a live registration (as far as its lease tells)."""
+    as last read, ``broker_epochs`` the registered nodes' broker epochs read with it; ``registered`` whether the node
+    holds a live registration (as far as its lease tells)."""
 
     def __init__(self, endpoints: str, name: str, node_id: int, data_dir: Path, session_timeout_ms: int,
                  access: EtcdAccess | None = None) -> None:
@@ -85,6 +86,7 @@ class ClusterMember:
         self.data_dir = data_dir
         self.ttl = max(2, session_timeout_ms // 1000)
         self.view = Membership()
+        self.broker_epochs: dict[int, int] = {}  # registered node id -> its broker epoch, as last read (KIP-903)
         self.registration: NodeRegistration | None = None
         self.election: ControllerElection | None = None  # once joined
         self._tasks: list[asyncio.Task[None]] = []
@@ -164,6 +166,8 @@ class ClusterMember:
                if kv.key[len(self.keys.incarnations):].isdigit()]
         view = membership([kv.value for kv in nodes], ids,
                           [(kv.key, kv.create_revision, kv.value) for kv in candidates])
+        self.broker_epochs = {NodeInfo.decode(kv.value).node_id: broker_epoch(kv.value, kv.create_revision)
+                              for kv in nodes}
         if view != self.view:
             log.info("cluster %s: nodes %s, controller %s", self.keys.cluster_id,
                      ",".join(str(n.node_id) for n in view.nodes) or "none",

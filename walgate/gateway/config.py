@@ -245,6 +245,9 @@ class Config:
     cluster_etcd_password: str | None = field(default=None, repr=False)
     cluster_etcd_password_file: Path | None = None
     broker_session_timeout_ms: int = 9_000
+    # Kafka's replica.lag.time.max.ms (issue 25): a follower not caught up for this long leaves the ISR; a leader
+    # proposes ISR changes every half of it
+    replica_lag_time_max_ms: int = 30_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -265,7 +268,7 @@ class Config:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
-                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes"):
+                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes

@@ -112,6 +112,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
+from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.schemaless import Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
 from walgate.gateway.sql_forward import (
@@ -152,6 +153,7 @@ from walgate.security.node_token import (
 from walgate.security.node_token import PRINCIPAL as PRINCIPAL_HEADER
 from walgate.security.sql_access import NotPermitted, check, check_needs, database_resource, visible
 from walgate.storage import fileio
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.damage import DamageLog
 from walgate.storage.engine import Engine, PreparedSelect, Result
 from walgate.storage.errors import (
@@ -188,6 +190,7 @@ from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import CorruptEntry
 from walgate.storage.write_plan import CsvRequest, InsertRequest, LinesRequest, WriteSnapshot, not_a_supertable
+from walgate.wire.errors import ErrorCode
 
 __all__ = ["make_app", "PRINCIPAL", "HOST", "INTERNAL_ERROR", "WAL_FILE_CORRUPTED", "ROWS_HEADER", "HEALTH_TIMEOUT",
            "PROBE_NAME"]
@@ -212,6 +215,9 @@ _METRICS = web.AppKey("metrics", Metrics)
 _LISTENERS: web.AppKey[Callable[[], dict[str, bool]]] = web.AppKey("listeners")
 _CLUSTER: web.AppKey[Callable[[], str | None]] = web.AppKey("cluster")
 _SHARED: web.AppKey[Callable[[], SharedCatalog | None]] = web.AppKey("shared")
+_REPLICAS: web.AppKey[Callable[[], ReplicaManager | None]] = web.AppKey("replicas")
+ACK_TIMEOUT_S = 30.0
+"""How long an SQL, line-protocol or CSV write waits for the in-sync replicas (Kafka's ``request.timeout.ms``)."""
 _AUTHORIZER = web.AppKey("authorizer", Authorizer)
 _BASIC_AUTH: web.AppKey[BasicAuth | None] = web.AppKey("basic_auth")
 _NODE_TLS: web.AppKey[ssl.SSLContext | None] = web.AppKey("node_tls")
@@ -234,6 +240,7 @@ def make_app(
     cluster: Callable[[], str | None] | None = None,
     shared: Callable[[], SharedCatalog | None] | None = None,
     node_tls: ssl.SSLContext | None = None,
+    replicas: Callable[[], ReplicaManager | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
@@ -272,6 +279,8 @@ def make_app(
         app[_CLUSTER] = cluster
     if shared is not None:
         app[_SHARED] = shared
+    if replicas is not None:
+        app[_REPLICAS] = replicas
     app.router.add_get("/readyz", _readyz)
     if metrics is not None:
         app[_METRICS] = metrics
@@ -316,6 +325,7 @@ async def _sql(request: web.Request) -> web.StreamResponse:
                 rows = await app[_STORAGE].call_on(
                     write_keys(planned.write, planned.write.databases),
                     functools.partial(_apply_insert, engine, authorizer, principal, host, planned, write, db))
+                await _acknowledged(app)
                 return _json(200, affected(rows).rest_body())
             if isinstance(planned, Refused):
                 if authorizer is not None:  # a principal that may not write there learns nothing else
@@ -371,9 +381,39 @@ async def _sql(request: web.Request) -> web.StreamResponse:
         if change is not None:
             audit(principal, host, change, sql, _failed(exc))
         raise
+    if _INSERT.match(sql):
+        await _acknowledged(app)
     if change is not None:
         audit(principal, host, change, sql, "ok")
     return _json(200, result.rest_body())
+
+
+def _led(app: web.Application, db: DatabaseDef) -> DatabaseDef:
+    """``db`` as a write or a merged read is routed: a replicated vgroup to its current leader (issue 25,
+    :meth:`ReplicaManager.led_database <walgate.gateway.replicas.ReplicaManager.led_database>`), any other to the
+    node it is placed on."""
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    return db if replicas is None else replicas.led_database(db)
+
+
+def _led_databases(app: web.Application, engine: Engine) -> dict[str, DatabaseDef]:
+    """Every database of ``engine``'s catalog as :func:`_led` routes it (on the storage lane)."""
+    return {name: _led(app, d) for name, d in engine.catalog.databases.items()}
+
+
+async def _acknowledged(app: web.Application) -> None:
+    """After a write on this node (SQL INSERT, line protocol, CSV): acks=all, once the in-sync replicas of every
+    replicated vnode this node leads hold it (issue 25, :meth:`ReplicaManager.writes_acknowledged
+    <walgate.gateway.replicas.ReplicaManager.writes_acknowledged>`); not acknowledged within :data:`ACK_TIMEOUT_S`,
+    or the ISR below ``MIN_INSYNC``: :class:`StorageUnavailable` (503: the write may be kept or lost, as a Kafka
+    producer's timed-out acks=all write). Nothing to wait for without replicas."""
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    if replicas is None:
+        return
+    error = await replicas.writes_acknowledged(ACK_TIMEOUT_S)
+    if error != ErrorCode.none:
+        raise StorageUnavailable(f"the write was not acknowledged by the in-sync replicas ({error.name}): it may be "
+                                 "kept or lost; retry it")
 
 
 def _failed(exc: Exception) -> str:
@@ -487,7 +527,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     local = engine.catalog.node_id
     select = stmt if isinstance(stmt, ast.Select) else None
     named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
-    dbdef = await storage.call(engine.store.resolve_db, named, db)
+    dbdef = _led(app, await storage.call(engine.store.resolve_db, named, db))
     scan = select is not None and not plain(select)
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
@@ -562,9 +602,9 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
     if refused is not None:
         return refused
     local = engine.catalog.node_id
-    parts = await storage.call(lambda: split_insert(stmt, db, dict(engine.catalog.databases), local)
+    parts = await storage.call(lambda: split_insert(stmt, db, _led_databases(request.app, engine), local)
                                if isinstance(stmt, ast.Insert) else
-                               split_tables(stmt, db, dict(engine.catalog.databases), local))
+                               split_tables(stmt, db, _led_databases(request.app, engine), local))
     if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
         result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
@@ -618,7 +658,7 @@ async def _exist(request: web.Request, shared: SharedCatalog, tables: list[tuple
     def owners() -> dict[int, list[int]]:  # node -> positions in tables
         by_node: dict[int, list[int]] = {}
         for i, (db, name) in enumerate(tables):
-            dbdef = engine.catalog.database(db)
+            dbdef = _led(app, engine.catalog.database(db))
             by_node.setdefault(dbdef.node_of(vnode_of(db, name, dbdef.vgroups), local), []).append(i)
         return by_node
 
@@ -789,8 +829,10 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
-    return await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
+    rows = await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
                               functools.partial(_no_table_named, request))
+    await _acknowledged(app)
+    return rows
 
 
 async def _write_lines_here(request: web.Request, db: str, precision: str, body: bytes) -> int:
@@ -814,7 +856,7 @@ async def _forward_lines(request: web.Request, shared: SharedCatalog, db: str, p
                          body: bytes) -> web.Response:
     """The line-protocol ``body``, which has lines for vgroups on other nodes, written as one part per owning node
     (:func:`_forward_body`); 204 with the rows written when every part was."""
-    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    dbdef = _led(request.app, await request.app[_STORAGE].call(request.app[_ENGINE].database, db))
     local = request.app[_ENGINE].catalog.node_id
     parts = await asyncio.to_thread(split_lines, body, precision, dbdef, local)
 
@@ -850,16 +892,19 @@ async def _write_csv(request: web.Request, db: str, table: str | None, stable: s
     app = request.app
     ingest = app.get(_INGEST)
     if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        return await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
                                     len(body))
-    return await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    else:
+        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    await _acknowledged(app)
+    return rows
 
 
 async def _forward_csv(request: web.Request, shared: SharedCatalog, db: str, table: str | None, stable: str | None,
                        body: bytes) -> web.Response:
     """The CSV ``body``, which has records for vgroups on other nodes, written as one part per owning node
     (:func:`_forward_body`); ``{"code": 0, "rows": n}`` when every part was."""
-    dbdef = await request.app[_STORAGE].call(request.app[_ENGINE].database, db)
+    dbdef = _led(request.app, await request.app[_STORAGE].call(request.app[_ENGINE].database, db))
     local = request.app[_ENGINE].catalog.node_id
     parts = await asyncio.to_thread(split_csv, body, dbdef, table, stable, local)
     if all(part.node == local for part in parts):  # placed here after all: answered as any body here

@@ -34,15 +34,17 @@ checkpoint (:mod:`walgate.storage.hw_checkpoint`, written every ``checkpoint_s``
 :meth:`close`), else the WAL's log start. A vnode that never had a partition state (a single node's, every vnode
 before step 2 of the plan) is not touched: its watermarks are as before.
 
-``walgate serve`` does not start it yet: no replicated vnode exists before step 2 (replicas in the catalog) is
-wired; that wiring starts :meth:`run` with the node's :class:`PartitionStates`, sets :attr:`Broker.led` to it,
-gives it the registrations the node's membership view reads, and stops it at shutdown.
+``walgate serve`` in cluster mode starts :meth:`run` once the node read the cluster's catalog, sets
+:attr:`Broker.led` to it, gives it the broker epochs its membership reads and stops it at shutdown
+(``gateway/server.py``); after each catalog record applied it calls :meth:`catalog_changed`, so a state seen before
+its database was known here is applied once it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -59,6 +61,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, leads
 from walgate.storage import hw_checkpoint
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey
@@ -136,6 +139,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
     view = LeaderView(node_id, broker_epoch, state, start, _baseline(vnode), now_ms, lag_max_ms)
     wal.replication = view.update_hw
+    wal.leading = True
     return view
 
 
@@ -201,6 +205,23 @@ class ReplicaManager:
     def registered_epoch(self, node_id: int) -> int | None:
         return self.registered().get(node_id)
 
+    def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
+        return self.states.states.get(PartitionId(db_id, vgroup))
+
+    def led_database(self, db: DatabaseDef) -> DatabaseDef:
+        """``db`` as SQL writes and reads are routed: each replicated vgroup's replicas with its current leader (its
+        partition state's, as read here) first, so that :meth:`DatabaseDef.node_of
+        <walgate.storage.catalog.DatabaseDef.node_of>` names it; a vgroup with no state or no leader as placed. Any
+        lane (a read of what the event loop last learned)."""
+        if db.replicas is None or db.replication_factor == 1:
+            return db
+        placed = []
+        for vgroup, replicas in enumerate(db.replicas):
+            state = self.state_of(db.id, vgroup)
+            leader = NO_LEADER if state is None else state.leader
+            placed.append(replicas if leader not in replicas else (leader, *(r for r in replicas if r != leader)))
+        return dataclasses.replace(db, replicas=tuple(placed))
+
     def fetched(self, db_id: str, vgroup: int) -> None:
         led = self.led.get(PartitionId(db_id, vgroup))
         if led is not None:
@@ -209,6 +230,30 @@ class ReplicaManager:
     async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
         await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
         return await self.purgatory.wait(key, leader_epoch, last_version, timeout_s)
+
+    async def writes_acknowledged(self, timeout_s: float) -> ErrorCode:
+        """acks=all for SQL, line-protocol and CSV writes (their "acks" is all, as TDengine's REPLICA 3 writes are
+        majority-committed): NONE once the high watermark passed the end, as it is now, of every vnode this node
+        leads that has entries above it, else the first error :meth:`acknowledged` answers. A write made before the
+        call is below those ends (only the leader appends, :meth:`Store.written_vnode
+        <walgate.storage.store.Store.written_vnode>`), so it is covered; other writes made meanwhile may be waited
+        for too."""
+        for key, leader_epoch, last in await self.storage.call(self._unacknowledged):
+            error = await self.acknowledged(key, leader_epoch, last, timeout_s)
+            if error != ErrorCode.none:
+                return error
+        return ErrorCode.none
+
+    def _unacknowledged(self) -> list[tuple[VnodeKey, int, int]]:
+        """On the storage lane: (vnode, leader epoch, last version) of each led vnode with entries at or above its
+        high watermark; the wait is under the epoch led now, so a leadership that ends before the high watermark
+        passes answers NOT_LEADER_OR_FOLLOWER (:class:`~walgate.gateway.purgatory.Purgatory`)."""
+        out = []
+        for led in list(self.led.values()):
+            wal = _wal(self.engine, led.key)
+            if wal.next_version > led.view.hw:
+                out.append((led.key, led.view.leader_epoch, wal.next_version - 1))
+        return out
 
     # ------------------------------------------------------------ the high watermark
 
@@ -291,6 +336,13 @@ class ReplicaManager:
                 log.error("vnode %d of database %s: partition state not applied: %s: %s", pid.vgroup, pid.db_id,
                           type(e).__name__, e)
 
+    def catalog_changed(self) -> None:
+        """The node's catalog changed: the current state of every vnode naming this node a replica that it neither
+        leads nor follows is applied again (its database may be known now, :meth:`apply` having skipped it)."""
+        for pid, state in self.states.states.items():
+            if self.node_id in state.replicas and pid not in self.led and pid not in self.following:
+                self._changes.put_nowait((pid, state))
+
     async def apply(self, pid: PartitionId, state: PartitionState | None) -> None:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
         db = await self.storage.call(_database_named, self.engine, pid.db_id)
@@ -364,6 +416,7 @@ class ReplicaManager:
         wal = followed.wal
         hw = min(_baseline(followed), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
+        wal.leading = False
         return hw, wal.held is not None
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
@@ -374,6 +427,7 @@ class ReplicaManager:
 
     def _freeze(self, key: VnodeKey) -> None:
         vnode = self.engine.store.local_vnode(*key)
+        vnode.wal.leading = False
         vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
     def _resign(self, pid: PartitionId) -> None:

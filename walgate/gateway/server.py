@@ -54,12 +54,14 @@ from types import TracebackType
 
 from aiohttp import web
 
+from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
+from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.consumer_group import ConsumerGroups
 from walgate.coordinator.coordinator import CLEANUP_INTERVAL_MS, GroupCoordinator
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.coordinator.transactions import TransactionCoordinator
-from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes
+from walgate.gateway.cluster_member import ClusterMember, ClusterStartError, dnodes, stop_tasks
 from walgate.gateway.config import Config, ConfigError, kafka_settings
 from walgate.gateway.etcd_access import etcd_access
 from walgate.gateway.group_commit import GroupCommit
@@ -83,6 +85,7 @@ from walgate.gateway.metrics import COORDINATOR_LANE, STORAGE_LANE, Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
+from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
 from walgate.gateway.storage_thread import LaneBridge, StorageThread
@@ -142,6 +145,11 @@ class Gateway:
         self._shared: SharedCatalog | None = None  # cluster mode: the shared catalog (shared_catalog.py)
         # cluster mode: which node coordinates each group (kafka/group_coordinators.py)
         self._group_coordinators: GroupCoordinators | None = None
+        # cluster mode (issue 25): the replica manager, and the catalog's replicated vnodes the controller's
+        # Reconciler reads on the event loop (updated after each catalog record applied)
+        self._replicas: ReplicaManager | None = None
+        self._replicated: dict[PartitionId, ReplicatedVnode] = {}
+        self._replication_tasks: list[asyncio.Task[None]] = []
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
 
@@ -212,7 +220,8 @@ class Gateway:
                          shares=self._share_coordinator,
                          cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
                          shared=lambda: self._shared,
-                         node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None),
+                         node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None,
+                         replicas=lambda: self._replicas),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT, logger=ServerLog(),
             )
             await self._http.setup()
@@ -333,8 +342,29 @@ class Gateway:
         except TimeoutError:
             raise ClusterStartError(f"the cluster's catalog could not be read within {CHANGE_TIMEOUT_S:g} s") from None
         broker.shared = shared
+        await self._start_replication(member, broker, engine)
         if self._needs_root:
             await bootstrap_root(shared.run, engine, os.environ)
+
+    async def _start_replication(self, member: ClusterMember, broker: Broker, engine: Engine) -> None:
+        """Issue 25 (docs/plans/replication-wiring.md, steps 3 and 5): every node runs a :class:`ReplicaManager`
+        (leading, following or stopping each replicated vnode it holds as its partition state says; the registered
+        nodes' broker epochs from the membership it reads; a fetcher's links of its own) and is WalFetch's
+        :attr:`Broker.led`; every node runs the controller's :class:`Reconciler`, which writes only while the node
+        holds the controller election, over the catalog's replicated vnodes. Started once the catalog was read
+        (the vnodes are open and the partition states name databases this node knows)."""
+        registration = member.registration
+        assert registration is not None and registration.epoch is not None and member.election is not None
+        self._replicated = await self._storage.call(engine.catalog.replicated_vnodes)
+        reconciler = Reconciler(PartitionStates(member.session, member.keys), member.election,
+                                catalog=lambda: self._replicated)
+        manager = self._replicas = ReplicaManager(
+            broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
+            lambda: member.broker_epochs, functools.partial(self._node_links, member),
+            lag_max_ms=self.config.replica_lag_time_max_ms)
+        broker.led = manager
+        self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
+                                   asyncio.create_task(reconciler.run(), name="walgate-reconciler")]
 
     @property
     def _needs_root(self) -> bool:
@@ -350,6 +380,9 @@ class Gateway:
             broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         if op in (RESOURCE_OP, ""):
             await self._storage.call(engine.apply_topic_defaults, broker.node_id)
+        if self._replicas is not None:  # the replicated vnodes it places, and the states of databases new here
+            self._replicated = await self._storage.call(engine.catalog.replicated_vnodes)
+            self._replicas.catalog_changed()
 
     async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
         """Hand each new membership ``member`` reads to ``SHOW DNODES`` and to placement (on the storage lane)."""
@@ -477,6 +510,9 @@ class Gateway:
         self._sync_task = None
         await _cancelled(self._dnodes_task)
         self._dnodes_task = None
+        await stop_tasks(self._replication_tasks)  # the manager's fetchers and ISR proposals with it
+        self._replication_tasks = []
+        self._replicas = None
         if self._shared is not None:
             await self._shared.stop()
             self._shared = None

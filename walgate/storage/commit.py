@@ -117,7 +117,7 @@ class Commits:
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                 raise InvalidValue(f"rows that do not fit their columns: {exc}") from None
             if entries:
-                staged.append((self.store.local_vnode(db.name, i), pending, blocks, entries))
+                staged.append((self.store.written_vnode(db.name, i), pending, blocks, entries))
         appended: list[tuple[Vnode, Pending, list[Block], int]] = []
         try:
             for vnode, pending, blocks, entries in staged:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from walgate.cluster.placement import unserved
 from walgate.storage import names
 from walgate.storage.catalog import DatabaseDef, StableDef, column_to_json
 from walgate.storage.commit import Commits, Pending, Plan
@@ -47,9 +46,6 @@ class Ddl:
                 return affected(0)
             raise AlreadyExists(f"Database already exists: {s.name}")
         db = store.catalog.new_database(s.name, s.options, store.clock.time_ms())  # validated, nothing written
-        refused = unserved(db.replication_factor)
-        if refused is not None:
-            raise InvalidValue(f"Invalid option REPLICA {db.replication_factor}: {refused}")
         if store.catalog.cluster:  # placed over the live nodes; staged: its vnodes open where it is applied
             store.catalog.add_database(db)
             return affected(0)

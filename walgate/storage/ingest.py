@@ -219,7 +219,7 @@ class Ingest:
         vgroup it writes is on another node; then made (:meth:`make_schemas`), so that the rows' columns exist."""
         for db_name, vnodes in p.plans.items():  # NotHere before anything changes when a vgroup is elsewhere
             for index in vnodes:
-                self.store.local_vnode(db_name, index)
+                self.store.written_vnode(db_name, index)
         self.make_schemas(p.changes)
 
     def make_schemas(self, changes: list[tuple[StableDef | None, StableDef]]) -> None:

@@ -183,9 +183,10 @@ class Store:
         return vnodes
 
     def placed_here(self, db: DatabaseDef, first: int = 0) -> list[int]:
-        """The vgroups ``first ..`` of ``db`` the catalog places on this node (every one on a single node)."""
+        """The vgroups ``first ..`` of ``db`` of which the catalog places a replica on this node (every one on a
+        single node): each is open here, led or followed (issue 25, walgate.gateway.replicas)."""
         local = self.catalog.node_id
-        return [i for i in range(first, db.vgroups) if db.node_of(i, local) == local]
+        return [i for i in range(first, db.vgroups) if local in db.replicas_of(i, local)]
 
     def local_vnode(self, db: str, index: int) -> Vnode:
         """Vnode ``index`` of database ``db``; :class:`NotHere` naming its node when it is placed on another,
@@ -202,17 +203,41 @@ class Store:
                           f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
         return found
 
+    def written_vnode(self, db: str, index: int) -> Vnode:
+        """Vnode ``index`` of database ``db`` when this node takes its writes: the node it is placed on, or for a
+        replicated vgroup (issue 25) the replica that leads it now (:attr:`Wal.leading
+        <walgate.storage.wal.Wal.leading>`; a follower's copy is written by replication only, or its WAL would part
+        from its leader's). Otherwise :class:`NotHere` (the gateway sends the write to the leader; a replicated
+        vgroup with no leader elected yet is refused there, so nothing is answered before a replica holds it)."""
+        vnode = self.local_vnode(db, index)
+        dbdef = self.catalog.database(db)
+        if dbdef.replication_factor > 1 and not vnode.wal.leading:
+            raise NotHere(f"vgroup {index} of database {db} is not led by this node ({self.catalog.node_id}) now: "
+                          "send it to its leader (docs/cluster.md)", dbdef.node_of(index, self.catalog.node_id))
+        node = dbdef.node_of(index, self.catalog.node_id)
+        if dbdef.replication_factor == 1 and node != self.catalog.node_id:
+            raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "
+                          f"({self.catalog.node_id}): send it there (docs/cluster.md)", node)
+        return vnode
+
     def all_vnodes(self, db: DatabaseDef) -> list[Vnode]:
-        """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on."""
-        vnodes = self._opened(db.name)
+        """Every vnode of ``db`` (for what reads them all); :class:`NotHere` naming the first other node one is on,
+        a vgroup this node holds a follower's copy of included (read on its first replica, which has every
+        acknowledged write)."""
+        vnodes = self.vnodes_here(db)
         if len(vnodes) < db.vgroups:
             missing = next(i for i in range(db.vgroups) if all(v.index != i for v in vnodes))
-            self.local_vnode(db.name, missing)
+            self.written_vnode(db.name, missing)
         return vnodes
 
     def vnodes_here(self, db: DatabaseDef) -> list[Vnode]:
-        """The vnodes of ``db`` placed on this node (StorageUnavailable while they are not open yet)."""
-        return self._opened(db.name)
+        """The vnodes of ``db`` this node serves reads of (StorageUnavailable while they are not open yet): those
+        placed here, or of a replicated vgroup those it leads now (never a follower's copy, behind the high
+        watermark): what a query merged over the nodes reads here, each vgroup on one node only."""
+        local = self.catalog.node_id
+        if db.replication_factor > 1:
+            return [v for v in self._opened(db.name) if v.wal.leading]
+        return [v for v in self._opened(db.name) if db.node_of(v.index, local) == local]
 
     def _opened(self, db: str) -> list[Vnode]:
         vnodes = self.vnodes.get(db)

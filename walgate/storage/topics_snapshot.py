@@ -74,6 +74,15 @@ class TopicsSnapshot:
         db = None if t is None else self._databases.get(t.db)
         return local if db is None or not 0 <= partition < db.vgroups else db.node_of(partition, local)
 
+    def replicated_vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
+        """(database id, vgroup) of ``topic``'s partition ``partition`` when its database keeps more than one replica
+        of each vgroup (its leader, leader epoch and ISR are then its partition state's, issue 25), else None."""
+        t = self._topics.get(topic)
+        db = None if t is None else self._databases.get(t.db)
+        if db is None or db.replication_factor == 1 or not 0 <= partition < db.vgroups:
+            return None
+        return db.id, partition
+
     def is_native(self, topic: str) -> bool:
         """Whether ``topic`` is a Kafka-native topic (TDengine topics cannot take transaction markers)."""
         t = self._topics.get(topic)

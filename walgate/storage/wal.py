@@ -385,6 +385,9 @@ class Wal:
         self.held: str | None = None  # why appends are refused (a truncation whose derived files are not cut yet)
         # a replicated vnode's high watermark given (log end, durable end), on the vnode's lane; None: no replicas
         self.replication: Callable[[int, int], int] | None = None
+        # a replicated vnode this node leads now (set with ``replication`` by the replica manager): only then does it
+        # take writes (Store.written_vnode); a single node's vnode ignores it
+        self.leading = False
         self.segments: list[Segment] = []
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced

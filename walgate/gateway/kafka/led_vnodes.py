@@ -2,9 +2,8 @@
 
 The replica manager (:class:`walgate.gateway.replicas.ReplicaManager`, step 5 of docs/plans/replication-wiring.md)
 keeps one :class:`~walgate.replication.leader.LeaderView` per led vnode, made from the vnode's partition state, and
-implements this protocol; ``walgate serve`` does not start it yet (no replicas exist before step 2 is wired), so
-:attr:`Broker.led <walgate.gateway.kafka.broker.Broker.led>` is None there: every WalFetch partition is answered
-NOT_LEADER_OR_FOLLOWER.
+implements this protocol; ``walgate serve`` sets it as :attr:`Broker.led <walgate.gateway.kafka.broker.Broker.led>`
+in cluster mode. On a single node it is None: every WalFetch partition is answered NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from walgate.replication.leader import LeaderView
+from walgate.replication.partition import PartitionState
 from walgate.storage.lanes import VnodeKey
 from walgate.wire.errors import ErrorCode
 
@@ -26,6 +26,11 @@ class LedVnodes(Protocol):
     def registered_epoch(self, node_id: int) -> int | None:
         """The broker epoch node ``node_id`` is registered under now (KIP-903), None when it is not registered.
         Called on the vnode's lane too: a read of what the event loop last learned."""
+
+    def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
+        """The partition state of vgroup ``vgroup`` of the database of id ``db_id`` as this node last read it from
+        etcd (None: none read), whichever replica this node is: Metadata and the leader epoch checks answer from it.
+        Called on any lane: a read of what the event loop last learned."""
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the

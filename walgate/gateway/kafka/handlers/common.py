@@ -37,11 +37,10 @@ logged at ERROR, with its traceback the first time it is raised at that place
 (one line after that, so a failing partition cannot flood the log). Handlers
 whose answer is one coordinator call answer its failure with :func:`answered`.
 
-Leader epoch: walgate has one leader per partition forever, so every
-partition's leader epoch is 0. Metadata reports it, OffsetForLeaderEpoch
-answers from the vnode's leader-epoch cache (end offset of epoch 0 = the high watermark), and a request naming
-an epoch above 0 gets UNKNOWN_LEADER_EPOCH, as a Kafka leader would answer
-an epoch it has not reached.
+Leader epoch: a partition of one copy has one leader forever, so its leader epoch is 0; a replicated one's is
+its partition state's (issue 25). Metadata reports it, OffsetForLeaderEpoch
+answers from the vnode's leader-epoch cache, and a request naming an older epoch gets FENCED_LEADER_EPOCH, a newer
+one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320: :func:`walgate.gateway.kafka.leaders.leadership`).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ from walgate.wire.errors import ErrorCode
 __all__ = [
     "DOMAINS", "ERRORS", "PRODUCE", "GROUP_WRITE", "CREATE_PARTITIONS", "INIT_PRODUCER_ID", "TRANSACTIONS", "AUTO_CREATE",
     "DESCRIBE_CLIENT_QUOTAS", "LEADER_EPOCH", "Table",
-    "error_of", "answered", "epoch_error", "millis",
+    "error_of", "answered", "millis",
 ]
 
 T = TypeVar("T")
@@ -141,11 +140,6 @@ async def answered(call: Awaitable[T], failed: Callable[[ErrorCode], T], overrid
         return await call
     except Exception as exc:  # noqa: BLE001 - answered, the connection stays
         return failed(error_of(exc, overrides))
-
-
-def epoch_error(requested: int) -> int:
-    """Error for a request's current leader epoch (-1 = not given)."""
-    return ErrorCode.unknown_leader_epoch if requested > LEADER_EPOCH else ErrorCode.none
 
 
 def millis(value: datetime.timedelta) -> int:

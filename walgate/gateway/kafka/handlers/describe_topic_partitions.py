@@ -15,7 +15,7 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, operations
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.metadata import topic_entries
+from walgate.gateway.kafka.handlers.metadata import States, broker_states, topic_entries
 from walgate.gateway.kafka.leaders import other_nodes
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
@@ -38,10 +38,11 @@ def _topic(entry: MetadataResponseTopic) -> DescribeTopicPartitionsResponseTopic
 
 
 def _answer(engine: Engine, node_id: int, request: DescribeTopicPartitionsRequest,
-            describable: Callable[[str], bool] | None, live: frozenset[int]
+            describable: Callable[[str], bool] | None, live: frozenset[int], states: States
             ) -> tuple[list[DescribeTopicPartitionsResponseTopic], DescribeTopicPartitionsResponseCursor | None]:
     names = sorted({t.name for t in request.topics}) if request.topics else None
-    entries = [_topic(e) for e in topic_entries(engine, node_id, names, describable=describable, live=live)]
+    entries = [_topic(e) for e in topic_entries(engine, node_id, names, describable=describable, live=live,
+                                                states=states)]
     cursor = request.cursor
     limit = max(request.response_partition_limit, 1)
     out: list[DescribeTopicPartitionsResponseTopic] = []
@@ -67,7 +68,7 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     topics, cursor = await broker.call(_answer, broker.node_id, request,
                                        checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC),
-                                       frozenset(other_nodes(broker, ctx.listener.name)))
+                                       frozenset(other_nodes(broker, ctx.listener.name)), broker_states(broker))
     for t in topics:
         if t["error_code"] != ErrorCode.topic_authorization_failed:
             t["topic_authorized_operations"] = operations(broker, ctx, ResourceType.TOPIC, t.get("name") or "")

@@ -61,14 +61,14 @@ from typing import Any
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import epoch_error, error_of
-from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.leaders import Endpoints, current_leader, leadership, node_endpoints, other_nodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere
 from walgate.storage.lanes import TopicLookup, VnodeKey, partition_keys
-from walgate.storage.partitions import PartitionRead, Partitions
+from walgate.storage.partitions import LEADER_EPOCH, PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -102,6 +102,7 @@ class _Got:
     stable: int = -1  # the last stable offset
     aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
     leader: int | None = None  # NOT_LEADER_OR_FOLLOWER: the node the partition is placed on (KIP-951's CurrentLeader)
+    epoch: int = LEADER_EPOCH  # its leader epoch
 
     @property
     def size(self) -> int:
@@ -119,7 +120,9 @@ def _got(read: PartitionRead) -> _Got:
 
 
 def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readable: Callable[[str], bool] | None,
-              committed: bool) -> list[_Got]:
+              committed: bool, leading: Callable[[str, int, int], tuple[int, int, int | None]]) -> list[_Got]:
+    """Each wanted partition read, in turn, within ``max_bytes``; ``leading`` checks its leader epoch and leader
+    (:func:`~walgate.gateway.kafka.leaders.leadership`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951)."""
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -130,9 +133,9 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
         if readable is not None and not readable(w.topic):
             got.append(_Got(ErrorCode.topic_authorization_failed))
             continue
-        err = epoch_error(w.leader_epoch)
+        err, epoch, leader = leading(w.topic, w.partition, w.leader_epoch)
         if err != ErrorCode.none:
-            got.append(_Got(err))
+            got.append(_Got(err, leader=leader, epoch=epoch))
             continue
         try:
             g = _got(partitions.read(w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
@@ -171,12 +174,13 @@ def _keys(request: FetchRequest, version: int, wants: list[_Want] | None,
 
 
 def _resolve_and_read(
-    engine: Engine, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
+    engine: Engine, broker: Broker, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
     readable: Callable[[str], bool] | None,
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
     wants = _wants(engine, request, version) if wants is None else wants
-    return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED)
+    return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED,
+                            functools.partial(leadership, broker))
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -199,7 +203,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         while True:
             try:
                 resolved, got = await broker.call_on(functools.partial(_keys, request, version, wants),
-                                                     _resolve_and_read, request, version, wants, max_bytes, readable)
+                                                     _resolve_and_read, broker, request, version, wants, max_bytes,
+                                                     readable)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             wants = resolved
@@ -249,7 +254,7 @@ def _responses(wants: list[_Want], got: list[_Got], version: int, others: Endpoi
             "records": g.batches or b"",  # a list of batches is written back to back, uncopied
         }
         if g.leader is not None:
-            leader, epoch = current_leader(g.leader, others)
+            leader, epoch = current_leader(g.leader, others, g.epoch)
             part["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
         grouped.setdefault(w.topic_key, []).append(part)
     if version < 13:

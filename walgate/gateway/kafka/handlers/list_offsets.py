@@ -22,7 +22,8 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.leaders import leadership
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import partition_keys
 from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
@@ -38,16 +39,20 @@ API_KEY, MIN_VERSION, MAX_VERSION = 2, 0, 9
 READ_COMMITTED = 1
 
 def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
-            describable: Callable[[str], bool] | None) -> list[ListOffsetsTopicResponse]:
+            describable: Callable[[str], bool] | None, broker: Broker) -> list[ListOffsetsTopicResponse]:
+    """Each partition's offset; a replicated one's (issue 25) only on its leader, in its leader epoch, else
+    NOT_LEADER_OR_FOLLOWER (the client asks Metadata again)."""
     committed = request.isolation_level == READ_COMMITTED
     topics: list[ListOffsetsTopicResponse] = []
     for t in request.topics:
         parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": LEADER_EPOCH,
+            err, epoch, _ = leadership(broker, t.name, p.partition_index, p.current_leader_epoch)
+            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": epoch,
                                                  "error_code": ErrorCode.none}
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch)
+            if denied:
+                err = ErrorCode.topic_authorization_failed
             if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
                 err = ErrorCode.invalid_request
             if err == ErrorCode.none:
@@ -69,5 +74,5 @@ def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
 async def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     topics = await broker.call_on(lambda known: partition_keys(known, asked), _answer, request, ctx.api_version,
-                               checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))
+                               checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC), broker)
     return {"throttle_time": 0, "topics": topics}

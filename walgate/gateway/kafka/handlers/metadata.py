@@ -1,6 +1,8 @@
 """Metadata (key 3) v0–v12: TDengine topics with partitions = vgroups, each led by the node its vgroup is placed on.
 
-A partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
+A replicated partition (issue 25) is answered from its partition state: its leader (LEADER_NOT_AVAILABLE, -1, when
+that node is not registered now), leader epoch, replicas, ISR, and the replicas not registered now offline. Another
+partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
 another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
 on the listener the client came through; a partition placed on a node that is not registered now (or has no such
 listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
@@ -40,6 +42,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import AUTO_CREATE, LEADER_EPOCH, answered, error_of
 from walgate.gateway.kafka.leaders import node_endpoints, other_nodes
+from walgate.replication.partition import PartitionState
 from walgate.security.acl import CLUSTER_NAME
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
@@ -55,16 +58,28 @@ from walgate.wire.messages import (
 
 API_KEY, MIN_VERSION, MAX_VERSION = 3, 0, 12
 _NO_AUTH_OPS = -2147483648
+States = Callable[[str, int], PartitionState | None]
+"""A replicated vgroup's partition state by (database id, vgroup), as this node read it."""
+
+
+def _no_states(_db_id: str, _vgroup: int) -> PartitionState | None:
+    return None
+
+
+def broker_states(broker: Broker) -> States:
+    """The partition states this node read (its replica manager's), none on a single node."""
+    return _no_states if broker.led is None else broker.led.state_of
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
                   errors: dict[str, int] | None = None,
                   describable: Callable[[str], bool] | None = None,
-                  live: Collection[int] = ()) -> list[MetadataResponseTopic]:
+                  live: Collection[int] = (), states: States = _no_states) -> list[MetadataResponseTopic]:
     """Metadata entries for ``names`` (None: every topic, none when they cannot be listed); ``errors``: the answer
     of names that failed before (auto-creation); ``describable`` (None: all) hides topics from the listing and
     answers requested ones TOPIC_AUTHORIZATION_FAILED; ``live``: the other nodes that may be named as leaders
-    (:func:`~walgate.gateway.kafka.leaders.other_nodes`). Runs on the storage thread."""
+    (:func:`~walgate.gateway.kafka.leaders.other_nodes`); ``states``: a replicated vgroup's partition state by
+    (database id, vgroup), as read here. Runs on the storage thread."""
     out: list[MetadataResponseTopic] = []
     if names is None:
         try:
@@ -79,7 +94,8 @@ def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
             out.append(_missing(name, ErrorCode.topic_authorization_failed))
             continue
         try:
-            out.append(_entry(engine, node_id, name, (errors or {}).get(name) or unknown_topic_error(name), live))
+            out.append(_entry(engine, node_id, name, (errors or {}).get(name) or unknown_topic_error(name), live,
+                              states))
         except Exception as exc:  # noqa: BLE001 - mapped per topic, siblings unaffected
             out.append(_missing(name, error_of(exc)))
     return out
@@ -99,6 +115,20 @@ def _missing(name: str, error: int) -> MetadataResponseTopic:
     return {"error_code": error, "name": name, "topic_id": uuid.UUID(int=0), "partitions": []}
 
 
+def _replicated(index: int, state: PartitionState, node_id: int, live: Collection[int]) -> MetadataResponsePartition:
+    """Partition ``index``'s entry from its partition state (issue 25): its leader when registered now (else
+    LEADER_NOT_AVAILABLE, leader -1), its leader epoch, replicas and ISR; the replicas not registered now offline."""
+    up = {*live, node_id}
+    offline = [r for r in state.replicas if r not in up]
+    entry: MetadataResponsePartition = {
+        "error_code": ErrorCode.none, "partition_index": index, "leader_id": state.leader,
+        "leader_epoch": state.leader_epoch, "replica_nodes": list(state.replicas),
+        "isr_nodes": [m.replica for m in state.isr], "offline_replicas": offline}
+    if state.leader not in up:
+        entry.update({"error_code": ErrorCode.leader_not_available, "leader_id": -1})
+    return entry
+
+
 def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> MetadataResponsePartition:
     """Partition ``index``'s entry, placed on node ``leader`` (see the module docstring)."""
     if leader == node_id or leader in live:
@@ -109,7 +139,8 @@ def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> 
             "leader_epoch": LEADER_EPOCH, "replica_nodes": [leader], "isr_nodes": [], "offline_replicas": [leader]}
 
 
-def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collection[int]) -> MetadataResponseTopic:
+def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collection[int],
+           states: States) -> MetadataResponseTopic:
     t = engine.catalog.topics.get(name)
     if t is None:
         return _missing(name, missing)
@@ -120,7 +151,10 @@ def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collecti
         "topic_id": uuid.UUID(t.topic_id),
         "is_internal": False,
         "topic_authorized_operations": _NO_AUTH_OPS,
-        "partitions": [_partition(p, db.node_of(p, node_id), node_id, live) for p in range(db.vgroups)],
+        "partitions": [_partition(p, db.node_of(p, node_id), node_id, live) if state is None
+                       else _replicated(p, state, node_id, live)
+                       for p in range(db.vgroups)
+                       for state in [None if db.replication_factor == 1 else states(db.id, p)]],
     }
 
 
@@ -168,7 +202,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) 
                                                   engine.topic_defaults(broker.node_id))
                     except Exception as exc:  # noqa: BLE001 - answered in the topic's entry
                         failed[name] = error_of(exc, AUTO_CREATE)
-        return topic_entries(engine, broker.node_id, names, failed, describable, frozenset(others))
+        return topic_entries(engine, broker.node_id, names, failed, describable, frozenset(others),
+                             broker_states(broker))
 
     topics = await answered(broker.call_on(functools.partial(_keys, broker, request, ctx.api_version), describe),
                             lambda code: [

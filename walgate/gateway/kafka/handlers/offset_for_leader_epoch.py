@@ -16,7 +16,8 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker, cluster_allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import epoch_error, error_of
+from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.leaders import leadership
 from walgate.storage.engine import Engine
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -29,14 +30,17 @@ from walgate.wire.messages import (
 API_KEY, MIN_VERSION, MAX_VERSION = 23, 0, 4
 
 
-def _answer(engine: Engine, request: OffsetForLeaderEpochRequest,
-            describable: Callable[[str], bool] | None) -> list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult]:
+def _answer(engine: Engine, request: OffsetForLeaderEpochRequest, describable: Callable[[str], bool] | None,
+            broker: Broker) -> list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult]:
+    """Each partition's epoch end; a replicated one's (issue 25) checked against its current leader epoch and answered
+    on its leader only, else NOT_LEADER_OR_FOLLOWER."""
     topics: list[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = []
     for t in request.topics:
         parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
-            err = ErrorCode.topic_authorization_failed if denied else epoch_error(p.current_leader_epoch)
+            err = ErrorCode.topic_authorization_failed if denied else leadership(
+                broker, t.topic, p.partition, p.current_leader_epoch)[0]
             epoch, end = -1, -1
             if err == ErrorCode.none:
                 try:
@@ -52,4 +56,4 @@ async def handle(broker: Broker, ctx: RequestContext,
                  request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     return {"throttle_time": 0, "topics": await broker.call(
         _answer, request, None if cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION)
-        else checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC))}
+        else checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC), broker)}
