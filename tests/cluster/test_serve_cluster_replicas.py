@@ -37,9 +37,10 @@ from walgate.storage.vnode import vnode_of
 from walgate.wire.errors import ErrorCode
 
 ROWS = 12  # over 7 tables: both vgroups written (each INSERT waits ~0.3 s for acks=all)
-SESSION = ("--override", "broker.session.timeout.ms=8000")  # a 1.5 s SIGSTOP keeps its registration and ISR seat
+ENABLED = ("--override", "replication.enable=true")  # replicated databases are early access (config.py)
+SESSION = ("--override", "broker.session.timeout.ms=8000", *ENABLED)  # a 1.5 s SIGSTOP keeps its registration and ISR seat
 PAUSE_S = 1.5
-LAG = ("--override", "replica.lag.time.max.ms=2000")  # ISR changes proposed every second
+LAG = ("--override", "replica.lag.time.max.ms=2000", *ENABLED)  # ISR changes proposed every second
 VGROUPS = 2
 
 

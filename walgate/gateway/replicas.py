@@ -238,6 +238,8 @@ class ReplicaManager:
         call is below those ends (only the leader appends, :meth:`Store.written_vnode
         <walgate.storage.store.Store.written_vnode>`), so it is covered; other writes made meanwhile may be waited
         for too."""
+        if not self.led:  # nothing replicated led here: no exclusive call on every write
+            return ErrorCode.none
         for key, leader_epoch, last in await self.storage.call(self._unacknowledged):
             error = await self.acknowledged(key, leader_epoch, last, timeout_s)
             if error != ErrorCode.none:

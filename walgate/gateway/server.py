@@ -198,7 +198,7 @@ class Gateway:
             self._coordinator.group_commit(engine.take_coordinator_unsynced, self._group_commit)
             self._group_commit.own(self._coordinator, await self._coordinator.call(engine.coordinator_logs))
             if self._cluster is not None:  # users, ACLs, quotas and configs are the cluster's (shared_catalog.py)
-                await self._storage.call(engine.cluster_mode)
+                await self._storage.call(engine.cluster_mode, cfg.replication_enable)
             elif self._needs_root:
                 await bootstrap_root(self._storage.call, engine, os.environ)
             passwords = PasswordChecker(lambda user: self._storage.call(password_credential, engine, user))

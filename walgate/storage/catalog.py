@@ -395,6 +395,7 @@ class Catalog:
     syncs: SyncLatency = field(default_factory=SyncLatency)  # its engine's fsync times (a catalog of its own: its own)
     node_id: int = 0  # this data dir's node (node.id): where vgroups of a database without placement are
     cluster: bool = False  # cluster mode: SHARED_OPS records come from the cluster's record stream (module docstring)
+    replication: bool = False  # cluster mode: new databases may have more than one replica (replication.enable)
     shared_seq: int = 0  # cluster mode: the sequence number of the last shared record applied
     _staged: list[dict[str, Any]] | None = None  # during a staged call: the shared records it made
     _staged_from: _State | None = None  # during a staged call: the state before its first shared record

@@ -427,11 +427,14 @@ class Engine:
         """The topics as the storage lane last published them (:mod:`walgate.storage.topics_snapshot`; any lane)."""
         return self.store.topics()
 
-    def cluster_mode(self) -> None:
+    def cluster_mode(self, replication: bool = False) -> None:
         """Cluster mode: the catalog's shared records (users, ACLs, quotas, configs) are the cluster's, changed only
         through its record stream, and new vgroups are placed, recording their node (:mod:`walgate.storage.catalog`);
-        producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`)."""
+        producer ids are spread by the node id, unique in the cluster (:class:`~walgate.storage.producers.ProducerIds`).
+        ``replication``: ``CREATE DATABASE ... REPLICA n`` above 1 is served (``replication.enable``, early access);
+        without it refused."""
         self.catalog.cluster = True
+        self.catalog.replication = replication
         self.store.producer_ids.cluster(self.catalog.node_id)
         self.sql_objects.recover()
 
