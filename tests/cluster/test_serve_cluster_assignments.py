@@ -83,7 +83,8 @@ def test_assignments_place_partitions_on_the_nodes_named_and_bad_ones_are_refuse
         for error, message in (
                 (refused(n2, "create_topics", [NewTopic("rf2", 1, replica_assignment=[[1, 2]])]), NOT_ENABLED),
                 (refused(n1, "create_topics", [NewTopic("rf2", 2, 2)]), NOT_ENABLED),
-                (refused(n2, "create_topics", [NewTopic("rf3", 1, 3)]), "The target replication factor of 3 cannot "
+                (refused(n2, "create_topics", [NewTopic("rf3", 1, 3)]), "Unable to replicate the partition 3 time(s): "
+                                                                        "The target replication factor of 3 cannot "
                                                                         "be reached because only 2 broker(s) are "
                                                                         "registered.")):
             assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR and error.str() == message, error
