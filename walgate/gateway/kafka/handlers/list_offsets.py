@@ -22,7 +22,7 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
 from walgate.gateway.kafka.leaders import leadership
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import partition_keys
@@ -48,19 +48,20 @@ def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
         parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            err, epoch, _ = leadership(broker, t.name, p.partition_index, p.current_leader_epoch)
-            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": epoch,
-                                                 "error_code": ErrorCode.none}
-            if denied:
-                err = ErrorCode.topic_authorization_failed
-            if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
-                err = ErrorCode.invalid_request
-            if err == ErrorCode.none:
-                try:
+            epoch = LEADER_EPOCH
+            try:
+                err, epoch, _ = leadership(broker, t.name, p.partition_index, p.current_leader_epoch)
+                if denied:
+                    err = ErrorCode.topic_authorization_failed
+                if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
+                    err = ErrorCode.invalid_request
+                if err == ErrorCode.none:
                     offset, ts = engine.partitions.list_offset(t.name, p.partition_index, p.timestamp,
                                                                read_committed=committed)
-                except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-                    err = error_of(exc)
+            except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
+                err = error_of(exc)
+            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": epoch,
+                                                 "error_code": ErrorCode.none}
             if err != ErrorCode.none:
                 offset, ts = -1, -1
             out.update({"error_code": err, "offset": offset, "timestamp": ts})

@@ -39,14 +39,14 @@ def _answer(engine: Engine, request: OffsetForLeaderEpochRequest, describable: C
         parts: list[OffsetForLeaderEpochResponseEpochEndOffset] = []
         denied = describable is not None and not describable(t.topic)
         for p in t.partitions:
-            err = ErrorCode.topic_authorization_failed if denied else leadership(
-                broker, t.topic, p.partition, p.current_leader_epoch)[0]
             epoch, end = -1, -1
-            if err == ErrorCode.none:
-                try:
+            try:
+                err = ErrorCode.topic_authorization_failed if denied else leadership(
+                    broker, t.topic, p.partition, p.current_leader_epoch)[0]
+                if err == ErrorCode.none:
                     epoch, end = engine.partitions.epoch_end(t.topic, p.partition, p.leader_epoch)
-                except Exception as exc:  # noqa: BLE001 - mapped per partition
-                    err = error_of(exc)
+            except Exception as exc:  # noqa: BLE001 - mapped per partition
+                err = error_of(exc)
             parts.append({"error_code": err, "partition": p.partition, "leader_epoch": epoch, "end_offset": end})
         topics.append({"topic": t.topic, "partitions": parts})
     return topics
