@@ -32,6 +32,9 @@ from livewalgate import running_walgate
 
 LONG = os.environ.get("WALGATE_COMPAT_LONG") == "1"
 """The long mode: every scenario on a walgate cluster, not only those CI runs (test_matrix.py, test_cluster_clients.py)."""
+BROKERS = ["tansu", "walgate"] if os.environ.get("WALGATE_PEERS") == "1" else ["walgate"]
+"""The brokers conftest's ``broker`` runs a scenario on, the peer first: its runs (~6 min of the suite) only under
+``WALGATE_PEERS=1`` (report.py sets it, for docs/compatibility.md's Tansu column)."""
 SELECT = "select"  # CREATE TOPIC t AS SELECT ts, current, voltage, phase, location FROM db.meters WHERE voltage > 200
 STABLE = "stable"  # CREATE TOPIC t AS STABLE db.meters
 DATABASE = "database"  # CREATE TOPIC t WITH META AS DATABASE db

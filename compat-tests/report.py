@@ -137,7 +137,7 @@ def main() -> int:
         fd, name = tempfile.mkstemp(prefix="compat-", suffix=".jsonl")
         os.close(fd)
         args.source = Path(name)
-        env = {**os.environ, "WALGATE_COMPAT_RESULTS": name}
+        env = {**os.environ, "WALGATE_COMPAT_RESULTS": name, "WALGATE_PEERS": "1"}  # the peer's column too
         code = subprocess.run([sys.executable, "-m", "pytest", "-q", str(ROOT / "compat-tests"), *args.pytest_args],
                               cwd=ROOT, env=env).returncode
     results = [json.loads(line) for line in args.source.read_text().splitlines() if line.strip()]

@@ -42,7 +42,7 @@ from typing import Any
 
 import compat_data as data
 import pytest
-from compat_brokers import LONG, SELECT, Tansu, Walgate, xfail_on_tansu
+from compat_brokers import BROKERS, LONG, SELECT, Tansu, Walgate, xfail_on_tansu
 from compat_data import check_dense, check_exactly, records, split_meta
 from compat_procs import COMPAT, Background, Run, run
 from test_consume_retention import TOPIC as RETAINED_TOPIC
@@ -125,7 +125,7 @@ class Driver:
         return self.run(self.client.reader, bootstrap, topic, *args, timeout=timeout)
 
 
-@pytest.fixture(scope="module", params=["tansu", "walgate", CLUSTER])
+@pytest.fixture(scope="module", params=[*BROKERS, CLUSTER])
 def broker(request: pytest.FixtureRequest) -> Walgate | Tansu:
     """conftest's ``broker`` and the 3-node cluster (``walgate_cluster``), each started once for the module."""
     return request.getfixturevalue("walgate_cluster" if request.param == CLUSTER else request.param)
