@@ -490,7 +490,10 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
         catalog[unbuildable] = ReplicatedVnode((1, 2), 3)  # min.insync.replicas above the replicas
         await _create(n1, {existing: initial_state((1, 2, 3), epochs, 1)})  # min_isr 1: not the catalog's 2
         await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged), b"{not a state")])
-        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=lambda: catalog)
+        async def at(_seq: int) -> dict[PartitionId, ReplicatedVnode]:
+            return catalog
+
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=at)
         caplog.set_level(logging.ERROR, "walgate.cluster")
         assert await reconciler.reconcile_once() > 0
         assert [r.getMessage() for r in caplog.records if "bad/0" in r.getMessage()] == [
@@ -543,3 +546,65 @@ async def _following(view: PartitionStates) -> bool:
 
 async def _same(follower: PartitionStates, view: PartitionStates) -> bool:
     return follower.states == await view.read_all()
+
+
+async def test_the_controller_follows_catalog_appends_at_once_and_deletes_the_states_of_dropped_databases(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Each pass asks the catalog as of the stream's last record at the revision it read (never older: a DROP
+    DATABASE appended before the read is always seen; a catalog that does not answer within ``catalog_wait_s``
+    holds back creations and deletions, never an election), an append to the stream wakes the pass at once (not after
+    the lease TTL, 10 s here): a vgroup the catalog gains has its state within 2 s, and a vgroup it loses (its
+    database dropped) has its state deleted, a damaged one included; a database made again gets new states."""
+    n1 = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=10)
+    try:
+        n1.start("registration", "election")
+        await within(n1.election.wait_elected())
+        await eventually("registered", lambda: _all_registered([n1]))
+        catalog: dict[PartitionId, ReplicatedVnode] = {}
+        asked: list[int] = []
+
+        lagging = asyncio.Event()  # set: this node's catalog does not catch up (it never answers)
+
+        async def at(seq: int) -> dict[PartitionId, ReplicatedVnode]:
+            asked.append(seq)
+            if lagging.is_set():
+                await asyncio.Event().wait()
+            return dict(catalog)
+
+        async def append(seq: int) -> float:  # (what SharedCatalog's append writes, as far as the Reconciler reads)
+            await n1.session.txn([], [tx.Put(KEYS.seq, str(seq).encode())])
+            return asyncio.get_running_loop().time()
+
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=at, catalog_wait_s=0.5)
+        old, damaged_old = PartitionId("old", 0), PartitionId("old", 1)
+        epoch = n1.registration.epoch or 0
+        await _create(n1, {old: replace(initial_state((1,), {1: epoch}, 1), leader=NO_LEADER)})
+        await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged_old), b"{not a state")])
+        await append(7)
+        lagging.set()  # a pass whose catalog does not answer still elects, and deletes nothing
+        assert await within(reconciler.reconcile_once(), 5) == 0 and asked == [7]
+        assert (await reconciler.states.read_all())[old].leader == 1 and reconciler.deleted == 0
+        lagging.clear()
+        assert await reconciler.reconcile_once() > 0 and asked == [7, 7]
+        assert await reconciler.states.read_all() == {} and reconciler.deleted == 2  # "old" is not in the catalog
+        assert await _absent(n1, partition_key(KEYS, damaged_old))
+        n1.tasks.append(asyncio.create_task(reconciler.run()))
+        await eventually("the first pass waits", lambda: _is(len(asked) == 3))
+        new = PartitionId("new", 0)
+        catalog[new] = ReplicatedVnode((1,), 1)
+        appended = await append(8)
+        await eventually("the state of the vgroup the catalog gained", lambda: _present(n1, partition_key(KEYS, new)))
+        assert asyncio.get_running_loop().time() - appended < 2 and asked[-1] == 8
+        del catalog[new]
+        again = PartitionId("new-again", 0)
+        catalog[again] = ReplicatedVnode((1,), 1)
+        appended = await append(9)
+        await eventually("the dropped database's state deleted", lambda: _absent(n1, partition_key(KEYS, new)))
+        await eventually("the state of the database made again", lambda: _present(n1, partition_key(KEYS, again)))
+        assert asyncio.get_running_loop().time() - appended < 2 and reconciler.deleted == 3
+    finally:
+        await n1.close()
+
+
+async def _is(value: bool) -> bool:
+    return value

@@ -250,18 +250,18 @@ def test_a_record_whose_replicas_are_not_a_placement_is_refused(tmp_path: Path) 
 
 def test_sql_replica_is_checked_against_the_live_nodes(tmp_path: Path) -> None:
     e = Engine.open(tmp_path, node_id=4)
-    with pytest.raises(InvalidValue, match="Out of dnodes: REPLICA 2 of database d: The target replication factor of 2 "
+    with pytest.raises(InvalidValue, match="Out of dnodes: REPLICA 3 of database d: The target replication factor of 3 "
                                            "cannot be reached because only 1 broker\\(s\\) are registered."):
-        e.execute("CREATE DATABASE d REPLICA 2")  # a single node
+        e.execute("CREATE DATABASE d REPLICA 3")  # a single node
     e.execute("CREATE DATABASE d REPLICA 1")
     e.close()
     e = Engine.open(tmp_path, node_id=4)
     e.cluster_mode()
     _three_racks(e)
-    with pytest.raises(InvalidValue, match="because only 3 broker"):
-        e.execute("CREATE DATABASE c REPLICA 4")
-    with pytest.raises(InvalidValue, match="Invalid option MIN_INSYNC 3: expected an integer in \\[1, 2\\]"):
-        e.execute("CREATE DATABASE c REPLICA 2 MIN_INSYNC 3")
+    with pytest.raises(InvalidValue, match="Invalid option replications: 2, only 1, 3 allowed"):
+        e.execute("CREATE DATABASE c REPLICA 2")
+    with pytest.raises(InvalidValue, match="Invalid option MIN_INSYNC 4: expected an integer in \\[1, 3\\]"):
+        e.execute("CREATE DATABASE c REPLICA 3 MIN_INSYNC 4")
     assert "c" not in e.catalog.databases and not _with_op(tmp_path, "create_db")[1:]
     _through_stream(e, Engine.execute, "CREATE DATABASE c REPLICA 1")
     assert e.catalog.databases["c"].replication_factor == 1

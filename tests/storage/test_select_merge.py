@@ -17,9 +17,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
+from walgate.replication.partition import NO_LEADER
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine, PreparedSelect
-from walgate.storage.errors import InvalidValue, LimitExceeded, StorageUnavailable
-from walgate.storage.select_merge import decode, encode
+from walgate.storage.errors import InvalidValue, LimitExceeded, NoLeader, StorageUnavailable
+from walgate.storage.select_merge import check_led, decode, encode
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 
@@ -148,3 +150,16 @@ def test_parts_of_nodes_that_disagree_on_the_columns_are_refused_as_retriable(en
                      rows.column(VGROUP).combine_chunks())
     with pytest.raises(StorageUnavailable, match="different columns .* retry the statement"):
         _merged(prepared, [altered, *parts[1:]])
+
+
+def test_a_replicated_vgroup_with_no_leader_refuses_the_merge_as_retriable() -> None:
+    """A merge reads each vgroup on the node leading it: a replicated vgroup with no leader (no state yet, or
+    NO_LEADER) refuses the statement with TDengine's "Sync leader is unreachable" (NoLeader, a StorageUnavailable:
+    HTTP 503) naming the first such vgroup, rather than an answer without its rows; one copy is never refused."""
+    replicated = DatabaseDef("r", {"VGROUPS": 3, "PRECISION": "ms"}, 0, "rid", ((1, 2, 3), (2, 3, 1), (3, 1, 2)))
+    check_led(replicated, {0: 1, 1: 2, 2: 3}.get)
+    for leaders, vgroup in (({0: 1, 2: 3}, 1), ({0: 1, 1: NO_LEADER, 2: NO_LEADER}, 1), ({1: 2, 2: 3}, 0)):
+        with pytest.raises(NoLeader, match=f"^Sync leader is unreachable: vgroup {vgroup} of database r has no leader"):
+            check_led(replicated, leaders.get)
+    assert issubclass(NoLeader, StorageUnavailable)
+    check_led(DatabaseDef("o", {"VGROUPS": 2, "PRECISION": "ms"}, 0, "oid", ((1,), (2,))), {}.get)

@@ -449,3 +449,37 @@ def test_drop_table_is_checked_whole_on_the_node_asked_before_any_vnode_of_anoth
     apply([n1, n2], records)
     for e in (n1, n2):
         assert rows(e, "SHOW d.STABLES") == []
+
+
+def test_a_replicated_database_s_meta_entries_go_only_into_the_vnodes_led_here(tmp_path: Path) -> None:
+    """REPLICA 2 over two nodes, each leading one vgroup: an ALTER and a DROP STABLE apply on both without raising
+    (before: NotHere from the follower's copy failed every apply, and the stream stopped there), each writing its
+    entries into the vnode it leads only (a follower's copy gets them with its leader's WAL); a later record applies,
+    and a restart with a record's entries left out of a vnode it no longer leads writes nothing there."""
+    nodes = [Engine.open(tmp_path / f"n{i}", node_id=i) for i in (1, 2)]
+    for e in nodes:
+        e.cluster_mode(replication=True)
+        e.set_dnodes(LIVE, {1: None, 2: None})
+    records = staged(nodes[0], "CREATE DATABASE d VGROUPS 2")
+    records[0]["replicas"] = [[1, 2], [2, 1]]  # (REPLICA 2 placement: the SQL takes 1 or 3, and there are 2 nodes)
+    apply(nodes, records)
+    for e, led in zip(nodes, (0, 1)):
+        assert [v.index for v in e.vnodes["d"]] == [0, 1]
+        e.vnodes["d"][led].wal.leading = True
+    run(nodes, nodes[1], STABLE)
+    run(nodes, nodes[1], "CREATE STABLE d.gone (ts TIMESTAMP, v INT) TAGS (site INT)")
+    run(nodes, nodes[0], "ALTER STABLE d.st ADD COLUMN w INT")
+    run(nodes, nodes[1], "DROP STABLE d.gone")
+    run(nodes, nodes[0], "CREATE DATABASE o VGROUPS 1")
+    assert metas(nodes[0], "d") == {0: ["alter_stable st", "drop_stable gone"], 1: []}
+    assert metas(nodes[1], "d") == {0: [], 1: ["alter_stable st", "drop_stable gone"]}
+    assert all("o" in e.catalog.databases and not e.sql_objects.pending for e in nodes)
+    [alter] = staged(nodes[0], "ALTER STABLE d.st ADD COLUMN x INT")
+    seq = nodes[0].catalog.shared_seq + 1
+    nodes[0].sql_objects.before(seq, alter)  # the crash: applied, its entry (vnode 0's) not written
+    nodes[0].catalog.apply_shared(seq, alter)
+    nodes[0].close()
+    again = Engine.open(tmp_path / "n1", node_id=1)  # at a start no vnode is led yet: nothing written, nothing raised
+    assert metas(again, "d") == {0: ["alter_stable st", "drop_stable gone"], 1: []} and not again.sql_objects.pending
+    for e in (again, nodes[1]):
+        e.close()

@@ -124,8 +124,10 @@ def test_create_database_unsupported_option(option: str) -> None:
         ("PRECISION 'xs'", "PRECISION must be 'ms', 'us' or 'ns', got 'xs'"),
         ("PRECISION 3", "PRECISION must be 'ms', 'us' or 'ns', got 3"),
         ("WAL_RETENTION_PERIOD -2", "WAL_RETENTION_PERIOD must be between -1"),
-        ("REPLICA 0", "Invalid option replications: 0 valid range: \\[1, 1024\\]"),
-        ("REPLICA -1", "Invalid option replications: -1 valid range"),
+        ("REPLICA 0", "Invalid option replications: 0, only 1, 3 allowed"),  # TDengine 3.x community's words
+        ("REPLICA -1", "Invalid option replications: -1, only 1, 3 allowed"),
+        ("REPLICA 2", "Invalid option replications: 2, only 1, 3 allowed"),
+        ("REPLICA 4", "Invalid option replications: 4, only 1, 3 allowed"),
         ("REPLICA 'three'", "REPLICA expects an integer"),
         ("MIN_INSYNC 0", "MIN_INSYNC must be between 1 and 1024, got 0"),
     ],

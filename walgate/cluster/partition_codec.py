@@ -154,9 +154,8 @@ def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Coll
     return states, refused
 
 
-def batches(changes: Mapping[PartitionId, PartitionState], size: int = MAX_STATES_PER_TXN
-            ) -> Iterator[list[PartitionId]]:
-    """``changes``' partitions in key order, cut into transactions of at most ``size``."""
+def batches(changes: Collection[PartitionId], size: int = MAX_STATES_PER_TXN) -> Iterator[list[PartitionId]]:
+    """``changes``' partitions (a mapping's keys) in key order, cut into transactions of at most ``size``."""
     order = sorted(changes)
     for start in range(0, len(order), size):
         yield order[start:start + size]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -217,6 +217,7 @@ class Snapshot:
     live: dict[int, int]
     states: dict[PartitionId, PartitionState]
     present: frozenset[PartitionId] = frozenset()  # every key's vnode, a damaged value's included
+    catalog_seq: int = 0  # the catalog stream's last record appended at ``revision``
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
@@ -241,35 +242,48 @@ class Reconciler:
     is what was lost).
 
     **The catalog record is the truth** (issue 25, step 2): each pass also creates the state of every replicated
-    vnode ``catalog()`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks and
+    vnode ``catalog`` names (the catalog's vgroups of more than one replica) whose key ``partitions/`` lacks and
     one of whose replicas is registered (a controller that died between a record and its states, a key an operator
     deleted; a vnode none of whose replicas is registered waits for the pass a registration wakes), with
     ``partition.initial_state``, in fenced transactions of at most 60 creations, each key compared absent and the
     registrations unchanged since the read, as the other writes; a vnode whose catalog entry makes no valid state
-    is reported at ERROR on every pass, and the others are created. ``catalog`` is called on the event loop, once per
-    pass: it must read something safe to read there (a published snapshot); a vgroup the catalog gains is seen by
-    the next pass, within a lease TTL (a pass waits for a change at most that long). ``passes`` counts the
-    reconciliations run, ``written`` the states written, ``created`` the states created."""
+    is reported at ERROR on every pass, and the others are created. A state (a damaged one included) of a vnode the
+    catalog does not hold (its database dropped) is deleted, in fenced transactions of at most 60, each key compared
+    unchanged since the read. ``catalog(seq)`` is awaited once per pass, after the read: the catalog's replicated
+    vnodes once this node applied at least record ``seq`` of the catalog stream, the last one appended at the read's
+    revision (:meth:`snapshot` reads ``catalog/seq`` in its transaction), so a database dropped, or made, before the
+    read is never judged from an older catalog (a racing DROP DATABASE leaves no state behind, KIP-631's controller
+    likewise deletes a topic's partitions in the record that deletes it); it raises
+    :class:`ControlPlaneUnavailable` when the node cannot catch up, and when it has not answered within
+    ``catalog_wait_s`` the pass creates and deletes nothing (its elections are written all the same) and the next
+    one comes ``retry_delay`` later. Each append to the catalog stream wakes the next
+    pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
+    deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
+    created, ``deleted`` the states deleted."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
-                 catalog: Callable[[], Mapping[PartitionId, ReplicatedVnode]] = dict) -> None:
+                 catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
+                 catalog_wait_s: float = 2.0) -> None:
         self.states = states
+        self.catalog_wait_s = catalog_wait_s
         self.election = election
         self.retry_delay = retry_delay
         self.catalog = catalog
         self.passes = 0
         self.written = 0
         self.created = 0
+        self.deleted = 0
 
     async def snapshot(self) -> Snapshot:
-        """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`) and the
-        states, read in one fenced transaction (:class:`NotController` when this node no longer is)."""
+        """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`), the
+        states and the catalog stream's last sequence number, read in one fenced transaction
+        (:class:`NotController` when this node no longer is)."""
         keys, election_key = self.states.keys, self.election.key
         if election_key is None:
             raise NotController(f"node {self.election.registration.info.node_id} is not the controller")
         prefixes = (keys.nodes, partitions_prefix(keys))
-        _, (own, nodes, parts) = await self.election.fenced_txn(
-            [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes)])
+        _, (own, nodes, parts, seq) = await self.election.fenced_txn(
+            [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes), tx.Get(keys.seq)])
         revision = int(own[0][1].header.revision)
         present: set[PartitionId] = set()
         for _, kv in parts:
@@ -283,7 +297,8 @@ class Reconciler:
                 live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
-        return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])), frozenset(present))
+        return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])), frozenset(present),
+                        int(seq[0][1].value) if seq else 0)
 
     async def write(self, snapshot: Snapshot, changes: dict[PartitionId, PartitionState]) -> int:
         """Write ``changes`` (reconciled from ``snapshot``) batch by batch; the number of states refused (their
@@ -330,27 +345,62 @@ class Reconciler:
                      batch[0].db_id, batch[0].vgroup)
         return refused
 
+    async def delete(self, snapshot: Snapshot, gone: Collection[PartitionId]) -> int:
+        """Delete the states of ``gone`` (present at ``snapshot``) batch by batch; the number refused (a key changed
+        since the snapshot). Raises :class:`NotController` (nothing more deleted)."""
+        refused = 0
+        for batch in batches(gone):
+            keys = [partition_key(self.states.keys, pid) for pid in batch]
+            ok, _ = await self.election.fenced_txn([tx.Mod(k) < snapshot.revision + 1 for k in keys],
+                                                   [tx.Delete(k) for k in keys])
+            if not ok:
+                refused += len(batch)
+                continue
+            self.deleted += len(batch)
+            log.info("controller: %d partition state(s) of vnodes the catalog no longer holds deleted (%s/%d ...)",
+                     len(batch), batch[0].db_id, batch[0].vgroup)
+        return refused
+
     async def reconcile_once(self) -> int:
         """One pass: read, reconcile, write; returns the revision read at (changes after it need another pass), or
         0 when some batch was refused (read again after ``retry_delay``). Raises :class:`NotController` or
         :class:`ControlPlaneUnavailable`."""
-        wanted = self.catalog()
         snapshot = await self.snapshot()
         self.passes += 1
-        refused = await self.write(snapshot, reconcile_all(snapshot.states, snapshot.live))
-        creations, unbuildable = missing_states(wanted, snapshot.present, snapshot.live)
+        wanted = await self._wanted(snapshot.catalog_seq)
+        gone = set() if wanted is None else {pid for pid in snapshot.present if pid not in wanted}
+        states = {pid: s for pid, s in snapshot.states.items() if pid not in gone}
+        refused = await self.write(snapshot, reconcile_all(states, snapshot.live))
+        refused += await self.delete(snapshot, gone)
+        creations, unbuildable = missing_states(wanted or {}, snapshot.present, snapshot.live)
         for pid, why in unbuildable.items():
             log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: %s",
                       pid.db_id, pid.vgroup, why)
         refused += await self.create(snapshot, creations)
+        if wanted is None and self.catalog is not None:
+            return 0  # (elections made; creations and deletions wait for the catalog: read again soon)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0
         return snapshot.revision
 
+    async def _wanted(self, seq: int) -> Mapping[PartitionId, ReplicatedVnode] | None:
+        """The catalog's replicated vnodes as of record ``seq`` or later; None without ``catalog``, or when this
+        node's catalog does not reach ``seq`` within ``catalog_wait_s`` (logged: this pass elects, creates and
+        deletes nothing from a catalog it may not have caught up with, so failover never waits for the catalog)."""
+        if self.catalog is None:
+            return None
+        try:
+            async with asyncio.timeout(self.catalog_wait_s):
+                return await self.catalog(seq)
+        except (TimeoutError, ControlPlaneUnavailable) as e:
+            log.warning("controller: the catalog up to record %d is not applied here yet (%s): partition states "
+                        "neither created nor deleted this pass", seq, e or "timed out")
+            return None
+
     async def _wait_change(self, revision: int) -> None:
-        """Return at the first change of ``nodes/`` or ``partitions/`` after ``revision`` (or after one lease
-        TTL: the caller looks again either way)."""
+        """Return at the first change of ``nodes/`` or ``partitions/``, or append to the catalog stream, after
+        ``revision`` (or after one lease TTL: the caller looks again either way)."""
         session, keys = self.states.session, self.states.keys
 
         async def first(prefix: bytes) -> None:
@@ -360,7 +410,7 @@ class Reconciler:
             finally:
                 await session.cancel_watch(watch)
 
-        waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys))]
+        waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys), keys.seq)]
         try:
             done, _ = await asyncio.wait(waits, timeout=self.election.registration.ttl,
                                          return_when=asyncio.FIRST_COMPLETED)

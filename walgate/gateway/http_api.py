@@ -184,7 +184,7 @@ from walgate.storage.insert_routing import (
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
 from walgate.storage.result import affected
-from walgate.storage.select_merge import ARROW_STREAM
+from walgate.storage.select_merge import ARROW_STREAM, check_led
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
 from walgate.storage.vnode import vnode_of
@@ -528,6 +528,10 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     select = stmt if isinstance(stmt, ast.Select) else None
     named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
     dbdef = _led(app, await storage.call(engine.store.resolve_db, named, db))
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    if replicas is not None:  # else a vgroup with no leader is read nowhere (no node leads it): its rows left out
+        state_of = functools.partial(replicas.state_of, dbdef.id)
+        check_led(dbdef, lambda vgroup: None if (state := state_of(vgroup)) is None else state.leader)
     scan = select is not None and not plain(select)
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}

@@ -20,7 +20,9 @@ the order etcd reports them, the vnode's calls on its lane:
   per leader node, each over a :class:`~walgate.gateway.kafka.node_links.NodeLinks` of its own (a long-polling
   WalFetch must not hold up other requests to that node); a vnode moves between fetchers as its leader changes, and
   a fetcher left with no vnode is stopped;
-* **stop** (this node no longer a replica, the state deleted, or no leader elected): neither.
+* **stop** (this node no longer a replica, the state deleted, or no leader elected): neither; a vnode of a database
+  dropped here is let go as the catalog record applies (:meth:`catalog_changed`), before the controller deletes its
+  state.
 
 The high watermark (issue 25): a replicated vnode's visible version is the least of its durable end and the
 replicas' high watermark (:attr:`Wal.replication <walgate.storage.wal.Wal.replication>`, the one seam every
@@ -193,7 +195,8 @@ class ReplicaManager:
         self.led: dict[PartitionId, _Led] = {}
         self.following: dict[PartitionId, int] = {}
         self.fetching: dict[int, _Fetching] = {}
-        self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None]] = asyncio.Queue()
+        # the states to apply, in order; None: the catalog changed (let go of the vnodes of databases dropped)
+        self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
 
     # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
@@ -325,7 +328,11 @@ class ReplicaManager:
         after ``backoff_s`` while it is still the newest state seen of its vnode; any other failure (the vnode not
         here, its epoch cache ahead of the state) is logged and left to the next change."""
         while True:
-            pid, state = await self._changes.get()
+            change = await self._changes.get()
+            if change is None:
+                await self._forget_dropped()
+                continue
+            pid, state = change
             if state is not None and self.states.states.get(pid) != state:
                 continue  # (a retry overtaken by a newer change, which is applied instead)
             try:
@@ -339,8 +346,10 @@ class ReplicaManager:
                           type(e).__name__, e)
 
     def catalog_changed(self) -> None:
-        """The node's catalog changed: the current state of every vnode naming this node a replica that it neither
+        """The node's catalog changed: every vnode led or followed of a database dropped is let go
+        (:meth:`_forget_dropped`), then the current state of every vnode naming this node a replica that it neither
         leads nor follows is applied again (its database may be known now, :meth:`apply` having skipped it)."""
+        self._changes.put_nowait(None)
         for pid, state in self.states.states.items():
             if self.node_id in state.replicas and pid not in self.led and pid not in self.following:
                 self._changes.put_nowait((pid, state))
@@ -349,6 +358,7 @@ class ReplicaManager:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
         db = await self.storage.call(_database_named, self.engine, pid.db_id)
         if db is None:
+            self._forget(pid)
             if state is not None and self.node_id in state.replicas:
                 log.warning("vnode %d of database %s: not applied, the database is not known here", pid.vgroup,
                             pid.db_id)
@@ -431,6 +441,28 @@ class ReplicaManager:
         vnode = self.engine.store.local_vnode(*key)
         vnode.wal.leading = False
         vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
+
+    async def _forget_dropped(self) -> None:
+        """Let go of every vnode led or followed whose database this node's catalog no longer has (:meth:`_forget`)."""
+        if not self.led and not self.following:
+            return
+        known = await self.storage.call(lambda: {db.id for db in self.engine.catalog.databases.values()})
+        for pid in [p for p in (*self.led, *self.following) if p.db_id not in known]:
+            self._forget(pid)
+
+    def _forget(self, pid: PartitionId) -> None:
+        """Stop leading or following ``pid``, a vnode of a database dropped here (closed with it: nothing to
+        freeze); a database made again under its name has another id, so no view, wait or fetch of this one is
+        taken for it."""
+        leader = self.following.get(pid)
+        if pid not in self.led and leader is None:
+            return
+        log.info("vnode %d of database %s: no longer led or followed here, its database was dropped", pid.vgroup,
+                 pid.db_id)
+        self._resign(pid)
+        if leader is not None:
+            followed = self.fetching[leader].fetcher.followed
+            self._unfollow(pid, next(k for k, v in followed.items() if PartitionId(v.db_id, v.vgroup) == pid))
 
     def _resign(self, pid: PartitionId) -> None:
         """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered

@@ -54,6 +54,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from walgate.cluster.model import ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId, ReplicatedVnode
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.coordinator.classic import ClassicGroups
@@ -145,10 +146,8 @@ class Gateway:
         self._shared: SharedCatalog | None = None  # cluster mode: the shared catalog (shared_catalog.py)
         # cluster mode: which node coordinates each group (kafka/group_coordinators.py)
         self._group_coordinators: GroupCoordinators | None = None
-        # cluster mode (issue 25): the replica manager, and the catalog's replicated vnodes the controller's
-        # Reconciler reads on the event loop (updated after each catalog record applied)
+        # cluster mode (issue 25): the replica manager
         self._replicas: ReplicaManager | None = None
-        self._replicated: dict[PartitionId, ReplicatedVnode] = {}
         self._replication_tasks: list[asyncio.Task[None]] = []
         self.kafka_address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.kafka_addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
@@ -355,9 +354,9 @@ class Gateway:
         (the vnodes are open and the partition states name databases this node knows)."""
         registration = member.registration
         assert registration is not None and registration.epoch is not None and member.election is not None
-        self._replicated = await self._storage.call(engine.catalog.replicated_vnodes)
+        assert self._shared is not None
         reconciler = Reconciler(PartitionStates(member.session, member.keys), member.election,
-                                catalog=lambda: self._replicated)
+                                catalog=functools.partial(_replicated_vnodes, self._shared, self._storage, engine))
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
@@ -380,8 +379,7 @@ class Gateway:
             broker.quotas.configure(await self._storage.call(lambda: dict(engine.catalog.client_quotas)))
         if op in (RESOURCE_OP, ""):
             await self._storage.call(engine.apply_topic_defaults, broker.node_id)
-        if self._replicas is not None:  # the replicated vnodes it places, and the states of databases new here
-            self._replicated = await self._storage.call(engine.catalog.replicated_vnodes)
+        if self._replicas is not None:  # the states of databases new here, and the vnodes of those dropped
             self._replicas.catalog_changed()
 
     async def _publish_dnodes(self, member: ClusterMember, engine: Engine) -> None:
@@ -626,6 +624,17 @@ async def _cancelled(task: asyncio.Task[None] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _replicated_vnodes(shared: SharedCatalog, storage: StorageThread, engine: Engine, seq: int
+                             ) -> dict[PartitionId, ReplicatedVnode]:
+    """The controller's Reconciler's catalog: the replicated vnodes once this node applied record ``seq``
+    (:class:`ControlPlaneUnavailable` when it does not within the time :meth:`SharedCatalog.applied` allows)."""
+    try:
+        await shared.applied(seq)
+    except StorageError as e:
+        raise ControlPlaneUnavailable(e.message) from None
+    return await storage.call(engine.catalog.replicated_vnodes)
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int, holding: tuple[str, int] | None = None

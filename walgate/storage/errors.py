@@ -145,6 +145,14 @@ class StorageUnavailable(StorageError):
     code = 0x0021  # "No enough disk space" (TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE message)
 
 
+class NoLeader(StorageUnavailable):
+    """A replicated vgroup (``REPLICA n``, issue 25) has no leader now (its partition state not made yet, or no
+    replica eligible: an election waits for one): nothing was done. Retriable (HTTP 503), as TDengine's
+    TSDB_CODE_SYN_NOT_LEADER, whose message the text begins with."""
+
+    code = 0x090C  # TDengine's TSDB_CODE_SYN_NOT_LEADER ("Sync leader is unreachable")
+
+
 class ClusterUnavailable(StorageUnavailable):
     """Cluster mode: the cluster's catalog did not take a change (no controller elected, or etcd has no quorum, within
     the time allowed); the message says whether it may still be applied, and so does ``maybe_applied`` (then the

@@ -17,22 +17,41 @@ that pass WHERE: every node's part, their sum as the node asked reads them
 statement memory limit, as Arrow bytes), past which the query is refused with
 :class:`~walgate.storage.errors.LimitExceeded`.
 Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
+
+Each node reads only the vgroups it serves reads of (of a replicated database, those it leads now), so a merged
+SELECT over a replicated database one of whose vgroups has no leader is refused before any node is asked
+(:func:`check_led`) rather than answered without that vgroup's rows.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walgate.storage.errors import InvalidValue, StorageUnavailable
+from walgate.replication.partition import NO_LEADER
+from walgate.storage.catalog import DatabaseDef
+from walgate.storage.errors import InvalidValue, NoLeader, StorageUnavailable
 
-__all__ = ["ARROW_STREAM", "decode", "encode", "union"]
+__all__ = ["ARROW_STREAM", "check_led", "decode", "encode", "union"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 """The media type of a node's scanned rows (Arrow's IPC streaming format)."""
 _VGROUP = "__wg_vgroup"  # the column of each shipped row's vnode index (a name queries may not use: query.py)
+
+
+def check_led(db: DatabaseDef, leader_of: Callable[[int], int | None]) -> None:
+    """Raise :class:`NoLeader` naming the first vgroup of ``db``, when it is replicated, that has no leader now
+    (``leader_of(vgroup)``: its partition state's leader, :data:`~walgate.replication.partition.NO_LEADER`, or None
+    without a state)."""
+    if db.replication_factor == 1:
+        return
+    for vgroup in range(db.vgroups):
+        if leader_of(vgroup) in (None, NO_LEADER):
+            raise NoLeader(f"Sync leader is unreachable: vgroup {vgroup} of database {db.name} has no leader now "
+                           "(its replicas are electing one); retry the statement")
 
 
 def encode(rows: pa.Table, vgroups: pa.Array) -> bytes:

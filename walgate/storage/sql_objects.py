@@ -10,8 +10,12 @@ vnodes and dropped topics go in :meth:`NativeTopics.follow_catalog
 <walgate.storage.native_topics.NativeTopics.follow_catalog>`, for every kind alike.
 
 ALTER/DROP STABLE also write a meta entry into every vnode of the database (TDengine topics with meta carry it; a
-dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record.
-Invariant: once record N is applied, every vnode placed here has N's meta entry, or the catalog's last
+dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record; of a
+replicated database (``REPLICA n``, issue 25) only into the vnodes it leads now (:meth:`Store.written_vnode
+<walgate.storage.store.Store.written_vnode>`), its followers getting the entry by copying the leader's WAL verbatim
+(a follower's own write would part its WAL from the leader's; a vgroup with no leader as the record applies gets no
+entry). Invariant: once record N is applied, every vnode placed here (led here, of a replicated database) has N's
+meta entry, or the catalog's last
 :data:`~walgate.storage.catalog.STABLE_METAS_OP` record names N and the WAL version each vnode's entry goes at. That
 record is written before the shared one (:meth:`SqlObjects.before`), the meta entries after it, in one
 :meth:`Commits.commit <walgate.storage.commit.Commits.commit>` (all or none under a refused write); a write the disk
@@ -30,6 +34,7 @@ from walgate.storage.commit import Commits
 from walgate.storage.errors import StorageError
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
+from walgate.storage.vnode import Vnode
 
 __all__ = ["SqlObjects"]
 
@@ -66,7 +71,7 @@ class SqlObjects:
         if seq <= catalog.shared_seq or record.get("op") not in _STABLE_CHANGES:
             return
         db = catalog.databases.get(record.get("db"))  # type: ignore[arg-type]
-        vnodes = self.store.vnodes.get(db.name, []) if db is not None else []
+        vnodes = self._written(db.name) if db is not None else []
         if db is None or not vnodes:
             return
         try:
@@ -88,7 +93,7 @@ class SqlObjects:
         catalog, intent = self.store.catalog, self.store.catalog.stable_metas
         if intent is None or intent["of"] != catalog.shared_seq or intent["db"] not in catalog.databases:
             return
-        here = {v.index: v for v in self.store.vnodes.get(intent["db"], [])}
+        here = {v.index: v for v in self._written(intent["db"])}
         missing = {int(i) for i, version in intent["next"].items()
                    if int(i) in here and here[int(i)].wal.next_version == version}
         if missing:
@@ -140,9 +145,23 @@ class SqlObjects:
         while self.pending:
             db_name, meta, vnodes = self.pending[0]
             db = self.store.catalog.database(db_name)
-            self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in sorted(vnodes)})
+            written = {v.index for v in self._written(db_name) if v.index in vnodes}
+            if written != vnodes:
+                log.warning("meta entry %s of database %s left out of vnodes %s: not led here now (their leader's WAL "
+                            "is the replicas')", meta["op"], db_name, sorted(vnodes - written))
+            if written:
+                self.commits.commit(db, {i: self.commits.with_meta(db, meta) for i in sorted(written)})
             self.pending.pop(0)
         self._last_of = None
+
+    def _written(self, db_name: str) -> list[Vnode]:
+        """The vnodes of database ``db_name`` open here that this node writes its meta entries into: all of them, or
+        of a replicated database those it leads now (module docstring)."""
+        vnodes = self.store.vnodes.get(db_name, [])
+        db = self.store.catalog.databases.get(db_name)
+        if db is None or db.replication_factor == 1:
+            return vnodes
+        return [v for v in vnodes if v.wal.leading]
 
     def _recompile(self, db: str) -> None:
         """Recompile ``db``'s TDengine topics after a supertable changed (every node asked checks that they still

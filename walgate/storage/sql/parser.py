@@ -127,9 +127,13 @@ _DB_OPTIONS: dict[str, tuple[int, int] | None] = {
     "WAL_RETENTION_PERIOD": (-1, 2**31 - 1),
     "WAL_RETENTION_SIZE": (-1, 2**63 - 1),
     "WAL_SEGMENT_SIZE": (0, 2**31 - 1),
-    "REPLICA": (1, 1024),  # at most the live nodes: checked where the database is placed (Catalog.new_database)
+    "REPLICA": (1, 3),  # 1 or 3 (_REPLICAS); at most the live nodes: checked where it is placed (Catalog.new_database)
     "MIN_INSYNC": (1, 1024),  # at most REPLICA: likewise
 }
+_REPLICAS = (1, 3)
+"""The REPLICA values TDengine 3.x community edition accepts (its parser's ``checkDbEnumOption`` of
+``TSDB_MIN_DB_REPLICA``, ``TSDB_MAX_DB_REPLICA``); its enterprise edition's REPLICA 2 (3.3.0.0 on) needs an arbitrator
+walgate has not."""
 _INT_TYPES = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INT", "INTEGER": "INT", "BIGINT": "BIGINT"}
 _FIXED_TYPES = {"TIMESTAMP", "BOOL", "FLOAT", "DOUBLE"}
 _STRING_TYPES = {"VARCHAR": ("VARCHAR", 65_517), "BINARY": ("VARCHAR", 65_517), "NCHAR": ("NCHAR", 16_382)}
@@ -421,10 +425,10 @@ class _ToAst(Transformer[Token, Statement]):
             return key, precision
         if isinstance(value, Token):
             _fail(f"{key} expects an integer, got {value.value}", name, InvalidValue)
+        if key == "REPLICA" and value not in _REPLICAS:  # TDengine's TSDB_CODE_PAR_INVALID_ENUM_OPTION, its name
+            _fail(f"Invalid option replications: {value}, only {_REPLICAS[0]}, {_REPLICAS[1]} allowed", name,
+                  InvalidValue)
         if not bounds[0] <= value <= bounds[1]:
-            if key == "REPLICA":  # TDengine's TSDB_CODE_PAR_INVALID_RANGE_OPTION, its name for the option
-                _fail(f"Invalid option replications: {value} valid range: [{bounds[0]}, {bounds[1]}]", name,
-                      InvalidValue)
             _fail(f"{key} must be between {bounds[0]} and {bounds[1]}, got {value}", name, InvalidValue)
         return key, value
 
