@@ -134,6 +134,7 @@ from walgate.gateway.sql_forward import (
     tables_exist,
 )
 from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.partition import NO_LEADER
 from walgate.security.acl import Operation, ResourceType
 from walgate.security.authorizer import Authorizer
 from walgate.security.node_token import (
@@ -161,6 +162,7 @@ from walgate.storage.errors import (
     InvalidValue,
     LimitExceeded,
     NotHere,
+    NotLedNow,
     QueryCancelled,
     RequestTooLarge,
     SqlSyntaxError,
@@ -181,6 +183,7 @@ from walgate.storage.insert_routing import (
     tables_at,
     targets_at,
 )
+from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.lineproto_columns import parse_body
 from walgate.storage.query import plain
 from walgate.storage.result import affected
@@ -295,6 +298,13 @@ def make_app(
 
 
 async def _sql(request: web.Request) -> web.StreamResponse:
+    with recording() as appended:  # what the statement appends to replicated vnodes led here: waited for
+        return await _statement(request, appended)
+
+
+async def _statement(request: web.Request, appended: list[LedAppend]) -> web.StreamResponse:
+    """``/rest/sql``'s statement run; answered once the in-sync replicas hold what it ``appended`` (the caller's
+    :func:`~walgate.storage.led_appends.recording`), an INSERT, CREATE TABLE or DROP TABLE alike."""
     body = await request.read()
     try:
         sql = body.decode("utf-8")
@@ -325,7 +335,7 @@ async def _sql(request: web.Request) -> web.StreamResponse:
                 rows = await app[_STORAGE].call_on(
                     write_keys(planned.write, planned.write.databases),
                     functools.partial(_apply_insert, engine, authorizer, principal, host, planned, write, db))
-                await _acknowledged(app)
+                await _acknowledged(app, appended)
                 return _json(200, affected(rows).rest_body())
             if isinstance(planned, Refused):
                 if authorizer is not None:  # a principal that may not write there learns nothing else
@@ -381,8 +391,7 @@ async def _sql(request: web.Request) -> web.StreamResponse:
         if change is not None:
             audit(principal, host, change, sql, _failed(exc))
         raise
-    if _INSERT.match(sql):
-        await _acknowledged(app)
+    await _acknowledged(app, appended)
     if change is not None:
         audit(principal, host, change, sql, "ok")
     return _json(200, result.rest_body())
@@ -401,19 +410,21 @@ def _led_databases(app: web.Application, engine: Engine) -> dict[str, DatabaseDe
     return {name: _led(app, d) for name, d in engine.catalog.databases.items()}
 
 
-async def _acknowledged(app: web.Application) -> None:
-    """After a write on this node (SQL INSERT, line protocol, CSV): acks=all, once the in-sync replicas of every
-    replicated vnode this node leads hold it (issue 25, :meth:`ReplicaManager.writes_acknowledged
-    <walgate.gateway.replicas.ReplicaManager.writes_acknowledged>`); not acknowledged within :data:`ACK_TIMEOUT_S`,
-    or the ISR below ``MIN_INSYNC``: :class:`StorageUnavailable` (503: the write may be kept or lost, as a Kafka
-    producer's timed-out acks=all write). Nothing to wait for without replicas."""
+async def _acknowledged(app: web.Application, appended: list[LedAppend]) -> None:
+    """After a write on this node (SQL INSERT, CREATE or DROP TABLE, line protocol, CSV): acks=all, once the in-sync
+    replicas hold what it ``appended`` to the replicated vnodes this node leads (issue 25,
+    :meth:`ReplicaManager.writes_acknowledged <walgate.gateway.replicas.ReplicaManager.writes_acknowledged>`); not
+    acknowledged within :data:`ACK_TIMEOUT_S`, the ISR below ``MIN_INSYNC`` once passed, or this node deposed
+    first: :class:`StorageUnavailable` (503: the write may be kept or lost, as a Kafka producer's timed-out acks=all
+    write). Nothing appended there (one-copy databases, a single node): no wait at all. (A write refused before its
+    append because the ISR is below ``MIN_INSYNC`` raised :class:`~walgate.storage.errors.NotEnoughReplicas`.)"""
     replicas = app[_REPLICAS]() if _REPLICAS in app else None
-    if replicas is None:
+    if replicas is None or not appended:
         return
-    error = await replicas.writes_acknowledged(ACK_TIMEOUT_S)
+    error = await replicas.writes_acknowledged(appended, ACK_TIMEOUT_S)
     if error != ErrorCode.none:
-        raise StorageUnavailable(f"the write was not acknowledged by the in-sync replicas ({error.name}): it may be "
-                                 "kept or lost; retry it")
+        raise StorageUnavailable(f"the write was not acknowledged by the in-sync replicas ({error.name.upper()}): it "
+                                 "may be kept or lost; retry it")
 
 
 def _failed(exc: Exception) -> str:
@@ -610,14 +621,14 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
                                if isinstance(stmt, ast.Insert) else
                                split_tables(stmt, db, _led_databases(request.app, engine), local))
     if all(part.node == local for part in parts):  # placed here after all: answered as any statement here
-        result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
+        result = await _run_acknowledged(app, shared, engine, authorizer, principal, host, stmt, db)
         return _json(200, result.rest_body())
     if isinstance(stmt, ast.DropTable) and not stmt.if_exists:
         await _all_exist(request, shared, stmt, db)
 
     async def write_here(part: Part) -> int:
         at = targets_at(stmt, part.positions) if isinstance(stmt, ast.Insert) else tables_at(stmt, part.positions)
-        result = await shared.run(_run, engine, authorizer, principal, host, at, db)
+        result = await _run_acknowledged(app, shared, engine, authorizer, principal, host, at, db)
         return result.affected_rows or 0
 
     what = "INSERT" if isinstance(stmt, ast.Insert) else "DROP TABLE" if isinstance(stmt, ast.DropTable) else \
@@ -631,6 +642,17 @@ async def _forward_statement(request: web.Request, shared: SharedCatalog, author
         except ClusterUnavailable as e:  # made: the client is answered so, and this node learns it later
             log.warning("a %s made by another node is not known here yet: %s", what, e.message)
     return response
+
+
+async def _run_acknowledged(app: web.Application, shared: SharedCatalog, engine: Engine,
+                            authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Statement,
+                            db: str | None) -> Result:
+    """``stmt`` run here as :func:`_run` runs it, answered once the in-sync replicas hold what it appended
+    (:func:`_acknowledged`): this node's part of a statement spanning nodes, as every other node answers its own."""
+    with recording() as appended:
+        result = await shared.run(_run, engine, authorizer, principal, host, stmt, db)
+    await _acknowledged(app, appended)
+    return result
 
 
 async def _all_exist(request: web.Request, shared: SharedCatalog, stmt: ast.DropTable, db: str | None) -> None:
@@ -709,8 +731,8 @@ async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
             return Outcome(part, "not_written", status=503, code=e.code, desc=f"node {local}: {e.message}")
         return Outcome(part, "unknown", status=503, code=e.code, desc=f"node {local}: {e.message}")
     except StorageError as e:
-        status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable) else \
-            403 if isinstance(e, NotPermitted) else 400
+        status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable | NotLedNow) \
+            else 403 if isinstance(e, NotPermitted) else 400
         return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
     except OSError as e:
         return Outcome(part, "not_written", status=503, code=StorageUnavailable.code,
@@ -833,9 +855,11 @@ async def _write_lines(request: web.Request, db: str, precision: str, body: byte
     through its catalog stream: :mod:`.schemaless`); rows written."""
     app = request.app
     shared = app[_SHARED]() if _SHARED in app else None
-    rows = await with_schemas(shared, app[_ENGINE].make_schemas, lambda: _write_lines_here(request, db, precision, body),
-                              functools.partial(_no_table_named, request))
-    await _acknowledged(app)
+    with recording() as appended:
+        rows = await with_schemas(shared, app[_ENGINE].make_schemas,
+                                  lambda: _write_lines_here(request, db, precision, body),
+                                  functools.partial(_no_table_named, request))
+    await _acknowledged(app, appended)
     return rows
 
 
@@ -895,12 +919,13 @@ async def _write_csv(request: web.Request, db: str, table: str | None, stable: s
     """The CSV ``body`` into ``table`` or subtables of ``stable`` of ``db`` written on this node; rows written."""
     app = request.app
     ingest = app.get(_INGEST)
-    if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
-        rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
-                                    len(body))
-    else:
-        rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
-    await _acknowledged(app)
+    with recording() as appended:
+        if ingest is not None and ingest.takes(len(body)):  # parsed and planned in a worker, then applied
+            rows = await _planned_write(request, CsvRequest(db, body, table, stable, app[_ENGINE].clock.time_ns()),
+                                        len(body))
+        else:
+            rows = await app[_STORAGE].call(app[_ENGINE].write_csv, db, body, table=table, stable=stable)
+    await _acknowledged(app, appended)
     return rows
 
 
@@ -1177,6 +1202,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if isinstance(e, ClusterUnavailable) and e.maybe_applied:  # (sql_forward.py: the part's outcome unknown)
             return _json(503, {"code": e.code, "desc": e.message, "outcome": "unknown"})
         return _error(503, e.code, e.message)
+    except NotLedNow as e:  # retriable: the vgroup's leadership is being elected or moved
+        return _error(503, e.code, _not_led(request.app, e))
     except StorageError as e:
         return _error(400, e.code, e.message)
     except (web.HTTPException, ConnectionError):  # ConnectionError: the client went away, aiohttp's to handle
@@ -1190,6 +1217,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception as e:
         log.exception("unexpected error serving %s %s", request.method, request.path_qs)
         return _error(500, INTERNAL_ERROR, f"internal error: {type(e).__name__}: {e}")
+
+
+def _not_led(app: web.Application, e: NotLedNow) -> str:
+    """The answer to a write for a replicated vgroup nobody here could take (:class:`NotLedNow`): it has no leader
+    now, or the node the partition state names has not taken over yet (mid-failover), as this node last read it."""
+    replicas = app[_REPLICAS]() if _REPLICAS in app else None
+    state = None if replicas is None else replicas.state_of(e.db_id, e.vgroup)
+    now = "has no leader now" if state is None or state.leader == NO_LEADER else \
+        f"is led by node {state.leader} now (its leadership is moving)"
+    return f"Sync leader is unreachable: vgroup {e.vgroup} of database {e.db} {now}: nothing was written, retry it"
 
 
 def _query_param(request: web.Request, name: str) -> str:

@@ -67,8 +67,9 @@ from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey
+from walgate.storage.led_appends import LedAppend
 from walgate.storage.vnode import Vnode
-from walgate.storage.wal import Wal
+from walgate.storage.wal import Wal, never_refused
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["ReplicaManager"]
@@ -127,6 +128,23 @@ def _held(engine: Engine, key: VnodeKey) -> bool:
     return _wal(engine, key).held is not None
 
 
+def _step_down(wal: Wal) -> None:
+    """On the vnode's lane: its WAL takes no write from now (:meth:`Store.written_vnode
+    <walgate.storage.store.Store.written_vnode>`)."""
+    wal.leading = False
+    wal.acks_all_refused = never_refused
+
+
+def _isr_short(view: LeaderView) -> str | None:
+    """Why an acks=all write to the vnode ``view`` leads is refused before its append: its ISR below
+    ``min.insync.replicas`` (:meth:`LeaderView.check_produce`; a view deposed meanwhile lets the write be appended:
+    it is answered NOT_LEADER_OR_FOLLOWER once the manager resigns, :class:`~walgate.gateway.purgatory.Purgatory`)."""
+    if view.check_produce() != ErrorCode.not_enough_replicas:
+        return None
+    return (f"{len(view.state.isr)} in-sync replica(s) (the ISR {sorted(m.replica for m in view.state.isr)}), "
+            f"fewer than MIN_INSYNC {view.state.min_isr}")
+
+
 def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: int, broker_epoch: int, now_ms: int,
                lag_max_ms: int) -> LeaderView:
     """On the vnode's lane: begin ``state``'s leader epoch at the WAL's end (unless the cache has it already) and
@@ -141,6 +159,7 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     start = next(e.start_offset for e in vnode.epochs.entries if e.epoch == state.leader_epoch)
     view = LeaderView(node_id, broker_epoch, state, start, _baseline(vnode), now_ms, lag_max_ms)
     wal.replication = view.update_hw
+    wal.acks_all_refused = functools.partial(_isr_short, view)
     wal.leading = True
     return view
 
@@ -231,34 +250,24 @@ class ReplicaManager:
             self._post(led)
 
     async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
+        """The answer of one acks=all write to ``key`` appended in ``leader_epoch`` up to ``last_version``
+        (:meth:`writes_acknowledged`)."""
         await self.after_sync(key)  # (its high watermark posted before or after the wait begins: either is seen)
         return await self.purgatory.wait(key, leader_epoch, last_version, timeout_s)
 
-    async def writes_acknowledged(self, timeout_s: float) -> ErrorCode:
+    async def writes_acknowledged(self, appended: list[LedAppend], timeout_s: float) -> ErrorCode:
         """acks=all for SQL, line-protocol and CSV writes (their "acks" is all, as TDengine's REPLICA 3 writes are
-        majority-committed): NONE once the high watermark passed the end, as it is now, of every vnode this node
-        leads that has entries above it, else the first error :meth:`acknowledged` answers. A write made before the
-        call is below those ends (only the leader appends, :meth:`Store.written_vnode
-        <walgate.storage.store.Store.written_vnode>`), so it is covered; other writes made meanwhile may be waited
-        for too."""
-        if not self.led:  # nothing replicated led here: no exclusive call on every write
-            return ErrorCode.none
-        for key, leader_epoch, last in await self.storage.call(self._unacknowledged):
-            error = await self.acknowledged(key, leader_epoch, last, timeout_s)
-            if error != ErrorCode.none:
-                return error
-        return ErrorCode.none
-
-    def _unacknowledged(self) -> list[tuple[VnodeKey, int, int]]:
-        """On the storage lane: (vnode, leader epoch, last version) of each led vnode with entries at or above its
-        high watermark; the wait is under the epoch led now, so a leadership that ends before the high watermark
-        passes answers NOT_LEADER_OR_FOLLOWER (:class:`~walgate.gateway.purgatory.Purgatory`)."""
-        out = []
-        for led in list(self.led.values()):
-            wal = _wal(self.engine, led.key)
-            if wal.next_version > led.view.hw:
-                out.append((led.key, led.view.leader_epoch, wal.next_version - 1))
-        return out
+        majority-committed) and Produce of rows: NONE once the high watermark of each vnode the write ``appended``
+        to passed its last version in the leader epoch it was appended in (the write's own appends, noted on its
+        lane call: :mod:`walgate.storage.led_appends`), else the first error :meth:`acknowledged` answers:
+        NOT_LEADER_OR_FOLLOWER when this node no longer leads that epoch (deposed: the write may be truncated),
+        REQUEST_TIMED_OUT after ``timeout_s``, NOT_ENOUGH_REPLICAS_AFTER_APPEND. Nothing appended: NONE at once."""
+        last: dict[tuple[VnodeKey, int], int] = {}
+        for a in appended:
+            last[a.key, a.leader_epoch] = max(a.last_version, last.get((a.key, a.leader_epoch), -1))
+        codes = await asyncio.gather(*(self.acknowledged(key, epoch, version, timeout_s)
+                                       for (key, epoch), version in last.items()))
+        return next((code for code in codes if code != ErrorCode.none), ErrorCode.none)
 
     # ------------------------------------------------------------ the high watermark
 
@@ -358,7 +367,7 @@ class ReplicaManager:
         """Lead, follow or stop vnode ``pid`` as ``state`` says (the module docstring)."""
         db = await self.storage.call(_database_named, self.engine, pid.db_id)
         if db is None:
-            self._forget(pid)
+            await self._forget(pid)
             if state is not None and self.node_id in state.replicas:
                 log.warning("vnode %d of database %s: not applied, the database is not known here", pid.vgroup,
                             pid.db_id)
@@ -378,16 +387,20 @@ class ReplicaManager:
         if led is not None and led.view.leader_epoch == state.leader_epoch:
             await self.storage.call_on(frozenset([key]), functools.partial(self._restate, led, state))
             return
-        self._resign(pid)
+        await self._resign(pid)
         self._unfollow(pid, key)
         if await self.storage.call_on(frozenset([key]), functools.partial(_held, self.engine, key)):
             # a cut its following left unfinished: finished before it leads (else every write refused); refused by
             # the disk again, StorageUnavailable: the takeover is retried
             await self.storage.call(finish_cut, self.engine, key[0], key[1], 0)
-        view = await self.storage.call_on(frozenset([key]), functools.partial(
-            _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
+        self.purgatory.lead(key, state.leader_epoch)  # (before any write appended in it can begin its wait)
+        try:
+            view = await self.storage.call_on(frozenset([key]), functools.partial(
+                _take_over, self.engine, key, state, self.node_id, self.broker_epoch, self.clock(), self.lag_max_ms))
+        except BaseException:
+            self.purgatory.fail(key, ErrorCode.not_leader_or_follower)
+            raise
         led = self.led[pid] = _Led(key, view, view.hw)
-        self.purgatory.lead(key, view.leader_epoch)
         led.proposer = asyncio.create_task(self._propose(pid, led), name=f"walgate-isr-{key[0]}-{key[1]}")
         log.info("vnode %d of database %s: leading epoch %d from version %d", key[1], key[0], state.leader_epoch,
                  view.epoch_start)
@@ -399,7 +412,7 @@ class ReplicaManager:
         self._post(led)
 
     async def _follow(self, pid: PartitionId, key: VnodeKey, state: PartitionState) -> None:
-        self._resign(pid)
+        await self._resign(pid)
         now = self.following.get(pid)
         if now is not None:
             held = self.fetching[now].fetcher.followed.get(key)
@@ -428,18 +441,18 @@ class ReplicaManager:
         wal = followed.wal
         hw = min(_baseline(followed), wal.next_version)
         wal.replication = functools.partial(_learned, vnode)
-        wal.leading = False
+        _step_down(wal)
         return hw, wal.held is not None
 
     async def _stop(self, pid: PartitionId, key: VnodeKey) -> None:
-        self._resign(pid)
+        await self._resign(pid)
         self._unfollow(pid, key)
         with contextlib.suppress(Exception):  # (a vnode not open here: nothing to freeze)
             await self.storage.call_on(frozenset([key]), functools.partial(self._freeze, key))
 
     def _freeze(self, key: VnodeKey) -> None:
         vnode = self.engine.store.local_vnode(*key)
-        vnode.wal.leading = False
+        _step_down(vnode.wal)
         vnode.wal.replication = functools.partial(_fixed, _baseline(vnode))
 
     async def _forget_dropped(self) -> None:
@@ -448,9 +461,9 @@ class ReplicaManager:
             return
         known = await self.storage.call(lambda: {db.id for db in self.engine.catalog.databases.values()})
         for pid in [p for p in (*self.led, *self.following) if p.db_id not in known]:
-            self._forget(pid)
+            await self._forget(pid)
 
-    def _forget(self, pid: PartitionId) -> None:
+    async def _forget(self, pid: PartitionId) -> None:
         """Stop leading or following ``pid``, a vnode of a database dropped here (closed with it: nothing to
         freeze); a database made again under its name has another id, so no view, wait or fetch of this one is
         taken for it."""
@@ -459,17 +472,25 @@ class ReplicaManager:
             return
         log.info("vnode %d of database %s: no longer led or followed here, its database was dropped", pid.vgroup,
                  pid.db_id)
-        self._resign(pid)
+        await self._resign(pid)
         if leader is not None:
             followed = self.fetching[leader].fetcher.followed
             self._unfollow(pid, next(k for k, v in followed.items() if PartitionId(v.db_id, v.vgroup) == pid))
 
-    def _resign(self, pid: PartitionId) -> None:
-        """Stop leading ``pid``: WalFetch no longer finds its view, its waiting acks=all writes are answered
-        NOT_LEADER_OR_FOLLOWER. The caller then gives the vnode's WAL its next high watermark (followed or frozen)."""
-        led = self.led.pop(pid, None)
+    async def _resign(self, pid: PartitionId) -> None:
+        """Stop leading ``pid``: first its WAL takes no write (a lane call: a write appended before it was noted
+        under the epoch led, one after it is refused, :class:`~walgate.storage.errors.NotLedNow`), then WalFetch no
+        longer finds its view and its waiting acks=all writes, and any write of its epoch that begins to wait later,
+        are answered NOT_LEADER_OR_FOLLOWER, so no write appended by a deposed leader is acknowledged. The caller
+        then gives the vnode's WAL its next high watermark (followed or frozen)."""
+        led = self.led.get(pid)
         if led is None:
             return
+        with contextlib.suppress(StorageError):  # (a vnode closed meanwhile: it takes no write)
+            await self.storage.call_on(frozenset([led.key]), lambda: _step_down(_wal(self.engine, led.key)))
+        if self.led.get(pid) is not led:
+            return
+        del self.led[pid]
         if led.proposer is not None and led.proposer is not asyncio.current_task():
             led.proposer.cancel()
         self.purgatory.fail(led.key, ErrorCode.not_leader_or_follower)
@@ -518,7 +539,7 @@ class ReplicaManager:
                 log.warning("vnode %d of database %s: ISR change refused (%s): no longer leading", led.key[1],
                             led.key[0], outcome.error.name)
                 await self.storage.call_on(frozenset([led.key]), functools.partial(self._freeze, led.key))
-                self._resign(pid)
+                await self._resign(pid)
                 return
             log.info("vnode %d of database %s: ISR %s %s", led.key[1], led.key[0],
                      [m.replica for m in proposal.isr], "written" if outcome.error is None else
@@ -538,7 +559,7 @@ class ReplicaManager:
         keys = [led.key for led in self.led.values()] + [
             key for f in self.fetching.values() for key in f.fetcher.followed]
         for pid in list(self.led):
-            self._resign(pid)
+            await self._resign(pid)
         tasks = [f.task for f in self.fetching.values()]
         for fetching in self.fetching.values():
             fetching.task.cancel()

@@ -44,6 +44,9 @@ goes on with other calls (Fetch, Metadata, Heartbeat) meanwhile. A call that rai
 wrote is still synced. A handler that answers parts of a request separately takes the notes itself
 (``Engine.take_unsynced``) and waits for each part with :meth:`StorageThread.durable`.
 
+Each call runs in a copy of its caller's :mod:`contextvars` context, taken when it is submitted: what the engine
+notes for its caller there reaches it (:mod:`walgate.storage.led_appends`: the appends an acks=all write waits for).
+
 Calls are submitted and dispatched on the event loop only (but for :meth:`StorageThread.run_from_other_lane`'s), so
 the queue is plain state of the loop. Every call that runs is reported to ``on_call(waited, ran)`` (seconds queued,
 seconds running) on the thread that ran it: the gateway's metrics (thread-safe).
@@ -52,6 +55,7 @@ seconds running) on the thread that ran it: the gateway's metrics (thread-safe).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 import time
@@ -176,7 +180,8 @@ class StorageThread:
             await self._durability.wait(needs)
 
     async def _schedule(self, keys: frozenset[VnodeKey] | None, fn: Callable[[], Any]) -> Any:
-        call = _Call(keys, fn, time.perf_counter(), asyncio.get_running_loop().create_future(),
+        call = _Call(keys, functools.partial(contextvars.copy_context().run, fn), time.perf_counter(),
+                     asyncio.get_running_loop().create_future(),
                      before=frozenset(self._running) if keys is None else frozenset())
         self._pending.append(call)
         self._dispatch()

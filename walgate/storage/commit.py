@@ -26,9 +26,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from walgate.storage import led_appends
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.entry import Block, DecodedEntry, encode_blocks, encode_meta
 from walgate.storage.errors import InvalidValue
+from walgate.storage.led_appends import LedAppend
 from walgate.storage.schema import Column
 from walgate.storage.store import Store
 from walgate.storage.topic_views import TopicViews
@@ -100,7 +102,11 @@ class Commits:
            refused first (LimitExceeded). An append the disk refuses raises :class:`StorageUnavailable` before anything
            was applied or indexed, and the appends already made for the request's other vnodes are taken back
            (:meth:`~walgate.storage.wal.Wal.undo_append`; a WAL that cannot cut them off is fenced and never serves
-           them): a refused request is written nowhere."""
+           them): a refused request is written nowhere.
+
+        Each append to a replicated vnode (led here: :meth:`Store.written_vnode
+        <walgate.storage.store.Store.written_vnode>`) is noted for a caller that waits for the in-sync replicas, with
+        the leader epoch it was appended in (:mod:`walgate.storage.led_appends`)."""
         self.store.check_new_tables(db, sum(m["op"] == "create_table" for p in plan.values() for m in p.metas))
         staged: list[tuple[Vnode, Pending, list[Block], list[tuple[int, int, int, bytes]]]] = []
         for i, pending in sorted(plan.items()):
@@ -127,6 +133,10 @@ class Commits:
             for vnode, _, _, version in reversed(appended):
                 vnode.wal.undo_append(version)
             raise
+        for vnode, *_ in appended:  # what the caller waits for the in-sync replicas of (led_appends.py)
+            if vnode.wal.leading:  # (one append per vnode: its last entry is the WAL's last)
+                led_appends.note(LedAppend((db.name, vnode.index), vnode.epochs.latest_epoch,
+                                           vnode.wal.next_version - 1))
         indexed = any(t.db == db.name for t in self.store.catalog.topics.values())  # else no index to advance
         for vnode, pending, blocks, version in appended:
             if all(m["op"] == "create_table" for m in pending.metas):

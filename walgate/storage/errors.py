@@ -19,10 +19,12 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
     ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
     ├── NotHere               (cluster mode) a vgroup the request needs is placed on another node; ``node`` names it
+    │   └── NotLedNow         a replicated vgroup this node holds but does not lead now (no leader, or mid-failover)
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
     │   │                     kept; retriable, and service resumes by itself once the disk accepts writes again
-    │   └── ClusterUnavailable  (cluster mode) the cluster's catalog did not take a change: no controller or no etcd
-    │                         quorum answered in time; retriable
+    │   ├── ClusterUnavailable  (cluster mode) the cluster's catalog did not take a change: no controller or no etcd
+    │   │                     quorum answered in time; retriable
+    │   └── NotEnoughReplicas  a replicated vnode's ISR is below ``min.insync.replicas``: nothing written; retriable
     ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``error_code`` is
     │                         the Kafka error (Produce answers it)
     └── UnsupportedFormat     (datadir.py) a data dir written by a newer walgate
@@ -63,6 +65,8 @@ __all__ = [
     "ClusterUnavailable",
     "QueryCancelled",
     "NotHere",
+    "NotLedNow",
+    "NotEnoughReplicas",
     "BatchDropStable",
     "table_not_found",
 ]
@@ -183,6 +187,25 @@ class NotHere(StorageError):
         self.node = node
 
 
+class NotLedNow(NotHere):
+    """A write to replicated vgroup ``vgroup`` of database ``db`` (id ``db_id``), held here but not led by this node
+    now: no leader is elected, or its leadership is moving (issue 25). Retriable: the gateway sends it to the leader
+    when there is one, else answers HTTP 503 (a client retries it; a 4xx would make many drop it); Kafka answers
+    NOT_LEADER_OR_FOLLOWER, as for any :class:`NotHere`."""
+
+    def __init__(self, message: str, node: int, db: str, db_id: str, vgroup: int) -> None:
+        super().__init__(message, node)
+        self.db, self.db_id, self.vgroup = db, db_id, vgroup
+
+
+class NotEnoughReplicas(StorageUnavailable):
+    """A write whose caller waits for the in-sync replicas (acks=all) refused before its append: the vnode's ISR has
+    fewer than ``min.insync.replicas`` members (Kafka's NOT_ENOUGH_REPLICAS, checked first by
+    ``Partition.appendRecordsToLeader``). Nothing written; retriable (HTTP 503)."""
+
+    code = 0x0903  # TDengine's TSDB_CODE_SYN_TIMEOUT ("Sync timeout": its write would not be agreed on)
+
+
 class CorruptEntry(Exception):
     """An entry failed its CRC check, or the version asked for lies in a lost range (a gap)."""
 
@@ -201,6 +224,7 @@ class MetaDamaged(Exception):
 ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     NotFound: ErrorCode.unknown_topic_or_partition,
     NotHere: ErrorCode.not_leader_or_follower,
+    NotEnoughReplicas: ErrorCode.not_enough_replicas,
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     ClusterUnavailable: ErrorCode.request_timed_out,

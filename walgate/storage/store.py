@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from walgate.storage import datadir
+from walgate.storage import datadir, led_appends
 from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, Catalog, DatabaseDef, StableDef, TopicDef
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS, CoordinatorPartitions
@@ -38,8 +38,10 @@ from walgate.storage.durability import Unsynced
 from walgate.storage.errors import (
     InvalidValue,
     LimitExceeded,
+    NotEnoughReplicas,
     NotFound,
     NotHere,
+    NotLedNow,
     RequestTooLarge,
     StorageError,
     StorageUnavailable,
@@ -207,13 +209,23 @@ class Store:
         """Vnode ``index`` of database ``db`` when this node takes its writes: the node it is placed on, or for a
         replicated vgroup (issue 25) the replica that leads it now (:attr:`Wal.leading
         <walgate.storage.wal.Wal.leading>`; a follower's copy is written by replication only, or its WAL would part
-        from its leader's). Otherwise :class:`NotHere` (the gateway sends the write to the leader; a replicated
-        vgroup with no leader elected yet is refused there, so nothing is answered before a replica holds it)."""
+        from its leader's). Otherwise :class:`NotHere`, :class:`NotLedNow` for a replicated vgroup held here but not
+        led now (the gateway sends the write to the leader; a replicated vgroup with no leader elected yet is refused
+        there, so nothing is answered before a replica holds it). A write whose caller waits for the in-sync
+        replicas (:func:`led_appends.recording <walgate.storage.led_appends.recording>`) is refused with
+        :class:`NotEnoughReplicas` while the vgroup's ISR is below ``min.insync.replicas``
+        (:attr:`Wal.acks_all_refused <walgate.storage.wal.Wal.acks_all_refused>`)."""
         vnode = self.local_vnode(db, index)
         dbdef = self.catalog.database(db)
-        if dbdef.replication_factor > 1 and not vnode.wal.leading:
-            raise NotHere(f"vgroup {index} of database {db} is not led by this node ({self.catalog.node_id}) now: "
-                          "send it to its leader (docs/cluster.md)", dbdef.node_of(index, self.catalog.node_id))
+        wal = vnode.wal
+        if dbdef.replication_factor > 1 and not wal.leading:
+            raise NotLedNow(f"vgroup {index} of database {db} is not led by this node ({self.catalog.node_id}) now: "
+                            "send it to its leader (docs/cluster.md)", dbdef.node_of(index, self.catalog.node_id), db,
+                            dbdef.id, index)
+        refused = wal.acks_all_refused() if wal.leading and led_appends.waited_for() else None
+        if refused is not None:
+            raise NotEnoughReplicas(f"Sync timeout: vgroup {index} of database {db}: {refused}; nothing was written, "
+                                    "retry it")
         node = dbdef.node_of(index, self.catalog.node_id)
         if dbdef.replication_factor == 1 and node != self.catalog.node_id:
             raise NotHere(f"vgroup {index} of database {db} is written on node {node}, not on this node "

@@ -163,6 +163,7 @@ __all__ = [
     "WalOptions",
     "SegmentView",
     "WalSnapshot",
+    "never_refused",
 ]
 
 log = logging.getLogger("walgate.wal")
@@ -212,6 +213,11 @@ class FileRegion:
     def read(self, length: int | None = None) -> bytes:
         """The region's bytes (its first ``length`` only, when given)."""
         return os.pread(self.file.fd, self.length if length is None else min(length, self.length), self.offset)
+
+
+def never_refused() -> str | None:
+    """No refusal: the write is taken (a vnode not led, or led with enough in-sync replicas)."""
+    return None
 
 
 def _mtime(path: Path) -> float:
@@ -388,6 +394,9 @@ class Wal:
         # a replicated vnode this node leads now (set with ``replication`` by the replica manager): only then does it
         # take writes (Store.written_vnode); a single node's vnode ignores it
         self.leading = False
+        # while leading: why a write waiting for the in-sync replicas is refused before its append (its ISR below
+        # min.insync.replicas), None when it is taken (set and reset with ``leading``, on the vnode's lane)
+        self.acks_all_refused: Callable[[], str | None] = never_refused
         self.segments: list[Segment] = []
         self.next_version = 0
         self.durable_version = 0  # versions below this are fsynced

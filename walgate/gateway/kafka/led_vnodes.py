@@ -12,7 +12,7 @@ from typing import Protocol
 
 from walgate.replication.leader import LeaderView
 from walgate.replication.partition import PartitionState
-from walgate.storage.lanes import VnodeKey
+from walgate.storage.led_appends import LedAppend
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["LedVnodes"]
@@ -36,9 +36,9 @@ class LedVnodes(Protocol):
         """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the
         vnode's lane): readers and acks=all writes the high watermark now passes are told."""
 
-    async def acknowledged(self, key: VnodeKey, leader_epoch: int, last_version: int, timeout_s: float) -> ErrorCode:
-        """The answer of an acks=all write to vnode ``key`` (database name, vgroup) this node leads, appended in
-        ``leader_epoch`` up to WAL version ``last_version`` and durable here: once the high watermark of that epoch
-        passes it, NONE or NOT_ENOUGH_REPLICAS_AFTER_APPEND; NOT_LEADER_OR_FOLLOWER when this node stops leading it
-        first, or does not lead it in ``leader_epoch`` when the wait begins;
-        REQUEST_TIMED_OUT after ``timeout_s`` (:class:`~walgate.gateway.purgatory.Purgatory`). On the event loop."""
+    async def writes_acknowledged(self, appended: list[LedAppend], timeout_s: float) -> ErrorCode:
+        """The answer of an acks=all write that ``appended`` to vnodes this node leads (each: the vnode, the leader
+        epoch it was appended in, its last WAL version), durable here: once the high watermark of each one's epoch
+        passes it, NONE, else the first error: NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER when this
+        node stops leading it first or does not lead it in that epoch when the wait begins, REQUEST_TIMED_OUT after
+        ``timeout_s`` (:class:`~walgate.gateway.purgatory.Purgatory`). On the event loop."""

@@ -24,8 +24,12 @@
   its ISR is below ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS); an ``acks=all`` write is answered, after it is
   durable here, once the high watermark passes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR then is below the
   minimum, NOT_LEADER_OR_FOLLOWER when deposed first, REQUEST_TIMED_OUT after the request's ``timeout_ms``: Kafka's
-  produce purgatory, :mod:`walgate.gateway.purgatory`); ``acks=1`` after the local append, as Kafka. TDengine topics
-  over a replicated database (rows in several vnodes) do not take this path yet.
+  produce purgatory, :mod:`walgate.gateway.purgatory`); ``acks=1`` after the local append, as Kafka. Rows produced
+  with ``acks=all`` to a TDengine topic over a replicated database (``REPLICA n``: each vnode its rows land in led
+  here, else NOT_LEADER_OR_FOLLOWER) are refused before their append while a vnode's ISR is below
+  ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS) and answered once the high watermark of every vnode the topic's
+  partitions of the request appended to passes those appends, in the leader epoch they were appended in
+  (:mod:`walgate.storage.led_appends`; one vnode's error answers each of them); with ``acks=1`` at the append.
 * Client quotas (:mod:`walgate.gateway.quotas`): the request's record bytes count against its
   ``producer_byte_rate``; over it, the answer carries ``throttle_time_ms`` (with ``acks=0``, which gets no answer,
   the server mutes the connection that long instead).
@@ -73,6 +77,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -87,6 +92,7 @@ from walgate.storage.durability import Need
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotHere, StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey, partition_keys
+from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.partitions import TransactionsUnsupported
 from walgate.storage.produced_rows import RecordsRefused
 from walgate.storage.producers import SequenceError
@@ -164,14 +170,14 @@ async def _durable(broker: Broker, answers: dict[tuple[str, int], PartitionAnswe
 
 
 async def _replicated(led: LedVnodes | None, answers: dict[tuple[str, int], PartitionAnswer],
-                      waits: dict[tuple[str, int], tuple[VnodeKey, int, int]], timeout_s: float) -> None:
+                      waits: dict[tuple[str, int], list[LedAppend]], timeout_s: float) -> None:
     """acks=all writes to replicated vnodes, durable here: each answered once the high watermark of the leader epoch
-    it was appended in passes its last version, or with the error the wait ended on (:meth:`LedVnodes.acknowledged
-    <walgate.gateway.kafka.led_vnodes.LedVnodes.acknowledged>`)."""
+    its appends were made in passes them, or with the error the wait ended on (:meth:`LedVnodes.writes_acknowledged
+    <walgate.gateway.kafka.led_vnodes.LedVnodes.writes_acknowledged>`)."""
     waiting = [key for key in waits if answers[key]["error_code"] == ErrorCode.none]
     if led is None or not waiting:
         return
-    codes = await asyncio.gather(*(led.acknowledged(*waits[key], timeout_s) for key in waiting))
+    codes = await asyncio.gather(*(led.writes_acknowledged(waits[key], timeout_s) for key in waiting))
     for key, code in zip(waiting, codes):
         if code != ErrorCode.none:
             answers[key] = _answer(key[1], code)
@@ -285,7 +291,7 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
              refused: dict[tuple[str, int], PartitionAnswer], node_id: int, others: Endpoints,
              led: LedVnodes | None) -> tuple[dict[tuple[str, int], PartitionAnswer],
                                              dict[tuple[str, int], list[Need]],
-                                             dict[tuple[str, int], tuple[VnodeKey, int, int]]]:
+                                             dict[tuple[str, int], list[LedAppend]]]:
     """Every partition's answer (storage thread): a topic's partitions that pass the request's checks are appended
     in one call of the partition interface (:meth:`~walgate.storage.partitions.Partitions.append`), each answered
     on its own. With them, what each written partition needs to be durable before it is answered (group commit). A
@@ -294,10 +300,11 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
     *node_id*'s dynamic broker defaults; a partition placed on another node names it when it is one of ``others``
     (:mod:`walgate.gateway.kafka.leaders`). A partition of a replicated vnode is checked first (:func:`_replication`);
     with acks=all, its vnode, the leader epoch it was appended in and its last WAL version are returned to wait for
-    the high watermark (``waits``)."""
+    the high watermark (``waits``); a TDengine topic's partition written with acks=all waits for every append the
+    topic's rows made to the replicated vnodes led here (:mod:`walgate.storage.led_appends`)."""
     answers: dict[tuple[str, int], PartitionAnswer] = {}
     needs: dict[tuple[str, int], list[Need]] = {}
-    waits: dict[tuple[str, int], tuple[VnodeKey, int, int]] = {}
+    waits: dict[tuple[str, int], list[LedAppend]] = {}
     vnodes: dict[int, tuple[VnodeKey, int]] = {}
     for t in request.topic_data:
         if writable is not None and not writable(t.name):  # ``denied``: the ACL error code
@@ -316,10 +323,12 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
                 appends.append((p.index, p.records or b""))
                 if replicated is not None and request.acks == -1:
                     vnodes[p.index] = replicated[0], replicated[1]
-        try:
-            results = engine.partitions.append(t.name, appends, now, node_id) if appends else []
-        except Exception as exc:  # noqa: BLE001 - the topic's partitions answer it, other topics unaffected
-            results = [exc] * len(appends)
+        with contextlib.ExitStack() as stack:
+            rows_appended = stack.enter_context(recording()) if request.acks == -1 else []
+            try:
+                results = engine.partitions.append(t.name, appends, now, node_id) if appends else []
+            except Exception as exc:  # noqa: BLE001 - the topic's partitions answer it, other topics unaffected
+                results = [exc] * len(appends)
         for (index, _), result in zip(appends, results):
             if isinstance(result, Exception):
                 answers[(t.name, index)] = _refused(index, result, others)
@@ -329,7 +338,9 @@ def _produce(engine: Engine, request: ProduceRequest, now: int, writable: Callab
                 needs[(t.name, index)] = result.needs
                 if index in vnodes:  # (a partition is a vnode of its own: its append is the WAL's last)
                     vnode, epoch = vnodes[index]
-                    waits[(t.name, index)] = vnode, epoch, engine.store.local_vnode(*vnode).wal.next_version - 1
+                    waits[(t.name, index)] = [LedAppend(vnode, epoch, engine.store.local_vnode(*vnode).wal.next_version - 1)]
+                elif rows_appended:  # (rows of a TDengine topic: noted by the commit path)
+                    waits[(t.name, index)] = list(rows_appended)
         vnodes.clear()
     return answers, needs, waits
 
