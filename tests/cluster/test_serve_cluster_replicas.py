@@ -198,3 +198,45 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
         eventually("the restarted node back in the ISR", lambda: isr() == [1, 2, 3])
         for server in [*survivors, back]:
             no_traceback(server)
+
+
+def test_the_local_part_of_an_insert_spanning_nodes_waits_for_its_high_watermark(etcd1: EtcdCluster,
+                                                                                  tmp_path: Path) -> None:
+    """rv3 F4, four nodes: node L leads vgroup a of ``REPLICA 3`` database s, one of whose other replicas, F, is paused
+    (1.5 s: still in the ISR), and another node leads vgroup b (F holds no replica of it). An INSERT into both sent
+    to L (refused there for b's row: split, b's part sent to b's leader) is answered only once F holds L's part
+    too, after F resumes: L's own part waits for its high watermark like any write (before the fix it was answered
+    as soon as b's part was, with F paused)."""
+    with ExitStack() as stack:
+        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *SESSION))
+        wait_log(n1, "node 1: controller")
+        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *SESSION)) for i in (2, 3, 4))]
+        eventually("four live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 4)
+        sql(n1, "CREATE DATABASE s VGROUPS 2 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+        sql(n1, "CREATE STABLE s.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+        sid = db_id(n1, "s")
+        eventually("a leader for each vgroup", lambda: "".join(s.log() for s in nodes).count("leading epoch") == 2)
+        replicas = [{k + 1 for k, s in enumerate(nodes) if (s.data_dir / "db" / sid / f"vnode{i}").is_dir()}
+                    for i in range(2)]
+        leaders = [next(k + 1 for k, s in enumerate(nodes) if f"vnode {i} of database s: leading" in s.log())
+                   for i in range(2)]
+        a = next(i for i in range(2) if leaders[i] != leaders[1 - i] and replicas[i] - {leaders[i]} - replicas[1 - i])
+        leader, paused = nodes[leaders[a] - 1], nodes[min(replicas[a] - {leaders[a]} - replicas[1 - a]) - 1]
+        names = [next(f"t{k}" for k in range(100) if vnode_of("s", f"t{k}", 2) == i) for i in (a, 1 - a)]
+        for k, name in enumerate(names):  # (the tables made first: the INSERT below writes rows only)
+            sql(nodes[leaders[(a + k) % 2] - 1], f"INSERT INTO s.{name} USING s.st TAGS ({k}) VALUES (1700000000000, 0)")
+        answers: list[object] = []
+        paused.proc.send_signal(signal.SIGSTOP)
+        try:
+            writer = threading.Thread(target=lambda: answers.append(sql(
+                leader, f"INSERT INTO s.{names[0]} VALUES (1700000000001, 1) s.{names[1]} VALUES (1700000000001, 1)")))
+            writer.start()
+            writer.join(PAUSE_S)
+            assert writer.is_alive() and not answers, "answered while the ISR member holding L's part was paused"
+        finally:
+            paused.proc.send_signal(signal.SIGCONT)
+        writer.join(30)
+        assert answers == [[[2]]]
+        assert wal_bytes(paused, sid, a) == wal_bytes(leader, sid, a)  # at the answer, F held L's part
+        for server in nodes:
+            no_traceback(server)

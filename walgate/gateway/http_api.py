@@ -63,7 +63,9 @@ written), 413 for a body above ``max_request_bytes`` (refused from
 ``Content-Length`` before it is read, or as soon as reading passes the limit;
 nothing written), 503 when the disk refused a write
 (:class:`StorageUnavailable`, or an ``OSError`` the storage layer let through;
-nothing kept, retry later), or the ingest worker planning a large body died
+nothing kept, retry later) or a write's replicated vgroup has no leader here now (:class:`NotLedNow`; nothing
+written, retry), or the in-sync replicas did not acknowledge a write in time (kept or lost: issue 25, an SQL, line
+protocol or CSV write waits for the high watermark of what it appended to replicated vnodes led here), or the ingest worker planning a large body died
 (:mod:`walgate.gateway.ingest_workers`; nothing written, retry) or the group-commit fdatasync of a WAL_LEVEL 2 write
 failed (not acknowledged; its rows become visible if a later fdatasync succeeds,
 see :mod:`walgate.storage.wal`), 500 with TDengine's "WAL file is corrupted" code
