@@ -304,12 +304,14 @@ async def _is(value: bool) -> bool:
     return value
 
 
-async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000) -> Any:
-    """One record produced to partition 0 of :data:`TOPIC` on node ``to`` (a raw Produce v9 over node 3's links);
-    the partition's answer."""
-    batch = encode_batch(0, [int(time.time() * 1000)], [b"k"], [b"v"])
+async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000, topic_name: str = TOPIC,
+                  record: tuple[bytes, bytes] = (b"k", b"v")) -> Any:
+    """One ``record`` (key, value) produced to partition 0 of ``topic_name`` on node ``to`` (a raw Produce v9 over
+    node 3's links); the partition's answer."""
+    batch = encode_batch(0, [int(time.time() * 1000)], [record[0]], [record[1]])
     request = PRODUCE(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
-                      topic_data=(TOPIC_DATA(name=TOPIC, partition_data=(PARTITION_DATA(index=0, records=batch),)),))
+                      topic_data=(TOPIC_DATA(name=topic_name, partition_data=(
+                          PARTITION_DATA(index=0, records=batch),)),))
     links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
     try:
         response = await asyncio.wait_for(links.call(to, request), WAIT_S)

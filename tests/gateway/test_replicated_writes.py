@@ -14,7 +14,6 @@ replicated vnode wait for its high watermark (``acks=1`` does not).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import threading
 import time
@@ -31,24 +30,20 @@ from tests.cluster.etcd_cluster import EtcdCluster
 from tests.gateway.test_replicas import (
     DB,
     DB_ID,
-    PARTITION_DATA,
-    PRODUCE,
-    TOPIC_DATA,
     Node,
     Trio,
     _is,
     etcd,
+    produce,
     trio,
     until,
 )
 from walgate.cluster.partition_codec import PartitionId
 from walgate.gateway import http_api
 from walgate.gateway.http_api import make_app
-from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.query_workers import QueryWorkers
 from walgate.replication.partition import NO_LEADER, IsrMember
 from walgate.storage.errors import NotEnoughReplicas, NotHere
-from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["etcd"]  # (the fixture, used by name)
@@ -164,21 +159,9 @@ async def test_a_write_to_a_vgroup_led_elsewhere_or_by_nobody_answers_503(
 
 
 async def produce_rows(t: Trio, acks: int, timeout_ms: int = 20_000) -> Any:
-    """One JSON row produced to partition 0 of :data:`ROWS_TOPIC` on node 1 (a raw Produce v9 over node 3's links);
-    the partition's answer."""
+    """One JSON row produced to partition 0 of :data:`ROWS_TOPIC` on node 1; the partition's answer."""
     row = json.dumps({"ts": int(time.time() * 1000), "current": 1.0, "voltage": 1, "location": "x", "g": 0})
-    batch = encode_batch(0, [int(time.time() * 1000)], [b"d9"], [row.encode()])
-    request = PRODUCE(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
-                      topic_data=(TOPIC_DATA(name=ROWS_TOPIC, partition_data=(
-                          PARTITION_DATA(index=0, records=batch),)),))
-    links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=30)
-    try:
-        response = await asyncio.wait_for(links.call(1, request), 30)
-    finally:
-        links.close()
-    [topic] = response.responses
-    [answer] = topic.partition_responses
-    return answer
+    return await produce(t, 1, acks, timeout_ms, ROWS_TOPIC, (b"d9", row.encode()))
 
 
 async def test_rows_produced_with_acks_all_to_a_tdengine_topic_wait_for_the_high_watermark(
