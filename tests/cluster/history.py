@@ -1,4 +1,5 @@
-"""A checker of what Kafka clients saw, after jepsen's Kafka workload (``jepsen/tests/kafka.clj``): pure, typed.
+"""A checker of what Kafka clients saw and replicas hold, after jepsen's Kafka workload (``jepsen/tests/kafka.clj``):
+pure, typed.
 
 A history is the list of operations clients completed, each process's in the order it did them:
 

@@ -12,8 +12,8 @@ acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgrou
 - writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones:
   a SQL ``INSERT`` over HTTP (``/rest/sql``) into a subtable of ``r.st``, or a line-protocol line (``/influxdb/v1/
   write``) into measurement ``lp``; each value's partition is its subtable's vgroup. 200 (204) with the row counted
-  is ``ok``, any other HTTP answer ``fail`` (the API's word: not written), a timeout or a refused connection
-  ``info`` (unknown);
+  is ``ok``, a 4xx ``fail`` (the API's word: refused, nothing written), anything else (5xx, a timeout, a refused
+  connection) ``info`` (unknown);
 - two stock consumers, confluent-kafka and kafka-python, each assigned every partition of ``jt`` from offset 0,
   bootstrapped on all three nodes, recording every (offset, value) they read (a consumer that has to reset its
   position is an Assign: its next read is not compared with its last).
@@ -35,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -95,6 +96,7 @@ class Nodes:
         self.paused: set[int] = set()
         self._stacks: dict[int, ExitStack] = {}
         self._lives = 0  # incarnations started: each logs in a directory of its own
+        self._lock = threading.Lock()  # (nodes start at once: start_all)
 
     def data_dir(self, node_id: int) -> Path:
         return self.workdir / f"data{node_id}"
@@ -103,13 +105,23 @@ class Nodes:
         """Node ``node_id`` on its data dir (``empty``: emptied first) and Kafka port."""
         if empty:
             shutil.rmtree(self.data_dir(node_id), ignore_errors=True)
-        self._lives += 1
+        with self._lock:
+            self._lives += 1
+            life = self.workdir / f"life{self._lives}"
+            port = self.ports.setdefault(node_id, free_port())
         stack = ExitStack()
-        self.servers[node_id] = stack.enter_context(node(
-            self.etcd, self.workdir / f"life{self._lives}", node_id, *ARGS, data_dir=self.data_dir(node_id),
-            kafka_port=self.ports.setdefault(node_id, free_port())))
-        self._stacks[node_id] = stack
-        return self.servers[node_id]
+        server = stack.enter_context(node(self.etcd, life, node_id, *ARGS, data_dir=self.data_dir(node_id),
+                                          kafka_port=port))
+        with self._lock:
+            self.servers[node_id] = server
+            self._stacks[node_id] = stack
+        return server
+
+    def start_all(self, node_ids: tuple[int, ...]) -> None:
+        """Nodes ``node_ids`` started at once (each start waits for its ready line; a failed one fails the test)."""
+        with ThreadPoolExecutor(len(node_ids)) as pool:
+            for started in [pool.submit(self.start, i) for i in node_ids]:
+                started.result()
 
     def kill(self, node_id: int) -> None:
         """kill -9 (by PID), and wait for it."""
@@ -142,6 +154,17 @@ class Nodes:
         described = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
         part = described.partitions.get(partition)
         return -1 if part is None else int(part.leader)
+
+    def current_leader(self, partition: int) -> int:
+        """The leader of ``partition`` that an answering node names, once one does."""
+        named: list[int] = []
+
+        def running_leader() -> bool:
+            named.append(self.leader(partition, self.answering()))
+            return named[-1] in self.servers
+
+        wait_until(f"a leader of partition {partition}", running_leader)
+        return named[-1]
 
     def isr(self, partition: int, via: int) -> list[int]:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
@@ -302,13 +325,15 @@ def _value(raw: bytes) -> int:
 
 
 def _post(url: str, body: str) -> tuple[str, str]:
-    """(outcome, answer) of one write: ``ok`` (2xx), ``fail`` (another HTTP status), ``info`` (no answer)."""
+    """(outcome, answer) of one write of one row: ``ok`` (2xx with one row counted: ``[[1]]`` from SQL, the
+    ``X-Walgate-Rows`` header from line protocol), ``fail`` (4xx), ``info`` (anything else: no answer, 5xx)."""
     request = urllib.request.Request(url, data=body.encode(), method="POST")
     try:
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as r:
-            return "ok", str(r.status)
+            counted = r.headers.get("X-Walgate-Rows") if r.status == 204 else json.load(r).get("data")
+            return ("ok" if counted in ("1", [[1]]) else "info"), f"{r.status} {counted}"
     except urllib.error.HTTPError as e:
-        return ("info" if e.code >= 500 else "fail"), str(e.code)
+        return ("fail" if e.code < 500 else "info"), str(e.code)
     except (urllib.error.URLError, OSError) as e:
         return "info", type(e).__name__
 
@@ -369,7 +394,9 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
             p, replicas[0]) in replicas and nodes.isr(p, replicas[0]) == sorted(replicas))
     history = workload.history + final_reads(nodes)
     nodes.close()
-    history += replica_contents(nodes, database_id, scratch, replicas)
+    copies = replica_contents(nodes, database_id, scratch, replicas)
+    assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
+    history += copies
     for log in nodes.logs():
         assert "Traceback" not in log.read_text(errors="replace"), log
     return history

@@ -78,8 +78,7 @@ def write_until(load: Workload, server: WalgateServer, writer: int, stop: thread
 
 def started(etcd: EtcdCluster, tmp_path: Path) -> tuple[Nodes, str]:
     nodes = Nodes(etcd, tmp_path)
-    for i in (1, 2, 3):
-        nodes.start(i)
+    nodes.start_all((1, 2, 3))
     return nodes, replicated_database(nodes)
 
 
@@ -93,7 +92,7 @@ def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> No
         with Workload(nodes, seed) as load:
             load.wait_acked(ACKS, "before the first kill")
             for kill in range(KILLS):
-                leader = nodes.leader(0, nodes.answering())
+                leader = nodes.current_leader(0)
                 nodes.kill(leader)
                 new_leader(nodes, 0, leader)
                 load.wait_acked(ACKS, f"after kill {kill} of node {leader}")
@@ -115,7 +114,7 @@ def test_zombie_leader(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     try:
         with Workload(nodes, seed) as load:
             load.wait_acked(ACKS, "before the pause")
-            zombie = nodes.leader(0, nodes.answering())
+            zombie = nodes.current_leader(0)
             server = nodes.servers[zombie]
             stop = threading.Event()
             to_zombie = [threading.Thread(target=write_until, args=(load, server, w, stop, seed), daemon=True)
@@ -150,7 +149,7 @@ def test_follower_restarted_with_an_empty_disk(etcd1: EtcdCluster, tmp_path: Pat
     try:
         with Workload(nodes, seed) as load:
             load.wait_acked(ACKS, "before the follower's kill")
-            leader = nodes.leader(0, nodes.answering())
+            leader = nodes.current_leader(0)
             follower = random.Random(seed).choice([i for i in (1, 2, 3) if i != leader])
             nodes.kill(follower)
             load.note(f"node {follower} killed")
