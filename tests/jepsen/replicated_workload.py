@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, PartitionMetadata
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Replica, Send, Write
 from kafka import KafkaConsumer
@@ -64,7 +64,7 @@ WAIT_S = 60.0  # any one wait: a loaded 2-core machine
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
 BASE_TS = 1_700_000_000_000
 HTTP_TIMEOUT_S = 10.0
-CONSUMERS = {100: "confluent-kafka", 101: "kafka-python"}  # the consumers' process numbers in the history
+CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the history
 FINAL = 200  # + node id: the final read through that node
 
 
@@ -85,8 +85,8 @@ def _holds(check: Callable[[], bool]) -> bool:
 
 
 class Nodes:
-    """Nodes 1-3 of one cluster, each started, killed, paused and restarted by the test (stopped by PID at the end:
-    :meth:`close`)."""
+    """The nodes of one cluster (1-3, and any the test adds), each started, killed, paused and restarted by the test
+    (stopped by PID at the end: :meth:`close`)."""
 
     def __init__(self, etcd: EtcdCluster, workdir: Path) -> None:
         self.etcd = etcd
@@ -148,11 +148,13 @@ class Nodes:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
 
+    def _described(self, partition: int, via: int) -> PartitionMetadata | None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
+        return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.get(partition)
+
     def leader(self, partition: int, via: int) -> int:
         """The leader Metadata names for ``partition`` of the topic, asked of node ``via`` (-1: none)."""
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
-        described = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
-        part = described.partitions.get(partition)
+        part = self._described(partition, via)
         return -1 if part is None else int(part.leader)
 
     def current_leader(self, partition: int) -> int:
@@ -167,8 +169,8 @@ class Nodes:
         return named[-1]
 
     def isr(self, partition: int, via: int) -> list[int]:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
-        part = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.get(partition)
+        """The ISR Metadata names for ``partition``, asked of node ``via``, sorted."""
+        part = self._described(partition, via)
         return [] if part is None else sorted(part.isrs)
 
     def close(self) -> None:
@@ -285,7 +287,7 @@ class Workload:
         return self.events + [f"{v}: {self.sent.get(v, 'not sent by a writer')}" for v in values if isinstance(v, int)]
 
     def _consume_confluent(self) -> None:
-        process = 100
+        process = CONFLUENT
         consumer = Consumer({"bootstrap.servers": self.nodes.bootstrap(), "group.id": "jepsen-ck",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
                              "reconnect.backoff.max.ms": 200, "topic.metadata.refresh.interval.ms": 1000})
@@ -305,7 +307,7 @@ class Workload:
             consumer.close()
 
     def _consume_kafka_python(self) -> None:
-        process = 101
+        process = KAFKA_PYTHON
         consumer = KafkaConsumer(bootstrap_servers=self.nodes.bootstrap().split(","), enable_auto_commit=False,
                                  auto_offset_reset="earliest", group_id=None, reconnect_backoff_max_ms=200,
                                  metadata_max_age_ms=1000, request_timeout_ms=15000)

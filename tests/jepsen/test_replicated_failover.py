@@ -1,9 +1,15 @@
 """Jepsen-style scenarios on a ``REPLICA 3`` database (issue 25; the workload and its history:
-replicated_workload.py; the checker: tests/cluster/history.py). Each scenario is seeded and bounded: CI runs one
-seed and a few faults; ``WALGATE_JEPSEN=1`` runs more seeds and longer loops. Every acknowledged SQL or
-line-protocol write must be in every node's full final read, no value at two offsets, no offset with two values,
-no consumer (confluent-kafka, kafka-python) going back or skipping without a reset, no write answered as refused
-read back, and every replica's WAL the same entry by entry below the high watermarks.
+replicated_workload.py; the checker: tests/cluster/history.py).
+
+Every acknowledged SQL or line-protocol write must be in every node's full final read, no value at two offsets, no
+offset with two values, no write answered as refused read back, every replica's WAL the same entry by entry below
+the high watermarks, and no consumer (confluent-kafka, kafka-python) going back or skipping without a reset.
+
+Each scenario is seeded and bounded: CI runs seed 1 of the first three with a few faults; ``WALGATE_JEPSEN=1`` runs
+seeds 1-10, ten kills a loop, 40 acknowledged writes between faults, and the fast double failover. Known findings
+of the review of the wiring (/work/notes/s7/rv3.md) are strict xfails that flip when fixed: F10 (consumers sent
+back) in the kill loop, F5 (a deposed leader's acknowledged write lost) for the zombie; where one leader change
+shows F10 only by chance, it is an xfail when seen.
 """
 
 from __future__ import annotations
@@ -27,9 +33,8 @@ KILLS = 10 if LONG else 2
 ACKS = 40 if LONG else 6  # acknowledged writes between faults
 ZOMBIE_WRITERS = (7, 8, 9)  # the writers that send to the zombie leader only (several: writes queued as it resumes)
 ORDER = frozenset({"nonmonotonic-poll", "poll-skip"})
-F10 = ("rv3 F10: TDengine-topic batches carry leader epoch 0, so a consumer validating its position after a second"
-       " leader change (KIP-320) is sent back to the start of epoch 1 and reads offsets again")
-
+F10 = ("rv3 F10: TDengine-topic batches carry leader epoch 0, so a consumer validating its position with epoch 0"
+       " after a leader change (KIP-320) is sent back to where epoch 1 begins and reads offsets again")
 F5 = ("rv3 F5: a deposed leader resumed from SIGSTOP appends a write still queued for it, answers it once the new"
       " partition state pops the vnode from the led ones, then truncates it following the new leader")
 
@@ -77,6 +82,7 @@ def write_until(load: Workload, server: WalgateServer, writer: int, stop: thread
 
 
 def started(etcd: EtcdCluster, tmp_path: Path) -> tuple[Nodes, str]:
+    """Nodes 1-3 running with database ``r`` led in every vgroup, and its id."""
     nodes = Nodes(etcd, tmp_path)
     nodes.start_all((1, 2, 3))
     return nodes, replicated_database(nodes)
@@ -94,9 +100,11 @@ def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> No
             for kill in range(KILLS):
                 leader = nodes.current_leader(0)
                 nodes.kill(leader)
+                load.note(f"node {leader} killed")
                 new_leader(nodes, 0, leader)
                 load.wait_acked(ACKS, f"after kill {kill} of node {leader}")
                 nodes.start(leader)
+                load.note(f"node {leader} restarted")
                 load.wait_acked(ACKS, f"after node {leader} restarted")
         history = final_history(nodes, load, database, tmp_path / "replicas")
     finally:
@@ -165,4 +173,33 @@ def test_follower_restarted_with_an_empty_disk(etcd1: EtcdCluster, tmp_path: Pat
     finally:
         nodes.close()
     assert not (nodes.data_dir(4) / "db" / database).exists(), "node 4 holds no replica of r"
+    checked(history, load, seed, order=False)
+
+
+@pytest.mark.skipif(not LONG, reason="long mode only (WALGATE_JEPSEN=1): the CI slice keeps the file near a minute")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fast_double_failover(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
+    """kill -9 of partition 0's leader, then of the next leader as soon as it is named (its followers may not have
+    caught up): one replica is left, below MIN_INSYNC, so nothing is acknowledged in partition 0 until the first
+    node restarted on its data dir is back; then the second restarts. Nothing acknowledged is lost."""
+    nodes, database = started(etcd1, tmp_path)
+    try:
+        with Workload(nodes, seed) as load:
+            load.wait_acked(ACKS, "before the first kill")
+            first = nodes.current_leader(0)
+            nodes.kill(first)
+            load.note(f"node {first} killed")
+            new_leader(nodes, 0, first)
+            second = nodes.current_leader(0)
+            nodes.kill(second)
+            load.note(f"node {second}, the next leader, killed")
+            nodes.start(first)
+            load.note(f"node {first} restarted")
+            load.wait_acked(ACKS, f"after node {first} restarted")
+            nodes.start(second)
+            load.note(f"node {second} restarted")
+            load.wait_acked(ACKS, f"after node {second} restarted")
+        history = final_history(nodes, load, database, tmp_path / "replicas")
+    finally:
+        nodes.close()
     checked(history, load, seed, order=False)
