@@ -39,14 +39,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, PartitionMetadata
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Replica, Send, Write
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from serve_support import node, sql
+from serve_support import WAIT_S, eventually, node, sql
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer, free_port
@@ -55,12 +54,11 @@ from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["VGROUPS", "TOPIC", "WAIT_S", "Nodes", "Workload", "replicated_database", "final_reads", "replica_contents",
+__all__ = ["VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads", "replica_contents",
            "final_history", "wait_until"]
 
 VGROUPS = 2
 TOPIC = "jt"
-WAIT_S = 60.0  # any one wait: a loaded 2-core machine
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
 BASE_TS = 1_700_000_000_000
 HTTP_TIMEOUT_S = 10.0
@@ -68,13 +66,9 @@ CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the hist
 FINAL = 200  # + node id: the final read through that node
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    """Until ``check()`` holds (a Kafka client's error while asking counts as not yet), at most ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not _holds(check):
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:g} s: {what}")
-        time.sleep(0.1)
+def wait_until(what: str, check: Callable[[], bool]) -> None:
+    """Until ``check()`` holds (a Kafka client's error while asking counts as not yet), at most 60 s."""
+    eventually(what, lambda: _holds(check))
 
 
 def _holds(check: Callable[[], bool]) -> bool:
@@ -200,7 +194,10 @@ def replicated_database(nodes: Nodes) -> str:
     return db_id(n1, "r")
 
 
-def _table_key(table: str) -> str:
+def _slot_key(sql: bool, writer: int, slot: int) -> str:
+    """The partition of writer ``writer``'s table ``slot``: ``r.w<writer>_<slot>`` (SQL) or line protocol's child
+    table of ``lp`` with tags slot and writer."""
+    table = f"w{writer}_{slot}" if sql else child_table_name("lp", (("slot", str(slot)), ("writer", str(writer))))
     return f"p{vnode_of('r', table, VGROUPS)}"
 
 
@@ -256,20 +253,22 @@ class Workload:
             else:
                 time.sleep(0.05)
 
-    def send(self, server: WalgateServer, writer: int, n: int, rng: random.Random) -> None:
+    def send(self, server: WalgateServer, writer: int, n: int, rng: random.Random, partition: int | None = None
+             ) -> None:
         """Writer ``writer``'s ``n``-th value (below 10,000,000) written through ``server``, by SQL or line protocol
-        (``rng`` draws which), and recorded with its outcome."""
+        (``rng`` draws which) into one of the writer's tables (``partition``: one in that partition), and recorded
+        with its outcome."""
         value = writer * 10_000_000 + n
-        if rng.random() < 0.5:
-            table = f"w{writer}_{n % 4}"
-            key = _table_key(table)
+        sql = rng.random() < 0.5
+        slots = [k for k in range(16) if partition is None or _slot_key(sql, writer, k) == f"p{partition}"][:4]
+        slot = slots[n % len(slots)]
+        key = _slot_key(sql, writer, slot)
+        if sql:
             url, body = server.http_url + "/rest/sql", (
-                f"INSERT INTO r.{table} USING r.st TAGS ({writer}) VALUES ({BASE_TS + value}, {value})")
+                f"INSERT INTO r.w{writer}_{slot} USING r.st TAGS ({writer}) VALUES ({BASE_TS + value}, {value})")
         else:
-            tags = (("slot", str(n % 4)), ("writer", str(writer)))
-            key = _table_key(child_table_name("lp", tags))
             url, body = server.http_url + "/influxdb/v1/write?db=r&precision=ms", (
-                f"lp,slot={n % 4},writer={writer} v={value}i {BASE_TS + value}")
+                f"lp,slot={slot},writer={writer} v={value}i {BASE_TS + value}")
         sent = time.monotonic() - self.started
         outcome, answer = _post(url, body)
         with self.lock:
