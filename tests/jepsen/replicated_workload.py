@@ -15,8 +15,9 @@ acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgrou
   is ``ok``, a 4xx ``fail`` (the API's word: refused, nothing written), anything else (5xx, a timeout, a refused
   connection) ``info`` (unknown);
 - two stock consumers, confluent-kafka and kafka-python, each assigned every partition of ``jt`` from offset 0,
-  bootstrapped on all three nodes, recording every (offset, value) they read (a consumer that has to reset its
-  position is an Assign: its next read is not compared with its last).
+  bootstrapped on all three nodes, recording every (offset, value) they read (a reset confluent-kafka reports as
+  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last; a client going back on its own,
+  as on a truncation it detected (KIP-320), is the checker's non-monotonic poll).
 
 :func:`final_history` then reads every partition in full through each node in turn (a consumer bootstrapped on that
 node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and reads each replica's WAL entry by entry
