@@ -122,8 +122,8 @@ def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> No
 def test_zombie_leader(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """Partition 0's leader paused (SIGSTOP) past its lease until another replica leads, then resumed (SIGCONT),
     while writes keep arriving at it (writers of its own send partition 0's rows there throughout, so some are
-    queued as it resumes):
-    whatever it answered 200 is kept, nothing it took after it was deposed and then truncated was acknowledged."""
+    queued as it resumes): whatever it answered 200 is kept; nothing it took after it was deposed, then truncated,
+    was acknowledged."""
     nodes, database = started(etcd1, tmp_path)
     try:
         with Workload(nodes, seed) as load:
@@ -186,8 +186,8 @@ def test_follower_restarted_with_an_empty_disk(etcd1: EtcdCluster, tmp_path: Pat
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fast_double_failover(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """kill -9 of partition 0's leader, then of the next leader as soon as it is named (its followers may not have
-    caught up): one replica is left, below MIN_INSYNC, so nothing is acknowledged in partition 0 until the first
-    node restarted on its data dir is back; then the second restarts. Nothing acknowledged is lost."""
+    caught up): one replica is left, below MIN_INSYNC; the first node is restarted on its data dir, then the
+    second. Nothing acknowledged is lost."""
     nodes, database = started(etcd1, tmp_path)
     try:
         with Workload(nodes, seed) as load:
