@@ -49,7 +49,7 @@ from kafka import TopicPartition as KpTopicPartition
 from serve_support import WAIT_S, eventually, node, sql
 from test_serve_cluster_sql import db_id
 
-from livewalgate import WalgateServer, free_port
+from livewalgate import WalgateServer, free_port, walgate_env
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
@@ -83,9 +83,10 @@ class Nodes:
     """The nodes of one cluster (1-3, and any the test adds), each started, killed, paused and restarted by the test
     (stopped by PID at the end: :meth:`close`)."""
 
-    def __init__(self, etcd: EtcdCluster, workdir: Path) -> None:
+    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None) -> None:
         self.etcd = etcd
         self.workdir = workdir
+        self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
         self.paused: set[int] = set()
@@ -106,7 +107,7 @@ class Nodes:
             port = self.ports.setdefault(node_id, free_port())
         stack = ExitStack()
         server = stack.enter_context(node(self.etcd, life, node_id, *ARGS, data_dir=self.data_dir(node_id),
-                                          kafka_port=port))
+                                          kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}))
         with self._lock:
             self.servers[node_id] = server
             self._stacks[node_id] = stack
