@@ -356,7 +356,7 @@ def final_reads(nodes: Nodes) -> list[Op]:
                 while (pairs[-1][0] + 1 if pairs else 0) < end:
                     assert time.monotonic() < deadline, f"node {node_id}: partition {p} read to {pairs[-1:]}, not {end}"
                     m = consumer.poll(0.5)
-                    if m is not None and m.error() is None:
+                    if m is not None and m.error() is None and m.partition() == p:
                         pairs.append((m.offset(), _value(m.value())))
                 ops.append(FinalRead(FINAL + node_id, f"p{p}", pairs))
         finally:
