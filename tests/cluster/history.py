@@ -1,4 +1,5 @@
-"""A checker of what Kafka clients saw, after jepsen's Kafka workload (``jepsen/tests/kafka.clj``): pure, typed.
+"""A checker of what Kafka clients saw and replicas hold, after jepsen's Kafka workload (``jepsen/tests/kafka.clj``):
+pure, typed.
 
 A history is the list of operations clients completed, each process's in the order it did them:
 
@@ -8,21 +9,30 @@ A history is the list of operations clients completed, each process's in the ord
 - :class:`Poll`: what one consumer read, per partition (the "key"), as (offset, value) pairs in the order read.
 - :class:`Assign`: the consumer was assigned, subscribed, rebalanced or seeked: where it reads from next is its
   own choice, so its next poll is not compared with its last.
+- :class:`FinalRead`: a full read of one partition, from its first offset to its end, after the writes stopped
+  (through one node: several may read the same partition); it is a poll of its own, read from the start.
+- :class:`Replica`: one replica's copy of a partition's log at the end (entry by entry: version -> a digest of the
+  entry) and the high watermark that replica knows.
 
 Every value is written once in a history (the workload makes them unique). :func:`check` derives each partition's
 log (offset -> the values seen there, from acknowledgements and reads) and returns the violations:
 
 - ``lost-write``: an acknowledged (or committed) write that readers should have seen and did not: it sits at or
-  below the offset of some value that was read in its partition, and no poll ever read it (jepsen's lost-write).
-  A write whose offset nobody learnt (never read, no offset in its acknowledgement) cannot be judged: a test that wants every
-  acknowledged write checked acknowledges one more per partition at the end and reads up to it;
+  below the offset of some value that was read in its partition, and no poll ever read it (jepsen's lost-write);
+  or one that a :class:`FinalRead` of its partition does not hold. A write whose offset nobody learnt (never read, no
+  offset in its acknowledgement) in a partition no final read covers cannot be judged: a test that wants every
+  acknowledged write checked reads each partition in full at the end (or acknowledges one more per partition at the
+  end and reads up to it);
 - ``duplicate``: one value at two offsets, or in two partitions;
 - ``inconsistent-offsets``: two values at one offset of a partition (by reads, or a read and an acknowledgement);
 - ``aborted-read``: a read of a value whose send failed or whose transaction aborted (read_committed: G1a);
 - ``phantom-read``: a read of a value no send wrote;
 - ``nonmonotonic-poll``: a consumer read an offset at or below one it read before in that partition, with no
   :class:`Assign` in between;
-- ``poll-skip``: a consumer's next read in a partition jumped over offsets that hold values others saw.
+- ``poll-skip``: a consumer's next read in a partition jumped over offsets that hold values others saw;
+- ``replica-divergence``: two replicas of a partition hold different entries (or one lacks an entry) at a version
+  below the lower of their high watermarks (issue 25: every replica's WAL is the leader's, entry by entry, up to
+  the high watermark).
 
 Values of ``info`` sends may appear or not: that is no violation. What is not checked: dependency cycles between
 transactions (jepsen's G0/G1c/G-single over the write-read-version graph) and the order of one producer's sends.
@@ -35,12 +45,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Write", "Send", "Poll", "Assign", "Op", "Violation", "check", "Value", "Outcome"]
+__all__ = ["Write", "Send", "Poll", "Assign", "FinalRead", "Replica", "Op", "Violation", "check", "Value",
+           "Outcome"]
 
 Value = int | str
 Outcome = Literal["ok", "fail", "info"]
 Kind = Literal["lost-write", "duplicate", "inconsistent-offsets", "aborted-read", "phantom-read",
-               "nonmonotonic-poll", "poll-skip"]
+               "nonmonotonic-poll", "poll-skip", "replica-divergence"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,28 @@ class Assign:
     process: int
 
 
-Op = Send | Poll | Assign
+@dataclass(frozen=True)
+class FinalRead:
+    """Every (offset, value) of partition ``key`` from its first offset to its end, read by ``process`` after the
+    writes stopped."""
+
+    process: int
+    key: str
+    reads: Sequence[tuple[int, Value]]
+
+
+@dataclass(frozen=True)
+class Replica:
+    """Node ``node``'s copy of partition ``key``: ``entries`` maps each WAL version it holds to a digest of that
+    entry; ``hw``: the high watermark it knows (versions below it are committed)."""
+
+    node: int
+    key: str
+    hw: int
+    entries: Mapping[int, bytes]
+
+
+Op = Send | Poll | Assign | FinalRead | Replica
 
 
 @dataclass(frozen=True)
@@ -109,14 +141,62 @@ def check(history: Sequence[Op]) -> list[Violation]:
             for w in s.writes:
                 if w.offset is not None:
                     logs[w.key].see(w.offset, w.value)
-    for op in history:
+    reads = _as_polls(history)
+    for op in reads:
         if isinstance(op, Poll):
             for key, pairs in op.reads.items():
                 for offset, value in pairs:
                     logs[key].see(offset, value)
                     logs[key].read.add(value)
-    return (_lost_writes(logs) + _duplicates(logs) + _inconsistent(logs)
-            + _bad_reads(logs, writer) + _poll_order(history, logs))
+    finals = [op for op in history if isinstance(op, FinalRead)]
+    return (_lost_writes(logs) + _not_in_final_reads(sends, finals) + _duplicates(logs) + _inconsistent(logs)
+            + _bad_reads(logs, writer) + _poll_order(reads, logs)
+            + _divergence([op for op in history if isinstance(op, Replica)]))
+
+
+def _as_polls(history: Sequence[Op]) -> list[Op]:
+    """The history with each final read as what it is to a consumer: an assignment, then one poll from the start."""
+    out: list[Op] = []
+    for op in history:
+        if isinstance(op, FinalRead):
+            out += [Assign(op.process), Poll(op.process, {op.key: op.reads})]
+        elif not isinstance(op, Replica):
+            out.append(op)
+    return out
+
+
+def _not_in_final_reads(sends: list[Send], finals: list[FinalRead]) -> list[Violation]:
+    """Acknowledged writes missing from a full read of their partition (each final read is judged on its own: a
+    node that serves a shorter log than another lost them too)."""
+    out = []
+    for final in finals:
+        held = {value for _, value in final.reads}
+        for s in sends:
+            for w in s.writes:
+                if s.outcome == "ok" and w.key == final.key and w.value not in held:
+                    out.append(Violation("lost-write", w.key, f"value {w.value!r} was acknowledged, but the full"
+                                         f" read of {final.key} by {final.process} does not hold it", (w.value,)))
+    return out
+
+
+def _divergence(replicas: list[Replica]) -> list[Violation]:
+    """Each pair of replicas of a partition, entry by entry below the lower of their high watermarks."""
+    out = []
+    by_key: dict[str, list[Replica]] = defaultdict(list)
+    for r in replicas:
+        by_key[r.key].append(r)
+    for key, copies in sorted(by_key.items()):
+        copies.sort(key=lambda r: r.node)
+        for i, a in enumerate(copies):
+            for b in copies[i + 1:]:
+                bound = min(a.hw, b.hw)
+                versions = sorted(v for v in set(a.entries) | set(b.entries) if v < bound)
+                differ = [v for v in versions if a.entries.get(v) != b.entries.get(v)]
+                if differ:
+                    out.append(Violation("replica-divergence", key, f"nodes {a.node} and {b.node} differ below"
+                                         f" high watermark {bound} at versions {differ[:10]}"
+                                         f"{' ...' if len(differ) > 10 else ''} ({len(differ)} in all)"))
+    return out
 
 
 def _lost_writes(logs: dict[str, _Log]) -> list[Violation]:

@@ -4,7 +4,9 @@ nothing is reported for the same history without it."""
 from __future__ import annotations
 
 import pytest
-from history import Assign, Op, Poll, Send, Write, check
+from history import Assign, FinalRead, Op, Poll, Replica, Send, Write, check
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def ok(process: int, key: str, value: int, offset: int | None) -> Send:
@@ -94,3 +96,87 @@ def test_poll_skip() -> None:
 def test_a_value_written_twice_is_a_bad_history() -> None:
     with pytest.raises(ValueError, match="written twice"):
         check([ok(0, "p0", 1, 0), ok(0, "p0", 1, 1)])
+
+
+def test_lost_write_missing_from_a_final_read() -> None:
+    sql = [ok(0, "p0", v, None) for v in (10, 11, 12)]  # acknowledged without an offset (SQL INSERTs)
+    full = [(0, 10), (1, 11), (2, 12)]
+    assert check(sql + [FinalRead(5, "p0", full), FinalRead(6, "p0", full)]) == []
+    # node 6 serves a log without 11: lost there, whatever node 5 serves (and its read skipped offset 1)
+    found = check(sql + [FinalRead(5, "p0", full), FinalRead(6, "p0", [(0, 10), (2, 12)])])
+    assert [v.kind for v in found] == ["lost-write", "poll-skip"]
+    assert found[0].values == (11,) and "by 6" in found[0].detail
+    # no other read: the final read alone judges it
+    [lost] = check(sql + [FinalRead(6, "p0", [(0, 10), (2, 12)])])
+    assert (lost.kind, lost.values) == ("lost-write", (11,))
+    # a final read of another partition judges nothing here; unknown and failed writes need not be there
+    assert check(sql + [Send(0, (Write("p0", 13),), "info"), Send(0, (Write("p0", 14),), "fail"),
+                        FinalRead(5, "p0", full), FinalRead(5, "p1", [])]) == []
+
+
+def test_a_final_read_is_a_poll_from_the_start() -> None:
+    sql = [ok(0, "p0", v, None) for v in (10, 11)]
+    # the same process read the partition before: the final read starting over is no non-monotonic poll ...
+    assert check(sql + [Poll(5, {"p0": [(0, 10), (1, 11)]}), FinalRead(5, "p0", [(0, 10), (1, 11)])]) == []
+    # ... but one going back inside itself is, and it feeds the offsets' values like any read
+    assert [v.kind for v in check(sql + [FinalRead(5, "p0", [(0, 10), (1, 11), (0, 10)])])] == ["nonmonotonic-poll"]
+    assert "inconsistent-offsets" in kinds(sql + [FinalRead(5, "p0", [(0, 10), (1, 11)]),
+                                                  FinalRead(6, "p0", [(0, 11), (1, 10)])])
+
+
+def test_replica_divergence() -> None:
+    same = {0: b"a", 1: b"b", 3: b"c"}
+    assert check([Replica(1, "p0", 4, same), Replica(2, "p0", 4, dict(same)), Replica(3, "p0", 4, dict(same))]) == []
+    # above the lower high watermark replicas may differ (an uncommitted tail, a follower behind)
+    assert check([Replica(1, "p0", 5, {**same, 4: b"x"}), Replica(2, "p0", 3, {0: b"a", 1: b"b", 3: b"y"})]) == []
+    [violation] = check([Replica(1, "p0", 4, same), Replica(2, "p0", 4, {**same, 1: b"z"})])
+    assert (violation.kind, violation.key) == ("replica-divergence", "p0") and "[1]" in violation.detail
+    [missing] = check([Replica(1, "p0", 4, same), Replica(3, "p0", 4, {0: b"a", 1: b"b"})])
+    assert "nodes 1 and 3" in missing.detail and "[3]" in missing.detail
+    # another partition's replicas are not compared with these
+    assert check([Replica(1, "p0", 4, same), Replica(2, "p1", 4, {0: b"q"})]) == []
+
+
+@st.composite
+def clean_histories(draw: st.DrawFn) -> list[Op]:
+    """A history of a correct system: per partition a log of unique values at rising offsets with gaps (markers),
+    acknowledged ones with or without their offset, unknown ones in it or not, failed ones never; consumers polling
+    increasing runs of it (going back only after an Assign); full final reads; replicas equal below their high
+    watermarks."""
+    history: list[Op] = []
+    value = 0
+    for p in range(draw(st.integers(1, 3))):
+        key = f"p{p}"
+        pairs: list[tuple[int, int]] = []
+        offset = 0
+        for _ in range(draw(st.integers(0, 12))):
+            outcome = draw(st.sampled_from(["ok", "ok", "info", "fail"]))
+            if outcome == "fail" or (outcome == "info" and draw(st.booleans())):
+                history.append(Send(0, (Write(key, value),), outcome))
+            else:
+                offset += draw(st.integers(0, 3))
+                known = outcome == "ok" and draw(st.booleans())
+                history.append(Send(0, (Write(key, value, offset if known else None),), outcome))
+                pairs.append((offset, value))
+                offset += 1
+            value += 1
+        for consumer in range(draw(st.integers(0, 2))):
+            start = draw(st.integers(0, len(pairs)))
+            while start < len(pairs):
+                stop = draw(st.integers(start + 1, len(pairs)))
+                history.append(Poll(10 + consumer, {key: pairs[start:stop]}))
+                if draw(st.booleans()):
+                    history.append(Assign(10 + consumer))
+                    stop = draw(st.integers(0, stop))
+                start = stop
+        history += [FinalRead(20 + n, key, pairs) for n in range(draw(st.integers(1, 2)))]
+        committed = {v: str(v).encode() for v in range(len(pairs))}
+        for node in (1, 2, 3):
+            tail = {len(pairs) + t: bytes([node]) for t in range(draw(st.integers(0, 2)))}  # above the HW
+            history.append(Replica(node, key, draw(st.integers(0, len(pairs))), {**committed, **tail}))
+    return history
+
+
+@given(clean_histories())
+def test_a_generated_clean_history_has_no_violation(history: list[Op]) -> None:
+    assert check(history) == []

@@ -1,0 +1,406 @@
+"""The Jepsen-style workload on a replicated database (issue 25): three real ``walgate serve --cluster`` nodes over a
+real etcd, faults injected by the test, the history checked by tests/cluster/history.py.
+
+:class:`Nodes` runs nodes 1-3 (``replication.enable=true``, a 2 s lease) as processes it can kill -9, pause
+(SIGSTOP/SIGCONT) and restart on their data dir or on an empty one, each on the Kafka port it had (every
+incarnation logs to a directory of its own, so a traceback in any of them is found). :func:`replicated_database`
+makes database ``r`` (``REPLICA 3``, :data:`VGROUPS` vgroups, WAL_LEVEL 2 and fsync period 0: an
+acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgroup).
+
+:class:`Workload` runs, until stopped:
+
+- writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones:
+  a SQL ``INSERT`` over HTTP (``/rest/sql``) into a subtable of ``r.st``, or a line-protocol line (``/influxdb/v1/
+  write``) into measurement ``lp``; each value's partition is its subtable's vgroup. 200 (204) with the row counted
+  is ``ok``, a 4xx ``fail`` (the API's word: refused, nothing written), anything else (5xx, a timeout, a refused
+  connection) ``info`` (unknown);
+- two stock consumers, confluent-kafka and kafka-python, each assigned every partition of ``jt`` from offset 0,
+  bootstrapped on all three nodes, recording every (offset, value) they read (a reset confluent-kafka reports as
+  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last; a client going back on its own,
+  as on a truncation it detected (KIP-320), is the checker's non-monotonic poll).
+
+:func:`final_history` then reads every partition in full through each node in turn (a consumer bootstrapped on that
+node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and reads each replica's WAL entry by entry
+(a copy of it opened offline) with the high watermark its checkpoint holds: the whole history for ``check``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, PartitionMetadata
+from etcd_cluster import EtcdCluster
+from history import Assign, FinalRead, Op, Poll, Replica, Send, Write
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+from serve_support import WAIT_S, eventually, node, sql
+from test_serve_cluster_sql import db_id
+
+from livewalgate import WalgateServer, free_port, walgate_env
+from walgate.storage import hw_checkpoint
+from walgate.storage.lineproto import child_table_name
+from walgate.storage.vnode import vnode_of
+from walgate.storage.wal import Wal, WalOptions
+
+__all__ = ["VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads", "replica_contents",
+           "final_history", "wait_until"]
+
+VGROUPS = 2
+TOPIC = "jt"
+ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
+BASE_TS = 1_700_000_000_000
+HTTP_TIMEOUT_S = 10.0
+CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the history
+FINAL = 200  # + node id: the final read through that node
+
+
+def wait_until(what: str, check: Callable[[], bool]) -> None:
+    """Until ``check()`` holds (a Kafka client's error while asking counts as not yet), at most 60 s."""
+    eventually(what, lambda: _holds(check))
+
+
+def _holds(check: Callable[[], bool]) -> bool:
+    try:
+        return check()
+    except KafkaException:
+        return False
+
+
+class Nodes:
+    """The nodes of one cluster (1-3, and any the test adds), each started, killed, paused and restarted by the test
+    (stopped by PID at the end: :meth:`close`)."""
+
+    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None) -> None:
+        self.etcd = etcd
+        self.workdir = workdir
+        self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
+        self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
+        self.servers: dict[int, WalgateServer] = {}
+        self.paused: set[int] = set()
+        self._stacks: dict[int, ExitStack] = {}
+        self._lives = 0  # incarnations started: each logs in a directory of its own
+        self._lock = threading.Lock()  # (nodes start at once: start_all)
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.workdir / f"data{node_id}"
+
+    def start(self, node_id: int, *, empty: bool = False) -> WalgateServer:
+        """Node ``node_id`` on its data dir (``empty``: emptied first) and Kafka port."""
+        if empty:
+            shutil.rmtree(self.data_dir(node_id), ignore_errors=True)
+        with self._lock:
+            self._lives += 1
+            life = self.workdir / f"life{self._lives}"
+            port = self.ports.setdefault(node_id, free_port())
+        stack = ExitStack()
+        server = stack.enter_context(node(self.etcd, life, node_id, *ARGS, data_dir=self.data_dir(node_id),
+                                          kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}))
+        with self._lock:
+            self.servers[node_id] = server
+            self._stacks[node_id] = stack
+        return server
+
+    def start_all(self, node_ids: tuple[int, ...]) -> None:
+        """Nodes ``node_ids`` started at once (each start waits for its ready line; a failed one fails the test)."""
+        with ThreadPoolExecutor(len(node_ids)) as pool:
+            for started in [pool.submit(self.start, i) for i in node_ids]:
+                started.result()
+
+    def kill(self, node_id: int) -> None:
+        """kill -9 (by PID), and wait for it."""
+        server = self.servers.pop(node_id)
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(30)
+        self._stacks.pop(node_id).close()
+
+    def pause(self, node_id: int) -> None:
+        self.servers[node_id].proc.send_signal(signal.SIGSTOP)
+        self.paused.add(node_id)
+
+    def resume(self, node_id: int) -> None:
+        self.servers[node_id].proc.send_signal(signal.SIGCONT)
+        self.paused.discard(node_id)
+
+    def running(self) -> dict[int, WalgateServer]:
+        return dict(self.servers)
+
+    def answering(self, but: int = 0) -> int:
+        """A running node that is not paused (nor ``but``)."""
+        return min(i for i in self.servers if i not in self.paused and i != but)
+
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+
+    def _described(self, partition: int, via: int) -> PartitionMetadata | None:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
+        return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.get(partition)
+
+    def leader(self, partition: int, via: int) -> int:
+        """The leader Metadata names for ``partition`` of the topic, asked of node ``via`` (-1: none)."""
+        part = self._described(partition, via)
+        return -1 if part is None else int(part.leader)
+
+    def current_leader(self, partition: int) -> int:
+        """The leader of ``partition`` that an answering node names, once one does."""
+        named: list[int] = []
+
+        def running_leader() -> bool:
+            named.append(self.leader(partition, self.answering()))
+            return named[-1] in self.servers
+
+        wait_until(f"a leader of partition {partition}", running_leader)
+        return named[-1]
+
+    def isr(self, partition: int, via: int) -> list[int]:
+        """The ISR Metadata names for ``partition``, asked of node ``via``, sorted."""
+        part = self._described(partition, via)
+        return [] if part is None else sorted(part.isrs)
+
+    def close(self) -> None:
+        """Every node stopped by PID: all SIGTERMed at once, then each waited for (SIGKILL after 15 s)."""
+        for node_id in list(self.paused):
+            self.resume(node_id)
+        for server in self.servers.values():
+            if server.proc.poll() is None:
+                server.proc.terminate()
+        for node_id in sorted(self._stacks, reverse=True):
+            self._stacks.pop(node_id).close()
+        self.servers.clear()
+
+    def logs(self) -> list[Path]:
+        return sorted(self.workdir.glob("life*/node*/walgate.log"))
+
+
+def replicated_database(nodes: Nodes) -> str:
+    """Database ``r`` (REPLICA 3) with stable ``st``, measurement ``lp`` and topic ``jt``, led in every vgroup;
+    its id."""
+    n1 = nodes.servers[1]
+    wait_until("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+    sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+    sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (writer INT)")
+    sql(n1, f"CREATE TOPIC {TOPIC} AS DATABASE r")
+    wait_until("a leader for each vgroup", lambda: all(nodes.leader(p, 1) in (1, 2, 3) for p in range(VGROUPS)))
+    return db_id(n1, "r")
+
+
+def _slot_key(sql: bool, writer: int, slot: int) -> str:
+    """The partition of writer ``writer``'s table ``slot``: ``r.w<writer>_<slot>`` (SQL) or line protocol's child
+    table of ``lp`` with tags slot and writer."""
+    table = f"w{writer}_{slot}" if sql else child_table_name("lp", (("slot", str(slot)), ("writer", str(writer))))
+    return f"p{vnode_of('r', table, VGROUPS)}"
+
+
+class Workload:
+    """Writers and consumers over the nodes (see the module docstring), recording the history as they go."""
+
+    def __init__(self, nodes: Nodes, seed: int, writers: int = 2) -> None:
+        self.nodes = nodes
+        self.seed = seed
+        self.writers = writers
+        self.history: list[Op] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.acked = 0
+        self.answers: dict[str, int] = {}  # each kind of answer (status or error), counted
+        self.sent: dict[int, str] = {}  # value -> how it was sent and answered (to explain a violation)
+        self.started = time.monotonic()
+        self.events: list[str] = []  # the faults, timed as ``sent``
+        self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(writers)]
+        self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
+                         threading.Thread(target=self._consume_kafka_python, daemon=True)]
+
+    def __enter__(self) -> Workload:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(HTTP_TIMEOUT_S + 30)
+
+    def record(self, op: Op) -> None:
+        with self.lock:
+            self.history.append(op)
+            if isinstance(op, Send) and op.outcome == "ok":
+                self.acked += 1
+
+    def wait_acked(self, more: int, what: str) -> None:
+        """Until ``more`` more writes than now were acknowledged."""
+        target = self.acked + more
+        wait_until(f"{more} more acknowledged writes ({what}; answers so far {self.answers})",
+                   lambda: self.acked >= target)
+
+    def _write(self, writer: int) -> None:
+        rng = random.Random(self.seed * 100 + writer)
+        for n in range(10_000_000):
+            if self.stop.is_set():
+                return
+            running = [(i, s) for i, s in sorted(self.nodes.running().items()) if i not in self.nodes.paused]
+            if running:  # (a client that timed out on a paused node moves on: none is sent there)
+                self.send(rng.choice(running)[1], writer, n, rng)
+            else:
+                time.sleep(0.05)
+
+    def send(self, server: WalgateServer, writer: int, n: int, rng: random.Random, partition: int | None = None
+             ) -> None:
+        """Writer ``writer``'s ``n``-th value (below 10,000,000) written through ``server``, by SQL or line protocol
+        (``rng`` draws which) into one of the writer's tables (``partition``: one in that partition), and recorded
+        with its outcome."""
+        value = writer * 10_000_000 + n
+        sql = rng.random() < 0.5
+        slots = [k for k in range(16) if partition is None or _slot_key(sql, writer, k) == f"p{partition}"][:4]
+        slot = slots[n % len(slots)]
+        key = _slot_key(sql, writer, slot)
+        if sql:
+            url, body = server.http_url + "/rest/sql", (
+                f"INSERT INTO r.w{writer}_{slot} USING r.st TAGS ({writer}) VALUES ({BASE_TS + value}, {value})")
+        else:
+            url, body = server.http_url + "/influxdb/v1/write?db=r&precision=ms", (
+                f"lp,slot={slot},writer={writer} v={value}i {BASE_TS + value}")
+        sent = time.monotonic() - self.started
+        outcome, answer = _post(url, body)
+        with self.lock:
+            self.answers[answer] = self.answers.get(answer, 0) + 1
+            self.sent[value] = (f"{url.split('/')[3]} to {server.http_url} at {sent:.2f} s, answered {answer} at"
+                                f" {time.monotonic() - self.started:.2f} s")
+        self.record(Send(writer, (Write(key, value),), outcome))
+
+    def note(self, event: str) -> None:
+        """``event`` (a fault), timed for :meth:`explain`."""
+        self.events.append(f"{event} at {time.monotonic() - self.started:.2f} s")
+
+    def explain(self, values: tuple[object, ...]) -> list[str]:
+        """The faults, then how each of ``values`` was sent and answered."""
+        return self.events + [f"{v}: {self.sent.get(v, 'not sent by a writer')}" for v in values if isinstance(v, int)]
+
+    def _consume_confluent(self) -> None:
+        process = CONFLUENT
+        consumer = Consumer({"bootstrap.servers": self.nodes.bootstrap(), "group.id": "jepsen-ck",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "reconnect.backoff.max.ms": 200, "topic.metadata.refresh.interval.ms": 1000})
+        try:
+            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(VGROUPS)])
+            self.record(Assign(process))
+            while not self.stop.is_set():
+                m = consumer.poll(0.2)
+                if m is None:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._AUTO_OFFSET_RESET:
+                        self.record(Assign(process))
+                    continue
+                self.record(Poll(process, {f"p{m.partition()}": [(m.offset(), _value(m.value()))]}))
+        finally:
+            consumer.close()
+
+    def _consume_kafka_python(self) -> None:
+        process = KAFKA_PYTHON
+        consumer = KafkaConsumer(bootstrap_servers=self.nodes.bootstrap().split(","), enable_auto_commit=False,
+                                 auto_offset_reset="earliest", group_id=None, reconnect_backoff_max_ms=200,
+                                 metadata_max_age_ms=1000, request_timeout_ms=15000)
+        try:
+            consumer.assign([KpTopicPartition(TOPIC, p) for p in range(VGROUPS)])
+            consumer.seek_to_beginning()
+            self.record(Assign(process))
+            while not self.stop.is_set():
+                for tp, records in consumer.poll(timeout_ms=200).items():
+                    self.record(Poll(process, {f"p{tp.partition}": [(r.offset, _value(r.value)) for r in records]}))
+        finally:
+            consumer.close()
+
+
+def _value(raw: bytes) -> int:
+    return int(json.loads(raw)["v"])
+
+
+def _post(url: str, body: str) -> tuple[str, str]:
+    """(outcome, answer) of one write of one row: ``ok`` (2xx with one row counted: ``[[1]]`` from SQL, the
+    ``X-Walgate-Rows`` header from line protocol), ``fail`` (4xx), ``info`` (anything else: no answer, 5xx)."""
+    request = urllib.request.Request(url, data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as r:
+            counted = r.headers.get("X-Walgate-Rows") if r.status == 204 else json.load(r).get("data")
+            return ("ok" if counted in ("1", [[1]]) else "info"), f"{r.status} {counted}"
+    except urllib.error.HTTPError as e:
+        return ("fail" if e.code < 500 else "info"), str(e.code)
+    except (urllib.error.URLError, OSError) as e:
+        return "info", type(e).__name__
+
+
+def final_reads(nodes: Nodes) -> list[Op]:
+    """Every partition read in full through each running node (a consumer bootstrapped on it alone)."""
+    ops: list[Op] = []
+    for node_id, server in sorted(nodes.running().items()):
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": f"final{node_id}",
+                             "enable.auto.commit": False})
+        try:
+            for p in range(VGROUPS):
+                _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
+                consumer.assign([TopicPartition(TOPIC, p, 0)])
+                pairs: list[tuple[int, int]] = []
+                deadline = time.monotonic() + WAIT_S
+                while (pairs[-1][0] + 1 if pairs else 0) < end:
+                    assert time.monotonic() < deadline, f"node {node_id}: partition {p} read to {pairs[-1:]}, not {end}"
+                    m = consumer.poll(0.5)
+                    if m is not None and m.error() is None and m.partition() == p:
+                        pairs.append((m.offset(), _value(m.value())))
+                ops.append(FinalRead(FINAL + node_id, f"p{p}", pairs))
+        finally:
+            consumer.close()
+    return ops
+
+
+def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:
+    """Each of the nodes ``replicas``' copy of each vgroup (the nodes stopped): its WAL, entry by entry, read from a
+    copy opened offline, and the high watermark of its checkpoint (0 when it has none)."""
+    ops: list[Op] = []
+    for node_id in replicas:
+        for p in range(VGROUPS):
+            vnode = nodes.data_dir(node_id) / "db" / database_id / f"vnode{p}"
+            copy = scratch / f"node{node_id}-vnode{p}"
+            if (vnode / "wal").is_dir():
+                shutil.copytree(vnode / "wal", copy)
+            wal = Wal.open(copy, WalOptions())
+            try:
+                entries = {e.version: hashlib.sha256(bytes([e.kind]) + e.count.to_bytes(4, "big") + e.body).digest()
+                           for e in (wal.read_from(wal.first_version) if wal.segments else ())}
+            finally:
+                wal.close()
+            ops.append(Replica(node_id, f"p{p}", hw_checkpoint.read(vnode) or 0, entries))
+    return ops
+
+
+def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: Path,
+                  replicas: tuple[int, ...] = (1, 2, 3)) -> list[Op]:
+    """The workload's history, the final reads through every node (the nodes ``replicas`` started where they are
+    not running, and all of them in the ISR), then (the nodes stopped) each replica's WAL; no incarnation's log may
+    hold a traceback."""
+    for node_id in replicas:
+        if node_id not in nodes.servers:
+            nodes.start(node_id)
+    for p in range(VGROUPS):
+        wait_until(f"partition {p} led with nodes {replicas} in the ISR", lambda p=p: nodes.leader(
+            p, replicas[0]) in replicas and nodes.isr(p, replicas[0]) == sorted(replicas))
+    history = workload.history + final_reads(nodes)
+    nodes.close()
+    copies = replica_contents(nodes, database_id, scratch, replicas)
+    assert all(c.hw > 0 for c in copies), f"a replica without a high watermark checkpoint: {copies}"
+    history += copies
+    for log in nodes.logs():
+        assert "Traceback" not in log.read_text(errors="replace"), log
+    return history
+
