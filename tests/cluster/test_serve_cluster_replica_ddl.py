@@ -8,7 +8,8 @@ WAL: the catalog stream goes on on every node (a later CREATE DATABASE is seen e
 byte for byte its leader's, rows with the new column are read back through every node, and a node restarts (before
 the fix: every node holding a follower's copy retried the record forever, and a restarted one never started). A
 vgroup whose partition state has no leader (and none electable) makes a SELECT over ``r`` answer HTTP 503 "Sync
-leader is unreachable: ..." through every node (before: 200 without that vgroup's rows). DROP DATABASE r deletes its partition states (before: they stayed) and the replica managers let its vnodes go: writes to
+leader is unreachable: ..." through every node (before: 200 without that vgroup's rows), while a SELECT of one table
+of a vgroup still led answers (before this branch: 503). DROP DATABASE r deletes its partition states (before: they stayed) and the replica managers let its vnodes go: writes to
 another database answer on every node, and ``r`` made again gets new states, led anew.
 """
 
@@ -146,6 +147,7 @@ def test_schema_changes_and_drops_of_a_replicated_database(etcd1: EtcdCluster, t
                 s, "SELECT COUNT(*) FROM r.st")[0] == 503)
             code, body = status(server, "SELECT COUNT(*) FROM r.st")
             assert code == 503 and "Sync leader is unreachable: vgroup 1 of database r has no leader now" in body
+            assert sql(server, f"SELECT COUNT(*) FROM r.{names[0]}") == [[1 + 3]]  # its own vgroup led (rv4 R6)
         sql(n3, "DROP DATABASE r")
         eventually("r's partition states deleted", lambda: partition_keys(etcd1) == [])
         for server in nodes:

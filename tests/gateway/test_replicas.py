@@ -15,7 +15,9 @@ once a follower rejoined; a deposed leader answers NOT_LEADER_OR_FOLLOWER, to th
 whose leader epoch the disk refused to record is logged (no traceback) and retried until it leads. A former leader
 whose engine was reopened (its HW unknown) truncates the tail it wrote alone and serves only the new leader's HW; an
 ISR change etcd could not take is proposed again (one WARNING); a cut left unfinished (the disk refused the epoch
-file) is finished when the vnode is then led, or followed anew. A replica's high watermark checkpoint is written
+file) is finished when the vnode is then led, or followed anew. A deposed leader whose uncommitted tail holds a DROP
+STABLE's meta entry cuts it, catches up and rejoins the ISR (rv4 R1); a database dropped and made again under its
+name, its new state applied before the catalog change that lets the old one go, stays led and followed (rv4 R5). A replica's high watermark checkpoint is written
 while it runs and at its stop (a write the disk refused logged once, then written again); reopened, it serves from
 it (the log start when the file is damaged: reported).
 """
@@ -149,6 +151,19 @@ class Trio:
             self.start(n)
         await self.write_state(self.initial())
         await self.leading(1)
+
+    async def leader_alone(self) -> None:
+        """:meth:`started`, row 0 written and copied, then node 1's ISR proposer cancelled (the ISR keeps (1, 2, 3)
+        until node 1 is down, so a later election of node 2 is clean) and nodes 2 and 3 stopped: what node 1 writes
+        next is on node 1 only, and never committed."""
+        await self.started()
+        await self.insert(1, 0)
+        await self.caught_up(2, 3)
+        proposer = self.nodes[1].led()[PartitionId(DB_ID, 0)].proposer
+        assert proposer is not None
+        proposer.cancel()
+        for n in (2, 3):
+            await self.stop(n)
 
     async def isr_is(self, ids: set[int]) -> bool:
         return {m.replica for m in (await self.state()).isr} == ids
@@ -300,6 +315,45 @@ async def test_a_leader_deposed_in_etcd_follows_the_new_one(
         await t.same_wals(1, 2, 3)
 
 
+async def test_a_database_dropped_and_made_again_under_its_name_keeps_the_new_ones_leadership(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rv4 R5: the new database's state applied before the catalog change that lets go of the old one (a DROP and a
+    CREATE in one catalog snapshot): the old one's cleanup neither ends the new leadership (node 1's write is
+    acknowledged) nor stops a follower's manager (a later state is applied: node 2 leads), and the WALs agree."""
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.started()
+        await t.insert(1, 0)
+        await t.caught_up(2, 3)
+        old, new = PartitionId(DB_ID, 0), PartitionId("7a" * 16, 0)
+        monkeypatch.setattr(catalog, "new_db_id", lambda: new.db_id)
+        for node in t.nodes.values():
+            await node.side.sql(f"DROP DATABASE {DB}")
+            await node.side.sql(f"CREATE DATABASE {DB} VGROUPS 1 {WAL}")
+            await node.side.sql(STABLE)
+        monkeypatch.undo()
+        key = partition_key(t.states.keys, new)
+        await t.states.session.txn([], [tx.Put(key, encode_state(t.initial()))])
+        managers = {n: node.manager for n, node in t.nodes.items()}
+        assert all(m is not None for m in managers.values())
+        await until(lambda: _is(new in t.nodes[1].led() and all(
+            new in m.following for n, m in managers.items() if n != 1 and m is not None)), "the new database led")
+        for m in managers.values():
+            assert m is not None
+            m.catalog_changed()
+        await until(lambda: _is(all(old not in m.led and old not in m.following for m in managers.values()
+                                    if m is not None)), "the dropped database let go everywhere")
+        await t.insert(1, 1)
+        manager = managers[1]
+        assert manager is not None and await manager.writes_acknowledged(WAIT_S) == ErrorCode.none
+        state = await t.states.read(new)
+        assert state is not None
+        await t.states.session.txn([], [tx.Put(key, encode_state(replace(state, leader=2, leader_epoch=2)))])
+        await until(lambda: _is(new in t.nodes[2].led()), "node 2 leads the new database")
+        await t.insert(2, 2)
+        await t.caught_up(1, 3, leader=2)
+        await t.same_wals(1, 2, 3)
+
+
 async def _is(value: bool) -> bool:
     return value
 
@@ -426,14 +480,7 @@ async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
 async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_serves_only_the_new_leaders_hw(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.started()
-        await t.insert(1, 0)
-        await t.caught_up(2, 3)
-        proposer = t.nodes[1].led()[PartitionId(DB_ID, 0)].proposer
-        assert proposer is not None
-        proposer.cancel()  # the ISR kept (1, 2, 3) until node 1 is down: else W is committed, node 2's election unclean
-        for n in (2, 3):
-            await t.stop(n)
+        await t.leader_alone()  # (else W is committed, node 2's election unclean)
         await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
         await t.stop(1)  # node 1 goes down; its engine reopened below (its WAL's HW then unknown)
         node = t.nodes[1]
@@ -457,6 +504,31 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
         leader = await t.nodes[2].wal()
         await until(lambda: _is(reopened.visible_version == leader.visible_version == leader.next_version),
                     "node 1 serves what the new leader's HW passed")
+
+
+async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_rejoins_the_isr(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rv4 R1: the leader applies a DROP STABLE (its meta entry in its WAL only, never committed) and is deposed;
+    following the new leader, its divergence cut removes the entry (before: refused, the replica fetching never again
+    and outside the ISR for good): the subtables are those of the new leader's WAL, its WAL becomes byte for byte
+    the new leader's, and it rejoins the ISR. Its catalog keeps the drop (the catalog is the truth)."""
+    async with trio(etcd, tmp_path, monkeypatch) as t:
+        await t.leader_alone()
+        await t.nodes[1].side.sql(f"DROP STABLE {DB}.meters")  # its drop_stable entry: on node 1 only
+        assert (await t.nodes[1].wal()).next_version > (await t.nodes[2].wal()).next_version
+        state = await t.state()
+        await t.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(m for m in state.isr if m.replica != 1)))
+        t.start(2)
+        t.start(3)
+        await t.leading(2)
+        await t.insert(2, 1)
+        await t.caught_up(1, 3, leader=2)
+        await t.same_wals(1, 2, 3)
+        await until(lambda: t.isr_is({1, 2, 3}), "node 1 back in the ISR")
+        vnode = await t.nodes[1].side.vnode(DB, 0)
+        tables = await t.nodes[1].side.call(lambda: sorted((v.name, v.dropped) for v in vnode.tables()))
+        assert tables == [("d0", False), ("d1", False)]
+        assert (DB, "meters") not in t.nodes[1].side.engine.catalog.stables
 
 
 async def test_an_isr_change_the_control_plane_could_not_take_is_proposed_again(

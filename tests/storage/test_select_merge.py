@@ -24,6 +24,7 @@ from walgate.storage.errors import InvalidValue, LimitExceeded, NoLeader, Storag
 from walgate.storage.select_merge import check_led, decode, encode
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
+from walgate.storage.vnode import vnode_of
 
 VGROUP = "__wg_vgroup"  # a part's column of each row's vnode index (select_merge.py)
 
@@ -163,3 +164,18 @@ def test_a_replicated_vgroup_with_no_leader_refuses_the_merge_as_retriable() -> 
             check_led(replicated, leaders.get)
     assert issubclass(NoLeader, StorageUnavailable)
     check_led(DatabaseDef("o", {"VGROUPS": 2, "PRECISION": "ms"}, 0, "oid", ((1,), (2,))), {}.get)
+
+
+def test_a_table_read_alone_needs_only_its_own_vgroups_leader() -> None:
+    """rv4 R6: a SELECT of one table (not a supertable) reads its vgroup only, as TDengine routes it: answered while
+    another vgroup has no leader, refused (NoLeader) only when its own has none."""
+    replicated = DatabaseDef("r", {"VGROUPS": 3, "PRECISION": "ms"}, 0, "rid", ((1, 2, 3), (2, 3, 1), (3, 1, 2)))
+    names = {vnode_of("r", f"t{k}", 3): f"t{k}" for k in range(50)}
+    assert sorted(names) == [0, 1, 2]
+    for vgroup, name in names.items():
+        check_led(replicated, {vgroup: 1}.get, name)  # (the others: no state, or none led)
+        check_led(replicated, {v: 1 if v == vgroup else NO_LEADER for v in range(3)}.get, name)
+        with pytest.raises(NoLeader, match=f"vgroup {vgroup} of database r has no leader"):
+            check_led(replicated, {v: v + 1 for v in range(3) if v != vgroup}.get, name)
+        with pytest.raises(NoLeader, match="has no leader"):
+            check_led(replicated, {vgroup: 1}.get)  # (the whole database read: every vgroup needed)

@@ -508,13 +508,29 @@ def _one_table(tmp_path: Path) -> tuple[Engine, Any, int]:
     return e, v, v.wal.next_version
 
 
-def test_a_cut_of_an_applied_supertable_drop_is_refused(tmp_path: Path):
+def test_a_cut_of_supertable_changes_takes_the_tables_below_it_and_leaves_the_catalog(tmp_path: Path):
+    """A follower's cut of its former leader's ALTER and DROP STABLE entries (rv4 R1): the subtables the drop
+    dropped are alive again (as in the WAL below the cut, the new leader's), the catalog keeps its change."""
     e, v, mark = _one_table(tmp_path)
+    e.execute("ALTER STABLE db.st ADD COLUMN w INT")
     e.execute("DROP STABLE db.st")
-    end = v.wal.next_version
-    with pytest.raises(StorageError, match="drop_stable of supertable st"):
-        e.truncate_vnode("db", 0, mark, high_watermark=0)
-    assert v.wal.next_version == end and [(t.name, t.dropped) for t in v.tables()] == [("t0", True)]
+    assert v.wal.next_version > mark + 1 and [(t.name, t.dropped) for t in v.tables()] == [("t0", True)]
+    assert e.truncate_vnode("db", 0, mark, high_watermark=0) == mark
+    assert v.wal.next_version == mark and [(t.name, t.dropped) for t in v.tables()] == [("t0", False)]
+    assert ("db", "st") not in e.catalog.stables
+    e.close()
+    e = Engine.open(tmp_path, clock=ManualClock())
+    assert [(t.name, t.dropped) for t in e.vnodes["db"][0].tables()] == [("t0", False)]
+    e.close()
+
+
+def test_a_cut_of_an_alter_stable_alone_rebuilds_no_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    e, v, mark = _one_table(tmp_path)
+    e.execute("ALTER STABLE db.st ADD COLUMN w INT")
+    monkeypatch.setattr(v, "_rebuild_after_cut", lambda: pytest.fail("rebuilt"))
+    assert e.truncate_vnode("db", 0, mark, high_watermark=0) == mark
+    assert [(t.name, t.dropped) for t in v.tables()] == [("t0", False)] and v.meta_version == mark
+    assert [c.name for c in e.catalog.stables[("db", "st")].columns][-1] == "w"
     e.close()
 
 

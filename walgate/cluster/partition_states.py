@@ -220,8 +220,9 @@ class Snapshot:
     catalog_seq: int = 0  # the catalog stream's last record appended at ``revision``
 
 
-def _retrieved(task: asyncio.Task[None]) -> None:
-    """A finished watch task's outcome, taken so that asyncio does not report it as never retrieved."""
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A finished task's outcome (a watch's, a catalog question's), taken so that asyncio does not report it as never
+    retrieved."""
     if not task.cancelled():
         task.exception()
 
@@ -253,10 +254,12 @@ class Reconciler:
     vnodes once this node applied at least record ``seq`` of the catalog stream, the last one appended at the read's
     revision (:meth:`snapshot` reads ``catalog/seq`` in its transaction), so a database dropped, or made, before the
     read is never judged from an older catalog (a racing DROP DATABASE leaves no state behind, KIP-631's controller
-    likewise deletes a topic's partitions in the record that deletes it); it raises
-    :class:`ControlPlaneUnavailable` when the node cannot catch up, and when it has not answered within
-    ``catalog_wait_s`` the pass creates and deletes nothing (its elections are written all the same) and the next
-    one comes ``retry_delay`` later. Each append to the catalog stream wakes the next
+    likewise deletes a topic's partitions in the record that deletes it). The elections are written first, from
+    the snapshot, so failover never waits for the catalog (rv4 R2). A catalog that has not answered within
+    ``catalog_wait_s``, or raised :class:`ControlPlaneUnavailable` (the node cannot catch up), holds back that
+    pass's creations and deletions (a WARNING once per ``seq``); the pass then waits as a finished one does, and the
+    catalog's answer, when it comes, wakes the next one (a stuck catalog makes no pass of its own but the next
+    change's, or one lease TTL later). Each append to the catalog stream wakes the next
     pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
     deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
     created, ``deleted`` the states deleted."""
@@ -269,6 +272,8 @@ class Reconciler:
         self.election = election
         self.retry_delay = retry_delay
         self.catalog = catalog
+        self._asked: tuple[int, asyncio.Task[Mapping[PartitionId, ReplicatedVnode]]] | None = None  # seq, catalog(seq)
+        self._warned = -1  # the last seq a WARNING named
         self.passes = 0
         self.written = 0
         self.created = 0
@@ -367,18 +372,16 @@ class Reconciler:
         :class:`ControlPlaneUnavailable`."""
         snapshot = await self.snapshot()
         self.passes += 1
+        changes = reconcile_all(snapshot.states, snapshot.live)
+        refused = await self.write(snapshot, changes)
         wanted = await self._wanted(snapshot.catalog_seq)
-        gone = set() if wanted is None else {pid for pid in snapshot.present if pid not in wanted}
-        states = {pid: s for pid, s in snapshot.states.items() if pid not in gone}
-        refused = await self.write(snapshot, reconcile_all(states, snapshot.live))
-        refused += await self.delete(snapshot, gone)
-        creations, unbuildable = missing_states(wanted or {}, snapshot.present, snapshot.live)
-        for pid, why in unbuildable.items():
-            log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: %s",
-                      pid.db_id, pid.vgroup, why)
-        refused += await self.create(snapshot, creations)
-        if wanted is None and self.catalog is not None:
-            return 0  # (elections made; creations and deletions wait for the catalog: read again soon)
+        if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
+            refused += await self.delete(snapshot, [pid for pid in snapshot.present if pid not in wanted])
+            creations, unbuildable = missing_states(wanted, snapshot.present, snapshot.live)
+            for pid, why in unbuildable.items():
+                log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
+                          "%s", pid.db_id, pid.vgroup, why)
+            refused += await self.create(snapshot, creations)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0
@@ -386,21 +389,39 @@ class Reconciler:
 
     async def _wanted(self, seq: int) -> Mapping[PartitionId, ReplicatedVnode] | None:
         """The catalog's replicated vnodes as of record ``seq`` or later; None without ``catalog``, or when this
-        node's catalog does not reach ``seq`` within ``catalog_wait_s`` (logged: this pass elects, creates and
-        deletes nothing from a catalog it may not have caught up with, so failover never waits for the catalog)."""
+        node's catalog does not reach ``seq`` within ``catalog_wait_s`` (this pass creates and deletes nothing from a
+        catalog it may not have caught up with; the question stays asked, :meth:`_wait_change` wakes at its
+        answer) or raised :class:`ControlPlaneUnavailable` (asked again by the next pass). Logged once per ``seq``."""
         if self.catalog is None:
             return None
+        if self._asked is None or self._asked[0] != seq:
+            self._forget_asked()
+            self._asked = (seq, asyncio.ensure_future(self.catalog(seq)))
+        task = self._asked[1]
         try:
             async with asyncio.timeout(self.catalog_wait_s):
-                return await self.catalog(seq)
+                return await asyncio.shield(task)
         except (TimeoutError, ControlPlaneUnavailable) as e:
-            log.warning("controller: the catalog up to record %d is not applied here yet (%s): partition states "
-                        "neither created nor deleted this pass", seq, e or "timed out")
+            if seq != self._warned:
+                self._warned = seq
+                log.warning("controller: the catalog up to record %d is not applied here yet (%s): partition states "
+                            "neither created nor deleted until it is", seq, e or "timed out")
             return None
+        finally:
+            if task.done():  # (answered, or failed: the next question is a new one)
+                self._asked = None
+
+    def _forget_asked(self) -> None:
+        """The catalog's question in flight, if any, cancelled (a newer seq is asked, or the reconciliation ends)."""
+        if self._asked is not None:
+            self._asked[1].cancel()
+            self._asked[1].add_done_callback(_retrieved)
+            self._asked = None
 
     async def _wait_change(self, revision: int) -> None:
         """Return at the first change of ``nodes/`` or ``partitions/``, or append to the catalog stream, after
-        ``revision`` (or after one lease TTL: the caller looks again either way)."""
+        ``revision``, or the catalog's answer to a question still in flight (or after one lease TTL: the caller
+        looks again either way)."""
         session, keys = self.states.session, self.states.keys
 
         async def first(prefix: bytes) -> None:
@@ -411,10 +432,11 @@ class Reconciler:
                 await session.cancel_watch(watch)
 
         waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys), keys.seq)]
+        asked = [self._asked[1]] if self._asked is not None else []
         try:
-            done, _ = await asyncio.wait(waits, timeout=self.election.registration.ttl,
+            done, _ = await asyncio.wait([*waits, *asked], timeout=self.election.registration.ttl,
                                          return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
+            for task in done - set(asked):
                 task.result()  # a broken watch: ControlPlaneUnavailable
         finally:
             for task in waits:
@@ -430,6 +452,12 @@ class Reconciler:
     async def run(self) -> None:
         """Reconcile while this node is the controller, until cancelled. Losing the election, or etcd not
         answering (no quorum), stops writing; reconciliation resumes at once when it is back."""
+        try:
+            await self._run()
+        finally:
+            self._forget_asked()
+
+    async def _run(self) -> None:
         while True:
             await self.election.wait_elected()
             try:

@@ -544,7 +544,10 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     replicas = app[_REPLICAS]() if _REPLICAS in app else None
     if replicas is not None:  # else a vgroup with no leader is read nowhere (no node leads it): its rows left out
         state_of = functools.partial(replicas.state_of, dbdef.id)
-        check_led(dbdef, lambda vgroup: None if (state := state_of(vgroup)) is None else state.leader)
+        alone = None  # a table read alone: its vgroup's leader is all it needs (rv4 R6)
+        if select is not None and not await storage.call(_is_stable, engine, dbdef.name, select.source.name):
+            alone = select.source.name
+        check_led(dbdef, lambda vgroup: None if (state := state_of(vgroup)) is None else state.leader, alone)
     scan = select is not None and not plain(select)
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
@@ -798,6 +801,10 @@ def _apply_insert(engine: Engine, authorizer: Authorizer | None, principal: str,
     if authorizer is not None:
         check(authorizer, principal, host, planned.insert, db)
     return engine.apply_write(planned.write, write)
+
+
+def _is_stable(engine: Engine, db: str, name: str) -> bool:
+    return (db, name) in engine.catalog.stables
 
 
 def _name_here(engine: Engine, name: ast.Name, db: str | None) -> None:

@@ -335,11 +335,15 @@ class ReplicaManager:
     async def _apply_changes(self) -> None:
         """Apply each change in turn; one the disk refused (the epoch's begin: StorageUnavailable) is applied again
         after ``backoff_s`` while it is still the newest state seen of its vnode; any other failure (the vnode not
-        here, its epoch cache ahead of the state) is logged and left to the next change."""
+        here, its epoch cache ahead of the state) is logged and left to the next change, as is a catalog change's
+        :meth:`_forget_dropped` that failed (its next one looks again)."""
         while True:
             change = await self._changes.get()
             if change is None:
-                await self._forget_dropped()
+                try:
+                    await self._forget_dropped()
+                except Exception as e:  # noqa: BLE001 - this task must go on applying states (rv4 R5)
+                    log.error("vnodes of databases dropped here not let go yet: %s: %s", type(e).__name__, e)
                 continue
             pid, state = change
             if state is not None and self.states.states.get(pid) != state:
@@ -373,6 +377,11 @@ class ReplicaManager:
                             pid.db_id)
             return
         key = (db, pid.vgroup)
+        held = [p for p, led in self.led.items() if led.key == key]
+        held += [PartitionId(v.db_id, v.vgroup) for f in self.fetching.values()
+                 if (v := f.fetcher.followed.get(key)) is not None]
+        for other in [p for p in held if p != pid]:
+            await self._forget(other)  # a dropped database's, of the same name (rv4 R5): let go before ``key`` is taken
         if state is None or self.node_id not in state.replicas or state.leader == NO_LEADER:
             await self._stop(pid, key)
         elif leads(state, self.node_id, self.broker_epoch):
@@ -473,9 +482,20 @@ class ReplicaManager:
         log.info("vnode %d of database %s: no longer led or followed here, its database was dropped", pid.vgroup,
                  pid.db_id)
         await self._resign(pid)
-        if leader is not None:
-            followed = self.fetching[leader].fetcher.followed
-            self._unfollow(pid, next(k for k, v in followed.items() if PartitionId(v.db_id, v.vgroup) == pid))
+        key = self._key_of(pid)
+        if key is not None:
+            self._unfollow(pid, key)
+        self.following.pop(pid, None)  # (its fetcher no longer holds it: nothing to stop)
+
+    def _key_of(self, pid: PartitionId) -> VnodeKey | None:
+        """The vnode (database name, vgroup) that ``pid`` is led or followed as here, None when it is neither. A
+        name's database made again has another id: its vnode is the old one's key under another ``pid``."""
+        led = self.led.get(pid)
+        if led is not None:
+            return led.key
+        leader = self.following.get(pid)
+        followed = {} if leader is None else self.fetching[leader].fetcher.followed
+        return next((k for k, v in followed.items() if PartitionId(v.db_id, v.vgroup) == pid), None)
 
     async def _resign(self, pid: PartitionId) -> None:
         """Stop leading ``pid``: first its WAL takes no write (a lane call: a write appended before it was noted

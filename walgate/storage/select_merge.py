@@ -19,7 +19,7 @@ statement memory limit, as Arrow bytes), past which the query is refused with
 Partial results travel the same way (:func:`encode`, with the sending node's first vnode index).
 
 Each node reads only the vgroups it serves reads of (of a replicated database, those it leads now), so a merged
-SELECT over a replicated database one of whose vgroups has no leader is refused before any node is asked
+SELECT over a replicated database one of whose vgroups it reads has no leader is refused before any node is asked
 (:func:`check_led`) rather than answered without that vgroup's rows.
 """
 
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from walgate.replication.partition import NO_LEADER
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.errors import InvalidValue, NoLeader, StorageUnavailable
+from walgate.storage.vnode import vnode_of
 
 __all__ = ["ARROW_STREAM", "check_led", "decode", "encode", "union"]
 
@@ -42,13 +43,14 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _VGROUP = "__wg_vgroup"  # the column of each shipped row's vnode index (a name queries may not use: query.py)
 
 
-def check_led(db: DatabaseDef, leader_of: Callable[[int], int | None]) -> None:
-    """Raise :class:`NoLeader` naming the first vgroup of ``db``, when it is replicated, that has no leader now
-    (``leader_of(vgroup)``: its partition state's leader, :data:`~walgate.replication.partition.NO_LEADER`, or None
-    without a state)."""
+def check_led(db: DatabaseDef, leader_of: Callable[[int], int | None], table: str | None = None) -> None:
+    """Raise :class:`NoLeader` naming the first vgroup of ``db`` the statement reads, when it is replicated, that has
+    no leader now (``leader_of(vgroup)``: its partition state's leader, :data:`~walgate.replication.partition.NO_LEADER`,
+    or None without a state): every vgroup, or with ``table`` (a normal table or subtable the statement reads alone)
+    that table's only, as TDengine sends such a query to its vgroup alone (rv4 R6)."""
     if db.replication_factor == 1:
         return
-    for vgroup in range(db.vgroups):
+    for vgroup in range(db.vgroups) if table is None else (vnode_of(db.name, table, db.vgroups),):
         if leader_of(vgroup) in (None, NO_LEADER):
             raise NoLeader(f"Sync leader is unreachable: vgroup {vgroup} of database {db.name} has no leader now "
                            "(its replicas are electing one); retry the statement")

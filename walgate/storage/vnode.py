@@ -455,9 +455,11 @@ class Vnode:
           cannot be read (its kind unknown): the store is rebuilt from the WAL's meta entries after the cut (a crash before that finds it covering a version past
           the WAL's end, which the open rebuilds the same way); StorageError, nothing cut, when retention deleted
           versions (their tables could not be rebuilt);
-        * a supertable's change (``drop_stable``, ``alter_stable``: its catalog change is applied, and the entry is
-          written by each node when it applies it, docs/plans/replication-wiring.md step 6): StorageError, nothing
-          cut.
+        * a supertable's change: an ``alter_stable`` changes no table here (cut as an entry without tables); a
+          ``drop_stable``'s dropped subtables are rebuilt as above, alive again. The catalog stays as it is (it
+          applied the change, and is the truth): these entries are a replicated database's leader's only, and a cut
+          is a follower's, taking its leader's WAL (docs/plans/replication-wiring.md step 6), whose tables are then
+          the vnode's.
 
         ValueError for a version outside the WAL; StorageUnavailable, nothing cut, when the disk refuses the store's
         write or the WAL's intent. StorageUnavailable after the cut: the meta store's rebuild refused (a retry of the
@@ -509,8 +511,8 @@ class Vnode:
     def _cut_meta(self, version: int) -> tuple[list[str], bool]:
         """What the WAL's entries from ``version`` on hold of tables: the names their ``create_table`` entries
         create, and whether any other meta entry or an entry that cannot be read is among them (a version skipped:
-        :meth:`Wal.read_from` passes over damaged entries, whose kind is unknown). StorageError for a supertable's
-        change (see :meth:`truncate_to`)."""
+        :meth:`Wal.read_from` passes over damaged entries, whose kind is unknown); an ``alter_stable`` counts as
+        neither (it changes no table here, see :meth:`truncate_to`)."""
         created: list[str] = []
         expected = version
         for entry in self.wal.read_from(version):
@@ -524,10 +526,8 @@ class Vnode:
             except Undecodable:
                 return created, True
             op = meta.get("op")
-            if op in ("drop_stable", "alter_stable"):
-                raise StorageError(f"{self.dir}: truncating to version {version} would cut the {op} of supertable "
-                                   f"{meta.get('stable')} at version {entry.version}, which the catalog applied; "
-                                   "nothing was cut")
+            if op == "alter_stable":
+                continue
             if op != "create_table":
                 return created, True
             created.append(meta["name"])
