@@ -82,8 +82,9 @@ def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
 
 @asynccontextmanager
 async def bounded(what: str, seconds: float = WAIT_S) -> AsyncIterator[None]:
-    """The block cancelled after ``seconds``, then AssertionError naming ``what``: a hang fails the test (the await
-    it hung in in the traceback chained to the error) instead of holding the suite."""
+    """The block cancelled after ``seconds``, then AssertionError naming ``what`` (also when the block swallowed that
+    cancellation): a hang fails the test, the await it hung in in the traceback chained to the error, instead of
+    holding the suite."""
     deadline = asyncio.timeout(seconds)
     try:
         async with deadline:
@@ -92,6 +93,8 @@ async def bounded(what: str, seconds: float = WAIT_S) -> AsyncIterator[None]:
         if not deadline.expired():
             raise
         raise AssertionError(f"not done within {seconds:g} s: {what}") from e
+    if deadline.expired():
+        raise AssertionError(f"not done within {seconds:g} s: {what}")
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -127,8 +130,9 @@ class Node:
         if self.task is not None:
             self.task.cancel()
             async with bounded(f"node {self.id}'s replica manager stops (its fetchers, proposers, checkpoints)"):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.task
+                await asyncio.wait({self.task})  # (not the task itself: its CancelledError would hide the bound's)
+            with contextlib.suppress(asyncio.CancelledError):
+                self.task.result()
         self.task = None
         self.broker.led = None
 
