@@ -20,6 +20,11 @@ STABLE's meta entry cuts it, catches up and rejoins the ISR (rv4 R1); a database
 name, its new state applied before the catalog change that lets the old one go, stays led and followed (rv4 R5). A replica's high watermark checkpoint is written
 while it runs and at its stop (a write the disk refused logged once, then written again); reopened, it serves from
 it (the log start when the file is damaged: reported).
+
+Every wait is bounded (:func:`until`, :func:`bounded`; a test's whole body by :data:`BODY_S`): a hang fails naming
+what it waited for, the await it hung in in the traceback, instead of holding the suite (one did, rarely, under load:
+a replica manager's stop waited forever for a fetcher whose cancellation Python 3.11's ``asyncio.wait_for`` had
+swallowed, test_wal_fetch.py's ``test_a_fetcher_cancelled_in_any_loop_iteration_of_a_fetch_ends``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.etcd_cluster import EtcdCluster, etcd_cluster
-from tests.gateway.test_wal_fetch import PARTITION, REQUEST, STABLE, WAL, Side, _side
+from tests.gateway.test_wal_fetch import PARTITION, REQUEST, SESSION_MS, STABLE, WAL, Side, _side
 from walgate.cluster.etcd import tx
 from walgate.cluster.model import ControlPlaneRefused, ControlPlaneUnavailable
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
@@ -51,7 +56,7 @@ from walgate.gateway.kafka.handlers import advertised
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.metrics import Metrics
-from walgate.gateway.replicas import ReplicaManager
+from walgate.gateway.replicas import ReplicaManager, monotonic_ms
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
 from walgate.storage import catalog, hw_checkpoint, leader_epochs, native_topics
 from walgate.storage.engine import Engine
@@ -66,7 +71,8 @@ TOPIC = "events"
 PRODUCE: Any = request_class(0, 9)
 TOPIC_DATA: Any = next(f.entity for f in fields_of(PRODUCE) if f.name == "topic_data")
 PARTITION_DATA: Any = next(f.entity for f in fields_of(TOPIC_DATA) if f.name == "partition_data")
-WAIT_S = 30.0
+WAIT_S = 30.0  # each wait of a test, and each step of its teardown, ends within this or fails naming what it awaited
+BODY_S = 4 * WAIT_S  # a test's whole body (its trio's) ends within this or fails, the await it hung in in its traceback
 LAG_MS = 1500
 
 
@@ -74,6 +80,23 @@ LAG_MS = 1500
 def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
     with etcd_cluster(tmp_path / "etcd", 1) as cluster:
         yield cluster
+
+
+@asynccontextmanager
+async def bounded(what: str, seconds: float = WAIT_S) -> AsyncIterator[None]:
+    """The block cancelled after ``seconds``, then AssertionError naming ``what`` (also when the block swallowed that
+    cancellation): a hang fails the test, the await it hung in in the traceback chained to the error, instead of
+    holding the suite."""
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            yield
+    except TimeoutError as e:
+        if not deadline.expired():
+            raise
+        raise AssertionError(f"not done within {seconds:g} s: {what}") from e
+    if deadline.expired():
+        raise AssertionError(f"not done within {seconds:g} s: {what}")
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -108,8 +131,10 @@ class Node:
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
+            async with bounded(f"node {self.id}'s replica manager stops (its fetchers, proposers, checkpoints)"):
+                await asyncio.wait({self.task})  # (not the task itself: its CancelledError would hide the bound's)
             with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+                self.task.result()
         self.task = None
         self.broker.led = None
 
@@ -226,14 +251,18 @@ async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                 await node.side.sql(f"CREATE DATABASE {DB} VGROUPS 1 {WAL}")
                 await node.side.sql(STABLE)
         monkeypatch.undo()
-        yield Trio(nodes, registered, PartitionStates(nodes[1].side.member.session, nodes[1].side.member.keys))
+        async with bounded("the test's body", BODY_S):
+            yield Trio(nodes, registered, PartitionStates(nodes[1].side.member.session, nodes[1].side.member.keys))
     finally:
         for node in nodes.values():
             await node.stop()
         for node in nodes.values():
-            await node.server.stop()
-            await node.side.member.leave()
-            await node.side.storage.call(node.side.engine.close)
+            async with bounded(f"node {node.id}'s Kafka server stops"):
+                await node.server.stop()
+            async with bounded(f"node {node.id} leaves the cluster"):
+                await node.side.member.leave()
+            async with bounded(f"node {node.id}'s engine closes"):
+                await node.side.storage.call(node.side.engine.close)
             node.side.storage.shutdown()
 
 
@@ -275,9 +304,9 @@ async def test_a_stopped_follower_leaves_the_isr_and_rejoins_once_caught_up(
         await t.insert(1, 0)
         await t.caught_up(2, 3)
         await t.stop(3)
-        stopped = time.monotonic()
         await until(lambda: t.isr_is({1, 2}), "node 3 leaves the ISR")
-        assert time.monotonic() - stopped >= LAG_MS / 1000 * 0.9  # not before replica.lag.time.max.ms
+        left = monotonic_ms()  # not before replica.lag.time.max.ms past the last time node 3 was caught up
+        assert left - t.nodes[1].led()[PartitionId(DB_ID, 0)].view.followers[3].last_caught_up_ms > LAG_MS
         leader = await t.nodes[1].wal()
         await t.insert(1, 1)  # the ISR (1, 2) has min.insync.replicas 2: the HW passes the write without node 3
         await until(lambda: _is(leader.visible_version == leader.next_version), "the HW passes without node 3")
@@ -304,7 +333,8 @@ async def test_a_leader_deposed_in_etcd_follows_the_new_one(
                                                 partition_max_bytes=1 << 20),))
         links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
         try:
-            [answer] = (await asyncio.wait_for(links.call(1, request), WAIT_S)).partitions
+            async with bounded("node 1's WalFetch answer"):
+                [answer] = (await links.call(1, request)).partitions
         finally:
             links.close()
         assert answer.error_code == ErrorCode.not_leader_or_follower
@@ -368,7 +398,8 @@ async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000, topic_n
                           PARTITION_DATA(index=0, records=batch),)),))
     links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
     try:
-        response = await asyncio.wait_for(links.call(to, request), WAIT_S)
+        async with bounded(f"node {to}'s Produce answer"):
+            response = await links.call(to, request)
     finally:
         links.close()
     [topic] = response.responses
@@ -439,7 +470,7 @@ async def test_a_follower_restarted_under_a_new_broker_epoch_rejoins_the_isr_und
         await t.stop(3)  # node 3 restarts: a new registration, a new broker epoch (KIP-903)
         node = t.nodes[3]
         await node.side.member.leave()
-        node.side.member = ClusterMember(etcd.spec, "walgate", 3, node.side.data_dir, 2000)
+        node.side.member = ClusterMember(etcd.spec, "walgate", 3, node.side.data_dir, SESSION_MS)
         await node.side.member.kafka_cluster_id()
         await node.side.member.join((f"PLAINTEXT://127.0.0.1:{node.port}",))
         await node.side.member.refresh()

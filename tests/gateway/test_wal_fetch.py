@@ -9,7 +9,9 @@ replica refused), the request's ``max_bytes`` kept to by the first vnode too (at
 fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
 topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
 requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
-finished before the next fetch; a divergence of a vnode unfollowed before its cut runs cuts nothing; a client's request refused, and the API absent from ApiVersions.
+finished before the next fetch; a divergence of a vnode unfollowed before its cut runs cuts nothing; a client's
+request refused, and the API absent from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends
+at once.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ WAL = "WAL_LEVEL 2 WAL_FSYNC_PERIOD 0"  # every append fsynced: durable ends, so
 REQUEST: Any = request_class(10001, 0)
 PARTITION: Any = next(f.entity for f in fields_of(REQUEST) if f.name == "partitions")
 WAIT_S = 30.0
+SESSION_MS = 10_000  # the nodes' etcd session (lease TTL): a loaded machine's pauses never expire it
+SPINS = 40  # event-loop iterations swept by the cancellation test (an answer's way back takes fewer)
 
 
 @pytest.fixture
@@ -172,7 +176,7 @@ async def _side(etcd: EtcdCluster, data_dir: Path, node_id: int) -> Side:
     storage = StorageThread()
     wakeups = FetchWakeups(asyncio.get_running_loop())
     engine = await storage.call(Engine.open, data_dir / "data", listener=wakeups, node_id=node_id)
-    member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, 2000)
+    member = ClusterMember(etcd.spec, "walgate", node_id, data_dir, SESSION_MS)
     await member.kafka_cluster_id()
     return Side(engine, storage, wakeups, member, data_dir)
 
@@ -441,7 +445,7 @@ async def test_a_node_fetches_only_as_itself(etcd: EtcdCluster, tmp_path: Path) 
         await p.lead(DB, 1, 1)
         await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('l', 0) VALUES (1700000000000, 1.0, 1)")
         (tmp_path / "n3").mkdir()
-        third = ClusterMember(etcd.spec, "walgate", 3, tmp_path / "n3", 2000)
+        third = ClusterMember(etcd.spec, "walgate", 3, tmp_path / "n3", SESSION_MS)
         await third.kafka_cluster_id()
         await third.join(("PLAINTEXT://127.0.0.1:1",))
         await third.refresh()
@@ -630,3 +634,29 @@ async def test_fuzzed_fetches_of_a_node_get_whole_batches_or_an_error(etcd: Etcd
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         assert min(seen["entries"], seen["diverging"], seen["none"], seen["offset_out_of_range"],
                    seen["not_leader_or_follower"], seen["fenced_leader_epoch"]) > 0, seen
+
+
+async def test_a_fetcher_cancelled_in_any_loop_iteration_of_a_fetch_ends(etcd: EtcdCluster, tmp_path: Path) -> None:
+    """A running fetcher cancelled ``k`` event-loop iterations after the leader read its fetch (``k`` swept over the
+    answer's way back, its arrival included; twice) ends at once, cancelled: Python 3.11's
+    ``asyncio.wait_for``, which its node link's call was bounded with, returned the answer instead when the cancel
+    came in the iteration the answer completed in (cpython gh-86296), so the fetcher fetched on and its replica
+    manager's stop waited for it forever (the rare hang of test_replicas.py under load)."""
+    async with pair(etcd, tmp_path) as p:
+        await _one_row_copied(p)
+        for k in [k for _ in range(2) for k in range(SPINS)]:
+            told = p.led.told.total()
+            running = asyncio.create_task(p.fetcher.run())
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while p.led.told.total() == told:  # (each iteration looked at: the anchor of the sweep)
+                    assert time.monotonic() < deadline, "the leader never read a fetch"
+                    await asyncio.sleep(0)
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                running.cancel()
+                await asyncio.wait({running}, timeout=5.0)
+                assert running.cancelled(), f"cancelled {k} loop iterations after the leader read, it fetched on"
+            finally:
+                running.cancel()  # (again, when it fetched on: bounded, it may swallow this one too)
+                await asyncio.wait({running}, timeout=5.0)

@@ -62,7 +62,8 @@ class Purgatory:
         if key in self._known:  # (posted before the wait began: the write may be passed already)
             self.advance(key, leader_epoch, *self._known[key])
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter.answer), max(0.0, timeout_s))
+            async with asyncio.timeout(max(0.0, timeout_s)):  # (not wait_for, which may swallow a cancellation)
+                return await asyncio.shield(waiter.answer)
         except TimeoutError:
             return ErrorCode.request_timed_out
         finally:

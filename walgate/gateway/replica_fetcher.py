@@ -173,7 +173,8 @@ class ReplicaFetcher:
             if wait is None or wait > 0:
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait)
+                    async with asyncio.timeout(wait):  # (not wait_for: NodeLinks' module docstring)
+                        await self._changed.wait()
                 continue
             try:
                 await self.fetch_once()

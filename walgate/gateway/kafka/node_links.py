@@ -16,7 +16,9 @@ first authenticates as this node with SASL SCRAM-SHA-256 and the credential deri
 One connection per node, one request at a time on it; a call is bounded by ``timeout_s`` from its start, including
 its wait for the connection (Kafka's ``request.timeout.ms``), so that a stalled node makes each caller wait at most
 that long, never behind the others; a connection that fails or times out is dropped and made again by the next
-request.
+request. The bound is ``asyncio.timeout``, in the caller's own task: Python 3.11's ``asyncio.wait_for`` runs the call
+in a task of its own and returns its answer when the caller is cancelled in the loop iteration that answer completed
+in (cpython gh-86296), so a cancelled replica fetcher fetched on and its replica manager's stop never ended.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class NodeLinks:
         went wrong (no endpoint, connection refused or cut, authentication refused, timeout, an answer that does not
         decode)."""
         try:
-            return await asyncio.wait_for(self._locked(node, request), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # (not wait_for: the module docstring)
+                return await self._locked(node, request)
         except Exception as e:  # noqa: BLE001 - refused, cut, timed out or not understood: no answer, retried
             what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
             raise NodeUnreachable(f"node {node}: {what}") from None

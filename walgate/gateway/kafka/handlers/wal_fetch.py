@@ -189,7 +189,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: WalFetchRequest) 
             if _enough(answers, request.min_bytes) or loop.time() >= deadline:
                 return {"throttle_time": 0, "partitions": answers}
             try:
-                await asyncio.wait_for(woken.wait(), deadline - loop.time())
+                async with asyncio.timeout(deadline - loop.time()):  # (not wait_for, which may swallow a cancel)
+                    await woken.wait()
             except TimeoutError:
                 pass
         finally:
