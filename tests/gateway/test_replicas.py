@@ -58,7 +58,7 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.replicas import ReplicaManager, monotonic_ms
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
-from walgate.storage import catalog, hw_checkpoint, leader_epochs, native_topics
+from walgate.storage import catalog, hw_checkpoint, leader_epochs, led_appends, native_topics
 from walgate.storage.engine import Engine
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
@@ -372,9 +372,11 @@ async def test_a_database_dropped_and_made_again_under_its_name_keeps_the_new_on
             m.catalog_changed()
         await until(lambda: _is(all(old not in m.led and old not in m.following for m in managers.values()
                                     if m is not None)), "the dropped database let go everywhere")
-        await t.insert(1, 1)
+        with led_appends.recording() as appended:
+            await t.insert(1, 1)
         manager = managers[1]
-        assert manager is not None and await manager.writes_acknowledged(WAIT_S) == ErrorCode.none
+        assert appended and manager is not None
+        assert await manager.writes_acknowledged(appended, WAIT_S) == ErrorCode.none
         state = await t.states.read(new)
         assert state is not None
         await t.states.session.txn([], [tx.Put(key, encode_state(replace(state, leader=2, leader_epoch=2)))])
