@@ -244,10 +244,16 @@ def xfail_on_tansu(request, reason: str) -> None:
         request.applymarker(pytest.mark.xfail(reason=f"Tansu: {reason}", strict=False))
 
 
+# the compat brokers start a group's first rebalance at once, as Kafka's own integration tests and its
+# docker images for development configure theirs (group.initial.rebalance.delay.ms=0: "for development and testing
+# it might be desirable to set this to 0"); the default 2 s delay is proven by tests/coordinator/test_classic.py
+FAST_GROUPS = ("--group-initial-rebalance-delay-ms", "0")
+
+
 @contextlib.contextmanager
 def serving_walgate(workdir: Path, *args: str) -> Iterator[Walgate]:
     """``walgate serve`` with extra flags ``args``, accepting Kafka connections, stopped at the end."""
-    with running_walgate(workdir, *args) as server:
+    with running_walgate(workdir, *FAST_GROUPS, *args) as server:
         if not wait_accepting(server.kafka_port, 10, server.proc):
             pytest.fail(f"walgate serve is ready but nothing accepts on 127.0.0.1:{server.kafka_port}:\n{server.log()}")
         yield Walgate(server.http_url, server.kafka_port, server.log, pid=server.proc.pid,
@@ -258,7 +264,7 @@ def serving_walgate(workdir: Path, *args: str) -> Iterator[Walgate]:
 def serving_cluster(workdir: Path) -> Iterator[Walgate]:
     """A 3-node walgate cluster (livecluster.running_cluster) as one broker named ``walgate-cluster``: SQL and
     the bootstrap go to node 1, which forwards rows to the vgroups' owners and names every node in Metadata."""
-    with running_cluster(workdir) as cluster:
+    with running_cluster(workdir, 3, *FAST_GROUPS) as cluster:
         first = cluster.nodes[0]
         yield Walgate(first.http_url, first.kafka_port, cluster.log, name="walgate-cluster", pid=first.proc.pid,
                       brokers=cluster.brokers)

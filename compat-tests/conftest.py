@@ -21,7 +21,9 @@
 * ``show(run)`` — remember a client's output: when a scenario fails on one broker, the output
   of the same scenario on the other broker is added to the failure report.
 
-``setup_clients.setup_all()`` (jars, npm) runs once per session, on first use of ``java`` or ``node``.
+``setup_clients.setup_all()`` (jars, npm) starts in a background process when the session has collected compat
+tests (on a clean machine the tests before them run meanwhile) and runs again, finding each step in place or waiting
+for it, on first use of ``java`` or ``node``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -57,6 +61,23 @@ _LAUNCH = ("import json, os, runpy, sys, {module} as m; print(json.dumps({{'even
            "'librdkafka': m.libversion()[0] if hasattr(m, 'libversion') else None}}), flush=True); "
            "sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(sys.argv[0]); "
            "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+_BACKGROUND_SETUP: list[subprocess.Popen[bytes]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start installing the clients (``setup_clients.start_background``) once the session holds a compat test."""
+    if any(COMPAT in Path(item.path).parents for item in session.items):
+        _BACKGROUND_SETUP.append(setup_clients.start_background())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the background set-up (its whole process group, by PID) if it is still running."""
+    for proc in _BACKGROUND_SETUP:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -38,12 +38,16 @@ from test_groups import (  # noqa: F401 (broker: the walgate-only fixture)
 )
 
 SESSION_MS = 8000  # group.consumer.session.timeout.ms of this module's walgate (45 s by default)
+# classic members started together join one generation within group.initial.rebalance.delay.ms (the default here,
+# not the compat brokers' 0): no member reads before the split, so every record is read exactly once
+INITIAL_DELAY_MS = 2000
 
 
 @pytest.fixture(scope="module")
 def walgate(tmp_path_factory):
     with serving_walgate(tmp_path_factory.mktemp("walgate"), "--group-consumer-session-timeout-ms", str(SESSION_MS),
-                         "--group-consumer-heartbeat-interval-ms", "1000") as server:
+                         "--group-consumer-heartbeat-interval-ms", "1000",
+                         "--group-initial-rebalance-delay-ms", str(INITIAL_DELAY_MS)) as server:
         yield server
 
 
