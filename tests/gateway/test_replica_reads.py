@@ -9,18 +9,23 @@ watermark included) and while a state names it leader under its previous broker 
 NOT_LEADER_OR_FOLLOWER and Metadata LEADER_NOT_AVAILABLE (leader -1); a follower names the leader (KIP-951). Each
 batch served carries the leader epoch its entry was appended under (the vnode's epoch cache; KIP-101), a TDengine
 topic's rendered rows and a Kafka-native topic's stored batches alike, so a consumer validating its position after
-the second leader change (KIP-320) asks for the epoch its records came from. One Fetch round takes the topics
-snapshot once, whatever its partitions.
+the second leader change (KIP-320) asks for the epoch its records came from: a real confluent-kafka consumer reads
+each row once across two leader changes, also from a leader just elected whose high watermark has not caught up
+(OffsetForLeaderEpoch ends an older epoch where the next begins, a fetch above the high watermark and within the log
+is answered empty, as Kafka answers both). One Fetch round takes the topics snapshot once, whatever its partitions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kio.schema.fetch.v16 import request as fetch_v16
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.metadata.v12 import request as metadata_v12
@@ -28,7 +33,7 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epochs_v4
 
 from tests.cluster.etcd_cluster import EtcdCluster
 from tests.gateway.test_handlers_hardening import call, serving
-from tests.gateway.test_replicas import DB_ID, REPLICATED_TOPIC, TOPIC, Node, _is, etcd, produce, trio, until
+from tests.gateway.test_replicas import DB_ID, REPLICATED_TOPIC, TOPIC, WAIT_S, Node, _is, etcd, produce, trio, until
 from walgate.cluster.partition_codec import PartitionId
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.groups import GroupService
@@ -149,6 +154,8 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
         part = await fetched(one)
         assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 2, "leader_epoch": 2})
         assert await described(one) == (ErrorCode.none, 2, 2)
+        new = await t.nodes[2].wal()  # (its HW passes what it holds once node 3 fetched from it)
+        await until(lambda: _is(new.visible_version == new.next_version), "the HW passes node 2's end")
         part = await fetched(t.nodes[2])
         assert (part["error_code"], part["high_watermark"]) == (ErrorCode.none, 2)  # node 1's tail is not its
 
@@ -207,3 +214,40 @@ async def test_one_fetch_round_takes_the_topics_snapshot_once_whatever_its_parti
             return taken
 
         assert await snapshots(8) == await snapshots(1) >= 1
+
+
+async def test_a_consumer_reads_each_row_once_across_two_leader_changes(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka (confluent-kafka) validates its position with OffsetForLeaderEpoch after each leader change
+    (KIP-320, librdkafka 2.1+), naming the epoch of the last batch it read: with batches of epoch 0 it would find its
+    position past the end of epoch 0 (the start of epoch 1) and report a log truncation, then read again."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        for node in t.nodes.values():
+            node.broker.port = node.port  # (Metadata names each node at its listener)
+        await t.started()  # node 1 leads epoch 1
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{t.nodes[3].port}", "group.id": "epochs",
+                             "enable.auto.commit": False, "auto.offset.reset": "error",
+                             "topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 100})
+        offsets: list[int] = []
+        errors: list[str] = []
+
+        async def read(count: int, seconds: float = WAIT_S) -> None:
+            deadline = time.monotonic() + seconds
+            while len(offsets) < count and time.monotonic() < deadline:
+                for m in await asyncio.to_thread(consumer.consume, 100, 0.2):
+                    (errors.append(str(m.error())) if m.error() else offsets.append(m.offset()))
+
+        try:
+            consumer.assign([TopicPartition(REPLICATED_TOPIC, 0, 0)])
+            for epoch in (1, 2, 3):
+                if epoch > 1:
+                    await t.write_state(replace(await t.state(), leader=epoch, leader_epoch=epoch))
+                    await t.leading(epoch)
+                for k in range(2):
+                    await t.insert(epoch, 10 * epoch + k)
+                await read(2 * epoch)
+            await read(7, 2.0)  # (nothing more for 2 s: a truncation would make it read again)
+        finally:
+            await asyncio.to_thread(consumer.close)
+        assert not errors, errors
+        assert offsets == list(range(6))

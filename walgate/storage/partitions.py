@@ -100,9 +100,11 @@ class Appended(NamedTuple):
 
 
 class PartitionRead(NamedTuple):
-    """What a read of a partition answers: its offsets; when the offset read from is outside [log start, high
-    watermark], ``out_of_range`` and no batches; otherwise the batches from it (bytes or file regions, each whole)
-    and, under read_committed, the aborted transactions overlapping them (None under read_uncommitted)."""
+    """What a read of a partition answers: its offsets; when the offset read from is outside [log start, log end],
+    ``out_of_range`` and no batches; otherwise the batches from it below the high watermark (bytes or file regions,
+    each whole; none from an offset between the high watermark and the log end, which a leader just elected has
+    before its followers' fetches move its high watermark, as Kafka answers it) and, under read_committed, the
+    aborted transactions overlapping them (None under read_uncommitted)."""
 
     offsets: PartitionOffsets
     batches: list[bytes | FileRegion]
@@ -276,7 +278,8 @@ class LocalPartitions:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, *, must_one: bool,
              read_committed: bool) -> PartitionRead:
         offsets = self.offsets(topic, partition)
-        if not offsets.log_start <= offset <= offsets.high_watermark:
+        if not offsets.log_start <= offset <= max(offsets.high_watermark, self._store.partition(
+                topic, partition)[2].end_offset):
             return PartitionRead(offsets, [], None, out_of_range=True)
         out: list[bytes | FileRegion] = []
         size = 0

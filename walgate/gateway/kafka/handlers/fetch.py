@@ -10,7 +10,8 @@
   :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` or more are file
   regions, sent by ``sendfile`` (:mod:`walgate.gateway.kafka.frame_writer`),
   never read into memory.
-* OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
+* OFFSET_OUT_OF_RANGE below the log start or above the log end; nothing (yet) from an offset between the high
+  watermark and the log end (a replicated partition's leader just elected, Kafka's answer).
 * Leadership (:class:`~walgate.gateway.kafka.leaders.Reads`, one snapshot per round): a partition placed on another
   node, or a replicated one this node does not lead now (another's, or none yet while this node starts: it never
   serves past the high watermark), answers NOT_LEADER_OR_FOLLOWER with KIP-951's ``current_leader`` where known; a
