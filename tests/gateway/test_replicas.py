@@ -68,6 +68,7 @@ from walgate.wire.serial import fields_of
 DB = "rep"
 DB_ID = "5e" * 16  # the one id the three catalogs give the database, as the cluster's shared catalog does
 TOPIC = "events"
+REPLICATED_TOPIC = "rows"  # a TDengine topic over the replicated database (trio(replicated=True))
 PRODUCE: Any = request_class(0, 9)
 TOPIC_DATA: Any = next(f.entity for f in fields_of(PRODUCE) if f.name == "topic_data")
 PARTITION_DATA: Any = next(f.entity for f in fields_of(TOPIC_DATA) if f.name == "partition_data")
@@ -220,9 +221,11 @@ class Trio:
 
 @asynccontextmanager
 async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
-               native: bool = False) -> AsyncIterator[Trio]:
+               native: bool = False, replicated: bool = False) -> AsyncIterator[Trio]:
     """Three nodes holding one database of id :data:`DB_ID` (``native``: the Kafka-native topic :data:`TOPIC`'s, its
-    WAL fsynced at every append), no partition state yet."""
+    WAL fsynced at every append), no partition state yet. ``replicated``: the engines in cluster mode and the
+    database made as the cluster's catalog makes it (``REPLICA 3``, its records staged on node 1 and applied on each
+    node), with the TDengine topic :data:`REPLICATED_TOPIC` over its supertable."""
     nodes: dict[int, Node] = {}
     try:
         for n in (1, 2, 3):
@@ -242,7 +245,11 @@ async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             registered[node.id] = node.side.member.registration.epoch
         monkeypatch.setattr(catalog, "new_db_id", lambda: DB_ID)
         monkeypatch.setattr(native_topics, "new_db_id", lambda: DB_ID)
+        if replicated:
+            await _replicated_database(nodes)
         for node in nodes.values():
+            if replicated:
+                continue
             if native:
                 engine = node.side.engine
                 await node.side.call(engine.create_kafka_topic, TOPIC, 1, {"flush.messages": "1"})
@@ -264,6 +271,24 @@ async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             async with bounded(f"node {node.id}'s engine closes"):
                 await node.side.storage.call(node.side.engine.close)
             node.side.storage.shutdown()
+
+
+async def _replicated_database(nodes: dict[int, Node]) -> None:
+    """:data:`DB` with ``REPLICA 3``, its supertable and :data:`REPLICATED_TOPIC` on every node, as the shared catalog
+    applies them (:meth:`Engine.apply_shared <walgate.storage.engine.Engine.apply_shared>`)."""
+    for node in nodes.values():
+        engine = node.side.engine
+        await node.side.call(engine.cluster_mode, True)
+        await node.side.call(engine.set_dnodes, (), dict.fromkeys(nodes))
+    first = nodes[1].side
+    seq = 0
+    for statement in (f"CREATE DATABASE {DB} VGROUPS 1 REPLICA 3 {WAL}", STABLE,
+                      f"CREATE TOPIC {REPLICATED_TOPIC} AS STABLE {DB}.meters"):
+        _, records = await first.call(first.engine.staged, first.engine.execute, statement)
+        for record in records:
+            seq += 1
+            for node in nodes.values():
+                await node.side.call(node.side.engine.apply_shared, seq, record)
 
 
 async def test_followers_named_in_etcd_copy_the_leaders_wal_and_the_hw_gates_what_is_visible(

@@ -58,6 +58,13 @@ def test_end_offset_for_answers_as_offset_for_leader_epoch() -> None:
     assert LeaderEpochCache().end_offset_for(0, 0) == EpochEnd(UNDEFINED_EPOCH, UNDEFINED_OFFSET)
 
 
+def test_epoch_at_names_the_epoch_whose_leader_wrote_an_offset() -> None:
+    leader = cache((0, 0), (2, 5), (4, 9))
+    assert [leader.epoch_at(o) for o in (0, 4, 5, 8, 9, 100)] == [0, 0, 2, 2, 4, 4]  # Kafka's epochForOffset
+    assert cache((3, 7)).epoch_at(6) == UNDEFINED_EPOCH  # before every epoch held
+    assert LeaderEpochCache().epoch_at(0) == UNDEFINED_EPOCH
+
+
 def test_assign_and_truncate_keep_epochs_and_starts_increasing() -> None:
     epochs = cache((0, 0), (2, 5))
     epochs.assign(2, 7)                                             # the same epoch again: kept as it was

@@ -11,7 +11,7 @@ import pytest
 from faults import FAULT_KINDS, Faults
 
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotFound, RequestTooLarge, StorageUnavailable
+from walgate.storage.errors import InvalidValue, NotFound, RequestTooLarge, StorageUnavailable
 from walgate.storage.partitions import (
     EARLIEST,
     EARLIEST_LOCAL,
@@ -172,6 +172,8 @@ def test_list_offset_answers_each_spec(engine: Engine):
                        EARLIEST_PENDING_UPLOAD: (-1, -1), 0: (0, 500), 600: (1, 900), 901: (-1, -1)}
     with pytest.raises(NotFound):
         parts.list_offset("nope", 0, LATEST, read_committed=False)
+    with pytest.raises(InvalidValue):  # ListOffsets answers it INVALID_REQUEST
+        parts.list_offset("k", 0, EARLIEST_PENDING_UPLOAD - 1, read_committed=False)
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)

@@ -72,6 +72,16 @@ class LeaderEpochCache:
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         self._entries.append(EpochEntry(epoch, start_offset))
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch whose leader wrote ``offset``: the latest one starting at or before it (Kafka's
+        ``LeaderEpochFileCache.epochForOffset``); :data:`UNDEFINED_EPOCH` when every epoch starts after it."""
+        found = UNDEFINED_EPOCH
+        for entry in self._entries:
+            if entry.start_offset > offset:
+                break
+            found = entry.epoch
+        return found
+
     def truncate_from_end(self, end_offset: int) -> None:
         """The log was truncated to ``end_offset`` entries: drop the epochs that start at or after it."""
         self._entries = [e for e in self._entries if e.start_offset < end_offset]

@@ -263,6 +263,15 @@ class LeaderEpochs:
         """Whether OffsetForLeaderEpoch is answered from :data:`SINGLE_NODE_EPOCHS` (:meth:`lead_single_node`)."""
         return self._single_node
 
+    def epoch_at(self, version: int) -> int:
+        """The leader epoch WAL version ``version`` was appended under (the latest epoch starting at or before it;
+        -1 when none does), what the record batches served from it carry (Kafka's ``partitionLeaderEpoch``, KIP-101):
+        0 on a single node (:data:`SINGLE_NODE_EPOCHS`). From memory, also while the file is failed: the entries
+        kept in memory are what the vnode's appends went by."""
+        if self._single_node:
+            return SINGLE_NODE_EPOCHS[0].epoch
+        return self._cache.epoch_at(version)
+
     def end_for(self, epoch: int, wal_end: int) -> EpochEnd:
         """OffsetForLeaderEpoch in WAL versions: the largest epoch ``<= epoch`` held and the version where it ends
         (the next epoch's start, or ``wal_end`` for the latest); (-1, -1) for an undefined, unknown or future

@@ -274,9 +274,10 @@ class NativeTopics:
             return duplicates[0].base_offset
         self.store.check_size(sum(map(len, batches)))
         offset = base = idx.end_offset
+        epoch = vnode.epochs.epoch_at(vnode.wal.next_version)  # (the leader's, KIP-101's partitionLeaderEpoch)
         entries: list[tuple[int, int, int, bytes]] = []
         for batch, info in zip(batches, infos):
-            entries.append((KIND_KAFKA, info.record_count, info.max_timestamp, rebase(batch, offset, 0)))
+            entries.append((KIND_KAFKA, info.record_count, info.max_timestamp, rebase(batch, offset, epoch)))
             offset += info.record_count
         version = vnode.wal.append(entries)
         decoded = []
@@ -311,8 +312,9 @@ class NativeTopics:
         """:meth:`kafka_batch` as a region of its WAL segment, for ``sendfile`` (the body's CRC is checked the first
         time it is served, see :meth:`Wal.region`; CorruptEntry when the entry is lost or damaged). The batch's first
         16 bytes, which its own CRC does not cover (base offset, length, partition leader epoch), come with the WAL
-        entry's header (the same read) and must be what the offset index, the WAL and :meth:`append_batches` say,
-        or the entry is reported damaged: a client cannot tell a batch served at the wrong offset."""
+        entry's header (the same read) and must be what the offset index, the WAL and :meth:`append_batches` say
+        (the leader epoch: the vnode's epoch cache's for the version, or 0, which batches stored before they carried
+        it have), or the entry is reported damaged: a client cannot tell a batch served at the wrong offset."""
         _, vnode, idx = self.store.partition(topic, partition)
         region = vnode.wal.region(version, KIND_KAFKA, head=BATCH_PREFIX_SIZE)
         if region is None:
@@ -320,10 +322,11 @@ class NativeTopics:
         base, length, epoch = batch_prefix(region.head.ljust(BATCH_PREFIX_SIZE, b"\0"))
         k = bisect_right(idx.versions, version) - 1
         want = idx.offsets[k] if k >= 0 and idx.versions[k] == version else base
-        if (base, length, epoch) != (want, len(region) - 12, 0):
+        stored = vnode.epochs.epoch_at(version)
+        if (base, length) != (want, len(region) - 12) or epoch not in (stored, 0):
             raise vnode.wal.damaged(version, f"Kafka batch header (base offset {base}, length {length}, leader epoch "
                                              f"{epoch}) is not the stored one (base offset {want}, length "
-                                             f"{len(region) - 12}, leader epoch 0)")
+                                             f"{len(region) - 12}, leader epoch {stored})")
         return region
 
     # ------------------------------------------------------------ transactions
@@ -369,7 +372,7 @@ class NativeTopics:
         producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         offset = idx.end_offset
         batch = end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms, base_offset=offset,
-                               partition_leader_epoch=0)
+                               partition_leader_epoch=vnode.epochs.epoch_at(vnode.wal.next_version))
         version = vnode.wal.append([(KIND_KAFKA, 1, now_ms, batch)])
         producers.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, offset, now_ms)
         self.views.index(vnode, [DecodedEntry(version, KIND_KAFKA, kafka_records=1, max_ts=now_ms)],

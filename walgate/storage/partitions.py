@@ -28,9 +28,13 @@ call is (a call holding a partition's vnode, or an exclusive one: :mod:`walgate.
   :class:`~walgate.storage.batch_cache.BatchCache`. An entry whose WAL bytes were lost (quarantine, a checksum
   failure) is a gap, served as :func:`lost_batch`. ``read_committed`` stops at the last stable offset and lists the
   aborted transactions among what is served.
-* **Leader epoch**: one leader per partition forever, so every partition's leader epoch is :data:`LEADER_EPOCH` (0),
-  the epoch written into every batch served; OffsetForLeaderEpoch is answered from the vnode's leader-epoch cache
-  (:mod:`~walgate.storage.leader_epochs`), which holds epoch 0 from version 0.
+* **Leader epoch**: every batch served carries the leader epoch its WAL entry was appended under, from the vnode's
+  leader-epoch cache (:meth:`LeaderEpochs.epoch_at <walgate.storage.leader_epochs.LeaderEpochs.epoch_at>`; a
+  Kafka-native batch has it stored, set as it was appended: :meth:`NativeTopics.append_batches
+  <walgate.storage.native_topics.NativeTopics.append_batches>`), as Kafka's ``partitionLeaderEpoch`` (KIP-101), so
+  that a consumer validating its position after a leader change (KIP-320) asks for the epoch its records came from;
+  OffsetForLeaderEpoch is answered from the same cache. A vnode of one copy holds epoch 0 from version 0
+  (:data:`LEADER_EPOCH`); a replicated one the epochs its leaders began (issue 25).
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from typing import NamedTuple, Protocol
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.durability import Need
-from walgate.storage.errors import NotFound, RequestTooLarge, Unsupported
+from walgate.storage.errors import InvalidValue, NotFound, RequestTooLarge, Unsupported
 from walgate.storage.ingest import Ingest
+from walgate.storage.leader_epochs import LeaderEpochs
 from walgate.storage.native_topics import NativeTopics
 from walgate.storage.produced_rows import RecordsRefused, write_records
 from walgate.storage.producers import AbortedTxn, ActiveProducer
@@ -60,7 +65,7 @@ __all__ = [
 ]
 
 LEADER_EPOCH = 0
-"""Every partition's leader epoch: walgate has one leader per partition forever."""
+"""The leader epoch of a partition of one copy: led by the node it is placed on forever, from version 0 on."""
 
 SENDFILE_MIN_BYTES = 16 << 10
 """Stored batches this big are read as file regions, for ``sendfile``; smaller ones are read into bytes (one syscall
@@ -95,9 +100,11 @@ class Appended(NamedTuple):
 
 
 class PartitionRead(NamedTuple):
-    """What a read of a partition answers: its offsets; when the offset read from is outside [log start, high
-    watermark], ``out_of_range`` and no batches; otherwise the batches from it (bytes or file regions, each whole)
-    and, under read_committed, the aborted transactions overlapping them (None under read_uncommitted)."""
+    """What a read of a partition answers: its offsets; when the offset read from is outside [log start, log end],
+    ``out_of_range`` and no batches; otherwise the batches from it below the high watermark (bytes or file regions,
+    each whole; none from an offset between the high watermark and the log end, which a leader just elected has
+    before its followers' fetches move its high watermark, as Kafka answers it) and, under read_committed, the
+    aborted transactions overlapping them (None under read_uncommitted)."""
 
     offsets: PartitionOffsets
     batches: list[bytes | FileRegion]
@@ -139,7 +146,7 @@ class Partitions(Protocol):
         start, :data:`LATEST` the high watermark (read_committed: the last stable offset), :data:`MAX_TIMESTAMP`
         the first record holding the largest timestamp, :data:`EARLIEST_PENDING_UPLOAD` -1, a timestamp >= 0 the
         first record at or after it; -1 when there is none or it is not fetchable (timestamps of the first three:
-        -1)."""
+        -1). Any other ``spec`` raises :class:`~walgate.storage.errors.InvalidValue`."""
         ...
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
@@ -271,7 +278,8 @@ class LocalPartitions:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, *, must_one: bool,
              read_committed: bool) -> PartitionRead:
         offsets = self.offsets(topic, partition)
-        if not offsets.log_start <= offset <= offsets.high_watermark:
+        if not offsets.log_start <= offset <= max(offsets.high_watermark, self._store.partition(
+                topic, partition)[2].end_offset):
             return PartitionRead(offsets, [], None, out_of_range=True)
         out: list[bytes | FileRegion] = []
         size = 0
@@ -291,18 +299,21 @@ class LocalPartitions:
 
     def batches(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, bytes | FileRegion]]:
         native = self._views.is_native(topic)
+        epochs = self._store.partition(topic, partition)[1].epochs
         for base, version, count in self._views.index_entries(topic, partition, offset):
             try:
-                batch = self._batch(topic, partition, native, base, version)
+                batch = self._batch(topic, partition, native, base, version, epochs)
             except CorruptEntry:
-                batch = lost_batch(base, count)
+                batch = lost_batch(base, count, epochs.epoch_at(version))
             yield base, count, batch
 
     def aborted(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
         return self._native.aborted_transactions(topic, partition, start, upper)
 
-    def _batch(self, topic: str, partition: int, native: bool, base: int, version: int) -> bytes | FileRegion:
-        """The batch of the entry at ``version`` (base offset ``base``): stored (native) or rendered and cached."""
+    def _batch(self, topic: str, partition: int, native: bool, base: int, version: int,
+               epochs: LeaderEpochs) -> bytes | FileRegion:
+        """The batch of the entry at ``version`` (base offset ``base``): stored (native), or rendered with the leader
+        epoch ``epochs`` says it was appended under and cached (a truncation forgets the versions it cut)."""
         if native:
             region = self._native.kafka_region(topic, partition, version)
             return region if len(region) >= SENDFILE_MIN_BYTES else region.read()
@@ -311,11 +322,13 @@ class LocalPartitions:
         if batch is None:
             rows = self._views.kafka_rows(topic, partition, version)
             batch = encode_batch(base, rows.timestamps, rows.keys, rows.values, rows.headers,
-                                 partition_leader_epoch=LEADER_EPOCH)
+                                 partition_leader_epoch=epochs.epoch_at(version))
             self._cache.put(key, batch)
         return batch
 
     def list_offset(self, topic: str, partition: int, spec: int, *, read_committed: bool) -> tuple[int, int]:
+        if spec < EARLIEST_PENDING_UPLOAD:
+            raise InvalidValue(f"ListOffsets timestamp {spec} is neither a timestamp nor one of -1 to -5")
         start, end = self._views.watermarks(topic, partition)
         if spec in (EARLIEST, EARLIEST_LOCAL):
             return start, -1
@@ -349,12 +362,12 @@ class LocalPartitions:
         return self._views.partition_stats(keys)
 
 
-def lost_batch(base: int, count: int) -> bytes:
-    """What consumers read for ``count`` lost records from offset ``base``: a control batch (a transaction COMMIT
-    marker) at offset ``base + count - 1``, which clients skip, moving their position to ``base + count``. Its
-    producer id is -1, which no transaction marker has (:func:`is_lost`)."""
+def lost_batch(base: int, count: int, leader_epoch: int = LEADER_EPOCH) -> bytes:
+    """What consumers read for ``count`` lost records from offset ``base``, appended in ``leader_epoch``: a control
+    batch (a transaction COMMIT marker) at offset ``base + count - 1``, which clients skip, moving their position to
+    ``base + count``. Its producer id is -1, which no transaction marker has (:func:`is_lost`)."""
     return end_txn_marker(-1, -1, 0, True, 0, base_offset=base, offset_delta=count - 1,
-                          partition_leader_epoch=LEADER_EPOCH)
+                          partition_leader_epoch=leader_epoch)
 
 
 def is_lost(batch: DecodedBatch) -> bool:

@@ -366,13 +366,15 @@ class TopicViews:
     def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch of a topic-partition, from its vnode's leader-epoch cache (KIP-101): the largest
         epoch ``<= epoch`` the vnode holds and the offset where it ends, the first record at or past the WAL
-        version where the next epoch starts, never past the high watermark (the latest epoch ends there); (-1, -1)
-        for an undefined, unknown or future epoch."""
+        version where the next epoch starts (as Kafka answers from its log, also above a high watermark that has
+        not caught up yet: a leader just elected must not tell a consumer whose position its predecessor's high
+        watermark passed that its log was truncated), the latest epoch at the high watermark; (-1, -1) for an
+        undefined, unknown or future epoch."""
         _, vnode, idx = self.store.partition(topic, partition)
-        end = vnode.epochs.end_for(epoch, vnode.wal.next_version)
+        end = vnode.epochs.end_for(epoch, vnode.wal.visible_version)
         if end.end_offset < 0:
             return end.epoch, -1
-        return end.epoch, _visible_end(idx, min(end.end_offset, vnode.wal.visible_version))
+        return end.epoch, _visible_end(idx, end.end_offset)
 
     def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
         """Every partition of every topic (or those of ``keys`` that exist: (topic, partition), in that order):

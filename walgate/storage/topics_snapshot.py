@@ -7,8 +7,8 @@ publishes a :class:`TopicsSnapshot` (``Store.publish_topics``) at the end of eve
 (its ``generation`` moved; a CreateTopics defers it to its last topic's call, ``Engine.defer_topics_publication``)
 and before it deletes a dropped topic's committed offsets; publishing is one reference
 assignment, atomic for readers on any thread. A snapshot is four C-level dict/set copies of frozen definitions
-(O(topics) at C speed per publishing call); the name-by-id map the KIP-848 handlers need is built at most once per
-snapshot, on first use.
+(O(topics) at C speed per publishing call); the name-by-id map the KIP-848 handlers need, and whether any database is
+replicated (the reads' leadership check, issue 25), are found at most once per snapshot, on first use.
 
 Invariant: a snapshot never changes after it is published; a reader holding one sees one consistent catalog state
 (that of the end of some storage-lane call).
@@ -31,7 +31,7 @@ __all__ = ["TopicsSnapshot", "EMPTY"]
 class TopicsSnapshot:
     """Topics, their partition counts, kinds and Kafka topic ids at one catalog ``generation``."""
 
-    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id")
+    __slots__ = ("generation", "_topics", "_databases", "_served", "_configs", "_by_id", "_replicated")
 
     def __init__(self, generation: int, topics: Mapping[str, TopicDef], databases: Mapping[str, DatabaseDef],
                  served: frozenset[str], configs: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
@@ -43,6 +43,7 @@ class TopicsSnapshot:
         self._served = served
         self._configs = dict(configs)
         self._by_id: dict[uuid.UUID, str] | None = None
+        self._replicated: bool | None = None
 
     def group_configs(self, group_id: str) -> dict[str, str]:
         """The dynamic configs stored for consumer group ``group_id`` (IncrementalAlterConfigs GROUP)."""
@@ -82,6 +83,15 @@ class TopicsSnapshot:
         if db is None or db.replication_factor == 1 or not 0 <= partition < db.vgroups:
             return None
         return db.id, partition
+
+    @property
+    def any_replicated(self) -> bool:
+        """Whether some database keeps more than one replica of its vgroups (else :meth:`replicated_vgroup` is None
+        for every partition); looked at once per snapshot, on first use."""
+        replicated = self._replicated
+        if replicated is None:  # two threads may both look: the same value, one kept
+            replicated = self._replicated = any(db.replication_factor > 1 for db in self._databases.values())
+        return replicated
 
     def is_native(self, topic: str) -> bool:
         """Whether ``topic`` is a Kafka-native topic (TDengine topics cannot take transaction markers)."""

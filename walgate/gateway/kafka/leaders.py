@@ -1,7 +1,11 @@
-"""Who leads a partition placed on another node (docs/cluster.md, "Placement"), as Kafka's answers name it: the
-brokers Metadata lists beside the node asked, and the ``CurrentLeader`` / ``NodeEndpoints`` (KIP-951) that Produce
-(v10+) and Fetch (v12+ / v16+) carry with NOT_LEADER_OR_FOLLOWER, so that a client goes to the leader without a
-Metadata round trip.
+"""Who leads a partition, as Kafka's answers name it: the brokers Metadata lists beside the node asked, the
+``CurrentLeader`` / ``NodeEndpoints`` (KIP-951) that Produce (v10+) and Fetch (v12+ / v16+) carry with
+NOT_LEADER_OR_FOLLOWER, so that a client goes to the leader without a Metadata round trip, and the one leadership
+check of the reads (:class:`Reads`: Fetch, ListOffsets and OffsetForLeaderEpoch call it alike).
+
+A partition of one copy is led by the node it is placed on (docs/cluster.md, "Placement"), at leader epoch 0; a
+replicated one (issue 25) by the leader its partition state names, and served by that node only once its replica
+manager leads it in that state's leader epoch (:func:`leads_here`).
 
 Only nodes registered now are named, each with the endpoint it advertises on the listener the client came through;
 a partition whose node is not (or has no such listener) is named with leader -1 and epoch -1: the client asks
@@ -10,19 +14,23 @@ Metadata, which answers LEADER_NOT_AVAILABLE until the node is back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.broker import Broker
-from walgate.replication.partition import PartitionState, check_leader_epoch
+from walgate.gateway.kafka.led_vnodes import LedVnodes
+from walgate.replication.partition import NO_LEADER, PartitionState, check_leader_epoch
+from walgate.storage.errors import NotHere
 from walgate.storage.partitions import LEADER_EPOCH
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["Endpoints", "other_nodes", "current_leader", "node_endpoints", "partition_state",
-           "leadership"]
+__all__ = ["Endpoints", "ReadCheck", "Reads", "other_nodes", "current_leader", "node_endpoints", "leads_here",
+           "named_state"]
 
+T = TypeVar("T")
 Endpoints = Mapping[int, tuple[str, int]]
 
 
@@ -35,30 +43,112 @@ def other_nodes(broker: Broker, listener: str) -> dict[int, tuple[str, int]]:
             if n.node_id != broker.node_id and (address := endpoint_for(n, listener)) is not None}
 
 
-def partition_state(broker: Broker, topics: TopicsSnapshot, topic: str, partition: int) -> PartitionState | None:
-    """The partition state of ``topic``'s partition ``partition`` when its database is replicated (issue 25) and
-    this node read one; None otherwise (a single copy: led by the node it is placed on, at epoch 0). Any lane."""
-    vgroup = topics.replicated_vgroup(topic, partition)
-    return None if vgroup is None or broker.led is None else broker.led.state_of(*vgroup)
-
-
 def current_leader(node: int, others: Endpoints, epoch: int = LEADER_EPOCH) -> tuple[int, int]:
     """KIP-951's ``CurrentLeader`` (leader id, leader epoch) of a partition led by ``node``, another node, in leader
     epoch ``epoch``."""
     return (node, epoch) if node in others else (-1, -1)
 
 
-def leadership(broker: Broker, topic: str, partition: int, requested_epoch: int) -> tuple[int, int, int | None]:
-    """(error, current leader epoch, leader when NOT_LEADER_OR_FOLLOWER) of a client's read of ``topic``'s
-    partition ``partition`` naming ``requested_epoch`` (-1: none): checked against the partition state's epoch
-    (KIP-320) and answered NOT_LEADER_OR_FOLLOWER on a replica that does not lead it (issue 25); a partition of one
-    copy is at :data:`LEADER_EPOCH` and led here. Any lane."""
-    state = partition_state(broker, broker.topics(), topic, partition)
-    epoch = LEADER_EPOCH if state is None else state.leader_epoch
-    error = None if requested_epoch < 0 else check_leader_epoch(epoch, requested_epoch)
-    if error is None and state is not None and state.leader != broker.node_id:
-        return ErrorCode.not_leader_or_follower, epoch, state.leader
-    return error or ErrorCode.none, epoch, None
+def leads_here(led: LedVnodes, node_id: int, db_id: str, vgroup: int, state: PartitionState) -> bool:
+    """Whether node ``node_id`` serves the replicated vgroup as its leader now: ``state``, the newest partition state
+    it read, names it leader and its replica manager leads the vgroup in that very leader epoch (a view made under
+    this process's broker epoch, KIP-903, and not deposed since). False on a node that is starting (no state read or
+    applied yet: its WAL's visible version may be its whole log, past the high watermark), that was named leader
+    under its previous broker epoch, or whose manager has not applied the newest state yet. Any lane: reads of what
+    the manager last set."""
+    if state.leader != node_id:
+        return False
+    view = led.leader_view(db_id, vgroup)
+    return view is not None and not view.deposed and view.leader_epoch == state.leader_epoch
+
+
+def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) -> PartitionState | None:
+    """The partition state of a replicated vgroup as Metadata names it: None while none was read (or on a node with
+    no replica manager); one naming this node leader while it does not serve it (:func:`leads_here`) with no leader
+    (Metadata: LEADER_NOT_AVAILABLE, the client asks again), else the state read. Any lane."""
+    if led is None:
+        return None
+    state = led.state_of(db_id, vgroup)
+    if state is None or state.leader != node_id or leads_here(led, node_id, db_id, vgroup, state):
+        return state
+    return dataclasses.replace(state, leader=NO_LEADER)
+
+
+class ReadCheck(NamedTuple):
+    """A client's read of one partition as leadership answers it: ``error`` (NONE: this node serves it), the
+    partition's leader epoch as this node knows it (-1: unknown), and the leader to name with NOT_LEADER_OR_FOLLOWER
+    (KIP-951's ``CurrentLeader``; None: none known)."""
+
+    error: ErrorCode
+    epoch: int
+    leader: int | None = None
+
+
+_ONE_COPY = ReadCheck(ErrorCode.none, LEADER_EPOCH)
+_NOT_READ = ReadCheck(ErrorCode.not_leader_or_follower, -1)
+
+
+class Reads:
+    """The leadership of the partitions one request reads (Fetch: one round), for Fetch, ListOffsets and
+    OffsetForLeaderEpoch alike (:meth:`serve`): taken over one topics snapshot and the replica manager of the moment.
+
+    * a partition of one copy is led by the node it is placed on (a request reaching another node is answered by the
+      read's :class:`~walgate.storage.errors.NotHere`), at :data:`LEADER_EPOCH`; with no replicated database in the
+      snapshot (a single node, a one-copy cluster) that is all that is looked at;
+    * a replicated one (issue 25) only on its leader (:func:`leads_here`), at its partition state's leader epoch:
+      NOT_LEADER_OR_FOLLOWER elsewhere, naming the state's leader (-1 epoch and no leader while no state was read:
+      a node that is starting never serves the tail past its high watermark);
+    * a current leader epoch named (>= 0) is checked first (KIP-320, Kafka's ``localLogWithEpoch``): an older one
+      FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH.
+
+    Any lane; a Fetch round's partitions are read on their vnodes' lanes."""
+
+    __slots__ = ("_broker", "_topics", "_led", "_node_id")
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._topics: TopicsSnapshot | None = None  # (taken at the first check: a failure is a partition's error)
+        self._led = broker.led
+        self._node_id = broker.node_id
+
+    def check(self, topic: str, partition: int, requested_epoch: int) -> ReadCheck:
+        """Whether this node serves a read of ``topic``'s partition ``partition`` naming ``requested_epoch`` (-1:
+        none); see the class docstring."""
+        topics = self._topics
+        if topics is None:
+            topics = self._topics = self._broker.topics()
+        vgroup = topics.replicated_vgroup(topic, partition) if topics.any_replicated else None
+        if vgroup is None:
+            if requested_epoch < 0 or requested_epoch == LEADER_EPOCH:
+                return _ONE_COPY
+            return ReadCheck(check_leader_epoch(LEADER_EPOCH, requested_epoch) or ErrorCode.none, LEADER_EPOCH)
+        led = self._led
+        state = None if led is None else led.state_of(*vgroup)
+        if led is None or state is None:
+            return _NOT_READ
+        epoch = state.leader_epoch
+        fenced = None if requested_epoch < 0 else check_leader_epoch(epoch, requested_epoch)
+        if fenced is not None:
+            return ReadCheck(fenced, epoch)
+        if leads_here(led, self._node_id, *vgroup, state):
+            return ReadCheck(ErrorCode.none, epoch)
+        named = None if state.leader in (NO_LEADER, self._node_id) else state.leader
+        return ReadCheck(ErrorCode.not_leader_or_follower, epoch, named)
+
+    def serve(self, topic: str, partition: int, requested_epoch: int,
+              read: Callable[[], T]) -> tuple[ReadCheck, T | None]:
+        """``read()`` of ``topic``'s partition ``partition`` when this node serves it (:meth:`check`), with the check;
+        else the check and None. An exception is the partition's error (:func:`~.handlers.common.error_of`; a
+        :class:`~walgate.storage.errors.NotHere` names the node the partition is placed on): its siblings are
+        answered."""
+        check = _NOT_READ
+        try:
+            check = self.check(topic, partition, requested_epoch)
+            return (check, read()) if check.error == ErrorCode.none else (check, None)
+        except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
+            from walgate.gateway.kafka.handlers.common import error_of  # (that package imports this module)
+            leader = exc.node if isinstance(exc, NotHere) else None
+            return check._replace(error=error_of(exc), leader=leader), None
 
 
 def node_endpoints(nodes: Iterable[int], others: Endpoints) -> list[Any]:

@@ -21,7 +21,9 @@ __all__ = ["LedVnodes"]
 class LedVnodes(Protocol):
     def leader_view(self, db_id: str, vgroup: int) -> LeaderView | None:
         """The view of vgroup ``vgroup`` of the database of id ``db_id`` while this node leads it, else None. Called
-        on the vnode's lane (the view's owner), where the fetch is recorded in it."""
+        on the vnode's lane (the view's owner), where the fetch is recorded in it; read on any lane to tell whether
+        this node leads it now (:func:`~walgate.gateway.kafka.leaders.leads_here`: its leader epoch, whether it was
+        deposed)."""
 
     def registered_epoch(self, node_id: int) -> int | None:
         """The broker epoch node ``node_id`` is registered under now (KIP-903), None when it is not registered.

@@ -40,7 +40,7 @@ whose answer is one coordinator call answer its failure with :func:`answered`.
 Leader epoch: a partition of one copy has one leader forever, so its leader epoch is 0; a replicated one's is
 its partition state's (issue 25). Metadata reports it, OffsetForLeaderEpoch
 answers from the vnode's leader-epoch cache, and a request naming an older epoch gets FENCED_LEADER_EPOCH, a newer
-one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320: :func:`walgate.gateway.kafka.leaders.leadership`).
+one UNKNOWN_LEADER_EPOCH, as a Kafka leader answers (KIP-320: :class:`walgate.gateway.kafka.leaders.Reads`).
 """
 
 from __future__ import annotations

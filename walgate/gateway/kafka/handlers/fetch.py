@@ -10,7 +10,12 @@
   :data:`~walgate.storage.partitions.SENDFILE_MIN_BYTES` or more are file
   regions, sent by ``sendfile`` (:mod:`walgate.gateway.kafka.frame_writer`),
   never read into memory.
-* OFFSET_OUT_OF_RANGE below the log start or above the high watermark.
+* OFFSET_OUT_OF_RANGE below the log start or above the log end; nothing (yet) from an offset between the high
+  watermark and the log end (a replicated partition's leader just elected, Kafka's answer).
+* Leadership (:class:`~walgate.gateway.kafka.leaders.Reads`, one snapshot per round): a partition placed on another
+  node, or a replicated one this node does not lead now (another's, or none yet while this node starts: it never
+  serves past the high watermark), answers NOT_LEADER_OR_FOLLOWER with KIP-951's ``current_leader`` where known; a
+  current leader epoch named is checked first (KIP-320: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH).
 * Transactions (KIP-98): every answer carries the partition's last stable offset
   (:meth:`~walgate.storage.partitions.Partitions.offsets`). With ``isolation_level`` 1 (read_committed) only
   batches below it are served, with ``aborted_transactions``: the (producer id, first offset) of each aborted
@@ -62,11 +67,10 @@ from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.leaders import Endpoints, current_leader, leadership, node_endpoints, other_nodes
+from walgate.gateway.kafka.leaders import Endpoints, Reads, current_leader, node_endpoints, other_nodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.quotas import FETCH as FETCH_RATE
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotHere
 from walgate.storage.lanes import TopicLookup, VnodeKey, partition_keys
 from walgate.storage.partitions import LEADER_EPOCH, PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
@@ -101,7 +105,7 @@ class _Got:
     batches: list[bytes | FileRegion] | None = None
     stable: int = -1  # the last stable offset
     aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
-    leader: int | None = None  # NOT_LEADER_OR_FOLLOWER: the node the partition is placed on (KIP-951's CurrentLeader)
+    leader: int | None = None  # NOT_LEADER_OR_FOLLOWER: the node leading the partition (KIP-951's CurrentLeader)
     epoch: int = LEADER_EPOCH  # its leader epoch
 
     @property
@@ -120,9 +124,9 @@ def _got(read: PartitionRead) -> _Got:
 
 
 def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readable: Callable[[str], bool] | None,
-              committed: bool, leading: Callable[[str, int, int], tuple[int, int, int | None]]) -> list[_Got]:
-    """Each wanted partition read, in turn, within ``max_bytes``; ``leading`` checks its leader epoch and leader
-    (:func:`~walgate.gateway.kafka.leaders.leadership`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951)."""
+              committed: bool, reads: Reads) -> list[_Got]:
+    """Each wanted partition read, in turn, within ``max_bytes``, where ``reads`` says this node serves it
+    (:meth:`~walgate.gateway.kafka.leaders.Reads.serve`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951)."""
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -133,16 +137,13 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
         if readable is not None and not readable(w.topic):
             got.append(_Got(ErrorCode.topic_authorization_failed))
             continue
-        err, epoch, leader = leading(w.topic, w.partition, w.leader_epoch)
-        if err != ErrorCode.none:
-            got.append(_Got(err, leader=leader, epoch=epoch))
+        check, read = reads.serve(w.topic, w.partition, w.leader_epoch, functools.partial(
+            partitions.read, w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
+            read_committed=committed))
+        if read is None:
+            got.append(_Got(check.error, leader=check.leader, epoch=check.epoch))
             continue
-        try:
-            g = _got(partitions.read(w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
-                                     read_committed=committed))
-        except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-            got.append(_Got(error_of(exc), leader=exc.node if isinstance(exc, NotHere) else None))
-            continue
+        g = _got(read)
         if g.batches:
             first = False
             left -= g.size
@@ -177,10 +178,11 @@ def _resolve_and_read(
     engine: Engine, broker: Broker, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
     readable: Callable[[str], bool] | None,
 ) -> tuple[list[_Want], list[_Got]]:
-    """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round."""
+    """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round, one
+    leadership snapshot (:class:`~walgate.gateway.kafka.leaders.Reads`) per round."""
     wants = _wants(engine, request, version) if wants is None else wants
     return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED,
-                            functools.partial(leadership, broker))
+                            Reads(broker))
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:

@@ -5,14 +5,18 @@
 * -1 LATEST: the high watermark; with ``isolation_level`` 1 (read_committed, v2+) the last stable offset;
 * -3 MAX_TIMESTAMP (v7+): the first record holding the largest timestamp;
 * -5 EARLIEST_PENDING_UPLOAD (v9+): -1, there is no tiered storage;
-* T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none.
+* T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none;
+* any other negative timestamp: INVALID_REQUEST.
 Under read_committed, a -3 or T lookup whose offset is at or past the last stable offset answers -1, as Kafka bounds
 it by its "last fetchable offset".
 Lost records (a quarantined WAL entry) are a gap these lookups skip. An error
 in one partition is its error code (:mod:`.common`); the others are answered.
 Timestamps answered for -1/-2 are -1, as Kafka answers them. v0 answers in
 ``old_style_offsets`` (a list). A topic the principal may not Describe
-answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (Kafka's ACL check).
+answers TOPIC_AUTHORIZATION_FAILED in each of its partitions (Kafka's ACL check). Leadership as Fetch's
+(:class:`~walgate.gateway.kafka.leaders.Reads`): NOT_LEADER_OR_FOLLOWER where this node does not lead the partition
+(a replicated one while it starts too), a current leader epoch checked first (KIP-320); ``leader_epoch`` is the
+partition's (-1 while unknown).
 """
 
 from __future__ import annotations
@@ -22,11 +26,10 @@ from collections.abc import Callable
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
-from walgate.gateway.kafka.handlers.common import LEADER_EPOCH, error_of
-from walgate.gateway.kafka.leaders import leadership
+from walgate.gateway.kafka.handlers.common import LEADER_EPOCH
+from walgate.gateway.kafka.leaders import ReadCheck, Reads
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import partition_keys
-from walgate.storage.partitions import EARLIEST_PENDING_UPLOAD
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     ListOffsetsPartitionResponse,
@@ -40,31 +43,24 @@ READ_COMMITTED = 1
 
 def _answer(engine: Engine, request: ListOffsetsRequest, version: int,
             describable: Callable[[str], bool] | None, broker: Broker) -> list[ListOffsetsTopicResponse]:
-    """Each partition's offset; a replicated one's (issue 25) only on its leader, in its leader epoch, else
-    NOT_LEADER_OR_FOLLOWER (the client asks Metadata again)."""
+    """Each partition's offset where this node serves it (:meth:`~walgate.gateway.kafka.leaders.Reads.serve`: a
+    replicated one, issue 25, only on its leader, in its leader epoch, else NOT_LEADER_OR_FOLLOWER: the client asks
+    Metadata again)."""
     committed = request.isolation_level == READ_COMMITTED
+    reads = Reads(broker)
     topics: list[ListOffsetsTopicResponse] = []
     for t in request.topics:
         parts: list[ListOffsetsPartitionResponse] = []
         denied = describable is not None and not describable(t.name)
         for p in t.partitions:
-            epoch = LEADER_EPOCH
-            try:
-                err, epoch, _ = leadership(broker, t.name, p.partition_index, p.current_leader_epoch)
-                if denied:
-                    err = ErrorCode.topic_authorization_failed
-                if err == ErrorCode.none and p.timestamp < EARLIEST_PENDING_UPLOAD:
-                    err = ErrorCode.invalid_request
-                if err == ErrorCode.none:
-                    offset, ts = engine.partitions.list_offset(t.name, p.partition_index, p.timestamp,
-                                                               read_committed=committed)
-            except Exception as exc:  # noqa: BLE001 - mapped per partition, siblings unaffected
-                err = error_of(exc)
-            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": epoch,
-                                                 "error_code": ErrorCode.none}
-            if err != ErrorCode.none:
-                offset, ts = -1, -1
-            out.update({"error_code": err, "offset": offset, "timestamp": ts})
+            if denied:
+                check, found = ReadCheck(ErrorCode.topic_authorization_failed, LEADER_EPOCH), None
+            else:
+                check, found = reads.serve(t.name, p.partition_index, p.current_leader_epoch, lambda: (
+                    engine.partitions.list_offset(t.name, p.partition_index, p.timestamp, read_committed=committed)))
+            offset, ts = (-1, -1) if found is None else found
+            out: ListOffsetsPartitionResponse = {"partition_index": p.partition_index, "leader_epoch": check.epoch,
+                                                 "error_code": check.error, "offset": offset, "timestamp": ts}
             if version == 0:
                 out["old_style_offsets"] = [offset] if offset >= 0 and p.max_num_offsets > 0 else []
             parts.append(out)

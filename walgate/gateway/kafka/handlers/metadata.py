@@ -1,8 +1,10 @@
 """Metadata (key 3) v0–v12: TDengine topics with partitions = vgroups, each led by the node its vgroup is placed on.
 
 A replicated partition (issue 25) is answered from its partition state: its leader (LEADER_NOT_AVAILABLE, -1, when
-that node is not registered now), leader epoch, replicas, ISR, and the replicas not registered now offline. Another
-partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
+that node is not registered now, and when it is this node while this node does not serve it:
+:func:`~walgate.gateway.kafka.leaders.named_state`), leader epoch, replicas, ISR, and the replicas not registered now
+offline; while this node has read no state of it (it is starting), LEADER_NOT_AVAILABLE with leader and epoch -1.
+Another partition's leader is the node the catalog places its vgroup on (docs/cluster.md, "Placement"): this node, or
 another node registered now (cluster mode), which is then listed among the brokers with the endpoint it advertises
 on the listener the client came through; a partition placed on a node that is not registered now (or has no such
 listener) answers LEADER_NOT_AVAILABLE, leader -1, the node among its replicas and offline replicas, as Kafka
@@ -41,9 +43,10 @@ from walgate.gateway.kafka.access import Operation, ResourceType, checker, clust
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import AUTO_CREATE, LEADER_EPOCH, answered, error_of
-from walgate.gateway.kafka.leaders import node_endpoints, other_nodes
+from walgate.gateway.kafka.leaders import named_state, node_endpoints, other_nodes
 from walgate.replication.partition import PartitionState
 from walgate.security.acl import CLUSTER_NAME
+from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.lanes import TopicLookup, VnodeKey
@@ -67,8 +70,10 @@ def _no_states(_db_id: str, _vgroup: int) -> PartitionState | None:
 
 
 def broker_states(broker: Broker) -> States:
-    """The partition states this node read (its replica manager's), none on a single node."""
-    return _no_states if broker.led is None else broker.led.state_of
+    """The partition states this node read (its replica manager's), as Metadata names them
+    (:func:`~walgate.gateway.kafka.leaders.named_state`: one naming this node leader while it does not serve it has
+    no leader); none on a single node."""
+    return _no_states if broker.led is None else functools.partial(named_state, broker.led, broker.node_id)
 
 
 def topic_entries(engine: Engine, node_id: int, names: list[str] | None,
@@ -129,6 +134,15 @@ def _replicated(index: int, state: PartitionState, node_id: int, live: Collectio
     return entry
 
 
+def _unknown(index: int, replicas: tuple[int, ...], node_id: int, live: Collection[int]) -> MetadataResponsePartition:
+    """Partition ``index`` of a replicated vgroup whose partition state this node has not read (it is starting):
+    LEADER_NOT_AVAILABLE, leader -1 and epoch -1, the catalog's ``replicas``, those not registered now offline."""
+    up = {*live, node_id}
+    return {"error_code": ErrorCode.leader_not_available, "partition_index": index, "leader_id": -1,
+            "leader_epoch": -1, "replica_nodes": list(replicas), "isr_nodes": [],
+            "offline_replicas": [r for r in replicas if r not in up]}
+
+
 def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> MetadataResponsePartition:
     """Partition ``index``'s entry, placed on node ``leader`` (see the module docstring)."""
     if leader == node_id or leader in live:
@@ -137,6 +151,16 @@ def _partition(index: int, leader: int, node_id: int, live: Collection[int]) -> 
                 "offline_replicas": []}
     return {"error_code": ErrorCode.leader_not_available, "partition_index": index, "leader_id": -1,
             "leader_epoch": LEADER_EPOCH, "replica_nodes": [leader], "isr_nodes": [], "offline_replicas": [leader]}
+
+
+def _partition_of(db: DatabaseDef, index: int, node_id: int, live: Collection[int],
+                  states: States) -> MetadataResponsePartition:
+    """The entry of ``db``'s vgroup ``index``: placed (one copy), or from its partition state (replicated)."""
+    if db.replication_factor == 1:
+        return _partition(index, db.node_of(index, node_id), node_id, live)
+    state = states(db.id, index)
+    return _unknown(index, db.replicas_of(index, node_id), node_id, live) if state is None else _replicated(
+        index, state, node_id, live)
 
 
 def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collection[int],
@@ -151,10 +175,7 @@ def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collecti
         "topic_id": uuid.UUID(t.topic_id),
         "is_internal": False,
         "topic_authorized_operations": _NO_AUTH_OPS,
-        "partitions": [_partition(p, db.node_of(p, node_id), node_id, live) if state is None
-                       else _replicated(p, state, node_id, live)
-                       for p in range(db.vgroups)
-                       for state in [None if db.replication_factor == 1 else states(db.id, p)]],
+        "partitions": [_partition_of(db, p, node_id, live, states) for p in range(db.vgroups)],
     }
 
 
