@@ -7,10 +7,9 @@ the high watermarks, and no consumer (confluent-kafka, kafka-python) going back 
 
 Each scenario is seeded and bounded: CI runs seed 1 of the first three with a few faults; ``WALGATE_JEPSEN=1`` runs
 seeds 1-10, ten kills a loop, 40 acknowledged writes between faults, the fast double failover and the kill loop under
-clock skew. A known finding
-of the review of the wiring (/work/notes/s7/rv3.md) is a strict xfail that flips when fixed: F10 (consumers sent
-back) in the kill loop; where a single leader change shows F10 only by chance, it is an xfail when seen. (F5, a
-deposed leader's acknowledged write lost, which the zombie showed in every seed, is fixed: the zombie passes.)
+clock skew. They found
+two of the review's findings (/work/notes/s7/rv3.md), both fixed since: F5 (a deposed leader's acknowledged write
+lost; the zombie, every seed) and F10 (consumers sent back to where epoch 1 begins: batches carried epoch 0).
 """
 
 from __future__ import annotations
@@ -36,36 +35,15 @@ SEEDS = range(1, 11) if LONG else range(1, 2)
 KILLS = 10 if LONG else 2
 ACKS = 40 if LONG else 6  # acknowledged writes between faults
 ZOMBIE_WRITERS = (7, 8, 9)  # the writers that send to the zombie leader only (several: writes queued as it resumes)
-ORDER = frozenset({"nonmonotonic-poll", "poll-skip"})
-F10 = ("rv3 F10: TDengine-topic batches carry leader epoch 0, so a consumer validating its position with epoch 0"
-       " after a leader change (KIP-320) is sent back to where epoch 1 begins and reads offsets again")
 
 
-class AcknowledgedWriteLost(AssertionError):
-    """A write answered 200 is missing from a full final read (and no other safety violation was found)."""
-
-
-class ConsumerRewound(AssertionError):
-    """A consumer read an offset again or skipped one without being reassigned (the checker's poll order), and no
-    data-safety violation was found."""
-
-
-def checked(history: list[Op], load: Workload, seed: int, *, order: bool = True) -> None:
-    """No violation in ``history``: first any but lost writes and the consumers' order (AssertionError), then lost
-    writes (:class:`AcknowledgedWriteLost`, with how each was sent), then the order (:class:`ConsumerRewound`; not
-    ``order``: an xfail naming F10, which a single leader change shows only when a consumer reads the new epoch's
-    first records before it learns of the change)."""
+def checked(history: list[Op], load: Workload, seed: int) -> None:
+    """No violation in ``history``; acknowledged writes lost are named with how each was sent."""
     found = check(history)
-    unsafe = [v for v in found if v.kind not in ORDER | {"lost-write"}]
-    assert unsafe == [], f"seed {seed}: {len(unsafe)} violations, the first: {unsafe[:10]}"
     lost = sorted({value for v in found if v.kind == "lost-write" for value in v.values}, key=str)
-    if lost:
-        raise AcknowledgedWriteLost(f"seed {seed}: {len(lost)} acknowledged writes lost: {load.explain(tuple(lost))}"
-                                    f"; the answers: {load.answers}")
-    if found and not order:
-        pytest.xfail(f"{F10}: seed {seed}: {found[:3]}")
-    if found:
-        raise ConsumerRewound(f"seed {seed}: {len(found)} violations, the first: {found[:10]}")
+    assert not lost, (f"seed {seed}: {len(lost)} acknowledged writes lost: {load.explain(tuple(lost))}"
+                      f"; the answers: {load.answers}")
+    assert found == [], f"seed {seed}: {len(found)} violations, the first: {found[:10]}"
 
 
 def new_leader(nodes: Nodes, partition: int, old: int) -> None:
@@ -110,7 +88,6 @@ def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | 
     return nodes, replicated_database(nodes)
 
 
-@pytest.mark.xfail(strict=True, raises=ConsumerRewound, reason=F10)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """kill -9 of partition 0's leader under load, the node restarted on its data dir once another leads, again and
@@ -158,7 +135,7 @@ def test_zombie_leader(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     finally:
         nodes.close()
     assert {op.process for op in history if isinstance(op, Send)} >= set(ZOMBIE_WRITERS)
-    checked(history, load, seed, order=False)
+    checked(history, load, seed)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -186,7 +163,7 @@ def test_follower_restarted_with_an_empty_disk(etcd1: EtcdCluster, tmp_path: Pat
     finally:
         nodes.close()
     assert not (nodes.data_dir(4) / "db" / database).exists(), "node 4 holds no replica of r"
-    checked(history, load, seed, order=False)
+    checked(history, load, seed)
 
 
 @pytest.mark.skipif(not LONG, reason="long mode only (WALGATE_JEPSEN=1): the CI slice keeps the file near a minute")
@@ -211,7 +188,7 @@ def test_fast_double_failover(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> 
         history = final_history(nodes, load, database, tmp_path / "replicas")
     finally:
         nodes.close()
-    checked(history, load, seed, order=False)
+    checked(history, load, seed)
 
 
 @pytest.mark.skipif(not LONG, reason="long mode only (WALGATE_JEPSEN=1): the CI slice keeps the file near a minute")
@@ -233,4 +210,4 @@ def test_clock_skew_kill_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> 
         history = final_history(nodes, load, database, tmp_path / "replicas")
     finally:
         nodes.close()
-    checked(history, load, seed, order=False)
+    checked(history, load, seed)
