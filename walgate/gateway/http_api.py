@@ -542,7 +542,9 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     named = select.source.db if select is not None else stmt.db if isinstance(stmt, ast.Show) else None
     dbdef = _led(app, await storage.call(engine.store.resolve_db, named, db))
     replicas = app[_REPLICAS]() if _REPLICAS in app else None
-    if replicas is not None:  # else a vgroup with no leader is read nowhere (no node leads it): its rows left out
+    # replicated: a vgroup with no leader now fails the statement (without the replica manager its rows would be left
+    # out: no node leads it); one copy: each vgroup is read where it is placed, nothing to check (no lane call)
+    if replicas is not None and dbdef.replication_factor > 1:
         state_of = functools.partial(replicas.state_of, dbdef.id)
         alone = None  # a table read alone: its vgroup's leader is all it needs (rv4 R6)
         if select is not None and not await storage.call(_is_stable, engine, dbdef.name, select.source.name):

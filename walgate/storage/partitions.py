@@ -278,8 +278,8 @@ class LocalPartitions:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, *, must_one: bool,
              read_committed: bool) -> PartitionRead:
         offsets = self.offsets(topic, partition)
-        if not offsets.log_start <= offset <= max(offsets.high_watermark, self._store.partition(
-                topic, partition)[2].end_offset):
+        if offset < offsets.log_start or (offset > offsets.high_watermark
+                                          and offset > self._store.partition(topic, partition)[2].end_offset):
             return PartitionRead(offsets, [], None, out_of_range=True)
         out: list[bytes | FileRegion] = []
         size = 0
@@ -299,8 +299,10 @@ class LocalPartitions:
 
     def batches(self, topic: str, partition: int, offset: int) -> Iterator[tuple[int, int, bytes | FileRegion]]:
         native = self._views.is_native(topic)
-        epochs = self._store.partition(topic, partition)[1].epochs
+        epochs: LeaderEpochs | None = None  # looked up once there is an entry (a long poll mostly finds none)
         for base, version, count in self._views.index_entries(topic, partition, offset):
+            if epochs is None:
+                epochs = self._store.partition(topic, partition)[1].epochs
             try:
                 batch = self._batch(topic, partition, native, base, version, epochs)
             except CorruptEntry:
