@@ -128,6 +128,22 @@ def test_right_passwords_authenticate(secured: Gateway, mechanism: str, version:
     assert "wonderland" not in caplog.text
 
 
+def test_a_failed_authentication_is_closed_by_the_client_or_a_second_later(secured: Gateway):
+    """The answer of a failed authentication is not followed by the server's close at once: the client closes (a
+    Kafka client does on SASL_AUTHENTICATION_FAILED), else the server a second later (kafka-python 3.0 drops an
+    answer it reads together with the close and reports a lost connection instead)."""
+    with KafkaConnection(secured.kafka_address) as conn:
+        assert plain(conn, "alice", "guess-what").error_code == ErrorCode.sasl_authentication_failed
+        conn.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            conn.sock.recv(1)  # still open: no EOF while the client may read the answer
+        assert closed(conn)  # then closed by the server, the client having sent nothing
+    with KafkaConnection(secured.kafka_address) as conn:  # the client closing first: the server lets go at once
+        assert plain(conn, "alice", "guess-what").error_code == ErrorCode.sasl_authentication_failed
+    with KafkaConnection(secured.kafka_address) as conn:  # and a new connection is served meanwhile
+        assert plain(conn, "alice", "wonderland").error_code == ErrorCode.none
+
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 @pytest.mark.parametrize("user", ["alice", "nobody"])
 def test_a_wrong_password_or_unknown_user_fails_alike_and_closes(secured: Gateway, mechanism: str, user: str,

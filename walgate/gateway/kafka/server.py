@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import logging
 import ssl
@@ -116,8 +117,21 @@ request_log = logging.getLogger("kafka.request.logger")
 _API_VERSIONS = 18
 _INTERNAL = internal()  # handled, never advertised (walgate.wire.internal): only nodes are answered
 _READ_CHUNK = 256 << 10
+_AFTER_FAILED_AUTHENTICATION_S = 1.0
+"""How long a connection whose authentication failed stays open after its answer, for the client to close it (as a
+Kafka client does on SASL_AUTHENTICATION_FAILED): a client that finds the server's close together with the answer
+may report the lost connection instead of the answer (kafka-python 3.0 did, now and then, on a loaded machine)."""
 _UNPAID_BYTES = 64 << 10  # of an incomplete request, held before its whole size is paid for
 _SWEEP_MAX_INTERVAL = 30.0
+
+
+async def _until_closed_by_client(reader: asyncio.StreamReader) -> None:
+    """Until the client closes the connection, at most :data:`_AFTER_FAILED_AUTHENTICATION_S`; what it sends
+    meanwhile is dropped unread."""
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        async with asyncio.timeout(_AFTER_FAILED_AUTHENTICATION_S):
+            while await reader.read(_READ_CHUNK):
+                pass
 
 
 class _Close(Exception):
@@ -344,6 +358,7 @@ class KafkaServer:
                         await asyncio.sleep(fields["throttle_time"] / 1000)
                     if auth.close:
                         reason = f"SASL authentication failed: {auth.failure or 'illegal SASL state'}"
+                        await _until_closed_by_client(reader)
                         return
                 buffered = frames.buffered
                 if buffered:
