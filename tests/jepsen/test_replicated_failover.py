@@ -52,6 +52,17 @@ def new_leader(nodes: Nodes, partition: int, old: int) -> None:
     wait_until(f"a new leader of partition {partition} (not {old})", lambda: nodes.leader(partition, via) not in (-1, old))
 
 
+def kill_loop_checked(nodes: Nodes, database: str, tmp_path: Path, seed: int) -> None:
+    """:func:`kill_loop` under a workload of ``seed``, then the history checked; the nodes closed either way."""
+    try:
+        with Workload(nodes, seed) as load:
+            kill_loop(nodes, load)
+        history = final_history(nodes, load, database, tmp_path / "replicas")
+    finally:
+        nodes.close()
+    checked(history, load, seed)
+
+
 def kill_loop(nodes: Nodes, load: Workload) -> None:
     """:data:`KILLS` times: kill -9 of partition 0's leader, another leads, the node restarted on its data dir (each
     step after :data:`ACKS` more acknowledged writes)."""
@@ -93,13 +104,7 @@ def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> No
     """kill -9 of partition 0's leader under load, the node restarted on its data dir once another leads, again and
     again: no acknowledged write lost, the replicas equal."""
     nodes, database = started(etcd1, tmp_path)
-    try:
-        with Workload(nodes, seed) as load:
-            kill_loop(nodes, load)
-        history = final_history(nodes, load, database, tmp_path / "replicas")
-    finally:
-        nodes.close()
-    checked(history, load, seed)
+    kill_loop_checked(nodes, database, tmp_path, seed)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -205,9 +210,7 @@ def test_clock_skew_kill_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> 
             stamp = nodes.servers[node_id].log()[:19]
             logged = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
             assert abs(logged - time.time() - ahead) < 600, (node_id, stamp)
-        with Workload(nodes, seed) as load:
-            kill_loop(nodes, load)
-        history = final_history(nodes, load, database, tmp_path / "replicas")
-    finally:
+    except BaseException:
         nodes.close()
-    checked(history, load, seed)
+        raise
+    kill_loop_checked(nodes, database, tmp_path, seed)
