@@ -91,7 +91,8 @@ class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd ships no type inform
         if self._connected.is_set():
             return
         if self._is_connecting:  # another task is opening the channel
-            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            async with asyncio.timeout(self._connect_wait_timeout):
+                await self._connected.wait()
             return
         self._is_connecting = True
         try:

@@ -189,7 +189,8 @@ class Spool:
         try:
             await response.prepare(request)
             while chunk := await asyncio.to_thread(self._file.read, CHUNK_BYTES):
-                await asyncio.wait_for(response.write(chunk), SEND_TIMEOUT_S)
+                async with asyncio.timeout(SEND_TIMEOUT_S):
+                    await response.write(chunk)
         except ConnectionError as exc:
             log.info("a SELECT's client %s went away while its answer was sent: %s", request.remote, exc)
         except Exception as exc:

@@ -152,8 +152,9 @@ async def run_demo(config: Config, console: Console, *, rate: int, duration: flo
                         await asyncio.to_thread(client.sql, insert(rng, due, int(time.time() * 1000)))
                         progress.written += due
                     live.update(progress.table(consume))
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stop.wait(), tick)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(tick):
+                            await stop.wait()
                 progress.stopped = time.monotonic()
                 if consumer is not None:  # let the group catch up with the last rows: until it has some and
                     # nothing more comes for a second (joining the group can take seconds on a busy machine), at most

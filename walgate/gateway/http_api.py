@@ -1001,14 +1001,20 @@ async def _healthz(request: web.Request) -> web.Response:
     return _json(200, {"status": "ok", "quarantined": [asdict(d) for d in list(request.app[_DAMAGE].records)]})
 
 
+async def _within_health_timeout(call: Awaitable[object]) -> object:
+    """``call``'s answer, or TimeoutError after ``HEALTH_TIMEOUT`` seconds."""
+    async with asyncio.timeout(HEALTH_TIMEOUT):
+        return await call
+
+
 async def _readyz(request: web.Request) -> web.Response:
     app = request.app
     checks = {"storage_thread": "ok"}
-    probes = [asyncio.wait_for(app[_STORAGE].call(_probe_data_dir, app[_ENGINE]), HEALTH_TIMEOUT)]
+    probes = [_within_health_timeout(app[_STORAGE].call(_probe_data_dir, app[_ENGINE]))]
     coordinator = app.get(_COORDINATOR)
     if coordinator is not None:
         checks["coordinator_lane"] = "ok"
-        probes.append(asyncio.wait_for(coordinator.call(_answer), HEALTH_TIMEOUT))
+        probes.append(_within_health_timeout(coordinator.call(_answer)))
     checks["data_dir_writable"] = "ok"
     answers = await asyncio.gather(*probes, return_exceptions=True)  # each lane its own HEALTH_TIMEOUT, at once
     storage = answers[0]

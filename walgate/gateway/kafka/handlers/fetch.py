@@ -56,6 +56,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 import uuid
@@ -222,10 +223,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
                     broker.unwatch(keys, event)
                 event = broker.watch(keys)
                 continue
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await event.wait()
     finally:
         if event is not None:
             broker.unwatch(keys, event)

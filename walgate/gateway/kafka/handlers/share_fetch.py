@@ -44,6 +44,7 @@ acknowledgements the request carries applied first (KIP-932).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -259,10 +260,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
             if event is None:
                 event = broker.watch(keys)  # then acquire once more: an append meanwhile is not missed
             else:
-                try:
-                    await asyncio.wait_for(event.wait(), remaining)
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await event.wait()
                 event.clear()
             try:
                 fresh = await _acquired(shares, group_id, member_id, max_records, max_bytes, await shares.run(again))
