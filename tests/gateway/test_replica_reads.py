@@ -153,6 +153,9 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
         await until(lambda: _is(PartitionId(DB_ID, 0) in manager.following), "node 1 follows node 2")
         part = await fetched(one)
         assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 2, "leader_epoch": 2})
+        part = await fetched(one, epoch=1)  # a consumer still at epoch 1 is told where epoch 2 is led (KIP-951)
+        assert (part["error_code"], part["current_leader"]) == (ErrorCode.fenced_leader_epoch,
+                                                                 {"leader_id": 2, "leader_epoch": 2})
         assert await described(one) == (ErrorCode.none, 2, 2)
         new = await t.nodes[2].wal()  # (its HW passes what it holds once node 3 fetched from it)
         await until(lambda: _is(new.visible_version == new.next_version), "the HW passes node 2's end")

@@ -76,8 +76,8 @@ def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) ->
 
 class ReadCheck(NamedTuple):
     """A client's read of one partition as leadership answers it: ``error`` (NONE: this node serves it), the
-    partition's leader epoch as this node knows it (-1: unknown), and the leader to name with NOT_LEADER_OR_FOLLOWER
-    (KIP-951's ``CurrentLeader``; None: none known)."""
+    partition's leader epoch as this node knows it (-1: unknown), and the other node to name as its leader with
+    NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951's ``CurrentLeader``; None: none known, or this node)."""
 
     error: ErrorCode
     epoch: int
@@ -99,7 +99,8 @@ class Reads:
       NOT_LEADER_OR_FOLLOWER elsewhere, naming the state's leader (-1 epoch and no leader while no state was read:
       a node that is starting never serves the tail past its high watermark);
     * a current leader epoch named (>= 0) is checked first (KIP-320, Kafka's ``localLogWithEpoch``): an older one
-      FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH.
+      FENCED_LEADER_EPOCH (naming the state's leader, as Kafka's Fetch does since KIP-951), a newer one
+      UNKNOWN_LEADER_EPOCH.
 
     Any lane; a Fetch round's partitions are read on their vnodes' lanes."""
 
@@ -127,12 +128,12 @@ class Reads:
         if led is None or state is None:
             return _NOT_READ
         epoch = state.leader_epoch
+        named = None if state.leader in (NO_LEADER, self._node_id) else state.leader
         fenced = None if requested_epoch < 0 else check_leader_epoch(epoch, requested_epoch)
         if fenced is not None:
-            return ReadCheck(fenced, epoch)
+            return ReadCheck(fenced, epoch, named)  # KIP-951 names the leader with FENCED_LEADER_EPOCH too
         if leads_here(led, self._node_id, *vgroup, state):
             return ReadCheck(ErrorCode.none, epoch)
-        named = None if state.leader in (NO_LEADER, self._node_id) else state.leader
         return ReadCheck(ErrorCode.not_leader_or_follower, epoch, named)
 
     def serve(self, topic: str, partition: int, requested_epoch: int,

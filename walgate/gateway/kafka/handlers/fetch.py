@@ -15,7 +15,8 @@
 * Leadership (:class:`~walgate.gateway.kafka.leaders.Reads`, one snapshot per round): a partition placed on another
   node, or a replicated one this node does not lead now (another's, or none yet while this node starts: it never
   serves past the high watermark), answers NOT_LEADER_OR_FOLLOWER with KIP-951's ``current_leader`` where known; a
-  current leader epoch named is checked first (KIP-320: FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH).
+  current leader epoch named is checked first (KIP-320: FENCED_LEADER_EPOCH, with the ``current_leader`` too,
+  UNKNOWN_LEADER_EPOCH).
 * Transactions (KIP-98): every answer carries the partition's last stable offset
   (:meth:`~walgate.storage.partitions.Partitions.offsets`). With ``isolation_level`` 1 (read_committed) only
   batches below it are served, with ``aborted_transactions``: the (producer id, first offset) of each aborted
