@@ -333,7 +333,8 @@ def test_the_server_survived_with_bounded_memory_and_a_clean_log(server) -> None
     grown = live.rss_mib() - rss_before
     print(f"fuzz outcomes: {dict(sorted(OUTCOMES.items()))}; {records} records in {TOPIC!r}; "
           f"RSS grew by {grown:.0f} MiB")
-    assert records > 20  # fuzzed Produce requests did reach the write path
+    if OUTCOMES[f"produce to {TOPIC!r}"] >= 50:  # (the whole file ran, not a selection without the Produce cases)
+        assert records > 20  # fuzzed Produce requests did reach the write path
     assert grown < RSS_GROWTH_MIB
     _assert_clean(live.log())
 
