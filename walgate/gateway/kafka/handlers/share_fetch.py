@@ -215,9 +215,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
 
     def wants(topics: TopicsSnapshot, coordinator: ShareCoordinator, out: Round) -> Round:
         """``out`` with what its round must read, once the session's partitions this node does not serve now (a
-        replicated one whose leadership moved) are in ``placed``, each answered NOT_LEADER_OR_FOLLOWER."""
+        replicated one whose leadership moved; a one-copy one never moves, checked as it was added) are in
+        ``placed``, each answered NOT_LEADER_OR_FOLLOWER."""
         session = coordinator.sessions.get((group_id, member_id))
-        if session is not None:
+        if session is not None and topics.any_replicated:
             for tp, leader in elsewhere(broker, topics, in_session(topics, session.partitions)).items():
                 placed[tp] = leader
                 out.served.setdefault(tp, Served(not_leader(tp, request.topics)))
