@@ -6,7 +6,7 @@ manager), Produce through its Kafka socket.
 What holds: a write to a database node 1 leads no replicated vnode of is answered at once while a write to the
 replicated vnode waits (its followers stopped); an INSERT while the ISR is below ``min.insync.replicas`` is refused
 with 503 before anything is appended (Kafka: NOT_ENOUGH_REPLICAS, ``acks=all`` only); an INSERT appended just
-before node 1 is deposed is answered 503, never 200; a write to a vnode followed here or with no leader answers 503
+before node 1 is deposed is answered 503, never 200, its outcome unknown (it may be kept) as when its wait timed out; a write to a vnode followed here or with no leader answers 503
 (not 400) naming its leader or saying there is none; rows produced with ``acks=all`` to a TDengine topic over the
 replicated vnode wait for its high watermark (``acks=1`` does not).
 """
@@ -92,6 +92,7 @@ async def test_a_write_waits_only_for_the_replicated_vnodes_it_appended_to_and_i
             started = time.monotonic()
             status, body = await insert(client, 1)  # appended, never passed by the HW: 503, maybe kept
             assert status == 503 and "not acknowledged" in body["desc"] and time.monotonic() - started >= 0.5
+            assert body["outcome"] == "unknown", body  # (rv5 R5-3: a node asking it reports its part so)
             started = time.monotonic()
             assert (await insert(client, 2, "solo"))[0] == 200  # nothing replicated written: no wait for vnode 0
             assert time.monotonic() - started < 0.5
@@ -132,7 +133,7 @@ async def test_a_write_appended_by_a_leader_deposed_before_its_wait_is_answered_
                 release.set()
                 await blocked
             status, body = await write
-            assert status == 503 and "NOT_LEADER_OR_FOLLOWER" in body["desc"], body
+            assert status == 503 and "NOT_LEADER_OR_FOLLOWER" in body["desc"] and body["outcome"] == "unknown", body
             await until(lambda: _is(PID not in node.led()), "node 1 no longer leads")
 
 

@@ -49,7 +49,14 @@ from walgate.security.node_token import (
     head_refusal,
     refusal,
 )
-from walgate.storage.errors import ClusterUnavailable, InvalidValue, LimitExceeded, StorageUnavailable
+from walgate.storage.errors import (
+    ClusterUnavailable,
+    InvalidValue,
+    LimitExceeded,
+    NotAcknowledged,
+    NotEnoughReplicas,
+    StorageUnavailable,
+)
 from walgate.storage.insert_routing import Part
 from walgate.storage.select_merge import ARROW_STREAM
 
@@ -267,3 +274,19 @@ async def test_this_nodes_part_that_the_catalog_may_still_apply_is_unknown_not_u
     assert (maybe.state, maybe.status, maybe.desc) == ("unknown", 503, "node 1: it may still be applied")
     for error in (ClusterUnavailable("nothing was done"), StorageUnavailable("disk full")):
         assert (await _here(HERE, 1, failing(error))).state == "not_written"
+
+
+async def test_this_nodes_part_appended_but_not_acknowledged_by_the_isr_is_unknown_not_unwritten() -> None:
+    """rv5 R5-3: this node's part of a write spanning nodes that was appended to a replicated vnode and whose high
+    watermark wait timed out (or whose leader was deposed) may be kept: ``unknown``, reported "outcome unknown", as
+    distinct from a part refused before its append (NotEnoughReplicas, a vgroup led elsewhere: "NOT written")."""
+    async def failing(error: Exception) -> Outcome:
+        raise error
+
+    appended = await _here(HERE, 1, failing(NotAcknowledged("not acknowledged by the in-sync replicas")))
+    assert (appended.state, appended.status, appended.code) == ("unknown", 503, StorageUnavailable.code)
+    refused = await _here(HERE, 1, failing(NotEnoughReplicas("1 in-sync replica(s), fewer than MIN_INSYNC 2")))
+    assert (refused.state, refused.status) == ("not_written", 503)
+    status, body = answer([appended, refused, Outcome(PART, "written", rows=5)])
+    assert status == 503 and [p["node"] for p in body["unknown"]] == [1] and len(body["not_written"]) == 1
+    assert "outcome unknown" in body["desc"]

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,56 @@ def test_a_single_node_reports_a_later_epoch_in_its_file_and_answers_as_its_meta
         finally:
             e.close()
     assert _on_disk(vnode) == encode((EpochEntry(0, 0), EpochEntry(1, 3)))
+
+
+def test_a_replicated_vnode_opens_answering_the_epochs_its_leaders_began_and_reports_no_damage(tmp_path: Path):
+    """rv5 R5-4: a vnode of a replicated database (``REPLICA 3``) opens answering from its cache, whose later epochs
+    its leaders led (no damage record at any start, as a single node's open makes for the same file above), and a
+    leader's first epoch after a restart whose write was refused after the rename is answered as the epoch it
+    appends under, never as a single node's epoch 0 (the retried takeover finds the epoch in memory, begins nothing)."""
+    e = Engine.open(tmp_path)
+    vnode = _native(e, 5)
+    replicated = replace(vnode.db, replicas=((1, 2, 3),))
+    e.close()
+    (vnode.dir / EPOCH_FILE).write_bytes(encode((EpochEntry(0, 0), EpochEntry(1, 3))))
+    damage = DamageLog(tmp_path)
+    for _ in range(2):
+        opened = Vnode.open(replicated, 0, vnode.dir, damage)
+        try:
+            assert damage.records == [] and not opened.epochs.single_node
+            assert [opened.epochs.epoch_at(v) for v in (2, 3, 4)] == [0, 1, 1]
+            assert opened.epochs.end_for(0, 5) == EpochEnd(0, 3) and opened.epochs.end_for(1, 5) == EpochEnd(1, 5)
+        finally:
+            opened.wal.close()
+    opened = Vnode.open(replicated, 0, vnode.dir, damage)
+    try:
+        faults = Faults()
+        with faults.active():
+            faults.fail("fsync", at=2, error=errno.EIO)  # (the directory's fsync: after the rename)
+            with pytest.raises(StorageUnavailable):
+                opened.epochs.begin(2, 5)
+        assert opened.epochs.latest_epoch == 2 and opened.epochs.epoch_at(5) == 2
+        assert opened.epochs.end_for(1, 6) == EpochEnd(1, 5)
+    finally:
+        opened.wal.close()
+    assert damage.records == []
+
+
+def test_a_begin_refused_after_the_rename_leaves_single_node_mode_as_a_written_one_does(tmp_path: Path):
+    """A vnode opened as a single node's that a leader of epoch 2 then leads (a database whose replicas the catalog
+    learns later): an epoch memory takes from a write refused after its rename is answered as it is appended under."""
+    e = Engine.open(tmp_path)
+    vnode = _native(e, 3)
+    try:
+        assert vnode.epochs.single_node
+        faults = Faults()
+        with faults.active():
+            faults.fail("fsync", at=2, error=errno.EIO)
+            with pytest.raises(StorageUnavailable):
+                vnode.epochs.begin(2, 3)
+        assert not vnode.epochs.single_node and vnode.epochs.epoch_at(3) == 2
+    finally:
+        e.close()
 
 
 def test_a_tdengine_topic_answers_in_its_dense_offsets(tmp_path: Path):

@@ -163,6 +163,7 @@ from walgate.storage.errors import (
     ClusterUnavailable,
     InvalidValue,
     LimitExceeded,
+    NotAcknowledged,
     NotHere,
     NotLedNow,
     QueryCancelled,
@@ -417,15 +418,16 @@ async def _acknowledged(app: web.Application, appended: list[LedAppend]) -> None
     replicas hold what it ``appended`` to the replicated vnodes this node leads (issue 25,
     :meth:`ReplicaManager.writes_acknowledged <walgate.gateway.replicas.ReplicaManager.writes_acknowledged>`); not
     acknowledged within :data:`ACK_TIMEOUT_S`, the ISR below ``MIN_INSYNC`` once passed, or this node deposed
-    first: :class:`StorageUnavailable` (503: the write may be kept or lost, as a Kafka producer's timed-out acks=all
-    write). Nothing appended there (one-copy databases, a single node): no wait at all. (A write refused before its
+    first: :class:`~walgate.storage.errors.NotAcknowledged` (503, outcome ``unknown``: the write may be kept or lost,
+    as a Kafka producer's timed-out acks=all write; the part of a write spanning nodes is reported so, never "NOT
+    written"). Nothing appended there (one-copy databases, a single node): no wait at all. (A write refused before its
     append because the ISR is below ``MIN_INSYNC`` raised :class:`~walgate.storage.errors.NotEnoughReplicas`.)"""
     replicas = app[_REPLICAS]() if _REPLICAS in app else None
     if replicas is None or not appended:
         return
     error = await replicas.writes_acknowledged(appended, ACK_TIMEOUT_S)
     if error != ErrorCode.none:
-        raise StorageUnavailable(f"the write was not acknowledged by the in-sync replicas ({error.name.upper()}): it "
+        raise NotAcknowledged(f"the write was not acknowledged by the in-sync replicas ({error.name.upper()}): it "
                                  "may be kept or lost; retry it")
 
 
@@ -729,16 +731,16 @@ async def _tables(request: web.Request) -> web.Response:
 async def _here(part: Part, local: int, write: Awaitable[Outcome]) -> Outcome:
     """The outcome of ``part`` written on this node (``local``) by ``write``, never an exception, so that the client
     learns what became of every other part: an error the error middleware answers with "nothing written" (a
-    StorageError, an OSError) makes it not written; a change the cluster's catalog may still apply
-    (:class:`ClusterUnavailable` ``maybe_applied``) and anything else (damaged data, a bug: logged) unknown."""
+    StorageError, an OSError) makes it not written; one that may have been done all the same
+    (:class:`StorageUnavailable` ``maybe_applied``: a change the cluster's catalog may still apply, a write appended
+    that the in-sync replicas did not acknowledge) and anything else (damaged data, a bug: logged) unknown."""
     try:
         return await write
-    except ClusterUnavailable as e:
-        if not e.maybe_applied:
-            return Outcome(part, "not_written", status=503, code=e.code, desc=f"node {local}: {e.message}")
-        return Outcome(part, "unknown", status=503, code=e.code, desc=f"node {local}: {e.message}")
+    except StorageUnavailable as e:
+        return Outcome(part, "unknown" if e.maybe_applied else "not_written", status=503, code=e.code,
+                       desc=f"node {local}: {e.message}")
     except StorageError as e:
-        status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, StorageUnavailable | NotLedNow) \
+        status = 413 if isinstance(e, RequestTooLarge) else 503 if isinstance(e, NotLedNow) \
             else 403 if isinstance(e, NotPermitted) else 400
         return Outcome(part, "not_written", status=status, code=e.code, desc=f"node {local}: {e.message}")
     except OSError as e:
@@ -1216,7 +1218,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except RequestTooLarge as e:
         return _error(413, e.code, e.message)
     except StorageUnavailable as e:
-        if isinstance(e, ClusterUnavailable) and e.maybe_applied:  # (sql_forward.py: the part's outcome unknown)
+        if e.maybe_applied:  # (sql_forward.py: the part's outcome unknown)
             return _json(503, {"code": e.code, "desc": e.message, "outcome": "unknown"})
         return _error(503, e.code, e.message)
     except NotLedNow as e:  # retriable: the vgroup's leadership is being elected or moved

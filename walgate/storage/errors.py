@@ -21,9 +21,12 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── NotHere               (cluster mode) a vgroup the request needs is placed on another node; ``node`` names it
     │   └── NotLedNow         a replicated vgroup this node holds but does not lead now (no leader, or mid-failover)
     ├── StorageUnavailable    the disk refused a write (ENOSPC, EIO, failed fsync): nothing of the request was
-    │   │                     kept; retriable, and service resumes by itself once the disk accepts writes again
+    │   │                     kept (unless ``maybe_applied``); retriable, and service resumes by itself once the disk
+    │   │                     accepts writes again
     │   ├── ClusterUnavailable  (cluster mode) the cluster's catalog did not take a change: no controller or no etcd
     │   │                     quorum answered in time; retriable
+    │   ├── NotAcknowledged   a write appended to a replicated vnode its in-sync replicas did not acknowledge in time
+    │   │                     (acks=all): it may be kept or lost; retriable
     │   └── NotEnoughReplicas  a replicated vnode's ISR is below ``min.insync.replicas``: nothing written; retriable
     ├── SequenceError         (producers.py) a produced batch the idempotence rules refuse; ``error_code`` is
     │                         the Kafka error (Produce answers it)
@@ -63,6 +66,7 @@ __all__ = [
     "LimitExceeded",
     "StorageUnavailable",
     "ClusterUnavailable",
+    "NotAcknowledged",
     "QueryCancelled",
     "NotHere",
     "NotLedNow",
@@ -147,6 +151,9 @@ class StorageUnavailable(StorageError):
     coordinator maps a failed offsets append) and HTTP 503; the vnode resumes by itself once writes succeed again."""
 
     code = 0x0021  # "No enough disk space" (TDengine's TSDB_CODE_NO_ENOUGH_DISKSPACE message)
+    maybe_applied = False
+    """Whether the request may have been done all the same (the HTTP answer's ``outcome`` is then ``unknown``, and a
+    part of a write spanning nodes is reported "outcome unknown", not "NOT written")."""
 
 
 class NoLeader(StorageUnavailable):
@@ -198,6 +205,16 @@ class NotLedNow(NotHere):
         self.db, self.db_id, self.vgroup = db, db_id, vgroup
 
 
+class NotAcknowledged(StorageUnavailable):
+    """A write appended to the replicated vnodes this node leads that their in-sync replicas did not acknowledge
+    (acks=all, issue 25): the high watermark did not pass it in time, or this node stopped leading the vnode first.
+    It may be kept or lost (``maybe_applied``: in the leader's log, usually kept by the next leader too), as a Kafka
+    producer's timed-out acks=all write. Retriable (HTTP 503)."""
+
+    code = 0x0021  # answered as StorageUnavailable's code, as before it had a class of its own
+    maybe_applied = True
+
+
 class NotEnoughReplicas(StorageUnavailable):
     """A write whose caller waits for the in-sync replicas (acks=all) refused before its append: the vnode's ISR has
     fewer than ``min.insync.replicas`` members (Kafka's NOT_ENOUGH_REPLICAS, checked first by
@@ -228,6 +245,7 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     ClusterUnavailable: ErrorCode.request_timed_out,
+    NotAcknowledged: ErrorCode.request_timed_out,  # as Kafka answers an acks=all write its ISR did not take in time
     StorageUnavailable: ErrorCode.kafka_storage_error,
     LimitExceeded: ErrorCode.policy_violation,
     StorageError: ErrorCode.invalid_request,  # input the engine refused

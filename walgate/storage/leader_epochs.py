@@ -23,13 +23,15 @@ Invariants:
   WAL's end after the WAL's own recovery);
 * one rule decides whether the file is written (:meth:`LeaderEpochs._settle`, after every change): when it may not
   hold what memory does, so a change that leaves memory as the file holds it writes nothing. :meth:`open` cuts
-  memory only and leaves the write to the change that follows it (:meth:`lead_single_node`, :meth:`begin` or
-  :meth:`truncate_from_end`; a vnode makes one before its WAL grows): a new vnode's ``epoch 0 from version 0``,
+  memory only and leaves the write to the change that follows it (:meth:`lead_single_node`, :meth:`lead_replicated`,
+  :meth:`begin` or :meth:`truncate_from_end`; a vnode makes one before its WAL grows): a new vnode's ``epoch 0 from version 0``,
   cut to nothing at an empty WAL and led again at once, is then not written at all;
 * after any refused write the file counts as unknown: the next :meth:`begin` or cut writes it whole again;
 * a file that does not verify (checksum, shape, epochs or starts not strictly increasing) or cannot be read is
   reported to the DamageLog (its bytes kept; an unreadable one left in place) and read as empty: the caller
   decides what the vnode led (walgate without replicas: epoch 0 from version 0, :data:`SINGLE_NODE_EPOCHS`);
+* a vnode of a replicated database (:meth:`LeaderEpochs.lead_replicated`, told at open) answers from its cache
+  alone: its leaders begin their epochs, and any epoch in its file is one of theirs;
 * walgate without replicas (:meth:`LeaderEpochs.lead_single_node`) answers OffsetForLeaderEpoch from
   :data:`SINGLE_NODE_EPOCHS`, as Metadata, record batches and the current-epoch check all say epoch 0
   (:data:`walgate.storage.partitions.LEADER_EPOCH`), until a leader of another epoch begins (the replication
@@ -199,11 +201,25 @@ class LeaderEpochs:
                 self._replace(after.entries)
             except OSError as exc:
                 if self._read_back(after.entries):
-                    self._cache = after
+                    self._hold(after)
                 raise StorageUnavailable(f"{self.path}: leader epoch {epoch} could not be recorded: {exc}") from None
+        self._hold(after)
+
+    def _hold(self, after: LeaderEpochCache) -> None:
+        """Memory takes ``after``; one whose latest epoch is not a single node's leaves single-node mode (also when
+        the write of it was refused after the rename: the epoch is answered as it is appended under)."""
         self._cache = after
-        if epoch != SINGLE_NODE_EPOCHS[-1].epoch:
+        if after.latest_epoch != SINGLE_NODE_EPOCHS[-1].epoch:
             self._single_node = False
+
+    def lead_replicated(self) -> None:
+        """A vnode of a replicated database (``REPLICA n`` above 1, issue 25), told so at open before its WAL grows:
+        it answers from its cache, never from :data:`SINGLE_NODE_EPOCHS` (its leaders begin their epochs:
+        :meth:`begin`), and a later epoch in its file is what its leaders led, never damage. Writes open's cut of
+        the file, if any (a refusal is logged, and the file cut again by the next change or the next start)."""
+        self._single_node = False
+        self._raw = None
+        self._settle("cut back to the WAL's end")
 
     def lead_single_node(self, *, new: bool) -> None:
         """walgate without replicas leads every vnode in epoch 0 (:data:`SINGLE_NODE_EPOCHS`) and answers from it

@@ -31,7 +31,8 @@ offsets are not kept here but in the group coordinator's log (coordinator_log.py
 
 Each vnode keeps its leader-epoch cache, ``epoch -> first WAL version``, in ``leader-epoch-checkpoint``
 (:mod:`walgate.storage.leader_epochs`), opened after the WAL's recovery and cut back to its end; without replicas
-the vnode leads epoch 0 from version 0.
+the vnode leads epoch 0 from version 0; a vnode of a replicated database (``REPLICA n`` above 1) answers from the
+cache its leaders began.
 
 Directory: ``db/<database id>/vnode<index>/`` holding ``wal/``, ``meta.db``, ``leader-epoch-checkpoint``
 and ``topics/`` (offsets.py).
@@ -142,9 +143,12 @@ class Vnode:
         self._rebuild_pending = False  # a truncation's rebuild of the store was refused (truncate_to retries it)
         self.live_count = 0  # tables not dropped (kept by apply_meta, counted at open)
         self.epochs = LeaderEpochs.open(directory, wal.next_version, damage=damage, syncs=wal.syncs)
-        # (no replicas yet: docs/plans/replication-wiring.md); it also writes open's cut of the epoch file, if any,
-        # before the WAL can grow (leader_epochs' module docstring): a replicated vnode must begin or cut instead
-        self.epochs.lead_single_node(new=wal.next_version == 0)
+        # each writes open's cut of the epoch file, if any, before the WAL can grow (leader_epochs' module docstring);
+        # the catalog knows a database's replicas before its vnodes open (its CREATE record places them)
+        if db.replication_factor > 1:
+            self.epochs.lead_replicated()
+        else:
+            self.epochs.lead_single_node(new=wal.next_version == 0)
 
     @classmethod
     def open(cls, db: DatabaseDef, index: int, directory: Path, damage: DamageLog | None = None,

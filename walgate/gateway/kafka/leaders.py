@@ -1,7 +1,8 @@
 """Who leads a partition, as Kafka's answers name it: the brokers Metadata lists beside the node asked, the
 ``CurrentLeader`` / ``NodeEndpoints`` (KIP-951) that Produce (v10+) and Fetch (v12+ / v16+) carry with
 NOT_LEADER_OR_FOLLOWER, so that a client goes to the leader without a Metadata round trip, and the one leadership
-check of the reads (:class:`Reads`: Fetch, ListOffsets and OffsetForLeaderEpoch call it alike).
+check of the reads (:class:`Reads`: Fetch, ListOffsets and OffsetForLeaderEpoch call it alike, and ShareFetch and
+ShareAcknowledge through :mod:`.share_leaders`).
 
 A partition of one copy is led by the node it is placed on (docs/cluster.md, "Placement"), at leader epoch 0; a
 replicated one (issue 25) by the leader its partition state names, and served by that node only once its replica
@@ -106,9 +107,11 @@ class Reads:
 
     __slots__ = ("_broker", "_topics", "_led", "_node_id")
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, topics: TopicsSnapshot | None = None) -> None:
+        """``topics``: the snapshot to check against (None: the broker's, taken at the first check, where a failure
+        is a partition's error)."""
         self._broker = broker
-        self._topics: TopicsSnapshot | None = None  # (taken at the first check: a failure is a partition's error)
+        self._topics = topics
         self._led = broker.led
         self._node_id = broker.node_id
 

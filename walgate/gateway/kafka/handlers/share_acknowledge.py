@@ -7,8 +7,9 @@ the member still holds. Each partition answers its acknowledgements' outcome (IN
 member does not hold); they are durable (``share_groups.log``) before the answer, else every partition answers
 KAFKA_STORAGE_ERROR and nothing changed.
 
-In cluster mode a partition placed on another node answers NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and
-the leader's endpoint in ``node_endpoints`` (KIP-951), its acknowledgements not applied
+In cluster mode a partition placed on another node, or a replicated one this node does not lead now (as Fetch
+decides), answers NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and the leader's endpoint in ``node_endpoints``
+(KIP-951), its acknowledgements not applied
 (:mod:`walgate.gateway.kafka.share_leaders`).
 
 ACLs (as Kafka's ``handleShareAcknowledgeRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
@@ -24,7 +25,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.handlers.share_fetch import Refused, ack_batches, admitted, resolve
-from walgate.gateway.kafka.share_leaders import Leaders, elsewhere
+from walgate.gateway.kafka.share_leaders import Leaders, elsewhere, requested
 from walgate.gateway.kafka.shares import now_ms
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
@@ -49,7 +50,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
     if isinstance(admission, Refused):
         return _top(admission.error, admission.message)
     shares, readable = admission
-    placed: dict[tuple[str, int], int] = {}  # the request's partitions on other nodes (cluster mode)
+    placed: dict[tuple[str, int], tuple[int, int]] = {}  # the request's partitions not served here, their leaders
 
     def acknowledge(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> tuple[int, str | None, int,
                                                                              dict[tuple[str, int], tuple[int, str | None]]]:
@@ -58,7 +59,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareAcknowledgeR
             return code, message, 0, {}
         names, errors = resolve(topics, request.topics, readable)
         out: dict[tuple[str, int], tuple[int, str | None]] = {tp: (e, None) for tp, e in errors.items()}
-        placed.update(elsewhere(broker.node_id, topics, names, request.topics))
+        placed.update(elsewhere(broker, topics, requested(names, request.topics)))
         out.update((tp, (ErrorCode.not_leader_or_follower, None)) for tp in placed)
         acks = [b for b in ack_batches(request.topics, names) if (b.topic, b.partition) not in placed]
         for tp, result in coordinator.acknowledge(group_id, member_id, acks, now_ms(), error_of).items():

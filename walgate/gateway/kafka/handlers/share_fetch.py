@@ -28,9 +28,10 @@ acknowledgements the request carries applied first (KIP-932).
 * Durability: the acknowledgements are written (``share_groups.log``) before the answer; a write the disk refuses
   answers every partition KAFKA_STORAGE_ERROR, acknowledgements and acquisitions undone
   (:mod:`walgate.gateway.kafka.shares`).
-* Cluster mode (:mod:`walgate.gateway.kafka.share_leaders`): a partition placed on another node answers
-  NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and the leader's endpoint in ``node_endpoints`` (KIP-951); it
-  is neither added to the session nor acknowledged here.
+* Cluster mode (:mod:`walgate.gateway.kafka.share_leaders`): a partition placed on another node, or a replicated one
+  this node does not lead now (as Fetch decides), answers NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and the
+  leader's endpoint in ``node_endpoints`` (KIP-951); it is neither added to the session nor acknowledged here, and a
+  partition of the session whose leadership moved away is answered so at each round, neither read nor acquired.
 * ACLs (as Kafka's ``handleShareFetchRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
   level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED; an unknown topic id
   UNKNOWN_TOPIC_ID.
@@ -56,7 +57,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.share_leaders import Leaders, coordinates, elsewhere
+from walgate.gateway.kafka.share_leaders import Elsewhere, Leaders, coordinates, elsewhere, in_session, requested
 from walgate.gateway.kafka.share_reads import LogReads
 from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.gateway.quotas import FETCH as FETCH_RATE
@@ -136,26 +137,29 @@ def resolve(snapshot: TopicsSnapshot, topics: Topics, readable: Callable[[str], 
     return names, errors
 
 
-def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Round) -> Round:
-    """``out`` with what with_reads over the member's session partitions must read first (coordinator lane)."""
+def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Round, moved: Elsewhere) -> Round:
+    """``out`` with what with_reads over the member's session partitions must read first, those this node does not
+    serve now (``moved``) left out (coordinator lane)."""
     session = coordinator.sessions.get((group_id, member_id))
     if session is None:
         out.error = ErrorCode.share_session_not_found
         return out
-    out.wants = coordinator.reads(group_id, session.partitions)
+    out.wants = coordinator.reads(group_id, [tp for tp in session.partitions if tp not in moved])
     out.committed = coordinator.logs.settings(group_id).committed
     return out
 
 
 def _acquire(topics: TopicsSnapshot, coordinator: ShareCoordinator, logs: LogReads, group_id: str, member_id: str,
-             max_records: int, out: Round) -> Round:
-    """Acquire over the member's session partitions into ``out``, against what its round read (coordinator lane)."""
+             max_records: int, out: Round, moved: Elsewhere) -> Round:
+    """Acquire over the member's session partitions into ``out``, against what its round read, those this node does
+    not serve now (``moved``) left out (coordinator lane)."""
     session = coordinator.sessions.get((group_id, member_id))
     if session is None:
         out.error = ErrorCode.share_session_not_found
         return out
     now = now_ms()
-    results = coordinator.acquire(group_id, member_id, session.partitions, max_records, now, error_of, logs.cap)
+    partitions = [tp for tp in session.partitions if tp not in moved]
+    results = coordinator.acquire(group_id, member_id, partitions, max_records, now, error_of, logs.cap)
     for tp, result in results.items():
         served = out.served.setdefault(tp, Served(PartitionResult()))
         served.result.error = served.result.error or result.error
@@ -173,14 +177,14 @@ def _acquire(topics: TopicsSnapshot, coordinator: ShareCoordinator, logs: LogRea
 
 
 async def _acquired(shares: ShareService, group_id: str, member_id: str, max_records: int, max_bytes: int,
-                    out: Round) -> Round:
+                    out: Round, moved: Elsewhere) -> Round:
     """``out`` (a round that read nothing yet) acquired: its ``wants`` read on the storage lane, then the
     acquisition on the coordinator lane (:mod:`walgate.gateway.kafka.share_reads`)."""
     if out.error != ErrorCode.none or not out.wants:
         return out
     reads = await shares.read(out.wants, out.committed, max_bytes)
     return await shares.with_reads(reads, max_bytes, lambda topics, coordinator, logs: _acquire(
-        topics, coordinator, logs, group_id, member_id, max_records, out))
+        topics, coordinator, logs, group_id, member_id, max_records, out, moved))
 
 
 def admitted(broker: Broker, ctx: RequestContext,
@@ -208,7 +212,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0.0)
     members_known = await coordinates(broker, group_id)
-    placed: dict[tuple[str, int], int] = {}  # the request's partitions on other nodes (cluster mode)
+    placed: dict[tuple[str, int], tuple[int, int]] = {}  # partitions this node does not serve, their leaders
+
+    def wants(topics: TopicsSnapshot, coordinator: ShareCoordinator, out: Round) -> Round:
+        """``out`` with what its round must read, once the session's partitions this node does not serve now (a
+        replicated one whose leadership moved; a one-copy one never moves, checked as it was added) are in
+        ``placed``, each answered NOT_LEADER_OR_FOLLOWER."""
+        session = coordinator.sessions.get((group_id, member_id))
+        if session is not None and topics.any_replicated:
+            for tp, leader in elsewhere(broker, topics, in_session(topics, session.partitions)).items():
+                placed[tp] = leader
+                out.served.setdefault(tp, Served(not_leader(tp, request.topics)))
+        return _wants(coordinator, group_id, member_id, out, placed)
 
     def first(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
         out = Round(lock_ms=coordinator.logs.settings(group_id).lock_ms)
@@ -219,7 +234,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         names, errors = resolve(topics, request.topics, readable)
         for tp, error in errors.items():
             out.served[tp] = Served(PartitionResult(error=error))
-        placed.update(elsewhere(broker.node_id, topics, names, request.topics))
+        placed.update(elsewhere(broker, topics, requested(names, request.topics)))
         for tp in placed:
             out.served[tp] = Served(not_leader(tp, request.topics))
         acks = [b for b in ack_batches(request.topics, names) if (b.topic, b.partition) not in placed]
@@ -234,10 +249,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
             out.served.setdefault(tp, Served(PartitionResult()))
-        return out if renew_only else _wants(coordinator, group_id, member_id, out)
+        return out if renew_only else wants(topics, coordinator, out)
 
     def again(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> Round:
-        return _wants(coordinator, group_id, member_id, Round(lock_ms=coordinator.logs.settings(group_id).lock_ms))
+        return wants(topics, coordinator, Round(lock_ms=coordinator.logs.settings(group_id).lock_ms))
 
     try:
         answer = await shares.run(first)  # the acknowledgements, durable
@@ -245,7 +260,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         return _failed(request, error_of(exc), Leaders(broker, ctx.listener.name, placed))
     leaders = Leaders(broker, ctx.listener.name, placed)
     try:
-        answer = await _acquired(shares, group_id, member_id, max_records, max_bytes, answer)
+        answer = await _acquired(shares, group_id, member_id, max_records, max_bytes, answer, placed)
     except Exception as exc:  # noqa: BLE001 - a refused write: nothing acquired, the acknowledgements stand
         return _failed(request, error_of(exc), leaders, answer)
     event: asyncio.Event | None = None
@@ -265,7 +280,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
                         await event.wait()
                 event.clear()
             try:
-                fresh = await _acquired(shares, group_id, member_id, max_records, max_bytes, await shares.run(again))
+                fresh = await _acquired(shares, group_id, member_id, max_records, max_bytes, await shares.run(again),
+                                        placed)
             except Exception as exc:  # noqa: BLE001 - the first round's answer (its acknowledgements) stands
                 error_of(exc)  # logged when unexpected; the next fetch meets it again
                 break
@@ -283,6 +299,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         throttle = broker.quotas.fetch(ctx.principal, ctx.client_id, nbytes)
         if throttle:
             await _withhold(shares, group_id, member_id, answer)
+    leaders = Leaders(broker, ctx.listener.name, placed)  # (the later rounds' too)
     return {"throttle_time": throttle, "error_code": ErrorCode.none, "error_message": None,
             "acquisition_lock_timeout": answer.lock_ms, "responses": _responses(answer.served, leaders),
             "node_endpoints": leaders.endpoints(answer.served)}

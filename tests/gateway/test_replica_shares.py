@@ -1,0 +1,139 @@
+"""ShareFetch and ShareAcknowledge of a replicated partition go by leadership, as Fetch does (issue 25, docs/cluster.md
+"Replicas"): three in-process nodes over a real etcd (tests.gateway.test_replicas' trio), a ``REPLICA 3`` database
+made as the cluster's catalog makes it, a TDengine topic over it, and each node's share service on a coordinator lane
+of its own; requests dispatched to each node's handlers as its server does (test_handlers_hardening.call).
+
+What holds: only the node whose replica manager leads the partition (:class:`walgate.gateway.kafka.leaders.Reads`)
+opens it in a share session, acquires its records and takes their acknowledgements; a follower answers
+NOT_LEADER_OR_FOLLOWER naming the leader and its leader epoch (KIP-951), also for a partition of a session it opened
+while it led, once the leadership moved (neither read nor acquired there again). A member then fetching from the new
+leader keeps consuming: the rows written after the move are acquired there.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.etcd_cluster import EtcdCluster
+from tests.gateway.gateway_helpers import build, kio_classes
+from tests.gateway.test_handlers_hardening import call
+from tests.gateway.test_replicas import DB_ID, REPLICATED_TOPIC, Node, Trio, _is, etcd, trio, until
+from walgate.cluster.partition_codec import PartitionId
+from walgate.gateway.kafka.shares import ShareService
+from walgate.gateway.storage_thread import StorageThread
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["etcd"]  # (the fixture, imported)
+
+GROUP, MEMBER = "g", "m1"
+ACCEPT = 1
+NOT_LEADER = ErrorCode.not_leader_or_follower
+
+
+@asynccontextmanager
+async def shares(t: Trio) -> AsyncIterator[None]:
+    """Each node's share service (share groups on), on a coordinator lane of its own; closed and stopped after."""
+    lanes: list[tuple[Node, StorageThread]] = []
+    try:
+        for node in t.nodes.values():
+            lane = StorageThread(name=f"coordinator-{node.id}")
+            lanes.append((node, lane))
+            service = ShareService(node.side.engine, lane, node.side.storage, lock_ms=30_000, delivery_limit=5,
+                                   heartbeat_interval_ms=5_000, session_timeout_ms=45_000,
+                                   wake=node.side.wakeups.records_appended)
+            await service.open()
+            node.broker.shares = service
+        yield
+    finally:
+        for node, lane in lanes:
+            if node.broker.shares is not None:
+                node.broker.shares.close()
+                node.broker.shares = None
+            lane.shutdown()
+
+
+async def joined(node: Node) -> None:
+    """:data:`MEMBER` joins :data:`GROUP` on ``node`` (ShareGroupHeartbeat; each node coordinates it here)."""
+    answer = await call(node, 76, 1, build(kio_classes(76, 1)[0], {
+        "group_id": GROUP, "member_id": MEMBER, "member_epoch": 0, "subscribed_topic_names": [REPLICATED_TOPIC]}))
+    assert answer["error_code"] == ErrorCode.none, answer
+
+
+async def share_fetch(node: Node, epoch: int, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    """ShareFetch v2 on ``node`` in session epoch ``epoch``, naming partition 0 of ``topic_id`` (None: no partition,
+    as a client's incremental request with nothing to add); the answer's only partition."""
+    topics = [] if topic_id is None else [{"topic_id": topic_id, "partitions": [
+        {"partition_index": 0, "acknowledgement_batches": []}]}]
+    answer = await call(node, 78, 2, build(kio_classes(78, 2)[0], {
+        "group_id": GROUP, "member_id": MEMBER, "share_session_epoch": epoch, "max_wait": 0, "min_bytes": 1,
+        "max_records": 100, "batch_size": 100, "max_bytes": 1 << 20, "forgotten_topics_data": [], "topics": topics}))
+    assert answer["error_code"] == ErrorCode.none, answer
+    [topic] = answer["responses"]
+    [part] = topic["partitions"]
+    return {**part, "node_endpoints": [e["node_id"] for e in answer["node_endpoints"]]}
+
+
+async def share_ack(node: Node, epoch: int, topic_id: uuid.UUID, first: int, last: int) -> dict[str, Any]:
+    """ShareAcknowledge v2 on ``node`` accepting offsets ``first..last`` of partition 0: the partition's answer."""
+    answer = await call(node, 79, 2, build(kio_classes(79, 2)[0], {
+        "group_id": GROUP, "member_id": MEMBER, "share_session_epoch": epoch, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": first, "last_offset": last, "acknowledge_types": [ACCEPT]}]}]}]}))
+    assert answer["error_code"] == ErrorCode.none, answer
+    [topic] = answer["responses"]
+    [part] = topic["partitions"]
+    return {**part, "node_endpoints": [e["node_id"] for e in answer["node_endpoints"]]}
+
+
+def acquired(part: dict[str, Any]) -> list[tuple[int, int, int]]:
+    return [(a["first_offset"], a["last_offset"], a["delivery_count"]) for a in part["acquired_records"]]
+
+
+def leader(part: dict[str, Any]) -> tuple[int, int]:
+    return part["current_leader"]["leader_id"], part["current_leader"]["leader_epoch"]
+
+
+async def written(t: Trio, node_id: int, *ks: int) -> None:
+    """Rows ``ks`` inserted through node ``node_id`` (the leader), passed by its high watermark."""
+    for k in ks:
+        await t.insert(node_id, k)
+    wal = await t.nodes[node_id].wal()
+    await until(lambda: _is(wal.visible_version == wal.next_version), f"node {node_id}'s HW passes the rows")
+
+
+async def test_share_reads_of_a_replicated_partition_follow_its_leader(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t, shares(t):
+        one, two = t.nodes[1], t.nodes[2]
+        await t.started()  # node 1 (the placement's first replica) leads epoch 1
+        topic_id = await one.side.call(one.side.engine.topic_id, REPLICATED_TOPIC)
+        for node in (one, two):
+            await joined(node)
+        part = await share_fetch(two, 0, topic_id)  # a follower: the leader named, in its epoch
+        assert (part["error_code"], leader(part), part["node_endpoints"]) == (NOT_LEADER, (1, 1), [1]), part
+        assert (await share_fetch(one, 0, topic_id))["error_code"] == ErrorCode.none  # (starts at the log's end)
+        await written(t, 1, 0, 1)
+        part = await share_fetch(one, 1, None)
+        assert (part["error_code"], acquired(part)) == (ErrorCode.none, [(0, 1, 1)]), part
+
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        await t.leading(2)
+        await until(lambda: _is(PartitionId(DB_ID, 0) not in one.led()), "node 1 no longer leads")
+        part = await share_fetch(one, 2, None)  # its session's partition: not read there any more
+        assert (part["error_code"], leader(part), part["node_endpoints"], acquired(part)) == (
+            NOT_LEADER, (2, 2), [2], []), part
+        part = await share_ack(one, 3, topic_id, 0, 1)
+        assert (part["error_code"], leader(part)) == (NOT_LEADER, (2, 2)), part
+
+        assert (await share_fetch(two, 0, topic_id))["error_code"] == ErrorCode.none  # the member moves over
+        await written(t, 2, 2)
+        part = await share_fetch(two, 1, None)
+        assert (part["error_code"], acquired(part)) == (ErrorCode.none, [(2, 2, 1)]), part
+        assert (await share_ack(two, 2, topic_id, 2, 2))["error_code"] == ErrorCode.none
