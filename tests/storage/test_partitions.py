@@ -11,7 +11,7 @@ import pytest
 from faults import FAULT_KINDS, Faults
 
 from walgate.storage.engine import Engine
-from walgate.storage.errors import InvalidValue, NotFound, RequestTooLarge, StorageUnavailable
+from walgate.storage.errors import InvalidValue, NotFound, OffsetNotAvailable, RequestTooLarge, StorageUnavailable
 from walgate.storage.partitions import (
     EARLIEST,
     EARLIEST_LOCAL,
@@ -174,6 +174,35 @@ def test_list_offset_answers_each_spec(engine: Engine):
         parts.list_offset("nope", 0, LATEST, read_committed=False)
     with pytest.raises(InvalidValue):  # ListOffsets answers it INVALID_REQUEST
         parts.list_offset("k", 0, EARLIEST_PENDING_UPLOAD - 1, read_committed=False)
+
+
+def test_a_leader_whose_high_watermark_lags_its_epoch_start_answers_no_latest_offset(engine: Engine):
+    """KIP-207 (Kafka's Partition.fetchOffsetForTimestamp): a replicated partition's leader just elected, its high
+    watermark below the start of its leader epoch, answers OFFSET_NOT_AVAILABLE for LATEST and for a timestamp whose
+    record is not fetchable yet, never an offset below its predecessor's high watermark; once its high watermark
+    passes the epoch's start it answers as before."""
+    engine.create_kafka_topic("k", 1, {})
+    parts = engine.partitions
+    _, vnode, _ = engine.store.partition("k", 0)
+    vnode.epochs.lead_replicated()
+    vnode.epochs.begin(1, vnode.wal.next_version)
+    parts.append("k", [(0, encode_batch(0, [100, 200], [b"k"] * 2, [b"a", b"b"]))], NOW, 0)  # epoch 1: offsets 0-1
+    hw = vnode.wal.next_version  # what it knew as a follower: offsets 0-1, below its next epoch's start
+    parts.append("k", [(0, encode_batch(0, [300], [b"k"], [b"c"]))], NOW, 0)  # offset 2, its predecessor's tail
+    vnode.epochs.begin(2, vnode.wal.next_version)  # elected: epoch 2 starts at its log end
+    parts.append("k", [(0, encode_batch(0, [400], [b"k"], [b"d"]))], NOW, 0)  # offset 3
+    vnode.wal.sync()  # (durable: the high watermark is what bounds it)
+    vnode.wal.replication = lambda next_version, durable: hw
+    for spec in (LATEST, 250, MAX_TIMESTAMP):  # (the largest timestamp is the tail's)
+        with pytest.raises(OffsetNotAvailable, match="lagging behind the start of its leader epoch"):
+            parts.list_offset("k", 0, spec, read_committed=False)
+    assert [parts.list_offset("k", 0, spec, read_committed=False) for spec in (EARLIEST, 150)] == [
+        (0, -1), (1, 200)]  # records below the high watermark
+    hw = vnode.wal.next_version
+    assert [parts.list_offset("k", 0, spec, read_committed=False) for spec in (LATEST, 250)] == [(4, -1), (2, 300)]
+    vnode.epochs.lead_single_node(new=False)  # a one-copy vnode never answers it
+    hw = 0
+    assert parts.list_offset("k", 0, LATEST, read_committed=False) == (0, -1)
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)

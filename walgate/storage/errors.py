@@ -16,6 +16,8 @@ these to HTTP/Kafka errors at its edge; nothing here knows about either.
     ├── RequestTooLarge       request above the configured maximum
     ├── Unsupported           valid SQL that walgate does not do (e.g. aggregates in a topic)
     ├── OffsetOutOfRange      an offset outside a partition's log
+    ├── OffsetNotAvailable    a replicated partition's leader just elected, its high watermark not yet past the
+    │                         start of its leader epoch, asked for its latest offset (KIP-207); retriable
     ├── LimitExceeded         a configured limit (partitions, open files, sizes) would be exceeded
     ├── QueryCancelled        a running query stopped (its client went away, or it ran past its time limit)
     ├── NotHere               (cluster mode) a vgroup the request needs is placed on another node; ``node`` names it
@@ -63,6 +65,7 @@ __all__ = [
     "Unsupported",
     "TopicCollision",
     "OffsetOutOfRange",
+    "OffsetNotAvailable",
     "LimitExceeded",
     "StorageUnavailable",
     "ClusterUnavailable",
@@ -177,6 +180,15 @@ class ClusterUnavailable(StorageUnavailable):
         self.maybe_applied = maybe_applied
 
 
+class OffsetNotAvailable(StorageError):
+    """ListOffsets of a replicated partition's latest offset (or of a timestamp past its last fetchable record) asked
+    of a leader just elected whose high watermark has not reached the start of its leader epoch yet: its high
+    watermark may be below its predecessor's, and offsets answered must not go back across a leader change (KIP-207,
+    Kafka's ``Partition.fetchOffsetForTimestamp``). Retriable: the client asks again."""
+
+    code = 0x0903  # TDengine's TSDB_CODE_SYN_TIMEOUT: the replicas have not agreed on it yet
+
+
 class QueryCancelled(StorageError):
     """A running query was stopped: its client went away, or it ran past the statement time limit."""
 
@@ -244,6 +256,7 @@ ERROR_CODES: Final[Mapping[type[BaseException], ErrorCode]] = {
     NotEnoughReplicas: ErrorCode.not_enough_replicas,
     TopicCollision: ErrorCode.invalid_topic_exception,  # Kafka refuses the name, also when auto-creating it
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    OffsetNotAvailable: ErrorCode.offset_not_available,
     ClusterUnavailable: ErrorCode.request_timed_out,
     NotAcknowledged: ErrorCode.request_timed_out,  # as Kafka answers an acks=all write its ISR did not take in time
     StorageUnavailable: ErrorCode.kafka_storage_error,

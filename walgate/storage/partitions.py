@@ -45,7 +45,7 @@ from typing import NamedTuple, Protocol
 from walgate.storage import resource_configs
 from walgate.storage.batch_cache import BatchCache
 from walgate.storage.durability import Need
-from walgate.storage.errors import InvalidValue, NotFound, RequestTooLarge, Unsupported
+from walgate.storage.errors import InvalidValue, NotFound, OffsetNotAvailable, RequestTooLarge, Unsupported
 from walgate.storage.ingest import Ingest
 from walgate.storage.leader_epochs import LeaderEpochs
 from walgate.storage.native_topics import NativeTopics
@@ -146,7 +146,9 @@ class Partitions(Protocol):
         start, :data:`LATEST` the high watermark (read_committed: the last stable offset), :data:`MAX_TIMESTAMP`
         the first record holding the largest timestamp, :data:`EARLIEST_PENDING_UPLOAD` -1, a timestamp >= 0 the
         first record at or after it; -1 when there is none or it is not fetchable (timestamps of the first three:
-        -1). Any other ``spec`` raises :class:`~walgate.storage.errors.InvalidValue`."""
+        -1). Any other ``spec`` raises :class:`~walgate.storage.errors.InvalidValue`; :data:`LATEST`, and a
+        timestamp with no fetchable record at or after it, :class:`~walgate.storage.errors.OffsetNotAvailable` on a
+        replicated partition's leader whose high watermark has not reached the start of its leader epoch (KIP-207)."""
         ...
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
@@ -334,15 +336,22 @@ class LocalPartitions:
         start, end = self._views.watermarks(topic, partition)
         if spec in (EARLIEST, EARLIEST_LOCAL):
             return start, -1
-        fetchable = self._native.last_stable_offset(topic, partition) if read_committed else end
-        if spec == LATEST:
-            return fetchable, -1
         if spec == EARLIEST_PENDING_UPLOAD:
             return -1, -1
+        fetchable = self._native.last_stable_offset(topic, partition) if read_committed else end
+        lagging = self._views.epoch_start_above_hw(topic, partition)
+        if spec == LATEST:
+            if lagging is not None:
+                raise OffsetNotAvailable(_lagging(topic, partition, lagging))
+            return fetchable, -1
         found = self._views.max_timestamp(topic, partition) if spec == MAX_TIMESTAMP else (
             self._views.offset_for_timestamp(topic, partition, spec) if spec >= 0 else None
         )
-        return (found[0], found[1]) if found is not None and found[0] < fetchable else (-1, -1)
+        if found is not None and found[0] < fetchable:
+            return found[0], found[1]
+        if lagging is not None:  # its record may be in the tail past the high watermark: not known yet
+            raise OffsetNotAvailable(_lagging(topic, partition, lagging))
+        return -1, -1
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         start, end = self._views.watermarks(topic, partition)
@@ -362,6 +371,11 @@ class LocalPartitions:
 
     def stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
         return self._views.partition_stats(keys)
+
+
+def _lagging(topic: str, partition: int, epoch_start: int) -> str:
+    return (f"partition {topic}-{partition}: its high watermark is lagging behind the start of its leader epoch "
+            f"(WAL version {epoch_start}): a leader just elected, not caught up yet; ask again")
 
 
 def lost_batch(base: int, count: int, leader_epoch: int = LEADER_EPOCH) -> bytes:

@@ -376,6 +376,17 @@ class TopicViews:
             return end.epoch, -1
         return end.epoch, _visible_end(idx, end.end_offset)
 
+    def epoch_start_above_hw(self, topic: str, partition: int) -> int | None:
+        """The WAL version where the vnode's latest leader epoch starts while its high watermark is below it (a
+        replicated partition's leader just elected, not caught up: KIP-207), else None (always on a single node or a
+        one-copy vnode, whose high watermark is its log end)."""
+        _, vnode, _ = self.store.partition(topic, partition)
+        epochs = vnode.epochs
+        if epochs.single_node or not epochs.entries:
+            return None
+        start = epochs.entries[-1].start_offset
+        return start if start > vnode.wal.visible_version else None
+
     def partition_stats(self, keys: Iterable[tuple[str, int]] | None = None) -> list[PartitionStats]:
         """Every partition of every topic (or those of ``keys`` that exist: (topic, partition), in that order):
         offsets, and the size and segment count of the WAL holding it."""

@@ -3,6 +3,9 @@
 
 * -2 EARLIEST and -4 EARLIEST_LOCAL: the log start offset (first retained record);
 * -1 LATEST: the high watermark; with ``isolation_level`` 1 (read_committed, v2+) the last stable offset;
+  OFFSET_NOT_AVAILABLE (retriable) from a replicated partition's leader just elected whose high watermark has not
+  reached the start of its leader epoch (KIP-207: offsets answered never go back across a leader change), as for a
+  timestamp whose record is past what is fetchable then;
 * -3 MAX_TIMESTAMP (v7+): the first record holding the largest timestamp;
 * -5 EARLIEST_PENDING_UPLOAD (v9+): -1, there is no tiered storage;
 * T >= 0: the first offset whose record timestamp >= T, or offset -1 when there is none;
