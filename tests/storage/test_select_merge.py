@@ -80,6 +80,9 @@ def _merged(prepared: PreparedSelect, parts: list[bytes], max_bytes: int | None 
     "SELECT _wstart, SUM(n) * 2, MIN(v) FROM s.m WHERE ts < 1700000004000 INTERVAL(900a) ORDER BY 2 DESC, 1",
     "SELECT n % 3 AS k, COUNT(*) FROM s.m GROUP BY n % 3 ORDER BY k",
     "SELECT COUNT(*), SUM(n) FROM s.m WHERE n > 100",
+    "SELECT t, SPREAD(v), SPREAD(n), SPREAD(n) * 2 AS s2 FROM s.m GROUP BY t ORDER BY s2 DESC, t",
+    "SELECT _wstart, SPREAD(v) FROM s.m WHERE n > 5 INTERVAL(2s)",  # windows some vnodes have no row in
+    "SELECT SPREAD(b), SPREAD(u) FROM s.w",
     "SELECT n, COUNT(*), AVG(n) FROM s.nt GROUP BY n ORDER BY n DESC",
     "SELECT ts, n FROM s.nt ORDER BY n, ts DESC LIMIT 3 OFFSET 2",
     "SELECT tbname, ts, v * n AS w FROM s.m WHERE n > 2 ORDER BY w, ts DESC LIMIT 5",
@@ -109,6 +112,8 @@ def test_a_part_of_a_query_of_rows_with_a_limit_keeps_offset_plus_limit_rows(eng
     ("SELECT t, COUNT(*), SUM(n) FROM s.m GROUP BY t", 3),  # at most a row per group
     ("SELECT SUM(v) FROM s.m", None),  # a sum of floating-point values depends on the order: rows shipped
     ("SELECT FIRST(n), COUNT(*) FROM s.m", None),  # FIRST: rows shipped
+    ("SELECT t, SPREAD(v) FROM s.m GROUP BY t", 3),
+    ("SELECT SPREAD(ts) FROM s.m", None),  # of a TIMESTAMP: rows shipped
     ("SELECT COUNT(*) FROM s.m INTERVAL(1s) FILL(NULL)", None),  # FILL: rows shipped
     ("SELECT t, ts, COUNT(*) FROM s.m GROUP BY t", None),  # ts is not a key: rows shipped
 ])

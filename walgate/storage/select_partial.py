@@ -4,7 +4,8 @@ computes over every node's partial results, so that the nodes ship a row per gro
 
 A query is split (:func:`split`) only when the merge is exact, to the last bit:
 
-* its aggregates are COUNT (any argument), MIN and MAX (any), SUM and AVG of an integer column of 32 bits or fewer
+* its aggregates are COUNT (any argument), MIN and MAX (any), SPREAD of a number column (the difference of the
+  exact MAX and MIN, each cast to DOUBLE as one node casts them), SUM and AVG of an integer column of 32 bits or fewer
   (a sum of integers does not depend on the order it is added in; of floating-point values it does, so those ship
   rows; a node's partial sum of 64-bit integers may pass 2^63 where the whole sum does not, and one node's AVG of
   them is a DOUBLE average, so those ship rows too; an AVG whose integer sum passes 2^53 is the one exception:
@@ -21,7 +22,7 @@ SUM, MIN, MAX; AVG as its SUM and COUNT). The node asked runs :attr:`Split.final
 partial rows: the same select list, HAVING, ORDER BY, LIMIT and OFFSET, its keys and window columns read from the
 partial columns (grouped by them, PARTITION BY kept, so LIMIT per partition and the default order, keys then
 window start, are the query's) and each aggregate from its partials: COUNT and SUM as SUM, MIN as MIN, MAX as MAX,
-AVG as SUM(sum) / SUM(count). Names are the query's (each item is aliased with its own name); types too: a SUM of
+AVG as SUM(sum) / SUM(count), SPREAD as CAST(MAX(max) AS DOUBLE) - CAST(MIN(min) AS DOUBLE). Names are the query's (each item is aliased with its own name); types too: a SUM of
 BIGINT partial counts or sums is BIGINT, MIN/MAX keep the type, ``/`` is DOUBLE, NULL for a zero count.
 Without grouping keys or INTERVAL every node answers one row even over no rows (COUNT 0), as the merge needs.
 """
@@ -50,6 +51,9 @@ PART_TIME = "_mws"
 _WINDOW = {"_wstart": PART_TIME, "_wend": "_mwe", "_wduration": "_mwd"}
 _SUMMED = {"TINYINT", "SMALLINT", "INT", "TINYINT UNSIGNED", "SMALLINT UNSIGNED", "INT UNSIGNED", "BOOL"}
 """The column types whose SUM and AVG are split: a node's partial sum fits its BIGINT (module docstring)."""
+_SPREAD = _SUMMED | {"BIGINT", "BIGINT UNSIGNED", "FLOAT", "DOUBLE"}
+"""The column types whose SPREAD is split: numbers (a TIMESTAMP's SPREAD ships rows)."""
+_DOUBLE = ast.ColumnTypeRef("DOUBLE")
 _EXPR_TYPES = get_args(ast.Expr)
 _PARTIAL_NAME = re.compile("_m[kp][0-9]+|_mw[sed]")  # the partial columns' names (module docstring)
 _TYPES = b"walgate.partial"  # the Arrow schema metadata of partial results: their columns' TDengine types (JSON)
@@ -166,9 +170,14 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
             return None
         if call.name in ("count", "min", "max"):
             return ast.Call("sum" if call.name == "count" else call.name, (partial(call),))
-        if call.name not in ("sum", "avg") or len(call.args) != 1:
+        if call.name not in ("sum", "avg", "spread") or len(call.args) != 1:
             return None
         arg = call.args[0]
+        if call.name == "spread":  # one node's CAST(max AS DOUBLE) - CAST(min AS DOUBLE), from the exact max and min
+            if not (isinstance(arg, ast.Col) and arg.name in columns and columns[arg.name].type.name in _SPREAD):
+                return None
+            return ast.Binary("-", *(ast.Cast(ast.Call(f, (partial(ast.Call(f, call.args)),)), _DOUBLE)
+                                     for f in ("max", "min")))
         if not (isinstance(arg, ast.Col) and arg.name in columns and columns[arg.name].type.name in _SUMMED):
             return None
         total = ast.Call("sum", (partial(ast.Call("sum", call.args)),))
