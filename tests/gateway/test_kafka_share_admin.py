@@ -218,6 +218,26 @@ def test_share_and_consumer_groups_share_one_group_id_space(tmp_path: Path) -> N
         shared = join(conn, "c", "q")
         assert (shared.error_code, shared.error_message) == (ErrorCode.group_id_not_found,
                                                              "Group c is not a share group.")
+        # Kafka's ShareGroup refuses the offset APIs (validateOffsetCommit / validateOffsetFetch / validateOffsetDelete)
+        not_found = ErrorCode.group_id_not_found
+        partitions = [{"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                       "committed_metadata": ""}]
+        committed = call(conn, 8, 9, {"group_id": "s", "generation_id_or_member_epoch": -1, "member_id": "",
+                                      "topics": [{"name": "q", "partitions": partitions}]})
+        assert [p.error_code for t in committed.topics for p in t.partitions] == [not_found]
+        txn = call(conn, 28, 3, {"transactional_id": "t", "group_id": "s", "producer_id": 1, "producer_epoch": 0,
+                                 "generation_id": -1, "member_id": "", "group_instance_id": None,
+                                 "topics": [{"name": "q", "partitions": partitions}]})
+        assert [p.error_code for t in txn.topics for p in t.partitions] == [not_found]
+        fetched = call(conn, 9, 8, {"groups": [{"group_id": "s", "topics": None}], "require_stable": False})
+        assert [g.error_code for g in fetched.groups] == [not_found]
+        fetched = call(conn, 9, 1, {"group_id": "s", "topics": [{"name": "q", "partition_indexes": [0]}]})
+        assert [p.error_code for t in fetched.topics for p in t.partitions] == [not_found]
+        deleted = call(conn, 47, 0, {"group_id": "s", "topics": [{"name": "q", "partitions": [
+            {"partition_index": 0}]}]})
+        assert deleted.error_code == not_found
+        assert call(conn, 9, 8, {"groups": [{"group_id": "c", "topics": None}],
+                                 "require_stable": False}).groups[0].error_code == ErrorCode.none
 
 
 def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
