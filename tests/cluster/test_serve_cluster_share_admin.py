@@ -10,27 +10,34 @@ offsets on both partitions; DeleteGroups removes its state on both nodes (the ne
 ``share.auto.offset.reset=earliest``); a group that consumed only node 1's partition is altered and deleted through
 node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
 (retriable) while node 2's is described, altered and deleted, and a group whose state only node 1 keeps answers
-COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets and DeleteShareGroupOffsets (not
-GROUP_ID_NOT_FOUND, which Java's Admin takes as final), while DeleteGroups deletes a consumer group of node 2's
-without asking node 1.
+COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets, DeleteShareGroupOffsets and ShareGroupDescribe
+(not GROUP_ID_NOT_FOUND, which Java's Admin takes as final), while DeleteGroups deletes a consumer group of node 2's
+without asking node 1. A group whose state only node 1 keeps is found through its coordinator (ShareGroupDescribe,
+ListGroups) and its id refused to a consumer group; FindCoordinator key type 2 names each share-partition's node to
+a cluster node only.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster
-from serve_support import JARS, JAVA_DIR, no_traceback, node, setup_clients, wait_log
+from serve_support import JARS, JAVA_DIR, no_traceback, node, node_token, setup_clients, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+from test_serve_cluster_node_auth import _authenticated
 from test_serve_cluster_shares import SHARES, TOPIC, _cluster_topic, _java, _records, _values
 
 from livewalgate import WalgateServer
+from tests.gateway.gateway_helpers import build, kio_classes
+from walgate.security.node_token import node_password
 from walgate.wire.errors import ErrorCode
 
 
@@ -101,6 +108,42 @@ def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: Walgat
     assert left.error_code == ErrorCode.none, left
 
 
+def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
+    """``group``, coordinated by node 2, without members, its state only on node 1 (partition ``on1``), is found
+    through its coordinator as Kafka's coordinator finds a share group: ShareGroupDescribe answers it ``Empty``,
+    ListGroups lists it there (and not on node 1), and a consumer group's first join of its id is refused (KIP-848:
+    GROUP_ID_NOT_FOUND, classic: INCONSISTENT_GROUP_PROTOCOL). FindCoordinator key type 2 (KIP-932) names the node
+    keeping each of its share-partitions' state to a cluster node, and refuses a client."""
+    described = _request(n2.kafka_port, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
+    assert [(g.error_code, g.group_state, list(g.members)) for g in described.groups] == [(ErrorCode.none, "Empty", [])]
+    listed = {n: {(g.group_id, g.group_state) for g in _request(port, 16, 5, {
+        "states_filter": [], "types_filter": ["share"]}).groups} for n, port in ((1, n1.kafka_port), (2, n2.kafka_port))}
+    assert (group, "Empty") in listed[2] and group not in {g for g, _ in listed[1]}, listed
+    assert not {g for g, _ in listed[1]} & {g for g, _ in listed[2]}, "each group on its coordinator only"
+    joined = _request(n2.kafka_port, 68, 1, {"group_id": group, "member_id": "c" * 22, "member_epoch": 0,
+                                             "rebalance_timeout": 30_000, "subscribed_topic_names": [TOPIC],
+                                             "topic_partitions": []})
+    assert (joined.error_code, joined.error_message) == (ErrorCode.group_id_not_found,
+                                                         f"Group {group} is not a consumer group.")
+    classic = _request(n2.kafka_port, 11, 9, {"group_id": group, "session_timeout": 30_000,
+                                              "rebalance_timeout": 30_000, "member_id": "", "group_instance_id": None,
+                                              "protocol_type": "consumer", "protocols": [{"name": "range",
+                                                                                          "metadata": b""}],
+                                              "reason": None})
+    assert classic.error_code == ErrorCode.inconsistent_group_protocol
+    tid = _request(n2.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
+    text = base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=")
+    keys = [f"{group}:{text}:{on1}", f"{group}:{text}:{1 - on1}", f"{group}:{text}", f"{group}:{uuid.uuid4()}:0"]
+    with _authenticated(n2.kafka_port, "walgate-node-1", "walgate-node-1",
+                        node_password(node_token(etcd), "walgate-node-1")) as conn:
+        found = conn.request(build(kio_classes(10, 6)[0], {"key_type": 2, "coordinator_keys": keys}))
+    assert [(c.node_id, c.port, c.error_code) for c in found.coordinators] == [
+        (1, n1.kafka_port, ErrorCode.none), (2, n2.kafka_port, ErrorCode.none), (-1, -1, ErrorCode.invalid_request),
+        (-1, -1, ErrorCode.invalid_request)]
+    found = _request(n2.kafka_port, 10, 6, {"key_type": 2, "coordinator_keys": keys[:1]})
+    assert [c.error_code for c in found.coordinators] == [ErrorCode.cluster_authorization_failed]
+
+
 def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etcd1: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     with node(etcd1, tmp_path, 1, *SHARES) as n1:
@@ -135,6 +178,7 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
 
             remote_only = _group_of(_placement(etcd1), 2, "remote-only")  # consumes node 1's partition only
             _consumed({on1: n1}, remote_only, coordinator=n2)
+            _found_across_nodes(etcd1, n1, n2, remote_only, on1)
             alter = {"group_id": remote_only, "topics": [{"topic_name": TOPIC, "partitions": [
                 {"partition_index": on1, "start_offset": 1}]}]}
             altered = _request(n2.kafka_port, 91, 0, alter)
@@ -151,6 +195,9 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
             n1.proc.wait(timeout=30)
             not_available = ErrorCode.coordinator_not_available  # retriable; GROUP_ID_NOT_FOUND is final to the Admin
+            described = _request(n2.kafka_port, 77, 1, {"group_ids": [kept_on1], "include_authorized_operations": False})
+            assert [(g.error_code, g.group_state) for g in described.groups] == [(not_available, "")], \
+                "node 1, which may keep its state, did not answer"
             deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [kept_on1]}).results
             assert [(r.group_id, r.error_code) for r in deleted] == [(kept_on1, not_available)], \
                 "node 1, which keeps its state, did not answer whether it does"
