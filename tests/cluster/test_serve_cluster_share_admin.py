@@ -20,10 +20,12 @@ a cluster node only.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -144,6 +146,41 @@ def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer,
     assert [c.error_code for c in found.coordinators] == [ErrorCode.cluster_authorization_failed]
 
 
+def _unread(port: int) -> bool:
+    """Whether a connection to the local port ``port`` (IPv4) has bytes its process has not read."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(int(local.split(":")[1], 16) == port and int(queues.split(":")[1], 16) > 0
+               for local, _remote, state, queues in (line.split()[1:5] for line in lines) if state == "01")
+
+
+def _deleted_while_held(n1: WalgateServer, n2: WalgateServer, group: str) -> None:
+    """DeleteGroups of ``group`` (empty, its state on node 1 only) through node 2, its coordinator, with node 1
+    stopped (SIGSTOP) meanwhile, so that node 2 waits for its answer: a member's join through node 2 in that window
+    answers COORDINATOR_LOAD_IN_PROGRESS (retriable: the group is held from the emptiness check until node 1
+    answered), so no member fetches from a partition whose state is being deleted; node 1 resumed, the group is
+    deleted and a join is taken again."""
+    def join() -> Any:
+        return _request(n2.kafka_port, 76, 1, {"group_id": group, "member_id": "late", "member_epoch": 0,
+                                               "rack_id": None, "subscribed_topic_names": [TOPIC]})
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        n1.proc.send_signal(signal.SIGSTOP)
+        try:
+            deleting = pool.submit(_request, n2.kafka_port, 42, 2, {"groups_names": [group]})
+            deadline = time.monotonic() + 30
+            while not _unread(n1.kafka_port) and time.monotonic() < deadline and not deleting.done():
+                time.sleep(0.01)  # until node 2 asked the stopped node 1, after holding the group
+            assert _unread(n1.kafka_port) and not deleting.done(), "node 2 asks node 1 whether it keeps state"
+            assert join().error_code == ErrorCode.coordinator_load_in_progress
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        assert [(r.group_id, r.error_code) for r in deleting.result(timeout=60).results] == [(group, ErrorCode.none)]
+    assert join().error_code == ErrorCode.none, "the hold ended with the deletion"
+    left = _request(n2.kafka_port, 76, 1, {"group_id": group, "member_id": "late", "member_epoch": -1,
+                                           "rack_id": None, "subscribed_topic_names": None})
+    assert left.error_code == ErrorCode.none
+
+
 def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etcd1: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     with node(etcd1, tmp_path, 1, *SHARES) as n1:
@@ -185,8 +222,7 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             assert (altered.error_code, [p.error_code for t in altered.responses for p in t.partitions]) == (
                 ErrorCode.none, [ErrorCode.none]), "an empty group, though its coordinator keeps none of its state"
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, 1)
-            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [remote_only]}).results
-            assert [(r.group_id, r.error_code) for r in deleted] == [(remote_only, ErrorCode.none)]
+            _deleted_while_held(n1, n2, remote_only)
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
             kept_on1 = _group_of(_placement(etcd1), 2, "kept-on-1")  # its state is node 1's only
