@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import json
+import random
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from test_serve_cluster_shares import SHARES, TOPIC, _cluster_topic, _java, _rec
 
 from livewalgate import WalgateServer
 from tests.gateway.gateway_helpers import build, kio_classes
+from walgate.coordinator.share_partition_key import parse_share_key
 from walgate.security.node_token import node_password
 from walgate.wire.errors import ErrorCode
 
@@ -139,11 +141,43 @@ def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer,
     with _authenticated(n2.kafka_port, "walgate-node-1", "walgate-node-1",
                         node_password(node_token(etcd), "walgate-node-1")) as conn:
         found = conn.request(build(kio_classes(10, 6)[0], {"key_type": 2, "coordinator_keys": keys}))
-    assert [(c.node_id, c.port, c.error_code) for c in found.coordinators] == [
-        (1, n1.kafka_port, ErrorCode.none), (2, n2.kafka_port, ErrorCode.none), (-1, -1, ErrorCode.invalid_request),
-        (-1, -1, ErrorCode.invalid_request)]
+        assert [(c.node_id, c.port, c.error_code) for c in found.coordinators] == [
+            (1, n1.kafka_port, ErrorCode.none), (2, n2.kafka_port, ErrorCode.none),
+            (-1, -1, ErrorCode.invalid_request), (-1, -1, ErrorCode.invalid_request)]
+        mutated = _mutated_keys(keys[0], random.Random(24), 300)  # seeded, bounded: a fuzz of the key's parsing
+        found = conn.request(build(kio_classes(10, 6)[0], {"key_type": 2, "coordinator_keys": mutated}))
+    nodes = {on1: 1, 1 - on1: 2}
+    for key, answer in zip(mutated, found.coordinators, strict=True):
+        try:
+            share = parse_share_key(key)
+        except ValueError:
+            want = (-1, ErrorCode.invalid_request)
+        else:  # (a partition the topic does not have: the node asked, as for a topic without placement)
+            want = (nodes.get(share.partition, 2), ErrorCode.none) if share.topic_id == tid else (
+                -1, ErrorCode.coordinator_not_available)
+        assert (answer.key, answer.node_id, answer.error_code) == (key, *want)
     found = _request(n2.kafka_port, 10, 6, {"key_type": 2, "coordinator_keys": keys[:1]})
     assert [c.error_code for c in found.coordinators] == [ErrorCode.cluster_authorization_failed]
+
+
+def _mutated_keys(key: str, rng: random.Random, count: int) -> list[str]:
+    """``count`` keys made from ``key`` by up to three random edits each (characters that matter to a share
+    coordinator key inserted, replaced or removed)."""
+    alphabet = ":-_=+ 0123456789aZ\u00e9"
+    out = []
+    for _ in range(count):
+        chars = list(key)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(chars) + 1)
+            edit = rng.choice(("insert", "replace", "remove"))
+            if edit == "insert" or not chars or at == len(chars):
+                chars.insert(at, rng.choice(alphabet))
+            elif edit == "replace":
+                chars[at] = rng.choice(alphabet)
+            else:
+                del chars[at]
+        out.append("".join(chars))
+    return out
 
 
 def _unread(port: int) -> bool:
