@@ -250,6 +250,12 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             remote_only = _group_of(_placement(etcd1), 2, "remote-only")  # consumes node 1's partition only
             _consumed({on1: n1}, remote_only, coordinator=n2)
             _found_across_nodes(etcd1, n1, n2, remote_only, on1)
+            listed, described = _admin(n1.kafka_port, ["list"], ["describe", remote_only, "no-such-group"])
+            assert [g for g in listed if g["group"] == remote_only] == [
+                {"group": remote_only, "type": "Share", "state": "Empty"}], \
+                "the Java Admin, asking every node, lists it once: through its coordinator"
+            assert described == [{"group": remote_only, "state": "Empty", "members": 0},
+                                 {"item": "no-such-group", "error": "GroupIdNotFoundException"}]
             alter = {"group_id": remote_only, "topics": [{"topic_name": TOPIC, "partitions": [
                 {"partition_index": on1, "start_offset": 1}]}]}
             altered = _request(n2.kafka_port, 91, 0, alter)
