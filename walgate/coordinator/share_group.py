@@ -20,6 +20,7 @@ member can fetch from a share-partition whose state is being deleted or restarte
 window by marking the partitions "deleting" or "initializing" in the coordinator write that checks the group
 (``GroupCoordinatorShard.sharePartitionDeleteRequests``, ``ShareGroup.validateOffsetsAlterable``) and not assigning
 them meanwhile; here the hold is not durable: it ends with the request (or the coordinator's process).
+
 Pure and synchronous: time is the ``now_ms`` passed in.
 """
 

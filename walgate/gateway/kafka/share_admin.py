@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
@@ -22,10 +22,15 @@ from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
-from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
+from walgate.wire.messages import (
+    AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponseTopic,
+    DeleteShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponseTopic,
+)
 
 __all__ = ["ASKED_AT_ONCE", "TOPIC_DENIED", "UNANSWERED", "SnapshotTopics", "Outcome", "change_offsets",
-           "cluster_states", "holding", "refused_group", "topic_uuid", "unanswered"]
+           "cluster_states", "held_change", "holding", "refused_group", "topic_uuid", "unanswered"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
@@ -34,6 +39,8 @@ Change = Callable[[TopicsSnapshot, ShareCoordinator], Outcome]
 """An offsets change on the share coordinator."""
 Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic)
 """A topic of an Alter/DeleteShareGroupOffsets answer."""
+Answer = TypeVar("Answer", AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse)
+"""An Alter/DeleteShareGroupOffsets answer."""
 
 TOPIC_DENIED = "Topic authorization failed."
 UNANSWERED = "Unanswered"
@@ -103,6 +110,21 @@ async def holding(broker: Broker, group_ids: Sequence[str]) -> AsyncIterator[dic
             # while it ran)
             await answered(broker.shares.run(lambda _topics, coordinator: coordinator.groups.release(held)),
                            lambda code: None)
+
+
+async def held_change(broker: Broker, group_id: str, refused: tuple[int, str | None] | None,
+                      change: Callable[[str | None], Awaitable[Answer]]) -> Answer:
+    """An AlterShareGroupOffsets / DeleteShareGroupOffsets answer: the group-level refusal ``refused`` (no topics),
+    else ``change`` of the group's state across the nodes (:func:`cluster_states`), run while the group is held
+    (:func:`holding`: no member joins meanwhile), or COORDINATOR_NOT_AVAILABLE when a node did not answer whether it
+    keeps state of it (:data:`UNANSWERED`)."""
+    if refused is None:
+        async with holding(broker, [group_id]) as states:
+            state = states.get(group_id)
+            if state != UNANSWERED:
+                return await change(state)
+        refused = unanswered(group_id)
+    return cast(Answer, {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []})
 
 
 async def _across(broker: Broker, group_ids: Sequence[str], held: list[str] | None) -> dict[str, str | None]:

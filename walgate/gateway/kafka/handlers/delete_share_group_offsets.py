@@ -30,13 +30,11 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import (
     TOPIC_DENIED,
-    UNANSWERED,
     Outcome,
     SnapshotTopics,
     change_offsets,
-    holding,
+    held_change,
     refused_group,
-    unanswered,
 )
 from walgate.gateway.kafka.share_remote import delete, elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -56,14 +54,7 @@ async def handle(broker: Broker, ctx: RequestContext,
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
     if refused is None and (code := await refusal(broker.coordinators, group_id)):
         refused = code, None
-    if refused is not None:
-        return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
-    async with holding(broker, [group_id]) as states:  # no member joins meanwhile (the check-then-act window)
-        state = states.get(group_id)
-        if state == UNANSWERED:
-            code, message = unanswered(group_id)
-            return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
-        return await _delete(broker, ctx, request, state)
+    return await held_change(broker, group_id, refused, lambda state: _delete(broker, ctx, request, state))
 
 
 async def _delete(broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest,

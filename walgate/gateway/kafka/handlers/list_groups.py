@@ -6,7 +6,8 @@ coordinates whose members all left and whose state is only on other nodes is lis
 coordinator lists a share group until it is deleted: when share groups are asked for, the other nodes are asked which
 share groups they keep state of (:func:`walgate.gateway.kafka.share_remote.groups_kept`); a node that does not
 answer then lists none of those only it keeps. Such a request from a cluster node (:mod:`.node_auth`) is answered
-with every group this node knows, whoever coordinates it.
+with every group this node knows, whoever coordinates it, whatever the ACLs (ClusterAction, as the share state
+RPCs).
 
 A coordinator failure is answered as an error code (:mod:`.common`).
 
@@ -51,9 +52,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest
         error, groups = await answered(shares.run(lambda _engine, coordinator: (
             ErrorCode.none, consumer + cast(list[Listed], list_groups(coordinator, states, types)))),
             lambda code: (code, []))
-    if broker.coordinators is not None and error == ErrorCode.none and not from_cluster_node(broker, ctx):
+    node = from_cluster_node(broker, ctx)  # another node's coordinator asking (share_remote.groups_kept)
+    if broker.coordinators is not None and error == ErrorCode.none and not node:
         error, groups = await _coordinated(broker, broker.coordinators, groups, states, types)
-    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
+    if not node and not cluster_allowed(broker, ctx, Operation.DESCRIBE):
         permitted = allowed_names(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, [g["group_id"] for g in groups])
         groups = [g for g in groups if g["group_id"] in permitted]
     return {"throttle_time": 0, "error_code": error, "groups": groups}
