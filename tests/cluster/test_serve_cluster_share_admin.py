@@ -187,12 +187,13 @@ def _unread(port: int) -> bool:
                for local, _remote, state, queues in (line.split()[1:5] for line in lines) if state == "01")
 
 
-def _deleted_while_held(n1: WalgateServer, n2: WalgateServer, group: str) -> None:
+def _deleted_while_held(n1: WalgateServer, n2: WalgateServer, group: str, consumers: str) -> None:
     """DeleteGroups of ``group`` (empty, its state on node 1 only) through node 2, its coordinator, with node 1
     stopped (SIGSTOP) meanwhile, so that node 2 waits for its answer: a member's join through node 2 in that window
     answers COORDINATOR_LOAD_IN_PROGRESS (retriable: the group is held from the emptiness check until node 1
     answered), so no member fetches from a partition whose state is being deleted; node 1 resumed, the group is
-    deleted and a join is taken again."""
+    deleted and a join is taken again. Meanwhile the first join of a new consumer group ``consumers`` (node 2's),
+    whose id node 2 asks node 1 about, is taken within seconds, not after the node links' 10 s."""
     def join() -> Any:
         return _request(n2.kafka_port, 76, 1, {"group_id": group, "member_id": "late", "member_epoch": 0,
                                                "rack_id": None, "subscribed_topic_names": [TOPIC]})
@@ -206,6 +207,11 @@ def _deleted_while_held(n1: WalgateServer, n2: WalgateServer, group: str) -> Non
                 time.sleep(0.01)  # until node 2 asked the stopped node 1, after holding the group
             assert _unread(n1.kafka_port) and not deleting.done(), "node 2 asks node 1 whether it keeps state"
             assert join().error_code == ErrorCode.coordinator_load_in_progress
+            started = time.monotonic()
+            joined = _request(n2.kafka_port, 68, 1, {"group_id": consumers, "member_id": "c" * 22, "member_epoch": 0,
+                                                     "rebalance_timeout": 30_000, "subscribed_topic_names": [TOPIC],
+                                                     "topic_partitions": []})
+            assert joined.error_code == ErrorCode.none and time.monotonic() - started < 6, "let through in ~2 s"
         finally:
             n1.proc.send_signal(signal.SIGCONT)
         assert [(r.group_id, r.error_code) for r in deleting.result(timeout=60).results] == [(group, ErrorCode.none)]
@@ -262,7 +268,7 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             assert (altered.error_code, [p.error_code for t in altered.responses for p in t.partitions]) == (
                 ErrorCode.none, [ErrorCode.none]), "an empty group, though its coordinator keeps none of its state"
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, 1)
-            _deleted_while_held(n1, n2, remote_only)
+            _deleted_while_held(n1, n2, remote_only, _group_of(_placement(etcd1), 2, "new-consumers"))
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
             kept_on1 = _group_of(_placement(etcd1), 2, "kept-on-1")  # its state is node 1's only
