@@ -2,6 +2,7 @@
 // order by one Admin; before each operation's results a line {"op": <its index>}, then one JSON line per result, a
 // failed item as {"item": "...", "error": "<exception class>"}:
 //   list [all]                         listGroups (share groups only, or every type): {"group", "type", "state"}
+//   describe <group>...                describeShareGroups: {"group", "state", "members"} or {"item": group, "error"}
 //   offsets <group> [topic:partition]  listShareGroupOffsets: {"tp", "start", "lag"} (start null: no offset)
 //   alter <group> <topic:partition=offset>...   alterShareGroupOffsets: {"item": tp} or its error
 //   delete-offsets <group> <topic>...  deleteShareGroupOffsets: {"item": topic} or its error
@@ -24,6 +25,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.ShareGroupDescription;
 import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
@@ -74,6 +76,18 @@ public class ShareGroupOffsetsAdmin {
                     System.out.println("{\"group\": \"" + g.groupId() + "\", \"type\": \""
                             + g.type().map(Object::toString).orElse("") + "\", \"state\": \""
                             + g.groupState().map(Object::toString).orElse("") + "\"}");
+                }
+            } else if (op.equals("describe")) {
+                var described = admin.describeShareGroups(rest).describedGroups();
+                for (String group : rest) {
+                    try {
+                        ShareGroupDescription d = described.get(group).get();
+                        System.out.println("{\"group\": \"" + d.groupId() + "\", \"state\": \"" + d.groupState()
+                                + "\", \"members\": " + d.members().size() + "}");
+                    } catch (ExecutionException e) {
+                        System.out.println("{\"item\": \"" + group + "\", \"error\": \""
+                                + e.getCause().getClass().getSimpleName() + "\"}");
+                    }
                 }
             } else if (op.equals("offsets")) {
                 ListShareGroupOffsetsSpec spec = new ListShareGroupOffsetsSpec();

@@ -10,27 +10,38 @@ offsets on both partitions; DeleteGroups removes its state on both nodes (the ne
 ``share.auto.offset.reset=earliest``); a group that consumed only node 1's partition is altered and deleted through
 node 2, which keeps none of its state; with node 1 killed, its partition answers COORDINATOR_NOT_AVAILABLE
 (retriable) while node 2's is described, altered and deleted, and a group whose state only node 1 keeps answers
-COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets and DeleteShareGroupOffsets (not
-GROUP_ID_NOT_FOUND, which Java's Admin takes as final), while DeleteGroups deletes a consumer group of node 2's
-without asking node 1.
+COORDINATOR_NOT_AVAILABLE to DeleteGroups, AlterShareGroupOffsets, DeleteShareGroupOffsets and ShareGroupDescribe
+(not GROUP_ID_NOT_FOUND, which Java's Admin takes as final), while DeleteGroups deletes a consumer group of node 2's
+without asking node 1. A group whose state only node 1 keeps is found through its coordinator (ShareGroupDescribe,
+ListGroups) and its id refused to a consumer group; FindCoordinator key type 2 names each share-partition's node to
+a cluster node only.
 """
 
 from __future__ import annotations
 
+import base64
+import concurrent.futures
 import json
+import random
 import shutil
 import signal
 import subprocess
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster
-from serve_support import JARS, JAVA_DIR, no_traceback, node, setup_clients, wait_log
+from serve_support import JARS, JAVA_DIR, no_traceback, node, node_token, setup_clients, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
+from test_serve_cluster_node_auth import _authenticated
 from test_serve_cluster_shares import SHARES, TOPIC, _cluster_topic, _java, _records, _values
 
 from livewalgate import WalgateServer
+from tests.gateway.gateway_helpers import build, kio_classes
+from walgate.coordinator.share_partition_key import parse_share_key
+from walgate.security.node_token import node_password
 from walgate.wire.errors import ErrorCode
 
 
@@ -101,6 +112,115 @@ def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: Walgat
     assert left.error_code == ErrorCode.none, left
 
 
+def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
+    """``group``, coordinated by node 2, without members, its state only on node 1 (partition ``on1``), is found
+    through its coordinator as Kafka's coordinator finds a share group: ShareGroupDescribe answers it ``Empty``,
+    ListGroups lists it there (and not on node 1), and a consumer group's first join of its id is refused (KIP-848:
+    GROUP_ID_NOT_FOUND, classic: INCONSISTENT_GROUP_PROTOCOL). FindCoordinator key type 2 (KIP-932) names the node
+    keeping each of its share-partitions' state to a cluster node, and refuses a client."""
+    described = _request(n2.kafka_port, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
+    assert [(g.error_code, g.group_state, list(g.members)) for g in described.groups] == [(ErrorCode.none, "Empty", [])]
+    listed = {n: {(g.group_id, g.group_state) for g in _request(port, 16, 5, {
+        "states_filter": [], "types_filter": ["share"]}).groups} for n, port in ((1, n1.kafka_port), (2, n2.kafka_port))}
+    assert (group, "Empty") in listed[2] and group not in {g for g, _ in listed[1]}, listed
+    assert not {g for g, _ in listed[1]} & {g for g, _ in listed[2]}, "each group on its coordinator only"
+    joined = _request(n2.kafka_port, 68, 1, {"group_id": group, "member_id": "c" * 22, "member_epoch": 0,
+                                             "rebalance_timeout": 30_000, "subscribed_topic_names": [TOPIC],
+                                             "topic_partitions": []})
+    assert (joined.error_code, joined.error_message) == (ErrorCode.group_id_not_found,
+                                                         f"Group {group} is not a consumer group.")
+    classic = _request(n2.kafka_port, 11, 9, {"group_id": group, "session_timeout": 30_000,
+                                              "rebalance_timeout": 30_000, "member_id": "", "group_instance_id": None,
+                                              "protocol_type": "consumer", "protocols": [{"name": "range",
+                                                                                          "metadata": b""}],
+                                              "reason": None})
+    assert classic.error_code == ErrorCode.inconsistent_group_protocol
+    tid = _request(n2.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
+    text = base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=")
+    keys = [f"{group}:{text}:{on1}", f"{group}:{text}:{1 - on1}", f"{group}:{text}", f"{group}:{uuid.uuid4()}:0"]
+    with _authenticated(n2.kafka_port, "walgate-node-1", "walgate-node-1",
+                        node_password(node_token(etcd), "walgate-node-1")) as conn:
+        found = conn.request(build(kio_classes(10, 6)[0], {"key_type": 2, "coordinator_keys": keys}))
+        assert [(c.node_id, c.port, c.error_code) for c in found.coordinators] == [
+            (1, n1.kafka_port, ErrorCode.none), (2, n2.kafka_port, ErrorCode.none),
+            (-1, -1, ErrorCode.invalid_request), (-1, -1, ErrorCode.invalid_request)]
+        mutated = _mutated_keys(keys[0], random.Random(24), 300)  # seeded, bounded: a fuzz of the key's parsing
+        found = conn.request(build(kio_classes(10, 6)[0], {"key_type": 2, "coordinator_keys": mutated}))
+    nodes = {on1: 1, 1 - on1: 2}
+    for key, answer in zip(mutated, found.coordinators, strict=True):
+        try:
+            share = parse_share_key(key)
+        except ValueError:
+            want = (-1, ErrorCode.invalid_request)
+        else:  # (a partition the topic does not have: the node asked, as for a topic without placement)
+            want = (nodes.get(share.partition, 2), ErrorCode.none) if share.topic_id == tid else (
+                -1, ErrorCode.coordinator_not_available)
+        assert (answer.key, answer.node_id, answer.error_code) == (key, *want)
+    found = _request(n2.kafka_port, 10, 6, {"key_type": 2, "coordinator_keys": keys[:1]})
+    assert [c.error_code for c in found.coordinators] == [ErrorCode.cluster_authorization_failed]
+
+
+def _mutated_keys(key: str, rng: random.Random, count: int) -> list[str]:
+    """``count`` keys made from ``key`` by up to three random edits each (characters that matter to a share
+    coordinator key inserted, replaced or removed)."""
+    alphabet = ":-_=+ 0123456789aZ\u00e9"
+    out = []
+    for _ in range(count):
+        chars = list(key)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(chars) + 1)
+            edit = rng.choice(("insert", "replace", "remove"))
+            if edit == "insert" or not chars or at == len(chars):
+                chars.insert(at, rng.choice(alphabet))
+            elif edit == "replace":
+                chars[at] = rng.choice(alphabet)
+            else:
+                del chars[at]
+        out.append("".join(chars))
+    return out
+
+
+def _unread(port: int) -> bool:
+    """Whether a connection to the local port ``port`` (IPv4) has bytes its process has not read."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(int(local.split(":")[1], 16) == port and int(queues.split(":")[1], 16) > 0
+               for local, _remote, state, queues in (line.split()[1:5] for line in lines) if state == "01")
+
+
+def _deleted_while_held(n1: WalgateServer, n2: WalgateServer, group: str, consumers: str) -> None:
+    """DeleteGroups of ``group`` (empty, its state on node 1 only) through node 2, its coordinator, with node 1
+    stopped (SIGSTOP) meanwhile, so that node 2 waits for its answer: a member's join through node 2 in that window
+    answers COORDINATOR_LOAD_IN_PROGRESS (retriable: the group is held from the emptiness check until node 1
+    answered), so no member fetches from a partition whose state is being deleted; node 1 resumed, the group is
+    deleted and a join is taken again. Meanwhile the first join of a new consumer group ``consumers`` (node 2's),
+    whose id node 2 asks node 1 about, is taken within seconds, not after the node links' 10 s."""
+    def join() -> Any:
+        return _request(n2.kafka_port, 76, 1, {"group_id": group, "member_id": "late", "member_epoch": 0,
+                                               "rack_id": None, "subscribed_topic_names": [TOPIC]})
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        n1.proc.send_signal(signal.SIGSTOP)
+        try:
+            deleting = pool.submit(_request, n2.kafka_port, 42, 2, {"groups_names": [group]})
+            deadline = time.monotonic() + 30
+            while not _unread(n1.kafka_port) and time.monotonic() < deadline and not deleting.done():
+                time.sleep(0.01)  # until node 2 asked the stopped node 1, after holding the group
+            assert _unread(n1.kafka_port) and not deleting.done(), "node 2 asks node 1 whether it keeps state"
+            assert join().error_code == ErrorCode.coordinator_load_in_progress
+            started = time.monotonic()
+            joined = _request(n2.kafka_port, 68, 1, {"group_id": consumers, "member_id": "c" * 22, "member_epoch": 0,
+                                                     "rebalance_timeout": 30_000, "subscribed_topic_names": [TOPIC],
+                                                     "topic_partitions": []})
+            assert joined.error_code == ErrorCode.none and time.monotonic() - started < 6, "let through in ~2 s"
+        finally:
+            n1.proc.send_signal(signal.SIGCONT)
+        assert [(r.group_id, r.error_code) for r in deleting.result(timeout=60).results] == [(group, ErrorCode.none)]
+    assert join().error_code == ErrorCode.none, "the hold ended with the deletion"
+    left = _request(n2.kafka_port, 76, 1, {"group_id": group, "member_id": "late", "member_epoch": -1,
+                                           "rack_id": None, "subscribed_topic_names": None})
+    assert left.error_code == ErrorCode.none
+
+
 def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etcd1: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     with node(etcd1, tmp_path, 1, *SHARES) as n1:
@@ -135,14 +255,20 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
 
             remote_only = _group_of(_placement(etcd1), 2, "remote-only")  # consumes node 1's partition only
             _consumed({on1: n1}, remote_only, coordinator=n2)
+            _found_across_nodes(etcd1, n1, n2, remote_only, on1)
+            listed, described = _admin(n1.kafka_port, ["list"], ["describe", remote_only, "no-such-group"])
+            assert [g for g in listed if g["group"] == remote_only] == [
+                {"group": remote_only, "type": "Share", "state": "Empty"}], \
+                "the Java Admin, asking every node, lists it once: through its coordinator"
+            assert described == [{"group": remote_only, "state": "Empty", "members": 0},
+                                 {"item": "no-such-group", "error": "GroupIdNotFoundException"}]
             alter = {"group_id": remote_only, "topics": [{"topic_name": TOPIC, "partitions": [
                 {"partition_index": on1, "start_offset": 1}]}]}
             altered = _request(n2.kafka_port, 91, 0, alter)
             assert (altered.error_code, [p.error_code for t in altered.responses for p in t.partitions]) == (
                 ErrorCode.none, [ErrorCode.none]), "an empty group, though its coordinator keeps none of its state"
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, 1)
-            deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [remote_only]}).results
-            assert [(r.group_id, r.error_code) for r in deleted] == [(remote_only, ErrorCode.none)]
+            _deleted_while_held(n1, n2, remote_only, _group_of(_placement(etcd1), 2, "new-consumers"))
             assert _starts(n2.kafka_port, remote_only)[on1] == (ErrorCode.none, -1)
 
             kept_on1 = _group_of(_placement(etcd1), 2, "kept-on-1")  # its state is node 1's only
@@ -151,6 +277,9 @@ def test_java_admin_describes_alters_and_deletes_share_offsets_on_both_nodes(etc
             n1.proc.send_signal(signal.SIGKILL)  # node 1, which keeps partition on1's state
             n1.proc.wait(timeout=30)
             not_available = ErrorCode.coordinator_not_available  # retriable; GROUP_ID_NOT_FOUND is final to the Admin
+            described = _request(n2.kafka_port, 77, 1, {"group_ids": [kept_on1], "include_authorized_operations": False})
+            assert [(g.error_code, g.group_state) for g in described.groups] == [(not_available, "")], \
+                "node 1, which may keep its state, did not answer"
             deleted = _request(n2.kafka_port, 42, 2, {"groups_names": [kept_on1]}).results
             assert [(r.group_id, r.error_code) for r in deleted] == [(kept_on1, not_available)], \
                 "node 1, which keeps its state, did not answer whether it does"

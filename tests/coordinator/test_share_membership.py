@@ -35,6 +35,24 @@ def test_more_members_than_partitions_share_them_and_fewer_split_them():
     assert assign([ShareMember("a", 0, ["nope"], "", "", 0)], PARTITIONS.get) == {"a": {}}
 
 
+def test_a_held_group_without_members_takes_no_member_until_every_hold_ends():
+    """The check-then-act window of an administrative change on other nodes: the groups without members are held
+    in the call that checks them, and a join meanwhile answers COORDINATOR_LOAD_IN_PROGRESS (retriable)."""
+    groups = ShareGroups()
+    assert beat(groups, "a", 0, ["t"], group="busy")["error_code"] == ErrorCode.none
+    held = groups.hold(["g", "busy", "g"])
+    assert held == ["g", "g"], "a group with members is not held: its change is refused NON_EMPTY_GROUP"
+    refused = beat(groups, "b", 0, ["t"])
+    assert (refused["error_code"], refused["member_id"]) == (ErrorCode.coordinator_load_in_progress, None)
+    assert "g" not in groups.groups, "the refused join left no member"
+    assert beat(groups, "b", 0, ["t"], group="busy")["error_code"] == ErrorCode.none
+    groups.release(held[:1])
+    assert beat(groups, "b", 0, ["t"])["error_code"] == ErrorCode.coordinator_load_in_progress, "one hold is left"
+    groups.release(held[1:])
+    assert beat(groups, "b", 0, ["t"])["error_code"] == ErrorCode.none
+    assert not groups.held
+
+
 def test_join_heartbeat_fence_and_leave():
     groups = ShareGroups(heartbeat_interval_ms=100, session_timeout_ms=1000)
     first = beat(groups, "a", 0, ["t"])

@@ -4,6 +4,7 @@ their changes durable across a restart and undone whole when the disk refuses th
 
 from __future__ import annotations
 
+import base64
 import uuid
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,26 @@ def test_share_and_consumer_groups_share_one_group_id_space(tmp_path: Path) -> N
         shared = join(conn, "c", "q")
         assert (shared.error_code, shared.error_message) == (ErrorCode.group_id_not_found,
                                                              "Group c is not a share group.")
+        # Kafka's ShareGroup refuses the offset APIs (validateOffsetCommit / validateOffsetFetch / validateOffsetDelete)
+        not_found = ErrorCode.group_id_not_found
+        partitions = [{"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                       "committed_metadata": ""}]
+        committed = call(conn, 8, 9, {"group_id": "s", "generation_id_or_member_epoch": -1, "member_id": "",
+                                      "topics": [{"name": "q", "partitions": partitions}]})
+        assert [p.error_code for t in committed.topics for p in t.partitions] == [not_found]
+        txn = call(conn, 28, 3, {"transactional_id": "t", "group_id": "s", "producer_id": 1, "producer_epoch": 0,
+                                 "generation_id": -1, "member_id": "", "group_instance_id": None,
+                                 "topics": [{"name": "q", "partitions": partitions}]})
+        assert [p.error_code for t in txn.topics for p in t.partitions] == [not_found]
+        fetched = call(conn, 9, 8, {"groups": [{"group_id": "s", "topics": None}], "require_stable": False})
+        assert [g.error_code for g in fetched.groups] == [not_found]
+        fetched = call(conn, 9, 1, {"group_id": "s", "topics": [{"name": "q", "partition_indexes": [0]}]})
+        assert [p.error_code for t in fetched.topics for p in t.partitions] == [not_found]
+        deleted = call(conn, 47, 0, {"group_id": "s", "topics": [{"name": "q", "partitions": [
+            {"partition_index": 0}]}]})
+        assert deleted.error_code == not_found
+        assert call(conn, 9, 8, {"groups": [{"group_id": "c", "topics": None}],
+                                 "require_stable": False}).groups[0].error_code == ErrorCode.none
 
 
 def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
@@ -242,7 +263,8 @@ def test_an_alter_and_a_delete_survive_a_kill(tmp_path: Path) -> None:
 def test_the_share_state_rpcs_are_refused_from_a_client_and_change_nothing(tmp_path: Path) -> None:
     """InitializeShareGroupState, DeleteShareGroupState and ReadShareGroupStateSummary (83, 86, 87) are for cluster
     nodes only (ClusterAction): a client gets CLUSTER_AUTHORIZATION_FAILED for every partition, and the group's state
-    is neither read nor changed."""
+    is neither read nor changed; so is FindCoordinator of a share-partition (key type 2, v6; INVALID_REQUEST before
+    v6, as Kafka answers)."""
     with gateway_thread(tmp_path / "data") as gw, KafkaConnection(gw.kafka_address) as conn:
         topic_id = topic_with_records(conn, "q", 4)
         consumed(conn, "g", topic_id, 1)
@@ -261,3 +283,11 @@ def test_the_share_state_rpcs_are_refused_from_a_client_and_change_nothing(tmp_p
             assert [(p.partition, p.error_code) for t in answer.results for p in t.partitions] == [
                 (p["partition"], ErrorCode.cluster_authorization_failed) for p in request["topics"][0]["partitions"]]
         assert starts(offsets(conn, "g")) == before
+        key = f"g:{base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip('=')}:0"
+        for version, code in ((6, ErrorCode.cluster_authorization_failed), (5, ErrorCode.invalid_request),
+                              (4, ErrorCode.invalid_request)):
+            found = call(conn, 10, version, {"key_type": 2, "coordinator_keys": [key, "not-a-key"]})
+            assert [(c.key, c.error_code, c.node_id) for c in found.coordinators] == [
+                (key, code, -1), ("not-a-key", code, -1)]
+        found = call(conn, 10, 3, {"key_type": 2, "key": key})
+        assert (found.error_code, found.node_id) == (ErrorCode.invalid_request, -1)

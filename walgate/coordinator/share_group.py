@@ -11,12 +11,23 @@ sorted, against its members sorted by id; with no more members than partitions e
 the members). Every member subscribed to a topic gets some of it when it has partitions. Share groups have no
 revocation: a member gets its new assignment at once. The group epoch goes up whenever the assignment changes; a
 heartbeat is answered with the group epoch and, when the member's epoch changes, its assignment (else null).
+
+Holds (:meth:`ShareGroups.hold`): an administrative change of an empty group's share-partition state on other
+cluster nodes (DeleteGroups, AlterShareGroupOffsets, DeleteShareGroupOffsets) checks that the group has no members
+and holds it in the same coordinator call, then changes the state over the network and releases it. While a group is
+held a member's join (epoch 0) answers COORDINATOR_LOAD_IN_PROGRESS, which clients retry after a backoff, so no
+member can fetch from a share-partition whose state is being deleted or restarted under it. Kafka closes the same
+window by marking the partitions "deleting" or "initializing" in the coordinator write that checks the group
+(``GroupCoordinatorShard.sharePartitionDeleteRequests``, ``ShareGroup.validateOffsetsAlterable``) and not assigning
+them meanwhile; here the hold is not durable: it ends with the request (or the coordinator's process).
+
 Pure and synchronous: time is the ``now_ms`` passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +87,19 @@ class ShareGroups:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.groups: dict[str, _Group] = {}
+        self.held: Counter[str] = Counter()  # group id -> the holds on it (see the module docstring)
+
+    def hold(self, group_ids: Iterable[str]) -> list[str]:
+        """Hold those of ``group_ids`` that have no members (see the module docstring); the ids held, for
+        :meth:`release`."""
+        held = [g for g in group_ids if g not in self.groups]
+        self.held.update(held)
+        return held
+
+    def release(self, group_ids: Iterable[str]) -> None:
+        """End one hold of each of ``group_ids`` (as :meth:`hold` returned them)."""
+        self.held.subtract(group_ids)
+        self.held = +self.held  # (no group kept at zero holds)
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self.groups.get(group_id)
@@ -100,6 +124,9 @@ class ShareGroups:
         if member_epoch == 0:
             if subscribed_topic_names is None:
                 return _error(ErrorCode.invalid_request, "SubscribedTopicNames must be set in first request."), False
+            if self.held[group_id]:
+                return _error(ErrorCode.coordinator_load_in_progress,
+                              f"The share-partition state of group {group_id} is being changed: try again."), False
             group = self.groups.setdefault(group_id, _Group())
             group.members[member_id] = ShareMember(member_id, 0, sorted(set(subscribed_topic_names)), client_id,
                                                    client_host, now_ms)

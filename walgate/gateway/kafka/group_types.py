@@ -5,18 +5,37 @@ ShareGroupHeartbeat for a consumer group and a ConsumerGroupHeartbeat for a shar
 INCONSISTENT_GROUP_PROTOCOL. The two kinds live in two coordinators here (the group service and the share service, both on the
 coordinator lane, in calls of their own). A share join asks the group service; a consumer join reads the share
 groups' ids the share service published at the end of its last call (it never waits for the share service), so a
-join racing the other kind's first join of the same id may still pass."""
+join racing the other kind's first join of the same id may still pass.
+
+Kafka's share group also refuses the consumer groups' offset APIs (``ShareGroup.validateOffsetCommit`` /
+``validateOffsetFetch`` / ``validateOffsetDelete``): OffsetCommit, TxnOffsetCommit, OffsetFetch and OffsetDelete of
+a share group's id answer GROUP_ID_NOT_FOUND (:func:`share_group_code`).
+
+In cluster mode a share group whose members all left may keep share-partition state only on other nodes (it
+consumed only partitions placed there): its coordinator does not know it by itself. A consumer group's first join
+(ConsumerGroupHeartbeat epoch 0, JoinGroup without a member id) of an id that is no consumer group here asks the other
+nodes whether they keep state of it (:func:`walgate.gateway.kafka.share_remote.kept_elsewhere`) and is refused when
+one does; while a node does not answer within :data:`JOIN_ASK_S` the join is let through (refusing it would stop
+every new consumer group while any node is down, waiting the node links' 10 s would hold each while one is
+stalled). The offset APIs check only this node's share groups: asking every node at each commit would cost a round
+trip per commit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
+from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["consumer_id_taken", "share_id_taken"]
+__all__ = ["JOIN_ASK_S", "consumer_id_taken", "joined_share_id", "share_group_code", "share_id_taken"]
+
+JOIN_ASK_S = 2.0
+"""How long a consumer group's first join waits for the other nodes' answer whether they keep share state of its id
+(cluster mode; unanswered by then: let through)."""
 
 
 async def _refused(check: Awaitable[bool], code: int, message: str | None) -> tuple[int, str | None] | None:
@@ -32,6 +51,32 @@ def share_id_taken(broker: Broker, group_id: str, code: int, message: str | None
     service last published its ids), else None."""
     shares = broker.shares
     return (code, message) if shares is not None and group_id in shares.group_ids else None
+
+
+def share_group_code(broker: Broker, group_id: str) -> int:
+    """GROUP_ID_NOT_FOUND when a share group of this node has ``group_id`` (an offset API of it is refused: the
+    offset APIs carry no error message), else ``ErrorCode.none`` (0)."""
+    return ErrorCode.group_id_not_found if share_id_taken(broker, group_id, 0, None) is not None else ErrorCode.none
+
+
+async def joined_share_id(broker: Broker, group_id: str, code: int, message: str | None) -> tuple[int, str | None] | None:
+    """(``code``, ``message``) refusing a consumer group's first join of ``group_id`` when a share group has it: on
+    this node (:func:`share_id_taken`), or, in cluster mode, for an id that is no consumer group here, on another
+    node that answers it keeps its state (see the module docstring); else None."""
+    taken = share_id_taken(broker, group_id, code, message)
+    if taken is not None or broker.links is None or broker.shares is None:
+        return taken
+    try:
+        if await _is_consumer_group(broker, group_id):
+            return None
+    except Exception as exc:  # noqa: BLE001 - answered as its error code
+        return error_of(exc), None
+    try:
+        async with asyncio.timeout(JOIN_ASK_S):
+            kept = await kept_elsewhere(broker.links, broker.topics(), broker.node_id, group_id)
+    except TimeoutError:
+        return None
+    return (code, message) if kept else None
 
 
 async def consumer_id_taken(broker: Broker, group_id: str) -> tuple[int, str | None] | None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
 from walgate.coordinator.share_admin import group_state
@@ -21,10 +22,15 @@ from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.gateway.kafka.share_remote import kept_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
-from walgate.wire.messages import AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic
+from walgate.wire.messages import (
+    AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponseTopic,
+    DeleteShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponseTopic,
+)
 
 __all__ = ["ASKED_AT_ONCE", "TOPIC_DENIED", "UNANSWERED", "SnapshotTopics", "Outcome", "change_offsets",
-           "cluster_states", "refused_group", "topic_uuid", "unanswered"]
+           "cluster_states", "held_change", "holding", "refused_group", "topic_uuid", "unanswered"]
 
 Outcome = tuple[int, str | None, list[dict[str, Any]]]
 """What an offsets change on the share coordinator answers: (error code, message, the answer's topics, their ids as
@@ -33,6 +39,8 @@ Change = Callable[[TopicsSnapshot, ShareCoordinator], Outcome]
 """An offsets change on the share coordinator."""
 Topic = TypeVar("Topic", AlterShareGroupOffsetsResponseTopic, DeleteShareGroupOffsetsResponseTopic)
 """A topic of an Alter/DeleteShareGroupOffsets answer."""
+Answer = TypeVar("Answer", AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse)
+"""An Alter/DeleteShareGroupOffsets answer."""
 
 TOPIC_DENIED = "Topic authorization failed."
 UNANSWERED = "Unanswered"
@@ -83,11 +91,56 @@ async def cluster_states(broker: Broker, group_ids: Sequence[str]) -> dict[str, 
     whether it keeps any, else None. Empty on a single node, or when the share service fails (the change asked then
     fails and answers it). The ids unknown here are asked :data:`ASKED_AT_ONCE` at a time (the summary RPC names
     one group), each of every other node at once."""
+    return await _across(broker, group_ids, None)
+
+
+@asynccontextmanager
+async def holding(broker: Broker, group_ids: Sequence[str]) -> AsyncIterator[dict[str, str | None]]:
+    """:func:`cluster_states` of ``group_ids``, those without members here held
+    (:meth:`~walgate.coordinator.share_group.ShareGroups.hold`) from the coordinator call that reads their state until
+    the block ends: no member joins them while the caller changes their state on other nodes (the check-then-act
+    window, docs/cluster.md "Share groups"). Nothing is held on a single node, where the check and the change are
+    one coordinator call."""
+    held: list[str] = []
+    try:
+        yield await _across(broker, group_ids, held)
+    finally:
+        if group_ids and broker.links is not None and broker.shares is not None:
+            # (after the holding call on the lane, whose ids ``held`` has by then, even when this task was cancelled
+            # while it ran)
+            await answered(broker.shares.run(lambda _topics, coordinator: coordinator.groups.release(held)),
+                           lambda code: None)
+
+
+async def held_change(broker: Broker, group_id: str, refused: tuple[int, str | None] | None,
+                      change: Callable[[str | None], Awaitable[Answer]]) -> Answer:
+    """An AlterShareGroupOffsets / DeleteShareGroupOffsets answer: the group-level refusal ``refused`` (no topics),
+    else ``change`` of the group's state across the nodes (:func:`cluster_states`), run while the group is held
+    (:func:`holding`: no member joins meanwhile), or COORDINATOR_NOT_AVAILABLE when a node did not answer whether it
+    keeps state of it (:data:`UNANSWERED`)."""
+    if refused is None:
+        async with holding(broker, [group_id]) as states:
+            state = states.get(group_id)
+            if state != UNANSWERED:
+                return await change(state)
+        refused = unanswered(group_id)
+    return cast(Answer, {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []})
+
+
+async def _across(broker: Broker, group_ids: Sequence[str], held: list[str] | None) -> dict[str, str | None]:
+    """:func:`cluster_states`; with ``held`` (not None) the ids without members here are held in the same
+    coordinator call that reads their state, and put in ``held``."""
     shares = broker.shares
-    if broker.links is None or shares is None:
+    if broker.links is None or shares is None or not group_ids:
         return {}
-    states: dict[str, str | None] = await answered(shares.run(lambda _topics, coordinator: {
-        g: group_state(coordinator, g) for g in group_ids}), lambda code: {})
+
+    def local(_topics: TopicsSnapshot, coordinator: ShareCoordinator) -> dict[str, str | None]:
+        states = {g: group_state(coordinator, g) for g in group_ids}
+        if held is not None:
+            held.extend(coordinator.groups.hold(states))
+        return states
+
+    states: dict[str, str | None] = await answered(shares.run(local), lambda code: {})
     placed, bound = broker.topics(), asyncio.Semaphore(ASKED_AT_ONCE)
 
     async def across(group_id: str) -> str | None:

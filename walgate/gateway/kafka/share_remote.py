@@ -9,6 +9,10 @@ reaches them through its persister:
 * :func:`high_watermarks`: ListOffsets (latest) of the partitions described, whose lag (KIP-1226) is their high
   watermark less their start offset and delivery complete count, as Kafka's group coordinator asks the partitions'
   leaders for it.
+* :func:`groups_kept`: ListGroups (type ``share``) of each other node, which answers a cluster node with the share
+  groups whose share-partition state it keeps, whoever coordinates them (walgate's own use of the request: Kafka's
+  coordinator knows its share groups from its own log; here one whose members left may have state only on other
+  nodes).
 
 Each asks every node concerned at once, one request per node, and answers per share-partition. A node that does
 not answer (down, unreachable, its node authentication refused: :class:`~.node_links.NodeUnreachable`) answers its
@@ -28,6 +32,8 @@ from kio.schema.delete_share_group_state.v0.request import DeleteShareGroupState
 from kio.schema.delete_share_group_state.v0.request import PartitionData as DeletePartition
 from kio.schema.initialize_share_group_state.v0.request import InitializeShareGroupStateRequest, InitializeStateData
 from kio.schema.initialize_share_group_state.v0.request import PartitionData as InitializePartition
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+from kio.schema.list_groups.v5.response import ListGroupsResponse
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.list_offsets.v7.response import ListOffsetsResponse
 from kio.schema.read_share_group_state_summary.v1.request import PartitionData as SummaryPartition
@@ -42,8 +48,8 @@ from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "high_watermarks", "initialize",
-           "kept_elsewhere", "summaries"]
+__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "groups_kept", "high_watermarks",
+           "initialize", "kept_elsewhere", "summaries"]
 
 Key = tuple[str, int]
 """(topic name, partition)."""
@@ -184,3 +190,19 @@ async def high_watermarks(links: NodeLinks | None, placed: Placed) -> dict[Key, 
     for answered in await asyncio.gather(*(ask(node, topics) for node, topics in by_node.items())):
         out.update(answered)
     return out
+
+
+async def groups_kept(links: NodeLinks | None, nodes: Iterable[int]) -> set[str]:
+    """The ids of the share groups whose share-partition state any of ``nodes`` keeps (ListGroups v5, type
+    ``share``, asked of each at once); a node that does not answer, or answers an error, adds none."""
+    async def ask(node: int) -> set[str]:
+        if links is None:  # (no other nodes on a single node)
+            return set()
+        try:
+            answer: ListGroupsResponse = await links.call(node, ListGroupsRequest(states_filter=(),
+                                                                                  types_filter=("share",)))
+        except NodeUnreachable:
+            return set()
+        return {str(g.group_id) for g in answer.groups} if answer.error_code == ErrorCode.none else set()
+
+    return set().union(*await asyncio.gather(*(ask(n) for n in nodes)))

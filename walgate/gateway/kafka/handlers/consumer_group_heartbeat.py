@@ -26,7 +26,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allow
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.group_types import share_id_taken
+from walgate.gateway.kafka.group_types import joined_share_id
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -61,8 +61,9 @@ async def handle(broker: Broker, ctx: RequestContext,
                        ErrorCode.topic_authorization_failed)
     if code := await refusal(broker.coordinators, request.group_id):
         return _refuse(None, code)
-    taken = share_id_taken(broker, request.group_id, ErrorCode.group_id_not_found,
-                                 f"Group {request.group_id} is not a consumer group.") if request.member_epoch == 0 else None
+    taken = await joined_share_id(broker, request.group_id, ErrorCode.group_id_not_found,
+                                  f"Group {request.group_id} is not a consumer group.") \
+        if request.member_epoch == 0 else None
     if taken is not None:
         return _refuse(taken[1], taken[0])
     svc = broker.groups

@@ -21,7 +21,10 @@ without members or state on its coordinator's node whose state other nodes keep 
 as such (every id this node knows neither as a share group nor as a consumer or classic group, by its members,
 state or committed offsets, is asked of the other nodes); one a node did not answer about answers
 COORDINATOR_NOT_AVAILABLE, not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as final. A consumer or classic group
-here is deleted as one without asking other nodes: a group id has one type, as in Kafka."""
+here is deleted as one without asking other nodes: a group id has one type, as in Kafka. The share groups asked
+about are held from that check until the other nodes answered (:func:`walgate.gateway.kafka.share_admin.holding`):
+a member's join meanwhile answers COORDINATOR_LOAD_IN_PROGRESS (retriable), so none fetches from a partition whose
+state is being deleted under it."""
 
 from __future__ import annotations
 
@@ -40,8 +43,8 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
-from walgate.gateway.kafka.share_admin import UNANSWERED, cluster_states
-from walgate.gateway.kafka.share_remote import delete, everything_elsewhere
+from walgate.gateway.kafka.share_admin import UNANSWERED, holding
+from walgate.gateway.kafka.share_remote import Placed, delete, everything_elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import DeleteGroupsRequest, DeleteGroupsResponse, DeleteGroupsResponseDeletableGroupResult
@@ -97,13 +100,18 @@ async def _delete_share_groups(broker: Broker, ids: list[str], consumers: set[st
     """Each of ``ids`` as a share group's deletion answers it (GROUP_ID_NOT_FOUND: no share group): an empty one's
     state deleted on the other nodes, then here (see the module docstring). The other nodes are not asked about
     ``consumers``, the consumer and classic groups here (a group id has one type, as in Kafka)."""
-    shares = broker.shares
-    assert shares is not None
     placed = broker.topics()
     remote = everything_elsewhere(broker.node_id, placed)
+    async with holding(broker, [g for g in ids if g not in consumers] if remote else []) as states:
+        return await _deleted(broker, ids, states, placed, remote)  # (no member joins them meanwhile)
+
+
+async def _deleted(broker: Broker, ids: list[str], states: dict[str, str | None], placed: TopicsSnapshot,
+                   remote: Placed) -> list[Result]:
+    """:func:`_delete_share_groups` once the groups are held (``states``: theirs across the nodes)."""
+    shares = broker.shares
+    assert shares is not None
     failed: dict[str, int] = {}
-    asked = [g for g in ids if g not in consumers]
-    states = await cluster_states(broker, asked) if remote and asked else {}
     empty = [g for g in ids if states.get(g) == "Empty"]
     failed.update((g, ErrorCode.coordinator_not_available) for g in ids if states.get(g) == UNANSWERED)
     for g, answers in zip(empty, await asyncio.gather(*(delete(broker.links, placed, g, remote) for g in empty))):

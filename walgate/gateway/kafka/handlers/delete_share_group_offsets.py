@@ -12,6 +12,9 @@ partitions is deleted, and asking again deletes the rest). A topic with a partit
 state on its coordinator's node is an empty one when another node keeps state of it
 (:func:`walgate.gateway.kafka.share_admin.cluster_states`), else GROUP_ID_NOT_FOUND, but COORDINATOR_NOT_AVAILABLE
 (retriable) when a node did not answer whether it keeps state of it.
+The group is held from that check until the other nodes answered (:func:`walgate.gateway.kafka.share_admin.holding`):
+a member's join meanwhile answers COORDINATOR_LOAD_IN_PROGRESS (retriable), so none fetches from a partition whose
+state is being changed under it.
 
 ACLs (as Kafka's ``handleDeleteShareGroupOffsetsRequest``): Delete on the group, else GROUP_AUTHORIZATION_FAILED
 for the whole request; Read on each topic, else it answers TOPIC_AUTHORIZATION_FAILED.
@@ -27,13 +30,11 @@ from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.share_admin import (
     TOPIC_DENIED,
-    UNANSWERED,
     Outcome,
     SnapshotTopics,
     change_offsets,
-    cluster_states,
+    held_change,
     refused_group,
-    unanswered,
 )
 from walgate.gateway.kafka.share_remote import delete, elsewhere
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -53,11 +54,14 @@ async def handle(broker: Broker, ctx: RequestContext,
     refused = refused_group(broker, ctx, group_id, Operation.DELETE)
     if refused is None and (code := await refusal(broker.coordinators, group_id)):
         refused = code, None
-    state = (await cluster_states(broker, [group_id])).get(group_id) if refused is None else None
-    if state == UNANSWERED:
-        refused = unanswered(group_id)
-    if refused is not None:
-        return {"throttle_time": 0, "error_code": refused[0], "error_message": refused[1], "responses": []}
+    return await held_change(broker, group_id, refused, lambda state: _delete(broker, ctx, request, state))
+
+
+async def _delete(broker: Broker, ctx: RequestContext, request: DeleteShareGroupOffsetsRequest,
+                  state: str | None) -> DeleteShareGroupOffsetsResponse:
+    """The change, its group held (``state``: the group's across the nodes,
+    :func:`~walgate.gateway.kafka.share_admin.cluster_states`)."""
+    group_id = request.group_id
     names = [t.topic_name for t in request.topics]
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, names)
     denied: list[DeleteShareGroupOffsetsResponseTopic] = [

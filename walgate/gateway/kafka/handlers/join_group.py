@@ -16,7 +16,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
-from walgate.gateway.kafka.group_types import share_id_taken
+from walgate.gateway.kafka.group_types import joined_share_id, share_id_taken
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import answered, millis
 from walgate.wire.errors import ErrorCode
@@ -33,7 +33,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: JoinGroupRequest)
     if code := await refusal(broker.coordinators, request.group_id):
         return {"throttle_time": 0, "error_code": code, "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": request.member_id, "members": []}
-    taken = share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
+    taken = await joined_share_id(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None) \
+        if not request.member_id else share_id_taken(broker, request.group_id, ErrorCode.inconsistent_group_protocol, None)
     if taken is not None:
         return {"throttle_time": 0, "error_code": taken[0], "generation_id": -1,
                 "protocol_name": None if v >= 7 else "", "leader": "", "member_id": "", "members": []}

@@ -12,7 +12,8 @@ GROUP_AUTHORIZATION_FAILED; a topic the principal may not Read answers TOPIC_AUT
 partitions, the others are committed.
 
 In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`)."""
+(:mod:`walgate.gateway.kafka.group_coordinators`). A share group's id answers GROUP_ID_NOT_FOUND, as Kafka's
+share group refuses the offset APIs (:mod:`walgate.gateway.kafka.group_types`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.group_types import share_group_code
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered, error_of
 from walgate.wire.errors import ErrorCode
@@ -54,7 +56,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitReque
         topics = [t for t in topics if t not in denied]
         if not topics:
             return {"throttle_time": 0, "topics": _failed(denied, ErrorCode.topic_authorization_failed)}
-    if code := await refusal(broker.coordinators, request.group_id):
+    if code := await refusal(broker.coordinators, request.group_id) or share_group_code(broker, request.group_id):
         return {"throttle_time": 0, "topics": [*_failed(topics, code),
                                                *_failed(denied, ErrorCode.topic_authorization_failed)]}
 

@@ -6,7 +6,9 @@ ACLs (as Kafka): Delete on the group, else GROUP_AUTHORIZATION_FAILED; a topic t
 answers TOPIC_AUTHORIZATION_FAILED in its partitions.
 
 In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`)."""
+(:mod:`walgate.gateway.kafka.group_coordinators`). A share group's id answers GROUP_ID_NOT_FOUND, as Kafka's
+share group refuses the offset APIs (:mod:`walgate.gateway.kafka.group_types`).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.group_types import share_group_code
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import GROUP_WRITE, answered
 from walgate.wire.errors import ErrorCode
@@ -32,7 +35,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetDeleteReque
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
     if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
-    if code := await refusal(broker.coordinators, request.group_id):
+    if code := await refusal(broker.coordinators, request.group_id) or share_group_code(broker, request.group_id):
         return {"throttle_time": 0, "error_code": code, "topics": []}
     readable = checker(broker, ctx, Operation.READ, ResourceType.TOPIC)
     denied = [t for t in topics if readable is not None and not readable(t[0])]

@@ -12,7 +12,8 @@ GROUP_AUTHORIZATION_FAILED; a requested topic the principal may not Describe ans
 (offset -1) in its partitions, and is left out of an all-topics answer.
 
 In cluster mode a group whose coordinator partition is another node's answers NOT_COORDINATOR
-(:mod:`walgate.gateway.kafka.group_coordinators`).
+(:mod:`walgate.gateway.kafka.group_coordinators`). A share group's id answers GROUP_ID_NOT_FOUND, as Kafka's
+share group refuses the offset APIs (:mod:`walgate.gateway.kafka.group_types`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.group_types import share_group_code
 from walgate.gateway.kafka.handlers.common import answered, error_of
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -57,7 +59,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchReques
     describable = checker(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC)
     denied_groups = {w[0] for w in wanted if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, w[0])}
     elsewhere = {g: code for g in dict.fromkeys(w[0] for w in wanted if w[0] not in denied_groups)
-                 if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
+                 if (code := await refusal(broker.coordinators, g) or share_group_code(broker, g))}  # or a share group has it
 
     def fetch(store: EngineOffsetStore, group_id: str, topics: list[tuple[str, list[int]]] | None,
               member_id: str | None, member_epoch: int) -> Group:

@@ -5,7 +5,11 @@ A group with members is ``Stable``; one whose members are all gone but that has 
 looked up in the topics snapshot, in the same coordinator-lane call as the coordinator's.
 
 In cluster mode a group another node coordinates answers NOT_COORDINATOR (the client looks its coordinator up
-again), as its ShareGroupHeartbeat does (:mod:`walgate.gateway.kafka.group_coordinators`).
+again), as its ShareGroupHeartbeat does (:mod:`walgate.gateway.kafka.group_coordinators`). On its coordinator, a
+group without members whose share-partition state is only on other nodes (it consumed only partitions placed there)
+is found as the administration finds it (:func:`walgate.gateway.kafka.share_admin.cluster_states`: the other nodes
+are asked whether they keep state of it): ``Empty``; while one of them does not answer, COORDINATOR_NOT_AVAILABLE
+(retriable), not GROUP_ID_NOT_FOUND, which Kafka's Admin takes as final.
 
 ACLs (as Kafka): a group the principal may not Describe answers GROUP_AUTHORIZATION_FAILED; authorized operations
 when asked for.
@@ -22,6 +26,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
 from walgate.gateway.kafka.handlers.common import answered
+from walgate.gateway.kafka.share_admin import UNANSWERED, cluster_states, unanswered
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -49,6 +54,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
     refused = {g: code for g in request.group_ids if g in permitted
                if (code := await refusal(broker.coordinators, g))}  # another node coordinates it
     wanted = [g for g in request.group_ids if g in permitted and g not in refused]
+    states = await cluster_states(broker, wanted)  # (cluster mode: state kept only on other nodes)
 
     def describe(topics: TopicsSnapshot, coordinator: ShareCoordinator) -> list[Group]:
         out: list[Group] = []
@@ -56,9 +62,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareGroupDescrib
             # the coordinator answers in the response's field names, its assignments' topics by name only
             group = cast(Group | None, coordinator.groups.describe(group_id))
             if group is None:
+                state = "Empty" if coordinator.has_state(group_id) else states.get(group_id)
                 out.append({**_empty(group_id, ErrorCode.none), "group_state": "Empty", "assignor_name": "simple"}
-                           if coordinator.has_state(group_id) else
-                           _empty(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
+                           if state == "Empty" else _empty(group_id, *unanswered(group_id)) if state == UNANSWERED
+                           else _empty(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."))
                 continue
             for m in group["members"]:
                 m["assignment"] = {"topic_partitions": [

@@ -19,7 +19,7 @@ ACLs (Kafka's ``handleTxnOffsetCommitRequest``): Write on the transactional id (
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), Read on the group (else GROUP_AUTHORIZATION_FAILED),
 Read on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions; the others are kept). In cluster mode a node
 that does not coordinate the group answers NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) for every partition, after
-the ACL checks, as OffsetCommit does.
+the ACL checks, as OffsetCommit does, and a share group's id GROUP_ID_NOT_FOUND.
 
 In cluster mode the transactional id may be another node's (docs/cluster.md, "Transaction coordinators"): this node,
 the group's coordinator, asks that node to take the group into the transaction (v5: AddOffsetsToTxn, a version 2
@@ -47,6 +47,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, allow
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.group_coordinators import refusal
+from walgate.gateway.kafka.group_types import share_group_code
 from walgate.gateway.kafka.groups import now_ms
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.transactions import abortable_for_version
@@ -89,7 +90,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.transactional_id_authorization_failed)}
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return {"throttle_time": 0, "topics": _failed(topics, ErrorCode.group_authorization_failed)}
-    if code := await refusal(broker.coordinators, group):  # another node coordinates the group (cluster mode)
+    if code := await refusal(broker.coordinators, group) or share_group_code(broker, group):  # (or a share group has it)
         return {"throttle_time": 0, "topics": _failed(topics, code)}
     readable = allowed_names(broker, ctx, Operation.READ, ResourceType.TOPIC, {name for name, _ in topics})
     denied = [t for t in topics if t[0] not in readable]
