@@ -63,7 +63,8 @@ class AlterOutcome:
 
 class PartitionStates:
     """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
-    last saw. A damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has
+    last saw (``revision`` 0: nothing read yet); ``isr_shrinks`` and ``isr_expands`` count the ISR changes
+    :meth:`alter_isr` wrote that removed, or added, members (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). A damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has
     no state, reported as None, until it is written again); a key that names no vnode is logged and ignored."""
 
     def __init__(self, session: EtcdSession, keys: Keys) -> None:
@@ -71,6 +72,8 @@ class PartitionStates:
         self.keys = keys
         self.states: dict[PartitionId, PartitionState] = {}
         self.revision = 0
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def _decode(self, kv: Any) -> tuple[PartitionId, PartitionState | None] | None:
         """(the vnode, its state or None when the value is damaged) of a ``partitions/`` key-value; None when the key
@@ -189,6 +192,8 @@ class PartitionStates:
             compare.append(tx.Mod(node_key) == kv.mod_revision)
         ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
         if ok:
+            self.isr_shrinks += bool(set(known.isr) - set(new.isr))
+            self.isr_expands += bool(set(new.isr) - set(known.isr))
             return AlterOutcome(replace(new, partition_epoch=int(responses[0].response_put.header.revision)), None)
         now = await self.read(pid)
         if now is None or now.leader != proposal.leader or now.leader_epoch != proposal.leader_epoch:
