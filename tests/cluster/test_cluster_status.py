@@ -6,12 +6,23 @@ test_serve_cluster_status.py."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import socket
 import subprocess
+from dataclasses import replace
 
 from livewalgate import WALGATE, walgate_env
-from walgate.admin.cluster_status import Read, catalog_names, cluster_view, health, node_rows, partition_rows
-from walgate.cluster.model import Keys, NodeInfo, encode_record, encode_snapshot
+from walgate.admin.cluster_status import (
+    Read,
+    catalog_names,
+    cluster_view,
+    health,
+    node_rows,
+    partition_rows,
+    status_lines,
+)
+from walgate.cluster.model import ControlPlaneError, Keys, NodeInfo, encode_record, encode_snapshot
 from walgate.cluster.partition_codec import PartitionId, encode_state, partition_key
 from walgate.cluster.registry import registration_value
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
@@ -74,6 +85,10 @@ def test_a_cluster_read_from_etcd_is_shown_as_the_commands_print_it() -> None:
     assert report["offline_partitions"] == ["cc/0", "power/1"]
     assert report["under_replicated_partitions"] == ["cc/0", "events/0", "power/1"]
     assert report["under_min_isr_partitions"] == ["cc/0", "power/1"]
+    lines = status_lines(report)
+    assert lines[:3] == ["CLUSTER:                      walgate", "HEALTHY:                      False",
+                         "CONTROLLER:                   2"]
+    assert "NODES DOWN:                   3" in lines and "OFFLINE PARTITIONS:           cc/0, power/1" in lines
 
 
 def test_a_whole_cluster_is_healthy() -> None:
@@ -103,3 +118,47 @@ def test_etcd_not_answering_is_one_line_and_exit_1() -> None:
     usage = subprocess.run([*WALGATE, "cluster", "nodes"], capture_output=True, text=True, timeout=60,
                            env=walgate_env())
     assert usage.returncode == 2 and "--cluster" in usage.stderr
+
+
+FUZZ_CASES = int(os.environ.get("WALGATE_FUZZ_CLUSTER_STATUS", "300"))
+
+
+def test_damaged_values_in_etcd_are_named_or_refused_never_a_crash() -> None:
+    """Any value of any key the commands read, replaced by bytes that are not walgate's (seeded: a random value, a
+    cut or a flipped byte of the real one, JSON of another shape): the view is made (a damaged state or record
+    named in ``damaged``) or refused with :class:`ControlPlaneError` (a registration or a candidate, which the
+    command answers with exit 1), never another exception. ``WALGATE_FUZZ_CLUSTER_STATUS`` cases (300)."""
+    rng = random.Random(2611)
+    shapes = [b"", b"null", b"[]", b"{}", b'{"op": "create_db", "id": 7}', b'{"node_id": "x"}', b"1 2 3", b"\xff\xfe"]
+    base = _read()
+    fields = ["nodes", "incarnations", "candidates", "partitions", "records"]
+    for _ in range(FUZZ_CASES):
+        field = rng.choice([*fields, "snapshot"])
+        if field == "snapshot":
+            value = base.snapshot or b""
+        else:
+            kvs = list(getattr(base, field))
+            i = rng.randrange(len(kvs))
+            value = kvs[i][1]
+        kind = rng.randrange(4)
+        if kind == 0:
+            value = rng.randbytes(rng.randrange(40))
+        elif kind == 1:
+            value = value[:rng.randrange(len(value) + 1)]
+        elif kind == 2 and value:
+            j = rng.randrange(len(value))
+            value = value[:j] + bytes([value[j] ^ (1 << rng.randrange(8))]) + value[j + 1:]
+        else:
+            value = rng.choice(shapes)
+        if field == "snapshot":
+            read = replace(base, snapshot=value)
+        else:
+            kvs[i] = (kvs[i][0], value, kvs[i][2], kvs[i][3])
+            read = replace(base, **{field: kvs})
+        try:
+            view = cluster_view(KEYS, read)
+        except ControlPlaneError:
+            continue
+        health(view)
+        node_rows(view)
+        partition_rows(view)

@@ -35,7 +35,7 @@ from walgate.cluster.registry import broker_epoch
 from walgate.replication.partition import NO_LEADER, leader_live
 
 __all__ = ["COMMANDS", "ClusterView", "NodeView", "PartitionView", "Read", "catalog_names", "cluster_view", "health",
-           "node_rows", "partition_rows", "read_cluster"]
+           "node_rows", "partition_rows", "read_cluster", "status_lines"]
 
 PASSWORD_ENV = "WALGATE_CLUSTER_ETCD_PASSWORD"
 
@@ -253,14 +253,22 @@ def _view(args: argparse.Namespace) -> ClusterView:
         raise AdminError(str(e)) from None
 
 
+def status_lines(report: dict[str, Any]) -> list[str]:
+    """:func:`health`'s report for people: one ``FIELD: value`` line per field, lists comma-separated, ``-`` for
+    none."""
+    lines = []
+    for field, value in report.items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        lines.append(f"{field.replace('_', ' ').upper() + ':':<29} {'-' if shown in ('', None) else shown}")
+    return lines
+
+
 def _status(args: argparse.Namespace) -> None:
     report = health(_view(args))
     if args.json:
         print_json(report)
-        return
-    for field, value in report.items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-        print(f"{field.replace('_', ' ').upper() + ':':<29} {'-' if shown in ('', None) else shown}")
+    else:
+        print("\n".join(status_lines(report)))
 
 
 def _nodes(args: argparse.Namespace) -> None:
