@@ -64,8 +64,9 @@ class AlterOutcome:
 class PartitionStates:
     """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
     last saw (``revision`` 0: nothing read yet); ``isr_shrinks`` and ``isr_expands`` count the ISR changes
-    :meth:`alter_isr` wrote that removed, or added, members (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). A damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has
-    no state, reported as None, until it is written again); a key that names no vnode is logged and ignored."""
+    :meth:`alter_isr` wrote that removed, or added, members (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). A
+    damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has no state,
+    reported as None, until it is written again); a key that names no vnode is logged and ignored."""
 
     def __init__(self, session: EtcdSession, keys: Keys) -> None:
         self.session = session

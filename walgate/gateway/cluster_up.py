@@ -44,7 +44,7 @@ from pathlib import Path
 from types import FrameType
 
 __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
-           "add_command", "cluster_spec"]
+           "add_command", "add_etcd_flags", "cluster_spec"]
 
 START_TIMEOUT_S = 120.0  # every member healthy and every node ready, on a loaded machine
 STOP_TIMEOUT_S = 30.0  # a process that has not exited this long after SIGTERM gets SIGKILL
@@ -452,6 +452,19 @@ def cluster_spec(text: str) -> str:
     return endpoints
 
 
+def add_etcd_flags(group: argparse._ArgumentGroup, password_elsewhere: str = "") -> None:
+    """The ``--cluster-etcd-*`` flags (TLS, user and password) of ``walgate serve`` and the ``walgate cluster``
+    commands that read etcd; ``password_elsewhere`` names where else the password may be given."""
+    group.add_argument("--cluster-etcd-ssl-cafile", type=Path, metavar="PEM",
+                       help="CA certificates of etcd's https:// endpoints (default: the system's trust store)")
+    group.add_argument("--cluster-etcd-ssl-certfile", type=Path, metavar="PEM",
+                       help="client certificate for etcd's --client-cert-auth (with --cluster-etcd-ssl-keyfile)")
+    group.add_argument("--cluster-etcd-ssl-keyfile", type=Path, metavar="PEM", help="its unencrypted private key")
+    group.add_argument("--cluster-etcd-user", metavar="NAME", help="an etcd user (etcd with auth enabled)")
+    group.add_argument("--cluster-etcd-password-file", type=Path, metavar="FILE",
+                       help=f"the file holding that user's password ({password_elsewhere}or WALGATE_CLUSTER_ETCD_PASSWORD)")
+
+
 def _shown(name: str) -> Callable[[argparse.Namespace], int]:
     """``walgate cluster <name>`` (:mod:`walgate.admin.cluster_status`, imported when it runs: it brings the etcd
     and Kafka clients, which ``walgate serve`` and ``sql`` need not load to start)."""
@@ -471,13 +484,7 @@ def _add_shown(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                         help="the cluster's name (its nodes' cluster.name; default walgate)")
     common.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     common.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on etcd after S seconds")
-    etcd = common.add_argument_group("reaching etcd (as walgate serve reaches it)")
-    etcd.add_argument("--cluster-etcd-ssl-cafile", type=Path, metavar="PEM")
-    etcd.add_argument("--cluster-etcd-ssl-certfile", type=Path, metavar="PEM")
-    etcd.add_argument("--cluster-etcd-ssl-keyfile", type=Path, metavar="PEM")
-    etcd.add_argument("--cluster-etcd-user", metavar="NAME")
-    etcd.add_argument("--cluster-etcd-password-file", type=Path, metavar="FILE",
-                      help="that user's password (or WALGATE_CLUSTER_ETCD_PASSWORD)")
+    add_etcd_flags(common.add_argument_group("reaching etcd (as walgate serve reaches it)"))
     actions.add_parser("status", parents=[common], help="whether the cluster is healthy: its controller, nodes down, "
                        "offline and under-replicated vgroups (as rpk cluster health)").set_defaults(run=_shown("status"))
     actions.add_parser("nodes", parents=[common], help="every node: address, rack, live, broker epoch, controller"

@@ -27,8 +27,8 @@ Routes:
   writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
   and every listener accepts connections (and, in cluster mode, ``cluster``: the node is a registered member of its
   cluster, and ``replicas``: it read the partition states and is in the ISR of every vgroup it replicates,
-  :func:`~walgate.gateway.replica_status.replicas_check`, else the vgroups it is still catching up on); else 503 ``{"status": "not ready",
-  "failed": [names], "checks": {name: "ok" or what failed}}``.
+  :func:`~walgate.gateway.replica_status.replicas_check`, else the vgroups it is still catching up on); else 503
+  ``{"status": "not ready", "failed": [names], "checks": {name: "ok" or what failed}}``.
 - ``GET /metrics``: Prometheus text format (:mod:`walgate.gateway.metrics`), when
   the app is made with the node's metrics; 503 if the storage thread does not answer.
 - ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
