@@ -433,6 +433,30 @@ async def test_a_refused_batch_does_not_stop_the_later_ones(etcd1: EtcdCluster, 
             await n.close()
 
 
+async def test_the_controller_counts_the_unclean_elections_it_writes(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """A vgroup whose ISR and ELR hold only node 3, gone, elects live node 2 where unclean election is allowed (one
+    unclean election counted, Kafka's UncleanLeaderElectionsPerSec); one whose ISR holds node 2 elects it cleanly."""
+    n1, n2 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
+    try:
+        n1.start("registration", "election")
+        await within(n1.election.wait_elected())
+        n2.start("registration")
+        await eventually("all registered", lambda: _all_registered(nodes))
+        e2 = n2.registration.epoch or 0
+        gone = IsrMember(3, 1)
+        await _create(n1, {
+            PartitionId("d", 0): PartitionState((3, 2, 1), 3, 0, 0, (gone,), (), 1, unclean_election=True),
+            PartitionId("d", 1): PartitionState((3, 2, 1), 3, 0, 0, (IsrMember(2, e2), gone), (), 1)})
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election)
+        assert await reconciler.reconcile_once() > 0
+        states = await reconciler.states.read_all()
+        assert [states[PartitionId("d", v)].leader for v in (0, 1)] == [2, 2]
+        assert reconciler.unclean_elections == 1
+    finally:
+        for n in nodes:
+            await n.close()
+
+
 async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tmp_path: Path) -> None:
     with etcd_cluster(tmp_path / "etcd", 3) as etcd:
         leader = Node(etcd.endpoints, 1, tmp_path / "n1", ttl=2, timeout=1.0)

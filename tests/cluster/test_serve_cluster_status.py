@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve_support import eventually, no_traceback, node, readyz, sql, wait_log
 
 from livewalgate import WALGATE, WalgateServer, walgate_env
-from walgate.admin.cluster_status import ClusterView, cluster_view, read_cluster
+from walgate.admin.cluster_status import ClusterView, cluster_view, health, read_cluster
 from walgate.cluster.model import Keys
 
 ENABLED = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
@@ -47,7 +47,8 @@ def shown(etcd: EtcdCluster, *args: str) -> Any:
 
 
 def view(etcd: EtcdCluster) -> ClusterView:
-    """The cluster as the commands read it, in this process (the waits poll it without starting a process each)."""
+    """The cluster as the commands read it, in this process (what needs no process of its own: the runner's output is
+    checked by the ``walgate cluster`` runs, each a process)."""
     keys = Keys("walgate")
     return cluster_view(keys, asyncio.run(read_cluster(etcd.spec, keys, None, CLI_TIMEOUT_S)))
 
@@ -75,9 +76,8 @@ def test_a_replicated_cluster_seen_through_its_etcd_its_metrics_and_readyz(etcd1
                     parts = view(etcd1).partitions
                     return len(parts) == 2 and all(p.isr == (1, 2, 3) and p.leader for p in parts)
                 eventually("both vgroups led, their ISR whole", whole)
-                parts = shown(etcd1, "partitions")
-                assert [(p["database"], p["topic"], p["vgroup"], sorted(p["replicas"]), p["under_replicated"],
-                         p["offline"], p["leader"] == p["replicas"][0]) for p in parts] == [
+                assert [(p.database, p.topic, p.vgroup, sorted(p.replicas), p.under_replicated, p.offline,
+                         p.leader == p.replicas[0]) for p in view(etcd1).partitions] == [
                     ("r", None, v, [1, 2, 3], False, False, True) for v in (0, 1)]  # (the first replica leads)
                 status = shown(etcd1, "status")
                 assert (status["healthy"], status["controller"], status["nodes"], status["nodes_down"],
@@ -101,10 +101,10 @@ def test_a_replicated_cluster_seen_through_its_etcd_its_metrics_and_readyz(etcd1
                 return sum(p.under_replicated for p in view(etcd1).partitions) == 2
             eventually("node 3 out of both ISRs", under)
             assert [p["isr"] for p in shown(etcd1, "partitions", "--under-replicated")] == [[1, 2], [1, 2]]
-            status = shown(etcd1, "status")
+            status = health(view(etcd1))
             assert (status["healthy"], status["nodes_down"], status["under_replicated_partitions"]) == (
                 False, [3], ["r/0", "r/1"])
-            assert [n["live"] for n in shown(etcd1, "nodes")] == [True, True, False]
+            assert [n.live for n in view(etcd1).nodes] == [True, True, False]
             eventually("the leaders count both vgroups under-replicated", lambda: sum(
                 metric(s, RM + "underreplicatedpartitions") for s in (n1, n2)) == 2)
             for server in (n1, n2):

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from tests.cluster.etcd_cluster import EtcdCluster
 from tests.gateway.test_replicas import DB, DB_ID, Node, Trio, _is, etcd, trio, until
 from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.gateway.replica_status import (
     FollowedLag,
     ReplicaCensus,
@@ -55,10 +56,13 @@ def _controller(node: Node) -> bool:
 
 
 async def scrape(node: Node) -> Samples:
-    """``node``'s replication metrics, rendered off the event loop as ``/metrics`` renders them."""
+    """``node``'s replication metrics, rendered off the event loop as ``/metrics`` renders them (beside a reconciler
+    that does not run: its election is the node's)."""
+    member = node.side.member
+    assert member.election is not None
     registry = CollectorRegistry()
-    registry.register(ReplicationCollector(lambda: node.manager, lambda: _controller(node),
-                                           asyncio.get_running_loop(), 10.0))
+    registry.register(ReplicationCollector(lambda: node.manager, Reconciler(
+        PartitionStates(member.session, member.keys), member.election), asyncio.get_running_loop(), 10.0))
     return _samples((await asyncio.to_thread(generate_latest, registry)).decode())
 
 
@@ -144,7 +148,7 @@ def test_counts_of_a_census() -> None:
     c = ReplicaCensus(1, 10, True, {PID: whole, PartitionId(DB_ID, 1): short, other: restarted_leader},
                       {PID: (DB, whole), PartitionId(DB_ID, 1): (DB, short)},
                       [FollowedLag(other, "db2", 2, 7), FollowedLag(PartitionId("x", 0), "db3", 3, 2)],
-                      {1: 10, 2: 21, 3: 30}, 4, 3, True)
+                      {1: 10, 2: 21, 3: 30}, 4, 3, True, 2)
     samples = _samples(_render(c))
     assert value(samples, RM + "underreplicatedpartitions") == 1
     assert value(samples, RM + "underminisrpartitioncount") == 1 and value(samples, RM + "atminisrpartitioncount") == 0
@@ -154,6 +158,7 @@ def test_counts_of_a_census() -> None:
                  database="db2", vgroup="4") == 7
     assert value(samples, "kafka_server_replicafetchermanager_maxlag", clientId="Replica") == 7
     assert offline(c) == 1 and value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 1
+    assert value(samples, "kafka_controller_controllerstats_uncleanleaderelections_total") == 2
     assert not_in_sync(c) == []
     node3 = replace(c, node_id=3, broker_epoch=31, controller=False)  # restarted: its ISR entries are under 30
     assert not_in_sync(node3) == [PID, PartitionId(DB_ID, 1), other] and node3.name(other) == "db2/4" and node3.name(PID) == f"{DB}/0"

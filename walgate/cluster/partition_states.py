@@ -40,7 +40,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
 )
 from walgate.cluster.registry import broker_epoch
-from walgate.replication.partition import AlterIsr, IsrMember, PartitionState, alter_partition
+from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["PartitionStates", "AlterOutcome", "Snapshot", "Reconciler"]
@@ -268,7 +268,8 @@ class Reconciler:
     change's, or one lease TTL later). Each append to the catalog stream wakes the next
     pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
     deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
-    created, ``deleted`` the states deleted."""
+    created, ``deleted`` the states deleted, ``unclean_elections`` the leaders it wrote that were neither in the
+    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec)."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
                  catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
@@ -284,6 +285,7 @@ class Reconciler:
         self.written = 0
         self.created = 0
         self.deleted = 0
+        self.unclean_elections = 0
 
     async def snapshot(self) -> Snapshot:
         """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`), the
@@ -331,6 +333,7 @@ class Reconciler:
                 if new.leader != old.leader:
                     log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
                              old.leader, new.leader, new.leader_epoch)
+                    self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
         return refused
 
     async def create(self, snapshot: Snapshot, creations: dict[PartitionId, PartitionState]) -> int:

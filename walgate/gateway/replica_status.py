@@ -15,8 +15,9 @@ change: :class:`~walgate.gateway.replicas.ReplicaManager`) and counted by pure f
   WAL end after the last answer applied (Kafka's ``FetcherLagMetrics`` ConsumerLag: the high watermark minus the
   next offset), and their maximum (``ReplicaFetcherManager`` MaxLag). A vnode whose fetches fail keeps the lag of its
   last answer, as Kafka's does;
-* as the controller (the node holding the controller election: ActiveControllerCount 1, 0 elsewhere), the
-  partitions offline: no leader, or a leader not registered under
+* as the controller (the node holding the controller election: ActiveControllerCount 1, 0 elsewhere), the leaders
+  its reconciliation elected from outside the ISR and the ELR (ControllerStats' UncleanLeaderElectionsPerSec,
+  counted by :class:`~walgate.cluster.partition_states.Reconciler`), and the partitions offline: no leader, or a leader not registered under
   the broker epoch its ISR entry names (its lease ran out or it restarted, and the controller has not moved
   leadership yet), over every partition state it follows (Kafka's ``KafkaController`` OfflinePartitionsCount, which
   only the active controller reports; 0 on the other nodes).
@@ -39,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from walgate.cluster.partition_codec import PartitionId
+from walgate.cluster.partition_states import Reconciler
 from walgate.gateway.replicas import ReplicaManager
 from walgate.replication.partition import PartitionState, leader_live, same_incarnation
 
@@ -63,8 +65,8 @@ class FollowedLag:
 class ReplicaCensus:
     """Node ``node_id`` (registered under ``broker_epoch``) and its replicas at one moment: every partition state it
     read (``read``: whether it read them at all), the state of each vnode it leads (its view's) with its database's
-    name, the vnodes it follows, the registered nodes' broker epochs, its ISR changes written, and whether it holds
-    the controller election."""
+    name, the vnodes it follows, the registered nodes' broker epochs, its ISR changes written, whether it holds the
+    controller election and the unclean elections its reconciliation wrote."""
 
     node_id: int
     broker_epoch: int
@@ -76,6 +78,7 @@ class ReplicaCensus:
     isr_shrinks: int
     isr_expands: int
     controller: bool
+    unclean_elections: int = 0
 
     def name(self, pid: PartitionId) -> str:
         """``database/vgroup`` of ``pid`` where this node leads or follows it, else ``<database id>/vgroup``."""
@@ -84,15 +87,17 @@ class ReplicaCensus:
         return f"{database}/{pid.vgroup}"
 
 
-def census(manager: ReplicaManager, controller: bool) -> ReplicaCensus:
-    """``manager``'s replicas now (on the event loop, which alone changes its maps)."""
+def census(manager: ReplicaManager, reconciler: Reconciler | None) -> ReplicaCensus:
+    """``manager``'s replicas and ``reconciler``'s controller now (on the event loop, which alone changes their
+    state)."""
     followed = [FollowedLag(PartitionId(v.db_id, v.vgroup), v.db, leader, v.lag)
                 for leader, f in manager.fetching.items() for v in f.fetcher.followed.values()]
     return ReplicaCensus(manager.node_id, manager.broker_epoch, manager.states.revision > 0,
                          dict(manager.states.states),
                          {pid: (led.key[0], led.view.state) for pid, led in manager.led.items()}, followed,
                          dict(manager.registered()), manager.states.isr_shrinks, manager.states.isr_expands,
-                         controller)
+                         reconciler is not None and reconciler.election.epoch is not None,
+                         0 if reconciler is None else reconciler.unclean_elections)
 
 
 def not_in_sync(c: ReplicaCensus) -> list[PartitionId]:
@@ -112,7 +117,7 @@ def replicas_check(manager: ReplicaManager | None) -> str:
     and the node is in the ISR of every vnode it replicates, else what it lacks."""
     if manager is None or manager.states.revision == 0:
         return "the partition states are not read yet"
-    c = census(manager, False)
+    c = census(manager, None)
     lagging = not_in_sync(c)
     if not lagging:
         return "ok"
@@ -146,6 +151,8 @@ def replication_metrics(c: ReplicaCensus) -> Iterator[Metric]:
                  int(c.controller))
     yield _gauge("kafka_controller_kafkacontroller_offlinepartitionscount", "Partitions with no live leader, counted "
                  "by the controller (0 elsewhere)", offline(c) if c.controller else 0)
+    yield CounterMetricFamily("kafka_controller_controllerstats_uncleanleaderelections", "Leaders this node's "
+                              "controller elected from outside the ISR and the ELR", value=c.unclean_elections)
     yield _labelled("kafka_cluster_partition_underreplicated", "1 when the vgroup led here is under-replicated",
                     ((d, p, int(len(s.isr) < len(s.replicas))) for p, (d, s) in led))
     yield _labelled("kafka_cluster_partition_insyncreplicascount", "ISR members of the vgroup led here",
@@ -172,13 +179,14 @@ def _labelled(name: str, doc: str, rows: Iterable[tuple[str, PartitionId, int]])
 
 class ReplicationCollector(Collector):
     """The replication metrics at every scrape, once the node runs a replica manager (``manager()``, None before)
-    and ``controller()`` says whether it holds the controller election: the census taken on ``loop`` (the scrape
-    runs off it, :meth:`Metrics.render <walgate.gateway.metrics.Metrics.render>`); nothing before."""
+    beside the controller's ``reconciler`` (whose election says whether this node is the controller): the census
+    taken on ``loop`` (the scrape runs off it, :meth:`Metrics.render <walgate.gateway.metrics.Metrics.render>`);
+    nothing before."""
 
-    def __init__(self, manager: Callable[[], ReplicaManager | None], controller: Callable[[], bool],
+    def __init__(self, manager: Callable[[], ReplicaManager | None], reconciler: Reconciler,
                  loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self._manager = manager
-        self._controller = controller
+        self._reconciler = reconciler
         self._loop = loop
         self._timeout_s = timeout_s
 
@@ -187,7 +195,7 @@ class ReplicationCollector(Collector):
 
     async def _census(self) -> ReplicaCensus | None:
         manager = self._manager()
-        return None if manager is None else census(manager, self._controller())
+        return None if manager is None else census(manager, self._reconciler)
 
     def collect(self) -> Iterator[Metric]:
         future = asyncio.run_coroutine_threadsafe(self._census(), self._loop)

@@ -364,9 +364,8 @@ class Gateway:
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
             lag_max_ms=self.config.replica_lag_time_max_ms)
         broker.led = manager
-        election = member.election
         self.metrics.registry.register(ReplicationCollector(  # Kafka's replication metrics (replica_status.py)
-            lambda: self._replicas, lambda: election.epoch is not None, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
+            lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
                                    asyncio.create_task(reconciler.run(), name="walgate-reconciler")]
 
