@@ -1,6 +1,6 @@
 """The pure core of ``walgate cluster status|nodes|partitions`` (:mod:`walgate.admin.cluster_status`): a cluster's
 etcd values, made as the nodes write them, turned into what the commands print; and the command's answer when etcd
-does not answer (exit 1, one line, no traceback). The commands against a live cluster:
+does not answer (exit 1, one line, no traceback) and bad flags (exit 2). The commands against a live cluster:
 test_serve_cluster_status.py."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_the_names_come_from_the_snapshot_and_the_records_after_it() -> None:
     assert catalog_names(None, []) == {}
 
 
-def test_etcd_not_answering_is_one_line_and_exit_1() -> None:
+def test_etcd_not_answering_is_exit_1_and_bad_flags_exit_2_each_one_line() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -118,6 +118,10 @@ def test_etcd_not_answering_is_one_line_and_exit_1() -> None:
     usage = subprocess.run([*WALGATE, "cluster", "nodes"], capture_output=True, text=True, timeout=60,
                            env=walgate_env())
     assert usage.returncode == 2 and "--cluster" in usage.stderr
+    env = {k: v for k, v in walgate_env().items() if k != "WALGATE_CLUSTER_ETCD_PASSWORD"}
+    no_password = subprocess.run([*WALGATE, "cluster", "status", "--cluster", "etcd=http://127.0.0.1:1",
+                                  "--cluster-etcd-user", "root"], capture_output=True, text=True, timeout=60, env=env)
+    assert no_password.returncode == 2 and no_password.stderr.count("\n") == 1 and "go together" in no_password.stderr
 
 
 FUZZ_CASES = int(os.environ.get("WALGATE_FUZZ_CLUSTER_STATUS", "300"))
