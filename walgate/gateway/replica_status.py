@@ -17,10 +17,11 @@ change: :class:`~walgate.gateway.replicas.ReplicaManager`) and counted by pure f
   last answer, as Kafka's does;
 * as the controller (the node holding the controller election: ActiveControllerCount 1, 0 elsewhere), the leaders
   its reconciliation elected from outside the ISR and the ELR (ControllerStats' UncleanLeaderElectionsPerSec,
-  counted by :class:`~walgate.cluster.partition_states.Reconciler`), and the partitions offline: no leader, or a leader not registered under
-  the broker epoch its ISR entry names (its lease ran out or it restarted, and the controller has not moved
-  leadership yet), over every partition state it follows (Kafka's ``KafkaController`` OfflinePartitionsCount, which
-  only the active controller reports; 0 on the other nodes).
+  counted by :class:`~walgate.cluster.partition_states.Reconciler`), and the partitions offline: no leader, or a
+  leader not registered under the broker epoch its ISR entry names (its lease ran out or it restarted, and the
+  controller has not moved leadership yet), over every partition state the node follows, against the registrations
+  its membership last read (Kafka's ``KafkaController`` OfflinePartitionsCount, which only the active controller
+  reports; 0 on the other nodes).
 
 Names are the JMX exporter's rendering of those MBeans (:mod:`walgate.gateway.metrics`); a vnode is labelled by its
 ``database`` (a Kafka-native topic's is the topic's ``kafka_*`` database) and ``vgroup``.
