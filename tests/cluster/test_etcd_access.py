@@ -2,9 +2,11 @@
 (stopped by PID) over a real etcd 3.4 started here (``--client-cert-auth`` over certificates made here; ``auth
 enable`` through etcd's own JSON gateway), what they wrote read back through that gateway, not walgate's client.
 
-A node with the CA, certificate and key registers and a topic created through it is in the catalog; a node that does
+A node with the CA, certificate and key registers and a topic created through it is in the catalog (``walgate
+cluster nodes`` with the same flags lists it; without a client certificate it exits 1); a node that does
 not trust etcd's certificate, has no client certificate, or speaks plaintext to the TLS port stops with one error
-line. A node with the etcd user's password (from a file) registers and creates a topic; a wrong password stops it
+line. A node with the etcd user's password (from a file) registers and creates a topic (``walgate cluster status``
+reads the cluster as that user); a wrong password stops it
 with one line. A session whose auth token expired authenticates again and its call (a write) is made once.
 Bad combinations of the settings are refused before anything opens.
 """
@@ -164,7 +166,18 @@ def test_a_node_with_a_client_certificate_registers_over_tls_and_its_topic_is_in
         assert Keys("walgate").node(1) in node_keys(tls_etcd.url, tls_etcd.context)
         create_topic(server.kafka_port, "over-tls")
         assert any(b"over-tls" in value for value in catalog_values(tls_etcd.url, tls_etcd.context))
+        nodes = cluster_command("nodes", "--json", "--cluster", f"etcd={tls_etcd.url}", *tls_etcd.tls_args())
+        assert nodes.returncode == 0, nodes.stderr  # walgate cluster reads etcd with serve's flags
+        assert [(n["node_id"], n["live"]) for n in json.loads(nodes.stdout)] == [(1, True)]
+        refused = cluster_command("nodes", "--cluster", f"etcd={tls_etcd.url}", *tls_etcd.tls_args(client=False))
+        assert refused.returncode == 1 and "cannot read the cluster" in refused.stderr
         no_traceback(server)
+
+
+def cluster_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``walgate cluster <args>`` run to completion (bounded)."""
+    return subprocess.run([*WALGATE, "cluster", *args, "--timeout", "5"], capture_output=True, text=True,
+                          timeout=120, env=walgate_env(), stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize(("case", "expected"), [
@@ -216,6 +229,9 @@ def test_a_node_with_the_etcd_users_password_registers_and_a_wrong_one_stops_it(
         assert node_keys(auth_etcd, token=token) == [Keys("walgate").node(1)]
         create_topic(server.kafka_port, "as-root")
         assert any(b"as-root" in value for value in catalog_values(auth_etcd, token=token))
+        status = cluster_command("status", "--json", "--cluster", f"etcd={auth_etcd}", "--cluster-etcd-user", "root",
+                                 "--cluster-etcd-password-file", str(right))
+        assert status.returncode == 0 and json.loads(status.stdout)["nodes"] == [1], status.stderr
         no_traceback(server)
 
 

@@ -43,7 +43,8 @@ def test_values_round_trip_and_foreign_values_are_errors() -> None:
     assert NodeInfo.decode(old) == NodeInfo(3, "cd" * 16), "a registration of a node before SQL forwarding: no URL"
     assert decode_record(encode_record(17, b"x\ny")) == (17, b"x\ny")
     assert decode_snapshot(encode_snapshot(5, b"")) == (5, b"")
-    for bad, decode in ((b"{}", NodeInfo.decode), (b"nope", decode_record), (b"x\n", decode_snapshot)):
+    for bad, decode in ((b"{}", NodeInfo.decode), (b"null", NodeInfo.decode), (b"[1]", NodeInfo.decode),
+                        (b"nope", decode_record), (b"x\n", decode_snapshot)):
         with pytest.raises(ControlPlaneError):
             decode(bad)
 

@@ -12,6 +12,7 @@ import logging
 import random
 import signal
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -433,6 +434,37 @@ async def test_a_refused_batch_does_not_stop_the_later_ones(etcd1: EtcdCluster, 
             await n.close()
 
 
+@contextlib.asynccontextmanager
+async def controller_and_one(etcd: EtcdCluster, tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
+    """Nodes 1 (registered, elected controller) and 2 (registered), closed at the end."""
+    n1, n2 = nodes = [Node(etcd.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
+    try:
+        n1.start("registration", "election")
+        await within(n1.election.wait_elected())
+        n2.start("registration")
+        await eventually("all registered", lambda: _all_registered(nodes))
+        yield n1, n2
+    finally:
+        for n in nodes:
+            await n.close()
+
+
+async def test_the_controller_counts_the_unclean_elections_it_writes(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """A vgroup whose ISR and ELR hold only node 3, gone, elects live node 2 where unclean election is allowed (one
+    unclean election counted, Kafka's UncleanLeaderElectionsPerSec); one whose ISR holds node 2 elects it cleanly."""
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
+        e2 = n2.registration.epoch or 0
+        gone = IsrMember(3, 1)
+        await _create(n1, {
+            PartitionId("d", 0): PartitionState((3, 2, 1), 3, 0, 0, (gone,), (), 1, unclean_election=True),
+            PartitionId("d", 1): PartitionState((3, 2, 1), 3, 0, 0, (IsrMember(2, e2), gone), (), 1)})
+        reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election)
+        assert await reconciler.reconcile_once() > 0
+        states = await reconciler.states.read_all()
+        assert [states[PartitionId("d", v)].leader for v in (0, 1)] == [2, 2]
+        assert reconciler.unclean_elections == 1
+
+
 async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tmp_path: Path) -> None:
     with etcd_cluster(tmp_path / "etcd", 3) as etcd:
         leader = Node(etcd.endpoints, 1, tmp_path / "n1", ttl=2, timeout=1.0)
@@ -478,12 +510,7 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
     registered ones in sync), in transactions of at most 60; an existing state is not touched, a damaged one not
     overwritten; a vgroup whose catalog entry makes no state is reported at ERROR, the others created all the same;
     a key deleted later is created again by the running controller."""
-    n1, n2 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
-    try:
-        n1.start("registration", "election")
-        await within(n1.election.wait_elected())
-        n2.start("registration")
-        await eventually("all registered", lambda: _all_registered(nodes))
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
         catalog = {PartitionId("db", v): ReplicatedVnode((3, 2, 1) if v % 2 else (1, 2, 3), 2, v == 4)
                    for v in range(MAX_STATES_PER_TXN + 5)}
@@ -520,9 +547,6 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
         await eventually("db/7 created again", created_again)
         again = await reconciler.states.read(gone)
         assert again is not None and replace(again, partition_epoch=0) == initial_state((3, 2, 1), epochs, 2)
-    finally:
-        for n in nodes:
-            await n.close()
 
 
 async def _all_registered(nodes: list[Node]) -> bool:

@@ -7,7 +7,9 @@ Kafka-native batches, and after a divergence (the follower's longer tail of an o
 epoch at the follower's end cut though its WAL is not); every error code of the handler (a node fetching as another
 replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
 fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
-topic (a condition: the fetch is seen waiting before the append); a vnode with an error left out of the fetcher's
+topic (a condition: the fetch is seen waiting before the append); a follower's lag (the leader's high watermark
+past its WAL end after an answer: a follower out of the ISR fetching one batch at a time) falls to 0 as it catches
+up; a vnode with an error left out of the fetcher's
 requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
 finished before the next fetch; a divergence of a vnode unfollowed before its cut runs cuts nothing; a client's
 request refused, and the API absent from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends
@@ -30,7 +32,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +358,26 @@ async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batc
             size, count = await batches(max_bytes)
             assert 1 < count < 20 and size <= max_bytes  # (the request's limit, not only the partition's)
         assert (await batches(0))[1] == 1  # at least one batch whatever the limit
+
+async def test_a_followers_lag_is_the_leaders_high_watermark_past_its_wal_end(etcd: EtcdCluster,
+                                                                             tmp_path: Path) -> None:
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        await p.lead(DB, 1, 1)
+        view = p.led.views[(await p.leader.db_id(DB), 0)]  # the ISR the leader alone: its HW does not wait for node 2
+        view.on_state(replace(view.state, isr=(IsrMember(1, p.led.registered[1]),),
+                              partition_epoch=view.state.partition_epoch + 1))
+        for k in range(5):  # 5 batches (a subtable's meta entry and its row each)
+            await p.leader.sql(f"INSERT INTO {DB}.d{k} USING {DB}.meters TAGS ('l', {k}) VALUES ({1_700_000_000_000 + k}, 1.0, 1)")
+        leader_end = (await p.leader.vnode(DB, 0)).wal.next_version
+        p.fetcher.partition_max_bytes = 0  # one batch an answer
+        [followed] = p.fetcher.followed.values()
+        assert await p.fetcher.fetch_once()
+        end = (await p.follower.vnode(DB, 0)).wal.next_version
+        assert 0 < end < leader_end and followed.lag == leader_end - end  # (Kafka's ConsumerLag: the HW - next offset)
+        await p.caught_up()
+        assert followed.lag == 0
+
 
 async def test_a_cut_whose_epoch_file_the_disk_refused_is_finished_and_the_follower_catches_up(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -216,6 +216,12 @@ class EtcdSession:
         """A transaction: (whether every compare held, the responses of the operations run)."""
         return await self._call("a write", lambda c: c.transaction(compare, success, failure or []), retry=False)
 
+    async def read_at_once(self, gets: list[Any]) -> list[Any]:
+        """The responses of ``gets`` (``tx.Get`` operations only), read in one transaction, so at one revision; a
+        read, tried on each endpoint in turn."""
+        _, responses = await self._call("a read", lambda c: c.transaction([], gets, []), retry=True)
+        return list(responses)
+
     async def grant(self, ttl: int) -> int:
         lease = await self._call("a lease grant", lambda c: c.lease(ttl), retry=False)
         return int(lease.id)

@@ -185,7 +185,7 @@ class NodeInfo:
             http = d.get("http")
             return cls(int(d["node_id"]), str(d["incarnation"]), tuple(str(e) for e in d["endpoints"]),
                        None if d["rack"] is None else str(d["rack"]), None if http is None else str(http))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # (AttributeError: JSON, not an object)
             raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
 
 

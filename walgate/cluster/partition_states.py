@@ -40,7 +40,7 @@ from walgate.cluster.partition_codec import (
     reconcile_all,
 )
 from walgate.cluster.registry import broker_epoch
-from walgate.replication.partition import AlterIsr, IsrMember, PartitionState, alter_partition
+from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["PartitionStates", "AlterOutcome", "Snapshot", "Reconciler"]
@@ -63,14 +63,18 @@ class AlterOutcome:
 
 class PartitionStates:
     """The partition states of one cluster; ``states`` and ``revision`` are what :meth:`read_all` or :meth:`follow`
-    last saw. A damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has
-    no state, reported as None, until it is written again); a key that names no vnode is logged and ignored."""
+    last saw (``revision`` 0: nothing read yet); ``isr_shrinks`` and ``isr_expands`` count the ISR changes
+    :meth:`alter_isr` wrote that removed, or added, members (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). A
+    damaged value is logged at ERROR and left out by every read and by the watch alike (its vnode has no state,
+    reported as None, until it is written again); a key that names no vnode is logged and ignored."""
 
     def __init__(self, session: EtcdSession, keys: Keys) -> None:
         self.session = session
         self.keys = keys
         self.states: dict[PartitionId, PartitionState] = {}
         self.revision = 0
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def _decode(self, kv: Any) -> tuple[PartitionId, PartitionState | None] | None:
         """(the vnode, its state or None when the value is damaged) of a ``partitions/`` key-value; None when the key
@@ -189,6 +193,8 @@ class PartitionStates:
             compare.append(tx.Mod(node_key) == kv.mod_revision)
         ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
         if ok:
+            self.isr_shrinks += bool(set(known.isr) - set(new.isr))
+            self.isr_expands += bool(set(new.isr) - set(known.isr))
             return AlterOutcome(replace(new, partition_epoch=int(responses[0].response_put.header.revision)), None)
         now = await self.read(pid)
         if now is None or now.leader != proposal.leader or now.leader_epoch != proposal.leader_epoch:
@@ -262,7 +268,8 @@ class Reconciler:
     change's, or one lease TTL later). Each append to the catalog stream wakes the next
     pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
     deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
-    created, ``deleted`` the states deleted."""
+    created, ``deleted`` the states deleted, ``unclean_elections`` the leaders it wrote that were neither in the
+    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec)."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
                  catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
@@ -278,6 +285,7 @@ class Reconciler:
         self.written = 0
         self.created = 0
         self.deleted = 0
+        self.unclean_elections = 0
 
     async def snapshot(self) -> Snapshot:
         """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`), the
@@ -325,6 +333,7 @@ class Reconciler:
                 if new.leader != old.leader:
                     log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
                              old.leader, new.leader, new.leader_epoch)
+                    self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
         return refused
 
     async def create(self, snapshot: Snapshot, creations: dict[PartitionId, PartitionState]) -> int:

@@ -48,6 +48,7 @@ from rich.text import Text
 
 from walgate.admin import add_commands as add_admin_commands
 from walgate.gateway.cluster_up import add_command as add_cluster_command
+from walgate.gateway.cluster_up import add_etcd_flags, cluster_spec
 from walgate.gateway.config import Config, ConfigError, load_config, parse_override
 from walgate.gateway.logs import LOG_FORMATS, setup_logging
 from walgate.storage.errors import StorageError
@@ -215,14 +216,6 @@ def _raise_open_files_limit() -> None:
         else:
             soft = target
     log.info("open files limit: %s (hard limit %s)", soft, "unlimited" if hard == resource.RLIM_INFINITY else hard)
-
-
-def _cluster_spec(text: str) -> str:
-    """``--cluster etcd=http(s)://host:port[,...]``: the etcd endpoints (checked by :class:`Config`)."""
-    kind, sep, endpoints = text.partition("=")
-    if not sep or kind != "etcd" or not endpoints:
-        raise argparse.ArgumentTypeError(f"expected etcd=http://host:port[,...] (or https://), got {text!r}")
-    return endpoints
 
 
 def serve_config(args: argparse.Namespace, env: dict[str, str] | None = None,
@@ -403,19 +396,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--advertised-host", help="host named to Kafka clients (default --host)")
     serve.add_argument("--advertised-port", type=int, metavar="N", help="port named to Kafka clients (default --kafka-port)")
     serve.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
-    serve.add_argument("--cluster", dest="cluster_etcd_endpoints", type=_cluster_spec, metavar="etcd=URL[,URL...]",
+    serve.add_argument("--cluster", dest="cluster_etcd_endpoints", type=cluster_spec, metavar="etcd=URL[,URL...]",
                        help="run as a node of a cluster whose control plane is this etcd (docs/cluster.md); "
                             "default: a single node, no etcd")
-    etcd = serve.add_argument_group("reaching etcd (docs/cluster.md; server.properties: cluster.etcd.*)")
-    etcd.add_argument("--cluster-etcd-ssl-cafile", type=Path, metavar="PEM",
-                      help="CA certificates of etcd's https:// endpoints (default: the system's trust store)")
-    etcd.add_argument("--cluster-etcd-ssl-certfile", type=Path, metavar="PEM",
-                      help="client certificate for etcd's --client-cert-auth (with --cluster-etcd-ssl-keyfile)")
-    etcd.add_argument("--cluster-etcd-ssl-keyfile", type=Path, metavar="PEM", help="its unencrypted private key")
-    etcd.add_argument("--cluster-etcd-user", metavar="NAME", help="an etcd user (etcd with auth enabled)")
-    etcd.add_argument("--cluster-etcd-password-file", type=Path, metavar="FILE",
-                      help="the file holding that user's password (or cluster.etcd.password in a properties file, "
-                           "or WALGATE_CLUSTER_ETCD_PASSWORD)")
+    add_etcd_flags(serve.add_argument_group("reaching etcd (docs/cluster.md; server.properties: cluster.etcd.*)"),
+                   "or cluster.etcd.password in a properties file, ")
     serve.add_argument("--max-request-bytes", type=int, metavar="N", help="largest accepted request (default 16 MiB)")
     serve.add_argument("--batch-cache-bytes", type=int, metavar="N", help="rendered Kafka batches kept for re-reads (default 256 MiB)")
     serve.add_argument("--connections-max-idle-ms", type=int, metavar="MS",

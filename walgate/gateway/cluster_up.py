@@ -44,7 +44,7 @@ from pathlib import Path
 from types import FrameType
 
 __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
-           "add_command"]
+           "add_command", "add_etcd_flags", "cluster_spec"]
 
 START_TIMEOUT_S = 120.0  # every member healthy and every node ready, on a loaded machine
 STOP_TIMEOUT_S = 30.0  # a process that has not exited this long after SIGTERM gets SIGKILL
@@ -443,9 +443,63 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return code
 
 
+def cluster_spec(text: str) -> str:
+    """``--cluster etcd=http(s)://host:port[,...]`` (``walgate serve``, ``walgate cluster status``, ...): the etcd
+    endpoints (checked by :class:`~walgate.gateway.config.Config`)."""
+    kind, sep, endpoints = text.partition("=")
+    if not sep or kind != "etcd" or not endpoints:
+        raise argparse.ArgumentTypeError(f"expected etcd=http://host:port[,...] (or https://), got {text!r}")
+    return endpoints
+
+
+def add_etcd_flags(group: argparse._ArgumentGroup, password_elsewhere: str = "") -> None:
+    """The ``--cluster-etcd-*`` flags (TLS, user and password) of ``walgate serve`` and the ``walgate cluster``
+    commands that read etcd; ``password_elsewhere`` names where else the password may be given."""
+    group.add_argument("--cluster-etcd-ssl-cafile", type=Path, metavar="PEM",
+                       help="CA certificates of etcd's https:// endpoints (default: the system's trust store)")
+    group.add_argument("--cluster-etcd-ssl-certfile", type=Path, metavar="PEM",
+                       help="client certificate for etcd's --client-cert-auth (with --cluster-etcd-ssl-keyfile)")
+    group.add_argument("--cluster-etcd-ssl-keyfile", type=Path, metavar="PEM", help="its unencrypted private key")
+    group.add_argument("--cluster-etcd-user", metavar="NAME", help="an etcd user (etcd with auth enabled)")
+    group.add_argument("--cluster-etcd-password-file", type=Path, metavar="FILE",
+                       help=f"the file holding that user's password ({password_elsewhere}or WALGATE_CLUSTER_ETCD_PASSWORD)")
+
+
+def _shown(name: str) -> Callable[[argparse.Namespace], int]:
+    """``walgate cluster <name>`` (:mod:`walgate.admin.cluster_status`, imported when it runs: it brings the etcd
+    and Kafka clients, which ``walgate serve`` and ``sql`` need not load to start)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from walgate.admin.cluster_status import COMMANDS
+        return COMMANDS[name](args)
+    return run
+
+
+def _add_shown(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``walgate cluster status``, ``nodes`` and ``partitions``: the cluster as its etcd holds it."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cluster", dest="cluster_etcd_endpoints", type=cluster_spec, required=True,
+                        metavar="etcd=URL[,URL...]", help="the cluster's etcd, as walgate serve --cluster takes it")
+    common.add_argument("--cluster-name", default="walgate", metavar="NAME",
+                        help="the cluster's name (its nodes' cluster.name; default walgate)")
+    common.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    common.add_argument("--timeout", type=float, default=10.0, metavar="S", help="give up on etcd after S seconds")
+    add_etcd_flags(common.add_argument_group("reaching etcd (as walgate serve reaches it)"))
+    actions.add_parser("status", parents=[common], help="whether the cluster is healthy: its controller, nodes down, "
+                       "offline and under-replicated vgroups (as rpk cluster health)").set_defaults(run=_shown("status"))
+    actions.add_parser("nodes", parents=[common], help="every node: address, rack, live, broker epoch, controller"
+                       ).set_defaults(run=_shown("nodes"))
+    partitions = actions.add_parser("partitions", parents=[common], help="every replicated vgroup: leader, leader "
+                                    "epoch, replicas, ISR, under-replicated, offline")
+    partitions.add_argument("--under-replicated", action="store_true",
+                            help="only the vgroups whose ISR is smaller than their replicas")
+    partitions.set_defaults(run=_shown("partitions"))
+
+
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``walgate cluster up``."""
-    cluster = commands.add_parser("cluster", help="a whole cluster on this machine (etcd and nodes)")
+    """``walgate cluster up``, ``status``, ``nodes`` and ``partitions``."""
+    cluster = commands.add_parser("cluster", help="a whole cluster on this machine (etcd and nodes); what a "
+                                  "cluster's etcd says of it")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start etcd members and walgate nodes with the demo's data, in the "
                             "foreground; Ctrl-C stops them all (docs/cluster.md)")
@@ -462,4 +516,5 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     up.add_argument("--rows", type=int, default=1000, metavar="N",
                     help="rows of the demo's power.meters (default 1000; -1: no demo data)")
     up.set_defaults(run=_cmd_up)
+    _add_shown(actions)
 

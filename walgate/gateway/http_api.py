@@ -26,8 +26,9 @@ Routes:
   it) each answer within ``HEALTH_TIMEOUT`` seconds (asked at once), the data dir is
   writable (the storage thread writes, fsyncs and removes ``PROBE_NAME`` in it)
   and every listener accepts connections (and, in cluster mode, ``cluster``: the node is a registered member of its
-  cluster); else 503 ``{"status": "not ready",
-  "failed": [names], "checks": {name: "ok" or what failed}}``.
+  cluster, and ``replicas``: it read the partition states and is in the ISR of every vgroup it replicates,
+  :func:`~walgate.gateway.replica_status.replicas_check`, else the vgroups it is still catching up on); else 503
+  ``{"status": "not ready", "failed": [names], "checks": {name: "ok" or what failed}}``.
 - ``GET /metrics``: Prometheus text format (:mod:`walgate.gateway.metrics`), when
   the app is made with the node's metrics; 503 if the storage thread does not answer.
 - ``GET /ui`` and ``/ui/api/...``: the web console (:mod:`walgate.gateway.console`), when the app is made with
@@ -114,6 +115,7 @@ from walgate.gateway.kafka.context import ANONYMOUS
 from walgate.gateway.kafka.groups import GroupService
 from walgate.gateway.metrics import Metrics
 from walgate.gateway.query_workers import POLL_S, QueryWorkers, Spool
+from walgate.gateway.replica_status import replicas_check
 from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.schemaless import Changes, with_schemas
 from walgate.gateway.shared_catalog import SharedCatalog
@@ -1036,6 +1038,8 @@ async def _readyz(request: web.Request) -> web.Response:
         checks[f"{name}_listener"] = "ok" if up else "not accepting connections"
     if _CLUSTER in app:
         checks["cluster"] = app[_CLUSTER]() or "ok"
+        if _REPLICAS in app:
+            checks["replicas"] = replicas_check(app[_REPLICAS]())
     failed = [name for name, check in checks.items() if check != "ok"]
     if failed:
         return _json(503, {"status": "not ready", "failed": failed, "checks": checks})

@@ -3,7 +3,9 @@
 Names follow the JMX exporter's rendering of Kafka's MBeans (``kafka_network_requestmetrics_*``,
 ``kafka_server_brokertopicmetrics_*``, ``kafka_log_log_*``) and danielqsj/kafka_exporter for offsets and lag
 (``kafka_topic_partition_current_offset``, ``kafka_consumergroup_lag``, ...); what Kafka has no name for is
-``walgate_*``. docs/metrics.md lists every metric.
+``walgate_*``. docs/metrics.md lists every metric. A cluster node's replication metrics (Kafka's ReplicaManager,
+KafkaController and fetcher-lag names) come from :mod:`walgate.gateway.replica_status`, whose collector ``walgate
+serve`` registers in the same registry once its replica manager runs.
 
 Two kinds of values, and no copy of state:
 

@@ -85,6 +85,7 @@ class FollowedVnode:
     stopped: str | None = None  # why it is no longer fetched (below the leader's log start), else None
     retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error), else 0
     cut_unfinished: bool = False  # a truncation was refused: finished (if its WAL is held) before the next fetch
+    lag: int = 0  # versions the leader's high watermark was past this WAL's end after the last answer applied
 
     @property
     def key(self) -> VnodeKey:
@@ -282,6 +283,7 @@ class ReplicaFetcher:
                     self.engine.append_replicated, v.db, v.vgroup, bytes(answer.entries), p.fetch_version,
                     answer.entries_epoch))
             v.high_watermark = max(v.high_watermark, min(answer.high_watermark, end))
+            v.lag = max(0, answer.high_watermark - end)  # (Kafka's FetcherLagMetrics: the HW minus the next offset)
             return ErrorCode.none
         except (StorageError, ValueError) as e:  # refused (EntriesRefused is both): nothing written, fetched again
             log.warning("vnode %d of database %s: the answer of node %d was not applied: %s", v.vgroup, v.db,

@@ -82,10 +82,11 @@ from walgate.gateway.kafka.server import KafkaServer
 from walgate.gateway.kafka.shares import ShareService
 from walgate.gateway.kafka.transactions import TransactionService
 from walgate.gateway.kafka.wakeups import FetchWakeups
-from walgate.gateway.metrics import COORDINATOR_LANE, STORAGE_LANE, Metrics
+from walgate.gateway.metrics import COORDINATOR_LANE, SCRAPE_TIMEOUT, STORAGE_LANE, Metrics
 from walgate.gateway.passwords import PasswordChecker, password_credential
 from walgate.gateway.principal_mapping import PrincipalMapper
 from walgate.gateway.query_workers import QueryWorkers
+from walgate.gateway.replica_status import ReplicationCollector
 from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
@@ -350,7 +351,8 @@ class Gateway:
         (leading, following or stopping each replicated vnode it holds as its partition state says; the registered
         nodes' broker epochs from the membership it reads; a fetcher's links of its own) and is WalFetch's
         :attr:`Broker.led`; every node runs the controller's :class:`Reconciler`, which writes only while the node
-        holds the controller election, over the catalog's replicated vnodes. Started once the catalog was read
+        holds the controller election, over the catalog's replicated vnodes; ``/metrics`` reports both with Kafka's
+        replication metrics (:mod:`walgate.gateway.replica_status`). Started once the catalog was read
         (the vnodes are open and the partition states name databases this node knows)."""
         registration = member.registration
         assert registration is not None and registration.epoch is not None and member.election is not None
@@ -362,6 +364,8 @@ class Gateway:
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
             lag_max_ms=self.config.replica_lag_time_max_ms)
         broker.led = manager
+        self.metrics.registry.register(ReplicationCollector(  # Kafka's replication metrics (replica_status.py)
+            lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
                                    asyncio.create_task(reconciler.run(), name="walgate-reconciler")]
 

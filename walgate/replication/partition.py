@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "check_leader_epoch",
-           "same_incarnation", "leads", "change_isr", "alter_partition", "elect", "reconcile"]
+           "same_incarnation", "leads", "leader_live", "change_isr", "alter_partition", "elect", "reconcile"]
 
 NO_LEADER = -1
 """The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""
@@ -114,6 +114,14 @@ def leads(state: PartitionState, replica: int, broker_epoch: int) -> bool:
     have lost its unsynced tail."""
     member = state.member(replica)
     return state.leader == replica and member is not None and same_incarnation(member.broker_epoch, broker_epoch)
+
+
+def leader_live(state: PartitionState, registered: Mapping[int, int]) -> bool:
+    """Whether ``state`` has a leader registered (``registered``: node id -> broker epoch) under the broker epoch of
+    its ISR entry: not when there is none, nor when it lost its lease or restarted, until the controller elects
+    again (KIP-903). A partition whose leader is not live is offline (Kafka's OfflinePartitionsCount)."""
+    epoch = registered.get(state.leader)
+    return epoch is not None and leads(state, state.leader, epoch)
 
 
 def change_isr(state: PartitionState, isr: tuple[IsrMember, ...], wiped: frozenset[int] = frozenset()) -> PartitionState:
