@@ -132,12 +132,57 @@ async def test_share_reads_of_a_replicated_partition_follow_its_leader(
         part = await share_ack(one, 3, topic_id, 0, 1)
         assert (part["error_code"], leader(part)) == (NOT_LEADER, (2, 2)), part
 
-        new = await two.wal()  # (a leader just elected may not have its HW at its log end yet: the share
-        # partition's "latest" start would be below it; the state a share partition keeps does not move with its
-        # leadership, docs/cluster.md)
-        await until(lambda: _is(new.visible_version == new.next_version), "node 2's HW at its log end")
         assert (await share_fetch(two, 0, topic_id))["error_code"] == ErrorCode.none  # the member moves over
+        epoch = await started(two, 1, topic_id)  # (at once, or once node 2's HW reached its epoch's start)
         await written(t, 2, 2)
-        part = await share_fetch(two, 1, None)
+        part = await share_fetch(two, epoch, None)
         assert (part["error_code"], acquired(part)) == (ErrorCode.none, [(2, 2, 1)]), part
-        assert (await share_ack(two, 2, topic_id, 2, 2))["error_code"] == ErrorCode.none
+        assert (await share_ack(two, epoch + 1, topic_id, 2, 2))["error_code"] == ErrorCode.none
+
+
+async def test_a_member_whose_session_opened_on_a_leader_before_it_led_gets_the_partition_once_it_leads(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rv6 F1: Kafka's client names a partition as added to a node's share session once only; node 2, restarting
+    (no partition state read), answers it NOT_LEADER_OR_FOLLOWER but keeps it in the session, so the member's
+    incremental requests (naming no partition) get its records once node 2 leads. Before: never added there, the
+    member spun on an empty session for good."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t, shares(t):
+        one, two = t.nodes[1], t.nodes[2]
+        await t.started()
+        topic_id = await one.side.call(one.side.engine.topic_id, REPLICATED_TOPIC)
+        await joined(two)
+        await written(t, 1, 0, 1)
+        await t.stop(2)  # node 2 restarts: no partition state read yet
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        part = await share_fetch(two, 0, topic_id)  # the member follows the state to node 2 before it leads
+        assert (part["error_code"], leader(part), acquired(part)) == (NOT_LEADER, (-1, -1), []), part
+        t.start(2)
+        await t.leading(2)
+        epoch = await started(two, 1, topic_id)  # incremental requests, as Kafka's client sends them
+        await written(t, 2, 2)
+        part = await share_fetch(two, epoch, None)
+        assert (part["error_code"], acquired(part)) == (ErrorCode.none, [(2, 2, 1)]), part
+
+
+async def started(node: Node, epoch: int, topic_id: uuid.UUID) -> int:
+    """Incremental ShareFetches (naming no partition) from session epoch ``epoch`` on ``node`` until the share
+    partition of partition 0 has its start there (made at "latest": never below the high watermark its previous
+    leader made visible, here 2, rows 0 and 1; rv6 F3), each answering it without records; the session's next
+    epoch."""
+    service = node.broker.shares
+    assert service is not None
+    key = (GROUP, str(topic_id), 0)
+    next_epoch = epoch
+
+    async def made() -> bool:
+        nonlocal next_epoch
+        if await service.run(lambda _, coordinator: coordinator.summary(key)) is not None:
+            return True
+        part = await share_fetch(node, next_epoch, None)
+        assert part["error_code"] in (ErrorCode.none, NOT_LEADER) and not acquired(part), part
+        next_epoch += 1
+        return False
+    await until(made, f"node {node.id}'s share partition starts")
+    summary = await service.run(lambda _, coordinator: coordinator.summary(key))
+    assert summary == (2, 0), summary
+    return next_epoch
