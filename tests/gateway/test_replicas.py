@@ -564,6 +564,43 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
                     "node 1 serves what the new leader's HW passed")
 
 
+@pytest.mark.parametrize("lost", ["damaged", "missing"])
+async def test_a_replica_whose_epoch_file_was_lost_cuts_its_unacknowledged_tail_to_its_hw_before_following(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str) -> None:
+    """rv6 F2: a replicated vnode opens with no leader epoch when its epoch file is damaged or missing, so it can name
+    none to its leader and the leader cannot find where their logs diverge; as Kafka's fetcher does for a partition
+    without epochs (``truncateToHighWatermark``), it first cuts its WAL to its high watermark checkpoint, so the tail
+    it wrote as a deposed leader (never acknowledged) goes, and its WAL becomes the new leader's byte for byte.
+    Before: it fetched on from its own end, keeping that tail (or OFFSET_OUT_OF_RANGE for good)."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        await t.leader_alone()
+        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
+        await t.stop(1)
+        node = t.nodes[1]
+        path = (await node.side.vnode(DB, 0)).epochs.path
+        await node.side.call(node.side.engine.close)
+        if lost == "damaged":
+            path.write_bytes(path.read_bytes()[:-3])
+        else:
+            path.unlink()
+        state = await t.state()
+        await t.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(m for m in state.isr if m.replica != 1)))
+        t.start(2)
+        t.start(3)
+        await t.leading(2)
+        await t.insert(2, 2)  # X, where node 1 holds W
+        await t.caught_up(3, leader=2)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
+                                                node_id=1)
+        assert not (await node.side.vnode(DB, 0)).epochs.entries  # (no epoch known for its entries)
+        t.start(1)
+
+        async def same() -> bool:
+            return (await node.side.wal_bytes(DB, 0)) == (await t.nodes[2].side.wal_bytes(DB, 0))
+        await until(same, "node 1's WAL equals node 2's (its tail cut to its HW, then the new leader's copied)")
+        await until(lambda: t.isr_is({1, 2, 3}), "node 1 back in the ISR")
+
+
 async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_rejoins_the_isr(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """rv4 R1: the leader applies a DROP STABLE (its meta entry in its WAL only, never committed) and is deposed;
