@@ -60,6 +60,7 @@ from walgate.gateway.replicas import ReplicaManager, monotonic_ms
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
 from walgate.storage import catalog, hw_checkpoint, leader_epochs, led_appends, native_topics
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
@@ -564,14 +565,16 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
                     "node 1 serves what the new leader's HW passed")
 
 
-@pytest.mark.parametrize("lost", ["damaged", "missing"])
+@pytest.mark.parametrize("lost", ["damaged", "missing", "missing, the cut refused once"])
 async def test_a_replica_whose_epoch_file_was_lost_cuts_its_unacknowledged_tail_to_its_hw_before_following(
-        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str) -> None:
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        lost: str) -> None:
     """rv6 F2: a replicated vnode opens with no leader epoch when its epoch file is damaged or missing, so it can name
     none to its leader and the leader cannot find where their logs diverge; as Kafka's fetcher does for a partition
     without epochs (``truncateToHighWatermark``), it first cuts its WAL to its high watermark checkpoint, so the tail
-    it wrote as a deposed leader (never acknowledged) goes, and its WAL becomes the new leader's byte for byte.
-    Before: it fetched on from its own end, keeping that tail (or OFFSET_OUT_OF_RANGE for good)."""
+    it wrote as a deposed leader (never acknowledged) goes, and its WAL becomes the new leader's byte for byte (a cut
+    the disk refused: logged, no traceback, and done at a later round). Before: it fetched on from its own end,
+    keeping that tail (or OFFSET_OUT_OF_RANGE for good)."""
     async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
         await t.leader_alone()
         await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
@@ -593,12 +596,23 @@ async def test_a_replica_whose_epoch_file_was_lost_cuts_its_unacknowledged_tail_
         node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
                                                 node_id=1)
         assert not (await node.side.vnode(DB, 0)).epochs.entries  # (no epoch known for its entries)
+        refused: list[int] = []
+        if lost.endswith("refused once"):
+            truncate = node.side.engine.truncate_vnode
+
+            def refuse_once(db: str, index: int, version: int, *, high_watermark: int) -> int:
+                if not refused:
+                    refused.append(version)
+                    raise StorageUnavailable("No space left on device (injected)")
+                return truncate(db, index, version, high_watermark=high_watermark)
+            monkeypatch.setattr(node.side.engine, "truncate_vnode", refuse_once)
         t.start(1)
 
         async def same() -> bool:
             return (await node.side.wal_bytes(DB, 0)) == (await t.nodes[2].side.wal_bytes(DB, 0))
         await until(same, "node 1's WAL equals node 2's (its tail cut to its HW, then the new leader's copied)")
         await until(lambda: t.isr_is({1, 2, 3}), "node 1 back in the ISR")
+        assert len(refused) == lost.endswith("refused once") and "Traceback" not in caplog.text
 
 
 async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_rejoins_the_isr(
