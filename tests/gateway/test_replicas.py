@@ -192,6 +192,27 @@ class Trio:
         for n in (2, 3):
             await self.stop(n)
 
+    async def deposed_with_a_tail(self, while_down: Callable[[], None] = lambda: None) -> None:
+        """Node 1 deposed holding a tail W it wrote alone (:meth:`leader_alone`: never passed by the HW), its engine
+        closed (then ``while_down()``) and opened again once node 2, elected in epoch 2 without it, wrote X where
+        node 1 holds W and node 3 copied it; node 1's replica manager not started again."""
+        await self.leader_alone()  # (else W is committed, node 2's election unclean)
+        await self.insert(1, 1)  # W
+        await self.stop(1)
+        node = self.nodes[1]
+        await node.side.call(node.side.engine.close)
+        while_down()
+        state = await self.state()
+        await self.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(
+            m for m in state.isr if m.replica != 1)))
+        self.start(2)
+        self.start(3)
+        await self.leading(2)
+        await self.insert(2, 2)  # X, where node 1 holds W
+        await self.caught_up(3, leader=2)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
+                                                node_id=1)
+
     async def isr_is(self, ids: set[int]) -> bool:
         return {m.replica for m in (await self.state()).isr} == ids
 
@@ -539,21 +560,9 @@ async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
 async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_serves_only_the_new_leaders_hw(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.leader_alone()  # (else W is committed, node 2's election unclean)
-        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
-        await t.stop(1)  # node 1 goes down; its engine reopened below (its WAL's HW then unknown)
+        await t.deposed_with_a_tail()
         node = t.nodes[1]
-        await node.side.call(node.side.engine.close)
-        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2, isr=tuple(
-            m for m in (await t.state()).isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
-        await t.insert(2, 2)  # X, where node 1 holds W
-        await t.caught_up(3, leader=2)
-        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
-                                                node_id=1)
-        reopened = await node.wal()
+        reopened = await node.wal()  # (its WAL's HW unknown)
         assert reopened.replication is None and reopened.visible_version == reopened.next_version  # (the whole log)
         t.start(1)  # following node 2: W cut (below the reopened log's end, above its log start), X copied
 
@@ -576,25 +585,15 @@ async def test_a_replica_whose_epoch_file_was_lost_cuts_its_unacknowledged_tail_
     the disk refused: logged, no traceback, and done at a later round). Before: it fetched on from its own end,
     keeping that tail (or OFFSET_OUT_OF_RANGE for good)."""
     async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
-        await t.leader_alone()
-        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
-        await t.stop(1)
         node = t.nodes[1]
         path = (await node.side.vnode(DB, 0)).epochs.path
-        await node.side.call(node.side.engine.close)
-        if lost == "damaged":
-            path.write_bytes(path.read_bytes()[:-3])
-        else:
-            path.unlink()
-        state = await t.state()
-        await t.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(m for m in state.isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
-        await t.insert(2, 2)  # X, where node 1 holds W
-        await t.caught_up(3, leader=2)
-        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
-                                                node_id=1)
+
+        def lose() -> None:
+            if lost == "damaged":
+                path.write_bytes(path.read_bytes()[:-3])
+            else:
+                path.unlink()
+        await t.deposed_with_a_tail(lose)
         assert not (await node.side.vnode(DB, 0)).epochs.entries  # (no epoch known for its entries)
         refused: list[int] = []
         if lost.endswith("refused once"):
