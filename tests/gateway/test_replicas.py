@@ -60,6 +60,7 @@ from walgate.gateway.replicas import ReplicaManager, monotonic_ms
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
 from walgate.storage import catalog, hw_checkpoint, leader_epochs, led_appends, native_topics
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 from walgate.wire.protocol import request_class
@@ -190,6 +191,27 @@ class Trio:
         proposer.cancel()
         for n in (2, 3):
             await self.stop(n)
+
+    async def deposed_with_a_tail(self, while_down: Callable[[], None] = lambda: None) -> None:
+        """Node 1 deposed holding a tail W it wrote alone (:meth:`leader_alone`: never passed by the HW), its engine
+        closed (then ``while_down()``) and opened again once node 2, elected in epoch 2 without it, wrote X where
+        node 1 holds W and node 3 copied it; node 1's replica manager not started again."""
+        await self.leader_alone()  # (else W is committed, node 2's election unclean)
+        await self.insert(1, 1)  # W
+        await self.stop(1)
+        node = self.nodes[1]
+        await node.side.call(node.side.engine.close)
+        while_down()
+        state = await self.state()
+        await self.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(
+            m for m in state.isr if m.replica != 1)))
+        self.start(2)
+        self.start(3)
+        await self.leading(2)
+        await self.insert(2, 2)  # X, where node 1 holds W
+        await self.caught_up(3, leader=2)
+        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
+                                                node_id=1)
 
     async def isr_is(self, ids: set[int]) -> bool:
         return {m.replica for m in (await self.state()).isr} == ids
@@ -538,21 +560,9 @@ async def test_a_takeover_whose_epoch_the_disk_refused_is_retried(
 async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_serves_only_the_new_leaders_hw(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch) as t:
-        await t.leader_alone()  # (else W is committed, node 2's election unclean)
-        await t.insert(1, 1)  # W: on node 1 only, never passed by the HW
-        await t.stop(1)  # node 1 goes down; its engine reopened below (its WAL's HW then unknown)
+        await t.deposed_with_a_tail()
         node = t.nodes[1]
-        await node.side.call(node.side.engine.close)
-        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2, isr=tuple(
-            m for m in (await t.state()).isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
-        await t.insert(2, 2)  # X, where node 1 holds W
-        await t.caught_up(3, leader=2)
-        node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
-                                                node_id=1)
-        reopened = await node.wal()
+        reopened = await node.wal()  # (its WAL's HW unknown)
         assert reopened.replication is None and reopened.visible_version == reopened.next_version  # (the whole log)
         t.start(1)  # following node 2: W cut (below the reopened log's end, above its log start), X copied
 
@@ -562,6 +572,46 @@ async def test_a_restarted_replica_truncates_the_tail_it_wrote_as_leader_and_ser
         leader = await t.nodes[2].wal()
         await until(lambda: _is(reopened.visible_version == leader.visible_version == leader.next_version),
                     "node 1 serves what the new leader's HW passed")
+
+
+@pytest.mark.parametrize("lost", ["damaged", "missing", "missing, the cut refused once"])
+async def test_a_replica_whose_epoch_file_was_lost_cuts_its_unacknowledged_tail_to_its_hw_before_following(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        lost: str) -> None:
+    """rv6 F2: a replicated vnode opens with no leader epoch when its epoch file is damaged or missing, so it can name
+    none to its leader and the leader cannot find where their logs diverge; as Kafka's fetcher does for a partition
+    without epochs (``truncateToHighWatermark``), it first cuts its WAL to its high watermark checkpoint, so the tail
+    it wrote as a deposed leader (never acknowledged) goes, and its WAL becomes the new leader's byte for byte (a cut
+    the disk refused: logged, no traceback, and done at a later round). Before: it fetched on from its own end,
+    keeping that tail (or OFFSET_OUT_OF_RANGE for good)."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        node = t.nodes[1]
+        path = (await node.side.vnode(DB, 0)).epochs.path
+
+        def lose() -> None:
+            if lost == "damaged":
+                path.write_bytes(path.read_bytes()[:-3])
+            else:
+                path.unlink()
+        await t.deposed_with_a_tail(lose)
+        assert not (await node.side.vnode(DB, 0)).epochs.entries  # (no epoch known for its entries)
+        refused: list[int] = []
+        if lost.endswith("refused once"):
+            truncate = node.side.engine.truncate_vnode
+
+            def refuse_once(db: str, index: int, version: int, *, high_watermark: int) -> int:
+                if not refused:
+                    refused.append(version)
+                    raise StorageUnavailable("No space left on device (injected)")
+                return truncate(db, index, version, high_watermark=high_watermark)
+            monkeypatch.setattr(node.side.engine, "truncate_vnode", refuse_once)
+        t.start(1)
+
+        async def same() -> bool:
+            return (await node.side.wal_bytes(DB, 0)) == (await t.nodes[2].side.wal_bytes(DB, 0))
+        await until(same, "node 1's WAL equals node 2's (its tail cut to its HW, then the new leader's copied)")
+        await until(lambda: t.isr_is({1, 2, 3}), "node 1 back in the ISR")
+        assert len(refused) == lost.endswith("refused once") and "Traceback" not in caplog.text
 
 
 async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_rejoins_the_isr(

@@ -14,6 +14,10 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
   WAL cut, a derived file not rewritten: the WAL refuses appends, :attr:`Wal.held
   <walgate.storage.wal.Wal.held>`) is finished before the vnode's next fetch (:attr:`FollowedVnode.cut_unfinished`),
   never left to wedge it until a restart;
+* no leader epoch known for the entries of its WAL (its epoch file damaged, unreadable or missing when the vnode
+  opened): its WAL is first cut to the high watermark it knows, once, as Kafka's fetcher truncates a partition without
+  epochs (``truncateToHighWatermark``), then fetched from there (with no epoch to name, the leader cannot answer where
+  the logs diverge: a tail it never acknowledged would be kept);
 * OFFSET_OUT_OF_RANGE below the leader's log start (retention deleted what the follower lacks): the vnode is no longer
   fetched and the condition logged at ERROR. Kafka's follower empties its log and starts at the leader's log start
   (``truncateFullyAndStartAt``); a vnode cannot: the tables of the entries retention deleted (the meta store) and a
@@ -86,6 +90,7 @@ class FollowedVnode:
     retry_at: float = 0.0  # the event loop's time before which it is not fetched (after an error), else 0
     cut_unfinished: bool = False  # a truncation was refused: finished (if its WAL is held) before the next fetch
     lag: int = 0  # versions the leader's high watermark was past this WAL's end after the last answer applied
+    cut_to_hw: bool = False  # its WAL, no epoch known for its entries, was cut to the HW (once: then fetched from it)
 
     @property
     def key(self) -> VnodeKey:
@@ -97,13 +102,17 @@ class _Position:
     fetch_version: int
     last_fetched_epoch: int
     durable_version: int
+    epochless: bool = False  # entries in its WAL, no leader epoch known for them: cut to the HW before fetching
 
 
 def _position(engine: Engine, db: str, vgroup: int) -> _Position:
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
-    epoch = vnode.epochs.latest_epoch if wal.next_version > wal.first_version else -1
-    return _Position(wal.next_version, epoch, wal.durable_version)
+    if wal.next_version == wal.first_version:
+        return _Position(wal.next_version, -1, wal.durable_version)
+    if not vnode.epochs.entries:
+        return _Position(wal.next_version, -1, wal.durable_version, epochless=True)
+    return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version)
 
 
 def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
@@ -216,6 +225,12 @@ class ReplicaFetcher:
         fetched = [(v, p) for v, p in zip(vnodes, read) if isinstance(p, _Position)]
         if not fetched:
             return False
+        epochless = {v.key: v for v, p in fetched if p.epochless and not v.cut_to_hw}
+        for v in epochless.values():
+            await self._cut_to_high_watermark(v)
+        fetched = [(v, p) for v, p in fetched if v.key not in epochless]  # (fetched from their new end next round)
+        if not fetched:
+            return False
         vnodes, positions = [v for v, _ in fetched], [p for _, p in fetched]
         request = _REQUEST(
             replica_id=self.node_id, broker_epoch=self.broker_epoch,
@@ -250,6 +265,26 @@ class ReplicaFetcher:
         if self.followed.get(v.key) is not v:
             return None
         return self.engine.truncate_vnode(v.db, v.vgroup, to, high_watermark=v.high_watermark)
+
+    async def _cut_to_high_watermark(self, v: FollowedVnode) -> None:
+        """Cut ``v``'s WAL, whose entries no leader epoch is known for (its epoch file damaged, unreadable or missing
+        at open), back to the high watermark it knows, as Kafka's fetcher truncates a partition without epochs
+        (``AbstractFetcherThread.truncateToHighWatermark``): with no epoch to name, the leader cannot find where its
+        log diverges (KIP-101), so a tail it never acknowledged is dropped, never kept. A refusal is kept as the
+        vnode's error (fetched again after ``backoff_s``, its cut finished first)."""
+        try:
+            cut = await self.storage.call(self._truncate, v, v.high_watermark)
+        except StorageError as e:
+            v.cut_unfinished = True
+            log.warning("vnode %d of database %s: its cut to the high watermark was refused: %s", v.vgroup, v.db, e)
+            self._settle(v, ErrorCode.kafka_storage_error)
+            return
+        v.cut_to_hw = True
+        if cut is not None:
+            log.warning("vnode %d of database %s: no leader epoch known for its WAL's entries (its epoch file lost): "
+                        "truncated to its high watermark, version %d, before fetching from node %d", v.vgroup, v.db,
+                        cut, self.source)
+        self._settle(v, ErrorCode.none)
 
     async def _apply(self, v: FollowedVnode, p: _Position, answer: Any) -> int:
         """Apply one vnode's answer (the module docstring); the error to keep."""

@@ -8,14 +8,19 @@ So a ShareFetch / ShareAcknowledge names partitions of its share session that ar
 another node, or a replicated one (issue 25) this node does not lead now (:class:`~.leaders.Reads`, as Fetch decides:
 its partition state's leader, in that state's leader epoch; none while no state was read), is answered
 NOT_LEADER_OR_FOLLOWER with KIP-951's ``CurrentLeader`` and the leader's endpoint in ``NodeEndpoints``
-(:mod:`.leaders`), and is neither added to the session nor acknowledged here; a partition of the session whose
-leadership moved away is answered so at each fetch, and neither read nor acquired here (the member's client asks the
-new leader, KIP-932). The share-partition's state stays with the node that kept it (its ``share_groups.log``): the new
-leader starts its own at ``share.auto.offset.reset``. A partition leader
-that does not coordinate the group does not know its members: it opens a share session for any member id, as
-Kafka's share-partition leader does, and the records a member holds there come back when their locks end, when it
-closes its session there (epoch -1), or when the session asked nothing for a member session timeout
-(:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`). On a single node every partition and group is the node's.
+(:mod:`.leaders`), and is not acknowledged here. A replicated one is added to the share session all the same, as
+Kafka's broker adds every partition a ShareFetch names (``KafkaApis.handleShareFetchRequest``: ``newContext`` before
+any leadership check), since Kafka's client lists a partition as added to a node's session once only
+(``ShareSessionHandler``): a partition of the session this node does not lead now (not yet, or no longer) is
+answered so at each fetch, neither read nor acquired, and read once this node leads it (the member's client asks the
+leader, KIP-932). A one-copy partition placed on another node never moves here: it is not added. The
+share-partition's state stays with the node that kept it (its ``share_groups.log``): the new leader starts its own at
+``share.auto.offset.reset`` (its "latest" once its high watermark reached the start of its leader epoch:
+:mod:`.share_reads`). A partition leader that does not coordinate the group does not know its members: it opens a
+share session for any member id, as Kafka's share-partition leader does, and the records a member holds there come
+back when their locks end, when it closes its session there (epoch -1), or when the session asked nothing for a
+member session timeout (:class:`~walgate.coordinator.share_coordinator.ShareCoordinator`). On a single node every
+partition and group is the node's.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import ShareAcknowledgeRequestAcknowledgeTopic, ShareFetchRequestFetchTopic
 
-__all__ = ["Elsewhere", "Leaders", "coordinates", "elsewhere", "in_session", "requested"]
+__all__ = ["Elsewhere", "Leaders", "by_leadership", "coordinates", "elsewhere", "in_session", "requested"]
 
 Topics = Sequence[ShareFetchRequestFetchTopic] | Sequence[ShareAcknowledgeRequestAcknowledgeTopic]
 Elsewhere = Mapping[tuple[str, int], tuple[int, int]]
@@ -69,13 +74,19 @@ def elsewhere(broker: Broker, topics: TopicsSnapshot, partitions: Iterable[tuple
     reads = Reads(broker, topics)
     node_id = broker.node_id
     for key, name, partition in partitions:
-        if topics.any_replicated and topics.replicated_vgroup(name, partition) is not None:
+        if by_leadership(topics, name, partition):
             check = reads.check(name, partition, -1)
             if check.error != ErrorCode.none:
                 out[(key, partition)] = (NO_LEADER if check.leader is None else check.leader, check.epoch)
         elif (node := topics.node_of(name, partition, node_id)) != node_id:
             out[(key, partition)] = (node, LEADER_EPOCH)
     return out
+
+
+def by_leadership(topics: TopicsSnapshot, name: str, partition: int) -> bool:
+    """Whether the partition is served by leadership (a replicated one: its leader moves, this node may serve it
+    later), not by placement (a one-copy one: never moves)."""
+    return topics.any_replicated and topics.replicated_vgroup(name, partition) is not None
 
 
 class Leaders:

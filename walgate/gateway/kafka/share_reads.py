@@ -10,6 +10,10 @@ read (:class:`LogReads`: the coordinator's watermarks, :meth:`LogReads.cap` its 
 :meth:`LogReads.batches` the answer's batches). What was read may be older than the coordinator's state by then: a
 record that became acquirable before the first one read (released meanwhile) is not acquired in this round (the
 release wakes the fetch, whose next round reads from it), and the watermarks are those of the read, never newer.
+A share-partition not made yet whose ``share.auto.offset.reset`` is "latest" is not read while its latest offset is
+not known (a replicated partition's leader just elected, its high watermark below the start of its leader epoch:
+:func:`_latest_known`): that round acquires nothing there and a later one starts it, never below the high watermark
+its previous leader made visible.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from dataclasses import dataclass, field
 from walgate.coordinator.share_coordinator import ReadWant
 from walgate.coordinator.share_partition import Acquired
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotFound
-from walgate.storage.partitions import PartitionOffsets
+from walgate.storage.errors import NotFound, OffsetNotAvailable
+from walgate.storage.partitions import LATEST, PartitionOffsets
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.storage.wal import FileRegion
 
@@ -52,11 +56,15 @@ def read_logs(engine: Engine, wants: list[ReadWant], committed: bool, max_bytes:
     cannot be read has its error."""
     out: dict[tuple[str, int], LogRead] = {}
     for want in wants:
-        read = out[(want.topic, want.partition)] = LogRead()
+        key = (want.topic, want.partition)
+        read = out[key] = LogRead()
         try:
             name = engine.topic_name(uuid.UUID(want.topic))
             if name is None or not 0 <= want.partition < engine.partition_count(name):
                 raise NotFound(f"topic id {want.topic} has no partition {want.partition}")
+            if want.fresh and want.reset != "earliest" and not _latest_known(engine, name, want.partition):
+                del out[key]  # not read: the share-partition is not made this round, a later one starts it
+                continue
             offsets = read.offsets = engine.partitions.offsets(name, want.partition)
             first, end = want.first, want.end
             if want.fresh:
@@ -76,6 +84,18 @@ def read_logs(engine: Engine, wants: list[ReadWant], committed: bool, max_bytes:
         except Exception as exc:  # noqa: BLE001 - answered per partition by the coordinator's round
             read.error = exc
     return out
+
+
+def _latest_known(engine: Engine, name: str, partition: int) -> bool:
+    """Whether the partition's latest offset is known: not on a replicated partition's leader just elected whose
+    high watermark has not reached the start of its leader epoch (below its predecessor's high watermark, KIP-207),
+    as ListOffsets answers (:class:`~walgate.storage.errors.OffsetNotAvailable`); Kafka's ``SharePartition`` takes
+    its "latest" start through that same ListOffsets path and tries again."""
+    try:
+        engine.partitions.list_offset(name, partition, LATEST, read_committed=False)
+    except OffsetNotAvailable:
+        return False
+    return True
 
 
 def _aborted(engine: Engine, name: str, partition: int, batches: list[Batch]) -> list[tuple[int, int]]:

@@ -30,8 +30,10 @@ acknowledgements the request carries applied first (KIP-932).
   (:mod:`walgate.gateway.kafka.shares`).
 * Cluster mode (:mod:`walgate.gateway.kafka.share_leaders`): a partition placed on another node, or a replicated one
   this node does not lead now (as Fetch decides), answers NOT_LEADER_OR_FOLLOWER with its ``current_leader`` and the
-  leader's endpoint in ``node_endpoints`` (KIP-951); it is neither added to the session nor acknowledged here, and a
-  partition of the session whose leadership moved away is answered so at each round, neither read nor acquired.
+  leader's endpoint in ``node_endpoints`` (KIP-951), and is not acknowledged here; a replicated one is added to the
+  session all the same (as Kafka's broker adds every requested partition; its client names a partition as added
+  once only), and a partition of the session this node does not lead now is answered so at each round, neither read
+  nor acquired, and read once this node leads it.
 * ACLs (as Kafka's ``handleShareFetchRequest``): Read on the group, else GROUP_AUTHORIZATION_FAILED at the top
   level; a partition of a topic the principal may not Read answers TOPIC_AUTHORIZATION_FAILED; an unknown topic id
   UNKNOWN_TOPIC_ID.
@@ -57,7 +59,15 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.share_leaders import Elsewhere, Leaders, coordinates, elsewhere, in_session, requested
+from walgate.gateway.kafka.share_leaders import (
+    Elsewhere,
+    Leaders,
+    by_leadership,
+    coordinates,
+    elsewhere,
+    in_session,
+    requested,
+)
 from walgate.gateway.kafka.share_reads import LogReads
 from walgate.gateway.kafka.shares import ShareService, now_ms
 from walgate.gateway.quotas import FETCH as FETCH_RATE
@@ -137,6 +147,12 @@ def resolve(snapshot: TopicsSnapshot, topics: Topics, readable: Callable[[str], 
     return names, errors
 
 
+def _here(partitions: list[tuple[str, int]], moved: Elsewhere) -> list[tuple[str, int]]:
+    """Those of a session's ``partitions`` this node serves now: ``partitions`` itself when none moved (a single
+    node's and a one-copy cluster's every round: no per-partition cost)."""
+    return [tp for tp in partitions if tp not in moved] if moved else partitions
+
+
 def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Round, moved: Elsewhere) -> Round:
     """``out`` with what with_reads over the member's session partitions must read first, those this node does not
     serve now (``moved``) left out (coordinator lane)."""
@@ -144,7 +160,7 @@ def _wants(coordinator: ShareCoordinator, group_id: str, member_id: str, out: Ro
     if session is None:
         out.error = ErrorCode.share_session_not_found
         return out
-    out.wants = coordinator.reads(group_id, [tp for tp in session.partitions if tp not in moved])
+    out.wants = coordinator.reads(group_id, _here(session.partitions, moved))
     out.committed = coordinator.logs.settings(group_id).committed
     return out
 
@@ -158,7 +174,7 @@ def _acquire(topics: TopicsSnapshot, coordinator: ShareCoordinator, logs: LogRea
         out.error = ErrorCode.share_session_not_found
         return out
     now = now_ms()
-    partitions = [tp for tp in session.partitions if tp not in moved]
+    partitions = _here(session.partitions, moved)
     results = coordinator.acquire(group_id, member_id, partitions, max_records, now, error_of, logs.cap)
     for tp, result in results.items():
         served = out.served.setdefault(tp, Served(PartitionResult()))
@@ -216,8 +232,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
 
     def wants(topics: TopicsSnapshot, coordinator: ShareCoordinator, out: Round) -> Round:
         """``out`` with what its round must read, once the session's partitions this node does not serve now (a
-        replicated one whose leadership moved; a one-copy one never moves, checked as it was added) are in
-        ``placed``, each answered NOT_LEADER_OR_FOLLOWER."""
+        replicated one it does not lead; a one-copy one never moves, checked as it was added) are in ``placed``,
+        each answered NOT_LEADER_OR_FOLLOWER."""
         session = coordinator.sessions.get((group_id, member_id))
         if session is not None and topics.any_replicated:
             for tp, leader in elsewhere(broker, topics, in_session(topics, session.partitions)).items():
@@ -243,8 +259,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: ShareFetchRequest
         if epoch == -1:
             coordinator.close(group_id, member_id)
             return out
-        adds = [(str(t.topic_id), p.partition_index) for t in request.topics if names.get(str(t.topic_id))
-                for p in t.partitions if (str(t.topic_id), p.partition_index) not in placed]
+        adds = [(key, p) for key, name, p in requested(names, request.topics)
+                if (key, p) not in placed or by_leadership(topics, name, p)]
         forget = [(str(t.topic_id), p) for t in request.forgotten_topics_data for p in t.partitions]
         coordinator.update_session(group_id, member_id, adds, forget)
         for tp in adds:
