@@ -50,6 +50,9 @@ STATEMENTS = [
     "SELECT site, region, COUNT(*) FROM f.st GROUP BY site, region ORDER BY 3 DESC, site, region LIMIT 3 OFFSET 1",
     "SELECT COUNT(*), SUM(v) FROM f.st WHERE v > 1000",
     "SELECT * FROM f.st ORDER BY ts LIMIT 3",
+    # ``now``: read once by the node asked, sent with every part (the rows are years before it)
+    "SELECT site, FIRST(x), LAST_ROW(v) FROM f.st WHERE ts < now - 1d GROUP BY site ORDER BY site",
+    "SELECT ts, v FROM f.st WHERE ts < now() AND ts >= today() - 36500d AND site = 2 ORDER BY ts",
 ]
 
 

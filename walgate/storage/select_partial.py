@@ -71,7 +71,7 @@ class Split:
                  tables: Iterable[pa.Table], cancel: Cancel | None = None) -> pa.Table:
         """:attr:`part` over a node's scanned rows (as :meth:`Query.run <walgate.storage.query.Query.run>` takes
         them): its partial results, named, with their TDengine types in the schema's metadata."""
-        meta, table = Query(self.part, precision, 0).run(columns, tags, schema, tables, cancel)
+        meta, table = Query(self.part, precision, 0, partial=True).run(columns, tags, schema, tables, cancel)
         table = table.rename_columns([name for name, _, _ in meta])
         return table.replace_schema_metadata({_TYPES: json.dumps(meta)})
 
@@ -94,7 +94,7 @@ class Split:
             raise InvalidValue(f"a node's partial aggregates of a merged query are not of the types they declare: "
                                f"{exc}") from None
         rows = rows.append_column("tbname", pa.nulls(partials.num_rows, pa.string()))
-        return Query(self.final, precision, 0).run(columns, [], schema, [rows], cancel)
+        return Query(self.final, precision, 0, partial=True).run(columns, [], schema, [rows], cancel)
 
 
 def _declared(partials: pa.Table) -> dict[str, ColumnType]:
@@ -170,6 +170,8 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
             return None
         if call.name in ("count", "min", "max"):
             return ast.Call("sum" if call.name == "count" else call.name, (partial(call),))
+        if call.name in ("first", "last", "last_row") and len(call.args) == 1:  # each node's, with its timestamp
+            return ast.Call(f"_{call.name}_of", (partial(call), partial(ast.Call(f"_{call.name}_ts", call.args))))
         if call.name not in ("sum", "avg", "spread") or len(call.args) != 1:
             return None
         arg = call.args[0]
