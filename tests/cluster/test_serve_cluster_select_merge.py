@@ -4,9 +4,9 @@ TDengine's own REST client (taospy's ``taosrest``) and plain HTTP.
 
 Database ``f`` of 3 vgroups is placed over both nodes; the same rows are written through node 1 (each forwarded to
 its owner) and into the reference. Every statement of :data:`STATEMENTS` (aggregates, INTERVAL windows with FILL,
-GROUP BY tag / tbname, PARTITION BY, HAVING, ORDER BY ... DESC, LIMIT / OFFSET, nested expressions) answers through
-either node exactly as the reference does: the same column_meta and the same rows in the same order (floating-point
-aggregates to the last bit). ``SHOW f.TABLES`` lists the tables of both nodes. (A node down:
+GROUP BY tag / tbname, PARTITION BY, HAVING, ORDER BY ... DESC, LIMIT / OFFSET, nested expressions, ``now``)
+answers through either node exactly as the reference does: the same column_meta and the same rows in the same order
+(floating-point aggregates to the last bit). ``SHOW f.TABLES`` lists the tables of both nodes. (A node down:
 test_serve_cluster_sql_forward.py.)
 """
 

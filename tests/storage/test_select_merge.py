@@ -1,11 +1,13 @@
 """A SELECT merged from parts of its vnodes' scanned rows (walgate.storage.select_merge), as the node asked merges
 the parts of a database spread over nodes: the answer equals the one over every vnode at once, to the last bit of a
 floating-point sum and whatever order the parts arrive in, both when the parts are rows and when they are partial
-aggregates (walgate.storage.select_partial: a row per group and window, for COUNT/MIN/MAX and integer SUM/AVG);
+aggregates (walgate.storage.select_partial: a row per group and window, for COUNT/MIN/MAX, integer SUM/AVG, SPREAD
+and FIRST/LAST/LAST_ROW with their timestamps, whose internal forms no statement may call);
 a part of a query of rows with ORDER BY ... LIMIT keeps only OFFSET + LIMIT rows; a part or the merge past
 ``max_bytes`` is refused; bytes that are not a part, or parts of the other kind, are refused; parts whose columns
 differ (nodes between two schema versions) are refused as retriable. 64-bit integer sums and averages, and an output
-named as a grouping key in ORDER BY, answer as on one node.
+named as a grouping key in ORDER BY, answer as on one node. Parts prepared at clocks 3 s apart, given the node
+asked's ``now``, answer a ``now``-relative WHERE as one node does.
 (The same across real nodes: tests/cluster/test_serve_cluster_select_merge.py.)
 """
 
@@ -22,7 +24,7 @@ import pytest
 from walgate.replication.partition import NO_LEADER
 from walgate.storage.catalog import DatabaseDef
 from walgate.storage.engine import Engine, PreparedSelect
-from walgate.storage.errors import InvalidValue, LimitExceeded, NoLeader, StorageUnavailable
+from walgate.storage.errors import InvalidValue, LimitExceeded, NoLeader, StorageUnavailable, Unsupported
 from walgate.storage.select_merge import check_led, decode, encode
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import parse
@@ -146,6 +148,22 @@ def test_a_part_of_an_exactly_mergeable_aggregate_is_its_partial_aggregates(engi
         assert sum(shipped) == 81, shipped
     else:
         assert all(1 <= n <= groups for n in shipped), shipped
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT _first_ts(v) FROM s.m",
+    "SELECT t, _last_of(v, ts) FROM s.m GROUP BY t",
+    "SELECT _wstart, _last_row_of(n, ts), COUNT(*) FROM s.m INTERVAL(1s)",
+    "SELECT COUNT(*) FROM s.m HAVING _last_ts(n) > 0",
+])
+def test_the_partial_forms_of_first_and_last_are_no_statements(engine: Engine, sql: str) -> None:
+    """The aggregates only select_partial's queries run (query.py's _PARTIAL_AGGREGATES) are refused in a statement,
+    on one node and merged across nodes, as any function walgate does not support."""
+    with pytest.raises(Unsupported, match=r"function _\w+\(\) is not supported in queries"):
+        engine.execute(sql)
+    prepared, parts = _parts(engine, sql)
+    with pytest.raises(Unsupported, match=r"function _\w+\(\) is not supported in queries"):
+        _merged(prepared, parts)
 
 
 def test_a_part_or_a_merge_past_max_bytes_is_refused(engine: Engine) -> None:

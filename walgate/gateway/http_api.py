@@ -480,8 +480,8 @@ async def _select(request: web.Request, authorizer: Authorizer | None, principal
                   scan: bool = False, now_ns: int | None = None) -> tuple[PreparedSelect, Spool]:
     """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
     over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC; ``now_ns``: its ``now``, None
-    for the engine's clock when prepared: :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker wrote
-    (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
+    for the engine's clock when prepared: :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker
+    wrote (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
@@ -531,7 +531,9 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
     other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
     asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
-    node failing fails it whole, naming that node (never a partial answer). A plain SELECT and SHOW TABLES: the
+    node failing fails it whole, naming that node (never a partial answer). Every node's part of a SELECT reads
+    ``now`` at one instant, this node's clock read once here (sent with each part: :func:`~.sql_forward.select_part`),
+    as one node's query reads it once. A plain SELECT and SHOW TABLES: the
     nodes' answers concatenated (:func:`~.sql_forward.merge_rows`); any other SELECT: every node's scanned rows
     (this node's included) merged by the query run over them in a query worker here
     (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node: the parts this node holds

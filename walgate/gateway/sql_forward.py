@@ -67,10 +67,12 @@ FORWARDED = "X-Walgate-Forwarded"
 FORWARD_TIMEOUT_S = 30.0
 """How long the node asked waits for an owner's answer to a forwarded part (then its outcome is ``unknown``)."""
 HERE = "here"
-"""The :data:`FORWARDED` header's positions of a SELECT's part: the rows of the vgroups placed on the node asked."""
+"""The :data:`FORWARDED` header's positions of a SELECT's part (then ``;<now>``: :func:`select_part`) or SHOW TABLES':
+the rows of the vgroups placed on the node asked."""
 SCAN = "scan"
-"""The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows: the rows of the node's vgroups that
-pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`)."""
+"""The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows (then ``;<now>``:
+:func:`select_part`): the rows of the node's vgroups that pass WHERE, answered as an Arrow IPC stream
+(:mod:`walgate.storage.select_merge`)."""
 _SELECT_PART = re.compile(f"({HERE}|{SCAN});(0|[1-9][0-9]{{0,18}})")  # a SELECT's part and its ``now``
 TABLES_PATH = "/cluster/v1/tables"
 """Where a node asks another which tables exist there (:func:`tables_exist`), before a statement spanning nodes does

@@ -421,7 +421,8 @@ class _Translator:
         by, _ = self.sql(args[1], "row")
         if name == "_last_row_of":
             return f"arg_max_null({value}, {by})", t
-        return f'{"arg_min" if name == "_first_of" else "arg_max"}({value}, {by}) FILTER (WHERE {value} IS NOT NULL)', t
+        fn = "arg_min" if name == "_first_of" else "arg_max"
+        return f"{fn}({value}, {by}) FILTER (WHERE {value} IS NOT NULL)", t
 
     def _cast(self, expr: ast.Cast, mode: str) -> tuple[str, ColumnType]:
         inner, t = self.sql(expr.expr, mode)
