@@ -73,7 +73,7 @@ class Selects:
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
             raise Unsupported(f"{db.name} holds Kafka-native topic {native}: read it with a Kafka client")
-        q = Query(s, db.precision, self.store.clock.time_ns() if now_ns is None else now_ns)  # when prepared
+        q = Query(s, db.precision, self.store.clock.time_ns() if now_ns is None else now_ns)  # ``now``: given, or now
         if here_only and not q.plain and not scan:
             raise Unsupported(f"Database {db.name} is spread over several nodes: this node's part of a SELECT with "
                               "aggregates, windows, grouping, ORDER BY or OFFSET is its scanned rows")
