@@ -2,11 +2,12 @@
 --cluster`` nodes over a real etcd and a single ``walgate serve`` (the reference), stopped by PID, asked through
 TDengine's own REST client (taospy's ``taosrest``) and plain HTTP.
 
-Database ``f`` of 3 vgroups is placed over both nodes; the same rows are written through node 1 (each forwarded to
-its owner) and into the reference. Every statement of :data:`STATEMENTS` (aggregates, INTERVAL windows with FILL,
-GROUP BY tag / tbname, PARTITION BY, HAVING, ORDER BY ... DESC, LIMIT / OFFSET, nested expressions) answers through
+Database ``f`` of 3 vgroups is placed over both nodes; the same rows are written through node 1 (each forwarded to its
+owner) and into the reference. Every statement of :data:`STATEMENTS` (aggregates, INTERVAL windows with FILL, GROUP BY
+tag / tbname, PARTITION BY, HAVING, ORDER BY ... DESC, LIMIT / OFFSET, nested expressions, ``now``) answers through
 either node exactly as the reference does: the same column_meta and the same rows in the same order (floating-point
-aggregates to the last bit). ``SHOW f.TABLES`` lists the tables of both nodes. (A node down:
+aggregates to the last bit). ``SHOW f.TABLES`` lists the tables of both nodes. A part signed with another ``now`` (the
+node asked's, years behind this machine's clock) answers the rows a node at that instant keeps. (A node down:
 test_serve_cluster_sql_forward.py.)
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from etcd_cluster import EtcdCluster
 from serve_support import eventually, no_traceback, sql, two_nodes
+from test_serve_cluster_sql_forward import post, signed_part
 
 from livewalgate import WalgateServer, running_walgate
 from walgate.storage.vnode import vnode_of
@@ -50,6 +52,9 @@ STATEMENTS = [
     "SELECT site, region, COUNT(*) FROM f.st GROUP BY site, region ORDER BY 3 DESC, site, region LIMIT 3 OFFSET 1",
     "SELECT COUNT(*), SUM(v) FROM f.st WHERE v > 1000",
     "SELECT * FROM f.st ORDER BY ts LIMIT 3",
+    # ``now``: read once by the node asked, sent with every part (the rows are years before it)
+    "SELECT site, FIRST(x), LAST_ROW(v) FROM f.st WHERE ts < now - 1d GROUP BY site ORDER BY site",
+    "SELECT ts, v FROM f.st WHERE ts < now() AND ts >= today() - 36500d AND site = 2 ORDER BY ts",
 ]
 
 
@@ -105,5 +110,14 @@ def test_each_select_through_either_node_answers_as_one_node_holding_every_row(e
             got = answer(client, "SHOW f.TABLES")
             assert [r[0] for r in got[1]] == TABLES and got[0] == listed[0], got
             assert [(r[0], r[5]) for r in got[1]] == [(t, vnode_of("f", t, 3)) for t in TABLES], "each table's vgroup"
+        # node 2's part asked by a node whose clock reads TS + 10 s (years behind this machine's): its now is that
+        # instant, its rows those of its own vgroups that one node with that clock keeps
+        statement = "SELECT tbname, ts, v FROM f.st WHERE ts > now - 4s AND ts <= now()"
+        forwarded = f"1;here;{(TS + 10_000) * 10**6}"
+        status, part = post(n2, statement, headers=signed_part(etcd1, 2, "User:ANONYMOUS", statement, 0, forwarded))
+        on_node_2 = {i for i, r in enumerate(sql(n1, "SHOW f.VGROUPS")) if r[3] == 2}
+        expected = [r for r in answer(reference, f"SELECT tbname, ts, v FROM f.st WHERE ts > {TS + 6_000} AND "
+                                                 f"ts <= {TS + 10_000}")[1] if vnode_of("f", r[0], 3) in on_node_2]
+        assert status == 200 and sorted(part["data"]) == sorted(expected) and expected, part
         for server in (n1, n2, single):
             no_traceback(server)

@@ -376,14 +376,15 @@ async def catalog_seq(etcd: EtcdCluster) -> int:
         await session.close()
 
 
-def signed_part(etcd: EtcdCluster, node_id: int, principal: str, statement: str, seq: int = 0) -> dict[str, str]:
-    """The headers of ``statement``'s part ``1;1`` sent to ``/rest/sql`` of node ``node_id`` for ``principal`` at
-    127.0.0.1 by a node that applied catalog record ``seq``, signed with the cluster's node token as a node signs it
-    (read from etcd, as a node reads it)."""
+def signed_part(etcd: EtcdCluster, node_id: int, principal: str, statement: str, seq: int = 0,
+                forwarded: str = "1;1") -> dict[str, str]:
+    """The headers of ``statement``'s part ``forwarded`` (``X-Walgate-Forwarded``) sent to ``/rest/sql`` of node
+    ``node_id`` for ``principal`` at 127.0.0.1 by a node that applied catalog record ``seq``, signed with the
+    cluster's node token as a node signs it (read from etcd, as a node reads it)."""
     now = time.time_ns() // 1_000_000
-    signed = Signed(node_id, "POST", "/rest/sql", {}, "1;1", principal, "127.0.0.1", now, statement.encode(), seq)
+    signed = Signed(node_id, "POST", "/rest/sql", {}, forwarded, principal, "127.0.0.1", now, statement.encode(), seq)
     key = node_token(etcd)
-    return {"X-Walgate-Forwarded": "1;1", "X-Walgate-Principal": principal, "X-Walgate-Client-Host": "127.0.0.1",
+    return {"X-Walgate-Forwarded": forwarded, "X-Walgate-Principal": principal, "X-Walgate-Client-Host": "127.0.0.1",
             "X-Walgate-Time": str(now), "X-Walgate-Signature": signature(key, signed),
             "X-Walgate-Head-Signature": head_signature(key, signed), "X-Walgate-Catalog-Seq": str(seq),
             "X-Walgate-Signature-Version": "2"}

@@ -1,13 +1,14 @@
 """Fuzzing the ``X-Walgate-Forwarded`` header an owner reads (walgate.gateway.http_api ``_forwarded_part``, over
 walgate.storage.insert_routing's positions): any header text (no ``;``, empty fields, a sender that is no node id,
 positions negative, repeated, out of range, huge, of non-ASCII digits, signs, blanks or underscores, ``here`` and
-``scan`` on statements they do not fit) with INSERTs, CREATE/DROP TABLEs, a CREATE TOPIC, SELECTs, SHOW TABLES and
-other statements.
+``scan`` on statements they do not fit, a SELECT's ``now`` missing, past 2^63 or not plain digits) with INSERTs,
+CREATE/DROP TABLEs, a CREATE TOPIC, SELECTs, SHOW TABLES and other statements.
 
 Invariant, per input: the part is a statement or a StorageError (the HTTP API's 400), never another exception; a
 part accepted comes from a header of exactly the form nodes send (``<node id>;<positions>`` as
-:func:`~walgate.storage.insert_routing.format_positions` writes them, or ``here`` / ``scan``) and holds exactly the
-targets or tables at those positions. Seeded and bounded (tests/storage/fuzzing.py's settings)."""
+:func:`~walgate.storage.insert_routing.format_positions` writes them, ``here;<now>`` / ``scan;<now>`` of a SELECT,
+``here`` of a SHOW TABLES) and holds exactly the targets or tables at those positions. Seeded and bounded
+(tests/storage/fuzzing.py's settings)."""
 
 from __future__ import annotations
 
@@ -39,14 +40,17 @@ STATEMENTS = [
     "CREATE DATABASE g",
     "not sql at all",
 ]
-FORM = re.compile(r"[0-9]+;(?:here|scan|(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)")
+FORM = re.compile(r"[0-9]+;(?:here|(?:here|scan);(?:0|[1-9][0-9]{0,18})|(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)")
 PIECES = st.sampled_from(["", "0", "1", "2", "3", "-1", "+1", " 1", "1 ", "1_0", "٣", "²", "9" * 30, "9" * 5000,
-                          "here", "scan", "HERE", ",", ";", "0,0", "1,0", "0,,1", "0x1", "1e1", "\x00", "é"])
+                          "here", "scan", "HERE", ",", ";", "0,0", "1,0", "0,,1", "0x1", "1e1", "\x00", "é",
+                          "here;1700000000000000000", "scan;0", f"scan;{2**63 - 1}", f"here;{2**63}", "here;01",
+                          "scan;-5", "here;", "scan;٣", "here;1;2"])
 HEADERS = st.one_of(
     st.tuples(PIECES, PIECES, st.lists(PIECES, max_size=4)).map(lambda h: f"{h[0]};{','.join([h[1], *h[2]])}"),
     st.tuples(PIECES, st.lists(st.integers(-2, 6), max_size=5)).map(lambda h: f"{h[0]};{','.join(map(str, h[1]))}"),
     st.text(st.characters(codec=None, exclude_categories=()), max_size=40),
-    st.sampled_from(["1", ";", ";0", "1;", "1;0;1", "1;here;scan", "1;0" + ",1" * 3000]))
+    st.sampled_from(["1", ";", ";0", "1;", "1;0;1", "1;here;scan", "1;0" + ",1" * 3000, "1;here;0", "1;scan;7",
+                     f"1;scan;{2**63}", "1;here;99999999999999999999", "1;scan;1 ", "1;here;0x10"]))
 
 
 @fuzz_settings(500)
@@ -54,6 +58,9 @@ HEADERS = st.one_of(
 @example(STATEMENTS[0], "x;0").via("a sender that is no node id")
 @example(STATEMENTS[0], "1;٣").via("a non-ASCII digit")
 @example(STATEMENTS[4], "1; 1,+2").via("a blank and a sign")
+@example(STATEMENTS[6], "1;scan").via("a SELECT's part without its now")
+@example(STATEMENTS[6], f"1;here;{2**63}").via("a now past 2^63")
+@example(STATEMENTS[6], "2;scan;1700000000000000000").via("a SELECT's part as nodes send it")
 def test_a_forwarded_part_is_of_the_form_nodes_send_or_refused(sql: str, header: str) -> None:
     try:
         part = _forwarded_part(sql, header)
@@ -62,8 +69,11 @@ def test_a_forwarded_part_is_of_the_form_nodes_send_or_refused(sql: str, header:
     assert FORM.fullmatch(header), header
     positions = header.partition(";")[2]
     stmt = parse(sql)
-    if positions in ("here", "scan"):
-        assert part is stmt or part == stmt
+    if positions == "here":
+        assert isinstance(stmt, ast.Show) and part == stmt
+        return
+    if positions.startswith(("here;", "scan;")):  # a SELECT's part and the instant of its now
+        assert isinstance(stmt, ast.Select) and part == stmt and int(positions[5:]) < 2**63
         return
     at = [int(p) for p in positions.split(",")]
     if isinstance(stmt, ast.Insert):

@@ -33,6 +33,7 @@ from walgate.gateway.sql_forward import (
     merge_rows,
     parse_tables,
     select_here,
+    select_part,
     select_timeout,
     send,
     tables_exist,
@@ -193,9 +194,12 @@ def test_a_question_which_tables_exist_is_read_or_refused(body: bytes) -> None:
 
 
 async def test_a_nodes_part_of_a_select_is_its_answer_or_a_503_naming_it(owner: str) -> None:
-    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, ALICE)
+    status, answered = await select_here(2, owner, "/rest/sql/select", b"SELECT v FROM f.st", 1, ALICE,
+                                         now_ns=1_700_000_000_123_456_789)
     assert (status, answered["data"]) == (200, [[1], [2]])
-    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here", "caller": "User:alice@10.0.0.7"}
+    assert seen[-1] == {"db": "select", "body": "SELECT v FROM f.st", FORWARDED: "1;here;1700000000123456789",
+                        "caller": "User:alice@10.0.0.7"}
+    assert select_part(seen[-1][FORWARDED].partition(";")[2]) == ("here", 1_700_000_000_123_456_789)
     assert (await select_here(2, owner, "/rest/sql/bad", b"SELECT", 1, NOBODY))[0] == 400
     status, answered = await select_here(2, owner, "/rest/sql/hang", b"SELECT", 1, NOBODY, timeout=0.5)
     assert status == 503 and answered["desc"].startswith("node 2 (") and "no answer" in answered["desc"]
@@ -214,6 +218,15 @@ async def test_the_parts_of_a_merged_select_are_read_within_one_budget_shared_by
     assert status == 400 and isinstance(answered, dict) and answered["code"] == LimitExceeded.code
     assert answered["desc"].startswith("node 3: ") and "sql.max.bytes" in answered["desc"]
     assert budget.used < 12 << 20, "the second part was read to its end"  # 8 MB + at most a read buffer's worth
+
+
+def test_a_selects_part_names_here_or_scan_and_the_instant_of_now() -> None:
+    """The node asked fixes ``now`` once; its header carries it to every node (ns below 2^63, ASCII digits, no
+    leading zero), or the part is not a SELECT's."""
+    assert select_part("scan;0") == (SCAN, 0) and select_part(f"here;{2**63 - 1}") == ("here", 2**63 - 1)
+    for refused in ("here", "scan", "here;", f"here;{2**63}", "here;01", "here;-1", "here;+1", "here; 1", "here;1 ",
+                    "HERE;1", "scan;٣", "scan;1;2", "tables;1", "0;1", "here;1e3"):
+        assert select_part(refused) is None, refused
 
 
 def test_a_part_of_a_select_is_awaited_as_long_as_a_statement_may_run() -> None:

@@ -30,6 +30,7 @@ QUERIES = [
     "SELECT tbname, ts, v * n AS w FROM s.m WHERE n > 2 ORDER BY w, ts DESC LIMIT 5",  # rows, cut
     "SELECT t, COUNT(v), SUM(n), MAX(v) FROM s.m GROUP BY t",  # partial aggregates
     "SELECT _wstart, COUNT(*), MIN(n) FROM s.m INTERVAL(2s)",  # partial aggregates per window
+    "SELECT t, FIRST(c), LAST(x), LAST_ROW(y) FROM s.z GROUP BY t",  # values with their timestamps (TIMESTAMP)
 ]
 EXTREMES = [b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\xff\xff\xff\xff", b"\xff" * 8,
             b"\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x00" * 8, b"\x01\x00\x00\x00\x00\x00\x00\x80"]
@@ -69,7 +70,8 @@ def _altered(draw: st.DrawFn, part: bytes) -> bytes:
     if change == "metadata":
         meta = draw(st.sampled_from([b"", b"[", b"{}", b"[[1, 2, 3]]", b"\xff\xfe", json.dumps([[n, "INT", 4]
                                      for n in names]).encode(), json.dumps([[n, "NOTATYPE", 4] for n in names]).encode(),
-                                     json.dumps([[names[0], "INT", 4]] * len(names)).encode(), b"null"]))
+                                     json.dumps([[names[0], "INT", 4]] * len(names)).encode(), b"null",
+                                     json.dumps([[n, "TIMESTAMP", 8] for n in names]).encode()]))
         return _stream(table.replace_schema_metadata({b"walgate.partial": meta}))
     if change == "no metadata":
         return _stream(table.replace_schema_metadata(None))

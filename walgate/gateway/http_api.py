@@ -133,6 +133,7 @@ from walgate.gateway.sql_forward import (
     merge_rows,
     parse_tables,
     select_here,
+    select_part,
     select_timeout,
     send,
     tables_exist,
@@ -352,9 +353,11 @@ async def _statement(request: web.Request, appended: list[LedAppend]) -> web.Str
             # max_request_bytes, the engine's statement limit)
             stmt = await asyncio.to_thread(parse, sql)
         if isinstance(stmt, ast.Select):
-            here_only = forwarded is not None  # another node's SELECT: the rows of this node's vgroups
-            scan = (forwarded or "").partition(";")[2] == SCAN and not plain(stmt)  # (select_merge.py)
-            _, selected = await _select(request, authorizer, principal, host, stmt, db, here_only, scan)
+            # another node's SELECT: the rows of this node's vgroups, its ``now`` the node asked's (_forwarded_part)
+            part = select_part(forwarded.partition(";")[2]) if forwarded is not None else None
+            scan = part is not None and part[0] == SCAN and not plain(stmt)  # (select_merge.py)
+            _, selected = await _select(request, authorizer, principal, host, stmt, db, part is not None, scan,
+                                        part[1] if part is not None else None)
             return await selected.send(request, ARROW_STREAM if scan else "application/json")  # from its file
         if forwarded is not None and isinstance(stmt, ast.Show):  # another node's SHOW TABLES: this node's tables
             result = await app[_STORAGE].call(_run_here, engine, authorizer, principal, host, stmt, db)
@@ -441,13 +444,13 @@ def _failed(exc: Exception) -> str:
 def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select | ast.Show:
     """The part of the INSERT, CREATE [S]TABLE, DROP TABLE, CREATE TOPIC, SELECT or SHOW TABLES ``sql`` another node
     forwarded here (its :data:`~.sql_forward.FORWARDED` ``header``: ``<sender>;<positions>`` of an INSERT or of the
-    tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here`` of a SELECT
-    or SHOW TABLES, ``<sender>;scan`` of a SELECT); InvalidValue when the header is malformed or does not fit the
-    statement."""
+    tables of a CREATE [S]TABLE, DROP TABLE or CREATE TOPIC of one table, ``<sender>;here;<now ns>`` or
+    ``<sender>;scan;<now ns>`` of a SELECT (:func:`~.sql_forward.select_part`), ``<sender>;here`` of a SHOW TABLES);
+    InvalidValue when the header is malformed or does not fit the statement."""
     sender, sep, positions = header.partition(";")
     parse_sender(sender)
     stmt = parse(sql)
-    if sep and positions in (HERE, SCAN) and isinstance(stmt, ast.Select):
+    if sep and select_part(positions) is not None and isinstance(stmt, ast.Select):
         return stmt
     if sep and positions == HERE and isinstance(stmt, ast.Show) and stmt.what == "TABLES":
         return stmt
@@ -455,8 +458,8 @@ def _forwarded_part(sql: str, header: str) -> ast.Insert | TableDdl | ast.Select
         return tables_at(stmt, parse_positions(positions))
     if not sep or not isinstance(stmt, ast.Insert):
         raise InvalidValue(f"a forwarded part ({FORWARDED}: {header[:100]!r}) must name positions of an INSERT, "
-                           f"a CREATE TABLE, a DROP TABLE or a CREATE TOPIC, {HERE!r} or {SCAN!r} of a SELECT, or "
-                           f"{HERE!r} of a SHOW TABLES")
+                           f"a CREATE TABLE, a DROP TABLE or a CREATE TOPIC, {HERE!r} or {SCAN!r} and the instant "
+                           f"of now (ns) of a SELECT, or {HERE!r} of a SHOW TABLES")
     return targets_at(stmt, parse_positions(positions))
 
 
@@ -476,16 +479,17 @@ def _forwarded_as(request: web.Request, rest: str) -> None:
 
 async def _select(request: web.Request, authorizer: Authorizer | None, principal: str, host: str,
                   select: ast.Select, db: str | None, here_only: bool = False,
-                  scan: bool = False) -> tuple[PreparedSelect, Spool]:
+                  scan: bool = False, now_ns: int | None = None) -> tuple[PreparedSelect, Spool]:
     """``select`` prepared once ``principal`` may run it and its JSON answer, run in a query worker (``here_only``:
-    over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC:
-    :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker wrote
-    (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
+    over the vgroups placed on this node; ``scan``: their scanned rows, Arrow IPC; ``now_ns``: its ``now``, None
+    for the engine's clock when prepared: :meth:`~walgate.storage.select.Selects.prepare`), in the file the worker
+    wrote (:mod:`~walgate.gateway.answer_spool`: the caller sends or reads it); raises its error."""
     app = request.app
     engine = app[_ENGINE]
 
     def prepare() -> Awaitable[PreparedSelect]:  # once a query slot is free
-        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only, scan)
+        return app[_STORAGE].call(_prepared, engine, authorizer, principal, host, select, db, here_only, scan,
+                                  now_ns)
 
     return await _query(request, prepare)
 
@@ -529,7 +533,9 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     """The SELECT or SHOW TABLES ``stmt`` (``body``'s text; current database ``db``), whose database has vgroups on
     other nodes: run by every node holding one over its own vgroups (this node in its query workers, the others
     asked through :func:`~.sql_forward.select_here`) at once, once ``principal`` may run it here, and merged; any
-    node failing fails it whole, naming that node (never a partial answer). A plain SELECT and SHOW TABLES: the
+    node failing fails it whole, naming that node (never a partial answer). Every node's part of a SELECT reads
+    ``now`` at one instant, this node's clock read once here (sent with each part: :func:`~.sql_forward.select_part`),
+    as one node's query reads it once. A plain SELECT and SHOW TABLES: the
     nodes' answers concatenated (:func:`~.sql_forward.merge_rows`); any other SELECT: every node's scanned rows
     (this node's included) merged by the query run over them in a query worker here
     (:mod:`walgate.storage.select_merge`). Bounded by ``sql.max.bytes``, as on one node: the parts this node holds
@@ -555,6 +561,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
             alone = select.source.name
         check_led(dbdef, lambda vgroup: None if (state := state_of(vgroup)) is None else state.leader, alone)
     scan = select is not None and not plain(select)
+    now_ns = engine.clock.time_ns() if select is not None else None  # every node's part reads ``now`` at this one
     nodes = sorted(set(dbdef.nodes or (local,)) | ({local} if scan else set()))  # scan: merged here, so run here
     urls = {info.node_id: info.http for info in shared.member.view.nodes}
     path = "/rest/sql" + (f"/{db}" if db else "")
@@ -567,7 +574,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
             if select is None:
                 assert isinstance(stmt, ast.Show)
                 return 200, (await storage.call(_run_here, engine, authorizer, principal, host, stmt, db)).rest_body()
-            scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan)
+            scanned, spool = await _select(request, authorizer, principal, host, select, db, True, scan, now_ns)
             prepared.append(scanned)
             if scan:
                 try:
@@ -584,7 +591,7 @@ async def _merge_select(request: web.Request, shared: SharedCatalog, authorizer:
     answers = await _unless_gone(*(
         here() if node == local else select_here(node, urls.get(node), path, body, local, caller,
                                                  select_timeout(app[_QUERIES].timeout_s), SCAN if scan else HERE,
-                                                 budget if scan else None)
+                                                 budget if scan else None, now_ns)
         for node in nodes), request=request, timeout=app[_QUERIES].timeout_s)
     for node, (status, answered) in zip(nodes, answers, strict=True):
         if status != 200:
@@ -760,12 +767,13 @@ def _gone(request: web.Request) -> bool:
 
 
 def _prepared(engine: Engine, authorizer: Authorizer | None, principal: str, host: str, stmt: ast.Select,
-              db: str | None, here_only: bool, scan: bool = False) -> PreparedSelect:
+              db: str | None, here_only: bool, scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
     """``stmt`` prepared if ``principal`` may run it (storage thread; no ``authorizer``: no check; ``here_only``:
-    over this node's vgroups alone, ``scan``: as their scanned rows); NotPermitted otherwise."""
+    over this node's vgroups alone, ``scan``: as their scanned rows, ``now_ns``: its ``now``, None for the engine's
+    clock); NotPermitted otherwise."""
     if authorizer is not None:
         check(authorizer, principal, host, stmt, db)
-    return engine.prepare_select(stmt, db, here_only, scan)
+    return engine.prepare_select(stmt, db, here_only, scan, now_ns)
 
 
 def _snapshot(app: web.Application) -> Callable[[list[tuple[str, str]]], Awaitable[WriteSnapshot]]:

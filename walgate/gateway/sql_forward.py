@@ -30,6 +30,7 @@ lists naming each part's node, vgroups, tables and rows (and a body's line numbe
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -56,8 +57,8 @@ from walgate.storage.insert_routing import Part, format_positions
 from walgate.storage.select_merge import ARROW_STREAM
 
 __all__ = ["FORWARDED", "FORWARD_TIMEOUT_S", "HERE", "ROWS_HEADER", "SCAN", "TABLES", "TABLES_PATH", "Caller", "Outcome",
-           "PartsBudget", "answer", "merge_rows", "parse_tables", "select_here", "select_timeout", "send",
-           "tables_exist"]
+           "PartsBudget", "answer", "merge_rows", "parse_tables", "select_here", "select_part", "select_timeout",
+           "send", "tables_exist"]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,13 @@ FORWARDED = "X-Walgate-Forwarded"
 FORWARD_TIMEOUT_S = 30.0
 """How long the node asked waits for an owner's answer to a forwarded part (then its outcome is ``unknown``)."""
 HERE = "here"
-"""The :data:`FORWARDED` header's positions of a SELECT's part: the rows of the vgroups placed on the node asked."""
+"""The :data:`FORWARDED` header's positions of a SELECT's part (then ``;<now>``: :func:`select_part`) or SHOW TABLES':
+the rows of the vgroups placed on the node asked."""
 SCAN = "scan"
-"""The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows: the rows of the node's vgroups that
-pass WHERE, answered as an Arrow IPC stream (:mod:`walgate.storage.select_merge`)."""
+"""The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows (then ``;<now>``:
+:func:`select_part`): the rows of the node's vgroups that pass WHERE, answered as an Arrow IPC stream
+(:mod:`walgate.storage.select_merge`)."""
+_SELECT_PART = re.compile(f"({HERE}|{SCAN});(0|[1-9][0-9]{{0,18}})")  # a SELECT's part and its ``now``
 TABLES_PATH = "/cluster/v1/tables"
 """Where a node asks another which tables exist there (:func:`tables_exist`), before a statement spanning nodes does
 anything: a DROP TABLE list is checked whole, a new supertable's name against the tables of its name's node."""
@@ -219,9 +223,11 @@ async def _post(url: str, node: int, path: str, params: dict[str, str] | None, b
 
 async def select_here(node: int, url: str | None, path: str, sql: bytes, sender: int, caller: Caller,
                       timeout: float | None = FORWARD_TIMEOUT_S, part: str = HERE,
-                      budget: PartsBudget | None = None) -> tuple[int, dict[str, Any] | bytes]:
+                      budget: PartsBudget | None = None,
+                      now_ns: int | None = None) -> tuple[int, dict[str, Any] | bytes]:
     """Node ``node``'s part of the SELECT (or ``SHOW TABLES``) ``sql`` (``part``: :data:`HERE`, its answer over the
-    vgroups placed on it; :data:`SCAN`, their scanned rows), asked at ``path`` of its HTTP API at ``url`` (None: not
+    vgroups placed on it; :data:`SCAN`, their scanned rows; a SELECT's ``now`` read at ``now_ns``, sent with the part:
+    :func:`select_part`; None for a SHOW TABLES), asked at ``path`` of its HTTP API at ``url`` (None: not
     registered now) by node ``sender`` for ``caller``: the HTTP status and the JSON answer, TDengine-REST's (a 200 of
     a :data:`SCAN`: the bytes of an Arrow IPC stream, read within ``budget``: past it, a 400 LimitExceeded); an
     owner that cannot be reached, does not answer within ``timeout`` seconds (None: no limit) or answers what is not
@@ -232,7 +238,8 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if url is None:
         return failed("is not registered in the cluster now (down, or not back yet)")
     try:
-        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{part}", caller, timeout, budget)
+        positions = part if now_ns is None else f"{part};{now_ns}"
+        status, _, answered = await _post(url, node, path, None, sql, f"{sender};{positions}", caller, timeout, budget)
     except LimitExceeded as e:
         return 400, {"code": e.code, "desc": f"node {node}: {e.message}"}
     except aiohttp.ClientConnectorError as e:
@@ -244,6 +251,17 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     if not _walgate_answer(status, answered, part):
         return failed(f"({url}) answered HTTP {status} with what is not walgate's: {str(answered)[:200]}")
     return status, answered
+
+
+def select_part(positions: str) -> tuple[str, int] | None:
+    """The part (:data:`HERE` or :data:`SCAN`) and the instant of ``now`` (ns since the epoch, below 2^63) that the
+    :data:`FORWARDED` header's ``positions`` name for a SELECT (``here;<ns>``, ``scan;<ns>``, as :func:`select_here`
+    sends them: every node reads the query's ``now`` at the instant the node asked fixed); None when they are not of
+    that form."""
+    found = _SELECT_PART.fullmatch(positions)
+    if found is None or int(found[2]) >= 2**63:
+        return None
+    return found[1], int(found[2])
 
 
 def _walgate_answer(status: int, answered: Any, part: str) -> bool:

@@ -218,11 +218,11 @@ class Engine:
         return handler(stmt, db)
 
     def prepare_select(self, stmt: ast.Select, db: str | None = None, here_only: bool = False,
-                       scan: bool = False) -> PreparedSelect:
+                       scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
         """A SELECT bound to what its database serves now, to run on another thread or process
-        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT, ``scan``: as its scanned rows
-        (:meth:`Selects.prepare`)."""
-        return self.selects.prepare(stmt, db, here_only, scan)
+        (:class:`PreparedSelect`); ``here_only``: this node's part of a merged SELECT, ``scan``: as its scanned rows,
+        ``now_ns``: the instant its ``now`` is read at (None: :attr:`clock` now) (:meth:`Selects.prepare`)."""
+        return self.selects.prepare(stmt, db, here_only, scan, now_ns)
 
     def show_tables_here(self, stmt: ast.Show, db: str | None = None) -> Result:
         """``SHOW [db.]TABLES`` over the vnodes placed on this node: its part of the listing of a database spread

@@ -86,6 +86,13 @@ _BIGINT, _DOUBLE, _BOOL = ColumnType("BIGINT"), ColumnType("DOUBLE"), ColumnType
 _COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
 _SUPPORTED_AGGREGATES = {"count", "sum", "avg", "min", "max", "first", "last", "last_row", "spread", "stddev",
                          "stddev_pop"}
+_PARTIAL_AGGREGATES = frozenset({"_first_ts", "_last_ts", "_last_row_ts", "_first_of", "_last_of", "_last_row_of"})
+"""Aggregates of the queries :mod:`walgate.storage.select_partial` makes, run only by a :class:`Query` made with
+``partial=True`` (a statement naming one is refused as unsupported): ``_first_ts(x)`` / ``_last_ts(x)``, the
+timestamp of FIRST(x) / LAST(x) (the least / greatest among rows where ``x`` is not NULL), ``_last_row_ts(x)``
+that of LAST_ROW(x) (the greatest); ``_first_of(v, t)`` / ``_last_of(v, t)``, the non-NULL ``v`` of the least /
+greatest ``t``, ``_last_row_of(v, t)`` the ``v`` (NULL too) of the greatest ``t``: each node's FIRST / LAST /
+LAST_ROW merged by their timestamps."""
 _STAR_NAME = re.compile(r"\b(count|first|last|last_row)\(\)")
 
 
@@ -102,7 +109,8 @@ def _integer(t: ColumnType) -> bool:
 
 
 def _is_aggregate(expr: ast.Expr) -> bool:
-    return any(isinstance(n, ast.Call) and n.name in AGGREGATES for n in ast.walk(expr))
+    return any(isinstance(n, ast.Call) and (n.name in AGGREGATES or n.name in _PARTIAL_AGGREGATES)
+               for n in ast.walk(expr))
 
 
 def plain(select: ast.Select) -> bool:
@@ -221,11 +229,13 @@ class _Translator:
     """AST → DuckDB SQL text plus the TDengine type of the value.
 
     Modes: ``row`` (over the scanned rows), ``group`` (an aggregate's surroundings inside the GROUP BY: keys and
-    window columns, aggregates over rows) and ``final`` (over the grouped rows: keys as ``__k<i>``, ``__wg_w``)."""
+    window columns, aggregates over rows) and ``final`` (over the grouped rows: keys as ``__k<i>``, ``__wg_w``).
+    ``partial``: the :data:`_PARTIAL_AGGREGATES` are translated too."""
 
     def __init__(self, types: Mapping[str, ColumnType], precision: str, keys: list[ast.Expr],
-                 window: _Window | None) -> None:
+                 window: _Window | None, partial: bool = False) -> None:
         self.types, self.precision, self.keys, self.window = types, precision, keys, window
+        self.partial = partial
         self.key_sql: list[str] = []
         self.key_types: list[ColumnType] = []
         for key in keys:
@@ -335,7 +345,7 @@ class _Translator:
 
     def _call(self, expr: ast.Call, mode: str) -> tuple[str, ColumnType]:
         name, args = expr.name, expr.args
-        if name in AGGREGATES:
+        if name in AGGREGATES or name in _PARTIAL_AGGREGATES:
             if mode != "group":
                 where = "inside another aggregate" if mode == "row" else "here"
                 raise InvalidValue(f"aggregate function {name}() is not allowed {where}")
@@ -371,6 +381,8 @@ class _Translator:
         return (f"(ln({doubles[0]}) / ln({doubles[1]}))" if len(doubles) == 2 else f"ln({doubles[0]})"), _DOUBLE
 
     def _aggregate(self, name: str, args: tuple[ast.Expr, ...]) -> tuple[str, ColumnType]:
+        if self.partial and name in _PARTIAL_AGGREGATES:
+            return self._partial(name, args)
         if name not in _SUPPORTED_AGGREGATES:
             raise Unsupported(f"function {name}() is not supported in queries")
         if name == "count" and not args:
@@ -399,6 +411,18 @@ class _Translator:
         if name == "spread":
             return f"(CAST(max({arg}) AS DOUBLE) - CAST(min({arg}) AS DOUBLE))", _DOUBLE
         return f"stddev_pop(CAST({arg} AS DOUBLE))", _DOUBLE
+
+    def _partial(self, name: str, args: tuple[ast.Expr, ...]) -> tuple[str, ColumnType]:
+        """One of the :data:`_PARTIAL_AGGREGATES` (their arguments as select_partial writes them)."""
+        value, t = self.sql(args[0], "row")
+        if name.endswith("_ts"):
+            kept = "" if name == "_last_row_ts" else f" FILTER (WHERE {value} IS NOT NULL)"
+            return f'{"min" if name == "_first_ts" else "max"}("__wg_ticks"){kept}', ColumnType("TIMESTAMP")
+        by, _ = self.sql(args[1], "row")
+        if name == "_last_row_of":
+            return f"arg_max_null({value}, {by})", t
+        fn = "arg_min" if name == "_first_of" else "arg_max"
+        return f"{fn}({value}, {by}) FILTER (WHERE {value} IS NOT NULL)", t
 
     def _cast(self, expr: ast.Cast, mode: str) -> tuple[str, ColumnType]:
         inner, t = self.sql(expr.expr, mode)
@@ -442,10 +466,11 @@ class _Output:
 
 
 class Query:
-    """One SELECT, bound to its database's precision and the wall-clock time it started (``now_ns``)."""
+    """One SELECT, bound to its database's precision and the wall-clock time it started (``now_ns``); ``partial``:
+    one of :mod:`walgate.storage.select_partial`'s, which may use the :data:`_PARTIAL_AGGREGATES`."""
 
-    def __init__(self, select: ast.Select, precision: str, now_ns: int) -> None:
-        self.select, self.precision = select, precision
+    def __init__(self, select: ast.Select, precision: str, now_ns: int, partial: bool = False) -> None:
+        self.select, self.precision, self.partial = select, precision, partial
         now = now_ns // _TICK_NS[precision]
         self.where = fold_time(select.where, now, precision) if select.where is not None else None
         self.plain = plain(select)
@@ -594,7 +619,7 @@ class Query:
         if grouped and ast.Col("tbname") in keys:  # tags are constant per subtable
             mentioned = {n.name for e, _ in items for n in ast.walk(e) if isinstance(n, ast.Col)}
             keys += [ast.Col(t) for t in tags if t in mentioned and ast.Col(t) not in keys]
-        translator = _Translator(types, self.precision, keys, window)
+        translator = _Translator(types, self.precision, keys, window, self.partial)
         if grouped:
             return self._grouped(translator, items, partitions, window, src, con)
         return self._rows(translator, items, partitions)

@@ -59,19 +59,21 @@ class Selects:
             self.recheck(prepared.db, damaged)
 
     def prepare(self, s: ast.Select, session: str | None, here_only: bool = False,
-                scan: bool = False) -> PreparedSelect:
+                scan: bool = False, now_ns: int | None = None) -> PreparedSelect:
         """``s`` compiled and bound to what its source's vnodes serve now, to be run on any thread or process
         (:class:`PreparedSelect`); call on the engine's thread. ``here_only`` (cluster mode: this node's part of a
         SELECT whose database is spread over nodes, merged by the node asked): over the vnodes placed on this node
         alone, and either a plain query (:attr:`Query.plain <walgate.storage.query.Query.plain>`), whose rows are
         the concatenation of every vnode's, or with ``scan`` the scanned rows the node asked merges
-        (:meth:`PreparedSelect.scan_rows`); any other is refused (:class:`Unsupported`)."""
+        (:meth:`PreparedSelect.scan_rows`); any other is refused (:class:`Unsupported`). ``now`` / ``today()`` in
+        the query are read at ``now_ns`` (ns since the epoch; None: the engine's clock now): a node's part of a merged
+        SELECT is given the instant the node asked fixed, so every node cuts ``WHERE ts > now - 1h`` at the same one."""
         db = self.store.resolve_db(s.source.db, session)
         native = next((t.name for t in self.store.catalog.topics.values() if t.kind == "kafka" and t.db == db.name),
                       None)
         if native is not None:  # its cleaner rewrites segments under their names: no snapshot holds (wal.py)
             raise Unsupported(f"{db.name} holds Kafka-native topic {native}: read it with a Kafka client")
-        q = Query(s, db.precision, self.store.clock.time_ns())  # ``now`` in the query: when it was prepared
+        q = Query(s, db.precision, self.store.clock.time_ns() if now_ns is None else now_ns)  # ``now``: given, or now
         if here_only and not q.plain and not scan:
             raise Unsupported(f"Database {db.name} is spread over several nodes: this node's part of a SELECT with "
                               "aggregates, windows, grouping, ORDER BY or OFFSET is its scanned rows")

@@ -5,7 +5,10 @@ computes over every node's partial results, so that the nodes ship a row per gro
 A query is split (:func:`split`) only when the merge is exact, to the last bit:
 
 * its aggregates are COUNT (any argument), MIN and MAX (any), SPREAD of a number column (the difference of the
-  exact MAX and MIN, each cast to DOUBLE as one node casts them), SUM and AVG of an integer column of 32 bits or fewer
+  exact MAX and MIN, each cast to DOUBLE as one node casts them), FIRST, LAST and LAST_ROW (any argument: each
+  node's value with its timestamp, the value of the least, or greatest, timestamp taken; rows of one group on two
+  nodes tying on that timestamp answer one of the tied values, unspecified, as one node's choice between tied rows
+  is), SUM and AVG of an integer column of 32 bits or fewer
   (a sum of integers does not depend on the order it is added in; of floating-point values it does, so those ship
   rows; a node's partial sum of 64-bit integers may pass 2^63 where the whole sum does not, and one node's AVG of
   them is a DOUBLE average, so those ship rows too; an AVG whose integer sum passes 2^53 is the one exception:
@@ -16,14 +19,18 @@ A query is split (:func:`split`) only when the merge is exact, to the last bit:
   output written the same or named so, even when a grouping key has that name);
 * it has no FILL (its rows depend on the whole time range).
 
-Each node runs :attr:`Split.part`: per key and window (PARTITION BY the keys, the query's INTERVAL, its WHERE) the
-keys as ``_mk<i>``, the window as ``_mws``, ``_mwe``, ``_mwd`` and its partial aggregates as ``_mp<j>`` (COUNT,
-SUM, MIN, MAX; AVG as its SUM and COUNT). The node asked runs :attr:`Split.final` over the union of every node's
-partial rows: the same select list, HAVING, ORDER BY, LIMIT and OFFSET, its keys and window columns read from the
-partial columns (grouped by them, PARTITION BY kept, so LIMIT per partition and the default order, keys then
-window start, are the query's) and each aggregate from its partials: COUNT and SUM as SUM, MIN as MIN, MAX as MAX,
-AVG as SUM(sum) / SUM(count), SPREAD as CAST(MAX(max) AS DOUBLE) - CAST(MIN(min) AS DOUBLE). Names are the query's (each item is aliased with its own name); types too: a SUM of
-BIGINT partial counts or sums is BIGINT, MIN/MAX keep the type, ``/`` is DOUBLE, NULL for a zero count.
+Each node runs :attr:`Split.part`: per key and window (PARTITION BY the keys, the query's INTERVAL, its WHERE) the keys
+as ``_mk<i>``, the window as ``_mws``, ``_mwe``, ``_mwd`` and its partial aggregates as ``_mp<j>`` (COUNT, SUM, MIN,
+MAX; AVG as its SUM and COUNT; FIRST, LAST, LAST_ROW and the timestamp of each: ``_first_ts``, ``_last_ts``,
+``_last_row_ts``, internal aggregates only these queries run: :mod:`walgate.storage.query`). The node asked runs
+:attr:`Split.final` over the union of every node's partial rows: the same select list, HAVING, ORDER BY, LIMIT and
+OFFSET, its keys and window columns read from the partial columns (grouped by them, PARTITION BY kept, so LIMIT per
+partition and the default order, keys then window start, are the query's) and each aggregate from its partials: COUNT
+and SUM as SUM, MIN as MIN, MAX as MAX, AVG as SUM(sum) / SUM(count), SPREAD as CAST(MAX(max) AS DOUBLE) - CAST(MIN(min)
+AS DOUBLE), FIRST as ``_first_of(first, its timestamp)`` (the non-NULL value of the least timestamp), LAST as
+``_last_of`` (of the greatest), LAST_ROW as ``_last_row_of`` (the value, NULL too, of the greatest). Names are the
+query's (each item is aliased with its own name); types too: a SUM of BIGINT partial counts or sums is BIGINT, MIN/MAX
+keep the type, ``/`` is DOUBLE, NULL for a zero count.
 Without grouping keys or INTERVAL every node answers one row even over no rows (COUNT 0), as the merge needs.
 """
 
@@ -71,7 +78,7 @@ class Split:
                  tables: Iterable[pa.Table], cancel: Cancel | None = None) -> pa.Table:
         """:attr:`part` over a node's scanned rows (as :meth:`Query.run <walgate.storage.query.Query.run>` takes
         them): its partial results, named, with their TDengine types in the schema's metadata."""
-        meta, table = Query(self.part, precision, 0).run(columns, tags, schema, tables, cancel)
+        meta, table = Query(self.part, precision, 0, partial=True).run(columns, tags, schema, tables, cancel)
         table = table.rename_columns([name for name, _, _ in meta])
         return table.replace_schema_metadata({_TYPES: json.dumps(meta)})
 
@@ -94,7 +101,7 @@ class Split:
             raise InvalidValue(f"a node's partial aggregates of a merged query are not of the types they declare: "
                                f"{exc}") from None
         rows = rows.append_column("tbname", pa.nulls(partials.num_rows, pa.string()))
-        return Query(self.final, precision, 0).run(columns, [], schema, [rows], cancel)
+        return Query(self.final, precision, 0, partial=True).run(columns, [], schema, [rows], cancel)
 
 
 def _declared(partials: pa.Table) -> dict[str, ColumnType]:
@@ -170,6 +177,8 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
             return None
         if call.name in ("count", "min", "max"):
             return ast.Call("sum" if call.name == "count" else call.name, (partial(call),))
+        if call.name in ("first", "last", "last_row") and len(call.args) == 1:  # each node's, with its timestamp
+            return ast.Call(f"_{call.name}_of", (partial(call), partial(ast.Call(f"_{call.name}_ts", call.args))))
         if call.name not in ("sum", "avg", "spread") or len(call.args) != 1:
             return None
         arg = call.args[0]
