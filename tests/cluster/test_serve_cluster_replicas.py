@@ -200,6 +200,39 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
             no_traceback(server)
 
 
+def test_a_stopped_leader_hands_its_vgroups_over_before_it_stops(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """Controlled shutdown (Kafka's ``controlled.shutdown.enable``): SIGTERM to a vgroup's leader, whose lease would
+    keep it registered for 30 s after a crash: it deregisters first, the controller elects another in-sync replica at
+    once, and the node stops only once it leads nothing (its log says so), long before its lease would have expired;
+    the survivors take writes and hold every row."""
+    long_lease = ("--override", "broker.session.timeout.ms=30000", *LAG)
+    with ExitStack() as stack:
+        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *long_lease))
+        wait_log(n1, "node 1: controller")
+        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *long_lease)) for i in (2, 3))]
+        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+        sql(n1, "CREATE DATABASE h VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+        sql(n1, "CREATE STABLE h.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+        eventually("a leader", lambda: any("vnode 0 of database h: leading epoch 0" in s.log() for s in nodes))
+        for k in range(6):
+            sql(nodes[k % 3], f"INSERT INTO h.t{k % 3} USING h.st TAGS ({k % 3}) VALUES ({1_700_000_000_000 + k}, {k})")
+        leader = next(s for s in nodes if "vnode 0 of database h: leading epoch 0" in s.log())
+        survivors = [s for s in nodes if s is not leader]
+        stopping = time.monotonic()
+        leader.proc.send_signal(signal.SIGTERM)
+        leader.proc.wait(timeout=60)
+        stopped_s = time.monotonic() - stopping
+        assert "controlled shutdown: leadership of 1 vgroups moved to other replicas" in leader.log(), leader.log()[-3000:]
+        assert stopped_s < 30, stopped_s  # (it did not wait for its lease: that is 30 s)
+        eventually("a survivor leads", lambda: any("vnode 0 of database h: leading epoch 1" in s.log() for s in survivors))
+        for k, server in enumerate(survivors):
+            sql(server, f"INSERT INTO h.t{k} USING h.st TAGS ({k}) VALUES ({1_700_000_001_000 + k}, {k})")
+        for server in survivors:
+            assert sql(server, "SELECT COUNT(*) FROM h.st") == [[8]]
+        for server in nodes:
+            no_traceback(server)
+
+
 def test_the_local_part_of_an_insert_spanning_nodes_waits_for_its_high_watermark(etcd1: EtcdCluster,
                                                                                   tmp_path: Path) -> None:
     """rv3 F4, four nodes: node L leads vgroup a of ``REPLICA 3`` database s, one of whose other replicas, F, is paused

@@ -189,17 +189,28 @@ class ClusterMember:
             except ControlPlaneError as e:
                 log.warning("cluster %s: membership not read: %s", self.keys.cluster_id, e)
 
-    async def leave(self) -> None:
-        """Stop following, deregister (revoke the lease) and close the etcd session; etcd not answering is logged
-        (the lease then expires by itself within ``broker.session.timeout.ms``)."""
+    async def deregister(self) -> bool:
+        """Stop following and keeping the lease, and deregister (revoke it: ``nodes/<id>`` and the controller
+        candidacy go at once); the etcd session stays open (the node's other watches go on until :meth:`leave`).
+        Whether it deregistered now: False when it was not registered, or etcd did not answer (logged: the lease then
+        expires by itself within ``broker.session.timeout.ms``)."""
         await stop_tasks(self._tasks)
         self._tasks = []
+        registration, self.registration = self.registration, None
+        if registration is None:
+            return False
         try:
-            if self.registration is not None:
-                await self.registration.close()
-                log.info("node %d left cluster %s", self.node_id, self.keys.cluster_id)
+            await registration.close()
         except ControlPlaneError as e:
             log.warning("node %d: deregistering failed (its lease expires within %d s): %s", self.node_id, self.ttl, e)
+            return False
+        log.info("node %d left cluster %s", self.node_id, self.keys.cluster_id)
+        return True
+
+    async def leave(self) -> None:
+        """:meth:`deregister` (unless done already), then close the etcd session."""
+        try:
+            await self.deregister()
         finally:
             try:
                 await self.session.close()

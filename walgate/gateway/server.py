@@ -19,7 +19,11 @@ engine's catalog is put in cluster mode (users, ACLs, quotas and configs are the
 listeners are bound the node registers and stands for controller, then reads the cluster's catalog stream, makes
 ``root`` through it when needed, and only then logs the ready line (a refused registration, or a stream not read
 within ``CHANGE_TIMEOUT_S``, stops the start). Shutdown stops following the stream and deregisters first, so the
-node leaves before its listeners close.
+node leaves before its listeners close. With replicas (issue 25) it is a controlled shutdown, as Kafka's
+(``controlled.shutdown.enable``): a node leading replicated vgroups deregisters before anything else stops, so the
+controller fences it out of the ISRs and elects another in-sync replica of each at once, not after its lease runs
+out; it keeps serving (its followers' fetches too) until its replica manager leads nothing, at most
+``HAND_OVER_S`` seconds (a vgroup it is the last in-sync replica of has no leader then, as after any stop).
 
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
@@ -115,6 +119,7 @@ SYNC_MIN_DELAY = 0.001
 SYNC_MAX_DELAY = 1.0
 HTTP_SHUTDOWN_TIMEOUT = 5.0
 VNODE_THREADS = 4
+HAND_OVER_S = 10.0  # a controlled shutdown's wait for the vgroups this node leads to be led elsewhere
 """Threads running the storage lane's calls that hold only some vnodes (:meth:`StorageThread.call_on`): how many
 such calls (on disjoint vnodes) run at once beside each other."""
 
@@ -512,6 +517,8 @@ class Gateway:
         self._sync_task = None
         await _cancelled(self._dnodes_task)
         self._dnodes_task = None
+        if self._cluster is not None and self._replicas is not None and self._replicas.led:
+            await _hand_over(self._cluster, self._replicas)
         await stop_tasks(self._replication_tasks)  # the manager's fetchers and ISR proposals with it
         self._replication_tasks = []
         self._replicas = None
@@ -620,6 +627,25 @@ class Gateway:
                 log.exception("WAL fsync failed; retrying in %.0f s", SYNC_MAX_DELAY)
                 delay = SYNC_MAX_DELAY
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
+
+
+async def _hand_over(member: ClusterMember, manager: ReplicaManager) -> None:
+    """A controlled shutdown's hand-over (the module docstring): deregister, then wait until ``manager`` leads no
+    vgroup (each state it applies names another leader, or none), at most ``HAND_OVER_S`` seconds; no wait when no
+    other node is registered (none could lead, nor be the controller that elects) or deregistering failed."""
+    started = asyncio.get_running_loop().time()
+    led = len(manager.led)
+    others = any(n.node_id != member.node_id for n in member.view.nodes)
+    if not await member.deregister() or not others:
+        return
+    while manager.led and asyncio.get_running_loop().time() - started < HAND_OVER_S:
+        await asyncio.sleep(0.05)
+    took = asyncio.get_running_loop().time() - started
+    if manager.led:
+        log.warning("controlled shutdown: still leading %d of %d vgroups after %.1f s; stopping anyway", len(manager.led),
+                    led, took)
+    else:
+        log.info("controlled shutdown: leadership of %d vgroups moved to other replicas in %.2f s", led, took)
 
 
 async def _cancelled(task: asyncio.Task[None] | None) -> None:
