@@ -155,9 +155,11 @@ def test_a_part_of_an_exactly_mergeable_aggregate_is_its_partial_aggregates(engi
     "SELECT t, _last_of(v, ts) FROM s.m GROUP BY t",
     "SELECT _wstart, _last_row_of(n, ts), COUNT(*) FROM s.m INTERVAL(1s)",
     "SELECT COUNT(*) FROM s.m HAVING _last_ts(n) > 0",
+    "SELECT COUNT(*), _last_row_ts(1) FROM s.m",  # arguments that reach no column (rv7 R7-3)
+    "SELECT t, _last_of(t, t), COUNT(*) FROM s.m GROUP BY t",
 ])
 def test_the_partial_forms_of_first_and_last_are_no_statements(engine: Engine, sql: str) -> None:
-    """The aggregates only select_partial's queries run (query.py's _PARTIAL_AGGREGATES) are refused in a statement,
+    """The aggregates only select_partial's queries run (query.py's PARTIAL_AGGREGATES) are refused in a statement,
     on one node and merged across nodes, as any function walgate does not support."""
     with pytest.raises(Unsupported, match=r"function _\w+\(\) is not supported in queries"):
         engine.execute(sql)

@@ -62,7 +62,7 @@ from walgate.storage.sql.parser import AGGREGATES
 from walgate.storage.topics import expr_name
 from walgate.storage.values import TICKS_PER_SECOND, parse_timestamp
 
-__all__ = ["MAX_FILL_ROWS", "TBNAME_TYPE", "Query", "column_name", "fold_time", "plain"]
+__all__ = ["MAX_FILL_ROWS", "PARTIAL_AGGREGATES", "TBNAME_TYPE", "Query", "column_name", "fold_time", "plain"]
 
 MAX_FILL_ROWS = 1_000_000
 TBNAME_TYPE = ColumnType("VARCHAR", 192)
@@ -86,7 +86,7 @@ _BIGINT, _DOUBLE, _BOOL = ColumnType("BIGINT"), ColumnType("DOUBLE"), ColumnType
 _COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
 _SUPPORTED_AGGREGATES = {"count", "sum", "avg", "min", "max", "first", "last", "last_row", "spread", "stddev",
                          "stddev_pop"}
-_PARTIAL_AGGREGATES = frozenset({"_first_ts", "_last_ts", "_last_row_ts", "_first_of", "_last_of", "_last_row_of"})
+PARTIAL_AGGREGATES = frozenset({"_first_ts", "_last_ts", "_last_row_ts", "_first_of", "_last_of", "_last_row_of"})
 """Aggregates of the queries :mod:`walgate.storage.select_partial` makes, run only by a :class:`Query` made with
 ``partial=True`` (a statement naming one is refused as unsupported): ``_first_ts(x)`` / ``_last_ts(x)``, the
 timestamp of FIRST(x) / LAST(x) (the least / greatest among rows where ``x`` is not NULL), ``_last_row_ts(x)``
@@ -109,7 +109,7 @@ def _integer(t: ColumnType) -> bool:
 
 
 def _is_aggregate(expr: ast.Expr) -> bool:
-    return any(isinstance(n, ast.Call) and (n.name in AGGREGATES or n.name in _PARTIAL_AGGREGATES)
+    return any(isinstance(n, ast.Call) and (n.name in AGGREGATES or n.name in PARTIAL_AGGREGATES)
                for n in ast.walk(expr))
 
 
@@ -230,7 +230,7 @@ class _Translator:
 
     Modes: ``row`` (over the scanned rows), ``group`` (an aggregate's surroundings inside the GROUP BY: keys and
     window columns, aggregates over rows) and ``final`` (over the grouped rows: keys as ``__k<i>``, ``__wg_w``).
-    ``partial``: the :data:`_PARTIAL_AGGREGATES` are translated too."""
+    ``partial``: the :data:`PARTIAL_AGGREGATES` are translated too."""
 
     def __init__(self, types: Mapping[str, ColumnType], precision: str, keys: list[ast.Expr],
                  window: _Window | None, partial: bool = False) -> None:
@@ -345,7 +345,7 @@ class _Translator:
 
     def _call(self, expr: ast.Call, mode: str) -> tuple[str, ColumnType]:
         name, args = expr.name, expr.args
-        if name in AGGREGATES or name in _PARTIAL_AGGREGATES:
+        if name in AGGREGATES or name in PARTIAL_AGGREGATES:
             if mode != "group":
                 where = "inside another aggregate" if mode == "row" else "here"
                 raise InvalidValue(f"aggregate function {name}() is not allowed {where}")
@@ -381,7 +381,7 @@ class _Translator:
         return (f"(ln({doubles[0]}) / ln({doubles[1]}))" if len(doubles) == 2 else f"ln({doubles[0]})"), _DOUBLE
 
     def _aggregate(self, name: str, args: tuple[ast.Expr, ...]) -> tuple[str, ColumnType]:
-        if self.partial and name in _PARTIAL_AGGREGATES:
+        if self.partial and name in PARTIAL_AGGREGATES:
             return self._partial(name, args)
         if name not in _SUPPORTED_AGGREGATES:
             raise Unsupported(f"function {name}() is not supported in queries")
@@ -413,7 +413,7 @@ class _Translator:
         return f"stddev_pop(CAST({arg} AS DOUBLE))", _DOUBLE
 
     def _partial(self, name: str, args: tuple[ast.Expr, ...]) -> tuple[str, ColumnType]:
-        """One of the :data:`_PARTIAL_AGGREGATES` (their arguments as select_partial writes them)."""
+        """One of the :data:`PARTIAL_AGGREGATES` (their arguments as select_partial writes them)."""
         value, t = self.sql(args[0], "row")
         if name.endswith("_ts"):
             kept = "" if name == "_last_row_ts" else f" FILTER (WHERE {value} IS NOT NULL)"
@@ -467,7 +467,7 @@ class _Output:
 
 class Query:
     """One SELECT, bound to its database's precision and the wall-clock time it started (``now_ns``); ``partial``:
-    one of :mod:`walgate.storage.select_partial`'s, which may use the :data:`_PARTIAL_AGGREGATES`."""
+    one of :mod:`walgate.storage.select_partial`'s, which may use the :data:`PARTIAL_AGGREGATES`."""
 
     def __init__(self, select: ast.Select, precision: str, now_ns: int, partial: bool = False) -> None:
         self.select, self.precision, self.partial = select, precision, partial

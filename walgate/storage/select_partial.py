@@ -46,7 +46,7 @@ import pyarrow as pa
 
 from walgate.storage.cancel import Cancel
 from walgate.storage.errors import InvalidValue
-from walgate.storage.query import Query, column_name
+from walgate.storage.query import PARTIAL_AGGREGATES, Query, column_name
 from walgate.storage.schema import TYPE_NAMES, Column, ColumnType
 from walgate.storage.sql import ast
 from walgate.storage.sql.parser import AGGREGATES
@@ -155,6 +155,9 @@ def split(select: ast.Select, columns: Mapping[str, Column]) -> Split | None:
         return None
     exprs = [i.expr for i in items if i.expr is not None]
     exprs += ([s.having] if s.having is not None else []) + [o.expr for o in s.order_by]
+    named = [*exprs, *s.group_by, *s.partition_by, *([s.where] if s.where is not None else [])]
+    if any(isinstance(n, ast.Call) and n.name in PARTIAL_AGGREGATES for e in named for n in ast.walk(e)):
+        return None  # a user's statement never runs the partial forms: shipped rows, refused as on one node (rv7 R7-3)
     calls = [n for e in exprs for n in ast.walk(e) if _aggregate(n)]
     if not calls and not s.group_by and s.interval is None:
         return None  # not grouped: a query of rows

@@ -15,10 +15,11 @@ In cluster mode a share group whose members all left may keep share-partition st
 consumed only partitions placed there): its coordinator does not know it by itself. A consumer group's first join
 (ConsumerGroupHeartbeat epoch 0, JoinGroup without a member id) of an id that is no consumer group here asks the other
 nodes whether they keep state of it (:func:`walgate.gateway.kafka.share_remote.kept_elsewhere`) and is refused when
-one does; while a node does not answer within :data:`JOIN_ASK_S` the join is let through (refusing it would stop
-every new consumer group while any node is down, waiting the node links' 10 s would hold each while one is
-stalled). The offset APIs check only this node's share groups: asking every node at each commit would cost a round
-trip per commit."""
+one does; while a node does not answer within :data:`~walgate.gateway.kafka.share_remote.ASK_S` the join is let
+through (refusing it would stop every new consumer group while any node is down, waiting the node links' 10 s would
+hold each while one is stalled). That question is asked once in a group's life, at its first member's first join (a
+group of this node's already answers it here). The offset APIs check only this node's share groups: asking every
+node at each commit would cost a round trip per commit."""
 
 from __future__ import annotations
 
@@ -28,14 +29,11 @@ from collections.abc import Awaitable
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.share_remote import kept_elsewhere
+from walgate.gateway.kafka.share_remote import ASK_S, kept_elsewhere
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["JOIN_ASK_S", "consumer_id_taken", "joined_share_id", "share_group_code", "share_id_taken"]
+__all__ = ["consumer_id_taken", "joined_share_id", "share_group_code", "share_id_taken"]
 
-JOIN_ASK_S = 2.0
-"""How long a consumer group's first join waits for the other nodes' answer whether they keep share state of its id
-(cluster mode; unanswered by then: let through)."""
 
 
 async def _refused(check: Awaitable[bool], code: int, message: str | None) -> tuple[int, str | None] | None:
@@ -72,7 +70,7 @@ async def joined_share_id(broker: Broker, group_id: str, code: int, message: str
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         return error_of(exc), None
     try:
-        async with asyncio.timeout(JOIN_ASK_S):
+        async with asyncio.timeout(ASK_S):
             kept = await kept_elsewhere(broker.links, broker.topics(), broker.node_id, group_id)
     except TimeoutError:
         return None

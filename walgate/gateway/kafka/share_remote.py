@@ -48,8 +48,12 @@ from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "groups_kept", "high_watermarks",
-           "initialize", "kept_elsewhere", "summaries"]
+__all__ = ["ASK_S", "Placed", "StateAnswer", "delete", "elsewhere", "everything_elsewhere", "groups_kept",
+           "high_watermarks", "initialize", "kept_elsewhere", "summaries"]
+
+ASK_S = 2.0
+"""How long a client request's question to the other nodes waits for their answers (a consumer group's first join,
+ListGroups: unanswered by then, a node's answer is left out), not the node links' 10 s."""
 
 Key = tuple[str, int]
 """(topic name, partition)."""
@@ -194,14 +198,16 @@ async def high_watermarks(links: NodeLinks | None, placed: Placed) -> dict[Key, 
 
 async def groups_kept(links: NodeLinks | None, nodes: Iterable[int]) -> set[str]:
     """The ids of the share groups whose share-partition state any of ``nodes`` keeps (ListGroups v5, type
-    ``share``, asked of each at once); a node that does not answer, or answers an error, adds none."""
+    ``share``, asked of each at once); a node that does not answer within :data:`ASK_S`, or answers an error, adds
+    none (a stalled node does not hold every ListGroups for the node links' 10 s: rv7 R7-1)."""
     async def ask(node: int) -> set[str]:
         if links is None:  # (no other nodes on a single node)
             return set()
         try:
-            answer: ListGroupsResponse = await links.call(node, ListGroupsRequest(states_filter=(),
-                                                                                  types_filter=("share",)))
-        except NodeUnreachable:
+            async with asyncio.timeout(ASK_S):
+                answer: ListGroupsResponse = await links.call(node, ListGroupsRequest(states_filter=(),
+                                                                                      types_filter=("share",)))
+        except (NodeUnreachable, TimeoutError):
             return set()
         return {str(g.group_id) for g in answer.groups} if answer.error_code == ErrorCode.none else set()
 
