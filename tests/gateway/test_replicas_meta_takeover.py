@@ -25,6 +25,7 @@ from walgate.replication.partition import NO_LEADER
 from walgate.storage.entry_check import decode_whole
 from walgate.storage.wal import KIND_META
 
+WITH_META = "all_of_rep"
 GONE = f"CREATE STABLE {DB}.gone (ts TIMESTAMP, v INT) TAGS (k INT)"
 
 
@@ -49,6 +50,19 @@ async def stable_metas(t: Trio, node_id: int) -> list[tuple[str, str]]:
     return list(await t.nodes[node_id].side.call(read))
 
 
+async def topic_metas(t: Trio, node_id: int) -> list[tuple[str, str]]:
+    """The (op, supertable) of the ALTER/DROP STABLE meta entries topic :data:`WITH_META` serves on node
+    ``node_id`` (its index's entries, below the visible version), in order."""
+    side = t.nodes[node_id].side
+    wal = await t.nodes[node_id].wal()
+
+    def read() -> list[tuple[str, str]]:
+        served = {v for _, v, _ in side.engine.index_entries(WITH_META, 0, 0)}
+        metas = [decode_whole(e).meta for e in wal.read_from(0) if e.kind == KIND_META and e.version in served]
+        return [(m["op"], m["stable"]) for m in metas if m is not None and m["op"] in ("alter_stable", "drop_stable")]
+    return list(await side.call(read))
+
+
 async def tables(t: Trio, node_id: int) -> list[tuple[str, str | None, bool]]:
     vnode = await t.nodes[node_id].side.vnode(DB, 0)
     return list(await t.nodes[node_id].side.call(lambda: sorted((v.name, v.stable, v.dropped) for v in vnode.tables())))
@@ -66,6 +80,7 @@ async def test_changes_applied_while_a_vgroup_has_no_leader_are_written_by_the_l
         await t.started()
         await t.insert(1, 0)
         await _with_gone(t)
+        await shared(t, f"CREATE TOPIC {WITH_META} WITH META AS DATABASE {DB}")
         await t.caught_up(2, 3)
         state = await t.state()
         await t.write_state(replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1))
@@ -85,6 +100,8 @@ async def test_changes_applied_while_a_vgroup_has_no_leader_are_written_by_the_l
             assert ("g0", "gone", True) in await tables(t, n), n
         result: Any = await t.nodes[2].side.sql(f"SELECT tbname, w FROM {DB}.meters ORDER BY tbname")
         assert [tuple(r) for r in result.rows] == [("d0", None), ("d1", 7)]
+        for n in (1, 2, 3):  # the topic with meta carries both entries on the leader and on its followers
+            assert await topic_metas(t, n) == [("alter_stable", "meters"), ("drop_stable", "gone")], n
         # taken over again (node 3 elected next): nothing is written twice
         state = await t.state()
         await t.write_state(replace(state, leader=3, leader_epoch=state.leader_epoch + 1))

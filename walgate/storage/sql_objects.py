@@ -13,9 +13,11 @@ ALTER/DROP STABLE also write a meta entry into every vnode of the database (TDen
 dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record; of a
 replicated database (``REPLICA n``, issue 25) only into the vnodes it leads now (:meth:`Store.written_vnode
 <walgate.storage.store.Store.written_vnode>`), its followers getting the entry by copying the leader's WAL verbatim
-(a follower's own write would part its WAL from the leader's; a vgroup with no leader as the record applies gets no
-entry). Invariant: once record N is applied, every vnode placed here (led here, of a replicated database) has N's
-meta entry, or the catalog's last
+(a follower's own write would part its WAL from the leader's; a vgroup with no leader as the record applies gets its
+entry from its next leader: :meth:`SqlObjects.take_over`, from the catalog's
+:attr:`~walgate.storage.catalog.Catalog.stable_changes`, each entry naming its record, ``of``). Invariant: once
+record N is applied, every vnode placed here (led here, of a replicated database, unless its WAL holds N's entry or a
+later one's already) has N's meta entry, or the catalog's last
 :data:`~walgate.storage.catalog.STABLE_METAS_OP` record names N and the WAL version each vnode's entry goes at. That
 record is written before the shared one (:meth:`SqlObjects.before`), the meta entries after it, in one
 :meth:`Commits.commit <walgate.storage.commit.Commits.commit>` (all or none under a refused write); a write the disk
