@@ -12,6 +12,7 @@ unreadable ("STable not exist").
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,11 @@ async def test_changes_applied_while_a_vgroup_has_no_leader_are_written_by_the_l
         await t.same_wals(1, 2, 3)
         for n in (1, 2, 3):
             assert ("g0", "gone", True) in await tables(t, n), n
-        result: Any = await t.nodes[2].side.sql(f"SELECT tbname, w FROM {DB}.meters ORDER BY tbname")
-        assert [tuple(r) for r in result.rows] == [("d0", None), ("d1", 7)]
-        for n in (1, 2, 3):  # the topic with meta carries both entries on the leader and on its followers
-            assert await topic_metas(t, n) == [("alter_stable", "meters"), ("drop_stable", "gone")], n
+        await until(lambda: _equal(selected(t, 2), [("d0", None), ("d1", 7)]),
+                    "the new column's rows read back through the new leader (its HW past them)")
+        for n in (1, 2, 3):  # the topic with meta carries both entries on the leader and its followers (their HW)
+            await until(lambda n=n: _equal(topic_metas(t, n), [("alter_stable", "meters"), ("drop_stable", "gone")]),
+                        f"node {n}'s topic with meta serves both entries")
         # taken over again (node 3 elected next): nothing is written twice
         state = await t.state()
         await t.write_state(replace(state, leader=3, leader_epoch=state.leader_epoch + 1))
@@ -135,6 +137,15 @@ async def test_a_deposed_leader_whose_drop_entry_was_cut_gets_it_back_from_the_n
         for n in (1, 2, 3):
             assert await stable_metas(t, n) == [("drop_stable", "gone")], n
             assert ("g0", "gone", True) in await tables(t, n), n
+
+
+async def selected(t: Trio, node_id: int) -> list[tuple[Any, ...]]:
+    result: Any = await t.nodes[node_id].side.sql(f"SELECT tbname, w FROM {DB}.meters ORDER BY tbname")
+    return [tuple(r) for r in result.rows]
+
+
+async def _equal(value: Awaitable[Any], expected: Any) -> bool:
+    return await value == expected
 
 
 async def _nobody_leads(t: Trio) -> bool:

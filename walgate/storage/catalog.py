@@ -718,7 +718,8 @@ class Catalog:
             db = self._known_db(r, "db")
             changes = _get(r, "changes", list)
             if not all(isinstance(c, list) and len(c) == 2 and type(c[0]) is int and isinstance(c[1], dict)
-                       and c[1].get("of") == c[0] for c in changes) or [c[0] for c in changes] != sorted(
+                       and c[1].get("of") == c[0] and c[1].get("op") in ("alter_stable", "drop_stable")
+                       and isinstance(c[1].get("stable"), str) for c in changes) or [c[0] for c in changes] != sorted(
                     {c[0] for c in changes}):
                 raise _Invalid(f"'changes' is {str(changes)[:200]}")
             self.stable_changes = {**self.stable_changes, db: tuple((c[0], c[1]) for c in changes)}

@@ -382,8 +382,9 @@ class MetaStore:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
         rows of the same name), then delete the rows named in ``forget`` (tables whose create entries a WAL
         truncation cut), then record ``covered``, the count of live tables (``live`` less those this marked
-        dropped, whose number it returns) and ``ofs`` (None: the store's, kept; each below ``covered``). ``bodies``: the :func:`def_body` of some of ``tables`` by name, already
-        encoded (a table's must be that of the table given). Nothing is written when it raises. With ``durable``,
+        dropped, whose number it returns) and those of ``ofs`` below ``covered`` (None: the store's).
+        ``bodies``: the :func:`def_body` of some of ``tables`` by name, already encoded (a table's must be that of
+        the table given). Nothing is written when it raises. With ``durable``,
         the transaction and every one before it are on disk (fsynced) when it returns; without, they may be lost
         with the machine."""
         gone = set(dropped_stables)
@@ -413,7 +414,7 @@ class MetaStore:
             conn.executemany(insert, rows)
             if forget:
                 conn.executemany("DELETE FROM tables WHERE name = ?", [(n,) for n in forget])
-            kept = self.ofs if ofs is None else ofs
+            kept = tuple(p for p in (self.ofs if ofs is None else ofs) if p[0] < covered)
             state: dict[str, Any] = {"version": covered, "live": live - len(drops)}
             if kept:
                 state["ofs"] = [list(p) for p in kept]

@@ -64,7 +64,7 @@ class SqlObjects:
             return
         db = catalog.databases.get(record.get("db"))  # type: ignore[arg-type]
         # (a led vnode whose WAL has the entry already: copied from the leader that wrote it before this node led)
-        vnodes = [v for v in self._written(db.name) if v.latest_of is None or v.latest_of < seq] if db else []
+        vnodes = [] if db is None else [v for v in self._written(db.name) if v.latest_of is None or v.latest_of < seq]
         if db is None or not vnodes:
             return
         try:

@@ -416,7 +416,7 @@ class Vnode:
             return
         dropped = self._checked(lambda: self._store.write(
             self._dropped_stables, self._dirty.values(), covered, self.live_count, durable, bodies=self._bodies,
-            ofs=tuple(p for p in self.stable_ofs if p[0] < covered)))
+            ofs=tuple(self.stable_ofs)))
         self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
@@ -562,7 +562,7 @@ class Vnode:
         gone = [t for t in rows.values() if t.version >= version]
         live = self._store.live - sum(not t.dropped for t in gone)
         self._checked(lambda: self._store.write((), (), version, live, durable=True, forget=[t.name for t in gone],
-                                                ofs=tuple(p for p in self.stable_ofs if p[0] < version)))
+                                                ofs=tuple(self.stable_ofs)))
         self.live_count = live
         for t in gone:
             self._cache.pop(t.name, None)
