@@ -7,7 +7,7 @@ node leads it); once node 2 is elected, its WAL holds both entries (in the recor
 byte for byte, the dropped supertable's subtable is dropped in every replica, and a SELECT of the new column
 answers. A leader deposed before its DROP STABLE entry committed cuts it as it follows the new leader, and gets it
 back from that leader's WAL: the subtables of the dropped supertable are dropped there again, not alive and
-unreadable ("STable not exist").
+unreadable ("STable not exist"). A takeover whose entries the disk refused steps down and is retried.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.gateway.test_replicas import DB, DB_ID, Trio, etcd, trio, until  # no
 from walgate.cluster.partition_codec import PartitionId
 from walgate.replication.partition import NO_LEADER
 from walgate.storage.entry_check import decode_whole
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.wal import KIND_META
 
 WITH_META = "all_of_rep"
@@ -150,3 +151,28 @@ async def _equal(value: Awaitable[Any], expected: Any) -> bool:
 
 async def _nobody_leads(t: Trio) -> bool:
     return not any([(await node.wal()).leading for node in t.nodes.values()])
+
+
+async def test_a_takeover_whose_meta_entries_the_disk_refused_steps_down_and_is_retried(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The entries' append refused (ENOSPC) at the takeover: the manager logs the state not applied (no traceback)
+    and retries; the retry writes each entry once, and the followers copy it."""
+    async with trio(etcd, tmp_path, monkeypatch, replicated=True) as t:
+        await shared(t, f"ALTER STABLE {DB}.meters ADD COLUMN w INT")  # no state yet: no node leads vnode 0
+        sql_objects = t.nodes[1].side.engine.sql_objects
+        take_over = sql_objects.take_over
+        refused: list[bool] = []
+
+        def refuse_once(vnode: Any) -> int:
+            if not refused:
+                refused.append(vnode.wal.leading)
+                raise StorageUnavailable("No space left on device")
+            return take_over(vnode)
+        monkeypatch.setattr(sql_objects, "take_over", refuse_once)
+        await t.started()
+        assert refused == [True] and "partition state not applied, retried" in caplog.text
+        assert "Traceback" not in caplog.text
+        assert await stable_metas(t, 1) == [("alter_stable", "meters")]
+        await t.caught_up(2, 3)
+        await t.same_wals(1, 2, 3)

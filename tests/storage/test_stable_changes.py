@@ -6,7 +6,7 @@ vgroup (as tests/storage/test_shared_sql.py's replicated test).
 The list holds each change's meta entry (naming its record, ``of``) in the stream's order, on every node alike; it
 survives a restart, a rewrite and a snapshot, and DROP DATABASE clears it; a damaged one is skipped (reported). A
 vnode the node did not lead as the records applied gets them at its takeover, in order, once (a second takeover
-writes nothing); one whose WAL already holds a change its node's catalog has not applied yet is not written it
+writes nothing), as does one whose leader crashed between the record and its entry; one whose WAL already holds a change its node's catalog has not applied yet is not written it
 again by that record; a takeover the disk refuses at any write is taken again and writes each entry once.
 """
 
@@ -124,6 +124,20 @@ def test_a_change_already_in_the_wal_is_not_written_again_when_the_lagging_catal
     assert metas(nodes[0], "d")[1] == ["alter_stable st", "drop_stable gone", "alter_stable st"]
     assert metas(nodes[0], "d")[0] == ["alter_stable st", "drop_stable gone", "alter_stable st"]  # (led: written)
     close(*nodes)
+
+
+def test_a_leaders_crash_between_the_record_and_its_entry_is_mended_at_its_next_takeover(tmp_path: Path) -> None:
+    nodes = pair(tmp_path)
+    [alter] = staged(nodes[0], "ALTER STABLE d.st ADD COLUMN x INT")
+    seq = nodes[0].catalog.shared_seq + 1
+    nodes[0].sql_objects.before(seq, alter)  # the crash: applied, its entry (vnode 0's) not written
+    nodes[0].catalog.apply_shared(seq, alter)
+    nodes[0].close()
+    again = Engine.open(tmp_path / "n1", node_id=1)  # a start leads nothing: nothing written
+    assert metas(again, "d")[0] == ["alter_stable st", "drop_stable gone"]
+    assert again.sql_objects.take_over(led(again, 0)) == 1  # led again (or by the node its followers elect)
+    assert metas(again, "d")[0] == ["alter_stable st", "drop_stable gone", "alter_stable st"]
+    close(again, nodes[1])
 
 
 @pytest.mark.parametrize(("op", "kind"), [("write", k) for k in FAULT_KINDS] + [("fdatasync", "enospc"),
