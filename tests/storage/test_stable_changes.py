@@ -140,6 +140,20 @@ def test_a_leaders_crash_between_the_record_and_its_entry_is_mended_at_its_next_
     close(again, nodes[1])
 
 
+def test_a_drop_a_snapshot_brings_names_the_snapshot_and_a_takeover_then_writes_only_what_the_wal_lacks(
+        tmp_path: Path) -> None:
+    nodes = pair(tmp_path)
+    apply([nodes[1]], staged(nodes[1], "DROP STABLE d.st"))  # record 6, while node 1 is away
+    seq = nodes[1].catalog.shared_seq
+    nodes[0].restore_shared(seq, nodes[1].catalog.shared_records())
+    assert nodes[0].catalog.stable_changes == nodes[1].catalog.stable_changes
+    assert metas(nodes[0], "d")[0] == ["alter_stable st", "drop_stable gone", "drop_stable st"]
+    assert nodes[0].vnodes["d"][0].latest_of == seq and nodes[0].sql_objects.take_over(led(nodes[0], 0)) == 0
+    assert nodes[0].sql_objects.take_over(led(nodes[0], 1)) == 3  # (vgroup 1's copy here: none of them)
+    assert metas(nodes[0], "d")[1] == ["alter_stable st", "drop_stable gone", "drop_stable st"]
+    close(*nodes)
+
+
 @pytest.mark.parametrize(("op", "kind"), [("write", k) for k in FAULT_KINDS] + [("fdatasync", "enospc"),
                                                                               ("fdatasync", "eio")])
 def test_a_takeover_the_disk_refuses_is_taken_again_and_writes_each_entry_once(
