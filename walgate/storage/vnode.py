@@ -29,6 +29,10 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
+The meta store also keeps, with its covered version, ``(WAL version, of)`` of each ALTER/DROP STABLE meta entry that
+names its cluster catalog record ``of`` (:attr:`Vnode.stable_ofs`): cut with the WAL, recomputed from the WAL when the
+store is rebuilt, so a new leader knows which of its database's changes its WAL lacks (:attr:`Vnode.latest_of`).
+
 Each vnode keeps its leader-epoch cache, ``epoch -> first WAL version``, in ``leader-epoch-checkpoint``
 (:mod:`walgate.storage.leader_epochs`), opened after the WAL's recovery and cut back to its end; without replicas
 the vnode leads epoch 0 from version 0; a vnode of a replicated database (``REPLICA n`` above 1) answers from the
@@ -299,8 +303,10 @@ class Vnode:
     @property
     def latest_of(self) -> int | None:
         """The latest cluster catalog record (its sequence number) of the ALTER/DROP STABLE meta entries in this
-        vnode's WAL that name theirs; None when none does. Every such change of the database up to it is in the WAL
-        (written in the records' order: :class:`~walgate.storage.sql_objects.SqlObjects`), none after it."""
+        vnode's WAL that name theirs; None when none does. Every such change of the database after it lacks its
+        entry here, and every one up to it has it (written in the records' order:
+        :class:`~walgate.storage.sql_objects.SqlObjects`) but an ALTER folded into a catalog snapshot this node
+        restored (docs/cluster.md)."""
         return max((of for _, of in self.stable_ofs), default=None)
 
     def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]],
