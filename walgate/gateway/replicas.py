@@ -149,7 +149,9 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
                lag_max_ms: int) -> LeaderView:
     """On the vnode's lane: begin ``state``'s leader epoch at the WAL's end (unless the cache has it already) and
     make the vnode's view from the high watermark it knew (:func:`_baseline`); its visible version is the view's from
-    now on."""
+    now on. Then, first in the epoch, the ALTER/DROP STABLE meta entries its WAL lacks are appended
+    (:meth:`SqlObjects.take_over <walgate.storage.sql_objects.SqlObjects.take_over>`); when the disk refuses, it
+    steps down again and raises (the takeover is retried)."""
     vnode = engine.store.local_vnode(*key)
     wal = vnode.wal
     if vnode.epochs.latest_epoch > state.leader_epoch:
@@ -161,6 +163,11 @@ def _take_over(engine: Engine, key: VnodeKey, state: PartitionState, node_id: in
     wal.replication = view.update_hw
     wal.acks_all_refused = functools.partial(_isr_short, view)
     wal.leading = True
+    try:
+        engine.sql_objects.take_over(vnode)  # the meta entries its WAL lacks, before any other write here
+    except BaseException:
+        _step_down(wal)  # (the takeover is retried: nothing is written here until it leads)
+        raise
     return view
 
 

@@ -90,7 +90,7 @@ from walgate.storage.topic_configs import TOPIC_CONFIGS, check_value, validate_t
 from walgate.storage.users import USER_OPS, User, apply_user_record, user_records
 
 __all__ = ["Catalog", "SHARED_OPS", "DatabaseDef", "StableDef", "TopicDef", "DB_DEFAULTS", "MAX_PARTITIONS", "REPAIR_HINT", "column_to_json",
-           "column_from_json"]
+           "column_from_json", "stable_meta"]
 
 log = logging.getLogger("walgate.catalog")
 
@@ -124,7 +124,12 @@ SHARED_OPS = frozenset((*acls.OPS, quotas.QUOTA_OP, *USER_OPS, resource_configs.
 KAFKA_TOPIC_OPS = frozenset(("create_kafka_topic", "alter_kafka_topic"))
 """Kafka-native topics' records: the cluster's in cluster mode, as is the ``drop_db`` of a Kafka-native topic's
 database (:meth:`Catalog.is_shared`)."""
-_SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic"))
+STABLE_CHANGES_OP = "stable_changes"
+"""Cluster mode: the meta entries of every ALTER/DROP STABLE record applied to a replicated database (``changes``:
+``[[seq, meta entry], ...]`` in the stream's order), which a new leader of its vgroups writes when its WAL lacks them
+(:meth:`SqlObjects.take_over <walgate.storage.sql_objects.SqlObjects.take_over>`); in :meth:`Catalog.records` and
+snapshots, as the records it is made of are folded there."""
+_SNAPSHOT_OPS = frozenset(("create_kafka_topic", "create_db", "create_stable", "create_topic", STABLE_CHANGES_OP))
 """Besides :data:`SHARED_OPS`, the record kinds a snapshot of the cluster's stream holds (cluster mode)."""
 STABLE_METAS_OP = "stable_metas"
 """A node's own record (cluster mode): where the meta entries of the cluster's ALTER/DROP STABLE record ``of`` go
@@ -207,6 +212,16 @@ class TopicDef:
     # the supertable of the subtable a topic of one table selects from ("" otherwise): known where the table is (at
     # CREATE TOPIC), recorded so that every cluster node checks an ALTER of it against the topic from the catalog alone
     stable: str = ""
+
+
+def stable_meta(record: dict[str, Any], seq: int) -> dict[str, Any]:
+    """The vnode meta entry of ALTER or DROP STABLE catalog record ``record`` (as :class:`~walgate.storage.ddl.Ddl`
+    writes it on a single node), naming its cluster catalog record ``seq`` (``of``)."""
+    if record["op"] == "drop_stable":
+        return {"op": "drop_stable", "stable": record["name"], "of": seq}
+    change = record.get("change") or {}
+    return {"op": "alter_stable", "stable": record["name"], "action": str(change.get("action", "")),
+            "column": str(change.get("column", "")), "of": seq}
 
 
 def column_to_json(c: Column) -> list[Any]:
@@ -341,6 +356,7 @@ class _State:
     resource_configs: resource_configs.ResourceConfigs
     shared_seq: int
     stable_metas: dict[str, Any] | None
+    stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]]
 
 
 @dataclass
@@ -405,6 +421,8 @@ class Catalog:
     live_nodes: dict[int, str | None] = field(default_factory=dict)
     # cluster mode: the last STABLE_METAS_OP record (walgate.storage.sql_objects); None: none since the file began
     stable_metas: dict[str, Any] | None = None
+    # cluster mode, by replicated database: (seq, meta entry) of each ALTER/DROP STABLE record applied (STABLE_CHANGES_OP)
+    stable_changes: dict[str, tuple[tuple[int, dict[str, Any]], ...]] = field(default_factory=dict)
     _changes: int = 0  # +1 per record applied and per restore: with the dicts' identities and sizes, _taken's key
     _taken_cache: _Taken | None = None
 
@@ -462,7 +480,7 @@ class Catalog:
         """What a failed or staged change is undone to (every collection is replaced, never changed in place)."""
         return _State(dict(self.databases), dict(self.stables), dict(self.topics), dict(self.client_quotas),
                       dict(self.users), self.acls.current, dict(self.resource_configs), self.shared_seq,
-                      self.stable_metas)
+                      self.stable_metas, self.stable_changes)
 
     def _restore(self, state: _State, *, shared_only: bool = False) -> None:
         """Back to ``state``; ``shared_only``: only its shared parts (a staged call's changes of the node's own
@@ -472,7 +490,7 @@ class Catalog:
         self._changes += 1
         self.client_quotas, self.users, self.acls.current = state.client_quotas, state.users, state.acls
         self.resource_configs, self.shared_seq = state.resource_configs, state.shared_seq
-        self.stable_metas = state.stable_metas
+        self.stable_metas, self.stable_changes = state.stable_metas, state.stable_changes
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Apply one change and persist it (fsynced before returning); nothing changes when the write fails. In
@@ -595,6 +613,8 @@ class Catalog:
                if d.name not in kafka_dbs and self.is_cluster_db(d.name) == shared]
         out += [self._stable_record("create_stable", st, st.columns, st.tags) for st in self.stables.values()
                 if self.is_cluster_db(st.db) == shared]
+        out += [{"op": STABLE_CHANGES_OP, "db": db, "changes": [[seq, meta] for seq, meta in changes]}
+                for db, changes in self.stable_changes.items() if self.is_cluster_db(db) == shared]
         return out + [{"op": "create_topic", "name": t.name, "kind": t.kind, "db": t.db, "source": t.source,
                        "with_meta": t.with_meta, "sql": t.sql, "topic_id": t.topic_id, "created_ms": t.created_ms,
                        **({"stable": t.stable} if t.stable else {})}
@@ -617,6 +637,7 @@ class Catalog:
             self.databases = {k: v for k, v in self.databases.items() if k not in placed}
             self.stables = {k: v for k, v in self.stables.items() if k[0] not in placed}
             self.topics = {k: v for k, v in self.topics.items() if v.db not in placed}
+            self.stable_changes = {k: v for k, v in self.stable_changes.items() if k not in placed}
         try:
             for record in records:
                 if not isinstance(record, dict) or not (record.get("op") in SHARED_OPS
@@ -672,6 +693,7 @@ class Catalog:
             self.stables = {k: v for k, v in self.stables.items() if k[0] != name}
             self.dropped.update(k for k, v in self.topics.items() if v.db == name)
             self.topics = {k: v for k, v in self.topics.items() if v.db != name}
+            self.stable_changes = {k: v for k, v in self.stable_changes.items() if k != name}
         elif op in ("create_stable", "alter_stable"):
             db, name = self._known_db(r, "db"), _get(r, "name", str)
             if (op == "alter_stable") != ((db, name) in self.stables):
@@ -684,11 +706,23 @@ class Catalog:
                         now.columns, now.tags, now.created_ms):
                     raise _Invalid(f"alter_stable of supertable {db}.{name}: it changed since the ALTER was made")
             self.stables[(db, name)] = StableDef(db, name, cols, tags, _get(r, "created_ms", int))
+            if op == "alter_stable":
+                self._stable_changed(db, r)
         elif op == "drop_stable":
             key = (self._known_db(r, "db"), _get(r, "name", str))
             if key not in self.stables:
                 raise _Invalid(f"drop of an unknown supertable {key[0]}.{key[1]}")
             del self.stables[key]
+            self._stable_changed(key[0], r)
+        elif op == STABLE_CHANGES_OP:
+            db = self._known_db(r, "db")
+            changes = _get(r, "changes", list)
+            if not all(isinstance(c, list) and len(c) == 2 and type(c[0]) is int and isinstance(c[1], dict)
+                       and c[1].get("of") == c[0] and c[1].get("op") in ("alter_stable", "drop_stable")
+                       and isinstance(c[1].get("stable"), str) for c in changes) or [c[0] for c in changes] != sorted(
+                    {c[0] for c in changes}):
+                raise _Invalid(f"'changes' is {str(changes)[:200]}")
+            self.stable_changes = {**self.stable_changes, db: tuple((c[0], c[1]) for c in changes)}
         elif op == "create_topic":
             name, kind = _get(r, "name", str), r.get("kind")
             if name in self.topics or kind not in _TOPIC_KINDS or not self._new_topic_id(r):
@@ -752,6 +786,14 @@ class Catalog:
         self._changes += 1
         if kept is not None:
             kept.key = self._taken_key()
+
+    def _stable_changed(self, db: str, r: dict[str, Any]) -> None:
+        """Note the meta entry of ALTER/DROP STABLE record ``r`` of ``db`` in :attr:`stable_changes` when it is a
+        shared record (its ``seq``) of a replicated database."""
+        if "seq" in r and self.databases[db].replication_factor > 1:
+            seq = _get(r, "seq", int)
+            self.stable_changes = {**self.stable_changes,
+                                   db: (*self.stable_changes.get(db, ()), (seq, stable_meta(r, seq)))}
 
     def _taken_key(self) -> tuple[int, ...]:
         """Changes when the topics or databases may have: a record applied, a restore, a dict replaced or resized."""

@@ -10,7 +10,8 @@ state), or an entry would be written and then fail what follows it, leaving a WA
 
 * a meta entry's body is a JSON object with a string ``op``, and the fields :meth:`Vnode.apply_meta` reads for
   ``create_table`` (``name``, an integer ``ts``, ``columns`` absent or a list of columns), ``drop_table``
-  (``name``) and ``drop_stable`` (``stable``) are there and of their types;
+  (``name``) and ``drop_stable`` (``stable``) are there and of their types, and an ``alter_stable`` or
+  ``drop_stable``'s ``of`` (its cluster catalog record) is absent or a non-negative integer;
 * a data entry's body decodes into its blocks (:func:`~walgate.storage.entry.decode_entry`) holding exactly as
   many rows as the entry spans versions;
 * a Kafka entry's body is one RecordBatch v2 (magic 2, its length field its size) spanning as many offsets as the
@@ -123,6 +124,9 @@ def _check_meta(meta: Any) -> None:
         raise ValueError(f"{op} without a string name")
     if op == "drop_stable" and not isinstance(meta.get("stable"), str):
         raise ValueError("drop_stable without a string stable")
+    of = meta.get("of", 0)  # an ALTER/DROP STABLE's cluster catalog record (entries written before it have none)
+    if op in ("alter_stable", "drop_stable") and (type(of) is not int or of < 0):
+        raise ValueError(f"{op} whose record 'of' is {of!r}")
     if op == "create_table":
         ts = meta.get("ts")
         if not isinstance(ts, int) or isinstance(ts, bool):

@@ -57,7 +57,7 @@ class MetaReader:
             raise ReaderGaveUp(f"{path}: {exc}") from None
         try:
             conn.execute("BEGIN")  # the read transaction starts at the first read and ends at close
-            covered, _ = read_covered(conn)
+            covered, _, _ = read_covered(conn)
             versioned = has_version_column(conn)
         except (sqlite3.Error, MetaDamaged) as exc:
             conn.close()

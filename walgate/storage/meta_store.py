@@ -33,7 +33,10 @@ tests do) may read and write, and this one's next write may then be refused as a
   other entry), or read whole; there is no other index (a
   supertable's subtables are found by reading every row, as a query over it reads them anyway), so nothing
   unchecked decides which rows a read sees;
-* ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line.
+* ``covered(id = 0, line)``: the covered WAL version and the number of tables not dropped, a checksummed line;
+  with ``ofs`` once the vnode applied an ALTER/DROP STABLE meta entry naming the cluster catalog record it is of
+  (``[[WAL version, record], ...]`` in WAL order, :attr:`Vnode.stable_ofs <walgate.storage.vnode.Vnode.stable_ofs>`;
+  a store without the key, as every store written before it, holds none).
 
 Descriptors: an open store holds three (``meta.db`` and the two SQLite files beside it), and a node may have
 thousands of vnodes (a Kafka-native topic of 400 partitions has 400), so at most :data:`OPEN_STORES` stores keep
@@ -67,10 +70,13 @@ from walgate.storage.catalog import column_from_json
 from walgate.storage.errors import MetaDamaged, StorageUnavailable
 from walgate.storage.schema import Column
 
-__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "OpenStores", "TableDef", "check",
+__all__ = ["CHUNK", "META_STORE", "OPEN_STORES", "MetaDamaged", "MetaStore", "Ofs", "OpenStores", "TableDef", "check",
            "create_body", "decode_def", "has_version_column", "read_covered"]
 
 log = logging.getLogger("walgate.meta_store")
+
+Ofs = tuple[tuple[int, int], ...]
+"""``(WAL version, cluster catalog record)`` of each ALTER/DROP STABLE meta entry applied, in WAL order."""
 
 META_STORE = "meta.db"
 CHUNK = 500  # names per ``IN (...)`` lookup (SQLite allows 999 parameters at least)
@@ -197,9 +203,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def read_covered(conn: sqlite3.Connection) -> tuple[int, int]:
-    """The covered WAL version and the count of live tables of the store of ``conn``; :class:`MetaDamaged` when
-    the ``covered`` row does not verify (sqlite3.Error when it cannot be read)."""
+def read_covered(conn: sqlite3.Connection) -> tuple[int, int, Ofs]:
+    """The covered WAL version, the count of live tables and the ``ofs`` pairs of the store of ``conn``;
+    :class:`MetaDamaged` when the ``covered`` row does not verify (sqlite3.Error when it cannot be read)."""
     rows = conn.execute("SELECT line FROM covered").fetchall()
     if len(rows) != 1:
         raise MetaDamaged(f"{len(rows)} covered versions")
@@ -210,7 +216,12 @@ def read_covered(conn: sqlite3.Connection) -> tuple[int, int]:
     covered, live = (state.get("version"), state.get("live")) if isinstance(state, dict) else (state, None)
     if type(covered) is not int or covered < 0 or type(live) is not int or live < 0:
         raise MetaDamaged(f"covered version {covered!r}, {live!r} live tables")
-    return covered, live
+    raw = state.get("ofs", []) if isinstance(state, dict) else []
+    if not isinstance(raw, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) and p[0] < covered
+            for p in raw) or [p[0] for p in raw] != sorted({p[0] for p in raw}):
+        raise MetaDamaged(f"stable entries' records {raw!r}")
+    return covered, live, tuple((p[0], p[1]) for p in raw)
 
 
 class OpenStores:
@@ -250,7 +261,7 @@ class MetaStore:
     """One vnode's ``meta.db`` (see the module docstring); used from one thread at a time."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, covered: int, live: int,
-                 stores: OpenStores = PROCESS_STORES, versioned: bool = True) -> None:
+                 stores: OpenStores = PROCESS_STORES, versioned: bool = True, ofs: Ofs = ()) -> None:
         self.path = path
         self.versioned = versioned  # its rows have the version column (False: an old store whose migration failed)
         self._version = "version" if versioned else "NULL"  # the version column as a SELECT reads it
@@ -258,6 +269,7 @@ class MetaStore:
         self._stores = stores
         self.covered = covered  # every meta entry below this WAL version is in the store
         self.live = live  # of the tables in the store, those not dropped
+        self.ofs = ofs  # the ALTER/DROP STABLE entries below ``covered`` that name their catalog record
         self.synced = False  # every write so far is fsynced (not known at open: a killed process's may not be)
         self.reading = 0  # reads iterating the store now (its connection is not closed under them)
         stores.used(self)
@@ -318,7 +330,7 @@ class MetaStore:
                 conn.execute("BEGIN")
                 return cls(path, conn, 0, 0, stores)
             versioned = has_version_column(conn)
-            covered, live = read_covered(conn)
+            covered, live, ofs = read_covered(conn)
             if not versioned:
                 try:
                     _migrate(conn)
@@ -330,7 +342,7 @@ class MetaStore:
             if whole:
                 _check_whole(conn, versioned)
             conn.execute("BEGIN")
-            return cls(path, conn, covered, live, stores, versioned)
+            return cls(path, conn, covered, live, stores, versioned, ofs)
         except MetaDamaged:
             conn.close()
             raise
@@ -365,12 +377,14 @@ class MetaStore:
         return self._defs(f"SELECT name, def, {self._version} FROM tables NOT INDEXED ORDER BY id", ())
 
     def write(self, dropped_stables: Iterable[str], tables: Iterable[TableDef], covered: int, live: int,
-              durable: bool = False, bodies: Mapping[str, bytes] | None = None, forget: Sequence[str] = ()) -> int:
+              durable: bool = False, bodies: Mapping[str, bytes] | None = None, forget: Sequence[str] = (),
+              ofs: Ofs | None = None) -> int:
         """In one transaction: mark every subtable of ``dropped_stables`` dropped, then put ``tables`` (replacing
         rows of the same name), then delete the rows named in ``forget`` (tables whose create entries a WAL
-        truncation cut), then record ``covered`` and the count of live tables: ``live`` less those this marked
-        dropped, whose number it returns. ``bodies``: the :func:`def_body` of some of ``tables`` by name, already
-        encoded (a table's must be that of the table given). Nothing is written when it raises. With ``durable``,
+        truncation cut), then record ``covered``, the count of live tables (``live`` less those this marked
+        dropped, whose number it returns) and those of ``ofs`` below ``covered`` (None: the store's).
+        ``bodies``: the :func:`def_body` of some of ``tables`` by name, already encoded (a table's must be that of
+        the table given). Nothing is written when it raises. With ``durable``,
         the transaction and every one before it are on disk (fsynced) when it returns; without, they may be lost
         with the machine."""
         gone = set(dropped_stables)
@@ -400,8 +414,11 @@ class MetaStore:
             conn.executemany(insert, rows)
             if forget:
                 conn.executemany("DELETE FROM tables WHERE name = ?", [(n,) for n in forget])
-            conn.execute("UPDATE covered SET line = ? WHERE id = 0",
-                               (lines.encode({"version": covered, "live": live - len(drops)})[:-1],))
+            kept = tuple(p for p in (self.ofs if ofs is None else ofs) if p[0] < covered)
+            state: dict[str, Any] = {"version": covered, "live": live - len(drops)}
+            if kept:
+                state["ofs"] = [list(p) for p in kept]
+            conn.execute("UPDATE covered SET line = ? WHERE id = 0", (lines.encode(state)[:-1],))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -414,7 +431,7 @@ class MetaStore:
             if durable:
                 self._relax()
             self._begin()
-        self.covered, self.live = covered, live - len(drops)
+        self.covered, self.live, self.ofs = covered, live - len(drops), kept
         self.synced = durable
         return len(drops)
 

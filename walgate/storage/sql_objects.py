@@ -13,9 +13,11 @@ ALTER/DROP STABLE also write a meta entry into every vnode of the database (TDen
 dropped supertable's subtables go with it): each node writes it into its own vnodes when it applies the record; of a
 replicated database (``REPLICA n``, issue 25) only into the vnodes it leads now (:meth:`Store.written_vnode
 <walgate.storage.store.Store.written_vnode>`), its followers getting the entry by copying the leader's WAL verbatim
-(a follower's own write would part its WAL from the leader's; a vgroup with no leader as the record applies gets no
-entry). Invariant: once record N is applied, every vnode placed here (led here, of a replicated database) has N's
-meta entry, or the catalog's last
+(a follower's own write would part its WAL from the leader's; a vgroup with no leader as the record applies gets its
+entry from its next leader: :meth:`SqlObjects.take_over`, from the catalog's
+:attr:`~walgate.storage.catalog.Catalog.stable_changes`, each entry naming its record, ``of``). Invariant: once
+record N is applied, every vnode placed here (led here, of a replicated database, unless its WAL holds N's entry or a
+later one's already) has N's meta entry, or the catalog's last
 :data:`~walgate.storage.catalog.STABLE_METAS_OP` record names N and the WAL version each vnode's entry goes at. That
 record is written before the shared one (:meth:`SqlObjects.before`), the meta entries after it, in one
 :meth:`Commits.commit <walgate.storage.commit.Commits.commit>` (all or none under a refused write); a write the disk
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from walgate.storage.catalog import STABLE_METAS_OP, StableDef
+from walgate.storage.catalog import STABLE_METAS_OP, StableDef, stable_meta
 from walgate.storage.commit import Commits
 from walgate.storage.errors import StorageError
 from walgate.storage.store import Store
@@ -41,16 +43,6 @@ __all__ = ["SqlObjects"]
 log = logging.getLogger("walgate.cluster")
 
 _STABLE_CHANGES = ("alter_stable", "drop_stable")
-
-
-def _meta(record: dict[str, Any]) -> dict[str, Any]:
-    """The vnode meta entry of an ALTER or DROP STABLE catalog record (as :class:`~walgate.storage.ddl.Ddl` writes it
-    on a single node)."""
-    if record["op"] == "drop_stable":
-        return {"op": "drop_stable", "stable": record["name"]}
-    change = record.get("change") or {}
-    return {"op": "alter_stable", "stable": record["name"], "action": str(change.get("action", "")),
-            "column": str(change.get("column", ""))}
 
 
 class SqlObjects:
@@ -71,7 +63,8 @@ class SqlObjects:
         if seq <= catalog.shared_seq or record.get("op") not in _STABLE_CHANGES:
             return
         db = catalog.databases.get(record.get("db"))  # type: ignore[arg-type]
-        vnodes = self._written(db.name) if db is not None else []
+        # (a led vnode whose WAL has the entry already: copied from the leader that wrote it before this node led)
+        vnodes = [] if db is None else [v for v in self._written(db.name) if v.latest_of is None or v.latest_of < seq]
         if db is None or not vnodes:
             return
         try:
@@ -81,7 +74,7 @@ class SqlObjects:
         if self.pending and self._last_of == seq:
             self.pending.pop()  # this record's, of an attempt the disk refused (none written): made again below
         self._write_pending()  # an earlier record's entries the disk refused first: the intent below names only this one
-        meta = _meta(record)
+        meta = stable_meta(record, seq)
         catalog.commit({"op": STABLE_METAS_OP, "of": seq, "db": db.name, "meta": meta,
                         "next": {str(v.index): v.wal.next_version for v in vnodes}})
         self.pending.append((db.name, meta, {v.index for v in vnodes}))
@@ -137,7 +130,31 @@ class SqlObjects:
             db = catalog.databases.get(db_name)
             if (now is None or now.created_ms != old.created_ms) and vnodes and db is not None and all(
                     v.db.id == db.id for v in vnodes):
-                self.pending.append((db_name, {"op": "drop_stable", "stable": name}, {v.index for v in vnodes}))
+                self.pending.append((db_name, {"op": "drop_stable", "stable": name, "of": catalog.shared_seq},
+                                     {v.index for v in vnodes}))
+
+    def take_over(self, vnode: Vnode) -> int:
+        """When this node begins to lead ``vnode`` of a replicated database (on its lane, before anything else is
+        written there): append the meta entries of the database's ALTER/DROP STABLE records (the catalog's
+        :attr:`~walgate.storage.catalog.Catalog.stable_changes`) after the latest its WAL holds
+        (:attr:`Vnode.latest_of <walgate.storage.vnode.Vnode.latest_of>`), in order, each in one commit; how many.
+        Its predecessors wrote none of them (a vgroup with no leader as the record applied, a leader's crash between
+        the record and its entry, a deposed leader's entry cut as it followed this one); one already in the WAL is
+        never written again, and one this node's catalog does not hold yet is written when the record applies
+        (:meth:`before`). StorageUnavailable when the disk refuses one: those before it stay (the takeover, retried,
+        writes the rest)."""
+        db = self.store.catalog.databases.get(vnode.db.name)
+        if db is None or db.id != vnode.db.id:
+            return 0
+        latest = vnode.latest_of
+        missing = [meta for seq, meta in self.store.catalog.stable_changes.get(db.name, ())
+                   if latest is None or seq > latest]
+        for meta in missing:
+            log.warning("vnode %d of database %s: the meta entry %s of supertable %s (cluster catalog record %d) is "
+                        "not in its WAL: written by its new leader", vnode.index, db.name, meta["op"], meta["stable"],
+                        meta["of"])
+            self.commits.commit(db, {vnode.index: self.commits.with_meta(db, meta)})
+        return len(missing)
 
     def _write_pending(self) -> None:
         """The pending meta entries, each in one commit (all its vnodes or none); the disk's refusal raised, the

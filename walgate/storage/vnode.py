@@ -29,6 +29,10 @@ some); a vnode of a data dir written before the meta store starts from its
 (marked) so that older entries stay evaluable. Consumer groups' committed
 offsets are not kept here but in the group coordinator's log (coordinator_log.py).
 
+The meta store also keeps, with its covered version, ``(WAL version, of)`` of each ALTER/DROP STABLE meta entry that
+names its cluster catalog record ``of`` (:attr:`Vnode.stable_ofs`): cut with the WAL, recomputed from the WAL when the
+store is rebuilt, so a new leader knows which of its database's changes its WAL lacks (:attr:`Vnode.latest_of`).
+
 Each vnode keeps its leader-epoch cache, ``epoch -> first WAL version``, in ``leader-epoch-checkpoint``
 (:mod:`walgate.storage.leader_epochs`), opened after the WAL's recovery and cut back to its end; without replicas
 the vnode leads epoch 0 from version 0; a vnode of a replicated database (``REPLICA n`` above 1) answers from the
@@ -132,6 +136,9 @@ class Vnode:
         self.wal = wal
         self.damage = damage
         self._store = self._open_store(whole_store)
+        # (WAL version, cluster catalog record) of each ALTER/DROP STABLE meta entry applied that names its record
+        # (``of``), in WAL order: the store's (``ofs``) and those applied since (see latest_of)
+        self.stable_ofs: list[tuple[int, int]] = list(self._store.ofs)
         self._cache: OrderedDict[str, TableDef] = OrderedDict()  # rows as the store holds them, most recent last
         self._dirty: dict[str, TableDef] = {}  # tables changed since the last flush, as they are now
         self._bodies: dict[str, bytes] = {}  # of _dirty's creations, their def_body already encoded (by a planner)
@@ -204,6 +211,7 @@ class Vnode:
                         self.dir, self._store.covered, self.wal.next_version)
             self._store.close()
             self._store = _new_store(self._store.path)
+            self.stable_ofs = []
         start = self._store.covered
         self.live_count = self._store.live  # then counted through the entries replayed (which may flush it)
         legacy = self.dir / CHECKPOINT
@@ -286,9 +294,20 @@ class Vnode:
                     self._bodies.pop(name, None)
                     self.live_count -= 1
             self._dropped_stables.add(stable)
+        if op in ("alter_stable", "drop_stable") and "of" in meta:  # (a replay past the store's: none at or after)
+            self.stable_ofs = [p for p in self.stable_ofs if p[0] < version] + [(version, meta["of"])]
         self._applied = max(self._applied, version + 1)
         if len(self._dirty) >= self._flush_at or op == "drop_stable":
             self._try_flush()
+
+    @property
+    def latest_of(self) -> int | None:
+        """The latest cluster catalog record (its sequence number) of the ALTER/DROP STABLE meta entries in this
+        vnode's WAL that name theirs; None when none does. Every such change of the database after it lacks its
+        entry here, and every one up to it has it (written in the records' order:
+        :class:`~walgate.storage.sql_objects.SqlObjects`) but an ALTER folded into a catalog snapshot this node
+        restored (docs/cluster.md)."""
+        return max((of for _, of in self.stable_ofs), default=None)
 
     def apply_creates(self, version: int, names: Sequence[str], metas: Sequence[dict[str, Any]],
                       bodies: Mapping[str, bytes] | None = None) -> None:
@@ -402,7 +421,8 @@ class Vnode:
                 self._store.synced or not durable):
             return
         dropped = self._checked(lambda: self._store.write(
-            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable, bodies=self._bodies))
+            self._dropped_stables, self._dirty.values(), covered, self.live_count, durable, bodies=self._bodies,
+            ofs=tuple(self.stable_ofs)))
         self._applied = max(self._applied, covered)  # (called with every meta entry below ``covered`` applied)
         self.live_count -= dropped
         if self._dropped_stables:
@@ -430,6 +450,7 @@ class Vnode:
         """Report the meta store damaged (``reason``) and rebuild it from every meta entry in the WAL."""
         self._store.close()
         self._store = self._replace_store(self._store.path, reason)
+        self.stable_ofs = []
         self._cache.clear()
         self._dirty.clear()
         self._bodies.clear()
@@ -508,6 +529,7 @@ class Vnode:
                 self.end_write()
             raise
         self._applied = min(self._applied, version)
+        self.stable_ofs = [p for p in self.stable_ofs if p[0] < version]
         if rebuild:
             self._rebuild_pending = True
             self._rebuild_after_cut()
@@ -545,7 +567,8 @@ class Vnode:
         rows = self._checked(lambda: self._store.get_many(names))
         gone = [t for t in rows.values() if t.version >= version]
         live = self._store.live - sum(not t.dropped for t in gone)
-        self._checked(lambda: self._store.write((), (), version, live, durable=True, forget=[t.name for t in gone]))
+        self._checked(lambda: self._store.write((), (), version, live, durable=True, forget=[t.name for t in gone],
+                                                ofs=tuple(self.stable_ofs)))
         self.live_count = live
         for t in gone:
             self._cache.pop(t.name, None)
@@ -564,6 +587,7 @@ class Vnode:
         self._refused = False
         self._flush_at = FLUSH_TABLES
         self._store = _new_store(self._store.path)
+        self.stable_ofs = []
         for entry in self.wal.read_from(0):
             if entry.kind == KIND_META:
                 self._replay_meta(entry)
