@@ -124,12 +124,13 @@ class NativeTopics:
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
                defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[Replicas, ...] | None = None,
-               prepared: str | None = None) -> TopicDef:
+               prepared: str | None = None, replication_factor: int = 1) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
         dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
-        partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None: placed.
-        *prepared*: a database id from :meth:`prepare` (single node), whose vnodes' files are then only opened here."""
+        partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None:
+        *replication_factor* replicas of each placed. *prepared*: a database id from :meth:`prepare` (single node),
+        whose vnodes' files are then only opened here."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
@@ -138,7 +139,7 @@ class NativeTopics:
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), self.store.clock.time_ms(), nodes,
-                                            None if catalog.cluster else prepared)
+                                            None if catalog.cluster else prepared, replication_factor)
         if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
             catalog.add_kafka_topic(db, topic)
             return topic

@@ -1,0 +1,172 @@
+"""Kafka-native topics of replication factor above 1 in ``walgate serve`` (issue 25): three real ``walgate serve
+--cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), unmodified clients.
+
+A confluent-kafka Admin creates topics of replication factor 3 (``min.insync.replicas=2``) and 2; Metadata names
+each partition's three (two) replicas, all in the ISR, and its leader. An idempotent confluent-kafka producer
+(acks=all, bootstrapped on every node) keeps producing unique values while a consumer assigned every partition keeps
+reading them; the leader of partition 0 is killed with kill -9, the survivors elect another, and the dead node,
+restarted on its data dir, rejoins the ISR. The producer's every send is acknowledged (its retries of batches the
+old leader may have appended are answered as duplicates by the new leader, which built each producer's sequences
+from the WAL it copied), no error it reports is fatal, and tests/cluster/history.py's checker finds nothing: every
+acknowledged value is read, at one offset, once, in order, and a full read of each partition through each node
+holds them all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from etcd_cluster import EtcdCluster
+from history import Assign, FinalRead, Op, Poll, Send, Write, check
+from serve_support import eventually, no_traceback, node, produce_to, sql, wait_log
+
+from livewalgate import WalgateServer
+
+ARGS = ("--override", "replica.lag.time.max.ms=2000", "--override", "replication.enable=true")
+TOPIC, PARTITIONS = "kt", 2
+PRODUCER, CONSUMER, FINAL = 1, 100, 200  # the history's process numbers (FINAL + node id: a full read through it)
+
+
+def bootstrap(nodes: list[WalgateServer]) -> str:
+    return ",".join(f"127.0.0.1:{s.kafka_port}" for s in nodes)
+
+
+def described(server: WalgateServer, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """Partition -> (leader, replicas, ISR sorted) of ``topic``, as Metadata through ``server`` names them."""
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
+    parts = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    return {p: (m.leader, list(m.replicas), sorted(m.isrs)) for p, m in parts.items()}
+
+
+def leader_of(nodes: list[WalgateServer], vnode: int, epoch: int) -> WalgateServer | None:
+    return next((s for s in nodes if f"vnode {vnode} of database kafka_{TOPIC}: leading epoch {epoch}" in s.log()),
+                None)
+
+
+class Reader(threading.Thread):
+    """A consumer assigned every partition of :data:`TOPIC` from offset 0, polling until stopped: each poll's
+    (offset, value) pairs as a :class:`Poll` of the history."""
+
+    def __init__(self, servers: str, history: list[Op]) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": servers, "group.id": "kt-readers", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        self.history, self.stopped = history, threading.Event()
+
+    def run(self) -> None:
+        self.consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        self.history.append(Assign(CONSUMER))
+        while not self.stopped.is_set():
+            reads: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for msg in self.consumer.consume(100, 0.2):
+                if msg.error() is None:
+                    reads[str(msg.partition())].append((msg.offset(), int(msg.value())))
+            if reads:
+                self.history.append(Poll(CONSUMER, reads))
+        self.consumer.close()
+
+
+def full_read(server: WalgateServer, partition: int) -> list[tuple[int, int]]:
+    """Every (offset, value) of ``partition`` from offset 0 to its end, read through ``server`` alone."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "kt-final",
+                         "enable.auto.commit": False})
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)
+        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        out: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 60
+        while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+            for msg in consumer.consume(500, 1.0):
+                if msg.error() is None:
+                    out.append((msg.offset(), int(msg.value())))
+        return out
+    finally:
+        consumer.close()
+
+
+def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etcd1: EtcdCluster,
+                                                                             tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *ARGS))
+        wait_log(n1, "node 1: controller")
+        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *ARGS)) for i in (2, 3))]
+        eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+        admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
+        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"}),
+                                           NewTopic("kt2", PARTITIONS, 2)], request_timeout=30).values():
+            future.result(30)
+        for topic, factor in ((TOPIC, 3), ("kt2", 2)):
+            eventually(f"{topic}'s partitions led, every replica in the ISR", lambda t=topic, f=factor: all(
+                leader in replicas and len(replicas) == f and isr == sorted(replicas)
+                for leader, replicas, isr in described(n1, t).values()))
+        assert produce_to(nodes[1].kafka_port, "kt2", {0: [b"a", b"b"], 1: [b"c"]}) == {0: [0, 1], 1: [0]}
+        eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
+
+        history: list[Op] = []
+        fatal: list[KafkaError] = []
+        producer = Producer({"bootstrap.servers": bootstrap(nodes), "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, "message.timeout.ms": 120_000,
+                             "error_cb": lambda e: fatal.append(e) if e.fatal() else None})
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            write = Write(str(msg.partition()), int(msg.value()), None if err else msg.offset())
+            history.append(Send(PRODUCER, (write,), "info" if err else "ok"))
+            if err is not None:
+                fatal.append(err)
+
+        values = itertools.count()
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.is_set():
+                value = next(values)
+                producer.produce(TOPIC, str(value).encode(), partition=value % PARTITIONS, on_delivery=delivered)
+                producer.poll(0.01)
+
+        reader = Reader(bootstrap(nodes), history)
+        writer = threading.Thread(target=produce, daemon=True)
+        reader.start()
+        writer.start()
+        try:
+            eventually("values acknowledged", lambda: len(history) > 50)
+            dead = leader_of(nodes, 0, 0)
+            assert dead is not None
+            dead_id = nodes.index(dead) + 1
+            dead.proc.kill()
+            dead.proc.wait(timeout=30)
+            survivors = [s for s in nodes if s is not dead]
+            eventually("a new leader of partition 0", lambda: leader_of(survivors, 0, 1) is not None)
+            acked = sum(isinstance(op, Send) for op in history)
+            eventually("values acknowledged by the new leader",
+                       lambda: sum(isinstance(op, Send) for op in history) > acked + 50)
+            no_traceback(dead)
+            back = stack.enter_context(node(etcd1, tmp_path / "again", dead_id, *ARGS, data_dir=dead.data_dir,
+                                            kafka_port=dead.kafka_port))
+            nodes[dead_id - 1] = back
+            eventually("the restarted node back in the ISR of every partition",
+                       lambda: all(isr == [1, 2, 3] for _, _, isr in described(survivors[0], TOPIC).values()))
+        finally:
+            stop.set()
+            writer.join(30)
+            assert producer.flush(120) == 0, "every send answered"
+            reader.stopped.set()
+            reader.join(30)
+        assert fatal == [], fatal
+        sends = [op for op in history if isinstance(op, Send)]
+        assert sends and all(s.outcome == "ok" for s in sends)
+        for server in nodes:
+            for p in range(PARTITIONS):
+                history.append(FinalRead(FINAL + nodes.index(server) + 1, str(p), full_read(server, p)))
+        assert check(history) == []
+        reads = sum(len(pairs) for op in history if isinstance(op, Poll) for pairs in op.reads.values())
+        assert reads >= len(sends), "the consumer read every acknowledged value"
+        for server in nodes:
+            no_traceback(server)
