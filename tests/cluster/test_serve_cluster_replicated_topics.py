@@ -14,24 +14,40 @@ holds them all.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Send, Write, check
 from serve_support import eventually, no_traceback, node, produce_to, sql, wait_log
 
 from livewalgate import WalgateServer
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+from walgate.cluster.partition_codec import partitions_prefix
 
 ARGS = ("--override", "replica.lag.time.max.ms=2000", "--override", "replication.enable=true")
 TOPIC, PARTITIONS = "kt", 2
+KT_CONFIGS = {"min.insync.replicas": "2", "flush.messages": "1"}
+"""flush.messages=1: group commit, each write fsynced before it counts for the high watermark (the minimum durable
+position over the ISR); at the default flush.ms (3 s) an acks=all answer waits for the leader's and the followers'
+periodic fsyncs, up to 3 s."""
 PRODUCER, CONSUMER, FINAL = 1, 100, 200  # the history's process numbers (FINAL + node id: a full read through it)
 
 
@@ -44,6 +60,41 @@ def described(server: WalgateServer, topic: str) -> dict[int, tuple[int, list[in
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
     parts = admin.list_topics(topic, timeout=30).topics[topic].partitions
     return {p: (m.leader, list(m.replicas), sorted(m.isrs)) for p, m in parts.items()}
+
+
+def partition_states(etcd: EtcdCluster) -> list[bytes]:
+    """The keys of every partition state in etcd (``partitions/<database id>/<vgroup>``)."""
+    async def read() -> list[bytes]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(partitions_prefix(Keys("walgate")))
+            return [kv.key for kv in kvs]
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def vnode_dirs(server: WalgateServer) -> set[str]:
+    """The database directories holding vnodes in ``server``'s data dir."""
+    return {p.parent.name for p in (server.data_dir / "db").glob("*/vnode*")}
+
+
+def min_isr(server: WalgateServer, topic: str) -> tuple[str, ConfigSource]:
+    """``topic``'s min.insync.replicas and its source, as DescribeConfigs through ``server`` answers them."""
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}"})
+    [future] = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    entry = future.result(30)["min.insync.replicas"]
+    return entry.value, ConfigSource(entry.source)
+
+
+def acks_all_error(servers: str, topic: str, partition: int) -> KafkaError | None:
+    """The error one acks=all send without retries to ``partition`` of ``topic`` is answered (None: written)."""
+    producer = Producer({"bootstrap.servers": servers, "acks": "all", "retries": 0, "message.timeout.ms": 30_000})
+    errors: list[KafkaError | None] = []
+    producer.produce(topic, b"x", partition=partition, on_delivery=lambda err, _: errors.append(err))
+    assert producer.flush(30) == 0
+    return errors[0]
 
 
 def leader_of(nodes: list[WalgateServer], vnode: int, epoch: int) -> WalgateServer | None:
@@ -100,7 +151,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *ARGS)) for i in (2, 3))]
         eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
         admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
-        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"}),
+        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS),
                                            NewTopic("kt2", PARTITIONS, 2)], request_timeout=30).values():
             future.result(30)
         for topic, factor in ((TOPIC, 3), ("kt2", 2)):
@@ -108,6 +159,14 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
                 leader in replicas and len(replicas) == f and isr == sorted(replicas)
                 for leader, replicas, isr in described(n1, t).values()))
         assert produce_to(nodes[1].kafka_port, "kt2", {0: [b"a", b"b"], 1: [b"c"]}) == {0: [0, 1], 1: [0]}
+        assert min_isr(nodes[2], TOPIC) == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert min_isr(nodes[2], "kt2") == ("1", ConfigSource.DEFAULT_CONFIG)
+        [altered] = admin.incremental_alter_configs([ConfigResource("topic", "kt2", incremental_configs=[
+            ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET)])]).values()
+        altered.result(30)
+        assert min_isr(nodes[2], "kt2") == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert len(partition_states(etcd1)) == 2 * PARTITIONS
+        kt2_replicas = {p: replicas for p, (_, replicas, _) in described(n1, "kt2").items()}
         eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
 
         history: list[Op] = []
@@ -136,7 +195,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         reader.start()
         writer.start()
         try:
-            eventually("values acknowledged", lambda: len(history) > 50)
+            eventually("values acknowledged", lambda: len(history) > 20)
             dead = leader_of(nodes, 0, 0)
             assert dead is not None
             dead_id = nodes.index(dead) + 1
@@ -147,6 +206,10 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             acked = sum(isinstance(op, Send) for op in history)
             eventually("values acknowledged by the new leader",
                        lambda: sum(isinstance(op, Send) for op in history) > acked + 50)
+            lone = next(p for p, replicas in kt2_replicas.items() if dead_id in replicas)
+            eventually(f"kt2-{lone}'s ISR without node {dead_id}", lambda: dead_id not in described(
+                survivors[0], "kt2")[lone][2])  # one member left: below kt2's min.insync.replicas (altered to 2)
+            assert acks_all_error(bootstrap(survivors), "kt2", lone).code() == KafkaError.NOT_ENOUGH_REPLICAS
             no_traceback(dead)
             back = stack.enter_context(node(etcd1, tmp_path / "again", dead_id, *ARGS, data_dir=dead.data_dir,
                                             kafka_port=dead.kafka_port))
@@ -162,11 +225,19 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         assert fatal == [], fatal
         sends = [op for op in history if isinstance(op, Send)]
         assert sends and all(s.outcome == "ok" for s in sends)
-        for server in nodes:
-            for p in range(PARTITIONS):
-                history.append(FinalRead(FINAL + nodes.index(server) + 1, str(p), full_read(server, p)))
+        reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
+        with ThreadPoolExecutor(len(reads_of)) as pool:  # each partition read whole through each node, at once
+            finals = list(pool.map(lambda r: FinalRead(FINAL + r[0], str(r[2]), full_read(r[1], r[2])), reads_of))
+        history += finals
         assert check(history) == []
         reads = sum(len(pairs) for op in history if isinstance(op, Poll) for pairs in op.reads.values())
         assert reads >= len(sends), "the consumer read every acknowledged value"
+        kept = {server.data_dir: vnode_dirs(server) for server in nodes}
+        [deleted] = admin.delete_topics(["kt2"], request_timeout=30).values()
+        deleted.result(30)
+        eventually("kt2's partition states deleted", lambda: len(partition_states(etcd1)) == PARTITIONS)
+        for server in nodes:  # every replica's files of kt2 removed, kt's kept
+            eventually(f"kt2's vnodes gone from {server.data_dir}",
+                       lambda s=server: len(vnode_dirs(s)) == 1 and vnode_dirs(s) < kept[s.data_dir])
         for server in nodes:
             no_traceback(server)
