@@ -1,8 +1,12 @@
 """Kafka-native topics of replication factor above 1 in ``walgate serve`` (issue 25): three real ``walgate serve
 --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), unmodified clients.
 
-A confluent-kafka Admin creates topics of replication factor 3 (``min.insync.replicas=2``) and 2; Metadata names
-each partition's three (two) replicas, all in the ISR, and its leader. An idempotent confluent-kafka producer
+A confluent-kafka Admin creates topics of replication factor 3 (``min.insync.replicas=2``) and 2, and adds a
+partition to the second; Metadata names each partition's three (two) replicas, all in the ISR, and its leader;
+DescribeConfigs the topic's ``min.insync.replicas`` and its source, which IncrementalAlterConfigs changes on the
+second topic, whose partition left with one in-sync replica by the kill below then refuses acks=all
+NOT_ENOUGH_REPLICAS. At the end DeleteTopics of the second topic deletes its partition states and every replica's
+files. An idempotent confluent-kafka producer
 (acks=all, bootstrapped on every node) keeps producing unique values while a consumer assigned every partition keeps
 reading them; the leader of partition 0 is killed with kill -9, the survivors elect another, and the dead node,
 restarted on its data dir, rejoins the ISR. The producer's every send is acknowledged (its retries of batches the
@@ -31,6 +35,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
 )
 from etcd_cluster import EtcdCluster
@@ -165,8 +170,12 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET)])]).values()
         altered.result(30)
         assert min_isr(nodes[2], "kt2") == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
-        assert len(partition_states(etcd1)) == 2 * PARTITIONS
-        kt2_replicas = {p: replicas for p, (_, replicas, _) in described(n1, "kt2").items()}
+        [grown] = admin.create_partitions([NewPartitions("kt2", PARTITIONS + 1)], request_timeout=30).values()
+        grown.result(30)
+        eventually("kt2's new partition led, on two replicas in sync", lambda: len(parts := described(n1, "kt2")) == 3
+                   and len(parts[PARTITIONS][1]) == 2 and parts[PARTITIONS][2] == sorted(parts[PARTITIONS][1]))
+        assert len(partition_states(etcd1)) == 2 * PARTITIONS + 1
+        kt2_replicas = {p: replicas for p, (_, replicas, _) in described(n1, "kt2").items()}  # (3 partitions)
         eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
 
         history: list[Op] = []
