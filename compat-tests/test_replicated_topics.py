@@ -1,7 +1,8 @@
 """A replicated Kafka topic as the Java kafka-clients 4.3.0 makes and writes it (issue 25), on a 3-node walgate
 cluster with ``replication.enable=true`` (livecluster.py: one etcd member, nodes stopped by PID).
 
-java/ReplicatedTopic.java: the Admin creates a topic of replication factor 3 with ``min.insync.replicas=2``;
+java/ReplicatedTopic.java: the Admin creates a topic of replication factor 3 with ``min.insync.replicas=2`` (the
+CreateTopics answer names factor 3);
 describeTopics names, for each partition, a leader among three replicas (one on each node) all in sync;
 describeConfigs answers ``min.insync.replicas`` 2 set on the topic (DYNAMIC_TOPIC_CONFIG); a KafkaProducer with
 acks=all (idempotent: the client's default) sends every record without an error, and listOffsets' latest offsets
@@ -32,6 +33,7 @@ def test_java_admin_creates_describes_and_writes_a_replication_factor_3_topic(
     run = java("ReplicatedTopic.java", replicated_cluster.endpoint(1), "rf3", str(PARTITIONS), str(COUNT))
     steps = {e["step"]: e for e in (json.loads(line) for line in run.stdout.splitlines() if line.startswith("{"))}
     assert "error" not in steps, steps
+    assert steps["create"] == {"step": "create", "partitions": PARTITIONS, "replication_factor": 3}
     partitions = steps["describe"]["partitions"]
     assert [p["partition"] for p in partitions] == list(range(PARTITIONS))
     for p in partitions:

@@ -53,8 +53,10 @@ public class ReplicatedTopic {
         config.put("default.api.timeout.ms", "30000");
         try (Admin admin = Admin.create(config)) {
             NewTopic created = new NewTopic(topic, partitions, (short) 3).configs(Map.of("min.insync.replicas", "2"));
-            admin.createTopics(List.of(created)).all().get(30, TimeUnit.SECONDS);
-            emit("create", "\"ok\": true");
+            var result = admin.createTopics(List.of(created));
+            result.all().get(30, TimeUnit.SECONDS);
+            emit("create", "\"partitions\": " + result.numPartitions(topic).get() + ", \"replication_factor\": "
+                 + result.replicationFactor(topic).get());
             TopicDescription d = null;
             for (long deadline = System.nanoTime() + 30_000_000_000L; System.nanoTime() < deadline; Thread.sleep(200)) {
                 d = admin.describeTopics(List.of(topic)).allTopicNames().get(30, TimeUnit.SECONDS).get(topic);
