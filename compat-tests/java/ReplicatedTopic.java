@@ -64,8 +64,9 @@ public class ReplicatedTopic {
             }
             List<String> parts = new ArrayList<>();
             for (TopicPartitionInfo p : d.partitions()) {
-                parts.add("{\"partition\": " + p.partition() + ", \"leader\": " + (p.leader() == null ? -1 : p.leader().id())
-                          + ", \"replicas\": " + ids(p.replicas()) + ", \"isr\": " + ids(p.isr()) + "}");
+                int leader = p.leader() == null ? -1 : p.leader().id();
+                parts.add("{\"partition\": " + p.partition() + ", \"leader\": " + leader + ", \"replicas\": "
+                          + ids(p.replicas()) + ", \"isr\": " + ids(p.isr()) + "}");
             }
             emit("describe", "\"partitions\": [" + String.join(", ", parts) + "]");
             ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
@@ -97,7 +98,9 @@ public class ReplicatedTopic {
             for (int i = 0; i < partitions; i++) latest.put(new TopicPartition(topic, i), OffsetSpec.latest());
             List<String> ends = new ArrayList<>();
             var offsets = admin.listOffsets(latest).all().get(30, TimeUnit.SECONDS);
-            for (int i = 0; i < partitions; i++) ends.add(String.valueOf(offsets.get(new TopicPartition(topic, i)).offset()));
+            for (int i = 0; i < partitions; i++) {
+                ends.add(String.valueOf(offsets.get(new TopicPartition(topic, i)).offset()));
+            }
             emit("ends", "\"offsets\": [" + String.join(", ", ends) + "]");
         } catch (Exception e) {
             emit("error", "\"class\": \"" + e.getClass().getSimpleName() + "\", \"message\": \""

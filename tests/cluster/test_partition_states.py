@@ -476,8 +476,9 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
         etcd1: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Every replicated vgroup of the catalog gets its initial state (the first registered replica leading, the
     registered ones in sync), in transactions of at most 60; an existing state only takes the catalog's
-    min.insync.replicas (after the creations), a damaged one is not overwritten; a vgroup whose catalog entry makes no state is reported at ERROR, the others created all the same;
-    a key deleted later is created again by the running controller."""
+    min.insync.replicas (after the creations), a damaged one is not overwritten; a vgroup whose catalog entry makes
+    no state is reported at ERROR, the others created all the same; a key deleted later is created again by the
+    running controller."""
     n1, n2 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
     try:
         n1.start("registration", "election")

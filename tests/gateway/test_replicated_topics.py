@@ -59,7 +59,8 @@ async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_ope
         answer = await produce(t, 1, first)
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
         old = t.nodes[1].side
-        opened = await old.call(old.engine.append_batches, TOPIC, 0, [batch(TRANSACTIONAL, 0, b"t", transactional=True)])
+        transaction = batch(TRANSACTIONAL, 0, b"t", transactional=True)
+        opened = await old.call(old.engine.append_batches, TOPIC, 0, [transaction])
         assert opened == 2  # a transaction the old leader opened, never ended
         await t.caught_up(2, 3)
 

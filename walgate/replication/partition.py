@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "reconfigure", "check_leader_epoch",
-           "same_incarnation", "leads", "change_isr", "alter_partition", "elect", "reconcile"]
+__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "reconfigure",
+           "check_leader_epoch", "same_incarnation", "leads", "change_isr", "alter_partition", "elect", "reconcile"]
 
 NO_LEADER = -1
 """The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""

@@ -5,17 +5,18 @@ is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`). 
 (``__consumer_offsets``, ``__transaction_state``: :data:`~walgate.storage.topic_configs.INTERNAL_TOPICS`) are
 INVALID_REQUEST, on a single node and in a cluster alike.
 
-A replication factor (-1: the broker's ``default.replication.factor``, 1) and ``num_partitions`` (-1: 1, Kafka's ``num.partitions``) are checked in
-Kafka's order with its messages: a factor below 1 (INVALID_REPLICATION_FACTOR), a partition count below 1
-(INVALID_PARTITIONS; walgate's own message above 1024, a database's VGROUPS limit), a factor above the live nodes
-(INVALID_REPLICATION_FACTOR, "Unable to replicate the partition N time(s): " and the placer's text); then a factor
-above 1 is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR) unless
-``replication.enable`` is set (issue 25): each partition's replicas are then placed on that many distinct live nodes,
-racks spread (:mod:`walgate.cluster.placement`), the controller creates their partition states and the followers
-copy the leader (``min.insync.replicas`` from the topic's configs). Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name
-the replicas of each partition: distinct live nodes of the cluster (this node alone on a single node), as many for
-each, checked by :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message
-otherwise), then their count as a replication factor; each partition is placed on the nodes named.
+A replication factor (-1: the broker's ``default.replication.factor``, 1) and ``num_partitions`` (-1: 1, Kafka's
+``num.partitions``) are checked in Kafka's order with its messages: a factor below 1 (INVALID_REPLICATION_FACTOR), a
+partition count below 1 (INVALID_PARTITIONS; walgate's own message above 1024, a database's VGROUPS limit), a factor
+above the live nodes (INVALID_REPLICATION_FACTOR, "Unable to replicate the partition N time(s): " and the placer's
+text); then a factor above 1 is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR)
+unless ``replication.enable`` is set (issue 25): each partition's replicas are then placed on that many distinct live
+nodes, racks spread (:mod:`walgate.cluster.placement`), the controller creates their partition states and the
+followers copy the leader (``min.insync.replicas`` from the topic's configs). Manual assignments (``assignments``,
+with both -1 as Kafka demands, else INVALID_REQUEST) name the replicas of each partition: distinct live nodes of the
+cluster (this node alone on a single node), as many for each, checked by :func:`walgate.cluster.placement.assigned`
+(INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise), then their count as a replication factor; each partition
+is placed on the nodes named.
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG); those not given follow the dynamic
 broker defaults (:mod:`walgate.storage.resource_configs`). ``validate_only`` checks everything
