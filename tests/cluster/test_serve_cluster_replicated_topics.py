@@ -2,7 +2,7 @@
 --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), unmodified clients.
 
 A confluent-kafka Admin creates topics of replication factor 3 (``min.insync.replicas=2``) and 2, and adds a
-partition to the second; Metadata names each partition's three (two) replicas, all in the ISR, and its leader;
+partition to the second on two brokers it names; Metadata names each partition's three (two) replicas, all in the ISR, and its leader;
 DescribeConfigs the topic's ``min.insync.replicas`` and its source, which IncrementalAlterConfigs changes on the
 second topic, whose partition left with one in-sync replica by the kill below then refuses acks=all
 NOT_ENOUGH_REPLICAS. At the end DeleteTopics of the second topic deletes its partition states and every replica's
@@ -170,10 +170,11 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET)])]).values()
         altered.result(30)
         assert min_isr(nodes[2], "kt2") == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
-        [grown] = admin.create_partitions([NewPartitions("kt2", PARTITIONS + 1)], request_timeout=30).values()
+        [grown] = admin.create_partitions([NewPartitions("kt2", PARTITIONS + 1, replica_assignment=[[3, 1]])],
+                                          request_timeout=30).values()
         grown.result(30)
-        eventually("kt2's new partition led, on two replicas in sync", lambda: len(parts := described(n1, "kt2")) == 3
-                   and len(parts[PARTITIONS][1]) == 2 and parts[PARTITIONS][2] == sorted(parts[PARTITIONS][1]))
+        eventually("kt2's new partition on nodes 3 and 1 (as assigned), led by 3, both in sync",
+                   lambda: described(n1, "kt2").get(PARTITIONS) == (3, [3, 1], [1, 3]))
         assert len(partition_states(etcd1)) == 2 * PARTITIONS + 1
         kt2_replicas = {p: replicas for p, (_, replicas, _) in described(n1, "kt2").items()}  # (3 partitions)
         eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
