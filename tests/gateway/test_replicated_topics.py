@@ -12,17 +12,14 @@ opened open: its last stable offset stops at the transaction's first offset, as 
 
 from __future__ import annotations
 
-import datetime
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.cluster.etcd_cluster import EtcdCluster
-from tests.gateway.test_replicas import PARTITION_DATA, PRODUCE, TOPIC, TOPIC_DATA, WAIT_S, Trio, bounded, etcd, trio
-from walgate.gateway.kafka.node_links import NodeLinks
+from tests.gateway.test_replicas import TOPIC, etcd, produce, trio
 from walgate.wire import encode_batch
 from walgate.wire.errors import ErrorCode
 
@@ -37,26 +34,12 @@ def batch(producer_id: int, sequence: int, *values: bytes, transactional: bool =
                         producer_epoch=0, base_sequence=sequence, is_transactional=transactional)
 
 
-async def produce(t: Trio, to: int, records: bytes) -> Any:
-    """``records`` produced with acks=all to partition 0 of :data:`TOPIC` on node ``to`` (a raw Produce v9 over node
-    3's links); the partition's answer."""
-    request = PRODUCE(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=20),
-                      topic_data=(TOPIC_DATA(name=TOPIC, partition_data=(PARTITION_DATA(index=0, records=records),)),))
-    links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
-    try:
-        async with bounded(f"node {to}'s Produce answer"):
-            response = await links.call(to, request)
-    finally:
-        links.close()
-    return response.responses[0].partition_responses[0]
-
-
 async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_open_transactions(
         etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
         await t.started()
         first = batch(IDEMPOTENT, 0, b"a", b"b")
-        answer = await produce(t, 1, first)
+        answer = await produce(t, 1, -1, batch=first)
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
         old = t.nodes[1].side
         transaction = batch(TRANSACTIONAL, 0, b"t", transactional=True)
@@ -71,11 +54,11 @@ async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_ope
         assert producers.ongoing() == {TRANSACTIONAL: 2}
         wal = await t.nodes[2].wal()
         end = wal.next_version
-        answer = await produce(t, 2, first)  # the producer's retry: a duplicate, answered with its offset
+        answer = await produce(t, 2, -1, batch=first)  # the producer's retry: a duplicate, answered with its offset
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0) and wal.next_version == end
-        answer = await produce(t, 2, batch(IDEMPOTENT, 2, b"c"))
+        answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, 2, b"c"))
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 3)
-        answer = await produce(t, 2, batch(IDEMPOTENT, 5, b"gap"))
+        answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, 5, b"gap"))
         assert answer.error_code == ErrorCode.out_of_order_sequence_number
         producers = new.engine.store.producers[(TOPIC, 0)]
         assert producers.last_stable(0, 4) == 2  # read_committed stops at the open transaction, as on node 1
