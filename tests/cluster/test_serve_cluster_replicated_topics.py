@@ -2,18 +2,17 @@
 --cluster`` nodes with ``replication.enable=true`` over a real etcd (stopped by PID), unmodified clients.
 
 A confluent-kafka Admin creates topics of replication factor 3 (``min.insync.replicas=2``) and 2, and adds a
-partition to the second on two brokers it names; Metadata names each partition's three (two) replicas, all in the ISR, and its leader;
-DescribeConfigs the topic's ``min.insync.replicas`` and its source, which IncrementalAlterConfigs changes on the
-second topic, whose partition left with one in-sync replica by the kill below then refuses acks=all
-NOT_ENOUGH_REPLICAS. At the end DeleteTopics of the second topic deletes its partition states and every replica's
-files. An idempotent confluent-kafka producer
-(acks=all, bootstrapped on every node) keeps producing unique values while a consumer assigned every partition keeps
-reading them; the leader of partition 0 is killed with kill -9, the survivors elect another, and the dead node,
-restarted on its data dir, rejoins the ISR. The producer's every send is acknowledged (its retries of batches the
-old leader may have appended are answered as duplicates by the new leader, which built each producer's sequences
-from the WAL it copied), no error it reports is fatal, and tests/cluster/history.py's checker finds nothing: every
-acknowledged value is read, at one offset, once, in order, and a full read of each partition through each node
-holds them all.
+partition to the second on two brokers it names; Metadata names each partition's three (two) replicas, all in the
+ISR, and its leader; DescribeConfigs the topic's ``min.insync.replicas`` and its source, which
+IncrementalAlterConfigs changes on the second topic, whose partition left with one in-sync replica by the kill below
+then refuses acks=all NOT_ENOUGH_REPLICAS. At the end DeleteTopics of the second topic deletes its partition states
+and every replica's files. An idempotent confluent-kafka producer (acks=all, bootstrapped on every node) keeps
+producing unique values while a consumer assigned every partition keeps reading them; the leader of partition 0 is
+killed with kill -9, the survivors elect another, and the dead node, restarted on its data dir, rejoins the ISR. The
+producer's every send is acknowledged (its retries of batches the old leader may have appended are answered as
+duplicates by the new leader, which built each producer's sequences from the WAL it copied), no error it reports is
+fatal, and tests/cluster/history.py's checker finds nothing: every acknowledged value is read, at one offset, once,
+in order, and a full read of each partition through each node holds them all.
 """
 
 from __future__ import annotations
@@ -180,16 +179,16 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
 
         history: list[Op] = []
-        fatal: list[KafkaError] = []
+        failed: list[KafkaError] = []  # a fatal error, or a send given up: never retried
         producer = Producer({"bootstrap.servers": bootstrap(nodes), "enable.idempotence": True, "acks": "all",
                              "linger.ms": 5, "message.timeout.ms": 120_000,
-                             "error_cb": lambda e: fatal.append(e) if e.fatal() else None})
+                             "error_cb": lambda e: failed.append(e) if e.fatal() else None})
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             write = Write(str(msg.partition()), int(msg.value()), None if err else msg.offset())
             history.append(Send(PRODUCER, (write,), "info" if err else "ok"))
             if err is not None:
-                fatal.append(err)
+                failed.append(err)
 
         values = itertools.count()
         stop = threading.Event()
@@ -205,7 +204,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         reader.start()
         writer.start()
         try:
-            eventually("values acknowledged", lambda: len(history) > 20)
+            eventually("values acknowledged", lambda: sum(isinstance(op, Send) for op in history) > 20)
             dead = leader_of(nodes, 0, 0)
             assert dead is not None
             dead_id = nodes.index(dead) + 1
@@ -232,7 +231,7 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             assert producer.flush(120) == 0, "every send answered"
             reader.stopped.set()
             reader.join(30)
-        assert fatal == [], fatal
+        assert failed == [], failed
         sends = [op for op in history if isinstance(op, Send)]
         assert sends and all(s.outcome == "ok" for s in sends)
         reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
