@@ -23,7 +23,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from walgate.cluster.placement import Replicas
-from walgate.storage import datadir
+from walgate.storage import datadir, led_appends
 from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
 from walgate.storage.errors import (
@@ -34,6 +34,7 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from walgate.storage.led_appends import LedAppend
 from walgate.storage.names import new_db_id
 from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
@@ -366,9 +367,13 @@ class NativeTopics:
 
     def _write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> Wal:
-        """Append one marker; the WAL that holds it."""
-        self._native(topic)
-        _, vnode, idx = self.store.partition(topic, partition)
+        """Append one marker; the WAL that holds it. A replicated partition's only on its leader
+        (:meth:`Store.written_vnode`: a follower's copy is its leader's WAL, NotLedNow otherwise), the append noted
+        for a caller waiting for its in-sync replicas (:mod:`walgate.storage.led_appends`, as Kafka writes markers
+        with acks=all)."""
+        t = self._native(topic)
+        _, _, idx = self.store.partition(topic, partition)
+        vnode = self.store.written_vnode(t.db, partition)
         producers = self.store.producers[(topic, partition)]
         producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         offset = idx.end_offset
@@ -378,6 +383,8 @@ class NativeTopics:
         producers.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, offset, now_ms)
         self.views.index(vnode, [DecodedEntry(version, KIND_KAFKA, kafka_records=1, max_ts=now_ms)],
                          vnode.wal.next_version, [topic])
+        if vnode.wal.leading:
+            led_appends.note(LedAppend((t.db, partition), vnode.epochs.latest_epoch, vnode.wal.next_version - 1))
         return vnode.wal
 
     def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:
