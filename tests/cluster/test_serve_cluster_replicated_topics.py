@@ -101,8 +101,9 @@ def acks_all_error(servers: str, topic: str, partition: int) -> KafkaError | Non
     return errors[0]
 
 
-def leader_of(nodes: list[WalgateServer], vnode: int, epoch: int) -> WalgateServer | None:
-    return next((s for s in nodes if f"vnode {vnode} of database kafka_{TOPIC}: leading epoch {epoch}" in s.log()),
+def leader_of(nodes: list[WalgateServer], vnode: int, epoch: int, topic: str = TOPIC) -> WalgateServer | None:
+    """The node that logged leading ``vnode`` of ``topic`` in leader epoch ``epoch`` (None: none of ``nodes``)."""
+    return next((s for s in nodes if f"vnode {vnode} of database kafka_{topic}: leading epoch {epoch}" in s.log()),
                 None)
 
 
