@@ -55,6 +55,16 @@ periodic fsyncs, up to 3 s."""
 PRODUCER, CONSUMER, FINAL = 1, 100, 200  # the history's process numbers (FINAL + node id: a full read through it)
 
 
+def three_nodes(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path) -> list[WalgateServer]:
+    """Nodes 1 (the controller, elected first), 2 and 3 with :data:`ARGS`, stopped when ``stack`` closes; once all
+    three are ready."""
+    n1 = stack.enter_context(node(etcd, tmp_path, 1, *ARGS))
+    wait_log(n1, "node 1: controller")
+    nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *ARGS)) for i in (2, 3))]
+    eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+    return nodes
+
+
 def bootstrap(nodes: list[WalgateServer]) -> str:
     return ",".join(f"127.0.0.1:{s.kafka_port}" for s in nodes)
 
@@ -151,10 +161,8 @@ def full_read(server: WalgateServer, partition: int) -> list[tuple[int, int]]:
 def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etcd1: EtcdCluster,
                                                                              tmp_path: Path) -> None:
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *ARGS))
-        wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *ARGS)) for i in (2, 3))]
-        eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+        nodes = three_nodes(stack, etcd1, tmp_path)
+        n1 = nodes[0]
         admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
         for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS),
                                            NewTopic("kt2", PARTITIONS, 2)], request_timeout=30).values():

@@ -18,8 +18,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, node, sql, wait_log
-from test_serve_cluster_replicated_topics import ARGS, bootstrap, leader_of
+from serve_support import eventually, no_traceback
+from test_serve_cluster_replicated_topics import bootstrap, leader_of, three_nodes
 from test_serve_cluster_transactions import _find_txn
 from test_transactions_coordinator import read_committed  # compat-tests/, which serve_support puts on the path
 
@@ -31,11 +31,8 @@ TOPIC, TID = "tx", "tx-failover"
 def test_a_transaction_commits_on_the_new_leader_of_a_partition_whose_leader_was_killed(etcd1: EtcdCluster,
                                                                                         tmp_path: Path) -> None:
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *ARGS))
-        wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *ARGS)) for i in (2, 3))]
-        eventually("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
-        [(_, coordinator, _, error)] = _find_txn(n1.kafka_port, TID)
+        nodes = three_nodes(stack, etcd1, tmp_path)
+        [(_, coordinator, _, error)] = _find_txn(nodes[0].kafka_port, TID)
         assert error == ErrorCode.none
         first, second = (n for n in (1, 2, 3) if n != coordinator)
         admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
