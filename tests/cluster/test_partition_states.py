@@ -507,9 +507,10 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
 async def test_the_controller_creates_the_states_the_catalog_holds_and_partitions_lacks(
         etcd1: EtcdCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Every replicated vgroup of the catalog gets its initial state (the first registered replica leading, the
-    registered ones in sync), in transactions of at most 60; an existing state is not touched, a damaged one not
-    overwritten; a vgroup whose catalog entry makes no state is reported at ERROR, the others created all the same;
-    a key deleted later is created again by the running controller."""
+    registered ones in sync), in transactions of at most 60; an existing state only takes the catalog's
+    min.insync.replicas (after the creations), a damaged one is not overwritten; a vgroup whose catalog entry makes
+    no state is reported at ERROR, the others created all the same; a key deleted later is created again by the
+    running controller."""
     async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
         catalog = {PartitionId("db", v): ReplicatedVnode((3, 2, 1) if v % 2 else (1, 2, 3), 2, v == 4)
@@ -529,8 +530,8 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
             "min.insync.replicas 3: between 1 and the replication factor 2"]
         states = await reconciler.states.read_all()
         assert set(states) == set(catalog) - {damaged, unbuildable} and reconciler.created == len(catalog) - 3
-        assert states[existing].min_isr == 1
-        assert states[existing].partition_epoch < states[PartitionId("db", 2)].partition_epoch  # written before
+        assert states[existing].min_isr == 2  # the catalog's (a topic's min.insync.replicas altered), written after
+        assert states[existing].partition_epoch > states[PartitionId("db", 2)].partition_epoch  # the creations
         for pid in set(catalog) - {existing, damaged, unbuildable}:
             assert replace(states[pid], partition_epoch=0) == initial_state(catalog[pid].replicas, epochs, 2,
                                                                             pid.vgroup == 4)

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walgate.cluster.placement import BadAssignment, InvalidReplicationFactor, NoLiveNode, assigned, place
+from walgate.cluster.placement import (
+    BadAssignment,
+    InvalidReplicationFactor,
+    NoLiveNode,
+    assigned,
+    place,
+    unserved,
+)
 
 
 def firsts(placed: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -133,3 +140,11 @@ def test_a_bad_manual_assignment_is_refused_with_its_reason(assignment: list[tup
     with pytest.raises(BadAssignment) as refused:
         assigned(assignment, {1, 2}, replicas=replicas)
     assert str(refused.value) == message
+
+
+def test_a_factor_above_1_is_served_only_with_replication_enabled() -> None:
+    for factor in (2, 3):
+        assert unserved(factor, True) is None
+        assert unserved(factor, False) == (f"replication factor {factor}: replication factor above 1 is not enabled "
+                                           "yet (issue 25: no node copies another's partitions yet); use 1")
+    assert unserved(1, False) is None and unserved(1, True) is None

@@ -438,10 +438,11 @@ async def _is(value: bool) -> bool:
 
 
 async def produce(t: Trio, to: int, acks: int, timeout_ms: int = 20_000, topic_name: str = TOPIC,
-                  record: tuple[bytes, bytes] = (b"k", b"v")) -> Any:
+                  record: tuple[bytes, bytes] = (b"k", b"v"), batch: bytes | None = None) -> Any:
     """One ``record`` (key, value) produced to partition 0 of ``topic_name`` on node ``to`` (a raw Produce v9 over
-    node 3's links); the partition's answer."""
-    batch = encode_batch(0, [int(time.time() * 1000)], [record[0]], [record[1]])
+    node 3's links), or the RecordBatch ``batch`` when given; the partition's answer."""
+    if batch is None:
+        batch = encode_batch(0, [int(time.time() * 1000)], [record[0]], [record[1]])
     request = PRODUCE(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=timeout_ms),
                       topic_data=(TOPIC_DATA(name=topic_name, partition_data=(
                           PARTITION_DATA(index=0, records=batch),)),))

@@ -24,6 +24,7 @@ from walgate.replication.partition import (
     initial_state,
     leads,
     reconcile,
+    reconfigure,
 )
 from walgate.wire.errors import ErrorCode
 
@@ -163,6 +164,18 @@ def test_isr_below_min_moves_the_leavers_to_the_elr() -> None:
     assert alone.elr == (1,) and alone.partition_epoch == 12
     assert change_isr(full, (IsrMember(0, 7),), wiped=frozenset({2})).elr == (1,)
     assert change_isr(alone, (IsrMember(0, 7), IsrMember(2, 9))).elr == ()
+
+
+def test_a_changed_min_isr_or_unclean_setting_clears_the_elr() -> None:
+    """KIP-966: a topic's min.insync.replicas (or unclean election) altered: the state takes it, its ELR cleared
+    and its partition epoch bumped; unchanged settings leave the state as it is."""
+    alone = change_isr(change_isr(state({0: 7, 1: 8, 2: 9}), (IsrMember(0, 7), IsrMember(1, 8))), (IsrMember(0, 7),))
+    assert alone.elr == (1,) and alone.min_isr == 2
+    assert reconfigure(alone, 2, False) is alone
+    for min_isr, unclean in ((1, False), (3, False), (2, True)):
+        new = reconfigure(alone, min_isr, unclean)
+        assert (new.min_isr, new.unclean_election, new.elr, new.partition_epoch) == (min_isr, unclean, (), 13)
+        assert (new.isr, new.leader, new.leader_epoch) == (alone.isr, alone.leader, alone.leader_epoch)
 
 
 def test_controller_elects_from_the_isr_in_replica_order() -> None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from walgate.cluster.model import ControlPlaneError, Keys
-from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, initial_state, reconcile
+from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState, initial_state, reconcile, reconfigure
 
 __all__ = ["MAX_STATES_PER_TXN", "PartitionId", "PartitionStateDamaged", "partitions_prefix", "partition_key",
            "partition_id", "encode_state", "decode_state", "reconcile_all", "batches", "ReplicatedVnode",
-           "missing_states"]
+           "missing_states", "reconfigured_states"]
 
 MAX_STATES_PER_TXN = 60
 """States one controller transaction writes or creates: a compare and a put each. etcd (``--max-txn-ops``, 128 by
@@ -152,6 +152,23 @@ def missing_states(catalog: Mapping[PartitionId, ReplicatedVnode], present: Coll
         except ValueError as e:
             refused[pid] = str(e)
     return states, refused
+
+
+def reconfigured_states(catalog: Mapping[PartitionId, ReplicatedVnode], states: Mapping[PartitionId, PartitionState]
+                        ) -> dict[PartitionId, PartitionState]:
+    """The states whose ``min_isr`` or unclean election the catalog's entry changed (a topic's
+    ``min.insync.replicas`` or ``unclean.leader.election.enable`` altered), each ``partition.reconfigure``d; a
+    state without a catalog entry is not changed here (it is deleted), nor one whose new ``min_isr`` the state
+    cannot hold (above its replicas: the catalog never names one)."""
+    out: dict[PartitionId, PartitionState] = {}
+    for pid, state in sorted(states.items()):
+        v = catalog.get(pid)
+        if v is None or not 1 <= v.min_isr <= len(state.replicas):
+            continue
+        new = reconfigure(state, v.min_isr, v.unclean_election)
+        if new is not state:
+            out[pid] = new
+    return out
 
 
 def batches(changes: Collection[PartitionId], size: int = MAX_STATES_PER_TXN) -> Iterator[list[PartitionId]]:

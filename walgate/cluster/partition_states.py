@@ -38,6 +38,7 @@ from walgate.cluster.partition_codec import (
     partition_key,
     partitions_prefix,
     reconcile_all,
+    reconfigured_states,
 )
 from walgate.cluster.registry import broker_epoch
 from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
@@ -261,7 +262,10 @@ class Reconciler:
     revision (:meth:`snapshot` reads ``catalog/seq`` in its transaction), so a database dropped, or made, before the
     read is never judged from an older catalog (a racing DROP DATABASE leaves no state behind, KIP-631's controller
     likewise deletes a topic's partitions in the record that deletes it). The elections are written first, from
-    the snapshot, so failover never waits for the catalog (rv4 R2). A catalog that has not answered within
+    the snapshot, so failover never waits for the catalog (rv4 R2). A state whose topic's ``min.insync.replicas`` or
+    ``unclean.leader.election.enable`` the catalog now has otherwise (AlterConfigs) takes them, its ELR cleared
+    (``partition.reconfigure``, KIP-966), written as an election is, after the creations (a state elected in the same
+    pass takes them in the next). A catalog that has not answered within
     ``catalog_wait_s``, or raised :class:`ControlPlaneUnavailable` (the node cannot catch up), holds back that
     pass's creations and deletions (a WARNING once per ``seq``); the pass then waits as a finished one does, and the
     catalog's answer, when it comes, wakes the next one (a stuck catalog makes no pass of its own but the next
@@ -391,6 +395,8 @@ class Reconciler:
                 log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
                           "%s", pid.db_id, pid.vgroup, why)
             refused += await self.create(snapshot, creations)
+            reconfigured = reconfigured_states(wanted, {p: s for p, s in snapshot.states.items() if p not in changes})
+            refused += await self.write(snapshot, reconfigured)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
             return 0

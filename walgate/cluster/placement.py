@@ -90,13 +90,13 @@ def check_replication_factor(replicas: int, live: int) -> None:
                                        f"{live} broker(s) are registered.")
 
 
-def unserved(replicas: int) -> str | None:
-    """Why vgroups of ``replicas`` copies cannot be created yet, or None: the one check the serving path makes
-    (CreateTopics, CreatePartitions, SQL ``CREATE DATABASE ... REPLICA``) before placing, so that no user gets a topic
-    or database that claims more copies than exist. Nothing copies a vnode to its other replicas until the replica
-    manager is part of ``walgate serve`` (issue 25, step 5); placement, the catalog record and the partition states
-    below this check take any count."""
-    if replicas <= 1:
+def unserved(replicas: int, replication: bool) -> str | None:
+    """Why Kafka-native partitions of ``replicas`` copies cannot be created here, or None: the check CreateTopics and
+    CreatePartitions make before placing, so that no user gets a topic that claims more copies than exist. Above 1
+    they are served only with ``replication`` (``replication.enable``: every node's replica manager copies the
+    partitions it follows, issue 25; the refusal's text is the one of releases before it), as SQL
+    ``CREATE DATABASE ... REPLICA`` is (its own message, :meth:`walgate.storage.ddl.Ddl.create_database`)."""
+    if replicas <= 1 or replication:
         return None
     return (f"replication factor {replicas}: replication factor above 1 is not enabled yet (issue 25: no node copies "
             "another's partitions yet); use 1")

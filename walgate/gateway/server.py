@@ -80,6 +80,7 @@ from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators, cluster_partitions
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
+from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks
 from walgate.gateway.kafka.sasl import OAUTHBEARER, SaslSettings
 from walgate.gateway.kafka.server import KafkaServer
@@ -263,16 +264,18 @@ class Gateway:
             now_ms=now_ms(),
         ), members, bridge)
 
-    async def _transaction_service(self, engine: Engine, links: NodeLinks | None) -> TransactionService:
+    async def _transaction_service(self, engine: Engine, links: NodeLinks | None,
+                                   led: Callable[[], LedVnodes | None]) -> TransactionService:
         """The node's transaction coordinator, its durable state loaded and its decided transactions finished;
-        ``links``: this node's connections to the other nodes (cluster mode)."""
+        ``links``: this node's connections to the other nodes (cluster mode); ``led``: its replica manager (None until
+        it runs: replicated partitions' markers)."""
         cfg = self.config
         self._transactions = TransactionService(
             engine, self._coordinator, self._storage,
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            self._group_coordinators, links,
+            self._group_coordinators, links, led,
         )
         await self._transactions.open()
         return self._transactions
@@ -432,7 +435,7 @@ class Gateway:
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
         broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.links = None if self._cluster is None else self._node_links(self._cluster)
-        broker.transactions = await self._transaction_service(engine, broker.links)
+        broker.transactions = await self._transaction_service(engine, broker.links, lambda: broker.led)
         broker.shares = ShareService(
             engine, self._coordinator, self._storage, lock_ms=cfg.group_share_record_lock_duration_ms,
             delivery_limit=cfg.group_share_delivery_count_limit,

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "check_leader_epoch",
-           "same_incarnation", "leads", "leader_live", "change_isr", "alter_partition", "elect", "reconcile"]
+__all__ = ["NO_LEADER", "IsrMember", "PartitionState", "AlterIsr", "initial_state", "reconfigure",
+           "check_leader_epoch", "same_incarnation", "leads", "leader_live", "change_isr", "alter_partition", "elect",
+           "reconcile"]
 
 NO_LEADER = -1
 """The leader of a partition that has none (no eligible replica is alive: the partition is offline)."""
@@ -142,6 +143,17 @@ def change_isr(state: PartitionState, isr: tuple[IsrMember, ...], wiped: frozens
         keep = (set(state.elr) | state.isr_ids) - ids - wiped
         elr = tuple(r for r in state.replicas if r in keep)
     return replace(state, isr=isr, elr=elr, partition_epoch=state.partition_epoch + 1)
+
+
+def reconfigure(state: PartitionState, min_isr: int, unclean_election: bool) -> PartitionState:
+    """``state`` under a topic's new ``min.insync.replicas`` and ``unclean.leader.election.enable``, its ELR
+    cleared and partition epoch bumped (KIP-966: a change of the min ISR config clears the ELR of the partitions it
+    applies to, as Kafka's controller does, since the ELR was built under the old value); ``state`` itself when
+    neither changed."""
+    if (state.min_isr, state.unclean_election) == (min_isr, unclean_election):
+        return state
+    return replace(state, min_isr=min_isr, unclean_election=unclean_election, elr=(),
+                   partition_epoch=state.partition_epoch + 1)
 
 
 def alter_partition(state: PartitionState, proposal: AlterIsr, registered: Mapping[int, int]) -> PartitionState | ErrorCode:

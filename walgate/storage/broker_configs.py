@@ -76,6 +76,7 @@ _KAFKA_SYNONYMS: Final[dict[str, str]] = {
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "local.retention.ms": "log.local.retention.ms", "local.retention.bytes": "log.local.retention.bytes",
+    "min.insync.replicas": "min.insync.replicas", "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 """Topic config -> the broker config of the highest priority that sets its default (Kafka 4's
 ``ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS``; Kafka's ``DynamicLogConfig`` makes every one dynamic)."""

@@ -842,9 +842,12 @@ class Catalog:
     def replicated_vnodes(self) -> dict[PartitionId, ReplicatedVnode]:
         """Each vgroup of more than one replica, by ``(database id, vgroup)``, as the controller creates its
         partition state (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an
-        SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, default 1, at most its replicas: the
-        partition state holds no more) and the topic's ``unclean.leader.election.enable``."""
-        native = {t.db: t.configs for t in self.topics.values() if t.kind == "kafka"}
+        SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
+        (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
+        is not the cluster's), else 1, at most its replicas: the partition state holds no more) and the topic's
+        ``unclean.leader.election.enable`` (defaulted alike)."""
+        defaults = resource_configs.topic_defaults(self.resource_configs, "")
+        native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
         out: dict[PartitionId, ReplicatedVnode] = {}
         for db in self.databases.values():
             if db.replicas is None or db.replication_factor == 1:

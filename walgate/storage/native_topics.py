@@ -23,7 +23,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from walgate.cluster.placement import Replicas
-from walgate.storage import datadir
+from walgate.storage import datadir, led_appends
 from walgate.storage.catalog import TopicDef
 from walgate.storage.entry import DecodedEntry
 from walgate.storage.errors import (
@@ -34,6 +34,7 @@ from walgate.storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from walgate.storage.led_appends import LedAppend
 from walgate.storage.names import new_db_id
 from walgate.storage.producers import AbortedTxn, ActiveProducer, DuplicateBatch, PartitionProducers
 from walgate.storage.store import Store
@@ -124,12 +125,13 @@ class NativeTopics:
 
     def create(self, name: str, partitions: int, configs: dict[str, str],
                defaults: Mapping[str, str] = MappingProxyType({}), nodes: tuple[Replicas, ...] | None = None,
-               prepared: str | None = None) -> TopicDef:
+               prepared: str | None = None, replication_factor: int = 1) -> TopicDef:
         """A Kafka-native topic of *partitions* partitions (its database's vgroups) with Kafka *configs*; its WAL
         settings follow *configs* over *defaults* (the dynamic broker defaults, not stored with the topic). Offsets a
         dropped topic of the name left behind are deleted first (:meth:`GroupOffsets.clear_left`). *nodes*: each
-        partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None: placed.
-        *prepared*: a database id from :meth:`prepare` (single node), whose vnodes' files are then only opened here."""
+        partition's replicas as a manual assignment names them (:meth:`Catalog.new_kafka_topic`), else None:
+        *replication_factor* replicas of each placed. *prepared*: a database id from :meth:`prepare` (single node),
+        whose vnodes' files are then only opened here."""
         catalog = self.store.catalog
         validate_topic_name(name)
         if name in catalog.topics:
@@ -138,7 +140,7 @@ class NativeTopics:
         options: dict[str, int | str] = {"VGROUPS": partitions, **wal_options({**defaults, **configs})}
         db, topic = catalog.new_kafka_topic(name, backing_database(name, catalog.databases), options,
                                             dict(configs), self.store.clock.time_ms(), nodes,
-                                            None if catalog.cluster else prepared)
+                                            None if catalog.cluster else prepared, replication_factor)
         if catalog.cluster:  # staged: its vnodes open when the node applies the record (follow_catalog)
             catalog.add_kafka_topic(db, topic)
             return topic
@@ -365,9 +367,13 @@ class NativeTopics:
 
     def _write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> Wal:
-        """Append one marker; the WAL that holds it."""
-        self._native(topic)
-        _, vnode, idx = self.store.partition(topic, partition)
+        """Append one marker; the WAL that holds it. A replicated partition's only on its leader
+        (:meth:`Store.written_vnode`: a follower's copy is its leader's WAL, NotLedNow otherwise), the append noted
+        for a caller waiting for its in-sync replicas (:mod:`walgate.storage.led_appends`, as Kafka writes markers
+        with acks=all)."""
+        t = self._native(topic)
+        _, _, idx = self.store.partition(topic, partition)
+        vnode = self.store.written_vnode(t.db, partition)
         producers = self.store.producers[(topic, partition)]
         producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         offset = idx.end_offset
@@ -377,6 +383,8 @@ class NativeTopics:
         producers.record_marker(producer_id, producer_epoch, coordinator_epoch, commit, offset, now_ms)
         self.views.index(vnode, [DecodedEntry(version, KIND_KAFKA, kafka_records=1, max_ts=now_ms)],
                          vnode.wal.next_version, [topic])
+        if vnode.wal.leading:
+            led_appends.note(LedAppend((t.db, partition), vnode.epochs.latest_epoch, vnode.wal.next_version - 1))
         return vnode.wal
 
     def ongoing_transactions(self) -> dict[int, list[tuple[str, int, int]]]:

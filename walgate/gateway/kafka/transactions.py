@@ -71,17 +71,20 @@ from walgate.coordinator.transactions import (
 )
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import now_ms
+from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.gateway.kafka.txn_remote import add_offsets, add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.partition import NO_LEADER
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
+from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.producers import ProducerIds
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["TransactionService", "COORDINATOR_EPOCH", "abortable_for_version", "for_version",
-           "partition_errors", "OFFSETS_TOPIC"]
+           "partition_errors", "OFFSETS_TOPIC", "MARKER_ACK_S", "written_markers", "acknowledged"]
 
 log = logging.getLogger("walgate.transactions")
 
@@ -118,6 +121,34 @@ def for_version(code: int, api_version: int, fenced_since: int) -> int:
     return code
 
 
+MARKER_ACK_S: Final = 5.0
+"""How long a marker in a replicated partition waits for its in-sync replicas before it counts as not written (a
+node's WriteTxnMarkers answer is bounded by 10 s; the coordinator tries again)."""
+
+
+def written_markers(engine: Engine, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                    partitions: list[tuple[str, int]]) -> list[Exception | LedAppend | None]:
+    """On the storage lane: :meth:`Engine.write_txn_markers` of ``partitions``, each answered: the exception that
+    refused it, the append to wait for when it went to a replicated vnode led here (Kafka appends markers with
+    acks=all: :func:`acknowledged`), else None (durable: done)."""
+    with recording() as appended:
+        errors = engine.write_txn_markers(producer_id, producer_epoch, coordinator_epoch, commit, partitions)
+    by_vnode = {a.key: a for a in appended}
+    out: list[Exception | LedAppend | None] = []
+    for (topic, partition), error in zip(partitions, errors):
+        t = engine.catalog.topics.get(topic)
+        out.append(error if error is not None or t is None else by_vnode.get((t.db, partition)))
+    return out
+
+
+async def acknowledged(led: LedVnodes | None, wait: LedAppend | None) -> ErrorCode:
+    """NONE once a marker's append ``wait`` (None: nothing to wait for) is held by its vnode's in-sync replicas,
+    else the error its wait ended on (:meth:`LedVnodes.writes_acknowledged`, at most :data:`MARKER_ACK_S`)."""
+    if wait is None or led is None:
+        return ErrorCode.none
+    return await led.writes_acknowledged([wait], MARKER_ACK_S)
+
+
 def partition_errors(engine: Engine, partitions: Iterable[tuple[str, int]],
                      writable: set[str]) -> dict[tuple[str, int], int]:
     """On the coordinator lane: the partitions a transaction may not take, with their error (TOPIC_AUTHORIZATION_FAILED
@@ -140,11 +171,15 @@ class TransactionService:
 
     def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread,
                  coordinator: TransactionCoordinator, check_interval_ms: int = 10_000,
-                 coordinators: GroupCoordinators | None = None, links: NodeLinks | None = None) -> None:
+                 coordinators: GroupCoordinators | None = None, links: NodeLinks | None = None,
+                 led: Callable[[], LedVnodes | None] | None = None) -> None:
         """``lane``: the coordinator lane (the state machine and its log); ``storage``: the storage lane (markers);
-        cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes."""
+        cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes, ``led``
+        the node's replica manager (None until it runs): a replicated partition's marker goes to its leader and
+        counts once its in-sync replicas hold it."""
         self.coordinators = coordinators
         self.links = links
+        self._led = led
         self.coordinator = coordinator
         self.lane = lane
         self.storage = storage
@@ -247,25 +282,40 @@ class TransactionService:
         return txn
 
     def _markers(self, txn: Txn, partitions: list[tuple[str, int]]
-                 ) -> tuple[dict[int, list[tuple[str, int]]], list[tuple[str, int]], str | None]:
+                 ) -> tuple[dict[int, list[tuple[str, int]]], list[tuple[str, int]], dict[tuple[str, int], LedAppend],
+                            str | None]:
         """On the storage lane: step 2's markers for ``txn`` (in Prepare*) in those of ``partitions`` on this node.
-        Returns the partitions placed on other nodes, by node (cluster mode), those done here (durable, or deleted:
-        no marker needed) and why one refused its marker (None: none did)."""
+        Returns the partitions on other nodes, by node (cluster mode: a replicated one's leader, :meth:`_node_of`),
+        those done here (durable, or deleted: no marker needed), those written to a replicated vnode led here, with
+        the append to wait for (:func:`acknowledged`), and why one refused its marker (None: none did)."""
         commit = txn.state is TxnState.PREPARE_COMMIT
-        errors = self._engine.write_txn_markers(txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
-                                                partitions)
+        answers = written_markers(self._engine, txn.producer_id, txn.producer_epoch, COORDINATOR_EPOCH, commit,
+                                  partitions)
         elsewhere: dict[int, list[tuple[str, int]]] = {}
         done: list[tuple[str, int]] = []
+        waits: dict[tuple[str, int], LedAppend] = {}
         refused: str | None = None
-        for (topic, partition), error in zip(partitions, errors):
+        for (topic, partition), error in zip(partitions, answers):
             if isinstance(error, NotHere):
-                elsewhere.setdefault(error.node, []).append((topic, partition))
+                elsewhere.setdefault(self._node_of(topic, partition, error.node), []).append((topic, partition))
+            elif isinstance(error, LedAppend):
+                waits[topic, partition] = error
             elif error is None or isinstance(error, NotFound):  # a deleted partition needs no marker
                 done.append((topic, partition))
             elif refused is None:
                 refused = (f"the {'commit' if commit else 'abort'} marker of transaction {txn.transactional_id!r} "
                            f"could not be written to {topic}-{partition}: {error}")
-        return elsewhere, done, refused
+        return elsewhere, done, waits, refused
+
+    def _node_of(self, topic: str, partition: int, placed: int) -> int:
+        """The node a partition's marker is sent to: a replicated partition's leader, as the partition state this
+        node read names it (Kafka sends markers to each partition's leader), else ``placed`` (where the partition is
+        placed, or its first replica while no leader is known: it answers NOT_LEADER_OR_FOLLOWER and the marker is
+        sent again). Any lane."""
+        led = None if self._led is None else self._led()
+        vgroup = self._engine.topics().replicated_vgroup(topic, partition)
+        state = None if led is None or vgroup is None else led.state_of(*vgroup)
+        return placed if state is None or state.leader == NO_LEADER else state.leader
 
     async def _offsets_elsewhere(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
         """Cluster mode: the coordinator partitions (as :data:`OFFSETS_TOPIC` partitions) of the groups of ``txn``
@@ -365,8 +415,15 @@ class TransactionService:
             if txn is not None:  # each call returns once what it wrote is durable
                 written = self._written_of(txn)
                 pending = sorted(txn.partitions - written)
-                elsewhere, done, refused = await self.storage.call(self._markers, txn, pending) if pending else (
-                    {}, [], None)
+                elsewhere, done, waits, refused = await self.storage.call(self._markers, txn, pending) if pending \
+                    else ({}, [], {}, None)
+                led = None if self._led is None else self._led()
+                for tp, code in zip(waits, await asyncio.gather(*(acknowledged(led, w) for w in waits.values()))):
+                    if code == ErrorCode.none:
+                        done.append(tp)
+                    elif refused is None:
+                        refused = (f"the marker of transaction {tid!r} in {tp[0]}-{tp[1]} was not acknowledged by its "
+                                   f"in-sync replicas ({code.name})")
                 written.update(done)
                 for node, partitions in (await self._offsets_elsewhere(txn)).items():
                     elsewhere.setdefault(node, []).extend(tp for tp in partitions if tp not in written)

@@ -1,7 +1,8 @@
 """CreatePartitions (key 37) v0–v3: grow a Kafka-native topic (new vgroups of its database).
 
-Only larger counts (INVALID_PARTITIONS otherwise). A topic of more than one replica per partition is refused by
-:func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR: nothing replicates yet, issue 25). Manual
+Only larger counts (INVALID_PARTITIONS otherwise). The new partitions have as many replicas as the topic's others;
+more than one is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR) unless
+``replication.enable`` is set (issue 25). Manual
 assignments name the replicas of each new partition (as many lists as partitions are added): distinct live nodes of
 the cluster (this node alone on a single node), as many as the topic's other partitions have, checked by
 :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise); each new
@@ -50,7 +51,7 @@ def grow(engine: Engine, t: CreatePartitionsTopic, validate_only: bool) -> Creat
         return _result(t, ErrorCode.invalid_partitions,
                       f"topic {t.name} has {current} partitions: ask for more, at most {MAX_PARTITIONS}")
     factor = engine.catalog.database(topic.db).replication_factor
-    refused = unserved(factor)
+    refused = unserved(factor, engine.catalog.replication)
     if refused is not None:
         return _result(t, ErrorCode.invalid_replication_factor, refused)
     nodes = None

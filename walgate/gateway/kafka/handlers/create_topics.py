@@ -5,15 +5,18 @@ is INVALID_TOPIC_EXCEPTION with Kafka's message (:mod:`walgate.storage.names`). 
 (``__consumer_offsets``, ``__transaction_state``: :data:`~walgate.storage.topic_configs.INTERNAL_TOPICS`) are
 INVALID_REQUEST, on a single node and in a cluster alike.
 
-A replication factor (-1: 1, the default) and ``num_partitions`` (-1: 1, Kafka's ``num.partitions``) are checked in
-Kafka's order with its messages: a factor below 1 (INVALID_REPLICATION_FACTOR), a partition count below 1
-(INVALID_PARTITIONS; walgate's own message above 1024, a database's VGROUPS limit), a factor above the live nodes
-(INVALID_REPLICATION_FACTOR, "Unable to replicate the partition N time(s): " and the placer's text); then a factor
-above 1 is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR: nothing replicates yet,
-issue 25). Manual assignments (``assignments``, with both -1 as Kafka demands, else INVALID_REQUEST) name
-the replicas of each partition: distinct live nodes of the cluster (this node alone on a single node), as many for
-each, checked by :func:`walgate.cluster.placement.assigned` (INVALID_REPLICA_ASSIGNMENT with Kafka's message
-otherwise), then their count as a replication factor; each partition is placed on the nodes named.
+A replication factor (-1: the broker's ``default.replication.factor``, 1) and ``num_partitions`` (-1: 1, Kafka's
+``num.partitions``) are checked in Kafka's order with its messages: a factor below 1 (INVALID_REPLICATION_FACTOR), a
+partition count below 1 (INVALID_PARTITIONS; walgate's own message above 1024, a database's VGROUPS limit), a factor
+above the live nodes (INVALID_REPLICATION_FACTOR, "Unable to replicate the partition N time(s): " and the placer's
+text); then a factor above 1 is refused by :func:`walgate.cluster.placement.unserved` (INVALID_REPLICATION_FACTOR)
+unless ``replication.enable`` is set (issue 25): each partition's replicas are then placed on that many distinct live
+nodes, racks spread (:mod:`walgate.cluster.placement`), the controller creates their partition states and the
+followers copy the leader (``min.insync.replicas`` from the topic's configs). Manual assignments (``assignments``,
+with both -1 as Kafka demands, else INVALID_REQUEST) name the replicas of each partition: distinct live nodes of the
+cluster (this node alone on a single node), as many for each, checked by :func:`walgate.cluster.placement.assigned`
+(INVALID_REPLICA_ASSIGNMENT with Kafka's message otherwise), then their count as a replication factor; each partition
+is placed on the nodes named.
 Configs: see :mod:`walgate.storage.topic_configs` (unknown keys and values
 walgate cannot honour get INVALID_CONFIG); those not given follow the dynamic
 broker defaults (:mod:`walgate.storage.resource_configs`). ``validate_only`` checks everything
@@ -119,50 +122,52 @@ def _result(name: str, error: int, message: str | None, topic_id: uuid.UUID = _N
             "num_partitions": num_partitions, "replication_factor": replication_factor, "configs": configs}
 
 
-def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic
-                ) -> tuple[int, tuple[Replicas, ...] | None, str | None]:
-    """(partition count, the replicas of each partition a manual assignment names (None: placed), None) or (error
-    code, None, message)."""
+def _partitions(engine: Engine, t: CreateTopicsRequestCreatableTopic, default_factor: int
+                ) -> tuple[int, int, tuple[Replicas, ...] | None, str | None]:
+    """(partition count, replication factor, the replicas of each partition a manual assignment names (None:
+    placed), None) or (error code, 0, None, message); ``default_factor``: the factor of -1."""
     live = engine.catalog.placeable()
     if t.assignments:
         if t.replication_factor != -1 or t.num_partitions != -1:
             field = "replication factor" if t.replication_factor != -1 else "numPartitions"
-            return (ErrorCode.invalid_request, None,
+            return (ErrorCode.invalid_request, 0, None,
                     f"A manual partition assignment was specified, but {field} was not set to -1.")
         if len(t.assignments) > MAX_PARTITIONS:
-            return (ErrorCode.invalid_partitions, None,
+            return (ErrorCode.invalid_partitions, 0, None,
                     f"partitions must be 1..{MAX_PARTITIONS}, not {len(t.assignments)}")
         try:
             nodes = assigned([(a.partition_index, a.broker_ids) for a in t.assignments], live)
         except BadAssignment as exc:
-            return ErrorCode.invalid_replica_assignment, None, str(exc)
-        refused = unserved(len(nodes[0]))
+            return ErrorCode.invalid_replica_assignment, 0, None, str(exc)
+        refused = unserved(len(nodes[0]), engine.catalog.replication)
         if refused is not None:
-            return ErrorCode.invalid_replication_factor, None, refused
-        return len(nodes), nodes, None
+            return ErrorCode.invalid_replication_factor, 0, None, refused
+        return len(nodes), len(nodes[0]), nodes, None
     # Kafka's order (ReplicationControlManager.createTopic): the factor's sign, the partition count's, then placement
-    factor = 1 if t.replication_factor == -1 else t.replication_factor
+    factor = default_factor if t.replication_factor == -1 else t.replication_factor
     if factor < 1:
-        return (ErrorCode.invalid_replication_factor, None,
+        return (ErrorCode.invalid_replication_factor, 0, None,
                 "Replication factor must be larger than 0, or -1 to use the default value.")
     n = 1 if t.num_partitions == -1 else t.num_partitions
     if n < 1:
-        return ErrorCode.invalid_partitions, None, "Number of partitions was set to an invalid non-positive value."
+        return ErrorCode.invalid_partitions, 0, None, "Number of partitions was set to an invalid non-positive value."
     if n > MAX_PARTITIONS:
-        return ErrorCode.invalid_partitions, None, f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}"
+        return (ErrorCode.invalid_partitions, 0, None,
+                f"partitions must be 1..{MAX_PARTITIONS}, not {t.num_partitions}")
     try:
         check_replication_factor(factor, len(live))
     except InvalidReplicationFactor as exc:  # Kafka prefixes its placer's text so
-        return ErrorCode.invalid_replication_factor, None, f"Unable to replicate the partition {factor} time(s): {exc}"
-    refused = unserved(factor)
+        return (ErrorCode.invalid_replication_factor, 0, None,
+                f"Unable to replicate the partition {factor} time(s): {exc}")
+    refused = unserved(factor, engine.catalog.replication)
     if refused is not None:
-        return ErrorCode.invalid_replication_factor, None, refused
-    return n, None, None
+        return ErrorCode.invalid_replication_factor, 0, None, refused
+    return n, factor, None, None
 
 
 def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic, validate_only: bool,
             prepared: str | None) -> Result:
-    n, nodes, message = _partitions(engine, t)
+    n, factor, nodes, message = _partitions(engine, t, int(broker.configs.get("default.replication.factor", "1")))
     if message is not None:
         return _result(t.name, n, message)
     configs = {c.name: c.value for c in t.configs if c.value is not None}
@@ -186,13 +191,13 @@ def _create(engine: Engine, broker: Broker, t: CreateTopicsRequestCreatableTopic
     defaults = topic_defaults(engine, broker.node_id)
     if not validate_only:
         topic_id = uuid.UUID(engine.create_kafka_topic(t.name, n, configs, {k: v for k, (v, _) in defaults.items()},
-                                                       nodes, prepared).topic_id)
+                                                       nodes, prepared, factor).topic_id)
     effective = {k: (configs[k], _TOPIC_CONFIG) if k in configs else defaults.get(k, (v, _DEFAULT_CONFIG))
                  for k, v in TOPIC_CONFIG_DEFAULTS.items()}
     described: list[CreateTopicsResponseCreatableTopicConfigs] = [
         {"name": k, "value": value, "read_only": False, "is_sensitive": False, "config_source": source}
         for k, (value, source) in effective.items()]
-    return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=1,
+    return _result(t.name, ErrorCode.none, None, topic_id=topic_id, num_partitions=n, replication_factor=factor,
                    configs=described)
 
 

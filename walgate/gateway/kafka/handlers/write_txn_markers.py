@@ -3,7 +3,9 @@
 Sent by the coordinator of a transactional id to the node of each partition of its transaction
 (:mod:`walgate.gateway.kafka.transactions`), as Kafka's ``TransactionMarkerChannelManager`` sends it to each
 partition's leader. Each marker is written with ``Engine.write_txn_markers`` and answered once durable, per
-partition: NONE, NOT_LEADER_OR_FOLLOWER for a partition placed on another node, UNKNOWN_TOPIC_OR_PARTITION,
+partition (a replicated one's once its in-sync replicas hold it, as Kafka appends markers with acks=all: the
+error its wait ended on otherwise, within :data:`~walgate.gateway.kafka.transactions.MARKER_ACK_S`): NONE, NOT_LEADER_OR_FOLLOWER for a partition
+placed on another node or a replicated one not led here, UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED for a stale epoch, KAFKA_STORAGE_ERROR when the disk refused
 it (the coordinator retries until every partition answers NONE).
 
@@ -20,14 +22,15 @@ node to take it from and refuses it the same way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import TRANSACTIONS, error_of
 from walgate.gateway.kafka.node_auth import from_cluster_node
-from walgate.gateway.kafka.transactions import OFFSETS_TOPIC
-from walgate.storage.engine import Engine
+from walgate.gateway.kafka.transactions import OFFSETS_TOPIC, acknowledged, written_markers
+from walgate.storage.led_appends import LedAppend
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
     WriteTxnMarkersRequest,
@@ -51,12 +54,6 @@ def _partitions(marker: WriteTxnMarkersRequestWritableTxnMarker) -> list[tuple[s
     return [(t.name, p) for t in marker.topics for p in t.partition_indexes]
 
 
-def _write(engine: Engine, marker: WriteTxnMarkersRequestWritableTxnMarker,
-           partitions: list[tuple[str, int]]) -> list[Exception | None]:
-    return engine.write_txn_markers(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
-                                    marker.transaction_result, partitions)
-
-
 async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker) -> list[int]:
     """Each partition's answer, in the request's order."""
     partitions = _partitions(marker)
@@ -65,8 +62,12 @@ async def _codes(broker: Broker, marker: WriteTxnMarkersRequestWritableTxnMarker
     codes: dict[tuple[str, int], int] = {}
     if data:
         try:
-            errors = await broker.call(_write, marker, data)
-            codes.update({tp: ErrorCode.none if e is None else error_of(e) for tp, e in zip(data, errors)})
+            answers = await broker.call(written_markers, marker.producer_id, marker.producer_epoch,
+                                        marker.coordinator_epoch, marker.transaction_result, data)
+            acked = await asyncio.gather(*(acknowledged(broker.led, a if isinstance(a, LedAppend) else None)
+                                           for a in answers))
+            codes.update({tp: error_of(a) if isinstance(a, Exception) else code
+                          for tp, a, code in zip(data, answers, acked)})
         except Exception as exc:  # noqa: BLE001 - answered, the connection stays
             codes.update(dict.fromkeys(data, error_of(exc)))
     if offsets:

@@ -1,0 +1,119 @@
+"""Producer state on a new leader of a replicated Kafka-native partition (issue 25): three in-process nodes over a
+real etcd (:func:`tests.gateway.test_replicas.trio`, the topic's WAL fsynced at every append), node 1 leading, then
+node 2 elected in a new leader epoch.
+
+A transaction's markers (:meth:`Engine.write_txn_markers`, as a coordinator writes them here or a node's
+WriteTxnMarkers asks) go to a replicated partition's leader only: a follower refuses them (NotLedNow) with nothing
+appended, so its copy stays its leader's WAL; on the leader WriteTxnMarkers answers once the in-sync replicas hold
+the marker (REQUEST_TIMED_OUT while they do not fetch, and the coordinator sends it again), as Kafka appends markers
+with acks=all.
+
+The followers build each producer's sequences and open transactions from the WAL they copy
+(:func:`walgate.storage.replicated.append_replicated` replays every batch as a restart would), as Kafka's followers
+build producer state while appending. So the new leader answers an idempotent producer's retry of a batch the old
+leader appended (and the followers copied) with its original offset and writes nothing, takes the producer's next
+sequence after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader
+opened open: its last stable offset stops at the transaction's first offset, as on the old leader.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.etcd_cluster import EtcdCluster
+from tests.gateway.test_replicas import TOPIC, WAIT_S, Trio, bounded, etcd, produce, trio
+from walgate.gateway.kafka import transactions
+from walgate.gateway.kafka.node_links import NodeLinks
+from walgate.gateway.kafka.txn_remote import write_markers
+from walgate.storage.engine import Engine
+from walgate.storage.errors import NotLedNow
+from walgate.storage.led_appends import LedAppend, recording
+from walgate.storage.show import Dnode
+from walgate.wire import encode_batch
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["etcd"]  # (the fixture, used by name)
+
+IDEMPOTENT, TRANSACTIONAL = 7000, 7001  # producer ids
+
+
+def batch(producer_id: int, sequence: int, *values: bytes, transactional: bool = False) -> bytes:
+    now = int(time.time() * 1000)
+    return encode_batch(0, [now] * len(values), [None] * len(values), list(values), producer_id=producer_id,
+                        producer_epoch=0, base_sequence=sequence, is_transactional=transactional)
+
+
+async def test_a_new_leader_answers_a_retried_batch_as_a_duplicate_and_keeps_open_transactions(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        first = batch(IDEMPOTENT, 0, b"a", b"b")
+        answer = await produce(t, 1, -1, batch=first)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+        old = t.nodes[1].side
+        transaction = batch(TRANSACTIONAL, 0, b"t", transactional=True)
+        opened = await old.call(old.engine.append_batches, TOPIC, 0, [transaction])
+        assert opened == 2  # a transaction the old leader opened, never ended
+        await t.caught_up(2, 3)
+
+        await t.write_state(replace(await t.state(), leader=2, leader_epoch=2))
+        await t.leading(2)
+        new = t.nodes[2].side
+        producers = new.engine.store.producers[(TOPIC, 0)]
+        assert producers.ongoing() == {TRANSACTIONAL: 2}
+        wal = await t.nodes[2].wal()
+        end = wal.next_version
+        answer = await produce(t, 2, -1, batch=first)  # the producer's retry: a duplicate, answered with its offset
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0) and wal.next_version == end
+        answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, 2, b"c"))
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 3)
+        answer = await produce(t, 2, -1, batch=batch(IDEMPOTENT, 5, b"gap"))
+        assert answer.error_code == ErrorCode.out_of_order_sequence_number
+        producers = new.engine.store.producers[(TOPIC, 0)]
+        assert producers.last_stable(0, 4) == 2  # read_committed stops at the open transaction, as on node 1
+
+
+def test_a_marker_is_written_on_a_replicated_partitions_leader_only(tmp_path: Path) -> None:
+    e = Engine.open(tmp_path, node_id=4)
+    e.cluster_mode(True)
+    e.set_dnodes(tuple(Dnode(n, f"127.0.0.1:{9090 + n}", "ready") for n in (4, 5, 6)), {4: None, 5: None, 6: None})
+    for record in e.staged(e.create_kafka_topic, "t", 1, {}, {}, None, None, 3)[1]:
+        assert e.apply_shared(e.catalog.shared_seq + 1, record)
+    wal = e.store.local_vnode(e.catalog.topics["t"].db, 0).wal  # node 4 holds a replica (3 of 3 nodes)
+    end = wal.next_version
+    [refused] = e.write_txn_markers(TRANSACTIONAL, 0, 0, True, [("t", 0)])
+    assert isinstance(refused, NotLedNow) and wal.next_version == end  # a follower's copy is its leader's WAL
+    wal.leading = True  # (as the replica manager sets it for a vnode it leads)
+    with recording() as appended:
+        assert e.write_txn_markers(TRANSACTIONAL, 0, 0, True, [("t", 0)]) == [None]
+    assert appended == [LedAppend((e.catalog.topics["t"].db, 0), 0, end)] and wal.next_version == end + 1
+    e.close()
+
+
+async def write_marker(t: Trio, to: int) -> int:
+    """A commit marker of :data:`TRANSACTIONAL` for partition 0 of :data:`TOPIC` sent to node ``to`` as a transaction
+    coordinator on node 3 sends it (WriteTxnMarkers over its node links); the partition's answer."""
+    links = NodeLinks(t.nodes[3].side.member, "PLAINTEXT", None, timeout_s=WAIT_S)
+    try:
+        async with bounded(f"node {to}'s WriteTxnMarkers answer"):
+            return (await write_markers(links, to, TRANSACTIONAL, 0, 0, True, [(TOPIC, 0)]))[(TOPIC, 0)]
+    finally:
+        links.close()
+
+
+async def test_write_txn_markers_is_answered_once_the_in_sync_replicas_hold_the_marker(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "MARKER_ACK_S", 0.5)
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        leader = await t.nodes[1].wal()
+        assert await write_marker(t, 1) == ErrorCode.none
+        assert leader.visible_version == leader.next_version  # at the answer: the ISR holds it
+        for n in (2, 3):
+            await t.stop(n)
+        assert await write_marker(t, 1) == ErrorCode.request_timed_out  # appended, not held by the ISR
+        assert leader.visible_version < leader.next_version
