@@ -83,11 +83,13 @@ def test_a_marker_is_written_on_a_replicated_partitions_leader_only(tmp_path: Pa
     e.set_dnodes(tuple(Dnode(n, f"127.0.0.1:{9090 + n}", "ready") for n in (4, 5, 6)), {4: None, 5: None, 6: None})
     for record in e.staged(e.create_kafka_topic, "t", 1, {}, {}, None, None, 3)[1]:
         assert e.apply_shared(e.catalog.shared_seq + 1, record)
-    wal = e.store.local_vnode(e.catalog.topics["t"].db, 0).wal  # node 4 holds a replica (3 of 3 nodes)
+    vnode = e.store.local_vnode(e.catalog.topics["t"].db, 0)  # node 4 holds a replica (3 of 3 nodes)
+    wal = vnode.wal
     end = wal.next_version
     [refused] = e.write_txn_markers(TRANSACTIONAL, 0, 0, True, [("t", 0)])
     assert isinstance(refused, NotLedNow) and wal.next_version == end  # a follower's copy is its leader's WAL
-    wal.leading = True  # (as the replica manager sets it for a vnode it leads)
+    vnode.epochs.begin(0, end)  # (as the replica manager leads a vnode: its epoch begun, then leading)
+    wal.leading = True
     with recording() as appended:
         assert e.write_txn_markers(TRANSACTIONAL, 0, 0, True, [("t", 0)]) == [None]
     assert appended == [LedAppend((e.catalog.topics["t"].db, 0), 0, end)] and wal.next_version == end + 1
