@@ -122,6 +122,10 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
             part = await fetched(t.nodes[n])
             assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 1, "leader_epoch": 1})
             assert await described(t.nodes[n]) == (ErrorCode.none, 1, 1)
+        assert one.manager is not None
+        one.manager._lease_held = lambda: False  # cut off from etcd past its lease: it may have been replaced
+        await refused(one)
+        one.manager._lease_held = lambda: True
 
         for n in (2, 3):
             await t.stop(n)
@@ -189,6 +193,10 @@ async def test_a_kafka_native_batch_is_stored_with_the_leader_epoch_it_was_appen
         await t.started()  # node 1 leads epoch 1
         assert (await produce(t, 1, -1)).error_code == ErrorCode.none
         assert epochs_of(await fetched(t.nodes[1], TOPIC)) == [(0, 1)]
+        manager = t.nodes[1].manager
+        assert manager is not None
+        manager._lease_held = lambda: False  # cut off from etcd past its lease: it writes nothing as a leader
+        assert (await produce(t, 1, -1)).error_code == NOT_LEADER
 
 
 async def test_one_fetch_round_takes_the_topics_snapshot_once_whatever_its_partitions(tmp_path: Path) -> None:

@@ -93,6 +93,9 @@ class Led:
     def registered_epoch(self, node_id: int) -> int | None:
         return self.registered.get(node_id)
 
+    def lease_held(self) -> bool:
+        return True
+
     def fetched(self, db_id: str, vgroup: int) -> None:
         self.told[(db_id, vgroup)] += 1
 

@@ -202,8 +202,9 @@ class ReplicaManager:
                  states: PartitionStates, registered: Callable[[], Mapping[int, int]],
                  links: Callable[[], NodeLinks], *, lag_max_ms: int = 30_000, fetch_wait_ms: int = 500,
                  backoff_s: float = 1.0, checkpoint_s: float = 5.0,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms, lease_held: Callable[[], bool] = lambda: True) -> None:
         self.node_id = node_id
+        self._lease_held = lease_held
         self.broker_epoch = broker_epoch
         self.engine = engine
         self.storage = storage
@@ -230,6 +231,9 @@ class ReplicaManager:
     def leader_view(self, db_id: str, vgroup: int) -> LeaderView | None:
         led = self.led.get(PartitionId(db_id, vgroup))
         return None if led is None else led.view
+
+    def lease_held(self) -> bool:
+        return self._lease_held()
 
     def registered_epoch(self, node_id: int) -> int | None:
         return self.registered().get(node_id)

@@ -370,7 +370,7 @@ class Gateway:
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
-            lag_max_ms=self.config.replica_lag_time_max_ms)
+            lag_max_ms=self.config.replica_lag_time_max_ms, lease_held=lambda: member.registered)
         broker.led = manager
         self.metrics.registry.register(ReplicationCollector(  # Kafka's replication metrics (replica_status.py)
             lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))

@@ -55,12 +55,14 @@ def leads_here(led: LedVnodes, node_id: int, db_id: str, vgroup: int, state: Par
     it read, names it leader and its replica manager leads the vgroup in that very leader epoch (a view made under
     this process's broker epoch, KIP-903, and not deposed since). False on a node that is starting (no state read or
     applied yet: its WAL's visible version may be its whole log, past the high watermark), that was named leader
-    under its previous broker epoch, or whose manager has not applied the newest state yet. Any lane: reads of what
-    the manager last set."""
+    under its previous broker epoch, whose manager has not applied the newest state yet, or that does not hold its
+    registration's lease now (:meth:`LedVnodes.lease_held`: cut off from etcd past its TTL, it may have been
+    replaced in an epoch it cannot read: it answers as a follower, not from a log the new leader may have passed).
+    Any lane: reads of what the manager last set."""
     if state.leader != node_id:
         return False
     view = led.leader_view(db_id, vgroup)
-    return view is not None and not view.deposed and view.leader_epoch == state.leader_epoch
+    return view is not None and not view.deposed and view.leader_epoch == state.leader_epoch and led.lease_held()
 
 
 def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) -> PartitionState | None:

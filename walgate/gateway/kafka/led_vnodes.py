@@ -25,6 +25,11 @@ class LedVnodes(Protocol):
         this node leads it now (:func:`~walgate.gateway.kafka.leaders.leads_here`: its leader epoch, whether it was
         deposed)."""
 
+    def lease_held(self) -> bool:
+        """Whether this node holds its registration's lease now. Leadership lives in etcd: a node that lost its lease
+        (cut off from etcd past its TTL, or deregistered by a controlled shutdown) leads nothing, whatever the last
+        state it read says (another node may lead the vgroup in a newer epoch it cannot read). Any lane."""
+
     def registered_epoch(self, node_id: int) -> int | None:
         """The broker epoch node ``node_id`` is registered under now (KIP-903), None when it is not registered.
         Called on the vnode's lane too: a read of what the event loop last learned."""

@@ -208,7 +208,7 @@ def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, 
     if wal.replication is None:
         return None
     view = None if led is None else led.leader_view(db.id, index)
-    if view is None or view.deposed:
+    if view is None or view.deposed or led is None or not led.lease_held():  # (leaders.leads_here's lease rule)
         return (found.db, index), -1, ErrorCode.not_leader_or_follower
     return (found.db, index), view.leader_epoch, view.check_produce() if acks == -1 else None
 
