@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -43,28 +44,38 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, PartitionMetadata
 from etcd_cluster import EtcdCluster
-from history import Assign, FinalRead, Op, Poll, Replica, Send, Write
+from history import Assign, FinalRead, Op, Poll, Replica, Send, Write, check
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from serve_support import WAIT_S, eventually, node, sql
+from netns import Network
+from power_cut import power_cut
+from serve_support import WAIT_S, cluster_args, eventually, sql
 from test_serve_cluster_sql import db_id
 
-from livewalgate import WalgateServer, free_port, walgate_env
+from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads", "replica_contents",
-           "final_history", "wait_until"]
+__all__ = ["LONG", "SEEDS", "ACKS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads",
+           "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
 
 VGROUPS = 2
 TOPIC = "jt"
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
 BASE_TS = 1_700_000_000_000
 HTTP_TIMEOUT_S = 10.0
+LONG = os.environ.get("WALGATE_JEPSEN") == "1"
+SEEDS = range(1, 11) if LONG else range(1, 2)  # the seeds of every scenario
+ACKS = 40 if LONG else 6  # acknowledged writes between faults
 CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the history
 FINAL = 200  # + node id: the final read through that node
+
+
+def host_of(node_id: int) -> str:
+    """Node ``node_id``'s host in a :class:`Network`."""
+    return f"n{node_id}"
 
 
 def wait_until(what: str, check: Callable[[], bool]) -> None:
@@ -83,10 +94,12 @@ class Nodes:
     """The nodes of one cluster (1-3, and any the test adds), each started, killed, paused and restarted by the test
     (stopped by PID at the end: :meth:`close`)."""
 
-    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None) -> None:
+    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None,
+                 net: Network | None = None) -> None:
         self.etcd = etcd
         self.workdir = workdir
         self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
+        self.net = net  # when given, node i runs in its host n<i> (netns.py) and listens on that host's address
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
         self.paused: set[int] = set()
@@ -106,8 +119,10 @@ class Nodes:
             life = self.workdir / f"life{self._lives}"
             port = self.ports.setdefault(node_id, free_port())
         stack = ExitStack()
-        server = stack.enter_context(node(self.etcd, life, node_id, *ARGS, data_dir=self.data_dir(node_id),
-                                          kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}))
+        server = stack.enter_context(running_walgate(
+            life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS, data_dir=self.data_dir(node_id),
+            kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}, host=self.host(node_id),
+            prefix=() if self.net is None else self.net.command(host_of(node_id))))
         with self._lock:
             self.servers[node_id] = server
             self._stacks[node_id] = stack
@@ -126,6 +141,14 @@ class Nodes:
         server.proc.wait(30)
         self._stacks.pop(node_id).close()
 
+    def power_cut(self, node_id: int) -> str:
+        """Node ``node_id`` (started with :func:`power_cut.environment`) loses every byte it did not fsync and dies
+        (tests/cluster/power_cut.py); the line its cut logged (how many files and bytes it took back)."""
+        server = self.servers.pop(node_id)
+        power_cut(server.proc)
+        self._stacks.pop(node_id).close()
+        return next(line for line in server.log().splitlines() if line.startswith("power cut:"))
+
     def pause(self, node_id: int) -> None:
         self.servers[node_id].proc.send_signal(signal.SIGSTOP)
         self.paused.add(node_id)
@@ -141,11 +164,19 @@ class Nodes:
         """A running node that is not paused (nor ``but``)."""
         return min(i for i in self.servers if i not in self.paused and i != but)
 
+    def host(self, node_id: int) -> str:
+        """The address node ``node_id`` listens on."""
+        return "127.0.0.1" if self.net is None else self.net.address(host_of(node_id))
+
+    def kafka(self, node_id: int) -> str:
+        """Node ``node_id``'s Kafka listener, ``host:port``."""
+        return f"{self.host(node_id)}:{self.ports[node_id]}"
+
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+        return ",".join(self.kafka(i) for i in self.ports)
 
     def _described(self, partition: int, via: int) -> PartitionMetadata | None:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
+        admin = AdminClient({"bootstrap.servers": self.kafka(via)})
         return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.get(partition)
 
     def leader(self, partition: int, via: int) -> int:
@@ -346,8 +377,8 @@ def _post(url: str, body: str) -> tuple[str, str]:
 def final_reads(nodes: Nodes) -> list[Op]:
     """Every partition read in full through each running node (a consumer bootstrapped on it alone)."""
     ops: list[Op] = []
-    for node_id, server in sorted(nodes.running().items()):
-        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": f"final{node_id}",
+    for node_id in sorted(nodes.running()):
+        consumer = Consumer({"bootstrap.servers": nodes.kafka(node_id), "group.id": f"final{node_id}",
                              "enable.auto.commit": False})
         try:
             for p in range(VGROUPS):
@@ -406,3 +437,34 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
         assert "Traceback" not in log.read_text(errors="replace"), log
     return history
 
+
+
+def checked(history: list[Op], load: Workload, seed: int) -> None:
+    """No violation in ``history``; acknowledged writes lost are named with how each was sent."""
+    found = check(history)
+    lost = sorted({value for v in found if v.kind == "lost-write" for value in v.values}, key=str)
+    assert not lost, (f"seed {seed}: {len(lost)} acknowledged writes lost: {load.explain(tuple(lost))}"
+                      f"; the answers: {load.answers}")
+    assert found == [], f"seed {seed}: {len(found)} violations, the first: {found[:10]}"
+
+
+def new_leader(nodes: Nodes, partition: int, old: int) -> None:
+    """Until a node answering (not ``old``) names a leader other than ``old`` for ``partition``."""
+    via = nodes.answering(but=old)
+    wait_until(f"a new leader of partition {partition} (not {old})", lambda: nodes.leader(partition, via) not in (-1, old))
+
+
+def restart(nodes: Nodes, load: Workload, node_id: int) -> None:
+    """Node ``node_id`` started again on its data dir, then :data:`ACKS` more acknowledged writes."""
+    nodes.start(node_id)
+    load.note(f"node {node_id} restarted")
+    load.wait_acked(ACKS, f"after node {node_id} restarted")
+
+
+def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | None = None,
+            net: Network | None = None) -> tuple[Nodes, str]:
+    """Nodes 1-3 running (``env``: more environment of each; ``net``: each in its host there) with database ``r``
+    led in every vgroup, and its id."""
+    nodes = Nodes(etcd, tmp_path, env, net)
+    nodes.start_all((1, 2, 3))
+    return nodes, replicated_database(nodes)
