@@ -36,9 +36,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -120,7 +120,9 @@ class Nodes:
             port = self.ports.setdefault(node_id, free_port())
         stack = ExitStack()
         server = stack.enter_context(running_walgate(
-            life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS, data_dir=self.data_dir(node_id),
+            # (a namespace's address is not loopback: the test network, 198.18.0.0/15, is never routed)
+            life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS,
+            *(() if self.net is None else ("--allow-insecure",)), data_dir=self.data_dir(node_id),
             kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}, host=self.host(node_id),
             prefix=() if self.net is None else self.net.command(host_of(node_id))))
         with self._lock:
@@ -247,10 +249,12 @@ class Workload:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.acked = 0
+        self.answered = 0  # writes answered, whatever the answer
         self.answers: dict[str, int] = {}  # each kind of answer (status or error), counted
         self.sent: dict[int, str] = {}  # value -> how it was sent and answered (to explain a violation)
         self.started = time.monotonic()
         self.events: list[str] = []  # the faults, timed as ``sent``
+        self.avoided: set[int] = set()  # nodes the writers do not draw (a fault's own writers send to them)
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(writers)]
         self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
                          threading.Thread(target=self._consume_kafka_python, daemon=True)]
@@ -268,8 +272,9 @@ class Workload:
     def record(self, op: Op) -> None:
         with self.lock:
             self.history.append(op)
-            if isinstance(op, Send) and op.outcome == "ok":
-                self.acked += 1
+            if isinstance(op, Send):
+                self.answered += 1
+                self.acked += op.outcome == "ok"
 
     def wait_acked(self, more: int, what: str) -> None:
         """Until ``more`` more writes than now were acknowledged."""
@@ -277,16 +282,51 @@ class Workload:
         wait_until(f"{more} more acknowledged writes ({what}; answers so far {self.answers})",
                    lambda: self.acked >= target)
 
+    def wait_answered(self, more: int, what: str) -> None:
+        """Until ``more`` more writes than now were answered (or timed out), acknowledged or not."""
+        target = self.answered + more
+        wait_until(f"{more} more answered writes ({what}; answers so far {self.answers})",
+                   lambda: self.answered >= target)
+
     def _write(self, writer: int) -> None:
         rng = random.Random(self.seed * 100 + writer)
         for n in range(10_000_000):
             if self.stop.is_set():
                 return
-            running = [(i, s) for i, s in sorted(self.nodes.running().items()) if i not in self.nodes.paused]
+            running = [(i, s) for i, s in sorted(self.nodes.running().items())
+                       if i not in self.nodes.paused and i not in self.avoided]
             if running:  # (a client that timed out on a paused node moves on: none is sent there)
                 self.send(rng.choice(running)[1], writer, n, rng)
             else:
                 time.sleep(0.05)
+
+    @contextmanager
+    def writing_through(self, server: WalgateServer, writers: tuple[int, ...], partition: int = 0) -> Iterator[None]:
+        """For the block, each of ``writers`` (numbers the workload's own writers do not use) sends values of
+        ``partition`` through ``server`` alone, one after another; at its end each finishes the write it is in."""
+        stop = threading.Event()
+
+        def write(writer: int) -> None:
+            rng = random.Random(self.seed * 100 + writer)
+            for n in range(10_000_000):
+                if stop.is_set():
+                    return
+                self.send(server, writer, n, rng, partition)
+
+        threads = [threading.Thread(target=write, args=(w,), daemon=True) for w in writers]
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(HTTP_TIMEOUT_S + 30)
+
+    def sends(self, writer: int) -> list[Send]:
+        """Writer ``writer``'s writes so far, as answered."""
+        with self.lock:
+            return [op for op in self.history if isinstance(op, Send) and op.process == writer]
 
     def send(self, server: WalgateServer, writer: int, n: int, rng: random.Random, partition: int | None = None
              ) -> None:
@@ -382,7 +422,7 @@ def final_reads(nodes: Nodes) -> list[Op]:
                              "enable.auto.commit": False})
         try:
             for p in range(VGROUPS):
-                _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
+                end = _end(consumer, node_id, p)
                 consumer.assign([TopicPartition(TOPIC, p, 0)])
                 pairs: list[tuple[int, int]] = []
                 deadline = time.monotonic() + WAIT_S
@@ -395,6 +435,19 @@ def final_reads(nodes: Nodes) -> list[Op]:
         finally:
             consumer.close()
     return ops
+
+
+def _end(consumer: Consumer, node_id: int, partition: int) -> int:
+    """The end offset of ``partition`` through node ``node_id`` (asked again while it answers an error: a node just
+    healed from a partition may not know the topic's partitions yet)."""
+    ends: list[int] = []
+
+    def asked() -> bool:
+        ends.append(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1])
+        return True
+
+    wait_until(f"node {node_id}'s end of partition {partition}", asked)
+    return ends[-1]
 
 
 def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -26,8 +25,6 @@ from etcd_cluster import EtcdCluster
 from history import Send
 from replicated_workload import ACKS, LONG, SEEDS, Nodes, Workload, checked, final_history, new_leader, restart, started
 from test_clock_skew import libfaketime
-
-from livewalgate import WalgateServer
 
 KILLS = 10 if LONG else 2
 ZOMBIE_WRITERS = (7, 8, 9)  # the writers that send to the zombie leader only (several: writes queued as it resumes)
@@ -57,15 +54,6 @@ def kill_loop(nodes: Nodes, load: Workload) -> None:
         restart(nodes, load, leader)
 
 
-def write_until(load: Workload, server: WalgateServer, writer: int, stop: threading.Event, seed: int) -> None:
-    """Writer ``writer``'s values into partition 0 through ``server`` alone, one after another, until ``stop``."""
-    rng = random.Random(seed * 100 + writer)
-    for n in range(1_000_000):
-        if stop.is_set():
-            return
-        load.send(server, writer, n, rng, partition=0)
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """kill -9 of partition 0's leader under load, the node restarted on its data dir once another leads, again and
@@ -85,24 +73,16 @@ def test_zombie_leader(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
         with Workload(nodes, seed) as load:
             load.wait_acked(ACKS, "before the pause")
             zombie = nodes.current_leader(0)
-            server = nodes.servers[zombie]
-            stop = threading.Event()
-            to_zombie = [threading.Thread(target=write_until, args=(load, server, w, stop, seed), daemon=True)
-                         for w in ZOMBIE_WRITERS]
             nodes.pause(zombie)
             load.note(f"node {zombie} paused")
-            try:
-                for t in to_zombie:
-                    t.start()
-                new_leader(nodes, 0, zombie)
-                load.note("another node leads partition 0")
-            finally:
-                nodes.resume(zombie)
-                load.note(f"node {zombie} resumed")
-            load.wait_acked(ACKS, f"after node {zombie} resumed")
-            stop.set()
-            for t in to_zombie:
-                t.join(60)
+            with load.writing_through(nodes.servers[zombie], ZOMBIE_WRITERS):
+                try:
+                    new_leader(nodes, 0, zombie)
+                    load.note("another node leads partition 0")
+                finally:
+                    nodes.resume(zombie)
+                    load.note(f"node {zombie} resumed")
+                load.wait_acked(ACKS, f"after node {zombie} resumed")
         history = final_history(nodes, load, database, tmp_path / "replicas")
     finally:
         nodes.close()
