@@ -217,14 +217,14 @@ class Nodes:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
 
 
-def replicated_database(nodes: Nodes) -> str:
-    """Database ``r`` (REPLICA 3) with stable ``st``, measurement ``lp`` and topic ``jt``, led in every vgroup;
-    its id."""
+def replicated_database(nodes: Nodes, fsync_ms: int = 0) -> str:
+    """Database ``r`` (REPLICA 3, WAL_LEVEL 2, WAL_FSYNC_PERIOD ``fsync_ms``) with stable ``st``, measurement ``lp``
+    and topic ``jt``, led in every vgroup; its id."""
     n1 = nodes.servers[1]
     # (three rows are not enough: a node listed but not yet registered is "offline", and placing REPLICA 3 then
     # answers 400 "Out of dnodes"; the final run of 4120237 failed so)
     wait_until("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
-    sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+    sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD {fsync_ms}")
     sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (writer INT)")
     sql(n1, f"CREATE TOPIC {TOPIC} AS DATABASE r")
     wait_until("a leader for each vgroup", lambda: all(nodes.leader(p, 1) in (1, 2, 3) for p in range(VGROUPS)))
@@ -515,9 +515,9 @@ def restart(nodes: Nodes, load: Workload, node_id: int) -> None:
 
 
 def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | None = None,
-            net: Network | None = None) -> tuple[Nodes, str]:
+            net: Network | None = None, fsync_ms: int = 0) -> tuple[Nodes, str]:
     """Nodes 1-3 running (``env``: more environment of each; ``net``: each in its host there) with database ``r``
-    led in every vgroup, and its id."""
+    (:func:`replicated_database`) led in every vgroup, and its id."""
     nodes = Nodes(etcd, tmp_path, env, net)
     nodes.start_all((1, 2, 3))
-    return nodes, replicated_database(nodes)
+    return nodes, replicated_database(nodes, fsync_ms)
