@@ -2,14 +2,17 @@
 real etcd, faults injected by the test, the history checked by tests/cluster/history.py.
 
 :class:`Nodes` runs nodes 1-3 (``replication.enable=true``, a 2 s lease) as processes it can kill -9, pause
-(SIGSTOP/SIGCONT) and restart on their data dir or on an empty one, each on the Kafka port it had (every
-incarnation logs to a directory of its own, so a traceback in any of them is found). :func:`replicated_database`
-makes database ``r`` (``REPLICA 3``, :data:`VGROUPS` vgroups, WAL_LEVEL 2 and fsync period 0: an
-acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgroup).
+(SIGSTOP/SIGCONT), power-cut (tests/cluster/power_cut.py, when started with its environment) and restart on their
+data dir or on an empty one, each on the Kafka port it had (every incarnation logs to a directory of its own, so a
+traceback in any of them is found); given a :class:`~netns.Network`, node i runs in host ``n<i>`` and listens on
+its address, and the test process reaches every node as the network's observer. :func:`replicated_database`
+makes database ``r`` (``REPLICA 3``, :data:`VGROUPS` vgroups, WAL_LEVEL 2 and fsync period 0 unless a scenario
+asks for another: an acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgroup).
 
 :class:`Workload` runs, until stopped:
 
-- writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones:
+- writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones
+  not paused nor :attr:`Workload.avoided` (a fault's own writers, :meth:`Workload.writing_through`, send there):
   a SQL ``INSERT`` over HTTP (``/rest/sql``) into a subtable of ``r.st``, or a line-protocol line (``/influxdb/v1/
   write``) into measurement ``lp``; each value's partition is its subtable's vgroup. 200 (204) with the row counted
   is ``ok``, a 4xx ``fail`` (the API's word: refused, nothing written), anything else (5xx, a timeout, a refused
@@ -249,7 +252,6 @@ class Workload:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.acked = 0
-        self.answered = 0  # writes answered, whatever the answer
         self.answers: dict[str, int] = {}  # each kind of answer (status or error), counted
         self.sent: dict[int, str] = {}  # value -> how it was sent and answered (to explain a violation)
         self.started = time.monotonic()
@@ -272,21 +274,14 @@ class Workload:
     def record(self, op: Op) -> None:
         with self.lock:
             self.history.append(op)
-            if isinstance(op, Send):
-                self.answered += 1
-                self.acked += op.outcome == "ok"
+            if isinstance(op, Send) and op.outcome == "ok":
+                self.acked += 1
 
     def wait_acked(self, more: int, what: str) -> None:
         """Until ``more`` more writes than now were acknowledged."""
         target = self.acked + more
         wait_until(f"{more} more acknowledged writes ({what}; answers so far {self.answers})",
                    lambda: self.acked >= target)
-
-    def wait_answered(self, more: int, what: str) -> None:
-        """Until ``more`` more writes than now were answered (or timed out), acknowledged or not."""
-        target = self.answered + more
-        wait_until(f"{more} more answered writes ({what}; answers so far {self.answers})",
-                   lambda: self.answered >= target)
 
     def _write(self, writer: int) -> None:
         rng = random.Random(self.seed * 100 + writer)

@@ -33,7 +33,7 @@ from replicated_workload import started as started_nodes
 
 from livewalgate import walgate_env
 
-FSYNC_MS = (0, 1000) if LONG else (1000,)  # the WAL_FSYNC_PERIODs (ms) the power cut of the in-sync replicas runs with
+FSYNC_MS = (0, 1000) if LONG else (0,)  # the WAL_FSYNC_PERIODs (ms) the power cut of the in-sync replicas runs with
 
 
 def started(etcd: EtcdCluster, tmp_path: Path, fsync_ms: int = 0) -> tuple[Nodes, str]:
