@@ -417,7 +417,7 @@ def final_reads(nodes: Nodes) -> list[Op]:
                              "enable.auto.commit": False})
         try:
             for p in range(VGROUPS):
-                end = _end(consumer, node_id, p)
+                end = _end(nodes, node_id, p)
                 consumer.assign([TopicPartition(TOPIC, p, 0)])
                 pairs: list[tuple[int, int]] = []
                 deadline = time.monotonic() + WAIT_S
@@ -432,17 +432,20 @@ def final_reads(nodes: Nodes) -> list[Op]:
     return ops
 
 
-def _end(consumer: Consumer, node_id: int, partition: int) -> int:
-    """The end offset of ``partition`` through node ``node_id`` (asked again while it answers an error: a node just
-    healed from a partition may not know the topic's partitions yet)."""
-    ends: list[int] = []
-
-    def asked() -> bool:
-        ends.append(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1])
-        return True
-
-    wait_until(f"node {node_id}'s end of partition {partition}", asked)
-    return ends[-1]
+def _end(nodes: Nodes, node_id: int, partition: int) -> int:
+    """The end offset of ``partition`` through node ``node_id``, asked by a new client each time (at most
+    :data:`WAIT_S`) while it answers an error: librdkafka keeps a topic's partition count from its first Metadata
+    answer, and a node just healed from a partition may give one without the topic's partitions yet."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        consumer = Consumer({"bootstrap.servers": nodes.kafka(node_id), "group.id": f"end{node_id}"})
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)[1])
+        except KafkaException as e:
+            assert time.monotonic() < deadline, f"node {node_id}: no end of partition {partition} in {WAIT_S:g} s: {e}"
+        finally:
+            consumer.close()
+        time.sleep(0.1)
 
 
 def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:
