@@ -19,8 +19,9 @@ asks for another: an acknowledgement means on disk) and topic ``jt AS DATABASE r
   connection) ``info`` (unknown);
 - two stock consumers, confluent-kafka and kafka-python, each assigned every partition of ``jt`` from offset 0,
   bootstrapped on all three nodes, recording every (offset, value) they read (a reset confluent-kafka reports as
-  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last; a client going back on its own,
-  as on a truncation it detected (KIP-320), is the checker's non-monotonic poll).
+  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last, as is a reset kafka-python's
+  fetcher logs; a client going back on its own, as on a truncation it detected (KIP-320), is the checker's
+  non-monotonic poll).
 
 :func:`final_history` then reads every partition in full through each node in turn (a consumer bootstrapped on that
 node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and reads each replica's WAL entry by entry
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -377,6 +379,11 @@ class Workload:
 
     def _consume_kafka_python(self) -> None:
         process = KAFKA_PYTHON
+        resets = _Resets(self)
+        fetcher = logging.getLogger("kafka.consumer.fetcher")
+        level = fetcher.level
+        fetcher.setLevel(logging.INFO)
+        fetcher.addHandler(resets)
         consumer = KafkaConsumer(bootstrap_servers=self.nodes.bootstrap().split(","), enable_auto_commit=False,
                                  auto_offset_reset="earliest", group_id=None, reconnect_backoff_max_ms=200,
                                  metadata_max_age_ms=1000, request_timeout_ms=15000)
@@ -389,6 +396,25 @@ class Workload:
                     self.record(Poll(process, {f"p{tp.partition}": [(r.offset, _value(r.value)) for r in records]}))
         finally:
             consumer.close()
+            fetcher.removeHandler(resets)
+            fetcher.setLevel(level)
+
+
+class _Resets(logging.Handler):
+    """kafka-python's offset resets, each an :class:`Assign` of its consumer in the history, as confluent-kafka's
+    ``_AUTO_OFFSET_RESET`` is: its fetcher logs each one (OFFSET_OUT_OF_RANGE answered, ``auto_offset_reset``
+    applied) before it seeks, so the reads after it are not compared with the ones before. (A deposed leader cut off
+    from etcd still names itself leader at its old epoch; kafka-python 3.0 takes a Metadata answer's partitions as
+    they are, where Java's client keeps the newer leader epoch (KIP-320), fetches from it past its log end, and is
+    sent back to offset 0 by its own reset policy.)"""
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(logging.INFO)
+        self.workload = workload
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Resetting offset for partition"):
+            self.workload.record(Assign(KAFKA_PYTHON))
 
 
 def _value(raw: bytes) -> int:

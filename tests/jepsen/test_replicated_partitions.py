@@ -125,10 +125,6 @@ def leader_cut_from_followers(net: Network, nodes: Nodes, load: Workload) -> Non
     assert [op for op in below if op.outcome == "ok"] == [], f"acknowledged below MIN_INSYNC: {load.events}"
 
 
-@pytest.mark.skipif(not LONG, reason=(
-    "long mode only (WALGATE_JEPSEN=1) until the deposed leader's reads are settled: about one run in six, the"
-    " kafka-python consumer is sent back to offset 0 (the checker's nonmonotonic-poll) while the isolated old leader,"
-    " which does not step down by itself cut off from etcd, still names itself leader (see docs/cluster.md)"))
 @pytest.mark.parametrize("seed", SEEDS)
 def test_leader_isolated_from_nodes_and_etcd(tmp_path: Path, seed: int) -> None:
     """Partition 0's leader isolated from the other nodes and every etcd member under load (the writers still reach
