@@ -4,7 +4,10 @@ the test process (writers, consumers, the checker) is the network's observer and
 
 - the leader of partition 0 isolated from the other nodes and from etcd: its lease ends, another replica leads;
   the writes sent to it meanwhile are not acknowledged (its followers cannot fetch them: the high watermark cannot
-  cover them), and once healed it rejoins as a follower, its tail past the new leader's log cut;
+  cover them), and once healed it rejoins as a follower, its tail past the new leader's log cut. (Until the heal it
+  names itself leader at its old epoch, as a Kafka broker cut off from its controller does: a kafka-python consumer
+  that believes it is sent back to offset 0 by its reset policy, which the workload records: replicated_workload.py's
+  ``_Resets``.)
 - the leader cut from its followers only, still reaching etcd: it stays leader, its ISR shrinks to itself, below
   MIN_INSYNC (2): its writes are refused, none acknowledged; healed, the followers catch up and rejoin the ISR;
 - a minority etcd member cut off from everything: the nodes go on through the majority; then two members cut off
