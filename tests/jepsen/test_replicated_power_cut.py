@@ -7,7 +7,7 @@ the least durable end (synced WAL) of the ISR's replicas (walgate/gateway/replic
 write is synced before it is answered anyway, with a period of :data:`FSYNC_MS` the answer waits for the sync of
 MIN_INSYNC replicas. If the HW counted a follower's position before that follower synced it, cutting the power of
 every in-sync replica could lose an acknowledged write; but this scenario does not reliably catch that: with the
-follower's durable end replaced by its fetched end (replica_fetcher.py), four runs at period 1000 passed (the
+follower's durable end replaced by its fetched end (replica_fetcher.py), five runs at period 1000 passed (the
 leader's own durable end also bounds what is visible, and its WAL kept every acknowledged entry; a loss needs the
 follower to lead afterwards with an unsynced tail the leader had synced and acknowledged).
 """
