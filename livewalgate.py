@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -100,15 +100,18 @@ def running_walgate(
     data_dir: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
     kafka_port: int | None = None,
+    prefix: Sequence[str] = (),
+    host: str = "127.0.0.1",
 ) -> Iterator[WalgateServer]:
     """Run ``walgate serve`` in ``workdir`` until the block exits; ``args`` are extra flags, ``preexec_fn`` runs in
     the child before it starts (e.g. to lower a resource limit); ``kafka_port``: the port of the Kafka listener
-    (by default a free one), for a caller that configures the listener itself."""
+    (by default a free one), for a caller that configures the listener itself; ``prefix``: what the server runs
+    under (``ip netns exec NS``: a network namespace, where it listens on ``host``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     kafka_port = kafka_port or free_port()
     command = [
-        *WALGATE, "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+        *prefix, *WALGATE, "serve", "--data-dir", str(data_dir), "--host", host,
         "--http-port", "0", "--kafka-port", str(kafka_port), *args,
     ]
     log_path = workdir / "walgate.log"

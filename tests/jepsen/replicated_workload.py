@@ -2,22 +2,26 @@
 real etcd, faults injected by the test, the history checked by tests/cluster/history.py.
 
 :class:`Nodes` runs nodes 1-3 (``replication.enable=true``, a 2 s lease) as processes it can kill -9, pause
-(SIGSTOP/SIGCONT) and restart on their data dir or on an empty one, each on the Kafka port it had (every
-incarnation logs to a directory of its own, so a traceback in any of them is found). :func:`replicated_database`
-makes database ``r`` (``REPLICA 3``, :data:`VGROUPS` vgroups, WAL_LEVEL 2 and fsync period 0: an
-acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgroup).
+(SIGSTOP/SIGCONT), power-cut (tests/cluster/power_cut.py, when started with its environment) and restart on their
+data dir or on an empty one, each on the Kafka port it had (every incarnation logs to a directory of its own, so a
+traceback in any of them is found); given a :class:`~netns.Network`, node i runs in host ``n<i>`` and listens on
+its address, and the test process reaches every node as the network's observer. :func:`replicated_database`
+makes database ``r`` (``REPLICA 3``, :data:`VGROUPS` vgroups, WAL_LEVEL 2 and fsync period 0 unless a scenario
+asks for another: an acknowledgement means on disk) and topic ``jt AS DATABASE r`` (partition = vgroup).
 
 :class:`Workload` runs, until stopped:
 
-- writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones:
+- writers (threads), each writing unique integer values through a node it draws (seeded) among the running ones
+  not paused nor :attr:`Workload.avoided` (a fault's own writers, :meth:`Workload.writing_through`, send there):
   a SQL ``INSERT`` over HTTP (``/rest/sql``) into a subtable of ``r.st``, or a line-protocol line (``/influxdb/v1/
   write``) into measurement ``lp``; each value's partition is its subtable's vgroup. 200 (204) with the row counted
   is ``ok``, a 4xx ``fail`` (the API's word: refused, nothing written), anything else (5xx, a timeout, a refused
   connection) ``info`` (unknown);
 - two stock consumers, confluent-kafka and kafka-python, each assigned every partition of ``jt`` from offset 0,
   bootstrapped on all three nodes, recording every (offset, value) they read (a reset confluent-kafka reports as
-  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last; a client going back on its own,
-  as on a truncation it detected (KIP-320), is the checker's non-monotonic poll).
+  ``_AUTO_OFFSET_RESET`` is an Assign: its next read is not compared with its last, as is a reset kafka-python's
+  fetcher logs; a client going back on its own, as on a truncation it detected (KIP-320), is the checker's
+  non-monotonic poll).
 
 :func:`final_history` then reads every partition in full through each node in turn (a consumer bootstrapped on that
 node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and reads each replica's WAL entry by entry
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import random
 import shutil
 import signal
@@ -35,36 +41,46 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, PartitionMetadata
 from etcd_cluster import EtcdCluster
-from history import Assign, FinalRead, Op, Poll, Replica, Send, Write
+from history import Assign, FinalRead, Op, Poll, Replica, Send, Write, check
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
-from serve_support import WAIT_S, eventually, node, sql
+from netns import Network
+from power_cut import power_cut
+from serve_support import WAIT_S, cluster_args, eventually, sql
 from test_serve_cluster_sql import db_id
 
-from livewalgate import WalgateServer, free_port, walgate_env
+from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads", "replica_contents",
-           "final_history", "wait_until"]
+__all__ = ["LONG", "SEEDS", "ACKS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads",
+           "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
 
 VGROUPS = 2
 TOPIC = "jt"
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
 BASE_TS = 1_700_000_000_000
 HTTP_TIMEOUT_S = 10.0
+LONG = os.environ.get("WALGATE_JEPSEN") == "1"
+SEEDS = range(1, 11) if LONG else range(1, 2)  # the seeds of every scenario
+ACKS = 40 if LONG else 6  # acknowledged writes between faults
 CONFLUENT, KAFKA_PYTHON = 100, 101  # the consumers' process numbers in the history
 FINAL = 200  # + node id: the final read through that node
+
+
+def host_of(node_id: int) -> str:
+    """Node ``node_id``'s host in a :class:`Network`."""
+    return f"n{node_id}"
 
 
 def wait_until(what: str, check: Callable[[], bool]) -> None:
@@ -83,10 +99,12 @@ class Nodes:
     """The nodes of one cluster (1-3, and any the test adds), each started, killed, paused and restarted by the test
     (stopped by PID at the end: :meth:`close`)."""
 
-    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None) -> None:
+    def __init__(self, etcd: EtcdCluster, workdir: Path, env: dict[int, dict[str, str]] | None = None,
+                 net: Network | None = None) -> None:
         self.etcd = etcd
         self.workdir = workdir
         self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
+        self.net = net  # when given, node i runs in its host n<i> (netns.py) and listens on that host's address
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
         self.paused: set[int] = set()
@@ -106,8 +124,12 @@ class Nodes:
             life = self.workdir / f"life{self._lives}"
             port = self.ports.setdefault(node_id, free_port())
         stack = ExitStack()
-        server = stack.enter_context(node(self.etcd, life, node_id, *ARGS, data_dir=self.data_dir(node_id),
-                                          kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}))
+        server = stack.enter_context(running_walgate(
+            # (a namespace's address is not loopback: the test network, 198.18.0.0/15, is never routed)
+            life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS,
+            *(() if self.net is None else ("--allow-insecure",)), data_dir=self.data_dir(node_id),
+            kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}, host=self.host(node_id),
+            prefix=() if self.net is None else self.net.command(host_of(node_id))))
         with self._lock:
             self.servers[node_id] = server
             self._stacks[node_id] = stack
@@ -126,6 +148,14 @@ class Nodes:
         server.proc.wait(30)
         self._stacks.pop(node_id).close()
 
+    def power_cut(self, node_id: int) -> str:
+        """Node ``node_id`` (started with :func:`power_cut.environment`) loses every byte it did not fsync and dies
+        (tests/cluster/power_cut.py); the line its cut logged (how many files and bytes it took back)."""
+        server = self.servers.pop(node_id)
+        power_cut(server.proc)
+        self._stacks.pop(node_id).close()
+        return next(line for line in server.log().splitlines() if line.startswith("power cut:"))
+
     def pause(self, node_id: int) -> None:
         self.servers[node_id].proc.send_signal(signal.SIGSTOP)
         self.paused.add(node_id)
@@ -141,11 +171,19 @@ class Nodes:
         """A running node that is not paused (nor ``but``)."""
         return min(i for i in self.servers if i not in self.paused and i != but)
 
+    def host(self, node_id: int) -> str:
+        """The address node ``node_id`` listens on."""
+        return "127.0.0.1" if self.net is None else self.net.address(host_of(node_id))
+
+    def kafka(self, node_id: int) -> str:
+        """Node ``node_id``'s Kafka listener, ``host:port``."""
+        return f"{self.host(node_id)}:{self.ports[node_id]}"
+
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.ports.values())
+        return ",".join(self.kafka(i) for i in self.ports)
 
     def _described(self, partition: int, via: int) -> PartitionMetadata | None:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.ports[via]}"})
+        admin = AdminClient({"bootstrap.servers": self.kafka(via)})
         return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.get(partition)
 
     def leader(self, partition: int, via: int) -> int:
@@ -184,14 +222,14 @@ class Nodes:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
 
 
-def replicated_database(nodes: Nodes) -> str:
-    """Database ``r`` (REPLICA 3) with stable ``st``, measurement ``lp`` and topic ``jt``, led in every vgroup;
-    its id."""
+def replicated_database(nodes: Nodes, fsync_ms: int = 0) -> str:
+    """Database ``r`` (REPLICA 3, WAL_LEVEL 2, WAL_FSYNC_PERIOD ``fsync_ms``) with stable ``st``, measurement ``lp``
+    and topic ``jt``, led in every vgroup; its id."""
     n1 = nodes.servers[1]
     # (three rows are not enough: a node listed but not yet registered is "offline", and placing REPLICA 3 then
     # answers 400 "Out of dnodes"; the final run of 4120237 failed so)
     wait_until("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
-    sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+    sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD {fsync_ms}")
     sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (writer INT)")
     sql(n1, f"CREATE TOPIC {TOPIC} AS DATABASE r")
     wait_until("a leader for each vgroup", lambda: all(nodes.leader(p, 1) in (1, 2, 3) for p in range(VGROUPS)))
@@ -220,6 +258,7 @@ class Workload:
         self.sent: dict[int, str] = {}  # value -> how it was sent and answered (to explain a violation)
         self.started = time.monotonic()
         self.events: list[str] = []  # the faults, timed as ``sent``
+        self.avoided: set[int] = set()  # nodes the writers do not draw (a fault's own writers send to them)
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(writers)]
         self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
                          threading.Thread(target=self._consume_kafka_python, daemon=True)]
@@ -251,11 +290,40 @@ class Workload:
         for n in range(10_000_000):
             if self.stop.is_set():
                 return
-            running = [(i, s) for i, s in sorted(self.nodes.running().items()) if i not in self.nodes.paused]
+            running = [(i, s) for i, s in sorted(self.nodes.running().items())
+                       if i not in self.nodes.paused and i not in self.avoided]
             if running:  # (a client that timed out on a paused node moves on: none is sent there)
                 self.send(rng.choice(running)[1], writer, n, rng)
             else:
                 time.sleep(0.05)
+
+    @contextmanager
+    def writing_through(self, server: WalgateServer, writers: tuple[int, ...], partition: int = 0) -> Iterator[None]:
+        """For the block, each of ``writers`` (numbers the workload's own writers do not use) sends values of
+        ``partition`` through ``server`` alone, one after another; at its end each finishes the write it is in."""
+        stop = threading.Event()
+
+        def write(writer: int) -> None:
+            rng = random.Random(self.seed * 100 + writer)
+            for n in range(10_000_000):
+                if stop.is_set():
+                    return
+                self.send(server, writer, n, rng, partition)
+
+        threads = [threading.Thread(target=write, args=(w,), daemon=True) for w in writers]
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(HTTP_TIMEOUT_S + 30)
+
+    def sends(self, writer: int) -> list[Send]:
+        """Writer ``writer``'s writes so far, as answered."""
+        with self.lock:
+            return [op for op in self.history if isinstance(op, Send) and op.process == writer]
 
     def send(self, server: WalgateServer, writer: int, n: int, rng: random.Random, partition: int | None = None
              ) -> None:
@@ -311,6 +379,11 @@ class Workload:
 
     def _consume_kafka_python(self) -> None:
         process = KAFKA_PYTHON
+        resets = _Resets(self)
+        fetcher = logging.getLogger("kafka.consumer.fetcher")
+        level = fetcher.level
+        fetcher.setLevel(logging.INFO)
+        fetcher.addHandler(resets)
         consumer = KafkaConsumer(bootstrap_servers=self.nodes.bootstrap().split(","), enable_auto_commit=False,
                                  auto_offset_reset="earliest", group_id=None, reconnect_backoff_max_ms=200,
                                  metadata_max_age_ms=1000, request_timeout_ms=15000)
@@ -323,6 +396,25 @@ class Workload:
                     self.record(Poll(process, {f"p{tp.partition}": [(r.offset, _value(r.value)) for r in records]}))
         finally:
             consumer.close()
+            fetcher.removeHandler(resets)
+            fetcher.setLevel(level)
+
+
+class _Resets(logging.Handler):
+    """kafka-python's offset resets, each an :class:`Assign` of its consumer in the history, as confluent-kafka's
+    ``_AUTO_OFFSET_RESET`` is: its fetcher logs each one (OFFSET_OUT_OF_RANGE answered, ``auto_offset_reset``
+    applied) before it seeks, so the reads after it are not compared with the ones before. (A deposed leader cut off
+    from etcd still names itself leader at its old epoch; kafka-python 3.0 takes a Metadata answer's partitions as
+    they are, where Java's client keeps the newer leader epoch (KIP-320), fetches from it past its log end, and is
+    sent back to offset 0 by its own reset policy.)"""
+
+    def __init__(self, workload: Workload) -> None:
+        super().__init__(logging.INFO)
+        self.workload = workload
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Resetting offset for partition"):
+            self.workload.record(Assign(KAFKA_PYTHON))
 
 
 def _value(raw: bytes) -> int:
@@ -346,12 +438,12 @@ def _post(url: str, body: str) -> tuple[str, str]:
 def final_reads(nodes: Nodes) -> list[Op]:
     """Every partition read in full through each running node (a consumer bootstrapped on it alone)."""
     ops: list[Op] = []
-    for node_id, server in sorted(nodes.running().items()):
-        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": f"final{node_id}",
+    for node_id in sorted(nodes.running()):
+        consumer = Consumer({"bootstrap.servers": nodes.kafka(node_id), "group.id": f"final{node_id}",
                              "enable.auto.commit": False})
         try:
             for p in range(VGROUPS):
-                _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
+                end = _end(nodes, node_id, p)
                 consumer.assign([TopicPartition(TOPIC, p, 0)])
                 pairs: list[tuple[int, int]] = []
                 deadline = time.monotonic() + WAIT_S
@@ -364,6 +456,22 @@ def final_reads(nodes: Nodes) -> list[Op]:
         finally:
             consumer.close()
     return ops
+
+
+def _end(nodes: Nodes, node_id: int, partition: int) -> int:
+    """The end offset of ``partition`` through node ``node_id``, asked by a new client each time (at most
+    :data:`WAIT_S`) while it answers an error: librdkafka keeps a topic's partition count from its first Metadata
+    answer, and a node just healed from a partition may give one without the topic's partitions yet."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        consumer = Consumer({"bootstrap.servers": nodes.kafka(node_id), "group.id": f"end{node_id}"})
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)[1])
+        except KafkaException as e:
+            assert time.monotonic() < deadline, f"node {node_id}: no end of partition {partition} in {WAIT_S:g} s: {e}"
+        finally:
+            consumer.close()
+        time.sleep(0.1)
 
 
 def replica_contents(nodes: Nodes, database_id: str, scratch: Path, replicas: tuple[int, ...]) -> list[Op]:
@@ -406,3 +514,34 @@ def final_history(nodes: Nodes, workload: Workload, database_id: str, scratch: P
         assert "Traceback" not in log.read_text(errors="replace"), log
     return history
 
+
+
+def checked(history: list[Op], load: Workload, seed: int) -> None:
+    """No violation in ``history``; acknowledged writes lost are named with how each was sent."""
+    found = check(history)
+    lost = sorted({value for v in found if v.kind == "lost-write" for value in v.values}, key=str)
+    assert not lost, (f"seed {seed}: {len(lost)} acknowledged writes lost: {load.explain(tuple(lost))}"
+                      f"; the answers: {load.answers}")
+    assert found == [], f"seed {seed}: {len(found)} violations, the first: {found[:10]}"
+
+
+def new_leader(nodes: Nodes, partition: int, old: int) -> None:
+    """Until a node answering (not ``old``) names a leader other than ``old`` for ``partition``."""
+    via = nodes.answering(but=old)
+    wait_until(f"a new leader of partition {partition} (not {old})", lambda: nodes.leader(partition, via) not in (-1, old))
+
+
+def restart(nodes: Nodes, load: Workload, node_id: int) -> None:
+    """Node ``node_id`` started again on its data dir, then :data:`ACKS` more acknowledged writes."""
+    nodes.start(node_id)
+    load.note(f"node {node_id} restarted")
+    load.wait_acked(ACKS, f"after node {node_id} restarted")
+
+
+def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | None = None,
+            net: Network | None = None, fsync_ms: int = 0) -> tuple[Nodes, str]:
+    """Nodes 1-3 running (``env``: more environment of each; ``net``: each in its host there) with database ``r``
+    (:func:`replicated_database`) led in every vgroup, and its id."""
+    nodes = Nodes(etcd, tmp_path, env, net)
+    nodes.start_all((1, 2, 3))
+    return nodes, replicated_database(nodes, fsync_ms)

@@ -15,41 +15,19 @@ lost; the zombie, every seed) and F10 (consumers sent back to where epoch 1 begi
 from __future__ import annotations
 
 import datetime
-import os
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from etcd_cluster import EtcdCluster
-from history import Op, Send, check
-from replicated_workload import Nodes, Workload, final_history, replicated_database, wait_until
+from history import Send
+from replicated_workload import ACKS, LONG, SEEDS, Nodes, Workload, checked, final_history, new_leader, restart, started
 from test_clock_skew import libfaketime
 
-from livewalgate import WalgateServer
-
-LONG = os.environ.get("WALGATE_JEPSEN") == "1"
-SEEDS = range(1, 11) if LONG else range(1, 2)
 KILLS = 10 if LONG else 2
-ACKS = 40 if LONG else 6  # acknowledged writes between faults
 ZOMBIE_WRITERS = (7, 8, 9)  # the writers that send to the zombie leader only (several: writes queued as it resumes)
-
-
-def checked(history: list[Op], load: Workload, seed: int) -> None:
-    """No violation in ``history``; acknowledged writes lost are named with how each was sent."""
-    found = check(history)
-    lost = sorted({value for v in found if v.kind == "lost-write" for value in v.values}, key=str)
-    assert not lost, (f"seed {seed}: {len(lost)} acknowledged writes lost: {load.explain(tuple(lost))}"
-                      f"; the answers: {load.answers}")
-    assert found == [], f"seed {seed}: {len(found)} violations, the first: {found[:10]}"
-
-
-def new_leader(nodes: Nodes, partition: int, old: int) -> None:
-    """Until a node answering (not ``old``) names a leader other than ``old`` for ``partition``."""
-    via = nodes.answering(but=old)
-    wait_until(f"a new leader of partition {partition} (not {old})", lambda: nodes.leader(partition, via) not in (-1, old))
 
 
 def kill_loop_checked(nodes: Nodes, database: str, tmp_path: Path, seed: int) -> None:
@@ -76,29 +54,6 @@ def kill_loop(nodes: Nodes, load: Workload) -> None:
         restart(nodes, load, leader)
 
 
-def restart(nodes: Nodes, load: Workload, node_id: int) -> None:
-    """Node ``node_id`` started again on its data dir, then :data:`ACKS` more acknowledged writes."""
-    nodes.start(node_id)
-    load.note(f"node {node_id} restarted")
-    load.wait_acked(ACKS, f"after node {node_id} restarted")
-
-
-def write_until(load: Workload, server: WalgateServer, writer: int, stop: threading.Event, seed: int) -> None:
-    """Writer ``writer``'s values into partition 0 through ``server`` alone, one after another, until ``stop``."""
-    rng = random.Random(seed * 100 + writer)
-    for n in range(1_000_000):
-        if stop.is_set():
-            return
-        load.send(server, writer, n, rng, partition=0)
-
-
-def started(etcd: EtcdCluster, tmp_path: Path, env: dict[int, dict[str, str]] | None = None) -> tuple[Nodes, str]:
-    """Nodes 1-3 running (``env``: more environment of each) with database ``r`` led in every vgroup, and its id."""
-    nodes = Nodes(etcd, tmp_path, env)
-    nodes.start_all((1, 2, 3))
-    return nodes, replicated_database(nodes)
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_leader_kill_9_loop(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """kill -9 of partition 0's leader under load, the node restarted on its data dir once another leads, again and
@@ -118,24 +73,16 @@ def test_zombie_leader(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
         with Workload(nodes, seed) as load:
             load.wait_acked(ACKS, "before the pause")
             zombie = nodes.current_leader(0)
-            server = nodes.servers[zombie]
-            stop = threading.Event()
-            to_zombie = [threading.Thread(target=write_until, args=(load, server, w, stop, seed), daemon=True)
-                         for w in ZOMBIE_WRITERS]
             nodes.pause(zombie)
             load.note(f"node {zombie} paused")
-            try:
-                for t in to_zombie:
-                    t.start()
-                new_leader(nodes, 0, zombie)
-                load.note("another node leads partition 0")
-            finally:
-                nodes.resume(zombie)
-                load.note(f"node {zombie} resumed")
-            load.wait_acked(ACKS, f"after node {zombie} resumed")
-            stop.set()
-            for t in to_zombie:
-                t.join(60)
+            with load.writing_through(nodes.servers[zombie], ZOMBIE_WRITERS):
+                try:
+                    new_leader(nodes, 0, zombie)
+                    load.note("another node leads partition 0")
+                finally:
+                    nodes.resume(zombie)
+                    load.note(f"node {zombie} resumed")
+                load.wait_acked(ACKS, f"after node {zombie} resumed")
         history = final_history(nodes, load, database, tmp_path / "replicas")
     finally:
         nodes.close()
