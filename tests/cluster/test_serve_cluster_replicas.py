@@ -145,6 +145,24 @@ def test_replica_3_database_copied_to_every_node(etcd1: EtcdCluster, tmp_path: P
         assert "leading epoch" in "".join(s.log() for s in nodes)
 
 
+def one_vgroup_on_three(stack: ExitStack, etcd: EtcdCluster, tmp_path: Path, db: str, rows: int, *args: str
+                        ) -> tuple[list[WalgateServer], WalgateServer]:
+    """Nodes 1-3 (``args``: their flags; node 1 the controller) entered on ``stack``, database ``db`` (``VGROUPS 1
+    REPLICA 3``, every write durable before it is answered) with supertable ``st`` and ``rows`` rows written through
+    the three in turn; the nodes and the leader of its vgroup."""
+    n1 = stack.enter_context(node(etcd, tmp_path, 1, *args))
+    wait_log(n1, "node 1: controller")
+    nodes = [n1, *(stack.enter_context(node(etcd, tmp_path, i, *args)) for i in (2, 3))]
+    eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
+    sql(n1, f"CREATE DATABASE {db} VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
+    sql(n1, f"CREATE STABLE {db}.st (ts TIMESTAMP, v INT) TAGS (site INT)")
+    leading = f"vnode 0 of database {db}: leading epoch 0"
+    eventually("a leader", lambda: any(leading in s.log() for s in nodes))
+    for k in range(rows):
+        sql(nodes[k % 3], f"INSERT INTO {db}.t{k % 3} USING {db}.st TAGS ({k % 3}) VALUES ({1_700_000_000_000 + k}, {k})")
+    return nodes, next(s for s in nodes if leading in s.log())
+
+
 def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """kill -9 of a vgroup's leader: within the lease TTL (2 s) and a few seconds the controller elects another
     replica of the ISR (epoch 1), Metadata names it and the dead node out of the ISR, the survivors' WALs are equal,
@@ -152,17 +170,8 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
     data dir (a new broker epoch) follows the new leader and rejoins the ISR (``replica.lag.time.max.ms`` 2 s).
     SQL INSERTs and SELECTs through either survivor go to the new leader."""
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *LAG))
-        wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *LAG)) for i in (2, 3))]
-        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
-        sql(n1, "CREATE DATABASE f VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
-        sql(n1, "CREATE STABLE f.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-        eventually("a leader", lambda: any("vnode 0 of database f: leading epoch 0" in s.log() for s in nodes))
-        for k in range(10):
-            sql(nodes[k % 3], f"INSERT INTO f.t{k % 3} USING f.st TAGS ({k % 3}) VALUES ({1_700_000_000_000 + k}, {k})")
-        sql(n1, "CREATE TOPIC tf AS STABLE f.st")
-        dead = next(s for s in nodes if "vnode 0 of database f: leading epoch 0" in s.log())
+        nodes, dead = one_vgroup_on_three(stack, etcd1, tmp_path, "f", 10, *LAG)
+        sql(nodes[0], "CREATE TOPIC tf AS STABLE f.st")
         dead_id = nodes.index(dead) + 1
         survivors = [s for s in nodes if s is not dead]
         dead.proc.kill()
@@ -207,16 +216,7 @@ def test_a_stopped_leader_hands_its_vgroups_over_before_it_stops(etcd1: EtcdClus
     the survivors take writes and hold every row."""
     long_lease = ("--override", "broker.session.timeout.ms=30000", *LAG)
     with ExitStack() as stack:
-        n1 = stack.enter_context(node(etcd1, tmp_path, 1, *long_lease))
-        wait_log(n1, "node 1: controller")
-        nodes = [n1, *(stack.enter_context(node(etcd1, tmp_path, i, *long_lease)) for i in (2, 3))]
-        eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
-        sql(n1, "CREATE DATABASE h VGROUPS 1 REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD 0")
-        sql(n1, "CREATE STABLE h.st (ts TIMESTAMP, v INT) TAGS (site INT)")
-        eventually("a leader", lambda: any("vnode 0 of database h: leading epoch 0" in s.log() for s in nodes))
-        for k in range(6):
-            sql(nodes[k % 3], f"INSERT INTO h.t{k % 3} USING h.st TAGS ({k % 3}) VALUES ({1_700_000_000_000 + k}, {k})")
-        leader = next(s for s in nodes if "vnode 0 of database h: leading epoch 0" in s.log())
+        nodes, leader = one_vgroup_on_three(stack, etcd1, tmp_path, "h", 6, *long_lease)
         survivors = [s for s in nodes if s is not leader]
         stopping = time.monotonic()
         leader.proc.send_signal(signal.SIGTERM)
