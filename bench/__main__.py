@@ -26,6 +26,7 @@ try:
         latency,
         memory,
         produce,
+        replicated,
         shares,
         stalls,
         subtables,
@@ -40,7 +41,7 @@ SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.ru
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
              "cleaner": cleaner.run, "transactions": transactions.run,
              "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run,
-             "cluster": cluster.run}
+             "cluster": cluster.run, "replicated": replicated.run}
 
 
 def machine() -> str:

@@ -66,12 +66,13 @@ CLUSTER_PREFIX = b"/walgate/walgate/"  # cluster.name's default
 
 
 @contextlib.contextmanager
-def cluster(nodes: int) -> Iterator[LocalCluster]:
-    """``nodes`` nodes and one etcd member on a free loopback block, data in a temporary directory."""
+def cluster(nodes: int, *node_args: str) -> Iterator[LocalCluster]:
+    """``nodes`` nodes (``node_args``: more flags of each) and one etcd member on a free loopback block, data in a
+    temporary directory."""
     with tempfile.TemporaryDirectory(prefix="walgate-bench-cluster-") as tmp:
         first = free_loopback_block(nodes, PORTS, random.Random(os.getpid() ^ time.time_ns()))
         layout = plan(nodes, 1, loopback_hosts(first, nodes), kafka_port=9092, http_port=6041, etcd_port=2379)
-        with LocalCluster(layout, Path(tmp)) as running:
+        with LocalCluster(layout, Path(tmp), node_args) as running:
             yield running
 
 

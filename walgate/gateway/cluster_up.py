@@ -213,12 +213,14 @@ def _get_ok(url: str) -> bool:
 
 class LocalCluster:
     """The processes of :class:`Plan` with their data under ``root`` (``etcd/<member>``, ``node<id>``, and each
-    process's log in ``logs/``). :meth:`start` returns once every member is healthy and every node is ready and
-    lists every node; :meth:`stop` stops every process started, by PID, and is safe to call at any point."""
+    process's log in ``logs/``; ``node_args``: more flags of every node). :meth:`start` returns once every member is
+    healthy and every node is ready and lists every node; :meth:`stop` stops every process started, by PID, and is
+    safe to call at any point."""
 
-    def __init__(self, layout: Plan, root: Path) -> None:
+    def __init__(self, layout: Plan, root: Path, node_args: tuple[str, ...] = ()) -> None:
         self.plan = layout
         self.root = root
+        self.node_args = node_args
         self.processes: list[_Process] = []
 
     def node_dir(self, node: Node) -> Path:
@@ -257,7 +259,7 @@ class LocalCluster:
                 sys.executable, "-m", "walgate.gateway.cli", "serve", "--data-dir", str(self.node_dir(n)),
                 "--host", n.host, "--kafka-port", str(n.kafka_port), "--http-port", str(n.http_port),
                 "--node-id", str(n.node_id), "--cluster", f"etcd={self.plan.etcd_spec}",
-                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}"])
+                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}", *self.node_args])
         self._wait([f"{n.http_url}/readyz" for n in self.plan.nodes], "nodes ready")
         self._wait([n.http_url for n in self.plan.nodes], "listing every node as ready", self._sees_all)
 
