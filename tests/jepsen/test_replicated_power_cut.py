@@ -3,13 +3,13 @@ it wrote and did not fsync (tests/cluster/power_cut.py, installed into every nod
 disks kept.
 
 Database ``r`` is WAL_LEVEL 2; a write is acknowledged once the high watermark covers it, and the high watermark is
-the least durable end (synced WAL) of the ISR's replicas (walgate/gateway/replicas.py): with WAL_FSYNC_PERIOD 0 every
-write is synced before it is answered anyway, with a period of :data:`FSYNC_MS` the answer waits for the sync of
-MIN_INSYNC replicas. If the HW counted a follower's position before that follower synced it, cutting the power of
-every in-sync replica could lose an acknowledged write; but this scenario does not reliably catch that: with the
-follower's durable end replaced by its fetched end (replica_fetcher.py), five runs at period 1000 passed (the
-leader's own durable end also bounds what is visible, and its WAL kept every acknowledged entry; a loss needs the
-follower to lead afterwards with an unsynced tail the leader had synced and acknowledged).
+the least durable end (synced WAL) of the ISR's replicas (walgate/gateway/replicas.py). A replicated database's
+vnodes commit in groups whatever its WAL_FSYNC_PERIOD (walgate/storage/vnode.py ``wal_options``): every write is
+synced on the leader and on each follower before the high watermark passes it; the long mode's period of 1000 ms
+(:data:`FSYNC_MS`) checks that the setting changes nothing. (Before that, with a follower's durable end replaced by
+its fetched end in replica_fetcher.py, five runs at period 1000 passed: this scenario does not reliably catch a
+follower's unsynced position counted by the high watermark; a loss needs the follower to lead afterwards with an
+unsynced tail the leader had synced and acknowledged.)
 """
 
 from __future__ import annotations
