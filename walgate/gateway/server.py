@@ -120,9 +120,10 @@ SYNC_MIN_DELAY = 0.001
 SYNC_MAX_DELAY = 1.0
 HTTP_SHUTDOWN_TIMEOUT = 5.0
 VNODE_THREADS = 4
-HAND_OVER_S = 10.0  # a controlled shutdown's wait for the vgroups this node leads to be led elsewhere
 """Threads running the storage lane's calls that hold only some vnodes (:meth:`StorageThread.call_on`): how many
 such calls (on disjoint vnodes) run at once beside each other."""
+HAND_OVER_S = 10.0
+"""A controlled shutdown's longest wait for the vgroups this node leads to be led elsewhere."""
 
 
 class Gateway:
