@@ -149,11 +149,7 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
         await until(lambda: _is(manager.state_of(DB_ID, 0) is not None), "node 1 read the state")
         await refused(one)  # (KIP-903: waiting for the next election)
 
-        state = await t.state()
-        await t.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(m for m in state.isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
+        await t.node_2_elected_without_1()
         await until(lambda: _is(PartitionId(DB_ID, 0) in manager.following), "node 1 follows node 2")
         part = await fetched(one)
         assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 2, "leader_epoch": 2})

@@ -202,16 +202,21 @@ class Trio:
         node = self.nodes[1]
         await node.side.call(node.side.engine.close)
         while_down()
-        state = await self.state()
-        await self.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(
-            m for m in state.isr if m.replica != 1)))
-        self.start(2)
-        self.start(3)
-        await self.leading(2)
+        await self.node_2_elected_without_1()
         await self.insert(2, 2)  # X, where node 1 holds W
         await self.caught_up(3, leader=2)
         node.side.engine = await node.side.call(Engine.open, node.side.data_dir / "data", listener=node.side.wakeups,
                                                 node_id=1)
+
+    async def node_2_elected_without_1(self) -> None:
+        """Node 2 elected in the next leader epoch with node 1 out of the ISR (node 1 deposed), nodes 2 and 3's
+        replica managers started, until node 2 leads."""
+        state = await self.state()
+        await self.write_state(replace(state, leader=2, leader_epoch=state.leader_epoch + 1, isr=tuple(
+            m for m in state.isr if m.replica != 1)))
+        self.start(2)
+        self.start(3)
+        await self.leading(2)
 
     async def isr_is(self, ids: set[int]) -> bool:
         return {m.replica for m in (await self.state()).isr} == ids
@@ -625,11 +630,7 @@ async def test_a_deposed_leader_whose_tail_holds_a_supertable_drop_cuts_it_and_r
         await t.leader_alone()
         await t.nodes[1].side.sql(f"DROP STABLE {DB}.meters")  # its drop_stable entry: on node 1 only
         assert (await t.nodes[1].wal()).next_version > (await t.nodes[2].wal()).next_version
-        state = await t.state()
-        await t.write_state(replace(state, leader=2, leader_epoch=2, isr=tuple(m for m in state.isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
+        await t.node_2_elected_without_1()
         await t.insert(2, 1)
         await t.caught_up(1, 3, leader=2)
         await t.same_wals(1, 2, 3)

@@ -126,12 +126,7 @@ async def test_a_deposed_leader_whose_drop_entry_was_cut_gets_it_back_from_the_n
         await shared(t, f"DROP STABLE {DB}.gone")  # its entry on node 1 only, never committed
         assert await stable_metas(t, 1) == [("drop_stable", "gone")]
         assert await stable_metas(t, 2) == []
-        state = await t.state()
-        await t.write_state(replace(state, leader=2, leader_epoch=state.leader_epoch + 1,
-                                    isr=tuple(m for m in state.isr if m.replica != 1)))
-        t.start(2)
-        t.start(3)
-        await t.leading(2)
+        await t.node_2_elected_without_1()
         await t.insert(2, 1)
         await t.caught_up(1, 3, leader=2)
         await t.same_wals(1, 2, 3)
