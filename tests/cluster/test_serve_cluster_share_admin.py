@@ -27,12 +27,14 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster
+from prometheus_client.parser import text_string_to_metric_families
 from serve_support import JARS, JAVA_DIR, no_traceback, node, node_token, setup_clients, wait_log
 from test_serve_cluster_coordinators import _find, _group_of, _placement, _request
 from test_serve_cluster_node_auth import _authenticated
@@ -112,6 +114,14 @@ def _consumed(leaders: dict[int, WalgateServer], group: str, coordinator: Walgat
     assert left.error_code == ErrorCode.none, left
 
 
+def _answered(server: WalgateServer, api: str) -> float:
+    """How many ``api`` requests ``server`` answered (its /metrics)."""
+    with urllib.request.urlopen(f"{server.http_url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "kafka_network_requestmetrics_requests_total" and s.labels.get("request") == api)
+
+
 def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer, group: str, on1: int) -> None:
     """``group``, coordinated by node 2, without members, its state only on node 1 (partition ``on1``), is found
     through its coordinator as Kafka's coordinator finds a share group: ShareGroupDescribe answers it ``Empty``,
@@ -124,6 +134,7 @@ def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer,
         "states_filter": [], "types_filter": ["share"]}).groups} for n, port in ((1, n1.kafka_port), (2, n2.kafka_port))}
     assert (group, "Empty") in listed[2] and group not in {g for g, _ in listed[1]}, listed
     assert not {g for g, _ in listed[1]} & {g for g, _ in listed[2]}, "each group on its coordinator only"
+    summaries_before = _answered(n1, "ReadShareGroupStateSummary")
     joined = _request(n2.kafka_port, 68, 1, {"group_id": group, "member_id": "c" * 22, "member_epoch": 0,
                                              "rebalance_timeout": 30_000, "subscribed_topic_names": [TOPIC],
                                              "topic_partitions": []})
@@ -135,6 +146,8 @@ def _found_across_nodes(etcd: EtcdCluster, n1: WalgateServer, n2: WalgateServer,
                                                                                           "metadata": b""}],
                                               "reason": None})
     assert classic.error_code == ErrorCode.inconsistent_group_protocol
+    # the joins asked node 1 its share groups (a ListGroups), not a summary of every partition placed there (rv7 R7-2)
+    assert _answered(n1, "ReadShareGroupStateSummary") == summaries_before
     tid = _request(n2.kafka_port, 3, 12, {"topics": [{"name": TOPIC}]}).topics[0].topic_id
     text = base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=")
     keys = [f"{group}:{text}:{on1}", f"{group}:{text}:{1 - on1}", f"{group}:{text}", f"{group}:{uuid.uuid4()}:0"]

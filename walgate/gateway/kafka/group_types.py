@@ -14,22 +14,22 @@ a share group's id answer GROUP_ID_NOT_FOUND (:func:`share_group_code`).
 In cluster mode a share group whose members all left may keep share-partition state only on other nodes (it
 consumed only partitions placed there): its coordinator does not know it by itself. A consumer group's first join
 (ConsumerGroupHeartbeat epoch 0, JoinGroup without a member id) of an id that is no consumer group here asks the other
-nodes whether they keep state of it (:func:`walgate.gateway.kafka.share_remote.kept_elsewhere`) and is refused when
-one does; while a node does not answer within :data:`~walgate.gateway.kafka.share_remote.ASK_S` the join is let
-through (refusing it would stop every new consumer group while any node is down, waiting the node links' 10 s would
-hold each while one is stalled). That question is asked once in a group's life, at its first member's first join (a
+nodes which share groups they keep state of (:func:`walgate.gateway.kafka.share_remote.groups_kept`: one small
+node-only ListGroups per node, asked at once, whatever the number of partitions) and is refused when one keeps
+this id; a node that does not answer within :data:`~walgate.gateway.kafka.share_remote.ASK_S` lets the join through
+(refusing it would stop every new consumer group while any node is down, waiting the node links' 10 s would hold
+each while one is stalled). That question is asked once in a group's life, at its first member's first join (a
 group of this node's already answers it here). The offset APIs check only this node's share groups: asking every
 node at each commit would cost a round trip per commit."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.handlers.common import error_of
-from walgate.gateway.kafka.share_remote import ASK_S, kept_elsewhere
+from walgate.gateway.kafka.share_remote import groups_kept
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["consumer_id_taken", "joined_share_id", "share_group_code", "share_id_taken"]
@@ -69,12 +69,7 @@ async def joined_share_id(broker: Broker, group_id: str, code: int, message: str
             return None
     except Exception as exc:  # noqa: BLE001 - answered as its error code
         return error_of(exc), None
-    try:
-        async with asyncio.timeout(ASK_S):
-            kept = await kept_elsewhere(broker.links, broker.topics(), broker.node_id, group_id)
-    except TimeoutError:
-        return None
-    return (code, message) if kept else None
+    return (code, message) if group_id in await groups_kept(broker.links, broker.node_id) else None
 
 
 async def consumer_id_taken(broker: Broker, group_id: str) -> tuple[int, str | None] | None:

@@ -196,13 +196,11 @@ async def high_watermarks(links: NodeLinks | None, placed: Placed) -> dict[Key, 
     return out
 
 
-async def groups_kept(links: NodeLinks | None, nodes: Iterable[int]) -> set[str]:
-    """The ids of the share groups whose share-partition state any of ``nodes`` keeps (ListGroups v5, type
-    ``share``, asked of each at once); a node that does not answer within :data:`ASK_S`, or answers an error, adds
-    none (a stalled node does not hold every ListGroups for the node links' 10 s: rv7 R7-1)."""
-    async def ask(node: int) -> set[str]:
-        if links is None:  # (no other nodes on a single node)
-            return set()
+async def groups_kept(links: NodeLinks | None, node_id: int) -> set[str]:
+    """The ids of the share groups whose share-partition state any registered node but ``node_id`` keeps (ListGroups
+    v5, type ``share``, asked of each at once); a node that does not answer within :data:`ASK_S`, or answers an
+    error, adds none (a stalled node does not hold every ListGroups for the node links' 10 s: rv7 R7-1)."""
+    async def ask(links: NodeLinks, node: int) -> set[str]:
         try:
             async with asyncio.timeout(ASK_S):
                 answer: ListGroupsResponse = await links.call(node, ListGroupsRequest(states_filter=(),
@@ -211,4 +209,7 @@ async def groups_kept(links: NodeLinks | None, nodes: Iterable[int]) -> set[str]
             return set()
         return {str(g.group_id) for g in answer.groups} if answer.error_code == ErrorCode.none else set()
 
-    return set().union(*await asyncio.gather(*(ask(n) for n in nodes)))
+    if links is None:  # (no other nodes on a single node)
+        return set()
+    others = [n.node_id for n in links.member.view.nodes if n.node_id != node_id]
+    return set().union(*await asyncio.gather(*(ask(links, n) for n in others)))

@@ -77,7 +77,7 @@ async def _coordinated(broker: Broker, coordinators: GroupCoordinators, groups: 
             (states and "empty" not in {s.strip().lower() for s in states}):
         return ErrorCode.none, mine
     known = {g["group_id"] for g in groups} | (broker.shares.group_ids if broker.shares is not None else frozenset())
-    elsewhere = await groups_kept(broker.links, (n.node_id for n in coordinators.member.view.nodes if n.node_id != me))
+    elsewhere = await groups_kept(broker.links, me)
     return ErrorCode.none, mine + [
         {"group_id": g, "protocol_type": "share", "group_state": "Empty", "group_type": "share"}
         for g in sorted(elsewhere - known) if placement.owner(g) == me]
