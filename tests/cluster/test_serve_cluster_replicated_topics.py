@@ -46,7 +46,9 @@ from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
 from walgate.cluster.partition_codec import partitions_prefix
 
-ARGS = ("--override", "replica.lag.time.max.ms=2000", "--override", "replication.enable=true")
+ARGS = ("--override", "replica.lag.time.max.ms=2000", "--override", "replication.enable=true",
+        "--override", "default.replication.factor=2")
+"""(default.replication.factor: what CreateTopics' replication_factor -1 asks for, Kafka's setting)"""
 TOPIC, PARTITIONS = "kt", 2
 KT_CONFIGS = {"min.insync.replicas": "2", "flush.messages": "1"}
 """flush.messages=1: group commit, each write fsynced before it counts for the high watermark (the minimum durable
@@ -165,15 +167,16 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         n1 = nodes[0]
         admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
         for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS),
-                                           NewTopic("kt2", PARTITIONS, 2)], request_timeout=30).values():
+                                           NewTopic("kt2", PARTITIONS)], request_timeout=30).values():  # factor -1
             future.result(30)
-        for topic, factor in ((TOPIC, 3), ("kt2", 2)):
+        for topic, factor in ((TOPIC, 3), ("kt2", 2)):  # kt2's: default.replication.factor
             eventually(f"{topic}'s partitions led, every replica in the ISR", lambda t=topic, f=factor: all(
                 leader in replicas and len(replicas) == f and isr == sorted(replicas)
                 for leader, replicas, isr in described(n1, t).values()))
         assert produce_to(nodes[1].kafka_port, "kt2", {0: [b"a", b"b"], 1: [b"c"]}) == {0: [0, 1], 1: [0]}
         assert min_isr(nodes[2], TOPIC) == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG)
-        assert min_isr(nodes[2], "kt2") == ("1", ConfigSource.DEFAULT_CONFIG)
+        # (the node's min.insync.replicas setting, 1, as every Kafka setting a node runs with: DescribeConfigs' static)
+        assert min_isr(nodes[2], "kt2") == ("1", ConfigSource.STATIC_BROKER_CONFIG)
         [altered] = admin.incremental_alter_configs([ConfigResource("topic", "kt2", incremental_configs=[
             ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET)])]).values()
         altered.result(30)

@@ -384,7 +384,8 @@ def test_an_alter_record_that_changes_the_replication_factor_is_refused(tmp_path
 
 def test_a_topic_without_min_insync_replicas_takes_the_cluster_wide_dynamic_default(tmp_path: Path) -> None:
     """Kafka's ``min.insync.replicas`` broker config (a dynamic cluster-wide default, its topic config's synonym) is
-    the min ISR of a replicated topic that sets none; a node's own broker resource is not the controller's."""
+    the min ISR of a replicated topic that sets none, else the controller's static setting (at most the replication
+    factor, Kafka's effective min ISR); a node's own broker resource is not the controller's."""
     e = Engine.open(tmp_path, node_id=4)
     e.cluster_mode(True)
     _three_racks(e)
@@ -392,13 +393,16 @@ def test_a_topic_without_min_insync_replicas_takes_the_cluster_wide_dynamic_defa
         db, topic = e.catalog.new_kafka_topic(name, f"kafka_{name}", {"VGROUPS": 1}, configs, 0, replication_factor=3)
         _through_stream(e, lambda e, db=db, topic=topic: e.catalog.add_kafka_topic(db, topic))
 
-    def min_isr() -> dict[str, int]:
+    def min_isr(static: int = 1) -> dict[str, int]:
         ids = {e.catalog.databases[f"kafka_{n}"].id: n for n in ("own", "defaulted")}
-        return {ids[pid.db_id]: v.min_isr for pid, v in e.catalog.replicated_vnodes().items()}
+        return {ids[pid.db_id]: v.min_isr for pid, v in e.catalog.replicated_vnodes(static).items()}
 
     assert min_isr() == {"own": 1, "defaulted": 1}
+    assert min_isr(2) == {"own": 1, "defaulted": 2}
+    assert min_isr(5) == {"own": 1, "defaulted": 3}  # at most the factor
     _through_stream(e, lambda e: e.catalog.set_resource_configs("broker", "4", {"min.insync.replicas": "3"}))
     assert min_isr() == {"own": 1, "defaulted": 1}  # this node's own: not the cluster's
     _through_stream(e, lambda e: e.catalog.set_resource_configs("broker", "", {"min.insync.replicas": "2"}))
     assert min_isr() == {"own": 1, "defaulted": 2}
+    assert min_isr(3) == {"own": 1, "defaulted": 2}  # the dynamic default before the static setting
     e.close()

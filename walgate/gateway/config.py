@@ -95,8 +95,9 @@ KAFKA_IGNORED: dict[str, str] = {
         (("socket.send.buffer.bytes", "socket.receive.buffer.bytes"), "the kernel's buffer sizes are used"),
         (("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
           "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
-          "share.coordinator.state.topic.min.isr", "default.replication.factor", "min.insync.replicas",
-          "unclean.leader.election.enable", "auto.leader.rebalance.enable"), "one node: replication factor 1"),
+          "share.coordinator.state.topic.min.isr"), "the coordinators' state has one copy, on its node (issue 25)"),
+        (("unclean.leader.election.enable",), "set per topic, or cluster-wide as a dynamic broker config"),
+        (("auto.leader.rebalance.enable",), "leaders are not moved back to preferred replicas"),
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
           "log.flush.interval.ms", "log.cleanup.policy"),
@@ -248,6 +249,11 @@ class Config:
     # Kafka's replica.lag.time.max.ms (issue 25): a follower not caught up for this long leaves the ISR; a leader
     # proposes ISR changes every half of it
     replica_lag_time_max_ms: int = 30_000
+    # Kafka's default.replication.factor: the replicas of a topic CreateTopics makes with replication_factor -1
+    # (topics Metadata creates have one); min.insync.replicas: the ISR an acks=all write needs, of a topic without
+    # the config when the cluster has no dynamic default (read by the controller: give every node the same)
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
@@ -271,7 +277,8 @@ class Config:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
-                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms"):
+                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms",
+                     "default_replication_factor", "min_insync_replicas"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes

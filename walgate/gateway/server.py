@@ -367,7 +367,8 @@ class Gateway:
         assert registration is not None and registration.epoch is not None and member.election is not None
         assert self._shared is not None
         reconciler = Reconciler(PartitionStates(member.session, member.keys), member.election,
-                                catalog=functools.partial(_replicated_vnodes, self._shared, self._storage, engine))
+                                catalog=functools.partial(_replicated_vnodes, self._shared, self._storage, engine,
+                                                          self.config.min_insync_replicas))
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
@@ -427,7 +428,6 @@ class Gateway:
             **kafka_settings(cfg),
             "broker.id": str(cfg.node_id),
             "num.partitions": str(max(cfg.auto_create_topic_partitions, 1)),
-            "default.replication.factor": "1",
             "auto.create.topics.enable": str(cfg.auto_create_topic_partitions > 0).lower(),
             "offsets.retention.check.interval.ms": str(CLEANUP_INTERVAL_MS),
             # the data dir's, fixed when it was made (the setting only makes a new one)
@@ -660,15 +660,16 @@ async def _cancelled(task: asyncio.Task[None] | None) -> None:
             await task
 
 
-async def _replicated_vnodes(shared: SharedCatalog, storage: StorageThread, engine: Engine, seq: int
+async def _replicated_vnodes(shared: SharedCatalog, storage: StorageThread, engine: Engine, min_isr: int, seq: int
                              ) -> dict[PartitionId, ReplicatedVnode]:
-    """The controller's Reconciler's catalog: the replicated vnodes once this node applied record ``seq``
-    (:class:`ControlPlaneUnavailable` when it does not within the time :meth:`SharedCatalog.applied` allows)."""
+    """The controller's Reconciler's catalog: the replicated vnodes once this node applied record ``seq``, its
+    ``min.insync.replicas`` setting the last default of a topic's (:class:`ControlPlaneUnavailable` when it does not
+    apply the record within the time :meth:`SharedCatalog.applied` allows)."""
     try:
         await shared.applied(seq)
     except StorageError as e:
         raise ControlPlaneUnavailable(e.message) from None
-    return await storage.call(engine.catalog.replicated_vnodes)
+    return await storage.call(engine.catalog.replicated_vnodes, min_isr)
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int, holding: tuple[str, int] | None = None

@@ -839,14 +839,16 @@ class Catalog:
                 led[d.node_of(i, self.node_id)] += 1
         return place(count, self.placeable(), held, replicas, led)
 
-    def replicated_vnodes(self) -> dict[PartitionId, ReplicatedVnode]:
+    def replicated_vnodes(self, min_isr_default: int = 1) -> dict[PartitionId, ReplicatedVnode]:
         """Each vgroup of more than one replica, by ``(database id, vgroup)``, as the controller creates its
         partition state (walgate.cluster.partition_states.Reconciler): its replicas, ``min.insync.replicas`` (an
         SQL database's ``MIN_INSYNC``; a Kafka-native topic's config, else the cluster-wide dynamic broker default
         (Kafka's ``min.insync.replicas`` broker config, which its controller reads; this node's own broker resource
-        is not the cluster's), else 1, at most its replicas: the partition state holds no more) and the topic's
-        ``unclean.leader.election.enable`` (defaulted alike)."""
-        defaults = resource_configs.topic_defaults(self.resource_configs, "")
+        is not the cluster's), else ``min_isr_default`` (the controller's static setting), at most its replicas, as
+        Kafka's effective min ISR (``Partition.effectiveMinIsr``): the partition state holds no more) and the
+        topic's ``unclean.leader.election.enable`` (defaulted alike, else false)."""
+        defaults = {"min.insync.replicas": str(min_isr_default),
+                    **resource_configs.topic_defaults(self.resource_configs, "")}
         native = {t.db: {**defaults, **t.configs} for t in self.topics.values() if t.kind == "kafka"}
         out: dict[PartitionId, ReplicatedVnode] = {}
         for db in self.databases.values():
