@@ -248,7 +248,7 @@ async function refreshCluster() {
     + `${partitions.filter((p) => p.under_replicated && p.kind === "replicated").length} under-replicated · `
     + `${partitions.filter((p) => p.under_min_isr && p.kind === "replicated").length} under min ISR`;
   fill($("node-rows"), nodes.map((n) => [n.node_id, n.address, n.http, n.rack, n.live ? "yes" : "no",
-    n.broker_epoch, n.controller ? "controller" : "",
+    n.broker_epoch ?? num("–"), n.controller ? "controller" : "",
     !n.live ? "no (down)" : n.caught_up ? "yes" : `catching up: ${n.catching_up.join(", ")}`]),
   (i) => ({ data: { node: nodes[i].node_id }, class: nodes[i].live ? "" : "down" }));
   fill($("vgroup-rows"), partitions.map((p) => [p.topic ? `topic ${p.topic}` : p.database ?? p.db_id, p.vgroup,
