@@ -10,7 +10,6 @@ const state = {
   lag: new Map(), // group -> [{t, v: total lag}]
   lastHwm: new Map(), // topic -> {t, sum}
   topics: [], groups: [], rendered: new Map(), // element id -> JSON of what it shows (skip identical redraws)
-  cluster: false, // whether the node is a cluster's (then the Cluster tab shows)
 };
 
 // ------------------------------------------------------------------ DOM helpers
@@ -234,11 +233,11 @@ function vgroupStatus(p) {
 
 async function refreshCluster() {
   const cluster = await getJson("/ui/api/cluster");
-  state.cluster = cluster.cluster !== null;
-  $("cluster-link").hidden = !state.cluster;
-  $("cluster-single").hidden = state.cluster;
-  $("cluster-view").hidden = !state.cluster;
-  if (!state.cluster) return;
+  const member = cluster.cluster !== null; // a cluster's node: the Cluster tab shows
+  $("cluster-link").hidden = !member;
+  $("cluster-single").hidden = member;
+  $("cluster-view").hidden = !member;
+  if (!member) return;
   const { nodes, partitions } = cluster;
   $("cluster-title").textContent = `Cluster ${cluster.cluster} · seen from node ${cluster.node_id}`;
   const down = nodes.filter((n) => !n.live).length;
