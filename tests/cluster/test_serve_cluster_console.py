@@ -1,9 +1,10 @@
 """The web console's cluster page (issue 26, "Seeing it") in Chromium against three real ``walgate serve --cluster``
-nodes (stopped by PID) holding a ``REPLICA 3`` database and a one-copy one.
+nodes (stopped by PID) holding a ``REPLICA 3`` database, a Kafka-native topic of replication factor 3 and a one-copy
+database.
 
 What holds: node 1's page shows the Cluster tab, every node alive and caught up (node 1 the controller), each
-vgroup of ``r`` with its leader and ISR 1, 2, 3, and ``power``'s vgroup as one copy; its JSON API
-(``/ui/api/cluster``) says the same. After a ``kill -9`` of the node leading one of ``r``'s vgroups (not node 1, the
+vgroup of ``r`` and partition of ``events`` with its leader and ISR 1, 2, 3, and ``power``'s vgroup as one copy;
+its JSON API (``/ui/api/cluster``) says the same. After a ``kill -9`` of the node leading one of ``r``'s vgroups (not node 1, the
 controller, whose page is watched), within a bounded wait the page shows that node not alive and that vgroup led by
 another replica, the dead node out of its ISR and the vgroup under-replicated: the page polls once a second, the
 node re-reads the membership every third of the 2 s lease and follows the partition states as they change.
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 from etcd_cluster import EtcdCluster
+from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import expect, sync_playwright
 from serve_support import eventually, no_traceback, node, sql, wait_log
 
@@ -47,13 +49,16 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
         eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
         sql(n1, "CREATE DATABASE r VGROUPS 3 REPLICA 3")
         sql(n1, "CREATE DATABASE power VGROUPS 1")
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
+        admin.create_topics([NewTopic("events", 2, 3)])["events"].result(30)
+        del admin  # closed: its connections would log the killed node's refusals
 
         def whole() -> bool:
             shown = cluster_json(n1)
-            r = [p for p in shown["partitions"] if p["database"] == "r"]
-            return len(r) == 3 and all(p["leader"] and p["isr"] == [1, 2, 3] for p in r) and all(
+            replicated = [p for p in shown["partitions"] if p["database"] == "r" or p["topic"] == "events"]
+            return len(replicated) == 5 and all(p["leader"] and p["isr"] == [1, 2, 3] for p in replicated) and all(
                 n["caught_up"] for n in shown["nodes"])
-        eventually("r's vgroups led, their ISR whole, every node caught up", whole)
+        eventually("r's vgroups and events' partitions led, their ISR whole, every node caught up", whole)
         shown = cluster_json(n1)
         assert (shown["node_id"], shown["controller"]) == (1, 1)
         assert [(n["node_id"], n["live"], n["address"]) for n in shown["nodes"]] == [
@@ -83,6 +88,10 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
                     expect(cells.nth(5)).to_have_text("1, 2, 3")
                     expect(cells.nth(9)).to_have_text("ok")
                 expect(page.locator('#vgroup-rows tr[data-vgroup="power/0"] td').nth(9)).to_have_text("one copy")
+                for partition in (0, 1):
+                    cells = page.locator(f'#vgroup-rows tr[data-vgroup="events/{partition}"] td')
+                    expect(cells.nth(0)).to_have_text("topic events")
+                    expect(cells.nth(5)).to_have_text("1, 2, 3")
 
                 dead = nodes[dead_id - 1]
                 dead.proc.kill()
