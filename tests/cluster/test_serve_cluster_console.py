@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcd_cluster import EtcdCluster
 from confluent_kafka.admin import AdminClient, NewTopic
+from etcd_cluster import EtcdCluster
 from playwright.sync_api import expect, sync_playwright
 from serve_support import eventually, no_traceback, node, sql, wait_log
 
