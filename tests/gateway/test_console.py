@@ -195,6 +195,15 @@ async def test_the_sql_box_runs_statements_and_the_databases_and_tdengine_topics
                                                  "location": "SF"}, separators=(",", ":")), timeout=TIMEOUT_MS)
 
 
+async def test_a_single_node_shows_no_cluster_tab_and_says_it_is_one_node(console: Console) -> None:
+    page = console.page
+    await page.goto(f"{console.http}/ui#cluster")  # (the cluster page's URL, as a cluster node's is)
+    await expect(page.locator("#cluster-single")).to_be_visible()
+    await expect(page.locator("#cluster-view")).to_be_hidden()
+    await expect(page.locator("#cluster-link")).to_be_hidden()
+    await expect(page.locator("nav a:visible")).to_have_text(["Topics", "Consumer groups", "Databases", "SQL"])
+
+
 async def test_the_api_answers_bad_parameters_with_400_json(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = Config(data_dir=tmp_path / "data", kafka_port=0, http_port=0)
     async with Gateway(config) as gateway, aiohttp.ClientSession() as session:

@@ -179,7 +179,7 @@ def test_acls_and_grants_are_one_store_checked_by_every_api(tmp_path: Path):
         assert [row[0] for row in sql(gw, "SHOW DATABASES")["data"]] == ["power"]  # Read on power.*: Describe
         assert [row[0] for row in sql(gw, "SHOW TOPICS")["data"]] == ["open"]  # as Metadata lists them
         for path, status in (("/metrics", 403), ("/ui/api/topics", 403), ("/ui/api/tail?topic=secret", 403),
-                             ("/healthz", 200)):  # what shows every topic and record is for super users
+                             ("/ui/api/cluster", 403), ("/healthz", 200)):  # what shows every topic and record is for super users
             try:
                 assert urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=30).status == status, path
             except urllib.error.HTTPError as e:

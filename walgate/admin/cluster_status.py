@@ -22,20 +22,34 @@ import argparse
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from walgate.admin.client import AdminError, UsageError
 from walgate.admin.output import guarded, print_json, print_table
-from walgate.cluster.model import ControlPlaneError, Keys, NodeInfo, decode_record, decode_snapshot, membership
-from walgate.cluster.partition_codec import PartitionStateDamaged, decode_state, partition_id, partitions_prefix
+from walgate.cluster.model import (
+    ControlPlaneError,
+    Keys,
+    Membership,
+    NodeInfo,
+    decode_record,
+    decode_snapshot,
+    membership,
+)
+from walgate.cluster.partition_codec import (
+    PartitionId,
+    PartitionStateDamaged,
+    decode_state,
+    partition_id,
+    partitions_prefix,
+)
 from walgate.cluster.registry import broker_epoch
-from walgate.replication.partition import NO_LEADER, leader_live
+from walgate.replication.partition import NO_LEADER, PartitionState, leader_live
 
-__all__ = ["COMMANDS", "ClusterView", "NodeView", "PartitionView", "Read", "catalog_names", "cluster_view", "health",
-           "node_rows", "partition_rows", "read_cluster", "status_lines"]
+__all__ = ["COMMANDS", "ClusterView", "NodeView", "PartitionView", "Read", "assembled", "catalog_names", "cluster_view",
+           "health", "node_rows", "partition_name", "partition_rows", "read_cluster", "status_lines"]
 
 PASSWORD_ENV = "WALGATE_CLUSTER_ETCD_PASSWORD"
 
@@ -57,7 +71,9 @@ class NodeView:
 @dataclass(frozen=True)
 class PartitionView:
     """One replicated vgroup's partition state. ``database`` is None when no catalog record names its id; ``topic``
-    is the Kafka-native topic whose database it is, if any. ``leader`` is None for no leader."""
+    is the Kafka-native topic whose database it is, if any. ``leader`` is None for no leader. ``adding_replicas`` and
+    ``removing_replicas`` are a reassignment's (Kafka's ``PartitionRegistration``): always empty, as no partition state
+    holds a reassignment yet (issue 26's AlterPartitionReassignments)."""
 
     database: str | None
     topic: str | None
@@ -72,6 +88,8 @@ class PartitionView:
     under_replicated: bool
     under_min_isr: bool
     offline: bool
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,26 @@ def cluster_view(keys: Keys, read: Read) -> ClusterView:
     known = [int(k[len(keys.incarnations):]) for k, *_ in read.incarnations if k[len(keys.incarnations):].isdigit()]
     view = membership([v for _, v, _, _ in read.nodes], known, [(k, c, v) for k, v, c, _ in read.candidates])
     epochs = {NodeInfo.decode(v).node_id: broker_epoch(v, c) for _, v, c, _ in read.nodes}
+    damaged: list[str] = []
+    try:
+        names = catalog_names(read.snapshot, [v for _, v, _, _ in read.records])
+    except ControlPlaneError as e:
+        names = {}
+        damaged.append(str(e))
+    states: dict[PartitionId, PartitionState] = {}
+    for key, value, _, mod_revision in read.partitions:
+        try:
+            states[partition_id(keys, key)] = decode_state(value, mod_revision)
+        except PartitionStateDamaged as e:
+            damaged.append(str(e))
+    return assembled(keys.cluster_id, view, epochs, states, names, tuple(damaged))
+
+
+def assembled(cluster: str, view: Membership, epochs: Mapping[int, int], states: Mapping[PartitionId, PartitionState],
+              names: Mapping[str, tuple[str, str | None]], damaged: tuple[str, ...] = ()) -> ClusterView:
+    """The :class:`ClusterView` of a membership ``view``, the registered nodes' broker ``epochs``, the partition
+    ``states`` and the database ids' ``names`` (database, Kafka-native topic), wherever they were read: from etcd at
+    one revision (:func:`cluster_view`) or as a node last read them (the web console's cluster page)."""
     live = {n.node_id: n for n in view.nodes}
     nodes = []
     for node_id in view.known:
@@ -134,43 +172,31 @@ def cluster_view(keys: Keys, read: Read) -> ClusterView:
         address = None if info is None or not info.endpoints else info.endpoints[0].partition("://")[2]
         nodes.append(NodeView(node_id, info is not None, address, None if info is None else info.http,
                               None if info is None else info.rack, epochs.get(node_id), node_id == view.controller))
-    damaged: list[str] = []
-    try:
-        names = catalog_names(read.snapshot, [v for _, v, _, _ in read.records])
-    except ControlPlaneError as e:
-        names = {}
-        damaged.append(str(e))
     partitions = []
-    for key, value, _, mod_revision in read.partitions:
-        try:
-            pid = partition_id(keys, key)
-            state = decode_state(value, mod_revision)
-        except PartitionStateDamaged as e:
-            damaged.append(str(e))
-            continue
+    for pid, state in states.items():
         database, topic = names.get(pid.db_id, (None, None))
         partitions.append(PartitionView(
             database, topic, pid.db_id, pid.vgroup, None if state.leader == NO_LEADER else state.leader,
             state.leader_epoch, state.replicas, tuple(m.replica for m in state.isr), state.elr, state.min_isr,
             len(state.isr) < len(state.replicas), len(state.isr) < state.min_isr, not leader_live(state, epochs)))
     partitions.sort(key=lambda p: (p.topic or p.database or p.db_id, p.db_id, p.vgroup))
-    return ClusterView(keys.cluster_id, view.controller, tuple(nodes), tuple(partitions), tuple(damaged))
+    return ClusterView(cluster, view.controller, tuple(nodes), tuple(partitions), damaged)
 
 
 def health(view: ClusterView) -> dict[str, Any]:
     """``walgate cluster status``, as ``rpk cluster health`` reports: healthy when a controller is elected, every
     known node is live and no vgroup is offline or under-replicated."""
     down = [n.node_id for n in view.nodes if not n.live]
-    offline = [_name(p) for p in view.partitions if p.offline]
-    under = [_name(p) for p in view.partitions if p.under_replicated]
+    offline = [partition_name(p) for p in view.partitions if p.offline]
+    under = [partition_name(p) for p in view.partitions if p.under_replicated]
     return {"cluster": view.cluster, "healthy": view.controller is not None and not down and not offline and not under,
             "controller": view.controller, "nodes": [n.node_id for n in view.nodes], "nodes_down": down,
             "partitions": len(view.partitions), "offline_partitions": offline, "under_replicated_partitions": under,
-            "under_min_isr_partitions": [_name(p) for p in view.partitions if p.under_min_isr],
+            "under_min_isr_partitions": [partition_name(p) for p in view.partitions if p.under_min_isr],
             "damaged": list(view.damaged)}
 
 
-def _name(p: PartitionView) -> str:
+def partition_name(p: PartitionView) -> str:
     """``topic/vgroup`` for a Kafka-native topic's vgroup, ``database/vgroup`` for an SQL database's (its id when
     no catalog record names it)."""
     return f"{p.topic or p.database or p.db_id}/{p.vgroup}"

@@ -107,6 +107,7 @@ from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.share_coordinator import ShareCoordinator
 from walgate.gateway import coordinator_sql
 from walgate.gateway.audit import audit, sql_change
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.console import add_console
 from walgate.gateway.http_auth import AUTH_FAILURE, UNAUTHENTICATED_PATHS, BasicAuth
 from walgate.gateway.http_origin import Origin, same_origin_middleware
@@ -250,12 +251,14 @@ def make_app(
     shared: Callable[[], SharedCatalog | None] | None = None,
     node_tls: ssl.SSLContext | None = None,
     replicas: Callable[[], ReplicaManager | None] | None = None,
+    member: Callable[[], ClusterMember | None] | None = None,
 ) -> web.Application:
     """The aiohttp application serving ``engine`` through ``storage`` (SELECTs on ``queries``; ``damage``: the
     engine's damage log, which ``/healthz`` reads on the event loop: it is only appended to); with the node's
     ``groups``, also the web console (:mod:`walgate.gateway.console`; ``shares()``: the share coordinator, whose
-    share groups it shows beside them); with its ``metrics``, ``/metrics``. ``/readyz`` asks ``storage`` and, with
-    the node's ``coordinator`` lane, that lane too (without it the coordinators run on the storage thread), and
+    share groups it shows beside them; in cluster mode ``member()``, the node's membership, and ``replicas()`` for
+    its cluster page); with its ``metrics``, ``/metrics``. ``/readyz`` asks ``storage`` and, with the node's
+    ``coordinator`` lane, that lane too (without it the coordinators run on the storage thread), and
     ``listeners()`` whether each listener besides HTTP (by name) accepts connections, and in cluster mode
     ``cluster()`` why the node is not a member of its cluster (None: it is); statements run through ``shared()``
     once it is not None (the cluster's users and ACLs: :mod:`.shared_catalog`). Cross-origin browser requests are
@@ -296,7 +299,7 @@ def make_app(
         app.router.add_get("/metrics", _metrics)
     if groups is not None:
         app[_GROUPS] = groups  # SHOW CONSUMERS / SUBSCRIPTIONS, DROP CONSUMER GROUP: from its lane (coordinator_sql)
-        add_console(app, engine, storage, groups, shares)
+        add_console(app, engine, storage, groups, shares, member, replicas)
     return app
 
 

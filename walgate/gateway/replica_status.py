@@ -34,7 +34,7 @@ still lacks, so a rolling restart waits for it before stopping the next node.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -46,7 +46,7 @@ from walgate.gateway.replicas import ReplicaManager
 from walgate.replication.partition import PartitionState, leader_live, same_incarnation
 
 __all__ = ["FollowedLag", "ReplicaCensus", "ReplicationCollector", "census", "offline", "replicas_check",
-           "not_in_sync", "replication_metrics"]
+           "not_in_sync", "out_of_isr", "replication_metrics"]
 
 FETCHER_MANAGER = "Replica"
 """The ``clientId`` of Kafka's ``ReplicaFetcherManager`` MaxLag."""
@@ -103,8 +103,14 @@ def census(manager: ReplicaManager, reconciler: Reconciler | None) -> ReplicaCen
 
 def not_in_sync(c: ReplicaCensus) -> list[PartitionId]:
     """The vnodes whose state names node ``c.node_id`` a replica but not an ISR member under its broker epoch."""
-    return sorted(pid for pid, s in c.states.items() if c.node_id in s.replicas and not (
-        (m := s.member(c.node_id)) is not None and same_incarnation(m.broker_epoch, c.broker_epoch)))
+    return out_of_isr(c.states, c.node_id, c.broker_epoch)
+
+
+def out_of_isr(states: Mapping[PartitionId, PartitionState], node_id: int, broker_epoch: int) -> list[PartitionId]:
+    """The vnodes whose state in ``states`` names node ``node_id`` a replica but not an ISR member under
+    ``broker_epoch`` (KIP-903): those it has not caught up on, registered under that epoch."""
+    return sorted(pid for pid, s in states.items() if node_id in s.replicas and not (
+        (m := s.member(node_id)) is not None and same_incarnation(m.broker_epoch, broker_epoch)))
 
 
 def offline(c: ReplicaCensus) -> int:

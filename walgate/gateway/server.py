@@ -228,7 +228,7 @@ class Gateway:
                          cluster=self._cluster_check if cfg.cluster_etcd_endpoints is not None else None,
                          shared=lambda: self._shared,
                          node_tls=node_client_context(cfg) if cfg.http_ssl_enabled and self._cluster else None,
-                         replicas=lambda: self._replicas),
+                         replicas=lambda: self._replicas, member=lambda: self._cluster),
                 shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT, logger=ServerLog(),
             )
             await self._http.setup()

@@ -9,6 +9,9 @@
 - ``GET /ui/api/databases``: databases, supertables and subtables (:func:`.views.databases`).
 - ``GET /ui/api/tail?topic=T&partition=P&limit=N``: the newest N (1..:data:`MAX_TAIL`, default
   :data:`DEFAULT_TAIL`) records of a partition (:func:`.views.tail`).
+- ``GET /ui/api/cluster``: in cluster mode every node and every vgroup with its leader, replicas and ISR, as this
+  node last read them (:func:`.cluster_page.cluster_page`); ``{"cluster": null}`` on a single node (the page then
+  shows no Cluster tab).
 
 The SQL box posts to ``/rest/sql``. Answers are JSON; a bad or missing query parameter, an unknown topic or
 partition is a 400 ``{"code", "desc"}`` like every HTTP API error (the application's error middleware maps the
@@ -26,8 +29,11 @@ import orjson
 from aiohttp import web
 
 from walgate.coordinator.share_coordinator import ShareCoordinator
+from walgate.gateway.cluster_member import ClusterMember
 from walgate.gateway.console import views
+from walgate.gateway.console.cluster_page import cluster_page, placed_vgroups
 from walgate.gateway.kafka.groups import GroupService
+from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import InvalidValue
@@ -49,10 +55,14 @@ _PAGE_HEADERS = {
 
 
 def add_console(app: web.Application, engine: Engine, storage: StorageThread, groups: GroupService,
-                shares: Callable[[], ShareCoordinator | None] | None = None) -> None:
+                shares: Callable[[], ShareCoordinator | None] | None = None,
+                member: Callable[[], ClusterMember | None] | None = None,
+                replicas: Callable[[], ReplicaManager | None] | None = None) -> None:
     """Add the console's routes to ``app`` (whose middleware maps engine errors to JSON answers); ``shares()``: the
-    share coordinator once the Kafka listeners run (None before, or without share groups)."""
-    console = _Console(engine, storage, groups, shares)
+    share coordinator once the Kafka listeners run (None before, or without share groups); in cluster mode
+    ``member()``, the node's membership, and ``replicas()``, its replica manager once replication runs (None
+    before, or without ``replication.enable``)."""
+    console = _Console(engine, storage, groups, shares, member, replicas)
     app.router.add_get("/ui", console.page)
     app.router.add_get("/ui/", console.page)
     app.router.add_get("/ui/static/{name}", console.static)
@@ -60,15 +70,20 @@ def add_console(app: web.Application, engine: Engine, storage: StorageThread, gr
     app.router.add_get("/ui/api/groups", console.groups)
     app.router.add_get("/ui/api/databases", console.databases)
     app.router.add_get("/ui/api/tail", console.tail)
+    app.router.add_get("/ui/api/cluster", console.cluster)
 
 
 class _Console:
     def __init__(self, engine: Engine, storage: StorageThread, groups: GroupService,
-                 shares: Callable[[], ShareCoordinator | None] | None) -> None:
+                 shares: Callable[[], ShareCoordinator | None] | None,
+                 member: Callable[[], ClusterMember | None] | None,
+                 replicas: Callable[[], ReplicaManager | None] | None) -> None:
         self._engine = engine
         self._storage = storage
         self._groups = groups
         self._shares = shares
+        self._member = member
+        self._replicas = replicas
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "index.html", headers={**_PAGE_HEADERS, "Content-Type": "text/html"})
@@ -103,6 +118,17 @@ class _Console:
         partition = _int_param(request, "partition", None, 0, 2**31 - 1)
         limit = _int_param(request, "limit", DEFAULT_TAIL, 1, MAX_TAIL)
         return _json(await self._storage.call(views.tail, self._engine, topic, partition, limit))
+
+    async def cluster(self, request: web.Request) -> web.Response:
+        member = self._member() if self._member is not None else None
+        if member is None:
+            return _json({"cluster": None})
+        manager = self._replicas() if self._replicas is not None else None
+        # taken on the event loop, the only place the membership and the replica manager's states change
+        view, epochs = member.view, dict(member.broker_epochs)
+        states = {} if manager is None else dict(manager.states.states)
+        placed = await self._storage.call(placed_vgroups, self._engine)
+        return _json(cluster_page(member.keys.cluster_id, member.node_id, view, epochs, states, placed))
 
 
 def _int_param(request: web.Request, name: str, default: int | None, low: int, high: int) -> int:

@@ -215,6 +215,51 @@ function table(headers, rows) {
     el("tbody", {}, ...rows.map((cells) => el("tr", {}, ...cells.map(cell)))));
 }
 
+// ------------------------------------------------------------------ cluster (cluster mode only)
+
+const ids = (list) => (list.length ? list.join(", ") : "–");
+
+/** What is wrong with vgroup `p`, or how it is kept: the page's Status column. */
+function vgroupStatus(p) {
+  const marks = [];
+  if (p.offline) marks.push("offline");
+  if (p.under_replicated && p.kind !== "no-state") marks.push("under-replicated");
+  if (p.under_min_isr && p.kind !== "no-state") marks.push("under min ISR");
+  if (p.kind === "no-state") marks.push("no partition state read yet");
+  if (p.kind === "one-copy") marks.push("one copy");
+  if (p.adding_replicas.length || p.removing_replicas.length) marks.push("moving replicas");
+  return marks.join(" · ") || "ok";
+}
+
+async function refreshCluster() {
+  const cluster = await getJson("/ui/api/cluster");
+  const member = cluster.cluster !== null; // a cluster's node: the Cluster tab shows
+  $("cluster-link").hidden = !member;
+  $("cluster-single").hidden = member;
+  $("cluster-view").hidden = !member;
+  if (!member) return;
+  const { nodes, partitions } = cluster;
+  $("cluster-title").textContent = `Cluster ${cluster.cluster} · seen from node ${cluster.node_id}`;
+  const down = nodes.filter((n) => !n.live).length;
+  $("cluster-summary").textContent = `${nodes.length} nodes (${down} down) · controller `
+    + `${cluster.controller ?? "none elected"} · ${partitions.length} vgroups · `
+    + `${partitions.filter((p) => p.offline).length} offline · `
+    + `${partitions.filter((p) => p.under_replicated && p.kind === "replicated").length} under-replicated · `
+    + `${partitions.filter((p) => p.under_min_isr && p.kind === "replicated").length} under min ISR`;
+  fill($("node-rows"), nodes.map((n) => [n.node_id, n.address, n.http, n.rack, n.live ? "yes" : "no",
+    n.broker_epoch ?? num("–"), n.controller ? "controller" : "",
+    !n.live ? "no (down)" : n.caught_up ? "yes" : `catching up: ${n.catching_up.join(", ")}`]),
+  (i) => ({ data: { node: nodes[i].node_id }, class: nodes[i].live ? "" : "down" }));
+  fill($("vgroup-rows"), partitions.map((p) => [p.topic ? `topic ${p.topic}` : p.database ?? p.db_id, p.vgroup,
+    p.leader ?? num("none"), p.leader_epoch, ids(p.replicas), ids(p.isr), ids(p.elr), ids(p.adding_replicas),
+    ids(p.removing_replicas), vgroupStatus(p)]),
+  (i) => {
+    const p = partitions[i];
+    const alarm = p.offline || p.under_replicated || p.under_min_isr;
+    return { data: { vgroup: `${p.topic ?? p.database ?? p.db_id}/${p.vgroup}` }, class: alarm ? "alarm" : "" };
+  });
+}
+
 // ------------------------------------------------------------------ SQL
 
 async function runSql(event) {
@@ -260,6 +305,7 @@ async function poll() {
     renderGroups();
     if (state.tab === "topics") await refreshTail();
     if (state.tab === "databases") await refreshDatabases();
+    if (state.tab === "cluster") await refreshCluster();
     $("status").textContent = `live · ${new Date(t).toLocaleTimeString()}`;
     $("status").className = "";
   } catch (e) {
@@ -270,11 +316,12 @@ async function poll() {
 }
 
 function showTab() {
-  state.tab = ["topics", "groups", "databases", "sql"].find((t) => `#${t}` === location.hash) || "topics";
+  state.tab = ["topics", "groups", "databases", "sql", "cluster"].find((t) => `#${t}` === location.hash) || "topics";
   for (const section of document.querySelectorAll("main > section")) section.hidden = section.id !== state.tab;
   for (const link of document.querySelectorAll("nav a")) link.classList.toggle("active", link.dataset.tab === state.tab);
   if (state.tab === "databases") refreshDatabases().catch(() => {});
   if (state.tab === "topics") refreshTail();
+  if (state.tab === "cluster") refreshCluster().catch(() => {});
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -285,5 +332,6 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   for (const id of ["tail-partition", "tail-limit", "tail-pause"]) $(id).addEventListener("change", refreshTail);
   showTab();
+  if (state.tab !== "cluster") refreshCluster().catch(() => {}); // whether to show the Cluster tab
   poll();
 });
