@@ -222,9 +222,11 @@ async def test_the_parts_of_a_merged_select_are_read_within_one_budget_shared_by
 
 def test_a_selects_part_names_here_or_scan_and_the_instant_of_now() -> None:
     """The node asked fixes ``now`` once; its header carries it to every node (ns below 2^63, ASCII digits, no
-    leading zero), or the part is not a SELECT's."""
+    leading zero), or the part is not a SELECT's; a node of the version before names none (its part takes this
+    node's clock: rv7 R7-4)."""
     assert select_part("scan;0") == (SCAN, 0) and select_part(f"here;{2**63 - 1}") == ("here", 2**63 - 1)
-    for refused in ("here", "scan", "here;", f"here;{2**63}", "here;01", "here;-1", "here;+1", "here; 1", "here;1 ",
+    assert select_part("here") == ("here", None) and select_part("scan") == (SCAN, None)
+    for refused in ("here;", f"here;{2**63}", "here;01", "here;-1", "here;+1", "here; 1", "here;1 ",
                     "HERE;1", "scan;٣", "scan;1;2", "tables;1", "0;1", "here;1e3"):
         assert select_part(refused) is None, refused
 

@@ -73,7 +73,7 @@ SCAN = "scan"
 """The :data:`FORWARDED` header's positions of a SELECT merged from scanned rows (then ``;<now>``:
 :func:`select_part`): the rows of the node's vgroups that pass WHERE, answered as an Arrow IPC stream
 (:mod:`walgate.storage.select_merge`)."""
-_SELECT_PART = re.compile(f"({HERE}|{SCAN});(0|[1-9][0-9]{{0,18}})")  # a SELECT's part and its ``now``
+_SELECT_PART = re.compile(f"({HERE}|{SCAN})(?:;(0|[1-9][0-9]{{0,18}}))?")  # a SELECT's part and its ``now``
 TABLES_PATH = "/cluster/v1/tables"
 """Where a node asks another which tables exist there (:func:`tables_exist`), before a statement spanning nodes does
 anything: a DROP TABLE list is checked whole, a new supertable's name against the tables of its name's node."""
@@ -253,15 +253,18 @@ async def select_here(node: int, url: str | None, path: str, sql: bytes, sender:
     return status, answered
 
 
-def select_part(positions: str) -> tuple[str, int] | None:
+def select_part(positions: str) -> tuple[str, int | None] | None:
     """The part (:data:`HERE` or :data:`SCAN`) and the instant of ``now`` (ns since the epoch, below 2^63) that the
     :data:`FORWARDED` header's ``positions`` name for a SELECT (``here;<ns>``, ``scan;<ns>``, as :func:`select_here`
-    sends them: every node reads the query's ``now`` at the instant the node asked fixed); None when they are not of
-    that form."""
+    sends them: every node reads the query's ``now`` at the instant the node asked fixed; a bare ``here`` or
+    ``scan``, as a node of the version before sends them: None, this node's clock, rv7 R7-4); None when they are not
+    of that form."""
     found = _SELECT_PART.fullmatch(positions)
-    if found is None or int(found[2]) >= 2**63:
+    if found is None:
         return None
-    return found[1], int(found[2])
+    if found[2] is None:
+        return found[1], None
+    return (found[1], int(found[2])) if int(found[2]) < 2**63 else None
 
 
 def _walgate_answer(status: int, answered: Any, part: str) -> bool:
