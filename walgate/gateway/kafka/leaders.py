@@ -22,14 +22,15 @@ from typing import Any, NamedTuple, TypeVar
 from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.led_vnodes import LedVnodes
+from walgate.replication.leader import LeaderView
 from walgate.replication.partition import NO_LEADER, PartitionState, check_leader_epoch
 from walgate.storage.errors import NotHere
 from walgate.storage.partitions import LEADER_EPOCH
 from walgate.storage.topics_snapshot import TopicsSnapshot
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["Endpoints", "ReadCheck", "Reads", "other_nodes", "current_leader", "node_endpoints", "leads_here",
-           "named_state"]
+__all__ = ["Endpoints", "ReadCheck", "Reads", "other_nodes", "current_leader", "node_endpoints", "serving_view",
+           "leads_here", "named_state"]
 
 T = TypeVar("T")
 Endpoints = Mapping[int, tuple[str, int]]
@@ -50,19 +51,24 @@ def current_leader(node: int, others: Endpoints, epoch: int = LEADER_EPOCH) -> t
     return (node, epoch) if node in others else (-1, -1)
 
 
+def serving_view(led: LedVnodes | None, db_id: str, vgroup: int) -> LeaderView | None:
+    """The view this node leads the replicated vgroup under, while it may serve as its leader: one its replica manager
+    made (under this process's broker epoch, KIP-903) and did not depose since, while the node holds its
+    registration's lease (:meth:`LedVnodes.lease_held`: cut off from etcd past its TTL, it may have been replaced in
+    an epoch it cannot read, and answers as a follower, not from a log the new leader may have passed); else None.
+    Any lane: reads of what the manager last set."""
+    view = None if led is None else led.leader_view(db_id, vgroup)
+    return view if view is not None and not view.deposed and led is not None and led.lease_held() else None
+
+
 def leads_here(led: LedVnodes, node_id: int, db_id: str, vgroup: int, state: PartitionState) -> bool:
     """Whether node ``node_id`` serves the replicated vgroup as its leader now: ``state``, the newest partition state
-    it read, names it leader and its replica manager leads the vgroup in that very leader epoch (a view made under
-    this process's broker epoch, KIP-903, and not deposed since). False on a node that is starting (no state read or
-    applied yet: its WAL's visible version may be its whole log, past the high watermark), that was named leader
-    under its previous broker epoch, whose manager has not applied the newest state yet, or that does not hold its
-    registration's lease now (:meth:`LedVnodes.lease_held`: cut off from etcd past its TTL, it may have been
-    replaced in an epoch it cannot read: it answers as a follower, not from a log the new leader may have passed).
-    Any lane: reads of what the manager last set."""
-    if state.leader != node_id:
-        return False
-    view = led.leader_view(db_id, vgroup)
-    return view is not None and not view.deposed and view.leader_epoch == state.leader_epoch and led.lease_held()
+    it read, names it leader and it serves the vgroup (:func:`serving_view`) in that very leader epoch. False on a
+    node that is starting (no state read or applied yet: its WAL's visible version may be its whole log, past the
+    high watermark), that was named leader under its previous broker epoch, whose manager has not applied the newest
+    state yet, or without its lease. Any lane."""
+    view = serving_view(led, db_id, vgroup) if state.leader == node_id else None
+    return view is not None and view.leader_epoch == state.leader_epoch
 
 
 def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) -> PartitionState | None:

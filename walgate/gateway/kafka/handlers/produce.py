@@ -85,7 +85,7 @@ from walgate.gateway.kafka.access import Operation, ResourceType, allowed, check
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.context import RequestContext
 from walgate.gateway.kafka.handlers.common import PRODUCE, TRANSACTIONS, Unanswered, error_of
-from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes
+from walgate.gateway.kafka.leaders import Endpoints, current_leader, node_endpoints, other_nodes, serving_view
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.gateway.quotas import PRODUCE as PRODUCE_RATE
 from walgate.storage.durability import Need
@@ -188,7 +188,7 @@ def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, 
     """For a Kafka-native partition whose vnode is replicated (its WAL's high watermark is the replica manager's,
     :attr:`Wal.replication <walgate.storage.wal.Wal.replication>`): (the vnode, the leader epoch this node leads it
     in, the error refusing the write before its append, or None): NOT_LEADER_OR_FOLLOWER when this node does not
-    lead it (now), and for acks=all NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas``
+    serve it as leader now (:func:`~walgate.gateway.kafka.leaders.serving_view`), and for acks=all NOT_ENOUGH_REPLICAS while its ISR is below ``min.insync.replicas``
     (:meth:`LeaderView.check_produce
     <walgate.replication.leader.LeaderView.check_produce>`). None for any other partition: written as on a single
     node (a partition not here, or not known, is answered by the append: one past the database's vgroups is never
@@ -207,8 +207,8 @@ def _replication(engine: Engine, led: LedVnodes | None, topic: str, index: int, 
         return None
     if wal.replication is None:
         return None
-    view = None if led is None else led.leader_view(db.id, index)
-    if view is None or view.deposed or led is None or not led.lease_held():  # (leaders.leads_here's lease rule)
+    view = serving_view(led, db.id, index)
+    if view is None:
         return (found.db, index), -1, ErrorCode.not_leader_or_follower
     return (found.db, index), view.leader_epoch, view.check_produce() if acks == -1 else None
 
