@@ -49,7 +49,7 @@ def sync(service: GroupService, joined: dict[str, Any], assignment: bytes, insta
         rid, group_id="g", generation_id=joined["generation_id"], member_id=joined["member_id"],
         group_instance_id=instance, protocol_type="consumer", protocol_name="range",
         assignments={joined["member_id"]: assignment} if assignment else {}, now_ms=now_ms(),
-    ))
+    ), "g")
 
 
 def heartbeat(service: GroupService, joined: dict[str, Any]) -> Any:

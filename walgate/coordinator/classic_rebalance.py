@@ -103,6 +103,10 @@ class ClassicRebalance:
 
     # ------------------------------------------------------------------ reading
 
+    def forget(self, group_id: str) -> None:
+        """Drop *group_id* from memory (another node coordinates it now); its timers find it gone."""
+        self._groups.pop(group_id, None)
+
     def group(self, group_id: str) -> ClassicGroup | None:
         """The group *group_id* if it has state in memory (read it, do not change it)."""
         return self._groups.get(group_id)

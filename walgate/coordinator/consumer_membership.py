@@ -117,6 +117,10 @@ class ConsumerMembership:
         """The ids of every group of this kind in memory."""
         return list(self._groups)
 
+    def forget(self, group_id: str) -> None:
+        """Drop *group_id* from memory (another node coordinates it now); its timers find it gone."""
+        self._groups.pop(group_id, None)
+
     def next_deadline(self) -> int | None:
         """When :meth:`tick` next has something to do (ms, the callers' clock), or None."""
         return self._timer.next_deadline()

@@ -93,6 +93,20 @@ class GroupCoordinator:
                 self._noted.add(group_id)
         return failed
 
+    def recorded(self) -> list[str]:
+        """The ids of the groups with a recorded value."""
+        return list(self._recorded)
+
+    def unload(self, group_ids: Iterable[str]) -> None:
+        """Forget *group_ids*: their coordinator partition is led by another node now (Kafka's
+        ``onResignation``); their records stay in the partition, for the node that loads it next. Their parked
+        requests are the caller's to answer; their timers find them gone."""
+        for group_id in group_ids:
+            self.classic.forget(group_id)
+            self.consumer.forget(group_id)
+            self._recorded.pop(group_id, None)
+            self._noted.discard(group_id)
+
     def _group_value(self, group_id: str) -> tuple[bool, Any]:
         """(whether the group has a value to record now, that value: None when the group is gone)."""
         group = self.consumer.group(group_id) or self.classic.group(group_id)

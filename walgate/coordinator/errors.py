@@ -18,8 +18,10 @@ code and a message, which their responses carry too, through
     ├── RebalanceInProgress     REBALANCE_IN_PROGRESS (27): commit while awaiting the assignment
     ├── GroupIdNotFound         GROUP_ID_NOT_FOUND (69): no such group
     ├── NonEmptyGroup           NON_EMPTY_GROUP (68): group still has members
-    └── GroupNotRecorded        COORDINATOR_NOT_AVAILABLE (15): the group's new state could not be written durably
-                                (raised by the gateway, which writes the coordinator's group records)
+    ├── GroupNotRecorded        COORDINATOR_NOT_AVAILABLE (15): the group's new state could not be written durably
+    │                           (raised by the gateway, which writes the coordinator's group records)
+    └── NotCoordinatorNow       NOT_COORDINATOR (16): this node stopped coordinating the group while its request
+                                was parked (its coordinator partition's leadership moved)
 
     ConsumerProtocolError       embedded consumer-protocol bytes that do not parse (a ValueError)
     AckError                    (share_partition.py) a share acknowledgement the partition's state refuses:
@@ -89,12 +91,20 @@ class GroupNotRecorded(GroupError):
     error_code = ErrorCode.coordinator_not_available
 
 
+class NotCoordinatorNow(GroupError):
+    """This node no longer coordinates the group of a parked JoinGroup / SyncGroup: its coordinator partition is led
+    elsewhere now (Kafka answers such requests NOT_COORDINATOR as it unloads the group; clients find the new
+    coordinator)."""
+
+    error_code = ErrorCode.not_coordinator
+
+
 class ConsumerProtocolError(ValueError):
     """ConsumerProtocolSubscription / ConsumerProtocolAssignment bytes that do not parse."""
 
 
 _GROUP_ERRORS: Final = (GroupError, UnknownMemberId, FencedInstanceId, IllegalGeneration, RebalanceInProgress,
-                        GroupIdNotFound, NonEmptyGroup, GroupNotRecorded)
+                        GroupIdNotFound, NonEmptyGroup, GroupNotRecorded, NotCoordinatorNow)
 
 ERROR_CODES: Final[dict[type[BaseException], ErrorCode]] = {
     **{cls: cls.error_code for cls in _GROUP_ERRORS},  # each the Kafka error it names (the base, never raised: unknown)

@@ -225,6 +225,9 @@ class ReplicaManager:
         # the states to apply, in order; None: the catalog changed (let go of the vnodes of databases dropped)
         self._changes: asyncio.Queue[tuple[PartitionId, PartitionState | None] | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
+        # told (on the event loop) each vnode this node begins to lead, with its leader epoch, and each it stops
+        # leading (None): the coordinators load and drop the partitions of their internal topic so
+        self.leadership: list[Callable[[VnodeKey, int | None], None]] = []
 
     # ------------------------------------------------------------ LedVnodes (WalFetch's handler, on the lane)
 
@@ -424,6 +427,8 @@ class ReplicaManager:
         led.proposer = asyncio.create_task(self._propose(pid, led), name=f"walgate-isr-{key[0]}-{key[1]}")
         log.info("vnode %d of database %s: leading epoch %d from version %d", key[1], key[0], state.leader_epoch,
                  view.epoch_start)
+        for told in self.leadership:
+            told(key, state.leader_epoch)
 
     def _restate(self, led: _Led, state: PartitionState) -> None:
         wal = _wal(self.engine, led.key)
@@ -525,6 +530,8 @@ class ReplicaManager:
         if led.proposer is not None and led.proposer is not asyncio.current_task():
             led.proposer.cancel()
         self.purgatory.fail(led.key, ErrorCode.not_leader_or_follower)
+        for told in self.leadership:
+            told(led.key, None)
 
     def _unfollow(self, pid: PartitionId, key: VnodeKey) -> None:
         leader = self.following.pop(pid, None)

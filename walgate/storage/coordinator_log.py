@@ -175,7 +175,7 @@ class CoordinatorLog(GroupCommittedLog[Key, Value]):
         if not records:
             return
         try:
-            self._append_locked(b"".join(self._line(g, v) for g, v in records))
+            self._append_locked(self._body(records))
         except OSError as exc:
             raise StorageUnavailable(f"The {self.WHAT} could not be written ({exc.strerror or exc}): "
                                      "the group state was not recorded") from None

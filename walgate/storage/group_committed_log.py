@@ -133,8 +133,11 @@ class GroupCommittedLog(KeyedLog[K, V]):
         if self._syncing or not self._pending:
             return None
         self._syncing = True
-        body = b"".join(self._line(k, v) for _, records in self._pending for k, v in records)
-        return LogSync(self, self._written, body)
+        return LogSync(self, self._written, self._body([r for _, records in self._pending for r in records]))
+
+    def _body(self, records: Sequence[tuple[K, V | None]]) -> bytes:
+        """What appending ``records`` writes with :meth:`_append_locked`: their lines."""
+        return b"".join(self._line(k, v) for k, v in records)
 
     def _synced(self, sync: LogSync) -> None:
         """Apply the writes ``sync`` made durable; when it failed (its bytes were cut off the file), refuse every

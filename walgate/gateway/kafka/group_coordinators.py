@@ -12,12 +12,19 @@ registered, or the placement cannot be read); every group API of a group whose p
 NOT_COORDINATOR (:func:`refusal`), as Kafka's group coordinator answers for a ``__consumer_offsets`` partition its
 broker does not lead, and the client looks its coordinator up again. On a single node there is no
 :class:`GroupCoordinators` and every group is the node's.
+
+In a replicated cluster (``replication.enable``) a group's coordinator partition is a partition of the internal
+topic ``__consumer_offsets`` and its node the partition's leader (:attr:`GroupCoordinators.replicated`,
+:mod:`.coordinator_replicas`): the placement of groups is the leaders' now, and a group of a partition this node
+leads but has not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS. Transactional ids keep the placement above
+(their state has one copy yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from walgate.cluster.coordinators import CoordinatorPlacement, decode_partitions, encode_partitions
 from walgate.cluster.etcd import tx
@@ -26,7 +33,7 @@ from walgate.cluster.placement import NoLiveNode
 from walgate.gateway.cluster_member import ClusterMember, ClusterStartError
 from walgate.wire.errors import ErrorCode
 
-__all__ = ["GroupCoordinators", "cluster_partitions", "refusal"]
+__all__ = ["GroupCoordinators", "ReplicatedCoordinators", "cluster_partitions", "refusal"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -45,18 +52,37 @@ async def cluster_partitions(member: ClusterMember, wanted: int) -> int:
         raise ClusterStartError(f"cannot read the cluster's coordinator partitions: {e}") from None
 
 
+class ReplicatedCoordinators(Protocol):
+    """A replicated cluster's group coordinators (:class:`~.coordinator_replicas.CoordinatorReplicas`)."""
+
+    async def placement(self) -> CoordinatorPlacement:
+        """Each coordinator partition's leader now (-1: none); raises :class:`ControlPlaneError` while unknown."""
+
+    def loading(self, group_id: str) -> bool:
+        """Whether this node leads ``group_id``'s partition and has not loaded it yet."""
+
+
 class GroupCoordinators:
-    """This node's view of where the ``partitions`` coordinator partitions of its cluster are; ``known`` once read."""
+    """This node's view of where the ``partitions`` coordinator partitions of its cluster are; ``known`` once read;
+    ``replicated`` in a replicated cluster (the module docstring)."""
 
     def __init__(self, member: ClusterMember, partitions: int) -> None:
         self.member = member
         self.partitions = partitions
         self.known: CoordinatorPlacement | None = None
+        self.replicated: ReplicatedCoordinators | None = None
         self._lock = asyncio.Lock()  # one read or decision at a time
 
-    async def placement(self) -> CoordinatorPlacement:
-        """The placement: as known, else read from etcd, else decided now over the live nodes. Raises
-        :class:`ControlPlaneError` when etcd does not answer or no node is live."""
+    async def placement(self, transactional: bool = False) -> CoordinatorPlacement:
+        """The node of each coordinator partition, of groups (``transactional``: of transactional ids). Raises
+        :class:`ControlPlaneError` when it cannot be known now."""
+        if self.replicated is not None and not transactional:
+            return await self.replicated.placement()
+        return await self._placed()
+
+    async def _placed(self) -> CoordinatorPlacement:
+        """The placement of one-copy coordinator partitions: as known, else read from etcd, else decided now over
+        the live nodes. Raises :class:`ControlPlaneError` when etcd does not answer or no node is live."""
         if self.known is None:
             async with self._lock:
                 if self.known is None:
@@ -91,20 +117,29 @@ class GroupCoordinators:
                          self.member.keys.cluster_id, self.partitions, ",".join(map(str, decided.nodes)))
         return CoordinatorPlacement.decode(bytes(kv.value), self.partitions)
 
-    async def owner(self, group_id: str) -> int:
-        """The node coordinating ``group_id`` (raises as :meth:`placement`)."""
-        return (await self.placement()).owner(group_id)
+    async def owner(self, key: str, transactional: bool = False) -> int:
+        """The node coordinating group ``key`` (``transactional``: transactional id ``key``); -1 when none does now
+        (raises as :meth:`placement`)."""
+        return (await self.placement(transactional)).owner(key)
 
 
-async def refusal(coordinators: GroupCoordinators | None, group_id: str) -> int:
-    """What a group API of ``group_id`` answers before the coordinator is asked: ``ErrorCode.none`` (0) when this
-    node coordinates it (always on a single node, ``coordinators`` None), NOT_COORDINATOR when another node does,
-    COORDINATOR_NOT_AVAILABLE when the placement cannot be read now (both send the client to FindCoordinator)."""
+async def refusal(coordinators: GroupCoordinators | None, key: str, transactional: bool = False) -> int:
+    """What a group API of group ``key`` (``transactional``: a transaction API of transactional id ``key``) answers
+    before the coordinator is asked: ``ErrorCode.none`` (0) when this node coordinates it (always on a single node,
+    ``coordinators`` None), NOT_COORDINATOR when another node does, COORDINATOR_NOT_AVAILABLE when the placement
+    cannot be read now or no node coordinates it (all send the client to FindCoordinator), COORDINATOR_LOAD_IN_PROGRESS
+    while this node loads its replicated partition (the client retries)."""
     if coordinators is None:
         return ErrorCode.none
     try:
-        owner = await coordinators.owner(group_id)
+        owner = await coordinators.owner(key, transactional)
     except ControlPlaneError as e:
-        log.warning("the coordinator of group %r is not known: %s", group_id, e)
+        log.warning("the coordinator of %s %r is not known: %s", "transactional id" if transactional else "group",
+                    key, e)
         return ErrorCode.coordinator_not_available
-    return ErrorCode.none if owner == coordinators.member.node_id else ErrorCode.not_coordinator
+    if owner != coordinators.member.node_id:
+        return ErrorCode.coordinator_not_available if owner < 0 else ErrorCode.not_coordinator
+    replicated = coordinators.replicated
+    if replicated is not None and not transactional and replicated.loading(key):
+        return ErrorCode.coordinator_load_in_progress
+    return ErrorCode.none

@@ -40,12 +40,12 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 from walgate.coordinator.classic import Completion
 from walgate.coordinator.coordinator import GroupCoordinator
-from walgate.coordinator.errors import GroupNotRecorded
+from walgate.coordinator.errors import GroupNotRecorded, NotCoordinatorNow
 from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.deadline_timer import DeadlineTimer
 from walgate.gateway.storage_thread import StorageThread
@@ -105,6 +105,7 @@ class GroupService:
         self.lane = lane
         self._ids = itertools.count(1)
         self._pending: dict[Hashable, asyncio.Future[dict[str, Any]]] = {}
+        self._parked_groups: dict[Hashable, str] = {}  # request id -> the group of a parked request
         self._timer = DeadlineTimer("group timer", self._tick, lambda: now_ms(), log)  # the module clock, read late
         if members is not None:
             members.follow(self.groups, bridge)
@@ -164,18 +165,46 @@ class GroupService:
     async def join(self, **kwargs: Any) -> dict[str, Any]:
         """JoinGroup (``GroupCoordinator.join``'s arguments but the request id and partition counts), parked."""
         return await self.parked(lambda rid: self.groups.join(rid, topic_partitions=self._store.topic_partitions,
-                                                              **kwargs))
+                                                              **kwargs), kwargs["group_id"])
 
-    async def parked(self, call: Callable[[int], list[Completion]]) -> dict[str, Any]:
-        """Run a JoinGroup/SyncGroup ``call(request_id)`` and wait for its response, however late."""
+    async def parked(self, call: Callable[[int], list[Completion]], group_id: str) -> dict[str, Any]:
+        """Run a JoinGroup/SyncGroup of ``group_id``, ``call(request_id)``, and wait for its response, however late
+        (NotCoordinatorNow when this node stops coordinating the group meanwhile: :meth:`unload_groups`)."""
         rid = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        self._parked_groups[rid] = group_id
         try:
             await self.run(lambda: (None, call(rid)))
             return await future
         finally:
             self._pending.pop(rid, None)
+            self._parked_groups.pop(rid, None)
+
+    async def load_groups(self, values: Mapping[str, Any]) -> None:
+        """Rebuild the groups of their recorded ``values`` (group id -> value): the groups of a coordinator
+        partition this node began to lead (replicated coordinators, :mod:`.coordinator_replicas`); a record that
+        does not rebuild is logged, its group's members rejoin."""
+        failed = await self.lane.call(lambda: self.groups.load(values, now_ms()))
+        for group_id, reason in failed:
+            log.error("group %r: its recorded state does not load (%s); its members rejoin", group_id, reason)
+        await self._rearm()
+
+    async def unload_groups(self, mine: Callable[[str], bool]) -> None:
+        """Forget every group ``mine`` takes (their coordinator partition is led by another node now) and answer
+        their parked requests NOT_COORDINATOR (Kafka's ``onGroupUnloaded``)."""
+        def unload() -> set[str]:
+            known = set(self.groups.classic.group_ids()) | set(self.groups.consumer.group_ids())
+            gone = {g for g in known | set(self.groups.recorded()) if mine(g)}
+            self.groups.unload(gone)
+            return gone
+
+        gone = await self.lane.call(unload)
+        for rid, group_id in list(self._parked_groups.items()):
+            future = self._pending.get(rid)
+            if group_id in gone and future is not None and not future.done():
+                future.set_exception(NotCoordinatorNow(f"this node no longer coordinates group {group_id}"))
+        await self._rearm()
 
     def _deliver(self, completions: list[Completion]) -> None:
         for c in completions:

@@ -592,7 +592,7 @@ class TransactionService:
         :class:`ControlPlaneError` when the coordinators' placement cannot be read now."""
         if self.coordinators is None:
             return None
-        owner = await self.coordinators.owner(tid)
+        owner = await self.coordinators.owner(tid, transactional=True)
         return None if owner == self.coordinators.member.node_id else owner
 
     async def join_remote(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:

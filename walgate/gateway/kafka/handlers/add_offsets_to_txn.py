@@ -42,7 +42,7 @@ async def _error(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRe
         return ErrorCode.transactional_id_authorization_failed
     elif not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         return ErrorCode.group_authorization_failed
-    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+    if code := await refusal(broker.coordinators, tid, transactional=True):  # another node's transactional id (cluster mode)
         return code
 
     tv = 2 if from_cluster_node(broker, ctx) else 0  # a node sends it for a TxnOffsetCommit v5 (an implicit add)

@@ -61,7 +61,7 @@ async def _one(broker: Broker, ctx: RequestContext, tid: str, producer_id: int, 
         return _result(tid, dict.fromkeys(partitions, ErrorCode.coordinator_not_available))
     if version < 4 and not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _result(tid, dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed))
-    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+    if code := await refusal(broker.coordinators, tid, transactional=True):  # another node's transactional id (cluster mode)
         return _result(tid, dict.fromkeys(partitions, code))
     group_partition = None
     if verify_only and broker.coordinators is not None and any(t == OFFSETS_TOPIC for t, _ in partitions):

@@ -36,7 +36,7 @@ async def handle(broker: Broker, ctx: RequestContext,
     svc = broker.transactions
     ids = list(request.transactional_ids)
     visible = {tid for tid in ids if allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)}
-    elsewhere = {tid: code for tid in visible if (code := await refusal(broker.coordinators, tid))}
+    elsewhere = {tid: code for tid in visible if (code := await refusal(broker.coordinators, tid, transactional=True))}
     visible -= elsewhere.keys()
     try:
         if svc is None:

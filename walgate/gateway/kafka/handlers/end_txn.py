@@ -45,7 +45,7 @@ async def _end(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> t
         return ErrorCode.coordinator_not_available, _NO_PRODUCER
     if not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.transactional_id_authorization_failed, _NO_PRODUCER
-    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+    if code := await refusal(broker.coordinators, tid, transactional=True):  # another node's transactional id (cluster mode)
         return code, _NO_PRODUCER
     tv = 2 if version >= _V2_SINCE else 0
 

@@ -47,7 +47,7 @@ async def _transactional(broker: Broker, ctx: RequestContext, tid: str,
     svc = broker.transactions
     if svc is None or not allowed(broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return _refused(ErrorCode.transactional_id_authorization_failed)
-    if code := await refusal(broker.coordinators, tid):  # another node's transactional id (cluster mode)
+    if code := await refusal(broker.coordinators, tid, transactional=True):  # another node's transactional id (cluster mode)
         return _refused(code)
     pid, epoch = request.producer_id, request.producer_epoch  # -1 before v3
     if (pid == -1) != (epoch == -1):

@@ -43,6 +43,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: SyncGroupRequest)
             protocol_name=protocol_name,
             assignments={a.member_id: a.assignment for a in request.assignments},
             now_ms=now_ms(),
-        )
+        ), request.group_id,
     ), lambda code: {"error_code": code, "assignment": b""}))
     return {"throttle_time": 0, **response}

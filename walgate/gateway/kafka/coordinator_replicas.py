@@ -1,0 +1,232 @@
+"""A replicated cluster's group coordinators (``replication.enable``; docs/plans/replication-wiring.md, step 7):
+coordinator partition p is partition p of the internal Kafka-native topic ``__consumer_offsets``, as in Kafka, and
+the group coordinator of a group is the leader of its partition.
+
+* **The topic** is made once, by the first node that needs a group's coordinator, through the cluster's catalog as
+  CreateTopics makes a topic (:meth:`CoordinatorReplicas.ensure_topic`): the cluster's N partitions, replication
+  factor ``offsets.topic.replication.factor`` (Kafka's default 3: while fewer nodes are live it is not made and
+  groups answer COORDINATOR_NOT_AVAILABLE, as Kafka refuses to create it), ``cleanup.policy=compact``. Every node
+  then holds its replicas and the controller elects their leaders like any topic's.
+* **Who coordinates**: the leader its partition state names (:meth:`CoordinatorReplicas.placement`, the
+  :class:`~walgate.cluster.coordinators.CoordinatorPlacement` of the leaders now: -1 for a partition without one).
+* **Load** (Kafka's ``GroupMetadataManager.loadGroupsAndOffsets``): when the replica manager begins to lead p here,
+  p's records, from its log start to its log end, are replayed into a
+  :class:`~walgate.storage.replicated_coordinator_log.ReplicatedCoordinatorLog`, installed as the engine's
+  coordinator partition p, and its groups rebuilt (:meth:`GroupService.load_groups
+  <walgate.gateway.kafka.groups.GroupService.load_groups>`); until then the partition's groups answer
+  COORDINATOR_LOAD_IN_PROGRESS (:meth:`CoordinatorReplicas.loading`).
+* **Unload** (``onResignation``): when it stops leading p, p's log is replaced by one refusing every write and its
+  groups are dropped, their parked requests answered NOT_COORDINATOR.
+* **Writes**: the log's sink appends each batch to p on its lane, refused unless this node leads p in the epoch the
+  log was loaded in (checked on the lane with the append), waits for the append's fsync and then for the high
+  watermark to pass it (:meth:`ReplicaManager.acknowledged <walgate.gateway.replicas.ReplicaManager.acknowledged>`,
+  at most :data:`WRITE_S`): a commit or group state is seen and answered only once every in-sync replica holds it,
+  so a new leader loads it.
+
+Transactional ids stay with the placement of one-copy coordinators (:mod:`.group_coordinators`): their state is
+not replicated yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from walgate.cluster.coordinators import CoordinatorPlacement
+from walgate.cluster.model import ControlPlaneUnavailable
+from walgate.gateway.group_commit import GroupCommit
+from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.replicas import ReplicaManager
+from walgate.gateway.storage_thread import StorageThread
+from walgate.replication.partition import NO_LEADER
+from walgate.storage.coordinator_partitions import partition_for
+from walgate.storage.coordinator_records import replay_records
+from walgate.storage.engine import Engine
+from walgate.storage.errors import NotLedNow, StorageError
+from walgate.storage.lanes import VnodeKey
+from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedCoordinatorLog, not_led
+from walgate.wire import batch_header
+from walgate.wire.errors import ErrorCode
+
+__all__ = ["CoordinatorReplicas", "WRITE_S"]
+
+log = logging.getLogger("walgate.groups")
+
+WRITE_S: Final = 10.0
+"""The longest a coordinator write waits for the in-sync replicas (then refused: the client retries)."""
+
+
+def split_batches(body: bytes) -> list[bytes]:
+    """The record batches ``body`` concatenates (each framed by its own length, as a log holds them)."""
+    out, pos = [], 0
+    while pos < len(body):
+        end = pos + 12 + batch_header(body, pos).batch_length
+        out.append(body[pos:end])
+        pos = end
+    return out
+
+
+class CoordinatorReplicas:
+    """This node's part in the replicated group coordinators (the module docstring). Event loop, but the sink."""
+
+    def __init__(self, broker: Broker, engine: Engine, storage: StorageThread, coordinator: StorageThread,
+                 group_commit: GroupCommit, manager: Callable[[], ReplicaManager | None], partitions: int,
+                 factor: int) -> None:
+        self._broker = broker
+        self._engine = engine
+        self._storage = storage
+        self._coordinator = coordinator
+        self._group_commit = group_commit
+        self._manager = manager
+        self.partitions = partitions
+        self.factor = factor
+        self._loop = asyncio.get_running_loop()
+        self._made: asyncio.Lock = asyncio.Lock()
+        self.loaded: dict[int, int] = {}  # partition -> the leader epoch its log was loaded in
+        self._changes: dict[int, asyncio.Task[None]] = {}  # partition -> its load or unload running
+
+    # ------------------------------------------------------------ who coordinates
+
+    def _database(self) -> tuple[str, str] | None:
+        """(name, id) of the topic's database, once this node knows the topic."""
+        topics = self._engine.topics()
+        found = topics.topic(OFFSETS_TOPIC)
+        if found is None:
+            return None
+        vgroup = topics.replicated_vgroup(OFFSETS_TOPIC, 0)
+        return None if vgroup is None else (found.db, vgroup[0])
+
+    async def ensure_topic(self) -> tuple[str, str]:
+        """The topic's database (name, id), the topic made first when no node made it yet; ControlPlaneUnavailable
+        while it cannot be (fewer live nodes than its replication factor, the catalog refusing)."""
+        known = self._database()
+        if known is not None:
+            return known
+        async with self._made:
+            known = self._database()
+            if known is None:
+                try:
+                    await self._broker.call(_make_topic, self.partitions, self.factor)
+                except StorageError as e:
+                    raise ControlPlaneUnavailable(f"the {OFFSETS_TOPIC} topic cannot be made now: {e}") from None
+                known = self._database()
+        if known is None:
+            raise ControlPlaneUnavailable(f"the {OFFSETS_TOPIC} topic is not applied here yet")
+        return known
+
+    async def placement(self) -> CoordinatorPlacement:
+        """Each coordinator partition's leader now (-1: none elected or no state read yet)."""
+        _, db_id = await self.ensure_topic()
+        manager = self._manager()
+        states = [None if manager is None else manager.state_of(db_id, p) for p in range(self.partitions)]
+        return CoordinatorPlacement(tuple(NO_LEADER if s is None else s.leader for s in states))
+
+    def loading(self, group_id: str) -> bool:
+        """Whether this node leads ``group_id``'s partition and has not loaded it yet."""
+        p = partition_for(group_id, self.partitions)
+        known, manager = self._database(), self._manager()
+        if known is None or manager is None:
+            return False
+        view = manager.leader_view(known[1], p)
+        return view is not None and self.loaded.get(p) != view.leader_epoch
+
+    # ------------------------------------------------------------ load and unload
+
+    def leadership(self, key: VnodeKey, epoch: int | None) -> None:
+        """The replica manager began to lead vnode ``key`` in ``epoch`` (None: stopped): a partition of the topic
+        is loaded or unloaded, after the change of it running (in order)."""
+        known = self._database()
+        if known is None or key[0] != known[0]:
+            return
+        p = key[1]
+        before = self._changes.get(p)
+        self._changes[p] = asyncio.create_task(self._change(p, epoch, before), name=f"walgate-coordinator-{p}")
+
+    async def _change(self, p: int, epoch: int | None, before: asyncio.Task[None] | None) -> None:
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        try:
+            await self._unload(p)
+            if epoch is not None:
+                await self._load(p, epoch)
+        except Exception as e:  # noqa: BLE001 - logged; the partition's groups answer NOT_COORDINATOR / LOAD_IN_PROGRESS
+            log.error("%s partition %d: not loaded in leader epoch %s: %s: %s", OFFSETS_TOPIC, p, epoch,
+                      type(e).__name__, e)
+
+    async def _unload(self, p: int) -> None:
+        if self.loaded.pop(p, None) is None:
+            return
+        await self._coordinator.call(self._install, not_led(p))
+        await self._broker.groups.unload_groups(lambda g: partition_for(g, self.partitions) == p)
+        log.info("%s partition %d: unloaded (led elsewhere now)", OFFSETS_TOPIC, p)
+
+    async def _load(self, p: int, epoch: int) -> None:
+        name, _ = await self.ensure_topic()
+        key = (name, p)
+        batches = await self._storage.call_on(frozenset([key]), functools.partial(_batches, self._engine, p))
+        records = replay_records(batches, lambda what: log.error("%s partition %d: %s", OFFSETS_TOPIC, p, what))
+        sink = functools.partial(self._sink, key, epoch)
+        loaded = ReplicatedCoordinatorLog.loaded(p, records.coordinator, sink, self._engine.clock.time_ms,
+                                                 self._engine.store.coordinator_unsynced, self._engine.syncs)
+        self._group_commit.own(self._coordinator, [loaded])
+        await self._coordinator.call(self._install, loaded)
+        await self._broker.groups.load_groups(loaded.groups())
+        self.loaded[p] = epoch
+        log.info("%s partition %d: loaded in leader epoch %d (%d offsets, %d groups)", OFFSETS_TOPIC, p, epoch,
+                 sum(1 for _ in loaded.items()), len(loaded.groups()))
+
+    def _install(self, log_: ReplicatedCoordinatorLog) -> None:
+        """On the coordinator lane: ``log_`` is the engine's coordinator partition ``log_.partition`` now."""
+        self._engine.store.coordinator.logs[log_.partition] = log_
+
+    # ------------------------------------------------------------ writes
+
+    def _sink(self, key: VnodeKey, epoch: int, body: bytes) -> None:
+        """A :data:`~walgate.storage.replicated_coordinator_log.Sink` (a coordinator-lane or sync thread)."""
+        future = asyncio.run_coroutine_threadsafe(self._write(key, epoch, split_batches(body)), self._loop)
+        try:
+            code = future.result(WRITE_S + 5)
+        except TimeoutError:
+            future.cancel()
+            raise OSError(errno.ETIMEDOUT, "the in-sync replicas did not take the write in time") from None
+        except StorageError as e:
+            raise OSError(errno.EAGAIN, e.message) from None
+        if code != ErrorCode.none:
+            raise OSError(errno.EAGAIN, f"the write was not taken by the in-sync replicas: {ErrorCode(code).name}")
+
+    async def _write(self, key: VnodeKey, epoch: int, batches: list[bytes]) -> int:
+        manager = self._manager()
+        if manager is None:
+            return ErrorCode.not_coordinator
+        appended, needs = await self._storage.call_on(frozenset([key]), functools.partial(
+            _append, self._engine, self._broker.node_id, key, epoch, batches))
+        await self._group_commit.wait(needs)
+        return await manager.acknowledged(key, epoch, appended, WRITE_S)
+
+
+def _make_topic(engine: Engine, partitions: int, factor: int) -> None:
+    """On the storage lane (a staged call: the cluster's catalog): the internal topic, unless made meanwhile."""
+    if OFFSETS_TOPIC in engine.catalog.topics:
+        return
+    engine.create_kafka_topic(OFFSETS_TOPIC, partitions, {"cleanup.policy": "compact"}, {}, None, None, factor)
+
+
+def _batches(engine: Engine, p: int) -> list[bytes]:
+    """On partition ``p``'s lane: its every stored batch, log start to log end."""
+    return engine.native.partition_batches(OFFSETS_TOPIC, p)
+
+
+def _append(engine: Engine, node_id: int, key: VnodeKey, epoch: int, batches: list[bytes]) -> tuple[int, list]:
+    """On the partition's lane: ``batches`` appended while this node leads it in ``epoch`` (NotLedNow else); the
+    last WAL version written and what its durability needs."""
+    vnode = engine.store.local_vnode(*key)
+    if vnode.epochs.latest_epoch != epoch:
+        raise NotLedNow(f"{OFFSETS_TOPIC} partition {key[1]} is not led here in epoch {epoch}")
+    [result] = engine.partitions.append(OFFSETS_TOPIC, [(key[1], b"".join(batches))], engine.clock.time_ms(), node_id)
+    if isinstance(result, Exception):
+        raise result
+    return vnode.wal.next_version - 1, result.needs
