@@ -73,7 +73,7 @@ class GroupCommittedLog(KeyedLog[K, V]):
     UNWRITTEN: ClassVar[str]
     """Ends the message of a write refused without group commit (what was not recorded)."""
 
-    def __init__(self, path: Path, unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> None:
+    def __init__(self, path: Path | None, unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> None:
         super().__init__(path, syncs)
         self.unsynced = unsynced  # group commit: appends note what they need instead of fsyncing
         self._written = 0  # writes queued so far (the targets of group commit's needs)
@@ -81,21 +81,22 @@ class GroupCommittedLog(KeyedLog[K, V]):
         self.refusals = 0  # syncs that failed so far (each refused every write not durable then)
         self._pending: list[tuple[int, Sequence[tuple[K, V | None]]]] = []  # (write, records) not yet durable
         self._syncing = False  # a sync is taken and not done
-        self._file = threading.Lock()  # held by every append to the file, and by the pad it decides
+        self._lock = threading.Lock()  # held by every append to the file, and by the pad it decides
 
     def _append_locked(self, body: bytes) -> None:
         """Append *body* (after a ``\\n`` when the file may end in a torn line) with one write and an fsync, under
         the file's lock; OSError (the file cut back, the next append padded) when the disk refuses it."""
-        with self._file:
+        path = self._file()
+        with self._lock:
             try:
-                fileio.append_file(self.path, self._pad + body, syncs=self.syncs)  # cut back on failure
+                fileio.append_file(path, self._pad + body, syncs=self.syncs)  # cut back on failure
             except OSError:
                 self._pad = b"\n"  # in case the cut back failed too
                 raise
             self._pad = b""
 
     def _rewrite(self) -> None:
-        with self._file:
+        with self._lock:
             super()._rewrite()
 
     def _applied(self, records: Sequence[tuple[K, V | None]]) -> None:
@@ -113,6 +114,7 @@ class GroupCommittedLog(KeyedLog[K, V]):
         write or the fsync fails."""
         if not records:
             return 0
+        self._file()  # refuses a log without a file before anything is queued
         self._written += 1
         self._pending.append((self._written, records))
         if self.unsynced is not None:

@@ -25,6 +25,11 @@ this class keeps the map (:attr:`KeyedLog._live`) and the file:
   rewritten with the live values only (:func:`walgate.storage.fileio.replace_file`: a crash leaves the old file or
   the new one). A failed compaction changes nothing (the lines are durable in the uncompacted log) and is tried
   again after a later append.
+* Without a file (``path`` None): the map of a replicated coordinator partition, replayed from the partition's
+  records (:mod:`walgate.storage.coordinator_records`) through the same :meth:`KeyedLog._replay_line`, one line at
+  a time. Such a log never touches a file: every read or write of one (:meth:`KeyedLog._file`) raises
+  RuntimeError before anything changes; its writes are records appended to the partition, and its compaction the
+  partition's log cleaner.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ V = TypeVar("V")
 
 
 class KeyedLog(ABC, Generic[K, V]):
-    """Key -> newest value, durable in :attr:`path` (see the module docstring). Used on the storage thread."""
+    """Key -> newest value, durable in :attr:`path`, or replayed from a partition's records without a file (see the
+    module docstring). Used on the storage thread."""
 
     WHAT: ClassVar[str]
     """What the log holds, as damage reports, errors and log lines name it (``"transaction log"``)."""
@@ -59,8 +65,8 @@ class KeyedLog(ABC, Generic[K, V]):
     """Ends the message of a refused :meth:`_write` (what did not change)."""
     logger: ClassVar[logging.Logger]
 
-    def __init__(self, path: Path, syncs: SyncLatency | None = None) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, syncs: SyncLatency | None = None) -> None:
+        self._path = path  # None: replayed from a partition's records, never written (see the module docstring)
         self.syncs = SyncLatency() if syncs is None else syncs  # its engine's fsync times (a log of its own: its own)
         self._live: dict[K, V] = {}
         self._lines = 0  # lines in the file (live and superseded)
@@ -82,22 +88,21 @@ class KeyedLog(ABC, Generic[K, V]):
     def _replay(self, damage: DamageLog | None, rewrite: bool = True) -> None:
         """Load the file into the empty map (see the module docstring); never refuses. ``rewrite=False``: never
         write the file (a reader of an old file that is removed next)."""
-        data = self.path.read_bytes() if self.path.exists() else b""
+        path = self._file()
+        data = path.read_bytes() if path.exists() else b""
         scan = lines.scan(data)
         bad = [(b.start, b.end, b.reason, "newline restored" if b.repaired else "skipped") for b in scan.bad]
         for start, end, record in scan.records:
             try:
-                key, value = self._parse(record)
+                self._replay_line(record)
             except (KeyError, TypeError, ValueError) as exc:
                 bad.append((start, end, f"{self.NOT_A_RECORD}: {exc}", "skipped"))
-                continue
-            self._apply([(key, value)])
         self._lines = len(scan.records)
         for start, end, reason, action in sorted(bad):
             if damage is None:
-                self.logger.warning("%s bytes [%d, %d): %s; %s", self.path, start, end, reason, action)
+                self.logger.warning("%s bytes [%d, %d): %s; %s", path, start, end, reason, action)
             else:
-                damage.report(self.path, start, end, f"{self.WHAT}: {reason}{self.CONSEQUENCE}", action,
+                damage.report(path, start, end, f"{self.WHAT}: {reason}{self.CONSEQUENCE}", action,
                               data[start:end])
         if rewrite and (bad or scan.complete < len(data) or self._superseded()):
             try:
@@ -105,6 +110,31 @@ class KeyedLog(ABC, Generic[K, V]):
             except OSError as exc:
                 self.logger.error("%s: could not rewrite the %s: %s", self.path, self.WHAT, exc)
                 self._pad = b"\n"
+
+    @property
+    def path(self) -> Path:
+        """The log's file (see :meth:`_file`)."""
+        return self._file()
+
+    def _file(self) -> Path:
+        """The log's file; RuntimeError for a log replayed from a partition's records, which has none."""
+        if self._path is None:
+            raise RuntimeError(f"this {self.WHAT} is replayed from its partition's records and has no file: "
+                               "its records are written to the partition")
+        return self._path
+
+    def _replay_line(self, record: Any, key: K | None = None) -> None:
+        """Apply the record of one verified line (its JSON) as the newest value of its key. With *key* (the key of
+        the partition record holding the line) the line must record that key, and no line (*record* None: a
+        tombstone record) deletes it. Raises KeyError, TypeError or ValueError, applying nothing, when the record
+        is not one of this log's or records another key."""
+        if record is None and key is not None:
+            self._apply([(key, None)])
+            return
+        parsed, value = self._parse(record)
+        if key is not None and parsed != key:
+            raise ValueError(f"the line records {parsed!r}, its record's key is {key!r}")
+        self._apply([(parsed, value)])
 
     def _apply(self, records: Iterable[tuple[K, V | None]]) -> None:
         for key, value in records:
@@ -117,7 +147,7 @@ class KeyedLog(ABC, Generic[K, V]):
         return self._lines - len(self._live) > max(len(self._live), self._compact_floor())
 
     def _rewrite(self) -> None:
-        fileio.replace_file(self.path, b"".join(self._line(k, v) for k, v in self._live.items()), syncs=self.syncs)
+        fileio.replace_file(self._file(), b"".join(self._line(k, v) for k, v in self._live.items()), syncs=self.syncs)
         self._lines = len(self._live)
         self._pad = b""
 
@@ -144,8 +174,9 @@ class KeyedLog(ABC, Generic[K, V]):
         :class:`StorageUnavailable`, changing nothing, when the disk refuses the write or its fsync."""
         if not records:
             return
+        path = self._file()
         try:
-            fileio.append_file(self.path, self._encode(records), syncs=self.syncs)  # cut back when the write or the fsync fails
+            fileio.append_file(path, self._encode(records), syncs=self.syncs)  # cut back when the write or the fsync fails
         except OSError as exc:
             self._pad = b"\n"  # in case the cut back failed too
             raise StorageUnavailable(f"The {self.WHAT} could not be written ({exc.strerror or exc}): "

@@ -31,7 +31,7 @@ from walgate.storage.damage import DamageLog
 from walgate.storage.fileio import SyncLatency
 from walgate.storage.keyed_log import KeyedLog
 
-__all__ = ["TransactionLog", "COMPACT_FLOOR", "TRANSACTIONS_LOG"]
+__all__ = ["TransactionLog", "COMPACT_FLOOR", "TRANSACTIONS_LOG", "transaction_line"]
 
 log = logging.getLogger("walgate.transactions")
 
@@ -40,6 +40,11 @@ TRANSACTIONS_LOG: Final = "transactions.log"
 
 COMPACT_FLOOR: Final = 1000
 """Superseded lines tolerated before a compaction, whatever the number of live transactional ids."""
+
+
+def transaction_line(transactional_id: str, state: dict[str, Any] | None) -> bytes:
+    """The checksummed line recording *state* (None: the id expired) for *transactional_id*."""
+    return lines.encode({"id": transactional_id, "txn": state})
 
 
 class TransactionLog(KeyedLog[str, dict[str, Any]]):
@@ -65,7 +70,7 @@ class TransactionLog(KeyedLog[str, dict[str, Any]]):
         return tid, txn
 
     def _line(self, key: str, value: dict[str, Any] | None) -> bytes:
-        return lines.encode({"id": key, "txn": value})
+        return transaction_line(key, value)
 
     def _compact_floor(self) -> int:
         return COMPACT_FLOOR
