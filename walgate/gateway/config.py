@@ -93,7 +93,7 @@ KAFKA_IGNORED: dict[str, str] = {
         (("num.network.threads", "num.io.threads", "background.threads", "num.replica.fetchers",
           "num.recovery.threads.per.data.dir"), "walgate's threads are its own"),
         (("socket.send.buffer.bytes", "socket.receive.buffer.bytes"), "the kernel's buffer sizes are used"),
-        (("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+        (("transaction.state.log.replication.factor",
           "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
           "share.coordinator.state.topic.min.isr"), "the coordinators' state has one copy, on its node (issue 25)"),
         (("unclean.leader.election.enable",), "set per topic, or cluster-wide as a dynamic broker config"),
@@ -254,6 +254,9 @@ class Config:
     # the config when the cluster has no dynamic default (read by the controller: give every node the same)
     default_replication_factor: int = 1
     min_insync_replicas: int = 1
+    # Kafka's offsets.topic.replication.factor: the replicas of __consumer_offsets, whose partitions a replicated
+    # cluster's group coordinators are (gateway/kafka/coordinator_replicas.py); it is made once enough nodes are live
+    offsets_topic_replication_factor: int = 3
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
@@ -278,7 +281,7 @@ class Config:
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms",
-                     "default_replication_factor", "min_insync_replicas"):
+                     "default_replication_factor", "min_insync_replicas", "offsets_topic_replication_factor"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes

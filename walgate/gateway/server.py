@@ -77,6 +77,7 @@ from walgate.gateway.http_origin import parse_origins
 from walgate.gateway.ingest_workers import IngestWorkers
 from walgate.gateway.jwks import oauthbearer_exchanges
 from walgate.gateway.kafka.broker import Broker
+from walgate.gateway.kafka.coordinator_replicas import CoordinatorReplicas
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators, cluster_partitions
 from walgate.gateway.kafka.groups import GroupMembers, GroupService, now_ms
 from walgate.gateway.kafka.handlers import advertised
@@ -107,6 +108,7 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError
 from walgate.storage.lanes import Relane, held
 from walgate.storage.quotas import QUOTA_OP
+from walgate.storage.replicated_coordinator_log import not_led
 from walgate.storage.resource_configs import RESOURCE_OP
 from walgate.storage.show import Dnode
 from walgate.storage.wal import PendingSync
@@ -196,6 +198,8 @@ class Gateway:
             engine = self._engine
             if self._cluster is not None:
                 self._group_coordinators = await self._coordinator_partitions(engine, self._cluster, partitions)
+            if self._cluster is not None and cfg.replication_enable:  # __consumer_offsets' partitions: none led yet
+                await self._coordinator.call(_coordinators_not_led, engine)
 
             def end_of_storage_call() -> list[Need]:
                 engine.publish_topics()
@@ -374,6 +378,12 @@ class Gateway:
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
             lag_max_ms=self.config.replica_lag_time_max_ms, lease_held=lambda: member.registered)
         broker.led = manager
+        if self._group_coordinators is not None:  # the group coordinators are __consumer_offsets' leaders
+            replicated = CoordinatorReplicas(broker, engine, self._storage, self._coordinator, self._group_commit,
+                                             lambda: self._replicas, self._group_coordinators.partitions,
+                                             self.config.offsets_topic_replication_factor)
+            manager.leadership.append(replicated.leadership)
+            self._group_coordinators.replicated = replicated
         self.metrics.registry.register(ReplicationCollector(  # Kafka's replication metrics (replica_status.py)
             lambda: self._replicas, reconciler, asyncio.get_running_loop(), SCRAPE_TIMEOUT))
         self._replication_tasks = [asyncio.create_task(manager.run(), name="walgate-replicas"),
@@ -670,6 +680,14 @@ async def _replicated_vnodes(shared: SharedCatalog, storage: StorageThread, engi
     except StorageError as e:
         raise ControlPlaneUnavailable(e.message) from None
     return await storage.call(engine.catalog.replicated_vnodes, min_isr)
+
+
+def _coordinators_not_led(engine: Engine) -> None:
+    """On the coordinator lane: every coordinator partition is one this node does not lead (a replicated cluster's
+    are ``__consumer_offsets``' partitions, loaded as this node leads them: coordinator_replicas.py); the data dir's
+    coordinator logs are not read."""
+    logs = engine.store.coordinator.logs
+    logs[:] = [not_led(p) for p in range(len(logs))]
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int, holding: tuple[str, int] | None = None

@@ -141,6 +141,10 @@ class Partitions(Protocol):
         """The aborted transactions with records in [``start``, ``upper``) of a Kafka-native partition."""
         ...
 
+    def all_batches(self, topic: str, partition: int) -> list[bytes]:
+        """Every stored batch of a Kafka-native partition, log start to log end (a coordinator's load)."""
+        ...
+
     def list_offset(self, topic: str, partition: int, spec: int, *, read_committed: bool) -> tuple[int, int]:
         """(offset, timestamp) answering ListOffsets' ``spec``: :data:`EARLIEST` / :data:`EARLIEST_LOCAL` the log
         start, :data:`LATEST` the high watermark (read_committed: the last stable offset), :data:`MAX_TIMESTAMP`
@@ -313,6 +317,19 @@ class LocalPartitions:
 
     def aborted(self, topic: str, partition: int, start: int, upper: int) -> list[AbortedTxn]:
         return self._native.aborted_transactions(topic, partition, start, upper)
+
+    def all_batches(self, topic: str, partition: int) -> list[bytes]:
+        """Every stored batch of Kafka-native partition ``partition`` of ``topic``, from its log start to its log
+        end, past the high watermark too (a new leader's log is the partition's: its coordinator loads it whole); a
+        lost entry as the :func:`lost_batch` consumers read for it."""
+        _, vnode, idx = self._store.partition(topic, partition)
+        out: list[bytes] = []
+        for base, version, count in zip(idx.offsets, idx.versions, idx.counts):
+            try:
+                out.append(self._native.kafka_batch(topic, partition, version))
+            except CorruptEntry:
+                out.append(lost_batch(base, count, vnode.epochs.epoch_at(version)))
+        return out
 
     def _batch(self, topic: str, partition: int, native: bool, base: int, version: int,
                epochs: LeaderEpochs) -> bytes | FileRegion:

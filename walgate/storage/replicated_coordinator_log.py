@@ -3,9 +3,9 @@
 
 The node leading partition p of ``__consumer_offsets`` holds p's offsets and group records in a
 :class:`ReplicatedCoordinatorLog`: its map is the replay of the partition's records, made when the node began to
-lead it (:mod:`walgate.storage.coordinator_records`), and each write (the offset commits and group records queued
-for one group-commit round, or one :meth:`~walgate.storage.coordinator_log.CoordinatorLog.write_groups`) is one Kafka
-record batch per queued write, handed to ``sink``. The sink appends them to the partition in the leader epoch the log
+lead it (:mod:`walgate.storage.coordinator_records`), and what a group-commit round covers (the offset commits
+queued meanwhile), or one :meth:`~walgate.storage.coordinator_log.CoordinatorLog.write_groups`, is one Kafka record
+batch handed to ``sink``. The sink appends them to the partition in the leader epoch the log
 was loaded in and returns once the in-sync replicas hold them (the high watermark passed them), or raises
 :class:`OSError` when that cannot be (this node deposed, the ISR below ``min.insync.replicas``, the wait's
 timeout): the writes are then refused and nothing is applied, as when a file log's disk refuses them, so a write is
@@ -20,12 +20,12 @@ cleaner compacts the partition (``cleanup.policy=compact``).
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 from walgate.storage.coordinator_log import CoordinatorLog, Key, Value
-from walgate.storage.coordinator_records import encode_records, record_key
+from walgate.storage.coordinator_records import coordinator_record, encode_records
 from walgate.storage.durability import Unsynced
 from walgate.storage.fileio import SyncLatency
 
@@ -51,19 +51,20 @@ class ReplicatedCoordinatorLog(CoordinatorLog):
         self._clock_ms = clock_ms
 
     @classmethod
-    def loaded(cls, partition: int, records: Iterable[tuple[Key, Value]], sink: Sink, clock_ms: Callable[[], int],
+    def loaded(cls, partition: int, replayed: CoordinatorLog, sink: Sink, clock_ms: Callable[[], int],
                unsynced: Unsynced | None = None, syncs: SyncLatency | None = None) -> ReplicatedCoordinatorLog:
-        """The log of ``records`` (the partition's replay, in order: a None value deletes its key)."""
+        """The log holding what ``replayed`` (the partition's replay, :func:`~walgate.storage.coordinator_records.
+        replay_records`) holds."""
         log = cls(partition, sink, clock_ms, unsynced, syncs)
-        log._apply(records)
+        log._apply([*replayed.items(), *replayed.groups().items()])
         return log
 
     def _body(self, records: Sequence[tuple[Key, Value]]) -> bytes:
-        return encode_records([(record_key(k), None if v is None else self._line(k, v)) for k, v in records],
-                              self._clock_ms())
+        return encode_records([coordinator_record(("g", k) if isinstance(k, str) else ("o", *k), v)
+                               for k, v in records], self._clock_ms())
 
     def _append_locked(self, body: bytes) -> None:
-        with self._file:
+        with self._lock:
             self._sink(body)
 
     def _compact(self) -> None:

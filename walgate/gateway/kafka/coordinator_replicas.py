@@ -46,7 +46,7 @@ from walgate.replication.partition import NO_LEADER
 from walgate.storage.coordinator_partitions import partition_for
 from walgate.storage.coordinator_records import replay_records
 from walgate.storage.engine import Engine
-from walgate.storage.errors import NotLedNow, StorageError
+from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.lanes import VnodeKey
 from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedCoordinatorLog, not_led
 from walgate.wire import batch_header
@@ -64,7 +64,7 @@ def split_batches(body: bytes) -> list[bytes]:
     """The record batches ``body`` concatenates (each framed by its own length, as a log holds them)."""
     out, pos = [], 0
     while pos < len(body):
-        end = pos + 12 + batch_header(body, pos).batch_length
+        end = pos + 12 + batch_header(body, pos).length
         out.append(body[pos:end])
         pos = end
     return out
@@ -168,9 +168,9 @@ class CoordinatorReplicas:
         name, _ = await self.ensure_topic()
         key = (name, p)
         batches = await self._storage.call_on(frozenset([key]), functools.partial(_batches, self._engine, p))
-        records = replay_records(batches, lambda what: log.error("%s partition %d: %s", OFFSETS_TOPIC, p, what))
+        replayed = replay_records(batches, lambda what: log.error("%s partition %d: %s", OFFSETS_TOPIC, p, what))
         sink = functools.partial(self._sink, key, epoch)
-        loaded = ReplicatedCoordinatorLog.loaded(p, records.coordinator, sink, self._engine.clock.time_ms,
+        loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, sink, self._engine.clock.time_ms,
                                                  self._engine.store.coordinator_unsynced, self._engine.syncs)
         self._group_commit.own(self._coordinator, [loaded])
         await self._coordinator.call(self._install, loaded)
@@ -217,7 +217,7 @@ def _make_topic(engine: Engine, partitions: int, factor: int) -> None:
 
 def _batches(engine: Engine, p: int) -> list[bytes]:
     """On partition ``p``'s lane: its every stored batch, log start to log end."""
-    return engine.native.partition_batches(OFFSETS_TOPIC, p)
+    return engine.partitions.all_batches(OFFSETS_TOPIC, p)
 
 
 def _append(engine: Engine, node_id: int, key: VnodeKey, epoch: int, batches: list[bytes]) -> tuple[int, list]:
@@ -225,7 +225,7 @@ def _append(engine: Engine, node_id: int, key: VnodeKey, epoch: int, batches: li
     last WAL version written and what its durability needs."""
     vnode = engine.store.local_vnode(*key)
     if vnode.epochs.latest_epoch != epoch:
-        raise NotLedNow(f"{OFFSETS_TOPIC} partition {key[1]} is not led here in epoch {epoch}")
+        raise StorageUnavailable(f"{OFFSETS_TOPIC} partition {key[1]} is not led here in epoch {epoch}")
     [result] = engine.partitions.append(OFFSETS_TOPIC, [(key[1], b"".join(batches))], engine.clock.time_ms(), node_id)
     if isinstance(result, Exception):
         raise result

@@ -173,7 +173,7 @@ def _entry(engine: Engine, node_id: int, name: str, missing: int, live: Collecti
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": uuid.UUID(t.topic_id),
-        "is_internal": False,
+        "is_internal": name in INTERNAL_TOPICS,  # (a replicated cluster's __consumer_offsets: coordinator_replicas.py)
         "topic_authorized_operations": _NO_AUTH_OPS,
         "partitions": [_partition_of(db, p, node_id, live, states) for p in range(db.vgroups)],
     }

@@ -1,0 +1,84 @@
+"""A replicated cluster's group coordinators fail over (issue 25, docs/plans/replication-wiring.md step 7): a group's
+coordinator is the leader of its ``__consumer_offsets`` partition (replication factor 3 here), its commits are
+answered once the in-sync replicas hold them, and after the coordinator's node is killed -9 the partition's new
+leader loads it: FindCoordinator names that node, the group's committed offsets are there, and the group's consumer
+goes on from them (real nodes and etcd, confluent-kafka).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from etcd_cluster import EtcdCluster
+from serve_support import eventually, no_traceback, produce_to
+from test_serve_cluster_replicated_topics import bootstrap, three_nodes
+
+GROUP, TOPIC = "failover-group", "cf"
+
+
+def _coordinator(servers: str) -> int:
+    """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe)."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    [future] = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
+    return future.result(15).coordinator.id
+
+
+def _committed(servers: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in consumer.committed([TopicPartition(TOPIC, p) for p in (0, 1)],
+                                                                      timeout=20)}
+    finally:
+        consumer.close()
+
+
+def _consume(servers: str, count: int) -> list[tuple[int, int]]:
+    """``count`` records read by :data:`GROUP`'s member from its committed offsets, each committed synchronously."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": GROUP, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+    consumer.subscribe([TOPIC])
+    got: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            got.append((msg.partition(), msg.offset()))
+            consumer.commit(msg, asynchronous=False)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_groups_coordinator_moves_with_its_partition_and_keeps_the_commits(etcd1: EtcdCluster,
+                                                                              tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        nodes = three_nodes(stack, etcd1, tmp_path)
+        servers = bootstrap(nodes)
+        admin = AdminClient({"bootstrap.servers": servers})
+        [made] = admin.create_topics([NewTopic(TOPIC, 2, 3)], request_timeout=30).values()
+        made.result(30)
+        assert produce_to(nodes[0].kafka_port, TOPIC, {0: [b"%d" % i for i in range(10)],
+                                                       1: [b"%d" % i for i in range(10)]})
+        first = _consume(servers, 6)
+        assert len(first) == 6
+        before = _committed(servers)
+        assert sum(max(o, 0) for o in before.values()) == 6, before  # (-1001: none committed there)
+        coordinator = _coordinator(servers)
+        victim = nodes[coordinator - 1]  # (nodes 1, 2, 3 in order)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(10)
+        survivors = [s for s in nodes if s is not victim]
+        left = bootstrap(survivors)
+        eventually("another node coordinates the group", lambda: _coordinator(left) not in (coordinator, -1))
+        assert _committed(left) == before  # the commits answered before the kill are on the new coordinator
+        rest = _consume(left, 14)
+        assert sorted(first + rest) == sorted((p, o) for p in (0, 1) for o in range(10))  # each record once
+        for s in survivors:
+            no_traceback(s)
