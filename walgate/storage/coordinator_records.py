@@ -199,7 +199,7 @@ def _replay_batch(logs: ReplayedLogs, base: int, batch: bytes, report: Callable[
             _replay_record(logs, record.key, record.value)
         except UnknownRecordKind as exc:
             unknown.add(str(exc))
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:
             report(f"{where}: {exc}; skipped, its key keeps its previous value")
     if unknown:
         log.warning("coordinator partition, batch at offset %d: skipped records of a later version (%s)", base,
@@ -207,8 +207,8 @@ def _replay_batch(logs: ReplayedLogs, base: int, batch: bytes, report: Callable[
 
 
 def _replay_record(logs: ReplayedLogs, raw_key: bytes | None, value: bytes | None) -> None:
-    """Apply one record through its log's replay step; KeyError, TypeError or ValueError (nothing applied) when it
-    is not a coordinator record, :class:`UnknownRecordKind` for one of a later version."""
+    """Apply one record through its log's replay step; ValueError saying why (nothing applied) when it is not a
+    coordinator record, :class:`UnknownRecordKind` for one of a later version."""
     if raw_key is None:
         raise ValueError("a record without a key")
     key = parse_key(raw_key)

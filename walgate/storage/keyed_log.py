@@ -95,8 +95,8 @@ class KeyedLog(ABC, Generic[K, V]):
         for start, end, record in scan.records:
             try:
                 self._replay_line(record)
-            except (KeyError, TypeError, ValueError) as exc:
-                bad.append((start, end, f"{self.NOT_A_RECORD}: {exc}", "skipped"))
+            except ValueError as exc:
+                bad.append((start, end, str(exc), "skipped"))
         self._lines = len(scan.records)
         for start, end, reason, action in sorted(bad):
             if damage is None:
@@ -126,12 +126,15 @@ class KeyedLog(ABC, Generic[K, V]):
     def _replay_line(self, record: Any, key: K | None = None) -> None:
         """Apply the record of one verified line (its JSON) as the newest value of its key. With *key* (the key of
         the partition record holding the line) the line must record that key, and no line (*record* None: a
-        tombstone record) deletes it. Raises KeyError, TypeError or ValueError, applying nothing, when the record
-        is not one of this log's or records another key."""
+        tombstone record) deletes it. Raises ValueError saying why, applying nothing, when the record is not one of
+        this log's or records another key."""
         if record is None and key is not None:
             self._apply([(key, None)])
             return
-        parsed, value = self._parse(record)
+        try:
+            parsed, value = self._parse(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{self.NOT_A_RECORD}: {exc}") from None
         if key is not None and parsed != key:
             raise ValueError(f"the line records {parsed!r}, its record's key is {key!r}")
         self._apply([(parsed, value)])
