@@ -315,6 +315,8 @@ def test_a_record_whose_key_does_not_match_its_line_is_reported_and_skipped():
     (GOOD[1][0], (GOOD[1][1] or b"")[:-1], "no terminating newline"),
     (GOOD[1][0], b"\n", "not a checksummed record line"),
     (GOOD[1][0], lines.encode(["g", 1]), "not an offset commit or group record"),
+    (GOOD[1][0], lines.encode(None), "not an offset commit or group record"),  # a line of null is no tombstone
+    (GOOD[2][0], GOOD[1][1], "not a transaction record"),
     (b"garbage", GOOD[1][1], "key is not JSON"),
 ])
 def test_a_record_that_is_no_coordinator_record_is_reported_and_skipped(key, value, says):
