@@ -22,7 +22,7 @@ Replay (:func:`replay_records`) reads one partition's batches, in offset order, 
 :class:`~walgate.storage.transactions_log.TransactionLog` that have no file: a write on either raises before
 anything changes; they change only by replay. Each record's line goes through the one replay step that also reads
 the files (:meth:`KeyedLog._replay_line <walgate.storage.keyed_log.KeyedLog._replay_line>`: the log's ``_parse``
-and ``_apply``), so a record is read as its line is:
+and ``_apply``), so a record is read as its line is (a tombstone, which has no line, goes to ``_apply`` alone):
 
 * a batch that is truncated, fails its CRC, is not magic 2 or whose records do not parse is reported and skipped
   whole (the fetch path never stores one; a byte flipped on disk can make one), and the batches after it count;
@@ -43,13 +43,14 @@ logged as a warning without one. Replay never raises for what the batches hold.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal, NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 import orjson
 
 from walgate.storage import lines
 from walgate.storage.coordinator_log import Committed, CoordinatorLog, record_line
+from walgate.storage.keyed_log import KeyedLog
 from walgate.storage.partitions import is_lost
 from walgate.storage.transactions_log import TransactionLog, transaction_line
 from walgate.wire.errors import WireError
@@ -68,6 +69,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+K = TypeVar("K", bound=Hashable)
+
 CoordinatorRecordKey = (tuple[Literal["o"], str, str, int] | tuple[Literal["g"], str]
                         | tuple[Literal["t"], str])
 """A record's key: ``("o", group, topic, partition)``, ``("g", group)`` or ``("t", transactional id)``."""
@@ -82,8 +85,7 @@ class UnknownRecordKind(ValueError):
 
 def record_key(key: CoordinatorRecordKey) -> bytes:
     """The canonical JSON of *key*; ValueError when it is no coordinator record key."""
-    if not (isinstance(key, tuple) and key and isinstance(key[0], str) and _ARITY.get(key[0]) == len(key)
-            and all(isinstance(part, str) for part in key[1:3]) and (key[0] != "o" or type(key[3]) is int)):
+    if not (isinstance(key, tuple) and _is_key(key)):
         raise ValueError(f"not a coordinator record key: {key!r}")
     try:
         return orjson.dumps(key)
@@ -102,10 +104,20 @@ def parse_key(raw: bytes) -> CoordinatorRecordKey:
         raise ValueError(f"key {raw!r} is not a tagged JSON array")
     if parts[0] not in _ARITY:
         raise UnknownRecordKind(f"key of unknown kind {parts[0]!r}")
-    key: CoordinatorRecordKey = tuple(parts)  # checked next
-    if record_key(key) != raw:
-        raise ValueError(f"key {raw!r} is not the canonical JSON of {key!r}")
+    if not _is_key(parts):
+        raise ValueError(f"not a coordinator record key: {raw!r}")
+    if orjson.dumps(parts) != raw:
+        raise ValueError(f"key {raw!r} is not the canonical JSON of {parts!r}")
+    key: CoordinatorRecordKey = tuple(parts)  # checked: _is_key
     return key
+
+
+def _is_key(parts: tuple[Any, ...] | list[Any]) -> bool:
+    """Whether *parts* are a coordinator record key's: a known tag, its arity, str names, an int partition."""
+    arity = _ARITY.get(parts[0]) if parts and isinstance(parts[0], str) else None
+    if arity != len(parts) or not isinstance(parts[1], str):
+        return False
+    return arity == 2 or (isinstance(parts[2], str) and type(parts[3]) is int)
 
 
 def coordinator_record(key: CoordinatorRecordKey, value: Any) -> tuple[bytes, bytes | None]:
@@ -199,7 +211,7 @@ def _replay_batch(logs: ReplayedLogs, base: int, batch: bytes, report: Callable[
             _replay_record(logs, record.key, record.value)
         except UnknownRecordKind as exc:
             unknown.add(str(exc))
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:
             report(f"{where}: {exc}; skipped, its key keeps its previous value")
     if unknown:
         log.warning("coordinator partition, batch at offset %d: skipped records of a later version (%s)", base,
@@ -207,19 +219,27 @@ def _replay_batch(logs: ReplayedLogs, base: int, batch: bytes, report: Callable[
 
 
 def _replay_record(logs: ReplayedLogs, raw_key: bytes | None, value: bytes | None) -> None:
-    """Apply one record through its log's replay step; KeyError, TypeError or ValueError (nothing applied) when it
-    is not a coordinator record, :class:`UnknownRecordKind` for one of a later version."""
+    """Apply one record through its log's replay step; ValueError saying why (nothing applied) when it is not a
+    coordinator record, :class:`UnknownRecordKind` for one of a later version."""
     if raw_key is None:
         raise ValueError("a record without a key")
     key = parse_key(raw_key)
     if value is not None and not value.endswith(b"\n"):
         raise ValueError("the value is not a whole line (no terminating newline)")
-    line = None if value is None else lines.decode(value[:-1])
     if key[0] == "t":
-        logs.transactions._replay_line(line, key[1])
+        _replay_into(logs.transactions, key[1], value)
     elif key[0] == "g":
-        logs.offsets._replay_line(line, key[1])
+        _replay_into(logs.offsets, key[1], value)
     else:
-        logs.offsets._replay_line(line, (key[1], key[2], key[3]))
+        _replay_into(logs.offsets, (key[1], key[2], key[3]), value)
+
+
+def _replay_into(target: KeyedLog[K, Any], key: K, value: bytes | None) -> None:
+    """*value* (a whole line, or None: a tombstone) as the newest of *key* in *target*; ValueError as
+    :func:`_replay_record`."""
+    if value is None:  # no line
+        target._apply([(key, None)])
+    else:
+        target._replay_line(lines.decode(value[:-1]), key)
 
 

@@ -27,7 +27,7 @@ this class keeps the map (:attr:`KeyedLog._live`) and the file:
   again after a later append.
 * Without a file (``path`` None): the map of a replicated coordinator partition, replayed from the partition's
   records (:mod:`walgate.storage.coordinator_records`) through the same :meth:`KeyedLog._replay_line`, one line at
-  a time. Such a log never touches a file: every read or write of one (:meth:`KeyedLog._file`) raises
+  a time (a tombstone record, which has no line, deletes its key: :meth:`KeyedLog._apply`). Such a log never touches a file: every read or write of one (:meth:`KeyedLog._file`) raises
   RuntimeError before anything changes; its writes are records appended to the partition, and its compaction the
   partition's log cleaner.
 """
@@ -95,8 +95,8 @@ class KeyedLog(ABC, Generic[K, V]):
         for start, end, record in scan.records:
             try:
                 self._replay_line(record)
-            except (KeyError, TypeError, ValueError) as exc:
-                bad.append((start, end, f"{self.NOT_A_RECORD}: {exc}", "skipped"))
+            except ValueError as exc:
+                bad.append((start, end, str(exc), "skipped"))
         self._lines = len(scan.records)
         for start, end, reason, action in sorted(bad):
             if damage is None:
@@ -125,13 +125,12 @@ class KeyedLog(ABC, Generic[K, V]):
 
     def _replay_line(self, record: Any, key: K | None = None) -> None:
         """Apply the record of one verified line (its JSON) as the newest value of its key. With *key* (the key of
-        the partition record holding the line) the line must record that key, and no line (*record* None: a
-        tombstone record) deletes it. Raises KeyError, TypeError or ValueError, applying nothing, when the record
-        is not one of this log's or records another key."""
-        if record is None and key is not None:
-            self._apply([(key, None)])
-            return
-        parsed, value = self._parse(record)
+        the partition record holding the line) the line must record that key. Raises ValueError saying why,
+        applying nothing, when the record is not one of this log's or records another key."""
+        try:
+            parsed, value = self._parse(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{self.NOT_A_RECORD}: {exc}") from None
         if key is not None and parsed != key:
             raise ValueError(f"the line records {parsed!r}, its record's key is {key!r}")
         self._apply([(parsed, value)])
