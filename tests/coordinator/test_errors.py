@@ -12,6 +12,7 @@ from walgate.coordinator import (
     GroupNotRecorded,
     IllegalGeneration,
     NonEmptyGroup,
+    NotCoordinatorNow,
     RebalanceInProgress,
     UnknownMemberId,
 )
@@ -27,6 +28,7 @@ def test_each_group_error_maps_to_its_kafka_code():
         "GroupIdNotFound": 69,
         "NonEmptyGroup": 68,
         "GroupNotRecorded": 15,
+        "NotCoordinatorNow": 16,
         "ConsumerProtocolError": 23,
         "AckError": 121,
     }
@@ -38,6 +40,7 @@ def test_each_group_error_maps_to_its_kafka_code():
         GroupIdNotFound,
         NonEmptyGroup,
         GroupNotRecorded,
+        NotCoordinatorNow,
     ):
         assert issubclass(cls, GroupError)
         assert cls("why").error_code is ERROR_CODES[cls]

@@ -55,6 +55,7 @@ from walgate.coordinator.errors import (
     GroupNotRecorded,
     IllegalGeneration,
     NonEmptyGroup,
+    NotCoordinatorNow,
     RebalanceInProgress,
     UnknownMemberId,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "GroupError",
     "GroupIdNotFound",
     "GroupNotRecorded",
+    "NotCoordinatorNow",
     "GroupState",
     "GroupStats",
     "IllegalGeneration",

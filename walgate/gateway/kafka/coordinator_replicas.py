@@ -38,6 +38,7 @@ from typing import Final
 
 from walgate.cluster.coordinators import CoordinatorPlacement
 from walgate.cluster.model import ControlPlaneUnavailable
+from walgate.cluster.placement import InvalidReplicationFactor, NoLiveNode
 from walgate.gateway.group_commit import GroupCommit
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.replicas import ReplicaManager
@@ -111,7 +112,7 @@ class CoordinatorReplicas:
             if known is None:
                 try:
                     await self._broker.call(_make_topic, self.partitions, self.factor)
-                except StorageError as e:
+                except (StorageError, InvalidReplicationFactor, NoLiveNode) as e:
                     raise ControlPlaneUnavailable(f"the {OFFSETS_TOPIC} topic cannot be made now: {e}") from None
                 known = self._database()
         if known is None:
@@ -126,13 +127,12 @@ class CoordinatorReplicas:
         return CoordinatorPlacement(tuple(NO_LEADER if s is None else s.leader for s in states))
 
     def loading(self, group_id: str) -> bool:
-        """Whether this node leads ``group_id``'s partition and has not loaded it yet."""
+        """Whether ``group_id``'s partition is not loaded here in the leader epoch its partition state names (asked
+        of a node that state names leader: it began to lead it, or is about to)."""
         p = partition_for(group_id, self.partitions)
         known, manager = self._database(), self._manager()
-        if known is None or manager is None:
-            return False
-        view = manager.leader_view(known[1], p)
-        return view is not None and self.loaded.get(p) != view.leader_epoch
+        state = None if known is None or manager is None else manager.state_of(known[1], p)
+        return state is None or self.loaded.get(p) != state.leader_epoch
 
     # ------------------------------------------------------------ load and unload
 

@@ -59,7 +59,7 @@ class ReplicatedCoordinators(Protocol):
         """Each coordinator partition's leader now (-1: none); raises :class:`ControlPlaneError` while unknown."""
 
     def loading(self, group_id: str) -> bool:
-        """Whether this node leads ``group_id``'s partition and has not loaded it yet."""
+        """Whether ``group_id``'s partition, which this node is named leader of, is not loaded here yet."""
 
 
 class GroupCoordinators:
