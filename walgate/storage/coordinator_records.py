@@ -26,6 +26,8 @@ and ``_apply``), so a record is read as its line is (a tombstone, which has no l
 
 * a batch that is truncated, fails its CRC, is not magic 2 or whose records do not parse is reported and skipped
   whole (the fetch path never stores one; a byte flipped on disk can make one), and the batches after it count;
+  but a batch whose length runs past its chunk or is below a header's ends that chunk (reported: what follows it
+  there cannot be told apart), as the length is not covered by the CRC;
 * a record whose key does not parse, whose value is not a checksummed line of its key's log, or whose line records
   another key than its key is reported and skipped, as a damaged line is: its key keeps its previous value;
 * a tombstone deletes its key;
