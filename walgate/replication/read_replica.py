@@ -13,8 +13,8 @@ This module is Kafka's ``ReplicaManager.findPreferredReadReplica`` with its two 
   rack, when no candidate is in its rack, or when the leader is in it; otherwise the candidate of that rack with the
   highest log end, then the one caught up most recently, then the highest node id (Kafka's
   ``ReplicaView.comparator``);
-* the leader picked, or a replica with no endpoint on the client's listener, is answered as no preference (-1):
-  the leader serves the fetch.
+* a follower with no endpoint on the client's listener is no candidate (Kafka names it ``Node.noNode()``, whose
+  rack matches no client's); the leader picked is answered as no preference (-1): the leader serves the fetch.
 
 Positions are WAL versions (log ends), as :class:`~walgate.replication.leader.LeaderView` keeps them. Pure.
 """
@@ -70,9 +70,9 @@ def preferred_read_replica(selector: str | None, client_rack: str | None, view: 
     followers = []
     for member in view.state.isr:
         known = view.followers.get(member.replica)
-        if (member.replica != view.replica and known is not None
+        if (member.replica != view.replica and member.replica in reachable and known is not None
                 and same_incarnation(member.broker_epoch, known.broker_epoch) and known.fetched_end >= needed):
             followers.append(Candidate(member.replica, racks.get(member.replica), known.fetched_end,
                                        max(0, now_ms - known.last_caught_up_ms)))
     chosen = rack_aware(client_rack, view.replica, racks.get(view.replica), followers)
-    return NO_PREFERENCE if chosen == view.replica or chosen not in reachable else chosen
+    return NO_PREFERENCE if chosen == view.replica else chosen
