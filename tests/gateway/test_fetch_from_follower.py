@@ -5,7 +5,8 @@ What holds: a follower serves a consumer's Fetch v11+ of the partition it follow
 record it copied that the high watermark has not passed is not served; between its high watermark and its log end
 the answer is empty, past its log end OFFSET_OUT_OF_RANGE, as Kafka's ``LocalLog.read``), with the leader epoch
 checks the leader makes (KIP-320); a node that is not a replica answers NOT_LEADER_OR_FOLLOWER naming the leader
-(KIP-951). The leader with the rack-aware selector answers a consumer naming a rack with ``preferred_read_replica``:
+(KIP-951); under read_committed it serves what is below its own last stable offset (the open transactions it built
+from the batches it copied). The leader with the rack-aware selector answers a consumer naming a rack with ``preferred_read_replica``:
 the in-sync follower of that rack, at once and with no records; itself (-1, records) when it is in that rack, when
 nobody is, when no rack is named or when that rack's replica left the ISR; a follower never prefers another.
 """
@@ -21,7 +22,8 @@ import pytest
 
 from tests.cluster.etcd_cluster import EtcdCluster
 from tests.gateway.test_replica_reads import fetched, learned_hw, listed
-from tests.gateway.test_replicas import DB_ID, _is, etcd, trio, until
+from tests.gateway.test_replicas import DB_ID, TOPIC, _is, etcd, produce, trio, until
+from tests.gateway.test_replicated_topics import TRANSACTIONAL, batch
 from walgate.cluster.partition_codec import PartitionId
 from walgate.replication.partition import NO_LEADER
 from walgate.replication.read_replica import NO_PREFERENCE, RACK_AWARE_SELECTOR
@@ -120,3 +122,23 @@ async def test_the_rack_aware_leader_sends_a_consumer_to_the_in_sync_follower_of
         await until(lambda: _is(led.view.state == narrowed), "node 1's view has the ISR (1, 2)")
         part = await fetched(one, rack="r3")
         assert (part["preferred_read_replica"], len(part["records"])) == (NO_PREFERENCE, 2)
+
+
+async def test_a_follower_serves_read_committed_below_its_own_last_stable_offset(
+        etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with trio(etcd, tmp_path, monkeypatch, native=True) as t:
+        await t.started()
+        assert (await produce(t, 1, -1)).error_code == ErrorCode.none  # offset 0
+        leader = t.nodes[1].side
+        opened = await leader.call(leader.engine.append_batches, TOPIC, 0, [batch(TRANSACTIONAL, 0, b"t",
+                                                                                   transactional=True)])
+        assert opened == 1  # a transaction left open at offset 1
+        assert (await produce(t, 1, -1)).error_code == ErrorCode.none  # offset 2, acks=all: the HW passes it
+        await t.caught_up(2, 3)
+        two = t.nodes[2]
+        await until(functools.partial(learned_hw, two), "node 2 learned the HW")
+        part = await fetched(two, TOPIC, committed=True)
+        assert (part["error_code"], part["high_watermark"], part["last_stable_offset"], len(part["records"]),
+                part["aborted_transactions"]) == (ErrorCode.none, 3, 1, 1, [])
+        part = await fetched(two, TOPIC)
+        assert (part["last_stable_offset"], len(part["records"]), part["aborted_transactions"]) == (1, 3, None)

@@ -51,14 +51,15 @@ NOT_LEADER = ErrorCode.not_leader_or_follower
 
 
 async def fetched(node: Node, topic: str = REPLICATED_TOPIC, epoch: int = -1, *, offset: int = 0, rack: str = "",
-                  wait_ms: int = 0) -> dict[str, Any]:
+                  wait_ms: int = 0, committed: bool = False) -> dict[str, Any]:
     """A consumer's Fetch v16 of ``topic``'s partition 0 from ``offset`` on ``node``, naming current leader epoch
-    ``epoch`` and client rack ``rack`` (KIP-392), waiting up to ``wait_ms`` for a byte: the partition's answer."""
+    ``epoch`` and client rack ``rack`` (KIP-392), waiting up to ``wait_ms`` for a byte (``committed``:
+    read_committed): the partition's answer."""
     topic_id = await node.side.call(node.side.engine.topic_id, topic)
     request = fetch_v16.FetchRequest(max_wait=datetime.timedelta(milliseconds=wait_ms), min_bytes=1, topics=(
         fetch_v16.FetchTopic(topic_id=topic_id, partitions=(fetch_v16.FetchPartition(
             partition=0, fetch_offset=offset, current_leader_epoch=epoch, partition_max_bytes=1 << 20),)),),
-        forgotten_topics_data=(), rack_id=rack)
+        forgotten_topics_data=(), rack_id=rack, isolation_level=int(committed))
     [answer] = (await call(node, 1, 16, request))["responses"]
     [part] = answer["partitions"]
     return part
