@@ -192,6 +192,7 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
         if node != NO_PREFERENCE:
             return _Preferred(node, partitions.offsets(w.topic, w.partition), committed)
         return partitions.read(w.topic, w.partition, w.offset, limit, must_one=first, read_committed=committed)
+
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -280,9 +281,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
             keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
             ready = sum(g.size for g in got)
             remaining = deadline - time.monotonic()
-            # (an error, or a replica preferred, is answered at once, as Kafka's fetchMessages does)
-            errors = any(g.error != ErrorCode.none or g.preferred != NO_PREFERENCE for g in got)
-            if ready >= max(request.min_bytes, 1) or errors or remaining <= 0 or not keys:
+            # an error, or a replica preferred, is answered at once (as Kafka's fetchMessages does)
+            at_once = any(g.error != ErrorCode.none or g.preferred != NO_PREFERENCE for g in got)
+            if ready >= max(request.min_bytes, 1) or at_once or remaining <= 0 or not keys:
                 break
             if event is None or event.is_set():
                 # watch, then read once more before waiting: an append between the read and the watch is not missed
