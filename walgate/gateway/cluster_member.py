@@ -134,8 +134,8 @@ class ClusterMember:
             incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
         except IncarnationError as e:
             raise ClusterStartError(str(e)) from None
-        registration = NodeRegistration(self.session, self.keys, NodeInfo(self.node_id, incarnation, endpoints, rack=rack,
-                                                                                http=http), ttl=self.ttl)
+        info = NodeInfo(self.node_id, incarnation, endpoints, rack=rack, http=http)
+        registration = NodeRegistration(self.session, self.keys, info, ttl=self.ttl)
         try:
             await registration.register()
         except ControlPlaneError as e:
