@@ -8,11 +8,13 @@ checks the leader makes (KIP-320); a node that is not a replica answers NOT_LEAD
 (KIP-951); under read_committed it serves what is below its own last stable offset (the open transactions it built
 from the batches it copied). The leader with the rack-aware selector answers a consumer naming a rack with ``preferred_read_replica``:
 the in-sync follower of that rack, at once and with no records; itself (-1, records) when it is in that rack, when
-nobody is, when no rack is named or when that rack's replica left the ISR; a follower never prefers another.
+nobody is, when no rack is named or when that rack's replica left the ISR; a follower never prefers another, and
+its long polls are woken as its high watermark rises.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from dataclasses import replace
@@ -122,6 +124,13 @@ async def test_the_rack_aware_leader_sends_a_consumer_to_the_in_sync_follower_of
         await until(lambda: _is(led.view.state == narrowed), "node 1's view has the ISR (1, 2)")
         part = await fetched(one, rack="r3")
         assert (part["preferred_read_replica"], len(part["records"])) == (NO_PREFERENCE, 2)
+
+        polling = asyncio.create_task(fetched(t.nodes[2], offset=2, wait_ms=20_000))  # a long poll on the follower
+        started = time.monotonic()
+        await t.insert(1, 2)
+        part = await polling  # woken as its high watermark passes the new row, long before its wait ends
+        assert (part["error_code"], len(part["records"])) == (ErrorCode.none, 1)
+        assert time.monotonic() - started < 10
 
 
 async def test_a_follower_serves_read_committed_below_its_own_last_stable_offset(
