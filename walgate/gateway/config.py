@@ -58,6 +58,7 @@ from walgate.gateway.listeners import (
 from walgate.gateway.logs import LOG_FORMATS
 from walgate.gateway.principal_mapping import MappingRuleError, PrincipalMapper
 from walgate.gateway.properties import PropertiesError, looks_like_properties, parse_properties
+from walgate.replication.read_replica import REPLICA_SELECTORS
 from walgate.security.authorizer import AUTHORIZER_CLASSES
 from walgate.storage.producers import ProducerIds
 
@@ -257,6 +258,13 @@ class Config:
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
+    # Kafka's broker.rack: this node's rack, registered with it (replica placement spreads racks; the rack-aware
+    # replica selector matches a consumer's client.rack against it); None: no rack
+    broker_rack: str | None = None
+    # Kafka's replica.selector.class (KIP-392): which replica a consumer's Fetch (v11+) is told to read from
+    # (preferred_read_replica); None: none, the leader always serves (Kafka's default); else one of
+    # REPLICA_SELECTORS (walgate.replication.read_replica)
+    replica_selector_class: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -334,6 +342,9 @@ class Config:
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:
             raise ConfigError(f"authorizer_class_name must be one of {', '.join(sorted(AUTHORIZER_CLASSES))}, "
                               f"got {self.authorizer_class_name!r}")
+        if self.replica_selector_class and self.replica_selector_class not in REPLICA_SELECTORS:
+            raise ConfigError(f"replica_selector_class must be one of {', '.join(REPLICA_SELECTORS)} (KIP-392), "
+                              f"got {self.replica_selector_class!r}")
         self._check_cluster()
         if self.http_auth is None:
             sasl = any(listener.info.sasl for listener in self.kafka_listeners())

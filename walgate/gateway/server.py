@@ -337,7 +337,7 @@ class Gateway:
             await self._storage.call(engine.set_dnodes, (own,))
             return
         advertised = tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items())
-        await member.join(advertised, self._http_url(broker))
+        await member.join(advertised, self._http_url(broker), self.config.broker_rack)
         broker.cluster = member
         self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
         applied = await self._storage.call(lambda: engine.catalog.shared_seq)
@@ -434,6 +434,7 @@ class Gateway:
             "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.replica_selector = cfg.replica_selector_class
         broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.links = None if self._cluster is None else self._node_links(self._cluster)
         broker.transactions = await self._transaction_service(engine, broker.links, lambda: broker.led)
