@@ -248,6 +248,12 @@ class Config:
     # Kafka's replica.lag.time.max.ms (issue 25): a follower not caught up for this long leaves the ISR; a leader
     # proposes ISR changes every half of it
     replica_lag_time_max_ms: int = 30_000
+    # Kafka's preferred-leader rebalance (issue 26): the controller checks every leader.imbalance.check.interval.seconds
+    # and moves leadership back to in-sync preferred replicas of each broker more than
+    # leader.imbalance.per.broker.percentage % of whose preferred partitions another replica leads
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
@@ -271,7 +277,8 @@ class Config:
             raise ConfigError(f"node_id must be >= 0, got {self.node_id}")
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
-                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms"):
+                     "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms",
+                     "leader_imbalance_check_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes
@@ -280,6 +287,9 @@ class Config:
             object.__setattr__(self, "sql_answers_max_bytes", answers)
         if answers < self.sql_max_bytes:
             raise ConfigError(f"sql_answers_max_bytes ({answers}) must be >= sql_max_bytes ({self.sql_max_bytes})")
+        if self.leader_imbalance_per_broker_percentage < 0:
+            raise ConfigError("leader_imbalance_per_broker_percentage must be >= 0, got "
+                              f"{self.leader_imbalance_per_broker_percentage}")
         if self.max_tables_per_database < 0:
             raise ConfigError(f"max_tables_per_database must be >= 0 (0: no limit), got {self.max_tables_per_database}")
         if self.sql_timeout_ms < 0:
