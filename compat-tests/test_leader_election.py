@@ -12,9 +12,10 @@ replica's WAL. Each node's lease (``broker.session.timeout.ms``) is 3 s, so a ki
   ("ok") and answers jt-1, which its preferred replica still leads, ElectionNotNeededException; the load runs
   through it all and the history is clean.
 * UNCLEAN: a topic of one partition on nodes 2 and 3 (``unclean.leader.election.enable`` false): 3 killed (the ISR
-  shrinks to 2), then 2 (no leader; 2 stays an eligible leader replica, KIP-966); PREFERRED is
-  PreferredLeaderNotAvailableException, UNCLEAN EligibleLeadersNotAvailableException while no replica is up; node 3
-  restarted (out of the ISR), UNCLEAN elects it ("ok", the topic's leader is 3).
+  shrinks to 2), then 2 (no leader; 2 stays an eligible leader replica, KIP-966); ``walgate cluster elect`` answers
+  PREFERRED_LEADER_NOT_AVAILABLE (``--preferred``) and ELIGIBLE_LEADERS_NOT_AVAILABLE (``--unclean``) with exit code 1
+  while no replica is up; node 3 restarted (out of the ISR), the Java Admin's UNCLEAN elects it ("ok", the topic's
+  leader is 3), and a preferred election of every partition lists u-0 alone, PREFERRED_LEADER_NOT_AVAILABLE.
 * Automatic: with ``leader.imbalance.check.interval.seconds=1``, the preferred leader of partition 0 killed and
   restarted: the controller moves leadership back to it without being asked.
 """
@@ -22,6 +23,7 @@ replica's WAL. Each node's lease (``broker.session.timeout.ms``) is 3 s, so a ki
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +44,8 @@ from replicated_workload import (  # noqa: E402
     wait_until,
 )
 
+from livewalgate import WALGATE, walgate_env  # noqa: E402
+
 LEASE = {"WALGATE_BROKER_SESSION_TIMEOUT_MS": "3000"}
 NO_REBALANCE = LEASE | {"WALGATE_AUTO_LEADER_REBALANCE_ENABLE": "false"}
 ACKS = 6  # acknowledged writes between faults
@@ -60,6 +64,14 @@ def elect(java: Callable[..., Run], nodes: Nodes, kind: str, topic: str, *partit
     results = {int(s["partition"]): str(s["result"]) for s in out if s["step"] == "elect"}  # type: ignore[call-overload]
     [described] = [s for s in out if s["step"] == "describe"]
     return results, {int(p["partition"]): int(p["leader"]) for p in described["partitions"]}  # type: ignore[attr-defined]
+
+
+def cli(nodes: Nodes, *args: str) -> tuple[int, list[dict[str, object]]]:
+    """``walgate cluster elect ARGS --json`` through node 1: (its exit code, the rows it printed)."""
+    done = subprocess.run([*WALGATE, "cluster", "elect", "-b", nodes.kafka(1), "--json", *args], capture_output=True,
+                          text=True, timeout=60, env=walgate_env())
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)
 
 
 def preferred(nodes: Nodes, topic: str, partition: int, via: int) -> int:
@@ -120,8 +132,10 @@ def test_unclean_election_of_a_partition_whose_in_sync_replicas_are_all_down(jav
             wait_until("u-0's ISR without node 3", lambda: state() == (2, [2]))
             nodes.kill(2)
             wait_until("u-0 without a leader", lambda: state()[0] == -1)
-            assert elect(java, nodes, "preferred", "u", 0)[0] == {0: "PreferredLeaderNotAvailableException"}
-            assert elect(java, nodes, "unclean", "u", 0)[0] == {0: "EligibleLeadersNotAvailableException"}
+            for kind, refused in (("--preferred", "PREFERRED_LEADER_NOT_AVAILABLE"),
+                                  ("--unclean", "ELIGIBLE_LEADERS_NOT_AVAILABLE")):  # the CLI, as Kafka's tool
+                code, rows = cli(nodes, kind, "--topic", "u", "--partition", "0")
+                assert code == 1 and [(r["partition"], r["result"], r["leader"]) for r in rows] == [(0, refused, None)]
             nodes.start(3)
             wait_until("node 3 registered again", lambda: len(AdminClient(
                 {"bootstrap.servers": nodes.kafka(1)}).list_topics(timeout=10).brokers) == 2)
@@ -129,6 +143,10 @@ def test_unclean_election_of_a_partition_whose_in_sync_replicas_are_all_down(jav
             results, leaders = elect(java, nodes, "unclean", "u", 0)
             assert results == {0: "ok"} and leaders == {0: 3}
             assert state() == (3, [3])
+            code, rows = cli(nodes)  # every partition: only u-0 is listed, its preferred replica (2) being down
+            assert code == 1 and [(r["topic"], r["partition"], r["result"], r["leader"]) for r in rows] == [
+                ("u", 0, "PREFERRED_LEADER_NOT_AVAILABLE", 3)]
+            nodes.kill(3)  # (it leads u-0 alone: a SIGTERM would wait for its controlled shutdown in vain)
         finally:
             nodes.close()
     for log in nodes.logs():
@@ -152,6 +170,8 @@ def test_the_controller_moves_leadership_back_to_preferred_replicas_by_itself(tm
                        lambda: all(nodes.leader(p, via) == node for p, node in prefers.items()))
             log = "\n".join(p.read_text(errors="replace") for p in nodes.logs())
             assert "preferred-leader rebalance" in log
+            for node_id in list(nodes.servers):  # (kill -9: a SIGTERM would wait for each controlled shutdown)
+                nodes.kill(node_id)
         finally:
             nodes.close()
     for path in nodes.logs():
