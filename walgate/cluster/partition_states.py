@@ -278,7 +278,14 @@ class Reconciler:
     pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
     deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
     created, ``deleted`` the states deleted, ``unclean_elections`` the leaders it wrote that were neither in the
-    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec)."""
+    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec).
+
+    **Elections asked and the rebalance** (issue 26): a pass whose reconciliation changed no state also makes the
+    elections nodes asked for (``elections/requests/``, read in the same transaction as the states:
+    :meth:`serve_elections`, :mod:`walgate.cluster.elections`) and, when none is pending and
+    ``rebalance_every`` (``leader.imbalance.check.interval.seconds``, ``leader.imbalance.per.broker.percentage``)
+    is set, the preferred-leader rebalance once per interval of ``clock`` (:meth:`rebalance`); a request wakes a
+    pass as a change of ``partitions/`` does, and the wait between passes ends when the rebalance is due."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
                  catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
