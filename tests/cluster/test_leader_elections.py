@@ -5,16 +5,15 @@ the controller writes (fenced), a request nobody answers is withdrawn, the rebal
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually, within
+from cluster_support import KEYS, Node, create_states, eventually, within
 from etcd_cluster import EtcdCluster
+from test_partition_states import controller_and_one
 
 from walgate.cluster.elections import ElectionRequest, ask, decode_request, encode_request
-from walgate.cluster.partition_codec import PartitionId, batches
+from walgate.cluster.partition_codec import PartitionId
 from walgate.cluster.partition_states import PartitionStates, Reconciler
 from walgate.replication.elections import ElectionType
 from walgate.replication.partition import NO_LEADER, IsrMember, PartitionState
@@ -32,47 +31,16 @@ def test_a_request_round_trips_and_damage_is_refused() -> None:
             decode_request(damaged)
 
 
-async def _create(node: Node, states: dict[PartitionId, PartitionState]) -> None:
-    view = PartitionStates(node.session, KEYS)
-    for batch in batches(states):
-        compare, ops = [], []
-        for pid in batch:
-            c, o = view.creation(pid, states[pid])
-            compare += c
-            ops += o
-        ok, _ = await node.election.fenced_txn(compare, ops)
-        assert ok
-
-
-@contextlib.asynccontextmanager
-async def two_nodes(etcd: EtcdCluster, tmp_path: Path) -> AsyncIterator[tuple[Node, Node]]:
-    """Node 1 (registered, the controller) and node 2 (registered), closed at the end."""
-    n1, n2 = nodes = [Node(etcd.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2)]
-    try:
-        n1.start("registration", "election")
-        await within(n1.election.wait_elected())
-        n2.start("registration")
-
-        async def registered() -> bool:
-            return all(n.registration.epoch is not None for n in nodes)
-
-        await eventually("both registered", registered)
-        yield n1, n2
-    finally:
-        for n in nodes:
-            await n.close()
-
-
 def _run(reconciler: Reconciler, node: Node) -> None:
     node.tasks.append(asyncio.create_task(reconciler.run()))
 
 
 async def test_elections_asked_of_another_node_are_made_by_the_controller(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    async with two_nodes(etcd1, tmp_path) as (n1, n2):
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         e1, e2 = n1.registration.epoch or 0, n2.registration.epoch or 0
         both = (IsrMember(1, e1), IsrMember(2, e2))
         moved, leads, behind, offline = (PartitionId("d", v) for v in range(4))
-        await _create(n1, {
+        await create_states(n1, {
             moved: PartitionState((1, 2), 2, 3, 0, both, (), 1),  # preferred 1 in sync: moved back
             leads: PartitionState((2, 1), 2, 0, 0, both, (), 1),  # preferred 2 leads: not needed
             behind: PartitionState((1, 2), 2, 0, 0, (IsrMember(2, e2),), (), 1),  # preferred 1 out of sync
@@ -104,7 +72,7 @@ async def test_elections_asked_of_another_node_are_made_by_the_controller(etcd1:
 
 
 async def test_a_request_no_controller_answers_is_withdrawn(etcd1: EtcdCluster, tmp_path: Path) -> None:
-    async with two_nodes(etcd1, tmp_path) as (_, n2):  # (no reconciliation runs)
+    async with controller_and_one(etcd1, tmp_path) as (_, n2):  # (no reconciliation runs)
         lease = n2.registration.lease_id
         assert lease is not None
         with pytest.raises(TimeoutError):
@@ -114,14 +82,14 @@ async def test_a_request_no_controller_answers_is_withdrawn(etcd1: EtcdCluster, 
 
 async def test_the_rebalance_moves_leaders_back_above_the_imbalance_percentage_only(etcd1: EtcdCluster,
                                                                                     tmp_path: Path) -> None:
-    async with two_nodes(etcd1, tmp_path) as (n1, n2):
+    async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         e1, e2 = n1.registration.epoch or 0, n2.registration.epoch or 0
         both = (IsrMember(1, e1), IsrMember(2, e2))
         # node 1 prefers four partitions, one led by node 2: 25%
         states = {PartitionId("d", v): PartitionState((1, 2), 1, 0, 0, both, (), 1) for v in range(3)}
         elsewhere = PartitionId("d", 3)
         states[elsewhere] = PartitionState((1, 2), 2, 0, 0, both, (), 1)
-        await _create(n1, states)
+        await create_states(n1, states)
         view = PartitionStates(n1.session, KEYS)
         patient = Reconciler(view, n1.election, retry_delay=0.1, rebalance_every=(0.2, 25))
         for _ in range(3):  # 25% is not above 25: nothing moves, however often it checks

@@ -418,7 +418,7 @@ class Reconciler:
 
     async def rebalance(self, snapshot: Snapshot, touched: set[PartitionId]) -> int:
         """Kafka's automatic preferred-leader rebalance (``auto.leader.rebalance.enable``): once every
-        ``leader.imbalance.check.interval.seconds`` (``rebalance``), the preferred replicas of the partitions
+        ``leader.imbalance.check.interval.seconds`` (``rebalance_every``), the preferred replicas of the partitions
         :func:`~walgate.replication.elections.imbalanced` names elected (those in ``touched``, written this pass,
         left for the next check), written as the reconciliation's elections are. The states refused."""
         if self.rebalance_every is None or self.clock() < self._next_rebalance:
