@@ -9,7 +9,8 @@ fenced transaction (per :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_T
 reads the outcome (:func:`ask`). etcd is the transport, as for catalog proposals (:mod:`walgate.gateway.
 shared_catalog`): every node reaches it, and a request whose node died goes with its lease.
 
-Values (JSON): a request ``{"type": 0|1, "partitions": [[db id, vgroup], ...]}``; an outcome ``{"results": [[db id, vgroup, error code], ...]}`` (0: elected).
+Values (JSON): a request ``{"type": 0|1, "partitions": [[db id, vgroup], ...]}``; an outcome ``{"results": [[db id,
+vgroup, error code], ...]}`` (0: elected).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ POLL_S = 0.02
 
 
 class ElectionRequestDamaged(ControlPlaneError):
-    """An ``elections/`` value that is not walgate's (answered INVALID_REQUEST for every partition it names, or
-    for none when it names none)."""
+    """An ``elections/`` value that is not walgate's: a request the controller answers with no result (the node
+    asked answers UNKNOWN_SERVER_ERROR for each partition), or an outcome the node asked cannot read."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,8 @@ async def ask(session: EtcdSession, keys: Keys, node_id: int, lease: int, reques
               ) -> dict[PartitionId, ErrorCode]:
     """Have the controller make ``request``: its answer per partition, once it wrote the elected states. Bound it
     with a timeout: a request not answered (no controller, no etcd quorum) is withdrawn when cancelled, unless the
-    controller took it meanwhile (then its elections stand). Raises :class:`ControlPlaneUnavailable` or
-    :class:`ElectionRequestDamaged` (an outcome that is not walgate's)."""
+    controller took it meanwhile (then its elections stand). Raises :class:`ControlPlaneError` (etcd did not take
+    or answer a call) or :class:`ElectionRequestDamaged` (an outcome that is not walgate's)."""
     request_id = f"{node_id}-{uuid.uuid4().hex}"
     await session.txn([], [tx.Put(keys.election(request_id), encode_request(request), lease=lease)])
     try:

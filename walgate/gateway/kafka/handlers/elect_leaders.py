@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from walgate.cluster.elections import ElectionRequest, ElectionRequestDamaged, ask
+from walgate.cluster.elections import ElectionRequest, ask
 from walgate.cluster.model import ControlPlaneError
 from walgate.cluster.partition_codec import PartitionId
 from walgate.gateway.kafka.access import Operation, cluster_allowed
@@ -113,7 +113,7 @@ async def _controller(broker: Broker, election: ElectionType, replicated: dict[t
     except TimeoutError:
         why = f"The controller did not make the elections within {timeout_s:g} s (no controller elected, or no etcd quorum)"
         return {k: (ErrorCode.request_timed_out, why) for k in replicated}
-    except (ControlPlaneError, ElectionRequestDamaged) as e:
+    except ControlPlaneError as e:  # (ElectionRequestDamaged included: an outcome that is not walgate's)
         return {k: (ErrorCode.request_timed_out, f"The elections could not be asked of the controller: {e}")
                 for k in replicated}
     return {k: (outcome.get(pid, ErrorCode.unknown_server_error), None) for k, pid in replicated.items()}
