@@ -98,7 +98,6 @@ KAFKA_IGNORED: dict[str, str] = {
           "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
           "share.coordinator.state.topic.min.isr"), "the coordinators' state has one copy, on its node (issue 25)"),
         (("unclean.leader.election.enable",), "set per topic, or cluster-wide as a dynamic broker config"),
-        (("auto.leader.rebalance.enable",), "leaders are not moved back to preferred replicas"),
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
           "log.flush.interval.ms", "log.cleanup.policy"),
@@ -255,6 +254,12 @@ class Config:
     # the config when the cluster has no dynamic default (read by the controller: give every node the same)
     default_replication_factor: int = 1
     min_insync_replicas: int = 1
+    # Kafka's preferred-leader rebalance (issue 26): the controller checks every leader.imbalance.check.interval.seconds
+    # and moves leadership back to in-sync preferred replicas of each broker more than
+    # leader.imbalance.per.broker.percentage % of whose preferred partitions another replica leads
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
@@ -286,7 +291,7 @@ class Config:
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms",
-                     "default_replication_factor", "min_insync_replicas"):
+                     "default_replication_factor", "min_insync_replicas", "leader_imbalance_check_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes
@@ -295,6 +300,9 @@ class Config:
             object.__setattr__(self, "sql_answers_max_bytes", answers)
         if answers < self.sql_max_bytes:
             raise ConfigError(f"sql_answers_max_bytes ({answers}) must be >= sql_max_bytes ({self.sql_max_bytes})")
+        if self.leader_imbalance_per_broker_percentage < 0:
+            raise ConfigError("leader_imbalance_per_broker_percentage must be >= 0, got "
+                              f"{self.leader_imbalance_per_broker_percentage}")
         if self.max_tables_per_database < 0:
             raise ConfigError(f"max_tables_per_database must be >= 0 (0: no limit), got {self.max_tables_per_database}")
         if self.sql_timeout_ms < 0:

@@ -360,15 +360,20 @@ class Gateway:
         (leading, following or stopping each replicated vnode it holds as its partition state says; the registered
         nodes' broker epochs from the membership it reads; a fetcher's links of its own) and is WalFetch's
         :attr:`Broker.led`; every node runs the controller's :class:`Reconciler`, which writes only while the node
-        holds the controller election, over the catalog's replicated vnodes; ``/metrics`` reports both with Kafka's
+        holds the controller election, over the catalog's replicated vnodes (and, with ``auto.leader.rebalance.enable``,
+        moves leadership back to preferred replicas); ``/metrics`` reports both with Kafka's
         replication metrics (:mod:`walgate.gateway.replica_status`). Started once the catalog was read
         (the vnodes are open and the partition states name databases this node knows)."""
         registration = member.registration
         assert registration is not None and registration.epoch is not None and member.election is not None
         assert self._shared is not None
+        cfg = self.config
+        rebalance = ((cfg.leader_imbalance_check_interval_seconds, cfg.leader_imbalance_per_broker_percentage)
+                     if cfg.auto_leader_rebalance_enable else None)
         reconciler = Reconciler(PartitionStates(member.session, member.keys), member.election,
                                 catalog=functools.partial(_replicated_vnodes, self._shared, self._storage, engine,
-                                                          self.config.min_insync_replicas))
+                                                          cfg.min_insync_replicas),
+                                rebalance_every=rebalance)
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
