@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,16 +79,18 @@ def _wait(what: str, check: Callable[[], bool], servers: list[WalgateServer]) ->
 
 
 @contextlib.contextmanager
-def running_cluster(workdir: Path, nodes: int = 3, *args: str) -> Iterator[LiveCluster]:
-    """``nodes`` nodes (``args``: more flags of each) in ``workdir/node<id>`` over one etcd member in
-    ``workdir/etcd``, all ready and seeing each other; stopped by PID at the end."""
+def running_cluster(workdir: Path, nodes: int = 3, *args: str,
+                    node_args: Callable[[int], Sequence[str]] = lambda _: ()) -> Iterator[LiveCluster]:
+    """``nodes`` nodes (``args``: more flags of each, ``node_args(id)``: of node ``id`` only) in
+    ``workdir/node<id>`` over one etcd member in ``workdir/etcd``, all ready and seeing each other; stopped by PID at
+    the end."""
     with contextlib.ExitStack() as stack:
         etcd = stack.enter_context(etcd_cluster(workdir / "etcd", 1))
         started: list[WalgateServer] = []
         for node_id in range(1, nodes + 1):
             started.append(stack.enter_context(running_walgate(
                 workdir / f"node{node_id}", "--cluster", f"etcd={etcd.spec}", "--node-id", str(node_id),
-                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}", *args)))
+                "--override", f"offsets.topic.num.partitions={COORDINATOR_PARTITIONS}", *args, *node_args(node_id))))
             if node_id == 1:  # the controller before the others start: the same cluster every run
                 _wait("node 1 the controller", lambda: "node 1: controller" in started[0].log(), started)
         want = set(range(1, nodes + 1))

@@ -11,9 +11,12 @@ from walgate.cluster.election import ControllerElection
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.incarnation import load_or_create
 from walgate.cluster.model import ControlPlaneUnavailable, Keys, NodeInfo
+from walgate.cluster.partition_codec import PartitionId, batches
+from walgate.cluster.partition_states import PartitionStates
 from walgate.cluster.records import RecordFollower, RecordLog
 from walgate.cluster.registry import NodeRegistration
 from walgate.gateway.cluster_member import ClusterMember
+from walgate.replication.partition import PartitionState
 
 __all__ = ["Node", "eventually", "within", "try_append", "KEYS", "joined_member"]
 
@@ -106,3 +109,17 @@ async def try_append(node: Node, payload: bytes) -> bool:
         return True
     except ControlPlaneUnavailable:
         return False
+
+
+async def create_states(node: Node, states: dict[PartitionId, PartitionState]) -> None:
+    """What the controller does with a new database: its vgroups' partition states, created in fenced transactions
+    (``node`` is the controller)."""
+    view = PartitionStates(node.session, KEYS)
+    for batch in batches(states):
+        compare, ops = [], []
+        for pid in batch:
+            c, o = view.creation(pid, states[pid])
+            compare += c
+            ops += o
+        ok, _ = await node.election.fenced_txn(compare, ops)
+        assert ok

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually, within
+from cluster_support import KEYS, Node, create_states, eventually, within
 from etcd_cluster import EtcdCluster, etcd_cluster
 from event_process import EventProcess
 
@@ -135,19 +135,6 @@ def _start(node: Node) -> Reconciler:
     return reconciler
 
 
-async def _create(node: Node, states: dict[PartitionId, PartitionState]) -> None:
-    """What step 2's controller does with a new database: its vgroups' states, in fenced transactions."""
-    view = PartitionStates(node.session, KEYS)
-    for batch in batches(states):
-        compare, ops = [], []
-        for pid in batch:
-            c, o = view.creation(pid, states[pid])
-            compare += c
-            ops += o
-        ok, _ = await node.election.fenced_txn(compare, ops)
-        assert ok
-
-
 async def _controller(nodes: list[Node]) -> Node:
     async def elected() -> bool:
         return any(n.election.epoch is not None for n in nodes)
@@ -184,7 +171,7 @@ async def test_a_leader_s_registration_ending_elects_a_new_leader_from_the_isr(e
         seen: list[tuple[PartitionId, PartitionState | None]] = []
         nodes[2].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: seen.append((pid, s)))))
         await eventually("the follower read", lambda: _following(follower))
-        await _create(await _controller(nodes), led_by_1 | led_by_2)
+        await create_states(await _controller(nodes), led_by_1 | led_by_2)
         view = PartitionStates(nodes[1].session, KEYS)
         await nodes[0].close()  # its lease revoked: nodes/1 goes, and its candidacy if it was the controller
 
@@ -233,7 +220,7 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
             _start(n)
         await eventually("all registered", lambda: _all_registered(nodes))
         epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
-        await _create(await _controller(nodes), {pid: initial_state((1, 2, 3), epochs, 2)})
+        await create_states(await _controller(nodes), {pid: initial_state((1, 2, 3), epochs, 2)})
         view = PartitionStates(n1.session, KEYS)
         await n3.close()  # node 3's process dies; its lease is still live
         _start(restarted)  # it restarts: its registration replaces the old one under a new broker epoch
@@ -294,7 +281,7 @@ async def test_a_paused_process_keeps_its_broker_epoch_and_a_restarted_one_does_
         view = reconciler.states
         node_2 = start_node_2()
         epochs = {1: controller.registration.epoch or 0, 2: await registered(node_2)}
-        await _create(controller, {pid: initial_state((1, 2), epochs, 1)})
+        await create_states(controller, {pid: initial_state((1, 2), epochs, 1)})
         first = await controller.session.get(KEYS.node(2))
         assert first is not None
         node_2.signal(signal.SIGSTOP)
@@ -342,7 +329,7 @@ async def test_a_replaced_controller_writes_no_partition_state(etcd1: EtcdCluste
         await old.registration.register()
         await old.election.campaign()  # no keep-alive runs for it: as if its process were paused
         epochs = {1: old.registration.epoch or 0, 2: new.registration.epoch or 0}
-        await _create(old, {pid: initial_state((1, 2), epochs, 1), PartitionId("d", 1): initial_state((1, 2), epochs, 1)})
+        await create_states(old, {pid: initial_state((1, 2), epochs, 1), PartitionId("d", 1): initial_state((1, 2), epochs, 1)})
         before = await old.session.get(partition_key(KEYS, pid))
         follower = PartitionStates(new.session, KEYS)
         seen: list[tuple[PartitionId, PartitionState | None]] = []
@@ -405,7 +392,7 @@ async def test_a_refused_batch_does_not_stop_the_later_ones(etcd1: EtcdCluster, 
         epochs = {1: n1.registration.epoch or 0, 2: n2.registration.epoch or 0}
         gone = epochs | {3: 1}  # node 3 was in sync and is not registered: every ISR loses it
         created = {PartitionId("d", v): initial_state((2, 1, 3), gone, 1) for v in range(MAX_STATES_PER_TXN + 1)}
-        await _create(n1, created)
+        await create_states(n1, created)
         reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election)
         snapshot = await reconciler.snapshot()
         assert snapshot.live == epochs and snapshot.states.keys() == created.keys()
@@ -455,7 +442,7 @@ async def test_the_controller_counts_the_unclean_elections_it_writes(etcd1: Etcd
     async with controller_and_one(etcd1, tmp_path) as (n1, n2):
         e2 = n2.registration.epoch or 0
         gone = IsrMember(3, 1)
-        await _create(n1, {
+        await create_states(n1, {
             PartitionId("d", 0): PartitionState((3, 2, 1), 3, 0, 0, (gone,), (), 1, unclean_election=True),
             PartitionId("d", 1): PartitionState((3, 2, 1), 3, 0, 0, (IsrMember(2, e2), gone), (), 1)})
         reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election)
@@ -478,7 +465,7 @@ async def test_etcd_majority_lost_changes_nothing_then_reconciliation_resumes(tm
             _start(others[1])
             await eventually("all registered", lambda: _all_registered(nodes))
             epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
-            await _create(controller, {pid: initial_state((1, 2, 3), epochs, 2)})
+            await create_states(controller, {pid: initial_state((1, 2, 3), epochs, 2)})
             follower = PartitionStates(others[1].session, KEYS)
             others[1].tasks.append(asyncio.create_task(follower.follow(lambda pid, s: None)))
             await eventually("the follower read", lambda: _following(follower))
@@ -517,7 +504,7 @@ async def test_the_controller_creates_the_states_the_catalog_holds_and_partition
                    for v in range(MAX_STATES_PER_TXN + 5)}
         existing, damaged, unbuildable = PartitionId("db", 0), PartitionId("db", 1), PartitionId("bad", 0)
         catalog[unbuildable] = ReplicatedVnode((1, 2), 3)  # min.insync.replicas above the replicas
-        await _create(n1, {existing: initial_state((1, 2, 3), epochs, 1)})  # min_isr 1: not the catalog's 2
+        await create_states(n1, {existing: initial_state((1, 2, 3), epochs, 1)})  # min_isr 1: not the catalog's 2
         await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged), b"{not a state")])
         async def at(_seq: int) -> dict[PartitionId, ReplicatedVnode]:
             return catalog
@@ -604,7 +591,7 @@ async def test_the_controller_follows_catalog_appends_at_once_and_deletes_the_st
         reconciler = Reconciler(PartitionStates(n1.session, KEYS), n1.election, catalog=at, catalog_wait_s=0.5)
         old, damaged_old = PartitionId("old", 0), PartitionId("old", 1)
         epoch = n1.registration.epoch or 0
-        await _create(n1, {old: replace(initial_state((1,), {1: epoch}, 1), leader=NO_LEADER)})
+        await create_states(n1, {old: replace(initial_state((1,), {1: epoch}, 1), leader=NO_LEADER)})
         await n1.session.txn([], [tx.Put(partition_key(KEYS, damaged_old), b"{not a state")])
         await append(7)
         answering.clear()  # a pass whose catalog does not answer still elects, and deletes nothing
@@ -652,7 +639,7 @@ async def test_elections_never_wait_for_the_catalog_and_a_stuck_catalog_makes_no
 
         await n1.session.txn([], [tx.Put(KEYS.seq, b"3")])
         pid = PartitionId("r", 0)
-        await _create(n1, {pid: replace(initial_state((1,), {1: n1.registration.epoch or 0}, 1), leader=NO_LEADER)})
+        await create_states(n1, {pid: replace(initial_state((1,), {1: n1.registration.epoch or 0}, 1), leader=NO_LEADER)})
         view = PartitionStates(n1.session, KEYS)
         slow = Reconciler(view, n1.election, retry_delay=0.1, catalog=stuck, catalog_wait_s=60)
         started = asyncio.get_running_loop().time()

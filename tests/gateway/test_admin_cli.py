@@ -239,6 +239,22 @@ def test_usage_errors_exit_2(server: WalgateServer) -> None:
     fails(walgate(server, "produce", "usage", "-K", ":", stdin="no separator\n"), 2, "line 1 has no key separator ':'")
 
 
+def test_cluster_elect_on_a_single_node_finds_every_leader_preferred(server: WalgateServer) -> None:
+    """``walgate cluster elect`` (ElectLeaders): a single node leads every partition it holds, so a named partition
+    is ELECTION_NOT_NEEDED (not a failure: exit 0) and every partition lists none; a partition the topic lacks, or
+    --partition without --topic, is refused. (Elections that move leaders: compat-tests/test_leader_election.py.)"""
+    create_topic(server, "elect", 2)
+    rows = as_json(walgate(server, "cluster", "elect", "--topic", "elect", "--json"))
+    assert rows == [{"topic": "elect", "partition": p, "result": "ELECTION_NOT_NEEDED", "leader": 0,
+                     "message": rows[p]["message"]} for p in (0, 1)]  # type: ignore[index]
+    table = ok(walgate(server, "cluster", "elect", "--unclean", "--topic", "elect", "--partition", "1"))
+    assert "TOPIC" in table and "ELECTION_NOT_NEEDED" in table and "│         0 │" not in table  # (partition 1 only)
+    assert as_json(walgate(server, "cluster", "elect", "--json")) == []
+    fails(walgate(server, "cluster", "elect", "--topic", "elect", "--partition", "2"), 1,
+          "topic 'elect' has no partition 2")
+    fails(walgate(server, "cluster", "elect", "--partition", "0"), 2, "--partition needs --topic")
+
+
 def test_argument_types() -> None:
     assert datetime_ms("2026-01-31T12:00:00.250Z") == 1_769_860_800_250
     assert datetime_ms("2026-01-31T14:00:00.250+02:00") == 1_769_860_800_250

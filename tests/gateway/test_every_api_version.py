@@ -60,6 +60,8 @@ def expected(api_key: int, version: int) -> ErrorCode:
         # WriteTxnMarkers, AddPartitionsToTxn v4+ (the brokers' form), the share-group state RPCs: only a cluster
         # node, authenticated with the node token, may send them, and a single node has no other (kafka/node_auth.py)
         return ErrorCode.cluster_authorization_failed
+    if (api_key, version) == (43, 0):  # ElectLeaders v0 names a partition that leads where it is (elect_leaders below)
+        return ErrorCode.election_not_needed
     return ErrorCode.member_id_required if (api_key, version >= FIRST_JOIN) == (11, True) else ErrorCode.none
 
 
@@ -315,6 +317,14 @@ def create_partitions(conn: KafkaConnection, node: Node, version: int) -> dict[s
 def delete_groups(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
     commit(conn, f"deleted-v{version}")
     return {"groups_names": [f"deleted-v{version}"]}
+
+
+@request(43)
+def elect_leaders(conn: KafkaConnection, node: Node, version: int) -> dict[str, Any]:
+    # v1+: every partition (null): on a single node each leads where it is, so none is answered (as Kafka leaves out
+    # those whose election was not needed) and the request's error code is NONE; v0 has none: one partition named
+    named = [{"topic": TOPIC, "partitions": [0]}] if version == 0 else None
+    return {"election_type": 0, "topic_partitions": named, "timeout": 10_000}
 
 
 @request(44)

@@ -137,6 +137,10 @@ def test_acls_and_grants_are_one_store_checked_by_every_api(tmp_path: Path):
         altered = call(conn, 49, 1, {"entries": [{"entity": [{"entity_type": "user", "entity_name": "x"}], "ops": [
             {"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}], "validate_only": False})
         assert altered.entries[0].error_code == ErrorCode.cluster_authorization_failed  # AlterConfigs on the cluster
+        elected = call(conn, 43, 2, {"election_type": 0, "topic_partitions": [{"topic": "open", "partitions": [0]}],
+                                     "timeout": 10_000})  # ElectLeaders: Alter on the cluster
+        assert (elected.error_code, elected.replica_election_results[0].partition_result[0].error_code) == (
+            ErrorCode.cluster_authorization_failed, ErrorCode.cluster_authorization_failed)
         assert call(conn, 10, 4, {"key_type": 0, "coordinator_keys": ["g", "other"]}).coordinators[1].error_code == \
             ErrorCode.group_authorization_failed
         join = {"session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": "", "protocol_type": "consumer",

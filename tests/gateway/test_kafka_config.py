@@ -381,3 +381,16 @@ def test_cluster_nodes_reach_each_other_on_the_inter_broker_listener(tmp_path: P
     member = ClusterMember("127.0.0.1:1", "walgate", 1, tmp_path / "data", 2000)  # never asked: no etcd needed
     links = Gateway(config)._node_links(member)
     assert (links.listener, links.tls) == (expected, None)
+
+
+def test_the_replica_selector_is_one_of_kafkas_or_refused_at_start(tmp_path: Path) -> None:
+    file = tmp_path / "server.properties"
+    rack_aware = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    file.write_text(f"log.dirs=/d\nbroker.rack=r2\nreplica.selector.class={rack_aware}\n")
+    config = load_config(file, env={})
+    assert (config.broker_rack, config.replica_selector_class) == ("r2", rack_aware)
+    assert Config(data_dir=tmp_path).replica_selector_class is None  # Kafka's default: none
+    file.write_text("log.dirs=/d\nreplica.selector.class=com.example.MySelector\n")
+    with pytest.raises(ConfigError, match="replica_selector_class must be one of .*RackAwareReplicaSelector.*"
+                                          "LeaderReplicaSelector .KIP-392., got 'com.example.MySelector'"):
+        load_config(file, env={})

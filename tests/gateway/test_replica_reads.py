@@ -3,10 +3,12 @@
 topic over it; requests dispatched to each node's handlers as its server does (test_handlers_hardening.call).
 
 What holds: a node serves Fetch, ListOffsets and OffsetForLeaderEpoch of a replicated partition only while its replica
-manager leads it in the leader epoch of the newest state it read (:class:`walgate.gateway.kafka.leaders.Reads`);
+manager leads it in the leader epoch of the newest state it read (a consumer's Fetch v11+ also while it follows it
+in that epoch; :class:`walgate.gateway.kafka.leaders.Reads`);
 before its manager read a state (a node that is starting, its reopened WAL visible whole, a tail past the high
 watermark included) and while a state names it leader under its previous broker epoch, the three answer
-NOT_LEADER_OR_FOLLOWER and Metadata LEADER_NOT_AVAILABLE (leader -1); a follower names the leader (KIP-951). Each
+NOT_LEADER_OR_FOLLOWER and Metadata LEADER_NOT_AVAILABLE (leader -1); a replica that does not follow answers
+NOT_LEADER_OR_FOLLOWER too, naming the leader with FENCED_LEADER_EPOCH (KIP-951); a follower serves a consumer's Fetch v11+ up to its own high watermark (KIP-392), ListOffsets not. Each
 batch served carries the leader epoch its entry was appended under (the vnode's epoch cache; KIP-101), a TDengine
 topic's rendered rows and a Kafka-native topic's stored batches alike, so a consumer validating its position after
 the second leader change (KIP-320) asks for the epoch its records came from: a real confluent-kafka consumer reads
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -47,14 +50,16 @@ __all__ = ["etcd"]  # (the fixture, imported)
 NOT_LEADER = ErrorCode.not_leader_or_follower
 
 
-async def fetched(node: Node, topic: str = REPLICATED_TOPIC, epoch: int = -1) -> dict[str, Any]:
-    """Fetch v16 of ``topic``'s partition 0 from offset 0 on ``node``, naming current leader epoch ``epoch``: the
-    partition's answer."""
+async def fetched(node: Node, topic: str = REPLICATED_TOPIC, epoch: int = -1, *, offset: int = 0, rack: str = "",
+                  wait_ms: int = 0, committed: bool = False) -> dict[str, Any]:
+    """A consumer's Fetch v16 of ``topic``'s partition 0 from ``offset`` on ``node``, naming current leader epoch
+    ``epoch`` and client rack ``rack`` (KIP-392), waiting up to ``wait_ms`` for a byte (``committed``:
+    read_committed): the partition's answer."""
     topic_id = await node.side.call(node.side.engine.topic_id, topic)
-    request = fetch_v16.FetchRequest(max_wait=datetime.timedelta(0), min_bytes=1, topics=(fetch_v16.FetchTopic(
-        topic_id=topic_id, partitions=(fetch_v16.FetchPartition(partition=0, fetch_offset=0, current_leader_epoch=epoch,
-                                                                partition_max_bytes=1 << 20),)),),
-                                     forgotten_topics_data=())
+    request = fetch_v16.FetchRequest(max_wait=datetime.timedelta(milliseconds=wait_ms), min_bytes=1, topics=(
+        fetch_v16.FetchTopic(topic_id=topic_id, partitions=(fetch_v16.FetchPartition(
+            partition=0, fetch_offset=offset, current_leader_epoch=epoch, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id=rack, isolation_level=int(committed))
     [answer] = (await call(node, 1, 16, request))["responses"]
     [part] = answer["partitions"]
     return part
@@ -99,6 +104,12 @@ async def refused(node: Node) -> None:
     assert (error, leader) == (ErrorCode.leader_not_available, -1)
 
 
+async def learned_hw(node: Node) -> bool:
+    """Whether ``node``'s copy of vnode 0 is visible up to its end (its high watermark passed what it holds)."""
+    wal = await node.wal()
+    return bool(wal.visible_version == wal.next_version)
+
+
 def epochs_of(part: dict[str, Any]) -> list[tuple[int, int]]:
     """(base offset, partition leader epoch) of each batch a Fetch answer carries."""
     return [batch_prefix(bytes(batch))[::2] for batch in part["records"]]
@@ -118,9 +129,11 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
         part = await fetched(one)
         assert (part["error_code"], part["high_watermark"], len(part["records"])) == (ErrorCode.none, 2, 2)
         assert (await listed(one))["offset"] == 2 and await described(one) == (ErrorCode.none, 1, 1)
-        for n in (2, 3):  # a follower names its leader (KIP-951)
+        for n in (2, 3):  # a consumer's Fetch v11+ is served by a follower too (KIP-392), up to its high watermark
+            await until(functools.partial(learned_hw, t.nodes[n]), f"node {n} learned the HW")
             part = await fetched(t.nodes[n])
-            assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 1, "leader_epoch": 1})
+            assert (part["error_code"], part["high_watermark"], len(part["records"])) == (ErrorCode.none, 2, 2)
+            assert (await listed(t.nodes[n]))["error_code"] == NOT_LEADER  # ListOffsets stays the leader's
             assert await described(t.nodes[n]) == (ErrorCode.none, 1, 1)
         assert one.manager is not None
         one.manager._lease_held = lambda: False  # cut off from etcd past its lease: it may have been replaced
@@ -129,6 +142,7 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
 
         for n in (2, 3):
             await t.stop(n)
+        assert (await fetched(t.nodes[2]))["error_code"] == NOT_LEADER  # a replica that does not follow now
         await t.insert(1, 10)  # durable on node 1 only: past the HW
         await t.stop(1)  # node 1 restarts: its engine reopened, its WAL's HW unknown (the whole log visible)
         await one.side.call(one.side.engine.close)
@@ -151,8 +165,8 @@ async def test_a_replica_serves_reads_only_while_it_leads_and_never_past_the_hig
 
         await t.node_2_elected_without_1()
         await until(lambda: _is(PartitionId(DB_ID, 0) in manager.following), "node 1 follows node 2")
-        part = await fetched(one)
-        assert (part["error_code"], part["current_leader"]) == (NOT_LEADER, {"leader_id": 2, "leader_epoch": 2})
+        part = await fetched(one)  # a follower now (KIP-392): never its tail past the high watermark it learned
+        assert part["error_code"] == ErrorCode.none and len(part["records"]) == part["high_watermark"] <= 2
         part = await fetched(one, epoch=1)  # a consumer still at epoch 1 is told where epoch 2 is led (KIP-951)
         assert (part["error_code"], part["current_leader"]) == (ErrorCode.fenced_leader_epoch,
                                                                  {"leader_id": 2, "leader_epoch": 2})

@@ -35,7 +35,7 @@ import datetime
 import errno
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -248,11 +248,12 @@ class Trio:
 
 @asynccontextmanager
 async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
-               native: bool = False, replicated: bool = False) -> AsyncIterator[Trio]:
+               native: bool = False, replicated: bool = False,
+               racks: Mapping[int, str] | None = None) -> AsyncIterator[Trio]:
     """Three nodes holding one database of id :data:`DB_ID` (``native``: the Kafka-native topic :data:`TOPIC`'s, its
     WAL fsynced at every append), no partition state yet. ``replicated``: the engines in cluster mode and the
     database made as the cluster's catalog makes it (``REPLICA 3``, its records staged on node 1 and applied on each
-    node), with the TDengine topic :data:`REPLICATED_TOPIC` over its supertable."""
+    node), with the TDengine topic :data:`REPLICATED_TOPIC` over its supertable. ``racks``: each node's ``broker.rack``."""
     nodes: dict[int, Node] = {}
     try:
         for n in (1, 2, 3):
@@ -264,7 +265,7 @@ async def trio(etcd: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             server = KafkaServer(broker, 1 << 24, metrics=Metrics())
             _, port = await server.start("127.0.0.1", 0)
             nodes[n] = Node(side, broker, server, port)
-            await side.member.join((f"PLAINTEXT://127.0.0.1:{port}",))
+            await side.member.join((f"PLAINTEXT://127.0.0.1:{port}",), rack=None if racks is None else racks[n])
         registered: dict[int, int] = {}
         for node in nodes.values():
             await node.side.member.refresh()

@@ -255,3 +255,15 @@ def test_a_re_created_tdengine_topic_never_serves_the_old_topics_batches(engine:
     engine.execute("DROP TOPIC t")
     engine.execute("CREATE TOPIC t AS SELECT ts, site FROM db.st")
     assert [(r.get("site"), "v" in r) for r in served()] == [(7, False)]
+
+
+def test_the_end_a_replica_needs_to_hold_the_records_below_an_offset(engine: Engine):
+    engine.create_kafka_topic("held", 1, {})
+    parts = engine.partitions
+    wal = engine.store.local_vnode(engine.catalog.topics["held"].db, 0).wal
+    first = wal.next_version
+    parts.append("held", [(0, batch([b"a", b"b"]))], NOW, 0)  # offsets 0-1
+    parts.append("held", [(0, batch([b"c"]))], NOW, 0)  # offset 2, the WAL's last entry
+    assert parts.end_holding("held", 0, 0) == 0  # nothing below offset 0
+    assert parts.end_holding("held", 0, 1) == parts.end_holding("held", 0, 2) == first + 1  # the first batch
+    assert parts.end_holding("held", 0, 3) == parts.end_holding("held", 0, 99) == wal.next_version  # both

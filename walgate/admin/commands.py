@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
-__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "datetime_ms", "key_value",
-           "topic_partitions"]
+__all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_FORMAT", "DEFAULT_TIMEOUT", "add_commands", "add_elect", "datetime_ms",
+           "kafka_flags", "key_value", "topic_partitions"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT = 10.0  # seconds: bounds connecting and every request
@@ -27,6 +27,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def add_commands(commands: _Commands) -> None:
     """Add ``topic``, ``group``, ``consume`` and ``produce`` to the ``walgate`` subcommands."""
+    common = kafka_flags()
+    for add in (_add_topic, _add_group, _add_share_group, _add_consume, _add_produce):
+        add(commands, common)
+
+
+def kafka_flags() -> argparse.ArgumentParser:
+    """The flags of every command that speaks Kafka's protocol (a parent parser): ``--bootstrap-server``,
+    ``--timeout``, ``--command-config``, ``-X``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-b", "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"Kafka listener to talk to (default {DEFAULT_BOOTSTRAP})")
@@ -38,8 +46,24 @@ def add_commands(commands: _Commands) -> None:
                              "(PEM) and sasl.jaas.config are translated")
     common.add_argument("-X", action="append", default=[], type=key_value, dest="client_settings", metavar="KEY=VALUE",
                         help="one client setting, as kcat -X (repeatable; after --command-config)")
-    for add in (_add_topic, _add_group, _add_share_group, _add_consume, _add_produce):
-        add(commands, common)
+    return common
+
+
+def add_elect(actions: _Commands) -> None:
+    """``walgate cluster elect`` (the cluster command's actions: walgate/gateway/cluster_up.py)."""
+    elect = actions.add_parser("elect", parents=[kafka_flags()],
+                               help="elect preferred (or unclean) leaders of partitions (Kafka protocol, as "
+                                    "kafka-leader-election)")
+    kind = elect.add_mutually_exclusive_group()
+    kind.add_argument("--preferred", action="store_true",
+                      help="move leadership to each partition's first replica if it is in sync (the default)")
+    kind.add_argument("--unclean", action="store_true",
+                      help="elect a leader of partitions that have none, from outside the ISR if need be (may lose "
+                           "acknowledged records)")
+    elect.add_argument("--topic", metavar="TOPIC", help="only this topic's partitions (default: every partition)")
+    elect.add_argument("--partition", type=int, metavar="P", help="only partition P of --topic")
+    elect.add_argument("--json", action="store_true", help="print one JSON array")
+    elect.set_defaults(run=_lazy("elect", "elect"))
 
 
 def _lazy(module: str, command: str) -> Callable[[argparse.Namespace], int]:

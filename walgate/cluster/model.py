@@ -133,6 +133,19 @@ class Keys:
         return self.root + b"catalog/outcomes/" + proposal_id.encode()
 
     @property
+    def elections(self) -> bytes:
+        """``elections/requests/<id>``: a leader election an operator asked a node for (ElectLeaders), which the
+        controller makes (put with the asking node's lease); ``elections/outcomes/<id>``: the controller's answer,
+        written with the elected states (same lease). :mod:`walgate.cluster.elections`."""
+        return self.root + b"elections/requests/"
+
+    def election(self, request_id: str) -> bytes:
+        return self.elections + request_id.encode()
+
+    def election_outcome(self, request_id: str) -> bytes:
+        return self.root + b"elections/outcomes/" + request_id.encode()
+
+    @property
     def incarnations(self) -> bytes:
         return self.root + b"incarnations/"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,9 +25,11 @@ from typing import Any
 from aetcd.utils import prefix_range_end
 
 from walgate.cluster.election import ControllerElection
+from walgate.cluster.elections import ElectionRequest, ElectionRequestDamaged, decide, decode_request, encode_outcome
 from walgate.cluster.etcd import Compacted, EtcdSession, follow_prefix, tx
 from walgate.cluster.model import ControlPlaneError, ControlPlaneUnavailable, Keys, NodeInfo, NotController
 from walgate.cluster.partition_codec import (
+    MAX_STATES_PER_TXN,
     PartitionId,
     PartitionStateDamaged,
     ReplicatedVnode,
@@ -41,6 +44,7 @@ from walgate.cluster.partition_codec import (
     reconfigured_states,
 )
 from walgate.cluster.registry import broker_epoch
+from walgate.replication.elections import ElectionType, elect_leader, imbalanced
 from walgate.replication.partition import NO_LEADER, AlterIsr, IsrMember, PartitionState, alter_partition
 from walgate.wire.errors import ErrorCode
 
@@ -225,6 +229,7 @@ class Snapshot:
     states: dict[PartitionId, PartitionState]
     present: frozenset[PartitionId] = frozenset()  # every key's vnode, a damaged value's included
     catalog_seq: int = 0  # the catalog stream's last record appended at ``revision``
+    requests: tuple[tuple[str, bytes, int], ...] = ()  # the election requests pending: (id, value, lease)
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:
@@ -273,12 +278,24 @@ class Reconciler:
     pass at once, as a change of ``nodes/`` or ``partitions/`` does. Without ``catalog`` (None) no state is created or
     deleted. ``passes`` counts the reconciliations run, ``written`` the states written, ``created`` the states
     created, ``deleted`` the states deleted, ``unclean_elections`` the leaders it wrote that were neither in the
-    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec)."""
+    ISR nor in the ELR before (Kafka's UncleanLeaderElectionsPerSec).
+
+    **Elections asked and the rebalance** (issue 26): a pass whose reconciliation changed no state also makes the
+    elections nodes asked for (``elections/requests/``, read in the same transaction as the states:
+    :meth:`serve_elections`, :mod:`walgate.cluster.elections`) and, when none is pending and
+    ``rebalance_every`` (``leader.imbalance.check.interval.seconds``, ``leader.imbalance.per.broker.percentage``)
+    is set, the preferred-leader rebalance once per interval of ``clock`` (:meth:`rebalance`); a request wakes a
+    pass as a change of ``partitions/`` does, and the wait between passes ends when the rebalance is due."""
 
     def __init__(self, states: PartitionStates, election: ControllerElection, retry_delay: float = 0.5,
                  catalog: Callable[[int], Awaitable[Mapping[PartitionId, ReplicatedVnode]]] | None = None,
-                 catalog_wait_s: float = 2.0) -> None:
+                 catalog_wait_s: float = 2.0, rebalance_every: tuple[float, int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.states = states
+        self.rebalance_every = rebalance_every
+        self.clock = clock
+        self._next_rebalance = clock() + rebalance_every[0] if rebalance_every is not None else 0.0
+        self._elected: dict[str, dict[PartitionId, ErrorCode]] = {}  # requests partly written: their elections
         self.catalog_wait_s = catalog_wait_s
         self.election = election
         self.retry_delay = retry_delay
@@ -298,8 +315,8 @@ class Reconciler:
         keys, election_key = self.states.keys, self.election.key
         if election_key is None:
             raise NotController(f"node {self.election.registration.info.node_id} is not the controller")
-        prefixes = (keys.nodes, partitions_prefix(keys))
-        _, (own, nodes, parts, seq) = await self.election.fenced_txn(
+        prefixes = (keys.nodes, partitions_prefix(keys), keys.elections)
+        _, (own, nodes, parts, asked, seq) = await self.election.fenced_txn(
             [], [tx.Get(election_key), *(tx.Get(p, prefix_range_end(p)) for p in prefixes), tx.Get(keys.seq)])
         revision = int(own[0][1].header.revision)
         present: set[PartitionId] = set()
@@ -314,8 +331,9 @@ class Reconciler:
                 live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
+        requests = tuple((kv.key[len(keys.elections):].decode(errors="replace"), kv.value, kv.lease) for _, kv in asked)
         return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])), frozenset(present),
-                        int(seq[0][1].value) if seq else 0)
+                        int(seq[0][1].value) if seq else 0, requests)
 
     async def write(self, snapshot: Snapshot, changes: dict[PartitionId, PartitionState]) -> int:
         """Write ``changes`` (reconciled from ``snapshot``) batch by batch; the number of states refused (their
@@ -331,14 +349,93 @@ class Reconciler:
             if not ok:
                 refused += len(batch)
                 continue
-            self.written += len(batch)
-            for pid in batch:
-                old, new = snapshot.states[pid], changes[pid]
-                if new.leader != old.leader:
-                    log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
-                             old.leader, new.leader, new.leader_epoch)
-                    self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
+            self._wrote(snapshot, changes, batch)
         return refused
+
+    def _wrote(self, snapshot: Snapshot, changes: Mapping[PartitionId, PartitionState], batch: list[PartitionId]
+               ) -> None:
+        """Count and log the states of ``batch`` written."""
+        self.written += len(batch)
+        for pid in batch:
+            old, new = snapshot.states[pid], changes[pid]
+            if new.leader != old.leader:
+                log.info("controller: %s/%d leader %d -> %d (leader epoch %d)", pid.db_id, pid.vgroup,
+                         old.leader, new.leader, new.leader_epoch)
+                self.unclean_elections += new.leader != NO_LEADER and new.leader not in {*old.isr_ids, *old.elr}
+
+    async def serve_elections(self, snapshot: Snapshot) -> tuple[int, set[PartitionId]]:
+        """Make the elections asked (:mod:`walgate.cluster.elections`) on ``snapshot``, one request after the other:
+        its elected states written, the request deleted and its outcome put (on the asking node's lease) in one
+        fenced transaction that also compares each key's ``mod_revision`` and that no registration changed since
+        the read (more than :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN` elections: several, the
+        outcome with the last; those written before a refusal are answered NONE when the request is served again).
+        A request naming a partition an earlier one of this pass changed waits for the next pass. Returns (the
+        requests refused or deferred, the partitions written)."""
+        keys = self.states.keys
+        nodes = keys.nodes
+        registrations_unchanged = tx.Mod(nodes, prefix_range_end(nodes)) < snapshot.revision + 1
+        pending = {request_id for request_id, _, _ in snapshot.requests}
+        self._elected = {r: done for r, done in self._elected.items() if r in pending}  # (withdrawn ones forgotten)
+        refused = 0
+        touched: set[PartitionId] = set()
+        for request_id, value, lease in snapshot.requests:
+            request: ElectionRequest | None = None
+            writes: dict[PartitionId, PartitionState] = {}
+            answers: dict[PartitionId, ErrorCode] = {}
+            try:
+                request = decode_request(value)
+            except ElectionRequestDamaged as e:  # answered with no result: the node asked reports its error
+                log.error("controller: %s", e)
+            else:
+                if touched & set(request.partitions):
+                    refused += 1
+                    continue
+                writes, answers = decide(request, snapshot.states, snapshot.live)
+            done = self._elected.setdefault(request_id, {})
+            answers.update(done)
+            key = keys.election(request_id)
+            order = list(batches(writes, MAX_STATES_PER_TXN - 2)) or [[]]  # (room for the request's own two keys)
+            for i, batch in enumerate(order):
+                last = [tx.Delete(key), tx.Put(keys.election_outcome(request_id), encode_outcome(answers), lease=lease)]
+                ok, _ = await self.election.fenced_txn(
+                    [registrations_unchanged, tx.Version(key) > 0,
+                     *(tx.Mod(partition_key(keys, pid)) == snapshot.states[pid].partition_epoch for pid in batch)],
+                    [*(tx.Put(partition_key(keys, pid), encode_state(writes[pid])) for pid in batch),
+                     *(last if i == len(order) - 1 else [])])
+                if not ok:
+                    refused += 1
+                    break
+                self._wrote(snapshot, writes, batch)
+                touched.update(batch)
+                done.update((pid, ErrorCode.none) for pid in batch)
+            else:
+                del self._elected[request_id]
+                if request is not None:
+                    log.info("controller: %s election of %d partition(s): %d leader(s) moved",
+                             request.election.name.lower(), len(answers),
+                             sum(code == ErrorCode.none for code in answers.values()))
+        return refused, touched
+
+    async def rebalance(self, snapshot: Snapshot, touched: set[PartitionId]) -> int:
+        """Kafka's automatic preferred-leader rebalance (``auto.leader.rebalance.enable``): once every
+        ``leader.imbalance.check.interval.seconds`` (``rebalance_every``), the preferred replicas of the partitions
+        :func:`~walgate.replication.elections.imbalanced` names elected (those in ``touched``, written this pass,
+        left for the next check), written as the reconciliation's elections are. The states refused."""
+        if self.rebalance_every is None or self.clock() < self._next_rebalance:
+            return 0
+        interval_s, percentage = self.rebalance_every
+        self._next_rebalance = self.clock() + interval_s
+        states = {pid: s for pid, s in snapshot.states.items() if pid not in touched}
+        moves = {}
+        for pid in imbalanced(states, percentage):
+            new = elect_leader(states[pid], ElectionType.PREFERRED, snapshot.live)
+            if isinstance(new, PartitionState):
+                moves[pid] = new
+        if not moves:
+            return 0
+        log.info("controller: preferred-leader rebalance of %d partition(s)", len(moves))
+        touched.update(moves)
+        return await self.write(snapshot, moves)
 
     async def create(self, snapshot: Snapshot, creations: dict[PartitionId, PartitionState]) -> int:
         """Create the states ``creations`` (missing at ``snapshot``) batch by batch; the number refused (a key
@@ -387,6 +484,12 @@ class Reconciler:
         self.passes += 1
         changes = reconcile_all(snapshot.states, snapshot.live)
         refused = await self.write(snapshot, changes)
+        touched = set(changes)
+        if not changes:  # (asked elections and the rebalance start from states the reconciliation leaves as they are)
+            served, touched = await self.serve_elections(snapshot)
+            refused += served
+            if not snapshot.requests:
+                refused += await self.rebalance(snapshot, touched)
         wanted = await self._wanted(snapshot.catalog_seq)
         if wanted is not None:  # (a state just elected is refused its delete, as it changed: the next pass deletes it)
             refused += await self.delete(snapshot, [pid for pid in snapshot.present if pid not in wanted])
@@ -395,7 +498,7 @@ class Reconciler:
                 log.error("controller: %s/%d has no partition state and none can be built from its catalog entry: "
                           "%s", pid.db_id, pid.vgroup, why)
             refused += await self.create(snapshot, creations)
-            reconfigured = reconfigured_states(wanted, {p: s for p, s in snapshot.states.items() if p not in changes})
+            reconfigured = reconfigured_states(wanted, {p: s for p, s in snapshot.states.items() if p not in touched})
             refused += await self.write(snapshot, reconfigured)
         if refused:
             log.info("controller: %d partition states changed during reconciliation; reading again", refused)
@@ -446,11 +549,13 @@ class Reconciler:
             finally:
                 await session.cancel_watch(watch)
 
-        waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys), keys.seq)]
+        waits = [asyncio.create_task(first(p)) for p in (keys.nodes, partitions_prefix(keys), keys.seq, keys.elections)]
         asked = [self._asked[1]] if self._asked is not None else []
+        timeout = float(self.election.registration.ttl)
+        if self.rebalance_every is not None:
+            timeout = max(0.0, min(timeout, self._next_rebalance - self.clock()))
         try:
-            done, _ = await asyncio.wait([*waits, *asked], timeout=self.election.registration.ttl,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([*waits, *asked], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             for task in done - set(asked):
                 task.result()  # a broken watch: ControlPlaneUnavailable
         finally:

@@ -125,16 +125,17 @@ class ClusterMember:
                     "--client-cert-auth, that cluster.etcd.ssl.certfile/keyfile are a certificate it trusts")
         return "check that etcd is up and serves these http:// endpoints (a TLS etcd needs https:// and cluster.etcd.ssl.*)"
 
-    async def join(self, endpoints: tuple[str, ...], http: str | None = None) -> None:
-        """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``) and the base URL of
-        its HTTP API (``http``: where other nodes forward SQL writes), then stand for controller and follow the
-        membership and the cluster's node token in the background. Raises :class:`ClusterStartError`."""
+    async def join(self, endpoints: tuple[str, ...], http: str | None = None, rack: str | None = None) -> None:
+        """Register as this node with its advertised Kafka ``endpoints`` (``NAME://host:port``), the base URL of
+        its HTTP API (``http``: where other nodes forward SQL writes) and its ``broker.rack`` (``rack``), then stand
+        for controller and follow the membership and the cluster's node token in the background. Raises
+        :class:`ClusterStartError`."""
         try:
             incarnation = await asyncio.to_thread(load_or_create, self.data_dir)
         except IncarnationError as e:
             raise ClusterStartError(str(e)) from None
-        registration = NodeRegistration(self.session, self.keys, NodeInfo(self.node_id, incarnation, endpoints, http=http),
-                                        ttl=self.ttl)
+        info = NodeInfo(self.node_id, incarnation, endpoints, rack=rack, http=http)
+        registration = NodeRegistration(self.session, self.keys, info, ttl=self.ttl)
         try:
             await registration.register()
         except ControlPlaneError as e:

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from walgate.admin.commands import add_elect
+
 __all__ = ["Member", "Node", "Plan", "plan", "loopback_hosts", "free_loopback_block", "LocalCluster", "ClusterUpError",
            "add_command", "add_etcd_flags", "cluster_spec"]
 
@@ -496,10 +498,11 @@ def _add_shown(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     partitions.add_argument("--under-replicated", action="store_true",
                             help="only the vgroups whose ISR is smaller than their replicas")
     partitions.set_defaults(run=_shown("partitions"))
+    add_elect(actions)  # (it speaks Kafka's protocol: walgate/admin/elect.py)
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``walgate cluster up``, ``status``, ``nodes`` and ``partitions``."""
+    """``walgate cluster up``, ``status``, ``nodes``, ``partitions`` and ``elect``."""
     cluster = commands.add_parser("cluster", help="a whole cluster on this machine (etcd and nodes); what a "
                                   "cluster's etcd says of it")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")

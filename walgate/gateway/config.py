@@ -58,6 +58,7 @@ from walgate.gateway.listeners import (
 from walgate.gateway.logs import LOG_FORMATS
 from walgate.gateway.principal_mapping import MappingRuleError, PrincipalMapper
 from walgate.gateway.properties import PropertiesError, looks_like_properties, parse_properties
+from walgate.replication.read_replica import REPLICA_SELECTORS
 from walgate.security.authorizer import AUTHORIZER_CLASSES
 from walgate.storage.producers import ProducerIds
 
@@ -97,7 +98,6 @@ KAFKA_IGNORED: dict[str, str] = {
           "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
           "share.coordinator.state.topic.min.isr"), "the coordinators' state has one copy, on its node (issue 25)"),
         (("unclean.leader.election.enable",), "set per topic, or cluster-wide as a dynamic broker config"),
-        (("auto.leader.rebalance.enable",), "leaders are not moved back to preferred replicas"),
         (("log.retention.hours", "log.retention.minutes", "log.retention.ms", "log.retention.bytes",
           "log.segment.bytes", "log.retention.check.interval.ms", "log.flush.interval.messages",
           "log.flush.interval.ms", "log.cleanup.policy"),
@@ -257,9 +257,22 @@ class Config:
     # Kafka's offsets.topic.replication.factor: the replicas of __consumer_offsets, whose partitions a replicated
     # cluster's group coordinators are (gateway/kafka/coordinator_replicas.py); it is made once enough nodes are live
     offsets_topic_replication_factor: int = 3
+    # Kafka's preferred-leader rebalance (issue 26): the controller checks every leader.imbalance.check.interval.seconds
+    # and moves leadership back to in-sync preferred replicas of each broker more than
+    # leader.imbalance.per.broker.percentage % of whose preferred partitions another replica leads
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     # replicated SQL databases (CREATE DATABASE ... REPLICA n above 1) served: early access (issue 25, as Kafka's share
     # groups were behind group.share.enable), off until docs/cluster.md "Replicas" lists no unsafe gap
     replication_enable: bool = False
+    # Kafka's broker.rack: this node's rack, registered with it (replica placement spreads racks; the rack-aware
+    # replica selector matches a consumer's client.rack against it); None: no rack
+    broker_rack: str | None = None
+    # Kafka's replica.selector.class (KIP-392): which replica a consumer's Fetch (v11+) is told to read from
+    # (preferred_read_replica); None: none, the leader always serves (Kafka's default); else one of
+    # REPLICA_SELECTORS (walgate.replication.read_replica)
+    replica_selector_class: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -281,7 +294,8 @@ class Config:
         for name in ("max_request_bytes", "batch_cache_bytes", "connections_max_idle_ms", "request_read_timeout_ms",
                      "listen_backlog", "max_partitions", "offsets_topic_num_partitions", "log_cleaner_backoff_ms",
                      "log_cleaner_dedupe_buffer_size", "sql_workers", "sql_max_bytes", "replica_lag_time_max_ms",
-                     "default_replication_factor", "min_insync_replicas", "offsets_topic_replication_factor"):
+                     "default_replication_factor", "min_insync_replicas", "offsets_topic_replication_factor",
+                     "leader_imbalance_check_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         answers = self.sql_answers_max_bytes
@@ -290,6 +304,9 @@ class Config:
             object.__setattr__(self, "sql_answers_max_bytes", answers)
         if answers < self.sql_max_bytes:
             raise ConfigError(f"sql_answers_max_bytes ({answers}) must be >= sql_max_bytes ({self.sql_max_bytes})")
+        if self.leader_imbalance_per_broker_percentage < 0:
+            raise ConfigError("leader_imbalance_per_broker_percentage must be >= 0, got "
+                              f"{self.leader_imbalance_per_broker_percentage}")
         if self.max_tables_per_database < 0:
             raise ConfigError(f"max_tables_per_database must be >= 0 (0: no limit), got {self.max_tables_per_database}")
         if self.sql_timeout_ms < 0:
@@ -337,6 +354,9 @@ class Config:
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_CLASSES:
             raise ConfigError(f"authorizer_class_name must be one of {', '.join(sorted(AUTHORIZER_CLASSES))}, "
                               f"got {self.authorizer_class_name!r}")
+        if self.replica_selector_class and self.replica_selector_class not in REPLICA_SELECTORS:
+            raise ConfigError(f"replica_selector_class must be one of {', '.join(REPLICA_SELECTORS)} (KIP-392), "
+                              f"got {self.replica_selector_class!r}")
         self._check_cluster()
         if self.http_auth is None:
             sasl = any(listener.info.sasl for listener in self.kafka_listeners())

@@ -6,7 +6,9 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
 
 * entries (whole batches of ``entries_epoch``): appended as they are on the vnode's lane
   (:meth:`Engine.append_replicated <walgate.storage.engine.Engine.append_replicated>`: the epoch begun first when
-  newer, then the bytes, meta entries and every topic's offset index; nothing written when a check fails);
+  newer, then the bytes, meta entries and every topic's offset index; nothing written when a check fails); the
+  high watermark the answer carries (capped by what this WAL holds) is the vnode's visible version from then on,
+  and a rise wakes the long polls of consumers fetching from this follower (KIP-392);
 * a divergence (KIP-101/279, Kafka's DivergingEpoch): :func:`walgate.replication.epochs.follower_truncation` on the
   vnode's epoch cache, then :meth:`Engine.truncate_vnode <walgate.storage.engine.Engine.truncate_vnode>` (an
   exclusive call), never below the high watermark it last learned; the next fetch names the epoch left, so a fast
@@ -317,8 +319,11 @@ class ReplicaFetcher:
                 end = await self.storage.call_on(frozenset([v.key]), functools.partial(
                     self.engine.append_replicated, v.db, v.vgroup, bytes(answer.entries), p.fetch_version,
                     answer.entries_epoch))
-            v.high_watermark = max(v.high_watermark, min(answer.high_watermark, end))
+            known, v.high_watermark = v.high_watermark, max(v.high_watermark, min(answer.high_watermark, end))
             v.lag = max(0, answer.high_watermark - end)  # (Kafka's FetcherLagMetrics: the HW minus the next offset)
+            if v.high_watermark > known:  # consumers' long polls on this follower (KIP-392) read what it now serves
+                await self.storage.call_on(frozenset([v.key]), functools.partial(self.engine.store.records_visible,
+                                                                                 v.key))
             return ErrorCode.none
         except (StorageError, ValueError) as e:  # refused (EntriesRefused is both): nothing written, fetched again
             log.warning("vnode %d of database %s: the answer of node %d was not applied: %s", v.vgroup, v.db,

@@ -244,6 +244,15 @@ class ReplicaManager:
     def state_of(self, db_id: str, vgroup: int) -> PartitionState | None:
         return self.states.states.get(PartitionId(db_id, vgroup))
 
+    def followed_epoch(self, db_id: str, vgroup: int) -> int | None:
+        pid = PartitionId(db_id, vgroup)
+        leader = self.following.get(pid)
+        fetching = None if leader is None else self.fetching.get(leader)
+        if fetching is None:
+            return None
+        followed = tuple(fetching.fetcher.followed.values())  # (one C-level copy: the loop may change the map)
+        return next((v.leader_epoch for v in followed if v.db_id == db_id and v.vgroup == vgroup), None)
+
     def led_database(self, db: DatabaseDef) -> DatabaseDef:
         """``db`` as SQL writes and reads are routed: each replicated vgroup's replicas with its current leader (its
         partition state's, as read here) first, so that :meth:`DatabaseDef.node_of

@@ -341,7 +341,7 @@ class Gateway:
             await self._storage.call(engine.set_dnodes, (own,))
             return
         advertised = tuple(f"{name}://{h}:{p}" for name, (h, p) in broker.advertised.items())
-        await member.join(advertised, self._http_url(broker))
+        await member.join(advertised, self._http_url(broker), self.config.broker_rack)
         broker.cluster = member
         self._dnodes_task = asyncio.create_task(self._publish_dnodes(member, engine), name="walgate-dnodes")
         applied = await self._storage.call(lambda: engine.catalog.shared_seq)
@@ -364,15 +364,20 @@ class Gateway:
         (leading, following or stopping each replicated vnode it holds as its partition state says; the registered
         nodes' broker epochs from the membership it reads; a fetcher's links of its own) and is WalFetch's
         :attr:`Broker.led`; every node runs the controller's :class:`Reconciler`, which writes only while the node
-        holds the controller election, over the catalog's replicated vnodes; ``/metrics`` reports both with Kafka's
+        holds the controller election, over the catalog's replicated vnodes (and, with ``auto.leader.rebalance.enable``,
+        moves leadership back to preferred replicas); ``/metrics`` reports both with Kafka's
         replication metrics (:mod:`walgate.gateway.replica_status`). Started once the catalog was read
         (the vnodes are open and the partition states name databases this node knows)."""
         registration = member.registration
         assert registration is not None and registration.epoch is not None and member.election is not None
         assert self._shared is not None
+        cfg = self.config
+        rebalance = ((cfg.leader_imbalance_check_interval_seconds, cfg.leader_imbalance_per_broker_percentage)
+                     if cfg.auto_leader_rebalance_enable else None)
         reconciler = Reconciler(PartitionStates(member.session, member.keys), member.election,
                                 catalog=functools.partial(_replicated_vnodes, self._shared, self._storage, engine,
-                                                          self.config.min_insync_replicas))
+                                                          cfg.min_insync_replicas),
+                                rebalance_every=rebalance)
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
@@ -444,6 +449,7 @@ class Gateway:
             "offsets.topic.num.partitions": str(await self._coordinator.call(lambda: engine.coordinator_partitions)),
         }
         broker.auto_create_partitions = cfg.auto_create_topic_partitions
+        broker.replica_selector = cfg.replica_selector_class
         broker.coordinators = self._group_coordinators  # from the first request: no group is taken before the node joined
         broker.links = None if self._cluster is None else self._node_links(self._cluster)
         broker.transactions = await self._transaction_service(engine, broker.links, lambda: broker.led)

@@ -164,6 +164,11 @@ class Partitions(Protocol):
         where it ends (the latest epoch: the high watermark); (-1, -1) for an undefined, unknown or future epoch."""
         ...
 
+    def end_holding(self, topic: str, partition: int, offset: int) -> int:
+        """The WAL version a replica's log must end at or past to hold every record below ``offset`` (KIP-392: a
+        follower a consumer is sent to must hold its fetch offset)."""
+        ...
+
     def producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers the partition keeps state for (DescribeProducers)."""
         ...
@@ -376,6 +381,9 @@ class LocalPartitions:
 
     def epoch_end(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
         return self._views.epoch_end(topic, partition, epoch)
+
+    def end_holding(self, topic: str, partition: int, offset: int) -> int:
+        return self._views.end_holding(topic, partition, offset)
 
     def producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         return self._native.active_producers(topic, partition)

@@ -376,6 +376,13 @@ class TopicViews:
             return end.epoch, -1
         return end.epoch, _visible_end(idx, end.end_offset)
 
+    def end_holding(self, topic: str, partition: int, offset: int) -> int:
+        """The WAL version a replica's log must end at or past to hold every record of the topic-partition below
+        ``offset``: one past the entry of the last batch starting below it (0 when none does)."""
+        _, _, idx = self.store.partition(topic, partition)
+        k = bisect_left(idx.offsets, offset) - 1
+        return idx.versions[k] + 1 if k >= 0 else 0
+
     def epoch_start_above_hw(self, topic: str, partition: int) -> int | None:
         """The WAL version where the vnode's latest leader epoch starts while its high watermark is below it (a
         replicated partition's leader just elected, not caught up: KIP-207), else None (always on a single node or a

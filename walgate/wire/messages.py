@@ -1585,6 +1585,49 @@ class DeleteGroupsResponse(TypedDict, total=False):
     results: Required[Sequence[DeleteGroupsResponseDeletableGroupResult]]
 
 
+# --------------------------------------------------------------------------- elect_leaders (key 43)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectLeadersRequestTopicPartitions:
+    """In ElectLeadersRequest, v0-v2: a request view (see the module doc)."""
+
+    topic: str = ''
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectLeadersRequest:
+    """ElectLeadersRequest (key 43), v0-v2: a request view (see the module doc)."""
+
+    election_type: int = 0  # v1+
+    topic_partitions: tuple[ElectLeadersRequestTopicPartitions, ...] | None = ()
+    timeout: datetime.timedelta = datetime.timedelta(milliseconds=60000)
+
+
+class ElectLeadersResponsePartitionResult(TypedDict, total=False):
+    """In ElectLeadersResponse, v0-v2: response fields (see the module doc)."""
+
+    partition_id: Required[int]
+    error_code: Required[int]
+    error_message: Required[str | None]
+
+
+class ElectLeadersResponseReplicaElectionResult(TypedDict, total=False):
+    """In ElectLeadersResponse, v0-v2: response fields (see the module doc)."""
+
+    topic: Required[str]
+    partition_result: Required[Sequence[ElectLeadersResponsePartitionResult]]
+
+
+class ElectLeadersResponse(TypedDict, total=False):
+    """ElectLeadersResponse (key 43), v0-v2: response fields (see the module doc)."""
+
+    throttle_time: Required[int | datetime.timedelta]
+    error_code: Required[int]  # v1+
+    replica_election_results: Required[Sequence[ElectLeadersResponseReplicaElectionResult]]
+
+
 # --------------------------------------------------------------------------- incremental_alter_configs (key 44)
 
 
@@ -2883,6 +2926,7 @@ VERSIONS: Final[dict[int, tuple[int, int]]] = {
     36: (0, 2),
     37: (0, 3),
     42: (0, 2),
+    43: (0, 2),
     44: (0, 1),
     47: (0, 0),
     48: (0, 1),
@@ -2943,6 +2987,7 @@ REQUESTS: Final[dict[int, type]] = {
     36: SaslAuthenticateRequest,
     37: CreatePartitionsRequest,
     42: DeleteGroupsRequest,
+    43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
     47: OffsetDeleteRequest,
     48: DescribeClientQuotasRequest,
@@ -3076,6 +3121,9 @@ ENTITIES: Final[dict[type, dict[str, type]]] = {
     },
     CreatePartitionsRequest: {
         "topics": CreatePartitionsTopic,
+    },
+    ElectLeadersRequest: {
+        "topic_partitions": ElectLeadersRequestTopicPartitions,
     },
     IncrementalAlterConfigsRequestAlterConfigsResource: {
         "configs": IncrementalAlterConfigsRequestAlterableConfig,

@@ -77,6 +77,8 @@ class Broker:
     coordinators: GroupCoordinators | None = None  # cluster mode: which node coordinates each group (None: this one)
     led: LedVnodes | None = None  # the vnodes this node leads with followers (WalFetch; None: none)
     links: NodeLinks | None = None  # cluster mode: Kafka requests to the other nodes (node_links)
+    # replica.selector.class (KIP-392): where a replicated partition's leader sends consumers to read (None: none)
+    replica_selector: str | None = None
 
     def __post_init__(self, engine: Engine) -> None:
         self._engine = engine

@@ -2,7 +2,7 @@
 ``CurrentLeader`` / ``NodeEndpoints`` (KIP-951) that Produce (v10+) and Fetch (v12+ / v16+) carry with
 NOT_LEADER_OR_FOLLOWER, so that a client goes to the leader without a Metadata round trip, and the one leadership
 check of the reads (:class:`Reads`: Fetch, ListOffsets and OffsetForLeaderEpoch call it alike, and ShareFetch and
-ShareAcknowledge through :mod:`.share_leaders`).
+ShareAcknowledge through :mod:`.share_leaders`; a consumer's Fetch v11+ is served by a follower too, KIP-392).
 
 A partition of one copy is led by the node it is placed on (docs/cluster.md, "Placement"), at leader epoch 0; a
 replicated one (issue 25) by the leader its partition state names, and served by that node only once its replica
@@ -107,29 +107,44 @@ class Reads:
     * a replicated one (issue 25) only on its leader (:func:`leads_here`), at its partition state's leader epoch:
       NOT_LEADER_OR_FOLLOWER elsewhere, naming the state's leader (-1 epoch and no leader while no state was read:
       a node that is starting never serves the tail past its high watermark);
+    * with ``follower_reads`` (a consumer's Fetch v11+, KIP-392: Kafka's ``fetchOnlyLeader`` is false for a
+      consumer that sends client metadata) also on a follower, while its replica manager follows the partition in
+      that state's leader epoch (:meth:`LedVnodes.followed_epoch`): its visible version is the high watermark its
+      leader's answers carried, so it serves up to its own high watermark (and last stable offset);
     * a current leader epoch named (>= 0) is checked first (KIP-320, Kafka's ``localLogWithEpoch``): an older one
       FENCED_LEADER_EPOCH (naming the state's leader, as Kafka's Fetch does since KIP-951), a newer one
       UNKNOWN_LEADER_EPOCH.
 
     Any lane; a Fetch round's partitions are read on their vnodes' lanes."""
 
-    __slots__ = ("_broker", "_topics", "_led", "_node_id")
+    __slots__ = ("_broker", "_topics", "_led", "_node_id", "_follower_reads")
 
-    def __init__(self, broker: Broker, topics: TopicsSnapshot | None = None) -> None:
+    def __init__(self, broker: Broker, topics: TopicsSnapshot | None = None, *, follower_reads: bool = False) -> None:
         """``topics``: the snapshot to check against (None: the broker's, taken at the first check, where a failure
-        is a partition's error)."""
+        is a partition's error); ``follower_reads``: a follower serves the reads too (the class docstring)."""
         self._broker = broker
         self._topics = topics
         self._led = broker.led
         self._node_id = broker.node_id
+        self._follower_reads = follower_reads
+
+    def _vgroup(self, topic: str, partition: int) -> tuple[str, int] | None:
+        topics = self._topics
+        if topics is None:
+            topics = self._topics = self._broker.topics()
+        return topics.replicated_vgroup(topic, partition) if topics.any_replicated else None
+
+    def leader_view(self, topic: str, partition: int) -> LeaderView | None:
+        """The view of ``topic``'s replicated partition ``partition`` while this node leads it and was not deposed
+        (None otherwise, and for a partition of one copy). On the partition's vnode's lane, the view's owner."""
+        vgroup = self._vgroup(topic, partition)
+        view = None if vgroup is None or self._led is None else self._led.leader_view(*vgroup)
+        return None if view is None or view.deposed else view
 
     def check(self, topic: str, partition: int, requested_epoch: int) -> ReadCheck:
         """Whether this node serves a read of ``topic``'s partition ``partition`` naming ``requested_epoch`` (-1:
         none); see the class docstring."""
-        topics = self._topics
-        if topics is None:
-            topics = self._topics = self._broker.topics()
-        vgroup = topics.replicated_vgroup(topic, partition) if topics.any_replicated else None
+        vgroup = self._vgroup(topic, partition)
         if vgroup is None:
             if requested_epoch < 0 or requested_epoch == LEADER_EPOCH:
                 return _ONE_COPY
@@ -143,7 +158,8 @@ class Reads:
         fenced = None if requested_epoch < 0 else check_leader_epoch(epoch, requested_epoch)
         if fenced is not None:
             return ReadCheck(fenced, epoch, named)  # KIP-951 names the leader with FENCED_LEADER_EPOCH too
-        if leads_here(led, self._node_id, *vgroup, state):
+        if leads_here(led, self._node_id, *vgroup, state) or (
+                self._follower_reads and led.followed_epoch(*vgroup) == epoch):
             return ReadCheck(ErrorCode.none, epoch)
         return ReadCheck(ErrorCode.not_leader_or_follower, epoch, named)
 

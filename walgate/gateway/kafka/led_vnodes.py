@@ -1,4 +1,4 @@
-"""The vnodes this node leads with followers: what a follower's WalFetch is answered from.
+"""The vnodes this node leads with followers (what a follower's WalFetch is answered from) or follows.
 
 The replica manager (:class:`walgate.gateway.replicas.ReplicaManager`, step 5 of docs/plans/replication-wiring.md)
 keeps one :class:`~walgate.replication.leader.LeaderView` per led vnode, made from the vnode's partition state, and
@@ -38,6 +38,12 @@ class LedVnodes(Protocol):
         """The partition state of vgroup ``vgroup`` of the database of id ``db_id`` as this node last read it from
         etcd (None: none read), whichever replica this node is: Metadata and the leader epoch checks answer from it.
         Called on any lane: a read of what the event loop last learned."""
+
+    def followed_epoch(self, db_id: str, vgroup: int) -> int | None:
+        """The leader epoch in which this node follows vgroup ``vgroup`` of the database of id ``db_id`` now (its
+        fetcher copies the leader's WAL and its visible version is the high watermark the leader's answers carry),
+        None when it does not follow it. Any lane: a read of what the event loop last set (KIP-392: a follower
+        serves consumers' fetches only while it follows)."""
 
     def fetched(self, db_id: str, vgroup: int) -> None:
         """A follower's fetch of the vnode was recorded in its view and the view's high watermark updated (on the

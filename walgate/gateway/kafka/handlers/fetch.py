@@ -17,6 +17,14 @@
   serves past the high watermark), answers NOT_LEADER_OR_FOLLOWER with KIP-951's ``current_leader`` where known; a
   current leader epoch named is checked first (KIP-320: FENCED_LEADER_EPOCH, with the ``current_leader`` too,
   UNKNOWN_LEADER_EPOCH).
+* Fetch from follower (KIP-392): a consumer's Fetch v11+ (client metadata, Kafka's ``fetchOnlyLeader`` false) is
+  served by a follower of a replicated partition too, up to its own high watermark and last stable offset, with the
+  same leader epoch checks (:class:`~walgate.gateway.kafka.leaders.Reads`, ``follower_reads``); past its log end it
+  answers OFFSET_OUT_OF_RANGE and between its high watermark and log end nothing, as Kafka's ``LocalLog.read``
+  (the client clears its preferred replica on OFFSET_OUT_OF_RANGE and goes back to the leader). The leader, with
+  ``replica.selector.class`` the rack-aware selector and a ``rack_id`` given, answers ``preferred_read_replica``
+  (:func:`~walgate.replication.read_replica.preferred_read_replica`) and no records, at once, as Kafka's
+  ``readFromLog`` skips the read; a follower's fetch (replica id >= 0) is never given one.
 * Transactions (KIP-98): every answer carries the partition's last stable offset
   (:meth:`~walgate.storage.partitions.Partitions.offsets`). With ``isolation_level`` 1 (read_committed) only
   batches below it are served, with ``aborted_transactions``: the (producer id, first offset) of each aborted
@@ -61,9 +69,9 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from walgate.gateway.kafka.access import Operation, ResourceType, checker
 from walgate.gateway.kafka.broker import Broker
@@ -72,9 +80,11 @@ from walgate.gateway.kafka.handlers.common import error_of
 from walgate.gateway.kafka.leaders import Endpoints, Reads, current_leader, node_endpoints, other_nodes
 from walgate.gateway.kafka.node_auth import from_cluster_node
 from walgate.gateway.quotas import FETCH as FETCH_RATE
+from walgate.gateway.replicas import monotonic_ms
+from walgate.replication.read_replica import NO_PREFERENCE, preferred_read_replica
 from walgate.storage.engine import Engine
 from walgate.storage.lanes import TopicLookup, VnodeKey, partition_keys
-from walgate.storage.partitions import LEADER_EPOCH, PartitionRead, Partitions
+from walgate.storage.partitions import LEADER_EPOCH, PartitionOffsets, PartitionRead, Partitions
 from walgate.storage.wal import FileRegion
 from walgate.wire.errors import ErrorCode
 from walgate.wire.messages import (
@@ -109,14 +119,19 @@ class _Got:
     aborted: list[FetchResponseAbortedTransaction] | None = None  # read_committed: the aborted transactions served
     leader: int | None = None  # NOT_LEADER_OR_FOLLOWER: the node leading the partition (KIP-951's CurrentLeader)
     epoch: int = LEADER_EPOCH  # its leader epoch
+    preferred: int = NO_PREFERENCE  # the replica the client is told to read from (KIP-392), nothing read here
 
     @property
     def size(self) -> int:
         return sum(map(len, self.batches or ()))
 
 
-def _got(read: PartitionRead) -> _Got:
-    """A partition's answer from what the partition interface read."""
+def _got(read: PartitionRead | _Preferred) -> _Got:
+    """A partition's answer from what the partition interface read, or from the replica preferred instead."""
+    if isinstance(read, _Preferred):
+        o = read.offsets
+        return _Got(ErrorCode.none, o.log_start, o.high_watermark, [], o.last_stable, [] if read.committed else None,
+                    preferred=read.node)
     o = read.offsets
     if read.out_of_range:
         return _Got(ErrorCode.offset_out_of_range, o.log_start, o.high_watermark, [], o.last_stable)
@@ -125,10 +140,59 @@ def _got(read: PartitionRead) -> _Got:
     return _Got(ErrorCode.none, o.log_start, o.high_watermark, read.batches, o.last_stable, aborted)
 
 
+class _Preferred(NamedTuple):
+    """A partition not read: its leader prefers replica ``node`` for this client (KIP-392); the offsets answered."""
+
+    node: int
+    offsets: PartitionOffsets
+    committed: bool
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """What the leader's replica selector is given for one request (KIP-392): the selector, the client's rack, each
+    node's ``broker.rack`` and the nodes with an endpoint on the client's listener."""
+
+    selector: str
+    client_rack: str
+    racks: Mapping[int, str | None]
+    reachable: Collection[int]
+
+    def of(self, partitions: Partitions, reads: Reads, topic: str, partition: int, offset: int) -> int:
+        """The replica preferred for a fetch of ``topic``'s partition ``partition`` from ``offset``: NO_PREFERENCE
+        unless this node leads it (on its vnode's lane)."""
+        view = reads.leader_view(topic, partition)
+        if view is None:
+            return NO_PREFERENCE
+        return preferred_read_replica(self.selector, self.client_rack, view,
+                                      partitions.end_holding(topic, partition, offset), self.racks, self.reachable,
+                                      monotonic_ms())
+
+
+def _selection(broker: Broker, ctx: RequestContext, request: FetchRequest, version: int,
+               replica: int) -> _Selection | None:
+    """The replica selection of a consumer's Fetch v11+ naming a rack, on a node with a selector (KIP-392); else
+    None: every partition this node serves is read here."""
+    if broker.replica_selector is None or version < 11 or replica >= 0 or not request.rack_id:
+        return None
+    cluster = broker.cluster
+    racks = {} if cluster is None else {n.node_id: n.rack for n in cluster.view.nodes}
+    return _Selection(broker.replica_selector, request.rack_id, racks, other_nodes(broker, ctx.listener.name).keys())
+
+
 def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readable: Callable[[str], bool] | None,
-              committed: bool, reads: Reads) -> list[_Got]:
+              committed: bool, reads: Reads, selection: _Selection | None) -> list[_Got]:
     """Each wanted partition read, in turn, within ``max_bytes``, where ``reads`` says this node serves it
-    (:meth:`~walgate.gateway.kafka.leaders.Reads.serve`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951)."""
+    (:meth:`~walgate.gateway.kafka.leaders.Reads.serve`: NOT_LEADER_OR_FOLLOWER names the leader, KIP-951), unless
+    ``selection`` prefers another replica for it (KIP-392: then its offsets only)."""
+
+    def read(w: _Want, limit: int, first: bool) -> PartitionRead | _Preferred:
+        assert w.topic is not None
+        node = NO_PREFERENCE if selection is None else selection.of(partitions, reads, w.topic, w.partition, w.offset)
+        if node != NO_PREFERENCE:
+            return _Preferred(node, partitions.offsets(w.topic, w.partition), committed)
+        return partitions.read(w.topic, w.partition, w.offset, limit, must_one=first, read_committed=committed)
+
     left = max_bytes
     got: list[_Got] = []
     first = True
@@ -139,13 +203,12 @@ def _read_all(partitions: Partitions, wants: list[_Want], max_bytes: int, readab
         if readable is not None and not readable(w.topic):
             got.append(_Got(ErrorCode.topic_authorization_failed))
             continue
-        check, read = reads.serve(w.topic, w.partition, w.leader_epoch, functools.partial(
-            partitions.read, w.topic, w.partition, w.offset, min(w.max_bytes, left), must_one=first,
-            read_committed=committed))
-        if read is None:
+        check, answer = reads.serve(w.topic, w.partition, w.leader_epoch,
+                                    functools.partial(read, w, min(w.max_bytes, left), first))
+        if answer is None:
             got.append(_Got(check.error, leader=check.leader, epoch=check.epoch))
             continue
-        g = _got(read)
+        g = _got(answer)
         if g.batches:
             first = False
             left -= g.size
@@ -178,13 +241,14 @@ def _keys(request: FetchRequest, version: int, wants: list[_Want] | None,
 
 def _resolve_and_read(
     engine: Engine, broker: Broker, request: FetchRequest, version: int, wants: list[_Want] | None, max_bytes: int,
-    readable: Callable[[str], bool] | None,
+    readable: Callable[[str], bool] | None, consumer: bool, selection: _Selection | None,
 ) -> tuple[list[_Want], list[_Got]]:
     """Resolve the requested partitions (first round only) and read them: one storage-thread hop per round, one
-    leadership snapshot (:class:`~walgate.gateway.kafka.leaders.Reads`) per round."""
+    leadership snapshot (:class:`~walgate.gateway.kafka.leaders.Reads`) per round; ``consumer``: a consumer's fetch
+    v11+, which a follower serves too (KIP-392)."""
     wants = _wants(engine, request, version) if wants is None else wants
     return wants, _read_all(engine.partitions, wants, max_bytes, readable, request.isolation_level == READ_COMMITTED,
-                            Reads(broker))
+                            Reads(broker, follower_reads=consumer), selection)
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:
@@ -199,6 +263,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         readable = None if from_cluster_node(broker, ctx) else (lambda _: False)
     if FETCH_RATE in broker.quotas.keys:  # client quotas: an answer the quota can take (Kafka's maxQuotaWindowBytes)
         max_bytes = min(max_bytes, broker.quotas.fetch_window_bytes(ctx.principal, ctx.client_id) or max_bytes)
+    consumer = version >= 11 and replica < 0  # client metadata sent: Kafka's fetchOnlyLeader is false (KIP-392)
+    selection = _selection(broker, ctx, request, version, replica)
     wants: list[_Want] | None = None
     got: list[_Got] = []
     keys: list[tuple[str, int]] = []
@@ -208,15 +274,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
             try:
                 resolved, got = await broker.call_on(functools.partial(_keys, request, version, wants),
                                                      _resolve_and_read, broker, request, version, wants, max_bytes,
-                                                     readable)
+                                                     readable, consumer, selection)
             except Exception as exc:  # noqa: BLE001 - the topics could not be resolved: answered, not raised
                 return {"throttle_time": 0, "error_code": error_of(exc), "session_id": 0, "responses": []}
             wants = resolved
             keys = [(w.topic, w.partition) for w in wants if w.topic is not None]
             ready = sum(g.size for g in got)
             remaining = deadline - time.monotonic()
-            errors = any(g.error != ErrorCode.none for g in got)
-            if ready >= max(request.min_bytes, 1) or errors or remaining <= 0 or not keys:
+            # an error, or a replica preferred, is answered at once (as Kafka's fetchMessages does)
+            at_once = any(g.error != ErrorCode.none or g.preferred != NO_PREFERENCE for g in got)
+            if ready >= max(request.min_bytes, 1) or at_once or remaining <= 0 or not keys:
                 break
             if event is None or event.is_set():
                 # watch, then read once more before waiting: an append between the read and the watch is not missed
@@ -253,7 +320,7 @@ def _responses(wants: list[_Want], got: list[_Got], version: int, others: Endpoi
             "last_stable_offset": g.stable,
             "log_start_offset": g.start,
             "aborted_transactions": g.aborted,
-            "preferred_read_replica": -1,
+            "preferred_read_replica": g.preferred,
             "records": g.batches or b"",  # a list of batches is written back to back, uncopied
         }
         if g.leader is not None:
