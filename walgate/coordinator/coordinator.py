@@ -136,6 +136,13 @@ class GroupCoordinator:
                 self._recorded[group_id] = value
             self._noted.discard(group_id)
 
+    def records_unwritten(self, records: Iterable[tuple[str, Any]]) -> None:
+        """*records*, marked written, were refused after all (a replicated coordinator's, whose write is waited for
+        after :meth:`records_written`): their groups are taken again by the next :meth:`take_records`."""
+        for group_id, _ in records:
+            self._recorded.pop(group_id, None)
+            self._noted.add(group_id)
+
     def _note_all(self) -> None:
         self._noted.update(self.classic.group_ids(), self.consumer.group_ids(), self._recorded)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from walgate.gateway.storage_thread import StorageThread
@@ -72,14 +72,21 @@ class GroupCommit:
     def __init__(self, storage: StorageThread, threads: int = SYNC_THREADS) -> None:
         self._storage = storage
         self._owners: dict[int, StorageThread] = {}  # id(file) -> its lane, for files not the storage lane's
+        self._writers: dict[int, Callable[[Sync], Awaitable[None]]] = {}  # id(file) -> what runs its syncs
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="walgate-sync")
         self._files: dict[int, _File] = {}  # id(file) -> state, while it has waiters or a round
 
-    def own(self, lane: StorageThread, files: Iterable[Syncable]) -> None:
-        """``files`` (open for the node's life: the coordinator logs) belong to ``lane``: their syncs are taken and
-        marked done there. Every other file is the storage lane's."""
+    def own(self, lane: StorageThread, files: Iterable[Syncable],
+            writer: Callable[[Sync], Awaitable[None]] | None = None) -> None:
+        """``files`` (the coordinator logs) belong to ``lane``: their syncs are taken and marked done there. Every
+        other file is the storage lane's. With ``writer``, a sync of theirs is run by awaiting ``writer(sync)`` on
+        the event loop (which sets its ``error`` when it fails) instead of :meth:`Sync.run` on a sync thread: a
+        replicated coordinator partition's, whose write waits for other lanes and nodes
+        (:mod:`walgate.gateway.kafka.coordinator_replicas`), so that no thread waits for them."""
         for file in files:
             self._owners[id(file)] = lane
+            if writer is not None:
+                self._writers[id(file)] = writer
 
     async def wait(self, needs: list[Need]) -> None:
         """Return once every need is durable; StorageUnavailable (the first) when an fdatasync covering one
@@ -139,7 +146,11 @@ class GroupCommit:
                     continue
                 if failed:
                     await asyncio.sleep(RETRY_S)
-                await loop.run_in_executor(self._pool, following.run)
+                writer = self._writers.get(id(state.file))
+                if writer is None:
+                    await loop.run_in_executor(self._pool, following.run)
+                else:
+                    await writer(following)
                 sync = following
         except BaseException as exc:  # shutdown, or the storage thread failed: nobody waits forever
             for _, future in state.waiters:

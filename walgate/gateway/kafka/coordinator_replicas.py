@@ -17,11 +17,12 @@ the group coordinator of a group is the leader of its partition.
   COORDINATOR_LOAD_IN_PROGRESS (:meth:`CoordinatorReplicas.loading`).
 * **Unload** (``onResignation``): when it stops leading p, p's log is replaced by one refusing every write and its
   groups are dropped, their parked requests answered NOT_COORDINATOR.
-* **Writes**: the log's sink appends each batch to p on its lane, refused unless this node leads p in the epoch the
-  log was loaded in (checked on the lane with the append), waits for the append's fsync and then for the high
-  watermark to pass it (:meth:`ReplicaManager.acknowledged <walgate.gateway.replicas.ReplicaManager.acknowledged>`,
-  at most :data:`WRITE_S`): a commit or group state is seen and answered only once every in-sync replica holds it,
-  so a new leader loads it.
+* **Writes**: each group-commit round of the log (the batch of the writes it covers) is appended to p on its lane,
+  refused unless this node leads p in the epoch the log was loaded in (checked on the lane with the append), then
+  waits for the append's fsync and for the high watermark to pass it (:meth:`ReplicaManager.acknowledged
+  <walgate.gateway.replicas.ReplicaManager.acknowledged>`, at most :data:`WRITE_S`), on the event loop: a commit or
+  group state is seen and answered only once every in-sync replica holds it, so a new leader loads it, and no lane
+  or thread waits for it (a storage-lane call waiting for the coordinator lane never waits on it).
 
 Transactional ids stay with the placement of one-copy coordinators (:mod:`.group_coordinators`): their state is
 not replicated yet.
@@ -48,6 +49,7 @@ from walgate.storage.coordinator_partitions import partition_for
 from walgate.storage.coordinator_records import replay_records
 from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
+from walgate.storage.group_committed_log import LogSync
 from walgate.storage.lanes import VnodeKey
 from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedCoordinatorLog, not_led
 from walgate.wire import batch_header
@@ -72,7 +74,7 @@ def split_batches(body: bytes) -> list[bytes]:
 
 
 class CoordinatorReplicas:
-    """This node's part in the replicated group coordinators (the module docstring). Event loop, but the sink."""
+    """This node's part in the replicated group coordinators (the module docstring); on the event loop."""
 
     def __init__(self, broker: Broker, engine: Engine, storage: StorageThread, coordinator: StorageThread,
                  group_commit: GroupCommit, manager: Callable[[], ReplicaManager | None], partitions: int,
@@ -169,10 +171,9 @@ class CoordinatorReplicas:
         key = (name, p)
         batches = await self._storage.call_on(frozenset([key]), functools.partial(_batches, self._engine, p))
         replayed = replay_records(batches, lambda what: log.error("%s partition %d: %s", OFFSETS_TOPIC, p, what))
-        sink = functools.partial(self._sink, key, epoch)
-        loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, sink, self._engine.clock.time_ms,
+        loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, self._engine.clock.time_ms,
                                                  self._engine.store.coordinator_unsynced, self._engine.syncs)
-        self._group_commit.own(self._coordinator, [loaded])
+        self._group_commit.own(self._coordinator, [loaded], functools.partial(self._write_round, key, epoch))
         await self._coordinator.call(self._install, loaded)
         await self._broker.groups.load_groups(loaded.groups())
         self.loaded[p] = epoch
@@ -185,18 +186,17 @@ class CoordinatorReplicas:
 
     # ------------------------------------------------------------ writes
 
-    def _sink(self, key: VnodeKey, epoch: int, body: bytes) -> None:
-        """A :data:`~walgate.storage.replicated_coordinator_log.Sink` (a coordinator-lane or sync thread)."""
-        future = asyncio.run_coroutine_threadsafe(self._write(key, epoch, split_batches(body)), self._loop)
+    async def _write_round(self, key: VnodeKey, epoch: int, sync: LogSync) -> None:
+        """A group-commit round of partition ``key``'s log loaded in ``epoch``: its batch appended and waited on
+        (:meth:`GroupCommit.own <walgate.gateway.group_commit.GroupCommit.own>`'s writer); its ``error`` set when
+        the in-sync replicas did not take it."""
         try:
-            code = future.result(WRITE_S + 5)
-        except TimeoutError:
-            future.cancel()
-            raise OSError(errno.ETIMEDOUT, "the in-sync replicas did not take the write in time") from None
+            code = await self._write(key, epoch, split_batches(sync.body))
         except StorageError as e:
-            raise OSError(errno.EAGAIN, e.message) from None
+            sync.error = OSError(errno.EAGAIN, e.message)
+            return
         if code != ErrorCode.none:
-            raise OSError(errno.EAGAIN, f"the write was not taken by the in-sync replicas: {ErrorCode(code).name}")
+            sync.error = OSError(errno.EAGAIN, f"not taken by the in-sync replicas: {ErrorCode(code).name}")
 
     async def _write(self, key: VnodeKey, epoch: int, batches: list[bytes]) -> int:
         manager = self._manager()

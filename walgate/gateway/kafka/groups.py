@@ -50,6 +50,7 @@ from walgate.coordinator.store import EngineOffsetStore
 from walgate.gateway.kafka.deadline_timer import DeadlineTimer
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
+from walgate.storage.errors import StorageUnavailable
 from walgate.storage.lanes import INLINE, CoordinatorLane
 from walgate.storage.observers import ConsumerRow
 
@@ -124,9 +125,11 @@ class GroupService:
             log.info("loaded %d recorded group(s)", count - len(failed))
         await self._rearm()
 
-    def _call(self, fn: Callable[[], tuple[T, list[Completion]]]) -> tuple[T, list[Completion], Exception | None]:
+    def _call(self, fn: Callable[[], tuple[T, list[Completion]]], taken: list[Any]
+              ) -> tuple[T, list[Completion], Exception | None]:
         """``fn()`` then the writing of the group records it produced (on the coordinator lane); the error that
-        refused them, if any."""
+        refused them, if any. What it took is put in ``taken`` too (the records, and what the call answers): a
+        replicated coordinator's records are only queued here, and refused when the lane call waits for them."""
         result, completions = fn()
         records = self.groups.take_records()
         if records:
@@ -135,17 +138,28 @@ class GroupService:
             except Exception as exc:  # noqa: BLE001 - the records are taken again by the next call
                 return result, completions, exc
             self.groups.records_written(records)
+        taken.append((result, completions, records))
         return result, completions, None
 
     async def run(self, fn: Callable[[], tuple[T, list[Completion]]]) -> T:
         """Run ``fn`` (a coordinator call returning (result, completions)) on the coordinator lane; its responses are
-        delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring).
+        delivered once the group records it produced are durable (else GroupNotRecorded, see the module docstring;
+        records a replicated coordinator queued and the in-sync replicas did not take are taken again by the next
+        call).
 
         A timer already due runs first: a request handled after a deadline (a starved event loop may read it before
         the timer's callback runs) sees the members whose sessions ended by then expired, as Kafka's coordinator,
         whose timer fires on a thread of its own, shows them."""
         await self._timer.run_if_due()
-        result, completions, error = await self.lane.call(functools.partial(self._call, fn))
+        taken: list[tuple[T, list[Completion], list[tuple[str, Any]]]] = []
+        try:
+            result, completions, error = await self.lane.call(functools.partial(self._call, fn, taken))
+        except StorageUnavailable as exc:  # group commit refused what the call queued
+            if not taken or not taken[0][2]:
+                raise
+            result, completions, records = taken[0]
+            await self.lane.call(self.groups.records_unwritten, records)
+            error = exc
         if error is not None:
             log.error("group state could not be written (%s: %s); the requests that changed it get "
                       "COORDINATOR_NOT_AVAILABLE", type(error).__name__, error)
