@@ -1,0 +1,174 @@
+"""A zombie controller on a ``REPLICA 3`` database (issue 25: "a zombie controller"; the workload and its history:
+replicated_workload.py; the checker: tests/cluster/history.py).
+
+The controller is paused (SIGSTOP) past its lease; another node is elected controller; the leader of a vgroup that
+is not the old controller is killed -9, so the new controller must elect that vgroup's next leader; a DDL statement
+(a new supertable, a catalog record) is queued on the paused controller's HTTP port; then the old controller is
+resumed (SIGCONT), still believing it is the controller until it learns otherwise. What a resumed controller would
+write to etcd (walgate/cluster/election.py, partition_states.py, records.py): its reconciliation's snapshot and the
+partition states it reconciles (``Reconciler.snapshot``/``write``/``create``/``delete``), and the catalog records
+of a DDL it appends itself (``RecordLog.append``), every one an etcd transaction fenced by its controller epoch
+(``ControllerElection.fenced_txn``). The test sees none of them take effect: the old controller logs its
+reconciliation stopped (NotController) and no partition state written after the resume; the partition states'
+leaders and leader epochs are the new controller's; the DDL is either answered 503 naming etcd's refusal of the old
+epoch (and is nowhere), or appended by the new controller (the zombie knew it had stepped down and proposed it) and
+on every node; the catalog stream has no record of the old epoch after the new controller's first; and the
+workload's history is clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from etcd_cluster import EtcdCluster
+from replicated_workload import ACKS, SEEDS, VGROUPS, Nodes, Workload, checked, final_history, started, wait_until
+from serve_support import sql
+
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys, decode_record
+from walgate.cluster.partition_states import PartitionStates
+from walgate.replication.partition import PartitionState
+
+ZOMBIE_WRITERS = (7, 8)  # writers sending partition 0's values to the paused controller alone (queued as it resumes)
+ZOMBIE_DDL = "CREATE STABLE r.zombie_st (ts TIMESTAMP, v BIGINT) TAGS (k INT)"
+
+
+def controller(etcd: EtcdCluster) -> tuple[int, int]:
+    """(node id, controller epoch) of the elected controller: the candidate of the smallest ``create_revision``
+    (walgate/cluster/election.py; Metadata's controller id is any live node, as KRaft's, KIP-590), (-1, 0) when
+    there is none."""
+    async def read() -> tuple[int, int]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(KEYS.candidates)
+            first = min(kvs, key=lambda kv: kv.create_revision, default=None)
+            return (-1, 0) if first is None else (int(first.value.split()[0]), first.create_revision)
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+KEYS = Keys("walgate")  # (the cluster walgate serve joins by default)
+
+
+def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
+    """Vgroup -> the partition state etcd holds for it, of database ``database_id``."""
+    async def read() -> dict[int, PartitionState]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            states = await PartitionStates(session, KEYS).read_all()
+            return {pid.vgroup: s for pid, s in states.items() if pid.db_id == database_id}
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def catalog_records(etcd: EtcdCluster) -> dict[int, int]:
+    """Sequence number -> the controller epoch of every catalog record in etcd's stream (not yet trimmed)."""
+    async def read() -> dict[int, int]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            _, kvs = await session.get_prefix(KEYS.records)
+            return {KEYS.record_seq(kv.key): decode_record(kv.value)[0] for kv in kvs}
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def stables(nodes: Nodes, node_id: int) -> list[str]:
+    return [r[0] for r in sql(nodes.servers[node_id], "SHOW r.STABLES")]
+
+
+def posted(url: str, body: str, answers: list[tuple[int, str]]) -> None:
+    """``body`` posted to ``url`` (a paused node answers once resumed); (status, body) appended to ``answers``."""
+    request = urllib.request.Request(url, data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            answers.append((r.status, r.read().decode(errors="replace")))
+    except urllib.error.HTTPError as e:
+        answers.append((e.code, e.read().decode(errors="replace")))
+
+
+def victim_of(nodes: Nodes, old: int) -> tuple[int, int]:
+    """(vgroup, its leader) of the first vgroup not led by node ``old``; (0, a node other than ``old``) when it leads
+    both (the victim's kill then only fences it out of the ISRs)."""
+    for p in range(VGROUPS):
+        leader = nodes.current_leader(p)
+        if leader != old:
+            return p, leader
+    return 0, min(i for i in (1, 2, 3) if i != old)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_zombie_controller(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
+    """The module docstring: the resumed controller writes nothing, the new controller's elections stand, nothing
+    acknowledged is lost."""
+    nodes, database = started(etcd1, tmp_path)
+    answers: list[tuple[int, str]] = []
+    try:
+        with Workload(nodes, seed) as load:
+            load.wait_acked(ACKS, "before the pause")
+            old, old_epoch = controller(etcd1)
+            zombie = nodes.servers[old]
+            vgroup, victim = victim_of(nodes, old)
+            nodes.pause(old)
+            load.note(f"node {old}, the controller (epoch {old_epoch}), paused")
+            ddl = threading.Thread(target=posted, args=(zombie.http_url + "/rest/sql", ZOMBIE_DDL, answers))
+            with load.writing_through(zombie, ZOMBIE_WRITERS):
+                try:
+                    wait_until(f"a controller other than node {old}", lambda: controller(etcd1)[0] not in (-1, old))
+                    new, new_epoch = controller(etcd1)
+                    load.note(f"node {new} controller (epoch {new_epoch})")
+                    assert new_epoch > old_epoch and f"node {new}: controller, epoch {new_epoch}" in nodes.servers[
+                        new].log()
+                    nodes.kill(victim)
+                    load.note(f"node {victim}, leader of vgroup {vgroup}, killed")
+                    wait_until(f"node {new} elected vgroup {vgroup}'s next leader",
+                               lambda: partition_states(etcd1, database)[vgroup].leader not in (victim, -1))
+                    ddl.start()  # (queued on the paused node's listener)
+                    before = partition_states(etcd1, database)
+                    records_before = catalog_records(etcd1)
+                    resumed_at = len(zombie.log())
+                finally:
+                    nodes.resume(old)
+                    load.note(f"node {old} resumed")
+                ddl.join(90)
+                wait_until(f"node {old}'s reconciliation stopped after the resume",
+                           lambda: "controller: reconciliation stopped" in zombie.log()[resumed_at:])
+                wait_until(f"node {old} knows it is not the controller",
+                           lambda: f"node {old}: not the controller" in zombie.log()[resumed_at:])
+                [(status, body)] = answers
+                if status == 200:  # the zombie had stepped down: it proposed the record, the new controller appended it
+                    for i in nodes.running():
+                        wait_until(f"node {i} knows r.zombie_st", lambda i=i: "zombie_st" in stables(nodes, i))
+                else:  # etcd refused the zombie's append under its old epoch
+                    assert status == 503 and f"controller epoch {old_epoch} is no longer the elected one" in body, (
+                        status, body)
+                    assert all("zombie_st" not in stables(nodes, i) for i in nodes.running())
+                load.wait_acked(ACKS, f"after node {old} resumed")
+            after = partition_states(etcd1, database)
+            nodes.start(victim)
+            load.note(f"node {victim} restarted")
+            load.wait_acked(ACKS, f"after node {victim} restarted")
+        since = zombie.log()[resumed_at:]
+        records = catalog_records(etcd1)
+        history = final_history(nodes, load, database, tmp_path / "replicas")
+    finally:
+        nodes.close()
+    assert not re.findall(r"controller: .*(leader -?\d+ -> |created|deleted)", since), since
+    for p, state in before.items():
+        assert (after[p].leader, after[p].leader_epoch) == (state.leader, state.leader_epoch), (p, state, after[p])
+    appended = {s: e for s, e in records.items() if s not in records_before}
+    assert old_epoch not in appended.values(), (old_epoch, appended)
+    print(f"seed {seed}: the DDL queued on the zombie answered {status}: {body[:200]}; records appended since the"
+          f" pause {appended}")
+    checked(history, load, seed)
