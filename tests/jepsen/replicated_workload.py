@@ -104,6 +104,7 @@ class Nodes:
         self.etcd = etcd
         self.workdir = workdir
         self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
+        self.args: dict[int, tuple[str, ...]] = {}  # node id -> more flags of each of its processes (its listeners)
         self.net = net  # when given, node i runs in its host n<i> (netns.py) and listens on that host's address
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
@@ -127,7 +128,8 @@ class Nodes:
         server = stack.enter_context(running_walgate(
             # (a namespace's address is not loopback: the test network, 198.18.0.0/15, is never routed)
             life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS,
-            *(() if self.net is None else ("--allow-insecure",)), data_dir=self.data_dir(node_id),
+            *(() if self.net is None else ("--allow-insecure",)), *self.args.get(node_id, ()),
+            data_dir=self.data_dir(node_id),
             kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}, host=self.host(node_id),
             prefix=() if self.net is None else self.net.command(host_of(node_id))))
         with self._lock:
