@@ -30,6 +30,7 @@ node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and rea
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -54,18 +55,24 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from netns import Network
 from power_cut import power_cut
+from prometheus_client.parser import text_string_to_metric_families
 from serve_support import WAIT_S, cluster_args, eventually, sql
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+from walgate.cluster.partition_states import PartitionStates
+from walgate.replication.partition import PartitionState
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["LONG", "SEEDS", "ACKS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads",
-           "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
+__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database",
+           "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
 
+KEYS = Keys("walgate")  # the cluster walgate serve joins by default
 VGROUPS = 2
 TOPIC = "jt"
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
@@ -248,7 +255,7 @@ def _slot_key(sql: bool, writer: int, slot: int) -> str:
 class Workload:
     """Writers and consumers over the nodes (see the module docstring), recording the history as they go."""
 
-    def __init__(self, nodes: Nodes, seed: int, writers: int = 2) -> None:
+    def __init__(self, nodes: Nodes, seed: int, writers: int = 2, consumers: bool = True) -> None:
         self.nodes = nodes
         self.seed = seed
         self.writers = writers
@@ -262,8 +269,9 @@ class Workload:
         self.events: list[str] = []  # the faults, timed as ``sent``
         self.avoided: set[int] = set()  # nodes the writers do not draw (a fault's own writers send to them)
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(writers)]
-        self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
-                         threading.Thread(target=self._consume_kafka_python, daemon=True)]
+        if consumers:  # (without them the writers send no Kafka request: a test may count a client's own)
+            self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
+                             threading.Thread(target=self._consume_kafka_python, daemon=True)]
 
     def __enter__(self) -> Workload:
         for t in self.threads:
@@ -435,6 +443,28 @@ def _post(url: str, body: str) -> tuple[str, str]:
         return ("fail" if e.code < 500 else "info"), str(e.code)
     except (urllib.error.URLError, OSError) as e:
         return "info", type(e).__name__
+
+
+def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
+    """Vgroup -> the partition state etcd holds for it now, of database ``database_id`` (read from etcd, not through
+    a node: no Kafka request)."""
+    async def read() -> dict[int, PartitionState]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            states = await PartitionStates(session, KEYS).read_all()
+            return {pid.vgroup: s for pid, s in states.items() if pid.db_id == database_id}
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def metric_sum(server: WalgateServer, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` on ``server``'s ``/metrics`` whose labels include ``labels``."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and labels.items() <= s.labels.items())
 
 
 def final_reads(nodes: Nodes) -> list[Op]:

@@ -27,13 +27,23 @@ from pathlib import Path
 
 import pytest
 from etcd_cluster import EtcdCluster
-from replicated_workload import ACKS, SEEDS, VGROUPS, Nodes, Workload, checked, final_history, started, wait_until
+from replicated_workload import (
+    ACKS,
+    KEYS,
+    SEEDS,
+    VGROUPS,
+    Nodes,
+    Workload,
+    checked,
+    final_history,
+    partition_states,
+    started,
+    wait_until,
+)
 from serve_support import sql
 
 from walgate.cluster.etcd import EtcdSession
-from walgate.cluster.model import Keys, decode_record
-from walgate.cluster.partition_states import PartitionStates
-from walgate.replication.partition import PartitionState
+from walgate.cluster.model import decode_record
 
 ZOMBIE_WRITERS = (7, 8)  # writers sending partition 0's values to the paused controller alone (queued as it resumes)
 ZOMBIE_DDL = "CREATE STABLE r.zombie_st (ts TIMESTAMP, v BIGINT) TAGS (k INT)"
@@ -49,22 +59,6 @@ def controller(etcd: EtcdCluster) -> tuple[int, int]:
             _, kvs = await session.get_prefix(KEYS.candidates)
             first = min(kvs, key=lambda kv: kv.create_revision, default=None)
             return (-1, 0) if first is None else (int(first.value.split()[0]), first.create_revision)
-        finally:
-            await session.close()
-
-    return asyncio.run(read())
-
-
-KEYS = Keys("walgate")  # (the cluster walgate serve joins by default)
-
-
-def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
-    """Vgroup -> the partition state etcd holds for it, of database ``database_id``."""
-    async def read() -> dict[int, PartitionState]:
-        session = EtcdSession(etcd.endpoints)
-        try:
-            states = await PartitionStates(session, KEYS).read_all()
-            return {pid.vgroup: s for pid, s in states.items() if pid.db_id == database_id}
         finally:
             await session.close()
 
