@@ -157,6 +157,14 @@ class Nodes:
         server.proc.wait(30)
         self._stacks.pop(node_id).close()
 
+    def stop(self, node_id: int) -> int:
+        """SIGTERM (by PID: a controlled shutdown), and wait for it (at most 60 s); its exit code."""
+        server = self.servers.pop(node_id)
+        server.proc.terminate()
+        code = server.proc.wait(60)
+        self._stacks.pop(node_id).close()
+        return code
+
     def power_cut(self, node_id: int) -> str:
         """Node ``node_id`` (started with :func:`power_cut.environment`) loses every byte it did not fsync and dies
         (tests/cluster/power_cut.py); the line its cut logged (how many files and bytes it took back)."""
