@@ -86,6 +86,7 @@ def test_a_follower_behind_a_slow_link(etcd1: EtcdCluster, tmp_path: Path, seed:
                 delayed(proxies, SLOWED)
                 load.note(f"node {SLOW_NODE}'s links delayed 200-500 ms each way")
                 load.wait_acked(ACKS, "with the links delayed 200-500 ms")
+                assert SLOW_NODE in isr(), f"node {SLOW_NODE} left vgroup {p}'s ISR at 200-500 ms each way"
                 delayed(proxies, STALLED)
                 stalled_at = time.monotonic()
                 load.note(f"node {SLOW_NODE}'s links delayed 1.5 s each way")
