@@ -70,7 +70,8 @@ from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
 __all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database",
-           "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
+           "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history", "wait_until",
+           "checked", "new_leader", "restart", "started"]
 
 KEYS = Keys("walgate")  # the cluster walgate serve joins by default
 VGROUPS = 2

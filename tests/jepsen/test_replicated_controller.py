@@ -1,8 +1,8 @@
 """A zombie controller on a ``REPLICA 3`` database (issue 25: "a zombie controller"; the workload and its history:
 replicated_workload.py; the checker: tests/cluster/history.py).
 
-The controller is paused (SIGSTOP) past its lease; another node is elected controller; the leader of a vgroup that
-is not the old controller is killed -9, so the new controller must elect that vgroup's next leader; a DDL statement
+The controller is paused (SIGSTOP) past its lease; another node is elected controller; the third node is killed -9,
+so the new controller must elect the next leader of the vgroups it led (and of the old controller's); a DDL statement
 (a new supertable, a catalog record) is queued on the paused controller's HTTP port; then the old controller is
 resumed (SIGCONT), still believing it is the controller until it learns otherwise. What a resumed controller would
 write to etcd (walgate/cluster/election.py, partition_states.py, records.py): its reconciliation's snapshot and the
@@ -11,9 +11,10 @@ of a DDL it appends itself (``RecordLog.append``), every one an etcd transaction
 (``ControllerElection.fenced_txn``). The test sees none of them take effect: the old controller logs its
 reconciliation stopped (NotController) and no partition state written after the resume; the partition states'
 leaders and leader epochs are the new controller's; the DDL is either answered 503 naming etcd's refusal of the old
-epoch (and is nowhere), or appended by the new controller (the zombie knew it had stepped down and proposed it) and
-on every node; the catalog stream has no record of the old epoch after the new controller's first; and the
-workload's history is clean.
+epoch, the zombie's own refusal once another write of it was refused, or its registration lost and not yet made
+again (and is nowhere), or appended by the new controller (the zombie knew it had stepped down and proposed it) and
+on every node; the catalog stream has no record of the old epoch appended after the pause; and the workload's
+history is clean.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from replicated_workload import (
     ACKS,
     KEYS,
     SEEDS,
-    VGROUPS,
     Nodes,
     Workload,
     checked,
@@ -92,16 +92,6 @@ def posted(url: str, body: str, answers: list[tuple[int, str]]) -> None:
         answers.append((e.code, e.read().decode(errors="replace")))
 
 
-def victim_of(nodes: Nodes, old: int) -> tuple[int, int]:
-    """(vgroup, its leader) of the first vgroup not led by node ``old``; (0, a node other than ``old``) when it leads
-    both (the victim's kill then only fences it out of the ISRs)."""
-    for p in range(VGROUPS):
-        leader = nodes.current_leader(p)
-        if leader != old:
-            return p, leader
-    return 0, min(i for i in (1, 2, 3) if i != old)
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_zombie_controller(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> None:
     """The module docstring: the resumed controller writes nothing, the new controller's elections stand, nothing
@@ -113,7 +103,6 @@ def test_zombie_controller(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> Non
             load.wait_acked(ACKS, "before the pause")
             old, old_epoch = controller(etcd1)
             zombie = nodes.servers[old]
-            vgroup, victim = victim_of(nodes, old)
             nodes.pause(old)
             load.note(f"node {old}, the controller (epoch {old_epoch}), paused")
             ddl = threading.Thread(target=posted, args=(zombie.http_url + "/rest/sql", ZOMBIE_DDL, answers))
@@ -122,12 +111,16 @@ def test_zombie_controller(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> Non
                     wait_until(f"a controller other than node {old}", lambda: controller(etcd1)[0] not in (-1, old))
                     new, new_epoch = controller(etcd1)
                     load.note(f"node {new} controller (epoch {new_epoch})")
-                    assert new_epoch > old_epoch and f"node {new}: controller, epoch {new_epoch}" in nodes.servers[
-                        new].log()
+                    assert new_epoch > old_epoch
+                    wait_until(f"node {new} knows it is the controller",
+                               lambda: f"node {new}: controller, epoch {new_epoch}" in nodes.servers[new].log())
+                    [victim] = {1, 2, 3} - {old, new}
+                    led = sorted(p for p, s in partition_states(etcd1, database).items() if s.leader == victim)
                     nodes.kill(victim)
-                    load.note(f"node {victim}, leader of vgroup {vgroup}, killed")
-                    wait_until(f"node {new} elected vgroup {vgroup}'s next leader",
-                               lambda: partition_states(etcd1, database)[vgroup].leader not in (victim, -1))
+                    load.note(f"node {victim}, leader of vgroups {led}, killed")
+                    wait_until(f"node {new} elected a leader other than nodes {old} and {victim} of every vgroup",
+                               lambda: all(s.leader not in (old, victim, -1)
+                                           for s in partition_states(etcd1, database).values()))
                     ddl.start()  # (queued on the paused node's listener)
                     before = partition_states(etcd1, database)
                     records_before = catalog_records(etcd1)
@@ -144,9 +137,12 @@ def test_zombie_controller(etcd1: EtcdCluster, tmp_path: Path, seed: int) -> Non
                 if status == 200:  # the zombie had stepped down: it proposed the record, the new controller appended it
                     for i in nodes.running():
                         wait_until(f"node {i} knows r.zombie_st", lambda i=i: "zombie_st" in stables(nodes, i))
-                else:  # etcd refused the zombie's append under its old epoch
-                    assert status == 503 and f"controller epoch {old_epoch} is no longer the elected one" in body, (
-                        status, body)
+                else:  # refused: its append by etcd under its old epoch, or by itself once another refusal made it
+                    # step down, or its proposal as its lease was lost and it had not registered again (long mode
+                    # seeds 5 and 9: the ~20 ms between the two)
+                    assert status == 503 and any(why in body for why in (
+                        f"controller epoch {old_epoch} is no longer the elected one", f"node {old} is not the controller",
+                        f"node {old} is not registered in its cluster")), (status, body)
                     assert all("zombie_st" not in stables(nodes, i) for i in nodes.running())
                 load.wait_acked(ACKS, f"after node {old} resumed")
             after = partition_states(etcd1, database)
