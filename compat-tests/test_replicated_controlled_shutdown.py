@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
 from etcd_cluster import etcd_cluster  # noqa: E402
 from history import Assign, FinalRead, Op, Poll, Send, Write, check  # noqa: E402
-from replicated_workload import Nodes, wait_until  # noqa: E402
+from replicated_workload import Nodes, three_ready, wait_until  # noqa: E402
 
 TOPIC, PARTITIONS = "cs", 2
 ACKS = 30  # deliveries between steps
@@ -135,6 +135,7 @@ def test_a_controlled_shutdown_of_a_leader_under_confluent_kafka_clients(tmp_pat
         nodes = Nodes(etcd, tmp_path)
         try:
             nodes.start_all((1, 2, 3))
+            three_ready(nodes)
             admin = AdminClient({"bootstrap.servers": nodes.bootstrap()})
             admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
             wait_until("a leader of each partition", lambda: all(leader_of(nodes, p) in (1, 2, 3)

@@ -69,9 +69,9 @@ from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database",
-           "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history", "wait_until",
-           "checked", "new_leader", "restart", "started"]
+__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready",
+           "replicated_database", "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history",
+           "wait_until", "checked", "new_leader", "restart", "started"]
 
 KEYS = Keys("walgate")  # the cluster walgate serve joins by default
 VGROUPS = 2
@@ -240,13 +240,18 @@ class Nodes:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
 
 
+def three_ready(nodes: Nodes) -> None:
+    """Until node 1 lists three ready nodes. (Three rows are not enough: a node listed but not yet registered is
+    "offline", and placing REPLICA 3 then answers 400 "Out of dnodes" (the final run of 4120237 failed so), a
+    CreateTopics of replication factor 3 INVALID_REPLICATION_FACTOR.)"""
+    wait_until("three ready nodes", lambda: [r[2] for r in sql(nodes.servers[1], "SHOW DNODES")] == ["ready"] * 3)
+
+
 def replicated_database(nodes: Nodes, fsync_ms: int = 0) -> str:
     """Database ``r`` (REPLICA 3, WAL_LEVEL 2, WAL_FSYNC_PERIOD ``fsync_ms``) with stable ``st``, measurement ``lp``
     and topic ``jt``, led in every vgroup; its id."""
     n1 = nodes.servers[1]
-    # (three rows are not enough: a node listed but not yet registered is "offline", and placing REPLICA 3 then
-    # answers 400 "Out of dnodes"; the final run of 4120237 failed so)
-    wait_until("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+    three_ready(nodes)
     sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD {fsync_ms}")
     sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (writer INT)")
     sql(n1, f"CREATE TOPIC {TOPIC} AS DATABASE r")
