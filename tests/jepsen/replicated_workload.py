@@ -30,6 +30,7 @@ node alone, up to the end ListOffsets gives), stops the nodes (SIGTERM), and rea
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -54,18 +55,25 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from netns import Network
 from power_cut import power_cut
+from prometheus_client.parser import text_string_to_metric_families
 from serve_support import WAIT_S, cluster_args, eventually, sql
 from test_serve_cluster_sql import db_id
 
 from livewalgate import WalgateServer, free_port, running_walgate, walgate_env
+from walgate.cluster.etcd import EtcdSession
+from walgate.cluster.model import Keys
+from walgate.cluster.partition_states import PartitionStates
+from walgate.replication.partition import PartitionState
 from walgate.storage import hw_checkpoint
 from walgate.storage.lineproto import child_table_name
 from walgate.storage.vnode import vnode_of
 from walgate.storage.wal import Wal, WalOptions
 
-__all__ = ["LONG", "SEEDS", "ACKS", "VGROUPS", "TOPIC", "Nodes", "Workload", "replicated_database", "final_reads",
-           "replica_contents", "final_history", "wait_until", "checked", "new_leader", "restart", "started"]
+__all__ = ["LONG", "SEEDS", "ACKS", "KEYS", "VGROUPS", "TOPIC", "Nodes", "Workload", "three_ready",
+           "replicated_database", "partition_states", "metric_sum", "final_reads", "replica_contents", "final_history",
+           "wait_until", "checked", "new_leader", "restart", "started"]
 
+KEYS = Keys("walgate")  # the cluster walgate serve joins by default
 VGROUPS = 2
 TOPIC = "jt"
 ARGS = ("--override", "replication.enable=true", "--override", "replica.lag.time.max.ms=2000")
@@ -104,6 +112,7 @@ class Nodes:
         self.etcd = etcd
         self.workdir = workdir
         self.env = env or {}  # node id -> more environment for each of its processes (a faked clock)
+        self.args: dict[int, tuple[str, ...]] = {}  # node id -> more flags of each of its processes (its listeners)
         self.net = net  # when given, node i runs in its host n<i> (netns.py) and listens on that host's address
         self.ports = {i: free_port() for i in (1, 2, 3)}  # (a node started later gets one then)
         self.servers: dict[int, WalgateServer] = {}
@@ -127,7 +136,8 @@ class Nodes:
         server = stack.enter_context(running_walgate(
             # (a namespace's address is not loopback: the test network, 198.18.0.0/15, is never routed)
             life / f"node{node_id}", *cluster_args(self.etcd, node_id), *ARGS,
-            *(() if self.net is None else ("--allow-insecure",)), data_dir=self.data_dir(node_id),
+            *(() if self.net is None else ("--allow-insecure",)), *self.args.get(node_id, ()),
+            data_dir=self.data_dir(node_id),
             kafka_port=port, env={**walgate_env(), **self.env.get(node_id, {})}, host=self.host(node_id),
             prefix=() if self.net is None else self.net.command(host_of(node_id))))
         with self._lock:
@@ -147,6 +157,14 @@ class Nodes:
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)
         self._stacks.pop(node_id).close()
+
+    def stop(self, node_id: int) -> int:
+        """SIGTERM (by PID: a controlled shutdown), and wait for it (at most 60 s); its exit code."""
+        server = self.servers.pop(node_id)
+        server.proc.terminate()
+        code = server.proc.wait(60)
+        self._stacks.pop(node_id).close()
+        return code
 
     def power_cut(self, node_id: int) -> str:
         """Node ``node_id`` (started with :func:`power_cut.environment`) loses every byte it did not fsync and dies
@@ -222,13 +240,18 @@ class Nodes:
         return sorted(self.workdir.glob("life*/node*/walgate.log"))
 
 
+def three_ready(nodes: Nodes) -> None:
+    """Until node 1 lists three ready nodes. (Three rows are not enough: a node listed but not yet registered is
+    "offline", and placing REPLICA 3 then answers 400 "Out of dnodes" (the final run of 4120237 failed so), a
+    CreateTopics of replication factor 3 INVALID_REPLICATION_FACTOR.)"""
+    wait_until("three ready nodes", lambda: [r[2] for r in sql(nodes.servers[1], "SHOW DNODES")] == ["ready"] * 3)
+
+
 def replicated_database(nodes: Nodes, fsync_ms: int = 0) -> str:
     """Database ``r`` (REPLICA 3, WAL_LEVEL 2, WAL_FSYNC_PERIOD ``fsync_ms``) with stable ``st``, measurement ``lp``
     and topic ``jt``, led in every vgroup; its id."""
     n1 = nodes.servers[1]
-    # (three rows are not enough: a node listed but not yet registered is "offline", and placing REPLICA 3 then
-    # answers 400 "Out of dnodes"; the final run of 4120237 failed so)
-    wait_until("three ready nodes", lambda: [r[2] for r in sql(n1, "SHOW DNODES")] == ["ready"] * 3)
+    three_ready(nodes)
     sql(n1, f"CREATE DATABASE r VGROUPS {VGROUPS} REPLICA 3 WAL_LEVEL 2 WAL_FSYNC_PERIOD {fsync_ms}")
     sql(n1, "CREATE STABLE r.st (ts TIMESTAMP, v BIGINT) TAGS (writer INT)")
     sql(n1, f"CREATE TOPIC {TOPIC} AS DATABASE r")
@@ -246,7 +269,7 @@ def _slot_key(sql: bool, writer: int, slot: int) -> str:
 class Workload:
     """Writers and consumers over the nodes (see the module docstring), recording the history as they go."""
 
-    def __init__(self, nodes: Nodes, seed: int, writers: int = 2) -> None:
+    def __init__(self, nodes: Nodes, seed: int, writers: int = 2, consumers: bool = True) -> None:
         self.nodes = nodes
         self.seed = seed
         self.writers = writers
@@ -260,8 +283,9 @@ class Workload:
         self.events: list[str] = []  # the faults, timed as ``sent``
         self.avoided: set[int] = set()  # nodes the writers do not draw (a fault's own writers send to them)
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(writers)]
-        self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
-                         threading.Thread(target=self._consume_kafka_python, daemon=True)]
+        if consumers:  # (without them the writers send no Kafka request: a test may count a client's own)
+            self.threads += [threading.Thread(target=self._consume_confluent, daemon=True),
+                             threading.Thread(target=self._consume_kafka_python, daemon=True)]
 
     def __enter__(self) -> Workload:
         for t in self.threads:
@@ -433,6 +457,28 @@ def _post(url: str, body: str) -> tuple[str, str]:
         return ("fail" if e.code < 500 else "info"), str(e.code)
     except (urllib.error.URLError, OSError) as e:
         return "info", type(e).__name__
+
+
+def partition_states(etcd: EtcdCluster, database_id: str) -> dict[int, PartitionState]:
+    """Vgroup -> the partition state etcd holds for it now, of database ``database_id`` (read from etcd, not through
+    a node: no Kafka request)."""
+    async def read() -> dict[int, PartitionState]:
+        session = EtcdSession(etcd.endpoints)
+        try:
+            states = await PartitionStates(session, KEYS).read_all()
+            return {pid.vgroup: s for pid, s in states.items() if pid.db_id == database_id}
+        finally:
+            await session.close()
+
+    return asyncio.run(read())
+
+
+def metric_sum(server: WalgateServer, name: str, **labels: str) -> float:
+    """The sum of the samples ``name`` on ``server``'s ``/metrics`` whose labels include ``labels``."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and labels.items() <= s.labels.items())
 
 
 def final_reads(nodes: Nodes) -> list[Op]:
