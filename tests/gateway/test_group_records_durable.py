@@ -14,7 +14,7 @@ import pytest
 from tests.storage.faults import Faults
 from walgate.coordinator.classic import ClassicGroups
 from walgate.coordinator.coordinator import GroupCoordinator
-from walgate.coordinator.errors import GroupNotRecorded
+from walgate.coordinator.errors import GroupNotRecorded, NotCoordinatorNow
 from walgate.gateway.kafka.groups import GroupService, now_ms
 from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
@@ -111,5 +111,30 @@ async def test_a_restarted_service_has_the_group_back_and_its_member_goes_on(tmp
         assert (await sync(service, joined, b""))["assignment"] == b"mine"
         group = service.groups.classic.group("g")
         assert group is not None and group.generation_id == joined["generation_id"]
+    finally:
+        await stop(service, engine, storage)
+
+
+async def test_an_unloaded_group_answers_its_parked_join_not_coordinator_and_loads_back(tmp_path: Path) -> None:
+    """A replicated cluster's coordinator moves a partition away (coordinator_replicas.py): the groups of it are
+    dropped, a parked JoinGroup answered NOT_COORDINATOR (Kafka's onGroupUnloaded); loaded again from their records,
+    the member goes on at its generation."""
+    service, engine, storage = await start(tmp_path)
+    try:
+        joined = await join(service, "a")
+        assert (await sync(service, joined, b"mine"))["assignment"] == b"mine"
+        parked = asyncio.ensure_future(join(service, "b"))  # a rebalance: parked until "a" joins again
+        await asyncio.sleep(0.1)
+        assert not parked.done()
+        recorded = await storage.call(engine.group_records)
+        assert set(recorded) == {"g"}
+        await service.unload_groups(lambda group_id: group_id == "g")
+        with pytest.raises(NotCoordinatorNow):
+            await asyncio.wait_for(parked, 10)
+        assert service.groups.classic.group("g") is None and service.groups.recorded() == []
+        await service.load_groups(recorded)
+        group = service.groups.classic.group("g")
+        assert group is not None and group.generation_id == joined["generation_id"]
+        assert await heartbeat(service, joined) == ErrorCode.none
     finally:
         await stop(service, engine, storage)
