@@ -2,18 +2,18 @@
 another, costs the producers of a replicated topic (``replication.enable=true``, one etcd member,
 :func:`bench.cluster.cluster`).
 
-A Kafka-native topic of 3 partitions, replication factor 3 and ``min.insync.replicas=2`` (each node leads one
-partition, as placement rotates the preferred leaders); a confluent-kafka producer with ``acks=all``, bootstrapped on
-every node, sends one 100-byte record at a time to the partitions in turn and waits for its acknowledgement: at
-steady state for :data:`STEADY_S` seconds, half before the roll and half after it (every node back in every ISR), so
-that a change of this shared machine's load during the run touches the baseline too, and while nodes 1, 2 and 3 are
-restarted in turn as docs/cluster.md
-("A rolling restart") says: SIGTERM (a controlled shutdown: the node deregisters, the controller moves its
-leaderships to the other in-sync replicas, it exits once it leads nothing), wait for the exit, start it again with
-the same command and data dir, wait until its ``/readyz`` answers 200 (its ``replicas`` check: back in the ISR of
-every vgroup it replicates), then the next. Rows: the p50, p99 and slowest acknowledgement during the roll against
-steady state, the roll's total time, and each node's hand-over (SIGTERM to exit), start (to ``/healthz`` 200) and
-catch-up (from then to ``/readyz`` 200). A send not acknowledged (the producer gave up, or a fatal error) stops the run: none is expected.
+A Kafka-native topic of 3 partitions, replication factor 3 and ``min.insync.replicas=2`` (placement rotates the
+preferred leaders over the nodes); a confluent-kafka idempotent producer with ``acks=all``, bootstrapped on every
+node, sends one 100-byte record at a time to the partitions in turn and waits for its acknowledgement: at steady
+state for :data:`STEADY_S` seconds, half before the roll and half after it (every node back in every ISR), so that a
+change of this shared machine's load during the run touches the baseline too, and while nodes 1, 2 and 3 are
+restarted in turn as docs/cluster.md ("A rolling restart") says: SIGTERM (a controlled shutdown: the node
+deregisters, the controller moves its leaderships to the other in-sync replicas, it exits once it leads nothing),
+wait for the exit, start it again with the same command and data dir, wait until its ``/readyz`` answers 200 (its
+``replicas`` check: back in the ISR of every vgroup it replicates), then the next. Rows: the p50, p99 and slowest
+acknowledgement during the roll against steady state, the roll's total time, and each node's hand-over (SIGTERM to
+exit), start (to ``/healthz`` 200) and catch-up (from then to ``/readyz`` 200). A send not acknowledged within 30 s
+stops the run: none is expected.
 
 ``python -m bench --only rolling`` (``--quick``: 3 s of steady state instead of 10). Nothing is asserted but that
 every send is acknowledged; tests/cluster/test_serve_cluster_rolling_restart.py checks what clients saw.

@@ -180,7 +180,8 @@ def test_a_rolling_restart_under_load_keeps_every_partition_led_and_every_acknow
             no_traceback(server)
         assert watch.answers > 100
         ports = {s.kafka_port: k + 1 for k, s in enumerate(nodes)}
-        seen = sorted({(ports[port], p, error, leader, when(t, events)) for t, port, p, error, leader in watch.leaderless})
+        seen = sorted({(ports[port], p, error, leader, when(t, events))
+                       for t, port, p, error, leader in watch.leaderless})
         if seen:
             raise LeaderlessWindow(f"{len(watch.leaderless)} partitions answered without a leader (node "
                                    f"answering, partition, error code, leader, during): {seen}")
