@@ -27,6 +27,7 @@ try:
         memory,
         produce,
         replicated,
+        rolling,
         shares,
         stalls,
         subtables,
@@ -41,7 +42,8 @@ SCENARIOS = {"ingest": ingest.run, "consume": consume.run, "produce": produce.ru
              "commits": commits.run, "latency": latency.run, "memory": memory.run, "txnread": txnread.run,
              "cleaner": cleaner.run, "transactions": transactions.run,
              "stalls": stalls.run, "shares": shares.run, "subtables": subtables.run,
-             "cluster": cluster.run, "replicated": replicated.run}
+             "cluster": cluster.run, "replicated": replicated.run,
+             "rolling": rolling.run}
 
 
 def machine() -> str:
