@@ -11,7 +11,8 @@ expires, its partitions get new leaders), restarted on its data dir, ``/readyz``
 whole again (as an operator's rolling restart waits for no under-replicated partition) before the next node.
 
 1. Producers: every client with an idempotent acks=all producer (confluent-kafka, kafka-python, aiokafka with
-   ``--idempotent``, kafkajs with ``--idempotent 1``, the Java producer on kafka-clients 4.3.0) runs its producer
+   ``--idempotent``, kafkajs with ``--idempotent 1`` and ``--retries 8``: its default 3 retries, 2 s of backoff,
+   give up before a killed leader's lease has expired; the Java producer on kafka-clients 4.3.0) runs its producer
    program (compat-tests/clients/*_produce.py, node/produce.js, java/Producer.java: each record's send paced by
    ``--pace-ms``, so a kill lands while it runs) again and again on its own records until the round is over. Every
    delivery must succeed (the clients retry through the failovers), and the history (tests/cluster/history.py:
@@ -27,9 +28,11 @@ whole again (as an operator's rolling restart waits for no under-replicated part
    round: every run's output equals the input.
 
 Clients that need a group or transaction coordinator are not here yet: the coordinators' state has one copy
-(issue 25's lead work), so their scenarios join once it is replicated (one entry in :data:`READERS` for kafkajs,
-whose only consumer is a group member). The PySpark job (tests/pipeline, ``WALGATE_SPARK_KAFKA_JARS``) is not run
-here either.
+(issue 25's lead work), so their scenarios join once it is replicated. kafkajs's reader (node/kjs_read.js: a group
+member seeking every partition it is given; the same options and ``ready`` line as the others) is then one entry in
+the ``readers`` fixture; the Python group members (clients/*_group.py) need a ``--follow`` mode first, and a
+transactional producer a program that sends in transactions. The PySpark job (tests/pipeline,
+``WALGATE_SPARK_KAFKA_JARS``) is not run here yet.
 
 CI runs one kill round per scenario (about a minute each on a loaded 2-core machine); ``WALGATE_COMPAT_LONG=1``
 runs :data:`ROUNDS` = 3.
@@ -37,6 +40,7 @@ runs :data:`ROUNDS` = 3.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -45,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from compat_brokers import LONG
@@ -187,7 +192,7 @@ def final_reads(nodes: Nodes, topic: str) -> list[Op]:
 class Written:
     """What producer runs acknowledged: the history's sends, and each run's (partition, offset, index) in order."""
 
-    sends: list[Op] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
     runs: list[tuple[str, list[tuple[int, int, int]]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -208,8 +213,8 @@ class Written:
                 self.errors.append(f"{process}: {run_.describe()[-2000:]}")
             self.runs.append((f"{process}", acked))
 
-    def acked(self) -> set[int]:
-        return {op.writes[0].value for op in self.sends if isinstance(op, Send) and op.outcome == "ok"}
+    def acked(self) -> set[int | str]:
+        return {op.writes[0].value for op in self.sends if op.outcome == "ok"}
 
 
 def out_of_order(runs: list[tuple[str, list[tuple[int, int, int]]]]) -> list[str]:
@@ -283,7 +288,7 @@ def test_idempotent_producers_lose_nothing_and_keep_order_while_each_node_is_kil
     assert written.errors == [], f"{written.errors[:5]}; the faults: {events}"
     assert {n for n, _ in written.runs} == {str(n) for n in range(len(producers))}
     assert out_of_order(written.runs) == [], events
-    checked(written.sends + final_reads(nodes, topic), events)
+    checked([*written.sends, *final_reads(nodes, topic)], events)
 
 
 # ------------------------------------------------------------------ 2. consumers by assign / seek
@@ -306,7 +311,7 @@ def readers(java_argv: Callable[..., list[str]]) -> list[Client]:
     ]
 
 
-def records_read(reader: Background) -> list[dict[str, object]]:
+def records_read(reader: Background) -> list[dict[str, Any]]:
     return [e for e in (json.loads(line) for line in list(reader.out) if line.startswith("{"))
             if e["event"] == "record"]
 
@@ -314,7 +319,7 @@ def records_read(reader: Background) -> list[dict[str, object]]:
 def at_ends(reader: Background, ends: dict[int, int]) -> bool:
     last: dict[int, int] = {}
     for e in records_read(reader):
-        last[int(e["partition"])] = int(e["offset"])  # type: ignore[call-overload]
+        last[int(e["partition"])] = int(e["offset"])
     return all(last.get(p, -1) + 1 >= end for p, end in ends.items())
 
 
@@ -336,7 +341,7 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
         for client in readers:  # one after the other: four clients starting at once starve a 2-core machine
             started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
             started[-1].wait_for(lambda r: any('"ready"' in line for line in r.out), 90, f"{client.name} ready")
-        first = iter(range(1, 100))
+        first = itertools.count(1)
 
         def produce(stop: threading.Event) -> None:
             while not stop.is_set():
@@ -347,7 +352,7 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
         assert written.errors == [], f"{written.errors[:5]}; the faults: {events}"
         ends = {p: 0 for p in range(PARTITIONS)}
         for op in written.sends:
-            for w in op.writes:  # type: ignore[union-attr]
+            for w in op.writes:
                 if w.offset is not None:
                     ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
         for client, reader in zip(readers, started):
@@ -356,16 +361,16 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
     finally:
         for reader in started:
             reader.stop()
-    history = list(written.sends)
+    history: list[Op] = [*written.sends]
     acked = written.acked()
     for number, (client, reader) in enumerate(zip(readers, started)):
         assert not [line for line in reader.out if '"error"' in line], reader.describe()
         read = records_read(reader)
-        values = [index_of(str(e["value"])) for e in read]
+        values = [index_of(e["value"]) for e in read]
         assert len(values) == len(set(values)) and set(values) == acked, \
             f"{client.name}: {len(values)} read, {len(set(values))} distinct, {len(acked)} acknowledged; {events}"
-        history += [Assign(number)] + [Poll(number, {key(int(e["partition"])): [(int(e["offset"]), index_of(  # type: ignore[call-overload]
-            str(e["value"])))]}) for e in read]
+        history += [Assign(number)] + [Poll(number, {key(e["partition"]): [(e["offset"], index_of(e["value"]))]})
+                                       for e in read]
     checked(history + final_reads(nodes, topic), events)
 
 
