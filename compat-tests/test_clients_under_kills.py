@@ -118,22 +118,33 @@ def rf3_topic(nodes: Nodes, name: str) -> str:
     return name
 
 
-def kill_round(nodes: Nodes, topic: str, events: list[str]) -> None:
+@dataclass(repr=False)
+class Faults:
+    """What the kill rounds did: each node's time down, (node, killed, back: ready and the topic whole again) in
+    ``time.monotonic()`` seconds."""
+
+    downs: list[tuple[int, float, float]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return ", ".join(f"node {n} down {killed:.1f}-{back:.1f}" for n, killed, back in self.downs)
+
+
+def kill_round(nodes: Nodes, topic: str, faults: Faults) -> None:
     """Nodes 1, 2, 3 in turn: kill -9, DOWN_S s down, restarted on its data dir, ready, ``topic`` whole again."""
     for node_id in NODES:
         nodes.kill(node_id)
-        events.append(f"{time.monotonic():.1f} node {node_id} killed")
+        killed = time.monotonic()
         time.sleep(DOWN_S)  # (the fault's own duration, not a wait for a condition)
         nodes.start(node_id)
         wait_until(f"node {node_id} ready after its restart",
                    lambda node_id=node_id: readyz(nodes.servers[node_id]).get("status") == "ready")
         wait_until(f"{topic} whole after node {node_id} came back", lambda: whole(nodes, topic))
-        events.append(f"{time.monotonic():.1f} node {node_id} back, {topic} whole")
+        faults.downs.append((node_id, killed, time.monotonic()))
 
 
-def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event], None]]) -> list[str]:
+def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event], None]]) -> Faults:
     """Each ``work(stop)`` run by a thread of its own while ROUNDS kill rounds go over the nodes (``stop`` is set
-    after the last); the faults, timed."""
+    after the last); the faults."""
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -146,16 +157,16 @@ def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event]
     threads = [threading.Thread(target=guarded, args=(work,), name=f"client-{i}") for i, work in enumerate(works)]
     for t in threads:
         t.start()
-    events: list[str] = []
+    faults = Faults()
     try:
         for _ in range(ROUNDS):
-            kill_round(nodes, topic, events)
+            kill_round(nodes, topic, faults)
     finally:
         stop.set()
         for t in threads:
             t.join(RUN_TIMEOUT_S + 30)
-    assert not failures, f"{failures[0]!r}; the faults: {events}"
-    return events
+    assert not failures, f"{failures[0]!r}; the faults: {faults}"
+    return faults
 
 
 # ------------------------------------------------------------------ what clients read and wrote
@@ -193,12 +204,13 @@ class Written:
     """What producer runs acknowledged: the history's sends, and each run's (partition, offset, index) in order."""
 
     sends: list[Send] = field(default_factory=list)
-    runs: list[tuple[str, list[tuple[int, int, int]]]] = field(default_factory=list)
+    runs: list[tuple[str, float, float, list[tuple[int, int, int]]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, process: int, run_: Run) -> None:
-        """One producer run's deliveries (an error: ``info``, the record may or may not be written)."""
+    def add(self, process: int, run_: Run, started: float) -> None:
+        """One producer run's deliveries (an error: ``info``, the record may or may not be written); ``started``:
+        when it started (``time.monotonic()``; it ended now)."""
         acked = []
         with self.lock:
             for d in run_.events("delivery"):
@@ -211,16 +223,16 @@ class Written:
                     self.errors.append(f"{process}: record {d['index']}: {d['error']}")
             if run_.returncode != 0 or run_.events("error") or not run_.events("summary"):
                 self.errors.append(f"{process}: {run_.describe()[-2000:]}")
-            self.runs.append((f"{process}", acked))
+            self.runs.append((f"{process}", started, time.monotonic(), acked))
 
     def acked(self) -> set[int | str]:
         return {op.writes[0].value for op in self.sends if op.outcome == "ok"}
 
 
-def out_of_order(runs: list[tuple[str, list[tuple[int, int, int]]]]) -> list[str]:
+def out_of_order(runs: list[tuple[str, float, float, list[tuple[int, int, int]]]]) -> list[str]:
     """Each run's records of a partition whose offsets do not rise with their index."""
     bad = []
-    for process, acked in runs:
+    for process, _, _, acked in runs:
         for p in range(PARTITIONS):
             placed = sorted((index, offset) for partition, offset, index in acked if partition == p)
             offsets = [offset for _, offset in placed]
@@ -229,9 +241,9 @@ def out_of_order(runs: list[tuple[str, list[tuple[int, int, int]]]]) -> list[str
     return bad
 
 
-def checked(history: list[Op], events: list[str]) -> None:
+def checked(history: list[Op], faults: Faults) -> None:
     found = check(history)
-    assert found == [], f"{len(found)} violations, the first: {found[:10]}; the faults: {events}"
+    assert found == [], f"{len(found)} violations, the first: {found[:10]}; the faults: {faults}"
 
 
 # ------------------------------------------------------------------ 1. idempotent producers
@@ -279,16 +291,20 @@ def test_idempotent_producers_lose_nothing_and_keep_order_while_each_node_is_kil
         def produce(stop: threading.Event) -> None:
             first = number * 10**6  # each client's own records
             while not stop.is_set():
+                started = time.monotonic()
                 written.add(number, run(client.argv(nodes.bootstrap(), topic, first), RUN_TIMEOUT_S, check=False,
-                                        cwd=client.cwd))
+                                        cwd=client.cwd), started)
                 first += CHUNK
         return produce
 
-    events = under_kills(nodes, topic, [producing(n, client) for n, client in enumerate(producers)])
-    assert written.errors == [], f"{written.errors[:5]}; the faults: {events}"
-    assert {n for n, _ in written.runs} == {str(n) for n in range(len(producers))}
-    assert out_of_order(written.runs) == [], events
-    checked([*written.sends, *final_reads(nodes, topic)], events)
+    faults = under_kills(nodes, topic, [producing(n, client) for n, client in enumerate(producers)])
+    assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
+    idle = [f"{client.name} while node {node} was down" for n, client in enumerate(producers)
+            for node, killed, back in faults.downs
+            if not any(p == str(n) and s < back and e > killed and acked for p, s, e, acked in written.runs)]
+    assert idle == [], f"no acknowledged record: {idle}; the faults: {faults}"
+    assert out_of_order(written.runs) == [], faults
+    checked([*written.sends, *final_reads(nodes, topic)], faults)
 
 
 # ------------------------------------------------------------------ 2. consumers by assign / seek
@@ -335,7 +351,7 @@ def produce_prefill(nodes: Nodes, topic: str) -> Run:
 def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_killed(nodes, readers):
     topic = rf3_topic(nodes, "kills-consume")
     written = Written()
-    written.add(-1, produce_prefill(nodes, topic))
+    written.add(-1, produce_prefill(nodes, topic), time.monotonic())
     started: list[Background] = []
     try:
         for client in readers:  # one after the other: four clients starting at once starve a 2-core machine
@@ -345,11 +361,12 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
 
         def produce(stop: threading.Event) -> None:
             while not stop.is_set():
+                started = time.monotonic()
                 written.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
-                                    RUN_TIMEOUT_S, check=False))
+                                    RUN_TIMEOUT_S, check=False), started)
 
-        events = under_kills(nodes, topic, [produce])
-        assert written.errors == [], f"{written.errors[:5]}; the faults: {events}"
+        faults = under_kills(nodes, topic, [produce])
+        assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
         ends = {p: 0 for p in range(PARTITIONS)}
         for op in written.sends:
             for w in op.writes:
@@ -368,10 +385,10 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
         read = records_read(reader)
         values = [index_of(e["value"]) for e in read]
         assert len(values) == len(set(values)) and set(values) == acked, \
-            f"{client.name}: {len(values)} read, {len(set(values))} distinct, {len(acked)} acknowledged; {events}"
+            f"{client.name}: {len(values)} read, {len(set(values))} distinct, {len(acked)} acknowledged; {faults}"
         history += [Assign(number)] + [Poll(number, {key(e["partition"]): [(e["offset"], index_of(e["value"]))]})
                                        for e in read]
-    checked(history + final_reads(nodes, topic), events)
+    checked(history + final_reads(nodes, topic), faults)
 
 
 # ------------------------------------------------------------------ 3. Spark's Kafka source
@@ -380,16 +397,19 @@ def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_kil
 def test_spark_source_output_equals_the_input_while_each_node_is_killed(nodes, java_argv):
     topic = rf3_topic(nodes, "kills-spark")
     want = sorted((d["partition"], d["offset"], d["index"]) for d in produce_prefill(nodes, topic).events("delivery"))
-    runs: list[Run] = []
+    runs: list[tuple[float, float, Run]] = []  # (started, ended, the batch)
 
     def read(stop: threading.Event) -> None:
         while not stop.is_set():
-            runs.append(run(java_argv("SparkSource.java", "--bootstrap", nodes.bootstrap(), "--topic", topic,
-                                      clients="3.9"), RUN_TIMEOUT_S, check=False))
+            started = time.monotonic()
+            batch = run(java_argv("SparkSource.java", "--bootstrap", nodes.bootstrap(), "--topic", topic,
+                                  clients="3.9"), RUN_TIMEOUT_S, check=False)
+            runs.append((started, time.monotonic(), batch))
 
-    events = under_kills(nodes, topic, [read])
-    assert len(runs) >= 2, f"{len(runs)} Spark batches over the round; the faults: {events}"
-    for r in runs:
-        assert r.returncode == 0 and not r.events("error"), f"{r.describe()}\nthe faults: {events}"
+    faults = under_kills(nodes, topic, [read])
+    missed = [node for node, killed, back in faults.downs if not any(s < back and e > killed for s, e, _ in runs)]
+    assert missed == [], f"no Spark batch while nodes {missed} were down; the faults: {faults}"
+    for _, _, r in runs:
+        assert r.returncode == 0 and not r.events("error"), f"{r.describe()}\nthe faults: {faults}"
         got = sorted((e["partition"], e["offset"], index_of(e["value"])) for e in r.events("record"))
-        assert got == want, f"{len(got)} records read of {len(want)}: {r.describe()[-3000:]}\nthe faults: {events}"
+        assert got == want, f"{len(got)} records read of {len(want)}: {r.describe()[-3000:]}\nthe faults: {faults}"

@@ -1,7 +1,7 @@
 // kafkajs producer (its defaults: acks=-1, not idempotent) writing the records of clients/ck_produce.py.
 // Usage: node produce.js BOOTSTRAP TOPIC CODEC COUNT [--first 0] [--partitions 3] [--chunk 50] [--pace-ms 0]
 //        [--idempotent 0|1] [--retries 3]
-// --pace-ms: a pause after each send() call; --idempotent 1: kafkajs's idempotent producer (acks=-1, one request in
+// --pace-ms: a pause before each send() call; --idempotent 1: kafkajs's idempotent producer (acks=-1, one request in
 // flight, as kafkajs requires); --retries: kafkajs's retry.retries (its backoff doubles from 300 ms, at most 30 s in
 // all): a failover needs more than the default 3 here when a node's lease must expire first.
 // CODEC: none or gzip — the only codecs kafkajs 2.2.4 has built in (snappy, lz4 and zstd need extra
@@ -54,6 +54,7 @@ async function main() {
         headers: { i: String(i), nil: '' }, // null throws: sizeOfHeaders calls Buffer.byteLength(null) first
       }));
       produced += messages.length;
+      await new Promise((resolve) => setTimeout(resolve, opts['pace-ms']));
       let answer;
       try {
         answer = await producer.send({ topic, compression: CODECS[codec], messages });
@@ -61,7 +62,6 @@ async function main() {
         for (const i of indices) deliveries.push({ index: i, partition: i % partitions, offset: -1, error: `${err.name}: ${err.message}` });
         continue;
       }
-      await new Promise((resolve) => setTimeout(resolve, opts['pace-ms']));
       const base = Object.fromEntries(answer.map((r) => [r.partition, Number(r.baseOffset)]));
       const seen = {};
       for (const i of indices) {
