@@ -34,7 +34,7 @@ the ``readers`` fixture; the Python group members (clients/*_group.py) need a ``
 transactional producer a program that sends in transactions. The PySpark job (tests/pipeline,
 ``WALGATE_SPARK_KAFKA_JARS``) is not run here yet.
 
-CI runs one kill round per scenario (about a minute each on a loaded 2-core machine); ``WALGATE_COMPAT_LONG=1``
+CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine); ``WALGATE_COMPAT_LONG=1``
 runs :data:`ROUNDS` = 3.
 """
 
