@@ -1,4 +1,5 @@
-"""aiokafka producer with its defaults (acks=1, not idempotent), plus compression_type.
+"""aiokafka producer with its defaults (acks=1, not idempotent), plus compression_type; ``--idempotent``:
+enable_idempotence=True (acks=all).
 
 Usage and output: as ck_produce.py (same records, same JSON lines; no --transactional-id). Every send()
 is awaited as a batch future, so records of one partition share batches (linger_ms=5).
@@ -40,6 +41,8 @@ async def main() -> None:
     started = time.monotonic()
     conf = {"bootstrap_servers": args.bootstrap, "compression_type": None if args.codec == "none" else args.codec,
             "linger_ms": 5, "request_timeout_ms": 15000}
+    if args.idempotent:
+        conf["enable_idempotence"] = True  # (acks=all with it)
     if args.acks is not None:
         conf["acks"] = int(args.acks) if args.acks != "all" else "all"
     producer = AIOKafkaProducer(**conf)
@@ -64,6 +67,7 @@ async def main() -> None:
             pending.append((r, await producer.send(args.topic, value=r.value, key=r.key, partition=r.partition,
                                                    timestamp_ms=r.timestamp, headers=r.headers)))
             produced += 1
+            await asyncio.sleep(args.pace_ms / 1000)
         left = max(1.0, args.timeout - (time.monotonic() - started))
         await asyncio.wait([f for _, f in pending], timeout=left)
         for r, future in pending:

@@ -1,7 +1,7 @@
 """confluent-kafka (librdkafka) producer: idempotent (enable.idempotence=true, acks=all) unless told otherwise.
 
 Usage: ck_produce.py BOOTSTRAP TOPIC CODEC COUNT [--first N] [--partitions 3] [--acks all|1|0]
-[--transactional-id ID] [--timeout 60] [-X KEY=VALUE ...].
+[--transactional-id ID] [--timeout 60] [--pace-ms MS] [-X KEY=VALUE ...].
 
 Writes the records of :func:`spec` for i in [first, first + count) (the same records as kp_produce.py,
 aio_produce.py, java/Producer.java and node/produce.js), each to partition i % partitions with its explicit
@@ -59,6 +59,10 @@ def parse_produce_args(description: str) -> argparse.Namespace:
     ap.add_argument("-X", dest="config", action="append", default=[], metavar="KEY=VALUE",
                     help="extra client configuration (ck_produce.py only)")
     ap.add_argument("--raw", action="store_true", help="one Produce request without a metadata lookup (aio_produce.py only)")
+    ap.add_argument("--pace-ms", type=float, default=0.0,
+                    help="pause this long after each record's send (a run spread over time: nodes killed meanwhile)")
+    ap.add_argument("--idempotent", action="store_true",
+                    help="enable_idempotence (acks=all) where it is not the client's default (aio_produce.py only)")
     return ap.parse_args()
 
 
@@ -120,7 +124,7 @@ def main() -> None:
             except KafkaException as exc:
                 fail(f"produce() of record {i}: {exc}")
         produced += 1
-        producer.poll(0)
+        producer.poll(args.pace_ms / 1000)
     left = producer.flush(max(1.0, args.timeout - (time.monotonic() - started)))
     if left:
         fail(f"{left} records still undelivered after {args.timeout} s")

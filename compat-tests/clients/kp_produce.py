@@ -52,6 +52,7 @@ def main() -> None:
             future.add_callback(lambda md, i=i: report(i, md.partition, md.offset, None))
             future.add_errback(lambda exc, i=i, p=r.partition: report(i, p, -1, f"{type(exc).__name__}: {exc}"))
             produced += 1
+            time.sleep(args.pace_ms / 1000)
         producer.flush(timeout=max(1.0, args.timeout - (time.monotonic() - started)))
     finally:
         producer.close(timeout=10)

@@ -2,7 +2,8 @@
 // compression.type: what an application or kafka-console-producer --compression-codec does.
 //
 // Usage: java -cp <kafka-clients jars> Producer.java BOOTSTRAP TOPIC CODEC COUNT [--first N] [--partitions 3]
-//            [--transactional-id ID] [--max-block-ms MS]
+//            [--transactional-id ID] [--max-block-ms MS] [--pace-ms MS]
+// --pace-ms: a pause after each send() (a run spread over time, so nodes can be killed while it runs).
 // Writes record i for i in [first, first + count), the same records as clients/ck_produce.py: partition
 // i % partitions, timestamp BASE_TS + i, key "k" + (i % 5) (null when i % 7 == 0), value
 // {"codec":CODEC,"i":i,"text":"record i of the walgate produce scenario"}, headers i=<i> and nil=null.
@@ -33,6 +34,7 @@ public class Producer {
         for (int i = 4; i + 1 < argv.length; i += 2) opts.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
         int first = Integer.parseInt(opts.getOrDefault("first", "0"));
         int partitions = Integer.parseInt(opts.getOrDefault("partitions", "3"));
+        long paceMs = Long.parseLong(opts.getOrDefault("pace-ms", "0"));
 
         Properties config = new Properties();
         config.put("bootstrap.servers", bootstrap);
@@ -77,6 +79,7 @@ public class Producer {
                             + ",\"error\":" + json(error) + "}");
                 });
                 produced++;
+                if (paceMs > 0) Thread.sleep(paceMs);
             }
             producer.flush();
             producer.close(Duration.ofSeconds(30));

@@ -1,5 +1,9 @@
 // kafkajs producer (its defaults: acks=-1, not idempotent) writing the records of clients/ck_produce.py.
-// Usage: node produce.js BOOTSTRAP TOPIC CODEC COUNT [--first 0] [--partitions 3] [--chunk 50]
+// Usage: node produce.js BOOTSTRAP TOPIC CODEC COUNT [--first 0] [--partitions 3] [--chunk 50] [--pace-ms 0]
+//        [--idempotent 0|1] [--retries 3]
+// --pace-ms: a pause before each send() call; --idempotent 1: kafkajs's idempotent producer (acks=-1, one request in
+// flight, as kafkajs requires); --retries: kafkajs's retry.retries (its backoff doubles from 300 ms, at most 30 s in
+// all): a failover needs more than the default 3 here when a node's lease must expire first.
 // CODEC: none or gzip — the only codecs kafkajs 2.2.4 has built in (snappy, lz4 and zstd need extra
 // packages registered in CompressionCodecs, e.g. kafkajs-snappy / kafkajs-lz4 / @kafkajs/zstd).
 // Record i (first <= i < first + count) goes to partition i % partitions with timestamp BASE_TS + i, key
@@ -16,7 +20,7 @@ const CODECS = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP };
 
 async function main() {
   const [bootstrap, topic, codec, countArg, ...rest] = process.argv.slice(2);
-  const opts = { first: 0, partitions: 3, chunk: 50 };
+  const opts = { first: 0, partitions: 3, chunk: 50, 'pace-ms': 0, idempotent: 0, retries: 3 };
   for (let k = 0; k + 1 < rest.length; k += 2) opts[rest[k].replace(/^--/, '')] = Number(rest[k + 1]);
   const { first, partitions, chunk } = opts;
   const count = Number(countArg);
@@ -25,13 +29,16 @@ async function main() {
   const started = Date.now();
   const kafka = new Kafka({
     clientId: 'walgate-compat-node',
-    brokers: [bootstrap],
+    brokers: bootstrap.split(','), // BOOTSTRAP: one or more host:port, comma-separated
     logLevel: logLevel.WARN,
     connectionTimeout: 5000,
     requestTimeout: 15000,
-    retry: { retries: 3 },
+    retry: { retries: opts.retries },
   });
-  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner }); // every record names its partition
+  const producer = kafka.producer({ // every record names its partition
+    createPartitioner: Partitioners.DefaultPartitioner,
+    ...(opts.idempotent ? { idempotent: true, maxInFlightRequests: 1 } : {}),
+  });
   await producer.connect();
   const deliveries = [];
   let produced = 0;
@@ -47,6 +54,7 @@ async function main() {
         headers: { i: String(i), nil: '' }, // null throws: sizeOfHeaders calls Buffer.byteLength(null) first
       }));
       produced += messages.length;
+      await new Promise((resolve) => setTimeout(resolve, opts['pace-ms']));
       let answer;
       try {
         answer = await producer.send({ topic, compression: CODECS[codec], messages });

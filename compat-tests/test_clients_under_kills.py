@@ -1,0 +1,429 @@
+"""Stock clients against a 3-node RF=3 cluster while one node at a time is killed with kill -9 and restarted (issue
+25: "the compat matrix and Spark's Kafka source against a 3-node RF=3 cluster while one node at a time is killed and
+restarted: every client's consumption is complete and in order; Spark's output equals the input").
+
+The cluster is the Jepsen-style suite's (tests/jepsen/replicated_workload.py's :class:`Nodes`): three
+``walgate serve --cluster`` nodes with ``replication.enable=true`` over one etcd member, a 2 s lease, each restarted
+on its own data dir and Kafka port. Each scenario makes its own Kafka-native topic of :data:`PARTITIONS` partitions,
+replication factor 3 and ``min.insync.replicas=2`` (the preferred leaders spread: each node leads one), then runs its
+clients while :func:`kill_round` kills node 1, then 2, then 3: kill -9, :data:`DOWN_S` seconds down (its lease
+expires, its partitions get new leaders), restarted on its data dir, ``/readyz`` ready and every partition's ISR
+whole again (as an operator's rolling restart waits for no under-replicated partition) before the next node.
+
+1. Producers: every client with an idempotent acks=all producer (confluent-kafka, kafka-python, aiokafka with
+   ``--idempotent``, kafkajs with ``--idempotent 1`` and ``--retries 8``: its default 3 retries, 2 s of backoff,
+   give up before a killed leader's lease has expired; the Java producer on kafka-clients 4.3.0) runs its producer
+   program (compat-tests/clients/*_produce.py, node/produce.js, java/Producer.java: each record's send paced by
+   ``--pace-ms``, so a kill lands while it runs) again and again on its own records until the round is over. Every
+   delivery must succeed (the clients retry through the failovers), and the history (tests/cluster/history.py:
+   each acknowledged record with its offset, then a full read of every partition) must hold no lost, duplicated or
+   reordered record; each producer run's records of a partition must sit at offsets rising with their index (an
+   idempotent producer keeps its order across retries).
+2. Consumers by assign/seek, no group (confluent-kafka, kafka-python, aiokafka, the Java consumer: clients/*_assign.py
+   and java/Assign.java with ``--follow``, bootstrapped on all three nodes), started on a topic holding
+   :data:`PREFILL` records while a confluent-kafka producer keeps writing through the round: each reads every
+   acknowledged record exactly once, in offset order, and the history's checker finds nothing.
+3. Spark's Kafka source (java/SparkSource.java: the driver's Admin calls and the executors' seek / poll / position on
+   kafka-clients 3.9, what Spark 4 ships) reads a topic of :data:`PREFILL` records again and again through the
+   round: every run's output equals the input.
+
+Clients that need a group or transaction coordinator are not here yet: the coordinators' state has one copy
+(issue 25's lead work), so their scenarios join once it is replicated. kafkajs's reader (node/kjs_read.js: a group
+member seeking every partition it is given; the same options and ``ready`` line as the others) is then one entry in
+the ``readers`` fixture; the Python group members (clients/*_group.py) need a ``--follow`` mode first, and a
+transactional producer a program that sends in transactions. The PySpark job (tests/pipeline,
+``WALGATE_SPARK_KAFKA_JARS``) is not run here yet.
+
+CI runs one kill round per scenario (21-45 s each, measured on a loaded 2-core machine); ``WALGATE_COMPAT_LONG=1``
+runs :data:`ROUNDS` = 3.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compat_brokers import LONG
+from compat_procs import COMPAT, Background, Run, run
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / d) for d in ("cluster", "jepsen")]
+from etcd_cluster import etcd_cluster  # noqa: E402
+from history import Assign, FinalRead, Op, Poll, Send, Write, check  # noqa: E402
+from replicated_workload import Nodes, wait_until  # noqa: E402
+from serve_support import readyz, sql  # noqa: E402
+
+PARTITIONS = 3
+NODES = (1, 2, 3)
+DOWN_S = 3.0  # a killed node stays down past its 2 s lease: its partitions are led elsewhere meanwhile
+ROUNDS = 3 if LONG else 1
+PREFILL = 300  # records in a readers' or Spark's topic before the round
+CHUNK, PACE_MS = 100, 40  # records of one producer run, and the pause after each send: one run spans ~4 s
+RUN_TIMEOUT_S = 120.0
+CODEC = "none"
+
+
+# ------------------------------------------------------------------ the cluster and its faults
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """Nodes 1-3 (replicated, 2 s lease), every one ready; at the end no traceback in any incarnation's log."""
+    workdir = tmp_path_factory.mktemp("kills")
+    with etcd_cluster(workdir / "etcd", 1) as etcd:
+        cluster = Nodes(etcd, workdir)
+        try:
+            cluster.start_all(NODES)
+            wait_until("every node ready", lambda: all(readyz(cluster.servers[i]).get("status") == "ready"
+                                                       for i in NODES))
+            # (ready is not yet registered: placing factor 3 then answers INVALID_REPLICATION_FACTOR)
+            wait_until("every node listed ready", lambda: [row[2] for row in sql(cluster.servers[1], "SHOW DNODES")]
+                       == ["ready"] * len(NODES))
+            yield cluster
+        finally:
+            cluster.close()
+    for log in cluster.logs():
+        assert "Traceback" not in log.read_text(), f"{log}:\n{log.read_text()[-3000:]}"
+
+
+def partitions_of(nodes: Nodes, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """Partition -> (leader, sorted ISR) as Metadata names them, asked of the running nodes."""
+    md = AdminClient({"bootstrap.servers": nodes.bootstrap()}).list_topics(topic, timeout=10)
+    return {p.id: (int(p.leader), sorted(p.isrs)) for p in md.topics[topic].partitions.values()}
+
+
+def whole(nodes: Nodes, topic: str) -> bool:
+    """Every partition led by a running node, with all three replicas in sync."""
+    described = partitions_of(nodes, topic)
+    return len(described) == PARTITIONS and all(leader in nodes.servers and isr == list(NODES)
+                                                for leader, isr in described.values())
+
+
+def rf3_topic(nodes: Nodes, name: str) -> str:
+    """A Kafka-native topic of PARTITIONS partitions, factor 3, min.insync.replicas=2, each node leading one."""
+    admin = AdminClient({"bootstrap.servers": nodes.bootstrap()})
+
+    def created() -> bool:
+        try:
+            admin.create_topics([NewTopic(name, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[name].result(30)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:  # an earlier try's, answered too late
+                return True
+            raise
+        return True
+
+    # (INVALID_REPLICATION_FACTOR while a node's registration is being made again: a loaded machine can let a 2 s
+    # lease expire with no fault injected; the create is tried again)
+    wait_until(f"{name} created", created)
+    wait_until(f"{name}: every partition led, each node leading one, all replicas in sync",
+               lambda: whole(nodes, name) and {leader for leader, _ in partitions_of(nodes, name).values()} == set(NODES))
+    return name
+
+
+@dataclass(repr=False)
+class Faults:
+    """What the kill rounds did: each node's time down, (node, killed, back: ready and the topic whole again) in
+    ``time.monotonic()`` seconds."""
+
+    downs: list[tuple[int, float, float]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return ", ".join(f"node {n} down {killed:.1f}-{back:.1f}" for n, killed, back in self.downs)
+
+
+def kill_round(nodes: Nodes, topic: str, faults: Faults) -> None:
+    """Nodes 1, 2, 3 in turn: kill -9, DOWN_S s down, restarted on its data dir, ready, ``topic`` whole again."""
+    for node_id in NODES:
+        nodes.kill(node_id)
+        killed = time.monotonic()
+        time.sleep(DOWN_S)  # (the fault's own duration, not a wait for a condition)
+        nodes.start(node_id)
+        wait_until(f"node {node_id} ready after its restart",
+                   lambda node_id=node_id: readyz(nodes.servers[node_id]).get("status") == "ready")
+        wait_until(f"{topic} whole after node {node_id} came back", lambda: whole(nodes, topic))
+        faults.downs.append((node_id, killed, time.monotonic()))
+
+
+def under_kills(nodes: Nodes, topic: str, works: list[Callable[[threading.Event], None]]) -> Faults:
+    """Each ``work(stop)`` run by a thread of its own while ROUNDS kill rounds go over the nodes (``stop`` is set
+    after the last); the faults."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def guarded(work: Callable[[threading.Event], None]) -> None:
+        try:
+            work(stop)
+        except BaseException as exc:  # (reported by the test thread)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(work,), name=f"client-{i}") for i, work in enumerate(works)]
+    for t in threads:
+        t.start()
+    faults = Faults()
+    try:
+        for _ in range(ROUNDS):
+            kill_round(nodes, topic, faults)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(RUN_TIMEOUT_S + 30)
+    assert not failures, f"{failures[0]!r}; the faults: {faults}"
+    return faults
+
+
+# ------------------------------------------------------------------ what clients read and wrote
+
+
+def index_of(value: str) -> int:
+    """The record index in a value of clients/ck_produce.py's spec."""
+    return int(json.loads(value)["i"])
+
+
+def key(partition: int) -> str:
+    return f"p{partition}"
+
+
+def final_reads(nodes: Nodes, topic: str) -> list[Op]:
+    """Every partition read in full (a confluent-kafka consumer, assigned from offset 0 up to its end)."""
+    consumer = Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": "final-reads",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
+        got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while any(len(got[p]) < ends[p] for p in got) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append((msg.offset(), index_of(msg.value().decode())))
+    finally:
+        consumer.close()
+    return [FinalRead(300 + p, key(p), reads) for p, reads in got.items()]
+
+
+@dataclass
+class Written:
+    """What producer runs acknowledged: the history's sends, and each run's (partition, offset, index) in order."""
+
+    sends: list[Send] = field(default_factory=list)
+    runs: list[tuple[str, float, float, list[tuple[int, int, int]]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, process: int, run_: Run, started: float) -> None:
+        """One producer run's deliveries (an error: ``info``, the record may or may not be written); ``started``:
+        when it started (``time.monotonic()``; it ended now)."""
+        acked = []
+        with self.lock:
+            for d in run_.events("delivery"):
+                ok = d["error"] is None
+                self.sends.append(Send(process, (Write(key(d["partition"]), d["index"], d["offset"] if ok else None),),
+                                       "ok" if ok else "info"))
+                if ok and d["offset"] is None:
+                    self.errors.append(f"{process}: record {d['index']} acknowledged without an offset: {d}")
+                elif ok:
+                    acked.append((d["partition"], d["offset"], d["index"]))
+                else:
+                    self.errors.append(f"{process}: record {d['index']}: {d['error']}")
+            if run_.returncode != 0 or run_.events("error") or not run_.events("summary"):
+                self.errors.append(f"{process}: {run_.describe()[-2000:]}")
+            self.runs.append((f"{process}", started, time.monotonic(), acked))
+
+    def acked(self) -> set[int | str]:
+        return {op.writes[0].value for op in self.sends if op.outcome == "ok"}
+
+
+def out_of_order(runs: list[tuple[str, float, float, list[tuple[int, int, int]]]]) -> list[str]:
+    """Each run's records of a partition whose offsets do not rise with their index."""
+    bad = []
+    for process, _, _, acked in runs:
+        for p in range(PARTITIONS):
+            placed = sorted((index, offset) for partition, offset, index in acked if partition == p)
+            offsets = [offset for _, offset in placed]
+            if offsets != sorted(offsets):
+                bad.append(f"producer {process}, partition {p}: (index, offset) {placed}")
+    return bad
+
+
+def checked(history: list[Op], faults: Faults) -> None:
+    found = check(history)
+    assert found == [], f"{len(found)} violations, the first: {found[:10]}; the faults: {faults}"
+
+
+# ------------------------------------------------------------------ 1. idempotent producers
+
+
+@dataclass(frozen=True)
+class Client:
+    """One client program's command line: ``argv(bootstrap, topic, first)``."""
+
+    name: str
+    argv: Callable[[str, str, int], list[str]]
+    cwd: Path | None = None
+
+
+def python_producer(script: str, *more: str) -> Callable[[str, str, int], list[str]]:
+    return lambda bootstrap, topic, first: [
+        sys.executable, str(COMPAT / "clients" / script), bootstrap, topic, CODEC, str(CHUNK), "--first", str(first),
+        "--partitions", str(PARTITIONS), "--pace-ms", str(PACE_MS), "--timeout", str(RUN_TIMEOUT_S - 20), *more]
+
+
+@pytest.fixture
+def producers(java_argv: Callable[..., list[str]], clients_installed: dict[str, str]) -> list[Client]:
+    """Every client's idempotent acks=all producer."""
+    node = shutil.which("node")
+    if node is None or "node" in clients_installed:
+        pytest.fail(f"kafkajs cannot run: {clients_installed.get('node', 'node is not installed')}")
+    rest = lambda first: ["--first", str(first), "--partitions", str(PARTITIONS), "--pace-ms", str(PACE_MS)]  # noqa: E731
+    return [
+        Client("confluent-kafka", python_producer("ck_produce.py")),
+        Client("kafka-python", python_producer("kp_produce.py")),
+        Client("aiokafka", python_producer("aio_produce.py", "--idempotent")),
+        Client("kafkajs", lambda b, t, first: [node, str(COMPAT / "node" / "produce.js"), b, t, CODEC, str(CHUNK),
+                                               *rest(first), "--chunk", "1", "--idempotent", "1",
+                                               "--retries", "8"],
+               COMPAT / "node"),
+        Client("java-4.3", lambda b, t, first: java_argv("Producer.java", b, t, CODEC, str(CHUNK), *rest(first))),
+    ]
+
+
+def test_idempotent_producers_lose_nothing_and_keep_order_while_each_node_is_killed(nodes, producers):
+    topic = rf3_topic(nodes, "kills-produce")
+    written = Written()
+
+    def producing(number: int, client: Client) -> Callable[[threading.Event], None]:
+        def produce(stop: threading.Event) -> None:
+            first = number * 10**6  # each client's own records
+            while not stop.is_set():
+                started = time.monotonic()
+                written.add(number, run(client.argv(nodes.bootstrap(), topic, first), RUN_TIMEOUT_S, check=False,
+                                        cwd=client.cwd), started)
+                first += CHUNK
+        return produce
+
+    faults = under_kills(nodes, topic, [producing(n, client) for n, client in enumerate(producers)])
+    assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
+    idle = [f"{client.name} while node {node} was down" for n, client in enumerate(producers)
+            for node, killed, back in faults.downs
+            if not any(p == str(n) and s < back and e > killed and acked for p, s, e, acked in written.runs)]
+    assert idle == [], f"no acknowledged record: {idle}; the faults: {faults}"
+    assert out_of_order(written.runs) == [], faults
+    checked([*written.sends, *final_reads(nodes, topic)], faults)
+
+
+# ------------------------------------------------------------------ 2. consumers by assign / seek
+
+
+def python_reader(script: str) -> Callable[[str, str, int], list[str]]:
+    return lambda bootstrap, topic, _: [sys.executable, str(COMPAT / "clients" / script), bootstrap, topic,
+                                        "--start", "beginning", "--follow", str(10**9), "--timeout", "600"]
+
+
+@pytest.fixture
+def readers(java_argv: Callable[..., list[str]]) -> list[Client]:
+    """Every client's consumer by assign() and seek, reading from the beginning until stopped."""
+    return [
+        Client("confluent-kafka", python_reader("ck_assign.py")),
+        Client("kafka-python", python_reader("kp_assign.py")),
+        Client("aiokafka", python_reader("aio_assign.py")),
+        Client("java-4.3", lambda b, t, _: java_argv("Assign.java", b, t, "--start", "beginning", "--follow",
+                                                     str(10**9), "--timeout", "600")),
+    ]
+
+
+def records_read(reader: Background) -> list[dict[str, Any]]:
+    return [e for e in (json.loads(line) for line in list(reader.out) if line.startswith("{"))
+            if e["event"] == "record"]
+
+
+def at_ends(reader: Background, ends: dict[int, int]) -> bool:
+    last: dict[int, int] = {}
+    for e in records_read(reader):
+        last[int(e["partition"])] = int(e["offset"])
+    return all(last.get(p, -1) + 1 >= end for p, end in ends.items())
+
+
+def produce_prefill(nodes: Nodes, topic: str) -> Run:
+    """PREFILL records written at once (confluent-kafka, idempotent): every one delivered."""
+    prefill = run([sys.executable, str(COMPAT / "clients" / "ck_produce.py"), nodes.bootstrap(), topic, CODEC,
+                   str(PREFILL), "--partitions", str(PARTITIONS)], RUN_TIMEOUT_S, check=False)
+    assert prefill.returncode == 0 and len(prefill.events("delivery")) == PREFILL, prefill.describe()
+    assert not [d for d in prefill.events("delivery") if d["error"] is not None], prefill.describe()
+    return prefill
+
+
+def test_assigned_consumers_read_everything_once_in_order_while_each_node_is_killed(nodes, readers):
+    topic = rf3_topic(nodes, "kills-consume")
+    written = Written()
+    written.add(-1, produce_prefill(nodes, topic), time.monotonic())
+    started: list[Background] = []
+    try:
+        for client in readers:  # one after the other: four clients starting at once starve a 2-core machine
+            started.append(Background.start(client.argv(nodes.bootstrap(), topic, 0)))
+            started[-1].wait_for(lambda r: any('"ready"' in line for line in r.out), 90, f"{client.name} ready")
+        first = itertools.count(1)
+
+        def produce(stop: threading.Event) -> None:
+            while not stop.is_set():
+                started = time.monotonic()
+                written.add(-2, run(python_producer("ck_produce.py")(nodes.bootstrap(), topic, next(first) * 10**6),
+                                    RUN_TIMEOUT_S, check=False), started)
+
+        faults = under_kills(nodes, topic, [produce])
+        assert written.errors == [], f"{written.errors[:5]}; the faults: {faults}"
+        ends = {p: 0 for p in range(PARTITIONS)}
+        for op in written.sends:
+            for w in op.writes:
+                if w.offset is not None:
+                    ends[int(w.key[1:])] = max(ends[int(w.key[1:])], w.offset + 1)
+        for client, reader in zip(readers, started):
+            reader.wait_for(lambda r: at_ends(r, ends), 120, f"{client.name} at the ends {ends}")
+            reader.stop()
+    finally:
+        for reader in started:
+            reader.stop()
+    history: list[Op] = [*written.sends]
+    acked = written.acked()
+    for number, (client, reader) in enumerate(zip(readers, started)):
+        assert not [line for line in reader.out if '"error"' in line], reader.describe()
+        read = records_read(reader)
+        values = [index_of(e["value"]) for e in read]
+        assert len(values) == len(set(values)) and set(values) == acked, \
+            f"{client.name}: {len(values)} read, {len(set(values))} distinct, {len(acked)} acknowledged; {faults}"
+        history += [Assign(number)] + [Poll(number, {key(e["partition"]): [(e["offset"], index_of(e["value"]))]})
+                                       for e in read]
+    checked(history + final_reads(nodes, topic), faults)
+
+
+# ------------------------------------------------------------------ 3. Spark's Kafka source
+
+
+def test_spark_source_output_equals_the_input_while_each_node_is_killed(nodes, java_argv):
+    topic = rf3_topic(nodes, "kills-spark")
+    want = sorted((d["partition"], d["offset"], d["index"]) for d in produce_prefill(nodes, topic).events("delivery"))
+    runs: list[tuple[float, float, Run]] = []  # (started, ended, the batch)
+
+    def read(stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            batch = run(java_argv("SparkSource.java", "--bootstrap", nodes.bootstrap(), "--topic", topic,
+                                  clients="3.9"), RUN_TIMEOUT_S, check=False)
+            runs.append((started, time.monotonic(), batch))
+
+    faults = under_kills(nodes, topic, [read])
+    missed = [node for node, killed, back in faults.downs if not any(s < back and e > killed for s, e, _ in runs)]
+    assert missed == [], f"no Spark batch while nodes {missed} were down; the faults: {faults}"
+    for _, _, r in runs:
+        assert r.returncode == 0 and not r.events("error"), f"{r.describe()}\nthe faults: {faults}"
+        got = sorted((e["partition"], e["offset"], index_of(e["value"])) for e in r.events("record"))
+        assert got == want, f"{len(got)} records read of {len(want)}: {r.describe()[-3000:]}\nthe faults: {faults}"
