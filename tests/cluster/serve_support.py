@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 
 from livewalgate import WalgateServer, running_walgate
@@ -84,6 +85,26 @@ def eventually(what: str, check: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"not within {WAIT_S:g} s: {what}")
         time.sleep(0.1)
+
+
+def create_topics(servers: str, *topics: NewTopic) -> None:
+    """``topics`` made through ``servers`` (one there already counts), CreateTopics asked again while it answers
+    INVALID_REPLICATION_FACTOR: on a loaded machine a node's short lease (:data:`SESSION_MS`) may lapse and be made
+    again with no fault injected, so for a moment fewer nodes are registered than the factor needs."""
+    admin = AdminClient({"bootstrap.servers": servers})  # (kept while its answers are waited for)
+
+    def made() -> bool:
+        for future in admin.create_topics(list(topics), request_timeout=30).values():
+            try:
+                future.result(30)
+            except KafkaException as e:
+                if e.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                    return False
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        return True
+
+    eventually(f"topics {', '.join(t.topic for t in topics)} made", made)
 
 
 def wait_log(server: WalgateServer, text: str) -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
 from playwright.sync_api import expect, sync_playwright
-from serve_support import eventually, no_traceback, node, sql, wait_log
+from serve_support import create_topics, eventually, no_traceback, node, sql, wait_log
 
 from livewalgate import WalgateServer
 
@@ -49,9 +49,7 @@ def test_the_cluster_page_shows_leaders_and_a_killed_leaders_successor(etcd1: Et
         eventually("three live nodes", lambda: len(sql(n1, "SHOW DNODES")) == 3)
         sql(n1, "CREATE DATABASE r VGROUPS 3 REPLICA 3")
         sql(n1, "CREATE DATABASE power VGROUPS 1")
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{n1.kafka_port}"})
-        admin.create_topics([NewTopic("events", 2, 3)])["events"].result(30)
-        del admin  # closed: its connections would log the killed node's refusals
+        create_topics(f"127.0.0.1:{n1.kafka_port}", NewTopic("events", 2, 3))
 
         def whole() -> bool:
             shown = cluster_json(n1)

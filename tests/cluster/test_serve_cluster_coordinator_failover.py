@@ -12,29 +12,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
-from serve_support import eventually, no_traceback, produce_to
+from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import bootstrap, three_nodes
 
 GROUP, TOPIC = "failover-group", "cf"
-
-
-def _made(servers: str) -> bool:
-    """:data:`TOPIC` made (or there); False while CreateTopics answers INVALID_REPLICATION_FACTOR: on a loaded
-    machine a node's 2 s lease may lapse and be made again with no fault injected."""
-    admin = AdminClient({"bootstrap.servers": servers})  # (kept while its answer is waited for)
-    [made] = admin.create_topics([NewTopic(TOPIC, 2, 3)], request_timeout=30).values()
-    try:
-        made.result(30)
-    except KafkaException as e:
-        if e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return True
-        if e.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR:
-            return False
-        raise
-    return True
 
 
 def _coordinator(servers: str) -> int:
@@ -77,7 +61,7 @@ def test_a_groups_coordinator_moves_with_its_partition_and_keeps_the_commits(etc
     with ExitStack() as stack:
         nodes = three_nodes(stack, etcd1, tmp_path)
         servers = bootstrap(nodes)
-        eventually(f"{TOPIC} made with 3 replicas", lambda: _made(servers))
+        create_topics(servers, NewTopic(TOPIC, 2, 3))
         assert produce_to(nodes[0].kafka_port, TOPIC, {0: [b"%d" % i for i in range(10)],
                                                        1: [b"%d" % i for i in range(10)]})
         first = _consume(servers, 6)

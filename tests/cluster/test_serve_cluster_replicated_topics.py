@@ -39,7 +39,7 @@ from confluent_kafka.admin import (
 )
 from etcd_cluster import EtcdCluster
 from history import Assign, FinalRead, Op, Poll, Send, Write, check
-from serve_support import eventually, no_traceback, node, produce_to, sql, wait_log
+from serve_support import create_topics, eventually, no_traceback, node, produce_to, sql, wait_log
 
 from livewalgate import WalgateServer
 from walgate.cluster.etcd import EtcdSession
@@ -142,6 +142,42 @@ class Reader(threading.Thread):
         self.consumer.close()
 
 
+class Writer(threading.Thread):
+    """An idempotent acks=all producer sending 0, 1, 2, ... round-robin over the partitions of :data:`TOPIC` until
+    :meth:`stop`: each delivery a :class:`Send` of the history; ``failed``: the sends given up; ``errors``: what its
+    ``error_cb`` was told (retriable errors are expected while leaderships move; a fatal one never is)."""
+
+    def __init__(self, servers: str, history: list[Op]) -> None:
+        super().__init__(daemon=True)
+        self.history, self.failed, self.errors = history, list[KafkaError](), list[KafkaError]()
+        self.producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": self.errors.append})
+        self.stopped = threading.Event()
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        write = Write(str(msg.partition()), int(msg.value()), None if err else msg.offset())
+        self.history.append(Send(PRODUCER, (write,), "info" if err else "ok"))
+        if err is not None:
+            self.failed.append(err)
+
+    def run(self) -> None:
+        for value in itertools.count():
+            if self.stopped.is_set():
+                return
+            self.producer.produce(TOPIC, str(value).encode(), partition=value % PARTITIONS, on_delivery=self._delivered)
+            self.producer.poll(0.01)
+
+    def stop(self) -> None:
+        """Stop sending and wait until every send was answered."""
+        self.stopped.set()
+        self.join(30)
+        assert self.producer.flush(120) == 0, "every send answered"
+
+    def acked(self) -> int:
+        """How many sends were acknowledged so far."""
+        return sum(isinstance(op, Send) and op.outcome == "ok" for op in self.history)
+
+
 def full_read(server: WalgateServer, partition: int) -> list[tuple[int, int]]:
     """Every (offset, value) of ``partition`` from offset 0 to its end, read through ``server`` alone."""
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{server.kafka_port}", "group.id": "kt-final",
@@ -165,10 +201,9 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
     with ExitStack() as stack:
         nodes = three_nodes(stack, etcd1, tmp_path)
         n1 = nodes[0]
+        create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS),
+                      NewTopic("kt2", PARTITIONS))  # (kt2's factor -1)
         admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
-        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS),
-                                           NewTopic("kt2", PARTITIONS)], request_timeout=30).values():  # factor -1
-            future.result(30)
         for topic, factor in ((TOPIC, 3), ("kt2", 2)):  # kt2's: default.replication.factor
             eventually(f"{topic}'s partitions led, every replica in the ISR", lambda t=topic, f=factor: all(
                 leader in replicas and len(replicas) == f and isr == sorted(replicas)
@@ -191,32 +226,11 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
         eventually("a leader of each partition of kt", lambda: all(leader_of(nodes, p, 0) for p in range(PARTITIONS)))
 
         history: list[Op] = []
-        failed: list[KafkaError] = []  # a fatal error, or a send given up: never retried
-        producer = Producer({"bootstrap.servers": bootstrap(nodes), "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 120_000,
-                             "error_cb": lambda e: failed.append(e) if e.fatal() else None})
-
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            write = Write(str(msg.partition()), int(msg.value()), None if err else msg.offset())
-            history.append(Send(PRODUCER, (write,), "info" if err else "ok"))
-            if err is not None:
-                failed.append(err)
-
-        values = itertools.count()
-        stop = threading.Event()
-
-        def produce() -> None:
-            while not stop.is_set():
-                value = next(values)
-                producer.produce(TOPIC, str(value).encode(), partition=value % PARTITIONS, on_delivery=delivered)
-                producer.poll(0.01)
-
-        reader = Reader(bootstrap(nodes), history)
-        writer = threading.Thread(target=produce, daemon=True)
+        reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
         reader.start()
         writer.start()
         try:
-            eventually("values acknowledged", lambda: sum(isinstance(op, Send) for op in history) > 20)
+            eventually("values acknowledged", lambda: writer.acked() > 20)
             dead = leader_of(nodes, 0, 0)
             assert dead is not None
             dead_id = nodes.index(dead) + 1
@@ -224,9 +238,8 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             dead.proc.wait(timeout=30)
             survivors = [s for s in nodes if s is not dead]
             eventually("a new leader of partition 0", lambda: leader_of(survivors, 0, 1) is not None)
-            acked = sum(isinstance(op, Send) for op in history)
-            eventually("values acknowledged by the new leader",
-                       lambda: sum(isinstance(op, Send) for op in history) > acked + 50)
+            acked = writer.acked()
+            eventually("values acknowledged by the new leader", lambda: writer.acked() > acked + 50)
             lone = next(p for p, replicas in kt2_replicas.items() if dead_id in replicas)
             eventually(f"kt2-{lone}'s ISR without node {dead_id}", lambda: dead_id not in described(
                 survivors[0], "kt2")[lone][2])  # one member left: below kt2's min.insync.replicas (altered to 2)
@@ -238,12 +251,10 @@ def test_replicated_topics_are_placed_described_and_survive_a_leaders_kill_9(etc
             eventually("the restarted node back in the ISR of every partition",
                        lambda: all(isr == [1, 2, 3] for _, _, isr in described(survivors[0], TOPIC).values()))
         finally:
-            stop.set()
-            writer.join(30)
-            assert producer.flush(120) == 0, "every send answered"
+            writer.stop()
             reader.stopped.set()
             reader.join(30)
-        assert failed == [], failed
+        assert [e for e in writer.errors if e.fatal()] == [] and writer.failed == [], (writer.errors, writer.failed)
         sends = [op for op in history if isinstance(op, Send)]
         assert sends and all(s.outcome == "ok" for s in sends)
         reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]

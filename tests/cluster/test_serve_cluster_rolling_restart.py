@@ -18,31 +18,28 @@ does not hold yet: :class:`LeaderlessWindow`, the one failure the xfail mark exp
 
 from __future__ import annotations
 
-import itertools
 import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster
-from history import FinalRead, Op, Poll, Send, Write, check
+from history import FinalRead, Op, Poll, check
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
-from serve_support import eventually, no_traceback, node, readyz
+from serve_support import create_topics, eventually, no_traceback, node, readyz
 from test_serve_cluster_replicated_topics import (
     ARGS,
     FINAL,
     KT_CONFIGS,
     PARTITIONS,
-    PRODUCER,
     TOPIC,
     Reader,
+    Writer,
     bootstrap,
     described,
     full_read,
@@ -106,37 +103,13 @@ def test_a_rolling_restart_under_load_keeps_every_partition_led_and_every_acknow
         etcd1: EtcdCluster, tmp_path: Path) -> None:
     with ExitStack() as stack:
         nodes = three_nodes(stack, etcd1, tmp_path)
-        admin = AdminClient({"bootstrap.servers": bootstrap(nodes)})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS)], request_timeout=30)[TOPIC].result(30)
+        create_topics(bootstrap(nodes), NewTopic(TOPIC, PARTITIONS, 3, config=KT_CONFIGS))
         eventually("every partition led, its three replicas in the ISR", lambda: all(
             leader in replicas and isr == [1, 2, 3] for leader, replicas, isr in described(nodes[0], TOPIC).values()))
 
         history: list[Op] = []
-        errors: list[KafkaError] = []  # every error the producer reported (error_cb): retriable ones are expected
-        failed: list[KafkaError] = []  # a send given up
-        producer = Producer({"bootstrap.servers": bootstrap(nodes), "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": errors.append})
-
-        def delivered(err: KafkaError | None, msg: Any) -> None:
-            write = Write(str(msg.partition()), int(msg.value()), None if err else msg.offset())
-            history.append(Send(PRODUCER, (write,), "info" if err else "ok"))
-            if err is not None:
-                failed.append(err)
-
-        values = itertools.count()
-        stop = threading.Event()
-
-        def produce() -> None:
-            while not stop.is_set():
-                value = next(values)
-                producer.produce(TOPIC, str(value).encode(), partition=value % PARTITIONS, on_delivery=delivered)
-                producer.poll(0.01)
-
-        def acked() -> int:
-            return sum(isinstance(op, Send) and op.outcome == "ok" for op in history)
-
-        reader = Reader(bootstrap(nodes), history)
-        writer = threading.Thread(target=produce, daemon=True)
+        reader, writer = Reader(bootstrap(nodes), history), Writer(bootstrap(nodes), history)
+        acked = writer.acked
         watch = LeaderWatch([s.kafka_port for s in nodes])
         for thread in (reader, writer, watch):
             thread.start()
@@ -158,15 +131,13 @@ def test_a_rolling_restart_under_load_keeps_every_partition_led_and_every_acknow
                 before = acked()
                 eventually(f"values acknowledged after node {i + 1}'s restart", lambda b=before: acked() > b + 20)
         finally:
-            stop.set()
-            writer.join(30)
-            assert producer.flush(120) == 0, "every send answered"
+            writer.stop()
             reader.stopped.set()
             reader.join(30)
             watch.stopped.set()
             watch.join(30)
-        assert [e for e in errors if e.fatal()] == [], errors
-        assert failed == [], failed
+        assert [e for e in writer.errors if e.fatal()] == [], writer.errors
+        assert writer.failed == [], writer.failed
         reads_of = [(k + 1, server, p) for k, server in enumerate(nodes) for p in range(PARTITIONS)]
         with ThreadPoolExecutor(len(reads_of)) as pool:  # each partition read whole through each node, at once
             finals = list(pool.map(lambda r: FinalRead(FINAL + r[0], str(r[2]), full_read(r[1], r[2])), reads_of))
