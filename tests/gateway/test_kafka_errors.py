@@ -38,6 +38,7 @@ from walgate.gateway.kafka.handlers.common import (
     error_of,
 )
 from walgate.gateway.kafka.handlers.produce import _refused
+from walgate.storage.coordinator_records import UnknownRecordKind
 from walgate.storage.errors import (
     AlreadyExists,
     InvalidValue,
@@ -148,8 +149,9 @@ def _domain_exceptions() -> list[type[BaseException]]:
 DOMAIN_EXCEPTIONS = _domain_exceptions()
 CARRY_THEIR_CODE = {HeartbeatError}
 """Exceptions whose Kafka error is chosen per instance where they are raised, and which their own module answers."""
-SIGNALS = {ReaderGaveUp, NeedTables, Relane, LaneViolation}
-"""Control flow, caught where they are raised for: of the HTTP ingest path (a meta.db reader that cannot answer: the
+SIGNALS = {ReaderGaveUp, NeedTables, Relane, LaneViolation, UnknownRecordKind}
+"""Control flow, caught where they are raised for: a coordinator record's key of a kind a later version writes
+(the replay of a replicated coordinator partition skips it with a warning, KIP-915); of the HTTP ingest path (a meta.db reader that cannot answer: the
 vnode's own lookups; a planner that needs tables looked up: the node looks them up and plans again), of the storage
 lane (a call on vnode lanes that needs the whole lane: its dispatcher runs it again); or a bug's report (a call on
 vnode lanes touching what it does not hold), answered UNKNOWN_SERVER_ERROR and logged with its traceback as every
