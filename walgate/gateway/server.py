@@ -692,8 +692,8 @@ def _coordinators_not_led(engine: Engine) -> None:
     """On the coordinator lane: every coordinator partition is one this node does not lead (a replicated cluster's
     are ``__consumer_offsets``' partitions, loaded as this node leads them: coordinator_replicas.py); the data dir's
     coordinator logs are not read."""
-    logs = engine.store.coordinator.logs
-    logs[:] = [not_led(p) for p in range(len(logs))]
+    for p in range(engine.coordinator_partitions):
+        engine.install_coordinator_log(p, not_led(p))
 
 
 def _clean_now(engine: Engine, node_id: int, max_keys: int, holding: tuple[str, int] | None = None

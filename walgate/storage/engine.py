@@ -35,7 +35,7 @@ from walgate.storage.catalog import MAX_PARTITIONS, REPAIR_HINT, DatabaseDef, St
 from walgate.storage.cleaner import MAP_ENTRIES, Cleaner, CleanStats
 from walgate.storage.clock import SYSTEM_CLOCK, Clock
 from walgate.storage.commit import Commits
-from walgate.storage.coordinator_log import Committed, GroupRecord
+from walgate.storage.coordinator_log import Committed, CoordinatorLog, GroupRecord
 from walgate.storage.coordinator_partitions import DEFAULT_PARTITIONS
 from walgate.storage.damage import Damage
 from walgate.storage.ddl import Ddl
@@ -517,6 +517,11 @@ class Engine:
         """The coordinator log's files (one per coordinator partition), whose group-commit syncs the coordinator
         lane takes."""
         return list(self.store.coordinator.logs)
+
+    def install_coordinator_log(self, partition: int, log: CoordinatorLog) -> None:
+        """On the coordinator lane: ``log`` is coordinator partition ``partition`` now (a replicated cluster's, loaded
+        from or handed over to its ``__consumer_offsets`` partition: gateway/kafka/coordinator_replicas.py)."""
+        self.store.coordinator.logs[partition] = log
 
     def take_coordinator_unsynced(self) -> list[Need]:
         """Group commit, the coordinator lane's own notes (the coordinator log's writes), taken at the end of its

@@ -182,7 +182,7 @@ class CoordinatorReplicas:
 
     def _install(self, log_: ReplicatedCoordinatorLog) -> None:
         """On the coordinator lane: ``log_`` is the engine's coordinator partition ``log_.partition`` now."""
-        self._engine.store.coordinator.logs[log_.partition] = log_
+        self._engine.install_coordinator_log(log_.partition, log_)
 
     # ------------------------------------------------------------ writes
 
