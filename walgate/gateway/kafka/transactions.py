@@ -36,6 +36,21 @@ in one line and runs again at the next interval.
 EndTxn is answered once step 3 is done (or, when step 2 failed, once the decision is durable: the answer is NONE,
 the transaction ends later), so a consumer reading right after a commit sees it.
 
+Replicated transaction coordinators (a cluster with ``replication.enable``; docs/plans/replication-wiring.md step 7):
+a transactional id's coordinator is the leader of its ``__consumer_offsets`` partition
+(:mod:`.coordinator_replicas`), and its state is that partition's records (``["t", id]``), written as the group
+coordinator's are: queued, one batch per round, applied in memory at once but answered only once the in-sync
+replicas hold it; a round they refused takes back what its writes changed (:meth:`TransactionService._restore`:
+Kafka's coordinator keeps a pending state until its append is acknowledged). TxnOffsetCommit's offsets are always
+held by the group's partition (records ``["h", id]``, a proxy :class:`~walgate.coordinator.transactions.Txn`), also
+when this node coordinates the id: they move with the group's partition, and the transaction's marker for that
+partition ends them here as another node's marker does (:meth:`TransactionService.end_proxies`). A node that begins
+to lead a partition loads its states and held offsets (:meth:`TransactionService.install`; the clients get
+COORDINATOR_LOAD_IN_PROGRESS until then) and ends the transactions it finds decided (:meth:`TransactionService.resume`:
+the previous leader may have stopped before their markers); one that stops leading it drops them
+(:meth:`TransactionService.uninstall`). No transaction a partition holds open is an orphan there: the leader of
+its id's partition, wherever that is now, ends it.
+
 Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id is coordinated by the node of its
 group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
 node's partition of an id another node coordinates is added or verified by asking that node
@@ -313,19 +328,21 @@ class TransactionService:
                 out.setdefault(p, []).append((tid, None if part is None else part.to_record()))
         return out
 
-    def _restore(self, tids: set[str]) -> None:
-        """On the coordinator lane, replicated: ``tids``' states as their coordinator partitions hold them (writes
-        the in-sync replicas refused are taken back)."""
+    def _restore(self, tlog: ReplicatedTransactionLog, tids: set[str]) -> None:
+        """On the coordinator lane, replicated: the in-sync replicas refused writes of ``tids`` to ``tlog`` (and so
+        every write of it not durable yet): what those changed in memory is taken back to what ``tlog`` holds (of
+        held offsets, the part of ``tlog``'s partition only: the other partitions' parts are theirs)."""
         for tid in tids:
-            owned = self._logs.get(self._partition_of(tid))
-            record = None if owned is None else owned.records.get(tid)
-            self.coordinator.apply(tid, None if record is None else Txn.from_record(tid, record))
-            held = None
-            for tlog in self._held.values():
-                record = tlog.records.get(tid)
-                if record is not None:
-                    held = merge_proxies(held, Txn.from_record(tid, record))
-            self.coordinator.apply(tid, held, proxy=True)
+            record = tlog.records.get(tid)
+            durable = None if record is None else Txn.from_record(tid, record)
+            if tlog.kind == "t":
+                self.coordinator.apply(tid, durable)
+                continue
+            current = self.coordinator.proxies.get(tid)
+            others = None if current is None else proxy_part(current,
+                                                             lambda g: not self._in_partition(tlog.partition, g))
+            self.coordinator.apply(tid, durable if others is None else
+                                   others if durable is None else merge_proxies(others, durable), proxy=True)
 
     def _decided(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
         step = decide(self.coordinator, self._engine)
@@ -463,7 +480,7 @@ class TransactionService:
         skipped."""
         self._logs[partition], self._held[partition] = states, held
         for tlog in (states, held):
-            tlog.refused = self._restore
+            tlog.refused = functools.partial(self._restore, tlog)
         tids = set(states.records) | set(held.records)
         for tid in tids:
             record = held.records.get(tid)

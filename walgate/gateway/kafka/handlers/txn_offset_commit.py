@@ -21,10 +21,6 @@ Read on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions; the othe
 that does not coordinate the group answers NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) for every partition, after
 the ACL checks, as OffsetCommit does, and a share group's id GROUP_ID_NOT_FOUND.
 
-In a replicated cluster the offsets are always held that way, by the group's coordinator partition (its records,
-replicated: Kafka's pending offsets in ``__consumer_offsets``), also when this node coordinates the transactional id
-too, so they move with the group's partition, whichever node leads the id's partition then.
-
 In cluster mode the transactional id may be another node's (docs/cluster.md, "Transaction coordinators"): this node,
 the group's coordinator, asks that node to take the group into the transaction (v5: AddOffsetsToTxn, a version 2
 add) or whether it is in the ongoing one (v0–v4: AddPartitionsToTxn ``verify_only`` for the group's coordinator
@@ -36,6 +32,10 @@ transaction log, until that node's marker for the group's coordinator partition 
 the producer that arrived while the question was out ended that transaction, and the offsets are refused
 (TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4: Kafka's verification guard) rather than held past it. OffsetFetch with ``require_stable`` answers
 UNSTABLE_OFFSET_COMMIT for them meanwhile.
+
+In a replicated cluster the offsets are always held that way, by the group's coordinator partition (its records,
+replicated: Kafka's pending offsets in ``__consumer_offsets``), also when this node coordinates the transactional id
+too, so they move with the group's partition, whichever node leads the id's partition then.
 """
 
 from __future__ import annotations
