@@ -12,20 +12,27 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_cluster import EtcdCluster
 from serve_support import create_topics, eventually, no_traceback, produce_to
 from test_serve_cluster_replicated_topics import bootstrap, three_nodes
 
 GROUP, TOPIC = "failover-group", "cf"
+_MOVING = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)
 
 
 def _coordinator(servers: str) -> int:
-    """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe)."""
+    """The node FindCoordinator names for :data:`GROUP` (through AdminClient's describe); -1 while the describe gets a
+    retriable error (COORDINATOR_LOAD_IN_PROGRESS while the new leader loads the partition)."""
     admin = AdminClient({"bootstrap.servers": servers})
     [future] = admin.describe_consumer_groups([GROUP], request_timeout=10).values()
-    return future.result(15).coordinator.id
+    try:
+        return future.result(15).coordinator.id
+    except KafkaException as exc:
+        if not exc.args[0].retriable() and exc.args[0].code() not in _MOVING:
+            raise
+        return -1
 
 
 def _committed(servers: str) -> dict[int, int]:

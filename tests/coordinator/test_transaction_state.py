@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,8 @@ from walgate.coordinator.transactions import (
     TransactionCoordinator,
     Txn,
     TxnState,
+    merge_proxies,
+    proxy_part,
 )
 from walgate.wire.errors import ErrorCode
 
@@ -259,7 +262,8 @@ def test_offsets_of_another_nodes_transaction_are_held_by_a_proxy_until_its_mark
     n = Node()
     offset = PendingOffset("g", "t", 0, 7, -1, "", n.now)
     step = n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [offset], n.now, 0))
-    proxy = n.txn()
+    proxy = n.c.proxies[TID]
+    assert TID not in n.c.txns, "kept apart from the ids this node coordinates"
     assert step.error == ErrorCode.none and proxy.proxy and proxy.state is TxnState.ONGOING
     assert (proxy.producer_id, proxy.producer_epoch, proxy.groups, proxy.offsets) == (4097, 3, {"g"}, (offset,))
     assert n.c.pending_offsets("g") == {("t", 0)}, "OffsetFetch require_stable sees it as unstable"
@@ -299,7 +303,7 @@ def test_a_marker_arriving_while_a_group_is_verified_stops_the_late_proxy() -> N
     assert unrelated.error == ErrorCode.none, "a marker of another producer id leaves its guard standing"
     second = n.c.proxy_guard(4097)  # transaction 2, same producer id and epoch
     n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 1, 5, -1, "", n.now)], n.now, second))
-    assert [(o.partition, o.offset) for o in n.txn().offsets] == [(1, 5)]
+    assert [(o.partition, o.offset) for o in n.c.proxies[TID].offsets] == [(1, 5)]
 
 
 def test_the_proxy_guards_remember_a_bounded_number_of_producers_and_refuse_when_unsure() -> None:
@@ -335,8 +339,34 @@ def test_a_proxy_untouched_for_its_timeout_is_due_for_the_question_to_its_coordi
     n = Node()
     n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [PendingOffset("g", "t", 0, 1, -1, "", n.now)], n.now, 0))
     n.init("own")
-    timeout = n.txn().timeout_ms
+    timeout = n.c.proxies[TID].timeout_ms
     assert n.c.proxies_due(n.now + timeout - 1) == []
     n.run(n.c.proxy_offsets(TID, 4097, 3, "g", [], n.now + 10, 0))  # written to again: its timeout starts again
     assert n.c.proxies_due(n.now + timeout) == []
-    assert n.c.proxies_due(n.now + 10 + timeout) == [n.txn()], "the proxy only, not the coordinator's own id"
+    assert n.c.proxies_due(n.now + 10 + timeout) == [n.c.proxies[TID]], "the proxy only, not the coordinator's own id"
+
+
+def test_a_replicated_node_holds_offsets_for_an_id_it_coordinates_too_and_splits_them_by_partition() -> None:
+    """A replicated cluster (``kept_apart``): the states and the held offsets are in different records, so a node
+    that coordinates an id holds offsets for it as well, each apart; a proxy's part per coordinator partition
+    (:func:`proxy_part`) and the parts loaded from several partitions joined again (:func:`merge_proxies`)."""
+    n = Node()
+    n.c.kept_apart = True
+    own = n.init().txn
+    assert own is not None
+    g1, h1 = PendingOffset("g", "t", 0, 7, -1, "", n.now), PendingOffset("h", "t", 1, 9, -1, "", n.now)
+    held = n.run(n.c.proxy_offsets(TID, own.producer_id, own.producer_epoch, "g", [g1], n.now, 0)).txn
+    assert held is not None and n.c.txns[TID] == own, "the id's own state is untouched"
+    held = n.run(n.c.proxy_offsets(TID, own.producer_id, own.producer_epoch, "h", [h1], n.now + 1, 0)).txn
+    assert held is not None and held.groups == {"g", "h"} and n.c.pending_offsets("h") == {("t", 1)}
+    in_g = proxy_part(held, "g".__eq__)
+    in_h = proxy_part(held, "h".__eq__)
+    assert in_g is not None and in_h is not None and proxy_part(held, "x".__eq__) is None
+    assert (in_g.groups, in_g.offsets, in_h.groups, in_h.offsets) == ({"g"}, (g1,), {"h"}, (h1,))
+    joined = merge_proxies(merge_proxies(None, in_g), in_h)
+    assert (joined.groups, set(joined.offsets)) == (held.groups, set(held.offsets))
+    later = replace(in_h, producer_epoch=in_h.producer_epoch + 1, last_update_ms=n.now + 5)
+    assert merge_proxies(in_g, later) == later, "another epoch's: the one written last"
+    assert merge_proxies(later, in_g) == later
+    n.c.apply(TID, None, proxy=True)
+    assert TID not in n.c.proxies and n.c.txns[TID] == own, "dropping the held offsets leaves the state"

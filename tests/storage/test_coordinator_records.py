@@ -34,6 +34,7 @@ from walgate.wire.record_batch import decode_batch, encode_batch, end_txn_marker
 C1 = Committed(5, 2, "meta", 1_700_000_000_000)
 C2 = Committed(9, 3, None, 1_700_000_000_500)
 TXN = {"pid": 7, "epoch": 1, "state": "Ongoing", "partitions": [["t", 0]]}
+HELD = {"pid": 7, "epoch": 1, "state": "Ongoing", "groups": ["g"], "proxy": True}
 
 
 def batches(*groups: list[tuple[bytes, bytes | None]], start: int = 0) -> list[bytes]:
@@ -49,6 +50,14 @@ def state(logs: ReplayedLogs) -> tuple[dict[Any, Any], dict[str, Any], dict[str,
     return dict(logs.offsets.items()), dict(logs.offsets.groups()), dict(logs.transactions.records)
 
 
+def test_held_offsets_of_an_id_replay_apart_from_its_state():
+    """``["h", id]`` records (offsets the partition's groups hold for the id's transaction) go to ``held``, never
+    to the id's own state of the same id."""
+    logs, reports = replay(batches([coordinator_record(("t", "a"), TXN), coordinator_record(("h", "a"), HELD)],
+                                   [coordinator_record(("h", "b"), HELD), coordinator_record(("h", "b"), None)]))
+    assert reports == [] and dict(logs.transactions.records) == {"a": TXN} and dict(logs.held.records) == {"a": HELD}
+
+
 def replay(chunks: list[bytes]) -> tuple[ReplayedLogs, list[str]]:
     reports: list[str] = []
     return replay_records(chunks, reports.append), reports
@@ -61,6 +70,7 @@ def replay(chunks: list[bytes]) -> tuple[ReplayedLogs, list[str]]:
     (("o", "", "t\u00e9\"\\", 2**31 - 1), b'["o","","t\xc3\xa9\\"\\\\",2147483647]'),
     (("g", "group-1"), b'["g","group-1"]'),
     (("t", "txn \u2603"), b'["t","txn \xe2\x98\x83"]'),
+    (("h", "txn"), b'["h","txn"]'),
 ])
 def test_every_key_kind_round_trips(key, raw):
     assert record_key(key) == raw
@@ -69,7 +79,7 @@ def test_every_key_kind_round_trips(key, raw):
 
 @given(st.one_of(
     st.tuples(st.just("o"), st.text(max_size=8), st.text(max_size=8), st.integers(-(2**63), 2**63 - 1)),
-    st.tuples(st.sampled_from(["g", "t"]), st.text(max_size=12)),
+    st.tuples(st.sampled_from(["g", "t", "h"]), st.text(max_size=12)),
 ))
 @fuzz_settings(300)
 def test_keys_round_trip(key):

@@ -12,7 +12,7 @@ from walgate.storage.coordinator_log import Committed
 from walgate.storage.coordinator_records import replay_records
 from walgate.storage.durability import Unsynced
 from walgate.storage.errors import StorageUnavailable
-from walgate.storage.replicated_coordinator_log import ReplicatedCoordinatorLog, not_led
+from walgate.storage.replicated_coordinator_log import ReplicatedCoordinatorLog, ReplicatedTransactionLog, not_led
 
 
 def _log() -> tuple[ReplicatedCoordinatorLog, Unsynced]:
@@ -73,3 +73,43 @@ def test_a_partition_not_led_here_reads_empty_and_refuses_writes() -> None:
     with pytest.raises(StorageUnavailable):
         log.write_groups([("g", {"v": 1})])
     assert log.delete(topic="t") == 0  # nothing of it here: nothing written
+
+
+def test_transaction_states_and_held_offsets_are_records_of_their_own_kind_replayed_apart() -> None:
+    """A transactional id's state (``["t", id]``) and offsets held for its transaction (``["h", id]``) in one
+    partition: the same id in both, each applied once its round succeeded and replayed into its own log."""
+    unsynced = Unsynced(lambda _: None)
+    states = ReplicatedTransactionLog(3, "t", lambda: 1_700_000_000_000, unsynced)
+    held = ReplicatedTransactionLog(3, "h", lambda: 1_700_000_000_000, unsynced)
+    states.append([("app", {"pid": 1, "state": "Ongoing"})])
+    held.append([("app", {"pid": 1, "proxy": True})])
+    assert states.records == {} and held.records == {}, "nothing is seen before its round succeeded"
+    rounds = [log.take_sync() for log in (states, held)]
+    for sync in rounds:
+        assert sync is not None
+        sync.done()
+    assert states.records == {"app": {"pid": 1, "state": "Ongoing"}} and held.records == {"app": {"pid": 1, "proxy": True}}
+    held.append([("app", None)])
+    last = held.take_sync()
+    assert last is not None
+    last.done()
+    replayed = replay_records([sync.body for sync in (*rounds, last) if sync is not None])
+    assert dict(replayed.transactions.records) == states.records and dict(replayed.held.records) == {}
+    again = ReplicatedTransactionLog.loaded(3, "t", replayed.transactions.records, lambda: 0)
+    assert again.records == states.records
+
+
+def test_a_refused_transaction_round_names_every_id_it_refused() -> None:
+    """The ids of the writes a failed round covered and of those queued since go to ``refused`` (the coordinator
+    takes back what it applied ahead of them); nothing is applied."""
+    told: list[set[str]] = []
+    log = ReplicatedTransactionLog(0, "t", lambda: 1, Unsynced(lambda _: None), refused=told.append)
+    log.append([("a", {"pid": 1})])
+    sync = log.take_sync()
+    assert sync is not None
+    log.append([("b", {"pid": 2}), ("c", None)])
+    sync.error = OSError(errno.EAGAIN, "not taken by the in-sync replicas: NOT_LEADER_OR_FOLLOWER")
+    sync.done()
+    assert told == [{"a", "b", "c"}] and log.records == {} and log.take_sync() is None
+    with pytest.raises(StorageUnavailable):
+        ReplicatedTransactionLog(0, "h", lambda: 1).append([("a", {"pid": 1})])  # no gateway round: refused

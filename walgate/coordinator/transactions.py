@@ -64,7 +64,7 @@ from kio.schema.errors import ErrorCode
 __all__ = [
     "DEFAULT_MAX_TIMEOUT_MS", "DEFAULT_ID_EXPIRATION_MS", "DEFAULT_TRANSACTION_VERSION", "MAX_EPOCH",
     "NO_PRODUCER_EPOCH", "Orphan", "PendingOffset", "STATE_NAMES", "Step", "TRANSACTION_VERSIONS",
-    "TransactionCoordinator", "Txn", "TxnState", "epoch_exhausted",
+    "TransactionCoordinator", "Txn", "TxnState", "epoch_exhausted", "merge_proxies", "proxy_part",
 ]
 
 DEFAULT_MAX_TIMEOUT_MS: Final = 900_000
@@ -173,6 +173,27 @@ class Txn:
                    ints[7], ints[8], r.get("proxy", False))
 
 
+def proxy_part(txn: Txn, kept: Callable[[str], bool]) -> Txn | None:
+    """The part of proxy ``txn`` of the groups ``kept`` is true for (their offsets), None when it holds none: what
+    one coordinator partition of a replicated cluster records of offsets held for a transaction."""
+    groups = frozenset(g for g in txn.groups if kept(g))
+    if not groups:
+        return None
+    return replace(txn, groups=groups, offsets=tuple(o for o in txn.offsets if o.group in groups))
+
+
+def merge_proxies(held: Txn | None, part: Txn) -> Txn:
+    """``held`` (offsets held for a transaction, from the partitions loaded before) with ``part`` (another
+    partition's, :func:`proxy_part`): joined when both are of the same producer id and epoch, else the one written
+    last (the other is of a transaction that ended: its coordinator ends one before another starts)."""
+    if held is None:
+        return part
+    if (held.producer_id, held.producer_epoch) != (part.producer_id, part.producer_epoch):
+        return part if part.last_update_ms >= held.last_update_ms else held
+    return replace(held, groups=held.groups | part.groups, offsets=held.offsets + part.offsets,
+                   last_update_ms=max(held.last_update_ms, part.last_update_ms))
+
+
 @dataclass(frozen=True, slots=True)
 class Orphan:
     """Partitions where a producer has a transaction open that the coordinator is not running: the marker to end it
@@ -203,17 +224,23 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
         self.transaction_version = transaction_version  # the finalized transaction.version (the node's own aborts)
-        self.txns: dict[str, Txn] = {}
+        self.txns: dict[str, Txn] = {}  # the transactional ids this node coordinates
+        self.proxies: dict[str, Txn] = {}  # cluster mode: offsets held for another node's transactional ids
         self._markers_seen = 0  # markers for the group coordinator partitions arrived since start (proxy guards)
         self._last_marker: dict[int, int] = {}  # producer id -> the count when its last such marker arrived
         self._forgotten = -1  # the newest count dropped from _last_marker: older guards of unknown ids are stale
+        self.kept_apart = False  # the two tables are written to different logs (a replicated cluster's partitions)
 
-    def apply(self, tid: str, txn: Txn | None) -> None:
-        """The one replay function: ``txn`` is durable (None: the id expired)."""
+    def apply(self, tid: str, txn: Txn | None, proxy: bool = False) -> None:
+        """The one replay function: ``txn`` is durable (None: the id expired, or, ``proxy``, the offsets held for it
+        were ended). A proxy :class:`Txn` is kept apart from the transactional ids this node coordinates: a node may
+        hold another node's offsets of an id and later coordinate that id too (a replicated cluster's coordinators
+        move), as Kafka's group coordinator keeps pending offsets apart from the transaction coordinator's state."""
+        table = self.proxies if (proxy if txn is None else txn.proxy) else self.txns
         if txn is None:
-            self.txns.pop(tid, None)
+            table.pop(tid, None)
         else:
-            self.txns[tid] = txn
+            table[tid] = txn
 
     # ------------------------------------------------------------------ requests
 
@@ -335,7 +362,7 @@ class TransactionCoordinator:
     def pending_offsets(self, group: str) -> set[tuple[str, int]]:
         """The (topic, partition) of ``group`` whose offsets an Ongoing or Prepare* transaction holds pending (not
         yet committed nor dropped): what OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT."""
-        return {(o.topic, o.partition) for t in self.txns.values()
+        return {(o.topic, o.partition) for t in (*self.txns.values(), *self.proxies.values())
                 if t.state is TxnState.ONGOING or t.state in _PREPARE for o in t.offsets if o.group == group}
 
     def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int, tv: int = 0,
@@ -434,9 +461,9 @@ class TransactionCoordinator:
         INVALID_PRODUCER_EPOCH."""
         if self._last_marker.get(producer_id, self._forgotten) > guard:
             return Step(ErrorCode.transaction_abortable)
-        held = self.txns.get(tid)
-        if held is not None and not held.proxy:
+        if tid in self.txns and not self.kept_apart:
             return Step(ErrorCode.invalid_txn_state)  # this node coordinated the id before: it must not be lost
+        held = self.proxies.get(tid)
         if held is not None and held.producer_id == producer_id and held.producer_epoch > epoch:
             return Step(ErrorCode.invalid_producer_epoch)
         if held is None or (held.producer_id, held.producer_epoch) != (producer_id, epoch):
@@ -448,14 +475,14 @@ class TransactionCoordinator:
     def proxies_ended(self, producer_id: int, epoch: int, groups: Callable[[str], bool]) -> list[Txn]:
         """The proxies a marker of ``producer_id`` at ``epoch`` (or a later one) ends: those of groups for which
         ``groups`` is true (the groups of the coordinator partitions the marker names)."""
-        return [t for t in self.txns.values() if t.proxy and t.producer_id == producer_id
+        return [t for t in self.proxies.values() if t.producer_id == producer_id
                 and t.producer_epoch <= epoch and any(groups(g) for g in t.groups)]
 
     def proxies_due(self, now_ms: int) -> list[Txn]:
         """The proxies not written to for their timeout (``transaction.max.timeout.ms`` when made): by then their
         coordinator has ended any transaction they belong to, and the group's node asks it whether one is still
         open (a proxy whose marker will never come is dropped)."""
-        return [t for t in self.txns.values() if t.proxy and t.last_update_ms + t.timeout_ms <= now_ms]
+        return [t for t in self.proxies.values() if t.last_update_ms + t.timeout_ms <= now_ms]
 
     # ------------------------------------------------------------------ completion and timers
 
@@ -492,9 +519,7 @@ class TransactionCoordinator:
         """What the periodic check writes: ongoing transactions past their timeout aborted with an epoch bump, idle
         transactional ids past ``transactional.id.expiration.ms`` removed (None)."""
         out: list[tuple[str, Txn | None]] = []
-        for tid, txn in self.txns.items():
-            if txn.proxy:  # its coordinator, another node, times it out and sends the marker that ends it here
-                continue
+        for tid, txn in self.txns.items():  # (a proxy's coordinator, another node, times it out and ends it here)
             if txn.state is TxnState.ONGOING and txn.start_ms + txn.timeout_ms <= now_ms:
                 out.append((tid, self._fenced(txn, now_ms)))
             elif txn.state in _IDLE and txn.last_update_ms + self.id_expiration_ms <= now_ms:
@@ -514,7 +539,7 @@ class TransactionCoordinator:
         * A producer id no transactional id owns can never commit; Kafka leaves such a transaction hanging. Here it
           is aborted at the last epoch, which fences the producer id, once ``transaction.max.timeout.ms`` has
           passed: by then any timeout it had has expired."""
-        owners = {t.producer_id: t for t in self.txns.values() if not t.proxy}
+        owners = {t.producer_id: t for t in self.txns.values()}
         out = []
         for pid, partitions in sorted(ongoing.items()):
             txn = owners.get(pid)
@@ -552,7 +577,7 @@ class TransactionCoordinator:
         Kafka's ``shouldInclude`` counts it; ``id_pattern``, v2 (KIP-1152): ids the pattern matches whole)."""
         wanted_states, wanted_pids = set(states), set(producer_ids)
         return [t for t in self.txns.values()
-                if not t.proxy and (not wanted_states or t.state.value in wanted_states)
+                if (not wanted_states or t.state.value in wanted_states)
                 and (not wanted_pids or t.producer_id in wanted_pids)
                 and (min_duration_ms < 0 or now_ms - t.start_ms > min_duration_ms)
                 and (id_pattern is None or id_pattern.fullmatch(t.transactional_id) is not None)]

@@ -280,7 +280,7 @@ class Gateway:
             TransactionCoordinator(cfg.transaction_max_timeout_ms, cfg.transactional_id_expiration_ms,
                                    cfg.transaction_version),
             cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            self._group_coordinators, links, led,
+            self._group_coordinators, links, led, replicated=self._group_coordinators is not None and cfg.replication_enable,
         )
         await self._transactions.open()
         return self._transactions

@@ -7,7 +7,8 @@ In a cluster with ``replication.enable`` a coordinator partition is a partition 
 * key: the line's key as canonical JSON, the compact bytes :func:`record_key` writes and :func:`parse_key` alone
   accepts (the partition's log cleaner compares key bytes, so one key must have one encoding):
   ``["o", group, topic, partition]`` an offset commit, ``["g", group]`` a group record, ``["t", transactional id]``
-  a transaction's state;
+  a transaction's state, ``["h", transactional id]`` the offsets the partition's groups hold for that id's
+  transaction (its coordinator may be another partition's leader: Kafka's pending transactional offset commits);
 * value: the checksummed line (:mod:`walgate.storage.lines`, its ``\\n`` included) that the file log writes for
   that key (:func:`~walgate.storage.coordinator_log.record_line`,
   :func:`~walgate.storage.transactions_log.transaction_line`), so a partition's values, concatenated, are a file
@@ -74,10 +75,11 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 CoordinatorRecordKey = (tuple[Literal["o"], str, str, int] | tuple[Literal["g"], str]
-                        | tuple[Literal["t"], str])
-"""A record's key: ``("o", group, topic, partition)``, ``("g", group)`` or ``("t", transactional id)``."""
+                        | tuple[Literal["t"], str] | tuple[Literal["h"], str])
+"""A record's key: ``("o", group, topic, partition)``, ``("g", group)``, ``("t", transactional id)`` or ``("h",
+transactional id)``."""
 
-_ARITY: Final = {"o": 4, "g": 2, "t": 2}
+_ARITY: Final = {"o": 4, "g": 2, "t": 2, "h": 2}
 _OVERHEAD: Final = 12  # the base offset and batch length fields, which the batch length does not count
 
 
@@ -145,11 +147,12 @@ def encode_records(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: 
 
 
 class ReplayedLogs(NamedTuple):
-    """One coordinator partition's state replayed from its records: both logs have no file (see the module
+    """One coordinator partition's state replayed from its records: the logs have no file (see the module
     docstring)."""
 
     offsets: CoordinatorLog
     transactions: TransactionLog
+    held: TransactionLog
 
 
 def replay_records(batches: Iterable[bytes], damage: Callable[[str], None] | None = None,
@@ -158,7 +161,7 @@ def replay_records(batches: Iterable[bytes], damage: Callable[[str], None] | Non
     *into* (records appended since an earlier replay) or new logs, and return them; what is damaged is reported to
     *damage* (a warning logged without it) and skipped, as the module docstring says. Never raises for their
     bytes."""
-    logs = ReplayedLogs(CoordinatorLog(None), TransactionLog(None)) if into is None else into
+    logs = ReplayedLogs(CoordinatorLog(None), TransactionLog(None), TransactionLog(None)) if into is None else into
     report = damage if damage is not None else _warn
     for chunk in batches:
         for base, batch in _split(chunk, report):
@@ -230,6 +233,8 @@ def _replay_record(logs: ReplayedLogs, raw_key: bytes | None, value: bytes | Non
         raise ValueError("the value is not a whole line (no terminating newline)")
     if key[0] == "t":
         _replay_into(logs.transactions, key[1], value)
+    elif key[0] == "h":
+        _replay_into(logs.held, key[1], value)
     elif key[0] == "g":
         _replay_into(logs.offsets, key[1], value)
     else:

@@ -16,21 +16,30 @@ and a round run without that writer is refused. It never compacts: the log clean
 
 A node that does not lead p holds :func:`not_led`'s: empty, every write refused; the gateway answers NOT_COORDINATOR
 before asking it.
+
+The transaction states of p's transactional ids (key ``["t", transactional id]``) and the offsets p's groups hold for
+transactions (key ``["h", transactional id]``) are p's records too, each kind in a :class:`ReplicatedTransactionLog`
+written the same way:
+queued, one batch per round, applied only once the in-sync replicas hold it; when a round is refused, the keys of
+every write it refused are handed to its ``refused`` callback, so that the transaction coordinator, which applied
+them in memory ahead of their durability, takes back its durable states.
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Literal
 
 from walgate.storage.coordinator_log import CoordinatorLog, GroupRecord, Key, Value
 from walgate.storage.coordinator_records import coordinator_record, encode_records
 from walgate.storage.durability import Unsynced
 from walgate.storage.fileio import SyncLatency
+from walgate.storage.group_committed_log import GroupCommittedLog, LogSync
+from walgate.storage.transactions_log import TransactionLog
 
-__all__ = ["OFFSETS_TOPIC", "ReplicatedCoordinatorLog", "not_led"]
+__all__ = ["OFFSETS_TOPIC", "ReplicatedCoordinatorLog", "ReplicatedTransactionLog", "not_led"]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 """The internal topic whose partitions hold a replicated cluster's coordinator partitions."""
@@ -73,3 +82,50 @@ class ReplicatedCoordinatorLog(CoordinatorLog):
 def not_led(partition: int) -> ReplicatedCoordinatorLog:
     """Partition ``partition``'s log on a node that does not lead it now: empty, every write refused."""
     return ReplicatedCoordinatorLog(partition, lambda: 0)
+
+
+class ReplicatedTransactionLog(GroupCommittedLog[str, dict[str, Any]], TransactionLog):
+    """The transaction states (``kind`` "t") or held offsets (``kind`` "h") kept in coordinator partition
+    ``partition`` (module docstring): written with group commit as batches for the gateway to replicate, never to a
+    file; ``refused`` is called (on the coordinator lane) with the transactional ids of the writes a failed round
+    refused. Used on the coordinator lane."""
+
+    UNWRITTEN = "the transaction state is unchanged"
+
+    def __init__(self, partition: int, kind: Literal["t", "h"], clock_ms: Callable[[], int],
+                 unsynced: Unsynced | None = None, syncs: SyncLatency | None = None,
+                 refused: Callable[[set[str]], None] | None = None) -> None:
+        super().__init__(Path(f"{OFFSETS_TOPIC}-{partition}.{kind}"), unsynced, syncs)
+        self.partition = partition
+        self.kind = kind
+        self._clock_ms = clock_ms
+        self.refused = refused
+
+    @classmethod
+    def loaded(cls, partition: int, kind: Literal["t", "h"], replayed: Mapping[str, dict[str, Any]],
+               clock_ms: Callable[[], int], unsynced: Unsynced | None = None, syncs: SyncLatency | None = None
+               ) -> ReplicatedTransactionLog:
+        """The log holding the states ``replayed`` (the partition's replay of ``kind``) holds."""
+        log = cls(partition, kind, clock_ms, unsynced, syncs)
+        log._apply(replayed.items())
+        return log
+
+    def append(self, records: Sequence[tuple[str, dict[str, Any] | None]]) -> None:
+        """Queue ``(transactional id, state or None)`` pairs as one write: applied once the in-sync replicas hold
+        them (the coordinator lane's call returns then, or raises StorageUnavailable when they were refused)."""
+        self._append(list(records))
+
+    def _body(self, records: Sequence[tuple[str, dict[str, Any] | None]]) -> bytes:
+        return encode_records([coordinator_record(("t", tid) if self.kind == "t" else ("h", tid), state) for tid, state in records], self._clock_ms())
+
+    def _append_locked(self, body: bytes) -> None:
+        raise OSError(errno.EOPNOTSUPP, f"{self.path} is written by the gateway's group commit only")
+
+    def _compact(self) -> None:
+        """Never: the log cleaner compacts the partition."""
+
+    def _synced(self, sync: LogSync) -> None:
+        refused = set() if sync.error is None else {tid for _, records in self._pending for tid, _ in records}
+        super()._synced(sync)
+        if refused and self.refused is not None:
+            self.refused(refused)

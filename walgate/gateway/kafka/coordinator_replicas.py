@@ -24,8 +24,11 @@ the group coordinator of a group is the leader of its partition.
   group state is seen and answered only once every in-sync replica holds it, so a new leader loads it, and no lane
   or thread waits for it (a storage-lane call waiting for the coordinator lane never waits on it).
 
-Transactional ids stay with the placement of one-copy coordinators (:mod:`.group_coordinators`): their state is
-not replicated yet.
+The transaction coordinator's part is the same (:meth:`TransactionService.install
+<walgate.gateway.kafka.transactions.TransactionService.install>` and ``uninstall``): a transactional id's coordinator
+is the leader of its partition, its state and the offsets the partition's groups hold for transactions are the
+partition's records, written the same way; a new leader sends the markers of the transactions it loaded decided
+(Prepare*), which the previous leader may not have sent.
 """
 
 from __future__ import annotations
@@ -51,7 +54,12 @@ from walgate.storage.engine import Engine
 from walgate.storage.errors import StorageError, StorageUnavailable
 from walgate.storage.group_committed_log import LogSync
 from walgate.storage.lanes import VnodeKey
-from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedCoordinatorLog, not_led
+from walgate.storage.replicated_coordinator_log import (
+    OFFSETS_TOPIC,
+    ReplicatedCoordinatorLog,
+    ReplicatedTransactionLog,
+    not_led,
+)
 from walgate.wire import batch_header
 from walgate.wire.errors import ErrorCode
 
@@ -163,6 +171,8 @@ class CoordinatorReplicas:
         if self.loaded.pop(p, None) is None:
             return
         await self._coordinator.call(self._install, not_led(p))
+        if self._broker.transactions is not None:
+            await self._coordinator.call(self._broker.transactions.uninstall, p)
         await self._broker.groups.unload_groups(lambda g: partition_for(g, self.partitions) == p)
         log.info("%s partition %d: unloaded (led elsewhere now)", OFFSETS_TOPIC, p)
 
@@ -171,14 +181,22 @@ class CoordinatorReplicas:
         key = (name, p)
         batches = await self._storage.call_on(frozenset([key]), functools.partial(_batches, self._engine, p))
         replayed = replay_records(batches, lambda what: log.error("%s partition %d: %s", OFFSETS_TOPIC, p, what))
-        loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, self._engine.clock.time_ms,
-                                                 self._engine.store.coordinator_unsynced, self._engine.syncs)
-        self._group_commit.own(self._coordinator, [loaded], functools.partial(self._write_round, key, epoch))
+        clock, unsynced, syncs = self._engine.clock.time_ms, self._engine.store.coordinator_unsynced, self._engine.syncs
+        loaded = ReplicatedCoordinatorLog.loaded(p, replayed.offsets, clock, unsynced, syncs)
+        states = ReplicatedTransactionLog.loaded(p, "t", replayed.transactions.records, clock, unsynced, syncs)
+        held = ReplicatedTransactionLog.loaded(p, "h", replayed.held.records, clock, unsynced, syncs)
+        self._group_commit.own(self._coordinator, [loaded, states, held],
+                               functools.partial(self._write_round, key, epoch))
         await self._coordinator.call(self._install, loaded)
+        txns = self._broker.transactions
+        decided = [] if txns is None else await self._coordinator.call(txns.install, p, states, held)
         await self._broker.groups.load_groups(loaded.groups())
         self.loaded[p] = epoch
-        log.info("%s partition %d: loaded in leader epoch %d (%d offsets, %d groups)", OFFSETS_TOPIC, p, epoch,
-                 sum(1 for _ in loaded.items()), len(loaded.groups()))
+        log.info("%s partition %d: loaded in leader epoch %d (%d offsets, %d groups, %d transactional ids, %d "
+                 "holding offsets)", OFFSETS_TOPIC, p, epoch, sum(1 for _ in loaded.items()), len(loaded.groups()),
+                 len(states.records), len(held.records))
+        if txns is not None:
+            txns.resume(decided)
 
     def _install(self, log_: ReplicatedCoordinatorLog) -> None:
         """On the coordinator lane: ``log_`` is the engine's coordinator partition ``log_.partition`` now."""

@@ -16,8 +16,8 @@ broker does not lead, and the client looks its coordinator up again. On a single
 In a replicated cluster (``replication.enable``) a group's coordinator partition is a partition of the internal
 topic ``__consumer_offsets`` and its node the partition's leader (:attr:`GroupCoordinators.replicated`,
 :mod:`.coordinator_replicas`): the placement of groups is the leaders' now, and a group of a partition this node
-leads but has not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS. Transactional ids keep the placement above
-(their state has one copy yet).
+leads but has not loaded yet answers COORDINATOR_LOAD_IN_PROGRESS. Transactional ids are placed the same way, in
+both kinds of cluster: an id's partition is ``abs(hashCode(id)) % N`` too.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ class GroupCoordinators:
         self.replicated: ReplicatedCoordinators | None = None
         self._lock = asyncio.Lock()  # one read or decision at a time
 
-    async def placement(self, transactional: bool = False) -> CoordinatorPlacement:
-        """The node of each coordinator partition, of groups (``transactional``: of transactional ids). Raises
+    async def placement(self) -> CoordinatorPlacement:
+        """The node of each coordinator partition (of groups and transactional ids alike). Raises
         :class:`ControlPlaneError` when it cannot be known now."""
-        if self.replicated is not None and not transactional:
+        if self.replicated is not None:
             return await self.replicated.placement()
         return await self._placed()
 
@@ -117,10 +117,10 @@ class GroupCoordinators:
                          self.member.keys.cluster_id, self.partitions, ",".join(map(str, decided.nodes)))
         return CoordinatorPlacement.decode(bytes(kv.value), self.partitions)
 
-    async def owner(self, key: str, transactional: bool = False) -> int:
-        """The node coordinating group ``key`` (``transactional``: transactional id ``key``); -1 when none does now
-        (raises as :meth:`placement`)."""
-        return (await self.placement(transactional)).owner(key)
+    async def owner(self, key: str) -> int:
+        """The node coordinating group or transactional id ``key``; -1 when none does now (raises as
+        :meth:`placement`)."""
+        return (await self.placement()).owner(key)
 
 
 async def refusal(coordinators: GroupCoordinators | None, key: str, transactional: bool = False) -> int:
@@ -132,7 +132,7 @@ async def refusal(coordinators: GroupCoordinators | None, key: str, transactiona
     if coordinators is None:
         return ErrorCode.none
     try:
-        owner = await coordinators.owner(key, transactional)
+        owner = await coordinators.owner(key)
     except ControlPlaneError as e:
         log.warning("the coordinator of %s %r is not known: %s", "transactional id" if transactional else "group",
                     key, e)
@@ -140,6 +140,6 @@ async def refusal(coordinators: GroupCoordinators | None, key: str, transactiona
     if owner != coordinators.member.node_id:
         return ErrorCode.coordinator_not_available if owner < 0 else ErrorCode.not_coordinator
     replicated = coordinators.replicated
-    if replicated is not None and not transactional and replicated.loading(key):
+    if replicated is not None and replicated.loading(key):
         return ErrorCode.coordinator_load_in_progress
     return ErrorCode.none

@@ -36,6 +36,21 @@ in one line and runs again at the next interval.
 EndTxn is answered once step 3 is done (or, when step 2 failed, once the decision is durable: the answer is NONE,
 the transaction ends later), so a consumer reading right after a commit sees it.
 
+Replicated transaction coordinators (a cluster with ``replication.enable``; docs/plans/replication-wiring.md step 7):
+a transactional id's coordinator is the leader of its ``__consumer_offsets`` partition
+(:mod:`.coordinator_replicas`), and its state is that partition's records (``["t", id]``), written as the group
+coordinator's are: queued, one batch per round, applied in memory at once but answered only once the in-sync
+replicas hold it; a round they refused takes back what its writes changed (:meth:`TransactionService._restore`:
+Kafka's coordinator keeps a pending state until its append is acknowledged). TxnOffsetCommit's offsets are always
+held by the group's partition (records ``["h", id]``, a proxy :class:`~walgate.coordinator.transactions.Txn`), also
+when this node coordinates the id: they move with the group's partition, and the transaction's marker for that
+partition ends them here as another node's marker does (:meth:`TransactionService.end_proxies`). A node that begins
+to lead a partition loads its states and held offsets (:meth:`TransactionService.install`; the clients get
+COORDINATOR_LOAD_IN_PROGRESS until then) and ends the transactions it finds decided (:meth:`TransactionService.resume`:
+the previous leader may have stopped before their markers); one that stops leading it drops them
+(:meth:`TransactionService.uninstall`). No transaction a partition holds open is an orphan there: the leader of
+its id's partition, wherever that is now, ends it.
+
 Cluster mode (docs/cluster.md, "Transaction coordinators"): a transactional id is coordinated by the node of its
 group coordinator partition; the handlers answer NOT_COORDINATOR for another node's. A transactional Produce to this
 node's partition of an id another node coordinates is added or verified by asking that node
@@ -52,10 +67,11 @@ orphans.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from walgate.cluster.model import ControlPlaneError
 from walgate.coordinator.offsets import OffsetCommitRecord
@@ -68,6 +84,8 @@ from walgate.coordinator.transactions import (
     TransactionCoordinator,
     Txn,
     TxnState,
+    merge_proxies,
+    proxy_part,
 )
 from walgate.gateway.kafka.group_coordinators import GroupCoordinators
 from walgate.gateway.kafka.groups import now_ms
@@ -76,10 +94,12 @@ from walgate.gateway.kafka.node_links import NodeLinks, NodeUnreachable
 from walgate.gateway.kafka.txn_remote import add_offsets, add_partitions, write_markers
 from walgate.gateway.storage_thread import StorageThread
 from walgate.replication.partition import NO_LEADER
+from walgate.storage.coordinator_partitions import partition_for
 from walgate.storage.engine import Engine
 from walgate.storage.errors import NotFound, NotHere, StorageUnavailable
 from walgate.storage.led_appends import LedAppend, recording
 from walgate.storage.producers import ProducerIds
+from walgate.storage.replicated_coordinator_log import OFFSETS_TOPIC, ReplicatedTransactionLog
 from walgate.storage.transactions_log import TRANSACTIONS_LOG, TransactionLog
 from walgate.wire.errors import ErrorCode
 
@@ -95,10 +115,6 @@ COORDINATOR_EPOCH: Final = 0
 _RETRY_S: Final = (0.2, 2.0)
 """The first and the longest wait before ending a decided transaction again after a node did not write its markers."""
 
-
-OFFSETS_TOPIC: Final = "__consumer_offsets"
-"""The topic name a WriteTxnMarkers gives a group coordinator partition (Kafka's offsets topic): a marker there ends
-a transaction's offsets held by the group's coordinator, another node than the transaction's."""
 
 ABORTABLE_SINCE: Final[Mapping[str, int]] = {"produce": 11, "txn_offset_commit": 4}
 """The first version of each API that may answer TRANSACTION_ABORTABLE (KIP-890); older ones get INVALID_TXN_STATE
@@ -172,12 +188,15 @@ class TransactionService:
     def __init__(self, engine: Engine, lane: StorageThread, storage: StorageThread,
                  coordinator: TransactionCoordinator, check_interval_ms: int = 10_000,
                  coordinators: GroupCoordinators | None = None, links: NodeLinks | None = None,
-                 led: Callable[[], LedVnodes | None] | None = None) -> None:
+                 led: Callable[[], LedVnodes | None] | None = None, replicated: bool = False) -> None:
         """``lane``: the coordinator lane (the state machine and its log); ``storage``: the storage lane (markers);
         cluster mode: ``coordinators`` places transactional ids as groups, ``links`` reaches the other nodes, ``led``
         the node's replica manager (None until it runs): a replicated partition's marker goes to its leader and
-        counts once its in-sync replicas hold it."""
+        counts once its in-sync replicas hold it; ``replicated``: the states are kept in the coordinator partitions
+        this node leads (a replicated cluster: "Replicated transaction coordinators" in the module docstring)."""
         self.coordinators = coordinators
+        self.replicated = replicated
+        coordinator.kept_apart = replicated
         self.links = links
         self._led = led
         self.coordinator = coordinator
@@ -185,12 +204,16 @@ class TransactionService:
         self.storage = storage
         self._engine = engine  # its markers on the storage lane; its topics snapshot, producer ids, offsets on the lane
         self._offsets = EngineOffsetStore(engine)
-        self._log: TransactionLog | None = None
+        self._log: TransactionLog | None = None  # the file (not replicated)
+        # replicated: by coordinator partition led and loaded, the transaction states and the held offsets
+        self._logs: dict[int, ReplicatedTransactionLog] = {}
+        self._held: dict[int, ReplicatedTransactionLog] = {}
         self._check_interval_ms = check_interval_ms
         self._completing: set[str] = set()  # transactional ids whose markers are being written
         self._orphans: list[Orphan] = []  # open transactions no transactional id runs (storage lane)
         self._task: asyncio.Task[None] | None = None
         self._retries: dict[str, asyncio.Task[None]] = {}  # decided transactions ended again soon (a node refused)
+        self._resuming: set[asyncio.Task[None]] = set()  # decided transactions a new leader loaded, being ended
         self._failures: dict[str, str] = {}  # why each of them was not ended, as last logged
         # per decided transaction (by id, for its producer id, epoch, decision and start): the partitions whose markers are
         # durable already (this node's and other nodes' that answered), which a retry does not write or send again
@@ -259,14 +282,67 @@ class TransactionService:
                 kept.append(replace(orphan, partitions=refused))
         self._orphans = kept
 
-    def record(self, changes: Iterable[tuple[str, Txn | None]]) -> None:
-        """On the coordinator lane: make ``changes`` durable, then apply them (StorageUnavailable: nothing
-        changed)."""
+    def record(self, changes: Iterable[tuple[str, Txn | None]], proxy: bool = False) -> None:
+        """On the coordinator lane: make ``changes`` (``proxy``: of offsets held for other nodes' transactions)
+        durable, then apply them (StorageUnavailable: nothing changed). Replicated: the writes are queued to their
+        coordinator partitions and applied at once; the lane call returns once the in-sync replicas hold them, or
+        raises StorageUnavailable, and what they changed is taken back (:meth:`_restore`)."""
         changes = list(changes)
-        assert self._log is not None, "TransactionService.open() was not awaited"
-        self._log.append([(tid, None if txn is None else txn.to_record()) for tid, txn in changes])
+        if not self.replicated:
+            assert self._log is not None, "TransactionService.open() was not awaited"
+            self._log.append([(tid, None if txn is None else txn.to_record()) for tid, txn in changes])
+        else:
+            logs = self._held if proxy else self._logs
+            writes = self._partition_writes(changes, proxy)
+            missing = sorted(set(writes) - set(logs))
+            if missing:
+                raise StorageUnavailable(f"{OFFSETS_TOPIC} partitions {missing} are not led here now: the "
+                                         "transaction state is unchanged")
+            for p, records in writes.items():
+                logs[p].append(records)
         for tid, txn in changes:
-            self.coordinator.apply(tid, txn)
+            self.coordinator.apply(tid, txn, proxy)
+
+    def _partition_of(self, key: str) -> int:
+        assert self.coordinators is not None
+        return partition_for(key, self.coordinators.partitions)
+
+    def _in_partition(self, partition: int, key: str) -> bool:
+        return self._partition_of(key) == partition
+
+    def _partition_writes(self, changes: list[tuple[str, Txn | None]], proxy: bool
+                          ) -> dict[int, list[tuple[str, dict[str, Any] | None]]]:
+        """Replicated: the records of ``changes`` by coordinator partition: a transactional id's state in the
+        id's partition; offsets held for a transaction (``proxy``) in each of their groups' partitions, each
+        partition's record holding its groups' part (:func:`proxy_part`), a tombstone where the new state holds
+        none of the groups it held."""
+        out: dict[int, list[tuple[str, dict[str, Any] | None]]] = {}
+        for tid, txn in changes:
+            if not proxy:
+                out.setdefault(self._partition_of(tid), []).append((tid, None if txn is None else txn.to_record()))
+                continue
+            before = self.coordinator.proxies.get(tid)
+            held = {self._partition_of(g) for t in (before, txn) if t is not None for g in t.groups}
+            for p in sorted(held):
+                part = None if txn is None else proxy_part(txn, functools.partial(self._in_partition, p))
+                out.setdefault(p, []).append((tid, None if part is None else part.to_record()))
+        return out
+
+    def _restore(self, tlog: ReplicatedTransactionLog, tids: set[str]) -> None:
+        """On the coordinator lane, replicated: the in-sync replicas refused writes of ``tids`` to ``tlog`` (and so
+        every write of it not durable yet): what those changed in memory is taken back to what ``tlog`` holds (of
+        held offsets, the part of ``tlog``'s partition only: the other partitions' parts are theirs)."""
+        for tid in tids:
+            record = tlog.records.get(tid)
+            durable = None if record is None else Txn.from_record(tid, record)
+            if tlog.kind == "t":
+                self.coordinator.apply(tid, durable)
+                continue
+            current = self.coordinator.proxies.get(tid)
+            others = None if current is None else proxy_part(current,
+                                                             lambda g: not self._in_partition(tlog.partition, g))
+            self.coordinator.apply(tid, durable if others is None else
+                                   others if durable is None else merge_proxies(others, durable), proxy=True)
 
     def _decided(self, decide: Callable[[TransactionCoordinator, Engine], Step]) -> Step:
         step = decide(self.coordinator, self._engine)
@@ -319,15 +395,16 @@ class TransactionService:
 
     async def _offsets_elsewhere(self, txn: Txn) -> dict[int, list[tuple[str, int]]]:
         """Cluster mode: the coordinator partitions (as :data:`OFFSETS_TOPIC` partitions) of the groups of ``txn``
-        that other nodes coordinate, by node: those nodes hold the offsets TxnOffsetCommit gave them, which a marker
-        there ends (Kafka's marker in ``__consumer_offsets``)."""
+        that other nodes coordinate (replicated: all of them, this node's too), by node: those nodes hold the
+        offsets TxnOffsetCommit gave them, which a marker there ends (Kafka's marker in ``__consumer_offsets``)."""
         if self.coordinators is None or not txn.groups:
             return {}
         placement = await self.coordinators.placement()
         out: dict[int, list[tuple[str, int]]] = {}
         for group in sorted(txn.groups):
             node, partition = placement.owner(group), placement.partition(group)
-            if node != self.coordinators.member.node_id and (OFFSETS_TOPIC, partition) not in out.get(node, []):
+            if (self.replicated or node != self.coordinators.member.node_id) and (
+                    OFFSETS_TOPIC, partition) not in out.get(node, []):
                 out.setdefault(node, []).append((OFFSETS_TOPIC, partition))
         return out
 
@@ -386,11 +463,60 @@ class TransactionService:
 
     async def open(self) -> None:
         """Load the durable state, end the transactions partitions hold open that no transactional id runs (now, or
-        once due), finish the transactions a stop left decided, start the periodic check."""
-        await self.lane.call(self._load)
-        await self._reconcile()
-        await self._finish_decided()
+        once due), finish the transactions a stop left decided, start the periodic check. Replicated: the states
+        come with the coordinator partitions this node leads (:meth:`install`), and no transaction a partition
+        holds open is an orphan (its coordinator may be any node, which sends its markers)."""
+        if not self.replicated:
+            await self.lane.call(self._load)
+            await self._reconcile()
+            await self._finish_decided()
         self._task = asyncio.get_running_loop().create_task(self._checks(), name="walgate-txn-timer")
+
+    def install(self, partition: int, states: ReplicatedTransactionLog, held: ReplicatedTransactionLog) -> list[str]:
+        """On the coordinator lane, replicated: coordinator partition ``partition`` is led here and loaded, its
+        transaction states and held offsets in ``states`` and ``held`` (Kafka's
+        ``TransactionStateManager.loadTransactionsForTxnTopicPartition``); the ids of its transactions decided and
+        not complete, whose markers the caller sends (:meth:`finish`). A state that does not read is reported and
+        skipped."""
+        self._logs[partition], self._held[partition] = states, held
+        for tlog in (states, held):
+            tlog.refused = functools.partial(self._restore, tlog)
+        tids = set(states.records) | set(held.records)
+        for tid in tids:
+            record = held.records.get(tid)
+            current = self.coordinator.proxies.get(tid)
+            try:
+                owned = states.records.get(tid)
+                if owned is not None:
+                    self.coordinator.apply(tid, Txn.from_record(tid, owned))
+                if record is not None:
+                    self.coordinator.apply(tid, merge_proxies(current, Txn.from_record(tid, record)))
+            except (KeyError, TypeError, ValueError) as exc:
+                self._engine.damage_log.report(states.path, 0, 0, f"{OFFSETS_TOPIC} partition {partition}: the "
+                                               f"transaction state of {tid!r} does not read ({exc!r}); it is "
+                                               "forgotten", "skipped")
+        return [tid for tid in states.records if self._prepared(tid) is not None]
+
+    def resume(self, tids: Iterable[str]) -> None:
+        """Replicated, on the event loop: end the decided transactions of ``tids`` (steps 2 and 3, as
+        :meth:`finish`) in the background: a new leader of their partition sends their markers, which the previous
+        one may not have sent."""
+        for tid in tids:
+            task = asyncio.get_running_loop().create_task(self.finish(tid), name=f"walgate-txn-resume-{tid}")
+            self._resuming.add(task)
+            task.add_done_callback(self._resuming.discard)
+
+    def uninstall(self, partition: int) -> None:
+        """On the coordinator lane, replicated: coordinator partition ``partition`` is no longer led here: its
+        transactional ids' states and the offsets its groups hold are dropped from memory (Kafka's
+        ``removeTransactionsForTxnTopicPartition``); the transactions being ended stop at their next step."""
+        self._logs.pop(partition, None)
+        self._held.pop(partition, None)
+        for tid in [tid for tid in self.coordinator.txns if self._partition_of(tid) == partition]:
+            self.coordinator.apply(tid, None)
+            self._written.pop(tid, None)
+        for tid, txn in list(self.coordinator.proxies.items()):
+            self.coordinator.apply(tid, proxy_part(txn, lambda g: not self._in_partition(partition, g)), proxy=True)
 
     async def call(self, fn: Callable[[TransactionCoordinator], T]) -> T:
         """A read of the coordinator's state on the coordinator lane."""
@@ -427,6 +553,11 @@ class TransactionService:
                 written.update(done)
                 for node, partitions in (await self._offsets_elsewhere(txn)).items():
                     elsewhere.setdefault(node, []).extend(tp for tp in partitions if tp not in written)
+                here = elsewhere.pop(self.coordinators.member.node_id, []) if self.coordinators is not None else []
+                if here:  # replicated: offsets this node's groups hold, ended as another node's marker ends them
+                    await self.end_proxies(txn.producer_id, txn.producer_epoch,
+                                           txn.state is TxnState.PREPARE_COMMIT, [p for _, p in here])
+                    written.update(here)
                 await self._remote_markers(txn, {n: ps for n, ps in elsewhere.items() if ps}, written)
                 if refused is not None:
                     raise StorageUnavailable(refused)
@@ -513,9 +644,9 @@ class TransactionService:
                 continue
 
             def drop(seen: Txn = proxy) -> bool:
-                if self.coordinator.txns.get(seen.transactional_id) != seen:
+                if self.coordinator.proxies.get(seen.transactional_id) != seen:
                     return False
-                self.record([(seen.transactional_id, None)])
+                self.record([(seen.transactional_id, None)], proxy=True)
                 return True
 
             if await self.lane.call(drop):
@@ -592,7 +723,7 @@ class TransactionService:
         :class:`ControlPlaneError` when the coordinators' placement cannot be read now."""
         if self.coordinators is None:
             return None
-        owner = await self.coordinators.owner(tid, transactional=True)
+        owner = await self.coordinators.owner(tid)
         return None if owner == self.coordinators.member.node_id else owner
 
     async def join_remote(self, node: int, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
@@ -633,21 +764,30 @@ class TransactionService:
         assert self.coordinators is not None
         placement = await self.coordinators.placement()
         wanted = set(partitions)
+        if self.replicated and not wanted <= set(self._held):  # led elsewhere, or not loaded yet: the sender retries
+            raise StorageUnavailable(f"{OFFSETS_TOPIC} partitions {sorted(wanted - set(self._held))} are not led "
+                                     "and loaded here")
 
-        def end() -> None:
+        def end() -> list[Txn]:
             self.coordinator.marker_arrived(producer_id)
-            for txn in self.coordinator.proxies_ended(producer_id, epoch, lambda g: placement.partition(g) in wanted):
-                if commit:
+            ended = self.coordinator.proxies_ended(producer_id, epoch, lambda g: placement.partition(g) in wanted)
+            if commit:
+                for txn in ended:
                     self._commit_offsets(txn)
-                self.record([(txn.transactional_id, None)])
+            return ended
 
-        await self.lane.call(end)
+        def drop(ended: list[Txn]) -> None:
+            self.record([(t.transactional_id, None) for t in ended
+                         if self.coordinator.proxies.get(t.transactional_id) == t], proxy=True)
+
+        # the offsets durable first, then the proxies dropped: a refusal in between leaves them to the sender's retry
+        await self.lane.call(drop, await self.lane.call(end))
 
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        for task in self._retries.values():
+        for task in (*self._retries.values(), *self._resuming):
             task.cancel()
         if self.links is not None:
             self.links.close()

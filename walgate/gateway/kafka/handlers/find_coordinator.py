@@ -97,7 +97,7 @@ async def _one(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> 
         return _refused(key, ErrorCode.group_authorization_failed, "Not authorized to access group")
     if broker.coordinators is not None:
         try:
-            owner = await broker.coordinators.owner(key, transactional=key_type == _TRANSACTION)
+            owner = await broker.coordinators.owner(key)
         except ControlPlaneError as e:
             return _refused(key, ErrorCode.coordinator_not_available, f"The coordinator is not available: {e}")
         return _node(broker, ctx, key, owner, f"{'group' if key_type == _GROUP else 'transactional id'} {key}")

@@ -32,6 +32,10 @@ transaction log, until that node's marker for the group's coordinator partition 
 the producer that arrived while the question was out ended that transaction, and the offsets are refused
 (TRANSACTION_ABORTABLE, INVALID_TXN_STATE before v4: Kafka's verification guard) rather than held past it. OffsetFetch with ``require_stable`` answers
 UNSTABLE_OFFSET_COMMIT for them meanwhile.
+
+In a replicated cluster the offsets are always held that way, by the group's coordinator partition (its records,
+replicated: Kafka's pending offsets in ``__consumer_offsets``), also when this node coordinates the transactional id
+too, so they move with the group's partition, whichever node leads the id's partition then.
 """
 
 from __future__ import annotations
@@ -131,8 +135,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
         )
         pending = [PendingOffset(r.group_id, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
                                  r.commit_timestamp_ms) for r in plan.records]
-        if coordinator is not None:  # held here, the group's node, until the transaction's marker comes
-            step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now, guard)
+        held = coordinator is not None or svc.replicated
+        if held:  # held here, the group's node, until the transaction's marker comes
+            step = svc.coordinator.proxy_offsets(tid, producer_id, epoch, group, pending, now,
+                                                 guard if coordinator is not None else
+                                                 svc.coordinator.proxy_guard(producer_id))
             if step.error != ErrorCode.none or step.txn is None:
                 return _failed(topics, _refused(step.error, ctx.api_version)), []
             change: Txn | None = step.txn
@@ -140,7 +147,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRe
             change = svc.coordinator.add_offsets_pending(tid, pending, now, joined) if pending or joined else None
         if change is not None:
             try:
-                svc.record([(tid, change)])
+                if held and joined is not None:  # replicated, this node's id: the group joined its transaction
+                    svc.record([(tid, joined)])
+                svc.record([(tid, change)], proxy=held)
             except Exception as exc:  # noqa: BLE001 - answered per partition
                 code = error_of(exc, TRANSACTIONS)
                 failed = plan.failed({(r.topic, r.partition): code for r in plan.records})
