@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,8 +72,12 @@ class GroupCommit:
 
     def __init__(self, storage: StorageThread, threads: int = SYNC_THREADS) -> None:
         self._storage = storage
-        self._owners: dict[int, StorageThread] = {}  # id(file) -> its lane, for files not the storage lane's
-        self._writers: dict[int, Callable[[Sync], Awaitable[None]]] = {}  # id(file) -> what runs its syncs
+        # file -> its lane, for files not the storage lane's; file -> what runs its syncs. Weak: a replicated
+        # coordinator partition's logs are replaced at every change of its leader, and a forgotten one must not
+        # leave its lane or writer behind (nor, by its id, to a file made later at its address)
+        self._owners: weakref.WeakKeyDictionary[Syncable, StorageThread] = weakref.WeakKeyDictionary()
+        self._writers: weakref.WeakKeyDictionary[Syncable, Callable[[Sync], Awaitable[None]]] = \
+            weakref.WeakKeyDictionary()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="walgate-sync")
         self._files: dict[int, _File] = {}  # id(file) -> state, while it has waiters or a round
 
@@ -84,9 +89,9 @@ class GroupCommit:
         replicated coordinator partition's, whose write waits for other lanes and nodes
         (:mod:`walgate.gateway.kafka.coordinator_replicas`), so that no thread waits for them."""
         for file in files:
-            self._owners[id(file)] = lane
+            self._owners[file] = lane
             if writer is not None:
-                self._writers[id(file)] = writer
+                self._writers[file] = writer
 
     async def wait(self, needs: list[Need]) -> None:
         """Return once every need is durable; StorageUnavailable (the first) when an fdatasync covering one
@@ -134,7 +139,7 @@ class GroupCommit:
         sync: Sync | None = None
         try:
             while True:
-                durable, following = await self._owners.get(id(state.file), self._storage).call_on(
+                durable, following = await self._owners.get(state.file, self._storage).call_on(
                     _lane_of(state.file), functools.partial(_advance, state.file, sync))
                 self._settle(state, durable, sync)
                 failed, sync = sync is not None and sync.error is not None, None
@@ -146,7 +151,7 @@ class GroupCommit:
                     continue
                 if failed:
                     await asyncio.sleep(RETRY_S)
-                writer = self._writers.get(id(state.file))
+                writer = self._writers.get(state.file)
                 if writer is None:
                     await loop.run_in_executor(self._pool, following.run)
                 else:
