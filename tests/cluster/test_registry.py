@@ -114,6 +114,40 @@ async def test_a_restart_before_the_lease_expired_replaces_the_old_registration(
         await again.close()
 
 
+async def test_a_controlled_shutdown_marks_the_registration_it_keeps(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """KIP-631: the mark is written on the same key, lease and broker epoch (the node stays registered); a
+    registration made again after a lost lease keeps it; a registration replaced meanwhile (a new process of the
+    data dir) is not marked by the old one."""
+    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    try:
+        epoch = await node.registration.register()
+        lease = node.registration.lease_id
+        assert await node.registration.shut_down()
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.lease == lease and kv.create_revision == epoch
+        assert broker_epoch(kv.value, kv.create_revision) == epoch and NodeInfo.decode(kv.value).shutting_down
+        await eventually("the registration expires", lambda: _absent(node, KEYS.node(1)))
+        node.start("registration")
+        await eventually("registered again", lambda: _registered_on_another_lease(node, lease))
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and NodeInfo.decode(kv.value).shutting_down
+        assert broker_epoch(kv.value, kv.create_revision) == node.registration.epoch == epoch
+    finally:
+        await node.close()
+    old = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=30)
+    again = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=30)
+    try:
+        await old.registration.register()
+        await again.registration.register()  # revokes the old process's lease: the key is the new one's
+        assert not await old.registration.shut_down()
+        kv = await again.session.get(KEYS.node(2))
+        assert kv is not None and not NodeInfo.decode(kv.value).shutting_down
+    finally:
+        await again.registration.close()
+        await again.close()
+        await old.close()
+
+
 async def _absent(node: Node, key: bytes) -> bool:
     return await node.session.get(key) is None
 
