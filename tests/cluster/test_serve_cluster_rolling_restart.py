@@ -66,10 +66,9 @@ class LeaderWatch(threading.Thread):
     node (made again at the next request when it fails: the node stopped, or is starting), until stopped;
     ``leaderless`` collects (time.monotonic(), port, partition, error code, leader) of each partition answered
     without a leader while its ISR, as answered, has a registered member (not among its offline replicas: a live
-    replica could lead it), or while the node answering read no partition state of it (leader epoch -1);
-    ``offline`` counts those answered without a leader whose ISR has none (Kafka's offline partition: its last
-    in-sync replica stopped, or lost its lease on this loaded machine, until it is back); ``answered`` counts the
-    answers of each port."""
+    replica could lead it), or while the node answering read no partition state of it (leader epoch -1), not one
+    whose ISR has none (Kafka's offline partition: its last in-sync replica stopped, or lost its lease on this loaded
+    machine, until it is back); ``answered`` counts the answers of each port."""
 
     def __init__(self, ports: list[int], topic: str = TOPIC) -> None:
         super().__init__(daemon=True)
@@ -78,7 +77,6 @@ class LeaderWatch(threading.Thread):
                                        allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         self.leaderless: list[tuple[float, int, int, int, int]] = []
         self.answered = dict.fromkeys(ports, 0)
-        self.offline = 0
 
     @property
     def answers(self) -> int:
@@ -95,14 +93,9 @@ class LeaderWatch(threading.Thread):
                     except AdminError:  # not listening now (stopped, or not started yet), or it closed the connection
                         continue
                     self.answered[port] += 1
-                    for p in topic.partitions:
-                        if p.leader_id >= 0 and p.error_code == 0:
-                            continue
-                        if p.leader_epoch < 0 or set(p.isr_nodes) - set(p.offline_replicas):
-                            self.leaderless.append((time.monotonic(), port, p.partition_index, p.error_code,
-                                                    p.leader_id))
-                        else:
-                            self.offline += 1
+                    self.leaderless += [(time.monotonic(), port, p.partition_index, p.error_code, p.leader_id)
+                                        for p in topic.partitions if (p.leader_id < 0 or p.error_code != 0) and (
+                                            p.leader_epoch < 0 or set(p.isr_nodes) - set(p.offline_replicas))]
 
 
 def when(t: float, events: list[tuple[float, str]]) -> str:

@@ -177,12 +177,12 @@ class PartitionStates:
         """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)``, then the proposer's
         registration read (STALE_BROKER_EPOCH unless it is live under ``proposal.broker_epoch``: a leader whose
         lease ran out is fenced, and the controller elects another) and each joiner's (INELIGIBLE_REPLICA unless it
-        is live under the broker epoch the joiner names and not in a controlled shutdown, KIP-841), then written in one transaction comparing the key's
-        ``mod_revision`` with ``known``'s partition epoch and each of those ``nodes/<id>`` keys' ``mod_revision``
-        with the one read (its registration unchanged since). Refused by etcd: the key is read again and the
-        outcome says whether the proposer still leads (INVALID_UPDATE_VERSION: retry from the new state; when the
-        key is unchanged a registration changed: STALE_BROKER_EPOCH if the proposer's, else INELIGIBLE_REPLICA) or
-        not (FENCED_LEADER_EPOCH)."""
+        is live under the broker epoch the joiner names and not in a controlled shutdown, KIP-841), then written in
+        one transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each of those
+        ``nodes/<id>`` keys' ``mod_revision`` with the one read (its registration unchanged since). Refused by etcd:
+        the key is read again and the outcome says whether the proposer still leads (INVALID_UPDATE_VERSION: retry
+        from the new state; when the key is unchanged a registration changed: STALE_BROKER_EPOCH if the proposer's,
+        else INELIGIBLE_REPLICA) or not (FENCED_LEADER_EPOCH)."""
         new = alter_partition(known, proposal, registered)
         if isinstance(new, ErrorCode):
             return AlterOutcome(known, new)

@@ -6,8 +6,9 @@ data dir's incarnation and its advertised listeners ``NAME://host:port``), stand
 (:class:`~walgate.cluster.election.ControllerElection`), keeps its lease alive and re-reads the membership (live
 nodes, nodes that ever registered, the controller) every third of ``broker.session.timeout.ms`` and the cluster's
 node token every :data:`~walgate.gateway.node_tokens.REFRESH_S`. A clean stop
-revokes the lease: the node leaves at once, its candidacy with it; a controlled shutdown (:meth:`ClusterMember.shut_down`)
-first marks the registration, while it is still held, so that the controller moves the node's leaderships first.
+revokes the lease: the node leaves at once, its candidacy with it; a controlled shutdown
+(:meth:`ClusterMember.shut_down`) first marks the registration, while it is still held, so that the controller
+moves the node's leaderships first.
 
 A refused registration (:class:`~walgate.cluster.model.RegistrationRefused`: an emptied data dir, an id another
 live node has), a damaged ``node.incarnation`` or etcd not answering stops the start with the error's message.
