@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually, within
+from cluster_support import KEYS, Node, eventually, joined_member, within
 from etcd_cluster import EtcdCluster
 
 from walgate.cluster.model import ControlPlaneError, NodeInfo, RegistrationRefused
@@ -146,6 +146,20 @@ async def test_a_controlled_shutdown_marks_the_registration_it_keeps(etcd1: Etcd
         await again.registration.close()
         await again.close()
         await old.close()
+
+
+async def test_a_controlled_shutdown_etcd_does_not_answer_is_not_begun(etcd1: EtcdCluster, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The mark is the controlled shutdown's one write: etcd not answering, it is not begun (logged; the node then
+    deregisters at once, as a node stopping without it, and its lease expires by itself)."""
+    member = await joined_member(etcd1.spec, tmp_path / "n1", 1)
+    try:
+        etcd1.stop()
+        assert not await member.shut_down()
+        assert "controlled shutdown not begun (etcd did not answer)" in caplog.text
+        assert not await member.deregister()
+    finally:
+        await member.leave()
 
 
 async def _absent(node: Node, key: bytes) -> bool:
