@@ -660,8 +660,8 @@ class Gateway:
 async def _caught_up(member: ClusterMember, manager: ReplicaManager | None) -> None:
     """Return once a starting node may answer Kafka requests (as Kafka's broker serves only once it caught up with
     the cluster metadata): its replica manager read the partition states (at a revision no older than the node's
-    start) and its membership read names the node itself (so the other nodes it names are those registered since
-    its start); the catalog was read before. Raises :class:`ClusterStartError` when that takes over
+    start) and its membership read names the node itself (a read made after its registration: the other nodes
+    Metadata names are those registered then); the catalog was read before. Raises :class:`ClusterStartError` when that takes over
     ``CHANGE_TIMEOUT_S``."""
     def read() -> bool:
         return (manager is not None and manager.states.revision > 0
