@@ -7,8 +7,9 @@ preferred leaders over the nodes); a confluent-kafka idempotent producer with ``
 node, sends one 100-byte record at a time to the partitions in turn and waits for its acknowledgement: at steady
 state for :data:`STEADY_S` seconds, half before the roll and half after it (every node back in every ISR), so that a
 change of this shared machine's load during the run touches the baseline too, and while nodes 1, 2 and 3 are
-restarted in turn as docs/cluster.md ("A rolling restart") says: SIGTERM (a controlled shutdown: the node
-deregisters, the controller moves its leaderships to the other in-sync replicas, it exits once it leads nothing),
+restarted in turn as docs/cluster.md ("A rolling restart") says: SIGTERM (a controlled shutdown: the node marks
+its registration shutting down, the controller moves its leaderships to the other in-sync replicas, it deregisters
+and exits once it leads nothing),
 wait for the exit, start it again with the same command and data dir, wait until its ``/readyz`` answers 200 (its
 ``replicas`` check: back in the ISR of every vgroup it replicates), then the next. Rows: the p50, p99 and slowest
 acknowledgement during the roll against steady state, the roll's total time, and each node's hand-over (SIGTERM to

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from walgate.cluster.etcd import parse_endpoints
@@ -47,6 +49,15 @@ def test_values_round_trip_and_foreign_values_are_errors() -> None:
                         (b"nope", decode_record), (b"x\n", decode_snapshot)):
         with pytest.raises(ControlPlaneError):
             decode(bad)
+
+
+def test_a_controlled_shutdown_mark_round_trips_and_is_absent_from_a_node_not_shutting_down() -> None:
+    info = NodeInfo(2, "ab" * 16, ("PLAINTEXT://127.0.0.1:9092",), None, "http://127.0.0.1:6041")
+    assert b"shutting_down" not in info.encode(), "a registration reads the same to a node not knowing the mark"
+    marked = dataclasses.replace(info, shutting_down=True)
+    assert NodeInfo.decode(marked.encode()) == marked and marked.shutting_down
+    with pytest.raises(ControlPlaneError, match="not a boolean"):
+        NodeInfo.decode(marked.encode().replace(b"true", b'"yes"'))
 
 
 def test_registration_rule() -> None:

@@ -255,6 +255,40 @@ async def test_a_re_registered_replica_is_fenced_and_never_elected_and_stale_pro
             await n.close()
 
 
+async def test_a_node_in_a_controlled_shutdown_stays_registered_loses_its_leaderships_and_joins_no_isr(
+        etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """KIP-631: a registration marked shutting down is reconciled as fenced (its leaderships move to in-sync
+    replicas, it leaves every ISR) while ``nodes/<id>`` stays; a leader's proposal to admit it again is
+    INELIGIBLE_REPLICA (KIP-841)."""
+    n1, n2, n3 = nodes = [Node(etcd1.endpoints, i, tmp_path / f"n{i}", ttl=2) for i in (1, 2, 3)]
+    led_by_1, led_by_2 = PartitionId("d", 0), PartitionId("d", 1)
+    try:
+        for n in nodes:
+            _start(n)
+        await eventually("all registered", lambda: _all_registered(nodes))
+        epochs = {n.info.node_id: n.registration.epoch or 0 for n in nodes}
+        await create_states(await _controller(nodes), {led_by_1: initial_state((1, 2, 3), epochs, 2),
+                                                       led_by_2: initial_state((2, 1, 3), epochs, 2)})
+        view = PartitionStates(n2.session, KEYS)
+        assert await n1.registration.shut_down()
+        moved = await _until(view, led_by_1, "node 2 elected", lambda s: s.leader == 2)
+        assert moved.leader_epoch == 1 and moved.isr == (IsrMember(2, epochs[2]), IsrMember(3, epochs[3]))
+        kept = await _until(view, led_by_2, "node 1 out of the ISR", lambda s: 1 not in s.isr_ids)
+        assert kept.leader == 2 and kept.leader_epoch == 0 and kept.isr_ids == {2, 3}
+        registration = await n2.session.get(KEYS.node(1))
+        assert registration is not None and registration.lease == n1.registration.lease_id, "still registered"
+        back = await view.alter_isr(moved, led_by_1, AlterIsr(2, 1, moved.partition_epoch,
+                                                              (*moved.isr, IsrMember(1, epochs[1])), epochs[2]),
+                                    epochs)
+        assert back.error == ErrorCode.ineligible_replica and back.state == moved
+        await n1.close()  # deregistered: nothing left to change
+        await eventually("node 1 deregistered", lambda: _absent(n2, KEYS.node(1)))
+        assert await view.read(led_by_1) == moved and await view.read(led_by_2) == kept
+    finally:
+        for n in nodes:
+            await n.close()
+
+
 async def test_a_paused_process_keeps_its_broker_epoch_and_a_restarted_one_does_not(etcd1: EtcdCluster,
                                                                                    tmp_path: Path) -> None:
     """KIP-903 with a real node process: SIGSTOP past its lease's TTL fences it (not live: out of the ISR), and after

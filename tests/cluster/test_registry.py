@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cluster_support import KEYS, Node, eventually, within
+from cluster_support import KEYS, Node, eventually, joined_member, within
 from etcd_cluster import EtcdCluster
 
 from walgate.cluster.model import ControlPlaneError, NodeInfo, RegistrationRefused
@@ -112,6 +112,54 @@ async def test_a_restart_before_the_lease_expired_replaces_the_old_registration(
     finally:
         await again.registration.close()
         await again.close()
+
+
+async def test_a_controlled_shutdown_marks_the_registration_it_keeps(etcd1: EtcdCluster, tmp_path: Path) -> None:
+    """KIP-631: the mark is written on the same key, lease and broker epoch (the node stays registered); a
+    registration made again after a lost lease keeps it; a registration replaced meanwhile (a new process of the
+    data dir) is not marked by the old one."""
+    node = Node(etcd1.endpoints, 1, tmp_path / "n1", ttl=2)
+    try:
+        epoch = await node.registration.register()
+        lease = node.registration.lease_id
+        assert await node.registration.shut_down()
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and kv.lease == lease and kv.create_revision == epoch
+        assert broker_epoch(kv.value, kv.create_revision) == epoch and NodeInfo.decode(kv.value).shutting_down
+        await eventually("the registration expires", lambda: _absent(node, KEYS.node(1)))
+        node.start("registration")
+        await eventually("registered again", lambda: _registered_on_another_lease(node, lease))
+        kv = await node.session.get(KEYS.node(1))
+        assert kv is not None and NodeInfo.decode(kv.value).shutting_down
+        assert broker_epoch(kv.value, kv.create_revision) == node.registration.epoch == epoch
+    finally:
+        await node.close()
+    old = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=30)
+    again = Node(etcd1.endpoints, 2, tmp_path / "n2", ttl=30)
+    try:
+        await old.registration.register()
+        await again.registration.register()  # revokes the old process's lease: the key is the new one's
+        assert not await old.registration.shut_down()
+        kv = await again.session.get(KEYS.node(2))
+        assert kv is not None and not NodeInfo.decode(kv.value).shutting_down
+    finally:
+        await again.registration.close()
+        await again.close()
+        await old.close()
+
+
+async def test_a_controlled_shutdown_etcd_does_not_answer_is_not_begun(etcd1: EtcdCluster, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The mark is the controlled shutdown's one write: etcd not answering, it is not begun (logged; the node then
+    deregisters at once, as a node stopping without it, and its lease expires by itself)."""
+    member = await joined_member(etcd1.spec, tmp_path / "n1", 1)
+    try:
+        etcd1.stop()
+        assert not await member.shut_down()
+        assert "controlled shutdown not begun (etcd did not answer)" in caplog.text
+        assert not await member.deregister()
+    finally:
+        await member.leave()
 
 
 async def _absent(node: Node, key: bytes) -> bool:

@@ -212,9 +212,10 @@ def test_a_killed_leader_is_replaced_within_the_lease(etcd1: EtcdCluster, tmp_pa
 
 def test_a_stopped_leader_hands_its_vgroups_over_before_it_stops(etcd1: EtcdCluster, tmp_path: Path) -> None:
     """Controlled shutdown (Kafka's ``controlled.shutdown.enable``): SIGTERM to a vgroup's leader, whose lease would
-    keep it registered for 30 s after a crash: it deregisters first, the controller elects another in-sync replica at
-    once, and the node stops only once it leads nothing (its log says so), long before its lease would have expired;
-    the survivors take writes and hold every row."""
+    keep it registered for 30 s after a crash: it marks its registration shutting down (KIP-631: still registered),
+    the controller elects another in-sync replica at once, and the node deregisters and stops only once it leads
+    nothing (its log says so), long before its lease would have expired; the survivors take writes and hold every
+    row."""
     long_lease = ("--override", "broker.session.timeout.ms=30000", *LAG)
     with ExitStack() as stack:
         nodes, leader = one_vgroup_on_three(stack, etcd1, tmp_path, "h", 6, *long_lease)

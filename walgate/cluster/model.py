@@ -178,26 +178,35 @@ class Keys:
 class NodeInfo:
     """What ``nodes/<id>`` holds: how to reach the node (its Kafka ``endpoints``, ``NAME://host:port``, and the
     base URL of its HTTP API, ``http``: None in a registration made before nodes forwarded SQL writes), its rack,
-    and the incarnation of its data dir."""
+    the incarnation of its data dir, and whether it is in a controlled shutdown (``shutting_down``, KIP-631's
+    ``inControlledShutdown``: still registered and serving, but neither elected leader nor admitted to an ISR;
+    the field is written only when true, so a registration reads the same to a node that does not know it)."""
 
     node_id: int
     incarnation: str
     endpoints: tuple[str, ...] = ()
     rack: str | None = None
     http: str | None = None
+    shutting_down: bool = False
 
     def encode(self) -> bytes:
-        return json.dumps({"node_id": self.node_id, "incarnation": self.incarnation,
-                           "endpoints": list(self.endpoints), "rack": self.rack, "http": self.http},
-                          sort_keys=True).encode()
+        fields: dict[str, object] = {"node_id": self.node_id, "incarnation": self.incarnation,
+                                     "endpoints": list(self.endpoints), "rack": self.rack, "http": self.http}
+        if self.shutting_down:
+            fields["shutting_down"] = True
+        return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> NodeInfo:
         try:
             d = json.loads(value)
             http = d.get("http")
+            shutting_down = d.get("shutting_down", False)
+            if type(shutting_down) is not bool:
+                raise ValueError(f"shutting_down is {shutting_down!r}, not a boolean")
             return cls(int(d["node_id"]), str(d["incarnation"]), tuple(str(e) for e in d["endpoints"]),
-                       None if d["rack"] is None else str(d["rack"]), None if http is None else str(http))
+                       None if d["rack"] is None else str(d["rack"]), None if http is None else str(http),
+                       shutting_down)
         except (ValueError, KeyError, TypeError, AttributeError) as e:  # (AttributeError: JSON, not an object)
             raise ControlPlaneError(f"a node registration in etcd is not walgate's: {value[:200]!r} ({e})") from e
 

@@ -177,12 +177,12 @@ class PartitionStates:
         """A leader's ISR change (KIP-497): ``alter_partition(known, proposal, registered)``, then the proposer's
         registration read (STALE_BROKER_EPOCH unless it is live under ``proposal.broker_epoch``: a leader whose
         lease ran out is fenced, and the controller elects another) and each joiner's (INELIGIBLE_REPLICA unless it
-        is live under the broker epoch the joiner names), then written in one transaction comparing the key's
-        ``mod_revision`` with ``known``'s partition epoch and each of those ``nodes/<id>`` keys' ``mod_revision``
-        with the one read (its registration unchanged since). Refused by etcd: the key is read again and the
-        outcome says whether the proposer still leads (INVALID_UPDATE_VERSION: retry from the new state; when the
-        key is unchanged a registration changed: STALE_BROKER_EPOCH if the proposer's, else INELIGIBLE_REPLICA) or
-        not (FENCED_LEADER_EPOCH)."""
+        is live under the broker epoch the joiner names and not in a controlled shutdown, KIP-841), then written in
+        one transaction comparing the key's ``mod_revision`` with ``known``'s partition epoch and each of those
+        ``nodes/<id>`` keys' ``mod_revision`` with the one read (its registration unchanged since). Refused by etcd:
+        the key is read again and the outcome says whether the proposer still leads (INVALID_UPDATE_VERSION: retry
+        from the new state; when the key is unchanged a registration changed: STALE_BROKER_EPOCH if the proposer's,
+        else INELIGIBLE_REPLICA) or not (FENCED_LEADER_EPOCH)."""
         new = alter_partition(known, proposal, registered)
         if isinstance(new, ErrorCode):
             return AlterOutcome(known, new)
@@ -193,7 +193,8 @@ class PartitionStates:
         for member, refusal in checks:
             node_key = self.keys.node(member.replica)
             kv = await self.session.get(node_key)
-            if kv is None or self._epoch_of(kv) != member.broker_epoch:
+            if kv is None or self._epoch_of(kv) != member.broker_epoch or (
+                    refusal == ErrorCode.ineligible_replica and _shutting_down(kv.value)):
                 return AlterOutcome(known, refusal)
             compare.append(tx.Mod(node_key) == kv.mod_revision)
         ok, responses = await self.session.txn(compare, [tx.Put(key, encode_state(new))])
@@ -232,6 +233,14 @@ class Snapshot:
     requests: tuple[tuple[str, bytes, int], ...] = ()  # the election requests pending: (id, value, lease)
 
 
+def _shutting_down(value: bytes) -> bool:
+    """Whether the registration ``value`` (a walgate one: its broker epoch was read) is in a controlled shutdown."""
+    try:
+        return NodeInfo.decode(value).shutting_down
+    except ControlPlaneError:  # (reported by the broker epoch's read already)
+        return False
+
+
 def _retrieved(task: asyncio.Task[Any]) -> None:
     """A finished task's outcome (a watch's, a catalog question's), taken so that asyncio does not report it as never
     retrieved."""
@@ -245,7 +254,8 @@ class Reconciler:
     at one revision (:meth:`snapshot`), each state reconciled
     (``partition.reconcile``: brokers not registered (their lease lost: fenced until they register again, under
     the same broker epoch unless they restarted) or registered under another broker epoch than their ISR entry's
-    (a restart, KIP-903) fenced out, a leader elected
+    (a restart, KIP-903) or in a controlled shutdown (KIP-631, :meth:`NodeRegistration.shut_down
+    <walgate.cluster.registry.NodeRegistration.shut_down>`) fenced out, a leader elected
     from the ISR, then the ELR, then unclean only when allowed) and the changed states written (:meth:`write`) in
     fenced transactions of at most :data:`~walgate.cluster.partition_codec.MAX_STATES_PER_TXN`, each comparing every
     key's ``mod_revision`` and that no registration was made or changed since the read. A refused batch (a leader
@@ -309,7 +319,9 @@ class Reconciler:
         self.unclean_elections = 0
 
     async def snapshot(self) -> Snapshot:
-        """The registered nodes (node id -> broker epoch, :func:`~walgate.cluster.registry.broker_epoch`), the
+        """The registered nodes not in a controlled shutdown (node id -> broker epoch,
+        :func:`~walgate.cluster.registry.broker_epoch`; a node shutting down is reconciled as one not registered:
+        KIP-631's controller moves its leaderships and fences it out of the ISRs while it stays registered), the
         states and the catalog stream's last sequence number, read in one fenced transaction
         (:class:`NotController` when this node no longer is)."""
         keys, election_key = self.states.keys, self.election.key
@@ -328,9 +340,13 @@ class Reconciler:
         live: dict[int, int] = {}
         for _, kv in nodes:
             try:
-                live[NodeInfo.decode(kv.value).node_id] = broker_epoch(kv.value, kv.create_revision)
+                info = NodeInfo.decode(kv.value)
+                epoch = broker_epoch(kv.value, kv.create_revision)
             except ControlPlaneError as e:  # not a live broker of ours: it holds no replica
                 log.error("controller: registration %r ignored: %s", kv.key.decode(errors="replace"), e)
+                continue
+            if not info.shutting_down:  # (in a controlled shutdown: fenced out of the ISRs, its leaderships moved)
+                live[info.node_id] = epoch
         requests = tuple((kv.key[len(keys.elections):].decode(errors="replace"), kv.value, kv.lease) for _, kv in asked)
         return Snapshot(revision, live, dict(self.states.load(revision, [kv for _, kv in parts])), frozenset(present),
                         int(seq[0][1].value) if seq else 0, requests)

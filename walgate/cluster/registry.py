@@ -16,6 +16,7 @@ with another incarnation (emptied, or another node's) is refused.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 
@@ -70,6 +71,7 @@ class NodeRegistration:
         self.epoch: int | None = None
         self.lease_id: int | None = None
         self._epoch: int | None = None  # this process's broker epoch, from its first registration on
+        self._created = 0  # the revision that created the key of the registration held now (0: none held)
         self._granted = 0.0  # the event loop's time just before the lease was asked for: its TTL runs from later
         self._changed = asyncio.Event()
 
@@ -116,8 +118,9 @@ class NodeRegistration:
                 tx.Put(inc_key, self.info.incarnation.encode())])
             if ok:
                 again = self._epoch is not None
+                self._created = int(responses[0].response_put.header.revision)
                 if self._epoch is None:
-                    self._epoch = int(responses[0].response_put.header.revision)
+                    self._epoch = self._created
                 self.epoch = self._epoch
                 self.lease_id = lease_id
                 log.info("node %d registered%s: broker epoch %d", self.info.node_id, " again" if again else "",
@@ -173,6 +176,26 @@ class NodeRegistration:
                 self._lose("etcd let the lease expire (the process was paused or cut off for longer than its TTL)")
             else:
                 last_ok = sent
+
+    async def shut_down(self) -> bool:
+        """Begin a controlled shutdown (KIP-631: Kafka's broker asks the controller for it and stays registered
+        until its leaderships moved): ``nodes/<id>`` written again, on the same lease and under the same broker
+        epoch, marked ``shutting_down`` (:class:`NodeInfo`), so that the controller elects other leaders, fences
+        the node out of the ISRs and admits it to none, while it stays registered (named by Metadata, its lease
+        kept alive by :meth:`run`, which marks a registration it makes again too). Whether the mark was written:
+        False when the node holds no registration now, or it was replaced meanwhile (compared by the key's
+        ``create_revision``). Raises :class:`ControlPlaneUnavailable` when etcd does not answer."""
+        self.info = dataclasses.replace(self.info, shutting_down=True)
+        lease_id, created = self.lease_id, self._created
+        if lease_id is None:
+            return False
+        key = self.keys.node(self.info.node_id)
+        ok, _ = await self.session.txn([tx.Create(key) == created],
+                                       [tx.Put(key, registration_value(self.info, self._epoch), lease=lease_id)])
+        if ok:
+            log.info("node %d: controlled shutdown begun (still registered, broker epoch %s)", self.info.node_id,
+                     self.epoch)
+        return bool(ok)
 
     async def close(self) -> None:
         """Deregister (revoke the lease: ``nodes/<id>`` and its controller candidacy go at once)."""

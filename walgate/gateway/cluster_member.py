@@ -6,7 +6,9 @@ data dir's incarnation and its advertised listeners ``NAME://host:port``), stand
 (:class:`~walgate.cluster.election.ControllerElection`), keeps its lease alive and re-reads the membership (live
 nodes, nodes that ever registered, the controller) every third of ``broker.session.timeout.ms`` and the cluster's
 node token every :data:`~walgate.gateway.node_tokens.REFRESH_S`. A clean stop
-revokes the lease: the node leaves at once, its candidacy with it.
+revokes the lease: the node leaves at once, its candidacy with it; a controlled shutdown
+(:meth:`ClusterMember.shut_down`) first marks the registration, while it is still held, so that the controller
+moves the node's leaderships first.
 
 A refused registration (:class:`~walgate.cluster.model.RegistrationRefused`: an emptied data dir, an id another
 live node has), a damaged ``node.incarnation`` or etcd not answering stops the start with the error's message.
@@ -95,6 +97,27 @@ class ClusterMember:
     @property
     def registered(self) -> bool:
         return self.registration is not None and self.registration.epoch is not None
+
+    @property
+    def eligible_epochs(self) -> dict[int, int]:
+        """``broker_epochs`` of the registered nodes not in a controlled shutdown: those a leader may admit to an ISR
+        (KIP-841)."""
+        shutting_down = {n.node_id for n in self.view.nodes if n.shutting_down}
+        return {n: e for n, e in self.broker_epochs.items() if n not in shutting_down}
+
+    async def shut_down(self) -> bool:
+        """Begin a controlled shutdown: the registration marked shutting down, still held
+        (:meth:`NodeRegistration.shut_down <walgate.cluster.registry.NodeRegistration.shut_down>`); :meth:`deregister`
+        ends it. Whether it began: False (logged when etcd did not answer) when the node is not registered, or the
+        mark was not written."""
+        registration = self.registration
+        if registration is None:
+            return False
+        try:
+            return await registration.shut_down()
+        except ControlPlaneError as e:
+            log.warning("node %d: controlled shutdown not begun (etcd did not answer): %s", self.node_id, e)
+            return False
 
     async def kafka_cluster_id(self) -> str:
         """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask;

@@ -193,7 +193,8 @@ class _Fetching:
 class ReplicaManager:
     """Node ``node_id``'s replicas, registered under ``broker_epoch`` (the module docstring). ``led`` and
     ``following`` (vnode -> leader node) say what it does now; ``registered()`` gives the broker epoch of every
-    registered node (KIP-903), ``links()`` a new :class:`NodeLinks` for a fetcher.
+    registered node (KIP-903), ``eligible()`` those of the nodes that may join an ISR (KIP-841: not one in a
+    controlled shutdown; default: ``registered()``), ``links()`` a new :class:`NodeLinks` for a fetcher.
 
     Invariants: a vnode is in at most one of ``led`` and ``following``; each followed vnode is in the fetcher of
     its leader only; the event loop alone changes these maps (lanes read them)."""
@@ -202,8 +203,10 @@ class ReplicaManager:
                  states: PartitionStates, registered: Callable[[], Mapping[int, int]],
                  links: Callable[[], NodeLinks], *, lag_max_ms: int = 30_000, fetch_wait_ms: int = 500,
                  backoff_s: float = 1.0, checkpoint_s: float = 5.0,
-                 clock: Callable[[], int] = monotonic_ms, lease_held: Callable[[], bool] = lambda: True) -> None:
+                 clock: Callable[[], int] = monotonic_ms, lease_held: Callable[[], bool] = lambda: True,
+                 eligible: Callable[[], Mapping[int, int]] | None = None) -> None:
         self.node_id = node_id
+        self.eligible = registered if eligible is None else eligible
         self._lease_held = lease_held
         self.broker_epoch = broker_epoch
         self.engine = engine
@@ -563,9 +566,9 @@ class ReplicaManager:
         outage = False
         while True:
             await asyncio.sleep(self.lag_max_ms / 2000)
-            registered = dict(self.registered())
+            registered, eligible = dict(self.registered()), dict(self.eligible())
             proposal, known = await self.storage.call_on(frozenset([led.key]), lambda: (
-                led.view.propose(self.clock(), registered), led.view.state))
+                led.view.propose(self.clock(), eligible), led.view.state))
             if proposal is None:
                 continue
             try:

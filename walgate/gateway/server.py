@@ -16,14 +16,19 @@ Cluster mode (``cluster.etcd.endpoints``, :mod:`.cluster_member`, :mod:`.shared_
 the engine opens, the node reads the cluster's Kafka cluster id and its number of group coordinator partitions
 from etcd (etcd not answering stops the start, and so does a data dir made with another number); the
 engine's catalog is put in cluster mode (users, ACLs, quotas and configs are the cluster's); once its Kafka
-listeners are bound the node registers and stands for controller, then reads the cluster's catalog stream, makes
-``root`` through it when needed, and only then logs the ready line (a refused registration, or a stream not read
-within ``CHANGE_TIMEOUT_S``, stops the start). Shutdown stops following the stream and deregisters first, so the
-node leaves before its listeners close. With replicas (issue 25) it is a controlled shutdown, as Kafka's
-(``controlled.shutdown.enable``): a node leading replicated vgroups deregisters before anything else stops, so the
-controller fences it out of the ISRs and elects another in-sync replica of each at once, not after its lease runs
-out; it keeps serving (its followers' fetches too) until its replica manager leads nothing, at most
-``HAND_OVER_S`` seconds (a vgroup it is the last in-sync replica of has no leader then, as after any stop).
+listeners are bound (their ports known, not yet accepting connections) the node registers and stands for
+controller, then reads the cluster's catalog stream, starts its replica manager and waits until that read the
+partition states and its membership read names the node (as Kafka's broker serves only once it caught up with the
+cluster metadata: Metadata names every led partition's leader from its first answer) and makes ``root`` through
+the stream when needed; only then do the listeners accept connections and the ready line is logged (a refused
+registration, or a stream, states or membership not read within ``CHANGE_TIMEOUT_S``, stops the start). Shutdown
+stops following the stream and deregisters first, so the node leaves before its listeners close. With replicas
+(issue 25) it is a controlled shutdown, as Kafka's (``controlled.shutdown.enable``, KIP-631): a node leading
+replicated vgroups marks its registration shutting down before anything else stops; it stays registered (every
+node's Metadata names it while it leads), and the controller elects another in-sync replica of each vgroup it leads
+and fences it out of the ISRs at once, not after its lease runs out; it keeps serving (its followers' fetches too)
+until its replica manager leads nothing, at most ``HAND_OVER_S`` seconds, then deregisters (a vgroup it is the last
+in-sync replica of has no leader then, as after any stop).
 
 Two lanes (:mod:`.storage_thread`, issue 23): ``walgate-storage`` owns the engine's catalog, vnodes and topics;
 ``walgate-coordinator`` owns the group and transaction coordinators and the coordinator log. At the end of every
@@ -239,6 +244,7 @@ class Gateway:
             await web.TCPSite(self._http, cfg.host, cfg.http_port, ssl_context=tls.get(None)).start()
             self._kafka = await self._start_kafka(self._engine, groups, wakeups, tls, passwords, cluster_id)
             await self._join_cluster(self._kafka.broker)
+            await self._kafka.serve()
             self._sync_task = asyncio.create_task(self._sync_loop(), name="walgate-wal-sync")
             self._meta_task = asyncio.create_task(self._check_meta_stores(self._engine), name="walgate-meta-checks")
             if cfg.log_cleaner_enable:
@@ -356,6 +362,7 @@ class Gateway:
             raise ClusterStartError(f"the cluster's catalog could not be read within {CHANGE_TIMEOUT_S:g} s") from None
         broker.shared = shared
         await self._start_replication(member, broker, engine)
+        await _caught_up(member, self._replicas)
         if self._needs_root:
             await bootstrap_root(shared.run, engine, os.environ)
 
@@ -381,7 +388,8 @@ class Gateway:
         manager = self._replicas = ReplicaManager(
             broker.node_id, registration.epoch, engine, self._storage, PartitionStates(member.session, member.keys),
             lambda: member.broker_epochs, functools.partial(self._node_links, member),
-            lag_max_ms=self.config.replica_lag_time_max_ms, lease_held=lambda: member.registered)
+            lag_max_ms=self.config.replica_lag_time_max_ms, lease_held=lambda: member.registered,
+            eligible=lambda: member.eligible_epochs)
         broker.led = manager
         if self._group_coordinators is not None and self.config.replication_enable:  # __consumer_offsets' leaders
             replicated = CoordinatorReplicas(broker, engine, self._storage, self._coordinator, self._group_commit,
@@ -493,7 +501,7 @@ class Gateway:
                 except ValueError as e:  # an unknown mechanism (GSSAPI)
                     raise ConfigError(f"listener {listener.name}: {e}") from None
             bound = await server.start(listener.host, listener.port, listener.info, tls.get(listener.name), mapper,
-                                       sasl)
+                                       sasl, serving=False)  # (until the node caught up: start())
             self.kafka_addresses[listener.name] = bound
             host, port = addresses.get(listener.name, (listener.host or socket.getfqdn(), 0))
             broker.advertised[listener.name] = (host, port or bound[1])
@@ -649,23 +657,48 @@ class Gateway:
             await asyncio.sleep(min(max(delay, SYNC_MIN_DELAY), SYNC_MAX_DELAY))
 
 
+async def _caught_up(member: ClusterMember, manager: ReplicaManager | None) -> None:
+    """Return once a starting node may answer Kafka requests (as Kafka's broker serves only once it caught up with
+    the cluster metadata): its replica manager read the partition states (at a revision no older than the node's
+    start) and its membership read names the node itself (a read made after its registration: the other nodes
+    Metadata names are those registered then); the catalog was read before. Raises :class:`ClusterStartError` when that takes over
+    ``CHANGE_TIMEOUT_S``."""
+    def read() -> bool:
+        return (manager is not None and manager.states.revision > 0
+                and any(n.node_id == member.node_id for n in member.view.nodes))
+
+    try:
+        async with asyncio.timeout(CHANGE_TIMEOUT_S):
+            while not read():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise ClusterStartError(f"the cluster's partition states and membership could not be read within "
+                                f"{CHANGE_TIMEOUT_S:g} s") from None
+
+
 async def _hand_over(member: ClusterMember, manager: ReplicaManager) -> None:
-    """A controlled shutdown's hand-over (the module docstring): deregister, then wait until ``manager`` leads no
-    vgroup (each state it applies names another leader, or none), at most ``HAND_OVER_S`` seconds; no wait when no
-    other node is registered (none could lead, nor be the controller that elects) or deregistering failed."""
-    started = asyncio.get_running_loop().time()
+    """A controlled shutdown's hand-over (the module docstring; KIP-631): the registration marked shutting down
+    (:meth:`ClusterMember.shut_down`: still registered, so every node's Metadata keeps naming this node while it
+    leads), then a wait until ``manager`` leads no vgroup (the controller elected other leaders and fenced this
+    node out of the ISRs), at most ``HAND_OVER_S`` seconds, then deregistered. No wait when no other node is
+    registered (none could lead, nor be the controller that elects) or the mark was not written (then it
+    deregisters at once: the controller elects when it reads the registration gone)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     led = len(manager.led)
     others = any(n.node_id != member.node_id for n in member.view.nodes)
-    if not await member.deregister() or not others:
+    if not others or not await member.shut_down():
+        await member.deregister()
         return
-    while manager.led and asyncio.get_running_loop().time() - started < HAND_OVER_S:
+    while manager.led and loop.time() - started < HAND_OVER_S:
         await asyncio.sleep(0.05)
-    took = asyncio.get_running_loop().time() - started
+    took = loop.time() - started
     if manager.led:
         log.warning("controlled shutdown: still leading %d of %d vgroups after %.1f s; stopping anyway", len(manager.led),
                     led, took)
     else:
         log.info("controlled shutdown: leadership of %d vgroups moved to other replicas in %.2f s", led, took)
+    await member.deregister()
 
 
 async def _cancelled(task: asyncio.Task[None] | None) -> None:

@@ -23,7 +23,7 @@ from walgate.cluster.model import endpoint_for
 from walgate.gateway.kafka.broker import Broker
 from walgate.gateway.kafka.led_vnodes import LedVnodes
 from walgate.replication.leader import LeaderView
-from walgate.replication.partition import NO_LEADER, PartitionState, check_leader_epoch
+from walgate.replication.partition import NO_LEADER, PartitionState, check_leader_epoch, leads
 from walgate.storage.errors import NotHere
 from walgate.storage.partitions import LEADER_EPOCH
 from walgate.storage.topics_snapshot import TopicsSnapshot
@@ -73,12 +73,19 @@ def leads_here(led: LedVnodes, node_id: int, db_id: str, vgroup: int, state: Par
 
 def named_state(led: LedVnodes | None, node_id: int, db_id: str, vgroup: int) -> PartitionState | None:
     """The partition state of a replicated vgroup as Metadata names it: None while none was read (or on a node with
-    no replica manager); one naming this node leader while it does not serve it (:func:`leads_here`) with no leader
-    (Metadata: LEADER_NOT_AVAILABLE, the client asks again), else the state read. Any lane."""
+    no replica manager); the state read when it names another node leader, or this node while it serves the vgroup
+    (:func:`leads_here`) or is about to (its replica manager not done applying its election yet: the state names
+    it under the broker epoch it is registered with, and it holds its lease; as Kafka's metadata cache names the
+    new leader before its replica manager applied the change, a read meanwhile is answered NOT_LEADER_OR_FOLLOWER
+    and retried); one naming this node leader otherwise (under its previous broker epoch, KIP-903, or without its
+    lease) with no leader (Metadata: LEADER_NOT_AVAILABLE, the client asks again). Any lane."""
     if led is None:
         return None
     state = led.state_of(db_id, vgroup)
     if state is None or state.leader != node_id or leads_here(led, node_id, db_id, vgroup, state):
+        return state
+    epoch = led.registered_epoch(node_id)
+    if epoch is not None and led.lease_held() and leads(state, node_id, epoch):
         return state
     return dataclasses.replace(state, leader=NO_LEADER)
 

@@ -219,13 +219,18 @@ class KafkaServer:
         tls: ssl.SSLContext | None = None,
         mapper: PrincipalMapper | None = None,
         sasl: SaslSettings | None = None,
+        *,
+        serving: bool = True,
     ) -> tuple[str, int]:
         """Open one listener (TLS with ``tls``; ``mapper`` maps its client certificates to principals; its clients
-        authenticate with SASL when given ``sasl``); returns the bound (host, port). Call once per listener."""
+        authenticate with SASL when given ``sasl``); returns the bound (host, port). Call once per listener. With
+        ``serving`` False its socket is bound (its port known, to be advertised) but not listening: connections are
+        refused until :meth:`serve` (Kafka's ``SocketServer`` is bound first and enables request processing once
+        the broker started)."""
         server = await asyncio.start_server(
             functools.partial(self._connection, listener=listener, mapper=mapper, sasl=sasl), host or None, port,
             limit=_READ_CHUNK, backlog=self.listen_backlog, ssl=tls,
-            ssl_handshake_timeout=self.read_timeout if tls is not None else None,
+            ssl_handshake_timeout=self.read_timeout if tls is not None else None, start_serving=serving,
         )
         self._servers.append(server)
         self.metrics.listener(listener.name)
@@ -233,6 +238,12 @@ class KafkaServer:
             self._sweeper = asyncio.create_task(self._sweep())
         bound: tuple[str, int] = server.sockets[0].getsockname()[:2]
         return bound
+
+    async def serve(self) -> None:
+        """Accept connections on every listener :meth:`start` opened not serving."""
+        for server in self._servers:
+            if not server.is_serving():
+                await server.start_serving()
 
     async def _sweep(self) -> None:
         """Close idle connections and those whose request arrives too slowly."""
