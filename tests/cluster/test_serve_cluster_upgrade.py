@@ -3,7 +3,7 @@ cluster"): real ``walgate serve`` processes over a real etcd, stopped by PID.
 
 A single node (no ``--cluster``) is given a database with rows in two subtables, a Kafka-native topic with records,
 a TDengine topic, a user and a consumer group's committed offsets; stopped, its data dir starts as node 1 of a new
-cluster and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
+cluster (set to 50 coordinator partitions: the cluster takes the data dir's 1) and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
 group resumes from its committed offsets, SQL through node 2 answers the old rows and knows the user. A second
 single node's data dir joining that cluster is refused at start (exit code 1, its catalog unchanged, not
 registered); with ``replication.enable`` a data dir holding committed offsets is refused as the first node too."""
@@ -96,7 +96,7 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
     data = tmp_path / "single"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
         _single_node_data(single.kafka_port, single)
-    with node(etcd1, tmp_path, 1, data_dir=data) as n1:
+    with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", data_dir=data) as n1:  # its 1
         wait_log(n1, "now the catalog of cluster 'walgate'")
         with node(etcd1, tmp_path, 2) as n2, node(etcd1, tmp_path, 3) as n3:
             for server in (n1, n2, n3):

@@ -185,7 +185,8 @@ class Gateway:
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
                                               cfg.broker_session_timeout_ms, access)
                 cluster_id = await self._cluster.kafka_cluster_id()
-                partitions = await cluster_partitions(self._cluster, cfg.offsets_topic_num_partitions)
+                made = datadir.coordinator_partitions_made(cfg.data_dir)  # a single node's data dir: its own N
+                partitions = await cluster_partitions(self._cluster, made or cfg.offsets_topic_num_partitions)
             else:
                 cluster_id = Broker.load_cluster_id(cfg.data_dir)
                 partitions = cfg.offsets_topic_num_partitions
