@@ -6,7 +6,8 @@ a TDengine topic, a user and a consumer group's committed offsets; stopped, its 
 cluster (set to 50 coordinator partitions: the cluster takes the data dir's 1) and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
 group resumes from its committed offsets, SQL through node 2 answers the old rows and knows the user. A second
 single node's data dir joining that cluster is refused at start (exit code 1, its catalog unchanged, not
-registered); with ``replication.enable`` a data dir holding committed offsets is refused as the first node too."""
+registered); with ``replication.enable`` a data dir holding committed offsets is refused as the first node too, and
+taken in once its group is deleted (its topic served with one replica per partition, as before)."""
 
 from __future__ import annotations
 
@@ -122,15 +123,25 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
         no_traceback(n1)
 
 
-def test_with_replication_committed_offsets_are_refused_nothing_written(etcd1: EtcdCluster, tmp_path: Path) -> None:
+def test_with_replication_committed_offsets_are_refused_then_taken_in_once_deleted(etcd1: EtcdCluster,
+                                                                                    tmp_path: Path) -> None:
     data = tmp_path / "single" / "data"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}"})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
+        produce_to(single.kafka_port, TOPIC, VALUES)
         committer = Consumer({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}", "group.id": "g"})
-        committer.commit(offsets=[TopicPartition(TOPIC, 0, 0)], asynchronous=False)
+        committer.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
         committer.close()
-    refused = serve_fails(tmp_path / "single", *cluster_args(etcd1, 1), "--override", "replication.enable=true")
+    replicated = (*cluster_args(etcd1, 1), "--override", "replication.enable=true")
+    refused = serve_fails(tmp_path / "single", *replicated)
     assert refused.returncode == 1, refused.stderr
     assert "committed offsets of groups g" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
     assert _catalog_keys(etcd1) == [] and registered_nodes(etcd1) == []
+    with running_walgate(tmp_path / "as-single", data_dir=data) as single:  # as the message says: delete the group
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{single.kafka_port}"})
+        admin.delete_consumer_groups(["g"])["g"].result(30)
+    with node(etcd1, tmp_path, 1, "--override", "replication.enable=true", data_dir=data) as n1:
+        wait_log(n1, "now the catalog of cluster 'walgate'")
+        assert sorted(_read_all(n1.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1]), "factor 1, on node 1"
+        no_traceback(n1)

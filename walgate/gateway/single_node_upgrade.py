@@ -50,9 +50,10 @@ _NAMED = 12  # objects named in a message; the rest counted
 async def take_in(member: ClusterMember, storage: StorageThread, coordinator: StorageThread, engine: Engine,
                   data_dir: Path, partitions: int, replication: bool) -> None:
     """Take this single node's data dir into the cluster as its first node (module docstring); nothing to do for a
-    data dir that holds nothing of its own. Raises :class:`ClusterStartError` (nothing changed) when it cannot be,
-    or when etcd does not answer; ``StorageError`` when the catalog cannot be rewritten (etcd then holds the
-    snapshot, and the next start does the rewrite)."""
+    data dir that holds nothing of its own. Raises :class:`ClusterStartError` when it cannot be (nothing changed) or
+    when etcd does not answer (its transaction may have been applied: the next start finds its own snapshot);
+    ``StorageError`` when the catalog cannot be rewritten (etcd then holds the snapshot, and the next start does the
+    rewrite)."""
     objects = await storage.call(engine.catalog.single_node_objects)
     if not objects:
         return
