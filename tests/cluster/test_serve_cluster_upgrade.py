@@ -20,9 +20,10 @@ from etcd_cluster import EtcdCluster
 from serve_support import cluster_args, no_traceback, node, produce_to, registered_nodes, sql, wait_log
 from test_serve_cluster import serve_fails
 
-from livewalgate import running_walgate
+from livewalgate import WalgateServer, running_walgate
 from walgate.cluster.etcd import EtcdSession
 from walgate.cluster.model import Keys
+from walgate.storage.engine import Engine
 
 TOPIC = "orders"
 ROWS = [("2026-01-01 00:00:00.000", "d1001", 10.5), ("2026-01-01 00:00:01.000", "d1002", 11.5),
@@ -31,14 +32,15 @@ VALUES = {0: [b"a%d" % i for i in range(10)], 1: [b"b%d" % i for i in range(10)]
 COMMITTED = {0: 4, 1: 6}
 
 
-def _single_node_data(port: int, http: object) -> None:
+def _single_node_data(single: WalgateServer) -> None:
     """The single node's objects: database, supertable, rows, TDengine topic, user, topic, records, group offsets."""
     for statement in ("CREATE DATABASE power VGROUPS 2",
                       "CREATE STABLE power.meters (ts TIMESTAMP, current FLOAT) TAGS (groupid INT)",
                       *(f"INSERT INTO power.{t} USING power.meters TAGS (1) VALUES ('{ts}', {v})" for ts, t, v in ROWS),
                       "CREATE TOPIC topic_meters AS SELECT ts, current FROM power.meters",
                       "CREATE USER alice PASS 'wonderland'"):
-        sql(http, statement)  # type: ignore[arg-type]
+        sql(single, statement)
+    port = single.kafka_port
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
     admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
     produce_to(port, TOPIC, VALUES)
@@ -96,7 +98,7 @@ def _catalog_keys(etcd: EtcdCluster) -> list[bytes]:
 def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: EtcdCluster, tmp_path: Path) -> None:
     data = tmp_path / "single"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
-        _single_node_data(single.kafka_port, single)
+        _single_node_data(single)
     with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", data_dir=data) as n1:  # its 1
         wait_log(n1, "now the catalog of cluster 'walgate'")
         with node(etcd1, tmp_path, 2) as n2, node(etcd1, tmp_path, 3) as n3:
@@ -109,8 +111,9 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
             assert "alice" in [r[0] for r in sql(n3, "SHOW USERS")]
             assert sorted(r[0] for r in sql(n3, "SHOW power.TABLES")) == ["d1001", "d1002"]
             other = tmp_path / "other"  # a second single node's data dir, with a database of the same name
-            with running_walgate(other / "as-single", data_dir=other / "data") as second:
-                sql(second, "CREATE DATABASE power VGROUPS 1")
+            second = Engine.open(other / "data")
+            second.execute("CREATE DATABASE power VGROUPS 1")
+            second.close()
             before = (other / "data" / "catalog.log").read_bytes()
             refused = serve_fails(other, *cluster_args(etcd1, 4))
             assert refused.returncode == 1, refused.stderr
