@@ -4,7 +4,8 @@ cluster"): real ``walgate serve`` processes over a real etcd, stopped by PID.
 A single node (no ``--cluster``) is given a database with rows in two subtables, a Kafka-native topic with records,
 a TDengine topic, a user and a consumer group's committed offsets; stopped, its data dir starts as node 1 of a new
 cluster (set to 50 coordinator partitions: the cluster takes the data dir's 1) and two empty nodes join. confluent-kafka bootstrapped on each node reads every record of both topics, the
-group resumes from its committed offsets, SQL through node 2 answers the old rows and knows the user. A second
+group resumes from its committed offsets, Metadata answers the single node's cluster id, SQL through node 2 answers
+the old rows and knows the user. A second
 single node's data dir joining that cluster is refused at start (exit code 1, its catalog unchanged, not
 registered); with ``replication.enable`` a data dir holding committed offsets is refused as the first node too, and
 taken in once its group is deleted (its topic served with one replica per partition, as before)."""
@@ -83,6 +84,11 @@ def _resumed(port: int) -> dict[int, int]:
     return first
 
 
+def _cluster_id(port: int) -> str:
+    """The Kafka cluster id Metadata through the node at ``port`` answers."""
+    return str(AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=30).cluster_id)
+
+
 def _catalog_keys(etcd: EtcdCluster) -> list[bytes]:
     async def read() -> list[bytes]:
         session = EtcdSession(etcd.endpoints)
@@ -99,6 +105,7 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
     data = tmp_path / "single"
     with running_walgate(tmp_path / "as-single", data_dir=data) as single:
         _single_node_data(single)
+        cluster_id = _cluster_id(single.kafka_port)
     with node(etcd1, tmp_path, 1, "--override", "offsets.topic.num.partitions=50", data_dir=data) as n1:  # its 1
         wait_log(n1, "now the catalog of cluster 'walgate'")
         with node(etcd1, tmp_path, 2) as n2, node(etcd1, tmp_path, 3) as n3:
@@ -106,6 +113,7 @@ def test_a_single_nodes_data_dir_becomes_the_first_node_of_a_cluster(etcd1: Etcd
                 assert sorted(_read_all(server.kafka_port, TOPIC, 2, 20)) == sorted(VALUES[0] + VALUES[1])
                 assert len(_read_all(server.kafka_port, "topic_meters", 2, len(ROWS))) == len(ROWS)
             assert _resumed(n2.kafka_port) == COMMITTED
+            assert _cluster_id(n3.kafka_port) == cluster_id, "the single node's Kafka cluster id, kept"
             rows = sql(n2, "SELECT ts, current, tbname FROM power.meters ORDER BY ts")
             assert [(r[2], r[1]) for r in rows] == [(t, v) for _, t, v in ROWS]
             assert "alice" in [r[0] for r in sql(n3, "SHOW USERS")]

@@ -184,7 +184,7 @@ class Gateway:
             if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
                                               cfg.broker_session_timeout_ms, access)
-                cluster_id = await self._cluster.kafka_cluster_id()
+                cluster_id = await self._cluster.kafka_cluster_id(Broker.existing_cluster_id(cfg.data_dir))
                 made = datadir.coordinator_partitions_made(cfg.data_dir)  # a single node's data dir: its own N
                 partitions = await cluster_partitions(self._cluster, made or cfg.offsets_topic_num_partitions)
             else:
