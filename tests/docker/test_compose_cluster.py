@@ -1,17 +1,22 @@
-"""docker/compose.cluster.yaml: three etcd members and three walgate nodes, checked without a Docker engine.
+"""docker/compose.cluster.yaml: three etcd members and three walgate nodes, TLS on, checked without a Docker engine.
 
+- The certs service is the project's image running docker/make_certs.py (its command accepted by the script's
+  parser) for every etcd member and node, into the certs volume, which every member and node mounts read-only.
 - Each etcd service's command uses only flags the installed etcd (Debian's etcd-server, the version the image tag
   names) lists in ``etcd --help``; the members name each other in ``--initial-cluster`` with the peer URLs each
-  advertises, each advertises its own service name and keeps its data on a volume of its own.
+  advertises, each advertises its own service name over https, serves clients and peers with its own certificate
+  and asks theirs, and keeps its data on a volume of its own.
 - Each walgate service is the project's image; its command is accepted by ``walgate serve``'s own parser and, with
   the image's ENV and the service's environment, makes a configuration walgate accepts (protected mode included):
-  distinct node ids, the etcd endpoints the members advertise, advertised as its service name on the port it
-  listens on and publishes, a healthcheck checking those ports, its data dir on a volume of its own.
+  distinct node ids, the etcd endpoints the members advertise (reached with the CA and the node's own certificate),
+  a SASL_SSL listener with the node's certificate, advertised as its service name on the port it listens on and
+  publishes, a healthcheck checking those ports, its data dir on a volume of its own.
 - The generator's command is accepted by docker/generate.py's parser and points at node 1.
-- The whole file runs here: every etcd and walgate command, with each service name replaced by a loopback
-  address of its own and the container paths by temporary ones, forms a cluster; a SCRAM client bootstrapped on
-  the three advertised addresses creates a topic whose partitions are led by the three nodes, and ``SHOW DNODES``
-  lists them.
+- The whole file runs here: the certs command, then every etcd and walgate command, with each service name
+  replaced by a loopback address of its own (so the certificates name those addresses) and the container paths by
+  temporary ones, forms a cluster over TLS; a confluent-kafka client over SASL_SSL (SCRAM, trusting the made CA)
+  bootstrapped on the three advertised addresses creates a topic whose partitions are led by the three nodes,
+  produces to each and reads it back, and ``SHOW DNODES`` lists them.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import random
 import re
 import shutil
 import signal
+import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,9 +38,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_docker import (
     COMPOSE,
+    DOCKER,
     ROOT_SECRET,
     SECRET_FILE,
     compose_env,
@@ -42,6 +51,7 @@ from test_docker import (
     load_compose,
     load_generator,
     load_image,
+    load_module,
     mounts,
 )
 
@@ -57,6 +67,7 @@ NODE_SERVICES = ("walgate1", "walgate2", "walgate3")
 ROOT_PASSWORD = "cluster-r00t"
 START_S = 120.0
 PORTS = (2379, 2380, 9092, 9093, 9094, 6041, 6042, 6043)  # every port the file's services listen on
+CERTS = "/certs"  # where the certs volume is mounted
 
 
 def services() -> dict[str, Any]:
@@ -71,14 +82,28 @@ def etcd_binary() -> str:
 
 
 def etcd_flags(service: dict[str, Any]) -> dict[str, str]:
-    """The ``--flag value`` pairs of an etcd service's command (etcd itself first, each flag once)."""
+    """The ``--flag value`` pairs of an etcd service's command (etcd itself first, each flag once; a boolean flag
+    written ``--flag=true``, as Go's flag package needs)."""
     command = service["command"]
     assert PurePosixPath(command[0]).name == "etcd", command
-    pairs = command[1:]
+    pairs = [part for arg in command[1:] for part in (arg.split("=", 1) if arg.startswith("--") else [arg])]
     assert len(pairs) % 2 == 0 and all(flag.startswith("--") for flag in pairs[::2]), command
     flags = dict(zip(pairs[::2], pairs[1::2]))
     assert len(flags) == len(pairs) // 2, f"a flag given twice: {command}"
     return flags
+
+
+def certs_command(service: dict[str, Any]) -> Any:
+    """The certs service's command through docker/make_certs.py's own parser (it is the script, bind-mounted)."""
+    [script] = [t for s, t, _ in mounts(service) if s == "./make_certs.py"]
+    assert service["entrypoint"] == ["python", script]
+    return load_module(DOCKER / "make_certs.py").parser().parse_args(service["command"])
+
+
+def data_mount(service: dict[str, Any]) -> tuple[str, str, str]:
+    """The service's one volume besides the certs (its data)."""
+    [(source, target, mode)] = [(s, t, m) for s, t, m in mounts(service) if s != "certs"]
+    return source, target, mode
 
 
 def node_config(service: dict[str, Any]) -> Config:
@@ -91,14 +116,28 @@ def node_config(service: dict[str, Any]) -> Config:
 
 def test_compose_cluster_has_three_members_three_nodes_a_generator_and_a_volume_each() -> None:
     compose = load_compose(COMPOSE_CLUSTER)
-    assert set(compose["services"]) == {*ETCD_SERVICES, *NODE_SERVICES, "generator"}
-    volumes = {name: [source for source, _, _ in mounts(s) if not is_bind(source)] for name, s in
-               compose["services"].items()}
+    assert set(compose["services"]) == {"certs", *ETCD_SERVICES, *NODE_SERVICES, "generator"}
+    volumes = {name: [source for source, _, _ in mounts(s) if not is_bind(source) and source != "certs"]
+               for name, s in compose["services"].items()}
     used = [v for vs in volumes.values() for v in vs]
     assert len(used) == len(set(used)) == 6, f"one data volume per member and node, none shared: {volumes}"
-    assert set(used) == set(compose["volumes"])
+    assert set(used) | {"certs"} == set(compose["volumes"])
+    certs = {name: [(t, m) for s, t, m in mounts(svc) if s == "certs"] for name, svc in compose["services"].items()}
+    assert certs.pop("certs") == [(CERTS, "rw")] and certs.pop("generator") == []
+    assert certs == {name: [(CERTS, "ro")] for name in (*ETCD_SERVICES, *NODE_SERVICES)}, "read-only elsewhere"
     assert set(compose["secrets"]) == {ROOT_SECRET} == {s for svc in compose["services"].values()
                                                          for s in svc.get("secrets", [])}
+
+
+def test_compose_cluster_certs_are_made_once_for_every_member_and_node_before_etcd_starts() -> None:
+    all_services = services()
+    certs = all_services["certs"]
+    args = certs_command(certs)
+    assert str(args.dir) == CERTS and args.hosts == [*ETCD_SERVICES, *NODE_SERVICES]
+    assert args.owner == "10001:10001", "the image's walgate user reads the keys"
+    assert certs["build"] == all_services["walgate1"]["build"] and certs["restart"] == "no"
+    for name in ETCD_SERVICES:
+        assert all_services[name]["depends_on"] == {"certs": {"condition": "service_completed_successfully"}}
 
 
 def test_compose_cluster_etcd_members_use_flags_the_installed_etcd_has_and_name_each_other() -> None:
@@ -117,9 +156,14 @@ def test_compose_cluster_etcd_members_use_flags_the_installed_etcd_has_and_name_
         assert set(flags) <= known, f"{name}: flags etcd does not have: {set(flags) - known}"
         assert flags["--name"] == name
         client_port = flags["--listen-client-urls"].rsplit(":", 1)[1]
-        assert flags["--advertise-client-urls"] == f"http://{name}:{client_port}"
-        assert flags["--initial-advertise-peer-urls"] == f"http://{name}:{flags['--listen-peer-urls'].rsplit(':', 1)[1]}"
-        [(volume, target, mode)] = mounts(service)
+        assert flags["--listen-client-urls"].startswith("https://") and flags["--listen-peer-urls"].startswith("https://")
+        assert flags["--advertise-client-urls"] == f"https://{name}:{client_port}"
+        assert flags["--initial-advertise-peer-urls"] == f"https://{name}:{flags['--listen-peer-urls'].rsplit(':', 1)[1]}"
+        for side in ("", "peer-"):  # its own certificate, and clients' / peers' asked for and checked against the CA
+            assert flags[f"--{side}cert-file"] == f"{CERTS}/{name}.crt" and flags[f"--{side}key-file"] == f"{CERTS}/{name}.key"
+            assert flags[f"--{side}trusted-ca-file"] == f"{CERTS}/ca.crt" and flags[f"--{side}client-cert-auth"] == "true"
+        assert f"--cert=/certs/{name}.crt" in service["healthcheck"]["test"]
+        volume, target, mode = data_mount(service)
         assert flags["--data-dir"] == target and mode == "rw"
         peers[name] = flags["--initial-advertise-peer-urls"]
     initial = {etcd_flags(all_services[n])["--initial-cluster"] for n in ETCD_SERVICES}
@@ -139,15 +183,20 @@ def test_compose_cluster_nodes_are_the_image_configured_as_one_cluster() -> None
         assert protected_mode_refusal(config) is None
         node_ids.add(config.node_id)
         assert config.cluster_etcd_endpoints == members
+        assert (config.cluster_etcd_ssl_cafile, config.cluster_etcd_ssl_certfile, config.cluster_etcd_ssl_keyfile) == (
+            Path(f"{CERTS}/ca.crt"), Path(f"{CERTS}/{name}.crt"), Path(f"{CERTS}/{name}.key"))
         assert config.offsets_topic_num_partitions == 50, "consumer groups spread over the nodes (Kafka's default)"
         [listener] = config.kafka_listeners()
+        assert listener.info.name == "SASL_SSL" and listener.info.tls
+        assert config.ssl_keystore_location == Path(f"{CERTS}/{name}.pem")
+        assert config.ssl_truststore_location == Path(f"{CERTS}/ca.crt"), "other nodes' certificates checked"
         assert config.advertised_addresses() == {listener.name: (name, listener.port)}, "its own name and port"
         assert set(service["ports"]) == {f"{listener.port}:{listener.port}", f"{config.http_port}:{config.http_port}"}
         published += service["ports"]
         _, argv = image.healthcheck
         expected = [a.replace("6041", str(config.http_port)).replace("9092", str(listener.port)) for a in argv]
         assert service["healthcheck"]["test"] == ["CMD", *expected]
-        [(volume, target, mode)] = mounts(service)
+        volume, target, mode = data_mount(service)
         assert [target] == image.volumes and str(config.data_dir) == target and mode == "rw"
         assert compose_env(service)[ROOT_PASSWORD_FILE_ENV] == SECRET_FILE and service["secrets"] == [ROOT_SECRET]
         assert service["depends_on"] == {n: {"condition": "service_healthy"} for n in ETCD_SERVICES}
@@ -178,11 +227,26 @@ class Localized:
         self.address = {name: base + str(i) for i, name in enumerate((*ETCD_SERVICES, *NODE_SERVICES), 1)}
         self.secret = root / ROOT_SECRET
         self.secret.write_text(ROOT_PASSWORD + "\n")
+        self.certs = root / "certs"
+
+    def paths(self, service: str, mounted: list[tuple[str, str, str]]) -> dict[str, Path]:
+        """Each volume's container path: the certs volume's one directory, any other the service's own."""
+        return {target: self.certs if source == "certs" else self.root / service
+                for source, target, _ in mounted if not is_bind(source)}
+
+    def context(self) -> ssl.SSLContext:
+        """A client's TLS context: the made CA trusted, node 1's certificate presented (etcd asks for one)."""
+        context = ssl.create_default_context(cafile=self.certs / "ca.crt")
+        node = self.address["walgate1"]
+        context.load_cert_chain(self.certs / f"{node}.crt", self.certs / f"{node}.key")
+        return context
 
     def text(self, service: str, value: str, paths: dict[str, Path]) -> str:
         for name, address in self.address.items():
             value = re.sub(rf"\b{name}\b", address, value)
-        value = value.replace("0.0.0.0", self.address[service]).replace(SECRET_FILE, str(self.secret))
+        if "0.0.0.0" in value:
+            value = value.replace("0.0.0.0", self.address[service])
+        value = value.replace(SECRET_FILE, str(self.secret))
         for container_path, local in paths.items():
             value = value.replace(container_path, str(local))
         return value
@@ -200,7 +264,7 @@ def compose_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
             procs.append((name, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                  env=env), log))
 
-    def wait(urls: list[str]) -> None:
+    def wait(urls: list[str], context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + START_S
         while urls:
             for name, proc, log in procs:
@@ -208,20 +272,23 @@ def compose_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
                     pytest.fail(f"{name} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
             if time.monotonic() > deadline:
                 pytest.fail(f"not ready within {START_S:g} s: {urls}")
-            urls = [u for u in urls if not ok(u)]
+            urls = [u for u in urls if not ok(u, context)]
             time.sleep(0.2)
 
     try:
+        certs = all_services["certs"]
+        made = subprocess.run([sys.executable, str(DOCKER / "make_certs.py"),
+                               *(local.text("certs", a, local.paths("certs", mounts(certs))) for a in certs["command"])],
+                              capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
         for name in ETCD_SERVICES:
             service = all_services[name]
-            [(_, target, _)] = mounts(service)
-            argv = [local.text(name, a, {target: root / name}) for a in service["command"]]
+            argv = [local.text(name, a, local.paths(name, mounts(service))) for a in service["command"]]
             start(name, [etcd_binary(), *argv[1:]])
-        wait([f"http://{local.address[n]}:2379/health" for n in ETCD_SERVICES])
+        wait([f"https://{local.address[n]}:2379/health" for n in ETCD_SERVICES], local.context())
         for name in NODE_SERVICES:
             service = all_services[name]
-            [(_, target, _)] = mounts(service)
-            paths = {target: root / name}
+            paths = local.paths(name, mounts(service))
             env = {k: local.text(name, v, paths) for k, v in (image_env() | compose_env(service)).items()}
             argv = [local.text(name, a, paths) for a in load_image().command[:1] + service["command"]]
             assert shutil.which(argv[0], path=env["PATH"]), argv
@@ -237,9 +304,9 @@ def compose_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
             assert "Traceback" not in log.read_text(errors="replace"), name
 
 
-def ok(url: str) -> bool:
+def ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        with urllib.request.urlopen(url, timeout=2, context=context) as r:
             return bool(r.status == 200)
     except OSError:
         return False
@@ -260,7 +327,7 @@ def test_compose_cluster_runs_here_as_one_cluster_reached_through_the_advertised
     bootstrap = ",".join(
         local.text(n, compose_env(all_services[n])["WALGATE_ADVERTISED_LISTENERS"], {}).split("://", 1)[1]
         for n in NODE_SERVICES)
-    client = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+    client = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": str(local.certs / "ca.crt"),
               "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "root", "sasl.password": ROOT_PASSWORD}
     deadline = time.monotonic() + START_S
     http = {n: f"http://{local.address[n]}:{node_config(all_services[n]).http_port}" for n in NODE_SERVICES}
@@ -273,3 +340,18 @@ def test_compose_cluster_runs_here_as_one_cluster_reached_through_the_advertised
     admin.create_topics([NewTopic("spread", 3, 1)])["spread"].result(timeout=60)
     meta = admin.list_topics("spread", timeout=30)
     assert {p.leader for p in meta.topics["spread"].partitions.values()} == {1, 2, 3}
+    producer = Producer({**client, "acks": "all"})
+    for partition in range(3):
+        producer.produce("spread", b"over TLS %d" % partition, partition=partition)
+    assert producer.flush(60) == 0, "every record acknowledged, by each of the three nodes"
+    consumer = Consumer({**client, "group.id": "compose-tls", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("spread", p, 0) for p in range(3)])
+    got: set[bytes] = set()
+    try:
+        for _ in range(60):
+            got |= {m.value() for m in consumer.consume(10, 1.0) if m.error() is None}
+            if len(got) == 3:
+                break
+    finally:
+        consumer.close()
+    assert got == {b"over TLS %d" % p for p in range(3)}

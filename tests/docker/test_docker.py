@@ -217,12 +217,17 @@ def writable_volume_target(service: dict[str, Any], container_path: str) -> str:
     raise AssertionError(f"{container_path} is not on a writable named volume: {mounts(service)}")
 
 
-def load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("walgate_docker_generate", DOCKER / "generate.py")
+def load_module(path: Path) -> ModuleType:
+    """A script of docker/ imported as a module (its ``main`` not run)."""
+    spec = importlib.util.spec_from_file_location(f"walgate_docker_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_generator() -> ModuleType:
+    return load_module(DOCKER / "generate.py")
 
 
 def pinned(package: str) -> str:

@@ -119,10 +119,12 @@ class ClusterMember:
             log.warning("node %d: controlled shutdown not begun (etcd did not answer): %s", self.node_id, e)
             return False
 
-    async def kafka_cluster_id(self) -> str:
-        """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask;
-        the cluster's node token (``tokens``) is read (or made) too."""
-        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    async def kafka_cluster_id(self, made: str | None = None) -> str:
+        """The cluster's Kafka cluster id (Kafka's 22-character base64 UUID form), made by the first node to ask:
+        ``made`` when given (a single node's data dir's own id, so that its clients see the same cluster after it
+        became the cluster's first node), else a new one; the cluster's node token (``tokens``) is read (or made)
+        too."""
+        made = made or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         key = self.keys.kafka_cluster_id
         try:
             await self.session.txn([tx.Version(key) == 0], [tx.Put(key, made.encode())])

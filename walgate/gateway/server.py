@@ -101,6 +101,7 @@ from walgate.gateway.replica_status import ReplicationCollector
 from walgate.gateway.replicas import ReplicaManager
 from walgate.gateway.root_user import ROOT_PASSWORD_ENV, ROOT_PASSWORD_FILE_ENV, bootstrap_root
 from walgate.gateway.shared_catalog import CHANGE_TIMEOUT_S, SharedCatalog
+from walgate.gateway.single_node_upgrade import take_in
 from walgate.gateway.storage_thread import LaneBridge, StorageThread
 from walgate.gateway.tls import node_client_context, server_context
 from walgate.security.authorizer import Authorizer
@@ -188,8 +189,9 @@ class Gateway:
             if cfg.cluster_etcd_endpoints is not None:  # etcd answers before anything opens, or the start stops
                 self._cluster = ClusterMember(cfg.cluster_etcd_endpoints, cfg.cluster_name, cfg.node_id, cfg.data_dir,
                                               cfg.broker_session_timeout_ms, access)
-                cluster_id = await self._cluster.kafka_cluster_id()
-                partitions = await cluster_partitions(self._cluster, cfg.offsets_topic_num_partitions)
+                cluster_id = await self._cluster.kafka_cluster_id(Broker.existing_cluster_id(cfg.data_dir))
+                made = datadir.coordinator_partitions_made(cfg.data_dir)  # a single node's data dir: its own N
+                partitions = await cluster_partitions(self._cluster, made or cfg.offsets_topic_num_partitions)
             else:
                 cluster_id = Broker.load_cluster_id(cfg.data_dir)
                 partitions = cfg.offsets_topic_num_partitions
@@ -322,14 +324,17 @@ class Gateway:
 
     async def _coordinator_partitions(self, engine: Engine, member: ClusterMember, partitions: int) -> GroupCoordinators:
         """The cluster's group coordinators over its ``partitions`` coordinator partitions, once the data dir is
-        known to hold that many; a data dir made with another number stops the start (its groups are in other
-        partitions than the cluster's: kafka/group_coordinators.py)."""
+        known to hold that many (a data dir made with another number stops the start: its groups are in other
+        partitions than the cluster's, kafka/group_coordinators.py) and, when it is a single node's, taken into the
+        cluster (:mod:`.single_node_upgrade`: refused, the start stopped, when it cannot be)."""
         made = await self._coordinator.call(lambda: engine.coordinator_partitions)
         if made != partitions:
             raise ClusterStartError(
                 f"data dir {self.config.data_dir} holds {made} group coordinator partitions "
                 f"(offsets.topic.num.partitions when it was made), cluster {member.keys.cluster_id!r} has {partitions}:"
                 " its groups would be in other partitions than the cluster's; start this node on a new data dir")
+        await take_in(member, self._storage, self._coordinator, engine, self.config.data_dir, partitions,
+                      self.config.replication_enable)  # a single node's data dir as a new cluster's first node
         coordinators = GroupCoordinators(member, partitions)
         await coordinators.load()
         return coordinators

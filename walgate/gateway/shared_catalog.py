@@ -44,7 +44,7 @@ from walgate.gateway.storage_thread import StorageThread
 from walgate.storage.engine import Engine
 from walgate.storage.errors import ClusterUnavailable, InvalidValue, StorageError
 
-__all__ = ["SharedCatalog", "TRIM_EVERY", "CHANGE_TIMEOUT_S"]
+__all__ = ["SharedCatalog", "TRIM_EVERY", "CHANGE_TIMEOUT_S", "encode_state"]
 
 log = logging.getLogger("walgate.cluster")
 
@@ -58,6 +58,11 @@ T = TypeVar("T")
 
 def _encode(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
+def encode_state(records: list[dict[str, Any]]) -> bytes:
+    """A snapshot's state (``catalog/snapshot``): one JSON line per record, as :meth:`SharedCatalog._restore` reads."""
+    return b"\n".join(_encode(r) for r in records)
 
 
 class SharedCatalog:
@@ -196,7 +201,7 @@ class SharedCatalog:
     async def _trim(self, seq: int) -> None:
         await self.follower.wait_applied(seq)
         state = await self.storage.call(self.engine.catalog.shared_records)
-        await self.log.trim(seq, b"\n".join(_encode(r) for r in state))
+        await self.log.trim(seq, encode_state(state))
         self._trimmed = seq
         log.info("catalog: records up to %d folded into the snapshot", seq)
 

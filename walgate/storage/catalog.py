@@ -598,6 +598,56 @@ class Catalog:
             self._commit({"op": _SEQ_OP, "seq": seq})
         return True
 
+    def single_node_objects(self) -> list[str]:
+        """What this data dir holds as a single node, named for a person ("database power", "topic orders", "users: 2"):
+        its databases and topics whose records place nothing, its users, ACLs, client quotas and configs; empty when
+        it has applied a cluster record (a cluster node's data dir) or holds nothing. These are what
+        :meth:`take_into_cluster` makes the cluster's (docs/cluster.md, "A single node's data dir into a cluster")."""
+        if self.shared_seq:
+            return []
+        kafka_dbs = {t.db for t in self.topics.values() if t.kind == "kafka"}
+        out = [f"database {d.name}" for d in self.databases.values() if d.replicas is None and d.name not in kafka_dbs]
+        out += [f"topic {t.name}" for t in self.topics.values() if self.databases[t.db].replicas is None]
+        counts = (("users", len(self.users)), ("ACLs", len(self.acls.records())),
+                  ("client quotas", len(self.client_quotas)), ("configs", len(self.resource_configs)))
+        return out + [f"{what}: {n}" for what, n in counts if n]
+
+    def taken_into_cluster(self) -> list[dict[str, Any]]:
+        """The cluster's catalog this data dir's single-node catalog becomes (:meth:`take_into_cluster`), as a snapshot
+        of the cluster's record stream (:meth:`shared_records`); nothing changes here."""
+        saved, cluster = self._state(), self.cluster
+        try:
+            self._place_own()
+            self.cluster = True
+            return self.shared_records()
+        finally:
+            self._restore(saved)
+            self.cluster = cluster
+
+    def take_into_cluster(self, seq: int) -> None:
+        """Make this data dir's single-node catalog the cluster's up to record ``seq`` (the snapshot
+        :meth:`taken_into_cluster` gave, which the gateway wrote to etcd first): every database placed on this node,
+        one replica per vgroup, as the vnodes already are; ``shared_seq`` = ``seq``. The file is rewritten atomically;
+        raises :class:`StorageUnavailable` when it cannot be (nothing changed)."""
+        check_exclusive("the catalog")
+        saved = self._state()
+        self._place_own()
+        self.shared_seq = seq
+        try:
+            self.rewrite()
+        except OSError as exc:
+            self._restore(saved)
+            raise StorageUnavailable(f"The catalog could not be written ({exc.strerror or exc}): nothing was changed"
+                                     ) from None
+        self.generation += 1
+
+    def _place_own(self) -> None:
+        """Place every database whose record places nothing on this node, one replica per vgroup (where its vnodes
+        are)."""
+        self.databases = {name: d if d.replicas is not None else replace(d, replicas=((self.node_id,),) * d.vgroups)
+                          for name, d in self.databases.items()}
+        self._changes += 1
+
     def shared_records(self) -> list[dict[str, Any]]:
         """Records that rebuild the shared state (a snapshot of the cluster's stream): in cluster mode with the
         Kafka-native topics and the cluster's SQL databases, supertables and TDengine topics."""

@@ -92,7 +92,7 @@ from walgate.storage.producers import ProducerIds
 from walgate.storage.vnode import CHECKPOINT
 
 __all__ = ["FORMAT", "UnsupportedFormat", "DataDirLocked", "prepare", "lock", "db_dir", "topic_file",
-           "unnamed_db_dirs", "CATALOG", "PRODUCER_IDS", "LOCK_FILE"]
+           "unnamed_db_dirs", "CATALOG", "PRODUCER_IDS", "LOCK_FILE", "coordinator_partitions_made"]
 
 log = logging.getLogger("walgate.datadir")
 
@@ -186,6 +186,17 @@ def prepare(root: Path, damage: DamageLog, clock: Clock = SYSTEM_CLOCK,
         partitions = _migrate_2(root, damage, coordinator_partitions, syncs)
         _write_format(version, partitions, syncs)
     return partitions
+
+
+def coordinator_partitions_made(root: Path) -> int | None:
+    """N as ``root``'s version file records it, read without changing or reporting anything (before the data dir is
+    opened: a cluster's first node makes the cluster's N from it); None when it records none (a new data dir, an older
+    format, a file that does not verify: :func:`prepare` decides then)."""
+    try:
+        raw = (root / VERSION_FILE).read_bytes()
+        return lines.decode_int(raw, "coordinator_partitions", 1) if lines.decode_int(raw, "format", 1) == 3 else None
+    except (OSError, ValueError):
+        return None
 
 
 def _read_format(path: Path, damage: DamageLog) -> tuple[int, int] | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
@@ -46,7 +47,10 @@ from walgate.storage.engine import Engine
 from walgate.storage.lanes import Relane, TopicLookup, VnodeKey, covers, held
 from walgate.storage.topics_snapshot import TopicsSnapshot
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "CLUSTER_ID_FILE"]
+
+CLUSTER_ID_FILE = "cluster.id"
+"""A single node's Kafka cluster id, in its data dir (a cluster's is in etcd)."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -132,9 +136,18 @@ class Broker:
         return await self.groups.run(lambda: fn(engine.topics()))
 
     @staticmethod
+    def existing_cluster_id(data_dir: Path) -> str | None:
+        """The cluster id a single node made for this data directory (:meth:`load_cluster_id`), if it made one."""
+        try:
+            raw = (data_dir / CLUSTER_ID_FILE).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return raw if re.fullmatch(r"[A-Za-z0-9_-]{22}", raw) else None
+
+    @staticmethod
     def load_cluster_id(data_dir: Path) -> str:
         """A stable cluster id for this data directory (Kafka's 22-character base64 UUID form)."""
-        path = data_dir / "cluster.id"
+        path = data_dir / CLUSTER_ID_FILE
         if not path.exists():
             raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             tmp = path.with_suffix(".tmp")
