@@ -7,10 +7,10 @@ real clients recording what they completed as group_history.py's history, on rep
   :data:`TOPIC` (replication factor 3), each acknowledged one a :class:`Produced`;
 - the members of group :data:`GROUP` (:meth:`GroupWorkload.join`), stock confluent-kafka consumers subscribed to
   the topic (the classic protocol, eager range assignment): their rebalance callbacks are :class:`Assigned` and
-  :class:`Revoked`, each record read a :class:`Read`; after every poll a member commits synchronously the next
+  :class:`Revoked`, each record read a :class:`Read`; after every poll (of up to :data:`POLL_MAX` records) a member commits synchronously the next
   offset of each partition it read in its current assignment (a tight loop of OffsetCommits, with or without new
   records), each one a :class:`Commit`, ``ok`` when answered without error, else ``info``;
-- a monitor asking the group's committed offsets (OffsetFetch) every :data:`FETCH_EVERY_S`, each answer a
+- a monitor asking the group's committed offsets (OffsetFetch, of the node FindCoordinator names) every :data:`FETCH_EVERY_S`, each answer a
   :class:`Fetched` placed in the history where its request was sent (commits acknowledged while it was in flight
   come after it).
 
@@ -24,23 +24,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from group_history import Assigned, Commit, Fetched, GroupOp, Produced, Read, Revoked
 from replicated_workload import Nodes, wait_until
 
 from tests.gateway.gateway_helpers import KafkaConnection, build, kio_classes
+from walgate.coordinator.consumer_protocol import assigned_partitions
 from walgate.wire.errors import ErrorCode
 
 __all__ = ["GROUP", "TOPIC", "PARTITIONS", "GroupWorkload"]
 
 GROUP, TOPIC, PARTITIONS = "jepsen-g", "gt", 3
+OFFSETS_TOPIC = "__consumer_offsets"  # (offsets.topic.num.partitions is 1: every group is in its partition 0)
 FETCH_EVERY_S = 0.2
 PRODUCE_EVERY_S = 0.01
 ASK_TIMEOUT_S = 5  # the test's own requests (DescribeGroups, OffsetFetch)
 REQUEST_TIMEOUT_MS = 10_000  # the members': an OffsetCommit in flight to a paused coordinator holds its heartbeats
 # back (librdkafka sends one request at a time to the coordinator) until it times out, 60 s by default
+POLL_MAX = 100  # records a member reads between two commits (one a record falls behind the producer)
 JOIN_TIMEOUT_S = 60.0  # a member's thread, and the producer's flush, end within this once stopped
 
 
@@ -56,9 +60,9 @@ class GroupWorkload:
         self.stop_producing = threading.Event()
         self.stop_monitor = threading.Event()
         self.members: dict[str, _Member] = {}
+        self.last_described: dict[str, frozenset[int]] | str = "not asked"
         self.events: list[str] = []
         self.started = time.monotonic()
-        self._offsets = _offsets_client(nodes)
         self._producer = threading.Thread(target=self._produce, daemon=True)
         self._monitor = threading.Thread(target=self._fetch_loop, daemon=True)
         self._producer.start()
@@ -68,40 +72,98 @@ class GroupWorkload:
         return self
 
     def __exit__(self, *_: object) -> None:
-        """Every client stopped, whatever :meth:`finish` did (a failed test's)."""
+        """Every client told to stop and waited for (at most :data:`JOIN_TIMEOUT_S` each: a failed test's may hang on
+        a cluster without a coordinator), whatever :meth:`finish` did."""
         self.stop_producing.set()
         self.stop_monitor.set()
         for member in self.members.values():
             member.stopping.set()
-        for name in list(self.members):
-            self.leave(name)
+        for member in self.members.values():
+            member.thread.join(JOIN_TIMEOUT_S)
         self._producer.join(JOIN_TIMEOUT_S)
         self._monitor.join(JOIN_TIMEOUT_S)
 
     def coordinator(self) -> int:
         """The node FindCoordinator (v4) names for :data:`GROUP`, asked of a running node that is not paused (-1:
-        none, an error answered). (Not librdkafka's Admin client: see :meth:`described`.)"""
-        node_id = self.nodes.answering()
-        with KafkaConnection((self.nodes.host(node_id), self.nodes.ports[node_id]), timeout=ASK_TIMEOUT_S) as conn:
-            [answer] = conn.request(build(kio_classes(10, 4)[0], {"key_type": 0, "coordinator_keys": [GROUP]})
-                                    ).coordinators
+        none: an error answered, or no answer)."""
+        try:
+            [answer] = self._ask(self.nodes.answering(), 10, 4, {"key_type": 0, "coordinator_keys": [GROUP]}
+                                 ).coordinators
+        except OSError:
+            return -1
         return int(answer.node_id) if answer.error_code == ErrorCode.none else -1
 
     def described(self) -> dict[str, frozenset[int]] | str:
-        """Client id -> the partitions DescribeGroups assigns it, once the group is stable (its state before).
+        """Client id -> the partitions DescribeGroups (v5, asked of the coordinator) assigns it, once the group is
+        stable; before, what stands in the way (the group's state, an error, no coordinator).
 
-        Through a new Admin client each time, never while a node is paused: librdkafka 2.16's Admin client keeps a
-        group's coordinator cached while it is asked again within the cache's TTL, answer NOT_COORDINATOR or not
-        (seen for 60 s after a coordinator moved); and it aborts the process ("rd_kafka_enq_once_del_source_return:
-        Assertion `eonce->refcnt > 0' failed") when a request's ApiVersion to a paused node times out, or when it is
-        destroyed with a request to a paused node in flight."""
-        assert not self.nodes.paused, "the Admin client is not asked while a node is paused"
-        admin = AdminClient({"bootstrap.servers": self.nodes.bootstrap(), "reconnect.backoff.max.ms": 200})
-        [future] = admin.describe_consumer_groups([GROUP], request_timeout=ASK_TIMEOUT_S).values()
-        group = future.result(ASK_TIMEOUT_S + 5)
-        if group.state.name != "STABLE":
-            return group.state.name
-        return {m.client_id: frozenset(tp.partition for tp in m.assignment.topic_partitions) for m in group.members}
+        Raw requests (as :meth:`coordinator` and :meth:`committed`), not librdkafka's Admin client: librdkafka 2.16's keeps a group's coordinator cached while it is
+        asked again within the cache's TTL, answer NOT_COORDINATOR or not (seen for 60 s after a coordinator moved),
+        and it aborts the process ("rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed") when
+        a request's connection to a paused or killed node fails, even an Admin client's made for one call and
+        dropped (seen in the zombie scenario and the commit loop)."""
+        node_id = self.coordinator()
+        if node_id not in self.nodes.servers or node_id in self.nodes.paused:
+            return f"coordinator {node_id}"
+        try:
+            [group] = self._ask(node_id, 15, 5, {"groups": [GROUP]}).groups
+        except OSError as e:
+            return f"node {node_id}: {e!r}"
+        if group.error_code != ErrorCode.none:
+            return group.error_code.name
+        if group.group_state != "Stable":
+            return group.group_state
+        return {m.client_id: frozenset(assigned_partitions(m.member_assignment).get(TOPIC, ())) for m in group.members}
+
+    def offsets_partition(self) -> tuple[int, list[int]] | None:
+        """The leader and ISR (sorted) of the group's ``__consumer_offsets`` partition (0: the cluster's one), as
+        Metadata (v12) asked of a running node that is not paused names them (None: no answer)."""
+        try:
+            answer = self._ask(self.nodes.answering(), 3, 12, {"topics": [{"name": OFFSETS_TOPIC}],
+                                                                "allow_auto_topic_creation": False})
+        except OSError:
+            return None
+        [part] = [p for t in answer.topics for p in t.partitions if p.partition_index == 0]
+        return int(part.leader_id), sorted(part.isr_nodes)
+
+    def offsets_in_sync(self) -> bool:
+        """Every running node is in the ISR of the group's partition. (A fault is injected only then: under load a
+        node's 2 s lease may lapse with no fault, and the controller takes it out of the ISR until it has caught up
+        again; a coordinator killed while it is the only in-sync replica has no successor, rightly, until it is
+        back.)"""
+        described = self.offsets_partition()
+        return described is not None and described[1] == sorted(self.nodes.servers)
+
+    def wait(self, what: str, check: Callable[[], bool]) -> None:
+        """:func:`wait_until`, its failure saying what the cluster looked like then (the faults, the coordinator,
+        the group partition's leader and ISR)."""
+        try:
+            wait_until(what, check)
+        except pytest.fail.Exception as e:
+            raise AssertionError(f"{e}; faults: {self.events}; FindCoordinator names {self.coordinator()};"
+                                 f" {OFFSETS_TOPIC}-0 (leader, ISR): {self.offsets_partition()}") from e
+
+    def committed(self) -> dict[int, int] | None:
+        """The group's committed offsets as OffsetFetch (v7) asked of its coordinator answers them, partitions with
+        none left out (None: no coordinator, no answer, or an error answered)."""
+        node_id = self.coordinator()
+        if node_id not in self.nodes.servers or node_id in self.nodes.paused:
+            return None
+        try:
+            answer = self._ask(node_id, 9, 7, {"group_id": GROUP, "topics": [
+                {"name": TOPIC, "partition_indexes": list(range(PARTITIONS))}]})
+        except OSError:
+            return None
+        parts = [p for t in answer.topics for p in t.partitions]
+        if answer.error_code != ErrorCode.none or any(p.error_code != ErrorCode.none for p in parts):
+            return None
+        return {int(p.partition_index): int(p.committed_offset) for p in parts if p.committed_offset >= 0}
+
+    def _ask(self, node_id: int, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        """kio's decoding of the answer of node ``node_id`` to one request of ``fields`` (OSError: none within
+        :data:`ASK_TIMEOUT_S`)."""
+        with KafkaConnection((self.nodes.host(node_id), self.nodes.ports[node_id]), timeout=ASK_TIMEOUT_S) as conn:
+            return conn.request(build(kio_classes(api_key, version)[0], fields))
 
     def record(self, op: GroupOp) -> None:
         with self.lock:
@@ -120,7 +182,7 @@ class GroupWorkload:
     def wait_more(self, kind: type, more: int, what: str, outcome: str | None = None) -> None:
         """Until ``more`` more ops of ``kind`` (and ``outcome``) than now are recorded."""
         target = self.count(kind, outcome) + more
-        wait_until(f"{more} more {kind.__name__} ({what}; {self.events})", lambda: self.count(kind, outcome) >= target)
+        self.wait(f"{more} more {kind.__name__} ({what})", lambda: self.count(kind, outcome) >= target)
 
     def join(self, name: str) -> None:
         """A new member ``name`` (its client id), started."""
@@ -137,18 +199,13 @@ class GroupWorkload:
 
     def settled(self) -> bool:
         """The group is stable with every member, and each member holds what DescribeGroups assigns it (the last
-        answer, or the error instead: :attr:`last_described`)."""
-        try:
-            described = self.described()
-        except KafkaException as e:
-            self.last_described: object = e
-            return False
-        self.last_described = described
-        return described == self.assignments()
+        answer: :attr:`last_described`)."""
+        self.last_described = self.described()
+        return self.last_described == self.assignments()
 
     def finish(self) -> dict[int, int]:
         """The producer stopped, every acknowledged record read, the members and the monitor stopped; the group's
-        committed offsets read through a new client (partitions with none left out)."""
+        committed offsets as its coordinator answers them (partitions with none left out)."""
         self.stop_producing.set()
         self._producer.join(JOIN_TIMEOUT_S)
         assert not self._producer.is_alive(), "the producer's flush did not end"
@@ -159,18 +216,21 @@ class GroupWorkload:
             with self.lock:
                 return produced <= {(op.partition, op.offset) for op in self.history if isinstance(op, Read)}
 
-        wait_until(f"every acknowledged record read ({self.events})", all_read)
-        self.__exit__()  # (the members all at once: each LeaveGroup would start a rebalance of the rest)
-        self._offsets.close()
-        final: dict[int, int] = {}
-        consumer = _offsets_client(self.nodes)
-        try:
-            wait_until("the group's committed offsets read at the end",
-                       lambda: final.update(_committed(consumer)) is None)
-        finally:
-            consumer.close()
-        self.record(Fetched(dict(final)))
-        return final
+        self.note("the producer stopped")
+        self.wait("every acknowledged record read", all_read)
+        self.note("every acknowledged record read")
+        for member in self.members.values():  # (all at once: each LeaveGroup would start a rebalance of the rest)
+            member.stopping.set()
+        for name in list(self.members):
+            self.leave(name)
+        self.stop_monitor.set()
+        self._monitor.join(JOIN_TIMEOUT_S)
+        final: list[dict[int, int]] = []
+        self.wait("the group's committed offsets read at the end",
+                   lambda: final.append(self.committed()) is None and final[-1] is not None)
+        self.record(Fetched(final[-1]))
+        self.note("the group's offsets read")
+        return final[-1]
 
     def _produce(self) -> None:
         producer = Producer({"bootstrap.servers": self.nodes.bootstrap(), "enable.idempotence": True,
@@ -189,30 +249,14 @@ class GroupWorkload:
         producer.flush(JOIN_TIMEOUT_S - 5)
 
     def _fetch_loop(self) -> None:
-        while not self.stop_monitor.wait(FETCH_EVERY_S):  # (its client is closed by finish, after this ends)
+        while not self.stop_monitor.wait(FETCH_EVERY_S):
             with self.lock:
                 at = len(self.history)
-            try:
-                offsets = _committed(self._offsets)
-            except KafkaException:
+            offsets = self.committed()
+            if offsets is None:
                 continue
             with self.lock:
                 self.history.insert(at, Fetched(offsets))
-
-
-def _offsets_client(nodes: Nodes) -> Consumer:
-    """A client of :data:`GROUP` that is no member: for OffsetFetch."""
-    return Consumer({"bootstrap.servers": nodes.bootstrap(), "group.id": GROUP, "enable.auto.commit": False,
-                     "reconnect.backoff.max.ms": 200, "socket.timeout.ms": ASK_TIMEOUT_S * 1000})
-
-
-def _committed(consumer: Consumer) -> dict[int, int]:
-    """The group's committed offsets, partitions with none left out (KafkaException when not answered)."""
-    answered = consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=ASK_TIMEOUT_S)
-    for tp in answered:
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-    return {tp.partition: tp.offset for tp in answered if tp.offset >= 0}
 
 
 class _Member:
@@ -256,10 +300,10 @@ class _Member:
         consumer.subscribe([TOPIC], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not self.stopping.is_set():
-                msg = consumer.poll(0.05)
-                if msg is not None and msg.error() is None:
-                    self.load.record(Read(self.name, msg.partition(), msg.offset(), int(msg.value())))
-                    self.next[msg.partition()] = msg.offset() + 1
+                for msg in consumer.consume(POLL_MAX, 0.05):
+                    if msg.error() is None:
+                        self.load.record(Read(self.name, msg.partition(), msg.offset(), int(msg.value())))
+                        self.next[msg.partition()] = msg.offset() + 1
                 self._commit(consumer)
         finally:
             consumer.close()

@@ -22,7 +22,7 @@ from confluent_kafka.admin import NewTopic
 from etcd_cluster import EtcdCluster, etcd_cluster
 from group_history import Commit, Read, check, owners, rereads
 from group_workload import GROUP, PARTITIONS, TOPIC, GroupWorkload
-from replicated_workload import LONG, SEEDS, Nodes, metric_sum, three_ready, wait_until
+from replicated_workload import LONG, SEEDS, Nodes, metric_sum, three_ready
 from serve_support import create_topics
 
 KILLS = 10 if LONG else 5  # the coordinator's kills in the commit loop
@@ -59,19 +59,25 @@ def new_coordinator(nodes: Nodes, load: GroupWorkload, old: int) -> int:
         named.append(load.coordinator())
         return named[-1] not in (-1, old) and named[-1] in nodes.servers
 
-    wait_until(f"a coordinator of {GROUP} other than node {old} ({load.events})", moved)
+    load.wait(f"a coordinator of {GROUP} other than node {old}", moved)
     load.note(f"node {named[-1]} coordinates")
     return named[-1]
+
+
+def in_sync(load: GroupWorkload) -> None:
+    """Until every running node is in the ISR of the group's ``__consumer_offsets`` partition."""
+    load.wait("every node in the group partition's ISR", load.offsets_in_sync)
 
 
 def settle(load: GroupWorkload, members: int) -> None:
     """Until the group is stable with its ``members`` members, each holding what DescribeGroups assigns it; then
     every partition held by exactly one."""
     try:
-        wait_until(f"the group settled with {members} members", lambda: len(load.members) == members and load.settled())
-    except pytest.fail.Exception as e:
-        raise AssertionError(f"{e}: the members hold {load.assignments()}, DescribeGroups answered"
-                             f" {getattr(load, 'last_described', None)}; {load.events}") from e
+        load.wait(f"the group settled with {members} members", lambda: len(load.members) == members and load.settled())
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the members hold {load.assignments()}, DescribeGroups answered"
+                             f" {load.last_described}") from e
+    load.note(f"the group settled with {members} members")
     assert owners(load.assignments(), PARTITIONS) == [], load.assignments()
 
 
@@ -104,11 +110,12 @@ def rebalance_killed(nodes: Nodes, load: GroupWorkload) -> None:
         load.join(m)
     settle(load, 3)
     load.wait_more(Commit, COMMITS, "before the rebalance", "ok")
+    in_sync(load)
     old = load.coordinator()
     log = nodes.servers[old].log
     joined = log().count(JOINED)
     load.join("m4")
-    wait_until("m4's JoinGroup at the coordinator", lambda: log().count(JOINED) > joined)
+    load.wait("m4's JoinGroup at the coordinator", lambda: log().count(JOINED) > joined)
     tail = log()[log().rindex(JOINED):]
     nodes.kill(old)
     load.note(f"node {old}, the coordinator, killed after m4's JoinGroup")
@@ -140,6 +147,7 @@ def kill_loop(nodes: Nodes, load: GroupWorkload) -> None:
     settle(load, 3)
     for kill in range(KILLS):
         load.wait_more(Commit, COMMITS, f"before kill {kill}", "ok")
+        in_sync(load)
         old = load.coordinator()
         nodes.kill(old)
         load.note(f"node {old}, the coordinator, killed")
@@ -171,6 +179,7 @@ def paused_and_resumed(nodes: Nodes, load: GroupWorkload) -> int:
         load.join(m)
     settle(load, 3)
     load.wait_more(Commit, COMMITS, "before the pause", "ok")
+    in_sync(load)
     zombie = load.coordinator()
     before = _commit_errors(nodes, zombie)
     nodes.pause(zombie)
@@ -181,7 +190,7 @@ def paused_and_resumed(nodes: Nodes, load: GroupWorkload) -> int:
     finally:
         nodes.resume(zombie)
         load.note(f"node {zombie} resumed")
-    wait_until(f"node {zombie} gives up the group's partition",
+    load.wait(f"node {zombie} gives up the group's partition",
                lambda: "partition 0: unloaded (led elsewhere now)" in nodes.servers[zombie].log())
     refused = _commit_errors(nodes, zombie) - before
     load.wait_more(Commit, COMMITS, f"after node {zombie} resumed", "ok")
