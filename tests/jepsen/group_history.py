@@ -150,7 +150,8 @@ def _backwards(history: Sequence[GroupOp]) -> list[GroupViolation]:
 def _lost(history: Sequence[GroupOp], final: Mapping[int, int]) -> list[GroupViolation]:
     highest: dict[int, Commit] = {}
     for op in history:
-        if isinstance(op, Commit) and op.outcome == "ok" and op.offset > getattr(highest.get(op.partition), "offset", -1):
+        if isinstance(op, Commit) and op.outcome == "ok" and (op.partition not in highest
+                                                              or op.offset > highest[op.partition].offset):
             highest[op.partition] = op
     return [GroupViolation("commit-lost", p, f"{c.member}'s commit of {c.offset} was acknowledged, the group's"
                            f" offset read at the end is {final.get(p, 'none')}")

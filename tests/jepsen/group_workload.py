@@ -7,16 +7,24 @@ real clients recording what they completed as group_history.py's history, on rep
   :data:`TOPIC` (replication factor 3), each acknowledged one a :class:`Produced`;
 - the members of group :data:`GROUP` (:meth:`GroupWorkload.join`), stock confluent-kafka consumers subscribed to
   the topic (the classic protocol, eager range assignment): their rebalance callbacks are :class:`Assigned` and
-  :class:`Revoked`, each record read a :class:`Read`; after every poll (of up to :data:`POLL_MAX` records) a member commits synchronously the next
-  offset of each partition it read in its current assignment (a tight loop of OffsetCommits, with or without new
-  records), each one a :class:`Commit`, ``ok`` when answered without error, else ``info``;
-- a monitor asking the group's committed offsets (OffsetFetch, of the node FindCoordinator names) every :data:`FETCH_EVERY_S`, each answer a
-  :class:`Fetched` placed in the history where its request was sent (commits acknowledged while it was in flight
-  come after it).
+  :class:`Revoked`, each record read a :class:`Read`; after every poll (of up to :data:`POLL_MAX` records) a
+  member commits synchronously the next offset of each partition it read in its current assignment (a tight loop
+  of OffsetCommits, with or without new records), each one a :class:`Commit`, ``ok`` when answered without error,
+  else ``info``;
+- a monitor asking the group's committed offsets (OffsetFetch, of the node FindCoordinator names) every
+  :data:`FETCH_EVERY_S`, each answer a :class:`Fetched` placed in the history where its request was sent (commits
+  acknowledged while it was in flight come after it).
+
+The test's own questions (FindCoordinator, DescribeGroups, OffsetFetch, Metadata) are raw requests to a node it
+chooses (tests/gateway/gateway_helpers.py's ``KafkaConnection``), not librdkafka's Admin client: librdkafka 2.16's
+keeps a group's coordinator cached while it is asked again within the cache's TTL, answer NOT_COORDINATOR or not
+(seen for 60 s after a coordinator moved), and twice the process aborted ("rd_kafka_enq_once_del_source_return:
+Assertion `eonce->refcnt > 0' failed") while Admin clients made for one call were asked or dropped as a node was
+paused or killed (none since).
 
 :meth:`GroupWorkload.finish` stops the producer (every record answered), waits until the members have read every
-acknowledged record, stops them (LeaveGroup) and the monitor, and reads the group's committed offsets through a
-new client: the ``final`` of :func:`group_history.check`.
+acknowledged record, stops them (LeaveGroup) and the monitor, and asks the group's coordinator for its committed
+offsets: the ``final`` of :func:`group_history.check`.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ GROUP, TOPIC, PARTITIONS = "jepsen-g", "gt", 3
 OFFSETS_TOPIC = "__consumer_offsets"  # (offsets.topic.num.partitions is 1: every group is in its partition 0)
 FETCH_EVERY_S = 0.2
 PRODUCE_EVERY_S = 0.01
-ASK_TIMEOUT_S = 5  # the test's own requests (DescribeGroups, OffsetFetch)
+ASK_TIMEOUT_S = 5  # the test's own requests (module docstring)
 REQUEST_TIMEOUT_MS = 10_000  # the members': an OffsetCommit in flight to a paused coordinator holds its heartbeats
 # back (librdkafka sends one request at a time to the coordinator) until it times out, 60 s by default
 POLL_MAX = 100  # records a member reads between two commits (one a record falls behind the producer)
@@ -95,13 +103,7 @@ class GroupWorkload:
 
     def described(self) -> dict[str, frozenset[int]] | str:
         """Client id -> the partitions DescribeGroups (v5, asked of the coordinator) assigns it, once the group is
-        stable; before, what stands in the way (the group's state, an error, no coordinator).
-
-        Raw requests (as :meth:`coordinator` and :meth:`committed`), not librdkafka's Admin client: librdkafka 2.16's keeps a group's coordinator cached while it is
-        asked again within the cache's TTL, answer NOT_COORDINATOR or not (seen for 60 s after a coordinator moved),
-        and it aborts the process ("rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed") when
-        a request's connection to a paused or killed node fails, even an Admin client's made for one call and
-        dropped (seen in the zombie scenario and the commit loop)."""
+        stable; before, what stands in the way (the group's state, an error, no coordinator)."""
         node_id = self.coordinator()
         if node_id not in self.nodes.servers or node_id in self.nodes.paused:
             return f"coordinator {node_id}"
@@ -117,14 +119,14 @@ class GroupWorkload:
 
     def offsets_partition(self) -> tuple[int, list[int]] | None:
         """The leader and ISR (sorted) of the group's ``__consumer_offsets`` partition (0: the cluster's one), as
-        Metadata (v12) asked of a running node that is not paused names them (None: no answer)."""
+        Metadata (v12) asked of a running node that is not paused names them (None: no answer, or no partition)."""
         try:
             answer = self._ask(self.nodes.answering(), 3, 12, {"topics": [{"name": OFFSETS_TOPIC}],
                                                                 "allow_auto_topic_creation": False})
         except OSError:
             return None
-        [part] = [p for t in answer.topics for p in t.partitions if p.partition_index == 0]
-        return int(part.leader_id), sorted(part.isr_nodes)
+        parts = [p for t in answer.topics for p in t.partitions if p.partition_index == 0]
+        return (int(parts[0].leader_id), sorted(parts[0].isr_nodes)) if parts else None
 
     def offsets_in_sync(self) -> bool:
         """Every running node is in the ISR of the group's partition. (A fault is injected only then: under load a
