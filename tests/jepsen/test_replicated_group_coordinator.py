@@ -64,9 +64,19 @@ def new_coordinator(nodes: Nodes, load: GroupWorkload, old: int) -> int:
     return named[-1]
 
 
-def in_sync(load: GroupWorkload) -> None:
-    """Until every running node is in the ISR of the group's ``__consumer_offsets`` partition."""
+def three_members(load: GroupWorkload) -> None:
+    """Members m1-m3 joined, until the group settled with them."""
+    for m in ("m1", "m2", "m3"):
+        load.join(m)
+    settle(load, 3)
+
+
+def ready_for_a_fault(load: GroupWorkload, what: str) -> int:
+    """Until :data:`COMMITS` more commits are acknowledged and every running node is in the ISR of the group's
+    ``__consumer_offsets`` partition; the group's coordinator then."""
+    load.wait_more(Commit, COMMITS, what, "ok")
     load.wait("every node in the group partition's ISR", load.offsets_in_sync)
+    return load.coordinator()
 
 
 def settle(load: GroupWorkload, members: int) -> None:
@@ -106,19 +116,15 @@ def test_coordinator_killed_mid_rebalance(nodes: Nodes, seed: int) -> None:
 
 def rebalance_killed(nodes: Nodes, load: GroupWorkload) -> None:
     """The faults and waits of :func:`test_coordinator_killed_mid_rebalance`."""
-    for m in ("m1", "m2", "m3"):
-        load.join(m)
-    settle(load, 3)
-    load.wait_more(Commit, COMMITS, "before the rebalance", "ok")
-    in_sync(load)
-    old = load.coordinator()
+    three_members(load)
+    old = ready_for_a_fault(load, "before the rebalance")
     log = nodes.servers[old].log
     joined = log().count(JOINED)
     load.join("m4")
     load.wait("m4's JoinGroup at the coordinator", lambda: log().count(JOINED) > joined)
-    tail = log()[log().rindex(JOINED):]
     nodes.kill(old)
     load.note(f"node {old}, the coordinator, killed after m4's JoinGroup")
+    tail = log()[log().rindex(JOINED):]  # (all it logged before it died)
     assert f"rebalance group={GROUP} type=classic generation=" not in tail, f"the rebalance ended first: {tail}"
     new_coordinator(nodes, load, old)
     settle(load, 4)
@@ -142,13 +148,9 @@ def test_coordinator_killed_in_a_commit_loop(nodes: Nodes, seed: int) -> None:
 
 def kill_loop(nodes: Nodes, load: GroupWorkload) -> None:
     """The faults and waits of :func:`test_coordinator_killed_in_a_commit_loop`."""
-    for m in ("m1", "m2", "m3"):
-        load.join(m)
-    settle(load, 3)
+    three_members(load)
     for kill in range(KILLS):
-        load.wait_more(Commit, COMMITS, f"before kill {kill}", "ok")
-        in_sync(load)
-        old = load.coordinator()
+        old = ready_for_a_fault(load, f"before kill {kill}")
         nodes.kill(old)
         load.note(f"node {old}, the coordinator, killed")
         new_coordinator(nodes, load, old)
@@ -174,13 +176,9 @@ def test_zombie_coordinator(nodes: Nodes, seed: int) -> None:
 
 def paused_and_resumed(nodes: Nodes, load: GroupWorkload) -> int:
     """The faults and waits of :func:`test_zombie_coordinator`; the OffsetCommits the zombie answered with an
-    error from its resume until it gave the partition up."""
-    for m in ("m1", "m2", "m3"):
-        load.join(m)
-    settle(load, 3)
-    load.wait_more(Commit, COMMITS, "before the pause", "ok")
-    in_sync(load)
-    zombie = load.coordinator()
+    error from just before its pause until it gave the partition up."""
+    three_members(load)
+    zombie = ready_for_a_fault(load, "before the pause")
     before = _commit_errors(nodes, zombie)
     nodes.pause(zombie)
     load.note(f"node {zombie}, the coordinator, paused")
