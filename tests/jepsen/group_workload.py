@@ -6,7 +6,7 @@ real clients recording what they completed as group_history.py's history, on rep
 - a producer (confluent-kafka, idempotent, acks=all) writing unique integers round-robin to the partitions of topic
   :data:`TOPIC` (replication factor 3), each acknowledged one a :class:`Produced`;
 - the members of group :data:`GROUP` (:meth:`GroupWorkload.join`), stock confluent-kafka consumers subscribed to
-  the topic (the classic protocol, eager range assignment): their rebalance callbacks are :class:`Assigned` and
+  the topic (the classic protocol, eager range assignment; or KIP-848's, ``group.protocol=consumer``): their rebalance callbacks are :class:`Assigned` and
   :class:`Revoked`, each record read a :class:`Read`; after every poll (of up to :data:`POLL_MAX` records) a
   member commits synchronously the next offset of each partition it read in its current assignment (a tight loop
   of OffsetCommits, with or without new records), each one a :class:`Commit`, ``ok`` when answered without error,
@@ -59,10 +59,11 @@ JOIN_TIMEOUT_S = 60.0  # a member's thread, and the producer's flush, end within
 class GroupWorkload:
     """The producer, members and monitor of the module docstring over ``nodes``, recording :attr:`history`."""
 
-    def __init__(self, nodes: Nodes, seed: int, heartbeat_ms: int = 1000) -> None:
+    def __init__(self, nodes: Nodes, seed: int, heartbeat_ms: int = 1000, protocol: str = "classic") -> None:
         self.nodes = nodes
         self.seed = seed
-        self.heartbeat_ms = heartbeat_ms
+        self.heartbeat_ms = heartbeat_ms  # (classic members': a KIP-848 member heartbeats as the server tells it)
+        self.protocol = protocol  # the members' group.protocol: classic, or consumer (KIP-848)
         self.history: list[GroupOp] = []
         self.lock = threading.Lock()
         self.stop_producing = threading.Event()
@@ -102,19 +103,26 @@ class GroupWorkload:
         return int(answer.node_id) if answer.error_code == ErrorCode.none else -1
 
     def described(self) -> dict[str, frozenset[int]] | str:
-        """Client id -> the partitions DescribeGroups (v5, asked of the coordinator) assigns it, once the group is
-        stable; before, what stands in the way (the group's state, an error, no coordinator)."""
+        """Client id -> the partitions the coordinator assigns it (DescribeGroups v5; ConsumerGroupDescribe v0 for a
+        KIP-848 group), once the group is stable; before, what stands in the way (the group's state, an error, no
+        coordinator)."""
         node_id = self.coordinator()
         if node_id not in self.nodes.servers or node_id in self.nodes.paused:
             return f"coordinator {node_id}"
         try:
-            [group] = self._ask(node_id, 15, 5, {"groups": [GROUP]}).groups
+            if self.protocol == "consumer":
+                [group] = self._ask(node_id, 69, 0, {"group_ids": [GROUP]}).groups
+            else:
+                [group] = self._ask(node_id, 15, 5, {"groups": [GROUP]}).groups
         except OSError as e:
             return f"node {node_id}: {e!r}"
         if group.error_code != ErrorCode.none:
             return group.error_code.name
         if group.group_state != "Stable":
             return group.group_state
+        if self.protocol == "consumer":
+            return {m.client_id: frozenset(p for t in m.assignment.topic_partitions if t.topic_name == TOPIC
+                                           for p in t.partitions) for m in group.members}
         return {m.client_id: frozenset(assigned_partitions(m.member_assignment).get(TOPIC, ())) for m in group.members}
 
     def offsets_partition(self) -> tuple[int, list[int]] | None:
@@ -293,12 +301,13 @@ class _Member:
             self.next.pop(p, None)
 
     def _run(self) -> None:
+        protocol: dict[str, str | int] = {"group.protocol": "consumer"} if self.load.protocol == "consumer" else {
+            "partition.assignment.strategy": "range", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": self.load.heartbeat_ms}
         consumer = Consumer({"bootstrap.servers": self.load.nodes.bootstrap(), "group.id": GROUP,
                              "client.id": self.name, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                             "partition.assignment.strategy": "range", "session.timeout.ms": 6000,
-                             "heartbeat.interval.ms": self.load.heartbeat_ms, "reconnect.backoff.max.ms": 200,
-                             "socket.timeout.ms": REQUEST_TIMEOUT_MS,
-                             "topic.metadata.refresh.interval.ms": 1000})
+                             "reconnect.backoff.max.ms": 200, "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+                             "topic.metadata.refresh.interval.ms": 1000, **protocol})
         consumer.subscribe([TOPIC], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not self.stopping.is_set():
