@@ -4,16 +4,15 @@ real socket, the follower (node 2) fetches over its authenticated node link.
 
 What holds: the follower's WAL equals the leader's byte for byte after SQL rows, CREATE TABLE meta entries and
 Kafka-native batches, and after a divergence (the follower's longer tail of an old epoch cut, then equal; an empty
-epoch at the follower's end cut though its WAL is not); every error code of the handler (a node fetching as another
-replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least one batch), and seeded fuzzed
-fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken by an append to a vnode with no
-topic (a condition: the fetch is seen waiting before the append); a follower's lag (the leader's high watermark
-past its WAL end after an answer: a follower out of the ISR fetching one batch at a time) falls to 0 as it catches
-up; a vnode with an error left out of the fetcher's
-requests for its backoff alone, the others fetched on; a cut whose epoch file the disk refused (the WAL held)
-finished before the next fetch; a divergence of a vnode unfollowed before its cut runs cuts nothing; a client's
-request refused, and the API absent from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends
-at once.
+epoch at the follower's end cut though its WAL is not, also when its WAL is empty); every error code of the handler
+(a node fetching as another replica refused), the request's ``max_bytes`` kept to by the first vnode too (at least
+one batch), and seeded fuzzed fetches of a node (``WALGATE_FUZZ_WAL_FETCH`` requests, 60 in CI); a long poll woken
+by an append to a vnode with no topic (a condition: the fetch is seen waiting before the append); a follower's lag
+(the leader's high watermark past its WAL end after an answer: a follower out of the ISR fetching one batch at a
+time) falls to 0 as it catches up; a vnode with an error left out of the fetcher's requests for its backoff alone,
+the others fetched on; a cut whose epoch file the disk refused (the WAL held) finished before the next fetch; a
+divergence of a vnode unfollowed before its cut runs cuts nothing; a client's request refused, and the API absent
+from ApiVersions; a fetcher cancelled in any event-loop iteration of a fetch ends at once.
 """
 
 from __future__ import annotations
@@ -335,6 +334,33 @@ async def test_an_empty_epoch_at_the_followers_end_is_cut_and_the_follower_catch
         await p.caught_up()  # (bounded: a follower diverging on every fetch never catches up)
         await p.same_wals(DB, 1)
         assert [e.epoch for e in fv.epochs.entries][-2:] == [1, 3]
+
+
+async def test_an_empty_epoch_in_an_empty_wal_is_cut_and_the_follower_catches_up(etcd: EtcdCluster,
+                                                                                 tmp_path: Path) -> None:
+    """The sequence of a lease storm (issue 25): node 2, whose WAL of the vnode is still empty, is elected and
+    begins epoch 2 at version 0, writes nothing and is deposed; node 1, holding entries of epoch 1, leads epoch 3.
+    The fetch names epoch 2 (the cache's latest, as Kafka's follower names ``log.latestEpoch`` whatever its log
+    holds), node 1 answers the divergence, the empty epoch is cut, and entries of epoch 1 are taken (naming no
+    epoch for an empty WAL got them refused on every fetch: "older than the latest one here (2)")."""
+    async with pair(etcd, tmp_path) as p:
+        await _both(p, f"CREATE DATABASE {DB} VGROUPS 1 {WAL}", STABLE)
+        fv = await p.follower.vnode(DB, 0)
+        assert fv.wal.next_version == fv.wal.first_version  # nothing here yet
+        await p.lead(DB, 1, 1)
+        ts = 1_700_000_000_000
+        await p.leader.sql(f"INSERT INTO {DB}.d0 USING {DB}.meters TAGS ('a', 0) VALUES ({ts}, 1.0, 1)")  # epoch 1
+        p.fetcher.unfollow((DB, 0))  # deposed before node 2 fetched anything
+        await p.follower.call(fv.epochs.begin, 2, fv.wal.next_version)  # node 2 led epoch 2, wrote nothing
+        await p.lead(DB, 1, 3)  # node 1 leads epoch 3 from its end
+        assert await p.fetcher.fetch_once()  # diverges at (1, node 1's end of epoch 1): the empty epoch 2 is cut
+        assert [e.epoch for e in fv.epochs.entries] == []
+        await p.leader.sql(f"INSERT INTO {DB}.d0 VALUES ({ts + 1}, 2.0, 2)")  # epoch 3
+        await p.caught_up()
+        await p.same_wals(DB, 1)
+        assert [e.epoch for e in fv.epochs.entries] == [1, 3]
+        assert (await p.follower.sql(f"SELECT current FROM {DB}.meters")).rows == \
+            (await p.leader.sql(f"SELECT current FROM {DB}.meters")).rows
 
 
 async def test_the_first_vnode_with_entries_keeps_to_max_bytes_but_gets_one_batch(etcd: EtcdCluster,

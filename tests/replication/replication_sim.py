@@ -17,7 +17,12 @@ what must hold while it runs and at the end:
 * one value per offset: every replica's entries below its high watermark are the values first seen committed there,
   so the logs are identical below each replica's high watermark;
 * the high watermark never decreases on a leader within its epoch;
-* writes of one leader epoch are acknowledged by one leader only.
+* writes of one leader epoch are acknowledged by one leader only;
+* after settling, every replica is back in the ISR (none left refusing its leader's entries for good).
+
+A follower refuses fetched entries of an epoch older than its cache's latest, as a vnode does
+(:meth:`walgate.storage.vnode.Vnode.append_replicated`), and its truncation at its log's end drops an epoch starting
+there, as :func:`walgate.storage.truncation.truncate_vnode` does.
 
 ``python tests/replication/replication_sim.py --seed N`` reruns one seed and prints its violations and trace;
 ``--seeds N`` runs seeds 0..N-1.
@@ -167,6 +172,9 @@ class Checker:
         if serving is None or serving.leader_epoch != state.leader_epoch:
             self.violations.append(f"no serving leader after settling: {state}")
             return
+        out = [n.id for n in nodes if n.id not in state.isr_ids]
+        if out:
+            self.violations.append(f"nodes {out} out of the ISR after settling: {state}")
         final = nodes[state.leader]
         for value, offset, epoch, node in self.acks:
             if offset >= final.hw or final.log[offset].value != value:
@@ -473,12 +481,14 @@ class Simulation:
             node.ofle_sent = -10_000
 
     def truncate(self, node: Node, offset: int) -> None:
+        """A cut at the log's end too drops the epochs starting there (one a brief leader began and wrote nothing
+        in), as :func:`walgate.storage.truncation.truncate_vnode` and Kafka's ``UnifiedLog.truncateTo`` do."""
         if offset < len(node.log):
             self.log(f"node {node.id} truncates {len(node.log)} -> {offset}")
             del node.log[offset:]
             node.durable = min(node.durable, offset)
-            node.cache.truncate_from_end(offset)
             node.hw = min(node.hw, offset)
+        node.cache.truncate_from_end(min(offset, len(node.log)))
 
     def on_fetched(self, node: Node, fetch_id: int, leader_epoch: int, fetch_offset: int, error: ErrorCode | None,
                    entries: list[Entry], leader_hw: int) -> None:
@@ -489,6 +499,10 @@ class Simulation:
             node.truncated = False
             return
         if error is not None or fetch_offset != len(node.log):
+            return
+        if entries and entries[0].epoch < node.cache.latest_epoch:  # refused, as Vnode.append_replicated refuses
+            self.log(f"node {node.id} refuses entries of epoch {entries[0].epoch}, older than its latest epoch "
+                     f"{node.cache.latest_epoch}")
             return
         for entry in entries:
             if entry.epoch != node.cache.latest_epoch:
@@ -570,6 +584,10 @@ class Simulation:
             for other in self.nodes:
                 if other is not node:
                     self.cut.add(frozenset((node.id, other.id)))
+
+    def reconnect(self, node: Node, other: int) -> None:
+        self.log(f"reconnect node {node.id} to {other}")
+        self.cut.discard(frozenset((node.id, other)))
 
     def heal(self) -> None:
         self.log("heal")
@@ -710,6 +728,21 @@ def power_loss(sim: Simulation) -> None:
         sim.at(t, go)
 
 
+def lease_storm(sim: Simulation) -> None:
+    """Every node loses etcd at once past its lease (a loaded machine: issue 25), then gets it back one by one, so
+    that the controller elects from the first ones back (a leadership that may write nothing before it is lost
+    again); twice."""
+    def go() -> None:
+        for node in sim.nodes:
+            sim.isolate(node, from_etcd=True, from_nodes=False)
+        back = sim.cfg.lease_ttl_ms + sim.rng.randint(20, 100)
+        for node in sim.rng.sample(sim.nodes, len(sim.nodes)):
+            sim.at(back, sim.reconnect, node, ETCD)
+            back += sim.rng.randint(0, 60)
+    for t in (sim.rng.randint(100, 250), sim.rng.randint(600, 750)):
+        sim.at(t, go)
+
+
 def background_faults(sim: Simulation, count: int) -> None:
     """``count`` random faults anywhere in the fault phase: crash and restart, pause and resume, isolate and heal."""
     for _ in range(count):
@@ -737,6 +770,7 @@ SCENARIOS: dict[str, Callable[[Simulation], None]] = {
     "partitioned_leader": partitioned_leader,
     "power_loss": power_loss,
     "lone_leader": lone_leader,
+    "lease_storm": lease_storm,
 }
 SCENARIO_NAMES = list(SCENARIOS)
 

@@ -33,7 +33,7 @@ def _failures(seeds: range, scenario: str | None = None, first: bool = False) ->
 
 
 def test_seeded_slice_has_no_violation() -> None:
-    """200 seeds, every scenario ~28 times, each with 0-3 background faults: no violation."""
+    """200 seeds, every scenario ~22 times, each with 0-3 background faults: no violation."""
     seeds = int(os.environ.get("WALGATE_SIM_SEEDS", CI_SEEDS))
     failures = _failures(range(seeds))
     assert not failures, f"{len(failures)} of {seeds} seeds violate an invariant:\n" + "\n".join(failures[:10])

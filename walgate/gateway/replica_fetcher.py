@@ -35,11 +35,11 @@ authenticated node link (:class:`~walgate.gateway.kafka.node_links.NodeLinks`), 
 
 An answer for a vnode unfollowed, or followed anew (another leader epoch, as Kafka's fetcher checks its fetch state
 before it processes a partition's data), while the request was out is dropped; a divergence's cut checks it again in
-the truncating call itself, so a vnode unfollowed while its cut waited to run is not cut. The fetch position is read on the
-vnode's lane before each request: the WAL's end (``fetch_version``), the epoch of
-its last entry, and its durable end (what the leader's high watermark counts, issue 25). Nothing here reads or writes
-etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's (:meth:`follow`,
-:meth:`unfollow`).
+the truncating call itself, so a vnode unfollowed while its cut waited to run is not cut. The fetch position is read
+on the vnode's lane before each request: the WAL's end (``fetch_version``), its epoch cache's latest epoch (also for
+an empty WAL: :func:`_position`), and its durable end (what the leader's high watermark counts, issue 25). Nothing
+here reads or writes etcd: which vnodes are followed, from which leader at which epoch, is the replica manager's
+(:meth:`follow`, :meth:`unfollow`).
 """
 
 from __future__ import annotations
@@ -108,13 +108,18 @@ class _Position:
 
 
 def _position(engine: Engine, db: str, vgroup: int) -> _Position:
+    """Where ``db``'s vnode ``vgroup`` is fetched from: its WAL's end, named with its epoch cache's latest epoch
+    whatever the WAL holds, as Kafka's follower names its log's ``latestEpoch`` (KIP-595's ``LastFetchedEpoch``, the
+    KIP-101/279 truncation): an empty WAL too, whose cache may hold an epoch this node began when it was elected
+    and then wrote nothing in (a lease storm's brief leadership, issue 25). Naming no epoch there got the leader's
+    older entries refused on every fetch (:meth:`Vnode.append_replicated
+    <walgate.storage.vnode.Vnode.append_replicated>`: older than the cache's latest); naming it gets the divergence,
+    whose cut at the WAL's end drops the empty epoch (:func:`walgate.storage.truncation.truncate_vnode`)."""
     vnode = engine.store.local_vnode(db, vgroup)
     wal = vnode.wal
-    if wal.next_version == wal.first_version:
-        return _Position(wal.next_version, -1, wal.durable_version)
-    if not vnode.epochs.entries:
-        return _Position(wal.next_version, -1, wal.durable_version, epochless=True)
-    return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version)
+    if vnode.epochs.entries:
+        return _Position(wal.next_version, vnode.epochs.latest_epoch, wal.durable_version)
+    return _Position(wal.next_version, -1, wal.durable_version, epochless=wal.next_version != wal.first_version)
 
 
 def _positions(engine: Engine, vnodes: list[FollowedVnode]) -> list[_Position | StorageError]:
