@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from faults import Faults
 
-from walgate.storage import lines
+from walgate.storage import lines, native_topics
 from walgate.storage.damage import DamageLog
 from walgate.storage.errors import InvalidValue, StorageUnavailable
 from walgate.storage.producers import DuplicateBatch, EarlierBatch, PartitionProducers, ProducerIds, SequenceError
@@ -102,7 +102,8 @@ def _sent(sequence: int, count: int = 1, epoch: int = 0) -> bytes:
                         producer_id=3075, producer_epoch=epoch, base_sequence=sequence)
 
 
-def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_also_after_a_restart(tmp_path: Path):
+def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_also_after_a_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The CI finding of 2026-11-30: the Java producer's first batch (sequence 0) retried after the partition took the
     run's 33 records, answered OUT_OF_ORDER_SEQUENCE_NUMBER "sequence 0, expected 33" forever. Now its original
     offset, nothing written; a leader's state rebuilt from the WAL (a restart, a follower's copy) answers alike."""
@@ -122,6 +123,11 @@ def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_al
         assert other.value.error_code is ErrorCode.out_of_order_sequence_number
         e.close()
         e = Engine.open(tmp_path)
+    monkeypatch.setattr(native_topics, "_LOOKUP_ENTRIES", 3)  # the lookup reads 3 entries back from the five kept
+    assert e.append_batches("t", 0, [_sent(25)]) == 25
+    with pytest.raises(SequenceError) as far:
+        e.append_batches("t", 0, [_sent(24)])  # written, further back than the lookup reads
+    assert far.value.error_code is ErrorCode.duplicate_sequence_number
     e.delete_records("t", 0, 5)
     with pytest.raises(SequenceError) as gone:
         e.append_batches("t", 0, [_sent(3)])  # written, below the log start now: its offset is not known any more

@@ -21,6 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Final
 
 from walgate.cluster.placement import Replicas
 from walgate.storage import datadir, led_appends
@@ -77,16 +78,20 @@ def replay_batch(producers: PartitionProducers, batch: bytes) -> None:
                          info.base_offset, bool(info.attributes & TRANSACTIONAL_BIT), info.max_timestamp)
 
 
+_LOOKUP_ENTRIES: Final = 10_000
+"""How many entries :func:`_original` reads at most, back from the oldest batch a producer's state keeps."""
+
+
 def _original(vnode: Vnode, idx: OffsetIndex, earlier: EarlierBatch) -> DuplicateBatch:
     """The batch ``earlier`` repeats, looked up in the partition's log from below the oldest batch its producer's state
     keeps, newest first, until a batch of that producer of an older epoch or an earlier sequence. Raises
-    SequenceError: DUPLICATE_SEQUENCE_NUMBER when it is not found (below the log start now, or its entry lost):
-    written before, at an offset no longer known, Kafka's answer for it, which clients take as delivered (the Java
-    client's ``Sender.completeBatch``); OUT_OF_ORDER_SEQUENCE_NUMBER when its first sequence starts a batch of other
-    sequences (not a retry of it)."""
-    k = bisect_left(idx.offsets, earlier.before)
-    while k > 0:
-        k -= 1
+    SequenceError: DUPLICATE_SEQUENCE_NUMBER when it is not found within :data:`_LOOKUP_ENTRIES` entries (or below
+    the log start now, or its entry lost): written before (its sequences lie within those this partition took of the
+    epoch), at an offset not known, Kafka's answer for it, which clients take as delivered (the Java client's
+    ``Sender.completeBatch``); OUT_OF_ORDER_SEQUENCE_NUMBER when its first sequence starts a batch of other sequences
+    (not a retry of it)."""
+    kept = bisect_left(idx.offsets, earlier.before)  # the index entry of the oldest batch kept
+    for k in range(kept - 1, max(kept - 1 - _LOOKUP_ENTRIES, -1), -1):
         if idx.offsets[k] < idx.start_offset:
             break
         try:
