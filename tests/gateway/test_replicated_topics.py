@@ -13,7 +13,8 @@ The followers build each producer's sequences and open transactions from the WAL
 build producer state while appending. So the new leader answers an idempotent producer's retry of a batch the old
 leader appended (and the followers copied) with its original offset and writes nothing, also once five later batches
 pushed it out of those the producer's state keeps (it is looked up in the log), takes the producer's next sequence
-after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader opened open: its last stable offset stops at the transaction's first offset, as on the old leader.
+after it, refuses a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), and keeps a transaction the old leader opened open:
+its last stable offset stops at the transaction's first offset, as on the old leader.
 """
 
 from __future__ import annotations

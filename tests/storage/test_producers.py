@@ -95,11 +95,12 @@ def test_sequences_wrap_at_2_pow_31():
     assert p.check(5, 0, 0, 1) is None
 
 
-def _sent(sequence: int, count: int = 1, epoch: int = 0) -> bytes:
+def _sent(sequence: int, count: int = 1) -> bytes:
+    """Producer 3075's batch of ``count`` records from ``sequence``, at epoch 0."""
     from walgate.wire import encode_batch
 
     return encode_batch(0, [1] * count, [None] * count, [b"v%d" % (sequence + k) for k in range(count)],
-                        producer_id=3075, producer_epoch=epoch, base_sequence=sequence)
+                        producer_id=3075, producer_epoch=0, base_sequence=sequence)
 
 
 def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_also_after_a_restart(

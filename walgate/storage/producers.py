@@ -12,9 +12,8 @@ Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules, per
   :class:`EarlierBatch`, which the partition looks up in its log (:meth:`NativeTopics.append_batches
   <walgate.storage.native_topics.NativeTopics.append_batches>`) to answer its original offset. Kafka answers
   OUT_OF_ORDER_SEQUENCE_NUMBER here; its Java client retries that forever once a later batch of the partition was
-  acknowledged (``TransactionManager.canRetry``: not the next sequence, no epoch bump), which a retry sent to a
-  node that held it for seconds while the later batches went to the new leader met (the 2026-11-30 CI finding:
-  "sequence 0, expected 33", over and over);
+  acknowledged (``TransactionManager.canRetry``: not the next sequence, no epoch bump): the 2026-11-30 CI finding,
+  "sequence 0, expected 33" over and over, a first batch retried after the run's later batches of the partition;
 * an epoch below the producer's current one: INVALID_PRODUCER_EPOCH (fenced);
 * an epoch above it starts over: its first sequence must be 0;
 * otherwise the first sequence must follow the last one (wrapping at 2^31):
