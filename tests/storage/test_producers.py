@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def _sent(sequence: int, count: int = 1) -> bytes:
 
 
 def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_also_after_a_restart(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
     """The CI finding of 2026-11-30: the Java producer's first batch (sequence 0) retried after the partition took the
     run's 33 records, answered OUT_OF_ORDER_SEQUENCE_NUMBER "sequence 0, expected 33" forever. Now its original
     offset, nothing written; a leader's state rebuilt from the WAL (a restart, a follower's copy) answers alike."""
@@ -115,8 +116,10 @@ def test_a_retry_older_than_the_five_kept_batches_answers_its_original_offset_al
     e.append_batches("t", 0, [_sent(0, 3)])  # offsets 0-2
     for k in range(3, 33):
         assert e.append_batches("t", 0, [_sent(k)]) == k
+    caplog.set_level(logging.INFO, "walgate.producers")
     for _ in range(2):
         assert e.append_batches("t", 0, [_sent(0, 3)]) == 0
+        assert "retry of sequences 0-2 (epoch 0), older than the 5 batches kept, answered with its offset 0" in caplog.text
         assert e.append_batches("t", 0, [_sent(10)]) == 10
         assert e.partitions.offsets("t", 0).high_watermark == 33  # nothing written
         with pytest.raises(SequenceError) as other:

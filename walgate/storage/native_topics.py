@@ -16,6 +16,7 @@ transactions: their last stable offset is the high watermark and they abort noth
 
 from __future__ import annotations
 
+import logging
 import shutil
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from walgate.storage.led_appends import LedAppend
 from walgate.storage.names import new_db_id
 from walgate.storage.offsets import OffsetIndex
 from walgate.storage.producers import (
+    BATCHES_KEPT,
     AbortedTxn,
     ActiveProducer,
     DuplicateBatch,
@@ -57,6 +59,8 @@ from walgate.wire.errors import ErrorCode, WireError
 from walgate.wire.record_batch import CONTROL_BIT, CONTROL_COMMIT, TRANSACTIONAL_BIT, end_txn_marker, txn_marker
 
 __all__ = ["NativeTopics", "replay_batch"]
+
+log = logging.getLogger("walgate.producers")
 
 
 
@@ -107,6 +111,9 @@ def _original(vnode: Vnode, idx: OffsetIndex, earlier: EarlierBatch) -> Duplicat
             break
         if info.base_sequence == earlier.first_seq:
             if info.base_sequence + info.last_offset_delta == earlier.last_seq:
+                log.info("producer %d: a retry of sequences %d-%d (epoch %d), older than the %d batches kept, answered "
+                         "with its offset %d in %s", earlier.producer_id, earlier.first_seq, earlier.last_seq,
+                         earlier.epoch, BATCHES_KEPT, idx.offsets[k], vnode.dir)
                 return DuplicateBatch(idx.offsets[k])
             raise SequenceError(ErrorCode.out_of_order_sequence_number,
                                 f"producer {earlier.producer_id}: sequences {earlier.first_seq}-{earlier.last_seq} "
